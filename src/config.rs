@@ -1,0 +1,474 @@
+//! Configuration: typed settings with one precedence order, embedded defaults < the user's
+//! `config.toml` (found with `directories`, or `--config`) < environment < command-line flags.
+//! Unknown keys and out-of-range values are errors that name the key, the value and where the
+//! value came from.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::engine::{SamplingParams, TemplateChoice};
+
+/// Environment variable naming the model file (between the config file and `-m`).
+pub const MODEL_ENV: &str = "TOKSCOPE_MODEL";
+
+/// Where a setting's value came from, for error messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    File(PathBuf),
+    Env(&'static str),
+    CommandLine,
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::File(p) => write!(f, "config file {}", p.display()),
+            Source::Env(var) => write!(f, "environment variable {var}"),
+            Source::CommandLine => write!(f, "the command line"),
+        }
+    }
+}
+
+#[derive(Debug, Error, PartialEq)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {reason}\n  fix the file's permissions, or point --config at another file")]
+    Unreadable { path: PathBuf, reason: String },
+    #[error("config file {path} is not valid: {message}\n  see config.example.toml for every key and its type")]
+    Parse { path: PathBuf, message: String },
+    #[error("invalid value for `{key}` in {origin}: {value} ({reason})")]
+    Invalid {
+        key: &'static str,
+        value: String,
+        reason: String,
+        origin: Source,
+    },
+}
+
+/// Settings of the llama.cpp context and model load.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EngineSettings {
+    /// Context length in tokens (the KV cache size).
+    pub n_ctx: u32,
+    /// CPU threads for decode and prefill.
+    pub threads: u32,
+    /// Logical batch size: prefill is fed in chunks of at most this many tokens.
+    pub n_batch: u32,
+    /// Layers offloaded to the GPU; `None` means all of them.
+    pub n_gpu_layers: Option<u32>,
+    /// How the prompt is built from the conversation.
+    pub template: TemplateChoice,
+}
+
+impl Default for EngineSettings {
+    fn default() -> Self {
+        Self {
+            n_ctx: 4096,
+            threads: default_threads(),
+            n_batch: 512,
+            n_gpu_layers: None,
+            template: TemplateChoice::Auto,
+        }
+    }
+}
+
+/// All CPU cores the process may use (llama.cpp decodes fastest with one thread per core).
+pub fn default_threads() -> u32 {
+    std::thread::available_parallelism()
+        .map(|n| u32::try_from(n.get()).unwrap_or(1))
+        .unwrap_or(1)
+}
+
+/// The effective settings after every layer was applied.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Settings {
+    pub model: Option<PathBuf>,
+    pub engine: EngineSettings,
+    pub sampling: SamplingParams,
+    pub system_prompt: Option<String>,
+    pub max_tokens: u32,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            model: None,
+            engine: EngineSettings::default(),
+            sampling: SamplingParams::default(),
+            system_prompt: None,
+            max_tokens: 512,
+        }
+    }
+}
+
+/// The config file as written by the user. Every key is optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    model: Option<PathBuf>,
+    n_ctx: Option<i64>,
+    threads: Option<i64>,
+    n_batch: Option<i64>,
+    n_gpu_layers: Option<i64>,
+    template: Option<String>,
+    system_prompt: Option<String>,
+    max_tokens: Option<i64>,
+    sampling: Option<FileSampling>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileSampling {
+    temperature: Option<f64>,
+    top_k: Option<i64>,
+    top_p: Option<f64>,
+    min_p: Option<f64>,
+    repeat_penalty: Option<f64>,
+    repeat_last_n: Option<i64>,
+    seed: Option<i64>,
+}
+
+/// Values that may be overridden; each setter validates and names its source.
+impl Settings {
+    pub fn set_n_ctx(&mut self, v: i64, src: &Source) -> Result<(), ConfigError> {
+        self.engine.n_ctx = int_in("n_ctx", v, 32, 1 << 24, src)?;
+        Ok(())
+    }
+
+    pub fn set_threads(&mut self, v: i64, src: &Source) -> Result<(), ConfigError> {
+        self.engine.threads = int_in("threads", v, 1, 1024, src)?;
+        Ok(())
+    }
+
+    pub fn set_n_batch(&mut self, v: i64, src: &Source) -> Result<(), ConfigError> {
+        self.engine.n_batch = int_in("n_batch", v, 1, 1 << 20, src)?;
+        Ok(())
+    }
+
+    /// `-1` means all layers.
+    pub fn set_n_gpu_layers(&mut self, v: i64, src: &Source) -> Result<(), ConfigError> {
+        self.engine.n_gpu_layers = if v == -1 {
+            None
+        } else {
+            Some(
+                int_in("n_gpu_layers", v, 0, 100_000, src).map_err(|e| match e {
+                    ConfigError::Invalid {
+                        key, value, origin, ..
+                    } => ConfigError::Invalid {
+                        key,
+                        value,
+                        origin,
+                        reason: "must be -1 (all layers) or a count from 0".into(),
+                    },
+                    other => other,
+                })?,
+            )
+        };
+        Ok(())
+    }
+
+    pub fn set_template(&mut self, v: &str, src: &Source) -> Result<(), ConfigError> {
+        self.engine.template = v
+            .parse()
+            .map_err(|reason| invalid("template", v, reason, src))?;
+        Ok(())
+    }
+
+    pub fn set_max_tokens(&mut self, v: i64, src: &Source) -> Result<(), ConfigError> {
+        self.max_tokens = int_in("max_tokens", v, 1, 1 << 24, src)?;
+        Ok(())
+    }
+
+    pub fn set_temperature(&mut self, v: f64, src: &Source) -> Result<(), ConfigError> {
+        self.sampling.temperature = float_in("sampling.temperature", v, 0.0, 100.0, src)?;
+        Ok(())
+    }
+
+    pub fn set_top_k(&mut self, v: i64, src: &Source) -> Result<(), ConfigError> {
+        self.sampling.top_k = int_in("sampling.top_k", v, 0, 1 << 24, src)?;
+        Ok(())
+    }
+
+    pub fn set_top_p(&mut self, v: f64, src: &Source) -> Result<(), ConfigError> {
+        self.sampling.top_p = float_in("sampling.top_p", v, 0.0, 1.0, src)?;
+        Ok(())
+    }
+
+    pub fn set_min_p(&mut self, v: f64, src: &Source) -> Result<(), ConfigError> {
+        self.sampling.min_p = float_in("sampling.min_p", v, 0.0, 1.0, src)?;
+        Ok(())
+    }
+
+    pub fn set_repeat_penalty(&mut self, v: f64, src: &Source) -> Result<(), ConfigError> {
+        if v <= 0.0 {
+            return Err(invalid(
+                "sampling.repeat_penalty",
+                &v.to_string(),
+                "must be greater than 0 (1.0 turns it off)".into(),
+                src,
+            ));
+        }
+        self.sampling.repeat_penalty = float_in("sampling.repeat_penalty", v, 0.0, 10.0, src)?;
+        Ok(())
+    }
+
+    pub fn set_repeat_last_n(&mut self, v: i64, src: &Source) -> Result<(), ConfigError> {
+        self.sampling.repeat_last_n = int_in("sampling.repeat_last_n", v, 0, 1 << 20, src)?;
+        Ok(())
+    }
+
+    pub fn set_seed(&mut self, v: i64, src: &Source) -> Result<(), ConfigError> {
+        self.sampling.seed = int_in("sampling.seed", v, 0, i64::from(u32::MAX), src)?;
+        Ok(())
+    }
+
+    /// Apply a config file's contents (already read) on top of these settings.
+    pub fn apply_toml(&mut self, text: &str, path: &Path) -> Result<(), ConfigError> {
+        let file: FileConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string().trim().replace('\n', "\n  "),
+        })?;
+        let src = Source::File(path.to_path_buf());
+        if let Some(m) = file.model {
+            self.model = Some(expand_home(&m));
+        }
+        if let Some(v) = file.n_ctx {
+            self.set_n_ctx(v, &src)?;
+        }
+        if let Some(v) = file.threads {
+            self.set_threads(v, &src)?;
+        }
+        if let Some(v) = file.n_batch {
+            self.set_n_batch(v, &src)?;
+        }
+        if let Some(v) = file.n_gpu_layers {
+            self.set_n_gpu_layers(v, &src)?;
+        }
+        if let Some(v) = file.template {
+            self.set_template(&v, &src)?;
+        }
+        if let Some(v) = file.system_prompt {
+            self.system_prompt = Some(v).filter(|s| !s.trim().is_empty());
+        }
+        if let Some(v) = file.max_tokens {
+            self.set_max_tokens(v, &src)?;
+        }
+        if let Some(s) = file.sampling {
+            if let Some(v) = s.temperature {
+                self.set_temperature(v, &src)?;
+            }
+            if let Some(v) = s.top_k {
+                self.set_top_k(v, &src)?;
+            }
+            if let Some(v) = s.top_p {
+                self.set_top_p(v, &src)?;
+            }
+            if let Some(v) = s.min_p {
+                self.set_min_p(v, &src)?;
+            }
+            if let Some(v) = s.repeat_penalty {
+                self.set_repeat_penalty(v, &src)?;
+            }
+            if let Some(v) = s.repeat_last_n {
+                self.set_repeat_last_n(v, &src)?;
+            }
+            if let Some(v) = s.seed {
+                self.set_seed(v, &src)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Load the layers below the command line: defaults, then the config file (the explicit
+    /// `--config` path, which must exist, or the platform one, which may not), then the
+    /// environment.
+    pub fn load(explicit_config: Option<&Path>) -> Result<Settings, ConfigError> {
+        let mut settings = Settings::default();
+        let (path, must_exist) = match explicit_config {
+            Some(p) => (p.to_path_buf(), true),
+            None => (crate::paths::config_file(), false),
+        };
+        match std::fs::read(&path) {
+            Ok(bytes) => {
+                let text = String::from_utf8(bytes).map_err(|_| ConfigError::Parse {
+                    path: path.clone(),
+                    message: "the file is not UTF-8 text".into(),
+                })?;
+                settings.apply_toml(&text, &path)?;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !must_exist => {}
+            Err(e) => {
+                return Err(ConfigError::Unreadable {
+                    path,
+                    reason: e.to_string(),
+                })
+            }
+        }
+        if let Some(m) = std::env::var_os(MODEL_ENV).filter(|v| !v.is_empty()) {
+            settings.model = Some(expand_home(Path::new(&m)));
+        }
+        Ok(settings)
+    }
+}
+
+fn invalid(key: &'static str, value: &str, reason: String, src: &Source) -> ConfigError {
+    ConfigError::Invalid {
+        key,
+        value: value.to_string(),
+        reason,
+        origin: src.clone(),
+    }
+}
+
+fn int_in<T: TryFrom<i64>>(
+    key: &'static str,
+    v: i64,
+    min: i64,
+    max: i64,
+    src: &Source,
+) -> Result<T, ConfigError> {
+    if v < min || v > max {
+        return Err(invalid(
+            key,
+            &v.to_string(),
+            format!("must be between {min} and {max}"),
+            src,
+        ));
+    }
+    T::try_from(v).map_err(|_| invalid(key, &v.to_string(), "out of range".into(), src))
+}
+
+fn float_in(
+    key: &'static str,
+    v: f64,
+    min: f64,
+    max: f64,
+    src: &Source,
+) -> Result<f32, ConfigError> {
+    if !v.is_finite() || v < min || v > max {
+        return Err(invalid(
+            key,
+            &v.to_string(),
+            format!("must be between {min} and {max}"),
+            src,
+        ));
+    }
+    Ok(v as f32)
+}
+
+/// Expand a leading `~` to the home directory, without a shell (no variables, no globbing).
+pub fn expand_home(path: &Path) -> PathBuf {
+    let Ok(rest) = path.strip_prefix("~") else {
+        return path.to_path_buf();
+    };
+    match directories::BaseDirs::new() {
+        Some(b) => b.home_dir().join(rest),
+        None => path.to_path_buf(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn apply(text: &str) -> Result<Settings, ConfigError> {
+        let mut s = Settings::default();
+        s.apply_toml(text, Path::new("/cfg/config.toml"))?;
+        Ok(s)
+    }
+
+    #[test]
+    fn example_config_parses_and_matches_defaults() {
+        let text = include_str!("../config.example.toml");
+        let s = apply(text).unwrap();
+        let d = Settings::default();
+        assert_eq!(s.engine.n_ctx, d.engine.n_ctx);
+        assert_eq!(s.sampling, d.sampling);
+        assert_eq!(s.max_tokens, d.max_tokens);
+    }
+
+    #[test]
+    fn file_values_apply() {
+        let s = apply(
+            "model = \"/m/x.gguf\"\nn_ctx = 1024\nthreads = 3\ntemplate = \"llama3\"\n[sampling]\ntemperature = 0.0\nseed = 7\n",
+        )
+        .unwrap();
+        assert_eq!(s.model, Some(PathBuf::from("/m/x.gguf")));
+        assert_eq!(s.engine.n_ctx, 1024);
+        assert_eq!(s.engine.threads, 3);
+        assert_eq!(s.sampling.temperature, 0.0);
+        assert_eq!(s.sampling.seed, 7);
+        assert_eq!(s.engine.template, TemplateChoice::Named("llama3".into()));
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let e = apply("n_ctxx = 5\n").unwrap_err().to_string();
+        assert!(e.contains("n_ctxx"), "{e}");
+        assert!(e.contains("/cfg/config.toml"), "{e}");
+        let e = apply("[sampling]\ntemp = 5\n").unwrap_err().to_string();
+        assert!(e.contains("temp"), "{e}");
+    }
+
+    #[test]
+    fn wrong_type_and_bad_toml() {
+        let e = apply("n_ctx = \"big\"\n").unwrap_err().to_string();
+        assert!(e.contains("n_ctx"), "{e}");
+        let e = apply("n_ctx = = 3\n").unwrap_err();
+        assert!(matches!(e, ConfigError::Parse { .. }));
+    }
+
+    #[test]
+    fn out_of_range_values_name_key_value_and_file() {
+        for (text, key, value) in [
+            ("n_ctx = 0", "n_ctx", "0"),
+            ("threads = 0", "threads", "0"),
+            (
+                "[sampling]\ntemperature = -1.0",
+                "sampling.temperature",
+                "-1",
+            ),
+            ("[sampling]\ntop_p = 2.0", "sampling.top_p", "2"),
+            (
+                "[sampling]\nrepeat_penalty = 0.0",
+                "sampling.repeat_penalty",
+                "0",
+            ),
+            ("max_tokens = 0", "max_tokens", "0"),
+            ("n_gpu_layers = -2", "n_gpu_layers", "-2"),
+            ("template = \"\"", "template", ""),
+        ] {
+            let e = apply(text).unwrap_err();
+            let msg = e.to_string();
+            assert!(
+                matches!(&e, ConfigError::Invalid { key: k, value: v, .. } if *k == key && v == value),
+                "{text}: {msg}"
+            );
+            assert!(msg.contains("/cfg/config.toml"), "{msg}");
+        }
+    }
+
+    #[test]
+    fn n_gpu_layers_minus_one_means_all() {
+        let s = apply("n_gpu_layers = -1").unwrap();
+        assert_eq!(s.engine.n_gpu_layers, None);
+        let s = apply("n_gpu_layers = 12").unwrap();
+        assert_eq!(s.engine.n_gpu_layers, Some(12));
+    }
+
+    #[test]
+    fn explicit_missing_config_is_an_error() {
+        let e = Settings::load(Some(Path::new("/nonexistent/tokscope.toml"))).unwrap_err();
+        assert!(matches!(e, ConfigError::Unreadable { .. }), "{e}");
+    }
+
+    #[test]
+    fn tilde_expands_without_shell() {
+        let p = expand_home(Path::new("~/models/a.gguf"));
+        assert!(!p.starts_with("~"));
+        assert!(p.ends_with("models/a.gguf"));
+        assert_eq!(expand_home(Path::new("$HOME/x")), PathBuf::from("$HOME/x"));
+    }
+}

@@ -1,0 +1,68 @@
+//! The engine's typed errors. Each message names the problem and, where there is one, what to
+//! do about it; the UI and the CLI show them as they are.
+
+use std::path::PathBuf;
+
+use thiserror::Error;
+
+#[derive(Debug, Clone, Error, PartialEq)]
+pub enum EngineError {
+    #[error("model file not found: {0}\n  check the path, or run `tokscope fetch-demo` to get the demo model")]
+    ModelNotFound(PathBuf),
+    #[error("model path is a directory, not a file: {0}\n  point -m at a .gguf file inside it")]
+    ModelIsDirectory(PathBuf),
+    #[error("cannot read model file {path}: {reason}\n  check the file's permissions")]
+    ModelUnreadable { path: PathBuf, reason: String },
+    #[error("model file is empty (0 bytes): {0}\n  the download or copy did not finish; fetch the file again")]
+    ModelEmpty(PathBuf),
+    #[error("not a GGUF model file: {path} ({reason})\n  tokscope loads llama.cpp GGUF files; convert the model with llama.cpp's convert_hf_to_gguf.py")]
+    NotGguf { path: PathBuf, reason: String },
+    #[error("llama.cpp could not load {path}{llama_says}\n  the file may be truncated or corrupt, or its architecture unsupported by this llama.cpp build")]
+    LoadFailed { path: PathBuf, llama_says: String },
+    #[error(
+        "llama.cpp could not create a context (n_ctx {n_ctx}){llama_says}\n  try a smaller n_ctx"
+    )]
+    ContextFailed { n_ctx: u32, llama_says: String },
+    #[error("llama.cpp could not initialise its backend: {0}")]
+    Backend(String),
+    #[error("the chat template could not be applied: {0}\n  choose another with --template (auto, completion, or a llama.cpp template name such as llama3, gemma, chatml)")]
+    Template(String),
+    #[error("the prompt is {prompt_tokens} tokens but the context holds {n_ctx}\n  shorten the conversation (start a new one) or raise n_ctx")]
+    PromptTooLong { prompt_tokens: usize, n_ctx: u32 },
+    #[error("the prompt is empty")]
+    EmptyPrompt,
+    #[error("llama.cpp decode failed: {0}")]
+    Decode(String),
+    #[error("no model is loaded")]
+    NoModel,
+    #[error("could not start the engine thread: {0}")]
+    Thread(String),
+    #[error("the engine stopped unexpectedly")]
+    EngineGone,
+}
+
+impl EngineError {
+    /// True for problems with the model file itself (exit code 3 in the CLI).
+    pub fn is_model_problem(&self) -> bool {
+        matches!(
+            self,
+            EngineError::ModelNotFound(_)
+                | EngineError::ModelIsDirectory(_)
+                | EngineError::ModelUnreadable { .. }
+                | EngineError::ModelEmpty(_)
+                | EngineError::NotGguf { .. }
+                | EngineError::LoadFailed { .. }
+        )
+    }
+}
+
+/// Format llama.cpp's last warnings and errors as a suffix for an error message.
+pub(crate) fn llama_says() -> String {
+    let problems = crate::logging::recent_llama_problems();
+    if problems.is_empty() {
+        String::new()
+    } else {
+        let tail: Vec<_> = problems.iter().rev().take(3).rev().cloned().collect();
+        format!("\n  llama.cpp says: {}", tail.join("\n  llama.cpp says: "))
+    }
+}

@@ -1,0 +1,301 @@
+//! The engine: one named OS thread that owns llama.cpp's backend, the model and the context
+//! for their whole life. Commands go in over a channel, events come out over another, and every
+//! event carries the request id it belongs to. Timestamps are taken on the engine thread at the
+//! moment a token's text is ready, so UI scheduling never distorts TTFT or inter-token latency.
+
+mod detok;
+mod error;
+mod model_info;
+mod prompt;
+mod worker;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+pub use detok::{StopMatcher, Utf8Stream};
+pub use error::EngineError;
+pub use model_info::{check_model_file, quantization_name, ModelInfo};
+pub use prompt::{common_prefix_len, completion_transcript, TemplateChoice, COMPLETION_STOPS};
+
+use crate::config::EngineSettings;
+use crate::metrics::TurnTimeline;
+
+/// Identifies one generation request; events of other requests are ignored by their readers.
+pub type RequestId = u64;
+
+/// The sampler chain's settings. Temperature 0 means greedy decoding.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SamplingParams {
+    pub temperature: f32,
+    /// 0 turns top-k off.
+    pub top_k: u32,
+    pub top_p: f32,
+    pub min_p: f32,
+    /// 1.0 turns the repetition penalty off.
+    pub repeat_penalty: f32,
+    /// How many recent tokens the repetition penalty looks at.
+    pub repeat_last_n: u32,
+    pub seed: u32,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        // llama.cpp's own defaults, with a fixed seed so that runs are reproducible.
+        Self {
+            temperature: 0.8,
+            top_k: 40,
+            top_p: 0.95,
+            min_p: 0.05,
+            repeat_penalty: 1.0,
+            repeat_last_n: 64,
+            seed: 42,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    pub role: Role,
+    pub content: String,
+}
+
+impl ChatMessage {
+    pub fn new(role: Role, content: impl Into<String>) -> Self {
+        Self {
+            role,
+            content: content.into(),
+        }
+    }
+}
+
+/// Which model to load and how to set up its context.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    pub model_path: PathBuf,
+    pub settings: EngineSettings,
+}
+
+/// One chat turn to generate: the whole conversation so far, ending with the user's message.
+#[derive(Debug, Clone)]
+pub struct GenerateRequest {
+    pub id: RequestId,
+    pub messages: Vec<ChatMessage>,
+    pub sampling: SamplingParams,
+    pub max_tokens: u32,
+    /// When the request was handed to the engine: TTFT and every offset start here.
+    pub submitted_at: Instant,
+}
+
+pub enum EngineCommand {
+    Generate(GenerateRequest),
+    /// Drop the current model and context and load another (the conversation is the caller's).
+    LoadModel(EngineConfig),
+    Shutdown,
+}
+
+/// Why a turn ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// The model produced an end-of-generation token.
+    EndOfGeneration,
+    /// A stop string of the completion-style prompt appeared.
+    StopString,
+    /// `max_tokens` were generated.
+    MaxTokens,
+    /// The context window is full.
+    ContextFull,
+    /// The user cancelled; the partial answer is kept.
+    Cancelled,
+}
+
+impl StopReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopReason::EndOfGeneration => "end of generation",
+            StopReason::StopString => "stop string",
+            StopReason::MaxTokens => "max tokens",
+            StopReason::ContextFull => "context full",
+            StopReason::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// The outcome of a finished (or cancelled) turn.
+#[derive(Debug, Clone, Serialize)]
+pub struct TurnReport {
+    pub text: String,
+    pub stop_reason: StopReason,
+    pub timeline: TurnTimeline,
+    /// Tokens in the KV cache after the turn (context used).
+    pub context_used: usize,
+    /// llama.cpp's own counters for this turn (`llama_perf_context`), for cross-checks.
+    pub llama_counters: LlamaCounters,
+}
+
+/// llama.cpp's perf counters: prompt eval (multi-token decodes) and eval (single-token decodes).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct LlamaCounters {
+    pub prompt_eval_ms: f64,
+    pub prompt_eval_tokens: i32,
+    pub eval_ms: f64,
+    pub eval_tokens: i32,
+}
+
+pub enum EngineEvent {
+    /// Model loading progress, 0.0..=1.0 (llama.cpp's progress callback).
+    Loading { progress: f32 },
+    /// The model and context are ready.
+    Ready(Box<ModelInfo>),
+    /// The model could not be loaded; the engine waits for another `LoadModel`.
+    LoadFailed(EngineError),
+    /// Prefill of a request began.
+    PrefillStarted {
+        request_id: RequestId,
+        prompt_tokens: usize,
+        cached_tokens: usize,
+    },
+    /// One generated token. `text` may be empty while a UTF-8 character or a possible stop
+    /// string is held back; `at` is the offset from `submitted_at` when it was ready.
+    Token {
+        request_id: RequestId,
+        index: usize,
+        text: String,
+        at: Duration,
+    },
+    Finished {
+        request_id: RequestId,
+        report: Box<TurnReport>,
+    },
+    Failed {
+        request_id: RequestId,
+        error: EngineError,
+    },
+}
+
+impl EngineEvent {
+    pub fn request_id(&self) -> Option<RequestId> {
+        match self {
+            EngineEvent::PrefillStarted { request_id, .. }
+            | EngineEvent::Token { request_id, .. }
+            | EngineEvent::Finished { request_id, .. }
+            | EngineEvent::Failed { request_id, .. } => Some(*request_id),
+            _ => None,
+        }
+    }
+}
+
+/// Where the engine sends its events. A tokio channel, usable from the engine's OS thread
+/// and read either by the async UI loop or with `blocking_recv` by headless commands.
+pub type EventSender = tokio::sync::mpsc::UnboundedSender<EngineEvent>;
+pub type EventReceiver = tokio::sync::mpsc::UnboundedReceiver<EngineEvent>;
+
+/// The caller's side of the engine.
+pub struct EngineHandle {
+    commands: mpsc::Sender<EngineCommand>,
+    /// Every request with an id up to and including this one is cancelled.
+    cancel_through: Arc<AtomicU64>,
+    next_id: RequestId,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl EngineHandle {
+    /// Start the engine thread and begin loading the model. Progress and the outcome of the
+    /// load arrive as events (`Loading`, then `Ready` or `LoadFailed`).
+    pub fn spawn(config: EngineConfig) -> Result<(Self, EventReceiver), EngineError> {
+        let (event_tx, event_rx) = tokio::sync::mpsc::unbounded_channel();
+        let (cmd_tx, cmd_rx) = mpsc::channel();
+        let cancel_through = Arc::new(AtomicU64::new(0));
+        let worker_cancel = Arc::clone(&cancel_through);
+        let thread = std::thread::Builder::new()
+            .name("engine".into())
+            .spawn(move || worker::run(config, cmd_rx, event_tx, worker_cancel))
+            .map_err(|e| EngineError::Thread(e.to_string()))?;
+        Ok((
+            Self {
+                commands: cmd_tx,
+                cancel_through,
+                next_id: 1,
+                thread: Some(thread),
+            },
+            event_rx,
+        ))
+    }
+
+    /// Hand a turn to the engine; the submission instant is taken here.
+    pub fn generate(
+        &mut self,
+        messages: Vec<ChatMessage>,
+        sampling: SamplingParams,
+        max_tokens: u32,
+    ) -> Result<RequestId, EngineError> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let request = GenerateRequest {
+            id,
+            messages,
+            sampling,
+            max_tokens,
+            submitted_at: Instant::now(),
+        };
+        self.commands
+            .send(EngineCommand::Generate(request))
+            .map_err(|_| EngineError::EngineGone)?;
+        Ok(id)
+    }
+
+    /// Stop a request: the engine checks this before every decode step, so generation stops
+    /// within one token and the partial answer is kept.
+    pub fn cancel(&self, id: RequestId) {
+        self.cancel_through.fetch_max(id, Ordering::SeqCst);
+    }
+
+    /// Replace the loaded model (the engine answers with `Loading`… then `Ready`/`LoadFailed`).
+    pub fn load_model(&self, config: EngineConfig) -> Result<(), EngineError> {
+        self.commands
+            .send(EngineCommand::LoadModel(config))
+            .map_err(|_| EngineError::EngineGone)
+    }
+
+    /// Stop the engine thread and wait for it (it finishes the current token first).
+    pub fn shutdown(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        self.cancel_through.store(u64::MAX, Ordering::SeqCst);
+        let _ = self.commands.send(EngineCommand::Shutdown);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for EngineHandle {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

@@ -1,0 +1,229 @@
+//! What is known about the loaded model and the machine running it: shown in the status line
+//! and written into every report's reproducibility stamp. Also the pre-flight check of a model
+//! path, which turns the common mistakes into clear errors before llama.cpp sees the file.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use super::EngineError;
+
+/// Facts about the loaded model, context and backend.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ModelInfo {
+    pub path: PathBuf,
+    pub file_name: String,
+    pub file_size_bytes: u64,
+    /// sha256 over the file size and its first and last MiB, first 16 hex digits: cheap on a
+    /// 16 GB file and enough to tell two files apart.
+    pub fingerprint: String,
+    pub name: String,
+    pub architecture: String,
+    pub n_params: u64,
+    pub n_layer: u32,
+    pub n_embd: i32,
+    pub n_head: u32,
+    pub n_head_kv: u32,
+    pub n_vocab: i32,
+    pub n_ctx_train: u32,
+    pub quantization: String,
+    /// llama.cpp's own count of the tensor bytes (weights) in the model.
+    pub weights_bytes: u64,
+    pub n_ctx: u32,
+    pub n_batch: u32,
+    pub threads: u32,
+    pub backend: String,
+    pub devices: Vec<String>,
+    pub n_gpu_layers: u32,
+    /// How prompts are built: the GGUF's template, a llama.cpp built-in name, or completion.
+    pub template: String,
+    /// Why that template was chosen, when it was not the model's own.
+    pub template_note: Option<String>,
+    /// The file was written by `tokscope synth`: its speed is real, its text is noise.
+    pub synthetic: bool,
+    pub llama_cpp: String,
+    pub load_ms: f64,
+}
+
+impl ModelInfo {
+    /// The label shown wherever a synthetic model's results appear.
+    pub const SYNTHETIC_LABEL: &'static str = "synthetic weights — speed only, text is noise";
+}
+
+/// Check a model path before handing it to llama.cpp.
+pub fn check_model_file(path: &Path) -> Result<u64, EngineError> {
+    let meta = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(EngineError::ModelNotFound(path.to_path_buf()))
+        }
+        Err(e) => {
+            return Err(EngineError::ModelUnreadable {
+                path: path.to_path_buf(),
+                reason: e.to_string(),
+            })
+        }
+    };
+    if meta.is_dir() {
+        return Err(EngineError::ModelIsDirectory(path.to_path_buf()));
+    }
+    if meta.len() == 0 {
+        return Err(EngineError::ModelEmpty(path.to_path_buf()));
+    }
+    let mut magic = [0u8; 4];
+    let mut file = File::open(path).map_err(|e| EngineError::ModelUnreadable {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    let read = file
+        .read(&mut magic)
+        .map_err(|e| EngineError::ModelUnreadable {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+    if read < 4 || &magic != b"GGUF" {
+        return Err(EngineError::NotGguf {
+            path: path.to_path_buf(),
+            reason: format!(
+                "the file starts with {:02x?} instead of the GGUF magic \"GGUF\"",
+                &magic[..read]
+            ),
+        });
+    }
+    if let Err(e) = crate::synth::gguf::read_metadata(path) {
+        return Err(EngineError::NotGguf {
+            path: path.to_path_buf(),
+            reason: format!("its header is damaged: {e}"),
+        });
+    }
+    Ok(meta.len())
+}
+
+/// A cheap identity of a model file: sha256 of its size, first MiB and last MiB.
+pub fn fingerprint(path: &Path) -> std::io::Result<String> {
+    const CHUNK: u64 = 1 << 20;
+    let mut file = File::open(path)?;
+    let size = file.metadata()?.len();
+    let mut hasher = Sha256::new();
+    hasher.update(size.to_le_bytes());
+    let mut buf = Vec::with_capacity(CHUNK as usize);
+    file.by_ref().take(CHUNK).read_to_end(&mut buf)?;
+    hasher.update(&buf);
+    if size > CHUNK {
+        buf.clear();
+        file.seek(SeekFrom::Start(size.saturating_sub(CHUNK).max(CHUNK)))?;
+        file.take(CHUNK).read_to_end(&mut buf)?;
+        hasher.update(&buf);
+    }
+    let digest = hasher.finalize();
+    Ok(digest.iter().take(8).map(|b| format!("{b:02x}")).collect())
+}
+
+/// The name of a GGUF `general.file_type` (llama.cpp's `llama_ftype`).
+pub fn quantization_name(file_type: u32) -> Option<&'static str> {
+    Some(match file_type {
+        0 => "F32",
+        1 => "F16",
+        2 => "Q4_0",
+        3 => "Q4_1",
+        7 => "Q8_0",
+        8 => "Q5_0",
+        9 => "Q5_1",
+        10 => "Q2_K",
+        11 => "Q3_K_S",
+        12 => "Q3_K_M",
+        13 => "Q3_K_L",
+        14 => "Q4_K_S",
+        15 => "Q4_K_M",
+        16 => "Q5_K_S",
+        17 => "Q5_K_M",
+        18 => "Q6_K",
+        19 => "IQ2_XXS",
+        20 => "IQ2_XS",
+        21 => "Q2_K_S",
+        22 => "IQ3_XS",
+        23 => "IQ3_XXS",
+        24 => "IQ1_S",
+        25 => "IQ4_NL",
+        26 => "IQ3_S",
+        27 => "IQ3_M",
+        28 => "IQ2_S",
+        29 => "IQ2_M",
+        30 => "IQ4_XS",
+        31 => "IQ1_M",
+        32 => "BF16",
+        36 => "TQ1_0",
+        37 => "TQ2_0",
+        38 => "MXFP4_MOE",
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn quantization_names() {
+        assert_eq!(quantization_name(15), Some("Q4_K_M"));
+        assert_eq!(quantization_name(7), Some("Q8_0"));
+        assert_eq!(quantization_name(1), Some("F16"));
+        assert_eq!(quantization_name(999), None);
+    }
+
+    #[test]
+    fn preflight_names_each_problem() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("nope.gguf");
+        assert!(matches!(
+            check_model_file(&missing),
+            Err(EngineError::ModelNotFound(_))
+        ));
+        assert!(matches!(
+            check_model_file(dir.path()),
+            Err(EngineError::ModelIsDirectory(_))
+        ));
+        let empty = dir.path().join("empty.gguf");
+        File::create(&empty).unwrap();
+        assert!(matches!(
+            check_model_file(&empty),
+            Err(EngineError::ModelEmpty(_))
+        ));
+        let junk = dir.path().join("junk.gguf");
+        File::create(&junk)
+            .unwrap()
+            .write_all(b"PK\x03\x04 not a model")
+            .unwrap();
+        let e = check_model_file(&junk).unwrap_err();
+        assert!(matches!(e, EngineError::NotGguf { .. }), "{e}");
+        assert!(e.to_string().contains("GGUF"), "{e}");
+        let short = dir.path().join("short.gguf");
+        File::create(&short)
+            .unwrap()
+            .write_all(b"GGUF\x03\x00")
+            .unwrap();
+        assert!(matches!(
+            check_model_file(&short),
+            Err(EngineError::NotGguf { .. })
+        ));
+    }
+
+    #[test]
+    fn fingerprint_tells_files_apart() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a");
+        let b = dir.path().join("b");
+        std::fs::write(&a, vec![1u8; 3 << 20]).unwrap();
+        let mut other = vec![1u8; 3 << 20];
+        other[(3 << 20) - 1] = 2;
+        std::fs::write(&b, other).unwrap();
+        let fa = fingerprint(&a).unwrap();
+        assert_eq!(fa.len(), 16);
+        assert_eq!(fa, fingerprint(&a).unwrap());
+        assert_ne!(fa, fingerprint(&b).unwrap());
+    }
+}

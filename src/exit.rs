@@ -1,0 +1,45 @@
+//! Process exit codes, one place so the CLI, the README and the tests agree.
+
+/// Success.
+pub const OK: i32 = 0;
+/// A runtime failure (generation failed, I/O error while writing output, ...).
+pub const FAILURE: i32 = 1;
+/// Bad usage or configuration: a bad flag, value or config file (clap uses 2 as well).
+pub const USAGE: i32 = 2;
+/// The model file is missing, unreadable or not a model llama.cpp can load.
+pub const MODEL: i32 = 3;
+
+/// A failure on its way to the user: the message to print and the exit code.
+#[derive(Debug)]
+pub struct Failure {
+    pub code: i32,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn new(code: i32, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<crate::config::ConfigError> for Failure {
+    fn from(e: crate::config::ConfigError) -> Self {
+        Self::new(USAGE, e.to_string())
+    }
+}
+
+impl From<crate::engine::EngineError> for Failure {
+    fn from(e: crate::engine::EngineError) -> Self {
+        let code = if e.is_model_problem() { MODEL } else { FAILURE };
+        Self::new(code, e.to_string())
+    }
+}
+
+impl From<std::io::Error> for Failure {
+    fn from(e: std::io::Error) -> Self {
+        Self::new(FAILURE, e.to_string())
+    }
+}

@@ -1,0 +1,17 @@
+//! tokscope: a terminal chat for local LLMs that measures them while they talk.
+//!
+//! The library holds every part of the application so that tests, benchmarks and the binary
+//! all build the real thing; `main.rs` only parses the command line and dispatches.
+
+pub mod cli;
+pub mod config;
+pub mod demo;
+pub mod engine;
+pub mod exit;
+pub mod launch;
+pub mod logging;
+pub mod metrics;
+pub mod paths;
+pub mod run;
+pub mod stamp;
+pub mod synth;

@@ -1,0 +1,110 @@
+//! Logging: tokscope's own `tracing` events and llama.cpp/ggml's log lines (routed through
+//! llama-cpp-2 into `tracing`) go to a log file, never to the terminal. The last warnings and
+//! errors from llama.cpp are also kept in memory, so that a failed model load can tell the user
+//! what llama.cpp said instead of a bare "failed".
+
+use std::collections::VecDeque;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use tracing::field::{Field, Visit};
+use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::layer::{Context, SubscriberExt};
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer};
+
+/// The environment variable holding the log filter (`tracing_subscriber::EnvFilter` syntax).
+pub const LOG_FILTER_ENV: &str = "TOKSCOPE_LOG";
+/// The `tracing` target under which llama-cpp-2 emits llama.cpp's and ggml's log lines.
+const LLAMA_TARGET: &str = "llama-cpp-2";
+const KEPT_MESSAGES: usize = 16;
+
+static RECENT_LLAMA_PROBLEMS: Mutex<VecDeque<String>> = Mutex::new(VecDeque::new());
+
+/// The most recent llama.cpp warnings and errors, oldest first.
+pub fn recent_llama_problems() -> Vec<String> {
+    RECENT_LLAMA_PROBLEMS
+        .lock()
+        .map(|q| q.iter().cloned().collect())
+        .unwrap_or_default()
+}
+
+/// Forget the kept llama.cpp messages (done before each model load so that an error message
+/// quotes only what that load said).
+pub fn clear_llama_problems() {
+    if let Ok(mut q) = RECENT_LLAMA_PROBLEMS.lock() {
+        q.clear();
+    }
+}
+
+fn remember_llama_problem(message: String) {
+    if let Ok(mut q) = RECENT_LLAMA_PROBLEMS.lock() {
+        if q.len() == KEPT_MESSAGES {
+            q.pop_front();
+        }
+        q.push_back(message);
+    }
+}
+
+#[derive(Default)]
+struct MessageVisitor(String);
+
+impl Visit for MessageVisitor {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        if field.name() == "message" {
+            self.0.push_str(value);
+        }
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            let _ = write!(self.0, "{value:?}");
+        }
+    }
+}
+
+/// Keeps llama.cpp's warnings and errors in memory.
+struct LlamaProblemCapture;
+
+impl<S: Subscriber> Layer<S> for LlamaProblemCapture {
+    fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
+        let meta = event.metadata();
+        if meta.target() == LLAMA_TARGET && *meta.level() <= Level::WARN {
+            let mut visitor = MessageVisitor::default();
+            event.record(&mut visitor);
+            let message = visitor.0.trim().to_string();
+            if !message.is_empty() {
+                remember_llama_problem(message);
+            }
+        }
+    }
+}
+
+/// Install the global subscriber: the in-memory capture always, and a log file when `log_dir`
+/// is given (created if missing). Returns the log file's path. Calling it twice is harmless
+/// (the first subscriber stays), which lets every test call it.
+pub fn init(log_dir: Option<&Path>) -> Option<PathBuf> {
+    let filter = EnvFilter::try_from_env(LOG_FILTER_ENV).unwrap_or_else(|_| EnvFilter::new("info"));
+    let file_layer = log_dir.and_then(|dir| {
+        std::fs::create_dir_all(dir).ok()?;
+        let appender = tracing_appender::rolling::never(dir, "tokscope.log");
+        Some(
+            tracing_subscriber::fmt::layer()
+                .with_writer(appender)
+                .with_ansi(false)
+                .with_filter(filter),
+        )
+    });
+    let path = file_layer
+        .as_ref()
+        .and(log_dir.map(|d| d.join("tokscope.log")));
+    // An error here means a subscriber is already installed (a second call): keep that one.
+    let _ = tracing_subscriber::registry()
+        .with(LlamaProblemCapture)
+        .with(file_layer)
+        .try_init();
+    // llama.cpp and ggml print to stderr unless told otherwise; route them into tracing.
+    llama_cpp_2::send_logs_to_tracing(llama_cpp_2::LogOptions::default());
+    path
+}

@@ -1,0 +1,124 @@
+//! tokscope's entry point: parse the command line, install the panic hook and logging, and
+//! dispatch. Everything else lives in the library.
+
+use clap::Parser;
+
+use tokscope::cli::{Cli, Command, ConfigAction};
+use tokscope::config::Settings;
+use tokscope::exit::{self, Failure};
+
+fn main() {
+    std::panic::set_hook(Box::new(|info| {
+        // A short message, no backtrace: the details are in the log file.
+        let location = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        let payload = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        tracing::error!("panic{location}: {payload}");
+        eprintln!(
+            "tokscope crashed: {payload}{location}\n  please report this; the log is in {}",
+            tokscope::paths::log_dir().display()
+        );
+    }));
+    let cli = Cli::parse();
+    tokscope::logging::init(Some(&tokscope::paths::log_dir()));
+    let code = match dispatch(cli) {
+        Ok(()) => exit::OK,
+        Err(f) => {
+            eprintln!("error: {}", f.message);
+            f.code
+        }
+    };
+    std::process::exit(code);
+}
+
+fn dispatch(cli: Cli) -> Result<(), Failure> {
+    let settings = || Settings::load(cli.config.as_deref());
+    match &cli.command {
+        Some(Command::Run(args)) => tokscope::run::run(args, settings()?),
+        Some(Command::Synth(args)) => synth(args),
+        Some(Command::FetchDemo) => fetch_demo(),
+        Some(Command::Config { action }) => match action {
+            ConfigAction::Path => {
+                println!(
+                    "{}",
+                    cli.config
+                        .clone()
+                        .unwrap_or_else(tokscope::paths::config_file)
+                        .display()
+                );
+                Ok(())
+            }
+            ConfigAction::Show => {
+                let s = settings()?;
+                let text = toml::to_string_pretty(&s)
+                    .map_err(|e| Failure::new(exit::FAILURE, e.to_string()))?;
+                print!("{text}");
+                Ok(())
+            }
+        },
+        None => Err(Failure::new(
+            exit::USAGE,
+            "the chat TUI is not built yet; use `tokscope run -p TEXT` (see --help)",
+        )),
+    }
+}
+
+fn fetch_demo() -> Result<(), Failure> {
+    let data_dir = tokscope::paths::data_dir();
+    let outcome = tokscope::demo::fetch_demo(&data_dir, &mut |line| eprintln!("{line}"))
+        .map_err(|e| Failure::new(exit::FAILURE, e.to_string()))?;
+    match outcome {
+        tokscope::demo::FetchOutcome::AlreadyPresent(p) => {
+            eprintln!("demo model already present and verified: {}", p.display())
+        }
+        tokscope::demo::FetchOutcome::Fetched(p) => {
+            eprintln!("demo model fetched and verified: {}", p.display())
+        }
+    }
+    Ok(())
+}
+
+fn synth(args: &tokscope::cli::SynthArgs) -> Result<(), Failure> {
+    use tokscope::synth::{write_model, SynthSpec, TensorType};
+    let usage = |e: tokscope::synth::SynthError| Failure::new(exit::USAGE, e.to_string());
+    let mut spec = SynthSpec::preset(&args.preset).map_err(usage)?;
+    spec.tensor_type = args.tensor_type.parse::<TensorType>().map_err(usage)?;
+    spec.seed = args.seed;
+    let shape = &mut spec.shape;
+    for (flag, value) in [
+        (&mut shape.n_layer, args.layers),
+        (&mut shape.n_embd, args.n_embd),
+        (&mut shape.n_head, args.n_head),
+        (&mut shape.n_head_kv, args.n_head_kv),
+        (&mut shape.n_ff, args.n_ff),
+        (&mut shape.n_ctx_train, args.n_ctx_train),
+    ] {
+        if let Some(v) = value {
+            *flag = v;
+        }
+    }
+    let started = std::time::Instant::now();
+    let summary = write_model(&args.output, &spec).map_err(|e| match e {
+        tokscope::synth::SynthError::Io { .. } => Failure::new(exit::FAILURE, e.to_string()),
+        other => usage(other),
+    })?;
+    eprintln!(
+        "wrote {} ({:.2} MB, {} tensors, {:.2}M params, vocabulary {}, {}) in {:.0} ms\n  {}",
+        summary.path.display(),
+        summary.file_size_bytes as f64 / 1e6,
+        summary.n_tensors,
+        summary.n_params as f64 / 1e6,
+        summary.n_vocab,
+        spec.tensor_type,
+        started.elapsed().as_secs_f64() * 1e3,
+        tokscope::engine::ModelInfo::SYNTHETIC_LABEL,
+    );
+    Ok(())
+}

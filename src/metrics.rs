@@ -1,0 +1,309 @@
+//! Every number tokscope shows is defined here, once. This module is pure timing math over
+//! timestamps that the engine thread took; it has no UI types and does no I/O, so the chat
+//! screen, `run`, `bench` and `compare` read the same figures and cannot disagree.
+//!
+//! The written definitions live in `docs/metrics.md`; the names below match them.
+//! Rates are derived at the edge from raw `Duration`s and are `None` wherever they are not
+//! defined (no tokens, or no elapsed time), never NaN or infinity.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+/// Milliseconds as `f64`, for display and JSON.
+pub fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// `count / elapsed` in per-second units; `None` when either is zero.
+pub fn rate_per_s(count: usize, elapsed: Duration) -> Option<f64> {
+    let secs = elapsed.as_secs_f64();
+    if count == 0 || secs <= 0.0 {
+        None
+    } else {
+        Some(count as f64 / secs)
+    }
+}
+
+/// Nearest-rank percentile of already sorted values (`p` in 0..=100). `None` when empty.
+///
+/// Nearest rank (not interpolation) so that every reported percentile is a gap that really
+/// happened, as llama.cpp's and most serving benchmarks' tables do.
+pub fn percentile_sorted(sorted: &[Duration], p: f64) -> Option<Duration> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let p = p.clamp(0.0, 100.0);
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    let index = rank.saturating_sub(1).min(sorted.len() - 1);
+    sorted.get(index).copied()
+}
+
+/// Summary statistics of a set of latencies (inter-token gaps).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct LatencyStats {
+    pub count: usize,
+    pub mean_ms: f64,
+    pub p50_ms: f64,
+    pub p90_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+}
+
+impl LatencyStats {
+    /// `None` for an empty set.
+    pub fn from_durations(values: &[Duration]) -> Option<Self> {
+        if values.is_empty() {
+            return None;
+        }
+        let mut sorted = values.to_vec();
+        sorted.sort_unstable();
+        let total: Duration = sorted.iter().sum();
+        let pct = |p| percentile_sorted(&sorted, p).map_or(0.0, ms);
+        Some(Self {
+            count: sorted.len(),
+            mean_ms: ms(total) / sorted.len() as f64,
+            p50_ms: pct(50.0),
+            p90_ms: pct(90.0),
+            p99_ms: pct(99.0),
+            max_ms: sorted.last().map_or(0.0, |d| ms(*d)),
+        })
+    }
+}
+
+/// Raw timeline of one chat turn, as recorded on the engine thread.
+///
+/// Every offset is measured from the moment the request was handed to the engine (the
+/// `submitted_at` instant taken when the command was sent), so queueing inside the engine is
+/// part of TTFT, as a user experiences it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct TurnTimeline {
+    /// Chat template application and tokenization.
+    pub template_tokenize: Duration,
+    /// The prefill decode calls (only the prompt tokens not already in the KV cache).
+    pub prefill: Duration,
+    /// Tokens in the whole templated prompt.
+    pub prompt_tokens: usize,
+    /// Prompt tokens whose KV entries were reused from the previous turn.
+    pub cached_tokens: usize,
+    /// Offset of the end of prefill (request → prefill done).
+    pub prefill_done_at: Duration,
+    /// Offset at which each generated token's text was ready (after sampling and
+    /// detokenization), one entry per generated token, in order.
+    pub token_ready_at: Vec<Duration>,
+    /// Sum of the single-token decode calls (the forward passes of generated tokens),
+    /// comparable with llama.cpp's own `t_eval` counter.
+    pub decode_compute: Duration,
+    /// Number of single-token decode calls summed in `decode_compute`.
+    pub decode_calls: usize,
+    /// Offset at which the turn ended (end of generation, max tokens, stop or cancel).
+    pub finished_at: Duration,
+}
+
+impl TurnTimeline {
+    /// Prompt tokens that had to be prefilled (prompt minus cache hits).
+    pub fn prefilled_tokens(&self) -> usize {
+        self.prompt_tokens.saturating_sub(self.cached_tokens)
+    }
+
+    pub fn tokens_generated(&self) -> usize {
+        self.token_ready_at.len()
+    }
+
+    /// Time to first token: request handed to the engine → first token's text ready.
+    pub fn ttft(&self) -> Option<Duration> {
+        self.token_ready_at.first().copied()
+    }
+
+    /// First sample: end of prefill → first token's text ready (sampling + detokenize).
+    pub fn first_sample(&self) -> Option<Duration> {
+        self.ttft().map(|t| t.saturating_sub(self.prefill_done_at))
+    }
+
+    /// Inter-token latencies: the gap between consecutive tokens' ready times.
+    pub fn inter_token_latencies(&self) -> Vec<Duration> {
+        self.token_ready_at
+            .windows(2)
+            .map(|w| w[1].saturating_sub(w[0]))
+            .collect()
+    }
+
+    /// End-to-end latency: request → last token's text ready (request → end of the turn when
+    /// no token was generated).
+    pub fn e2e(&self) -> Duration {
+        self.token_ready_at
+            .last()
+            .copied()
+            .unwrap_or(self.finished_at)
+    }
+
+    /// The derived figures of this turn.
+    pub fn summary(&self) -> TurnSummary {
+        let n = self.tokens_generated();
+        let ttft = self.ttft();
+        let decode_span = match (self.token_ready_at.first(), self.token_ready_at.last()) {
+            (Some(first), Some(last)) => last.saturating_sub(*first),
+            _ => Duration::ZERO,
+        };
+        let tpot = if n >= 2 {
+            ttft.map(|t| ms(self.e2e().saturating_sub(t)) / (n - 1) as f64)
+        } else {
+            None
+        };
+        TurnSummary {
+            tokens_generated: n,
+            prompt_tokens: self.prompt_tokens,
+            cached_tokens: self.cached_tokens,
+            prefilled_tokens: self.prefilled_tokens(),
+            template_tokenize_ms: ms(self.template_tokenize),
+            prefill_ms: ms(self.prefill),
+            prefill_tok_per_s: rate_per_s(self.prefilled_tokens(), self.prefill),
+            first_sample_ms: self.first_sample().map(ms),
+            ttft_ms: ttft.map(ms),
+            e2e_ms: ms(self.e2e()),
+            tpot_ms: tpot,
+            decode_tok_per_s: rate_per_s(n.saturating_sub(1), decode_span),
+            itl: LatencyStats::from_durations(&self.inter_token_latencies()),
+            decode_compute_ms: ms(self.decode_compute),
+            decode_calls: self.decode_calls,
+        }
+    }
+}
+
+/// Derived, display-ready figures of one turn (see `docs/metrics.md`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TurnSummary {
+    pub tokens_generated: usize,
+    pub prompt_tokens: usize,
+    pub cached_tokens: usize,
+    pub prefilled_tokens: usize,
+    pub template_tokenize_ms: f64,
+    pub prefill_ms: f64,
+    pub prefill_tok_per_s: Option<f64>,
+    pub first_sample_ms: Option<f64>,
+    pub ttft_ms: Option<f64>,
+    pub e2e_ms: f64,
+    /// Time per output token after the first: (E2E − TTFT) / (N − 1).
+    pub tpot_ms: Option<f64>,
+    /// (N − 1) / (t_last − t_first).
+    pub decode_tok_per_s: Option<f64>,
+    pub itl: Option<LatencyStats>,
+    pub decode_compute_ms: f64,
+    pub decode_calls: usize,
+}
+
+/// Format an optional figure for humans: `—` when undefined.
+pub fn fmt_opt(value: Option<f64>, decimals: usize) -> String {
+    match value {
+        Some(v) if v.is_finite() => format!("{v:.decimals$}"),
+        _ => "—".to_string(),
+    }
+}
+
+/// Relative difference `|a − b| / b`; `None` when `b` is zero.
+pub fn relative_difference(a: f64, b: f64) -> Option<f64> {
+    if b == 0.0 || !a.is_finite() || !b.is_finite() {
+        None
+    } else {
+        Some((a - b).abs() / b.abs())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn d(ms: u64) -> Duration {
+        Duration::from_millis(ms)
+    }
+
+    fn timeline(tokens_ms: &[u64]) -> TurnTimeline {
+        TurnTimeline {
+            template_tokenize: d(2),
+            prefill: d(50),
+            prompt_tokens: 100,
+            cached_tokens: 20,
+            prefill_done_at: d(60),
+            token_ready_at: tokens_ms.iter().map(|t| d(*t)).collect(),
+            decode_compute: d(30),
+            decode_calls: tokens_ms.len().saturating_sub(1),
+            finished_at: d(tokens_ms.last().copied().unwrap_or(70) + 1),
+        }
+    }
+
+    #[test]
+    fn zero_tokens_has_no_rates_and_no_nan() {
+        let s = timeline(&[]).summary();
+        assert_eq!(s.tokens_generated, 0);
+        assert_eq!(s.ttft_ms, None);
+        assert_eq!(s.tpot_ms, None);
+        assert_eq!(s.decode_tok_per_s, None);
+        assert_eq!(s.itl, None);
+        assert_eq!(s.first_sample_ms, None);
+        assert_eq!(s.e2e_ms, 71.0);
+        let json = serde_json::to_string(&s).unwrap_or_default();
+        assert!(!json.contains("NaN") && !json.contains("inf"), "{json}");
+    }
+
+    #[test]
+    fn one_token_has_ttft_but_no_decode_rate() {
+        let s = timeline(&[80]).summary();
+        assert_eq!(s.ttft_ms, Some(80.0));
+        assert_eq!(s.first_sample_ms, Some(20.0));
+        assert_eq!(s.tpot_ms, None);
+        assert_eq!(s.decode_tok_per_s, None);
+        assert_eq!(s.itl, None);
+        assert_eq!(s.e2e_ms, 80.0);
+    }
+
+    #[test]
+    fn known_timeline_gives_known_figures() {
+        // Tokens at 100, 110, 130, 160 ms: gaps 10, 20, 30.
+        let s = timeline(&[100, 110, 130, 160]).summary();
+        assert_eq!(s.ttft_ms, Some(100.0));
+        assert_eq!(s.e2e_ms, 160.0);
+        // TPOT = (160 - 100) / 3 = 20 ms; decode rate = 3 / 0.060 s = 50 tok/s.
+        assert!((s.tpot_ms.unwrap_or_default() - 20.0).abs() < 1e-9);
+        assert!((s.decode_tok_per_s.unwrap_or_default() - 50.0).abs() < 1e-9);
+        let itl = s.itl.unwrap_or_else(|| panic!("itl"));
+        assert_eq!(itl.count, 3);
+        assert!((itl.mean_ms - 20.0).abs() < 1e-9);
+        assert_eq!(itl.p50_ms, 20.0);
+        assert_eq!(itl.p90_ms, 30.0);
+        assert_eq!(itl.max_ms, 30.0);
+        // Prefill: 80 tokens in 50 ms = 1600 tok/s.
+        assert_eq!(s.prefilled_tokens, 80);
+        assert!((s.prefill_tok_per_s.unwrap_or_default() - 1600.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn tpot_equals_mean_itl() {
+        let s = timeline(&[5, 9, 17, 18, 40, 41]).summary();
+        let itl = s.itl.unwrap_or_else(|| panic!("itl"));
+        assert!((s.tpot_ms.unwrap_or_default() - itl.mean_ms).abs() < 1e-9);
+    }
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let v: Vec<Duration> = (1..=100).map(d).collect();
+        assert_eq!(percentile_sorted(&v, 50.0), Some(d(50)));
+        assert_eq!(percentile_sorted(&v, 90.0), Some(d(90)));
+        assert_eq!(percentile_sorted(&v, 99.0), Some(d(99)));
+        assert_eq!(percentile_sorted(&v, 100.0), Some(d(100)));
+        assert_eq!(percentile_sorted(&v, 0.0), Some(d(1)));
+        assert_eq!(percentile_sorted(&[], 50.0), None);
+        assert_eq!(percentile_sorted(&[d(7)], 99.0), Some(d(7)));
+    }
+
+    #[test]
+    fn rates_guard_zero() {
+        assert_eq!(rate_per_s(0, d(10)), None);
+        assert_eq!(rate_per_s(10, Duration::ZERO), None);
+        assert_eq!(rate_per_s(10, d(1000)), Some(10.0));
+        assert_eq!(fmt_opt(None, 1), "—");
+        assert_eq!(fmt_opt(Some(f64::NAN), 1), "—");
+        assert_eq!(fmt_opt(Some(1.25), 1), "1.2");
+        assert_eq!(relative_difference(105.0, 100.0), Some(0.05));
+        assert_eq!(relative_difference(1.0, 0.0), None);
+    }
+}

@@ -1,0 +1,167 @@
+//! `tokscope run`: one answer, headless. The text streams to stdout as it is generated and a
+//! human summary of the metrics goes to stderr; with `--json`, stdout gets one JSON object with
+//! the text, every metric and the reproducibility stamp. It drives the same engine as the chat.
+
+use std::io::{IsTerminal, Write};
+
+use serde::Serialize;
+
+use crate::cli::RunArgs;
+use crate::config::Settings;
+use crate::engine::{EngineEvent, EngineHandle, LlamaCounters, ModelInfo, StopReason, TurnReport};
+use crate::exit::{Failure, FAILURE};
+use crate::metrics::{fmt_opt, TurnSummary};
+use crate::stamp::Stamp;
+
+/// Everything `run --json` prints.
+#[derive(Debug, Serialize)]
+pub struct RunReport {
+    pub text: String,
+    pub stop_reason: StopReason,
+    pub metrics: TurnSummary,
+    /// Offset of each token's text-ready time from the request, in ms.
+    pub token_ready_ms: Vec<f64>,
+    pub context_used: usize,
+    pub llama_counters: LlamaCounters,
+    /// Set for synthetic models: their speed is real, their text is noise.
+    pub warning: Option<&'static str>,
+    pub stamp: Stamp,
+}
+
+impl RunReport {
+    pub fn new(report: &TurnReport, info: &ModelInfo, settings: &Settings) -> Self {
+        Self {
+            text: report.text.clone(),
+            stop_reason: report.stop_reason,
+            metrics: report.timeline.summary(),
+            token_ready_ms: report
+                .timeline
+                .token_ready_at
+                .iter()
+                .map(|d| crate::metrics::ms(*d))
+                .collect(),
+            context_used: report.context_used,
+            llama_counters: report.llama_counters,
+            warning: info.synthetic.then_some(ModelInfo::SYNTHETIC_LABEL),
+            stamp: Stamp::new(info, &settings.sampling),
+        }
+    }
+}
+
+pub fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure> {
+    args.model.apply(&mut settings)?;
+    args.sampling.apply(&mut settings)?;
+    let config = crate::launch::engine_config(&settings)?;
+    let messages = crate::launch::single_turn(&settings, &args.prompt);
+    let (mut engine, mut events) = EngineHandle::spawn(config)?;
+    let show_progress = std::io::stderr().is_terminal() && !args.json;
+    let mut stdout = std::io::stdout().lock();
+    let mut info: Option<ModelInfo> = None;
+    let mut request = None;
+    while let Some(event) = events.blocking_recv() {
+        match event {
+            EngineEvent::Loading { progress } => {
+                if show_progress {
+                    eprint!("\rloading model… {:>3.0}%", progress * 100.0);
+                }
+            }
+            EngineEvent::Ready(i) => {
+                if show_progress {
+                    eprint!("\r\x1b[2K");
+                }
+                if let Some(note) = &i.template_note {
+                    if !args.json {
+                        eprintln!("note: {note}");
+                    }
+                }
+                request = Some(engine.generate(
+                    messages.clone(),
+                    settings.sampling.clone(),
+                    settings.max_tokens,
+                )?);
+                info = Some(*i);
+            }
+            EngineEvent::LoadFailed(e) => return Err(e.into()),
+            EngineEvent::Token {
+                request_id, text, ..
+            } if Some(request_id) == request && !args.json => {
+                stdout.write_all(text.as_bytes())?;
+                stdout.flush()?;
+            }
+            EngineEvent::Finished { request_id, report } if Some(request_id) == request => {
+                let info = info
+                    .ok_or_else(|| Failure::new(FAILURE, "engine finished before it was ready"))?;
+                let full = RunReport::new(&report, &info, &settings);
+                if args.json {
+                    let json = serde_json::to_string_pretty(&full)
+                        .map_err(|e| Failure::new(FAILURE, e.to_string()))?;
+                    writeln!(stdout, "{json}")?;
+                } else {
+                    writeln!(stdout)?;
+                    eprint!("{}", human_summary(&full, &info));
+                }
+                stdout.flush()?;
+                engine.shutdown();
+                return Ok(());
+            }
+            EngineEvent::Failed { request_id, error } if Some(request_id) == request => {
+                return Err(error.into())
+            }
+            _ => {}
+        }
+    }
+    Err(Failure::new(FAILURE, "the engine stopped unexpectedly"))
+}
+
+/// The stderr summary of a headless run.
+pub fn human_summary(r: &RunReport, info: &ModelInfo) -> String {
+    let m = &r.metrics;
+    let mut out = String::new();
+    out.push_str(&format!(
+        "── {} ({}, {:.0}M params, {}) · {} · {} threads · template {}\n",
+        info.file_name,
+        info.architecture,
+        info.n_params as f64 / 1e6,
+        info.quantization,
+        info.backend,
+        info.threads,
+        info.template,
+    ));
+    if let Some(w) = r.warning {
+        out.push_str(&format!("!! {w}\n"));
+    }
+    out.push_str(&format!(
+        "prompt   {} tokens ({} from cache) · prefill {:.1} ms · {} tok/s\n",
+        m.prompt_tokens,
+        m.cached_tokens,
+        m.prefill_ms,
+        fmt_opt(m.prefill_tok_per_s, 1)
+    ));
+    out.push_str(&format!(
+        "TTFT     {} ms (template+tokenize {:.2} ms, prefill {:.1} ms, first sample {} ms)\n",
+        fmt_opt(m.ttft_ms, 1),
+        m.template_tokenize_ms,
+        m.prefill_ms,
+        fmt_opt(m.first_sample_ms, 2)
+    ));
+    out.push_str(&format!(
+        "decode   {} tokens · {} tok/s · TPOT {} ms\n",
+        m.tokens_generated,
+        fmt_opt(m.decode_tok_per_s, 1),
+        fmt_opt(m.tpot_ms, 2)
+    ));
+    if let Some(itl) = &m.itl {
+        out.push_str(&format!(
+            "ITL      mean {:.2} · p50 {:.2} · p90 {:.2} · p99 {:.2} · max {:.2} ms\n",
+            itl.mean_ms, itl.p50_ms, itl.p90_ms, itl.p99_ms, itl.max_ms
+        ));
+    }
+    out.push_str(&format!(
+        "E2E      {:.1} ms · stop: {} · context {}/{}\n",
+        m.e2e_ms,
+        r.stop_reason.as_str(),
+        r.context_used,
+        info.n_ctx
+    ));
+    out
+}

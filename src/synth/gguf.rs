@@ -1,0 +1,1454 @@
+//! The GGUF v3 container: a small general writer and a header-only reader.
+//!
+//! This module owns the byte layout of a GGUF file (magic, version, typed key/value metadata,
+//! tensor infos, alignment padding, the data section) and nothing about what a model means;
+//! `synth` decides which keys and tensors a Llama model needs. The reader parses everything up
+//! to the data section without touching tensor data, treats every length in the file as
+//! untrusted, and answers garbage with an error rather than a panic or a huge allocation.
+//!
+//! Layout (all integers little-endian), as in ggml's `gguf.cpp`:
+//! `"GGUF" u32:version u64:n_tensors u64:n_kv`, then `n_kv` × `string:key u32:type value`, then
+//! `n_tensors` × `string:name u32:n_dims u64[n_dims]:ne u32:ggml_type u64:offset`, zero padding
+//! to the alignment, then the tensor data, each tensor starting at a multiple of the alignment.
+//! A string is `u64:len` + bytes; an array is `u32:elem_type u64:count` + elements.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::fs::{self, File};
+use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+
+/// The four bytes every GGUF file starts with.
+pub const GGUF_MAGIC: [u8; 4] = *b"GGUF";
+/// The format version this writer produces; the reader accepts versions 2 and 3.
+pub const GGUF_VERSION: u32 = 3;
+/// Metadata key holding the data alignment (u32). Absent means 32.
+pub const ALIGNMENT_KEY: &str = "general.alignment";
+/// The alignment llama.cpp assumes when [`ALIGNMENT_KEY`] is absent, and the one we write.
+pub const DEFAULT_ALIGNMENT_BYTES: u32 = 32;
+/// ggml's `GGML_MAX_NAME`: tensor names must be strictly shorter than this.
+pub const MAX_TENSOR_NAME_BYTES: usize = 64;
+/// ggml's `GGML_MAX_DIMS`.
+pub const MAX_TENSOR_DIMS: usize = 4;
+
+/// Errors from writing or reading GGUF files.
+#[derive(Debug, thiserror::Error)]
+pub enum GgufError {
+    /// A file could not be created, written, renamed or read.
+    #[error("I/O error on {}: {source}", path.display())]
+    Io {
+        /// The file the operation was on.
+        path: PathBuf,
+        /// The underlying error.
+        source: io::Error,
+    },
+    /// Writing to a caller-supplied stream failed.
+    #[error("writing GGUF data failed: {0}")]
+    Stream(#[source] io::Error),
+    /// A metadata key was empty or added twice.
+    #[error("invalid metadata key {key:?}: {reason}")]
+    InvalidKey {
+        /// The offending key.
+        key: String,
+        /// Why it was rejected.
+        reason: &'static str,
+    },
+    /// A tensor's name, shape or type cannot be written.
+    #[error("invalid tensor {name:?}: {reason}")]
+    InvalidTensor {
+        /// The offending tensor.
+        name: String,
+        /// Why it was rejected.
+        reason: String,
+    },
+    /// A tensor's data does not have the size its shape and type require.
+    #[error("tensor {name:?} has {actual_bytes} bytes of data but its shape and type need {expected_bytes}")]
+    TensorSize {
+        /// The offending tensor.
+        name: String,
+        /// Size implied by dims and type.
+        expected_bytes: u64,
+        /// Size supplied.
+        actual_bytes: u64,
+    },
+    /// The input is not a GGUF file.
+    #[error("not a GGUF file (magic bytes {found:02x?}, expected \"GGUF\")")]
+    BadMagic {
+        /// The first four bytes found.
+        found: [u8; 4],
+    },
+    /// The GGUF version is one this reader does not understand.
+    #[error("unsupported GGUF version {0} (supported: 2, 3)")]
+    UnsupportedVersion(u32),
+    /// The input ended in the middle of a structure.
+    #[error("GGUF file truncated: needed {needed_bytes} bytes for {what} at byte {offset_bytes}, but only {available_bytes} remain")]
+    Truncated {
+        /// What was being read.
+        what: &'static str,
+        /// Where it started.
+        offset_bytes: u64,
+        /// How many bytes it needed.
+        needed_bytes: u64,
+        /// How many were left.
+        available_bytes: u64,
+    },
+    /// The input is structurally invalid.
+    #[error("malformed GGUF file at byte {offset_bytes}: {reason}")]
+    Malformed {
+        /// Where the problem was found.
+        offset_bytes: u64,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// A ggml tensor element type, by its numeric id in `enum ggml_type`.
+///
+/// A newtype rather than an enum so that the reader can report types it does not know about
+/// (ggml adds new ones regularly) instead of rejecting the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct GgmlType(pub u32);
+
+impl GgmlType {
+    /// 32-bit float.
+    pub const F32: Self = Self(0);
+    /// IEEE half precision.
+    pub const F16: Self = Self(1);
+    /// 4-bit blocks of 32 with an f16 scale.
+    pub const Q4_0: Self = Self(2);
+    /// 4-bit blocks of 32 with f16 scale and min.
+    pub const Q4_1: Self = Self(3);
+    /// 5-bit blocks of 32 with an f16 scale.
+    pub const Q5_0: Self = Self(6);
+    /// 5-bit blocks of 32 with f16 scale and min.
+    pub const Q5_1: Self = Self(7);
+    /// 8-bit blocks of 32 with an f16 scale.
+    pub const Q8_0: Self = Self(8);
+    /// 8-bit blocks of 32 with f16 scale and sum.
+    pub const Q8_1: Self = Self(9);
+    /// k-quant, 2 bits.
+    pub const Q2_K: Self = Self(10);
+    /// k-quant, 3 bits.
+    pub const Q3_K: Self = Self(11);
+    /// k-quant, 4 bits.
+    pub const Q4_K: Self = Self(12);
+    /// k-quant, 5 bits.
+    pub const Q5_K: Self = Self(13);
+    /// k-quant, 6 bits.
+    pub const Q6_K: Self = Self(14);
+    /// k-quant, 8 bits (intermediate type).
+    pub const Q8_K: Self = Self(15);
+    /// Non-linear 4-bit blocks of 32.
+    pub const IQ4_NL: Self = Self(20);
+    /// Non-linear 4-bit super-blocks of 256.
+    pub const IQ4_XS: Self = Self(23);
+    /// 8-bit integer.
+    pub const I8: Self = Self(24);
+    /// 16-bit integer.
+    pub const I16: Self = Self(25);
+    /// 32-bit integer.
+    pub const I32: Self = Self(26);
+    /// 64-bit integer.
+    pub const I64: Self = Self(27);
+    /// 64-bit float.
+    pub const F64: Self = Self(28);
+    /// bfloat16.
+    pub const BF16: Self = Self(30);
+    /// Microscaling FP4, blocks of 32.
+    pub const MXFP4: Self = Self(39);
+
+    /// ggml's name for the type, if this module knows it.
+    #[must_use]
+    pub fn name(self) -> Option<&'static str> {
+        self.traits().map(|(name, _, _)| name)
+    }
+
+    /// `(elements per block, bytes per block)` for the types whose layout this module knows.
+    #[must_use]
+    pub fn block_layout(self) -> Option<(u64, u64)> {
+        self.traits()
+            .map(|(_, block_elems, block_bytes)| (block_elems, block_bytes))
+    }
+
+    /// Bytes of data a tensor of this type and shape occupies (without alignment padding).
+    /// `None` for unknown types, rows that are not a whole number of blocks, or overflow.
+    #[must_use]
+    pub fn tensor_bytes(self, dims: &[u64]) -> Option<u64> {
+        let (block_elems, block_bytes) = self.block_layout()?;
+        let row_elems = dims.first().copied().unwrap_or(1);
+        if row_elems % block_elems != 0 {
+            return None;
+        }
+        let n_elements = dims
+            .iter()
+            .try_fold(1_u64, |acc, &dim| acc.checked_mul(dim))?;
+        (n_elements / block_elems).checked_mul(block_bytes)
+    }
+
+    fn traits(self) -> Option<(&'static str, u64, u64)> {
+        // Sizes from ggml-common.h (checked there by static_asserts) and ggml.c's type_traits.
+        let traits = match self {
+            Self::F32 => ("f32", 1, 4),
+            Self::F16 => ("f16", 1, 2),
+            Self::Q4_0 => ("q4_0", 32, 18),
+            Self::Q4_1 => ("q4_1", 32, 20),
+            Self::Q5_0 => ("q5_0", 32, 22),
+            Self::Q5_1 => ("q5_1", 32, 24),
+            Self::Q8_0 => ("q8_0", 32, 34),
+            Self::Q8_1 => ("q8_1", 32, 36),
+            Self::Q2_K => ("q2_K", 256, 84),
+            Self::Q3_K => ("q3_K", 256, 110),
+            Self::Q4_K => ("q4_K", 256, 144),
+            Self::Q5_K => ("q5_K", 256, 176),
+            Self::Q6_K => ("q6_K", 256, 210),
+            Self::Q8_K => ("q8_K", 256, 292),
+            Self::IQ4_NL => ("iq4_nl", 32, 18),
+            Self::IQ4_XS => ("iq4_xs", 256, 136),
+            Self::I8 => ("i8", 1, 1),
+            Self::I16 => ("i16", 1, 2),
+            Self::I32 => ("i32", 1, 4),
+            Self::I64 => ("i64", 1, 8),
+            Self::F64 => ("f64", 1, 8),
+            Self::BF16 => ("bf16", 1, 2),
+            Self::MXFP4 => ("mxfp4", 32, 17),
+            _ => return None,
+        };
+        Some(traits)
+    }
+}
+
+impl fmt::Display for GgmlType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.name() {
+            Some(name) => f.write_str(name),
+            None => write!(f, "ggml_type({})", self.0),
+        }
+    }
+}
+
+/// A metadata value. Arrays are homogeneous and, as in llama.cpp, never nested.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GgufValue {
+    /// GGUF type 0.
+    U8(u8),
+    /// GGUF type 1.
+    I8(i8),
+    /// GGUF type 2.
+    U16(u16),
+    /// GGUF type 3.
+    I16(i16),
+    /// GGUF type 4.
+    U32(u32),
+    /// GGUF type 5.
+    I32(i32),
+    /// GGUF type 6.
+    F32(f32),
+    /// GGUF type 7 (one byte, 0 or 1).
+    Bool(bool),
+    /// GGUF type 8 (UTF-8; the reader replaces invalid sequences with U+FFFD).
+    String(String),
+    /// GGUF type 9.
+    Array(GgufArray),
+    /// GGUF type 10.
+    U64(u64),
+    /// GGUF type 11.
+    I64(i64),
+    /// GGUF type 12.
+    F64(f64),
+}
+
+/// The elements of a metadata array, one vector per element type.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GgufArray {
+    /// Array of u8.
+    U8(Vec<u8>),
+    /// Array of i8.
+    I8(Vec<i8>),
+    /// Array of u16.
+    U16(Vec<u16>),
+    /// Array of i16.
+    I16(Vec<i16>),
+    /// Array of u32.
+    U32(Vec<u32>),
+    /// Array of i32.
+    I32(Vec<i32>),
+    /// Array of f32.
+    F32(Vec<f32>),
+    /// Array of bool.
+    Bool(Vec<bool>),
+    /// Array of strings.
+    String(Vec<String>),
+    /// Array of u64.
+    U64(Vec<u64>),
+    /// Array of i64.
+    I64(Vec<i64>),
+    /// Array of f64.
+    F64(Vec<f64>),
+}
+
+const TYPE_U8: u32 = 0;
+const TYPE_I8: u32 = 1;
+const TYPE_U16: u32 = 2;
+const TYPE_I16: u32 = 3;
+const TYPE_U32: u32 = 4;
+const TYPE_I32: u32 = 5;
+const TYPE_F32: u32 = 6;
+const TYPE_BOOL: u32 = 7;
+const TYPE_STRING: u32 = 8;
+const TYPE_ARRAY: u32 = 9;
+const TYPE_U64: u32 = 10;
+const TYPE_I64: u32 = 11;
+const TYPE_F64: u32 = 12;
+
+impl GgufValue {
+    /// The GGUF value type id.
+    #[must_use]
+    pub fn type_id(&self) -> u32 {
+        match self {
+            Self::U8(_) => TYPE_U8,
+            Self::I8(_) => TYPE_I8,
+            Self::U16(_) => TYPE_U16,
+            Self::I16(_) => TYPE_I16,
+            Self::U32(_) => TYPE_U32,
+            Self::I32(_) => TYPE_I32,
+            Self::F32(_) => TYPE_F32,
+            Self::Bool(_) => TYPE_BOOL,
+            Self::String(_) => TYPE_STRING,
+            Self::Array(_) => TYPE_ARRAY,
+            Self::U64(_) => TYPE_U64,
+            Self::I64(_) => TYPE_I64,
+            Self::F64(_) => TYPE_F64,
+        }
+    }
+
+    /// The value as a `u64` if it is any unsigned or non-negative signed integer.
+    #[must_use]
+    pub fn as_u64(&self) -> Option<u64> {
+        match *self {
+            Self::U8(v) => Some(u64::from(v)),
+            Self::U16(v) => Some(u64::from(v)),
+            Self::U32(v) => Some(u64::from(v)),
+            Self::U64(v) => Some(v),
+            Self::I8(v) => u64::try_from(v).ok(),
+            Self::I16(v) => u64::try_from(v).ok(),
+            Self::I32(v) => u64::try_from(v).ok(),
+            Self::I64(v) => u64::try_from(v).ok(),
+            _ => None,
+        }
+    }
+
+    /// The value as a string slice if it is a string.
+    #[must_use]
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Self::String(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The value as a bool if it is one.
+    #[must_use]
+    pub fn as_bool(&self) -> Option<bool> {
+        match *self {
+            Self::Bool(b) => Some(b),
+            _ => None,
+        }
+    }
+
+    /// The value as an `f64` if it is a float.
+    #[must_use]
+    pub fn as_f64(&self) -> Option<f64> {
+        match *self {
+            Self::F32(v) => Some(f64::from(v)),
+            Self::F64(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    fn write_payload(&self, out: &mut impl Write) -> io::Result<()> {
+        match self {
+            Self::U8(v) => out.write_all(&v.to_le_bytes()),
+            Self::I8(v) => out.write_all(&v.to_le_bytes()),
+            Self::U16(v) => out.write_all(&v.to_le_bytes()),
+            Self::I16(v) => out.write_all(&v.to_le_bytes()),
+            Self::U32(v) => out.write_all(&v.to_le_bytes()),
+            Self::I32(v) => out.write_all(&v.to_le_bytes()),
+            Self::F32(v) => out.write_all(&v.to_le_bytes()),
+            Self::Bool(v) => out.write_all(&[u8::from(*v)]),
+            Self::String(s) => write_string(out, s),
+            Self::Array(array) => array.write(out),
+            Self::U64(v) => out.write_all(&v.to_le_bytes()),
+            Self::I64(v) => out.write_all(&v.to_le_bytes()),
+            Self::F64(v) => out.write_all(&v.to_le_bytes()),
+        }
+    }
+}
+
+impl GgufArray {
+    /// The GGUF type id of the elements.
+    #[must_use]
+    pub fn element_type_id(&self) -> u32 {
+        match self {
+            Self::U8(_) => TYPE_U8,
+            Self::I8(_) => TYPE_I8,
+            Self::U16(_) => TYPE_U16,
+            Self::I16(_) => TYPE_I16,
+            Self::U32(_) => TYPE_U32,
+            Self::I32(_) => TYPE_I32,
+            Self::F32(_) => TYPE_F32,
+            Self::Bool(_) => TYPE_BOOL,
+            Self::String(_) => TYPE_STRING,
+            Self::U64(_) => TYPE_U64,
+            Self::I64(_) => TYPE_I64,
+            Self::F64(_) => TYPE_F64,
+        }
+    }
+
+    /// Number of elements.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        match self {
+            Self::U8(v) => v.len(),
+            Self::I8(v) => v.len(),
+            Self::U16(v) => v.len(),
+            Self::I16(v) => v.len(),
+            Self::U32(v) => v.len(),
+            Self::I32(v) => v.len(),
+            Self::F32(v) => v.len(),
+            Self::Bool(v) => v.len(),
+            Self::String(v) => v.len(),
+            Self::U64(v) => v.len(),
+            Self::I64(v) => v.len(),
+            Self::F64(v) => v.len(),
+        }
+    }
+
+    /// Whether the array has no elements.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn write(&self, out: &mut impl Write) -> io::Result<()> {
+        out.write_all(&self.element_type_id().to_le_bytes())?;
+        out.write_all(&(self.len() as u64).to_le_bytes())?;
+        match self {
+            Self::U8(v) => out.write_all(v),
+            Self::I8(v) => v.iter().try_for_each(|x| out.write_all(&x.to_le_bytes())),
+            Self::U16(v) => v.iter().try_for_each(|x| out.write_all(&x.to_le_bytes())),
+            Self::I16(v) => v.iter().try_for_each(|x| out.write_all(&x.to_le_bytes())),
+            Self::U32(v) => v.iter().try_for_each(|x| out.write_all(&x.to_le_bytes())),
+            Self::I32(v) => v.iter().try_for_each(|x| out.write_all(&x.to_le_bytes())),
+            Self::F32(v) => v.iter().try_for_each(|x| out.write_all(&x.to_le_bytes())),
+            Self::Bool(v) => v.iter().try_for_each(|x| out.write_all(&[u8::from(*x)])),
+            Self::String(v) => v.iter().try_for_each(|s| write_string(out, s)),
+            Self::U64(v) => v.iter().try_for_each(|x| out.write_all(&x.to_le_bytes())),
+            Self::I64(v) => v.iter().try_for_each(|x| out.write_all(&x.to_le_bytes())),
+            Self::F64(v) => v.iter().try_for_each(|x| out.write_all(&x.to_le_bytes())),
+        }
+    }
+}
+
+fn write_string(out: &mut impl Write, s: &str) -> io::Result<()> {
+    out.write_all(&(s.len() as u64).to_le_bytes())?;
+    out.write_all(s.as_bytes())
+}
+
+/// Produces a tensor's bytes on demand while the file is written.
+type TensorGenerator = Box<dyn Fn(&mut Vec<u8>)>;
+
+enum TensorData {
+    Bytes(Vec<u8>),
+    // Generated data keeps peak memory at one tensor instead of the whole model.
+    Generated(TensorGenerator),
+}
+
+struct PendingTensor {
+    name: String,
+    dims: Vec<u64>,
+    ggml_type: GgmlType,
+    n_bytes: u64,
+    data: TensorData,
+}
+
+/// Builds a GGUF v3 file in memory (metadata and tensor list) and writes it out in one pass.
+///
+/// `general.alignment` (32) is added as the first key on construction, so a file read back
+/// with [`read_metadata`] has exactly the keys that were added here, in order.
+pub struct GgufWriter {
+    metadata: Vec<(String, GgufValue)>,
+    keys: HashSet<String>,
+    tensors: Vec<PendingTensor>,
+    tensor_names: HashSet<String>,
+    alignment_bytes: u64,
+}
+
+impl Default for GgufWriter {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl GgufWriter {
+    /// An empty file with 32-byte alignment.
+    #[must_use]
+    pub fn new() -> Self {
+        let mut writer = Self {
+            metadata: Vec::new(),
+            keys: HashSet::new(),
+            tensors: Vec::new(),
+            tensor_names: HashSet::new(),
+            alignment_bytes: u64::from(DEFAULT_ALIGNMENT_BYTES),
+        };
+        writer.keys.insert(ALIGNMENT_KEY.to_owned());
+        writer.metadata.push((
+            ALIGNMENT_KEY.to_owned(),
+            GgufValue::U32(DEFAULT_ALIGNMENT_BYTES),
+        ));
+        writer
+    }
+
+    /// Adds a metadata key. Keys must be non-empty and unique (llama.cpp rejects duplicates).
+    pub fn add_kv(&mut self, key: &str, value: GgufValue) -> Result<(), GgufError> {
+        if key.is_empty() {
+            return Err(GgufError::InvalidKey {
+                key: key.to_owned(),
+                reason: "keys must not be empty",
+            });
+        }
+        if !self.keys.insert(key.to_owned()) {
+            return Err(GgufError::InvalidKey {
+                key: key.to_owned(),
+                reason: "key was already added",
+            });
+        }
+        self.metadata.push((key.to_owned(), value));
+        Ok(())
+    }
+
+    /// Adds a `u32` key.
+    pub fn add_u32(&mut self, key: &str, value: u32) -> Result<(), GgufError> {
+        self.add_kv(key, GgufValue::U32(value))
+    }
+
+    /// Adds an `i32` key.
+    pub fn add_i32(&mut self, key: &str, value: i32) -> Result<(), GgufError> {
+        self.add_kv(key, GgufValue::I32(value))
+    }
+
+    /// Adds an `f32` key.
+    pub fn add_f32(&mut self, key: &str, value: f32) -> Result<(), GgufError> {
+        self.add_kv(key, GgufValue::F32(value))
+    }
+
+    /// Adds a bool key.
+    pub fn add_bool(&mut self, key: &str, value: bool) -> Result<(), GgufError> {
+        self.add_kv(key, GgufValue::Bool(value))
+    }
+
+    /// Adds a string key.
+    pub fn add_string(&mut self, key: &str, value: &str) -> Result<(), GgufError> {
+        self.add_kv(key, GgufValue::String(value.to_owned()))
+    }
+
+    /// Adds an array-of-strings key.
+    pub fn add_string_array(&mut self, key: &str, values: Vec<String>) -> Result<(), GgufError> {
+        self.add_kv(key, GgufValue::Array(GgufArray::String(values)))
+    }
+
+    /// Adds an array-of-`i32` key.
+    pub fn add_i32_array(&mut self, key: &str, values: Vec<i32>) -> Result<(), GgufError> {
+        self.add_kv(key, GgufValue::Array(GgufArray::I32(values)))
+    }
+
+    /// Adds an array-of-`f32` key.
+    pub fn add_f32_array(&mut self, key: &str, values: Vec<f32>) -> Result<(), GgufError> {
+        self.add_kv(key, GgufValue::Array(GgufArray::F32(values)))
+    }
+
+    /// Adds a tensor with its data. `dims` are in ggml order: `dims[0]` (ne0) is the row
+    /// length, the contiguous one. The data length must match the shape and type exactly.
+    pub fn add_tensor(
+        &mut self,
+        name: &str,
+        dims: &[u64],
+        ggml_type: GgmlType,
+        data: Vec<u8>,
+    ) -> Result<(), GgufError> {
+        let n_bytes = self.check_tensor(name, dims, ggml_type)?;
+        if data.len() as u64 != n_bytes {
+            return Err(GgufError::TensorSize {
+                name: name.to_owned(),
+                expected_bytes: n_bytes,
+                actual_bytes: data.len() as u64,
+            });
+        }
+        self.push_tensor(name, dims, ggml_type, n_bytes, TensorData::Bytes(data));
+        Ok(())
+    }
+
+    /// Adds a tensor whose data `generate` appends to the (cleared) buffer it is given, at
+    /// write time. Must be deterministic if the writer is written more than once; a wrong
+    /// length is reported as [`GgufError::TensorSize`] when writing.
+    pub fn add_tensor_with(
+        &mut self,
+        name: &str,
+        dims: &[u64],
+        ggml_type: GgmlType,
+        generate: impl Fn(&mut Vec<u8>) + 'static,
+    ) -> Result<(), GgufError> {
+        let n_bytes = self.check_tensor(name, dims, ggml_type)?;
+        self.push_tensor(
+            name,
+            dims,
+            ggml_type,
+            n_bytes,
+            TensorData::Generated(Box::new(generate)),
+        );
+        Ok(())
+    }
+
+    /// Number of tensors added so far.
+    #[must_use]
+    pub fn n_tensors(&self) -> usize {
+        self.tensors.len()
+    }
+
+    /// Total number of tensor elements added so far.
+    #[must_use]
+    pub fn n_elements(&self) -> u64 {
+        self.tensors
+            .iter()
+            .map(|t| t.dims.iter().product::<u64>())
+            .sum()
+    }
+
+    fn check_tensor(
+        &self,
+        name: &str,
+        dims: &[u64],
+        ggml_type: GgmlType,
+    ) -> Result<u64, GgufError> {
+        let invalid = |reason: String| GgufError::InvalidTensor {
+            name: name.to_owned(),
+            reason,
+        };
+        if name.is_empty() {
+            return Err(invalid("names must not be empty".to_owned()));
+        }
+        if name.len() >= MAX_TENSOR_NAME_BYTES {
+            return Err(invalid(format!(
+                "names must be shorter than {MAX_TENSOR_NAME_BYTES} bytes"
+            )));
+        }
+        if self.tensor_names.contains(name) {
+            return Err(invalid(
+                "a tensor with this name was already added".to_owned(),
+            ));
+        }
+        if dims.is_empty() || dims.len() > MAX_TENSOR_DIMS {
+            return Err(invalid(format!(
+                "{} dimensions; 1 to {MAX_TENSOR_DIMS} are allowed",
+                dims.len()
+            )));
+        }
+        if dims.iter().any(|&d| d > i64::MAX as u64) {
+            return Err(invalid(format!("dimension out of range in {dims:?}")));
+        }
+        ggml_type.tensor_bytes(dims).ok_or_else(|| {
+            invalid(format!(
+                "type {ggml_type} is unknown here, or the row length {} is not a whole number of its blocks, or {dims:?} overflows",
+                dims[0]
+            ))
+        })
+    }
+
+    fn push_tensor(
+        &mut self,
+        name: &str,
+        dims: &[u64],
+        ggml_type: GgmlType,
+        n_bytes: u64,
+        data: TensorData,
+    ) {
+        self.tensor_names.insert(name.to_owned());
+        self.tensors.push(PendingTensor {
+            name: name.to_owned(),
+            dims: dims.to_vec(),
+            ggml_type,
+            n_bytes,
+            data,
+        });
+    }
+
+    /// Writes the whole file to `out`; returns the number of bytes written.
+    pub fn write_to(&self, out: &mut impl Write) -> Result<u64, GgufError> {
+        let mut counted = CountingWriter {
+            inner: out,
+            written_bytes: 0,
+        };
+        self.write_counted(&mut counted)?;
+        Ok(counted.written_bytes)
+    }
+
+    /// Writes the file to `path` atomically (a temporary file in the same directory, then a
+    /// rename), so a reader never sees a half-written model. Returns the file size in bytes.
+    pub fn write_file(&self, path: &Path) -> Result<u64, GgufError> {
+        write_atomically(path, |out| self.write_to(out))
+    }
+
+    fn write_counted<W: Write>(&self, out: &mut CountingWriter<W>) -> Result<(), GgufError> {
+        let stream = GgufError::Stream;
+        out.write_all(&GGUF_MAGIC).map_err(stream)?;
+        out.write_all(&GGUF_VERSION.to_le_bytes()).map_err(stream)?;
+        out.write_all(&(self.tensors.len() as u64).to_le_bytes())
+            .map_err(stream)?;
+        out.write_all(&(self.metadata.len() as u64).to_le_bytes())
+            .map_err(stream)?;
+        for (key, value) in &self.metadata {
+            write_string(out, key).map_err(stream)?;
+            out.write_all(&value.type_id().to_le_bytes())
+                .map_err(stream)?;
+            value.write_payload(out).map_err(stream)?;
+        }
+
+        let mut offset_bytes = 0_u64;
+        for tensor in &self.tensors {
+            write_string(out, &tensor.name).map_err(stream)?;
+            out.write_all(&(tensor.dims.len() as u32).to_le_bytes())
+                .map_err(stream)?;
+            for dim in &tensor.dims {
+                out.write_all(&dim.to_le_bytes()).map_err(stream)?;
+            }
+            out.write_all(&tensor.ggml_type.0.to_le_bytes())
+                .map_err(stream)?;
+            out.write_all(&offset_bytes.to_le_bytes()).map_err(stream)?;
+            offset_bytes += align_up(tensor.n_bytes, self.alignment_bytes);
+        }
+
+        out.pad_to(self.alignment_bytes).map_err(stream)?;
+        let mut buffer = Vec::new();
+        for tensor in &self.tensors {
+            let bytes: &[u8] = match &tensor.data {
+                TensorData::Bytes(bytes) => bytes,
+                TensorData::Generated(generate) => {
+                    buffer.clear();
+                    generate(&mut buffer);
+                    &buffer
+                }
+            };
+            if bytes.len() as u64 != tensor.n_bytes {
+                return Err(GgufError::TensorSize {
+                    name: tensor.name.clone(),
+                    expected_bytes: tensor.n_bytes,
+                    actual_bytes: bytes.len() as u64,
+                });
+            }
+            out.write_all(bytes).map_err(stream)?;
+            out.pad_to(self.alignment_bytes).map_err(stream)?;
+        }
+        out.flush().map_err(stream)
+    }
+}
+
+struct CountingWriter<W> {
+    inner: W,
+    written_bytes: u64,
+}
+
+impl<W: Write> CountingWriter<W> {
+    fn pad_to(&mut self, alignment_bytes: u64) -> io::Result<()> {
+        const ZEROS: [u8; 64] = [0; 64];
+        let mut padding = align_up(self.written_bytes, alignment_bytes) - self.written_bytes;
+        while padding > 0 {
+            let chunk = padding.min(ZEROS.len() as u64) as usize;
+            self.write_all(&ZEROS[..chunk])?;
+            padding -= chunk as u64;
+        }
+        Ok(())
+    }
+}
+
+impl<W: Write> Write for CountingWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.written_bytes += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+fn align_up(value: u64, alignment: u64) -> u64 {
+    value.div_ceil(alignment) * alignment
+}
+
+/// Writes `path` through a temporary sibling file and a rename. The temporary name carries the
+/// process id so that two processes writing the same model do not interleave their bytes.
+pub(crate) fn write_atomically(
+    path: &Path,
+    write: impl FnOnce(&mut BufWriter<File>) -> Result<u64, GgufError>,
+) -> Result<u64, GgufError> {
+    let io_error = |path: &Path, source| GgufError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file_name = path.file_name().ok_or_else(|| {
+        io_error(
+            path,
+            io::Error::new(io::ErrorKind::InvalidInput, "the path has no file name"),
+        )
+    })?;
+    let mut temp_name = file_name.to_os_string();
+    temp_name.push(format!(".{}.tmp", std::process::id()));
+    let temp_path = path.with_file_name(temp_name);
+
+    let result = (|| {
+        let file = File::create(&temp_path).map_err(|e| io_error(&temp_path, e))?;
+        let mut out = BufWriter::with_capacity(1 << 20, file);
+        let written_bytes = write(&mut out).map_err(|e| match e {
+            GgufError::Stream(source) => io_error(&temp_path, source),
+            other => other,
+        })?;
+        let file = out
+            .into_inner()
+            .map_err(|e| io_error(&temp_path, e.into_error()))?;
+        // Flush to disk before the rename, or a crash could leave an empty file at `path`.
+        file.sync_all().map_err(|e| io_error(&temp_path, e))?;
+        fs::rename(&temp_path, path).map_err(|e| io_error(path, e))?;
+        Ok(written_bytes)
+    })();
+    if result.is_err() {
+        // Best effort: the original error is the one worth reporting.
+        let _ = fs::remove_file(&temp_path);
+    }
+    result
+}
+
+/// A tensor as described in the file header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GgufTensorInfo {
+    /// Tensor name, e.g. `blk.0.attn_q.weight`.
+    pub name: String,
+    /// Shape in ggml order (`dims[0]` is the contiguous row length).
+    pub dims: Vec<u64>,
+    /// Element type.
+    pub ggml_type: GgmlType,
+    /// Offset of the data from the start of the data section.
+    pub offset_bytes: u64,
+}
+
+impl GgufTensorInfo {
+    /// Number of elements (saturating: the reader has already rejected overflowing shapes).
+    #[must_use]
+    pub fn n_elements(&self) -> u64 {
+        self.dims
+            .iter()
+            .fold(1_u64, |acc, &d| acc.saturating_mul(d))
+    }
+
+    /// Bytes of data, when the type's layout is known.
+    #[must_use]
+    pub fn n_bytes(&self) -> Option<u64> {
+        self.ggml_type.tensor_bytes(&self.dims)
+    }
+}
+
+/// Everything in a GGUF file before the tensor data.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GgufHeader {
+    /// Format version (2 or 3).
+    pub version: u32,
+    /// Data alignment (from `general.alignment`, default 32).
+    pub alignment_bytes: u64,
+    /// Metadata in file order.
+    pub metadata: Vec<(String, GgufValue)>,
+    /// Tensor infos in file order.
+    pub tensors: Vec<GgufTensorInfo>,
+    /// Absolute file offset where the data section starts.
+    pub data_offset_bytes: u64,
+    /// Total size of the input.
+    pub file_size_bytes: u64,
+}
+
+impl GgufHeader {
+    /// The value of a metadata key.
+    #[must_use]
+    pub fn get(&self, key: &str) -> Option<&GgufValue> {
+        self.metadata
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, value)| value)
+    }
+
+    /// A tensor by name.
+    #[must_use]
+    pub fn tensor(&self, name: &str) -> Option<&GgufTensorInfo> {
+        self.tensors.iter().find(|t| t.name == name)
+    }
+
+    /// Total tensor data bytes, when every tensor's type layout is known.
+    #[must_use]
+    pub fn tensor_data_bytes(&self) -> Option<u64> {
+        self.tensors
+            .iter()
+            .try_fold(0_u64, |acc, t| acc.checked_add(t.n_bytes()?))
+    }
+}
+
+/// Reads the header, all metadata and all tensor infos of a GGUF file, without its tensor data.
+pub fn read_metadata(path: &Path) -> Result<GgufHeader, GgufError> {
+    let io_error = |source| GgufError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = File::open(path).map_err(io_error)?;
+    let file_size_bytes = file.metadata().map_err(io_error)?.len();
+    let reader = BufReader::with_capacity(1 << 16, file);
+    parse_header(reader, file_size_bytes).map_err(|e| match e {
+        GgufError::Stream(source) => io_error(source),
+        other => other,
+    })
+}
+
+/// [`read_metadata`] for a file already in memory.
+pub fn parse_metadata(bytes: &[u8]) -> Result<GgufHeader, GgufError> {
+    parse_header(bytes, bytes.len() as u64)
+}
+
+fn parse_header(reader: impl Read, file_size_bytes: u64) -> Result<GgufHeader, GgufError> {
+    let mut src = Source {
+        inner: reader,
+        pos: 0,
+        len: file_size_bytes,
+    };
+
+    let magic: [u8; 4] = src.array("magic")?;
+    if magic != GGUF_MAGIC {
+        return Err(GgufError::BadMagic { found: magic });
+    }
+    let version = src.u32("version")?;
+    if !(2..=GGUF_VERSION).contains(&version) {
+        return Err(GgufError::UnsupportedVersion(version));
+    }
+    let n_tensors = src.u64("tensor count")?;
+    let n_kv = src.u64("metadata count")?;
+    // Smallest possible entries (an empty name is still 8 bytes of length, plus type fields):
+    // a count the rest of the file cannot hold is garbage, caught before any allocation.
+    src.check_count(n_kv, 8 + 4 + 1, "metadata entries")?;
+    src.check_count(n_tensors, 8 + 4 + 4 + 8, "tensor infos")?;
+
+    let mut metadata = Vec::new();
+    let mut seen_keys = HashSet::new();
+    for _ in 0..n_kv {
+        let key_offset = src.pos;
+        let key = src.string("metadata key")?;
+        if key.is_empty() {
+            return Err(src.malformed_at(key_offset, "empty metadata key".to_owned()));
+        }
+        if !seen_keys.insert(key.clone()) {
+            return Err(src.malformed_at(key_offset, format!("duplicate metadata key {key:?}")));
+        }
+        let value_type = src.u32("value type")?;
+        let value = src.value(value_type)?;
+        metadata.push((key, value));
+    }
+
+    let alignment_bytes = match metadata.iter().find(|(k, _)| k == ALIGNMENT_KEY) {
+        None => u64::from(DEFAULT_ALIGNMENT_BYTES),
+        Some((_, GgufValue::U32(a))) if a.is_power_of_two() => u64::from(*a),
+        Some((_, other)) => {
+            return Err(src.malformed(format!(
+                "{ALIGNMENT_KEY} must be a u32 power of two, found {other:?}"
+            )))
+        }
+    };
+
+    let mut tensors = Vec::new();
+    let mut seen_names = HashSet::new();
+    for _ in 0..n_tensors {
+        let info_offset = src.pos;
+        let name = src.string("tensor name")?;
+        if !seen_names.insert(name.clone()) {
+            return Err(src.malformed_at(info_offset, format!("duplicate tensor name {name:?}")));
+        }
+        let n_dims = src.u32("tensor dimension count")?;
+        if n_dims as usize > MAX_TENSOR_DIMS {
+            return Err(src.malformed_at(
+                info_offset,
+                format!("tensor {name:?} has {n_dims} dimensions; at most {MAX_TENSOR_DIMS} are allowed"),
+            ));
+        }
+        let mut dims = Vec::with_capacity(n_dims as usize);
+        for _ in 0..n_dims {
+            dims.push(src.u64("tensor dimension")?);
+        }
+        let n_elements = dims
+            .iter()
+            .try_fold(1_u64, |acc, &d| acc.checked_mul(d))
+            .filter(|&n| n <= i64::MAX as u64);
+        if n_elements.is_none() {
+            return Err(src.malformed_at(
+                info_offset,
+                format!("tensor {name:?} has an impossible shape {dims:?}"),
+            ));
+        }
+        let ggml_type = GgmlType(src.u32("tensor type")?);
+        let offset_bytes = src.u64("tensor offset")?;
+        if offset_bytes % alignment_bytes != 0 {
+            return Err(src.malformed_at(
+                info_offset,
+                format!("tensor {name:?} offset {offset_bytes} is not a multiple of the alignment {alignment_bytes}"),
+            ));
+        }
+        tensors.push(GgufTensorInfo {
+            name,
+            dims,
+            ggml_type,
+            offset_bytes,
+        });
+    }
+
+    let data_offset_bytes = if tensors.is_empty() {
+        src.pos
+    } else {
+        align_up(src.pos, alignment_bytes)
+    };
+    for tensor in &tensors {
+        // Unknown types cannot be size-checked; their presence is not an error in itself.
+        let Some(n_bytes) = tensor.n_bytes() else {
+            continue;
+        };
+        let end = data_offset_bytes
+            .checked_add(tensor.offset_bytes)
+            .and_then(|start| start.checked_add(n_bytes));
+        if end.is_none_or(|end| end > file_size_bytes) {
+            return Err(GgufError::Truncated {
+                what: "tensor data",
+                offset_bytes: data_offset_bytes.saturating_add(tensor.offset_bytes),
+                needed_bytes: n_bytes,
+                available_bytes: file_size_bytes
+                    .saturating_sub(data_offset_bytes.saturating_add(tensor.offset_bytes)),
+            });
+        }
+    }
+
+    Ok(GgufHeader {
+        version,
+        alignment_bytes,
+        metadata,
+        tensors,
+        data_offset_bytes,
+        file_size_bytes,
+    })
+}
+
+/// A bounded reader: it knows how many bytes remain, so no length read from the file can make
+/// it allocate or read past the end.
+struct Source<R> {
+    inner: R,
+    pos: u64,
+    len: u64,
+}
+
+impl<R: Read> Source<R> {
+    fn remaining(&self) -> u64 {
+        self.len.saturating_sub(self.pos)
+    }
+
+    fn need(&self, n_bytes: u64, what: &'static str) -> Result<(), GgufError> {
+        if n_bytes > self.remaining() {
+            return Err(GgufError::Truncated {
+                what,
+                offset_bytes: self.pos,
+                needed_bytes: n_bytes,
+                available_bytes: self.remaining(),
+            });
+        }
+        Ok(())
+    }
+
+    fn check_count(
+        &self,
+        count: u64,
+        min_bytes_each: u64,
+        what: &'static str,
+    ) -> Result<(), GgufError> {
+        match count.checked_mul(min_bytes_each) {
+            Some(n_bytes) => self.need(n_bytes, what),
+            None => Err(self.malformed(format!("{what}: count {count} is impossibly large"))),
+        }
+    }
+
+    fn malformed(&self, reason: String) -> GgufError {
+        self.malformed_at(self.pos, reason)
+    }
+
+    fn malformed_at(&self, offset_bytes: u64, reason: String) -> GgufError {
+        GgufError::Malformed {
+            offset_bytes,
+            reason,
+        }
+    }
+
+    fn fill(&mut self, buf: &mut [u8], what: &'static str) -> Result<(), GgufError> {
+        self.need(buf.len() as u64, what)?;
+        self.inner.read_exact(buf).map_err(|e| {
+            if e.kind() == io::ErrorKind::UnexpectedEof {
+                // The file shrank while being read, or the caller's length was wrong.
+                GgufError::Truncated {
+                    what,
+                    offset_bytes: self.pos,
+                    needed_bytes: buf.len() as u64,
+                    available_bytes: 0,
+                }
+            } else {
+                GgufError::Stream(e)
+            }
+        })?;
+        self.pos += buf.len() as u64;
+        Ok(())
+    }
+
+    fn array<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N], GgufError> {
+        let mut buf = [0_u8; N];
+        self.fill(&mut buf, what)?;
+        Ok(buf)
+    }
+
+    fn u32(&mut self, what: &'static str) -> Result<u32, GgufError> {
+        self.array(what).map(u32::from_le_bytes)
+    }
+
+    fn u64(&mut self, what: &'static str) -> Result<u64, GgufError> {
+        self.array(what).map(u64::from_le_bytes)
+    }
+
+    fn string(&mut self, what: &'static str) -> Result<String, GgufError> {
+        let len = self.u64(what)?;
+        self.need(len, what)?;
+        let mut bytes = vec![0_u8; len as usize];
+        self.fill(&mut bytes, what)?;
+        // Lossy rather than an error: one odd vocabulary entry should not make a real model's
+        // metadata unreadable.
+        Ok(match String::from_utf8(bytes) {
+            Ok(s) => s,
+            Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+        })
+    }
+
+    fn bool(&mut self, what: &'static str) -> Result<bool, GgufError> {
+        // Any non-zero byte is true, as in ggml's reader.
+        Ok(self.array::<1>(what)?[0] != 0)
+    }
+
+    fn value(&mut self, value_type: u32) -> Result<GgufValue, GgufError> {
+        const W: &str = "metadata value";
+        Ok(match value_type {
+            TYPE_U8 => GgufValue::U8(u8::from_le_bytes(self.array(W)?)),
+            TYPE_I8 => GgufValue::I8(i8::from_le_bytes(self.array(W)?)),
+            TYPE_U16 => GgufValue::U16(u16::from_le_bytes(self.array(W)?)),
+            TYPE_I16 => GgufValue::I16(i16::from_le_bytes(self.array(W)?)),
+            TYPE_U32 => GgufValue::U32(u32::from_le_bytes(self.array(W)?)),
+            TYPE_I32 => GgufValue::I32(i32::from_le_bytes(self.array(W)?)),
+            TYPE_F32 => GgufValue::F32(f32::from_le_bytes(self.array(W)?)),
+            TYPE_BOOL => GgufValue::Bool(self.bool(W)?),
+            TYPE_STRING => GgufValue::String(self.string(W)?),
+            TYPE_U64 => GgufValue::U64(u64::from_le_bytes(self.array(W)?)),
+            TYPE_I64 => GgufValue::I64(i64::from_le_bytes(self.array(W)?)),
+            TYPE_F64 => GgufValue::F64(f64::from_le_bytes(self.array(W)?)),
+            TYPE_ARRAY => GgufValue::Array(self.array_value()?),
+            other => return Err(self.malformed(format!("unknown metadata value type {other}"))),
+        })
+    }
+
+    fn array_value(&mut self) -> Result<GgufArray, GgufError> {
+        const W: &str = "array element";
+        let element_type = self.u32("array element type")?;
+        let count = self.u64("array length")?;
+        let min_element_bytes = match element_type {
+            TYPE_U8 | TYPE_I8 | TYPE_BOOL => 1,
+            TYPE_U16 | TYPE_I16 => 2,
+            TYPE_U32 | TYPE_I32 | TYPE_F32 => 4,
+            TYPE_U64 | TYPE_I64 | TYPE_F64 | TYPE_STRING => 8,
+            TYPE_ARRAY => {
+                return Err(self.malformed("nested arrays are not supported".to_owned()));
+            }
+            other => return Err(self.malformed(format!("unknown array element type {other}"))),
+        };
+        self.check_count(count, min_element_bytes, "array elements")?;
+        // Safe to preallocate: the check above bounds `count` by the bytes left in the file.
+        let n = count as usize;
+        macro_rules! read_vec {
+            ($variant:ident, $read:expr) => {{
+                let mut values = Vec::with_capacity(n);
+                for _ in 0..n {
+                    values.push($read);
+                }
+                GgufArray::$variant(values)
+            }};
+        }
+        Ok(match element_type {
+            TYPE_U8 => read_vec!(U8, u8::from_le_bytes(self.array(W)?)),
+            TYPE_I8 => read_vec!(I8, i8::from_le_bytes(self.array(W)?)),
+            TYPE_U16 => read_vec!(U16, u16::from_le_bytes(self.array(W)?)),
+            TYPE_I16 => read_vec!(I16, i16::from_le_bytes(self.array(W)?)),
+            TYPE_U32 => read_vec!(U32, u32::from_le_bytes(self.array(W)?)),
+            TYPE_I32 => read_vec!(I32, i32::from_le_bytes(self.array(W)?)),
+            TYPE_F32 => read_vec!(F32, f32::from_le_bytes(self.array(W)?)),
+            TYPE_BOOL => read_vec!(Bool, self.bool(W)?),
+            TYPE_STRING => read_vec!(String, self.string(W)?),
+            TYPE_U64 => read_vec!(U64, u64::from_le_bytes(self.array(W)?)),
+            TYPE_I64 => read_vec!(I64, i64::from_le_bytes(self.array(W)?)),
+            _ => read_vec!(F64, f64::from_le_bytes(self.array(W)?)),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample_writer() -> GgufWriter {
+        let mut w = GgufWriter::new();
+        w.add_string("general.architecture", "llama").unwrap();
+        w.add_u32("llama.block_count", 2).unwrap();
+        w.add_i32("test.negative", -7).unwrap();
+        w.add_f32("llama.rope.freq_base", 500_000.0).unwrap();
+        w.add_bool("tokscope.synthetic", true).unwrap();
+        w.add_string_array(
+            "tokenizer.ggml.tokens",
+            vec!["<unk>".into(), "▁hello".into(), String::new()],
+        )
+        .unwrap();
+        w.add_i32_array("tokenizer.ggml.token_type", vec![2, 1, 1])
+            .unwrap();
+        w.add_f32_array("tokenizer.ggml.scores", vec![0.0, -1.5, 3.25])
+            .unwrap();
+        w.add_kv("test.u64", GgufValue::U64(u64::MAX)).unwrap();
+        w.add_kv(
+            "test.u8_array",
+            GgufValue::Array(GgufArray::U8(vec![1, 2, 3])),
+        )
+        .unwrap();
+        w.add_tensor(
+            "a.weight",
+            &[3],
+            GgmlType::F32,
+            [1.0_f32, 2.0, 3.0]
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect(),
+        )
+        .unwrap();
+        w.add_tensor_with("b.weight", &[32, 2], GgmlType::Q8_0, |out| {
+            out.extend((0..68).map(|i| i as u8));
+        })
+        .unwrap();
+        w.add_tensor("c.weight", &[4, 2, 1], GgmlType::F16, vec![7; 16])
+            .unwrap();
+        w
+    }
+
+    fn sample_bytes() -> Vec<u8> {
+        let mut bytes = Vec::new();
+        let written = sample_writer().write_to(&mut bytes).unwrap();
+        assert_eq!(written, bytes.len() as u64);
+        bytes
+    }
+
+    #[test]
+    fn round_trip_preserves_metadata_and_tensor_infos() {
+        let writer = sample_writer();
+        let bytes = sample_bytes();
+        let header = parse_metadata(&bytes).unwrap();
+
+        assert_eq!(header.version, GGUF_VERSION);
+        assert_eq!(header.alignment_bytes, 32);
+        assert_eq!(header.metadata, writer.metadata);
+        assert_eq!(header.metadata[0].0, ALIGNMENT_KEY);
+        assert_eq!(header.file_size_bytes, bytes.len() as u64);
+        assert_eq!(header.data_offset_bytes % 32, 0);
+
+        let names: Vec<&str> = header.tensors.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["a.weight", "b.weight", "c.weight"]);
+        assert_eq!(header.tensors[1].dims, vec![32, 2]);
+        assert_eq!(header.tensors[1].ggml_type, GgmlType::Q8_0);
+        assert_eq!(header.tensors[2].dims, vec![4, 2, 1]);
+        // Each tensor starts on an alignment boundary after the padded previous one.
+        let offsets: Vec<u64> = header.tensors.iter().map(|t| t.offset_bytes).collect();
+        assert_eq!(offsets, vec![0, 32, 96]);
+        assert_eq!(header.tensor_data_bytes(), Some(12 + 68 + 16));
+        assert_eq!(bytes.len() as u64, header.data_offset_bytes + 96 + 32);
+
+        // The data lands where the infos say.
+        let start = (header.data_offset_bytes + header.tensors[1].offset_bytes) as usize;
+        let expected: Vec<u8> = (0..68).map(|i| i as u8).collect();
+        assert_eq!(&bytes[start..start + 68], expected.as_slice());
+
+        assert_eq!(header.get("llama.block_count"), Some(&GgufValue::U32(2)));
+        assert_eq!(
+            header
+                .get("general.architecture")
+                .and_then(GgufValue::as_str),
+            Some("llama")
+        );
+        assert!(header.tensor("c.weight").is_some());
+    }
+
+    #[test]
+    fn file_round_trip_is_atomic_and_leaves_no_temp_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.gguf");
+        let size = sample_writer().write_file(&path).unwrap();
+        assert_eq!(fs::metadata(&path).unwrap().len(), size);
+        let header = read_metadata(&path).unwrap();
+        assert_eq!(header.metadata, sample_writer().metadata);
+        let entries: Vec<_> = fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(entries.len(), 1);
+    }
+
+    #[test]
+    fn writer_rejects_bad_keys_and_tensors() {
+        let mut w = GgufWriter::new();
+        assert!(matches!(
+            w.add_u32(ALIGNMENT_KEY, 64),
+            Err(GgufError::InvalidKey { .. })
+        ));
+        assert!(matches!(
+            w.add_u32("", 1),
+            Err(GgufError::InvalidKey { .. })
+        ));
+        assert!(matches!(
+            w.add_tensor("t", &[3], GgmlType::F32, vec![0; 8]),
+            Err(GgufError::TensorSize { .. })
+        ));
+        assert!(matches!(
+            w.add_tensor("q", &[16], GgmlType::Q8_0, vec![0; 17]),
+            Err(GgufError::InvalidTensor { .. })
+        ));
+        assert!(matches!(
+            w.add_tensor("u", &[1], GgmlType(99), vec![0; 1]),
+            Err(GgufError::InvalidTensor { .. })
+        ));
+        assert!(matches!(
+            w.add_tensor(&"x".repeat(64), &[1], GgmlType::F32, vec![0; 4]),
+            Err(GgufError::InvalidTensor { .. })
+        ));
+        w.add_tensor("t", &[1], GgmlType::F32, vec![0; 4]).unwrap();
+        assert!(matches!(
+            w.add_tensor("t", &[1], GgmlType::F32, vec![0; 4]),
+            Err(GgufError::InvalidTensor { .. })
+        ));
+        w.add_tensor_with("g", &[2], GgmlType::F32, |out| out.push(1))
+            .unwrap();
+        assert!(matches!(
+            w.write_to(&mut Vec::new()),
+            Err(GgufError::TensorSize { .. })
+        ));
+    }
+
+    #[test]
+    fn reader_rejects_every_truncation_without_panicking() {
+        let bytes = sample_bytes();
+        let header = parse_metadata(&bytes).unwrap();
+        for len in 0..bytes.len() {
+            let result = parse_metadata(&bytes[..len]);
+            // Cutting into the data section of the last tensor is still detected; cutting only
+            // the final tensor's alignment padding is not an error.
+            let needed = header.data_offset_bytes + 96 + 16;
+            if (len as u64) < needed {
+                assert!(result.is_err(), "length {len} was accepted");
+            } else {
+                assert!(result.is_ok(), "length {len} was rejected");
+            }
+        }
+    }
+
+    #[test]
+    fn reader_rejects_garbage_without_panicking() {
+        assert!(matches!(
+            parse_metadata(b"GGML\x03\0\0\0"),
+            Err(GgufError::BadMagic { .. })
+        ));
+        assert!(matches!(
+            parse_metadata(b"GGUF\x01\0\0\0"),
+            Err(GgufError::UnsupportedVersion(1))
+        ));
+
+        // Huge counts and lengths must be rejected before anything is allocated.
+        let mut huge_kv = b"GGUF\x03\0\0\0".to_vec();
+        huge_kv.extend(0_u64.to_le_bytes());
+        huge_kv.extend(u64::MAX.to_le_bytes());
+        assert!(parse_metadata(&huge_kv).is_err());
+
+        let mut huge_string = b"GGUF\x03\0\0\0".to_vec();
+        huge_string.extend(0_u64.to_le_bytes());
+        huge_string.extend(1_u64.to_le_bytes());
+        huge_string.extend((u64::MAX - 3).to_le_bytes());
+        huge_string.extend(b"key");
+        assert!(matches!(
+            parse_metadata(&huge_string),
+            Err(GgufError::Truncated { .. })
+        ));
+
+        let mut huge_array = b"GGUF\x03\0\0\0".to_vec();
+        huge_array.extend(0_u64.to_le_bytes());
+        huge_array.extend(1_u64.to_le_bytes());
+        huge_array.extend(1_u64.to_le_bytes());
+        huge_array.extend(b"k");
+        huge_array.extend(TYPE_ARRAY.to_le_bytes());
+        huge_array.extend(TYPE_U64.to_le_bytes());
+        huge_array.extend((u64::MAX / 4).to_le_bytes());
+        assert!(parse_metadata(&huge_array).is_err());
+
+        // Flip each byte of a valid file in turn: every outcome must be Ok or Err, never a panic.
+        let bytes = sample_bytes();
+        let header_len = parse_metadata(&bytes).unwrap().data_offset_bytes as usize;
+        for i in 0..header_len {
+            for flip in [0xff_u8, 0x80, 0x01] {
+                let mut corrupted = bytes.clone();
+                corrupted[i] ^= flip;
+                let _ = parse_metadata(&corrupted);
+            }
+        }
+
+        // Pseudo-random garbage after a valid magic and version.
+        let mut state = 0x1234_5678_9abc_def0_u64;
+        for _ in 0..2000 {
+            let mut garbage = b"GGUF\x03\0\0\0".to_vec();
+            for _ in 0..64 {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                garbage.push((state >> 24) as u8);
+            }
+            let _ = parse_metadata(&garbage);
+        }
+    }
+
+    #[test]
+    fn reader_reports_missing_files_as_io_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing.gguf");
+        assert!(matches!(
+            read_metadata(&missing),
+            Err(GgufError::Io { path, .. }) if path == missing
+        ));
+    }
+
+    #[test]
+    fn tensor_bytes_follow_block_layouts() {
+        assert_eq!(GgmlType::F32.tensor_bytes(&[64, 10]), Some(2560));
+        assert_eq!(GgmlType::F16.tensor_bytes(&[64, 10]), Some(1280));
+        assert_eq!(GgmlType::Q8_0.tensor_bytes(&[64, 10]), Some(680));
+        assert_eq!(GgmlType::Q4_K.tensor_bytes(&[256, 2]), Some(288));
+        assert_eq!(GgmlType::Q8_0.tensor_bytes(&[48]), None);
+        assert_eq!(GgmlType(1000).tensor_bytes(&[1]), None);
+        assert_eq!(GgmlType::F32.tensor_bytes(&[u64::MAX, 2]), None);
+        assert_eq!(GgmlType::Q8_0.to_string(), "q8_0");
+        assert_eq!(GgmlType(77).to_string(), "ggml_type(77)");
+    }
+}

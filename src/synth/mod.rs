@@ -1,0 +1,700 @@
+//! Synthetic models: small Llama-architecture GGUF files with random weights that real
+//! llama.cpp loads and runs.
+//!
+//! Owns the model recipe: the presets, shape validation, which metadata keys and tensors a
+//! Llama model needs (mirroring what llama.cpp's `convert_hf_to_gguf.py` writes for Llama 3),
+//! and deterministic weight generation. The container format lives in [`gguf`], number formats
+//! in [`quant`], the tokenizer and chat template in [`vocab`].
+//!
+//! Synthetic weights are for measuring speed only: the text they produce is noise. Every file
+//! carries [`SYNTHETIC_METADATA_KEY`] = `true` so that tools can label results accordingly.
+
+pub mod gguf;
+pub mod quant;
+pub mod vocab;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use gguf::{GgmlType, GgufError, GgufValue, GgufWriter};
+pub use vocab::vocab_size;
+use vocab::Vocabulary;
+
+/// Metadata key (bool, always `true`) that marks a file as synthetic.
+pub const SYNTHETIC_METADATA_KEY: &str = "tokscope.synthetic";
+/// Metadata key (u64) recording the seed the weights were generated from.
+pub const SYNTHETIC_SEED_METADATA_KEY: &str = "tokscope.synthetic.seed";
+/// Names accepted by [`SynthSpec::preset`].
+pub const PRESET_NAMES: &[&str] = &["tiny", "small"];
+/// llama.cpp's `LLAMA_MAX_LAYERS`; more layers abort the loader instead of failing cleanly.
+pub const MAX_LAYERS: u32 = 512;
+
+const ARCHITECTURE: &str = "llama";
+const ROPE_FREQ_BASE: f32 = 500_000.0;
+const RMS_NORM_EPSILON: f32 = 1e-5;
+
+/// Errors from building or writing a synthetic model.
+#[derive(Debug, thiserror::Error)]
+pub enum SynthError {
+    /// The file could not be written.
+    #[error("could not write {}: {source}", path.display())]
+    Io {
+        /// The file being written (or its temporary sibling).
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// The requested shape cannot make a model llama.cpp would load.
+    #[error("invalid model shape: {0}")]
+    InvalidShape(String),
+    /// No preset has this name.
+    #[error("unknown preset {given:?}; valid presets: {}", PRESET_NAMES.join(", "))]
+    UnknownPreset {
+        /// The name asked for.
+        given: String,
+    },
+    /// No tensor type has this name.
+    #[error("unknown tensor type {given:?}; valid types: f32, f16, q8_0")]
+    UnknownType {
+        /// The name asked for.
+        given: String,
+    },
+    /// The GGUF writer rejected what this module produced (a bug here, not a user error).
+    #[error(transparent)]
+    Gguf(GgufError),
+}
+
+impl From<GgufError> for SynthError {
+    fn from(error: GgufError) -> Self {
+        match error {
+            GgufError::Io { path, source } => Self::Io { path, source },
+            other => Self::Gguf(other),
+        }
+    }
+}
+
+/// Element type of the 2-D weight matrices. Norm vectors are always f32, as in real models.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TensorType {
+    /// 4 bytes per weight.
+    F32,
+    /// 2 bytes per weight.
+    F16,
+    /// 34 bytes per 32 weights (8.5 bits per weight).
+    Q8_0,
+}
+
+impl TensorType {
+    /// Every supported type.
+    pub const ALL: [Self; 3] = [Self::F32, Self::F16, Self::Q8_0];
+
+    /// The lower-case name used on the command line and in [`fmt::Display`].
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::F32 => "f32",
+            Self::F16 => "f16",
+            Self::Q8_0 => "q8_0",
+        }
+    }
+
+    /// The ggml tensor type.
+    #[must_use]
+    pub fn ggml_type(self) -> GgmlType {
+        match self {
+            Self::F32 => GgmlType::F32,
+            Self::F16 => GgmlType::F16,
+            Self::Q8_0 => GgmlType::Q8_0,
+        }
+    }
+
+    /// `general.file_type`, llama.cpp's `enum llama_ftype`.
+    #[must_use]
+    pub fn file_type(self) -> u32 {
+        match self {
+            Self::F32 => 0,
+            Self::F16 => 1,
+            Self::Q8_0 => 7,
+        }
+    }
+}
+
+impl fmt::Display for TensorType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for TensorType {
+    type Err = SynthError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|t| t.name().eq_ignore_ascii_case(s.trim()))
+            .ok_or_else(|| SynthError::UnknownType {
+                given: s.to_owned(),
+            })
+    }
+}
+
+/// Hyperparameters of a Llama-architecture model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ModelShape {
+    /// Transformer blocks.
+    pub n_layer: u32,
+    /// Hidden size.
+    pub n_embd: u32,
+    /// Query heads.
+    pub n_head: u32,
+    /// Key/value heads (grouped-query attention when fewer than `n_head`).
+    pub n_head_kv: u32,
+    /// Feed-forward hidden size.
+    pub n_ff: u32,
+    /// Context length the model claims to be trained for.
+    pub n_ctx_train: u32,
+}
+
+impl ModelShape {
+    /// Size of one attention head (`n_embd / n_head`).
+    #[must_use]
+    pub fn head_dim(&self) -> u32 {
+        self.n_embd.checked_div(self.n_head).unwrap_or(0)
+    }
+
+    /// Width of the K and V projections (`head_dim * n_head_kv`).
+    #[must_use]
+    pub fn n_embd_kv(&self) -> u32 {
+        self.head_dim().saturating_mul(self.n_head_kv)
+    }
+
+    /// Checks everything llama.cpp would otherwise reject (or abort on) at load time.
+    pub fn validate(&self, tensor_type: TensorType) -> Result<(), SynthError> {
+        let invalid = |reason: String| Err(SynthError::InvalidShape(reason));
+        for (name, value) in [
+            ("n_layer", self.n_layer),
+            ("n_embd", self.n_embd),
+            ("n_head", self.n_head),
+            ("n_head_kv", self.n_head_kv),
+            ("n_ff", self.n_ff),
+            ("n_ctx_train", self.n_ctx_train),
+        ] {
+            if value == 0 {
+                return invalid(format!("{name} must be greater than zero"));
+            }
+        }
+        if self.n_layer > MAX_LAYERS {
+            return invalid(format!(
+                "n_layer {} exceeds llama.cpp's limit of {MAX_LAYERS}",
+                self.n_layer
+            ));
+        }
+        if self.n_embd % self.n_head != 0 {
+            return invalid(format!(
+                "n_embd {} is not divisible by n_head {}",
+                self.n_embd, self.n_head
+            ));
+        }
+        if self.head_dim() % 2 != 0 {
+            return invalid(format!(
+                "head_dim {} (n_embd / n_head) must be even for rotary embeddings",
+                self.head_dim()
+            ));
+        }
+        if self.n_head % self.n_head_kv != 0 {
+            return invalid(format!(
+                "n_head {} is not divisible by n_head_kv {}",
+                self.n_head, self.n_head_kv
+            ));
+        }
+        if tensor_type == TensorType::Q8_0 {
+            let block = quant::Q8_0_BLOCK_ELEMS as u32;
+            for (name, value) in [("n_embd", self.n_embd), ("n_ff", self.n_ff)] {
+                if value % block != 0 {
+                    return invalid(format!(
+                        "q8_0 needs row lengths divisible by {block}, but {name} is {value}"
+                    ));
+                }
+            }
+        }
+        if self.n_params(vocab_size()).is_none() {
+            return invalid("the parameter count overflows".to_owned());
+        }
+        Ok(())
+    }
+
+    /// Total number of weights with a vocabulary of `n_vocab` tokens (`None` on overflow).
+    #[must_use]
+    pub fn n_params(&self, n_vocab: u32) -> Option<u64> {
+        tensor_plan(self, n_vocab).iter().try_fold(0_u64, |acc, t| {
+            acc.checked_add(t.dims.iter().try_fold(1_u64, |n, &d| n.checked_mul(d))?)
+        })
+    }
+}
+
+/// Everything needed to write one synthetic model.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SynthSpec {
+    /// Hyperparameters.
+    pub shape: ModelShape,
+    /// Type of the 2-D weight matrices.
+    pub tensor_type: TensorType,
+    /// Weight seed: the same spec always produces a byte-identical file.
+    pub seed: u64,
+    /// `general.name`.
+    pub name: String,
+}
+
+impl SynthSpec {
+    /// A named preset with f32 weights and seed 0.
+    ///
+    /// - `tiny`: 2 layers, n_embd 128, 4 heads (2 KV), n_ff 256 — about 2 MB in f32, written
+    ///   in milliseconds; the model tests load.
+    /// - `small`: 4 layers, n_embd 256, 8 heads (4 KV), n_ff 768 — about 14 MB in f32.
+    pub fn preset(name: &str) -> Result<Self, SynthError> {
+        let shape = match name.trim().to_ascii_lowercase().as_str() {
+            "tiny" => ModelShape {
+                n_layer: 2,
+                n_embd: 128,
+                n_head: 4,
+                n_head_kv: 2,
+                n_ff: 256,
+                n_ctx_train: 2048,
+            },
+            "small" => ModelShape {
+                n_layer: 4,
+                n_embd: 256,
+                n_head: 8,
+                n_head_kv: 4,
+                n_ff: 768,
+                n_ctx_train: 4096,
+            },
+            _ => {
+                return Err(SynthError::UnknownPreset {
+                    given: name.to_owned(),
+                })
+            }
+        };
+        Ok(Self {
+            shape,
+            tensor_type: TensorType::F32,
+            seed: 0,
+            name: format!("tokscope-synthetic-{}", name.trim().to_ascii_lowercase()),
+        })
+    }
+}
+
+/// What [`write_model`] produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SynthSummary {
+    /// The file written.
+    pub path: PathBuf,
+    /// Its size.
+    pub file_size_bytes: u64,
+    /// Number of weights (as llama.cpp's `llama_model_n_params` counts them).
+    pub n_params: u64,
+    /// Vocabulary size.
+    pub n_vocab: u32,
+    /// Number of tensors.
+    pub n_tensors: usize,
+}
+
+/// Writes the model described by `spec` to `path` (atomically: a temporary sibling file is
+/// renamed into place). The same spec always yields a byte-identical file.
+pub fn write_model(path: &Path, spec: &SynthSpec) -> Result<SynthSummary, SynthError> {
+    spec.shape.validate(spec.tensor_type)?;
+    let vocab = Vocabulary::builtin();
+    let n_vocab = vocab_size();
+    let mut writer = GgufWriter::new();
+    add_metadata(&mut writer, spec, vocab)?;
+
+    let plan = tensor_plan(&spec.shape, n_vocab);
+    for (index, tensor) in plan.iter().enumerate() {
+        let tensor_type = if tensor.is_norm {
+            TensorType::F32
+        } else {
+            spec.tensor_type
+        };
+        let fill = if tensor.is_norm {
+            Fill::Ones
+        } else {
+            // Uniform in +-1/sqrt(fan_in) keeps activations near unit scale through every
+            // layer, so logits stay finite whatever the seed.
+            Fill::Uniform {
+                bound: 1.0 / (tensor.dims[0] as f32).sqrt(),
+                seed: tensor_seed(spec.seed, index as u64),
+            }
+        };
+        let n_elements: u64 = tensor.dims.iter().product();
+        writer.add_tensor_with(
+            &tensor.name,
+            &tensor.dims,
+            tensor_type.ggml_type(),
+            move |out| generate(fill, n_elements, tensor_type, out),
+        )?;
+    }
+
+    let n_params = writer.n_elements();
+    let n_tensors = writer.n_tensors();
+    let file_size_bytes = writer.write_file(path)?;
+    Ok(SynthSummary {
+        path: path.to_path_buf(),
+        file_size_bytes,
+        n_params,
+        n_vocab,
+        n_tensors,
+    })
+}
+
+fn add_metadata(w: &mut GgufWriter, spec: &SynthSpec, vocab: &Vocabulary) -> Result<(), GgufError> {
+    let shape = &spec.shape;
+    w.add_string("general.architecture", ARCHITECTURE)?;
+    w.add_string("general.name", &spec.name)?;
+    w.add_u32("general.file_type", spec.tensor_type.file_type())?;
+    w.add_u32("llama.context_length", shape.n_ctx_train)?;
+    w.add_u32("llama.embedding_length", shape.n_embd)?;
+    w.add_u32("llama.block_count", shape.n_layer)?;
+    w.add_u32("llama.feed_forward_length", shape.n_ff)?;
+    w.add_u32("llama.attention.head_count", shape.n_head)?;
+    w.add_u32("llama.attention.head_count_kv", shape.n_head_kv)?;
+    w.add_f32("llama.rope.freq_base", ROPE_FREQ_BASE)?;
+    w.add_f32("llama.attention.layer_norm_rms_epsilon", RMS_NORM_EPSILON)?;
+    w.add_u32("llama.rope.dimension_count", shape.head_dim())?;
+    w.add_u32("llama.vocab_size", vocab_size())?;
+    w.add_bool(SYNTHETIC_METADATA_KEY, true)?;
+    w.add_kv(SYNTHETIC_SEED_METADATA_KEY, GgufValue::U64(spec.seed))?;
+
+    w.add_string("tokenizer.ggml.model", "llama")?;
+    w.add_string_array("tokenizer.ggml.tokens", vocab.tokens.clone())?;
+    w.add_f32_array("tokenizer.ggml.scores", vocab.scores.clone())?;
+    w.add_i32_array(
+        "tokenizer.ggml.token_type",
+        vocab.token_types.iter().map(|&t| t as i32).collect(),
+    )?;
+    w.add_u32("tokenizer.ggml.bos_token_id", vocab::BOS_TOKEN_ID)?;
+    w.add_u32("tokenizer.ggml.eos_token_id", vocab::EOT_TOKEN_ID)?;
+    w.add_u32("tokenizer.ggml.eot_token_id", vocab::EOT_TOKEN_ID)?;
+    w.add_u32("tokenizer.ggml.unknown_token_id", vocab::UNK_TOKEN_ID)?;
+    w.add_bool("tokenizer.ggml.add_bos_token", true)?;
+    w.add_bool("tokenizer.ggml.add_eos_token", false)?;
+    // llama.cpp's SPM default is to prepend a space to the text; Llama 3 does not, and without
+    // it the pieces of a tokenized text concatenate back to exactly that text.
+    w.add_bool("tokenizer.ggml.add_space_prefix", false)?;
+    w.add_string("tokenizer.chat_template", vocab::LLAMA3_CHAT_TEMPLATE)?;
+    Ok(())
+}
+
+struct PlannedTensor {
+    name: String,
+    dims: Vec<u64>,
+    is_norm: bool,
+}
+
+/// The tensors of a Llama model, named and shaped as llama.cpp's loader expects
+/// (`src/models/llama.cpp`). Dims are in ggml order: `dims[0]` is the input (row) dimension.
+fn tensor_plan(shape: &ModelShape, n_vocab: u32) -> Vec<PlannedTensor> {
+    let embd = u64::from(shape.n_embd);
+    let embd_kv = u64::from(shape.n_embd_kv());
+    let ff = u64::from(shape.n_ff);
+    let vocab = u64::from(n_vocab);
+    let matrix = |name: String, dims: [u64; 2]| PlannedTensor {
+        name,
+        dims: dims.to_vec(),
+        is_norm: false,
+    };
+    let norm = |name: String| PlannedTensor {
+        name,
+        dims: vec![embd],
+        is_norm: true,
+    };
+
+    let mut plan = vec![
+        matrix("token_embd.weight".into(), [embd, vocab]),
+        norm("output_norm.weight".into()),
+        matrix("output.weight".into(), [embd, vocab]),
+    ];
+    for layer in 0..shape.n_layer {
+        let name = |suffix: &str| format!("blk.{layer}.{suffix}.weight");
+        plan.push(norm(name("attn_norm")));
+        plan.push(matrix(name("attn_q"), [embd, embd]));
+        plan.push(matrix(name("attn_k"), [embd, embd_kv]));
+        plan.push(matrix(name("attn_v"), [embd, embd_kv]));
+        plan.push(matrix(name("attn_output"), [embd, embd]));
+        plan.push(norm(name("ffn_norm")));
+        plan.push(matrix(name("ffn_gate"), [embd, ff]));
+        plan.push(matrix(name("ffn_up"), [embd, ff]));
+        plan.push(matrix(name("ffn_down"), [ff, embd]));
+    }
+    plan
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Fill {
+    Ones,
+    Uniform { bound: f32, seed: u64 },
+}
+
+/// splitmix64: tiny, fast, and good enough for weights nobody will read.
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[-bound, bound)`.
+    fn next_symmetric(&mut self, bound: f32) -> f32 {
+        // The top 24 bits fill an f32 mantissa exactly.
+        let unit = (self.next_u64() >> 40) as f32 / (1_u32 << 24) as f32;
+        (2.0 * unit - 1.0) * bound
+    }
+}
+
+/// Each tensor gets its own stream, so adding a tensor never shifts the others' weights.
+fn tensor_seed(seed: u64, tensor_index: u64) -> u64 {
+    SplitMix64(seed ^ SplitMix64(tensor_index).next_u64()).next_u64()
+}
+
+fn generate(fill: Fill, n_elements: u64, tensor_type: TensorType, out: &mut Vec<u8>) {
+    // One Q8_0 block at a time: never more than 32 f32 values in flight.
+    const CHUNK: u64 = quant::Q8_0_BLOCK_ELEMS as u64;
+    let mut rng = match fill {
+        Fill::Ones => None,
+        Fill::Uniform { bound, seed } => Some((SplitMix64(seed), bound)),
+    };
+    let mut values = [0.0_f32; quant::Q8_0_BLOCK_ELEMS];
+    let mut remaining = n_elements;
+    while remaining > 0 {
+        let n = remaining.min(CHUNK) as usize;
+        for value in &mut values[..n] {
+            *value = match &mut rng {
+                None => 1.0,
+                Some((rng, bound)) => rng.next_symmetric(*bound),
+            };
+        }
+        let chunk = &values[..n];
+        match tensor_type {
+            TensorType::F32 => chunk
+                .iter()
+                .for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+            TensorType::F16 => quant::encode_f16_into(chunk, out),
+            TensorType::Q8_0 => quant::encode_q8_0_into(chunk, out),
+        }
+        remaining -= n as u64;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tiny() -> SynthSpec {
+        SynthSpec::preset("tiny").unwrap()
+    }
+
+    #[test]
+    fn tensor_type_parses_case_insensitively_and_displays() {
+        assert_eq!("f32".parse::<TensorType>().unwrap(), TensorType::F32);
+        assert_eq!("F16".parse::<TensorType>().unwrap(), TensorType::F16);
+        assert_eq!("Q8_0".parse::<TensorType>().unwrap(), TensorType::Q8_0);
+        for t in TensorType::ALL {
+            assert_eq!(t.to_string().parse::<TensorType>().unwrap(), t);
+        }
+        let error = "q4_0".parse::<TensorType>().unwrap_err();
+        assert!(matches!(error, SynthError::UnknownType { .. }));
+        let message = error.to_string();
+        assert!(
+            message.contains("q4_0") && message.contains("f32, f16, q8_0"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn presets_and_unknown_preset() {
+        let tiny = tiny();
+        assert_eq!(tiny.shape.n_layer, 2);
+        assert!(tiny.shape.validate(TensorType::Q8_0).is_ok());
+        let small = SynthSpec::preset("small").unwrap();
+        assert!(small.shape.validate(TensorType::Q8_0).is_ok());
+        let small_bytes = small.shape.n_params(vocab_size()).unwrap() * 4;
+        assert!(small_bytes < 20_000_000, "{small_bytes}");
+
+        let error = SynthSpec::preset("huge").unwrap_err();
+        assert!(matches!(error, SynthError::UnknownPreset { .. }));
+        assert!(error.to_string().contains("tiny, small"));
+    }
+
+    #[test]
+    fn shape_validation_names_the_problem() {
+        let base = tiny().shape;
+        let cases = [
+            (
+                ModelShape { n_head: 0, ..base },
+                "n_head must be greater than zero",
+            ),
+            (
+                ModelShape {
+                    n_ctx_train: 0,
+                    ..base
+                },
+                "n_ctx_train",
+            ),
+            (
+                ModelShape {
+                    n_embd: 130,
+                    ..base
+                },
+                "not divisible by n_head",
+            ),
+            (
+                ModelShape {
+                    n_embd: 12,
+                    n_head: 4,
+                    ..base
+                },
+                "must be even",
+            ),
+            (
+                ModelShape {
+                    n_head_kv: 3,
+                    ..base
+                },
+                "not divisible by n_head_kv",
+            ),
+            (
+                ModelShape {
+                    n_layer: 513,
+                    ..base
+                },
+                "limit of 512",
+            ),
+            (
+                ModelShape {
+                    n_embd: u32::MAX - 7,
+                    n_head: 4,
+                    n_head_kv: 4,
+                    n_ff: u32::MAX,
+                    n_layer: 512,
+                    ..base
+                },
+                "overflows",
+            ),
+        ];
+        for (shape, expected) in cases {
+            let message = shape.validate(TensorType::F32).unwrap_err().to_string();
+            assert!(message.contains(expected), "{shape:?}: {message}");
+        }
+        let odd_ff = ModelShape { n_ff: 200, ..base };
+        assert!(odd_ff.validate(TensorType::F32).is_ok());
+        let message = odd_ff.validate(TensorType::Q8_0).unwrap_err().to_string();
+        assert!(
+            message.contains("divisible by 32") && message.contains("n_ff"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn invalid_shape_writes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bad.gguf");
+        let mut spec = tiny();
+        spec.shape.n_head = 3;
+        assert!(matches!(
+            write_model(&path, &spec),
+            Err(SynthError::InvalidShape(_))
+        ));
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn written_file_reads_back_with_expected_layout() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tiny.gguf");
+        let spec = tiny();
+        let started = std::time::Instant::now();
+        let summary = write_model(&path, &spec).unwrap();
+        let elapsed = started.elapsed();
+        assert!(elapsed.as_secs() < 5, "{elapsed:?}");
+
+        let header = gguf::read_metadata(&path).unwrap();
+        assert_eq!(summary.file_size_bytes, header.file_size_bytes);
+        assert_eq!(summary.n_tensors, 3 + 9 * spec.shape.n_layer as usize);
+        assert_eq!(header.tensors.len(), summary.n_tensors);
+        assert_eq!(summary.n_vocab, vocab_size());
+        assert_eq!(Some(summary.n_params), spec.shape.n_params(vocab_size()));
+        assert_eq!(
+            header.get(SYNTHETIC_METADATA_KEY),
+            Some(&GgufValue::Bool(true))
+        );
+        assert_eq!(
+            header
+                .get("llama.rope.dimension_count")
+                .and_then(GgufValue::as_u64),
+            Some(32)
+        );
+        let k = header.tensor("blk.1.attn_k.weight").unwrap();
+        assert_eq!(k.dims, vec![128, 64]);
+        assert_eq!(k.ggml_type, GgmlType::F32);
+        let down = header.tensor("blk.0.ffn_down.weight").unwrap();
+        assert_eq!(down.dims, vec![256, 128]);
+        let embd = header.tensor("token_embd.weight").unwrap();
+        assert_eq!(embd.dims, vec![128, u64::from(vocab_size())]);
+
+        let bytes = std::fs::read(&path).unwrap();
+        let norm = header.tensor("output_norm.weight").unwrap();
+        let start = (header.data_offset_bytes + norm.offset_bytes) as usize;
+        assert_eq!(&bytes[start..start + 4], &1.0_f32.to_le_bytes());
+    }
+
+    #[test]
+    fn weights_are_bounded_and_seeded() {
+        let mut a = Vec::new();
+        let fill = Fill::Uniform {
+            bound: 0.25,
+            seed: tensor_seed(7, 3),
+        };
+        generate(fill, 1000, TensorType::F32, &mut a);
+        let values: Vec<f32> = a
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        assert!(values.iter().all(|v| v.abs() <= 0.25));
+        let mean = values.iter().sum::<f32>() / values.len() as f32;
+        assert!(mean.abs() < 0.05, "{mean}");
+        assert!(values.iter().any(|&v| v > 0.2) && values.iter().any(|&v| v < -0.2));
+
+        let mut same = Vec::new();
+        generate(fill, 1000, TensorType::F32, &mut same);
+        assert_eq!(a, same);
+        let mut other = Vec::new();
+        generate(
+            Fill::Uniform {
+                bound: 0.25,
+                seed: tensor_seed(8, 3),
+            },
+            1000,
+            TensorType::F32,
+            &mut other,
+        );
+        assert_ne!(a, other);
+        assert_ne!(tensor_seed(7, 3), tensor_seed(7, 4));
+    }
+
+    #[test]
+    fn encoded_sizes_per_type() {
+        for (tensor_type, expected) in [
+            (TensorType::F32, 256 * 4),
+            (TensorType::F16, 256 * 2),
+            (TensorType::Q8_0, 8 * 34),
+        ] {
+            let mut out = Vec::new();
+            generate(Fill::Ones, 256, tensor_type, &mut out);
+            assert_eq!(out.len(), expected, "{tensor_type}");
+        }
+    }
+}
