@@ -11,7 +11,7 @@ mod worker;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -24,6 +24,20 @@ pub use prompt::{common_prefix_len, completion_transcript, TemplateChoice, COMPL
 
 use crate::config::EngineSettings;
 use crate::metrics::TurnTimeline;
+
+/// llama.cpp's backend, initialised once per process and shared by every engine and by the
+/// in-process tools that read models directly (the first call also routes llama.cpp's logs).
+pub fn backend() -> Result<&'static llama_cpp_2::llama_backend::LlamaBackend, EngineError> {
+    static BACKEND: OnceLock<Result<llama_cpp_2::llama_backend::LlamaBackend, String>> =
+        OnceLock::new();
+    BACKEND
+        .get_or_init(|| {
+            crate::logging::init(None);
+            llama_cpp_2::llama_backend::LlamaBackend::init().map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|e| EngineError::Backend(e.clone()))
+}
 
 /// Identifies one generation request; events of other requests are ignored by their readers.
 pub type RequestId = u64;
@@ -105,6 +119,9 @@ pub struct GenerateRequest {
     pub messages: Vec<ChatMessage>,
     pub sampling: SamplingParams,
     pub max_tokens: u32,
+    /// Return the logits the first token was sampled from (for cross-checks and quality
+    /// comparisons; a vocabulary-sized copy, so off by default).
+    pub capture_first_logits: bool,
     /// When the request was handed to the engine: TTFT and every offset start here.
     pub submitted_at: Instant,
 }
@@ -154,6 +171,9 @@ pub struct TurnReport {
     pub context_used: usize,
     /// llama.cpp's own counters for this turn (`llama_perf_context`), for cross-checks.
     pub llama_counters: LlamaCounters,
+    /// The logits after prefill, when the request asked for them.
+    #[serde(skip)]
+    pub first_logits: Option<Vec<f32>>,
 }
 
 /// llama.cpp's perf counters: prompt eval (multi-token decodes) and eval (single-token decodes).
@@ -252,6 +272,17 @@ impl EngineHandle {
         sampling: SamplingParams,
         max_tokens: u32,
     ) -> Result<RequestId, EngineError> {
+        self.submit(messages, sampling, max_tokens, false)
+    }
+
+    /// As `generate`, optionally asking for the logits the first token is sampled from.
+    pub fn submit(
+        &mut self,
+        messages: Vec<ChatMessage>,
+        sampling: SamplingParams,
+        max_tokens: u32,
+        capture_first_logits: bool,
+    ) -> Result<RequestId, EngineError> {
         let id = self.next_id;
         self.next_id += 1;
         let request = GenerateRequest {
@@ -259,6 +290,7 @@ impl EngineHandle {
             messages,
             sampling,
             max_tokens,
+            capture_first_logits,
             submitted_at: Instant::now(),
         };
         self.commands

@@ -5,7 +5,7 @@
 use std::num::NonZeroU32;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, OnceLock};
+use std::sync::{mpsc, Arc};
 use std::time::Instant;
 
 use llama_cpp_2::context::params::LlamaContextParams;
@@ -17,6 +17,7 @@ use llama_cpp_2::model::{LlamaChatMessage, LlamaChatTemplate, LlamaModel};
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 
+use super::backend;
 use super::error::llama_says;
 use super::model_info::fingerprint;
 use super::prompt::template_for_architecture;
@@ -30,18 +31,6 @@ use crate::metrics::TurnTimeline;
 
 /// The llama.cpp bindings this build links (pinned in Cargo.toml).
 pub const LLAMA_CPP_BINDINGS: &str = "llama-cpp-sys-2 0.1.160";
-
-/// llama.cpp's backend may be initialised once per process; every engine shares it.
-fn backend() -> Result<&'static LlamaBackend, EngineError> {
-    static BACKEND: OnceLock<Result<LlamaBackend, String>> = OnceLock::new();
-    BACKEND
-        .get_or_init(|| {
-            crate::logging::init(None);
-            LlamaBackend::init().map_err(|e| e.to_string())
-        })
-        .as_ref()
-        .map_err(|e| EngineError::Backend(e.clone()))
-}
 
 enum Next {
     Load(EngineConfig),
@@ -327,6 +316,8 @@ impl<'m> Session<'m> {
         timeline.prefill = step.elapsed();
         timeline.prefill_done_at = t0.elapsed();
 
+        let first_logits = (req.capture_first_logits && stop_reason.is_none())
+            .then(|| self.ctx.get_logits_ith(logits_index).to_vec());
         let vocab = self.model.vocab();
         let mut sampler = build_sampler(&req.sampling, self.model.n_vocab());
         let mut utf8 = Utf8Stream::new();
@@ -400,6 +391,7 @@ impl<'m> Session<'m> {
                 eval_ms: t.t_eval_ms(),
                 eval_tokens: t.n_eval(),
             },
+            first_logits,
         })
     }
 }

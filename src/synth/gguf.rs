@@ -1279,9 +1279,9 @@ mod tests {
         assert_eq!(header.tensors[2].dims, vec![4, 2, 1]);
         // Each tensor starts on an alignment boundary after the padded previous one.
         let offsets: Vec<u64> = header.tensors.iter().map(|t| t.offset_bytes).collect();
-        assert_eq!(offsets, vec![0, 32, 96]);
+        assert_eq!(offsets, vec![0, 32, 128]);
         assert_eq!(header.tensor_data_bytes(), Some(12 + 68 + 16));
-        assert_eq!(bytes.len() as u64, header.data_offset_bytes + 96 + 32);
+        assert_eq!(bytes.len() as u64, header.data_offset_bytes + 128 + 32);
 
         // The data lands where the infos say.
         let start = (header.data_offset_bytes + header.tensors[1].offset_bytes) as usize;
@@ -1358,7 +1358,7 @@ mod tests {
             let result = parse_metadata(&bytes[..len]);
             // Cutting into the data section of the last tensor is still detected; cutting only
             // the final tensor's alignment padding is not an error.
-            let needed = header.data_offset_bytes + 96 + 16;
+            let needed = header.data_offset_bytes + 128 + 16;
             if (len as u64) < needed {
                 assert!(result.is_err(), "length {len} was accepted");
             } else {

@@ -1,0 +1,148 @@
+//! Shared helpers of the integration tests: synthetic models written on the spot, engines
+//! started with one thread (the test machines have two cores, and OpenMP runs that share cores
+//! slow each other down badly), and a lock so model-running tests in one binary take turns.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use tokscope::config::EngineSettings;
+use tokscope::engine::{
+    ChatMessage, EngineConfig, EngineEvent, EngineHandle, EventReceiver, ModelInfo, Role,
+    SamplingParams, TemplateChoice, TurnReport,
+};
+use tokscope::synth::{write_model, SynthSpec, TensorType};
+
+static MODEL_LOCK: Mutex<()> = Mutex::new(());
+
+/// Serialise tests that run models, so timings are not disturbed by another test.
+pub fn model_lock() -> MutexGuard<'static, ()> {
+    MODEL_LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Write a synthetic model from a preset, with optional overrides of its shape.
+pub fn synth(dir: &Path, name: &str, preset: &str, ty: TensorType, seed: u64) -> PathBuf {
+    let mut spec = SynthSpec::preset(preset).unwrap();
+    spec.tensor_type = ty;
+    spec.seed = seed;
+    let path = dir.join(name);
+    write_model(&path, &spec).unwrap();
+    path
+}
+
+/// A model slow enough (a few ms per token on one core) for cancellation and timing tests.
+pub fn synth_medium(dir: &Path) -> PathBuf {
+    let mut spec = SynthSpec::preset("small").unwrap();
+    spec.shape.n_layer = 6;
+    spec.shape.n_embd = 512;
+    spec.shape.n_head = 8;
+    spec.shape.n_head_kv = 4;
+    spec.shape.n_ff = 1536;
+    spec.tensor_type = TensorType::F32;
+    let path = dir.join("medium.gguf");
+    write_model(&path, &spec).unwrap();
+    path
+}
+
+pub fn settings(n_ctx: u32) -> EngineSettings {
+    EngineSettings {
+        n_ctx,
+        threads: 1,
+        n_batch: 512,
+        n_gpu_layers: None,
+        template: TemplateChoice::Auto,
+    }
+}
+
+pub fn greedy() -> SamplingParams {
+    SamplingParams {
+        temperature: 0.0,
+        ..SamplingParams::default()
+    }
+}
+
+pub struct TestEngine {
+    pub handle: EngineHandle,
+    pub events: EventReceiver,
+    pub info: ModelInfo,
+}
+
+pub fn start(model: &Path, settings: EngineSettings) -> TestEngine {
+    let (handle, mut events) = EngineHandle::spawn(EngineConfig {
+        model_path: model.to_path_buf(),
+        settings,
+    })
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        assert!(Instant::now() < deadline, "model did not load in time");
+        match events.blocking_recv().expect("engine gone") {
+            EngineEvent::Ready(info) => {
+                return TestEngine {
+                    handle,
+                    events,
+                    info: *info,
+                }
+            }
+            EngineEvent::LoadFailed(e) => panic!("load failed: {e}"),
+            _ => {}
+        }
+    }
+}
+
+/// What a turn produced, as the events showed it.
+pub struct Turn {
+    pub report: TurnReport,
+    pub streamed: String,
+    pub token_events: usize,
+    pub prefill_started: Option<(usize, usize)>,
+}
+
+impl TestEngine {
+    pub fn turn(&mut self, messages: Vec<ChatMessage>, sampling: SamplingParams, max: u32) -> Turn {
+        let id = self.handle.generate(messages, sampling, max).unwrap();
+        self.collect(id, |_, _| {})
+    }
+
+    /// Wait for request `id` to finish; `on_token(engine, index)` runs for each token event.
+    pub fn collect(
+        &mut self,
+        id: u64,
+        mut on_token: impl FnMut(&EngineHandle, usize),
+    ) -> Turn {
+        let mut streamed = String::new();
+        let mut token_events = 0;
+        let mut prefill_started = None;
+        loop {
+            match self.events.blocking_recv().expect("engine gone") {
+                EngineEvent::Token { request_id, text, index, .. } if request_id == id => {
+                    assert_eq!(index, token_events, "token indices are consecutive");
+                    token_events += 1;
+                    streamed.push_str(&text);
+                    on_token(&self.handle, index);
+                }
+                EngineEvent::PrefillStarted { request_id, prompt_tokens, cached_tokens }
+                    if request_id == id =>
+                {
+                    prefill_started = Some((prompt_tokens, cached_tokens));
+                }
+                EngineEvent::Finished { request_id, report } if request_id == id => {
+                    return Turn { report: *report, streamed, token_events, prefill_started };
+                }
+                EngineEvent::Failed { request_id, error } if request_id == id => {
+                    panic!("generation failed: {error}")
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+pub fn user(text: &str) -> ChatMessage {
+    ChatMessage::new(Role::User, text)
+}
+
+pub fn assistant(text: &str) -> ChatMessage {
+    ChatMessage::new(Role::Assistant, text)
+}

@@ -1,0 +1,281 @@
+//! The engine on real llama.cpp, with synthetic models written on the spot: generation,
+//! reproducibility, cancellation, KV-cache reuse, and timings against llama.cpp's counters.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::*;
+use llama_cpp_2::model::params::LlamaModelParams;
+use llama_cpp_2::model::LlamaModel;
+use tokscope::engine::{EngineEvent, SamplingParams, StopReason, Utf8Stream};
+use tokscope::metrics::relative_difference;
+use tokscope::synth::TensorType;
+
+#[test]
+fn generates_and_reports_model_facts() {
+    let _lock = model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let model = synth(dir.path(), "tiny.gguf", "tiny", TensorType::F32, 1);
+    let mut e = start(&model, settings(512));
+    assert!(e.info.synthetic, "synthetic flag read back from the GGUF");
+    assert_eq!(e.info.architecture, "llama");
+    assert_eq!(e.info.quantization, "F32");
+    assert_eq!(e.info.template, "model", "the synthetic model's Llama 3 template is used");
+    assert_eq!(e.info.n_ctx, 512);
+    let t = e.turn(vec![user("Hello there")], greedy(), 16);
+    assert_eq!(t.report.timeline.tokens_generated(), t.token_events);
+    assert!(t.token_events >= 1);
+    assert_eq!(t.streamed, t.report.text, "streamed text equals the final text");
+    let s = t.report.timeline.summary();
+    assert!(s.ttft_ms.unwrap() > 0.0);
+    assert!(s.prompt_tokens > 5);
+    assert_eq!(s.cached_tokens, 0);
+    if t.report.stop_reason == StopReason::MaxTokens {
+        assert_eq!(t.token_events, 16);
+    }
+}
+
+#[test]
+fn same_seed_same_text_and_other_seed_other_text() {
+    let _lock = model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let model = synth(dir.path(), "tiny.gguf", "tiny", TensorType::F32, 3);
+    let sampling = |seed| SamplingParams {
+        temperature: 1.0,
+        top_k: 0,
+        top_p: 1.0,
+        min_p: 0.0,
+        seed,
+        ..SamplingParams::default()
+    };
+    let mut a = start(&model, settings(512));
+    let first = a.turn(vec![user("Tell me a story")], sampling(7), 40);
+    drop(a);
+    let mut b = start(&model, settings(512));
+    let second = b.turn(vec![user("Tell me a story")], sampling(7), 40);
+    let other = b.turn(vec![user("Tell me a story")], sampling(8), 40);
+    assert!(first.token_events > 5, "enough tokens to compare");
+    assert_eq!(first.report.text, second.report.text);
+    assert_ne!(first.report.text, other.report.text);
+}
+
+#[test]
+fn split_characters_from_real_llama_cpp_pieces_come_out_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = synth(dir.path(), "tiny.gguf", "tiny", TensorType::F32, 1);
+    let backend = tokscope::engine::backend().unwrap();
+    let params = LlamaModelParams::default().with_vocab_only(true);
+    let model = LlamaModel::load_from_file(backend, &path, &params).unwrap();
+    let vocab = model.vocab();
+    let text = "naïve café ☕ 🦀 Tiếng Việt 中文";
+    let tokens = vocab.tokenize(text.as_bytes(), false, false);
+    let pieces: Vec<Vec<u8>> = tokens
+        .iter()
+        .map(|t| vocab.token_to_piece(*t, false, None))
+        .collect();
+    assert!(
+        pieces.iter().any(|p| std::str::from_utf8(p).is_err()),
+        "some character must be split across byte-fallback tokens for this test to mean anything"
+    );
+    let mut stream = Utf8Stream::new();
+    let mut out = String::new();
+    for p in &pieces {
+        let chunk = stream.push(p);
+        assert!(!chunk.contains('\u{FFFD}'), "replacement character emitted: {chunk:?}");
+        out.push_str(&chunk);
+    }
+    out.push_str(&stream.finish());
+    // SentencePiece vocabularies turn spaces into "▁" and llama.cpp turns them back.
+    assert_eq!(out.trim_start(), text);
+}
+
+#[test]
+fn cancel_stops_within_one_token_and_keeps_the_partial_answer() {
+    let _lock = model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let model = synth_medium(dir.path());
+    let mut e = start(&model, settings(2048));
+    let id = e
+        .handle
+        .generate(vec![user("Write a long essay")], greedy(), 1500)
+        .unwrap();
+    let cancel_at = 3;
+    let t = e.collect(id, |h, index| {
+        if index == cancel_at {
+            h.cancel(id);
+        }
+    });
+    assert_eq!(t.report.stop_reason, StopReason::Cancelled);
+    let n = t.report.timeline.tokens_generated();
+    // Token `cancel_at` was already out; at most the token being decoded then may follow
+    // (plus one for the event still in flight when the flag was set).
+    assert!(n > cancel_at && n <= cancel_at + 3, "generated {n} tokens after cancelling at {cancel_at}");
+    assert_eq!(t.streamed, t.report.text, "the partial answer is kept");
+    // The engine goes on serving, and the cancelled turn's tokens stay in the KV cache.
+    let next = e.turn(
+        vec![user("Write a long essay"), assistant(&t.report.text), user("Shorter")],
+        greedy(),
+        4,
+    );
+    assert!(next.report.timeline.cached_tokens > 0);
+}
+
+#[test]
+fn kv_cache_reuse_prefills_only_new_tokens_and_matches_a_fresh_context() {
+    let _lock = model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let model = synth(dir.path(), "small.gguf", "small", TensorType::F32, 5);
+    let mut warm = start(&model, settings(1024));
+    let first = warm.turn(vec![user("What is the capital of France?")], greedy(), 8);
+    let convo = vec![
+        user("What is the capital of France?"),
+        assistant(&first.report.text),
+        user("And of Italy?"),
+    ];
+    let id = warm
+        .handle
+        .submit(convo.clone(), greedy(), 4, true)
+        .unwrap();
+    let second = warm.collect(id, |_, _| {});
+    let tl = &second.report.timeline;
+    assert_eq!(second.prefill_started, Some((tl.prompt_tokens, tl.cached_tokens)));
+    assert!(
+        tl.cached_tokens >= first.report.timeline.prompt_tokens,
+        "the first turn's prompt ({} tokens) is reused, got {}",
+        first.report.timeline.prompt_tokens,
+        tl.cached_tokens
+    );
+    assert_eq!(tl.prefilled_tokens(), tl.prompt_tokens - tl.cached_tokens);
+    assert_eq!(
+        second.report.llama_counters.prompt_eval_tokens as usize,
+        tl.prefilled_tokens(),
+        "llama.cpp evaluated only the new tokens"
+    );
+    drop(warm);
+
+    let mut fresh = start(&model, settings(1024));
+    let id = fresh.handle.submit(convo, greedy(), 4, true).unwrap();
+    let cold = fresh.collect(id, |_, _| {});
+    assert_eq!(cold.report.timeline.cached_tokens, 0);
+    assert_eq!(cold.report.timeline.prompt_tokens, tl.prompt_tokens);
+    let a = second.report.first_logits.unwrap();
+    let b = cold.report.first_logits.unwrap();
+    assert_eq!(a.len(), b.len());
+    let scale = b.iter().fold(0f32, |m, x| m.max(x.abs())).max(1.0);
+    let max_diff = a.iter().zip(&b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+    // Different batch shapes take different (equally valid) float summation orders in ggml,
+    // so agreement is to a small tolerance, not bit-exact.
+    assert!(
+        max_diff <= 1e-2 * scale,
+        "logits after KV reuse differ from a fresh context by {max_diff} (scale {scale})"
+    );
+    assert_eq!(second.report.text, cold.report.text, "greedy answers agree");
+}
+
+#[test]
+fn timings_agree_with_llama_cpp_counters() {
+    let _lock = model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let model = synth_medium(dir.path());
+    let mut e = start(&model, settings(2048));
+    let prompt = "the quick brown fox jumps over the lazy dog ".repeat(30);
+    let t = e.turn(vec![user(&prompt)], greedy(), 48);
+    let s = t.report.timeline.summary();
+    let c = t.report.llama_counters;
+    assert_eq!(c.prompt_eval_tokens as usize, s.prefilled_tokens);
+    assert_eq!(c.eval_tokens as usize, s.decode_calls);
+    assert!(s.decode_calls >= 20, "enough decode steps: {}", s.decode_calls);
+    let prefill = relative_difference(s.prefill_ms, c.prompt_eval_ms).unwrap();
+    let decode = relative_difference(s.decode_compute_ms, c.eval_ms).unwrap();
+    eprintln!(
+        "prefill {:.3} ms vs llama.cpp {:.3} ms ({:.2}%); decode {:.3} ms vs {:.3} ms ({:.2}%)",
+        s.prefill_ms,
+        c.prompt_eval_ms,
+        prefill * 100.0,
+        s.decode_compute_ms,
+        c.eval_ms,
+        decode * 100.0
+    );
+    assert!(prefill < 0.05, "prefill differs by {:.1}%", prefill * 100.0);
+    assert!(decode < 0.05, "decode differs by {:.1}%", decode * 100.0);
+}
+
+#[test]
+fn prompt_longer_than_context_is_a_clear_error_and_the_engine_goes_on() {
+    let _lock = model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let model = synth(dir.path(), "tiny.gguf", "tiny", TensorType::F32, 1);
+    let mut e = start(&model, settings(64));
+    // llama.cpp may round the context up; size the prompt from what it really holds.
+    let n_ctx = e.info.n_ctx as usize;
+    let id = e
+        .handle
+        .generate(vec![user(&"word ".repeat(2 * n_ctx))], greedy(), 4)
+        .unwrap();
+    loop {
+        match e.events.blocking_recv().unwrap() {
+            EngineEvent::Failed { request_id, error } if request_id == id => {
+                let msg = error.to_string();
+                assert!(msg.contains(&format!("context holds {n_ctx}")), "{msg}");
+                break;
+            }
+            EngineEvent::Finished { .. } => panic!("should have failed"),
+            _ => {}
+        }
+    }
+    let ok = e.turn(vec![user("hi")], greedy(), 4);
+    assert!(ok.token_events >= 1);
+}
+
+#[test]
+fn context_full_stops_generation() {
+    let _lock = model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let model = synth(dir.path(), "tiny.gguf", "tiny", TensorType::F32, 1);
+    let mut e = start(&model, settings(64));
+    let t = e.turn(vec![user("hi")], greedy(), 1000);
+    if t.report.stop_reason != StopReason::EndOfGeneration {
+        assert_eq!(t.report.stop_reason, StopReason::ContextFull);
+        assert!(t.report.context_used <= e.info.n_ctx as usize);
+        assert!(t.report.context_used + 1 >= e.info.n_ctx as usize);
+    }
+}
+
+#[test]
+fn switching_models_keeps_the_engine_alive() {
+    let _lock = model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let a = synth(dir.path(), "a.gguf", "tiny", TensorType::F32, 1);
+    let b = synth(dir.path(), "b.gguf", "tiny", TensorType::Q8_0, 2);
+    let mut e = start(&a, settings(256));
+    e.handle
+        .load_model(tokscope::engine::EngineConfig {
+            model_path: dir.path().join("missing.gguf"),
+            settings: settings(256),
+        })
+        .unwrap();
+    loop {
+        match e.events.blocking_recv().unwrap() {
+            EngineEvent::LoadFailed(err) => {
+                assert!(err.is_model_problem(), "{err}");
+                break;
+            }
+            EngineEvent::Ready(_) => panic!("a missing file cannot load"),
+            _ => {}
+        }
+    }
+    e.handle
+        .load_model(tokscope::engine::EngineConfig {
+            model_path: b.clone(),
+            settings: settings(256),
+        })
+        .unwrap();
+    loop {
+        if let EngineEvent::Ready(info) = e.events.blocking_recv().unwrap() {
+            assert_eq!(info.quantization, "Q8_0");
+            assert_eq!(info.path, b);
+            break;
+        }
+    }
+    assert!(e.turn(vec![user("hi")], greedy(), 4).token_events >= 1);
+}
