@@ -24,6 +24,10 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// The chat (the default when no command is given).
+    Chat(ChatArgs),
+    /// List saved conversations (newest first); `tokscope chat --resume ID` continues one.
+    History,
     /// Generate one answer headlessly: text streams to stdout, metrics go to stderr (or one
     /// JSON object to stdout with --json).
     Run(RunArgs),
@@ -113,6 +117,17 @@ pub struct SamplingArgs {
     pub system: Option<String>,
 }
 
+#[derive(Debug, Args, Default)]
+pub struct ChatArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    /// Continue a saved conversation: its id (or a unique prefix), or the latest without one.
+    #[arg(long, value_name = "ID", num_args = 0..=1, default_missing_value = "")]
+    pub resume: Option<String>,
+}
+
 #[derive(Debug, Args)]
 pub struct RunArgs {
     #[command(flatten)]
@@ -125,6 +140,10 @@ pub struct RunArgs {
     /// Print one JSON object (text, every metric, reproducibility stamp) instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Generate exactly --max-tokens tokens, ignoring end-of-generation tokens and stop
+    /// strings (for measuring decode speed, like llama.cpp's --ignore-eos).
+    #[arg(long)]
+    pub ignore_eos: bool,
 }
 
 #[derive(Debug, Args)]

@@ -40,3 +40,72 @@ pub fn single_turn(settings: &Settings, prompt: &str) -> Vec<ChatMessage> {
     messages.push(ChatMessage::new(Role::User, prompt));
     messages
 }
+
+/// `tokscope chat`: the TUI on the configured (or demo) model.
+pub fn chat(args: &crate::cli::ChatArgs, mut settings: Settings) -> Result<(), Failure> {
+    use std::io::IsTerminal;
+    args.model.apply(&mut settings)?;
+    args.sampling.apply(&mut settings)?;
+    let config = engine_config(&settings)?;
+    if !std::io::stdout().is_terminal() {
+        return Err(Failure::new(
+            crate::exit::USAGE,
+            "the chat needs a terminal; use `tokscope run -p TEXT` for headless use",
+        ));
+    }
+    let history_dir = crate::history::history_dir(&crate::paths::data_dir());
+    let conversation = match &args.resume {
+        None => crate::chat::Conversation::new(
+            crate::history::new_id(std::time::SystemTime::now()),
+            crate::tui::now().unix_s,
+            settings.system_prompt.clone(),
+        ),
+        Some(id) => {
+            let path = if id.is_empty() {
+                crate::history::latest(&history_dir)
+                    .map_err(|e| Failure::new(crate::exit::FAILURE, e.to_string()))?
+                    .ok_or_else(|| {
+                        Failure::new(
+                            crate::exit::USAGE,
+                            "there is no saved conversation to resume",
+                        )
+                    })?
+            } else {
+                crate::history::find(&history_dir, id)
+                    .map_err(|e| Failure::new(crate::exit::USAGE, e.to_string()))?
+            };
+            let saved = crate::history::load(&path)
+                .map_err(|e| Failure::new(crate::exit::FAILURE, e.to_string()))?;
+            crate::chat::Conversation::from_saved(&saved)
+        }
+    };
+    let app = crate::app::App::new(
+        config.model_path.clone(),
+        conversation,
+        settings.sampling.clone(),
+        settings.max_tokens,
+    );
+    let (mut engine, events) = crate::engine::EngineHandle::spawn(config.clone())?;
+    let result = crate::tui::run_chat(app, &mut engine, events, config);
+    engine.shutdown();
+    result.map(|_| ()).map_err(Failure::from)
+}
+
+/// `tokscope history`: the saved conversations.
+pub fn history() -> Result<(), Failure> {
+    let dir = crate::history::history_dir(&crate::paths::data_dir());
+    let outcome = crate::history::list(&dir)
+        .map_err(|e| Failure::new(crate::exit::FAILURE, e.to_string()))?;
+    for (from, to) in &outcome.set_aside {
+        eprintln!(
+            "warning: {} is damaged and was moved aside to {} (it was not overwritten)",
+            from.display(),
+            to.display()
+        );
+    }
+    print!(
+        "{}",
+        crate::history::format_list(&outcome.entries, crate::tui::now().unix_s)
+    );
+    Ok(())
+}

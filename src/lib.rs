@@ -3,11 +3,14 @@
 //! The library holds every part of the application so that tests, benchmarks and the binary
 //! all build the real thing; `main.rs` only parses the command line and dispatches.
 
+pub mod app;
+pub mod chat;
 pub mod cli;
 pub mod config;
 pub mod demo;
 pub mod engine;
 pub mod exit;
+pub mod history;
 pub mod launch;
 pub mod logging;
 pub mod metrics;
@@ -15,3 +18,5 @@ pub mod paths;
 pub mod run;
 pub mod stamp;
 pub mod synth;
+pub mod tui;
+pub mod ui;

@@ -42,6 +42,9 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
     let settings = || Settings::load(cli.config.as_deref());
     match &cli.command {
         Some(Command::Run(args)) => tokscope::run::run(args, settings()?),
+        Some(Command::Chat(args)) => tokscope::launch::chat(args, settings()?),
+        None => tokscope::launch::chat(&Default::default(), settings()?),
+        Some(Command::History) => tokscope::launch::history(),
         Some(Command::Synth(args)) => synth(args),
         Some(Command::FetchDemo) => fetch_demo(),
         Some(Command::Config { action }) => match action {
@@ -63,10 +66,6 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
                 Ok(())
             }
         },
-        None => Err(Failure::new(
-            exit::USAGE,
-            "the chat TUI is not built yet; use `tokscope run -p TEXT` (see --help)",
-        )),
     }
 }
 

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Milliseconds as `f64`, for display and JSON.
 pub fn ms(d: Duration) -> f64 {
@@ -40,7 +40,7 @@ pub fn percentile_sorted(sorted: &[Duration], p: f64) -> Option<Duration> {
 }
 
 /// Summary statistics of a set of latencies (inter-token gaps).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct LatencyStats {
     pub count: usize,
     pub mean_ms: f64,
@@ -171,7 +171,7 @@ impl TurnTimeline {
 }
 
 /// Derived, display-ready figures of one turn (see `docs/metrics.md`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TurnSummary {
     pub tokens_generated: usize,
     pub prompt_tokens: usize,

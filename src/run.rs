@@ -8,7 +8,9 @@ use serde::Serialize;
 
 use crate::cli::RunArgs;
 use crate::config::Settings;
-use crate::engine::{EngineEvent, EngineHandle, LlamaCounters, ModelInfo, StopReason, TurnReport};
+use crate::engine::{
+    EngineEvent, EngineHandle, GenerateRequest, LlamaCounters, ModelInfo, StopReason, TurnReport,
+};
 use crate::exit::{Failure, FAILURE};
 use crate::metrics::{fmt_opt, TurnSummary};
 use crate::stamp::Stamp;
@@ -74,11 +76,15 @@ pub fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure> {
                         eprintln!("note: {note}");
                     }
                 }
-                request = Some(engine.generate(
-                    messages.clone(),
-                    settings.sampling.clone(),
-                    settings.max_tokens,
-                )?);
+                request = Some(engine.send_request(GenerateRequest {
+                    id: engine.next_id(),
+                    messages: messages.clone(),
+                    sampling: settings.sampling.clone(),
+                    max_tokens: settings.max_tokens,
+                    capture_first_logits: false,
+                    ignore_eos: args.ignore_eos,
+                    submitted_at: std::time::Instant::now(),
+                })?);
                 info = Some(*i);
             }
             EngineEvent::LoadFailed(e) => return Err(e.into()),

@@ -20,12 +20,18 @@ fn generates_and_reports_model_facts() {
     assert!(e.info.synthetic, "synthetic flag read back from the GGUF");
     assert_eq!(e.info.architecture, "llama");
     assert_eq!(e.info.quantization, "F32");
-    assert_eq!(e.info.template, "model", "the synthetic model's Llama 3 template is used");
+    assert_eq!(
+        e.info.template, "model",
+        "the synthetic model's Llama 3 template is used"
+    );
     assert_eq!(e.info.n_ctx, 512);
     let t = e.turn(vec![user("Hello there")], greedy(), 16);
     assert_eq!(t.report.timeline.tokens_generated(), t.token_events);
     assert!(t.token_events >= 1);
-    assert_eq!(t.streamed, t.report.text, "streamed text equals the final text");
+    assert_eq!(
+        t.streamed, t.report.text,
+        "streamed text equals the final text"
+    );
     let s = t.report.timeline.summary();
     assert!(s.ttft_ms.unwrap() > 0.0);
     assert!(s.prompt_tokens > 5);
@@ -81,7 +87,10 @@ fn split_characters_from_real_llama_cpp_pieces_come_out_whole() {
     let mut out = String::new();
     for p in &pieces {
         let chunk = stream.push(p);
-        assert!(!chunk.contains('\u{FFFD}'), "replacement character emitted: {chunk:?}");
+        assert!(
+            !chunk.contains('\u{FFFD}'),
+            "replacement character emitted: {chunk:?}"
+        );
         out.push_str(&chunk);
     }
     out.push_str(&stream.finish());
@@ -109,11 +118,18 @@ fn cancel_stops_within_one_token_and_keeps_the_partial_answer() {
     let n = t.report.timeline.tokens_generated();
     // Token `cancel_at` was already out; at most the token being decoded then may follow
     // (plus one for the event still in flight when the flag was set).
-    assert!(n > cancel_at && n <= cancel_at + 3, "generated {n} tokens after cancelling at {cancel_at}");
+    assert!(
+        n > cancel_at && n <= cancel_at + 3,
+        "generated {n} tokens after cancelling at {cancel_at}"
+    );
     assert_eq!(t.streamed, t.report.text, "the partial answer is kept");
     // The engine goes on serving, and the cancelled turn's tokens stay in the KV cache.
     let next = e.turn(
-        vec![user("Write a long essay"), assistant(&t.report.text), user("Shorter")],
+        vec![
+            user("Write a long essay"),
+            assistant(&t.report.text),
+            user("Shorter"),
+        ],
         greedy(),
         4,
     );
@@ -138,7 +154,10 @@ fn kv_cache_reuse_prefills_only_new_tokens_and_matches_a_fresh_context() {
         .unwrap();
     let second = warm.collect(id, |_, _| {});
     let tl = &second.report.timeline;
-    assert_eq!(second.prefill_started, Some((tl.prompt_tokens, tl.cached_tokens)));
+    assert_eq!(
+        second.prefill_started,
+        Some((tl.prompt_tokens, tl.cached_tokens))
+    );
     assert!(
         tl.cached_tokens >= first.report.timeline.prompt_tokens,
         "the first turn's prompt ({} tokens) is reused, got {}",
@@ -162,7 +181,10 @@ fn kv_cache_reuse_prefills_only_new_tokens_and_matches_a_fresh_context() {
     let b = cold.report.first_logits.unwrap();
     assert_eq!(a.len(), b.len());
     let scale = b.iter().fold(0f32, |m, x| m.max(x.abs())).max(1.0);
-    let max_diff = a.iter().zip(&b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+    let max_diff = a
+        .iter()
+        .zip(&b)
+        .fold(0f32, |m, (x, y)| m.max((x - y).abs()));
     // Different batch shapes take different (equally valid) float summation orders in ggml,
     // so agreement is to a small tolerance, not bit-exact.
     assert!(
@@ -184,7 +206,11 @@ fn timings_agree_with_llama_cpp_counters() {
     let c = t.report.llama_counters;
     assert_eq!(c.prompt_eval_tokens as usize, s.prefilled_tokens);
     assert_eq!(c.eval_tokens as usize, s.decode_calls);
-    assert!(s.decode_calls >= 20, "enough decode steps: {}", s.decode_calls);
+    assert!(
+        s.decode_calls >= 20,
+        "enough decode steps: {}",
+        s.decode_calls
+    );
     let prefill = relative_difference(s.prefill_ms, c.prompt_eval_ms).unwrap();
     let decode = relative_difference(s.decode_compute_ms, c.eval_ms).unwrap();
     eprintln!(

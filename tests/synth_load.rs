@@ -4,6 +4,8 @@
 //! metadata, the SPM tokenizer with byte fallback, Llama 3 chat markers and end-of-turn, the
 //! chat template, and a greedy decode with finite logits, for every tensor type. Every context
 //! uses one thread: tests run in parallel on a small machine.
+// A failed expectation is a failed test; helpers outside `#[test]` fns panic for the same reason.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::num::NonZeroU32;
 use std::path::Path;
@@ -80,8 +82,7 @@ fn greedy_decode(model: &LlamaModel, prompt: &[LlamaToken], n_tokens: usize) -> 
 
     let mut sampler = LlamaSampler::greedy();
     let mut generated = Vec::new();
-    let mut position = prompt.len() as i32;
-    for _ in 0..n_tokens {
+    for step in 0..n_tokens {
         let logits = ctx.get_logits_ith(batch.n_tokens() - 1);
         assert_eq!(logits.len(), vocab_size() as usize);
         assert!(
@@ -95,9 +96,8 @@ fn greedy_decode(model: &LlamaModel, prompt: &[LlamaToken], n_tokens: usize) -> 
 
         batch.clear();
         batch
-            .add(token, position, &[0], true)
+            .add(token, (prompt.len() + step) as i32, &[0], true)
             .expect("one token fits in the batch");
-        position += 1;
         ctx.decode(&mut batch).expect("decode step succeeds");
     }
     generated

@@ -122,6 +122,9 @@ pub struct GenerateRequest {
     /// Return the logits the first token was sampled from (for cross-checks and quality
     /// comparisons; a vocabulary-sized copy, so off by default).
     pub capture_first_logits: bool,
+    /// Generate exactly `max_tokens`: end-of-generation tokens and stop strings do not end
+    /// the turn (for benchmarks, like llama.cpp's `--ignore-eos`).
+    pub ignore_eos: bool,
     /// When the request was handed to the engine: TTFT and every offset start here.
     pub submitted_at: Instant,
 }
@@ -198,6 +201,14 @@ pub enum EngineEvent {
         prompt_tokens: usize,
         cached_tokens: usize,
     },
+    /// Prefill finished: the first parts of TTFT, for the live display.
+    PrefillDone {
+        request_id: RequestId,
+        template_tokenize: Duration,
+        prefill: Duration,
+        /// Offset from `submitted_at`.
+        at: Duration,
+    },
     /// One generated token. `text` may be empty while a UTF-8 character or a possible stop
     /// string is held back; `at` is the offset from `submitted_at` when it was ready.
     Token {
@@ -220,6 +231,7 @@ impl EngineEvent {
     pub fn request_id(&self) -> Option<RequestId> {
         match self {
             EngineEvent::PrefillStarted { request_id, .. }
+            | EngineEvent::PrefillDone { request_id, .. }
             | EngineEvent::Token { request_id, .. }
             | EngineEvent::Finished { request_id, .. }
             | EngineEvent::Failed { request_id, .. } => Some(*request_id),
@@ -284,19 +296,45 @@ impl EngineHandle {
         capture_first_logits: bool,
     ) -> Result<RequestId, EngineError> {
         let id = self.next_id;
-        self.next_id += 1;
-        let request = GenerateRequest {
+        self.submit_with_id(id, messages, sampling, max_tokens, capture_first_logits)
+    }
+
+    /// Submit under an id the caller chose (the chat allocates its own). Ids must increase:
+    /// cancelling an id cancels every request up to it.
+    pub fn submit_with_id(
+        &mut self,
+        id: RequestId,
+        messages: Vec<ChatMessage>,
+        sampling: SamplingParams,
+        max_tokens: u32,
+        capture_first_logits: bool,
+    ) -> Result<RequestId, EngineError> {
+        self.next_id = self.next_id.max(id + 1);
+        self.send_request(GenerateRequest {
             id,
             messages,
             sampling,
             max_tokens,
             capture_first_logits,
+            ignore_eos: false,
             submitted_at: Instant::now(),
-        };
+        })
+    }
+
+    /// Send a fully specified request (its `submitted_at` is reset to now).
+    pub fn send_request(&mut self, mut request: GenerateRequest) -> Result<RequestId, EngineError> {
+        let id = request.id;
+        self.next_id = self.next_id.max(id + 1);
+        request.submitted_at = Instant::now();
         self.commands
             .send(EngineCommand::Generate(request))
             .map_err(|_| EngineError::EngineGone)?;
         Ok(id)
+    }
+
+    /// The id the next `generate`/`submit` will use.
+    pub fn next_id(&self) -> RequestId {
+        self.next_id
     }
 
     /// Stop a request: the engine checks this before every decode step, so generation stops

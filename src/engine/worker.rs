@@ -315,6 +315,12 @@ impl<'m> Session<'m> {
         self.ctx.synchronize();
         timeline.prefill = step.elapsed();
         timeline.prefill_done_at = t0.elapsed();
+        let _ = events.send(EngineEvent::PrefillDone {
+            request_id: req.id,
+            template_tokenize: timeline.template_tokenize,
+            prefill: timeline.prefill,
+            at: timeline.prefill_done_at,
+        });
 
         let first_logits = (req.capture_first_logits && stop_reason.is_none())
             .then(|| self.ctx.get_logits_ith(logits_index).to_vec());
@@ -322,13 +328,13 @@ impl<'m> Session<'m> {
         let mut sampler = build_sampler(&req.sampling, self.model.n_vocab());
         let mut utf8 = Utf8Stream::new();
         let mut stops = match self.style {
-            PromptStyle::Completion => StopMatcher::new(&COMPLETION_STOPS),
-            PromptStyle::Chat(_) => StopMatcher::new(&[]),
+            PromptStyle::Completion if !req.ignore_eos => StopMatcher::new(&COMPLETION_STOPS),
+            _ => StopMatcher::new(&[]),
         };
         let mut text = String::new();
         while stop_reason.is_none() {
             let token = sampler.sample(&self.ctx, logits_index);
-            if vocab.is_eog(token) {
+            if vocab.is_eog(token) && !req.ignore_eos {
                 stop_reason = Some(StopReason::EndOfGeneration);
                 break;
             }
@@ -373,7 +379,10 @@ impl<'m> Session<'m> {
             logits_index = 0;
         }
         let stop_reason = stop_reason.unwrap_or(StopReason::EndOfGeneration);
-        if stop_reason != StopReason::StopString {
+        if stop_reason == StopReason::StopString {
+            // The transcript's separator before the next "Question:" is not part of the answer.
+            text.truncate(text.trim_end().len());
+        } else {
             let (tail, _) = stops.push(&utf8.finish());
             text.push_str(&tail);
             text.push_str(&stops.finish());

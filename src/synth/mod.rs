@@ -29,6 +29,9 @@ pub const SYNTHETIC_SEED_METADATA_KEY: &str = "tokscope.synthetic.seed";
 pub const PRESET_NAMES: &[&str] = &["tiny", "small"];
 /// llama.cpp's `LLAMA_MAX_LAYERS`; more layers abort the loader instead of failing cleanly.
 pub const MAX_LAYERS: u32 = 512;
+/// Largest tensor [`write_model`] will generate. Each tensor is built in memory before it is
+/// written, so an absurd shape must be refused up front rather than abort on allocation.
+pub const MAX_TENSOR_ELEMENTS: u64 = 1 << 30;
 
 const ARCHITECTURE: &str = "llama";
 const ROPE_FREQ_BASE: f32 = 500_000.0;
@@ -220,6 +223,15 @@ impl ModelShape {
         }
         if self.n_params(vocab_size()).is_none() {
             return invalid("the parameter count overflows".to_owned());
+        }
+        for tensor in tensor_plan(self, vocab_size()) {
+            let n_elements = tensor.dims.iter().product::<u64>();
+            if n_elements > MAX_TENSOR_ELEMENTS {
+                return invalid(format!(
+                    "{} would have {n_elements} elements; the limit is {MAX_TENSOR_ELEMENTS}",
+                    tensor.name
+                ));
+            }
         }
         Ok(())
     }
@@ -589,6 +601,15 @@ mod tests {
             let message = shape.validate(TensorType::F32).unwrap_err().to_string();
             assert!(message.contains(expected), "{shape:?}: {message}");
         }
+        let huge_ff = ModelShape {
+            n_embd: 4096,
+            n_head: 32,
+            n_head_kv: 8,
+            n_ff: 1 << 20,
+            ..base
+        };
+        let message = huge_ff.validate(TensorType::F32).unwrap_err().to_string();
+        assert!(message.contains("blk.0.ffn_gate.weight"), "{message}");
         let odd_ff = ModelShape { n_ff: 200, ..base };
         assert!(odd_ff.validate(TensorType::F32).is_ok());
         let message = odd_ff.validate(TensorType::Q8_0).unwrap_err().to_string();

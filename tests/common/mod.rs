@@ -106,29 +106,37 @@ impl TestEngine {
     }
 
     /// Wait for request `id` to finish; `on_token(engine, index)` runs for each token event.
-    pub fn collect(
-        &mut self,
-        id: u64,
-        mut on_token: impl FnMut(&EngineHandle, usize),
-    ) -> Turn {
+    pub fn collect(&mut self, id: u64, mut on_token: impl FnMut(&EngineHandle, usize)) -> Turn {
         let mut streamed = String::new();
         let mut token_events = 0;
         let mut prefill_started = None;
         loop {
             match self.events.blocking_recv().expect("engine gone") {
-                EngineEvent::Token { request_id, text, index, .. } if request_id == id => {
+                EngineEvent::Token {
+                    request_id,
+                    text,
+                    index,
+                    ..
+                } if request_id == id => {
                     assert_eq!(index, token_events, "token indices are consecutive");
                     token_events += 1;
                     streamed.push_str(&text);
                     on_token(&self.handle, index);
                 }
-                EngineEvent::PrefillStarted { request_id, prompt_tokens, cached_tokens }
-                    if request_id == id =>
-                {
+                EngineEvent::PrefillStarted {
+                    request_id,
+                    prompt_tokens,
+                    cached_tokens,
+                } if request_id == id => {
                     prefill_started = Some((prompt_tokens, cached_tokens));
                 }
                 EngineEvent::Finished { request_id, report } if request_id == id => {
-                    return Turn { report: *report, streamed, token_events, prefill_started };
+                    return Turn {
+                        report: *report,
+                        streamed,
+                        token_events,
+                        prefill_started,
+                    };
                 }
                 EngineEvent::Failed { request_id, error } if request_id == id => {
                     panic!("generation failed: {error}")

@@ -1,0 +1,995 @@
+//! The chat application's state and its one update function. `update` takes a message (a key,
+//! a paste, an engine event, a tick) and the current time, changes the state and returns the
+//! effects to run (send to the engine, save, export, quit). It does no I/O itself, so every
+//! behaviour is unit-tested without a terminal or a model.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+
+use crate::chat::{AssistantTurn, Conversation, Exchange, TurnPhase};
+use crate::engine::{ChatMessage, EngineEvent, ModelInfo, RequestId, SamplingParams};
+use crate::history::SavedConversation;
+
+/// The engine as the UI sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EngineStatus {
+    Loading { progress: f32 },
+    Ready,
+    Failed(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Chat,
+    Help,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoticeKind {
+    Info,
+    Warning,
+    Error,
+}
+
+/// A one-line message in the status area (command results, errors, warnings).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Notice {
+    pub text: String,
+    pub kind: NoticeKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExportFormat {
+    Markdown,
+    Json,
+}
+
+/// The multi-line input box. `cursor` is a byte index on a char boundary.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Input {
+    pub text: String,
+    pub cursor: usize,
+}
+
+impl Input {
+    pub fn insert_char(&mut self, c: char) {
+        self.text.insert(self.cursor, c);
+        self.cursor += c.len_utf8();
+    }
+
+    pub fn insert_str(&mut self, s: &str) {
+        self.text.insert_str(self.cursor, s);
+        self.cursor += s.len();
+    }
+
+    pub fn backspace(&mut self) {
+        if let Some(c) = self.text[..self.cursor].chars().next_back() {
+            self.cursor -= c.len_utf8();
+            self.text.remove(self.cursor);
+        }
+    }
+
+    pub fn delete(&mut self) {
+        if self.cursor < self.text.len() {
+            self.text.remove(self.cursor);
+        }
+    }
+
+    pub fn left(&mut self) {
+        if let Some(c) = self.text[..self.cursor].chars().next_back() {
+            self.cursor -= c.len_utf8();
+        }
+    }
+
+    pub fn right(&mut self) {
+        if let Some(c) = self.text[self.cursor..].chars().next() {
+            self.cursor += c.len_utf8();
+        }
+    }
+
+    /// Start of the current line.
+    pub fn home(&mut self) {
+        self.cursor = self.text[..self.cursor].rfind('\n').map_or(0, |i| i + 1);
+    }
+
+    /// End of the current line.
+    pub fn end(&mut self) {
+        self.cursor = self.text[self.cursor..]
+            .find('\n')
+            .map_or(self.text.len(), |i| self.cursor + i);
+    }
+
+    pub fn set(&mut self, text: &str) {
+        self.text = text.to_string();
+        self.cursor = self.text.len();
+    }
+
+    pub fn take(&mut self) -> String {
+        self.cursor = 0;
+        std::mem::take(&mut self.text)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.text.is_empty()
+    }
+
+    /// (line, column in chars) of the cursor, for drawing it.
+    pub fn cursor_line_col(&self) -> (usize, usize) {
+        let before = &self.text[..self.cursor];
+        let line = before.matches('\n').count();
+        let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count());
+        (line, col)
+    }
+}
+
+/// Conversation scroll position: lines up from the bottom; `0` follows the stream.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Scroll {
+    pub lines_from_bottom: usize,
+}
+
+impl Scroll {
+    pub fn follows(&self) -> bool {
+        self.lines_from_bottom == 0
+    }
+}
+
+/// What the user asked for, after the key table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Send,
+    Newline,
+    Stop,
+    Regenerate,
+    RecallOrUp,
+    Down,
+    NewConversation,
+    ToggleHelp,
+    CloseHelp,
+    Quit,
+    PageUp,
+    PageDown,
+    ScrollTop,
+    ScrollBottom,
+    Backspace,
+    Delete,
+    Left,
+    Right,
+    LineStart,
+    LineEnd,
+    Char(char),
+}
+
+/// The key table: `(mode, key) → action`. Press events only (no repeats or releases).
+pub fn action_for(mode: Mode, input_empty: bool, key: KeyEvent) -> Option<Action> {
+    if key.kind != KeyEventKind::Press {
+        return None;
+    }
+    let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
+    let alt = key.modifiers.contains(KeyModifiers::ALT);
+    let shift = key.modifiers.contains(KeyModifiers::SHIFT);
+    match (mode, key.code) {
+        (_, KeyCode::Char('c') | KeyCode::Char('q')) if ctrl => Some(Action::Quit),
+        (Mode::Help, KeyCode::Esc | KeyCode::F(1) | KeyCode::Char('?') | KeyCode::Char('q')) => {
+            Some(Action::CloseHelp)
+        }
+        (Mode::Help, KeyCode::PageUp | KeyCode::Up) => Some(Action::PageUp),
+        (Mode::Help, KeyCode::PageDown | KeyCode::Down) => Some(Action::PageDown),
+        (Mode::Help, _) => None,
+        (Mode::Chat, KeyCode::F(1)) => Some(Action::ToggleHelp),
+        (Mode::Chat, KeyCode::Char('?')) if input_empty => Some(Action::ToggleHelp),
+        (Mode::Chat, KeyCode::Enter) if alt || shift => Some(Action::Newline),
+        (Mode::Chat, KeyCode::Char('j')) if ctrl => Some(Action::Newline),
+        (Mode::Chat, KeyCode::Enter) => Some(Action::Send),
+        (Mode::Chat, KeyCode::Esc) => Some(Action::Stop),
+        (Mode::Chat, KeyCode::Char('r')) if ctrl => Some(Action::Regenerate),
+        (Mode::Chat, KeyCode::Char('n')) if ctrl => Some(Action::NewConversation),
+        (Mode::Chat, KeyCode::Up) => Some(Action::RecallOrUp),
+        (Mode::Chat, KeyCode::Down) => Some(Action::Down),
+        (Mode::Chat, KeyCode::PageUp) => Some(Action::PageUp),
+        (Mode::Chat, KeyCode::PageDown) => Some(Action::PageDown),
+        (Mode::Chat, KeyCode::Home) if ctrl || input_empty => Some(Action::ScrollTop),
+        (Mode::Chat, KeyCode::End) if ctrl || input_empty => Some(Action::ScrollBottom),
+        (Mode::Chat, KeyCode::Home) => Some(Action::LineStart),
+        (Mode::Chat, KeyCode::End) => Some(Action::LineEnd),
+        (Mode::Chat, KeyCode::Backspace) => Some(Action::Backspace),
+        (Mode::Chat, KeyCode::Delete) => Some(Action::Delete),
+        (Mode::Chat, KeyCode::Left) => Some(Action::Left),
+        (Mode::Chat, KeyCode::Right) => Some(Action::Right),
+        (Mode::Chat, KeyCode::Char(c)) if !ctrl && !alt => Some(Action::Char(c)),
+        (Mode::Chat, KeyCode::Tab) => Some(Action::Char(' ')),
+        _ => None,
+    }
+}
+
+/// Inputs to `update`.
+pub enum Msg {
+    Key(KeyEvent),
+    Paste(String),
+    /// Mouse wheel: positive scrolls up (back in the conversation).
+    Scroll(i32),
+    Resize,
+    Engine(EngineEvent),
+    /// The outcome of a save effect (`Err` holds the message to show).
+    Saved(Result<PathBuf, String>),
+    /// The outcome of an export effect.
+    Exported(Result<PathBuf, String>),
+    Tick,
+}
+
+/// Work `update` asks the loop to do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect {
+    Generate {
+        id: RequestId,
+        messages: Vec<ChatMessage>,
+        sampling: SamplingParams,
+        max_tokens: u32,
+    },
+    Cancel(RequestId),
+    LoadModel(PathBuf),
+    Save(SavedConversation),
+    Export {
+        format: ExportFormat,
+        path: PathBuf,
+        conversation: SavedConversation,
+    },
+    Quit,
+}
+
+/// The time as `update` sees it, passed in so that `update` never reads the clock.
+#[derive(Debug, Clone, Copy)]
+pub struct Now {
+    pub instant: Instant,
+    pub unix_s: u64,
+}
+
+/// Lines one PgUp/PgDn moves.
+pub const PAGE_LINES: usize = 10;
+
+/// The whole state of the chat screen.
+#[derive(Debug, Clone)]
+pub struct App {
+    pub engine: EngineStatus,
+    pub model: Option<ModelInfo>,
+    pub model_path: PathBuf,
+    pub conversation: Conversation,
+    pub input: Input,
+    pub mode: Mode,
+    pub scroll: Scroll,
+    pub help_scroll: usize,
+    pub sampling: SamplingParams,
+    pub max_tokens: u32,
+    pub notice: Option<Notice>,
+    /// Prompts sent in this session, for Up-recall.
+    pub sent_prompts: Vec<String>,
+    /// When the turn in flight was handed to the engine (for the live "waiting" clock).
+    pub active_since: Option<Instant>,
+    /// Tokens in the KV cache (context used), from the last finished turn.
+    pub context_used: usize,
+    pub next_request_id: RequestId,
+    pub should_quit: bool,
+    /// A new conversation id, minted by the caller (update never reads the clock or RNG).
+    pub fresh_conversation_id: String,
+}
+
+impl App {
+    pub fn new(
+        model_path: PathBuf,
+        conversation: Conversation,
+        sampling: SamplingParams,
+        max_tokens: u32,
+    ) -> Self {
+        Self {
+            engine: EngineStatus::Loading { progress: 0.0 },
+            model: None,
+            model_path,
+            conversation,
+            input: Input::default(),
+            mode: Mode::Chat,
+            scroll: Scroll::default(),
+            help_scroll: 0,
+            sampling,
+            max_tokens,
+            notice: None,
+            sent_prompts: Vec::new(),
+            active_since: None,
+            context_used: 0,
+            next_request_id: 1,
+            should_quit: false,
+            fresh_conversation_id: String::new(),
+        }
+    }
+
+    fn notice(&mut self, kind: NoticeKind, text: impl Into<String>) {
+        self.notice = Some(Notice {
+            text: text.into(),
+            kind,
+        });
+    }
+
+    pub fn is_generating(&self) -> bool {
+        self.conversation.active().is_some()
+    }
+
+    fn model_file(&self) -> Option<String> {
+        self.model.as_ref().map(|m| m.file_name.clone())
+    }
+
+    /// Start an answer for the last exchange.
+    fn start_turn(&mut self, now: Now) -> Vec<Effect> {
+        let id = self.next_request_id;
+        self.next_request_id += 1;
+        let model_file = self.model_file();
+        let messages = self.conversation.messages_for_last();
+        if let Some(ex) = self.conversation.exchanges.last_mut() {
+            ex.assistant = Some(AssistantTurn::new(id, model_file));
+        }
+        self.active_since = Some(now.instant);
+        self.scroll = Scroll::default();
+        vec![Effect::Generate {
+            id,
+            messages,
+            sampling: self.sampling.clone(),
+            max_tokens: self.max_tokens,
+        }]
+    }
+
+    fn send(&mut self, now: Now) -> Vec<Effect> {
+        if self.input.text.trim().is_empty() {
+            return Vec::new();
+        }
+        if self.input.text.trim_start().starts_with('/') {
+            let line = self.input.take();
+            return self.slash_command(line.trim(), now);
+        }
+        if self.is_generating() {
+            self.notice(
+                NoticeKind::Warning,
+                "an answer is still streaming: Esc stops it",
+            );
+            return Vec::new();
+        }
+        if self.engine != EngineStatus::Ready {
+            self.notice(NoticeKind::Warning, "the model is not ready yet");
+            return Vec::new();
+        }
+        let text = self.input.take();
+        self.sent_prompts.push(text.clone());
+        self.conversation.exchanges.push(Exchange {
+            user: text,
+            assistant: None,
+        });
+        self.notice = None;
+        self.start_turn(now)
+    }
+
+    fn regenerate(&mut self, now: Now) -> Vec<Effect> {
+        if self.is_generating() || self.engine != EngineStatus::Ready {
+            return Vec::new();
+        }
+        let Some(last) = self.conversation.exchanges.last_mut() else {
+            self.notice(NoticeKind::Info, "nothing to regenerate yet");
+            return Vec::new();
+        };
+        last.assistant = None;
+        // A new seed, so that sampling can give a different answer (shown, so it can be
+        // reproduced).
+        self.sampling.seed = self.sampling.seed.wrapping_add(1);
+        self.notice(
+            NoticeKind::Info,
+            format!("regenerating with seed {}", self.sampling.seed),
+        );
+        self.start_turn(now)
+    }
+
+    fn cancel_active(&mut self) -> Vec<Effect> {
+        match self.conversation.active() {
+            Some(a) => vec![Effect::Cancel(a.request_id)],
+            None => Vec::new(),
+        }
+    }
+
+    fn new_conversation(&mut self) -> Vec<Effect> {
+        let effects = self.cancel_active();
+        let id = std::mem::take(&mut self.fresh_conversation_id);
+        let system = self.conversation.system_prompt.clone();
+        let created = self.conversation.created_unix_s;
+        self.conversation = Conversation::new(id, created, system);
+        self.scroll = Scroll::default();
+        self.active_since = None;
+        self.notice(NoticeKind::Info, "new conversation");
+        effects
+    }
+
+    fn slash_command(&mut self, line: &str, now: Now) -> Vec<Effect> {
+        let (cmd, arg) = match line.split_once(char::is_whitespace) {
+            Some((c, a)) => (c, a.trim()),
+            None => (line, ""),
+        };
+        let parse_f32 = |s: &str| s.parse::<f32>().ok().filter(|v| v.is_finite());
+        match cmd {
+            "/system" => {
+                self.conversation.system_prompt = Some(arg.to_string()).filter(|s| !s.is_empty());
+                self.notice(
+                    NoticeKind::Info,
+                    if arg.is_empty() {
+                        "system prompt cleared".to_string()
+                    } else {
+                        "system prompt set (applies from the next answer)".to_string()
+                    },
+                );
+            }
+            "/temp" => match parse_f32(arg).filter(|v| (0.0..=100.0).contains(v)) {
+                Some(v) => {
+                    self.sampling.temperature = v;
+                    self.notice(NoticeKind::Info, format!("temperature {v}"));
+                }
+                None => self.notice(NoticeKind::Error, "/temp needs a number from 0 to 100"),
+            },
+            "/top_p" => match parse_f32(arg).filter(|v| (0.0..=1.0).contains(v)) {
+                Some(v) => {
+                    self.sampling.top_p = v;
+                    self.notice(NoticeKind::Info, format!("top_p {v}"));
+                }
+                None => self.notice(NoticeKind::Error, "/top_p needs a number from 0 to 1"),
+            },
+            "/max" => match arg.parse::<u32>().ok().filter(|v| *v >= 1) {
+                Some(v) => {
+                    self.max_tokens = v;
+                    self.notice(NoticeKind::Info, format!("max tokens {v}"));
+                }
+                None => self.notice(NoticeKind::Error, "/max needs a whole number ≥ 1"),
+            },
+            "/seed" => match arg.parse::<u32>() {
+                Ok(v) => {
+                    self.sampling.seed = v;
+                    self.notice(NoticeKind::Info, format!("seed {v}"));
+                }
+                Err(_) => self.notice(NoticeKind::Error, "/seed needs a whole number"),
+            },
+            "/export" => {
+                let mut parts = arg.splitn(2, char::is_whitespace);
+                let format = match parts.next() {
+                    Some("md") | Some("markdown") => Some(ExportFormat::Markdown),
+                    Some("json") => Some(ExportFormat::Json),
+                    _ => None,
+                };
+                let path = parts.next().map(str::trim).filter(|p| !p.is_empty());
+                match (format, path) {
+                    (Some(format), Some(path)) => {
+                        return vec![Effect::Export {
+                            format,
+                            path: crate::config::expand_home(std::path::Path::new(path)),
+                            conversation: self.conversation.to_saved(now.unix_s),
+                        }]
+                    }
+                    _ => self.notice(NoticeKind::Error, "usage: /export md|json PATH"),
+                }
+            }
+            "/model" => {
+                if arg.is_empty() {
+                    self.notice(NoticeKind::Error, "usage: /model PATH");
+                } else {
+                    let mut effects = self.cancel_active();
+                    let path = crate::config::expand_home(std::path::Path::new(arg));
+                    self.model_path = path.clone();
+                    self.engine = EngineStatus::Loading { progress: 0.0 };
+                    self.notice(
+                        NoticeKind::Info,
+                        format!("loading {} (the conversation is kept)", path.display()),
+                    );
+                    effects.push(Effect::LoadModel(path));
+                    return effects;
+                }
+            }
+            "/new" => return self.new_conversation(),
+            "/help" => self.mode = Mode::Help,
+            "/quit" | "/exit" => return self.quit(),
+            other => self.notice(
+                NoticeKind::Error,
+                format!("unknown command {other}: try /system /temp /top_p /max /seed /export /model /new /help"),
+            ),
+        }
+        Vec::new()
+    }
+
+    fn quit(&mut self) -> Vec<Effect> {
+        self.should_quit = true;
+        let mut effects = self.cancel_active();
+        effects.push(Effect::Quit);
+        effects
+    }
+
+    fn on_engine(&mut self, event: EngineEvent, now: Now) -> Vec<Effect> {
+        match event {
+            EngineEvent::Loading { progress } => {
+                self.engine = EngineStatus::Loading { progress };
+            }
+            EngineEvent::Ready(info) => {
+                self.engine = EngineStatus::Ready;
+                self.context_used = 0;
+                if let Some(note) = &info.template_note {
+                    self.notice(NoticeKind::Info, note.clone());
+                }
+                self.model = Some(*info);
+            }
+            EngineEvent::LoadFailed(e) => {
+                self.engine = EngineStatus::Failed(e.to_string());
+                self.notice(NoticeKind::Error, e.to_string());
+            }
+            EngineEvent::PrefillStarted {
+                request_id,
+                prompt_tokens,
+                cached_tokens,
+            } => {
+                if let Some(t) = self.conversation.turn_for(request_id) {
+                    t.on_prefill_started(prompt_tokens, cached_tokens);
+                }
+            }
+            EngineEvent::PrefillDone {
+                request_id,
+                template_tokenize,
+                prefill,
+                at,
+            } => {
+                if let Some(t) = self.conversation.turn_for(request_id) {
+                    t.on_prefill_done(template_tokenize, prefill, at);
+                }
+            }
+            EngineEvent::Token {
+                request_id,
+                text,
+                at,
+                ..
+            } => {
+                if let Some(t) = self.conversation.turn_for(request_id) {
+                    if t.phase.is_active() {
+                        t.on_token(&text, at);
+                    }
+                }
+            }
+            EngineEvent::Finished { request_id, report } => {
+                let used = report.context_used;
+                if let Some(t) = self.conversation.turn_for(request_id) {
+                    t.on_finished(*report);
+                    self.context_used = used;
+                    self.active_since = None;
+                    return vec![Effect::Save(self.conversation.to_saved(now.unix_s))];
+                }
+            }
+            EngineEvent::Failed { request_id, error } => {
+                if let Some(t) = self.conversation.turn_for(request_id) {
+                    t.on_failed(error.to_string());
+                    self.active_since = None;
+                    self.notice(NoticeKind::Error, error.to_string());
+                }
+            }
+        }
+        Vec::new()
+    }
+
+    fn on_action(&mut self, action: Action, now: Now) -> Vec<Effect> {
+        match action {
+            Action::Send => return self.send(now),
+            Action::Newline => self.input.insert_char('\n'),
+            Action::Stop => {
+                if self.is_generating() {
+                    return self.cancel_active();
+                }
+                self.notice = None;
+            }
+            Action::Regenerate => return self.regenerate(now),
+            Action::RecallOrUp => {
+                if self.input.is_empty() {
+                    if let Some(last) = self.sent_prompts.last().cloned() {
+                        self.input.set(&last);
+                    }
+                } else {
+                    self.scroll_by(1);
+                }
+            }
+            Action::Down => self.scroll_by(-1),
+            Action::NewConversation => return self.new_conversation(),
+            Action::ToggleHelp => {
+                self.mode = Mode::Help;
+                self.help_scroll = 0;
+            }
+            Action::CloseHelp => self.mode = Mode::Chat,
+            Action::Quit => return self.quit(),
+            Action::PageUp => self.page(PAGE_LINES as i32),
+            Action::PageDown => self.page(-(PAGE_LINES as i32)),
+            Action::ScrollTop => self.scroll.lines_from_bottom = usize::MAX / 2,
+            Action::ScrollBottom => self.scroll = Scroll::default(),
+            Action::Backspace => self.input.backspace(),
+            Action::Delete => self.input.delete(),
+            Action::Left => self.input.left(),
+            Action::Right => self.input.right(),
+            Action::LineStart => self.input.home(),
+            Action::LineEnd => self.input.end(),
+            Action::Char(c) => self.input.insert_char(c),
+        }
+        Vec::new()
+    }
+
+    fn page(&mut self, lines: i32) {
+        if self.mode == Mode::Help {
+            self.help_scroll = if lines > 0 {
+                self.help_scroll.saturating_sub(lines as usize)
+            } else {
+                self.help_scroll + lines.unsigned_abs() as usize
+            };
+        } else {
+            self.scroll_by(lines);
+        }
+    }
+
+    fn scroll_by(&mut self, lines: i32) {
+        let s = &mut self.scroll.lines_from_bottom;
+        *s = if lines >= 0 {
+            s.saturating_add(lines as usize)
+        } else {
+            s.saturating_sub(lines.unsigned_abs() as usize)
+        };
+    }
+}
+
+/// The one update function.
+pub fn update(app: &mut App, msg: Msg, now: Now) -> Vec<Effect> {
+    match msg {
+        Msg::Key(key) => match action_for(app.mode, app.input.is_empty(), key) {
+            Some(action) => app.on_action(action, now),
+            None => Vec::new(),
+        },
+        Msg::Paste(text) => {
+            if app.mode == Mode::Chat {
+                // Terminals send pasted newlines as \r; control characters other than
+                // newline and tab are dropped so they never reach the screen raw.
+                let clean: String = text
+                    .replace("\r\n", "\n")
+                    .replace('\r', "\n")
+                    .chars()
+                    .filter(|c| !c.is_control() || *c == '\n' || *c == '\t')
+                    .collect();
+                app.input.insert_str(&clean);
+            }
+            Vec::new()
+        }
+        Msg::Scroll(lines) => {
+            app.scroll_by(lines);
+            Vec::new()
+        }
+        Msg::Resize | Msg::Tick => Vec::new(),
+        Msg::Engine(event) => app.on_engine(event, now),
+        Msg::Saved(Ok(_)) => Vec::new(),
+        Msg::Saved(Err(e)) => {
+            app.notice(
+                NoticeKind::Error,
+                format!("could not save the conversation: {e}"),
+            );
+            Vec::new()
+        }
+        Msg::Exported(result) => {
+            match result {
+                Ok(p) => app.notice(NoticeKind::Info, format!("exported to {}", p.display())),
+                Err(e) => app.notice(NoticeKind::Error, format!("export failed: {e}")),
+            }
+            Vec::new()
+        }
+    }
+}
+
+/// Whether the phase of the turn in flight is one whose display changes with time alone
+/// (the waiting clock), so the loop redraws on ticks.
+pub fn animates(app: &App) -> bool {
+    matches!(app.engine, EngineStatus::Loading { .. })
+        || app
+            .conversation
+            .active()
+            .is_some_and(|a| matches!(a.phase, TurnPhase::Queued | TurnPhase::Prefill))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{LlamaCounters, StopReason, TurnReport};
+    use crate::metrics::TurnTimeline;
+    use std::time::Duration;
+
+    fn now() -> Now {
+        Now {
+            instant: Instant::now(),
+            unix_s: 1_700_000_000,
+        }
+    }
+
+    fn key(code: KeyCode) -> KeyEvent {
+        KeyEvent::new(code, KeyModifiers::NONE)
+    }
+
+    fn with(code: KeyCode, m: KeyModifiers) -> KeyEvent {
+        KeyEvent::new(code, m)
+    }
+
+    fn ready_app() -> App {
+        let mut app = App::new(
+            "m.gguf".into(),
+            Conversation::new("c1".into(), 0, None),
+            SamplingParams::default(),
+            64,
+        );
+        app.engine = EngineStatus::Ready;
+        app.fresh_conversation_id = "c2".into();
+        app
+    }
+
+    fn type_text(app: &mut App, text: &str) {
+        for c in text.chars() {
+            update(app, Msg::Key(key(KeyCode::Char(c))), now());
+        }
+    }
+
+    fn finished(id: RequestId, text: &str, reason: StopReason) -> Msg {
+        Msg::Engine(EngineEvent::Finished {
+            request_id: id,
+            report: Box::new(TurnReport {
+                text: text.into(),
+                stop_reason: reason,
+                timeline: TurnTimeline {
+                    token_ready_at: vec![Duration::from_millis(10)],
+                    ..TurnTimeline::default()
+                },
+                context_used: 20,
+                llama_counters: LlamaCounters::default(),
+                first_logits: None,
+            }),
+        })
+    }
+
+    #[test]
+    fn key_table() {
+        use Action as A;
+        let chat = |k, empty| action_for(Mode::Chat, empty, k);
+        assert_eq!(chat(key(KeyCode::Enter), false), Some(A::Send));
+        assert_eq!(
+            chat(with(KeyCode::Enter, KeyModifiers::ALT), false),
+            Some(A::Newline)
+        );
+        assert_eq!(
+            chat(with(KeyCode::Enter, KeyModifiers::SHIFT), false),
+            Some(A::Newline)
+        );
+        assert_eq!(
+            chat(with(KeyCode::Char('j'), KeyModifiers::CONTROL), false),
+            Some(A::Newline)
+        );
+        assert_eq!(chat(key(KeyCode::Esc), true), Some(A::Stop));
+        assert_eq!(
+            chat(with(KeyCode::Char('r'), KeyModifiers::CONTROL), true),
+            Some(A::Regenerate)
+        );
+        assert_eq!(
+            chat(with(KeyCode::Char('n'), KeyModifiers::CONTROL), true),
+            Some(A::NewConversation)
+        );
+        assert_eq!(
+            chat(with(KeyCode::Char('c'), KeyModifiers::CONTROL), false),
+            Some(A::Quit)
+        );
+        assert_eq!(
+            chat(with(KeyCode::Char('q'), KeyModifiers::CONTROL), false),
+            Some(A::Quit)
+        );
+        assert_eq!(chat(key(KeyCode::F(1)), false), Some(A::ToggleHelp));
+        assert_eq!(chat(key(KeyCode::Char('?')), true), Some(A::ToggleHelp));
+        assert_eq!(chat(key(KeyCode::Char('?')), false), Some(A::Char('?')));
+        assert_eq!(chat(key(KeyCode::Up), true), Some(A::RecallOrUp));
+        assert_eq!(chat(key(KeyCode::PageUp), false), Some(A::PageUp));
+        assert_eq!(chat(key(KeyCode::Home), true), Some(A::ScrollTop));
+        assert_eq!(chat(key(KeyCode::Home), false), Some(A::LineStart));
+        assert_eq!(chat(key(KeyCode::End), true), Some(A::ScrollBottom));
+        assert_eq!(chat(key(KeyCode::Char('é')), false), Some(A::Char('é')));
+        assert_eq!(
+            action_for(Mode::Help, true, key(KeyCode::Esc)),
+            Some(A::CloseHelp)
+        );
+        assert_eq!(action_for(Mode::Help, true, key(KeyCode::Char('x'))), None);
+        let mut release = key(KeyCode::Enter);
+        release.kind = KeyEventKind::Release;
+        assert_eq!(chat(release, false), None, "only presses count");
+    }
+
+    #[test]
+    fn send_starts_a_turn_and_events_fill_it() {
+        let mut app = ready_app();
+        type_text(&mut app, "hi");
+        let fx = update(&mut app, Msg::Key(key(KeyCode::Enter)), now());
+        let Some(Effect::Generate { id, messages, .. }) = fx.first().cloned() else {
+            panic!("no generate effect: {fx:?}")
+        };
+        assert_eq!(messages.last().map(|m| m.content.as_str()), Some("hi"));
+        assert!(app.input.is_empty());
+        assert!(app.is_generating());
+        update(
+            &mut app,
+            Msg::Engine(EngineEvent::Token {
+                request_id: id,
+                index: 0,
+                text: "Hel".into(),
+                at: Duration::from_millis(5),
+            }),
+            now(),
+        );
+        // Events of another request are dropped.
+        update(
+            &mut app,
+            Msg::Engine(EngineEvent::Token {
+                request_id: id + 100,
+                index: 0,
+                text: "XX".into(),
+                at: Duration::from_millis(6),
+            }),
+            now(),
+        );
+        let turn = app.conversation.active().unwrap();
+        assert_eq!(turn.text, "Hel");
+        assert_eq!(turn.phase, TurnPhase::Streaming);
+        let fx = update(
+            &mut app,
+            finished(id, "Hello", StopReason::EndOfGeneration),
+            now(),
+        );
+        assert!(matches!(fx.as_slice(), [Effect::Save(s)] if s.turns.len() == 1));
+        assert!(!app.is_generating());
+        assert_eq!(app.context_used, 20);
+    }
+
+    #[test]
+    fn esc_cancels_the_active_request_and_stopped_turn_keeps_text() {
+        let mut app = ready_app();
+        type_text(&mut app, "long");
+        let fx = update(&mut app, Msg::Key(key(KeyCode::Enter)), now());
+        let Some(Effect::Generate { id, .. }) = fx.first().cloned() else {
+            panic!()
+        };
+        let fx = update(&mut app, Msg::Key(key(KeyCode::Esc)), now());
+        assert_eq!(fx, vec![Effect::Cancel(id)]);
+        update(
+            &mut app,
+            finished(id, "partial", StopReason::Cancelled),
+            now(),
+        );
+        let t = app.conversation.exchanges[0].assistant.as_ref().unwrap();
+        assert_eq!(t.phase, TurnPhase::Stopped);
+        assert_eq!(t.text, "partial");
+    }
+
+    #[test]
+    fn nothing_is_sent_while_loading_or_streaming() {
+        let mut app = ready_app();
+        app.engine = EngineStatus::Loading { progress: 0.5 };
+        type_text(&mut app, "x");
+        assert!(update(&mut app, Msg::Key(key(KeyCode::Enter)), now()).is_empty());
+        assert_eq!(app.input.text, "x", "the input is kept");
+        assert!(app.notice.is_some());
+    }
+
+    #[test]
+    fn up_recalls_the_last_prompt_and_regenerate_resends_it() {
+        let mut app = ready_app();
+        type_text(&mut app, "question");
+        let fx = update(&mut app, Msg::Key(key(KeyCode::Enter)), now());
+        let Some(Effect::Generate { id, .. }) = fx.first().cloned() else {
+            panic!()
+        };
+        update(
+            &mut app,
+            finished(id, "answer", StopReason::EndOfGeneration),
+            now(),
+        );
+        update(&mut app, Msg::Key(key(KeyCode::Up)), now());
+        assert_eq!(app.input.text, "question");
+        app.input.take();
+        let seed = app.sampling.seed;
+        let fx = update(
+            &mut app,
+            Msg::Key(with(KeyCode::Char('r'), KeyModifiers::CONTROL)),
+            now(),
+        );
+        let Some(Effect::Generate {
+            messages, sampling, ..
+        }) = fx.first().cloned()
+        else {
+            panic!("{fx:?}")
+        };
+        assert_eq!(messages.len(), 1, "the old answer is not sent again");
+        assert_eq!(sampling.seed, seed.wrapping_add(1));
+        assert_eq!(app.conversation.exchanges.len(), 1);
+    }
+
+    #[test]
+    fn slash_commands() {
+        let mut app = ready_app();
+        let run = |app: &mut App, line: &str| {
+            app.input.set(line);
+            update(app, Msg::Key(key(KeyCode::Enter)), now())
+        };
+        run(&mut app, "/temp 0.2");
+        assert_eq!(app.sampling.temperature, 0.2);
+        run(&mut app, "/top_p 0.5");
+        assert_eq!(app.sampling.top_p, 0.5);
+        run(&mut app, "/max 33");
+        assert_eq!(app.max_tokens, 33);
+        run(&mut app, "/seed 9");
+        assert_eq!(app.sampling.seed, 9);
+        run(&mut app, "/system be terse");
+        assert_eq!(app.conversation.system_prompt.as_deref(), Some("be terse"));
+        run(&mut app, "/temp -3");
+        assert_eq!(app.notice.as_ref().map(|n| n.kind), Some(NoticeKind::Error));
+        assert_eq!(app.sampling.temperature, 0.2);
+        run(&mut app, "/bogus");
+        assert!(app
+            .notice
+            .as_ref()
+            .unwrap()
+            .text
+            .contains("unknown command"));
+        let fx = run(&mut app, "/export md /tmp/x.md");
+        assert!(matches!(
+            &fx[..],
+            [Effect::Export {
+                format: ExportFormat::Markdown,
+                ..
+            }]
+        ));
+        let fx = run(&mut app, "/model /m/other.gguf");
+        assert_eq!(fx, vec![Effect::LoadModel("/m/other.gguf".into())]);
+        assert!(matches!(app.engine, EngineStatus::Loading { .. }));
+        let fx = run(&mut app, "/new");
+        assert!(fx.is_empty());
+        assert_eq!(app.conversation.id, "c2");
+        let fx = run(&mut app, "/quit");
+        assert_eq!(fx, vec![Effect::Quit]);
+    }
+
+    #[test]
+    fn paste_keeps_newlines_and_drops_control_characters() {
+        let mut app = ready_app();
+        update(&mut app, Msg::Paste("a\r\nb\x1b[31mc\x07".into()), now());
+        assert_eq!(app.input.text, "a\nb[31mc");
+    }
+
+    #[test]
+    fn input_editing_is_char_safe() {
+        let mut i = Input::default();
+        i.insert_str("héllo\nwörld");
+        i.home();
+        assert_eq!(i.cursor_line_col(), (1, 0));
+        i.left();
+        i.backspace();
+        assert_eq!(i.text, "héll\nwörld");
+        i.end();
+        i.right();
+        i.delete();
+        assert_eq!(i.text, "héll\nörld");
+        i.set("ü");
+        i.backspace();
+        i.backspace();
+        assert!(i.is_empty());
+    }
+
+    #[test]
+    fn scrolling_moves_away_and_back() {
+        let mut app = ready_app();
+        update(&mut app, Msg::Scroll(3), now());
+        assert!(!app.scroll.follows());
+        update(&mut app, Msg::Key(key(KeyCode::PageDown)), now());
+        assert!(app.scroll.follows());
+        update(&mut app, Msg::Key(key(KeyCode::Home)), now());
+        assert!(!app.scroll.follows());
+        update(&mut app, Msg::Key(key(KeyCode::End)), now());
+        assert!(app.scroll.follows());
+    }
+}

@@ -1,0 +1,366 @@
+//! The conversation and the chat turn as a small state machine, with no I/O:
+//! idle → prefill → streaming → done / stopped / failed. Live metrics of the turn in flight
+//! are kept as the same `TurnTimeline` the engine reports, filled from token events as they
+//! arrive, so the live pane and the final figures use one definition.
+
+use std::time::Duration;
+
+use crate::engine::{ChatMessage, RequestId, Role, StopReason, TurnReport};
+use crate::history::{SavedConversation, SavedTurn};
+use crate::metrics::{TurnSummary, TurnTimeline};
+
+/// Where a turn stands.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TurnPhase {
+    /// Sent to the engine; waiting for prefill to start (queue, template, tokenize).
+    Queued,
+    /// Prefill running.
+    Prefill,
+    /// Tokens arriving.
+    Streaming,
+    /// Finished (end of generation, max tokens, stop string or full context).
+    Done(StopReason),
+    /// Stopped by the user; the partial answer is kept.
+    Stopped,
+    /// The engine failed; the message says why.
+    Failed(String),
+}
+
+impl TurnPhase {
+    pub fn is_active(&self) -> bool {
+        matches!(
+            self,
+            TurnPhase::Queued | TurnPhase::Prefill | TurnPhase::Streaming
+        )
+    }
+}
+
+/// An assistant answer, finished or in flight.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AssistantTurn {
+    pub request_id: RequestId,
+    pub text: String,
+    pub phase: TurnPhase,
+    /// Live while streaming, replaced by the engine's report at the end.
+    pub timeline: TurnTimeline,
+    /// Figures of a finished turn (also for turns loaded from history, which have no timeline).
+    pub summary: Option<TurnSummary>,
+    pub model_file: Option<String>,
+    /// Tokens in the KV cache after the turn.
+    pub context_used: Option<usize>,
+}
+
+impl AssistantTurn {
+    pub fn new(request_id: RequestId, model_file: Option<String>) -> Self {
+        Self {
+            request_id,
+            text: String::new(),
+            phase: TurnPhase::Queued,
+            timeline: TurnTimeline::default(),
+            summary: None,
+            model_file,
+            context_used: None,
+        }
+    }
+
+    /// The turn's figures: the final ones when finished, else derived from the live timeline.
+    pub fn current_summary(&self) -> TurnSummary {
+        self.summary
+            .clone()
+            .unwrap_or_else(|| self.timeline.summary())
+    }
+
+    pub fn on_prefill_started(&mut self, prompt_tokens: usize, cached_tokens: usize) {
+        if self.phase == TurnPhase::Queued {
+            self.phase = TurnPhase::Prefill;
+        }
+        self.timeline.prompt_tokens = prompt_tokens;
+        self.timeline.cached_tokens = cached_tokens;
+    }
+
+    pub fn on_prefill_done(
+        &mut self,
+        template_tokenize: Duration,
+        prefill: Duration,
+        at: Duration,
+    ) {
+        self.timeline.template_tokenize = template_tokenize;
+        self.timeline.prefill = prefill;
+        self.timeline.prefill_done_at = at;
+    }
+
+    pub fn on_token(&mut self, text: &str, at: Duration) {
+        if matches!(self.phase, TurnPhase::Queued | TurnPhase::Prefill) {
+            self.phase = TurnPhase::Streaming;
+        }
+        self.text.push_str(text);
+        self.timeline.token_ready_at.push(at);
+    }
+
+    pub fn on_finished(&mut self, report: TurnReport) {
+        self.text = report.text;
+        self.summary = Some(report.timeline.summary());
+        self.timeline = report.timeline;
+        self.context_used = Some(report.context_used);
+        self.phase = match report.stop_reason {
+            StopReason::Cancelled => TurnPhase::Stopped,
+            other => TurnPhase::Done(other),
+        };
+    }
+
+    pub fn on_failed(&mut self, message: String) {
+        self.phase = TurnPhase::Failed(message);
+    }
+}
+
+/// One user message and its answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Exchange {
+    pub user: String,
+    pub assistant: Option<AssistantTurn>,
+}
+
+/// The conversation on screen.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Conversation {
+    pub id: String,
+    pub created_unix_s: u64,
+    pub system_prompt: Option<String>,
+    pub exchanges: Vec<Exchange>,
+}
+
+impl Conversation {
+    pub fn new(id: String, created_unix_s: u64, system_prompt: Option<String>) -> Self {
+        Self {
+            id,
+            created_unix_s,
+            system_prompt,
+            exchanges: Vec::new(),
+        }
+    }
+
+    /// The messages to send for the last exchange: system prompt, every earlier exchange that
+    /// has an answer (failed ones are left out), then the last user message.
+    pub fn messages_for_last(&self) -> Vec<ChatMessage> {
+        let mut out = Vec::new();
+        if let Some(s) = &self.system_prompt {
+            out.push(ChatMessage::new(Role::System, s.clone()));
+        }
+        let n = self.exchanges.len();
+        for (i, ex) in self.exchanges.iter().enumerate() {
+            if i + 1 == n {
+                out.push(ChatMessage::new(Role::User, ex.user.clone()));
+                break;
+            }
+            match &ex.assistant {
+                Some(a) if !matches!(a.phase, TurnPhase::Failed(_)) && !a.text.is_empty() => {
+                    out.push(ChatMessage::new(Role::User, ex.user.clone()));
+                    out.push(ChatMessage::new(Role::Assistant, a.text.clone()));
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+
+    /// The answer in flight, if any.
+    pub fn active(&self) -> Option<&AssistantTurn> {
+        self.exchanges
+            .last()
+            .and_then(|e| e.assistant.as_ref())
+            .filter(|a| a.phase.is_active())
+    }
+
+    pub fn active_mut(&mut self) -> Option<&mut AssistantTurn> {
+        self.exchanges
+            .last_mut()
+            .and_then(|e| e.assistant.as_mut())
+            .filter(|a| a.phase.is_active())
+    }
+
+    /// The answer belonging to a request, when it is the latest one (events of older
+    /// requests are dropped).
+    pub fn turn_for(&mut self, id: RequestId) -> Option<&mut AssistantTurn> {
+        self.exchanges
+            .last_mut()
+            .and_then(|e| e.assistant.as_mut())
+            .filter(|a| a.request_id == id)
+    }
+
+    /// The last finished answer (the most recent with figures).
+    pub fn last_finished(&self) -> Option<&AssistantTurn> {
+        self.exchanges
+            .iter()
+            .rev()
+            .filter_map(|e| e.assistant.as_ref())
+            .find(|a| a.summary.is_some())
+    }
+
+    /// What is saved to disk: every exchange with a finished or stopped answer.
+    pub fn to_saved(&self, updated_unix_s: u64) -> SavedConversation {
+        let turns = self
+            .exchanges
+            .iter()
+            .filter_map(|e| {
+                let a = e.assistant.as_ref()?;
+                let stop_reason = match &a.phase {
+                    TurnPhase::Done(r) => *r,
+                    TurnPhase::Stopped => StopReason::Cancelled,
+                    _ => return None,
+                };
+                Some(SavedTurn {
+                    user: e.user.clone(),
+                    assistant: a.text.clone(),
+                    stop_reason,
+                    metrics: a.summary.clone(),
+                    model_file: a.model_file.clone(),
+                    finished_unix_s: updated_unix_s,
+                })
+            })
+            .collect();
+        SavedConversation {
+            version: crate::history::FORMAT_VERSION,
+            id: self.id.clone(),
+            created_unix_s: self.created_unix_s,
+            updated_unix_s,
+            model_file: self
+                .exchanges
+                .iter()
+                .rev()
+                .find_map(|e| e.assistant.as_ref().and_then(|a| a.model_file.clone())),
+            system_prompt: self.system_prompt.clone(),
+            turns,
+        }
+    }
+
+    /// A conversation loaded from history (its KV cache is rebuilt on the next turn).
+    pub fn from_saved(saved: &SavedConversation) -> Self {
+        let exchanges = saved
+            .turns
+            .iter()
+            .map(|t| Exchange {
+                user: t.user.clone(),
+                assistant: Some(AssistantTurn {
+                    request_id: 0,
+                    text: t.assistant.clone(),
+                    phase: match t.stop_reason {
+                        StopReason::Cancelled => TurnPhase::Stopped,
+                        r => TurnPhase::Done(r),
+                    },
+                    timeline: TurnTimeline::default(),
+                    summary: t.metrics.clone(),
+                    model_file: t.model_file.clone(),
+                    context_used: None,
+                }),
+            })
+            .collect();
+        Self {
+            id: saved.id.clone(),
+            created_unix_s: saved.created_unix_s,
+            system_prompt: saved.system_prompt.clone(),
+            exchanges,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::LlamaCounters;
+
+    fn report(text: &str, reason: StopReason, tokens: &[u64]) -> TurnReport {
+        TurnReport {
+            text: text.into(),
+            stop_reason: reason,
+            timeline: TurnTimeline {
+                token_ready_at: tokens.iter().map(|t| Duration::from_millis(*t)).collect(),
+                ..TurnTimeline::default()
+            },
+            context_used: 42,
+            llama_counters: LlamaCounters::default(),
+            first_logits: None,
+        }
+    }
+
+    #[test]
+    fn turn_moves_through_its_phases() {
+        let mut t = AssistantTurn::new(1, None);
+        assert_eq!(t.phase, TurnPhase::Queued);
+        t.on_prefill_started(10, 4);
+        assert_eq!(t.phase, TurnPhase::Prefill);
+        t.on_token("Hel", Duration::from_millis(30));
+        assert_eq!(t.phase, TurnPhase::Streaming);
+        t.on_token("lo", Duration::from_millis(40));
+        assert_eq!(t.text, "Hello");
+        let live = t.current_summary();
+        assert_eq!(live.ttft_ms, Some(30.0));
+        assert_eq!(live.tokens_generated, 2);
+        assert_eq!(live.cached_tokens, 4);
+        t.on_finished(report("Hello!", StopReason::EndOfGeneration, &[30, 40, 50]));
+        assert_eq!(t.phase, TurnPhase::Done(StopReason::EndOfGeneration));
+        assert_eq!(t.text, "Hello!");
+        assert_eq!(t.current_summary().tokens_generated, 3);
+        assert!(!t.phase.is_active());
+    }
+
+    #[test]
+    fn cancelled_turn_is_stopped_and_keeps_text() {
+        let mut t = AssistantTurn::new(1, None);
+        t.on_token("partial", Duration::from_millis(5));
+        t.on_finished(report("partial", StopReason::Cancelled, &[5]));
+        assert_eq!(t.phase, TurnPhase::Stopped);
+        assert_eq!(t.text, "partial");
+    }
+
+    #[test]
+    fn messages_skip_failed_answers_and_end_with_the_user() {
+        let mut c = Conversation::new("x".into(), 0, Some("sys".into()));
+        let mut ok = AssistantTurn::new(1, None);
+        ok.on_finished(report("four", StopReason::EndOfGeneration, &[1]));
+        c.exchanges.push(Exchange {
+            user: "2+2?".into(),
+            assistant: Some(ok),
+        });
+        let mut bad = AssistantTurn::new(2, None);
+        bad.on_failed("boom".into());
+        c.exchanges.push(Exchange {
+            user: "broken".into(),
+            assistant: Some(bad),
+        });
+        c.exchanges.push(Exchange {
+            user: "next".into(),
+            assistant: None,
+        });
+        let m = c.messages_for_last();
+        let roles: Vec<_> = m.iter().map(|m| m.role).collect();
+        assert_eq!(
+            roles,
+            [Role::System, Role::User, Role::Assistant, Role::User]
+        );
+        assert_eq!(m[3].content, "next");
+    }
+
+    #[test]
+    fn saved_round_trip_keeps_finished_turns_only() {
+        let mut c = Conversation::new("id1".into(), 10, None);
+        let mut a = AssistantTurn::new(1, Some("m.gguf".into()));
+        a.on_finished(report("yes", StopReason::MaxTokens, &[1, 2]));
+        c.exchanges.push(Exchange {
+            user: "q".into(),
+            assistant: Some(a),
+        });
+        c.exchanges.push(Exchange {
+            user: "in flight".into(),
+            assistant: Some(AssistantTurn::new(2, None)),
+        });
+        let saved = c.to_saved(20);
+        assert_eq!(saved.turns.len(), 1);
+        assert_eq!(saved.model_file.as_deref(), Some("m.gguf"));
+        let back = Conversation::from_saved(&saved);
+        assert_eq!(back.exchanges.len(), 1);
+        assert_eq!(back.exchanges[0].user, "q");
+        let t = back.exchanges[0].assistant.as_ref().unwrap();
+        assert_eq!(t.phase, TurnPhase::Done(StopReason::MaxTokens));
+        assert_eq!(t.current_summary().tokens_generated, 2);
+    }
+}

@@ -1,0 +1,324 @@
+//! The chat's terminal side: setting the terminal up and restoring it (on quit, on error and on
+//! panic), and the event loop. The loop drains every queued message before drawing and draws
+//! at most once per frame, never once per token; only ratatui writes to the terminal.
+
+use std::io::{self, Stdout};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crossterm::event::{
+    DisableBracketedPaste, DisableMouseCapture, EnableBracketedPaste, EnableMouseCapture, Event,
+    EventStream, MouseEventKind,
+};
+use crossterm::execute;
+use crossterm::terminal::{
+    disable_raw_mode, enable_raw_mode, EnterAlternateScreen, LeaveAlternateScreen,
+};
+use futures_util::{FutureExt, StreamExt};
+use ratatui::backend::{Backend, CrosstermBackend};
+use ratatui::Terminal;
+
+use crate::app::{animates, update, App, Effect, ExportFormat, Msg, Now};
+use crate::engine::{EngineConfig, EngineHandle, EventReceiver};
+
+/// Shortest time between two frames (60 Hz).
+pub const FRAME_INTERVAL: Duration = Duration::from_millis(16);
+/// How often time-driven parts of the screen (waiting clocks, loading) refresh.
+pub const TICK_INTERVAL: Duration = Duration::from_millis(100);
+/// Lines one mouse-wheel notch scrolls.
+const WHEEL_LINES: i32 = 3;
+
+static TERMINAL_ACTIVE: AtomicBool = AtomicBool::new(false);
+
+/// Put the terminal into the TUI's mode: raw input, alternate screen, paste and mouse events.
+pub fn enter() -> io::Result<Terminal<CrosstermBackend<Stdout>>> {
+    enable_raw_mode()?;
+    TERMINAL_ACTIVE.store(true, Ordering::SeqCst);
+    let mut stdout = io::stdout();
+    if let Err(e) = execute!(
+        stdout,
+        EnterAlternateScreen,
+        EnableBracketedPaste,
+        EnableMouseCapture
+    ) {
+        restore();
+        return Err(e);
+    }
+    Terminal::new(CrosstermBackend::new(stdout)).inspect_err(|_| restore())
+}
+
+/// Give the terminal back as it was. Safe to call more than once and from the panic hook.
+pub fn restore() {
+    if TERMINAL_ACTIVE.swap(false, Ordering::SeqCst) {
+        let _ = execute!(
+            io::stdout(),
+            DisableMouseCapture,
+            DisableBracketedPaste,
+            LeaveAlternateScreen,
+            crossterm::cursor::Show
+        );
+        let _ = disable_raw_mode();
+    }
+}
+
+/// Restores the terminal when dropped (normal exit and early returns alike).
+pub struct RestoreGuard;
+
+impl Drop for RestoreGuard {
+    fn drop(&mut self) {
+        restore();
+    }
+}
+
+/// Decides when to draw: only when something changed, and at most once per frame interval.
+#[derive(Debug, Clone)]
+pub struct FrameScheduler {
+    pub min_interval: Duration,
+    last_draw: Option<Instant>,
+    dirty: bool,
+}
+
+impl FrameScheduler {
+    pub fn new(min_interval: Duration) -> Self {
+        Self {
+            min_interval,
+            last_draw: None,
+            dirty: true,
+        }
+    }
+
+    pub fn mark_dirty(&mut self) {
+        self.dirty = true;
+    }
+
+    pub fn due(&self, now: Instant) -> bool {
+        self.dirty
+            && self
+                .last_draw
+                .is_none_or(|t| now.saturating_duration_since(t) >= self.min_interval)
+    }
+
+    /// When a pending change may be drawn (None when nothing is pending).
+    pub fn next_frame_at(&self) -> Option<Instant> {
+        self.dirty.then(|| {
+            self.last_draw
+                .map_or_else(Instant::now, |t| t + self.min_interval)
+        })
+    }
+
+    pub fn drawn(&mut self, now: Instant) {
+        self.dirty = false;
+        self.last_draw = Some(now);
+    }
+}
+
+/// The state, the terminal and the frame scheduler: what the loop drives. Generic over the
+/// backend so that tests drive it with ratatui's `TestBackend`.
+pub struct Driver<B: Backend> {
+    pub terminal: Terminal<B>,
+    pub app: App,
+    pub frames: FrameScheduler,
+    pub draws: usize,
+}
+
+impl<B: Backend> Driver<B> {
+    pub fn new(terminal: Terminal<B>, app: App) -> Self {
+        Self {
+            terminal,
+            app,
+            frames: FrameScheduler::new(FRAME_INTERVAL),
+            draws: 0,
+        }
+    }
+
+    /// Apply every message of a batch; effects are returned in order.
+    pub fn apply_all(&mut self, msgs: Vec<Msg>, now: Now) -> Vec<Effect> {
+        let mut effects = Vec::new();
+        for msg in msgs {
+            let redraw = !matches!(msg, Msg::Tick) || animates(&self.app);
+            effects.extend(update(&mut self.app, msg, now));
+            if redraw {
+                self.frames.mark_dirty();
+            }
+        }
+        effects
+    }
+
+    /// Draw if something changed and a frame is due. Returns whether it drew.
+    pub fn draw_if_due(&mut self, now: Instant) -> io::Result<bool> {
+        if !self.frames.due(now) {
+            return Ok(false);
+        }
+        let app = &self.app;
+        self.terminal.draw(|f| crate::ui::draw(f, app, now))?;
+        self.frames.drawn(now);
+        self.draws += 1;
+        Ok(true)
+    }
+}
+
+/// Take every engine event already queued, without waiting.
+pub fn drain_engine(rx: &mut EventReceiver, into: &mut Vec<Msg>) {
+    while let Ok(event) = rx.try_recv() {
+        into.push(Msg::Engine(event));
+    }
+}
+
+fn terminal_msg(event: Event) -> Option<Msg> {
+    match event {
+        Event::Key(k) => Some(Msg::Key(k)),
+        Event::Paste(s) => Some(Msg::Paste(s)),
+        Event::Resize(..) => Some(Msg::Resize),
+        Event::Mouse(m) => match m.kind {
+            MouseEventKind::ScrollUp => Some(Msg::Scroll(WHEEL_LINES)),
+            MouseEventKind::ScrollDown => Some(Msg::Scroll(-WHEEL_LINES)),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+pub fn now() -> Now {
+    Now {
+        instant: Instant::now(),
+        unix_s: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+    }
+}
+
+/// Where the effects go: the engine, the history dir.
+pub struct Effects<'a> {
+    pub engine: &'a mut EngineHandle,
+    pub engine_config: EngineConfig,
+    pub history_dir: PathBuf,
+}
+
+impl Effects<'_> {
+    /// Run effects; returns messages reporting their outcomes, and whether to quit.
+    pub fn run(&mut self, effects: Vec<Effect>, app: &mut App) -> (Vec<Msg>, bool) {
+        let mut msgs = Vec::new();
+        let mut quit = false;
+        for effect in effects {
+            match effect {
+                Effect::Generate {
+                    id,
+                    messages,
+                    sampling,
+                    max_tokens,
+                } => {
+                    if let Err(e) = self
+                        .engine
+                        .submit_with_id(id, messages, sampling, max_tokens, false)
+                    {
+                        msgs.push(Msg::Engine(crate::engine::EngineEvent::Failed {
+                            request_id: id,
+                            error: e,
+                        }));
+                    }
+                }
+                Effect::Cancel(id) => self.engine.cancel(id),
+                Effect::LoadModel(path) => {
+                    let mut config = self.engine_config.clone();
+                    config.model_path = path;
+                    if let Err(e) = self.engine.load_model(config) {
+                        msgs.push(Msg::Engine(crate::engine::EngineEvent::LoadFailed(e)));
+                    }
+                }
+                Effect::Save(conversation) => {
+                    let result = crate::history::save(&self.history_dir, &conversation)
+                        .map_err(|e| e.to_string());
+                    msgs.push(Msg::Saved(result));
+                }
+                Effect::Export {
+                    format,
+                    path,
+                    conversation,
+                } => {
+                    let contents = match format {
+                        ExportFormat::Markdown => {
+                            Ok(crate::history::export_markdown(&conversation))
+                        }
+                        ExportFormat::Json => crate::history::export_json(&conversation),
+                    };
+                    let result = contents
+                        .and_then(|c| crate::history::write_private(&path, c.as_bytes()))
+                        .map(|()| path.clone())
+                        .map_err(|e| e.to_string());
+                    msgs.push(Msg::Exported(result));
+                }
+                Effect::Quit => quit = true,
+            }
+        }
+        app.fresh_conversation_id = crate::history::new_id(SystemTime::now());
+        (msgs, quit)
+    }
+}
+
+/// Run the chat until the user quits.
+pub fn run_chat(
+    app: App,
+    engine: &mut EngineHandle,
+    mut events: EventReceiver,
+    engine_config: EngineConfig,
+) -> io::Result<App> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()?;
+    let terminal = enter()?;
+    let _guard = RestoreGuard;
+    let mut driver = Driver::new(terminal, app);
+    driver.app.fresh_conversation_id = crate::history::new_id(SystemTime::now());
+    let mut effects = Effects {
+        engine,
+        engine_config,
+        history_dir: crate::history::history_dir(&crate::paths::data_dir()),
+    };
+    runtime.block_on(async {
+        let mut term_events = EventStream::new();
+        let mut ticks = tokio::time::interval(TICK_INTERVAL);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        loop {
+            driver.draw_if_due(Instant::now())?;
+            let frame_at = driver.frames.next_frame_at();
+            let mut batch = Vec::new();
+            tokio::select! {
+                ev = term_events.next() => match ev {
+                    Some(Ok(e)) => batch.extend(terminal_msg(e)),
+                    Some(Err(e)) => return Err(e),
+                    None => return Ok(()),
+                },
+                ev = events.recv() => match ev {
+                    Some(e) => batch.push(Msg::Engine(e)),
+                    None => return Err(io::Error::other("the engine stopped unexpectedly")),
+                },
+                _ = ticks.tick() => batch.push(Msg::Tick),
+                _ = sleep_until_opt(frame_at) => {}
+            }
+            // Drain everything else already queued before drawing once.
+            while let Some(Some(Ok(e))) = term_events.next().now_or_never() {
+                batch.extend(terminal_msg(e));
+            }
+            drain_engine(&mut events, &mut batch);
+            let mut pending = batch;
+            while !pending.is_empty() {
+                let fx = driver.apply_all(pending, now());
+                let (outcomes, quit) = effects.run(fx, &mut driver.app);
+                if quit {
+                    return Ok(());
+                }
+                pending = outcomes;
+            }
+        }
+    })?;
+    Ok(driver.app)
+}
+
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,302 @@
+//! The conversation pane: user and assistant turns (assistant text as Markdown), each answer's
+//! footer (waiting clock, streaming cursor, stopped marker, error, or its compact figures), the
+//! welcome screen of an empty conversation, and scrolling from the bottom with the position
+//! clamped to the content at draw time.
+
+use std::time::Instant;
+
+use ratatui::layout::Rect;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::Paragraph;
+use ratatui::Frame;
+
+use super::text::{line_width, one_line, truncate, wrap};
+use super::{format, markdown, theme};
+use crate::app::{App, EngineStatus};
+use crate::chat::{AssistantTurn, TurnPhase};
+use crate::engine::ModelInfo;
+use crate::metrics::TurnSummary;
+
+/// Body text is indented under its role label.
+const INDENT: &str = "  ";
+
+pub fn draw(frame: &mut Frame, area: Rect, app: &App, now: Instant) {
+    if area.is_empty() {
+        return;
+    }
+    let lines = lines(app, area.width as usize, now);
+    let height = area.height as usize;
+    let total = lines.len();
+    let (start, view, hidden_below) = if app.scroll.follows() || total <= height {
+        (total.saturating_sub(height), height, 0)
+    } else {
+        // One row goes to the "more lines" hint; the offset is clamped to the content.
+        let view = height.saturating_sub(1).max(1);
+        let max_offset = total.saturating_sub(view);
+        let offset = app.scroll.lines_from_bottom.min(max_offset);
+        (total - view - offset, view, offset)
+    };
+    let end = (start + view).min(total);
+    let visible: Vec<Line<'static>> = lines.get(start..end).unwrap_or_default().to_vec();
+    frame.render_widget(Paragraph::new(visible), area);
+    if hidden_below > 0 && area.height >= 2 {
+        let noun = if hidden_below == 1 { "line" } else { "lines" };
+        let hint = truncate(
+            &format!(" ↓ {hidden_below} more {noun} · End follows "),
+            area.width as usize,
+        );
+        let row = Rect {
+            y: area.y + area.height - 1,
+            height: 1,
+            ..area
+        };
+        frame.render_widget(
+            Paragraph::new(Line::from(Span::styled(hint, theme::SCROLL_HINT))),
+            row,
+        );
+    }
+}
+
+/// Every line of the conversation at `width` columns, oldest first.
+pub fn lines(app: &App, width: usize, now: Instant) -> Vec<Line<'static>> {
+    let width = width.max(1);
+    let indent = [Span::raw(INDENT)];
+    let mut out = Vec::new();
+    if let Some(system) = &app.conversation.system_prompt {
+        out.extend(wrap(
+            &[
+                Span::styled("system: ", theme::DIM),
+                Span::styled(system.clone(), theme::SYSTEM_PROMPT),
+            ],
+            width,
+            &[],
+            &indent,
+        ));
+        out.push(Line::default());
+    }
+    if app.conversation.exchanges.is_empty() {
+        out.extend(welcome(app, width));
+        return out;
+    }
+    for (i, exchange) in app.conversation.exchanges.iter().enumerate() {
+        if i > 0 {
+            out.push(Line::default());
+        }
+        out.push(Line::from(Span::styled("▍you", theme::USER_LABEL)));
+        out.extend(wrap(
+            &[Span::styled(exchange.user.clone(), theme::USER_TEXT)],
+            width,
+            &indent,
+            &indent,
+        ));
+        if let Some(turn) = &exchange.assistant {
+            out.push(Line::default());
+            out.extend(assistant(app, turn, width, now));
+        }
+    }
+    out
+}
+
+fn assistant(app: &App, turn: &AssistantTurn, width: usize, now: Instant) -> Vec<Line<'static>> {
+    let mut out = vec![Line::from(Span::styled(
+        "▍assistant",
+        theme::ASSISTANT_LABEL,
+    ))];
+    let body_width = width.saturating_sub(INDENT.len()).max(1);
+    let mut body: Vec<Line<'static>> = markdown::render(&turn.text, body_width)
+        .into_iter()
+        .map(|line| {
+            if line.spans.is_empty() {
+                line
+            } else {
+                let mut spans = vec![Span::raw(INDENT)];
+                spans.extend(line.spans);
+                Line::from(spans)
+            }
+        })
+        .collect();
+    let indent = [Span::raw(INDENT)];
+    match &turn.phase {
+        TurnPhase::Streaming => {
+            // The cursor follows the text as it grows.
+            let cursor = Span::styled("▌", theme::STREAM_CURSOR);
+            match body.last_mut() {
+                Some(last) if !last.spans.is_empty() && line_width(last) < width => {
+                    last.spans.push(cursor)
+                }
+                _ => body.push(Line::from(vec![Span::raw(INDENT), cursor])),
+            }
+            out.extend(body);
+        }
+        TurnPhase::Queued | TurnPhase::Prefill => {
+            out.extend(body);
+            let waited = app
+                .active_since
+                .map(|since| format::secs(now.saturating_duration_since(since)))
+                .unwrap_or_else(|| "—".to_string());
+            let what = if turn.phase == TurnPhase::Queued {
+                "⋯ queued".to_string()
+            } else {
+                format!(
+                    "⋯ prefill {} tok ({} cached)",
+                    turn.timeline.prefilled_tokens(),
+                    turn.timeline.cached_tokens
+                )
+            };
+            out.extend(wrap(
+                &[Span::styled(
+                    format!("{what} · waiting {waited}"),
+                    theme::WAITING,
+                )],
+                width,
+                &indent,
+                &indent,
+            ));
+        }
+        TurnPhase::Done(reason) => {
+            if body.is_empty() {
+                body.push(Line::from(Span::styled("  (no text)", theme::DIM)));
+            }
+            out.extend(body);
+            let figures = figures(&turn.current_summary());
+            out.extend(wrap(
+                &[Span::styled(
+                    format!("─ {figures} · {}", reason.as_str()),
+                    theme::TURN_FOOTER,
+                )],
+                width,
+                &indent,
+                &indent,
+            ));
+        }
+        TurnPhase::Stopped => {
+            out.extend(body);
+            let figures = figures(&turn.current_summary());
+            out.extend(wrap(
+                &[
+                    Span::styled("■ stopped", theme::STOPPED),
+                    Span::styled(format!(" · {figures}"), theme::TURN_FOOTER),
+                ],
+                width,
+                &indent,
+                &indent,
+            ));
+        }
+        TurnPhase::Failed(message) => {
+            out.extend(body);
+            out.extend(wrap(
+                &[Span::styled(format!("✗ failed: {message}"), theme::FAILED)],
+                width,
+                &indent,
+                &indent,
+            ));
+        }
+    }
+    out
+}
+
+/// The compact figures under a finished answer.
+fn figures(s: &TurnSummary) -> String {
+    format!(
+        "TTFT {} ms · {} tok/s · {} tok",
+        format::num(s.ttft_ms),
+        format::num(s.decode_tok_per_s),
+        s.tokens_generated
+    )
+}
+
+fn model_line(info: &ModelInfo) -> String {
+    format!(
+        "{} ({}, {} params, {})",
+        one_line(&info.name),
+        one_line(&info.architecture),
+        format::params(info.n_params),
+        one_line(&info.quantization)
+    )
+}
+
+/// What an empty conversation shows: the model, what to type, where help is.
+fn welcome(app: &App, width: usize) -> Vec<Line<'static>> {
+    let indent = [Span::raw(INDENT)];
+    let para = |spans: Vec<Span<'static>>| wrap(&spans, width, &indent, &indent);
+    let mut out = vec![Line::default()];
+    out.extend(para(vec![Span::styled(
+        "tokscope · a chat that measures the model while it talks",
+        theme::WELCOME_TITLE,
+    )]));
+    out.push(Line::default());
+    match (&app.engine, &app.model) {
+        (EngineStatus::Loading { progress }, _) => {
+            let file = app
+                .model_path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            out.extend(para(vec![Span::styled(
+                format!(
+                    "Loading {} … {}%",
+                    one_line(&file),
+                    format::percent(*progress)
+                ),
+                theme::WAITING,
+            )]));
+        }
+        (EngineStatus::Failed(error), _) => {
+            out.extend(para(vec![Span::styled(
+                format!("The model could not be loaded: {error}"),
+                theme::FAILED,
+            )]));
+            out.extend(para(vec![
+                Span::raw("Load another with "),
+                Span::styled("/model PATH", theme::KEY),
+                Span::raw("."),
+            ]));
+        }
+        (EngineStatus::Ready, Some(info)) => {
+            out.extend(para(vec![
+                Span::raw("Chatting with "),
+                Span::styled(model_line(info), theme::BOLD),
+                Span::raw("."),
+            ]));
+        }
+        (EngineStatus::Ready, None) => {}
+    }
+    if let Some(info) = &app.model {
+        if info.synthetic {
+            out.extend(para(vec![Span::styled(
+                format!("⚠ {}", ModelInfo::SYNTHETIC_LABEL),
+                theme::SYNTHETIC,
+            )]));
+        }
+    }
+    out.push(Line::default());
+    let key = |k: &str| Span::styled(k.to_string(), theme::KEY);
+    out.extend(para(vec![
+        Span::raw("Type a message and press "),
+        key("Enter"),
+        Span::raw(" to send; "),
+        key("Alt+Enter"),
+        Span::raw(" adds a line. "),
+        key("Esc"),
+        Span::raw(" stops an answer, "),
+        key("Ctrl+R"),
+        Span::raw(" regenerates it, "),
+        key("Ctrl+N"),
+        Span::raw(" starts over."),
+    ]));
+    out.extend(para(vec![
+        key("F1"),
+        Span::raw(" or "),
+        key("?"),
+        Span::raw(" shows every key, the /commands and what each figure means."),
+    ]));
+    if let Some(info) = &app.model {
+        out.push(Line::default());
+        let mut note = format!("Prompt template: {}", one_line(&info.template));
+        if let Some(why) = &info.template_note {
+            note.push_str(&format!(" ({})", one_line(why)));
+        }
+        out.extend(para(vec![Span::styled(note, theme::DIM)]));
+    }
+    out
+}

@@ -1,0 +1,223 @@
+//! The help overlay: every key, every slash command and the one-line definition of every figure
+//! on screen (matching `docs/metrics.md`), scrolled by `app.help_scroll`, clamped at draw time.
+
+use ratatui::layout::Rect;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Borders, Clear, Paragraph};
+use ratatui::Frame;
+
+use super::text::{truncate, width, wrap};
+use super::theme;
+use crate::app::App;
+
+const KEYS: &[(&str, &str)] = &[
+    ("Enter", "send the message (or run a /command)"),
+    ("Alt+Enter", "new line in the message (also Shift+Enter, Ctrl+J)"),
+    ("Esc", "stop the answer being generated; the partial answer is kept"),
+    ("Ctrl+R", "regenerate the last answer (with the next seed)"),
+    ("Up", "on an empty input: recall the last prompt"),
+    ("Ctrl+N", "new conversation"),
+    ("PgUp / PgDn", "scroll the conversation (so does the mouse wheel)"),
+    (
+        "Home / End",
+        "top / bottom of the conversation, with an empty input or with Ctrl; End follows the stream again",
+    ),
+    (
+        "F1 or ?",
+        "this help (? on an empty input); Esc, F1, ? or q close it; Up/Down, PgUp/PgDn scroll it",
+    ),
+    ("Ctrl+C / Ctrl+Q", "quit"),
+];
+
+const COMMANDS: &[(&str, &str)] = &[
+    (
+        "/system TEXT",
+        "set the system prompt, from the next answer on (empty: clear it)",
+    ),
+    ("/temp X", "sampling temperature, 0 to 100 (0: greedy)"),
+    ("/top_p X", "nucleus sampling threshold, 0 to 1"),
+    ("/max N", "most tokens per answer"),
+    ("/seed N", "sampling seed"),
+    ("/export md|json PATH", "write the conversation to a file"),
+    (
+        "/model PATH",
+        "load another GGUF model; the conversation is kept",
+    ),
+    ("/new", "new conversation (as Ctrl+N)"),
+    ("/help", "this help"),
+    ("/quit", "quit (also /exit)"),
+];
+
+const METRICS: &[(&str, &str)] = &[
+    (
+        "TTFT ms",
+        "time to first token: request handed to the engine → first token's text ready = queue wait + template+tokenize + prefill + first sample",
+    ),
+    (
+        "waiting ms",
+        "time since the request was handed to the engine, while no token has arrived yet",
+    ),
+    (
+        "tmpl+tok ms",
+        "building the prompt with the chat template and tokenizing it",
+    ),
+    (
+        "prefill ms",
+        "the decode calls over the prompt tokens not already in the KV cache",
+    ),
+    (
+        "first sample ms",
+        "end of prefill → first token ready (sampling it and decoding its text)",
+    ),
+    (
+        "prefill tok",
+        "prompt tokens that had to be prefilled: prompt tokens − cached tokens",
+    ),
+    (
+        "cached tok",
+        "prompt tokens whose KV entries were kept from the previous turn (the longest common prefix)",
+    ),
+    ("prefill tok/s", "prefilled tokens ÷ prefill time"),
+    (
+        "decode tok/s",
+        "(N − 1) ÷ (t_last − t_first): tokens per second after the first, the steady decode speed",
+    ),
+    (
+        "TPOT ms",
+        "time per output token after the first: (E2E − TTFT) ÷ (N − 1); equals the mean ITL",
+    ),
+    (
+        "ITL ms",
+        "inter-token latency: each token's ready time minus the previous token's. last = the latest gap; mean; p50, p90, p99 by nearest rank (the gap at rank ⌈p/100 × n⌉ of the sorted gaps, always a gap that really happened); max. The bars show the latest gaps, oldest left",
+    ),
+    (
+        "tokens",
+        "tokens generated (N); the end-of-generation token is not counted",
+    ),
+    (
+        "E2E ms",
+        "end to end: request → last token ready (→ end of the turn when no token came)",
+    ),
+    (
+        "#  history",
+        "TTFT and decode tok/s of each finished answer, newest last; ■ marks a stopped one",
+    ),
+    (
+        "context tok",
+        "tokens in the KV cache (prompt and answer so far) / the context window (n_ctx)",
+    ),
+    (
+        "—",
+        "not defined: TTFT needs one token; ITL, TPOT and decode tok/s need two; prefill tok/s needs prefilled tokens; the breakdown arrives when the answer ends",
+    ),
+];
+
+/// Column where descriptions start.
+fn key_column(width: usize) -> usize {
+    if width >= 70 {
+        22
+    } else {
+        16
+    }
+}
+
+fn entries(out: &mut Vec<Line<'static>>, items: &[(&str, &str)], w: usize) {
+    let col = key_column(w);
+    let pad = |n: usize| Span::raw(" ".repeat(n));
+    for (key, text) in items {
+        let kw = width(key);
+        let text = [Span::styled(text.to_string(), theme::HELP_TEXT)];
+        if kw < col {
+            let first = [
+                Span::raw("  "),
+                Span::styled(key.to_string(), theme::HELP_KEY),
+                pad(col - kw),
+            ];
+            out.extend(wrap(&text, w, &first, &[pad(col + 2)]));
+        } else {
+            out.push(Line::from(vec![
+                Span::raw("  "),
+                Span::styled(key.to_string(), theme::HELP_KEY),
+            ]));
+            out.extend(wrap(&text, w, &[pad(col + 2)], &[pad(col + 2)]));
+        }
+    }
+}
+
+/// Every line of the help at `w` columns.
+pub fn lines(w: usize) -> Vec<Line<'static>> {
+    let mut out = Vec::new();
+    let section = |title: &str| Line::from(Span::styled(title.to_string(), theme::HELP_SECTION));
+    out.push(section("Keys"));
+    entries(&mut out, KEYS, w);
+    out.push(Line::default());
+    out.push(section("Commands"));
+    entries(&mut out, COMMANDS, w);
+    out.push(Line::default());
+    out.push(section("Metrics"));
+    out.extend(wrap(
+        &[Span::styled(
+            "As defined in docs/metrics.md. Times are taken on the engine thread, from the moment the request is handed to the engine; the figures shown are those of the answer in flight, or else of the last finished one.",
+            theme::DIM,
+        )],
+        w,
+        &[],
+        &[],
+    ));
+    entries(&mut out, METRICS, w);
+    out.push(Line::default());
+    out.push(section("Status line"));
+    out.extend(wrap(
+        &[Span::styled(
+            "engine state (loading %, ready, queued, prefill, streaming, stopped, error) · model name · architecture · parameters · quantization · file size · backend and device · GPU layers · context used/total.",
+            theme::HELP_TEXT,
+        )],
+        w,
+        &[],
+        &[],
+    ));
+    out
+}
+
+pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
+    let w = area.width.saturating_sub(4).min(100);
+    let h = area.height.saturating_sub(2);
+    let rect = Rect {
+        x: area.x + (area.width - w) / 2,
+        y: area.y + (area.height - h) / 2,
+        width: w,
+        height: h,
+    };
+    frame.render_widget(Clear, rect);
+    let inner_w = w.saturating_sub(4) as usize;
+    let all = lines(inner_w.max(1));
+    let inner_h = h.saturating_sub(2) as usize;
+    let max_scroll = all.len().saturating_sub(inner_h);
+    let scroll = app.help_scroll.min(max_scroll);
+    let position = if max_scroll == 0 {
+        " all shown ".to_string()
+    } else {
+        format!(
+            " {}–{} of {} ",
+            scroll + 1,
+            (scroll + inner_h).min(all.len()),
+            all.len()
+        )
+    };
+    let keys = truncate(" ↑↓ PgUp PgDn scroll · Esc closes ", w as usize / 2);
+    let block = Block::new()
+        .borders(Borders::ALL)
+        .border_style(theme::HELP_BORDER)
+        .title(Line::from(Span::styled(" help ", theme::HELP_TITLE)))
+        .title_bottom(Line::from(Span::styled(keys, theme::DIM)))
+        .title_bottom(Line::from(Span::styled(position, theme::DIM)).right_aligned());
+    let inner = block.inner(rect);
+    frame.render_widget(block, rect);
+    let inner = Rect {
+        x: inner.x + 1,
+        width: inner.width.saturating_sub(2),
+        ..inner
+    };
+    let visible: Vec<Line<'static>> = all.into_iter().skip(scroll).take(inner_h).collect();
+    frame.render_widget(Paragraph::new(visible), inner);
+}

@@ -1,0 +1,517 @@
+//! The live metrics column beside the conversation: the figures of the answer in flight (or of
+//! the last finished one): TTFT and its breakdown, the waiting clock, decode speed, ITL with its
+//! percentiles and a sparkline of the gaps, tokens, E2E, the context gauge and the per-turn
+//! history. Every figure comes from `metrics` (through the turn's `TurnSummary` and timeline);
+//! this file only chooses what fits and formats it. On narrow terminals, `strip` gives the key
+//! figures on one line instead.
+
+use std::time::Instant;
+
+use ratatui::layout::Rect;
+use ratatui::style::Style;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Borders, Paragraph, Sparkline};
+use ratatui::Frame;
+
+use super::text::{truncate, width as text_width, wrap};
+use super::{context, focus_turn, format, theme, waiting};
+use crate::app::App;
+use crate::chat::{AssistantTurn, TurnPhase};
+use crate::engine::ModelInfo;
+use crate::metrics::{fmt_opt, ms, TurnSummary};
+
+/// Height the ITL sparkline may grow to.
+const SPARK_MAX_ROWS: usize = 3;
+
+enum Content {
+    Text(Vec<Line<'static>>),
+    /// ITL gaps in microseconds, oldest first.
+    Spark(Vec<u64>),
+    History {
+        header: Line<'static>,
+        rows: Vec<Line<'static>>,
+    },
+}
+
+/// One piece of the column; when the column is short, pieces with the largest `priority`
+/// number go first.
+struct Piece {
+    priority: u8,
+    content: Content,
+}
+
+impl Piece {
+    fn text(priority: u8, lines: Vec<Line<'static>>) -> Self {
+        Self {
+            priority,
+            content: Content::Text(lines),
+        }
+    }
+
+    fn min_height(&self) -> usize {
+        match &self.content {
+            Content::Text(lines) => lines.len(),
+            Content::Spark(_) => 1,
+            Content::History { rows, .. } => 1 + rows.len().clamp(1, 1),
+        }
+    }
+}
+
+pub fn draw(frame: &mut Frame, area: Rect, app: &App, now: Instant) {
+    let block = Block::new()
+        .borders(Borders::LEFT)
+        .border_style(theme::PANE_BORDER);
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    if inner.is_empty() {
+        return;
+    }
+    // One column of padding on the left, none on the right.
+    let inner = Rect {
+        x: inner.x + 1,
+        width: inner.width.saturating_sub(1),
+        ..inner
+    };
+    let w = inner.width as usize;
+    let mut pieces = pieces(app, now, w);
+
+    // Drop the least important pieces until the minimum heights fit.
+    let avail = inner.height as usize;
+    while pieces.iter().map(Piece::min_height).sum::<usize>() > avail {
+        let Some(worst) = pieces
+            .iter()
+            .enumerate()
+            .max_by_key(|(i, p)| (p.priority, *i))
+            .map(|(i, _)| i)
+        else {
+            break;
+        };
+        pieces.remove(worst);
+    }
+    // Share what is left: the sparkline grows first, then the history shows more turns.
+    let mut spare = avail.saturating_sub(pieces.iter().map(Piece::min_height).sum());
+    let mut heights: Vec<usize> = pieces.iter().map(Piece::min_height).collect();
+    for (p, h) in pieces.iter().zip(heights.iter_mut()) {
+        if matches!(&p.content, Content::Spark(gaps) if !gaps.is_empty()) {
+            let extra = spare.min(SPARK_MAX_ROWS - 1);
+            *h += extra;
+            spare -= extra;
+        }
+    }
+    for (p, h) in pieces.iter().zip(heights.iter_mut()) {
+        if let Content::History { rows, .. } = &p.content {
+            let extra = spare.min(rows.len().saturating_sub(1));
+            *h += extra;
+            spare -= extra;
+        }
+    }
+
+    let mut y = inner.y;
+    for (piece, h) in pieces.into_iter().zip(heights) {
+        let rect = Rect {
+            y,
+            height: h as u16,
+            ..inner
+        };
+        y += h as u16;
+        match piece.content {
+            Content::Text(lines) => frame.render_widget(Paragraph::new(lines), rect),
+            Content::Spark(gaps) => draw_spark(frame, rect, &gaps),
+            Content::History { header, rows } => {
+                let shown = h.saturating_sub(1);
+                let mut lines = vec![header];
+                if rows.is_empty() {
+                    lines.push(Line::from(Span::styled(
+                        "  no finished turn yet",
+                        theme::DIM,
+                    )));
+                }
+                lines.extend(rows[rows.len().saturating_sub(shown)..].iter().cloned());
+                frame.render_widget(Paragraph::new(lines), rect);
+            }
+        }
+    }
+}
+
+fn draw_spark(frame: &mut Frame, rect: Rect, gaps_us: &[u64]) {
+    if gaps_us.is_empty() {
+        frame.render_widget(
+            Paragraph::new(Span::styled("ITL bars: no gaps yet", theme::DIM)),
+            rect,
+        );
+        return;
+    }
+    // The latest gaps that fit, scaled to the largest shown; every gap shows at least the
+    // lowest bar so that a short gap is not mistaken for a missing one.
+    let shown = &gaps_us[gaps_us.len().saturating_sub(rect.width as usize)..];
+    let max = shown.iter().copied().max().unwrap_or(1).max(1);
+    let floor = max.div_ceil(u64::from(rect.height.max(1)) * 8);
+    let data: Vec<u64> = shown.iter().map(|g| (*g).max(floor)).collect();
+    frame.render_widget(
+        Sparkline::default()
+            .data(&data)
+            .max(max)
+            .style(theme::SPARKLINE),
+        rect,
+    );
+}
+
+/// A `label … value` row, the value right-aligned to `width`.
+fn row(
+    label: &str,
+    value: String,
+    width: usize,
+    label_style: Style,
+    value_style: Style,
+) -> Line<'static> {
+    let vw = text_width(&value);
+    let label = truncate(label, width.saturating_sub(vw + 1));
+    let pad = width.saturating_sub(text_width(&label) + vw).max(1);
+    Line::from(vec![
+        Span::styled(label, label_style),
+        Span::raw(" ".repeat(pad)),
+        Span::styled(value, value_style),
+    ])
+}
+
+/// `n` label/value cells on one row, sharing `width` with one column between cells.
+fn cells(items: &[(&str, String)], width: usize) -> Line<'static> {
+    let n = items.len().max(1);
+    let avail = width.saturating_sub(n - 1);
+    let mut spans = Vec::new();
+    for (i, (label, value)) in items.iter().enumerate() {
+        // The first cells take the columns that do not divide evenly.
+        let cw = avail / n + usize::from(i < avail % n);
+        let vw = text_width(value);
+        let label = truncate(label, cw.saturating_sub(vw + 1));
+        let pad = cw.saturating_sub(text_width(&label) + vw).max(1);
+        if i > 0 {
+            spans.push(Span::raw(" "));
+        }
+        spans.push(Span::styled(label, theme::METRIC_SUB_LABEL));
+        spans.push(Span::raw(" ".repeat(pad)));
+        spans.push(Span::styled(value.clone(), theme::METRIC_VALUE));
+    }
+    Line::from(spans)
+}
+
+fn phase_word(phase: &TurnPhase) -> &'static str {
+    match phase {
+        TurnPhase::Queued => "queued",
+        TurnPhase::Prefill => "prefill",
+        TurnPhase::Streaming => "streaming",
+        TurnPhase::Done(_) => "done",
+        TurnPhase::Stopped => "stopped",
+        TurnPhase::Failed(_) => "failed",
+    }
+}
+
+/// Whether the TTFT breakdown of this turn is known yet. The engine reports the template,
+/// tokenize and prefill durations with the finished turn; until then they are undefined.
+fn breakdown_known(turn: &AssistantTurn) -> bool {
+    turn.summary.is_some() || !turn.timeline.prefill_done_at.is_zero()
+}
+
+fn pieces(app: &App, now: Instant, w: usize) -> Vec<Piece> {
+    let mut out = Vec::new();
+    if app.model.as_ref().is_some_and(|m| m.synthetic) {
+        out.push(Piece::text(
+            0,
+            wrap(
+                &[Span::styled(
+                    format!("⚠ {}", ModelInfo::SYNTHETIC_LABEL),
+                    theme::SYNTHETIC,
+                )],
+                w,
+                &[],
+                &[],
+            ),
+        ));
+    }
+    let focus = focus_turn(app);
+    let summary: Option<TurnSummary> = focus.map(|(_, t)| t.current_summary());
+    let s = summary.as_ref();
+    let header = match focus {
+        Some((n, t)) => format!("turn {n} · {}", phase_word(&t.phase)),
+        None => "no answer yet".to_string(),
+    };
+    out.push(Piece::text(
+        1,
+        vec![Line::from(Span::styled(
+            truncate(&header, w),
+            theme::METRIC_HEADER,
+        ))],
+    ));
+    let label = theme::METRIC_LABEL;
+    let sub = theme::METRIC_SUB_LABEL;
+    let value = theme::METRIC_VALUE;
+    let key = theme::METRIC_KEY_VALUE;
+
+    if let Some(waited) = waiting(app, now) {
+        out.push(Piece::text(
+            1,
+            vec![row(
+                "waiting ms",
+                format::num(Some(ms(waited))),
+                w,
+                label,
+                key,
+            )],
+        ));
+    }
+    out.push(Piece::text(
+        1,
+        vec![row(
+            "TTFT ms",
+            format::num(s.and_then(|s| s.ttft_ms)),
+            w,
+            label,
+            key,
+        )],
+    ));
+    let known = focus.is_some_and(|(_, t)| breakdown_known(t));
+    // Prompt and cache counts arrive when prefill starts.
+    let counted = focus.is_some_and(|(_, t)| t.phase != TurnPhase::Queued);
+    let if_counted = |v: Option<usize>| v.filter(|_| counted);
+    // An answer in flight has no end yet until its first token is ready.
+    let e2e_defined =
+        focus.is_some_and(|(_, t)| !t.phase.is_active() || t.timeline.tokens_generated() > 0);
+    let if_known = |v: Option<f64>| if known { v } else { None };
+    out.push(Piece::text(
+        5,
+        vec![
+            row(
+                "  tmpl+tok ms",
+                format::num(if_known(s.map(|s| s.template_tokenize_ms))),
+                w,
+                sub,
+                value,
+            ),
+            row(
+                "  prefill ms",
+                format::num(if_known(s.map(|s| s.prefill_ms))),
+                w,
+                sub,
+                value,
+            ),
+            row(
+                "  first sample ms",
+                format::num(if_known(s.and_then(|s| s.first_sample_ms))),
+                w,
+                sub,
+                value,
+            ),
+            row(
+                "  prefill tok",
+                opt_count(if_counted(s.map(|s| s.prefilled_tokens))),
+                w,
+                sub,
+                value,
+            ),
+            row(
+                "  cached tok",
+                opt_count(if_counted(s.map(|s| s.cached_tokens))),
+                w,
+                sub,
+                value,
+            ),
+            row(
+                "  prefill tok/s",
+                format::num(if_known(s.and_then(|s| s.prefill_tok_per_s))),
+                w,
+                sub,
+                value,
+            ),
+        ],
+    ));
+    out.push(Piece::text(
+        1,
+        vec![row(
+            "decode tok/s",
+            format::num(s.and_then(|s| s.decode_tok_per_s)),
+            w,
+            label,
+            key,
+        )],
+    ));
+    out.push(Piece::text(
+        6,
+        vec![row(
+            "TPOT ms",
+            format::num(s.and_then(|s| s.tpot_ms)),
+            w,
+            label,
+            value,
+        )],
+    ));
+    out.push(Piece::text(
+        3,
+        vec![
+            row(
+                "tokens",
+                opt_count(s.map(|s| s.tokens_generated)),
+                w,
+                label,
+                value,
+            ),
+            row(
+                "E2E ms",
+                format::num(s.map(|s| s.e2e_ms).filter(|_| e2e_defined)),
+                w,
+                label,
+                value,
+            ),
+        ],
+    ));
+
+    // ITL: the last gap comes from the timeline, the statistics from the summary.
+    let gaps = focus
+        .map(|(_, t)| t.timeline.inter_token_latencies())
+        .unwrap_or_default();
+    let itl = s.and_then(|s| s.itl);
+    let count = itl.map_or(0, |i| i.count);
+    out.push(Piece::text(
+        2,
+        vec![
+            row("ITL ms", format!("{count} gaps"), w, label, sub),
+            cells(
+                &[
+                    ("last", format::num(gaps.last().map(|g| ms(*g)))),
+                    ("mean", format::num(itl.map(|i| i.mean_ms))),
+                    ("p50", format::num(itl.map(|i| i.p50_ms))),
+                ],
+                w,
+            ),
+            cells(
+                &[
+                    ("p90", format::num(itl.map(|i| i.p90_ms))),
+                    ("p99", format::num(itl.map(|i| i.p99_ms))),
+                    ("max", format::num(itl.map(|i| i.max_ms))),
+                ],
+                w,
+            ),
+        ],
+    ));
+    out.push(Piece {
+        priority: 4,
+        content: Content::Spark(
+            gaps.iter()
+                .map(|g| u64::try_from(g.as_micros()).unwrap_or(u64::MAX))
+                .collect(),
+        ),
+    });
+
+    out.push(Piece::text(2, context_lines(app, w)));
+    out.push(history(app, w));
+    out
+}
+
+fn opt_count(n: Option<usize>) -> String {
+    n.map_or_else(|| "—".to_string(), |n| n.to_string())
+}
+
+fn context_lines(app: &App, w: usize) -> Vec<Line<'static>> {
+    let (used, total) = context(app);
+    let value = match total {
+        Some(t) => format!("{used} / {t}"),
+        None => "—".to_string(),
+    };
+    let mut lines = vec![row(
+        "context tok",
+        value,
+        w,
+        theme::METRIC_LABEL,
+        theme::METRIC_VALUE,
+    )];
+    if let Some(total) = total.filter(|t| *t > 0) {
+        let fraction = (used as f64 / f64::from(total)).clamp(0.0, 1.0);
+        let pct = format!(" {:>3.0}%", fraction * 100.0);
+        let bar_w = w.saturating_sub(pct.len());
+        let filled = ((fraction * bar_w as f64).round() as usize).min(bar_w);
+        let fill_style = if fraction >= 0.9 {
+            theme::GAUGE_FULL
+        } else {
+            theme::GAUGE_FILLED
+        };
+        lines.push(Line::from(vec![
+            Span::styled("█".repeat(filled), fill_style),
+            Span::styled("░".repeat(bar_w - filled), theme::GAUGE_EMPTY),
+            Span::styled(pct, theme::METRIC_VALUE),
+        ]));
+    }
+    lines
+}
+
+/// TTFT and decode speed of every finished turn, newest last.
+fn history(app: &App, w: usize) -> Piece {
+    let with_tokens = w >= 29;
+    let fmt_row = |n: &str, ttft: &str, rate: &str, tok: &str| {
+        if with_tokens {
+            format!("{n:>3} {ttft:>9} {rate:>8} {tok:>6}")
+        } else {
+            format!("{n:>3} {ttft:>9} {rate:>8}")
+        }
+    };
+    let header = Line::from(Span::styled(
+        truncate(&fmt_row("#", "TTFT ms", "tok/s", "tok"), w),
+        theme::METRIC_SECTION,
+    ));
+    let rows = app
+        .conversation
+        .exchanges
+        .iter()
+        .enumerate()
+        .filter_map(|(i, e)| {
+            let t = e.assistant.as_ref()?;
+            let s = t.summary.as_ref()?;
+            let mark = if t.phase == TurnPhase::Stopped {
+                "■"
+            } else {
+                ""
+            };
+            let text = fmt_row(
+                &format!("{mark}{}", i + 1),
+                &format::num(s.ttft_ms),
+                &fmt_opt(s.decode_tok_per_s, 1),
+                &s.tokens_generated.to_string(),
+            );
+            Some(Line::from(Span::styled(
+                truncate(&text, w),
+                theme::METRIC_LABEL,
+            )))
+        })
+        .collect();
+    Piece {
+        priority: 7,
+        content: Content::History { header, rows },
+    }
+}
+
+/// The key figures on one line, for terminals too narrow for the column.
+pub fn strip(app: &App, now: Instant) -> Line<'static> {
+    let focus = focus_turn(app);
+    let s = focus.map(|(_, t)| t.current_summary());
+    let s = s.as_ref();
+    let mut parts = Vec::new();
+    if let Some(waited) = waiting(app, now) {
+        parts.push(format!("waiting {} ms", format::num(Some(ms(waited)))));
+    }
+    parts.push(format!(
+        "TTFT {} ms",
+        format::num(s.and_then(|s| s.ttft_ms))
+    ));
+    parts.push(format!(
+        "{} tok/s",
+        format::num(s.and_then(|s| s.decode_tok_per_s))
+    ));
+    parts.push(format!(
+        "ITL p50 {} ms",
+        format::num(s.and_then(|s| s.itl).map(|i| i.p50_ms))
+    ));
+    let (used, total) = context(app);
+    parts.push(format!(
+        "ctx {used}/{}",
+        total.map_or_else(|| "—".to_string(), |t| t.to_string())
+    ));
+    Line::from(Span::styled(parts.join(" · "), theme::METRICS_STRIP))
+}

@@ -1,0 +1,166 @@
+//! Drawing the chat screen. `draw` lays out the panes (status line on top, the conversation
+//! with the metrics column beside it, the notice line and the input box at the bottom, the help
+//! overlay above everything) and hands each its area; one file per pane, every style in
+//! `theme`. Drawing reads the state and never changes it, does no I/O and never reads the
+//! clock: `now` is passed in.
+
+mod conversation;
+mod format;
+mod help;
+mod input;
+mod markdown;
+mod metrics_pane;
+mod status;
+mod text;
+mod theme;
+
+use std::time::{Duration, Instant};
+
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::Paragraph;
+use ratatui::Frame;
+
+use crate::app::{App, Mode, NoticeKind};
+use crate::chat::{AssistantTurn, TurnPhase};
+
+pub use markdown::render as render_markdown;
+pub use text::clean as clean_text;
+
+/// Below this size only the "terminal too small" message is drawn.
+pub const MIN_WIDTH: u16 = 50;
+pub const MIN_HEIGHT: u16 = 12;
+
+/// From this width on, the metrics column sits beside the conversation; below it the key
+/// figures share one line above the input.
+const METRICS_COLUMN_MIN_WIDTH: u16 = 70;
+
+/// Draw the whole screen for `app` as of `now`.
+pub fn draw(frame: &mut Frame, app: &App, now: Instant) {
+    let area = frame.area();
+    if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
+        too_small(frame, area);
+        return;
+    }
+    let column = area.width >= METRICS_COLUMN_MIN_WIDTH;
+    let notice = notice_lines(app, area.width as usize);
+    let input_h = input::height(app, area.width, input::max_rows(area.height));
+    let [status_area, body, strip_area, notice_area, input_area] = Layout::vertical([
+        Constraint::Length(1),
+        Constraint::Min(1),
+        Constraint::Length(u16::from(!column)),
+        Constraint::Length(notice.len() as u16),
+        Constraint::Length(input_h),
+    ])
+    .areas(area);
+
+    status::draw(frame, status_area, app);
+    if column {
+        let metrics_w = (area.width * 3 / 10).clamp(30, 40);
+        let [conversation_area, metrics_area] =
+            Layout::horizontal([Constraint::Min(1), Constraint::Length(metrics_w)]).areas(body);
+        conversation::draw(frame, conversation_area, app, now);
+        metrics_pane::draw(frame, metrics_area, app, now);
+    } else {
+        conversation::draw(frame, body, app, now);
+        frame.render_widget(Paragraph::new(metrics_pane::strip(app, now)), strip_area);
+    }
+    frame.render_widget(Paragraph::new(notice), notice_area);
+    input::draw(frame, input_area, app);
+    if app.mode == Mode::Help {
+        help::draw(frame, area, app);
+    }
+}
+
+/// The notice, on at most two lines.
+fn notice_lines(app: &App, width: usize) -> Vec<Line<'static>> {
+    let Some(notice) = &app.notice else {
+        return Vec::new();
+    };
+    let (icon, style) = match notice.kind {
+        NoticeKind::Info => ("• ", theme::NOTICE_INFO),
+        NoticeKind::Warning => ("⚠ ", theme::NOTICE_WARNING),
+        NoticeKind::Error => ("✗ ", theme::NOTICE_ERROR),
+    };
+    let mut lines = text::wrap(
+        &[Span::styled(text::one_line(&notice.text), style)],
+        width,
+        &[Span::styled(icon, style)],
+        &[Span::raw("  ")],
+    );
+    if lines.len() > 2 {
+        lines.truncate(2);
+        if let Some(last) = lines.last_mut() {
+            let shown: String = last.spans.iter().map(|s| s.content.as_ref()).collect();
+            *last = Line::from(Span::styled(
+                text::truncate(&format!("{shown}…"), width),
+                style,
+            ));
+        }
+    }
+    lines
+}
+
+fn too_small(frame: &mut Frame, area: Rect) {
+    if area.is_empty() {
+        return;
+    }
+    let message = format!(
+        "terminal too small ({}×{}, need at least {MIN_WIDTH}×{MIN_HEIGHT})",
+        area.width, area.height
+    );
+    let lines = text::wrap(
+        &[Span::styled(message, theme::TOO_SMALL)],
+        area.width as usize,
+        &[],
+        &[],
+    );
+    let top = (area.height as usize).saturating_sub(lines.len()) / 2;
+    let centred: Vec<Line<'static>> = lines
+        .into_iter()
+        .map(|l| l.centered())
+        .take(area.height as usize)
+        .collect();
+    let rect = Rect {
+        y: area.y + top as u16,
+        height: area.height - top as u16,
+        ..area
+    };
+    frame.render_widget(Paragraph::new(centred), rect);
+}
+
+/// The answer whose figures the metrics show: the one in flight, else the last finished one,
+/// with its 1-based turn number.
+fn focus_turn(app: &App) -> Option<(usize, &AssistantTurn)> {
+    let conversation = &app.conversation;
+    let turn = conversation
+        .active()
+        .or_else(|| conversation.last_finished())?;
+    let index = conversation
+        .exchanges
+        .iter()
+        .position(|e| e.assistant.as_ref().is_some_and(|a| std::ptr::eq(a, turn)))?;
+    Some((index + 1, turn))
+}
+
+/// How long the answer in flight has waited for its first token (queued or in prefill).
+fn waiting(app: &App, now: Instant) -> Option<Duration> {
+    let turn = app.conversation.active()?;
+    if !matches!(turn.phase, TurnPhase::Queued | TurnPhase::Prefill) {
+        return None;
+    }
+    app.active_since
+        .map(|since| now.saturating_duration_since(since))
+}
+
+/// Context used and the context window: while an answer is in flight, its prompt plus the
+/// tokens so far; otherwise what the last finished turn left in the KV cache.
+fn context(app: &App) -> (usize, Option<u32>) {
+    let used = match app.conversation.active() {
+        Some(t) if matches!(t.phase, TurnPhase::Prefill | TurnPhase::Streaming) => {
+            t.timeline.prompt_tokens + t.timeline.tokens_generated()
+        }
+        _ => app.context_used,
+    };
+    (used, app.model.as_ref().map(|m| m.n_ctx))
+}

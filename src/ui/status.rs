@@ -1,0 +1,195 @@
+//! The status line: engine state, the synthetic-weights warning, model name, architecture,
+//! parameters, quantization, file size, backend and device, GPU layers and context use. When
+//! the terminal is narrow, the least important parts are shortened and then left out.
+
+use ratatui::layout::Rect;
+use ratatui::style::Style;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::Paragraph;
+use ratatui::Frame;
+
+use super::text::{one_line, truncate, width};
+use super::{context, format, theme};
+use crate::app::{App, EngineStatus};
+use crate::chat::TurnPhase;
+use crate::engine::ModelInfo;
+
+const SEPARATOR: &str = " │ ";
+
+struct Segment {
+    text: String,
+    /// A shorter form, used when the line is too long and this segment's turn comes.
+    short: Option<String>,
+    style: Style,
+    /// When the line is too long, the available step with the highest rank is taken first:
+    /// using the short form (`shorten_rank`) or leaving the segment out (`drop_rank`; `None`
+    /// for segments that always stay).
+    shorten_rank: u8,
+    drop_rank: Option<u8>,
+}
+
+impl Segment {
+    fn new(text: String, style: Style, drop_rank: Option<u8>) -> Self {
+        Self {
+            text,
+            short: None,
+            style,
+            shorten_rank: 0,
+            drop_rank,
+        }
+    }
+
+    fn or_short(mut self, short: String, rank: u8) -> Self {
+        if width(&short) < width(&self.text) {
+            self.short = Some(short);
+            self.shorten_rank = rank;
+        }
+        self
+    }
+}
+
+/// The engine's state in a word or two, with its badge style.
+pub fn engine_state(app: &App) -> (String, Style) {
+    match &app.engine {
+        EngineStatus::Loading { progress } => (
+            format!("loading {}%", format::percent(*progress)),
+            theme::STATE_BUSY,
+        ),
+        EngineStatus::Failed(_) => ("error".to_string(), theme::STATE_ERROR),
+        EngineStatus::Ready => match app.conversation.active().map(|a| &a.phase) {
+            Some(TurnPhase::Queued) => ("queued".to_string(), theme::STATE_BUSY),
+            Some(TurnPhase::Prefill) => ("prefill".to_string(), theme::STATE_BUSY),
+            Some(_) => ("streaming".to_string(), theme::STATE_BUSY),
+            None => match app
+                .conversation
+                .exchanges
+                .last()
+                .and_then(|e| e.assistant.as_ref())
+                .map(|a| &a.phase)
+            {
+                Some(TurnPhase::Stopped) => ("stopped".to_string(), theme::STATE_STOPPED),
+                Some(TurnPhase::Failed(_)) => ("turn failed".to_string(), theme::STATE_ERROR),
+                _ => ("ready".to_string(), theme::STATE_READY),
+            },
+        },
+    }
+}
+
+/// Backend, and the device it runs on when that is not the CPU.
+fn device(info: &ModelInfo) -> Segment {
+    let backend = one_line(&info.backend);
+    let gpu = info
+        .devices
+        .iter()
+        .find(|d| !d.starts_with("CPU"))
+        .filter(|_| info.backend != "CPU");
+    match gpu {
+        Some(d) => Segment::new(
+            format!("{backend} · {}", truncate(&one_line(d), 32)),
+            theme::STATUS_BAR,
+            Some(40),
+        )
+        .or_short(backend, 45),
+        None => Segment::new(backend, theme::STATUS_BAR, Some(40)),
+    }
+}
+
+fn segments(app: &App) -> Vec<Segment> {
+    let (state, state_style) = engine_state(app);
+    let mut out = vec![Segment::new(format!(" {state} "), state_style, None)];
+    let Some(info) = &app.model else {
+        let file = app
+            .model_path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let file = one_line(&file);
+        out.push(
+            Segment::new(file.clone(), theme::STATUS_NAME, Some(10))
+                .or_short(truncate(&file, 16), 15),
+        );
+        return out;
+    };
+    if info.synthetic {
+        out.push(
+            Segment::new(
+                format!(" ⚠ {} ", ModelInfo::SYNTHETIC_LABEL),
+                theme::SYNTHETIC,
+                None,
+            )
+            .or_short(" ⚠ SYNTHETIC ".to_string(), 35),
+        );
+    }
+    let name = one_line(&info.name);
+    out.push(
+        Segment::new(truncate(&name, 32), theme::STATUS_NAME, Some(10))
+            .or_short(truncate(&name, 14), 15),
+    );
+    let plain = |text: String, drop: u8| Segment::new(text, theme::STATUS_BAR, Some(drop));
+    out.push(plain(one_line(&info.architecture), 60));
+    out.push(plain(format::params(info.n_params), 31));
+    out.push(plain(one_line(&info.quantization), 30));
+    out.push(plain(format::bytes(info.file_size_bytes), 42));
+    out.push(device(info));
+    out.push(
+        plain(format!("GPU layers {}", info.n_gpu_layers), 50)
+            .or_short(format!("ngl {}", info.n_gpu_layers), 55),
+    );
+    let (used, total) = context(app);
+    let total = total.map_or_else(|| "—".to_string(), |t| t.to_string());
+    out.push(plain(format!("ctx {used}/{total}"), 20));
+    out
+}
+
+fn total_width(segments: &[Segment]) -> usize {
+    segments.iter().map(|s| width(&s.text)).sum::<usize>()
+        + width(SEPARATOR) * segments.len().saturating_sub(1)
+}
+
+/// Shorten, then leave out, the least important segments until the line fits.
+fn fit(mut segments: Vec<Segment>, max: usize) -> Vec<Segment> {
+    while total_width(&segments) > max {
+        // (rank, index, shorten?) of the next step.
+        let mut best: Option<(u8, usize, bool)> = None;
+        for (i, s) in segments.iter().enumerate() {
+            let mut consider = |rank: u8, shorten: bool| {
+                if best.is_none_or(|(r, _, _)| rank >= r) {
+                    best = Some((rank, i, shorten));
+                }
+            };
+            if s.short.is_some() {
+                consider(s.shorten_rank, true);
+            }
+            if let Some(rank) = s.drop_rank {
+                consider(rank, false);
+            }
+        }
+        match best {
+            Some((_, i, true)) => {
+                if let Some(short) = segments[i].short.take() {
+                    segments[i].text = short;
+                }
+            }
+            Some((_, i, false)) => {
+                segments.remove(i);
+            }
+            None => break,
+        }
+    }
+    segments
+}
+
+pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
+    let segments = fit(segments(app), area.width as usize);
+    let mut spans = Vec::new();
+    for (i, s) in segments.into_iter().enumerate() {
+        if i > 0 {
+            spans.push(Span::styled(SEPARATOR, theme::STATUS_SEPARATOR));
+        }
+        spans.push(Span::styled(s.text, s.style));
+    }
+    frame.render_widget(
+        Paragraph::new(Line::from(spans)).style(theme::STATUS_BAR),
+        area,
+    );
+}

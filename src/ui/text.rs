@@ -1,0 +1,405 @@
+//! Text on its way to the terminal: control characters made harmless (model output and user
+//! input may carry escape sequences, which must never reach the terminal raw), and wrapping of
+//! styled text to a width with unicode-width aware word wrapping, so that every pane knows how
+//! many rows its content takes.
+
+use ratatui::style::Style;
+use ratatui::text::{Line, Span};
+use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
+
+/// What a tab becomes on screen.
+const TAB: &str = "    ";
+
+/// The text as it may be drawn: newlines kept, tabs expanded to spaces, carriage returns
+/// dropped, every other C0/C1 control character and DEL replaced by a visible symbol
+/// (`␛` for ESC), so no escape sequence reaches the terminal.
+pub fn clean(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\n' => out.push('\n'),
+            '\t' => out.push_str(TAB),
+            '\r' => {}
+            c if (c as u32) < 0x20 => {
+                out.push(char::from_u32(0x2400 + c as u32).unwrap_or('\u{FFFD}'))
+            }
+            '\u{7f}' => out.push('\u{2421}'),
+            '\u{80}'..='\u{9f}' => out.push('\u{FFFD}'),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// `clean`, on one line (newlines become spaces).
+pub fn one_line(text: &str) -> String {
+    clean(text).replace('\n', " ")
+}
+
+/// Columns a string takes on screen.
+pub fn width(s: &str) -> usize {
+    UnicodeWidthStr::width(s)
+}
+
+fn char_width(c: char) -> usize {
+    UnicodeWidthChar::width(c).unwrap_or(0)
+}
+
+/// `s` cut to at most `max` columns, ending in `…` when cut.
+pub fn truncate(s: &str, max: usize) -> String {
+    if width(s) <= max {
+        return s.to_string();
+    }
+    if max == 0 {
+        return String::new();
+    }
+    let mut out = String::new();
+    let mut used = 0;
+    for c in s.chars() {
+        let w = char_width(c);
+        if used + w > max - 1 {
+            break;
+        }
+        out.push(c);
+        used += w;
+    }
+    out.push('…');
+    out
+}
+
+/// Columns taken by a line's spans.
+pub fn line_width(line: &Line<'_>) -> usize {
+    line.spans.iter().map(|s| width(&s.content)).sum()
+}
+
+fn spans_width(spans: &[Span<'static>]) -> usize {
+    spans.iter().map(|s| width(&s.content)).sum()
+}
+
+type Run = Vec<(char, Style)>;
+
+/// Merge adjacent characters of the same style into spans.
+fn to_spans(run: &[(char, Style)]) -> Vec<Span<'static>> {
+    let mut spans: Vec<Span<'static>> = Vec::new();
+    let mut text = String::new();
+    let mut style: Option<Style> = None;
+    for &(c, s) in run {
+        if style != Some(s) {
+            if let Some(prev) = style {
+                spans.push(Span::styled(std::mem::take(&mut text), prev));
+            }
+            style = Some(s);
+        }
+        text.push(c);
+    }
+    if let Some(prev) = style {
+        spans.push(Span::styled(text, prev));
+    }
+    spans
+}
+
+fn run_width(run: &[(char, Style)]) -> usize {
+    let s: String = run.iter().map(|(c, _)| *c).collect();
+    width(&s)
+}
+
+enum Token {
+    Word(Run),
+    Space(Run),
+    Newline,
+}
+
+fn tokens(spans: &[Span<'static>]) -> Vec<Token> {
+    let mut out = Vec::new();
+    let mut cur: Run = Vec::new();
+    let mut cur_is_space = false;
+    let flush = |cur: &mut Run, is_space: bool, out: &mut Vec<Token>| {
+        if !cur.is_empty() {
+            let run = std::mem::take(cur);
+            out.push(if is_space {
+                Token::Space(run)
+            } else {
+                Token::Word(run)
+            });
+        }
+    };
+    for span in spans {
+        for c in clean(&span.content).chars() {
+            if c == '\n' {
+                flush(&mut cur, cur_is_space, &mut out);
+                out.push(Token::Newline);
+                continue;
+            }
+            let is_space = c == ' ';
+            if is_space != cur_is_space {
+                flush(&mut cur, cur_is_space, &mut out);
+                cur_is_space = is_space;
+            }
+            cur.push((c, span.style));
+        }
+    }
+    flush(&mut cur, cur_is_space, &mut out);
+    out
+}
+
+/// Builds wrapped lines, adding the first-line prefix to the first and the continuation
+/// prefix to every other.
+struct Lines<'a> {
+    out: Vec<Line<'static>>,
+    first_prefix: &'a [Span<'static>],
+    rest_prefix: &'a [Span<'static>],
+}
+
+impl Lines<'_> {
+    fn push(&mut self, run: &[(char, Style)]) {
+        let prefix = if self.out.is_empty() {
+            self.first_prefix
+        } else {
+            self.rest_prefix
+        };
+        let mut spans = prefix.to_vec();
+        spans.extend(to_spans(run));
+        self.out.push(Line::from(spans));
+    }
+}
+
+/// Split a run into pieces of at most `max` columns (at least one character each).
+fn split_run(run: &[(char, Style)], max: usize) -> Vec<Run> {
+    let mut pieces = Vec::new();
+    let mut cur: Run = Vec::new();
+    let mut used = 0;
+    for &(c, s) in run {
+        let w = char_width(c);
+        if used + w > max && !cur.is_empty() && w > 0 {
+            pieces.push(std::mem::take(&mut cur));
+            used = 0;
+        }
+        cur.push((c, s));
+        used += w;
+    }
+    if !cur.is_empty() {
+        pieces.push(cur);
+    }
+    pieces
+}
+
+/// Word-wrap styled text to `width` columns. `\n` breaks the line; runs of spaces break
+/// between words and are dropped at a wrap; a word longer than a whole line is broken hard.
+/// Leading spaces of a hard line are kept (indentation). Text is `clean`ed on the way.
+/// The result always has at least one line.
+pub fn wrap(
+    spans: &[Span<'static>],
+    width: usize,
+    first_prefix: &[Span<'static>],
+    rest_prefix: &[Span<'static>],
+) -> Vec<Line<'static>> {
+    let first_avail = width.saturating_sub(spans_width(first_prefix)).max(1);
+    let rest_avail = width.saturating_sub(spans_width(rest_prefix)).max(1);
+    let mut lines = Lines {
+        out: Vec::new(),
+        first_prefix,
+        rest_prefix,
+    };
+    let avail = |lines: &Lines<'_>| {
+        if lines.out.is_empty() {
+            first_avail
+        } else {
+            rest_avail
+        }
+    };
+    let mut cur: Run = Vec::new();
+    let mut cur_w = 0usize;
+    let mut pending: Run = Vec::new();
+    let mut hard_line_start = true;
+    for token in tokens(spans) {
+        match token {
+            Token::Newline => {
+                lines.push(&cur);
+                cur.clear();
+                cur_w = 0;
+                pending.clear();
+                hard_line_start = true;
+            }
+            Token::Space(run) => {
+                if hard_line_start {
+                    // Indentation: kept, up to the line's width (a space is one column).
+                    let room = avail(&lines).saturating_sub(cur_w);
+                    let kept: Run = run.into_iter().take(room).collect();
+                    cur_w += kept.len();
+                    cur.extend(kept);
+                } else {
+                    pending.extend(run);
+                }
+            }
+            Token::Word(run) => {
+                hard_line_start = false;
+                let word_w = run_width(&run);
+                let pending_w = run_width(&pending);
+                if cur_w + pending_w + word_w <= avail(&lines) {
+                    cur.append(&mut pending);
+                    cur_w += pending_w + word_w;
+                    cur.extend(run);
+                    continue;
+                }
+                pending.clear();
+                if !cur.is_empty() {
+                    lines.push(&cur);
+                    cur.clear();
+                }
+                if word_w <= avail(&lines) {
+                    cur_w = word_w;
+                    cur = run;
+                    continue;
+                }
+                // Longer than a whole line: break it hard, keep the tail on the current line.
+                let mut pieces = split_run(&run, avail(&lines));
+                let tail = pieces.pop().unwrap_or_default();
+                for piece in pieces {
+                    lines.push(&piece);
+                }
+                cur_w = run_width(&tail);
+                cur = tail;
+            }
+        }
+    }
+    lines.push(&cur);
+    lines.out
+}
+
+/// Break text into rows of at most `width` columns without looking for words (code):
+/// spaces are kept as they are. `\n` breaks the line.
+pub fn hard_wrap(text: &str, style: Style, width: usize) -> Vec<Vec<Span<'static>>> {
+    let mut rows = Vec::new();
+    for line in clean(text).split('\n') {
+        let run: Run = line.chars().map(|c| (c, style)).collect();
+        if run.is_empty() {
+            rows.push(Vec::new());
+            continue;
+        }
+        for piece in split_run(&run, width.max(1)) {
+            rows.push(to_spans(&piece));
+        }
+    }
+    rows
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plain(lines: &[Line<'_>]) -> Vec<String> {
+        lines
+            .iter()
+            .map(|l| l.spans.iter().map(|s| s.content.as_ref()).collect())
+            .collect()
+    }
+
+    fn wrap_plain(text: &str, width: usize) -> Vec<String> {
+        plain(&wrap(&[Span::raw(text.to_string())], width, &[], &[]))
+    }
+
+    #[test]
+    fn control_characters_never_pass() {
+        let dirty = "red \u{1b}[31mtext\u{1b}[0m\r\nbell\u{7}\ttab\u{9b}csi\u{7f}";
+        let clean = clean(dirty);
+        assert!(
+            !clean.chars().any(|c| c.is_control() && c != '\n'),
+            "{clean:?}"
+        );
+        assert_eq!(clean, "red ␛[31mtext␛[0m\nbell␇    tab\u{FFFD}csi␡");
+        assert_eq!(one_line("a\nb\u{1b}"), "a b␛");
+    }
+
+    #[test]
+    fn wrapped_text_is_cleaned() {
+        let lines = wrap(&[Span::raw("a\u{1b}]0;title\u{7}b")], 40, &[], &[]);
+        let s = plain(&lines).join("\n");
+        assert!(!s.chars().any(|c| c.is_control()), "{s:?}");
+    }
+
+    #[test]
+    fn words_wrap_at_spaces() {
+        assert_eq!(
+            wrap_plain("the quick brown fox jumps over the lazy dog", 10),
+            ["the quick", "brown fox", "jumps over", "the lazy", "dog"]
+        );
+    }
+
+    #[test]
+    fn newlines_and_indentation_are_kept() {
+        assert_eq!(
+            wrap_plain("a\n\n  indented line", 20),
+            ["a", "", "  indented line"]
+        );
+    }
+
+    #[test]
+    fn over_long_words_break_hard() {
+        assert_eq!(
+            wrap_plain("see https://example.com/a/very/long/path ok", 12),
+            ["see", "https://exam", "ple.com/a/ve", "ry/long/path", "ok"]
+        );
+    }
+
+    #[test]
+    fn wide_characters_count_two_columns() {
+        // Each CJK character takes two columns: five fit in ten.
+        let lines = wrap_plain("日本語のテキストです", 10);
+        assert_eq!(lines, ["日本語のテ", "キストです"]);
+        for l in &lines {
+            assert!(width(l) <= 10);
+        }
+        let emoji = wrap_plain("🙂🙂🙂 ok 🙂🙂", 6);
+        assert_eq!(emoji, ["🙂🙂🙂", "ok", "🙂🙂"]);
+        // A wide character never sits half over the edge.
+        assert_eq!(wrap_plain("a日本", 4), ["a日", "本"]);
+    }
+
+    #[test]
+    fn prefixes_take_their_columns() {
+        let lines = wrap(
+            &[Span::raw("one two three four")],
+            10,
+            &[Span::raw("- ")],
+            &[Span::raw("  ")],
+        );
+        assert_eq!(plain(&lines), ["- one two", "  three", "  four"]);
+    }
+
+    #[test]
+    fn styles_survive_wrapping() {
+        let bold = Style::new().add_modifier(ratatui::style::Modifier::BOLD);
+        let lines = wrap(
+            &[Span::raw("plain "), Span::styled("bold words", bold)],
+            11,
+            &[],
+            &[],
+        );
+        assert_eq!(plain(&lines), ["plain bold", "words"]);
+        assert_eq!(lines[0].spans[1].style, bold);
+        assert_eq!(lines[1].spans[0].style, bold);
+    }
+
+    #[test]
+    fn empty_text_is_one_empty_line() {
+        assert_eq!(wrap_plain("", 10), [""]);
+    }
+
+    #[test]
+    fn truncation_marks_the_cut() {
+        assert_eq!(truncate("hello world", 8), "hello w…");
+        assert_eq!(truncate("hello", 8), "hello");
+        assert_eq!(truncate("日本語", 4), "日…");
+        assert_eq!(truncate("abc", 0), "");
+    }
+
+    #[test]
+    fn hard_wrap_keeps_spaces() {
+        let rows = hard_wrap("    let x = 1;\n\nabcdef", Style::new(), 5);
+        let text: Vec<String> = rows
+            .iter()
+            .map(|r| r.iter().map(|s| s.content.as_ref()).collect())
+            .collect();
+        assert_eq!(text, ["    l", "et x ", "= 1;", "", "abcde", "f"]);
+    }
+}

@@ -1,0 +1,257 @@
+//! The `tokscope` binary from the outside: help, `run --json`, `synth`, config errors and bad
+//! model files, each with its message and exit code, never a panic or a backtrace.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::Write;
+use std::path::Path;
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+
+/// The binary, isolated from the real home: its own data and config dirs.
+fn tokscope(home: &Path) -> Command {
+    let mut cmd = Command::cargo_bin("tokscope").unwrap();
+    cmd.env("TOKSCOPE_DATA_DIR", home.join("data"))
+        .env("TOKSCOPE_CONFIG_DIR", home.join("config"))
+        .env_remove("TOKSCOPE_MODEL")
+        .env_remove("RUST_BACKTRACE");
+    cmd
+}
+
+fn no_panic() -> impl Predicate<str> {
+    predicate::str::contains("panicked")
+        .or(predicate::str::contains("backtrace"))
+        .or(predicate::str::contains("RUST_BACKTRACE"))
+        .not()
+}
+
+fn write_tiny(home: &Path) -> std::path::PathBuf {
+    let path = home.join("tiny.gguf");
+    tokscope(home)
+        .args(["synth", "--preset", "tiny", "-o"])
+        .arg(&path)
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("synthetic weights"));
+    path
+}
+
+#[test]
+fn help_lists_the_commands() {
+    let home = tempfile::tempdir().unwrap();
+    tokscope(home.path())
+        .arg("--help")
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("run").and(predicate::str::contains("synth")));
+}
+
+#[test]
+fn run_json_has_every_metric_and_the_stamp() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let model = write_tiny(home.path());
+    let out = tokscope(home.path())
+        .args([
+            "run", "-p", "Hello", "--temp", "0", "-n", "12", "-t", "1", "--json", "-m",
+        ])
+        .arg(&model)
+        .assert()
+        .success()
+        .stderr(no_panic())
+        .get_output()
+        .stdout
+        .clone();
+    let v: serde_json::Value = serde_json::from_slice(&out).expect("stdout is one JSON object");
+    let m = &v["metrics"];
+    for key in [
+        "ttft_ms",
+        "e2e_ms",
+        "tpot_ms",
+        "decode_tok_per_s",
+        "prefill_tok_per_s",
+        "template_tokenize_ms",
+        "prefill_ms",
+        "first_sample_ms",
+        "prompt_tokens",
+        "cached_tokens",
+        "tokens_generated",
+    ] {
+        assert!(!m[key].is_null(), "metrics.{key} missing in {m}");
+    }
+    for key in ["mean_ms", "p50_ms", "p90_ms", "p99_ms", "max_ms"] {
+        assert!(m["itl"][key].as_f64().unwrap() >= 0.0, "itl.{key}");
+    }
+    assert!(m["ttft_ms"].as_f64().unwrap() > 0.0);
+    let n = m["tokens_generated"].as_u64().unwrap();
+    assert!(n >= 1 && n <= 12);
+    assert_eq!(v["token_ready_ms"].as_array().unwrap().len() as u64, n);
+    let stamp = &v["stamp"];
+    for key in [
+        "tokscope_version",
+        "llama_cpp",
+        "backend",
+        "model_file",
+        "model_size_bytes",
+        "model_fingerprint",
+        "architecture",
+        "n_params",
+        "quantization",
+        "n_ctx",
+        "threads",
+        "sampling",
+    ] {
+        assert!(!stamp[key].is_null(), "stamp.{key} missing in {stamp}");
+    }
+    assert_eq!(stamp["model_file"], "tiny.gguf");
+    assert_eq!(stamp["threads"], 1);
+    assert_eq!(stamp["sampling"]["temperature"], 0.0);
+    assert_eq!(stamp["synthetic"], true);
+    assert!(v["warning"].as_str().unwrap().contains("synthetic weights"));
+    assert!(v["llama_counters"]["eval_ms"].as_f64().is_some());
+}
+
+#[test]
+fn run_streams_text_and_prints_a_summary() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let model = write_tiny(home.path());
+    tokscope(home.path())
+        .args(["run", "-p", "Hi", "--temp", "0", "-n", "8", "-t", "1", "-m"])
+        .arg(&model)
+        .assert()
+        .success()
+        .stderr(
+            predicate::str::contains("TTFT")
+                .and(predicate::str::contains("ITL"))
+                .and(predicate::str::contains("synthetic weights")),
+        );
+}
+
+#[test]
+fn bad_model_files_give_clear_errors_and_exit_3() {
+    let home = tempfile::tempdir().unwrap();
+    let dir = home.path();
+    let tiny = write_tiny(dir);
+    let bytes = std::fs::read(&tiny).unwrap();
+    let header_len = 64; // inside the metadata
+    let cases: Vec<(&str, Option<Vec<u8>>, &str)> = vec![
+        ("missing.gguf", None, "not found"),
+        ("empty.gguf", Some(vec![]), "empty"),
+        (
+            "random.gguf",
+            Some(
+                (0..4096u32)
+                    .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+                    .collect(),
+            ),
+            "not a GGUF",
+        ),
+        (
+            "magic.gguf",
+            Some(b"GGML\x03\x00\x00\x00rest".to_vec()),
+            "not a GGUF",
+        ),
+        ("header.gguf", Some(bytes[..header_len].to_vec()), "GGUF"),
+        (
+            "tensors.gguf",
+            Some(bytes[..bytes.len() / 2].to_vec()),
+            "load",
+        ),
+    ];
+    for (name, content, expect) in cases {
+        let path = dir.join(name);
+        if let Some(c) = &content {
+            std::fs::File::create(&path).unwrap().write_all(c).unwrap();
+        }
+        tokscope(dir)
+            .args(["run", "-p", "hi", "-t", "1", "-m"])
+            .arg(&path)
+            .assert()
+            .code(3)
+            .stderr(predicate::str::contains(expect).and(predicate::str::contains("error:")))
+            .stderr(predicate::str::contains(name))
+            .stderr(no_panic());
+    }
+    // A directory.
+    tokscope(dir)
+        .args(["run", "-p", "hi", "-m"])
+        .arg(dir)
+        .assert()
+        .code(3)
+        .stderr(predicate::str::contains("directory"))
+        .stderr(no_panic());
+}
+
+#[test]
+fn no_model_says_how_to_get_the_demo_model() {
+    let home = tempfile::tempdir().unwrap();
+    tokscope(home.path())
+        .args(["run", "-p", "hi"])
+        .assert()
+        .code(3)
+        .stderr(predicate::str::contains("fetch-demo"))
+        .stderr(no_panic());
+}
+
+#[test]
+fn bad_flags_and_config_name_the_key_and_exit_2() {
+    let home = tempfile::tempdir().unwrap();
+    let dir = home.path();
+    tokscope(dir)
+        .args(["run", "-p", "hi", "--temp", "-1", "-m", "x.gguf"])
+        .assert()
+        .code(2)
+        .stderr(
+            predicate::str::contains("sampling.temperature").and(predicate::str::contains("-1")),
+        );
+    tokscope(dir)
+        .args(["run", "-p", "hi", "--top-p", "2", "-m", "x.gguf"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("sampling.top_p"));
+    tokscope(dir).args(["run", "--bogus"]).assert().code(2);
+
+    let cfg = dir.join("bad.toml");
+    for (text, expect) in [
+        ("n_ctx = 0\n", "n_ctx"),
+        ("threads = 0\n", "threads"),
+        ("nonsense_key = 1\n", "nonsense_key"),
+        ("n_ctx = \"many\"\n", "n_ctx"),
+        ("[sampling\n", "bad.toml"),
+    ] {
+        std::fs::write(&cfg, text).unwrap();
+        tokscope(dir)
+            .args(["run", "-p", "hi", "--config"])
+            .arg(&cfg)
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains(expect).and(predicate::str::contains("bad.toml")))
+            .stderr(no_panic());
+    }
+    tokscope(dir)
+        .args(["run", "-p", "hi", "--config"])
+        .arg(dir.join("nope.toml"))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("nope.toml"));
+}
+
+#[test]
+fn config_path_honours_the_platform_dir_and_override() {
+    let home = tempfile::tempdir().unwrap();
+    tokscope(home.path())
+        .args(["config", "path"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("config").and(predicate::str::contains("config.toml")));
+    std::fs::create_dir_all(home.path().join("config")).unwrap();
+    std::fs::write(home.path().join("config/config.toml"), "n_ctx = 777\n").unwrap();
+    tokscope(home.path())
+        .args(["config", "show"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("n_ctx = 777"));
+}

@@ -1,0 +1,111 @@
+//! Rendering discipline: the loop drains every queued event before drawing and draws at most
+//! once per frame, so a burst of tokens costs one draw, not one per token.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use ratatui::backend::TestBackend;
+use ratatui::Terminal;
+use tokscope::app::{update, App, Effect, EngineStatus, Msg, Now};
+use tokscope::chat::Conversation;
+use tokscope::engine::{EngineEvent, SamplingParams};
+use tokscope::tui::{drain_engine, Driver, FRAME_INTERVAL};
+
+fn now_at(instant: Instant) -> Now {
+    Now {
+        instant,
+        unix_s: 1_700_000_000,
+    }
+}
+
+#[test]
+fn a_burst_of_1000_token_events_causes_one_draw() {
+    let mut app = App::new(
+        "m.gguf".into(),
+        Conversation::new("c".into(), 0, None),
+        SamplingParams::default(),
+        2000,
+    );
+    app.engine = EngineStatus::Ready;
+    let t0 = Instant::now();
+    app.input.set("go");
+    let fx = update(
+        &mut app,
+        Msg::Key(crossterm::event::KeyEvent::from(
+            crossterm::event::KeyCode::Enter,
+        )),
+        now_at(t0),
+    );
+    let Some(Effect::Generate { id, .. }) = fx.first().cloned() else {
+        panic!("{fx:?}")
+    };
+
+    let mut driver = Driver::new(Terminal::new(TestBackend::new(120, 40)).unwrap(), app);
+    driver.draw_if_due(t0).unwrap();
+    assert_eq!(driver.draws, 1, "first frame");
+
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    for i in 0..1000 {
+        tx.send(EngineEvent::Token {
+            request_id: id,
+            index: i,
+            text: format!("w{i} "),
+            at: Duration::from_micros(500 * i as u64 + 1000),
+        })
+        .unwrap();
+    }
+    // One loop iteration: drain everything, apply, draw if a frame is due.
+    let t1 = t0 + FRAME_INTERVAL;
+    let mut batch = Vec::new();
+    drain_engine(&mut rx, &mut batch);
+    assert_eq!(batch.len(), 1000);
+    driver.apply_all(batch, now_at(t1));
+    driver.draw_if_due(t1).unwrap();
+    // Nothing new: no draw. New event within the same frame: deferred to the next frame.
+    driver.draw_if_due(t1).unwrap();
+    tx.send(EngineEvent::Token {
+        request_id: id,
+        index: 1000,
+        text: "end".into(),
+        at: Duration::from_millis(600),
+    })
+    .unwrap();
+    let mut batch = Vec::new();
+    drain_engine(&mut rx, &mut batch);
+    driver.apply_all(batch, now_at(t1));
+    assert!(
+        !driver.draw_if_due(t1 + Duration::from_millis(1)).unwrap(),
+        "at most one draw per frame"
+    );
+    assert!(driver.draw_if_due(t1 + FRAME_INTERVAL).unwrap());
+    assert_eq!(
+        driver.draws, 3,
+        "1,001 token events cost two draws after the first frame"
+    );
+
+    let turn = driver.app.conversation.active().unwrap();
+    assert_eq!(turn.timeline.tokens_generated(), 1001);
+    assert!(turn.text.ends_with("w999 end"));
+}
+
+#[test]
+fn ticks_redraw_only_while_something_animates() {
+    let app = App::new(
+        "m.gguf".into(),
+        Conversation::new("c".into(), 0, None),
+        SamplingParams::default(),
+        10,
+    );
+    let t0 = Instant::now();
+    let mut driver = Driver::new(Terminal::new(TestBackend::new(80, 24)).unwrap(), app);
+    driver.draw_if_due(t0).unwrap();
+    // Loading animates (progress), so a tick redraws.
+    driver.apply_all(vec![Msg::Tick], now_at(t0));
+    assert!(driver.draw_if_due(t0 + FRAME_INTERVAL).unwrap());
+    // Ready and idle: ticks change nothing on screen, so no draw.
+    driver.app.engine = EngineStatus::Ready;
+    driver.apply_all(vec![Msg::Resize], now_at(t0));
+    assert!(driver.draw_if_due(t0 + 2 * FRAME_INTERVAL).unwrap());
+    driver.apply_all(vec![Msg::Tick, Msg::Tick], now_at(t0));
+    assert!(!driver.draw_if_due(t0 + 4 * FRAME_INTERVAL).unwrap());
+}

@@ -1,0 +1,574 @@
+//! Screen tests: the chat screen drawn into ratatui's `TestBackend` at 80×24 and 120×40 for
+//! every visible state, compared with insta snapshots of the text (styles ignored). All data is
+//! fixed: durations are constants and `now` is `base + offset`, so only differences of instants
+//! reach the screen and the snapshots are deterministic.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use ratatui::backend::TestBackend;
+use ratatui::buffer::Buffer;
+use ratatui::Terminal;
+use tokscope::app::{App, EngineStatus, Mode, Notice, NoticeKind, Scroll};
+use tokscope::chat::{AssistantTurn, Conversation, Exchange};
+use tokscope::engine::{LlamaCounters, ModelInfo, SamplingParams, StopReason, TurnReport};
+use tokscope::metrics::TurnTimeline;
+use unicode_width::UnicodeWidthStr;
+
+const MODEL_FILE: &str = "qwen2.5-0.5b-instruct-q4_k_m.gguf";
+
+/// A fixed model, field by field.
+fn model() -> ModelInfo {
+    ModelInfo {
+        path: PathBuf::from(format!("/models/{MODEL_FILE}")),
+        file_name: MODEL_FILE.to_string(),
+        file_size_bytes: 397_808_192,
+        fingerprint: "0123456789abcdef".to_string(),
+        name: "Qwen2.5 0.5B Instruct".to_string(),
+        architecture: "qwen2".to_string(),
+        n_params: 494_032_768,
+        n_layer: 24,
+        n_embd: 896,
+        n_head: 14,
+        n_head_kv: 2,
+        n_vocab: 151_936,
+        n_ctx_train: 32_768,
+        quantization: "Q4_K_M".to_string(),
+        weights_bytes: 391_000_000,
+        n_ctx: 4096,
+        n_batch: 512,
+        threads: 8,
+        backend: "CUDA".to_string(),
+        devices: vec![
+            "CPU (CPU: AMD EPYC 9654)".to_string(),
+            "CUDA0 (CUDA: NVIDIA H200)".to_string(),
+        ],
+        n_gpu_layers: 25,
+        template: "model".to_string(),
+        template_note: None,
+        synthetic: false,
+        llama_cpp: "llama-cpp-2 0.1.160".to_string(),
+        load_ms: 812.0,
+    }
+}
+
+fn synthetic_model() -> ModelInfo {
+    ModelInfo {
+        path: PathBuf::from("/tmp/synth-tiny.gguf"),
+        file_name: "synth-tiny.gguf".to_string(),
+        file_size_bytes: 470_000,
+        name: "tokscope synthetic tiny".to_string(),
+        architecture: "llama".to_string(),
+        n_params: 470_000,
+        quantization: "F16".to_string(),
+        backend: "CPU".to_string(),
+        devices: vec!["CPU (CPU: AMD EPYC 9654)".to_string()],
+        n_gpu_layers: 0,
+        n_ctx: 512,
+        template: "completion".to_string(),
+        template_note: Some("the GGUF carries no chat template".to_string()),
+        synthetic: true,
+        ..model()
+    }
+}
+
+fn ready_app() -> App {
+    let mut app = App::new(
+        PathBuf::from(format!("/models/{MODEL_FILE}")),
+        Conversation::new("c1".to_string(), 0, None),
+        SamplingParams::default(),
+        512,
+    );
+    app.engine = EngineStatus::Ready;
+    app.model = Some(model());
+    app
+}
+
+fn ms(v: u64) -> Duration {
+    Duration::from_millis(v)
+}
+
+/// A fixed, slightly irregular gap pattern (ms), with a spike now and then.
+fn gap(i: usize) -> Duration {
+    let base = 18 + (i * 7 % 11) as u64;
+    if i % 23 == 22 {
+        ms(base + 40)
+    } else {
+        Duration::from_micros(base * 1000 + (i * 131 % 997) as u64)
+    }
+}
+
+/// Split text into token-sized pieces (a few characters each, on char boundaries).
+fn pieces(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    for c in text.chars() {
+        cur.push(c);
+        if cur.chars().count() >= 4 || c == ' ' || c == '\n' {
+            out.push(std::mem::take(&mut cur));
+        }
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
+/// The times each piece was ready, first at `ttft`.
+fn ready_times(n: usize, ttft: Duration) -> Vec<Duration> {
+    let mut at = ttft;
+    (0..n)
+        .map(|i| {
+            if i > 0 {
+                at += gap(i);
+            }
+            at
+        })
+        .collect()
+}
+
+/// A turn that streamed `text` and is still streaming.
+fn streaming_turn(id: u64, text: &str, prompt: usize, cached: usize) -> AssistantTurn {
+    let mut turn = AssistantTurn::new(id, Some(MODEL_FILE.to_string()));
+    turn.on_prefill_started(prompt, cached);
+    let parts = pieces(text);
+    for (piece, at) in parts.iter().zip(ready_times(parts.len(), ms(184))) {
+        turn.on_token(piece, at);
+    }
+    turn
+}
+
+/// A turn that finished the way `reason` says, with a full engine report.
+fn finished_turn(
+    id: u64,
+    text: &str,
+    prompt: usize,
+    cached: usize,
+    reason: StopReason,
+) -> AssistantTurn {
+    let mut turn = streaming_turn(id, text, prompt, cached);
+    let token_ready_at = turn.timeline.token_ready_at.clone();
+    let last = token_ready_at.last().copied().unwrap_or(ms(180));
+    let report = TurnReport {
+        text: text.to_string(),
+        stop_reason: reason,
+        timeline: TurnTimeline {
+            template_tokenize: Duration::from_micros(1_240),
+            prefill: ms(142),
+            prompt_tokens: prompt,
+            cached_tokens: cached,
+            prefill_done_at: ms(171),
+            decode_calls: token_ready_at.len().saturating_sub(1),
+            decode_compute: ms(15) * token_ready_at.len() as u32,
+            token_ready_at,
+            finished_at: last + ms(1),
+        },
+        context_used: prompt + turn.timeline.tokens_generated(),
+        llama_counters: LlamaCounters::default(),
+        first_logits: None,
+    };
+    turn.on_finished(report);
+    turn
+}
+
+const ANSWER_1: &str = "Hello! I'm a small language model. Ask me anything — I'll answer as well as 0.5B parameters allow.";
+
+const ANSWER_2: &str = "## Ownership in brief
+
+Every value has **one owner**; when the owner goes out of scope the value is *dropped*.
+
+1. A move transfers ownership.
+2. A borrow (`&T` or `&mut T`) lends it without moving.
+
+- no data races: one `&mut` **or** many `&`
+- no dangling references
+
+```rust
+fn main() {
+    let s = String::from(\"hi\");
+    let t = &s;
+    println!(\"{t}\");
+}
+```
+
+That is the whole idea.";
+
+const ANSWER_STREAMING: &str = "## Borrowing
+
+A reference lets code *use* a value without owning it:
+
+- `&T` shares it, read-only
+- `&mut T` lends it exclusively
+
+```rust
+fn len(s: &String) -> usize {
+    s.len()
+";
+
+fn finished_app() -> App {
+    let mut app = ready_app();
+    app.conversation.exchanges.push(Exchange {
+        user: "hi".to_string(),
+        assistant: Some(finished_turn(
+            1,
+            ANSWER_1,
+            38,
+            0,
+            StopReason::EndOfGeneration,
+        )),
+    });
+    app.conversation.exchanges.push(Exchange {
+        user: "Explain Rust ownership briefly, with a code example.".to_string(),
+        assistant: Some(finished_turn(
+            2,
+            ANSWER_2,
+            112,
+            67,
+            StopReason::EndOfGeneration,
+        )),
+    });
+    app.context_used = app.conversation.exchanges[1]
+        .assistant
+        .as_ref()
+        .and_then(|a| a.context_used)
+        .unwrap_or_default();
+    app
+}
+
+fn streaming_app() -> App {
+    let mut app = finished_app();
+    app.conversation.exchanges.push(Exchange {
+        user: "And borrowing?".to_string(),
+        assistant: Some(streaming_turn(3, ANSWER_STREAMING, 260, 249)),
+    });
+    app.active_since = Some(base());
+    app
+}
+
+fn base() -> Instant {
+    use std::sync::OnceLock;
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    *BASE.get_or_init(Instant::now)
+}
+
+/// The time the screen is drawn at: a fixed offset after `base`.
+fn now() -> Instant {
+    base() + ms(1_234)
+}
+
+/// The buffer as text, one line per row, trailing spaces cut (styles ignored).
+fn buffer_text(buf: &Buffer) -> String {
+    let mut out = String::new();
+    for y in 0..buf.area.height {
+        let mut line = String::new();
+        let mut hidden = 0usize;
+        for x in 0..buf.area.width {
+            let symbol = buf[(x, y)].symbol();
+            if hidden == 0 {
+                line.push_str(symbol);
+            }
+            hidden = hidden.max(symbol.width()).saturating_sub(1);
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn draw_at(app: &App, width: u16, height: u16) -> Terminal<TestBackend> {
+    let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
+    terminal
+        .draw(|frame| tokscope::ui::draw(frame, app, now()))
+        .unwrap();
+    terminal
+}
+
+fn render(app: &App, width: u16, height: u16) -> String {
+    buffer_text(draw_at(app, width, height).backend().buffer())
+}
+
+/// Snapshot a state at 80×24 and 120×40.
+fn snapshot_both(name: &str, app: &App) {
+    for (w, h) in [(80u16, 24u16), (120, 40)] {
+        let screen = render(app, w, h);
+        // Drawing is pure: the same state draws the same screen.
+        assert_eq!(screen, render(app, w, h));
+        insta::assert_snapshot!(format!("{name}_{w}x{h}"), screen);
+    }
+}
+
+#[test]
+fn empty_ready() {
+    snapshot_both("empty_ready", &ready_app());
+}
+
+#[test]
+fn loading_with_progress() {
+    let mut app = ready_app();
+    app.engine = EngineStatus::Loading { progress: 0.42 };
+    app.model = None;
+    snapshot_both("loading", &app);
+}
+
+#[test]
+fn prefill_shows_the_waiting_clock() {
+    let mut app = finished_app();
+    let mut turn = AssistantTurn::new(3, Some(MODEL_FILE.to_string()));
+    turn.on_prefill_started(260, 249);
+    app.conversation.exchanges.push(Exchange {
+        user: "And borrowing?".to_string(),
+        assistant: Some(turn),
+    });
+    app.active_since = Some(base());
+    let screen = render(&app, 120, 40);
+    assert!(screen.contains("waiting ms"), "{screen}");
+    assert!(screen.contains("1234"), "{screen}");
+    snapshot_both("prefill", &app);
+}
+
+#[test]
+fn queued_shows_the_waiting_clock() {
+    let mut app = finished_app();
+    app.conversation.exchanges.push(Exchange {
+        user: "And borrowing?".to_string(),
+        assistant: Some(AssistantTurn::new(3, None)),
+    });
+    app.active_since = Some(base());
+    let screen = render(&app, 80, 24);
+    assert!(screen.contains("queued"), "{screen}");
+    insta::assert_snapshot!("queued_80x24", screen);
+}
+
+#[test]
+fn streaming_with_metrics() {
+    let app = streaming_app();
+    let screen = render(&app, 120, 40);
+    for figure in [
+        "TTFT ms",
+        "decode tok/s",
+        "ITL ms",
+        "p99",
+        "context tok",
+        "streaming",
+    ] {
+        assert!(screen.contains(figure), "{figure} missing:\n{screen}");
+    }
+    snapshot_both("streaming", &app);
+}
+
+#[test]
+fn finished() {
+    let mut app = finished_app();
+    app.input.set("Summarise that\nin one line");
+    snapshot_both("finished", &app);
+}
+
+#[test]
+fn stopped() {
+    let mut app = finished_app();
+    let partial = "A reference lets code use a value without owning";
+    app.conversation.exchanges.push(Exchange {
+        user: "And borrowing?".to_string(),
+        assistant: Some(finished_turn(3, partial, 260, 249, StopReason::Cancelled)),
+    });
+    let screen = render(&app, 80, 24);
+    assert!(screen.contains("stopped"), "{screen}");
+    snapshot_both("stopped", &app);
+}
+
+#[test]
+fn engine_failed_to_load() {
+    let mut app = ready_app();
+    let error =
+        "model not found: /models/missing.gguf (check the path, or run `tokscope fetch-demo`)";
+    app.engine = EngineStatus::Failed(error.to_string());
+    app.model = None;
+    app.model_path = PathBuf::from("/models/missing.gguf");
+    app.notice = Some(Notice {
+        text: error.to_string(),
+        kind: NoticeKind::Error,
+    });
+    snapshot_both("error_load", &app);
+}
+
+#[test]
+fn turn_failed() {
+    let mut app = finished_app();
+    let mut turn = AssistantTurn::new(3, Some(MODEL_FILE.to_string()));
+    turn.on_prefill_started(260, 249);
+    let error = "decode failed: llama_decode returned -3 (out of KV cache space)";
+    turn.on_failed(error.to_string());
+    app.conversation.exchanges.push(Exchange {
+        user: "And borrowing?".to_string(),
+        assistant: Some(turn),
+    });
+    app.notice = Some(Notice {
+        text: error.to_string(),
+        kind: NoticeKind::Error,
+    });
+    snapshot_both("error_turn", &app);
+}
+
+#[test]
+fn help_overlay() {
+    let mut app = finished_app();
+    app.mode = Mode::Help;
+    snapshot_both("help", &app);
+    // Scrolled far past the end: clamped to the last page.
+    app.help_scroll = 10_000;
+    let screen = render(&app, 80, 24);
+    assert!(screen.contains("Status line"), "{screen}");
+    insta::assert_snapshot!("help_scrolled_end_80x24", screen);
+}
+
+#[test]
+fn synthetic_model_is_labelled() {
+    let mut app = ready_app();
+    app.model = Some(synthetic_model());
+    app.conversation.exchanges.push(Exchange {
+        user: "hello".to_string(),
+        assistant: Some(finished_turn(
+            1,
+            "Question Answer hello the of noise tokens",
+            12,
+            0,
+            StopReason::MaxTokens,
+        )),
+    });
+    app.context_used = 20;
+    for (w, h) in [(80u16, 24u16), (120, 40)] {
+        let screen = render(&app, w, h);
+        assert!(
+            screen.contains(ModelInfo::SYNTHETIC_LABEL) || w < 100,
+            "{screen}"
+        );
+        assert!(screen.contains("SYNTHETIC") || screen.contains("synthetic weights"));
+    }
+    snapshot_both("synthetic", &app);
+}
+
+#[test]
+fn narrow_terminal_keeps_key_figures() {
+    let app = streaming_app();
+    let screen = render(&app, 60, 20);
+    assert!(screen.contains("TTFT"), "{screen}");
+    assert!(screen.contains("tok/s"), "{screen}");
+    insta::assert_snapshot!("streaming_60x20", screen);
+}
+
+#[test]
+fn too_small() {
+    let app = streaming_app();
+    let screen = render(&app, 49, 12);
+    assert!(screen.contains("terminal too small (49×12"), "{screen}");
+    insta::assert_snapshot!("too_small_49x12", screen);
+    insta::assert_snapshot!("too_small_10x5", render(&app, 10, 5));
+    insta::assert_snapshot!("too_small_1x1", render(&app, 1, 1));
+    // Degenerate sizes never panic.
+    for (w, h) in [(0, 0), (1, 0), (0, 1), (2, 2), (50, 11), (49, 30)] {
+        render(&app, w, h);
+    }
+}
+
+#[test]
+fn scrolled_up_shows_how_much_is_below() {
+    let mut app = finished_app();
+    app.scroll = Scroll {
+        lines_from_bottom: 6,
+    };
+    let screen = render(&app, 80, 24);
+    assert!(screen.contains("↓ 6 more lines"), "{screen}");
+    insta::assert_snapshot!("scrolled_80x24", screen);
+}
+
+#[test]
+fn scroll_is_clamped_to_the_top() {
+    let mut app = streaming_app();
+    app.scroll = Scroll {
+        lines_from_bottom: usize::MAX / 2,
+    };
+    let screen = render(&app, 80, 24);
+    let rows: Vec<&str> = screen.lines().collect();
+    // Row 0 is the status line; the conversation starts on row 1 with the first turn.
+    assert!(rows[1].starts_with("▍you"), "{screen}");
+    assert!(rows[2].starts_with("  hi"), "{screen}");
+    assert!(screen.contains("more lines · End follows"), "{screen}");
+    // The state itself is not changed by drawing.
+    assert_eq!(app.scroll.lines_from_bottom, usize::MAX / 2);
+}
+
+#[test]
+fn a_thousand_tokens_stream_fine() {
+    let mut app = ready_app();
+    let text: String = (0..1000)
+        .map(|i| match i % 50 {
+            0 => format!("\n\n### Part {}\n\n", i / 50),
+            25 => "\n\n```\ncode line\n```\n\n".to_string(),
+            _ => format!("word{i} "),
+        })
+        .collect();
+    let mut turn = AssistantTurn::new(1, None);
+    turn.on_prefill_started(40, 0);
+    let times = ready_times(1000, ms(150));
+    for (i, at) in times.iter().enumerate() {
+        let piece = match i % 50 {
+            0 => format!("\n\n### Part {}\n\n", i / 50),
+            25 => "\n\n```\ncode line\n```\n\n".to_string(),
+            _ => format!("word{i} "),
+        };
+        turn.on_token(&piece, *at);
+    }
+    assert_eq!(turn.text, text);
+    app.conversation.exchanges.push(Exchange {
+        user: "write a lot".to_string(),
+        assistant: Some(turn),
+    });
+    app.active_since = Some(base());
+    for (w, h) in [(80u16, 24u16), (120, 40), (200, 60)] {
+        let screen = render(&app, w, h);
+        // Following the stream: the newest words are on screen, with the cursor after them.
+        assert!(screen.contains("word999▌"), "{screen}");
+        assert!(screen.contains("1000"), "token count missing:\n{screen}");
+    }
+}
+
+#[test]
+fn control_characters_never_reach_the_terminal() {
+    let mut app = ready_app();
+    let nasty = "clear \u{1b}[2J\u{1b}]0;pwned\u{7} done\r\n\u{9b}31m";
+    app.conversation.exchanges.push(Exchange {
+        user: format!("user {nasty}"),
+        assistant: Some(finished_turn(1, nasty, 10, 0, StopReason::EndOfGeneration)),
+    });
+    app.input.set(nasty);
+    app.notice = Some(Notice {
+        text: nasty.to_string(),
+        kind: NoticeKind::Warning,
+    });
+    let terminal = draw_at(&app, 120, 40);
+    let buf = terminal.backend().buffer();
+    for cell in buf.content() {
+        assert!(
+            !cell.symbol().chars().any(|c| c.is_control()),
+            "control character in {:?}",
+            cell.symbol()
+        );
+    }
+    let screen = buffer_text(buf);
+    assert!(screen.contains("clear ␛[2J␛]0;pwned␇ done"), "{screen}");
+}
+
+#[test]
+fn input_grows_and_places_the_cursor() {
+    let mut app = ready_app();
+    app.input.set("first line\nsecond line\nthird");
+    let mut terminal = draw_at(&app, 80, 24);
+    let screen = buffer_text(terminal.backend().buffer());
+    let rows: Vec<&str> = screen.lines().collect();
+    assert_eq!(rows[21], "› first line");
+    assert_eq!(rows[22], "  second line");
+    assert_eq!(rows[23], "  third");
+    // After "third": column 2 (prompt) + 5.
+    terminal.backend_mut().assert_cursor_position((7, 23));
+}
