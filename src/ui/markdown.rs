@@ -25,17 +25,46 @@ pub fn render(text: &str, width: usize) -> Vec<Line<'static>> {
         lists: Vec::new(),
         code: None,
     };
-    for event in Parser::new_ext(&source, options) {
-        r.event(event);
+    for (event, range) in Parser::new_ext(&source, options).into_offset_iter() {
+        if let Event::End(TagEnd::CodeBlock) = event {
+            let closed = fence_closed(source.get(range).unwrap_or(""));
+            r.end_code_block(closed);
+            r.block_gap();
+        } else {
+            r.event(event);
+        }
     }
     r.flush_inline();
     if r.code.is_some() {
-        r.end_code_block();
+        r.end_code_block(false);
     }
     while r.lines.last().is_some_and(is_blank) {
         r.lines.pop();
     }
     r.lines
+}
+
+/// Whether a code block's source ends with its closing fence. A fence still open (an answer
+/// being streamed, or one that ended inside a code block) gets no bottom line, so the block
+/// reads as continuing.
+fn fence_closed(block: &str) -> bool {
+    let strip = |l: &str| l.trim_start_matches([' ', '>']).to_string();
+    let mut lines = block.trim_end_matches('\n').lines().map(strip);
+    let Some(first) = lines.next() else {
+        return true;
+    };
+    let fence: String = first
+        .chars()
+        .take_while(|c| *c == '`' || *c == '~')
+        .collect();
+    if fence.len() < 3 {
+        // An indented code block has no fence to close.
+        return true;
+    }
+    lines.last().is_some_and(|last| {
+        let last = last.trim_end();
+        last.starts_with(&fence) && last.chars().all(|c| c == '`' || c == '~')
+    })
 }
 
 fn is_blank(line: &Line<'_>) -> bool {
@@ -145,7 +174,7 @@ impl Renderer {
         }
     }
 
-    fn end_code_block(&mut self) {
+    fn end_code_block(&mut self, closed: bool) {
         let Some(code) = self.code.take() else {
             return;
         };
@@ -161,15 +190,22 @@ impl Renderer {
         top.push(Span::styled(label, theme::MD_CODE_FRAME));
         self.lines.push(Line::from(top));
         let body = code.text.strip_suffix('\n').unwrap_or(&code.text);
-        for row in hard_wrap(body, theme::MD_CODE_BLOCK, inner) {
+        let rows = if code.text.is_empty() {
+            Vec::new()
+        } else {
+            hard_wrap(body, theme::MD_CODE_BLOCK, inner)
+        };
+        for row in rows {
             let mut spans = rest.clone();
             spans.push(Span::styled("│ ", theme::MD_CODE_FRAME));
             spans.extend(row);
             self.lines.push(Line::from(spans));
         }
-        let mut bottom = rest;
-        bottom.push(Span::styled("└─", theme::MD_CODE_FRAME));
-        self.lines.push(Line::from(bottom));
+        if closed {
+            let mut bottom = rest;
+            bottom.push(Span::styled("└─", theme::MD_CODE_FRAME));
+            self.lines.push(Line::from(bottom));
+        }
     }
 
     fn event(&mut self, event: Event<'_>) {
@@ -292,7 +328,7 @@ impl Renderer {
                 self.block_gap();
             }
             TagEnd::CodeBlock => {
-                self.end_code_block();
+                self.end_code_block(true);
                 self.block_gap();
             }
             TagEnd::List(_) => {
@@ -425,8 +461,19 @@ mod tests {
         let lines = render("Here:\n\n```py\nprint(1)\nprint(", 40);
         assert_eq!(
             plain(&lines),
-            ["Here:", "", "┌─ py", "│ print(1)", "│ print(", "└─"]
+            ["Here:", "", "┌─ py", "│ print(1)", "│ print("]
         );
+        // Just opened: the frame starts, nothing inside yet.
+        assert_eq!(plain(&render("```rust", 40)), ["┌─ rust"]);
+        assert_eq!(plain(&render("```rust\n", 40)), ["┌─ rust"]);
+        // Closed by a longer fence, or inside a list: closed.
+        assert_eq!(plain(&render("````\nx\n`````", 40)), ["┌─", "│ x", "└─"]);
+        assert_eq!(
+            plain(&render("- item\n\n  ```\n  x\n  ```", 40)),
+            ["• item", "", "  ┌─", "  │ x", "  └─"]
+        );
+        // Indented code has no fence.
+        assert_eq!(plain(&render("    code", 40)), ["┌─", "│ code", "└─"]);
         // An unclosed emphasis is shown as typed.
         assert_eq!(plain(&render("so **bold", 40)), ["so **bold"]);
     }

@@ -52,7 +52,8 @@ impl Piece {
         match &self.content {
             Content::Text(lines) => lines.len(),
             Content::Spark(_) => 1,
-            Content::History { rows, .. } => 1 + rows.len().clamp(1, 1),
+            // The header and one row (the newest turn, or "no finished turn yet").
+            Content::History { .. } => 2,
         }
     }
 }

@@ -105,25 +105,35 @@ fn too_small(frame: &mut Frame, area: Rect) {
     if area.is_empty() {
         return;
     }
-    let message = format!(
-        "terminal too small ({}×{}, need at least {MIN_WIDTH}×{MIN_HEIGHT})",
-        area.width, area.height
-    );
-    let lines = text::wrap(
-        &[Span::styled(message, theme::TOO_SMALL)],
-        area.width as usize,
-        &[],
-        &[],
-    );
-    let top = (area.height as usize).saturating_sub(lines.len()) / 2;
-    let centred: Vec<Line<'static>> = lines
-        .into_iter()
-        .map(|l| l.centered())
-        .take(area.height as usize)
-        .collect();
+    let (w, h) = (area.width, area.height);
+    // The longest message that fits, down to the bare minimum size.
+    let candidates = [
+        format!("terminal too small ({w}×{h}, need at least {MIN_WIDTH}×{MIN_HEIGHT})"),
+        format!("too small: {w}×{h} < {MIN_WIDTH}×{MIN_HEIGHT}"),
+        format!("need {MIN_WIDTH}×{MIN_HEIGHT}"),
+        format!("{MIN_WIDTH}×{MIN_HEIGHT}"),
+        "!".to_string(),
+    ];
+    let wrapped = |message: &String| {
+        text::wrap(
+            &[Span::styled(message.clone(), theme::TOO_SMALL)],
+            w as usize,
+            &[],
+            &[],
+        )
+    };
+    let lines = candidates
+        .iter()
+        .map(wrapped)
+        .find(|lines| {
+            lines.len() <= h as usize && lines.iter().all(|l| text::line_width(l) <= w as usize)
+        })
+        .unwrap_or_default();
+    let top = (h as usize).saturating_sub(lines.len()) / 2;
+    let centred: Vec<Line<'static>> = lines.into_iter().map(|l| l.centered()).collect();
     let rect = Rect {
         y: area.y + top as u16,
-        height: area.height - top as u16,
+        height: h - top as u16,
         ..area
     };
     frame.render_widget(Paragraph::new(centred), rect);

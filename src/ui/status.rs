@@ -75,6 +75,16 @@ pub fn engine_state(app: &App) -> (String, Style) {
     }
 }
 
+/// A device as the engine lists it, `NAME (BACKEND: DESCRIPTION)`, shortened to its
+/// description (`NVIDIA H200`); other forms are kept whole.
+fn device_name(listed: &str) -> String {
+    let described = listed
+        .split_once(": ")
+        .and_then(|(_, rest)| rest.strip_suffix(')'))
+        .filter(|d| !d.is_empty());
+    one_line(described.unwrap_or(listed))
+}
+
 /// Backend, and the device it runs on when that is not the CPU.
 fn device(info: &ModelInfo) -> Segment {
     let backend = one_line(&info.backend);
@@ -85,11 +95,11 @@ fn device(info: &ModelInfo) -> Segment {
         .filter(|_| info.backend != "CPU");
     match gpu {
         Some(d) => Segment::new(
-            format!("{backend} · {}", truncate(&one_line(d), 32)),
+            format!("{backend} · {}", truncate(&device_name(d), 28)),
             theme::STATUS_BAR,
             Some(40),
         )
-        .or_short(backend, 45),
+        .or_short(backend, 47),
         None => Segment::new(backend, theme::STATUS_BAR, Some(40)),
     }
 }
@@ -129,10 +139,10 @@ fn segments(app: &App) -> Vec<Segment> {
     out.push(plain(one_line(&info.architecture), 60));
     out.push(plain(format::params(info.n_params), 31));
     out.push(plain(one_line(&info.quantization), 30));
-    out.push(plain(format::bytes(info.file_size_bytes), 42));
+    out.push(plain(format::bytes(info.file_size_bytes), 52));
     out.push(device(info));
     out.push(
-        plain(format!("GPU layers {}", info.n_gpu_layers), 50)
+        plain(format!("GPU layers {}", info.n_gpu_layers), 45)
             .or_short(format!("ngl {}", info.n_gpu_layers), 55),
     );
     let (used, total) = context(app);

@@ -1,0 +1,143 @@
+//! End to end in a real terminal: tmux runs the real release binary on a synthetic model. Start,
+//! type a prompt, see streamed text and non-zero TTFT and tok/s in the metrics column, stop a
+//! long answer with Esc, quit, and find the shell screen back. Polls with deadlines for the
+//! expected text, never fixed sleeps.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    fn start(name: &str, width: u16, height: u16, env: &[(&str, &Path)]) -> Self {
+        let socket = format!("tokscope-e2e-{name}-{}", std::process::id());
+        let tmux = Self { socket };
+        let mut cmd = Command::new("tmux");
+        cmd.args(["-L", &tmux.socket, "-f", "/dev/null", "new-session", "-d", "-s", "main"])
+            .args(["-x", &width.to_string(), "-y", &height.to_string()]);
+        for (k, v) in env {
+            cmd.arg("-e").arg(format!("{k}={}", v.display()));
+        }
+        cmd.args(["env", "PS1=e2e$ ", "TERM=xterm-256color", "bash", "--norc", "--noprofile"]);
+        let status = cmd.status().expect("tmux must be installed (scripts/test.sh installs it)");
+        assert!(status.success(), "tmux could not start");
+        tmux
+    }
+
+    fn tmux(&self, args: &[&str]) -> String {
+        let out = Command::new("tmux")
+            .args(["-L", &self.socket])
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        let mut args = vec!["send-keys", "-t", "main"];
+        args.extend_from_slice(keys);
+        self.tmux(&args);
+    }
+
+    fn type_text(&self, text: &str) {
+        self.tmux(&["send-keys", "-t", "main", "-l", text]);
+    }
+
+    fn screen(&self) -> String {
+        self.tmux(&["capture-pane", "-p", "-t", "main"])
+    }
+
+    fn wait_for(&self, what: &str, timeout: Duration, pred: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let screen = self.screen();
+            if pred(&screen) {
+                return screen;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}; the screen was:\n{screen}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["-L", &self.socket, "kill-server"])
+            .status();
+    }
+}
+
+/// The number at the end of the metrics line that starts with `label`.
+fn metric(screen: &str, label: &str) -> Option<f64> {
+    screen.lines().find_map(|line| {
+        let pane = line.rsplit('│').next()?.trim();
+        let rest = pane.strip_prefix(label)?;
+        rest.split_whitespace().last()?.parse().ok()
+    })
+}
+
+#[test]
+fn chat_streams_shows_metrics_stops_on_esc_and_restores_the_terminal() {
+    let _lock = common::model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::synth_medium(dir.path());
+    let data = dir.path().join("data");
+    let config = dir.path().join("config");
+    let tmux = Tmux::start(
+        "chat",
+        120,
+        40,
+        &[("TOKSCOPE_DATA_DIR", &data), ("TOKSCOPE_CONFIG_DIR", &config)],
+    );
+    tmux.wait_for("the shell prompt", Duration::from_secs(10), |s| s.contains("e2e$"));
+    let bin = env!("CARGO_BIN_EXE_tokscope");
+    tmux.type_text(&format!(
+        "{bin} chat -m {} -t 1 -c 8192 --max-tokens 100000 --temp 0",
+        model.display()
+    ));
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("the model to be ready", Duration::from_secs(60), |s| {
+        s.lines().next().is_some_and(|l| l.contains("ready"))
+    });
+
+    tmux.type_text("Write a very long story about the sea");
+    tmux.keys(&["Enter"]);
+    let screen = tmux.wait_for("streamed text with TTFT and tok/s", Duration::from_secs(60), |s| {
+        s.lines().next().is_some_and(|l| l.contains("streaming"))
+            && metric(s, "TTFT ms").is_some_and(|v| v > 0.0)
+            && metric(s, "decode tok/s").is_some_and(|v| v > 0.0)
+            && metric(s, "tokens").is_some_and(|v| v >= 5.0)
+    });
+    assert!(screen.contains("Write a very long story"), "{screen}");
+    assert!(screen.contains("synthetic weights"), "the synthetic label is shown:\n{screen}");
+
+    tmux.keys(&["Escape"]);
+    let stopped = tmux.wait_for("the answer to stop", Duration::from_secs(10), |s| {
+        s.contains("■ stopped") && s.lines().next().is_some_and(|l| !l.contains("streaming"))
+    });
+    let tokens = metric(&stopped, "tokens").unwrap();
+    assert!(tokens < 8000.0, "stopped long before the context filled: {tokens}");
+    // Nothing more arrives after the stop.
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(metric(&tmux.screen(), "tokens"), Some(tokens));
+
+    tmux.keys(&["C-q"]);
+    let back = tmux.wait_for("the shell to come back", Duration::from_secs(10), |s| {
+        s.lines().filter(|l| l.starts_with("e2e$")).count() >= 2
+    });
+    assert!(!back.contains("TTFT ms"), "the TUI is gone from the screen:\n{back}");
+    assert_eq!(tmux.tmux(&["display", "-p", "-t", "main", "#{alternate_on}"]).trim(), "0");
+    // The finished (stopped) turn was saved.
+    let history = std::fs::read_dir(data.join("history")).unwrap().count();
+    assert_eq!(history, 1, "one conversation file");
+}
