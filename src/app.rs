@@ -227,6 +227,7 @@ pub enum Effect {
         messages: Vec<ChatMessage>,
         sampling: SamplingParams,
         max_tokens: u32,
+        ignore_eos: bool,
     },
     Cancel(RequestId),
     LoadModel(PathBuf),
@@ -262,6 +263,8 @@ pub struct App {
     pub help_scroll: usize,
     pub sampling: SamplingParams,
     pub max_tokens: u32,
+    /// Answers run to `max_tokens` regardless of end-of-generation (benchmarking).
+    pub ignore_eos: bool,
     pub notice: Option<Notice>,
     /// Prompts sent in this session, for Up-recall.
     pub sent_prompts: Vec<String>,
@@ -293,6 +296,7 @@ impl App {
             help_scroll: 0,
             sampling,
             max_tokens,
+            ignore_eos: false,
             notice: None,
             sent_prompts: Vec::new(),
             active_since: None,
@@ -334,6 +338,7 @@ impl App {
             messages,
             sampling: self.sampling.clone(),
             max_tokens: self.max_tokens,
+            ignore_eos: self.ignore_eos,
         }]
     }
 

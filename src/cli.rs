@@ -126,6 +126,10 @@ pub struct ChatArgs {
     /// Continue a saved conversation: its id (or a unique prefix), or the latest without one.
     #[arg(long, value_name = "ID", num_args = 0..=1, default_missing_value = "")]
     pub resume: Option<String>,
+    /// Generate exactly --max-tokens per answer, ignoring end-of-generation tokens and stop
+    /// strings (for measuring decode speed in the chat).
+    #[arg(long)]
+    pub ignore_eos: bool,
 }
 
 #[derive(Debug, Args)]

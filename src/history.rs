@@ -822,11 +822,15 @@ pub fn write_private(path: &Path, contents: &[u8]) -> Result<(), HistoryError> {
     temp.rename_to(path).map_err(write_error)?;
     match sync_dir(&dir) {
         Ok(()) => Ok(()),
-        // Some file systems cannot sync a directory; the rename itself has happened.
+        // Some file systems cannot sync a directory, and a write-only directory cannot be
+        // opened to sync it. The contents are synced and the rename has happened, so a "could
+        // not write" here would be false; other errors (EIO) mean it may not be durable.
         Err(e)
             if matches!(
                 e.kind(),
-                io::ErrorKind::InvalidInput | io::ErrorKind::Unsupported
+                io::ErrorKind::InvalidInput
+                    | io::ErrorKind::Unsupported
+                    | io::ErrorKind::PermissionDenied
             ) =>
         {
             Ok(())

@@ -79,12 +79,13 @@ pub fn chat(args: &crate::cli::ChatArgs, mut settings: Settings) -> Result<(), F
             crate::chat::Conversation::from_saved(&saved)
         }
     };
-    let app = crate::app::App::new(
+    let mut app = crate::app::App::new(
         config.model_path.clone(),
         conversation,
         settings.sampling.clone(),
         settings.max_tokens,
     );
+    app.ignore_eos = args.ignore_eos;
     let (mut engine, events) = crate::engine::EngineHandle::spawn(config.clone())?;
     let result = crate::tui::run_chat(app, &mut engine, events, config);
     engine.shutdown();
@@ -102,6 +103,9 @@ pub fn history() -> Result<(), Failure> {
             from.display(),
             to.display()
         );
+    }
+    for (path, why) in &outcome.skipped {
+        eprintln!("warning: skipped {}: {why}", path.display());
     }
     print!(
         "{}",

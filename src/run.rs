@@ -62,19 +62,16 @@ pub fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure> {
     let mut request = None;
     while let Some(event) = events.blocking_recv() {
         match event {
-            EngineEvent::Loading { progress } => {
-                if show_progress {
-                    eprint!("\rloading model… {:>3.0}%", progress * 100.0);
-                }
+            EngineEvent::Loading { progress } if show_progress => {
+                eprint!("\rloading model… {:>3.0}%", progress * 100.0);
             }
             EngineEvent::Ready(i) => {
                 if show_progress {
                     eprint!("\r\x1b[2K");
                 }
-                if let Some(note) = &i.template_note {
-                    if !args.json {
-                        eprintln!("note: {note}");
-                    }
+                match &i.template_note {
+                    Some(note) if !args.json => eprintln!("note: {note}"),
+                    _ => {}
                 }
                 request = Some(engine.send_request(GenerateRequest {
                     id: engine.next_id(),

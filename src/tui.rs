@@ -208,11 +208,18 @@ impl Effects<'_> {
                     messages,
                     sampling,
                     max_tokens,
+                    ignore_eos,
                 } => {
-                    if let Err(e) = self
-                        .engine
-                        .submit_with_id(id, messages, sampling, max_tokens, false)
-                    {
+                    let request = crate::engine::GenerateRequest {
+                        id,
+                        messages,
+                        sampling,
+                        max_tokens,
+                        capture_first_logits: false,
+                        ignore_eos,
+                        submitted_at: Instant::now(),
+                    };
+                    if let Err(e) = self.engine.send_request(request) {
                         msgs.push(Msg::Engine(crate::engine::EngineEvent::Failed {
                             request_id: id,
                             error: e,

@@ -86,7 +86,7 @@ fn run_json_has_every_metric_and_the_stamp() {
     }
     assert!(m["ttft_ms"].as_f64().unwrap() > 0.0);
     let n = m["tokens_generated"].as_u64().unwrap();
-    assert!(n >= 1 && n <= 12);
+    assert!((1..=12).contains(&n));
     assert_eq!(v["token_ready_ms"].as_array().unwrap().len() as u64, n);
     let stamp = &v["stamp"];
     for key in [

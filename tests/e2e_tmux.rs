@@ -19,13 +19,31 @@ impl Tmux {
         let socket = format!("tokscope-e2e-{name}-{}", std::process::id());
         let tmux = Self { socket };
         let mut cmd = Command::new("tmux");
-        cmd.args(["-L", &tmux.socket, "-f", "/dev/null", "new-session", "-d", "-s", "main"])
-            .args(["-x", &width.to_string(), "-y", &height.to_string()]);
+        cmd.args([
+            "-L",
+            &tmux.socket,
+            "-f",
+            "/dev/null",
+            "new-session",
+            "-d",
+            "-s",
+            "main",
+        ])
+        .args(["-x", &width.to_string(), "-y", &height.to_string()]);
         for (k, v) in env {
             cmd.arg("-e").arg(format!("{k}={}", v.display()));
         }
-        cmd.args(["env", "PS1=e2e$ ", "TERM=xterm-256color", "bash", "--norc", "--noprofile"]);
-        let status = cmd.status().expect("tmux must be installed (scripts/test.sh installs it)");
+        cmd.args([
+            "env",
+            "PS1=e2e$ ",
+            "TERM=xterm-256color",
+            "bash",
+            "--norc",
+            "--noprofile",
+        ]);
+        let status = cmd
+            .status()
+            .expect("tmux must be installed (scripts/test.sh installs it)");
         assert!(status.success(), "tmux could not start");
         tmux
     }
@@ -97,9 +115,14 @@ fn chat_streams_shows_metrics_stops_on_esc_and_restores_the_terminal() {
         "chat",
         120,
         40,
-        &[("TOKSCOPE_DATA_DIR", &data), ("TOKSCOPE_CONFIG_DIR", &config)],
+        &[
+            ("TOKSCOPE_DATA_DIR", &data),
+            ("TOKSCOPE_CONFIG_DIR", &config),
+        ],
     );
-    tmux.wait_for("the shell prompt", Duration::from_secs(10), |s| s.contains("e2e$"));
+    tmux.wait_for("the shell prompt", Duration::from_secs(10), |s| {
+        s.contains("e2e$")
+    });
     let bin = env!("CARGO_BIN_EXE_tokscope");
     tmux.type_text(&format!(
         "{bin} chat -m {} -t 1 -c 8192 --max-tokens 100000 --temp 0",
@@ -112,21 +135,31 @@ fn chat_streams_shows_metrics_stops_on_esc_and_restores_the_terminal() {
 
     tmux.type_text("Write a very long story about the sea");
     tmux.keys(&["Enter"]);
-    let screen = tmux.wait_for("streamed text with TTFT and tok/s", Duration::from_secs(60), |s| {
-        s.lines().next().is_some_and(|l| l.contains("streaming"))
-            && metric(s, "TTFT ms").is_some_and(|v| v > 0.0)
-            && metric(s, "decode tok/s").is_some_and(|v| v > 0.0)
-            && metric(s, "tokens").is_some_and(|v| v >= 5.0)
-    });
+    let screen = tmux.wait_for(
+        "streamed text with TTFT and tok/s",
+        Duration::from_secs(60),
+        |s| {
+            s.lines().next().is_some_and(|l| l.contains("streaming"))
+                && metric(s, "TTFT ms").is_some_and(|v| v > 0.0)
+                && metric(s, "decode tok/s").is_some_and(|v| v > 0.0)
+                && metric(s, "tokens").is_some_and(|v| v >= 5.0)
+        },
+    );
     assert!(screen.contains("Write a very long story"), "{screen}");
-    assert!(screen.contains("synthetic weights"), "the synthetic label is shown:\n{screen}");
+    assert!(
+        screen.contains("synthetic weights"),
+        "the synthetic label is shown:\n{screen}"
+    );
 
     tmux.keys(&["Escape"]);
     let stopped = tmux.wait_for("the answer to stop", Duration::from_secs(10), |s| {
         s.contains("■ stopped") && s.lines().next().is_some_and(|l| !l.contains("streaming"))
     });
     let tokens = metric(&stopped, "tokens").unwrap();
-    assert!(tokens < 8000.0, "stopped long before the context filled: {tokens}");
+    assert!(
+        tokens < 8000.0,
+        "stopped long before the context filled: {tokens}"
+    );
     // Nothing more arrives after the stop.
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(metric(&tmux.screen(), "tokens"), Some(tokens));
@@ -135,8 +168,15 @@ fn chat_streams_shows_metrics_stops_on_esc_and_restores_the_terminal() {
     let back = tmux.wait_for("the shell to come back", Duration::from_secs(10), |s| {
         s.lines().filter(|l| l.starts_with("e2e$")).count() >= 2
     });
-    assert!(!back.contains("TTFT ms"), "the TUI is gone from the screen:\n{back}");
-    assert_eq!(tmux.tmux(&["display", "-p", "-t", "main", "#{alternate_on}"]).trim(), "0");
+    assert!(
+        !back.contains("TTFT ms"),
+        "the TUI is gone from the screen:\n{back}"
+    );
+    assert_eq!(
+        tmux.tmux(&["display", "-p", "-t", "main", "#{alternate_on}"])
+            .trim(),
+        "0"
+    );
     // The finished (stopped) turn was saved.
     let history = std::fs::read_dir(data.join("history")).unwrap().count();
     assert_eq!(history, 1, "one conversation file");

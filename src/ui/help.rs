@@ -169,7 +169,7 @@ pub fn lines(w: usize) -> Vec<Line<'static>> {
     out.push(section("Status line"));
     out.extend(wrap(
         &[Span::styled(
-            "engine state (loading %, ready, queued, prefill, streaming, stopped, error) · model name · architecture · parameters · quantization · file size · backend and device · GPU layers · context used/total.",
+            "engine state (loading %, ready, queued, prefill, streaming, stopped, turn failed, error) · model name · architecture · parameters · quantization · file size · backend and device · GPU layers · context used/total.",
             theme::HELP_TEXT,
         )],
         w,
@@ -179,16 +179,17 @@ pub fn lines(w: usize) -> Vec<Line<'static>> {
     out
 }
 
+/// Draw the help over `area` (everything below the status line), hiding what is under it.
 pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
-    let w = area.width.saturating_sub(4).min(100);
-    let h = area.height.saturating_sub(2);
+    frame.render_widget(Clear, area);
+    let w = area.width.saturating_sub(2).min(100);
+    let h = area.height;
     let rect = Rect {
         x: area.x + (area.width - w) / 2,
-        y: area.y + (area.height - h) / 2,
+        y: area.y,
         width: w,
         height: h,
     };
-    frame.render_widget(Clear, rect);
     let inner_w = w.saturating_sub(4) as usize;
     let all = lines(inner_w.max(1));
     let inner_h = h.saturating_sub(2) as usize;

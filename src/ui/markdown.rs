@@ -61,7 +61,7 @@ fn fence_closed(block: &str) -> bool {
         // An indented code block has no fence to close.
         return true;
     }
-    lines.last().is_some_and(|last| {
+    lines.next_back().is_some_and(|last| {
         let last = last.trim_end();
         last.starts_with(&fence) && last.chars().all(|c| c == '`' || c == '~')
     })
@@ -470,7 +470,7 @@ mod tests {
         assert_eq!(plain(&render("````\nx\n`````", 40)), ["┌─", "│ x", "└─"]);
         assert_eq!(
             plain(&render("- item\n\n  ```\n  x\n  ```", 40)),
-            ["• item", "", "  ┌─", "  │ x", "  └─"]
+            ["• item", "  ┌─", "  │ x", "  └─"]
         );
         // Indented code has no fence.
         assert_eq!(plain(&render("    code", 40)), ["┌─", "│ code", "└─"]);

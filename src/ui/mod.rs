@@ -68,7 +68,12 @@ pub fn draw(frame: &mut Frame, app: &App, now: Instant) {
     frame.render_widget(Paragraph::new(notice), notice_area);
     input::draw(frame, input_area, app);
     if app.mode == Mode::Help {
-        help::draw(frame, area, app);
+        let below_status = Rect {
+            y: area.y + 1,
+            height: area.height - 1,
+            ..area
+        };
+        help::draw(frame, below_status, app);
     }
 }
 

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Decode speed while streaming into the chat TUI versus headless `tokscope run`, on the same
+# model, prompt and settings (greedy, exactly N tokens with --ignore-eos), alternating R times,
+# plus the UI thread's CPU time per second of streaming. Needs tmux.
+# Usage: scripts/bench-tui.sh MODEL [TOKENS] [RUNS] [THREADS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+model=$(realpath "${1:?usage: scripts/bench-tui.sh MODEL [TOKENS] [RUNS] [THREADS]}")
+tokens=${2:-256}
+runs=${3:-3}
+threads=${4:-$(nproc)}
+bin=$(realpath target/release/tokscope)
+[ -x "$bin" ] || cargo build --release --locked
+prompt="Write a long story about a lighthouse keeper and the sea."
+work=$(mktemp -d)
+sock="tokscope-bench-$$"
+trap 'tmux -L "$sock" kill-server 2>/dev/null || true; rm -rf "$work"' EXIT
+clk=$(getconf CLK_TCK)
+
+ticks() { awk '{print $14 + $15}' "/proc/$1/task/$1/stat"; }
+
+for i in $(seq 1 "$runs"); do
+  headless=$("$bin" run -m "$model" -p "$prompt" --temp 0 -n "$tokens" --ignore-eos -t "$threads" --json \
+    | python3 -c 'import json,sys; print(json.load(sys.stdin)["metrics"]["decode_tok_per_s"])')
+
+  data="$work/data-$i"
+  tmux -L "$sock" -f /dev/null new-session -d -x 120 -y 40 -s b \
+    "exec env TOKSCOPE_DATA_DIR=$data TOKSCOPE_CONFIG_DIR=$work/cfg $bin chat -m $model --temp 0 -n $tokens --ignore-eos -t $threads"
+  pid=$(tmux -L "$sock" display -p -t b '#{pane_pid}')
+  until tmux -L "$sock" capture-pane -p -t b | head -1 | grep -q ready; do sleep 0.05; done
+  before=$(ticks "$pid")
+  tmux -L "$sock" send-keys -t b -l "$prompt"
+  tmux -L "$sock" send-keys -t b Enter
+  until ls "$data"/history/*.json >/dev/null 2>&1; do sleep 0.05; done
+  after=$(ticks "$pid")
+  tmux -L "$sock" send-keys -t b C-q
+  sleep 0.3
+  tmux -L "$sock" kill-server 2>/dev/null || true
+  python3 - "$data" "$headless" "$before" "$after" "$clk" "$i" <<'PY'
+import glob, json, sys
+data, headless, before, after, clk, i = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
+conv = json.load(open(glob.glob(data + "/history/*.json")[0]))
+m = conv["turns"][-1]["metrics"]
+tui = m["decode_tok_per_s"]
+ui_cpu_ms = (after - before) * 1000 / clk
+print(f"run {i}: tokens {m['tokens_generated']}  headless {headless:.2f} tok/s  TUI {tui:.2f} tok/s  ratio {tui/headless:.3f}  "
+      f"UI thread CPU {ui_cpu_ms:.0f} ms over {m['e2e_ms']:.0f} ms streaming = {ui_cpu_ms/m['e2e_ms']*1000:.0f} ms/s")
+PY
+done
