@@ -75,6 +75,18 @@ pub struct ModelArgs {
         allow_negative_numbers = true
     )]
     pub n_batch: Option<i64>,
+    /// Physical batch size (tokens per graph evaluation).
+    #[arg(long = "ubatch-size", value_name = "N", allow_negative_numbers = true)]
+    pub n_ubatch: Option<i64>,
+    /// KV-cache type for keys: f16, q8_0, q4_0, …
+    #[arg(long = "cache-type-k", value_name = "TYPE")]
+    pub cache_type_k: Option<String>,
+    /// KV-cache type for values: f16, q8_0, q4_0, …
+    #[arg(long = "cache-type-v", value_name = "TYPE")]
+    pub cache_type_v: Option<String>,
+    /// Flash attention: auto, on, off.
+    #[arg(long = "flash-attn", value_name = "MODE")]
+    pub flash_attn: Option<String>,
     /// Layers to offload to the GPU (-1 = all).
     #[arg(
         long = "n-gpu-layers",
@@ -196,6 +208,18 @@ impl ModelArgs {
         }
         if let Some(v) = self.n_gpu_layers {
             s.set_n_gpu_layers(v, &src)?;
+        }
+        if let Some(v) = self.n_ubatch {
+            s.set_n_ubatch(v, &src)?;
+        }
+        if let Some(v) = &self.cache_type_k {
+            s.set_cache_type_k(v, &src)?;
+        }
+        if let Some(v) = &self.cache_type_v {
+            s.set_cache_type_v(v, &src)?;
+        }
+        if let Some(v) = &self.flash_attn {
+            s.set_flash_attn(v, &src)?;
         }
         if let Some(v) = &self.template {
             s.set_template(v, &src)?;

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use crate::engine::llama::{FlashAttn, KvType};
 use crate::engine::{SamplingParams, TemplateChoice};
 
 /// Environment variable naming the model file (between the config file and `-m`).
@@ -56,6 +57,12 @@ pub struct EngineSettings {
     pub threads: u32,
     /// Logical batch size: prefill is fed in chunks of at most this many tokens.
     pub n_batch: u32,
+    /// Physical batch size (llama.cpp's n_ubatch): tokens computed per graph evaluation.
+    pub n_ubatch: u32,
+    /// KV-cache element types for keys and values.
+    pub type_k: KvType,
+    pub type_v: KvType,
+    pub flash_attn: FlashAttn,
     /// Layers offloaded to the GPU; `None` means all of them.
     pub n_gpu_layers: Option<u32>,
     /// How the prompt is built from the conversation.
@@ -68,6 +75,10 @@ impl Default for EngineSettings {
             n_ctx: 4096,
             threads: default_threads(),
             n_batch: 512,
+            n_ubatch: 512,
+            type_k: KvType::F16,
+            type_v: KvType::F16,
+            flash_attn: FlashAttn::Auto,
             n_gpu_layers: None,
             template: TemplateChoice::Auto,
         }
@@ -111,6 +122,10 @@ struct FileConfig {
     n_ctx: Option<i64>,
     threads: Option<i64>,
     n_batch: Option<i64>,
+    n_ubatch: Option<i64>,
+    cache_type_k: Option<String>,
+    cache_type_v: Option<String>,
+    flash_attn: Option<String>,
     n_gpu_layers: Option<i64>,
     template: Option<String>,
     system_prompt: Option<String>,
@@ -144,6 +159,26 @@ impl Settings {
 
     pub fn set_n_batch(&mut self, v: i64, src: &Source) -> Result<(), ConfigError> {
         self.engine.n_batch = int_in("n_batch", v, 1, 1 << 20, src)?;
+        Ok(())
+    }
+
+    pub fn set_n_ubatch(&mut self, v: i64, src: &Source) -> Result<(), ConfigError> {
+        self.engine.n_ubatch = int_in("n_ubatch", v, 1, 1 << 20, src)?;
+        Ok(())
+    }
+
+    pub fn set_cache_type_k(&mut self, v: &str, src: &Source) -> Result<(), ConfigError> {
+        self.engine.type_k = v.parse().map_err(|r| invalid("cache_type_k", v, r, src))?;
+        Ok(())
+    }
+
+    pub fn set_cache_type_v(&mut self, v: &str, src: &Source) -> Result<(), ConfigError> {
+        self.engine.type_v = v.parse().map_err(|r| invalid("cache_type_v", v, r, src))?;
+        Ok(())
+    }
+
+    pub fn set_flash_attn(&mut self, v: &str, src: &Source) -> Result<(), ConfigError> {
+        self.engine.flash_attn = v.parse().map_err(|r| invalid("flash_attn", v, r, src))?;
         Ok(())
     }
 
@@ -242,6 +277,18 @@ impl Settings {
         }
         if let Some(v) = file.n_batch {
             self.set_n_batch(v, &src)?;
+        }
+        if let Some(v) = file.n_ubatch {
+            self.set_n_ubatch(v, &src)?;
+        }
+        if let Some(v) = &file.cache_type_k {
+            self.set_cache_type_k(v, &src)?;
+        }
+        if let Some(v) = &file.cache_type_v {
+            self.set_cache_type_v(v, &src)?;
+        }
+        if let Some(v) = &file.flash_attn {
+            self.set_flash_attn(v, &src)?;
         }
         if let Some(v) = file.n_gpu_layers {
             self.set_n_gpu_layers(v, &src)?;
@@ -439,6 +486,9 @@ mod tests {
             ("max_tokens = 0", "max_tokens", "0"),
             ("n_gpu_layers = -2", "n_gpu_layers", "-2"),
             ("template = \"\"", "template", ""),
+            ("cache_type_k = \"q3_k\"", "cache_type_k", "q3_k"),
+            ("flash_attn = \"maybe\"", "flash_attn", "maybe"),
+            ("n_ubatch = 0", "n_ubatch", "0"),
         ] {
             let e = apply(text).unwrap_err();
             let msg = e.to_string();

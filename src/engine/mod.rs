@@ -5,6 +5,7 @@
 
 mod detok;
 mod error;
+pub mod llama;
 mod model_info;
 mod prompt;
 mod worker;

@@ -2,35 +2,23 @@
 //! until told to load another model or to stop. `LlamaContext` borrows the model and is not
 //! `Send`, so both live on this thread's stack for their whole life.
 
-use std::num::NonZeroU32;
-use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Instant;
 
-use llama_cpp_2::context::params::LlamaContextParams;
 use llama_cpp_2::context::LlamaContext;
-use llama_cpp_2::llama_backend::LlamaBackend;
 use llama_cpp_2::llama_batch::LlamaBatch;
-use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::{LlamaChatMessage, LlamaChatTemplate, LlamaModel};
-use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 
-use super::backend;
-use super::error::llama_says;
-use super::model_info::fingerprint;
+use super::llama;
 use super::prompt::template_for_architecture;
 use super::{
-    check_model_file, common_prefix_len, completion_transcript, quantization_name, ChatMessage,
-    EngineCommand, EngineConfig, EngineError, EngineEvent, EventSender, GenerateRequest,
-    LlamaCounters, ModelInfo, SamplingParams, StopMatcher, StopReason, TemplateChoice, TurnReport,
-    Utf8Stream, COMPLETION_STOPS,
+    common_prefix_len, completion_transcript, ChatMessage, EngineCommand, EngineConfig,
+    EngineError, EngineEvent, EventSender, GenerateRequest, LlamaCounters, ModelInfo, StopMatcher,
+    StopReason, TemplateChoice, TurnReport, Utf8Stream, COMPLETION_STOPS,
 };
 use crate::metrics::TurnTimeline;
-
-/// The llama.cpp bindings this build links (pinned in Cargo.toml).
-pub const LLAMA_CPP_BINDINGS: &str = "llama-cpp-sys-2 0.1.160";
 
 enum Next {
     Load(EngineConfig),
@@ -43,35 +31,40 @@ pub(super) fn run(
     events: EventSender,
     cancel_through: Arc<AtomicU64>,
 ) {
-    let backend = match backend() {
-        Ok(b) => b,
-        Err(e) => {
-            let _ = events.send(EngineEvent::LoadFailed(e));
-            return;
-        }
-    };
     let mut next = Next::Load(config);
     while let Next::Load(cfg) = next {
-        next = load_and_serve(backend, &cfg, &commands, &events, &cancel_through);
+        next = load_and_serve(&cfg, &commands, &events, &cancel_through);
     }
 }
 
 fn load_and_serve(
-    backend: &LlamaBackend,
     cfg: &EngineConfig,
     commands: &mpsc::Receiver<EngineCommand>,
     events: &EventSender,
     cancel_through: &Arc<AtomicU64>,
 ) -> Next {
     let started = Instant::now();
-    let model = match load_model(backend, cfg, events) {
+    let progress_events = events.clone();
+    let mut last_percent = -1i32;
+    let loaded = llama::load_model(
+        &cfg.model_path,
+        cfg.settings.n_gpu_layers,
+        move |progress| {
+            let percent = (progress * 100.0) as i32;
+            if percent != last_percent {
+                last_percent = percent;
+                let _ = progress_events.send(EngineEvent::Loading { progress });
+            }
+        },
+    );
+    let model = match loaded {
         Ok(m) => m,
         Err(e) => {
             let _ = events.send(EngineEvent::LoadFailed(e));
             return serve_without_model(commands, events);
         }
     };
-    let mut session = match Session::new(backend, &model, cfg, started) {
+    let mut session = match Session::new(&model, cfg, started) {
         Ok(s) => s,
         Err(e) => {
             let _ = events.send(EngineEvent::LoadFailed(e));
@@ -116,41 +109,6 @@ fn serve_without_model(commands: &mpsc::Receiver<EngineCommand>, events: &EventS
     }
 }
 
-fn load_model(
-    backend: &LlamaBackend,
-    cfg: &EngineConfig,
-    events: &EventSender,
-) -> Result<LlamaModel, EngineError> {
-    let path = &cfg.model_path;
-    check_model_file(path)?;
-    crate::logging::clear_llama_problems();
-    let progress_events = events.clone();
-    let mut last_percent = -1i32;
-    let params = LlamaModelParams::default()
-        .with_n_gpu_layers(requested_gpu_layers(cfg.settings.n_gpu_layers))
-        .with_progress_callback(move |progress| {
-            let percent = (progress * 100.0) as i32;
-            if percent != last_percent {
-                last_percent = percent;
-                let _ = progress_events.send(EngineEvent::Loading { progress });
-            }
-            true
-        });
-    LlamaModel::load_from_file(backend, path, &params).map_err(|_| EngineError::LoadFailed {
-        path: path.clone(),
-        llama_says: llama_says(),
-    })
-}
-
-/// Layers to offload: all of them by default when built with CUDA, none on the CPU build.
-fn requested_gpu_layers(setting: Option<u32>) -> u32 {
-    match setting {
-        Some(n) => n,
-        None if cfg!(feature = "cuda") => u32::MAX,
-        None => 0,
-    }
-}
-
 /// How prompts are built for the loaded model.
 enum PromptStyle {
     Chat(LlamaChatTemplate),
@@ -170,29 +128,15 @@ struct Session<'m> {
 
 impl<'m> Session<'m> {
     fn new(
-        backend: &LlamaBackend,
         model: &'m LlamaModel,
         cfg: &EngineConfig,
         started: Instant,
     ) -> Result<Self, EngineError> {
-        let s = &cfg.settings;
-        let threads = i32::try_from(s.threads).unwrap_or(1);
-        let params = LlamaContextParams::default()
-            .with_n_ctx(NonZeroU32::new(s.n_ctx))
-            .with_n_batch(s.n_batch)
-            .with_n_ubatch(s.n_batch.min(512))
-            .with_n_threads(threads)
-            .with_n_threads_batch(threads)
-            .with_no_perf(false);
-        crate::logging::clear_llama_problems();
-        let ctx = model
-            .new_context(backend, params)
-            .map_err(|_| EngineError::ContextFailed {
-                n_ctx: s.n_ctx,
-                llama_says: llama_says(),
-            })?;
-        let (style, template, template_note) = resolve_template(model, &s.template)?;
-        let info = model_info(model, &ctx, cfg, template, template_note, started);
+        let ctx = llama::new_context(model, &cfg.settings, 1)?;
+        let (style, template, template_note) = resolve_template(model, &cfg.settings.template)?;
+        let mut info = llama::describe(model, &ctx, &cfg.model_path, &cfg.settings, started);
+        info.template = template;
+        info.template_note = template_note;
         Ok(Self {
             model,
             n_batch: ctx.n_batch().max(1) as usize,
@@ -325,7 +269,7 @@ impl<'m> Session<'m> {
         let first_logits = (req.capture_first_logits && stop_reason.is_none())
             .then(|| self.ctx.get_logits_ith(logits_index).to_vec());
         let vocab = self.model.vocab();
-        let mut sampler = build_sampler(&req.sampling, self.model.n_vocab());
+        let mut sampler = llama::build_sampler(&req.sampling, self.model.n_vocab());
         let mut utf8 = Utf8Stream::new();
         let mut stops = match self.style {
             PromptStyle::Completion if !req.ignore_eos => StopMatcher::new(&COMPLETION_STOPS),
@@ -403,32 +347,6 @@ impl<'m> Session<'m> {
             first_logits,
         })
     }
-}
-
-/// llama.cpp's usual chain order: penalties → top-k → top-p → min-p → temperature → draw.
-fn build_sampler(p: &SamplingParams, n_vocab: i32) -> LlamaSampler {
-    let mut chain = Vec::new();
-    if p.repeat_penalty != 1.0 {
-        chain.push(LlamaSampler::penalties(
-            n_vocab,
-            p.repeat_last_n as i32,
-            p.repeat_penalty,
-            0.0,
-            0.0,
-        ));
-    }
-    if p.temperature <= 0.0 {
-        chain.push(LlamaSampler::greedy());
-    } else {
-        if p.top_k > 0 {
-            chain.push(LlamaSampler::top_k(p.top_k as i32));
-        }
-        chain.push(LlamaSampler::top_p(p.top_p, 1));
-        chain.push(LlamaSampler::min_p(p.min_p, 1));
-        chain.push(LlamaSampler::temp(p.temperature));
-        chain.push(LlamaSampler::dist(p.seed));
-    }
-    LlamaSampler::chain(chain, false)
 }
 
 /// Decide how prompts are built: (style, label for the stamp, note when not the model's own).
@@ -511,85 +429,4 @@ fn has_llama3_tokens(model: &LlamaModel) -> bool {
     let vocab = model.vocab();
     let t = vocab.tokenize(b"<|eot_id|>", false, true);
     t.len() == 1 && vocab.is_eog(t[0])
-}
-
-fn model_info(
-    model: &LlamaModel,
-    ctx: &LlamaContext<'_>,
-    cfg: &EngineConfig,
-    template: String,
-    template_note: Option<String>,
-    started: Instant,
-) -> ModelInfo {
-    let path = &cfg.model_path;
-    let meta = |k: &str| model.meta_val_str(k).ok();
-    let file_name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let devices: Vec<String> = llama_cpp_2::list_llama_ggml_backend_devices()
-        .into_iter()
-        .map(|d| {
-            if d.description.is_empty() {
-                format!("{} ({})", d.name, d.backend)
-            } else {
-                format!("{} ({}: {})", d.name, d.backend, d.description)
-            }
-        })
-        .collect();
-    let gpu_backend = llama_cpp_2::list_llama_ggml_backend_devices()
-        .into_iter()
-        .find(|d| {
-            matches!(
-                d.device_type,
-                llama_cpp_2::LlamaBackendDeviceType::Gpu
-                    | llama_cpp_2::LlamaBackendDeviceType::IntegratedGpu
-            )
-        })
-        .map(|d| d.backend);
-    let has_gpu = gpu_backend.is_some();
-    let n_layer = model.n_layer();
-    let n_gpu_layers = if has_gpu {
-        requested_gpu_layers(cfg.settings.n_gpu_layers).min(n_layer + 1)
-    } else {
-        0
-    };
-    ModelInfo {
-        file_name: file_name.clone(),
-        file_size_bytes: std::fs::metadata(path).map(|m| m.len()).unwrap_or(0),
-        fingerprint: fingerprint(path).unwrap_or_default(),
-        name: meta("general.name").unwrap_or_else(|| stem(path)),
-        architecture: meta("general.architecture").unwrap_or_default(),
-        n_params: model.n_params(),
-        n_layer,
-        n_embd: model.n_embd(),
-        n_head: model.n_head(),
-        n_head_kv: model.n_head_kv(),
-        n_vocab: model.n_vocab(),
-        n_ctx_train: model.n_ctx_train(),
-        quantization: meta("general.file_type")
-            .and_then(|v| v.parse::<u32>().ok())
-            .and_then(quantization_name)
-            .unwrap_or("unknown")
-            .to_string(),
-        weights_bytes: model.size(),
-        n_ctx: ctx.n_ctx(),
-        n_batch: ctx.n_batch(),
-        threads: cfg.settings.threads,
-        backend: gpu_backend.unwrap_or_else(|| "CPU".to_string()),
-        devices,
-        n_gpu_layers,
-        template,
-        template_note,
-        synthetic: meta(crate::synth::SYNTHETIC_METADATA_KEY).as_deref() == Some("true"),
-        llama_cpp: LLAMA_CPP_BINDINGS.to_string(),
-        load_ms: crate::metrics::ms(started.elapsed()),
-        path: path.clone(),
-    }
-}
-
-fn stem(path: &Path) -> String {
-    path.file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default()
 }

@@ -22,6 +22,8 @@ use crate::metrics::{fmt_opt, ms, TurnSummary};
 
 /// Height the ITL sparkline may grow to.
 const SPARK_MAX_ROWS: usize = 3;
+/// Gaps drawn are capped (at about 11 days) so that bar scaling never overflows.
+const MAX_GAP_US: u64 = 1_000_000_000_000;
 
 enum Content {
     Text(Vec<Line<'static>>),
@@ -397,7 +399,7 @@ fn pieces(app: &App, now: Instant, w: usize) -> Vec<Piece> {
         priority: 4,
         content: Content::Spark(
             gaps.iter()
-                .map(|g| u64::try_from(g.as_micros()).unwrap_or(u64::MAX))
+                .map(|g| u64::try_from(g.as_micros()).map_or(MAX_GAP_US, |us| us.min(MAX_GAP_US)))
                 .collect(),
         ),
     });

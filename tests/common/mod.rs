@@ -52,6 +52,7 @@ pub fn settings(n_ctx: u32) -> EngineSettings {
         n_batch: 512,
         n_gpu_layers: None,
         template: TemplateChoice::Auto,
+        ..EngineSettings::default()
     }
 }
 

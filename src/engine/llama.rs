@@ -1,0 +1,363 @@
+//! The llama.cpp-level building blocks every in-process tool shares (the chat's engine thread,
+//! `bench`, `compare`): loading a model with the pre-flight checks, context parameters from the
+//! settings, the sampler chain, KV-cache and flash-attention choices, and the model's facts.
+
+use std::fmt;
+use std::num::NonZeroU32;
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Instant;
+
+use llama_cpp_2::context::params::{KvCacheType, LlamaContextParams};
+use llama_cpp_2::context::LlamaContext;
+use llama_cpp_2::model::params::LlamaModelParams;
+use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::sampling::LlamaSampler;
+use serde::{Serialize, Serializer};
+
+use super::error::llama_says;
+use super::model_info::fingerprint;
+use super::{backend, check_model_file, quantization_name, EngineError, ModelInfo, SamplingParams};
+use crate::config::EngineSettings;
+
+/// The llama.cpp bindings this build links (pinned in Cargo.toml).
+pub const LLAMA_CPP_BINDINGS: &str = "llama-cpp-sys-2 0.1.160";
+
+/// Element type of the KV cache (llama.cpp's `-ctk`/`-ctv`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KvType {
+    F32,
+    #[default]
+    F16,
+    Bf16,
+    Q8_0,
+    Q5_1,
+    Q5_0,
+    Q4_1,
+    Q4_0,
+    Iq4Nl,
+}
+
+impl KvType {
+    pub const ALL: [KvType; 9] = [
+        KvType::F32,
+        KvType::F16,
+        KvType::Bf16,
+        KvType::Q8_0,
+        KvType::Q5_1,
+        KvType::Q5_0,
+        KvType::Q4_1,
+        KvType::Q4_0,
+        KvType::Iq4Nl,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            KvType::F32 => "f32",
+            KvType::F16 => "f16",
+            KvType::Bf16 => "bf16",
+            KvType::Q8_0 => "q8_0",
+            KvType::Q5_1 => "q5_1",
+            KvType::Q5_0 => "q5_0",
+            KvType::Q4_1 => "q4_1",
+            KvType::Q4_0 => "q4_0",
+            KvType::Iq4Nl => "iq4_nl",
+        }
+    }
+
+    /// Bytes per cached element (block size included for the quantized types).
+    pub fn bytes_per_element(self) -> f64 {
+        match self {
+            KvType::F32 => 4.0,
+            KvType::F16 | KvType::Bf16 => 2.0,
+            KvType::Q8_0 => 34.0 / 32.0,
+            KvType::Q5_1 => 24.0 / 32.0,
+            KvType::Q5_0 => 22.0 / 32.0,
+            KvType::Q4_1 => 20.0 / 32.0,
+            KvType::Q4_0 | KvType::Iq4Nl => 18.0 / 32.0,
+        }
+    }
+
+    pub fn to_llama(self) -> KvCacheType {
+        match self {
+            KvType::F32 => KvCacheType::F32,
+            KvType::F16 => KvCacheType::F16,
+            KvType::Bf16 => KvCacheType::BF16,
+            KvType::Q8_0 => KvCacheType::Q8_0,
+            KvType::Q5_1 => KvCacheType::Q5_1,
+            KvType::Q5_0 => KvCacheType::Q5_0,
+            KvType::Q4_1 => KvCacheType::Q4_1,
+            KvType::Q4_0 => KvCacheType::Q4_0,
+            KvType::Iq4Nl => KvCacheType::IQ4_NL,
+        }
+    }
+}
+
+impl FromStr for KvType {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let s = s.trim().to_ascii_lowercase();
+        KvType::ALL
+            .into_iter()
+            .find(|t| t.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<_> = KvType::ALL.iter().map(|t| t.name()).collect();
+                format!("unknown KV-cache type `{s}` (one of {})", names.join(", "))
+            })
+    }
+}
+
+impl fmt::Display for KvType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Serialize for KvType {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+/// Flash attention (llama.cpp's `-fa`): let llama.cpp decide, or force it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FlashAttn {
+    #[default]
+    Auto,
+    On,
+    Off,
+}
+
+impl FlashAttn {
+    pub fn name(self) -> &'static str {
+        match self {
+            FlashAttn::Auto => "auto",
+            FlashAttn::On => "on",
+            FlashAttn::Off => "off",
+        }
+    }
+
+    fn to_llama(self) -> llama_cpp_sys_2::llama_flash_attn_type {
+        match self {
+            FlashAttn::Auto => llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_AUTO,
+            FlashAttn::On => llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_ENABLED,
+            FlashAttn::Off => llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_DISABLED,
+        }
+    }
+}
+
+impl FromStr for FlashAttn {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" | "-1" => Ok(FlashAttn::Auto),
+            "on" | "1" | "true" => Ok(FlashAttn::On),
+            "off" | "0" | "false" => Ok(FlashAttn::Off),
+            other => Err(format!(
+                "unknown flash-attention setting `{other}` (auto, on/1, off/0)"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for FlashAttn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Serialize for FlashAttn {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+/// Layers to offload: all of them by default when built with CUDA, none on the CPU build.
+pub fn requested_gpu_layers(setting: Option<u32>) -> u32 {
+    match setting {
+        Some(n) => n,
+        None if cfg!(feature = "cuda") => u32::MAX,
+        None => 0,
+    }
+}
+
+/// Load a model after the pre-flight checks; `on_progress` gets llama.cpp's 0..=1 progress.
+pub fn load_model(
+    path: &Path,
+    n_gpu_layers: Option<u32>,
+    mut on_progress: impl FnMut(f32) + 'static,
+) -> Result<LlamaModel, EngineError> {
+    let backend = backend()?;
+    check_model_file(path)?;
+    crate::logging::clear_llama_problems();
+    let params = LlamaModelParams::default()
+        .with_n_gpu_layers(requested_gpu_layers(n_gpu_layers))
+        .with_progress_callback(move |progress| {
+            on_progress(progress);
+            true
+        });
+    LlamaModel::load_from_file(backend, path, &params).map_err(|_| EngineError::LoadFailed {
+        path: path.to_path_buf(),
+        llama_says: llama_says(),
+    })
+}
+
+/// Context parameters from the settings; `n_seq_max` sequences (1 for a chat).
+pub fn context_params(s: &EngineSettings, n_seq_max: u32) -> LlamaContextParams {
+    let threads = i32::try_from(s.threads).unwrap_or(1);
+    LlamaContextParams::default()
+        .with_n_ctx(NonZeroU32::new(s.n_ctx))
+        .with_n_batch(s.n_batch)
+        .with_n_ubatch(s.n_ubatch.min(s.n_batch).max(1))
+        .with_n_seq_max(n_seq_max.max(1))
+        .with_n_threads(threads)
+        .with_n_threads_batch(threads)
+        .with_type_k(s.type_k.to_llama())
+        .with_type_v(s.type_v.to_llama())
+        .with_flash_attention_policy(s.flash_attn.to_llama())
+        .with_no_perf(false)
+}
+
+/// A context for `model` with the settings' parameters.
+pub fn new_context<'m>(
+    model: &'m LlamaModel,
+    s: &EngineSettings,
+    n_seq_max: u32,
+) -> Result<LlamaContext<'m>, EngineError> {
+    crate::logging::clear_llama_problems();
+    model
+        .new_context(backend()?, context_params(s, n_seq_max))
+        .map_err(|_| EngineError::ContextFailed {
+            n_ctx: s.n_ctx,
+            llama_says: llama_says(),
+        })
+}
+
+/// llama.cpp's usual chain order: penalties → top-k → top-p → min-p → temperature → draw.
+pub fn build_sampler(p: &SamplingParams, n_vocab: i32) -> LlamaSampler {
+    let mut chain = Vec::new();
+    if p.repeat_penalty != 1.0 {
+        chain.push(LlamaSampler::penalties(
+            n_vocab,
+            i32::try_from(p.repeat_last_n).unwrap_or(i32::MAX),
+            p.repeat_penalty,
+            0.0,
+            0.0,
+        ));
+    }
+    if p.temperature <= 0.0 {
+        chain.push(LlamaSampler::greedy());
+    } else {
+        if p.top_k > 0 {
+            chain.push(LlamaSampler::top_k(
+                i32::try_from(p.top_k).unwrap_or(i32::MAX),
+            ));
+        }
+        chain.push(LlamaSampler::top_p(p.top_p, 1));
+        chain.push(LlamaSampler::min_p(p.min_p, 1));
+        chain.push(LlamaSampler::temp(p.temperature));
+        chain.push(LlamaSampler::dist(p.seed));
+    }
+    LlamaSampler::chain(chain, false)
+}
+
+/// The facts about a loaded model and its context (template fields are the caller's).
+pub fn describe(
+    model: &LlamaModel,
+    ctx: &LlamaContext<'_>,
+    path: &Path,
+    settings: &EngineSettings,
+    started: Instant,
+) -> ModelInfo {
+    let meta = |k: &str| model.meta_val_str(k).ok();
+    let devices = llama_cpp_2::list_llama_ggml_backend_devices();
+    let gpu_backend = devices
+        .iter()
+        .find(|d| {
+            matches!(
+                d.device_type,
+                llama_cpp_2::LlamaBackendDeviceType::Gpu
+                    | llama_cpp_2::LlamaBackendDeviceType::IntegratedGpu
+            )
+        })
+        .map(|d| d.backend.clone());
+    let n_layer = model.n_layer();
+    let n_gpu_layers = if gpu_backend.is_some() {
+        requested_gpu_layers(settings.n_gpu_layers).min(n_layer + 1)
+    } else {
+        0
+    };
+    ModelInfo {
+        file_name: path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        file_size_bytes: std::fs::metadata(path).map(|m| m.len()).unwrap_or(0),
+        fingerprint: fingerprint(path).unwrap_or_default(),
+        name: meta("general.name").unwrap_or_else(|| {
+            path.file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        }),
+        architecture: meta("general.architecture").unwrap_or_default(),
+        n_params: model.n_params(),
+        n_layer,
+        n_embd: model.n_embd(),
+        n_head: model.n_head(),
+        n_head_kv: model.n_head_kv(),
+        n_vocab: model.n_vocab(),
+        n_ctx_train: model.n_ctx_train(),
+        quantization: meta("general.file_type")
+            .and_then(|v| v.parse::<u32>().ok())
+            .and_then(quantization_name)
+            .unwrap_or("unknown")
+            .to_string(),
+        weights_bytes: model.size(),
+        n_ctx: ctx.n_ctx(),
+        n_batch: ctx.n_batch(),
+        threads: settings.threads,
+        backend: gpu_backend.unwrap_or_else(|| "CPU".to_string()),
+        devices: devices
+            .iter()
+            .map(|d| {
+                if d.description.is_empty() {
+                    format!("{} ({})", d.name, d.backend)
+                } else {
+                    format!("{} ({}: {})", d.name, d.backend, d.description)
+                }
+            })
+            .collect(),
+        n_gpu_layers,
+        template: String::new(),
+        template_note: None,
+        synthetic: meta(crate::synth::SYNTHETIC_METADATA_KEY).as_deref() == Some("true"),
+        llama_cpp: LLAMA_CPP_BINDINGS.to_string(),
+        load_ms: crate::metrics::ms(started.elapsed()),
+        path: path.to_path_buf(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kv_types_parse_and_size() {
+        assert_eq!("q8_0".parse(), Ok(KvType::Q8_0));
+        assert_eq!("F16".parse(), Ok(KvType::F16));
+        let e = "q3_k".parse::<KvType>().unwrap_err();
+        assert!(e.contains("q3_k") && e.contains("q4_0"), "{e}");
+        assert_eq!(KvType::Q8_0.bytes_per_element(), 1.0625);
+        assert_eq!(KvType::Q4_0.bytes_per_element(), 0.5625);
+    }
+
+    #[test]
+    fn flash_attn_parses_llama_bench_style() {
+        assert_eq!("1".parse(), Ok(FlashAttn::On));
+        assert_eq!("0".parse(), Ok(FlashAttn::Off));
+        assert_eq!("auto".parse(), Ok(FlashAttn::Auto));
+        assert!("maybe".parse::<FlashAttn>().is_err());
+    }
+}
