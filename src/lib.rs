@@ -11,6 +11,7 @@ pub mod demo;
 pub mod engine;
 pub mod exit;
 pub mod history;
+pub mod hw;
 pub mod launch;
 pub mod logging;
 pub mod metrics;

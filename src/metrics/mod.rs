@@ -8,6 +8,8 @@
 
 use std::time::Duration;
 
+pub mod roofline;
+
 use serde::{Deserialize, Serialize};
 
 /// Milliseconds as `f64`, for display and JSON.
