@@ -21,6 +21,8 @@ fn main() {
             .or_else(|| info.payload().downcast_ref::<String>().cloned())
             .unwrap_or_default();
         tracing::error!("panic{location}: {payload}");
+        // Give the terminal back first, so the message lands on the user's normal screen.
+        tokscope::tui::restore();
         eprintln!(
             "tokscope crashed: {payload}{location}\n  please report this; the log is in {}",
             tokscope::paths::log_dir().display()

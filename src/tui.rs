@@ -26,6 +26,10 @@ use crate::engine::{EngineConfig, EngineHandle, EventReceiver};
 pub const FRAME_INTERVAL: Duration = Duration::from_millis(16);
 /// How often time-driven parts of the screen (waiting clocks, loading) refresh.
 pub const TICK_INTERVAL: Duration = Duration::from_millis(100);
+/// A hidden test switch: when set, the chat panics right after its first frame, so tests can
+/// check that the terminal is restored and the history kept.
+pub const INJECT_PANIC_ENV: &str = "TOKSCOPE_INJECT_PANIC";
+
 /// Lines one mouse-wheel notch scrolls.
 const WHEEL_LINES: i32 = 3;
 
@@ -283,12 +287,19 @@ pub fn run_chat(
         engine_config,
         history_dir: crate::history::history_dir(&crate::paths::data_dir()),
     };
+    let inject_panic = std::env::var_os(INJECT_PANIC_ENV).is_some();
     runtime.block_on(async {
         let mut term_events = EventStream::new();
         let mut ticks = tokio::time::interval(TICK_INTERVAL);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         loop {
             driver.draw_if_due(Instant::now())?;
+            if inject_panic
+                && driver.draws > 0
+                && driver.app.engine == crate::app::EngineStatus::Ready
+            {
+                panic!("injected panic ({INJECT_PANIC_ENV} is set)");
+            }
             let frame_at = driver.frames.next_frame_at();
             let mut batch = Vec::new();
             tokio::select! {

@@ -181,3 +181,134 @@ fn chat_streams_shows_metrics_stops_on_esc_and_restores_the_terminal() {
     let history = std::fs::read_dir(data.join("history")).unwrap().count();
     assert_eq!(history, 1, "one conversation file");
 }
+
+#[test]
+fn history_lists_and_resume_continues_a_saved_conversation() {
+    let _lock = common::model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::synth(
+        dir.path(),
+        "tiny.gguf",
+        "tiny",
+        tokscope::synth::TensorType::F32,
+        1,
+    );
+    let data = dir.path().join("data");
+    let config = dir.path().join("config");
+    let env: &[(&str, &Path)] = &[
+        ("TOKSCOPE_DATA_DIR", &data),
+        ("TOKSCOPE_CONFIG_DIR", &config),
+    ];
+    let bin = env!("CARGO_BIN_EXE_tokscope");
+    let chat = |tmux: &Tmux, extra: &str| {
+        tmux.wait_for("the shell prompt", Duration::from_secs(10), |s| {
+            s.contains("e2e$")
+        });
+        tmux.type_text(&format!(
+            "{bin} chat -m {} -t 1 -n 6 --temp 0 {extra}",
+            model.display()
+        ));
+        tmux.keys(&["Enter"]);
+        tmux.wait_for("the model to be ready", Duration::from_secs(60), |s| {
+            s.lines().next().is_some_and(|l| l.contains("ready"))
+        });
+    };
+
+    let tmux = Tmux::start("resume", 100, 30, env);
+    chat(&tmux, "");
+    tmux.type_text("first question about lighthouses");
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("the answer to finish", Duration::from_secs(30), |s| {
+        s.contains("─ TTFT") && s.lines().next().is_some_and(|l| l.contains("ready"))
+    });
+    tmux.keys(&["C-c"]);
+    tmux.wait_for("the shell", Duration::from_secs(10), |s| {
+        s.lines().filter(|l| l.starts_with("e2e$")).count() >= 2
+    });
+
+    let listing = Command::new(bin)
+        .arg("history")
+        .env("TOKSCOPE_DATA_DIR", &data)
+        .env("TOKSCOPE_CONFIG_DIR", &config)
+        .output()
+        .unwrap();
+    let listing = String::from_utf8_lossy(&listing.stdout);
+    assert!(
+        listing.contains("first question about lighthouses"),
+        "{listing}"
+    );
+
+    tmux.keys(&["C-l"]);
+    chat(&tmux, "--resume");
+    let screen = tmux.wait_for("the resumed turn", Duration::from_secs(10), |s| {
+        s.contains("first question about lighthouses")
+    });
+    assert!(
+        screen.contains("─ TTFT"),
+        "the saved figures come back:\n{screen}"
+    );
+    tmux.type_text("second question");
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("the second answer", Duration::from_secs(30), |s| {
+        s.matches("─ TTFT").count() >= 2 && s.lines().next().is_some_and(|l| l.contains("ready"))
+    });
+    tmux.keys(&["C-q"]);
+    tmux.wait_for("the shell", Duration::from_secs(10), |s| {
+        s.lines().filter(|l| l.starts_with("e2e$")).count() >= 2
+    });
+    let files: Vec<_> = std::fs::read_dir(data.join("history")).unwrap().collect();
+    assert_eq!(
+        files.len(),
+        1,
+        "resuming continues the same conversation file"
+    );
+    let saved = std::fs::read_to_string(files[0].as_ref().unwrap().path()).unwrap();
+    let saved: serde_json::Value = serde_json::from_str(&saved).unwrap();
+    assert_eq!(saved["turns"].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn a_panic_restores_the_terminal_and_says_so_briefly() {
+    let _lock = common::model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::synth(
+        dir.path(),
+        "tiny.gguf",
+        "tiny",
+        tokscope::synth::TensorType::F32,
+        1,
+    );
+    let data = dir.path().join("data");
+    let tmux = Tmux::start("panic", 100, 30, &[("TOKSCOPE_DATA_DIR", &data)]);
+    tmux.wait_for("the shell prompt", Duration::from_secs(10), |s| {
+        s.contains("e2e$")
+    });
+    let bin = env!("CARGO_BIN_EXE_tokscope");
+    tmux.type_text(&format!(
+        "TOKSCOPE_INJECT_PANIC=1 {bin} chat -m {} -t 1; echo exit=$?",
+        model.display()
+    ));
+    tmux.keys(&["Enter"]);
+    let screen = tmux.wait_for(
+        "the crash message and the shell",
+        Duration::from_secs(60),
+        |s| s.contains("exit=") && s.lines().filter(|l| l.starts_with("e2e$")).count() >= 2,
+    );
+    assert!(screen.contains("tokscope crashed"), "{screen}");
+    assert!(!screen.contains("stack backtrace"), "{screen}");
+    assert!(
+        !screen.contains("exit=0"),
+        "a crash is not a success:\n{screen}"
+    );
+    assert_eq!(
+        tmux.tmux(&["display", "-p", "-t", "main", "#{alternate_on}"])
+            .trim(),
+        "0"
+    );
+    // The shell still echoes typed text: raw mode is off.
+    tmux.type_text("echo cooked-mode-ok");
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("cooked mode", Duration::from_secs(5), |s| {
+        s.lines().any(|l| l.trim() == "cooked-mode-ok")
+    });
+}
