@@ -572,3 +572,27 @@ fn input_grows_and_places_the_cursor() {
     // After "third": column 2 (prompt) + 5.
     terminal.backend_mut().assert_cursor_position((7, 23));
 }
+
+#[test]
+fn only_the_visible_tail_is_rendered_and_it_matches_the_full_render() {
+    let mut app = finished_app();
+    // Many earlier exchanges: the tail must equal the end of the full rendering.
+    let first = app.conversation.exchanges[0].clone();
+    for _ in 0..50 {
+        app.conversation.exchanges.insert(0, first.clone());
+    }
+    let full = tokscope::ui::conversation::lines(&app, 80, now());
+    let tail = tokscope::ui::conversation::tail_lines(&app, 80, now(), 30);
+    assert!(
+        tail.len() >= 30 && tail.len() < full.len() / 4,
+        "{} of {}",
+        tail.len(),
+        full.len()
+    );
+    assert_eq!(&full[full.len() - tail.len()..], &tail[..]);
+    // Asking for everything gives everything.
+    assert_eq!(
+        tokscope::ui::conversation::tail_lines(&app, 80, now(), usize::MAX),
+        full
+    );
+}

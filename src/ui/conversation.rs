@@ -24,8 +24,16 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, now: Instant) {
     if area.is_empty() {
         return;
     }
-    let lines = lines(app, area.width as usize, now);
     let height = area.height as usize;
+    // Only what can be seen is rendered: the newest exchanges back to the scroll position
+    // (plus the hint row), so a long conversation costs no more per frame than a short one.
+    let wanted = if app.scroll.follows() {
+        height
+    } else {
+        height.saturating_add(app.scroll.lines_from_bottom)
+    }
+    .saturating_add(1);
+    let lines = tail_lines(app, area.width as usize, now, wanted);
     let total = lines.len();
     let (start, view, hidden_below) = if app.scroll.follows() || total <= height {
         (total.saturating_sub(height), height, 0)
@@ -59,26 +67,22 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, now: Instant) {
 
 /// Every line of the conversation at `width` columns, oldest first.
 pub fn lines(app: &App, width: usize, now: Instant) -> Vec<Line<'static>> {
+    tail_lines(app, width, now, usize::MAX)
+}
+
+/// The last lines of the conversation, at least `wanted` of them when there are that many
+/// (whole exchanges are rendered, newest first, until enough lines are known), oldest first.
+pub fn tail_lines(app: &App, width: usize, now: Instant, wanted: usize) -> Vec<Line<'static>> {
     let width = width.max(1);
     let indent = [Span::raw(INDENT)];
-    let mut out = Vec::new();
-    if let Some(system) = &app.conversation.system_prompt {
-        out.extend(wrap(
-            &[
-                Span::styled("system: ", theme::DIM),
-                Span::styled(system.clone(), theme::SYSTEM_PROMPT),
-            ],
-            width,
-            &[],
-            &indent,
-        ));
-        out.push(Line::default());
-    }
-    if app.conversation.exchanges.is_empty() {
-        out.extend(welcome(app, width));
-        return out;
-    }
-    for (i, exchange) in app.conversation.exchanges.iter().enumerate() {
+    let exchanges = &app.conversation.exchanges;
+    let mut blocks: Vec<Vec<Line<'static>>> = Vec::new();
+    let mut count = 0usize;
+    for (i, exchange) in exchanges.iter().enumerate().rev() {
+        if count >= wanted {
+            break;
+        }
+        let mut out = Vec::new();
         if i > 0 {
             out.push(Line::default());
         }
@@ -93,6 +97,31 @@ pub fn lines(app: &App, width: usize, now: Instant) -> Vec<Line<'static>> {
             out.push(Line::default());
             out.extend(assistant(app, turn, width, now));
         }
+        count += out.len();
+        blocks.push(out);
+    }
+    let reached_top = blocks.len() == exchanges.len();
+    let mut out = Vec::new();
+    if reached_top {
+        if let Some(system) = &app.conversation.system_prompt {
+            out.extend(wrap(
+                &[
+                    Span::styled("system: ", theme::DIM),
+                    Span::styled(system.clone(), theme::SYSTEM_PROMPT),
+                ],
+                width,
+                &[],
+                &indent,
+            ));
+            out.push(Line::default());
+        }
+        if exchanges.is_empty() {
+            out.extend(welcome(app, width));
+            return out;
+        }
+    }
+    for block in blocks.into_iter().rev() {
+        out.extend(block);
     }
     out
 }

@@ -4,7 +4,7 @@
 //! `theme`. Drawing reads the state and never changes it, does no I/O and never reads the
 //! clock: `now` is passed in.
 
-mod conversation;
+pub mod conversation;
 mod format;
 mod help;
 mod input;
