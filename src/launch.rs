@@ -89,7 +89,13 @@ pub fn chat(args: &crate::cli::ChatArgs, mut settings: Settings) -> Result<(), F
     let (mut engine, events) = crate::engine::EngineHandle::spawn(config.clone())?;
     let result = crate::tui::run_chat(app, &mut engine, events, config);
     engine.shutdown();
-    result.map(|_| ()).map_err(Failure::from)
+    match result? {
+        (_, crate::tui::ChatEnd::Quit) => Ok(()),
+        (_, crate::tui::ChatEnd::Signal(sig)) => Err(Failure::new(
+            128 + sig,
+            format!("stopped by signal {sig}; every finished turn is saved (`tokscope history`)"),
+        )),
+    }
 }
 
 /// `tokscope history`: the saved conversations.

@@ -4,6 +4,7 @@
 //! all build the real thing; `main.rs` only parses the command line and dispatches.
 
 pub mod app;
+pub mod bench;
 pub mod chat;
 pub mod cli;
 pub mod config;
@@ -16,6 +17,7 @@ pub mod launch;
 pub mod logging;
 pub mod metrics;
 pub mod paths;
+pub mod plot;
 pub mod run;
 pub mod stamp;
 pub mod synth;

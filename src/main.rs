@@ -28,7 +28,10 @@ fn main() {
             tokscope::paths::log_dir().display()
         );
     }));
-    let cli = Cli::parse();
+    // clap has no multi-letter short flags: llama-bench's -ngl, -ctk, … become long ones.
+    let cli = Cli::parse_from(tokscope::bench::rewrite_llama_bench_flags(
+        std::env::args_os(),
+    ));
     tokscope::logging::init(Some(&tokscope::paths::log_dir()));
     let code = match dispatch(cli) {
         Ok(()) => exit::OK,
@@ -47,6 +50,8 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
         Some(Command::Chat(args)) => tokscope::launch::chat(args, settings()?),
         None => tokscope::launch::chat(&Default::default(), settings()?),
         Some(Command::History) => tokscope::launch::history(),
+        Some(Command::Bench(args)) => tokscope::bench::bench(args, settings()?),
+        Some(Command::Results(args)) => tokscope::bench::results(args),
         Some(Command::Synth(args)) => synth(args),
         Some(Command::FetchDemo) => fetch_demo(),
         Some(Command::Config { action }) => match action {

@@ -10,6 +10,8 @@ use crate::engine::{ModelInfo, SamplingParams};
 pub struct Stamp {
     pub tokscope_version: &'static str,
     pub llama_cpp: String,
+    /// llama.cpp's compiled backends and CPU features (`llama_print_system_info`).
+    pub llama_system_info: String,
     pub backend: String,
     pub devices: Vec<String>,
     pub model_file: String,
@@ -35,6 +37,7 @@ impl Stamp {
         Self {
             tokscope_version: env!("CARGO_PKG_VERSION"),
             llama_cpp: info.llama_cpp.clone(),
+            llama_system_info: crate::engine::llama::system_info(),
             backend: info.backend.clone(),
             devices: info.devices.clone(),
             model_file: info.file_name.clone(),

@@ -268,15 +268,26 @@ impl Effects<'_> {
     }
 }
 
-/// Run the chat until the user quits.
+/// How the chat ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChatEnd {
+    /// The user quit.
+    Quit,
+    /// A signal asked the process to end (SIGTERM, SIGHUP, SIGINT): the number.
+    Signal(i32),
+}
+
+/// Run the chat until the user quits or a termination signal arrives. Finished turns are
+/// already on disk; the terminal is restored on every way out.
 pub fn run_chat(
     app: App,
     engine: &mut EngineHandle,
     mut events: EventReceiver,
     engine_config: EngineConfig,
-) -> io::Result<App> {
+) -> io::Result<(App, ChatEnd)> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
+        .enable_io()
         .build()?;
     let terminal = enter()?;
     let _guard = RestoreGuard;
@@ -288,7 +299,11 @@ pub fn run_chat(
         history_dir: crate::history::history_dir(&crate::paths::data_dir()),
     };
     let inject_panic = std::env::var_os(INJECT_PANIC_ENV).is_some();
-    runtime.block_on(async {
+    let end = runtime.block_on(async {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut sigterm = signal(SignalKind::terminate())?;
+        let mut sighup = signal(SignalKind::hangup())?;
+        let mut sigint = signal(SignalKind::interrupt())?;
         let mut term_events = EventStream::new();
         let mut ticks = tokio::time::interval(TICK_INTERVAL);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -306,8 +321,11 @@ pub fn run_chat(
                 ev = term_events.next() => match ev {
                     Some(Ok(e)) => batch.extend(terminal_msg(e)),
                     Some(Err(e)) => return Err(e),
-                    None => return Ok(()),
+                    None => return Ok(ChatEnd::Quit),
                 },
+                _ = sigterm.recv() => return Ok(ChatEnd::Signal(15)),
+                _ = sighup.recv() => return Ok(ChatEnd::Signal(1)),
+                _ = sigint.recv() => return Ok(ChatEnd::Signal(2)),
                 ev = events.recv() => match ev {
                     Some(e) => batch.push(Msg::Engine(e)),
                     None => return Err(io::Error::other("the engine stopped unexpectedly")),
@@ -325,13 +343,17 @@ pub fn run_chat(
                 let fx = driver.apply_all(pending, now());
                 let (outcomes, quit) = effects.run(fx, &mut driver.app);
                 if quit {
-                    return Ok(());
+                    return Ok(ChatEnd::Quit);
                 }
                 pending = outcomes;
             }
         }
     })?;
-    Ok(driver.app)
+    if let (ChatEnd::Signal(_), Some(active)) = (end, driver.app.conversation.active()) {
+        // Stop the answer in flight; its partial text is not saved (finished turns are).
+        engine.cancel(active.request_id);
+    }
+    Ok((driver.app, end))
 }
 
 async fn sleep_until_opt(at: Option<Instant>) {

@@ -312,3 +312,70 @@ fn a_panic_restores_the_terminal_and_says_so_briefly() {
         s.lines().any(|l| l.trim() == "cooked-mode-ok")
     });
 }
+
+#[test]
+fn sigterm_while_streaming_restores_the_terminal_and_keeps_finished_turns() {
+    let _lock = common::model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::synth_medium(dir.path());
+    let data = dir.path().join("data");
+    let tmux = Tmux::start("sigterm", 100, 30, &[("TOKSCOPE_DATA_DIR", &data)]);
+    tmux.wait_for("the shell prompt", Duration::from_secs(10), |s| {
+        s.contains("e2e$")
+    });
+    let bin = env!("CARGO_BIN_EXE_tokscope");
+    tmux.type_text(&format!(
+        "{bin} chat -m {} -t 1 -c 8192 --temp 0 -n 4; echo exit=$?",
+        model.display()
+    ));
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("ready", Duration::from_secs(60), |s| {
+        s.lines().next().is_some_and(|l| l.contains("ready"))
+    });
+    tmux.type_text("short one");
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("the first answer", Duration::from_secs(30), |s| {
+        s.contains("─ TTFT") && s.lines().next().is_some_and(|l| l.contains("ready"))
+    });
+    tmux.type_text("/max 100000");
+    tmux.keys(&["Enter"]);
+    tmux.type_text("a long one");
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("streaming", Duration::from_secs(30), |s| {
+        s.lines().next().is_some_and(|l| l.contains("streaming"))
+    });
+    let shell_pid = tmux.tmux(&["display", "-p", "-t", "main", "#{pane_pid}"]);
+    let pids = Command::new("pgrep")
+        .args(["-P", shell_pid.trim(), "tokscope"])
+        .output()
+        .unwrap();
+    let pid = String::from_utf8_lossy(&pids.stdout).trim().to_string();
+    assert!(!pid.is_empty(), "tokscope's pid");
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let screen = tmux.wait_for("the shell after SIGTERM", Duration::from_secs(10), |s| {
+        s.lines().any(|l| l.starts_with("exit="))
+    });
+    assert!(screen.contains("exit=143"), "{screen}");
+    assert!(screen.contains("signal 15"), "{screen}");
+    assert_eq!(
+        tmux.tmux(&["display", "-p", "-t", "main", "#{alternate_on}"])
+            .trim(),
+        "0"
+    );
+    let file = std::fs::read_dir(data.join("history"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap();
+    let saved: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(file.path()).unwrap()).unwrap();
+    assert_eq!(
+        saved["turns"].as_array().unwrap().len(),
+        1,
+        "the finished turn is on disk"
+    );
+}

@@ -23,6 +23,25 @@ use crate::config::EngineSettings;
 /// The llama.cpp bindings this build links (pinned in Cargo.toml).
 pub const LLAMA_CPP_BINDINGS: &str = "llama-cpp-sys-2 0.1.160";
 
+/// llama.cpp's own description of the compiled backends and CPU features
+/// (`llama_print_system_info`), for the reproducibility stamp.
+#[allow(unsafe_code)]
+pub fn system_info() -> String {
+    // SAFETY: llama_print_system_info returns a pointer to a static, NUL-terminated string
+    // owned by llama.cpp (it does not need the backend to be initialised), or null.
+    let ptr = unsafe { llama_cpp_sys_2::llama_print_system_info() };
+    if ptr.is_null() {
+        return String::new();
+    }
+    // SAFETY: non-null and NUL-terminated as above; copied out before any other llama.cpp call.
+    unsafe { std::ffi::CStr::from_ptr(ptr) }
+        .to_string_lossy()
+        .trim()
+        .trim_end_matches('|')
+        .trim()
+        .to_string()
+}
+
 /// Element type of the KV cache (llama.cpp's `-ctk`/`-ctv`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum KvType {
@@ -183,21 +202,19 @@ pub fn requested_gpu_layers(setting: Option<u32>) -> u32 {
     }
 }
 
-/// Load a model after the pre-flight checks; `on_progress` gets llama.cpp's 0..=1 progress.
+/// Load a model after the pre-flight checks; `on_progress` gets llama.cpp's 0..=1 progress
+/// and returns whether to go on (false aborts the load, e.g. when the user quits).
 pub fn load_model(
     path: &Path,
     n_gpu_layers: Option<u32>,
-    mut on_progress: impl FnMut(f32) + 'static,
+    mut on_progress: impl FnMut(f32) -> bool + 'static,
 ) -> Result<LlamaModel, EngineError> {
     let backend = backend()?;
     check_model_file(path)?;
     crate::logging::clear_llama_problems();
     let params = LlamaModelParams::default()
         .with_n_gpu_layers(requested_gpu_layers(n_gpu_layers))
-        .with_progress_callback(move |progress| {
-            on_progress(progress);
-            true
-        });
+        .with_progress_callback(move |progress| on_progress(progress));
     LlamaModel::load_from_file(backend, path, &params).map_err(|_| EngineError::LoadFailed {
         path: path.to_path_buf(),
         llama_says: llama_says(),

@@ -45,6 +45,7 @@ fn load_and_serve(
 ) -> Next {
     let started = Instant::now();
     let progress_events = events.clone();
+    let shutdown = Arc::clone(cancel_through);
     let mut last_percent = -1i32;
     let loaded = llama::load_model(
         &cfg.model_path,
@@ -55,6 +56,8 @@ fn load_and_serve(
                 last_percent = percent;
                 let _ = progress_events.send(EngineEvent::Loading { progress });
             }
+            // Shutting down (the user quit while a large model loads): abort the load.
+            shutdown.load(Ordering::SeqCst) != u64::MAX
         },
     );
     let model = match loaded {

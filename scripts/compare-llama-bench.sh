@@ -1,0 +1,445 @@
+#!/usr/bin/env bash
+# tokscope bench side by side with llama.cpp's own llama-bench and llama-batched-bench.
+#
+# Builds the two llama.cpp tools once from the llama.cpp sources vendored in the
+# llama-cpp-python sdist on PyPI (CMake Release, the CPU options llama-cpp-sys-2's build script
+# gives tokscope's own llama.cpp) into ${XDG_CACHE_HOME:-~/.cache}/tokscope/llama-tools/<ver>,
+# then runs each tool and `tokscope bench` on the same model with the same threads and tests,
+# alternating them over several rounds so that machine drift hits both, and prints the ratios.
+#
+# Usage: scripts/compare-llama-bench.sh [options]   (--help lists them)
+set -euo pipefail
+
+repo_root=$(cd "$(dirname "$0")/.." && pwd)
+invocation="scripts/compare-llama-bench.sh${*:+ $*}"
+
+usage() {
+  cat <<'EOF'
+Usage: scripts/compare-llama-bench.sh [options]
+
+  -m, --model FILE      GGUF model (default: the demo model,
+                        ~/.local/share/tokscope/models/gemma-3-270m-q4_k_m.gguf)
+  -t, --threads N       threads for every run (default: 2)
+  -p, --n-prompt N      prompt tokens of the pp test (default: 512)
+  -n, --n-gen N         generated tokens of the tg test (default: 128)
+  -r, --repetitions N   repetitions inside each run (default: 3)
+      --rounds N        alternating rounds of each tool (default: 3)
+      --npp N           batched: prompt tokens per sequence (default: 128)
+      --ntg N           batched: generated tokens per sequence (default: 128)
+      --npl LIST        batched: batch sizes (default: 1,2,4,8)
+      --fa MODE         flash attention for every run: auto, on, off (default: auto)
+  -b, --batch-size N    logical batch for every run (default: 2048)
+      --ubatch-size N   physical batch for every run (default: 512)
+      --out DIR         keep every tool's raw output here (default: a temporary dir, removed)
+      --skip-single     skip the llama-bench comparison
+      --skip-batched    skip the llama-batched-bench comparison
+      --build-only      build (or find) the llama.cpp tools and stop
+      --llama-cpp-python VER
+                        llama-cpp-python sdist whose vendored llama.cpp is built
+                        (default: 0.3.36; env LLAMA_CPP_PYTHON_VERSION)
+      --tokscope FILE   tokscope binary (default: target/release/tokscope, built if missing)
+  -h, --help            this text
+
+Targets: tokscope tg >= 0.98 x llama-bench, pp >= 0.95 x llama-bench, batched S_TG within 5%
+of llama-batched-bench at each batch size.
+EOF
+}
+
+model="${HOME}/.local/share/tokscope/models/gemma-3-270m-q4_k_m.gguf"
+threads=2
+n_prompt=512
+n_gen=128
+reps=3
+rounds=3
+npp=128
+ntg=128
+npl=1,2,4,8
+fa=auto
+n_batch=2048
+n_ubatch=512
+out_dir=
+skip_single=0
+skip_batched=0
+build_only=0
+lcp_version=${LLAMA_CPP_PYTHON_VERSION:-0.3.36}
+tokscope="${repo_root}/target/release/tokscope"
+
+need_value() {
+  [ "$#" -ge 2 ] || { echo "error: $1 needs a value" >&2; exit 2; }
+}
+
+while [ "$#" -gt 0 ]; do
+  case "$1" in
+    -m | --model) need_value "$@"; model=$2; shift 2 ;;
+    -t | --threads) need_value "$@"; threads=$2; shift 2 ;;
+    -p | --n-prompt) need_value "$@"; n_prompt=$2; shift 2 ;;
+    -n | --n-gen) need_value "$@"; n_gen=$2; shift 2 ;;
+    -r | --repetitions) need_value "$@"; reps=$2; shift 2 ;;
+    --rounds) need_value "$@"; rounds=$2; shift 2 ;;
+    --npp) need_value "$@"; npp=$2; shift 2 ;;
+    --ntg) need_value "$@"; ntg=$2; shift 2 ;;
+    --npl) need_value "$@"; npl=$2; shift 2 ;;
+    --fa) need_value "$@"; fa=$2; shift 2 ;;
+    -b | --batch-size) need_value "$@"; n_batch=$2; shift 2 ;;
+    -ub | --ubatch-size) need_value "$@"; n_ubatch=$2; shift 2 ;;
+    --out) need_value "$@"; out_dir=$2; shift 2 ;;
+    --skip-single) skip_single=1; shift ;;
+    --skip-batched) skip_batched=1; shift ;;
+    --build-only) build_only=1; shift ;;
+    --llama-cpp-python) need_value "$@"; lcp_version=$2; shift 2 ;;
+    --tokscope) need_value "$@"; tokscope=$2; shift 2 ;;
+    -h | --help) usage; exit 0 ;;
+    *) echo "error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+for pair in "threads:$threads" "n-prompt:$n_prompt" "n-gen:$n_gen" "repetitions:$reps" \
+  "rounds:$rounds" "npp:$npp" "ntg:$ntg" "batch-size:$n_batch" "ubatch-size:$n_ubatch"; do
+  case "${pair#*:}" in
+    '' | *[!0-9]* | 0) echo "error: --${pair%%:*} must be a positive integer, got '${pair#*:}'" >&2; exit 2 ;;
+  esac
+done
+case "$fa" in
+  auto | on | off) ;;
+  *) echo "error: --fa must be auto, on or off, got '$fa'" >&2; exit 2 ;;
+esac
+case "$npl" in
+  '' | *[!0-9,]* | ,* | *, | *,,*) echo "error: --npl must be a list like 1,2,4,8, got '$npl'" >&2; exit 2 ;;
+esac
+
+cache_root="${XDG_CACHE_HOME:-${HOME}/.cache}/tokscope/llama-tools"
+tools_dir="${cache_root}/${lcp_version}"
+llama_bench="${tools_dir}/bin/llama-bench"
+llama_batched_bench="${tools_dir}/bin/llama-batched-bench"
+
+# The CMake cache of the llama.cpp that llama-cpp-sys-2 built for tokscope, when there is one:
+# its CPU options are copied so that both sides run the same kernels.
+sys_cmake_cache() {
+  local f
+  for f in "${repo_root}"/target/release/build/llama-cpp-sys-2-*/out/build/CMakeCache.txt; do
+    [ -f "$f" ] && { echo "$f"; return 0; }
+  done
+  return 1
+}
+
+# CMake arguments for the CPU backend, as llama-cpp-sys-2 0.1.160's build.rs sets them:
+# GGML_NATIVE off unless RUSTFLAGS say target-cpu=native (ggml then turns AVX/AVX2/FMA/F16C/
+# BMI2/SSE4.2 on for x86-64 by default), OpenMP on (tokscope enables the `openmp` feature),
+# static libraries, Release, the compiler flags cmake-rs passes. When tokscope's own CMake cache
+# exists its values win.
+cpu_cmake_args() {
+  local cache key value
+  local -a keys=(GGML_NATIVE GGML_AVX GGML_AVX2 GGML_AVX512 GGML_AVX512_BF16 GGML_AVX512_VBMI
+    GGML_AVX512_VNNI GGML_AVX_VNNI GGML_BMI2 GGML_F16C GGML_FMA GGML_SSE42 GGML_OPENMP
+    GGML_LLAMAFILE GGML_CPU_REPACK CMAKE_C_FLAGS CMAKE_CXX_FLAGS CMAKE_C_COMPILER
+    CMAKE_CXX_COMPILER)
+  if cache=$(sys_cmake_cache); then
+    echo "# CPU options copied from ${cache}" >&2
+    for key in "${keys[@]}"; do
+      value=$(sed -n "s/^${key}:[A-Z]*=//p" "$cache" | head -n 1)
+      [ -n "$value" ] && printf '%s\n' "-D${key}=${value}"
+    done
+  else
+    echo "# no tokscope llama.cpp build found: using llama-cpp-sys-2's defaults" >&2
+    case "${RUSTFLAGS:-}${CARGO_ENCODED_RUSTFLAGS:-}" in
+      *target-cpu=native*) printf '%s\n' -DGGML_NATIVE=ON ;;
+      *) printf '%s\n' -DGGML_NATIVE=OFF ;;
+    esac
+    printf '%s\n' -DGGML_OPENMP=ON \
+      "-DCMAKE_C_FLAGS=-ffunction-sections -fdata-sections -fPIC -m64" \
+      "-DCMAKE_CXX_FLAGS=-ffunction-sections -fdata-sections -fPIC -m64"
+  fi
+  printf '%s\n' -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF \
+    -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+    -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_APP=OFF -DGGML_CCACHE=OFF
+}
+
+build_llama_tools() {
+  if [ -x "$llama_bench" ] && [ -x "$llama_batched_bench" ]; then
+    echo "# llama.cpp tools: reusing ${tools_dir}" >&2
+    return 0
+  fi
+  command -v cmake >/dev/null 2>&1 || { echo "error: cmake is needed (scripts/deps.sh)" >&2; exit 1; }
+  local work sdist src jobs
+  work=$(mktemp -d "${TMPDIR:-/tmp}/tokscope-llama-tools.XXXXXX")
+  # shellcheck disable=SC2064 # expand $work now: it is local
+  trap "rm -rf '${work}'" EXIT
+  echo "# downloading the llama-cpp-python ${lcp_version} sdist (its vendored llama.cpp)" >&2
+  python3 -m pip download --quiet --no-binary :all: --no-deps \
+    "llama-cpp-python==${lcp_version}" -d "${work}/dl" >&2
+  sdist=$(find "${work}/dl" -maxdepth 1 -name 'llama_cpp_python-*.tar.gz' | head -n 1)
+  [ -n "$sdist" ] || { echo "error: no llama-cpp-python sdist was downloaded" >&2; exit 1; }
+  tar -xzf "$sdist" -C "$work"
+  src=$(find "$work" -mindepth 3 -maxdepth 3 -type d -path '*/vendor/llama.cpp' | head -n 1)
+  [ -n "$src" ] || { echo "error: ${sdist} has no vendor/llama.cpp" >&2; exit 1; }
+
+  local -a cmake_args
+  mapfile -t cmake_args < <(cpu_cmake_args)
+  echo "# cmake ${cmake_args[*]}" >&2
+  cmake -S "$src" -B "${work}/build" "${cmake_args[@]}" >"${work}/configure.log" 2>&1 || {
+    tail -n 40 "${work}/configure.log" >&2
+    exit 1
+  }
+  jobs=${CMAKE_BUILD_PARALLEL_LEVEL:-2}
+  echo "# building llama-bench and llama-batched-bench (-j${jobs}, a few minutes)" >&2
+  cmake --build "${work}/build" --target llama-bench llama-batched-bench -j"$jobs" \
+    >"${work}/build.log" 2>&1 || {
+    tail -n 40 "${work}/build.log" >&2
+    exit 1
+  }
+  mkdir -p "${tools_dir}/bin"
+  cp "${work}/build/bin/llama-bench" "${work}/build/bin/llama-batched-bench" "${tools_dir}/bin/"
+  cp "${work}/configure.log" "${tools_dir}/configure.log"
+  {
+    echo "llama-cpp-python ${lcp_version}"
+    # The sdist's changelog names the llama.cpp commit each release vendors.
+    sed -n "/^## \[${lcp_version//./\\.}\]/,/^## \[/p" "$(dirname "$(dirname "$src")")/CHANGELOG.md" |
+      grep -o -m 1 'ggml-org/llama\.cpp@[0-9a-f]*' || echo "llama.cpp commit unknown"
+    grep -E 'set\(GGML_VERSION_(MAJOR|MINOR|PATCH)' "${src}/ggml/CMakeLists.txt" |
+      sed -E 's/.*GGML_VERSION_([A-Z]+) +([0-9]+).*/\2/' | paste -sd. - | sed 's/^/ggml /'
+    printf 'cmake'
+    printf ' %q' "${cmake_args[@]}"
+    echo
+  } >"${tools_dir}/VERSION"
+  rm -rf "$work"
+  trap - EXIT
+  echo "# llama.cpp tools built into ${tools_dir}" >&2
+}
+
+
+build_llama_tools
+if [ "$build_only" = 1 ]; then
+  cat "${tools_dir}/VERSION"
+  exit 0
+fi
+
+[ -f "$model" ] || {
+  echo "error: no model at ${model} (target/release/tokscope fetch-demo gets the demo model)" >&2
+  exit 3
+}
+if [ ! -x "$tokscope" ]; then
+  echo "# building tokscope (cargo build --release)" >&2
+  (cd "$repo_root" && cargo build --release) >&2
+fi
+"$tokscope" bench --help >/dev/null 2>&1 || {
+  echo "error: ${tokscope} has no bench command" >&2
+  exit 1
+}
+
+keep_out=1
+if [ -z "$out_dir" ]; then
+  out_dir=$(mktemp -d "${TMPDIR:-/tmp}/tokscope-compare.XXXXXX")
+  keep_out=0
+fi
+mkdir -p "$out_dir"
+# tokscope bench appends every run to the results log in its data dir: keep these runs out of
+# the user's log.
+ts_data="${out_dir}/tokscope-data"
+mkdir -p "$ts_data"
+cleanup() {
+  if [ "$keep_out" = 0 ]; then rm -rf "$out_dir"; fi
+}
+trap cleanup EXIT
+
+# The llama.cpp that tokscope links: llama-cpp-sys-2's vendored copy (the crate's version, the
+# llama-cpp-rs commit it was published from, the ggml version in its sources).
+sys_version=$(sed -n '/^name = "llama-cpp-sys-2"$/{n;s/^version = "\(.*\)"$/\1/p;}' "${repo_root}/Cargo.lock")
+sys_src=
+for d in "${CARGO_HOME:-${HOME}/.cargo}"/registry/src/*/"llama-cpp-sys-2-${sys_version}"; do
+  [ -d "$d" ] && sys_src=$d
+done
+sys_detail="llama-cpp-sys-2 ${sys_version}"
+if [ -n "$sys_src" ]; then
+  rs_commit=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["git"]["sha1"][:9])' \
+    "${sys_src}/.cargo_vcs_info.json" 2>/dev/null || echo unknown)
+  sys_ggml=$(grep -E 'set\(GGML_VERSION_(MAJOR|MINOR|PATCH)' "${sys_src}/llama.cpp/ggml/CMakeLists.txt" |
+    sed -E 's/.*GGML_VERSION_([A-Z]+) +([0-9]+).*/\2/' | paste -sd. -)
+  sys_detail="${sys_detail} (llama-cpp-rs@${rs_commit}, ggml ${sys_ggml})"
+fi
+{
+  read -r _ lcp_built
+  read -r tools_commit
+  read -r _ tools_ggml
+} <"${tools_dir}/VERSION"
+tools_detail="${tools_commit} as vendored in llama-cpp-python ${lcp_built} (ggml ${tools_ggml})"
+
+cpu_model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+
+echo "# machine: $(nproc) CPUs, ${cpu_model:-unknown CPU}, load average ${load_before} before"
+echo "# tokscope links: ${sys_detail}"
+echo "# llama.cpp tools: ${tools_detail}"
+echo "# model: ${model}"
+echo "# raw outputs: ${out_dir}$([ "$keep_out" = 0 ] && echo ' (removed at exit; --out keeps them)')"
+
+common_single=(-m "$model" -t "$threads" -p "$n_prompt" -n "$n_gen" -r "$reps"
+  -b "$n_batch" -ub "$n_ubatch" -fa "$fa")
+max_npl=$(tr ',' '\n' <<<"$npl" | sort -n | tail -n 1)
+batched_ctx=$((max_npl * (npp + ntg)))
+
+run_llama_bench() {
+  "$llama_bench" "${common_single[@]}" -o json >"${out_dir}/llama-bench.$1.json" \
+    2>"${out_dir}/llama-bench.$1.log"
+}
+run_tokscope_single() {
+  TOKSCOPE_DATA_DIR="$ts_data" "$tokscope" bench "${common_single[@]}" --no-probe -o json \
+    >"${out_dir}/tokscope-single.$1.json" 2>"${out_dir}/tokscope-single.$1.log"
+}
+# One measurement per batch size and round on both sides: llama-batched-bench has no
+# repetitions, so tokscope runs -r 1 (after its warm-up) and the rounds repeat both.
+run_llama_batched() {
+  "$llama_batched_bench" -m "$model" -t "$threads" -c "$batched_ctx" -b "$n_batch" \
+    -ub "$n_ubatch" -fa "$fa" -npp "$npp" -ntg "$ntg" -npl "$npl" --output-format jsonl \
+    >"${out_dir}/llama-batched-bench.$1.jsonl" 2>"${out_dir}/llama-batched-bench.$1.log"
+}
+run_tokscope_batched() {
+  TOKSCOPE_DATA_DIR="$ts_data" "$tokscope" bench -m "$model" -t "$threads" -p "$npp" \
+    -n "$ntg" --batch "$npl" -r 1 -b "$n_batch" -ub "$n_ubatch" -fa "$fa" --no-probe -o json \
+    >"${out_dir}/tokscope-batched.$1.json" 2>"${out_dir}/tokscope-batched.$1.log"
+}
+
+# Runs one side and says so; a failing tool stops the comparison with the end of its log.
+step() {
+  local name=$1 round=$2 fn=$3 log=$4
+  echo "#   round ${round}: ${name}" >&2
+  if ! "$fn" "$round"; then
+    echo "error: ${name} failed (round ${round}); the end of ${log}:" >&2
+    tail -n 20 "${out_dir}/${log}.${round}.log" >&2
+    exit 1
+  fi
+}
+
+# Alternate which side goes first, so that slow drift (thermal, other load) hits both alike.
+for round in $(seq 1 "$rounds"); do
+  if [ "$skip_single" = 0 ]; then
+    if [ $((round % 2)) = 1 ]; then
+      step llama-bench "$round" run_llama_bench llama-bench
+      step "tokscope bench" "$round" run_tokscope_single tokscope-single
+    else
+      step "tokscope bench" "$round" run_tokscope_single tokscope-single
+      step llama-bench "$round" run_llama_bench llama-bench
+    fi
+  fi
+  if [ "$skip_batched" = 0 ]; then
+    if [ $((round % 2)) = 1 ]; then
+      step llama-batched-bench "$round" run_llama_batched llama-batched-bench
+      step "tokscope bench --batch" "$round" run_tokscope_batched tokscope-batched
+    else
+      step "tokscope bench --batch" "$round" run_tokscope_batched tokscope-batched
+      step llama-batched-bench "$round" run_llama_batched llama-batched-bench
+    fi
+  fi
+done
+load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+
+python3 - "$out_dir" "$rounds" "$n_prompt" "$n_gen" "$npl" "$skip_single" "$skip_batched" \
+  "$invocation" "$(nproc)" "$cpu_model" "$load_before" "$load_after" "$sys_detail" \
+  "$tools_detail" "$threads" "$reps" "$npp" "$ntg" "$fa" <<'PY'
+import json, statistics, sys
+(out, rounds, n_prompt, n_gen, npl, skip_single, skip_batched, invocation, ncpu, cpu,
+ load_before, load_after, sys_detail, tools_detail, threads, reps, npp, ntg, fa) = sys.argv[1:]
+rounds, n_prompt, n_gen = int(rounds), int(n_prompt), int(n_gen)
+batch_sizes = [int(b) for b in npl.split(",")]
+
+def load(path):
+    with open(path) as f:
+        text = f.read()
+    if path.endswith(".jsonl"):
+        return [json.loads(l) for l in text.splitlines() if l.strip().startswith("{")]
+    return json.loads(text)
+
+def stats(values):
+    mean = statistics.fmean(values)
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return mean, sd
+
+def fmt(values):
+    mean, sd = stats(values)
+    return f"{mean:.2f} ± {sd:.2f}"
+
+misses = []
+print()
+print(f"Command: `{invocation}`")
+print()
+print(f"Machine: {ncpu} CPUs, {cpu}; load average {load_before} before, {load_after} after.")
+print(f"tokscope links {sys_detail}; llama-bench and llama-batched-bench are built from "
+      f"{tools_detail}. Flash attention {fa}, {threads} threads.")
+print()
+
+def row(name, lb, ts, target, mode):
+    ratios = [t / l for t, l in zip(ts, lb) if l > 0]
+    ratio = stats(ts)[0] / stats(lb)[0]
+    if mode == "min":
+        ok = ratio >= target
+        goal = f"≥ {target:.2f}"
+    else:
+        ok = abs(ratio - 1.0) <= target
+        goal = f"1 ± {target:.2f}"
+    if not ok:
+        misses.append(f"{name}: ratio {ratio:.3f}, target {goal}")
+    per_round = ", ".join(f"{r:.3f}" for r in ratios)
+    print(f"| {name} | {fmt(lb)} | {fmt(ts)} | **{ratio:.3f}** | {per_round} | {goal} | "
+          f"{'met' if ok else 'MISSED'} |")
+
+if skip_single == "0":
+    lb_pp, lb_tg, ts_pp, ts_tg = [], [], [], []
+    for r in range(1, rounds + 1):
+        for rec in load(f"{out}/llama-bench.{r}.json"):
+            if rec["n_prompt"] == n_prompt and rec["n_gen"] == 0:
+                lb_pp.append(rec["avg_ts"])
+            elif rec["n_prompt"] == 0 and rec["n_gen"] == n_gen:
+                lb_tg.append(rec["avg_ts"])
+        for rec in load(f"{out}/tokscope-single.{r}.json"):
+            if rec["kind"] == "pp":
+                ts_pp.append(rec["tok_per_s_mean"])
+            elif rec["kind"] == "tg":
+                ts_tg.append(rec["tok_per_s_mean"])
+    print(f"llama-bench vs `tokscope bench` ({rounds} alternating rounds of -r {reps} each; "
+          "t/s is mean ± sd over the rounds' means; the ratio is tokscope ÷ llama-bench of "
+          "those means):")
+    print()
+    print("| test | llama-bench t/s | tokscope t/s | ratio | per round | target | |")
+    print("|---|---:|---:|---:|---|---|---|")
+    if lb_pp and ts_pp:
+        row(f"pp{n_prompt}", lb_pp, ts_pp, 0.95, "min")
+    if lb_tg and ts_tg:
+        row(f"tg{n_gen}", lb_tg, ts_tg, 0.98, "min")
+    print()
+
+if skip_batched == "0":
+    lb = {b: [] for b in batch_sizes}
+    ts = {b: [] for b in batch_sizes}
+    for r in range(1, rounds + 1):
+        for rec in load(f"{out}/llama-batched-bench.{r}.jsonl"):
+            if rec["pp"] == int(npp) and rec["tg"] == int(ntg) and rec["pl"] in lb:
+                lb[rec["pl"]].append(rec["speed_tg"])
+        for rec in load(f"{out}/tokscope-batched.{r}.json"):
+            b = rec["params"]["batch_size"]
+            if rec["kind"] == "batch" and b in ts:
+                ts[b].append(rec["tok_per_s_mean"])
+    print(f"llama-batched-bench vs `tokscope bench --batch` (S_TG: B × {ntg} generated tokens "
+          f"÷ the generation steps' time, after a {npp}-token prompt per sequence; "
+          f"{rounds} alternating rounds):")
+    print()
+    print("| B | llama-batched-bench S_TG t/s | tokscope S_TG t/s | ratio | per round | target | |")
+    print("|---|---:|---:|---:|---|---|---|")
+    for b in batch_sizes:
+        if lb[b] and ts[b]:
+            row(str(b), lb[b], ts[b], 0.05, "band")
+        else:
+            print(f"| {b} | {fmt(lb[b]) if lb[b] else '—'} | {fmt(ts[b]) if ts[b] else '—'} "
+                  "| — | | | no figure |")
+            misses.append(f"B={b}: a side gave no figure")
+    print()
+
+if misses:
+    print("Targets missed: " + "; ".join(misses) + ".")
+else:
+    print("Every target met.")
+PY
+load1=${load_before%% *}
+if python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) > 0.5 else 1)' "$load1"; then
+  echo
+  echo "Note: the machine was not idle (load average ${load_before} at the start); OpenMP runs" \
+    "slow down badly when other processes compete for the cores, so these figures may be noisy."
+fi

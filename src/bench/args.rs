@@ -1,0 +1,697 @@
+//! `tokscope bench`'s command line: the clap definitions, the rewriting of llama-bench's
+//! multi-letter short flags (`-ngl`, `-ctk`, …) that clap cannot express, and the parsing of
+//! comma lists and ranges into a validated [`BenchPlan`]. Every bad value becomes a usage
+//! error (exit 2) that names the flag and the value.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use clap::{ArgAction, Args};
+
+use super::sweep::{Sweep, TestSpec};
+use crate::config::Settings;
+use crate::engine::llama::{FlashAttn, KvType};
+use crate::exit::{Failure, USAGE};
+
+/// llama.cpp keeps at most this many sequences in one context (`LLAMA_MAX_SEQ`).
+pub const MAX_BATCH_SEQUENCES: u32 = 256;
+
+/// llama-bench's multi-letter short flags and the long forms clap knows them by.
+const LLAMA_BENCH_SHORT_FLAGS: &[(&str, &str)] = &[
+    ("-pg", "--pg"),
+    ("-ngl", "--n-gpu-layers"),
+    ("-ub", "--ubatch-size"),
+    ("-ctk", "--cache-type-k"),
+    ("-ctv", "--cache-type-v"),
+    ("-fa", "--flash-attn"),
+];
+
+/// Benchmark models like llama-bench: pp, tg and pg tests over a sweep of settings.
+#[derive(Debug, Args, Default, Clone)]
+pub struct BenchArgs {
+    /// GGUF model file; repeat for several (default: config `model`, $TOKSCOPE_MODEL, then
+    /// the demo model).
+    #[arg(short = 'm', long, value_name = "FILE", action = ArgAction::Append)]
+    pub model: Vec<PathBuf>,
+    /// Prompt lengths of the pp tests, comma list or range (0 = no pp test) [default: 512].
+    #[arg(short = 'p', long = "n-prompt", value_name = "N,…", action = ArgAction::Append, allow_hyphen_values = true)]
+    pub n_prompt: Vec<String>,
+    /// Generated tokens of the tg tests (0 = no tg test) [default: 128].
+    #[arg(short = 'n', long = "n-gen", value_name = "N,…", action = ArgAction::Append, allow_hyphen_values = true)]
+    pub n_gen: Vec<String>,
+    /// A prompt of PP tokens then TG generated, timed together (-pg); repeat for several.
+    #[arg(long = "pg", value_name = "PP,TG", action = ArgAction::Append, allow_hyphen_values = true)]
+    pub pg: Vec<String>,
+    /// Tokens already in the KV cache when a test starts (filled untimed) [default: 0].
+    #[arg(short = 'd', long = "n-depth", value_name = "N,…", action = ArgAction::Append, allow_hyphen_values = true)]
+    pub n_depth: Vec<String>,
+    /// Timed repetitions of each test, after one warm-up run [default: 5].
+    #[arg(
+        short = 'r',
+        long = "repetitions",
+        value_name = "N",
+        allow_hyphen_values = true
+    )]
+    pub repetitions: Option<String>,
+    /// CPU threads [default: all cores].
+    #[arg(short = 't', long = "threads", value_name = "N,…", action = ArgAction::Append, allow_hyphen_values = true)]
+    pub threads: Vec<String>,
+    /// Layers offloaded to the GPU, -1 = all (-ngl) [default: -1].
+    #[arg(long = "n-gpu-layers", value_name = "N,…", action = ArgAction::Append, allow_hyphen_values = true)]
+    pub n_gpu_layers: Vec<String>,
+    /// Logical batch: tokens per decode call [default: 2048].
+    #[arg(short = 'b', long = "batch-size", value_name = "N,…", action = ArgAction::Append, allow_hyphen_values = true)]
+    pub n_batch: Vec<String>,
+    /// Physical batch: tokens per graph evaluation (-ub) [default: 512].
+    #[arg(long = "ubatch-size", value_name = "N,…", action = ArgAction::Append, allow_hyphen_values = true)]
+    pub n_ubatch: Vec<String>,
+    /// KV-cache type of keys (-ctk): f16, q8_0, q4_0, … [default: f16].
+    #[arg(long = "cache-type-k", value_name = "TYPE,…", action = ArgAction::Append)]
+    pub cache_type_k: Vec<String>,
+    /// KV-cache type of values (-ctv) [default: f16].
+    #[arg(long = "cache-type-v", value_name = "TYPE,…", action = ArgAction::Append)]
+    pub cache_type_v: Vec<String>,
+    /// Flash attention (-fa): auto, on/1, off/0 [default: auto].
+    #[arg(long = "flash-attn", value_name = "MODE,…", action = ArgAction::Append, allow_hyphen_values = true)]
+    pub flash_attn: Vec<String>,
+    /// Also decode B sequences together, for each B (like llama-batched-bench's -npl).
+    #[arg(long = "batch", value_name = "B,…", action = ArgAction::Append, allow_hyphen_values = true)]
+    pub batch: Vec<String>,
+    /// Output format: md, csv, json, jsonl [default: md].
+    #[arg(short = 'o', long = "output", value_name = "FORMAT")]
+    pub output: Option<String>,
+    /// Peak memory bandwidth for the roofline, GB/s (default: config `bandwidth_gb_s`, the
+    /// GPU's datasheet, else measured on the CPU).
+    #[arg(long = "bandwidth-gb-s", value_name = "X", allow_hyphen_values = true)]
+    pub bandwidth_gb_s: Option<String>,
+    /// Price of the machine, USD per GPU-hour, for cost per 1M tokens (default: config
+    /// `price_per_gpu_hour_usd`).
+    #[arg(long = "price", value_name = "USD", allow_hyphen_values = true)]
+    pub price: Option<String>,
+    /// Do not measure the CPU's memory bandwidth (no roofline without another source).
+    #[arg(long)]
+    pub no_probe: bool,
+    /// Skip the warm-up run before each test.
+    #[arg(long)]
+    pub no_warmup: bool,
+    /// Compare with an earlier run of the results log: `last` or its id (or a unique prefix).
+    #[arg(long = "vs", value_name = "last|ID")]
+    pub vs: Option<String>,
+}
+
+/// List earlier bench runs, or print one.
+#[derive(Debug, Args, Default, Clone)]
+pub struct ResultsArgs {
+    /// A run's id (or a unique prefix): print its stored JSON.
+    #[arg(value_name = "ID")]
+    pub id: Option<String>,
+}
+
+/// How the results are printed on stdout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputFormat {
+    Markdown,
+    Csv,
+    Json,
+    JsonLines,
+}
+
+impl OutputFormat {
+    fn parse(s: &str) -> Result<Self, Failure> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "md" | "markdown" => Ok(Self::Markdown),
+            "csv" => Ok(Self::Csv),
+            "json" => Ok(Self::Json),
+            "jsonl" => Ok(Self::JsonLines),
+            _ => Err(bad_value("-o/--output", s, "one of md, csv, json, jsonl")),
+        }
+    }
+}
+
+/// Where the peak memory bandwidth comes from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum BandwidthChoice {
+    /// `--bandwidth-gb-s` or the config's `bandwidth_gb_s`, in bytes per second.
+    Configured(f64),
+    /// The GPU's datasheet value, else the CPU copy probe unless `probe` is false.
+    Auto { probe: bool },
+}
+
+/// Everything `bench` will do, validated.
+#[derive(Debug, Clone)]
+pub struct BenchPlan {
+    pub models: Vec<PathBuf>,
+    pub sweep: Sweep,
+    pub repetitions: u32,
+    pub warmup: bool,
+    pub output: OutputFormat,
+    pub bandwidth: BandwidthChoice,
+    pub price_per_gpu_hour_usd: f64,
+    pub vs: Option<String>,
+}
+
+/// Rewrite llama-bench's multi-letter short flags to their long forms, only in the arguments
+/// of the `bench` subcommand (clap has no multi-letter short flags; other commands keep theirs).
+pub fn rewrite_llama_bench_flags<I: IntoIterator<Item = OsString>>(args: I) -> Vec<OsString> {
+    let mut args: Vec<OsString> = args.into_iter().collect();
+    let Some(start) = bench_subcommand_index(&args) else {
+        return args;
+    };
+    for arg in args.iter_mut().skip(start + 1) {
+        let Some(text) = arg.to_str() else { continue };
+        if text == "--" {
+            break;
+        }
+        if let Some(long) = long_form(text) {
+            *arg = OsString::from(long);
+        }
+    }
+    args
+}
+
+/// Where the subcommand is when it is `bench`: the first argument that is not a global option.
+fn bench_subcommand_index(args: &[OsString]) -> Option<usize> {
+    let mut i = 1;
+    while let Some(arg) = args.get(i) {
+        let text = arg.to_str()?;
+        if text == "--config" {
+            i += 2;
+        } else if text.starts_with("--config=") {
+            i += 1;
+        } else {
+            return (text == "bench").then_some(i);
+        }
+    }
+    None
+}
+
+fn long_form(text: &str) -> Option<String> {
+    let (flag, value) = match text.split_once('=') {
+        Some((flag, value)) => (flag, Some(value)),
+        None => (text, None),
+    };
+    let (_, long) = LLAMA_BENCH_SHORT_FLAGS.iter().find(|(s, _)| *s == flag)?;
+    Some(match value {
+        Some(v) => format!("{long}={v}"),
+        None => (*long).to_string(),
+    })
+}
+
+fn bad_value(flag: &str, value: &str, expected: &str) -> Failure {
+    Failure::new(
+        USAGE,
+        format!("invalid value `{value}` for {flag}: {expected}"),
+    )
+}
+
+/// Integers from comma lists and llama-bench ranges (`first-last`, `first-last+step`,
+/// `first-last*factor`), every value in `min..=max`.
+pub fn parse_int_list(
+    flag: &str,
+    given: &[String],
+    min: i64,
+    max: i64,
+) -> Result<Vec<i64>, Failure> {
+    let mut values = Vec::new();
+    for item in given.iter().flat_map(|g| g.split(',')) {
+        let expected =
+            format!("a whole number from {min} to {max}, a comma list or a range like 1-8*2");
+        let range = parse_range(item.trim()).ok_or_else(|| bad_value(flag, item, &expected))?;
+        for v in range {
+            if v < min || v > max {
+                return Err(bad_value(
+                    flag,
+                    item,
+                    &format!("each value must be from {min} to {max}"),
+                ));
+            }
+            values.push(v);
+        }
+    }
+    Ok(values)
+}
+
+/// `N`, `A-B`, `A-B+S` or `A-B*F` (a leading `-` is a negative number, for `-ngl -1`).
+fn parse_range(item: &str) -> Option<Vec<i64>> {
+    if let Ok(v) = item.parse::<i64>() {
+        return Some(vec![v]);
+    }
+    let (first, rest) = item.split_at(item.get(1..)?.find('-')? + 1);
+    let first: i64 = first.parse().ok()?;
+    let rest = &rest[1..];
+    let (last, op, step) = match rest.find(['+', '*']) {
+        Some(at) => (
+            &rest[..at],
+            &rest[at..at + 1],
+            rest[at + 1..].parse::<i64>().ok()?,
+        ),
+        None => (rest, "+", 1),
+    };
+    let last: i64 = last.parse().ok()?;
+    let mut values = Vec::new();
+    let mut v = first;
+    while v <= last {
+        values.push(v);
+        let next = if op == "+" {
+            v.checked_add(step)?
+        } else {
+            v.checked_mul(step)?
+        };
+        if next <= v || values.len() > 4096 {
+            return None;
+        }
+        v = next;
+    }
+    (!values.is_empty()).then_some(values)
+}
+
+fn parse_u32_list(
+    flag: &str,
+    given: &[String],
+    default: u32,
+    min: i64,
+    max: i64,
+) -> Result<Vec<u32>, Failure> {
+    if given.is_empty() {
+        return Ok(vec![default]);
+    }
+    let values = parse_int_list(flag, given, min, max)?;
+    Ok(values
+        .into_iter()
+        .map(|v| u32::try_from(v).unwrap_or(u32::MAX))
+        .collect())
+}
+
+fn parse_named_list<T: std::str::FromStr<Err = String>>(
+    flag: &str,
+    given: &[String],
+    default: T,
+) -> Result<Vec<T>, Failure> {
+    if given.is_empty() {
+        return Ok(vec![default]);
+    }
+    given
+        .iter()
+        .flat_map(|g| g.split(','))
+        .map(|item| {
+            item.parse::<T>()
+                .map_err(|reason| bad_value(flag, item, &reason))
+        })
+        .collect()
+}
+
+fn parse_positive(flag: &str, value: &str) -> Result<f64, Failure> {
+    match value.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(bad_value(flag, value, "a number greater than 0")),
+    }
+}
+
+/// `-pg PP,TG` pairs; each occurrence is one pair, as in llama-bench.
+fn parse_pg(given: &[String]) -> Result<Vec<TestSpec>, Failure> {
+    given
+        .iter()
+        .map(|pair| {
+            let parsed = pair.split_once(',').and_then(|(p, n)| {
+                Some((p.trim().parse::<u32>().ok()?, n.trim().parse::<u32>().ok()?))
+            });
+            match parsed {
+                Some((p, n)) if p > 0 || n > 0 => Ok(TestSpec::Pg {
+                    n_prompt: p,
+                    n_gen: n,
+                }),
+                _ => Err(bad_value(
+                    "-pg/--pg",
+                    pair,
+                    "PP,TG: two whole numbers, not both 0",
+                )),
+            }
+        })
+        .collect()
+}
+
+impl BenchPlan {
+    /// Validate the flags against the lower configuration layers.
+    pub fn from_args(args: &BenchArgs, settings: &Settings) -> Result<Self, Failure> {
+        let sweep = parse_sweep(args)?;
+        let repetitions = match &args.repetitions {
+            Some(r) => {
+                parse_u32_list("-r/--repetitions", std::slice::from_ref(r), 5, 1, 100_000)?[0]
+            }
+            None => 5,
+        };
+        let bandwidth = match (&args.bandwidth_gb_s, settings.bandwidth_gb_s) {
+            (Some(v), _) => {
+                BandwidthChoice::Configured(parse_positive("--bandwidth-gb-s", v)? * 1e9)
+            }
+            (None, Some(v)) => BandwidthChoice::Configured(v * 1e9),
+            (None, None) => BandwidthChoice::Auto {
+                probe: !args.no_probe,
+            },
+        };
+        let price_per_gpu_hour_usd = match &args.price {
+            Some(v) => parse_positive("--price", v)?,
+            None => settings.price_per_gpu_hour_usd,
+        };
+        let output = match &args.output {
+            Some(o) => OutputFormat::parse(o)?,
+            None => OutputFormat::Markdown,
+        };
+        let models = if args.model.is_empty() {
+            vec![crate::launch::resolve_model(settings)?]
+        } else {
+            args.model
+                .iter()
+                .map(|m| crate::config::expand_home(m))
+                .collect()
+        };
+        Ok(Self {
+            models,
+            sweep,
+            repetitions,
+            warmup: !args.no_warmup,
+            output,
+            bandwidth,
+            price_per_gpu_hour_usd,
+            vs: args.vs.clone(),
+        })
+    }
+}
+
+fn parse_sweep(args: &BenchArgs) -> Result<Sweep, Failure> {
+    let n_prompt = parse_u32_list("-p/--n-prompt", &args.n_prompt, 512, 0, 1 << 20)?;
+    let n_gen = parse_u32_list("-n/--n-gen", &args.n_gen, 128, 0, 1 << 20)?;
+    let mut tests: Vec<TestSpec> = n_prompt
+        .iter()
+        .filter(|p| **p > 0)
+        .map(|p| TestSpec::Pp { n_prompt: *p })
+        .collect();
+    tests.extend(
+        n_gen
+            .iter()
+            .filter(|n| **n > 0)
+            .map(|n| TestSpec::Tg { n_gen: *n }),
+    );
+    tests.extend(parse_pg(&args.pg)?);
+    let batch_sizes = parse_u32_list("--batch", &args.batch, 0, 1, i64::from(MAX_BATCH_SEQUENCES))?;
+    let batch_sizes = if args.batch.is_empty() {
+        Vec::new()
+    } else {
+        batch_sizes
+    };
+    let batch_tests = batch_tests(&n_prompt, &n_gen, &batch_sizes)?;
+    if tests.is_empty() && batch_tests.is_empty() {
+        return Err(Failure::new(
+            USAGE,
+            "nothing to measure: every -p and -n is 0 and there is no -pg or --batch",
+        ));
+    }
+    let sweep = Sweep {
+        n_gpu_layers: parse_int_list("-ngl/--n-gpu-layers", &args.n_gpu_layers, -1, 100_000)
+            .map(|v| if v.is_empty() { vec![-1] } else { v })?,
+        n_batch: parse_u32_list("-b/--batch-size", &args.n_batch, 2048, 1, 1 << 20)?,
+        n_ubatch: parse_u32_list("-ub/--ubatch-size", &args.n_ubatch, 512, 1, 1 << 20)?,
+        type_k: parse_named_list::<KvType>("-ctk/--cache-type-k", &args.cache_type_k, KvType::F16)?,
+        type_v: parse_named_list::<KvType>("-ctv/--cache-type-v", &args.cache_type_v, KvType::F16)?,
+        flash_attn: parse_named_list::<FlashAttn>(
+            "-fa/--flash-attn",
+            &args.flash_attn,
+            FlashAttn::Auto,
+        )?,
+        threads: parse_u32_list(
+            "-t/--threads",
+            &args.threads,
+            crate::config::default_threads(),
+            1,
+            1024,
+        )?,
+        n_depth: parse_u32_list("-d/--n-depth", &args.n_depth, 0, 0, 1 << 24)?,
+        tests,
+        batch_tests,
+    };
+    check_batch_fits(&sweep)?;
+    Ok(sweep)
+}
+
+/// One batch test per prompt length, generation length (> 0) and batch size.
+fn batch_tests(
+    n_prompt: &[u32],
+    n_gen: &[u32],
+    batch_sizes: &[u32],
+) -> Result<Vec<TestSpec>, Failure> {
+    if batch_sizes.is_empty() {
+        return Ok(Vec::new());
+    }
+    if n_gen.iter().all(|n| *n == 0) {
+        return Err(Failure::new(
+            USAGE,
+            "--batch needs tokens to generate: give -n a value above 0",
+        ));
+    }
+    let mut tests = Vec::new();
+    for p in n_prompt {
+        for n in n_gen.iter().filter(|n| **n > 0) {
+            for b in batch_sizes {
+                tests.push(TestSpec::Batch {
+                    sequences: *b,
+                    n_prompt: *p,
+                    n_gen: *n,
+                });
+            }
+        }
+    }
+    Ok(tests)
+}
+
+/// Each generation step of a batch test is one decode call of B tokens, so B must fit -b.
+fn check_batch_fits(sweep: &Sweep) -> Result<(), Failure> {
+    let largest = sweep
+        .batch_tests
+        .iter()
+        .filter_map(|t| match t {
+            TestSpec::Batch { sequences, .. } => Some(*sequences),
+            _ => None,
+        })
+        .max();
+    let smallest_n_batch = sweep.n_batch.iter().min().copied().unwrap_or(1);
+    match largest {
+        Some(b) if b > smallest_n_batch => Err(Failure::new(
+            USAGE,
+            format!("invalid value `{b}` for --batch: a generation step decodes {b} tokens at once, more than -b/--batch-size {smallest_n_batch}"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn os(args: &[&str]) -> Vec<OsString> {
+        args.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn llama_bench_short_flags_become_long_only_for_bench() {
+        let out = rewrite_llama_bench_flags(os(&[
+            "tokscope",
+            "bench",
+            "-ngl",
+            "99",
+            "-ctk",
+            "q8_0",
+            "-ctv=q4_0",
+            "-fa",
+            "1",
+            "-ub",
+            "256",
+            "-pg",
+            "512,128",
+            "-p",
+            "5",
+        ]));
+        assert_eq!(
+            out,
+            os(&[
+                "tokscope",
+                "bench",
+                "--n-gpu-layers",
+                "99",
+                "--cache-type-k",
+                "q8_0",
+                "--cache-type-v=q4_0",
+                "--flash-attn",
+                "1",
+                "--ubatch-size",
+                "256",
+                "--pg",
+                "512,128",
+                "-p",
+                "5",
+            ])
+        );
+        let other = os(&["tokscope", "run", "-fa", "x"]);
+        assert_eq!(rewrite_llama_bench_flags(other.clone()), other);
+        let with_config =
+            rewrite_llama_bench_flags(os(&["tokscope", "--config", "bench", "bench", "-fa", "0"]));
+        assert_eq!(
+            with_config,
+            os(&[
+                "tokscope",
+                "--config",
+                "bench",
+                "bench",
+                "--flash-attn",
+                "0"
+            ])
+        );
+        let after_dashes = rewrite_llama_bench_flags(os(&["tokscope", "bench", "--", "-fa"]));
+        assert_eq!(after_dashes, os(&["tokscope", "bench", "--", "-fa"]));
+    }
+
+    #[test]
+    fn int_lists_and_ranges() {
+        let l = |s: &str| parse_int_list("-t", &[s.to_string()], -1, 1000);
+        assert_eq!(l("1,2,4").unwrap(), vec![1, 2, 4]);
+        assert_eq!(l("1-4").unwrap(), vec![1, 2, 3, 4]);
+        assert_eq!(l("1-16*2").unwrap(), vec![1, 2, 4, 8, 16]);
+        assert_eq!(l("0-10+5").unwrap(), vec![0, 5, 10]);
+        assert_eq!(l("-1").unwrap(), vec![-1]);
+        assert_eq!(l("-1,5").unwrap(), vec![-1, 5]);
+        for bad in ["x", "", "1-", "4-1", "1-8*1", "1,,2"] {
+            let e = l(bad).unwrap_err();
+            assert_eq!(e.code, USAGE, "{bad}");
+            assert!(
+                e.message.contains("-t") && e.message.contains('`'),
+                "{}",
+                e.message
+            );
+        }
+        let e = parse_int_list("-t/--threads", &["0".into()], 1, 1024).unwrap_err();
+        assert!(
+            e.message.contains("`0`") && e.message.contains("-t/--threads"),
+            "{}",
+            e.message
+        );
+    }
+
+    fn plan(args: &[&str]) -> Result<BenchPlan, Failure> {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Wrapper {
+            #[command(flatten)]
+            bench: BenchArgs,
+        }
+        let argv = rewrite_llama_bench_flags(os(&[&["tokscope", "bench"][..], args].concat()));
+        let w = Wrapper::try_parse_from(argv.into_iter().skip(1))
+            .map_err(|e| Failure::new(USAGE, e.to_string()))?;
+        let settings = Settings {
+            model: Some(PathBuf::from("m.gguf")),
+            ..Settings::default()
+        };
+        BenchPlan::from_args(&w.bench, &settings)
+    }
+
+    #[test]
+    fn defaults_are_llama_bench_s() {
+        let p = plan(&[]).unwrap();
+        assert_eq!(
+            p.sweep.tests,
+            vec![TestSpec::Pp { n_prompt: 512 }, TestSpec::Tg { n_gen: 128 }]
+        );
+        assert_eq!(p.repetitions, 5);
+        assert_eq!(p.sweep.n_batch, vec![2048]);
+        assert_eq!(p.sweep.n_ubatch, vec![512]);
+        assert_eq!(p.sweep.n_gpu_layers, vec![-1]);
+        assert_eq!(p.sweep.type_k, vec![KvType::F16]);
+        assert_eq!(p.sweep.flash_attn, vec![FlashAttn::Auto]);
+        assert_eq!(p.sweep.n_depth, vec![0]);
+        assert_eq!(p.sweep.threads, vec![crate::config::default_threads()]);
+        assert_eq!(p.output, OutputFormat::Markdown);
+        assert_eq!(p.price_per_gpu_hour_usd, 2.0);
+        assert_eq!(p.bandwidth, BandwidthChoice::Auto { probe: true });
+        assert!(p.sweep.batch_tests.is_empty());
+    }
+
+    #[test]
+    fn flags_parse_like_llama_bench() {
+        let p = plan(&[
+            "-p",
+            "0",
+            "-n",
+            "16,32",
+            "-pg",
+            "8,4",
+            "-fa",
+            "0,1",
+            "-ctk",
+            "q8_0",
+            "-ngl",
+            "-1,0",
+            "--batch",
+            "1,2",
+            "-o",
+            "jsonl",
+            "--bandwidth-gb-s",
+            "10",
+            "--price",
+            "3.5",
+        ])
+        .unwrap();
+        assert_eq!(
+            p.sweep.tests,
+            vec![
+                TestSpec::Tg { n_gen: 16 },
+                TestSpec::Tg { n_gen: 32 },
+                TestSpec::Pg {
+                    n_prompt: 8,
+                    n_gen: 4
+                }
+            ]
+        );
+        assert_eq!(p.sweep.flash_attn, vec![FlashAttn::Off, FlashAttn::On]);
+        assert_eq!(p.sweep.n_gpu_layers, vec![-1, 0]);
+        assert_eq!(
+            p.sweep.batch_tests.len(),
+            4,
+            "1 prompt × 2 gen × 2 batch sizes"
+        );
+        assert_eq!(p.output, OutputFormat::JsonLines);
+        assert_eq!(p.bandwidth, BandwidthChoice::Configured(10e9));
+        assert_eq!(p.price_per_gpu_hour_usd, 3.5);
+    }
+
+    #[test]
+    fn bad_values_name_the_flag_and_value() {
+        for (args, flag, value) in [
+            (&["-t", "0"][..], "-t/--threads", "0"),
+            (&["--batch", "0"][..], "--batch", "0"),
+            (&["-r", "0"][..], "-r/--repetitions", "0"),
+            (&["-p", "abc"][..], "-p/--n-prompt", "abc"),
+            (&["-ctk", "q3_k"][..], "-ctk/--cache-type-k", "q3_k"),
+            (&["-fa", "maybe"][..], "-fa/--flash-attn", "maybe"),
+            (&["-o", "xml"][..], "-o/--output", "xml"),
+            (&["--price", "0"][..], "--price", "0"),
+            (&["--bandwidth-gb-s", "-3"][..], "--bandwidth-gb-s", "-3"),
+            (&["-pg", "5"][..], "-pg/--pg", "5"),
+            (&["-ngl", "-2"][..], "-ngl/--n-gpu-layers", "-2"),
+            (&["--batch", "300"][..], "--batch", "300"),
+        ] {
+            let e = plan(args).unwrap_err();
+            assert_eq!(e.code, USAGE, "{args:?}");
+            assert!(
+                e.message.contains(flag) && e.message.contains(&format!("`{value}`")),
+                "{args:?}: {}",
+                e.message
+            );
+        }
+        let e = plan(&["-p", "0", "-n", "0"]).unwrap_err();
+        assert!(e.message.contains("nothing to measure"), "{}", e.message);
+        let e = plan(&["--batch", "8", "-b", "4"]).unwrap_err();
+        assert!(
+            e.message.contains("--batch") && e.message.contains("-b/--batch-size"),
+            "{}",
+            e.message
+        );
+    }
+}

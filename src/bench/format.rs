@@ -1,0 +1,591 @@
+//! The output formats of `bench`: a Markdown table like llama-bench's (plus a batching table),
+//! CSV, a JSON array and JSON lines. The machine formats carry every field of every row,
+//! reproducibility stamp and synthetic flag included.
+
+use serde_json::Value;
+
+use super::args::OutputFormat;
+use super::report::Row;
+use super::sweep::TestKind;
+use crate::metrics::fmt_opt;
+
+/// The rows in `format`, ready for stdout.
+pub fn render(rows: &[Row], format: OutputFormat) -> Result<String, serde_json::Error> {
+    Ok(match format {
+        OutputFormat::Markdown => markdown(rows),
+        OutputFormat::Csv => csv(rows)?,
+        OutputFormat::Json => format!("{}\n", serde_json::to_string_pretty(rows)?),
+        OutputFormat::JsonLines => {
+            let mut out = String::new();
+            for row in rows {
+                out.push_str(&serde_json::to_string(row)?);
+                out.push('\n');
+            }
+            out
+        }
+    })
+}
+
+#[derive(Clone, Copy)]
+enum Align {
+    Left,
+    Right,
+}
+
+/// A Markdown table with padded columns (`---:` marks the right-aligned ones).
+fn table(headers: &[(&str, Align)], rows: &[Vec<String>]) -> String {
+    let width = |i: usize| {
+        rows.iter()
+            .filter_map(|r| r.get(i))
+            .chain(std::iter::once(&headers[i].0.to_string()))
+            .map(|c| c.chars().count())
+            .max()
+            .unwrap_or(1)
+            .max(3)
+    };
+    let widths: Vec<usize> = (0..headers.len()).map(width).collect();
+    let pad = |text: &str, i: usize| {
+        let fill = " ".repeat(widths[i].saturating_sub(text.chars().count()));
+        match headers[i].1 {
+            Align::Left => format!("{text}{fill}"),
+            Align::Right => format!("{fill}{text}"),
+        }
+    };
+    let line = |cells: Vec<String>| format!("| {} |\n", cells.join(" | "));
+    let mut out = line(
+        headers
+            .iter()
+            .enumerate()
+            .map(|(i, (h, _))| pad(h, i))
+            .collect(),
+    );
+    out.push_str(&line(
+        headers
+            .iter()
+            .enumerate()
+            .map(|(i, (_, a))| match a {
+                Align::Left => "-".repeat(widths[i]),
+                Align::Right => format!("{}:", "-".repeat(widths[i] - 1)),
+            })
+            .collect(),
+    ));
+    for row in rows {
+        out.push_str(&line(
+            row.iter().enumerate().map(|(i, c)| pad(c, i)).collect(),
+        ));
+    }
+    out
+}
+
+fn size(bytes: u64) -> String {
+    let gib = bytes as f64 / f64::from(1u32 << 30);
+    if gib >= 1.0 {
+        format!("{gib:.2} GiB")
+    } else {
+        format!("{:.2} MiB", bytes as f64 / f64::from(1u32 << 20))
+    }
+}
+
+fn params_count(n: u64) -> String {
+    if n >= 1_000_000_000 {
+        format!("{:.2} B", n as f64 / 1e9)
+    } else {
+        format!("{:.2} M", n as f64 / 1e6)
+    }
+}
+
+fn bytes(b: Option<f64>) -> String {
+    match b {
+        Some(b) if b >= 1e6 => format!("{:.1} MB", b / 1e6),
+        Some(b) => format!("{:.1} kB", b / 1e3),
+        None => "—".into(),
+    }
+}
+
+/// The short form of a bandwidth source label (the full one is in the notes).
+fn bandwidth(row: &Row) -> String {
+    match (row.bandwidth_gb_s, &row.bandwidth_source) {
+        (Some(gb), Some(source)) => {
+            let kind = source.split(',').next().unwrap_or(source);
+            format!("{gb:.1} GB/s {kind}")
+        }
+        _ => "—".into(),
+    }
+}
+
+fn pct(v: Option<f64>) -> String {
+    v.map_or_else(|| "—".into(), |v| format!("{v:.1}%"))
+}
+
+fn dollars(v: Option<f64>) -> String {
+    v.map_or_else(|| "—".into(), |v| format!("${v:.3}"))
+}
+
+fn times(v: Option<f64>) -> String {
+    v.map_or_else(|| "—".into(), |v| format!("{v:.2}×"))
+}
+
+fn itl(row: &Row) -> String {
+    match (row.itl_p50_ms, row.itl_p90_ms, row.itl_p99_ms) {
+        (Some(a), Some(b), Some(c)) => format!("{a:.2}/{b:.2}/{c:.2}"),
+        _ => "—".into(),
+    }
+}
+
+const MAIN_HEADERS: &[(&str, Align)] = &[
+    ("model", Align::Left),
+    ("size", Align::Right),
+    ("params", Align::Right),
+    ("backend", Align::Left),
+    ("ngl", Align::Right),
+    ("threads", Align::Right),
+    ("n_batch", Align::Right),
+    ("n_ubatch", Align::Right),
+    ("type_k", Align::Left),
+    ("type_v", Align::Left),
+    ("fa", Align::Left),
+    ("test", Align::Right),
+    ("t/s", Align::Right),
+    ("TTFT p50 ms", Align::Right),
+    ("ITL p50/p90/p99 ms", Align::Right),
+    ("bytes/token", Align::Right),
+    ("bandwidth", Align::Left),
+    ("ceiling t/s", Align::Right),
+    ("MBU", Align::Right),
+    ("GFLOP/s", Align::Right),
+    ("$/1M tok", Align::Right),
+];
+
+fn main_cells(r: &Row) -> Vec<String> {
+    let p = &r.params;
+    vec![
+        r.stamp.model_file.clone(),
+        size(r.stamp.model_size_bytes),
+        params_count(r.stamp.n_params),
+        r.stamp.backend.clone(),
+        r.stamp.n_gpu_layers.to_string(),
+        p.threads.to_string(),
+        p.n_batch.to_string(),
+        p.n_ubatch.to_string(),
+        p.type_k.to_string(),
+        p.type_v.to_string(),
+        p.flash_attn.to_string(),
+        r.test.clone(),
+        format!("{:.2} ± {:.2}", r.tok_per_s_mean, r.tok_per_s_sd),
+        fmt_opt(r.ttft_p50_ms, 2),
+        itl(r),
+        bytes(r.bytes_per_token),
+        bandwidth(r),
+        fmt_opt(r.ceiling_tok_per_s, 1),
+        pct(r.mbu_pct),
+        fmt_opt(r.achieved_gflop_per_s, 1),
+        dollars(r.cost_per_million_tokens_usd),
+    ]
+}
+
+const BATCH_HEADERS: &[(&str, Align)] = &[
+    ("model", Align::Left),
+    ("threads", Align::Right),
+    ("ngl", Align::Right),
+    ("type_k", Align::Left),
+    ("fa", Align::Left),
+    ("test", Align::Right),
+    ("B", Align::Right),
+    ("t/s aggregate", Align::Right),
+    ("t/s per seq", Align::Right),
+    ("ITL p50 ms", Align::Right),
+    ("ITL p99 ms", Align::Right),
+    ("prefill ms", Align::Right),
+    ("speed-up", Align::Right),
+    ("ITL growth", Align::Right),
+    ("MBU", Align::Right),
+    ("$/1M tok", Align::Right),
+];
+
+fn batch_cells(r: &Row) -> Vec<String> {
+    let p = &r.params;
+    vec![
+        r.stamp.model_file.clone(),
+        p.threads.to_string(),
+        r.stamp.n_gpu_layers.to_string(),
+        p.type_k.to_string(),
+        p.flash_attn.to_string(),
+        r.test.clone(),
+        p.batch_size.to_string(),
+        format!("{:.2} ± {:.2}", r.tok_per_s_mean, r.tok_per_s_sd),
+        fmt_opt(r.per_sequence_tok_per_s, 2),
+        fmt_opt(r.itl_p50_ms, 2),
+        fmt_opt(r.itl_p99_ms, 2),
+        fmt_opt(r.prefill_ms_mean, 1),
+        times(r.speedup_vs_b1),
+        times(r.latency_growth_vs_b1),
+        pct(r.mbu_pct),
+        dollars(r.cost_per_million_tokens_usd),
+    ]
+}
+
+/// The tables, then notes: how t/s is counted, every bandwidth source, synthetic warnings.
+pub fn markdown(rows: &[Row]) -> String {
+    if rows.is_empty() {
+        return String::new();
+    }
+    let (batch, main): (Vec<&Row>, Vec<&Row>) =
+        rows.iter().partition(|r| r.kind == TestKind::Batch);
+    let mut out = String::new();
+    if !main.is_empty() {
+        let cells: Vec<Vec<String>> = main.iter().map(|r| main_cells(r)).collect();
+        out.push_str(&table(MAIN_HEADERS, &cells));
+    }
+    if !batch.is_empty() {
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        let cells: Vec<Vec<String>> = batch.iter().map(|r| batch_cells(r)).collect();
+        out.push_str(&table(BATCH_HEADERS, &cells));
+    }
+    out.push_str(&notes(rows));
+    out
+}
+
+fn notes(rows: &[Row]) -> String {
+    let mut out = String::new();
+    let reps = rows.first().map_or(0, |r| r.params.repetitions);
+    out.push_str(&format!(
+        "\nt/s: mean ± sd over {reps} repetitions (pg: prompt + generated tokens over the whole run; batch: B × generated tokens over the generation steps). MBU and ceiling describe decoding, at the mean KV depth of the generated tokens.\n"
+    ));
+    let mut sources: Vec<&str> = rows
+        .iter()
+        .filter_map(|r| r.bandwidth_source.as_deref())
+        .collect();
+    sources.sort_unstable();
+    sources.dedup();
+    for s in sources {
+        out.push_str(&format!("bandwidth: {s}\n"));
+    }
+    if rows.iter().all(|r| r.bandwidth_source.is_none()) {
+        out.push_str("bandwidth: unknown (give --bandwidth-gb-s for the roofline columns)\n");
+    }
+    if let Some(w) = rows.iter().find_map(|r| r.warning) {
+        out.push_str(&format!("!! {w}\n"));
+    }
+    out
+}
+
+/// Row-level CSV columns, in order (`params.*` and `stamp.*` columns follow).
+const ROW_COLUMNS: &[&str] = &[
+    "run_id",
+    "kind",
+    "test",
+    "n_tokens",
+    "tok_per_s_mean",
+    "tok_per_s_sd",
+    "samples_tok_per_s",
+    "ttft_p50_ms",
+    "ttft_p90_ms",
+    "ttft_p99_ms",
+    "itl_mean_ms",
+    "itl_p50_ms",
+    "itl_p90_ms",
+    "itl_p99_ms",
+    "prefill_ms_mean",
+    "decode_tok_per_s",
+    "per_sequence_tok_per_s",
+    "speedup_vs_b1",
+    "latency_growth_vs_b1",
+    "kv_depth_mean",
+    "bytes_per_token",
+    "bandwidth_gb_s",
+    "bandwidth_source",
+    "ceiling_tok_per_s",
+    "mbu_pct",
+    "achieved_gflop_per_s",
+    "price_per_gpu_hour_usd",
+    "cost_per_million_tokens_usd",
+    "synthetic",
+    "warning",
+];
+
+/// `params` columns in their natural order.
+const PARAM_COLUMNS: &[&str] = &[
+    "model",
+    "n_gpu_layers",
+    "threads",
+    "n_batch",
+    "n_ubatch",
+    "type_k",
+    "type_v",
+    "flash_attn",
+    "n_prompt",
+    "n_gen",
+    "n_depth",
+    "batch_size",
+    "repetitions",
+    "warmup",
+    "n_ctx",
+];
+
+fn cell(v: Option<&Value>) -> String {
+    match v {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(items)) if items.iter().all(Value::is_number) => items
+            .iter()
+            .map(|n| n.to_string())
+            .collect::<Vec<_>>()
+            .join(";"),
+        Some(other) => other.to_string(),
+    }
+}
+
+fn csv_escape(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+/// (column, value) pairs of a row: the row's own fields, `params.*`, then every stamp field
+/// (`stamp.*`, the stamp's own nested values as compact JSON).
+fn csv_fields(row: &Row) -> Result<Vec<(String, String)>, serde_json::Error> {
+    let value = serde_json::to_value(row)?;
+    let mut fields: Vec<(String, String)> = ROW_COLUMNS
+        .iter()
+        .map(|k| (k.to_string(), cell(value.get(k))))
+        .collect();
+    let params = value.get("params");
+    fields.extend(
+        PARAM_COLUMNS
+            .iter()
+            .map(|k| (format!("params.{k}"), cell(params.and_then(|p| p.get(k))))),
+    );
+    if let Some(Value::Object(stamp)) = value.get("stamp") {
+        fields.extend(
+            stamp
+                .iter()
+                .map(|(k, v)| (format!("stamp.{k}"), cell(Some(v)))),
+        );
+    }
+    Ok(fields)
+}
+
+pub fn csv(rows: &[Row]) -> Result<String, serde_json::Error> {
+    let mut out = String::new();
+    for (i, row) in rows.iter().enumerate() {
+        let fields = csv_fields(row)?;
+        if i == 0 {
+            let header: Vec<String> = fields.iter().map(|(k, _)| csv_escape(k)).collect();
+            out.push_str(&header.join(","));
+            out.push('\n');
+        }
+        let values: Vec<String> = fields.iter().map(|(_, v)| csv_escape(v)).collect();
+        out.push_str(&values.join(","));
+        out.push('\n');
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::super::report::BenchParams;
+    use super::*;
+    use crate::engine::llama::{FlashAttn, KvType};
+    use crate::engine::{ModelInfo, SamplingParams};
+    use crate::stamp::Stamp;
+
+    pub(crate) fn sample_row(kind: TestKind, test: &str, batch_size: u32) -> Row {
+        let info = ModelInfo {
+            path: "/m/tiny, \"quoted\".gguf".into(),
+            file_name: "tiny, \"quoted\".gguf".into(),
+            file_size_bytes: 2_000_000,
+            fingerprint: "0123456789abcdef".into(),
+            name: "tiny".into(),
+            architecture: "llama".into(),
+            n_params: 500_000,
+            n_layer: 2,
+            n_embd: 128,
+            n_head: 4,
+            n_head_kv: 2,
+            n_vocab: 300,
+            n_ctx_train: 2048,
+            quantization: "F32".into(),
+            weights_bytes: 2_000_000,
+            n_ctx: 256,
+            n_batch: 256,
+            threads: 1,
+            backend: "CPU".into(),
+            devices: vec!["CPU (CPU: x)".into()],
+            n_gpu_layers: 0,
+            template: String::new(),
+            template_note: None,
+            synthetic: true,
+            llama_cpp: "llama-cpp-sys-2 0.1.160".into(),
+            load_ms: 1.0,
+        };
+        Row {
+            run_id: "20250101-000000-abcd".into(),
+            kind,
+            test: test.into(),
+            params: BenchParams {
+                model: "/m/tiny.gguf".into(),
+                n_gpu_layers: -1,
+                threads: 1,
+                n_batch: 2048,
+                n_ubatch: 512,
+                type_k: KvType::F16,
+                type_v: KvType::Q8_0,
+                flash_attn: FlashAttn::Auto,
+                n_prompt: 16,
+                n_gen: 8,
+                n_depth: 0,
+                batch_size,
+                repetitions: 2,
+                warmup: true,
+                n_ctx: 24,
+            },
+            n_tokens: 8,
+            samples_tok_per_s: vec![100.0, 110.0],
+            tok_per_s_mean: 105.0,
+            tok_per_s_sd: 7.07,
+            ttft_p50_ms: Some(1.5),
+            ttft_p90_ms: Some(1.6),
+            ttft_p99_ms: Some(1.7),
+            itl_mean_ms: Some(9.0),
+            itl_p50_ms: Some(9.5),
+            itl_p90_ms: Some(10.0),
+            itl_p99_ms: Some(11.0),
+            prefill_ms_mean: None,
+            decode_tok_per_s: Some(105.0),
+            per_sequence_tok_per_s: None,
+            speedup_vs_b1: None,
+            latency_growth_vs_b1: None,
+            kv_depth_mean: 3.5,
+            bytes_per_token: Some(1.9e6),
+            bandwidth_gb_s: Some(10.0),
+            bandwidth_source: Some("configured".into()),
+            ceiling_tok_per_s: Some(5263.2),
+            mbu_pct: Some(2.0),
+            achieved_gflop_per_s: None,
+            price_per_gpu_hour_usd: 2.0,
+            cost_per_million_tokens_usd: Some(5.29),
+            synthetic: true,
+            warning: Some(ModelInfo::SYNTHETIC_LABEL),
+            stamp: Stamp::new(&info, &SamplingParams::default()),
+        }
+    }
+
+    fn rows() -> Vec<Row> {
+        vec![
+            sample_row(TestKind::Pp, "pp16", 1),
+            sample_row(TestKind::Tg, "tg8", 1),
+            sample_row(TestKind::Batch, "B2 pp16+tg8", 2),
+        ]
+    }
+
+    /// A minimal CSV reader (quoted fields, doubled quotes), enough to check our writer.
+    fn parse_csv_line(line: &str) -> Vec<String> {
+        let mut fields = vec![String::new()];
+        let mut quoted = false;
+        let mut chars = line.chars().peekable();
+        while let Some(c) = chars.next() {
+            match (c, quoted) {
+                ('"', true) if chars.peek() == Some(&'"') => {
+                    chars.next();
+                    fields.last_mut().unwrap().push('"');
+                }
+                ('"', _) => quoted = !quoted,
+                (',', false) => fields.push(String::new()),
+                (c, _) => fields.last_mut().unwrap().push(c),
+            }
+        }
+        fields
+    }
+
+    #[test]
+    fn markdown_has_a_header_and_one_line_per_row() {
+        let md = markdown(&rows());
+        let lines: Vec<&str> = md.lines().collect();
+        assert!(
+            lines[0].starts_with("| model") && lines[0].contains("t/s") && lines[0].contains("MBU")
+        );
+        assert!(lines[1].starts_with("| ---") || lines[1].starts_with("| -"));
+        let main: Vec<&&str> = lines
+            .iter()
+            .filter(|l| l.contains("| pp16 |") || l.contains(" tg8 |"))
+            .collect();
+        assert_eq!(main.len(), 2, "{md}");
+        assert!(
+            md.contains("t/s aggregate") && md.contains("B2 pp16+tg8"),
+            "{md}"
+        );
+        assert!(md.contains("105.00 ± 7.07"), "{md}");
+        assert!(md.contains("10.0 GB/s configured"), "{md}");
+        assert!(md.contains(ModelInfo::SYNTHETIC_LABEL), "{md}");
+        // Every table line has the same number of cells as its header.
+        for block in md.split("\n\n") {
+            let table: Vec<&str> = block.lines().filter(|l| l.starts_with('|')).collect();
+            if let Some(h) = table.first() {
+                let n = h.matches(" | ").count();
+                assert!(
+                    table.iter().all(|l| l.matches(" | ").count() == n),
+                    "{block}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn csv_round_trips_with_a_fixed_column_count() {
+        let text = csv(&rows()).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 4);
+        let header = parse_csv_line(lines[0]);
+        for line in &lines[1..] {
+            assert_eq!(parse_csv_line(line).len(), header.len(), "{line}");
+        }
+        let first = parse_csv_line(lines[1]);
+        let col = |name: &str| header.iter().position(|h| h == name).unwrap();
+        assert_eq!(first[col("stamp.model_file")], "tiny, \"quoted\".gguf");
+        assert_eq!(first[col("synthetic")], "true");
+        assert_eq!(first[col("params.type_v")], "q8_0");
+        assert_eq!(first[col("samples_tok_per_s")], "100.0;110.0");
+        assert_eq!(first[col("achieved_gflop_per_s")], "");
+    }
+
+    #[test]
+    fn csv_columns_cover_every_row_field() {
+        let value = serde_json::to_value(sample_row(TestKind::Tg, "tg8", 1)).unwrap();
+        let mut keys: Vec<&str> = value
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        keys.retain(|k| *k != "params" && *k != "stamp");
+        let mut listed = ROW_COLUMNS.to_vec();
+        keys.sort_unstable();
+        listed.sort_unstable();
+        assert_eq!(keys, listed);
+        let params: Vec<&str> = value["params"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(params.len(), PARAM_COLUMNS.len());
+    }
+
+    #[test]
+    fn json_and_jsonl_parse_back_with_stamp_and_flag() {
+        let json = render(&rows(), OutputFormat::Json).unwrap();
+        let v: Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(v.as_array().unwrap().len(), 3);
+        let jsonl = render(&rows(), OutputFormat::JsonLines).unwrap();
+        for line in jsonl.lines() {
+            let v: Value = serde_json::from_str(line).unwrap();
+            assert_eq!(v["synthetic"], true);
+            assert_eq!(v["stamp"]["model_fingerprint"], "0123456789abcdef");
+            assert_eq!(v["warning"], ModelInfo::SYNTHETIC_LABEL);
+        }
+    }
+}

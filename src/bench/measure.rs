@@ -1,0 +1,357 @@
+//! The timed runs on a llama.cpp context, done the way llama-bench and llama-batched-bench do
+//! them so that their figures and ours can be compared: random tokens (a BOS first when the
+//! vocabulary wants one), the prompt fed in chunks of n_batch, one synchronisation at the end
+//! of a prompt and after every generation step, the KV cache cleared and refilled to the depth
+//! (untimed) before each run. Generation feeds random tokens without sampling, as llama-bench
+//! does; batch tests sample each sequence with its own sampler, outside the timed decode calls.
+//! Raw durations only: the statistics are the report's business.
+
+use std::time::{Duration, Instant};
+
+use llama_cpp_2::context::LlamaContext;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::sampling::LlamaSampler;
+use llama_cpp_2::token::LlamaToken;
+
+use super::sweep::TestSpec;
+use crate::engine::llama::build_sampler;
+use crate::engine::{EngineError, SamplingParams};
+
+/// What one timed run measured.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Sample {
+    /// The whole timed run.
+    pub total: Duration,
+    /// The prompt's decode calls (pg and batch tests).
+    pub prefill: Option<Duration>,
+    /// Start of the run → the first generated token (tg, pg: end of its decode; batch: the
+    /// first tokens sampled after the prompts).
+    pub ttft: Option<Duration>,
+    /// Gaps between consecutive generated tokens, from timestamps taken after each step.
+    pub gaps: Vec<Duration>,
+    /// The generation steps' decode calls, synchronisation included.
+    pub decode: Duration,
+    /// Tokens decoded as generated tokens, all sequences together, as counted while
+    /// decoding.
+    pub tokens_generated: u64,
+}
+
+/// A deterministic token source, so that two runs of one command feed the same tokens.
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+}
+
+/// One token of a batch: its id, position, sequence and whether its logits are wanted.
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    token: LlamaToken,
+    pos: i32,
+    seq: i32,
+    logits: bool,
+}
+
+/// Runs tests on one context.
+pub struct Bencher<'m> {
+    ctx: LlamaContext<'m>,
+    batch: LlamaBatch<'static>,
+    n_batch: usize,
+    n_vocab: i32,
+    bos: Option<LlamaToken>,
+    rng: SplitMix64,
+    /// Next position of sequence 0 (single-sequence tests).
+    pos: i32,
+}
+
+fn decode_error(e: impl std::fmt::Display) -> EngineError {
+    EngineError::Decode(e.to_string())
+}
+
+impl<'m> Bencher<'m> {
+    pub fn new(model: &'m LlamaModel, ctx: LlamaContext<'m>) -> Self {
+        let n_batch = ctx.n_batch().max(1) as usize;
+        let vocab = model.vocab();
+        Self {
+            ctx,
+            batch: LlamaBatch::new(n_batch, 1),
+            n_batch,
+            n_vocab: model.n_vocab().max(1),
+            bos: vocab.should_add_bos().then(|| vocab.bos()),
+            rng: SplitMix64(42),
+            pos: 0,
+        }
+    }
+
+    fn random_token(&mut self) -> LlamaToken {
+        let n_vocab = u64::try_from(self.n_vocab).unwrap_or(1).max(1);
+        LlamaToken(i32::try_from(self.rng.next() % n_vocab).unwrap_or(0))
+    }
+
+    /// llama-bench's first token of a prompt or generation: BOS when the vocabulary adds one.
+    fn first_token(&mut self) -> LlamaToken {
+        match self.bos {
+            Some(bos) => bos,
+            None => self.random_token(),
+        }
+    }
+
+    fn clear(&mut self) {
+        self.ctx.clear_kv_cache();
+        self.pos = 0;
+    }
+
+    /// llama-bench's `test_prompt`: `n` random tokens in chunks of n_batch, only the last
+    /// token of a chunk asks for logits, one synchronisation at the end.
+    fn prompt(&mut self, n: u32) -> Result<(), EngineError> {
+        let mut done = 0usize;
+        let n = n as usize;
+        while done < n {
+            let chunk = (n - done).min(self.n_batch);
+            self.batch.clear();
+            for i in 0..chunk {
+                let token = if done == 0 && i == 0 {
+                    self.first_token()
+                } else {
+                    self.random_token()
+                };
+                self.batch
+                    .add(token, self.pos, &[0], i + 1 == chunk)
+                    .map_err(decode_error)?;
+                self.pos += 1;
+            }
+            self.ctx.decode(&mut self.batch).map_err(decode_error)?;
+            done += chunk;
+        }
+        self.ctx.synchronize();
+        Ok(())
+    }
+
+    /// llama-bench's `test_gen`: `n` single-token decodes, each synchronised, feeding random
+    /// tokens. Returns the instant each step ended.
+    fn generate(&mut self, n: u32) -> Result<Vec<Instant>, EngineError> {
+        let mut ends = Vec::with_capacity(n as usize);
+        let mut token = self.first_token();
+        for _ in 0..n {
+            self.batch.clear();
+            self.batch
+                .add(token, self.pos, &[0], true)
+                .map_err(decode_error)?;
+            self.ctx.decode(&mut self.batch).map_err(decode_error)?;
+            self.ctx.synchronize();
+            ends.push(Instant::now());
+            self.pos += 1;
+            token = self.random_token();
+        }
+        Ok(ends)
+    }
+
+    /// The untimed warm-up, as llama-bench does it: the prompt once and one generated token;
+    /// for a batch test, one step of B tokens so that its graph is built before timing.
+    pub fn warm_up(&mut self, test: &TestSpec) -> Result<(), EngineError> {
+        self.clear();
+        let (p, n) = test.lengths();
+        if let TestSpec::Batch { sequences, .. } = *test {
+            let entries: Vec<Entry> = (0..sequences)
+                .map(|seq| Entry {
+                    token: self.random_token(),
+                    pos: 0,
+                    seq: i32::try_from(seq).unwrap_or(0),
+                    logits: true,
+                })
+                .collect();
+            self.decode_entries(&entries, |_, _| {})?;
+        } else {
+            if p > 0 {
+                self.prompt(p)?;
+            }
+            if n > 0 {
+                self.generate(1)?;
+            }
+        }
+        self.clear();
+        Ok(())
+    }
+
+    /// One timed run of `test` after filling the cache to `depth` (untimed).
+    pub fn run(
+        &mut self,
+        test: &TestSpec,
+        depth: u32,
+        sampling: &SamplingParams,
+    ) -> Result<Sample, EngineError> {
+        self.clear();
+        if depth > 0 {
+            self.prompt(depth)?;
+        }
+        match *test {
+            TestSpec::Pp { n_prompt } => self.run_pp(n_prompt),
+            TestSpec::Tg { n_gen } => self.run_pg(0, n_gen),
+            TestSpec::Pg { n_prompt, n_gen } => self.run_pg(n_prompt, n_gen),
+            TestSpec::Batch {
+                sequences,
+                n_prompt,
+                n_gen,
+            } => self.run_batch(sequences, n_prompt, n_gen, sampling),
+        }
+    }
+
+    fn run_pp(&mut self, n_prompt: u32) -> Result<Sample, EngineError> {
+        let start = Instant::now();
+        self.prompt(n_prompt)?;
+        Ok(Sample {
+            total: start.elapsed(),
+            ..Sample::default()
+        })
+    }
+
+    /// A prompt (none for tg) then `n_gen` generated tokens, in one timed run.
+    fn run_pg(&mut self, n_prompt: u32, n_gen: u32) -> Result<Sample, EngineError> {
+        let start = Instant::now();
+        if n_prompt > 0 {
+            self.prompt(n_prompt)?;
+        }
+        let prefill_end = Instant::now();
+        let ends = self.generate(n_gen)?;
+        let last = ends.last().copied().unwrap_or(prefill_end);
+        Ok(Sample {
+            total: last.duration_since(start),
+            prefill: (n_prompt > 0).then(|| prefill_end.duration_since(start)),
+            ttft: ends.first().map(|t| t.duration_since(start)),
+            gaps: gaps(&ends),
+            decode: last.duration_since(prefill_end),
+            tokens_generated: ends.len() as u64,
+        })
+    }
+
+    /// llama-batched-bench's method: the prompts of all sequences decoded together in chunks
+    /// of n_batch, then `n_gen` steps each decoding one token of every sequence. Each sequence
+    /// samples its next token with its own sampler between the timed decode calls.
+    fn run_batch(
+        &mut self,
+        sequences: u32,
+        n_prompt: u32,
+        n_gen: u32,
+        sampling: &SamplingParams,
+    ) -> Result<Sample, EngineError> {
+        let mut samplers: Vec<LlamaSampler> = (0..sequences)
+            .map(|seq| {
+                let mut params = sampling.clone();
+                params.seed = params.seed.wrapping_add(seq);
+                build_sampler(&params, self.n_vocab)
+            })
+            .collect();
+        let mut next: Vec<LlamaToken> = (0..sequences).map(|_| self.first_token()).collect();
+        let prompts = self.batch_prompts(sequences, n_prompt);
+        let start = Instant::now();
+        let prefill = self.decode_entries(&prompts, |ctx, chunk| {
+            sample_chunk(ctx, chunk, &mut samplers, &mut next)
+        })?;
+        let mut ends = vec![Instant::now()];
+        let mut decode = Duration::ZERO;
+        let mut decoded = 0u64;
+        for step in 0..n_gen {
+            let pos = i32::try_from(n_prompt + step).unwrap_or(i32::MAX);
+            let entries: Vec<Entry> = next
+                .iter()
+                .enumerate()
+                .map(|(seq, token)| Entry {
+                    token: *token,
+                    pos,
+                    seq: i32::try_from(seq).unwrap_or(0),
+                    logits: true,
+                })
+                .collect();
+            decode += self.decode_entries(&entries, |ctx, chunk| {
+                sample_chunk(ctx, chunk, &mut samplers, &mut next)
+            })?;
+            decoded += entries.len() as u64;
+            ends.push(Instant::now());
+        }
+        let last = ends.last().copied().unwrap_or(start);
+        Ok(Sample {
+            total: last.duration_since(start),
+            prefill: Some(prefill),
+            ttft: ends.first().map(|t| t.duration_since(start)),
+            gaps: gaps(&ends),
+            decode,
+            tokens_generated: decoded,
+        })
+    }
+
+    /// Every sequence's prompt, one after the other, logits for each one's last token.
+    fn batch_prompts(&mut self, sequences: u32, n_prompt: u32) -> Vec<Entry> {
+        let mut entries = Vec::with_capacity((sequences * n_prompt) as usize);
+        for seq in 0..sequences {
+            for pos in 0..n_prompt {
+                let token = if pos == 0 {
+                    self.first_token()
+                } else {
+                    self.random_token()
+                };
+                entries.push(Entry {
+                    token,
+                    pos: i32::try_from(pos).unwrap_or(i32::MAX),
+                    seq: i32::try_from(seq).unwrap_or(0),
+                    logits: pos + 1 == n_prompt,
+                });
+            }
+        }
+        entries
+    }
+
+    /// Decode `entries` in chunks of n_batch, synchronising after each (batched-bench's
+    /// `decode_helper`); `after_chunk` runs untimed after each chunk. Returns the time spent
+    /// in decode and synchronisation.
+    fn decode_entries(
+        &mut self,
+        entries: &[Entry],
+        mut after_chunk: impl FnMut(&LlamaContext<'m>, &[Entry]),
+    ) -> Result<Duration, EngineError> {
+        let mut busy = Duration::ZERO;
+        for chunk in entries.chunks(self.n_batch) {
+            self.batch.clear();
+            for e in chunk {
+                self.batch
+                    .add(e.token, e.pos, &[e.seq], e.logits)
+                    .map_err(decode_error)?;
+            }
+            let started = Instant::now();
+            self.ctx.decode(&mut self.batch).map_err(decode_error)?;
+            self.ctx.synchronize();
+            busy += started.elapsed();
+            after_chunk(&self.ctx, chunk);
+        }
+        Ok(busy)
+    }
+}
+
+/// Sample the next token of each sequence whose logits this chunk produced.
+fn sample_chunk(
+    ctx: &LlamaContext<'_>,
+    chunk: &[Entry],
+    samplers: &mut [LlamaSampler],
+    next: &mut [LlamaToken],
+) {
+    for (index, entry) in chunk.iter().enumerate().filter(|(_, e)| e.logits) {
+        let seq = usize::try_from(entry.seq).unwrap_or(0);
+        if let (Some(sampler), Some(slot), Ok(idx)) = (
+            samplers.get_mut(seq),
+            next.get_mut(seq),
+            i32::try_from(index),
+        ) {
+            *slot = sampler.sample(ctx, idx);
+        }
+    }
+}
+
+fn gaps(ends: &[Instant]) -> Vec<Duration> {
+    ends.windows(2).map(|w| w[1].duration_since(w[0])).collect()
+}

@@ -1,0 +1,162 @@
+//! `tokscope bench` and `tokscope results`: llama-bench's tests (pp, tg, pg at a depth, over
+//! a cartesian sweep of threads, GPU layers, batch sizes, KV-cache types and flash attention)
+//! and llama-batched-bench's batching test, run in-process on the same llama.cpp helpers as
+//! the chat, with TTFT/ITL percentiles, the bandwidth roofline and cost on every row, output
+//! as Markdown, CSV, JSON or JSON lines, and a results log to compare runs against.
+//!
+//! - `args`: the command line and its validation into a plan.
+//! - `sweep`: the parameter sets and tests, in llama-bench's order.
+//! - `measure`: the timed runs on a llama.cpp context.
+//! - `report`: rows (statistics, roofline, cost, stamp).
+//! - `format`: the output formats.
+//! - `log`: the results log, `--vs` and `tokscope results`.
+//! - `run`: driving the sweep, progress on stderr.
+
+mod args;
+mod format;
+mod log;
+mod measure;
+mod report;
+mod run;
+mod sweep;
+
+use std::io::Write;
+
+pub use args::{rewrite_llama_bench_flags, BenchArgs, BenchPlan, OutputFormat, ResultsArgs};
+pub use format::render;
+pub use log::{results_path, StoredRun, RESULTS_FILE};
+pub use report::{BenchParams, Row};
+pub use sweep::{TestKind, TestSpec};
+
+use crate::config::Settings;
+use crate::exit::{Failure, FAILURE, USAGE};
+
+/// `tokscope bench`.
+pub fn bench(args: &BenchArgs, settings: Settings) -> Result<(), Failure> {
+    let plan = BenchPlan::from_args(args, &settings)?;
+    run::check_models(&plan.models)?;
+    let log_path = log::results_path(&crate::paths::data_dir());
+    let baseline = match &plan.vs {
+        Some(query) => Some(baseline(&log_path, query)?),
+        None => None,
+    };
+    let now = std::time::SystemTime::now();
+    let run_id = crate::history::new_id(now);
+    let jobs = sweep::expand(&plan.models, &plan.sweep);
+    let outcome = run::run_jobs(&plan, &jobs, &settings.sampling, &run_id)?;
+    let mut rows = outcome.rows;
+    report::relate_batches(&mut rows);
+    let text = format::render(&rows, plan.output)
+        .map_err(|e| Failure::new(FAILURE, format!("cannot format the results: {e}")))?;
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(text.as_bytes())?;
+    if !rows.is_empty() {
+        save(&log_path, &run_id, crate::history::unix_s(now), &rows);
+    }
+    if let Some(base) = baseline {
+        let text = log::comparison(&log::as_stored(&rows), &base);
+        if plan.output == OutputFormat::Markdown {
+            stdout.write_all(text.as_bytes())?;
+        } else {
+            // Keep stdout machine-readable.
+            eprint!("{text}");
+        }
+    }
+    stdout.flush()?;
+    match outcome.failures.as_slice() {
+        [] => Ok(()),
+        failures => Err(Failure::new(
+            FAILURE,
+            format!(
+                "{} of {} tests failed:\n  {}",
+                failures.len(),
+                jobs.len(),
+                failures.join("\n  ")
+            ),
+        )),
+    }
+}
+
+/// The run `--vs` names, read before measuring so that a wrong id fails at once.
+fn baseline(log_path: &std::path::Path, query: &str) -> Result<StoredRun, Failure> {
+    let (runs, _) = log::read_runs(log_path).map_err(|e| {
+        Failure::new(
+            FAILURE,
+            format!("cannot read the results log {}: {e}", log_path.display()),
+        )
+    })?;
+    log::find_run(&runs, query)
+        .cloned()
+        .map_err(|e| Failure::new(USAGE, format!("--vs {query}: {e}")))
+}
+
+/// Append the run to the results log; a log that cannot be written costs a warning, not the
+/// results already printed.
+fn save(log_path: &std::path::Path, run_id: &str, unix_time_s: u64, rows: &[Row]) {
+    let command_line = command_line();
+    let record = log::RunRecord {
+        id: run_id,
+        unix_time_s,
+        command_line: &command_line,
+        rows,
+    };
+    match log::append(log_path, &record) {
+        Ok(()) => eprintln!("saved as run {run_id} in {}", log_path.display()),
+        Err(e) => eprintln!(
+            "warning: could not append to the results log {}: {e}",
+            log_path.display()
+        ),
+    }
+}
+
+/// This process's command line, quoted where a shell would need it.
+fn command_line() -> String {
+    std::env::args()
+        .map(|a| {
+            if !a.is_empty()
+                && a.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./,=:+@%".contains(c))
+            {
+                a
+            } else {
+                format!("'{}'", a.replace('\'', "'\\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// `tokscope results [ID]`.
+pub fn results(args: &ResultsArgs) -> Result<(), Failure> {
+    let path = log::results_path(&crate::paths::data_dir());
+    let (runs, unreadable) = log::read_runs(&path).map_err(|e| {
+        Failure::new(
+            FAILURE,
+            format!("cannot read the results log {}: {e}", path.display()),
+        )
+    })?;
+    if unreadable > 0 {
+        eprintln!(
+            "warning: {unreadable} line(s) of {} could not be read",
+            path.display()
+        );
+    }
+    let text = match &args.id {
+        Some(id) => {
+            let run = log::find_run(&runs, id).map_err(|e| Failure::new(USAGE, e))?;
+            serde_json::to_string_pretty(&run.raw)
+                .map_err(|e| Failure::new(FAILURE, e.to_string()))?
+                + "\n"
+        }
+        None if runs.is_empty() => {
+            eprintln!(
+                "no bench runs yet in {} (run `tokscope bench`)",
+                path.display()
+            );
+            return Ok(());
+        }
+        None => log::listing(&runs),
+    };
+    std::io::stdout().lock().write_all(text.as_bytes())?;
+    Ok(())
+}

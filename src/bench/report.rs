@@ -1,0 +1,443 @@
+//! One result row per test: the statistics over its repetitions (mean ± standard deviation of
+//! tok/s, TTFT and ITL percentiles from `metrics`), the roofline and cost figures from
+//! `metrics::roofline`, the sweep parameters and the reproducibility stamp. Every output
+//! format and the results log print these rows; nothing here measures or prints.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::measure::Sample;
+use super::sweep::{Job, TestKind, TestSpec};
+use crate::engine::llama::{FlashAttn, KvType};
+use crate::engine::{ModelInfo, SamplingParams};
+use crate::metrics::roofline::{
+    ceiling_tok_per_s, cost_per_million_tokens, mbu, prefill_flops_per_token, Bandwidth, KvShape,
+    WeightBytes,
+};
+use crate::metrics::{ms, LatencyStats};
+use crate::stamp::Stamp;
+use crate::synth::gguf::GgufHeader;
+
+/// The swept settings of a row, beside the stamp (which has the effective context values).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BenchParams {
+    /// The model path as given.
+    pub model: String,
+    /// Requested GPU layers; -1 = all (the stamp has the number actually offloaded).
+    pub n_gpu_layers: i64,
+    pub threads: u32,
+    pub n_batch: u32,
+    pub n_ubatch: u32,
+    pub type_k: KvType,
+    pub type_v: KvType,
+    pub flash_attn: FlashAttn,
+    pub n_prompt: u32,
+    pub n_gen: u32,
+    pub n_depth: u32,
+    /// Sequences decoded together: 1 but for batch tests.
+    pub batch_size: u32,
+    pub repetitions: u32,
+    pub warmup: bool,
+    /// Context requested: depth + prompt + generated, times the sequences.
+    pub n_ctx: u32,
+}
+
+/// One test's results. Figures that are not defined for a test are `null`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// The run this row belongs to (its id in the results log).
+    pub run_id: String,
+    pub kind: TestKind,
+    /// llama-bench's name: `pp512`, `tg128`, `pp512+tg128`, ` @ d512` at a depth; batch tests
+    /// `B4 pp128+tg128`.
+    pub test: String,
+    pub params: BenchParams,
+    /// Tokens per repetition that t/s counts: the prompt (pp), the generated tokens (tg),
+    /// both (pg), B × generated (batch); generated tokens as counted while decoding.
+    pub n_tokens: u64,
+    /// t/s of each repetition.
+    pub samples_tok_per_s: Vec<f64>,
+    /// pp/tg/pg: tokens ÷ the whole timed run (llama-bench's t/s); batch: B × generated ÷ the
+    /// generation steps' decode time (llama-batched-bench's S_TG).
+    pub tok_per_s_mean: f64,
+    /// Sample standard deviation over the repetitions (0 for one).
+    pub tok_per_s_sd: f64,
+    /// Start of the run → first generated token (tg, pg, batch), over the repetitions.
+    pub ttft_p50_ms: Option<f64>,
+    pub ttft_p90_ms: Option<f64>,
+    pub ttft_p99_ms: Option<f64>,
+    /// Gaps between consecutive generated tokens, all repetitions pooled.
+    pub itl_mean_ms: Option<f64>,
+    pub itl_p50_ms: Option<f64>,
+    pub itl_p90_ms: Option<f64>,
+    pub itl_p99_ms: Option<f64>,
+    /// The prompt's decode calls, mean over the repetitions (pg, batch).
+    pub prefill_ms_mean: Option<f64>,
+    /// Generated tokens ÷ the generation phase, mean over the repetitions (tg, pg, batch).
+    pub decode_tok_per_s: Option<f64>,
+    /// Batch: aggregate t/s ÷ B, what each user gets.
+    pub per_sequence_tok_per_s: Option<f64>,
+    /// Batch: aggregate t/s ÷ that of B = 1 with the same settings.
+    pub speedup_vs_b1: Option<f64>,
+    /// Batch: ITL p50 ÷ that of B = 1, how much each user's latency grew.
+    pub latency_growth_vs_b1: Option<f64>,
+    /// KV-cache positions read per step, averaged over the steps the roofline describes: the
+    /// generated tokens for tg, pg and batch (depth + prompt + (n − 1) / 2), the prompt tokens
+    /// for pp (depth + (p − 1) / 2).
+    pub kv_depth_mean: f64,
+    /// Bytes read from memory per generated token: the weights one decode step reads (÷ B in
+    /// a batch) plus the KV cache at `kv_depth_mean`, per sequence (tg, pg, batch).
+    pub bytes_per_token: Option<f64>,
+    pub bandwidth_gb_s: Option<f64>,
+    /// Where the bandwidth comes from: configured, datasheet (device), measured (method).
+    pub bandwidth_source: Option<String>,
+    /// Bandwidth ÷ bytes per token: the decode speed memory allows (tg, pg, batch).
+    pub ceiling_tok_per_s: Option<f64>,
+    /// Memory bandwidth utilisation: decode t/s ÷ ceiling, in % (tg, pg, batch).
+    pub mbu_pct: Option<f64>,
+    /// pp: FLOPs per prompt token (2 × params + attention at `kv_depth_mean`) × t/s.
+    pub achieved_gflop_per_s: Option<f64>,
+    pub price_per_gpu_hour_usd: f64,
+    /// Price ÷ (t/s × 3600) × 10⁶, at this row's t/s (aggregate for batch).
+    pub cost_per_million_tokens_usd: Option<f64>,
+    /// The model was written by `tokscope synth`.
+    pub synthetic: bool,
+    /// `ModelInfo::SYNTHETIC_LABEL` for synthetic models.
+    pub warning: Option<&'static str>,
+    pub stamp: Stamp,
+}
+
+/// What the roofline needs from a model file's header.
+#[derive(Debug, Clone)]
+pub struct ModelFacts {
+    header: Option<GgufHeader>,
+    pub weights: Option<WeightBytes>,
+}
+
+impl ModelFacts {
+    /// Read once per model; a header that cannot be read only loses the roofline columns.
+    pub fn read(path: &Path) -> Self {
+        let header = crate::synth::gguf::read_metadata(path).ok();
+        let weights = header.as_ref().and_then(WeightBytes::from_gguf);
+        Self { header, weights }
+    }
+
+    pub fn kv(&self, type_k: KvType, type_v: KvType) -> Option<KvShape> {
+        KvShape::from_gguf(self.header.as_ref()?, type_k, type_v)
+    }
+}
+
+/// Everything a row needs besides the job and its samples.
+pub struct RowContext<'a> {
+    pub run_id: &'a str,
+    pub info: &'a ModelInfo,
+    pub facts: &'a ModelFacts,
+    pub bandwidth: Option<&'a Bandwidth>,
+    pub price_per_gpu_hour_usd: f64,
+    pub sampling: &'a SamplingParams,
+    pub repetitions: u32,
+    pub warmup: bool,
+}
+
+/// Mean and sample standard deviation (n − 1), as llama-bench reports them.
+pub fn mean_sd(values: &[f64]) -> (f64, f64) {
+    if values.is_empty() {
+        return (0.0, 0.0);
+    }
+    let n = values.len() as f64;
+    let mean = values.iter().sum::<f64>() / n;
+    if values.len() < 2 {
+        return (mean, 0.0);
+    }
+    let var = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    (mean, var.sqrt())
+}
+
+fn rate(tokens: u64, elapsed: Duration) -> Option<f64> {
+    crate::metrics::rate_per_s(usize::try_from(tokens).unwrap_or(usize::MAX), elapsed)
+}
+
+/// Tokens of one repetition that t/s counts: the prompt plus the tokens generated as
+/// counted while decoding (only those for batch tests).
+fn counted_tokens(test: &TestSpec, s: &Sample) -> u64 {
+    match *test {
+        TestSpec::Batch { .. } => s.tokens_generated,
+        _ => u64::from(test.lengths().0) + s.tokens_generated,
+    }
+}
+
+/// t/s of one repetition (see `Row::tok_per_s_mean`).
+fn sample_rate(test: &TestSpec, s: &Sample) -> f64 {
+    let elapsed = match test {
+        TestSpec::Batch { .. } => s.decode,
+        _ => s.total,
+    };
+    rate(counted_tokens(test, s), elapsed).unwrap_or(0.0)
+}
+
+fn mean_of(values: impl Iterator<Item = f64>) -> Option<f64> {
+    let v: Vec<f64> = values.collect();
+    (!v.is_empty()).then(|| mean_sd(&v).0)
+}
+
+/// The positions the steps described by the roofline read, first and last: the prompt tokens
+/// for pp, the generated tokens otherwise.
+fn depth_span(job: &Job) -> (u64, u64) {
+    let d = u64::from(job.depth);
+    let (p, n) = job.test.lengths();
+    let (p, n) = (u64::from(p), u64::from(n));
+    match job.test.kind() {
+        TestKind::Pp => (d, d + p.saturating_sub(1)),
+        _ => (d + p, d + p + n.saturating_sub(1)),
+    }
+}
+
+pub fn build_row(job: &Job, samples: &[Sample], cx: &RowContext) -> Row {
+    let test = &job.test;
+    let rates: Vec<f64> = samples.iter().map(|s| sample_rate(test, s)).collect();
+    let (tok_per_s_mean, tok_per_s_sd) = mean_sd(&rates);
+    let ttft =
+        LatencyStats::from_durations(&samples.iter().filter_map(|s| s.ttft).collect::<Vec<_>>());
+    let gaps: Vec<Duration> = samples
+        .iter()
+        .flat_map(|s| s.gaps.iter().copied())
+        .collect();
+    let itl = LatencyStats::from_durations(&gaps);
+    let generates = test.lengths().1 > 0;
+    let decode_tok_per_s = if generates {
+        mean_of(
+            samples
+                .iter()
+                .filter_map(|s| rate(s.tokens_generated, s.decode)),
+        )
+    } else {
+        None
+    };
+    let (lo, hi) = depth_span(job);
+    let mut row = Row {
+        run_id: cx.run_id.to_string(),
+        kind: test.kind(),
+        test: test.name(job.depth),
+        params: params(job, cx),
+        n_tokens: samples.first().map_or(0, |s| counted_tokens(test, s)),
+        samples_tok_per_s: rates,
+        tok_per_s_mean,
+        tok_per_s_sd,
+        ttft_p50_ms: ttft.map(|t| t.p50_ms),
+        ttft_p90_ms: ttft.map(|t| t.p90_ms),
+        ttft_p99_ms: ttft.map(|t| t.p99_ms),
+        itl_mean_ms: itl.map(|t| t.mean_ms),
+        itl_p50_ms: itl.map(|t| t.p50_ms),
+        itl_p90_ms: itl.map(|t| t.p90_ms),
+        itl_p99_ms: itl.map(|t| t.p99_ms),
+        prefill_ms_mean: mean_of(samples.iter().filter_map(|s| s.prefill.map(ms))),
+        decode_tok_per_s,
+        per_sequence_tok_per_s: matches!(test, TestSpec::Batch { .. })
+            .then(|| tok_per_s_mean / f64::from(test.sequences())),
+        speedup_vs_b1: None,
+        latency_growth_vs_b1: None,
+        kv_depth_mean: (lo + hi) as f64 / 2.0,
+        bytes_per_token: None,
+        bandwidth_gb_s: cx.bandwidth.map(|b| b.bytes_per_s / 1e9),
+        bandwidth_source: cx.bandwidth.map(|b| b.source.label()),
+        ceiling_tok_per_s: None,
+        mbu_pct: None,
+        achieved_gflop_per_s: None,
+        price_per_gpu_hour_usd: cx.price_per_gpu_hour_usd,
+        cost_per_million_tokens_usd: cost_per_million_tokens(
+            cx.price_per_gpu_hour_usd,
+            tok_per_s_mean,
+        ),
+        synthetic: cx.info.synthetic,
+        warning: cx.info.synthetic.then_some(ModelInfo::SYNTHETIC_LABEL),
+        stamp: Stamp::new(cx.info, cx.sampling),
+    };
+    if generates {
+        add_decode_roofline(&mut row, job, cx, (lo, hi));
+    } else {
+        add_prefill_flops(&mut row, cx.info, (lo, hi));
+    }
+    row
+}
+
+fn params(job: &Job, cx: &RowContext) -> BenchParams {
+    let p = &job.params;
+    let (n_prompt, n_gen) = job.test.lengths();
+    BenchParams {
+        model: p.model.display().to_string(),
+        n_gpu_layers: p.n_gpu_layers,
+        threads: p.threads,
+        n_batch: p.n_batch,
+        n_ubatch: p.n_ubatch,
+        type_k: p.type_k,
+        type_v: p.type_v,
+        flash_attn: p.flash_attn,
+        n_prompt,
+        n_gen,
+        n_depth: job.depth,
+        batch_size: job.test.sequences(),
+        repetitions: cx.repetitions,
+        warmup: cx.warmup,
+        n_ctx: job.n_ctx(),
+    }
+}
+
+/// Bytes per generated token, the ceiling they allow and how close the run came (MBU).
+fn add_decode_roofline(row: &mut Row, job: &Job, cx: &RowContext, (lo, hi): (u64, u64)) {
+    let Some(weights) = cx.facts.weights else {
+        return;
+    };
+    let sequences = f64::from(job.test.sequences());
+    // The KV bytes grow linearly with the depth: their mean over the steps is the mean of the
+    // first and the last step's.
+    let kv_per_sequence = cx
+        .facts
+        .kv(job.params.type_k, job.params.type_v)
+        .map_or(0.0, |kv| {
+            (kv.bytes_read_at(lo) + kv.bytes_read_at(hi)) / 2.0
+        });
+    // One step reads the weights once for all B sequences, and each sequence's own cache.
+    let bytes_per_token = weights.read_per_token() as f64 / sequences + kv_per_sequence;
+    row.bytes_per_token = Some(bytes_per_token);
+    let Some(bandwidth) = cx.bandwidth else {
+        return;
+    };
+    row.ceiling_tok_per_s = ceiling_tok_per_s(bandwidth.bytes_per_s, bytes_per_token);
+    let achieved = match job.test {
+        TestSpec::Batch { .. } => Some(row.tok_per_s_mean),
+        _ => row.decode_tok_per_s,
+    };
+    row.mbu_pct = match (achieved, row.ceiling_tok_per_s) {
+        (Some(a), Some(c)) => mbu(a, c).map(|m| m * 100.0),
+        _ => None,
+    };
+}
+
+/// Achieved FLOP/s of a prompt: FLOPs per token (linear in the depth, so the mean of the
+/// first and last token's) × t/s.
+fn add_prefill_flops(row: &mut Row, info: &ModelInfo, (lo, hi): (u64, u64)) {
+    let n_layer = u64::from(info.n_layer);
+    let n_embd = u64::try_from(info.n_embd).unwrap_or(0);
+    let per_token = (prefill_flops_per_token(info.n_params, n_layer, n_embd, lo)
+        + prefill_flops_per_token(info.n_params, n_layer, n_embd, hi))
+        / 2.0;
+    let flops = per_token * row.tok_per_s_mean;
+    row.achieved_gflop_per_s = (flops.is_finite() && flops > 0.0).then_some(flops / 1e9);
+}
+
+/// Fill each batch row's speed-up and latency growth against the B = 1 row of the same
+/// settings, model and lengths (when the sweep has one).
+pub fn relate_batches(rows: &mut [Row]) {
+    let baselines: Vec<(BenchParams, f64, Option<f64>)> = rows
+        .iter()
+        .filter(|r| r.kind == TestKind::Batch && r.params.batch_size == 1)
+        .map(|r| (r.params.clone(), r.tok_per_s_mean, r.itl_p50_ms))
+        .collect();
+    for row in rows.iter_mut().filter(|r| r.kind == TestKind::Batch) {
+        let Some((_, tok_per_s, itl)) = baselines
+            .iter()
+            .find(|(p, _, _)| same_but_batch(p, &row.params))
+        else {
+            continue;
+        };
+        row.speedup_vs_b1 = (*tok_per_s > 0.0).then(|| row.tok_per_s_mean / tok_per_s);
+        row.latency_growth_vs_b1 = match (row.itl_p50_ms, itl) {
+            (Some(now), Some(base)) if *base > 0.0 => Some(now / base),
+            _ => None,
+        };
+    }
+}
+
+fn same_but_batch(a: &BenchParams, b: &BenchParams) -> bool {
+    let (mut a, mut b) = (a.clone(), b.clone());
+    a.batch_size = 0;
+    b.batch_size = 0;
+    a.n_ctx = 0;
+    b.n_ctx = 0;
+    a == b
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mean_and_sample_sd_like_llama_bench() {
+        let (m, sd) = mean_sd(&[10.0, 12.0, 14.0]);
+        assert_eq!(m, 12.0);
+        assert!((sd - 2.0).abs() < 1e-12);
+        assert_eq!(mean_sd(&[5.0]), (5.0, 0.0));
+        assert_eq!(mean_sd(&[]), (0.0, 0.0));
+    }
+
+    #[test]
+    fn depth_spans_cover_the_steps_the_roofline_describes() {
+        use super::super::sweep::ParamSet;
+        let job = |test, depth| Job {
+            params: ParamSet {
+                model: "m.gguf".into(),
+                n_gpu_layers: -1,
+                n_batch: 2048,
+                n_ubatch: 512,
+                type_k: KvType::F16,
+                type_v: KvType::F16,
+                flash_attn: FlashAttn::Auto,
+                threads: 1,
+            },
+            depth,
+            test,
+        };
+        assert_eq!(
+            depth_span(&job(TestSpec::Pp { n_prompt: 512 }, 0)),
+            (0, 511)
+        );
+        assert_eq!(
+            depth_span(&job(TestSpec::Tg { n_gen: 128 }, 100)),
+            (100, 227)
+        );
+        let pg = TestSpec::Pg {
+            n_prompt: 10,
+            n_gen: 5,
+        };
+        assert_eq!(depth_span(&job(pg, 0)), (10, 14));
+        let five = Sample {
+            tokens_generated: 5,
+            ..Sample::default()
+        };
+        assert_eq!(counted_tokens(&pg, &five), 15);
+        let batch = TestSpec::Batch {
+            sequences: 4,
+            n_prompt: 8,
+            n_gen: 3,
+        };
+        let twelve = Sample {
+            tokens_generated: 12,
+            ..Sample::default()
+        };
+        assert_eq!(counted_tokens(&batch, &twelve), 12);
+        assert_eq!(depth_span(&job(batch, 0)), (8, 10));
+    }
+
+    #[test]
+    fn batch_rate_is_generated_tokens_over_decode_time() {
+        let batch = TestSpec::Batch {
+            sequences: 4,
+            n_prompt: 8,
+            n_gen: 10,
+        };
+        let s = Sample {
+            total: Duration::from_secs(3),
+            decode: Duration::from_secs(2),
+            tokens_generated: 40,
+            ..Sample::default()
+        };
+        assert_eq!(sample_rate(&batch, &s), 20.0);
+        let pg = TestSpec::Pg {
+            n_prompt: 20,
+            n_gen: 10,
+        };
+        assert_eq!(sample_rate(&pg, &s), 10.0);
+    }
+}

@@ -1,0 +1,915 @@
+//! Charts as files: the batch sweep (throughput and inter-token latency against the batch
+//! size) and the bandwidth roofline (decode speed against bytes read per token), drawn with
+//! `plotters` to PNG or SVG as the output path's extension says. Inputs are plain structs so
+//! that `bench` (or anything else) can call these without knowing about plotters; the text is
+//! set in DejaVu Sans compiled into the binary, so no system font library is needed.
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint};
+use plotters::coord::types::RangedCoordf64;
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+use plotters::style::FontStyle;
+use thiserror::Error;
+
+/// One batch size of a batched-decoding sweep.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BatchPoint {
+    /// Sequences decoded together (B).
+    pub batch: u32,
+    /// Tokens per second over all sequences.
+    pub aggregate_tok_per_s: f64,
+    /// Tokens per second of one sequence.
+    pub per_sequence_tok_per_s: f64,
+    pub itl_p50_ms: f64,
+    pub itl_p99_ms: f64,
+}
+
+/// One measured decode speed on the roofline.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RooflinePoint {
+    /// Shown next to the point (a model, a depth, a batch size …).
+    pub label: String,
+    /// Bytes read per decode step (weights + KV cache), see `metrics::roofline`.
+    pub bytes_per_token: f64,
+    pub tok_per_s: f64,
+}
+
+/// The file formats a chart can be written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlotKind {
+    Png,
+    Svg,
+}
+
+/// The extensions `plot_file_kind` accepts, for messages.
+const ACCEPTED_EXTENSIONS: &str = "png, svg";
+
+#[derive(Debug, Error)]
+pub enum PlotError {
+    #[error("cannot tell the chart format of {path}: extension '{extension}' is not one of {ACCEPTED_EXTENSIONS}")]
+    UnknownExtension { path: PathBuf, extension: String },
+    #[error("cannot tell the chart format of {path}: it has no extension (use one of {ACCEPTED_EXTENSIONS})")]
+    NoExtension { path: PathBuf },
+    #[error("nothing to plot in the {chart} chart: no point with finite, positive values")]
+    NoPoints { chart: &'static str },
+    #[error("cannot write the chart to {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("drawing the chart {path} failed: {message}")]
+    Draw { path: PathBuf, message: String },
+}
+
+/// The chart format of `path`, from its extension (case-insensitive).
+pub fn plot_file_kind(path: &Path) -> Result<PlotKind, PlotError> {
+    let Some(extension) = path.extension() else {
+        return Err(PlotError::NoExtension {
+            path: path.to_path_buf(),
+        });
+    };
+    let extension = extension.to_string_lossy();
+    match extension.to_ascii_lowercase().as_str() {
+        "png" => Ok(PlotKind::Png),
+        "svg" => Ok(PlotKind::Svg),
+        _ => Err(PlotError::UnknownExtension {
+            path: path.to_path_buf(),
+            extension: extension.into_owned(),
+        }),
+    }
+}
+
+/// Throughput (aggregate and per sequence) and inter-token latency (p50, p99) against the
+/// batch size, on a log2 axis: two panels sharing the x axis. Points with a zero batch size
+/// or a non-finite or negative value are left out of the series they would spoil.
+pub fn plot_batch_sweep(points: &[BatchPoint], title: &str, path: &Path) -> Result<(), PlotError> {
+    let kind = plot_file_kind(path)?;
+    let chart = BatchSweepChart::new(points, title).ok_or(PlotError::NoPoints {
+        chart: "batch sweep",
+    })?;
+    render(&chart, kind, path, (1200, 900))
+}
+
+/// Decode speed against bytes read per token, log-log, under the bandwidth ceiling
+/// `tok/s = bandwidth / bytes per token`; every point is labelled with its name, speed and
+/// share of the ceiling. Points with non-finite or non-positive values are left out. A
+/// bandwidth that is not a positive number draws no ceiling (and says so).
+pub fn plot_roofline(
+    points: &[RooflinePoint],
+    bandwidth_bytes_per_s: f64,
+    bandwidth_label: &str,
+    title: &str,
+    path: &Path,
+) -> Result<(), PlotError> {
+    let kind = plot_file_kind(path)?;
+    let chart = RooflineChart::new(points, bandwidth_bytes_per_s, bandwidth_label, title)
+        .ok_or(PlotError::NoPoints { chart: "roofline" })?;
+    render(&chart, kind, path, (1200, 800))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rendering
+
+/// The family every text style names; the embedded font is registered under it.
+const FONT: &str = "sans-serif";
+static FONT_BYTES: &[u8] = include_bytes!("../assets/fonts/DejaVuSans.ttf");
+
+/// Registers the embedded font once. `false` if the bytes are not a font (never, unless the
+/// asset is replaced by something broken).
+fn font_registered() -> bool {
+    static REGISTERED: OnceLock<bool> = OnceLock::new();
+    *REGISTERED
+        .get_or_init(|| plotters::style::register_font(FONT, FontStyle::Normal, FONT_BYTES).is_ok())
+}
+
+type DrawResult<DB> = Result<(), DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
+
+/// A chart that can be drawn on any plotters backend.
+trait Chart {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<DB>;
+}
+
+fn render<C: Chart>(
+    chart: &C,
+    kind: PlotKind,
+    path: &Path,
+    size: (u32, u32),
+) -> Result<(), PlotError> {
+    let draw_error = |message: String| PlotError::Draw {
+        path: path.to_path_buf(),
+        message,
+    };
+    if !font_registered() {
+        return Err(draw_error("the embedded font could not be loaded".into()));
+    }
+    let io_error = |source| PlotError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    match kind {
+        PlotKind::Svg => {
+            let mut svg = String::new();
+            {
+                let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
+                chart
+                    .draw(&root)
+                    .and_then(|()| root.present())
+                    .map_err(|e| draw_error(e.to_string()))?;
+            }
+            std::fs::write(path, svg).map_err(io_error)
+        }
+        PlotKind::Png => {
+            // Create the file first so that an unwritable path is reported as the I/O error
+            // it is, not as whatever the image encoder makes of it after drawing.
+            std::fs::File::create(path).map_err(io_error)?;
+            let root = BitMapBackend::new(path, size).into_drawing_area();
+            chart
+                .draw(&root)
+                .and_then(|()| root.present())
+                .map_err(|e| draw_error(e.to_string()))
+        }
+    }
+}
+
+// Text sizes in pixels on the 1200-pixel-wide canvases. Even sizes only: plotters' ab_glyph
+// renderer truncates half a size when placing each glyph, which with odd sizes lifts glyphs
+// that sit at the baseline (the decimal point) a pixel above their neighbours.
+const TITLE_PX: u32 = 30;
+const CAPTION_PX: u32 = 22;
+const AXIS_DESC_PX: u32 = 20;
+const TICK_LABEL_PX: u32 = 16;
+const LEGEND_PX: u32 = 18;
+const POINT_LABEL_PX: u32 = 16;
+
+const AGGREGATE_COLOR: RGBColor = RGBColor(31, 119, 180);
+const PER_SEQUENCE_COLOR: RGBColor = RGBColor(255, 127, 14);
+const P50_COLOR: RGBColor = RGBColor(44, 160, 44);
+const P99_COLOR: RGBColor = RGBColor(214, 39, 40);
+const CEILING_COLOR: RGBColor = RGBColor(90, 90, 90);
+const MEASURED_COLOR: RGBColor = RGBColor(31, 119, 180);
+const GRID_COLOR: RGBColor = RGBColor(225, 225, 225);
+
+fn text(size: u32) -> TextStyle<'static> {
+    (FONT, size).into_font().color(&BLACK)
+}
+
+/// An axis with its ticks chosen here (powers of two, 1-2-5 steps on log axes) rather than
+/// by plotters, which finds none on a log axis spanning less than a decade.
+struct TickedAxis<R> {
+    inner: R,
+    ticks: Vec<f64>,
+}
+
+impl<R: Ranged<ValueType = f64>> Ranged for TickedAxis<R> {
+    type FormatOption = DefaultFormatting;
+    type ValueType = f64;
+
+    fn map(&self, value: &f64, limit: (i32, i32)) -> i32 {
+        self.inner.map(value, limit)
+    }
+
+    fn key_points<Hint: KeyPointHint>(&self, _hint: Hint) -> Vec<f64> {
+        self.ticks.clone()
+    }
+
+    fn range(&self) -> Range<f64> {
+        self.inner.range()
+    }
+}
+
+fn legend_line(color: RGBColor) -> impl Fn((i32, i32)) -> PathElement<(i32, i32)> {
+    move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(3))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Batch sweep
+
+struct BatchSweepChart {
+    title: String,
+    /// (log2 B, value) per series, finite values only.
+    aggregate: Vec<(f64, f64)>,
+    per_sequence: Vec<(f64, f64)>,
+    p50: Vec<(f64, f64)>,
+    p99: Vec<(f64, f64)>,
+}
+
+impl BatchSweepChart {
+    fn new(points: &[BatchPoint], title: &str) -> Option<Self> {
+        let mut sorted: Vec<&BatchPoint> = points.iter().filter(|p| p.batch > 0).collect();
+        sorted.sort_by_key(|p| p.batch);
+        let series = |value: fn(&BatchPoint) -> f64| -> Vec<(f64, f64)> {
+            sorted
+                .iter()
+                .map(|p| (f64::from(p.batch).log2(), value(p)))
+                .filter(|(_, v)| v.is_finite() && *v >= 0.0)
+                .collect()
+        };
+        let chart = Self {
+            title: title.to_string(),
+            aggregate: series(|p| p.aggregate_tok_per_s),
+            per_sequence: series(|p| p.per_sequence_tok_per_s),
+            p50: series(|p| p.itl_p50_ms),
+            p99: series(|p| p.itl_p99_ms),
+        };
+        let any = [
+            &chart.aggregate,
+            &chart.per_sequence,
+            &chart.p50,
+            &chart.p99,
+        ]
+        .iter()
+        .any(|s| !s.is_empty());
+        any.then_some(chart)
+    }
+
+    /// The x range in log2 B, padded half a step on each side, and its ticks at the powers
+    /// of two inside it.
+    fn x_axis(&self) -> (Range<f64>, Vec<f64>) {
+        let xs = || {
+            [&self.aggregate, &self.per_sequence, &self.p50, &self.p99]
+                .into_iter()
+                .flatten()
+                .map(|(x, _)| *x)
+        };
+        let lo = xs().fold(f64::INFINITY, f64::min);
+        let hi = xs().fold(f64::NEG_INFINITY, f64::max);
+        let ticks = (lo.floor() as i32..=hi.ceil() as i32)
+            .map(f64::from)
+            .filter(|t| *t >= lo - 1e-9 && *t <= hi + 1e-9)
+            .collect();
+        (lo - 0.5..hi + 0.5, ticks)
+    }
+}
+
+/// 0 up to the largest value plus headroom for the legend; never an empty range.
+fn value_range(series: &[&Vec<(f64, f64)>], headroom: f64) -> Range<f64> {
+    let max = series
+        .iter()
+        .flat_map(|s| s.iter().map(|(_, v)| *v))
+        .fold(0.0, f64::max);
+    let top = if max > 0.0 { max * headroom } else { 1.0 };
+    0.0..top
+}
+
+fn format_batch(log2_b: f64) -> String {
+    format!("{}", 2f64.powf(log2_b).round())
+}
+
+impl Chart for BatchSweepChart {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
+        root.fill(&WHITE)?;
+        let body = root.titled(&self.title, text(TITLE_PX))?;
+        let (top, bottom) = body.split_vertically(body.dim_in_pixel().1 / 2);
+        let (x_range, x_ticks) = self.x_axis();
+
+        let panels = [
+            (
+                &top,
+                "Throughput",
+                "tokens per second (tok/s)",
+                [
+                    // The larger series of each pair gets its values above its points, the
+                    // other below, so that the two sets of figures do not overprint.
+                    (
+                        &self.aggregate,
+                        "aggregate (all sequences)",
+                        AGGREGATE_COLOR,
+                        VPos::Bottom,
+                    ),
+                    (
+                        &self.per_sequence,
+                        "per sequence",
+                        PER_SEQUENCE_COLOR,
+                        VPos::Top,
+                    ),
+                ],
+            ),
+            (
+                &bottom,
+                "Inter-token latency",
+                "inter-token latency (ms)",
+                [
+                    (&self.p50, "ITL p50", P50_COLOR, VPos::Top),
+                    (&self.p99, "ITL p99", P99_COLOR, VPos::Bottom),
+                ],
+            ),
+        ];
+        for (area, caption, y_desc, series) in panels {
+            let y_range = value_range(&[series[0].0, series[1].0], 1.3);
+            let y_top = y_range.end;
+            let mut chart = ChartBuilder::on(area)
+                .caption(caption, text(CAPTION_PX))
+                .margin(12)
+                .margin_right(30)
+                .x_label_area_size(55)
+                .y_label_area_size(85)
+                .build_cartesian_2d(
+                    TickedAxis {
+                        inner: RangedCoordf64::from(x_range.clone()),
+                        ticks: x_ticks.clone(),
+                    },
+                    y_range,
+                )?;
+            chart
+                .configure_mesh()
+                .light_line_style(WHITE)
+                .bold_line_style(GRID_COLOR)
+                .x_desc("batch size B (sequences decoded together, log₂ scale)")
+                .y_desc(y_desc)
+                .axis_desc_style(text(AXIS_DESC_PX))
+                .label_style(text(TICK_LABEL_PX))
+                .x_label_formatter(&|x| format_batch(*x))
+                .y_label_formatter(&|y| trim_number(*y))
+                .y_labels(8)
+                .draw()?;
+            for (points, name, color, label_side) in series {
+                if points.is_empty() {
+                    continue;
+                }
+                chart
+                    .draw_series(LineSeries::new(
+                        points.iter().copied(),
+                        color.stroke_width(3),
+                    ))?
+                    .label(name)
+                    .legend(legend_line(color));
+                // Each point's value next to it, so the figures can be read off exactly.
+                // A value meant to go below its point goes above it when the point sits near
+                // the x axis, where the tick labels are.
+                let label = |y: f64| {
+                    let below = matches!(label_side, VPos::Top) && y > 0.12 * y_top;
+                    let (v_pos, dy) = if below {
+                        (VPos::Top, 10)
+                    } else {
+                        (VPos::Bottom, -10)
+                    };
+                    let style = text(POINT_LABEL_PX)
+                        .color(&color)
+                        .pos(Pos::new(HPos::Center, v_pos));
+                    Text::new(trim_number(y), (0, dy), style)
+                };
+                chart.draw_series(points.iter().map(|&(x, y)| {
+                    EmptyElement::at((x, y)) + Circle::new((0, 0), 5, color.filled()) + label(y)
+                }))?;
+            }
+            chart
+                .configure_series_labels()
+                .position(SeriesLabelPosition::UpperLeft)
+                .label_font(text(LEGEND_PX))
+                .background_style(WHITE.mix(0.9))
+                .border_style(BLACK.mix(0.5))
+                .margin(10)
+                .draw()?;
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Roofline
+
+struct RooflineChart {
+    title: String,
+    /// (bytes per token, tok/s, label), sorted by bytes.
+    points: Vec<(f64, f64, String)>,
+    /// Bytes per second, when it is a usable number.
+    bandwidth: Option<f64>,
+    bandwidth_label: String,
+}
+
+impl RooflineChart {
+    fn new(
+        points: &[RooflinePoint],
+        bandwidth_bytes_per_s: f64,
+        bandwidth_label: &str,
+        title: &str,
+    ) -> Option<Self> {
+        let usable = |v: f64| v.is_finite() && v > 0.0;
+        let mut kept: Vec<(f64, f64, String)> = points
+            .iter()
+            .filter(|p| usable(p.bytes_per_token) && usable(p.tok_per_s))
+            .map(|p| (p.bytes_per_token, p.tok_per_s, p.label.clone()))
+            .collect();
+        if kept.is_empty() {
+            return None;
+        }
+        kept.sort_by(|a, b| a.0.total_cmp(&b.0));
+        Some(Self {
+            title: title.to_string(),
+            points: kept,
+            bandwidth: usable(bandwidth_bytes_per_s).then_some(bandwidth_bytes_per_s),
+            bandwidth_label: bandwidth_label.to_string(),
+        })
+    }
+
+    /// Log ranges that hold every point and the ceiling over the x range, with room for the
+    /// labels: x a factor 2.5 wider each side, y a factor 2 below and 4 above.
+    fn ranges(&self) -> (Range<f64>, Range<f64>) {
+        let x_lo = self
+            .points
+            .iter()
+            .map(|p| p.0)
+            .fold(f64::INFINITY, f64::min)
+            / 2.5;
+        let x_hi = self.points.iter().map(|p| p.0).fold(0.0, f64::max) * 2.5;
+        let mut y_lo = self
+            .points
+            .iter()
+            .map(|p| p.1)
+            .fold(f64::INFINITY, f64::min);
+        let mut y_hi = self.points.iter().map(|p| p.1).fold(0.0, f64::max);
+        if let Some(bw) = self.bandwidth {
+            // The ceiling over the points' own span, not the padded one, so that a far-away
+            // ceiling does not squash the points.
+            let span_lo = x_lo * 2.5;
+            let span_hi = x_hi / 2.5;
+            y_hi = y_hi.max(bw / span_lo);
+            y_lo = y_lo.min(bw / span_hi);
+        }
+        (x_lo..x_hi, y_lo / 2.0..y_hi * 4.0)
+    }
+}
+
+/// Ticks at 1, 2 and 5 times the powers of ten inside `range` (positive), at least two.
+fn log_ticks(range: &Range<f64>) -> Vec<f64> {
+    let (lo, hi) = (range.start, range.end);
+    let mut ticks = Vec::new();
+    let mut decade = 10f64.powf(lo.log10().floor());
+    while decade <= hi && ticks.len() < 64 {
+        for m in [1.0, 2.0, 5.0] {
+            let t = decade * m;
+            if t >= lo && t <= hi {
+                ticks.push(t);
+            }
+        }
+        decade *= 10.0;
+    }
+    if ticks.len() < 2 {
+        // A range inside one 1-2-5 step: its ends and the geometric middle.
+        ticks = vec![lo, (lo * hi).sqrt(), hi];
+    }
+    ticks
+}
+
+/// Bytes in decimal units (as bandwidths are quoted): "512 kB", "1.5 GB".
+fn format_bytes(bytes: f64) -> String {
+    let units = [(1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB")];
+    for (scale, unit) in units {
+        if bytes >= scale {
+            return format!("{} {unit}", trim_number(bytes / scale));
+        }
+    }
+    format!("{} B", trim_number(bytes))
+}
+
+/// Up to three significant digits, no trailing zeros.
+fn trim_number(v: f64) -> String {
+    let a = v.abs();
+    let s = if a >= 100.0 {
+        format!("{v:.0}")
+    } else if a >= 10.0 {
+        format!("{v:.1}")
+    } else if a >= 1.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.3}")
+    };
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    }
+}
+
+fn format_bandwidth(bytes_per_s: f64) -> String {
+    format!("{}/s", format_bytes(bytes_per_s))
+}
+
+impl Chart for RooflineChart {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
+        root.fill(&WHITE)?;
+        let body = root.titled(&self.title, text(TITLE_PX))?;
+        let (x_range, y_range) = self.ranges();
+        let x_ticks = log_ticks(&x_range);
+        let y_ticks = log_ticks(&y_range);
+        let caption = match self.bandwidth {
+            Some(bw) => format!(
+                "Decode roofline: ceiling = {} ({}) ÷ bytes per token",
+                format_bandwidth(bw),
+                self.bandwidth_label
+            ),
+            None => "Decode speed (no bandwidth figure: ceiling not drawn)".to_string(),
+        };
+        let mut chart = ChartBuilder::on(&body)
+            .caption(caption, text(CAPTION_PX))
+            .margin(15)
+            .margin_right(40)
+            .x_label_area_size(60)
+            .y_label_area_size(90)
+            .build_cartesian_2d(
+                TickedAxis {
+                    inner: LogCoord::from(x_range.clone().log_scale()),
+                    ticks: x_ticks,
+                },
+                TickedAxis {
+                    inner: LogCoord::from(y_range.clone().log_scale()),
+                    ticks: y_ticks,
+                },
+            )?;
+        chart
+            .configure_mesh()
+            .light_line_style(WHITE)
+            .bold_line_style(GRID_COLOR)
+            .x_desc("bytes read per token: weights + KV cache (log scale)")
+            .y_desc("decode speed (tok/s, log scale)")
+            .axis_desc_style(text(AXIS_DESC_PX))
+            .label_style(text(TICK_LABEL_PX))
+            .x_label_formatter(&|x| format_bytes(*x))
+            .y_label_formatter(&|y| trim_number(*y))
+            .draw()?;
+
+        if let Some(bw) = self.bandwidth {
+            // On log-log axes the ceiling is a straight line of slope −1: its two ends draw it.
+            let line = [x_range.start, x_range.end].map(|x| (x, bw / x));
+            chart
+                .draw_series(LineSeries::new(line, CEILING_COLOR.stroke_width(3)))?
+                .label(format!(
+                    "ceiling: tok/s = {} ÷ bytes per token",
+                    format_bandwidth(bw)
+                ))
+                .legend(legend_line(CEILING_COLOR));
+        }
+
+        chart
+            .draw_series(
+                self.points
+                    .iter()
+                    .map(|&(x, y, _)| Circle::new((x, y), 7, MEASURED_COLOR.filled())),
+            )?
+            .label("measured decode speed")
+            .legend(|(x, y)| Circle::new((x + 12, y), 6, MEASURED_COLOR.filled()));
+        for (i, (x, y, label)) in self.points.iter().enumerate() {
+            let share = self
+                .bandwidth
+                .map(|bw| format!(", {}% of ceiling", trim_number(100.0 * y / (bw / x))))
+                .unwrap_or_default();
+            let text_line = format!("{label}: {} tok/s{share}", trim_number(*y));
+            // Labels go right of points in the left part of the chart and left of those near
+            // the right edge, so that none runs off it; alternately above and below so that
+            // neighbours do not overprint.
+            let in_right_part = (x / x_range.start).ln() > 0.6 * (x_range.end / x_range.start).ln();
+            let (h_pos, dx) = if in_right_part {
+                (HPos::Right, -12)
+            } else {
+                (HPos::Left, 12)
+            };
+            let (v_pos, dy) = if i % 2 == 0 {
+                (VPos::Bottom, -6)
+            } else {
+                (VPos::Top, 6)
+            };
+            let style = text(POINT_LABEL_PX).pos(Pos::new(h_pos, v_pos));
+            chart.draw_series(std::iter::once(
+                EmptyElement::at((*x, *y)) + Text::new(text_line, (dx, dy), style),
+            ))?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .label_font(text(LEGEND_PX))
+            .background_style(WHITE.mix(0.9))
+            .border_style(BLACK.mix(0.5))
+            .margin(10)
+            .draw()?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sweep() -> Vec<BatchPoint> {
+        [
+            (1, 60.0, 60.0, 16.5, 18.0),
+            (2, 110.0, 55.0, 18.0, 21.0),
+            (4, 190.0, 47.5, 21.0, 26.0),
+            (8, 290.0, 36.3, 27.5, 35.0),
+            (16, 380.0, 23.8, 42.0, 55.0),
+        ]
+        .into_iter()
+        .map(|(batch, agg, per, p50, p99)| BatchPoint {
+            batch,
+            aggregate_tok_per_s: agg,
+            per_sequence_tok_per_s: per,
+            itl_p50_ms: p50,
+            itl_p99_ms: p99,
+        })
+        .collect()
+    }
+
+    fn roofline() -> Vec<RooflinePoint> {
+        [
+            ("gemma-3-270m Q4_K_M", 2.3e8, 95.0),
+            ("gemma-3-270m at depth 4096", 2.6e8, 80.0),
+            ("llama-3-8b Q4_K_M", 4.7e9, 5.1),
+        ]
+        .into_iter()
+        .map(|(label, bytes, tps)| RooflinePoint {
+            label: label.to_string(),
+            bytes_per_token: bytes,
+            tok_per_s: tps,
+        })
+        .collect()
+    }
+
+    pub(super) fn sweep_pub() -> Vec<BatchPoint> {
+        sweep()
+    }
+    pub(super) fn roofline_pub() -> Vec<RooflinePoint> {
+        roofline()
+    }
+    /// Width and height from a PNG's IHDR chunk.
+    fn png_size(bytes: &[u8]) -> (u32, u32) {
+        let be = |at: usize| {
+            u32::from_be_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
+        };
+        (be(16), be(20))
+    }
+
+    const PNG_SIGNATURE: &[u8] = b"\x89PNG\r\n\x1a\n";
+
+    #[test]
+    fn file_kind_by_extension() {
+        assert_eq!(plot_file_kind(Path::new("a/b.png")).unwrap(), PlotKind::Png);
+        assert_eq!(plot_file_kind(Path::new("b.SVG")).unwrap(), PlotKind::Svg);
+        let err = plot_file_kind(Path::new("chart.jpg")).unwrap_err();
+        assert!(matches!(err, PlotError::UnknownExtension { .. }));
+        let message = err.to_string();
+        assert!(message.contains("'jpg'"), "{message}");
+        assert!(message.contains("png, svg"), "{message}");
+        let err = plot_file_kind(Path::new("chart")).unwrap_err();
+        assert!(matches!(err, PlotError::NoExtension { .. }));
+        assert!(err.to_string().contains("png, svg"));
+    }
+
+    #[test]
+    fn batch_sweep_png_and_svg() {
+        let dir = tempfile::tempdir().unwrap();
+        let png = dir.path().join("sweep.png");
+        plot_batch_sweep(
+            &sweep(),
+            "Batch sweep: gemma-3-270m Q4_K_M, 2 threads",
+            &png,
+        )
+        .unwrap();
+        let bytes = std::fs::read(&png).unwrap();
+        assert!(bytes.starts_with(PNG_SIGNATURE));
+        assert_eq!(png_size(&bytes), (1200, 900));
+        assert!(bytes.len() > 20_000, "{} bytes", bytes.len());
+
+        let svg = dir.path().join("sweep.svg");
+        plot_batch_sweep(&sweep(), "Batch sweep: gemma-3-270m Q4_K_M", &svg).unwrap();
+        let text = std::fs::read_to_string(&svg).unwrap();
+        assert!(text.starts_with("<svg"), "{}", &text[..80]);
+        for expected in [
+            "Batch sweep: gemma-3-270m Q4_K_M",
+            "Throughput",
+            "Inter-token latency",
+            "tokens per second (tok/s)",
+            "inter-token latency (ms)",
+            "batch size B",
+            "aggregate (all sequences)",
+            "per sequence",
+            "ITL p50",
+            "ITL p99",
+            "\n16\n",
+        ] {
+            assert!(text.contains(expected), "missing {expected:?}");
+        }
+    }
+
+    #[test]
+    fn roofline_png_and_svg() {
+        let dir = tempfile::tempdir().unwrap();
+        let png = dir.path().join("roofline.png");
+        plot_roofline(&roofline(), 40e9, "measured, copy probe", "Roofline", &png).unwrap();
+        let bytes = std::fs::read(&png).unwrap();
+        assert!(bytes.starts_with(PNG_SIGNATURE));
+        assert_eq!(png_size(&bytes), (1200, 800));
+        assert!(bytes.len() > 20_000, "{} bytes", bytes.len());
+
+        let svg = dir.path().join("roofline.svg");
+        plot_roofline(
+            &roofline(),
+            40e9,
+            "measured, copy probe",
+            "Roofline: 2-core CPU",
+            &svg,
+        )
+        .unwrap();
+        let text = std::fs::read_to_string(&svg).unwrap();
+        for expected in [
+            "Roofline: 2-core CPU",
+            "40 GB/s (measured, copy probe)",
+            "bytes read per token",
+            "decode speed (tok/s, log scale)",
+            "measured decode speed",
+            "gemma-3-270m Q4_K_M: 95 tok/s",
+            "llama-3-8b Q4_K_M: 5.1 tok/s, 59.9% of ceiling",
+        ] {
+            assert!(text.contains(expected), "missing {expected:?}");
+        }
+    }
+
+    #[test]
+    fn roofline_without_a_bandwidth_still_draws_the_points() {
+        let dir = tempfile::tempdir().unwrap();
+        let svg = dir.path().join("r.svg");
+        plot_roofline(&roofline(), f64::NAN, "unknown", "Roofline", &svg).unwrap();
+        let text = std::fs::read_to_string(&svg).unwrap();
+        assert!(text.contains("ceiling not drawn"));
+        assert!(!text.contains("% of ceiling"));
+    }
+
+    #[test]
+    fn empty_and_non_finite_inputs_are_errors_not_panics() {
+        let dir = tempfile::tempdir().unwrap();
+        let png = dir.path().join("x.png");
+        let err = plot_batch_sweep(&[], "t", &png).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                PlotError::NoPoints {
+                    chart: "batch sweep"
+                }
+            ),
+            "{err}"
+        );
+        let err = plot_roofline(&[], 1e11, "x", "t", &png).unwrap_err();
+        assert!(
+            matches!(err, PlotError::NoPoints { chart: "roofline" }),
+            "{err}"
+        );
+
+        let nan_sweep = [
+            BatchPoint {
+                batch: 0,
+                aggregate_tok_per_s: 1.0,
+                per_sequence_tok_per_s: 1.0,
+                itl_p50_ms: 1.0,
+                itl_p99_ms: 1.0,
+            },
+            BatchPoint {
+                batch: 4,
+                aggregate_tok_per_s: f64::NAN,
+                per_sequence_tok_per_s: f64::INFINITY,
+                itl_p50_ms: f64::NEG_INFINITY,
+                itl_p99_ms: -1.0,
+            },
+        ];
+        assert!(matches!(
+            plot_batch_sweep(&nan_sweep, "t", &png),
+            Err(PlotError::NoPoints { .. })
+        ));
+        let nan_roofline = [RooflinePoint {
+            label: "x".into(),
+            bytes_per_token: 0.0,
+            tok_per_s: f64::NAN,
+        }];
+        assert!(matches!(
+            plot_roofline(&nan_roofline, 1e11, "x", "t", &png),
+            Err(PlotError::NoPoints { .. })
+        ));
+        assert!(
+            !png.exists(),
+            "no file is written when there is nothing to plot"
+        );
+    }
+
+    #[test]
+    fn partly_bad_inputs_plot_what_is_finite() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut points = sweep();
+        points[1].itl_p99_ms = f64::NAN;
+        points[2].aggregate_tok_per_s = f64::INFINITY;
+        // A single batch size, and only throughput: still a chart.
+        let single = [BatchPoint {
+            batch: 1,
+            aggregate_tok_per_s: 50.0,
+            per_sequence_tok_per_s: 50.0,
+            itl_p50_ms: f64::NAN,
+            itl_p99_ms: f64::NAN,
+        }];
+        for (name, input) in [("a.svg", &points[..]), ("b.png", &single[..])] {
+            plot_batch_sweep(input, "t", &dir.path().join(name)).unwrap();
+        }
+        let one = [RooflinePoint {
+            label: "only".into(),
+            bytes_per_token: 1e9,
+            tok_per_s: 10.0,
+        }];
+        plot_roofline(&one, 5e10, "measured, copy", "t", &dir.path().join("c.png")).unwrap();
+    }
+
+    #[test]
+    fn unwritable_path_is_an_io_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["missing/x.png", "missing/x.svg"] {
+            let path = dir.path().join(name);
+            let err = plot_batch_sweep(&sweep(), "t", &path).unwrap_err();
+            assert!(matches!(err, PlotError::Io { .. }), "{err}");
+            assert!(err.to_string().contains("missing"), "{err}");
+        }
+    }
+
+    #[test]
+    fn tick_helpers() {
+        assert_eq!(
+            log_ticks(&(1.0..1000.0)),
+            vec![1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0]
+        );
+        assert_eq!(log_ticks(&(3.0..4.0)).len(), 3);
+        assert_eq!(format_bytes(2.3e8), "230 MB");
+        assert_eq!(format_bytes(1.5e9), "1.5 GB");
+        assert_eq!(format_bytes(512.0), "512 B");
+        assert_eq!(format_bandwidth(4.8e12), "4.8 TB/s");
+        assert_eq!(format_batch(3.0), "8");
+        assert_eq!(trim_number(380.0), "380");
+        assert_eq!(trim_number(36.25), "36.2");
+        assert_eq!(trim_number(60.0), "60");
+        assert_eq!(trim_number(0.25), "0.25");
+        assert_eq!(trim_number(0.0), "0");
+    }
+}
+#[cfg(test)]
+mod preview_tmp {
+    #[test]
+    #[ignore]
+    fn write_previews() {
+        let dir = std::path::Path::new("/tmp/plots");
+        std::fs::create_dir_all(dir).unwrap();
+        for ext in ["png", "svg"] {
+            super::plot_batch_sweep(
+                &super::tests::sweep_pub(),
+                "Batch sweep: gemma-3-270m Q4_K_M, 2 threads, tg 128",
+                &dir.join(format!("sweep.{ext}")),
+            )
+            .unwrap();
+            super::plot_roofline(
+                &super::tests::roofline_pub(),
+                40e9,
+                "measured, copy probe",
+                "Roofline: gemma-3-270m and llama-3-8b on a 2-core CPU",
+                &dir.join(format!("roofline.{ext}")),
+            )
+            .unwrap();
+        }
+    }
+}

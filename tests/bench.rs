@@ -1,0 +1,406 @@
+//! `tokscope bench` and `tokscope results` from the outside, on real llama.cpp with synthetic
+//! models: every output format parses back with the stamp and the synthetic flag, sweeps expand
+//! in llama-bench's order, batch runs count B × n tokens, bad values exit 2, the results log
+//! remembers runs and `--vs` names what changed, and the roofline columns are filled. One
+//! thread per model run (`-t 1`) except where the sweep itself is the subject.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+use serde_json::Value;
+use tokscope::synth::TensorType;
+
+/// The binary, isolated from the real home: its own data and config dirs.
+fn tokscope(home: &Path) -> Command {
+    let mut cmd = Command::cargo_bin("tokscope").unwrap();
+    cmd.env("TOKSCOPE_DATA_DIR", home.join("data"))
+        .env("TOKSCOPE_CONFIG_DIR", home.join("config"))
+        .env_remove("TOKSCOPE_MODEL")
+        .env_remove("RUST_BACKTRACE");
+    cmd
+}
+
+fn tiny(home: &Path) -> PathBuf {
+    common::synth(home, "tiny.gguf", "tiny", TensorType::F32, 1)
+}
+
+/// Run `bench` on `model` with `args` (no CPU probe: a fixed bandwidth where the test needs
+/// one) and return stdout.
+fn bench(home: &Path, model: &Path, args: &[&str]) -> String {
+    let out = tokscope(home)
+        .arg("bench")
+        .arg("-m")
+        .arg(model)
+        .args(["--no-probe"])
+        .args(args)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    String::from_utf8(out).unwrap()
+}
+
+fn json_rows(text: &str) -> Vec<Value> {
+    serde_json::from_str::<Value>(text)
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+/// A minimal CSV reader (quoted fields with doubled quotes), enough to check the writer.
+fn csv_fields(line: &str) -> Vec<String> {
+    let mut fields = vec![String::new()];
+    let mut quoted = false;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (c, quoted) {
+            ('"', true) if chars.peek() == Some(&'"') => {
+                chars.next();
+                fields.last_mut().unwrap().push('"');
+            }
+            ('"', _) => quoted = !quoted,
+            (',', false) => fields.push(String::new()),
+            (c, _) => fields.last_mut().unwrap().push(c),
+        }
+    }
+    fields
+}
+
+fn assert_stamped(row: &Value) {
+    assert_eq!(row["synthetic"], true, "{row}");
+    assert_eq!(
+        row["warning"],
+        tokscope::engine::ModelInfo::SYNTHETIC_LABEL,
+        "{row}"
+    );
+    let stamp = &row["stamp"];
+    assert_eq!(stamp["synthetic"], true);
+    assert_eq!(stamp["model_file"], "tiny.gguf");
+    assert_eq!(stamp["model_fingerprint"].as_str().unwrap().len(), 16);
+    assert!(stamp["tokscope_version"].is_string() && stamp["llama_cpp"].is_string());
+}
+
+#[test]
+fn every_output_format_parses_back() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let model = tiny(home.path());
+    let common_args = ["-t", "1", "-p", "16", "-n", "8", "-r", "2"];
+
+    let md = bench(
+        home.path(),
+        &model,
+        &[&common_args[..], &["-o", "md"]].concat(),
+    );
+    let lines: Vec<&str> = md.lines().collect();
+    assert!(
+        lines[0].starts_with("| model") && lines[0].contains(" t/s |"),
+        "{md}"
+    );
+    assert!(lines[1].starts_with("| ---"), "{md}");
+    let body: Vec<&&str> = lines[2..]
+        .iter()
+        .take_while(|l| l.starts_with('|'))
+        .collect();
+    assert_eq!(body.len(), 2, "one line per row: {md}");
+    assert!(body[0].contains("pp16") && body[1].contains("tg8"), "{md}");
+    assert!(md.contains(" ± "), "{md}");
+
+    let csv = bench(
+        home.path(),
+        &model,
+        &[&common_args[..], &["-o", "csv"]].concat(),
+    );
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines.len(), 3, "header + 2 rows: {csv}");
+    let header = csv_fields(lines[0]);
+    assert!(header.len() > 40, "{header:?}");
+    for line in &lines[1..] {
+        assert_eq!(csv_fields(line).len(), header.len(), "{line}");
+    }
+    let col = |name: &str| header.iter().position(|h| h == name).unwrap();
+    let first = csv_fields(lines[1]);
+    assert_eq!(first[col("synthetic")], "true");
+    assert_eq!(first[col("stamp.model_file")], "tiny.gguf");
+    assert_eq!(first[col("test")], "pp16");
+
+    let json = bench(
+        home.path(),
+        &model,
+        &[&common_args[..], &["-o", "json"]].concat(),
+    );
+    let rows = json_rows(&json);
+    assert_eq!(rows.len(), 2);
+    rows.iter().for_each(assert_stamped);
+
+    let jsonl = bench(
+        home.path(),
+        &model,
+        &[&common_args[..], &["-o", "jsonl"]].concat(),
+    );
+    let rows: Vec<Value> = jsonl
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 2);
+    rows.iter().for_each(assert_stamped);
+    for row in &rows {
+        let samples = row["samples_tok_per_s"].as_array().unwrap();
+        assert_eq!(samples.len(), 2, "one t/s per repetition");
+        assert!(row["tok_per_s_mean"].as_f64().unwrap() > 0.0);
+    }
+    assert_eq!(rows[1]["kind"], "tg");
+    assert!(rows[1]["itl_p99_ms"].as_f64().unwrap() > 0.0);
+    assert!(rows[1]["ttft_p50_ms"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn sweeps_expand_to_the_cartesian_product_in_llama_bench_order() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let model = tiny(home.path());
+    let out = bench(
+        home.path(),
+        &model,
+        &[
+            "-t", "1,2", "-ctk", "f16,q8_0", "-p", "16", "-n", "8", "-r", "1", "-o", "jsonl",
+        ],
+    );
+    let got: Vec<(String, u64, String)> = out
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .map(|r| {
+            (
+                r["params"]["type_k"].as_str().unwrap().to_string(),
+                r["params"]["threads"].as_u64().unwrap(),
+                r["test"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let want: Vec<(String, u64, String)> = [
+        ("f16", 1, "pp16"),
+        ("f16", 1, "tg8"),
+        ("f16", 2, "pp16"),
+        ("f16", 2, "tg8"),
+        ("q8_0", 1, "pp16"),
+        ("q8_0", 1, "tg8"),
+        ("q8_0", 2, "pp16"),
+        ("q8_0", 2, "tg8"),
+    ]
+    .iter()
+    .map(|(k, t, n)| (k.to_string(), *t, n.to_string()))
+    .collect();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn batch_runs_count_b_times_n_tokens() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let model = tiny(home.path());
+    let n = 6;
+    let out = bench(
+        home.path(),
+        &model,
+        &[
+            "-t", "1", "-p", "8", "-n", "6", "-r", "2", "--batch", "1,2,4", "-o", "json",
+        ],
+    );
+    let rows = json_rows(&out);
+    let batch: Vec<&Value> = rows.iter().filter(|r| r["kind"] == "batch").collect();
+    assert_eq!(batch.len(), 3, "{out}");
+    for (row, b) in batch.iter().zip([1u64, 2, 4]) {
+        assert_eq!(row["params"]["batch_size"].as_u64(), Some(b));
+        assert_eq!(row["n_tokens"].as_u64(), Some(b * n), "{row}");
+        assert_eq!(row["test"], format!("B{b} pp8+tg6"));
+        let agg = row["tok_per_s_mean"].as_f64().unwrap();
+        let per_seq = row["per_sequence_tok_per_s"].as_f64().unwrap();
+        assert!((agg / b as f64 - per_seq).abs() < 1e-6 * agg.max(1.0));
+        assert!(row["prefill_ms_mean"].as_f64().unwrap() > 0.0);
+        assert!(row["itl_p50_ms"].as_f64().unwrap() > 0.0);
+        assert!(row["speedup_vs_b1"].as_f64().unwrap() > 0.0);
+        assert!(row["latency_growth_vs_b1"].as_f64().unwrap() > 0.0);
+        assert!(row["cost_per_million_tokens_usd"].as_f64().unwrap() > 0.0);
+    }
+    assert_eq!(batch[0]["speedup_vs_b1"].as_f64(), Some(1.0));
+    // The Markdown output has the batching table.
+    let md = bench(
+        home.path(),
+        &model,
+        &["-t", "1", "-p", "8", "-n", "6", "-r", "1", "--batch", "1,2"],
+    );
+    assert!(
+        md.contains("t/s aggregate") && md.contains("B2 pp8+tg6"),
+        "{md}"
+    );
+}
+
+#[test]
+fn bad_sweep_values_exit_2_and_a_missing_model_exits_3() {
+    let home = tempfile::tempdir().unwrap();
+    let model = tiny(home.path());
+    for (args, flag, value) in [
+        (&["-t", "0"][..], "-t/--threads", "0"),
+        (&["--batch", "0"][..], "--batch", "0"),
+        (&["-r", "0"][..], "-r/--repetitions", "0"),
+        (&["-p", "many"][..], "-p/--n-prompt", "many"),
+        (&["-ctk", "q3_k"][..], "-ctk/--cache-type-k", "q3_k"),
+    ] {
+        tokscope(home.path())
+            .arg("bench")
+            .arg("-m")
+            .arg(&model)
+            .args(args)
+            .assert()
+            .code(2)
+            .stderr(
+                predicate::str::contains(flag)
+                    .and(predicate::str::contains(format!("`{value}`")))
+                    .and(predicate::str::contains("panicked").not()),
+            );
+    }
+    tokscope(home.path())
+        .args(["bench", "-t", "1", "-m"])
+        .arg(home.path().join("missing.gguf"))
+        .assert()
+        .code(3)
+        .stderr(predicate::str::contains("not found"));
+}
+
+#[test]
+fn results_log_appends_and_vs_names_the_changed_setting() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let model = tiny(home.path());
+    let args = ["-t", "1", "-p", "16", "-n", "8", "-r", "1"];
+    tokscope(home.path())
+        .args(["bench", "--vs", "last", "-m"])
+        .arg(&model)
+        .args(args)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("no runs yet"));
+    bench(home.path(), &model, &args);
+    let second = bench(
+        home.path(),
+        &model,
+        &[&args[..], &["-ctk", "q8_0", "--vs", "last"]].concat(),
+    );
+    assert!(second.contains("ctk f16 → q8_0"), "{second}");
+    assert!(second.contains("| tg8 |"), "{second}");
+    let log = std::fs::read_to_string(home.path().join("data/results.jsonl")).unwrap();
+    let runs: Vec<Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(runs.len(), 2);
+    for run in &runs {
+        assert!(run["id"].is_string() && run["unix_time_s"].as_u64().unwrap() > 0);
+        assert!(run["command_line"].as_str().unwrap().contains("bench"));
+        assert_eq!(run["rows"].as_array().unwrap().len(), 2);
+    }
+    let listing = tokscope(home.path())
+        .arg("results")
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let listing = String::from_utf8(listing).unwrap();
+    for run in &runs {
+        assert!(listing.contains(run["id"].as_str().unwrap()), "{listing}");
+    }
+    assert!(
+        listing.contains("tiny.gguf") && listing.contains("tg8"),
+        "{listing}"
+    );
+    let id = runs[0]["id"].as_str().unwrap();
+    tokscope(home.path())
+        .args(["results", id])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(id).and(predicate::str::contains("\"rows\"")));
+}
+
+#[test]
+fn roofline_columns_are_present_and_finite_on_cpu() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let model = tiny(home.path());
+    let out = bench(
+        home.path(),
+        &model,
+        &[
+            "-t",
+            "1",
+            "-p",
+            "16",
+            "-n",
+            "8",
+            "-pg",
+            "8,4",
+            "-r",
+            "1",
+            "--bandwidth-gb-s",
+            "10",
+            "--price",
+            "3",
+            "-o",
+            "json",
+        ],
+    );
+    let rows = json_rows(&out);
+    assert_eq!(rows.len(), 3);
+    let finite = |row: &Value, key: &str| {
+        let v = row[key]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{key} missing: {row}"));
+        assert!(v.is_finite() && v > 0.0, "{key} = {v}");
+        v
+    };
+    for row in &rows {
+        assert_eq!(row["bandwidth_gb_s"].as_f64(), Some(10.0));
+        assert_eq!(row["bandwidth_source"], "configured");
+        assert_eq!(row["price_per_gpu_hour_usd"].as_f64(), Some(3.0));
+        let cost = finite(row, "cost_per_million_tokens_usd");
+        let tps = finite(row, "tok_per_s_mean");
+        assert!((cost - 3.0 / (tps * 3600.0) * 1e6).abs() < 1e-9 * cost.max(1.0));
+    }
+    let pp = &rows[0];
+    assert_eq!(pp["kind"], "pp");
+    finite(pp, "achieved_gflop_per_s");
+    assert!(pp["mbu_pct"].is_null() && pp["ceiling_tok_per_s"].is_null());
+    for row in &rows[1..] {
+        let bytes = finite(row, "bytes_per_token");
+        let ceiling = finite(row, "ceiling_tok_per_s");
+        assert!((ceiling - 10e9 / bytes).abs() < 1e-6 * ceiling);
+        finite(row, "mbu_pct");
+    }
+    // The Markdown table shows them too.
+    let md = bench(
+        home.path(),
+        &model,
+        &[
+            "-t",
+            "1",
+            "-p",
+            "16",
+            "-n",
+            "8",
+            "-r",
+            "1",
+            "--bandwidth-gb-s",
+            "10",
+        ],
+    );
+    assert!(
+        md.contains("10.0 GB/s configured") && md.contains('%'),
+        "{md}"
+    );
+}
