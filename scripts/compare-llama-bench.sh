@@ -366,7 +366,7 @@ print(f"tokscope links {sys_detail}; llama-bench and llama-batched-bench are bui
       f"{tools_detail}. Flash attention {fa}, {threads} threads.")
 print()
 
-def row(name, lb, ts, target, mode):
+def row(name, lb, ts, target, mode, label=None):
     ratios = [t / l for t, l in zip(ts, lb) if l > 0]
     ratio = stats(ts)[0] / stats(lb)[0]
     if mode == "min":
@@ -378,7 +378,7 @@ def row(name, lb, ts, target, mode):
     if not ok:
         misses.append(f"{name}: ratio {ratio:.3f}, target {goal}")
     per_round = ", ".join(f"{r:.3f}" for r in ratios)
-    print(f"| {name} | {fmt(lb)} | {fmt(ts)} | **{ratio:.3f}** | {per_round} | {goal} | "
+    print(f"| {label or name} | {fmt(lb)} | {fmt(ts)} | **{ratio:.3f}** | {per_round} | {goal} | "
           f"{'met' if ok else 'MISSED'} |")
 
 if skip_single == "0":
@@ -425,7 +425,7 @@ if skip_batched == "0":
     print("|---|---:|---:|---:|---|---|---|")
     for b in batch_sizes:
         if lb[b] and ts[b]:
-            row(str(b), lb[b], ts[b], 0.05, "band")
+            row(f"B={b}", lb[b], ts[b], 0.05, "band", label=str(b))
         else:
             print(f"| {b} | {fmt(lb[b]) if lb[b] else '—'} | {fmt(ts[b]) if ts[b] else '—'} "
                   "| — | | | no figure |")

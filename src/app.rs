@@ -529,9 +529,19 @@ impl App {
                 request_id,
                 prompt_tokens,
                 cached_tokens,
+                dropped_messages,
             } => {
                 if let Some(t) = self.conversation.turn_for(request_id) {
                     t.on_prefill_started(prompt_tokens, cached_tokens);
+                    if dropped_messages > 0 {
+                        let n_ctx = self.model.as_ref().map_or(0, |m| m.n_ctx);
+                        self.notice(
+                            NoticeKind::Warning,
+                            format!(
+                                "the conversation no longer fits the {n_ctx}-token context: the oldest {dropped_messages} messages were left out of this answer"
+                            ),
+                        );
+                    }
                 }
             }
             EngineEvent::PrefillDone {
@@ -747,6 +757,7 @@ mod tests {
                     ..TurnTimeline::default()
                 },
                 context_used: 20,
+                dropped_messages: 0,
                 llama_counters: LlamaCounters::default(),
                 first_logits: None,
             }),

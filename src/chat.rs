@@ -277,6 +277,7 @@ mod tests {
                 ..TurnTimeline::default()
             },
             context_used: 42,
+            dropped_messages: 0,
             llama_counters: LlamaCounters::default(),
             first_logits: None,
         }

@@ -902,6 +902,22 @@ mod preview_tmp {
                 &dir.join(format!("sweep.{ext}")),
             )
             .unwrap();
+            let one = [super::BatchPoint {
+                batch: 1,
+                aggregate_tok_per_s: 50.0,
+                per_sequence_tok_per_s: 50.0,
+                itl_p50_ms: 20.0,
+                itl_p99_ms: f64::NAN,
+            }];
+            super::plot_batch_sweep(&one, "one point", &dir.join(format!("one.{ext}"))).unwrap();
+            super::plot_roofline(
+                &super::tests::roofline_pub()[..1],
+                f64::NAN,
+                "x",
+                "no bandwidth",
+                &dir.join(format!("nobw.{ext}")),
+            )
+            .unwrap();
             super::plot_roofline(
                 &super::tests::roofline_pub(),
                 40e9,

@@ -305,3 +305,28 @@ fn switching_models_keeps_the_engine_alive() {
     }
     assert!(e.turn(vec![user("hi")], greedy(), 4).token_events >= 1);
 }
+
+#[test]
+fn a_conversation_longer_than_the_context_drops_its_oldest_turns() {
+    let _lock = model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let model = synth(dir.path(), "tiny.gguf", "tiny", TensorType::F32, 1);
+    let mut e = start(&model, settings(256));
+    let n_ctx = e.info.n_ctx as usize;
+    let long = "the quick brown fox jumps over the lazy dog ".repeat(4);
+    let mut convo = Vec::new();
+    for i in 0..12 {
+        convo.push(user(&format!("question {i}: {long}")));
+        convo.push(assistant(&format!("answer {i}: {long}")));
+    }
+    convo.push(user("and now?"));
+    let id = e.handle.generate(convo, greedy(), 16).unwrap();
+    let t = e.collect(id, |_, _| {});
+    let dropped = t.report.dropped_messages;
+    assert!(
+        dropped >= 2 && dropped % 2 == 0,
+        "whole exchanges are left out: {dropped}"
+    );
+    assert!(t.report.timeline.prompt_tokens + 16.min(n_ctx / 4) <= n_ctx);
+    assert!(t.token_events >= 1, "the conversation goes on");
+}

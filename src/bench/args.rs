@@ -42,7 +42,8 @@ pub struct BenchArgs {
     /// A prompt of PP tokens then TG generated, timed together (-pg); repeat for several.
     #[arg(long = "pg", value_name = "PP,TG", action = ArgAction::Append, allow_hyphen_values = true)]
     pub pg: Vec<String>,
-    /// Tokens already in the KV cache when a test starts (filled untimed) [default: 0].
+    /// Tokens already in the KV cache when a pp, tg or pg test starts (filled untimed)
+    /// [default: 0].
     #[arg(short = 'd', long = "n-depth", value_name = "N,…", action = ArgAction::Append, allow_hyphen_values = true)]
     pub n_depth: Vec<String>,
     /// Timed repetitions of each test, after one warm-up run [default: 5].
@@ -282,6 +283,14 @@ fn parse_u32_list(
         .collect())
 }
 
+/// One whole number (flags that do not sweep).
+fn parse_single(flag: &str, given: &str, min: i64, max: i64) -> Result<u32, Failure> {
+    match parse_int_list(flag, &[given.to_string()], min, max)?.as_slice() {
+        [one] => Ok(u32::try_from(*one).unwrap_or(u32::MAX)),
+        _ => Err(bad_value(flag, given, "one whole number, not a list")),
+    }
+}
+
 fn parse_named_list<T: std::str::FromStr<Err = String>>(
     flag: &str,
     given: &[String],
@@ -335,9 +344,7 @@ impl BenchPlan {
     pub fn from_args(args: &BenchArgs, settings: &Settings) -> Result<Self, Failure> {
         let sweep = parse_sweep(args)?;
         let repetitions = match &args.repetitions {
-            Some(r) => {
-                parse_u32_list("-r/--repetitions", std::slice::from_ref(r), 5, 1, 100_000)?[0]
-            }
+            Some(r) => parse_single("-r/--repetitions", r, 1, 100_000)?,
             None => 5,
         };
         let bandwidth = match (&args.bandwidth_gb_s, settings.bandwidth_gb_s) {
@@ -393,12 +400,11 @@ fn parse_sweep(args: &BenchArgs) -> Result<Sweep, Failure> {
             .map(|n| TestSpec::Tg { n_gen: *n }),
     );
     tests.extend(parse_pg(&args.pg)?);
-    let batch_sizes = parse_u32_list("--batch", &args.batch, 0, 1, i64::from(MAX_BATCH_SEQUENCES))?;
-    let batch_sizes = if args.batch.is_empty() {
-        Vec::new()
-    } else {
-        batch_sizes
-    };
+    let batch_sizes: Vec<u32> =
+        parse_int_list("--batch", &args.batch, 1, i64::from(MAX_BATCH_SEQUENCES))?
+            .into_iter()
+            .filter_map(|b| u32::try_from(b).ok())
+            .collect();
     let batch_tests = batch_tests(&n_prompt, &n_gen, &batch_sizes)?;
     if tests.is_empty() && batch_tests.is_empty() {
         return Err(Failure::new(
@@ -667,6 +673,7 @@ mod tests {
             (&["-t", "0"][..], "-t/--threads", "0"),
             (&["--batch", "0"][..], "--batch", "0"),
             (&["-r", "0"][..], "-r/--repetitions", "0"),
+            (&["-r", "2,3"][..], "-r/--repetitions", "2,3"),
             (&["-p", "abc"][..], "-p/--n-prompt", "abc"),
             (&["-ctk", "q3_k"][..], "-ctk/--cache-type-k", "q3_k"),
             (&["-fa", "maybe"][..], "-fa/--flash-attn", "maybe"),

@@ -29,7 +29,7 @@ pub use report::{BenchParams, Row};
 pub use sweep::{TestKind, TestSpec};
 
 use crate::config::Settings;
-use crate::exit::{Failure, FAILURE, USAGE};
+use crate::exit::{Failure, FAILURE, MODEL, USAGE};
 
 /// `tokscope bench`.
 pub fn bench(args: &BenchArgs, settings: Settings) -> Result<(), Failure> {
@@ -43,7 +43,7 @@ pub fn bench(args: &BenchArgs, settings: Settings) -> Result<(), Failure> {
     let now = std::time::SystemTime::now();
     let run_id = crate::history::new_id(now);
     let jobs = sweep::expand(&plan.models, &plan.sweep);
-    let outcome = run::run_jobs(&plan, &jobs, &settings.sampling, &run_id)?;
+    let outcome = run::run_jobs(&plan, &jobs, &settings.sampling, &run_id);
     let mut rows = outcome.rows;
     report::relate_batches(&mut rows);
     let text = format::render(&rows, plan.output)
@@ -66,7 +66,7 @@ pub fn bench(args: &BenchArgs, settings: Settings) -> Result<(), Failure> {
     match outcome.failures.as_slice() {
         [] => Ok(()),
         failures => Err(Failure::new(
-            FAILURE,
+            if outcome.model_failed { MODEL } else { FAILURE },
             format!(
                 "{} of {} tests failed:\n  {}",
                 failures.len(),

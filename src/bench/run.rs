@@ -27,6 +27,8 @@ const PROBE_REPEATS: usize = 5;
 pub struct Outcome {
     pub rows: Vec<Row>,
     pub failures: Vec<String>,
+    /// A model could not be loaded (exit code 3, like `run`).
+    pub model_failed: bool,
 }
 
 /// The bandwidth each row's roofline uses, resolved once per run.
@@ -151,14 +153,14 @@ struct Runner<'a> {
     progress: Progress,
 }
 
-/// Run every job; a test that fails is reported and skipped, a model that does not load
-/// stops the run (exit code 3, like `run`).
+/// Run every job; a test that fails, or every test of a model that does not load, is
+/// reported and skipped, so that the other results are still printed.
 pub fn run_jobs(
     plan: &BenchPlan,
     jobs: &[Job],
     sampling: &SamplingParams,
     run_id: &str,
-) -> Result<Outcome, Failure> {
+) -> Outcome {
     let s = &plan.sweep;
     let mut runner = Runner {
         plan,
@@ -184,6 +186,7 @@ pub fn run_jobs(
     let mut outcome = Outcome {
         rows: Vec::new(),
         failures: Vec::new(),
+        model_failed: false,
     };
     let mut start = 0;
     while let Some(first) = jobs.get(start) {
@@ -191,28 +194,38 @@ pub fn run_jobs(
             .iter()
             .position(|j| !j.params.same_model_load(&first.params))
             .map_or(jobs.len(), |k| start + k);
-        runner.run_group(start, &jobs[start..end], &mut outcome)?;
+        runner.run_group(start, &jobs[start..end], &mut outcome);
         start = end;
     }
     runner.progress.finish();
-    Ok(outcome)
+    outcome
 }
 
 impl Runner<'_> {
     /// Jobs sharing one model load.
-    fn run_group(
-        &mut self,
-        first_index: usize,
-        group: &[Job],
-        outcome: &mut Outcome,
-    ) -> Result<(), Failure> {
+    fn run_group(&mut self, first_index: usize, group: &[Job], outcome: &mut Outcome) {
         let Some(first) = group.first() else {
-            return Ok(());
+            return;
         };
         let path = &first.params.model;
         self.progress
             .message(&format!("loading {}…", file_name(path)));
-        let model = load_model(path, first.params.gpu_layers_setting(), |_| true)?;
+        let model =
+            match load_model(path, first.params.gpu_layers_setting(), |_| true) {
+                Ok(model) => model,
+                Err(e) => {
+                    self.progress.message(&format!("error: {e}"));
+                    outcome.model_failed |= e.is_model_problem();
+                    outcome.failures.extend(
+                        (first_index..first_index + group.len())
+                            .zip(group)
+                            .map(|(i, job)| {
+                                format!("{}: the model did not load", self.progress.label(i, job))
+                            }),
+                    );
+                    return;
+                }
+            };
         let facts = ModelFacts::read(path);
         for (offset, job) in group.iter().enumerate() {
             let index = first_index + offset;
@@ -226,7 +239,6 @@ impl Runner<'_> {
                 }
             }
         }
-        Ok(())
     }
 
     fn run_job(

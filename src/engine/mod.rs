@@ -173,6 +173,8 @@ pub struct TurnReport {
     pub timeline: TurnTimeline,
     /// Tokens in the KV cache after the turn (context used).
     pub context_used: usize,
+    /// Oldest messages left out of the prompt because the conversation no longer fit.
+    pub dropped_messages: usize,
     /// llama.cpp's own counters for this turn (`llama_perf_context`), for cross-checks.
     pub llama_counters: LlamaCounters,
     /// The logits after prefill, when the request asked for them.
@@ -201,6 +203,8 @@ pub enum EngineEvent {
         request_id: RequestId,
         prompt_tokens: usize,
         cached_tokens: usize,
+        /// Oldest messages left out because the conversation no longer fits the context.
+        dropped_messages: usize,
     },
     /// Prefill finished: the first parts of TTFT, for the live display.
     PrefillDone {

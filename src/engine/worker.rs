@@ -177,6 +177,45 @@ impl<'m> Session<'m> {
         tokens
     }
 
+    /// Template and tokenize the conversation so that it fits the context with room for an
+    /// answer: when it does not, the oldest exchanges (after the system prompt) are left out,
+    /// one user message at a time. Returns the tokens and how many messages were left out.
+    fn fit_prompt(
+        &self,
+        messages: &[ChatMessage],
+        n_ctx: usize,
+        max_tokens: u32,
+    ) -> Result<(Vec<LlamaToken>, usize), EngineError> {
+        // Room to answer: what was asked for, but at most a quarter of the context.
+        let reserve = (max_tokens as usize).clamp(1, (n_ctx / 4).max(1));
+        let system = messages
+            .iter()
+            .take_while(|m| m.role == super::Role::System)
+            .count();
+        // Where the kept part may start: everything, then from each later user message on.
+        let starts: Vec<usize> = std::iter::once(system)
+            .chain((system + 1..messages.len()).filter(|&i| messages[i].role == super::Role::User))
+            .collect();
+        let mut last_len = 0;
+        for (n, &start) in starts.iter().enumerate() {
+            let mut kept: Vec<ChatMessage> = messages[..system].to_vec();
+            kept.extend_from_slice(&messages[start..]);
+            let tokens = self.tokenize(&self.build_prompt(&kept)?);
+            if tokens.is_empty() {
+                return Err(EngineError::EmptyPrompt);
+            }
+            last_len = tokens.len();
+            let last_resort = n + 1 == starts.len();
+            if tokens.len() + reserve <= n_ctx || (last_resort && tokens.len() < n_ctx) {
+                return Ok((tokens, start - system));
+            }
+        }
+        Err(EngineError::PromptTooLong {
+            prompt_tokens: last_len,
+            n_ctx: n_ctx as u32,
+        })
+    }
+
     fn generate(
         &mut self,
         req: &GenerateRequest,
@@ -204,18 +243,8 @@ impl<'m> Session<'m> {
         let mut timeline = TurnTimeline::default();
 
         let step = Instant::now();
-        let prompt = self.build_prompt(&req.messages)?;
-        let tokens = self.tokenize(&prompt);
+        let (tokens, dropped_messages) = self.fit_prompt(&req.messages, n_ctx, req.max_tokens)?;
         timeline.template_tokenize = step.elapsed();
-        if tokens.is_empty() {
-            return Err(EngineError::EmptyPrompt);
-        }
-        if tokens.len() >= n_ctx {
-            return Err(EngineError::PromptTooLong {
-                prompt_tokens: tokens.len(),
-                n_ctx: n_ctx as u32,
-            });
-        }
 
         // KV reuse: keep the cached prefix, prefill the rest. At least one token is decoded
         // so that there are logits to sample from.
@@ -230,6 +259,7 @@ impl<'m> Session<'m> {
             request_id: req.id,
             prompt_tokens: tokens.len(),
             cached_tokens: reuse,
+            dropped_messages,
         });
         self.ctx.reset_timings();
 
@@ -341,6 +371,7 @@ impl<'m> Session<'m> {
             stop_reason,
             timeline,
             context_used: self.cached.len(),
+            dropped_messages,
             llama_counters: LlamaCounters {
                 prompt_eval_ms: t.t_p_eval_ms(),
                 prompt_eval_tokens: t.n_p_eval(),

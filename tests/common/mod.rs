@@ -128,6 +128,7 @@ impl TestEngine {
                     request_id,
                     prompt_tokens,
                     cached_tokens,
+                    ..
                 } if request_id == id => {
                     prefill_started = Some((prompt_tokens, cached_tokens));
                 }
