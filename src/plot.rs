@@ -476,25 +476,33 @@ impl RooflineChart {
     }
 }
 
-/// Ticks at 1, 2 and 5 times the powers of ten inside `range` (positive), at least two.
+/// Ticks at 1, 2 and 5 times the powers of ten inside `range` (positive); at every integer
+/// multiple when that gives fewer than four; the ends and the middle when even that fails.
 fn log_ticks(range: &Range<f64>) -> Vec<f64> {
     let (lo, hi) = (range.start, range.end);
-    let mut ticks = Vec::new();
-    let mut decade = 10f64.powf(lo.log10().floor());
-    while decade <= hi && ticks.len() < 64 {
-        for m in [1.0, 2.0, 5.0] {
-            let t = decade * m;
-            if t >= lo && t <= hi {
-                ticks.push(t);
+    let at_multiples = |multiples: &[f64]| {
+        let mut ticks = Vec::new();
+        let mut decade = 10f64.powf(lo.log10().floor());
+        while decade <= hi && ticks.len() < 64 {
+            for m in multiples {
+                let t = decade * m;
+                if t >= lo && t <= hi {
+                    ticks.push(t);
+                }
             }
+            decade *= 10.0;
         }
-        decade *= 10.0;
+        ticks
+    };
+    let ticks = at_multiples(&[1.0, 2.0, 5.0]);
+    if ticks.len() >= 4 {
+        return ticks;
     }
-    if ticks.len() < 2 {
-        // A range inside one 1-2-5 step: its ends and the geometric middle.
-        ticks = vec![lo, (lo * hi).sqrt(), hi];
+    let ticks = at_multiples(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0]);
+    if ticks.len() >= 2 {
+        return ticks;
     }
-    ticks
+    vec![lo, (lo * hi).sqrt(), hi]
 }
 
 /// Bytes in decimal units (as bandwidths are quoted): "512 kB", "1.5 GB".
@@ -875,7 +883,12 @@ mod tests {
             log_ticks(&(1.0..1000.0)),
             vec![1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0]
         );
-        assert_eq!(log_ticks(&(3.0..4.0)).len(), 3);
+        assert_eq!(log_ticks(&(3.0..4.0)), vec![3.0, 4.0]);
+        assert_eq!(log_ticks(&(3.1..3.9)).len(), 3);
+        assert_eq!(
+            log_ticks(&(50.0..280.0)),
+            vec![50.0, 60.0, 70.0, 80.0, 90.0, 100.0, 200.0]
+        );
         assert_eq!(format_bytes(2.3e8), "230 MB");
         assert_eq!(format_bytes(1.5e9), "1.5 GB");
         assert_eq!(format_bytes(512.0), "512 B");
