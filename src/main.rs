@@ -8,6 +8,7 @@ use tokscope::config::Settings;
 use tokscope::exit::{self, Failure};
 
 fn main() {
+    ignore_file_size_signal();
     std::panic::set_hook(Box::new(|info| {
         // A short message, no backtrace: the details are in the log file.
         let location = info
@@ -127,4 +128,16 @@ fn synth(args: &tokscope::cli::SynthArgs) -> Result<(), Failure> {
         tokscope::engine::ModelInfo::SYNTHETIC_LABEL,
     );
     Ok(())
+}
+
+/// With a file-size limit (`ulimit -f`), the kernel kills a process that writes past it with
+/// SIGXFSZ, leaving the terminal in raw mode. Ignored, the write fails with EFBIG instead, which
+/// tokscope reports ("could not save … file too large") and survives.
+#[allow(unsafe_code)]
+fn ignore_file_size_signal() {
+    // SAFETY: setting a signal's disposition to SIG_IGN at start-up, before any other thread
+    // exists, has no preconditions.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+    }
 }

@@ -677,12 +677,6 @@ mod tests {
         .collect()
     }
 
-    pub(super) fn sweep_pub() -> Vec<BatchPoint> {
-        sweep()
-    }
-    pub(super) fn roofline_pub() -> Vec<RooflinePoint> {
-        roofline()
-    }
     /// Width and height from a PNG's IHDR chunk.
     fn png_size(bytes: &[u8]) -> (u32, u32) {
         let be = |at: usize| {
@@ -899,46 +893,5 @@ mod tests {
         assert_eq!(trim_number(60.0), "60");
         assert_eq!(trim_number(0.25), "0.25");
         assert_eq!(trim_number(0.0), "0");
-    }
-}
-#[cfg(test)]
-mod preview_tmp {
-    #[test]
-    #[ignore]
-    fn write_previews() {
-        let dir = std::path::Path::new("/tmp/plots");
-        std::fs::create_dir_all(dir).unwrap();
-        for ext in ["png", "svg"] {
-            super::plot_batch_sweep(
-                &super::tests::sweep_pub(),
-                "Batch sweep: gemma-3-270m Q4_K_M, 2 threads, tg 128",
-                &dir.join(format!("sweep.{ext}")),
-            )
-            .unwrap();
-            let one = [super::BatchPoint {
-                batch: 1,
-                aggregate_tok_per_s: 50.0,
-                per_sequence_tok_per_s: 50.0,
-                itl_p50_ms: 20.0,
-                itl_p99_ms: f64::NAN,
-            }];
-            super::plot_batch_sweep(&one, "one point", &dir.join(format!("one.{ext}"))).unwrap();
-            super::plot_roofline(
-                &super::tests::roofline_pub()[..1],
-                f64::NAN,
-                "x",
-                "no bandwidth",
-                &dir.join(format!("nobw.{ext}")),
-            )
-            .unwrap();
-            super::plot_roofline(
-                &super::tests::roofline_pub(),
-                40e9,
-                "measured, copy probe",
-                "Roofline: gemma-3-270m and llama-3-8b on a 2-core CPU",
-                &dir.join(format!("roofline.{ext}")),
-            )
-            .unwrap();
-        }
     }
 }

@@ -438,6 +438,10 @@ mod tests {
             n_prompt: 20,
             n_gen: 10,
         };
-        assert_eq!(sample_rate(&pg, &s), 10.0);
+        let pg_sample = Sample {
+            tokens_generated: 10,
+            ..s
+        };
+        assert_eq!(sample_rate(&pg, &pg_sample), 10.0, "(20 + 10) / 3 s");
     }
 }

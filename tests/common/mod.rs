@@ -14,6 +14,8 @@ use tokscope::engine::{
 };
 use tokscope::synth::{write_model, SynthSpec, TensorType};
 
+pub mod tmux;
+
 static MODEL_LOCK: Mutex<()> = Mutex::new(());
 
 /// Serialise tests that run models, so timings are not disturbed by another test.

@@ -1,0 +1,295 @@
+//! Nothing lost, nothing garbled: the real binary in a real terminal (tmux) under kill -9, a
+//! storm of resizes while streaming, a 1 MB paste, a file-size limit that makes saving fail,
+//! and signals while loading.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::tmux::Tmux;
+use tokscope::synth::TensorType;
+
+const READY: Duration = Duration::from_secs(60);
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_tokscope")
+}
+
+fn status_line(s: &str) -> &str {
+    s.lines().next().unwrap_or("")
+}
+
+fn start_chat(tmux: &Tmux, model: &Path, extra: &str) {
+    tmux.wait_for("the shell prompt", Duration::from_secs(10), |s| {
+        s.contains("e2e$")
+    });
+    tmux.type_text(&format!(
+        "{} chat -m {} -t 1 --temp 0 {extra}; echo exit=$?",
+        bin(),
+        model.display()
+    ));
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("the model to be ready", READY, |s| {
+        status_line(s).contains("ready")
+    });
+}
+
+fn send(tmux: &Tmux, text: &str) {
+    tmux.type_text(text);
+    tmux.keys(&["Enter"]);
+}
+
+fn wait_idle_after_answers(tmux: &Tmux, answers: usize) -> String {
+    tmux.wait_for("the answers", Duration::from_secs(60), |s| {
+        s.matches("─ TTFT").count() >= answers && status_line(s).contains("ready")
+    })
+}
+
+fn exit_line(screen: &str) -> Option<&str> {
+    screen.lines().find(|l| l.starts_with("exit="))
+}
+
+fn tokscope_pid(tmux: &Tmux) -> String {
+    let shell = tmux.tmux(&["display", "-p", "-t", "main", "#{pane_pid}"]);
+    let out = Command::new("pgrep")
+        .args(["-P", shell.trim(), "tokscope"])
+        .output()
+        .unwrap();
+    let pid = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(!pid.is_empty(), "tokscope is running");
+    pid
+}
+
+fn saved_turns(data: &Path) -> usize {
+    let dir = data.join("history");
+    let mut turns = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "json") {
+            let conv = tokscope::history::load(&path).expect("every saved file loads");
+            turns += conv.turns.len();
+        }
+    }
+    turns
+}
+
+#[test]
+fn kill_9_during_generation_keeps_every_completed_turn() {
+    let _lock = common::model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::synth_medium(dir.path());
+    let data = dir.path().join("data");
+    let tmux = Tmux::start("kill9", 100, 30, &[("TOKSCOPE_DATA_DIR", &data)]);
+    start_chat(&tmux, &model, "-c 8192 -n 3");
+    send(&tmux, "one");
+    wait_idle_after_answers(&tmux, 1);
+    send(&tmux, "two");
+    wait_idle_after_answers(&tmux, 2);
+    send(&tmux, "/max 100000");
+    send(&tmux, "three, a long one");
+    tmux.wait_for("streaming", Duration::from_secs(30), |s| {
+        status_line(s).contains("streaming")
+    });
+    let pid = tokscope_pid(&tmux);
+    assert!(Command::new("kill")
+        .args(["-9", &pid])
+        .status()
+        .unwrap()
+        .success());
+    tmux.wait_for("the shell", Duration::from_secs(10), |s| {
+        exit_line(s).is_some()
+    });
+    assert_eq!(
+        saved_turns(&data),
+        2,
+        "both completed turns are on disk and load back"
+    );
+    // The next start resumes them.
+    tmux.tmux(&["send-keys", "-t", "main", "reset", "Enter"]);
+    start_chat(&tmux, &model, "-n 2 --resume");
+    let screen = tmux.wait_for("the resumed conversation", Duration::from_secs(10), |s| {
+        s.contains("two")
+    });
+    assert!(screen.matches("─ TTFT").count() >= 2, "{screen}");
+    tmux.keys(&["C-q"]);
+}
+
+#[test]
+fn a_storm_of_resizes_while_streaming_garbles_nothing() {
+    let _lock = common::model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::synth_medium(dir.path());
+    let tmux = Tmux::start(
+        "resize",
+        120,
+        40,
+        &[("TOKSCOPE_DATA_DIR", &dir.path().join("data"))],
+    );
+    start_chat(&tmux, &model, "-c 8192 -n 600");
+    send(&tmux, "tell me everything");
+    tmux.wait_for("streaming", Duration::from_secs(30), |s| {
+        status_line(s).contains("streaming")
+    });
+    for i in 0..60u16 {
+        let (w, h) = match i % 4 {
+            0 => (10, 5),
+            1 => (1, 1),
+            2 => (200, 60),
+            _ => (60 + i, 15 + i % 20),
+        };
+        tmux.tmux(&[
+            "resize-window",
+            "-t",
+            "main",
+            "-x",
+            &w.to_string(),
+            "-y",
+            &h.to_string(),
+        ]);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    tmux.tmux(&["resize-window", "-t", "main", "-x", "120", "-y", "40"]);
+    let screen = tmux.wait_for("a clean full-size frame", Duration::from_secs(60), |s| {
+        status_line(s).contains("ready") && s.contains("─ TTFT")
+    });
+    assert!(screen.contains("tell me everything"), "{screen}");
+    assert!(!screen.contains("too small"), "{screen}");
+    tmux.keys(&["C-q"]);
+    let back = tmux.wait_for("the shell", Duration::from_secs(10), |s| {
+        exit_line(s).is_some()
+    });
+    assert_eq!(exit_line(&back), Some("exit=0"), "{back}");
+}
+
+#[test]
+fn a_one_megabyte_paste_is_taken_and_a_too_long_prompt_is_said_on_screen() {
+    let _lock = common::model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::synth(dir.path(), "tiny.gguf", "tiny", TensorType::F32, 1);
+    let tmux = Tmux::start(
+        "paste",
+        120,
+        40,
+        &[("TOKSCOPE_DATA_DIR", &dir.path().join("data"))],
+    );
+    start_chat(&tmux, &model, "-c 512 -n 4");
+    let paste = dir.path().join("paste.txt");
+    let text = "lorem ipsum \x1b[31mdolor\x1b[0m sit amet\n".repeat((1 << 20) / 36);
+    std::fs::write(&paste, &text).unwrap();
+    tmux.tmux(&["load-buffer", "-b", "big", paste.to_str().unwrap()]);
+    tmux.tmux(&["paste-buffer", "-p", "-b", "big", "-t", "main"]);
+    tmux.wait_for(
+        "the pasted text in the input",
+        Duration::from_secs(30),
+        |s| s.contains("lorem ipsum"),
+    );
+    tmux.keys(&["Enter"]);
+    let screen = tmux.wait_for("the too-long message", Duration::from_secs(60), |s| {
+        s.contains("context holds")
+    });
+    assert!(
+        !screen.contains('\u{1b}'),
+        "no raw escape sequence reaches the screen"
+    );
+    // The chat goes on.
+    send(&tmux, "short");
+    tmux.wait_for(
+        "an answer to the next prompt",
+        Duration::from_secs(30),
+        |s| s.contains("─ TTFT"),
+    );
+    tmux.keys(&["C-q"]);
+    let back = tmux.wait_for("the shell", Duration::from_secs(10), |s| {
+        exit_line(s).is_some()
+    });
+    assert_eq!(exit_line(&back), Some("exit=0"), "{back}");
+}
+
+#[test]
+fn a_full_disk_is_reported_and_the_chat_survives() {
+    let _lock = common::model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::synth(dir.path(), "tiny.gguf", "tiny", TensorType::F32, 1);
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(data.join("history")).unwrap();
+    let tmux = Tmux::start("fsize", 120, 40, &[("TOKSCOPE_DATA_DIR", &data)]);
+    tmux.wait_for("the shell prompt", Duration::from_secs(10), |s| {
+        s.contains("e2e$")
+    });
+    // A 1 KiB file-size limit for the chat only: its history file cannot be written.
+    tmux.type_text("ulimit -f 1");
+    tmux.keys(&["Enter"]);
+    start_chat(&tmux, &model, "-n 40");
+    send(&tmux, "hello");
+    let screen = tmux.wait_for("the save error", Duration::from_secs(30), |s| {
+        s.contains("could not save")
+    });
+    assert!(
+        screen.contains("─ TTFT"),
+        "the answer is still shown:\n{screen}"
+    );
+    send(&tmux, "still here?");
+    wait_idle_after_answers(&tmux, 2);
+    tmux.keys(&["C-q"]);
+    let back = tmux.wait_for("the shell", Duration::from_secs(10), |s| {
+        exit_line(s).is_some()
+    });
+    assert_eq!(exit_line(&back), Some("exit=0"), "{back}");
+    let leftovers: Vec<_> = std::fs::read_dir(data.join("history"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(
+        leftovers
+            .iter()
+            .all(|n| !n.to_string_lossy().contains(".tmp")),
+        "no temp files left: {leftovers:?}"
+    );
+}
+
+#[test]
+fn quitting_or_sighup_while_loading_ends_cleanly() {
+    let _lock = common::model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::synth_medium(dir.path());
+    for (name, how) in [("ctrlc", "C-c"), ("hup", "HUP")] {
+        let tmux = Tmux::start(
+            &format!("load-{name}"),
+            100,
+            30,
+            &[("TOKSCOPE_DATA_DIR", &dir.path().join("data"))],
+        );
+        tmux.wait_for("the shell prompt", Duration::from_secs(10), |s| {
+            s.contains("e2e$")
+        });
+        tmux.type_text(&format!(
+            "{} chat -m {} -t 1; echo exit=$?",
+            bin(),
+            model.display()
+        ));
+        tmux.keys(&["Enter"]);
+        tmux.wait_for("the chat", Duration::from_secs(30), |s| {
+            status_line(s).contains("loading") || status_line(s).contains("ready")
+        });
+        if how == "HUP" {
+            let pid = tokscope_pid(&tmux);
+            Command::new("kill").args(["-HUP", &pid]).status().unwrap();
+        } else {
+            tmux.keys(&[how]);
+        }
+        let back = tmux.wait_for("the shell", Duration::from_secs(20), |s| {
+            exit_line(s).is_some()
+        });
+        let code = exit_line(&back).unwrap();
+        let expected = if how == "HUP" { "exit=129" } else { "exit=0" };
+        assert_eq!(code, expected, "{back}");
+        assert_eq!(
+            tmux.tmux(&["display", "-p", "-t", "main", "#{alternate_on}"])
+                .trim(),
+            "0"
+        );
+    }
+}
