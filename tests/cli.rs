@@ -255,3 +255,140 @@ fn config_path_honours_the_platform_dir_and_override() {
         .success()
         .stdout(predicate::str::contains("n_ctx = 777"));
 }
+
+/// A copy of a GGUF's metadata with `edit` applied, and no tensors.
+fn metadata_only(
+    from: &Path,
+    to: &Path,
+    edit: impl Fn(
+        &str,
+        tokscope::synth::gguf::GgufValue,
+    ) -> Option<(String, tokscope::synth::gguf::GgufValue)>,
+) {
+    let header = tokscope::synth::gguf::read_metadata(from).unwrap();
+    let mut w = tokscope::synth::gguf::GgufWriter::new();
+    for (k, v) in header.metadata {
+        if k == "general.alignment" {
+            continue;
+        }
+        if let Some((k, v)) = edit(&k, v) {
+            w.add_kv(&k, v).unwrap();
+        }
+    }
+    w.write_file(to).unwrap();
+}
+
+#[test]
+fn unsupported_architecture_and_vocabulary_only_files_are_clear_errors() {
+    use tokscope::synth::gguf::GgufValue;
+    let home = tempfile::tempdir().unwrap();
+    let dir = home.path();
+    let tiny = write_tiny(dir);
+    let arch = dir.join("arch.gguf");
+    metadata_only(&tiny, &arch, |k, v| {
+        let k = k.replacen("llama.", "qwerty9.", 1);
+        if k == "general.architecture" {
+            Some((k, GgufValue::String("qwerty9".into())))
+        } else {
+            Some((k, v))
+        }
+    });
+    tokscope(dir)
+        .args(["run", "-p", "hi", "-t", "1", "-m"])
+        .arg(&arch)
+        .assert()
+        .code(3)
+        .stderr(predicate::str::contains("could not load").and(predicate::str::contains("qwerty9")))
+        .stderr(no_panic());
+    let vocab_only = dir.join("vocab.gguf");
+    metadata_only(&tiny, &vocab_only, |k, v| Some((k.to_string(), v)));
+    tokscope(dir)
+        .args(["run", "-p", "hi", "-t", "1", "-m"])
+        .arg(&vocab_only)
+        .assert()
+        .code(3)
+        .stderr(predicate::str::contains("could not load"))
+        .stderr(no_panic());
+    // Truncated inside the fixed header (magic, version, counts).
+    let short = dir.join("short.gguf");
+    std::fs::write(&short, &std::fs::read(&tiny).unwrap()[..10]).unwrap();
+    tokscope(dir)
+        .args(["run", "-p", "hi", "-m"])
+        .arg(&short)
+        .assert()
+        .code(3)
+        .stderr(predicate::str::contains("header is damaged"))
+        .stderr(no_panic());
+}
+
+#[test]
+fn a_chat_template_llama_cpp_cannot_apply_falls_back_or_fails_clearly() {
+    let home = tempfile::tempdir().unwrap();
+    let dir = home.path();
+    let tiny = write_tiny(dir);
+    // Same length, so the file stays valid: a template llama.cpp recognises as nothing.
+    let mut bytes = std::fs::read(&tiny).unwrap();
+    let marker = b"{% set loop_messages = messages %}";
+    let at = bytes
+        .windows(marker.len())
+        .position(|w| w == marker)
+        .expect("the Llama 3 template is in the file");
+    let header = tokscope::synth::gguf::read_metadata(&tiny).unwrap();
+    let len = header
+        .get("tokenizer.chat_template")
+        .and_then(|v| v.as_str())
+        .unwrap()
+        .len();
+    for b in &mut bytes[at..at + len] {
+        *b = b'x';
+    }
+    let odd = dir.join("odd-template.gguf");
+    std::fs::write(&odd, bytes).unwrap();
+    tokscope(dir)
+        .args(["run", "-p", "hi", "-t", "1", "-n", "4", "-m"])
+        .arg(&odd)
+        .assert()
+        .success()
+        .stderr(predicate::str::contains(
+            "cannot apply the GGUF's chat template",
+        ))
+        .stderr(predicate::str::contains("completion"));
+    tokscope(dir)
+        .args([
+            "run",
+            "-p",
+            "hi",
+            "-t",
+            "1",
+            "-n",
+            "4",
+            "--template",
+            "model",
+            "-m",
+        ])
+        .arg(&odd)
+        .assert()
+        .code(1)
+        .stderr(
+            predicate::str::contains("chat template").and(predicate::str::contains("--template")),
+        )
+        .stderr(no_panic());
+    tokscope(dir)
+        .args([
+            "run",
+            "-p",
+            "hi",
+            "-t",
+            "1",
+            "-n",
+            "4",
+            "--template",
+            "nosuchtemplate",
+            "-m",
+        ])
+        .arg(&odd)
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("nosuchtemplate"))
+        .stderr(no_panic());
+}
