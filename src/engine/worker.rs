@@ -127,6 +127,9 @@ struct Session<'m> {
     n_batch: usize,
     /// Tokens whose KV entries are in sequence 0, in position order.
     cached: Vec<LlamaToken>,
+    /// Where the kept part of the conversation started last turn (index and message), so a
+    /// conversation that outgrew the context keeps one prefix across turns.
+    kept_from: Option<(usize, ChatMessage)>,
 }
 
 impl<'m> Session<'m> {
@@ -147,6 +150,7 @@ impl<'m> Session<'m> {
             info,
             style,
             cached: Vec::new(),
+            kept_from: None,
         })
     }
 
@@ -178,10 +182,13 @@ impl<'m> Session<'m> {
     }
 
     /// Template and tokenize the conversation so that it fits the context with room for an
-    /// answer: when it does not, the oldest exchanges (after the system prompt) are left out,
-    /// one user message at a time. Returns the tokens and how many messages were left out.
+    /// answer. When it does not, the oldest exchanges (after the system prompt) are left out,
+    /// and enough of them that the kept part fills about half the context: the next turns then
+    /// extend the same prefix and reuse the KV cache until the context is full again (a context
+    /// shift), instead of re-prefilling everything on every turn. Returns the tokens and how
+    /// many messages were left out.
     fn fit_prompt(
-        &self,
+        &mut self,
         messages: &[ChatMessage],
         n_ctx: usize,
         max_tokens: u32,
@@ -196,22 +203,59 @@ impl<'m> Session<'m> {
         let starts: Vec<usize> = std::iter::once(system)
             .chain((system + 1..messages.len()).filter(|&i| messages[i].role == super::Role::User))
             .collect();
-        let mut last_len = 0;
-        for (n, &start) in starts.iter().enumerate() {
+        let tokens_from = |this: &Self, start: usize| -> Result<Vec<LlamaToken>, EngineError> {
             let mut kept: Vec<ChatMessage> = messages[..system].to_vec();
             kept.extend_from_slice(&messages[start..]);
-            let tokens = self.tokenize(&self.build_prompt(&kept)?);
+            let tokens = this.tokenize(&this.build_prompt(&kept)?);
             if tokens.is_empty() {
                 return Err(EngineError::EmptyPrompt);
             }
-            last_len = tokens.len();
-            let last_resort = n + 1 == starts.len();
-            if tokens.len() + reserve <= n_ctx || (last_resort && tokens.len() < n_ctx) {
-                return Ok((tokens, start - system));
+            Ok(tokens)
+        };
+        let remember = |this: &mut Self, start: usize, tokens: Vec<LlamaToken>| {
+            this.kept_from = messages.get(start).cloned().map(|m| (start, m));
+            Ok((tokens, start - system))
+        };
+        // The same start as last turn, when it is the same conversation and still fits.
+        let candidates = match &self.kept_from {
+            Some((start, first)) if *start > system && messages.get(*start) == Some(first) => {
+                vec![system, *start]
+            }
+            _ => vec![system],
+        };
+        for start in candidates {
+            let tokens = tokens_from(self, start)?;
+            if tokens.len() + reserve <= n_ctx {
+                return remember(self, start, tokens);
             }
         }
+        // Drop from the front: the earliest start whose prompt fits half the context, else
+        // the whole context (binary search: later starts give fewer tokens).
+        for budget in [n_ctx / 2, n_ctx] {
+            let (mut lo, mut hi) = (0usize, starts.len());
+            let mut found = None;
+            while lo < hi {
+                let mid = (lo + hi) / 2;
+                let tokens = tokens_from(self, starts[mid])?;
+                if tokens.len() + reserve <= budget {
+                    found = Some((starts[mid], tokens));
+                    hi = mid;
+                } else {
+                    lo = mid + 1;
+                }
+            }
+            if let Some((start, tokens)) = found {
+                return remember(self, start, tokens);
+            }
+        }
+        // Only the last user message is left; it may still fit without room for a full answer.
+        let last = starts.last().copied().unwrap_or(system);
+        let tokens = tokens_from(self, last)?;
+        if tokens.len() < n_ctx {
+            return remember(self, last, tokens);
+        }
         Err(EngineError::PromptTooLong {
-            prompt_tokens: last_len,
+            prompt_tokens: tokens.len(),
             n_ctx: n_ctx as u32,
         })
     }
