@@ -13,6 +13,7 @@ bin=$(realpath target/release/tokscope)
 [ -x "$bin" ] || cargo build --release --locked
 prompt="Write a long story about a lighthouse keeper and the sea."
 work=$(mktemp -d)
+summary="$work/summary.txt"
 sock="tokscope-bench-$$"
 trap 'tmux -L "$sock" kill-server 2>/dev/null || true; rm -rf "$work"' EXIT
 clk=$(getconf CLK_TCK)
@@ -43,7 +44,17 @@ conv = json.load(open(glob.glob(data + "/history/*.json")[0]))
 m = conv["turns"][-1]["metrics"]
 tui = m["decode_tok_per_s"]
 ui_cpu_ms = (after - before) * 1000 / clk
+open(data + "/../summary.txt", "a").write(f"{tui/headless} {ui_cpu_ms/m['e2e_ms']*1000}\n")
 print(f"run {i}: tokens {m['tokens_generated']}  headless {headless:.2f} tok/s  TUI {tui:.2f} tok/s  ratio {tui/headless:.3f}  "
       f"UI thread CPU {ui_cpu_ms:.0f} ms over {m['e2e_ms']:.0f} ms streaming = {ui_cpu_ms/m['e2e_ms']*1000:.0f} ms/s")
 PY
 done
+python3 - "$summary" "$(basename "$model")" "$threads" "$tokens" <<'PY'
+import statistics as st, sys
+rows = [tuple(map(float, l.split())) for l in open(sys.argv[1]) if l.strip()]
+ratios = [r for r, _ in rows]
+cpu = [c for _, c in rows]
+print(f"{sys.argv[2]}, {sys.argv[3]} threads, {sys.argv[4]} tokens, {len(rows)} alternating runs: "
+      f"TUI/headless decode tok/s mean {st.mean(ratios):.3f}, median {st.median(ratios):.3f} "
+      f"(min {min(ratios):.3f}, max {max(ratios):.3f}); UI thread CPU {st.mean(cpu):.0f} ms per s of streaming")
+PY

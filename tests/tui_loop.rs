@@ -9,7 +9,7 @@ use ratatui::Terminal;
 use tokscope::app::{update, App, Effect, EngineStatus, Msg, Now};
 use tokscope::chat::Conversation;
 use tokscope::engine::{EngineEvent, SamplingParams};
-use tokscope::tui::{drain_engine, Driver, FRAME_INTERVAL};
+use tokscope::tui::{drain_engine, Driver, FRAME_INTERVAL, STREAM_FRAME_INTERVAL};
 
 fn now_at(instant: Instant) -> Now {
     Now {
@@ -55,7 +55,7 @@ fn a_burst_of_1000_token_events_causes_one_draw() {
         .unwrap();
     }
     // One loop iteration: drain everything, apply, draw if a frame is due.
-    let t1 = t0 + FRAME_INTERVAL;
+    let t1 = t0 + STREAM_FRAME_INTERVAL;
     let mut batch = Vec::new();
     drain_engine(&mut rx, &mut batch);
     assert_eq!(batch.len(), 1000);
@@ -74,10 +74,10 @@ fn a_burst_of_1000_token_events_causes_one_draw() {
     drain_engine(&mut rx, &mut batch);
     driver.apply_all(batch, now_at(t1));
     assert!(
-        !driver.draw_if_due(t1 + Duration::from_millis(1)).unwrap(),
-        "at most one draw per frame"
+        !driver.draw_if_due(t1 + FRAME_INTERVAL).unwrap(),
+        "streamed tokens alone are drawn at most at 30 Hz"
     );
-    assert!(driver.draw_if_due(t1 + FRAME_INTERVAL).unwrap());
+    assert!(driver.draw_if_due(t1 + STREAM_FRAME_INTERVAL).unwrap());
     assert_eq!(
         driver.draws, 3,
         "1,001 token events cost two draws after the first frame"
@@ -101,11 +101,14 @@ fn ticks_redraw_only_while_something_animates() {
     driver.draw_if_due(t0).unwrap();
     // Loading animates (progress), so a tick redraws.
     driver.apply_all(vec![Msg::Tick], now_at(t0));
-    assert!(driver.draw_if_due(t0 + FRAME_INTERVAL).unwrap());
-    // Ready and idle: ticks change nothing on screen, so no draw.
+    assert!(!driver.draw_if_due(t0 + FRAME_INTERVAL).unwrap());
+    let t1 = t0 + STREAM_FRAME_INTERVAL;
+    assert!(driver.draw_if_due(t1).unwrap());
+    // Ready and idle: a resize (the user) redraws at the input rate…
     driver.app.engine = EngineStatus::Ready;
-    driver.apply_all(vec![Msg::Resize], now_at(t0));
-    assert!(driver.draw_if_due(t0 + 2 * FRAME_INTERVAL).unwrap());
-    driver.apply_all(vec![Msg::Tick, Msg::Tick], now_at(t0));
-    assert!(!driver.draw_if_due(t0 + 4 * FRAME_INTERVAL).unwrap());
+    driver.apply_all(vec![Msg::Resize], now_at(t1));
+    assert!(driver.draw_if_due(t1 + FRAME_INTERVAL).unwrap());
+    // …and ticks change nothing on screen, so no draw.
+    driver.apply_all(vec![Msg::Tick, Msg::Tick], now_at(t1));
+    assert!(!driver.draw_if_due(t1 + 4 * STREAM_FRAME_INTERVAL).unwrap());
 }
