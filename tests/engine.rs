@@ -330,3 +330,18 @@ fn a_conversation_longer_than_the_context_drops_its_oldest_turns() {
     assert!(t.report.timeline.prompt_tokens + 16.min(n_ctx / 4) <= n_ctx);
     assert!(t.token_events >= 1, "the conversation goes on");
 }
+
+#[test]
+fn a_nul_byte_in_the_conversation_does_not_break_later_turns() {
+    // Found by the soak: random weights produced <0x00>, and every later turn failed.
+    let _lock = model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let model = synth(dir.path(), "tiny.gguf", "tiny", TensorType::F32, 1);
+    let mut e = start(&model, settings(512));
+    let t = e.turn(
+        vec![user("hi"), assistant("odd\0answer"), user("again")],
+        greedy(),
+        4,
+    );
+    assert!(t.token_events >= 1);
+}

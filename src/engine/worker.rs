@@ -160,7 +160,14 @@ impl<'m> Session<'m> {
             PromptStyle::Chat(template) => {
                 let chat = messages
                     .iter()
-                    .map(|m| LlamaChatMessage::new(m.role.as_str().into(), m.content.clone()))
+                    // A NUL byte (a model can generate one) cannot cross into C: replace it
+                    // rather than fail every later turn of the conversation.
+                    .map(|m| {
+                        LlamaChatMessage::new(
+                            m.role.as_str().into(),
+                            m.content.replace('\0', "\u{FFFD}"),
+                        )
+                    })
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(|e| EngineError::Template(e.to_string()))?;
                 self.model
