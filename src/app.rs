@@ -265,6 +265,10 @@ pub struct App {
     pub max_tokens: u32,
     /// Answers run to `max_tokens` regardless of end-of-generation (benchmarking).
     pub ignore_eos: bool,
+    /// Peak memory bandwidth for the roofline pane, with where it comes from.
+    pub bandwidth: Option<crate::metrics::roofline::Bandwidth>,
+    /// Price per GPU-hour (USD) for the cost per 1M tokens.
+    pub price_per_hour_usd: f64,
     pub notice: Option<Notice>,
     /// Prompts sent in this session, for Up-recall.
     pub sent_prompts: Vec<String>,
@@ -297,6 +301,8 @@ impl App {
             sampling,
             max_tokens,
             ignore_eos: false,
+            bandwidth: None,
+            price_per_hour_usd: 2.0,
             notice: None,
             sent_prompts: Vec::new(),
             active_since: None,

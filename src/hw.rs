@@ -33,6 +33,28 @@ pub fn measure_cpu_bandwidth(buffer_bytes: usize, repeats: usize) -> Bandwidth {
     }
 }
 
+/// The peak memory bandwidth to compare decode with: the configured value, else the datasheet
+/// value of the first GPU (by name), else, on the CPU, a measured copy probe. `None` for a GPU
+/// not in the table (a CPU probe would say nothing about it).
+pub fn peak_bandwidth(
+    configured_gb_s: Option<f64>,
+    devices: &[String],
+    gpu: bool,
+) -> Option<Bandwidth> {
+    if let Some(gb) = configured_gb_s {
+        return Some(Bandwidth {
+            bytes_per_s: gb * 1e9,
+            source: BandwidthSource::Config,
+        });
+    }
+    if gpu {
+        return devices
+            .iter()
+            .find_map(|d| crate::metrics::roofline::datasheet_bandwidth(d));
+    }
+    Some(measure_cpu_bandwidth(64 << 20, 5))
+}
+
 /// The CPU's model name (Linux `/proc/cpuinfo`), when known.
 pub fn cpu_name() -> Option<String> {
     let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;

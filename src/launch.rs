@@ -86,6 +86,10 @@ pub fn chat(args: &crate::cli::ChatArgs, mut settings: Settings) -> Result<(), F
         settings.max_tokens,
     );
     app.ignore_eos = args.ignore_eos;
+    app.price_per_hour_usd = settings.price_per_gpu_hour_usd;
+    // Before the engine starts loading, so the copy probe does not compete with it.
+    let gpus = crate::engine::llama::gpu_device_descriptions();
+    app.bandwidth = crate::hw::peak_bandwidth(settings.bandwidth_gb_s, &gpus, !gpus.is_empty());
     let (mut engine, events) = crate::engine::EngineHandle::spawn(config.clone())?;
     let result = crate::tui::run_chat(app, &mut engine, events, config);
     engine.shutdown();

@@ -12,7 +12,9 @@ use ratatui::buffer::Buffer;
 use ratatui::Terminal;
 use tokscope::app::{App, EngineStatus, Mode, Notice, NoticeKind, Scroll};
 use tokscope::chat::{AssistantTurn, Conversation, Exchange};
+use tokscope::engine::llama::KvType;
 use tokscope::engine::{LlamaCounters, ModelInfo, SamplingParams, StopReason, TurnReport};
+use tokscope::metrics::roofline::{Bandwidth, BandwidthSource, KvShape, WeightBytes};
 use tokscope::metrics::TurnTimeline;
 use unicode_width::UnicodeWidthStr;
 
@@ -50,6 +52,21 @@ fn model() -> ModelInfo {
         synthetic: false,
         llama_cpp: "llama-cpp-2 0.1.160".to_string(),
         load_ms: 812.0,
+        // Qwen2.5 0.5B Q4_K_M-like figures: ~398 MB of weights read per token, minus the
+        // embedding table; 24 layers × 128-wide K and V per position in f16.
+        weight_bytes: Some(WeightBytes {
+            total_bytes: 397_000_000,
+            token_embd_bytes: 100_000_000,
+            embd_row_bytes: 1_400,
+            tied_output: false,
+        }),
+        kv_shape: Some(KvShape {
+            n_layer: 24,
+            n_embd_k: 128,
+            n_embd_v: 128,
+            type_k: KvType::F16,
+            type_v: KvType::F16,
+        }),
     }
 }
 
@@ -82,6 +99,13 @@ fn ready_app() -> App {
     );
     app.engine = EngineStatus::Ready;
     app.model = Some(model());
+    // A fixed datasheet figure (the snapshots must not depend on this machine).
+    app.bandwidth = Some(Bandwidth {
+        bytes_per_s: 4.8e12,
+        source: BandwidthSource::Datasheet {
+            device: "H200".into(),
+        },
+    });
     app
 }
 
@@ -165,6 +189,7 @@ fn finished_turn(
             finished_at: last + ms(1),
         },
         context_used: prompt + turn.timeline.tokens_generated(),
+        dropped_messages: 0,
         llama_counters: LlamaCounters::default(),
         first_logits: None,
     };

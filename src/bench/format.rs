@@ -421,6 +421,8 @@ pub(crate) mod tests {
             synthetic: true,
             llama_cpp: "llama-cpp-sys-2 0.1.160".into(),
             load_ms: 1.0,
+            weight_bytes: None,
+            kv_shape: None,
         };
         Row {
             run_id: "20250101-000000-abcd".into(),

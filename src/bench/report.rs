@@ -3,7 +3,6 @@
 //! `metrics::roofline`, the sweep parameters and the reproducibility stamp. Every output
 //! format and the results log print these rows; nothing here measures or prints.
 
-use std::path::Path;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -13,12 +12,10 @@ use super::sweep::{Job, TestKind, TestSpec};
 use crate::engine::llama::{FlashAttn, KvType};
 use crate::engine::{ModelInfo, SamplingParams};
 use crate::metrics::roofline::{
-    ceiling_tok_per_s, cost_per_million_tokens, mbu, prefill_flops_per_token, Bandwidth, KvShape,
-    WeightBytes,
+    ceiling_tok_per_s, cost_per_million_tokens, mbu, prefill_flops_per_token, Bandwidth,
 };
 use crate::metrics::{ms, LatencyStats};
 use crate::stamp::Stamp;
-use crate::synth::gguf::GgufHeader;
 
 /// The swept settings of a row, beside the stamp (which has the effective context values).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -109,31 +106,12 @@ pub struct Row {
     pub stamp: Stamp,
 }
 
-/// What the roofline needs from a model file's header.
-#[derive(Debug, Clone)]
-pub struct ModelFacts {
-    header: Option<GgufHeader>,
-    pub weights: Option<WeightBytes>,
-}
-
-impl ModelFacts {
-    /// Read once per model; a header that cannot be read only loses the roofline columns.
-    pub fn read(path: &Path) -> Self {
-        let header = crate::synth::gguf::read_metadata(path).ok();
-        let weights = header.as_ref().and_then(WeightBytes::from_gguf);
-        Self { header, weights }
-    }
-
-    pub fn kv(&self, type_k: KvType, type_v: KvType) -> Option<KvShape> {
-        KvShape::from_gguf(self.header.as_ref()?, type_k, type_v)
-    }
-}
-
 /// Everything a row needs besides the job and its samples.
 pub struct RowContext<'a> {
     pub run_id: &'a str,
+    /// The model and context the test ran on (with the roofline's weight bytes and KV shape
+    /// for the context's cache types).
     pub info: &'a ModelInfo,
-    pub facts: &'a ModelFacts,
     pub bandwidth: Option<&'a Bandwidth>,
     pub price_per_gpu_hour_usd: f64,
     pub sampling: &'a SamplingParams,
@@ -286,18 +264,15 @@ fn params(job: &Job, cx: &RowContext) -> BenchParams {
 
 /// Bytes per generated token, the ceiling they allow and how close the run came (MBU).
 fn add_decode_roofline(row: &mut Row, job: &Job, cx: &RowContext, (lo, hi): (u64, u64)) {
-    let Some(weights) = cx.facts.weights else {
+    let Some(weights) = cx.info.weight_bytes else {
         return;
     };
     let sequences = f64::from(job.test.sequences());
     // The KV bytes grow linearly with the depth: their mean over the steps is the mean of the
     // first and the last step's.
-    let kv_per_sequence = cx
-        .facts
-        .kv(job.params.type_k, job.params.type_v)
-        .map_or(0.0, |kv| {
-            (kv.bytes_read_at(lo) + kv.bytes_read_at(hi)) / 2.0
-        });
+    let kv_per_sequence = cx.info.kv_shape.map_or(0.0, |kv| {
+        (kv.bytes_read_at(lo) + kv.bytes_read_at(hi)) / 2.0
+    });
     // One step reads the weights once for all B sequences, and each sequence's own cache.
     let bytes_per_token = weights.read_per_token() as f64 / sequences + kv_per_sequence;
     row.bytes_per_token = Some(bytes_per_token);

@@ -11,7 +11,7 @@ use llama_cpp_2::LlamaBackendDeviceType;
 
 use super::args::{BandwidthChoice, BenchPlan};
 use super::measure::Bencher;
-use super::report::{build_row, ModelFacts, Row, RowContext};
+use super::report::{build_row, Row, RowContext};
 use super::sweep::{file_name, Job};
 use crate::config::EngineSettings;
 use crate::engine::llama::{describe, load_model, new_context};
@@ -226,11 +226,10 @@ impl Runner<'_> {
                     return;
                 }
             };
-        let facts = ModelFacts::read(path);
         for (offset, job) in group.iter().enumerate() {
             let index = first_index + offset;
             self.progress.start(index, job);
-            match self.run_job(index, &model, &facts, job) {
+            match self.run_job(index, &model, job) {
                 Ok(row) => outcome.rows.push(row),
                 Err(e) => {
                     let text = format!("{}: {e}", self.progress.label(index, job));
@@ -241,13 +240,7 @@ impl Runner<'_> {
         }
     }
 
-    fn run_job(
-        &mut self,
-        index: usize,
-        model: &LlamaModel,
-        facts: &ModelFacts,
-        job: &Job,
-    ) -> Result<Row, EngineError> {
+    fn run_job(&mut self, index: usize, model: &LlamaModel, job: &Job) -> Result<Row, EngineError> {
         let settings = engine_settings(job);
         let started = Instant::now();
         let ctx = new_context(model, &settings, job.test.sequences())?;
@@ -266,7 +259,6 @@ impl Runner<'_> {
         let cx = RowContext {
             run_id: self.run_id,
             info: &info,
-            facts,
             bandwidth: bandwidth.as_ref(),
             price_per_gpu_hour_usd: self.plan.price_per_gpu_hour_usd,
             sampling: self.sampling,

@@ -42,6 +42,24 @@ pub fn system_info() -> String {
         .to_string()
 }
 
+/// The descriptions of ggml's GPU devices (empty on a CPU-only build or machine).
+pub fn gpu_device_descriptions() -> Vec<String> {
+    if backend().is_err() {
+        return Vec::new();
+    }
+    llama_cpp_2::list_llama_ggml_backend_devices()
+        .into_iter()
+        .filter(|d| {
+            matches!(
+                d.device_type,
+                llama_cpp_2::LlamaBackendDeviceType::Gpu
+                    | llama_cpp_2::LlamaBackendDeviceType::IntegratedGpu
+            )
+        })
+        .map(|d| d.description)
+        .collect()
+}
+
 /// Element type of the KV cache (llama.cpp's `-ctk`/`-ctv`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum KvType {
@@ -300,6 +318,7 @@ pub fn describe(
             )
         })
         .map(|d| d.backend.clone());
+    let header = crate::synth::gguf::read_metadata(path).ok();
     let n_layer = model.n_layer();
     let n_gpu_layers = if gpu_backend.is_some() {
         requested_gpu_layers(settings.n_gpu_layers).min(n_layer + 1)
@@ -353,6 +372,12 @@ pub fn describe(
         llama_cpp: LLAMA_CPP_BINDINGS.to_string(),
         load_ms: crate::metrics::ms(started.elapsed()),
         path: path.to_path_buf(),
+        weight_bytes: header
+            .as_ref()
+            .and_then(crate::metrics::roofline::WeightBytes::from_gguf),
+        kv_shape: header.as_ref().and_then(|h| {
+            crate::metrics::roofline::KvShape::from_gguf(h, settings.type_k, settings.type_v)
+        }),
     }
 }
 

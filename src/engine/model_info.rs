@@ -46,6 +46,19 @@ pub struct ModelInfo {
     pub synthetic: bool,
     pub llama_cpp: String,
     pub load_ms: f64,
+    /// What a decode step reads (from the GGUF's tensor directory), for the roofline.
+    pub weight_bytes: Option<crate::metrics::roofline::WeightBytes>,
+    /// The KV cache's shape with the context's cache types, for the roofline.
+    pub kv_shape: Option<crate::metrics::roofline::KvShape>,
+}
+
+impl ModelInfo {
+    /// Bytes read per decode step at `depth` cached tokens (see docs/metrics.md).
+    pub fn bytes_per_token(&self, depth: u64) -> Option<f64> {
+        self.weight_bytes
+            .as_ref()
+            .map(|w| crate::metrics::roofline::bytes_per_token(w, self.kv_shape.as_ref(), depth))
+    }
 }
 
 impl ModelInfo {

@@ -107,8 +107,28 @@ const METRICS: &[(&str, &str)] = &[
         "tokens in the KV cache (prompt and answer so far) / the context window (n_ctx)",
     ),
     (
+        "roofline",
+        "decode at batch 1 reads every weight once per token, so speed is capped by memory bandwidth; the source of the bandwidth is shown (configured, datasheet, or measured by a copy probe)",
+    ),
+    (
+        "bytes/token MB",
+        "weights read per decode step (all tensors but the embedding table, plus one row of it) + the KV cache at the current context depth",
+    ),
+    (
+        "ceiling tok/s",
+        "bandwidth ÷ bytes per token: the fastest decode this hardware allows",
+    ),
+    (
+        "MBU",
+        "memory bandwidth utilisation: decode tok/s ÷ ceiling",
+    ),
+    (
+        "$/1M tok",
+        "price per GPU-hour ÷ (decode tok/s × 3600) × 10⁶ (price from config price_per_gpu_hour_usd)",
+    ),
+    (
         "—",
-        "not defined: TTFT needs one token; ITL, TPOT and decode tok/s need two; prefill tok/s needs prefilled tokens; the breakdown arrives when the answer ends",
+        "not defined: TTFT needs one token; ITL, TPOT and decode tok/s need two; prefill tok/s needs prefilled tokens; the breakdown arrives when prefill ends; the roofline needs a known bandwidth",
     ),
 ];
 

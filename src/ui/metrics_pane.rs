@@ -405,8 +405,91 @@ fn pieces(app: &App, now: Instant, w: usize) -> Vec<Piece> {
     });
 
     out.push(Piece::text(2, context_lines(app, w)));
+    out.push(Piece::text(
+        4,
+        roofline_lines(app, s.and_then(|s| s.decode_tok_per_s), w),
+    ));
     out.push(history(app, w));
     out
+}
+
+/// The roofline of the answer shown: bytes a decode step reads at the current context depth,
+/// the bandwidth ceiling that gives, how close decode gets to it (MBU), and the cost per 1M
+/// tokens at the configured GPU-hour price. All from `metrics::roofline`.
+fn roofline_lines(app: &App, decode_tok_per_s: Option<f64>, w: usize) -> Vec<Line<'static>> {
+    use crate::metrics::roofline::{ceiling_tok_per_s, cost_per_million_tokens, mbu};
+    let (used, _) = context(app);
+    let bytes = app
+        .model
+        .as_ref()
+        .and_then(|m| m.bytes_per_token(used as u64));
+    let bandwidth = app.bandwidth.as_ref();
+    let ceiling = match (bandwidth, bytes) {
+        (Some(b), Some(bytes)) => ceiling_tok_per_s(b.bytes_per_s, bytes),
+        _ => None,
+    };
+    let source = bandwidth.map_or_else(|| "bandwidth unknown".to_string(), |b| b.source.label());
+    let mut lines = vec![
+        Line::from(vec![
+            Span::styled("roofline ", theme::METRIC_LABEL),
+            Span::styled(truncate(&source, w.saturating_sub(9)), theme::DIM),
+        ]),
+        row(
+            "  bandwidth GB/s",
+            format::num(bandwidth.map(|b| b.bytes_per_s / 1e9)),
+            w,
+            theme::METRIC_SUB_LABEL,
+            theme::METRIC_VALUE,
+        ),
+        row(
+            "  bytes/token MB",
+            format::num(bytes.map(|b| b / 1e6)),
+            w,
+            theme::METRIC_SUB_LABEL,
+            theme::METRIC_VALUE,
+        ),
+        row(
+            "  ceiling tok/s",
+            format::num(ceiling),
+            w,
+            theme::METRIC_SUB_LABEL,
+            theme::METRIC_VALUE,
+        ),
+    ];
+    let utilisation = match (decode_tok_per_s, ceiling) {
+        (Some(rate), Some(c)) => mbu(rate, c),
+        _ => None,
+    };
+    match utilisation {
+        Some(u) => {
+            let pct = format!(" MBU {:>3.0}%", u * 100.0);
+            let bar_w = w.saturating_sub(pct.len() + 2);
+            let filled = ((u.clamp(0.0, 1.0) * bar_w as f64).round() as usize).min(bar_w);
+            lines.push(Line::from(vec![
+                Span::raw("  "),
+                Span::styled("█".repeat(filled), theme::GAUGE_FILLED),
+                Span::styled("░".repeat(bar_w - filled), theme::GAUGE_EMPTY),
+                Span::styled(pct, theme::METRIC_VALUE),
+            ]));
+        }
+        None => lines.push(row(
+            "  MBU %",
+            "—".to_string(),
+            w,
+            theme::METRIC_SUB_LABEL,
+            theme::METRIC_VALUE,
+        )),
+    }
+    lines.push(row(
+        &format!("  $/1M tok @{:.2}/h", app.price_per_hour_usd),
+        format::num(
+            decode_tok_per_s.and_then(|r| cost_per_million_tokens(app.price_per_hour_usd, r)),
+        ),
+        w,
+        theme::METRIC_SUB_LABEL,
+        theme::METRIC_VALUE,
+    ));
+    lines
 }
 
 fn opt_count(n: Option<usize>) -> String {
