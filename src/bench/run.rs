@@ -7,7 +7,6 @@ use std::path::Path;
 use std::time::Instant;
 
 use llama_cpp_2::model::LlamaModel;
-use llama_cpp_2::LlamaBackendDeviceType;
 
 use super::args::{BandwidthChoice, BenchPlan};
 use super::measure::Bencher;
@@ -61,15 +60,9 @@ impl BandwidthResolver {
 
 /// The datasheet bandwidth of the first GPU backend device llama.cpp sees.
 fn gpu_datasheet() -> Option<Bandwidth> {
-    llama_cpp_2::list_llama_ggml_backend_devices()
+    crate::engine::llama::gpu_device_descriptions()
         .iter()
-        .filter(|d| {
-            matches!(
-                d.device_type,
-                LlamaBackendDeviceType::Gpu | LlamaBackendDeviceType::IntegratedGpu
-            )
-        })
-        .find_map(|d| datasheet_bandwidth(&d.description).or_else(|| datasheet_bandwidth(&d.name)))
+        .find_map(|d| datasheet_bandwidth(d))
 }
 
 /// The progress line: `[3/12] model.gguf pp512 t=2 r=4/5`, redrawn in place on a terminal,
