@@ -302,7 +302,11 @@ run_tokscope_batched() {
 step() {
   local name=$1 round=$2 fn=$3 log=$4
   echo "#   round ${round}: ${name}" >&2
-  if ! "$fn" "$round"; then
+  # The load average after each run: other busy processes show up here (ours adds ~threads).
+  local ok=1
+  "$fn" "$round" || ok=0
+  printf '%s %s %s\n' "$round" "${name// /_}" "$(cut -d' ' -f1 /proc/loadavg)" >>"${out_dir}/load.txt"
+  if [ "$ok" = 0 ]; then
     echo "error: ${name} failed (round ${round}); the end of ${log}:" >&2
     tail -n 20 "${out_dir}/${log}.${round}.log" >&2
     exit 1
@@ -332,12 +336,15 @@ for round in $(seq 1 "$rounds"); do
 done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
+load_peak=$(sort -k3 -g "${out_dir}/load.txt" | tail -n 1 | cut -d' ' -f3)
+
 python3 - "$out_dir" "$rounds" "$n_prompt" "$n_gen" "$npl" "$skip_single" "$skip_batched" \
   "$invocation" "$(nproc)" "$cpu_model" "$load_before" "$load_after" "$sys_detail" \
-  "$tools_detail" "$threads" "$reps" "$npp" "$ntg" "$fa" <<'PY'
+  "$tools_detail" "$threads" "$reps" "$npp" "$ntg" "$fa" "$load_peak" <<'PY'
 import json, statistics, sys
 (out, rounds, n_prompt, n_gen, npl, skip_single, skip_batched, invocation, ncpu, cpu,
- load_before, load_after, sys_detail, tools_detail, threads, reps, npp, ntg, fa) = sys.argv[1:]
+ load_before, load_after, sys_detail, tools_detail, threads, reps, npp, ntg, fa,
+ load_peak) = sys.argv[1:]
 rounds, n_prompt, n_gen = int(rounds), int(n_prompt), int(n_gen)
 batch_sizes = [int(b) for b in npl.split(",")]
 
@@ -361,7 +368,8 @@ misses = []
 print()
 print(f"Command: `{invocation}`")
 print()
-print(f"Machine: {ncpu} CPUs, {cpu}; load average {load_before} before, {load_after} after.")
+print(f"Machine: {ncpu} CPUs, {cpu}; load average {load_before} before, {load_after} after, "
+      f"at most {load_peak} (1 min) after any run; the runs themselves add about {threads}.")
 print(f"tokscope links {sys_detail}; llama-bench and llama-batched-bench are built from "
       f"{tools_detail}. Flash attention {fa}, {threads} threads.")
 print()
@@ -438,8 +446,10 @@ else:
     print("Every target met.")
 PY
 load1=${load_before%% *}
-if python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) > 0.5 else 1)' "$load1"; then
+if python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) > 0.5 or float(sys.argv[2]) > float(sys.argv[3]) + 0.5 else 1)' \
+  "$load1" "$load_peak" "$threads"; then
   echo
-  echo "Note: the machine was not idle (load average ${load_before} at the start); OpenMP runs" \
-    "slow down badly when other processes compete for the cores, so these figures may be noisy."
+  echo "Note: the machine was not idle (load average ${load_before} at the start, up to" \
+    "${load_peak} during the runs); OpenMP runs slow down badly when other processes compete" \
+    "for the cores, so these figures may be noisy."
 fi

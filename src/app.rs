@@ -24,6 +24,40 @@ pub enum EngineStatus {
 pub enum Mode {
     Chat,
     Help,
+    /// The batching screen: a batch sweep on the loaded model, charted.
+    Bench,
+}
+
+/// One batch size's figures on the bench screen.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BenchPoint {
+    pub point: crate::plot::BatchPoint,
+    /// Prefill of all B prompts together.
+    pub prefill_ms: f64,
+}
+
+/// The bench screen: which sweep, its points so far, and whether it runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BenchScreen {
+    pub batches: Vec<u32>,
+    pub n_prompt: u32,
+    pub n_gen: u32,
+    pub running: Option<RequestId>,
+    pub points: Vec<BenchPoint>,
+    pub error: Option<String>,
+}
+
+impl Default for BenchScreen {
+    fn default() -> Self {
+        Self {
+            batches: vec![1, 2, 4, 8, 16, 32],
+            n_prompt: 64,
+            n_gen: 32,
+            running: None,
+            points: Vec::new(),
+            error: None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -149,6 +183,9 @@ pub enum Action {
     ToggleHelp,
     CloseHelp,
     Quit,
+    OpenBench,
+    RunBench,
+    CloseBench,
     PageUp,
     PageDown,
     ScrollTop,
@@ -178,6 +215,13 @@ pub fn action_for(mode: Mode, input_empty: bool, key: KeyEvent) -> Option<Action
         (Mode::Help, KeyCode::PageUp | KeyCode::Up) => Some(Action::PageUp),
         (Mode::Help, KeyCode::PageDown | KeyCode::Down) => Some(Action::PageDown),
         (Mode::Help, _) => None,
+        (Mode::Bench, KeyCode::Esc | KeyCode::F(2) | KeyCode::Char('q')) => {
+            Some(Action::CloseBench)
+        }
+        (Mode::Bench, KeyCode::Enter | KeyCode::Char('r')) => Some(Action::RunBench),
+        (Mode::Bench, KeyCode::F(1) | KeyCode::Char('?')) => Some(Action::ToggleHelp),
+        (Mode::Bench, _) => None,
+        (Mode::Chat, KeyCode::F(2)) => Some(Action::OpenBench),
         (Mode::Chat, KeyCode::F(1)) => Some(Action::ToggleHelp),
         (Mode::Chat, KeyCode::Char('?')) if input_empty => Some(Action::ToggleHelp),
         (Mode::Chat, KeyCode::Enter) if alt || shift => Some(Action::Newline),
@@ -230,6 +274,13 @@ pub enum Effect {
         ignore_eos: bool,
     },
     Cancel(RequestId),
+    /// Run a batch sweep on the loaded model (the bench screen).
+    BatchSweep {
+        id: RequestId,
+        batches: Vec<u32>,
+        n_prompt: u32,
+        n_gen: u32,
+    },
     LoadModel(PathBuf),
     Save(SavedConversation),
     Export {
@@ -280,6 +331,7 @@ pub struct App {
     pub should_quit: bool,
     /// A new conversation id, minted by the caller (update never reads the clock or RNG).
     pub fresh_conversation_id: String,
+    pub bench: BenchScreen,
 }
 
 impl App {
@@ -310,6 +362,7 @@ impl App {
             next_request_id: 1,
             should_quit: false,
             fresh_conversation_id: String::new(),
+            bench: BenchScreen::default(),
         }
     }
 
@@ -507,6 +560,27 @@ impl App {
         Vec::new()
     }
 
+    fn run_bench(&mut self) -> Vec<Effect> {
+        if self.bench.running.is_some() {
+            return Vec::new();
+        }
+        if self.is_generating() || self.engine != EngineStatus::Ready {
+            self.bench.error = Some("the engine is busy or not ready: try again when it is".into());
+            return Vec::new();
+        }
+        let id = self.next_request_id;
+        self.next_request_id += 1;
+        self.bench.running = Some(id);
+        self.bench.points.clear();
+        self.bench.error = None;
+        vec![Effect::BatchSweep {
+            id,
+            batches: self.bench.batches.clone(),
+            n_prompt: self.bench.n_prompt,
+            n_gen: self.bench.n_gen,
+        }]
+    }
+
     fn quit(&mut self) -> Vec<Effect> {
         self.should_quit = true;
         let mut effects = self.cancel_active();
@@ -581,6 +655,21 @@ impl App {
                     return vec![Effect::Save(self.conversation.to_saved(now.unix_s))];
                 }
             }
+            EngineEvent::BatchPoint {
+                request_id,
+                point,
+                prefill_ms,
+            } => {
+                if self.bench.running == Some(request_id) {
+                    self.bench.points.push(BenchPoint { point, prefill_ms });
+                }
+            }
+            EngineEvent::BatchSweepDone { request_id, error } => {
+                if self.bench.running == Some(request_id) {
+                    self.bench.running = None;
+                    self.bench.error = error.map(|e| e.to_string());
+                }
+            }
             EngineEvent::Failed { request_id, error } => {
                 if let Some(t) = self.conversation.turn_for(request_id) {
                     t.on_failed(error.to_string());
@@ -618,7 +707,21 @@ impl App {
                 self.mode = Mode::Help;
                 self.help_scroll = 0;
             }
-            Action::CloseHelp => self.mode = Mode::Chat,
+            Action::CloseHelp => {
+                self.mode = if self.bench.running.is_some() || !self.bench.points.is_empty() {
+                    Mode::Bench
+                } else {
+                    Mode::Chat
+                };
+            }
+            Action::OpenBench => self.mode = Mode::Bench,
+            Action::RunBench => return self.run_bench(),
+            Action::CloseBench => {
+                self.mode = Mode::Chat;
+                if let Some(id) = self.bench.running.take() {
+                    return vec![Effect::Cancel(id)];
+                }
+            }
             Action::Quit => return self.quit(),
             Action::PageUp => self.page(PAGE_LINES as i32),
             Action::PageDown => self.page(-(PAGE_LINES as i32)),
@@ -706,6 +809,7 @@ pub fn update(app: &mut App, msg: Msg, now: Now) -> Vec<Effect> {
 /// (the waiting clock), so the loop redraws on ticks.
 pub fn animates(app: &App) -> bool {
     matches!(app.engine, EngineStatus::Loading { .. })
+        || app.bench.running.is_some()
         || app
             .conversation
             .active()
@@ -1013,5 +1117,43 @@ mod tests {
         assert!(!app.scroll.follows());
         update(&mut app, Msg::Key(key(KeyCode::End)), now());
         assert!(app.scroll.follows());
+    }
+
+    #[test]
+    fn bench_screen_runs_a_sweep_and_collects_points() {
+        let mut app = ready_app();
+        update(&mut app, Msg::Key(key(KeyCode::F(2))), now());
+        assert_eq!(app.mode, Mode::Bench);
+        let fx = update(&mut app, Msg::Key(key(KeyCode::Enter)), now());
+        let Some(Effect::BatchSweep { id, batches, .. }) = fx.first().cloned() else {
+            panic!("{fx:?}")
+        };
+        assert_eq!(batches, app.bench.batches);
+        assert!(
+            update(&mut app, Msg::Key(key(KeyCode::Enter)), now()).is_empty(),
+            "one at a time"
+        );
+        let point = crate::plot::BatchPoint {
+            batch: 1,
+            aggregate_tok_per_s: 10.0,
+            per_sequence_tok_per_s: 10.0,
+            itl_p50_ms: 100.0,
+            itl_p99_ms: 120.0,
+        };
+        update(
+            &mut app,
+            Msg::Engine(EngineEvent::BatchPoint {
+                request_id: id,
+                point,
+                prefill_ms: 5.0,
+            }),
+            now(),
+        );
+        assert_eq!(app.bench.points.len(), 1);
+        // Esc stops a running sweep and returns to the chat.
+        let fx = update(&mut app, Msg::Key(key(KeyCode::Esc)), now());
+        assert_eq!(fx, vec![Effect::Cancel(id)]);
+        assert_eq!(app.mode, Mode::Chat);
+        assert!(app.bench.running.is_none());
     }
 }

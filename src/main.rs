@@ -55,6 +55,7 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
         Some(Command::Results(args)) => tokscope::bench::results(args),
         Some(Command::Synth(args)) => synth(args),
         Some(Command::FetchDemo) => fetch_demo(),
+        Some(Command::Doctor(args)) => tokscope::doctor::run(args),
         Some(Command::Config { action }) => match action {
             ConfigAction::Path => {
                 println!(
@@ -93,41 +94,7 @@ fn fetch_demo() -> Result<(), Failure> {
 }
 
 fn synth(args: &tokscope::cli::SynthArgs) -> Result<(), Failure> {
-    use tokscope::synth::{write_model, SynthSpec, TensorType};
-    let usage = |e: tokscope::synth::SynthError| Failure::new(exit::USAGE, e.to_string());
-    let mut spec = SynthSpec::preset(&args.preset).map_err(usage)?;
-    spec.tensor_type = args.tensor_type.parse::<TensorType>().map_err(usage)?;
-    spec.seed = args.seed;
-    let shape = &mut spec.shape;
-    for (flag, value) in [
-        (&mut shape.n_layer, args.layers),
-        (&mut shape.n_embd, args.n_embd),
-        (&mut shape.n_head, args.n_head),
-        (&mut shape.n_head_kv, args.n_head_kv),
-        (&mut shape.n_ff, args.n_ff),
-        (&mut shape.n_ctx_train, args.n_ctx_train),
-    ] {
-        if let Some(v) = value {
-            *flag = v;
-        }
-    }
-    let started = std::time::Instant::now();
-    let summary = write_model(&args.output, &spec).map_err(|e| match e {
-        tokscope::synth::SynthError::Io { .. } => Failure::new(exit::FAILURE, e.to_string()),
-        other => usage(other),
-    })?;
-    eprintln!(
-        "wrote {} ({:.2} MB, {} tensors, {:.2}M params, vocabulary {}, {}) in {:.0} ms\n  {}",
-        summary.path.display(),
-        summary.file_size_bytes as f64 / 1e6,
-        summary.n_tensors,
-        summary.n_params as f64 / 1e6,
-        summary.n_vocab,
-        spec.tensor_type,
-        started.elapsed().as_secs_f64() * 1e3,
-        tokscope::engine::ModelInfo::SYNTHETIC_LABEL,
-    );
-    Ok(())
+    tokscope::synth::command::run(args)
 }
 
 /// With a file-size limit (`ulimit -f`), the kernel kills a process that writes past it with

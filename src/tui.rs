@@ -252,6 +252,19 @@ impl Effects<'_> {
                     }
                 }
                 Effect::Cancel(id) => self.engine.cancel(id),
+                Effect::BatchSweep {
+                    id,
+                    batches,
+                    n_prompt,
+                    n_gen,
+                } => {
+                    if let Err(e) = self.engine.batch_sweep(id, batches, n_prompt, n_gen) {
+                        msgs.push(Msg::Engine(crate::engine::EngineEvent::BatchSweepDone {
+                            request_id: id,
+                            error: Some(e),
+                        }));
+                    }
+                }
                 Effect::LoadModel(path) => {
                     let mut config = self.engine_config.clone();
                     config.model_path = path;

@@ -345,3 +345,53 @@ fn a_nul_byte_in_the_conversation_does_not_break_later_turns() {
     );
     assert!(t.token_events >= 1);
 }
+
+#[test]
+fn the_chat_engine_measures_a_batch_sweep_on_its_loaded_model() {
+    let _lock = model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let model = synth(dir.path(), "small.gguf", "small", TensorType::F32, 1);
+    let mut e = start(&model, settings(512));
+    // The chat's own KV cache survives the sweep.
+    let first = e.turn(vec![user("hello there")], greedy(), 4);
+    e.handle.batch_sweep(100, vec![1, 2, 4], 8, 6).unwrap();
+    let mut points = Vec::new();
+    loop {
+        match e.events.blocking_recv().unwrap() {
+            EngineEvent::BatchPoint {
+                request_id: 100,
+                point,
+                prefill_ms,
+            } => {
+                assert!(prefill_ms > 0.0);
+                points.push(point);
+            }
+            EngineEvent::BatchSweepDone {
+                request_id: 100,
+                error,
+            } => {
+                assert!(error.is_none(), "{error:?}");
+                break;
+            }
+            _ => {}
+        }
+    }
+    let batches: Vec<u32> = points.iter().map(|p| p.batch).collect();
+    assert_eq!(batches, [1, 2, 4]);
+    for p in &points {
+        assert!(p.aggregate_tok_per_s > 0.0 && p.aggregate_tok_per_s.is_finite());
+        let expected = p.aggregate_tok_per_s / f64::from(p.batch);
+        assert!((p.per_sequence_tok_per_s - expected).abs() < 1e-9);
+        assert!(p.itl_p99_ms >= p.itl_p50_ms);
+    }
+    let next = e.turn(
+        vec![
+            user("hello there"),
+            assistant(&first.report.text),
+            user("more"),
+        ],
+        greedy(),
+        2,
+    );
+    assert!(next.report.timeline.cached_tokens >= first.report.timeline.prompt_tokens);
+}

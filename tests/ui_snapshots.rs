@@ -621,3 +621,34 @@ fn only_the_visible_tail_is_rendered_and_it_matches_the_full_render() {
         full
     );
 }
+
+#[test]
+fn bench_screen_with_a_batch_sweep() {
+    let mut app = ready_app();
+    app.mode = Mode::Bench;
+    // Aggregate tok/s rising with B while each sequence's ITL grows slowly: the batching
+    // trade-off, with fixed figures.
+    for (b, agg, p50, p99) in [
+        (1u32, 40.0, 25.0, 27.0),
+        (2, 78.0, 25.6, 28.0),
+        (4, 150.0, 26.7, 30.0),
+        (8, 280.0, 28.6, 33.0),
+        (16, 480.0, 33.3, 40.0),
+        (32, 720.0, 44.4, 55.0),
+    ] {
+        app.bench.points.push(tokscope::app::BenchPoint {
+            point: tokscope::plot::BatchPoint {
+                batch: b,
+                aggregate_tok_per_s: agg,
+                per_sequence_tok_per_s: agg / f64::from(b),
+                itl_p50_ms: p50,
+                itl_p99_ms: p99,
+            },
+            prefill_ms: 12.0 * f64::from(b),
+        });
+    }
+    snapshot_both("bench", &app);
+    app.bench.running = Some(9);
+    app.bench.points.truncate(3);
+    insta::assert_snapshot!("bench_running_80x24", render(&app, 80, 24));
+}

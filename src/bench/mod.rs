@@ -18,6 +18,7 @@ mod log;
 mod measure;
 mod report;
 mod run;
+mod screen;
 mod sweep;
 
 use std::io::Write;
@@ -26,6 +27,7 @@ pub use args::{rewrite_llama_bench_flags, BenchArgs, BenchPlan, OutputFormat, Re
 pub use format::render;
 pub use log::{results_path, StoredRun, RESULTS_FILE};
 pub use report::{BenchParams, Row};
+pub use screen::measure_batch;
 pub use sweep::{TestKind, TestSpec};
 
 use crate::config::Settings;

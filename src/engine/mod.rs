@@ -134,6 +134,14 @@ pub enum EngineCommand {
     Generate(GenerateRequest),
     /// Drop the current model and context and load another (the conversation is the caller's).
     LoadModel(EngineConfig),
+    /// Measure batched decoding on the loaded model for each batch size (the chat's bench
+    /// screen); cancelled like a generation request.
+    BatchSweep {
+        id: RequestId,
+        batches: Vec<u32>,
+        n_prompt: u32,
+        n_gen: u32,
+    },
     Shutdown,
 }
 
@@ -230,6 +238,17 @@ pub enum EngineEvent {
         request_id: RequestId,
         error: EngineError,
     },
+    /// One batch size of a batch sweep measured.
+    BatchPoint {
+        request_id: RequestId,
+        point: crate::plot::BatchPoint,
+        prefill_ms: f64,
+    },
+    /// A batch sweep ended (`error` when it could not finish).
+    BatchSweepDone {
+        request_id: RequestId,
+        error: Option<EngineError>,
+    },
 }
 
 impl EngineEvent {
@@ -239,7 +258,9 @@ impl EngineEvent {
             | EngineEvent::PrefillDone { request_id, .. }
             | EngineEvent::Token { request_id, .. }
             | EngineEvent::Finished { request_id, .. }
-            | EngineEvent::Failed { request_id, .. } => Some(*request_id),
+            | EngineEvent::Failed { request_id, .. }
+            | EngineEvent::BatchPoint { request_id, .. }
+            | EngineEvent::BatchSweepDone { request_id, .. } => Some(*request_id),
             _ => None,
         }
     }
@@ -346,6 +367,25 @@ impl EngineHandle {
     /// within one token and the partial answer is kept.
     pub fn cancel(&self, id: RequestId) {
         self.cancel_through.fetch_max(id, Ordering::SeqCst);
+    }
+
+    /// Start a batch sweep on the loaded model (points arrive as `BatchPoint` events).
+    pub fn batch_sweep(
+        &mut self,
+        id: RequestId,
+        batches: Vec<u32>,
+        n_prompt: u32,
+        n_gen: u32,
+    ) -> Result<(), EngineError> {
+        self.next_id = self.next_id.max(id + 1);
+        self.commands
+            .send(EngineCommand::BatchSweep {
+                id,
+                batches,
+                n_prompt,
+                n_gen,
+            })
+            .map_err(|_| EngineError::EngineGone)
     }
 
     /// Replace the loaded model (the engine answers with `Loading`… then `Ready`/`LoadFailed`).

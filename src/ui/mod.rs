@@ -4,6 +4,7 @@
 //! `theme`. Drawing reads the state and never changes it, does no I/O and never reads the
 //! clock: `now` is passed in.
 
+mod bench;
 pub mod conversation;
 mod format;
 mod help;
@@ -67,6 +68,14 @@ pub fn draw(frame: &mut Frame, app: &App, now: Instant) {
     }
     frame.render_widget(Paragraph::new(notice), notice_area);
     input::draw(frame, input_area, app);
+    if app.mode == Mode::Bench {
+        let below_status = Rect {
+            y: area.y + 1,
+            height: area.height - 1,
+            ..area
+        };
+        bench::draw(frame, below_status, app);
+    }
     if app.mode == Mode::Help {
         let below_status = Rect {
             y: area.y + 1,

@@ -114,3 +114,10 @@ pub const HELP_SECTION: Style = Style::new()
 pub const HELP_KEY: Style = KEY;
 pub const HELP_TEXT: Style = Style::new();
 pub const TOO_SMALL: Style = Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD);
+
+// Bench screen (batching charts).
+pub const SERIES_AGGREGATE: Style = Style::new().fg(Color::Green);
+pub const SERIES_PER_SEQUENCE: Style = Style::new().fg(Color::Cyan);
+pub const SERIES_P50: Style = Style::new().fg(Color::Cyan);
+pub const SERIES_P99: Style = Style::new().fg(Color::Magenta);
+pub const AXIS: Style = Style::new().add_modifier(Modifier::DIM);

@@ -1,0 +1,430 @@
+//! `tokscope doctor`: checks that hold one part of a model against an independent reference.
+//!
+//! `doctor tokenizer` owns the tokenizer check: a corpus (built in from `assets/`, or a file)
+//! is tokenized by llama.cpp with the GGUF's own vocabulary (loaded vocabulary-only) and by the
+//! Hugging Face tokenizers crate from a tokenizer.json; the report gives the share of samples
+//! that tokenize differently and the first differences side by side. A mismatch means the
+//! token counts, prompts and speeds measured with that GGUF are not those of the real model.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use clap::{Args, Subcommand};
+use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::token::LlamaToken;
+use tokenizers::Tokenizer;
+
+use crate::exit::{self, Failure};
+
+/// `tokscope doctor`.
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    #[command(subcommand)]
+    pub check: DoctorCheck,
+}
+
+/// The checks `doctor` runs.
+#[derive(Debug, Subcommand)]
+pub enum DoctorCheck {
+    /// Tokenize a corpus with llama.cpp (the GGUF's vocabulary) and with the tokenizers crate
+    /// (a tokenizer.json); report the mismatch rate and the first mismatches side by side.
+    /// Exits 1 when any sample differs.
+    Tokenizer(TokenizerCheckArgs),
+}
+
+/// `tokscope doctor tokenizer`.
+#[derive(Debug, Args)]
+pub struct TokenizerCheckArgs {
+    /// The GGUF model whose vocabulary is checked (only the vocabulary is loaded).
+    #[arg(short = 'm', long, value_name = "FILE")]
+    pub model: PathBuf,
+    /// The reference: a Hugging Face tokenizer.json.
+    #[arg(long, value_name = "FILE")]
+    pub tokenizer: PathBuf,
+    /// A text file to check instead of the built-in corpus (checked whole and line by line).
+    #[arg(long, value_name = "FILE")]
+    pub text: Option<PathBuf>,
+    /// How many mismatches to show side by side.
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    pub show: usize,
+}
+
+/// Runs `tokscope doctor`.
+pub fn run(args: &DoctorArgs) -> Result<(), Failure> {
+    match &args.check {
+        DoctorCheck::Tokenizer(args) => tokenizer(args),
+    }
+}
+
+fn tokenizer(args: &TokenizerCheckArgs) -> Result<(), Failure> {
+    let samples = match &args.text {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                Failure::new(
+                    exit::USAGE,
+                    format!("cannot read {} as UTF-8 text: {e}", path.display()),
+                )
+            })?;
+            let label = path
+                .file_name()
+                .map_or_else(|| "text".to_owned(), |n| n.to_string_lossy().into_owned());
+            samples_from_text(&label, &text)
+        }
+        None => builtin_corpus(),
+    };
+    let model = crate::tokcount::load_vocab_only(&args.model)?;
+    let reference = crate::synth::llama3::open_tokenizer(&args.tokenizer)
+        .map_err(|e| Failure::new(exit::USAGE, e.to_string()))?;
+    let comparison = compare(&model, &reference, &samples);
+    print!(
+        "{}",
+        render_report(&comparison, &args.model, &args.tokenizer, args.show)
+    );
+    if comparison.mismatches.is_empty() {
+        Ok(())
+    } else {
+        Err(Failure::new(
+            exit::FAILURE,
+            format!(
+                "tokenizer check failed: {} of {} samples tokenize differently ({:.1}%)",
+                comparison.mismatches.len(),
+                comparison.samples,
+                comparison.mismatch_rate() * 100.0
+            ),
+        ))
+    }
+}
+
+/// One text to tokenize, with where it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sample {
+    /// `file:line`, or `file` for the whole text.
+    pub label: String,
+    /// The text.
+    pub text: String,
+}
+
+/// The built-in corpus (`assets/tokenizer-corpus/`), each file whole and line by line.
+#[must_use]
+pub fn builtin_corpus() -> Vec<Sample> {
+    CORPUS
+        .iter()
+        .flat_map(|(name, text)| samples_from_text(name, text))
+        .collect()
+}
+
+const CORPUS: [(&str, &str); 8] = [
+    (
+        "prose.txt",
+        include_str!("../assets/tokenizer-corpus/prose.txt"),
+    ),
+    (
+        "code.txt",
+        include_str!("../assets/tokenizer-corpus/code.txt"),
+    ),
+    (
+        "numbers.txt",
+        include_str!("../assets/tokenizer-corpus/numbers.txt"),
+    ),
+    (
+        "whitespace.txt",
+        include_str!("../assets/tokenizer-corpus/whitespace.txt"),
+    ),
+    (
+        "emoji.txt",
+        include_str!("../assets/tokenizer-corpus/emoji.txt"),
+    ),
+    (
+        "cjk.txt",
+        include_str!("../assets/tokenizer-corpus/cjk.txt"),
+    ),
+    (
+        "vietnamese.txt",
+        include_str!("../assets/tokenizer-corpus/vietnamese.txt"),
+    ),
+    (
+        "special.txt",
+        include_str!("../assets/tokenizer-corpus/special.txt"),
+    ),
+];
+
+/// A text as samples: the whole text, then each line with its line ending (a line's end is
+/// where pre-tokenizers disagree most).
+#[must_use]
+pub fn samples_from_text(label: &str, text: &str) -> Vec<Sample> {
+    let mut samples = vec![Sample {
+        label: label.to_owned(),
+        text: text.to_owned(),
+    }];
+    for (index, line) in text.split_inclusive('\n').enumerate() {
+        samples.push(Sample {
+            label: format!("{label}:{}", index + 1),
+            text: line.to_owned(),
+        });
+    }
+    samples.retain(|s| !s.text.is_empty());
+    samples
+}
+
+/// A token as shown in a report: its id and its text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShownToken {
+    /// Token id.
+    pub id: u32,
+    /// The token's text (lossy for partial UTF-8).
+    pub text: String,
+}
+
+/// One sample that tokenized differently.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mismatch {
+    /// Which sample.
+    pub label: String,
+    /// Index of the first differing token.
+    pub position: usize,
+    /// Tokens on llama.cpp's side, from a little before the difference.
+    pub llama: Vec<ShownToken>,
+    /// Tokens on the tokenizers crate's side, from the same index.
+    pub reference: Vec<ShownToken>,
+    /// Token counts of the whole sample (llama.cpp, tokenizers).
+    pub counts: (usize, usize),
+}
+
+/// What [`compare`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Comparison {
+    /// Samples checked.
+    pub samples: usize,
+    /// Tokens llama.cpp produced over all samples.
+    pub llama_tokens: usize,
+    /// Tokens the tokenizers crate produced over all samples.
+    pub reference_tokens: usize,
+    /// Every sample that differed, in corpus order.
+    pub mismatches: Vec<Mismatch>,
+}
+
+impl Comparison {
+    /// Share of samples that tokenized differently (0 when there were none).
+    #[must_use]
+    pub fn mismatch_rate(&self) -> f64 {
+        if self.samples == 0 {
+            0.0
+        } else {
+            self.mismatches.len() as f64 / self.samples as f64
+        }
+    }
+}
+
+/// Tokens shown before the first difference, for context.
+const CONTEXT_BEFORE: usize = 2;
+/// Tokens shown from the first difference on.
+const SHOWN_FROM_DIFFERENCE: usize = 6;
+
+/// Tokenizes every sample both ways (no BOS; special tokens parsed, as the engine does) and
+/// collects the differences.
+#[must_use]
+pub fn compare(model: &LlamaModel, reference: &Tokenizer, samples: &[Sample]) -> Comparison {
+    let vocab = model.vocab();
+    let mut comparison = Comparison {
+        samples: samples.len(),
+        llama_tokens: 0,
+        reference_tokens: 0,
+        mismatches: Vec::new(),
+    };
+    for sample in samples {
+        let llama: Vec<u32> = vocab
+            .tokenize(sample.text.as_bytes(), false, true)
+            .iter()
+            .map(|t| t.0 as u32)
+            .collect();
+        let theirs: Vec<u32> = reference
+            .encode_fast(sample.text.as_str(), false)
+            .map(|e| e.get_ids().to_vec())
+            .unwrap_or_default();
+        comparison.llama_tokens += llama.len();
+        comparison.reference_tokens += theirs.len();
+        if llama == theirs {
+            continue;
+        }
+        let position = llama
+            .iter()
+            .zip(&theirs)
+            .position(|(a, b)| a != b)
+            .unwrap_or(llama.len().min(theirs.len()));
+        let start = position.saturating_sub(CONTEXT_BEFORE);
+        let end = |len: usize| (position + SHOWN_FROM_DIFFERENCE).min(len);
+        let show_llama = |id: u32| ShownToken {
+            id,
+            text: String::from_utf8_lossy(&vocab.token_to_piece(LlamaToken(id as i32), true, None))
+                .into_owned(),
+        };
+        let show_reference = |id: u32| ShownToken {
+            id,
+            text: reference.decode(&[id], false).unwrap_or_default(),
+        };
+        comparison.mismatches.push(Mismatch {
+            label: sample.label.clone(),
+            position,
+            llama: llama[start..end(llama.len())]
+                .iter()
+                .map(|&id| show_llama(id))
+                .collect(),
+            reference: theirs[start..end(theirs.len())]
+                .iter()
+                .map(|&id| show_reference(id))
+                .collect(),
+            counts: (llama.len(), theirs.len()),
+        });
+    }
+    comparison
+}
+
+/// The report `doctor tokenizer` prints.
+#[must_use]
+pub fn render_report(
+    comparison: &Comparison,
+    model: &Path,
+    tokenizer: &Path,
+    show: usize,
+) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "tokenizer check");
+    let _ = writeln!(
+        out,
+        "  model (llama.cpp, vocabulary only): {}",
+        model.display()
+    );
+    let _ = writeln!(
+        out,
+        "  reference (tokenizers crate):       {}",
+        tokenizer.display()
+    );
+    let _ = writeln!(
+        out,
+        "  {} samples · {} tokens (llama.cpp) · {} tokens (tokenizers)",
+        comparison.samples, comparison.llama_tokens, comparison.reference_tokens
+    );
+    let _ = writeln!(
+        out,
+        "  mismatching samples: {} ({:.1}%)",
+        comparison.mismatches.len(),
+        comparison.mismatch_rate() * 100.0
+    );
+    if comparison.mismatches.is_empty() {
+        let _ = writeln!(out, "PASS: every sample tokenizes identically");
+        return out;
+    }
+    let _ = writeln!(
+        out,
+        "FAIL: the GGUF's vocabulary does not tokenize like the tokenizer.json"
+    );
+    for mismatch in comparison.mismatches.iter().take(show) {
+        let _ = writeln!(
+            out,
+            "\n{} — first difference at token {} ({} vs {} tokens in the sample)",
+            mismatch.label, mismatch.position, mismatch.counts.0, mismatch.counts.1
+        );
+        let _ = writeln!(out, "  {:<38} {}", "llama.cpp", "tokenizers");
+        let start = mismatch.position.saturating_sub(CONTEXT_BEFORE);
+        let rows = mismatch.llama.len().max(mismatch.reference.len());
+        for row in 0..rows {
+            let cell = |tokens: &[ShownToken]| {
+                tokens
+                    .get(row)
+                    .map_or_else(String::new, |t| format!("{:>6} {:?}", t.id, t.text))
+            };
+            let marker = if start + row == mismatch.position {
+                ">"
+            } else {
+                " "
+            };
+            let _ = writeln!(
+                out,
+                "{marker} {:<38} {}",
+                cell(&mismatch.llama),
+                cell(&mismatch.reference)
+            );
+        }
+    }
+    if comparison.mismatches.len() > show {
+        let _ = writeln!(
+            out,
+            "\n… and {} more (--show N to see more)",
+            comparison.mismatches.len() - show
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn corpus_covers_every_category_and_keeps_bytes() {
+        let corpus = builtin_corpus();
+        for name in [
+            "prose.txt",
+            "code.txt",
+            "numbers.txt",
+            "whitespace.txt",
+            "emoji.txt",
+            "cjk.txt",
+            "vietnamese.txt",
+            "special.txt",
+        ] {
+            assert!(corpus.iter().any(|s| s.label == name), "{name}");
+        }
+        let whitespace = corpus.iter().find(|s| s.label == "whitespace.txt").unwrap();
+        assert!(whitespace.text.contains("\r\n") && whitespace.text.contains('\u{a0}'));
+        assert!(corpus.iter().any(|s| s.text.contains("<|eot_id|>")));
+        assert!(corpus.iter().any(|s| s.text.contains("Đường")));
+        assert!(corpus.len() > 60, "{}", corpus.len());
+    }
+
+    #[test]
+    fn lines_keep_their_endings() {
+        let samples = samples_from_text("t", "a\r\nb\n\nc");
+        let texts: Vec<&str> = samples.iter().map(|s| s.text.as_str()).collect();
+        assert_eq!(texts, ["a\r\nb\n\nc", "a\r\n", "b\n", "\n", "c"]);
+        assert_eq!(samples[1].label, "t:1");
+        assert!(samples_from_text("e", "").is_empty());
+    }
+
+    #[test]
+    fn report_shows_pass_and_side_by_side_failures() {
+        let mut comparison = Comparison {
+            samples: 4,
+            llama_tokens: 10,
+            reference_tokens: 10,
+            mismatches: Vec::new(),
+        };
+        let pass = render_report(&comparison, Path::new("m.gguf"), Path::new("t.json"), 5);
+        assert!(pass.contains("PASS") && pass.contains("0 (0.0%)"), "{pass}");
+
+        let token = |id, text: &str| ShownToken {
+            id,
+            text: text.to_owned(),
+        };
+        comparison.mismatches.push(Mismatch {
+            label: "prose.txt:3".into(),
+            position: 1,
+            llama: vec![token(9906, "Hello"), token(1917, " world")],
+            reference: vec![token(9906, "Hello"), token(1879, " wor"), token(67, "ld")],
+            counts: (2, 3),
+        });
+        let fail = render_report(&comparison, Path::new("m.gguf"), Path::new("t.json"), 5);
+        assert!(
+            fail.contains("FAIL") && fail.contains("1 (25.0%)"),
+            "{fail}"
+        );
+        assert!(fail.contains("prose.txt:3"), "{fail}");
+        let marked: Vec<&str> = fail.lines().filter(|l| l.starts_with('>')).collect();
+        assert_eq!(marked.len(), 1, "{fail}");
+        assert!(
+            marked[0].contains("\" world\"") && marked[0].contains("\" wor\""),
+            "{fail}"
+        );
+        assert_eq!(comparison.mismatch_rate(), 0.25);
+    }
+}

@@ -1,0 +1,208 @@
+//! The `tokscope synth` command: flags to a [`SynthSpec`] (or a `--like` clone), the
+//! tokenizer lookup, progress on stderr, and the summary that compares the file with the real
+//! model it stands in for.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use super::gguf::{GgmlType, WriteProgress};
+use super::{
+    like, llama3, write_model_with_progress, SynthError, SynthSpec, SynthSummary, TensorType,
+};
+use crate::cli::SynthArgs;
+use crate::exit::{self, Failure};
+
+/// Runs `tokscope synth`.
+pub fn run(args: &SynthArgs) -> Result<(), Failure> {
+    let started = Instant::now();
+    let mut progress = StderrProgress::new(started);
+    if let Some(source) = &args.like {
+        let summary = like::write_like(source, &args.output, args.seed, &mut |p| {
+            progress.update(p);
+        })
+        .map_err(failure)?;
+        progress.finish();
+        let source_size = std::fs::metadata(source).map(|m| m.len()).unwrap_or(0);
+        eprintln!(
+            "{}\n  a synthetic clone of {} ({}): same metadata, tokenizer, tensor shapes and \
+             types, pseudo-random weights\n  {}",
+            describe(&summary, started.elapsed()),
+            source.display(),
+            gigabytes(source_size),
+            crate::engine::ModelInfo::SYNTHETIC_LABEL,
+        );
+        return Ok(());
+    }
+
+    let usage = |e: SynthError| Failure::new(exit::USAGE, e.to_string());
+    let mut spec = SynthSpec::preset(&args.preset).map_err(usage)?;
+    spec.tensor_type = args.tensor_type.parse::<TensorType>().map_err(usage)?;
+    spec.seed = args.seed;
+    let shape = &mut spec.shape;
+    let mut reshaped = false;
+    for (field, value) in [
+        (&mut shape.n_layer, args.layers),
+        (&mut shape.n_embd, args.n_embd),
+        (&mut shape.n_head, args.n_head),
+        (&mut shape.n_head_kv, args.n_head_kv),
+        (&mut shape.n_ff, args.n_ff),
+        (&mut shape.n_ctx_train, args.n_ctx_train),
+    ] {
+        if let Some(v) = value {
+            reshaped |= *field != v;
+            *field = v;
+        }
+    }
+    spec.tokenizer_json = resolve_tokenizer(args, &spec)?;
+    let summary = write_model_with_progress(&args.output, &spec, &mut |p| progress.update(p))
+        .map_err(failure)?;
+    progress.finish();
+
+    let mut lines = vec![describe(&summary, started.elapsed())];
+    if let Some(path) = &spec.tokenizer_json {
+        lines.push(format!("  tokenizer: {}", path.display()));
+    }
+    if let Some(arch) = spec.architecture {
+        match arch.published_size_bytes(spec.tensor_type) {
+            Some(published) if !reshaped => lines.push(format!(
+                "  the published {} {} GGUF is {}: this file is {:+.2}% of it",
+                arch.model_name,
+                spec.tensor_type.name().to_ascii_uppercase(),
+                gigabytes(published),
+                (summary.file_size_bytes as f64 / published as f64 - 1.0) * 100.0,
+            )),
+            _ => {}
+        }
+    }
+    lines.push(format!("  {}", crate::engine::ModelInfo::SYNTHETIC_LABEL));
+    eprintln!("{}", lines.join("\n"));
+    Ok(())
+}
+
+/// `--tokenizer`, else (for an architecture preset, or with `--fetch-tokenizer`) the copy
+/// cached in the data dir, fetched first with `--fetch-tokenizer`.
+fn resolve_tokenizer(args: &SynthArgs, spec: &SynthSpec) -> Result<Option<PathBuf>, Failure> {
+    if let Some(path) = &args.tokenizer {
+        return Ok(Some(path.clone()));
+    }
+    if spec.architecture.is_none() && !args.fetch_tokenizer {
+        return Ok(None);
+    }
+    let data_dir = crate::paths::data_dir();
+    if let Some(path) = llama3::find_cached_tokenizer(&data_dir) {
+        return Ok(Some(path));
+    }
+    if args.fetch_tokenizer {
+        let path =
+            llama3::fetch_tokenizer(&data_dir, &mut |line| eprintln!("{line}")).map_err(failure)?;
+        return Ok(Some(path));
+    }
+    // An architecture preset without a tokenizer: the error says how to get one.
+    Err(failure(SynthError::TokenizerRequired {
+        preset: spec.architecture.map_or("", |a| a.key),
+    }))
+}
+
+fn failure(error: SynthError) -> Failure {
+    let code = match &error {
+        SynthError::Io { .. } | SynthError::TokenizerFetch { .. } => exit::FAILURE,
+        SynthError::Source { .. } => exit::MODEL,
+        _ => exit::USAGE,
+    };
+    Failure::new(code, error.to_string())
+}
+
+fn describe(summary: &SynthSummary, elapsed: Duration) -> String {
+    let types: Vec<String> = summary
+        .tensor_types
+        .iter()
+        .map(|(t, n)| format!("{n} {}", type_label(*t)))
+        .collect();
+    let seconds = elapsed.as_secs_f64();
+    format!(
+        "wrote {} ({}, {} tensors: {}; {:.2}M params, vocabulary {}) in {:.1} s ({:.0} MB/s)",
+        summary.path.display(),
+        gigabytes(summary.file_size_bytes),
+        summary.n_tensors,
+        types.join(", "),
+        summary.n_params as f64 / 1e6,
+        summary.n_vocab,
+        seconds,
+        summary.file_size_bytes as f64 / 1e6 / seconds.max(1e-3),
+    )
+}
+
+fn type_label(t: GgmlType) -> String {
+    t.to_string()
+}
+
+fn gigabytes(bytes: u64) -> String {
+    if bytes >= 1_000_000_000 {
+        format!("{:.2} GB", bytes as f64 / 1e9)
+    } else {
+        format!("{:.1} MB", bytes as f64 / 1e6)
+    }
+}
+
+/// Progress on stderr for writes that take a while: a line rewritten in place on a terminal,
+/// a line per 10% otherwise (logs, scripts); nothing for writes shorter than half a second.
+struct StderrProgress {
+    started: Instant,
+    terminal: bool,
+    last_print: Option<Instant>,
+    last_decile: u64,
+}
+
+impl StderrProgress {
+    const QUIET_FOR: Duration = Duration::from_millis(500);
+    const EVERY: Duration = Duration::from_millis(200);
+
+    fn new(started: Instant) -> Self {
+        Self {
+            started,
+            terminal: std::io::stderr().is_terminal(),
+            last_print: None,
+            last_decile: 0,
+        }
+    }
+
+    fn update(&mut self, p: WriteProgress) {
+        let now = Instant::now();
+        if now.duration_since(self.started) < Self::QUIET_FOR || p.total_bytes == 0 {
+            return;
+        }
+        let percent = p.written_bytes.saturating_mul(100) / p.total_bytes;
+        let due = if self.terminal {
+            self.last_print
+                .is_none_or(|last| now.duration_since(last) >= Self::EVERY)
+        } else {
+            percent / 10 > self.last_decile
+        };
+        if !due {
+            return;
+        }
+        let seconds = now.duration_since(self.started).as_secs_f64();
+        let line = format!(
+            "writing: {} of {} ({percent}%), tensor {}/{}, {:.0} MB/s",
+            gigabytes(p.written_bytes),
+            gigabytes(p.total_bytes),
+            p.tensors_done,
+            p.tensors_total,
+            p.written_bytes as f64 / 1e6 / seconds.max(1e-3),
+        );
+        if self.terminal {
+            eprint!("\r\x1b[2K{line}");
+        } else {
+            eprintln!("{line}");
+        }
+        self.last_print = Some(now);
+        self.last_decile = percent / 10;
+    }
+
+    fn finish(&mut self) {
+        if self.terminal && self.last_print.is_some() {
+            eprint!("\r\x1b[2K");
+        }
+    }
+}

@@ -1,0 +1,154 @@
+//! `synth --like MODEL.gguf`: a synthetic clone of any GGUF model's shape.
+//!
+//! Owns the copying rules: every metadata key (architecture, hyperparameters, tokenizer, chat
+//! template) is copied as it is, `general.name` gets " (synthetic)" and the file is marked
+//! synthetic; every tensor keeps its name, shape and type and gets pseudo-random data
+//! ([`super::blocks`]). Only the header of the source is read, never its weights, so cloning a
+//! model proves nothing about it except its shape — which is all that decode speed depends on.
+
+use std::path::Path;
+
+use super::blocks::{self, Fill};
+use super::gguf::{self, GgmlType, GgufArray, GgufValue, GgufWriter, WriteProgress};
+use super::{
+    finish, tensor_seed, SynthError, SynthSummary, SYNTHETIC_METADATA_KEY,
+    SYNTHETIC_SEED_METADATA_KEY, SYNTHETIC_SOURCE_METADATA_KEY,
+};
+
+/// Suffix appended to the source's `general.name`.
+pub const NAME_SUFFIX: &str = " (synthetic)";
+
+/// Writes a synthetic clone of `source` to `output` (atomically), reporting progress after
+/// each tensor. The same source and seed always give a byte-identical file.
+pub fn write_like(
+    source: &Path,
+    output: &Path,
+    seed: u64,
+    on_progress: &mut dyn FnMut(WriteProgress),
+) -> Result<SynthSummary, SynthError> {
+    let (writer, n_vocab) = build_clone(source, seed)?;
+    finish(output, &writer, n_vocab, on_progress)
+}
+
+/// The size of the clone [`write_like`] would write, without writing it.
+pub fn planned_like_size(source: &Path, seed: u64) -> Result<u64, SynthError> {
+    Ok(build_clone(source, seed)?.0.file_size_bytes()?)
+}
+
+fn build_clone(source: &Path, seed: u64) -> Result<(GgufWriter, u32), SynthError> {
+    let header = gguf::read_metadata(source).map_err(|e| SynthError::Source {
+        path: source.to_path_buf(),
+        source: e,
+    })?;
+    if let Some(tensor) = header
+        .tensors
+        .iter()
+        .find(|t| !blocks::is_supported(t.ggml_type))
+    {
+        return Err(SynthError::UnsupportedTensorType {
+            path: source.to_path_buf(),
+            tensor: tensor.name.clone(),
+            ggml_type: tensor.ggml_type,
+        });
+    }
+
+    let mut writer = GgufWriter::new();
+    let mut has_name = false;
+    for (key, value) in &header.metadata {
+        // The writer sets its own alignment; earlier synthetic marks are replaced below.
+        if key == gguf::ALIGNMENT_KEY || key.starts_with(SYNTHETIC_METADATA_KEY) {
+            continue;
+        }
+        let value = match (key.as_str(), value) {
+            ("general.name", GgufValue::String(name)) => {
+                has_name = true;
+                GgufValue::String(synthetic_name(name))
+            }
+            _ => value.clone(),
+        };
+        writer.add_kv(key, value)?;
+    }
+    let file_name = source
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if !has_name {
+        let stem = source
+            .file_stem()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        writer.add_string("general.name", &synthetic_name(&stem))?;
+    }
+    writer.add_bool(SYNTHETIC_METADATA_KEY, true)?;
+    writer.add_kv(SYNTHETIC_SEED_METADATA_KEY, GgufValue::U64(seed))?;
+    writer.add_string(SYNTHETIC_SOURCE_METADATA_KEY, &file_name)?;
+
+    for (index, tensor) in header.tensors.iter().enumerate() {
+        let ggml_type = tensor.ggml_type;
+        let n_elements = tensor.n_elements();
+        let fill = fill_for(&tensor.name, &tensor.dims, ggml_type, seed, index);
+        writer.add_tensor_streamed(&tensor.name, &tensor.dims, ggml_type, move |out| {
+            blocks::write_tensor(ggml_type, n_elements, fill, out)
+        })?;
+    }
+
+    let n_vocab = match header.get("tokenizer.ggml.tokens") {
+        Some(GgufValue::Array(GgufArray::String(tokens))) => {
+            u32::try_from(tokens.len()).unwrap_or(u32::MAX)
+        }
+        _ => 0,
+    };
+    Ok((writer, n_vocab))
+}
+
+fn synthetic_name(name: &str) -> String {
+    if name.ends_with(NAME_SUFFIX) {
+        name.to_owned()
+    } else {
+        format!("{name}{NAME_SUFFIX}")
+    }
+}
+
+/// Vectors of float type are norms, scales or biases: norms and scales get 1 (as a freshly
+/// initialised model has), everything else 0, so that no division or rotation goes wild.
+/// Matrices get random values within ±1/sqrt(row length).
+fn fill_for(name: &str, dims: &[u64], ggml_type: GgmlType, seed: u64, index: usize) -> Fill {
+    let is_vector = dims.iter().skip(1).all(|&d| d == 1);
+    let is_float = matches!(ggml_type, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
+    if is_vector && is_float {
+        let one = ["norm", "scale", "rope"].iter().any(|k| name.contains(k));
+        return Fill::Constant(if one { 1.0 } else { 0.0 });
+    }
+    let row_len = dims.first().copied().unwrap_or(1).max(1);
+    Fill::Random {
+        bound: 1.0 / (row_len as f32).sqrt(),
+        seed: tensor_seed(seed, index as u64),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_get_the_suffix_once() {
+        assert_eq!(synthetic_name("Gemma 3 270m"), "Gemma 3 270m (synthetic)");
+        assert_eq!(synthetic_name("x (synthetic)"), "x (synthetic)");
+    }
+
+    #[test]
+    fn fills_by_kind() {
+        assert_eq!(
+            fill_for("blk.0.attn_norm.weight", &[640], GgmlType::F32, 1, 0),
+            Fill::Constant(1.0)
+        );
+        assert_eq!(
+            fill_for("blk.0.attn_q.bias", &[640], GgmlType::F32, 1, 0),
+            Fill::Constant(0.0)
+        );
+        assert!(matches!(
+            fill_for("blk.0.attn_q.weight", &[640, 1024], GgmlType::Q5_0, 1, 0),
+            Fill::Random { bound, .. } if (bound - 1.0 / 640_f32.sqrt()).abs() < 1e-6
+        ));
+    }
+}

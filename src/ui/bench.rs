@@ -1,0 +1,210 @@
+//! The bench screen: batching, the first lever. B sequences decoded together share each read
+//! of the weights, so aggregate tok/s rises much faster than each sequence's latency. A table
+//! of every measured batch size and two charts against B: aggregate and per-sequence tok/s, and
+//! per-sequence ITL p50/p99. Reads `app.bench`; the figures come from the engine's
+//! measurements and `metrics::roofline` for the cost.
+
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::symbols::Marker;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Axis, Block, Borders, Chart, Clear, Dataset, GraphType, Paragraph};
+use ratatui::Frame;
+
+use super::{format, theme};
+use crate::app::{App, BenchPoint};
+use crate::metrics::roofline::cost_per_million_tokens;
+
+pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
+    frame.render_widget(Clear, area);
+    let b = &app.bench;
+    let block = Block::new()
+        .borders(Borders::ALL)
+        .border_style(theme::HELP_BORDER)
+        .title(Span::styled(
+            format!(
+                " batching: B sequences × {} prompt + {} generated tokens ",
+                b.n_prompt, b.n_gen
+            ),
+            theme::HELP_TITLE,
+        ));
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    let table_h = (b.batches.len() as u16 + 2).min(inner.height / 2);
+    let [intro, table, charts, footer] = Layout::vertical([
+        Constraint::Length(1),
+        Constraint::Length(table_h),
+        Constraint::Min(0),
+        Constraint::Length(1),
+    ])
+    .areas(inner);
+    frame.render_widget(
+        Paragraph::new(Span::styled(
+            "one read of the weights serves every sequence in the batch: aggregate tok/s grows much faster than each user's latency",
+            theme::DIM,
+        )),
+        intro,
+    );
+    frame.render_widget(Paragraph::new(table_lines(app)), table);
+    if charts.height >= 6 && !b.points.is_empty() {
+        let [left, right] =
+            Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)])
+                .areas(charts);
+        draw_rate_chart(frame, left, &b.points);
+        draw_latency_chart(frame, right, &b.points);
+    }
+    let status = match (&b.running, &b.error, b.points.is_empty()) {
+        (Some(_), _, _) => {
+            let next = b.batches.get(b.points.len()).copied().unwrap_or(0);
+            format!("measuring B = {next}…  Esc stops")
+        }
+        (None, Some(e), _) => format!("error: {e}"),
+        (None, None, true) => "Enter or r runs the sweep on the loaded model · Esc closes".into(),
+        (None, None, false) => "Enter or r runs it again · Esc closes".into(),
+    };
+    let style = if b.error.is_some() {
+        theme::NOTICE_ERROR
+    } else {
+        theme::NOTICE_INFO
+    };
+    frame.render_widget(Paragraph::new(Span::styled(status, style)), footer);
+}
+
+fn table_lines(app: &App) -> Vec<Line<'static>> {
+    let points = &app.bench.points;
+    let base = points.iter().find(|p| p.point.batch == 1);
+    let mut lines = vec![Line::from(Span::styled(
+        format!(
+            "{:>4} {:>10} {:>10} {:>8} {:>9} {:>9} {:>9} {:>10} {:>10}",
+            "B",
+            "agg tok/s",
+            "seq tok/s",
+            "speed-up",
+            "ITL p50",
+            "ITL p99",
+            "latency×",
+            "prefill ms",
+            "$/1M tok"
+        ),
+        theme::METRIC_SECTION,
+    ))];
+    for p in points {
+        let ratio = |a: f64, b: Option<f64>| b.filter(|b| *b > 0.0).map(|b| a / b);
+        let speedup = ratio(
+            p.point.aggregate_tok_per_s,
+            base.map(|b| b.point.aggregate_tok_per_s),
+        );
+        let latency = ratio(p.point.itl_p50_ms, base.map(|b| b.point.itl_p50_ms));
+        lines.push(Line::from(Span::styled(
+            format!(
+                "{:>4} {:>10} {:>10} {:>8} {:>9} {:>9} {:>9} {:>10} {:>10}",
+                p.point.batch,
+                format::num(Some(p.point.aggregate_tok_per_s)),
+                format::num(Some(p.point.per_sequence_tok_per_s)),
+                speedup.map_or("—".into(), |s| format!("{s:.2}×")),
+                format::num(Some(p.point.itl_p50_ms)),
+                format::num(Some(p.point.itl_p99_ms)),
+                latency.map_or("—".into(), |s| format!("{s:.2}×")),
+                format::num(Some(p.prefill_ms)),
+                format::num(cost_per_million_tokens(
+                    app.price_per_hour_usd,
+                    p.point.aggregate_tok_per_s
+                )),
+            ),
+            theme::METRIC_VALUE,
+        )));
+    }
+    lines
+}
+
+/// x = log2(B), so 1, 2, 4 … 64 are evenly spaced.
+fn x_of(p: &BenchPoint) -> f64 {
+    f64::from(p.point.batch.max(1)).log2()
+}
+
+fn x_axis(points: &[BenchPoint]) -> Axis<'static> {
+    let max = points.iter().map(x_of).fold(0.0, f64::max).max(1.0);
+    let labels: Vec<Span<'static>> = points
+        .iter()
+        .map(|p| Span::styled(p.point.batch.to_string(), theme::AXIS))
+        .collect();
+    Axis::default()
+        .title(Span::styled("B (sequences)", theme::AXIS))
+        .bounds([0.0, max])
+        .labels(labels)
+}
+
+fn y_axis(title: &'static str, max: f64) -> Axis<'static> {
+    let max = if max.is_finite() && max > 0.0 {
+        max * 1.1
+    } else {
+        1.0
+    };
+    Axis::default()
+        .title(Span::styled(title, theme::AXIS))
+        .bounds([0.0, max])
+        .labels(vec![
+            Span::styled("0", theme::AXIS),
+            Span::styled(format::num(Some(max / 2.0)), theme::AXIS),
+            Span::styled(format::num(Some(max)), theme::AXIS),
+        ])
+}
+
+fn draw_rate_chart(frame: &mut Frame, area: Rect, points: &[BenchPoint]) {
+    let aggregate: Vec<(f64, f64)> = points
+        .iter()
+        .map(|p| (x_of(p), p.point.aggregate_tok_per_s))
+        .collect();
+    let per_seq: Vec<(f64, f64)> = points
+        .iter()
+        .map(|p| (x_of(p), p.point.per_sequence_tok_per_s))
+        .collect();
+    let max = aggregate.iter().map(|(_, y)| *y).fold(0.0, f64::max);
+    let chart = Chart::new(vec![
+        Dataset::default()
+            .name("aggregate tok/s")
+            .marker(Marker::Braille)
+            .graph_type(GraphType::Line)
+            .style(theme::SERIES_AGGREGATE)
+            .data(&aggregate),
+        Dataset::default()
+            .name("per-sequence tok/s")
+            .marker(Marker::Braille)
+            .graph_type(GraphType::Line)
+            .style(theme::SERIES_PER_SEQUENCE)
+            .data(&per_seq),
+    ])
+    .x_axis(x_axis(points))
+    .y_axis(y_axis("tok/s", max))
+    .hidden_legend_constraints((Constraint::Ratio(1, 2), Constraint::Ratio(1, 2)));
+    frame.render_widget(chart, area);
+}
+
+fn draw_latency_chart(frame: &mut Frame, area: Rect, points: &[BenchPoint]) {
+    let p50: Vec<(f64, f64)> = points
+        .iter()
+        .map(|p| (x_of(p), p.point.itl_p50_ms))
+        .collect();
+    let p99: Vec<(f64, f64)> = points
+        .iter()
+        .map(|p| (x_of(p), p.point.itl_p99_ms))
+        .collect();
+    let max = p99.iter().map(|(_, y)| *y).fold(0.0, f64::max);
+    let chart = Chart::new(vec![
+        Dataset::default()
+            .name("ITL p50 ms")
+            .marker(Marker::Braille)
+            .graph_type(GraphType::Line)
+            .style(theme::SERIES_P50)
+            .data(&p50),
+        Dataset::default()
+            .name("ITL p99 ms")
+            .marker(Marker::Braille)
+            .graph_type(GraphType::Line)
+            .style(theme::SERIES_P99)
+            .data(&p99),
+    ])
+    .x_axis(x_axis(points))
+    .y_axis(y_axis("ms per token", max))
+    .hidden_legend_constraints((Constraint::Ratio(1, 2), Constraint::Ratio(1, 2)));
+    frame.render_widget(chart, area);
+}
