@@ -324,7 +324,7 @@ pub fn render_report(
             "\n{} — first difference at token {} ({} vs {} tokens in the sample)",
             mismatch.label, mismatch.position, mismatch.counts.0, mismatch.counts.1
         );
-        let _ = writeln!(out, "  {:<38} {}", "llama.cpp", "tokenizers");
+        let _ = writeln!(out, "  {:<38} tokenizers", "llama.cpp");
         let start = mismatch.position.saturating_sub(CONTEXT_BEFORE);
         let rows = mismatch.llama.len().max(mismatch.reference.len());
         for row in 0..rows {

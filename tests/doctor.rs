@@ -27,7 +27,9 @@ fn llama3_tokenizer() -> &'static Path {
         }
         let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("llama3-tokenizer");
         llama3::fetch_tokenizer(&cache, &mut |line| eprintln!("{line}")).unwrap_or_else(|e| {
-            panic!("{e}\n(set TOKSCOPE_LLAMA3_TOKENIZER to a Llama 3 tokenizer.json to run offline)")
+            panic!(
+                "{e}\n(set TOKSCOPE_LLAMA3_TOKENIZER to a Llama 3 tokenizer.json to run offline)"
+            )
         })
     })
 }
@@ -57,7 +59,9 @@ fn rewrite(from: &Path, to: &Path, edit: impl Fn(&str, &GgufValue) -> Option<Ggu
     for t in &header.tensors {
         let start = (header.data_offset_bytes + t.offset_bytes) as usize;
         let data = bytes[start..start + t.n_bytes().unwrap() as usize].to_vec();
-        writer.add_tensor(&t.name, &t.dims, t.ggml_type, data).unwrap();
+        writer
+            .add_tensor(&t.name, &t.dims, t.ggml_type, data)
+            .unwrap();
     }
     writer.write_file(to).unwrap();
 }
@@ -136,7 +140,10 @@ fn broken_vocabularies_fail_with_a_side_by_side_report() {
         let report = String::from_utf8(output).unwrap();
         assert!(report.contains("FAIL"), "{report}");
         assert!(!report.contains("mismatching samples: 0 "), "{report}");
-        assert!(report.contains("llama.cpp") && report.contains("tokenizers"), "{report}");
+        assert!(
+            report.contains("llama.cpp") && report.contains("tokenizers"),
+            "{report}"
+        );
         // Each shown mismatch marks its first differing row.
         let marked = report.lines().filter(|l| l.starts_with('>')).count();
         assert_eq!(marked, 3, "{report}");

@@ -68,21 +68,16 @@ pub fn draw(frame: &mut Frame, app: &App, now: Instant) {
     }
     frame.render_widget(Paragraph::new(notice), notice_area);
     input::draw(frame, input_area, app);
-    if app.mode == Mode::Bench {
-        let below_status = Rect {
-            y: area.y + 1,
-            height: area.height - 1,
-            ..area
-        };
-        bench::draw(frame, below_status, app);
-    }
-    if app.mode == Mode::Help {
-        let below_status = Rect {
-            y: area.y + 1,
-            height: area.height - 1,
-            ..area
-        };
-        help::draw(frame, below_status, app);
+    // Full-screen views cover everything below the status line.
+    let below_status = Rect {
+        y: area.y + 1,
+        height: area.height - 1,
+        ..area
+    };
+    match app.mode {
+        Mode::Bench => bench::draw(frame, below_status, app),
+        Mode::Help => help::draw(frame, below_status, app),
+        Mode::Chat => {}
     }
 }
 
