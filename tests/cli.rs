@@ -392,3 +392,51 @@ fn a_chat_template_llama_cpp_cannot_apply_falls_back_or_fails_clearly() {
         .stderr(predicate::str::contains("nosuchtemplate"))
         .stderr(no_panic());
 }
+
+/// Run the binary as the unprivileged user `nobody` (tests run as root, for whom permission
+/// bits do not stop reads), with home dirs it can write.
+fn as_nobody(dir: &Path) -> std::process::Command {
+    let mut cmd = std::process::Command::new("runuser");
+    cmd.args(["-u", "nobody", "--", env!("CARGO_BIN_EXE_tokscope")])
+        .env("TOKSCOPE_DATA_DIR", dir.join("nobody-data"))
+        .env("TOKSCOPE_CONFIG_DIR", dir.join("nobody-config"))
+        .env_remove("TOKSCOPE_MODEL");
+    cmd
+}
+
+#[test]
+fn unreadable_model_and_config_files_are_clear_errors() {
+    use std::os::unix::fs::PermissionsExt;
+    let home = tempfile::tempdir().unwrap();
+    let dir = home.path();
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let model = write_tiny(dir);
+    std::fs::set_permissions(&model, std::fs::Permissions::from_mode(0o000)).unwrap();
+    let out = as_nobody(dir)
+        .args(["run", "-p", "hi", "-m"])
+        .arg(&model)
+        .output()
+        .expect("runuser is part of util-linux");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.contains("cannot read model file") && stderr.contains("permission"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+
+    let config = dir.join("secret.toml");
+    std::fs::write(&config, "n_ctx = 512\n").unwrap();
+    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o000)).unwrap();
+    let out = as_nobody(dir)
+        .args(["run", "-p", "hi", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("cannot read config file") && stderr.contains("secret.toml"),
+        "{stderr}"
+    );
+}

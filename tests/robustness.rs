@@ -5,76 +5,14 @@
 
 mod common;
 
-use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use common::tmux::Tmux;
+use common::tmux::{
+    bin, exit_line, saved_turns, send, start_chat, status_line, tokscope_pid,
+    wait_idle_after_answers, Tmux,
+};
 use tokscope::synth::TensorType;
-
-const READY: Duration = Duration::from_secs(60);
-
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_tokscope")
-}
-
-fn status_line(s: &str) -> &str {
-    s.lines().next().unwrap_or("")
-}
-
-fn start_chat(tmux: &Tmux, model: &Path, extra: &str) {
-    tmux.wait_for("the shell prompt", Duration::from_secs(10), |s| {
-        s.contains("e2e$")
-    });
-    tmux.type_text(&format!(
-        "{} chat -m {} -t 1 --temp 0 {extra}; echo exit=$?",
-        bin(),
-        model.display()
-    ));
-    tmux.keys(&["Enter"]);
-    tmux.wait_for("the model to be ready", READY, |s| {
-        status_line(s).contains("ready")
-    });
-}
-
-fn send(tmux: &Tmux, text: &str) {
-    tmux.type_text(text);
-    tmux.keys(&["Enter"]);
-}
-
-fn wait_idle_after_answers(tmux: &Tmux, answers: usize) -> String {
-    tmux.wait_for("the answers", Duration::from_secs(60), |s| {
-        s.matches("─ TTFT").count() >= answers && status_line(s).contains("ready")
-    })
-}
-
-fn exit_line(screen: &str) -> Option<&str> {
-    screen.lines().find(|l| l.starts_with("exit="))
-}
-
-fn tokscope_pid(tmux: &Tmux) -> String {
-    let shell = tmux.tmux(&["display", "-p", "-t", "main", "#{pane_pid}"]);
-    let out = Command::new("pgrep")
-        .args(["-P", shell.trim(), "tokscope"])
-        .output()
-        .unwrap();
-    let pid = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    assert!(!pid.is_empty(), "tokscope is running");
-    pid
-}
-
-fn saved_turns(data: &Path) -> usize {
-    let dir = data.join("history");
-    let mut turns = 0;
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().is_some_and(|e| e == "json") {
-            let conv = tokscope::history::load(&path).expect("every saved file loads");
-            turns += conv.turns.len();
-        }
-    }
-    turns
-}
 
 #[test]
 fn kill_9_during_generation_keeps_every_completed_turn() {
@@ -292,4 +230,71 @@ fn quitting_or_sighup_while_loading_ends_cleanly() {
             "0"
         );
     }
+}
+
+#[test]
+fn sigterm_while_streaming_restores_the_terminal_and_keeps_finished_turns() {
+    let _lock = common::model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::synth_medium(dir.path());
+    let data = dir.path().join("data");
+    let tmux = Tmux::start("sigterm", 100, 30, &[("TOKSCOPE_DATA_DIR", &data)]);
+    start_chat(&tmux, &model, "-c 8192 -n 4");
+    send(&tmux, "short one");
+    wait_idle_after_answers(&tmux, 1);
+    send(&tmux, "/max 100000");
+    send(&tmux, "a long one");
+    tmux.wait_for("streaming", Duration::from_secs(30), |s| {
+        status_line(s).contains("streaming")
+    });
+    let pid = tokscope_pid(&tmux);
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let screen = tmux.wait_for("the shell after SIGTERM", Duration::from_secs(10), |s| {
+        exit_line(s).is_some()
+    });
+    assert_eq!(exit_line(&screen), Some("exit=143"), "{screen}");
+    assert!(screen.contains("signal 15"), "{screen}");
+    assert_eq!(
+        tmux.tmux(&["display", "-p", "-t", "main", "#{alternate_on}"])
+            .trim(),
+        "0"
+    );
+    assert_eq!(saved_turns(&data), 1, "the finished turn is on disk");
+}
+
+#[test]
+fn ctrl_c_during_prefill_quits_cleanly() {
+    let _lock = common::model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::synth_medium(dir.path());
+    let data = dir.path().join("data");
+    let tmux = Tmux::start("prefill", 120, 40, &[("TOKSCOPE_DATA_DIR", &data)]);
+    start_chat(&tmux, &model, "-c 8192 -n 4");
+    // A long prompt: thousands of tokens take a while to prefill on one thread.
+    let paste = dir.path().join("long.txt");
+    std::fs::write(
+        &paste,
+        "the quick brown fox jumps over the lazy dog ".repeat(200),
+    )
+    .unwrap();
+    tmux.tmux(&["load-buffer", "-b", "long", paste.to_str().unwrap()]);
+    tmux.tmux(&["paste-buffer", "-p", "-b", "long", "-t", "main"]);
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("prefill", Duration::from_secs(30), |s| {
+        status_line(s).contains("prefill")
+    });
+    tmux.keys(&["C-c"]);
+    let back = tmux.wait_for("the shell", Duration::from_secs(20), |s| {
+        exit_line(s).is_some()
+    });
+    assert_eq!(exit_line(&back), Some("exit=0"), "{back}");
+    assert_eq!(
+        tmux.tmux(&["display", "-p", "-t", "main", "#{alternate_on}"])
+            .trim(),
+        "0"
+    );
 }

@@ -90,3 +90,69 @@ impl Drop for Tmux {
             .status();
     }
 }
+
+// Driving the chat: start it on a model, send messages, read the status line.
+
+pub const READY: Duration = Duration::from_secs(60);
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_tokscope")
+}
+
+pub fn status_line(s: &str) -> &str {
+    s.lines().next().unwrap_or("")
+}
+
+pub fn start_chat(tmux: &Tmux, model: &Path, extra: &str) {
+    tmux.wait_for("the shell prompt", Duration::from_secs(10), |s| {
+        s.contains("e2e$")
+    });
+    tmux.type_text(&format!(
+        "{} chat -m {} -t 1 --temp 0 {extra}; echo exit=$?",
+        bin(),
+        model.display()
+    ));
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("the model to be ready", READY, |s| {
+        status_line(s).contains("ready")
+    });
+}
+
+pub fn send(tmux: &Tmux, text: &str) {
+    tmux.type_text(text);
+    tmux.keys(&["Enter"]);
+}
+
+pub fn wait_idle_after_answers(tmux: &Tmux, answers: usize) -> String {
+    tmux.wait_for("the answers", Duration::from_secs(60), |s| {
+        s.matches("─ TTFT").count() >= answers && status_line(s).contains("ready")
+    })
+}
+
+pub fn exit_line(screen: &str) -> Option<&str> {
+    screen.lines().find(|l| l.starts_with("exit="))
+}
+
+pub fn tokscope_pid(tmux: &Tmux) -> String {
+    let shell = tmux.tmux(&["display", "-p", "-t", "main", "#{pane_pid}"]);
+    let out = Command::new("pgrep")
+        .args(["-P", shell.trim(), "tokscope"])
+        .output()
+        .unwrap();
+    let pid = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(!pid.is_empty(), "tokscope is running");
+    pid
+}
+
+pub fn saved_turns(data: &Path) -> usize {
+    let dir = data.join("history");
+    let mut turns = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "json") {
+            let conv = tokscope::history::load(&path).expect("every saved file loads");
+            turns += conv.turns.len();
+        }
+    }
+    turns
+}
