@@ -332,6 +332,9 @@ pub struct App {
     /// A new conversation id, minted by the caller (update never reads the clock or RNG).
     pub fresh_conversation_id: String,
     pub bench: BenchScreen,
+    /// Tokens in the input as typed (counted without the engine), and where the count comes
+    /// from ("tokenizer.json" or "model vocabulary"); set by the loop, not by `update`.
+    pub input_tokens: Option<(usize, &'static str)>,
 }
 
 impl App {
@@ -363,6 +366,7 @@ impl App {
             should_quit: false,
             fresh_conversation_id: String::new(),
             bench: BenchScreen::default(),
+            input_tokens: None,
         }
     }
 

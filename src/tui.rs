@@ -214,14 +214,31 @@ pub fn now() -> Now {
     }
 }
 
-/// Where the effects go: the engine, the history dir.
+/// Where the effects go: the engine, the history dir; and the live token counter of the input.
 pub struct Effects<'a> {
     pub engine: &'a mut EngineHandle,
     pub engine_config: EngineConfig,
     pub history_dir: PathBuf,
+    pub counter: Option<crate::tokcount::TokenCounter>,
+    /// The input text last counted, so typing recounts only what changed.
+    pub counted: Option<String>,
 }
 
 impl Effects<'_> {
+    /// Keep `app.input_tokens` in step with the input: the message's tokens as the engine will
+    /// tokenize them (the template trims the message, so the count does too).
+    pub fn recount(&mut self, app: &mut App) {
+        let Some(counter) = &self.counter else {
+            app.input_tokens = None;
+            return;
+        };
+        if self.counted.as_deref() == Some(app.input.text.as_str()) {
+            return;
+        }
+        app.input_tokens = Some((counter.count(app.input.text.trim()), counter.source()));
+        self.counted = Some(app.input.text.clone());
+    }
+
     /// Run effects; returns messages reporting their outcomes, and whether to quit.
     pub fn run(&mut self, effects: Vec<Effect>, app: &mut App) -> (Vec<Msg>, bool) {
         let mut msgs = Vec::new();
@@ -266,6 +283,9 @@ impl Effects<'_> {
                     }
                 }
                 Effect::LoadModel(path) => {
+                    // Count with the new model's vocabulary from now on.
+                    self.counter = crate::tokcount::TokenCounter::for_model(&path, None).ok();
+                    self.counted = None;
                     let mut config = self.engine_config.clone();
                     config.model_path = path;
                     if let Err(e) = self.engine.load_model(config) {
@@ -328,6 +348,8 @@ pub fn run_chat(
     let mut driver = Driver::new(terminal, app);
     driver.app.fresh_conversation_id = crate::history::new_id(SystemTime::now());
     let mut effects = Effects {
+        counter: crate::tokcount::TokenCounter::for_model(&engine_config.model_path, None).ok(),
+        counted: None,
         engine,
         engine_config,
         history_dir: crate::history::history_dir(&crate::paths::data_dir()),
@@ -381,6 +403,7 @@ pub fn run_chat(
                 }
                 pending = outcomes;
             }
+            effects.recount(&mut driver.app);
         }
     })?;
     if let (ChatEnd::Signal(_), Some(active)) = (end, driver.app.conversation.active()) {

@@ -51,6 +51,20 @@ fn chat_streams_shows_metrics_stops_on_esc_and_restores_the_terminal() {
     });
 
     tmux.type_text("Write a very long story about the sea");
+    // The live token count of the input, without the engine.
+    let typed = tmux.wait_for("the live token count", Duration::from_secs(10), |s| {
+        s.contains(" message · ") && s.contains(" tokens ")
+    });
+    let count: usize = typed
+        .split(" message · ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .expect("a number of tokens");
+    assert!(
+        (5..40).contains(&count),
+        "{count} tokens for a short sentence"
+    );
     tmux.keys(&["Enter"]);
     let screen = tmux.wait_for(
         "streamed text with TTFT and tok/s",

@@ -24,16 +24,23 @@ use crate::config::EngineSettings;
 pub const LLAMA_CPP_BINDINGS: &str = "llama-cpp-sys-2 0.1.160";
 
 /// llama.cpp's own description of the compiled backends and CPU features
-/// (`llama_print_system_info`), for the reproducibility stamp.
-#[allow(unsafe_code)]
+/// (`llama_print_system_info`), for the reproducibility stamp. Computed once: llama.cpp
+/// builds it in one static string, so concurrent calls would corrupt each other.
 pub fn system_info() -> String {
+    static INFO: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    INFO.get_or_init(read_system_info).clone()
+}
+
+#[allow(unsafe_code)]
+fn read_system_info() -> String {
     // SAFETY: llama_print_system_info returns a pointer to a static, NUL-terminated string
-    // owned by llama.cpp (it does not need the backend to be initialised), or null.
+    // owned by llama.cpp (it does not need the backend to be initialised), or null. The
+    // OnceLock above makes this the only call.
     let ptr = unsafe { llama_cpp_sys_2::llama_print_system_info() };
     if ptr.is_null() {
         return String::new();
     }
-    // SAFETY: non-null and NUL-terminated as above; copied out before any other llama.cpp call.
+    // SAFETY: non-null and NUL-terminated as above; copied out at once.
     unsafe { std::ffi::CStr::from_ptr(ptr) }
         .to_string_lossy()
         .trim()
@@ -225,14 +232,14 @@ pub fn requested_gpu_layers(setting: Option<u32>) -> u32 {
 pub fn load_model(
     path: &Path,
     n_gpu_layers: Option<u32>,
-    mut on_progress: impl FnMut(f32) -> bool + 'static,
+    on_progress: impl FnMut(f32) -> bool + 'static,
 ) -> Result<LlamaModel, EngineError> {
     let backend = backend()?;
     check_model_file(path)?;
     crate::logging::clear_llama_problems();
     let params = LlamaModelParams::default()
         .with_n_gpu_layers(requested_gpu_layers(n_gpu_layers))
-        .with_progress_callback(move |progress| on_progress(progress));
+        .with_progress_callback(on_progress);
     LlamaModel::load_from_file(backend, path, &params).map_err(|_| EngineError::LoadFailed {
         path: path.to_path_buf(),
         llama_says: llama_says(),

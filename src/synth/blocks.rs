@@ -4,8 +4,13 @@
 //! quantizer: the quant bits are pseudo-random and every scale field is set explicitly to a
 //! small finite value, so that each decoded weight is finite, bounded by the requested bound
 //! and roughly zero-mean. Decode speed depends only on shapes and types, so these files run
-//! exactly as fast as real ones, and writing them costs little more than the disk write: an
+//! as fast as real ones, and writing them costs little more than the disk write: an
 //! 8B-parameter Q4_K_M model is a few seconds of generation.
+//!
+//! The block scales are drawn per block, about as varied as a real model's (see
+//! `random_half_below`), not one constant: ggml's CPU kernels convert each block's f16 scale
+//! through a 256 KB lookup table on x86, so a constant scale (one cache line, always hot) made
+//! synthetic files decode a few percent faster than real ones.
 //!
 //! Block layouts and decoding formulas are ggml's (`ggml-common.h`, `dequantize_row_*` in
 //! `ggml-quants.c`); the tests check every type against ggml's own dequantizer.
@@ -13,7 +18,7 @@
 use std::io::{self, Write};
 
 use super::gguf::GgmlType;
-use super::quant::f32_to_f16_bits;
+use super::quant::{f16_bits_to_f32, f32_to_f16_bits};
 
 /// The types [`write_tensor`] can produce, in ggml's numbering order.
 pub const SUPPORTED_TYPES: [GgmlType; 16] = [
@@ -97,10 +102,12 @@ pub fn write_tensor(
     };
 
     let mut rng = WyRand(seed);
+    // The scales have a stream of their own, so the bytes do not depend on the chunk size.
+    let mut scale_rng = WyRand(seed ^ 0x5ca1_ab1e_5ca1_ab1e);
     let chunk_bytes = (CHUNK_BYTES / block_bytes).max(1) * block_bytes;
     let mut buffer = vec![0_u8; chunk_bytes.min(n_bytes as usize)];
     let mut remaining = n_bytes;
-    let patches = block_patches(ggml_type, bound);
+    let recipe = block_recipe(ggml_type, bound);
     while remaining > 0 {
         let len = remaining.min(buffer.len() as u64) as usize;
         let chunk = &mut buffer[..len];
@@ -111,9 +118,7 @@ pub fn write_tensor(
             _ => {
                 rng.fill_bytes(chunk);
                 for block in chunk.chunks_exact_mut(block_bytes) {
-                    for (offset, bytes) in &patches {
-                        block[*offset..*offset + bytes.len()].copy_from_slice(bytes);
-                    }
+                    recipe.apply(block, &mut scale_rng);
                 }
             }
         }
@@ -160,83 +165,171 @@ fn write_constant(
     Ok(())
 }
 
-/// The fixed bytes of every block of a type: `(offset, bytes)` pairs written over the random
-/// bytes. They set each scale so that decoded values stay within `bound`, with the offsets of
-/// `min`-style fields chosen to centre the values on zero.
-fn block_patches(ggml_type: GgmlType, bound: f32) -> Vec<(usize, Vec<u8>)> {
-    // Clamped to f16's range: a scale must never round to infinity.
-    let half = |value: f32| f32_to_f16_bits(value.clamp(-65504.0, 65504.0)).to_le_bytes();
-    let scale_and = |d: f32, extra: &[u8]| -> Vec<u8> {
-        let mut bytes = half(d).to_vec();
-        bytes.extend_from_slice(extra);
-        bytes
+/// How one block of a type is completed after its bytes were filled at random: fixed bytes
+/// (packed sub-block scales chosen so that values centre on zero) and per-block scale fields.
+#[derive(Debug, Default)]
+struct BlockRecipe {
+    fixed: Vec<(usize, Vec<u8>)>,
+    scales: Vec<ScaleField>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum ScaleField {
+    /// A random f16 scale at `offset`, below `max`.
+    Half { offset: usize, max: f32 },
+    /// An f16 at `offset` equal to `factor` times the scale at `of` (a min that centres a
+    /// block whose quants are all non-negative).
+    HalfTimes {
+        offset: usize,
+        of: usize,
+        factor: f32,
+    },
+    /// A random E8M0 exponent at `offset`, at most `max`.
+    Exponent { offset: usize, max: u8 },
+}
+
+impl BlockRecipe {
+    fn apply(&self, block: &mut [u8], rng: &mut WyRand) {
+        for (offset, bytes) in &self.fixed {
+            block[*offset..*offset + bytes.len()].copy_from_slice(bytes);
+        }
+        if self.scales.is_empty() {
+            return;
+        }
+        let mut bits = rng.next_u64();
+        for field in &self.scales {
+            match *field {
+                ScaleField::Half { offset, max } => {
+                    let half = random_half_below(max, bits);
+                    bits = bits.rotate_right(13);
+                    block[offset..offset + 2].copy_from_slice(&half.to_le_bytes());
+                }
+                ScaleField::HalfTimes { offset, of, factor } => {
+                    let scale = f16_bits_to_f32(u16::from_le_bytes([block[of], block[of + 1]]));
+                    let half = f32_to_f16_bits((scale * factor).clamp(-65504.0, 65504.0));
+                    block[offset..offset + 2].copy_from_slice(&half.to_le_bytes());
+                }
+                ScaleField::Exponent { offset, max } => {
+                    block[offset] = max.saturating_sub((bits & 3) as u8).max(2);
+                    bits = bits.rotate_right(2);
+                }
+            }
+        }
+    }
+}
+
+/// An f16 below `max` (clamped to f16's range), spread like a real model's block scales: the
+/// binade just under `max`'s own three times in four, the one below otherwise, with 512
+/// mantissas each. Llama 3 and Gemma 3 GGUFs have a few hundred to about a thousand distinct
+/// scales per tensor, most within one binade. Too narrow a spread (one constant) keeps the
+/// scale lookup table's cache line hot and decodes faster than a real model; too wide a
+/// spread (four binades) prefills slower (BENCHMARKS.md).
+fn random_half_below(max: f32, bits: u64) -> u16 {
+    let max_bits = f32_to_f16_bits(max.clamp(0.0, 65504.0));
+    let exponent = i32::from((max_bits >> 10) & 0x1f);
+    let chosen = exponent - 1 - i32::from(bits & 3 == 3);
+    let mantissa = ((bits >> 2) & 0x1ff) as u16 * 2;
+    if chosen < 1 {
+        // Too small for two normal binades: half of it, rounded (possibly to zero).
+        return f32_to_f16_bits(max.clamp(0.0, 65504.0) / 2.0);
+    }
+    ((chosen as u16) << 10) | mantissa
+}
+
+/// The recipe of each block type, with every scale chosen so that decoded values stay within
+/// `bound`.
+fn block_recipe(ggml_type: GgmlType, bound: f32) -> BlockRecipe {
+    let half = |offset, max: f32| ScaleField::Half { offset, max };
+    let same_as = |offset, of| ScaleField::HalfTimes {
+        offset,
+        of,
+        factor: 1.0,
     };
+    let recipe =
+        |fixed: Vec<(usize, Vec<u8>)>, scales: Vec<ScaleField>| BlockRecipe { fixed, scales };
     match ggml_type {
         // d * (q - 8), q in 0..16.
-        GgmlType::Q4_0 => vec![(0, half(bound / 8.0).to_vec())],
+        GgmlType::Q4_0 => recipe(vec![], vec![half(0, bound / 8.0)]),
         // d * q + m, q in 0..16, m = -7.5 d.
-        GgmlType::Q4_1 => {
-            let d = bound / 8.0;
-            vec![(0, scale_and(d, &half(-7.5 * d)))]
-        }
+        GgmlType::Q4_1 => recipe(
+            vec![],
+            vec![
+                half(0, bound / 8.0),
+                ScaleField::HalfTimes {
+                    offset: 2,
+                    of: 0,
+                    factor: -7.5,
+                },
+            ],
+        ),
         // d * (q - 16), q in 0..32.
-        GgmlType::Q5_0 => vec![(0, half(bound / 16.0).to_vec())],
+        GgmlType::Q5_0 => recipe(vec![], vec![half(0, bound / 16.0)]),
         // d * q + m, q in 0..32, m = -15.5 d.
-        GgmlType::Q5_1 => {
-            let d = bound / 16.0;
-            vec![(0, scale_and(d, &half(-15.5 * d)))]
-        }
+        GgmlType::Q5_1 => recipe(
+            vec![],
+            vec![
+                half(0, bound / 16.0),
+                ScaleField::HalfTimes {
+                    offset: 2,
+                    of: 0,
+                    factor: -15.5,
+                },
+            ],
+        ),
         // d * q, q an i8.
-        GgmlType::Q8_0 => vec![(0, half(bound / 128.0).to_vec())],
-        // scales[16] (4-bit scale 2, 4-bit min 3), qs[64], d, dmin = d: d * (2q - 3), q in 0..4.
-        GgmlType::Q2_K => {
-            let d = bound / 3.0;
-            vec![(0, vec![0x32; 16]), (80, scale_and(d, &half(d)))]
-        }
+        GgmlType::Q8_0 => recipe(vec![], vec![half(0, bound / 128.0)]),
+        // scales[16] (4-bit scale 2, 4-bit min 3), qs[64], d, dmin = d: d * (2q - 3), q in
+        // 0..4.
+        GgmlType::Q2_K => recipe(
+            vec![(0, vec![0x32; 16])],
+            vec![half(80, bound / 3.0), same_as(82, 80)],
+        ),
         // hmask[32], qs[64], scales[12] (every 6-bit scale 33, i.e. 1 after the -32 offset),
         // d: d * q, q in -4..4.
         GgmlType::Q3_K => {
             let mut scales = vec![0x11; 8];
             scales.extend_from_slice(&[0xAA; 4]);
-            scales.extend_from_slice(&half(bound / 4.0));
-            vec![(96, scales)]
+            recipe(vec![(96, scales)], vec![half(108, bound / 4.0)])
         }
         // d, dmin = d, scales[12] (6-bit scales 8, mins 60): d * (8q - 60), q in 0..16.
         GgmlType::Q4_K => {
-            let d = bound / 60.0;
-            let mut bytes = scale_and(d, &half(d));
-            bytes.extend_from_slice(&[8, 8, 8, 8, 0xFC, 0xFC, 0xFC, 0xFC]);
-            bytes.extend_from_slice(&[0xC8; 4]);
-            vec![(0, bytes)]
+            let mut scales = vec![8, 8, 8, 8, 0xFC, 0xFC, 0xFC, 0xFC];
+            scales.extend_from_slice(&[0xC8; 4]);
+            recipe(
+                vec![(4, scales)],
+                vec![half(0, bound / 60.0), same_as(2, 0)],
+            )
         }
         // d, dmin = d, scales[12] (6-bit scales 4, mins 62): d * (4q - 62), q in 0..32.
         GgmlType::Q5_K => {
-            let d = bound / 62.0;
-            let mut bytes = scale_and(d, &half(d));
-            bytes.extend_from_slice(&[4, 4, 4, 4, 0xFE, 0xFE, 0xFE, 0xFE]);
-            bytes.extend_from_slice(&[0xE4; 4]);
-            vec![(0, bytes)]
+            let mut scales = vec![4, 4, 4, 4, 0xFE, 0xFE, 0xFE, 0xFE];
+            scales.extend_from_slice(&[0xE4; 4]);
+            recipe(
+                vec![(4, scales)],
+                vec![half(0, bound / 62.0), same_as(2, 0)],
+            )
         }
         // ql[128], qh[64], scales[16] (i8 16), d: d * 16 * (q - 32), q in 0..64.
-        GgmlType::Q6_K => {
-            let mut bytes = vec![16; 16];
-            bytes.extend_from_slice(&half(bound / 512.0));
-            vec![(192, bytes)]
-        }
+        GgmlType::Q6_K => recipe(vec![(192, vec![16; 16])], vec![half(208, bound / 512.0)]),
         // d * kvalues_iq4nl[q], |kvalue| <= 127.
-        GgmlType::IQ4_NL => vec![(0, half(bound / 127.0).to_vec())],
+        GgmlType::IQ4_NL => recipe(vec![], vec![half(0, bound / 127.0)]),
         // d, scales_h, scales_l[4] (every 6-bit scale 33): d * kvalues_iq4nl[q].
-        GgmlType::IQ4_XS => {
-            let mut bytes = half(bound / 127.0).to_vec();
-            bytes.extend_from_slice(&[0xAA, 0xAA, 0x11, 0x11, 0x11, 0x11]);
-            vec![(0, bytes)]
-        }
+        GgmlType::IQ4_XS => recipe(
+            vec![(2, vec![0xAA, 0xAA, 0x11, 0x11, 0x11, 0x11])],
+            vec![half(0, bound / 127.0)],
+        ),
         // e (E8M0): kvalues_mxfp4[q] * 2^(e - 128), |kvalue| <= 12.
         GgmlType::MXFP4 => {
             let exponent = 128.0 + (bound / 12.0).log2().floor();
-            vec![(0, vec![exponent.clamp(2.0, 254.0) as u8])]
+            recipe(
+                vec![],
+                vec![ScaleField::Exponent {
+                    offset: 0,
+                    max: exponent.clamp(2.0, 254.0) as u8,
+                }],
+            )
         }
-        _ => Vec::new(),
+        _ => BlockRecipe::default(),
     }
 }
 
@@ -307,7 +400,6 @@ impl WyRand {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::synth::quant::f16_bits_to_f32;
 
     fn generate(ggml_type: GgmlType, n_elements: u64, fill: Fill) -> Vec<u8> {
         let mut out = Vec::new();
@@ -345,24 +437,43 @@ mod tests {
     }
 
     #[test]
-    fn q4_k_blocks_carry_the_fixed_scales() {
+    fn q4_k_blocks_carry_packed_scales_and_varied_block_scales() {
         let bytes = generate(
             GgmlType::Q4_K,
-            512,
+            256 * 4096,
             Fill::Random {
                 bound: 0.6,
                 seed: 5,
             },
         );
+        let mut distinct = std::collections::HashSet::new();
         for block in bytes.chunks_exact(144) {
-            let d = f16_bits_to_f32(u16::from_le_bytes([block[0], block[1]]));
-            assert!((d - 0.01).abs() < 1e-5, "{d}");
+            let scale = f16_bits_to_f32(u16::from_le_bytes([block[0], block[1]]));
+            assert!((0.01 / 8.0..0.01).contains(&scale), "{scale}");
             assert_eq!(&block[2..4], &block[0..2], "dmin = d");
+            distinct.insert(block[0..2].to_vec());
             assert_eq!(
                 &block[4..16],
                 &[8, 8, 8, 8, 252, 252, 252, 252, 200, 200, 200, 200]
             );
         }
+        // About a thousand different scales, as in a real model, not one.
+        assert!((800..=1024).contains(&distinct.len()), "{}", distinct.len());
+    }
+
+    #[test]
+    fn random_halves_stay_below_their_maximum() {
+        for max in [1e-3_f32, 0.01, 0.5, 3.0, 60000.0, 1e9] {
+            for bits in [0, 1, 2, 3, u64::MAX, 0x1234_5678_9abc_def0] {
+                let value = f16_bits_to_f32(random_half_below(max, bits));
+                assert!(
+                    value.is_finite() && value >= 0.0 && value < max,
+                    "{max} {value}"
+                );
+            }
+        }
+        assert!(f16_bits_to_f32(random_half_below(1e-6, u64::MAX)) < 1e-6);
+        assert_eq!(random_half_below(0.0, u64::MAX), 0);
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use super::gguf::{GgmlType, WriteProgress};
+use super::gguf::WriteProgress;
 use super::{
     like, llama3, write_model_with_progress, SynthError, SynthSpec, SynthSummary, TensorType,
 };
@@ -54,6 +54,10 @@ pub fn run(args: &SynthArgs) -> Result<(), Failure> {
             *field = v;
         }
     }
+    if let Some(arch) = spec.architecture.filter(|_| reshaped) {
+        // No longer the real model's shape: say so in the name the chat and reports show.
+        spec.name = format!("{} reshaped (synthetic)", arch.model_name);
+    }
     spec.tokenizer_json = resolve_tokenizer(args, &spec)?;
     let summary = write_model_with_progress(&args.output, &spec, &mut |p| progress.update(p))
         .map_err(failure)?;
@@ -63,17 +67,18 @@ pub fn run(args: &SynthArgs) -> Result<(), Failure> {
     if let Some(path) = &spec.tokenizer_json {
         lines.push(format!("  tokenizer: {}", path.display()));
     }
-    if let Some(arch) = spec.architecture {
-        match arch.published_size_bytes(spec.tensor_type) {
-            Some(published) if !reshaped => lines.push(format!(
-                "  the published {} {} GGUF is {}: this file is {:+.2}% of it",
-                arch.model_name,
-                spec.tensor_type.name().to_ascii_uppercase(),
-                gigabytes(published),
-                (summary.file_size_bytes as f64 / published as f64 - 1.0) * 100.0,
-            )),
-            _ => {}
-        }
+    let published = spec
+        .architecture
+        .filter(|_| !reshaped)
+        .and_then(|arch| Some((arch, arch.published_size_bytes(spec.tensor_type)?)));
+    if let Some((arch, published)) = published {
+        lines.push(format!(
+            "  the published {} {} GGUF is {}: this file differs by {:+.2}%",
+            arch.model_name,
+            spec.tensor_type.name().to_ascii_uppercase(),
+            gigabytes(published),
+            (summary.file_size_bytes as f64 / published as f64 - 1.0) * 100.0,
+        ));
     }
     lines.push(format!("  {}", crate::engine::ModelInfo::SYNTHETIC_LABEL));
     eprintln!("{}", lines.join("\n"));
@@ -117,7 +122,7 @@ fn describe(summary: &SynthSummary, elapsed: Duration) -> String {
     let types: Vec<String> = summary
         .tensor_types
         .iter()
-        .map(|(t, n)| format!("{n} {}", type_label(*t)))
+        .map(|(t, n)| format!("{n} {t}"))
         .collect();
     let seconds = elapsed.as_secs_f64();
     format!(
@@ -131,10 +136,6 @@ fn describe(summary: &SynthSummary, elapsed: Duration) -> String {
         seconds,
         summary.file_size_bytes as f64 / 1e6 / seconds.max(1e-3),
     )
-}
-
-fn type_label(t: GgmlType) -> String {
-    t.to_string()
 }
 
 fn gigabytes(bytes: u64) -> String {

@@ -27,6 +27,15 @@ pub fn write_like(
     on_progress: &mut dyn FnMut(WriteProgress),
 ) -> Result<SynthSummary, SynthError> {
     let (writer, n_vocab) = build_clone(source, seed)?;
+    // The clone replaces `output` atomically: were it the source, the real weights would be
+    // gone.
+    if let (Ok(a), Ok(b)) = (source.canonicalize(), output.canonicalize()) {
+        if a == b {
+            return Err(SynthError::CloneOverSource {
+                path: source.to_path_buf(),
+            });
+        }
+    }
     finish(output, &writer, n_vocab, on_progress)
 }
 

@@ -107,6 +107,12 @@ pub enum SynthError {
         /// Why it could not be read.
         source: GgufError,
     },
+    /// `--like` was asked to write its clone over the model it clones.
+    #[error("refusing to write the clone over the model it clones ({})", path.display())]
+    CloneOverSource {
+        /// The model.
+        path: PathBuf,
+    },
     /// The model to clone has a tensor type tokscope cannot fill with valid random data.
     #[error(
         "cannot clone {}: tensor {tensor} has type {ggml_type}, which tokscope cannot fill with \

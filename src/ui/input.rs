@@ -86,7 +86,13 @@ fn placeholder(app: &App) -> &'static str {
 
 pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
     let w = area.width as usize;
-    let title = truncate(" message ", w);
+    let title = match app.input_tokens {
+        Some((n, _)) if !app.input.is_empty() => {
+            let noun = if n == 1 { "token" } else { "tokens" };
+            truncate(&format!(" message · {n} {noun} "), w)
+        }
+        _ => truncate(" message ", w),
+    };
     let hint = hint(app);
     let mut block = Block::new()
         .borders(Borders::TOP)
