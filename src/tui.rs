@@ -130,6 +130,12 @@ impl FrameScheduler {
         })
     }
 
+    /// Until when streamed output alone need not be looked at (the next stream frame).
+    pub fn stream_quiet_until(&self) -> Instant {
+        self.last_draw
+            .map_or_else(Instant::now, |t| t + self.stream_interval)
+    }
+
     pub fn drawn(&mut self, now: Instant) {
         self.dirty = false;
         self.urgent = false;
@@ -372,6 +378,7 @@ pub fn run_chat(
                 panic!("injected panic ({INJECT_PANIC_ENV} is set)");
             }
             let frame_at = driver.frames.next_frame_at();
+            let engine_gate = driver.frames.stream_quiet_until();
             let mut batch = Vec::new();
             tokio::select! {
                 ev = term_events.next() => match ev {
@@ -382,10 +389,15 @@ pub fn run_chat(
                 _ = sigterm.recv() => return Ok(ChatEnd::Signal(15)),
                 _ = sighup.recv() => return Ok(ChatEnd::Signal(1)),
                 _ = sigint.recv() => return Ok(ChatEnd::Signal(2)),
-                ev = events.recv() => match ev {
+                // Engine events are taken at most once per stream frame: tokens that arrive
+                // meanwhile wait in the channel (their timestamps were taken on the engine
+                // thread) and are drained together, so the UI wakes ~30 times a second while
+                // streaming instead of once per token, and leaves the cores to llama.cpp.
+                ev = events.recv(), if Instant::now() >= engine_gate => match ev {
                     Some(e) => batch.push(Msg::Engine(e)),
                     None => return Err(io::Error::other("the engine stopped unexpectedly")),
                 },
+                _ = tokio::time::sleep_until(engine_gate.into()), if Instant::now() < engine_gate => {}
                 _ = ticks.tick() => batch.push(Msg::Tick),
                 _ = sleep_until_opt(frame_at) => {}
             }
