@@ -404,3 +404,65 @@ fn roofline_columns_are_present_and_finite_on_cpu() {
         "{md}"
     );
 }
+
+#[test]
+fn plot_writes_the_roofline_and_batch_charts() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let model = tiny(home.path());
+    let png = home.path().join("charts.png");
+    bench(
+        home.path(),
+        &model,
+        &[
+            "-p",
+            "16",
+            "-n",
+            "8",
+            "-r",
+            "1",
+            "-t",
+            "1",
+            "--batch",
+            "1,2",
+            "--bandwidth-gb-s",
+            "10",
+            "--plot",
+            png.to_str().unwrap(),
+        ],
+    );
+    for name in ["charts-roofline.png", "charts-batch.png"] {
+        let bytes = std::fs::read(home.path().join(name)).unwrap();
+        assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"), "{name} is a PNG");
+    }
+    let svg = home.path().join("charts.svg");
+    bench(
+        home.path(),
+        &model,
+        &[
+            "-p",
+            "0",
+            "-n",
+            "8",
+            "-r",
+            "1",
+            "-t",
+            "1",
+            "--bandwidth-gb-s",
+            "10",
+            "--plot",
+            svg.to_str().unwrap(),
+        ],
+    );
+    let text = std::fs::read_to_string(home.path().join("charts-roofline.svg")).unwrap();
+    assert!(
+        text.contains("<svg") && text.contains("ceiling"),
+        "an SVG roofline"
+    );
+    tokscope(home.path())
+        .args(["bench", "-t", "1", "--plot", "chart.jpg", "-m"])
+        .arg(&model)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("jpg"));
+}

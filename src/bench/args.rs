@@ -98,6 +98,11 @@ pub struct BenchArgs {
     /// Compare with an earlier run of the results log: `last` or its id (or a unique prefix).
     #[arg(long = "vs", value_name = "last|ID")]
     pub vs: Option<String>,
+    /// Draw charts as files: FILE.png or FILE.svg. Writes FILE-roofline (tok/s against bytes
+    /// per token under the bandwidth ceiling) and, with --batch, FILE-batch (tok/s and ITL
+    /// against B).
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
 }
 
 /// List earlier bench runs, or print one.
@@ -149,6 +154,7 @@ pub struct BenchPlan {
     pub bandwidth: BandwidthChoice,
     pub price_per_gpu_hour_usd: f64,
     pub vs: Option<String>,
+    pub plot: Option<PathBuf>,
 }
 
 /// Rewrite llama-bench's multi-letter short flags to their long forms, only in the arguments
@@ -381,6 +387,15 @@ impl BenchPlan {
             bandwidth,
             price_per_gpu_hour_usd,
             vs: args.vs.clone(),
+            plot: match &args.plot {
+                Some(p) => {
+                    // Fail before measuring anything when the extension is wrong.
+                    crate::plot::plot_file_kind(p)
+                        .map_err(|e| Failure::new(USAGE, format!("--plot: {e}")))?;
+                    Some(p.clone())
+                }
+                None => None,
+            },
         })
     }
 }

@@ -55,6 +55,9 @@ pub fn bench(args: &BenchArgs, settings: Settings) -> Result<(), Failure> {
     if !rows.is_empty() {
         save(&log_path, &run_id, crate::history::unix_s(now), &rows);
     }
+    if let Some(path) = &plan.plot {
+        plot_rows(&rows, path)?;
+    }
     if let Some(base) = baseline {
         let text = log::comparison(&log::as_stored(&rows), &base);
         if plan.output == OutputFormat::Markdown {
@@ -77,6 +80,78 @@ pub fn bench(args: &BenchArgs, settings: Settings) -> Result<(), Failure> {
             ),
         )),
     }
+}
+
+/// `--plot FILE.ext`: FILE-roofline.ext from the rows with a ceiling, FILE-batch.ext from the
+/// batch rows.
+fn plot_rows(rows: &[Row], path: &std::path::Path) -> Result<(), Failure> {
+    use crate::plot::{plot_batch_sweep, plot_roofline, BatchPoint, RooflinePoint};
+    let with_suffix = |suffix: &str| {
+        let stem = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let ext = path
+            .extension()
+            .map(|e| e.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        path.with_file_name(format!("{stem}-{suffix}.{ext}"))
+    };
+    let plot_failed = |e: crate::plot::PlotError| Failure::new(FAILURE, format!("--plot: {e}"));
+    let roofline: Vec<RooflinePoint> = rows
+        .iter()
+        .filter_map(|r| {
+            Some(RooflinePoint {
+                label: format!(
+                    "{} {}",
+                    sweep::file_name(std::path::Path::new(&r.params.model)),
+                    r.test
+                ),
+                bytes_per_token: r.bytes_per_token?,
+                tok_per_s: r.decode_tok_per_s?,
+            })
+        })
+        .collect();
+    let bandwidth = rows.iter().find_map(|r| {
+        Some((
+            r.bandwidth_gb_s? * 1e9,
+            r.bandwidth_source.clone().unwrap_or_default(),
+        ))
+    });
+    if let (false, Some((bw, label))) = (roofline.is_empty(), bandwidth) {
+        let out = with_suffix("roofline");
+        plot_roofline(
+            &roofline,
+            bw,
+            &label,
+            "decode speed against bytes read per token",
+            &out,
+        )
+        .map_err(plot_failed)?;
+        eprintln!("wrote {}", out.display());
+    } else {
+        eprintln!("--plot: no roofline (no decode rows with a known bandwidth)");
+    }
+    let batch: Vec<BatchPoint> = rows
+        .iter()
+        .filter(|r| r.kind == TestKind::Batch)
+        .filter_map(|r| {
+            Some(BatchPoint {
+                batch: r.params.batch_size,
+                aggregate_tok_per_s: r.tok_per_s_mean,
+                per_sequence_tok_per_s: r.per_sequence_tok_per_s?,
+                itl_p50_ms: r.itl_p50_ms?,
+                itl_p99_ms: r.itl_p99_ms?,
+            })
+        })
+        .collect();
+    if !batch.is_empty() {
+        let out = with_suffix("batch");
+        plot_batch_sweep(&batch, "batching: aggregate and per-sequence speed", &out)
+            .map_err(plot_failed)?;
+        eprintln!("wrote {}", out.display());
+    }
+    Ok(())
 }
 
 /// The run `--vs` names, read before measuring so that a wrong id fails at once.
