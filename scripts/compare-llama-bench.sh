@@ -31,6 +31,8 @@ Usage: scripts/compare-llama-bench.sh [options]
   -b, --batch-size N    logical batch for every run (default: 2048)
       --ubatch-size N   physical batch for every run (default: 512)
       --out DIR         keep every tool's raw output here (default: a temporary dir, removed)
+      --wait-quiet S    before each run, wait up to S seconds for a 5-second window in which
+                        other processes use under 5% of the CPUs (default: 0, no waiting)
       --skip-single     skip the llama-bench comparison
       --skip-batched    skip the llama-batched-bench comparison
       --build-only      build (or find) the llama.cpp tools and stop
@@ -58,6 +60,7 @@ fa=auto
 n_batch=2048
 n_ubatch=512
 out_dir=
+wait_quiet=0
 skip_single=0
 skip_batched=0
 build_only=0
@@ -83,6 +86,7 @@ while [ "$#" -gt 0 ]; do
     -b | --batch-size) need_value "$@"; n_batch=$2; shift 2 ;;
     -ub | --ubatch-size) need_value "$@"; n_ubatch=$2; shift 2 ;;
     --out) need_value "$@"; out_dir=$2; shift 2 ;;
+    --wait-quiet) need_value "$@"; wait_quiet=$2; shift 2 ;;
     --skip-single) skip_single=1; shift ;;
     --skip-batched) skip_batched=1; shift ;;
     --build-only) build_only=1; shift ;;
@@ -99,6 +103,9 @@ for pair in "threads:$threads" "n-prompt:$n_prompt" "n-gen:$n_gen" "repetitions:
     '' | *[!0-9]* | 0) echo "error: --${pair%%:*} must be a positive integer, got '${pair#*:}'" >&2; exit 2 ;;
   esac
 done
+case "$wait_quiet" in
+  '' | *[!0-9]*) echo "error: --wait-quiet must be a number of seconds, got '$wait_quiet'" >&2; exit 2 ;;
+esac
 case "$fa" in
   auto | on | off) ;;
   *) echo "error: --fa must be auto, on or off, got '$fa'" >&2; exit 2 ;;
@@ -298,14 +305,63 @@ run_tokscope_batched() {
     >"${out_dir}/tokscope-batched.$1.json" 2>"${out_dir}/tokscope-batched.$1.log"
 }
 
+# CPU seconds all processes have used (user, nice, system, irq, softirq, steal), from /proc/stat.
+busy_cpu_s() {
+  awk -v hz="$(getconf CLK_TCK)" '/^cpu /{printf "%.2f\n", ($2+$3+$4+$7+$8+$9)/hz}' /proc/stat
+}
+# CPU seconds this script's finished children have used: bash's `times` (second line), which
+# must run in this shell, not in a command substitution's subshell, which has no such children.
+children_cpu_s() {
+  times >"${out_dir}/.times"
+  tail -n 1 "${out_dir}/.times" | awk '{
+    t = 0
+    for (i = 1; i <= 2; i++) { split($i, p, /[ms]/); t += p[1] * 60 + p[2] }
+    printf "%.2f\n", t
+  }'
+}
+
+# Shared machines: wait (up to --wait-quiet seconds) until nothing else is using the CPUs, since
+# other work in the middle of a run slows OpenMP's threads far more than its share.
+wait_for_quiet() {
+  [ "$wait_quiet" -gt 0 ] || return 0
+  local waited=0 b0 b1 pct
+  while :; do
+    b0=$(busy_cpu_s)
+    sleep 5
+    b1=$(busy_cpu_s)
+    pct=$(awk -v a="$b0" -v b="$b1" -v c="$(nproc)" 'BEGIN { printf "%.0f", 100 * (b - a) / (5 * c) }')
+    [ "$pct" -lt 5 ] && return 0
+    waited=$((waited + 5))
+    if [ "$waited" -ge "$wait_quiet" ]; then
+      echo "#   still busy (${pct}% of the CPUs) after ${waited} s: running anyway" >&2
+      return 0
+    fi
+  done
+}
+
 # Runs one side and says so; a failing tool stops the comparison with the end of its log.
+# Each run also records how much CPU everything else on the machine used meanwhile (all busy
+# CPU time minus the tool's own), the measure of how quiet the machine was.
 step() {
   local name=$1 round=$2 fn=$3 log=$4
   echo "#   round ${round}: ${name}" >&2
-  # The load average after each run: other busy processes show up here (ours adds ~threads).
-  local ok=1
+  local ok=1 busy0 child0 t0 busy1 child1 t1
+  wait_for_quiet
+  busy0=$(busy_cpu_s)
+  children_cpu_s >"${out_dir}/.child0"
+  t0=$(date +%s.%N)
   "$fn" "$round" || ok=0
-  printf '%s %s %s\n' "$round" "${name// /_}" "$(cut -d' ' -f1 /proc/loadavg)" >>"${out_dir}/load.txt"
+  t1=$(date +%s.%N)
+  children_cpu_s >"${out_dir}/.child1"
+  busy1=$(busy_cpu_s)
+  child0=$(<"${out_dir}/.child0")
+  child1=$(<"${out_dir}/.child1")
+  awk -v r="$round" -v n="${name// /_}" -v b="$busy0 $busy1" -v c="$child0 $child1" \
+    -v t="$t0 $t1" -v cpus="$(nproc)" 'BEGIN {
+      split(b, B, " "); split(c, C, " "); split(t, T, " ")
+      other = (B[2] - B[1]) - (C[2] - C[1]); if (other < 0) other = 0
+      printf "%s %s %.1f %.2f %.1f\n", r, n, T[2] - T[1], other, 100 * other / ((T[2] - T[1]) * cpus)
+    }' >>"${out_dir}/quiet.txt"
   if [ "$ok" = 0 ]; then
     echo "error: ${name} failed (round ${round}); the end of ${log}:" >&2
     tail -n 20 "${out_dir}/${log}.${round}.log" >&2
@@ -336,15 +392,17 @@ for round in $(seq 1 "$rounds"); do
 done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
-load_peak=$(sort -k3 -g "${out_dir}/load.txt" | tail -n 1 | cut -d' ' -f3)
+other_peak_pct=$(sort -k5 -g "${out_dir}/quiet.txt" | tail -n 1 | cut -d' ' -f5)
+other_total_pct=$(awk -v cpus="$(nproc)" '{ w += $3; o += $4 }
+  END { if (w > 0) printf "%.1f", 100 * o / (w * cpus); else printf "0" }' "${out_dir}/quiet.txt")
 
 python3 - "$out_dir" "$rounds" "$n_prompt" "$n_gen" "$npl" "$skip_single" "$skip_batched" \
   "$invocation" "$(nproc)" "$cpu_model" "$load_before" "$load_after" "$sys_detail" \
-  "$tools_detail" "$threads" "$reps" "$npp" "$ntg" "$fa" "$load_peak" <<'PY'
+  "$tools_detail" "$threads" "$reps" "$npp" "$ntg" "$fa" "$other_total_pct" "$other_peak_pct" <<'PY'
 import json, statistics, sys
 (out, rounds, n_prompt, n_gen, npl, skip_single, skip_batched, invocation, ncpu, cpu,
  load_before, load_after, sys_detail, tools_detail, threads, reps, npp, ntg, fa,
- load_peak) = sys.argv[1:]
+ other_total_pct, other_peak_pct) = sys.argv[1:]
 rounds, n_prompt, n_gen = int(rounds), int(n_prompt), int(n_gen)
 batch_sizes = [int(b) for b in npl.split(",")]
 
@@ -368,14 +426,16 @@ misses = []
 print()
 print(f"Command: `{invocation}`")
 print()
-print(f"Machine: {ncpu} CPUs, {cpu}; load average {load_before} before, {load_after} after, "
-      f"at most {load_peak} (1 min) after any run; the runs themselves add about {threads}.")
+print(f"Machine: {ncpu} CPUs, {cpu}; load average {load_before} before, {load_after} after. "
+      f"Other processes used {other_total_pct}% of the machine's CPU time during the runs "
+      f"(at most {other_peak_pct}% during one run).")
 print(f"tokscope links {sys_detail}; llama-bench and llama-batched-bench are built from "
       f"{tools_detail}. Flash attention {fa}, {threads} threads.")
 print()
 
 def row(name, lb, ts, target, mode, label=None):
     ratios = [t / l for t, l in zip(ts, lb) if l > 0]
+    median = statistics.median(ratios) if ratios else float("nan")
     ratio = stats(ts)[0] / stats(lb)[0]
     if mode == "min":
         ok = ratio >= target
@@ -386,7 +446,7 @@ def row(name, lb, ts, target, mode, label=None):
     if not ok:
         misses.append(f"{name}: ratio {ratio:.3f}, target {goal}")
     per_round = ", ".join(f"{r:.3f}" for r in ratios)
-    print(f"| {label or name} | {fmt(lb)} | {fmt(ts)} | **{ratio:.3f}** | {per_round} | {goal} | "
+    print(f"| {label or name} | {fmt(lb)} | {fmt(ts)} | **{ratio:.3f}** | {median:.3f} | {per_round} | {goal} | "
           f"{'met' if ok else 'MISSED'} |")
 
 if skip_single == "0":
@@ -403,11 +463,12 @@ if skip_single == "0":
             elif rec["kind"] == "tg":
                 ts_tg.append(rec["tok_per_s_mean"])
     print(f"llama-bench vs `tokscope bench` ({rounds} alternating rounds of -r {reps} each; "
-          "t/s is mean ± sd over the rounds' means; the ratio is tokscope ÷ llama-bench of "
-          "those means):")
+          "t/s is mean ± sd over the rounds' means; the ratio, which the target applies to, is "
+          "tokscope ÷ llama-bench of those means; each round's two runs are adjacent in time, "
+          "so the median of the per-round ratios shrugs off a burst of load in one round):")
     print()
-    print("| test | llama-bench t/s | tokscope t/s | ratio | per round | target | |")
-    print("|---|---:|---:|---:|---|---|---|")
+    print("| test | llama-bench t/s | tokscope t/s | ratio | median of rounds | per round | target | |")
+    print("|---|---:|---:|---:|---:|---|---|---|")
     if lb_pp and ts_pp:
         row(f"pp{n_prompt}", lb_pp, ts_pp, 0.95, "min")
     if lb_tg and ts_tg:
@@ -429,14 +490,14 @@ if skip_batched == "0":
           f"÷ the generation steps' time, after a {npp}-token prompt per sequence; "
           f"{rounds} alternating rounds):")
     print()
-    print("| B | llama-batched-bench S_TG t/s | tokscope S_TG t/s | ratio | per round | target | |")
-    print("|---|---:|---:|---:|---|---|---|")
+    print("| B | llama-batched-bench S_TG t/s | tokscope S_TG t/s | ratio | median of rounds | per round | target | |")
+    print("|---|---:|---:|---:|---:|---|---|---|")
     for b in batch_sizes:
         if lb[b] and ts[b]:
             row(f"B={b}", lb[b], ts[b], 0.05, "band", label=str(b))
         else:
             print(f"| {b} | {fmt(lb[b]) if lb[b] else '—'} | {fmt(ts[b]) if ts[b] else '—'} "
-                  "| — | | | no figure |")
+                  "| — | — | | | no figure |")
             misses.append(f"B={b}: a side gave no figure")
     print()
 
@@ -445,11 +506,9 @@ if misses:
 else:
     print("Every target met.")
 PY
-load1=${load_before%% *}
-if python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) > 0.5 or float(sys.argv[2]) > float(sys.argv[3]) + 0.5 else 1)' \
-  "$load1" "$load_peak" "$threads"; then
+if python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) > 5 else 1)' "$other_peak_pct"; then
   echo
-  echo "Note: the machine was not idle (load average ${load_before} at the start, up to" \
-    "${load_peak} during the runs); OpenMP runs slow down badly when other processes compete" \
-    "for the cores, so these figures may be noisy."
+  echo "Note: the machine was not quiet (other processes took up to ${other_peak_pct}% of its CPU" \
+    "time during a run); OpenMP runs slow down badly when anything else competes for the" \
+    "cores, so these figures are noisy."
 fi
