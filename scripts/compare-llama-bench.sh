@@ -33,6 +33,9 @@ Usage: scripts/compare-llama-bench.sh [options]
       --out DIR         keep every tool's raw output here (default: a temporary dir, removed)
       --wait-quiet S    before each run, wait up to S seconds for a 5-second window in which
                         other processes use under 5% of the CPUs (default: 0, no waiting)
+      --batched-per-b   run llama-batched-bench once per batch size, each with a context of
+                        exactly B x (npp + ntg) for B sequences, as tokscope sizes its contexts
+                        (default: one run with -npl LIST, one context for the largest B)
       --skip-single     skip the llama-bench comparison
       --skip-batched    skip the llama-batched-bench comparison
       --build-only      build (or find) the llama.cpp tools and stop
@@ -64,6 +67,7 @@ wait_quiet=0
 skip_single=0
 skip_batched=0
 build_only=0
+batched_per_b=0
 lcp_version=${LLAMA_CPP_PYTHON_VERSION:-0.3.36}
 tokscope="${repo_root}/target/release/tokscope"
 
@@ -90,6 +94,7 @@ while [ "$#" -gt 0 ]; do
     --skip-single) skip_single=1; shift ;;
     --skip-batched) skip_batched=1; shift ;;
     --build-only) build_only=1; shift ;;
+    --batched-per-b) batched_per_b=1; shift ;;
     --llama-cpp-python) need_value "$@"; lcp_version=$2; shift 2 ;;
     --tokscope) need_value "$@"; tokscope=$2; shift 2 ;;
     -h | --help) usage; exit 0 ;;
@@ -97,12 +102,22 @@ while [ "$#" -gt 0 ]; do
   esac
 done
 
-for pair in "threads:$threads" "n-prompt:$n_prompt" "n-gen:$n_gen" "repetitions:$reps" \
-  "rounds:$rounds" "npp:$npp" "ntg:$ntg" "batch-size:$n_batch" "ubatch-size:$n_ubatch"; do
+for pair in "threads:$threads" "repetitions:$reps" "rounds:$rounds" "npp:$npp" "ntg:$ntg" \
+  "batch-size:$n_batch" "ubatch-size:$n_ubatch"; do
   case "${pair#*:}" in
     '' | *[!0-9]* | 0) echo "error: --${pair%%:*} must be a positive integer, got '${pair#*:}'" >&2; exit 2 ;;
   esac
 done
+# 0 drops that test, as in llama-bench.
+for pair in "n-prompt:$n_prompt" "n-gen:$n_gen"; do
+  case "${pair#*:}" in
+    '' | *[!0-9]*) echo "error: --${pair%%:*} must be a number, got '${pair#*:}'" >&2; exit 2 ;;
+  esac
+done
+if [ "$n_prompt" = 0 ] && [ "$n_gen" = 0 ] && [ "$skip_single" = 0 ]; then
+  echo "error: -p and -n are both 0: nothing to compare with llama-bench (--skip-single?)" >&2
+  exit 2
+fi
 case "$wait_quiet" in
   '' | *[!0-9]*) echo "error: --wait-quiet must be a number of seconds, got '$wait_quiet'" >&2; exit 2 ;;
 esac
@@ -295,9 +310,23 @@ run_tokscope_single() {
 # One measurement per batch size and round on both sides: llama-batched-bench has no
 # repetitions, so tokscope runs -r 1 (after its warm-up) and the rounds repeat both.
 run_llama_batched() {
-  "$llama_batched_bench" -m "$model" -t "$threads" -c "$batched_ctx" -b "$n_batch" \
-    -ub "$n_ubatch" -fa "$fa" -npp "$npp" -ntg "$ntg" -npl "$npl" --output-format jsonl \
-    >"${out_dir}/llama-batched-bench.$1.jsonl" 2>"${out_dir}/llama-batched-bench.$1.log"
+  local out="${out_dir}/llama-batched-bench.$1.jsonl" log="${out_dir}/llama-batched-bench.$1.log"
+  local -a common=(-m "$model" -t "$threads" -b "$n_batch" -ub "$n_ubatch" -fa "$fa"
+    -npp "$npp" -ntg "$ntg" --output-format jsonl)
+  if [ "$batched_per_b" = 0 ]; then
+    # llama-batched-bench's usual form: one context for the largest B (n_seq_max = max B).
+    "$llama_batched_bench" "${common[@]}" -c "$batched_ctx" -npl "$npl" >"$out" 2>"$log"
+  else
+    local b ctx
+    : >"$out"
+    : >"$log"
+    for b in ${npl//,/ }; do
+      # At least 16: its warm-up decodes 16 tokens.
+      ctx=$((b * (npp + ntg)))
+      [ "$ctx" -ge 16 ] || ctx=16
+      "$llama_batched_bench" "${common[@]}" -c "$ctx" -npl "$b" >>"$out" 2>>"$log" || return 1
+    done
+  fi
 }
 run_tokscope_batched() {
   TOKSCOPE_DATA_DIR="$ts_data" "$tokscope" bench -m "$model" -t "$threads" -p "$npp" \
@@ -398,11 +427,12 @@ other_total_pct=$(awk -v cpus="$(nproc)" '{ w += $3; o += $4 }
 
 python3 - "$out_dir" "$rounds" "$n_prompt" "$n_gen" "$npl" "$skip_single" "$skip_batched" \
   "$invocation" "$(nproc)" "$cpu_model" "$load_before" "$load_after" "$sys_detail" \
-  "$tools_detail" "$threads" "$reps" "$npp" "$ntg" "$fa" "$other_total_pct" "$other_peak_pct" <<'PY'
+  "$tools_detail" "$threads" "$reps" "$npp" "$ntg" "$fa" "$other_total_pct" "$other_peak_pct" \
+  "$batched_per_b" <<'PY'
 import json, statistics, sys
 (out, rounds, n_prompt, n_gen, npl, skip_single, skip_batched, invocation, ncpu, cpu,
  load_before, load_after, sys_detail, tools_detail, threads, reps, npp, ntg, fa,
- other_total_pct, other_peak_pct) = sys.argv[1:]
+ other_total_pct, other_peak_pct, per_b) = sys.argv[1:]
 rounds, n_prompt, n_gen = int(rounds), int(n_prompt), int(n_gen)
 batch_sizes = [int(b) for b in npl.split(",")]
 
@@ -486,9 +516,13 @@ if skip_batched == "0":
             b = rec["params"]["batch_size"]
             if rec["kind"] == "batch" and b in ts:
                 ts[b].append(rec["tok_per_s_mean"])
+    contexts = ("one llama-batched-bench run per B, each context sized for its B as tokscope "
+                "sizes them" if per_b == "1" else
+                f"one llama-batched-bench run with -npl {npl}: one context for the largest B, "
+                "while tokscope makes a context per B")
     print(f"llama-batched-bench vs `tokscope bench --batch` (S_TG: B × {ntg} generated tokens "
           f"÷ the generation steps' time, after a {npp}-token prompt per sequence; "
-          f"{rounds} alternating rounds):")
+          f"{rounds} alternating rounds; {contexts}):")
     print()
     print("| B | llama-batched-bench S_TG t/s | tokscope S_TG t/s | ratio | median of rounds | per round | target | |")
     print("|---|---:|---:|---:|---:|---|---|---|")
