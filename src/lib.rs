@@ -7,6 +7,7 @@ pub mod app;
 pub mod bench;
 pub mod chat;
 pub mod cli;
+pub mod compare;
 pub mod config;
 pub mod demo;
 pub mod doctor;

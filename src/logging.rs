@@ -6,6 +6,7 @@
 use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use tracing::field::{Field, Visit};
@@ -47,6 +48,30 @@ fn remember_llama_problem(message: String) {
     }
 }
 
+/// llama.cpp's quantizer logs `[  12/ 201] name - …` per tensor: the latest (done, total),
+/// packed as `done << 32 | total`, 0 before any.
+static TENSOR_PROGRESS: AtomicU64 = AtomicU64::new(0);
+
+/// The latest `[done/total]` tensor counter llama.cpp's quantizer logged, if any.
+pub fn tensor_progress() -> Option<(u32, u32)> {
+    let packed = TENSOR_PROGRESS.load(Ordering::Relaxed);
+    let (done, total) = ((packed >> 32) as u32, packed as u32);
+    (total > 0).then_some((done, total))
+}
+
+/// Forget the tensor counter (before a quantization starts).
+pub fn reset_tensor_progress() {
+    TENSOR_PROGRESS.store(0, Ordering::Relaxed);
+}
+
+/// `[  12/ 201] …` → (12, 201).
+fn parse_tensor_counter(message: &str) -> Option<(u32, u32)> {
+    let inner = message.trim_start().strip_prefix('[')?;
+    let (counter, _) = inner.split_once(']')?;
+    let (done, total) = counter.split_once('/')?;
+    Some((done.trim().parse().ok()?, total.trim().parse().ok()?))
+}
+
 #[derive(Default)]
 struct MessageVisitor(String);
 
@@ -70,6 +95,13 @@ struct LlamaProblemCapture;
 impl<S: Subscriber> Layer<S> for LlamaProblemCapture {
     fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
         let meta = event.metadata();
+        if meta.target() == LLAMA_TARGET && *meta.level() == Level::INFO {
+            let mut visitor = MessageVisitor::default();
+            event.record(&mut visitor);
+            if let Some((done, total)) = parse_tensor_counter(&visitor.0) {
+                TENSOR_PROGRESS.store(u64::from(done) << 32 | u64::from(total), Ordering::Relaxed);
+            }
+        }
         if meta.target() == LLAMA_TARGET && *meta.level() <= Level::WARN {
             let mut visitor = MessageVisitor::default();
             event.record(&mut visitor);
@@ -107,4 +139,22 @@ pub fn init(log_dir: Option<&Path>) -> Option<PathBuf> {
     // llama.cpp and ggml print to stderr unless told otherwise; route them into tracing.
     llama_cpp_2::send_logs_to_tracing(llama_cpp_2::LogOptions::default());
     path
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantizer_tensor_counters_parse() {
+        assert_eq!(
+            parse_tensor_counter("[  12/ 201]                token_embd.weight - [ 2048, 128256,     1,     1], type =    f16, "),
+            Some((12, 201))
+        );
+        assert_eq!(
+            parse_tensor_counter("llama_model_loader: loaded meta data"),
+            None
+        );
+        assert_eq!(parse_tensor_counter("[x/2] no"), None);
+    }
 }

@@ -53,6 +53,7 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
         Some(Command::History) => tokscope::launch::history(),
         Some(Command::Bench(args)) => tokscope::bench::bench(args, settings()?),
         Some(Command::Results(args)) => tokscope::bench::results(args),
+        Some(Command::Compare(args)) => tokscope::compare::compare(args, settings()?),
         Some(Command::Synth(args)) => synth(args),
         Some(Command::FetchDemo) => fetch_demo(),
         Some(Command::Doctor(args)) => tokscope::doctor::run(args),

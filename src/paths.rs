@@ -44,3 +44,13 @@ pub fn config_file() -> PathBuf {
 pub fn log_dir() -> PathBuf {
     data_dir().join("logs")
 }
+
+/// Overrides the cache dir (quantized models made by `compare --quantize`).
+pub const CACHE_DIR_ENV: &str = "TOKSCOPE_CACHE_DIR";
+
+/// Files tokscope can make again: the models `compare --quantize` writes.
+pub fn cache_dir() -> PathBuf {
+    env_dir(CACHE_DIR_ENV)
+        .or_else(|| project_dirs().map(|d| d.cache_dir().to_path_buf()))
+        .unwrap_or_else(|| PathBuf::from(".tokscope-cache"))
+}

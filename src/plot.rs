@@ -639,6 +639,143 @@ impl Chart for RooflineChart {
     }
 }
 
+/// One candidate of a comparison: its speed and its distance from the reference.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QualityPoint {
+    pub label: String,
+    /// Mean KL divergence from the reference, nats (0 for the reference).
+    pub kld_mean: f64,
+    pub tok_per_s: f64,
+    /// On the Pareto front.
+    pub pareto: bool,
+}
+
+/// Decode speed against mean KL divergence, one labelled point per candidate, the Pareto
+/// front joined by a line (filled points) and the dominated candidates hollow.
+pub fn plot_speed_vs_quality(
+    points: &[QualityPoint],
+    title: &str,
+    path: &Path,
+) -> Result<(), PlotError> {
+    let kind = plot_file_kind(path)?;
+    let kept: Vec<QualityPoint> = points
+        .iter()
+        .filter(|p| {
+            p.kld_mean.is_finite()
+                && p.kld_mean >= 0.0
+                && p.tok_per_s.is_finite()
+                && p.tok_per_s > 0.0
+        })
+        .cloned()
+        .collect();
+    if kept.is_empty() {
+        return Err(PlotError::NoPoints {
+            chart: "speed against quality",
+        });
+    }
+    let chart = QualityChart {
+        title: title.to_string(),
+        points: kept,
+    };
+    render(&chart, kind, path, (1200, 800))
+}
+
+struct QualityChart {
+    title: String,
+    points: Vec<QualityPoint>,
+}
+
+const FRONT_COLOR: RGBColor = RGBColor(44, 160, 44);
+const DOMINATED_COLOR: RGBColor = RGBColor(214, 39, 40);
+
+impl Chart for QualityChart {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
+        root.fill(&WHITE)?;
+        let body = root.titled(&self.title, text(TITLE_PX))?;
+        let x_max = self.points.iter().map(|p| p.kld_mean).fold(0.0, f64::max);
+        let x_max = if x_max > 0.0 { x_max * 1.3 } else { 1e-3 };
+        let y_max = self.points.iter().map(|p| p.tok_per_s).fold(0.0, f64::max) * 1.2;
+        let mut chart = ChartBuilder::on(&body)
+            .caption(
+                "Up and to the left is better: faster and closer to the reference",
+                text(CAPTION_PX),
+            )
+            .margin(15)
+            .margin_right(40)
+            .x_label_area_size(60)
+            .y_label_area_size(90)
+            .build_cartesian_2d(-x_max * 0.05..x_max, 0.0..y_max)?;
+        chart
+            .configure_mesh()
+            .light_line_style(WHITE)
+            .bold_line_style(GRID_COLOR)
+            .x_desc("mean KL divergence from the reference (nats)")
+            .y_desc("decode speed (tok/s)")
+            .axis_desc_style(text(AXIS_DESC_PX))
+            .label_style(text(TICK_LABEL_PX))
+            .x_label_formatter(&|x| format!("{x:.4}"))
+            .y_label_formatter(&|y| trim_number(*y))
+            .draw()?;
+        let mut front: Vec<(f64, f64)> = self
+            .points
+            .iter()
+            .filter(|p| p.pareto)
+            .map(|p| (p.kld_mean, p.tok_per_s))
+            .collect();
+        front.sort_by(|a, b| a.0.total_cmp(&b.0));
+        chart
+            .draw_series(LineSeries::new(front, FRONT_COLOR.stroke_width(2)))?
+            .label("Pareto front")
+            .legend(legend_line(FRONT_COLOR));
+        chart
+            .draw_series(self.points.iter().filter(|p| !p.pareto).map(|p| {
+                Circle::new(
+                    (p.kld_mean, p.tok_per_s),
+                    7,
+                    DOMINATED_COLOR.stroke_width(2),
+                )
+            }))?
+            .label("dominated")
+            .legend(|(x, y)| Circle::new((x + 12, y), 6, DOMINATED_COLOR.stroke_width(2)));
+        chart.draw_series(
+            self.points
+                .iter()
+                .filter(|p| p.pareto)
+                .map(|p| Circle::new((p.kld_mean, p.tok_per_s), 7, FRONT_COLOR.filled())),
+        )?;
+        for (i, p) in self.points.iter().enumerate() {
+            let (v_pos, dy) = if i % 2 == 0 {
+                (VPos::Bottom, -8)
+            } else {
+                (VPos::Top, 8)
+            };
+            let style = text(POINT_LABEL_PX).pos(Pos::new(HPos::Left, v_pos));
+            chart.draw_series(std::iter::once(
+                EmptyElement::at((p.kld_mean, p.tok_per_s))
+                    + Text::new(
+                        format!(
+                            "{}: {} tok/s, KL {:.4}",
+                            p.label,
+                            trim_number(p.tok_per_s),
+                            p.kld_mean
+                        ),
+                        (10, dy),
+                        style,
+                    ),
+            ))?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .label_font(text(LEGEND_PX))
+            .background_style(WHITE.mix(0.9))
+            .border_style(BLACK.mix(0.5))
+            .margin(10)
+            .draw()?;
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -893,5 +1030,33 @@ mod tests {
         assert_eq!(trim_number(60.0), "60");
         assert_eq!(trim_number(0.25), "0.25");
         assert_eq!(trim_number(0.0), "0");
+    }
+
+    #[test]
+    fn speed_against_quality_writes_png_and_svg() {
+        let dir = tempfile::tempdir().unwrap();
+        let points = [
+            ("f16", 0.0, 50.0, true),
+            ("q8_0", 0.001, 90.0, true),
+            ("q4_0", 0.05, 140.0, true),
+            ("q3", 0.08, 120.0, false),
+        ]
+        .map(|(l, k, t, p)| QualityPoint {
+            label: l.into(),
+            kld_mean: k,
+            tok_per_s: t,
+            pareto: p,
+        });
+        for ext in ["png", "svg"] {
+            let path = dir.path().join(format!("q.{ext}"));
+            plot_speed_vs_quality(&points, "t", &path).unwrap();
+            assert!(std::fs::metadata(&path).unwrap().len() > 1000);
+        }
+        let svg = std::fs::read_to_string(dir.path().join("q.svg")).unwrap();
+        assert!(svg.contains("q4_0: 140 tok/s"), "labels are drawn");
+        assert!(matches!(
+            plot_speed_vs_quality(&[], "t", &dir.path().join("e.png")),
+            Err(PlotError::NoPoints { .. })
+        ));
     }
 }

@@ -158,7 +158,8 @@ pub struct BenchPlan {
 }
 
 /// Rewrite llama-bench's multi-letter short flags to their long forms, only in the arguments
-/// of the `bench` subcommand (clap has no multi-letter short flags; other commands keep theirs).
+/// of the `bench` and `compare` subcommands (clap has no multi-letter short flags; other
+/// commands keep theirs).
 pub fn rewrite_llama_bench_flags<I: IntoIterator<Item = OsString>>(args: I) -> Vec<OsString> {
     let mut args: Vec<OsString> = args.into_iter().collect();
     let Some(start) = bench_subcommand_index(&args) else {
@@ -176,7 +177,8 @@ pub fn rewrite_llama_bench_flags<I: IntoIterator<Item = OsString>>(args: I) -> V
     args
 }
 
-/// Where the subcommand is when it is `bench`: the first argument that is not a global option.
+/// Where the subcommand is when it is `bench` or `compare`: the first argument that is not a
+/// global option.
 fn bench_subcommand_index(args: &[OsString]) -> Option<usize> {
     let mut i = 1;
     while let Some(arg) = args.get(i) {
@@ -186,7 +188,7 @@ fn bench_subcommand_index(args: &[OsString]) -> Option<usize> {
         } else if text.starts_with("--config=") {
             i += 1;
         } else {
-            return (text == "bench").then_some(i);
+            return matches!(text, "bench" | "compare").then_some(i);
         }
     }
     None

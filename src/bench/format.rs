@@ -27,13 +27,13 @@ pub fn render(rows: &[Row], format: OutputFormat) -> Result<String, serde_json::
 }
 
 #[derive(Clone, Copy)]
-enum Align {
+pub(crate) enum Align {
     Left,
     Right,
 }
 
 /// A Markdown table with padded columns (`---:` marks the right-aligned ones).
-fn table(headers: &[(&str, Align)], rows: &[Vec<String>]) -> String {
+pub(crate) fn table(headers: &[(&str, Align)], rows: &[Vec<String>]) -> String {
     let width = |i: usize| {
         rows.iter()
             .filter_map(|r| r.get(i))
@@ -77,7 +77,7 @@ fn table(headers: &[(&str, Align)], rows: &[Vec<String>]) -> String {
     out
 }
 
-fn size(bytes: u64) -> String {
+pub(crate) fn size(bytes: u64) -> String {
     let gib = bytes as f64 / f64::from(1u32 << 30);
     if gib >= 1.0 {
         format!("{gib:.2} GiB")
@@ -324,7 +324,7 @@ const PARAM_COLUMNS: &[&str] = &[
     "n_ctx",
 ];
 
-fn cell(v: Option<&Value>) -> String {
+pub(crate) fn cell(v: Option<&Value>) -> String {
     match v {
         None | Some(Value::Null) => String::new(),
         Some(Value::String(s)) => s.clone(),
@@ -337,7 +337,7 @@ fn cell(v: Option<&Value>) -> String {
     }
 }
 
-fn csv_escape(s: &str) -> String {
+pub(crate) fn csv_escape(s: &str) -> String {
     if s.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", s.replace('"', "\"\""))
     } else {

@@ -13,13 +13,13 @@
 //! - `run`: driving the sweep, progress on stderr.
 
 mod args;
-mod format;
+pub(crate) mod format;
 mod log;
 mod measure;
 mod report;
-mod run;
+pub(crate) mod run;
 mod screen;
-mod sweep;
+pub(crate) mod sweep;
 
 use std::io::Write;
 
@@ -169,7 +169,7 @@ fn baseline(log_path: &std::path::Path, query: &str) -> Result<StoredRun, Failur
 
 /// Append the run to the results log; a log that cannot be written costs a warning, not the
 /// results already printed.
-fn save(log_path: &std::path::Path, run_id: &str, unix_time_s: u64, rows: &[Row]) {
+pub(crate) fn save(log_path: &std::path::Path, run_id: &str, unix_time_s: u64, rows: &[Row]) {
     let command_line = command_line();
     let record = log::RunRecord {
         id: run_id,
@@ -187,7 +187,7 @@ fn save(log_path: &std::path::Path, run_id: &str, unix_time_s: u64, rows: &[Row]
 }
 
 /// This process's command line, quoted where a shell would need it.
-fn command_line() -> String {
+pub(crate) fn command_line() -> String {
     std::env::args()
         .map(|a| {
             if !a.is_empty()

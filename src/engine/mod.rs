@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 pub use detok::{StopMatcher, Utf8Stream};
 pub use error::EngineError;
-pub use model_info::{check_model_file, quantization_name, ModelInfo};
+pub use model_info::{check_model_file, fingerprint, quantization_name, ModelInfo};
 pub use prompt::{common_prefix_len, completion_transcript, TemplateChoice, COMPLETION_STOPS};
 
 use crate::config::EngineSettings;

@@ -1,0 +1,549 @@
+//! `tokscope compare`: quantizations and runtime settings of one model compared on speed and
+//! quality in one table. A faster but worse answer is not a win, so every speed figure comes
+//! with a quality figure beside it.
+//!
+//! - `args`: the command line (bench's speed flags, validated by bench).
+//! - `quantize`: llama.cpp's quantizer, in-process, into a cache.
+//! - `quality`: the lockstep evaluation (perplexity, KL divergence, same top token, Δp).
+//! - `report`: rows, the Pareto front, the verdict, the formats.
+//! - `log`: the comparisons log the chat's compare screen reads.
+
+mod args;
+pub mod log;
+pub mod quality;
+pub mod quantize;
+pub mod report;
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use llama_cpp_2::model::LlamaModel;
+
+pub use args::{CompareArgs, ComparePlan};
+pub use report::{CompareRow, Comparison};
+
+use self::args::CompareFormat;
+use self::quality::{Chunking, Evaluator, QualityStats};
+use self::quantize::quantize_cached;
+use crate::bench::sweep::{Job, ParamSet, TestSpec};
+use crate::bench::{Row, TestKind};
+use crate::config::{EngineSettings, Settings};
+use crate::engine::llama::{describe, load_model, new_context, FlashAttn, KvType};
+use crate::engine::{ModelInfo, TemplateChoice};
+use crate::exit::{Failure, FAILURE, MODEL, USAGE};
+
+/// The evaluation text shipped with tokscope (see assets/eval/SOURCE.md).
+pub const BUILTIN_TEXT: &str = include_str!("../../assets/eval/alice.txt");
+pub const BUILTIN_TEXT_NAME: &str =
+    "builtin:alice (Alice's Adventures in Wonderland, Lewis Carroll, 1865; public domain)";
+
+/// One thing being compared: a model file under one set of runtime settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Candidate {
+    pub model: PathBuf,
+    pub n_gpu_layers: i64,
+    pub type_k: KvType,
+    pub type_v: KvType,
+    pub flash_attn: FlashAttn,
+    pub quantized_here: bool,
+}
+
+impl Candidate {
+    fn gpu_layers_setting(&self) -> Option<u32> {
+        u32::try_from(self.n_gpu_layers).ok()
+    }
+
+    fn same_load(&self, other: &Candidate) -> bool {
+        self.model == other.model && self.n_gpu_layers == other.n_gpu_layers
+    }
+
+    fn same_settings(&self, other: &Candidate) -> bool {
+        self.same_load(other)
+            && self.type_k == other.type_k
+            && self.type_v == other.type_v
+            && self.flash_attn == other.flash_attn
+    }
+
+    fn engine_settings(&self, n_ctx: u32, threads: u32) -> EngineSettings {
+        EngineSettings {
+            n_ctx,
+            threads,
+            // One chunk is one decode call, as in llama-perplexity with -b equal to -c.
+            n_batch: n_ctx,
+            n_ubatch: n_ctx.min(512),
+            type_k: self.type_k,
+            type_v: self.type_v,
+            flash_attn: self.flash_attn,
+            n_gpu_layers: self.gpu_layers_setting(),
+            template: TemplateChoice::Auto,
+        }
+    }
+}
+
+/// Labels: the file name, plus whichever settings differ between candidates; a repeated
+/// label gets `#2`, `#3`.
+fn labels(candidates: &[Candidate]) -> Vec<String> {
+    let varies = |f: &dyn Fn(&Candidate) -> String| {
+        candidates
+            .iter()
+            .map(f)
+            .collect::<std::collections::HashSet<_>>()
+            .len()
+            > 1
+    };
+    let ngl = varies(&|c| c.n_gpu_layers.to_string());
+    let ctk = varies(&|c| c.type_k.name().to_string());
+    let ctv = varies(&|c| c.type_v.name().to_string());
+    let fa = varies(&|c| c.flash_attn.name().to_string());
+    let mut out: Vec<String> = Vec::new();
+    for c in candidates {
+        let mut label = if c.quantized_here {
+            // `<stem>-<fingerprint>-<TYPE>.gguf` → `<stem>-<TYPE>`.
+            let stem = c
+                .model
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let mut parts: Vec<&str> = stem.rsplitn(3, '-').collect();
+            parts.reverse();
+            match parts.as_slice() {
+                [base, _print, ty] => format!("{base}-{ty}"),
+                _ => stem.clone(),
+            }
+        } else {
+            crate::bench::sweep::file_name(&c.model)
+        };
+        if ngl {
+            label.push_str(&format!(" ngl={}", c.n_gpu_layers));
+        }
+        if ctk {
+            label.push_str(&format!(" ctk={}", c.type_k.name()));
+        }
+        if ctv {
+            label.push_str(&format!(" ctv={}", c.type_v.name()));
+        }
+        if fa {
+            label.push_str(&format!(" fa={}", c.flash_attn.name()));
+        }
+        let seen = out
+            .iter()
+            .filter(|l| l.split(" #").next() == Some(label.as_str()))
+            .count();
+        if seen > 0 {
+            label = format!("{label} #{}", seen + 1);
+        }
+        out.push(label);
+    }
+    out
+}
+
+/// `tokscope compare`.
+pub fn compare(args: &CompareArgs, settings: Settings) -> Result<(), Failure> {
+    let plan = ComparePlan::from_args(args, &settings)?;
+    crate::bench::run::check_models(&plan.models)?;
+    let (text_name, text) = load_text(plan.text.as_deref())?;
+    let files = model_files(&plan)?;
+    let sweep = &plan.bench.sweep;
+    let mut candidates = Vec::new();
+    for (model, quantized_here) in &files {
+        for &n_gpu_layers in &sweep.n_gpu_layers {
+            for &type_k in &sweep.type_k {
+                for &type_v in &sweep.type_v {
+                    for &flash_attn in &sweep.flash_attn {
+                        candidates.push(Candidate {
+                            model: model.clone(),
+                            n_gpu_layers,
+                            type_k,
+                            type_v,
+                            flash_attn,
+                            quantized_here: *quantized_here,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    let started = std::time::SystemTime::now();
+    let id = crate::history::new_id(started);
+    let quality = evaluate_quality(&plan, &candidates, &text)?;
+    let speed = if plan.speed {
+        measure_speed(&plan, &candidates, &settings, &id)
+    } else {
+        Vec::new()
+    };
+    let names = labels(&candidates);
+    let mut rows: Vec<CompareRow> = candidates
+        .iter()
+        .zip(&names)
+        .zip(&quality.per_candidate)
+        .map(|((c, label), (info, stats, is_reference))| {
+            let find = |kind: TestKind| {
+                speed.iter().find(|r| {
+                    r.kind == kind
+                        && Path::new(&r.params.model) == c.model
+                        && r.params.n_gpu_layers == c.n_gpu_layers
+                        && r.params.type_k == c.type_k
+                        && r.params.type_v == c.type_v
+                        && r.params.flash_attn == c.flash_attn
+                })
+            };
+            let pp = find(TestKind::Pp);
+            let tg = find(TestKind::Tg);
+            CompareRow {
+                label: label.clone(),
+                model: c.model.display().to_string(),
+                quantization: info.quantization.clone(),
+                file_size_bytes: info.file_size_bytes,
+                bits_per_weight: if info.n_params > 0 {
+                    info.weights_bytes as f64 * 8.0 / info.n_params as f64
+                } else {
+                    0.0
+                },
+                n_gpu_layers: c.n_gpu_layers,
+                type_k: c.type_k.name().to_string(),
+                type_v: c.type_v.name().to_string(),
+                flash_attn: c.flash_attn.name().to_string(),
+                reference: *is_reference,
+                quantized_here: c.quantized_here,
+                quality: stats.clone(),
+                pp_tok_per_s: pp.map(|r| r.tok_per_s_mean),
+                pp_tok_per_s_sd: pp.map(|r| r.tok_per_s_sd),
+                tg_tok_per_s: tg.map(|r| r.tok_per_s_mean),
+                tg_tok_per_s_sd: tg.map(|r| r.tok_per_s_sd),
+                ceiling_tok_per_s: tg.and_then(|r| r.ceiling_tok_per_s),
+                mbu_pct: tg.and_then(|r| r.mbu_pct),
+                cost_per_million_tokens_usd: tg.and_then(|r| r.cost_per_million_tokens_usd),
+                pareto: false,
+                dominated_by: Vec::new(),
+                synthetic: info.synthetic,
+            }
+        })
+        .collect();
+    report::mark_pareto(&mut rows);
+    let verdict = report::verdict(&rows);
+    let comparison = Comparison {
+        id: id.clone(),
+        unix_time_s: crate::history::unix_s(started),
+        command_line: crate::bench::command_line(),
+        text: text_name,
+        text_tokens: quality.text_tokens,
+        n_ctx: plan.n_ctx,
+        chunks: quality.chunks,
+        reference: crate::bench::sweep::file_name(&quality.reference.model),
+        rows,
+        verdict,
+        llama_cpp: crate::engine::llama::LLAMA_CPP_BINDINGS.to_string(),
+    };
+    let out = match plan.output {
+        CompareFormat::Markdown => report::markdown(&comparison),
+        CompareFormat::Csv => report::csv(&comparison)
+            .map_err(|e| Failure::new(FAILURE, format!("cannot format the results: {e}")))?,
+        CompareFormat::Json => format!(
+            "{}\n",
+            serde_json::to_string_pretty(&comparison)
+                .map_err(|e| Failure::new(FAILURE, format!("cannot format the results: {e}")))?
+        ),
+    };
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(out.as_bytes())?;
+    stdout.flush()?;
+    let data = crate::paths::data_dir();
+    if !speed.is_empty() {
+        crate::bench::save(
+            &crate::bench::results_path(&data),
+            &id,
+            comparison.unix_time_s,
+            &speed,
+        );
+    }
+    match log::append(&log::comparisons_path(&data), &comparison) {
+        Ok(()) => eprintln!(
+            "comparison {id} saved in {}",
+            log::comparisons_path(&data).display()
+        ),
+        Err(e) => eprintln!("warning: could not save the comparison: {e}"),
+    }
+    if let Some(path) = &plan.plot {
+        plot(&comparison, path)?;
+    }
+    Ok(())
+}
+
+fn plot(c: &Comparison, path: &Path) -> Result<(), Failure> {
+    let points: Vec<crate::plot::QualityPoint> = c
+        .rows
+        .iter()
+        .filter_map(|r| {
+            Some(crate::plot::QualityPoint {
+                label: r.label.clone(),
+                kld_mean: r.quality.kld_mean.unwrap_or(0.0),
+                tok_per_s: r.tg_tok_per_s?,
+                pareto: r.pareto,
+            })
+        })
+        .collect();
+    crate::plot::plot_speed_vs_quality(&points, "speed against quality", path)
+        .map_err(|e| Failure::new(FAILURE, format!("--plot: {e}")))?;
+    eprintln!("wrote {}", path.display());
+    Ok(())
+}
+
+/// The evaluation text: `--text FILE` or the built-in one.
+fn load_text(path: Option<&Path>) -> Result<(String, String), Failure> {
+    match path {
+        None => Ok((BUILTIN_TEXT_NAME.to_string(), BUILTIN_TEXT.to_string())),
+        Some(p) => {
+            let bytes = std::fs::read(p).map_err(|e| {
+                Failure::new(USAGE, format!("--text: cannot read {}: {e}", p.display()))
+            })?;
+            let text = String::from_utf8(bytes).map_err(|_| {
+                Failure::new(USAGE, format!("--text: {} is not UTF-8 text", p.display()))
+            })?;
+            Ok((p.display().to_string(), text))
+        }
+    }
+}
+
+/// The files to compare: as given, or the source and its quantizations.
+fn model_files(plan: &ComparePlan) -> Result<Vec<(PathBuf, bool)>, Failure> {
+    if plan.quantize.is_empty() {
+        return Ok(plan.models.iter().map(|m| (m.clone(), false)).collect());
+    }
+    let source = &plan.models[0];
+    let header = crate::synth::gguf::read_metadata(source)
+        .map_err(|e| Failure::new(MODEL, format!("cannot read {}: {e}", source.display())))?;
+    let file_type = header.get("general.file_type").and_then(|v| v.as_u64());
+    // F32, F16, BF16 (and files that do not say: llama.cpp will tell).
+    if let Some(t) = file_type.filter(|t| ![0, 1, 32].contains(t) && !plan.allow_requantize) {
+        return Err(Failure::new(
+            USAGE,
+            format!(
+                "--quantize needs a high-precision source (F32, F16 or BF16); {} is {} \
+                 (--allow-requantize quantizes it anyway)",
+                source.display(),
+                u32::try_from(t)
+                    .ok()
+                    .and_then(crate::engine::quantization_name)
+                    .unwrap_or("quantized")
+            ),
+        ));
+    }
+    let cache = crate::paths::cache_dir().join("quantized");
+    let mut files = vec![(source.clone(), false)];
+    let terminal = std::io::stderr().is_terminal();
+    for ty in &plan.quantize {
+        let name = ty.name.to_ascii_uppercase();
+        let t0 = Instant::now();
+        let (path, reused) = quantize_cached(
+            source,
+            *ty,
+            &cache,
+            plan.threads,
+            plan.allow_requantize,
+            |done, total| {
+                if terminal {
+                    eprint!("\rquantizing to {name}: tensor {done}/{total}\x1b[K");
+                }
+            },
+        )
+        .map_err(|e| Failure::new(FAILURE, e))?;
+        if terminal {
+            eprint!("\r\x1b[K");
+        }
+        if reused {
+            eprintln!("{name}: reusing {}", path.display());
+        } else {
+            eprintln!(
+                "{name}: quantized into {} in {:.1} s",
+                path.display(),
+                t0.elapsed().as_secs_f64()
+            );
+        }
+        files.push((path, true));
+    }
+    Ok(files)
+}
+
+/// What the quality pass found.
+struct QualityOutcome {
+    reference: Candidate,
+    /// Per candidate, in order: its model facts, its figures, and whether it is the reference.
+    per_candidate: Vec<(ModelInfo, QualityStats, bool)>,
+    text_tokens: u64,
+    chunks: u32,
+}
+
+/// Load every model once, pick the reference (the highest bits per weight; f16 KV cache),
+/// check that all share one vocabulary, then evaluate every chunk in lockstep.
+fn evaluate_quality(
+    plan: &ComparePlan,
+    candidates: &[Candidate],
+    text: &str,
+) -> Result<QualityOutcome, Failure> {
+    // One load per (file, GPU layers); `load_of[i]` is candidate i's.
+    let mut loads: Vec<(PathBuf, i64, LlamaModel)> = Vec::new();
+    let mut load_of = Vec::with_capacity(candidates.len());
+    for c in candidates.iter() {
+        if let Some(i) = loads
+            .iter()
+            .position(|(p, n, _)| *p == c.model && *n == c.n_gpu_layers)
+        {
+            load_of.push(i);
+            continue;
+        }
+        eprintln!("loading {}…", c.model.display());
+        let model = load_model(&c.model, c.gpu_layers_setting(), |_| true)
+            .map_err(|e| Failure::new(MODEL, e.to_string()))?;
+        load_of.push(loads.len());
+        loads.push((c.model.clone(), c.n_gpu_layers, model));
+    }
+    let bpw = |m: &LlamaModel| m.size() as f64 * 8.0 / m.n_params().max(1) as f64;
+    // The highest bits per weight; the first given on a tie.
+    let mut best = 0;
+    for i in 1..candidates.len() {
+        if bpw(&loads[load_of[i]].2) > bpw(&loads[load_of[best]].2) {
+            best = i;
+        }
+    }
+    let Some(best_candidate) = candidates.get(best) else {
+        return Err(Failure::new(USAGE, "nothing to compare"));
+    };
+    let reference = Candidate {
+        type_k: KvType::F16,
+        type_v: KvType::F16,
+        ..best_candidate.clone()
+    };
+    let ref_load = load_of[best];
+    let ref_model = &loads[ref_load].2;
+    let tokens = quality::tokenize(ref_model, text);
+    for (path, _, model) in &loads {
+        if model.n_vocab() != ref_model.n_vocab() || quality::tokenize(model, text) != tokens {
+            return Err(Failure::new(
+                USAGE,
+                format!(
+                    "{} and {} have different vocabularies ({} and {} tokens, or a different \
+                     tokenization of the text): KL divergence compares distributions over one \
+                     vocabulary, so compare files of one model",
+                    reference.model.display(),
+                    path.display(),
+                    ref_model.n_vocab(),
+                    model.n_vocab()
+                ),
+            ));
+        }
+    }
+    let chunking = Chunking {
+        n_ctx: plan.n_ctx,
+        max_chunks: plan.max_chunks,
+    };
+    let n_chunks = chunking
+        .chunks(tokens.len())
+        .map_err(|e| Failure::new(USAGE, e))?;
+    let context = |c: &Candidate, load: usize| -> Result<(Evaluator<'_>, ModelInfo), Failure> {
+        let settings = c.engine_settings(plan.n_ctx, plan.threads);
+        let model = &loads[load].2;
+        let t0 = Instant::now();
+        let ctx =
+            new_context(model, &settings, 1).map_err(|e| Failure::new(FAILURE, e.to_string()))?;
+        let info = describe(model, &ctx, &c.model, &settings, t0);
+        Ok((Evaluator::new(model, ctx, plan.n_ctx), info))
+    };
+    let (mut ref_eval, ref_info) = context(&reference, ref_load)?;
+    // The candidate that is the reference itself takes the reference's own figures; every
+    // other candidate (a second copy of the reference file included) gets its own context.
+    let mut evals = Vec::new();
+    let mut infos = Vec::new();
+    let mut is_reference = Vec::new();
+    for (c, &load) in candidates.iter().zip(&load_of) {
+        let own = c.same_settings(&reference) && !is_reference.contains(&true);
+        is_reference.push(own);
+        if own {
+            infos.push(ref_info.clone());
+        } else {
+            let (e, info) = context(c, load)?;
+            evals.push(e);
+            infos.push(info);
+        }
+    }
+    let terminal = std::io::stderr().is_terminal();
+    let t0 = Instant::now();
+    let n_ctx = plan.n_ctx as usize;
+    for i in 0..n_chunks {
+        let chunk = &tokens[i * n_ctx..(i + 1) * n_ctx];
+        quality::evaluate_chunk(&mut ref_eval, &mut evals, chunk, plan.threads as usize)
+            .map_err(|e| Failure::new(FAILURE, e.to_string()))?;
+        let line = format!(
+            "quality: chunk {}/{n_chunks}, {} models, {:.0} s",
+            i + 1,
+            evals.len() + 1,
+            t0.elapsed().as_secs_f64()
+        );
+        if terminal {
+            eprint!("\r{line}\x1b[K");
+        } else if (i + 1) % 10 == 0 || i + 1 == n_chunks {
+            eprintln!("{line}");
+        }
+    }
+    if terminal {
+        eprintln!();
+    }
+    let mut own_evals = evals.into_iter();
+    let per_candidate = infos
+        .into_iter()
+        .zip(&is_reference)
+        .map(|(info, own)| {
+            let stats = if *own {
+                ref_eval.accumulator.stats(false)
+            } else {
+                own_evals
+                    .next()
+                    .map(|e| e.accumulator.stats(true))
+                    .unwrap_or_else(|| ref_eval.accumulator.stats(false))
+            };
+            (info, stats, *own)
+        })
+        .collect();
+    Ok(QualityOutcome {
+        reference,
+        per_candidate,
+        text_tokens: tokens.len() as u64,
+        chunks: n_chunks as u32,
+    })
+}
+
+/// pp and tg of every candidate with bench's engine (one warm-up, then the repetitions).
+fn measure_speed(
+    plan: &ComparePlan,
+    candidates: &[Candidate],
+    settings: &Settings,
+    id: &str,
+) -> Vec<Row> {
+    let mut jobs = Vec::new();
+    for c in candidates {
+        for test in &plan.bench.sweep.tests {
+            if !matches!(test, TestSpec::Pp { .. } | TestSpec::Tg { .. }) {
+                continue;
+            }
+            jobs.push(Job {
+                params: ParamSet {
+                    model: c.model.clone(),
+                    n_gpu_layers: c.n_gpu_layers,
+                    n_batch: plan.bench.sweep.n_batch[0],
+                    n_ubatch: plan.bench.sweep.n_ubatch[0],
+                    type_k: c.type_k,
+                    type_v: c.type_v,
+                    flash_attn: c.flash_attn,
+                    threads: plan.threads,
+                },
+                depth: 0,
+                test: *test,
+            });
+        }
+    }
+    let outcome = crate::bench::run::run_jobs(&plan.bench, &jobs, &settings.sampling, id);
+    for failure in &outcome.failures {
+        eprintln!("speed test failed: {failure}");
+    }
+    outcome.rows
+}

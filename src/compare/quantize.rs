@@ -1,0 +1,280 @@
+//! In-process quantization with llama.cpp's own quantizer (`llama_model_quantize`, which
+//! llama-cpp-2 has no safe wrapper for), into a cache folder keyed by the source file's
+//! fingerprint, so that a second `compare` reuses the files. The output is written under a
+//! temporary name and renamed into place, so an interrupted run never leaves a half file that
+//! a later run would take for finished.
+
+use std::ffi::CString;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::engine::{check_model_file, fingerprint};
+
+/// A quantization type tokscope can produce without an importance matrix: its name as users
+/// type it (`q4_k_m`) and llama.cpp's `llama_ftype`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuantType {
+    pub name: &'static str,
+    pub ftype: u32,
+}
+
+/// The types `--quantize` accepts, highest precision first. The IQ1/IQ2 types and Q2_K_S need
+/// an importance matrix, which tokscope does not compute: they are left out rather than made
+/// badly.
+pub const QUANT_TYPES: &[QuantType] = &[
+    QuantType {
+        name: "f16",
+        ftype: 1,
+    },
+    QuantType {
+        name: "bf16",
+        ftype: 32,
+    },
+    QuantType {
+        name: "q8_0",
+        ftype: 7,
+    },
+    QuantType {
+        name: "q6_k",
+        ftype: 18,
+    },
+    QuantType {
+        name: "q5_k_m",
+        ftype: 17,
+    },
+    QuantType {
+        name: "q5_k_s",
+        ftype: 16,
+    },
+    QuantType {
+        name: "q5_1",
+        ftype: 9,
+    },
+    QuantType {
+        name: "q5_0",
+        ftype: 8,
+    },
+    QuantType {
+        name: "q4_k_m",
+        ftype: 15,
+    },
+    QuantType {
+        name: "q4_k_s",
+        ftype: 14,
+    },
+    QuantType {
+        name: "iq4_xs",
+        ftype: 30,
+    },
+    QuantType {
+        name: "iq4_nl",
+        ftype: 25,
+    },
+    QuantType {
+        name: "q4_1",
+        ftype: 3,
+    },
+    QuantType {
+        name: "q4_0",
+        ftype: 2,
+    },
+    QuantType {
+        name: "q3_k_l",
+        ftype: 13,
+    },
+    QuantType {
+        name: "q3_k_m",
+        ftype: 12,
+    },
+    QuantType {
+        name: "q3_k_s",
+        ftype: 11,
+    },
+    QuantType {
+        name: "q2_k",
+        ftype: 10,
+    },
+];
+
+impl QuantType {
+    /// `Q4_K_M`, `q4_k_m` or `Q4-K-M`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let wanted = text.trim().to_ascii_lowercase().replace('-', "_");
+        QUANT_TYPES
+            .iter()
+            .find(|t| t.name == wanted)
+            .copied()
+            .ok_or_else(|| {
+                format!(
+                    "unknown quantization type `{text}`; choose from {}",
+                    QUANT_TYPES
+                        .iter()
+                        .map(|t| t.name)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            })
+    }
+}
+
+/// The cache file of `source` quantized to `ty`: `<stem>-<fingerprint>-<TYPE>.gguf`.
+pub fn cache_path(cache_dir: &Path, source: &Path, ty: QuantType) -> std::io::Result<PathBuf> {
+    let stem = source
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "model".to_string());
+    let print = fingerprint(source)?;
+    Ok(cache_dir.join(format!(
+        "{stem}-{print}-{}.gguf",
+        ty.name.to_ascii_uppercase()
+    )))
+}
+
+/// Whether the cached file is there and loads as a GGUF model header.
+fn usable(path: &Path) -> bool {
+    check_model_file(path).is_ok()
+}
+
+/// Quantize `source` to `ty` into the cache, or reuse the file already there. `progress` is
+/// called a few times a second with (tensors done, tensors in all) while llama.cpp works.
+/// Returns the file and whether it was reused.
+pub fn quantize_cached(
+    source: &Path,
+    ty: QuantType,
+    cache_dir: &Path,
+    threads: u32,
+    allow_requantize: bool,
+    mut progress: impl FnMut(u32, u32),
+) -> Result<(PathBuf, bool), String> {
+    let out = cache_path(cache_dir, source, ty)
+        .map_err(|e| format!("cannot read {}: {e}", source.display()))?;
+    if usable(&out) {
+        return Ok((out, true));
+    }
+    crate::history::ensure_private_dir(cache_dir).map_err(|e| {
+        format!(
+            "cannot create the cache folder {}: {e}",
+            cache_dir.display()
+        )
+    })?;
+    let partial = out.with_extension(format!("partial-{}", std::process::id()));
+    let done = Arc::new(AtomicBool::new(false));
+    crate::logging::reset_tensor_progress();
+    let result = std::thread::scope(|scope| {
+        let worker = {
+            let done = Arc::clone(&done);
+            let partial = partial.clone();
+            scope.spawn(move || {
+                let r = quantize_file(source, &partial, ty, threads, allow_requantize);
+                done.store(true, Ordering::Release);
+                r
+            })
+        };
+        while !done.load(Ordering::Acquire) {
+            if let Some((d, t)) = crate::logging::tensor_progress() {
+                progress(d, t);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        worker
+            .join()
+            .unwrap_or_else(|_| Err("the quantizer thread panicked".to_string()))
+    });
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(&partial);
+        return Err(e);
+    }
+    std::fs::rename(&partial, &out).map_err(|e| {
+        let _ = std::fs::remove_file(&partial);
+        format!("cannot move the quantized file into {}: {e}", out.display())
+    })?;
+    Ok((out, false))
+}
+
+/// One call of llama.cpp's quantizer.
+fn quantize_file(
+    source: &Path,
+    out: &Path,
+    ty: QuantType,
+    threads: u32,
+    allow_requantize: bool,
+) -> Result<(), String> {
+    let c_path = |p: &Path| {
+        CString::new(p.to_string_lossy().as_bytes())
+            .map_err(|_| format!("{} contains a NUL byte", p.display()))
+    };
+    let input = c_path(source)?;
+    let output = c_path(out)?;
+    crate::engine::backend().map_err(|e| format!("llama.cpp did not start: {e}"))?;
+    crate::logging::clear_llama_problems();
+    let status = ffi::quantize(&input, &output, ty.ftype, threads, allow_requantize);
+    if status == 0 {
+        Ok(())
+    } else {
+        let said = crate::logging::recent_llama_problems();
+        Err(format!(
+            "llama.cpp could not quantize {} to {} (status {status}){}",
+            source.display(),
+            ty.name.to_ascii_uppercase(),
+            match said.last() {
+                Some(m) => format!(": {m}"),
+                None => String::new(),
+            }
+        ))
+    }
+}
+
+/// The one place tokscope calls llama.cpp's C API directly.
+#[allow(unsafe_code)]
+mod ffi {
+    use std::ffi::CStr;
+
+    use llama_cpp_sys_2 as sys;
+
+    /// `llama_model_quantize` with llama.cpp's default parameters but the file type, the
+    /// thread count and whether a quantized source is allowed.
+    pub fn quantize(
+        input: &CStr,
+        output: &CStr,
+        ftype: u32,
+        threads: u32,
+        allow_requantize: bool,
+    ) -> u32 {
+        // SAFETY: `llama_model_quantize_default_params` returns a plain struct by value; its
+        // pointer fields are null (no imatrix, overrides or pruning), which the quantizer
+        // accepts. The two paths are valid NUL-terminated strings that outlive the call, and
+        // `params` is a live local for its whole duration.
+        unsafe {
+            let mut params = sys::llama_model_quantize_default_params();
+            params.ftype = ftype as sys::llama_ftype;
+            params.nthread = i32::try_from(threads).unwrap_or(0);
+            params.allow_requantize = allow_requantize;
+            sys::llama_model_quantize(input.as_ptr(), output.as_ptr(), &params)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn type_names_parse_in_any_case() {
+        assert_eq!(QuantType::parse("Q4_K_M").unwrap().ftype, 15);
+        assert_eq!(QuantType::parse("q8_0").unwrap().ftype, 7);
+        assert_eq!(QuantType::parse("q4-0").unwrap().ftype, 2);
+        let e = QuantType::parse("q9_9").unwrap_err();
+        assert!(e.contains("unknown quantization type `q9_9`"), "{e}");
+        assert!(e.contains("q4_k_m"), "{e}");
+    }
+
+    #[test]
+    fn every_type_name_matches_llama_cpps_ftype_name() {
+        for t in QUANT_TYPES {
+            let name = crate::engine::quantization_name(t.ftype).unwrap();
+            assert_eq!(name, t.name.to_ascii_uppercase());
+        }
+    }
+}

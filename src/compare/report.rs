@@ -1,0 +1,403 @@
+//! The comparison table: one row per candidate (model file × runtime settings) with its
+//! quality beside its speed, the Pareto front (no other candidate both faster and closer to
+//! the reference), a verdict in words, and the output formats.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::quality::QualityStats;
+use crate::bench::format::{cell, csv_escape, size, table, Align};
+
+/// One candidate's line of the table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CompareRow {
+    /// Short name: the file name, plus the settings that vary between candidates.
+    pub label: String,
+    pub model: String,
+    pub quantization: String,
+    pub file_size_bytes: u64,
+    /// File bits per model parameter.
+    pub bits_per_weight: f64,
+    pub n_gpu_layers: i64,
+    pub type_k: String,
+    pub type_v: String,
+    pub flash_attn: String,
+    /// The reference every KL divergence is measured against (this row's KL is its own
+    /// evaluation against itself, so 0 when llama.cpp is deterministic).
+    pub reference: bool,
+    /// The file was quantized by `compare --quantize`.
+    pub quantized_here: bool,
+    pub quality: QualityStats,
+    pub pp_tok_per_s: Option<f64>,
+    pub pp_tok_per_s_sd: Option<f64>,
+    pub tg_tok_per_s: Option<f64>,
+    pub tg_tok_per_s_sd: Option<f64>,
+    pub ceiling_tok_per_s: Option<f64>,
+    pub mbu_pct: Option<f64>,
+    pub cost_per_million_tokens_usd: Option<f64>,
+    /// On the Pareto front of tg speed against mean KL divergence.
+    pub pareto: bool,
+    /// Labels of the candidates that are both at least as fast and at least as close to the
+    /// reference (one of them strictly).
+    pub dominated_by: Vec<String>,
+    pub synthetic: bool,
+}
+
+/// A whole comparison, as printed and as kept in the comparisons log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Comparison {
+    pub id: String,
+    pub unix_time_s: u64,
+    pub command_line: String,
+    /// The evaluation text: its path or `builtin:<name>`, and its token count.
+    pub text: String,
+    pub text_tokens: u64,
+    pub n_ctx: u32,
+    pub chunks: u32,
+    pub reference: String,
+    pub rows: Vec<CompareRow>,
+    pub verdict: Vec<String>,
+    pub llama_cpp: String,
+}
+
+/// `a` dominates `b`: at least as fast and at least as close, strictly better in one.
+fn dominates(a: &CompareRow, b: &CompareRow) -> bool {
+    // Without both speeds there is no trade-off to judge.
+    let (Some(sa), Some(sb)) = (a.tg_tok_per_s, b.tg_tok_per_s) else {
+        return false;
+    };
+    let (ka, kb) = (kl(a), kl(b));
+    sa >= sb && ka <= kb && (sa > sb || ka < kb)
+}
+
+fn kl(row: &CompareRow) -> f64 {
+    row.quality.kld_mean.unwrap_or(0.0)
+}
+
+/// Marks the Pareto front and who dominates whom.
+pub fn mark_pareto(rows: &mut [CompareRow]) {
+    let snapshot = rows.to_vec();
+    for row in rows.iter_mut() {
+        row.dominated_by = snapshot
+            .iter()
+            .filter(|other| other.label != row.label && dominates(other, row))
+            .map(|other| other.label.clone())
+            .collect();
+        row.pareto = row.dominated_by.is_empty();
+    }
+}
+
+/// The verdict in words: the front, then each dominated candidate and what beats it.
+pub fn verdict(rows: &[CompareRow]) -> Vec<String> {
+    let front: Vec<&str> = rows
+        .iter()
+        .filter(|r| r.pareto)
+        .map(|r| r.label.as_str())
+        .collect();
+    if rows.iter().all(|r| r.tg_tok_per_s.is_none()) {
+        return vec!["No speed was measured (--no-speed): no Pareto front.".to_string()];
+    }
+    let mut lines = vec![format!(
+        "Pareto front (no other candidate is both faster and closer to the reference): {}.",
+        front.join(", ")
+    )];
+    for row in rows.iter().filter(|r| !r.pareto) {
+        let best = rows
+            .iter()
+            .filter(|o| row.dominated_by.contains(&o.label))
+            .max_by(|a, b| {
+                a.tg_tok_per_s
+                    .unwrap_or(0.0)
+                    .total_cmp(&b.tg_tok_per_s.unwrap_or(0.0))
+            });
+        if let Some(best) = best {
+            lines.push(format!(
+                "{} is dominated: {} is {} and {} (KL {} vs {}).",
+                row.label,
+                best.label,
+                match (best.tg_tok_per_s, row.tg_tok_per_s) {
+                    (Some(b), Some(r)) if b > r => format!("faster ({b:.1} vs {r:.1} tok/s)"),
+                    (Some(_), Some(_)) => "as fast".to_string(),
+                    _ => "(speed not measured)".to_string(),
+                },
+                if kl(best) < kl(row) {
+                    "closer to the reference"
+                } else {
+                    "as close to the reference"
+                },
+                fmt_kl(best.quality.kld_mean),
+                fmt_kl(row.quality.kld_mean),
+            ));
+        }
+    }
+    lines
+}
+
+fn fmt_kl(v: Option<f64>) -> String {
+    match v {
+        Some(v) => format!("{v:.6}"),
+        None => "—".into(),
+    }
+}
+
+fn opt(v: Option<f64>, digits: usize) -> String {
+    match v {
+        Some(v) => format!("{v:.digits$}"),
+        None => "—".into(),
+    }
+}
+
+fn mean_sd(mean: Option<f64>, sd: Option<f64>) -> String {
+    match (mean, sd) {
+        (Some(m), Some(s)) => format!("{m:.2} ± {s:.2}"),
+        (Some(m), None) => format!("{m:.2}"),
+        _ => "—".into(),
+    }
+}
+
+/// The Markdown table, its notes and the verdict.
+pub fn markdown(c: &Comparison) -> String {
+    let headers = [
+        ("candidate", Align::Left),
+        ("quant", Align::Left),
+        ("size", Align::Right),
+        ("bpw", Align::Right),
+        ("PPL", Align::Right),
+        ("KLD mean", Align::Right),
+        ("KLD p99", Align::Right),
+        ("KLD max", Align::Right),
+        ("same top %", Align::Right),
+        ("Δp mean %", Align::Right),
+        ("pp t/s", Align::Right),
+        ("tg t/s", Align::Right),
+        ("ceiling t/s", Align::Right),
+        ("MBU %", Align::Right),
+        ("$/1M tok", Align::Right),
+        ("Pareto", Align::Left),
+    ];
+    let rows: Vec<Vec<String>> = c
+        .rows
+        .iter()
+        .map(|r| {
+            let q = &r.quality;
+            vec![
+                if r.reference {
+                    format!("{} (reference)", r.label)
+                } else {
+                    r.label.clone()
+                },
+                r.quantization.clone(),
+                size(r.file_size_bytes),
+                format!("{:.2}", r.bits_per_weight),
+                format!("{:.4} ± {:.4}", q.ppl, q.ppl_uncertainty),
+                opt(q.kld_mean, 6),
+                opt(q.kld_p99, 6),
+                opt(q.kld_max, 6),
+                opt(q.same_top_pct, 2),
+                opt(q.delta_p_mean_pct, 3),
+                mean_sd(r.pp_tok_per_s, r.pp_tok_per_s_sd),
+                mean_sd(r.tg_tok_per_s, r.tg_tok_per_s_sd),
+                opt(r.ceiling_tok_per_s, 1),
+                opt(r.mbu_pct, 1),
+                opt(r.cost_per_million_tokens_usd, 3),
+                match (r.tg_tok_per_s, r.pareto) {
+                    (None, _) => "—",
+                    (Some(_), true) => "★ front",
+                    (Some(_), false) => "dominated",
+                }
+                .to_string(),
+            ]
+        })
+        .collect();
+    let mut out = table(&headers, &rows);
+    out.push('\n');
+    out.push_str(&format!(
+        "Quality: {} scored tokens per model ({} chunks of {} tokens, second halves scored) of {} ({} tokens); KL divergence in nats, KL(reference ‖ candidate), reference {}.\n",
+        c.rows.first().map_or(0, |r| r.quality.n_scored),
+        c.chunks,
+        c.n_ctx,
+        c.text,
+        c.text_tokens,
+        c.reference,
+    ));
+    if c.rows.iter().any(|r| r.synthetic) {
+        out.push_str(&format!(
+            "Note: {}.\n",
+            crate::engine::ModelInfo::SYNTHETIC_LABEL
+        ));
+    }
+    out.push('\n');
+    for line in &c.verdict {
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+/// Flatten a JSON object into (dotted key, cell) pairs.
+fn flatten(prefix: &str, value: &Value, out: &mut Vec<(String, String)>) {
+    match value {
+        Value::Object(map) => {
+            for (k, v) in map {
+                let key = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                flatten(&key, v, out);
+            }
+        }
+        Value::Array(items) if items.iter().all(Value::is_string) => out.push((
+            prefix.to_string(),
+            items
+                .iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(";"),
+        )),
+        other => out.push((prefix.to_string(), cell(Some(other)))),
+    }
+}
+
+/// One CSV line per candidate with every field (quality.* flattened), plus the comparison's
+/// own fields on each line.
+pub fn csv(c: &Comparison) -> Result<String, serde_json::Error> {
+    let mut out = String::new();
+    for (i, row) in c.rows.iter().enumerate() {
+        let mut fields = Vec::new();
+        for (k, v) in [
+            ("comparison_id", c.id.clone()),
+            ("text", c.text.clone()),
+            ("text_tokens", c.text_tokens.to_string()),
+            ("n_ctx", c.n_ctx.to_string()),
+            ("chunks", c.chunks.to_string()),
+            ("llama_cpp", c.llama_cpp.clone()),
+        ] {
+            fields.push((k.to_string(), v));
+        }
+        flatten("", &serde_json::to_value(row)?, &mut fields);
+        if i == 0 {
+            let header: Vec<String> = fields.iter().map(|(k, _)| csv_escape(k)).collect();
+            out.push_str(&header.join(","));
+            out.push('\n');
+        }
+        let values: Vec<String> = fields.iter().map(|(_, v)| csv_escape(v)).collect();
+        out.push_str(&values.join(","));
+        out.push('\n');
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub(crate) fn row(label: &str, tg: f64, kld: f64) -> CompareRow {
+        CompareRow {
+            label: label.into(),
+            model: format!("/m/{label}.gguf"),
+            quantization: "Q8_0".into(),
+            file_size_bytes: 1 << 20,
+            bits_per_weight: 8.5,
+            n_gpu_layers: -1,
+            type_k: "f16".into(),
+            type_v: "f16".into(),
+            flash_attn: "auto".into(),
+            reference: kld == 0.0,
+            quantized_here: false,
+            quality: QualityStats {
+                n_scored: 255,
+                ppl: 10.0,
+                ppl_uncertainty: 0.1,
+                kld_mean: Some(kld),
+                kld_uncertainty: Some(0.0),
+                kld_median: Some(kld),
+                kld_p99: Some(kld * 3.0),
+                kld_max: Some(kld * 5.0),
+                same_top_pct: Some(99.0),
+                delta_p_mean_pct: Some(-0.1),
+                delta_p_rms_pct: Some(0.5),
+            },
+            pp_tok_per_s: Some(tg * 8.0),
+            pp_tok_per_s_sd: Some(1.0),
+            tg_tok_per_s: Some(tg),
+            tg_tok_per_s_sd: Some(0.5),
+            ceiling_tok_per_s: Some(tg * 1.5),
+            mbu_pct: Some(66.7),
+            cost_per_million_tokens_usd: Some(2.0 / (tg * 3600.0) * 1e6),
+            pareto: false,
+            dominated_by: Vec::new(),
+            synthetic: false,
+        }
+    }
+
+    pub(crate) fn comparison(rows: Vec<CompareRow>) -> Comparison {
+        Comparison {
+            id: "20261130-120000-abcd".into(),
+            unix_time_s: 1,
+            command_line: "tokscope compare".into(),
+            text: "builtin:alice".into(),
+            text_tokens: 30000,
+            n_ctx: 512,
+            chunks: 58,
+            reference: "f16.gguf".into(),
+            verdict: verdict(&rows),
+            rows,
+            llama_cpp: "b1".into(),
+        }
+    }
+
+    #[test]
+    fn pareto_front_and_dominated_candidates() {
+        let mut rows = vec![
+            row("f16", 50.0, 0.0),
+            row("q8_0", 90.0, 0.001),
+            row("q4_0", 140.0, 0.05),
+            // Slower than q4_0 and further away: dominated.
+            row("q3_bad", 120.0, 0.08),
+            // Slower than q8_0 and further away than q8_0: dominated by q8_0.
+            row("q6_slow", 80.0, 0.002),
+        ];
+        mark_pareto(&mut rows);
+        let front: Vec<&str> = rows
+            .iter()
+            .filter(|r| r.pareto)
+            .map(|r| r.label.as_str())
+            .collect();
+        assert_eq!(front, ["f16", "q8_0", "q4_0"]);
+        assert_eq!(rows[3].dominated_by, ["q4_0"]);
+        assert_eq!(rows[4].dominated_by, ["q8_0"]);
+        let words = verdict(&rows);
+        assert!(words[0].contains("f16, q8_0, q4_0"), "{words:?}");
+        assert!(
+            words
+                .iter()
+                .any(|l| l.starts_with("q3_bad is dominated: q4_0 is faster")),
+            "{words:?}"
+        );
+    }
+
+    #[test]
+    fn equal_candidates_do_not_dominate_each_other() {
+        let mut rows = vec![row("a", 50.0, 0.01), row("b", 50.0, 0.01)];
+        mark_pareto(&mut rows);
+        assert!(rows.iter().all(|r| r.pareto));
+    }
+
+    #[test]
+    fn markdown_and_csv_carry_every_candidate() {
+        let mut rows = vec![row("f16", 50.0, 0.0), row("q4_0", 140.0, 0.05)];
+        mark_pareto(&mut rows);
+        let c = comparison(rows);
+        let md = markdown(&c);
+        assert!(md.contains("| f16 (reference)"), "{md}");
+        assert!(md.contains("0.050000"), "{md}");
+        assert!(md.contains("Pareto front"), "{md}");
+        let csv = csv(&c).unwrap();
+        let mut lines = csv.lines();
+        let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+        assert!(header.contains(&"quality.kld_mean"));
+        assert!(header.contains(&"tg_tok_per_s"));
+        assert_eq!(lines.count(), 2);
+    }
+}
