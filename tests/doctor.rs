@@ -13,9 +13,10 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use assert_cmd::Command;
+use common::gguf_edit::rewrite;
 use predicates::prelude::*;
 use tokscope::doctor::builtin_corpus;
-use tokscope::synth::gguf::{read_metadata, GgufArray, GgufValue, GgufWriter};
+use tokscope::synth::gguf::{GgufArray, GgufValue};
 use tokscope::synth::{llama3, write_model, SynthSpec, TensorType};
 use tokscope::tokcount::TokenCounter;
 
@@ -42,28 +43,6 @@ fn llama3_vocab_model(dir: &Path) -> PathBuf {
     let path = dir.join("llama3-vocab.gguf");
     write_model(&path, &spec).unwrap();
     path
-}
-
-/// Copies a GGUF, letting `edit` replace metadata values.
-fn rewrite(from: &Path, to: &Path, edit: impl Fn(&str, &GgufValue) -> Option<GgufValue>) {
-    let header = read_metadata(from).unwrap();
-    let bytes = std::fs::read(from).unwrap();
-    let mut writer = GgufWriter::new();
-    for (key, value) in &header.metadata {
-        if key == "general.alignment" {
-            continue;
-        }
-        let value = edit(key, value).unwrap_or_else(|| value.clone());
-        writer.add_kv(key, value).unwrap();
-    }
-    for t in &header.tensors {
-        let start = (header.data_offset_bytes + t.offset_bytes) as usize;
-        let data = bytes[start..start + t.n_bytes().unwrap() as usize].to_vec();
-        writer
-            .add_tensor(&t.name, &t.dims, t.ggml_type, data)
-            .unwrap();
-    }
-    writer.write_file(to).unwrap();
 }
 
 fn tokscope(dir: &Path) -> Command {

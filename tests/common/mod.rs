@@ -14,6 +14,7 @@ use tokscope::engine::{
 };
 use tokscope::synth::{write_model, SynthSpec, TensorType};
 
+pub mod gguf_edit;
 pub mod tmux;
 
 static MODEL_LOCK: Mutex<()> = Mutex::new(());

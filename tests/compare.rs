@@ -1,0 +1,354 @@
+//! `tokscope compare` from the outside, on real llama.cpp with synthetic models: F32 quantized
+//! in-process to Q8_0 and Q4_0 (and the cache reused), a model against itself gives KL 0 and
+//! the same perplexity, on the same weights KL(Q4_0) > KL(Q8_0) > 0, every output format
+//! parses, runtime settings compare like files, and bad inputs give clear errors. One thread
+//! per model run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+use serde_json::Value;
+use tokscope::compare::Comparison;
+use tokscope::synth::gguf::{read_metadata, GgufArray, GgufValue};
+use tokscope::synth::TensorType;
+
+/// The binary, isolated from the real home: its own data, config and cache dirs.
+fn tokscope(home: &Path) -> Command {
+    let mut cmd = Command::cargo_bin("tokscope").unwrap();
+    cmd.env("TOKSCOPE_DATA_DIR", home.join("data"))
+        .env("TOKSCOPE_CONFIG_DIR", home.join("config"))
+        .env("TOKSCOPE_CACHE_DIR", home.join("cache"))
+        .env_remove("TOKSCOPE_MODEL")
+        .env_remove("RUST_BACKTRACE");
+    cmd
+}
+
+fn small(home: &Path) -> PathBuf {
+    common::synth(home, "small.gguf", "small", TensorType::F32, 1)
+}
+
+/// Quality-only flags that keep a run short: 64-token chunks, 3 of them, one thread.
+const QUICK: &[&str] = &["-c", "64", "--chunks", "3", "-t", "1", "--no-speed"];
+
+fn compare_json(home: &Path, args: &[&str]) -> (Comparison, String) {
+    let out = tokscope(home)
+        .arg("compare")
+        .args(args)
+        .args(["-o", "json"])
+        .assert()
+        .success()
+        .get_output()
+        .clone();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let comparison: Comparison = serde_json::from_str(&stdout).unwrap();
+    (comparison, String::from_utf8(out.stderr).unwrap())
+}
+
+fn kld(c: &Comparison, i: usize) -> f64 {
+    c.rows[i].quality.kld_mean.unwrap()
+}
+
+#[test]
+fn quantizes_in_process_and_kl_grows_as_bits_shrink() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let model = small(home.path());
+    let m = model.to_str().unwrap();
+    let mut args = vec!["-m", m, "--quantize", "q8_0,Q4_0"];
+    args.extend_from_slice(QUICK);
+    let (first, stderr) = compare_json(home.path(), &args);
+    assert!(stderr.contains("Q8_0: quantized into"), "{stderr}");
+
+    let quants: Vec<&str> = first.rows.iter().map(|r| r.quantization.as_str()).collect();
+    assert_eq!(quants, ["F32", "Q8_0", "Q4_0"]);
+    assert!(first.rows[0].reference && !first.rows[0].quantized_here);
+    assert!(first.rows[1].quantized_here && first.rows[2].quantized_here);
+    assert_eq!(
+        first.rows[0].quality.kld_mean, None,
+        "the reference has no KL to itself"
+    );
+    // The quantized files are real GGUFs of the asked type, in the cache.
+    for (row, ftype) in first.rows[1..].iter().zip([7u64, 2]) {
+        let path = Path::new(&row.model);
+        assert!(path.starts_with(home.path().join("cache")), "{}", row.model);
+        let header = read_metadata(path).unwrap();
+        assert_eq!(
+            header.get("general.file_type").and_then(GgufValue::as_u64),
+            Some(ftype)
+        );
+    }
+    assert!(first.rows[1].bits_per_weight < first.rows[0].bits_per_weight);
+    assert!(first.rows[2].bits_per_weight < first.rows[1].bits_per_weight);
+    // Same weights, fewer bits, further from the reference.
+    assert!(kld(&first, 1) > 0.0, "Q8_0 is not identical to F32");
+    assert!(kld(&first, 2) > kld(&first, 1), "KL(Q4_0) > KL(Q8_0)");
+    let q4 = &first.rows[2].quality;
+    assert!(
+        q4.kld_max.unwrap() >= q4.kld_p99.unwrap() && q4.kld_p99.unwrap() >= q4.kld_median.unwrap()
+    );
+    assert!(q4.same_top_pct.unwrap() <= 100.0);
+    // 3 chunks × (64 − 1 − 32) scored positions.
+    assert!(first.rows.iter().all(|r| r.quality.n_scored == 3 * 31));
+    assert!(first
+        .rows
+        .iter()
+        .all(|r| r.quality.ppl.is_finite() && r.quality.ppl > 1.0));
+
+    // A second run reuses the cached files and measures the same numbers.
+    let (second, stderr) = compare_json(home.path(), &args);
+    assert_eq!(stderr.matches("reusing").count(), 2, "{stderr}");
+    for (a, b) in first.rows.iter().zip(&second.rows) {
+        assert_eq!(a.quality, b.quality);
+    }
+    // Both runs are in the comparisons log; the latest is the second.
+    let log = home.path().join("data").join("comparisons.jsonl");
+    let latest = tokscope::compare::log::latest(&log).unwrap().unwrap();
+    assert_eq!(latest.id, second.id);
+    assert_ne!(first.id, second.id);
+}
+
+#[test]
+fn a_model_against_itself_gives_kl_zero_and_the_same_perplexity() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let model = small(home.path());
+    let copy = home.path().join("copy.gguf");
+    std::fs::copy(&model, &copy).unwrap();
+    let mut args = vec!["-m", model.to_str().unwrap(), "-m", copy.to_str().unwrap()];
+    args.extend_from_slice(QUICK);
+    let (c, _) = compare_json(home.path(), &args);
+    assert_eq!(c.rows.len(), 2);
+    assert!(c.rows[0].reference && !c.rows[1].reference);
+    let q = &c.rows[1].quality;
+    assert_eq!(q.kld_mean, Some(0.0));
+    assert_eq!(q.kld_max, Some(0.0));
+    assert_eq!(q.same_top_pct, Some(100.0));
+    assert_eq!(q.delta_p_mean_pct, Some(0.0));
+    assert_eq!(q.ppl, c.rows[0].quality.ppl);
+}
+
+#[test]
+fn runtime_settings_compare_like_files() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let model = small(home.path());
+    let mut args = vec!["-m", model.to_str().unwrap(), "-ctk", "f16,q4_0"];
+    args.extend_from_slice(QUICK);
+    let (c, _) = compare_json(home.path(), &args);
+    let labels: Vec<&str> = c.rows.iter().map(|r| r.label.as_str()).collect();
+    assert_eq!(labels, ["small.gguf ctk=f16", "small.gguf ctk=q4_0"]);
+    assert!(c.rows[0].reference);
+    assert_eq!(c.rows[1].type_k, "q4_0");
+    assert!(
+        kld(&c, 1) > 0.0,
+        "a Q4_0 key cache changes the distributions"
+    );
+}
+
+/// A minimal CSV reader (quoted fields with doubled quotes).
+fn csv_fields(line: &str) -> Vec<String> {
+    let mut fields = vec![String::new()];
+    let mut quoted = false;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (c, quoted) {
+            ('"', true) if chars.peek() == Some(&'"') => {
+                chars.next();
+                fields.last_mut().unwrap().push('"');
+            }
+            ('"', _) => quoted = !quoted,
+            (',', false) => fields.push(String::new()),
+            (c, _) => fields.last_mut().unwrap().push(c),
+        }
+    }
+    fields
+}
+
+#[test]
+fn every_output_format_parses_and_the_chart_is_drawn() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let model = small(home.path());
+    let m = model.to_str().unwrap();
+    let speed = [
+        "-m",
+        m,
+        "--quantize",
+        "q4_0",
+        "-c",
+        "64",
+        "--chunks",
+        "2",
+        "-t",
+        "1",
+        "-p",
+        "16",
+        "-n",
+        "4",
+        "-r",
+        "1",
+        "--no-probe",
+        "--bandwidth-gb-s",
+        "10",
+    ];
+    let plot = home.path().join("pareto.svg");
+    let out = tokscope(home.path())
+        .arg("compare")
+        .args(speed)
+        .arg("--plot")
+        .arg(&plot)
+        .assert()
+        .success()
+        .get_output()
+        .clone();
+    let md = String::from_utf8(out.stdout).unwrap();
+    assert!(md.starts_with("| candidate"), "{md}");
+    assert!(
+        md.contains("small.gguf (reference)") && md.contains("small-Q4_0"),
+        "{md}"
+    );
+    assert!(md.contains("Pareto front"), "{md}");
+    assert!(md.contains("synthetic weights"), "{md}");
+    let svg = std::fs::read_to_string(&plot).unwrap();
+    assert!(svg.contains("small-Q4_0"), "the chart labels its points");
+
+    let (json, _) = compare_json(home.path(), &speed);
+    for row in &json.rows {
+        assert!(row.tg_tok_per_s.unwrap() > 0.0 && row.pp_tok_per_s.unwrap() > 0.0);
+        assert!(row.ceiling_tok_per_s.unwrap() > 0.0 && row.mbu_pct.unwrap() > 0.0);
+        assert!(row.cost_per_million_tokens_usd.unwrap() > 0.0);
+        assert!(row.synthetic);
+    }
+    assert!(json.rows.iter().any(|r| r.pareto));
+    assert!(!json.verdict.is_empty());
+
+    let out = tokscope(home.path())
+        .arg("compare")
+        .args(speed)
+        .args(["-o", "csv"])
+        .assert()
+        .success()
+        .get_output()
+        .clone();
+    let csv = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines.len(), 3, "{csv}");
+    let header = csv_fields(lines[0]);
+    for line in &lines[1..] {
+        assert_eq!(csv_fields(line).len(), header.len());
+    }
+    let col = |name: &str| header.iter().position(|h| h == name).unwrap();
+    let q4 = csv_fields(lines[2]);
+    assert_eq!(q4[col("quantization")], "Q4_0");
+    assert!(q4[col("quality.kld_mean")].parse::<f64>().unwrap() > 0.0);
+    assert!(q4[col("tg_tok_per_s")].parse::<f64>().unwrap() > 0.0);
+
+    // The speed rows went to bench's results log too, so `--vs` and `results` see them.
+    let results = std::fs::read_to_string(home.path().join("data/results.jsonl")).unwrap();
+    let run: Value = serde_json::from_str(results.lines().last().unwrap()).unwrap();
+    assert_eq!(
+        run["rows"].as_array().unwrap().len(),
+        4,
+        "pp and tg of two files"
+    );
+}
+
+#[test]
+fn bad_inputs_give_clear_errors() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let model = small(home.path());
+    let m = model.to_str().unwrap();
+    let fail = |args: &[&str], code: i32, message: &str| {
+        tokscope(home.path())
+            .arg("compare")
+            .args(args)
+            .assert()
+            .code(code)
+            .stderr(predicate::str::contains(message));
+    };
+    fail(
+        &["-m", m, "--quantize", "q9_9", "--no-speed"],
+        2,
+        "unknown quantization type `q9_9`",
+    );
+    fail(&["-m", m, "-o", "xml"], 2, "one of md, csv, json");
+    fail(
+        &["-m", "/nonexistent/model.gguf"],
+        3,
+        "/nonexistent/model.gguf",
+    );
+    fail(&["-m", m, "--plot", "chart.jpg", "--no-speed"], 2, "--plot");
+
+    let short = home.path().join("short.txt");
+    std::fs::write(&short, "Too short to score.").unwrap();
+    fail(
+        &[
+            "-m",
+            m,
+            "-m",
+            m,
+            "--text",
+            short.to_str().unwrap(),
+            "-c",
+            "64",
+            "--no-speed",
+            "-t",
+            "1",
+        ],
+        2,
+        "the evaluation text is too short",
+    );
+
+    // A quantized file is not a source for --quantize (unless asked).
+    let q8 = common::synth(home.path(), "q8.gguf", "small", TensorType::Q8_0, 1);
+    fail(
+        &[
+            "-m",
+            q8.to_str().unwrap(),
+            "--quantize",
+            "q4_0",
+            "--no-speed",
+        ],
+        2,
+        "needs a high-precision source",
+    );
+
+    // Another vocabulary: the same model with one word piece renamed tokenizes differently.
+    let other = home.path().join("other-vocab.gguf");
+    common::gguf_edit::rewrite(&model, &other, |key, value| match (key, value) {
+        ("tokenizer.ggml.tokens", GgufValue::Array(GgufArray::String(tokens))) => {
+            let renamed = tokens
+                .iter()
+                .map(|t| {
+                    if t == "▁the" {
+                        "▁zzzq".to_string()
+                    } else {
+                        t.clone()
+                    }
+                })
+                .collect();
+            Some(GgufValue::Array(GgufArray::String(renamed)))
+        }
+        _ => None,
+    });
+    fail(
+        &[
+            "-m",
+            m,
+            "-m",
+            other.to_str().unwrap(),
+            "--no-speed",
+            "-t",
+            "1",
+            "-c",
+            "64",
+        ],
+        2,
+        "different vocabularies",
+    );
+}
