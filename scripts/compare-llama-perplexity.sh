@@ -1,0 +1,185 @@
+#!/usr/bin/env bash
+# tokscope compare's quality figures side by side with llama.cpp's own
+# `llama-perplexity --kl-divergence`, on the same model files, text, context and chunks.
+#
+# llama-perplexity needs two passes and a logits file: the reference writes its log-probs
+# (`--kl-divergence-base FILE`), then the candidate is scored against them
+# (`--kl-divergence`). tokscope computes the same figures in one lockstep pass without a file.
+# Both use chunks of -c tokens with -b equal to -c (one sequence per decode), score the second
+# half of each chunk, and start each chunk with BOS.
+#
+# Usage: scripts/compare-llama-perplexity.sh [options]   (--help lists them)
+set -euo pipefail
+
+repo_root=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=scripts/llama-tools.sh
+source "${repo_root}/scripts/llama-tools.sh"
+
+usage() {
+  cat <<'HELP'
+Usage: scripts/compare-llama-perplexity.sh [options]
+
+  -m, --model FILE       reference model (default: the demo model,
+                         ~/.local/share/tokscope/models/gemma-3-270m-q4_k_m.gguf)
+      --candidate FILE   candidate model (default: the reference quantized to --quantize by
+                         tokscope compare, cached)
+      --quantize TYPE    type of the default candidate (default: q4_0; a quantized reference
+                         is requantized with --allow-requantize)
+  -c, --ctx-size N       tokens per chunk (default: 512)
+      --chunks N         chunks to evaluate (default: 0 = all the text holds)
+  -t, --threads N        threads (default: 2)
+  -f, --text FILE        evaluation text (default: assets/eval/alice.txt, tokscope's built-in)
+      --source SRC       llama.cpp tools: sys (the llama.cpp tokscope links; default) or
+                         pypi[:VER] (the llama-cpp-python sdist's)
+      --out DIR          keep the raw outputs here (default: a temporary dir, removed)
+      --tokscope FILE    tokscope binary (default: target/release/tokscope, built if missing)
+  -h, --help             this text
+
+Target: every figure within 1% of llama-perplexity's.
+HELP
+}
+
+model="${HOME}/.local/share/tokscope/models/gemma-3-270m-q4_k_m.gguf"
+candidate=
+quant=q4_0
+ctx=512
+chunks=0
+threads=2
+text="${repo_root}/assets/eval/alice.txt"
+source_arg=sys
+out_dir=
+tokscope="${repo_root}/target/release/tokscope"
+
+need_value() {
+  [ "$#" -ge 2 ] || { echo "error: $1 needs a value" >&2; exit 2; }
+}
+while [ "$#" -gt 0 ]; do
+  case "$1" in
+    -m | --model) need_value "$@"; model=$2; shift 2 ;;
+    --candidate) need_value "$@"; candidate=$2; shift 2 ;;
+    --quantize) need_value "$@"; quant=$2; shift 2 ;;
+    -c | --ctx-size) need_value "$@"; ctx=$2; shift 2 ;;
+    --chunks) need_value "$@"; chunks=$2; shift 2 ;;
+    -t | --threads) need_value "$@"; threads=$2; shift 2 ;;
+    -f | --text) need_value "$@"; text=$2; shift 2 ;;
+    --source) need_value "$@"; source_arg=$2; shift 2 ;;
+    --out) need_value "$@"; out_dir=$2; shift 2 ;;
+    --tokscope) need_value "$@"; tokscope=$2; shift 2 ;;
+    -h | --help) usage; exit 0 ;;
+    *) echo "error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+for pair in "ctx-size:$ctx" "threads:$threads"; do
+  case "${pair#*:}" in
+    '' | *[!0-9]* | 0) echo "error: --${pair%%:*} must be a positive integer, got '${pair#*:}'" >&2; exit 2 ;;
+  esac
+done
+case "$chunks" in
+  '' | *[!0-9]*) echo "error: --chunks must be a number, got '$chunks'" >&2; exit 2 ;;
+esac
+[ -f "$model" ] || { echo "error: no model at ${model} (tokscope fetch-demo gets the demo model)" >&2; exit 3; }
+[ -z "$candidate" ] || [ -f "$candidate" ] || { echo "error: no candidate at ${candidate}" >&2; exit 3; }
+[ -f "$text" ] || { echo "error: no text at ${text}" >&2; exit 2; }
+
+tools_dir=$(build_llama_tools "$source_arg")
+perplexity="${tools_dir}/bin/llama-perplexity"
+if [ ! -x "$tokscope" ]; then
+  echo "# building tokscope (cargo build --release)" >&2
+  (cd "$repo_root" && cargo build --release) >&2
+fi
+
+keep_out=1
+if [ -z "$out_dir" ]; then
+  out_dir=$(mktemp -d "${TMPDIR:-/tmp}/tokscope-ppl.XXXXXX")
+  keep_out=0
+fi
+mkdir -p "$out_dir"
+# Keep these runs out of the user's comparisons log (the quantized cache is shared).
+export TOKSCOPE_DATA_DIR="${out_dir}/tokscope-data"
+
+chunk_args=()
+[ "$chunks" = 0 ] || chunk_args=(--chunks "$chunks")
+
+echo "# tokscope compare (one lockstep pass)" >&2
+ts_args=(compare -m "$model" -c "$ctx" -t "$threads" --text "$text" --no-speed -o json "${chunk_args[@]}")
+if [ -n "$candidate" ]; then
+  ts_args+=(-m "$candidate")
+else
+  ts_args+=(--quantize "$quant" --allow-requantize)
+fi
+"$tokscope" "${ts_args[@]}" >"${out_dir}/tokscope.json" 2>"${out_dir}/tokscope.log" || {
+  tail -n 20 "${out_dir}/tokscope.log" >&2
+  exit 1
+}
+if [ -z "$candidate" ]; then
+  candidate=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["rows"][1]["model"])' \
+    "${out_dir}/tokscope.json")
+fi
+
+common=(-f "$text" -c "$ctx" -b "$ctx" -t "$threads" -ngl 0 "${chunk_args[@]}")
+echo "# llama-perplexity: reference pass (writes the base log-probs)" >&2
+"$perplexity" -m "$model" "${common[@]}" --kl-divergence-base "${out_dir}/base.kld" \
+  >"${out_dir}/reference.log" 2>&1 || { tail -n 20 "${out_dir}/reference.log" >&2; exit 1; }
+echo "# llama-perplexity: candidate pass (--kl-divergence)" >&2
+"$perplexity" -m "$candidate" "${common[@]}" --kl-divergence --kl-divergence-base "${out_dir}/base.kld" \
+  >"${out_dir}/candidate.log" 2>&1 || { tail -n 20 "${out_dir}/candidate.log" >&2; exit 1; }
+
+python3 - "${out_dir}/tokscope.json" "${out_dir}/reference.log" "${out_dir}/candidate.log" \
+  "$(cat "${tools_dir}/VERSION" | head -n 2 | paste -sd ';' -)" <<'PY'
+import json, re, sys
+
+ts = json.load(open(sys.argv[1]))
+ref_log = open(sys.argv[2], encoding="utf-8", errors="replace").read()
+cand_log = open(sys.argv[3], encoding="utf-8", errors="replace").read()
+tools = sys.argv[4]
+
+def grab(text, pattern):
+    m = re.search(pattern, text)
+    if not m:
+        sys.exit(f"error: llama-perplexity's output has no match for {pattern!r}")
+    return float(m.group(1))
+
+ref_row, cand_row = ts["rows"][0], ts["rows"][1]
+q = cand_row["quality"]
+pairs = [
+    ("PPL reference", ref_row["quality"]["ppl"], grab(ref_log, r"Final estimate: PPL = ([0-9.]+)")),
+    ("PPL candidate", q["ppl"], grab(cand_log, r"Mean PPL\(Q\)\s*:\s*([0-9.]+)")),
+    ("KLD mean", q["kld_mean"], grab(cand_log, r"Mean\s+KLD:\s*([0-9.]+)")),
+    ("KLD median", q["kld_median"], grab(cand_log, r"Median\s+KLD:\s*([0-9.]+)")),
+    ("KLD p99", q["kld_p99"], grab(cand_log, r"99\.0%\s+KLD:\s*([0-9.]+)")),
+    ("KLD max", q["kld_max"], grab(cand_log, r"Maximum KLD:\s*([0-9.]+)")),
+    ("same top %", q["same_top_pct"], grab(cand_log, r"Same top p:\s*([0-9.]+)")),
+    ("Δp mean (pp)", q["delta_p_mean_pct"], grab(cand_log, r"Mean\s+Δp:\s*(-?[0-9.]+)")),
+    ("Δp RMS (pp)", q["delta_p_rms_pct"], grab(cand_log, r"RMS Δp\s*:\s*([0-9.]+)")),
+]
+chunks = int(grab(cand_log, r"computing over (\d+) chunks"))
+print(f"reference: {ref_row['model']}")
+print(f"candidate: {cand_row['model']}")
+print(f"text: {ts['text']} ({ts['text_tokens']} tokens), n_ctx {ts['n_ctx']}, "
+      f"chunks tokscope {ts['chunks']} / llama-perplexity {chunks}")
+print(f"llama-perplexity: {tools}")
+print()
+print(f"| figure | tokscope | llama-perplexity | difference |")
+print(f"| --- | ---: | ---: | ---: |")
+worst = 0.0
+for name, ours, theirs in pairs:
+    if "Δp mean" in name:
+        # A signed mean near zero, printed by llama-perplexity to 0.001 percentage points:
+        # compared in absolute terms.
+        diff = f"{ours - theirs:+.4f} pp"
+    elif theirs == 0:
+        diff = "—"
+    else:
+        rel = (ours - theirs) / theirs * 100
+        worst = max(worst, abs(rel)) if name not in ("KLD max",) else worst
+        diff = f"{rel:+.2f} %"
+    print(f"| {name} | {ours:.6f} | {theirs:.6f} | {diff} |")
+print()
+print(f"largest relative difference (PPL, KLD mean/median/p99, same top, Δp RMS): {worst:.2f} % "
+      f"({'within' if worst <= 1.0 else 'OUTSIDE'} the 1 % target)")
+PY
+if [ "$keep_out" = 0 ]; then
+  rm -rf "$out_dir"
+else
+  echo "# raw outputs kept in ${out_dir}" >&2
+fi
