@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # tokscope bench side by side with llama.cpp's own llama-bench and llama-batched-bench.
 #
-# Builds the two llama.cpp tools once from the llama.cpp sources vendored in the
-# llama-cpp-python sdist on PyPI (CMake Release, the CPU options llama-cpp-sys-2's build script
-# gives tokscope's own llama.cpp) into ${XDG_CACHE_HOME:-~/.cache}/tokscope/llama-tools/<ver>,
+# Builds the two llama.cpp tools once with scripts/llama-tools.sh (tool sources from the
+# llama-cpp-python sdist on PyPI; by default linked against the very llama.cpp tokscope links,
+# CMake Release with the CPU options of tokscope's own llama.cpp build),
 # then runs each tool and `tokscope bench` on the same model with the same threads and tests,
 # alternating them over several rounds so that machine drift hits both, and prints the ratios.
 #
@@ -39,9 +39,11 @@ Usage: scripts/compare-llama-bench.sh [options]
       --skip-single     skip the llama-bench comparison
       --skip-batched    skip the llama-batched-bench comparison
       --build-only      build (or find) the llama.cpp tools and stop
-      --llama-cpp-python VER
-                        llama-cpp-python sdist whose vendored llama.cpp is built
-                        (default: 0.3.36; env LLAMA_CPP_PYTHON_VERSION)
+      --source SRC      where the llama.cpp tools come from (scripts/llama-tools.sh):
+                        sys = the llama.cpp of the llama-cpp-sys-2 crate tokscope links, with
+                        the tools' sources from the llama-cpp-python sdist (default: the same
+                        llama.cpp on both sides); pypi[:VER] = everything from the
+                        llama-cpp-python sdist on PyPI (default VER 0.3.36)
       --tokscope FILE   tokscope binary (default: target/release/tokscope, built if missing)
   -h, --help            this text
 
@@ -68,7 +70,7 @@ skip_single=0
 skip_batched=0
 build_only=0
 batched_per_b=0
-lcp_version=${LLAMA_CPP_PYTHON_VERSION:-0.3.36}
+tools_source=sys
 tokscope="${repo_root}/target/release/tokscope"
 
 need_value() {
@@ -95,7 +97,7 @@ while [ "$#" -gt 0 ]; do
     --skip-batched) skip_batched=1; shift ;;
     --build-only) build_only=1; shift ;;
     --batched-per-b) batched_per_b=1; shift ;;
-    --llama-cpp-python) need_value "$@"; lcp_version=$2; shift 2 ;;
+    --source) need_value "$@"; tools_source=$2; shift 2 ;;
     --tokscope) need_value "$@"; tokscope=$2; shift 2 ;;
     -h | --help) usage; exit 0 ;;
     *) echo "error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
@@ -129,107 +131,11 @@ case "$npl" in
   '' | *[!0-9,]* | ,* | *, | *,,*) echo "error: --npl must be a list like 1,2,4,8, got '$npl'" >&2; exit 2 ;;
 esac
 
-cache_root="${XDG_CACHE_HOME:-${HOME}/.cache}/tokscope/llama-tools"
-tools_dir="${cache_root}/${lcp_version}"
+# shellcheck source=scripts/llama-tools.sh
+source "${repo_root}/scripts/llama-tools.sh"
+tools_dir=$(build_llama_tools "$tools_source")
 llama_bench="${tools_dir}/bin/llama-bench"
 llama_batched_bench="${tools_dir}/bin/llama-batched-bench"
-
-# The CMake cache of the llama.cpp that llama-cpp-sys-2 built for tokscope, when there is one:
-# its CPU options are copied so that both sides run the same kernels.
-sys_cmake_cache() {
-  local f
-  for f in "${repo_root}"/target/release/build/llama-cpp-sys-2-*/out/build/CMakeCache.txt; do
-    [ -f "$f" ] && { echo "$f"; return 0; }
-  done
-  return 1
-}
-
-# CMake arguments for the CPU backend, as llama-cpp-sys-2 0.1.160's build.rs sets them:
-# GGML_NATIVE off unless RUSTFLAGS say target-cpu=native (ggml then turns AVX/AVX2/FMA/F16C/
-# BMI2/SSE4.2 on for x86-64 by default), OpenMP on (tokscope enables the `openmp` feature),
-# static libraries, Release, the compiler flags cmake-rs passes. When tokscope's own CMake cache
-# exists its values win.
-cpu_cmake_args() {
-  local cache key value
-  local -a keys=(GGML_NATIVE GGML_AVX GGML_AVX2 GGML_AVX512 GGML_AVX512_BF16 GGML_AVX512_VBMI
-    GGML_AVX512_VNNI GGML_AVX_VNNI GGML_BMI2 GGML_F16C GGML_FMA GGML_SSE42 GGML_OPENMP
-    GGML_LLAMAFILE GGML_CPU_REPACK CMAKE_C_FLAGS CMAKE_CXX_FLAGS CMAKE_C_COMPILER
-    CMAKE_CXX_COMPILER)
-  if cache=$(sys_cmake_cache); then
-    echo "# CPU options copied from ${cache}" >&2
-    for key in "${keys[@]}"; do
-      value=$(sed -n "s/^${key}:[A-Z]*=//p" "$cache" | head -n 1)
-      [ -n "$value" ] && printf '%s\n' "-D${key}=${value}"
-    done
-  else
-    echo "# no tokscope llama.cpp build found: using llama-cpp-sys-2's defaults" >&2
-    case "${RUSTFLAGS:-}${CARGO_ENCODED_RUSTFLAGS:-}" in
-      *target-cpu=native*) printf '%s\n' -DGGML_NATIVE=ON ;;
-      *) printf '%s\n' -DGGML_NATIVE=OFF ;;
-    esac
-    printf '%s\n' -DGGML_OPENMP=ON \
-      "-DCMAKE_C_FLAGS=-ffunction-sections -fdata-sections -fPIC -m64" \
-      "-DCMAKE_CXX_FLAGS=-ffunction-sections -fdata-sections -fPIC -m64"
-  fi
-  printf '%s\n' -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF \
-    -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-    -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_APP=OFF -DGGML_CCACHE=OFF
-}
-
-build_llama_tools() {
-  if [ -x "$llama_bench" ] && [ -x "$llama_batched_bench" ]; then
-    echo "# llama.cpp tools: reusing ${tools_dir}" >&2
-    return 0
-  fi
-  command -v cmake >/dev/null 2>&1 || { echo "error: cmake is needed (scripts/deps.sh)" >&2; exit 1; }
-  local work sdist src jobs
-  work=$(mktemp -d "${TMPDIR:-/tmp}/tokscope-llama-tools.XXXXXX")
-  # shellcheck disable=SC2064 # expand $work now: it is local
-  trap "rm -rf '${work}'" EXIT
-  echo "# downloading the llama-cpp-python ${lcp_version} sdist (its vendored llama.cpp)" >&2
-  python3 -m pip download --quiet --no-binary :all: --no-deps \
-    "llama-cpp-python==${lcp_version}" -d "${work}/dl" >&2
-  sdist=$(find "${work}/dl" -maxdepth 1 -name 'llama_cpp_python-*.tar.gz' | head -n 1)
-  [ -n "$sdist" ] || { echo "error: no llama-cpp-python sdist was downloaded" >&2; exit 1; }
-  tar -xzf "$sdist" -C "$work"
-  src=$(find "$work" -mindepth 3 -maxdepth 3 -type d -path '*/vendor/llama.cpp' | head -n 1)
-  [ -n "$src" ] || { echo "error: ${sdist} has no vendor/llama.cpp" >&2; exit 1; }
-
-  local -a cmake_args
-  mapfile -t cmake_args < <(cpu_cmake_args)
-  echo "# cmake ${cmake_args[*]}" >&2
-  cmake -S "$src" -B "${work}/build" "${cmake_args[@]}" >"${work}/configure.log" 2>&1 || {
-    tail -n 40 "${work}/configure.log" >&2
-    exit 1
-  }
-  jobs=${CMAKE_BUILD_PARALLEL_LEVEL:-2}
-  echo "# building llama-bench and llama-batched-bench (-j${jobs}, a few minutes)" >&2
-  cmake --build "${work}/build" --target llama-bench llama-batched-bench -j"$jobs" \
-    >"${work}/build.log" 2>&1 || {
-    tail -n 40 "${work}/build.log" >&2
-    exit 1
-  }
-  mkdir -p "${tools_dir}/bin"
-  cp "${work}/build/bin/llama-bench" "${work}/build/bin/llama-batched-bench" "${tools_dir}/bin/"
-  cp "${work}/configure.log" "${tools_dir}/configure.log"
-  {
-    echo "llama-cpp-python ${lcp_version}"
-    # The sdist's changelog names the llama.cpp commit each release vendors.
-    sed -n "/^## \[${lcp_version//./\\.}\]/,/^## \[/p" "$(dirname "$(dirname "$src")")/CHANGELOG.md" |
-      grep -o -m 1 'ggml-org/llama\.cpp@[0-9a-f]*' || echo "llama.cpp commit unknown"
-    grep -E 'set\(GGML_VERSION_(MAJOR|MINOR|PATCH)' "${src}/ggml/CMakeLists.txt" |
-      sed -E 's/.*GGML_VERSION_([A-Z]+) +([0-9]+).*/\2/' | paste -sd. - | sed 's/^/ggml /'
-    printf 'cmake'
-    printf ' %q' "${cmake_args[@]}"
-    echo
-  } >"${tools_dir}/VERSION"
-  rm -rf "$work"
-  trap - EXIT
-  echo "# llama.cpp tools built into ${tools_dir}" >&2
-}
-
-
-build_llama_tools
 if [ "$build_only" = 1 ]; then
   cat "${tools_dir}/VERSION"
   exit 0
@@ -279,11 +185,10 @@ if [ -n "$sys_src" ]; then
   sys_detail="${sys_detail} (llama-cpp-rs@${rs_commit}, ggml ${sys_ggml})"
 fi
 {
-  read -r _ lcp_built
-  read -r tools_commit
+  read -r tools_origin
   read -r _ tools_ggml
 } <"${tools_dir}/VERSION"
-tools_detail="${tools_commit} as vendored in llama-cpp-python ${lcp_built} (ggml ${tools_ggml})"
+tools_detail="${tools_origin} (ggml ${tools_ggml})"
 
 cpu_model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
