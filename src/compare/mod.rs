@@ -399,11 +399,14 @@ fn evaluate_quality(
         loads.push((c.model.clone(), c.n_gpu_layers, model));
     }
     let bpw = |m: &LlamaModel| m.size() as f64 * 8.0 / m.n_params().max(1) as f64;
-    // The highest bits per weight; the first given on a tie.
+    // The source of --quantize (everything was made from it, even when it is itself
+    // quantized); otherwise the highest bits per weight, the first given on a tie.
     let mut best = 0;
-    for i in 1..candidates.len() {
-        if bpw(&loads[load_of[i]].2) > bpw(&loads[load_of[best]].2) {
-            best = i;
+    if plan.quantize.is_empty() {
+        for i in 1..candidates.len() {
+            if bpw(&loads[load_of[i]].2) > bpw(&loads[load_of[best]].2) {
+                best = i;
+            }
         }
     }
     let Some(best_candidate) = candidates.get(best) else {
