@@ -8,7 +8,10 @@ use std::time::Instant;
 
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
-use crate::chat::{AssistantTurn, Conversation, Exchange, TurnPhase};
+use crate::chat::{
+    first_divergence, AssistantTurn, Conversation, Divergence, Exchange, TurnPhase, TurnSettings,
+};
+use crate::compare::Comparison;
 use crate::engine::{ChatMessage, EngineEvent, ModelInfo, RequestId, SamplingParams};
 use crate::history::SavedConversation;
 
@@ -26,6 +29,56 @@ pub enum Mode {
     Help,
     /// The batching screen: a batch sweep on the loaded model, charted.
     Bench,
+    /// The A/B screen: the last answer beside another model file's answer to the same turns.
+    Ab,
+    /// The latest `tokscope compare` table.
+    Compare,
+}
+
+/// How answer B compares with answer A, once B has finished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AbOutcome {
+    Identical,
+    Diverges(Divergence),
+}
+
+/// The A/B screen: the last answer (A, from the loaded model) and the same turns answered by
+/// another model file (B) with the same sampling settings and seed. B is never added to the
+/// conversation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AbScreen {
+    /// The last user message, answered by both.
+    pub prompt: String,
+    pub settings: TurnSettings,
+    /// A copy of the conversation's last answer.
+    pub a: AssistantTurn,
+    pub b_path: PathBuf,
+    /// B's answer, filled from its engine events like a chat turn.
+    pub b: AssistantTurn,
+    /// Model B as the engine loaded it (known once B has finished).
+    pub b_model: Option<ModelInfo>,
+    /// The text of each of B's tokens.
+    pub b_pieces: Vec<String>,
+    /// The request in flight, while B loads or generates.
+    pub running: Option<RequestId>,
+    /// When B was asked for (for the loading clock).
+    pub started: Instant,
+    pub outcome: Option<AbOutcome>,
+    pub error: Option<String>,
+    /// Lines scrolled down in both answers.
+    pub scroll: usize,
+}
+
+/// The compare screen's table: read from the comparisons log when the screen opens.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum CompareView {
+    /// Not read yet, or being read.
+    #[default]
+    Reading,
+    /// The log has no comparison.
+    Empty,
+    Loaded(Box<Comparison>),
+    Failed(String),
 }
 
 /// One batch size's figures on the bench screen.
@@ -186,6 +239,10 @@ pub enum Action {
     OpenBench,
     RunBench,
     CloseBench,
+    CloseAb,
+    OpenCompare,
+    ReloadCompare,
+    CloseCompare,
     PageUp,
     PageDown,
     ScrollTop,
@@ -221,7 +278,19 @@ pub fn action_for(mode: Mode, input_empty: bool, key: KeyEvent) -> Option<Action
         (Mode::Bench, KeyCode::Enter | KeyCode::Char('r')) => Some(Action::RunBench),
         (Mode::Bench, KeyCode::F(1) | KeyCode::Char('?')) => Some(Action::ToggleHelp),
         (Mode::Bench, _) => None,
+        (Mode::Ab, KeyCode::Esc | KeyCode::Char('q')) => Some(Action::CloseAb),
+        (Mode::Ab, KeyCode::PageUp | KeyCode::Up) => Some(Action::PageUp),
+        (Mode::Ab, KeyCode::PageDown | KeyCode::Down) => Some(Action::PageDown),
+        (Mode::Ab, KeyCode::F(1) | KeyCode::Char('?')) => Some(Action::ToggleHelp),
+        (Mode::Ab, _) => None,
+        (Mode::Compare, KeyCode::Esc | KeyCode::F(3) | KeyCode::Char('q')) => {
+            Some(Action::CloseCompare)
+        }
+        (Mode::Compare, KeyCode::Char('r')) => Some(Action::ReloadCompare),
+        (Mode::Compare, KeyCode::F(1) | KeyCode::Char('?')) => Some(Action::ToggleHelp),
+        (Mode::Compare, _) => None,
         (Mode::Chat, KeyCode::F(2)) => Some(Action::OpenBench),
+        (Mode::Chat, KeyCode::F(3)) => Some(Action::OpenCompare),
         (Mode::Chat, KeyCode::F(1)) => Some(Action::ToggleHelp),
         (Mode::Chat, KeyCode::Char('?')) if input_empty => Some(Action::ToggleHelp),
         (Mode::Chat, KeyCode::Enter) if alt || shift => Some(Action::Newline),
@@ -260,6 +329,8 @@ pub enum Msg {
     Saved(Result<PathBuf, String>),
     /// The outcome of an export effect.
     Exported(Result<PathBuf, String>),
+    /// The comparisons log, read for the compare screen (`Ok(None)`: no comparison yet).
+    ComparisonLoaded(Result<Option<Comparison>, String>),
     Tick,
 }
 
@@ -281,6 +352,17 @@ pub enum Effect {
         n_prompt: u32,
         n_gen: u32,
     },
+    /// Answer the same turns with another model file (the A/B screen).
+    AbGenerate {
+        id: RequestId,
+        path: PathBuf,
+        messages: Vec<ChatMessage>,
+        sampling: SamplingParams,
+        max_tokens: u32,
+        ignore_eos: bool,
+    },
+    /// Read the latest comparison from the comparisons log.
+    LoadComparison,
     LoadModel(PathBuf),
     Save(SavedConversation),
     Export {
@@ -297,6 +379,15 @@ pub struct Now {
     pub instant: Instant,
     pub unix_s: u64,
 }
+
+/// Every slash command (the help lists each; a test keeps the two in step).
+pub const SLASH_COMMANDS: &[&str] = &[
+    "/system", "/temp", "/top_p", "/max", "/seed", "/export", "/model", "/ab", "/compare", "/new",
+    "/help", "/quit",
+];
+
+/// The function keys the chat answers to, with the view each opens (the help lists each).
+pub const FUNCTION_KEYS: &[(u8, Mode)] = &[(1, Mode::Help), (2, Mode::Bench), (3, Mode::Compare)];
 
 /// Lines one PgUp/PgDn moves.
 pub const PAGE_LINES: usize = 10;
@@ -332,6 +423,11 @@ pub struct App {
     /// A new conversation id, minted by the caller (update never reads the clock or RNG).
     pub fresh_conversation_id: String,
     pub bench: BenchScreen,
+    /// The A/B comparison, while it is on screen.
+    pub ab: Option<AbScreen>,
+    pub compare: CompareView,
+    /// The view the help returns to when closed.
+    pub help_return: Mode,
     /// Tokens in the input as typed (counted without the engine), and where the count comes
     /// from ("tokenizer.json" or "model vocabulary"); set by the loop, not by `update`.
     pub input_tokens: Option<(usize, &'static str)>,
@@ -366,6 +462,9 @@ impl App {
             should_quit: false,
             fresh_conversation_id: String::new(),
             bench: BenchScreen::default(),
+            ab: None,
+            compare: CompareView::default(),
+            help_return: Mode::Chat,
             input_tokens: None,
         }
     }
@@ -392,7 +491,13 @@ impl App {
         let model_file = self.model_file();
         let messages = self.conversation.messages_for_last();
         if let Some(ex) = self.conversation.exchanges.last_mut() {
-            ex.assistant = Some(AssistantTurn::new(id, model_file));
+            let mut turn = AssistantTurn::new(id, model_file);
+            turn.settings = Some(TurnSettings {
+                sampling: self.sampling.clone(),
+                max_tokens: self.max_tokens,
+                ignore_eos: self.ignore_eos,
+            });
+            ex.assistant = Some(turn);
         }
         self.active_since = Some(now.instant);
         self.scroll = Scroll::default();
@@ -553,12 +658,18 @@ impl App {
                     return effects;
                 }
             }
+            "/ab" => return self.start_ab(arg, now),
+            "/compare" => return self.open_compare(),
             "/new" => return self.new_conversation(),
-            "/help" => self.mode = Mode::Help,
+            "/help" => {
+                self.help_return = Mode::Chat;
+                self.help_scroll = 0;
+                self.mode = Mode::Help;
+            }
             "/quit" | "/exit" => return self.quit(),
             other => self.notice(
                 NoticeKind::Error,
-                format!("unknown command {other}: try /system /temp /top_p /max /seed /export /model /new /help"),
+                format!("unknown command {other}: try {}", SLASH_COMMANDS.join(" ")),
             ),
         }
         Vec::new()
@@ -585,14 +696,170 @@ impl App {
         }]
     }
 
+    /// `/ab PATH`: answer the last exchange again with another model file, with the same
+    /// turns, sampling settings and seed, and show both side by side.
+    fn start_ab(&mut self, arg: &str, now: Now) -> Vec<Effect> {
+        if arg.is_empty() {
+            self.notice(
+                NoticeKind::Error,
+                "usage: /ab PATH (answers the last prompt again with another model file, side by side)",
+            );
+            return Vec::new();
+        }
+        if self.engine != EngineStatus::Ready {
+            self.notice(NoticeKind::Warning, "the model is not ready yet");
+            return Vec::new();
+        }
+        if self.is_generating() || self.bench.running.is_some() {
+            self.notice(
+                NoticeKind::Warning,
+                "an answer is still streaming: Esc stops it, then /ab",
+            );
+            return Vec::new();
+        }
+        let last = self.conversation.exchanges.last();
+        let Some((prompt, a)) = last.and_then(|ex| {
+            ex.assistant
+                .as_ref()
+                .filter(|a| a.is_finished() && !a.text.is_empty())
+                .map(|a| (ex.user.clone(), a.clone()))
+        }) else {
+            self.notice(
+                NoticeKind::Error,
+                "no answer to compare yet: /ab regenerates the last answer with another model",
+            );
+            return Vec::new();
+        };
+        let settings = a.settings.clone().unwrap_or_else(|| TurnSettings {
+            sampling: self.sampling.clone(),
+            max_tokens: self.max_tokens,
+            ignore_eos: self.ignore_eos,
+        });
+        let path = crate::config::expand_home(std::path::Path::new(arg));
+        let id = self.next_request_id;
+        self.next_request_id += 1;
+        let b_file = path.file_name().map(|n| n.to_string_lossy().into_owned());
+        self.notice(
+            NoticeKind::Info,
+            format!(
+                "A/B: answering the last prompt again with {} (seed {})",
+                path.display(),
+                settings.sampling.seed
+            ),
+        );
+        let effect = Effect::AbGenerate {
+            id,
+            path: path.clone(),
+            messages: self.conversation.messages_for_last(),
+            sampling: settings.sampling.clone(),
+            max_tokens: settings.max_tokens,
+            ignore_eos: settings.ignore_eos,
+        };
+        self.ab = Some(AbScreen {
+            prompt,
+            settings,
+            a,
+            b_path: path,
+            b: AssistantTurn::new(id, b_file),
+            b_model: None,
+            b_pieces: Vec::new(),
+            running: Some(id),
+            started: now.instant,
+            outcome: None,
+            error: None,
+            scroll: 0,
+        });
+        self.mode = Mode::Ab;
+        vec![effect]
+    }
+
+    fn close_ab(&mut self) -> Vec<Effect> {
+        self.mode = Mode::Chat;
+        match self.ab.take().and_then(|ab| ab.running) {
+            Some(id) => {
+                self.notice(NoticeKind::Info, "A/B comparison stopped");
+                vec![Effect::Cancel(id)]
+            }
+            None => Vec::new(),
+        }
+    }
+
+    fn open_compare(&mut self) -> Vec<Effect> {
+        self.mode = Mode::Compare;
+        self.compare = CompareView::Reading;
+        vec![Effect::LoadComparison]
+    }
+
+    /// Events of the A/B request in flight (model B's answer).
+    fn on_ab_event(&mut self, event: EngineEvent) {
+        let Some(ab) = self.ab.as_mut() else {
+            return;
+        };
+        match event {
+            EngineEvent::PrefillStarted {
+                prompt_tokens,
+                cached_tokens,
+                ..
+            } => ab.b.on_prefill_started(prompt_tokens, cached_tokens),
+            EngineEvent::PrefillDone {
+                template_tokenize,
+                prefill,
+                at,
+                ..
+            } => ab.b.on_prefill_done(template_tokenize, prefill, at),
+            EngineEvent::Token { text, at, .. } if ab.b.phase.is_active() => {
+                ab.b.on_token(&text, at);
+            }
+            EngineEvent::AbFinished { report, .. } => {
+                let report = *report;
+                ab.running = None;
+                ab.b.model_file = Some(report.model.file_name.clone());
+                ab.b_model = Some(report.model);
+                ab.b_pieces = report.pieces;
+                ab.b.on_finished(report.turn);
+                let outcome = match first_divergence(&ab.a.text, &ab.b.text, &ab.b_pieces) {
+                    None => AbOutcome::Identical,
+                    Some(d) => AbOutcome::Diverges(d),
+                };
+                ab.outcome = Some(outcome);
+                let text = match outcome {
+                    AbOutcome::Identical => "A/B: B's answer is identical to A's".to_string(),
+                    AbOutcome::Diverges(d) => {
+                        format!(
+                            "A/B: B's answer diverges from A's at token {}",
+                            d.token_index
+                        )
+                    }
+                };
+                self.notice(NoticeKind::Info, text);
+            }
+            EngineEvent::Failed { error, .. } => {
+                let message = error.to_string();
+                ab.running = None;
+                ab.b.on_failed(message.clone());
+                ab.error = Some(message.clone());
+                self.notice(NoticeKind::Error, format!("A/B: {message}"));
+            }
+            _ => {}
+        }
+    }
+
     fn quit(&mut self) -> Vec<Effect> {
         self.should_quit = true;
         let mut effects = self.cancel_active();
+        if let Some(id) = self.ab.as_ref().and_then(|ab| ab.running) {
+            effects.push(Effect::Cancel(id));
+        }
         effects.push(Effect::Quit);
         effects
     }
 
     fn on_engine(&mut self, event: EngineEvent, now: Now) -> Vec<Effect> {
+        let ab_request = self.ab.as_ref().and_then(|ab| ab.running);
+        if ab_request.is_some() && event.request_id() == ab_request {
+            self.on_ab_event(event);
+            return Vec::new();
+        }
         match event {
             EngineEvent::Loading { progress } => {
                 self.engine = EngineStatus::Loading { progress };
@@ -668,6 +935,8 @@ impl App {
                     self.bench.points.push(BenchPoint { point, prefill_ms });
                 }
             }
+            // A cancelled or closed A/B comparison: its late events are dropped.
+            EngineEvent::AbFinished { .. } => {}
             EngineEvent::BatchSweepDone { request_id, error } => {
                 if self.bench.running == Some(request_id) {
                     self.bench.running = None;
@@ -708,14 +977,17 @@ impl App {
             Action::Down => self.scroll_by(-1),
             Action::NewConversation => return self.new_conversation(),
             Action::ToggleHelp => {
+                if self.mode != Mode::Help {
+                    self.help_return = self.mode;
+                }
                 self.mode = Mode::Help;
                 self.help_scroll = 0;
             }
             Action::CloseHelp => {
-                self.mode = if self.bench.running.is_some() || !self.bench.points.is_empty() {
-                    Mode::Bench
-                } else {
-                    Mode::Chat
+                self.mode = match self.help_return {
+                    Mode::Ab if self.ab.is_none() => Mode::Chat,
+                    Mode::Help => Mode::Chat,
+                    other => other,
                 };
             }
             Action::OpenBench => self.mode = Mode::Bench,
@@ -726,6 +998,9 @@ impl App {
                     return vec![Effect::Cancel(id)];
                 }
             }
+            Action::CloseAb => return self.close_ab(),
+            Action::OpenCompare | Action::ReloadCompare => return self.open_compare(),
+            Action::CloseCompare => self.mode = Mode::Chat,
             Action::Quit => return self.quit(),
             Action::PageUp => self.page(PAGE_LINES as i32),
             Action::PageDown => self.page(-(PAGE_LINES as i32)),
@@ -743,14 +1018,17 @@ impl App {
     }
 
     fn page(&mut self, lines: i32) {
-        if self.mode == Mode::Help {
-            self.help_scroll = if lines > 0 {
-                self.help_scroll.saturating_sub(lines as usize)
+        let down = |at: usize| {
+            if lines > 0 {
+                at.saturating_sub(lines as usize)
             } else {
-                self.help_scroll + lines.unsigned_abs() as usize
-            };
-        } else {
-            self.scroll_by(lines);
+                at.saturating_add(lines.unsigned_abs() as usize)
+            }
+        };
+        match (self.mode, self.ab.as_mut()) {
+            (Mode::Help, _) => self.help_scroll = down(self.help_scroll),
+            (Mode::Ab, Some(ab)) => ab.scroll = down(ab.scroll),
+            _ => self.scroll_by(lines),
         }
     }
 
@@ -806,6 +1084,14 @@ pub fn update(app: &mut App, msg: Msg, now: Now) -> Vec<Effect> {
             }
             Vec::new()
         }
+        Msg::ComparisonLoaded(result) => {
+            app.compare = match result {
+                Ok(Some(c)) => CompareView::Loaded(Box::new(c)),
+                Ok(None) => CompareView::Empty,
+                Err(e) => CompareView::Failed(e),
+            };
+            Vec::new()
+        }
     }
 }
 
@@ -814,6 +1100,7 @@ pub fn update(app: &mut App, msg: Msg, now: Now) -> Vec<Effect> {
 pub fn animates(app: &App) -> bool {
     matches!(app.engine, EngineStatus::Loading { .. })
         || app.bench.running.is_some()
+        || app.ab.as_ref().is_some_and(|ab| ab.running.is_some())
         || app
             .conversation
             .active()
@@ -926,6 +1213,30 @@ mod tests {
             Some(A::CloseHelp)
         );
         assert_eq!(action_for(Mode::Help, true, key(KeyCode::Char('x'))), None);
+        assert_eq!(chat(key(KeyCode::F(3)), true), Some(A::OpenCompare));
+        for (n, mode) in FUNCTION_KEYS {
+            let mut app = ready_app();
+            update(&mut app, Msg::Key(key(KeyCode::F(*n))), now());
+            assert_eq!(app.mode, *mode, "F{n}");
+        }
+        assert_eq!(chat(key(KeyCode::F(2)), true), Some(A::OpenBench));
+        let compare = |k| action_for(Mode::Compare, true, k);
+        assert_eq!(compare(key(KeyCode::Esc)), Some(A::CloseCompare));
+        assert_eq!(compare(key(KeyCode::F(3))), Some(A::CloseCompare));
+        assert_eq!(compare(key(KeyCode::Char('r'))), Some(A::ReloadCompare));
+        assert_eq!(compare(key(KeyCode::F(1))), Some(A::ToggleHelp));
+        assert_eq!(compare(key(KeyCode::Char('x'))), None);
+        let ab = |k| action_for(Mode::Ab, true, k);
+        assert_eq!(ab(key(KeyCode::Esc)), Some(A::CloseAb));
+        assert_eq!(ab(key(KeyCode::Char('q'))), Some(A::CloseAb));
+        assert_eq!(ab(key(KeyCode::PageDown)), Some(A::PageDown));
+        assert_eq!(ab(key(KeyCode::Up)), Some(A::PageUp));
+        assert_eq!(ab(key(KeyCode::Char('?'))), Some(A::ToggleHelp));
+        assert_eq!(ab(key(KeyCode::Enter)), None);
+        assert_eq!(
+            ab(with(KeyCode::Char('c'), KeyModifiers::CONTROL)),
+            Some(A::Quit)
+        );
         let mut release = key(KeyCode::Enter);
         release.kind = KeyEventKind::Release;
         assert_eq!(chat(release, false), None, "only presses count");
@@ -1159,5 +1470,243 @@ mod tests {
         assert_eq!(fx, vec![Effect::Cancel(id)]);
         assert_eq!(app.mode, Mode::Chat);
         assert!(app.bench.running.is_none());
+    }
+
+    /// An app whose last exchange has a finished answer; returns its request id.
+    fn answered_app() -> (App, RequestId) {
+        let mut app = ready_app();
+        app.sampling.seed = 1234;
+        type_text(&mut app, "question");
+        let fx = update(&mut app, Msg::Key(key(KeyCode::Enter)), now());
+        let Some(Effect::Generate { id, .. }) = fx.first().cloned() else {
+            panic!("{fx:?}")
+        };
+        update(
+            &mut app,
+            finished(id, "Hello world", StopReason::EndOfGeneration),
+            now(),
+        );
+        (app, id)
+    }
+
+    fn run_line(app: &mut App, line: &str) -> Vec<Effect> {
+        app.input.set(line);
+        update(app, Msg::Key(key(KeyCode::Enter)), now())
+    }
+
+    fn ab_finished(id: RequestId, text: &str, pieces: &[&str]) -> Msg {
+        let Msg::Engine(EngineEvent::Finished { report, .. }) =
+            finished(id, text, StopReason::EndOfGeneration)
+        else {
+            unreachable!()
+        };
+        let model = ModelInfo {
+            file_name: "b.gguf".into(),
+            ..ModelInfo::default()
+        };
+        Msg::Engine(EngineEvent::AbFinished {
+            request_id: id,
+            report: Box::new(crate::engine::AbReport {
+                model,
+                turn: *report,
+                pieces: pieces.iter().map(|p| p.to_string()).collect(),
+            }),
+        })
+    }
+
+    #[test]
+    fn ab_needs_a_path_and_a_previous_answer() {
+        let mut app = ready_app();
+        assert!(run_line(&mut app, "/ab").is_empty());
+        assert!(app
+            .notice
+            .as_ref()
+            .unwrap()
+            .text
+            .contains("usage: /ab PATH"));
+        assert!(run_line(&mut app, "/ab /m/b.gguf").is_empty());
+        let notice = app.notice.clone().unwrap();
+        assert_eq!(notice.kind, NoticeKind::Error);
+        assert!(notice.text.contains("no answer to compare"), "{notice:?}");
+        assert_eq!(app.mode, Mode::Chat);
+        assert!(app.ab.is_none());
+        // Not while an answer streams.
+        type_text(&mut app, "q");
+        update(&mut app, Msg::Key(key(KeyCode::Enter)), now());
+        assert!(run_line(&mut app, "/ab /m/b.gguf").is_empty());
+        assert_eq!(app.notice.as_ref().unwrap().kind, NoticeKind::Warning);
+    }
+
+    #[test]
+    fn ab_regenerates_the_last_answer_with_another_model_and_finds_the_divergence() {
+        let (mut app, a_id) = answered_app();
+        // Settings changed after the answer: B still uses the answer's own.
+        run_line(&mut app, "/seed 7");
+        let before = app.conversation.clone();
+        let fx = run_line(&mut app, "/ab /m/b.gguf");
+        let Some(Effect::AbGenerate {
+            id,
+            path,
+            messages,
+            sampling,
+            max_tokens,
+            ..
+        }) = fx.first().cloned()
+        else {
+            panic!("{fx:?}")
+        };
+        assert_ne!(id, a_id);
+        assert_eq!(path, PathBuf::from("/m/b.gguf"));
+        assert_eq!(messages, before.messages_for_last());
+        assert_eq!(
+            messages.last().map(|m| m.content.as_str()),
+            Some("question")
+        );
+        assert_eq!(sampling.seed, 1234, "the seed A was sampled with");
+        assert_eq!(max_tokens, 64);
+        assert_eq!(app.mode, Mode::Ab);
+        assert!(animates(&app));
+        // B's events fill the B side, never the conversation.
+        for (i, piece) in ["Hello", " there"].iter().enumerate() {
+            update(
+                &mut app,
+                Msg::Engine(EngineEvent::Token {
+                    request_id: id,
+                    index: i,
+                    text: piece.to_string(),
+                    at: Duration::from_millis(10 + i as u64),
+                }),
+                now(),
+            );
+        }
+        let ab = app.ab.as_ref().unwrap();
+        assert_eq!(ab.b.text, "Hello there");
+        assert_eq!(ab.a.text, "Hello world");
+        let fx = update(
+            &mut app,
+            ab_finished(id, "Hello there", &["Hello", " there"]),
+            now(),
+        );
+        assert!(fx.is_empty(), "B is not saved: {fx:?}");
+        let ab = app.ab.as_ref().unwrap();
+        assert_eq!(ab.running, None);
+        assert_eq!(ab.b.model_file.as_deref(), Some("b.gguf"));
+        assert_eq!(
+            ab.outcome,
+            Some(AbOutcome::Diverges(Divergence {
+                token_index: 1,
+                at_byte: 6
+            }))
+        );
+        assert_eq!(app.conversation, before, "the conversation is untouched");
+        assert!(!animates(&app));
+        // Esc closes; nothing to cancel.
+        let fx = update(&mut app, Msg::Key(key(KeyCode::Esc)), now());
+        assert!(fx.is_empty());
+        assert_eq!(app.mode, Mode::Chat);
+        assert!(app.ab.is_none());
+        // The next turn goes on normally.
+        type_text(&mut app, "next");
+        let fx = update(&mut app, Msg::Key(key(KeyCode::Enter)), now());
+        assert!(matches!(fx.as_slice(), [Effect::Generate { .. }]));
+    }
+
+    #[test]
+    fn ab_identical_answers_and_failures() {
+        let (mut app, _) = answered_app();
+        let fx = run_line(&mut app, "/ab ~/b.gguf");
+        let Some(Effect::AbGenerate { id, path, .. }) = fx.first().cloned() else {
+            panic!("{fx:?}")
+        };
+        assert!(!path.starts_with("~"), "the home dir is expanded");
+        update(
+            &mut app,
+            ab_finished(id, "Hello world", &["Hello", " world"]),
+            now(),
+        );
+        assert_eq!(app.ab.as_ref().unwrap().outcome, Some(AbOutcome::Identical));
+        assert!(app.notice.as_ref().unwrap().text.contains("identical"));
+        update(&mut app, Msg::Key(key(KeyCode::Esc)), now());
+        // A missing file: a clear message, the screen shows it, nothing panics.
+        let fx = run_line(&mut app, "/ab /nope.gguf");
+        let Some(Effect::AbGenerate { id, .. }) = fx.first().cloned() else {
+            panic!("{fx:?}")
+        };
+        update(
+            &mut app,
+            Msg::Engine(EngineEvent::Failed {
+                request_id: id,
+                error: crate::engine::EngineError::ModelNotFound("/nope.gguf".into()),
+            }),
+            now(),
+        );
+        let notice = app.notice.clone().unwrap();
+        assert_eq!(notice.kind, NoticeKind::Error);
+        assert!(notice.text.contains("/nope.gguf"), "{notice:?}");
+        assert!(app.ab.as_ref().unwrap().error.is_some());
+        assert_eq!(app.engine, EngineStatus::Ready, "the chat's model is fine");
+    }
+
+    #[test]
+    fn esc_cancels_b_and_its_late_events_are_dropped() {
+        let (mut app, _) = answered_app();
+        let before = app.conversation.clone();
+        let fx = run_line(&mut app, "/ab /m/b.gguf");
+        let Some(Effect::AbGenerate { id, .. }) = fx.first().cloned() else {
+            panic!("{fx:?}")
+        };
+        let fx = update(&mut app, Msg::Key(key(KeyCode::Esc)), now());
+        assert_eq!(fx, vec![Effect::Cancel(id)]);
+        assert_eq!(app.mode, Mode::Chat);
+        assert!(app.ab.is_none());
+        update(
+            &mut app,
+            Msg::Engine(EngineEvent::Token {
+                request_id: id,
+                index: 0,
+                text: "late".into(),
+                at: Duration::from_millis(1),
+            }),
+            now(),
+        );
+        update(&mut app, ab_finished(id, "late", &["late"]), now());
+        assert_eq!(app.conversation, before);
+        assert!(app.ab.is_none());
+        // Quitting while B runs cancels it too.
+        let fx = run_line(&mut app, "/ab /m/b.gguf");
+        let Some(Effect::AbGenerate { id, .. }) = fx.first().cloned() else {
+            panic!("{fx:?}")
+        };
+        let fx = update(
+            &mut app,
+            Msg::Key(with(KeyCode::Char('c'), KeyModifiers::CONTROL)),
+            now(),
+        );
+        assert_eq!(fx, vec![Effect::Cancel(id), Effect::Quit]);
+    }
+
+    #[test]
+    fn compare_screen_reads_the_log_through_an_effect() {
+        let mut app = ready_app();
+        let fx = update(&mut app, Msg::Key(key(KeyCode::F(3))), now());
+        assert_eq!(fx, vec![Effect::LoadComparison]);
+        assert_eq!(app.mode, Mode::Compare);
+        assert_eq!(app.compare, CompareView::Reading);
+        update(&mut app, Msg::ComparisonLoaded(Ok(None)), now());
+        assert_eq!(app.compare, CompareView::Empty);
+        let fx = update(&mut app, Msg::Key(key(KeyCode::Char('r'))), now());
+        assert_eq!(fx, vec![Effect::LoadComparison]);
+        update(&mut app, Msg::ComparisonLoaded(Err("denied".into())), now());
+        assert_eq!(app.compare, CompareView::Failed("denied".into()));
+        // Help opened from the compare screen returns to it.
+        update(&mut app, Msg::Key(key(KeyCode::F(1))), now());
+        assert_eq!(app.mode, Mode::Help);
+        update(&mut app, Msg::Key(key(KeyCode::Esc)), now());
+        assert_eq!(app.mode, Mode::Compare);
+        update(&mut app, Msg::Key(key(KeyCode::Esc)), now());
+        assert_eq!(app.mode, Mode::Chat);
+        let fx = run_line(&mut app, "/compare");
+        assert_eq!(fx, vec![Effect::LoadComparison]);
+        assert_eq!(app.mode, Mode::Compare);
     }
 }

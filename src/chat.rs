@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::engine::{ChatMessage, RequestId, Role, StopReason, TurnReport};
+use crate::engine::{ChatMessage, RequestId, Role, SamplingParams, StopReason, TurnReport};
 use crate::history::{SavedConversation, SavedTurn};
 use crate::metrics::{TurnSummary, TurnTimeline};
 
@@ -35,6 +35,14 @@ impl TurnPhase {
     }
 }
 
+/// The settings an answer was generated with (so that an A/B comparison can repeat them).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TurnSettings {
+    pub sampling: SamplingParams,
+    pub max_tokens: u32,
+    pub ignore_eos: bool,
+}
+
 /// An assistant answer, finished or in flight.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AssistantTurn {
@@ -48,6 +56,8 @@ pub struct AssistantTurn {
     pub model_file: Option<String>,
     /// Tokens in the KV cache after the turn.
     pub context_used: Option<usize>,
+    /// What it was generated with (unknown for answers loaded from history).
+    pub settings: Option<TurnSettings>,
 }
 
 impl AssistantTurn {
@@ -60,7 +70,12 @@ impl AssistantTurn {
             summary: None,
             model_file,
             context_used: None,
+            settings: None,
         }
+    }
+
+    pub fn is_finished(&self) -> bool {
+        matches!(self.phase, TurnPhase::Done(_) | TurnPhase::Stopped)
     }
 
     /// The turn's figures: the final ones when finished, else derived from the live timeline.
@@ -251,6 +266,7 @@ impl Conversation {
                     summary: t.metrics.clone(),
                     model_file: t.model_file.clone(),
                     context_used: None,
+                    settings: None,
                 }),
             })
             .collect();
@@ -261,6 +277,44 @@ impl Conversation {
             exchanges,
         }
     }
+}
+
+/// Where answer B first parts from answer A.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Divergence {
+    /// B's token (0-based) after which B's text so far is no longer a prefix of A's; the
+    /// number of B's tokens when B's text is a shorter prefix of A's (B stopped early).
+    pub token_index: usize,
+    /// Byte offset (a character boundary in both) of the first character that differs.
+    pub at_byte: usize,
+}
+
+/// The first token where answer B diverges from answer A: walk B's token pieces accumulating
+/// text; the first piece after which the text is no longer a prefix of A's is the point.
+/// `None` when B's text equals A's.
+pub fn first_divergence(a: &str, b: &str, b_pieces: &[String]) -> Option<Divergence> {
+    if a == b {
+        return None;
+    }
+    let at_byte = a
+        .char_indices()
+        .zip(b.chars())
+        .find(|((_, ca), cb)| ca != cb)
+        .map_or(a.len().min(b.len()), |((i, _), _)| i);
+    let mut so_far = String::new();
+    for (i, piece) in b_pieces.iter().enumerate() {
+        so_far.push_str(piece);
+        if !a.starts_with(&so_far) {
+            return Some(Divergence {
+                token_index: i,
+                at_byte,
+            });
+        }
+    }
+    Some(Divergence {
+        token_index: b_pieces.len(),
+        at_byte,
+    })
 }
 
 #[cfg(test)]
@@ -339,6 +393,46 @@ mod tests {
             [Role::System, Role::User, Role::Assistant, Role::User]
         );
         assert_eq!(m[3].content, "next");
+    }
+
+    #[test]
+    fn divergence_is_the_first_token_that_leaves_a_prefix() {
+        let p = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            first_divergence("Hello world", "Hello world", &p(&["Hello", " world"])),
+            None
+        );
+        assert_eq!(
+            first_divergence("Hello world", "Hello there", &p(&["Hel", "lo", " there"])),
+            Some(Divergence {
+                token_index: 2,
+                at_byte: 6
+            })
+        );
+        // B stopped early: its text is a prefix of A's.
+        assert_eq!(
+            first_divergence("Hello world", "Hello", &p(&["Hello"])),
+            Some(Divergence {
+                token_index: 1,
+                at_byte: 5
+            })
+        );
+        // B's first token already differs; multi-byte characters stay whole.
+        assert_eq!(
+            first_divergence("héllo", "hëllo", &p(&["hë", "llo"])),
+            Some(Divergence {
+                token_index: 0,
+                at_byte: 1
+            })
+        );
+        // A stop string's tokens are in the pieces but not in the text.
+        assert_eq!(
+            first_divergence("Paris is big", "Paris", &p(&["Paris", "\nQuestion:"])),
+            Some(Divergence {
+                token_index: 1,
+                at_byte: 5
+            })
+        );
     }
 
     #[test]

@@ -225,6 +225,8 @@ pub struct Effects<'a> {
     pub engine: &'a mut EngineHandle,
     pub engine_config: EngineConfig,
     pub history_dir: PathBuf,
+    /// Where the comparisons log is (the compare screen reads it).
+    pub data_dir: PathBuf,
     pub counter: Option<crate::tokcount::TokenCounter>,
     /// The input text last counted, so typing recounts only what changed.
     pub counted: Option<String>,
@@ -288,6 +290,33 @@ impl Effects<'_> {
                         }));
                     }
                 }
+                Effect::AbGenerate {
+                    id,
+                    path,
+                    messages,
+                    sampling,
+                    max_tokens,
+                    ignore_eos,
+                } => {
+                    let request = crate::engine::GenerateRequest {
+                        id,
+                        messages,
+                        sampling,
+                        max_tokens,
+                        capture_first_logits: false,
+                        ignore_eos,
+                        submitted_at: Instant::now(),
+                    };
+                    if let Err(e) = self.engine.ab_generate(path, request) {
+                        msgs.push(Msg::Engine(crate::engine::EngineEvent::Failed {
+                            request_id: id,
+                            error: e,
+                        }));
+                    }
+                }
+                Effect::LoadComparison => {
+                    msgs.push(Msg::ComparisonLoaded(latest_comparison(&self.data_dir)));
+                }
                 Effect::LoadModel(path) => {
                     // Count with the new model's vocabulary from now on.
                     self.counter = crate::tokcount::TokenCounter::for_model(&path, None).ok();
@@ -328,6 +357,14 @@ impl Effects<'_> {
     }
 }
 
+/// The newest comparison in the comparisons log of `data_dir` (for the compare screen).
+pub fn latest_comparison(
+    data_dir: &std::path::Path,
+) -> Result<Option<crate::compare::Comparison>, String> {
+    let path = crate::compare::log::comparisons_path(data_dir);
+    crate::compare::log::latest(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+}
+
 /// How the chat ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ChatEnd {
@@ -359,6 +396,7 @@ pub fn run_chat(
         engine,
         engine_config,
         history_dir: crate::history::history_dir(&crate::paths::data_dir()),
+        data_dir: crate::paths::data_dir(),
     };
     let inject_panic = std::env::var_os(INJECT_PANIC_ENV).is_some();
     let end = runtime.block_on(async {

@@ -112,3 +112,40 @@ fn ticks_redraw_only_while_something_animates() {
     driver.apply_all(vec![Msg::Tick, Msg::Tick], now_at(t1));
     assert!(!driver.draw_if_due(t1 + 4 * STREAM_FRAME_INTERVAL).unwrap());
 }
+
+#[test]
+fn the_compare_screen_reads_the_latest_comparison_from_the_data_dir() {
+    use tokscope::app::{CompareView, Mode};
+    let dir = tempfile::tempdir().unwrap();
+    assert_eq!(tokscope::tui::latest_comparison(dir.path()), Ok(None));
+    let mut app = App::new(
+        "m.gguf".into(),
+        Conversation::new("c".into(), 0, None),
+        SamplingParams::default(),
+        64,
+    );
+    let fx = update(
+        &mut app,
+        Msg::Key(crossterm::event::KeyEvent::from(
+            crossterm::event::KeyCode::F(3),
+        )),
+        now_at(Instant::now()),
+    );
+    assert_eq!(fx, vec![Effect::LoadComparison]);
+    let loaded = tokscope::tui::latest_comparison(dir.path());
+    update(
+        &mut app,
+        Msg::ComparisonLoaded(loaded),
+        now_at(Instant::now()),
+    );
+    assert_eq!(app.mode, Mode::Compare);
+    assert_eq!(app.compare, CompareView::Empty);
+    // A damaged log is skipped line by line; an unreadable one is a message, not a panic.
+    let path = tokscope::compare::log::comparisons_path(dir.path());
+    std::fs::write(&path, "{not json\n").unwrap();
+    assert_eq!(tokscope::tui::latest_comparison(dir.path()), Ok(None));
+    std::fs::remove_file(&path).unwrap();
+    std::fs::create_dir(&path).unwrap();
+    let err = tokscope::tui::latest_comparison(dir.path()).unwrap_err();
+    assert!(err.contains("cannot read"), "{err}");
+}

@@ -652,3 +652,207 @@ fn bench_screen_with_a_batch_sweep() {
     app.bench.points.truncate(3);
     insta::assert_snapshot!("bench_running_80x24", render(&app, 80, 24));
 }
+
+/// The A/B screen with fixed data: A is the last answer of `finished_app`'s first exchange
+/// shape, B another model's answer that parts from it after a few tokens.
+fn ab_app(b_text: &str, b_pieces: &[&str], finished: bool) -> App {
+    use tokscope::app::{AbOutcome, AbScreen};
+    use tokscope::chat::{first_divergence, TurnSettings};
+    let mut app = ready_app();
+    let a = finished_turn(1, ANSWER_1, 38, 0, StopReason::EndOfGeneration);
+    app.conversation.exchanges.push(Exchange {
+        user: "hi".to_string(),
+        assistant: Some(a.clone()),
+    });
+    let b_file = "qwen2.5-0.5b-instruct-q8_0.gguf";
+    let mut b = if finished {
+        finished_turn(7, b_text, 38, 0, StopReason::MaxTokens)
+    } else {
+        streaming_turn(7, b_text, 38, 0)
+    };
+    b.model_file = Some(b_file.to_string());
+    let pieces: Vec<String> = b_pieces.iter().map(|p| p.to_string()).collect();
+    let outcome = finished.then(|| match first_divergence(&a.text, &b.text, &pieces) {
+        None => AbOutcome::Identical,
+        Some(d) => AbOutcome::Diverges(d),
+    });
+    app.ab = Some(AbScreen {
+        prompt: "hi".to_string(),
+        settings: TurnSettings {
+            sampling: SamplingParams::default(),
+            max_tokens: 512,
+            ignore_eos: false,
+        },
+        a,
+        b_path: PathBuf::from(format!("/models/{b_file}")),
+        b,
+        b_model: None,
+        b_pieces: pieces,
+        running: (!finished).then_some(7),
+        started: base(),
+        outcome,
+        error: None,
+        scroll: 0,
+    });
+    app.mode = Mode::Ab;
+    app
+}
+
+const ANSWER_B: &str =
+    "Hello! I'm a compact assistant. Ask me anything and I will do my best to help.";
+
+#[test]
+fn ab_screen_side_by_side() {
+    let app = ab_app(
+        ANSWER_B,
+        &[
+            "Hello",
+            "!",
+            " I",
+            "'m",
+            " a",
+            " compact",
+            " assistant",
+            ".",
+        ],
+        true,
+    );
+    let screen = render(&app, 120, 40);
+    for needle in [
+        "first divergence at token 5:",
+        "TTFT ms",
+        "decode tok/s",
+        "ITL p50 ms",
+        "A · qwen2.5-0.5b-instruct-q4_k_m.gguf",
+        "B · qwen2.5-0.5b-instruct-q8_0.gguf",
+        "seed 42",
+    ] {
+        assert!(screen.contains(needle), "{needle} missing:\n{screen}");
+    }
+    snapshot_both("ab", &app);
+}
+
+#[test]
+fn ab_screen_identical_and_running_and_failed() {
+    let pieces = [
+        "Hello! I'm a small language model.",
+        " Ask me anything — I'll answer as well as 0.5B parameters allow.",
+    ];
+    let app = ab_app(ANSWER_1, &pieces, true);
+    let screen = render(&app, 80, 24);
+    assert!(screen.contains("identical"), "{screen}");
+    insta::assert_snapshot!("ab_identical_80x24", screen);
+    let mut app = ab_app("Hello! I'm a", &[], false);
+    let screen = render(&app, 80, 24);
+    assert!(screen.contains("Esc stops B"), "{screen}");
+    insta::assert_snapshot!("ab_running_80x24", screen);
+    if let Some(ab) = app.ab.as_mut() {
+        let error = "model file not found: /models/nope.gguf";
+        ab.b = AssistantTurn::new(7, None);
+        ab.b.on_failed(error.to_string());
+        ab.error = Some(error.to_string());
+        ab.running = None;
+    }
+    let screen = render(&app, 80, 24);
+    assert!(
+        screen.contains("B failed: model file not found"),
+        "{screen}"
+    );
+    insta::assert_snapshot!("ab_failed_80x24", screen);
+}
+
+fn comparison() -> tokscope::compare::Comparison {
+    use tokscope::compare::quality::QualityStats;
+    use tokscope::compare::{CompareRow, Comparison};
+    let row =
+        |label: &str, quant: &str, bpw: f64, kld: Option<f64>, tg: f64, pareto: bool| CompareRow {
+            label: label.to_string(),
+            model: format!("/models/{label}"),
+            quantization: quant.to_string(),
+            file_size_bytes: (bpw * 494_032_768.0 / 8.0) as u64,
+            bits_per_weight: bpw,
+            n_gpu_layers: -1,
+            type_k: "f16".into(),
+            type_v: "f16".into(),
+            flash_attn: "auto".into(),
+            reference: kld.is_none(),
+            quantized_here: kld.is_some(),
+            quality: QualityStats {
+                n_scored: 4096,
+                ppl: 12.5 + kld.unwrap_or(0.0) * 10.0,
+                ppl_uncertainty: 0.21,
+                kld_mean: Some(kld.unwrap_or(0.0)),
+                kld_uncertainty: Some(0.0004),
+                kld_median: kld.map(|k| k * 0.6),
+                kld_p99: Some(kld.unwrap_or(0.0) * 9.0),
+                kld_max: Some(kld.unwrap_or(0.0) * 30.0),
+                same_top_pct: Some(100.0 - kld.unwrap_or(0.0) * 80.0),
+                delta_p_mean_pct: Some(-kld.unwrap_or(0.0)),
+                delta_p_rms_pct: Some(kld.unwrap_or(0.0) * 3.0),
+            },
+            pp_tok_per_s: Some(tg * 40.0),
+            pp_tok_per_s_sd: Some(3.0),
+            tg_tok_per_s: Some(tg),
+            tg_tok_per_s_sd: Some(0.4),
+            ceiling_tok_per_s: Some(tg * 1.6),
+            mbu_pct: Some(62.5),
+            cost_per_million_tokens_usd: Some(2.0 / (tg * 3600.0) * 1e6),
+            pareto,
+            dominated_by: if pareto {
+                vec![]
+            } else {
+                vec!["q4_k_m.gguf".into()]
+            },
+            synthetic: false,
+        };
+    Comparison {
+        id: "20250101-120000".into(),
+        unix_time_s: 1_735_732_800,
+        command_line: "tokscope compare -m f16.gguf --quantize q8_0,q4_k_m,q4_0".into(),
+        text: "builtin:eval".into(),
+        text_tokens: 8192,
+        n_ctx: 512,
+        chunks: 16,
+        reference: "f16.gguf".into(),
+        rows: vec![
+            row("f16.gguf", "F16", 16.0, None, 210.0, true),
+            row("q8_0.gguf", "Q8_0", 8.5, Some(0.0012), 380.0, true),
+            row("q4_k_m.gguf", "Q4_K_M", 4.9, Some(0.0210), 560.0, true),
+            row("q4_0.gguf", "Q4_0", 4.5, Some(0.0450), 540.0, false),
+        ],
+        verdict: vec![
+            "Pareto front (no other candidate is both faster and closer to the reference): f16.gguf, q8_0.gguf, q4_k_m.gguf.".into(),
+            "q4_0.gguf is dominated: q4_k_m.gguf is faster (560.0 vs 540.0 tok/s) and closer to the reference (KL 0.021000 vs 0.045000).".into(),
+        ],
+        llama_cpp: "llama-cpp-2 0.1.160".into(),
+    }
+}
+
+#[test]
+fn compare_screen_with_a_table() {
+    use tokscope::app::CompareView;
+    let mut app = ready_app();
+    app.mode = Mode::Compare;
+    app.compare = CompareView::Loaded(Box::new(comparison()));
+    let wide = render(&app, 120, 40);
+    for needle in [
+        "★",
+        "q4_k_m.gguf",
+        "KLD mean",
+        "tg t/s",
+        "$/1M tok",
+        "is dominated",
+    ] {
+        assert!(wide.contains(needle), "{needle} missing:\n{wide}");
+    }
+    let narrow = render(&app, 80, 24);
+    assert!(
+        narrow.contains("tg t/s") && narrow.contains("KLD mean"),
+        "{narrow}"
+    );
+    snapshot_both("compare", &app);
+    app.compare = CompareView::Empty;
+    let screen = render(&app, 80, 24);
+    assert!(screen.contains("no comparison yet"), "{screen}");
+    insta::assert_snapshot!("compare_empty_80x24", screen);
+}

@@ -39,6 +39,8 @@ pub enum EngineError {
     Thread(String),
     #[error("the engine stopped unexpectedly")]
     EngineGone,
+    #[error("cancelled")]
+    Cancelled,
 }
 
 impl EngineError {

@@ -142,6 +142,14 @@ pub enum EngineCommand {
         n_prompt: u32,
         n_gen: u32,
     },
+    /// Answer `request` with another model file (the chat's A/B comparison): model B is
+    /// loaded beside the chat's model with the same settings and a context of its own,
+    /// generates once (its events carry the request's id), then is dropped. The chat's model
+    /// and its KV cache are left as they are.
+    AbGenerate {
+        path: PathBuf,
+        request: GenerateRequest,
+    },
     Shutdown,
 }
 
@@ -188,6 +196,18 @@ pub struct TurnReport {
     /// The logits after prefill, when the request asked for them.
     #[serde(skip)]
     pub first_logits: Option<Vec<f32>>,
+}
+
+/// Model B's answer in an A/B comparison.
+#[derive(Debug, Clone)]
+pub struct AbReport {
+    /// Model B as loaded (file, quantization, template).
+    pub model: ModelInfo,
+    pub turn: TurnReport,
+    /// The text of each generated token, in order (whole characters; before stop strings are
+    /// held back or cut, so a stop string's tokens are there too): where B's answer parts from
+    /// A's is counted in these.
+    pub pieces: Vec<String>,
 }
 
 /// llama.cpp's perf counters: prompt eval (multi-token decodes) and eval (single-token decodes).
@@ -244,6 +264,12 @@ pub enum EngineEvent {
         point: crate::plot::BatchPoint,
         prefill_ms: f64,
     },
+    /// Model B of an A/B comparison answered (its prefill and token events came before, under
+    /// the same id; an error arrives as `Failed`).
+    AbFinished {
+        request_id: RequestId,
+        report: Box<AbReport>,
+    },
     /// A batch sweep ended (`error` when it could not finish).
     BatchSweepDone {
         request_id: RequestId,
@@ -260,6 +286,7 @@ impl EngineEvent {
             | EngineEvent::Finished { request_id, .. }
             | EngineEvent::Failed { request_id, .. }
             | EngineEvent::BatchPoint { request_id, .. }
+            | EngineEvent::AbFinished { request_id, .. }
             | EngineEvent::BatchSweepDone { request_id, .. } => Some(*request_id),
             _ => None,
         }
@@ -386,6 +413,23 @@ impl EngineHandle {
                 n_gen,
             })
             .map_err(|_| EngineError::EngineGone)
+    }
+
+    /// Answer `request` with the model file at `path` (an A/B comparison): prefill and token
+    /// events under the request's id, then `AbFinished` or `Failed`. Cancelled like a
+    /// generation request, also while model B loads.
+    pub fn ab_generate(
+        &mut self,
+        path: PathBuf,
+        mut request: GenerateRequest,
+    ) -> Result<RequestId, EngineError> {
+        let id = request.id;
+        self.next_id = self.next_id.max(id + 1);
+        request.submitted_at = Instant::now();
+        self.commands
+            .send(EngineCommand::AbGenerate { path, request })
+            .map_err(|_| EngineError::EngineGone)?;
+        Ok(id)
     }
 
     /// Replace the loaded model (the engine answers with `Loading`… then `Ready`/`LoadFailed`).

@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 use super::EngineError;
 
 /// Facts about the loaded model, context and backend.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct ModelInfo {
     pub path: PathBuf,
     pub file_name: String,

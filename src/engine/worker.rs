@@ -14,7 +14,7 @@ use llama_cpp_2::token::LlamaToken;
 use super::llama;
 use super::prompt::template_for_architecture;
 use super::{
-    common_prefix_len, completion_transcript, ChatMessage, EngineCommand, EngineConfig,
+    common_prefix_len, completion_transcript, AbReport, ChatMessage, EngineCommand, EngineConfig,
     EngineError, EngineEvent, EventSender, GenerateRequest, LlamaCounters, ModelInfo, StopMatcher,
     StopReason, TemplateChoice, TurnReport, Utf8Stream, COMPLETION_STOPS,
 };
@@ -110,10 +110,61 @@ fn load_and_serve(
                     error,
                 });
             }
+            Ok(EngineCommand::AbGenerate { path, request }) => {
+                let id = request.id;
+                let event = match ab_generate(&path, cfg, request, events, cancel_through) {
+                    Ok(report) => EngineEvent::AbFinished {
+                        request_id: id,
+                        report: Box::new(report),
+                    },
+                    Err(error) => EngineEvent::Failed {
+                        request_id: id,
+                        error,
+                    },
+                };
+                let _ = events.send(event);
+            }
             Ok(EngineCommand::LoadModel(c)) => return Next::Load(c),
             Ok(EngineCommand::Shutdown) | Err(_) => return Next::Shutdown,
         }
     }
+}
+
+/// Model B of an A/B comparison: loaded with the chat's settings into a context of its own,
+/// prompted the way the chat's model would be (its template resolved by the same rule), asked
+/// once, then dropped. The chat's model, context and KV cache are not touched.
+fn ab_generate(
+    path: &std::path::Path,
+    cfg: &EngineConfig,
+    mut request: GenerateRequest,
+    events: &EventSender,
+    cancel_through: &Arc<AtomicU64>,
+) -> Result<AbReport, EngineError> {
+    let id = request.id;
+    let started = Instant::now();
+    let flag = Arc::clone(cancel_through);
+    // Esc while model B loads aborts the load.
+    let model = llama::load_model(path, cfg.settings.n_gpu_layers, move |_| {
+        flag.load(Ordering::SeqCst) < id
+    });
+    if cancel_through.load(Ordering::SeqCst) >= id {
+        return Err(EngineError::Cancelled);
+    }
+    let model = model?;
+    let b_cfg = EngineConfig {
+        model_path: path.to_path_buf(),
+        settings: cfg.settings.clone(),
+    };
+    let mut session = Session::new(&model, &b_cfg, started)?;
+    // B's clock starts once it is loaded, so its TTFT is comparable with A's (queue +
+    // template + prefill + first sample, not the load).
+    request.submitted_at = Instant::now();
+    let turn = session.generate(&request, events, cancel_through)?;
+    Ok(AbReport {
+        model: session.info.clone(),
+        turn,
+        pieces: std::mem::take(&mut session.pieces),
+    })
 }
 
 /// Measure batched decoding for each batch size on the loaded model, in contexts of their own
@@ -154,6 +205,12 @@ fn serve_without_model(commands: &mpsc::Receiver<EngineCommand>, events: &EventS
                     error: Some(EngineError::NoModel),
                 });
             }
+            Ok(EngineCommand::AbGenerate { request, .. }) => {
+                let _ = events.send(EngineEvent::Failed {
+                    request_id: request.id,
+                    error: EngineError::NoModel,
+                });
+            }
             Ok(EngineCommand::LoadModel(c)) => return Next::Load(c),
             Ok(EngineCommand::Shutdown) | Err(_) => return Next::Shutdown,
         }
@@ -178,6 +235,9 @@ struct Session<'m> {
     /// Where the kept part of the conversation started last turn (index and message), so a
     /// conversation that outgrew the context keeps one prefix across turns.
     kept_from: Option<(usize, ChatMessage)>,
+    /// The text of each token of the last turn (whole characters, before stop strings are
+    /// held back), for the A/B comparison's divergence point.
+    pieces: Vec<String>,
 }
 
 impl<'m> Session<'m> {
@@ -199,6 +259,7 @@ impl<'m> Session<'m> {
             style,
             cached: Vec::new(),
             kept_from: None,
+            pieces: Vec::new(),
         })
     }
 
@@ -408,6 +469,7 @@ impl<'m> Session<'m> {
             _ => StopMatcher::new(&[]),
         };
         let mut text = String::new();
+        self.pieces.clear();
         while stop_reason.is_none() {
             let token = sampler.sample(&self.ctx, logits_index);
             if vocab.is_eog(token) && !req.ignore_eos {
@@ -415,7 +477,9 @@ impl<'m> Session<'m> {
                 break;
             }
             let piece = vocab.token_to_piece(token, false, None);
-            let (visible, hit_stop) = stops.push(&utf8.push(&piece));
+            let whole = utf8.push(&piece);
+            let (visible, hit_stop) = stops.push(&whole);
+            self.pieces.push(whole);
             let at = t0.elapsed();
             let index = timeline.token_ready_at.len();
             timeline.token_ready_at.push(at);

@@ -30,6 +30,14 @@ const KEYS: &[(&str, &str)] = &[
         "F2",
         "bench screen: batching on the loaded model (Enter or r runs the sweep, Esc closes)",
     ),
+    (
+        "F3",
+        "compare screen: the latest `tokscope compare` table, Pareto front marked (r reloads, Esc closes)",
+    ),
+    (
+        "A/B screen",
+        "Esc closes it (and stops B while it runs); Up/Down, PgUp/PgDn scroll both answers",
+    ),
     ("Ctrl+C / Ctrl+Q", "quit"),
 ];
 
@@ -47,6 +55,11 @@ const COMMANDS: &[(&str, &str)] = &[
         "/model PATH",
         "load another GGUF model; the conversation is kept",
     ),
+    (
+        "/ab PATH",
+        "answer the last prompt again with another GGUF file (B): the same turns, sampling settings and seed; A and B side by side with their figures and the first token where they diverge. B is loaded beside the chat's model in a context of its own and dropped after; it is not added to the conversation",
+    ),
+    ("/compare", "the compare screen (as F3)"),
     ("/new", "new conversation (as Ctrl+N)"),
     ("/help", "this help"),
     ("/quit", "quit (also /exit)"),
@@ -129,6 +142,10 @@ const METRICS: &[(&str, &str)] = &[
     (
         "$/1M tok",
         "price per GPU-hour ÷ (decode tok/s × 3600) × 10⁶ (price from config price_per_gpu_hour_usd)",
+    ),
+    (
+        "divergence",
+        "A/B: walking B's tokens, the first one (counted from 0) after which B's text is no longer a prefix of A's; identical when the texts are equal",
     ),
     (
         "—",
@@ -245,4 +262,29 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
     };
     let visible: Vec<Line<'static>> = all.into_iter().skip(scroll).take(inner_h).collect();
     frame.render_widget(Paragraph::new(visible), inner);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_command_and_function_key_is_listed() {
+        for command in crate::app::SLASH_COMMANDS {
+            assert!(
+                COMMANDS
+                    .iter()
+                    .any(|(k, _)| k.split_whitespace().next() == Some(*command)),
+                "{command} is not in the help"
+            );
+        }
+        for (n, _) in crate::app::FUNCTION_KEYS {
+            let name = format!("F{n}");
+            assert!(
+                KEYS.iter()
+                    .any(|(k, _)| k.split_whitespace().any(|w| w == name)),
+                "{name} is not in the help"
+            );
+        }
+    }
 }

@@ -4,7 +4,9 @@
 //! `theme`. Drawing reads the state and never changes it, does no I/O and never reads the
 //! clock: `now` is passed in.
 
+mod ab;
 mod bench;
+mod compare;
 pub mod conversation;
 mod format;
 mod help;
@@ -76,6 +78,8 @@ pub fn draw(frame: &mut Frame, app: &App, now: Instant) {
     };
     match app.mode {
         Mode::Bench => bench::draw(frame, below_status, app),
+        Mode::Ab => ab::draw(frame, below_status, app, now),
+        Mode::Compare => compare::draw(frame, below_status, app),
         Mode::Help => help::draw(frame, below_status, app),
         Mode::Chat => {}
     }

@@ -121,3 +121,15 @@ pub const SERIES_PER_SEQUENCE: Style = Style::new().fg(Color::Cyan);
 pub const SERIES_P50: Style = Style::new().fg(Color::Cyan);
 pub const SERIES_P99: Style = Style::new().fg(Color::Magenta);
 pub const AXIS: Style = Style::new().add_modifier(Modifier::DIM);
+
+// A/B screen: the part of an answer after the first difference from the other.
+pub const AB_DIVERGED: Style = Style::new()
+    .fg(Color::Yellow)
+    .add_modifier(Modifier::ITALIC);
+
+// Compare screen.
+pub const TABLE_HEADER: Style = Style::new()
+    .add_modifier(Modifier::BOLD)
+    .add_modifier(Modifier::UNDERLINED);
+pub const PARETO: Style = Style::new().fg(Color::Green).add_modifier(Modifier::BOLD);
+pub const DOMINATED: Style = Style::new().add_modifier(Modifier::DIM);

@@ -1,0 +1,247 @@
+//! The A/B screen: the last answer (A, the loaded model) beside the same turns answered by
+//! another model file (B) with the same sampling settings and seed; each column with its
+//! figures (TTFT, decode tok/s, tokens, ITL p50, from `metrics`) and its text, the part after
+//! the first difference marked, and the token where B first parts from A. Reads `app.ab`.
+
+use std::time::Instant;
+
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Borders, Clear, Paragraph};
+use ratatui::Frame;
+
+use super::text::{clean, one_line, truncate, wrap};
+use super::{format, theme};
+use crate::app::{AbOutcome, AbScreen, App};
+use crate::chat::{AssistantTurn, TurnPhase};
+
+/// Characters of each answer shown either side of the first difference.
+const SNIPPET_BEFORE_CHARS: usize = 8;
+const SNIPPET_AFTER_CHARS: usize = 16;
+
+pub fn draw(frame: &mut Frame, area: Rect, app: &App, now: Instant) {
+    frame.render_widget(Clear, area);
+    let Some(ab) = &app.ab else {
+        return;
+    };
+    let s = &ab.settings.sampling;
+    let block = Block::new()
+        .borders(Borders::ALL)
+        .border_style(theme::HELP_BORDER)
+        .title(Span::styled(
+            " A/B: the last prompt, same turns, sampling and seed, two models ",
+            theme::HELP_TITLE,
+        ));
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    let w = inner.width as usize;
+    let divergence = wrap(&divergence_spans(ab), w, &[], &[Span::raw("  ")]);
+    let divergence_h = divergence.len().min(2) as u16;
+    let [prompt_area, settings_area, columns, divergence_area, footer] = Layout::vertical([
+        Constraint::Length(1),
+        Constraint::Length(1),
+        Constraint::Min(3),
+        Constraint::Length(divergence_h),
+        Constraint::Length(1),
+    ])
+    .areas(inner);
+    frame.render_widget(
+        Paragraph::new(Line::from(vec![
+            Span::styled("prompt ", theme::METRIC_LABEL),
+            Span::styled(
+                truncate(&one_line(&ab.prompt), w.saturating_sub(7)),
+                theme::USER_TEXT,
+            ),
+        ])),
+        prompt_area,
+    );
+    let settings = format!(
+        "temp {} · top_k {} · top_p {} · min_p {} · seed {} · max {} tokens",
+        s.temperature, s.top_k, s.top_p, s.min_p, s.seed, ab.settings.max_tokens
+    );
+    frame.render_widget(
+        Paragraph::new(Span::styled(truncate(&settings, w), theme::DIM)),
+        settings_area,
+    );
+    let [left, right] =
+        Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)]).areas(columns);
+    let at_byte = match ab.outcome {
+        Some(AbOutcome::Diverges(d)) => Some(d.at_byte),
+        _ => None,
+    };
+    let a_file =
+        ab.a.model_file
+            .clone()
+            .unwrap_or_else(|| "loaded model".into());
+    let b_file =
+        ab.b.model_file
+            .clone()
+            .unwrap_or_else(|| ab.b_path.display().to_string());
+    draw_side(frame, left, ("A", &a_file), &ab.a, at_byte, ab, now);
+    draw_side(frame, right, ("B", &b_file), &ab.b, at_byte, ab, now);
+    frame.render_widget(
+        Paragraph::new(divergence.into_iter().take(2).collect::<Vec<_>>()),
+        divergence_area,
+    );
+    let keys = if ab.running.is_some() {
+        "Esc stops B and closes · ↑↓ PgUp PgDn scroll · F1 help"
+    } else {
+        "Esc closes · ↑↓ PgUp PgDn scroll · F1 help · B is not added to the chat"
+    };
+    frame.render_widget(
+        Paragraph::new(Span::styled(truncate(keys, w), theme::DIM)),
+        footer,
+    );
+}
+
+/// One answer's column: its figures, its state, then its text from `ab.scroll` on.
+fn draw_side(
+    frame: &mut Frame,
+    area: Rect,
+    (side, file): (&str, &str),
+    turn: &AssistantTurn,
+    at_byte: Option<usize>,
+    ab: &AbScreen,
+    now: Instant,
+) {
+    let title_w = (area.width as usize).saturating_sub(4);
+    let block = Block::new()
+        .borders(Borders::ALL)
+        .border_style(theme::PANE_BORDER)
+        .title(Span::styled(
+            truncate(&format!(" {side} · {file} "), title_w),
+            theme::METRIC_HEADER,
+        ));
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    let w = inner.width as usize;
+    let summary = turn.current_summary();
+    let figure = |label: &str, value: String| {
+        vec![
+            Span::styled(format!("{label} "), theme::METRIC_LABEL),
+            Span::styled(value, theme::METRIC_VALUE),
+        ]
+    };
+    let mut top = figure("TTFT ms", format::num(summary.ttft_ms));
+    top.push(Span::raw("  "));
+    top.extend(figure(
+        "decode tok/s",
+        format::num(summary.decode_tok_per_s),
+    ));
+    let mut second = figure("tokens", summary.tokens_generated.to_string());
+    second.push(Span::raw("  "));
+    second.extend(figure(
+        "ITL p50 ms",
+        format::num(summary.itl.map(|i| i.p50_ms)),
+    ));
+    let mut lines = wrap(&top, w, &[], &[]);
+    lines.extend(wrap(&second, w, &[], &[]));
+    let (state, style) = state_of(turn, side == "B", ab, now);
+    lines.push(Line::from(Span::styled(truncate(&state, w), style)));
+    lines.push(Line::default());
+    let head = lines.len();
+    let text_spans = match at_byte.filter(|at| turn.text.is_char_boundary(*at)) {
+        Some(at) => vec![
+            Span::styled(turn.text[..at].to_string(), theme::TEXT),
+            Span::styled(turn.text[at..].to_string(), theme::AB_DIVERGED),
+        ],
+        None => vec![Span::styled(turn.text.clone(), theme::TEXT)],
+    };
+    let body = wrap(&text_spans, w, &[], &[]);
+    let room = (inner.height as usize).saturating_sub(head);
+    let scroll = ab.scroll.min(body.len().saturating_sub(room));
+    lines.extend(body.into_iter().skip(scroll).take(room));
+    frame.render_widget(Paragraph::new(lines), inner);
+}
+
+/// A side's state in words: loading, prefill, streaming, how it ended.
+fn state_of(
+    turn: &AssistantTurn,
+    is_b: bool,
+    ab: &AbScreen,
+    now: Instant,
+) -> (String, ratatui::style::Style) {
+    let waited = format::secs(now.saturating_duration_since(ab.started));
+    match &turn.phase {
+        TurnPhase::Queued if is_b => (format!("loading model B… {waited}"), theme::WAITING),
+        TurnPhase::Queued => ("queued".into(), theme::WAITING),
+        TurnPhase::Prefill => (format!("prefill… {waited}"), theme::WAITING),
+        TurnPhase::Streaming => ("streaming…".into(), theme::WAITING),
+        TurnPhase::Done(reason) => {
+            let cached = match (is_b, turn.timeline.prompt_tokens) {
+                (_, 0) => String::new(),
+                (true, n) => format!(" · {n} prompt tok, own context"),
+                (false, n) => format!(" · {n} prompt tok, {} cached", turn.timeline.cached_tokens),
+            };
+            (format!("{}{cached}", reason.as_str()), theme::TURN_FOOTER)
+        }
+        TurnPhase::Stopped => ("stopped".into(), theme::STOPPED),
+        TurnPhase::Failed(message) => (format!("failed: {}", one_line(message)), theme::FAILED),
+    }
+}
+
+/// "first divergence at token N: '…A…' vs '…B…'", "identical", or what B is doing.
+fn divergence_spans(ab: &AbScreen) -> Vec<Span<'static>> {
+    if let Some(error) = &ab.error {
+        return vec![Span::styled(
+            format!("B failed: {}", one_line(error)),
+            theme::NOTICE_ERROR,
+        )];
+    }
+    match ab.outcome {
+        None => vec![Span::styled(
+            "first divergence: shown when B has finished",
+            theme::DIM,
+        )],
+        Some(AbOutcome::Identical) => vec![Span::styled(
+            "identical: B's answer is the same text as A's",
+            theme::METRIC_KEY_VALUE,
+        )],
+        Some(AbOutcome::Diverges(d)) => vec![
+            Span::styled(
+                format!("first divergence at token {}: ", d.token_index),
+                theme::METRIC_LABEL,
+            ),
+            Span::styled(snippet(&ab.a.text, d.at_byte), theme::METRIC_VALUE),
+            Span::styled(" vs ", theme::METRIC_LABEL),
+            Span::styled(snippet(&ab.b.text, d.at_byte), theme::AB_DIVERGED),
+        ],
+    }
+}
+
+/// A few characters either side of `at` (the first difference), quoted; newlines shown as ⏎.
+fn snippet(text: &str, at: usize) -> String {
+    let at = if text.is_char_boundary(at) {
+        at.min(text.len())
+    } else {
+        text.len()
+    };
+    let before: Vec<char> = text[..at].chars().collect();
+    let start = before.len().saturating_sub(SNIPPET_BEFORE_CHARS);
+    let mut out = String::from(if start > 0 { "'…" } else { "'" });
+    out.extend(&before[start..]);
+    let after: String = text[at..].chars().take(SNIPPET_AFTER_CHARS + 1).collect();
+    let cut = after.chars().count() > SNIPPET_AFTER_CHARS;
+    out.extend(after.chars().take(SNIPPET_AFTER_CHARS));
+    out.push_str(if cut { "…'" } else { "'" });
+    if at == text.len() {
+        out.push_str(" (end)");
+    }
+    clean(&out.replace('\n', "⏎"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snippets_show_both_sides_of_the_difference() {
+        assert_eq!(snippet("Hello world", 6), "'Hello world'");
+        assert_eq!(
+            snippet("The quick brown fox jumps over the lazy dog", 16),
+            "'…k brown fox jumps over t…'"
+        );
+        assert_eq!(snippet("Hi", 2), "'Hi' (end)");
+        assert_eq!(snippet("a\nb", 1), "'a⏎b'");
+    }
+}

@@ -1,0 +1,251 @@
+//! The compare screen: the latest table written by `tokscope compare` (read from the
+//! comparisons log by the loop, never here): quality beside speed for each candidate, the
+//! Pareto front marked, and the verdict in words. Columns that do not fit are left out, least
+//! important first. Reads `app.compare`.
+
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Borders, Cell, Clear, Paragraph, Row, Table};
+use ratatui::Frame;
+
+use super::text::{one_line, truncate, width, wrap};
+use super::theme;
+use crate::app::{App, CompareView};
+use crate::compare::{CompareRow, Comparison};
+use crate::metrics::fmt_opt;
+
+/// One column: header, width, priority (lower is kept longer), right-aligned, value.
+struct Column {
+    header: &'static str,
+    width: u16,
+    priority: u8,
+    right: bool,
+    value: fn(&CompareRow) -> String,
+}
+
+const CANDIDATE_MIN_WIDTH: u16 = 12;
+
+fn columns() -> Vec<Column> {
+    let col = |header, width, priority, right, value| Column {
+        header,
+        width,
+        priority,
+        right,
+        value,
+    };
+    vec![
+        col("", 1, 0, false, |r| {
+            if r.pareto && r.tg_tok_per_s.is_some() {
+                "★".into()
+            } else {
+                String::new()
+            }
+        }),
+        // The candidate column is sized to what is left (see `layout`).
+        col("candidate", CANDIDATE_MIN_WIDTH, 0, false, |r| {
+            if r.reference {
+                format!("{} (ref)", r.label)
+            } else {
+                r.label.clone()
+            }
+        }),
+        col("quant", 7, 1, false, |r| r.quantization.clone()),
+        col("bpw", 5, 5, true, |r| format!("{:.2}", r.bits_per_weight)),
+        col("PPL", 8, 2, true, |r| format!("{:.3}", r.quality.ppl)),
+        col("KLD mean", 9, 1, true, |r| fmt_opt(r.quality.kld_mean, 5)),
+        col("KLD p99", 9, 6, true, |r| fmt_opt(r.quality.kld_p99, 5)),
+        col("same top%", 9, 4, true, |r| {
+            fmt_opt(r.quality.same_top_pct, 1)
+        }),
+        col("pp t/s", 8, 7, true, |r| fmt_opt(r.pp_tok_per_s, 1)),
+        col("tg t/s", 8, 1, true, |r| fmt_opt(r.tg_tok_per_s, 1)),
+        col("MBU %", 6, 8, true, |r| fmt_opt(r.mbu_pct, 1)),
+        col("$/1M tok", 8, 9, true, |r| {
+            fmt_opt(r.cost_per_million_tokens_usd, 3)
+        }),
+    ]
+}
+
+/// The columns that fit `avail` columns (one space between each), in display order, and the
+/// candidate column's width.
+fn layout(all: Vec<Column>, avail: u16, longest_label: u16) -> (Vec<Column>, u16) {
+    let total = |cols: &[&Column]| -> u16 {
+        cols.iter().map(|c| c.width).sum::<u16>() + cols.len().saturating_sub(1) as u16
+    };
+    let mut priorities: Vec<u8> = all.iter().map(|c| c.priority).collect();
+    priorities.sort_unstable();
+    priorities.dedup();
+    let mut keep = 0u8;
+    for p in priorities {
+        let cols: Vec<&Column> = all.iter().filter(|c| c.priority <= p).collect();
+        if total(&cols) <= avail {
+            keep = p;
+        }
+    }
+    let kept: Vec<Column> = all.into_iter().filter(|c| c.priority <= keep).collect();
+    let used = total(&kept.iter().collect::<Vec<_>>());
+    let candidate = (CANDIDATE_MIN_WIDTH + avail.saturating_sub(used))
+        .min(longest_label.max(CANDIDATE_MIN_WIDTH));
+    (kept, candidate)
+}
+
+pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
+    frame.render_widget(Clear, area);
+    let block = Block::new()
+        .borders(Borders::ALL)
+        .border_style(theme::HELP_BORDER)
+        .title(Span::styled(
+            " compare: quality beside speed (latest `tokscope compare`) ",
+            theme::HELP_TITLE,
+        ));
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    let w = inner.width as usize;
+    let [body, footer] = Layout::vertical([Constraint::Min(1), Constraint::Length(1)]).areas(inner);
+    let short = "★ Pareto front (none both faster and closer) · r reloads · Esc closes";
+    let keys = [
+        "★ Pareto front (no other candidate both faster and closer to the reference) · r reloads · Esc closes",
+        short,
+    ]
+    .into_iter()
+    .find(|k| width(k) <= w)
+    .unwrap_or(short);
+    frame.render_widget(
+        Paragraph::new(Span::styled(truncate(keys, w), theme::DIM)),
+        footer,
+    );
+    let message =
+        |text: String, style| Paragraph::new(wrap(&[Span::styled(text, style)], w, &[], &[]));
+    match &app.compare {
+        CompareView::Reading => {
+            frame.render_widget(message("reading the comparisons log…".into(), theme::DIM), body)
+        }
+        CompareView::Empty => frame.render_widget(
+            message(
+                "no comparison yet — run `tokscope compare -m A.gguf -m B.gguf …` (or `tokscope compare -m F16.gguf --quantize q8_0,q4_k_m`) and open this screen again".into(),
+                theme::NOTICE_INFO,
+            ),
+            body,
+        ),
+        CompareView::Failed(e) => frame.render_widget(
+            message(format!("the comparisons log could not be read: {e}"), theme::NOTICE_ERROR),
+            body,
+        ),
+        CompareView::Loaded(c) => draw_comparison(frame, body, c),
+    }
+}
+
+fn draw_comparison(frame: &mut Frame, area: Rect, c: &Comparison) {
+    let w = area.width as usize;
+    let about = format!(
+        "{} · {} ({} tokens) · {} chunks of {} · reference {}",
+        c.id, c.text, c.text_tokens, c.chunks, c.n_ctx, c.reference
+    );
+    let mut verdict: Vec<Line<'static>> = Vec::new();
+    for line in &c.verdict {
+        verdict.extend(wrap(
+            &[Span::styled(one_line(line), theme::HELP_TEXT)],
+            w,
+            &[],
+            &[Span::raw("  ")],
+        ));
+    }
+    if c.rows.iter().any(|r| r.synthetic) {
+        verdict.extend(wrap(
+            &[Span::styled(
+                format!("Note: {}.", crate::engine::ModelInfo::SYNTHETIC_LABEL),
+                theme::SYNTHETIC,
+            )],
+            w,
+            &[],
+            &[],
+        ));
+    }
+    let table_h = (c.rows.len() as u16 + 1).min(area.height.saturating_sub(1));
+    let verdict_room = area.height.saturating_sub(1 + table_h + 1);
+    let [about_area, table_area, _, verdict_area] = Layout::vertical([
+        Constraint::Length(1),
+        Constraint::Length(table_h),
+        Constraint::Length(u16::from(verdict_room > 0)),
+        Constraint::Min(0),
+    ])
+    .areas(area);
+    frame.render_widget(
+        Paragraph::new(Span::styled(truncate(&about, w), theme::DIM)),
+        about_area,
+    );
+    let longest = c
+        .rows
+        .iter()
+        .map(|r| width(&r.label) + if r.reference { 6 } else { 0 })
+        .max()
+        .unwrap_or(0) as u16;
+    let (cols, candidate_w) = layout(columns(), area.width, longest);
+    let widths: Vec<Constraint> = cols
+        .iter()
+        .map(|col| {
+            Constraint::Length(if col.header == "candidate" {
+                candidate_w
+            } else {
+                col.width
+            })
+        })
+        .collect();
+    let cell = |text: String, col: &Column, style| {
+        let width = if col.header == "candidate" {
+            candidate_w
+        } else {
+            col.width
+        };
+        let line = Line::from(Span::styled(
+            truncate(&one_line(&text), width as usize),
+            style,
+        ));
+        Cell::from(if col.right {
+            line.right_aligned()
+        } else {
+            line
+        })
+    };
+    let header = Row::new(
+        cols.iter()
+            .map(|col| cell(col.header.to_string(), col, theme::TABLE_HEADER)),
+    );
+    let rows = c.rows.iter().map(|r| {
+        let style = if r.pareto {
+            theme::PARETO
+        } else {
+            theme::DOMINATED
+        };
+        Row::new(cols.iter().map(|col| {
+            let style = if col.header.is_empty() || col.header == "candidate" {
+                style
+            } else {
+                theme::METRIC_VALUE
+            };
+            cell((col.value)(r), col, style)
+        }))
+    });
+    frame.render_widget(
+        Table::new(rows, widths).header(header).column_spacing(1),
+        table_area,
+    );
+    frame.render_widget(Paragraph::new(verdict), verdict_area);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn narrow_screens_drop_the_least_important_columns() {
+        let (wide, _) = layout(columns(), 200, 20);
+        assert_eq!(wide.len(), columns().len());
+        let (narrow, candidate) = layout(columns(), 78, 20);
+        let headers: Vec<&str> = narrow.iter().map(|c| c.header).collect();
+        assert!(headers.contains(&"tg t/s") && headers.contains(&"KLD mean"));
+        assert!(!headers.contains(&"$/1M tok"));
+        let used: u16 = narrow.iter().map(|c| c.width).sum::<u16>() + narrow.len() as u16 - 1;
+        assert!(used - CANDIDATE_MIN_WIDTH + candidate <= 78);
+    }
+}
