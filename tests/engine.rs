@@ -395,3 +395,166 @@ fn the_chat_engine_measures_a_batch_sweep_on_its_loaded_model() {
     );
     assert!(next.report.timeline.cached_tokens >= first.report.timeline.prompt_tokens);
 }
+
+/// Run an A/B generation with model `path` on engine `e`; `on_token(engine, index)` runs for
+/// each of B's token events. Returns B's report (or the error), and B's streamed text.
+fn ab_turn(
+    e: &mut TestEngine,
+    path: &std::path::Path,
+    messages: Vec<tokscope::engine::ChatMessage>,
+    sampling: SamplingParams,
+    max_tokens: u32,
+    mut on_token: impl FnMut(&tokscope::engine::EngineHandle, usize),
+) -> Result<(tokscope::engine::AbReport, String), tokscope::engine::EngineError> {
+    let id = e.handle.next_id();
+    let request = tokscope::engine::GenerateRequest {
+        id,
+        messages,
+        sampling,
+        max_tokens,
+        capture_first_logits: false,
+        ignore_eos: false,
+        submitted_at: std::time::Instant::now(),
+    };
+    e.handle.ab_generate(path.to_path_buf(), request).unwrap();
+    let mut streamed = String::new();
+    loop {
+        match e.events.blocking_recv().expect("engine gone") {
+            EngineEvent::Token {
+                request_id,
+                text,
+                index,
+                ..
+            } if request_id == id => {
+                streamed.push_str(&text);
+                on_token(&e.handle, index);
+            }
+            EngineEvent::AbFinished { request_id, report } if request_id == id => {
+                return Ok((*report, streamed))
+            }
+            EngineEvent::Failed { request_id, error } if request_id == id => return Err(error),
+            EngineEvent::Finished { request_id, .. } if request_id == id => {
+                panic!("an A/B request must end with AbFinished")
+            }
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn ab_generation_answers_with_another_model_and_leaves_the_chat_model_alone() {
+    use tokscope::chat::first_divergence;
+    let _lock = model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let a = synth(dir.path(), "a.gguf", "tiny", TensorType::F32, 1);
+    let b = synth(dir.path(), "b.gguf", "tiny", TensorType::F32, 2);
+    let sampling = SamplingParams {
+        temperature: 1.0,
+        top_k: 0,
+        top_p: 1.0,
+        min_p: 0.0,
+        seed: 11,
+        ..SamplingParams::default()
+    };
+    let mut e = start(&a, settings(512));
+    let prompt = vec![user("Tell me a story")];
+    let first = e.turn(prompt.clone(), sampling.clone(), 24);
+    assert!(first.token_events > 3, "enough tokens to compare");
+
+    // B: another model file. Its report arrives with its pieces, one per token.
+    let (report, streamed) =
+        ab_turn(&mut e, &b, prompt.clone(), sampling.clone(), 24, |_, _| {}).expect("B answers");
+    assert_eq!(report.model.file_name, "b.gguf");
+    assert_eq!(report.turn.text, streamed, "B's events carry B's text");
+    assert_eq!(
+        report.pieces.len(),
+        report.turn.timeline.tokens_generated(),
+        "one piece per token"
+    );
+    assert!(report.turn.timeline.summary().ttft_ms.is_some());
+    assert_eq!(
+        report.turn.timeline.cached_tokens, 0,
+        "B has a context of its own"
+    );
+    assert_ne!(
+        report.turn.text, first.report.text,
+        "other weights, other text"
+    );
+    let d = first_divergence(&first.report.text, &report.turn.text, &report.pieces)
+        .expect("the answers differ");
+    assert!(d.token_index <= report.pieces.len());
+
+    // The same file as A, with the same seed: the same answer, token for token.
+    let (same, _) = ab_turn(&mut e, &a, prompt.clone(), sampling.clone(), 24, |_, _| {})
+        .expect("A's own file answers");
+    assert_eq!(same.turn.text, first.report.text);
+    assert_eq!(
+        first_divergence(&first.report.text, &same.turn.text, &same.pieces),
+        None,
+        "identical"
+    );
+
+    // A missing file is a clear error, and the engine goes on.
+    let missing = dir.path().join("missing.gguf");
+    let err = ab_turn(
+        &mut e,
+        &missing,
+        prompt.clone(),
+        sampling.clone(),
+        8,
+        |_, _| {},
+    )
+    .expect_err("no such file");
+    assert!(err.to_string().contains("missing.gguf"), "{err}");
+
+    // The chat's model still answers, and still reuses its KV cache from the first turn.
+    let next = e.turn(
+        vec![
+            user("Tell me a story"),
+            assistant(&first.report.text),
+            user("Another one"),
+        ],
+        sampling,
+        4,
+    );
+    assert!(next.token_events >= 1);
+    let (prompt_tokens, cached) = next.prefill_started.unwrap();
+    assert!(
+        cached > 0 && cached < prompt_tokens,
+        "the chat's KV cache was kept: {cached} of {prompt_tokens} cached"
+    );
+}
+
+#[test]
+fn ab_generation_is_cancelled_while_loading_and_while_generating() {
+    let _lock = model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let a = synth(dir.path(), "a.gguf", "tiny", TensorType::F32, 1);
+    let slow = synth_medium(dir.path());
+    let mut e = start(&a, settings(2048));
+    // Cancelled before model B is loaded: the load is abandoned.
+    let id = e.handle.next_id();
+    e.handle.cancel(id);
+    let err = ab_turn(&mut e, &slow, vec![user("Hi")], greedy(), 8, |_, _| {}).unwrap_err();
+    assert_eq!(err, tokscope::engine::EngineError::Cancelled);
+    // Cancelled while B generates: it stops within a few tokens and keeps what it had.
+    let id = e.handle.next_id();
+    let (report, _) = ab_turn(
+        &mut e,
+        &slow,
+        vec![user("Write a long essay")],
+        greedy(),
+        1500,
+        |h, index| {
+            if index == 2 {
+                h.cancel(id);
+            }
+        },
+    )
+    .unwrap();
+    assert_eq!(report.turn.stop_reason, StopReason::Cancelled);
+    assert!(report.turn.timeline.tokens_generated() <= 6);
+    // The chat's model goes on.
+    let t = e.turn(vec![user("Hello")], greedy(), 4);
+    assert!(t.token_events >= 1);
+}
