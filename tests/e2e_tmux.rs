@@ -243,3 +243,79 @@ fn a_panic_restores_the_terminal_and_says_so_briefly() {
         s.lines().any(|l| l.trim() == "cooked-mode-ok")
     });
 }
+
+#[test]
+fn ab_compares_the_last_answer_with_another_model_and_f3_shows_the_compare_screen() {
+    use common::tmux::{send, start_chat, status_line, wait_idle_after_answers};
+    let _lock = common::model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let a = common::synth(
+        dir.path(),
+        "a.gguf",
+        "tiny",
+        tokscope::synth::TensorType::F32,
+        1,
+    );
+    let b = common::synth(
+        dir.path(),
+        "b.gguf",
+        "tiny",
+        tokscope::synth::TensorType::F32,
+        2,
+    );
+    let data = dir.path().join("data");
+    let config = dir.path().join("config");
+    let env: &[(&str, &Path)] = &[
+        ("TOKSCOPE_DATA_DIR", &data),
+        ("TOKSCOPE_CONFIG_DIR", &config),
+    ];
+    let tmux = Tmux::start("ab", 120, 40, env);
+    start_chat(&tmux, &a, "-n 12");
+    send(&tmux, "a question about lighthouses");
+    wait_idle_after_answers(&tmux, 1);
+
+    // The same file and seed as the chat's model: identical.
+    send(&tmux, &format!("/ab {}", a.display()));
+    let screen = tmux.wait_for("the A/B result", Duration::from_secs(60), |s| {
+        s.contains("identical: B's answer is the same text as A's")
+    });
+    assert!(screen.contains("B · a.gguf"), "{screen}");
+    tmux.keys(&["Escape"]);
+    tmux.wait_for("the chat", Duration::from_secs(10), |s| {
+        !s.contains("A/B: the last prompt") && status_line(s).contains("ready")
+    });
+
+    // Another model file: its own answer beside A's.
+    send(&tmux, &format!("/ab {}", b.display()));
+    let screen = tmux.wait_for("B's answer", Duration::from_secs(60), |s| {
+        s.contains("B · b.gguf")
+            && (s.contains("first divergence at token") || s.contains("identical:"))
+    });
+    assert!(screen.contains("TTFT ms"), "{screen}");
+    tmux.keys(&["Escape"]);
+
+    // A missing file: a message, and the chat goes on.
+    send(&tmux, "/ab /nonexistent/model.gguf");
+    tmux.wait_for("the error", Duration::from_secs(30), |s| {
+        s.contains("model file not found")
+    });
+    tmux.keys(&["Escape"]);
+    send(&tmux, "and another question");
+    wait_idle_after_answers(&tmux, 2);
+
+    // F3: no comparison in this data dir yet.
+    tmux.keys(&["F3"]);
+    tmux.wait_for("the compare screen", Duration::from_secs(10), |s| {
+        s.contains("no comparison yet")
+    });
+    tmux.keys(&["Escape"]);
+    tmux.wait_for("the chat", Duration::from_secs(10), |s| {
+        !s.contains("no comparison yet") && status_line(s).contains("ready")
+    });
+    tmux.keys(&["C-q"]);
+    tmux.wait_for("the shell", Duration::from_secs(10), |s| {
+        s.lines().filter(|l| l.starts_with("e2e$")).count() >= 2
+    });
+    // B's answers were never added to the conversation.
+    assert_eq!(common::tmux::saved_turns(&data), 2);
+}
