@@ -167,6 +167,13 @@ pub fn compare(args: &CompareArgs, settings: Settings) -> Result<(), Failure> {
     let started = std::time::SystemTime::now();
     let id = crate::history::new_id(started);
     let quality = evaluate_quality(&plan, &candidates, &text)?;
+    // Only the candidates that ran.
+    let (candidates, per_candidate): (Vec<Candidate>, Vec<(ModelInfo, QualityStats, bool)>) =
+        candidates
+            .into_iter()
+            .zip(quality.per_candidate)
+            .filter_map(|(c, q)| Some((c, q?)))
+            .unzip();
     let speed = if plan.speed {
         measure_speed(&plan, &candidates, &settings, &id)
     } else {
@@ -176,7 +183,7 @@ pub fn compare(args: &CompareArgs, settings: Settings) -> Result<(), Failure> {
     let mut rows: Vec<CompareRow> = candidates
         .iter()
         .zip(&names)
-        .zip(&quality.per_candidate)
+        .zip(&per_candidate)
         .map(|((c, label), (info, stats, is_reference))| {
             let find = |kind: TestKind| {
                 speed.iter().find(|r| {
@@ -368,8 +375,9 @@ fn model_files(plan: &ComparePlan) -> Result<Vec<(PathBuf, bool)>, Failure> {
 /// What the quality pass found.
 struct QualityOutcome {
     reference: Candidate,
-    /// Per candidate, in order: its model facts, its figures, and whether it is the reference.
-    per_candidate: Vec<(ModelInfo, QualityStats, bool)>,
+    /// Per candidate, in order: its model facts, its figures, and whether it is the reference;
+    /// `None` for a candidate llama.cpp could not run.
+    per_candidate: Vec<Option<(ModelInfo, QualityStats, bool)>>,
     text_tokens: u64,
     chunks: u32,
 }
@@ -462,12 +470,35 @@ fn evaluate_quality(
         let own = c.same_settings(&reference) && !is_reference.contains(&true);
         is_reference.push(own);
         if own {
-            infos.push(ref_info.clone());
+            infos.push(Some(ref_info.clone()));
         } else {
-            let (e, info) = context(c, load)?;
-            evals.push(e);
-            infos.push(info);
+            // A combination llama.cpp refuses (a quantized V cache without flash attention,
+            // say) is left out with a message; the rest of the comparison goes on.
+            match context(c, load) {
+                Ok((e, info)) => {
+                    evals.push(e);
+                    infos.push(Some(info));
+                }
+                Err(f) => {
+                    eprintln!(
+                        "skipping {} (ctk {}, ctv {}, fa {}, ngl {}): {}",
+                        c.model.display(),
+                        c.type_k.name(),
+                        c.type_v.name(),
+                        c.flash_attn.name(),
+                        c.n_gpu_layers,
+                        f.message
+                    );
+                    infos.push(None);
+                }
+            }
         }
+    }
+    if evals.is_empty() && !is_reference.contains(&true) {
+        return Err(Failure::new(
+            FAILURE,
+            "no candidate could be evaluated (see the messages above)",
+        ));
     }
     let terminal = std::io::stderr().is_terminal();
     let t0 = Instant::now();
@@ -496,15 +527,13 @@ fn evaluate_quality(
         .into_iter()
         .zip(&is_reference)
         .map(|(info, own)| {
+            let info = info?;
             let stats = if *own {
                 ref_eval.accumulator.stats(false)
             } else {
-                own_evals
-                    .next()
-                    .map(|e| e.accumulator.stats(true))
-                    .unwrap_or_else(|| ref_eval.accumulator.stats(false))
+                own_evals.next()?.accumulator.stats(true)
             };
-            (info, stats, *own)
+            Some((info, stats, *own))
         })
         .collect();
     Ok(QualityOutcome {
