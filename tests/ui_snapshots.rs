@@ -856,3 +856,27 @@ fn compare_screen_with_a_table() {
     assert!(screen.contains("no comparison yet"), "{screen}");
     insta::assert_snapshot!("compare_empty_80x24", screen);
 }
+
+#[test]
+fn ab_and_compare_screens_survive_any_size() {
+    use tokscope::app::CompareView;
+    let mut ab = ab_app(
+        ANSWER_B,
+        &["Hello", "!", " I", "'m", " a", " compact"],
+        true,
+    );
+    if let Some(s) = ab.ab.as_mut() {
+        s.scroll = 10_000;
+    }
+    let mut compare = ready_app();
+    compare.mode = Mode::Compare;
+    compare.compare = CompareView::Loaded(Box::new(comparison()));
+    for app in [&ab, &compare] {
+        for (w, h) in [(50, 12), (51, 13), (60, 14), (79, 20), (200, 60), (300, 15)] {
+            render(app, w, h);
+        }
+    }
+    // Scrolled far down: clamped, the figures stay on top.
+    let screen = render(&ab, 80, 24);
+    assert!(screen.contains("TTFT ms"), "{screen}");
+}
