@@ -147,6 +147,23 @@ fn runtime_settings_compare_like_files() {
         kld(&c, 1) > 0.0,
         "a Q4_0 key cache changes the distributions"
     );
+
+    // A combination llama.cpp refuses is left out with a message; the rest goes on.
+    let mut args = vec![
+        "-m",
+        model.to_str().unwrap(),
+        "-ctv",
+        "f16,q8_0",
+        "-fa",
+        "off",
+    ];
+    args.extend_from_slice(QUICK);
+    let (c, stderr) = compare_json(home.path(), &args);
+    assert_eq!(c.rows.len(), 1);
+    assert!(
+        stderr.contains("skipping") && stderr.contains("ctv q8_0"),
+        "{stderr}"
+    );
 }
 
 /// A minimal CSV reader (quoted fields with doubled quotes).
