@@ -9,7 +9,8 @@ model=$(realpath "${1:?usage: scripts/bench-tui.sh MODEL [TOKENS] [RUNS] [THREAD
 tokens=${2:-256}
 runs=${3:-3}
 threads=${4:-$(nproc)}
-bin=$(realpath target/release/tokscope)
+# TOKSCOPE_BIN measures another build (e.g. one with a different frame rate).
+bin=$(realpath "${TOKSCOPE_BIN:-target/release/tokscope}")
 [ -x "$bin" ] || cargo build --release --locked
 prompt="Write a long story about a lighthouse keeper and the sea."
 work=$(mktemp -d)
