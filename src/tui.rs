@@ -9,13 +9,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crossterm::event::{
     DisableBracketedPaste, DisableMouseCapture, EnableBracketedPaste, EnableMouseCapture, Event,
-    EventStream, MouseEventKind,
+    MouseEventKind,
 };
 use crossterm::execute;
 use crossterm::terminal::{
     disable_raw_mode, enable_raw_mode, EnterAlternateScreen, LeaveAlternateScreen,
 };
-use futures_util::{FutureExt, StreamExt};
 use ratatui::backend::{Backend, CrosstermBackend};
 use ratatui::Terminal;
 
@@ -24,14 +23,20 @@ use crate::engine::{EngineConfig, EngineHandle, EventReceiver};
 
 /// Shortest time between two frames after the user did something (60 Hz).
 pub const FRAME_INTERVAL: Duration = Duration::from_millis(16);
-/// Shortest time between two frames that only show streamed tokens (30 Hz): smooth to the
-/// eye, and half the UI's CPU time, which on a small machine is taken from llama.cpp's threads.
-pub const STREAM_FRAME_INTERVAL: Duration = Duration::from_millis(33);
+/// Shortest time between two frames that only show streamed tokens (20 Hz): smooth enough for
+/// text, and a third of the UI's CPU time at 60 Hz. On a machine whose cores llama.cpp's
+/// threads fill, every millisecond the UI runs costs the decode more than a millisecond (the
+/// other threads wait at their barrier), so this is a measured trade (BENCHMARKS.md).
+pub const STREAM_FRAME_INTERVAL: Duration = Duration::from_millis(50);
 /// How often time-driven parts of the screen (waiting clocks, loading) refresh.
 pub const TICK_INTERVAL: Duration = Duration::from_millis(100);
 /// A hidden test switch: when set, the chat panics right after its first frame, so tests can
 /// check that the terminal is restored and the history kept.
 pub const INJECT_PANIC_ENV: &str = "TOKSCOPE_INJECT_PANIC";
+
+/// Every this many ticks (once a second) the terminal's size is checked, in case a resize
+/// event was missed.
+const SIZE_CHECK_TICKS: u32 = 10;
 
 /// Lines one mouse-wheel notch scrolls.
 const WHEEL_LINES: i32 = 3;
@@ -52,7 +57,24 @@ pub fn enter() -> io::Result<Terminal<CrosstermBackend<Stdout>>> {
         restore();
         return Err(e);
     }
-    Terminal::new(CrosstermBackend::new(stdout)).inspect_err(|_| restore())
+    // A fixed viewport, resized when the terminal says it changed (and checked on every tick):
+    // a fullscreen one asks the terminal for its size before every frame, which opens /dev/tty
+    // each time (a tenth of the UI thread's CPU while streaming).
+    let backend = CrosstermBackend::new(stdout);
+    let area = match backend.size() {
+        Ok(size) => ratatui::layout::Rect::new(0, 0, size.width, size.height),
+        Err(e) => {
+            restore();
+            return Err(e);
+        }
+    };
+    Terminal::with_options(
+        backend,
+        ratatui::TerminalOptions {
+            viewport: ratatui::Viewport::Fixed(area),
+        },
+    )
+    .inspect_err(|_| restore())
 }
 
 /// Give the terminal back as it was. Safe to call more than once and from the panic hook.
@@ -174,6 +196,18 @@ impl<B: Backend> Driver<B> {
             }
         }
         effects
+    }
+
+    /// Match the terminal's size (after a resize event, and on ticks in case one was missed);
+    /// a change redraws everything at once.
+    pub fn sync_size(&mut self) -> io::Result<()> {
+        let size = self.terminal.backend().size()?;
+        let area = ratatui::layout::Rect::new(0, 0, size.width, size.height);
+        if area != self.terminal.get_frame().area() {
+            self.terminal.resize(area)?;
+            self.frames.mark_dirty(true);
+        }
+        Ok(())
     }
 
     /// Draw if something changed and a frame is due. Returns whether it drew.
@@ -404,8 +438,9 @@ pub fn run_chat(
         let mut sigterm = signal(SignalKind::terminate())?;
         let mut sighup = signal(SignalKind::hangup())?;
         let mut sigint = signal(SignalKind::interrupt())?;
-        let mut term_events = EventStream::new();
+        let mut term_events = TerminalInput::start();
         let mut ticks = tokio::time::interval(TICK_INTERVAL);
+        let mut tick_count: u32 = 0;
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         loop {
             driver.draw_if_due(Instant::now())?;
@@ -419,8 +454,13 @@ pub fn run_chat(
             let engine_gate = driver.frames.stream_quiet_until();
             let mut batch = Vec::new();
             tokio::select! {
-                ev = term_events.next() => match ev {
-                    Some(Ok(e)) => batch.extend(terminal_msg(e)),
+                ev = term_events.events.recv() => match ev {
+                    Some(Ok(e)) => {
+                        if matches!(e, Event::Resize(..)) {
+                            driver.sync_size()?;
+                        }
+                        batch.extend(terminal_msg(e));
+                    }
                     Some(Err(e)) => return Err(e),
                     None => return Ok(ChatEnd::Quit),
                 },
@@ -429,18 +469,27 @@ pub fn run_chat(
                 _ = sigint.recv() => return Ok(ChatEnd::Signal(2)),
                 // Engine events are taken at most once per stream frame: tokens that arrive
                 // meanwhile wait in the channel (their timestamps were taken on the engine
-                // thread) and are drained together, so the UI wakes ~30 times a second while
+                // thread) and are drained together, so the UI wakes ~20 times a second while
                 // streaming instead of once per token, and leaves the cores to llama.cpp.
                 ev = events.recv(), if Instant::now() >= engine_gate => match ev {
                     Some(e) => batch.push(Msg::Engine(e)),
                     None => return Err(io::Error::other("the engine stopped unexpectedly")),
                 },
                 _ = tokio::time::sleep_until(engine_gate.into()), if Instant::now() < engine_gate => {}
-                _ = ticks.tick() => batch.push(Msg::Tick),
+                _ = ticks.tick() => {
+                    tick_count = tick_count.wrapping_add(1);
+                    if tick_count % SIZE_CHECK_TICKS == 0 {
+                        driver.sync_size()?;
+                    }
+                    batch.push(Msg::Tick);
+                }
                 _ = sleep_until_opt(frame_at) => {}
             }
             // Drain everything else already queued before drawing once.
-            while let Some(Some(Ok(e))) = term_events.next().now_or_never() {
+            while let Ok(Ok(e)) = term_events.events.try_recv() {
+                if matches!(e, Event::Resize(..)) {
+                    driver.sync_size()?;
+                }
                 batch.extend(terminal_msg(e));
             }
             drain_engine(&mut events, &mut batch);
@@ -461,6 +510,54 @@ pub fn run_chat(
         engine.cancel(active.request_id);
     }
     Ok((driver.app, end))
+}
+
+/// Terminal input read on a thread of its own and handed to the event loop over a channel.
+///
+/// crossterm's `EventStream` polls its global reader from the loop's thread while a helper
+/// thread of its own blocks on the same lock, so every turn of the loop spun on that lock
+/// (`sched_yield`): a fifth of the UI thread's CPU time while streaming, taken from llama.cpp's
+/// threads. Here one thread owns the reader and the loop only waits on a channel.
+struct TerminalInput {
+    events: tokio::sync::mpsc::UnboundedReceiver<io::Result<Event>>,
+    stop: std::sync::Arc<AtomicBool>,
+}
+
+impl TerminalInput {
+    /// How long the reader waits for input before checking whether it should stop.
+    const POLL: Duration = Duration::from_millis(100);
+
+    fn start() -> Self {
+        let (tx, events) = tokio::sync::mpsc::unbounded_channel();
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let stop_reader = std::sync::Arc::clone(&stop);
+        let spawned = std::thread::Builder::new()
+            .name("terminal-input".into())
+            .spawn(move || {
+                while !stop_reader.load(Ordering::Relaxed) {
+                    let next = match crossterm::event::poll(Self::POLL) {
+                        Ok(false) => continue,
+                        Ok(true) => crossterm::event::read(),
+                        Err(e) => Err(e),
+                    };
+                    let failed = next.is_err();
+                    if tx.send(next).is_err() || failed {
+                        break;
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::error!("cannot start the terminal input thread: {e}");
+        }
+        Self { events, stop }
+    }
+}
+
+impl Drop for TerminalInput {
+    fn drop(&mut self) {
+        // The reader notices within `POLL` and exits, so it never reads the shell's keys.
+        self.stop.store(true, Ordering::Relaxed);
+    }
 }
 
 async fn sleep_until_opt(at: Option<Instant>) {
