@@ -195,6 +195,20 @@ const CEILING_COLOR: RGBColor = RGBColor(90, 90, 90);
 const MEASURED_COLOR: RGBColor = RGBColor(31, 119, 180);
 const GRID_COLOR: RGBColor = RGBColor(225, 225, 225);
 
+/// The legend box every chart uses, in the upper right corner.
+fn draw_legend<'a, DB: DrawingBackend + 'a, X: Ranged, Y: Ranged>(
+    chart: &mut ChartContext<'a, DB, Cartesian2d<X, Y>>,
+) -> DrawResult<DB> {
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .label_font(text(LEGEND_PX))
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK.mix(0.5))
+        .margin(10)
+        .draw()
+}
+
 fn text(size: u32) -> TextStyle<'static> {
     (FONT, size).into_font().color(&BLACK)
 }
@@ -627,15 +641,7 @@ impl Chart for RooflineChart {
                 EmptyElement::at((*x, *y)) + Text::new(text_line, (dx, dy), style),
             ))?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .label_font(text(LEGEND_PX))
-            .background_style(WHITE.mix(0.9))
-            .border_style(BLACK.mix(0.5))
-            .margin(10)
-            .draw()?;
-        Ok(())
+        draw_legend(&mut chart)
     }
 }
 
@@ -764,15 +770,7 @@ impl Chart for QualityChart {
                     ),
             ))?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .label_font(text(LEGEND_PX))
-            .background_style(WHITE.mix(0.9))
-            .border_style(BLACK.mix(0.5))
-            .margin(10)
-            .draw()?;
-        Ok(())
+        draw_legend(&mut chart)
     }
 }
 

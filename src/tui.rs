@@ -223,6 +223,25 @@ impl<B: Backend> Driver<B> {
     }
 }
 
+/// A chat turn's request to the engine, stamped now.
+fn chat_request(
+    id: crate::engine::RequestId,
+    messages: Vec<crate::engine::ChatMessage>,
+    sampling: crate::engine::SamplingParams,
+    max_tokens: u32,
+    ignore_eos: bool,
+) -> crate::engine::GenerateRequest {
+    crate::engine::GenerateRequest {
+        id,
+        messages,
+        sampling,
+        max_tokens,
+        capture_first_logits: false,
+        ignore_eos,
+        submitted_at: Instant::now(),
+    }
+}
+
 /// Take every engine event already queued, without waiting.
 pub fn drain_engine(rx: &mut EventReceiver, into: &mut Vec<Msg>) {
     while let Ok(event) = rx.try_recv() {
@@ -294,15 +313,7 @@ impl Effects<'_> {
                     max_tokens,
                     ignore_eos,
                 } => {
-                    let request = crate::engine::GenerateRequest {
-                        id,
-                        messages,
-                        sampling,
-                        max_tokens,
-                        capture_first_logits: false,
-                        ignore_eos,
-                        submitted_at: Instant::now(),
-                    };
+                    let request = chat_request(id, messages, sampling, max_tokens, ignore_eos);
                     if let Err(e) = self.engine.send_request(request) {
                         msgs.push(Msg::Engine(crate::engine::EngineEvent::Failed {
                             request_id: id,
@@ -332,15 +343,7 @@ impl Effects<'_> {
                     max_tokens,
                     ignore_eos,
                 } => {
-                    let request = crate::engine::GenerateRequest {
-                        id,
-                        messages,
-                        sampling,
-                        max_tokens,
-                        capture_first_logits: false,
-                        ignore_eos,
-                        submitted_at: Instant::now(),
-                    };
+                    let request = chat_request(id, messages, sampling, max_tokens, ignore_eos);
                     if let Err(e) = self.engine.ab_generate(path, request) {
                         msgs.push(Msg::Engine(crate::engine::EngineEvent::Failed {
                             request_id: id,

@@ -53,25 +53,6 @@ fn json_rows(text: &str) -> Vec<Value> {
         .clone()
 }
 
-/// A minimal CSV reader (quoted fields with doubled quotes), enough to check the writer.
-fn csv_fields(line: &str) -> Vec<String> {
-    let mut fields = vec![String::new()];
-    let mut quoted = false;
-    let mut chars = line.chars().peekable();
-    while let Some(c) = chars.next() {
-        match (c, quoted) {
-            ('"', true) if chars.peek() == Some(&'"') => {
-                chars.next();
-                fields.last_mut().unwrap().push('"');
-            }
-            ('"', _) => quoted = !quoted,
-            (',', false) => fields.push(String::new()),
-            (c, _) => fields.last_mut().unwrap().push(c),
-        }
-    }
-    fields
-}
-
 fn assert_stamped(row: &Value) {
     assert_eq!(row["synthetic"], true, "{row}");
     assert_eq!(
@@ -119,13 +100,13 @@ fn every_output_format_parses_back() {
     );
     let lines: Vec<&str> = csv.lines().collect();
     assert_eq!(lines.len(), 3, "header + 2 rows: {csv}");
-    let header = csv_fields(lines[0]);
+    let header = common::csv_fields(lines[0]);
     assert!(header.len() > 40, "{header:?}");
     for line in &lines[1..] {
-        assert_eq!(csv_fields(line).len(), header.len(), "{line}");
+        assert_eq!(common::csv_fields(line).len(), header.len(), "{line}");
     }
     let col = |name: &str| header.iter().position(|h| h == name).unwrap();
-    let first = csv_fields(lines[1]);
+    let first = common::csv_fields(lines[1]);
     assert_eq!(first[col("synthetic")], "true");
     assert_eq!(first[col("stamp.model_file")], "tiny.gguf");
     assert_eq!(first[col("test")], "pp16");

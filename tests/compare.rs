@@ -166,25 +166,6 @@ fn runtime_settings_compare_like_files() {
     );
 }
 
-/// A minimal CSV reader (quoted fields with doubled quotes).
-fn csv_fields(line: &str) -> Vec<String> {
-    let mut fields = vec![String::new()];
-    let mut quoted = false;
-    let mut chars = line.chars().peekable();
-    while let Some(c) = chars.next() {
-        match (c, quoted) {
-            ('"', true) if chars.peek() == Some(&'"') => {
-                chars.next();
-                fields.last_mut().unwrap().push('"');
-            }
-            ('"', _) => quoted = !quoted,
-            (',', false) => fields.push(String::new()),
-            (c, _) => fields.last_mut().unwrap().push(c),
-        }
-    }
-    fields
-}
-
 #[test]
 fn every_output_format_parses_and_the_chart_is_drawn() {
     let _lock = common::model_lock();
@@ -254,12 +235,12 @@ fn every_output_format_parses_and_the_chart_is_drawn() {
     let csv = String::from_utf8(out.stdout).unwrap();
     let lines: Vec<&str> = csv.lines().collect();
     assert_eq!(lines.len(), 3, "{csv}");
-    let header = csv_fields(lines[0]);
+    let header = common::csv_fields(lines[0]);
     for line in &lines[1..] {
-        assert_eq!(csv_fields(line).len(), header.len());
+        assert_eq!(common::csv_fields(line).len(), header.len());
     }
     let col = |name: &str| header.iter().position(|h| h == name).unwrap();
-    let q4 = csv_fields(lines[2]);
+    let q4 = common::csv_fields(lines[2]);
     assert_eq!(q4[col("quantization")], "Q4_0");
     assert!(q4[col("quality.kld_mean")].parse::<f64>().unwrap() > 0.0);
     assert!(q4[col("tg_tok_per_s")].parse::<f64>().unwrap() > 0.0);

@@ -370,19 +370,23 @@ fn csv_fields(row: &Row) -> Result<Vec<(String, String)>, serde_json::Error> {
 }
 
 pub fn csv(rows: &[Row]) -> Result<String, serde_json::Error> {
+    Ok(csv_lines(
+        &rows.iter().map(csv_fields).collect::<Result<Vec<_>, _>>()?,
+    ))
+}
+
+/// CSV text from rows of (column, value) pairs: a header from the first row's columns, then a
+/// line per row, every cell escaped.
+pub(crate) fn csv_lines(rows: &[Vec<(String, String)>]) -> String {
+    let line = |cells: Vec<String>| format!("{}\n", cells.join(","));
     let mut out = String::new();
-    for (i, row) in rows.iter().enumerate() {
-        let fields = csv_fields(row)?;
-        if i == 0 {
-            let header: Vec<String> = fields.iter().map(|(k, _)| csv_escape(k)).collect();
-            out.push_str(&header.join(","));
-            out.push('\n');
-        }
-        let values: Vec<String> = fields.iter().map(|(_, v)| csv_escape(v)).collect();
-        out.push_str(&values.join(","));
-        out.push('\n');
+    if let Some(first) = rows.first() {
+        out.push_str(&line(first.iter().map(|(k, _)| csv_escape(k)).collect()));
     }
-    Ok(out)
+    for fields in rows {
+        out.push_str(&line(fields.iter().map(|(_, v)| csv_escape(v)).collect()));
+    }
+    out
 }
 
 #[cfg(test)]

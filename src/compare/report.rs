@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::quality::QualityStats;
-use crate::bench::format::{cell, csv_escape, size, table, Align};
+use crate::bench::format::{cell, csv_lines, size, table, Align};
 
 /// One candidate's line of the table.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -262,30 +262,23 @@ fn flatten(prefix: &str, value: &Value, out: &mut Vec<(String, String)>) {
 /// One CSV line per candidate with every field (quality.* flattened), plus the comparison's
 /// own fields on each line.
 pub fn csv(c: &Comparison) -> Result<String, serde_json::Error> {
-    let mut out = String::new();
-    for (i, row) in c.rows.iter().enumerate() {
-        let mut fields = Vec::new();
-        for (k, v) in [
+    let mut rows = Vec::new();
+    for row in &c.rows {
+        let mut fields: Vec<(String, String)> = [
             ("comparison_id", c.id.clone()),
             ("text", c.text.clone()),
             ("text_tokens", c.text_tokens.to_string()),
             ("n_ctx", c.n_ctx.to_string()),
             ("chunks", c.chunks.to_string()),
             ("llama_cpp", c.llama_cpp.clone()),
-        ] {
-            fields.push((k.to_string(), v));
-        }
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
         flatten("", &serde_json::to_value(row)?, &mut fields);
-        if i == 0 {
-            let header: Vec<String> = fields.iter().map(|(k, _)| csv_escape(k)).collect();
-            out.push_str(&header.join(","));
-            out.push('\n');
-        }
-        let values: Vec<String> = fields.iter().map(|(_, v)| csv_escape(v)).collect();
-        out.push_str(&values.join(","));
-        out.push('\n');
+        rows.push(fields);
     }
-    Ok(out)
+    Ok(csv_lines(&rows))
 }
 
 #[cfg(test)]

@@ -79,17 +79,10 @@ fn load_and_serve(
         match commands.recv() {
             Ok(EngineCommand::Generate(req)) => {
                 let id = req.id;
-                let event = match session.generate(&req, events, cancel_through) {
-                    Ok(report) => EngineEvent::Finished {
-                        request_id: id,
-                        report: Box::new(report),
-                    },
-                    Err(error) => EngineEvent::Failed {
-                        request_id: id,
-                        error,
-                    },
-                };
-                let _ = events.send(event);
+                let result = session.generate(&req, events, cancel_through);
+                let _ = events.send(outcome(id, result, |request_id, report| {
+                    EngineEvent::Finished { request_id, report }
+                }));
             }
             Ok(EngineCommand::BatchSweep {
                 id,
@@ -112,17 +105,10 @@ fn load_and_serve(
             }
             Ok(EngineCommand::AbGenerate { path, request }) => {
                 let id = request.id;
-                let event = match ab_generate(&path, cfg, request, events, cancel_through) {
-                    Ok(report) => EngineEvent::AbFinished {
-                        request_id: id,
-                        report: Box::new(report),
-                    },
-                    Err(error) => EngineEvent::Failed {
-                        request_id: id,
-                        error,
-                    },
-                };
-                let _ = events.send(event);
+                let result = ab_generate(&path, cfg, request, events, cancel_through);
+                let _ = events.send(outcome(id, result, |request_id, report| {
+                    EngineEvent::AbFinished { request_id, report }
+                }));
             }
             Ok(EngineCommand::LoadModel(c)) => return Next::Load(c),
             Ok(EngineCommand::Shutdown) | Err(_) => return Next::Shutdown,
@@ -626,4 +612,16 @@ fn has_llama3_tokens(model: &LlamaModel) -> bool {
     let vocab = model.vocab();
     let t = vocab.tokenize(b"<|eot_id|>", false, true);
     t.len() == 1 && vocab.is_eog(t[0])
+}
+
+/// The event that ends a request: `done` with the boxed result, or `Failed`.
+fn outcome<T>(
+    request_id: super::RequestId,
+    result: Result<T, EngineError>,
+    done: impl FnOnce(super::RequestId, Box<T>) -> EngineEvent,
+) -> EngineEvent {
+    match result {
+        Ok(report) => done(request_id, Box::new(report)),
+        Err(error) => EngineEvent::Failed { request_id, error },
+    }
 }

@@ -159,3 +159,22 @@ pub fn user(text: &str) -> ChatMessage {
 pub fn assistant(text: &str) -> ChatMessage {
     ChatMessage::new(Role::Assistant, text)
 }
+
+/// A minimal CSV reader (quoted fields with doubled quotes), enough to check the writer.
+pub fn csv_fields(line: &str) -> Vec<String> {
+    let mut fields = vec![String::new()];
+    let mut quoted = false;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (c, quoted) {
+            ('"', true) if chars.peek() == Some(&'"') => {
+                chars.next();
+                fields.last_mut().unwrap().push('"');
+            }
+            ('"', _) => quoted = !quoted,
+            (',', false) => fields.push(String::new()),
+            (c, _) => fields.last_mut().unwrap().push(c),
+        }
+    }
+    fields
+}
