@@ -23,11 +23,16 @@ use crate::engine::{EngineConfig, EngineHandle, EventReceiver};
 
 /// Shortest time between two frames after the user did something (60 Hz).
 pub const FRAME_INTERVAL: Duration = Duration::from_millis(16);
-/// Shortest time between two frames that only show streamed tokens (20 Hz): smooth enough for
-/// text, and a third of the UI's CPU time at 60 Hz. On a machine whose cores llama.cpp's
-/// threads fill, every millisecond the UI runs costs the decode more than a millisecond (the
-/// other threads wait at their barrier), so this is a measured trade (BENCHMARKS.md).
+/// Shortest time between two frames that only show streamed tokens (20 Hz). The interval
+/// grows with what a draw costs (see `STREAM_DRAW_BUDGET`) up to `SLOWEST_STREAM_FRAME_INTERVAL`.
 pub const STREAM_FRAME_INTERVAL: Duration = Duration::from_millis(50);
+/// Longest time between two frames of streamed tokens (10 Hz).
+pub const SLOWEST_STREAM_FRAME_INTERVAL: Duration = Duration::from_millis(100);
+/// The share of one core that drawing streamed tokens may take. On a machine whose cores
+/// llama.cpp's threads fill, every millisecond the UI runs costs the decode more than a
+/// millisecond (the other threads wait at their barrier), so the stream frame interval is
+/// fitted to the measured cost of a draw (BENCHMARKS.md).
+pub const STREAM_DRAW_BUDGET: f64 = 0.005;
 /// How often time-driven parts of the screen (waiting clocks, loading) refresh.
 pub const TICK_INTERVAL: Duration = Duration::from_millis(100);
 /// A hidden test switch: when set, the chat panics right after its first frame, so tests can
@@ -105,7 +110,12 @@ impl Drop for RestoreGuard {
 #[derive(Debug, Clone)]
 pub struct FrameScheduler {
     pub input_interval: Duration,
+    /// The current stream frame interval, between the two bounds below.
     pub stream_interval: Duration,
+    fastest_stream: Duration,
+    slowest_stream: Duration,
+    /// Moving average of what a draw costs (wall time, output included).
+    draw_cost: Option<Duration>,
     last_draw: Option<Instant>,
     dirty: bool,
     /// A change the user caused is pending (drawn at the input rate).
@@ -113,10 +123,19 @@ pub struct FrameScheduler {
 }
 
 impl FrameScheduler {
+    /// Fixed intervals.
     pub fn new(input_interval: Duration, stream_interval: Duration) -> Self {
+        Self::adaptive(input_interval, stream_interval, stream_interval)
+    }
+
+    /// A stream interval fitted to the cost of a draw, between `fastest` and `slowest`.
+    pub fn adaptive(input_interval: Duration, fastest: Duration, slowest: Duration) -> Self {
         Self {
             input_interval,
-            stream_interval,
+            stream_interval: fastest,
+            fastest_stream: fastest,
+            slowest_stream: slowest.max(fastest),
+            draw_cost: None,
             last_draw: None,
             dirty: true,
             urgent: true,
@@ -158,6 +177,18 @@ impl FrameScheduler {
             .map_or_else(Instant::now, |t| t + self.stream_interval)
     }
 
+    /// A draw took `cost`: keep drawing streamed tokens within `STREAM_DRAW_BUDGET` of a core.
+    pub fn record_draw_cost(&mut self, cost: Duration) {
+        let average = match self.draw_cost {
+            Some(previous) => (previous * 7 + cost) / 8,
+            None => cost,
+        };
+        self.draw_cost = Some(average);
+        self.stream_interval = average
+            .div_f64(STREAM_DRAW_BUDGET)
+            .clamp(self.fastest_stream, self.slowest_stream);
+    }
+
     pub fn drawn(&mut self, now: Instant) {
         self.dirty = false;
         self.urgent = false;
@@ -179,7 +210,11 @@ impl<B: Backend> Driver<B> {
         Self {
             terminal,
             app,
-            frames: FrameScheduler::new(FRAME_INTERVAL, STREAM_FRAME_INTERVAL),
+            frames: FrameScheduler::adaptive(
+                FRAME_INTERVAL,
+                STREAM_FRAME_INTERVAL,
+                SLOWEST_STREAM_FRAME_INTERVAL,
+            ),
             draws: 0,
         }
     }
@@ -216,7 +251,9 @@ impl<B: Backend> Driver<B> {
             return Ok(false);
         }
         let app = &self.app;
+        let started = Instant::now();
         self.terminal.draw(|f| crate::ui::draw(f, app, now))?;
+        self.frames.record_draw_cost(started.elapsed());
         self.frames.drawn(now);
         self.draws += 1;
         Ok(true)
@@ -472,7 +509,7 @@ pub fn run_chat(
                 _ = sigint.recv() => return Ok(ChatEnd::Signal(2)),
                 // Engine events are taken at most once per stream frame: tokens that arrive
                 // meanwhile wait in the channel (their timestamps were taken on the engine
-                // thread) and are drained together, so the UI wakes ~20 times a second while
+                // thread) and are drained together, so the UI wakes 10 to 20 times a second while
                 // streaming instead of once per token, and leaves the cores to llama.cpp.
                 ev = events.recv(), if Instant::now() >= engine_gate => match ev {
                     Some(e) => batch.push(Msg::Engine(e)),
@@ -567,5 +604,42 @@ async fn sleep_until_opt(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at.into()).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scheduler() -> FrameScheduler {
+        FrameScheduler::adaptive(
+            FRAME_INTERVAL,
+            STREAM_FRAME_INTERVAL,
+            SLOWEST_STREAM_FRAME_INTERVAL,
+        )
+    }
+
+    #[test]
+    fn the_stream_interval_follows_the_draw_cost() {
+        let mut f = scheduler();
+        assert_eq!(f.stream_interval, STREAM_FRAME_INTERVAL);
+        // Cheap draws: the fastest rate.
+        f.record_draw_cost(Duration::from_micros(50));
+        assert_eq!(f.stream_interval, STREAM_FRAME_INTERVAL);
+        // 0.35 ms a draw at 0.5% of a core: one frame every 70 ms.
+        let mut g = scheduler();
+        g.record_draw_cost(Duration::from_micros(350));
+        assert_eq!(g.stream_interval, Duration::from_millis(70));
+        // Expensive draws: never slower than the slowest rate.
+        for _ in 0..50 {
+            g.record_draw_cost(Duration::from_millis(5));
+        }
+        assert_eq!(g.stream_interval, SLOWEST_STREAM_FRAME_INTERVAL);
+        // Input frames keep their rate.
+        assert_eq!(g.input_interval, FRAME_INTERVAL);
+        // A fixed scheduler stays fixed.
+        let mut fixed = FrameScheduler::new(FRAME_INTERVAL, STREAM_FRAME_INTERVAL);
+        fixed.record_draw_cost(Duration::from_millis(5));
+        assert_eq!(fixed.stream_interval, STREAM_FRAME_INTERVAL);
     }
 }
