@@ -9,7 +9,7 @@ use std::time::Instant;
 use llama_cpp_2::model::LlamaModel;
 
 use super::args::{BandwidthChoice, BenchPlan};
-use super::measure::Bencher;
+use super::measure::{Bencher, Sample};
 use super::report::{build_row, Row, RowContext};
 use super::sweep::{file_name, Job};
 use crate::config::EngineSettings;
@@ -154,28 +154,7 @@ pub fn run_jobs(
     sampling: &SamplingParams,
     run_id: &str,
 ) -> Outcome {
-    let s = &plan.sweep;
-    let mut runner = Runner {
-        plan,
-        sampling,
-        run_id,
-        bandwidth: BandwidthResolver {
-            choice: plan.bandwidth,
-            cpu: None,
-        },
-        progress: Progress {
-            total: jobs.len(),
-            terminal: std::io::stderr().is_terminal(),
-            varied: Varied {
-                ngl: s.n_gpu_layers.len() > 1,
-                n_batch: s.n_batch.len() > 1,
-                n_ubatch: s.n_ubatch.len() > 1,
-                type_k: s.type_k.len() > 1,
-                type_v: s.type_v.len() > 1,
-                flash_attn: s.flash_attn.len() > 1,
-            },
-        },
-    };
+    let mut runner = Runner::new(plan, jobs, sampling, run_id);
     let mut outcome = Outcome {
         rows: Vec::new(),
         failures: Vec::new(),
@@ -192,6 +171,106 @@ pub fn run_jobs(
     }
     runner.progress.finish();
     outcome
+}
+
+/// Like [`run_jobs`], but in rounds: each round loads every job's model, warms up and times
+/// one repetition, in forward order on even rounds and backward on odd ones, so that drift of
+/// the machine's speed hits every job alike (what `compare` needs to rank candidates). Rows
+/// are built from every round's sample.
+pub fn run_jobs_alternating(
+    plan: &BenchPlan,
+    jobs: &[Job],
+    sampling: &SamplingParams,
+    run_id: &str,
+) -> Outcome {
+    let mut runner = Runner::new(plan, jobs, sampling, run_id);
+    let n = jobs.len();
+    let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); n];
+    let mut facts: Vec<Option<(ModelInfo, Option<Bandwidth>)>> = vec![None; n];
+    let mut failed: Vec<Option<String>> = vec![None; n];
+    let mut model_failed = false;
+    let rounds = plan.repetitions;
+    for round in 0..rounds {
+        let order: Vec<usize> = if round % 2 == 0 {
+            (0..n).collect()
+        } else {
+            (0..n).rev().collect()
+        };
+        for i in order {
+            let job = &jobs[i];
+            if failed[i].is_some() {
+                continue;
+            }
+            runner.progress.repetition(i, job, round + 1, rounds);
+            let model =
+                match load_model(&job.params.model, job.params.gpu_layers_setting(), |_| true) {
+                    Ok(model) => model,
+                    Err(e) => {
+                        model_failed |= e.is_model_problem();
+                        failed[i] = Some(format!(
+                            "{}: the model did not load: {e}",
+                            runner.progress.label(i, job)
+                        ));
+                        continue;
+                    }
+                };
+            match runner.measure(i, &model, job, 1) {
+                Ok((s, info, bandwidth)) => {
+                    samples[i].extend(s);
+                    facts[i] = Some((info, bandwidth));
+                }
+                Err(e) => failed[i] = Some(format!("{}: {e}", runner.progress.label(i, job))),
+            }
+        }
+    }
+    runner.progress.finish();
+    let mut outcome = Outcome {
+        rows: Vec::new(),
+        failures: failed.iter().flatten().cloned().collect(),
+        model_failed,
+    };
+    for ((job, samples), facts) in jobs.iter().zip(&samples).zip(&facts) {
+        if let Some((info, bandwidth)) = facts {
+            if samples.len() == rounds as usize {
+                outcome
+                    .rows
+                    .push(runner.row(job, samples, info, bandwidth.as_ref(), rounds));
+            }
+        }
+    }
+    outcome
+}
+
+impl<'a> Runner<'a> {
+    fn new(
+        plan: &'a BenchPlan,
+        jobs: &[Job],
+        sampling: &'a SamplingParams,
+        run_id: &'a str,
+    ) -> Self {
+        let s = &plan.sweep;
+        Runner {
+            plan,
+            sampling,
+            run_id,
+            bandwidth: BandwidthResolver {
+                choice: plan.bandwidth,
+                cpu: None,
+            },
+            progress: Progress {
+                total: jobs.len(),
+                terminal: std::io::stderr().is_terminal(),
+                varied: Varied {
+                    ngl: s.n_gpu_layers.len() > 1,
+                    n_batch: s.n_batch.len() > 1,
+                    n_ubatch: s.n_ubatch.len() > 1,
+                    type_k: s.type_k.len() > 1,
+                    type_v: s.type_v.len() > 1,
+                    flash_attn: s.flash_attn.len() > 1,
+                },
+            },
+        }
+    }
 }
 
 impl Runner<'_> {
@@ -234,6 +313,19 @@ impl Runner<'_> {
     }
 
     fn run_job(&mut self, index: usize, model: &LlamaModel, job: &Job) -> Result<Row, EngineError> {
+        let reps = self.plan.repetitions;
+        let (samples, info, bandwidth) = self.measure(index, model, job, reps)?;
+        Ok(self.row(job, &samples, &info, bandwidth.as_ref(), reps))
+    }
+
+    /// A context for the job, the warm-up (unless turned off), then `reps` timed runs.
+    fn measure(
+        &mut self,
+        index: usize,
+        model: &LlamaModel,
+        job: &Job,
+        reps: u32,
+    ) -> Result<(Vec<Sample>, ModelInfo, Option<Bandwidth>), EngineError> {
         let settings = engine_settings(job);
         let started = Instant::now();
         let ctx = new_context(model, &settings, job.test.sequences())?;
@@ -243,22 +335,34 @@ impl Runner<'_> {
         if self.plan.warmup {
             bencher.warm_up(&job.test)?;
         }
-        let reps = self.plan.repetitions;
         let mut samples = Vec::with_capacity(reps as usize);
         for rep in 1..=reps {
-            self.progress.repetition(index, job, rep, reps);
+            if reps > 1 {
+                self.progress.repetition(index, job, rep, reps);
+            }
             samples.push(bencher.run(&job.test, job.depth, self.sampling)?);
         }
+        Ok((samples, info, bandwidth))
+    }
+
+    fn row(
+        &self,
+        job: &Job,
+        samples: &[Sample],
+        info: &ModelInfo,
+        bandwidth: Option<&Bandwidth>,
+        repetitions: u32,
+    ) -> Row {
         let cx = RowContext {
             run_id: self.run_id,
-            info: &info,
-            bandwidth: bandwidth.as_ref(),
+            info,
+            bandwidth,
             price_per_gpu_hour_usd: self.plan.price_per_gpu_hour_usd,
             sampling: self.sampling,
-            repetitions: reps,
+            repetitions,
             warmup: self.plan.warmup,
         };
-        Ok(build_row(job, &samples, &cx))
+        build_row(job, samples, &cx)
     }
 }
 

@@ -55,7 +55,8 @@ pub struct CompareArgs {
         allow_hyphen_values = true
     )]
     pub n_gen: Option<String>,
-    /// Timed repetitions of each speed test, after one warm-up [default: 3].
+    /// Rounds of the speed tests: each round loads every candidate, warms up and times one
+    /// run, alternating the order, so machine drift hits all alike [default: 3].
     #[arg(
         short = 'r',
         long = "repetitions",

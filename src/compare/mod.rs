@@ -544,7 +544,8 @@ fn evaluate_quality(
     })
 }
 
-/// pp and tg of every candidate with bench's engine (one warm-up, then the repetitions).
+/// pp and tg of every candidate with bench's engine, in alternating rounds (each loads the
+/// candidate, warms up and times one run), so that machine drift hits every candidate alike.
 fn measure_speed(
     plan: &ComparePlan,
     candidates: &[Candidate],
@@ -573,7 +574,8 @@ fn measure_speed(
             });
         }
     }
-    let outcome = crate::bench::run::run_jobs(&plan.bench, &jobs, &settings.sampling, id);
+    let outcome =
+        crate::bench::run::run_jobs_alternating(&plan.bench, &jobs, &settings.sampling, id);
     for failure in &outcome.failures {
         eprintln!("speed test failed: {failure}");
     }

@@ -125,17 +125,18 @@ pub fn verdict(rows: &[CompareRow]) -> Vec<String> {
                 } else {
                     "as close to the reference"
                 },
-                fmt_kl(best.quality.kld_mean),
-                fmt_kl(row.quality.kld_mean),
+                fmt_kl(best),
+                fmt_kl(row),
             ));
         }
     }
     lines
 }
 
-fn fmt_kl(v: Option<f64>) -> String {
-    match v {
+fn fmt_kl(row: &CompareRow) -> String {
+    match row.quality.kld_mean {
         Some(v) => format!("{v:.6}"),
+        None if row.reference => "0, the reference".into(),
         None => "—".into(),
     }
 }
