@@ -111,8 +111,18 @@ pub fn verdict(rows: &[CompareRow]) -> Vec<String> {
                     .total_cmp(&b.tg_tok_per_s.unwrap_or(0.0))
             });
         if let Some(best) = best {
+            // Rounds scatter: say so when the speed difference is inside their spread.
+            let within_noise = match (
+                best.tg_tok_per_s,
+                row.tg_tok_per_s,
+                best.tg_tok_per_s_sd,
+                row.tg_tok_per_s_sd,
+            ) {
+                (Some(b), Some(r), Some(sb), Some(sr)) => b - r < sb + sr,
+                _ => false,
+            };
             lines.push(format!(
-                "{} is dominated: {} is {} and {} (KL {} vs {}).",
+                "{} is dominated: {} is {} and {} (KL {} vs {}){}.",
                 row.label,
                 best.label,
                 match (best.tg_tok_per_s, row.tg_tok_per_s) {
@@ -127,6 +137,12 @@ pub fn verdict(rows: &[CompareRow]) -> Vec<String> {
                 },
                 fmt_kl(best),
                 fmt_kl(row),
+                if within_noise {
+                    "; the speed difference is within the spread of the rounds (sd), so \
+                     measure again with more rounds (-r) before trusting it"
+                } else {
+                    ""
+                },
             ));
         }
     }
@@ -367,6 +383,18 @@ pub(crate) mod tests {
             words
                 .iter()
                 .any(|l| l.starts_with("q3_bad is dominated: q4_0 is faster")),
+            "{words:?}"
+        );
+        // q6_slow is 10 tok/s slower than q8_0, with sd 0.5 each: a real difference.
+        assert!(
+            !words.iter().any(|l| l.contains("within the spread")),
+            "{words:?}"
+        );
+        let mut close = vec![row("a", 50.0, 0.01), row("b", 49.5, 0.02)];
+        mark_pareto(&mut close);
+        let words = verdict(&close);
+        assert!(
+            words[1].contains("within the spread of the rounds"),
             "{words:?}"
         );
     }
