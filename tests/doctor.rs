@@ -10,36 +10,20 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 
 use assert_cmd::Command;
 use common::gguf_edit::rewrite;
 use predicates::prelude::*;
 use tokscope::doctor::builtin_corpus;
 use tokscope::synth::gguf::{GgufArray, GgufValue};
-use tokscope::synth::{llama3, write_model, SynthSpec, TensorType};
+use tokscope::synth::{write_model, SynthSpec, TensorType};
 use tokscope::tokcount::TokenCounter;
-
-fn llama3_tokenizer() -> &'static Path {
-    static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
-        if let Some(path) = std::env::var_os("TOKSCOPE_LLAMA3_TOKENIZER") {
-            return PathBuf::from(path);
-        }
-        let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("llama3-tokenizer");
-        llama3::fetch_tokenizer(&cache, &mut |line| eprintln!("{line}")).unwrap_or_else(|e| {
-            panic!(
-                "{e}\n(set TOKSCOPE_LLAMA3_TOKENIZER to a Llama 3 tokenizer.json to run offline)"
-            )
-        })
-    })
-}
 
 /// A small model (the tiny shape) with Llama 3's full vocabulary.
 fn llama3_vocab_model(dir: &Path) -> PathBuf {
     let mut spec = SynthSpec::preset("tiny").unwrap();
     spec.tensor_type = TensorType::Q8_0;
-    spec.tokenizer_json = Some(llama3_tokenizer().to_path_buf());
+    spec.tokenizer_json = Some(common::llama3_tokenizer().to_path_buf());
     let path = dir.join("llama3-vocab.gguf");
     write_model(&path, &spec).unwrap();
     path
@@ -61,7 +45,7 @@ fn model_built_from_the_tokenizer_passes() {
         .args(["doctor", "tokenizer", "-m"])
         .arg(&model)
         .arg("--tokenizer")
-        .arg(llama3_tokenizer())
+        .arg(common::llama3_tokenizer())
         .assert()
         .success()
         .stdout(
@@ -77,7 +61,7 @@ fn model_built_from_the_tokenizer_passes() {
         .args(["doctor", "tokenizer", "-m"])
         .arg(&model)
         .arg("--tokenizer")
-        .arg(llama3_tokenizer())
+        .arg(common::llama3_tokenizer())
         .arg("--text")
         .arg(&text)
         .assert()
@@ -109,7 +93,7 @@ fn broken_vocabularies_fail_with_a_side_by_side_report() {
             .args(["doctor", "tokenizer", "--show", "3", "-m"])
             .arg(broken)
             .arg("--tokenizer")
-            .arg(llama3_tokenizer())
+            .arg(common::llama3_tokenizer())
             .assert()
             .code(1)
             .stderr(predicate::str::contains("tokenizer check failed"))
@@ -136,7 +120,7 @@ fn doctor_reports_bad_inputs_with_exit_codes() {
         .args(["doctor", "tokenizer", "-m"])
         .arg(dir.path().join("missing.gguf"))
         .arg("--tokenizer")
-        .arg(llama3_tokenizer())
+        .arg(common::llama3_tokenizer())
         .assert()
         .code(3)
         .stderr(predicate::str::contains("missing.gguf"));
@@ -175,10 +159,14 @@ fn token_counter_agrees_with_the_model_vocabulary() {
     let model = llama3_vocab_model(dir.path());
     let from_vocab = TokenCounter::for_model(&model, None).unwrap();
     assert_eq!(from_vocab.source(), "model vocabulary");
-    let from_json = TokenCounter::for_model(&model, Some(llama3_tokenizer())).unwrap();
+    let from_json = TokenCounter::for_model(&model, Some(common::llama3_tokenizer())).unwrap();
     assert_eq!(from_json.source(), "tokenizer.json");
     // A tokenizer.json beside the model is found without being configured.
-    std::fs::copy(llama3_tokenizer(), dir.path().join("tokenizer.json")).unwrap();
+    std::fs::copy(
+        common::llama3_tokenizer(),
+        dir.path().join("tokenizer.json"),
+    )
+    .unwrap();
     let beside = TokenCounter::for_model(&model, None).unwrap();
     assert_eq!(beside.source(), "tokenizer.json");
     assert_eq!(
@@ -201,7 +189,7 @@ fn token_count_matches_what_the_engine_prefills_for_the_message() {
     let _lock = common::model_lock();
     let dir = tempfile::tempdir().unwrap();
     let model = llama3_vocab_model(dir.path());
-    let counter = TokenCounter::for_model(&model, Some(llama3_tokenizer())).unwrap();
+    let counter = TokenCounter::for_model(&model, Some(common::llama3_tokenizer())).unwrap();
     let mut engine = common::start(&model, common::settings(1024));
     let mut prompt_tokens = |text: &str| {
         let turn = engine.turn(vec![common::user(text)], common::greedy(), 1);

@@ -10,8 +10,7 @@
 mod common;
 
 use std::num::NonZeroU32;
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::path::Path;
 
 use assert_cmd::Command;
 use llama_cpp_2::context::params::LlamaContextParams;
@@ -24,26 +23,10 @@ use predicates::prelude::*;
 use tokscope::synth::blocks::{self, Fill, SUPPORTED_TYPES};
 use tokscope::synth::gguf::{read_metadata, GgmlType, GgufArray, GgufValue, GgufWriter};
 use tokscope::synth::like::write_like;
-use tokscope::synth::llama3::{self, PRESETS};
+use tokscope::synth::llama3::PRESETS;
 use tokscope::synth::{
     planned_file_size, write_model, SynthError, SynthSpec, TensorType, SYNTHETIC_METADATA_KEY,
 };
-
-/// Llama 3's tokenizer.json, fetched once per test run at most.
-fn llama3_tokenizer() -> &'static Path {
-    static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
-        if let Some(path) = std::env::var_os("TOKSCOPE_LLAMA3_TOKENIZER") {
-            return PathBuf::from(path);
-        }
-        let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("llama3-tokenizer");
-        llama3::fetch_tokenizer(&cache, &mut |line| eprintln!("{line}")).unwrap_or_else(|e| {
-            panic!(
-                "{e}\n(set TOKSCOPE_LLAMA3_TOKENIZER to a Llama 3 tokenizer.json to run offline)"
-            )
-        })
-    })
-}
 
 fn backend() -> &'static llama_cpp_2::llama_backend::LlamaBackend {
     tokscope::engine::backend().expect("llama.cpp backend")
@@ -92,7 +75,7 @@ fn preset_sizes_are_within_two_percent_of_the_published_files() {
         for &(tensor_type, published) in arch.published_sizes {
             let mut spec = SynthSpec::preset(arch.key).unwrap();
             spec.tensor_type = tensor_type;
-            spec.tokenizer_json = Some(llama3_tokenizer().to_path_buf());
+            spec.tokenizer_json = Some(common::llama3_tokenizer().to_path_buf());
             let planned = planned_file_size(&spec).unwrap();
             let deviation = planned as f64 / published as f64 - 1.0;
             rows.push(format!(
@@ -114,7 +97,7 @@ fn llama3_8b_plan_has_the_real_shapes() {
     // Checked without writing 5 GB: the header alone (tensor infos are the plan).
     let mut spec = SynthSpec::preset("llama3-8b").unwrap();
     spec.tensor_type = TensorType::Q4KM;
-    spec.tokenizer_json = Some(llama3_tokenizer().to_path_buf());
+    spec.tokenizer_json = Some(common::llama3_tokenizer().to_path_buf());
     assert_eq!(spec.shape.n_layer, 32);
     assert_eq!(spec.shape.n_embd, 4096);
     assert_eq!(spec.shape.n_head, 32);
@@ -137,7 +120,7 @@ fn llama3_2_1b_q4_k_m_has_the_real_layout_and_generates() {
     let path = dir.path().join("llama3.2-1b-q4_k_m.gguf");
     let mut spec = SynthSpec::preset("llama3.2-1b").unwrap();
     spec.tensor_type = TensorType::Q4KM;
-    spec.tokenizer_json = Some(llama3_tokenizer().to_path_buf());
+    spec.tokenizer_json = Some(common::llama3_tokenizer().to_path_buf());
     let summary = write_model(&path, &spec).unwrap();
     assert_eq!(summary.file_size_bytes, planned_file_size(&spec).unwrap());
     assert_eq!(summary.n_vocab, 128_256);
@@ -346,7 +329,7 @@ fn like_copies_metadata_shapes_and_types_with_new_weights() {
     let source = dir.path().join("source.gguf");
     let mut spec = SynthSpec::preset("small").unwrap();
     spec.tensor_type = TensorType::Q4KM;
-    spec.tokenizer_json = Some(llama3_tokenizer().to_path_buf());
+    spec.tokenizer_json = Some(common::llama3_tokenizer().to_path_buf());
     spec.name = "Some Model".into();
     write_model(&source, &spec).unwrap();
 
@@ -500,7 +483,7 @@ fn synth_cli_presets_tokenizer_and_like() {
             "512",
             "--tokenizer",
         ])
-        .arg(llama3_tokenizer())
+        .arg(common::llama3_tokenizer())
         .arg("-o")
         .arg(&out)
         .assert()

@@ -178,3 +178,21 @@ pub fn csv_fields(line: &str) -> Vec<String> {
     }
     fields
 }
+
+/// Llama 3's tokenizer.json: `$TOKSCOPE_LLAMA3_TOKENIZER`, else fetched once per test run
+/// with pip into cargo's target dir.
+pub fn llama3_tokenizer() -> &'static Path {
+    static PATH: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| {
+        if let Some(path) = std::env::var_os("TOKSCOPE_LLAMA3_TOKENIZER") {
+            return PathBuf::from(path);
+        }
+        let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("llama3-tokenizer");
+        tokscope::synth::llama3::fetch_tokenizer(&cache, &mut |line| eprintln!("{line}"))
+            .unwrap_or_else(|e| {
+                panic!(
+                "{e}\n(set TOKSCOPE_LLAMA3_TOKENIZER to a Llama 3 tokenizer.json to run offline)"
+            )
+            })
+    })
+}
