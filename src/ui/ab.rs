@@ -20,20 +20,16 @@ const SNIPPET_BEFORE_CHARS: usize = 8;
 const SNIPPET_AFTER_CHARS: usize = 16;
 
 pub fn draw(frame: &mut Frame, area: Rect, app: &App, now: Instant) {
-    frame.render_widget(Clear, area);
     let Some(ab) = &app.ab else {
+        frame.render_widget(Clear, area);
         return;
     };
     let s = &ab.settings.sampling;
-    let block = Block::new()
-        .borders(Borders::ALL)
-        .border_style(theme::HELP_BORDER)
-        .title(Span::styled(
-            " A/B: the last prompt, same turns, sampling and seed, two models ",
-            theme::HELP_TITLE,
-        ));
-    let inner = block.inner(area);
-    frame.render_widget(block, area);
+    let inner = super::screen_block(
+        frame,
+        area,
+        " A/B: the last prompt, same turns, sampling and seed, two models ".into(),
+    );
     let w = inner.width as usize;
     let divergence = wrap(&divergence_spans(ab), w, &[], &[Span::raw("  ")]);
     let divergence_h = divergence.len().min(2) as u16;

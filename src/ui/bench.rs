@@ -7,7 +7,7 @@
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::symbols::Marker;
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Axis, Block, Borders, Chart, Clear, Dataset, GraphType, Paragraph};
+use ratatui::widgets::{Axis, Chart, Dataset, GraphType, Paragraph};
 use ratatui::Frame;
 
 use super::{format, theme};
@@ -15,20 +15,15 @@ use crate::app::{App, BenchPoint};
 use crate::metrics::roofline::cost_per_million_tokens;
 
 pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
-    frame.render_widget(Clear, area);
     let b = &app.bench;
-    let block = Block::new()
-        .borders(Borders::ALL)
-        .border_style(theme::HELP_BORDER)
-        .title(Span::styled(
-            format!(
-                " batching: B sequences × {} prompt + {} generated tokens ",
-                b.n_prompt, b.n_gen
-            ),
-            theme::HELP_TITLE,
-        ));
-    let inner = block.inner(area);
-    frame.render_widget(block, area);
+    let inner = super::screen_block(
+        frame,
+        area,
+        format!(
+            " batching: B sequences × {} prompt + {} generated tokens ",
+            b.n_prompt, b.n_gen
+        ),
+    );
     let table_h = (b.batches.len() as u16 + 2).min(inner.height / 2);
     let [intro, table, charts, footer] = Layout::vertical([
         Constraint::Length(1),

@@ -5,7 +5,7 @@
 
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Borders, Cell, Clear, Paragraph, Row, Table};
+use ratatui::widgets::{Cell, Paragraph, Row, Table};
 use ratatui::Frame;
 
 use super::text::{one_line, truncate, width, wrap};
@@ -90,16 +90,11 @@ fn layout(all: Vec<Column>, avail: u16, longest_label: u16) -> (Vec<Column>, u16
 }
 
 pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
-    frame.render_widget(Clear, area);
-    let block = Block::new()
-        .borders(Borders::ALL)
-        .border_style(theme::HELP_BORDER)
-        .title(Span::styled(
-            " compare: quality beside speed (latest `tokscope compare`) ",
-            theme::HELP_TITLE,
-        ));
-    let inner = block.inner(area);
-    frame.render_widget(block, area);
+    let inner = super::screen_block(
+        frame,
+        area,
+        " compare: quality beside speed (latest `tokscope compare`) ".into(),
+    );
     let w = inner.width as usize;
     let [body, footer] = Layout::vertical([Constraint::Min(1), Constraint::Length(1)]).areas(inner);
     let short = "★ Pareto front (none both faster and closer) · r reloads · Esc closes";

@@ -187,3 +187,17 @@ fn context(app: &App) -> (usize, Option<u32>) {
     };
     (used, app.model.as_ref().map(|m| m.n_ctx))
 }
+
+/// The frame of a full screen (bench, compare, A/B): cleared, bordered, titled. Returns the
+/// area inside the border.
+fn screen_block(frame: &mut Frame, area: Rect, title: String) -> Rect {
+    use ratatui::widgets::{Block, Borders, Clear};
+    frame.render_widget(Clear, area);
+    let block = Block::new()
+        .borders(Borders::ALL)
+        .border_style(theme::HELP_BORDER)
+        .title(Span::styled(title, theme::HELP_TITLE));
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    inner
+}
