@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use tokscope::config::EngineSettings;
+use tokscope::llama::settings::EngineSettings;
 use tokscope::engine::{
     ChatMessage, EngineConfig, EngineEvent, EngineHandle, Role, SamplingParams,
 };

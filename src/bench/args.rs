@@ -8,10 +8,11 @@ use std::path::PathBuf;
 
 use clap::{ArgAction, Args};
 
-use super::sweep::{Sweep, TestSpec};
+use super::sweep::Sweep;
+use crate::llama::measure::TestSpec;
 use crate::commands::{Failure, USAGE};
 use crate::config::Settings;
-use crate::llama::{FlashAttn, KvType};
+use crate::llama::settings::{FlashAttn, KvType};
 
 /// llama.cpp keeps at most this many sequences in one context (`LLAMA_MAX_SEQ`).
 pub const MAX_BATCH_SEQUENCES: u32 = 256;
@@ -444,7 +445,7 @@ fn parse_sweep(args: &BenchArgs) -> Result<Sweep, Failure> {
         threads: parse_u32_list(
             "-t/--threads",
             &args.threads,
-            crate::config::default_threads(),
+            crate::llama::settings::default_threads(),
             1,
             1024,
         )?,
@@ -629,7 +630,7 @@ mod tests {
         assert_eq!(p.sweep.type_k, vec![KvType::F16]);
         assert_eq!(p.sweep.flash_attn, vec![FlashAttn::Auto]);
         assert_eq!(p.sweep.n_depth, vec![0]);
-        assert_eq!(p.sweep.threads, vec![crate::config::default_threads()]);
+        assert_eq!(p.sweep.threads, vec![crate::llama::settings::default_threads()]);
         assert_eq!(p.output, OutputFormat::Markdown);
         assert_eq!(p.price_per_gpu_hour_usd, 2.0);
         assert_eq!(p.bandwidth, BandwidthChoice::Auto { probe: true });

@@ -329,7 +329,7 @@ fn headline(rows: &[StoredRow]) -> String {
 #[cfg(test)]
 mod tests {
     use super::super::format::tests::sample_row;
-    use super::super::sweep::TestKind;
+    use crate::llama::measure::TestKind;
     use super::*;
 
     #[test]

@@ -17,7 +17,6 @@ pub(crate) mod format;
 mod log;
 mod report;
 pub(crate) mod run;
-mod screen;
 pub(crate) mod sweep;
 
 use std::io::Write;
@@ -26,8 +25,7 @@ pub use args::{rewrite_llama_bench_flags, BenchArgs, BenchPlan, OutputFormat, Re
 pub use format::render;
 pub use log::{results_path, StoredRun, RESULTS_FILE};
 pub use report::{BenchParams, Row};
-pub use screen::measure_batch;
-pub use sweep::{TestKind, TestSpec};
+use crate::llama::measure::TestKind;
 
 use crate::commands::{Failure, FAILURE, MODEL, USAGE};
 use crate::config::Settings;
@@ -84,7 +82,8 @@ pub fn bench(args: &BenchArgs, settings: Settings) -> Result<(), Failure> {
 /// `--plot FILE.ext`: FILE-roofline.ext from the rows with a ceiling, FILE-batch.ext from the
 /// batch rows.
 fn plot_rows(rows: &[Row], path: &std::path::Path) -> Result<(), Failure> {
-    use crate::plot::{plot_batch_sweep, plot_roofline, BatchPoint, RooflinePoint};
+    use crate::metrics::BatchPoint;
+    use crate::plot::{plot_batch_sweep, plot_roofline, RooflinePoint};
     let with_suffix = |suffix: &str| {
         let stem = path
             .file_stem()

@@ -12,7 +12,7 @@ use super::args::{BandwidthChoice, BenchPlan};
 use super::report::{build_row, Row, RowContext};
 use super::sweep::{file_name, Job};
 use crate::commands::Failure;
-use crate::config::EngineSettings;
+use crate::llama::settings::EngineSettings;
 use crate::engine::{EngineError, ModelInfo, SamplingParams, TemplateChoice};
 use crate::llama::measure::{Bencher, Sample};
 use crate::llama::{describe, load_model, new_context};

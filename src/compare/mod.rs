@@ -26,12 +26,15 @@ pub use report::{CompareRow, Comparison};
 use self::args::CompareFormat;
 use self::quality::{Chunking, Evaluator, QualityStats};
 use self::quantize::quantize_cached;
-use crate::bench::sweep::{Job, ParamSet, TestSpec};
-use crate::bench::{Row, TestKind};
+use crate::bench::sweep::{Job, ParamSet};
+use crate::bench::Row;
+use crate::llama::measure::{TestKind, TestSpec};
 use crate::commands::{Failure, FAILURE, MODEL, USAGE};
-use crate::config::{EngineSettings, Settings};
+use crate::config::Settings;
+use crate::llama::settings::EngineSettings;
 use crate::engine::{ModelInfo, TemplateChoice};
-use crate::llama::{describe, load_model, new_context, FlashAttn, KvType};
+use crate::llama::settings::{FlashAttn, KvType};
+use crate::llama::{describe, load_model, new_context};
 
 /// The evaluation text shipped with tokscope (see assets/eval/SOURCE.md).
 pub const BUILTIN_TEXT: &str = include_str!("../../assets/eval/alice.txt");

@@ -9,7 +9,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::gguf::GgufHeader;
-use crate::llama::KvType;
+use crate::gguf::kv_type::KvType;
 
 /// What one decode step reads of the weights.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

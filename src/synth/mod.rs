@@ -23,14 +23,12 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-use crate::gguf::{GgmlType, GgufError, GgufValue, GgufWriter, WriteProgress};
+use crate::gguf::{SYNTHETIC_METADATA_KEY, GgmlType, GgufError, GgufValue, GgufWriter, WriteProgress};
 use llama3::{ArchPreset, BpeVocab};
 use mix::{TensorRole, TensorSite};
 pub use vocab::vocab_size;
 use vocab::Vocabulary;
 
-/// Metadata key (bool, always `true`) that marks a file as synthetic.
-pub const SYNTHETIC_METADATA_KEY: &str = "tokscope.synthetic";
 /// Metadata key (u64) recording the seed the weights were generated from.
 pub const SYNTHETIC_SEED_METADATA_KEY: &str = "tokscope.synthetic.seed";
 /// Metadata key (string) naming the preset, or the file a `--like` clone copies.
