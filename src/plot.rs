@@ -18,7 +18,6 @@ use thiserror::Error;
 
 use crate::metrics::BatchPoint;
 
-
 /// One measured decode speed on the roofline.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RooflinePoint {

@@ -9,9 +9,9 @@ use std::path::PathBuf;
 use clap::{ArgAction, Args};
 
 use super::sweep::Sweep;
-use crate::llama::measure::TestSpec;
 use crate::commands::{Failure, USAGE};
 use crate::config::Settings;
+use crate::llama::measure::TestSpec;
 use crate::llama::settings::{FlashAttn, KvType};
 
 /// llama.cpp keeps at most this many sequences in one context (`LLAMA_MAX_SEQ`).
@@ -630,7 +630,10 @@ mod tests {
         assert_eq!(p.sweep.type_k, vec![KvType::F16]);
         assert_eq!(p.sweep.flash_attn, vec![FlashAttn::Auto]);
         assert_eq!(p.sweep.n_depth, vec![0]);
-        assert_eq!(p.sweep.threads, vec![crate::llama::settings::default_threads()]);
+        assert_eq!(
+            p.sweep.threads,
+            vec![crate::llama::settings::default_threads()]
+        );
         assert_eq!(p.output, OutputFormat::Markdown);
         assert_eq!(p.price_per_gpu_hour_usd, 2.0);
         assert_eq!(p.bandwidth, BandwidthChoice::Auto { probe: true });

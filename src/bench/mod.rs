@@ -21,11 +21,11 @@ pub(crate) mod sweep;
 
 use std::io::Write;
 
+use crate::llama::measure::TestKind;
 pub use args::{rewrite_llama_bench_flags, BenchArgs, BenchPlan, OutputFormat, ResultsArgs};
 pub use format::render;
 pub use log::{results_path, StoredRun, RESULTS_FILE};
 pub use report::{BenchParams, Row};
-use crate::llama::measure::TestKind;
 
 use crate::commands::{Failure, FAILURE, MODEL, USAGE};
 use crate::config::Settings;
@@ -40,7 +40,7 @@ pub fn bench(args: &BenchArgs, settings: Settings) -> Result<(), Failure> {
         None => None,
     };
     let now = std::time::SystemTime::now();
-    let run_id = crate::history::new_id(now);
+    let run_id = crate::ids::new_id(now);
     let jobs = sweep::expand(&plan.models, &plan.sweep);
     let outcome = run::run_jobs(&plan, &jobs, &settings.sampling, &run_id);
     let mut rows = outcome.rows;
@@ -50,7 +50,7 @@ pub fn bench(args: &BenchArgs, settings: Settings) -> Result<(), Failure> {
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(text.as_bytes())?;
     if !rows.is_empty() {
-        save(&log_path, &run_id, crate::history::unix_s(now), &rows);
+        save(&log_path, &run_id, crate::ids::unix_s(now), &rows);
     }
     if let Some(path) = &plan.plot {
         plot_rows(&rows, path)?;

@@ -12,9 +12,9 @@ use super::args::{BandwidthChoice, BenchPlan};
 use super::report::{build_row, Row, RowContext};
 use super::sweep::{file_name, Job};
 use crate::commands::Failure;
-use crate::llama::settings::EngineSettings;
 use crate::engine::{EngineError, ModelInfo, SamplingParams, TemplateChoice};
 use crate::llama::measure::{Bencher, Sample};
+use crate::llama::settings::EngineSettings;
 use crate::llama::{describe, load_model, new_context};
 use crate::metrics::roofline::{datasheet_bandwidth, Bandwidth, BandwidthSource};
 

@@ -56,7 +56,7 @@ pub fn chat(args: &crate::cli::ChatArgs, mut settings: Settings) -> Result<(), F
     let history_dir = crate::history::history_dir(&crate::paths::data_dir());
     let conversation = match &args.resume {
         None => crate::app::conversation::Conversation::new(
-            crate::history::new_id(std::time::SystemTime::now()),
+            crate::ids::new_id(std::time::SystemTime::now()),
             crate::tui::now().unix_s,
             settings.system_prompt.clone(),
         ),

@@ -28,11 +28,11 @@ use self::quality::{Chunking, Evaluator, QualityStats};
 use self::quantize::quantize_cached;
 use crate::bench::sweep::{Job, ParamSet};
 use crate::bench::Row;
-use crate::llama::measure::{TestKind, TestSpec};
 use crate::commands::{Failure, FAILURE, MODEL, USAGE};
 use crate::config::Settings;
-use crate::llama::settings::EngineSettings;
 use crate::engine::{ModelInfo, TemplateChoice};
+use crate::llama::measure::{TestKind, TestSpec};
+use crate::llama::settings::EngineSettings;
 use crate::llama::settings::{FlashAttn, KvType};
 use crate::llama::{describe, load_model, new_context};
 
@@ -168,7 +168,7 @@ pub fn compare(args: &CompareArgs, settings: Settings) -> Result<(), Failure> {
         }
     }
     let started = std::time::SystemTime::now();
-    let id = crate::history::new_id(started);
+    let id = crate::ids::new_id(started);
     let quality = evaluate_quality(&plan, &candidates, &text)?;
     // Only the candidates that ran.
     let (candidates, per_candidate): (Vec<Candidate>, Vec<(ModelInfo, QualityStats, bool)>) =
@@ -234,7 +234,7 @@ pub fn compare(args: &CompareArgs, settings: Settings) -> Result<(), Failure> {
     let verdict = report::verdict(&rows);
     let comparison = Comparison {
         id: id.clone(),
-        unix_time_s: crate::history::unix_s(started),
+        unix_time_s: crate::ids::unix_s(started),
         command_line: crate::bench::command_line(),
         text: text_name,
         text_tokens: quality.text_tokens,

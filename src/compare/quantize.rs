@@ -153,7 +153,7 @@ pub fn quantize_cached(
     if usable(&out) {
         return Ok((out, true));
     }
-    crate::history::ensure_private_dir(cache_dir).map_err(|e| {
+    crate::fsx::ensure_private_dir(cache_dir).map_err(|e| {
         format!(
             "cannot create the cache folder {}: {e}",
             cache_dir.display()

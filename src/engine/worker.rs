@@ -166,7 +166,8 @@ fn batch_sweep(
         if cancel_through.load(Ordering::SeqCst) >= id {
             break;
         }
-        let (point, prefill_ms) = crate::llama::measure::measure_batch(model, settings, b, n_prompt, n_gen)?;
+        let (point, prefill_ms) =
+            crate::llama::measure::measure_batch(model, settings, b, n_prompt, n_gen)?;
         let _ = events.send(EngineEvent::BatchPoint {
             request_id: id,
             point,

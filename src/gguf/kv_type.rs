@@ -60,7 +60,6 @@ impl KvType {
             KvType::Q4_0 | KvType::Iq4Nl => 18.0 / 32.0,
         }
     }
-
 }
 
 impl FromStr for KvType {

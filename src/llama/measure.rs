@@ -17,6 +17,7 @@ use llama_cpp_2::token::LlamaToken;
 use super::error::EngineError;
 use super::settings::{EngineSettings, SamplingParams};
 use super::{build_sampler, new_context};
+use crate::ids::SplitMix64;
 use crate::metrics::{ms, rate_per_s, BatchPoint, LatencyStats};
 
 /// What one timed run measured.
@@ -36,19 +37,6 @@ pub struct Sample {
     /// Tokens decoded as generated tokens, all sequences together, as counted while
     /// decoding.
     pub tokens_generated: u64,
-}
-
-/// A deterministic token source, so that two runs of one command feed the same tokens.
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
 }
 
 /// One token of a batch: its id, position, sequence and whether its logits are wanted.
@@ -93,7 +81,7 @@ impl<'m> Bencher<'m> {
 
     fn random_token(&mut self) -> LlamaToken {
         let n_vocab = u64::try_from(self.n_vocab).unwrap_or(1).max(1);
-        LlamaToken(i32::try_from(self.rng.next() % n_vocab).unwrap_or(0))
+        LlamaToken(i32::try_from(self.rng.next_u64() % n_vocab).unwrap_or(0))
     }
 
     /// llama-bench's first token of a prompt or generation: BOS when the vocabulary adds one.

@@ -18,9 +18,9 @@ use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::sampling::LlamaSampler;
 
-use settings::{EngineSettings, KvType, SamplingParams};
 use error::{llama_says, EngineError};
 use model_info::{check_model_file, fingerprint, quantization_name, ModelInfo};
+use settings::{EngineSettings, KvType, SamplingParams};
 
 /// The llama.cpp bindings this build links (pinned in Cargo.toml).
 pub const LLAMA_CPP_BINDINGS: &str = "llama-cpp-sys-2 0.1.160";
@@ -76,9 +76,7 @@ pub fn backend() -> Result<&'static llama_cpp_2::llama_backend::LlamaBackend, En
     static BACKEND: OnceLock<Result<llama_cpp_2::llama_backend::LlamaBackend, String>> =
         OnceLock::new();
     BACKEND
-        .get_or_init(|| {
-            llama_cpp_2::llama_backend::LlamaBackend::init().map_err(|e| e.to_string())
-        })
+        .get_or_init(|| llama_cpp_2::llama_backend::LlamaBackend::init().map_err(|e| e.to_string()))
         .as_ref()
         .map_err(|e| EngineError::Backend(e.clone()))
 }

@@ -418,7 +418,10 @@ impl Effects<'_> {
                         ExportFormat::Json => crate::history::export_json(&conversation),
                     };
                     let result = contents
-                        .and_then(|c| crate::history::write_private(&path, c.as_bytes()))
+                        .and_then(|c| {
+                            crate::fsx::write_private(&path, c.as_bytes())
+                                .map_err(crate::history::HistoryError::from)
+                        })
                         .map(|()| path.clone())
                         .map_err(|e| e.to_string());
                     msgs.push(Msg::Exported(result));
@@ -426,7 +429,7 @@ impl Effects<'_> {
                 Effect::Quit => quit = true,
             }
         }
-        app.fresh_conversation_id = crate::history::new_id(SystemTime::now());
+        app.fresh_conversation_id = crate::ids::new_id(SystemTime::now());
         (msgs, quit)
     }
 }
@@ -463,7 +466,7 @@ pub fn run_chat(
     let terminal = enter()?;
     let _guard = RestoreGuard;
     let mut driver = Driver::new(terminal, app);
-    driver.app.fresh_conversation_id = crate::history::new_id(SystemTime::now());
+    driver.app.fresh_conversation_id = crate::ids::new_id(SystemTime::now());
     let mut effects = Effects {
         counter: crate::tokcount::TokenCounter::for_model(&engine_config.model_path, None).ok(),
         counted: None,

@@ -7,11 +7,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use tokscope::llama::settings::EngineSettings;
 use tokscope::engine::{
     ChatMessage, EngineConfig, EngineEvent, EngineHandle, EventReceiver, ModelInfo, Role,
     SamplingParams, TemplateChoice, TurnReport,
 };
+use tokscope::llama::settings::EngineSettings;
 use tokscope::synth::{write_model, SynthSpec, TensorType};
 
 pub mod gguf_edit;
