@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use super::args::OutputFormat;
+use super::plan::OutputFormat;
 use super::report::Row;
 use crate::llama::measure::TestKind;
 use crate::metrics::fmt_opt;

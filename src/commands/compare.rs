@@ -5,9 +5,10 @@ use std::path::PathBuf;
 
 use clap::{ArgAction, Args};
 
-use super::quantize::QuantType;
-use crate::bench::{BenchArgs, BenchPlan};
-use crate::commands::{Failure, USAGE};
+use super::bench::BenchArgs;
+use crate::commands::{Failure, FAILURE, MODEL, USAGE};
+use crate::compare::quantize::QuantType;
+use crate::compare::{CompareError, CompareFormat, ComparePlan};
 use crate::config::Settings;
 
 /// Compare quantizations and settings of one model on speed and quality, in one table.
@@ -104,32 +105,6 @@ pub struct CompareArgs {
     pub no_speed: bool,
 }
 
-/// How `compare` prints its table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CompareFormat {
-    Markdown,
-    Csv,
-    Json,
-}
-
-/// Everything `compare` will do, validated.
-#[derive(Debug, Clone)]
-pub struct ComparePlan {
-    /// The files as given (before quantizing).
-    pub models: Vec<PathBuf>,
-    pub quantize: Vec<QuantType>,
-    pub allow_requantize: bool,
-    pub text: Option<PathBuf>,
-    pub n_ctx: u32,
-    pub max_chunks: Option<u32>,
-    pub threads: u32,
-    /// Speed tests and the settings to compare, through bench's validated plan.
-    pub bench: BenchPlan,
-    pub output: CompareFormat,
-    pub plot: Option<PathBuf>,
-    pub speed: bool,
-}
-
 fn bad(flag: &str, value: &str, expected: &str) -> Failure {
     Failure::new(
         USAGE,
@@ -148,8 +123,19 @@ fn parse_count(flag: &str, value: &str, min: u32, max: u32) -> Result<u32, Failu
     }
 }
 
-impl ComparePlan {
-    pub fn from_args(args: &CompareArgs, settings: &Settings) -> Result<Self, Failure> {
+/// `tokscope compare`.
+pub fn run(args: &CompareArgs, settings: Settings) -> Result<(), Failure> {
+    let plan = plan(args, &settings)?;
+    crate::compare::run(&plan, settings).map_err(|e| match e {
+        CompareError::Usage(m) => Failure::new(USAGE, m),
+        CompareError::Model(m) => Failure::new(MODEL, m),
+        CompareError::Failed(m) => Failure::new(FAILURE, m),
+    })
+}
+
+/// The command line, validated into a plan.
+pub fn plan(args: &CompareArgs, settings: &Settings) -> Result<ComparePlan, Failure> {
+    {
         let quantize = args
             .quantize
             .iter()
@@ -207,14 +193,14 @@ impl ComparePlan {
             no_probe: args.no_probe,
             ..BenchArgs::default()
         };
-        let bench = BenchPlan::from_args(&bench_args, settings)?;
+        let bench = super::bench::plan(&bench_args, settings)?;
         if bench.sweep.tests.is_empty() && !args.no_speed {
             return Err(Failure::new(
                 USAGE,
                 "-p and -n are both 0: no speed test to run (add --no-speed for quality only)",
             ));
         }
-        Ok(Self {
+        Ok(ComparePlan {
             models: bench.models.clone(),
             quantize,
             allow_requantize: args.allow_requantize,

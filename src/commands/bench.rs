@@ -4,13 +4,17 @@
 //! error (exit 2) that names the flag and the value.
 
 use std::ffi::OsString;
+use std::io::Write;
 use std::path::PathBuf;
 
 use clap::{ArgAction, Args};
 
-use super::sweep::Sweep;
-use crate::commands::{Failure, USAGE};
+use crate::bench::plan::{BandwidthChoice, BenchPlan, OutputFormat};
+use crate::bench::sweep::Sweep;
+use crate::bench::{format, log, report, run, save, sweep, Row, StoredRun};
+use crate::commands::{Failure, FAILURE, MODEL, USAGE};
 use crate::config::Settings;
+use crate::llama::measure::TestKind;
 use crate::llama::measure::TestSpec;
 use crate::llama::settings::{FlashAttn, KvType};
 
@@ -103,58 +107,6 @@ pub struct BenchArgs {
     /// per token under the bandwidth ceiling) and, with --batch, FILE-batch (tok/s and ITL
     /// against B).
     #[arg(long, value_name = "FILE")]
-    pub plot: Option<PathBuf>,
-}
-
-/// List earlier bench runs, or print one.
-#[derive(Debug, Args, Default, Clone)]
-pub struct ResultsArgs {
-    /// A run's id (or a unique prefix): print its stored JSON.
-    #[arg(value_name = "ID")]
-    pub id: Option<String>,
-}
-
-/// How the results are printed on stdout.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OutputFormat {
-    Markdown,
-    Csv,
-    Json,
-    JsonLines,
-}
-
-impl OutputFormat {
-    fn parse(s: &str) -> Result<Self, Failure> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "md" | "markdown" => Ok(Self::Markdown),
-            "csv" => Ok(Self::Csv),
-            "json" => Ok(Self::Json),
-            "jsonl" => Ok(Self::JsonLines),
-            _ => Err(bad_value("-o/--output", s, "one of md, csv, json, jsonl")),
-        }
-    }
-}
-
-/// Where the peak memory bandwidth comes from.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum BandwidthChoice {
-    /// `--bandwidth-gb-s` or the config's `bandwidth_gb_s`, in bytes per second.
-    Configured(f64),
-    /// The GPU's datasheet value, else the CPU copy probe unless `probe` is false.
-    Auto { probe: bool },
-}
-
-/// Everything `bench` will do, validated.
-#[derive(Debug, Clone)]
-pub struct BenchPlan {
-    pub models: Vec<PathBuf>,
-    pub sweep: Sweep,
-    pub repetitions: u32,
-    pub warmup: bool,
-    pub output: OutputFormat,
-    pub bandwidth: BandwidthChoice,
-    pub price_per_gpu_hour_usd: f64,
-    pub vs: Option<String>,
     pub plot: Option<PathBuf>,
 }
 
@@ -348,9 +300,20 @@ fn parse_pg(given: &[String]) -> Result<Vec<TestSpec>, Failure> {
         .collect()
 }
 
-impl BenchPlan {
-    /// Validate the flags against the lower configuration layers.
-    pub fn from_args(args: &BenchArgs, settings: &Settings) -> Result<Self, Failure> {
+/// `-o/--output`.
+fn parse_output(s: &str) -> Result<OutputFormat, Failure> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "md" | "markdown" => Ok(OutputFormat::Markdown),
+        "csv" => Ok(OutputFormat::Csv),
+        "json" => Ok(OutputFormat::Json),
+        "jsonl" => Ok(OutputFormat::JsonLines),
+        _ => Err(bad_value("-o/--output", s, "one of md, csv, json, jsonl")),
+    }
+}
+
+/// Validate the flags against the lower configuration layers.
+pub fn plan(args: &BenchArgs, settings: &Settings) -> Result<BenchPlan, Failure> {
+    {
         let sweep = parse_sweep(args)?;
         let repetitions = match &args.repetitions {
             Some(r) => parse_single("-r/--repetitions", r, 1, 100_000)?,
@@ -370,18 +333,18 @@ impl BenchPlan {
             None => settings.price_per_gpu_hour_usd,
         };
         let output = match &args.output {
-            Some(o) => OutputFormat::parse(o)?,
+            Some(o) => parse_output(o)?,
             None => OutputFormat::Markdown,
         };
         let models = if args.model.is_empty() {
-            vec![crate::commands::chat::resolve_model(settings)?]
+            vec![crate::commands::model::resolve_model(settings)?]
         } else {
             args.model
                 .iter()
                 .map(|m| crate::config::expand_home(m))
                 .collect()
         };
-        Ok(Self {
+        Ok(BenchPlan {
             models,
             sweep,
             repetitions,
@@ -507,6 +470,141 @@ fn check_batch_fits(sweep: &Sweep) -> Result<(), Failure> {
     }
 }
 
+/// `tokscope bench`.
+pub fn run(args: &BenchArgs, settings: Settings) -> Result<(), Failure> {
+    let plan = plan(args, &settings)?;
+    run::check_models(&plan.models)?;
+    let log_path = log::results_path(&crate::paths::data_dir());
+    let baseline = match &plan.vs {
+        Some(query) => Some(baseline(&log_path, query)?),
+        None => None,
+    };
+    let now = std::time::SystemTime::now();
+    let run_id = crate::ids::new_id(now);
+    let jobs = sweep::expand(&plan.models, &plan.sweep);
+    let outcome = run::run_jobs(&plan, &jobs, &settings.sampling, &run_id);
+    let mut rows = outcome.rows;
+    report::relate_batches(&mut rows);
+    let text = format::render(&rows, plan.output)
+        .map_err(|e| Failure::new(FAILURE, format!("cannot format the results: {e}")))?;
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(text.as_bytes())?;
+    if !rows.is_empty() {
+        save(&log_path, &run_id, crate::ids::unix_s(now), &rows);
+    }
+    if let Some(path) = &plan.plot {
+        plot_rows(&rows, path)?;
+    }
+    if let Some(base) = baseline {
+        let text = log::comparison(&log::as_stored(&rows), &base);
+        if plan.output == OutputFormat::Markdown {
+            stdout.write_all(text.as_bytes())?;
+        } else {
+            // Keep stdout machine-readable.
+            eprint!("{text}");
+        }
+    }
+    stdout.flush()?;
+    match outcome.failures.as_slice() {
+        [] => Ok(()),
+        failures => Err(Failure::new(
+            if outcome.model_failed { MODEL } else { FAILURE },
+            format!(
+                "{} of {} tests failed:\n  {}",
+                failures.len(),
+                jobs.len(),
+                failures.join("\n  ")
+            ),
+        )),
+    }
+}
+
+/// `--plot FILE.ext`: FILE-roofline.ext from the rows with a ceiling, FILE-batch.ext from the
+/// batch rows.
+fn plot_rows(rows: &[Row], path: &std::path::Path) -> Result<(), Failure> {
+    use crate::metrics::BatchPoint;
+    use crate::plot::{plot_batch_sweep, plot_roofline, RooflinePoint};
+    let with_suffix = |suffix: &str| {
+        let stem = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let ext = path
+            .extension()
+            .map(|e| e.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        path.with_file_name(format!("{stem}-{suffix}.{ext}"))
+    };
+    let plot_failed = |e: crate::plot::PlotError| Failure::new(FAILURE, format!("--plot: {e}"));
+    let roofline: Vec<RooflinePoint> = rows
+        .iter()
+        .filter_map(|r| {
+            Some(RooflinePoint {
+                label: format!(
+                    "{} {}",
+                    sweep::file_name(std::path::Path::new(&r.params.model)),
+                    r.test
+                ),
+                bytes_per_token: r.bytes_per_token?,
+                tok_per_s: r.decode_tok_per_s?,
+            })
+        })
+        .collect();
+    let bandwidth = rows.iter().find_map(|r| {
+        Some((
+            r.bandwidth_gb_s? * 1e9,
+            r.bandwidth_source.clone().unwrap_or_default(),
+        ))
+    });
+    if let (false, Some((bw, label))) = (roofline.is_empty(), bandwidth) {
+        let out = with_suffix("roofline");
+        plot_roofline(
+            &roofline,
+            bw,
+            &label,
+            "decode speed against bytes read per token",
+            &out,
+        )
+        .map_err(plot_failed)?;
+        eprintln!("wrote {}", out.display());
+    } else {
+        eprintln!("--plot: no roofline (no decode rows with a known bandwidth)");
+    }
+    let batch: Vec<BatchPoint> = rows
+        .iter()
+        .filter(|r| r.kind == TestKind::Batch)
+        .filter_map(|r| {
+            Some(BatchPoint {
+                batch: r.params.batch_size,
+                aggregate_tok_per_s: r.tok_per_s_mean,
+                per_sequence_tok_per_s: r.per_sequence_tok_per_s?,
+                itl_p50_ms: r.itl_p50_ms?,
+                itl_p99_ms: r.itl_p99_ms?,
+            })
+        })
+        .collect();
+    if !batch.is_empty() {
+        let out = with_suffix("batch");
+        plot_batch_sweep(&batch, "batching: aggregate and per-sequence speed", &out)
+            .map_err(plot_failed)?;
+        eprintln!("wrote {}", out.display());
+    }
+    Ok(())
+}
+
+/// The run `--vs` names, read before measuring so that a wrong id fails at once.
+fn baseline(log_path: &std::path::Path, query: &str) -> Result<StoredRun, Failure> {
+    let (runs, _) = log::read_runs(log_path).map_err(|e| {
+        Failure::new(
+            FAILURE,
+            format!("cannot read the results log {}: {e}", log_path.display()),
+        )
+    })?;
+    log::find_run(&runs, query)
+        .cloned()
+        .map_err(|e| Failure::new(USAGE, format!("--vs {query}: {e}")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -613,7 +711,7 @@ mod tests {
             model: Some(PathBuf::from("m.gguf")),
             ..Settings::default()
         };
-        BenchPlan::from_args(&w.bench, &settings)
+        super::plan(&w.bench, &settings)
     }
 
     #[test]
