@@ -939,6 +939,8 @@ impl App {
             }
             // A cancelled or closed A/B comparison: its late events are dropped.
             EngineEvent::AbFinished { .. } => {}
+            // Shown by the prefill progress line (after the UI restructuring lands).
+            EngineEvent::PrefillProgress { .. } => {}
             EngineEvent::BatchSweepDone { request_id, error } => {
                 if self.bench.running == Some(request_id) {
                     self.bench.running = None;

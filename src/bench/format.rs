@@ -114,7 +114,10 @@ fn bandwidth(row: &Row) -> String {
 }
 
 fn pct(v: Option<f64>) -> String {
-    v.map_or_else(|| "—".into(), |v| format!("{v:.1}%"))
+    v.map_or_else(
+        || "—".into(),
+        |v| crate::metrics::roofline::mbu_pct_cell(v, 1),
+    )
 }
 
 fn dollars(v: Option<f64>) -> String {
@@ -264,6 +267,12 @@ fn notes(rows: &[Row]) -> String {
     }
     if rows.iter().all(|r| r.bandwidth_source.is_none()) {
         out.push_str("bandwidth: unknown (give --bandwidth-gb-s for the roofline columns)\n");
+    }
+    if rows.iter().any(|r| r.mbu_pct.is_some_and(|m| m > 100.0)) {
+        out.push_str(&format!(
+            "MBU ↑: {} (give --bandwidth-gb-s, or rerun the probe on an idle machine)\n",
+            crate::metrics::roofline::ABOVE_CEILING
+        ));
     }
     if let Some(w) = rows.iter().find_map(|r| r.warning) {
         out.push_str(&format!("!! {w}\n"));

@@ -17,10 +17,6 @@ use crate::llama::settings::EngineSettings;
 use crate::llama::{describe, load_model, new_context};
 use crate::metrics::roofline::{datasheet_bandwidth, Bandwidth, BandwidthSource};
 
-/// The CPU copy probe's buffer and repeats: large enough to leave every cache behind.
-const PROBE_BYTES: usize = 256 << 20;
-const PROBE_REPEATS: usize = 5;
-
 /// What the sweep produced: a row per test that ran, an error per test that did not.
 pub struct Outcome {
     pub rows: Vec<Row>,
@@ -32,12 +28,13 @@ pub struct Outcome {
 /// The bandwidth each row's roofline uses, resolved once per run.
 struct BandwidthResolver {
     choice: BandwidthChoice,
-    /// The CPU probe's result, measured the first time it is needed.
-    cpu: Option<Option<Bandwidth>>,
+    /// The CPU probe's result per thread count, measured (or read from the shared cache) the
+    /// first time it is needed.
+    cpu: std::collections::BTreeMap<u32, Option<Bandwidth>>,
 }
 
 impl BandwidthResolver {
-    fn for_model(&mut self, info: &ModelInfo) -> Option<Bandwidth> {
+    fn for_model(&mut self, info: &ModelInfo, threads: u32) -> Option<Bandwidth> {
         match self.choice {
             BandwidthChoice::Configured(bytes_per_s) => Some(Bandwidth {
                 bytes_per_s,
@@ -46,10 +43,14 @@ impl BandwidthResolver {
             BandwidthChoice::Auto { .. } if info.n_gpu_layers > 0 => gpu_datasheet(),
             BandwidthChoice::Auto { probe } => self
                 .cpu
-                .get_or_insert_with(|| {
+                .entry(threads)
+                .or_insert_with(|| {
                     probe.then(|| {
-                        eprintln!("measuring the CPU's memory bandwidth (--no-probe skips this)…");
-                        crate::hw::measure_cpu_bandwidth(PROBE_BYTES, PROBE_REPEATS)
+                        eprintln!(
+                            "the CPU's memory bandwidth at {threads} thread(s): the shared probe \
+                             (measured once per machine and thread count; --no-probe skips it)…"
+                        );
+                        crate::hw::cpu_bandwidth(threads as usize)
                     })
                 })
                 .clone(),
@@ -254,7 +255,7 @@ impl<'a> Runner<'a> {
             run_id,
             bandwidth: BandwidthResolver {
                 choice: plan.bandwidth,
-                cpu: None,
+                cpu: std::collections::BTreeMap::new(),
             },
             progress: Progress {
                 total: jobs.len(),
@@ -329,7 +330,7 @@ impl Runner<'_> {
         let started = Instant::now();
         let ctx = new_context(model, &settings, job.test.sequences())?;
         let info = describe(model, &ctx, &job.params.model, &settings, started);
-        let bandwidth = self.bandwidth.for_model(&info);
+        let bandwidth = self.bandwidth.for_model(&info, job.params.threads);
         let mut bencher = Bencher::new(model, ctx);
         if self.plan.warmup {
             bencher.warm_up(&job.test)?;

@@ -146,6 +146,12 @@ pub fn verdict(rows: &[CompareRow]) -> Vec<String> {
             ));
         }
     }
+    if rows.iter().any(|r| r.mbu_pct.is_some_and(|m| m > 100.0)) {
+        lines.push(format!(
+            "MBU ↑: {} (give --bandwidth-gb-s, or rerun the probe on an idle machine).",
+            crate::metrics::roofline::ABOVE_CEILING
+        ));
+    }
     lines
 }
 
@@ -215,7 +221,10 @@ pub fn markdown(c: &Comparison) -> String {
                 mean_sd(r.pp_tok_per_s, r.pp_tok_per_s_sd),
                 mean_sd(r.tg_tok_per_s, r.tg_tok_per_s_sd),
                 opt(r.ceiling_tok_per_s, 1),
-                opt(r.mbu_pct, 1),
+                r.mbu_pct.map_or_else(
+                    || "—".to_string(),
+                    |m| crate::metrics::roofline::mbu_pct_cell(m, 1),
+                ),
                 opt(r.cost_per_million_tokens_usd, 3),
                 match (r.tg_tok_per_s, r.pareto) {
                     (None, _) => "—",

@@ -187,6 +187,14 @@ pub enum EngineEvent {
         /// Oldest messages left out because the conversation no longer fits the context.
         dropped_messages: usize,
     },
+    /// One micro-batch of the prompt was prefilled: `done` of the `total` tokens this turn
+    /// prefills (the cached prefix not counted). `at` is the offset from `submitted_at`.
+    PrefillProgress {
+        request_id: RequestId,
+        done: usize,
+        total: usize,
+        at: Duration,
+    },
     /// Prefill finished: the first parts of TTFT, for the live display.
     PrefillDone {
         request_id: RequestId,
@@ -234,6 +242,7 @@ impl EngineEvent {
     pub fn request_id(&self) -> Option<RequestId> {
         match self {
             EngineEvent::PrefillStarted { request_id, .. }
+            | EngineEvent::PrefillProgress { request_id, .. }
             | EngineEvent::PrefillDone { request_id, .. }
             | EngineEvent::Token { request_id, .. }
             | EngineEvent::Finished { request_id, .. }

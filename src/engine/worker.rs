@@ -216,6 +216,12 @@ struct Session<'m> {
     ctx: LlamaContext<'m>,
     info: ModelInfo,
     style: PromptStyle,
+    /// Tokens per prefill decode call: one micro-batch (llama.cpp's n_ubatch, at most
+    /// n_batch). llama.cpp computes a larger call one micro-batch after another anyway, so
+    /// the work is the same, and checking the cancel flag between calls stops a long prefill
+    /// within one micro-batch. (llama.cpp's abort callback would stop it within a graph node,
+    /// but llama-cpp-2 0.1.160 exposes neither `llama_set_abort_callback` on a context nor the
+    /// `abort_callback` field of its context parameters.)
     n_batch: usize,
     /// Tokens whose KV entries are in sequence 0, in position order.
     cached: Vec<LlamaToken>,
@@ -240,7 +246,7 @@ impl<'m> Session<'m> {
         info.template_note = template_note;
         Ok(Self {
             model,
-            n_batch: ctx.n_batch().max(1) as usize,
+            n_batch: ctx.n_ubatch().min(ctx.n_batch()).max(1) as usize,
             ctx,
             info,
             style,
@@ -435,6 +441,12 @@ impl<'m> Session<'m> {
                 .map_err(|e| EngineError::Decode(e.to_string()))?;
             self.cached.extend_from_slice(chunk);
             logits_index = chunk.len() as i32 - 1;
+            let _ = events.send(EngineEvent::PrefillProgress {
+                request_id: req.id,
+                done: (chunk_no * self.n_batch + chunk.len()).min(new_tokens.len()),
+                total: new_tokens.len(),
+                at: t0.elapsed(),
+            });
         }
         self.ctx.synchronize();
         timeline.prefill = step.elapsed();
