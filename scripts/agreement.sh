@@ -108,13 +108,13 @@ if [ "$mode" = quick ]; then
   "$tokscope" synth -o "$model" --preset small --type f16 --layers 6 --embd 512 --heads 8 \
     --kv-heads 4 --ff 1536 >"${out_dir}/synth.log" 2>&1 ||
     { cat "${out_dir}/synth.log" >&2; exit 3; }
-  speed_args=(-p 128 -n 32 -r 2 --npp 32 --ntg 16 --npl 1,2)
+  speed_args=(-p 128 -n 32 -r 2 --npp 32 --ntg 16 --npl "1,2")
   ppl_args=(-c 128 --chunks 4 --quantize q8_0)
   long_words=700
   gen=48
 else
   [ -f "$model" ] || { echo "error: no model at ${model} (tokscope fetch-demo gets the demo model)" >&2; exit 3; }
-  speed_args=(-p 512 -n 128 -r 3 --npp 128 --ntg 128 --npl 1,2,4)
+  speed_args=(-p 512 -n 128 -r 3 --npp 128 --ntg 128 --npl "1,2,4")
   ppl_args=(-c 512 --chunks 8)
   long_words=1400
   gen=128
