@@ -327,6 +327,16 @@ pub fn peak_bandwidth(
     Some(cpu_bandwidth(threads))
 }
 
+/// The 1-minute load average (Linux `/proc/loadavg`), when known.
+pub fn load_average_1m() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// The CPU's model name (Linux `/proc/cpuinfo`), when known.
 pub fn cpu_name() -> Option<String> {
     let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;

@@ -825,6 +825,7 @@ fn comparison() -> tokscope::compare::Comparison {
             "q4_0.gguf is dominated: q4_k_m.gguf is faster (560.0 vs 540.0 tok/s) and closer to the reference (KL 0.021000 vs 0.045000).".into(),
         ],
         llama_cpp: "llama-cpp-2 0.1.160".into(),
+        control: None,
     }
 }
 

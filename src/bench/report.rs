@@ -103,7 +103,9 @@ pub struct Row {
     /// The model was written by `tokscope synth`.
     pub synthetic: bool,
     /// `ModelInfo::SYNTHETIC_LABEL` for synthetic models.
-    pub warning: Option<&'static str>,
+    /// Why this row cannot be fully vouched for: synthetic weights, a busy machine (load
+    /// average, a stall between tokens), each with the advice to rerun; `None` when clean.
+    pub warning: Option<String>,
     pub stamp: Stamp,
 }
 
@@ -118,6 +120,9 @@ pub struct RowContext<'a> {
     pub sampling: &'a SamplingParams,
     pub repetitions: u32,
     pub warmup: bool,
+    /// The 1-minute load average before and after the row's runs.
+    pub load_before: Option<f64>,
+    pub load_after: Option<f64>,
 }
 
 /// Mean and sample standard deviation (n − 1), as llama-bench reports them.
@@ -230,7 +235,12 @@ pub fn build_row(job: &Job, samples: &[Sample], cx: &RowContext) -> Row {
             tok_per_s_mean,
         ),
         synthetic: cx.info.synthetic,
-        warning: cx.info.synthetic.then_some(ModelInfo::SYNTHETIC_LABEL),
+        warning: row_warning(
+            cx,
+            job.params.threads,
+            itl.map(|t| t.p50_ms),
+            itl.map(|t| t.max_ms),
+        ),
         stamp: Stamp::new(cx.info, cx.sampling),
     };
     if generates {
@@ -239,6 +249,30 @@ pub fn build_row(job: &Job, samples: &[Sample], cx: &RowContext) -> Row {
         add_prefill_flops(&mut row, cx.info, (lo, hi));
     }
     row
+}
+
+/// The synthetic label and the busy-machine warnings of a row, joined; `None` when there are
+/// none.
+fn row_warning(
+    cx: &RowContext,
+    threads: u32,
+    itl_p50_ms: Option<f64>,
+    itl_max_ms: Option<f64>,
+) -> Option<String> {
+    let mut parts: Vec<String> = Vec::new();
+    if cx.info.synthetic {
+        parts.push(ModelInfo::SYNTHETIC_LABEL.to_string());
+    }
+    parts.extend(crate::metrics::busy::busy_warnings(
+        &crate::metrics::busy::BusySignals {
+            threads,
+            load_before: cx.load_before,
+            load_after: cx.load_after,
+            itl_p50_ms,
+            itl_max_ms,
+        },
+    ));
+    (!parts.is_empty()).then(|| parts.join("; "))
 }
 
 fn params(job: &Job, cx: &RowContext) -> BenchParams {

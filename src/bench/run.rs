@@ -184,6 +184,7 @@ pub fn run_jobs_alternating(
     run_id: &str,
 ) -> Outcome {
     let mut runner = Runner::new(plan, jobs, sampling, run_id);
+    let load_before = crate::hw::load_average_1m();
     let n = jobs.len();
     let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); n];
     let mut facts: Vec<Option<(ModelInfo, Option<Bandwidth>)>> = vec![None; n];
@@ -234,7 +235,7 @@ pub fn run_jobs_alternating(
             if samples.len() == rounds as usize {
                 outcome
                     .rows
-                    .push(runner.row(job, samples, info, bandwidth.as_ref(), rounds));
+                    .push(runner.row(job, samples, info, bandwidth.as_ref(), rounds, load_before));
             }
         }
     }
@@ -314,8 +315,9 @@ impl Runner<'_> {
 
     fn run_job(&mut self, index: usize, model: &LlamaModel, job: &Job) -> Result<Row, EngineError> {
         let reps = self.plan.repetitions;
+        let load_before = crate::hw::load_average_1m();
         let (samples, info, bandwidth) = self.measure(index, model, job, reps)?;
-        Ok(self.row(job, &samples, &info, bandwidth.as_ref(), reps))
+        Ok(self.row(job, &samples, &info, bandwidth.as_ref(), reps, load_before))
     }
 
     /// A context for the job, the warm-up (unless turned off), then `reps` timed runs.
@@ -352,8 +354,11 @@ impl Runner<'_> {
         info: &ModelInfo,
         bandwidth: Option<&Bandwidth>,
         repetitions: u32,
+        load_before: Option<f64>,
     ) -> Row {
         let cx = RowContext {
+            load_before,
+            load_after: crate::hw::load_average_1m(),
             run_id: self.run_id,
             info,
             bandwidth,

@@ -59,17 +59,25 @@ pub struct RunReport {
     pub token_ready_ms: Vec<f64>,
     pub context_used: usize,
     pub llama_counters: LlamaCounters,
-    /// Set for synthetic models: their speed is real, their text is noise.
-    pub warning: Option<&'static str>,
+    /// Why the figures cannot be fully vouched for, joined by "; ": synthetic weights (their
+    /// speed is real, their text is noise), a busy machine (load average before or after, a
+    /// stall between tokens), each with the advice to rerun. `null` when clean.
+    pub warning: Option<String>,
     pub stamp: Stamp,
 }
 
 impl RunReport {
-    pub fn new(report: &TurnReport, info: &ModelInfo, settings: &Settings) -> Self {
+    pub fn new(
+        report: &TurnReport,
+        info: &ModelInfo,
+        settings: &Settings,
+        load_before: Option<f64>,
+    ) -> Self {
         #[allow(unused_mut)]
         let mut metrics = report.timeline.summary();
         #[cfg(feature = "plant")]
         plant(&mut metrics);
+        let warning = run_warning(&metrics, info, load_before);
         Self {
             text: report.text.clone(),
             stop_reason: report.stop_reason,
@@ -82,7 +90,7 @@ impl RunReport {
                 .collect(),
             context_used: report.context_used,
             llama_counters: report.llama_counters,
-            warning: info.synthetic.then_some(ModelInfo::SYNTHETIC_LABEL),
+            warning,
             stamp: Stamp::new(info, &settings.sampling),
         }
     }
@@ -114,6 +122,7 @@ pub fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure> {
         )?)),
         None => None,
     };
+    let load_before = crate::hw::load_average_1m();
     let (mut engine, mut events) = EngineHandle::spawn(config)?;
     let show_progress = std::io::stderr().is_terminal() && !args.json;
     let mut stdout = std::io::stdout().lock();
@@ -154,7 +163,7 @@ pub fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure> {
                 let info = info
                     .as_ref()
                     .ok_or_else(|| Failure::new(FAILURE, "engine finished before it was ready"))?;
-                let full = RunReport::new(&report, info, &settings);
+                let full = RunReport::new(&report, info, &settings, load_before);
                 if let Some(file) = report_file.as_mut() {
                     let line = serde_json::to_string(&full)
                         .map_err(|e| Failure::new(FAILURE, e.to_string()))?;
@@ -217,6 +226,24 @@ pub fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure> {
     Err(Failure::new(FAILURE, "the engine stopped unexpectedly"))
 }
 
+/// The synthetic label and the busy-machine warnings of one answer.
+fn run_warning(metrics: &TurnSummary, info: &ModelInfo, load_before: Option<f64>) -> Option<String> {
+    let mut parts: Vec<String> = Vec::new();
+    if info.synthetic {
+        parts.push(ModelInfo::SYNTHETIC_LABEL.to_string());
+    }
+    parts.extend(crate::metrics::busy::busy_warnings(
+        &crate::metrics::busy::BusySignals {
+            threads: info.threads,
+            load_before,
+            load_after: crate::hw::load_average_1m(),
+            itl_p50_ms: metrics.itl.map(|t| t.p50_ms),
+            itl_max_ms: metrics.itl.map(|t| t.max_ms),
+        },
+    ));
+    (!parts.is_empty()).then(|| parts.join("; "))
+}
+
 /// A planted error for the agreement check (test builds with the `plant` feature only):
 /// `TOKSCOPE_PLANT_SCALE=decode:1.1` scales one reported figure (decode tok/s, prefill ms,
 /// TTFT ms or the ITL percentiles) so that scripts/agreement.sh can show that it catches it.
@@ -263,8 +290,10 @@ pub fn human_summary(r: &RunReport, info: &ModelInfo) -> String {
         info.threads,
         info.template,
     ));
-    if let Some(w) = r.warning {
-        out.push_str(&format!("!! {w}\n"));
+    if let Some(w) = &r.warning {
+        for part in w.split("; ") {
+            out.push_str(&format!("!! {part}\n"));
+        }
     }
     out.push_str(&format!(
         "prompt   {} tokens ({} from cache) · prefill {:.1} ms · {} tok/s\n",
