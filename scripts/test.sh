@@ -11,6 +11,9 @@ cd "$(dirname "$0")/.."
 # shellcheck source=scripts/deps.sh
 source scripts/deps.sh
 tokscope_install_deps
+cargo fmt --all -- --check
+# Clippy in the release profile shares the one optimized llama.cpp build with the tests.
+cargo clippy --release --locked --all-targets -- -D warnings
 cargo build --release --locked --bins
 # The real-model tests (tests/real_model.rs) fail without the demo model: fetch it first
 # (a no-op when it is already there and verified).

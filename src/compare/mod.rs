@@ -438,7 +438,7 @@ fn model_files(plan: &ComparePlan) -> Result<Vec<(PathBuf, bool)>, CompareError>
                 }
             },
         )
-        .map_err(|e| CompareError::failed(e))?;
+        .map_err(CompareError::failed)?;
         if terminal {
             eprint!("\r\x1b[K");
         }
@@ -531,7 +531,7 @@ fn evaluate_quality(
     };
     let n_chunks = chunking
         .chunks(tokens.len())
-        .map_err(|e| CompareError::usage(e))?;
+        .map_err(CompareError::usage)?;
     let context =
         |c: &Candidate, load: usize| -> Result<(Evaluator<'_>, ModelInfo), CompareError> {
             let settings = c.engine_settings(plan.n_ctx, plan.threads);
