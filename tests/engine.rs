@@ -153,6 +153,36 @@ fn cancel_stops_within_one_token_and_keeps_the_partial_answer() {
 }
 
 #[test]
+fn the_ttft_breakdown_adds_up_to_ttft() {
+    let _lock = model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let model = synth_medium(dir.path());
+    let mut e = start(&model, settings(2048));
+    for prompt in ["Hello there", "A second, somewhat longer message to prefill"] {
+        let t = e.turn(vec![user(prompt)], greedy(), 4);
+        let s = t.report.timeline.summary();
+        let ttft = s.ttft_ms.unwrap();
+        let parts = s.queue_ms + s.template_tokenize_ms + s.prefill_ms + s.first_sample_ms.unwrap();
+        assert!(
+            (parts - ttft).abs() <= 0.01 * ttft,
+            "queue {} + template {} + prefill {} + first sample {:?} = {parts} ms vs TTFT {ttft} ms",
+            s.queue_ms,
+            s.template_tokenize_ms,
+            s.prefill_ms,
+            s.first_sample_ms
+        );
+        assert!(s.queue_ms >= 0.0 && s.queue_ms < ttft);
+        // What the chat's live view derives from the PrefillDone event (queue = at − template
+        // − prefill) is the engine's queue.
+        let tl = &t.report.timeline;
+        let derived = tl
+            .prefill_done_at
+            .saturating_sub(tl.template_tokenize + tl.prefill);
+        assert!(derived.abs_diff(tl.queue) <= Duration::from_micros(1), "{derived:?} vs {:?}", tl.queue);
+    }
+}
+
+#[test]
 fn cancel_stops_a_long_prefill_within_one_micro_batch() {
     let _lock = model_lock();
     let dir = tempfile::tempdir().unwrap();

@@ -395,9 +395,11 @@ impl<'m> Session<'m> {
         let n_ctx = self.ctx.n_ctx() as usize;
         let mut timeline = TurnTimeline::default();
 
-        let step = Instant::now();
+        // The breakdown's boundaries are taken as offsets from t0, one after the other, so
+        // queue + template/tokenize + prefill + first sample add up to TTFT exactly.
+        let picked_up = Instant::now();
+        timeline.queue = picked_up.saturating_duration_since(t0);
         let (tokens, dropped_messages) = self.fit_prompt(&req.messages, n_ctx, req.max_tokens)?;
-        timeline.template_tokenize = step.elapsed();
 
         // KV reuse: keep the cached prefix, prefill the rest. At least one token is decoded
         // so that there are logits to sample from.
@@ -418,6 +420,7 @@ impl<'m> Session<'m> {
 
         let mut batch = LlamaBatch::new(self.n_batch, 1);
         let step = Instant::now();
+        timeline.template_tokenize = step.saturating_duration_since(picked_up);
         let mut logits_index = 0i32;
         let new_tokens = &tokens[reuse..];
         let n_chunks = new_tokens.len().div_ceil(self.n_batch);
@@ -449,8 +452,9 @@ impl<'m> Session<'m> {
             });
         }
         self.ctx.synchronize();
-        timeline.prefill = step.elapsed();
-        timeline.prefill_done_at = t0.elapsed();
+        let prefill_done = Instant::now();
+        timeline.prefill = prefill_done.saturating_duration_since(step);
+        timeline.prefill_done_at = prefill_done.saturating_duration_since(t0);
         let _ = events.send(EngineEvent::PrefillDone {
             request_id: req.id,
             template_tokenize: timeline.template_tokenize,

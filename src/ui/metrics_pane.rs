@@ -281,8 +281,15 @@ fn pieces(app: &App, now: Instant, w: usize) -> Vec<Piece> {
         focus.is_some_and(|(_, t)| !t.phase.is_active() || t.timeline.tokens_generated() > 0);
     let if_known = |v: Option<f64>| if known { v } else { None };
     out.push(Piece::text(
-        5,
+        6,
         vec![
+            row(
+                "  queue ms",
+                format::num(if_known(s.map(|s| s.queue_ms))),
+                w,
+                sub,
+                value,
+            ),
             row(
                 "  tmpl+tok ms",
                 format::num(if_known(s.map(|s| s.template_tokenize_ms))),
