@@ -589,6 +589,13 @@ fn ab_generation_answers_with_another_model_and_leaves_the_chat_model_alone() {
         report.turn.timeline.cached_tokens, 0,
         "B has a context of its own"
     );
+    // Like for like: A answered again in a fresh context of its own just before B, so both
+    // sides' figures are cold; with the same seed it is A's answer, token for token.
+    let a_fresh = report.a_fresh.as_ref().expect("A re-run in a fresh context");
+    assert_eq!(a_fresh.timeline.cached_tokens, 0, "A's re-run reused no cache");
+    assert_eq!(a_fresh.timeline.prompt_tokens, report.turn.timeline.prompt_tokens);
+    assert_eq!(a_fresh.text, first.report.text);
+    assert!(a_fresh.timeline.summary().ttft_ms.is_some());
     assert_ne!(
         report.turn.text, first.report.text,
         "other weights, other text"

@@ -719,6 +719,7 @@ fn ab_app(b_text: &str, b_pieces: &[&str], finished: bool) -> App {
         Some(d) => AbOutcome::Diverges(d),
     });
     app.ab = Some(AbScreen {
+        like_for_like: finished,
         prompt: "hi".to_string(),
         settings: TurnSettings {
             sampling: SamplingParams::default(),

@@ -45,7 +45,7 @@ pub struct RunArgs {
     pub turns: u32,
     /// With --turns: send the first turn's conversation again each turn instead of growing
     /// it; every later turn then prefills one token (the rest is in the KV cache).
-    #[arg(long, requires = "turns")]
+    #[arg(long)]
     pub resend: bool,
 }
 

@@ -157,6 +157,10 @@ pub struct AbReport {
     /// Model B as loaded (file, quantization, template).
     pub model: ModelInfo,
     pub turn: TurnReport,
+    /// Model A (the chat's) answering the same request in a fresh context of its own, just
+    /// before B, so that A's and B's figures are like for like (both cold: no KV cache
+    /// reuse, no queue behind the chat). `None` when A could not be re-run.
+    pub a_fresh: Option<TurnReport>,
     /// The text of each generated token, in order (whole characters; before stop strings are
     /// held back or cut, so a stop string's tokens are there too): where B's answer parts from
     /// A's is counted in these.

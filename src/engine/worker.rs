@@ -105,7 +105,22 @@ fn load_and_serve(
             }
             Ok(EngineCommand::AbGenerate { path, request }) => {
                 let id = request.id;
-                let result = ab_generate(&path, cfg, request, events, cancel_through);
+                // A again, from a fresh context of the chat's model (the chat's own context
+                // and KV cache are untouched), so that A and B are measured alike. Its events
+                // go nowhere: the screen shows A's text from the conversation.
+                let a_fresh = (|| {
+                    let mut fresh = Session::new(&model, cfg, Instant::now())?;
+                    let (sink, _dropped) = tokio::sync::mpsc::unbounded_channel();
+                    let mut a_request = request.clone();
+                    a_request.submitted_at = Instant::now();
+                    fresh.generate(&a_request, &sink, cancel_through)
+                })();
+                let result = ab_generate(&path, cfg, request, events, cancel_through).map(
+                    |mut report| {
+                        report.a_fresh = a_fresh.ok();
+                        report
+                    },
+                );
                 let _ = events.send(outcome(id, result, |request_id, report| {
                     EngineEvent::AbFinished { request_id, report }
                 }));
@@ -149,6 +164,7 @@ fn ab_generate(
     Ok(AbReport {
         model: session.info.clone(),
         turn,
+        a_fresh: None,
         pieces: std::mem::take(&mut session.pieces),
     })
 }
