@@ -155,19 +155,37 @@ pub fn measure_cpu_bandwidth(threads: usize, footprint_bytes: usize, runs: usize
     });
     let (mut read, mut copy, mut triad) = (f64::INFINITY, f64::INFINITY, f64::INFINITY);
     for _ in 0..runs {
-        read = read.min(timed_parallel(&mut a, &mut b, &mut c, threads, |a, _, _| {
-            std::hint::black_box(read_kernel(std::hint::black_box(a)));
-        }));
-        copy = copy.min(timed_parallel(&mut a, &mut b, &mut c, threads, |a, b, _| {
-            b.copy_from_slice(a);
-            std::hint::black_box(b);
-        }));
-        triad = triad.min(timed_parallel(&mut a, &mut b, &mut c, threads, |a, b, c| {
-            for ((x, y), z) in a.iter_mut().zip(b.iter()).zip(c.iter()) {
-                *x = y + 3.0 * z;
-            }
-            std::hint::black_box(a);
-        }));
+        read = read.min(timed_parallel(
+            &mut a,
+            &mut b,
+            &mut c,
+            threads,
+            |a, _, _| {
+                std::hint::black_box(read_kernel(std::hint::black_box(a)));
+            },
+        ));
+        copy = copy.min(timed_parallel(
+            &mut a,
+            &mut b,
+            &mut c,
+            threads,
+            |a, b, _| {
+                b.copy_from_slice(a);
+                std::hint::black_box(b);
+            },
+        ));
+        triad = triad.min(timed_parallel(
+            &mut a,
+            &mut b,
+            &mut c,
+            threads,
+            |a, b, c| {
+                for ((x, y), z) in a.iter_mut().zip(b.iter()).zip(c.iter()) {
+                    *x = y + 3.0 * z;
+                }
+                std::hint::black_box(a);
+            },
+        ));
     }
     let bytes = (len * 8) as f64;
     let rate = |moved: f64, secs: f64| if secs > 0.0 { moved / secs } else { 0.0 };
@@ -224,7 +242,9 @@ pub fn available_memory_bytes() -> Option<u64> {
 /// The probe's footprint: max(8 × LLC, 1 GiB), capped at half the available memory (so the
 /// probe never pushes the machine into swap), and never below 64 MiB.
 pub fn probe_footprint_bytes(llc: Option<u64>, available: Option<u64>) -> usize {
-    let want = llc.map_or(0, |l| l.saturating_mul(8)).max(PROBE_MIN_BYTES as u64);
+    let want = llc
+        .map_or(0, |l| l.saturating_mul(8))
+        .max(PROBE_MIN_BYTES as u64);
     let cap = available.map_or(u64::MAX, |a| a / 2);
     usize::try_from(want.min(cap).max(64 << 20)).unwrap_or(PROBE_MIN_BYTES)
 }
@@ -358,9 +378,17 @@ mod tests {
             assert!(rate > 1e8 && rate < 1e13, "{rate}");
         }
         assert_eq!(p.threads, 2);
-        assert_eq!(p.best_bytes_per_s(), p.read_bytes_per_s.max(p.copy_bytes_per_s).max(p.triad_bytes_per_s));
+        assert_eq!(
+            p.best_bytes_per_s(),
+            p.read_bytes_per_s
+                .max(p.copy_bytes_per_s)
+                .max(p.triad_bytes_per_s)
+        );
         let label = p.bandwidth().source.label();
-        assert!(label.starts_with("measured, STREAM-style probe, 2 threads"), "{label}");
+        assert!(
+            label.starts_with("measured, STREAM-style probe, 2 threads"),
+            "{label}"
+        );
         assert!(label.contains("best of 2"), "{label}");
     }
 
@@ -377,11 +405,20 @@ mod tests {
     #[test]
     fn footprint_is_well_past_the_cache_and_within_memory() {
         // 32 MiB LLC: 1 GiB wins over 8 × 32 MiB.
-        assert_eq!(probe_footprint_bytes(Some(32 << 20), Some(64 << 30)), 1 << 30);
+        assert_eq!(
+            probe_footprint_bytes(Some(32 << 20), Some(64 << 30)),
+            1 << 30
+        );
         // 256 MiB LLC: 8 × it.
-        assert_eq!(probe_footprint_bytes(Some(256 << 20), Some(64 << 30)), 2 << 30);
+        assert_eq!(
+            probe_footprint_bytes(Some(256 << 20), Some(64 << 30)),
+            2 << 30
+        );
         // Little free memory: half of it.
-        assert_eq!(probe_footprint_bytes(Some(32 << 20), Some(1 << 30)), 512 << 20);
+        assert_eq!(
+            probe_footprint_bytes(Some(32 << 20), Some(1 << 30)),
+            512 << 20
+        );
         assert_eq!(probe_footprint_bytes(None, None), 1 << 30);
         assert_eq!(parse_cache_size("32768K\n"), Some(32 << 20));
         assert_eq!(parse_cache_size("8M"), Some(8 << 20));
@@ -410,14 +447,24 @@ mod tests {
         let again = cpu_bandwidth_cached(&path, 2, || probe(2));
         assert_eq!(calls.get(), 1, "the second call reuses the cached result");
         assert_eq!(again.bytes_per_s, 20e9);
-        assert!(again.source.label().ends_with(", cached"), "{}", again.source.label());
+        assert!(
+            again.source.label().ends_with(", cached"),
+            "{}",
+            again.source.label()
+        );
         // Another thread count is another probe, and both stay cached.
-        assert_eq!(cpu_bandwidth_cached(&path, 1, || probe(1)).bytes_per_s, 10e9);
+        assert_eq!(
+            cpu_bandwidth_cached(&path, 1, || probe(1)).bytes_per_s,
+            10e9
+        );
         assert_eq!(calls.get(), 2);
         cpu_bandwidth_cached(&path, 2, || probe(2));
         cpu_bandwidth_cached(&path, 1, || probe(1));
         assert_eq!(calls.get(), 2);
         let text = std::fs::read_to_string(&path).unwrap();
-        assert!(text.contains(PROBE_METHOD) && text.contains("\"threads\": 1"), "{text}");
+        assert!(
+            text.contains(PROBE_METHOD) && text.contains("\"threads\": 1"),
+            "{text}"
+        );
     }
 }

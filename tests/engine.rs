@@ -7,10 +7,10 @@ mod common;
 use common::*;
 use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::LlamaModel;
+use std::time::{Duration, Instant};
 use tokscope::engine::{EngineEvent, SamplingParams, StopReason, Utf8Stream};
 use tokscope::metrics::relative_difference;
 use tokscope::synth::TensorType;
-use std::time::{Duration, Instant};
 
 #[test]
 fn generates_and_reports_model_facts() {
@@ -124,7 +124,10 @@ fn cancel_stops_within_one_token_and_keeps_the_partial_answer() {
     assert_eq!(t.report.stop_reason, StopReason::Cancelled);
     let cancelled_at = cancelled_at.unwrap();
     let n = t.report.timeline.tokens_generated();
-    assert!(n > cancel_at, "generated {n} tokens, cancelled at {cancel_at}");
+    assert!(
+        n > cancel_at,
+        "generated {n} tokens, cancelled at {cancel_at}"
+    );
     let after: Vec<_> = t
         .report
         .timeline
@@ -158,7 +161,10 @@ fn the_ttft_breakdown_adds_up_to_ttft() {
     let dir = tempfile::tempdir().unwrap();
     let model = synth_medium(dir.path());
     let mut e = start(&model, settings(2048));
-    for prompt in ["Hello there", "A second, somewhat longer message to prefill"] {
+    for prompt in [
+        "Hello there",
+        "A second, somewhat longer message to prefill",
+    ] {
         let t = e.turn(vec![user(prompt)], greedy(), 4);
         let s = t.report.timeline.summary();
         let ttft = s.ttft_ms.unwrap();
@@ -178,7 +184,11 @@ fn the_ttft_breakdown_adds_up_to_ttft() {
         let derived = tl
             .prefill_done_at
             .saturating_sub(tl.template_tokenize + tl.prefill);
-        assert!(derived.abs_diff(tl.queue) <= Duration::from_micros(1), "{derived:?} vs {:?}", tl.queue);
+        assert!(
+            derived.abs_diff(tl.queue) <= Duration::from_micros(1),
+            "{derived:?} vs {:?}",
+            tl.queue
+        );
     }
 }
 
@@ -226,7 +236,10 @@ fn cancel_stops_a_long_prefill_within_one_micro_batch() {
     assert_eq!(report.timeline.tokens_generated(), 0);
     let cancelled_at = cancelled_at.expect("the prefill reported progress twice");
     let (_, total, _) = progress[0];
-    assert!(total > 20 * ubatch as usize, "the prompt has {total} tokens");
+    assert!(
+        total > 20 * ubatch as usize,
+        "the prompt has {total} tokens"
+    );
     // Progress counts micro-batches: each step is one n_ubatch (the last one may be shorter).
     for w in progress.windows(2) {
         assert_eq!(w[1].0 - w[0].0, ubatch as usize, "{progress:?}");
@@ -236,9 +249,15 @@ fn cancel_stops_a_long_prefill_within_one_micro_batch() {
         .iter()
         .filter(|(_, _, at)| before + *at > cancelled_at)
         .count();
-    assert!(after <= 1, "{after} micro-batches after the cancel: {progress:?}");
+    assert!(
+        after <= 1,
+        "{after} micro-batches after the cancel: {progress:?}"
+    );
     let done = progress.last().unwrap().0;
-    assert!(done < total, "the prefill stopped early ({done} of {total})");
+    assert!(
+        done < total,
+        "the prefill stopped early ({done} of {total})"
+    );
     assert!(
         report.llama_counters.prompt_eval_tokens as usize <= done,
         "llama.cpp evaluated {} prompt tokens, progress said {done}",
@@ -591,9 +610,18 @@ fn ab_generation_answers_with_another_model_and_leaves_the_chat_model_alone() {
     );
     // Like for like: A answered again in a fresh context of its own just before B, so both
     // sides' figures are cold; with the same seed it is A's answer, token for token.
-    let a_fresh = report.a_fresh.as_ref().expect("A re-run in a fresh context");
-    assert_eq!(a_fresh.timeline.cached_tokens, 0, "A's re-run reused no cache");
-    assert_eq!(a_fresh.timeline.prompt_tokens, report.turn.timeline.prompt_tokens);
+    let a_fresh = report
+        .a_fresh
+        .as_ref()
+        .expect("A re-run in a fresh context");
+    assert_eq!(
+        a_fresh.timeline.cached_tokens, 0,
+        "A's re-run reused no cache"
+    );
+    assert_eq!(
+        a_fresh.timeline.prompt_tokens,
+        report.turn.timeline.prompt_tokens
+    );
     assert_eq!(a_fresh.text, first.report.text);
     assert!(a_fresh.timeline.summary().ttft_ms.is_some());
     assert_ne!(
@@ -688,7 +716,11 @@ fn ab_generation_is_cancelled_while_loading_and_while_generating() {
         .iter()
         .filter(|at| before + **at > cancelled_at)
         .count();
-    assert!(after <= 1, "{after} tokens after the cancel: {:?}", t.token_ready_at);
+    assert!(
+        after <= 1,
+        "{after} tokens after the cancel: {:?}",
+        t.token_ready_at
+    );
     // The chat's model goes on.
     let t = e.turn(vec![user("Hello")], greedy(), 4);
     assert!(t.token_events >= 1);

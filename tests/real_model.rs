@@ -16,7 +16,11 @@ use assert_cmd::Command;
 fn demo_model() -> PathBuf {
     if let Some(p) = std::env::var_os("TOKSCOPE_DEMO_MODEL") {
         let p = PathBuf::from(p);
-        assert!(p.is_file(), "TOKSCOPE_DEMO_MODEL={} is not a file", p.display());
+        assert!(
+            p.is_file(),
+            "TOKSCOPE_DEMO_MODEL={} is not a file",
+            p.display()
+        );
         return p;
     }
     let data_dir = tokscope::paths::data_dir();
@@ -66,7 +70,10 @@ fn the_transcript_answers_paris_and_stops_at_the_next_question() {
         text.starts_with(" Paris"),
         "the greedy answer to the capital of France: {text:?}"
     );
-    assert!(!text.contains("Question:"), "the answer stops at the next question: {text:?}");
+    assert!(
+        !text.contains("Question:"),
+        "the answer stops at the next question: {text:?}"
+    );
     assert_eq!(v["stop_reason"], "stop_string", "{v}");
     assert!(v["warning"].is_null() || !v["warning"].as_str().unwrap().contains("synthetic"));
     assert_eq!(v["stamp"]["synthetic"], false);
@@ -91,7 +98,10 @@ fn a_longer_answer_has_sane_figures_that_agree_with_llama_cpp() {
 /// The checks the synthetic models' figures pass (tests/cli.rs, tests/engine.rs).
 fn sane_figures(v: &serde_json::Value) {
     let m = &v["metrics"];
-    let f = |k: &str| m[k].as_f64().unwrap_or_else(|| panic!("metrics.{k} in {m}"));
+    let f = |k: &str| {
+        m[k].as_f64()
+            .unwrap_or_else(|| panic!("metrics.{k} in {m}"))
+    };
     let n = m["tokens_generated"].as_u64().unwrap();
     assert!(n >= 2, "{m}");
     assert_eq!(v["token_ready_ms"].as_array().unwrap().len() as u64, n);
@@ -99,7 +109,10 @@ fn sane_figures(v: &serde_json::Value) {
     let ttft = f("ttft_ms");
     assert!(ttft > 0.0);
     for part in ["template_tokenize_ms", "prefill_ms", "first_sample_ms"] {
-        assert!(f(part) >= 0.0 && f(part) <= ttft, "{part} vs TTFT {ttft}: {m}");
+        assert!(
+            f(part) >= 0.0 && f(part) <= ttft,
+            "{part} vs TTFT {ttft}: {m}"
+        );
     }
     assert!(f("template_tokenize_ms") + f("prefill_ms") + f("first_sample_ms") <= ttft * 1.001);
     // The first token's ready time is the TTFT; the last one is the end.
@@ -115,7 +128,10 @@ fn sane_figures(v: &serde_json::Value) {
     // decode tok/s = (n − 1) over the first-to-last token span.
     let span_s = (ready[n as usize - 1] - ready[0]) / 1e3;
     let decode = f("decode_tok_per_s");
-    assert!(((n - 1) as f64 / span_s - decode).abs() / decode < 1e-6, "{decode} vs span");
+    assert!(
+        ((n - 1) as f64 / span_s - decode).abs() / decode < 1e-6,
+        "{decode} vs span"
+    );
     let itl = &m["itl"];
     let p50 = itl["p50_ms"].as_f64().unwrap();
     assert!(p50 > 0.0 && p50 <= itl["p99_ms"].as_f64().unwrap());

@@ -390,7 +390,10 @@ fn a_long_prefill_shows_its_progress_and_esc_shows_stopping_at_once() {
     );
     assert_eq!(effects, vec![tokscope::app::Effect::Cancel(3)]);
     let screen = render(&app, 120, 40);
-    assert!(screen.contains("stopping… (prefill 1536/4096 tok)"), "{screen}");
+    assert!(
+        screen.contains("stopping… (prefill 1536/4096 tok)"),
+        "{screen}"
+    );
     assert!(screen.contains("stopping…"), "status bar: {screen}");
 }
 

@@ -233,9 +233,14 @@ pub fn run_jobs_alternating(
     for ((job, samples), facts) in jobs.iter().zip(&samples).zip(&facts) {
         if let Some((info, bandwidth)) = facts {
             if samples.len() == rounds as usize {
-                outcome
-                    .rows
-                    .push(runner.row(job, samples, info, bandwidth.as_ref(), rounds, load_before));
+                outcome.rows.push(runner.row(
+                    job,
+                    samples,
+                    info,
+                    bandwidth.as_ref(),
+                    rounds,
+                    load_before,
+                ));
             }
         }
     }

@@ -112,14 +112,14 @@ pub fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure> {
     let mut turn = 1u32;
     let mut reports: Vec<RunReport> = Vec::new();
     let mut report_file = match &args.report {
-        Some(path) => Some(std::io::BufWriter::new(std::fs::File::create(path).map_err(
-            |e| {
+        Some(path) => Some(std::io::BufWriter::new(
+            std::fs::File::create(path).map_err(|e| {
                 Failure::new(
                     crate::commands::USAGE,
                     format!("cannot write the report to {}: {e}", path.display()),
                 )
-            },
-        )?)),
+            })?,
+        )),
         None => None,
     };
     let load_before = crate::hw::load_average_1m();
@@ -227,7 +227,11 @@ pub fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure> {
 }
 
 /// The synthetic label and the busy-machine warnings of one answer.
-fn run_warning(metrics: &TurnSummary, info: &ModelInfo, load_before: Option<f64>) -> Option<String> {
+fn run_warning(
+    metrics: &TurnSummary,
+    info: &ModelInfo,
+    load_before: Option<f64>,
+) -> Option<String> {
     let mut parts: Vec<String> = Vec::new();
     if info.synthetic {
         parts.push(ModelInfo::SYNTHETIC_LABEL.to_string());

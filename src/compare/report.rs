@@ -96,9 +96,11 @@ fn speed_threshold(a: &CompareRow, b: &CompareRow, systematic: f64) -> Option<f6
 /// `a` dominates `b`: faster beyond the threshold and at least as close, or as fast (within
 /// the threshold) and closer. Without a spread (one round) nothing dominates.
 fn dominates(a: &CompareRow, b: &CompareRow, systematic: f64) -> bool {
-    let (Some(sa), Some(sb), Some(threshold)) =
-        (a.tg_tok_per_s, b.tg_tok_per_s, speed_threshold(a, b, systematic))
-    else {
+    let (Some(sa), Some(sb), Some(threshold)) = (
+        a.tg_tok_per_s,
+        b.tg_tok_per_s,
+        speed_threshold(a, b, systematic),
+    ) else {
         return false;
     };
     let (ka, kb) = (kl(a), kl(b));
@@ -491,7 +493,10 @@ pub(crate) mod tests {
         mark_pareto(&mut plain, None);
         assert_eq!(plain[1].dominated_by, ["ref"]);
         let words = verdict(&plain, None);
-        assert!(words.iter().any(|l| l.contains("faster (100.0 vs 98.0")), "{words:?}");
+        assert!(
+            words.iter().any(|l| l.contains("faster (100.0 vs 98.0")),
+            "{words:?}"
+        );
         // ...but not when the reference and its own copy measured 3% apart: the reference is
         // then only "as fast" (and closer, so it still dominates, for its KL).
         let control = Control {
@@ -510,7 +515,10 @@ pub(crate) mod tests {
         mark_pareto(&mut faster, Some(&control));
         assert_eq!(faster[1].dominated_by, ["ref"]);
         mark_pareto(&mut faster, None);
-        assert!(faster.iter().all(|r| r.pareto), "2 tok/s faster is real without a control");
+        assert!(
+            faster.iter().all(|r| r.pareto),
+            "2 tok/s faster is real without a control"
+        );
     }
 
     #[test]

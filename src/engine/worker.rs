@@ -115,12 +115,11 @@ fn load_and_serve(
                     a_request.submitted_at = Instant::now();
                     fresh.generate(&a_request, &sink, cancel_through)
                 })();
-                let result = ab_generate(&path, cfg, request, events, cancel_through).map(
-                    |mut report| {
+                let result =
+                    ab_generate(&path, cfg, request, events, cancel_through).map(|mut report| {
                         report.a_fresh = a_fresh.ok();
                         report
-                    },
-                );
+                    });
                 let _ = events.send(outcome(id, result, |request_id, report| {
                     EngineEvent::AbFinished { request_id, report }
                 }));
