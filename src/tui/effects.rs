@@ -1,0 +1,156 @@
+//! The effect runner: where the loop does I/O (the engine, the history dir, the comparisons
+//! log). It never writes into `App`: what it learns goes back as `Msg`s.
+
+use std::path::PathBuf;
+use std::time::{Instant, SystemTime};
+
+use crate::app::{App, Effect, ExportFormat, Msg};
+use crate::engine::{EngineConfig, EngineHandle};
+
+/// A chat turn's request to the engine, stamped now.
+fn chat_request(
+    id: crate::engine::RequestId,
+    messages: Vec<crate::engine::ChatMessage>,
+    sampling: crate::engine::SamplingParams,
+    max_tokens: u32,
+    ignore_eos: bool,
+) -> crate::engine::GenerateRequest {
+    crate::engine::GenerateRequest {
+        id,
+        messages,
+        sampling,
+        max_tokens,
+        capture_first_logits: false,
+        ignore_eos,
+        submitted_at: Instant::now(),
+    }
+}
+
+/// Where the effects go: the engine, the history dir; and the live token counter of the input.
+pub struct Effects<'a> {
+    pub engine: &'a mut EngineHandle,
+    pub engine_config: EngineConfig,
+    pub history_dir: PathBuf,
+    /// Where the comparisons log is (the compare screen reads it).
+    pub data_dir: PathBuf,
+    pub counter: Option<crate::tokcount::TokenCounter>,
+    /// The input text last counted, so typing recounts only what changed.
+    pub counted: Option<String>,
+}
+
+impl Effects<'_> {
+    /// Keep `app.input_tokens` in step with the input: the message's tokens as the engine will
+    /// tokenize them (the template trims the message, so the count does too).
+    pub fn recount(&mut self, app: &mut App) {
+        let Some(counter) = &self.counter else {
+            app.input_tokens = None;
+            return;
+        };
+        if self.counted.as_deref() == Some(app.input.text.as_str()) {
+            return;
+        }
+        app.input_tokens = Some((counter.count(app.input.text.trim()), counter.source()));
+        self.counted = Some(app.input.text.clone());
+    }
+
+    /// Run effects; returns messages reporting their outcomes, and whether to quit.
+    pub fn run(&mut self, effects: Vec<Effect>, app: &mut App) -> (Vec<Msg>, bool) {
+        let mut msgs = Vec::new();
+        let mut quit = false;
+        for effect in effects {
+            match effect {
+                Effect::Generate {
+                    id,
+                    messages,
+                    sampling,
+                    max_tokens,
+                    ignore_eos,
+                } => {
+                    let request = chat_request(id, messages, sampling, max_tokens, ignore_eos);
+                    if let Err(e) = self.engine.send_request(request) {
+                        msgs.push(Msg::Engine(crate::engine::EngineEvent::Failed {
+                            request_id: id,
+                            error: e,
+                        }));
+                    }
+                }
+                Effect::Cancel(id) => self.engine.cancel(id),
+                Effect::BatchSweep {
+                    id,
+                    batches,
+                    n_prompt,
+                    n_gen,
+                } => {
+                    if let Err(e) = self.engine.batch_sweep(id, batches, n_prompt, n_gen) {
+                        msgs.push(Msg::Engine(crate::engine::EngineEvent::BatchSweepDone {
+                            request_id: id,
+                            error: Some(e),
+                        }));
+                    }
+                }
+                Effect::AbGenerate {
+                    id,
+                    path,
+                    messages,
+                    sampling,
+                    max_tokens,
+                    ignore_eos,
+                } => {
+                    let request = chat_request(id, messages, sampling, max_tokens, ignore_eos);
+                    if let Err(e) = self.engine.ab_generate(path, request) {
+                        msgs.push(Msg::Engine(crate::engine::EngineEvent::Failed {
+                            request_id: id,
+                            error: e,
+                        }));
+                    }
+                }
+                Effect::LoadComparison => {
+                    msgs.push(Msg::ComparisonLoaded(latest_comparison(&self.data_dir)));
+                }
+                Effect::LoadModel(path) => {
+                    // Count with the new model's vocabulary from now on.
+                    self.counter = crate::tokcount::TokenCounter::for_model(&path, None).ok();
+                    self.counted = None;
+                    let mut config = self.engine_config.clone();
+                    config.model_path = path;
+                    if let Err(e) = self.engine.load_model(config) {
+                        msgs.push(Msg::Engine(crate::engine::EngineEvent::LoadFailed(e)));
+                    }
+                }
+                Effect::Save(conversation) => {
+                    let result = crate::history::save(&self.history_dir, &conversation)
+                        .map_err(|e| e.to_string());
+                    msgs.push(Msg::Saved(result));
+                }
+                Effect::Export {
+                    format,
+                    path,
+                    conversation,
+                } => {
+                    let contents = match format {
+                        ExportFormat::Markdown => {
+                            Ok(crate::history::export_markdown(&conversation))
+                        }
+                        ExportFormat::Json => crate::history::export_json(&conversation),
+                    };
+                    let result = contents
+                        .and_then(|c| crate::history::write_private(&path, c.as_bytes()))
+                        .map(|()| path.clone())
+                        .map_err(|e| e.to_string());
+                    msgs.push(Msg::Exported(result));
+                }
+                Effect::Quit => quit = true,
+            }
+        }
+        app.fresh_conversation_id = crate::history::new_id(SystemTime::now());
+        (msgs, quit)
+    }
+}
+
+/// The newest comparison in the comparisons log of `data_dir` (for the compare screen).
+pub fn latest_comparison(
+    data_dir: &std::path::Path,
+) -> Result<Option<crate::compare::Comparison>, String> {
+    let path = crate::compare::log::comparisons_path(data_dir);
+    crate::compare::log::latest(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+}
