@@ -92,6 +92,10 @@ pub enum Msg {
     Exported(Result<PathBuf, String>),
     /// The comparisons log, read for the compare screen (`Ok(None)`: no comparison yet).
     ComparisonLoaded(Result<Option<Comparison>, String>),
+    /// The input's token count, counted by the loop as the text changes.
+    InputTokens(Option<InputTokens>),
+    /// A new conversation id, minted by the loop, for the next new conversation.
+    FreshConversationId(String),
     Tick,
 }
 
@@ -141,6 +145,10 @@ pub struct Now {
     pub unix_s: u64,
 }
 
+/// Tokens in the input as typed, and where the count comes from ("tokenizer.json" or "model
+/// vocabulary").
+pub type InputTokens = (usize, &'static str);
+
 /// The whole state of the chat screen.
 #[derive(Debug, Clone)]
 pub struct App {
@@ -168,7 +176,6 @@ pub struct App {
     /// Tokens in the KV cache (context used), from the last finished turn.
     pub context_used: usize,
     pub next_request_id: RequestId,
-    pub should_quit: bool,
     /// A new conversation id, minted by the caller (update never reads the clock or RNG).
     pub fresh_conversation_id: String,
     pub bench: BenchScreen,
@@ -178,8 +185,8 @@ pub struct App {
     /// The view the help returns to when closed.
     pub help_return: Mode,
     /// Tokens in the input as typed (counted without the engine), and where the count comes
-    /// from ("tokenizer.json" or "model vocabulary"); set by the loop, not by `update`.
-    pub input_tokens: Option<(usize, &'static str)>,
+    /// from; reported by the loop (`Msg::InputTokens`).
+    pub input_tokens: Option<InputTokens>,
 }
 
 impl App {
@@ -208,7 +215,6 @@ impl App {
             active_since: None,
             context_used: 0,
             next_request_id: 1,
-            should_quit: false,
             fresh_conversation_id: String::new(),
             bench: BenchScreen::default(),
             ab: None,
@@ -327,7 +333,6 @@ impl App {
     }
 
     fn quit(&mut self) -> Vec<Effect> {
-        self.should_quit = true;
         let mut effects = self.cancel_active();
         if let Some(id) = self.ab.as_ref().and_then(|ab| ab.running) {
             effects.push(Effect::Cancel(id));
@@ -566,6 +571,14 @@ pub fn update(app: &mut App, msg: Msg, now: Now) -> Vec<Effect> {
             }
             Vec::new()
         }
+        Msg::InputTokens(tokens) => {
+            app.input_tokens = tokens;
+            Vec::new()
+        }
+        Msg::FreshConversationId(id) => {
+            app.fresh_conversation_id = id;
+            Vec::new()
+        }
         Msg::ComparisonLoaded(result) => {
             app.compare = match result {
                 Ok(Some(c)) => CompareView::Loaded(Box::new(c)),
@@ -648,6 +661,24 @@ pub(crate) mod tests {
                 first_logits: None,
             }),
         })
+    }
+
+    #[test]
+    fn the_loop_reports_the_input_count_and_fresh_ids_as_messages() {
+        let mut app = ready_app();
+        let counted = Msg::InputTokens(Some((3, "tokenizer.json")));
+        assert!(update(&mut app, counted, now()).is_empty());
+        assert_eq!(app.input_tokens, Some((3, "tokenizer.json")));
+        assert!(update(&mut app, Msg::InputTokens(None), now()).is_empty());
+        assert_eq!(app.input_tokens, None);
+        let fresh = Msg::FreshConversationId("c9".into());
+        assert!(update(&mut app, fresh, now()).is_empty());
+        assert_eq!(
+            app.conversation.id, "c1",
+            "a fresh id waits for a new conversation"
+        );
+        run_line(&mut app, "/new");
+        assert_eq!(app.conversation.id, "c9");
     }
 
     #[test]

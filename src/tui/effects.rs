@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::{Instant, SystemTime};
 
-use crate::app::{App, Effect, ExportFormat, Msg};
+use crate::app::{Effect, ExportFormat, InputTokens, Msg};
 use crate::engine::{EngineConfig, EngineHandle};
 
 /// A chat turn's request to the engine, stamped now.
@@ -34,27 +34,42 @@ pub struct Effects<'a> {
     /// Where the comparisons log is (the compare screen reads it).
     pub data_dir: PathBuf,
     pub counter: Option<crate::tokcount::TokenCounter>,
-    /// The input text last counted, so typing recounts only what changed.
-    pub counted: Option<String>,
+    /// The input text last counted and its count, so typing recounts only what changed.
+    pub counted: Option<(String, usize)>,
+    /// The count last reported to `update` (`None` before the first report).
+    pub reported: Option<Option<InputTokens>>,
 }
 
 impl Effects<'_> {
-    /// Keep `app.input_tokens` in step with the input: the message's tokens as the engine will
-    /// tokenize them (the template trims the message, so the count does too).
-    pub fn recount(&mut self, app: &mut App) {
-        let Some(counter) = &self.counter else {
-            app.input_tokens = None;
-            return;
-        };
-        if self.counted.as_deref() == Some(app.input.text.as_str()) {
-            return;
+    /// Count the input's tokens as the engine will tokenize them (the template trims the
+    /// message, so the count does too): a `Msg::InputTokens` when the count changed, else none.
+    pub fn recount(&mut self, input: &str) -> Option<Msg> {
+        let tokens = self.counter.as_ref().map(|counter| {
+            let count = match &self.counted {
+                Some((text, count)) if text == input => *count,
+                _ => {
+                    let count = counter.count(input.trim());
+                    self.counted = Some((input.to_string(), count));
+                    count
+                }
+            };
+            (count, counter.source())
+        });
+        if self.reported == Some(tokens) {
+            return None;
         }
-        app.input_tokens = Some((counter.count(app.input.text.trim()), counter.source()));
-        self.counted = Some(app.input.text.clone());
+        self.reported = Some(tokens);
+        Some(Msg::InputTokens(tokens))
+    }
+
+    /// A new conversation id for the next Ctrl+N or `/new`, minted now (`update` never reads
+    /// the clock or the RNG).
+    pub fn fresh_conversation_id(&self) -> Msg {
+        Msg::FreshConversationId(crate::history::new_id(SystemTime::now()))
     }
 
     /// Run effects; returns messages reporting their outcomes, and whether to quit.
-    pub fn run(&mut self, effects: Vec<Effect>, app: &mut App) -> (Vec<Msg>, bool) {
+    pub fn run(&mut self, effects: Vec<Effect>) -> (Vec<Msg>, bool) {
         let mut msgs = Vec::new();
         let mut quit = false;
         for effect in effects {
@@ -142,7 +157,6 @@ impl Effects<'_> {
                 Effect::Quit => quit = true,
             }
         }
-        app.fresh_conversation_id = crate::history::new_id(SystemTime::now());
         (msgs, quit)
     }
 }

@@ -62,7 +62,12 @@ impl<B: Backend> Driver<B> {
     pub fn apply_all(&mut self, msgs: Vec<Msg>, now: Now) -> Vec<Effect> {
         let mut effects = Vec::new();
         for msg in msgs {
-            let redraw = !matches!(msg, Msg::Tick) || animates(&self.app);
+            // A fresh id changes nothing on screen; a tick only what animates.
+            let redraw = match msg {
+                Msg::FreshConversationId(_) => false,
+                Msg::Tick => animates(&self.app),
+                _ => true,
+            };
             let urgent = !matches!(msg, Msg::Tick | Msg::Engine(_));
             effects.extend(update(&mut self.app, msg, now));
             if redraw {
@@ -116,6 +121,21 @@ pub fn now() -> Now {
     }
 }
 
+/// Apply `msgs` and run their effects, then the messages reporting those effects' outcomes,
+/// until none is left. Returns whether an effect asked to quit.
+fn settle<B: Backend>(driver: &mut Driver<B>, effects: &mut Effects, msgs: Vec<Msg>) -> bool {
+    let mut pending = msgs;
+    while !pending.is_empty() {
+        let fx = driver.apply_all(pending, now());
+        let (outcomes, quit) = effects.run(fx);
+        if quit {
+            return true;
+        }
+        pending = outcomes;
+    }
+    false
+}
+
 /// How the chat ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ChatEnd {
@@ -140,15 +160,17 @@ pub fn run_chat(
     let terminal = enter()?;
     let _guard = RestoreGuard;
     let mut driver = Driver::new(terminal, app);
-    driver.app.fresh_conversation_id = crate::history::new_id(SystemTime::now());
     let mut effects = Effects {
         counter: crate::tokcount::TokenCounter::for_model(&engine_config.model_path, None).ok(),
         counted: None,
+        reported: None,
         engine,
         engine_config,
         history_dir: crate::history::history_dir(&crate::paths::data_dir()),
         data_dir: crate::paths::data_dir(),
     };
+    let first_id = effects.fresh_conversation_id();
+    settle(&mut driver, &mut effects, vec![first_id]);
     let inject_panic = std::env::var_os(INJECT_PANIC_ENV).is_some();
     let end = runtime.block_on(async {
         use tokio::signal::unix::{signal, SignalKind};
@@ -210,16 +232,16 @@ pub fn run_chat(
                 batch.extend(terminal_msg(e));
             }
             drain_engine(&mut events, &mut batch);
-            let mut pending = batch;
-            while !pending.is_empty() {
-                let fx = driver.apply_all(pending, now());
-                let (outcomes, quit) = effects.run(fx, &mut driver.app);
-                if quit {
-                    return Ok(ChatEnd::Quit);
-                }
-                pending = outcomes;
+            if settle(&mut driver, &mut effects, batch) {
+                return Ok(ChatEnd::Quit);
             }
-            effects.recount(&mut driver.app);
+            // What the loop keeps in step after every batch: the input's token count and the
+            // id the next new conversation takes.
+            let mut after = Vec::from_iter(effects.recount(&driver.app.input.text));
+            after.push(effects.fresh_conversation_id());
+            if settle(&mut driver, &mut effects, after) {
+                return Ok(ChatEnd::Quit);
+            }
         }
     })?;
     if let (ChatEnd::Signal(_), Some(active)) = (end, driver.app.conversation.active()) {
@@ -233,5 +255,34 @@ async fn sleep_until_opt(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at.into()).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::app::conversation::Conversation;
+    use ratatui::backend::TestBackend;
+
+    #[test]
+    fn a_fresh_id_does_not_redraw_and_a_new_count_does() {
+        let app = App::new(
+            "m.gguf".into(),
+            Conversation::new("c1".into(), 0, None),
+            crate::engine::SamplingParams::default(),
+            64,
+        );
+        let terminal = Terminal::new(TestBackend::new(80, 24)).unwrap();
+        let mut driver = Driver::new(terminal, app);
+        let start = Instant::now();
+        assert!(driver.draw_if_due(start).unwrap());
+        let later = start + Duration::from_secs(1);
+        let id = Msg::FreshConversationId("c2".into());
+        assert!(driver.apply_all(vec![id], now()).is_empty());
+        assert_eq!(driver.app.fresh_conversation_id, "c2");
+        assert!(!driver.frames.due(later));
+        let count = Msg::InputTokens(Some((2, "model vocabulary")));
+        assert!(driver.apply_all(vec![count], now()).is_empty());
+        assert!(driver.frames.due(later));
     }
 }
