@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use super::conversation::{first_divergence, AssistantTurn, Divergence, TurnSettings};
 use super::{App, Effect, EngineStatus, Mode, NoticeKind, Now};
-use crate::engine::{EngineEvent, ModelInfo, RequestId};
+use crate::engine::{EngineEvent, ModelInfo, RequestId, TurnRequest};
 
 /// How answer B compares with answer A, once B has finished.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,8 +83,7 @@ impl App {
             ignore_eos: self.ignore_eos,
         });
         let path = crate::config::expand_home(std::path::Path::new(arg));
-        let id = self.next_request_id;
-        self.next_request_id += 1;
+        let id = self.request_ids.next();
         let b_file = path.file_name().map(|n| n.to_string_lossy().into_owned());
         self.notice(
             NoticeKind::Info,
@@ -94,13 +93,16 @@ impl App {
                 settings.sampling.seed
             ),
         );
-        let effect = Effect::AbGenerate {
+        let effect = Effect::Generate {
             id,
-            path: path.clone(),
-            messages: self.conversation.messages_for_last(),
-            sampling: settings.sampling.clone(),
-            max_tokens: settings.max_tokens,
-            ignore_eos: settings.ignore_eos,
+            turn: TurnRequest {
+                messages: self.conversation.messages_for_last(),
+                sampling: settings.sampling.clone(),
+                max_tokens: settings.max_tokens,
+                capture_first_logits: false,
+                ignore_eos: settings.ignore_eos,
+            },
+            model: Some(path.clone()),
         };
         self.ab = Some(AbScreen {
             prompt,
@@ -245,13 +247,16 @@ mod tests {
         run_line(&mut app, "/seed 7");
         let before = app.conversation.clone();
         let fx = run_line(&mut app, "/ab /m/b.gguf");
-        let Some(Effect::AbGenerate {
+        let Some(Effect::Generate {
             id,
-            path,
-            messages,
-            sampling,
-            max_tokens,
-            ..
+            turn:
+                TurnRequest {
+                    messages,
+                    sampling,
+                    max_tokens,
+                    ..
+                },
+            model: Some(path),
         }) = fx.first().cloned()
         else {
             panic!("{fx:?}")
@@ -309,14 +314,22 @@ mod tests {
         // The next turn goes on normally.
         type_text(&mut app, "next");
         let fx = update(&mut app, Msg::Key(key(KeyCode::Enter)), now());
-        assert!(matches!(fx.as_slice(), [Effect::Generate { .. }]));
+        assert!(matches!(
+            fx.as_slice(),
+            [Effect::Generate { model: None, .. }]
+        ));
     }
 
     #[test]
     fn ab_identical_answers_and_failures() {
         let (mut app, _) = answered_app();
         let fx = run_line(&mut app, "/ab ~/b.gguf");
-        let Some(Effect::AbGenerate { id, path, .. }) = fx.first().cloned() else {
+        let Some(Effect::Generate {
+            id,
+            model: Some(path),
+            ..
+        }) = fx.first().cloned()
+        else {
             panic!("{fx:?}")
         };
         assert!(!path.starts_with("~"), "the home dir is expanded");
@@ -330,7 +343,10 @@ mod tests {
         update(&mut app, Msg::Key(key(KeyCode::Esc)), now());
         // A missing file: a clear message, the screen shows it, nothing panics.
         let fx = run_line(&mut app, "/ab /nope.gguf");
-        let Some(Effect::AbGenerate { id, .. }) = fx.first().cloned() else {
+        let Some(Effect::Generate {
+            id, model: Some(_), ..
+        }) = fx.first().cloned()
+        else {
             panic!("{fx:?}")
         };
         update(
@@ -353,7 +369,10 @@ mod tests {
         let (mut app, _) = answered_app();
         let before = app.conversation.clone();
         let fx = run_line(&mut app, "/ab /m/b.gguf");
-        let Some(Effect::AbGenerate { id, .. }) = fx.first().cloned() else {
+        let Some(Effect::Generate {
+            id, model: Some(_), ..
+        }) = fx.first().cloned()
+        else {
             panic!("{fx:?}")
         };
         let fx = update(&mut app, Msg::Key(key(KeyCode::Esc)), now());
@@ -375,7 +394,10 @@ mod tests {
         assert!(app.ab.is_none());
         // Quitting while B runs cancels it too.
         let fx = run_line(&mut app, "/ab /m/b.gguf");
-        let Some(Effect::AbGenerate { id, .. }) = fx.first().cloned() else {
+        let Some(Effect::Generate {
+            id, model: Some(_), ..
+        }) = fx.first().cloned()
+        else {
             panic!("{fx:?}")
         };
         let fx = update(

@@ -16,7 +16,7 @@ use std::time::Instant;
 use crossterm::event::KeyEvent;
 
 use crate::compare::Comparison;
-use crate::engine::{ChatMessage, EngineEvent, ModelInfo, RequestId, SamplingParams};
+use crate::engine::{EngineEvent, ModelInfo, RequestId, RequestIds, SamplingParams, TurnRequest};
 use crate::history::SavedConversation;
 use conversation::{AssistantTurn, Conversation, Exchange, TurnPhase, TurnSettings};
 
@@ -102,12 +102,12 @@ pub enum Msg {
 /// Work `update` asks the loop to do.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Effect {
+    /// Hand a turn to the engine: to the loaded model (`model: None`), or to another model file
+    /// (the A/B screen's answer B, never added to the conversation).
     Generate {
         id: RequestId,
-        messages: Vec<ChatMessage>,
-        sampling: SamplingParams,
-        max_tokens: u32,
-        ignore_eos: bool,
+        turn: TurnRequest,
+        model: Option<PathBuf>,
     },
     Cancel(RequestId),
     /// Run a batch sweep on the loaded model (the bench screen).
@@ -116,15 +116,6 @@ pub enum Effect {
         batches: Vec<u32>,
         n_prompt: u32,
         n_gen: u32,
-    },
-    /// Answer the same turns with another model file (the A/B screen).
-    AbGenerate {
-        id: RequestId,
-        path: PathBuf,
-        messages: Vec<ChatMessage>,
-        sampling: SamplingParams,
-        max_tokens: u32,
-        ignore_eos: bool,
     },
     /// Read the latest comparison from the comparisons log.
     LoadComparison,
@@ -175,7 +166,8 @@ pub struct App {
     pub active_since: Option<Instant>,
     /// Tokens in the KV cache (context used), from the last finished turn.
     pub context_used: usize,
-    pub next_request_id: RequestId,
+    /// Where request ids come from: the engine handle's allocator once the chat runs.
+    pub request_ids: RequestIds,
     /// A new conversation id, minted by the caller (update never reads the clock or RNG).
     pub fresh_conversation_id: String,
     pub bench: BenchScreen,
@@ -214,7 +206,7 @@ impl App {
             sent_prompts: Vec::new(),
             active_since: None,
             context_used: 0,
-            next_request_id: 1,
+            request_ids: RequestIds::default(),
             fresh_conversation_id: String::new(),
             bench: BenchScreen::default(),
             ab: None,
@@ -241,8 +233,7 @@ impl App {
 
     /// Start an answer for the last exchange.
     fn start_turn(&mut self, now: Now) -> Vec<Effect> {
-        let id = self.next_request_id;
-        self.next_request_id += 1;
+        let id = self.request_ids.next();
         let model_file = self.model_file();
         let messages = self.conversation.messages_for_last();
         if let Some(ex) = self.conversation.exchanges.last_mut() {
@@ -258,10 +249,14 @@ impl App {
         self.scroll = Scroll::default();
         vec![Effect::Generate {
             id,
-            messages,
-            sampling: self.sampling.clone(),
-            max_tokens: self.max_tokens,
-            ignore_eos: self.ignore_eos,
+            turn: TurnRequest {
+                messages,
+                sampling: self.sampling.clone(),
+                max_tokens: self.max_tokens,
+                capture_first_logits: false,
+                ignore_eos: self.ignore_eos,
+            },
+            model: None,
         }]
     }
 
@@ -664,6 +659,22 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn request_ids_come_from_one_shared_allocator() {
+        let mut app = ready_app();
+        // The engine handle's side of the allocator (run_chat gives the app the handle's).
+        let handle_side = app.request_ids.clone();
+        let before = handle_side.next();
+        type_text(&mut app, "hi");
+        let fx = update(&mut app, Msg::Key(key(KeyCode::Enter)), now());
+        let Some(Effect::Generate { id, .. }) = fx.first().cloned() else {
+            panic!("{fx:?}")
+        };
+        assert_eq!(id, before + 1);
+        assert_eq!(handle_side.peek(), id + 1);
+        assert_eq!(handle_side.next(), id + 1, "never handed out twice");
+    }
+
+    #[test]
     fn the_loop_reports_the_input_count_and_fresh_ids_as_messages() {
         let mut app = ready_app();
         let counted = Msg::InputTokens(Some((3, "tokenizer.json")));
@@ -686,7 +697,12 @@ pub(crate) mod tests {
         let mut app = ready_app();
         type_text(&mut app, "hi");
         let fx = update(&mut app, Msg::Key(key(KeyCode::Enter)), now());
-        let Some(Effect::Generate { id, messages, .. }) = fx.first().cloned() else {
+        let Some(Effect::Generate {
+            id,
+            turn: TurnRequest { messages, .. },
+            model: None,
+        }) = fx.first().cloned()
+        else {
             panic!("no generate effect: {fx:?}")
         };
         assert_eq!(messages.last().map(|m| m.content.as_str()), Some("hi"));
@@ -779,7 +795,10 @@ pub(crate) mod tests {
             now(),
         );
         let Some(Effect::Generate {
-            messages, sampling, ..
+            turn: TurnRequest {
+                messages, sampling, ..
+            },
+            ..
         }) = fx.first().cloned()
         else {
             panic!("{fx:?}")

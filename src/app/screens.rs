@@ -57,8 +57,7 @@ impl App {
             self.bench.error = Some("the engine is busy or not ready: try again when it is".into());
             return Vec::new();
         }
-        let id = self.next_request_id;
-        self.next_request_id += 1;
+        let id = self.request_ids.next();
         self.bench.running = Some(id);
         self.bench.points.clear();
         self.bench.error = None;

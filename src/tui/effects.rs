@@ -2,29 +2,10 @@
 //! log). It never writes into `App`: what it learns goes back as `Msg`s.
 
 use std::path::PathBuf;
-use std::time::{Instant, SystemTime};
+use std::time::SystemTime;
 
 use crate::app::{Effect, ExportFormat, InputTokens, Msg};
 use crate::engine::{EngineConfig, EngineHandle};
-
-/// A chat turn's request to the engine, stamped now.
-fn chat_request(
-    id: crate::engine::RequestId,
-    messages: Vec<crate::engine::ChatMessage>,
-    sampling: crate::engine::SamplingParams,
-    max_tokens: u32,
-    ignore_eos: bool,
-) -> crate::engine::GenerateRequest {
-    crate::engine::GenerateRequest {
-        id,
-        messages,
-        sampling,
-        max_tokens,
-        capture_first_logits: false,
-        ignore_eos,
-        submitted_at: Instant::now(),
-    }
-}
 
 /// Where the effects go: the engine, the history dir; and the live token counter of the input.
 pub struct Effects<'a> {
@@ -74,15 +55,8 @@ impl Effects<'_> {
         let mut quit = false;
         for effect in effects {
             match effect {
-                Effect::Generate {
-                    id,
-                    messages,
-                    sampling,
-                    max_tokens,
-                    ignore_eos,
-                } => {
-                    let request = chat_request(id, messages, sampling, max_tokens, ignore_eos);
-                    if let Err(e) = self.engine.send_request(request) {
+                Effect::Generate { id, turn, model } => {
+                    if let Err(e) = self.engine.send(id, turn, model) {
                         msgs.push(Msg::Engine(crate::engine::EngineEvent::Failed {
                             request_id: id,
                             error: e,
@@ -100,22 +74,6 @@ impl Effects<'_> {
                         msgs.push(Msg::Engine(crate::engine::EngineEvent::BatchSweepDone {
                             request_id: id,
                             error: Some(e),
-                        }));
-                    }
-                }
-                Effect::AbGenerate {
-                    id,
-                    path,
-                    messages,
-                    sampling,
-                    max_tokens,
-                    ignore_eos,
-                } => {
-                    let request = chat_request(id, messages, sampling, max_tokens, ignore_eos);
-                    if let Err(e) = self.engine.ab_generate(path, request) {
-                        msgs.push(Msg::Engine(crate::engine::EngineEvent::Failed {
-                            request_id: id,
-                            error: e,
                         }));
                     }
                 }

@@ -160,6 +160,8 @@ pub fn run_chat(
     let terminal = enter()?;
     let _guard = RestoreGuard;
     let mut driver = Driver::new(terminal, app);
+    // One allocator of request ids: the engine handle's.
+    driver.app.request_ids = engine.request_ids();
     let mut effects = Effects {
         counter: crate::tokcount::TokenCounter::for_model(&engine_config.model_path, None).ok(),
         counted: None,
