@@ -487,9 +487,7 @@ fn evaluate_quality(
         n_ctx: plan.n_ctx,
         max_chunks: plan.max_chunks,
     };
-    let n_chunks = chunking
-        .chunks(tokens.len())
-        .map_err(CompareError::usage)?;
+    let n_chunks = chunking.chunks(tokens.len()).map_err(CompareError::usage)?;
     let context =
         |c: &Candidate, load: usize| -> Result<(Evaluator<'_>, ModelInfo), CompareError> {
             let settings = c.engine_settings(plan.n_ctx, plan.threads);
