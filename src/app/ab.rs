@@ -40,6 +40,9 @@ pub struct AbScreen {
     pub error: Option<String>,
     /// Lines scrolled down in both answers.
     pub scroll: usize,
+    /// A's figures come from A re-run in a fresh context just before B (both cold, like
+    /// for like); until then they are the chat turn's own (warm KV cache).
+    pub like_for_like: bool,
 }
 
 impl App {
@@ -117,6 +120,7 @@ impl App {
             outcome: None,
             error: None,
             scroll: 0,
+            like_for_like: false,
         });
         self.mode = Mode::Ab;
         vec![effect]
@@ -156,6 +160,12 @@ impl App {
             EngineEvent::AbFinished { report, .. } => {
                 let report = *report;
                 ab.running = None;
+                if let Some(a) = report.a_fresh {
+                    // A's text stays the conversation's; its figures become the fresh run's.
+                    ab.a.summary = Some(a.timeline.summary());
+                    ab.a.timeline = a.timeline;
+                    ab.like_for_like = true;
+                }
                 ab.b.model_file = Some(report.model.file_name.clone());
                 ab.b_model = Some(report.model);
                 ab.b_pieces = report.pieces;
@@ -212,6 +222,7 @@ mod tests {
             report: Box::new(crate::engine::AbReport {
                 model,
                 turn: *report,
+                a_fresh: None,
                 pieces: pieces.iter().map(|p| p.to_string()).collect(),
             }),
         })

@@ -309,8 +309,12 @@ impl App {
     }
 
     fn cancel_active(&mut self) -> Vec<Effect> {
-        match self.conversation.active() {
-            Some(a) => vec![Effect::Cancel(a.request_id)],
+        match self.conversation.active_mut() {
+            Some(a) => {
+                // Shown at once; the engine stops within one micro-batch or one token.
+                a.stopping = true;
+                vec![Effect::Cancel(a.request_id)]
+            }
             None => Vec::new(),
         }
     }
@@ -419,6 +423,16 @@ impl App {
             }
             // A cancelled or closed A/B comparison: its late events are dropped.
             EngineEvent::AbFinished { .. } => {}
+            EngineEvent::PrefillProgress {
+                request_id,
+                done,
+                total,
+                ..
+            } => {
+                if let Some(t) = self.conversation.turn_for(request_id) {
+                    t.on_prefill_progress(done, total);
+                }
+            }
             EngineEvent::BatchSweepDone { request_id, error } => {
                 if self.bench.running == Some(request_id) {
                     self.bench.running = None;

@@ -214,6 +214,10 @@ pub struct AbReport {
     /// Model B as loaded (file, quantization, template).
     pub model: ModelInfo,
     pub turn: TurnReport,
+    /// Model A (the chat's) answering the same request in a fresh context of its own, just
+    /// before B, so that A's and B's figures are like for like (both cold: no KV cache
+    /// reuse, no queue behind the chat). `None` when A could not be re-run.
+    pub a_fresh: Option<TurnReport>,
     /// The text of each generated token, in order (whole characters; before stop strings are
     /// held back or cut, so a stop string's tokens are there too): where B's answer parts from
     /// A's is counted in these.
@@ -243,6 +247,14 @@ pub enum EngineEvent {
         cached_tokens: usize,
         /// Oldest messages left out because the conversation no longer fits the context.
         dropped_messages: usize,
+    },
+    /// One micro-batch of the prompt was prefilled: `done` of the `total` tokens this turn
+    /// prefills (the cached prefix not counted). `at` is the offset from `submitted_at`.
+    PrefillProgress {
+        request_id: RequestId,
+        done: usize,
+        total: usize,
+        at: Duration,
     },
     /// Prefill finished: the first parts of TTFT, for the live display.
     PrefillDone {
@@ -291,6 +303,7 @@ impl EngineEvent {
     pub fn request_id(&self) -> Option<RequestId> {
         match self {
             EngineEvent::PrefillStarted { request_id, .. }
+            | EngineEvent::PrefillProgress { request_id, .. }
             | EngineEvent::PrefillDone { request_id, .. }
             | EngineEvent::Token { request_id, .. }
             | EngineEvent::Finished { request_id, .. }
