@@ -259,6 +259,8 @@ pub fn run(plan: &ComparePlan, settings: Settings) -> Result<(), CompareError> {
             copy_tg_tok_per_s: tg_of(copy)?,
         })
     });
+    // The copy lives in a temporary folder: its rows stay out of bench's results log.
+    let control_path = control_copy.as_ref().map(|(_, copy)| copy.model.clone());
     drop(control_copy);
     let names = labels(&candidates);
     let mut rows: Vec<CompareRow> = candidates
@@ -343,12 +345,16 @@ pub fn run(plan: &ComparePlan, settings: Settings) -> Result<(), CompareError> {
     stdout.write_all(out.as_bytes())?;
     stdout.flush()?;
     let data = crate::paths::data_dir();
-    if !speed.is_empty() {
+    let logged: Vec<_> = speed
+        .into_iter()
+        .filter(|r| control_path.as_deref() != Some(Path::new(&r.params.model)))
+        .collect();
+    if !logged.is_empty() {
         crate::bench::save(
             &crate::bench::results_path(&data),
             &id,
             comparison.unix_time_s,
-            &speed,
+            &logged,
         );
     }
     match log::append(&log::comparisons_path(&data), &comparison) {
