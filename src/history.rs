@@ -698,6 +698,7 @@ mod tests {
             prompt_tokens: 10,
             cached_tokens: 0,
             prefilled_tokens: 10,
+            queue_ms: 0.0,
             template_tokenize_ms: 0.5,
             prefill_ms: 12.0,
             prefill_tok_per_s: Some(833.3),

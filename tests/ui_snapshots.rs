@@ -375,7 +375,10 @@ fn a_long_prefill_shows_its_progress_and_esc_shows_stopping_at_once() {
             total: 4_096,
             at: ms(900),
         }),
-        now(),
+        tokscope::app::Now {
+            instant: now(),
+            unix_s: 0,
+        },
     );
     let screen = render(&app, 120, 40);
     assert!(screen.contains("prefill 1536/4096 tok"), "{screen}");
@@ -386,7 +389,10 @@ fn a_long_prefill_shows_its_progress_and_esc_shows_stopping_at_once() {
             crossterm::event::KeyCode::Esc,
             crossterm::event::KeyModifiers::NONE,
         )),
-        now(),
+        tokscope::app::Now {
+            instant: now(),
+            unix_s: 0,
+        },
     );
     assert_eq!(effects, vec![tokscope::app::Effect::Cancel(3)]);
     let screen = render(&app, 120, 40);

@@ -75,7 +75,7 @@ pub fn run(args: &ChatArgs, mut settings: Settings) -> Result<(), Failure> {
         settings.bandwidth_gb_s,
         &gpus,
         !gpus.is_empty(),
-        settings.threads as usize,
+        settings.engine.threads as usize,
     );
     let (mut engine, events) = crate::engine::EngineHandle::spawn(config.clone())?;
     let result = crate::tui::run_chat(app, &mut engine, events, config);
