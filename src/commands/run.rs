@@ -211,7 +211,7 @@ pub fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure> {
                     writeln!(stdout, "{json}")?;
                 } else {
                     writeln!(stdout)?;
-                    eprint!("{}", human_summary(&full, &info));
+                    eprint!("{}", human_summary(&full, info));
                 }
                 stdout.flush()?;
                 engine.shutdown();
