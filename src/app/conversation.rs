@@ -100,8 +100,8 @@ impl AssistantTurn {
         if self.phase == TurnPhase::Queued {
             self.phase = TurnPhase::Prefill;
         }
-        self.timeline.prompt_tokens = prompt_tokens;
-        self.timeline.cached_tokens = cached_tokens;
+        self.timeline.prompt_tokens = Some(prompt_tokens);
+        self.timeline.cached_tokens = Some(cached_tokens);
     }
 
     pub fn on_prefill_done(
@@ -110,12 +110,12 @@ impl AssistantTurn {
         prefill: Duration,
         at: Duration,
     ) {
-        self.timeline.template_tokenize = template_tokenize;
-        self.timeline.prefill = prefill;
-        self.timeline.prefill_done_at = at;
+        self.timeline.template_tokenize = Some(template_tokenize);
+        self.timeline.prefill = Some(prefill);
+        self.timeline.prefill_done_at = Some(at);
         // The engine takes the breakdown's boundaries one after the other from the request's
         // submission, so what precedes the template step is the queue.
-        self.timeline.queue = at.saturating_sub(template_tokenize + prefill);
+        self.timeline.queue = Some(at.saturating_sub(template_tokenize + prefill));
     }
 
     pub fn on_token(&mut self, text: &str, at: Duration) {

@@ -413,7 +413,7 @@ impl<'m> Session<'m> {
         // The breakdown's boundaries are taken as offsets from t0, one after the other, so
         // queue + template/tokenize + prefill + first sample add up to TTFT exactly.
         let picked_up = Instant::now();
-        timeline.queue = picked_up.saturating_duration_since(t0);
+        timeline.queue = Some(picked_up.saturating_duration_since(t0));
         let (tokens, dropped_messages) = self.fit_prompt(&req.messages, n_ctx, req.max_tokens)?;
 
         // KV reuse: keep the cached prefix, prefill the rest. At least one token is decoded
@@ -423,8 +423,8 @@ impl<'m> Session<'m> {
             .clear_kv_cache_seq(Some(0), Some(reuse as u32), None)
             .map_err(|e| EngineError::Decode(e.to_string()))?;
         self.cached.truncate(reuse);
-        timeline.prompt_tokens = tokens.len();
-        timeline.cached_tokens = reuse;
+        timeline.prompt_tokens = Some(tokens.len());
+        timeline.cached_tokens = Some(reuse);
         let _ = events.send(EngineEvent::PrefillStarted {
             request_id: req.id,
             prompt_tokens: tokens.len(),
@@ -435,7 +435,8 @@ impl<'m> Session<'m> {
 
         let mut batch = LlamaBatch::new(self.n_batch, 1);
         let step = Instant::now();
-        timeline.template_tokenize = step.saturating_duration_since(picked_up);
+        let template_tokenize = step.saturating_duration_since(picked_up);
+        timeline.template_tokenize = Some(template_tokenize);
         let mut logits_index = 0i32;
         let new_tokens = &tokens[reuse..];
         let n_chunks = new_tokens.len().div_ceil(self.n_batch);
@@ -468,13 +469,15 @@ impl<'m> Session<'m> {
         }
         self.ctx.synchronize();
         let prefill_done = Instant::now();
-        timeline.prefill = prefill_done.saturating_duration_since(step);
-        timeline.prefill_done_at = prefill_done.saturating_duration_since(t0);
+        let prefill = prefill_done.saturating_duration_since(step);
+        let prefill_done_at = prefill_done.saturating_duration_since(t0);
+        timeline.prefill = Some(prefill);
+        timeline.prefill_done_at = Some(prefill_done_at);
         let _ = events.send(EngineEvent::PrefillDone {
             request_id: req.id,
-            template_tokenize: timeline.template_tokenize,
-            prefill: timeline.prefill,
-            at: timeline.prefill_done_at,
+            template_tokenize,
+            prefill,
+            at: prefill_done_at,
         });
 
         let first_logits = (req.capture_first_logits && stop_reason.is_none())
@@ -545,7 +548,7 @@ impl<'m> Session<'m> {
             text.push_str(&tail);
             text.push_str(&stops.finish());
         }
-        timeline.finished_at = t0.elapsed();
+        timeline.finished_at = Some(t0.elapsed());
         let t = self.ctx.timings();
         Ok(TurnReport {
             text,

@@ -79,22 +79,27 @@ impl LatencyStats {
 /// Every offset is measured from the moment the request was handed to the engine (the
 /// `submitted_at` instant taken when the command was sent), so queueing inside the engine is
 /// part of TTFT, as a user experiences it.
+///
+/// A stage that has not happened yet is `None`, never zero: the live copy of a turn in flight
+/// fills its stages as the engine's events arrive, and a reader never has to guess whether a
+/// zero means "not yet". The engine's final report has every stage it went through.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct TurnTimeline {
     /// Queue: the request submitted (`submitted_at`) → the engine picking it up.
-    pub queue: Duration,
+    pub queue: Option<Duration>,
     /// Chat template application and tokenization (with the KV-cache prefix lookup), from
     /// the pick-up to the first prefill decode call. Queue + this + `prefill` end exactly at
     /// `prefill_done_at`, so the TTFT breakdown adds up.
-    pub template_tokenize: Duration,
+    pub template_tokenize: Option<Duration>,
     /// The prefill decode calls (only the prompt tokens not already in the KV cache).
-    pub prefill: Duration,
-    /// Tokens in the whole templated prompt.
-    pub prompt_tokens: usize,
-    /// Prompt tokens whose KV entries were reused from the previous turn.
-    pub cached_tokens: usize,
+    pub prefill: Option<Duration>,
+    /// Tokens in the whole templated prompt (known when prefill starts).
+    pub prompt_tokens: Option<usize>,
+    /// Prompt tokens whose KV entries were reused from the previous turn (known when prefill
+    /// starts).
+    pub cached_tokens: Option<usize>,
     /// Offset of the end of prefill (request → prefill done).
-    pub prefill_done_at: Duration,
+    pub prefill_done_at: Option<Duration>,
     /// Offset at which each generated token's text was ready (after sampling and
     /// detokenization), one entry per generated token, in order.
     pub token_ready_at: Vec<Duration>,
@@ -104,13 +109,17 @@ pub struct TurnTimeline {
     /// Number of single-token decode calls summed in `decode_compute`.
     pub decode_calls: usize,
     /// Offset at which the turn ended (end of generation, max tokens, stop or cancel).
-    pub finished_at: Duration,
+    pub finished_at: Option<Duration>,
 }
 
 impl TurnTimeline {
-    /// Prompt tokens that had to be prefilled (prompt minus cache hits).
-    pub fn prefilled_tokens(&self) -> usize {
-        self.prompt_tokens.saturating_sub(self.cached_tokens)
+    /// Prompt tokens that had to be prefilled (prompt minus cache hits); `None` until prefill
+    /// starts.
+    pub fn prefilled_tokens(&self) -> Option<usize> {
+        Some(
+            self.prompt_tokens?
+                .saturating_sub(self.cached_tokens.unwrap_or(0)),
+        )
     }
 
     pub fn tokens_generated(&self) -> usize {
@@ -124,7 +133,7 @@ impl TurnTimeline {
 
     /// First sample: end of prefill → first token's text ready (sampling + detokenize).
     pub fn first_sample(&self) -> Option<Duration> {
-        self.ttft().map(|t| t.saturating_sub(self.prefill_done_at))
+        Some(self.ttft()?.saturating_sub(self.prefill_done_at?))
     }
 
     /// Inter-token latencies: the gap between consecutive tokens' ready times.
@@ -136,12 +145,9 @@ impl TurnTimeline {
     }
 
     /// End-to-end latency: request → last token's text ready (request → end of the turn when
-    /// no token was generated).
-    pub fn e2e(&self) -> Duration {
-        self.token_ready_at
-            .last()
-            .copied()
-            .unwrap_or(self.finished_at)
+    /// no token was generated); `None` while neither has happened.
+    pub fn e2e(&self) -> Option<Duration> {
+        self.token_ready_at.last().copied().or(self.finished_at)
     }
 
     /// The derived figures of this turn.
@@ -152,23 +158,29 @@ impl TurnTimeline {
             (Some(first), Some(last)) => last.saturating_sub(*first),
             _ => Duration::ZERO,
         };
+        let e2e = self.e2e().unwrap_or_default();
         let tpot = if n >= 2 {
-            ttft.map(|t| ms(self.e2e().saturating_sub(t)) / (n - 1) as f64)
+            ttft.map(|t| ms(e2e.saturating_sub(t)) / (n - 1) as f64)
         } else {
             None
         };
+        // `TurnSummary` is the saved and printed form: its stage fields are plain numbers
+        // (0 for a stage that has not happened), so a finished turn's JSON and history entry
+        // stay as they always were. Whether a live turn's stage is known is read from the
+        // timeline (see `ui::view`), not from these numbers.
+        let prefilled = self.prefilled_tokens().unwrap_or(0);
         TurnSummary {
             tokens_generated: n,
-            prompt_tokens: self.prompt_tokens,
-            cached_tokens: self.cached_tokens,
-            prefilled_tokens: self.prefilled_tokens(),
-            queue_ms: ms(self.queue),
-            template_tokenize_ms: ms(self.template_tokenize),
-            prefill_ms: ms(self.prefill),
-            prefill_tok_per_s: rate_per_s(self.prefilled_tokens(), self.prefill),
+            prompt_tokens: self.prompt_tokens.unwrap_or(0),
+            cached_tokens: self.cached_tokens.unwrap_or(0),
+            prefilled_tokens: prefilled,
+            queue_ms: self.queue.map_or(0.0, ms),
+            template_tokenize_ms: self.template_tokenize.map_or(0.0, ms),
+            prefill_ms: self.prefill.map_or(0.0, ms),
+            prefill_tok_per_s: self.prefill.and_then(|p| rate_per_s(prefilled, p)),
             first_sample_ms: self.first_sample().map(ms),
             ttft_ms: ttft.map(ms),
-            e2e_ms: ms(self.e2e()),
+            e2e_ms: ms(e2e),
             tpot_ms: tpot,
             decode_tok_per_s: rate_per_s(n.saturating_sub(1), decode_span),
             itl: LatencyStats::from_durations(&self.inter_token_latencies()),
@@ -243,16 +255,16 @@ mod tests {
 
     fn timeline(tokens_ms: &[u64]) -> TurnTimeline {
         TurnTimeline {
-            queue: d(1),
-            template_tokenize: d(2),
-            prefill: d(50),
-            prompt_tokens: 100,
-            cached_tokens: 20,
-            prefill_done_at: d(60),
+            queue: Some(d(1)),
+            template_tokenize: Some(d(2)),
+            prefill: Some(d(50)),
+            prompt_tokens: Some(100),
+            cached_tokens: Some(20),
+            prefill_done_at: Some(d(60)),
             token_ready_at: tokens_ms.iter().map(|t| d(*t)).collect(),
             decode_compute: d(30),
             decode_calls: tokens_ms.len().saturating_sub(1),
-            finished_at: d(tokens_ms.last().copied().unwrap_or(70) + 1),
+            finished_at: Some(d(tokens_ms.last().copied().unwrap_or(70) + 1)),
         }
     }
 
@@ -268,6 +280,42 @@ mod tests {
         assert_eq!(s.e2e_ms, 71.0);
         let json = serde_json::to_string(&s).unwrap_or_default();
         assert!(!json.contains("NaN") && !json.contains("inf"), "{json}");
+    }
+
+    #[test]
+    fn stages_not_yet_reached_are_none_not_zero() {
+        let live = TurnTimeline::default();
+        assert_eq!(live.prefilled_tokens(), None);
+        assert_eq!(live.first_sample(), None);
+        assert_eq!(live.e2e(), None);
+        let mut live = TurnTimeline {
+            prompt_tokens: Some(10),
+            cached_tokens: Some(4),
+            token_ready_at: vec![d(90)],
+            ..TurnTimeline::default()
+        };
+        assert_eq!(live.prefilled_tokens(), Some(6));
+        // Without the end of prefill there is no first-sample figure, whatever the TTFT.
+        assert_eq!(live.first_sample(), None);
+        assert_eq!(live.e2e(), Some(d(90)));
+        assert_eq!(live.summary().prefill_tok_per_s, None);
+        live.prefill_done_at = Some(d(60));
+        live.prefill = Some(d(50));
+        assert_eq!(live.first_sample(), Some(d(30)));
+        assert!((live.summary().prefill_tok_per_s.unwrap_or_default() - 120.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_finished_turns_summary_is_plain_numbers() {
+        // The saved and printed form keeps its shape: known stages are numbers, not objects.
+        let json = serde_json::to_value(timeline(&[100, 110]).summary()).unwrap_or_default();
+        assert_eq!(json["queue_ms"], 1.0);
+        assert_eq!(json["template_tokenize_ms"], 2.0);
+        assert_eq!(json["prefill_ms"], 50.0);
+        assert_eq!(json["prompt_tokens"], 100);
+        assert_eq!(json["cached_tokens"], 20);
+        assert_eq!(json["first_sample_ms"], 40.0);
+        assert_eq!(json["e2e_ms"], 110.0);
     }
 
     #[test]

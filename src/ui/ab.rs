@@ -174,10 +174,15 @@ fn state_of(
         TurnPhase::Streaming => ("streaming…".into(), theme::WAITING),
         TurnPhase::Done(reason) => {
             let cached = match (is_b, turn.timeline.prompt_tokens) {
-                (_, 0) => String::new(),
-                (true, n) => format!(" · {n} prompt tok, own context"),
-                (false, n) if ab.like_for_like => format!(" · {n} prompt tok, own context"),
-                (false, n) => format!(" · {n} prompt tok, {} cached", turn.timeline.cached_tokens),
+                (_, None | Some(0)) => String::new(),
+                (true, Some(n)) => format!(" · {n} prompt tok, own context"),
+                (false, Some(n)) if ab.like_for_like => {
+                    format!(" · {n} prompt tok, own context")
+                }
+                (false, Some(n)) => format!(
+                    " · {n} prompt tok, {} cached",
+                    turn.timeline.cached_tokens.unwrap_or(0)
+                ),
             };
             (format!("{}{cached}", reason.as_str()), theme::TURN_FOOTER)
         }

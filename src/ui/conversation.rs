@@ -165,7 +165,7 @@ fn assistant(app: &App, turn: &AssistantTurn, width: usize, now: Instant) -> Vec
                 .unwrap_or_else(|| "—".to_string());
             let progress = match turn.prefill_progress {
                 Some((done, total)) => format!("{done}/{total}"),
-                None => format!("0/{}", turn.timeline.prefilled_tokens()),
+                None => format!("0/{}", count(turn.timeline.prefilled_tokens())),
             };
             let what = match (turn.stopping, &turn.phase) {
                 (true, TurnPhase::Queued) => "⋯ stopping…".to_string(),
@@ -173,7 +173,7 @@ fn assistant(app: &App, turn: &AssistantTurn, width: usize, now: Instant) -> Vec
                 (false, TurnPhase::Queued) => "⋯ queued".to_string(),
                 (false, _) => format!(
                     "⋯ prefill {progress} tok ({} cached)",
-                    turn.timeline.cached_tokens
+                    count(turn.timeline.cached_tokens)
                 ),
             };
             out.extend(wrap(
@@ -226,6 +226,11 @@ fn assistant(app: &App, turn: &AssistantTurn, width: usize, now: Instant) -> Vec
         }
     }
     out
+}
+
+/// A token count, `—` while unknown.
+fn count(n: Option<usize>) -> String {
+    n.map_or_else(|| "—".to_string(), |n| n.to_string())
 }
 
 /// The compact figures under a finished answer.

@@ -212,7 +212,7 @@ fn phase_word(phase: &TurnPhase) -> &'static str {
 /// Whether the TTFT breakdown of this turn is known yet. The engine reports the template,
 /// tokenize and prefill durations with the finished turn; until then they are undefined.
 fn breakdown_known(turn: &AssistantTurn) -> bool {
-    turn.summary.is_some() || !turn.timeline.prefill_done_at.is_zero()
+    turn.summary.is_some() || turn.timeline.prefill_done_at.is_some()
 }
 
 fn pieces(app: &App, now: Instant, w: usize) -> Vec<Piece> {

@@ -181,7 +181,7 @@ fn waiting(app: &App, now: Instant) -> Option<Duration> {
 fn context(app: &App) -> (usize, Option<u32>) {
     let used = match app.conversation.active() {
         Some(t) if matches!(t.phase, TurnPhase::Prefill | TurnPhase::Streaming) => {
-            t.timeline.prompt_tokens + t.timeline.tokens_generated()
+            t.timeline.prompt_tokens.unwrap_or(0) + t.timeline.tokens_generated()
         }
         _ => app.context_used,
     };
