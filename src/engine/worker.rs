@@ -461,7 +461,10 @@ impl<'m> Session<'m> {
         self.pieces.clear();
         // Host time per token (docs/metrics.md): each gap between two decode calls, and its
         // parts, timed where they happen.
-        let mut host = HostTimes::default();
+        let mut host = HostTimes {
+            gaps: Vec::with_capacity(req.max_tokens.min(1 << 16) as usize),
+            ..HostTimes::default()
+        };
         let mut gap_start = Instant::now();
         while stop_reason.is_none() {
             let mark = Instant::now();
@@ -512,6 +515,7 @@ impl<'m> Session<'m> {
                 .add(token, self.cached.len() as i32, &[0], true)
                 .map_err(|e| EngineError::Decode(e.to_string()))?;
             let step = Instant::now();
+            host.gaps.push(step - gap_start);
             host.total += step - gap_start;
             self.ctx
                 .decode(&mut batch)
@@ -523,7 +527,11 @@ impl<'m> Session<'m> {
             self.cached.push(token);
             logits_index = 0;
         }
-        host.total += gap_start.elapsed();
+        let last_gap = gap_start.elapsed();
+        if host.gaps.len() < host.tokens {
+            host.gaps.push(last_gap);
+        }
+        host.total += last_gap;
         let stop_reason = stop_reason.unwrap_or(StopReason::EndOfGeneration);
         if stop_reason == StopReason::StopString {
             // The transcript's separator before the next "Question:" is not part of the answer.

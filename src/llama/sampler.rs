@@ -45,6 +45,7 @@ pub struct HostSampler {
     /// The chain after top-k (top-p, min-p, temperature, draw), or the whole chain.
     chain: Option<LlamaSampler>,
     candidates: LlamaTokenDataArray,
+    block_maxima: Vec<f32>,
 }
 
 impl HostSampler {
@@ -80,6 +81,7 @@ impl HostSampler {
             k,
             chain,
             candidates: LlamaTokenDataArray::new(Vec::with_capacity(capacity), false),
+            block_maxima: Vec::new(),
         }
     }
 
@@ -92,7 +94,12 @@ impl HostSampler {
         match self.path {
             HostPath::Greedy => LlamaToken(argmax(logits) as i32),
             HostPath::TopK => {
-                top_k_into(logits, self.k, &mut self.candidates.data);
+                top_k_into(
+                    logits,
+                    self.k,
+                    &mut self.candidates.data,
+                    &mut self.block_maxima,
+                );
                 self.candidates.sorted = true;
                 self.apply_chain()
             }
@@ -135,12 +142,77 @@ impl HostSampler {
 }
 
 /// Index of the first largest value, as llama.cpp's greedy sampler picks it (NaN never wins).
-/// Two passes: the maximum over fixed-width lanes (which the compiler vectorises), then the
-/// first position holding it.
+/// One pass over blocks whose maxima are taken in fixed-width lanes (which the compiler
+/// vectorises), remembering the first block holding the largest; then that block is scanned
+/// for the first position holding it.
 pub fn argmax(values: &[f32]) -> usize {
+    const BLOCK: usize = 512;
+    let mut best = f32::NEG_INFINITY;
+    let mut best_block = 0;
+    for (b, block) in values.chunks(BLOCK).enumerate() {
+        let max = block_max(block);
+        if max > best {
+            best = max;
+            best_block = b;
+        }
+    }
+    let from = best_block * BLOCK;
+    values
+        .get(from..)
+        .and_then(|rest| rest.iter().position(|&v| v == best))
+        .map_or(0, |i| from + i)
+}
+
+/// The `k` largest logits as candidates, sorted by logit, largest first (llama.cpp's top-k
+/// order; ties by token id). One vectorised pass takes the maximum of each block of 64; the
+/// k-th largest block maximum `t` is a floor for the top k (the k blocks above it hold at
+/// least k logits >= `t`), so only the blocks whose maximum reaches it, about k of them, are
+/// scanned. `block_maxima` is scratch space reused across calls.
+pub fn top_k_into(
+    logits: &[f32],
+    k: usize,
+    out: &mut Vec<LlamaTokenData>,
+    block_maxima: &mut Vec<f32>,
+) {
+    const BLOCK: usize = 64;
+    out.clear();
+    let k = k.min(logits.len());
+    if k == 0 {
+        return;
+    }
+    block_maxima.clear();
+    block_maxima.extend(logits.chunks(BLOCK).map(block_max));
+    let floor = if k >= block_maxima.len() {
+        f32::NEG_INFINITY
+    } else {
+        let mut sorted = block_maxima.clone();
+        let (_, kth, _) = sorted.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
+        *kth
+    };
+    for (b, &m) in block_maxima.iter().enumerate() {
+        if m < floor {
+            continue;
+        }
+        let base = b * BLOCK;
+        for (i, &v) in logits[base..(base + BLOCK).min(logits.len())]
+            .iter()
+            .enumerate()
+        {
+            if v >= floor && !v.is_nan() {
+                out.push(LlamaTokenData::new(LlamaToken((base + i) as i32), v, 0.0));
+            }
+        }
+    }
+    // Stable: equal logits keep token-id order.
+    out.sort_by(|a, b| b.logit().total_cmp(&a.logit()));
+    out.truncate(k);
+}
+
+/// The largest value of a block (NaN ignored), in 16 lanes so that it vectorises.
+fn block_max(block: &[f32]) -> f32 {
     const LANES: usize = 16;
     let mut lanes = [f32::NEG_INFINITY; LANES];
-    let mut chunks = values.chunks_exact(LANES);
+    let mut chunks = block.chunks_exact(LANES);
     for chunk in &mut chunks {
         for (m, &v) in lanes.iter_mut().zip(chunk) {
             *m = if v > *m { v } else { *m };
@@ -152,47 +224,7 @@ pub fn argmax(values: &[f32]) -> usize {
             max = v;
         }
     }
-    values.iter().position(|&v| v == max).unwrap_or(0)
-}
-
-/// The `k` largest logits as candidates, sorted by logit, largest first (llama.cpp's top-k
-/// order). One pass: blocks whose maximum cannot enter the current top k are skipped after a
-/// vectorised maximum; the rest are inserted into a small sorted buffer.
-pub fn top_k_into(logits: &[f32], k: usize, out: &mut Vec<LlamaTokenData>) {
-    out.clear();
-    let k = k.min(logits.len());
-    if k == 0 {
-        return;
-    }
-    const BLOCK: usize = 32;
-    // Threshold: the smallest logit in a full buffer; nothing below or equal can enter.
-    let mut floor = f32::NEG_INFINITY;
-    for (block_no, block) in logits.chunks(BLOCK).enumerate() {
-        if out.len() == k {
-            let mut block_max = f32::NEG_INFINITY;
-            for &v in block {
-                block_max = if v > block_max { v } else { block_max };
-            }
-            if block_max <= floor {
-                continue;
-            }
-        }
-        let base = block_no * BLOCK;
-        for (i, &v) in block.iter().enumerate() {
-            if v.is_nan() || (out.len() == k && v <= floor) {
-                continue;
-            }
-            // Insert after every candidate with a logit >= v (earlier ids first among ties).
-            let at = out.partition_point(|d| d.logit() >= v);
-            if out.len() == k {
-                out.pop();
-            }
-            out.insert(at, LlamaTokenData::new(LlamaToken((base + i) as i32), v, 0.0));
-            if out.len() == k {
-                floor = out.last().map_or(f32::NEG_INFINITY, |d| d.logit());
-            }
-        }
-    }
+    max
 }
 
 #[cfg(test)]
@@ -224,10 +256,11 @@ mod tests {
     #[test]
     fn top_k_matches_a_full_sort() {
         let mut out = Vec::new();
+        let mut scratch = Vec::new();
         for seed in 0..20 {
             let v = pseudo_logits(5000 + seed as usize * 13, seed);
             for k in [1, 5, 40, 100] {
-                top_k_into(&v, k, &mut out);
+                top_k_into(&v, k, &mut out, &mut scratch);
                 let mut ids: Vec<usize> = (0..v.len()).collect();
                 ids.sort_by(|&a, &b| v[b].total_cmp(&v[a]).then(a.cmp(&b)));
                 let want: Vec<i32> = ids[..k].iter().map(|&i| i as i32).collect();
@@ -235,7 +268,7 @@ mod tests {
                 assert_eq!(got, want, "seed {seed} k {k}");
             }
         }
-        top_k_into(&[1.0, 2.0], 5, &mut out);
+        top_k_into(&[1.0, 2.0], 5, &mut out, &mut scratch);
         assert_eq!(out.len(), 2);
         assert_eq!(out[0].id().0, 1);
     }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 /// Raw sums over one turn, taken with `Instant` on the engine thread.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct HostTimes {
     /// Generated tokens whose host work is summed.
     pub tokens: usize,
@@ -22,12 +22,17 @@ pub struct HostTimes {
     pub detokenize: Duration,
     /// The timestamp, the token event sent to the UI and the per-token bookkeeping.
     pub event: Duration,
+    /// Each gap of `total`, in order (the median resists the odd preemption of the engine
+    /// thread, which a mean over a short answer does not).
+    pub gaps: Vec<Duration>,
 }
 
 /// Per-token means in microseconds; `None` when no token was generated.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct HostSummary {
     pub host_us_per_token: Option<f64>,
+    /// The median gap between two decode calls, in µs.
+    pub host_p50_us: Option<f64>,
     pub logits_out_us: Option<f64>,
     pub sampling_us: Option<f64>,
     pub detokenize_stop_us: Option<f64>,
@@ -44,6 +49,11 @@ impl HostTimes {
         let parts = self.logits_out + self.sampling + self.detokenize + self.event;
         HostSummary {
             host_us_per_token: per(self.total),
+            host_p50_us: {
+                let mut sorted = self.gaps.clone();
+                sorted.sort_unstable();
+                super::percentile_sorted(&sorted, 50.0).map(|d| d.as_secs_f64() * 1e6)
+            },
             logits_out_us: per(self.logits_out),
             sampling_us: per(self.sampling),
             detokenize_stop_us: per(self.detokenize),
@@ -67,10 +77,12 @@ mod tests {
             sampling: Duration::from_micros(120),
             detokenize: Duration::from_micros(80),
             event: Duration::from_micros(100),
+            gaps: [90, 120, 100, 90].map(Duration::from_micros).to_vec(),
         };
         let s = t.summary();
         assert_eq!(s.host_us_per_token, Some(100.0));
         assert_eq!(s.sampling_us, Some(30.0));
         assert_eq!(s.other_us, Some(15.0));
+        assert_eq!(s.host_p50_us, Some(90.0));
     }
 }
