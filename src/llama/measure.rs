@@ -28,8 +28,10 @@ pub struct Sample {
     pub total: Duration,
     /// The prompt's decode calls (pg and batch tests).
     pub prefill: Option<Duration>,
-    /// Start of the run → the first generated token (tg, pg: end of its decode; batch: the
-    /// first tokens sampled after the prompts).
+    /// The chat's TTFT, for tests with a prompt: start of the run → the first token's text
+    /// ready (the prompt's decode calls, then the first token sampled from its last logits
+    /// and turned into text; pg), or the first tokens sampled after the prompts (batch).
+    /// `None` for tg, which has no prompt (its first step decodes a BOS: not a TTFT).
     pub ttft: Option<Duration>,
     /// Gaps between consecutive generated tokens, from timestamps taken after each step.
     pub gaps: Vec<Duration>,
@@ -54,6 +56,7 @@ struct Entry {
 
 /// Runs tests on one context.
 pub struct Bencher<'m> {
+    model: &'m LlamaModel,
     ctx: LlamaContext<'m>,
     batch: LlamaBatch<'static>,
     n_batch: usize,
@@ -73,6 +76,7 @@ impl<'m> Bencher<'m> {
         let n_batch = ctx.n_batch().max(1) as usize;
         let vocab = model.vocab();
         Self {
+            model,
             ctx,
             batch: LlamaBatch::new(n_batch, 1),
             n_batch,
@@ -199,12 +203,12 @@ impl<'m> Bencher<'m> {
         }
         match *test {
             TestSpec::Pp { n_prompt } => self.run_pp(n_prompt),
-            TestSpec::Tg { n_gen } => self.run_pg(0, n_gen, None),
+            TestSpec::Tg { n_gen } => self.run_pg(0, n_gen, sampling, None),
             TestSpec::TgSampled { n_gen } => {
                 let mut sampler = HostSampler::new(sampling, self.n_vocab);
-                self.run_pg(0, n_gen, Some(&mut sampler))
+                self.run_pg(0, n_gen, sampling, Some(&mut sampler))
             }
-            TestSpec::Pg { n_prompt, n_gen } => self.run_pg(n_prompt, n_gen, None),
+            TestSpec::Pg { n_prompt, n_gen } => self.run_pg(n_prompt, n_gen, sampling, None),
             TestSpec::Batch {
                 sequences,
                 n_prompt,
@@ -223,25 +227,43 @@ impl<'m> Bencher<'m> {
     }
 
     /// A prompt (none for tg) then `n_gen` generated tokens, in one timed run.
+    ///
+    /// With a prompt, the first token is then sampled from the prompt's last logits and
+    /// turned into text, as the chat does: that instant ends the TTFT (the chat's definition,
+    /// with no queue and no template: the prompt is random tokens). This sample is not part
+    /// of `total`, `decode` or the gaps, so t/s stays llama-bench's (which does not sample).
     fn run_pg(
         &mut self,
         n_prompt: u32,
         n_gen: u32,
+        sampling: &SamplingParams,
         sampler: Option<&mut HostSampler>,
     ) -> Result<Sample, EngineError> {
         let start = Instant::now();
+        let mut ttft = None;
+        let mut prefill = None;
         if n_prompt > 0 {
             self.prompt(n_prompt)?;
+            let prefill_time = start.elapsed();
+            let sample_start = Instant::now();
+            // The chat's sampler, as the chat samples its first token.
+            let token = HostSampler::new(sampling, self.n_vocab).sample(self.ctx.get_logits_ith(-1));
+            let piece = self.model.vocab().token_to_piece(token, false, None);
+            std::hint::black_box(piece);
+            let first_sample = sample_start.elapsed();
+            prefill = Some(prefill_time);
+            ttft = Some(prefill_time + first_sample);
         }
-        let prefill_end = Instant::now();
+        let gen_start = Instant::now();
         let (ends, host) = self.generate(n_gen, sampler)?;
-        let last = ends.last().copied().unwrap_or(prefill_end);
+        let last = ends.last().copied().unwrap_or(gen_start);
+        let decode = last.duration_since(gen_start);
         Ok(Sample {
-            total: last.duration_since(start),
-            prefill: (n_prompt > 0).then(|| prefill_end.duration_since(start)),
-            ttft: ends.first().map(|t| t.duration_since(start)),
+            total: prefill.unwrap_or_default() + decode,
+            prefill,
+            ttft,
             gaps: gaps(&ends),
-            decode: last.duration_since(prefill_end),
+            decode,
             tokens_generated: ends.len() as u64,
             host,
         })
