@@ -15,7 +15,9 @@ use tokscope::llama::settings::{EngineSettings, SamplingParams};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let path = args.next().ok_or("usage: host_sampling MODEL.gguf [STEPS] [CALLS]")?;
+    let path = args
+        .next()
+        .ok_or("usage: host_sampling MODEL.gguf [STEPS] [CALLS]")?;
     let steps: usize = args.next().map_or(Ok(16), |s| s.parse())?;
     let calls: usize = args.next().map_or(Ok(50), |s| s.parse())?;
     tokscope::logging::init(None);

@@ -101,7 +101,9 @@ fn compare_on(model_path: &std::path::Path, seeds: u32, steps: usize) -> (usize,
     let prompt = model.vocab().tokenize(b"Once upon a time", true, false);
     let mut batch = LlamaBatch::new(64, 1);
     for (i, t) in prompt.iter().enumerate() {
-        batch.add(*t, i as i32, &[0], i + 1 == prompt.len()).unwrap();
+        batch
+            .add(*t, i as i32, &[0], i + 1 == prompt.len())
+            .unwrap();
     }
     ctx.decode(&mut batch).unwrap();
     let mut idx = batch.n_tokens() - 1;

@@ -222,9 +222,12 @@ pub fn build_row(job: &Job, samples: &[Sample], cx: &RowContext) -> Row {
         prefill_ms_mean: mean_of(samples.iter().filter_map(|s| s.prefill.map(ms))),
         decode_tok_per_s,
         host_us_per_token: if generates && !matches!(test, TestSpec::Batch { .. }) {
-            mean_of(samples.iter().filter(|s| s.tokens_generated > 1).map(|s| {
-                s.host.as_secs_f64() * 1e6 / (s.tokens_generated - 1) as f64
-            }))
+            mean_of(
+                samples
+                    .iter()
+                    .filter(|s| s.tokens_generated > 1)
+                    .map(|s| s.host.as_secs_f64() * 1e6 / (s.tokens_generated - 1) as f64),
+            )
         } else {
             None
         },

@@ -15,8 +15,8 @@ use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 
 use super::error::EngineError;
-use super::settings::{EngineSettings, SamplingParams};
 use super::sampler::HostSampler;
+use super::settings::{EngineSettings, SamplingParams};
 use super::{build_sampler, new_context};
 use crate::ids::SplitMix64;
 use crate::metrics::{ms, rate_per_s, BatchPoint, LatencyStats};
@@ -247,7 +247,8 @@ impl<'m> Bencher<'m> {
             let prefill_time = start.elapsed();
             let sample_start = Instant::now();
             // The chat's sampler, as the chat samples its first token.
-            let token = HostSampler::new(sampling, self.n_vocab).sample(self.ctx.get_logits_ith(-1));
+            let token =
+                HostSampler::new(sampling, self.n_vocab).sample(self.ctx.get_logits_ith(-1));
             let piece = self.model.vocab().token_to_piece(token, false, None);
             std::hint::black_box(piece);
             let first_sample = sample_start.elapsed();

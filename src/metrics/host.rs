@@ -43,9 +43,8 @@ pub struct HostSummary {
 
 impl HostTimes {
     pub fn summary(&self) -> HostSummary {
-        let per = |d: Duration| {
-            (self.tokens > 0).then(|| d.as_secs_f64() * 1e6 / self.tokens as f64)
-        };
+        let per =
+            |d: Duration| (self.tokens > 0).then(|| d.as_secs_f64() * 1e6 / self.tokens as f64);
         let parts = self.logits_out + self.sampling + self.detokenize + self.event;
         HostSummary {
             host_us_per_token: per(self.total),
