@@ -194,6 +194,8 @@ fn finished_turn(
         dropped_messages: 0,
         llama_counters: LlamaCounters::default(),
         first_logits: None,
+        host: Default::default(),
+        sampler: "host-greedy",
     };
     turn.on_finished(report);
     turn

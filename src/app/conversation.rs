@@ -350,6 +350,8 @@ mod tests {
             dropped_messages: 0,
             llama_counters: LlamaCounters::default(),
             first_logits: None,
+            host: Default::default(),
+            sampler: "host-greedy",
         }
     }
 

@@ -75,6 +75,9 @@ pub struct Row {
     pub prefill_ms_mean: Option<f64>,
     /// Generated tokens ÷ the generation phase, mean over the repetitions (tg, pg, batch).
     pub decode_tok_per_s: Option<f64>,
+    /// tg and pg: the time between decode calls per generated token, in µs, mean over the
+    /// repetitions (choosing the next token; `tg…+sampling` rows run the chat's sampler).
+    pub host_us_per_token: Option<f64>,
     /// Batch: aggregate t/s ÷ B, what each user gets.
     pub per_sequence_tok_per_s: Option<f64>,
     /// Batch: aggregate t/s ÷ that of B = 1 with the same settings.
@@ -218,6 +221,16 @@ pub fn build_row(job: &Job, samples: &[Sample], cx: &RowContext) -> Row {
         itl_p99_ms: itl.map(|t| t.p99_ms),
         prefill_ms_mean: mean_of(samples.iter().filter_map(|s| s.prefill.map(ms))),
         decode_tok_per_s,
+        host_us_per_token: if generates && !matches!(test, TestSpec::Batch { .. }) {
+            mean_of(
+                samples
+                    .iter()
+                    .filter(|s| s.tokens_generated > 1)
+                    .map(|s| s.host.as_secs_f64() * 1e6 / (s.tokens_generated - 1) as f64),
+            )
+        } else {
+            None
+        },
         per_sequence_tok_per_s: matches!(test, TestSpec::Batch { .. })
             .then(|| tok_per_s_mean / f64::from(test.sequences())),
         speedup_vs_b1: None,

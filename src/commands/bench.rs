@@ -45,6 +45,11 @@ pub struct BenchArgs {
     /// Generated tokens of the tg tests (0 = no tg test) [default: 128].
     #[arg(short = 'n', long = "n-gen", value_name = "N,…", action = ArgAction::Append, allow_hyphen_values = true)]
     pub n_gen: Vec<String>,
+    /// Also run each tg test with the chat's sampler chain (the configured temperature,
+    /// top-k, top-p, min-p, seed): a `tgN+sampling` row beside llama-bench's `tgN`, which
+    /// feeds random tokens without sampling.
+    #[arg(long = "tg-sampling")]
+    pub tg_sampling: bool,
     /// A prompt of PP tokens then TG generated, timed together (-pg); repeat for several.
     #[arg(long = "pg", value_name = "PP,TG", action = ArgAction::Append, allow_hyphen_values = true)]
     pub pg: Vec<String>,
@@ -356,12 +361,12 @@ fn parse_sweep(args: &BenchArgs) -> Result<Sweep, Failure> {
         .filter(|p| **p > 0)
         .map(|p| TestSpec::Pp { n_prompt: *p })
         .collect();
-    tests.extend(
-        n_gen
-            .iter()
-            .filter(|n| **n > 0)
-            .map(|n| TestSpec::Tg { n_gen: *n }),
-    );
+    for n in n_gen.iter().filter(|n| **n > 0) {
+        tests.push(TestSpec::Tg { n_gen: *n });
+        if args.tg_sampling {
+            tests.push(TestSpec::TgSampled { n_gen: *n });
+        }
+    }
     tests.extend(parse_pg(&args.pg)?);
     let batch_sizes: Vec<u32> =
         parse_int_list("--batch", &args.batch, 1, i64::from(MAX_BATCH_SEQUENCES))?

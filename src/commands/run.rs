@@ -14,6 +14,7 @@ use crate::config::Settings;
 use crate::engine::{
     EngineEvent, EngineHandle, GenerateRequest, LlamaCounters, ModelInfo, StopReason, TurnReport,
 };
+use crate::metrics::host::HostSummary;
 use crate::metrics::{fmt_opt, TurnSummary};
 use crate::stamp::Stamp;
 
@@ -59,6 +60,10 @@ pub struct RunReport {
     pub token_ready_ms: Vec<f64>,
     pub context_used: usize,
     pub llama_counters: LlamaCounters,
+    /// Host time per generated token between decode calls, and its parts (docs/metrics.md).
+    pub host: HostSummary,
+    /// The sampling path: `host-greedy`, `host-top-k`, `host-chain` or `backend`.
+    pub sampler: &'static str,
     /// Why the figures cannot be fully vouched for, joined by "; ": synthetic weights (their
     /// speed is real, their text is noise), a busy machine (load average before or after, a
     /// stall between tokens), each with the advice to rerun. `null` when clean.
@@ -90,6 +95,8 @@ impl RunReport {
                 .collect(),
             context_used: report.context_used,
             llama_counters: report.llama_counters,
+            host: report.host.summary(),
+            sampler: report.sampler,
             warning,
             stamp: Stamp::new(info, &settings.sampling),
         }
@@ -325,6 +332,16 @@ pub fn human_summary(r: &RunReport, info: &ModelInfo) -> String {
             itl.mean_ms, itl.p50_ms, itl.p90_ms, itl.p99_ms, itl.max_ms
         ));
     }
+    let h = &r.host;
+    out.push_str(&format!(
+        "host     {} µs/tok between decodes ({}: logits {} · sampling {} · detok+stop {} · event {} µs)\n",
+        fmt_opt(h.host_us_per_token, 1),
+        r.sampler,
+        fmt_opt(h.logits_out_us, 1),
+        fmt_opt(h.sampling_us, 1),
+        fmt_opt(h.detokenize_stop_us, 1),
+        fmt_opt(h.event_metrics_us, 1),
+    ));
     out.push_str(&format!(
         "E2E      {:.1} ms · stop: {} · context {}/{}\n",
         m.e2e_ms,

@@ -206,6 +206,11 @@ pub struct TurnReport {
     /// The logits after prefill, when the request asked for them.
     #[serde(skip)]
     pub first_logits: Option<Vec<f32>>,
+    /// Host time between decode calls, summed over the turn (docs/metrics.md).
+    #[serde(skip)]
+    pub host: crate::metrics::host::HostTimes,
+    /// The sampling path the turn took (`host-greedy`, `host-top-k`, `host-chain`, `backend`).
+    pub sampler: &'static str,
 }
 
 /// Model B's answer in an A/B comparison.

@@ -18,6 +18,8 @@ use super::{
     StopReason, TemplateChoice, TurnReport, Utf8Stream, COMPLETION_STOPS,
 };
 use crate::llama;
+use crate::llama::sampler::HostSampler;
+use crate::metrics::host::HostTimes;
 use crate::metrics::TurnTimeline;
 
 enum Next {
@@ -483,7 +485,7 @@ impl<'m> Session<'m> {
         let first_logits = (req.capture_first_logits && stop_reason.is_none())
             .then(|| self.ctx.get_logits_ith(logits_index).to_vec());
         let vocab = self.model.vocab();
-        let mut sampler = llama::build_sampler(&req.sampling, self.model.n_vocab());
+        let mut sampler = HostSampler::new(&req.sampling, self.model.n_vocab());
         let mut utf8 = Utf8Stream::new();
         let mut stops = match self.style {
             PromptStyle::Completion if !req.ignore_eos => StopMatcher::new(&COMPLETION_STOPS),
@@ -491,8 +493,22 @@ impl<'m> Session<'m> {
         };
         let mut text = String::new();
         self.pieces.clear();
+        // Host time per token (docs/metrics.md): each gap between two decode calls, and its
+        // parts, timed where they happen.
+        let mut host = HostTimes {
+            gaps: Vec::with_capacity(req.max_tokens.min(1 << 16) as usize),
+            ..HostTimes::default()
+        };
+        let mut gap_start = Instant::now();
         while stop_reason.is_none() {
-            let token = sampler.sample(&self.ctx, logits_index);
+            let mark = Instant::now();
+            let logits = self.ctx.get_logits_ith(logits_index);
+            let sampled_at = Instant::now();
+            host.logits_out += sampled_at - mark;
+            let token = sampler.sample(logits);
+            let mark = Instant::now();
+            host.sampling += mark - sampled_at;
+            host.tokens += 1;
             if vocab.is_eog(token) && !req.ignore_eos {
                 stop_reason = Some(StopReason::EndOfGeneration);
                 break;
@@ -502,6 +518,8 @@ impl<'m> Session<'m> {
             let (visible, hit_stop) = stops.push(&whole);
             self.pieces.push(whole);
             let at = t0.elapsed();
+            let detokenized = Instant::now();
+            host.detokenize += detokenized - mark;
             let index = timeline.token_ready_at.len();
             timeline.token_ready_at.push(at);
             text.push_str(&visible);
@@ -511,6 +529,7 @@ impl<'m> Session<'m> {
                 text: visible,
                 at,
             });
+            host.event += detokenized.elapsed();
             stop_reason = if hit_stop {
                 Some(StopReason::StopString)
             } else if timeline.token_ready_at.len() >= req.max_tokens as usize {
@@ -530,15 +549,23 @@ impl<'m> Session<'m> {
                 .add(token, self.cached.len() as i32, &[0], true)
                 .map_err(|e| EngineError::Decode(e.to_string()))?;
             let step = Instant::now();
+            host.gaps.push(step - gap_start);
+            host.total += step - gap_start;
             self.ctx
                 .decode(&mut batch)
                 .map_err(|e| EngineError::Decode(e.to_string()))?;
             self.ctx.synchronize();
-            timeline.decode_compute += step.elapsed();
+            gap_start = Instant::now();
+            timeline.decode_compute += gap_start - step;
             timeline.decode_calls += 1;
             self.cached.push(token);
             logits_index = 0;
         }
+        let last_gap = gap_start.elapsed();
+        if host.gaps.len() < host.tokens {
+            host.gaps.push(last_gap);
+        }
+        host.total += last_gap;
         let stop_reason = stop_reason.unwrap_or(StopReason::EndOfGeneration);
         if stop_reason == StopReason::StopString {
             // The transcript's separator before the next "Question:" is not part of the answer.
@@ -563,6 +590,8 @@ impl<'m> Session<'m> {
                 eval_tokens: t.n_eval(),
             },
             first_logits,
+            host,
+            sampler: sampler.path().as_str(),
         })
     }
 }

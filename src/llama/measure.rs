@@ -15,6 +15,7 @@ use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 
 use super::error::EngineError;
+use super::sampler::HostSampler;
 use super::settings::{EngineSettings, SamplingParams};
 use super::{build_sampler, new_context};
 use crate::ids::SplitMix64;
@@ -39,6 +40,9 @@ pub struct Sample {
     /// Tokens decoded as generated tokens, all sequences together, as counted while
     /// decoding.
     pub tokens_generated: u64,
+    /// Generation steps of tg and pg: the time between the end of one decode call and the
+    /// start of the next (choosing the next token; with `TgSampled`, the chat's sampler).
+    pub host: Duration,
 }
 
 /// One token of a batch: its id, position, sequence and whether its logits are wanted.
@@ -128,22 +132,35 @@ impl<'m> Bencher<'m> {
     }
 
     /// llama-bench's `test_gen`: `n` single-token decodes, each synchronised, feeding random
-    /// tokens. Returns the instant each step ended.
-    fn generate(&mut self, n: u32) -> Result<Vec<Instant>, EngineError> {
-        let mut ends = Vec::with_capacity(n as usize);
+    /// tokens; with a sampler, the token it samples from each step's logits instead (what a
+    /// chat does). Returns the instant each step ended and the time between decode calls.
+    fn generate(
+        &mut self,
+        n: u32,
+        mut sampler: Option<&mut HostSampler>,
+    ) -> Result<(Vec<Instant>, Duration), EngineError> {
+        let mut ends: Vec<Instant> = Vec::with_capacity(n as usize);
+        let mut host = Duration::ZERO;
         let mut token = self.first_token();
-        for _ in 0..n {
+        for step in 0..n {
             self.batch.clear();
             self.batch
                 .add(token, self.pos, &[0], true)
                 .map_err(decode_error)?;
+            if let Some(&end) = ends.last() {
+                host += end.elapsed();
+            }
             self.ctx.decode(&mut self.batch).map_err(decode_error)?;
             self.ctx.synchronize();
             ends.push(Instant::now());
             self.pos += 1;
-            token = self.random_token();
+            token = match sampler.as_deref_mut() {
+                // The last step's token is never decoded: do not sample it either.
+                Some(s) if step + 1 < n => s.sample(self.ctx.get_logits_ith(0)),
+                _ => self.random_token(),
+            };
         }
-        Ok(ends)
+        Ok((ends, host))
     }
 
     /// The untimed warm-up, as llama-bench does it: the prompt once and one generated token;
@@ -166,7 +183,7 @@ impl<'m> Bencher<'m> {
                 self.prompt(p)?;
             }
             if n > 0 {
-                self.generate(1)?;
+                self.generate(1, None)?;
             }
         }
         self.clear();
@@ -186,8 +203,12 @@ impl<'m> Bencher<'m> {
         }
         match *test {
             TestSpec::Pp { n_prompt } => self.run_pp(n_prompt),
-            TestSpec::Tg { n_gen } => self.run_pg(0, n_gen, sampling),
-            TestSpec::Pg { n_prompt, n_gen } => self.run_pg(n_prompt, n_gen, sampling),
+            TestSpec::Tg { n_gen } => self.run_pg(0, n_gen, sampling, None),
+            TestSpec::TgSampled { n_gen } => {
+                let mut sampler = HostSampler::new(sampling, self.n_vocab);
+                self.run_pg(0, n_gen, sampling, Some(&mut sampler))
+            }
+            TestSpec::Pg { n_prompt, n_gen } => self.run_pg(n_prompt, n_gen, sampling, None),
             TestSpec::Batch {
                 sequences,
                 n_prompt,
@@ -216,6 +237,7 @@ impl<'m> Bencher<'m> {
         n_prompt: u32,
         n_gen: u32,
         sampling: &SamplingParams,
+        sampler: Option<&mut HostSampler>,
     ) -> Result<Sample, EngineError> {
         let start = Instant::now();
         let mut ttft = None;
@@ -224,8 +246,9 @@ impl<'m> Bencher<'m> {
             self.prompt(n_prompt)?;
             let prefill_time = start.elapsed();
             let sample_start = Instant::now();
-            let mut sampler = build_sampler(sampling, self.n_vocab);
-            let token = sampler.sample(&self.ctx, -1);
+            // The chat's sampler, as the chat samples its first token.
+            let token =
+                HostSampler::new(sampling, self.n_vocab).sample(self.ctx.get_logits_ith(-1));
             let piece = self.model.vocab().token_to_piece(token, false, None);
             std::hint::black_box(piece);
             let first_sample = sample_start.elapsed();
@@ -233,7 +256,7 @@ impl<'m> Bencher<'m> {
             ttft = Some(prefill_time + first_sample);
         }
         let gen_start = Instant::now();
-        let ends = self.generate(n_gen)?;
+        let (ends, host) = self.generate(n_gen, sampler)?;
         let last = ends.last().copied().unwrap_or(gen_start);
         let decode = last.duration_since(gen_start);
         Ok(Sample {
@@ -243,6 +266,7 @@ impl<'m> Bencher<'m> {
             gaps: gaps(&ends),
             decode,
             tokens_generated: ends.len() as u64,
+            host,
         })
     }
 
@@ -298,6 +322,7 @@ impl<'m> Bencher<'m> {
             gaps: gaps(&ends),
             decode,
             tokens_generated: decoded,
+            host: Duration::ZERO,
         })
     }
 
@@ -378,6 +403,9 @@ pub enum TestSpec {
     Pp { n_prompt: u32 },
     /// Generate `n_gen` tokens one at a time.
     Tg { n_gen: u32 },
+    /// `Tg`, but each next token is sampled from the logits with the chat's sampler chain
+    /// instead of drawn at random (what a chat pays per token on top of llama-bench's tg).
+    TgSampled { n_gen: u32 },
     /// A prompt then generation, timed together.
     Pg { n_prompt: u32, n_gen: u32 },
     /// `sequences` prompts of `n_prompt` tokens, then `n_gen` steps each decoding one token
@@ -393,7 +421,7 @@ impl TestSpec {
     pub fn kind(&self) -> TestKind {
         match self {
             TestSpec::Pp { .. } => TestKind::Pp,
-            TestSpec::Tg { .. } => TestKind::Tg,
+            TestSpec::Tg { .. } | TestSpec::TgSampled { .. } => TestKind::Tg,
             TestSpec::Pg { .. } => TestKind::Pg,
             TestSpec::Batch { .. } => TestKind::Batch,
         }
@@ -403,7 +431,7 @@ impl TestSpec {
     pub fn lengths(&self) -> (u32, u32) {
         match *self {
             TestSpec::Pp { n_prompt } => (n_prompt, 0),
-            TestSpec::Tg { n_gen } => (0, n_gen),
+            TestSpec::Tg { n_gen } | TestSpec::TgSampled { n_gen } => (0, n_gen),
             TestSpec::Pg { n_prompt, n_gen }
             | TestSpec::Batch {
                 n_prompt, n_gen, ..
@@ -425,6 +453,7 @@ impl TestSpec {
         let base = match *self {
             TestSpec::Pp { n_prompt } => format!("pp{n_prompt}"),
             TestSpec::Tg { n_gen } => format!("tg{n_gen}"),
+            TestSpec::TgSampled { n_gen } => format!("tg{n_gen}+sampling"),
             TestSpec::Pg { n_prompt, n_gen } => format!("pp{n_prompt}+tg{n_gen}"),
             TestSpec::Batch {
                 sequences,

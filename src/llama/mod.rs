@@ -5,6 +5,7 @@
 pub mod error;
 pub mod measure;
 pub mod model_info;
+pub mod sampler;
 pub mod settings;
 
 use std::num::NonZeroU32;

@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 pub mod busy;
+pub mod host;
 pub mod roofline;
 
 use serde::{Deserialize, Serialize};

@@ -1,0 +1,277 @@
+//! Host-side token sampling for the decode loop, built to do as little per token as the chain
+//! allows: greedy decoding is an argmax straight over the logits row (no candidate array, no
+//! sampler chain); a chain that starts with top-k keeps only the k best candidates in one pass
+//! and hands llama.cpp's own top-p → min-p → temperature → draw samplers those k (sorted, as
+//! llama.cpp's top-k would leave them); anything else (repetition penalties, top-k off) runs
+//! llama.cpp's full chain over a candidate array that is reused across tokens.
+//!
+//! Every path picks the token llama.cpp's chain (`build_sampler`) would pick from the same
+//! logits and the same seed; `tests/sampling.rs` compares them over many seeds. The one
+//! exception is an exact tie between logits, where llama.cpp's partial sort leaves the order
+//! unspecified.
+
+use llama_cpp_2::sampling::LlamaSampler;
+use llama_cpp_2::token::data::LlamaTokenData;
+use llama_cpp_2::token::data_array::LlamaTokenDataArray;
+use llama_cpp_2::token::LlamaToken;
+
+use super::settings::SamplingParams;
+
+/// Which host path a sampler takes, for reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostPath {
+    /// Argmax over the logits row.
+    Greedy,
+    /// One-pass top-k, then llama.cpp's chain over the k candidates.
+    TopK,
+    /// llama.cpp's full chain over the whole vocabulary (penalties, or top-k off).
+    FullChain,
+}
+
+impl HostPath {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HostPath::Greedy => "host-greedy",
+            HostPath::TopK => "host-top-k",
+            HostPath::FullChain => "host-chain",
+        }
+    }
+}
+
+/// A sampler for one generation: its chain state (the seeded RNG) and its reused buffers.
+pub struct HostSampler {
+    path: HostPath,
+    k: usize,
+    /// The chain after top-k (top-p, min-p, temperature, draw), or the whole chain.
+    chain: Option<LlamaSampler>,
+    candidates: LlamaTokenDataArray,
+    block_maxima: Vec<f32>,
+}
+
+impl HostSampler {
+    pub fn new(p: &SamplingParams, n_vocab: i32) -> Self {
+        let no_penalty = p.repeat_penalty == 1.0;
+        let (path, chain, k) = if p.temperature <= 0.0 && no_penalty {
+            (HostPath::Greedy, None, 0)
+        } else if p.temperature > 0.0 && no_penalty && p.top_k > 0 {
+            let rest = LlamaSampler::chain(
+                vec![
+                    LlamaSampler::top_p(p.top_p, 1),
+                    LlamaSampler::min_p(p.min_p, 1),
+                    LlamaSampler::temp(p.temperature),
+                    LlamaSampler::dist(p.seed),
+                ],
+                false,
+            );
+            (HostPath::TopK, Some(rest), p.top_k as usize)
+        } else {
+            (
+                HostPath::FullChain,
+                Some(super::build_sampler(p, n_vocab)),
+                0,
+            )
+        };
+        let capacity = match path {
+            HostPath::Greedy => 0,
+            HostPath::TopK => k.min(usize::try_from(n_vocab).unwrap_or(0)),
+            HostPath::FullChain => usize::try_from(n_vocab).unwrap_or(0),
+        };
+        Self {
+            path,
+            k,
+            chain,
+            candidates: LlamaTokenDataArray::new(Vec::with_capacity(capacity), false),
+            block_maxima: Vec::new(),
+        }
+    }
+
+    pub fn path(&self) -> HostPath {
+        self.path
+    }
+
+    /// The next token from one row of logits (`n_vocab` values).
+    pub fn sample(&mut self, logits: &[f32]) -> LlamaToken {
+        match self.path {
+            HostPath::Greedy => LlamaToken(argmax(logits) as i32),
+            HostPath::TopK => {
+                top_k_into(
+                    logits,
+                    self.k,
+                    &mut self.candidates.data,
+                    &mut self.block_maxima,
+                );
+                self.candidates.sorted = true;
+                self.apply_chain()
+            }
+            HostPath::FullChain => {
+                let data = &mut self.candidates.data;
+                data.clear();
+                data.extend(
+                    logits
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &l)| LlamaTokenData::new(LlamaToken(i as i32), l, 0.0)),
+                );
+                self.candidates.sorted = false;
+                let token = self.apply_chain();
+                if let Some(chain) = self.chain.as_mut() {
+                    // Penalties remember the tokens they have seen.
+                    chain.accept(token);
+                }
+                token
+            }
+        }
+    }
+
+    fn apply_chain(&mut self) -> LlamaToken {
+        self.candidates.selected = None;
+        if let Some(chain) = self.chain.as_mut() {
+            self.candidates.apply_sampler(chain);
+        }
+        match self.candidates.selected_token() {
+            Some(t) => t,
+            // A chain always ends in a draw that selects; should it not, the best candidate.
+            None => self
+                .candidates
+                .data
+                .first()
+                .map(|d| d.id())
+                .unwrap_or(LlamaToken(0)),
+        }
+    }
+}
+
+/// Index of the first largest value, as llama.cpp's greedy sampler picks it (NaN never wins).
+/// One pass over blocks whose maxima are taken in fixed-width lanes (which the compiler
+/// vectorises), remembering the first block holding the largest; then that block is scanned
+/// for the first position holding it.
+pub fn argmax(values: &[f32]) -> usize {
+    const BLOCK: usize = 512;
+    let mut best = f32::NEG_INFINITY;
+    let mut best_block = 0;
+    for (b, block) in values.chunks(BLOCK).enumerate() {
+        let max = block_max(block);
+        if max > best {
+            best = max;
+            best_block = b;
+        }
+    }
+    let from = best_block * BLOCK;
+    values
+        .get(from..)
+        .and_then(|rest| rest.iter().position(|&v| v == best))
+        .map_or(0, |i| from + i)
+}
+
+/// The `k` largest logits as candidates, sorted by logit, largest first (llama.cpp's top-k
+/// order; ties by token id). One vectorised pass takes the maximum of each block of 64; the
+/// k-th largest block maximum `t` is a floor for the top k (the k blocks above it hold at
+/// least k logits >= `t`), so only the blocks whose maximum reaches it, about k of them, are
+/// scanned. `block_maxima` is scratch space reused across calls.
+pub fn top_k_into(
+    logits: &[f32],
+    k: usize,
+    out: &mut Vec<LlamaTokenData>,
+    block_maxima: &mut Vec<f32>,
+) {
+    const BLOCK: usize = 64;
+    out.clear();
+    let k = k.min(logits.len());
+    if k == 0 {
+        return;
+    }
+    block_maxima.clear();
+    block_maxima.extend(logits.chunks(BLOCK).map(block_max));
+    let floor = if k >= block_maxima.len() {
+        f32::NEG_INFINITY
+    } else {
+        let mut sorted = block_maxima.clone();
+        let (_, kth, _) = sorted.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
+        *kth
+    };
+    for (b, &m) in block_maxima.iter().enumerate() {
+        if m < floor {
+            continue;
+        }
+        let base = b * BLOCK;
+        for (i, &v) in logits[base..(base + BLOCK).min(logits.len())]
+            .iter()
+            .enumerate()
+        {
+            if v >= floor && !v.is_nan() {
+                out.push(LlamaTokenData::new(LlamaToken((base + i) as i32), v, 0.0));
+            }
+        }
+    }
+    // Stable: equal logits keep token-id order.
+    out.sort_by(|a, b| b.logit().total_cmp(&a.logit()));
+    out.truncate(k);
+}
+
+/// The largest value of a block (NaN ignored), in 16 lanes so that it vectorises.
+fn block_max(block: &[f32]) -> f32 {
+    const LANES: usize = 16;
+    let mut lanes = [f32::NEG_INFINITY; LANES];
+    let mut chunks = block.chunks_exact(LANES);
+    for chunk in &mut chunks {
+        for (m, &v) in lanes.iter_mut().zip(chunk) {
+            *m = if v > *m { v } else { *m };
+        }
+    }
+    let mut max = f32::NEG_INFINITY;
+    for &v in lanes.iter().chain(chunks.remainder()) {
+        if v > max {
+            max = v;
+        }
+    }
+    max
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pseudo_logits(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed;
+        (0..n)
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((s >> 40) as f32 / (1u64 << 24) as f32) * 20.0 - 10.0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn argmax_is_the_first_maximum() {
+        assert_eq!(argmax(&[1.0, 3.0, 2.0, 3.0]), 1);
+        assert_eq!(argmax(&[f32::NAN, -1.0, -0.5]), 2);
+        assert_eq!(argmax(&[]), 0);
+        for seed in 0..20 {
+            let v = pseudo_logits(1000 + seed as usize * 37, seed);
+            let naive = (0..v.len()).fold(0, |b, i| if v[i] > v[b] { i } else { b });
+            assert_eq!(argmax(&v), naive);
+        }
+    }
+
+    #[test]
+    fn top_k_matches_a_full_sort() {
+        let mut out = Vec::new();
+        let mut scratch = Vec::new();
+        for seed in 0..20 {
+            let v = pseudo_logits(5000 + seed as usize * 13, seed);
+            for k in [1, 5, 40, 100] {
+                top_k_into(&v, k, &mut out, &mut scratch);
+                let mut ids: Vec<usize> = (0..v.len()).collect();
+                ids.sort_by(|&a, &b| v[b].total_cmp(&v[a]).then(a.cmp(&b)));
+                let want: Vec<i32> = ids[..k].iter().map(|&i| i as i32).collect();
+                let got: Vec<i32> = out.iter().map(|d| d.id().0).collect();
+                assert_eq!(got, want, "seed {seed} k {k}");
+            }
+        }
+        top_k_into(&[1.0, 2.0], 5, &mut out, &mut scratch);
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[0].id().0, 1);
+    }
+}
