@@ -106,12 +106,20 @@ pub fn check_model_file(path: &Path) -> Result<u64, EngineError> {
             ),
         });
     }
-    if let Err(e) = crate::gguf::read_metadata(path) {
-        return Err(EngineError::NotGguf {
-            path: path.to_path_buf(),
-            reason: format!("its header is damaged: {e}"),
-        });
-    }
+    let header = match crate::gguf::read_metadata(path) {
+        Ok(h) => h,
+        Err(e) => {
+            return Err(EngineError::NotGguf {
+                path: path.to_path_buf(),
+                reason: format!("its header is damaged: {e}"),
+            })
+        }
+    };
+    // What llama.cpp would abort on (instead of returning an error) is refused here.
+    crate::gguf::validate::validate_model(&header).map_err(|d| EngineError::InvalidModel {
+        path: path.to_path_buf(),
+        defect: d.to_string(),
+    })?;
     Ok(meta.len())
 }
 
