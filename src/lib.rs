@@ -12,6 +12,7 @@ pub mod config;
 pub mod demo;
 pub mod doctor;
 pub mod engine;
+pub mod fatal;
 pub mod fsx;
 pub mod gguf;
 pub mod history;

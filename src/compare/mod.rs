@@ -189,6 +189,27 @@ pub fn run(plan: &ComparePlan, settings: Settings) -> Result<(), CompareError> {
     crate::bench::run::check_models(&plan.models)?;
     let (text_name, text) = load_text(plan.text.as_deref())?;
     let files = model_files(plan)?;
+    // A file that is damaged, or that llama.cpp crashes on (tried in a child process), is
+    // skipped with a message; the others are compared, and the exit code says one was bad.
+    let mut skipped = Vec::new();
+    let files: Vec<(PathBuf, bool)> = files
+        .into_iter()
+        .filter(|(path, _)| {
+            let verdict = crate::engine::check_model_file(path)
+                .and_then(|_| crate::llama::probe::ensure_survivable(path));
+            match verdict {
+                Ok(()) => true,
+                Err(e) => {
+                    eprintln!("skipping {}: {e}", path.display());
+                    skipped.push(e.to_string());
+                    false
+                }
+            }
+        })
+        .collect();
+    if files.is_empty() {
+        return Err(CompareError::model(skipped.join("\n")));
+    }
     let sweep = &plan.bench.sweep;
     let mut candidates = Vec::new();
     for (model, quantized_here) in &files {
@@ -318,6 +339,13 @@ pub fn run(plan: &ComparePlan, settings: Settings) -> Result<(), CompareError> {
     }
     if let Some(path) = &plan.plot {
         plot(&comparison, path)?;
+    }
+    if !skipped.is_empty() {
+        return Err(CompareError::model(format!(
+            "{} file(s) skipped, the others compared:\n{}",
+            skipped.len(),
+            skipped.join("\n")
+        )));
     }
     Ok(())
 }
