@@ -25,6 +25,7 @@ pub mod paths;
 pub mod plot;
 pub mod stamp;
 pub mod synth;
+pub mod text;
 pub mod tokcount;
 pub mod tui;
 pub mod ui;

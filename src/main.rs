@@ -59,7 +59,9 @@ fn main() {
     let code = match commands::dispatch(cli) {
         Ok(()) => commands::OK,
         Err(f) => {
-            eprintln!("error: {}", f.message);
+            // Messages name files and quote models: neutralised like everything else that
+            // reaches a terminal.
+            eprintln!("error: {}", tokscope::text::terminal_safe(&f.message));
             f.code
         }
     };

@@ -107,7 +107,8 @@ impl Progress {
                 label.push_str(&text);
             }
         }
-        label
+        // File names come from anywhere: no control characters reach the terminal.
+        crate::text::one_line(&label).into_owned()
     }
 
     fn start(&self, index: usize, job: &Job) {
@@ -126,7 +127,7 @@ impl Progress {
         if self.terminal {
             eprint!("\r\x1b[2K");
         }
-        eprintln!("{text}");
+        eprintln!("{}", crate::text::terminal_safe(text));
     }
 
     fn finish(&self) {

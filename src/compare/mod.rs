@@ -200,7 +200,11 @@ pub fn run(plan: &ComparePlan, settings: Settings) -> Result<(), CompareError> {
             match verdict {
                 Ok(()) => true,
                 Err(e) => {
-                    eprintln!("skipping {}: {e}", path.display());
+                    eprintln!(
+                        "skipping {}: {}",
+                        crate::text::path(path),
+                        crate::text::terminal_safe(&e.to_string())
+                    );
                     skipped.push(e.to_string());
                     false
                 }
@@ -318,8 +322,9 @@ pub fn run(plan: &ComparePlan, settings: Settings) -> Result<(), CompareError> {
                 .map_err(|e| CompareError::failed(format!("cannot format the results: {e}")))?
         ),
     };
+    let to_terminal = crate::text::stdout_is_terminal();
     let mut stdout = std::io::stdout().lock();
-    stdout.write_all(out.as_bytes())?;
+    stdout.write_all(crate::text::for_output(&out, to_terminal).as_bytes())?;
     stdout.flush()?;
     let data = crate::paths::data_dir();
     if !speed.is_empty() {
