@@ -391,3 +391,63 @@ fn the_chat_survives_model_to_a_crashing_file_and_a_fatal_signal_restores_the_te
     });
     assert_eq!(common::tmux::saved_turns(&data), 2);
 }
+
+/// A file name carrying terminal control sequences (a title change, a clipboard write, a
+/// screen clear) goes through `run`'s summary, `bench`'s table and progress, `results` and an
+/// error message in a real terminal: the title and clipboard stay untouched and the sequences
+/// show as text.
+#[test]
+fn escape_sequences_in_file_names_never_reach_the_terminal() {
+    use common::tmux::{bin, Tmux};
+    let _lock = common::model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let good = tiny(dir.path());
+    let evil_name = "evil\x1b]2;pwned\x07\x1b]52;c;cHduZWQ=\x07\x1b[2J.gguf";
+    std::fs::copy(&good, dir.path().join(evil_name)).unwrap();
+    let data = dir.path().join("data");
+    let tmux = Tmux::start("escapes", 200, 50, &[("TOKSCOPE_DATA_DIR", &data)]);
+    tmux.tmux(&["set-option", "-g", "set-clipboard", "on"]);
+    tmux.wait_for("the shell prompt", Duration::from_secs(10), |s| {
+        s.contains("e2e$")
+    });
+    let title_before = tmux.tmux(&["display", "-p", "#{pane_title}"]);
+    let d = dir.path().display();
+    for cmd in [
+        format!(
+            "{} run -t 1 -n 2 -p hi -m {d}/evil*.gguf; echo run=$?",
+            bin()
+        ),
+        format!(
+            "{} bench -t 1 -p 8 -n 2 -r 1 --no-probe -m {d}/evil*.gguf; echo bench=$?",
+            bin()
+        ),
+        format!("{} results; echo results=$?", bin()),
+        format!(
+            "{} run -p hi -m {d}/evil*.gguf.missing$'\\e]2;pwned\\a'; echo missing=$?",
+            bin()
+        ),
+    ] {
+        tmux.type_text(&cmd);
+        tmux.keys(&["Enter"]);
+    }
+    let screen = tmux.wait_for("all four commands", Duration::from_secs(120), |s| {
+        s.contains("missing=3")
+    });
+    assert!(
+        screen.contains("run=0") && screen.contains("bench=0"),
+        "{screen}"
+    );
+    assert!(screen.contains("results=0"), "{screen}");
+    assert!(screen.contains("evil␛]2;pwned␇"), "{screen}");
+    assert_eq!(
+        tmux.tmux(&["display", "-p", "#{pane_title}"]),
+        title_before,
+        "the title was not changed"
+    );
+    assert!(
+        !tmux.tmux(&["show-buffer"]).contains("pwned"),
+        "the clipboard was not written"
+    );
+    // The screen was not cleared: the first command line is still there.
+    assert!(screen.contains("echo run=$?"), "{screen}");
+}
