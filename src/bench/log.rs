@@ -149,7 +149,7 @@ pub fn find_run<'a>(runs: &'a [StoredRun], query: &str) -> Result<&'a StoredRun,
     }
 }
 
-/// `YYYY-MM-DD HH:MM:SS UTC` from an id made by `history::new_id` (its first 15 characters
+/// `YYYY-MM-DD HH:MM:SS UTC` from an id made by `ids::new_id` (its first 15 characters
 /// are the UTC time it was made).
 pub fn id_time(id: &str) -> Option<String> {
     let (date, time) = (id.get(0..8)?, id.get(9..15)?);

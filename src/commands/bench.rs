@@ -9,6 +9,7 @@ use std::path::PathBuf;
 
 use clap::{ArgAction, Args};
 
+use super::flags::{RooflineFlags, RuntimeSweepFlags};
 use crate::bench::plan::{BandwidthChoice, BenchPlan, OutputFormat};
 use crate::bench::sweep::Sweep;
 use crate::bench::{format, log, report, run, save, sweep, Row, StoredRun};
@@ -62,44 +63,25 @@ pub struct BenchArgs {
     /// CPU threads [default: all cores].
     #[arg(short = 't', long = "threads", value_name = "N,…", action = ArgAction::Append, allow_hyphen_values = true)]
     pub threads: Vec<String>,
-    /// Layers offloaded to the GPU, -1 = all (-ngl) [default: -1].
-    #[arg(long = "n-gpu-layers", value_name = "N,…", action = ArgAction::Append, allow_hyphen_values = true)]
-    pub n_gpu_layers: Vec<String>,
     /// Logical batch: tokens per decode call [default: 2048].
     #[arg(short = 'b', long = "batch-size", value_name = "N,…", action = ArgAction::Append, allow_hyphen_values = true)]
     pub n_batch: Vec<String>,
     /// Physical batch: tokens per graph evaluation (-ub) [default: 512].
     #[arg(long = "ubatch-size", value_name = "N,…", action = ArgAction::Append, allow_hyphen_values = true)]
     pub n_ubatch: Vec<String>,
-    /// KV-cache type of keys (-ctk): f16, q8_0, q4_0, … [default: f16].
-    #[arg(long = "cache-type-k", value_name = "TYPE,…", action = ArgAction::Append)]
-    pub cache_type_k: Vec<String>,
-    /// KV-cache type of values (-ctv) [default: f16].
-    #[arg(long = "cache-type-v", value_name = "TYPE,…", action = ArgAction::Append)]
-    pub cache_type_v: Vec<String>,
-    /// Flash attention (-fa): auto, on/1, off/0 [default: auto].
-    #[arg(long = "flash-attn", value_name = "MODE,…", action = ArgAction::Append, allow_hyphen_values = true)]
-    pub flash_attn: Vec<String>,
     /// Also decode B sequences together, for each B (like llama-batched-bench's -npl).
     #[arg(long = "batch", value_name = "B,…", action = ArgAction::Append, allow_hyphen_values = true)]
     pub batch: Vec<String>,
     /// Output format: md, csv, json, jsonl [default: md].
     #[arg(short = 'o', long = "output", value_name = "FORMAT")]
     pub output: Option<String>,
-    /// Peak memory bandwidth for the roofline, GB/s (default: config `bandwidth_gb_s`, the
-    /// GPU's datasheet, else measured on the CPU).
-    #[arg(long = "bandwidth-gb-s", value_name = "X", allow_hyphen_values = true)]
-    pub bandwidth_gb_s: Option<String>,
-    /// Price of the machine, USD per GPU-hour, for cost per 1M tokens (default: config
-    /// `price_per_gpu_hour_usd`).
-    #[arg(long = "price", value_name = "USD", allow_hyphen_values = true)]
-    pub price: Option<String>,
-    /// Do not measure the CPU's memory bandwidth (no roofline without another source).
-    #[arg(long)]
-    pub no_probe: bool,
     /// Skip the warm-up run before each test.
     #[arg(long)]
     pub no_warmup: bool,
+    #[command(flatten)]
+    pub runtime: RuntimeSweepFlags,
+    #[command(flatten)]
+    pub roofline: RooflineFlags,
     /// Compare with an earlier run of the results log: `last` or its id (or a unique prefix).
     #[arg(long = "vs", value_name = "last|ID")]
     pub vs: Option<String>,
@@ -319,16 +301,16 @@ pub fn plan(args: &BenchArgs, settings: &Settings) -> Result<BenchPlan, Failure>
             Some(r) => parse_single("-r/--repetitions", r, 1, 100_000)?,
             None => 5,
         };
-        let bandwidth = match (&args.bandwidth_gb_s, settings.bandwidth_gb_s) {
+        let bandwidth = match (&args.roofline.bandwidth_gb_s, settings.bandwidth_gb_s) {
             (Some(v), _) => {
                 BandwidthChoice::Configured(parse_positive("--bandwidth-gb-s", v)? * 1e9)
             }
             (None, Some(v)) => BandwidthChoice::Configured(v * 1e9),
             (None, None) => BandwidthChoice::Auto {
-                probe: !args.no_probe,
+                probe: !args.roofline.no_probe,
             },
         };
-        let price_per_gpu_hour_usd = match &args.price {
+        let price_per_gpu_hour_usd = match &args.roofline.price {
             Some(v) => parse_positive("--price", v)?,
             None => settings.price_per_gpu_hour_usd,
         };
@@ -394,15 +376,28 @@ fn parse_sweep(args: &BenchArgs) -> Result<Sweep, Failure> {
         ));
     }
     let sweep = Sweep {
-        n_gpu_layers: parse_int_list("-ngl/--n-gpu-layers", &args.n_gpu_layers, -1, 100_000)
-            .map(|v| if v.is_empty() { vec![-1] } else { v })?,
+        n_gpu_layers: parse_int_list(
+            "-ngl/--n-gpu-layers",
+            &args.runtime.n_gpu_layers,
+            -1,
+            100_000,
+        )
+        .map(|v| if v.is_empty() { vec![-1] } else { v })?,
         n_batch: parse_u32_list("-b/--batch-size", &args.n_batch, 2048, 1, 1 << 20)?,
         n_ubatch: parse_u32_list("-ub/--ubatch-size", &args.n_ubatch, 512, 1, 1 << 20)?,
-        type_k: parse_named_list::<KvType>("-ctk/--cache-type-k", &args.cache_type_k, KvType::F16)?,
-        type_v: parse_named_list::<KvType>("-ctv/--cache-type-v", &args.cache_type_v, KvType::F16)?,
+        type_k: parse_named_list::<KvType>(
+            "-ctk/--cache-type-k",
+            &args.runtime.cache_type_k,
+            KvType::F16,
+        )?,
+        type_v: parse_named_list::<KvType>(
+            "-ctv/--cache-type-v",
+            &args.runtime.cache_type_v,
+            KvType::F16,
+        )?,
         flash_attn: parse_named_list::<FlashAttn>(
             "-fa/--flash-attn",
-            &args.flash_attn,
+            &args.runtime.flash_attn,
             FlashAttn::Auto,
         )?,
         threads: parse_u32_list(

@@ -71,7 +71,12 @@ pub fn run(args: &ChatArgs, mut settings: Settings) -> Result<(), Failure> {
     app.price_per_hour_usd = settings.price_per_gpu_hour_usd;
     // Before the engine starts loading, so the copy probe does not compete with it.
     let gpus = crate::llama::gpu_device_descriptions();
-    app.bandwidth = crate::hw::peak_bandwidth(settings.bandwidth_gb_s, &gpus, !gpus.is_empty());
+    app.bandwidth = crate::hw::peak_bandwidth(
+        settings.bandwidth_gb_s,
+        &gpus,
+        !gpus.is_empty(),
+        settings.threads as usize,
+    );
     let (mut engine, events) = crate::engine::EngineHandle::spawn(config.clone())?;
     let result = crate::tui::run_chat(app, &mut engine, events, config);
     engine.shutdown();

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use clap::Args;
+use clap::{ArgAction, Args};
 
 use crate::config::{ConfigError, Settings, Source};
 
@@ -84,6 +84,40 @@ pub struct SamplingArgs {
     /// System prompt.
     #[arg(long, value_name = "TEXT")]
     pub system: Option<String>,
+}
+
+/// The runtime settings `bench` sweeps and `compare` compares (llama-bench's flags), each a
+/// comma list.
+#[derive(Debug, Args, Default, Clone)]
+pub struct RuntimeSweepFlags {
+    /// Layers offloaded to the GPU, -1 = all (-ngl) [default: -1].
+    #[arg(long = "n-gpu-layers", value_name = "N,…", action = ArgAction::Append, allow_hyphen_values = true)]
+    pub n_gpu_layers: Vec<String>,
+    /// KV-cache type of keys (-ctk): f16, q8_0, q4_0, … [default: f16].
+    #[arg(long = "cache-type-k", value_name = "TYPE,…", action = ArgAction::Append)]
+    pub cache_type_k: Vec<String>,
+    /// KV-cache type of values (-ctv) [default: f16].
+    #[arg(long = "cache-type-v", value_name = "TYPE,…", action = ArgAction::Append)]
+    pub cache_type_v: Vec<String>,
+    /// Flash attention (-fa): auto, on/1, off/0 [default: auto].
+    #[arg(long = "flash-attn", value_name = "MODE,…", action = ArgAction::Append, allow_hyphen_values = true)]
+    pub flash_attn: Vec<String>,
+}
+
+/// Where the roofline's bandwidth and the cost figures come from (`bench` and `compare`).
+#[derive(Debug, Args, Default, Clone)]
+pub struct RooflineFlags {
+    /// Peak memory bandwidth for the roofline, GB/s (default: config `bandwidth_gb_s`, the
+    /// GPU's datasheet, else measured on the CPU).
+    #[arg(long = "bandwidth-gb-s", value_name = "X", allow_hyphen_values = true)]
+    pub bandwidth_gb_s: Option<String>,
+    /// Price of the machine, USD per GPU-hour, for cost per 1M tokens (default: config
+    /// `price_per_gpu_hour_usd`).
+    #[arg(long = "price", value_name = "USD", allow_hyphen_values = true)]
+    pub price: Option<String>,
+    /// Do not measure the CPU's memory bandwidth (no roofline without another source).
+    #[arg(long)]
+    pub no_probe: bool,
 }
 
 impl ModelArgs {

@@ -244,11 +244,47 @@ pub fn run(plan: &ComparePlan, settings: Settings) -> Result<(), CompareError> {
             .zip(quality.per_candidate)
             .filter_map(|(c, q)| Some((c, q?)))
             .unzip();
+    // The self-copy control: the reference's file copied byte for byte and timed in the same
+    // alternating rounds as a candidate of its own.
+    let control_copy = if plan.speed {
+        control_copy(&candidates, &per_candidate)
+    } else {
+        None
+    };
     let speed = if plan.speed {
-        measure_speed(plan, &candidates, &settings, &id)
+        let mut timed = candidates.clone();
+        if let Some((_, copy)) = &control_copy {
+            timed.push(copy.clone());
+        }
+        measure_speed(plan, &timed, &settings, &id)
     } else {
         Vec::new()
     };
+    let tg_of = |c: &Candidate| {
+        speed
+            .iter()
+            .find(|r| {
+                r.kind == TestKind::Tg
+                    && Path::new(&r.params.model) == c.model
+                    && r.params.n_gpu_layers == c.n_gpu_layers
+                    && r.params.type_k == c.type_k
+                    && r.params.type_v == c.type_v
+                    && r.params.flash_attn == c.flash_attn
+            })
+            .map(|r| r.tok_per_s_mean)
+    };
+    let control = control_copy.as_ref().and_then(|(_, copy)| {
+        let reference = candidates
+            .iter()
+            .zip(&per_candidate)
+            .find(|(_, (_, _, is_reference))| *is_reference)
+            .map(|(c, _)| c)?;
+        Some(report::Control {
+            reference_tg_tok_per_s: tg_of(reference)?,
+            copy_tg_tok_per_s: tg_of(copy)?,
+        })
+    });
+    drop(control_copy);
     let names = labels(&candidates);
     let mut rows: Vec<CompareRow> = candidates
         .iter()
@@ -285,9 +321,14 @@ pub fn run(plan: &ComparePlan, settings: Settings) -> Result<(), CompareError> {
                 quantized_here: c.quantized_here,
                 quality: stats.clone(),
                 pp_tok_per_s: pp.map(|r| r.tok_per_s_mean),
-                pp_tok_per_s_sd: pp.map(|r| r.tok_per_s_sd),
+                // One round has no spread: None, shown as "± — (n=1)".
+                pp_tok_per_s_sd: pp
+                    .filter(|r| r.samples_tok_per_s.len() > 1)
+                    .map(|r| r.tok_per_s_sd),
                 tg_tok_per_s: tg.map(|r| r.tok_per_s_mean),
-                tg_tok_per_s_sd: tg.map(|r| r.tok_per_s_sd),
+                tg_tok_per_s_sd: tg
+                    .filter(|r| r.samples_tok_per_s.len() > 1)
+                    .map(|r| r.tok_per_s_sd),
                 ceiling_tok_per_s: tg.and_then(|r| r.ceiling_tok_per_s),
                 mbu_pct: tg.and_then(|r| r.mbu_pct),
                 cost_per_million_tokens_usd: tg.and_then(|r| r.cost_per_million_tokens_usd),
@@ -297,8 +338,8 @@ pub fn run(plan: &ComparePlan, settings: Settings) -> Result<(), CompareError> {
             }
         })
         .collect();
-    report::mark_pareto(&mut rows);
-    let verdict = report::verdict(&rows);
+    report::mark_pareto(&mut rows, control.as_ref());
+    let verdict = report::verdict(&rows, control.as_ref());
     let comparison = Comparison {
         id: id.clone(),
         unix_time_s: crate::ids::unix_s(started),
@@ -311,6 +352,7 @@ pub fn run(plan: &ComparePlan, settings: Settings) -> Result<(), CompareError> {
         rows,
         verdict,
         llama_cpp: crate::llama::LLAMA_CPP_BINDINGS.to_string(),
+        control,
     };
     let out = match plan.output {
         CompareFormat::Markdown => report::markdown(&comparison),
@@ -429,7 +471,7 @@ fn model_files(plan: &ComparePlan) -> Result<Vec<(PathBuf, bool)>, CompareError>
                 }
             },
         )
-        .map_err(|e| CompareError::failed(e))?;
+        .map_err(CompareError::failed)?;
         if terminal {
             eprint!("\r\x1b[K");
         }
@@ -520,9 +562,7 @@ fn evaluate_quality(
         n_ctx: plan.n_ctx,
         max_chunks: plan.max_chunks,
     };
-    let n_chunks = chunking
-        .chunks(tokens.len())
-        .map_err(|e| CompareError::usage(e))?;
+    let n_chunks = chunking.chunks(tokens.len()).map_err(CompareError::usage)?;
     let context =
         |c: &Candidate, load: usize| -> Result<(Evaluator<'_>, ModelInfo), CompareError> {
             let settings = c.engine_settings(plan.n_ctx, plan.threads);
@@ -614,6 +654,47 @@ fn evaluate_quality(
         text_tokens: tokens.len() as u64,
         chunks: n_chunks as u32,
     })
+}
+
+/// A byte-identical copy of the reference's file (in a temporary folder of the cache dir,
+/// removed when the returned guard drops) as a candidate with the reference's settings. `None`
+/// (with a note) when it cannot be made, e.g. for want of disk space.
+fn control_copy(
+    candidates: &[Candidate],
+    per_candidate: &[(ModelInfo, QualityStats, bool)],
+) -> Option<(tempfile::TempDir, Candidate)> {
+    let reference = candidates
+        .iter()
+        .zip(per_candidate)
+        .find(|(_, (_, _, is_reference))| *is_reference)
+        .map(|(c, _)| c)?;
+    let made = (|| -> std::io::Result<(tempfile::TempDir, Candidate)> {
+        let cache = crate::paths::cache_dir();
+        crate::fsx::ensure_private_dir(&cache)?;
+        let dir = tempfile::Builder::new()
+            .prefix("control-")
+            .tempdir_in(&cache)?;
+        let name = reference
+            .model
+            .file_name()
+            .map_or_else(|| "reference.gguf".into(), |n| n.to_os_string());
+        let path = dir.path().join(name);
+        std::fs::copy(&reference.model, &path)?;
+        Ok((
+            dir,
+            Candidate {
+                model: path,
+                ..reference.clone()
+            },
+        ))
+    })();
+    match made {
+        Ok(made) => Some(made),
+        Err(e) => {
+            eprintln!("no self-copy control (cannot copy the reference: {e}); speed differences are judged by the rounds' spread only");
+            None
+        }
+    }
 }
 
 /// pp and tg of every candidate with bench's engine, in alternating rounds (each loads the

@@ -27,8 +27,10 @@ pub struct Sample {
     pub total: Duration,
     /// The prompt's decode calls (pg and batch tests).
     pub prefill: Option<Duration>,
-    /// Start of the run → the first generated token (tg, pg: end of its decode; batch: the
-    /// first tokens sampled after the prompts).
+    /// The chat's TTFT, for tests with a prompt: start of the run → the first token's text
+    /// ready (the prompt's decode calls, then the first token sampled from its last logits
+    /// and turned into text; pg), or the first tokens sampled after the prompts (batch).
+    /// `None` for tg, which has no prompt (its first step decodes a BOS: not a TTFT).
     pub ttft: Option<Duration>,
     /// Gaps between consecutive generated tokens, from timestamps taken after each step.
     pub gaps: Vec<Duration>,
@@ -50,6 +52,7 @@ struct Entry {
 
 /// Runs tests on one context.
 pub struct Bencher<'m> {
+    model: &'m LlamaModel,
     ctx: LlamaContext<'m>,
     batch: LlamaBatch<'static>,
     n_batch: usize,
@@ -69,6 +72,7 @@ impl<'m> Bencher<'m> {
         let n_batch = ctx.n_batch().max(1) as usize;
         let vocab = model.vocab();
         Self {
+            model,
             ctx,
             batch: LlamaBatch::new(n_batch, 1),
             n_batch,
@@ -182,8 +186,8 @@ impl<'m> Bencher<'m> {
         }
         match *test {
             TestSpec::Pp { n_prompt } => self.run_pp(n_prompt),
-            TestSpec::Tg { n_gen } => self.run_pg(0, n_gen),
-            TestSpec::Pg { n_prompt, n_gen } => self.run_pg(n_prompt, n_gen),
+            TestSpec::Tg { n_gen } => self.run_pg(0, n_gen, sampling),
+            TestSpec::Pg { n_prompt, n_gen } => self.run_pg(n_prompt, n_gen, sampling),
             TestSpec::Batch {
                 sequences,
                 n_prompt,
@@ -202,20 +206,42 @@ impl<'m> Bencher<'m> {
     }
 
     /// A prompt (none for tg) then `n_gen` generated tokens, in one timed run.
-    fn run_pg(&mut self, n_prompt: u32, n_gen: u32) -> Result<Sample, EngineError> {
+    ///
+    /// With a prompt, the first token is then sampled from the prompt's last logits and
+    /// turned into text, as the chat does: that instant ends the TTFT (the chat's definition,
+    /// with no queue and no template: the prompt is random tokens). This sample is not part
+    /// of `total`, `decode` or the gaps, so t/s stays llama-bench's (which does not sample).
+    fn run_pg(
+        &mut self,
+        n_prompt: u32,
+        n_gen: u32,
+        sampling: &SamplingParams,
+    ) -> Result<Sample, EngineError> {
         let start = Instant::now();
+        let mut ttft = None;
+        let mut prefill = None;
         if n_prompt > 0 {
             self.prompt(n_prompt)?;
+            let prefill_time = start.elapsed();
+            let sample_start = Instant::now();
+            let mut sampler = build_sampler(sampling, self.n_vocab);
+            let token = sampler.sample(&self.ctx, -1);
+            let piece = self.model.vocab().token_to_piece(token, false, None);
+            std::hint::black_box(piece);
+            let first_sample = sample_start.elapsed();
+            prefill = Some(prefill_time);
+            ttft = Some(prefill_time + first_sample);
         }
-        let prefill_end = Instant::now();
+        let gen_start = Instant::now();
         let ends = self.generate(n_gen)?;
-        let last = ends.last().copied().unwrap_or(prefill_end);
+        let last = ends.last().copied().unwrap_or(gen_start);
+        let decode = last.duration_since(gen_start);
         Ok(Sample {
-            total: last.duration_since(start),
-            prefill: (n_prompt > 0).then(|| prefill_end.duration_since(start)),
-            ttft: ends.first().map(|t| t.duration_since(start)),
+            total: prefill.unwrap_or_default() + decode,
+            prefill,
+            ttft,
             gaps: gaps(&ends),
-            decode: last.duration_since(prefill_end),
+            decode,
             tokens_generated: ends.len() as u64,
         })
     }
