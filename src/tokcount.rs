@@ -138,6 +138,7 @@ impl TokenCounter {
 pub fn load_vocab_only(path: &Path) -> Result<LlamaModel, EngineError> {
     let backend = crate::llama::backend()?;
     engine::check_model_file(path)?;
+    crate::llama::probe::ensure_survivable(path)?;
     crate::logging::clear_llama_problems();
     let params = LlamaModelParams::default().with_vocab_only(true);
     LlamaModel::load_from_file(backend, path, &params).map_err(|_| EngineError::LoadFailed {

@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-const GROUND: &[&str] = &["gguf", "metrics", "ids", "fsx", "paths", "logging"];
+const GROUND: &[&str] = &["gguf", "metrics", "ids", "fsx", "paths", "logging", "text"];
 const ENGINE_LEVEL: &[&str] = &["engine", "llama"];
 const ABOVE_ENGINE: &[&str] = &[
     "commands", "app", "tui", "ui", "bench", "compare", "plot", "cli", "synth", "doctor",

@@ -352,6 +352,8 @@ impl App {
             }
             EngineEvent::Ready(info) => {
                 self.engine = EngineStatus::Ready;
+                // After a refused /model the engine keeps (and reports) the model it had.
+                self.model_path = info.path.clone();
                 self.context_used = 0;
                 if let Some(note) = &info.template_note {
                     self.notice(NoticeKind::Info, note.clone());

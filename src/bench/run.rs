@@ -108,7 +108,8 @@ impl Progress {
                 label.push_str(&text);
             }
         }
-        label
+        // File names come from anywhere: no control characters reach the terminal.
+        crate::text::one_line(&label).into_owned()
     }
 
     fn start(&self, index: usize, job: &Job) {
@@ -127,7 +128,7 @@ impl Progress {
         if self.terminal {
             eprint!("\r\x1b[2K");
         }
-        eprintln!("{text}");
+        eprintln!("{}", crate::text::terminal_safe(text));
     }
 
     fn finish(&self) {
@@ -392,10 +393,18 @@ fn engine_settings(job: &Job) -> EngineSettings {
     }
 }
 
-/// Check every model before measuring anything, so a typo fails at once (exit code 3).
+/// Check every model before measuring anything, so a typo (a missing file, a directory) fails
+/// at once (exit code 3). A file that exists but is damaged or hostile is not refused here: it
+/// fails when its turn comes and is skipped, so the other models' results are kept.
 pub fn check_models(models: &[std::path::PathBuf]) -> Result<(), crate::engine::EngineError> {
+    use crate::engine::EngineError as E;
     for m in models {
-        crate::engine::check_model_file(Path::new(m))?;
+        match crate::engine::check_model_file(Path::new(m)) {
+            Err(e @ (E::ModelNotFound(_) | E::ModelIsDirectory(_) | E::ModelUnreadable { .. })) => {
+                return Err(e)
+            }
+            _ => {}
+        }
     }
     Ok(())
 }

@@ -487,8 +487,9 @@ pub fn run(args: &BenchArgs, settings: Settings) -> Result<(), Failure> {
     report::relate_batches(&mut rows);
     let text = format::render(&rows, plan.output)
         .map_err(|e| Failure::new(FAILURE, format!("cannot format the results: {e}")))?;
+    let to_terminal = crate::text::stdout_is_terminal();
     let mut stdout = std::io::stdout().lock();
-    stdout.write_all(text.as_bytes())?;
+    stdout.write_all(crate::text::for_output(&text, to_terminal).as_bytes())?;
     if !rows.is_empty() {
         save(&log_path, &run_id, crate::ids::unix_s(now), &rows);
     }
@@ -498,10 +499,10 @@ pub fn run(args: &BenchArgs, settings: Settings) -> Result<(), Failure> {
     if let Some(base) = baseline {
         let text = log::comparison(&log::as_stored(&rows), &base);
         if plan.output == OutputFormat::Markdown {
-            stdout.write_all(text.as_bytes())?;
+            stdout.write_all(crate::text::for_output(&text, to_terminal).as_bytes())?;
         } else {
             // Keep stdout machine-readable.
-            eprint!("{text}");
+            eprint!("{}", crate::text::terminal_safe(&text));
         }
     }
     stdout.flush()?;

@@ -10,16 +10,21 @@ pub fn run() -> Result<(), Failure> {
     for (from, to) in &outcome.set_aside {
         eprintln!(
             "warning: {} is damaged and was moved aside to {} (it was not overwritten)",
-            from.display(),
-            to.display()
+            crate::text::path(from),
+            crate::text::path(to)
         );
     }
     for (path, why) in &outcome.skipped {
-        eprintln!("warning: skipped {}: {why}", path.display());
+        eprintln!(
+            "warning: skipped {}: {}",
+            crate::text::path(path),
+            crate::text::terminal_safe(&why.to_string())
+        );
     }
+    let list = crate::history::format_list(&outcome.entries, crate::tui::now().unix_s);
     print!(
         "{}",
-        crate::history::format_list(&outcome.entries, crate::tui::now().unix_s)
+        crate::text::for_output(&list, crate::text::stdout_is_terminal())
     );
     Ok(())
 }

@@ -46,6 +46,8 @@ pub fn run(args: &ResultsArgs) -> Result<(), Failure> {
         }
         None => log::listing(&runs),
     };
+    // The log holds file and model names from anywhere: neutralised for a terminal.
+    let text = crate::text::for_output(&text, crate::text::stdout_is_terminal());
     std::io::stdout().lock().write_all(text.as_bytes())?;
     Ok(())
 }

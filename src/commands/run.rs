@@ -34,6 +34,10 @@ pub struct RunArgs {
     /// strings (for measuring decode speed, like llama.cpp's --ignore-eos).
     #[arg(long)]
     pub ignore_eos: bool,
+    /// Write the model's text exactly as generated even to a terminal (control characters
+    /// included); by default they are neutralised when stdout is a terminal.
+    #[arg(long)]
+    pub raw: bool,
     /// Also write the JSON report (as --json prints it, one line per turn) to FILE, while the
     /// text streams to stdout: an outside observer can time the stream and read tokscope's
     /// own figures afterwards.
@@ -132,6 +136,7 @@ pub fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure> {
     let load_before = crate::hw::load_average_1m();
     let (mut engine, mut events) = EngineHandle::spawn(config)?;
     let show_progress = std::io::stderr().is_terminal() && !args.json;
+    let stdout_terminal = std::io::stdout().is_terminal();
     let mut stdout = std::io::stdout().lock();
     let mut info: Option<ModelInfo> = None;
     let mut request = None;
@@ -145,7 +150,9 @@ pub fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure> {
                     eprint!("\r\x1b[2K");
                 }
                 match &i.template_note {
-                    Some(note) if !args.json => eprintln!("note: {note}"),
+                    Some(note) if !args.json => {
+                        eprintln!("note: {}", crate::text::terminal_safe(note))
+                    }
                     _ => {}
                 }
                 request = Some(engine.send_request(GenerateRequest {
@@ -163,6 +170,10 @@ pub fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure> {
             EngineEvent::Token {
                 request_id, text, ..
             } if Some(request_id) == request && !args.json => {
+                // A hostile model must not reach the terminal's clipboard or title (OSC 52,
+                // OSC 0): control characters are neutralised unless stdout is a pipe or file,
+                // or --raw asks for the bytes.
+                let text = crate::text::for_output(&text, stdout_terminal && !args.raw);
                 stdout.write_all(text.as_bytes())?;
                 stdout.flush()?;
             }
@@ -218,7 +229,10 @@ pub fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure> {
                     writeln!(stdout, "{json}")?;
                 } else {
                     writeln!(stdout)?;
-                    eprint!("{}", human_summary(&full, info));
+                    eprint!(
+                        "{}",
+                        crate::text::terminal_safe(&human_summary(&full, info))
+                    );
                 }
                 stdout.flush()?;
                 engine.shutdown();

@@ -160,7 +160,7 @@ fn resolve_tokenizer(args: &SynthArgs, spec: &SynthSpec) -> Result<Option<PathBu
 fn failure(error: SynthError) -> Failure {
     let code = match &error {
         SynthError::Io { .. } | SynthError::TokenizerFetch { .. } => commands::FAILURE,
-        SynthError::Source { .. } => commands::MODEL,
+        SynthError::Source { .. } | SynthError::SourceDefect { .. } => commands::MODEL,
         _ => commands::USAGE,
     };
     Failure::new(code, error.to_string())

@@ -189,6 +189,31 @@ pub fn run(plan: &ComparePlan, settings: Settings) -> Result<(), CompareError> {
     crate::bench::run::check_models(&plan.models)?;
     let (text_name, text) = load_text(plan.text.as_deref())?;
     let files = model_files(plan)?;
+    // A file that is damaged, or that llama.cpp crashes on (tried in a child process), is
+    // skipped with a message; the others are compared, and the exit code says one was bad.
+    let mut skipped = Vec::new();
+    let files: Vec<(PathBuf, bool)> = files
+        .into_iter()
+        .filter(|(path, _)| {
+            let verdict = crate::engine::check_model_file(path)
+                .and_then(|_| crate::llama::probe::ensure_survivable(path));
+            match verdict {
+                Ok(()) => true,
+                Err(e) => {
+                    eprintln!(
+                        "skipping {}: {}",
+                        crate::text::path(path),
+                        crate::text::terminal_safe(&e.to_string())
+                    );
+                    skipped.push(e.to_string());
+                    false
+                }
+            }
+        })
+        .collect();
+    if files.is_empty() {
+        return Err(CompareError::model(skipped.join("\n")));
+    }
     let sweep = &plan.bench.sweep;
     let mut candidates = Vec::new();
     for (model, quantized_here) in &files {
@@ -341,8 +366,9 @@ pub fn run(plan: &ComparePlan, settings: Settings) -> Result<(), CompareError> {
                 .map_err(|e| CompareError::failed(format!("cannot format the results: {e}")))?
         ),
     };
+    let to_terminal = crate::text::stdout_is_terminal();
     let mut stdout = std::io::stdout().lock();
-    stdout.write_all(out.as_bytes())?;
+    stdout.write_all(crate::text::for_output(&out, to_terminal).as_bytes())?;
     stdout.flush()?;
     let data = crate::paths::data_dir();
     let logged: Vec<_> = speed
@@ -366,6 +392,13 @@ pub fn run(plan: &ComparePlan, settings: Settings) -> Result<(), CompareError> {
     }
     if let Some(path) = &plan.plot {
         plot(&comparison, path)?;
+    }
+    if !skipped.is_empty() {
+        return Err(CompareError::model(format!(
+            "{} file(s) skipped, the others compared:\n{}",
+            skipped.len(),
+            skipped.join("\n")
+        )));
     }
     Ok(())
 }

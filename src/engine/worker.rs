@@ -126,7 +126,21 @@ fn load_and_serve(
                     EngineEvent::AbFinished { request_id, report }
                 }));
             }
-            Ok(EngineCommand::LoadModel(c)) => return Next::Load(c),
+            Ok(EngineCommand::LoadModel(c)) => {
+                // A file that fails the pre-flight checks, or that llama.cpp crashes on in the
+                // child-process probe, is refused while the current model is still loaded:
+                // the chat keeps answering with it.
+                let verdict = llama::model_info::check_model_file(&c.model_path)
+                    .and_then(|_| llama::probe::ensure_survivable(&c.model_path));
+                if let Err(e) = verdict {
+                    let _ = events.send(EngineEvent::LoadFailed(e));
+                    let mut kept = session.info.clone();
+                    kept.template_note = None;
+                    let _ = events.send(EngineEvent::Ready(Box::new(kept)));
+                    continue;
+                }
+                return Next::Load(c);
+            }
             Ok(EngineCommand::Shutdown) | Err(_) => return Next::Shutdown,
         }
     }
@@ -248,6 +262,15 @@ struct Session<'m> {
     /// The text of each token of the last turn (whole characters, before stop strings are
     /// held back), for the A/B comparison's divergence point.
     pieces: Vec<String>,
+    /// The texts of the vocabulary's control and user-defined tokens: in a message's content
+    /// they are text, never tokens (a pasted `<|eot_id|>` must not end the user's turn).
+    special_texts: Vec<String>,
+}
+
+/// Marks a message's place in the templated prompt, so the template's text around it can be
+/// tokenized with its special tokens and the message without (private-use code points).
+fn content_marker(i: usize) -> String {
+    format!("\u{E000}tokscope-message-{i}\u{E001}")
 }
 
 impl<'m> Session<'m> {
@@ -270,7 +293,102 @@ impl<'m> Session<'m> {
             cached: Vec::new(),
             kept_from: None,
             pieces: Vec::new(),
+            special_texts: special_texts(model),
         })
+    }
+
+    /// The conversation's prompt tokens. The template's own markers are special tokens; the
+    /// messages' content is tokenized as text, whatever it contains.
+    fn tokenize_messages(&self, messages: &[ChatMessage]) -> Result<Vec<LlamaToken>, EngineError> {
+        let vocab = self.model.vocab();
+        if let PromptStyle::Completion = &self.style {
+            // tokscope's own transcript has no control tokens: nothing in it is parsed as one.
+            let prompt = completion_transcript(messages);
+            return Ok(dedup_bos(
+                vocab.tokenize(prompt.as_bytes(), true, false),
+                vocab.bos(),
+            ));
+        }
+        let real = self.build_prompt(messages)?;
+        let pasted_special = messages.iter().any(|m| {
+            self.special_texts
+                .iter()
+                .any(|s| m.content.contains(s.as_str()))
+        });
+        if !pasted_special {
+            // Nothing in the content looks like a special token: one pass (as llama.cpp does).
+            return Ok(self.tokenize(&real));
+        }
+        let marked: Vec<ChatMessage> = messages
+            .iter()
+            .enumerate()
+            .map(|(i, m)| ChatMessage {
+                role: m.role,
+                content: content_marker(i),
+            })
+            .collect();
+        let skeleton = self.build_prompt(&marked)?;
+        // Templates insert the content as it is or trimmed: whichever rebuilds the real prompt.
+        for trim in [false, true] {
+            let mut segments: Vec<&str> = Vec::new();
+            let mut contents = Vec::new();
+            let mut rest = skeleton.as_str();
+            let mut complete = true;
+            for (i, m) in messages.iter().enumerate() {
+                let Some(at) = rest.find(&content_marker(i)) else {
+                    complete = false;
+                    break;
+                };
+                contents.push(m.content.replace('\0', "\u{FFFD}"));
+                segments.push(&rest[..at]);
+                rest = &rest[at + content_marker(i).len()..];
+            }
+            if !complete {
+                break;
+            }
+            let mut rebuilt = String::with_capacity(real.len());
+            let mut tokens = Vec::new();
+            for (k, template_text) in segments.iter().enumerate() {
+                let content = if trim {
+                    contents[k].trim()
+                } else {
+                    contents[k].as_str()
+                };
+                rebuilt.push_str(template_text);
+                rebuilt.push_str(content);
+                tokens.extend(vocab.tokenize(template_text.as_bytes(), k == 0, true));
+                tokens.extend(vocab.tokenize(content.as_bytes(), false, false));
+            }
+            rebuilt.push_str(rest);
+            tokens.extend(vocab.tokenize(rest.as_bytes(), false, true));
+            if rebuilt == real {
+                return Ok(dedup_bos(tokens, vocab.bos()));
+            }
+        }
+        // A template that rewrites the content: the special texts in it are broken up with a
+        // zero-width joiner so they stay text.
+        tracing::warn!(
+            "the chat template rewrites message content; special-token texts in it are broken up"
+        );
+        let defused: Vec<ChatMessage> = messages
+            .iter()
+            .map(|m| {
+                let mut content = m.content.clone();
+                for s in &self.special_texts {
+                    if content.contains(s.as_str()) {
+                        let mut chars = s.chars();
+                        let first: String = chars.next().map(String::from).unwrap_or_default();
+                        content = content
+                            .replace(s.as_str(), &format!("{first}\u{200D}{}", chars.as_str()));
+                    }
+                }
+                ChatMessage {
+                    role: m.role,
+                    content,
+                }
+            })
+            .collect();
+        Ok(self.tokenize(&self.build_prompt(&defused)?))
     }
 
     fn build_prompt(&self, messages: &[ChatMessage]) -> Result<String, EngineError> {
@@ -298,13 +416,7 @@ impl<'m> Session<'m> {
 
     fn tokenize(&self, prompt: &str) -> Vec<LlamaToken> {
         let vocab = self.model.vocab();
-        let mut tokens = vocab.tokenize(prompt.as_bytes(), true, true);
-        // A template that writes the BOS text itself would otherwise give two BOS tokens.
-        let bos = vocab.bos();
-        if tokens.len() >= 2 && tokens[0] == bos && tokens[1] == bos {
-            tokens.remove(0);
-        }
-        tokens
+        dedup_bos(vocab.tokenize(prompt.as_bytes(), true, true), vocab.bos())
     }
 
     /// Template and tokenize the conversation so that it fits the context with room for an
@@ -332,7 +444,7 @@ impl<'m> Session<'m> {
         let tokens_from = |this: &Self, start: usize| -> Result<Vec<LlamaToken>, EngineError> {
             let mut kept: Vec<ChatMessage> = messages[..system].to_vec();
             kept.extend_from_slice(&messages[start..]);
-            let tokens = this.tokenize(&this.build_prompt(&kept)?);
+            let tokens = this.tokenize_messages(&kept)?;
             if tokens.is_empty() {
                 return Err(EngineError::EmptyPrompt);
             }
@@ -688,4 +800,27 @@ fn outcome<T>(
         Ok(report) => done(request_id, Box::new(report)),
         Err(error) => EngineEvent::Failed { request_id, error },
     }
+}
+
+/// A template that writes the BOS text itself would otherwise give two BOS tokens.
+fn dedup_bos(mut tokens: Vec<LlamaToken>, bos: LlamaToken) -> Vec<LlamaToken> {
+    if tokens.len() >= 2 && tokens[0] == bos && tokens[1] == bos {
+        tokens.remove(0);
+    }
+    tokens
+}
+
+/// The texts of the model's control and user-defined tokens.
+fn special_texts(model: &LlamaModel) -> Vec<String> {
+    use llama_cpp_2::token_type::LlamaTokenAttr;
+    let vocab = model.vocab();
+    vocab
+        .tokens()
+        .filter(|&t| {
+            let attr = vocab.attr(t);
+            attr.contains(LlamaTokenAttr::Control) || attr.contains(LlamaTokenAttr::UserDefined)
+        })
+        .filter_map(|t| Some(vocab.text(t)?.to_str().ok()?.to_owned()))
+        .filter(|s| s.len() > 1)
+        .collect()
 }

@@ -13,6 +13,7 @@
 //! A string is `u64:len` + bytes; an array is `u32:elem_type u64:count` + elements.
 
 pub mod kv_type;
+pub mod validate;
 
 use std::collections::HashSet;
 use std::fmt;

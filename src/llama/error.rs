@@ -17,6 +17,14 @@ pub enum EngineError {
     ModelEmpty(PathBuf),
     #[error("not a GGUF model file: {path} ({reason})\n  tokscope loads llama.cpp GGUF files; convert the model with llama.cpp's convert_hf_to_gguf.py")]
     NotGguf { path: PathBuf, reason: String },
+    #[error("unusable model file {path}: {defect}\n  the file is damaged or was made to crash llama.cpp; tokscope refuses it before llama.cpp reads it")]
+    InvalidModel { path: PathBuf, defect: String },
+    #[error("llama.cpp crashed on {path} ({cause}){llama_says}\n  the file is damaged or not supported by this llama.cpp build; tokscope tried it in a separate process and kept running")]
+    ModelCrashed {
+        path: PathBuf,
+        cause: String,
+        llama_says: String,
+    },
     #[error("llama.cpp could not load {path}{llama_says}\n  the file may be truncated or corrupt, or its architecture unsupported by this llama.cpp build")]
     LoadFailed { path: PathBuf, llama_says: String },
     #[error(
@@ -54,6 +62,8 @@ impl EngineError {
                 | EngineError::ModelEmpty(_)
                 | EngineError::NotGguf { .. }
                 | EngineError::LoadFailed { .. }
+                | EngineError::InvalidModel { .. }
+                | EngineError::ModelCrashed { .. }
         )
     }
 }

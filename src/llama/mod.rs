@@ -6,6 +6,7 @@ pub mod error;
 pub mod measure;
 pub mod model_info;
 pub mod sampler;
+pub mod probe;
 pub mod settings;
 
 use std::num::NonZeroU32;
@@ -115,6 +116,8 @@ pub fn load_model(
 ) -> Result<LlamaModel, EngineError> {
     let backend = backend()?;
     check_model_file(path)?;
+    // What llama.cpp would abort on is tried in a child process first (see probe.rs).
+    probe::ensure_survivable(path)?;
     crate::logging::clear_llama_problems();
     let params = LlamaModelParams::default()
         .with_n_gpu_layers(requested_gpu_layers(n_gpu_layers))

@@ -66,6 +66,9 @@ impl ModelInfo {
     pub const SYNTHETIC_LABEL: &'static str = "synthetic weights — speed only, text is noise";
 }
 
+/// `TOKSCOPE_TRUST_MODEL=1` skips the validation of a model's contents (the file checks stay).
+pub const TRUST_MODEL_ENV: &str = "TOKSCOPE_TRUST_MODEL";
+
 /// Check a model path before handing it to llama.cpp.
 pub fn check_model_file(path: &Path) -> Result<u64, EngineError> {
     let meta = match std::fs::metadata(path) {
@@ -106,11 +109,23 @@ pub fn check_model_file(path: &Path) -> Result<u64, EngineError> {
             ),
         });
     }
-    if let Err(e) = crate::gguf::read_metadata(path) {
-        return Err(EngineError::NotGguf {
+    let header = match crate::gguf::read_metadata(path) {
+        Ok(h) => h,
+        Err(e) => {
+            return Err(EngineError::NotGguf {
+                path: path.to_path_buf(),
+                reason: format!("its header is damaged: {e}"),
+            })
+        }
+    };
+    // What llama.cpp would abort on (instead of returning an error) is refused here, unless
+    // the user vouches for the file (a check that wrongly refuses a good model must not lock
+    // it out; the child-process probe still stands between llama.cpp and the session).
+    if std::env::var(TRUST_MODEL_ENV).map_or(true, |v| v != "1") {
+        crate::gguf::validate::validate_model(&header).map_err(|d| EngineError::InvalidModel {
             path: path.to_path_buf(),
-            reason: format!("its header is damaged: {e}"),
-        });
+            defect: d.to_string(),
+        })?;
     }
     Ok(meta.len())
 }

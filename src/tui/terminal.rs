@@ -27,6 +27,7 @@ static TERMINAL_ACTIVE: AtomicBool = AtomicBool::new(false);
 pub fn enter() -> io::Result<Terminal<CrosstermBackend<Stdout>>> {
     enable_raw_mode()?;
     TERMINAL_ACTIVE.store(true, Ordering::SeqCst);
+    crate::fatal::set_screen_active(true);
     let mut stdout = io::stdout();
     if let Err(e) = execute!(
         stdout,
@@ -60,6 +61,7 @@ pub fn enter() -> io::Result<Terminal<CrosstermBackend<Stdout>>> {
 /// Give the terminal back as it was. Safe to call more than once and from the panic hook.
 pub fn restore() {
     if TERMINAL_ACTIVE.swap(false, Ordering::SeqCst) {
+        crate::fatal::set_screen_active(false);
         let _ = execute!(
             io::stdout(),
             DisableMouseCapture,

@@ -26,3 +26,25 @@ pub fn rewrite(from: &Path, to: &Path, edit: impl Fn(&str, &GgufValue) -> Option
     }
     writer.write_file(to).unwrap();
 }
+
+/// Copies a GGUF, adding one metadata key it does not have.
+pub fn rewrite_adding(from: &Path, to: &Path, key: &str, value: GgufValue) {
+    let header = read_metadata(from).unwrap();
+    assert!(header.get(key).is_none(), "{key} is already there");
+    let bytes = std::fs::read(from).unwrap();
+    let mut writer = GgufWriter::new();
+    for (k, v) in &header.metadata {
+        if k != "general.alignment" {
+            writer.add_kv(k, v.clone()).unwrap();
+        }
+    }
+    writer.add_kv(key, value).unwrap();
+    for t in &header.tensors {
+        let start = (header.data_offset_bytes + t.offset_bytes) as usize;
+        let data = bytes[start..start + t.n_bytes().unwrap() as usize].to_vec();
+        writer
+            .add_tensor(&t.name, &t.dims, t.ggml_type, data)
+            .unwrap();
+    }
+    writer.write_file(to).unwrap();
+}

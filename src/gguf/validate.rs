@@ -1,0 +1,655 @@
+//! What llama.cpp would choke on, found before llama.cpp sees the file.
+//!
+//! llama.cpp reports many defects of a model file not with an error but with `GGML_ASSERT`,
+//! `abort()` or a C++ exception that nothing catches, which kills the whole process (and with
+//! it a chat and its terminal). This module owns the checks of a parsed GGUF header that catch
+//! those defects by class, not by example: the tensor data layout (what ggml's `gguf.cpp`
+//! demands), the vocabulary (what `llama-vocab.cpp` asserts), the hyperparameters (what
+//! `llama-model.cpp` divides by or indexes with) and sizes that overflow a C `int`. It is pure:
+//! it reads a [`GgufHeader`] and imports nothing above `gguf`.
+//!
+//! The checks are conservative: a file that passes may still be refused by llama.cpp with an
+//! ordinary error (that is reported as such), and a real model from the wild must pass, so
+//! each check names a rule llama.cpp itself applies or a value no real model has.
+
+use std::collections::HashSet;
+
+use super::{GgufArray, GgufHeader, GgufValue};
+
+/// llama.cpp's `LLAMA_MAX_LAYERS`.
+pub const MAX_LAYERS: u64 = 512;
+/// llama.cpp's `LLAMA_MAX_EXPERTS`.
+pub const MAX_EXPERTS: u64 = 1024;
+/// No model has a wider embedding; a larger value is a corrupt or hostile file.
+pub const MAX_EMBEDDING_LENGTH: u64 = 1 << 18;
+/// No model has more attention heads than this.
+pub const MAX_HEADS: u64 = 1 << 14;
+/// Token counts and positions are C `int`s in llama.cpp.
+pub const MAX_CONTEXT_LENGTH: u64 = (1 << 31) - 1;
+/// Vocabulary sizes are C `int`s too, and no real vocabulary comes near this.
+pub const MAX_VOCAB: usize = 1 << 24;
+
+/// Tokenizer models tokscope chats with: llama.cpp's generative vocabularies.
+pub const KNOWN_TOKENIZERS: &[&str] = &[
+    "llama",
+    "gpt2",
+    "t5",
+    "rwkv",
+    "plamo2",
+    "gemma4",
+    "whitespace",
+];
+
+/// One defect of a model file, named by its class.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Defect {
+    /// The tensor data section does not have the layout ggml's reader demands.
+    #[error("its tensor data is laid out wrongly: {0}")]
+    TensorLayout(String),
+    /// The vocabulary is missing or empty.
+    #[error("it has no vocabulary ({0})")]
+    NoVocabulary(String),
+    /// Two vocabulary entries have the same text.
+    #[error("its vocabulary has two tokens with the same text {text:?} (ids {first} and {second}); llama.cpp aborts on such a vocabulary")]
+    DuplicateToken {
+        /// The repeated text (control characters escaped by `{:?}`).
+        text: String,
+        /// The first id.
+        first: usize,
+        /// The second id.
+        second: usize,
+    },
+    /// The tokenizer model is one tokscope cannot chat with.
+    #[error("its tokenizer model is {0}")]
+    Tokenizer(String),
+    /// An SPM vocabulary lacks a byte token, so some text cannot be tokenized.
+    #[error("its SentencePiece vocabulary has no byte token <0x{0:02X}>; llama.cpp aborts when text needs it (e.g. a typed \"é\")")]
+    MissingByteToken(u8),
+    /// A special token id points outside the vocabulary.
+    #[error("{key} is {id} but the vocabulary has {n_vocab} tokens")]
+    SpecialTokenOutOfRange {
+        /// The metadata key.
+        key: String,
+        /// Its value.
+        id: u64,
+        /// The vocabulary size.
+        n_vocab: usize,
+    },
+    /// A hyperparameter has an impossible value.
+    #[error("{key} is {value}: {why}")]
+    Hyperparameter {
+        /// The metadata key.
+        key: String,
+        /// Its value as written.
+        value: String,
+        /// What is wrong with it.
+        why: String,
+    },
+}
+
+/// Every check, in order; the first defect found.
+pub fn validate_model(header: &GgufHeader) -> Result<(), Defect> {
+    validate_layout(header)?;
+    validate_hyperparameters(header)?;
+    validate_vocabulary(header)
+}
+
+/// The data section's layout as ggml's `gguf.cpp` demands it: in file order, each tensor starts
+/// exactly where the previous one ended, padded to the alignment. A file that passes has no
+/// overlapping tensors, so its size bounds the data it describes (what `synth --like` relies on).
+pub fn validate_layout(header: &GgufHeader) -> Result<(), Defect> {
+    let mut expected: u64 = 0;
+    for t in &header.tensors {
+        if t.offset_bytes != expected {
+            return Err(Defect::TensorLayout(format!(
+                "tensor {:?} starts at data offset {} but the tensors before it end at {expected} (overlapping or gapped tensors)",
+                t.name, t.offset_bytes
+            )));
+        }
+        let Some(n_bytes) = t.n_bytes() else {
+            return Err(Defect::TensorLayout(format!(
+                "tensor {:?} has ggml type {} which this build does not know",
+                t.name, t.ggml_type.0
+            )));
+        };
+        expected = n_bytes
+            .checked_add(header.alignment_bytes - 1)
+            .map(|n| n / header.alignment_bytes * header.alignment_bytes)
+            .and_then(|n| expected.checked_add(n))
+            .ok_or_else(|| {
+                Defect::TensorLayout(format!("tensor {:?} is impossibly large", t.name))
+            })?;
+    }
+    Ok(())
+}
+
+fn scalar_u64(v: &GgufValue) -> Option<u64> {
+    match v {
+        GgufValue::I8(x) => u64::try_from(*x).ok(),
+        GgufValue::I16(x) => u64::try_from(*x).ok(),
+        GgufValue::I32(x) => u64::try_from(*x).ok(),
+        GgufValue::I64(x) => u64::try_from(*x).ok(),
+        other => other.as_u64(),
+    }
+}
+
+/// A count that may be a scalar or a per-layer array (llama.cpp's `get_key_or_arr`): every
+/// value in it.
+fn counts(v: &GgufValue) -> Option<Vec<u64>> {
+    match v {
+        GgufValue::Array(GgufArray::U32(a)) => Some(a.iter().map(|&x| u64::from(x)).collect()),
+        GgufValue::Array(GgufArray::I32(a)) => a.iter().map(|&x| u64::try_from(x).ok()).collect(),
+        GgufValue::Array(GgufArray::U64(a)) => Some(a.clone()),
+        GgufValue::Array(GgufArray::I64(a)) => a.iter().map(|&x| u64::try_from(x).ok()).collect(),
+        other => scalar_u64(other).map(|x| vec![x]),
+    }
+}
+
+fn bad(key: &str, value: impl std::fmt::Display, why: impl Into<String>) -> Defect {
+    Defect::Hyperparameter {
+        key: key.to_owned(),
+        value: value.to_string(),
+        why: why.into(),
+    }
+}
+
+fn count_of(header: &GgufHeader, key: &str) -> Result<Option<Vec<u64>>, Defect> {
+    match header.get(key) {
+        None => Ok(None),
+        Some(v) => counts(v)
+            .map(Some)
+            .ok_or_else(|| bad(key, format!("{v:?}"), "it must be a non-negative integer")),
+    }
+}
+
+/// Layer, head and embedding counts, sizes that fit a C `int`, and finite positive norm
+/// epsilons and RoPE bases.
+pub fn validate_hyperparameters(header: &GgufHeader) -> Result<(), Defect> {
+    let Some(arch) = header
+        .get("general.architecture")
+        .and_then(GgufValue::as_str)
+    else {
+        return Err(bad(
+            "general.architecture",
+            "missing",
+            "llama.cpp needs the architecture to load the file",
+        ));
+    };
+    let key = |k: &str| format!("{arch}.{k}");
+
+    let layers_key = key("block_count");
+    let n_layer = match count_of(header, &layers_key)? {
+        Some(v) => {
+            let n = v.first().copied().unwrap_or(0);
+            if n == 0 || n > MAX_LAYERS {
+                return Err(bad(
+                    &layers_key,
+                    n,
+                    format!("a model has between 1 and {MAX_LAYERS} layers"),
+                ));
+            }
+            Some(n)
+        }
+        None => None,
+    };
+    // The layers that have tensors: a block count beyond them would index missing layers.
+    if let Some(n) = n_layer {
+        let highest = header
+            .tensors
+            .iter()
+            .filter_map(|t| {
+                t.name
+                    .strip_prefix("blk.")?
+                    .split('.')
+                    .next()?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .max();
+        if let Some(h) = highest {
+            if h >= n {
+                return Err(bad(
+                    &layers_key,
+                    n,
+                    format!("the file has tensors for layer {h}"),
+                ));
+            }
+        }
+    }
+
+    let embd_key = key("embedding_length");
+    let n_embd = match count_of(header, &embd_key)? {
+        Some(v) => {
+            let n = v.first().copied().unwrap_or(0);
+            if n == 0 || n > MAX_EMBEDDING_LENGTH {
+                return Err(bad(
+                    &embd_key,
+                    n,
+                    format!("an embedding has between 1 and {MAX_EMBEDDING_LENGTH} dimensions"),
+                ));
+            }
+            Some(n)
+        }
+        None => None,
+    };
+
+    let heads_key = key("attention.head_count");
+    let kv_heads_key = key("attention.head_count_kv");
+    let heads = count_of(header, &heads_key)?;
+    let kv_heads = count_of(header, &kv_heads_key)?;
+    let has_attention = header
+        .tensors
+        .iter()
+        .any(|t| t.name.starts_with("blk.") && t.name.contains(".attn_q"));
+    let explicit_head_size = header.get(&key("attention.key_length")).is_some();
+    if let Some(heads) = &heads {
+        if let (Some(n), Some(layers)) = (n_layer, heads.len().checked_sub(1)) {
+            if layers > 0 && heads.len() as u64 != n {
+                return Err(bad(
+                    &heads_key,
+                    format!("{} values", heads.len()),
+                    format!("a per-layer list must have one value per layer ({n})"),
+                ));
+            }
+        }
+        for (layer, &h) in heads.iter().enumerate() {
+            if h > MAX_HEADS {
+                return Err(bad(&heads_key, h, format!("at most {MAX_HEADS} heads")));
+            }
+            if h == 0 {
+                if has_attention {
+                    return Err(bad(
+                        &heads_key,
+                        0,
+                        "the model has attention tensors, so it needs at least one head",
+                    ));
+                }
+                continue;
+            }
+            if let (Some(e), false) = (n_embd, explicit_head_size) {
+                if e % h != 0 {
+                    return Err(bad(
+                        &heads_key,
+                        h,
+                        format!("it does not divide {embd_key} ({e}) into whole heads"),
+                    ));
+                }
+            }
+            if let Some(kv) = &kv_heads {
+                let k = kv.get(layer).or(kv.first()).copied().unwrap_or(h);
+                if k > h || (k > 0 && h % k != 0) {
+                    return Err(bad(
+                        &kv_heads_key,
+                        k,
+                        format!("it must divide {heads_key} ({h})"),
+                    ));
+                }
+                if k == 0 && has_attention {
+                    return Err(bad(
+                        &kv_heads_key,
+                        0,
+                        "the model has attention tensors, so it needs at least one key/value head",
+                    ));
+                }
+            }
+        }
+    } else if has_attention && n_embd.is_some() {
+        return Err(bad(
+            &heads_key,
+            "missing",
+            "the model has attention tensors but no head count",
+        ));
+    }
+    for k in ["attention.key_length", "attention.value_length"] {
+        let k = key(k);
+        if let Some(v) = count_of(header, &k)? {
+            if v.iter().any(|&x| x == 0 || x > MAX_EMBEDDING_LENGTH) {
+                return Err(bad(&k, format!("{v:?}"), "a head has 1 or more dimensions"));
+            }
+        }
+    }
+
+    let ctx_key = key("context_length");
+    if let Some(v) = count_of(header, &ctx_key)? {
+        let n = v.first().copied().unwrap_or(0);
+        if n == 0 || n > MAX_CONTEXT_LENGTH {
+            return Err(bad(
+                &ctx_key,
+                n,
+                format!("llama.cpp counts positions in a C int (1 to {MAX_CONTEXT_LENGTH})"),
+            ));
+        }
+    }
+    let experts_key = key("expert_count");
+    let experts = count_of(header, &experts_key)?.and_then(|v| v.first().copied());
+    if let Some(n) = experts {
+        if n > MAX_EXPERTS {
+            return Err(bad(
+                &experts_key,
+                n,
+                format!("at most {MAX_EXPERTS} experts"),
+            ));
+        }
+    }
+    let used_key = key("expert_used_count");
+    if let Some(u) = count_of(header, &used_key)?.and_then(|v| v.first().copied()) {
+        if u > experts.unwrap_or(0) {
+            return Err(bad(
+                &used_key,
+                u,
+                format!(
+                    "more than the {} experts the model has",
+                    experts.unwrap_or(0)
+                ),
+            ));
+        }
+    }
+
+    // Every float of the architecture is finite; epsilons and RoPE bases are positive.
+    for (k, v) in &header.metadata {
+        if !k.starts_with(&format!("{arch}.")) {
+            continue;
+        }
+        let values: Vec<f64> = match v {
+            GgufValue::F32(x) => vec![f64::from(*x)],
+            GgufValue::F64(x) => vec![*x],
+            GgufValue::Array(GgufArray::F32(a)) => a.iter().map(|&x| f64::from(x)).collect(),
+            GgufValue::Array(GgufArray::F64(a)) => a.clone(),
+            _ => continue,
+        };
+        let must_be_positive = k.ends_with("epsilon") || k.ends_with("freq_base");
+        for x in values {
+            if !x.is_finite() {
+                return Err(bad(k, x, "it must be a finite number"));
+            }
+            if must_be_positive && x <= 0.0 {
+                return Err(bad(k, x, "it must be greater than zero"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The vocabulary: present, not empty, no two tokens with one text, a tokenizer model tokscope
+/// can chat with, special token ids inside it, and every byte token of an SPM vocabulary.
+pub fn validate_vocabulary(header: &GgufHeader) -> Result<(), Defect> {
+    let model = match header.get("tokenizer.ggml.model") {
+        None => {
+            return Err(Defect::NoVocabulary(
+                "tokenizer.ggml.model is missing".to_owned(),
+            ))
+        }
+        Some(v) => v.as_str().ok_or_else(|| {
+            Defect::Tokenizer(format!("{v:?}, not a name (tokenizer.ggml.model)"))
+        })?,
+    };
+    match model {
+        "none" | "no_vocab" => {
+            return Err(Defect::NoVocabulary(format!(
+                "tokenizer.ggml.model is {model:?}: the file cannot turn text into tokens"
+            )))
+        }
+        "bert" => {
+            return Err(Defect::Tokenizer(
+                "\"bert\" (WordPiece): an encoder's vocabulary for embedding models, not a chat model's"
+                    .to_owned(),
+            ))
+        }
+        m if !KNOWN_TOKENIZERS.contains(&m) => {
+            return Err(Defect::Tokenizer(format!(
+                "{m:?}, which tokscope does not know (known: {})",
+                KNOWN_TOKENIZERS.join(", ")
+            )))
+        }
+        _ => {}
+    }
+    let tokens = match header.get("tokenizer.ggml.tokens") {
+        Some(GgufValue::Array(GgufArray::String(t))) => t,
+        Some(_) => {
+            return Err(Defect::NoVocabulary(
+                "tokenizer.ggml.tokens is not a list of strings".to_owned(),
+            ))
+        }
+        None => {
+            return Err(Defect::NoVocabulary(
+                "tokenizer.ggml.tokens is missing".to_owned(),
+            ))
+        }
+    };
+    if tokens.is_empty() {
+        return Err(Defect::NoVocabulary(
+            "tokenizer.ggml.tokens is empty".to_owned(),
+        ));
+    }
+    if tokens.len() > MAX_VOCAB {
+        return Err(Defect::NoVocabulary(format!(
+            "tokenizer.ggml.tokens has {} entries, more than the {MAX_VOCAB} tokscope accepts",
+            tokens.len()
+        )));
+    }
+    let mut seen = std::collections::HashMap::with_capacity(tokens.len());
+    for (id, text) in tokens.iter().enumerate() {
+        if let Some(first) = seen.insert(text.as_str(), id) {
+            return Err(Defect::DuplicateToken {
+                text: text.clone(),
+                first,
+                second: id,
+            });
+        }
+    }
+    for (k, v) in &header.metadata {
+        if k.starts_with("tokenizer.ggml.") && k.ends_with("_token_id") {
+            if let Some(id) = scalar_u64(v) {
+                if id >= tokens.len() as u64 && id != u64::from(u32::MAX) {
+                    return Err(Defect::SpecialTokenOutOfRange {
+                        key: k.clone(),
+                        id,
+                        n_vocab: tokens.len(),
+                    });
+                }
+            }
+        }
+    }
+    if model == "llama" {
+        let texts: HashSet<&str> = tokens.iter().map(String::as_str).collect();
+        for b in 0..=255u8 {
+            let hex = format!("<0x{b:02X}>");
+            let raw = (b < 0x80).then(|| char::from(b).to_string());
+            let found =
+                texts.contains(hex.as_str()) || raw.as_deref().is_some_and(|r| texts.contains(r));
+            if !found {
+                return Err(Defect::MissingByteToken(b));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gguf::{parse_metadata, GgmlType, GgufWriter};
+
+    fn spm_tokens() -> Vec<String> {
+        let mut t = vec!["<unk>".to_owned(), "<s>".to_owned(), "</s>".to_owned()];
+        t.extend((0..=255u8).map(|b| format!("<0x{b:02X}>")));
+        t.push("▁hello".to_owned());
+        t
+    }
+
+    fn model(edit: impl Fn(&mut Vec<(String, GgufValue)>)) -> GgufHeader {
+        let mut kv = vec![
+            (
+                "general.architecture".to_owned(),
+                GgufValue::String("llama".into()),
+            ),
+            ("llama.block_count".to_owned(), GgufValue::U32(2)),
+            ("llama.embedding_length".to_owned(), GgufValue::U32(64)),
+            ("llama.attention.head_count".to_owned(), GgufValue::U32(4)),
+            (
+                "llama.attention.head_count_kv".to_owned(),
+                GgufValue::U32(2),
+            ),
+            ("llama.context_length".to_owned(), GgufValue::U32(2048)),
+            (
+                "llama.attention.layer_norm_rms_epsilon".to_owned(),
+                GgufValue::F32(1e-5),
+            ),
+            (
+                "tokenizer.ggml.model".to_owned(),
+                GgufValue::String("llama".into()),
+            ),
+            (
+                "tokenizer.ggml.tokens".to_owned(),
+                GgufValue::Array(GgufArray::String(spm_tokens())),
+            ),
+            ("tokenizer.ggml.bos_token_id".to_owned(), GgufValue::U32(1)),
+        ];
+        edit(&mut kv);
+        let mut w = GgufWriter::new();
+        for (k, v) in kv {
+            w.add_kv(&k, v).unwrap();
+        }
+        for layer in 0..2 {
+            w.add_tensor(
+                &format!("blk.{layer}.attn_q.weight"),
+                &[64, 64],
+                GgmlType(0),
+                vec![0; 64 * 64 * 4],
+            )
+            .unwrap();
+        }
+        let mut bytes = Vec::new();
+        w.write_to(&mut bytes).unwrap();
+        parse_metadata(&bytes).unwrap()
+    }
+
+    fn set(kv: &mut Vec<(String, GgufValue)>, key: &str, value: GgufValue) {
+        kv.retain(|(k, _)| k != key);
+        kv.push((key.to_owned(), value));
+    }
+
+    #[test]
+    fn a_sound_model_passes() {
+        validate_model(&model(|_| {})).unwrap();
+    }
+
+    #[test]
+    fn each_hyperparameter_defect_is_named() {
+        let cases: Vec<(&str, GgufValue, &str)> = vec![
+            ("llama.block_count", GgufValue::U32(0), "block_count"),
+            (
+                "llama.block_count",
+                GgufValue::U32(1_000_000_000),
+                "block_count",
+            ),
+            ("llama.block_count", GgufValue::U32(1), "layer 1"),
+            (
+                "llama.embedding_length",
+                GgufValue::U32(0),
+                "embedding_length",
+            ),
+            ("llama.attention.head_count", GgufValue::U32(5), "divide"),
+            ("llama.attention.head_count", GgufValue::U32(0), "head"),
+            (
+                "llama.attention.head_count_kv",
+                GgufValue::U32(3),
+                "head_count_kv",
+            ),
+            ("llama.context_length", GgufValue::U64(1 << 31), "C int"),
+            ("llama.context_length", GgufValue::U32(u32::MAX), "C int"),
+            (
+                "llama.attention.layer_norm_rms_epsilon",
+                GgufValue::F32(f32::NAN),
+                "finite",
+            ),
+            (
+                "llama.attention.layer_norm_rms_epsilon",
+                GgufValue::F32(f32::INFINITY),
+                "finite",
+            ),
+            (
+                "llama.attention.layer_norm_rms_epsilon",
+                GgufValue::F32(0.0),
+                "greater than zero",
+            ),
+            (
+                "llama.attention.layer_norm_rms_epsilon",
+                GgufValue::F32(-1e-5),
+                "greater than zero",
+            ),
+            ("llama.rope.freq_base", GgufValue::F32(f32::NAN), "finite"),
+        ];
+        for (key, value, expect) in cases {
+            let h = model(|kv| set(kv, key, value.clone()));
+            let e = validate_model(&h).expect_err(key).to_string();
+            assert!(e.contains(expect), "{key}={value:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn each_vocabulary_defect_is_named() {
+        let mut dup = spm_tokens();
+        dup[259] = "<0x05>".to_owned();
+        let mut no_byte = spm_tokens();
+        no_byte[3 + 0xC3] = "x".to_owned();
+        let cases: Vec<(&str, GgufValue, &str)> = vec![
+            (
+                "tokenizer.ggml.tokens",
+                GgufValue::Array(GgufArray::String(dup)),
+                "same text",
+            ),
+            (
+                "tokenizer.ggml.tokens",
+                GgufValue::Array(GgufArray::String(vec![String::new(); 300])),
+                "same text",
+            ),
+            (
+                "tokenizer.ggml.tokens",
+                GgufValue::Array(GgufArray::String(Vec::new())),
+                "empty",
+            ),
+            (
+                "tokenizer.ggml.tokens",
+                GgufValue::Array(GgufArray::String(no_byte)),
+                "<0xC3>",
+            ),
+            (
+                "tokenizer.ggml.model",
+                GgufValue::String("bert".into()),
+                "bert",
+            ),
+            (
+                "tokenizer.ggml.model",
+                GgufValue::String("none".into()),
+                "no vocabulary",
+            ),
+            (
+                "tokenizer.ggml.model",
+                GgufValue::String("klingon".into()),
+                "does not know",
+            ),
+            (
+                "tokenizer.ggml.bos_token_id",
+                GgufValue::U32(100_000),
+                "bos_token_id",
+            ),
+        ];
+        for (key, value, expect) in cases {
+            let h = model(|kv| set(kv, key, value.clone()));
+            let e = validate_model(&h).expect_err(key).to_string();
+            assert!(e.contains(expect), "{key}: {e}");
+        }
+    }
+
+    #[test]
+    fn overlapping_or_gapped_tensors_are_refused() {
+        let mut h = model(|_| {});
+        h.tensors[1].offset_bytes = 0;
+        let e = validate_layout(&h).unwrap_err().to_string();
+        assert!(e.contains("overlapping"), "{e}");
+        let mut h = model(|_| {});
+        h.tensors[1].offset_bytes += 32;
+        assert!(validate_layout(&h).is_err());
+    }
+}

@@ -1,0 +1,315 @@
+//! Trying a model in a short-lived child process before this process loads it.
+//!
+//! llama.cpp answers some defects with `GGML_ASSERT`, `abort()` or an uncaught C++ exception,
+//! which no Rust code can catch: the process dies, and with it a chat's conversation screen or a
+//! bench's finished results. [`crate::gguf::validate`] refuses the defects known by class; this
+//! module catches the rest. The first time a session loads a file, a child (`tokscope
+//! __probe-model FILE`, a re-exec of this binary) loads it on the CPU, tokenizes a text with
+//! non-ASCII characters and decodes two tokens. If the child dies of a signal or hangs, the
+//! load becomes an [`EngineError::ModelCrashed`] naming the file, the cause and llama.cpp's last
+//! words from the child's stderr; otherwise this process goes on to load the file itself.
+//! Verdicts are remembered for the session by (path, size, mtime, inode), so a file is probed
+//! once until it changes.
+//!
+//! Probing is switched on by the binary's `main` ([`enable`]); library users (the tests that
+//! drive the engine directly) load in-process as before.
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::num::NonZeroU32;
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::model::params::LlamaModelParams;
+use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::sampling::LlamaSampler;
+
+use super::error::EngineError;
+
+/// The hidden subcommand the child runs.
+pub const PROBE_SUBCOMMAND: &str = "__probe-model";
+/// Overrides the probe's time limit (seconds).
+pub const PROBE_TIMEOUT_ENV: &str = "TOKSCOPE_PROBE_TIMEOUT_S";
+/// Switches probing off (`0`), e.g. when a model is known good and its load is slow.
+pub const PROBE_ENV: &str = "TOKSCOPE_PROBE";
+/// The child's exit code for an ordinary load failure (llama.cpp returned an error): the
+/// parent then loads the file itself and reports llama.cpp's own error.
+const CHILD_LOAD_FAILED: i32 = 3;
+/// How long a probe may take before it counts as hung: a large model on a slow disk loads
+/// in minutes.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+/// The text the child tokenizes and decodes: ASCII, accented Latin, CJK, an emoji and a
+/// newline, so missing byte tokens and broken merges show.
+const PROBE_TEXT: &str = "Hello, world! é ü ß 日本語 😀\n";
+
+static EXE: OnceLock<PathBuf> = OnceLock::new();
+
+/// Probe every model before loading it, by re-running `exe` (the tokscope binary).
+pub fn enable(exe: PathBuf) {
+    let _ = EXE.set(exe);
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct FileKey {
+    path: PathBuf,
+    size: u64,
+    mtime_ns: i128,
+    dev: u64,
+    inode: u64,
+}
+
+fn file_key(path: &Path) -> Option<FileKey> {
+    let meta = std::fs::metadata(path).ok()?;
+    Some(FileKey {
+        path: path.canonicalize().ok()?,
+        size: meta.len(),
+        mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+        dev: meta.dev(),
+        inode: meta.ino(),
+    })
+}
+
+fn verdicts() -> &'static Mutex<HashMap<FileKey, Result<(), EngineError>>> {
+    static VERDICTS: OnceLock<Mutex<HashMap<FileKey, Result<(), EngineError>>>> = OnceLock::new();
+    VERDICTS.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// Whether this process may load `path`: Ok when probing is off, when the file was probed
+/// before in this session and survived, or when a child just loaded and decoded it (or failed
+/// with an ordinary error, which the in-process load will report).
+pub fn ensure_survivable(path: &Path) -> Result<(), EngineError> {
+    let Some(exe) = EXE.get() else {
+        return Ok(());
+    };
+    if std::env::var(PROBE_ENV).is_ok_and(|v| v == "0") {
+        return Ok(());
+    }
+    let Some(key) = file_key(path) else {
+        // Unreadable: the pre-flight check reports it.
+        return Ok(());
+    };
+    let mut map = verdicts().lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(v) = map.get(&key) {
+        return v.clone();
+    }
+    let timeout = std::env::var(PROBE_TIMEOUT_ENV)
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .map_or(DEFAULT_TIMEOUT, Duration::from_secs);
+    let verdict = probe(exe, path, timeout);
+    tracing::info!("probe of {}: {:?}", path.display(), verdict);
+    map.insert(key, verdict.clone());
+    verdict
+}
+
+fn probe(exe: &Path, path: &Path, timeout: Duration) -> Result<(), EngineError> {
+    let crashed = |cause: String, stderr: &[u8]| EngineError::ModelCrashed {
+        path: path.to_path_buf(),
+        cause,
+        llama_says: last_words(stderr),
+    };
+    let mut child = match Command::new(exe)
+        .arg(PROBE_SUBCOMMAND)
+        .arg(path)
+        .env("GGML_NO_BACKTRACE", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            // Without a child there is no protection, but no reason to refuse the file either.
+            tracing::warn!("could not start the model probe {}: {e}", exe.display());
+            return Ok(());
+        }
+    };
+    // The child's stderr is read on a thread so a chatty child never blocks on a full pipe;
+    // only its tail is kept.
+    let reader = child.stderr.take().map(|mut err| {
+        std::thread::spawn(move || {
+            let mut tail = Vec::new();
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = err.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                tail.extend_from_slice(&buf[..n]);
+                if tail.len() > 64 << 10 {
+                    tail.drain(..tail.len() - (32 << 10));
+                }
+            }
+            tail
+        })
+    });
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if Instant::now() >= deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+            Err(e) => {
+                tracing::warn!("waiting for the model probe failed: {e}");
+                return Ok(());
+            }
+        }
+    };
+    let stderr = reader.and_then(|r| r.join().ok()).unwrap_or_default();
+    match status {
+        None => Err(crashed(
+            format!(
+                "loading and decoding it did not finish in {} s",
+                timeout.as_secs()
+            ),
+            &stderr,
+        )),
+        Some(s) if s.success() || s.code() == Some(CHILD_LOAD_FAILED) => Ok(()),
+        Some(s) => Err(crashed(
+            match s.signal() {
+                Some(sig) => format!("killed by {}", signal_name(sig)),
+                None => format!("exit code {}", s.code().unwrap_or(-1)),
+            },
+            &stderr,
+        )),
+    }
+}
+
+fn signal_name(sig: i32) -> String {
+    let name = match sig {
+        libc::SIGABRT => "SIGABRT (an assertion or abort in llama.cpp)",
+        libc::SIGSEGV => "SIGSEGV (an invalid memory access)",
+        libc::SIGBUS => "SIGBUS (a bad memory access, e.g. a truncated mapped file)",
+        libc::SIGFPE => "SIGFPE (an arithmetic fault such as a division by zero)",
+        libc::SIGILL => "SIGILL (an illegal instruction)",
+        libc::SIGKILL => "SIGKILL (out of memory?)",
+        _ => return format!("signal {sig}"),
+    };
+    name.to_owned()
+}
+
+/// The last few non-empty lines of the child's stderr, control characters neutralised, as a
+/// suffix for the error message.
+fn last_words(stderr: &[u8]) -> String {
+    let text = String::from_utf8_lossy(stderr);
+    let lines: Vec<String> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            let clean: String = l
+                .chars()
+                .map(|c| if c.is_control() { '?' } else { c })
+                .collect();
+            if clean.chars().count() > 300 {
+                let cut: String = clean.chars().take(300).collect();
+                format!("{cut}…")
+            } else {
+                clean
+            }
+        })
+        .collect();
+    let tail = &lines[lines.len().saturating_sub(3)..];
+    if tail.is_empty() {
+        String::new()
+    } else {
+        format!("\n  llama.cpp says: {}", tail.join("\n  llama.cpp says: "))
+    }
+}
+
+/// The child's side (`tokscope __probe-model FILE`): load the file on the CPU, tokenize the
+/// probe text, decode it and one sampled token. Returns the exit code: 0 when all went well,
+/// 3 when llama.cpp refused the file with an ordinary error. A defect llama.cpp cannot handle
+/// kills the child, which is the point.
+pub fn child_main(path: &Path) -> i32 {
+    match child_probe(path) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("{e}");
+            CHILD_LOAD_FAILED
+        }
+    }
+}
+
+fn child_probe(path: &Path) -> Result<(), EngineError> {
+    let backend = super::backend()?;
+    let params = LlamaModelParams::default().with_n_gpu_layers(0);
+    let model = LlamaModel::load_from_file(backend, path, &params).map_err(|e| {
+        EngineError::LoadFailed {
+            path: path.to_path_buf(),
+            llama_says: format!(": {e}"),
+        }
+    })?;
+    let vocab = model.vocab();
+    let tokens = vocab.tokenize(PROBE_TEXT.as_bytes(), true, false);
+    for t in &tokens {
+        let _ = vocab.token_to_piece(*t, true, None);
+    }
+    let n = u32::try_from(tokens.len()).unwrap_or(u32::MAX).clamp(1, 64);
+    let ctx_params = LlamaContextParams::default()
+        .with_n_ctx(NonZeroU32::new(128))
+        .with_n_batch(128)
+        .with_n_ubatch(128)
+        .with_n_threads(1)
+        .with_n_threads_batch(1);
+    let mut ctx =
+        model
+            .new_context(backend, ctx_params)
+            .map_err(|e| EngineError::ContextFailed {
+                n_ctx: 128,
+                llama_says: format!(": {e}"),
+            })?;
+    let decode = |e: &dyn std::fmt::Display| EngineError::Decode(e.to_string());
+    let mut batch = LlamaBatch::new(128, 1);
+    let take = n as usize;
+    for (i, t) in tokens.iter().take(take).enumerate() {
+        let pos = i32::try_from(i).unwrap_or(0);
+        batch
+            .add(*t, pos, &[0], i + 1 == take.min(tokens.len()))
+            .map_err(|e| decode(&e))?;
+    }
+    if tokens.is_empty() {
+        return Ok(());
+    }
+    ctx.decode(&mut batch).map_err(|e| decode(&e))?;
+    let mut sampler = LlamaSampler::greedy();
+    let next = sampler.sample(&ctx, batch.n_tokens() - 1);
+    let _ = vocab.token_to_piece(next, true, None);
+    batch.clear();
+    batch
+        .add(next, i32::try_from(take).unwrap_or(0), &[0], true)
+        .map_err(|e| decode(&e))?;
+    ctx.decode(&mut batch).map_err(|e| decode(&e))?;
+    let _ = sampler.sample(&ctx, 0);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn last_words_keep_the_tail_and_no_control_characters() {
+        let s = b"a\nb\n\x1b]52;c;x\x07 assert\n\nlast\n";
+        let w = last_words(s);
+        assert!(w.contains("last"), "{w}");
+        assert!(!w.contains('\x1b') && !w.contains('\x07'), "{w:?}");
+        assert!(!w.contains("llama.cpp says: a\n"), "{w}");
+        assert_eq!(last_words(b""), "");
+    }
+
+    #[test]
+    fn signals_are_named() {
+        assert!(signal_name(libc::SIGABRT).contains("SIGABRT"));
+        assert_eq!(signal_name(64), "signal 64");
+    }
+}

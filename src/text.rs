@@ -1,0 +1,127 @@
+//! Text on its way to a terminal: the one function that neutralises control characters.
+//!
+//! Model output, model and file names, conversation files and results logs come from other
+//! people. Written raw, a control sequence in them can set the clipboard (OSC 52), retitle or
+//! clear the terminal, move the cursor or hide text. Everything tokscope writes to a terminal
+//! outside the chat screen passes through [`terminal_safe`] (the chat screen shows control
+//! characters as symbols in its own renderer). Exports and logs keep the text itself.
+
+use std::borrow::Cow;
+use std::io::IsTerminal;
+
+/// Whether `c` must not reach a terminal as it is: C0 controls other than newline and tab,
+/// DEL, C1 controls, and the bidirectional overrides that reorder what is shown.
+pub fn is_unsafe(c: char) -> bool {
+    matches!(c, '\0'..='\u{8}' | '\u{b}'..='\u{1f}' | '\u{7f}'..='\u{9f}')
+        || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// The visible stand-in for an unsafe character: the Unicode control picture for C0 and DEL
+/// (`␛` for ESC, `␍` for CR), the replacement character for the rest.
+fn visible(c: char) -> char {
+    match c {
+        '\0'..='\u{1f}' => char::from_u32(0x2400 + c as u32).unwrap_or('\u{fffd}'),
+        '\u{7f}' => '\u{2421}',
+        _ => '\u{fffd}',
+    }
+}
+
+/// `text` with every control character made visible and harmless (escape sequences become
+/// plain text such as `␛]52;c;…␇`); newlines and tabs are kept. Borrowed when nothing changes.
+pub fn terminal_safe(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(is_unsafe) {
+        return Cow::Borrowed(text);
+    }
+    Cow::Owned(
+        text.chars()
+            .map(|c| if is_unsafe(c) { visible(c) } else { c })
+            .collect(),
+    )
+}
+
+/// [`terminal_safe`] for a one-line field (a file or model name in a table): newlines and tabs
+/// are neutralised too, so a name cannot break the table's layout.
+pub fn one_line(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(|c| is_unsafe(c) || c == '\n' || c == '\t') {
+        return Cow::Borrowed(text);
+    }
+    Cow::Owned(
+        text.chars()
+            .map(|c| {
+                if is_unsafe(c) || c == '\n' || c == '\t' {
+                    visible(c)
+                } else {
+                    c
+                }
+            })
+            .collect(),
+    )
+}
+
+/// A path as a one-line, terminal-safe string.
+pub fn path(p: &std::path::Path) -> String {
+    one_line(&p.to_string_lossy()).into_owned()
+}
+
+/// `text` neutralised when `to_terminal`, as it is otherwise (a pipe or a file keeps the
+/// bytes the model wrote).
+pub fn for_output(text: &str, to_terminal: bool) -> Cow<'_, str> {
+    if to_terminal {
+        terminal_safe(text)
+    } else {
+        Cow::Borrowed(text)
+    }
+}
+
+/// Whether stdout is a terminal.
+pub fn stdout_is_terminal() -> bool {
+    std::io::stdout().is_terminal()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_control_sequence_is_made_visible() {
+        for hostile in [
+            "\x1b]52;c;cm0gLXJmIH4=\x07",
+            "\x1b]0;pwned\x1b\\",
+            "\x1b[2J\x1b[H",
+            "\x1b[?1049h",
+            "a\rb",
+            "\u{9b}31m",
+            "\u{9d}52;c;x\u{9c}",
+            "\x7f\x08\x00",
+            "abc\u{202e}cba",
+        ] {
+            let safe = terminal_safe(hostile);
+            assert!(!safe.chars().any(is_unsafe), "{hostile:?} -> {safe:?}");
+            assert!(
+                !safe.contains('\x1b') && !safe.contains('\x07') && !safe.contains('\r'),
+                "{safe:?}"
+            );
+        }
+        assert_eq!(terminal_safe("\x1b]2;t\x07"), "␛]2;t␇");
+    }
+
+    #[test]
+    fn ordinary_text_is_kept_and_borrowed() {
+        let text = "Paris — é 日本 😀\n\tindented";
+        assert!(matches!(terminal_safe(text), Cow::Borrowed(_)));
+        assert_eq!(terminal_safe(text), text);
+        assert_eq!(one_line("a\nb\tc"), "a␊b␉c");
+        assert_eq!(for_output("\x1b", false), "\x1b");
+        assert_eq!(for_output("\x1b", true), "␛");
+    }
+
+    #[test]
+    fn any_input_comes_out_safe() {
+        // Every code point below U+3000 in one string, in both functions.
+        let all: String = (0u32..0x3000).filter_map(char::from_u32).collect();
+        assert!(!terminal_safe(&all).chars().any(is_unsafe));
+        assert!(!one_line(&all)
+            .chars()
+            .any(|c| is_unsafe(c) || c == '\n' || c == '\t'));
+    }
+}
