@@ -31,6 +31,9 @@ pub enum Command {
     /// Generate one answer headlessly: text streams to stdout, metrics go to stderr (or one
     /// JSON object to stdout with --json).
     Run(RunArgs),
+    /// Load-test an OpenAI-compatible server: requests at a rate or a concurrency, the
+    /// serving table (TTFT/TPOT/ITL/E2EL), throughput and goodput at --slo targets.
+    Load(crate::commands::load::LoadArgs),
     /// Write a synthetic GGUF model (pseudo-random weights: real speed, noise for text).
     Synth(SynthArgs),
     /// Benchmark models like llama-bench: pp/tg/pg tests over a sweep of settings, batching,
@@ -166,6 +169,8 @@ pub struct RunArgs {
     /// The user's message.
     #[arg(short = 'p', long, value_name = "TEXT")]
     pub prompt: String,
+    #[command(flatten)]
+    pub remote: crate::commands::remote::RemoteArgs,
     /// Print one JSON object (text, every metric, reproducibility stamp) instead of text.
     #[arg(long)]
     pub json: bool,

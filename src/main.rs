@@ -55,6 +55,7 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
         Some(Command::Results(args)) => tokscope::bench::results(args),
         Some(Command::Compare(args)) => tokscope::compare::compare(args, settings()?),
         Some(Command::Synth(args)) => synth(args),
+        Some(Command::Load(args)) => tokscope::commands::load::load(args),
         Some(Command::FetchDemo) => fetch_demo(),
         Some(Command::Doctor(args)) => tokscope::doctor::run(args),
         Some(Command::Config { action }) => match action {

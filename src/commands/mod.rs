@@ -2,6 +2,8 @@
 //! README and the tests agree.
 
 pub mod chat;
+pub mod load;
+pub mod remote;
 pub mod run;
 pub mod synth;
 

@@ -51,6 +51,10 @@ impl RunReport {
 }
 
 pub fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure> {
+    if let Some(url) = &args.remote.url {
+        args.sampling.apply(&mut settings)?;
+        return crate::commands::remote::run_remote(args, url, &settings);
+    }
     args.model.apply(&mut settings)?;
     args.sampling.apply(&mut settings)?;
     let config = crate::commands::chat::engine_config(&settings)?;

@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+pub mod remote;
 pub mod roofline;
 
 use serde::{Deserialize, Serialize};
