@@ -8,4 +8,10 @@ cd "$(dirname "$0")/.."
 source scripts/deps.sh
 tokscope_install_deps
 cargo build --release --locked --bins
+# llama-server for tests/remote_server.rs, built once from the very llama.cpp tokscope links
+# (scripts/llama-tools.sh; the tests fail without it).
+if [ -z "${TOKSCOPE_LLAMA_SERVER:-}" ]; then
+  tools_dir=$(scripts/llama-tools.sh --source sys | tail -n 1)
+  export TOKSCOPE_LLAMA_SERVER="${tools_dir}/bin/llama-server"
+fi
 cargo test --release --locked "$@"

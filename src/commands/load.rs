@@ -371,9 +371,9 @@ fn spawn_progress(label: String, p: Arc<Progress>) -> tokio::task::JoinHandle<()
     })
 }
 
-/// Doubles the rate from 1/8 req/s while goodput holds every request's SLOs (at least 90%
-/// of completed requests good and no failures), then bisects between the last good and the
-/// first bad rate three times.
+/// Doubles the rate from 1/8 req/s while the level holds the SLOs at p99 (at least 99% of
+/// completed requests meet every target, and none failed), then bisects between the last good
+/// and the first bad rate three times.
 async fn find_capacity<F, Fut>(
     rows: &mut Vec<LoadSummary>,
     run: &F,
@@ -388,7 +388,7 @@ where
     let holds = |r: &LoadSummary| {
         r.failed == 0
             && r.completed > 0
-            && r.good_requests.unwrap_or(0) as f64 >= 0.9 * r.completed as f64
+            && r.good_requests.unwrap_or(0) as f64 >= 0.99 * r.completed as f64
     };
     let mut good: Option<LoadSummary> = None;
     let mut bad_rate: Option<f64> = None;
@@ -435,8 +435,8 @@ where
     }
     Ok(match good {
         Some(g) => format!(
-            "at {} (90% of requests) this server carries {} req/s = {} output tok/s ({})",
-            slo.describe(),
+            "at {} this server carries {} req/s = {} output tok/s ({})",
+            slo.describe_p99(),
             crate::metrics::fmt_opt(g.request_per_s, 2),
             crate::metrics::fmt_opt(g.output_tok_per_s, 1),
             g.level

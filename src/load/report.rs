@@ -68,15 +68,23 @@ impl Slo {
     }
 
     pub fn describe(&self) -> String {
+        self.describe_with("")
+    }
+
+    /// "TTFT p99 ≤ 500 ms and TPOT p99 ≤ 50 ms".
+    pub fn describe_p99(&self) -> String {
+        self.describe_with(" p99")
+    }
+
+    fn describe_with(&self, suffix: &str) -> String {
         let mut parts = Vec::new();
-        if let Some(t) = self.ttft {
-            parts.push(format!("TTFT ≤ {:.0} ms", ms(t)));
-        }
-        if let Some(t) = self.tpot {
-            parts.push(format!("TPOT ≤ {:.0} ms", ms(t)));
-        }
-        if let Some(t) = self.e2e {
-            parts.push(format!("E2E ≤ {:.0} ms", ms(t)));
+        for (name, target) in [("TTFT", self.ttft), ("TPOT", self.tpot), ("E2E", self.e2e)] {
+            if let Some(t) = target {
+                parts.push(format!(
+                    "{name}{suffix} ≤ {} ms",
+                    crate::metrics::fmt_opt(Some(ms(t)), 0)
+                ));
+            }
         }
         parts.join(" and ")
     }
@@ -333,7 +341,7 @@ mod tests {
         assert_eq!(s.errors_by_kind.get("timeout"), Some(&1));
         assert_eq!(s.ttft.unwrap().p50_ms, 100.0);
         assert_eq!(s.ttft.unwrap().p99_ms, 600.0);
-        assert!(markdown(&[s.clone()]).contains("timeout 1"));
+        assert!(markdown(std::slice::from_ref(&s)).contains("timeout 1"));
         assert_eq!(csv(&[s]).lines().count(), 2);
     }
 

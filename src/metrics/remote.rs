@@ -109,6 +109,8 @@ pub struct RemoteSummary {
     /// The server's own decode time (`timings.predicted_ms`) and per-token time.
     pub server_decode_ms: Option<f64>,
     pub server_tpot_ms: Option<f64>,
+    /// Tokens the server says it generated (`timings.predicted_n`).
+    pub server_predicted_tokens: Option<u64>,
 }
 
 impl RemoteTimeline {
@@ -226,6 +228,7 @@ impl RemoteTimeline {
                 .server_timings
                 .filter(|t| t.predicted_n > 0)
                 .map(|t| t.predicted_ms / t.predicted_n as f64),
+            server_predicted_tokens: self.server_timings.map(|t| t.predicted_n),
         }
     }
 }
