@@ -353,6 +353,8 @@ fn spawn_progress(label: String, p: Arc<Progress>) -> tokio::task::JoinHandle<()
     let tty = std::io::stderr().is_terminal();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_millis(if tty { 250 } else { 5000 }));
+        // The first tick is immediate: nothing has happened yet.
+        tick.tick().await;
         loop {
             tick.tick().await;
             let line = format!(
@@ -435,8 +437,9 @@ where
     }
     Ok(match good {
         Some(g) => format!(
-            "at {} this server carries {} req/s = {} output tok/s ({})",
+            "at {} this server carries {}{} req/s = {} output tok/s ({})",
             slo.describe_p99(),
+            if bad_rate.is_none() { "at least " } else { "" },
             crate::metrics::fmt_opt(g.request_per_s, 2),
             crate::metrics::fmt_opt(g.output_tok_per_s, 1),
             g.level
