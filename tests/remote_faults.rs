@@ -355,3 +355,73 @@ fn bad_flags_are_usage_errors() {
     assert_eq!(code, 2);
     assert!(stderr.contains("TOKSCOPE_NO_SUCH_VAR_X"), "{stderr}");
 }
+
+/// `load` end to end against the fake server (the same driver the real-server tests use):
+/// every request counted, tokens from usage, goodput 0 at an impossible SLO and equal to the
+/// request rate at a loose one, and failures counted by kind, not in the latencies.
+#[test]
+fn load_counts_requests_tokens_goodput_and_errors_by_kind() {
+    let body = chunk("a") + &chunk("b") + &chunk("c") + &usage_event(5, 3) + "data: [DONE]\n\n";
+    let dir = tempfile::tempdir().unwrap();
+    for (slo, good) in [("ttft=1us", 0), ("ttft=600s,tpot=600s,e2e=600s", 6)] {
+        let f = fake(Chat::Sse(body.clone().into_bytes()), 40);
+        let out = tokscope(&dir)
+            .args(["load", "--url", &format!("http://127.0.0.1:{}/v1", f.port)])
+            .args([
+                "--concurrency",
+                "2",
+                "--requests",
+                "6",
+                "--warmup",
+                "1",
+                "-o",
+                "json",
+            ])
+            .args(["--input-len", "8", "--slo", slo])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let level = &v["levels"][0];
+        assert_eq!(level["completed"], 6, "{level}");
+        assert_eq!(level["completion_tokens"], 18);
+        assert_eq!(level["prompt_tokens"], 30);
+        assert_eq!(level["good_requests"], good);
+        if good == 0 {
+            assert_eq!(level["goodput_req_per_s"], 0.0);
+        } else {
+            assert_eq!(level["goodput_req_per_s"], level["request_per_s"]);
+        }
+        assert!(v["prompts"].as_str().unwrap().contains("words"));
+    }
+    let f = fake(Chat::Status(500, r#"{"error":"busy"}"#), 40);
+    let out = tokscope(&dir)
+        .args(["load", "--url", &format!("http://127.0.0.1:{}/v1", f.port)])
+        .args([
+            "--concurrency",
+            "2",
+            "--requests",
+            "4",
+            "--warmup",
+            "0",
+            "-o",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let level = &v["levels"][0];
+    assert_eq!(level["completed"], 0);
+    assert_eq!(level["failed"], 4);
+    assert_eq!(level["errors_by_kind"]["http_5xx"], 4);
+    assert!(level["ttft"].is_null());
+}
