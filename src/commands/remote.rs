@@ -114,7 +114,7 @@ pub struct ServerStamp {
 
 /// `tokscope run --url URL`.
 pub fn run_remote(
-    args: &crate::cli::RunArgs,
+    args: &crate::commands::run::RunArgs,
     url: &str,
     settings: &Settings,
 ) -> Result<(), Failure> {
