@@ -119,7 +119,7 @@ pub fn run_remote(
     settings: &Settings,
 ) -> Result<(), Failure> {
     let endpoint = args.remote.endpoint(url)?;
-    let messages = crate::commands::chat::single_turn(settings, &args.prompt);
+    let messages = crate::commands::model::single_turn(settings, &args.prompt);
     let rt = runtime()?;
     let client = RemoteClient::new(endpoint)?;
     let json = args.json;
