@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds llama.cpp's own command-line tools (llama-bench, llama-batched-bench,
-# llama-perplexity) once, for side-by-side checks of tokscope's figures, and prints the folder
-# that holds them. Sourced by the compare-* scripts; also runs on its own:
+# llama-perplexity, llama-server) once, for side-by-side checks of tokscope's figures and for
+# the remote tests (tests/remote.rs starts llama-server), and prints the folder that holds them. Sourced by the compare-* scripts; also runs on its own:
 #
 #   scripts/llama-tools.sh [--source pypi[:VER] | sys]
 #
@@ -23,7 +23,7 @@
 set -euo pipefail
 
 llama_tools_repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-LLAMA_TOOLS=(llama-bench llama-batched-bench llama-perplexity)
+LLAMA_TOOLS=(llama-bench llama-batched-bench llama-perplexity llama-server)
 
 # The CMake cache of the llama.cpp that llama-cpp-sys-2 built for tokscope, when there is one
 # (the newest, when the target dir holds builds with other flags).
@@ -73,7 +73,8 @@ cpu_cmake_args() {
   fi
   printf '%s\n' -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF \
     -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-    -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_APP=OFF -DGGML_CCACHE=OFF
+    -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
+    -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_APP=OFF -DGGML_CCACHE=OFF
 }
 
 # The llama.cpp tree vendored by the llama-cpp-sys-2 version in Cargo.lock.
@@ -158,11 +159,15 @@ build_llama_tools() {
       src="${work}/llama.cpp"
       cp -r "$sys_src" "$src"
       chmod -R u+w "$src"
-      for dir in llama-bench batched-bench perplexity; do
+      # llama-server also needs its web-UI target (built without the UI itself: no npm, no
+      # download; the API endpoints are all the tests use) and that target's cmake script.
+      for dir in llama-bench batched-bench perplexity server ui; do
         rm -rf "${src}/tools/${dir}"
         cp -r "${tool_src}/tools/${dir}" "${src}/tools/${dir}"
       done
-      printf 'llama_add_compile_flags()\nadd_subdirectory(batched-bench)\nadd_subdirectory(llama-bench)\nadd_subdirectory(perplexity)\n' \
+      mkdir -p "${src}/scripts"
+      cp "${tool_src}/scripts/ui-assets.cmake" "${src}/scripts/"
+      printf 'llama_add_compile_flags()\nadd_subdirectory(batched-bench)\nadd_subdirectory(llama-bench)\nadd_subdirectory(perplexity)\nadd_subdirectory(mtmd)\nadd_subdirectory(ui)\nadd_subdirectory(server)\n' \
         >"${src}/tools/CMakeLists.txt"
       origin="llama-cpp-sys-2 vendored llama.cpp (${sys_src}); tool sources from llama-cpp-python ${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
       ;;

@@ -30,6 +30,9 @@ pub enum Command {
     /// Generate one answer headlessly: text streams to stdout, metrics go to stderr (or one
     /// JSON object to stdout with --json).
     Run(crate::commands::run::RunArgs),
+    /// Load-test an OpenAI-compatible server: requests at a rate or a concurrency, the
+    /// serving table (TTFT/TPOT/ITL/E2EL), throughput and goodput at --slo targets.
+    Load(crate::commands::load::LoadArgs),
     /// Write a synthetic GGUF model (pseudo-random weights: real speed, noise for text).
     Synth(crate::commands::synth::SynthArgs),
     /// Benchmark models like llama-bench: pp/tg/pg tests over a sweep of settings, batching,

@@ -11,7 +11,7 @@ const GROUND: &[&str] = &["gguf", "metrics", "ids", "fsx", "paths", "logging", "
 const ENGINE_LEVEL: &[&str] = &["engine", "llama"];
 const ABOVE_ENGINE: &[&str] = &[
     "commands", "app", "tui", "ui", "bench", "compare", "plot", "cli", "synth", "doctor",
-    "history", "demo",
+    "history", "demo", "load", "remote",
 ];
 
 /// One import that breaks the rules: (the importing top-level module, its file, the module it

@@ -9,7 +9,9 @@ pub mod doctor;
 pub mod fetch_demo;
 pub mod flags;
 pub mod history;
+pub mod load;
 pub mod model;
+pub mod remote;
 pub mod results;
 pub mod run;
 pub mod synth;
@@ -74,6 +76,7 @@ pub fn dispatch(cli: Cli) -> Result<(), Failure> {
         Some(Command::Results(args)) => results::run(args),
         Some(Command::Compare(args)) => compare::run(args, settings()?),
         Some(Command::Synth(args)) => synth::run(args),
+        Some(Command::Load(args)) => load::load(args),
         Some(Command::FetchDemo) => fetch_demo::run(),
         Some(Command::Doctor(args)) => doctor::run(args),
         Some(Command::Config { action }) => config::run(action, explicit),

@@ -27,6 +27,8 @@ pub struct RunArgs {
     /// The user's message.
     #[arg(short = 'p', long, value_name = "TEXT")]
     pub prompt: String,
+    #[command(flatten)]
+    pub remote: crate::commands::remote::RemoteArgs,
     /// Print one JSON object (text, every metric, reproducibility stamp) instead of text.
     #[arg(long)]
     pub json: bool,
@@ -108,6 +110,10 @@ impl RunReport {
 }
 
 pub fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure> {
+    if let Some(url) = &args.remote.url {
+        args.sampling.apply(&mut settings)?;
+        return crate::commands::remote::run_remote(args, url, &settings);
+    }
     args.model.apply(&mut settings)?;
     args.sampling.apply(&mut settings)?;
     let config = crate::commands::model::engine_config(&settings)?;

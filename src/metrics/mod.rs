@@ -10,6 +10,7 @@ use std::time::Duration;
 
 pub mod busy;
 pub mod host;
+pub mod remote;
 pub mod roofline;
 
 use serde::{Deserialize, Serialize};

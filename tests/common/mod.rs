@@ -15,6 +15,7 @@ use tokscope::llama::settings::EngineSettings;
 use tokscope::synth::{write_model, SynthSpec, TensorType};
 
 pub mod gguf_edit;
+pub mod llama_server;
 pub mod tmux;
 
 static MODEL_LOCK: Mutex<()> = Mutex::new(());

@@ -1,0 +1,492 @@
+//! `tokscope load --url URL`: how many users a server carries at given latency targets. One
+//! level (`--rate` or `--concurrency`), a sweep of levels, or `--find-capacity`; progress on
+//! stderr, the table on stdout (md, csv or json).
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+use serde::Serialize;
+
+use crate::commands::remote::{runtime, RemoteArgs};
+use crate::commands::{Failure, FAILURE, USAGE};
+use crate::load::report::{self, LoadSummary, Slo};
+use crate::load::{run_level, Arrivals, LoadPlan, Progress, PromptSet};
+use crate::remote::RemoteClient;
+
+/// The eval text (public domain) the default prompts are cut from.
+const EVAL_TEXT: &str = include_str!("../../assets/eval/alice.txt");
+
+#[derive(Debug, Args)]
+pub struct LoadArgs {
+    #[command(flatten)]
+    pub remote: RemoteArgs,
+    /// The server's model name (default: the first of GET /v1/models).
+    #[arg(short = 'm', long, value_name = "NAME")]
+    pub model: Option<String>,
+    /// Requests per second (a gamma arrival process; Poisson with --burstiness 1).
+    #[arg(long, value_name = "R", conflicts_with = "concurrency")]
+    pub rate: Option<f64>,
+    /// Gamma shape of the arrival gaps: 1 is Poisson, below 1 burstier, above 1 more regular.
+    #[arg(long, value_name = "K", default_value_t = 1.0)]
+    pub burstiness: f64,
+    /// Keep this many requests in flight.
+    #[arg(long, value_name = "C")]
+    pub concurrency: Option<usize>,
+    /// Measured requests per level (default 32 when --duration is not given).
+    #[arg(long, value_name = "N")]
+    pub requests: Option<usize>,
+    /// Seconds per level.
+    #[arg(long, value_name = "S")]
+    pub duration: Option<f64>,
+    /// Warm-up requests before each level, excluded from the figures.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub warmup: usize,
+    /// Prompt length: N or A..B tokens (of the server's tokenizer where it has /tokenize).
+    #[arg(long, value_name = "N|A..B", default_value = "128")]
+    pub input_len: String,
+    /// Prompts from a JSONL file instead: one JSON object per line with "messages"
+    /// ([{role, content}, …]) or "prompt" (a string).
+    #[arg(long, value_name = "FILE")]
+    pub prompts: Option<PathBuf>,
+    /// Output tokens per request (max_tokens, with ignore_eos so every answer is this long).
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub output_len: u32,
+    /// Do not send ignore_eos (for servers that refuse it).
+    #[arg(long)]
+    pub no_ignore_eos: bool,
+    /// Latency targets for goodput, e.g. ttft=500ms,tpot=50ms,e2e=10s.
+    #[arg(long, value_name = "LIST")]
+    pub slo: Option<String>,
+    /// Several levels: rate=1,2,4 or concurrency=1,2,4.
+    #[arg(long, value_name = "KIND=LIST", conflicts_with_all = ["rate", "concurrency"])]
+    pub sweep: Option<String>,
+    /// Search for the highest rate whose goodput holds the SLOs (needs --slo).
+    #[arg(long, requires = "slo", conflicts_with_all = ["rate", "concurrency", "sweep"])]
+    pub find_capacity: bool,
+    /// Output format of the table: md, csv or json.
+    #[arg(short = 'o', long, value_name = "FMT", default_value = "md")]
+    pub output: String,
+    /// Seed of the arrival times and prompt choice.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Seconds to wait for requests in flight after Ctrl-C.
+    #[arg(long, value_name = "S", default_value_t = 10.0)]
+    pub drain: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct LoadOutput<'a> {
+    host: String,
+    model: &'a str,
+    prompts: &'a str,
+    levels: &'a [LoadSummary],
+    capacity: Option<String>,
+}
+
+fn usage(msg: impl Into<String>) -> Failure {
+    Failure::new(USAGE, msg.into())
+}
+
+fn parse_range(s: &str) -> Result<(usize, usize), Failure> {
+    let bad = || usage(format!("--input-len '{s}': expected N or A..B (tokens)"));
+    let (lo, hi) = match s.split_once("..") {
+        Some((a, b)) => (
+            a.trim().parse().map_err(|_| bad())?,
+            b.trim().parse().map_err(|_| bad())?,
+        ),
+        None => {
+            let n = s.trim().parse().map_err(|_| bad())?;
+            (n, n)
+        }
+    };
+    if lo == 0 || hi < lo || hi > 100_000 {
+        return Err(bad());
+    }
+    Ok((lo, hi))
+}
+
+fn parse_sweep(s: &str, burstiness: f64) -> Result<Vec<Arrivals>, Failure> {
+    let bad = || {
+        usage(format!(
+            "--sweep '{s}': expected rate=1,2,4 or concurrency=1,2,4"
+        ))
+    };
+    let (kind, list) = s.split_once('=').ok_or_else(bad)?;
+    let values: Vec<&str> = list.split(',').map(str::trim).collect();
+    let mut out = Vec::new();
+    for v in values {
+        out.push(match kind.trim() {
+            "rate" => {
+                let r: f64 = v.parse().map_err(|_| bad())?;
+                check_rate(r)?;
+                Arrivals::Rate {
+                    per_s: r,
+                    burstiness,
+                }
+            }
+            "concurrency" => {
+                let c: usize = v.parse().map_err(|_| bad())?;
+                check_concurrency(c)?;
+                Arrivals::Concurrency(c)
+            }
+            _ => return Err(bad()),
+        });
+    }
+    Ok(out)
+}
+
+fn check_rate(r: f64) -> Result<(), Failure> {
+    if r.is_finite() && r > 0.0 && r <= 10_000.0 {
+        Ok(())
+    } else {
+        Err(usage(format!(
+            "rate {r}: expected requests per second in (0, 10000]"
+        )))
+    }
+}
+
+fn check_concurrency(c: usize) -> Result<(), Failure> {
+    if (1..=4096).contains(&c) {
+        Ok(())
+    } else {
+        Err(usage(format!("concurrency {c}: expected 1 to 4096")))
+    }
+}
+
+fn jsonl_prompts(path: &PathBuf) -> Result<PromptSet, Failure> {
+    use crate::engine::{ChatMessage, Role};
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| usage(format!("--prompts {}: cannot read it: {e}", path.display())))?;
+    let mut prompts = Vec::new();
+    for (i, line) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
+        let bad = |why: &str| {
+            usage(format!(
+                "--prompts {} line {}: {why}",
+                path.display(),
+                i + 1
+            ))
+        };
+        let v: serde_json::Value =
+            serde_json::from_str(line).map_err(|e| bad(&format!("not JSON: {e}")))?;
+        if let Some(p) = v.get("prompt").and_then(|p| p.as_str()) {
+            prompts.push(vec![ChatMessage::new(Role::User, p)]);
+            continue;
+        }
+        let messages = v
+            .get("messages")
+            .and_then(|m| m.as_array())
+            .ok_or_else(|| bad("expected \"messages\" or \"prompt\""))?;
+        let mut conv = Vec::new();
+        for m in messages {
+            let role = match m.get("role").and_then(|r| r.as_str()) {
+                Some("system") => Role::System,
+                Some("user") => Role::User,
+                Some("assistant") => Role::Assistant,
+                _ => return Err(bad("a message's role must be system, user or assistant")),
+            };
+            let content = m
+                .get("content")
+                .and_then(|c| c.as_str())
+                .ok_or_else(|| bad("a message has no string \"content\""))?;
+            conv.push(ChatMessage::new(role, content));
+        }
+        prompts.push(conv);
+    }
+    if prompts.is_empty() {
+        return Err(usage(format!(
+            "--prompts {}: no prompts in it",
+            path.display()
+        )));
+    }
+    Ok(PromptSet {
+        prompts,
+        source: format!("{} (JSONL)", path.display()),
+    })
+}
+
+pub fn load(args: &LoadArgs) -> Result<(), Failure> {
+    let url = args
+        .remote
+        .url
+        .as_deref()
+        .ok_or_else(|| usage("load needs --url URL (an OpenAI-compatible API base)"))?;
+    let endpoint = args.remote.endpoint(url)?;
+    if !matches!(args.output.as_str(), "md" | "csv" | "json") {
+        return Err(usage(format!(
+            "-o {}: expected md, csv or json",
+            args.output
+        )));
+    }
+    if !(args.burstiness.is_finite() && args.burstiness > 0.0 && args.burstiness <= 100.0) {
+        return Err(usage("--burstiness: expected a gamma shape in (0, 100]"));
+    }
+    let slo = args
+        .slo
+        .as_deref()
+        .map(Slo::parse)
+        .transpose()
+        .map_err(|e| usage(format!("--slo: {e}")))?;
+    let duration = match args.duration {
+        Some(d) if d.is_finite() && d > 0.0 && d <= 86_400.0 => Some(Duration::from_secs_f64(d)),
+        Some(d) => {
+            return Err(usage(format!(
+                "--duration {d}: expected seconds in (0, 86400]"
+            )))
+        }
+        None => None,
+    };
+    let requests = match (args.requests, duration) {
+        (Some(0), _) => return Err(usage("--requests: expected at least 1")),
+        (Some(n), _) => Some(n),
+        (None, None) => Some(32),
+        (None, Some(_)) => None,
+    };
+    if args.output_len == 0 {
+        return Err(usage("--output-len: expected at least 1"));
+    }
+    let input_len = parse_range(&args.input_len)?;
+    let levels: Vec<Arrivals> = if let Some(s) = &args.sweep {
+        parse_sweep(s, args.burstiness)?
+    } else if let Some(r) = args.rate {
+        check_rate(r)?;
+        vec![Arrivals::Rate {
+            per_s: r,
+            burstiness: args.burstiness,
+        }]
+    } else if args.find_capacity {
+        Vec::new()
+    } else {
+        let c = args.concurrency.unwrap_or(1);
+        check_concurrency(c)?;
+        vec![Arrivals::Concurrency(c)]
+    };
+    let drain = Duration::from_secs_f64(args.drain.clamp(0.0, 600.0));
+    let rt = runtime()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    rt.block_on(async {
+        let client = Arc::new(RemoteClient::new(endpoint)?);
+        let model = match &args.model {
+            Some(m) => m.clone(),
+            None => client.default_model().await?,
+        };
+        let n_prompts = requests.unwrap_or(64).clamp(1, 256);
+        let prompts = match &args.prompts {
+            Some(p) => jsonl_prompts(p)?,
+            None => PromptSet::from_text(&client, EVAL_TEXT, input_len, n_prompts, args.seed).await,
+        };
+        let ctrl_c_stop = Arc::clone(&stop);
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                eprintln!("\nstopping: no new requests; waiting for those in flight…");
+                ctrl_c_stop.store(true, Ordering::SeqCst);
+            }
+        });
+        let plan = |arrivals| LoadPlan {
+            arrivals,
+            requests,
+            duration,
+            warmup: args.warmup,
+            model: model.clone(),
+            output_len: args.output_len,
+            ignore_eos: !args.no_ignore_eos,
+            slo,
+            seed: args.seed,
+            drain,
+        };
+        let mut rows = Vec::new();
+        let mut capacity = None;
+        let run = |arrivals: Arrivals| {
+            let client = Arc::clone(&client);
+            let stop = Arc::clone(&stop);
+            let plan = plan(arrivals);
+            let prompts = &prompts;
+            async move {
+                let progress = Arc::new(Progress::default());
+                let ticker = spawn_progress(arrivals.label(), Arc::clone(&progress));
+                let out = run_level(client, &plan, prompts, stop, progress).await;
+                ticker.abort();
+                if std::io::stderr().is_terminal() {
+                    eprint!("\r\x1b[2K");
+                }
+                out
+            }
+        };
+        if args.find_capacity {
+            let slo = slo.ok_or_else(|| usage("--find-capacity needs --slo"))?;
+            capacity = Some(find_capacity(&mut rows, &run, slo, args.burstiness, &stop).await?);
+        } else {
+            for arrivals in levels {
+                if stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                let row = run(arrivals).await?;
+                eprintln!("{}", one_line(&row));
+                rows.push(row);
+            }
+        }
+        print_rows(args, &client, &model, &prompts, &rows, capacity)?;
+        Ok::<(), Failure>(())
+    })
+}
+
+fn one_line(r: &LoadSummary) -> String {
+    format!(
+        "{}: {} ok, {} failed, {} req/s, {} out tok/s, goodput {} req/s",
+        r.level,
+        r.completed,
+        r.failed,
+        crate::metrics::fmt_opt(r.request_per_s, 2),
+        crate::metrics::fmt_opt(r.output_tok_per_s, 1),
+        crate::metrics::fmt_opt(r.goodput_req_per_s, 2),
+    )
+}
+
+fn spawn_progress(label: String, p: Arc<Progress>) -> tokio::task::JoinHandle<()> {
+    let tty = std::io::stderr().is_terminal();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_millis(if tty { 250 } else { 5000 }));
+        // The first tick is immediate: nothing has happened yet.
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            let line = format!(
+                "{label}: sent {} · done {} · failed {} · in flight {}",
+                p.sent.load(Ordering::SeqCst),
+                p.done.load(Ordering::SeqCst),
+                p.failed.load(Ordering::SeqCst),
+                p.in_flight.load(Ordering::SeqCst)
+            );
+            if tty {
+                eprint!("\r\x1b[2K{line}");
+            } else {
+                eprintln!("{line}");
+            }
+        }
+    })
+}
+
+/// Doubles the rate from 1/8 req/s while the level holds the SLOs at p99 (at least 99% of
+/// completed requests meet every target, and none failed), then bisects between the last good
+/// and the first bad rate three times.
+async fn find_capacity<F, Fut>(
+    rows: &mut Vec<LoadSummary>,
+    run: &F,
+    slo: Slo,
+    burstiness: f64,
+    stop: &AtomicBool,
+) -> Result<String, Failure>
+where
+    F: Fn(Arrivals) -> Fut,
+    Fut: std::future::Future<Output = Result<LoadSummary, crate::remote::RemoteError>>,
+{
+    let holds = |r: &LoadSummary| {
+        r.failed == 0
+            && r.completed > 0
+            && r.good_requests.unwrap_or(0) as f64 >= 0.99 * r.completed as f64
+    };
+    let mut good: Option<LoadSummary> = None;
+    let mut bad_rate: Option<f64> = None;
+    let mut rate = 0.125;
+    while bad_rate.is_none() && rate <= 1024.0 && !stop.load(Ordering::SeqCst) {
+        let row = run(Arrivals::Rate {
+            per_s: rate,
+            burstiness,
+        })
+        .await?;
+        eprintln!("{}", one_line(&row));
+        if holds(&row) {
+            good = Some(row.clone());
+            rate *= 2.0;
+        } else {
+            bad_rate = Some(rate);
+        }
+        rows.push(row);
+    }
+    if let (Some(g), Some(mut hi)) = (good.clone(), bad_rate) {
+        let mut lo = match &g.level.split_once('=') {
+            Some((_, v)) => v.trim_end_matches("/s").parse().unwrap_or(hi / 2.0),
+            None => hi / 2.0,
+        };
+        for _ in 0..3 {
+            if stop.load(Ordering::SeqCst) {
+                break;
+            }
+            let mid = (lo + hi) / 2.0;
+            let row = run(Arrivals::Rate {
+                per_s: mid,
+                burstiness,
+            })
+            .await?;
+            eprintln!("{}", one_line(&row));
+            if holds(&row) {
+                lo = mid;
+                good = Some(row.clone());
+            } else {
+                hi = mid;
+            }
+            rows.push(row);
+        }
+    }
+    Ok(match good {
+        Some(g) => format!(
+            "at {} this server carries {}{} req/s = {} output tok/s ({})",
+            slo.describe_p99(),
+            if bad_rate.is_none() { "at least " } else { "" },
+            crate::metrics::fmt_opt(g.request_per_s, 2),
+            crate::metrics::fmt_opt(g.output_tok_per_s, 1),
+            g.level
+        ),
+        None => format!(
+            "at {} this server did not hold the targets even at 0.125 req/s",
+            slo.describe()
+        ),
+    })
+}
+
+fn print_rows(
+    args: &LoadArgs,
+    client: &RemoteClient,
+    model: &str,
+    prompts: &PromptSet,
+    rows: &[LoadSummary],
+    capacity: Option<String>,
+) -> Result<(), Failure> {
+    let mut out = std::io::stdout().lock();
+    match args.output.as_str() {
+        "json" => {
+            let json = serde_json::to_string_pretty(&LoadOutput {
+                host: client.endpoint().host_label(),
+                model,
+                prompts: &prompts.source,
+                levels: rows,
+                capacity,
+            })
+            .map_err(|e| Failure::new(FAILURE, e.to_string()))?;
+            writeln!(out, "{json}")?;
+        }
+        "csv" => write!(out, "{}", report::csv(rows))?,
+        _ => {
+            writeln!(
+                out,
+                "server {} · model {} · prompts {}\n",
+                client.endpoint().host_label(),
+                model,
+                prompts.source
+            )?;
+            write!(out, "{}", report::markdown(rows))?;
+            if let Some(c) = capacity {
+                writeln!(out, "\n{c}")?;
+            }
+        }
+    }
+    out.flush()?;
+    Ok(())
+}

@@ -1,0 +1,366 @@
+//! A load test's results: per-request records reduced to the serving table (TTFT, TPOT, ITL,
+//! E2EL: mean, p50, p90, p99), throughput in and out, goodput at the SLOs, errors by kind; as
+//! markdown, CSV or JSON. Definitions: docs/metrics.md, "Load tests".
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::metrics::{ms, percentile_sorted};
+
+/// One request that completed.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RequestRecord {
+    pub ttft: Duration,
+    /// (E2E − TTFT) / (output tokens − 1); `None` for a single-token answer.
+    pub tpot: Option<Duration>,
+    pub itl: Vec<Duration>,
+    pub e2e: Duration,
+    /// From the server's usage.
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    /// llama-server's `timings.prompt_n` (prompt tokens it evaluated, cache hits excluded).
+    pub server_prompt_n: Option<u64>,
+}
+
+/// Service-level objectives; a request meets them when every one set holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Slo {
+    pub ttft: Option<Duration>,
+    pub tpot: Option<Duration>,
+    pub e2e: Option<Duration>,
+}
+
+impl Slo {
+    pub fn is_empty(&self) -> bool {
+        self.ttft.is_none() && self.tpot.is_none() && self.e2e.is_none()
+    }
+
+    /// As vLLM's goodput: TTFT, TPOT and E2E each at or under its target; a request without
+    /// a TPOT (one output token) is judged on the others.
+    pub fn met_by(&self, r: &RequestRecord) -> bool {
+        self.ttft.is_none_or(|t| r.ttft <= t)
+            && self.tpot.is_none_or(|t| r.tpot.is_none_or(|p| p <= t))
+            && self.e2e.is_none_or(|t| r.e2e <= t)
+    }
+
+    /// Parses `ttft=500ms,tpot=50ms,e2e=10s`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut slo = Slo::default();
+        for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (key, value) = part
+                .split_once('=')
+                .ok_or_else(|| format!("'{part}': expected KEY=DURATION, e.g. ttft=500ms"))?;
+            let d = parse_duration(value.trim())
+                .ok_or_else(|| format!("'{value}': expected a duration like 500ms or 2s"))?;
+            match key.trim() {
+                "ttft" => slo.ttft = Some(d),
+                "tpot" => slo.tpot = Some(d),
+                "e2e" | "e2el" => slo.e2e = Some(d),
+                other => return Err(format!("unknown SLO '{other}' (ttft, tpot, e2e)")),
+            }
+        }
+        if slo.is_empty() {
+            return Err("no target given (e.g. ttft=500ms,tpot=50ms)".into());
+        }
+        Ok(slo)
+    }
+
+    pub fn describe(&self) -> String {
+        self.describe_with("")
+    }
+
+    /// "TTFT p99 ≤ 500 ms and TPOT p99 ≤ 50 ms".
+    pub fn describe_p99(&self) -> String {
+        self.describe_with(" p99")
+    }
+
+    fn describe_with(&self, suffix: &str) -> String {
+        let mut parts = Vec::new();
+        for (name, target) in [("TTFT", self.ttft), ("TPOT", self.tpot), ("E2E", self.e2e)] {
+            if let Some(t) = target {
+                parts.push(format!(
+                    "{name}{suffix} ≤ {} ms",
+                    crate::metrics::fmt_opt(Some(ms(t)), 0)
+                ));
+            }
+        }
+        parts.join(" and ")
+    }
+}
+
+/// `500ms`, `2s`, `1.5s`, `250us`.
+pub fn parse_duration(s: &str) -> Option<Duration> {
+    let (number, scale) = if let Some(n) = s.strip_suffix("ms") {
+        (n, 1e-3)
+    } else if let Some(n) = s.strip_suffix("us") {
+        (n, 1e-6)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1.0)
+    } else {
+        return None;
+    };
+    let v: f64 = number.trim().parse().ok()?;
+    (v.is_finite() && v >= 0.0 && v * scale < 1e6).then(|| Duration::from_secs_f64(v * scale))
+}
+
+/// mean, p50, p90, p99 in ms; `None` when there is nothing to summarise.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Dist {
+    pub mean_ms: f64,
+    pub p50_ms: f64,
+    pub p90_ms: f64,
+    pub p99_ms: f64,
+}
+
+impl Dist {
+    pub fn of(values: &[Duration]) -> Option<Self> {
+        if values.is_empty() {
+            return None;
+        }
+        let mut sorted = values.to_vec();
+        sorted.sort_unstable();
+        let total: Duration = sorted.iter().sum();
+        let p = |q| percentile_sorted(&sorted, q).map_or(0.0, ms);
+        Some(Self {
+            mean_ms: ms(total) / sorted.len() as f64,
+            p50_ms: p(50.0),
+            p90_ms: p(90.0),
+            p99_ms: p(99.0),
+        })
+    }
+}
+
+/// The reduced result of one load level.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LoadSummary {
+    /// "rate=4/s, burstiness 1" or "concurrency=2".
+    pub level: String,
+    pub completed: usize,
+    pub failed: usize,
+    pub errors_by_kind: BTreeMap<String, usize>,
+    pub duration_s: f64,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    /// Sum of llama-server's `timings.prompt_n`, when every request reported it.
+    pub server_prompt_n: Option<u64>,
+    pub request_per_s: Option<f64>,
+    pub input_tok_per_s: Option<f64>,
+    pub output_tok_per_s: Option<f64>,
+    /// Mean output tok/s of one request (output tokens / E2E), the per-user speed.
+    pub per_user_tok_per_s: Option<f64>,
+    pub ttft: Option<Dist>,
+    pub tpot: Option<Dist>,
+    pub itl: Option<Dist>,
+    pub e2el: Option<Dist>,
+    pub slo: Option<Slo>,
+    pub good_requests: Option<usize>,
+    /// Requests per second meeting every SLO (vLLM's request goodput).
+    pub goodput_req_per_s: Option<f64>,
+}
+
+fn per_s(count: f64, secs: f64) -> Option<f64> {
+    (secs > 0.0).then(|| count / secs)
+}
+
+/// Reduces the records of one level.
+pub fn summarize(
+    level: String,
+    records: &[RequestRecord],
+    errors: &[String],
+    duration: Duration,
+    slo: Option<Slo>,
+) -> LoadSummary {
+    let secs = duration.as_secs_f64();
+    let mut errors_by_kind = BTreeMap::new();
+    for kind in errors {
+        *errors_by_kind.entry(kind.clone()).or_insert(0) += 1;
+    }
+    let prompt_tokens = records.iter().map(|r| r.prompt_tokens).sum();
+    let completion_tokens: u64 = records.iter().map(|r| r.completion_tokens).sum();
+    let server_prompt_n = records
+        .iter()
+        .map(|r| r.server_prompt_n)
+        .sum::<Option<u64>>()
+        .filter(|_| !records.is_empty());
+    let ttfts: Vec<Duration> = records.iter().map(|r| r.ttft).collect();
+    let tpots: Vec<Duration> = records.iter().filter_map(|r| r.tpot).collect();
+    let itls: Vec<Duration> = records.iter().flat_map(|r| r.itl.iter().copied()).collect();
+    let e2es: Vec<Duration> = records.iter().map(|r| r.e2e).collect();
+    let user_rates: Vec<f64> = records
+        .iter()
+        .filter(|r| !r.e2e.is_zero() && r.completion_tokens > 0)
+        .map(|r| r.completion_tokens as f64 / r.e2e.as_secs_f64())
+        .collect();
+    let good = slo.map(|s| records.iter().filter(|r| s.met_by(r)).count());
+    LoadSummary {
+        level,
+        completed: records.len(),
+        failed: errors.len(),
+        errors_by_kind,
+        duration_s: secs,
+        prompt_tokens,
+        completion_tokens,
+        server_prompt_n,
+        request_per_s: per_s(records.len() as f64, secs),
+        input_tok_per_s: per_s(prompt_tokens as f64, secs),
+        output_tok_per_s: per_s(completion_tokens as f64, secs),
+        per_user_tok_per_s: (!user_rates.is_empty())
+            .then(|| user_rates.iter().sum::<f64>() / user_rates.len() as f64),
+        ttft: Dist::of(&ttfts),
+        tpot: Dist::of(&tpots),
+        itl: Dist::of(&itls),
+        e2el: Dist::of(&e2es),
+        slo,
+        good_requests: good,
+        goodput_req_per_s: good.and_then(|g| per_s(g as f64, secs)),
+    }
+}
+
+fn f(v: Option<f64>, decimals: usize) -> String {
+    crate::metrics::fmt_opt(v, decimals)
+}
+
+/// The table, one row per level, as markdown.
+pub fn markdown(rows: &[LoadSummary]) -> String {
+    let mut out = String::from(
+        "| level | ok | err | req/s | in tok/s | out tok/s | user tok/s | goodput req/s | TTFT mean/p50/p90/p99 ms | TPOT mean/p50/p90/p99 ms | ITL mean/p50/p90/p99 ms | E2EL mean/p50/p90/p99 ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    let d = |x: &Option<Dist>| {
+        x.map_or("—".into(), |d| {
+            format!(
+                "{:.1} / {:.1} / {:.1} / {:.1}",
+                d.mean_ms, d.p50_ms, d.p90_ms, d.p99_ms
+            )
+        })
+    };
+    for r in rows {
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            r.level,
+            r.completed,
+            r.failed,
+            f(r.request_per_s, 2),
+            f(r.input_tok_per_s, 1),
+            f(r.output_tok_per_s, 1),
+            f(r.per_user_tok_per_s, 1),
+            f(r.goodput_req_per_s, 2),
+            d(&r.ttft),
+            d(&r.tpot),
+            d(&r.itl),
+            d(&r.e2el),
+        ));
+    }
+    for r in rows.iter().filter(|r| !r.errors_by_kind.is_empty()) {
+        let kinds: Vec<String> = r
+            .errors_by_kind
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        out.push_str(&format!("\nerrors at {}: {}\n", r.level, kinds.join(", ")));
+    }
+    out
+}
+
+/// The table as CSV (empty cells for unknown figures).
+pub fn csv(rows: &[LoadSummary]) -> String {
+    let mut out = String::from("level,completed,failed,duration_s,prompt_tokens,completion_tokens,req_per_s,input_tok_per_s,output_tok_per_s,per_user_tok_per_s,goodput_req_per_s");
+    for m in ["ttft", "tpot", "itl", "e2el"] {
+        for s in ["mean", "p50", "p90", "p99"] {
+            out.push_str(&format!(",{m}_{s}_ms"));
+        }
+    }
+    out.push('\n');
+    let o = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.4}"));
+    for r in rows {
+        out.push_str(&format!(
+            "\"{}\",{},{},{:.4},{},{},{},{},{},{},{}",
+            r.level.replace('"', "'"),
+            r.completed,
+            r.failed,
+            r.duration_s,
+            r.prompt_tokens,
+            r.completion_tokens,
+            o(r.request_per_s),
+            o(r.input_tok_per_s),
+            o(r.output_tok_per_s),
+            o(r.per_user_tok_per_s),
+            o(r.goodput_req_per_s),
+        ));
+        for d in [r.ttft, r.tpot, r.itl, r.e2el] {
+            for v in [
+                d.map(|d| d.mean_ms),
+                d.map(|d| d.p50_ms),
+                d.map(|d| d.p90_ms),
+                d.map(|d| d.p99_ms),
+            ] {
+                out.push(',');
+                out.push_str(&o(v));
+            }
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(ttft_ms: u64, tpot_ms: u64, n: u64) -> RequestRecord {
+        let ttft = Duration::from_millis(ttft_ms);
+        let tpot = Duration::from_millis(tpot_ms);
+        RequestRecord {
+            ttft,
+            tpot: Some(tpot),
+            itl: vec![tpot; (n - 1) as usize],
+            e2e: ttft + tpot * (n as u32 - 1),
+            prompt_tokens: 10,
+            completion_tokens: n,
+            server_prompt_n: Some(10),
+        }
+    }
+
+    #[test]
+    fn goodput_counts_requests_meeting_every_target() {
+        let records = vec![rec(100, 10, 5), rec(600, 10, 5), rec(100, 80, 5)];
+        let slo = Slo::parse("ttft=500ms,tpot=50ms").unwrap();
+        let s = summarize(
+            "c=1".into(),
+            &records,
+            &["timeout".into()],
+            Duration::from_secs(2),
+            Some(slo),
+        );
+        assert_eq!(s.good_requests, Some(1));
+        assert_eq!(s.goodput_req_per_s, Some(0.5));
+        assert_eq!(s.request_per_s, Some(1.5));
+        assert_eq!(s.completion_tokens, 15);
+        assert_eq!(s.server_prompt_n, Some(30));
+        assert_eq!(s.errors_by_kind.get("timeout"), Some(&1));
+        assert_eq!(s.ttft.unwrap().p50_ms, 100.0);
+        assert_eq!(s.ttft.unwrap().p99_ms, 600.0);
+        assert!(markdown(std::slice::from_ref(&s)).contains("timeout 1"));
+        assert_eq!(csv(&[s]).lines().count(), 2);
+    }
+
+    #[test]
+    fn slo_parsing_names_the_problem() {
+        let s = Slo::parse("ttft=0.5s, e2e=10s").unwrap();
+        assert_eq!(s.ttft, Some(Duration::from_millis(500)));
+        assert_eq!(s.e2e, Some(Duration::from_secs(10)));
+        assert!(Slo::parse("ttfb=1s").unwrap_err().contains("ttfb"));
+        assert!(Slo::parse("ttft=fast").unwrap_err().contains("fast"));
+        assert!(Slo::parse("").is_err());
+    }
+
+    #[test]
+    fn empty_levels_have_no_figures_rather_than_zeros() {
+        let s = summarize("x".into(), &[], &[], Duration::ZERO, None);
+        assert_eq!(s.request_per_s, None);
+        assert_eq!(s.ttft, None);
+        assert_eq!(s.server_prompt_n, None);
+        assert_eq!(s.goodput_req_per_s, None);
+    }
+}

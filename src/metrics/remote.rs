@@ -1,0 +1,338 @@
+//! The figures of one turn against a remote OpenAI-compatible server, defined once (see
+//! docs/metrics.md, "Remote servers"). Pure: the client records when each streamed chunk
+//! arrived and what the server said about itself; everything shown is derived here.
+//!
+//! A figure the server does not give stays `None` (shown as "—"), never 0.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::{ms, rate_per_s, LatencyStats};
+
+/// One streamed chunk that carried content (a role-only or empty delta is not a token).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ChunkMark {
+    /// Offset from the request being sent to the chunk being parsed.
+    pub at: Duration,
+    /// The server's running `completion_tokens` after this chunk, when it sends usage with
+    /// every chunk (vLLM's `continuous_usage_stats`).
+    pub cumulative_tokens: Option<u64>,
+}
+
+/// The server's final usage object (`stream_options.include_usage`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ServerUsage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    /// `prompt_tokens_details.cached_tokens`, where the server reports it.
+    pub cached_tokens: Option<u64>,
+}
+
+/// llama-server's own `timings` object for the request.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ServerTimings {
+    /// Prompt tokens the server evaluated (not taken from its cache).
+    pub prompt_n: u64,
+    pub prompt_ms: f64,
+    /// Prompt tokens reused from the server's cache.
+    pub cache_n: Option<u64>,
+    pub predicted_n: u64,
+    pub predicted_ms: f64,
+}
+
+/// Where the per-chunk token counts come from; shown next to the figures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TokenCountSource {
+    /// Usage with every chunk: exact per chunk.
+    ContinuousUsage,
+    /// A final usage total equal to the number of content chunks: one token per chunk, exact.
+    UsageOnePerChunk,
+    /// A final usage total that differs from the chunk count: the total is exact, the split
+    /// among chunks is an even spread (estimated).
+    UsageSpread,
+    /// No usage from the server: one token per chunk is assumed (estimated).
+    ChunksAssumed,
+}
+
+impl TokenCountSource {
+    pub fn label(self) -> &'static str {
+        match self {
+            TokenCountSource::ContinuousUsage => "server usage per chunk (exact)",
+            TokenCountSource::UsageOnePerChunk => "server usage, 1 token per chunk (exact)",
+            TokenCountSource::UsageSpread => "server usage total, spread over chunks (estimated)",
+            TokenCountSource::ChunksAssumed => "no usage: 1 token per chunk assumed (estimated)",
+        }
+    }
+}
+
+/// The raw record of one remote turn.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct RemoteTimeline {
+    /// Round trip of a cheap request (`GET /v1/models`) timed just before the turn.
+    pub network_rtt: Option<Duration>,
+    /// Offset at which the response headers arrived.
+    pub headers_at: Option<Duration>,
+    /// Every content chunk, in order.
+    pub chunks: Vec<ChunkMark>,
+    /// Offset at which the stream ended (`[DONE]`, close, error or cancel).
+    pub finished_at: Duration,
+    pub usage: Option<ServerUsage>,
+    pub server_timings: Option<ServerTimings>,
+}
+
+/// The derived figures of a remote turn, as `run --url --json` prints them.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RemoteSummary {
+    /// Request sent → first chunk with content.
+    pub ttft_ms: Option<f64>,
+    pub network_rtt_ms: Option<f64>,
+    /// The server's prompt processing time (llama-server `timings.prompt_ms`).
+    pub server_prompt_ms: Option<f64>,
+    pub server_prompt_tokens: Option<u64>,
+    pub server_cached_tokens: Option<u64>,
+    /// TTFT − network round trip − server prompt time: queueing, first sample and transport.
+    pub queue_transport_ms: Option<f64>,
+    pub prompt_tokens: Option<u64>,
+    pub tokens_generated: u64,
+    pub token_count_source: TokenCountSource,
+    pub chunks: usize,
+    /// Per-token inter-token latency: each chunk's gap divided evenly among its tokens.
+    pub itl: Option<LatencyStats>,
+    /// Time per output token after the first: (last chunk − first chunk) / (tokens − 1).
+    pub tpot_ms: Option<f64>,
+    /// (tokens − 1) / (last chunk − first chunk).
+    pub decode_tok_per_s: Option<f64>,
+    /// Request sent → last content chunk (→ end of stream when there was none).
+    pub e2e_ms: f64,
+    /// The server's own decode time (`timings.predicted_ms`) and per-token time.
+    pub server_decode_ms: Option<f64>,
+    pub server_tpot_ms: Option<f64>,
+    /// Tokens the server says it generated (`timings.predicted_n`).
+    pub server_predicted_tokens: Option<u64>,
+}
+
+impl RemoteTimeline {
+    pub fn ttft(&self) -> Option<Duration> {
+        self.chunks.first().map(|c| c.at)
+    }
+
+    pub fn e2e(&self) -> Duration {
+        self.chunks.last().map_or(self.finished_at, |c| c.at)
+    }
+
+    /// Tokens carried by each content chunk, and where the counts come from.
+    pub fn tokens_per_chunk(&self) -> (Vec<u64>, TokenCountSource) {
+        let n = self.chunks.len();
+        if n > 0 && self.chunks.iter().all(|c| c.cumulative_tokens.is_some()) {
+            let mut previous = 0;
+            let counts = self
+                .chunks
+                .iter()
+                .map(|c| {
+                    let now = c.cumulative_tokens.unwrap_or(previous);
+                    let k = now.saturating_sub(previous);
+                    previous = now;
+                    k
+                })
+                .collect();
+            return (counts, TokenCountSource::ContinuousUsage);
+        }
+        match self.usage {
+            Some(u) if u.completion_tokens == n as u64 => {
+                (vec![1; n], TokenCountSource::UsageOnePerChunk)
+            }
+            Some(u) if n > 0 => {
+                // An even spread that still sums to the exact total.
+                let base = u.completion_tokens / n as u64;
+                let extra = (u.completion_tokens % n as u64) as usize;
+                let counts = (0..n).map(|i| base + u64::from(i < extra)).collect();
+                (counts, TokenCountSource::UsageSpread)
+            }
+            Some(_) => (Vec::new(), TokenCountSource::UsageSpread),
+            None => (vec![1; n], TokenCountSource::ChunksAssumed),
+        }
+    }
+
+    /// Inter-token latencies, one per token after the first chunk: a chunk's gap from the
+    /// previous chunk divided evenly among the tokens it carries (a chunk of 0 tokens adds its
+    /// gap to the next one).
+    pub fn inter_token_latencies(&self) -> Vec<Duration> {
+        let (counts, _) = self.tokens_per_chunk();
+        let mut out = Vec::new();
+        let mut last_at = match self.chunks.first() {
+            Some(c) => c.at,
+            None => return out,
+        };
+        for (chunk, &k) in self.chunks.iter().zip(counts.iter()).skip(1) {
+            if k == 0 {
+                continue;
+            }
+            let gap = chunk.at.saturating_sub(last_at);
+            let share = gap / u32::try_from(k).unwrap_or(u32::MAX);
+            out.extend(std::iter::repeat_n(share, k as usize));
+            last_at = chunk.at;
+        }
+        out
+    }
+
+    pub fn tokens_generated(&self) -> u64 {
+        self.tokens_per_chunk().0.iter().sum()
+    }
+
+    /// Time per output token after the first.
+    pub fn tpot(&self) -> Option<Duration> {
+        let n = self.tokens_generated();
+        let (first, last) = (self.chunks.first()?, self.chunks.last()?);
+        let span = last.at.saturating_sub(first.at);
+        if n < 2 || span.is_zero() {
+            return None;
+        }
+        Some(span / u32::try_from(n - 1).unwrap_or(u32::MAX))
+    }
+
+    pub fn summary(&self) -> RemoteSummary {
+        let (_, source) = self.tokens_per_chunk();
+        let n = self.tokens_generated();
+        let ttft = self.ttft();
+        let server_prompt = self.server_timings.map(|t| t.prompt_ms);
+        let queue_transport_ms = match (ttft, self.network_rtt, server_prompt) {
+            (Some(t), Some(rtt), Some(p)) => Some(ms(t) - ms(rtt) - p),
+            _ => None,
+        };
+        let decode_span = match (self.chunks.first(), self.chunks.last()) {
+            (Some(a), Some(b)) => b.at.saturating_sub(a.at),
+            _ => Duration::ZERO,
+        };
+        RemoteSummary {
+            ttft_ms: ttft.map(ms),
+            network_rtt_ms: self.network_rtt.map(ms),
+            server_prompt_ms: server_prompt,
+            server_prompt_tokens: self.server_timings.map(|t| t.prompt_n),
+            server_cached_tokens: self
+                .server_timings
+                .and_then(|t| t.cache_n)
+                .or(self.usage.and_then(|u| u.cached_tokens)),
+            queue_transport_ms,
+            prompt_tokens: self.usage.map(|u| u.prompt_tokens),
+            tokens_generated: n,
+            token_count_source: source,
+            chunks: self.chunks.len(),
+            itl: LatencyStats::from_durations(&self.inter_token_latencies()),
+            tpot_ms: self.tpot().map(ms),
+            decode_tok_per_s: rate_per_s(n.saturating_sub(1) as usize, decode_span),
+            e2e_ms: ms(self.e2e()),
+            server_decode_ms: self.server_timings.map(|t| t.predicted_ms),
+            server_tpot_ms: self
+                .server_timings
+                .filter(|t| t.predicted_n > 0)
+                .map(|t| t.predicted_ms / t.predicted_n as f64),
+            server_predicted_tokens: self.server_timings.map(|t| t.predicted_n),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(ms: u64) -> ChunkMark {
+        ChunkMark {
+            at: Duration::from_millis(ms),
+            cumulative_tokens: None,
+        }
+    }
+
+    #[test]
+    fn a_chunk_gap_is_divided_among_its_tokens() {
+        let t = RemoteTimeline {
+            chunks: vec![at(100), at(110), at(140)],
+            usage: Some(ServerUsage {
+                prompt_tokens: 5,
+                completion_tokens: 6,
+                cached_tokens: None,
+            }),
+            ..Default::default()
+        };
+        // 6 tokens over 3 chunks: 2 each (estimated spread).
+        let (counts, source) = t.tokens_per_chunk();
+        assert_eq!(counts, vec![2, 2, 2]);
+        assert_eq!(source, TokenCountSource::UsageSpread);
+        let itl = t.inter_token_latencies();
+        assert_eq!(
+            itl,
+            vec![
+                Duration::from_millis(5),
+                Duration::from_millis(5),
+                Duration::from_millis(15),
+                Duration::from_millis(15)
+            ]
+        );
+        assert_eq!(t.tokens_generated(), 6);
+        assert_eq!(t.ttft(), Some(Duration::from_millis(100)));
+        assert_eq!(t.tpot(), Some(Duration::from_millis(8)));
+    }
+
+    #[test]
+    fn continuous_usage_gives_exact_counts() {
+        let mut t = RemoteTimeline {
+            chunks: vec![at(10), at(20), at(30)],
+            ..Default::default()
+        };
+        for (c, n) in t.chunks.iter_mut().zip([1, 3, 4]) {
+            c.cumulative_tokens = Some(n);
+        }
+        assert_eq!(
+            t.tokens_per_chunk(),
+            (vec![1, 2, 1], TokenCountSource::ContinuousUsage)
+        );
+    }
+
+    #[test]
+    fn unknown_parts_are_none_not_zero() {
+        let t = RemoteTimeline {
+            chunks: vec![at(50)],
+            finished_at: Duration::from_millis(60),
+            ..Default::default()
+        };
+        let s = t.summary();
+        assert_eq!(s.ttft_ms, Some(50.0));
+        assert_eq!(s.network_rtt_ms, None);
+        assert_eq!(s.server_prompt_ms, None);
+        assert_eq!(s.queue_transport_ms, None);
+        assert_eq!(s.itl, None);
+        assert_eq!(s.tpot_ms, None);
+        assert_eq!(s.decode_tok_per_s, None);
+        assert_eq!(s.token_count_source, TokenCountSource::ChunksAssumed);
+        let empty = RemoteTimeline::default().summary();
+        assert_eq!(empty.ttft_ms, None);
+        assert_eq!(empty.tokens_generated, 0);
+    }
+
+    #[test]
+    fn ttft_breakdown_subtracts_rtt_and_server_prompt_time() {
+        let t = RemoteTimeline {
+            network_rtt: Some(Duration::from_millis(2)),
+            chunks: vec![at(30), at(40)],
+            server_timings: Some(ServerTimings {
+                prompt_n: 10,
+                prompt_ms: 20.0,
+                cache_n: Some(0),
+                predicted_n: 2,
+                predicted_ms: 16.0,
+            }),
+            usage: Some(ServerUsage {
+                prompt_tokens: 10,
+                completion_tokens: 2,
+                cached_tokens: None,
+            }),
+            ..Default::default()
+        };
+        let s = t.summary();
+        assert_eq!(s.queue_transport_ms, Some(8.0));
+        assert_eq!(s.token_count_source, TokenCountSource::UsageOnePerChunk);
+        assert_eq!(s.server_tpot_ms, Some(8.0));
+        assert_eq!(s.server_cached_tokens, Some(0));
+    }
+}

@@ -1,0 +1,205 @@
+//! `run --url` and `load` against a real llama-server (built from the very llama.cpp tokscope
+//! links; see tests/common/llama_server.rs) serving a synthetic model on 127.0.0.1. These
+//! tests fail, not skip, when llama-server cannot be built or started.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use assert_cmd::Command;
+use common::llama_server::LlamaServer;
+
+fn tokscope(dir: &tempfile::TempDir) -> Command {
+    let mut cmd = Command::cargo_bin("tokscope").unwrap();
+    cmd.env("TOKSCOPE_DATA_DIR", dir.path().join("data"))
+        .env("TOKSCOPE_CONFIG_DIR", dir.path().join("config"))
+        .env("TOKSCOPE_CACHE_DIR", dir.path().join("cache"))
+        .timeout(Duration::from_secs(300));
+    cmd
+}
+
+fn json_of(out: &std::process::Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "tokscope failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn within(a: f64, b: f64, rel: f64) -> bool {
+    (a - b).abs() <= rel * a.abs().max(b.abs())
+}
+
+#[test]
+fn a_remote_turn_agrees_with_the_servers_own_timings_and_usage() {
+    let _lock = common::model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::synth_medium(dir.path());
+    let server = LlamaServer::start(&model, 1, &[], dir.path());
+    // A long prompt so that the server's prompt time dominates what HTTP adds.
+    let prompt = "the quick brown fox jumps over the lazy dog ".repeat(24);
+    let out = tokscope(&dir)
+        .args(["run", "--url", &server.url(), "--json", "--temp", "0"])
+        .args(["-n", "64", "--ignore-eos", "-p", &prompt])
+        .output()
+        .unwrap();
+    let v = json_of(&out);
+    let m = &v["metrics"];
+    eprintln!("{}", serde_json::to_string_pretty(m).unwrap());
+    // Token counts: exactly the server's.
+    assert_eq!(m["tokens_generated"], 64);
+    assert_eq!(m["server_predicted_tokens"], 64);
+    assert_eq!(m["token_count_source"], "usage_one_per_chunk");
+    assert_eq!(m["server_prompt_tokens"], m["prompt_tokens"]);
+    // Decode: tokscope's time per token (first → last chunk) against the server's
+    // predicted_ms / predicted_n.
+    let tpot = m["tpot_ms"].as_f64().unwrap();
+    let server_tpot = m["server_tpot_ms"].as_f64().unwrap();
+    assert!(
+        within(tpot, server_tpot, 0.05),
+        "TPOT {tpot:.3} ms vs server {server_tpot:.3} ms"
+    );
+    // Prompt: TTFT minus the network round trip is the server's prompt time plus its first
+    // token; everything else (queue, HTTP, template) must stay within 5% of it.
+    let ttft = m["ttft_ms"].as_f64().unwrap();
+    let rtt = m["network_rtt_ms"].as_f64().unwrap();
+    let prompt_ms = m["server_prompt_ms"].as_f64().unwrap();
+    assert!(
+        within(ttft - rtt, prompt_ms + server_tpot, 0.05),
+        "TTFT {ttft:.2} − RTT {rtt:.2} vs server prompt {prompt_ms:.2} + first token {server_tpot:.2}"
+    );
+    let qt = m["queue_transport_ms"].as_f64().unwrap();
+    assert!((qt - (ttft - rtt - prompt_ms)).abs() < 1e-6);
+    assert_eq!(v["end"], "done");
+}
+
+#[test]
+fn load_totals_equal_the_servers_metrics_counters_at_concurrency_1_2_4() {
+    let _lock = common::model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::synth(
+        dir.path(),
+        "tiny.gguf",
+        "tiny",
+        tokscope::synth::TensorType::F32,
+        1,
+    );
+    let server = LlamaServer::start(&model, 4, &[], dir.path());
+    for c in [1, 2, 4] {
+        let predicted_before = server.metric("llamacpp:tokens_predicted_total");
+        let prompt_before = server.metric("llamacpp:prompt_tokens_total");
+        let out = tokscope(&dir)
+            .args(["load", "--url", &server.url(), "-o", "json"])
+            .args([
+                "--concurrency",
+                &c.to_string(),
+                "--requests",
+                "6",
+                "--warmup",
+                "0",
+            ])
+            .args(["--input-len", "16..48", "--output-len", "12"])
+            .output()
+            .unwrap();
+        let v = json_of(&out);
+        let level = &v["levels"][0];
+        assert_eq!(level["level"], format!("concurrency={c}"));
+        assert_eq!(level["completed"], 6, "{level}");
+        assert_eq!(level["failed"], 0, "{level}");
+        assert_eq!(level["completion_tokens"], 6 * 12);
+        let predicted = server.metric("llamacpp:tokens_predicted_total") - predicted_before;
+        let prompt = server.metric("llamacpp:prompt_tokens_total") - prompt_before;
+        assert_eq!(
+            level["completion_tokens"].as_f64().unwrap(),
+            predicted,
+            "c={c}"
+        );
+        assert_eq!(level["server_prompt_n"].as_f64().unwrap(), prompt, "c={c}");
+        assert!(v["prompts"].as_str().unwrap().contains("/tokenize"));
+    }
+}
+
+#[test]
+fn goodput_is_zero_at_an_impossible_slo_and_the_throughput_at_a_loose_one() {
+    let _lock = common::model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::synth(
+        dir.path(),
+        "tiny.gguf",
+        "tiny",
+        tokscope::synth::TensorType::F32,
+        1,
+    );
+    let server = LlamaServer::start(&model, 2, &[], dir.path());
+    let run = |slo: &str| {
+        let out = tokscope(&dir)
+            .args(["load", "--url", &server.url(), "-o", "json", "--slo", slo])
+            .args(["--rate", "20", "--requests", "6", "--output-len", "8"])
+            .output()
+            .unwrap();
+        json_of(&out)["levels"][0].clone()
+    };
+    let tight = run("ttft=1us");
+    assert_eq!(tight["completed"], 6);
+    assert_eq!(tight["good_requests"], 0);
+    assert_eq!(tight["goodput_req_per_s"], 0.0);
+    let loose = run("ttft=600s,tpot=600s,e2e=600s");
+    assert_eq!(loose["good_requests"], 6);
+    assert_eq!(loose["goodput_req_per_s"], loose["request_per_s"]);
+}
+
+#[test]
+fn the_real_server_gives_401_for_a_bad_key_and_404_for_a_wrong_path() {
+    let _lock = common::model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::synth(
+        dir.path(),
+        "tiny.gguf",
+        "tiny",
+        tokscope::synth::TensorType::F32,
+        1,
+    );
+    let server = LlamaServer::start(&model, 1, &["--api-key", "right-key"], dir.path());
+    let out = tokscope(&dir)
+        .env("TOKSCOPE_TEST_KEY", "wrong-key")
+        .args(["run", "--url", &server.url(), "-p", "hi", "-n", "4"])
+        .args(["--api-key-env", "TOKSCOPE_TEST_KEY"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("HTTP 401") && stderr.contains("--api-key-env"),
+        "{stderr}"
+    );
+    let ok = tokscope(&dir)
+        .env("TOKSCOPE_TEST_KEY", "right-key")
+        .args([
+            "run",
+            "--url",
+            &server.url(),
+            "-p",
+            "hi",
+            "-n",
+            "4",
+            "--json",
+        ])
+        .args(["--api-key-env", "TOKSCOPE_TEST_KEY"])
+        .output()
+        .unwrap();
+    json_of(&ok);
+    let wrong = format!("http://127.0.0.1:{}/nope/v1", server.port);
+    let out = tokscope(&dir)
+        .env("TOKSCOPE_TEST_KEY", "right-key")
+        .args(["run", "--url", &wrong, "-p", "hi", "-n", "4"])
+        .args(["--api-key-env", "TOKSCOPE_TEST_KEY"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("HTTP 404") && stderr.contains("wrong path"),
+        "{stderr}"
+    );
+}
