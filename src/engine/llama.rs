@@ -222,7 +222,7 @@ impl Serialize for FlashAttn {
 pub fn requested_gpu_layers(setting: Option<u32>) -> u32 {
     match setting {
         Some(n) => n,
-        None if cfg!(feature = "cuda") => u32::MAX,
+        None if cfg!(any(feature = "cuda", feature = "cuda-dl")) => u32::MAX,
         None => 0,
     }
 }
