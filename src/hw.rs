@@ -1,6 +1,8 @@
 //! Probes of the machine: a memory-bandwidth copy probe (the "measured" bandwidth beside the
 //! datasheet value) and the CPU's name. Timing lives here, not in the pure metrics module.
 
+pub mod gpu;
+
 use std::time::Instant;
 
 use crate::metrics::roofline::{Bandwidth, BandwidthSource};

@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+pub mod energy;
 pub mod roofline;
 
 use serde::{Deserialize, Serialize};
