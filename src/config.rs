@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::engine::llama::{FlashAttn, KvType};
 use crate::engine::{SamplingParams, TemplateChoice};
+use crate::llama::{FlashAttn, KvType};
 
 /// Environment variable naming the model file (between the config file and `-m`).
 pub const MODEL_ENV: &str = "TOKSCOPE_MODEL";

@@ -14,7 +14,7 @@ use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
 use tokenizers::Tokenizer;
 
-use crate::exit::{self, Failure};
+use crate::commands::{self, Failure};
 
 /// `tokscope doctor`.
 #[derive(Debug, Args)]
@@ -61,7 +61,7 @@ fn tokenizer(args: &TokenizerCheckArgs) -> Result<(), Failure> {
         Some(path) => {
             let text = std::fs::read_to_string(path).map_err(|e| {
                 Failure::new(
-                    exit::USAGE,
+                    commands::USAGE,
                     format!("cannot read {} as UTF-8 text: {e}", path.display()),
                 )
             })?;
@@ -74,7 +74,7 @@ fn tokenizer(args: &TokenizerCheckArgs) -> Result<(), Failure> {
     };
     let model = crate::tokcount::load_vocab_only(&args.model)?;
     let reference = crate::synth::llama3::open_tokenizer(&args.tokenizer)
-        .map_err(|e| Failure::new(exit::USAGE, e.to_string()))?;
+        .map_err(|e| Failure::new(commands::USAGE, e.to_string()))?;
     let comparison = compare(&model, &reference, &samples);
     print!(
         "{}",
@@ -84,7 +84,7 @@ fn tokenizer(args: &TokenizerCheckArgs) -> Result<(), Failure> {
         Ok(())
     } else {
         Err(Failure::new(
-            exit::FAILURE,
+            commands::FAILURE,
             format!(
                 "tokenizer check failed: {} of {} samples tokenize differently ({:.1}%)",
                 comparison.mismatches.len(),

@@ -5,22 +5,21 @@
 
 pub mod app;
 pub mod bench;
-pub mod chat;
 pub mod cli;
+pub mod commands;
 pub mod compare;
 pub mod config;
 pub mod demo;
 pub mod doctor;
 pub mod engine;
-pub mod exit;
+pub mod gguf;
 pub mod history;
 pub mod hw;
-pub mod launch;
+pub mod llama;
 pub mod logging;
 pub mod metrics;
 pub mod paths;
 pub mod plot;
-pub mod run;
 pub mod stamp;
 pub mod synth;
 pub mod tokcount;

@@ -4,8 +4,8 @@
 use clap::Parser;
 
 use tokscope::cli::{Cli, Command, ConfigAction};
+use tokscope::commands::{self, Failure};
 use tokscope::config::Settings;
-use tokscope::exit::{self, Failure};
 
 fn main() {
     ignore_file_size_signal();
@@ -35,7 +35,7 @@ fn main() {
     ));
     tokscope::logging::init(Some(&tokscope::paths::log_dir()));
     let code = match dispatch(cli) {
-        Ok(()) => exit::OK,
+        Ok(()) => commands::OK,
         Err(f) => {
             eprintln!("error: {}", f.message);
             f.code
@@ -47,10 +47,10 @@ fn main() {
 fn dispatch(cli: Cli) -> Result<(), Failure> {
     let settings = || Settings::load(cli.config.as_deref());
     match &cli.command {
-        Some(Command::Run(args)) => tokscope::run::run(args, settings()?),
-        Some(Command::Chat(args)) => tokscope::launch::chat(args, settings()?),
-        None => tokscope::launch::chat(&Default::default(), settings()?),
-        Some(Command::History) => tokscope::launch::history(),
+        Some(Command::Run(args)) => tokscope::commands::run::run(args, settings()?),
+        Some(Command::Chat(args)) => tokscope::commands::chat::chat(args, settings()?),
+        None => tokscope::commands::chat::chat(&Default::default(), settings()?),
+        Some(Command::History) => tokscope::commands::chat::history(),
         Some(Command::Bench(args)) => tokscope::bench::bench(args, settings()?),
         Some(Command::Results(args)) => tokscope::bench::results(args),
         Some(Command::Compare(args)) => tokscope::compare::compare(args, settings()?),
@@ -71,7 +71,7 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
             ConfigAction::Show => {
                 let s = settings()?;
                 let text = toml::to_string_pretty(&s)
-                    .map_err(|e| Failure::new(exit::FAILURE, e.to_string()))?;
+                    .map_err(|e| Failure::new(commands::FAILURE, e.to_string()))?;
                 print!("{text}");
                 Ok(())
             }
@@ -82,7 +82,7 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
 fn fetch_demo() -> Result<(), Failure> {
     let data_dir = tokscope::paths::data_dir();
     let outcome = tokscope::demo::fetch_demo(&data_dir, &mut |line| eprintln!("{line}"))
-        .map_err(|e| Failure::new(exit::FAILURE, e.to_string()))?;
+        .map_err(|e| Failure::new(commands::FAILURE, e.to_string()))?;
     match outcome {
         tokscope::demo::FetchOutcome::AlreadyPresent(p) => {
             eprintln!("demo model already present and verified: {}", p.display())
@@ -95,7 +95,7 @@ fn fetch_demo() -> Result<(), Failure> {
 }
 
 fn synth(args: &tokscope::cli::SynthArgs) -> Result<(), Failure> {
-    tokscope::synth::command::run(args)
+    tokscope::commands::synth::run(args)
 }
 
 /// With a file-size limit (`ulimit -f`), the kernel kills a process that writes past it with

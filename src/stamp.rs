@@ -37,7 +37,7 @@ impl Stamp {
         Self {
             tokscope_version: env!("CARGO_PKG_VERSION"),
             llama_cpp: info.llama_cpp.clone(),
-            llama_system_info: crate::engine::llama::system_info(),
+            llama_system_info: crate::llama::system_info(),
             backend: info.backend.clone(),
             devices: info.devices.clone(),
             model_file: info.file_name.clone(),

@@ -260,13 +260,10 @@ fn config_path_honours_the_platform_dir_and_override() {
 fn metadata_only(
     from: &Path,
     to: &Path,
-    edit: impl Fn(
-        &str,
-        tokscope::synth::gguf::GgufValue,
-    ) -> Option<(String, tokscope::synth::gguf::GgufValue)>,
+    edit: impl Fn(&str, tokscope::gguf::GgufValue) -> Option<(String, tokscope::gguf::GgufValue)>,
 ) {
-    let header = tokscope::synth::gguf::read_metadata(from).unwrap();
-    let mut w = tokscope::synth::gguf::GgufWriter::new();
+    let header = tokscope::gguf::read_metadata(from).unwrap();
+    let mut w = tokscope::gguf::GgufWriter::new();
     for (k, v) in header.metadata {
         if k == "general.alignment" {
             continue;
@@ -280,7 +277,7 @@ fn metadata_only(
 
 #[test]
 fn unsupported_architecture_and_vocabulary_only_files_are_clear_errors() {
-    use tokscope::synth::gguf::GgufValue;
+    use tokscope::gguf::GgufValue;
     let home = tempfile::tempdir().unwrap();
     let dir = home.path();
     let tiny = write_tiny(dir);
@@ -333,7 +330,7 @@ fn a_chat_template_llama_cpp_cannot_apply_falls_back_or_fails_clearly() {
         .windows(marker.len())
         .position(|w| w == marker)
         .expect("the Llama 3 template is in the file");
-    let header = tokscope::synth::gguf::read_metadata(&tiny).unwrap();
+    let header = tokscope::gguf::read_metadata(&tiny).unwrap();
     let len = header
         .get("tokenizer.chat_template")
         .and_then(|v| v.as_str())

@@ -13,7 +13,7 @@ use assert_cmd::Command;
 use predicates::prelude::*;
 use serde_json::Value;
 use tokscope::compare::Comparison;
-use tokscope::synth::gguf::{read_metadata, GgufArray, GgufValue};
+use tokscope::gguf::{read_metadata, GgufArray, GgufValue};
 use tokscope::synth::TensorType;
 
 /// The binary, isolated from the real home: its own data, config and cache dirs.

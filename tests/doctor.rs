@@ -15,7 +15,7 @@ use assert_cmd::Command;
 use common::gguf_edit::rewrite;
 use predicates::prelude::*;
 use tokscope::doctor::builtin_corpus;
-use tokscope::synth::gguf::{GgufArray, GgufValue};
+use tokscope::gguf::{GgufArray, GgufValue};
 use tokscope::synth::{write_model, SynthSpec, TensorType};
 use tokscope::tokcount::TokenCounter;
 

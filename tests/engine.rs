@@ -443,7 +443,7 @@ fn ab_turn(
 
 #[test]
 fn ab_generation_answers_with_another_model_and_leaves_the_chat_model_alone() {
-    use tokscope::chat::first_divergence;
+    use tokscope::app::conversation::first_divergence;
     let _lock = model_lock();
     let dir = tempfile::tempdir().unwrap();
     let a = synth(dir.path(), "a.gguf", "tiny", TensorType::F32, 1);

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use proptest::prelude::*;
 use tokscope::config::Settings;
-use tokscope::synth::gguf::{parse_metadata, GgmlType, GgufArray, GgufValue, GgufWriter};
+use tokscope::gguf::{parse_metadata, GgmlType, GgufArray, GgufValue, GgufWriter};
 
 fn cases() -> u32 {
     std::env::var("PROPTEST_CASES")

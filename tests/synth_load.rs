@@ -20,7 +20,7 @@ use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 use llama_cpp_2::token_type::LlamaTokenAttr;
 use llama_cpp_2::{send_logs_to_tracing, LogOptions};
-use tokscope::synth::gguf::read_metadata;
+use tokscope::gguf::read_metadata;
 use tokscope::synth::{vocab_size, write_model, SynthSpec, SynthSummary, TensorType};
 
 /// llama.cpp's backend may be initialised once per process; every test shares it.

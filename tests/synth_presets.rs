@@ -20,8 +20,8 @@ use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 use predicates::prelude::*;
+use tokscope::gguf::{read_metadata, GgmlType, GgufArray, GgufValue, GgufWriter};
 use tokscope::synth::blocks::{self, Fill, SUPPORTED_TYPES};
-use tokscope::synth::gguf::{read_metadata, GgmlType, GgufArray, GgufValue, GgufWriter};
 use tokscope::synth::like::write_like;
 use tokscope::synth::llama3::PRESETS;
 use tokscope::synth::{
@@ -354,7 +354,7 @@ fn like_copies_metadata_shapes_and_types_with_new_weights() {
     assert!(a.get("tokscope.synthetic.source").is_none());
     assert_eq!(a.metadata.len() + 1, b.metadata.len());
     // Same tensors, shapes and types, in the same order; different bytes.
-    let infos = |h: &tokscope::synth::gguf::GgufHeader| {
+    let infos = |h: &tokscope::gguf::GgufHeader| {
         h.tensors
             .iter()
             .map(|t| (t.name.clone(), t.dims.clone(), t.ggml_type))
@@ -367,7 +367,7 @@ fn like_copies_metadata_shapes_and_types_with_new_weights() {
         std::fs::read(&clone).unwrap(),
     );
     let q = a.tensor("blk.0.attn_q.weight").unwrap();
-    let start = |h: &tokscope::synth::gguf::GgufHeader| {
+    let start = |h: &tokscope::gguf::GgufHeader| {
         (h.data_offset_bytes + h.tensor(&q.name).unwrap().offset_bytes) as usize
     };
     let len = q.n_bytes().unwrap() as usize;

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
+use tokscope::app::conversation::Conversation;
 use tokscope::app::{update, App, Effect, EngineStatus, Msg, Now};
-use tokscope::chat::Conversation;
 use tokscope::engine::{EngineEvent, SamplingParams};
 use tokscope::tui::{drain_engine, Driver, FRAME_INTERVAL};
 

@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 use ratatui::backend::TestBackend;
 use ratatui::buffer::Buffer;
 use ratatui::Terminal;
+use tokscope::app::conversation::{AssistantTurn, Conversation, Exchange};
 use tokscope::app::{App, EngineStatus, Mode, Notice, NoticeKind, Scroll};
-use tokscope::chat::{AssistantTurn, Conversation, Exchange};
-use tokscope::engine::llama::KvType;
 use tokscope::engine::{LlamaCounters, ModelInfo, SamplingParams, StopReason, TurnReport};
+use tokscope::llama::KvType;
 use tokscope::metrics::roofline::{Bandwidth, BandwidthSource, KvShape, WeightBytes};
 use tokscope::metrics::TurnTimeline;
 use unicode_width::UnicodeWidthStr;
@@ -656,8 +656,8 @@ fn bench_screen_with_a_batch_sweep() {
 /// The A/B screen with fixed data: A is the last answer of `finished_app`'s first exchange
 /// shape, B another model's answer that parts from it after a few tokens.
 fn ab_app(b_text: &str, b_pieces: &[&str], finished: bool) -> App {
+    use tokscope::app::conversation::{first_divergence, TurnSettings};
     use tokscope::app::{AbOutcome, AbScreen};
-    use tokscope::chat::{first_divergence, TurnSettings};
     let mut app = ready_app();
     let a = finished_turn(1, ANSWER_1, 38, 0, StopReason::EndOfGeneration);
     app.conversation.exchanges.push(Exchange {

@@ -9,9 +9,9 @@ use std::path::PathBuf;
 use clap::{ArgAction, Args};
 
 use super::sweep::{Sweep, TestSpec};
+use crate::commands::{Failure, USAGE};
 use crate::config::Settings;
-use crate::engine::llama::{FlashAttn, KvType};
-use crate::exit::{Failure, USAGE};
+use crate::llama::{FlashAttn, KvType};
 
 /// llama.cpp keeps at most this many sequences in one context (`LLAMA_MAX_SEQ`).
 pub const MAX_BATCH_SEQUENCES: u32 = 256;
@@ -373,7 +373,7 @@ impl BenchPlan {
             None => OutputFormat::Markdown,
         };
         let models = if args.model.is_empty() {
-            vec![crate::launch::resolve_model(settings)?]
+            vec![crate::commands::chat::resolve_model(settings)?]
         } else {
             args.model
                 .iter()

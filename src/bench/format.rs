@@ -393,8 +393,8 @@ pub(crate) fn csv_lines(rows: &[Vec<(String, String)>]) -> String {
 pub(crate) mod tests {
     use super::super::report::BenchParams;
     use super::*;
-    use crate::engine::llama::{FlashAttn, KvType};
     use crate::engine::{ModelInfo, SamplingParams};
+    use crate::llama::{FlashAttn, KvType};
     use crate::stamp::Stamp;
 
     pub(crate) fn sample_row(kind: TestKind, test: &str, batch_size: u32) -> Row {

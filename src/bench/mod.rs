@@ -15,7 +15,6 @@
 mod args;
 pub(crate) mod format;
 mod log;
-mod measure;
 mod report;
 pub(crate) mod run;
 mod screen;
@@ -30,8 +29,8 @@ pub use report::{BenchParams, Row};
 pub use screen::measure_batch;
 pub use sweep::{TestKind, TestSpec};
 
+use crate::commands::{Failure, FAILURE, MODEL, USAGE};
 use crate::config::Settings;
-use crate::exit::{Failure, FAILURE, MODEL, USAGE};
 
 /// `tokscope bench`.
 pub fn bench(args: &BenchArgs, settings: Settings) -> Result<(), Failure> {

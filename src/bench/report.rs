@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::measure::Sample;
 use super::sweep::{Job, TestKind, TestSpec};
-use crate::engine::llama::{FlashAttn, KvType};
 use crate::engine::{ModelInfo, SamplingParams};
+use crate::llama::measure::Sample;
+use crate::llama::{FlashAttn, KvType};
 use crate::metrics::roofline::{
     ceiling_tok_per_s, cost_per_million_tokens, mbu, prefill_flops_per_token, Bandwidth,
 };

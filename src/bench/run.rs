@@ -9,13 +9,13 @@ use std::time::Instant;
 use llama_cpp_2::model::LlamaModel;
 
 use super::args::{BandwidthChoice, BenchPlan};
-use super::measure::{Bencher, Sample};
 use super::report::{build_row, Row, RowContext};
 use super::sweep::{file_name, Job};
+use crate::commands::Failure;
 use crate::config::EngineSettings;
-use crate::engine::llama::{describe, load_model, new_context};
 use crate::engine::{EngineError, ModelInfo, SamplingParams, TemplateChoice};
-use crate::exit::Failure;
+use crate::llama::measure::{Bencher, Sample};
+use crate::llama::{describe, load_model, new_context};
 use crate::metrics::roofline::{datasheet_bandwidth, Bandwidth, BandwidthSource};
 
 /// The CPU copy probe's buffer and repeats: large enough to leave every cache behind.
@@ -60,7 +60,7 @@ impl BandwidthResolver {
 
 /// The datasheet bandwidth of the first GPU backend device llama.cpp sees.
 fn gpu_datasheet() -> Option<Bandwidth> {
-    crate::engine::llama::gpu_device_descriptions()
+    crate::llama::gpu_device_descriptions()
         .iter()
         .find_map(|d| datasheet_bandwidth(d))
 }

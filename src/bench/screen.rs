@@ -4,10 +4,11 @@
 
 use llama_cpp_2::model::LlamaModel;
 
-use super::measure::Bencher;
 use super::sweep::TestSpec;
 use crate::config::EngineSettings;
-use crate::engine::{llama, EngineError, SamplingParams};
+use crate::engine::{EngineError, SamplingParams};
+use crate::llama;
+use crate::llama::measure::Bencher;
 use crate::metrics::{ms, rate_per_s, LatencyStats};
 use crate::plot::BatchPoint;
 

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::engine::llama::{FlashAttn, KvType};
+use crate::llama::{FlashAttn, KvType};
 
 /// One measurement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,8 +7,8 @@ use clap::{ArgAction, Args};
 
 use super::quantize::QuantType;
 use crate::bench::{BenchArgs, BenchPlan};
+use crate::commands::{Failure, USAGE};
 use crate::config::Settings;
-use crate::exit::{Failure, USAGE};
 
 /// Compare quantizations and settings of one model on speed and quality, in one table.
 #[derive(Debug, Args, Default, Clone)]

@@ -28,10 +28,10 @@ use self::quality::{Chunking, Evaluator, QualityStats};
 use self::quantize::quantize_cached;
 use crate::bench::sweep::{Job, ParamSet, TestSpec};
 use crate::bench::{Row, TestKind};
+use crate::commands::{Failure, FAILURE, MODEL, USAGE};
 use crate::config::{EngineSettings, Settings};
-use crate::engine::llama::{describe, load_model, new_context, FlashAttn, KvType};
 use crate::engine::{ModelInfo, TemplateChoice};
-use crate::exit::{Failure, FAILURE, MODEL, USAGE};
+use crate::llama::{describe, load_model, new_context, FlashAttn, KvType};
 
 /// The evaluation text shipped with tokscope (see assets/eval/SOURCE.md).
 pub const BUILTIN_TEXT: &str = include_str!("../../assets/eval/alice.txt");
@@ -240,7 +240,7 @@ pub fn compare(args: &CompareArgs, settings: Settings) -> Result<(), Failure> {
         reference: crate::bench::sweep::file_name(&quality.reference.model),
         rows,
         verdict,
-        llama_cpp: crate::engine::llama::LLAMA_CPP_BINDINGS.to_string(),
+        llama_cpp: crate::llama::LLAMA_CPP_BINDINGS.to_string(),
     };
     let out = match plan.output {
         CompareFormat::Markdown => report::markdown(&comparison),
@@ -318,7 +318,7 @@ fn model_files(plan: &ComparePlan) -> Result<Vec<(PathBuf, bool)>, Failure> {
         return Ok(plan.models.iter().map(|m| (m.clone(), false)).collect());
     }
     let source = &plan.models[0];
-    let header = crate::synth::gguf::read_metadata(source)
+    let header = crate::gguf::read_metadata(source)
         .map_err(|e| Failure::new(MODEL, format!("cannot read {}: {e}", source.display())))?;
     let file_type = header.get("general.file_type").and_then(|v| v.as_u64());
     // F32, F16, BF16 (and files that do not say: llama.cpp will tell).

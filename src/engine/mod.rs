@@ -4,9 +4,6 @@
 //! moment a token's text is ready, so UI scheduling never distorts TTFT or inter-token latency.
 
 mod detok;
-mod error;
-pub mod llama;
-mod model_info;
 mod prompt;
 mod worker;
 
@@ -18,9 +15,9 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::llama::error::EngineError;
+pub use crate::llama::model_info::{check_model_file, fingerprint, quantization_name, ModelInfo};
 pub use detok::{StopMatcher, Utf8Stream};
-pub use error::EngineError;
-pub use model_info::{check_model_file, fingerprint, quantization_name, ModelInfo};
 pub use prompt::{common_prefix_len, completion_transcript, TemplateChoice, COMPLETION_STOPS};
 
 use crate::config::EngineSettings;

@@ -11,13 +11,13 @@ use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::{LlamaChatMessage, LlamaChatTemplate, LlamaModel};
 use llama_cpp_2::token::LlamaToken;
 
-use super::llama;
 use super::prompt::template_for_architecture;
 use super::{
     common_prefix_len, completion_transcript, AbReport, ChatMessage, EngineCommand, EngineConfig,
     EngineError, EngineEvent, EventSender, GenerateRequest, LlamaCounters, ModelInfo, StopMatcher,
     StopReason, TemplateChoice, TurnReport, Utf8Stream, COMPLETION_STOPS,
 };
+use crate::llama;
 use crate::metrics::TurnTimeline;
 
 enum Next {

@@ -8,8 +8,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::llama::KvType;
-use crate::synth::gguf::GgufHeader;
+use crate::gguf::GgufHeader;
+use crate::llama::KvType;
 
 /// What one decode step reads of the weights.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -406,7 +406,7 @@ mod tests {
         let path = dir.path().join("t.gguf");
         let spec = crate::synth::SynthSpec::preset("tiny").unwrap();
         crate::synth::write_model(&path, &spec).unwrap();
-        let header = crate::synth::gguf::read_metadata(&path).unwrap();
+        let header = crate::gguf::read_metadata(&path).unwrap();
         let w = WeightBytes::from_gguf(&header).unwrap();
         let n_vocab = u64::from(crate::synth::vocab_size());
         let n_embd = u64::from(spec.shape.n_embd);

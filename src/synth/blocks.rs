@@ -17,8 +17,8 @@
 
 use std::io::{self, Write};
 
-use super::gguf::GgmlType;
 use super::quant::{f16_bits_to_f32, f32_to_f16_bits};
+use crate::gguf::GgmlType;
 
 /// The types [`write_tensor`] can produce, in ggml's numbering order.
 pub const SUPPORTED_TYPES: [GgmlType; 16] = [

@@ -7,8 +7,8 @@
 //! `synth` writes (F32, F16, Q8_0, Q6_K, Q4_K_M, Q4_0), so that a synthetic file has the real
 //! one's per-tensor types, size and speed.
 
-use super::gguf::GgmlType;
 use super::TensorType;
+use crate::gguf::GgmlType;
 
 /// What a tensor is for: the quantizer's rules depend on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -13,8 +13,6 @@
 //! carries [`SYNTHETIC_METADATA_KEY`] = `true` so that tools can label results accordingly.
 
 pub mod blocks;
-pub mod command;
-pub mod gguf;
 pub mod like;
 pub mod llama3;
 pub mod mix;
@@ -25,7 +23,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-use gguf::{GgmlType, GgufError, GgufValue, GgufWriter, WriteProgress};
+use crate::gguf::{GgmlType, GgufError, GgufValue, GgufWriter, WriteProgress};
 use llama3::{ArchPreset, BpeVocab};
 use mix::{TensorRole, TensorSite};
 pub use vocab::vocab_size;
@@ -938,7 +936,7 @@ mod tests {
         let elapsed = started.elapsed();
         assert!(elapsed.as_secs() < 5, "{elapsed:?}");
 
-        let header = gguf::read_metadata(&path).unwrap();
+        let header = crate::gguf::read_metadata(&path).unwrap();
         assert_eq!(summary.file_size_bytes, header.file_size_bytes);
         assert_eq!(summary.n_tensors, 3 + 9 * spec.shape.n_layer as usize);
         assert_eq!(header.tensors.len(), summary.n_tensors);
@@ -1047,7 +1045,7 @@ mod tests {
             expected.sort_by_key(|&(t, n)| (std::cmp::Reverse(n), t.0));
             assert_eq!(types, expected, "{preset} {tensor_type}");
             assert_eq!(planned_file_size(&spec).unwrap(), summary.file_size_bytes);
-            let header = gguf::read_metadata(&path).unwrap();
+            let header = crate::gguf::read_metadata(&path).unwrap();
             assert_eq!(header.file_size_bytes, summary.file_size_bytes);
             assert_eq!(
                 header.get("general.file_type").and_then(GgufValue::as_u64),

@@ -12,8 +12,8 @@ use ratatui::Frame;
 
 use super::text::{clean, one_line, truncate, wrap};
 use super::{format, theme};
+use crate::app::conversation::{AssistantTurn, TurnPhase};
 use crate::app::{AbOutcome, AbScreen, App};
-use crate::chat::{AssistantTurn, TurnPhase};
 
 /// Characters of each answer shown either side of the first difference.
 const SNIPPET_BEFORE_CHARS: usize = 8;

@@ -12,8 +12,8 @@ use ratatui::Frame;
 
 use super::text::{line_width, one_line, truncate, wrap};
 use super::{format, markdown, theme};
+use crate::app::conversation::{AssistantTurn, TurnPhase};
 use crate::app::{App, EngineStatus};
-use crate::chat::{AssistantTurn, TurnPhase};
 use crate::engine::ModelInfo;
 use crate::metrics::TurnSummary;
 

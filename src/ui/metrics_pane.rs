@@ -15,8 +15,8 @@ use ratatui::Frame;
 
 use super::text::{truncate, width as text_width, wrap};
 use super::{context, focus_turn, format, theme, waiting};
+use crate::app::conversation::{AssistantTurn, TurnPhase};
 use crate::app::App;
-use crate::chat::{AssistantTurn, TurnPhase};
 use crate::engine::ModelInfo;
 use crate::metrics::{fmt_opt, ms, TurnSummary};
 

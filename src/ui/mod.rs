@@ -24,8 +24,8 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 use ratatui::Frame;
 
+use crate::app::conversation::{AssistantTurn, TurnPhase};
 use crate::app::{App, Mode, NoticeKind};
-use crate::chat::{AssistantTurn, TurnPhase};
 
 pub use markdown::render as render_markdown;
 pub use text::clean as clean_text;

@@ -10,8 +10,8 @@ use ratatui::Frame;
 
 use super::text::{one_line, truncate, width};
 use super::{context, format, theme};
+use crate::app::conversation::TurnPhase;
 use crate::app::{App, EngineStatus};
-use crate::chat::TurnPhase;
 use crate::engine::ModelInfo;
 
 const SEPARATOR: &str = " │ ";

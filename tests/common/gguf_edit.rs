@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use tokscope::synth::gguf::{read_metadata, GgufValue, GgufWriter};
+use tokscope::gguf::{read_metadata, GgufValue, GgufWriter};
 
 /// Copies a GGUF, letting `edit` replace metadata values.
 pub fn rewrite(from: &Path, to: &Path, edit: impl Fn(&str, &GgufValue) -> Option<GgufValue>) {

@@ -6,12 +6,12 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use super::gguf::WriteProgress;
-use super::{
+use crate::cli::SynthArgs;
+use crate::commands::{self, Failure};
+use crate::gguf::WriteProgress;
+use crate::synth::{
     like, llama3, write_model_with_progress, SynthError, SynthSpec, SynthSummary, TensorType,
 };
-use crate::cli::SynthArgs;
-use crate::exit::{self, Failure};
 
 /// Runs `tokscope synth`.
 pub fn run(args: &SynthArgs) -> Result<(), Failure> {
@@ -35,7 +35,7 @@ pub fn run(args: &SynthArgs) -> Result<(), Failure> {
         return Ok(());
     }
 
-    let usage = |e: SynthError| Failure::new(exit::USAGE, e.to_string());
+    let usage = |e: SynthError| Failure::new(commands::USAGE, e.to_string());
     let mut spec = SynthSpec::preset(&args.preset).map_err(usage)?;
     spec.tensor_type = args.tensor_type.parse::<TensorType>().map_err(usage)?;
     spec.seed = args.seed;
@@ -111,9 +111,9 @@ fn resolve_tokenizer(args: &SynthArgs, spec: &SynthSpec) -> Result<Option<PathBu
 
 fn failure(error: SynthError) -> Failure {
     let code = match &error {
-        SynthError::Io { .. } | SynthError::TokenizerFetch { .. } => exit::FAILURE,
-        SynthError::Source { .. } => exit::MODEL,
-        _ => exit::USAGE,
+        SynthError::Io { .. } | SynthError::TokenizerFetch { .. } => commands::FAILURE,
+        SynthError::Source { .. } => commands::MODEL,
+        _ => commands::USAGE,
     };
     Failure::new(code, error.to_string())
 }

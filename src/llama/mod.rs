@@ -2,6 +2,10 @@
 //! `bench`, `compare`): loading a model with the pre-flight checks, context parameters from the
 //! settings, the sampler chain, KV-cache and flash-attention choices, and the model's facts.
 
+pub mod error;
+pub mod measure;
+pub mod model_info;
+
 use std::fmt;
 use std::num::NonZeroU32;
 use std::path::Path;
@@ -15,10 +19,10 @@ use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::sampling::LlamaSampler;
 use serde::{Serialize, Serializer};
 
-use super::error::llama_says;
-use super::model_info::fingerprint;
-use super::{backend, check_model_file, quantization_name, EngineError, ModelInfo, SamplingParams};
 use crate::config::EngineSettings;
+use crate::engine::{backend, SamplingParams};
+use error::{llama_says, EngineError};
+use model_info::{check_model_file, fingerprint, quantization_name, ModelInfo};
 
 /// The llama.cpp bindings this build links (pinned in Cargo.toml).
 pub const LLAMA_CPP_BINDINGS: &str = "llama-cpp-sys-2 0.1.160";
@@ -325,7 +329,7 @@ pub fn describe(
             )
         })
         .map(|d| d.backend.clone());
-    let header = crate::synth::gguf::read_metadata(path).ok();
+    let header = crate::gguf::read_metadata(path).ok();
     let n_layer = model.n_layer();
     let n_gpu_layers = if gpu_backend.is_some() {
         requested_gpu_layers(settings.n_gpu_layers).min(n_layer + 1)

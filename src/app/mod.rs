@@ -3,17 +3,19 @@
 //! effects to run (send to the engine, save, export, quit). It does no I/O itself, so every
 //! behaviour is unit-tested without a terminal or a model.
 
+pub mod conversation;
+
 use std::path::PathBuf;
 use std::time::Instant;
 
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
-use crate::chat::{
-    first_divergence, AssistantTurn, Conversation, Divergence, Exchange, TurnPhase, TurnSettings,
-};
 use crate::compare::Comparison;
 use crate::engine::{ChatMessage, EngineEvent, ModelInfo, RequestId, SamplingParams};
 use crate::history::SavedConversation;
+use conversation::{
+    first_divergence, AssistantTurn, Conversation, Divergence, Exchange, TurnPhase, TurnSettings,
+};
 
 /// The engine as the UI sees it.
 #[derive(Debug, Clone, PartialEq)]

@@ -3,9 +3,9 @@
 
 use std::path::PathBuf;
 
+use crate::commands::{Failure, MODEL};
 use crate::config::Settings;
 use crate::engine::{ChatMessage, EngineConfig, Role};
-use crate::exit::{Failure, MODEL};
 
 /// The model to load: the one the settings name, else the demo model when it is present.
 pub fn resolve_model(settings: &Settings) -> Result<PathBuf, Failure> {
@@ -49,13 +49,13 @@ pub fn chat(args: &crate::cli::ChatArgs, mut settings: Settings) -> Result<(), F
     let config = engine_config(&settings)?;
     if !std::io::stdout().is_terminal() {
         return Err(Failure::new(
-            crate::exit::USAGE,
+            crate::commands::USAGE,
             "the chat needs a terminal; use `tokscope run -p TEXT` for headless use",
         ));
     }
     let history_dir = crate::history::history_dir(&crate::paths::data_dir());
     let conversation = match &args.resume {
-        None => crate::chat::Conversation::new(
+        None => crate::app::conversation::Conversation::new(
             crate::history::new_id(std::time::SystemTime::now()),
             crate::tui::now().unix_s,
             settings.system_prompt.clone(),
@@ -63,20 +63,20 @@ pub fn chat(args: &crate::cli::ChatArgs, mut settings: Settings) -> Result<(), F
         Some(id) => {
             let path = if id.is_empty() {
                 crate::history::latest(&history_dir)
-                    .map_err(|e| Failure::new(crate::exit::FAILURE, e.to_string()))?
+                    .map_err(|e| Failure::new(crate::commands::FAILURE, e.to_string()))?
                     .ok_or_else(|| {
                         Failure::new(
-                            crate::exit::USAGE,
+                            crate::commands::USAGE,
                             "there is no saved conversation to resume",
                         )
                     })?
             } else {
                 crate::history::find(&history_dir, id)
-                    .map_err(|e| Failure::new(crate::exit::USAGE, e.to_string()))?
+                    .map_err(|e| Failure::new(crate::commands::USAGE, e.to_string()))?
             };
             let saved = crate::history::load(&path)
-                .map_err(|e| Failure::new(crate::exit::FAILURE, e.to_string()))?;
-            crate::chat::Conversation::from_saved(&saved)
+                .map_err(|e| Failure::new(crate::commands::FAILURE, e.to_string()))?;
+            crate::app::conversation::Conversation::from_saved(&saved)
         }
     };
     let mut app = crate::app::App::new(
@@ -88,7 +88,7 @@ pub fn chat(args: &crate::cli::ChatArgs, mut settings: Settings) -> Result<(), F
     app.ignore_eos = args.ignore_eos;
     app.price_per_hour_usd = settings.price_per_gpu_hour_usd;
     // Before the engine starts loading, so the copy probe does not compete with it.
-    let gpus = crate::engine::llama::gpu_device_descriptions();
+    let gpus = crate::llama::gpu_device_descriptions();
     app.bandwidth = crate::hw::peak_bandwidth(settings.bandwidth_gb_s, &gpus, !gpus.is_empty());
     let (mut engine, events) = crate::engine::EngineHandle::spawn(config.clone())?;
     let result = crate::tui::run_chat(app, &mut engine, events, config);
@@ -106,7 +106,7 @@ pub fn chat(args: &crate::cli::ChatArgs, mut settings: Settings) -> Result<(), F
 pub fn history() -> Result<(), Failure> {
     let dir = crate::history::history_dir(&crate::paths::data_dir());
     let outcome = crate::history::list(&dir)
-        .map_err(|e| Failure::new(crate::exit::FAILURE, e.to_string()))?;
+        .map_err(|e| Failure::new(crate::commands::FAILURE, e.to_string()))?;
     for (from, to) in &outcome.set_aside {
         eprintln!(
             "warning: {} is damaged and was moved aside to {} (it was not overwritten)",

@@ -14,8 +14,8 @@ use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 
-use super::sweep::TestSpec;
-use crate::engine::llama::build_sampler;
+use super::build_sampler;
+use crate::bench::sweep::TestSpec;
 use crate::engine::{EngineError, SamplingParams};
 
 /// What one timed run measured.

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use super::EngineError;
+use super::error::EngineError;
 
 /// Facts about the loaded model, context and backend.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
@@ -106,7 +106,7 @@ pub fn check_model_file(path: &Path) -> Result<u64, EngineError> {
             ),
         });
     }
-    if let Err(e) = crate::synth::gguf::read_metadata(path) {
+    if let Err(e) = crate::gguf::read_metadata(path) {
         return Err(EngineError::NotGguf {
             path: path.to_path_buf(),
             reason: format!("its header is damaged: {e}"),

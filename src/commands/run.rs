@@ -7,11 +7,11 @@ use std::io::{IsTerminal, Write};
 use serde::Serialize;
 
 use crate::cli::RunArgs;
+use crate::commands::{Failure, FAILURE};
 use crate::config::Settings;
 use crate::engine::{
     EngineEvent, EngineHandle, GenerateRequest, LlamaCounters, ModelInfo, StopReason, TurnReport,
 };
-use crate::exit::{Failure, FAILURE};
 use crate::metrics::{fmt_opt, TurnSummary};
 use crate::stamp::Stamp;
 
@@ -53,8 +53,8 @@ impl RunReport {
 pub fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure> {
     args.model.apply(&mut settings)?;
     args.sampling.apply(&mut settings)?;
-    let config = crate::launch::engine_config(&settings)?;
-    let messages = crate::launch::single_turn(&settings, &args.prompt);
+    let config = crate::commands::chat::engine_config(&settings)?;
+    let messages = crate::commands::chat::single_turn(&settings, &args.prompt);
     let (mut engine, mut events) = EngineHandle::spawn(config)?;
     let show_progress = std::io::stderr().is_terminal() && !args.json;
     let mut stdout = std::io::stdout().lock();

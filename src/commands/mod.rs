@@ -1,4 +1,9 @@
-//! Process exit codes, one place so the CLI, the README and the tests agree.
+//! The edge: one file per subcommand, and the process exit codes in one place so the CLI, the
+//! README and the tests agree.
+
+pub mod chat;
+pub mod run;
+pub mod synth;
 
 /// Success.
 pub const OK: i32 = 0;
