@@ -3,6 +3,7 @@
 //! settings, the sampler chain, KV-cache and flash-attention choices, and the model's facts.
 
 pub mod error;
+pub mod gpu;
 pub mod measure;
 pub mod model_info;
 
@@ -241,6 +242,7 @@ pub fn load_model(
     let backend = backend()?;
     check_model_file(path)?;
     crate::logging::clear_llama_problems();
+    crate::logging::reset_offloaded_layers();
     let params = LlamaModelParams::default()
         .with_n_gpu_layers(requested_gpu_layers(n_gpu_layers))
         .with_progress_callback(on_progress);
@@ -331,8 +333,13 @@ pub fn describe(
         .map(|d| d.backend.clone());
     let header = crate::gguf::read_metadata(path).ok();
     let n_layer = model.n_layer();
+    // What llama.cpp really offloaded (its load log), not what was asked for; the request
+    // capped at the model's layers only where the log line was not seen.
     let n_gpu_layers = if gpu_backend.is_some() {
-        requested_gpu_layers(settings.n_gpu_layers).min(n_layer + 1)
+        crate::logging::offloaded_layers().map_or_else(
+            || requested_gpu_layers(settings.n_gpu_layers).min(n_layer + 1),
+            |(n, _)| n,
+        )
     } else {
         0
     };
