@@ -197,7 +197,10 @@ mod tests {
             parse_offloaded("load_tensors: offloaded 0/29 layers to GPU\n"),
             Some((0, 29))
         );
-        assert_eq!(parse_offloaded("load_tensors: offloading output layer to GPU"), None);
+        assert_eq!(
+            parse_offloaded("load_tensors: offloading output layer to GPU"),
+            None
+        );
         assert_eq!(parse_offloaded("offloaded 3 things"), None);
     }
 }

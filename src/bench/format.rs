@@ -162,7 +162,11 @@ fn main_cells(r: &Row) -> Vec<String> {
         r.stamp.model_file.clone(),
         size(r.stamp.model_size_bytes),
         params_count(r.stamp.n_params),
-        r.stamp.backend.clone(),
+        if r.params.placement.is_empty() {
+            r.stamp.backend.clone()
+        } else {
+            format!("{} ({})", r.stamp.backend, r.params.placement)
+        },
         r.stamp.n_gpu_layers.to_string(),
         p.threads.to_string(),
         p.n_batch.to_string(),
@@ -448,6 +452,7 @@ pub(crate) mod tests {
                 repetitions: 2,
                 warmup: true,
                 n_ctx: 24,
+                placement: String::new(),
             },
             n_tokens: 8,
             samples_tok_per_s: vec![100.0, 110.0],

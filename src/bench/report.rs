@@ -39,6 +39,9 @@ pub struct BenchParams {
     pub warmup: bool,
     /// Context requested: depth + prompt + generated, times the sequences.
     pub n_ctx: u32,
+    /// Multi-GPU placement (`--devices`, `--split-mode`, `--main-gpu`), like
+    /// "CUDA0/CUDA1 sm row"; empty for llama.cpp's defaults.
+    pub placement: String,
 }
 
 /// One test's results. Figures that are not defined for a test are `null`.
@@ -259,6 +262,7 @@ fn params(job: &Job, cx: &RowContext) -> BenchParams {
         repetitions: cx.repetitions,
         warmup: cx.warmup,
         n_ctx: job.n_ctx(),
+        placement: job.params.placement.label(),
     }
 }
 
@@ -360,6 +364,7 @@ mod tests {
                 type_v: KvType::F16,
                 flash_attn: FlashAttn::Auto,
                 threads: 1,
+                placement: crate::llama::placement::Placement::default(),
             },
             depth,
             test,

@@ -15,7 +15,7 @@ use crate::commands::Failure;
 use crate::config::EngineSettings;
 use crate::engine::{EngineError, ModelInfo, SamplingParams, TemplateChoice};
 use crate::llama::measure::{Bencher, Sample};
-use crate::llama::{describe, load_model, new_context};
+use crate::llama::{describe, load_model_placed, new_context};
 use crate::metrics::roofline::{datasheet_bandwidth, Bandwidth, BandwidthSource};
 
 /// The CPU copy probe's buffer and repeats: large enough to leave every cache behind.
@@ -202,18 +202,22 @@ pub fn run_jobs_alternating(
                 continue;
             }
             runner.progress.repetition(i, job, round + 1, rounds);
-            let model =
-                match load_model(&job.params.model, job.params.gpu_layers_setting(), |_| true) {
-                    Ok(model) => model,
-                    Err(e) => {
-                        model_failed |= e.is_model_problem();
-                        failed[i] = Some(format!(
-                            "{}: the model did not load: {e}",
-                            runner.progress.label(i, job)
-                        ));
-                        continue;
-                    }
-                };
+            let model = match load_model_placed(
+                &job.params.model,
+                job.params.gpu_layers_setting(),
+                &job.params.placement,
+                |_| true,
+            ) {
+                Ok(model) => model,
+                Err(e) => {
+                    model_failed |= e.is_model_problem();
+                    failed[i] = Some(format!(
+                        "{}: the model did not load: {e}",
+                        runner.progress.label(i, job)
+                    ));
+                    continue;
+                }
+            };
             match runner.measure(i, &model, job, 1) {
                 Ok((s, info, bandwidth)) => {
                     samples[i].extend(s);
@@ -283,7 +287,12 @@ impl Runner<'_> {
         self.progress
             .message(&format!("loading {}…", file_name(path)));
         let model =
-            match load_model(path, first.params.gpu_layers_setting(), |_| true) {
+            match load_model_placed(
+                path,
+                first.params.gpu_layers_setting(),
+                &first.params.placement,
+                |_| true,
+            ) {
                 Ok(model) => model,
                 Err(e) => {
                     self.progress.message(&format!("error: {e}"));

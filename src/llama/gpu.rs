@@ -125,8 +125,14 @@ pub struct MappedLibrary {
 /// OpenMP) in a `/proc/self/maps` text, once each, in the order they appear.
 pub fn mapped_libraries(maps: &str) -> Vec<MappedLibrary> {
     const PREFIXES: [&str; 8] = [
-        "libllama", "libggml", "libcudart", "libcublas", "libcuda.", "libnvidia-ml",
-        "libgomp", "libnvrtc",
+        "libllama",
+        "libggml",
+        "libcudart",
+        "libcublas",
+        "libcuda.",
+        "libnvidia-ml",
+        "libgomp",
+        "libnvrtc",
     ];
     let mut seen: Vec<MappedLibrary> = Vec::new();
     for line in maps.lines() {
@@ -197,7 +203,11 @@ mod tests {
         let names: Vec<&str> = libs.iter().map(|l| l.file_name.as_str()).collect();
         assert_eq!(
             names,
-            ["libggml-cuda.so.0.9.4", "libcublas.so.13", "libcuda.so.580.95.05"]
+            [
+                "libggml-cuda.so.0.9.4",
+                "libcublas.so.13",
+                "libcuda.so.580.95.05"
+            ]
         );
         assert_eq!(
             libs[1].path,

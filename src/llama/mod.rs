@@ -6,6 +6,7 @@ pub mod error;
 pub mod gpu;
 pub mod measure;
 pub mod model_info;
+pub mod placement;
 
 use std::fmt;
 use std::num::NonZeroU32;
@@ -239,6 +240,21 @@ pub fn load_model(
     n_gpu_layers: Option<u32>,
     on_progress: impl FnMut(f32) -> bool + 'static,
 ) -> Result<LlamaModel, EngineError> {
+    load_model_placed(
+        path,
+        n_gpu_layers,
+        &placement::Placement::default(),
+        on_progress,
+    )
+}
+
+/// [`load_model`] with a multi-GPU placement (split mode, main GPU, device set).
+pub fn load_model_placed(
+    path: &Path,
+    n_gpu_layers: Option<u32>,
+    placement: &placement::Placement,
+    on_progress: impl FnMut(f32) -> bool + 'static,
+) -> Result<LlamaModel, EngineError> {
     let backend = backend()?;
     check_model_file(path)?;
     crate::logging::clear_llama_problems();
@@ -246,6 +262,7 @@ pub fn load_model(
     let params = LlamaModelParams::default()
         .with_n_gpu_layers(requested_gpu_layers(n_gpu_layers))
         .with_progress_callback(on_progress);
+    let params = placement.apply(params).map_err(EngineError::Placement)?;
     LlamaModel::load_from_file(backend, path, &params).map_err(|_| EngineError::LoadFailed {
         path: path.to_path_buf(),
         llama_says: llama_says(),
@@ -372,7 +389,12 @@ pub fn describe(
         n_ctx: ctx.n_ctx(),
         n_batch: ctx.n_batch(),
         threads: settings.threads,
-        backend: gpu_backend.unwrap_or_else(|| "CPU".to_string()),
+        // A CUDA build without a GPU says so wherever the backend is shown (status bar, bench
+        // rows, stamps); a CPU build stays plain "CPU".
+        backend: gpu_backend.unwrap_or_else(|| match gpu::no_gpu_note() {
+            Some(_) => "CPU (CUDA build, no GPU)".to_string(),
+            None => "CPU".to_string(),
+        }),
         devices: devices
             .iter()
             .map(|d| {
