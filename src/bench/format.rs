@@ -154,6 +154,7 @@ const MAIN_HEADERS: &[(&str, Align)] = &[
     ("MBU", Align::Right),
     ("GFLOP/s", Align::Right),
     ("$/1M tok", Align::Right),
+    ("J/tok", Align::Right),
 ];
 
 fn main_cells(r: &Row) -> Vec<String> {
@@ -184,6 +185,7 @@ fn main_cells(r: &Row) -> Vec<String> {
         pct(r.mbu_pct),
         fmt_opt(r.achieved_gflop_per_s, 1),
         dollars(r.cost_per_million_tokens_usd),
+        fmt_opt(r.gpu_joules_per_token, 3),
     ]
 }
 
@@ -269,6 +271,19 @@ fn notes(rows: &[Row]) -> String {
     if rows.iter().all(|r| r.bandwidth_source.is_none()) {
         out.push_str("bandwidth: unknown (give --bandwidth-gb-s for the roofline columns)\n");
     }
+    // GPU telemetry: where J/tok comes from, or why it is empty ("no NVIDIA driver ...").
+    if let Some(t) = rows
+        .iter()
+        .map(|r| r.gpu_telemetry.as_str())
+        .find(|t| !t.is_empty())
+    {
+        if t == "NVML" {
+            out.push_str("J/tok: GPU energy counter (NVML) over the timed repetitions ÷ tokens\n");
+        } else if crate::llama::gpu::CUDA_BUILD {
+            // A CPU build has no GPU to read: nothing to say there.
+            out.push_str(&format!("GPU telemetry: {t}\n"));
+        }
+    }
     if let Some(w) = rows.iter().find_map(|r| r.warning) {
         out.push_str(&format!("!! {w}\n"));
     }
@@ -305,6 +320,17 @@ const ROW_COLUMNS: &[&str] = &[
     "achieved_gflop_per_s",
     "price_per_gpu_hour_usd",
     "cost_per_million_tokens_usd",
+    "gpu_telemetry",
+    "gpu_joules_per_token",
+    "gpu_tokens_per_kwh",
+    "gpu_energy_cost_per_million_tokens",
+    "gpu_power_w",
+    "gpu_vram_used_bytes",
+    "gpu_vram_process_bytes",
+    "gpu_sm_clock_mhz",
+    "gpu_mem_clock_mhz",
+    "gpu_temperature_c",
+    "gpu_utilization_pct",
     "synthetic",
     "warning",
 ];
@@ -326,6 +352,7 @@ const PARAM_COLUMNS: &[&str] = &[
     "repetitions",
     "warmup",
     "n_ctx",
+    "placement",
 ];
 
 pub(crate) fn cell(v: Option<&Value>) -> String {
@@ -479,6 +506,17 @@ pub(crate) mod tests {
             achieved_gflop_per_s: None,
             price_per_gpu_hour_usd: 2.0,
             cost_per_million_tokens_usd: Some(5.29),
+            gpu_telemetry: String::new(),
+            gpu_joules_per_token: None,
+            gpu_tokens_per_kwh: None,
+            gpu_energy_cost_per_million_tokens: None,
+            gpu_power_w: None,
+            gpu_vram_used_bytes: None,
+            gpu_vram_process_bytes: None,
+            gpu_sm_clock_mhz: None,
+            gpu_mem_clock_mhz: None,
+            gpu_temperature_c: None,
+            gpu_utilization_pct: None,
             synthetic: true,
             warning: Some(ModelInfo::SYNTHETIC_LABEL),
             stamp: Stamp::new(&info, &SamplingParams::default()),

@@ -9,7 +9,7 @@ use std::time::Instant;
 use llama_cpp_2::model::LlamaModel;
 
 use super::args::{BandwidthChoice, BenchPlan};
-use super::report::{build_row, Row, RowContext};
+use super::report::{add_gpu_readings, build_row, GpuReadings, Row, RowContext};
 use super::sweep::{file_name, Job};
 use crate::commands::Failure;
 use crate::config::EngineSettings;
@@ -144,6 +144,10 @@ struct Runner<'a> {
     run_id: &'a str,
     bandwidth: BandwidthResolver,
     progress: Progress,
+    /// NVML, opened once; `Err` holds why there is none (the rows say it).
+    gpu: Result<crate::hw::gpu::GpuTelemetry, String>,
+    /// The energy counter before and after the last measure()'s timed repetitions.
+    timed_energy_mj: Option<(u64, u64)>,
 }
 
 /// Run every job; a test that fails, or every test of a model that does not load, is
@@ -254,6 +258,8 @@ impl<'a> Runner<'a> {
     ) -> Self {
         let s = &plan.sweep;
         Runner {
+            gpu: crate::hw::gpu::GpuTelemetry::open().map_err(|e| e.to_string()),
+            timed_energy_mj: None,
             plan,
             sampling,
             run_id,
@@ -324,7 +330,43 @@ impl Runner<'_> {
     fn run_job(&mut self, index: usize, model: &LlamaModel, job: &Job) -> Result<Row, EngineError> {
         let reps = self.plan.repetitions;
         let (samples, info, bandwidth) = self.measure(index, model, job, reps)?;
-        Ok(self.row(job, &samples, &info, bandwidth.as_ref(), reps))
+        let mut row = self.row(job, &samples, &info, bandwidth.as_ref(), reps);
+        // The counter was read around the timed repetitions (after the warm-up); the tokens
+        // are the ones the row's t/s counts, every repetition.
+        let energy = self.timed_energy_mj.and_then(|(before, after)| {
+            crate::metrics::energy::EnergySpan::from_counter_mj(
+                before,
+                after,
+                row.n_tokens.saturating_mul(samples.len() as u64),
+                samples.iter().map(|s| s.total.as_secs_f64()).sum(),
+            )
+        });
+        let after = match &self.gpu {
+            Ok(t) => t.sample().into_iter().next(),
+            Err(_) => None,
+        };
+        let source = match &self.gpu {
+            Ok(_) => "NVML".to_owned(),
+            Err(why) => why.clone(),
+        };
+        add_gpu_readings(
+            &mut row,
+            &GpuReadings {
+                source: &source,
+                energy,
+                after: after.as_ref(),
+                price_per_kwh: self.plan.price_per_kwh,
+            },
+        );
+        Ok(row)
+    }
+
+    /// The GPUs' summed energy counter, when NVML has one for every GPU.
+    fn energy_mj(&self) -> Option<u64> {
+        self.gpu
+            .as_ref()
+            .ok()
+            .and_then(|t| crate::hw::gpu::total_energy_mj(&t.sample()))
     }
 
     /// A context for the job, the warm-up (unless turned off), then `reps` timed runs.
@@ -345,12 +387,14 @@ impl Runner<'_> {
             bencher.warm_up(&job.test)?;
         }
         let mut samples = Vec::with_capacity(reps as usize);
+        let energy_before = self.energy_mj();
         for rep in 1..=reps {
             if reps > 1 {
                 self.progress.repetition(index, job, rep, reps);
             }
             samples.push(bencher.run(&job.test, job.depth, self.sampling)?);
         }
+        self.timed_energy_mj = energy_before.zip(self.energy_mj());
         Ok((samples, info, bandwidth))
     }
 
