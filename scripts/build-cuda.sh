@@ -77,6 +77,35 @@ while [ $# -gt 0 ]; do
   esac
 done
 
+# llama-bench and llama-batched-bench from the very llama.cpp source the sys crate vendors,
+# built as shared-library clients WITHOUT CUDA (minutes, not another 35): they link
+# libllama/libggml by soname, and their RUNPATH $ORIGIN/../lib makes them load the folder's
+# CUDA build of those libraries, so both sides of a comparison run the same kernels.
+bundle_llama_tools() {
+  local dest=$1 outlib=$2 src build t
+  src=""
+  for t in "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/llama-cpp-sys-2-0.1.160/llama.cpp; do
+    [ -d "$t" ] && { src=$t; break; }
+  done
+  [ -n "$src" ] || die "the llama-cpp-sys-2 0.1.160 source is not in the cargo registry"
+  build="${TOKSCOPE_CUDA_TARGET:-${repo_root}/target/cuda}/llama-tools-shared"
+  cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DGGML_CUDA=OFF \
+    -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
+    -DLLAMA_BUILD_TOOLS=ON -DGGML_NATIVE=OFF >&2
+  cmake --build "$build" --config Release -j "$(nproc)" --target llama-bench llama-batched-bench >&2
+  for t in llama-bench llama-batched-bench; do
+    cp "${build}/bin/${t}" "${dest}/bin/${t}"
+    # shellcheck disable=SC2016
+    patchelf --set-rpath '$ORIGIN/../lib' "${dest}/bin/${t}"
+  done
+  # Any library the tools need that the sys crate did not install (e.g. a separate common
+  # library) comes from the tools' own build.
+  for t in "${build}"/bin/*.so*; do
+    [ -e "$t" ] || continue
+    [ -e "${dest}/lib/$(basename "$t")" ] || compgen -G "${outlib}/$(basename "$t")" >/dev/null || cp -P "$t" "${dest}/lib/"
+  done
+}
+
 # --- architectures --------------------------------------------------------------------------
 # "9.0" -> "90"; a comma list -> CMake's semicolon list, deduplicated and checked.
 normalise_archs() {
@@ -211,9 +240,7 @@ printf 'tokscope CUDA build\narchitectures: %s\ncuda: 13.0 (PyPI wheels)\nbuilt:
 
 if [ "$tools" = 1 ]; then
   log "llama.cpp tools on the folder's libraries"
-  # shellcheck source=/dev/null
-  source "${repo_root}/scripts/llama-tools.sh"
-  bundle_llama_tools "$out"
+  bundle_llama_tools "$out" "$outlib"
 fi
 
 log "done: ${out} ($(du -sh "$out" | cut -f1); libggml-cuda $(du -shL "${out}"/lib/libggml-cuda.so | cut -f1))"
