@@ -200,6 +200,9 @@ export LD_LIBRARY_PATH="${cuda_root}/lib${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
 export LIBRARY_PATH="${cuda_root}/lib${LIBRARY_PATH:+:${LIBRARY_PATH}}"
 # llama-cpp-sys-2's build script forwards CMAKE_* and GGML_* variables to CMake.
 export CMAKE_CUDA_ARCHITECTURES=$cuda_archs GGML_CUDA_NO_VMM=ON
+# The folder is meant for other machines: no target-cpu=native from .cargo/config.toml (an
+# empty RUSTFLAGS overrides it); TOKSCOPE_CUDA_RUSTFLAGS to choose otherwise.
+export RUSTFLAGS="${TOKSCOPE_CUDA_RUSTFLAGS:-}"
 log "cargo build --release --features cuda-dl (target dir ${target_dir})"
 start=$(date +%s)
 (cd "$repo_root" && cargo build --release --features cuda-dl --bin tokscope)

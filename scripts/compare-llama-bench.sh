@@ -45,10 +45,15 @@ Usage: scripts/compare-llama-bench.sh [options]
                         llama.cpp on both sides); pypi[:VER] = everything from the
                         llama-cpp-python sdist on PyPI (default VER 0.3.36)
       --tokscope FILE   tokscope binary (default: target/release/tokscope, built if missing)
+      --agree PCT       agreement mode (scripts/agreement.sh): pp and tg must lie within PCT %
+                        of llama-bench and batched S_TG within --agree-batched PCT % (default 5)
+                        of llama-batched-bench, each judged on the median of the per-round
+                        ratios; the script exits 1 when one does not
+      --agree-batched PCT
   -h, --help            this text
 
 Targets: tokscope tg >= 0.98 x llama-bench, pp >= 0.95 x llama-bench, batched S_TG within 5%
-of llama-batched-bench at each batch size.
+of llama-batched-bench at each batch size (with --agree: the bands above, exit 1 on a miss).
 EOF
 }
 
@@ -72,6 +77,8 @@ build_only=0
 batched_per_b=0
 tools_source=sys
 tokscope="${repo_root}/target/release/tokscope"
+agree=
+agree_batched=5
 
 need_value() {
   [ "$#" -ge 2 ] || { echo "error: $1 needs a value" >&2; exit 2; }
@@ -99,6 +106,8 @@ while [ "$#" -gt 0 ]; do
     --batched-per-b) batched_per_b=1; shift ;;
     --source) need_value "$@"; tools_source=$2; shift 2 ;;
     --tokscope) need_value "$@"; tokscope=$2; shift 2 ;;
+    --agree) need_value "$@"; agree=$2; shift 2 ;;
+    --agree-batched) need_value "$@"; agree_batched=$2; shift 2 ;;
     -h | --help) usage; exit 0 ;;
     *) echo "error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -120,6 +129,11 @@ if [ "$n_prompt" = 0 ] && [ "$n_gen" = 0 ] && [ "$skip_single" = 0 ]; then
   echo "error: -p and -n are both 0: nothing to compare with llama-bench (--skip-single?)" >&2
   exit 2
 fi
+for pair in "agree:$agree" "agree-batched:$agree_batched"; do
+  case "${pair#*:}" in
+    *[!0-9.]* | .* | *.*.*) echo "error: --${pair%%:*} must be a percentage like 3, got '${pair#*:}'" >&2; exit 2 ;;
+  esac
+done
 case "$wait_quiet" in
   '' | *[!0-9]*) echo "error: --wait-quiet must be a number of seconds, got '$wait_quiet'" >&2; exit 2 ;;
 esac
@@ -330,14 +344,15 @@ other_peak_pct=$(sort -k5 -g "${out_dir}/quiet.txt" | tail -n 1 | cut -d' ' -f5)
 other_total_pct=$(awk -v cpus="$(nproc)" '{ w += $3; o += $4 }
   END { if (w > 0) printf "%.1f", 100 * o / (w * cpus); else printf "0" }' "${out_dir}/quiet.txt")
 
+status=0
 python3 - "$out_dir" "$rounds" "$n_prompt" "$n_gen" "$npl" "$skip_single" "$skip_batched" \
   "$invocation" "$(nproc)" "$cpu_model" "$load_before" "$load_after" "$sys_detail" \
   "$tools_detail" "$threads" "$reps" "$npp" "$ntg" "$fa" "$other_total_pct" "$other_peak_pct" \
-  "$batched_per_b" <<'PY'
+  "$batched_per_b" "$agree" "$agree_batched" <<'PY' || status=$?
 import json, statistics, sys
 (out, rounds, n_prompt, n_gen, npl, skip_single, skip_batched, invocation, ncpu, cpu,
  load_before, load_after, sys_detail, tools_detail, threads, reps, npp, ntg, fa,
- other_total_pct, other_peak_pct, per_b) = sys.argv[1:]
+ other_total_pct, other_peak_pct, per_b, agree, agree_batched) = sys.argv[1:]
 rounds, n_prompt, n_gen = int(rounds), int(n_prompt), int(n_gen)
 batch_sizes = [int(b) for b in npl.split(",")]
 
@@ -372,13 +387,19 @@ def row(name, lb, ts, target, mode, label=None):
     ratios = [t / l for t, l in zip(ts, lb) if l > 0]
     median = statistics.median(ratios) if ratios else float("nan")
     ratio = stats(ts)[0] / stats(lb)[0]
-    if mode == "min":
+    if mode == "agree":
+        # Agreement: the median of the per-round ratios, each round's two runs adjacent in time.
+        ok = abs(median - 1.0) <= target
+        goal = f"median 1 ± {target:.2f}"
+        if not ok:
+            misses.append(f"{name}: median ratio {median:.3f}, target {goal}")
+    elif mode == "min":
         ok = ratio >= target
         goal = f"≥ {target:.2f}"
     else:
         ok = abs(ratio - 1.0) <= target
         goal = f"1 ± {target:.2f}"
-    if not ok:
+    if not ok and mode != "agree":
         misses.append(f"{name}: ratio {ratio:.3f}, target {goal}")
     per_round = ", ".join(f"{r:.3f}" for r in ratios)
     print(f"| {label or name} | {fmt(lb)} | {fmt(ts)} | **{ratio:.3f}** | {median:.3f} | {per_round} | {goal} | "
@@ -404,10 +425,15 @@ if skip_single == "0":
     print()
     print("| test | llama-bench t/s | tokscope t/s | ratio | median of rounds | per round | target | |")
     print("|---|---:|---:|---:|---:|---|---|---|")
-    if lb_pp and ts_pp:
-        row(f"pp{n_prompt}", lb_pp, ts_pp, 0.95, "min")
-    if lb_tg and ts_tg:
-        row(f"tg{n_gen}", lb_tg, ts_tg, 0.98, "min")
+    for name, lb_v, ts_v, want, target in ((f"pp{n_prompt}", lb_pp, ts_pp, n_prompt, 0.95),
+                                           (f"tg{n_gen}", lb_tg, ts_tg, n_gen, 0.98)):
+        if lb_v and ts_v:
+            if agree:
+                row(name, lb_v, ts_v, float(agree) / 100, "agree")
+            else:
+                row(name, lb_v, ts_v, target, "min")
+        elif want > 0:
+            misses.append(f"{name}: a side gave no figure")
     print()
 
 if skip_batched == "0":
@@ -433,7 +459,10 @@ if skip_batched == "0":
     print("|---|---:|---:|---:|---:|---|---|---|")
     for b in batch_sizes:
         if lb[b] and ts[b]:
-            row(f"B={b}", lb[b], ts[b], 0.05, "band", label=str(b))
+            if agree:
+                row(f"B={b}", lb[b], ts[b], float(agree_batched) / 100, "agree", label=str(b))
+            else:
+                row(f"B={b}", lb[b], ts[b], 0.05, "band", label=str(b))
         else:
             print(f"| {b} | {fmt(lb[b]) if lb[b] else '—'} | {fmt(ts[b]) if ts[b] else '—'} "
                   "| — | — | | | no figure |")
@@ -442,6 +471,8 @@ if skip_batched == "0":
 
 if misses:
     print("Targets missed: " + "; ".join(misses) + ".")
+    if agree:
+        sys.exit(1)
 else:
     print("Every target met.")
 PY
@@ -451,3 +482,4 @@ if python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) > 5 else 1)' "$other
     "time during a run); OpenMP runs slow down badly when anything else competes for the" \
     "cores, so these figures are noisy."
 fi
+exit "$status"

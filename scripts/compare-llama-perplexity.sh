@@ -35,7 +35,8 @@ Usage: scripts/compare-llama-perplexity.sh [options]
       --tokscope FILE    tokscope binary (default: target/release/tokscope, built if missing)
   -h, --help             this text
 
-Target: every figure within 1% of llama-perplexity's.
+Target: every figure within 1% of llama-perplexity's (or half the unit of its last printed
+digit); exits 1 when one is not.
 HELP
 }
 
@@ -124,8 +125,9 @@ echo "# llama-perplexity: candidate pass (--kl-divergence)" >&2
 "$perplexity" -m "$candidate" "${common[@]}" --kl-divergence --kl-divergence-base "${out_dir}/base.kld" \
   >"${out_dir}/candidate.log" 2>&1 || { tail -n 20 "${out_dir}/candidate.log" >&2; exit 1; }
 
-python3 - "${out_dir}/tokscope.json" "${out_dir}/reference.log" "${out_dir}/candidate.log" \
-  "$(cat "${tools_dir}/VERSION" | head -n 2 | paste -sd ';' -)" <<'PY'
+status=0
+if python3 - "${out_dir}/tokscope.json" "${out_dir}/reference.log" "${out_dir}/candidate.log" \
+  "$(head -n 2 "${tools_dir}/VERSION" | paste -sd ";" -)" <<'PY'
 import json, re, sys
 
 ts = json.load(open(sys.argv[1]))
@@ -134,52 +136,68 @@ cand_log = open(sys.argv[3], encoding="utf-8", errors="replace").read()
 tools = sys.argv[4]
 
 def grab(text, pattern):
+    """The first number the pattern captures, and the unit of its last printed digit."""
     m = re.search(pattern, text)
     if not m:
         sys.exit(f"error: llama-perplexity's output has no match for {pattern!r}")
-    return float(m.group(1))
+    s = m.group(1)
+    decimals = len(s.split(".")[1]) if "." in s else 0
+    return float(s), 10.0 ** -decimals
 
 ref_row, cand_row = ts["rows"][0], ts["rows"][1]
 q = cand_row["quality"]
-pairs = [
-    ("PPL reference", ref_row["quality"]["ppl"], grab(ref_log, r"Final estimate: PPL = ([0-9.]+)")),
-    ("PPL candidate", q["ppl"], grab(cand_log, r"Mean PPL\(Q\)\s*:\s*([0-9.]+)")),
-    ("KLD mean", q["kld_mean"], grab(cand_log, r"Mean\s+KLD:\s*([0-9.]+)")),
-    ("KLD median", q["kld_median"], grab(cand_log, r"Median\s+KLD:\s*([0-9.]+)")),
-    ("KLD p99", q["kld_p99"], grab(cand_log, r"99\.0%\s+KLD:\s*([0-9.]+)")),
-    ("KLD max", q["kld_max"], grab(cand_log, r"Maximum KLD:\s*([0-9.]+)")),
-    ("same top %", q["same_top_pct"], grab(cand_log, r"Same top p:\s*([0-9.]+)")),
-    ("Δp mean (pp)", q["delta_p_mean_pct"], grab(cand_log, r"Mean\s+Δp:\s*(-?[0-9.]+)")),
-    ("Δp RMS (pp)", q["delta_p_rms_pct"], grab(cand_log, r"RMS Δp\s*:\s*([0-9.]+)")),
+# (figure, tokscope's value, llama-perplexity's pattern, log). Every figure is checked.
+specs = [
+    ("PPL reference", ref_row["quality"]["ppl"], r"Final estimate: PPL = ([0-9.]+)", ref_log),
+    ("PPL candidate", q["ppl"], r"Mean PPL\(Q\)\s*:\s*([0-9.]+)", cand_log),
+    ("KLD mean", q["kld_mean"], r"Mean\s+KLD:\s*([0-9.]+)", cand_log),
+    ("KLD median", q["kld_median"], r"Median\s+KLD:\s*([0-9.]+)", cand_log),
+    ("KLD p99", q["kld_p99"], r"99\.0%\s+KLD:\s*([0-9.]+)", cand_log),
+    ("KLD max", q["kld_max"], r"Maximum KLD:\s*([0-9.]+)", cand_log),
+    ("same top %", q["same_top_pct"], r"Same top p:\s*([0-9.]+)", cand_log),
+    ("Δp mean (pp)", q["delta_p_mean_pct"], r"Mean\s+Δp:\s*(-?[0-9.]+)", cand_log),
+    ("Δp RMS (pp)", q["delta_p_rms_pct"], r"RMS Δp\s*:\s*([0-9.]+)", cand_log),
 ]
-chunks = int(grab(cand_log, r"computing over (\d+) chunks"))
+chunks = int(grab(cand_log, r"computing over (\d+) chunks")[0])
 print(f"reference: {ref_row['model']}")
 print(f"candidate: {cand_row['model']}")
 print(f"text: {ts['text']} ({ts['text_tokens']} tokens), n_ctx {ts['n_ctx']}, "
       f"chunks tokscope {ts['chunks']} / llama-perplexity {chunks}")
 print(f"llama-perplexity: {tools}")
 print()
-print(f"| figure | tokscope | llama-perplexity | difference |")
-print(f"| --- | ---: | ---: | ---: |")
-worst = 0.0
-for name, ours, theirs in pairs:
-    if "Δp mean" in name:
-        # A signed mean near zero, printed by llama-perplexity to 0.001 percentage points:
-        # compared in absolute terms.
-        diff = f"{ours - theirs:+.4f} pp"
-    elif theirs == 0:
-        diff = "—"
-    else:
-        rel = (ours - theirs) / theirs * 100
-        worst = max(worst, abs(rel)) if name not in ("KLD max",) else worst
-        diff = f"{rel:+.2f} %"
-    print(f"| {name} | {ours:.6f} | {theirs:.6f} | {diff} |")
+print("Tolerance: 1 % of llama-perplexity's figure, or half the unit of its last printed digit")
+print("when that is larger (it prints KLD to 6 decimals and Δp to 3: a value it rounds cannot")
+print("be matched closer than that). Δp mean is signed and near zero: compared the same way.")
 print()
-print(f"largest relative difference (PPL, KLD mean/median/p99, same top, Δp RMS): {worst:.2f} % "
-      f"({'within' if worst <= 1.0 else 'OUTSIDE'} the 1 % target)")
+print("| figure | tokscope | llama-perplexity | difference | tolerance | |")
+print("| --- | ---: | ---: | ---: | ---: | --- |")
+outside = []
+if ts["chunks"] != chunks:
+    outside.append(f"chunks {ts['chunks']} vs {chunks}")
+for name, ours, pattern, log in specs:
+    theirs, unit = grab(log, pattern)
+    if ours is None:
+        outside.append(f"{name}: tokscope gave no figure")
+        print(f"| {name} | — | {theirs} | — | — | OUTSIDE |")
+        continue
+    tolerance = max(0.01 * abs(theirs), unit / 2)
+    diff = ours - theirs
+    ok = abs(diff) <= tolerance
+    if not ok:
+        outside.append(f"{name}: {ours:.6f} vs {theirs:.6f}")
+    rel = f" ({diff / theirs * 100:+.2f} %)" if theirs != 0 else ""
+    print(f"| {name} | {ours:.6f} | {theirs:.6f} | {diff:+.6f}{rel} | ±{tolerance:.6f} | "
+          f"{'within' if ok else 'OUTSIDE'} |")
+print()
+if outside:
+    print("OUTSIDE the tolerance: " + "; ".join(outside))
+    sys.exit(1)
+print("every figure within its tolerance")
 PY
+then :; else status=$?; fi
 if [ "$keep_out" = 0 ]; then
   rm -rf "$out_dir"
 else
   echo "# raw outputs kept in ${out_dir}" >&2
 fi
+exit "$status"

@@ -7,11 +7,15 @@
 #
 # Sources:
 #   pypi[:VER]  the llama.cpp vendored in the llama-cpp-python sdist on PyPI
-#               (`pip download --no-binary :all: --no-deps llama-cpp-python==VER`;
+#               (`pip download --no-binary llama-cpp-python --no-deps llama-cpp-python==VER`;
 #               default VER 0.3.36, env LLAMA_CPP_PYTHON_VERSION)
 #   sys         the llama.cpp vendored in the llama-cpp-sys-2 crate tokscope links (found in
 #               the cargo registry after a tokscope build): the very same llama.cpp source, so a
 #               ratio against these tools measures tokscope and not a llama.cpp version change
+#   native      the same source as sys, built the way a user builds llama.cpp: CMake's
+#               defaults (Release, GGML_NATIVE=ON: every instruction set of this CPU, OpenMP),
+#               not tokscope's flags, so a ratio against these tools shows what a user of
+#               tokscope gains or loses against the llama.cpp they would build themselves
 #
 # The tools go to ${XDG_CACHE_HOME:-~/.cache}/tokscope/llama-tools/<source>/bin, built with CMake
 # Release and the CPU options of tokscope's own llama.cpp build (read from its CMake cache when
@@ -21,41 +25,51 @@ set -euo pipefail
 llama_tools_repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 LLAMA_TOOLS=(llama-bench llama-batched-bench llama-perplexity)
 
-# The CMake cache of the llama.cpp that llama-cpp-sys-2 built for tokscope, when there is one.
+# The CMake cache of the llama.cpp that llama-cpp-sys-2 built for tokscope, when there is one
+# (the newest, when the target dir holds builds with other flags).
 sys_cmake_cache() {
-  local f
+  local f newest=
   for f in "${llama_tools_repo_root}"/target/release/build/llama-cpp-sys-2-*/out/build/CMakeCache.txt; do
-    [ -f "$f" ] && { echo "$f"; return 0; }
+    [ -f "$f" ] || continue
+    if [ -z "$newest" ] || [ "$f" -nt "$newest" ]; then newest=$f; fi
   done
+  [ -n "$newest" ] && { echo "$newest"; return 0; }
   return 1
 }
 
-# CMake arguments for the CPU backend, as llama-cpp-sys-2 0.1.160's build.rs sets them:
+# CMake arguments for the CPU backend. For the `native` source: llama.cpp's own defaults
+# (GGML_NATIVE=ON), as its README builds it. Otherwise as llama-cpp-sys-2 0.1.160's build.rs
+# sets them:
 # GGML_NATIVE off unless RUSTFLAGS say target-cpu=native (ggml then turns AVX/AVX2/FMA/F16C/
 # BMI2/SSE4.2 on for x86-64 by default), OpenMP on (tokscope enables the `openmp` feature),
 # static libraries, Release, the compiler flags cmake-rs passes. When tokscope's own CMake cache
 # exists its values win.
 cpu_cmake_args() {
   local cache key value
-  local -a keys=(GGML_NATIVE GGML_AVX GGML_AVX2 GGML_AVX512 GGML_AVX512_BF16 GGML_AVX512_VBMI
-    GGML_AVX512_VNNI GGML_AVX_VNNI GGML_BMI2 GGML_F16C GGML_FMA GGML_SSE42 GGML_OPENMP
-    GGML_LLAMAFILE GGML_CPU_REPACK CMAKE_C_FLAGS CMAKE_CXX_FLAGS CMAKE_C_COMPILER
-    CMAKE_CXX_COMPILER)
-  if cache=$(sys_cmake_cache); then
-    echo "# CPU options copied from ${cache}" >&2
-    for key in "${keys[@]}"; do
-      value=$(sed -n "s/^${key}:[A-Z]*=//p" "$cache" | head -n 1)
-      [ -n "$value" ] && printf '%s\n' "-D${key}=${value}"
-    done
+  if [ "${LLAMA_TOOLS_SOURCE:-}" = native ]; then
+    echo "# CPU options: llama.cpp's defaults (GGML_NATIVE=ON), as a user builds it" >&2
+    printf '%s\n' -DGGML_NATIVE=ON
   else
-    echo "# no tokscope llama.cpp build found: using llama-cpp-sys-2's defaults" >&2
-    case "${RUSTFLAGS:-}${CARGO_ENCODED_RUSTFLAGS:-}" in
-      *target-cpu=native*) printf '%s\n' -DGGML_NATIVE=ON ;;
-      *) printf '%s\n' -DGGML_NATIVE=OFF ;;
-    esac
-    printf '%s\n' -DGGML_OPENMP=ON \
-      "-DCMAKE_C_FLAGS=-ffunction-sections -fdata-sections -fPIC -m64" \
-      "-DCMAKE_CXX_FLAGS=-ffunction-sections -fdata-sections -fPIC -m64"
+    local -a keys=(GGML_NATIVE GGML_AVX GGML_AVX2 GGML_AVX512 GGML_AVX512_BF16 GGML_AVX512_VBMI
+      GGML_AVX512_VNNI GGML_AVX_VNNI GGML_BMI2 GGML_F16C GGML_FMA GGML_SSE42 GGML_OPENMP
+      GGML_LLAMAFILE GGML_CPU_REPACK CMAKE_C_FLAGS CMAKE_CXX_FLAGS CMAKE_C_COMPILER
+      CMAKE_CXX_COMPILER)
+    if cache=$(sys_cmake_cache); then
+      echo "# CPU options copied from ${cache}" >&2
+      for key in "${keys[@]}"; do
+        value=$(sed -n "s/^${key}:[A-Z]*=//p" "$cache" | head -n 1)
+        [ -n "$value" ] && printf '%s\n' "-D${key}=${value}"
+      done
+    else
+      echo "# no tokscope llama.cpp build found: using llama-cpp-sys-2's defaults" >&2
+      case "${RUSTFLAGS:-}${CARGO_ENCODED_RUSTFLAGS:-}" in
+        *target-cpu=native*) printf '%s\n' -DGGML_NATIVE=ON ;;
+        *) printf '%s\n' -DGGML_NATIVE=OFF ;;
+      esac
+      printf '%s\n' -DGGML_OPENMP=ON \
+        "-DCMAKE_C_FLAGS=-ffunction-sections -fdata-sections -fPIC -m64" \
+        "-DCMAKE_CXX_FLAGS=-ffunction-sections -fdata-sections -fPIC -m64"
+    fi
   fi
   printf '%s\n' -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF \
     -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
@@ -80,26 +94,36 @@ llama_tools_dir() {
   local source=$1 cache_root
   cache_root="${XDG_CACHE_HOME:-${HOME}/.cache}/tokscope/llama-tools"
   case "$source" in
-    sys)
+    sys | native)
       local version
       version=$(awk '/^name = "llama-cpp-sys-2"$/ { getline; gsub(/"/, "", $3); print $3; exit }' \
         "${llama_tools_repo_root}/Cargo.lock")
-      echo "${cache_root}/sys-${version}"
+      echo "${cache_root}/${source}-${version}"
       ;;
     pypi) echo "${cache_root}/${LLAMA_CPP_PYTHON_VERSION:-0.3.36}" ;;
     pypi:*) echo "${cache_root}/${source#pypi:}" ;;
-    *) echo "error: unknown llama.cpp source '${source}' (pypi[:VER] or sys)" >&2; return 2 ;;
+    *) echo "error: unknown llama.cpp source '${source}' (pypi[:VER], sys or native)" >&2; return 2 ;;
   esac
 }
 
-# fetch_sdist VERSION WORK: downloads and unpacks the llama-cpp-python sdist into WORK; prints
-# the path of its vendored llama.cpp.
+# fetch_sdist VERSION WORK: downloads (once: kept in the tools cache) and unpacks the
+# llama-cpp-python sdist into WORK; prints the path of its vendored llama.cpp. Only this package
+# is taken as source (`--no-binary llama-cpp-python`): its build requirements come as wheels,
+# where `--no-binary :all:` made pip compile ninja and cmake from source first.
 fetch_sdist() {
-  local version=$1 work=$2 sdist src
-  echo "# downloading the llama-cpp-python ${version} sdist (its vendored llama.cpp)" >&2
-  python3 -m pip download --quiet --no-binary :all: --no-deps \
-    "llama-cpp-python==${version}" -d "${work}/dl" >&2
-  sdist=$(find "${work}/dl" -maxdepth 1 -name 'llama_cpp_python-*.tar.gz' | head -n 1)
+  local version=$1 work=$2 sdist src cache
+  cache="${XDG_CACHE_HOME:-${HOME}/.cache}/tokscope/llama-tools/sdist"
+  sdist="${cache}/llama_cpp_python-${version}.tar.gz"
+  if [ ! -f "$sdist" ]; then
+    echo "# downloading the llama-cpp-python ${version} sdist (its vendored llama.cpp)" >&2
+    python3 -m pip download --quiet --no-binary llama-cpp-python --no-deps \
+      "llama-cpp-python==${version}" -d "${work}/dl" >&2
+    mkdir -p "$cache"
+    local got
+    got=$(find "${work}/dl" -maxdepth 1 -name "llama_cpp_python-${version}.tar.gz" | head -n 1)
+    [ -n "$got" ] && mv "$got" "$sdist"
+  fi
+  [ -f "$sdist" ] || sdist=
   [ -n "$sdist" ] || { echo "error: no llama-cpp-python sdist was downloaded" >&2; return 1; }
   tar -xzf "$sdist" -C "$work"
   src=$(find "$work" -mindepth 3 -maxdepth 3 -type d -path '*/vendor/llama.cpp' | head -n 1)
@@ -124,7 +148,7 @@ build_llama_tools() {
   local work src origin jobs
   work=$(mktemp -d "${TMPDIR:-/tmp}/tokscope-llama-tools.XXXXXX")
   case "$source" in
-    sys)
+    sys | native)
       # llama-cpp-sys-2 ships llama.cpp without the tools' sources: the library is the crate's,
       # the three tools' sources come from the llama-cpp-python sdist (they use only llama.h and
       # common/, which the crate does ship).
@@ -157,7 +181,7 @@ build_llama_tools() {
   esac
 
   local -a cmake_args
-  mapfile -t cmake_args < <(cpu_cmake_args)
+  mapfile -t cmake_args < <(LLAMA_TOOLS_SOURCE=$source cpu_cmake_args)
   echo "# cmake ${cmake_args[*]}" >&2
   if ! cmake -S "$src" -B "${work}/build" "${cmake_args[@]}" >"${work}/configure.log" 2>&1; then
     tail -n 40 "${work}/configure.log" >&2
@@ -194,7 +218,7 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   while [ "$#" -gt 0 ]; do
     case "$1" in
       --source) [ "$#" -ge 2 ] || { echo "error: --source needs a value" >&2; exit 2; }; source_arg=$2; shift 2 ;;
-      -h | --help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+      -h | --help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
       *) echo "error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
   done

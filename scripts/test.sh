@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: unit, screen, real-engine (llama.cpp on synthetic
-# models), CLI and end-to-end tmux tests. Tests run in the release profile so that the one
-# optimized llama.cpp build is shared with the binary (a debug llama.cpp is far too slow).
+# models), the real demo model (fetched once, kept in the data dir), CLI and end-to-end tmux
+# tests, then the agreement check's quick form (scripts/agreement.sh --quick: every figure
+# against llama.cpp's own tools and an outside observer; it exits non-zero on a disagreement).
+# Tests run in the release profile so that the one optimized llama.cpp build is shared with
+# the binary (a debug llama.cpp is far too slow). Arguments go to `cargo test`; with any, the
+# agreement check is left out (a focused run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/deps.sh
@@ -12,5 +16,14 @@ for script in scripts/build-cuda.sh scripts/gpu-bench.sh scripts/cuda-launcher.s
   bash -n "$script"
   shellcheck "$script"
 done
+cargo fmt --all -- --check
+# Clippy in the release profile shares the one optimized llama.cpp build with the tests.
+cargo clippy --release --locked --all-targets -- -D warnings
 cargo build --release --locked --bins
+# The real-model tests (tests/real_model.rs) fail without the demo model: fetch it first
+# (a no-op when it is already there and verified).
+./target/release/tokscope fetch-demo
 cargo test --release --locked "$@"
+if [ "$#" = 0 ]; then
+  scripts/agreement.sh --quick
+fi

@@ -1,47 +1,339 @@
-//! Probes of the machine: a memory-bandwidth copy probe (the "measured" bandwidth beside the
-//! datasheet value) and the CPU's name. Timing lives here, not in the pure metrics module.
+//! Probes of the machine: the CPU's memory bandwidth (a STREAM-style probe run on all the
+//! threads the engine uses, cached per machine and thread count) beside the datasheet value,
+//! and the CPU's name. Timing lives here, not in the pure metrics module.
 
 pub mod gpu;
 
+use std::path::{Path, PathBuf};
 use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
 
 use crate::metrics::roofline::{Bandwidth, BandwidthSource};
 
-/// Measure main-memory bandwidth with large copies: the best of `repeats` copies of a
-/// `buffer_bytes` buffer, counting each byte twice (read and written), as STREAM's copy does.
-pub fn measure_cpu_bandwidth(buffer_bytes: usize, repeats: usize) -> Bandwidth {
-    let len = buffer_bytes.max(1 << 20) / 8;
-    let src: Vec<u64> = (0..len as u64).collect();
-    let mut dst = vec![0u64; len];
-    // Touch the destination once so page faults are not timed.
-    dst.copy_from_slice(&src);
-    let mut best = f64::INFINITY;
-    for _ in 0..repeats.max(1) {
-        let t = Instant::now();
-        dst.copy_from_slice(&src);
-        std::hint::black_box(&dst);
-        best = best.min(t.elapsed().as_secs_f64());
+/// Bumped whenever the probe's method changes, so that a cached figure measured another way is
+/// not reused.
+const PROBE_METHOD: &str = "stream-v1";
+/// The cache file (in the cache dir) holding one probe result per CPU and thread count.
+const PROBE_CACHE_FILE: &str = "bandwidth-probe.json";
+/// Full-size probe: repetitions, best kept (STREAM's convention: the best of several runs is
+/// the one least disturbed by the rest of the machine).
+const PROBE_RUNS: usize = 5;
+/// The probe's footprint is at least this (and at least 8 × the last-level cache).
+const PROBE_MIN_BYTES: usize = 1 << 30;
+
+/// One STREAM-style measurement: the three kernels' best rates, in bytes per second, counting
+/// the bytes each kernel moves (read: 8 B per element; copy: 16; triad: 24).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StreamProbe {
+    pub threads: usize,
+    /// The probe's whole footprint (all three arrays).
+    pub footprint_bytes: usize,
+    pub runs: usize,
+    pub read_bytes_per_s: f64,
+    pub copy_bytes_per_s: f64,
+    pub triad_bytes_per_s: f64,
+}
+
+impl StreamProbe {
+    /// The ceiling for decode: the fastest of the kernels. Decode is read-dominated (weights
+    /// and KV cache are read; only activations are written), so this is usually `read`.
+    pub fn best_bytes_per_s(&self) -> f64 {
+        self.read_bytes_per_s
+            .max(self.copy_bytes_per_s)
+            .max(self.triad_bytes_per_s)
     }
-    let bytes = 2.0 * (len * 8) as f64;
-    Bandwidth {
-        bytes_per_s: if best > 0.0 { bytes / best } else { 0.0 },
-        source: BandwidthSource::Measured {
-            method: format!(
-                "CPU copy probe, {} MiB × {}, best",
-                (len * 8) >> 20,
-                repeats.max(1)
-            ),
-        },
+
+    /// How it was measured, in words, for the label beside the figure.
+    pub fn method(&self) -> String {
+        let gb = |b: f64| b / 1e9;
+        format!(
+            "STREAM-style probe, {} thread{}, {} MiB, best of {} (read {:.1}, copy {:.1}, triad {:.1} GB/s)",
+            self.threads,
+            if self.threads == 1 { "" } else { "s" },
+            self.footprint_bytes >> 20,
+            self.runs,
+            gb(self.read_bytes_per_s),
+            gb(self.copy_bytes_per_s),
+            gb(self.triad_bytes_per_s),
+        )
+    }
+
+    pub fn bandwidth(&self) -> Bandwidth {
+        Bandwidth {
+            bytes_per_s: self.best_bytes_per_s(),
+            source: BandwidthSource::Measured {
+                method: self.method(),
+            },
+        }
     }
 }
 
+/// Splits `len` elements into `threads` contiguous ranges (the last ones one shorter).
+fn ranges(len: usize, threads: usize) -> Vec<std::ops::Range<usize>> {
+    let threads = threads.max(1);
+    let base = len / threads;
+    let extra = len % threads;
+    let mut start = 0;
+    (0..threads)
+        .map(|i| {
+            let n = base + usize::from(i < extra);
+            let r = start..start + n;
+            start += n;
+            r
+        })
+        .collect()
+}
+
+/// Runs `f` on each thread's own part of the three arrays, all threads at once, and returns
+/// the wall time from the first start to the last finish.
+fn timed_parallel<F>(a: &mut [f64], b: &mut [f64], c: &mut [f64], threads: usize, f: F) -> f64
+where
+    F: Fn(&mut [f64], &mut [f64], &mut [f64]) + Sync,
+{
+    let parts = ranges(a.len(), threads);
+    let mut a_rest = a;
+    let mut b_rest = b;
+    let mut c_rest = c;
+    let mut slices = Vec::with_capacity(parts.len());
+    for r in &parts {
+        let (a_head, a_tail) = std::mem::take(&mut a_rest).split_at_mut(r.len());
+        let (b_head, b_tail) = std::mem::take(&mut b_rest).split_at_mut(r.len());
+        let (c_head, c_tail) = std::mem::take(&mut c_rest).split_at_mut(r.len());
+        slices.push((a_head, b_head, c_head));
+        a_rest = a_tail;
+        b_rest = b_tail;
+        c_rest = c_tail;
+    }
+    let barrier = std::sync::Barrier::new(slices.len() + 1);
+    let f = &f;
+    let barrier = &barrier;
+    std::thread::scope(|s| {
+        for (a, b, c) in slices {
+            s.spawn(move || {
+                barrier.wait();
+                f(a, b, c);
+            });
+        }
+        barrier.wait();
+        let start = Instant::now();
+        // The scope joins every thread before it returns.
+        start
+    })
+    .elapsed()
+    .as_secs_f64()
+}
+
+/// Sums a slice with eight independent accumulators so the loop vectorises and is limited by
+/// memory, not by the add latency.
+fn read_kernel(a: &[f64]) -> f64 {
+    let mut acc = [0.0f64; 8];
+    let chunks = a.chunks_exact(8);
+    let tail: f64 = chunks.remainder().iter().sum();
+    for chunk in chunks {
+        for (s, x) in acc.iter_mut().zip(chunk) {
+            *s += *x;
+        }
+    }
+    acc.iter().sum::<f64>() + tail
+}
+
+/// Measures the memory bandwidth the way decode reads memory: `threads` threads, each on its
+/// own slice of three `footprint_bytes / 3` arrays, running read (sum), copy and triad
+/// (`a = b + s·c`); the best of `runs` runs of each.
+pub fn measure_cpu_bandwidth(threads: usize, footprint_bytes: usize, runs: usize) -> StreamProbe {
+    let threads = threads.max(1);
+    let runs = runs.max(1);
+    let len = (footprint_bytes / 3 / 8).max(threads * 1024);
+    let mut a = vec![0.0f64; len];
+    let mut b = vec![0.0f64; len];
+    let mut c = vec![0.0f64; len];
+    // First touch on the thread that will read the pages (so they are mapped, and on a NUMA
+    // machine placed near it); page faults are not timed.
+    timed_parallel(&mut a, &mut b, &mut c, threads, |a, b, c| {
+        a.fill(1.0);
+        b.fill(2.0);
+        c.fill(0.5);
+    });
+    let (mut read, mut copy, mut triad) = (f64::INFINITY, f64::INFINITY, f64::INFINITY);
+    for _ in 0..runs {
+        read = read.min(timed_parallel(
+            &mut a,
+            &mut b,
+            &mut c,
+            threads,
+            |a, _, _| {
+                std::hint::black_box(read_kernel(std::hint::black_box(a)));
+            },
+        ));
+        copy = copy.min(timed_parallel(
+            &mut a,
+            &mut b,
+            &mut c,
+            threads,
+            |a, b, _| {
+                b.copy_from_slice(a);
+                std::hint::black_box(b);
+            },
+        ));
+        triad = triad.min(timed_parallel(
+            &mut a,
+            &mut b,
+            &mut c,
+            threads,
+            |a, b, c| {
+                for ((x, y), z) in a.iter_mut().zip(b.iter()).zip(c.iter()) {
+                    *x = y + 3.0 * z;
+                }
+                std::hint::black_box(a);
+            },
+        ));
+    }
+    let bytes = (len * 8) as f64;
+    let rate = |moved: f64, secs: f64| if secs > 0.0 { moved / secs } else { 0.0 };
+    StreamProbe {
+        threads,
+        footprint_bytes: 3 * len * 8,
+        runs,
+        read_bytes_per_s: rate(bytes, read),
+        copy_bytes_per_s: rate(2.0 * bytes, copy),
+        triad_bytes_per_s: rate(3.0 * bytes, triad),
+    }
+}
+
+/// The last-level cache's size in bytes (Linux sysfs), when known.
+pub fn last_level_cache_bytes() -> Option<u64> {
+    let dir = Path::new("/sys/devices/system/cpu/cpu0/cache");
+    let mut best: Option<(u32, u64)> = None;
+    for entry in std::fs::read_dir(dir).ok()?.flatten() {
+        let p = entry.path();
+        let read = |f: &str| std::fs::read_to_string(p.join(f)).ok();
+        let (Some(level), Some(size)) = (read("level"), read("size")) else {
+            continue;
+        };
+        let (Ok(level), Some(size)) = (level.trim().parse::<u32>(), parse_cache_size(&size)) else {
+            continue;
+        };
+        if best.is_none_or(|(l, _)| level > l) {
+            best = Some((level, size));
+        }
+    }
+    best.map(|(_, size)| size)
+}
+
+/// "32768K" → 32 MiB; "8M" → 8 MiB; plain numbers are bytes.
+fn parse_cache_size(text: &str) -> Option<u64> {
+    let t = text.trim();
+    let (digits, mult) = match t.chars().last()? {
+        'K' | 'k' => (&t[..t.len() - 1], 1u64 << 10),
+        'M' | 'm' => (&t[..t.len() - 1], 1 << 20),
+        'G' | 'g' => (&t[..t.len() - 1], 1 << 30),
+        _ => (t, 1),
+    };
+    digits.trim().parse::<u64>().ok().map(|n| n * mult)
+}
+
+/// Memory the kernel says is available without swapping (`MemAvailable`), in bytes.
+pub fn available_memory_bytes() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// The probe's footprint: max(8 × LLC, 1 GiB), capped at half the available memory (so the
+/// probe never pushes the machine into swap), and never below 64 MiB.
+pub fn probe_footprint_bytes(llc: Option<u64>, available: Option<u64>) -> usize {
+    let want = llc
+        .map_or(0, |l| l.saturating_mul(8))
+        .max(PROBE_MIN_BYTES as u64);
+    let cap = available.map_or(u64::MAX, |a| a / 2);
+    usize::try_from(want.min(cap).max(64 << 20)).unwrap_or(PROBE_MIN_BYTES)
+}
+
+/// One cached probe result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CachedProbe {
+    pub cpu: String,
+    pub method: String,
+    pub measured_unix_s: u64,
+    pub probe: StreamProbe,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct ProbeCache {
+    entries: Vec<CachedProbe>,
+}
+
+/// The cache file of probe results.
+pub fn probe_cache_path() -> PathBuf {
+    crate::paths::cache_dir().join(PROBE_CACHE_FILE)
+}
+
+fn read_cache(path: &Path) -> ProbeCache {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default()
+}
+
+/// The machine's CPU memory bandwidth for `threads` threads: the cached probe result for this
+/// CPU, thread count and method when there is one, else a fresh probe, stored in the cache.
+/// Chat, `run` and `bench` all call this, so they share one figure. A cache that cannot be
+/// written costs a fresh probe next time and nothing else.
+pub fn cpu_bandwidth(threads: usize) -> Bandwidth {
+    cpu_bandwidth_cached(&probe_cache_path(), threads, || {
+        let footprint = probe_footprint_bytes(last_level_cache_bytes(), available_memory_bytes());
+        measure_cpu_bandwidth(threads, footprint, PROBE_RUNS)
+    })
+}
+
+/// [`cpu_bandwidth`] with its cache file and its probe given (tests use a small probe).
+pub fn cpu_bandwidth_cached(
+    cache_path: &Path,
+    threads: usize,
+    probe: impl FnOnce() -> StreamProbe,
+) -> Bandwidth {
+    let threads = threads.max(1);
+    let cpu = cpu_name().unwrap_or_else(|| "unknown CPU".into());
+    let mut cache = read_cache(cache_path);
+    if let Some(hit) = cache
+        .entries
+        .iter()
+        .find(|e| e.cpu == cpu && e.method == PROBE_METHOD && e.probe.threads == threads)
+    {
+        let mut bw = hit.probe.bandwidth();
+        if let BandwidthSource::Measured { method } = &mut bw.source {
+            method.push_str(", cached");
+        }
+        return bw;
+    }
+    let fresh = probe();
+    cache
+        .entries
+        .retain(|e| !(e.cpu == cpu && e.probe.threads == threads));
+    cache.entries.push(CachedProbe {
+        cpu,
+        method: PROBE_METHOD.into(),
+        measured_unix_s: crate::ids::now_unix_s(),
+        probe: fresh.clone(),
+    });
+    if let Ok(text) = serde_json::to_vec_pretty(&cache) {
+        if let Err(e) = crate::fsx::write_private(cache_path, &text) {
+            tracing::warn!("could not cache the bandwidth probe: {e}");
+        }
+    }
+    fresh.bandwidth()
+}
+
 /// The peak memory bandwidth to compare decode with: the configured value, else the datasheet
-/// value of the first GPU (by name), else, on the CPU, a measured copy probe. `None` for a GPU
-/// not in the table (a CPU probe would say nothing about it).
+/// value of the first GPU (by name), else, on the CPU, the shared probe for `threads` threads.
+/// `None` for a GPU not in the table (a CPU probe would say nothing about it).
 pub fn peak_bandwidth(
     configured_gb_s: Option<f64>,
     devices: &[String],
     gpu: bool,
+    threads: usize,
 ) -> Option<Bandwidth> {
     if let Some(gb) = configured_gb_s {
         return Some(Bandwidth {
@@ -54,7 +346,17 @@ pub fn peak_bandwidth(
             .iter()
             .find_map(|d| crate::metrics::roofline::datasheet_bandwidth(d));
     }
-    Some(measure_cpu_bandwidth(64 << 20, 5))
+    Some(cpu_bandwidth(threads))
+}
+
+/// The 1-minute load average (Linux `/proc/loadavg`), when known.
+pub fn load_average_1m() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// The CPU's model name (Linux `/proc/cpuinfo`), when known.
@@ -71,14 +373,100 @@ mod tests {
     use super::*;
 
     #[test]
-    fn copy_probe_gives_a_plausible_labelled_figure() {
-        let bw = measure_cpu_bandwidth(8 << 20, 3);
-        // Anything from 100 MB/s to 10 TB/s is a machine; NaN or zero is a bug.
-        assert!(
-            bw.bytes_per_s > 1e8 && bw.bytes_per_s < 1e13,
-            "{}",
-            bw.bytes_per_s
+    fn stream_probe_gives_plausible_labelled_figures() {
+        let p = measure_cpu_bandwidth(2, 24 << 20, 2);
+        for rate in [p.read_bytes_per_s, p.copy_bytes_per_s, p.triad_bytes_per_s] {
+            // Anything from 100 MB/s to 10 TB/s is a machine; NaN or zero is a bug.
+            assert!(rate > 1e8 && rate < 1e13, "{rate}");
+        }
+        assert_eq!(p.threads, 2);
+        assert_eq!(
+            p.best_bytes_per_s(),
+            p.read_bytes_per_s
+                .max(p.copy_bytes_per_s)
+                .max(p.triad_bytes_per_s)
         );
-        assert!(bw.source.label().starts_with("measured"));
+        let label = p.bandwidth().source.label();
+        assert!(
+            label.starts_with("measured, STREAM-style probe, 2 threads"),
+            "{label}"
+        );
+        assert!(label.contains("best of 2"), "{label}");
+    }
+
+    #[test]
+    fn ranges_cover_every_element_once() {
+        for (len, threads) in [(10, 3), (3, 8), (1024, 1), (0, 2)] {
+            let r = ranges(len, threads);
+            assert_eq!(r.len(), threads);
+            assert_eq!(r.iter().map(|r| r.len()).sum::<usize>(), len);
+            assert!(r.windows(2).all(|w| w[0].end == w[1].start));
+        }
+    }
+
+    #[test]
+    fn footprint_is_well_past_the_cache_and_within_memory() {
+        // 32 MiB LLC: 1 GiB wins over 8 × 32 MiB.
+        assert_eq!(
+            probe_footprint_bytes(Some(32 << 20), Some(64 << 30)),
+            1 << 30
+        );
+        // 256 MiB LLC: 8 × it.
+        assert_eq!(
+            probe_footprint_bytes(Some(256 << 20), Some(64 << 30)),
+            2 << 30
+        );
+        // Little free memory: half of it.
+        assert_eq!(
+            probe_footprint_bytes(Some(32 << 20), Some(1 << 30)),
+            512 << 20
+        );
+        assert_eq!(probe_footprint_bytes(None, None), 1 << 30);
+        assert_eq!(parse_cache_size("32768K\n"), Some(32 << 20));
+        assert_eq!(parse_cache_size("8M"), Some(8 << 20));
+        assert_eq!(parse_cache_size("x"), None);
+    }
+
+    #[test]
+    fn the_probe_is_cached_per_cpu_and_thread_count() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("probe.json");
+        let calls = std::cell::Cell::new(0);
+        let probe = |threads| {
+            calls.set(calls.get() + 1);
+            StreamProbe {
+                threads,
+                footprint_bytes: 3 << 20,
+                runs: 1,
+                read_bytes_per_s: 10e9 * threads as f64,
+                copy_bytes_per_s: 1e9,
+                triad_bytes_per_s: 1e9,
+            }
+        };
+        let first = cpu_bandwidth_cached(&path, 2, || probe(2));
+        assert_eq!(first.bytes_per_s, 20e9);
+        assert!(!first.source.label().ends_with("cached"));
+        let again = cpu_bandwidth_cached(&path, 2, || probe(2));
+        assert_eq!(calls.get(), 1, "the second call reuses the cached result");
+        assert_eq!(again.bytes_per_s, 20e9);
+        assert!(
+            again.source.label().ends_with(", cached"),
+            "{}",
+            again.source.label()
+        );
+        // Another thread count is another probe, and both stay cached.
+        assert_eq!(
+            cpu_bandwidth_cached(&path, 1, || probe(1)).bytes_per_s,
+            10e9
+        );
+        assert_eq!(calls.get(), 2);
+        cpu_bandwidth_cached(&path, 2, || probe(2));
+        cpu_bandwidth_cached(&path, 1, || probe(1));
+        assert_eq!(calls.get(), 2);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            text.contains(PROBE_METHOD) && text.contains("\"threads\": 1"),
+            "{text}"
+        );
     }
 }

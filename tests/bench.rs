@@ -138,7 +138,41 @@ fn every_output_format_parses_back() {
     }
     assert_eq!(rows[1]["kind"], "tg");
     assert!(rows[1]["itl_p99_ms"].as_f64().unwrap() > 0.0);
-    assert!(rows[1]["ttft_p50_ms"].as_f64().unwrap() > 0.0);
+    // A tg row has no prompt: its first step decodes a BOS, which is no TTFT.
+    assert!(rows[1]["ttft_p50_ms"].is_null(), "{}", rows[1]);
+    let cells =
+        |line: &str| -> Vec<String> { line.split('|').map(|c| c.trim().to_string()).collect() };
+    let ttft_col = cells(lines[0])
+        .iter()
+        .position(|c| c == "TTFT p50 ms")
+        .unwrap();
+    assert_eq!(cells(body[1])[ttft_col], "—", "tg TTFT is shown as —: {md}");
+}
+
+#[test]
+fn pg_ttft_is_the_chats_prefill_plus_first_sample() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let model = tiny(home.path());
+    let out = bench(
+        home.path(),
+        &model,
+        &[
+            "-t", "1", "-p", "0", "-n", "0", "-pg", "64,8", "-r", "1", "-o", "jsonl",
+        ],
+    );
+    let row: Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    assert_eq!(row["kind"], "pg", "{row}");
+    let ttft = row["ttft_p50_ms"].as_f64().unwrap();
+    let prefill = row["prefill_ms_mean"].as_f64().unwrap();
+    let step = row["itl_p50_ms"].as_f64().unwrap();
+    // One repetition: TTFT = that run's prefill + the first token's sample and text, which
+    // is far less than a decode step (the old definition added a whole decode step).
+    assert!(ttft >= prefill, "TTFT {ttft} ms < prefill {prefill} ms");
+    assert!(
+        ttft - prefill < step,
+        "TTFT {ttft} − prefill {prefill} ≥ a decode step {step}"
+    );
 }
 
 #[test]

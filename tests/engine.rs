@@ -7,6 +7,7 @@ mod common;
 use common::*;
 use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::LlamaModel;
+use std::time::{Duration, Instant};
 use tokscope::engine::{EngineEvent, SamplingParams, StopReason, Utf8Stream};
 use tokscope::metrics::relative_difference;
 use tokscope::synth::TensorType;
@@ -69,7 +70,7 @@ fn same_seed_same_text_and_other_seed_other_text() {
 fn split_characters_from_real_llama_cpp_pieces_come_out_whole() {
     let dir = tempfile::tempdir().unwrap();
     let path = synth(dir.path(), "tiny.gguf", "tiny", TensorType::F32, 1);
-    let backend = tokscope::engine::backend().unwrap();
+    let backend = tokscope::llama::backend().unwrap();
     let params = LlamaModelParams::default().with_vocab_only(true);
     let model = LlamaModel::load_from_file(backend, &path, &params).unwrap();
     let vocab = model.vocab();
@@ -104,23 +105,41 @@ fn cancel_stops_within_one_token_and_keeps_the_partial_answer() {
     let dir = tempfile::tempdir().unwrap();
     let model = synth_medium(dir.path());
     let mut e = start(&model, settings(2048));
+    let before = Instant::now();
     let id = e
         .handle
         .generate(vec![user("Write a long essay")], greedy(), 1500)
         .unwrap();
     let cancel_at = 3;
+    // `submitted_at` is stamped inside `generate`, so it is no earlier than `before`: a token
+    // ready at offset `at` was ready no earlier than `before + at`. Counting the tokens with
+    // `before + at` after the cancel instant over-counts, never under-counts.
+    let mut cancelled_at = None;
     let t = e.collect(id, |h, index| {
         if index == cancel_at {
+            cancelled_at = Some(Instant::now());
             h.cancel(id);
         }
     });
     assert_eq!(t.report.stop_reason, StopReason::Cancelled);
+    let cancelled_at = cancelled_at.unwrap();
     let n = t.report.timeline.tokens_generated();
-    // Token `cancel_at` was already out; at most the token being decoded then may follow
-    // (plus one for the event still in flight when the flag was set).
     assert!(
-        n > cancel_at && n <= cancel_at + 3,
-        "generated {n} tokens after cancelling at {cancel_at}"
+        n > cancel_at,
+        "generated {n} tokens, cancelled at {cancel_at}"
+    );
+    let after: Vec<_> = t
+        .report
+        .timeline
+        .token_ready_at
+        .iter()
+        .filter(|at| before + **at > cancelled_at)
+        .collect();
+    // The token being decoded when the flag was set may still come out; nothing after it.
+    assert!(
+        after.len() <= 1,
+        "{} tokens came after the cancel (at most one may): {after:?}",
+        after.len()
     );
     assert_eq!(t.streamed, t.report.text, "the partial answer is kept");
     // The engine goes on serving, and the cancelled turn's tokens stay in the KV cache.
@@ -134,6 +153,119 @@ fn cancel_stops_within_one_token_and_keeps_the_partial_answer() {
         4,
     );
     assert!(next.report.timeline.cached_tokens > 0);
+}
+
+#[test]
+fn the_ttft_breakdown_adds_up_to_ttft() {
+    let _lock = model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let model = synth_medium(dir.path());
+    let mut e = start(&model, settings(2048));
+    for prompt in [
+        "Hello there",
+        "A second, somewhat longer message to prefill",
+    ] {
+        let t = e.turn(vec![user(prompt)], greedy(), 4);
+        let s = t.report.timeline.summary();
+        let ttft = s.ttft_ms.unwrap();
+        let parts = s.queue_ms + s.template_tokenize_ms + s.prefill_ms + s.first_sample_ms.unwrap();
+        assert!(
+            (parts - ttft).abs() <= 0.01 * ttft,
+            "queue {} + template {} + prefill {} + first sample {:?} = {parts} ms vs TTFT {ttft} ms",
+            s.queue_ms,
+            s.template_tokenize_ms,
+            s.prefill_ms,
+            s.first_sample_ms
+        );
+        assert!(s.queue_ms >= 0.0 && s.queue_ms < ttft);
+        // What the chat's live view derives from the PrefillDone event (queue = at − template
+        // − prefill) is the engine's queue.
+        let tl = &t.report.timeline;
+        let derived = tl
+            .prefill_done_at
+            .saturating_sub(tl.template_tokenize + tl.prefill);
+        assert!(
+            derived.abs_diff(tl.queue) <= Duration::from_micros(1),
+            "{derived:?} vs {:?}",
+            tl.queue
+        );
+    }
+}
+
+#[test]
+fn cancel_stops_a_long_prefill_within_one_micro_batch() {
+    let _lock = model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let model = synth_medium(dir.path());
+    let ubatch = 32u32;
+    let mut s = settings(4096);
+    s.n_batch = 512;
+    s.n_ubatch = ubatch;
+    let mut e = start(&model, s);
+    // A prompt of many micro-batches.
+    let long = "word ".repeat(1500);
+    let before = Instant::now();
+    let id = e.handle.generate(vec![user(&long)], greedy(), 8).unwrap();
+    let mut progress: Vec<(usize, usize, Duration)> = Vec::new();
+    let mut cancelled_at = None;
+    let report = loop {
+        match e.events.blocking_recv().expect("engine gone") {
+            EngineEvent::PrefillProgress {
+                request_id,
+                done,
+                total,
+                at,
+            } if request_id == id => {
+                progress.push((done, total, at));
+                if progress.len() == 2 {
+                    cancelled_at = Some(Instant::now());
+                    e.handle.cancel(id);
+                }
+            }
+            EngineEvent::Token { request_id, .. } if request_id == id => {
+                panic!("a token came out of a cancelled prefill")
+            }
+            EngineEvent::Finished { request_id, report } if request_id == id => break *report,
+            EngineEvent::Failed { request_id, error } if request_id == id => {
+                panic!("failed: {error}")
+            }
+            _ => {}
+        }
+    };
+    assert_eq!(report.stop_reason, StopReason::Cancelled);
+    assert_eq!(report.timeline.tokens_generated(), 0);
+    let cancelled_at = cancelled_at.expect("the prefill reported progress twice");
+    let (_, total, _) = progress[0];
+    assert!(
+        total > 20 * ubatch as usize,
+        "the prompt has {total} tokens"
+    );
+    // Progress counts micro-batches: each step is one n_ubatch (the last one may be shorter).
+    for w in progress.windows(2) {
+        assert_eq!(w[1].0 - w[0].0, ubatch as usize, "{progress:?}");
+    }
+    // At most the micro-batch being computed when the flag was set finished after it.
+    let after = progress
+        .iter()
+        .filter(|(_, _, at)| before + *at > cancelled_at)
+        .count();
+    assert!(
+        after <= 1,
+        "{after} micro-batches after the cancel: {progress:?}"
+    );
+    let done = progress.last().unwrap().0;
+    assert!(
+        done < total,
+        "the prefill stopped early ({done} of {total})"
+    );
+    assert!(
+        report.llama_counters.prompt_eval_tokens as usize <= done,
+        "llama.cpp evaluated {} prompt tokens, progress said {done}",
+        report.llama_counters.prompt_eval_tokens
+    );
+    // The engine goes on serving after a cancelled prefill.
+    let t = e.turn(vec![user("Hello")], greedy(), 4);
+    assert!(t.token_events >= 1);
 }
 
 #[test]
@@ -476,6 +608,22 @@ fn ab_generation_answers_with_another_model_and_leaves_the_chat_model_alone() {
         report.turn.timeline.cached_tokens, 0,
         "B has a context of its own"
     );
+    // Like for like: A answered again in a fresh context of its own just before B, so both
+    // sides' figures are cold; with the same seed it is A's answer, token for token.
+    let a_fresh = report
+        .a_fresh
+        .as_ref()
+        .expect("A re-run in a fresh context");
+    assert_eq!(
+        a_fresh.timeline.cached_tokens, 0,
+        "A's re-run reused no cache"
+    );
+    assert_eq!(
+        a_fresh.timeline.prompt_tokens,
+        report.turn.timeline.prompt_tokens
+    );
+    assert_eq!(a_fresh.text, first.report.text);
+    assert!(a_fresh.timeline.summary().ttft_ms.is_some());
     assert_ne!(
         report.turn.text, first.report.text,
         "other weights, other text"
@@ -537,8 +685,10 @@ fn ab_generation_is_cancelled_while_loading_and_while_generating() {
     e.handle.cancel(id);
     let err = ab_turn(&mut e, &slow, vec![user("Hi")], greedy(), 8, |_, _| {}).unwrap_err();
     assert_eq!(err, tokscope::engine::EngineError::Cancelled);
-    // Cancelled while B generates: it stops within a few tokens and keeps what it had.
+    // Cancelled while B generates: at most one more token, and it keeps what it had.
     let id = e.handle.next_id();
+    let mut cancelled_at = None;
+    let before = Instant::now();
     let (report, _) = ab_turn(
         &mut e,
         &slow,
@@ -547,13 +697,30 @@ fn ab_generation_is_cancelled_while_loading_and_while_generating() {
         1500,
         |h, index| {
             if index == 2 {
+                cancelled_at = Some(Instant::now());
                 h.cancel(id);
             }
         },
     )
     .unwrap();
     assert_eq!(report.turn.stop_reason, StopReason::Cancelled);
-    assert!(report.turn.timeline.tokens_generated() <= 6);
+    let cancelled_at = cancelled_at.unwrap();
+    let t = &report.turn.timeline;
+    assert!(t.tokens_generated() >= 3);
+    // B's request is submitted before its model loads, so `cancelled_at - (ready of token 2)`
+    // is measured from token 2 itself: a later token is after the cancel when it is later
+    // than token 2 by more than the time from token 2's event to the cancel.
+    // `submitted_at` is stamped inside `ab_turn`, no earlier than `before` (see the test above).
+    let after = t
+        .token_ready_at
+        .iter()
+        .filter(|at| before + **at > cancelled_at)
+        .count();
+    assert!(
+        after <= 1,
+        "{after} tokens after the cancel: {:?}",
+        t.token_ready_at
+    );
     // The chat's model goes on.
     let t = e.turn(vec![user("Hello")], greedy(), 4);
     assert!(t.token_events >= 1);

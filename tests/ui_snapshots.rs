@@ -13,7 +13,7 @@ use ratatui::Terminal;
 use tokscope::app::conversation::{AssistantTurn, Conversation, Exchange};
 use tokscope::app::{App, EngineStatus, Mode, Notice, NoticeKind, Scroll};
 use tokscope::engine::{LlamaCounters, ModelInfo, SamplingParams, StopReason, TurnReport};
-use tokscope::llama::KvType;
+use tokscope::llama::settings::KvType;
 use tokscope::metrics::roofline::{Bandwidth, BandwidthSource, KvShape, WeightBytes};
 use tokscope::metrics::TurnTimeline;
 use unicode_width::UnicodeWidthStr;
@@ -178,6 +178,8 @@ fn finished_turn(
         text: text.to_string(),
         stop_reason: reason,
         timeline: TurnTimeline {
+            // 171 ms = queue + template/tokenize + prefill, as the engine takes them.
+            queue: Duration::from_micros(27_760),
             template_tokenize: Duration::from_micros(1_240),
             prefill: ms(142),
             prompt_tokens: prompt,
@@ -350,6 +352,49 @@ fn prefill_shows_the_waiting_clock() {
     assert!(screen.contains("waiting ms"), "{screen}");
     assert!(screen.contains("1234"), "{screen}");
     snapshot_both("prefill", &app);
+}
+
+#[test]
+fn a_long_prefill_shows_its_progress_and_esc_shows_stopping_at_once() {
+    let mut app = finished_app();
+    let mut turn = AssistantTurn::new(3, Some(MODEL_FILE.to_string()));
+    turn.on_prefill_started(4_096, 0);
+    app.conversation.exchanges.push(Exchange {
+        user: "A very long document".to_string(),
+        assistant: Some(turn),
+    });
+    app.active_since = Some(base());
+    let screen = render(&app, 120, 40);
+    assert!(screen.contains("prefill 0/4096 tok"), "{screen}");
+    // The engine reports each micro-batch.
+    tokscope::app::update(
+        &mut app,
+        tokscope::app::Msg::Engine(tokscope::engine::EngineEvent::PrefillProgress {
+            request_id: 3,
+            done: 1_536,
+            total: 4_096,
+            at: ms(900),
+        }),
+        now(),
+    );
+    let screen = render(&app, 120, 40);
+    assert!(screen.contains("prefill 1536/4096 tok"), "{screen}");
+    // Esc: the screen says so at once, before the engine has stopped.
+    let effects = tokscope::app::update(
+        &mut app,
+        tokscope::app::Msg::Key(crossterm::event::KeyEvent::new(
+            crossterm::event::KeyCode::Esc,
+            crossterm::event::KeyModifiers::NONE,
+        )),
+        now(),
+    );
+    assert_eq!(effects, vec![tokscope::app::Effect::Cancel(3)]);
+    let screen = render(&app, 120, 40);
+    assert!(
+        screen.contains("stopping… (prefill 1536/4096 tok)"),
+        "{screen}"
+    );
+    assert!(screen.contains("stopping…"), "status bar: {screen}");
 }
 
 #[test]
@@ -637,7 +682,7 @@ fn bench_screen_with_a_batch_sweep() {
         (32, 720.0, 44.4, 55.0),
     ] {
         app.bench.points.push(tokscope::app::BenchPoint {
-            point: tokscope::plot::BatchPoint {
+            point: tokscope::metrics::BatchPoint {
                 batch: b,
                 aggregate_tok_per_s: agg,
                 per_sequence_tok_per_s: agg / f64::from(b),
@@ -677,6 +722,7 @@ fn ab_app(b_text: &str, b_pieces: &[&str], finished: bool) -> App {
         Some(d) => AbOutcome::Diverges(d),
     });
     app.ab = Some(AbScreen {
+        like_for_like: finished,
         prompt: "hi".to_string(),
         settings: TurnSettings {
             sampling: SamplingParams::default(),
@@ -825,6 +871,7 @@ fn comparison() -> tokscope::compare::Comparison {
             "q4_0.gguf is dominated: q4_k_m.gguf is faster (560.0 vs 540.0 tok/s) and closer to the reference (KL 0.021000 vs 0.045000).".into(),
         ],
         llama_cpp: "llama-cpp-2 0.1.160".into(),
+        control: None,
     }
 }
 

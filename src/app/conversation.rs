@@ -58,6 +58,11 @@ pub struct AssistantTurn {
     pub context_used: Option<usize>,
     /// What it was generated with (unknown for answers loaded from history).
     pub settings: Option<TurnSettings>,
+    /// Prefill progress: tokens of this turn's prefill done so far, of the total.
+    pub prefill_progress: Option<(usize, usize)>,
+    /// Esc was pressed: the engine stops at its next check (within one micro-batch of
+    /// prefill or one token); shown as "stopping…" until it does.
+    pub stopping: bool,
 }
 
 impl AssistantTurn {
@@ -71,7 +76,13 @@ impl AssistantTurn {
             model_file,
             context_used: None,
             settings: None,
+            prefill_progress: None,
+            stopping: false,
         }
+    }
+
+    pub fn on_prefill_progress(&mut self, done: usize, total: usize) {
+        self.prefill_progress = Some((done, total));
     }
 
     pub fn is_finished(&self) -> bool {
@@ -102,6 +113,9 @@ impl AssistantTurn {
         self.timeline.template_tokenize = template_tokenize;
         self.timeline.prefill = prefill;
         self.timeline.prefill_done_at = at;
+        // The engine takes the breakdown's boundaries one after the other from the request's
+        // submission, so what precedes the template step is the queue.
+        self.timeline.queue = at.saturating_sub(template_tokenize + prefill);
     }
 
     pub fn on_token(&mut self, text: &str, at: Duration) {
@@ -267,6 +281,8 @@ impl Conversation {
                     model_file: t.model_file.clone(),
                     context_used: None,
                     settings: None,
+                    prefill_progress: None,
+                    stopping: false,
                 }),
             })
             .collect();

@@ -3,19 +3,28 @@
 //! effects to run (send to the engine, save, export, quit). It does no I/O itself, so every
 //! behaviour is unit-tested without a terminal or a model.
 
+mod ab;
 pub mod conversation;
+mod input;
+mod keymap;
+mod screens;
+mod slash;
 
 use std::path::PathBuf;
 use std::time::Instant;
 
-use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use crossterm::event::KeyEvent;
 
 use crate::compare::Comparison;
-use crate::engine::{ChatMessage, EngineEvent, ModelInfo, RequestId, SamplingParams};
+use crate::engine::{EngineEvent, ModelInfo, RequestId, RequestIds, SamplingParams, TurnRequest};
 use crate::history::SavedConversation;
-use conversation::{
-    first_divergence, AssistantTurn, Conversation, Divergence, Exchange, TurnPhase, TurnSettings,
-};
+use conversation::{AssistantTurn, Conversation, Exchange, TurnPhase, TurnSettings};
+
+pub use ab::{AbOutcome, AbScreen};
+pub use input::Input;
+pub use keymap::{action_for, Action, FUNCTION_KEYS, PAGE_LINES};
+pub use screens::{BenchPoint, BenchScreen, CompareView};
+pub use slash::SLASH_COMMANDS;
 
 /// The engine as the UI sees it.
 #[derive(Debug, Clone, PartialEq)]
@@ -35,84 +44,6 @@ pub enum Mode {
     Ab,
     /// The latest `tokscope compare` table.
     Compare,
-}
-
-/// How answer B compares with answer A, once B has finished.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AbOutcome {
-    Identical,
-    Diverges(Divergence),
-}
-
-/// The A/B screen: the last answer (A, from the loaded model) and the same turns answered by
-/// another model file (B) with the same sampling settings and seed. B is never added to the
-/// conversation.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AbScreen {
-    /// The last user message, answered by both.
-    pub prompt: String,
-    pub settings: TurnSettings,
-    /// A copy of the conversation's last answer.
-    pub a: AssistantTurn,
-    pub b_path: PathBuf,
-    /// B's answer, filled from its engine events like a chat turn.
-    pub b: AssistantTurn,
-    /// Model B as the engine loaded it (known once B has finished).
-    pub b_model: Option<ModelInfo>,
-    /// The text of each of B's tokens.
-    pub b_pieces: Vec<String>,
-    /// The request in flight, while B loads or generates.
-    pub running: Option<RequestId>,
-    /// When B was asked for (for the loading clock).
-    pub started: Instant,
-    pub outcome: Option<AbOutcome>,
-    pub error: Option<String>,
-    /// Lines scrolled down in both answers.
-    pub scroll: usize,
-}
-
-/// The compare screen's table: read from the comparisons log when the screen opens.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub enum CompareView {
-    /// Not read yet, or being read.
-    #[default]
-    Reading,
-    /// The log has no comparison.
-    Empty,
-    Loaded(Box<Comparison>),
-    Failed(String),
-}
-
-/// One batch size's figures on the bench screen.
-#[derive(Debug, Clone, PartialEq)]
-pub struct BenchPoint {
-    pub point: crate::plot::BatchPoint,
-    /// Prefill of all B prompts together.
-    pub prefill_ms: f64,
-}
-
-/// The bench screen: which sweep, its points so far, and whether it runs.
-#[derive(Debug, Clone, PartialEq)]
-pub struct BenchScreen {
-    pub batches: Vec<u32>,
-    pub n_prompt: u32,
-    pub n_gen: u32,
-    pub running: Option<RequestId>,
-    pub points: Vec<BenchPoint>,
-    pub error: Option<String>,
-}
-
-impl Default for BenchScreen {
-    fn default() -> Self {
-        Self {
-            batches: vec![1, 2, 4, 8, 16, 32],
-            n_prompt: 64,
-            n_gen: 32,
-            running: None,
-            points: Vec::new(),
-            error: None,
-        }
-    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,84 +66,6 @@ pub enum ExportFormat {
     Json,
 }
 
-/// The multi-line input box. `cursor` is a byte index on a char boundary.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Input {
-    pub text: String,
-    pub cursor: usize,
-}
-
-impl Input {
-    pub fn insert_char(&mut self, c: char) {
-        self.text.insert(self.cursor, c);
-        self.cursor += c.len_utf8();
-    }
-
-    pub fn insert_str(&mut self, s: &str) {
-        self.text.insert_str(self.cursor, s);
-        self.cursor += s.len();
-    }
-
-    pub fn backspace(&mut self) {
-        if let Some(c) = self.text[..self.cursor].chars().next_back() {
-            self.cursor -= c.len_utf8();
-            self.text.remove(self.cursor);
-        }
-    }
-
-    pub fn delete(&mut self) {
-        if self.cursor < self.text.len() {
-            self.text.remove(self.cursor);
-        }
-    }
-
-    pub fn left(&mut self) {
-        if let Some(c) = self.text[..self.cursor].chars().next_back() {
-            self.cursor -= c.len_utf8();
-        }
-    }
-
-    pub fn right(&mut self) {
-        if let Some(c) = self.text[self.cursor..].chars().next() {
-            self.cursor += c.len_utf8();
-        }
-    }
-
-    /// Start of the current line.
-    pub fn home(&mut self) {
-        self.cursor = self.text[..self.cursor].rfind('\n').map_or(0, |i| i + 1);
-    }
-
-    /// End of the current line.
-    pub fn end(&mut self) {
-        self.cursor = self.text[self.cursor..]
-            .find('\n')
-            .map_or(self.text.len(), |i| self.cursor + i);
-    }
-
-    pub fn set(&mut self, text: &str) {
-        self.text = text.to_string();
-        self.cursor = self.text.len();
-    }
-
-    pub fn take(&mut self) -> String {
-        self.cursor = 0;
-        std::mem::take(&mut self.text)
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.text.is_empty()
-    }
-
-    /// (line, column in chars) of the cursor, for drawing it.
-    pub fn cursor_line_col(&self) -> (usize, usize) {
-        let before = &self.text[..self.cursor];
-        let line = before.matches('\n').count();
-        let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count());
-        (line, col)
-    }
-}
-
 /// Conversation scroll position: lines up from the bottom; `0` follows the stream.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Scroll {
@@ -222,100 +75,6 @@ pub struct Scroll {
 impl Scroll {
     pub fn follows(&self) -> bool {
         self.lines_from_bottom == 0
-    }
-}
-
-/// What the user asked for, after the key table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
-    Send,
-    Newline,
-    Stop,
-    Regenerate,
-    RecallOrUp,
-    Down,
-    NewConversation,
-    ToggleHelp,
-    CloseHelp,
-    Quit,
-    OpenBench,
-    RunBench,
-    CloseBench,
-    CloseAb,
-    OpenCompare,
-    ReloadCompare,
-    CloseCompare,
-    PageUp,
-    PageDown,
-    ScrollTop,
-    ScrollBottom,
-    Backspace,
-    Delete,
-    Left,
-    Right,
-    LineStart,
-    LineEnd,
-    Char(char),
-}
-
-/// The key table: `(mode, key) → action`. Press events only (no repeats or releases).
-pub fn action_for(mode: Mode, input_empty: bool, key: KeyEvent) -> Option<Action> {
-    if key.kind != KeyEventKind::Press {
-        return None;
-    }
-    let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
-    let alt = key.modifiers.contains(KeyModifiers::ALT);
-    let shift = key.modifiers.contains(KeyModifiers::SHIFT);
-    match (mode, key.code) {
-        (_, KeyCode::Char('c') | KeyCode::Char('q')) if ctrl => Some(Action::Quit),
-        (Mode::Help, KeyCode::Esc | KeyCode::F(1) | KeyCode::Char('?') | KeyCode::Char('q')) => {
-            Some(Action::CloseHelp)
-        }
-        (Mode::Help, KeyCode::PageUp | KeyCode::Up) => Some(Action::PageUp),
-        (Mode::Help, KeyCode::PageDown | KeyCode::Down) => Some(Action::PageDown),
-        (Mode::Help, _) => None,
-        (Mode::Bench, KeyCode::Esc | KeyCode::F(2) | KeyCode::Char('q')) => {
-            Some(Action::CloseBench)
-        }
-        (Mode::Bench, KeyCode::Enter | KeyCode::Char('r')) => Some(Action::RunBench),
-        (Mode::Bench, KeyCode::F(1) | KeyCode::Char('?')) => Some(Action::ToggleHelp),
-        (Mode::Bench, _) => None,
-        (Mode::Ab, KeyCode::Esc | KeyCode::Char('q')) => Some(Action::CloseAb),
-        (Mode::Ab, KeyCode::PageUp | KeyCode::Up) => Some(Action::PageUp),
-        (Mode::Ab, KeyCode::PageDown | KeyCode::Down) => Some(Action::PageDown),
-        (Mode::Ab, KeyCode::F(1) | KeyCode::Char('?')) => Some(Action::ToggleHelp),
-        (Mode::Ab, _) => None,
-        (Mode::Compare, KeyCode::Esc | KeyCode::F(3) | KeyCode::Char('q')) => {
-            Some(Action::CloseCompare)
-        }
-        (Mode::Compare, KeyCode::Char('r')) => Some(Action::ReloadCompare),
-        (Mode::Compare, KeyCode::F(1) | KeyCode::Char('?')) => Some(Action::ToggleHelp),
-        (Mode::Compare, _) => None,
-        (Mode::Chat, KeyCode::F(2)) => Some(Action::OpenBench),
-        (Mode::Chat, KeyCode::F(3)) => Some(Action::OpenCompare),
-        (Mode::Chat, KeyCode::F(1)) => Some(Action::ToggleHelp),
-        (Mode::Chat, KeyCode::Char('?')) if input_empty => Some(Action::ToggleHelp),
-        (Mode::Chat, KeyCode::Enter) if alt || shift => Some(Action::Newline),
-        (Mode::Chat, KeyCode::Char('j')) if ctrl => Some(Action::Newline),
-        (Mode::Chat, KeyCode::Enter) => Some(Action::Send),
-        (Mode::Chat, KeyCode::Esc) => Some(Action::Stop),
-        (Mode::Chat, KeyCode::Char('r')) if ctrl => Some(Action::Regenerate),
-        (Mode::Chat, KeyCode::Char('n')) if ctrl => Some(Action::NewConversation),
-        (Mode::Chat, KeyCode::Up) => Some(Action::RecallOrUp),
-        (Mode::Chat, KeyCode::Down) => Some(Action::Down),
-        (Mode::Chat, KeyCode::PageUp) => Some(Action::PageUp),
-        (Mode::Chat, KeyCode::PageDown) => Some(Action::PageDown),
-        (Mode::Chat, KeyCode::Home) if ctrl || input_empty => Some(Action::ScrollTop),
-        (Mode::Chat, KeyCode::End) if ctrl || input_empty => Some(Action::ScrollBottom),
-        (Mode::Chat, KeyCode::Home) => Some(Action::LineStart),
-        (Mode::Chat, KeyCode::End) => Some(Action::LineEnd),
-        (Mode::Chat, KeyCode::Backspace) => Some(Action::Backspace),
-        (Mode::Chat, KeyCode::Delete) => Some(Action::Delete),
-        (Mode::Chat, KeyCode::Left) => Some(Action::Left),
-        (Mode::Chat, KeyCode::Right) => Some(Action::Right),
-        (Mode::Chat, KeyCode::Char(c)) if !ctrl && !alt => Some(Action::Char(c)),
-        (Mode::Chat, KeyCode::Tab) => Some(Action::Char(' ')),
-        _ => None,
     }
 }
 
@@ -333,18 +92,22 @@ pub enum Msg {
     Exported(Result<PathBuf, String>),
     /// The comparisons log, read for the compare screen (`Ok(None)`: no comparison yet).
     ComparisonLoaded(Result<Option<Comparison>, String>),
+    /// The input's token count, counted by the loop as the text changes.
+    InputTokens(Option<InputTokens>),
+    /// A new conversation id, minted by the loop, for the next new conversation.
+    FreshConversationId(String),
     Tick,
 }
 
 /// Work `update` asks the loop to do.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Effect {
+    /// Hand a turn to the engine: to the loaded model (`model: None`), or to another model file
+    /// (the A/B screen's answer B, never added to the conversation).
     Generate {
         id: RequestId,
-        messages: Vec<ChatMessage>,
-        sampling: SamplingParams,
-        max_tokens: u32,
-        ignore_eos: bool,
+        turn: TurnRequest,
+        model: Option<PathBuf>,
     },
     Cancel(RequestId),
     /// Run a batch sweep on the loaded model (the bench screen).
@@ -353,15 +116,6 @@ pub enum Effect {
         batches: Vec<u32>,
         n_prompt: u32,
         n_gen: u32,
-    },
-    /// Answer the same turns with another model file (the A/B screen).
-    AbGenerate {
-        id: RequestId,
-        path: PathBuf,
-        messages: Vec<ChatMessage>,
-        sampling: SamplingParams,
-        max_tokens: u32,
-        ignore_eos: bool,
     },
     /// Read the latest comparison from the comparisons log.
     LoadComparison,
@@ -382,17 +136,9 @@ pub struct Now {
     pub unix_s: u64,
 }
 
-/// Every slash command (the help lists each; a test keeps the two in step).
-pub const SLASH_COMMANDS: &[&str] = &[
-    "/system", "/temp", "/top_p", "/max", "/seed", "/export", "/model", "/ab", "/compare", "/new",
-    "/help", "/quit",
-];
-
-/// The function keys the chat answers to, with the view each opens (the help lists each).
-pub const FUNCTION_KEYS: &[(u8, Mode)] = &[(1, Mode::Help), (2, Mode::Bench), (3, Mode::Compare)];
-
-/// Lines one PgUp/PgDn moves.
-pub const PAGE_LINES: usize = 10;
+/// Tokens in the input as typed, and where the count comes from ("tokenizer.json" or "model
+/// vocabulary").
+pub type InputTokens = (usize, &'static str);
 
 /// The whole state of the chat screen.
 #[derive(Debug, Clone)]
@@ -420,8 +166,8 @@ pub struct App {
     pub active_since: Option<Instant>,
     /// Tokens in the KV cache (context used), from the last finished turn.
     pub context_used: usize,
-    pub next_request_id: RequestId,
-    pub should_quit: bool,
+    /// Where request ids come from: the engine handle's allocator once the chat runs.
+    pub request_ids: RequestIds,
     /// A new conversation id, minted by the caller (update never reads the clock or RNG).
     pub fresh_conversation_id: String,
     pub bench: BenchScreen,
@@ -431,8 +177,8 @@ pub struct App {
     /// The view the help returns to when closed.
     pub help_return: Mode,
     /// Tokens in the input as typed (counted without the engine), and where the count comes
-    /// from ("tokenizer.json" or "model vocabulary"); set by the loop, not by `update`.
-    pub input_tokens: Option<(usize, &'static str)>,
+    /// from; reported by the loop (`Msg::InputTokens`).
+    pub input_tokens: Option<InputTokens>,
 }
 
 impl App {
@@ -460,8 +206,7 @@ impl App {
             sent_prompts: Vec::new(),
             active_since: None,
             context_used: 0,
-            next_request_id: 1,
-            should_quit: false,
+            request_ids: RequestIds::default(),
             fresh_conversation_id: String::new(),
             bench: BenchScreen::default(),
             ab: None,
@@ -488,8 +233,7 @@ impl App {
 
     /// Start an answer for the last exchange.
     fn start_turn(&mut self, now: Now) -> Vec<Effect> {
-        let id = self.next_request_id;
-        self.next_request_id += 1;
+        let id = self.request_ids.next();
         let model_file = self.model_file();
         let messages = self.conversation.messages_for_last();
         if let Some(ex) = self.conversation.exchanges.last_mut() {
@@ -505,10 +249,14 @@ impl App {
         self.scroll = Scroll::default();
         vec![Effect::Generate {
             id,
-            messages,
-            sampling: self.sampling.clone(),
-            max_tokens: self.max_tokens,
-            ignore_eos: self.ignore_eos,
+            turn: TurnRequest {
+                messages,
+                sampling: self.sampling.clone(),
+                max_tokens: self.max_tokens,
+                capture_first_logits: false,
+                ignore_eos: self.ignore_eos,
+            },
+            model: None,
         }]
     }
 
@@ -561,8 +309,12 @@ impl App {
     }
 
     fn cancel_active(&mut self) -> Vec<Effect> {
-        match self.conversation.active() {
-            Some(a) => vec![Effect::Cancel(a.request_id)],
+        match self.conversation.active_mut() {
+            Some(a) => {
+                // Shown at once; the engine stops within one micro-batch or one token.
+                a.stopping = true;
+                vec![Effect::Cancel(a.request_id)]
+            }
             None => Vec::new(),
         }
     }
@@ -579,275 +331,7 @@ impl App {
         effects
     }
 
-    fn slash_command(&mut self, line: &str, now: Now) -> Vec<Effect> {
-        let (cmd, arg) = match line.split_once(char::is_whitespace) {
-            Some((c, a)) => (c, a.trim()),
-            None => (line, ""),
-        };
-        let parse_f32 = |s: &str| s.parse::<f32>().ok().filter(|v| v.is_finite());
-        match cmd {
-            "/system" => {
-                self.conversation.system_prompt = Some(arg.to_string()).filter(|s| !s.is_empty());
-                self.notice(
-                    NoticeKind::Info,
-                    if arg.is_empty() {
-                        "system prompt cleared".to_string()
-                    } else {
-                        "system prompt set (applies from the next answer)".to_string()
-                    },
-                );
-            }
-            "/temp" => match parse_f32(arg).filter(|v| (0.0..=100.0).contains(v)) {
-                Some(v) => {
-                    self.sampling.temperature = v;
-                    self.notice(NoticeKind::Info, format!("temperature {v}"));
-                }
-                None => self.notice(NoticeKind::Error, "/temp needs a number from 0 to 100"),
-            },
-            "/top_p" => match parse_f32(arg).filter(|v| (0.0..=1.0).contains(v)) {
-                Some(v) => {
-                    self.sampling.top_p = v;
-                    self.notice(NoticeKind::Info, format!("top_p {v}"));
-                }
-                None => self.notice(NoticeKind::Error, "/top_p needs a number from 0 to 1"),
-            },
-            "/max" => match arg.parse::<u32>().ok().filter(|v| *v >= 1) {
-                Some(v) => {
-                    self.max_tokens = v;
-                    self.notice(NoticeKind::Info, format!("max tokens {v}"));
-                }
-                None => self.notice(NoticeKind::Error, "/max needs a whole number ≥ 1"),
-            },
-            "/seed" => match arg.parse::<u32>() {
-                Ok(v) => {
-                    self.sampling.seed = v;
-                    self.notice(NoticeKind::Info, format!("seed {v}"));
-                }
-                Err(_) => self.notice(NoticeKind::Error, "/seed needs a whole number"),
-            },
-            "/export" => {
-                let mut parts = arg.splitn(2, char::is_whitespace);
-                let format = match parts.next() {
-                    Some("md") | Some("markdown") => Some(ExportFormat::Markdown),
-                    Some("json") => Some(ExportFormat::Json),
-                    _ => None,
-                };
-                let path = parts.next().map(str::trim).filter(|p| !p.is_empty());
-                match (format, path) {
-                    (Some(format), Some(path)) => {
-                        return vec![Effect::Export {
-                            format,
-                            path: crate::config::expand_home(std::path::Path::new(path)),
-                            conversation: self.conversation.to_saved(now.unix_s),
-                        }]
-                    }
-                    _ => self.notice(NoticeKind::Error, "usage: /export md|json PATH"),
-                }
-            }
-            "/model" => {
-                if arg.is_empty() {
-                    self.notice(NoticeKind::Error, "usage: /model PATH");
-                } else {
-                    let mut effects = self.cancel_active();
-                    let path = crate::config::expand_home(std::path::Path::new(arg));
-                    self.model_path = path.clone();
-                    self.engine = EngineStatus::Loading { progress: 0.0 };
-                    self.notice(
-                        NoticeKind::Info,
-                        format!("loading {} (the conversation is kept)", path.display()),
-                    );
-                    effects.push(Effect::LoadModel(path));
-                    return effects;
-                }
-            }
-            "/ab" => return self.start_ab(arg, now),
-            "/compare" => return self.open_compare(),
-            "/new" => return self.new_conversation(),
-            "/help" => {
-                self.help_return = Mode::Chat;
-                self.help_scroll = 0;
-                self.mode = Mode::Help;
-            }
-            "/quit" | "/exit" => return self.quit(),
-            other => self.notice(
-                NoticeKind::Error,
-                format!("unknown command {other}: try {}", SLASH_COMMANDS.join(" ")),
-            ),
-        }
-        Vec::new()
-    }
-
-    fn run_bench(&mut self) -> Vec<Effect> {
-        if self.bench.running.is_some() {
-            return Vec::new();
-        }
-        if self.is_generating() || self.engine != EngineStatus::Ready {
-            self.bench.error = Some("the engine is busy or not ready: try again when it is".into());
-            return Vec::new();
-        }
-        let id = self.next_request_id;
-        self.next_request_id += 1;
-        self.bench.running = Some(id);
-        self.bench.points.clear();
-        self.bench.error = None;
-        vec![Effect::BatchSweep {
-            id,
-            batches: self.bench.batches.clone(),
-            n_prompt: self.bench.n_prompt,
-            n_gen: self.bench.n_gen,
-        }]
-    }
-
-    /// `/ab PATH`: answer the last exchange again with another model file, with the same
-    /// turns, sampling settings and seed, and show both side by side.
-    fn start_ab(&mut self, arg: &str, now: Now) -> Vec<Effect> {
-        if arg.is_empty() {
-            self.notice(
-                NoticeKind::Error,
-                "usage: /ab PATH (answers the last prompt again with another model file, side by side)",
-            );
-            return Vec::new();
-        }
-        if self.engine != EngineStatus::Ready {
-            self.notice(NoticeKind::Warning, "the model is not ready yet");
-            return Vec::new();
-        }
-        if self.is_generating() || self.bench.running.is_some() {
-            self.notice(
-                NoticeKind::Warning,
-                "an answer is still streaming: Esc stops it, then /ab",
-            );
-            return Vec::new();
-        }
-        let last = self.conversation.exchanges.last();
-        let Some((prompt, a)) = last.and_then(|ex| {
-            ex.assistant
-                .as_ref()
-                .filter(|a| a.is_finished() && !a.text.is_empty())
-                .map(|a| (ex.user.clone(), a.clone()))
-        }) else {
-            self.notice(
-                NoticeKind::Error,
-                "no answer to compare yet: /ab regenerates the last answer with another model",
-            );
-            return Vec::new();
-        };
-        let settings = a.settings.clone().unwrap_or_else(|| TurnSettings {
-            sampling: self.sampling.clone(),
-            max_tokens: self.max_tokens,
-            ignore_eos: self.ignore_eos,
-        });
-        let path = crate::config::expand_home(std::path::Path::new(arg));
-        let id = self.next_request_id;
-        self.next_request_id += 1;
-        let b_file = path.file_name().map(|n| n.to_string_lossy().into_owned());
-        self.notice(
-            NoticeKind::Info,
-            format!(
-                "A/B: answering the last prompt again with {} (seed {})",
-                path.display(),
-                settings.sampling.seed
-            ),
-        );
-        let effect = Effect::AbGenerate {
-            id,
-            path: path.clone(),
-            messages: self.conversation.messages_for_last(),
-            sampling: settings.sampling.clone(),
-            max_tokens: settings.max_tokens,
-            ignore_eos: settings.ignore_eos,
-        };
-        self.ab = Some(AbScreen {
-            prompt,
-            settings,
-            a,
-            b_path: path,
-            b: AssistantTurn::new(id, b_file),
-            b_model: None,
-            b_pieces: Vec::new(),
-            running: Some(id),
-            started: now.instant,
-            outcome: None,
-            error: None,
-            scroll: 0,
-        });
-        self.mode = Mode::Ab;
-        vec![effect]
-    }
-
-    fn close_ab(&mut self) -> Vec<Effect> {
-        self.mode = Mode::Chat;
-        match self.ab.take().and_then(|ab| ab.running) {
-            Some(id) => {
-                self.notice(NoticeKind::Info, "A/B comparison stopped");
-                vec![Effect::Cancel(id)]
-            }
-            None => Vec::new(),
-        }
-    }
-
-    fn open_compare(&mut self) -> Vec<Effect> {
-        self.mode = Mode::Compare;
-        self.compare = CompareView::Reading;
-        vec![Effect::LoadComparison]
-    }
-
-    /// Events of the A/B request in flight (model B's answer).
-    fn on_ab_event(&mut self, event: EngineEvent) {
-        let Some(ab) = self.ab.as_mut() else {
-            return;
-        };
-        match event {
-            EngineEvent::PrefillStarted {
-                prompt_tokens,
-                cached_tokens,
-                ..
-            } => ab.b.on_prefill_started(prompt_tokens, cached_tokens),
-            EngineEvent::PrefillDone {
-                template_tokenize,
-                prefill,
-                at,
-                ..
-            } => ab.b.on_prefill_done(template_tokenize, prefill, at),
-            EngineEvent::Token { text, at, .. } if ab.b.phase.is_active() => {
-                ab.b.on_token(&text, at);
-            }
-            EngineEvent::AbFinished { report, .. } => {
-                let report = *report;
-                ab.running = None;
-                ab.b.model_file = Some(report.model.file_name.clone());
-                ab.b_model = Some(report.model);
-                ab.b_pieces = report.pieces;
-                ab.b.on_finished(report.turn);
-                let outcome = match first_divergence(&ab.a.text, &ab.b.text, &ab.b_pieces) {
-                    None => AbOutcome::Identical,
-                    Some(d) => AbOutcome::Diverges(d),
-                };
-                ab.outcome = Some(outcome);
-                let text = match outcome {
-                    AbOutcome::Identical => "A/B: B's answer is identical to A's".to_string(),
-                    AbOutcome::Diverges(d) => {
-                        format!(
-                            "A/B: B's answer diverges from A's at token {}",
-                            d.token_index
-                        )
-                    }
-                };
-                self.notice(NoticeKind::Info, text);
-            }
-            EngineEvent::Failed { error, .. } => {
-                let message = error.to_string();
-                ab.running = None;
-                ab.b.on_failed(message.clone());
-                ab.error = Some(message.clone());
-                self.notice(NoticeKind::Error, format!("A/B: {message}"));
-            }
-            _ => {}
-        }
-    }
-
     fn quit(&mut self) -> Vec<Effect> {
-        self.should_quit = true;
         let mut effects = self.cancel_active();
         if let Some(id) = self.ab.as_ref().and_then(|ab| ab.running) {
             effects.push(Effect::Cancel(id));
@@ -939,6 +423,16 @@ impl App {
             }
             // A cancelled or closed A/B comparison: its late events are dropped.
             EngineEvent::AbFinished { .. } => {}
+            EngineEvent::PrefillProgress {
+                request_id,
+                done,
+                total,
+                ..
+            } => {
+                if let Some(t) = self.conversation.turn_for(request_id) {
+                    t.on_prefill_progress(done, total);
+                }
+            }
             EngineEvent::BatchSweepDone { request_id, error } => {
                 if self.bench.running == Some(request_id) {
                     self.bench.running = None;
@@ -1086,6 +580,14 @@ pub fn update(app: &mut App, msg: Msg, now: Now) -> Vec<Effect> {
             }
             Vec::new()
         }
+        Msg::InputTokens(tokens) => {
+            app.input_tokens = tokens;
+            Vec::new()
+        }
+        Msg::FreshConversationId(id) => {
+            app.fresh_conversation_id = id;
+            Vec::new()
+        }
         Msg::ComparisonLoaded(result) => {
             app.compare = match result {
                 Ok(Some(c)) => CompareView::Loaded(Box::new(c)),
@@ -1110,28 +612,31 @@ pub fn animates(app: &App) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
+    //! The helpers every part of the app's tests uses, and the tests of `update` itself.
     use super::*;
+    pub(crate) use crate::engine::RequestId;
     use crate::engine::{LlamaCounters, StopReason, TurnReport};
     use crate::metrics::TurnTimeline;
+    pub(crate) use crossterm::event::{KeyCode, KeyModifiers};
     use std::time::Duration;
 
-    fn now() -> Now {
+    pub(crate) fn now() -> Now {
         Now {
             instant: Instant::now(),
             unix_s: 1_700_000_000,
         }
     }
 
-    fn key(code: KeyCode) -> KeyEvent {
+    pub(crate) fn key(code: KeyCode) -> KeyEvent {
         KeyEvent::new(code, KeyModifiers::NONE)
     }
 
-    fn with(code: KeyCode, m: KeyModifiers) -> KeyEvent {
+    pub(crate) fn with(code: KeyCode, m: KeyModifiers) -> KeyEvent {
         KeyEvent::new(code, m)
     }
 
-    fn ready_app() -> App {
+    pub(crate) fn ready_app() -> App {
         let mut app = App::new(
             "m.gguf".into(),
             Conversation::new("c1".into(), 0, None),
@@ -1143,13 +648,13 @@ mod tests {
         app
     }
 
-    fn type_text(app: &mut App, text: &str) {
+    pub(crate) fn type_text(app: &mut App, text: &str) {
         for c in text.chars() {
             update(app, Msg::Key(key(KeyCode::Char(c))), now());
         }
     }
 
-    fn finished(id: RequestId, text: &str, reason: StopReason) -> Msg {
+    pub(crate) fn finished(id: RequestId, text: &str, reason: StopReason) -> Msg {
         Msg::Engine(EngineEvent::Finished {
             request_id: id,
             report: Box::new(TurnReport {
@@ -1168,80 +673,37 @@ mod tests {
     }
 
     #[test]
-    fn key_table() {
-        use Action as A;
-        let chat = |k, empty| action_for(Mode::Chat, empty, k);
-        assert_eq!(chat(key(KeyCode::Enter), false), Some(A::Send));
+    fn request_ids_come_from_one_shared_allocator() {
+        let mut app = ready_app();
+        // The engine handle's side of the allocator (run_chat gives the app the handle's).
+        let handle_side = app.request_ids.clone();
+        let before = handle_side.next();
+        type_text(&mut app, "hi");
+        let fx = update(&mut app, Msg::Key(key(KeyCode::Enter)), now());
+        let Some(Effect::Generate { id, .. }) = fx.first().cloned() else {
+            panic!("{fx:?}")
+        };
+        assert_eq!(id, before + 1);
+        assert_eq!(handle_side.peek(), id + 1);
+        assert_eq!(handle_side.next(), id + 1, "never handed out twice");
+    }
+
+    #[test]
+    fn the_loop_reports_the_input_count_and_fresh_ids_as_messages() {
+        let mut app = ready_app();
+        let counted = Msg::InputTokens(Some((3, "tokenizer.json")));
+        assert!(update(&mut app, counted, now()).is_empty());
+        assert_eq!(app.input_tokens, Some((3, "tokenizer.json")));
+        assert!(update(&mut app, Msg::InputTokens(None), now()).is_empty());
+        assert_eq!(app.input_tokens, None);
+        let fresh = Msg::FreshConversationId("c9".into());
+        assert!(update(&mut app, fresh, now()).is_empty());
         assert_eq!(
-            chat(with(KeyCode::Enter, KeyModifiers::ALT), false),
-            Some(A::Newline)
+            app.conversation.id, "c1",
+            "a fresh id waits for a new conversation"
         );
-        assert_eq!(
-            chat(with(KeyCode::Enter, KeyModifiers::SHIFT), false),
-            Some(A::Newline)
-        );
-        assert_eq!(
-            chat(with(KeyCode::Char('j'), KeyModifiers::CONTROL), false),
-            Some(A::Newline)
-        );
-        assert_eq!(chat(key(KeyCode::Esc), true), Some(A::Stop));
-        assert_eq!(
-            chat(with(KeyCode::Char('r'), KeyModifiers::CONTROL), true),
-            Some(A::Regenerate)
-        );
-        assert_eq!(
-            chat(with(KeyCode::Char('n'), KeyModifiers::CONTROL), true),
-            Some(A::NewConversation)
-        );
-        assert_eq!(
-            chat(with(KeyCode::Char('c'), KeyModifiers::CONTROL), false),
-            Some(A::Quit)
-        );
-        assert_eq!(
-            chat(with(KeyCode::Char('q'), KeyModifiers::CONTROL), false),
-            Some(A::Quit)
-        );
-        assert_eq!(chat(key(KeyCode::F(1)), false), Some(A::ToggleHelp));
-        assert_eq!(chat(key(KeyCode::Char('?')), true), Some(A::ToggleHelp));
-        assert_eq!(chat(key(KeyCode::Char('?')), false), Some(A::Char('?')));
-        assert_eq!(chat(key(KeyCode::Up), true), Some(A::RecallOrUp));
-        assert_eq!(chat(key(KeyCode::PageUp), false), Some(A::PageUp));
-        assert_eq!(chat(key(KeyCode::Home), true), Some(A::ScrollTop));
-        assert_eq!(chat(key(KeyCode::Home), false), Some(A::LineStart));
-        assert_eq!(chat(key(KeyCode::End), true), Some(A::ScrollBottom));
-        assert_eq!(chat(key(KeyCode::Char('é')), false), Some(A::Char('é')));
-        assert_eq!(
-            action_for(Mode::Help, true, key(KeyCode::Esc)),
-            Some(A::CloseHelp)
-        );
-        assert_eq!(action_for(Mode::Help, true, key(KeyCode::Char('x'))), None);
-        assert_eq!(chat(key(KeyCode::F(3)), true), Some(A::OpenCompare));
-        for (n, mode) in FUNCTION_KEYS {
-            let mut app = ready_app();
-            update(&mut app, Msg::Key(key(KeyCode::F(*n))), now());
-            assert_eq!(app.mode, *mode, "F{n}");
-        }
-        assert_eq!(chat(key(KeyCode::F(2)), true), Some(A::OpenBench));
-        let compare = |k| action_for(Mode::Compare, true, k);
-        assert_eq!(compare(key(KeyCode::Esc)), Some(A::CloseCompare));
-        assert_eq!(compare(key(KeyCode::F(3))), Some(A::CloseCompare));
-        assert_eq!(compare(key(KeyCode::Char('r'))), Some(A::ReloadCompare));
-        assert_eq!(compare(key(KeyCode::F(1))), Some(A::ToggleHelp));
-        assert_eq!(compare(key(KeyCode::Char('x'))), None);
-        let ab = |k| action_for(Mode::Ab, true, k);
-        assert_eq!(ab(key(KeyCode::Esc)), Some(A::CloseAb));
-        assert_eq!(ab(key(KeyCode::Char('q'))), Some(A::CloseAb));
-        assert_eq!(ab(key(KeyCode::PageDown)), Some(A::PageDown));
-        assert_eq!(ab(key(KeyCode::Up)), Some(A::PageUp));
-        assert_eq!(ab(key(KeyCode::Char('?'))), Some(A::ToggleHelp));
-        assert_eq!(ab(key(KeyCode::Enter)), None);
-        assert_eq!(
-            ab(with(KeyCode::Char('c'), KeyModifiers::CONTROL)),
-            Some(A::Quit)
-        );
-        let mut release = key(KeyCode::Enter);
-        release.kind = KeyEventKind::Release;
-        assert_eq!(chat(release, false), None, "only presses count");
+        run_line(&mut app, "/new");
+        assert_eq!(app.conversation.id, "c9");
     }
 
     #[test]
@@ -1249,7 +711,12 @@ mod tests {
         let mut app = ready_app();
         type_text(&mut app, "hi");
         let fx = update(&mut app, Msg::Key(key(KeyCode::Enter)), now());
-        let Some(Effect::Generate { id, messages, .. }) = fx.first().cloned() else {
+        let Some(Effect::Generate {
+            id,
+            turn: TurnRequest { messages, .. },
+            model: None,
+        }) = fx.first().cloned()
+        else {
             panic!("no generate effect: {fx:?}")
         };
         assert_eq!(messages.last().map(|m| m.content.as_str()), Some("hi"));
@@ -1342,7 +809,10 @@ mod tests {
             now(),
         );
         let Some(Effect::Generate {
-            messages, sampling, ..
+            turn: TurnRequest {
+                messages, sampling, ..
+            },
+            ..
         }) = fx.first().cloned()
         else {
             panic!("{fx:?}")
@@ -1353,74 +823,10 @@ mod tests {
     }
 
     #[test]
-    fn slash_commands() {
-        let mut app = ready_app();
-        let run = |app: &mut App, line: &str| {
-            app.input.set(line);
-            update(app, Msg::Key(key(KeyCode::Enter)), now())
-        };
-        run(&mut app, "/temp 0.2");
-        assert_eq!(app.sampling.temperature, 0.2);
-        run(&mut app, "/top_p 0.5");
-        assert_eq!(app.sampling.top_p, 0.5);
-        run(&mut app, "/max 33");
-        assert_eq!(app.max_tokens, 33);
-        run(&mut app, "/seed 9");
-        assert_eq!(app.sampling.seed, 9);
-        run(&mut app, "/system be terse");
-        assert_eq!(app.conversation.system_prompt.as_deref(), Some("be terse"));
-        run(&mut app, "/temp -3");
-        assert_eq!(app.notice.as_ref().map(|n| n.kind), Some(NoticeKind::Error));
-        assert_eq!(app.sampling.temperature, 0.2);
-        run(&mut app, "/bogus");
-        assert!(app
-            .notice
-            .as_ref()
-            .unwrap()
-            .text
-            .contains("unknown command"));
-        let fx = run(&mut app, "/export md /tmp/x.md");
-        assert!(matches!(
-            &fx[..],
-            [Effect::Export {
-                format: ExportFormat::Markdown,
-                ..
-            }]
-        ));
-        let fx = run(&mut app, "/model /m/other.gguf");
-        assert_eq!(fx, vec![Effect::LoadModel("/m/other.gguf".into())]);
-        assert!(matches!(app.engine, EngineStatus::Loading { .. }));
-        let fx = run(&mut app, "/new");
-        assert!(fx.is_empty());
-        assert_eq!(app.conversation.id, "c2");
-        let fx = run(&mut app, "/quit");
-        assert_eq!(fx, vec![Effect::Quit]);
-    }
-
-    #[test]
     fn paste_keeps_newlines_and_drops_control_characters() {
         let mut app = ready_app();
         update(&mut app, Msg::Paste("a\r\nb\x1b[31mc\x07".into()), now());
         assert_eq!(app.input.text, "a\nb[31mc");
-    }
-
-    #[test]
-    fn input_editing_is_char_safe() {
-        let mut i = Input::default();
-        i.insert_str("héllo\nwörld");
-        i.home();
-        assert_eq!(i.cursor_line_col(), (1, 0));
-        i.left();
-        i.backspace();
-        assert_eq!(i.text, "héll\nwörld");
-        i.end();
-        i.right();
-        i.delete();
-        assert_eq!(i.text, "héll\nörld");
-        i.set("ü");
-        i.backspace();
-        i.backspace();
-        assert!(i.is_empty());
     }
 
     #[test]
@@ -1436,46 +842,8 @@ mod tests {
         assert!(app.scroll.follows());
     }
 
-    #[test]
-    fn bench_screen_runs_a_sweep_and_collects_points() {
-        let mut app = ready_app();
-        update(&mut app, Msg::Key(key(KeyCode::F(2))), now());
-        assert_eq!(app.mode, Mode::Bench);
-        let fx = update(&mut app, Msg::Key(key(KeyCode::Enter)), now());
-        let Some(Effect::BatchSweep { id, batches, .. }) = fx.first().cloned() else {
-            panic!("{fx:?}")
-        };
-        assert_eq!(batches, app.bench.batches);
-        assert!(
-            update(&mut app, Msg::Key(key(KeyCode::Enter)), now()).is_empty(),
-            "one at a time"
-        );
-        let point = crate::plot::BatchPoint {
-            batch: 1,
-            aggregate_tok_per_s: 10.0,
-            per_sequence_tok_per_s: 10.0,
-            itl_p50_ms: 100.0,
-            itl_p99_ms: 120.0,
-        };
-        update(
-            &mut app,
-            Msg::Engine(EngineEvent::BatchPoint {
-                request_id: id,
-                point,
-                prefill_ms: 5.0,
-            }),
-            now(),
-        );
-        assert_eq!(app.bench.points.len(), 1);
-        // Esc stops a running sweep and returns to the chat.
-        let fx = update(&mut app, Msg::Key(key(KeyCode::Esc)), now());
-        assert_eq!(fx, vec![Effect::Cancel(id)]);
-        assert_eq!(app.mode, Mode::Chat);
-        assert!(app.bench.running.is_none());
-    }
-
     /// An app whose last exchange has a finished answer; returns its request id.
-    fn answered_app() -> (App, RequestId) {
+    pub(crate) fn answered_app() -> (App, RequestId) {
         let mut app = ready_app();
         app.sampling.seed = 1234;
         type_text(&mut app, "question");
@@ -1491,224 +859,8 @@ mod tests {
         (app, id)
     }
 
-    fn run_line(app: &mut App, line: &str) -> Vec<Effect> {
+    pub(crate) fn run_line(app: &mut App, line: &str) -> Vec<Effect> {
         app.input.set(line);
         update(app, Msg::Key(key(KeyCode::Enter)), now())
-    }
-
-    fn ab_finished(id: RequestId, text: &str, pieces: &[&str]) -> Msg {
-        let Msg::Engine(EngineEvent::Finished { report, .. }) =
-            finished(id, text, StopReason::EndOfGeneration)
-        else {
-            unreachable!()
-        };
-        let model = ModelInfo {
-            file_name: "b.gguf".into(),
-            ..ModelInfo::default()
-        };
-        Msg::Engine(EngineEvent::AbFinished {
-            request_id: id,
-            report: Box::new(crate::engine::AbReport {
-                model,
-                turn: *report,
-                pieces: pieces.iter().map(|p| p.to_string()).collect(),
-            }),
-        })
-    }
-
-    #[test]
-    fn ab_needs_a_path_and_a_previous_answer() {
-        let mut app = ready_app();
-        assert!(run_line(&mut app, "/ab").is_empty());
-        assert!(app
-            .notice
-            .as_ref()
-            .unwrap()
-            .text
-            .contains("usage: /ab PATH"));
-        assert!(run_line(&mut app, "/ab /m/b.gguf").is_empty());
-        let notice = app.notice.clone().unwrap();
-        assert_eq!(notice.kind, NoticeKind::Error);
-        assert!(notice.text.contains("no answer to compare"), "{notice:?}");
-        assert_eq!(app.mode, Mode::Chat);
-        assert!(app.ab.is_none());
-        // Not while an answer streams.
-        type_text(&mut app, "q");
-        update(&mut app, Msg::Key(key(KeyCode::Enter)), now());
-        assert!(run_line(&mut app, "/ab /m/b.gguf").is_empty());
-        assert_eq!(app.notice.as_ref().unwrap().kind, NoticeKind::Warning);
-    }
-
-    #[test]
-    fn ab_regenerates_the_last_answer_with_another_model_and_finds_the_divergence() {
-        let (mut app, a_id) = answered_app();
-        // Settings changed after the answer: B still uses the answer's own.
-        run_line(&mut app, "/seed 7");
-        let before = app.conversation.clone();
-        let fx = run_line(&mut app, "/ab /m/b.gguf");
-        let Some(Effect::AbGenerate {
-            id,
-            path,
-            messages,
-            sampling,
-            max_tokens,
-            ..
-        }) = fx.first().cloned()
-        else {
-            panic!("{fx:?}")
-        };
-        assert_ne!(id, a_id);
-        assert_eq!(path, PathBuf::from("/m/b.gguf"));
-        assert_eq!(messages, before.messages_for_last());
-        assert_eq!(
-            messages.last().map(|m| m.content.as_str()),
-            Some("question")
-        );
-        assert_eq!(sampling.seed, 1234, "the seed A was sampled with");
-        assert_eq!(max_tokens, 64);
-        assert_eq!(app.mode, Mode::Ab);
-        assert!(animates(&app));
-        // B's events fill the B side, never the conversation.
-        for (i, piece) in ["Hello", " there"].iter().enumerate() {
-            update(
-                &mut app,
-                Msg::Engine(EngineEvent::Token {
-                    request_id: id,
-                    index: i,
-                    text: piece.to_string(),
-                    at: Duration::from_millis(10 + i as u64),
-                }),
-                now(),
-            );
-        }
-        let ab = app.ab.as_ref().unwrap();
-        assert_eq!(ab.b.text, "Hello there");
-        assert_eq!(ab.a.text, "Hello world");
-        let fx = update(
-            &mut app,
-            ab_finished(id, "Hello there", &["Hello", " there"]),
-            now(),
-        );
-        assert!(fx.is_empty(), "B is not saved: {fx:?}");
-        let ab = app.ab.as_ref().unwrap();
-        assert_eq!(ab.running, None);
-        assert_eq!(ab.b.model_file.as_deref(), Some("b.gguf"));
-        assert_eq!(
-            ab.outcome,
-            Some(AbOutcome::Diverges(Divergence {
-                token_index: 1,
-                at_byte: 6
-            }))
-        );
-        assert_eq!(app.conversation, before, "the conversation is untouched");
-        assert!(!animates(&app));
-        // Esc closes; nothing to cancel.
-        let fx = update(&mut app, Msg::Key(key(KeyCode::Esc)), now());
-        assert!(fx.is_empty());
-        assert_eq!(app.mode, Mode::Chat);
-        assert!(app.ab.is_none());
-        // The next turn goes on normally.
-        type_text(&mut app, "next");
-        let fx = update(&mut app, Msg::Key(key(KeyCode::Enter)), now());
-        assert!(matches!(fx.as_slice(), [Effect::Generate { .. }]));
-    }
-
-    #[test]
-    fn ab_identical_answers_and_failures() {
-        let (mut app, _) = answered_app();
-        let fx = run_line(&mut app, "/ab ~/b.gguf");
-        let Some(Effect::AbGenerate { id, path, .. }) = fx.first().cloned() else {
-            panic!("{fx:?}")
-        };
-        assert!(!path.starts_with("~"), "the home dir is expanded");
-        update(
-            &mut app,
-            ab_finished(id, "Hello world", &["Hello", " world"]),
-            now(),
-        );
-        assert_eq!(app.ab.as_ref().unwrap().outcome, Some(AbOutcome::Identical));
-        assert!(app.notice.as_ref().unwrap().text.contains("identical"));
-        update(&mut app, Msg::Key(key(KeyCode::Esc)), now());
-        // A missing file: a clear message, the screen shows it, nothing panics.
-        let fx = run_line(&mut app, "/ab /nope.gguf");
-        let Some(Effect::AbGenerate { id, .. }) = fx.first().cloned() else {
-            panic!("{fx:?}")
-        };
-        update(
-            &mut app,
-            Msg::Engine(EngineEvent::Failed {
-                request_id: id,
-                error: crate::engine::EngineError::ModelNotFound("/nope.gguf".into()),
-            }),
-            now(),
-        );
-        let notice = app.notice.clone().unwrap();
-        assert_eq!(notice.kind, NoticeKind::Error);
-        assert!(notice.text.contains("/nope.gguf"), "{notice:?}");
-        assert!(app.ab.as_ref().unwrap().error.is_some());
-        assert_eq!(app.engine, EngineStatus::Ready, "the chat's model is fine");
-    }
-
-    #[test]
-    fn esc_cancels_b_and_its_late_events_are_dropped() {
-        let (mut app, _) = answered_app();
-        let before = app.conversation.clone();
-        let fx = run_line(&mut app, "/ab /m/b.gguf");
-        let Some(Effect::AbGenerate { id, .. }) = fx.first().cloned() else {
-            panic!("{fx:?}")
-        };
-        let fx = update(&mut app, Msg::Key(key(KeyCode::Esc)), now());
-        assert_eq!(fx, vec![Effect::Cancel(id)]);
-        assert_eq!(app.mode, Mode::Chat);
-        assert!(app.ab.is_none());
-        update(
-            &mut app,
-            Msg::Engine(EngineEvent::Token {
-                request_id: id,
-                index: 0,
-                text: "late".into(),
-                at: Duration::from_millis(1),
-            }),
-            now(),
-        );
-        update(&mut app, ab_finished(id, "late", &["late"]), now());
-        assert_eq!(app.conversation, before);
-        assert!(app.ab.is_none());
-        // Quitting while B runs cancels it too.
-        let fx = run_line(&mut app, "/ab /m/b.gguf");
-        let Some(Effect::AbGenerate { id, .. }) = fx.first().cloned() else {
-            panic!("{fx:?}")
-        };
-        let fx = update(
-            &mut app,
-            Msg::Key(with(KeyCode::Char('c'), KeyModifiers::CONTROL)),
-            now(),
-        );
-        assert_eq!(fx, vec![Effect::Cancel(id), Effect::Quit]);
-    }
-
-    #[test]
-    fn compare_screen_reads_the_log_through_an_effect() {
-        let mut app = ready_app();
-        let fx = update(&mut app, Msg::Key(key(KeyCode::F(3))), now());
-        assert_eq!(fx, vec![Effect::LoadComparison]);
-        assert_eq!(app.mode, Mode::Compare);
-        assert_eq!(app.compare, CompareView::Reading);
-        update(&mut app, Msg::ComparisonLoaded(Ok(None)), now());
-        assert_eq!(app.compare, CompareView::Empty);
-        let fx = update(&mut app, Msg::Key(key(KeyCode::Char('r'))), now());
-        assert_eq!(fx, vec![Effect::LoadComparison]);
-        update(&mut app, Msg::ComparisonLoaded(Err("denied".into())), now());
-        assert_eq!(app.compare, CompareView::Failed("denied".into()));
-        // Help opened from the compare screen returns to it.
-        update(&mut app, Msg::Key(key(KeyCode::F(1))), now());
-        assert_eq!(app.mode, Mode::Help);
-        update(&mut app, Msg::Key(key(KeyCode::Esc)), now());
-        assert_eq!(app.mode, Mode::Compare);
-        update(&mut app, Msg::Key(key(KeyCode::Esc)), now());
-        assert_eq!(app.mode, Mode::Chat);
-        let fx = run_line(&mut app, "/compare");
-        assert_eq!(fx, vec![Effect::LoadComparison]);
-        assert_eq!(app.mode, Mode::Compare);
     }
 }

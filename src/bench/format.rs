@@ -4,9 +4,9 @@
 
 use serde_json::Value;
 
-use super::args::OutputFormat;
+use super::plan::OutputFormat;
 use super::report::Row;
-use super::sweep::TestKind;
+use crate::llama::measure::TestKind;
 use crate::metrics::fmt_opt;
 
 /// The rows in `format`, ready for stdout.
@@ -113,8 +113,21 @@ fn bandwidth(row: &Row) -> String {
     }
 }
 
+/// `mean ± sd`, or, with one repetition, `mean ± — (n=1)`: one run has no spread, and a
+/// "± 0.00" would claim a precision nobody measured.
+fn mean_spread(r: &Row) -> String {
+    if r.samples_tok_per_s.len() < 2 {
+        format!("{:.2} ± — (n=1)", r.tok_per_s_mean)
+    } else {
+        format!("{:.2} ± {:.2}", r.tok_per_s_mean, r.tok_per_s_sd)
+    }
+}
+
 fn pct(v: Option<f64>) -> String {
-    v.map_or_else(|| "—".into(), |v| format!("{v:.1}%"))
+    v.map_or_else(
+        || "—".into(),
+        |v| crate::metrics::roofline::mbu_pct_cell(v, 1),
+    )
 }
 
 fn dollars(v: Option<f64>) -> String {
@@ -176,7 +189,7 @@ fn main_cells(r: &Row) -> Vec<String> {
         p.type_v.to_string(),
         p.flash_attn.to_string(),
         r.test.clone(),
-        format!("{:.2} ± {:.2}", r.tok_per_s_mean, r.tok_per_s_sd),
+        mean_spread(r),
         fmt_opt(r.ttft_p50_ms, 2),
         itl(r),
         bytes(r.bytes_per_token),
@@ -218,7 +231,7 @@ fn batch_cells(r: &Row) -> Vec<String> {
         p.flash_attn.to_string(),
         r.test.clone(),
         p.batch_size.to_string(),
-        format!("{:.2} ± {:.2}", r.tok_per_s_mean, r.tok_per_s_sd),
+        mean_spread(r),
         fmt_opt(r.per_sequence_tok_per_s, 2),
         fmt_opt(r.itl_p50_ms, 2),
         fmt_opt(r.itl_p99_ms, 2),
@@ -256,6 +269,11 @@ pub fn markdown(rows: &[Row]) -> String {
 fn notes(rows: &[Row]) -> String {
     let mut out = String::new();
     let reps = rows.first().map_or(0, |r| r.params.repetitions);
+    if reps < 2 {
+        out.push_str(
+            "\nn=1: one repetition has no spread, so no difference between these rows can be vouched for; rerun with -r 3 or more.",
+        );
+    }
     out.push_str(&format!(
         "\nt/s: mean ± sd over {reps} repetitions (pg: prompt + generated tokens over the whole run; batch: B × generated tokens over the generation steps). MBU and ceiling describe decoding, at the mean KV depth of the generated tokens.\n"
     ));
@@ -284,7 +302,20 @@ fn notes(rows: &[Row]) -> String {
             out.push_str(&format!("GPU telemetry: {t}\n"));
         }
     }
-    if let Some(w) = rows.iter().find_map(|r| r.warning) {
+    if rows.iter().any(|r| r.mbu_pct.is_some_and(|m| m > 100.0)) {
+        out.push_str(&format!(
+            "MBU ↑: {} (give --bandwidth-gb-s, or rerun the probe on an idle machine)\n",
+            crate::metrics::roofline::ABOVE_CEILING
+        ));
+    }
+    let mut warnings: Vec<&str> = rows
+        .iter()
+        .filter_map(|r| r.warning.as_deref())
+        .flat_map(|w| w.split("; "))
+        .collect();
+    warnings.sort_unstable();
+    warnings.dedup();
+    for w in warnings {
         out.push_str(&format!("!! {w}\n"));
     }
     out
@@ -425,7 +456,7 @@ pub(crate) mod tests {
     use super::super::report::BenchParams;
     use super::*;
     use crate::engine::{ModelInfo, SamplingParams};
-    use crate::llama::{FlashAttn, KvType};
+    use crate::llama::settings::{FlashAttn, KvType};
     use crate::stamp::Stamp;
 
     pub(crate) fn sample_row(kind: TestKind, test: &str, batch_size: u32) -> Row {
@@ -518,7 +549,7 @@ pub(crate) mod tests {
             gpu_temperature_c: None,
             gpu_utilization_pct: None,
             synthetic: true,
-            warning: Some(ModelInfo::SYNTHETIC_LABEL),
+            warning: Some(ModelInfo::SYNTHETIC_LABEL.to_string()),
             stamp: Stamp::new(&info, &SamplingParams::default()),
         }
     }

@@ -149,7 +149,7 @@ pub fn find_run<'a>(runs: &'a [StoredRun], query: &str) -> Result<&'a StoredRun,
     }
 }
 
-/// `YYYY-MM-DD HH:MM:SS UTC` from an id made by `history::new_id` (its first 15 characters
+/// `YYYY-MM-DD HH:MM:SS UTC` from an id made by `ids::new_id` (its first 15 characters
 /// are the UTC time it was made).
 pub fn id_time(id: &str) -> Option<String> {
     let (date, time) = (id.get(0..8)?, id.get(9..15)?);
@@ -329,8 +329,8 @@ fn headline(rows: &[StoredRow]) -> String {
 #[cfg(test)]
 mod tests {
     use super::super::format::tests::sample_row;
-    use super::super::sweep::TestKind;
     use super::*;
+    use crate::llama::measure::TestKind;
 
     #[test]
     fn appends_lines_and_reads_them_back() {

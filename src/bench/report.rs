@@ -7,12 +7,13 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::sweep::{Job, TestKind, TestSpec};
+use super::sweep::Job;
 use crate::engine::{ModelInfo, SamplingParams};
 use crate::llama::measure::Sample;
-use crate::llama::{FlashAttn, KvType};
+use crate::llama::measure::{TestKind, TestSpec};
+use crate::llama::settings::{FlashAttn, KvType};
 use crate::metrics::roofline::{
-    ceiling_tok_per_s, cost_per_million_tokens, mbu, prefill_flops_per_token, Bandwidth,
+    ceiling_tok_per_s, cost_per_million_tokens, mbu, prefill_flops, Bandwidth, PrefillShape,
 };
 use crate::metrics::{ms, LatencyStats};
 use crate::stamp::Stamp;
@@ -97,7 +98,7 @@ pub struct Row {
     pub ceiling_tok_per_s: Option<f64>,
     /// Memory bandwidth utilisation: decode t/s ÷ ceiling, in % (tg, pg, batch).
     pub mbu_pct: Option<f64>,
-    /// pp: FLOPs per prompt token (2 × params + attention at `kv_depth_mean`) × t/s.
+    /// pp: matmul FLOPs per prompt token (`metrics::roofline::prefill_flops`) × t/s.
     pub achieved_gflop_per_s: Option<f64>,
     pub price_per_gpu_hour_usd: f64,
     /// Price ÷ (t/s × 3600) × 10⁶, at this row's t/s (aggregate for batch).
@@ -122,7 +123,9 @@ pub struct Row {
     /// The model was written by `tokscope synth`.
     pub synthetic: bool,
     /// `ModelInfo::SYNTHETIC_LABEL` for synthetic models.
-    pub warning: Option<&'static str>,
+    /// Why this row cannot be fully vouched for: synthetic weights, a busy machine (load
+    /// average, a stall between tokens), each with the advice to rerun; `None` when clean.
+    pub warning: Option<String>,
     pub stamp: Stamp,
 }
 
@@ -137,6 +140,9 @@ pub struct RowContext<'a> {
     pub sampling: &'a SamplingParams,
     pub repetitions: u32,
     pub warmup: bool,
+    /// The 1-minute load average before and after the row's runs.
+    pub load_before: Option<f64>,
+    pub load_after: Option<f64>,
 }
 
 /// What NVML said around one job's timed repetitions.
@@ -292,7 +298,12 @@ pub fn build_row(job: &Job, samples: &[Sample], cx: &RowContext) -> Row {
         gpu_temperature_c: None,
         gpu_utilization_pct: None,
         synthetic: cx.info.synthetic,
-        warning: cx.info.synthetic.then_some(ModelInfo::SYNTHETIC_LABEL),
+        warning: row_warning(
+            cx,
+            job.params.threads,
+            itl.map(|t| t.p50_ms),
+            itl.map(|t| t.max_ms),
+        ),
         stamp: Stamp::new(cx.info, cx.sampling),
     };
     if generates {
@@ -301,6 +312,30 @@ pub fn build_row(job: &Job, samples: &[Sample], cx: &RowContext) -> Row {
         add_prefill_flops(&mut row, cx.info, (lo, hi));
     }
     row
+}
+
+/// The synthetic label and the busy-machine warnings of a row, joined; `None` when there are
+/// none.
+fn row_warning(
+    cx: &RowContext,
+    threads: u32,
+    itl_p50_ms: Option<f64>,
+    itl_max_ms: Option<f64>,
+) -> Option<String> {
+    let mut parts: Vec<String> = Vec::new();
+    if cx.info.synthetic {
+        parts.push(ModelInfo::SYNTHETIC_LABEL.to_string());
+    }
+    parts.extend(crate::metrics::busy::busy_warnings(
+        &crate::metrics::busy::BusySignals {
+            threads,
+            load_before: cx.load_before,
+            load_after: cx.load_after,
+            itl_p50_ms,
+            itl_max_ms,
+        },
+    ));
+    (!parts.is_empty()).then(|| parts.join("; "))
 }
 
 fn params(job: &Job, cx: &RowContext) -> BenchParams {
@@ -354,14 +389,21 @@ fn add_decode_roofline(row: &mut Row, job: &Job, cx: &RowContext, (lo, hi): (u64
     };
 }
 
-/// Achieved FLOP/s of a prompt: FLOPs per token (linear in the depth, so the mean of the
-/// first and last token's) × t/s.
+/// Achieved FLOP/s of a prompt: the matmul FLOPs of its tokens (layers per token, the output
+/// head for one logits row per n_batch chunk, attention at each token's depth; see
+/// `metrics::roofline::prefill_flops`) per token × t/s.
 fn add_prefill_flops(row: &mut Row, info: &ModelInfo, (lo, hi): (u64, u64)) {
-    let n_layer = u64::from(info.n_layer);
-    let n_embd = u64::try_from(info.n_embd).unwrap_or(0);
-    let per_token = (prefill_flops_per_token(info.n_params, n_layer, n_embd, lo)
-        + prefill_flops_per_token(info.n_params, n_layer, n_embd, hi))
-        / 2.0;
+    let shape = PrefillShape {
+        n_params: info.n_params,
+        n_vocab: u64::try_from(info.n_vocab).unwrap_or(0),
+        n_embd: u64::try_from(info.n_embd).unwrap_or(0),
+        n_layer: u64::from(info.n_layer),
+        tied_output: info.weight_bytes.is_some_and(|w| w.tied_output),
+    };
+    let n_tokens = hi + 1 - lo.min(hi);
+    let n_batch = u64::from(row.params.n_batch.max(1));
+    let logits_rows = n_tokens.div_ceil(n_batch);
+    let per_token = prefill_flops(&shape, lo, n_tokens, logits_rows) / n_tokens.max(1) as f64;
     let flops = per_token * row.tok_per_s_mean;
     row.achieved_gflop_per_s = (flops.is_finite() && flops > 0.0).then_some(flops / 1e9);
 }

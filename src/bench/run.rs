@@ -8,19 +8,14 @@ use std::time::Instant;
 
 use llama_cpp_2::model::LlamaModel;
 
-use super::args::{BandwidthChoice, BenchPlan};
+use super::plan::{BandwidthChoice, BenchPlan};
 use super::report::{add_gpu_readings, build_row, GpuReadings, Row, RowContext};
 use super::sweep::{file_name, Job};
-use crate::commands::Failure;
-use crate::config::EngineSettings;
 use crate::engine::{EngineError, ModelInfo, SamplingParams, TemplateChoice};
 use crate::llama::measure::{Bencher, Sample};
+use crate::llama::settings::EngineSettings;
 use crate::llama::{describe, load_model_placed, new_context};
 use crate::metrics::roofline::{datasheet_bandwidth, Bandwidth, BandwidthSource};
-
-/// The CPU copy probe's buffer and repeats: large enough to leave every cache behind.
-const PROBE_BYTES: usize = 256 << 20;
-const PROBE_REPEATS: usize = 5;
 
 /// What the sweep produced: a row per test that ran, an error per test that did not.
 pub struct Outcome {
@@ -33,12 +28,13 @@ pub struct Outcome {
 /// The bandwidth each row's roofline uses, resolved once per run.
 struct BandwidthResolver {
     choice: BandwidthChoice,
-    /// The CPU probe's result, measured the first time it is needed.
-    cpu: Option<Option<Bandwidth>>,
+    /// The CPU probe's result per thread count, measured (or read from the shared cache) the
+    /// first time it is needed.
+    cpu: std::collections::BTreeMap<u32, Option<Bandwidth>>,
 }
 
 impl BandwidthResolver {
-    fn for_model(&mut self, info: &ModelInfo) -> Option<Bandwidth> {
+    fn for_model(&mut self, info: &ModelInfo, threads: u32) -> Option<Bandwidth> {
         match self.choice {
             BandwidthChoice::Configured(bytes_per_s) => Some(Bandwidth {
                 bytes_per_s,
@@ -47,10 +43,14 @@ impl BandwidthResolver {
             BandwidthChoice::Auto { .. } if info.n_gpu_layers > 0 => gpu_datasheet(),
             BandwidthChoice::Auto { probe } => self
                 .cpu
-                .get_or_insert_with(|| {
+                .entry(threads)
+                .or_insert_with(|| {
                     probe.then(|| {
-                        eprintln!("measuring the CPU's memory bandwidth (--no-probe skips this)…");
-                        crate::hw::measure_cpu_bandwidth(PROBE_BYTES, PROBE_REPEATS)
+                        eprintln!(
+                            "the CPU's memory bandwidth at {threads} thread(s): the shared probe \
+                             (measured once per machine and thread count; --no-probe skips it)…"
+                        );
+                        crate::hw::cpu_bandwidth(threads as usize)
                     })
                 })
                 .clone(),
@@ -188,6 +188,7 @@ pub fn run_jobs_alternating(
     run_id: &str,
 ) -> Outcome {
     let mut runner = Runner::new(plan, jobs, sampling, run_id);
+    let load_before = crate::hw::load_average_1m();
     let n = jobs.len();
     let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); n];
     let mut facts: Vec<Option<(ModelInfo, Option<Bandwidth>)>> = vec![None; n];
@@ -240,9 +241,14 @@ pub fn run_jobs_alternating(
     for ((job, samples), facts) in jobs.iter().zip(&samples).zip(&facts) {
         if let Some((info, bandwidth)) = facts {
             if samples.len() == rounds as usize {
-                outcome
-                    .rows
-                    .push(runner.row(job, samples, info, bandwidth.as_ref(), rounds));
+                outcome.rows.push(runner.row(
+                    job,
+                    samples,
+                    info,
+                    bandwidth.as_ref(),
+                    rounds,
+                    load_before,
+                ));
             }
         }
     }
@@ -265,7 +271,7 @@ impl<'a> Runner<'a> {
             run_id,
             bandwidth: BandwidthResolver {
                 choice: plan.bandwidth,
-                cpu: None,
+                cpu: std::collections::BTreeMap::new(),
             },
             progress: Progress {
                 total: jobs.len(),
@@ -329,8 +335,9 @@ impl Runner<'_> {
 
     fn run_job(&mut self, index: usize, model: &LlamaModel, job: &Job) -> Result<Row, EngineError> {
         let reps = self.plan.repetitions;
+        let load_before = crate::hw::load_average_1m();
         let (samples, info, bandwidth) = self.measure(index, model, job, reps)?;
-        let mut row = self.row(job, &samples, &info, bandwidth.as_ref(), reps);
+        let mut row = self.row(job, &samples, &info, bandwidth.as_ref(), reps, load_before);
         // The counter was read around the timed repetitions (after the warm-up); the tokens
         // are the ones the row's t/s counts, every repetition.
         let energy = self.timed_energy_mj.and_then(|(before, after)| {
@@ -381,7 +388,7 @@ impl Runner<'_> {
         let started = Instant::now();
         let ctx = new_context(model, &settings, job.test.sequences())?;
         let info = describe(model, &ctx, &job.params.model, &settings, started);
-        let bandwidth = self.bandwidth.for_model(&info);
+        let bandwidth = self.bandwidth.for_model(&info, job.params.threads);
         let mut bencher = Bencher::new(model, ctx);
         if self.plan.warmup {
             bencher.warm_up(&job.test)?;
@@ -405,8 +412,11 @@ impl Runner<'_> {
         info: &ModelInfo,
         bandwidth: Option<&Bandwidth>,
         repetitions: u32,
+        load_before: Option<f64>,
     ) -> Row {
         let cx = RowContext {
+            load_before,
+            load_after: crate::hw::load_average_1m(),
             run_id: self.run_id,
             info,
             bandwidth,
@@ -436,7 +446,7 @@ fn engine_settings(job: &Job) -> EngineSettings {
 }
 
 /// Check every model before measuring anything, so a typo fails at once (exit code 3).
-pub fn check_models(models: &[std::path::PathBuf]) -> Result<(), Failure> {
+pub fn check_models(models: &[std::path::PathBuf]) -> Result<(), crate::engine::EngineError> {
     for m in models {
         crate::engine::check_model_file(Path::new(m))?;
     }

@@ -6,7 +6,9 @@ use std::io::{IsTerminal, Write};
 
 use serde::Serialize;
 
-use crate::cli::RunArgs;
+use clap::Args;
+
+use super::flags::{ModelArgs, SamplingArgs};
 use crate::commands::{Failure, FAILURE};
 use crate::config::Settings;
 use crate::engine::{
@@ -14,6 +16,38 @@ use crate::engine::{
 };
 use crate::metrics::{fmt_opt, TurnSummary};
 use crate::stamp::Stamp;
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    /// The user's message.
+    #[arg(short = 'p', long, value_name = "TEXT")]
+    pub prompt: String,
+    /// Print one JSON object (text, every metric, reproducibility stamp) instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Generate exactly --max-tokens tokens, ignoring end-of-generation tokens and stop
+    /// strings (for measuring decode speed, like llama.cpp's --ignore-eos).
+    #[arg(long)]
+    pub ignore_eos: bool,
+    /// Also write the JSON report (as --json prints it, one line per turn) to FILE, while the
+    /// text streams to stdout: an outside observer can time the stream and read tokscope's
+    /// own figures afterwards.
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<std::path::PathBuf>,
+    /// Answer N turns in one engine, the conversation growing by the answer and a user
+    /// message of the same length each turn ("PROMPT (turn 01)", "… (turn 02)", …), so that
+    /// KV prefix reuse shows in each turn's TTFT.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=99))]
+    pub turns: u32,
+    /// With --turns: send the first turn's conversation again each turn instead of growing
+    /// it; every later turn then prefills one token (the rest is in the KV cache).
+    #[arg(long)]
+    pub resend: bool,
+}
 
 /// Everything `run --json` prints.
 #[derive(Debug, Serialize)]
@@ -25,17 +59,29 @@ pub struct RunReport {
     pub token_ready_ms: Vec<f64>,
     pub context_used: usize,
     pub llama_counters: LlamaCounters,
-    /// Set for synthetic models: their speed is real, their text is noise.
-    pub warning: Option<&'static str>,
+    /// Why the figures cannot be fully vouched for, joined by "; ": synthetic weights (their
+    /// speed is real, their text is noise), a busy machine (load average before or after, a
+    /// stall between tokens), each with the advice to rerun. `null` when clean.
+    pub warning: Option<String>,
     pub stamp: Stamp,
 }
 
 impl RunReport {
-    pub fn new(report: &TurnReport, info: &ModelInfo, settings: &Settings) -> Self {
+    pub fn new(
+        report: &TurnReport,
+        info: &ModelInfo,
+        settings: &Settings,
+        load_before: Option<f64>,
+    ) -> Self {
+        #[allow(unused_mut)]
+        let mut metrics = report.timeline.summary();
+        #[cfg(feature = "plant")]
+        plant(&mut metrics);
+        let warning = run_warning(&metrics, info, load_before);
         Self {
             text: report.text.clone(),
             stop_reason: report.stop_reason,
-            metrics: report.timeline.summary(),
+            metrics,
             token_ready_ms: report
                 .timeline
                 .token_ready_at
@@ -44,7 +90,7 @@ impl RunReport {
                 .collect(),
             context_used: report.context_used,
             llama_counters: report.llama_counters,
-            warning: info.synthetic.then_some(ModelInfo::SYNTHETIC_LABEL),
+            warning,
             stamp: Stamp::new(info, &settings.sampling),
         }
     }
@@ -53,8 +99,30 @@ impl RunReport {
 pub fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure> {
     args.model.apply(&mut settings)?;
     args.sampling.apply(&mut settings)?;
-    let config = crate::commands::chat::engine_config(&settings)?;
-    let messages = crate::commands::chat::single_turn(&settings, &args.prompt);
+    let config = crate::commands::model::engine_config(&settings)?;
+    let turn_prompt = |turn: u32| {
+        if args.turns > 1 && !args.resend {
+            format!("{} (turn {turn:02})", args.prompt)
+        } else {
+            args.prompt.clone()
+        }
+    };
+    let mut messages = crate::commands::model::single_turn(&settings, &turn_prompt(1));
+    let first_messages = messages.clone();
+    let mut turn = 1u32;
+    let mut reports: Vec<RunReport> = Vec::new();
+    let mut report_file = match &args.report {
+        Some(path) => Some(std::io::BufWriter::new(
+            std::fs::File::create(path).map_err(|e| {
+                Failure::new(
+                    crate::commands::USAGE,
+                    format!("cannot write the report to {}: {e}", path.display()),
+                )
+            })?,
+        )),
+        None => None,
+    };
+    let load_before = crate::hw::load_average_1m();
     let (mut engine, mut events) = EngineHandle::spawn(config)?;
     let show_progress = std::io::stderr().is_terminal() && !args.json;
     let mut stdout = std::io::stdout().lock();
@@ -97,9 +165,51 @@ pub fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure> {
             }
             EngineEvent::Finished { request_id, report } if Some(request_id) == request => {
                 let info = info
+                    .as_ref()
                     .ok_or_else(|| Failure::new(FAILURE, "engine finished before it was ready"))?;
-                let full = RunReport::new(&report, &info, &settings);
-                if args.json {
+                let full = RunReport::new(&report, info, &settings, load_before);
+                if let Some(file) = report_file.as_mut() {
+                    let line = serde_json::to_string(&full)
+                        .map_err(|e| Failure::new(FAILURE, e.to_string()))?;
+                    writeln!(file, "{line}")?;
+                    file.flush()?;
+                }
+                if turn < args.turns {
+                    turn += 1;
+                    if args.resend {
+                        messages = first_messages.clone();
+                    } else {
+                        messages.push(crate::engine::ChatMessage::new(
+                            crate::engine::Role::Assistant,
+                            report.text.clone(),
+                        ));
+                        messages.push(crate::engine::ChatMessage::new(
+                            crate::engine::Role::User,
+                            turn_prompt(turn),
+                        ));
+                    }
+                    if !args.json {
+                        writeln!(stdout)?;
+                        eprint!("turn {}: {}", turn - 1, human_summary(&full, info));
+                    }
+                    reports.push(full);
+                    request = Some(engine.send_request(GenerateRequest {
+                        id: engine.next_id(),
+                        messages: messages.clone(),
+                        sampling: settings.sampling.clone(),
+                        max_tokens: settings.max_tokens,
+                        capture_first_logits: false,
+                        ignore_eos: args.ignore_eos,
+                        submitted_at: std::time::Instant::now(),
+                    })?);
+                    continue;
+                }
+                if args.json && !reports.is_empty() {
+                    reports.push(full);
+                    let json = serde_json::to_string_pretty(&reports)
+                        .map_err(|e| Failure::new(FAILURE, e.to_string()))?;
+                    writeln!(stdout, "{json}")?;
+                } else if args.json {
                     let json = serde_json::to_string_pretty(&full)
                         .map_err(|e| Failure::new(FAILURE, e.to_string()))?;
                     writeln!(stdout, "{json}")?;
@@ -120,6 +230,60 @@ pub fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure> {
     Err(Failure::new(FAILURE, "the engine stopped unexpectedly"))
 }
 
+/// The synthetic label and the busy-machine warnings of one answer.
+fn run_warning(
+    metrics: &TurnSummary,
+    info: &ModelInfo,
+    load_before: Option<f64>,
+) -> Option<String> {
+    let mut parts: Vec<String> = Vec::new();
+    if info.synthetic {
+        parts.push(ModelInfo::SYNTHETIC_LABEL.to_string());
+    }
+    parts.extend(crate::metrics::busy::busy_warnings(
+        &crate::metrics::busy::BusySignals {
+            threads: info.threads,
+            load_before,
+            load_after: crate::hw::load_average_1m(),
+            itl_p50_ms: metrics.itl.map(|t| t.p50_ms),
+            itl_max_ms: metrics.itl.map(|t| t.max_ms),
+        },
+    ));
+    (!parts.is_empty()).then(|| parts.join("; "))
+}
+
+/// A planted error for the agreement check (test builds with the `plant` feature only):
+/// `TOKSCOPE_PLANT_SCALE=decode:1.1` scales one reported figure (decode tok/s, prefill ms,
+/// TTFT ms or the ITL percentiles) so that scripts/agreement.sh can show that it catches it.
+#[cfg(feature = "plant")]
+fn plant(metrics: &mut TurnSummary) {
+    let Ok(spec) = std::env::var("TOKSCOPE_PLANT_SCALE") else {
+        return;
+    };
+    for item in spec.split(',') {
+        let Some((figure, factor)) = item.split_once(':') else {
+            continue;
+        };
+        let Ok(f) = factor.parse::<f64>() else {
+            continue;
+        };
+        match figure {
+            "decode" => metrics.decode_tok_per_s = metrics.decode_tok_per_s.map(|v| v * f),
+            "prefill" => metrics.prefill_ms *= f,
+            "ttft" => metrics.ttft_ms = metrics.ttft_ms.map(|v| v * f),
+            "itl" => {
+                if let Some(itl) = metrics.itl.as_mut() {
+                    itl.p50_ms *= f;
+                    itl.p90_ms *= f;
+                    itl.p99_ms *= f;
+                    itl.mean_ms *= f;
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
 /// The stderr summary of a headless run.
 pub fn human_summary(r: &RunReport, info: &ModelInfo) -> String {
     let m = &r.metrics;
@@ -134,8 +298,10 @@ pub fn human_summary(r: &RunReport, info: &ModelInfo) -> String {
         info.threads,
         info.template,
     ));
-    if let Some(w) = r.warning {
-        out.push_str(&format!("!! {w}\n"));
+    if let Some(w) = &r.warning {
+        for part in w.split("; ") {
+            out.push_str(&format!("!! {part}\n"));
+        }
     }
     out.push_str(&format!(
         "prompt   {} tokens ({} from cache) · prefill {:.1} ms · {} tok/s\n",

@@ -58,29 +58,69 @@ pub struct Comparison {
     pub rows: Vec<CompareRow>,
     pub verdict: Vec<String>,
     pub llama_cpp: String,
+    /// The self-copy control: the reference against a byte-identical copy of itself, timed in
+    /// the same alternating rounds. Their difference is the systematic error of the speed
+    /// measurement (file placement, order, drift), below which no difference is called real.
+    #[serde(default)]
+    pub control: Option<Control>,
 }
 
-/// `a` dominates `b`: at least as fast and at least as close, strictly better in one.
-fn dominates(a: &CompareRow, b: &CompareRow) -> bool {
-    // Without both speeds there is no trade-off to judge.
-    let (Some(sa), Some(sb)) = (a.tg_tok_per_s, b.tg_tok_per_s) else {
+/// The self-copy control's result.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Control {
+    pub reference_tg_tok_per_s: f64,
+    pub copy_tg_tok_per_s: f64,
+}
+
+impl Control {
+    /// |copy − reference| ÷ reference: the systematic error as a fraction.
+    pub fn systematic(&self) -> f64 {
+        if self.reference_tg_tok_per_s > 0.0 {
+            (self.copy_tg_tok_per_s - self.reference_tg_tok_per_s).abs()
+                / self.reference_tg_tok_per_s
+        } else {
+            0.0
+        }
+    }
+}
+
+/// The smallest tg difference between `a` and `b` called real: the sum of their rounds' sds,
+/// or the control's systematic error at their speed, whichever is larger. `None` when a speed
+/// or a spread is missing (one round has no spread: then nothing is called).
+fn speed_threshold(a: &CompareRow, b: &CompareRow, systematic: f64) -> Option<f64> {
+    let (sa, sb) = (a.tg_tok_per_s?, b.tg_tok_per_s?);
+    let (da, db) = (a.tg_tok_per_s_sd?, b.tg_tok_per_s_sd?);
+    Some((da + db).max(systematic * sa.max(sb)))
+}
+
+/// `a` dominates `b`: faster beyond the threshold and at least as close, or as fast (within
+/// the threshold) and closer. Without a spread (one round) nothing dominates.
+fn dominates(a: &CompareRow, b: &CompareRow, systematic: f64) -> bool {
+    let (Some(sa), Some(sb), Some(threshold)) = (
+        a.tg_tok_per_s,
+        b.tg_tok_per_s,
+        speed_threshold(a, b, systematic),
+    ) else {
         return false;
     };
     let (ka, kb) = (kl(a), kl(b));
-    sa >= sb && ka <= kb && (sa > sb || ka < kb)
+    let diff = sa - sb;
+    (diff > threshold && ka <= kb) || (diff.abs() <= threshold && ka < kb)
 }
 
 fn kl(row: &CompareRow) -> f64 {
     row.quality.kld_mean.unwrap_or(0.0)
 }
 
-/// Marks the Pareto front and who dominates whom.
-pub fn mark_pareto(rows: &mut [CompareRow]) {
+/// Marks the Pareto front and who dominates whom; `control` sets the systematic error below
+/// which a speed difference is not called.
+pub fn mark_pareto(rows: &mut [CompareRow], control: Option<&Control>) {
+    let systematic = control.map_or(0.0, Control::systematic);
     let snapshot = rows.to_vec();
     for row in rows.iter_mut() {
         row.dominated_by = snapshot
             .iter()
-            .filter(|other| other.label != row.label && dominates(other, row))
+            .filter(|other| other.label != row.label && dominates(other, row, systematic))
             .map(|other| other.label.clone())
             .collect();
         row.pareto = row.dominated_by.is_empty();
@@ -88,7 +128,8 @@ pub fn mark_pareto(rows: &mut [CompareRow]) {
 }
 
 /// The verdict in words: the front, then each dominated candidate and what beats it.
-pub fn verdict(rows: &[CompareRow]) -> Vec<String> {
+pub fn verdict(rows: &[CompareRow], control: Option<&Control>) -> Vec<String> {
+    let systematic = control.map_or(0.0, Control::systematic);
     let front: Vec<&str> = rows
         .iter()
         .filter(|r| r.pareto)
@@ -101,6 +142,32 @@ pub fn verdict(rows: &[CompareRow]) -> Vec<String> {
         "Pareto front (no other candidate is both faster and closer to the reference): {}.",
         front.join(", ")
     )];
+    match control {
+        Some(c) => lines.push(format!(
+            "Control: the reference against a byte-identical copy of itself, in the same \
+             alternating rounds: {:.2} vs {:.2} tok/s, {:.1}% apart. That is the systematic \
+             error of these measurements; a speed difference is called real only beyond it and \
+             beyond the rounds' spread.",
+            c.reference_tg_tok_per_s,
+            c.copy_tg_tok_per_s,
+            c.systematic() * 100.0
+        )),
+        None => lines.push(
+            "No self-copy control was measured: speed differences are judged against the \
+             rounds' spread only."
+                .to_string(),
+        ),
+    }
+    if rows
+        .iter()
+        .any(|r| r.tg_tok_per_s.is_some() && r.tg_tok_per_s_sd.is_none())
+    {
+        lines.push(
+            "n=1: one round has no spread, so no candidate is called faster or dominated; \
+             rerun with -r 3 or more."
+                .to_string(),
+        );
+    }
     for row in rows.iter().filter(|r| !r.pareto) {
         let best = rows
             .iter()
@@ -111,14 +178,14 @@ pub fn verdict(rows: &[CompareRow]) -> Vec<String> {
                     .total_cmp(&b.tg_tok_per_s.unwrap_or(0.0))
             });
         if let Some(best) = best {
-            // Rounds scatter: say so when the speed difference is inside their spread.
+            // Rounds scatter: say so when the speed difference is inside their spread (or the
+            // control's systematic error).
             let within_noise = match (
                 best.tg_tok_per_s,
                 row.tg_tok_per_s,
-                best.tg_tok_per_s_sd,
-                row.tg_tok_per_s_sd,
+                speed_threshold(best, row, systematic),
             ) {
-                (Some(b), Some(r), Some(sb), Some(sr)) => b - r < sb + sr,
+                (Some(b), Some(r), Some(t)) => (b - r).abs() <= t,
                 _ => false,
             };
             lines.push(format!(
@@ -126,7 +193,9 @@ pub fn verdict(rows: &[CompareRow]) -> Vec<String> {
                 row.label,
                 best.label,
                 match (best.tg_tok_per_s, row.tg_tok_per_s) {
-                    (Some(b), Some(r)) if b > r => format!("faster ({b:.1} vs {r:.1} tok/s)"),
+                    (Some(b), Some(r)) if b > r && !within_noise => {
+                        format!("faster ({b:.1} vs {r:.1} tok/s)")
+                    }
                     (Some(_), Some(_)) => "as fast".to_string(),
                     _ => "(speed not measured)".to_string(),
                 },
@@ -138,13 +207,24 @@ pub fn verdict(rows: &[CompareRow]) -> Vec<String> {
                 fmt_kl(best),
                 fmt_kl(row),
                 if within_noise {
-                    "; the speed difference is within the spread of the rounds (sd), so \
-                     measure again with more rounds (-r) before trusting it"
+                    "; the speed difference is within the spread of the rounds (sd) or the \
+                     control's systematic error, so it is not a real difference"
                 } else {
                     ""
                 },
             ));
         }
+    }
+    let mbus: Vec<(String, f64)> = rows
+        .iter()
+        .filter_map(|r| r.mbu_pct.map(|m| (r.label.clone(), m)))
+        .collect();
+    lines.extend(crate::metrics::busy::mbu_outliers(&mbus));
+    if rows.iter().any(|r| r.mbu_pct.is_some_and(|m| m > 100.0)) {
+        lines.push(format!(
+            "MBU ↑: {} (give --bandwidth-gb-s, or rerun the probe on an idle machine).",
+            crate::metrics::roofline::ABOVE_CEILING
+        ));
     }
     lines
 }
@@ -167,7 +247,7 @@ fn opt(v: Option<f64>, digits: usize) -> String {
 fn mean_sd(mean: Option<f64>, sd: Option<f64>) -> String {
     match (mean, sd) {
         (Some(m), Some(s)) => format!("{m:.2} ± {s:.2}"),
-        (Some(m), None) => format!("{m:.2}"),
+        (Some(m), None) => format!("{m:.2} ± — (n=1)"),
         _ => "—".into(),
     }
 }
@@ -215,7 +295,10 @@ pub fn markdown(c: &Comparison) -> String {
                 mean_sd(r.pp_tok_per_s, r.pp_tok_per_s_sd),
                 mean_sd(r.tg_tok_per_s, r.tg_tok_per_s_sd),
                 opt(r.ceiling_tok_per_s, 1),
-                opt(r.mbu_pct, 1),
+                r.mbu_pct.map_or_else(
+                    || "—".to_string(),
+                    |m| crate::metrics::roofline::mbu_pct_cell(m, 1),
+                ),
                 opt(r.cost_per_million_tokens_usd, 3),
                 match (r.tg_tok_per_s, r.pareto) {
                     (None, _) => "—",
@@ -351,9 +434,10 @@ pub(crate) mod tests {
             n_ctx: 512,
             chunks: 58,
             reference: "f16.gguf".into(),
-            verdict: verdict(&rows),
+            verdict: verdict(&rows, None),
             rows,
             llama_cpp: "b1".into(),
+            control: None,
         }
     }
 
@@ -368,7 +452,7 @@ pub(crate) mod tests {
             // Slower than q8_0 and further away than q8_0: dominated by q8_0.
             row("q6_slow", 80.0, 0.002),
         ];
-        mark_pareto(&mut rows);
+        mark_pareto(&mut rows, None);
         let front: Vec<&str> = rows
             .iter()
             .filter(|r| r.pareto)
@@ -377,7 +461,7 @@ pub(crate) mod tests {
         assert_eq!(front, ["f16", "q8_0", "q4_0"]);
         assert_eq!(rows[3].dominated_by, ["q4_0"]);
         assert_eq!(rows[4].dominated_by, ["q8_0"]);
-        let words = verdict(&rows);
+        let words = verdict(&rows, None);
         assert!(words[0].contains("f16, q8_0, q4_0"), "{words:?}");
         assert!(
             words
@@ -391,25 +475,75 @@ pub(crate) mod tests {
             "{words:?}"
         );
         let mut close = vec![row("a", 50.0, 0.01), row("b", 49.5, 0.02)];
-        mark_pareto(&mut close);
-        let words = verdict(&close);
+        mark_pareto(&mut close, None);
+        let words = verdict(&close, None);
         assert!(
-            words[1].contains("within the spread of the rounds"),
+            words
+                .iter()
+                .any(|l| l.contains("within the spread of the rounds")),
             "{words:?}"
         );
     }
 
     #[test]
+    fn the_self_copy_control_sets_what_counts_as_faster() {
+        // 2% apart with sds of 0.5: real without a control...
+        let rows = || vec![row("ref", 100.0, 0.0), row("q", 98.0, 0.01)];
+        let mut plain = rows();
+        mark_pareto(&mut plain, None);
+        assert_eq!(plain[1].dominated_by, ["ref"]);
+        let words = verdict(&plain, None);
+        assert!(
+            words.iter().any(|l| l.contains("faster (100.0 vs 98.0")),
+            "{words:?}"
+        );
+        // ...but not when the reference and its own copy measured 3% apart: the reference is
+        // then only "as fast" (and closer, so it still dominates, for its KL).
+        let control = Control {
+            reference_tg_tok_per_s: 100.0,
+            copy_tg_tok_per_s: 97.0,
+        };
+        assert!((control.systematic() - 0.03).abs() < 1e-12);
+        let mut judged = rows();
+        mark_pareto(&mut judged, Some(&control));
+        let words = verdict(&judged, Some(&control));
+        assert!(!words.iter().any(|l| l.contains("faster (")), "{words:?}");
+        assert!(words.iter().any(|l| l.contains("3.0% apart")), "{words:?}");
+        // A faster but further candidate within the control's error is not on a trade-off:
+        // it is as fast and further, so the reference dominates it.
+        let mut faster = vec![row("ref", 100.0, 0.0), row("q", 102.0, 0.01)];
+        mark_pareto(&mut faster, Some(&control));
+        assert_eq!(faster[1].dominated_by, ["ref"]);
+        mark_pareto(&mut faster, None);
+        assert!(
+            faster.iter().all(|r| r.pareto),
+            "2 tok/s faster is real without a control"
+        );
+    }
+
+    #[test]
+    fn one_round_calls_nothing() {
+        let mut rows = vec![row("ref", 100.0, 0.0), row("q", 50.0, 0.01)];
+        for r in &mut rows {
+            r.tg_tok_per_s_sd = None;
+        }
+        mark_pareto(&mut rows, None);
+        assert!(rows.iter().all(|r| r.pareto));
+        let words = verdict(&rows, None);
+        assert!(words.iter().any(|l| l.starts_with("n=1")), "{words:?}");
+    }
+
+    #[test]
     fn equal_candidates_do_not_dominate_each_other() {
         let mut rows = vec![row("a", 50.0, 0.01), row("b", 50.0, 0.01)];
-        mark_pareto(&mut rows);
+        mark_pareto(&mut rows, None);
         assert!(rows.iter().all(|r| r.pareto));
     }
 
     #[test]
     fn markdown_and_csv_carry_every_candidate() {
         let mut rows = vec![row("f16", 50.0, 0.0), row("q4_0", 140.0, 0.05)];
-        mark_pareto(&mut rows);
+        mark_pareto(&mut rows, None);
         let c = comparison(rows);
         let md = markdown(&c);
         assert!(md.contains("| f16 (reference)"), "{md}");

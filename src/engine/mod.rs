@@ -9,7 +9,7 @@ mod worker;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, OnceLock};
+use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -18,55 +18,40 @@ use serde::{Deserialize, Serialize};
 pub use crate::llama::error::EngineError;
 pub use crate::llama::model_info::{check_model_file, fingerprint, quantization_name, ModelInfo};
 pub use detok::{StopMatcher, Utf8Stream};
-pub use prompt::{common_prefix_len, completion_transcript, TemplateChoice, COMPLETION_STOPS};
+pub use prompt::{common_prefix_len, completion_transcript, COMPLETION_STOPS};
 
-use crate::config::EngineSettings;
+pub use crate::llama::settings::{EngineSettings, SamplingParams, TemplateChoice};
 use crate::metrics::TurnTimeline;
-
-/// llama.cpp's backend, initialised once per process and shared by every engine and by the
-/// in-process tools that read models directly (the first call also routes llama.cpp's logs).
-pub fn backend() -> Result<&'static llama_cpp_2::llama_backend::LlamaBackend, EngineError> {
-    static BACKEND: OnceLock<Result<llama_cpp_2::llama_backend::LlamaBackend, String>> =
-        OnceLock::new();
-    BACKEND
-        .get_or_init(|| {
-            crate::logging::init(None);
-            llama_cpp_2::llama_backend::LlamaBackend::init().map_err(|e| e.to_string())
-        })
-        .as_ref()
-        .map_err(|e| EngineError::Backend(e.clone()))
-}
 
 /// Identifies one generation request; events of other requests are ignored by their readers.
 pub type RequestId = u64;
 
-/// The sampler chain's settings. Temperature 0 means greedy decoding.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SamplingParams {
-    pub temperature: f32,
-    /// 0 turns top-k off.
-    pub top_k: u32,
-    pub top_p: f32,
-    pub min_p: f32,
-    /// 1.0 turns the repetition penalty off.
-    pub repeat_penalty: f32,
-    /// How many recent tokens the repetition penalty looks at.
-    pub repeat_last_n: u32,
-    pub seed: u32,
+/// The one allocator of request ids, shared by the engine handle and by whoever builds
+/// requests (the chat's `App`): ids only grow, since cancelling an id cancels every request up
+/// to it. Clones share the counter.
+#[derive(Debug, Clone)]
+pub struct RequestIds(Arc<AtomicU64>);
+
+impl Default for RequestIds {
+    fn default() -> Self {
+        Self(Arc::new(AtomicU64::new(1)))
+    }
 }
 
-impl Default for SamplingParams {
-    fn default() -> Self {
-        // llama.cpp's own defaults, with a fixed seed so that runs are reproducible.
-        Self {
-            temperature: 0.8,
-            top_k: 40,
-            top_p: 0.95,
-            min_p: 0.05,
-            repeat_penalty: 1.0,
-            repeat_last_n: 64,
-            seed: 42,
-        }
+impl RequestIds {
+    /// A new id, never handed out before.
+    pub fn next(&self) -> RequestId {
+        self.0.fetch_add(1, Ordering::SeqCst)
+    }
+
+    /// The id `next` will hand out.
+    pub fn peek(&self) -> RequestId {
+        self.0.load(Ordering::SeqCst)
+    }
+
+    /// An id was used (chosen by a caller): later ones are above it.
+    fn observe(&self, id: RequestId) {
+        self.0.fetch_max(id.saturating_add(1), Ordering::SeqCst);
     }
 }
 
@@ -110,7 +95,21 @@ pub struct EngineConfig {
     pub settings: EngineSettings,
 }
 
-/// One chat turn to generate: the whole conversation so far, ending with the user's message.
+/// A turn as its caller asks for it: the conversation so far, ending with the user's message,
+/// and how to answer it. It has no clock: `EngineHandle::send` stamps `submitted_at` when it
+/// hands the turn to the engine.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TurnRequest {
+    pub messages: Vec<ChatMessage>,
+    pub sampling: SamplingParams,
+    pub max_tokens: u32,
+    /// See `GenerateRequest::capture_first_logits`.
+    pub capture_first_logits: bool,
+    /// See `GenerateRequest::ignore_eos`.
+    pub ignore_eos: bool,
+}
+
+/// One chat turn to generate, as the engine thread receives it.
 #[derive(Debug, Clone)]
 pub struct GenerateRequest {
     pub id: RequestId,
@@ -125,6 +124,20 @@ pub struct GenerateRequest {
     pub ignore_eos: bool,
     /// When the request was handed to the engine: TTFT and every offset start here.
     pub submitted_at: Instant,
+}
+
+impl GenerateRequest {
+    /// The request without its id and clock (`send` stamps a new `submitted_at`).
+    fn into_turn(self) -> (RequestId, TurnRequest) {
+        let turn = TurnRequest {
+            messages: self.messages,
+            sampling: self.sampling,
+            max_tokens: self.max_tokens,
+            capture_first_logits: self.capture_first_logits,
+            ignore_eos: self.ignore_eos,
+        };
+        (self.id, turn)
+    }
 }
 
 pub enum EngineCommand {
@@ -201,6 +214,10 @@ pub struct AbReport {
     /// Model B as loaded (file, quantization, template).
     pub model: ModelInfo,
     pub turn: TurnReport,
+    /// Model A (the chat's) answering the same request in a fresh context of its own, just
+    /// before B, so that A's and B's figures are like for like (both cold: no KV cache
+    /// reuse, no queue behind the chat). `None` when A could not be re-run.
+    pub a_fresh: Option<TurnReport>,
     /// The text of each generated token, in order (whole characters; before stop strings are
     /// held back or cut, so a stop string's tokens are there too): where B's answer parts from
     /// A's is counted in these.
@@ -231,6 +248,14 @@ pub enum EngineEvent {
         /// Oldest messages left out because the conversation no longer fits the context.
         dropped_messages: usize,
     },
+    /// One micro-batch of the prompt was prefilled: `done` of the `total` tokens this turn
+    /// prefills (the cached prefix not counted). `at` is the offset from `submitted_at`.
+    PrefillProgress {
+        request_id: RequestId,
+        done: usize,
+        total: usize,
+        at: Duration,
+    },
     /// Prefill finished: the first parts of TTFT, for the live display.
     PrefillDone {
         request_id: RequestId,
@@ -258,7 +283,7 @@ pub enum EngineEvent {
     /// One batch size of a batch sweep measured.
     BatchPoint {
         request_id: RequestId,
-        point: crate::plot::BatchPoint,
+        point: crate::metrics::BatchPoint,
         prefill_ms: f64,
     },
     /// Model B of an A/B comparison answered (its prefill and token events came before, under
@@ -278,6 +303,7 @@ impl EngineEvent {
     pub fn request_id(&self) -> Option<RequestId> {
         match self {
             EngineEvent::PrefillStarted { request_id, .. }
+            | EngineEvent::PrefillProgress { request_id, .. }
             | EngineEvent::PrefillDone { request_id, .. }
             | EngineEvent::Token { request_id, .. }
             | EngineEvent::Finished { request_id, .. }
@@ -300,7 +326,7 @@ pub struct EngineHandle {
     commands: mpsc::Sender<EngineCommand>,
     /// Every request with an id up to and including this one is cancelled.
     cancel_through: Arc<AtomicU64>,
-    next_id: RequestId,
+    ids: RequestIds,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -320,14 +346,14 @@ impl EngineHandle {
             Self {
                 commands: cmd_tx,
                 cancel_through,
-                next_id: 1,
+                ids: RequestIds::default(),
                 thread: Some(thread),
             },
             event_rx,
         ))
     }
 
-    /// Hand a turn to the engine; the submission instant is taken here.
+    /// Hand a turn to the engine under a new id.
     pub fn generate(
         &mut self,
         messages: Vec<ChatMessage>,
@@ -345,12 +371,12 @@ impl EngineHandle {
         max_tokens: u32,
         capture_first_logits: bool,
     ) -> Result<RequestId, EngineError> {
-        let id = self.next_id;
+        let id = self.ids.next();
         self.submit_with_id(id, messages, sampling, max_tokens, capture_first_logits)
     }
 
-    /// Submit under an id the caller chose (the chat allocates its own). Ids must increase:
-    /// cancelling an id cancels every request up to it.
+    /// Submit under an id the caller chose. Ids must increase: cancelling an id cancels every
+    /// request up to it.
     pub fn submit_with_id(
         &mut self,
         id: RequestId,
@@ -359,32 +385,71 @@ impl EngineHandle {
         max_tokens: u32,
         capture_first_logits: bool,
     ) -> Result<RequestId, EngineError> {
-        self.next_id = self.next_id.max(id + 1);
-        self.send_request(GenerateRequest {
-            id,
+        let turn = TurnRequest {
             messages,
             sampling,
             max_tokens,
             capture_first_logits,
             ignore_eos: false,
-            submitted_at: Instant::now(),
-        })
+        };
+        self.send(id, turn, None)
     }
 
-    /// Send a fully specified request (its `submitted_at` is reset to now).
-    pub fn send_request(&mut self, mut request: GenerateRequest) -> Result<RequestId, EngineError> {
-        let id = request.id;
-        self.next_id = self.next_id.max(id + 1);
-        request.submitted_at = Instant::now();
+    /// The one door: every turn reaches the engine through here, and its `submitted_at` (where
+    /// TTFT and every offset start) is read here, once. `model`: `None` answers with the loaded
+    /// model; `Some(path)` with that model file, loaded beside it for this turn alone (the A/B
+    /// comparison: prefill and token events under `id`, then `AbFinished` or `Failed`;
+    /// cancelled like a generation request, also while model B loads).
+    pub fn send(
+        &mut self,
+        id: RequestId,
+        turn: TurnRequest,
+        model: Option<PathBuf>,
+    ) -> Result<RequestId, EngineError> {
+        self.ids.observe(id);
+        let request = GenerateRequest {
+            id,
+            messages: turn.messages,
+            sampling: turn.sampling,
+            max_tokens: turn.max_tokens,
+            capture_first_logits: turn.capture_first_logits,
+            ignore_eos: turn.ignore_eos,
+            submitted_at: Instant::now(),
+        };
+        let command = match model {
+            None => EngineCommand::Generate(request),
+            Some(path) => EngineCommand::AbGenerate { path, request },
+        };
         self.commands
-            .send(EngineCommand::Generate(request))
+            .send(command)
             .map_err(|_| EngineError::EngineGone)?;
         Ok(id)
     }
 
+    /// Send a fully specified request (its `submitted_at` is replaced by the time it is sent).
+    pub fn send_request(&mut self, request: GenerateRequest) -> Result<RequestId, EngineError> {
+        let (id, turn) = request.into_turn();
+        self.send(id, turn, None)
+    }
+
+    /// Answer `request` with the model file at `path` (an A/B comparison; see `send`).
+    pub fn ab_generate(
+        &mut self,
+        path: PathBuf,
+        request: GenerateRequest,
+    ) -> Result<RequestId, EngineError> {
+        let (id, turn) = request.into_turn();
+        self.send(id, turn, Some(path))
+    }
+
     /// The id the next `generate`/`submit` will use.
     pub fn next_id(&self) -> RequestId {
-        self.next_id
+        self.ids.peek()
+    }
+
+    /// The handle's id allocator, for callers that build requests themselves (the chat).
+    pub fn request_ids(&self) -> RequestIds {
+        self.ids.clone()
     }
 
     /// Stop a request: the engine checks this before every decode step, so generation stops
@@ -401,7 +466,7 @@ impl EngineHandle {
         n_prompt: u32,
         n_gen: u32,
     ) -> Result<(), EngineError> {
-        self.next_id = self.next_id.max(id + 1);
+        self.ids.observe(id);
         self.commands
             .send(EngineCommand::BatchSweep {
                 id,
@@ -410,23 +475,6 @@ impl EngineHandle {
                 n_gen,
             })
             .map_err(|_| EngineError::EngineGone)
-    }
-
-    /// Answer `request` with the model file at `path` (an A/B comparison): prefill and token
-    /// events under the request's id, then `AbFinished` or `Failed`. Cancelled like a
-    /// generation request, also while model B loads.
-    pub fn ab_generate(
-        &mut self,
-        path: PathBuf,
-        mut request: GenerateRequest,
-    ) -> Result<RequestId, EngineError> {
-        let id = request.id;
-        self.next_id = self.next_id.max(id + 1);
-        request.submitted_at = Instant::now();
-        self.commands
-            .send(EngineCommand::AbGenerate { path, request })
-            .map_err(|_| EngineError::EngineGone)?;
-        Ok(id)
     }
 
     /// Replace the loaded model (the engine answers with `Loading`… then `Ready`/`LoadFailed`).

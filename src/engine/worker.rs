@@ -105,7 +105,21 @@ fn load_and_serve(
             }
             Ok(EngineCommand::AbGenerate { path, request }) => {
                 let id = request.id;
-                let result = ab_generate(&path, cfg, request, events, cancel_through);
+                // A again, from a fresh context of the chat's model (the chat's own context
+                // and KV cache are untouched), so that A and B are measured alike. Its events
+                // go nowhere: the screen shows A's text from the conversation.
+                let a_fresh = (|| {
+                    let mut fresh = Session::new(&model, cfg, Instant::now())?;
+                    let (sink, _dropped) = tokio::sync::mpsc::unbounded_channel();
+                    let mut a_request = request.clone();
+                    a_request.submitted_at = Instant::now();
+                    fresh.generate(&a_request, &sink, cancel_through)
+                })();
+                let result =
+                    ab_generate(&path, cfg, request, events, cancel_through).map(|mut report| {
+                        report.a_fresh = a_fresh.ok();
+                        report
+                    });
                 let _ = events.send(outcome(id, result, |request_id, report| {
                     EngineEvent::AbFinished { request_id, report }
                 }));
@@ -149,6 +163,7 @@ fn ab_generate(
     Ok(AbReport {
         model: session.info.clone(),
         turn,
+        a_fresh: None,
         pieces: std::mem::take(&mut session.pieces),
     })
 }
@@ -157,7 +172,7 @@ fn ab_generate(
 /// (the chat's context and its KV cache are left as they are).
 fn batch_sweep(
     model: &LlamaModel,
-    settings: &crate::config::EngineSettings,
+    settings: &crate::llama::settings::EngineSettings,
     (id, batches, n_prompt, n_gen): (super::RequestId, &[u32], u32, u32),
     events: &EventSender,
     cancel_through: &AtomicU64,
@@ -166,7 +181,8 @@ fn batch_sweep(
         if cancel_through.load(Ordering::SeqCst) >= id {
             break;
         }
-        let (point, prefill_ms) = crate::bench::measure_batch(model, settings, b, n_prompt, n_gen)?;
+        let (point, prefill_ms) =
+            crate::llama::measure::measure_batch(model, settings, b, n_prompt, n_gen)?;
         let _ = events.send(EngineEvent::BatchPoint {
             request_id: id,
             point,
@@ -215,6 +231,12 @@ struct Session<'m> {
     ctx: LlamaContext<'m>,
     info: ModelInfo,
     style: PromptStyle,
+    /// Tokens per prefill decode call: one micro-batch (llama.cpp's n_ubatch, at most
+    /// n_batch). llama.cpp computes a larger call one micro-batch after another anyway, so
+    /// the work is the same, and checking the cancel flag between calls stops a long prefill
+    /// within one micro-batch. (llama.cpp's abort callback would stop it within a graph node,
+    /// but llama-cpp-2 0.1.160 exposes neither `llama_set_abort_callback` on a context nor the
+    /// `abort_callback` field of its context parameters.)
     n_batch: usize,
     /// Tokens whose KV entries are in sequence 0, in position order.
     cached: Vec<LlamaToken>,
@@ -239,7 +261,7 @@ impl<'m> Session<'m> {
         info.template_note = template_note;
         Ok(Self {
             model,
-            n_batch: ctx.n_batch().max(1) as usize,
+            n_batch: ctx.n_ubatch().min(ctx.n_batch()).max(1) as usize,
             ctx,
             info,
             style,
@@ -388,9 +410,11 @@ impl<'m> Session<'m> {
         let n_ctx = self.ctx.n_ctx() as usize;
         let mut timeline = TurnTimeline::default();
 
-        let step = Instant::now();
+        // The breakdown's boundaries are taken as offsets from t0, one after the other, so
+        // queue + template/tokenize + prefill + first sample add up to TTFT exactly.
+        let picked_up = Instant::now();
+        timeline.queue = picked_up.saturating_duration_since(t0);
         let (tokens, dropped_messages) = self.fit_prompt(&req.messages, n_ctx, req.max_tokens)?;
-        timeline.template_tokenize = step.elapsed();
 
         // KV reuse: keep the cached prefix, prefill the rest. At least one token is decoded
         // so that there are logits to sample from.
@@ -411,6 +435,7 @@ impl<'m> Session<'m> {
 
         let mut batch = LlamaBatch::new(self.n_batch, 1);
         let step = Instant::now();
+        timeline.template_tokenize = step.saturating_duration_since(picked_up);
         let mut logits_index = 0i32;
         let new_tokens = &tokens[reuse..];
         let n_chunks = new_tokens.len().div_ceil(self.n_batch);
@@ -434,10 +459,17 @@ impl<'m> Session<'m> {
                 .map_err(|e| EngineError::Decode(e.to_string()))?;
             self.cached.extend_from_slice(chunk);
             logits_index = chunk.len() as i32 - 1;
+            let _ = events.send(EngineEvent::PrefillProgress {
+                request_id: req.id,
+                done: (chunk_no * self.n_batch + chunk.len()).min(new_tokens.len()),
+                total: new_tokens.len(),
+                at: t0.elapsed(),
+            });
         }
         self.ctx.synchronize();
-        timeline.prefill = step.elapsed();
-        timeline.prefill_done_at = t0.elapsed();
+        let prefill_done = Instant::now();
+        timeline.prefill = prefill_done.saturating_duration_since(step);
+        timeline.prefill_done_at = prefill_done.saturating_duration_since(t0);
         let _ = events.send(EngineEvent::PrefillDone {
             request_id: req.id,
             template_tokenize: timeline.template_tokenize,

@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 pub mod energy;
+pub mod busy;
 pub mod roofline;
 
 use serde::{Deserialize, Serialize};
@@ -81,7 +82,11 @@ impl LatencyStats {
 /// part of TTFT, as a user experiences it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct TurnTimeline {
-    /// Chat template application and tokenization.
+    /// Queue: the request submitted (`submitted_at`) → the engine picking it up.
+    pub queue: Duration,
+    /// Chat template application and tokenization (with the KV-cache prefix lookup), from
+    /// the pick-up to the first prefill decode call. Queue + this + `prefill` end exactly at
+    /// `prefill_done_at`, so the TTFT breakdown adds up.
     pub template_tokenize: Duration,
     /// The prefill decode calls (only the prompt tokens not already in the KV cache).
     pub prefill: Duration,
@@ -158,6 +163,7 @@ impl TurnTimeline {
             prompt_tokens: self.prompt_tokens,
             cached_tokens: self.cached_tokens,
             prefilled_tokens: self.prefilled_tokens(),
+            queue_ms: ms(self.queue),
             template_tokenize_ms: ms(self.template_tokenize),
             prefill_ms: ms(self.prefill),
             prefill_tok_per_s: rate_per_s(self.prefilled_tokens(), self.prefill),
@@ -180,6 +186,9 @@ pub struct TurnSummary {
     pub prompt_tokens: usize,
     pub cached_tokens: usize,
     pub prefilled_tokens: usize,
+    /// Submitted → picked up by the engine (older saved turns have none: 0).
+    #[serde(default)]
+    pub queue_ms: f64,
     pub template_tokenize_ms: f64,
     pub prefill_ms: f64,
     pub prefill_tok_per_s: Option<f64>,
@@ -212,6 +221,19 @@ pub fn relative_difference(a: f64, b: f64) -> Option<f64> {
     }
 }
 
+/// One batch size of a batched-decoding sweep.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BatchPoint {
+    /// Sequences decoded together (B).
+    pub batch: u32,
+    /// Tokens per second over all sequences.
+    pub aggregate_tok_per_s: f64,
+    /// Tokens per second of one sequence.
+    pub per_sequence_tok_per_s: f64,
+    pub itl_p50_ms: f64,
+    pub itl_p99_ms: f64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -222,6 +244,7 @@ mod tests {
 
     fn timeline(tokens_ms: &[u64]) -> TurnTimeline {
         TurnTimeline {
+            queue: d(1),
             template_tokenize: d(2),
             prefill: d(50),
             prompt_tokens: 100,

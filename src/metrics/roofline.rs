@@ -2,14 +2,14 @@
 //! generated token reads all the weights (but the token-embedding table, of which it reads one
 //! row) and the KV cache up to the current depth. So the ceiling is
 //! `bandwidth / bytes read per token`, and memory bandwidth utilisation (MBU) is the achieved
-//! rate over that ceiling. Prefill is compute bound: ≈ 2 × parameters FLOPs per token, plus
-//! attention. Cost per 1M tokens turns a rate into money. Pure math, defined in
+//! rate over that ceiling. Prefill is compute bound: 2 FLOPs per layer parameter per token, the
+//! output head per logits row, plus attention at its depth. Cost per 1M tokens turns a rate into money. Pure math, defined in
 //! `docs/metrics.md`.
 
 use serde::{Deserialize, Serialize};
 
+use crate::gguf::kv_type::KvType;
 use crate::gguf::GgufHeader;
-use crate::llama::KvType;
 
 /// What one decode step reads of the weights.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -133,8 +133,8 @@ pub struct Bandwidth {
     pub source: BandwidthSource,
 }
 
-/// Datasheet peak memory bandwidths (bytes/s) by device name. Longer, more specific names
-/// come first so that "H100 PCIe" is not taken for "H100".
+/// Datasheet peak memory bandwidths (bytes/s) by device model name (matched by whole words,
+/// the most specific match first: see [`datasheet_bandwidth`]).
 const DATASHEET: &[(&str, f64)] = &[
     ("H200", 4.8e12),
     ("H100 PCIe", 2.0e12),
@@ -164,18 +164,41 @@ const DATASHEET: &[(&str, f64)] = &[
     ("MI250X", 3.2e12),
 ];
 
-/// The datasheet bandwidth of a device, matched by name (case-insensitive substring).
+/// The datasheet bandwidth of a device, matched by whole model name: the name and each table
+/// key are split into words at every non-alphanumeric character, and a key matches only as a
+/// run of whole words (so "NVIDIA GH200" is not an H200 and "T400" is not a T4). When several
+/// keys match, the one with the most words wins ("H100 PCIe" over "H100").
 pub fn datasheet_bandwidth(device_name: &str) -> Option<Bandwidth> {
-    let name = device_name.to_ascii_lowercase();
+    let name = model_words(device_name);
     DATASHEET
         .iter()
-        .find(|(key, _)| name.contains(&key.to_ascii_lowercase()))
-        .map(|(key, bw)| Bandwidth {
+        .filter_map(|(key, bw)| {
+            let key_words = model_words(key);
+            (!key_words.is_empty()
+                && name
+                    .windows(key_words.len())
+                    .any(|w| w == key_words.as_slice()))
+            .then_some((key_words.len(), key, bw))
+        })
+        // The first of the longest: `max_by_key` would keep the last.
+        .fold(None, |best: Option<(usize, &&str, &f64)>, m| match best {
+            Some(b) if b.0 >= m.0 => Some(b),
+            _ => Some(m),
+        })
+        .map(|(_, key, bw)| Bandwidth {
             bytes_per_s: *bw,
             source: BandwidthSource::Datasheet {
                 device: (*key).to_string(),
             },
         })
+}
+
+/// A device name's words, lower-case: "NVIDIA A100-SXM4-80GB" → nvidia, a100, sxm4, 80gb.
+fn model_words(name: &str) -> Vec<String> {
+    name.split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_ascii_lowercase)
+        .collect()
 }
 
 /// The decode ceiling: bandwidth ÷ bytes per token.
@@ -190,10 +213,24 @@ pub fn mbu(achieved_tok_per_s: f64, ceiling_tok_per_s: f64) -> Option<f64> {
         .then(|| achieved_tok_per_s / ceiling_tok_per_s)
 }
 
-/// Cost per 1M tokens = price per GPU-hour ÷ (tok/s × 3600) × 10^6.
-pub fn cost_per_million_tokens(price_per_hour: f64, tok_per_s: f64) -> Option<f64> {
-    (tok_per_s > 0.0 && price_per_hour.is_finite())
-        .then(|| price_per_hour / (tok_per_s * 3600.0) * 1e6)
+/// What an MBU above 100% means: the decode beat the ceiling, so the ceiling (a probe or a
+/// datasheet) underestimates the bandwidth the decode really gets. Shown beside such a figure,
+/// never a bare "MBU 104%".
+pub const ABOVE_CEILING: &str = "above the measured ceiling: the probe underestimates";
+
+/// Whether an MBU (a fraction) is above the ceiling.
+pub fn above_ceiling(mbu_fraction: f64) -> bool {
+    mbu_fraction > 1.0
+}
+
+/// An MBU percentage as a table cell: `"62.3%"`, or `"104.0% ↑"` above the ceiling (the
+/// table's notes then say what the arrow means).
+pub fn mbu_pct_cell(pct: f64, decimals: usize) -> String {
+    if above_ceiling(pct / 100.0) {
+        format!("{pct:.decimals$}% ↑")
+    } else {
+        format!("{pct:.decimals$}%")
+    }
 }
 
 /// Where one decode step's bytes are read from when only some layers are offloaded.
@@ -253,11 +290,51 @@ pub fn partial_offload_ceiling_tok_per_s(
     (seconds > 0.0).then(|| 1.0 / seconds)
 }
 
-/// FLOPs to process one prompt token at context depth `depth`: 2 per parameter (one
-/// multiply-add per weight) plus attention, 2 × 2 × n_layer × depth × n_embd (scores and the
-/// weighted sum of values over `depth` positions).
-pub fn prefill_flops_per_token(n_params: u64, n_layer: u64, n_embd: u64, depth: u64) -> f64 {
-    2.0 * n_params as f64 + 4.0 * n_layer as f64 * depth as f64 * n_embd as f64
+/// Cost per 1M tokens = price per GPU-hour ÷ (tok/s × 3600) × 10^6.
+pub fn cost_per_million_tokens(price_per_hour: f64, tok_per_s: f64) -> Option<f64> {
+    (tok_per_s > 0.0 && price_per_hour.is_finite())
+        .then(|| price_per_hour / (tok_per_s * 3600.0) * 1e6)
+}
+
+/// What a prompt's matrix multiplications cost depends on: the parameter count and the shapes
+/// that tell the embedding lookup and the output head apart from the layers.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PrefillShape {
+    /// All parameters (llama.cpp's `llama_model_n_params`).
+    pub n_params: u64,
+    pub n_vocab: u64,
+    pub n_embd: u64,
+    pub n_layer: u64,
+    /// The output head is the embedding table itself (no `output.weight`).
+    pub tied_output: bool,
+}
+
+impl PrefillShape {
+    /// Parameters every prompt token multiplies by: all but the token-embedding table (a
+    /// lookup, no arithmetic) and the output head (applied to logits rows only).
+    pub fn layer_params(&self) -> u64 {
+        let table = self.n_vocab * self.n_embd;
+        let head = if self.tied_output { 0 } else { table };
+        self.n_params.saturating_sub(table).saturating_sub(head)
+    }
+}
+
+/// The matmul FLOPs of prefilling `n_tokens` prompt tokens after `depth` cached positions, of
+/// which `logits_rows` ask for logits (llama-bench and the chat ask for the last token of each
+/// chunk only):
+///
+/// `2·layer_params·n_tokens + 2·n_vocab·n_embd·logits_rows + 4·n_layer·n_embd·Σ positions`,
+///
+/// where token `i` (0-based) attends to `depth + i + 1` positions (scores and the weighted sum
+/// of values, causal: the work done, not llama.cpp's padded mask). A multiply-add is 2 FLOPs.
+pub fn prefill_flops(shape: &PrefillShape, depth: u64, n_tokens: u64, logits_rows: u64) -> f64 {
+    let n = n_tokens as f64;
+    let layers = 2.0 * shape.layer_params() as f64 * n;
+    let head = 2.0 * (shape.n_vocab * shape.n_embd) as f64 * logits_rows.min(n_tokens) as f64;
+    // Σ_{i=0}^{n-1} (depth + i + 1) = n·depth + n(n+1)/2
+    let positions = n * depth as f64 + n * (n + 1.0) / 2.0;
+    let attention = 4.0 * shape.n_layer as f64 * shape.n_embd as f64 * positions;
+    layers + head + attention
 }
 
 #[cfg(test)]
@@ -273,6 +350,34 @@ mod tests {
         assert!((ceiling - 208.6).abs() < 0.5, "{ceiling}");
         // 4.8 ms per token.
         assert!((1e3 / ceiling - 4.79).abs() < 0.01);
+    }
+
+    #[test]
+    fn partial_offload_adds_both_sides_times() {
+        // 32 layers of 0.1 GB each + a 0.4 GB output layer = 3.6 GB per token.
+        let all_cpu = offload_split(3.6e9, 0.4e9, 32, 0);
+        assert_eq!(all_cpu.gpu_bytes, 0.0);
+        assert_eq!(all_cpu.cpu_bytes, 3.6e9);
+        let all_gpu = offload_split(3.6e9, 0.4e9, 32, 33);
+        assert_eq!(all_gpu.gpu_bytes, 3.6e9);
+        assert_eq!(all_gpu.cpu_bytes, 0.0);
+        // 32 of 32 layers but not the output layer: 3.2 GB on the GPU.
+        let layers_only = offload_split(3.6e9, 0.4e9, 32, 32);
+        assert!((layers_only.gpu_bytes - 3.2e9).abs() < 1.0);
+        assert!((layers_only.cpu_bytes - 0.4e9).abs() < 1.0);
+        // Half the layers: 1.6 GB at 1 TB/s + 2.0 GB at 100 GB/s = 1.6 ms + 20 ms.
+        let half = offload_split(3.6e9, 0.4e9, 32, 16);
+        let ceiling = partial_offload_ceiling_tok_per_s(half, 1e12, 1e11).unwrap();
+        assert!((ceiling - 1.0 / 0.0216).abs() < 1e-6, "{ceiling}");
+        // Everything on the GPU needs no CPU bandwidth.
+        let full = partial_offload_ceiling_tok_per_s(all_gpu, 1e12, 0.0).unwrap();
+        assert!((full - 1e12 / 3.6e9).abs() < 1e-6);
+        // A side with bytes and no bandwidth: unknown, not infinite.
+        assert_eq!(partial_offload_ceiling_tok_per_s(half, 1e12, 0.0), None);
+        assert_eq!(
+            partial_offload_ceiling_tok_per_s(offload_split(0.0, 0.0, 32, 8), 1e12, 1e11),
+            None
+        );
     }
 
     #[test]
@@ -340,6 +445,65 @@ mod tests {
     }
 
     #[test]
+    fn every_datasheet_entry_matches_its_own_name_and_only_it() {
+        for (key, bw) in DATASHEET {
+            for name in [
+                format!("NVIDIA {key}"),
+                format!("NVIDIA GeForce {key}"),
+                format!("AMD Instinct {key}"),
+                key.to_string(),
+            ] {
+                let found = datasheet_bandwidth(&name)
+                    .unwrap_or_else(|| panic!("{name} found no datasheet entry"));
+                assert_eq!(found.bytes_per_s, *bw, "{name} matched {:?}", found.source);
+                assert_eq!(found.source.label(), format!("datasheet, {key}"), "{name}");
+            }
+            // A longer model number is another device: "T4" is not "T400", "H200" not "GH200".
+            for other in [format!("{key}0"), format!("G{key}"), format!("{key}X0")] {
+                if let Some(found) = datasheet_bandwidth(&format!("NVIDIA {other}")) {
+                    assert_ne!(found.source.label(), format!("datasheet, {key}"), "{other}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn datasheet_matches_whole_model_names_as_drivers_report_them() {
+        let label = |name: &str| datasheet_bandwidth(name).map(|b| b.source.label());
+        let ds = |key: &str| Some(format!("datasheet, {key}"));
+        assert_eq!(label("NVIDIA GH200 480GB"), ds("GH200"));
+        assert_eq!(label("NVIDIA H200"), ds("H200"));
+        assert_eq!(label("NVIDIA H200 NVL"), ds("H200"));
+        assert_eq!(label("Tesla T4"), ds("T4"));
+        assert_eq!(label("NVIDIA T400 4GB"), None);
+        assert_eq!(label("NVIDIA L4"), ds("L4"));
+        assert_eq!(label("NVIDIA L40S"), ds("L40S"));
+        assert_eq!(label("NVIDIA A10"), ds("A10"));
+        assert_eq!(label("NVIDIA A10G"), ds("A10G"));
+        assert_eq!(label("NVIDIA A100-PCIE-40GB"), ds("A100-PCIE-40GB"));
+        assert_eq!(label("NVIDIA A100 80GB PCIe"), ds("A100 80GB PCIe"));
+        assert_eq!(label("NVIDIA H100 80GB HBM3"), ds("H100"));
+        assert_eq!(label("NVIDIA H100 PCIe"), ds("H100 PCIe"));
+        assert_eq!(label("Tesla V100-SXM2-16GB"), ds("V100"));
+        assert_eq!(label("NVIDIA GeForce RTX 3090 Ti"), ds("RTX 3090 Ti"));
+        assert_eq!(label("NVIDIA GeForce RTX 3090"), ds("RTX 3090"));
+        assert_eq!(label("NVIDIA RTX 6000 Ada Generation"), ds("RTX 6000 Ada"));
+        assert_eq!(label("AMD Instinct MI300X"), ds("MI300X"));
+        assert_eq!(label("NVIDIA RTX A4000"), None);
+        assert_eq!(label("Intel Xeon"), None);
+        assert_eq!(label(""), None);
+    }
+
+    #[test]
+    fn mbu_above_the_ceiling_is_marked() {
+        assert!(!above_ceiling(1.0));
+        assert!(above_ceiling(1.04));
+        assert_eq!(mbu_pct_cell(62.34, 1), "62.3%");
+        assert_eq!(mbu_pct_cell(104.0, 1), "104.0% ↑");
+        assert_eq!(mbu_pct_cell(100.0, 0), "100%");
+    }
+
+    #[test]
     fn mbu_and_guards() {
         assert_eq!(mbu(104.0, 208.0), Some(0.5));
         assert_eq!(mbu(1.0, 0.0), None);
@@ -395,9 +559,74 @@ mod tests {
     }
 
     #[test]
-    fn prefill_flops() {
-        assert_eq!(prefill_flops_per_token(8_000_000_000, 32, 4096, 0), 16e9);
-        assert!(prefill_flops_per_token(8_000_000_000, 32, 4096, 1000) > 16e9);
+    fn prefill_flops_count_the_matmuls_done_by_hand() {
+        // A hand-made shape: vocab 10, width 4, 2 layers; 10·4 embedding + 10·4 output head +
+        // 200 layer parameters = 280.
+        let shape = PrefillShape {
+            n_params: 280,
+            n_vocab: 10,
+            n_embd: 4,
+            n_layer: 2,
+            tied_output: false,
+        };
+        assert_eq!(shape.layer_params(), 200);
+        // 3 tokens after 5 cached positions, one logits row:
+        //   layers 2·200·3 = 1200; head 2·10·4·1 = 80;
+        //   attention 4·2·4·(6 + 7 + 8) = 672.
+        assert_eq!(prefill_flops(&shape, 5, 3, 1), 1200.0 + 80.0 + 672.0);
+        // Every row with logits (a perplexity run): the head counts 3 times.
+        assert_eq!(prefill_flops(&shape, 5, 3, 3), 1200.0 + 240.0 + 672.0);
+        // Tied: the table is the head, so the layers keep 240 parameters.
+        let tied = PrefillShape {
+            n_params: 240,
+            tied_output: true,
+            ..shape
+        };
+        assert_eq!(tied.layer_params(), 200);
+        assert_eq!(prefill_flops(&tied, 5, 3, 1), 1200.0 + 80.0 + 672.0);
+        assert_eq!(prefill_flops(&shape, 0, 0, 1), 0.0);
+    }
+
+    #[test]
+    fn prefill_flops_of_a_synthetic_model_are_far_below_two_per_parameter() {
+        // The synthetic "tiny" preset, counted from its GGUF: the old 2 × n_params per token
+        // counted the embedding table and the head for every token.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.gguf");
+        let spec = crate::synth::SynthSpec::preset("tiny").unwrap();
+        crate::synth::write_model(&path, &spec).unwrap();
+        let header = crate::gguf::read_metadata(&path).unwrap();
+        let elements = |name: &str| {
+            header
+                .tensor(name)
+                .map_or(0, |t| t.dims.iter().product::<u64>())
+        };
+        let n_params: u64 = header
+            .tensors
+            .iter()
+            .map(|t| t.dims.iter().product::<u64>())
+            .sum();
+        let n_vocab = u64::from(crate::synth::vocab_size());
+        let n_embd = u64::from(spec.shape.n_embd);
+        assert_eq!(elements("token_embd.weight"), n_vocab * n_embd);
+        let shape = PrefillShape {
+            n_params,
+            n_vocab,
+            n_embd,
+            n_layer: u64::from(spec.shape.n_layer),
+            tied_output: header.tensor("output.weight").is_none(),
+        };
+        // The layers are exactly the tensors named blk.*.
+        let blk: u64 = header
+            .tensors
+            .iter()
+            .filter(|t| t.name.starts_with("blk."))
+            .map(|t| t.dims.iter().product::<u64>())
+            .sum();
+        let norm = elements("output_norm.weight");
+        assert_eq!(shape.layer_params(), blk + norm);
+        let flops = prefill_flops(&shape, 0, 512, 1);
+        assert!(flops < 2.0 * n_params as f64 * 512.0);
     }
 
     #[test]

@@ -51,8 +51,13 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, now: Instant) {
         ])),
         prompt_area,
     );
+    let conditions = if ab.like_for_like {
+        "A and B both from a fresh context"
+    } else {
+        "A: the chat's turn (warm cache) · B: a fresh context"
+    };
     let settings = format!(
-        "temp {} · top_k {} · top_p {} · min_p {} · seed {} · max {} tokens",
+        "temp {} · top_k {} · top_p {} · min_p {} · seed {} · max {} tokens · {conditions}",
         s.temperature, s.top_k, s.top_p, s.min_p, s.seed, ab.settings.max_tokens
     );
     frame.render_widget(
@@ -69,10 +74,14 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, now: Instant) {
         ab.a.model_file
             .clone()
             .unwrap_or_else(|| "loaded model".into());
-    let b_file =
+    let mut b_file =
         ab.b.model_file
             .clone()
             .unwrap_or_else(|| ab.b_path.display().to_string());
+    if ab.b_model.as_ref().is_some_and(|m| m.synthetic) {
+        // Like every other screen: a synthetic model's speed is real, its text is noise.
+        b_file.push_str(" · synthetic");
+    }
     draw_side(frame, left, ("A", &a_file), &ab.a, at_byte, ab, now);
     draw_side(frame, right, ("B", &b_file), &ab.b, at_byte, ab, now);
     frame.render_widget(
@@ -167,6 +176,7 @@ fn state_of(
             let cached = match (is_b, turn.timeline.prompt_tokens) {
                 (_, 0) => String::new(),
                 (true, n) => format!(" · {n} prompt tok, own context"),
+                (false, n) if ab.like_for_like => format!(" · {n} prompt tok, own context"),
                 (false, n) => format!(" · {n} prompt tok, {} cached", turn.timeline.cached_tokens),
             };
             (format!("{}{cached}", reason.as_str()), theme::TURN_FOOTER)

@@ -59,7 +59,12 @@ fn columns() -> Vec<Column> {
         }),
         col("pp t/s", 8, 7, true, |r| fmt_opt(r.pp_tok_per_s, 1)),
         col("tg t/s", 8, 1, true, |r| fmt_opt(r.tg_tok_per_s, 1)),
-        col("MBU %", 6, 8, true, |r| fmt_opt(r.mbu_pct, 1)),
+        col("MBU %", 7, 8, true, |r| {
+            r.mbu_pct.map_or_else(
+                || "—".to_string(),
+                |m| crate::metrics::roofline::mbu_pct_cell(m, 1).replace('%', ""),
+            )
+        }),
         col("$/1M tok", 8, 9, true, |r| {
             fmt_opt(r.cost_per_million_tokens_usd, 3)
         }),

@@ -163,14 +163,18 @@ fn assistant(app: &App, turn: &AssistantTurn, width: usize, now: Instant) -> Vec
                 .active_since
                 .map(|since| format::secs(now.saturating_duration_since(since)))
                 .unwrap_or_else(|| "—".to_string());
-            let what = if turn.phase == TurnPhase::Queued {
-                "⋯ queued".to_string()
-            } else {
-                format!(
-                    "⋯ prefill {} tok ({} cached)",
-                    turn.timeline.prefilled_tokens(),
+            let progress = match turn.prefill_progress {
+                Some((done, total)) => format!("{done}/{total}"),
+                None => format!("0/{}", turn.timeline.prefilled_tokens()),
+            };
+            let what = match (turn.stopping, &turn.phase) {
+                (true, TurnPhase::Queued) => "⋯ stopping…".to_string(),
+                (true, _) => format!("⋯ stopping… (prefill {progress} tok)"),
+                (false, TurnPhase::Queued) => "⋯ queued".to_string(),
+                (false, _) => format!(
+                    "⋯ prefill {progress} tok ({} cached)",
                     turn.timeline.cached_tokens
-                )
+                ),
             };
             out.extend(wrap(
                 &[Span::styled(

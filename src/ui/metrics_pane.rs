@@ -281,8 +281,15 @@ fn pieces(app: &App, now: Instant, w: usize) -> Vec<Piece> {
         focus.is_some_and(|(_, t)| !t.phase.is_active() || t.timeline.tokens_generated() > 0);
     let if_known = |v: Option<f64>| if known { v } else { None };
     out.push(Piece::text(
-        5,
+        6,
         vec![
+            row(
+                "  queue ms",
+                format::num(if_known(s.map(|s| s.queue_ms))),
+                w,
+                sub,
+                value,
+            ),
             row(
                 "  tmpl+tok ms",
                 format::num(if_known(s.map(|s| s.template_tokenize_ms))),
@@ -462,7 +469,8 @@ fn roofline_lines(app: &App, decode_tok_per_s: Option<f64>, w: usize) -> Vec<Lin
     };
     match utilisation {
         Some(u) => {
-            let pct = format!(" MBU {:>3.0}%", u * 100.0);
+            let above = crate::metrics::roofline::above_ceiling(u);
+            let pct = format!(" MBU {:>3.0}%{}", u * 100.0, if above { "↑" } else { "" });
             let bar_w = w.saturating_sub(pct.len() + 2);
             let filled = ((u.clamp(0.0, 1.0) * bar_w as f64).round() as usize).min(bar_w);
             lines.push(Line::from(vec![
@@ -471,6 +479,15 @@ fn roofline_lines(app: &App, decode_tok_per_s: Option<f64>, w: usize) -> Vec<Lin
                 Span::styled("░".repeat(bar_w - filled), theme::GAUGE_EMPTY),
                 Span::styled(pct, theme::METRIC_VALUE),
             ]));
+            if above {
+                lines.push(Line::from(Span::styled(
+                    truncate(
+                        &format!("  ↑ {}", crate::metrics::roofline::ABOVE_CEILING),
+                        w,
+                    ),
+                    theme::DIM,
+                )));
+            }
         }
         None => lines.push(row(
             "  MBU %",

@@ -56,10 +56,13 @@ pub fn engine_state(app: &App) -> (String, Style) {
             theme::STATE_BUSY,
         ),
         EngineStatus::Failed(_) => ("error".to_string(), theme::STATE_ERROR),
-        EngineStatus::Ready => match app.conversation.active().map(|a| &a.phase) {
-            Some(TurnPhase::Queued) => ("queued".to_string(), theme::STATE_BUSY),
-            Some(TurnPhase::Prefill) => ("prefill".to_string(), theme::STATE_BUSY),
-            Some(_) => ("streaming".to_string(), theme::STATE_BUSY),
+        EngineStatus::Ready => match app.conversation.active().map(|a| (&a.phase, a.stopping)) {
+            Some((_, true)) => ("stopping…".to_string(), theme::STATE_BUSY),
+            Some((phase, false)) => match phase {
+                TurnPhase::Queued => ("queued".to_string(), theme::STATE_BUSY),
+                TurnPhase::Prefill => ("prefill".to_string(), theme::STATE_BUSY),
+                _ => ("streaming".to_string(), theme::STATE_BUSY),
+            },
             None => match app
                 .conversation
                 .exchanges

@@ -1,0 +1,303 @@
+#!/usr/bin/env bash
+# The agreement check: every figure tokscope reports, side by side with an independent
+# instrument on the same machine, and a non-zero exit when any ratio leaves its tolerance.
+#
+#   1. speed     `tokscope bench` pp and tg against llama-bench built natively from the same
+#                llama.cpp source, the way a user builds it (scripts/llama-tools.sh --source
+#                native); median of alternating rounds within 3 %; `bench --batch` against
+#                llama-batched-bench's S_TG (within 5 %)        (scripts/compare-llama-bench.sh)
+#   2. quality   `tokscope compare` PPL, KLD mean/median/p99/max, same-top and Δp against
+#                `llama-perplexity --kl-divergence` (1 %)  (scripts/compare-llama-perplexity.sh)
+#   3. counters  `tokscope run`'s prefill and decode (time and token counts) against llama.cpp's
+#                own perf counters, at 1 and at all threads, with a multi-chunk prompt and with
+#                a one-token prefill (a resent conversation: all but one token are cached)
+#   4. observer  token arrival times read from `run`'s stdout through a pipe by
+#                scripts/observe-stream.py, against tokscope's decode tok/s (5 %) and ITL p50
+#                (1 ms or 5 %)
+#   5. turns     TTFT of turn 10 over turn 1 for equal-length messages (prefix reuse) ≤ 1.3
+#
+# Usage: scripts/agreement.sh [--quick | --full] [options]   (--help lists them)
+set -euo pipefail
+
+repo_root=$(cd "$(dirname "$0")/.." && pwd)
+invocation="scripts/agreement.sh${*:+ $*}"
+
+usage() {
+  cat <<'HELP'
+Usage: scripts/agreement.sh [--quick | --full] [options]
+
+  --quick            synthetic models written on the spot, short tests, 2 rounds: the form CI
+                     runs (a few minutes once llama.cpp's tools are built)
+  --full             the demo model (tokscope fetch-demo), llama-bench's default lengths,
+                     4 rounds: the form BENCHMARKS.md quotes (default)
+  -m, --model FILE   model for the full form (default: the demo model)
+  -t, --threads N    threads of the speed comparison (default: all CPUs)
+      --rounds N     alternating rounds of the speed comparison
+      --out DIR      keep every raw output here (default: a temporary dir, removed)
+      --tokscope FILE
+                     tokscope binary (default: target/release/tokscope, built if missing)
+      --only LIST    run only these parts: speed,quality,counters,observer,turns
+  -h, --help         this text
+
+Exit status: 0 when every figure is within its tolerance, 1 when one is not, 2 on bad usage,
+3 when an input (model, tool) cannot be had.
+HELP
+}
+
+mode=full
+model="${HOME}/.local/share/tokscope/models/gemma-3-270m-q4_k_m.gguf"
+threads=$(nproc)
+rounds=
+out_dir=
+tokscope="${repo_root}/target/release/tokscope"
+only=speed,quality,counters,observer,turns
+
+need_value() {
+  [ "$#" -ge 2 ] || { echo "error: $1 needs a value" >&2; exit 2; }
+}
+while [ "$#" -gt 0 ]; do
+  case "$1" in
+    --quick) mode=quick; shift ;;
+    --full) mode=full; shift ;;
+    -m | --model) need_value "$@"; model=$2; shift 2 ;;
+    -t | --threads) need_value "$@"; threads=$2; shift 2 ;;
+    --rounds) need_value "$@"; rounds=$2; shift 2 ;;
+    --out) need_value "$@"; out_dir=$2; shift 2 ;;
+    --tokscope) need_value "$@"; tokscope=$2; shift 2 ;;
+    --only) need_value "$@"; only=$2; shift 2 ;;
+    -h | --help) usage; exit 0 ;;
+    *) echo "error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+case "$threads" in
+  '' | *[!0-9]* | 0) echo "error: --threads must be a positive integer, got '$threads'" >&2; exit 2 ;;
+esac
+if [ "$mode" = quick ]; then rounds=${rounds:-2}; else rounds=${rounds:-4}; fi
+case "$rounds" in
+  '' | *[!0-9]* | 0) echo "error: --rounds must be a positive integer, got '$rounds'" >&2; exit 2 ;;
+esac
+part() { case ",${only}," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
+
+keep_out=1
+if [ -z "$out_dir" ]; then
+  out_dir=$(mktemp -d "${TMPDIR:-/tmp}/tokscope-agreement.XXXXXX")
+  keep_out=0
+fi
+mkdir -p "$out_dir"
+out_dir=$(cd "$out_dir" && pwd)
+cleanup() {
+  if [ "$keep_out" = 0 ]; then rm -rf "$out_dir"; fi
+}
+trap cleanup EXIT
+# Keep these runs out of the user's logs and caches.
+export TOKSCOPE_DATA_DIR="${out_dir}/tokscope-data"
+export TOKSCOPE_CACHE_DIR="${out_dir}/tokscope-cache"
+
+if [ ! -x "$tokscope" ]; then
+  echo "# building tokscope (cargo build --release)" >&2
+  (cd "$repo_root" && cargo build --release --locked --bins) >&2
+fi
+# shellcheck source=scripts/llama-tools.sh
+source "${repo_root}/scripts/llama-tools.sh"
+tools_dir=$(build_llama_tools native) || { echo "error: llama.cpp's tools could not be built" >&2; exit 3; }
+
+if [ "$mode" = quick ]; then
+  # A synthetic model big enough that a token takes milliseconds (so times are above the
+  # clocks' noise) and small enough for CI: 6 layers, width 512, f16.
+  model="${out_dir}/agreement-f16.gguf"
+  "$tokscope" synth -o "$model" --preset small --type f16 --layers 6 --embd 512 --heads 8 \
+    --kv-heads 4 --ff 1536 >"${out_dir}/synth.log" 2>&1 ||
+    { cat "${out_dir}/synth.log" >&2; exit 3; }
+  speed_args=(-p 128 -n 32 -r 2 --npp 32 --ntg 16 --npl "1,2")
+  ppl_args=(-c 128 --chunks 4 --quantize q8_0)
+  long_words=700
+  gen=48
+else
+  [ -f "$model" ] || { echo "error: no model at ${model} (tokscope fetch-demo gets the demo model)" >&2; exit 3; }
+  speed_args=(-p 512 -n 128 -r 3 --npp 128 --ntg 128 --npl "1,2,4")
+  ppl_args=(-c 512 --chunks 8)
+  long_words=1400
+  gen=128
+fi
+
+failures=()
+report() { echo; echo "## $1"; echo; }
+
+echo "# agreement check (${mode}): ${invocation}"
+echo "# machine: $(nproc) CPUs, $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -n 1); load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# date: $(date -u +%Y-%m-%dT%H:%M:%SZ); tokscope $("$tokscope" --version 2>/dev/null | head -n 1)"
+echo "# model: ${model}"
+echo "# llama.cpp tools: $(head -n 1 "${tools_dir}/VERSION")"
+echo "# raw outputs: ${out_dir}$([ "$keep_out" = 0 ] && echo ' (removed at exit; --out keeps them)')"
+
+if part speed; then
+  report "1. speed: bench vs llama-bench (native) and llama-batched-bench"
+  if ! "${repo_root}/scripts/compare-llama-bench.sh" -m "$model" -t "$threads" --rounds "$rounds" \
+    "${speed_args[@]}" --source native --agree 3 --agree-batched 5 --tokscope "$tokscope" \
+    --out "${out_dir}/speed"; then
+    failures+=("speed")
+  fi
+fi
+
+if part quality; then
+  report "2. quality: compare vs llama-perplexity --kl-divergence"
+  if ! "${repo_root}/scripts/compare-llama-perplexity.sh" -m "$model" -t "$threads" \
+    "${ppl_args[@]}" --source native --tokscope "$tokscope" --out "${out_dir}/quality"; then
+    failures+=("quality")
+  fi
+fi
+
+# A prompt of several micro-batches (n_ubatch 512) and a short one.
+long_prompt=$(python3 -c 'import sys; print(" ".join(f"word{i % 97}" for i in range(int(sys.argv[1]))))' "$long_words")
+short_prompt="Tell me about the moon."
+mkdir -p "${out_dir}/runs"
+
+if part counters; then
+  report "3. counters: run vs llama.cpp's perf counters"
+  for t in 1 "$threads"; do
+    # Turn 1 prefills the long prompt in several micro-batches; turn 2 resends the same
+    # conversation, so only its last token is prefilled (llama.cpp counts that as an eval).
+    "$tokscope" run -m "$model" -t "$t" -c 4096 --temp 0 -n "$gen" --ignore-eos \
+      -p "$long_prompt" --turns 2 --resend --report "${out_dir}/runs/counters-t${t}.jsonl" \
+      >/dev/null 2>"${out_dir}/runs/counters-t${t}.log" ||
+      { tail -n 20 "${out_dir}/runs/counters-t${t}.log" >&2; exit 1; }
+  done
+  if ! python3 - "${out_dir}/runs" 1 "$threads" <<'PY'
+import json, sys
+runs, *threads = sys.argv[1:]
+bad = []
+print("| threads | turn | prefilled | llama.cpp prompt tokens | prefill ms | llama.cpp ms | decode calls | llama.cpp evals | decode ms | llama.cpp ms | |")
+print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+def close(a, b):
+    # Both clocks time the same decode calls; tokscope's includes building the batch.
+    return abs(a - b) <= max(0.03 * b, 0.5)
+for t in dict.fromkeys(threads):
+    for turn, line in enumerate(open(f"{runs}/counters-t{t}.jsonl"), 1):
+        r = json.loads(line)
+        m, c = r["metrics"], r["llama_counters"]
+        pre_tok, pre_ms = m["prefilled_tokens"], m["prefill_ms"]
+        dec_calls, dec_ms = m["decode_calls"], m["decode_compute_ms"]
+        if pre_tok == 1:
+            # llama.cpp counts a one-token decode as an eval, not a prompt eval.
+            want_p_tok, want_p_ms = 0, 0.0
+            want_e_tok, want_e_ms = dec_calls + 1, dec_ms + pre_ms
+        else:
+            want_p_tok, want_p_ms = pre_tok, pre_ms
+            want_e_tok, want_e_ms = dec_calls, dec_ms
+        # llama_perf_context reports at least 1 prompt token.
+        got_p_tok = c["prompt_eval_tokens"] if want_p_tok > 0 else 0
+        ok = (got_p_tok == want_p_tok and c["eval_tokens"] == want_e_tok
+              and (want_p_tok == 0 or close(want_p_ms, c["prompt_eval_ms"]))
+              and close(want_e_ms, c["eval_ms"]))
+        if pre_tok > 1 and pre_tok <= 512:
+            ok = False
+            bad.append(f"t={t} turn {turn}: the prompt was not multi-chunk ({pre_tok} tokens)")
+        if turn == 2 and pre_tok != 1:
+            ok = False
+            bad.append(f"t={t} turn 2: prefill was {pre_tok} tokens, not one")
+        if not ok:
+            bad.append(f"t={t} turn {turn}")
+        print(f"| {t} | {turn} | {pre_tok} | {c['prompt_eval_tokens']} | {pre_ms:.2f} | {c['prompt_eval_ms']:.2f} "
+              f"| {dec_calls} | {c['eval_tokens']} | {dec_ms:.2f} | {c['eval_ms']:.2f} | {'agrees' if ok else 'DISAGREES'} |")
+print()
+print("Tolerance: token counts equal; times within 3 % or 0.5 ms (a one-token prefill is compared"
+      " with llama.cpp's evals, where it counts it).")
+if bad:
+    print("Disagreements: " + "; ".join(bad))
+    sys.exit(1)
+PY
+  then
+    failures+=("counters")
+  fi
+fi
+
+if part observer; then
+  report "4. outside observer: token arrivals read from run's stdout"
+  for t in 1 "$threads"; do
+    set +e
+    "$tokscope" run -m "$model" -t "$t" -c 2048 --temp 0 -n "$gen" --ignore-eos \
+      -p "$short_prompt" --report "${out_dir}/runs/observer-t${t}.jsonl" \
+      2>"${out_dir}/runs/observer-t${t}.log" |
+      "${repo_root}/scripts/observe-stream.py" "${out_dir}/runs/observer-t${t}.reads"
+    status=("${PIPESTATUS[@]}")
+    set -e
+    if [ "${status[0]}" != 0 ] || [ "${status[1]}" != 0 ]; then
+      tail -n 20 "${out_dir}/runs/observer-t${t}.log" >&2
+      exit 1
+    fi
+  done
+  if ! python3 - "${out_dir}/runs" 1 "$threads" <<'PY'
+import json, statistics, sys
+runs, *threads = sys.argv[1:]
+bad = []
+print("| threads | tokens | reads | decode tok/s tokscope | observer | ratio | ITL p50 ms tokscope | observer | |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+for t in dict.fromkeys(threads):
+    r = json.loads(open(f"{runs}/observer-t{t}.jsonl").readline())
+    reads = [tuple(map(int, l.split())) for l in open(f"{runs}/observer-t{t}.reads") if l.strip()]
+    # The last read is the newline run prints after the answer: not a token.
+    times = [t_ns / 1e6 for t_ns, _ in reads[:-1]]
+    n = r["metrics"]["tokens_generated"]
+    ours = r["metrics"]["decode_tok_per_s"]
+    our_itl = r["metrics"]["itl"]["p50_ms"]
+    if len(times) < 3 or not ours:
+        bad.append(f"t={t}: too few reads ({len(times)}) or no decode rate")
+        continue
+    # Tokens whose text is held back (a split UTF-8 character) arrive with the next one, so
+    # the observer's rate counts tokscope's tokens over the span it saw.
+    observed = (n - 1) / ((times[-1] - times[0]) / 1e3)
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    obs_itl = statistics.median(gaps)
+    ratio = ours / observed
+    ok_rate = abs(ratio - 1) <= 0.05
+    ok_itl = abs(our_itl - obs_itl) <= max(1.0, 0.05 * obs_itl)
+    ok = ok_rate and ok_itl
+    if not ok:
+        bad.append(f"t={t}: decode ratio {ratio:.3f}, ITL p50 {our_itl:.3f} vs {obs_itl:.3f} ms")
+    print(f"| {t} | {n} | {len(times)} | {ours:.2f} | {observed:.2f} | {ratio:.3f} | {our_itl:.3f} | {obs_itl:.3f} "
+          f"| {'agrees' if ok else 'DISAGREES'} |")
+print()
+print("Tolerance: decode tok/s within 5 %; ITL p50 within 1 ms or 5 %.")
+if bad:
+    print("Disagreements: " + "; ".join(bad))
+    sys.exit(1)
+PY
+  then
+    failures+=("observer")
+  fi
+fi
+
+if part turns; then
+  report "5. multi-turn: TTFT of turn 10 over turn 1 (prefix reuse)"
+  "$tokscope" run -m "$model" -t "$threads" -c 4096 --temp 0 -n 8 --ignore-eos \
+    -p "Please describe, in a few words, the colour of the sky over the sea at dawn" \
+    --turns 10 --report "${out_dir}/runs/turns.jsonl" >/dev/null 2>"${out_dir}/runs/turns.log" ||
+    { tail -n 20 "${out_dir}/runs/turns.log" >&2; exit 1; }
+  if ! python3 - "${out_dir}/runs/turns.jsonl" <<'PY'
+import json, sys
+turns = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+print("| turn | prompt tokens | cached | prefilled | TTFT ms |")
+print("|---:|---:|---:|---:|---:|")
+for i, r in enumerate(turns, 1):
+    m = r["metrics"]
+    print(f"| {i} | {m['prompt_tokens']} | {m['cached_tokens']} | {m['prefilled_tokens']} | {m['ttft_ms']:.2f} |")
+if len(turns) != 10:
+    print(f"expected 10 turns, got {len(turns)}")
+    sys.exit(1)
+ratio = turns[9]["metrics"]["ttft_ms"] / turns[0]["metrics"]["ttft_ms"]
+print()
+print(f"TTFT turn 10 / turn 1 = {ratio:.3f} (target ≤ 1.3)")
+if ratio > 1.3:
+    sys.exit(1)
+PY
+  then
+    failures+=("turns")
+  fi
+fi
+
+echo
+if [ "${#failures[@]}" -gt 0 ]; then
+  echo "AGREEMENT FAILED: ${failures[*]}"
+  exit 1
+fi
+echo "agreement: every figure within its tolerance"

@@ -1,0 +1,421 @@
+//! The A/B screen: the last answer beside another model file's answer to the same turns, its
+//! state and the events that fill it.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use super::conversation::{first_divergence, AssistantTurn, Divergence, TurnSettings};
+use super::{App, Effect, EngineStatus, Mode, NoticeKind, Now};
+use crate::engine::{EngineEvent, ModelInfo, RequestId, TurnRequest};
+
+/// How answer B compares with answer A, once B has finished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AbOutcome {
+    Identical,
+    Diverges(Divergence),
+}
+
+/// The A/B screen: the last answer (A, from the loaded model) and the same turns answered by
+/// another model file (B) with the same sampling settings and seed. B is never added to the
+/// conversation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AbScreen {
+    /// The last user message, answered by both.
+    pub prompt: String,
+    pub settings: TurnSettings,
+    /// A copy of the conversation's last answer.
+    pub a: AssistantTurn,
+    pub b_path: PathBuf,
+    /// B's answer, filled from its engine events like a chat turn.
+    pub b: AssistantTurn,
+    /// Model B as the engine loaded it (known once B has finished).
+    pub b_model: Option<ModelInfo>,
+    /// The text of each of B's tokens.
+    pub b_pieces: Vec<String>,
+    /// The request in flight, while B loads or generates.
+    pub running: Option<RequestId>,
+    /// When B was asked for (for the loading clock).
+    pub started: Instant,
+    pub outcome: Option<AbOutcome>,
+    pub error: Option<String>,
+    /// Lines scrolled down in both answers.
+    pub scroll: usize,
+    /// A's figures come from A re-run in a fresh context just before B (both cold, like
+    /// for like); until then they are the chat turn's own (warm KV cache).
+    pub like_for_like: bool,
+}
+
+impl App {
+    /// `/ab PATH`: answer the last exchange again with another model file, with the same
+    /// turns, sampling settings and seed, and show both side by side.
+    pub(super) fn start_ab(&mut self, arg: &str, now: Now) -> Vec<Effect> {
+        if arg.is_empty() {
+            self.notice(
+                NoticeKind::Error,
+                "usage: /ab PATH (answers the last prompt again with another model file, side by side)",
+            );
+            return Vec::new();
+        }
+        if self.engine != EngineStatus::Ready {
+            self.notice(NoticeKind::Warning, "the model is not ready yet");
+            return Vec::new();
+        }
+        if self.is_generating() || self.bench.running.is_some() {
+            self.notice(
+                NoticeKind::Warning,
+                "an answer is still streaming: Esc stops it, then /ab",
+            );
+            return Vec::new();
+        }
+        let last = self.conversation.exchanges.last();
+        let Some((prompt, a)) = last.and_then(|ex| {
+            ex.assistant
+                .as_ref()
+                .filter(|a| a.is_finished() && !a.text.is_empty())
+                .map(|a| (ex.user.clone(), a.clone()))
+        }) else {
+            self.notice(
+                NoticeKind::Error,
+                "no answer to compare yet: /ab regenerates the last answer with another model",
+            );
+            return Vec::new();
+        };
+        let settings = a.settings.clone().unwrap_or_else(|| TurnSettings {
+            sampling: self.sampling.clone(),
+            max_tokens: self.max_tokens,
+            ignore_eos: self.ignore_eos,
+        });
+        let path = crate::config::expand_home(std::path::Path::new(arg));
+        let id = self.request_ids.next();
+        let b_file = path.file_name().map(|n| n.to_string_lossy().into_owned());
+        self.notice(
+            NoticeKind::Info,
+            format!(
+                "A/B: answering the last prompt again with {} (seed {})",
+                path.display(),
+                settings.sampling.seed
+            ),
+        );
+        let effect = Effect::Generate {
+            id,
+            turn: TurnRequest {
+                messages: self.conversation.messages_for_last(),
+                sampling: settings.sampling.clone(),
+                max_tokens: settings.max_tokens,
+                capture_first_logits: false,
+                ignore_eos: settings.ignore_eos,
+            },
+            model: Some(path.clone()),
+        };
+        self.ab = Some(AbScreen {
+            prompt,
+            settings,
+            a,
+            b_path: path,
+            b: AssistantTurn::new(id, b_file),
+            b_model: None,
+            b_pieces: Vec::new(),
+            running: Some(id),
+            started: now.instant,
+            outcome: None,
+            error: None,
+            scroll: 0,
+            like_for_like: false,
+        });
+        self.mode = Mode::Ab;
+        vec![effect]
+    }
+
+    pub(super) fn close_ab(&mut self) -> Vec<Effect> {
+        self.mode = Mode::Chat;
+        match self.ab.take().and_then(|ab| ab.running) {
+            Some(id) => {
+                self.notice(NoticeKind::Info, "A/B comparison stopped");
+                vec![Effect::Cancel(id)]
+            }
+            None => Vec::new(),
+        }
+    }
+
+    /// Events of the A/B request in flight (model B's answer).
+    pub(super) fn on_ab_event(&mut self, event: EngineEvent) {
+        let Some(ab) = self.ab.as_mut() else {
+            return;
+        };
+        match event {
+            EngineEvent::PrefillStarted {
+                prompt_tokens,
+                cached_tokens,
+                ..
+            } => ab.b.on_prefill_started(prompt_tokens, cached_tokens),
+            EngineEvent::PrefillDone {
+                template_tokenize,
+                prefill,
+                at,
+                ..
+            } => ab.b.on_prefill_done(template_tokenize, prefill, at),
+            EngineEvent::Token { text, at, .. } if ab.b.phase.is_active() => {
+                ab.b.on_token(&text, at);
+            }
+            EngineEvent::AbFinished { report, .. } => {
+                let report = *report;
+                ab.running = None;
+                if let Some(a) = report.a_fresh {
+                    // A's text stays the conversation's; its figures become the fresh run's.
+                    ab.a.summary = Some(a.timeline.summary());
+                    ab.a.timeline = a.timeline;
+                    ab.like_for_like = true;
+                }
+                ab.b.model_file = Some(report.model.file_name.clone());
+                ab.b_model = Some(report.model);
+                ab.b_pieces = report.pieces;
+                ab.b.on_finished(report.turn);
+                let outcome = match first_divergence(&ab.a.text, &ab.b.text, &ab.b_pieces) {
+                    None => AbOutcome::Identical,
+                    Some(d) => AbOutcome::Diverges(d),
+                };
+                ab.outcome = Some(outcome);
+                let text = match outcome {
+                    AbOutcome::Identical => "A/B: B's answer is identical to A's".to_string(),
+                    AbOutcome::Diverges(d) => {
+                        format!(
+                            "A/B: B's answer diverges from A's at token {}",
+                            d.token_index
+                        )
+                    }
+                };
+                self.notice(NoticeKind::Info, text);
+            }
+            EngineEvent::Failed { error, .. } => {
+                let message = error.to_string();
+                ab.running = None;
+                ab.b.on_failed(message.clone());
+                ab.error = Some(message.clone());
+                self.notice(NoticeKind::Error, format!("A/B: {message}"));
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::app::tests::*;
+    use crate::app::{animates, update, Msg};
+    use crate::engine::StopReason;
+    use crossterm::event::{KeyCode, KeyModifiers};
+    use std::time::Duration;
+
+    fn ab_finished(id: RequestId, text: &str, pieces: &[&str]) -> Msg {
+        let Msg::Engine(EngineEvent::Finished { report, .. }) =
+            finished(id, text, StopReason::EndOfGeneration)
+        else {
+            unreachable!()
+        };
+        let model = ModelInfo {
+            file_name: "b.gguf".into(),
+            ..ModelInfo::default()
+        };
+        Msg::Engine(EngineEvent::AbFinished {
+            request_id: id,
+            report: Box::new(crate::engine::AbReport {
+                model,
+                turn: *report,
+                a_fresh: None,
+                pieces: pieces.iter().map(|p| p.to_string()).collect(),
+            }),
+        })
+    }
+
+    #[test]
+    fn ab_needs_a_path_and_a_previous_answer() {
+        let mut app = ready_app();
+        assert!(run_line(&mut app, "/ab").is_empty());
+        assert!(app
+            .notice
+            .as_ref()
+            .unwrap()
+            .text
+            .contains("usage: /ab PATH"));
+        assert!(run_line(&mut app, "/ab /m/b.gguf").is_empty());
+        let notice = app.notice.clone().unwrap();
+        assert_eq!(notice.kind, NoticeKind::Error);
+        assert!(notice.text.contains("no answer to compare"), "{notice:?}");
+        assert_eq!(app.mode, Mode::Chat);
+        assert!(app.ab.is_none());
+        // Not while an answer streams.
+        type_text(&mut app, "q");
+        update(&mut app, Msg::Key(key(KeyCode::Enter)), now());
+        assert!(run_line(&mut app, "/ab /m/b.gguf").is_empty());
+        assert_eq!(app.notice.as_ref().unwrap().kind, NoticeKind::Warning);
+    }
+
+    #[test]
+    fn ab_regenerates_the_last_answer_with_another_model_and_finds_the_divergence() {
+        let (mut app, a_id) = answered_app();
+        // Settings changed after the answer: B still uses the answer's own.
+        run_line(&mut app, "/seed 7");
+        let before = app.conversation.clone();
+        let fx = run_line(&mut app, "/ab /m/b.gguf");
+        let Some(Effect::Generate {
+            id,
+            turn:
+                TurnRequest {
+                    messages,
+                    sampling,
+                    max_tokens,
+                    ..
+                },
+            model: Some(path),
+        }) = fx.first().cloned()
+        else {
+            panic!("{fx:?}")
+        };
+        assert_ne!(id, a_id);
+        assert_eq!(path, PathBuf::from("/m/b.gguf"));
+        assert_eq!(messages, before.messages_for_last());
+        assert_eq!(
+            messages.last().map(|m| m.content.as_str()),
+            Some("question")
+        );
+        assert_eq!(sampling.seed, 1234, "the seed A was sampled with");
+        assert_eq!(max_tokens, 64);
+        assert_eq!(app.mode, Mode::Ab);
+        assert!(animates(&app));
+        // B's events fill the B side, never the conversation.
+        for (i, piece) in ["Hello", " there"].iter().enumerate() {
+            update(
+                &mut app,
+                Msg::Engine(EngineEvent::Token {
+                    request_id: id,
+                    index: i,
+                    text: piece.to_string(),
+                    at: Duration::from_millis(10 + i as u64),
+                }),
+                now(),
+            );
+        }
+        let ab = app.ab.as_ref().unwrap();
+        assert_eq!(ab.b.text, "Hello there");
+        assert_eq!(ab.a.text, "Hello world");
+        let fx = update(
+            &mut app,
+            ab_finished(id, "Hello there", &["Hello", " there"]),
+            now(),
+        );
+        assert!(fx.is_empty(), "B is not saved: {fx:?}");
+        let ab = app.ab.as_ref().unwrap();
+        assert_eq!(ab.running, None);
+        assert_eq!(ab.b.model_file.as_deref(), Some("b.gguf"));
+        assert_eq!(
+            ab.outcome,
+            Some(AbOutcome::Diverges(Divergence {
+                token_index: 1,
+                at_byte: 6
+            }))
+        );
+        assert_eq!(app.conversation, before, "the conversation is untouched");
+        assert!(!animates(&app));
+        // Esc closes; nothing to cancel.
+        let fx = update(&mut app, Msg::Key(key(KeyCode::Esc)), now());
+        assert!(fx.is_empty());
+        assert_eq!(app.mode, Mode::Chat);
+        assert!(app.ab.is_none());
+        // The next turn goes on normally.
+        type_text(&mut app, "next");
+        let fx = update(&mut app, Msg::Key(key(KeyCode::Enter)), now());
+        assert!(matches!(
+            fx.as_slice(),
+            [Effect::Generate { model: None, .. }]
+        ));
+    }
+
+    #[test]
+    fn ab_identical_answers_and_failures() {
+        let (mut app, _) = answered_app();
+        let fx = run_line(&mut app, "/ab ~/b.gguf");
+        let Some(Effect::Generate {
+            id,
+            model: Some(path),
+            ..
+        }) = fx.first().cloned()
+        else {
+            panic!("{fx:?}")
+        };
+        assert!(!path.starts_with("~"), "the home dir is expanded");
+        update(
+            &mut app,
+            ab_finished(id, "Hello world", &["Hello", " world"]),
+            now(),
+        );
+        assert_eq!(app.ab.as_ref().unwrap().outcome, Some(AbOutcome::Identical));
+        assert!(app.notice.as_ref().unwrap().text.contains("identical"));
+        update(&mut app, Msg::Key(key(KeyCode::Esc)), now());
+        // A missing file: a clear message, the screen shows it, nothing panics.
+        let fx = run_line(&mut app, "/ab /nope.gguf");
+        let Some(Effect::Generate {
+            id, model: Some(_), ..
+        }) = fx.first().cloned()
+        else {
+            panic!("{fx:?}")
+        };
+        update(
+            &mut app,
+            Msg::Engine(EngineEvent::Failed {
+                request_id: id,
+                error: crate::engine::EngineError::ModelNotFound("/nope.gguf".into()),
+            }),
+            now(),
+        );
+        let notice = app.notice.clone().unwrap();
+        assert_eq!(notice.kind, NoticeKind::Error);
+        assert!(notice.text.contains("/nope.gguf"), "{notice:?}");
+        assert!(app.ab.as_ref().unwrap().error.is_some());
+        assert_eq!(app.engine, EngineStatus::Ready, "the chat's model is fine");
+    }
+
+    #[test]
+    fn esc_cancels_b_and_its_late_events_are_dropped() {
+        let (mut app, _) = answered_app();
+        let before = app.conversation.clone();
+        let fx = run_line(&mut app, "/ab /m/b.gguf");
+        let Some(Effect::Generate {
+            id, model: Some(_), ..
+        }) = fx.first().cloned()
+        else {
+            panic!("{fx:?}")
+        };
+        let fx = update(&mut app, Msg::Key(key(KeyCode::Esc)), now());
+        assert_eq!(fx, vec![Effect::Cancel(id)]);
+        assert_eq!(app.mode, Mode::Chat);
+        assert!(app.ab.is_none());
+        update(
+            &mut app,
+            Msg::Engine(EngineEvent::Token {
+                request_id: id,
+                index: 0,
+                text: "late".into(),
+                at: Duration::from_millis(1),
+            }),
+            now(),
+        );
+        update(&mut app, ab_finished(id, "late", &["late"]), now());
+        assert_eq!(app.conversation, before);
+        assert!(app.ab.is_none());
+        // Quitting while B runs cancels it too.
+        let fx = run_line(&mut app, "/ab /m/b.gguf");
+        let Some(Effect::Generate {
+            id, model: Some(_), ..
+        }) = fx.first().cloned()
+        else {
+            panic!("{fx:?}")
+        };
+        let fx = update(
+            &mut app,
+            Msg::Key(with(KeyCode::Char('c'), KeyModifiers::CONTROL)),
+            now(),
+        );
+        assert_eq!(fx, vec![Effect::Cancel(id), Effect::Quit]);
+    }
+}

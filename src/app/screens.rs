@@ -1,0 +1,149 @@
+//! The bench (F2) and compare (F3) screens' state, and what opens and runs them.
+
+use super::{App, Effect, EngineStatus, Mode};
+use crate::compare::Comparison;
+use crate::engine::RequestId;
+
+/// The compare screen's table: read from the comparisons log when the screen opens.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum CompareView {
+    /// Not read yet, or being read.
+    #[default]
+    Reading,
+    /// The log has no comparison.
+    Empty,
+    Loaded(Box<Comparison>),
+    Failed(String),
+}
+
+/// One batch size's figures on the bench screen.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BenchPoint {
+    pub point: crate::metrics::BatchPoint,
+    /// Prefill of all B prompts together.
+    pub prefill_ms: f64,
+}
+
+/// The bench screen: which sweep, its points so far, and whether it runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BenchScreen {
+    pub batches: Vec<u32>,
+    pub n_prompt: u32,
+    pub n_gen: u32,
+    pub running: Option<RequestId>,
+    pub points: Vec<BenchPoint>,
+    pub error: Option<String>,
+}
+
+impl Default for BenchScreen {
+    fn default() -> Self {
+        Self {
+            batches: vec![1, 2, 4, 8, 16, 32],
+            n_prompt: 64,
+            n_gen: 32,
+            running: None,
+            points: Vec::new(),
+            error: None,
+        }
+    }
+}
+
+impl App {
+    pub(super) fn run_bench(&mut self) -> Vec<Effect> {
+        if self.bench.running.is_some() {
+            return Vec::new();
+        }
+        if self.is_generating() || self.engine != EngineStatus::Ready {
+            self.bench.error = Some("the engine is busy or not ready: try again when it is".into());
+            return Vec::new();
+        }
+        let id = self.request_ids.next();
+        self.bench.running = Some(id);
+        self.bench.points.clear();
+        self.bench.error = None;
+        vec![Effect::BatchSweep {
+            id,
+            batches: self.bench.batches.clone(),
+            n_prompt: self.bench.n_prompt,
+            n_gen: self.bench.n_gen,
+        }]
+    }
+
+    pub(super) fn open_compare(&mut self) -> Vec<Effect> {
+        self.mode = Mode::Compare;
+        self.compare = CompareView::Reading;
+        vec![Effect::LoadComparison]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::app::tests::*;
+    use crate::app::{update, Msg};
+    use crate::engine::EngineEvent;
+    use crossterm::event::KeyCode;
+
+    #[test]
+    fn bench_screen_runs_a_sweep_and_collects_points() {
+        let mut app = ready_app();
+        update(&mut app, Msg::Key(key(KeyCode::F(2))), now());
+        assert_eq!(app.mode, Mode::Bench);
+        let fx = update(&mut app, Msg::Key(key(KeyCode::Enter)), now());
+        let Some(Effect::BatchSweep { id, batches, .. }) = fx.first().cloned() else {
+            panic!("{fx:?}")
+        };
+        assert_eq!(batches, app.bench.batches);
+        assert!(
+            update(&mut app, Msg::Key(key(KeyCode::Enter)), now()).is_empty(),
+            "one at a time"
+        );
+        let point = crate::metrics::BatchPoint {
+            batch: 1,
+            aggregate_tok_per_s: 10.0,
+            per_sequence_tok_per_s: 10.0,
+            itl_p50_ms: 100.0,
+            itl_p99_ms: 120.0,
+        };
+        update(
+            &mut app,
+            Msg::Engine(EngineEvent::BatchPoint {
+                request_id: id,
+                point,
+                prefill_ms: 5.0,
+            }),
+            now(),
+        );
+        assert_eq!(app.bench.points.len(), 1);
+        // Esc stops a running sweep and returns to the chat.
+        let fx = update(&mut app, Msg::Key(key(KeyCode::Esc)), now());
+        assert_eq!(fx, vec![Effect::Cancel(id)]);
+        assert_eq!(app.mode, Mode::Chat);
+        assert!(app.bench.running.is_none());
+    }
+
+    #[test]
+    fn compare_screen_reads_the_log_through_an_effect() {
+        let mut app = ready_app();
+        let fx = update(&mut app, Msg::Key(key(KeyCode::F(3))), now());
+        assert_eq!(fx, vec![Effect::LoadComparison]);
+        assert_eq!(app.mode, Mode::Compare);
+        assert_eq!(app.compare, CompareView::Reading);
+        update(&mut app, Msg::ComparisonLoaded(Ok(None)), now());
+        assert_eq!(app.compare, CompareView::Empty);
+        let fx = update(&mut app, Msg::Key(key(KeyCode::Char('r'))), now());
+        assert_eq!(fx, vec![Effect::LoadComparison]);
+        update(&mut app, Msg::ComparisonLoaded(Err("denied".into())), now());
+        assert_eq!(app.compare, CompareView::Failed("denied".into()));
+        // Help opened from the compare screen returns to it.
+        update(&mut app, Msg::Key(key(KeyCode::F(1))), now());
+        assert_eq!(app.mode, Mode::Help);
+        update(&mut app, Msg::Key(key(KeyCode::Esc)), now());
+        assert_eq!(app.mode, Mode::Compare);
+        update(&mut app, Msg::Key(key(KeyCode::Esc)), now());
+        assert_eq!(app.mode, Mode::Chat);
+        let fx = run_line(&mut app, "/compare");
+        assert_eq!(fx, vec![Effect::LoadComparison]);
+        assert_eq!(app.mode, Mode::Compare);
+    }
+}

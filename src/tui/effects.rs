@@ -1,0 +1,131 @@
+//! The effect runner: where the loop does I/O (the engine, the history dir, the comparisons
+//! log). It never writes into `App`: what it learns goes back as `Msg`s.
+
+use std::path::PathBuf;
+use std::time::SystemTime;
+
+use crate::app::{Effect, ExportFormat, InputTokens, Msg};
+use crate::engine::{EngineConfig, EngineHandle};
+
+/// Where the effects go: the engine, the history dir; and the live token counter of the input.
+pub struct Effects<'a> {
+    pub engine: &'a mut EngineHandle,
+    pub engine_config: EngineConfig,
+    pub history_dir: PathBuf,
+    /// Where the comparisons log is (the compare screen reads it).
+    pub data_dir: PathBuf,
+    pub counter: Option<crate::tokcount::TokenCounter>,
+    /// The input text last counted and its count, so typing recounts only what changed.
+    pub counted: Option<(String, usize)>,
+    /// The count last reported to `update` (`None` before the first report).
+    pub reported: Option<Option<InputTokens>>,
+}
+
+impl Effects<'_> {
+    /// Count the input's tokens as the engine will tokenize them (the template trims the
+    /// message, so the count does too): a `Msg::InputTokens` when the count changed, else none.
+    pub fn recount(&mut self, input: &str) -> Option<Msg> {
+        let tokens = self.counter.as_ref().map(|counter| {
+            let count = match &self.counted {
+                Some((text, count)) if text == input => *count,
+                _ => {
+                    let count = counter.count(input.trim());
+                    self.counted = Some((input.to_string(), count));
+                    count
+                }
+            };
+            (count, counter.source())
+        });
+        if self.reported == Some(tokens) {
+            return None;
+        }
+        self.reported = Some(tokens);
+        Some(Msg::InputTokens(tokens))
+    }
+
+    /// A new conversation id for the next Ctrl+N or `/new`, minted now (`update` never reads
+    /// the clock or the RNG).
+    pub fn fresh_conversation_id(&self) -> Msg {
+        Msg::FreshConversationId(crate::ids::new_id(SystemTime::now()))
+    }
+
+    /// Run effects; returns messages reporting their outcomes, and whether to quit.
+    pub fn run(&mut self, effects: Vec<Effect>) -> (Vec<Msg>, bool) {
+        let mut msgs = Vec::new();
+        let mut quit = false;
+        for effect in effects {
+            match effect {
+                Effect::Generate { id, turn, model } => {
+                    if let Err(e) = self.engine.send(id, turn, model) {
+                        msgs.push(Msg::Engine(crate::engine::EngineEvent::Failed {
+                            request_id: id,
+                            error: e,
+                        }));
+                    }
+                }
+                Effect::Cancel(id) => self.engine.cancel(id),
+                Effect::BatchSweep {
+                    id,
+                    batches,
+                    n_prompt,
+                    n_gen,
+                } => {
+                    if let Err(e) = self.engine.batch_sweep(id, batches, n_prompt, n_gen) {
+                        msgs.push(Msg::Engine(crate::engine::EngineEvent::BatchSweepDone {
+                            request_id: id,
+                            error: Some(e),
+                        }));
+                    }
+                }
+                Effect::LoadComparison => {
+                    msgs.push(Msg::ComparisonLoaded(latest_comparison(&self.data_dir)));
+                }
+                Effect::LoadModel(path) => {
+                    // Count with the new model's vocabulary from now on.
+                    self.counter = crate::tokcount::TokenCounter::for_model(&path, None).ok();
+                    self.counted = None;
+                    let mut config = self.engine_config.clone();
+                    config.model_path = path;
+                    if let Err(e) = self.engine.load_model(config) {
+                        msgs.push(Msg::Engine(crate::engine::EngineEvent::LoadFailed(e)));
+                    }
+                }
+                Effect::Save(conversation) => {
+                    let result = crate::history::save(&self.history_dir, &conversation)
+                        .map_err(|e| e.to_string());
+                    msgs.push(Msg::Saved(result));
+                }
+                Effect::Export {
+                    format,
+                    path,
+                    conversation,
+                } => {
+                    let contents = match format {
+                        ExportFormat::Markdown => {
+                            Ok(crate::history::export_markdown(&conversation))
+                        }
+                        ExportFormat::Json => crate::history::export_json(&conversation),
+                    };
+                    let result = contents
+                        .and_then(|c| {
+                            crate::fsx::write_private(&path, c.as_bytes())
+                                .map_err(crate::history::HistoryError::from)
+                        })
+                        .map(|()| path.clone())
+                        .map_err(|e| e.to_string());
+                    msgs.push(Msg::Exported(result));
+                }
+                Effect::Quit => quit = true,
+            }
+        }
+        (msgs, quit)
+    }
+}
+
+/// The newest comparison in the comparisons log of `data_dir` (for the compare screen).
+pub fn latest_comparison(
+    data_dir: &std::path::Path,
+) -> Result<Option<crate::compare::Comparison>, String> {
+    let path = crate::compare::log::comparisons_path(data_dir);
+    crate::compare::log::latest(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+}

@@ -1,0 +1,157 @@
+//! The real demo model (gemma-3-270m Q4_K_M, `tokscope fetch-demo`) through the real binary:
+//! the completion-style transcript answers " Paris" to the capital of France (greedy), stops at
+//! the next "Question:", and its figures pass the same sanity checks as the synthetic ones.
+//!
+//! scripts/test.sh fetches the model first (cached in the data dir between runs). A test that
+//! cannot get the model FAILS with what to do; it never passes by returning early. The model
+//! is found at $TOKSCOPE_DEMO_MODEL, else in the data dir ($TOKSCOPE_DATA_DIR or the default).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::PathBuf;
+
+use assert_cmd::Command;
+
+fn demo_model() -> PathBuf {
+    if let Some(p) = std::env::var_os("TOKSCOPE_DEMO_MODEL") {
+        let p = PathBuf::from(p);
+        assert!(
+            p.is_file(),
+            "TOKSCOPE_DEMO_MODEL={} is not a file",
+            p.display()
+        );
+        return p;
+    }
+    let data_dir = tokscope::paths::data_dir();
+    tokscope::demo::find_demo_model(&data_dir).unwrap_or_else(|| {
+        panic!(
+            "the demo model is not in {} : run `tokscope fetch-demo` (scripts/test.sh does) or \
+             set TOKSCOPE_DEMO_MODEL; this test does not pass without its input",
+            data_dir.display()
+        )
+    })
+}
+
+fn run_json(args: &[&str]) -> serde_json::Value {
+    let model = demo_model();
+    let home = tempfile::tempdir().unwrap();
+    let out = Command::cargo_bin("tokscope")
+        .unwrap()
+        .env("TOKSCOPE_CONFIG_DIR", home.path().join("config"))
+        .env("TOKSCOPE_CACHE_DIR", home.path().join("cache"))
+        .env_remove("TOKSCOPE_MODEL")
+        .arg("run")
+        .arg("-m")
+        .arg(&model)
+        .args(args)
+        .args(["--json", "-t", "1", "-c", "1024", "--temp", "0"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    serde_json::from_slice(&out).expect("run --json prints one JSON object")
+}
+
+#[test]
+fn the_transcript_answers_paris_and_stops_at_the_next_question() {
+    let _lock = common::model_lock();
+    let v = run_json(&[
+        "--template",
+        "completion",
+        "-n",
+        "24",
+        "-p",
+        "What is the capital of France?",
+    ]);
+    let text = v["text"].as_str().unwrap();
+    assert!(
+        text.starts_with(" Paris"),
+        "the greedy answer to the capital of France: {text:?}"
+    );
+    assert!(
+        !text.contains("Question:"),
+        "the answer stops at the next question: {text:?}"
+    );
+    assert_eq!(v["stop_reason"], "stop_string", "{v}");
+    assert!(v["warning"].is_null() || !v["warning"].as_str().unwrap().contains("synthetic"));
+    assert_eq!(v["stamp"]["synthetic"], false);
+    assert_eq!(v["stamp"]["model_file"], "gemma-3-270m-q4_k_m.gguf");
+    sane_figures(&v);
+}
+
+#[test]
+fn a_longer_answer_has_sane_figures_that_agree_with_llama_cpp() {
+    let _lock = common::model_lock();
+    let v = run_json(&[
+        "--ignore-eos",
+        "-n",
+        "32",
+        "-p",
+        "Write a short poem about the sea.",
+    ]);
+    assert_eq!(v["metrics"]["tokens_generated"], 32, "{v}");
+    sane_figures(&v);
+}
+
+/// The checks the synthetic models' figures pass (tests/cli.rs, tests/engine.rs).
+fn sane_figures(v: &serde_json::Value) {
+    let m = &v["metrics"];
+    let f = |k: &str| {
+        m[k].as_f64()
+            .unwrap_or_else(|| panic!("metrics.{k} in {m}"))
+    };
+    let n = m["tokens_generated"].as_u64().unwrap();
+    assert!(n >= 2, "{m}");
+    assert_eq!(v["token_ready_ms"].as_array().unwrap().len() as u64, n);
+    // TTFT = queue + template/tokenize + prefill + first sample: no part exceeds it.
+    let ttft = f("ttft_ms");
+    assert!(ttft > 0.0);
+    for part in ["template_tokenize_ms", "prefill_ms", "first_sample_ms"] {
+        assert!(
+            f(part) >= 0.0 && f(part) <= ttft,
+            "{part} vs TTFT {ttft}: {m}"
+        );
+    }
+    assert!(f("template_tokenize_ms") + f("prefill_ms") + f("first_sample_ms") <= ttft * 1.001);
+    // The first token's ready time is the TTFT; the last one is the end.
+    let ready: Vec<f64> = v["token_ready_ms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    assert!((ready[0] - ttft).abs() < 1e-6, "{ready:?} vs {ttft}");
+    assert!(ready.windows(2).all(|w| w[1] >= w[0]));
+    assert!(f("e2e_ms") >= ready[n as usize - 1]);
+    // decode tok/s = (n − 1) over the first-to-last token span.
+    let span_s = (ready[n as usize - 1] - ready[0]) / 1e3;
+    let decode = f("decode_tok_per_s");
+    assert!(
+        ((n - 1) as f64 / span_s - decode).abs() / decode < 1e-6,
+        "{decode} vs span"
+    );
+    let itl = &m["itl"];
+    let p50 = itl["p50_ms"].as_f64().unwrap();
+    assert!(p50 > 0.0 && p50 <= itl["p99_ms"].as_f64().unwrap());
+    assert!(itl["p99_ms"].as_f64().unwrap() <= itl["max_ms"].as_f64().unwrap());
+    // llama.cpp's own counters count the same calls.
+    let c = &v["llama_counters"];
+    assert_eq!(
+        c["prompt_eval_tokens"].as_u64().unwrap(),
+        m["prefilled_tokens"].as_u64().unwrap(),
+        "{c} vs {m}"
+    );
+    assert_eq!(
+        c["eval_tokens"].as_u64().unwrap(),
+        m["decode_calls"].as_u64().unwrap(),
+        "{c} vs {m}"
+    );
+    let prefill = f("prefill_ms");
+    let theirs = c["prompt_eval_ms"].as_f64().unwrap();
+    assert!(
+        (prefill - theirs).abs() <= (0.05 * theirs).max(1.0),
+        "prefill {prefill} ms vs llama.cpp's {theirs} ms"
+    );
+}
