@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and testing tokscope needs, when it is missing: cmake, clang and
 # libclang-dev (llama.cpp's build and its Rust bindings), tmux (the end-to-end terminal tests),
-# strace (the test that proves no network connection is opened),
+# strace (the test that proves no network connection is opened), shellcheck (checks of the CUDA
+# build scripts),
 # python3-pip (fetching the demo model from PyPI). Debian/Ubuntu (apt-get); elsewhere it says
 # what to install. Sourced by setup.sh and test.sh; safe to run again.
 set -euo pipefail
@@ -12,6 +13,7 @@ tokscope_missing_packages() {
   command -v clang >/dev/null 2>&1 || missing+=(clang)
   command -v tmux >/dev/null 2>&1 || missing+=(tmux)
   command -v strace >/dev/null 2>&1 || missing+=(strace)
+  command -v shellcheck >/dev/null 2>&1 || missing+=(shellcheck)
   if command -v dpkg-query >/dev/null 2>&1; then
     dpkg-query -W -f='${Status}' libclang-dev 2>/dev/null | grep -q "install ok installed" || missing+=(libclang-dev)
   fi

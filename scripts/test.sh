@@ -11,6 +11,11 @@ cd "$(dirname "$0")/.."
 # shellcheck source=scripts/deps.sh
 source scripts/deps.sh
 tokscope_install_deps
+# The CUDA build scripts cannot be run in CI (a 35-minute CUDA compile, a GPU): check them.
+for script in scripts/build-cuda.sh scripts/gpu-bench.sh scripts/cuda-launcher.sh; do
+  bash -n "$script"
+  shellcheck "$script"
+done
 cargo fmt --all -- --check
 # Clippy in the release profile shares the one optimized llama.cpp build with the tests.
 cargo clippy --release --locked --all-targets -- -D warnings

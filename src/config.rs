@@ -60,6 +60,9 @@ pub struct Settings {
     /// Peak memory bandwidth in GB/s for `bench`'s roofline; `None`: the GPU's datasheet
     /// value, else measured on the CPU.
     pub bandwidth_gb_s: Option<f64>,
+    /// Price of electricity per kWh, for the energy cost per 1M tokens (GPU energy from NVML);
+    /// `None`: no energy cost shown.
+    pub price_per_kwh: Option<f64>,
 }
 
 impl Default for Settings {
@@ -72,6 +75,7 @@ impl Default for Settings {
             max_tokens: 512,
             price_per_gpu_hour_usd: 2.0,
             bandwidth_gb_s: None,
+            price_per_kwh: None,
         }
     }
 }
@@ -94,6 +98,7 @@ struct FileConfig {
     max_tokens: Option<i64>,
     price_per_gpu_hour_usd: Option<f64>,
     bandwidth_gb_s: Option<f64>,
+    price_per_kwh: Option<f64>,
     sampling: Option<FileSampling>,
 }
 
@@ -182,6 +187,11 @@ impl Settings {
 
     pub fn set_price_per_gpu_hour_usd(&mut self, v: f64, src: &Source) -> Result<(), ConfigError> {
         self.price_per_gpu_hour_usd = positive("price_per_gpu_hour_usd", v, src)?;
+        Ok(())
+    }
+
+    pub fn set_price_per_kwh(&mut self, v: f64, src: &Source) -> Result<(), ConfigError> {
+        self.price_per_kwh = Some(positive("price_per_kwh", v, src)?);
         Ok(())
     }
 
@@ -281,6 +291,9 @@ impl Settings {
         }
         if let Some(v) = file.bandwidth_gb_s {
             self.set_bandwidth_gb_s(v, &src)?;
+        }
+        if let Some(v) = file.price_per_kwh {
+            self.set_price_per_kwh(v, &src)?;
         }
         if let Some(s) = file.sampling {
             if let Some(v) = s.temperature {
@@ -494,6 +507,21 @@ mod tests {
                 "{text}: {msg}"
             );
             assert!(msg.contains("/cfg/config.toml"), "{msg}");
+        }
+    }
+
+    #[test]
+    fn price_per_kwh_applies_and_must_be_positive() {
+        assert_eq!(Settings::default().price_per_kwh, None);
+        let s = apply("price_per_kwh = 0.25\n").unwrap();
+        assert_eq!(s.price_per_kwh, Some(0.25));
+        for bad in [
+            "price_per_kwh = 0.0",
+            "price_per_kwh = -0.1",
+            "price_per_kwh = \"x\"",
+        ] {
+            let e = apply(bad).unwrap_err().to_string();
+            assert!(e.contains("price_per_kwh"), "{bad}: {e}");
         }
     }
 

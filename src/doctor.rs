@@ -13,6 +13,8 @@ use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
 use tokenizers::Tokenizer;
 
+pub mod gpu;
+
 /// One text to tokenize, with where it came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sample {

@@ -2,6 +2,8 @@
 //! threads the engine uses, cached per machine and thread count) beside the datasheet value,
 //! and the CPU's name. Timing lives here, not in the pure metrics module.
 
+pub mod gpu;
+
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 

@@ -72,6 +72,32 @@ fn parse_tensor_counter(message: &str) -> Option<(u32, u32)> {
     Some((done.trim().parse().ok()?, total.trim().parse().ok()?))
 }
 
+/// llama.cpp's model loader logs `load_tensors: offloaded N/M layers to GPU`: the layers it
+/// really put on the GPU, packed as `n << 32 | m`, `u64::MAX` before any.
+static OFFLOADED_LAYERS: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// The latest "offloaded N/M layers to GPU" that llama.cpp logged, as (N, M).
+pub fn offloaded_layers() -> Option<(u32, u32)> {
+    let packed = OFFLOADED_LAYERS.load(Ordering::Relaxed);
+    (packed != u64::MAX).then_some(((packed >> 32) as u32, packed as u32))
+}
+
+/// Forget the offload line (before a model load).
+pub fn reset_offloaded_layers() {
+    OFFLOADED_LAYERS.store(u64::MAX, Ordering::Relaxed);
+}
+
+/// `load_tensors: offloaded 33/33 layers to GPU` → (33, 33).
+fn parse_offloaded(message: &str) -> Option<(u32, u32)> {
+    let rest = message.split("offloaded ").nth(1)?;
+    let (counter, tail) = rest.split_once(' ')?;
+    if !tail.starts_with("layers to GPU") {
+        return None;
+    }
+    let (n, m) = counter.split_once('/')?;
+    Some((n.trim().parse().ok()?, m.trim().parse().ok()?))
+}
+
 #[derive(Default)]
 struct MessageVisitor(String);
 
@@ -100,6 +126,9 @@ impl<S: Subscriber> Layer<S> for LlamaProblemCapture {
             event.record(&mut visitor);
             if let Some((done, total)) = parse_tensor_counter(&visitor.0) {
                 TENSOR_PROGRESS.store(u64::from(done) << 32 | u64::from(total), Ordering::Relaxed);
+            }
+            if let Some((n, m)) = parse_offloaded(&visitor.0) {
+                OFFLOADED_LAYERS.store(u64::from(n) << 32 | u64::from(m), Ordering::Relaxed);
             }
         }
         if meta.target() == LLAMA_TARGET && *meta.level() <= Level::WARN {
@@ -156,5 +185,22 @@ mod tests {
             None
         );
         assert_eq!(parse_tensor_counter("[x/2] no"), None);
+    }
+
+    #[test]
+    fn offload_lines_parse() {
+        assert_eq!(
+            parse_offloaded("load_tensors: offloaded 33/33 layers to GPU"),
+            Some((33, 33))
+        );
+        assert_eq!(
+            parse_offloaded("load_tensors: offloaded 0/29 layers to GPU\n"),
+            Some((0, 29))
+        );
+        assert_eq!(
+            parse_offloaded("load_tensors: offloading output layer to GPU"),
+            None
+        );
+        assert_eq!(parse_offloaded("offloaded 3 things"), None);
     }
 }

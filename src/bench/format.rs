@@ -168,6 +168,7 @@ const MAIN_HEADERS: &[(&str, Align)] = &[
     ("MBU", Align::Right),
     ("GFLOP/s", Align::Right),
     ("$/1M tok", Align::Right),
+    ("J/tok", Align::Right),
 ];
 
 fn main_cells(r: &Row) -> Vec<String> {
@@ -176,7 +177,11 @@ fn main_cells(r: &Row) -> Vec<String> {
         r.stamp.model_file.clone(),
         size(r.stamp.model_size_bytes),
         params_count(r.stamp.n_params),
-        r.stamp.backend.clone(),
+        if r.params.placement.is_empty() {
+            r.stamp.backend.clone()
+        } else {
+            format!("{} ({})", r.stamp.backend, r.params.placement)
+        },
         r.stamp.n_gpu_layers.to_string(),
         p.threads.to_string(),
         p.n_batch.to_string(),
@@ -195,6 +200,7 @@ fn main_cells(r: &Row) -> Vec<String> {
         pct(r.mbu_pct),
         fmt_opt(r.achieved_gflop_per_s, 1),
         dollars(r.cost_per_million_tokens_usd),
+        fmt_opt(r.gpu_joules_per_token, 3),
     ]
 }
 
@@ -285,6 +291,19 @@ fn notes(rows: &[Row]) -> String {
     if rows.iter().all(|r| r.bandwidth_source.is_none()) {
         out.push_str("bandwidth: unknown (give --bandwidth-gb-s for the roofline columns)\n");
     }
+    // GPU telemetry: where J/tok comes from, or why it is empty ("no NVIDIA driver ...").
+    if let Some(t) = rows
+        .iter()
+        .map(|r| r.gpu_telemetry.as_str())
+        .find(|t| !t.is_empty())
+    {
+        if t == "NVML" {
+            out.push_str("J/tok: GPU energy counter (NVML) over the timed repetitions ÷ tokens\n");
+        } else if crate::llama::gpu::CUDA_BUILD {
+            // A CPU build has no GPU to read: nothing to say there.
+            out.push_str(&format!("GPU telemetry: {t}\n"));
+        }
+    }
     if rows.iter().any(|r| r.mbu_pct.is_some_and(|m| m > 100.0)) {
         out.push_str(&format!(
             "MBU ↑: {} (give --bandwidth-gb-s, or rerun the probe on an idle machine)\n",
@@ -335,6 +354,17 @@ const ROW_COLUMNS: &[&str] = &[
     "achieved_gflop_per_s",
     "price_per_gpu_hour_usd",
     "cost_per_million_tokens_usd",
+    "gpu_telemetry",
+    "gpu_joules_per_token",
+    "gpu_tokens_per_kwh",
+    "gpu_energy_cost_per_million_tokens",
+    "gpu_power_w",
+    "gpu_vram_used_bytes",
+    "gpu_vram_process_bytes",
+    "gpu_sm_clock_mhz",
+    "gpu_mem_clock_mhz",
+    "gpu_temperature_c",
+    "gpu_utilization_pct",
     "synthetic",
     "warning",
 ];
@@ -356,6 +386,7 @@ const PARAM_COLUMNS: &[&str] = &[
     "repetitions",
     "warmup",
     "n_ctx",
+    "placement",
 ];
 
 pub(crate) fn cell(v: Option<&Value>) -> String {
@@ -482,6 +513,7 @@ pub(crate) mod tests {
                 repetitions: 2,
                 warmup: true,
                 n_ctx: 24,
+                placement: String::new(),
             },
             n_tokens: 8,
             samples_tok_per_s: vec![100.0, 110.0],
@@ -509,6 +541,17 @@ pub(crate) mod tests {
             achieved_gflop_per_s: None,
             price_per_gpu_hour_usd: 2.0,
             cost_per_million_tokens_usd: Some(5.29),
+            gpu_telemetry: String::new(),
+            gpu_joules_per_token: None,
+            gpu_tokens_per_kwh: None,
+            gpu_energy_cost_per_million_tokens: None,
+            gpu_power_w: None,
+            gpu_vram_used_bytes: None,
+            gpu_vram_process_bytes: None,
+            gpu_sm_clock_mhz: None,
+            gpu_mem_clock_mhz: None,
+            gpu_temperature_c: None,
+            gpu_utilization_pct: None,
             synthetic: true,
             warning: Some(ModelInfo::SYNTHETIC_LABEL.to_string()),
             stamp: Stamp::new(&info, &SamplingParams::default()),

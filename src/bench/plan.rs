@@ -32,6 +32,8 @@ pub struct BenchPlan {
     pub output: OutputFormat,
     pub bandwidth: BandwidthChoice,
     pub price_per_gpu_hour_usd: f64,
+    /// Electricity price for the energy cost per 1M tokens (config `price_per_kwh`).
+    pub price_per_kwh: Option<f64>,
     pub vs: Option<String>,
     pub plot: Option<PathBuf>,
 }

@@ -40,6 +40,9 @@ pub struct BenchParams {
     pub warmup: bool,
     /// Context requested: depth + prompt + generated, times the sequences.
     pub n_ctx: u32,
+    /// Multi-GPU placement (`--devices`, `--split-mode`, `--main-gpu`), like
+    /// "CUDA0/CUDA1 sm row"; empty for llama.cpp's defaults.
+    pub placement: String,
 }
 
 /// One test's results. Figures that are not defined for a test are `null`.
@@ -103,6 +106,23 @@ pub struct Row {
     pub price_per_gpu_hour_usd: f64,
     /// Price ÷ (t/s × 3600) × 10⁶, at this row's t/s (aggregate for batch).
     pub cost_per_million_tokens_usd: Option<f64>,
+    /// "NVML" when the GPU figures below come from the driver, else why there are none
+    /// ("no NVIDIA driver (NVML not found)").
+    pub gpu_telemetry: String,
+    /// GPU energy (NVML's counter, all GPUs) over the timed repetitions ÷ the tokens counted.
+    pub gpu_joules_per_token: Option<f64>,
+    pub gpu_tokens_per_kwh: Option<f64>,
+    /// At the configured `price_per_kwh`.
+    pub gpu_energy_cost_per_million_tokens: Option<f64>,
+    /// Mean power over the timed repetitions (energy ÷ time), watts.
+    pub gpu_power_w: Option<f64>,
+    /// First GPU, read right after the repetitions.
+    pub gpu_vram_used_bytes: Option<u64>,
+    pub gpu_vram_process_bytes: Option<u64>,
+    pub gpu_sm_clock_mhz: Option<u32>,
+    pub gpu_mem_clock_mhz: Option<u32>,
+    pub gpu_temperature_c: Option<u32>,
+    pub gpu_utilization_pct: Option<u32>,
     /// The model was written by `tokscope synth`.
     pub synthetic: bool,
     /// `ModelInfo::SYNTHETIC_LABEL` for synthetic models.
@@ -126,6 +146,38 @@ pub struct RowContext<'a> {
     /// The 1-minute load average before and after the row's runs.
     pub load_before: Option<f64>,
     pub load_after: Option<f64>,
+}
+
+/// What NVML said around one job's timed repetitions.
+pub struct GpuReadings<'a> {
+    /// "NVML", or why there is no telemetry.
+    pub source: &'a str,
+    pub energy: Option<crate::metrics::energy::EnergySpan>,
+    pub after: Option<&'a crate::hw::gpu::GpuSample>,
+    pub price_per_kwh: Option<f64>,
+}
+
+/// Fills the row's GPU columns.
+pub fn add_gpu_readings(row: &mut Row, r: &GpuReadings) {
+    use crate::metrics::energy::energy_cost_per_million_tokens;
+    row.gpu_telemetry = r.source.to_owned();
+    if let Some(span) = r.energy {
+        row.gpu_joules_per_token = span.joules_per_token();
+        row.gpu_tokens_per_kwh = span.tokens_per_kwh();
+        row.gpu_power_w = Some(span.mean_power_w());
+        row.gpu_energy_cost_per_million_tokens = match (span.joules_per_token(), r.price_per_kwh) {
+            (Some(j), Some(p)) => energy_cost_per_million_tokens(j, p),
+            _ => None,
+        };
+    }
+    if let Some(s) = r.after {
+        row.gpu_vram_used_bytes = s.vram_used_bytes;
+        row.gpu_vram_process_bytes = s.vram_process_bytes;
+        row.gpu_sm_clock_mhz = s.sm_clock_mhz;
+        row.gpu_mem_clock_mhz = s.mem_clock_mhz;
+        row.gpu_temperature_c = s.temperature_c;
+        row.gpu_utilization_pct = s.utilization_gpu_pct;
+    }
 }
 
 /// Mean and sample standard deviation (n − 1), as llama-bench reports them.
@@ -247,6 +299,17 @@ pub fn build_row(job: &Job, samples: &[Sample], cx: &RowContext) -> Row {
             cx.price_per_gpu_hour_usd,
             tok_per_s_mean,
         ),
+        gpu_telemetry: String::new(),
+        gpu_joules_per_token: None,
+        gpu_tokens_per_kwh: None,
+        gpu_energy_cost_per_million_tokens: None,
+        gpu_power_w: None,
+        gpu_vram_used_bytes: None,
+        gpu_vram_process_bytes: None,
+        gpu_sm_clock_mhz: None,
+        gpu_mem_clock_mhz: None,
+        gpu_temperature_c: None,
+        gpu_utilization_pct: None,
         synthetic: cx.info.synthetic,
         warning: row_warning(
             cx,
@@ -307,6 +370,7 @@ fn params(job: &Job, cx: &RowContext) -> BenchParams {
         repetitions: cx.repetitions,
         warmup: cx.warmup,
         n_ctx: job.n_ctx(),
+        placement: job.params.placement.label(),
     }
 }
 
@@ -415,6 +479,7 @@ mod tests {
                 type_v: KvType::F16,
                 flash_attn: FlashAttn::Auto,
                 threads: 1,
+                placement: crate::llama::placement::Placement::default(),
             },
             depth,
             test,

@@ -9,12 +9,12 @@ use std::time::Instant;
 use llama_cpp_2::model::LlamaModel;
 
 use super::plan::{BandwidthChoice, BenchPlan};
-use super::report::{build_row, Row, RowContext};
+use super::report::{add_gpu_readings, build_row, GpuReadings, Row, RowContext};
 use super::sweep::{file_name, Job};
 use crate::engine::{EngineError, ModelInfo, SamplingParams, TemplateChoice};
 use crate::llama::measure::{Bencher, Sample};
 use crate::llama::settings::EngineSettings;
-use crate::llama::{describe, load_model, new_context};
+use crate::llama::{describe, load_model_placed, new_context};
 use crate::metrics::roofline::{datasheet_bandwidth, Bandwidth, BandwidthSource};
 
 /// What the sweep produced: a row per test that ran, an error per test that did not.
@@ -145,6 +145,10 @@ struct Runner<'a> {
     run_id: &'a str,
     bandwidth: BandwidthResolver,
     progress: Progress,
+    /// NVML, opened once; `Err` holds why there is none (the rows say it).
+    gpu: Result<crate::hw::gpu::GpuTelemetry, String>,
+    /// The energy counter before and after the last measure()'s timed repetitions.
+    timed_energy_mj: Option<(u64, u64)>,
 }
 
 /// Run every job; a test that fails, or every test of a model that does not load, is
@@ -204,18 +208,22 @@ pub fn run_jobs_alternating(
                 continue;
             }
             runner.progress.repetition(i, job, round + 1, rounds);
-            let model =
-                match load_model(&job.params.model, job.params.gpu_layers_setting(), |_| true) {
-                    Ok(model) => model,
-                    Err(e) => {
-                        model_failed |= e.is_model_problem();
-                        failed[i] = Some(format!(
-                            "{}: the model did not load: {e}",
-                            runner.progress.label(i, job)
-                        ));
-                        continue;
-                    }
-                };
+            let model = match load_model_placed(
+                &job.params.model,
+                job.params.gpu_layers_setting(),
+                &job.params.placement,
+                |_| true,
+            ) {
+                Ok(model) => model,
+                Err(e) => {
+                    model_failed |= e.is_model_problem();
+                    failed[i] = Some(format!(
+                        "{}: the model did not load: {e}",
+                        runner.progress.label(i, job)
+                    ));
+                    continue;
+                }
+            };
             match runner.measure(i, &model, job, 1) {
                 Ok((s, info, bandwidth)) => {
                     samples[i].extend(s);
@@ -257,6 +265,8 @@ impl<'a> Runner<'a> {
     ) -> Self {
         let s = &plan.sweep;
         Runner {
+            gpu: crate::hw::gpu::GpuTelemetry::open().map_err(|e| e.to_string()),
+            timed_energy_mj: None,
             plan,
             sampling,
             run_id,
@@ -290,7 +300,12 @@ impl Runner<'_> {
         self.progress
             .message(&format!("loading {}…", file_name(path)));
         let model =
-            match load_model(path, first.params.gpu_layers_setting(), |_| true) {
+            match load_model_placed(
+                path,
+                first.params.gpu_layers_setting(),
+                &first.params.placement,
+                |_| true,
+            ) {
                 Ok(model) => model,
                 Err(e) => {
                     self.progress.message(&format!("error: {e}"));
@@ -323,7 +338,43 @@ impl Runner<'_> {
         let reps = self.plan.repetitions;
         let load_before = crate::hw::load_average_1m();
         let (samples, info, bandwidth) = self.measure(index, model, job, reps)?;
-        Ok(self.row(job, &samples, &info, bandwidth.as_ref(), reps, load_before))
+        let mut row = self.row(job, &samples, &info, bandwidth.as_ref(), reps, load_before);
+        // The counter was read around the timed repetitions (after the warm-up); the tokens
+        // are the ones the row's t/s counts, every repetition.
+        let energy = self.timed_energy_mj.and_then(|(before, after)| {
+            crate::metrics::energy::EnergySpan::from_counter_mj(
+                before,
+                after,
+                row.n_tokens.saturating_mul(samples.len() as u64),
+                samples.iter().map(|s| s.total.as_secs_f64()).sum(),
+            )
+        });
+        let after = match &self.gpu {
+            Ok(t) => t.sample().into_iter().next(),
+            Err(_) => None,
+        };
+        let source = match &self.gpu {
+            Ok(_) => "NVML".to_owned(),
+            Err(why) => why.clone(),
+        };
+        add_gpu_readings(
+            &mut row,
+            &GpuReadings {
+                source: &source,
+                energy,
+                after: after.as_ref(),
+                price_per_kwh: self.plan.price_per_kwh,
+            },
+        );
+        Ok(row)
+    }
+
+    /// The GPUs' summed energy counter, when NVML has one for every GPU.
+    fn energy_mj(&self) -> Option<u64> {
+        self.gpu
+            .as_ref()
+            .ok()
+            .and_then(|t| crate::hw::gpu::total_energy_mj(&t.sample()))
     }
 
     /// A context for the job, the warm-up (unless turned off), then `reps` timed runs.
@@ -344,12 +395,14 @@ impl Runner<'_> {
             bencher.warm_up(&job.test)?;
         }
         let mut samples = Vec::with_capacity(reps as usize);
+        let energy_before = self.energy_mj();
         for rep in 1..=reps {
             if reps > 1 {
                 self.progress.repetition(index, job, rep, reps);
             }
             samples.push(bencher.run(&job.test, job.depth, self.sampling)?);
         }
+        self.timed_energy_mj = energy_before.zip(self.energy_mj());
         Ok((samples, info, bandwidth))
     }
 

@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::llama::measure::TestSpec;
+use crate::llama::placement::Placement;
 use crate::llama::settings::{FlashAttn, KvType};
 
 /// The values to sweep, each a non-empty list (the tests are one list of their own).
@@ -20,6 +21,9 @@ pub struct Sweep {
     pub flash_attn: Vec<FlashAttn>,
     pub threads: Vec<u32>,
     pub n_depth: Vec<u32>,
+    /// One per device set (`--devices`), each with the split mode, main GPU and tensor
+    /// split; one default placement when none is given.
+    pub placements: Vec<Placement>,
     /// pp, tg and pg tests, in that order.
     pub tests: Vec<TestSpec>,
     /// Batch tests, measured from an empty cache like llama-batched-bench (no depth).
@@ -37,12 +41,16 @@ pub struct ParamSet {
     pub type_v: KvType,
     pub flash_attn: FlashAttn,
     pub threads: u32,
+    /// Multi-GPU placement of the model load (llama.cpp's defaults unless given).
+    pub placement: Placement,
 }
 
 impl ParamSet {
-    /// Whether `other` can reuse this one's loaded model (same file, same offload).
+    /// Whether `other` can reuse this one's loaded model (same file, offload and placement).
     pub fn same_model_load(&self, other: &ParamSet) -> bool {
-        self.model == other.model && self.n_gpu_layers == other.n_gpu_layers
+        self.model == other.model
+            && self.n_gpu_layers == other.n_gpu_layers
+            && self.placement == other.placement
     }
 
     /// Offloaded layers as the engine settings take them (`None` = all).
@@ -104,24 +112,33 @@ pub fn expand(models: &[PathBuf], sweep: &Sweep) -> Vec<Job> {
 
 fn param_sets(models: &[PathBuf], s: &Sweep) -> Vec<ParamSet> {
     let mut sets = Vec::new();
+    let default_placement = [Placement::default()];
+    let placements: &[Placement] = if s.placements.is_empty() {
+        &default_placement
+    } else {
+        &s.placements
+    };
     for model in models {
-        for n_gpu_layers in &s.n_gpu_layers {
-            for n_batch in &s.n_batch {
-                for n_ubatch in &s.n_ubatch {
-                    for type_k in &s.type_k {
-                        for type_v in &s.type_v {
-                            for flash_attn in &s.flash_attn {
-                                for threads in &s.threads {
-                                    sets.push(ParamSet {
-                                        model: model.clone(),
-                                        n_gpu_layers: *n_gpu_layers,
-                                        n_batch: *n_batch,
-                                        n_ubatch: *n_ubatch,
-                                        type_k: *type_k,
-                                        type_v: *type_v,
-                                        flash_attn: *flash_attn,
-                                        threads: *threads,
-                                    });
+        for placement in placements {
+            for n_gpu_layers in &s.n_gpu_layers {
+                for n_batch in &s.n_batch {
+                    for n_ubatch in &s.n_ubatch {
+                        for type_k in &s.type_k {
+                            for type_v in &s.type_v {
+                                for flash_attn in &s.flash_attn {
+                                    for threads in &s.threads {
+                                        sets.push(ParamSet {
+                                            model: model.clone(),
+                                            n_gpu_layers: *n_gpu_layers,
+                                            n_batch: *n_batch,
+                                            n_ubatch: *n_ubatch,
+                                            type_k: *type_k,
+                                            type_v: *type_v,
+                                            flash_attn: *flash_attn,
+                                            threads: *threads,
+                                            placement: placement.clone(),
+                                        });
+                                    }
                                 }
                             }
                         }
@@ -147,6 +164,7 @@ mod tests {
             flash_attn: vec![FlashAttn::Auto],
             threads: vec![1, 2],
             n_depth: vec![0],
+            placements: Vec::new(),
             tests: vec![TestSpec::Pp { n_prompt: 16 }, TestSpec::Tg { n_gen: 8 }],
             batch_tests: Vec::new(),
         }

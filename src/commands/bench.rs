@@ -17,6 +17,9 @@ use crate::commands::{Failure, FAILURE, MODEL, USAGE};
 use crate::config::Settings;
 use crate::llama::measure::TestKind;
 use crate::llama::measure::TestSpec;
+use crate::llama::placement::{
+    parse_device_sets, parse_main_gpu, parse_tensor_split, Placement, SplitMode,
+};
 use crate::llama::settings::{FlashAttn, KvType};
 
 /// llama.cpp keeps at most this many sequences in one context (`LLAMA_MAX_SEQ`).
@@ -30,6 +33,10 @@ const LLAMA_BENCH_SHORT_FLAGS: &[(&str, &str)] = &[
     ("-ctk", "--cache-type-k"),
     ("-ctv", "--cache-type-v"),
     ("-fa", "--flash-attn"),
+    ("-sm", "--split-mode"),
+    ("-ts", "--tensor-split"),
+    ("-mg", "--main-gpu"),
+    ("-dev", "--devices"),
 ];
 
 /// Benchmark models like llama-bench: pp, tg and pg tests over a sweep of settings.
@@ -77,6 +84,19 @@ pub struct BenchArgs {
     /// Also decode B sequences together, for each B (like llama-batched-bench's -npl).
     #[arg(long = "batch", value_name = "B,…", action = ArgAction::Append, allow_hyphen_values = true)]
     pub batch: Vec<String>,
+    /// How layers are spread over several GPUs: none, layer or row (llama-bench's -sm).
+    #[arg(long = "split-mode", value_name = "MODE")]
+    pub split_mode: Option<String>,
+    /// Proportions of the model per GPU, like 3/1 (llama-bench's -ts). Not passable through
+    /// the llama-cpp-2 0.1.160 bindings: given, it is refused with a clear error.
+    #[arg(long = "tensor-split", value_name = "A/B/…")]
+    pub tensor_split: Option<String>,
+    /// The GPU that holds the whole model with --split-mode none (llama-bench's -mg).
+    #[arg(long = "main-gpu", value_name = "N", allow_hyphen_values = true)]
+    pub main_gpu: Option<String>,
+    /// Device sets to measure, one row each: CUDA0/CUDA1,CUDA0 or none (llama-bench's -dev).
+    #[arg(long = "devices", value_name = "DEV/…,…", action = ArgAction::Append)]
+    pub devices: Vec<String>,
     /// Output format: md, csv, json, jsonl [default: md].
     #[arg(short = 'o', long = "output", value_name = "FORMAT")]
     pub output: Option<String>,
@@ -339,6 +359,7 @@ pub fn plan(args: &BenchArgs, settings: &Settings) -> Result<BenchPlan, Failure>
             output,
             bandwidth,
             price_per_gpu_hour_usd,
+            price_per_kwh: settings.price_per_kwh,
             vs: args.vs.clone(),
             plot: match &args.plot {
                 Some(p) => {
@@ -413,11 +434,65 @@ fn parse_sweep(args: &BenchArgs) -> Result<Sweep, Failure> {
             1024,
         )?,
         n_depth: parse_u32_list("-d/--n-depth", &args.n_depth, 0, 0, 1 << 24)?,
+        placements: parse_placements(args)?,
         tests,
         batch_tests,
     };
     check_batch_fits(&sweep)?;
     Ok(sweep)
+}
+
+/// One placement per device set (`--devices`), each with the split mode, main GPU and tensor
+/// split; none (llama.cpp's defaults) when no placement flag is given.
+fn parse_placements(args: &BenchArgs) -> Result<Vec<Placement>, Failure> {
+    let usage = |e: String| Failure::new(USAGE, e);
+    let split_mode = args
+        .split_mode
+        .as_deref()
+        .map(SplitMode::parse)
+        .transpose()
+        .map_err(usage)?;
+    let main_gpu = args
+        .main_gpu
+        .as_deref()
+        .map(parse_main_gpu)
+        .transpose()
+        .map_err(usage)?;
+    let tensor_split = args
+        .tensor_split
+        .as_deref()
+        .map(parse_tensor_split)
+        .transpose()
+        .map_err(usage)?;
+    let device_sets = parse_device_sets(&args.devices).map_err(usage)?;
+    if let (Some(ts), Some(longest)) = (&tensor_split, device_sets.iter().map(Vec::len).max()) {
+        if ts.len() > longest.max(1) {
+            return Err(usage(format!(
+                "--tensor-split has {} values but the largest --devices set has {longest} devices",
+                ts.len()
+            )));
+        }
+    }
+    let base = Placement {
+        split_mode,
+        main_gpu,
+        devices: None,
+        tensor_split,
+    };
+    if device_sets.is_empty() {
+        return Ok(if base == Placement::default() {
+            Vec::new()
+        } else {
+            vec![base]
+        });
+    }
+    Ok(device_sets
+        .into_iter()
+        .map(|d| Placement {
+            devices: Some(d),
+            ..base.clone()
+        })
+        .collect())
 }
 
 /// One batch test per prompt length, generation length (> 0) and batch size.

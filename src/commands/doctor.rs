@@ -21,6 +21,10 @@ pub enum DoctorCheck {
     /// (a tokenizer.json); report the mismatch rate and the first mismatches side by side.
     /// Exits 1 when any sample differs.
     Tokenizer(TokenizerCheckArgs),
+    /// What this build and machine can use: backends, devices, driver and CUDA versions,
+    /// compute capability, the CUDA libraries loaded and from where, and why no GPU is used
+    /// when none is. Exits 1 when a CUDA build finds no usable GPU.
+    Gpu,
 }
 
 /// `tokscope doctor tokenizer`.
@@ -44,6 +48,7 @@ pub struct TokenizerCheckArgs {
 pub fn run(args: &DoctorArgs) -> Result<(), Failure> {
     match &args.check {
         DoctorCheck::Tokenizer(args) => tokenizer(args),
+        DoctorCheck::Gpu => doctor::gpu::run(),
     }
 }
 

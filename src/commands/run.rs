@@ -161,6 +161,10 @@ pub fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure> {
                     }
                     _ => {}
                 }
+                // A CUDA build on a machine without a GPU says so, also with --json (stderr).
+                if let Some(note) = crate::llama::gpu::no_gpu_note() {
+                    eprintln!("note: {note}");
+                }
                 request = Some(engine.send_request(GenerateRequest {
                     id: engine.next_id(),
                     messages: messages.clone(),

@@ -727,6 +727,7 @@ fn measure_speed(
                     type_v: c.type_v,
                     flash_attn: c.flash_attn,
                     threads: plan.threads,
+                    placement: crate::llama::placement::Placement::default(),
                 },
                 depth: 0,
                 test: *test,

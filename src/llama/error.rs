@@ -33,6 +33,8 @@ pub enum EngineError {
     ContextFailed { n_ctx: u32, llama_says: String },
     #[error("llama.cpp could not initialise its backend: {0}")]
     Backend(String),
+    #[error("{0}")]
+    Placement(String),
     #[error("the chat template could not be applied: {0}\n  choose another with --template (auto, completion, or a llama.cpp template name such as llama3, gemma, chatml)")]
     Template(String),
     #[error("the prompt is {prompt_tokens} tokens but the context holds {n_ctx}\n  shorten the conversation (start a new one) or raise n_ctx")]

@@ -3,10 +3,12 @@
 //! settings, the sampler chain, KV-cache and flash-attention choices, and the model's facts.
 
 pub mod error;
+pub mod gpu;
 pub mod measure;
 pub mod model_info;
 pub mod sampler;
 pub mod probe;
+pub mod placement;
 pub mod settings;
 
 use std::num::NonZeroU32;
@@ -102,7 +104,7 @@ fn kv_cache_type(t: KvType) -> KvCacheType {
 pub fn requested_gpu_layers(setting: Option<u32>) -> u32 {
     match setting {
         Some(n) => n,
-        None if cfg!(feature = "cuda") => u32::MAX,
+        None if cfg!(any(feature = "cuda", feature = "cuda-dl")) => u32::MAX,
         None => 0,
     }
 }
@@ -114,14 +116,31 @@ pub fn load_model(
     n_gpu_layers: Option<u32>,
     on_progress: impl FnMut(f32) -> bool + 'static,
 ) -> Result<LlamaModel, EngineError> {
+    load_model_placed(
+        path,
+        n_gpu_layers,
+        &placement::Placement::default(),
+        on_progress,
+    )
+}
+
+/// [`load_model`] with a multi-GPU placement (split mode, main GPU, device set).
+pub fn load_model_placed(
+    path: &Path,
+    n_gpu_layers: Option<u32>,
+    placement: &placement::Placement,
+    on_progress: impl FnMut(f32) -> bool + 'static,
+) -> Result<LlamaModel, EngineError> {
     let backend = backend()?;
     check_model_file(path)?;
     // What llama.cpp would abort on is tried in a child process first (see probe.rs).
     probe::ensure_survivable(path)?;
     crate::logging::clear_llama_problems();
+    crate::logging::reset_offloaded_layers();
     let params = LlamaModelParams::default()
         .with_n_gpu_layers(requested_gpu_layers(n_gpu_layers))
         .with_progress_callback(on_progress);
+    let params = placement.apply(params).map_err(EngineError::Placement)?;
     LlamaModel::load_from_file(backend, path, &params).map_err(|_| EngineError::LoadFailed {
         path: path.to_path_buf(),
         llama_says: llama_says(),
@@ -209,8 +228,13 @@ pub fn describe(
         .map(|d| d.backend.clone());
     let header = crate::gguf::read_metadata(path).ok();
     let n_layer = model.n_layer();
+    // What llama.cpp really offloaded (its load log), not what was asked for; the request
+    // capped at the model's layers only where the log line was not seen.
     let n_gpu_layers = if gpu_backend.is_some() {
-        requested_gpu_layers(settings.n_gpu_layers).min(n_layer + 1)
+        crate::logging::offloaded_layers().map_or_else(
+            || requested_gpu_layers(settings.n_gpu_layers).min(n_layer + 1),
+            |(n, _)| n,
+        )
     } else {
         0
     };
@@ -243,7 +267,12 @@ pub fn describe(
         n_ctx: ctx.n_ctx(),
         n_batch: ctx.n_batch(),
         threads: settings.threads,
-        backend: gpu_backend.unwrap_or_else(|| "CPU".to_string()),
+        // A CUDA build without a GPU says so wherever the backend is shown (status bar, bench
+        // rows, stamps); a CPU build stays plain "CPU".
+        backend: gpu_backend.unwrap_or_else(|| match gpu::no_gpu_note() {
+            Some(_) => "CPU (CUDA build, no GPU)".to_string(),
+            None => "CPU".to_string(),
+        }),
         devices: devices
             .iter()
             .map(|d| {

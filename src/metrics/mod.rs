@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+pub mod energy;
 pub mod busy;
 pub mod host;
 pub mod remote;

@@ -233,6 +233,63 @@ pub fn mbu_pct_cell(pct: f64, decimals: usize) -> String {
     }
 }
 
+/// Where one decode step's bytes are read from when only some layers are offloaded.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct OffloadSplit {
+    pub gpu_bytes: f64,
+    pub cpu_bytes: f64,
+}
+
+/// Splits the bytes read per token between GPU and CPU as llama.cpp places layers: the
+/// repeating layers (with their share of the KV cache, which stays with its layer) one by one
+/// from the last, the output layer on the GPU only when more than `n_layer` layers are
+/// offloaded (llama.cpp's `-ngl n_layer + 1`). `output_bytes` is the output projection's
+/// share of `bytes_per_token`.
+pub fn offload_split(
+    bytes_per_token: f64,
+    output_bytes: f64,
+    n_layer: u32,
+    gpu_layers: u32,
+) -> OffloadSplit {
+    let output_bytes = output_bytes.clamp(0.0, bytes_per_token.max(0.0));
+    let layers_bytes = (bytes_per_token - output_bytes).max(0.0);
+    let on_gpu = gpu_layers.min(n_layer);
+    let per_layer = if n_layer == 0 {
+        0.0
+    } else {
+        layers_bytes / f64::from(n_layer)
+    };
+    let mut gpu_bytes = per_layer * f64::from(on_gpu);
+    if gpu_layers > n_layer {
+        gpu_bytes += output_bytes;
+    }
+    OffloadSplit {
+        gpu_bytes,
+        cpu_bytes: (bytes_per_token.max(0.0) - gpu_bytes).max(0.0),
+    }
+}
+
+/// The decode ceiling of a partial offload: a token's time is the GPU's bytes over the GPU's
+/// bandwidth plus the CPU's bytes over the CPU's (the two sides run one after the other).
+/// `None` when a side with bytes has no bandwidth, or there is nothing to read.
+pub fn partial_offload_ceiling_tok_per_s(
+    split: OffloadSplit,
+    gpu_bytes_per_s: f64,
+    cpu_bytes_per_s: f64,
+) -> Option<f64> {
+    let side = |bytes: f64, bw: f64| -> Option<f64> {
+        if bytes <= 0.0 {
+            Some(0.0)
+        } else if bw > 0.0 && bw.is_finite() {
+            Some(bytes / bw)
+        } else {
+            None
+        }
+    };
+    let seconds = side(split.gpu_bytes, gpu_bytes_per_s)? + side(split.cpu_bytes, cpu_bytes_per_s)?;
+    (seconds > 0.0).then(|| 1.0 / seconds)
+}
+
 /// Cost per 1M tokens = price per GPU-hour ÷ (tok/s × 3600) × 10^6.
 pub fn cost_per_million_tokens(price_per_hour: f64, tok_per_s: f64) -> Option<f64> {
     (tok_per_s > 0.0 && price_per_hour.is_finite())
@@ -293,6 +350,62 @@ mod tests {
         assert!((ceiling - 208.6).abs() < 0.5, "{ceiling}");
         // 4.8 ms per token.
         assert!((1e3 / ceiling - 4.79).abs() < 0.01);
+    }
+
+    #[test]
+    fn partial_offload_adds_both_sides_times() {
+        // 32 layers of 0.1 GB each + a 0.4 GB output layer = 3.6 GB per token.
+        let all_cpu = offload_split(3.6e9, 0.4e9, 32, 0);
+        assert_eq!(all_cpu.gpu_bytes, 0.0);
+        assert_eq!(all_cpu.cpu_bytes, 3.6e9);
+        let all_gpu = offload_split(3.6e9, 0.4e9, 32, 33);
+        assert_eq!(all_gpu.gpu_bytes, 3.6e9);
+        assert_eq!(all_gpu.cpu_bytes, 0.0);
+        // 32 of 32 layers but not the output layer: 3.2 GB on the GPU.
+        let layers_only = offload_split(3.6e9, 0.4e9, 32, 32);
+        assert!((layers_only.gpu_bytes - 3.2e9).abs() < 1.0);
+        assert!((layers_only.cpu_bytes - 0.4e9).abs() < 1.0);
+        // Half the layers: 1.6 GB at 1 TB/s + 2.0 GB at 100 GB/s = 1.6 ms + 20 ms.
+        let half = offload_split(3.6e9, 0.4e9, 32, 16);
+        let ceiling = partial_offload_ceiling_tok_per_s(half, 1e12, 1e11).unwrap();
+        assert!((ceiling - 1.0 / 0.0216).abs() < 1e-6, "{ceiling}");
+        // Everything on the GPU needs no CPU bandwidth.
+        let full = partial_offload_ceiling_tok_per_s(all_gpu, 1e12, 0.0).unwrap();
+        assert!((full - 1e12 / 3.6e9).abs() < 1e-6);
+        // A side with bytes and no bandwidth: unknown, not infinite.
+        assert_eq!(partial_offload_ceiling_tok_per_s(half, 1e12, 0.0), None);
+        assert_eq!(
+            partial_offload_ceiling_tok_per_s(offload_split(0.0, 0.0, 32, 8), 1e12, 1e11),
+            None
+        );
+    }
+
+    #[test]
+    fn partial_offload_adds_both_sides_times() {
+        // 32 layers of 0.1 GB each + a 0.4 GB output layer = 3.6 GB per token.
+        let all_cpu = offload_split(3.6e9, 0.4e9, 32, 0);
+        assert_eq!(all_cpu.gpu_bytes, 0.0);
+        assert_eq!(all_cpu.cpu_bytes, 3.6e9);
+        let all_gpu = offload_split(3.6e9, 0.4e9, 32, 33);
+        assert_eq!(all_gpu.gpu_bytes, 3.6e9);
+        assert_eq!(all_gpu.cpu_bytes, 0.0);
+        // 32 of 32 layers but not the output layer: 3.2 GB on the GPU.
+        let layers_only = offload_split(3.6e9, 0.4e9, 32, 32);
+        assert!((layers_only.gpu_bytes - 3.2e9).abs() < 1.0);
+        assert!((layers_only.cpu_bytes - 0.4e9).abs() < 1.0);
+        // Half the layers: 1.6 GB at 1 TB/s + 2.0 GB at 100 GB/s = 1.6 ms + 20 ms.
+        let half = offload_split(3.6e9, 0.4e9, 32, 16);
+        let ceiling = partial_offload_ceiling_tok_per_s(half, 1e12, 1e11).unwrap();
+        assert!((ceiling - 1.0 / 0.0216).abs() < 1e-6, "{ceiling}");
+        // Everything on the GPU needs no CPU bandwidth.
+        let full = partial_offload_ceiling_tok_per_s(all_gpu, 1e12, 0.0).unwrap();
+        assert!((full - 1e12 / 3.6e9).abs() < 1e-6);
+        // A side with bytes and no bandwidth: unknown, not infinite.
+        assert_eq!(partial_offload_ceiling_tok_per_s(half, 1e12, 0.0), None);
+        assert_eq!(
+            partial_offload_ceiling_tok_per_s(offload_split(0.0, 0.0, 32, 8), 1e12, 1e11),
+            None
+        );
     }
 
     #[test]

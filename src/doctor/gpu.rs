@@ -1,0 +1,107 @@
+//! `tokscope doctor gpu`: what this build can use and what the machine has: the compiled
+//! backends, ggml's devices, the NVIDIA driver and its CUDA version (NVML), each GPU's compute
+//! capability, the CUDA libraries this process really loaded and from where (and which folder
+//! the CUDA folder's launcher chose), and, when no GPU is used, why.
+
+use std::fmt::Write as _;
+
+use crate::commands::{self, Failure};
+use crate::hw::gpu::GpuTelemetry;
+use crate::llama::gpu::{self as lgpu, GpuStatus};
+
+/// Runs the check; exits 1 when a CUDA build finds no usable GPU.
+pub fn run() -> Result<(), Failure> {
+    let backends = lgpu::compiled_backends();
+    let devices = llama_cpp_2::list_llama_ggml_backend_devices();
+    let telemetry = GpuTelemetry::open();
+    let status = lgpu::status();
+    let mut out = String::new();
+    let build = if lgpu::CUDA_BUILD {
+        if cfg!(feature = "cuda-dl") {
+            "CUDA (shared libraries, feature cuda-dl)"
+        } else {
+            "CUDA (static, feature cuda)"
+        }
+    } else {
+        "CPU only (built without the cuda / cuda-dl feature)"
+    };
+    let _ = writeln!(out, "build:          {build}");
+    let _ = writeln!(out, "ggml backends:  {}", backends.join(", "));
+    match &telemetry {
+        Ok(t) => {
+            let d = t.driver();
+            let _ = writeln!(
+                out,
+                "NVIDIA driver:  {} (supports CUDA {})",
+                d.driver_version, d.cuda_driver_version
+            );
+        }
+        Err(e) => {
+            let _ = writeln!(out, "NVIDIA driver:  {e}");
+        }
+    }
+    let _ = writeln!(out, "ggml devices:");
+    for d in &devices {
+        let _ = writeln!(
+            out,
+            "  {:<8} {:<5} {}  ({:.1} GB, {:.1} GB free)",
+            d.name,
+            d.backend,
+            d.description,
+            d.memory_total as f64 / 1e9,
+            d.memory_free as f64 / 1e9
+        );
+    }
+    if let Ok(t) = &telemetry {
+        let _ = writeln!(out, "NVML devices:");
+        for s in t.sample() {
+            let _ = writeln!(
+                out,
+                "  GPU {}  {}  compute capability {}",
+                s.index,
+                s.name,
+                s.compute_capability.as_deref().unwrap_or("?")
+            );
+        }
+    }
+    if let Ok(chosen) = std::env::var("TOKSCOPE_CUDA_LIBS") {
+        let (source, dir) = chosen.split_once(':').unwrap_or((chosen.as_str(), ""));
+        let said = match source {
+            "bundle" => "the folder's own lib/",
+            "pip" => "a pip-installed nvidia/cu13/lib",
+            "system" => "a system CUDA",
+            "env" => "TOKSCOPE_CUDA_LIB_DIR",
+            _ => "not found",
+        };
+        let _ = writeln!(out, "CUDA libraries: launcher chose {said} {dir}");
+    }
+    let libs = lgpu::mapped_libraries_now();
+    if libs.is_empty() {
+        let _ = writeln!(
+            out,
+            "loaded:         no shared llama.cpp/CUDA libraries (llama.cpp is linked statically)"
+        );
+    } else {
+        let _ = writeln!(out, "loaded:");
+        for l in &libs {
+            let _ = writeln!(out, "  {:<28} {}", l.file_name, l.path);
+        }
+    }
+    let verdict = match &status {
+        GpuStatus::Gpu { devices } => format!("GPU used: yes ({})", devices.join("; ")),
+        GpuStatus::CpuBuild => "GPU used: no, this is a CPU-only build; build with scripts/build-cuda.sh or --features cuda".to_owned(),
+        GpuStatus::NoDriver => "GPU used: no, no NVIDIA driver on this machine (libnvidia-ml not found); the CUDA build runs on the CPU".to_owned(),
+        GpuStatus::NoDevice { hint } => format!(
+            "GPU used: no, the driver is there but CUDA found no device{hint}; check nvidia-smi and CUDA_VISIBLE_DEVICES"
+        ),
+    };
+    let _ = writeln!(out, "{verdict}");
+    print!("{out}");
+    match status {
+        GpuStatus::NoDriver | GpuStatus::NoDevice { .. } => Err(Failure::new(
+            commands::FAILURE,
+            status.note().unwrap_or_default(),
+        )),
+        _ => Ok(()),
+    }
+}
