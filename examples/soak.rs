@@ -5,10 +5,10 @@
 
 use std::time::{Duration, Instant};
 
-use tokscope::config::EngineSettings;
 use tokscope::engine::{
     ChatMessage, EngineConfig, EngineEvent, EngineHandle, Role, SamplingParams,
 };
+use tokscope::llama::settings::EngineSettings;
 use tokscope::synth::{write_model, SynthSpec};
 
 fn rss_kib() -> u64 {

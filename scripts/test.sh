@@ -7,5 +7,8 @@ cd "$(dirname "$0")/.."
 # shellcheck source=scripts/deps.sh
 source scripts/deps.sh
 tokscope_install_deps
+cargo fmt --all -- --check
+# Clippy in the release profile shares the one optimized llama.cpp build with the tests.
+cargo clippy --release --locked --all-targets -- -D warnings
 cargo build --release --locked --bins
 cargo test --release --locked "$@"

@@ -9,8 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::engine::{SamplingParams, TemplateChoice};
-use crate::llama::{FlashAttn, KvType};
+use crate::llama::settings::{EngineSettings, SamplingParams};
 
 /// Environment variable naming the model file (between the config file and `-m`).
 pub const MODEL_ENV: &str = "TOKSCOPE_MODEL";
@@ -46,50 +45,6 @@ pub enum ConfigError {
         reason: String,
         origin: Source,
     },
-}
-
-/// Settings of the llama.cpp context and model load.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct EngineSettings {
-    /// Context length in tokens (the KV cache size).
-    pub n_ctx: u32,
-    /// CPU threads for decode and prefill.
-    pub threads: u32,
-    /// Logical batch size: prefill is fed in chunks of at most this many tokens.
-    pub n_batch: u32,
-    /// Physical batch size (llama.cpp's n_ubatch): tokens computed per graph evaluation.
-    pub n_ubatch: u32,
-    /// KV-cache element types for keys and values.
-    pub type_k: KvType,
-    pub type_v: KvType,
-    pub flash_attn: FlashAttn,
-    /// Layers offloaded to the GPU; `None` means all of them.
-    pub n_gpu_layers: Option<u32>,
-    /// How the prompt is built from the conversation.
-    pub template: TemplateChoice,
-}
-
-impl Default for EngineSettings {
-    fn default() -> Self {
-        Self {
-            n_ctx: 4096,
-            threads: default_threads(),
-            n_batch: 512,
-            n_ubatch: 512,
-            type_k: KvType::F16,
-            type_v: KvType::F16,
-            flash_attn: FlashAttn::Auto,
-            n_gpu_layers: None,
-            template: TemplateChoice::Auto,
-        }
-    }
-}
-
-/// All CPU cores the process may use (llama.cpp decodes fastest with one thread per core).
-pub fn default_threads() -> u32 {
-    std::thread::available_parallelism()
-        .map(|n| u32::try_from(n.get()).unwrap_or(1))
-        .unwrap_or(1)
 }
 
 /// The effective settings after every layer was applied.
@@ -458,6 +413,7 @@ pub fn expand_home(path: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::llama::settings::TemplateChoice;
 
     fn apply(text: &str) -> Result<Settings, ConfigError> {
         let mut s = Settings::default();

@@ -8,17 +8,16 @@
 //! full disk leaves either the old file or the new one, never half of one. A file that cannot
 //! be read is never overwritten; `list` moves it aside under a new name and says so.
 
-use std::fmt;
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::fs;
+use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::engine::StopReason;
+use crate::fsx::{write_private, WriteError, WriteProblem};
+use crate::ids::{unix_s, utc_parts};
 use crate::metrics::{fmt_opt, TurnSummary};
 
 /// The version of the on-disk format this build writes and reads.
@@ -111,75 +110,6 @@ pub struct ListOutcome {
     pub skipped: Vec<(PathBuf, String)>,
 }
 
-/// Why a write failed, in terms a user can act on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WriteProblem {
-    ReadOnlyFileSystem,
-    PermissionDenied,
-    DiskFull,
-    FileTooLarge,
-    NotADirectory,
-    Other,
-}
-
-impl WriteProblem {
-    /// Sorts an I/O error from creating, writing, syncing or renaming a file.
-    pub fn classify(err: &io::Error) -> Self {
-        #[cfg(unix)]
-        {
-            // Raw numbers as well as kinds: the kinds below are recent, and an error built
-            // from a raw code by other code may not carry them.
-            match err.raw_os_error() {
-                Some(27) => return WriteProblem::FileTooLarge, // EFBIG
-                Some(28) => return WriteProblem::DiskFull,     // ENOSPC
-                Some(30) => return WriteProblem::ReadOnlyFileSystem, // EROFS
-                #[cfg(target_os = "linux")]
-                Some(122) => return WriteProblem::DiskFull, // EDQUOT
-                #[cfg(target_os = "macos")]
-                Some(69) => return WriteProblem::DiskFull, // EDQUOT
-                _ => {}
-            }
-        }
-        match err.kind() {
-            io::ErrorKind::ReadOnlyFilesystem => WriteProblem::ReadOnlyFileSystem,
-            io::ErrorKind::PermissionDenied => WriteProblem::PermissionDenied,
-            io::ErrorKind::StorageFull => WriteProblem::DiskFull,
-            io::ErrorKind::FileTooLarge => WriteProblem::FileTooLarge,
-            io::ErrorKind::NotADirectory => WriteProblem::NotADirectory,
-            _ => WriteProblem::Other,
-        }
-    }
-}
-
-impl fmt::Display for WriteProblem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let text = match self {
-            WriteProblem::ReadOnlyFileSystem => {
-                "the data dir is read-only: choose a writable location (for history, set \
-                 TOKSCOPE_DATA_DIR to a writable directory)"
-            }
-            WriteProblem::PermissionDenied => {
-                "permission denied: check the owner and permissions of the directory, or choose \
-                 another location (for history, set TOKSCOPE_DATA_DIR)"
-            }
-            WriteProblem::DiskFull => {
-                "disk full (or quota exceeded): free some space and try again; any earlier \
-                 version of the file is unchanged"
-            }
-            WriteProblem::FileTooLarge => {
-                "file too large for the file system or the process's file size limit \
-                 (ulimit -f); any earlier version of the file is unchanged"
-            }
-            WriteProblem::NotADirectory => {
-                "a file is in the way where a directory should be: move it or choose another \
-                 location"
-            }
-            WriteProblem::Other => "unexpected I/O error (see the cause)",
-        };
-        f.write_str(text)
-    }
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum HistoryError {
     #[error("could not write {path}: {problem}")]
@@ -232,6 +162,23 @@ pub enum HistoryError {
     Encode(#[source] serde_json::Error),
 }
 
+impl From<WriteError> for HistoryError {
+    fn from(e: WriteError) -> Self {
+        match e {
+            WriteError::Write {
+                path,
+                problem,
+                source,
+            } => HistoryError::Write {
+                path,
+                problem,
+                source,
+            },
+            WriteError::NoFileName { path } => HistoryError::NoFileName { path },
+        }
+    }
+}
+
 fn known_ids(known: &[String]) -> String {
     if known.is_empty() {
         " (there are none yet)".to_string()
@@ -256,65 +203,6 @@ fn id_list(ids: &[String]) -> String {
 /// Where conversations are kept inside the data dir.
 pub fn history_dir(data_dir: &Path) -> PathBuf {
     data_dir.join("history")
-}
-
-/// Seconds since the Unix epoch; 0 for a clock set before 1970.
-pub fn unix_s(time: SystemTime) -> u64 {
-    time.duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
-
-/// A new conversation id: `YYYYMMDD-HHMMSS-xxxx` in UTC. The suffix is a per-process random
-/// start plus a counter, so ids made in the same second differ, within one process always.
-pub fn new_id(now: SystemTime) -> String {
-    static SEED: OnceLock<u64> = OnceLock::new();
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let seed = *SEED.get_or_init(|| {
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0);
-        splitmix64(nanos ^ (u64::from(std::process::id()) << 32))
-    });
-    let suffix = seed.wrapping_add(COUNTER.fetch_add(1, Ordering::Relaxed)) & 0xffff;
-    let (date, time) = utc_parts(unix_s(now));
-    format!(
-        "{:04}{:02}{:02}-{:02}{:02}{:02}-{suffix:04x}",
-        date.0, date.1, date.2, time.0, time.1, time.2
-    )
-}
-
-fn splitmix64(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
-}
-
-/// ((year, month, day), (hour, minute, second)) in UTC.
-fn utc_parts(unix_s: u64) -> ((i64, u32, u32), (u32, u32, u32)) {
-    let days = (unix_s / 86_400) as i64;
-    let secs_of_day = (unix_s % 86_400) as u32;
-    (
-        civil_from_days(days),
-        (secs_of_day / 3600, secs_of_day / 60 % 60, secs_of_day % 60),
-    )
-}
-
-/// Days since 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's algorithm), so that
-/// no date crate is needed for ids and listings.
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
 }
 
 fn iso_date(unix_s: u64) -> String {
@@ -354,7 +242,7 @@ pub fn save(dir: &Path, conv: &SavedConversation) -> Result<PathBuf, HistoryErro
     }
     .map_err(HistoryError::Encode)?;
     json.push(b'\n');
-    write_private(&path, &json)?;
+    write_private(&path, &json).map_err(HistoryError::from)?;
     Ok(path)
 }
 
@@ -797,153 +685,10 @@ pub fn export_json(conv: &SavedConversation) -> Result<String, HistoryError> {
     serde_json::to_string_pretty(conv).map_err(HistoryError::Encode)
 }
 
-/// Writes `contents` to `path` atomically and readable by the user only (0600 on unix),
-/// creating its directory (0700) if missing. Readers see the old file or the new one, never a
-/// part; on any error the temp file is removed and an earlier file at `path` is unchanged.
-pub fn write_private(path: &Path, contents: &[u8]) -> Result<(), HistoryError> {
-    let write_error = |source: io::Error| HistoryError::Write {
-        path: path.to_path_buf(),
-        problem: WriteProblem::classify(&source),
-        source,
-    };
-    let Some(file_name) = path.file_name() else {
-        return Err(HistoryError::NoFileName {
-            path: path.to_path_buf(),
-        });
-    };
-    let dir = match path.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    ensure_private_dir(&dir).map_err(write_error)?;
-    let (temp_path, file) = create_temp(&dir, file_name).map_err(write_error)?;
-    let mut temp = TempFile(Some(temp_path));
-    fill_and_sync(file, contents).map_err(write_error)?;
-    temp.rename_to(path).map_err(write_error)?;
-    match sync_dir(&dir) {
-        Ok(()) => Ok(()),
-        // Some file systems cannot sync a directory, and a write-only directory cannot be
-        // opened to sync it. The contents are synced and the rename has happened, so a "could
-        // not write" here would be false; other errors (EIO) mean it may not be durable.
-        Err(e)
-            if matches!(
-                e.kind(),
-                io::ErrorKind::InvalidInput
-                    | io::ErrorKind::Unsupported
-                    | io::ErrorKind::PermissionDenied
-            ) =>
-        {
-            Ok(())
-        }
-        Err(e) => Err(write_error(e)),
-    }
-}
-
-pub(crate) fn ensure_private_dir(dir: &Path) -> io::Result<()> {
-    if dir.is_dir() {
-        // An existing directory is the user's choice (an export target, say): leave its mode.
-        return Ok(());
-    }
-    let mut builder = fs::DirBuilder::new();
-    builder.recursive(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-        builder.mode(0o700);
-        builder.create(dir)?;
-        // The umask may have narrowed it to something we cannot even write into.
-        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
-    }
-    #[cfg(not(unix))]
-    {
-        builder.create(dir)
-    }
-}
-
-/// A new, empty, user-only file next to the target. The name carries the process id and a
-/// counter and the file is created exclusively, so concurrent writers (threads or other
-/// tokscope processes) never share one.
-fn create_temp(dir: &Path, target_name: &std::ffi::OsStr) -> io::Result<(PathBuf, File)> {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    // Keeps the temp name within file-name limits whatever the target's length.
-    let base: String = target_name.to_string_lossy().chars().take(64).collect();
-    let mut last_error = None;
-    for _ in 0..16 {
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        let name = format!(
-            ".{base}.tmp-{}-{}-{nanos:08x}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        );
-        let temp_path = dir.join(name);
-        let mut options = OpenOptions::new();
-        options.write(true).create_new(true);
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::OpenOptionsExt;
-            // From the start, so the contents are never readable by others, even briefly.
-            options.mode(0o600);
-        }
-        match options.open(&temp_path) {
-            Ok(file) => return Ok((temp_path, file)),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last_error = Some(e),
-            Err(e) => return Err(e),
-        }
-    }
-    Err(last_error.unwrap_or_else(|| io::Error::other("could not create a temp file")))
-}
-
-fn fill_and_sync(mut file: File, contents: &[u8]) -> io::Result<()> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        // The umask may have taken the user's own write bit; make it exactly 0600.
-        file.set_permissions(fs::Permissions::from_mode(0o600))?;
-    }
-    file.write_all(contents)?;
-    file.sync_all()
-}
-
-#[cfg(unix)]
-fn sync_dir(dir: &Path) -> io::Result<()> {
-    // Makes the rename itself durable, not only the file's contents.
-    File::open(dir)?.sync_all()
-}
-
-#[cfg(not(unix))]
-fn sync_dir(_dir: &Path) -> io::Result<()> {
-    Ok(())
-}
-
-/// A temp file that is removed when dropped unless it was renamed into place.
-struct TempFile(Option<PathBuf>);
-
-impl TempFile {
-    fn rename_to(&mut self, target: &Path) -> io::Result<()> {
-        if let Some(temp_path) = &self.0 {
-            fs::rename(temp_path, target)?;
-            self.0 = None;
-        }
-        Ok(())
-    }
-}
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        if let Some(temp_path) = self.0.take() {
-            let _ = fs::remove_file(temp_path);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::metrics::LatencyStats;
-    use std::time::Duration;
 
     const NOW_UNIX_S: u64 = 1_796_028_312; // 2026-11-30 08:45:12 UTC
 
@@ -1425,78 +1170,6 @@ mod tests {
     }
 
     #[test]
-    fn write_errors_map_to_advice() {
-        let cases = [
-            (
-                io::Error::from_raw_os_error(28),
-                WriteProblem::DiskFull,
-                "disk full",
-            ),
-            (
-                io::Error::from_raw_os_error(27),
-                WriteProblem::FileTooLarge,
-                "too large",
-            ),
-            (
-                io::Error::from(io::ErrorKind::StorageFull),
-                WriteProblem::DiskFull,
-                "free some space",
-            ),
-            (
-                io::Error::from(io::ErrorKind::FileTooLarge),
-                WriteProblem::FileTooLarge,
-                "ulimit",
-            ),
-            (
-                io::Error::from(io::ErrorKind::ReadOnlyFilesystem),
-                WriteProblem::ReadOnlyFileSystem,
-                "the data dir is read-only",
-            ),
-            (
-                io::Error::from(io::ErrorKind::PermissionDenied),
-                WriteProblem::PermissionDenied,
-                "permission denied",
-            ),
-            (
-                io::Error::from(io::ErrorKind::NotADirectory),
-                WriteProblem::NotADirectory,
-                "a file is in the way",
-            ),
-            (io::Error::other("boom"), WriteProblem::Other, "unexpected"),
-        ];
-        for (err, problem, advice) in cases {
-            assert_eq!(WriteProblem::classify(&err), problem, "{err}");
-            let wrapped = HistoryError::Write {
-                path: PathBuf::from("/data/history/x.json"),
-                problem,
-                source: err,
-            };
-            let message = wrapped.to_string();
-            assert!(
-                message.starts_with("could not write /data/history/x.json: "),
-                "{message}"
-            );
-            assert!(message.contains(advice), "{message}");
-        }
-        #[cfg(unix)]
-        {
-            assert_eq!(
-                WriteProblem::classify(&io::Error::from_raw_os_error(30)),
-                WriteProblem::ReadOnlyFileSystem
-            );
-            assert_eq!(
-                WriteProblem::classify(&io::Error::from_raw_os_error(13)),
-                WriteProblem::PermissionDenied
-            );
-        }
-        #[cfg(target_os = "linux")]
-        assert_eq!(
-            WriteProblem::classify(&io::Error::from_raw_os_error(122)),
-            WriteProblem::DiskFull
-        );
-    }
-
-    #[test]
     fn two_threads_saving_at_once_all_succeed() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = history_dir(tmp.path());
@@ -1648,36 +1321,5 @@ mod tests {
         assert_eq!(relative_time(now - 7 * 86_400, now), "2026-11-23");
         assert_eq!(relative_time(now + 86_400, now), "2026-12-01");
         assert_eq!(relative_time(0, u64::MAX), "1970-01-01");
-    }
-
-    #[test]
-    fn ids_are_utc_time_plus_a_distinct_suffix() {
-        let at = UNIX_EPOCH + Duration::from_secs(NOW_UNIX_S);
-        let id = new_id(at);
-        assert!(id.starts_with("20261130-084512-"), "{id}");
-        assert_eq!(id.len(), "20261130-084512-3f2a".len());
-        assert!(id[16..].chars().all(|c| c.is_ascii_hexdigit()), "{id}");
-        assert!(is_valid_id(&id));
-
-        let ids: std::collections::HashSet<String> = (0..1000).map(|_| new_id(at)).collect();
-        assert_eq!(ids.len(), 1000);
-
-        assert!(new_id(UNIX_EPOCH).starts_with("19700101-000000-"));
-        assert!(new_id(UNIX_EPOCH - Duration::from_secs(5)).starts_with("19700101-000000-"));
-        assert!(
-            new_id(UNIX_EPOCH + Duration::from_secs(951_868_799)).starts_with("20000229-235959-")
-        );
-        let far = new_id(UNIX_EPOCH + Duration::from_secs(u64::MAX / 4));
-        assert!(far.len() > 16, "{far}");
-        // Ids sort by time.
-        assert!(new_id(at) < new_id(at + Duration::from_secs(1)));
-    }
-
-    #[test]
-    fn write_private_needs_a_file_name() {
-        assert!(matches!(
-            write_private(Path::new("/"), b"x"),
-            Err(HistoryError::NoFileName { .. })
-        ));
     }
 }

@@ -16,18 +16,7 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters::style::FontStyle;
 use thiserror::Error;
 
-/// One batch size of a batched-decoding sweep.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct BatchPoint {
-    /// Sequences decoded together (B).
-    pub batch: u32,
-    /// Tokens per second over all sequences.
-    pub aggregate_tok_per_s: f64,
-    /// Tokens per second of one sequence.
-    pub per_sequence_tok_per_s: f64,
-    pub itl_p50_ms: f64,
-    pub itl_p99_ms: f64,
-}
+use crate::metrics::BatchPoint;
 
 /// One measured decode speed on the roofline.
 #[derive(Debug, Clone, PartialEq)]

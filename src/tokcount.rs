@@ -136,25 +136,14 @@ impl TokenCounter {
 /// Loads only a GGUF's vocabulary (no weights) through llama.cpp, after the same pre-flight
 /// checks as a full load, so missing and damaged files get the same messages.
 pub fn load_vocab_only(path: &Path) -> Result<LlamaModel, EngineError> {
-    let backend = engine::backend()?;
+    let backend = crate::llama::backend()?;
     engine::check_model_file(path)?;
     crate::logging::clear_llama_problems();
     let params = LlamaModelParams::default().with_vocab_only(true);
     LlamaModel::load_from_file(backend, path, &params).map_err(|_| EngineError::LoadFailed {
         path: path.to_path_buf(),
-        llama_says: llama_says(),
+        llama_says: crate::llama::error::llama_says(),
     })
-}
-
-/// llama.cpp's last complaints, as a suffix for the error message (as the engine words it).
-fn llama_says() -> String {
-    let problems = crate::logging::recent_llama_problems();
-    let tail: Vec<String> = problems.iter().rev().take(3).rev().cloned().collect();
-    if tail.is_empty() {
-        String::new()
-    } else {
-        format!("\n  llama.cpp says: {}", tail.join("\n  llama.cpp says: "))
-    }
 }
 
 #[cfg(test)]

@@ -69,7 +69,7 @@ fn same_seed_same_text_and_other_seed_other_text() {
 fn split_characters_from_real_llama_cpp_pieces_come_out_whole() {
     let dir = tempfile::tempdir().unwrap();
     let path = synth(dir.path(), "tiny.gguf", "tiny", TensorType::F32, 1);
-    let backend = tokscope::engine::backend().unwrap();
+    let backend = tokscope::llama::backend().unwrap();
     let params = LlamaModelParams::default().with_vocab_only(true);
     let model = LlamaModel::load_from_file(backend, &path, &params).unwrap();
     let vocab = model.vocab();

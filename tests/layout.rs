@@ -2,6 +2,7 @@
 //! The ground floor (`gguf`, `metrics`, `ids`, `fsx`, `paths`, `logging`) imports nothing above
 //! it, and the engine and the llama.cpp toolkit never reach up into the features or the UI.
 //! Tests inside a file (`#[cfg(test)]` and below) are not part of the layering.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

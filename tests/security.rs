@@ -47,7 +47,7 @@ fn exports_and_history_are_private() {
     let conv = tokscope::history::SavedConversation::new("20261130-000000-abcd".into(), 0);
     let saved = tokscope::history::save(&dir.path().join("history"), &conv).unwrap();
     let export = dir.path().join("export.md");
-    tokscope::history::write_private(&export, b"# hi\n").unwrap();
+    tokscope::fsx::write_private(&export, b"# hi\n").unwrap();
     for path in [saved, export] {
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600, "{}", path.display());

@@ -20,16 +20,15 @@ use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 use predicates::prelude::*;
+use tokscope::gguf::SYNTHETIC_METADATA_KEY;
 use tokscope::gguf::{read_metadata, GgmlType, GgufArray, GgufValue, GgufWriter};
 use tokscope::synth::blocks::{self, Fill, SUPPORTED_TYPES};
 use tokscope::synth::like::write_like;
 use tokscope::synth::llama3::PRESETS;
-use tokscope::synth::{
-    planned_file_size, write_model, SynthError, SynthSpec, TensorType, SYNTHETIC_METADATA_KEY,
-};
+use tokscope::synth::{planned_file_size, write_model, SynthError, SynthSpec, TensorType};
 
 fn backend() -> &'static llama_cpp_2::llama_backend::LlamaBackend {
-    tokscope::engine::backend().expect("llama.cpp backend")
+    tokscope::llama::backend().expect("llama.cpp backend")
 }
 
 /// Prefills `prompt` and decodes `n` tokens greedily on one thread, checking every logit.

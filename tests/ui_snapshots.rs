@@ -13,7 +13,7 @@ use ratatui::Terminal;
 use tokscope::app::conversation::{AssistantTurn, Conversation, Exchange};
 use tokscope::app::{App, EngineStatus, Mode, Notice, NoticeKind, Scroll};
 use tokscope::engine::{LlamaCounters, ModelInfo, SamplingParams, StopReason, TurnReport};
-use tokscope::llama::KvType;
+use tokscope::llama::settings::KvType;
 use tokscope::metrics::roofline::{Bandwidth, BandwidthSource, KvShape, WeightBytes};
 use tokscope::metrics::TurnTimeline;
 use unicode_width::UnicodeWidthStr;
@@ -637,7 +637,7 @@ fn bench_screen_with_a_batch_sweep() {
         (32, 720.0, 44.4, 55.0),
     ] {
         app.bench.points.push(tokscope::app::BenchPoint {
-            point: tokscope::plot::BatchPoint {
+            point: tokscope::metrics::BatchPoint {
                 batch: b,
                 aggregate_tok_per_s: agg,
                 per_sequence_tok_per_s: agg / f64::from(b),

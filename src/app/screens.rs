@@ -19,7 +19,7 @@ pub enum CompareView {
 /// One batch size's figures on the bench screen.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BenchPoint {
-    pub point: crate::plot::BatchPoint,
+    pub point: crate::metrics::BatchPoint,
     /// Prefill of all B prompts together.
     pub prefill_ms: f64,
 }
@@ -99,7 +99,7 @@ mod tests {
             update(&mut app, Msg::Key(key(KeyCode::Enter)), now()).is_empty(),
             "one at a time"
         );
-        let point = crate::plot::BatchPoint {
+        let point = crate::metrics::BatchPoint {
             batch: 1,
             aggregate_tok_per_s: 10.0,
             per_sequence_tok_per_s: 10.0,

@@ -4,9 +4,9 @@
 
 use serde_json::Value;
 
-use super::args::OutputFormat;
+use super::plan::OutputFormat;
 use super::report::Row;
-use super::sweep::TestKind;
+use crate::llama::measure::TestKind;
 use crate::metrics::fmt_opt;
 
 /// The rows in `format`, ready for stdout.
@@ -394,7 +394,7 @@ pub(crate) mod tests {
     use super::super::report::BenchParams;
     use super::*;
     use crate::engine::{ModelInfo, SamplingParams};
-    use crate::llama::{FlashAttn, KvType};
+    use crate::llama::settings::{FlashAttn, KvType};
     use crate::stamp::Stamp;
 
     pub(crate) fn sample_row(kind: TestKind, test: &str, batch_size: u32) -> Row {

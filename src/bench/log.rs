@@ -329,8 +329,8 @@ fn headline(rows: &[StoredRow]) -> String {
 #[cfg(test)]
 mod tests {
     use super::super::format::tests::sample_row;
-    use super::super::sweep::TestKind;
     use super::*;
+    use crate::llama::measure::TestKind;
 
     #[test]
     fn appends_lines_and_reads_them_back() {

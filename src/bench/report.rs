@@ -7,10 +7,11 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::sweep::{Job, TestKind, TestSpec};
+use super::sweep::Job;
 use crate::engine::{ModelInfo, SamplingParams};
 use crate::llama::measure::Sample;
-use crate::llama::{FlashAttn, KvType};
+use crate::llama::measure::{TestKind, TestSpec};
+use crate::llama::settings::{FlashAttn, KvType};
 use crate::metrics::roofline::{
     ceiling_tok_per_s, cost_per_million_tokens, mbu, prefill_flops_per_token, Bandwidth,
 };

@@ -8,13 +8,12 @@ use std::time::Instant;
 
 use llama_cpp_2::model::LlamaModel;
 
-use super::args::{BandwidthChoice, BenchPlan};
+use super::plan::{BandwidthChoice, BenchPlan};
 use super::report::{build_row, Row, RowContext};
 use super::sweep::{file_name, Job};
-use crate::commands::Failure;
-use crate::config::EngineSettings;
 use crate::engine::{EngineError, ModelInfo, SamplingParams, TemplateChoice};
 use crate::llama::measure::{Bencher, Sample};
+use crate::llama::settings::EngineSettings;
 use crate::llama::{describe, load_model, new_context};
 use crate::metrics::roofline::{datasheet_bandwidth, Bandwidth, BandwidthSource};
 
@@ -383,7 +382,7 @@ fn engine_settings(job: &Job) -> EngineSettings {
 }
 
 /// Check every model before measuring anything, so a typo fails at once (exit code 3).
-pub fn check_models(models: &[std::path::PathBuf]) -> Result<(), Failure> {
+pub fn check_models(models: &[std::path::PathBuf]) -> Result<(), crate::engine::EngineError> {
     for m in models {
         crate::engine::check_model_file(Path::new(m))?;
     }

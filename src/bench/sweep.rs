@@ -5,85 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::llama::{FlashAttn, KvType};
-
-/// One measurement.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TestSpec {
-    /// Process a prompt of `n_prompt` tokens.
-    Pp { n_prompt: u32 },
-    /// Generate `n_gen` tokens one at a time.
-    Tg { n_gen: u32 },
-    /// A prompt then generation, timed together.
-    Pg { n_prompt: u32, n_gen: u32 },
-    /// `sequences` prompts of `n_prompt` tokens, then `n_gen` steps each decoding one token
-    /// of every sequence in one batch.
-    Batch {
-        sequences: u32,
-        n_prompt: u32,
-        n_gen: u32,
-    },
-}
-
-impl TestSpec {
-    pub fn kind(&self) -> TestKind {
-        match self {
-            TestSpec::Pp { .. } => TestKind::Pp,
-            TestSpec::Tg { .. } => TestKind::Tg,
-            TestSpec::Pg { .. } => TestKind::Pg,
-            TestSpec::Batch { .. } => TestKind::Batch,
-        }
-    }
-
-    /// (prompt tokens, generated tokens) per sequence.
-    pub fn lengths(&self) -> (u32, u32) {
-        match *self {
-            TestSpec::Pp { n_prompt } => (n_prompt, 0),
-            TestSpec::Tg { n_gen } => (0, n_gen),
-            TestSpec::Pg { n_prompt, n_gen }
-            | TestSpec::Batch {
-                n_prompt, n_gen, ..
-            } => (n_prompt, n_gen),
-        }
-    }
-
-    /// Sequences decoded together (1 but for batch tests).
-    pub fn sequences(&self) -> u32 {
-        match self {
-            TestSpec::Batch { sequences, .. } => *sequences,
-            _ => 1,
-        }
-    }
-
-    /// llama-bench's test name (`pp512`, `tg128`, `pp512+tg128`, ` @ d512` at a depth), and
-    /// `B4 pp128+tg128` for batch tests.
-    pub fn name(&self, depth: u32) -> String {
-        let base = match *self {
-            TestSpec::Pp { n_prompt } => format!("pp{n_prompt}"),
-            TestSpec::Tg { n_gen } => format!("tg{n_gen}"),
-            TestSpec::Pg { n_prompt, n_gen } => format!("pp{n_prompt}+tg{n_gen}"),
-            TestSpec::Batch {
-                sequences,
-                n_prompt,
-                n_gen,
-            } => format!("B{sequences} pp{n_prompt}+tg{n_gen}"),
-        };
-        if depth > 0 {
-            format!("{base} @ d{depth}")
-        } else {
-            base
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum TestKind {
-    Pp,
-    Tg,
-    Pg,
-    Batch,
-}
+use crate::llama::measure::TestSpec;
+use crate::llama::settings::{FlashAttn, KvType};
 
 /// The values to sweep, each a non-empty list (the tests are one list of their own).
 #[derive(Debug, Clone, PartialEq)]

@@ -1,49 +1,31 @@
-//! Turning the layered settings into an engine configuration: which model file to load
-//! (flag, environment, config file, then the demo model) and the message when there is none.
+//! `tokscope chat` (also the bare `tokscope`): the TUI on the configured (or demo) model.
 
-use std::path::PathBuf;
+use std::io::IsTerminal;
 
-use crate::commands::{Failure, MODEL};
+use clap::Args;
+
+use super::flags::{ModelArgs, SamplingArgs};
+use super::model::engine_config;
+use crate::commands::Failure;
 use crate::config::Settings;
-use crate::engine::{ChatMessage, EngineConfig, Role};
 
-/// The model to load: the one the settings name, else the demo model when it is present.
-pub fn resolve_model(settings: &Settings) -> Result<PathBuf, Failure> {
-    if let Some(m) = &settings.model {
-        return Ok(m.clone());
-    }
-    let data_dir = crate::paths::data_dir();
-    crate::demo::find_demo_model(&data_dir).ok_or_else(|| {
-        Failure::new(
-            MODEL,
-            format!(
-                "no model given and the demo model is not installed.\n{}",
-                crate::demo::how_to_get_demo_message(&data_dir)
-            ),
-        )
-    })
-}
-
-pub fn engine_config(settings: &Settings) -> Result<EngineConfig, Failure> {
-    Ok(EngineConfig {
-        model_path: resolve_model(settings)?,
-        settings: settings.engine.clone(),
-    })
-}
-
-/// The conversation for a single prompt: the configured system prompt, then the user.
-pub fn single_turn(settings: &Settings, prompt: &str) -> Vec<ChatMessage> {
-    let mut messages = Vec::new();
-    if let Some(system) = &settings.system_prompt {
-        messages.push(ChatMessage::new(Role::System, system.clone()));
-    }
-    messages.push(ChatMessage::new(Role::User, prompt));
-    messages
+#[derive(Debug, Args, Default)]
+pub struct ChatArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    /// Continue a saved conversation: its id (or a unique prefix), or the latest without one.
+    #[arg(long, value_name = "ID", num_args = 0..=1, default_missing_value = "")]
+    pub resume: Option<String>,
+    /// Generate exactly --max-tokens per answer, ignoring end-of-generation tokens and stop
+    /// strings (for measuring decode speed in the chat).
+    #[arg(long)]
+    pub ignore_eos: bool,
 }
 
 /// `tokscope chat`: the TUI on the configured (or demo) model.
-pub fn chat(args: &crate::cli::ChatArgs, mut settings: Settings) -> Result<(), Failure> {
-    use std::io::IsTerminal;
+pub fn run(args: &ChatArgs, mut settings: Settings) -> Result<(), Failure> {
     args.model.apply(&mut settings)?;
     args.sampling.apply(&mut settings)?;
     let config = engine_config(&settings)?;
@@ -56,7 +38,7 @@ pub fn chat(args: &crate::cli::ChatArgs, mut settings: Settings) -> Result<(), F
     let history_dir = crate::history::history_dir(&crate::paths::data_dir());
     let conversation = match &args.resume {
         None => crate::app::conversation::Conversation::new(
-            crate::history::new_id(std::time::SystemTime::now()),
+            crate::ids::new_id(std::time::SystemTime::now()),
             crate::tui::now().unix_s,
             settings.system_prompt.clone(),
         ),
@@ -100,26 +82,4 @@ pub fn chat(args: &crate::cli::ChatArgs, mut settings: Settings) -> Result<(), F
             format!("stopped by signal {sig}; every finished turn is saved (`tokscope history`)"),
         )),
     }
-}
-
-/// `tokscope history`: the saved conversations.
-pub fn history() -> Result<(), Failure> {
-    let dir = crate::history::history_dir(&crate::paths::data_dir());
-    let outcome = crate::history::list(&dir)
-        .map_err(|e| Failure::new(crate::commands::FAILURE, e.to_string()))?;
-    for (from, to) in &outcome.set_aside {
-        eprintln!(
-            "warning: {} is damaged and was moved aside to {} (it was not overwritten)",
-            from.display(),
-            to.display()
-        );
-    }
-    for (path, why) in &outcome.skipped {
-        eprintln!("warning: skipped {}: {why}", path.display());
-    }
-    print!(
-        "{}",
-        crate::history::format_list(&outcome.entries, crate::tui::now().unix_s)
-    );
-    Ok(())
 }

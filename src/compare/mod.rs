@@ -8,8 +8,8 @@
 //! - `report`: rows, the Pareto front, the verdict, the formats.
 //! - `log`: the comparisons log the chat's compare screen reads.
 
-mod args;
 pub mod log;
+mod plan;
 pub mod quality;
 pub mod quantize;
 pub mod report;
@@ -20,23 +20,68 @@ use std::time::Instant;
 
 use llama_cpp_2::model::LlamaModel;
 
-pub use args::{CompareArgs, ComparePlan};
+pub use plan::{CompareFormat, ComparePlan};
 pub use report::{CompareRow, Comparison};
 
-use self::args::CompareFormat;
 use self::quality::{Chunking, Evaluator, QualityStats};
 use self::quantize::quantize_cached;
-use crate::bench::sweep::{Job, ParamSet, TestSpec};
-use crate::bench::{Row, TestKind};
-use crate::commands::{Failure, FAILURE, MODEL, USAGE};
-use crate::config::{EngineSettings, Settings};
+use crate::bench::sweep::{Job, ParamSet};
+use crate::bench::Row;
+use crate::config::Settings;
 use crate::engine::{ModelInfo, TemplateChoice};
-use crate::llama::{describe, load_model, new_context, FlashAttn, KvType};
+use crate::llama::measure::{TestKind, TestSpec};
+use crate::llama::settings::EngineSettings;
+use crate::llama::settings::{FlashAttn, KvType};
+use crate::llama::{describe, load_model, new_context};
 
 /// The evaluation text shipped with tokscope (see assets/eval/SOURCE.md).
 pub const BUILTIN_TEXT: &str = include_str!("../../assets/eval/alice.txt");
 pub const BUILTIN_TEXT_NAME: &str =
     "builtin:alice (Alice's Adventures in Wonderland, Lewis Carroll, 1865; public domain)";
+
+/// Why a comparison stopped, sorted the way the command's exit codes are.
+#[derive(Debug, thiserror::Error)]
+pub enum CompareError {
+    /// A flag, file or text the user can fix.
+    #[error("{0}")]
+    Usage(String),
+    /// A model file that cannot be read or loaded.
+    #[error("{0}")]
+    Model(String),
+    /// Anything else.
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl CompareError {
+    fn usage(message: impl Into<String>) -> Self {
+        Self::Usage(message.into())
+    }
+
+    fn model(message: impl Into<String>) -> Self {
+        Self::Model(message.into())
+    }
+
+    fn failed(message: impl Into<String>) -> Self {
+        Self::Failed(message.into())
+    }
+}
+
+impl From<crate::engine::EngineError> for CompareError {
+    fn from(e: crate::engine::EngineError) -> Self {
+        if e.is_model_problem() {
+            Self::Model(e.to_string())
+        } else {
+            Self::Failed(e.to_string())
+        }
+    }
+}
+
+impl From<std::io::Error> for CompareError {
+    fn from(e: std::io::Error) -> Self {
+        Self::Failed(e.to_string())
+    }
+}
 
 /// One thing being compared: a model file under one set of runtime settings.
 #[derive(Debug, Clone, PartialEq)]
@@ -138,12 +183,12 @@ fn labels(candidates: &[Candidate]) -> Vec<String> {
     out
 }
 
-/// `tokscope compare`.
-pub fn compare(args: &CompareArgs, settings: Settings) -> Result<(), Failure> {
-    let plan = ComparePlan::from_args(args, &settings)?;
+/// `tokscope compare` on a validated plan: quality in lockstep, speed in alternating rounds,
+/// the table on stdout, the logs, the chart.
+pub fn run(plan: &ComparePlan, settings: Settings) -> Result<(), CompareError> {
     crate::bench::run::check_models(&plan.models)?;
     let (text_name, text) = load_text(plan.text.as_deref())?;
-    let files = model_files(&plan)?;
+    let files = model_files(plan)?;
     let sweep = &plan.bench.sweep;
     let mut candidates = Vec::new();
     for (model, quantized_here) in &files {
@@ -165,8 +210,8 @@ pub fn compare(args: &CompareArgs, settings: Settings) -> Result<(), Failure> {
         }
     }
     let started = std::time::SystemTime::now();
-    let id = crate::history::new_id(started);
-    let quality = evaluate_quality(&plan, &candidates, &text)?;
+    let id = crate::ids::new_id(started);
+    let quality = evaluate_quality(plan, &candidates, &text)?;
     // Only the candidates that ran.
     let (candidates, per_candidate): (Vec<Candidate>, Vec<(ModelInfo, QualityStats, bool)>) =
         candidates
@@ -175,7 +220,7 @@ pub fn compare(args: &CompareArgs, settings: Settings) -> Result<(), Failure> {
             .filter_map(|(c, q)| Some((c, q?)))
             .unzip();
     let speed = if plan.speed {
-        measure_speed(&plan, &candidates, &settings, &id)
+        measure_speed(plan, &candidates, &settings, &id)
     } else {
         Vec::new()
     };
@@ -231,7 +276,7 @@ pub fn compare(args: &CompareArgs, settings: Settings) -> Result<(), Failure> {
     let verdict = report::verdict(&rows);
     let comparison = Comparison {
         id: id.clone(),
-        unix_time_s: crate::history::unix_s(started),
+        unix_time_s: crate::ids::unix_s(started),
         command_line: crate::bench::command_line(),
         text: text_name,
         text_tokens: quality.text_tokens,
@@ -245,11 +290,11 @@ pub fn compare(args: &CompareArgs, settings: Settings) -> Result<(), Failure> {
     let out = match plan.output {
         CompareFormat::Markdown => report::markdown(&comparison),
         CompareFormat::Csv => report::csv(&comparison)
-            .map_err(|e| Failure::new(FAILURE, format!("cannot format the results: {e}")))?,
+            .map_err(|e| CompareError::failed(format!("cannot format the results: {e}")))?,
         CompareFormat::Json => format!(
             "{}\n",
             serde_json::to_string_pretty(&comparison)
-                .map_err(|e| Failure::new(FAILURE, format!("cannot format the results: {e}")))?
+                .map_err(|e| CompareError::failed(format!("cannot format the results: {e}")))?
         ),
     };
     let mut stdout = std::io::stdout().lock();
@@ -277,7 +322,7 @@ pub fn compare(args: &CompareArgs, settings: Settings) -> Result<(), Failure> {
     Ok(())
 }
 
-fn plot(c: &Comparison, path: &Path) -> Result<(), Failure> {
+fn plot(c: &Comparison, path: &Path) -> Result<(), CompareError> {
     let points: Vec<crate::plot::QualityPoint> = c
         .rows
         .iter()
@@ -291,21 +336,21 @@ fn plot(c: &Comparison, path: &Path) -> Result<(), Failure> {
         })
         .collect();
     crate::plot::plot_speed_vs_quality(&points, "speed against quality", path)
-        .map_err(|e| Failure::new(FAILURE, format!("--plot: {e}")))?;
+        .map_err(|e| CompareError::failed(format!("--plot: {e}")))?;
     eprintln!("wrote {}", path.display());
     Ok(())
 }
 
 /// The evaluation text: `--text FILE` or the built-in one.
-fn load_text(path: Option<&Path>) -> Result<(String, String), Failure> {
+fn load_text(path: Option<&Path>) -> Result<(String, String), CompareError> {
     match path {
         None => Ok((BUILTIN_TEXT_NAME.to_string(), BUILTIN_TEXT.to_string())),
         Some(p) => {
             let bytes = std::fs::read(p).map_err(|e| {
-                Failure::new(USAGE, format!("--text: cannot read {}: {e}", p.display()))
+                CompareError::usage(format!("--text: cannot read {}: {e}", p.display()))
             })?;
             let text = String::from_utf8(bytes).map_err(|_| {
-                Failure::new(USAGE, format!("--text: {} is not UTF-8 text", p.display()))
+                CompareError::usage(format!("--text: {} is not UTF-8 text", p.display()))
             })?;
             Ok((p.display().to_string(), text))
         }
@@ -313,28 +358,25 @@ fn load_text(path: Option<&Path>) -> Result<(String, String), Failure> {
 }
 
 /// The files to compare: as given, or the source and its quantizations.
-fn model_files(plan: &ComparePlan) -> Result<Vec<(PathBuf, bool)>, Failure> {
+fn model_files(plan: &ComparePlan) -> Result<Vec<(PathBuf, bool)>, CompareError> {
     if plan.quantize.is_empty() {
         return Ok(plan.models.iter().map(|m| (m.clone(), false)).collect());
     }
     let source = &plan.models[0];
     let header = crate::gguf::read_metadata(source)
-        .map_err(|e| Failure::new(MODEL, format!("cannot read {}: {e}", source.display())))?;
+        .map_err(|e| CompareError::model(format!("cannot read {}: {e}", source.display())))?;
     let file_type = header.get("general.file_type").and_then(|v| v.as_u64());
     // F32, F16, BF16 (and files that do not say: llama.cpp will tell).
     if let Some(t) = file_type.filter(|t| ![0, 1, 32].contains(t) && !plan.allow_requantize) {
-        return Err(Failure::new(
-            USAGE,
-            format!(
-                "--quantize needs a high-precision source (F32, F16 or BF16); {} is {} \
+        return Err(CompareError::usage(format!(
+            "--quantize needs a high-precision source (F32, F16 or BF16); {} is {} \
                  (--allow-requantize quantizes it anyway)",
-                source.display(),
-                u32::try_from(t)
-                    .ok()
-                    .and_then(crate::engine::quantization_name)
-                    .unwrap_or("quantized")
-            ),
-        ));
+            source.display(),
+            u32::try_from(t)
+                .ok()
+                .and_then(crate::engine::quantization_name)
+                .unwrap_or("quantized")
+        )));
     }
     let cache = crate::paths::cache_dir().join("quantized");
     let mut files = vec![(source.clone(), false)];
@@ -354,7 +396,7 @@ fn model_files(plan: &ComparePlan) -> Result<Vec<(PathBuf, bool)>, Failure> {
                 }
             },
         )
-        .map_err(|e| Failure::new(FAILURE, e))?;
+        .map_err(CompareError::failed)?;
         if terminal {
             eprint!("\r\x1b[K");
         }
@@ -388,7 +430,7 @@ fn evaluate_quality(
     plan: &ComparePlan,
     candidates: &[Candidate],
     text: &str,
-) -> Result<QualityOutcome, Failure> {
+) -> Result<QualityOutcome, CompareError> {
     // One load per (file, GPU layers); `load_of[i]` is candidate i's.
     let mut loads: Vec<(PathBuf, i64, LlamaModel)> = Vec::new();
     let mut load_of = Vec::with_capacity(candidates.len());
@@ -402,7 +444,7 @@ fn evaluate_quality(
         }
         eprintln!("loading {}…", c.model.display());
         let model = load_model(&c.model, c.gpu_layers_setting(), |_| true)
-            .map_err(|e| Failure::new(MODEL, e.to_string()))?;
+            .map_err(|e| CompareError::model(e.to_string()))?;
         load_of.push(loads.len());
         loads.push((c.model.clone(), c.n_gpu_layers, model));
     }
@@ -418,7 +460,7 @@ fn evaluate_quality(
         }
     }
     let Some(best_candidate) = candidates.get(best) else {
-        return Err(Failure::new(USAGE, "nothing to compare"));
+        return Err(CompareError::usage("nothing to compare"));
     };
     let reference = Candidate {
         type_k: KvType::F16,
@@ -430,18 +472,15 @@ fn evaluate_quality(
     let tokens = quality::tokenize(ref_model, text);
     for (path, _, model) in &loads {
         if model.n_vocab() != ref_model.n_vocab() || quality::tokenize(model, text) != tokens {
-            return Err(Failure::new(
-                USAGE,
-                format!(
-                    "{} and {} have different vocabularies ({} and {} tokens, or a different \
+            return Err(CompareError::usage(format!(
+                "{} and {} have different vocabularies ({} and {} tokens, or a different \
                      tokenization of the text): KL divergence compares distributions over one \
                      vocabulary, so compare files of one model",
-                    reference.model.display(),
-                    path.display(),
-                    ref_model.n_vocab(),
-                    model.n_vocab()
-                ),
-            ));
+                reference.model.display(),
+                path.display(),
+                ref_model.n_vocab(),
+                model.n_vocab()
+            )));
         }
     }
     let chunking = Chunking {
@@ -450,16 +489,17 @@ fn evaluate_quality(
     };
     let n_chunks = chunking
         .chunks(tokens.len())
-        .map_err(|e| Failure::new(USAGE, e))?;
-    let context = |c: &Candidate, load: usize| -> Result<(Evaluator<'_>, ModelInfo), Failure> {
-        let settings = c.engine_settings(plan.n_ctx, plan.threads);
-        let model = &loads[load].2;
-        let t0 = Instant::now();
-        let ctx =
-            new_context(model, &settings, 1).map_err(|e| Failure::new(FAILURE, e.to_string()))?;
-        let info = describe(model, &ctx, &c.model, &settings, t0);
-        Ok((Evaluator::new(model, ctx, plan.n_ctx), info))
-    };
+        .map_err(CompareError::usage)?;
+    let context =
+        |c: &Candidate, load: usize| -> Result<(Evaluator<'_>, ModelInfo), CompareError> {
+            let settings = c.engine_settings(plan.n_ctx, plan.threads);
+            let model = &loads[load].2;
+            let t0 = Instant::now();
+            let ctx = new_context(model, &settings, 1)
+                .map_err(|e| CompareError::failed(e.to_string()))?;
+            let info = describe(model, &ctx, &c.model, &settings, t0);
+            Ok((Evaluator::new(model, ctx, plan.n_ctx), info))
+        };
     let (mut ref_eval, ref_info) = context(&reference, ref_load)?;
     // The candidate that is the reference itself takes the reference's own figures; every
     // other candidate (a second copy of the reference file included) gets its own context.
@@ -487,7 +527,7 @@ fn evaluate_quality(
                         c.type_v.name(),
                         c.flash_attn.name(),
                         c.n_gpu_layers,
-                        f.message
+                        f
                     );
                     infos.push(None);
                 }
@@ -495,8 +535,7 @@ fn evaluate_quality(
         }
     }
     if evals.is_empty() && !is_reference.contains(&true) {
-        return Err(Failure::new(
-            FAILURE,
+        return Err(CompareError::failed(
             "no candidate could be evaluated (see the messages above)",
         ));
     }
@@ -506,7 +545,7 @@ fn evaluate_quality(
     for i in 0..n_chunks {
         let chunk = &tokens[i * n_ctx..(i + 1) * n_ctx];
         quality::evaluate_chunk(&mut ref_eval, &mut evals, chunk, plan.threads as usize)
-            .map_err(|e| Failure::new(FAILURE, e.to_string()))?;
+            .map_err(|e| CompareError::failed(e.to_string()))?;
         let line = format!(
             "quality: chunk {}/{n_chunks}, {} models, {:.0} s",
             i + 1,

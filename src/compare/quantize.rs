@@ -153,7 +153,7 @@ pub fn quantize_cached(
     if usable(&out) {
         return Ok((out, true));
     }
-    crate::history::ensure_private_dir(cache_dir).map_err(|e| {
+    crate::fsx::ensure_private_dir(cache_dir).map_err(|e| {
         format!(
             "cannot create the cache folder {}: {e}",
             cache_dir.display()
@@ -207,7 +207,7 @@ fn quantize_file(
     };
     let input = c_path(source)?;
     let output = c_path(out)?;
-    crate::engine::backend().map_err(|e| format!("llama.cpp did not start: {e}"))?;
+    crate::llama::backend().map_err(|e| format!("llama.cpp did not start: {e}"))?;
     crate::logging::clear_llama_problems();
     let status = ffi::quantize(&input, &output, ty.ftype, threads, allow_requantize);
     if status == 0 {

@@ -9,7 +9,7 @@ mod worker;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, OnceLock};
+use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -18,57 +18,13 @@ use serde::{Deserialize, Serialize};
 pub use crate::llama::error::EngineError;
 pub use crate::llama::model_info::{check_model_file, fingerprint, quantization_name, ModelInfo};
 pub use detok::{StopMatcher, Utf8Stream};
-pub use prompt::{common_prefix_len, completion_transcript, TemplateChoice, COMPLETION_STOPS};
+pub use prompt::{common_prefix_len, completion_transcript, COMPLETION_STOPS};
 
-use crate::config::EngineSettings;
+pub use crate::llama::settings::{EngineSettings, SamplingParams, TemplateChoice};
 use crate::metrics::TurnTimeline;
-
-/// llama.cpp's backend, initialised once per process and shared by every engine and by the
-/// in-process tools that read models directly (the first call also routes llama.cpp's logs).
-pub fn backend() -> Result<&'static llama_cpp_2::llama_backend::LlamaBackend, EngineError> {
-    static BACKEND: OnceLock<Result<llama_cpp_2::llama_backend::LlamaBackend, String>> =
-        OnceLock::new();
-    BACKEND
-        .get_or_init(|| {
-            crate::logging::init(None);
-            llama_cpp_2::llama_backend::LlamaBackend::init().map_err(|e| e.to_string())
-        })
-        .as_ref()
-        .map_err(|e| EngineError::Backend(e.clone()))
-}
 
 /// Identifies one generation request; events of other requests are ignored by their readers.
 pub type RequestId = u64;
-
-/// The sampler chain's settings. Temperature 0 means greedy decoding.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SamplingParams {
-    pub temperature: f32,
-    /// 0 turns top-k off.
-    pub top_k: u32,
-    pub top_p: f32,
-    pub min_p: f32,
-    /// 1.0 turns the repetition penalty off.
-    pub repeat_penalty: f32,
-    /// How many recent tokens the repetition penalty looks at.
-    pub repeat_last_n: u32,
-    pub seed: u32,
-}
-
-impl Default for SamplingParams {
-    fn default() -> Self {
-        // llama.cpp's own defaults, with a fixed seed so that runs are reproducible.
-        Self {
-            temperature: 0.8,
-            top_k: 40,
-            top_p: 0.95,
-            min_p: 0.05,
-            repeat_penalty: 1.0,
-            repeat_last_n: 64,
-            seed: 42,
-        }
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -258,7 +214,7 @@ pub enum EngineEvent {
     /// One batch size of a batch sweep measured.
     BatchPoint {
         request_id: RequestId,
-        point: crate::plot::BatchPoint,
+        point: crate::metrics::BatchPoint,
         prefill_ms: f64,
     },
     /// Model B of an A/B comparison answered (its prefill and token events came before, under

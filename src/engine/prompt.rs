@@ -2,70 +2,7 @@
 //! transcript for base models that have none, and the shared-prefix arithmetic behind KV-cache
 //! reuse across turns.
 
-use std::fmt;
-use std::str::FromStr;
-
-use serde::{Serialize, Serializer};
-
 use super::{ChatMessage, Role};
-
-/// How the prompt is built from the conversation.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum TemplateChoice {
-    /// The GGUF's own chat template; a completion-style transcript when it has none (a model
-    /// without a template is almost always a base model, which chat markers make babble).
-    #[default]
-    Auto,
-    /// The GGUF's own chat template, or an error when it has none.
-    Model,
-    /// The template llama.cpp associates with the model's architecture (gemma → gemma,
-    /// llama with Llama 3 tokens → llama3, …), used when the GGUF carries none.
-    Architecture,
-    /// A plain `Question: …\nAnswer:` transcript, for base (not instruction-tuned) models.
-    Completion,
-    /// One of llama.cpp's built-in templates by name (llama3, gemma, chatml, mistral-v7, …).
-    Named(String),
-}
-
-impl FromStr for TemplateChoice {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let s = s.trim();
-        match s {
-            "" => Err("must be auto, model, arch, completion or a llama.cpp template name".into()),
-            "auto" => Ok(Self::Auto),
-            "model" => Ok(Self::Model),
-            "arch" | "architecture" => Ok(Self::Architecture),
-            "completion" => Ok(Self::Completion),
-            name if name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) =>
-            {
-                Ok(Self::Named(name.to_string()))
-            }
-            _ => Err("a template name is letters, digits, '-', '_' or '.'".into()),
-        }
-    }
-}
-
-impl fmt::Display for TemplateChoice {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Auto => f.write_str("auto"),
-            Self::Model => f.write_str("model"),
-            Self::Architecture => f.write_str("arch"),
-            Self::Completion => f.write_str("completion"),
-            Self::Named(n) => f.write_str(n),
-        }
-    }
-}
-
-impl Serialize for TemplateChoice {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
 
 /// The llama.cpp built-in template for an architecture, when the GGUF carries none.
 pub fn template_for_architecture(arch: &str, has_llama3_tokens: bool) -> Option<&'static str> {
@@ -146,17 +83,6 @@ mod tests {
         let first = completion_transcript(&msgs[..2]);
         let second = completion_transcript(&msgs);
         assert!(second.starts_with(first.trim_end_matches("Answer:")));
-    }
-
-    #[test]
-    fn template_choice_parses() {
-        assert_eq!("auto".parse(), Ok(TemplateChoice::Auto));
-        assert_eq!("completion".parse(), Ok(TemplateChoice::Completion));
-        assert_eq!("arch".parse(), Ok(TemplateChoice::Architecture));
-        assert_eq!("llama3".parse(), Ok(TemplateChoice::Named("llama3".into())));
-        assert!("".parse::<TemplateChoice>().is_err());
-        assert!("{% jinja %}".parse::<TemplateChoice>().is_err());
-        assert_eq!(TemplateChoice::Named("gemma".into()).to_string(), "gemma");
     }
 
     #[test]

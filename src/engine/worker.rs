@@ -157,7 +157,7 @@ fn ab_generate(
 /// (the chat's context and its KV cache are left as they are).
 fn batch_sweep(
     model: &LlamaModel,
-    settings: &crate::config::EngineSettings,
+    settings: &crate::llama::settings::EngineSettings,
     (id, batches, n_prompt, n_gen): (super::RequestId, &[u32], u32, u32),
     events: &EventSender,
     cancel_through: &AtomicU64,
@@ -166,7 +166,8 @@ fn batch_sweep(
         if cancel_through.load(Ordering::SeqCst) >= id {
             break;
         }
-        let (point, prefill_ms) = crate::bench::measure_batch(model, settings, b, n_prompt, n_gen)?;
+        let (point, prefill_ms) =
+            crate::llama::measure::measure_batch(model, settings, b, n_prompt, n_gen)?;
         let _ = events.send(EngineEvent::BatchPoint {
             request_id: id,
             point,

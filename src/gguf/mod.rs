@@ -12,11 +12,16 @@
 //! to the alignment, then the tensor data, each tensor starting at a multiple of the alignment.
 //! A string is `u64:len` + bytes; an array is `u32:elem_type u64:count` + elements.
 
+pub mod kv_type;
+
 use std::collections::HashSet;
 use std::fmt;
 use std::fs::{self, File};
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
+
+/// Metadata key (bool, always `true`) that marks a file as synthetic.
+pub const SYNTHETIC_METADATA_KEY: &str = "tokscope.synthetic";
 
 /// The four bytes every GGUF file starts with.
 pub const GGUF_MAGIC: [u8; 4] = *b"GGUF";

@@ -14,9 +14,11 @@ use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 
-use super::build_sampler;
-use crate::bench::sweep::TestSpec;
-use crate::engine::{EngineError, SamplingParams};
+use super::error::EngineError;
+use super::settings::{EngineSettings, SamplingParams};
+use super::{build_sampler, new_context};
+use crate::ids::SplitMix64;
+use crate::metrics::{ms, rate_per_s, BatchPoint, LatencyStats};
 
 /// What one timed run measured.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -35,19 +37,6 @@ pub struct Sample {
     /// Tokens decoded as generated tokens, all sequences together, as counted while
     /// decoding.
     pub tokens_generated: u64,
-}
-
-/// A deterministic token source, so that two runs of one command feed the same tokens.
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
 }
 
 /// One token of a batch: its id, position, sequence and whether its logits are wanted.
@@ -92,7 +81,7 @@ impl<'m> Bencher<'m> {
 
     fn random_token(&mut self) -> LlamaToken {
         let n_vocab = u64::try_from(self.n_vocab).unwrap_or(1).max(1);
-        LlamaToken(i32::try_from(self.rng.next() % n_vocab).unwrap_or(0))
+        LlamaToken(i32::try_from(self.rng.next_u64() % n_vocab).unwrap_or(0))
     }
 
     /// llama-bench's first token of a prompt or generation: BOS when the vocabulary adds one.
@@ -354,4 +343,123 @@ fn sample_chunk(
 
 fn gaps(ends: &[Instant]) -> Vec<Duration> {
     ends.windows(2).map(|w| w[1].duration_since(w[0])).collect()
+}
+
+/// One measurement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TestSpec {
+    /// Process a prompt of `n_prompt` tokens.
+    Pp { n_prompt: u32 },
+    /// Generate `n_gen` tokens one at a time.
+    Tg { n_gen: u32 },
+    /// A prompt then generation, timed together.
+    Pg { n_prompt: u32, n_gen: u32 },
+    /// `sequences` prompts of `n_prompt` tokens, then `n_gen` steps each decoding one token
+    /// of every sequence in one batch.
+    Batch {
+        sequences: u32,
+        n_prompt: u32,
+        n_gen: u32,
+    },
+}
+
+impl TestSpec {
+    pub fn kind(&self) -> TestKind {
+        match self {
+            TestSpec::Pp { .. } => TestKind::Pp,
+            TestSpec::Tg { .. } => TestKind::Tg,
+            TestSpec::Pg { .. } => TestKind::Pg,
+            TestSpec::Batch { .. } => TestKind::Batch,
+        }
+    }
+
+    /// (prompt tokens, generated tokens) per sequence.
+    pub fn lengths(&self) -> (u32, u32) {
+        match *self {
+            TestSpec::Pp { n_prompt } => (n_prompt, 0),
+            TestSpec::Tg { n_gen } => (0, n_gen),
+            TestSpec::Pg { n_prompt, n_gen }
+            | TestSpec::Batch {
+                n_prompt, n_gen, ..
+            } => (n_prompt, n_gen),
+        }
+    }
+
+    /// Sequences decoded together (1 but for batch tests).
+    pub fn sequences(&self) -> u32 {
+        match self {
+            TestSpec::Batch { sequences, .. } => *sequences,
+            _ => 1,
+        }
+    }
+
+    /// llama-bench's test name (`pp512`, `tg128`, `pp512+tg128`, ` @ d512` at a depth), and
+    /// `B4 pp128+tg128` for batch tests.
+    pub fn name(&self, depth: u32) -> String {
+        let base = match *self {
+            TestSpec::Pp { n_prompt } => format!("pp{n_prompt}"),
+            TestSpec::Tg { n_gen } => format!("tg{n_gen}"),
+            TestSpec::Pg { n_prompt, n_gen } => format!("pp{n_prompt}+tg{n_gen}"),
+            TestSpec::Batch {
+                sequences,
+                n_prompt,
+                n_gen,
+            } => format!("B{sequences} pp{n_prompt}+tg{n_gen}"),
+        };
+        if depth > 0 {
+            format!("{base} @ d{depth}")
+        } else {
+            base
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TestKind {
+    Pp,
+    Tg,
+    Pg,
+    Batch,
+}
+
+/// Measure `sequences` prompts of `n_prompt` tokens then `n_gen` batched steps (one warm-up
+/// and one timed run). Returns the point and the prefill time in ms.
+pub fn measure_batch(
+    model: &LlamaModel,
+    settings: &EngineSettings,
+    sequences: u32,
+    n_prompt: u32,
+    n_gen: u32,
+) -> Result<(BatchPoint, f64), EngineError> {
+    let sequences = sequences.max(1);
+    let per_sequence = n_prompt.saturating_add(n_gen).max(1);
+    let mut s = settings.clone();
+    s.n_ctx = per_sequence.saturating_mul(sequences).max(64);
+    s.n_batch = s.n_batch.max(sequences);
+    let ctx = new_context(model, &s, sequences)?;
+    let mut bencher = Bencher::new(model, ctx);
+    let test = TestSpec::Batch {
+        sequences,
+        n_prompt,
+        n_gen,
+    };
+    let greedy = SamplingParams {
+        temperature: 0.0,
+        ..SamplingParams::default()
+    };
+    bencher.warm_up(&test)?;
+    let sample = bencher.run(&test, 0, &greedy)?;
+    let aggregate = rate_per_s(sample.tokens_generated as usize, sample.decode).unwrap_or(0.0);
+    let itl = LatencyStats::from_durations(&sample.gaps);
+    Ok((
+        BatchPoint {
+            batch: sequences,
+            aggregate_tok_per_s: aggregate,
+            per_sequence_tok_per_s: aggregate / f64::from(sequences),
+            itl_p50_ms: itl.map_or(0.0, |i| i.p50_ms),
+            itl_p99_ms: itl.map_or(0.0, |i| i.p99_ms),
+        },
+        sample.prefill.map_or(0.0, ms),
+    ))
 }

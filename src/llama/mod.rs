@@ -5,11 +5,11 @@
 pub mod error;
 pub mod measure;
 pub mod model_info;
+pub mod settings;
 
-use std::fmt;
 use std::num::NonZeroU32;
 use std::path::Path;
-use std::str::FromStr;
+use std::sync::OnceLock;
 use std::time::Instant;
 
 use llama_cpp_2::context::params::{KvCacheType, LlamaContextParams};
@@ -17,12 +17,10 @@ use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::sampling::LlamaSampler;
-use serde::{Serialize, Serializer};
 
-use crate::config::EngineSettings;
-use crate::engine::{backend, SamplingParams};
 use error::{llama_says, EngineError};
 use model_info::{check_model_file, fingerprint, quantization_name, ModelInfo};
+use settings::{EngineSettings, KvType, SamplingParams};
 
 /// The llama.cpp bindings this build links (pinned in Cargo.toml).
 pub const LLAMA_CPP_BINDINGS: &str = "llama-cpp-sys-2 0.1.160";
@@ -71,154 +69,30 @@ pub fn gpu_device_descriptions() -> Vec<String> {
         .collect()
 }
 
-/// Element type of the KV cache (llama.cpp's `-ctk`/`-ctv`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum KvType {
-    F32,
-    #[default]
-    F16,
-    Bf16,
-    Q8_0,
-    Q5_1,
-    Q5_0,
-    Q4_1,
-    Q4_0,
-    Iq4Nl,
+/// llama.cpp's backend, initialised once per process and shared by every engine and by the
+/// in-process tools that read models directly. Logging is the caller's to set up first
+/// (`crate::logging::init`), so that llama.cpp's own lines are routed before it speaks.
+pub fn backend() -> Result<&'static llama_cpp_2::llama_backend::LlamaBackend, EngineError> {
+    static BACKEND: OnceLock<Result<llama_cpp_2::llama_backend::LlamaBackend, String>> =
+        OnceLock::new();
+    BACKEND
+        .get_or_init(|| llama_cpp_2::llama_backend::LlamaBackend::init().map_err(|e| e.to_string()))
+        .as_ref()
+        .map_err(|e| EngineError::Backend(e.clone()))
 }
 
-impl KvType {
-    pub const ALL: [KvType; 9] = [
-        KvType::F32,
-        KvType::F16,
-        KvType::Bf16,
-        KvType::Q8_0,
-        KvType::Q5_1,
-        KvType::Q5_0,
-        KvType::Q4_1,
-        KvType::Q4_0,
-        KvType::Iq4Nl,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            KvType::F32 => "f32",
-            KvType::F16 => "f16",
-            KvType::Bf16 => "bf16",
-            KvType::Q8_0 => "q8_0",
-            KvType::Q5_1 => "q5_1",
-            KvType::Q5_0 => "q5_0",
-            KvType::Q4_1 => "q4_1",
-            KvType::Q4_0 => "q4_0",
-            KvType::Iq4Nl => "iq4_nl",
-        }
-    }
-
-    /// Bytes per cached element (block size included for the quantized types).
-    pub fn bytes_per_element(self) -> f64 {
-        match self {
-            KvType::F32 => 4.0,
-            KvType::F16 | KvType::Bf16 => 2.0,
-            KvType::Q8_0 => 34.0 / 32.0,
-            KvType::Q5_1 => 24.0 / 32.0,
-            KvType::Q5_0 => 22.0 / 32.0,
-            KvType::Q4_1 => 20.0 / 32.0,
-            KvType::Q4_0 | KvType::Iq4Nl => 18.0 / 32.0,
-        }
-    }
-
-    pub fn to_llama(self) -> KvCacheType {
-        match self {
-            KvType::F32 => KvCacheType::F32,
-            KvType::F16 => KvCacheType::F16,
-            KvType::Bf16 => KvCacheType::BF16,
-            KvType::Q8_0 => KvCacheType::Q8_0,
-            KvType::Q5_1 => KvCacheType::Q5_1,
-            KvType::Q5_0 => KvCacheType::Q5_0,
-            KvType::Q4_1 => KvCacheType::Q4_1,
-            KvType::Q4_0 => KvCacheType::Q4_0,
-            KvType::Iq4Nl => KvCacheType::IQ4_NL,
-        }
-    }
-}
-
-impl FromStr for KvType {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let s = s.trim().to_ascii_lowercase();
-        KvType::ALL
-            .into_iter()
-            .find(|t| t.name() == s)
-            .ok_or_else(|| {
-                let names: Vec<_> = KvType::ALL.iter().map(|t| t.name()).collect();
-                format!("unknown KV-cache type `{s}` (one of {})", names.join(", "))
-            })
-    }
-}
-
-impl fmt::Display for KvType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl Serialize for KvType {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.name())
-    }
-}
-
-/// Flash attention (llama.cpp's `-fa`): let llama.cpp decide, or force it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum FlashAttn {
-    #[default]
-    Auto,
-    On,
-    Off,
-}
-
-impl FlashAttn {
-    pub fn name(self) -> &'static str {
-        match self {
-            FlashAttn::Auto => "auto",
-            FlashAttn::On => "on",
-            FlashAttn::Off => "off",
-        }
-    }
-
-    fn to_llama(self) -> llama_cpp_sys_2::llama_flash_attn_type {
-        match self {
-            FlashAttn::Auto => llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_AUTO,
-            FlashAttn::On => llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_ENABLED,
-            FlashAttn::Off => llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_DISABLED,
-        }
-    }
-}
-
-impl FromStr for FlashAttn {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "auto" | "-1" => Ok(FlashAttn::Auto),
-            "on" | "1" | "true" => Ok(FlashAttn::On),
-            "off" | "0" | "false" => Ok(FlashAttn::Off),
-            other => Err(format!(
-                "unknown flash-attention setting `{other}` (auto, on/1, off/0)"
-            )),
-        }
-    }
-}
-
-impl fmt::Display for FlashAttn {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl Serialize for FlashAttn {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.name())
+/// The KV cache type as llama.cpp's context parameters name it.
+fn kv_cache_type(t: KvType) -> KvCacheType {
+    match t {
+        KvType::F32 => KvCacheType::F32,
+        KvType::F16 => KvCacheType::F16,
+        KvType::Bf16 => KvCacheType::BF16,
+        KvType::Q8_0 => KvCacheType::Q8_0,
+        KvType::Q5_1 => KvCacheType::Q5_1,
+        KvType::Q5_0 => KvCacheType::Q5_0,
+        KvType::Q4_1 => KvCacheType::Q4_1,
+        KvType::Q4_0 => KvCacheType::Q4_0,
+        KvType::Iq4Nl => KvCacheType::IQ4_NL,
     }
 }
 
@@ -260,8 +134,8 @@ pub fn context_params(s: &EngineSettings, n_seq_max: u32) -> LlamaContextParams 
         .with_n_seq_max(n_seq_max.max(1))
         .with_n_threads(threads)
         .with_n_threads_batch(threads)
-        .with_type_k(s.type_k.to_llama())
-        .with_type_v(s.type_v.to_llama())
+        .with_type_k(kv_cache_type(s.type_k))
+        .with_type_v(kv_cache_type(s.type_v))
         .with_flash_attention_policy(s.flash_attn.to_llama())
         .with_no_perf(false)
 }
@@ -379,7 +253,7 @@ pub fn describe(
         n_gpu_layers,
         template: String::new(),
         template_note: None,
-        synthetic: meta(crate::synth::SYNTHETIC_METADATA_KEY).as_deref() == Some("true"),
+        synthetic: meta(crate::gguf::SYNTHETIC_METADATA_KEY).as_deref() == Some("true"),
         llama_cpp: LLAMA_CPP_BINDINGS.to_string(),
         load_ms: crate::metrics::ms(started.elapsed()),
         path: path.to_path_buf(),
@@ -389,28 +263,5 @@ pub fn describe(
         kv_shape: header.as_ref().and_then(|h| {
             crate::metrics::roofline::KvShape::from_gguf(h, settings.type_k, settings.type_v)
         }),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn kv_types_parse_and_size() {
-        assert_eq!("q8_0".parse(), Ok(KvType::Q8_0));
-        assert_eq!("F16".parse(), Ok(KvType::F16));
-        let e = "q3_k".parse::<KvType>().unwrap_err();
-        assert!(e.contains("q3_k") && e.contains("q4_0"), "{e}");
-        assert_eq!(KvType::Q8_0.bytes_per_element(), 1.0625);
-        assert_eq!(KvType::Q4_0.bytes_per_element(), 0.5625);
-    }
-
-    #[test]
-    fn flash_attn_parses_llama_bench_style() {
-        assert_eq!("1".parse(), Ok(FlashAttn::On));
-        assert_eq!("0".parse(), Ok(FlashAttn::Off));
-        assert_eq!("auto".parse(), Ok(FlashAttn::Auto));
-        assert!("maybe".parse::<FlashAttn>().is_err());
     }
 }

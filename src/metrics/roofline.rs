@@ -8,8 +8,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::gguf::kv_type::KvType;
 use crate::gguf::GgufHeader;
-use crate::llama::KvType;
 
 /// What one decode step reads of the weights.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

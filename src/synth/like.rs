@@ -10,10 +10,12 @@ use std::path::Path;
 
 use super::blocks::{self, Fill};
 use super::{
-    finish, tensor_seed, SynthError, SynthSummary, SYNTHETIC_METADATA_KEY,
-    SYNTHETIC_SEED_METADATA_KEY, SYNTHETIC_SOURCE_METADATA_KEY,
+    finish, tensor_seed, SynthError, SynthSummary, SYNTHETIC_SEED_METADATA_KEY,
+    SYNTHETIC_SOURCE_METADATA_KEY,
 };
-use crate::gguf::{self, GgmlType, GgufArray, GgufValue, GgufWriter, WriteProgress};
+use crate::gguf::{
+    self, GgmlType, GgufArray, GgufValue, GgufWriter, WriteProgress, SYNTHETIC_METADATA_KEY,
+};
 
 /// Suffix appended to the source's `general.name`.
 pub const NAME_SUFFIX: &str = " (synthetic)";

@@ -23,14 +23,15 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-use crate::gguf::{GgmlType, GgufError, GgufValue, GgufWriter, WriteProgress};
+use crate::gguf::{
+    GgmlType, GgufError, GgufValue, GgufWriter, WriteProgress, SYNTHETIC_METADATA_KEY,
+};
+use crate::ids::SplitMix64;
 use llama3::{ArchPreset, BpeVocab};
 use mix::{TensorRole, TensorSite};
 pub use vocab::vocab_size;
 use vocab::Vocabulary;
 
-/// Metadata key (bool, always `true`) that marks a file as synthetic.
-pub const SYNTHETIC_METADATA_KEY: &str = "tokscope.synthetic";
 /// Metadata key (u64) recording the seed the weights were generated from.
 pub const SYNTHETIC_SEED_METADATA_KEY: &str = "tokscope.synthetic.seed";
 /// Metadata key (string) naming the preset, or the file a `--like` clone copies.
@@ -733,24 +734,11 @@ enum Fill {
     Uniform { bound: f32, seed: u64 },
 }
 
-/// splitmix64: tiny, fast, and good enough for weights nobody will read.
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[-bound, bound)`.
-    fn next_symmetric(&mut self, bound: f32) -> f32 {
-        // The top 24 bits fill an f32 mantissa exactly.
-        let unit = (self.next_u64() >> 40) as f32 / (1_u32 << 24) as f32;
-        (2.0 * unit - 1.0) * bound
-    }
+/// Uniform in `[-bound, bound)`, from SplitMix64: good enough for weights nobody will read.
+fn next_symmetric(rng: &mut SplitMix64, bound: f32) -> f32 {
+    // The top 24 bits fill an f32 mantissa exactly.
+    let unit = (rng.next_u64() >> 40) as f32 / (1_u32 << 24) as f32;
+    (2.0 * unit - 1.0) * bound
 }
 
 /// Each tensor gets its own stream, so adding a tensor never shifts the others' weights.
@@ -772,7 +760,7 @@ fn generate(fill: Fill, n_elements: u64, tensor_type: TensorType, out: &mut Vec<
         for value in &mut values[..n] {
             *value = match &mut rng {
                 None => 1.0,
-                Some((rng, bound)) => rng.next_symmetric(*bound),
+                Some((rng, bound)) => next_symmetric(rng, *bound),
             };
         }
         let chunk = &values[..n];

@@ -65,7 +65,7 @@ impl Effects<'_> {
     /// A new conversation id for the next Ctrl+N or `/new`, minted now (`update` never reads
     /// the clock or the RNG).
     pub fn fresh_conversation_id(&self) -> Msg {
-        Msg::FreshConversationId(crate::history::new_id(SystemTime::now()))
+        Msg::FreshConversationId(crate::ids::new_id(SystemTime::now()))
     }
 
     /// Run effects; returns messages reporting their outcomes, and whether to quit.
@@ -149,7 +149,10 @@ impl Effects<'_> {
                         ExportFormat::Json => crate::history::export_json(&conversation),
                     };
                     let result = contents
-                        .and_then(|c| crate::history::write_private(&path, c.as_bytes()))
+                        .and_then(|c| {
+                            crate::fsx::write_private(&path, c.as_bytes())
+                                .map_err(crate::history::HistoryError::from)
+                        })
                         .map(|()| path.clone())
                         .map_err(|e| e.to_string());
                     msgs.push(Msg::Exported(result));

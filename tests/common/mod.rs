@@ -7,11 +7,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use tokscope::config::EngineSettings;
 use tokscope::engine::{
     ChatMessage, EngineConfig, EngineEvent, EngineHandle, EventReceiver, ModelInfo, Role,
     SamplingParams, TemplateChoice, TurnReport,
 };
+use tokscope::llama::settings::EngineSettings;
 use tokscope::synth::{write_model, SynthSpec, TensorType};
 
 pub mod gguf_edit;
@@ -20,7 +20,10 @@ pub mod tmux;
 static MODEL_LOCK: Mutex<()> = Mutex::new(());
 
 /// Serialise tests that run models, so timings are not disturbed by another test.
+/// llama.cpp's logs are routed into tokscope's logging first (as `main` does), so its lines
+/// stay off the test output and its complaints reach error messages.
 pub fn model_lock() -> MutexGuard<'static, ()> {
+    tokscope::logging::init(None);
     MODEL_LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 

@@ -4,14 +4,20 @@
 //! error (exit 2) that names the flag and the value.
 
 use std::ffi::OsString;
+use std::io::Write;
 use std::path::PathBuf;
 
 use clap::{ArgAction, Args};
 
-use super::sweep::{Sweep, TestSpec};
-use crate::commands::{Failure, USAGE};
+use super::flags::{RooflineFlags, RuntimeSweepFlags};
+use crate::bench::plan::{BandwidthChoice, BenchPlan, OutputFormat};
+use crate::bench::sweep::Sweep;
+use crate::bench::{format, log, report, run, save, sweep, Row, StoredRun};
+use crate::commands::{Failure, FAILURE, MODEL, USAGE};
 use crate::config::Settings;
-use crate::llama::{FlashAttn, KvType};
+use crate::llama::measure::TestKind;
+use crate::llama::measure::TestSpec;
+use crate::llama::settings::{FlashAttn, KvType};
 
 /// llama.cpp keeps at most this many sequences in one context (`LLAMA_MAX_SEQ`).
 pub const MAX_BATCH_SEQUENCES: u32 = 256;
@@ -57,44 +63,25 @@ pub struct BenchArgs {
     /// CPU threads [default: all cores].
     #[arg(short = 't', long = "threads", value_name = "N,…", action = ArgAction::Append, allow_hyphen_values = true)]
     pub threads: Vec<String>,
-    /// Layers offloaded to the GPU, -1 = all (-ngl) [default: -1].
-    #[arg(long = "n-gpu-layers", value_name = "N,…", action = ArgAction::Append, allow_hyphen_values = true)]
-    pub n_gpu_layers: Vec<String>,
     /// Logical batch: tokens per decode call [default: 2048].
     #[arg(short = 'b', long = "batch-size", value_name = "N,…", action = ArgAction::Append, allow_hyphen_values = true)]
     pub n_batch: Vec<String>,
     /// Physical batch: tokens per graph evaluation (-ub) [default: 512].
     #[arg(long = "ubatch-size", value_name = "N,…", action = ArgAction::Append, allow_hyphen_values = true)]
     pub n_ubatch: Vec<String>,
-    /// KV-cache type of keys (-ctk): f16, q8_0, q4_0, … [default: f16].
-    #[arg(long = "cache-type-k", value_name = "TYPE,…", action = ArgAction::Append)]
-    pub cache_type_k: Vec<String>,
-    /// KV-cache type of values (-ctv) [default: f16].
-    #[arg(long = "cache-type-v", value_name = "TYPE,…", action = ArgAction::Append)]
-    pub cache_type_v: Vec<String>,
-    /// Flash attention (-fa): auto, on/1, off/0 [default: auto].
-    #[arg(long = "flash-attn", value_name = "MODE,…", action = ArgAction::Append, allow_hyphen_values = true)]
-    pub flash_attn: Vec<String>,
     /// Also decode B sequences together, for each B (like llama-batched-bench's -npl).
     #[arg(long = "batch", value_name = "B,…", action = ArgAction::Append, allow_hyphen_values = true)]
     pub batch: Vec<String>,
     /// Output format: md, csv, json, jsonl [default: md].
     #[arg(short = 'o', long = "output", value_name = "FORMAT")]
     pub output: Option<String>,
-    /// Peak memory bandwidth for the roofline, GB/s (default: config `bandwidth_gb_s`, the
-    /// GPU's datasheet, else measured on the CPU).
-    #[arg(long = "bandwidth-gb-s", value_name = "X", allow_hyphen_values = true)]
-    pub bandwidth_gb_s: Option<String>,
-    /// Price of the machine, USD per GPU-hour, for cost per 1M tokens (default: config
-    /// `price_per_gpu_hour_usd`).
-    #[arg(long = "price", value_name = "USD", allow_hyphen_values = true)]
-    pub price: Option<String>,
-    /// Do not measure the CPU's memory bandwidth (no roofline without another source).
-    #[arg(long)]
-    pub no_probe: bool,
     /// Skip the warm-up run before each test.
     #[arg(long)]
     pub no_warmup: bool,
+    #[command(flatten)]
+    pub runtime: RuntimeSweepFlags,
+    #[command(flatten)]
+    pub roofline: RooflineFlags,
     /// Compare with an earlier run of the results log: `last` or its id (or a unique prefix).
     #[arg(long = "vs", value_name = "last|ID")]
     pub vs: Option<String>,
@@ -102,58 +89,6 @@ pub struct BenchArgs {
     /// per token under the bandwidth ceiling) and, with --batch, FILE-batch (tok/s and ITL
     /// against B).
     #[arg(long, value_name = "FILE")]
-    pub plot: Option<PathBuf>,
-}
-
-/// List earlier bench runs, or print one.
-#[derive(Debug, Args, Default, Clone)]
-pub struct ResultsArgs {
-    /// A run's id (or a unique prefix): print its stored JSON.
-    #[arg(value_name = "ID")]
-    pub id: Option<String>,
-}
-
-/// How the results are printed on stdout.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OutputFormat {
-    Markdown,
-    Csv,
-    Json,
-    JsonLines,
-}
-
-impl OutputFormat {
-    fn parse(s: &str) -> Result<Self, Failure> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "md" | "markdown" => Ok(Self::Markdown),
-            "csv" => Ok(Self::Csv),
-            "json" => Ok(Self::Json),
-            "jsonl" => Ok(Self::JsonLines),
-            _ => Err(bad_value("-o/--output", s, "one of md, csv, json, jsonl")),
-        }
-    }
-}
-
-/// Where the peak memory bandwidth comes from.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum BandwidthChoice {
-    /// `--bandwidth-gb-s` or the config's `bandwidth_gb_s`, in bytes per second.
-    Configured(f64),
-    /// The GPU's datasheet value, else the CPU copy probe unless `probe` is false.
-    Auto { probe: bool },
-}
-
-/// Everything `bench` will do, validated.
-#[derive(Debug, Clone)]
-pub struct BenchPlan {
-    pub models: Vec<PathBuf>,
-    pub sweep: Sweep,
-    pub repetitions: u32,
-    pub warmup: bool,
-    pub output: OutputFormat,
-    pub bandwidth: BandwidthChoice,
-    pub price_per_gpu_hour_usd: f64,
-    pub vs: Option<String>,
     pub plot: Option<PathBuf>,
 }
 
@@ -347,40 +282,51 @@ fn parse_pg(given: &[String]) -> Result<Vec<TestSpec>, Failure> {
         .collect()
 }
 
-impl BenchPlan {
-    /// Validate the flags against the lower configuration layers.
-    pub fn from_args(args: &BenchArgs, settings: &Settings) -> Result<Self, Failure> {
+/// `-o/--output`.
+fn parse_output(s: &str) -> Result<OutputFormat, Failure> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "md" | "markdown" => Ok(OutputFormat::Markdown),
+        "csv" => Ok(OutputFormat::Csv),
+        "json" => Ok(OutputFormat::Json),
+        "jsonl" => Ok(OutputFormat::JsonLines),
+        _ => Err(bad_value("-o/--output", s, "one of md, csv, json, jsonl")),
+    }
+}
+
+/// Validate the flags against the lower configuration layers.
+pub fn plan(args: &BenchArgs, settings: &Settings) -> Result<BenchPlan, Failure> {
+    {
         let sweep = parse_sweep(args)?;
         let repetitions = match &args.repetitions {
             Some(r) => parse_single("-r/--repetitions", r, 1, 100_000)?,
             None => 5,
         };
-        let bandwidth = match (&args.bandwidth_gb_s, settings.bandwidth_gb_s) {
+        let bandwidth = match (&args.roofline.bandwidth_gb_s, settings.bandwidth_gb_s) {
             (Some(v), _) => {
                 BandwidthChoice::Configured(parse_positive("--bandwidth-gb-s", v)? * 1e9)
             }
             (None, Some(v)) => BandwidthChoice::Configured(v * 1e9),
             (None, None) => BandwidthChoice::Auto {
-                probe: !args.no_probe,
+                probe: !args.roofline.no_probe,
             },
         };
-        let price_per_gpu_hour_usd = match &args.price {
+        let price_per_gpu_hour_usd = match &args.roofline.price {
             Some(v) => parse_positive("--price", v)?,
             None => settings.price_per_gpu_hour_usd,
         };
         let output = match &args.output {
-            Some(o) => OutputFormat::parse(o)?,
+            Some(o) => parse_output(o)?,
             None => OutputFormat::Markdown,
         };
         let models = if args.model.is_empty() {
-            vec![crate::commands::chat::resolve_model(settings)?]
+            vec![crate::commands::model::resolve_model(settings)?]
         } else {
             args.model
                 .iter()
                 .map(|m| crate::config::expand_home(m))
                 .collect()
         };
-        Ok(Self {
+        Ok(BenchPlan {
             models,
             sweep,
             repetitions,
@@ -430,21 +376,34 @@ fn parse_sweep(args: &BenchArgs) -> Result<Sweep, Failure> {
         ));
     }
     let sweep = Sweep {
-        n_gpu_layers: parse_int_list("-ngl/--n-gpu-layers", &args.n_gpu_layers, -1, 100_000)
-            .map(|v| if v.is_empty() { vec![-1] } else { v })?,
+        n_gpu_layers: parse_int_list(
+            "-ngl/--n-gpu-layers",
+            &args.runtime.n_gpu_layers,
+            -1,
+            100_000,
+        )
+        .map(|v| if v.is_empty() { vec![-1] } else { v })?,
         n_batch: parse_u32_list("-b/--batch-size", &args.n_batch, 2048, 1, 1 << 20)?,
         n_ubatch: parse_u32_list("-ub/--ubatch-size", &args.n_ubatch, 512, 1, 1 << 20)?,
-        type_k: parse_named_list::<KvType>("-ctk/--cache-type-k", &args.cache_type_k, KvType::F16)?,
-        type_v: parse_named_list::<KvType>("-ctv/--cache-type-v", &args.cache_type_v, KvType::F16)?,
+        type_k: parse_named_list::<KvType>(
+            "-ctk/--cache-type-k",
+            &args.runtime.cache_type_k,
+            KvType::F16,
+        )?,
+        type_v: parse_named_list::<KvType>(
+            "-ctv/--cache-type-v",
+            &args.runtime.cache_type_v,
+            KvType::F16,
+        )?,
         flash_attn: parse_named_list::<FlashAttn>(
             "-fa/--flash-attn",
-            &args.flash_attn,
+            &args.runtime.flash_attn,
             FlashAttn::Auto,
         )?,
         threads: parse_u32_list(
             "-t/--threads",
             &args.threads,
-            crate::config::default_threads(),
+            crate::llama::settings::default_threads(),
             1,
             1024,
         )?,
@@ -504,6 +463,141 @@ fn check_batch_fits(sweep: &Sweep) -> Result<(), Failure> {
         )),
         _ => Ok(()),
     }
+}
+
+/// `tokscope bench`.
+pub fn run(args: &BenchArgs, settings: Settings) -> Result<(), Failure> {
+    let plan = plan(args, &settings)?;
+    run::check_models(&plan.models)?;
+    let log_path = log::results_path(&crate::paths::data_dir());
+    let baseline = match &plan.vs {
+        Some(query) => Some(baseline(&log_path, query)?),
+        None => None,
+    };
+    let now = std::time::SystemTime::now();
+    let run_id = crate::ids::new_id(now);
+    let jobs = sweep::expand(&plan.models, &plan.sweep);
+    let outcome = run::run_jobs(&plan, &jobs, &settings.sampling, &run_id);
+    let mut rows = outcome.rows;
+    report::relate_batches(&mut rows);
+    let text = format::render(&rows, plan.output)
+        .map_err(|e| Failure::new(FAILURE, format!("cannot format the results: {e}")))?;
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(text.as_bytes())?;
+    if !rows.is_empty() {
+        save(&log_path, &run_id, crate::ids::unix_s(now), &rows);
+    }
+    if let Some(path) = &plan.plot {
+        plot_rows(&rows, path)?;
+    }
+    if let Some(base) = baseline {
+        let text = log::comparison(&log::as_stored(&rows), &base);
+        if plan.output == OutputFormat::Markdown {
+            stdout.write_all(text.as_bytes())?;
+        } else {
+            // Keep stdout machine-readable.
+            eprint!("{text}");
+        }
+    }
+    stdout.flush()?;
+    match outcome.failures.as_slice() {
+        [] => Ok(()),
+        failures => Err(Failure::new(
+            if outcome.model_failed { MODEL } else { FAILURE },
+            format!(
+                "{} of {} tests failed:\n  {}",
+                failures.len(),
+                jobs.len(),
+                failures.join("\n  ")
+            ),
+        )),
+    }
+}
+
+/// `--plot FILE.ext`: FILE-roofline.ext from the rows with a ceiling, FILE-batch.ext from the
+/// batch rows.
+fn plot_rows(rows: &[Row], path: &std::path::Path) -> Result<(), Failure> {
+    use crate::metrics::BatchPoint;
+    use crate::plot::{plot_batch_sweep, plot_roofline, RooflinePoint};
+    let with_suffix = |suffix: &str| {
+        let stem = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let ext = path
+            .extension()
+            .map(|e| e.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        path.with_file_name(format!("{stem}-{suffix}.{ext}"))
+    };
+    let plot_failed = |e: crate::plot::PlotError| Failure::new(FAILURE, format!("--plot: {e}"));
+    let roofline: Vec<RooflinePoint> = rows
+        .iter()
+        .filter_map(|r| {
+            Some(RooflinePoint {
+                label: format!(
+                    "{} {}",
+                    sweep::file_name(std::path::Path::new(&r.params.model)),
+                    r.test
+                ),
+                bytes_per_token: r.bytes_per_token?,
+                tok_per_s: r.decode_tok_per_s?,
+            })
+        })
+        .collect();
+    let bandwidth = rows.iter().find_map(|r| {
+        Some((
+            r.bandwidth_gb_s? * 1e9,
+            r.bandwidth_source.clone().unwrap_or_default(),
+        ))
+    });
+    if let (false, Some((bw, label))) = (roofline.is_empty(), bandwidth) {
+        let out = with_suffix("roofline");
+        plot_roofline(
+            &roofline,
+            bw,
+            &label,
+            "decode speed against bytes read per token",
+            &out,
+        )
+        .map_err(plot_failed)?;
+        eprintln!("wrote {}", out.display());
+    } else {
+        eprintln!("--plot: no roofline (no decode rows with a known bandwidth)");
+    }
+    let batch: Vec<BatchPoint> = rows
+        .iter()
+        .filter(|r| r.kind == TestKind::Batch)
+        .filter_map(|r| {
+            Some(BatchPoint {
+                batch: r.params.batch_size,
+                aggregate_tok_per_s: r.tok_per_s_mean,
+                per_sequence_tok_per_s: r.per_sequence_tok_per_s?,
+                itl_p50_ms: r.itl_p50_ms?,
+                itl_p99_ms: r.itl_p99_ms?,
+            })
+        })
+        .collect();
+    if !batch.is_empty() {
+        let out = with_suffix("batch");
+        plot_batch_sweep(&batch, "batching: aggregate and per-sequence speed", &out)
+            .map_err(plot_failed)?;
+        eprintln!("wrote {}", out.display());
+    }
+    Ok(())
+}
+
+/// The run `--vs` names, read before measuring so that a wrong id fails at once.
+fn baseline(log_path: &std::path::Path, query: &str) -> Result<StoredRun, Failure> {
+    let (runs, _) = log::read_runs(log_path).map_err(|e| {
+        Failure::new(
+            FAILURE,
+            format!("cannot read the results log {}: {e}", log_path.display()),
+        )
+    })?;
+    log::find_run(&runs, query)
+        .cloned()
+        .map_err(|e| Failure::new(USAGE, format!("--vs {query}: {e}")))
 }
 
 #[cfg(test)]
@@ -612,7 +706,7 @@ mod tests {
             model: Some(PathBuf::from("m.gguf")),
             ..Settings::default()
         };
-        BenchPlan::from_args(&w.bench, &settings)
+        super::plan(&w.bench, &settings)
     }
 
     #[test]
@@ -629,7 +723,10 @@ mod tests {
         assert_eq!(p.sweep.type_k, vec![KvType::F16]);
         assert_eq!(p.sweep.flash_attn, vec![FlashAttn::Auto]);
         assert_eq!(p.sweep.n_depth, vec![0]);
-        assert_eq!(p.sweep.threads, vec![crate::config::default_threads()]);
+        assert_eq!(
+            p.sweep.threads,
+            vec![crate::llama::settings::default_threads()]
+        );
         assert_eq!(p.output, OutputFormat::Markdown);
         assert_eq!(p.price_per_gpu_hour_usd, 2.0);
         assert_eq!(p.bandwidth, BandwidthChoice::Auto { probe: true });

@@ -5,9 +5,11 @@ use std::path::PathBuf;
 
 use clap::{ArgAction, Args};
 
-use super::quantize::QuantType;
-use crate::bench::{BenchArgs, BenchPlan};
-use crate::commands::{Failure, USAGE};
+use super::bench::BenchArgs;
+use super::flags::{RooflineFlags, RuntimeSweepFlags};
+use crate::commands::{Failure, FAILURE, MODEL, USAGE};
+use crate::compare::quantize::QuantType;
+use crate::compare::{CompareError, CompareFormat, ComparePlan};
 use crate::config::Settings;
 
 /// Compare quantizations and settings of one model on speed and quality, in one table.
@@ -72,62 +74,19 @@ pub struct CompareArgs {
         allow_hyphen_values = true
     )]
     pub threads: Option<String>,
-    /// GPU layers to compare, -1 = all (-ngl) [default: -1].
-    #[arg(long = "n-gpu-layers", value_name = "N,…", action = ArgAction::Append, allow_hyphen_values = true)]
-    pub n_gpu_layers: Vec<String>,
-    /// KV-cache types of keys to compare (-ctk): f16, q8_0, q4_0, … [default: f16].
-    #[arg(long = "cache-type-k", value_name = "TYPE,…", action = ArgAction::Append)]
-    pub cache_type_k: Vec<String>,
-    /// KV-cache types of values to compare (-ctv) [default: f16].
-    #[arg(long = "cache-type-v", value_name = "TYPE,…", action = ArgAction::Append)]
-    pub cache_type_v: Vec<String>,
-    /// Flash attention settings to compare (-fa): auto, on/1, off/0 [default: auto].
-    #[arg(long = "flash-attn", value_name = "MODE,…", action = ArgAction::Append, allow_hyphen_values = true)]
-    pub flash_attn: Vec<String>,
     /// Output format: md, csv, json [default: md].
     #[arg(short = 'o', long = "output", value_name = "FORMAT")]
     pub output: Option<String>,
     /// Draw speed against KL divergence as FILE.png or FILE.svg.
     #[arg(long, value_name = "FILE")]
     pub plot: Option<PathBuf>,
-    /// Peak memory bandwidth for the roofline, GB/s (as in bench).
-    #[arg(long = "bandwidth-gb-s", value_name = "X", allow_hyphen_values = true)]
-    pub bandwidth_gb_s: Option<String>,
-    /// USD per GPU-hour for cost per 1M tokens (as in bench).
-    #[arg(long = "price", value_name = "USD", allow_hyphen_values = true)]
-    pub price: Option<String>,
-    /// Do not measure the CPU's memory bandwidth.
-    #[arg(long)]
-    pub no_probe: bool,
+    #[command(flatten)]
+    pub runtime: RuntimeSweepFlags,
+    #[command(flatten)]
+    pub roofline: RooflineFlags,
     /// Quality only: skip the speed tests.
     #[arg(long)]
     pub no_speed: bool,
-}
-
-/// How `compare` prints its table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CompareFormat {
-    Markdown,
-    Csv,
-    Json,
-}
-
-/// Everything `compare` will do, validated.
-#[derive(Debug, Clone)]
-pub struct ComparePlan {
-    /// The files as given (before quantizing).
-    pub models: Vec<PathBuf>,
-    pub quantize: Vec<QuantType>,
-    pub allow_requantize: bool,
-    pub text: Option<PathBuf>,
-    pub n_ctx: u32,
-    pub max_chunks: Option<u32>,
-    pub threads: u32,
-    /// Speed tests and the settings to compare, through bench's validated plan.
-    pub bench: BenchPlan,
-    pub output: CompareFormat,
-    pub plot: Option<PathBuf>,
-    pub speed: bool,
 }
 
 fn bad(flag: &str, value: &str, expected: &str) -> Failure {
@@ -148,8 +107,19 @@ fn parse_count(flag: &str, value: &str, min: u32, max: u32) -> Result<u32, Failu
     }
 }
 
-impl ComparePlan {
-    pub fn from_args(args: &CompareArgs, settings: &Settings) -> Result<Self, Failure> {
+/// `tokscope compare`.
+pub fn run(args: &CompareArgs, settings: Settings) -> Result<(), Failure> {
+    let plan = plan(args, &settings)?;
+    crate::compare::run(&plan, settings).map_err(|e| match e {
+        CompareError::Usage(m) => Failure::new(USAGE, m),
+        CompareError::Model(m) => Failure::new(MODEL, m),
+        CompareError::Failed(m) => Failure::new(FAILURE, m),
+    })
+}
+
+/// The command line, validated into a plan.
+pub fn plan(args: &CompareArgs, settings: &Settings) -> Result<ComparePlan, Failure> {
+    {
         let quantize = args
             .quantize
             .iter()
@@ -198,23 +168,18 @@ impl ComparePlan {
             n_gen: vec![args.n_gen.clone().unwrap_or_else(|| "128".into())],
             repetitions: Some(args.repetitions.clone().unwrap_or_else(|| "3".into())),
             threads: vec![threads.to_string()],
-            n_gpu_layers: args.n_gpu_layers.clone(),
-            cache_type_k: args.cache_type_k.clone(),
-            cache_type_v: args.cache_type_v.clone(),
-            flash_attn: args.flash_attn.clone(),
-            bandwidth_gb_s: args.bandwidth_gb_s.clone(),
-            price: args.price.clone(),
-            no_probe: args.no_probe,
+            runtime: args.runtime.clone(),
+            roofline: args.roofline.clone(),
             ..BenchArgs::default()
         };
-        let bench = BenchPlan::from_args(&bench_args, settings)?;
+        let bench = super::bench::plan(&bench_args, settings)?;
         if bench.sweep.tests.is_empty() && !args.no_speed {
             return Err(Failure::new(
                 USAGE,
                 "-p and -n are both 0: no speed test to run (add --no-speed for quality only)",
             ));
         }
-        Ok(Self {
+        Ok(ComparePlan {
             models: bench.models.clone(),
             quantize,
             allow_requantize: args.allow_requantize,

@@ -1,0 +1,37 @@
+//! What `bench` will do, validated (the command line is parsed into it in `commands::bench`).
+
+use std::path::PathBuf;
+
+use super::sweep::Sweep;
+
+/// How the results are printed on stdout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputFormat {
+    Markdown,
+    Csv,
+    Json,
+    JsonLines,
+}
+
+/// Where the peak memory bandwidth comes from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum BandwidthChoice {
+    /// `--bandwidth-gb-s` or the config's `bandwidth_gb_s`, in bytes per second.
+    Configured(f64),
+    /// The GPU's datasheet value, else the CPU copy probe unless `probe` is false.
+    Auto { probe: bool },
+}
+
+/// Everything `bench` will do, validated.
+#[derive(Debug, Clone)]
+pub struct BenchPlan {
+    pub models: Vec<PathBuf>,
+    pub sweep: Sweep,
+    pub repetitions: u32,
+    pub warmup: bool,
+    pub output: OutputFormat,
+    pub bandwidth: BandwidthChoice,
+    pub price_per_gpu_hour_usd: f64,
+    pub vs: Option<String>,
+    pub plot: Option<PathBuf>,
+}

@@ -1,0 +1,87 @@
+//! `tokscope doctor`: checks of one part of a model against an independent reference.
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+
+use crate::commands::{Failure, FAILURE, USAGE};
+use crate::doctor;
+
+/// `tokscope doctor`.
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    #[command(subcommand)]
+    pub check: DoctorCheck,
+}
+
+/// The checks `doctor` runs.
+#[derive(Debug, Subcommand)]
+pub enum DoctorCheck {
+    /// Tokenize a corpus with llama.cpp (the GGUF's vocabulary) and with the tokenizers crate
+    /// (a tokenizer.json); report the mismatch rate and the first mismatches side by side.
+    /// Exits 1 when any sample differs.
+    Tokenizer(TokenizerCheckArgs),
+}
+
+/// `tokscope doctor tokenizer`.
+#[derive(Debug, Args)]
+pub struct TokenizerCheckArgs {
+    /// The GGUF model whose vocabulary is checked (only the vocabulary is loaded).
+    #[arg(short = 'm', long, value_name = "FILE")]
+    pub model: PathBuf,
+    /// The reference: a Hugging Face tokenizer.json.
+    #[arg(long, value_name = "FILE")]
+    pub tokenizer: PathBuf,
+    /// A text file to check instead of the built-in corpus (checked whole and line by line).
+    #[arg(long, value_name = "FILE")]
+    pub text: Option<PathBuf>,
+    /// How many mismatches to show side by side.
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    pub show: usize,
+}
+
+/// Runs `tokscope doctor`.
+pub fn run(args: &DoctorArgs) -> Result<(), Failure> {
+    match &args.check {
+        DoctorCheck::Tokenizer(args) => tokenizer(args),
+    }
+}
+
+fn tokenizer(args: &TokenizerCheckArgs) -> Result<(), Failure> {
+    let samples = match &args.text {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                Failure::new(
+                    USAGE,
+                    format!("cannot read {} as UTF-8 text: {e}", path.display()),
+                )
+            })?;
+            let label = path
+                .file_name()
+                .map_or_else(|| "text".to_owned(), |n| n.to_string_lossy().into_owned());
+            doctor::samples_from_text(&label, &text)
+        }
+        None => doctor::builtin_corpus(),
+    };
+    let model = crate::tokcount::load_vocab_only(&args.model)?;
+    let reference = crate::synth::llama3::open_tokenizer(&args.tokenizer)
+        .map_err(|e| Failure::new(USAGE, e.to_string()))?;
+    let comparison = doctor::compare(&model, &reference, &samples);
+    print!(
+        "{}",
+        doctor::render_report(&comparison, &args.model, &args.tokenizer, args.show)
+    );
+    if comparison.mismatches.is_empty() {
+        Ok(())
+    } else {
+        Err(Failure::new(
+            FAILURE,
+            format!(
+                "tokenizer check failed: {} of {} samples tokenize differently ({:.1}%)",
+                comparison.mismatches.len(),
+                comparison.samples,
+                comparison.mismatch_rate() * 100.0
+            ),
+        ))
+    }
+}

@@ -1,0 +1,224 @@
+//! Flag groups shared by several subcommands: the model and context flags and the sampling
+//! flags of `chat` and `run`, applied on top of the configuration's lower layers.
+
+use std::path::PathBuf;
+
+use clap::{ArgAction, Args};
+
+use crate::config::{ConfigError, Settings, Source};
+
+/// Settings shared by every command that loads a model.
+#[derive(Debug, Args, Default, Clone)]
+pub struct ModelArgs {
+    /// GGUF model file (default: config `model`, $TOKSCOPE_MODEL, then the demo model).
+    #[arg(short = 'm', long, value_name = "FILE")]
+    pub model: Option<PathBuf>,
+    /// Context length in tokens.
+    #[arg(
+        short = 'c',
+        long = "ctx-size",
+        value_name = "N",
+        allow_negative_numbers = true
+    )]
+    pub n_ctx: Option<i64>,
+    /// CPU threads.
+    #[arg(short = 't', long, value_name = "N", allow_negative_numbers = true)]
+    pub threads: Option<i64>,
+    /// Prefill batch size (tokens per decode call).
+    #[arg(
+        short = 'b',
+        long = "batch-size",
+        value_name = "N",
+        allow_negative_numbers = true
+    )]
+    pub n_batch: Option<i64>,
+    /// Physical batch size (tokens per graph evaluation).
+    #[arg(long = "ubatch-size", value_name = "N", allow_negative_numbers = true)]
+    pub n_ubatch: Option<i64>,
+    /// KV-cache type for keys: f16, q8_0, q4_0, …
+    #[arg(long = "cache-type-k", value_name = "TYPE")]
+    pub cache_type_k: Option<String>,
+    /// KV-cache type for values: f16, q8_0, q4_0, …
+    #[arg(long = "cache-type-v", value_name = "TYPE")]
+    pub cache_type_v: Option<String>,
+    /// Flash attention: auto, on, off.
+    #[arg(long = "flash-attn", value_name = "MODE")]
+    pub flash_attn: Option<String>,
+    /// Layers to offload to the GPU (-1 = all).
+    #[arg(
+        long = "n-gpu-layers",
+        alias = "ngl",
+        value_name = "N",
+        allow_negative_numbers = true
+    )]
+    pub n_gpu_layers: Option<i64>,
+    /// Prompt format: auto, model, arch, completion, or a llama.cpp template name (llama3, gemma, chatml, …).
+    #[arg(long, value_name = "NAME")]
+    pub template: Option<String>,
+}
+
+/// Sampling flags.
+#[derive(Debug, Args, Default, Clone)]
+pub struct SamplingArgs {
+    /// Temperature (0 = greedy).
+    #[arg(long = "temp", value_name = "T", allow_negative_numbers = true)]
+    pub temperature: Option<f64>,
+    #[arg(long, value_name = "K", allow_negative_numbers = true)]
+    pub top_k: Option<i64>,
+    #[arg(long, value_name = "P", allow_negative_numbers = true)]
+    pub top_p: Option<f64>,
+    #[arg(long, value_name = "P", allow_negative_numbers = true)]
+    pub min_p: Option<f64>,
+    #[arg(long, value_name = "X", allow_negative_numbers = true)]
+    pub repeat_penalty: Option<f64>,
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub seed: Option<i64>,
+    /// Maximum tokens to generate.
+    #[arg(
+        short = 'n',
+        long = "max-tokens",
+        value_name = "N",
+        allow_negative_numbers = true
+    )]
+    pub max_tokens: Option<i64>,
+    /// System prompt.
+    #[arg(long, value_name = "TEXT")]
+    pub system: Option<String>,
+}
+
+/// The runtime settings `bench` sweeps and `compare` compares (llama-bench's flags), each a
+/// comma list.
+#[derive(Debug, Args, Default, Clone)]
+pub struct RuntimeSweepFlags {
+    /// Layers offloaded to the GPU, -1 = all (-ngl) [default: -1].
+    #[arg(long = "n-gpu-layers", value_name = "N,…", action = ArgAction::Append, allow_hyphen_values = true)]
+    pub n_gpu_layers: Vec<String>,
+    /// KV-cache type of keys (-ctk): f16, q8_0, q4_0, … [default: f16].
+    #[arg(long = "cache-type-k", value_name = "TYPE,…", action = ArgAction::Append)]
+    pub cache_type_k: Vec<String>,
+    /// KV-cache type of values (-ctv) [default: f16].
+    #[arg(long = "cache-type-v", value_name = "TYPE,…", action = ArgAction::Append)]
+    pub cache_type_v: Vec<String>,
+    /// Flash attention (-fa): auto, on/1, off/0 [default: auto].
+    #[arg(long = "flash-attn", value_name = "MODE,…", action = ArgAction::Append, allow_hyphen_values = true)]
+    pub flash_attn: Vec<String>,
+}
+
+/// Where the roofline's bandwidth and the cost figures come from (`bench` and `compare`).
+#[derive(Debug, Args, Default, Clone)]
+pub struct RooflineFlags {
+    /// Peak memory bandwidth for the roofline, GB/s (default: config `bandwidth_gb_s`, the
+    /// GPU's datasheet, else measured on the CPU).
+    #[arg(long = "bandwidth-gb-s", value_name = "X", allow_hyphen_values = true)]
+    pub bandwidth_gb_s: Option<String>,
+    /// Price of the machine, USD per GPU-hour, for cost per 1M tokens (default: config
+    /// `price_per_gpu_hour_usd`).
+    #[arg(long = "price", value_name = "USD", allow_hyphen_values = true)]
+    pub price: Option<String>,
+    /// Do not measure the CPU's memory bandwidth (no roofline without another source).
+    #[arg(long)]
+    pub no_probe: bool,
+}
+
+impl ModelArgs {
+    /// Apply these flags on top of the lower layers.
+    pub fn apply(&self, s: &mut Settings) -> Result<(), ConfigError> {
+        let src = Source::CommandLine;
+        if let Some(m) = &self.model {
+            s.model = Some(m.clone());
+        }
+        if let Some(v) = self.n_ctx {
+            s.set_n_ctx(v, &src)?;
+        }
+        if let Some(v) = self.threads {
+            s.set_threads(v, &src)?;
+        }
+        if let Some(v) = self.n_batch {
+            s.set_n_batch(v, &src)?;
+        }
+        if let Some(v) = self.n_gpu_layers {
+            s.set_n_gpu_layers(v, &src)?;
+        }
+        if let Some(v) = self.n_ubatch {
+            s.set_n_ubatch(v, &src)?;
+        }
+        if let Some(v) = &self.cache_type_k {
+            s.set_cache_type_k(v, &src)?;
+        }
+        if let Some(v) = &self.cache_type_v {
+            s.set_cache_type_v(v, &src)?;
+        }
+        if let Some(v) = &self.flash_attn {
+            s.set_flash_attn(v, &src)?;
+        }
+        if let Some(v) = &self.template {
+            s.set_template(v, &src)?;
+        }
+        Ok(())
+    }
+}
+
+impl SamplingArgs {
+    pub fn apply(&self, s: &mut Settings) -> Result<(), ConfigError> {
+        let src = Source::CommandLine;
+        if let Some(v) = self.temperature {
+            s.set_temperature(v, &src)?;
+        }
+        if let Some(v) = self.top_k {
+            s.set_top_k(v, &src)?;
+        }
+        if let Some(v) = self.top_p {
+            s.set_top_p(v, &src)?;
+        }
+        if let Some(v) = self.min_p {
+            s.set_min_p(v, &src)?;
+        }
+        if let Some(v) = self.repeat_penalty {
+            s.set_repeat_penalty(v, &src)?;
+        }
+        if let Some(v) = self.seed {
+            s.set_seed(v, &src)?;
+        }
+        if let Some(v) = self.max_tokens {
+            s.set_max_tokens(v, &src)?;
+        }
+        if let Some(v) = &self.system {
+            s.system_prompt = Some(v.clone()).filter(|t| !t.trim().is_empty());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[test]
+    fn flags_override_and_are_validated() {
+        let cli = crate::cli::Cli::try_parse_from([
+            "tokscope", "run", "-m", "x.gguf", "-p", "hi", "--temp", "0", "-t", "1", "-c", "256",
+        ])
+        .unwrap();
+        let Some(crate::cli::Command::Run(args)) = cli.command else {
+            panic!("not run")
+        };
+        let mut s = Settings::default();
+        args.model.apply(&mut s).unwrap();
+        args.sampling.apply(&mut s).unwrap();
+        assert_eq!(s.engine.threads, 1);
+        assert_eq!(s.engine.n_ctx, 256);
+        assert_eq!(s.sampling.temperature, 0.0);
+
+        let cli = crate::cli::Cli::try_parse_from(["tokscope", "run", "-p", "hi", "--temp", "-1"])
+            .unwrap();
+        let Some(crate::cli::Command::Run(args)) = cli.command else {
+            panic!("not run")
+        };
+        let e = args.sampling.apply(&mut s).unwrap_err().to_string();
+        assert!(
+            e.contains("sampling.temperature") && e.contains("command line"),
+            "{e}"
+        );
+    }
+}

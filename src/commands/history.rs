@@ -1,0 +1,25 @@
+//! `tokscope history`: the saved conversations, newest first.
+
+use crate::commands::Failure;
+
+/// `tokscope history`: the saved conversations.
+pub fn run() -> Result<(), Failure> {
+    let dir = crate::history::history_dir(&crate::paths::data_dir());
+    let outcome = crate::history::list(&dir)
+        .map_err(|e| Failure::new(crate::commands::FAILURE, e.to_string()))?;
+    for (from, to) in &outcome.set_aside {
+        eprintln!(
+            "warning: {} is damaged and was moved aside to {} (it was not overwritten)",
+            from.display(),
+            to.display()
+        );
+    }
+    for (path, why) in &outcome.skipped {
+        eprintln!("warning: skipped {}: {why}", path.display());
+    }
+    print!(
+        "{}",
+        crate::history::format_list(&outcome.entries, crate::tui::now().unix_s)
+    );
+    Ok(())
+}

@@ -1,0 +1,42 @@
+//! Model resolution: turning the layered settings into an engine configuration: which model file to load
+//! (flag, environment, config file, then the demo model) and the message when there is none.
+
+use std::path::PathBuf;
+
+use crate::commands::{Failure, MODEL};
+use crate::config::Settings;
+use crate::engine::{ChatMessage, EngineConfig, Role};
+
+/// The model to load: the one the settings name, else the demo model when it is present.
+pub fn resolve_model(settings: &Settings) -> Result<PathBuf, Failure> {
+    if let Some(m) = &settings.model {
+        return Ok(m.clone());
+    }
+    let data_dir = crate::paths::data_dir();
+    crate::demo::find_demo_model(&data_dir).ok_or_else(|| {
+        Failure::new(
+            MODEL,
+            format!(
+                "no model given and the demo model is not installed.\n{}",
+                crate::demo::how_to_get_demo_message(&data_dir)
+            ),
+        )
+    })
+}
+
+pub fn engine_config(settings: &Settings) -> Result<EngineConfig, Failure> {
+    Ok(EngineConfig {
+        model_path: resolve_model(settings)?,
+        settings: settings.engine.clone(),
+    })
+}
+
+/// The conversation for a single prompt: the configured system prompt, then the user.
+pub fn single_turn(settings: &Settings, prompt: &str) -> Vec<ChatMessage> {
+    let mut messages = Vec::new();
+    if let Some(system) = &settings.system_prompt {
+        messages.push(ChatMessage::new(Role::System, system.clone()));
+    }
+    messages.push(ChatMessage::new(Role::User, prompt));
+    messages
+}

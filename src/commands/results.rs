@@ -1,0 +1,51 @@
+//! `tokscope results`: the results log of earlier bench runs, listed, or one run printed.
+
+use std::io::Write;
+
+use clap::Args;
+
+use crate::bench::log;
+use crate::commands::{Failure, FAILURE, USAGE};
+
+/// List earlier bench runs, or print one.
+#[derive(Debug, Args, Default, Clone)]
+pub struct ResultsArgs {
+    /// A run's id (or a unique prefix): print its stored JSON.
+    #[arg(value_name = "ID")]
+    pub id: Option<String>,
+}
+
+/// `tokscope results [ID]`.
+pub fn run(args: &ResultsArgs) -> Result<(), Failure> {
+    let path = log::results_path(&crate::paths::data_dir());
+    let (runs, unreadable) = log::read_runs(&path).map_err(|e| {
+        Failure::new(
+            FAILURE,
+            format!("cannot read the results log {}: {e}", path.display()),
+        )
+    })?;
+    if unreadable > 0 {
+        eprintln!(
+            "warning: {unreadable} line(s) of {} could not be read",
+            path.display()
+        );
+    }
+    let text = match &args.id {
+        Some(id) => {
+            let run = log::find_run(&runs, id).map_err(|e| Failure::new(USAGE, e))?;
+            serde_json::to_string_pretty(&run.raw)
+                .map_err(|e| Failure::new(FAILURE, e.to_string()))?
+                + "\n"
+        }
+        None if runs.is_empty() => {
+            eprintln!(
+                "no bench runs yet in {} (run `tokscope bench`)",
+                path.display()
+            );
+            return Ok(());
+        }
+        None => log::listing(&runs),
+    };
+    std::io::stdout().lock().write_all(text.as_bytes())?;
+    Ok(())
+}

@@ -1,0 +1,33 @@
+//! What `compare` will do, validated (the command line is parsed into it in
+//! `commands::compare`).
+
+use std::path::PathBuf;
+
+use super::quantize::QuantType;
+use crate::bench::BenchPlan;
+
+/// How `compare` prints its table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompareFormat {
+    Markdown,
+    Csv,
+    Json,
+}
+
+/// Everything `compare` will do, validated.
+#[derive(Debug, Clone)]
+pub struct ComparePlan {
+    /// The files as given (before quantizing).
+    pub models: Vec<PathBuf>,
+    pub quantize: Vec<QuantType>,
+    pub allow_requantize: bool,
+    pub text: Option<PathBuf>,
+    pub n_ctx: u32,
+    pub max_chunks: Option<u32>,
+    pub threads: u32,
+    /// Speed tests and the settings to compare, through bench's validated plan.
+    pub bench: BenchPlan,
+    pub output: CompareFormat,
+    pub plot: Option<PathBuf>,
+    pub speed: bool,
+}

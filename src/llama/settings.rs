@@ -1,0 +1,220 @@
+//! The llama.cpp parameter set: context and load settings, KV-cache types, flash attention,
+//! the prompt template choice and the sampler chain's settings. Parsed from config files and
+//! flags by `config`, read by every part that creates a llama.cpp context.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize, Serializer};
+
+pub use crate::gguf::kv_type::KvType;
+
+/// Settings of the llama.cpp context and model load.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EngineSettings {
+    /// Context length in tokens (the KV cache size).
+    pub n_ctx: u32,
+    /// CPU threads for decode and prefill.
+    pub threads: u32,
+    /// Logical batch size: prefill is fed in chunks of at most this many tokens.
+    pub n_batch: u32,
+    /// Physical batch size (llama.cpp's n_ubatch): tokens computed per graph evaluation.
+    pub n_ubatch: u32,
+    /// KV-cache element types for keys and values.
+    pub type_k: KvType,
+    pub type_v: KvType,
+    pub flash_attn: FlashAttn,
+    /// Layers offloaded to the GPU; `None` means all of them.
+    pub n_gpu_layers: Option<u32>,
+    /// How the prompt is built from the conversation.
+    pub template: TemplateChoice,
+}
+
+impl Default for EngineSettings {
+    fn default() -> Self {
+        Self {
+            n_ctx: 4096,
+            threads: default_threads(),
+            n_batch: 512,
+            n_ubatch: 512,
+            type_k: KvType::F16,
+            type_v: KvType::F16,
+            flash_attn: FlashAttn::Auto,
+            n_gpu_layers: None,
+            template: TemplateChoice::Auto,
+        }
+    }
+}
+
+/// All CPU cores the process may use (llama.cpp decodes fastest with one thread per core).
+pub fn default_threads() -> u32 {
+    std::thread::available_parallelism()
+        .map(|n| u32::try_from(n.get()).unwrap_or(1))
+        .unwrap_or(1)
+}
+
+/// Flash attention (llama.cpp's `-fa`): let llama.cpp decide, or force it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FlashAttn {
+    #[default]
+    Auto,
+    On,
+    Off,
+}
+
+impl FlashAttn {
+    pub fn name(self) -> &'static str {
+        match self {
+            FlashAttn::Auto => "auto",
+            FlashAttn::On => "on",
+            FlashAttn::Off => "off",
+        }
+    }
+
+    pub(crate) fn to_llama(self) -> llama_cpp_sys_2::llama_flash_attn_type {
+        match self {
+            FlashAttn::Auto => llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_AUTO,
+            FlashAttn::On => llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_ENABLED,
+            FlashAttn::Off => llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_DISABLED,
+        }
+    }
+}
+
+impl FromStr for FlashAttn {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" | "-1" => Ok(FlashAttn::Auto),
+            "on" | "1" | "true" => Ok(FlashAttn::On),
+            "off" | "0" | "false" => Ok(FlashAttn::Off),
+            other => Err(format!(
+                "unknown flash-attention setting `{other}` (auto, on/1, off/0)"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for FlashAttn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Serialize for FlashAttn {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+/// How the prompt is built from the conversation.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum TemplateChoice {
+    /// The GGUF's own chat template; a completion-style transcript when it has none (a model
+    /// without a template is almost always a base model, which chat markers make babble).
+    #[default]
+    Auto,
+    /// The GGUF's own chat template, or an error when it has none.
+    Model,
+    /// The template llama.cpp associates with the model's architecture (gemma → gemma,
+    /// llama with Llama 3 tokens → llama3, …), used when the GGUF carries none.
+    Architecture,
+    /// A plain `Question: …\nAnswer:` transcript, for base (not instruction-tuned) models.
+    Completion,
+    /// One of llama.cpp's built-in templates by name (llama3, gemma, chatml, mistral-v7, …).
+    Named(String),
+}
+
+impl FromStr for TemplateChoice {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let s = s.trim();
+        match s {
+            "" => Err("must be auto, model, arch, completion or a llama.cpp template name".into()),
+            "auto" => Ok(Self::Auto),
+            "model" => Ok(Self::Model),
+            "arch" | "architecture" => Ok(Self::Architecture),
+            "completion" => Ok(Self::Completion),
+            name if name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) =>
+            {
+                Ok(Self::Named(name.to_string()))
+            }
+            _ => Err("a template name is letters, digits, '-', '_' or '.'".into()),
+        }
+    }
+}
+
+impl fmt::Display for TemplateChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Auto => f.write_str("auto"),
+            Self::Model => f.write_str("model"),
+            Self::Architecture => f.write_str("arch"),
+            Self::Completion => f.write_str("completion"),
+            Self::Named(n) => f.write_str(n),
+        }
+    }
+}
+
+impl Serialize for TemplateChoice {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// The sampler chain's settings. Temperature 0 means greedy decoding.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SamplingParams {
+    pub temperature: f32,
+    /// 0 turns top-k off.
+    pub top_k: u32,
+    pub top_p: f32,
+    pub min_p: f32,
+    /// 1.0 turns the repetition penalty off.
+    pub repeat_penalty: f32,
+    /// How many recent tokens the repetition penalty looks at.
+    pub repeat_last_n: u32,
+    pub seed: u32,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        // llama.cpp's own defaults, with a fixed seed so that runs are reproducible.
+        Self {
+            temperature: 0.8,
+            top_k: 40,
+            top_p: 0.95,
+            min_p: 0.05,
+            repeat_penalty: 1.0,
+            repeat_last_n: 64,
+            seed: 42,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn template_choice_parses() {
+        assert_eq!("auto".parse(), Ok(TemplateChoice::Auto));
+        assert_eq!("completion".parse(), Ok(TemplateChoice::Completion));
+        assert_eq!("arch".parse(), Ok(TemplateChoice::Architecture));
+        assert_eq!("llama3".parse(), Ok(TemplateChoice::Named("llama3".into())));
+        assert!("".parse::<TemplateChoice>().is_err());
+        assert!("{% jinja %}".parse::<TemplateChoice>().is_err());
+        assert_eq!(TemplateChoice::Named("gemma".into()).to_string(), "gemma");
+    }
+
+    #[test]
+    fn flash_attn_parses_llama_bench_style() {
+        assert_eq!("1".parse(), Ok(FlashAttn::On));
+        assert_eq!("0".parse(), Ok(FlashAttn::Off));
+        assert_eq!("auto".parse(), Ok(FlashAttn::Auto));
+        assert!("maybe".parse::<FlashAttn>().is_err());
+    }
+}
