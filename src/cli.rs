@@ -10,7 +10,8 @@ use clap::{Parser, Subcommand};
     name = "tokscope",
     version,
     about = "Chat with a local LLM and watch how fast it really goes: TTFT, inter-token latency, tok/s.",
-    long_about = None
+    long_about = None,
+    args_conflicts_with_subcommands = true
 )]
 pub struct Cli {
     /// Config file to use instead of the platform one (`tokscope config path` prints that).
@@ -19,6 +20,10 @@ pub struct Cli {
 
     #[command(subcommand)]
     pub command: Option<Command>,
+
+    /// The chat's flags, for the bare `tokscope -m model.gguf` (same as `tokscope chat …`).
+    #[command(flatten)]
+    pub chat: crate::commands::chat::ChatArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -62,5 +67,18 @@ mod tests {
     #[test]
     fn cli_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn the_bare_command_takes_the_chat_flags() {
+        let cli = Cli::try_parse_from(["tokscope", "-m", "x.gguf", "--temp", "0.5"]).unwrap();
+        assert!(cli.command.is_none());
+        assert_eq!(
+            cli.chat.model.model.as_deref(),
+            Some(std::path::Path::new("x.gguf"))
+        );
+        // Chat flags before a subcommand are an error, not silently dropped.
+        assert!(Cli::try_parse_from(["tokscope", "-m", "x.gguf", "history"]).is_err());
+        assert!(Cli::try_parse_from(["tokscope", "run", "-m", "x.gguf", "-p", "hi"]).is_ok());
     }
 }

@@ -68,7 +68,7 @@ pub fn dispatch(cli: Cli) -> Result<(), Failure> {
     match &cli.command {
         Some(Command::Run(args)) => run::run(args, settings()?),
         Some(Command::Chat(args)) => chat::run(args, settings()?),
-        None => chat::run(&Default::default(), settings()?),
+        None => chat::run(&cli.chat, settings()?),
         Some(Command::History) => history::run(),
         Some(Command::Bench(args)) => bench::run(args, settings()?),
         Some(Command::Results(args)) => results::run(args),
