@@ -19,7 +19,13 @@ fn tokscope(home: &Path) -> Command {
 }
 
 fn tiny(dir: &Path) -> PathBuf {
-    common::synth(dir, "tiny.gguf", "tiny", tokscope::synth::TensorType::F32, 1)
+    common::synth(
+        dir,
+        "tiny.gguf",
+        "tiny",
+        tokscope::synth::TensorType::F32,
+        1,
+    )
 }
 
 #[test]

@@ -201,6 +201,8 @@ pub struct App {
     pub input_tokens: Option<InputTokens>,
     /// The model switch in progress (`/model PATH`), while the old model still serves.
     pub switching: Option<Switch>,
+    /// The next frame repaints every cell (Ctrl+L, or an overlay closed), not only changes.
+    pub full_repaint: bool,
 }
 
 impl App {
@@ -236,6 +238,7 @@ impl App {
             help_return: Mode::Chat,
             input_tokens: None,
             switching: None,
+            full_repaint: false,
         }
     }
 
@@ -505,6 +508,7 @@ impl App {
             }
             Action::Down => self.scroll_by(-1),
             Action::NewConversation => return self.new_conversation(now),
+            Action::Repaint => self.full_repaint = true,
             Action::ToggleHelp => {
                 if self.mode != Mode::Help {
                     self.help_return = self.mode;
@@ -575,7 +579,16 @@ impl App {
 pub fn update(app: &mut App, msg: Msg, now: Now) -> Vec<Effect> {
     match msg {
         Msg::Key(key) => match action_for(app.mode, app.input.is_empty(), key) {
-            Some(action) => app.on_action(action, now),
+            Some(action) => {
+                let before = app.mode;
+                let effects = app.on_action(action, now);
+                // A closed overlay leaves nothing behind (wide or combining characters can
+                // fool a diff-only redraw).
+                if before != app.mode && before != Mode::Chat {
+                    app.full_repaint = true;
+                }
+                effects
+            }
             None => Vec::new(),
         },
         Msg::Paste(text) => {
