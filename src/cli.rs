@@ -10,8 +10,7 @@ use clap::{Parser, Subcommand};
     name = "tokscope",
     version,
     about = "Chat with a local LLM and watch how fast it really goes: TTFT, inter-token latency, tok/s.",
-    long_about = None,
-    args_conflicts_with_subcommands = true
+    long_about = None
 )]
 pub struct Cli {
     /// Config file to use instead of the platform one (`tokscope config path` prints that).
@@ -24,6 +23,14 @@ pub struct Cli {
     /// The chat's flags, for the bare `tokscope -m model.gguf` (same as `tokscope chat …`).
     #[command(flatten)]
     pub chat: crate::commands::chat::ChatArgs,
+}
+
+impl Cli {
+    /// Whether any of the chat's flags came before the command (they belong to the bare
+    /// `tokscope` only; clap's own conflict setting would also refuse the global --config).
+    pub fn chat_flags_given(&self) -> bool {
+        format!("{:?}", self.chat) != format!("{:?}", crate::commands::chat::ChatArgs::default())
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -77,8 +84,12 @@ mod tests {
             cli.chat.model.model.as_deref(),
             Some(std::path::Path::new("x.gguf"))
         );
-        // Chat flags before a subcommand are an error, not silently dropped.
-        assert!(Cli::try_parse_from(["tokscope", "-m", "x.gguf", "history"]).is_err());
+        // Chat flags before a subcommand are refused by `dispatch` (`chat_flags_given`);
+        // the global --config before a subcommand stays valid.
+        let cli = Cli::try_parse_from(["tokscope", "-m", "x.gguf", "history"]).unwrap();
+        assert!(cli.chat_flags_given());
+        let cli = Cli::try_parse_from(["tokscope", "--config", "c.toml", "run", "-p", "hi"]);
+        assert!(!cli.unwrap().chat_flags_given());
         assert!(Cli::try_parse_from(["tokscope", "run", "-m", "x.gguf", "-p", "hi"]).is_ok());
     }
 }

@@ -47,7 +47,16 @@ fn the_bare_command_takes_the_chat_flags() {
         .arg(&model)
         .arg("history")
         .assert()
-        .code(2);
+        .code(2)
+        .stderr(predicate::str::contains("the chat's flags"));
+    // The global --config before a command still works.
+    std::fs::write(home.path().join("c.toml"), "n_ctx = 512\n").unwrap();
+    tokscope(home.path())
+        .arg("--config")
+        .arg(home.path().join("c.toml"))
+        .args(["config", "path"])
+        .assert()
+        .success();
 }
 
 #[test]
