@@ -56,7 +56,7 @@ fn a_failed_model_switch_keeps_the_model_and_a_good_one_switches() {
     let mut answers = 1;
     for (bad, says) in [
         (dir.path().join("missing.gguf"), "model file not found"),
-        (truncated, "could not load"),
+        (truncated, "truncated"),
         (random, "not a GGUF"),
     ] {
         send(&tmux, &format!("/model {}", bad.display()));

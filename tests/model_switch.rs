@@ -71,7 +71,7 @@ fn bad_models(dir: &Path, good: &Path) -> Vec<(PathBuf, &'static str)> {
         (write("header.gguf", &bytes[..64]), "GGUF"),
         (
             write("tensors.gguf", &bytes[..bytes.len() / 2]),
-            "could not load",
+            "truncated",
         ),
         (arch, "qwerty9"),
         (vocab_only, "could not load"),

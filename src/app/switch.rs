@@ -91,11 +91,15 @@ impl App {
         let Some(s) = self.switching.take() else {
             return;
         };
-        let kept = match &self.model {
-            Some(m) if self.engine == super::EngineStatus::Ready => {
-                format!("still on {}", m.file_name)
-            }
-            _ => "no model is loaded".to_string(),
+        let kept = if self.engine == super::EngineStatus::Ready {
+            let name = self.model_file().unwrap_or_else(|| {
+                self.model_path
+                    .file_name()
+                    .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+            });
+            format!("still on {name}")
+        } else {
+            "no model is loaded".to_string()
         };
         let text = if *error == EngineError::Cancelled {
             format!("loading {} cancelled; {kept}", s.path.display())
