@@ -19,6 +19,18 @@ pub struct Cli {
 
     #[command(subcommand)]
     pub command: Option<Command>,
+
+    /// The chat's flags, for the bare `tokscope -m model.gguf` (same as `tokscope chat …`).
+    #[command(flatten)]
+    pub chat: crate::commands::chat::ChatArgs,
+}
+
+impl Cli {
+    /// Whether any of the chat's flags came before the command (they belong to the bare
+    /// `tokscope` only; clap's own conflict setting would also refuse the global --config).
+    pub fn chat_flags_given(&self) -> bool {
+        format!("{:?}", self.chat) != format!("{:?}", crate::commands::chat::ChatArgs::default())
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -65,5 +77,22 @@ mod tests {
     #[test]
     fn cli_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn the_bare_command_takes_the_chat_flags() {
+        let cli = Cli::try_parse_from(["tokscope", "-m", "x.gguf", "--temp", "0.5"]).unwrap();
+        assert!(cli.command.is_none());
+        assert_eq!(
+            cli.chat.model.model.as_deref(),
+            Some(std::path::Path::new("x.gguf"))
+        );
+        // Chat flags before a subcommand are refused by `dispatch` (`chat_flags_given`);
+        // the global --config before a subcommand stays valid.
+        let cli = Cli::try_parse_from(["tokscope", "-m", "x.gguf", "history"]).unwrap();
+        assert!(cli.chat_flags_given());
+        let cli = Cli::try_parse_from(["tokscope", "--config", "c.toml", "run", "-p", "hi"]);
+        assert!(!cli.unwrap().chat_flags_given());
+        assert!(Cli::try_parse_from(["tokscope", "run", "-m", "x.gguf", "-p", "hi"]).is_ok());
     }
 }

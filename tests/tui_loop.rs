@@ -154,3 +154,72 @@ fn the_compare_screen_reads_the_latest_comparison_from_the_data_dir() {
     let err = tokscope::tui::latest_comparison(dir.path()).unwrap_err();
     assert!(err.contains("cannot read"), "{err}");
 }
+
+#[test]
+fn ctrl_l_and_closing_an_overlay_repaint_every_cell() {
+    use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+    use ratatui::backend::Backend;
+    let app = App::new(
+        "m.gguf".into(),
+        Conversation::new("c".into(), 0, None),
+        SamplingParams::default(),
+        10,
+    );
+    let t0 = Instant::now();
+    let mut driver = Driver::new(Terminal::new(TestBackend::new(80, 24)).unwrap(), app);
+    driver.app.engine = EngineStatus::Ready;
+    driver.draw_if_due(t0).unwrap();
+    let mut t = t0;
+    // A stray letter on the real screen that ratatui's diff does not know of (what a
+    // terminal that measured a character differently leaves behind).
+    let stray = |driver: &mut Driver<TestBackend>| {
+        let cell = ratatui::buffer::Cell::new("Ж");
+        driver
+            .terminal
+            .backend_mut()
+            .draw(std::iter::once((40u16, 12u16, &cell)))
+            .unwrap();
+    };
+    let has_stray = |driver: &Driver<TestBackend>| {
+        driver
+            .terminal
+            .backend()
+            .buffer()
+            .content()
+            .iter()
+            .any(|c| c.symbol() == "Ж")
+    };
+    let mut press = |driver: &mut Driver<TestBackend>, key: KeyEvent| {
+        driver.apply_all(vec![Msg::Key(key)], now_at(t));
+        t += Duration::from_secs(1);
+        assert!(driver.draw_if_due(t).unwrap());
+    };
+    stray(&mut driver);
+    // An ordinary redraw leaves it…
+    press(
+        &mut driver,
+        KeyEvent::new(KeyCode::Char('x'), KeyModifiers::NONE),
+    );
+    assert!(has_stray(&driver), "a diff-only redraw does not touch it");
+    // …Ctrl+L repaints everything.
+    press(
+        &mut driver,
+        KeyEvent::new(KeyCode::Char('l'), KeyModifiers::CONTROL),
+    );
+    assert!(!has_stray(&driver));
+    // Closing an overlay (the help) repaints everything too.
+    press(
+        &mut driver,
+        KeyEvent::new(KeyCode::F(1), KeyModifiers::NONE),
+    );
+    stray(&mut driver);
+    let esc = KeyEvent::new(KeyCode::Esc, KeyModifiers::NONE);
+    driver.apply_all(vec![Msg::Key(esc)], now_at(t));
+    assert!(
+        driver.app.full_repaint,
+        "closing the help asks for a full repaint"
+    );
+    assert!(driver.draw_if_due(t + Duration::from_secs(1)).unwrap());
+    assert!(!driver.app.full_repaint);
+    assert!(!has_stray(&driver));
+}

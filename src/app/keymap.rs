@@ -20,6 +20,8 @@ pub enum Action {
     RecallOrUp,
     Down,
     NewConversation,
+    /// Ctrl+L: repaint the whole screen.
+    Repaint,
     ToggleHelp,
     CloseHelp,
     Quit,
@@ -53,6 +55,7 @@ pub fn action_for(mode: Mode, input_empty: bool, key: KeyEvent) -> Option<Action
     let shift = key.modifiers.contains(KeyModifiers::SHIFT);
     match (mode, key.code) {
         (_, KeyCode::Char('c') | KeyCode::Char('q')) if ctrl => Some(Action::Quit),
+        (_, KeyCode::Char('l')) if ctrl => Some(Action::Repaint),
         (Mode::Help, KeyCode::Esc | KeyCode::F(1) | KeyCode::Char('?') | KeyCode::Char('q')) => {
             Some(Action::CloseHelp)
         }

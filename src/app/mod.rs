@@ -5,10 +5,12 @@
 
 mod ab;
 pub mod conversation;
+pub mod export;
 mod input;
 mod keymap;
 mod screens;
 mod slash;
+mod switch;
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -25,6 +27,7 @@ pub use input::Input;
 pub use keymap::{action_for, Action, FUNCTION_KEYS, PAGE_LINES};
 pub use screens::{BenchPoint, BenchScreen, CompareView};
 pub use slash::SLASH_COMMANDS;
+pub use switch::Switch;
 
 /// The engine as the UI sees it.
 #[derive(Debug, Clone, PartialEq)]
@@ -119,12 +122,21 @@ pub enum Effect {
     },
     /// Read the latest comparison from the comparisons log.
     LoadComparison,
-    LoadModel(PathBuf),
+    /// Load this model beside the current one and switch when it is ready.
+    SwitchModel {
+        id: RequestId,
+        path: PathBuf,
+    },
+    /// Count the input's tokens with this model's vocabulary from now on.
+    CountWith(PathBuf),
     Save(SavedConversation),
     Export {
         format: ExportFormat,
         path: PathBuf,
         conversation: SavedConversation,
+        /// The settings in force, written into the export.
+        sampling: SamplingParams,
+        max_tokens: u32,
     },
     Quit,
 }
@@ -179,6 +191,10 @@ pub struct App {
     /// Tokens in the input as typed (counted without the engine), and where the count comes
     /// from; reported by the loop (`Msg::InputTokens`).
     pub input_tokens: Option<InputTokens>,
+    /// The model switch in progress (`/model PATH`), while the old model still serves.
+    pub switching: Option<Switch>,
+    /// The next frame repaints every cell (Ctrl+L, or an overlay closed), not only changes.
+    pub full_repaint: bool,
 }
 
 impl App {
@@ -213,6 +229,8 @@ impl App {
             compare: CompareView::default(),
             help_return: Mode::Chat,
             input_tokens: None,
+            switching: None,
+            full_repaint: false,
         }
     }
 
@@ -264,7 +282,9 @@ impl App {
         if self.input.text.trim().is_empty() {
             return Vec::new();
         }
-        if self.input.text.trim_start().starts_with('/') {
+        // `//text` sends `/text` as a message; one `/` starts a command.
+        let escaped = self.input.text.trim_start().starts_with("//");
+        if self.input.text.trim_start().starts_with('/') && !escaped {
             let line = self.input.take();
             return self.slash_command(line.trim(), now);
         }
@@ -279,7 +299,20 @@ impl App {
             self.notice(NoticeKind::Warning, "the model is not ready yet");
             return Vec::new();
         }
-        let text = self.input.take();
+        if let Some(s) = &self.switching {
+            let text = format!(
+                "{} is loading: the message is kept until it is ready (Esc cancels the load)",
+                s.path.display()
+            );
+            self.notice(NoticeKind::Warning, text);
+            return Vec::new();
+        }
+        let mut text = self.input.take();
+        if escaped {
+            if let Some(at) = text.find("//") {
+                text.remove(at);
+            }
+        }
         self.sent_prompts.push(text.clone());
         self.conversation.exchanges.push(Exchange {
             user: text,
@@ -290,7 +323,7 @@ impl App {
     }
 
     fn regenerate(&mut self, now: Now) -> Vec<Effect> {
-        if self.is_generating() || self.engine != EngineStatus::Ready {
+        if self.is_generating() || self.engine != EngineStatus::Ready || self.switching.is_some() {
             return Vec::new();
         }
         let Some(last) = self.conversation.exchanges.last_mut() else {
@@ -319,12 +352,12 @@ impl App {
         }
     }
 
-    fn new_conversation(&mut self) -> Vec<Effect> {
+    fn new_conversation(&mut self, now: Now) -> Vec<Effect> {
         let effects = self.cancel_active();
         let id = std::mem::take(&mut self.fresh_conversation_id);
         let system = self.conversation.system_prompt.clone();
-        let created = self.conversation.created_unix_s;
-        self.conversation = Conversation::new(id, created, system);
+        // Each conversation starts when it is started, not when the session did.
+        self.conversation = Conversation::new(id, now.unix_s, system);
         self.scroll = Scroll::default();
         self.active_since = None;
         self.notice(NoticeKind::Info, "new conversation");
@@ -350,7 +383,15 @@ impl App {
             EngineEvent::Loading { progress } => {
                 self.engine = EngineStatus::Loading { progress };
             }
+            EngineEvent::SwitchProgress {
+                request_id,
+                progress,
+            } => self.on_switch_progress(request_id, progress),
+            EngineEvent::SwitchFailed { request_id, error } => {
+                self.on_switch_failed(request_id, &error);
+            }
             EngineEvent::Ready(info) => {
+                let effects = self.on_switched(&info);
                 self.engine = EngineStatus::Ready;
                 // After a refused /model the engine keeps (and reports) the model it had.
                 self.model_path = info.path.clone();
@@ -359,6 +400,7 @@ impl App {
                     self.notice(NoticeKind::Info, note.clone());
                 }
                 self.model = Some(*info);
+                return effects;
             }
             EngineEvent::LoadFailed(e) => {
                 self.engine = EngineStatus::Failed(e.to_string());
@@ -457,6 +499,9 @@ impl App {
             Action::Send => return self.send(now),
             Action::Newline => self.input.insert_char('\n'),
             Action::Stop => {
+                if self.switching.is_some() {
+                    return self.cancel_switch();
+                }
                 if self.is_generating() {
                     return self.cancel_active();
                 }
@@ -473,7 +518,8 @@ impl App {
                 }
             }
             Action::Down => self.scroll_by(-1),
-            Action::NewConversation => return self.new_conversation(),
+            Action::NewConversation => return self.new_conversation(now),
+            Action::Repaint => self.full_repaint = true,
             Action::ToggleHelp => {
                 if self.mode != Mode::Help {
                     self.help_return = self.mode;
@@ -544,7 +590,16 @@ impl App {
 pub fn update(app: &mut App, msg: Msg, now: Now) -> Vec<Effect> {
     match msg {
         Msg::Key(key) => match action_for(app.mode, app.input.is_empty(), key) {
-            Some(action) => app.on_action(action, now),
+            Some(action) => {
+                let before = app.mode;
+                let effects = app.on_action(action, now);
+                // A closed overlay leaves nothing behind (wide or combining characters can
+                // fool a diff-only redraw).
+                if before != app.mode && before != Mode::Chat {
+                    app.full_repaint = true;
+                }
+                effects
+            }
             None => Vec::new(),
         },
         Msg::Paste(text) => {

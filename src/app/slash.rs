@@ -1,6 +1,6 @@
 //! Slash commands typed in the input (`/temp 0.2`, `/export md PATH`, …).
 
-use super::{App, Effect, EngineStatus, ExportFormat, Mode, NoticeKind, Now};
+use super::{App, Effect, ExportFormat, Mode, NoticeKind, Now};
 
 /// Every slash command (the help lists each; a test keeps the two in step).
 pub const SLASH_COMMANDS: &[&str] = &[
@@ -69,6 +69,8 @@ impl App {
                             format,
                             path: crate::config::expand_home(std::path::Path::new(path)),
                             conversation: self.conversation.to_saved(now.unix_s),
+                            sampling: self.sampling.clone(),
+                            max_tokens: self.max_tokens,
                         }]
                     }
                     _ => self.notice(NoticeKind::Error, "usage: /export md|json PATH"),
@@ -78,21 +80,12 @@ impl App {
                 if arg.is_empty() {
                     self.notice(NoticeKind::Error, "usage: /model PATH");
                 } else {
-                    let mut effects = self.cancel_active();
-                    let path = crate::config::expand_home(std::path::Path::new(arg));
-                    self.model_path = path.clone();
-                    self.engine = EngineStatus::Loading { progress: 0.0 };
-                    self.notice(
-                        NoticeKind::Info,
-                        format!("loading {} (the conversation is kept)", path.display()),
-                    );
-                    effects.push(Effect::LoadModel(path));
-                    return effects;
+                    return self.start_switch(arg);
                 }
             }
             "/ab" => return self.start_ab(arg, now),
             "/compare" => return self.open_compare(),
-            "/new" => return self.new_conversation(),
+            "/new" => return self.new_conversation(now),
             "/help" => {
                 self.help_return = Mode::Chat;
                 self.help_scroll = 0;
@@ -151,12 +144,47 @@ mod tests {
             }]
         ));
         let fx = run(&mut app, "/model /m/other.gguf");
-        assert_eq!(fx, vec![Effect::LoadModel("/m/other.gguf".into())]);
-        assert!(matches!(app.engine, EngineStatus::Loading { .. }));
+        assert!(
+            matches!(fx.as_slice(), [Effect::SwitchModel { path, .. }] if path == std::path::Path::new("/m/other.gguf")),
+            "{fx:?}"
+        );
+        assert_eq!(
+            app.engine,
+            crate::app::EngineStatus::Ready,
+            "the old model serves until then"
+        );
         let fx = run(&mut app, "/new");
         assert!(fx.is_empty());
         assert_eq!(app.conversation.id, "c2");
         let fx = run(&mut app, "/quit");
         assert_eq!(fx, vec![Effect::Quit]);
+    }
+
+    #[test]
+    fn a_double_slash_sends_a_message_that_starts_with_a_slash() {
+        let mut app = ready_app();
+        let fx = run_line(&mut app, "//etc/hosts is a file?");
+        assert!(matches!(fx.as_slice(), [Effect::Generate { .. }]), "{fx:?}");
+        assert_eq!(
+            app.conversation.exchanges.last().unwrap().user,
+            "/etc/hosts is a file?"
+        );
+    }
+
+    #[test]
+    fn a_new_conversation_starts_now() {
+        let mut app = ready_app();
+        assert_eq!(app.conversation.created_unix_s, 0);
+        run_line(&mut app, "/new");
+        assert_eq!(app.conversation.created_unix_s, now().unix_s);
+        app.fresh_conversation_id = "c3".into();
+        let later = crate::app::Now {
+            unix_s: now().unix_s + 60,
+            ..now()
+        };
+        let ctrl_n = with(KeyCode::Char('n'), KeyModifiers::CONTROL);
+        update(&mut app, Msg::Key(ctrl_n), later);
+        assert_eq!(app.conversation.id, "c3");
+        assert_eq!(app.conversation.created_unix_s, later.unix_s);
     }
 }

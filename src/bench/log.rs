@@ -287,8 +287,8 @@ pub fn comparison(now: &[StoredRow], base: &StoredRun) -> String {
 
 /// The table `tokscope results` prints, newest run last.
 pub fn listing(runs: &[StoredRun]) -> String {
-    let mut out =
-        String::from("| id | time | models | tests | headline t/s |\n|---|---|---|---|---|\n");
+    let header = ["id", "time", "models", "tests", "headline t/s"];
+    let mut rows: Vec<[String; 5]> = Vec::new();
     for run in runs {
         let mut models: Vec<&str> = Vec::new();
         let mut tests: Vec<&str> = Vec::new();
@@ -300,14 +300,35 @@ pub fn listing(runs: &[StoredRun]) -> String {
                 tests.push(&r.test);
             }
         }
-        out.push_str(&format!(
-            "| {} | {} | {} | {} | {} |\n",
-            run.id,
+        rows.push([
+            run.id.clone(),
             id_time(&run.id).unwrap_or_default(),
             models.join(", "),
             tests.join(" "),
-            headline(&run.rows)
-        ));
+            headline(&run.rows),
+        ]);
+    }
+    // A Markdown table whose columns also line up in a terminal.
+    let cell_width = |s: &str| unicode_width::UnicodeWidthStr::width(s);
+    let mut widths = header.map(cell_width);
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell_width(cell));
+        }
+    }
+    let line = |cells: &[String]| -> String {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(widths)
+            .map(|(c, w)| format!("{c}{}", " ".repeat(w.saturating_sub(cell_width(c)))))
+            .collect();
+        format!("| {} |\n", padded.join(" | "))
+    };
+    let mut out = line(&header.map(String::from));
+    let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
+    out.push_str(&format!("|-{}-|\n", rule.join("-|-")));
+    for row in &rows {
+        out.push_str(&line(row));
     }
     out
 }
@@ -371,6 +392,13 @@ mod tests {
             list.contains("2025-01-02 00:00:00 UTC") && list.contains("tg8 105.00"),
             "{list}"
         );
+        // Aligned: every line as wide as the header, the column bars in the same places.
+        let lines: Vec<&str> = list.lines().collect();
+        assert_eq!(lines.len(), 4, "{list}");
+        let bars = |l: &str| -> Vec<usize> { l.match_indices('|').map(|(i, _)| i).collect() };
+        for l in &lines[1..] {
+            assert_eq!(bars(l), bars(lines[0]), "{list}");
+        }
     }
 
     #[test]

@@ -67,10 +67,16 @@ impl From<std::io::Error> for Failure {
 pub fn dispatch(cli: Cli) -> Result<(), Failure> {
     let explicit = cli.config.as_deref();
     let settings = || Settings::load(explicit);
+    if cli.command.is_some() && cli.chat_flags_given() {
+        return Err(Failure::new(
+            USAGE,
+            "the chat's flags (-m, --temp, …) go with the bare `tokscope` or after `chat`, not before another command",
+        ));
+    }
     match &cli.command {
         Some(Command::Run(args)) => run::run(args, settings()?),
         Some(Command::Chat(args)) => chat::run(args, settings()?),
-        None => chat::run(&Default::default(), settings()?),
+        None => chat::run(&cli.chat, settings()?),
         Some(Command::History) => history::run(),
         Some(Command::Bench(args)) => bench::run(args, settings()?),
         Some(Command::Results(args)) => results::run(args),

@@ -119,7 +119,8 @@ pub fn run_remote(
     settings: &Settings,
 ) -> Result<(), Failure> {
     let endpoint = args.remote.endpoint(url)?;
-    let messages = crate::commands::model::single_turn(settings, &args.prompt);
+    let prompt = crate::commands::run::read_prompt(args)?;
+    let messages = crate::commands::model::single_turn(settings, &prompt);
     let rt = runtime()?;
     let client = RemoteClient::new(endpoint)?;
     let json = args.json;

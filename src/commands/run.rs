@@ -24,9 +24,18 @@ pub struct RunArgs {
     pub model: ModelArgs,
     #[command(flatten)]
     pub sampling: SamplingArgs,
-    /// The user's message.
+    /// The user's message; `-` reads it from stdin (as does leaving out -p and -f when stdin
+    /// is not a terminal).
     #[arg(short = 'p', long, value_name = "TEXT")]
-    pub prompt: String,
+    pub prompt: Option<String>,
+    /// Read the user's message from a file (no 128 KiB limit, unlike one argument).
+    #[arg(
+        short = 'f',
+        long = "file",
+        value_name = "FILE",
+        conflicts_with = "prompt"
+    )]
+    pub prompt_file: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub remote: crate::commands::remote::RemoteArgs,
     /// Print one JSON object (text, every metric, reproducibility stamp) instead of text.
@@ -117,11 +126,12 @@ pub fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure> {
     args.model.apply(&mut settings)?;
     args.sampling.apply(&mut settings)?;
     let config = crate::commands::model::engine_config(&settings)?;
+    let prompt = read_prompt(args)?;
     let turn_prompt = |turn: u32| {
         if args.turns > 1 && !args.resend {
-            format!("{} (turn {turn:02})", args.prompt)
+            format!("{prompt} (turn {turn:02})")
         } else {
-            args.prompt.clone()
+            prompt.clone()
         }
     };
     let mut messages = crate::commands::model::single_turn(&settings, &turn_prompt(1));
@@ -184,8 +194,13 @@ pub fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure> {
                 // OSC 0): control characters are neutralised unless stdout is a pipe or file,
                 // or --raw asks for the bytes.
                 let text = crate::text::for_output(&text, stdout_terminal && !args.raw);
-                stdout.write_all(text.as_bytes())?;
-                stdout.flush()?;
+                let written = stdout
+                    .write_all(text.as_bytes())
+                    .and_then(|()| stdout.flush());
+                if quiet_on_closed_pipe(written)? {
+                    engine.shutdown();
+                    return Ok(());
+                }
             }
             EngineEvent::Finished { request_id, report } if Some(request_id) == request => {
                 let info = info
@@ -228,23 +243,24 @@ pub fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure> {
                     })?);
                     continue;
                 }
-                if args.json && !reports.is_empty() {
+                let written = if args.json && !reports.is_empty() {
                     reports.push(full);
                     let json = serde_json::to_string_pretty(&reports)
                         .map_err(|e| Failure::new(FAILURE, e.to_string()))?;
-                    writeln!(stdout, "{json}")?;
+                    writeln!(stdout, "{json}")
                 } else if args.json {
                     let json = serde_json::to_string_pretty(&full)
                         .map_err(|e| Failure::new(FAILURE, e.to_string()))?;
-                    writeln!(stdout, "{json}")?;
+                    writeln!(stdout, "{json}")
                 } else {
-                    writeln!(stdout)?;
-                    eprint!(
-                        "{}",
-                        crate::text::terminal_safe(&human_summary(&full, info))
-                    );
-                }
-                stdout.flush()?;
+                    writeln!(stdout).map(|()| {
+                        eprint!(
+                            "{}",
+                            crate::text::terminal_safe(&human_summary(&full, info))
+                        )
+                    })
+                };
+                quiet_on_closed_pipe(written.and_then(|()| stdout.flush()))?;
                 engine.shutdown();
                 return Ok(());
             }
@@ -308,6 +324,52 @@ fn plant(metrics: &mut TurnSummary) {
             }
             _ => {}
         }
+    }
+}
+
+/// The prompt from -p, -f, or stdin (`-p -`, or neither flag with stdin not a terminal).
+pub(crate) fn read_prompt(args: &RunArgs) -> Result<String, Failure> {
+    use std::io::Read;
+    let from_stdin = || -> Result<String, Failure> {
+        let mut text = String::new();
+        std::io::stdin().read_to_string(&mut text).map_err(|e| {
+            Failure::new(
+                crate::commands::USAGE,
+                format!("could not read the prompt from stdin: {e}"),
+            )
+        })?;
+        Ok(text)
+    };
+    let text = match (&args.prompt, &args.prompt_file) {
+        (Some(p), _) if p == "-" => from_stdin()?,
+        (Some(p), _) => p.clone(),
+        (None, Some(file)) => std::fs::read_to_string(file).map_err(|e| {
+            Failure::new(
+                crate::commands::USAGE,
+                format!("could not read the prompt file {}: {e}", file.display()),
+            )
+        })?,
+        (None, None) if !std::io::stdin().is_terminal() => from_stdin()?,
+        (None, None) => {
+            return Err(Failure::new(
+                crate::commands::USAGE,
+                "no prompt: give -p TEXT, -f FILE, or pipe it in (`echo hi | tokscope run`)",
+            ))
+        }
+    };
+    if text.trim().is_empty() {
+        return Err(Failure::new(crate::commands::USAGE, "the prompt is empty"));
+    }
+    Ok(text)
+}
+
+/// A write to stdout: `Ok(true)` when the reader went away (`| head -1`), which ends the run
+/// quietly; other errors are failures.
+fn quiet_on_closed_pipe(written: std::io::Result<()>) -> Result<bool, Failure> {
+    match written {
+        Ok(()) => Ok(false),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(true),
+        Err(e) => Err(e.into()),
     }
 }
 

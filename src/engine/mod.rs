@@ -144,6 +144,13 @@ pub enum EngineCommand {
     Generate(GenerateRequest),
     /// Drop the current model and context and load another (the conversation is the caller's).
     LoadModel(EngineConfig),
+    /// Load another model beside the current one and switch to it only once it is ready
+    /// (`Ready`); on any failure, or when `id` is cancelled (Esc) during the load, the current
+    /// model and its KV cache stay as they were (`SwitchFailed`).
+    SwitchModel {
+        id: RequestId,
+        config: EngineConfig,
+    },
     /// Measure batched decoding on the loaded model for each batch size (the chat's bench
     /// screen); cancelled like a generation request.
     BatchSweep {
@@ -245,6 +252,17 @@ pub enum EngineEvent {
     Ready(Box<ModelInfo>),
     /// The model could not be loaded; the engine waits for another `LoadModel`.
     LoadFailed(EngineError),
+    /// Progress of loading the model of a switch, 0.0..=1.0; the current model still serves.
+    SwitchProgress {
+        request_id: RequestId,
+        progress: f32,
+    },
+    /// A switch did not happen (the new model failed to load, or the load was cancelled):
+    /// the model loaded before, its KV cache and the engine's state are as they were.
+    SwitchFailed {
+        request_id: RequestId,
+        error: EngineError,
+    },
     /// Prefill of a request began.
     PrefillStarted {
         request_id: RequestId,
@@ -315,7 +333,9 @@ impl EngineEvent {
             | EngineEvent::Failed { request_id, .. }
             | EngineEvent::BatchPoint { request_id, .. }
             | EngineEvent::AbFinished { request_id, .. }
-            | EngineEvent::BatchSweepDone { request_id, .. } => Some(*request_id),
+            | EngineEvent::BatchSweepDone { request_id, .. }
+            | EngineEvent::SwitchProgress { request_id, .. }
+            | EngineEvent::SwitchFailed { request_id, .. } => Some(*request_id),
             _ => None,
         }
     }
@@ -486,6 +506,16 @@ impl EngineHandle {
     pub fn load_model(&self, config: EngineConfig) -> Result<(), EngineError> {
         self.commands
             .send(EngineCommand::LoadModel(config))
+            .map_err(|_| EngineError::EngineGone)
+    }
+
+    /// Load the model `config` names beside the current one and switch when it is ready
+    /// (`SwitchProgress`… then `Ready`, or `SwitchFailed` with the current model kept).
+    /// Cancelling `id` aborts the load.
+    pub fn switch_model(&mut self, id: RequestId, config: EngineConfig) -> Result<(), EngineError> {
+        self.next_id = self.next_id.max(id + 1);
+        self.commands
+            .send(EngineCommand::SwitchModel { id, config })
             .map_err(|_| EngineError::EngineGone)
     }
 

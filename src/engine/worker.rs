@@ -14,8 +14,8 @@ use llama_cpp_2::token::LlamaToken;
 use super::prompt::template_for_architecture;
 use super::{
     common_prefix_len, completion_transcript, AbReport, ChatMessage, EngineCommand, EngineConfig,
-    EngineError, EngineEvent, EventSender, GenerateRequest, LlamaCounters, ModelInfo, StopMatcher,
-    StopReason, TemplateChoice, TurnReport, Utf8Stream, COMPLETION_STOPS,
+    EngineError, EngineEvent, EventSender, GenerateRequest, LlamaCounters, ModelInfo, RequestId,
+    StopMatcher, StopReason, TemplateChoice, TurnReport, Utf8Stream, COMPLETION_STOPS,
 };
 use crate::llama;
 use crate::llama::sampler::HostSampler;
@@ -24,6 +24,9 @@ use crate::metrics::TurnTimeline;
 
 enum Next {
     Load(EngineConfig),
+    /// A model loaded beside the old one, checked, and now to be served (the old one was
+    /// dropped on the way here).
+    Serve(Box<LlamaModel>, EngineConfig, Instant),
     Shutdown,
 }
 
@@ -34,9 +37,35 @@ pub(super) fn run(
     cancel_through: Arc<AtomicU64>,
 ) {
     let mut next = Next::Load(config);
-    while let Next::Load(cfg) = next {
-        next = load_and_serve(&cfg, &commands, &events, &cancel_through);
+    loop {
+        next = match next {
+            Next::Load(cfg) => load_and_serve(&cfg, &commands, &events, &cancel_through),
+            Next::Serve(model, cfg, started) => {
+                serve(&model, &cfg, started, &commands, &events, &cancel_through)
+            }
+            Next::Shutdown => break,
+        };
     }
+}
+
+/// Load a model, reporting progress as `progress` says; `keep_going` is asked between
+/// progress steps, and a false answer aborts the load.
+fn load_with_progress(
+    cfg: &EngineConfig,
+    progress: impl Fn(f32) -> EngineEvent + 'static,
+    events: &EventSender,
+    keep_going: impl Fn() -> bool + 'static,
+) -> Result<LlamaModel, EngineError> {
+    let progress_events = events.clone();
+    let mut last_percent = -1i32;
+    llama::load_model(&cfg.model_path, cfg.settings.n_gpu_layers, move |p| {
+        let percent = (p * 100.0) as i32;
+        if percent != last_percent {
+            last_percent = percent;
+            let _ = progress_events.send(progress(p));
+        }
+        keep_going()
+    })
 }
 
 fn load_and_serve(
@@ -46,34 +75,92 @@ fn load_and_serve(
     cancel_through: &Arc<AtomicU64>,
 ) -> Next {
     let started = Instant::now();
-    let progress_events = events.clone();
     let shutdown = Arc::clone(cancel_through);
-    let mut last_percent = -1i32;
-    let loaded = llama::load_model(
-        &cfg.model_path,
-        cfg.settings.n_gpu_layers,
-        move |progress| {
-            let percent = (progress * 100.0) as i32;
-            if percent != last_percent {
-                last_percent = percent;
-                let _ = progress_events.send(EngineEvent::Loading { progress });
-            }
-            // Shutting down (the user quit while a large model loads): abort the load.
-            shutdown.load(Ordering::SeqCst) != u64::MAX
-        },
+    let loaded = load_with_progress(
+        cfg,
+        |progress| EngineEvent::Loading { progress },
+        events,
+        // Shutting down (the user quit while a large model loads): abort the load.
+        move || shutdown.load(Ordering::SeqCst) != u64::MAX,
     );
-    let model = match loaded {
-        Ok(m) => m,
+    match loaded {
+        Ok(model) => serve(&model, cfg, started, commands, events, cancel_through),
         Err(e) => {
             let _ = events.send(EngineEvent::LoadFailed(e));
-            return serve_without_model(commands, events);
+            serve_without_model(commands, events, cancel_through)
         }
-    };
-    let mut session = match Session::new(&model, cfg, started) {
+    }
+}
+
+/// Load the model `cfg` names beside whatever is loaded now, and check that a context can be
+/// made for it and its template resolved. The caller switches only when this succeeds; on
+/// any failure (or Esc, which cancels request `id`) nothing of the current model is touched.
+fn load_beside(
+    id: RequestId,
+    cfg: &EngineConfig,
+    events: &EventSender,
+    cancel_through: &Arc<AtomicU64>,
+) -> Result<LlamaModel, EngineError> {
+    let flag = Arc::clone(cancel_through);
+    let cancelled = move || flag.load(Ordering::SeqCst) >= id;
+    let loaded = load_with_progress(
+        cfg,
+        move |progress| EngineEvent::SwitchProgress {
+            request_id: id,
+            progress,
+        },
+        events,
+        {
+            let cancelled = cancelled.clone();
+            move || !cancelled()
+        },
+    );
+    if cancelled() {
+        return Err(EngineError::Cancelled);
+    }
+    let model = loaded?;
+    // The same checks `serve` makes, so that it cannot fail there for a reason known now.
+    Session::new(&model, cfg, Instant::now())?;
+    if cancelled() {
+        return Err(EngineError::Cancelled);
+    }
+    Ok(model)
+}
+
+/// Answer a switch request: `Some(next)` to leave the current model for the new one, `None`
+/// (after a `SwitchFailed` event) to stay.
+fn try_switch(
+    id: RequestId,
+    cfg: EngineConfig,
+    events: &EventSender,
+    cancel_through: &Arc<AtomicU64>,
+) -> Option<Next> {
+    let started = Instant::now();
+    match load_beside(id, &cfg, events, cancel_through) {
+        Ok(model) => Some(Next::Serve(Box::new(model), cfg, started)),
+        Err(error) => {
+            let _ = events.send(EngineEvent::SwitchFailed {
+                request_id: id,
+                error,
+            });
+            None
+        }
+    }
+}
+
+fn serve(
+    model: &LlamaModel,
+    cfg: &EngineConfig,
+    started: Instant,
+    commands: &mpsc::Receiver<EngineCommand>,
+    events: &EventSender,
+    cancel_through: &Arc<AtomicU64>,
+) -> Next {
+    let mut session = match Session::new(model, cfg, started) {
         Ok(s) => s,
         Err(e) => {
             let _ = events.send(EngineEvent::LoadFailed(e));
-            return serve_without_model(commands, events);
+            return serve_without_model(commands, events, cancel_through);
         }
     };
     let _ = events.send(EngineEvent::Ready(Box::new(session.info.clone())));
@@ -93,7 +180,7 @@ fn load_and_serve(
                 n_gen,
             }) => {
                 let error = batch_sweep(
-                    &model,
+                    model,
                     &cfg.settings,
                     (id, &batches, n_prompt, n_gen),
                     events,
@@ -125,6 +212,11 @@ fn load_and_serve(
                 let _ = events.send(outcome(id, result, |request_id, report| {
                     EngineEvent::AbFinished { request_id, report }
                 }));
+            }
+            Ok(EngineCommand::SwitchModel { id, config }) => {
+                if let Some(next) = try_switch(id, config, events, cancel_through) {
+                    return next;
+                }
             }
             Ok(EngineCommand::LoadModel(c)) => {
                 // A file that fails the pre-flight checks, or that llama.cpp crashes on in the
@@ -208,7 +300,11 @@ fn batch_sweep(
     Ok(())
 }
 
-fn serve_without_model(commands: &mpsc::Receiver<EngineCommand>, events: &EventSender) -> Next {
+fn serve_without_model(
+    commands: &mpsc::Receiver<EngineCommand>,
+    events: &EventSender,
+    cancel_through: &Arc<AtomicU64>,
+) -> Next {
     loop {
         match commands.recv() {
             Ok(EngineCommand::Generate(req)) => {
@@ -228,6 +324,11 @@ fn serve_without_model(commands: &mpsc::Receiver<EngineCommand>, events: &EventS
                     request_id: request.id,
                     error: EngineError::NoModel,
                 });
+            }
+            Ok(EngineCommand::SwitchModel { id, config }) => {
+                if let Some(next) = try_switch(id, config, events, cancel_through) {
+                    return next;
+                }
             }
             Ok(EngineCommand::LoadModel(c)) => return Next::Load(c),
             Ok(EngineCommand::Shutdown) | Err(_) => return Next::Shutdown,

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::SystemTime;
 
-use crate::app::{Effect, ExportFormat, InputTokens, Msg};
+use crate::app::{Effect, InputTokens, Msg};
 use crate::engine::{EngineConfig, EngineHandle};
 
 /// Where the effects go: the engine, the history dir; and the live token counter of the input.
@@ -80,15 +80,20 @@ impl Effects<'_> {
                 Effect::LoadComparison => {
                     msgs.push(Msg::ComparisonLoaded(latest_comparison(&self.data_dir)));
                 }
-                Effect::LoadModel(path) => {
+                Effect::SwitchModel { id, path } => {
+                    let mut config = self.engine_config.clone();
+                    config.model_path = path;
+                    if let Err(error) = self.engine.switch_model(id, config) {
+                        msgs.push(Msg::Engine(crate::engine::EngineEvent::SwitchFailed {
+                            request_id: id,
+                            error,
+                        }));
+                    }
+                }
+                Effect::CountWith(path) => {
                     // Count with the new model's vocabulary from now on.
                     self.counter = crate::tokcount::TokenCounter::for_model(&path, None).ok();
                     self.counted = None;
-                    let mut config = self.engine_config.clone();
-                    config.model_path = path;
-                    if let Err(e) = self.engine.load_model(config) {
-                        msgs.push(Msg::Engine(crate::engine::EngineEvent::LoadFailed(e)));
-                    }
                 }
                 Effect::Save(conversation) => {
                     let result = crate::history::save(&self.history_dir, &conversation)
@@ -99,20 +104,23 @@ impl Effects<'_> {
                     format,
                     path,
                     conversation,
+                    sampling,
+                    max_tokens,
                 } => {
-                    let contents = match format {
-                        ExportFormat::Markdown => {
-                            Ok(crate::history::export_markdown(&conversation))
-                        }
-                        ExportFormat::Json => crate::history::export_json(&conversation),
-                    };
-                    let result = contents
+                    let result = crate::app::export::check_export_dir(&path)
+                        .and_then(|()| {
+                            crate::app::export::export_text(
+                                format,
+                                &conversation,
+                                &sampling,
+                                max_tokens,
+                            )
+                        })
                         .and_then(|c| {
                             crate::fsx::write_private(&path, c.as_bytes())
-                                .map_err(crate::history::HistoryError::from)
+                                .map_err(|e| e.to_string())
                         })
-                        .map(|()| path.clone())
-                        .map_err(|e| e.to_string());
+                        .map(|()| path.clone());
                     msgs.push(Msg::Exported(result));
                 }
                 Effect::Quit => quit = true,

@@ -94,6 +94,9 @@ impl<B: Backend> Driver<B> {
         if !self.frames.due(now) {
             return Ok(false);
         }
+        if std::mem::take(&mut self.app.full_repaint) {
+            self.terminal.clear()?;
+        }
         let app = &self.app;
         let started = Instant::now();
         self.terminal.draw(|f| crate::ui::draw(f, app, now))?;

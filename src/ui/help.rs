@@ -17,6 +17,7 @@ const KEYS: &[(&str, &str)] = &[
     ("Ctrl+R", "regenerate the last answer (with the next seed)"),
     ("Up", "on an empty input: recall the last prompt"),
     ("Ctrl+N", "new conversation"),
+    ("Ctrl+L", "repaint the whole screen"),
     ("PgUp / PgDn", "scroll the conversation (so does the mouse wheel)"),
     (
         "Home / End",

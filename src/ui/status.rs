@@ -50,6 +50,17 @@ impl Segment {
 
 /// The engine's state in a word or two, with its badge style.
 pub fn engine_state(app: &App) -> (String, Style) {
+    if let Some(s) = &app.switching {
+        let word = if s.cancelling {
+            "cancelling"
+        } else {
+            "switching"
+        };
+        return (
+            format!("{word} {}%", format::percent(s.progress)),
+            theme::STATE_BUSY,
+        );
+    }
     match &app.engine {
         EngineStatus::Loading { progress } => (
             format!("loading {}%", format::percent(*progress)),

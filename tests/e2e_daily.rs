@@ -1,0 +1,86 @@
+//! End to end in tmux, the real binary: a failed `/model` keeps the chat's model (the next
+//! message is answered by it), a good one switches; the bare `tokscope -m` starts the chat.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::Write;
+use std::path::Path;
+use std::time::Duration;
+
+use common::tmux::{bin, send, status_line, wait_idle_after_answers, Tmux, READY};
+
+#[test]
+fn a_failed_model_switch_keeps_the_model_and_a_good_one_switches() {
+    let _lock = common::model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let ty = tokscope::synth::TensorType::F32;
+    let a = common::synth(dir.path(), "a.gguf", "tiny", ty, 1);
+    let b = common::synth(dir.path(), "b.gguf", "tiny", ty, 2);
+    // Two bad files of the reliability matrix: a truncated model, and not a GGUF at all.
+    let bytes = std::fs::read(&a).unwrap();
+    let truncated = dir.path().join("truncated.gguf");
+    std::fs::write(&truncated, &bytes[..bytes.len() / 2]).unwrap();
+    let random = dir.path().join("random.gguf");
+    std::fs::File::create(&random)
+        .unwrap()
+        .write_all(
+            &(0..4096u32)
+                .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
+    let data = dir.path().join("data");
+    let config = dir.path().join("config");
+    let env: &[(&str, &Path)] = &[
+        ("TOKSCOPE_DATA_DIR", &data),
+        ("TOKSCOPE_CONFIG_DIR", &config),
+    ];
+    let tmux = Tmux::start("switch", 160, 40, env);
+    tmux.wait_for("the shell prompt", Duration::from_secs(10), |s| {
+        s.contains("e2e$")
+    });
+    // The bare command with the chat's flags.
+    tmux.type_text(&format!(
+        "{} -m {} -t 1 --temp 0 -n 8; echo exit=$?",
+        bin(),
+        a.display()
+    ));
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("the model to be ready", READY, |s| {
+        status_line(s).contains("ready")
+    });
+    send(&tmux, "first question");
+    wait_idle_after_answers(&tmux, 1);
+
+    let mut answers = 1;
+    for (bad, says) in [
+        (dir.path().join("missing.gguf"), "model file not found"),
+        (truncated, "truncated"),
+        (random, "not a GGUF"),
+    ] {
+        send(&tmux, &format!("/model {}", bad.display()));
+        let screen = tmux.wait_for("the switch error", Duration::from_secs(30), |s| {
+            s.contains("could not switch model (still on a.gguf)")
+        });
+        assert!(screen.contains(says), "{says}: {screen}");
+        assert!(status_line(&screen).contains("ready"), "{screen}");
+        // The old model answers the next message.
+        send(&tmux, "and then?");
+        answers += 1;
+        let screen = wait_idle_after_answers(&tmux, answers);
+        assert!(!screen.contains("not ready"), "{screen}");
+    }
+    send(&tmux, &format!("/model {}", b.display()));
+    tmux.wait_for("the switch", Duration::from_secs(30), |s| {
+        s.contains("switched to b.gguf") && status_line(s).contains("ready")
+    });
+    send(&tmux, "and on b?");
+    wait_idle_after_answers(&tmux, answers + 1);
+    tmux.keys(&["C-q"]);
+    let screen = tmux.wait_for("the exit", Duration::from_secs(20), |s| {
+        common::tmux::exit_line(s).is_some()
+    });
+    assert_eq!(common::tmux::exit_line(&screen), Some("exit=0"), "{screen}");
+    assert_eq!(common::tmux::saved_turns(&data), answers + 1);
+}
