@@ -56,8 +56,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .iter()
         .map(|(_, p)| HostSampler::new(p, n_vocab))
         .collect();
-    let mut pos = prompt.len() as i32;
-    for _ in 0..steps {
+    let first_pos = prompt.len() as i32;
+    for pos in (first_pos..).take(steps) {
         for (c, _) in chains.iter().enumerate() {
             for call in 0..calls {
                 let mut time_old = || {
@@ -83,7 +83,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         batch.clear();
         batch.add(token, pos, &[0], true)?;
         ctx.decode(&mut batch)?;
-        pos += 1;
         idx = 0;
     }
     // The one-pass top-k alone, for the breakdown of the default chain's figure.

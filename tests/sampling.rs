@@ -107,10 +107,9 @@ fn compare_on(model_path: &std::path::Path, seeds: u32, steps: usize) -> (usize,
     }
     ctx.decode(&mut batch).unwrap();
     let mut idx = batch.n_tokens() - 1;
-    let mut pos = prompt.len() as i32;
     let mut compared = 0;
     let mut seen = std::collections::BTreeSet::new();
-    for step in 0..steps {
+    for (pos, step) in (prompt.len() as i32..).zip(0..steps) {
         let logits = ctx.get_logits_ith(idx).to_vec();
         let mut feed = None;
         for (old, new, label) in &mut pairs {
@@ -125,7 +124,6 @@ fn compare_on(model_path: &std::path::Path, seeds: u32, steps: usize) -> (usize,
         batch.clear();
         batch.add(token, pos, &[0], true).unwrap();
         ctx.decode(&mut batch).unwrap();
-        pos += 1;
         idx = 0;
     }
     (compared, seen.len())

@@ -31,8 +31,7 @@ impl App {
         }
         let mut effects = self.cancel_active();
         let path = crate::config::expand_home(std::path::Path::new(arg));
-        let id = self.next_request_id;
-        self.next_request_id += 1;
+        let id = self.request_ids.next();
         self.switching = Some(Switch {
             request_id: id,
             path: path.clone(),

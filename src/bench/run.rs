@@ -452,11 +452,10 @@ fn engine_settings(job: &Job) -> EngineSettings {
 pub fn check_models(models: &[std::path::PathBuf]) -> Result<(), crate::engine::EngineError> {
     use crate::engine::EngineError as E;
     for m in models {
-        match crate::engine::check_model_file(Path::new(m)) {
-            Err(e @ (E::ModelNotFound(_) | E::ModelIsDirectory(_) | E::ModelUnreadable { .. })) => {
-                return Err(e)
-            }
-            _ => {}
+        if let Err(e @ (E::ModelNotFound(_) | E::ModelIsDirectory(_) | E::ModelUnreadable { .. })) =
+            crate::engine::check_model_file(Path::new(m))
+        {
+            return Err(e);
         }
     }
     Ok(())

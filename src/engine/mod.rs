@@ -513,7 +513,7 @@ impl EngineHandle {
     /// (`SwitchProgress`… then `Ready`, or `SwitchFailed` with the current model kept).
     /// Cancelling `id` aborts the load.
     pub fn switch_model(&mut self, id: RequestId, config: EngineConfig) -> Result<(), EngineError> {
-        self.next_id = self.next_id.max(id + 1);
+        self.ids.observe(id);
         self.commands
             .send(EngineCommand::SwitchModel { id, config })
             .map_err(|_| EngineError::EngineGone)

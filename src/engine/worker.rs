@@ -198,7 +198,7 @@ fn serve(
                 // and KV cache are untouched), so that A and B are measured alike. Its events
                 // go nowhere: the screen shows A's text from the conversation.
                 let a_fresh = (|| {
-                    let mut fresh = Session::new(&model, cfg, Instant::now())?;
+                    let mut fresh = Session::new(model, cfg, Instant::now())?;
                     let (sink, _dropped) = tokio::sync::mpsc::unbounded_channel();
                     let mut a_request = request.clone();
                     a_request.submitted_at = Instant::now();

@@ -6,9 +6,9 @@ pub mod error;
 pub mod gpu;
 pub mod measure;
 pub mod model_info;
-pub mod sampler;
-pub mod probe;
 pub mod placement;
+pub mod probe;
+pub mod sampler;
 pub mod settings;
 
 use std::num::NonZeroU32;

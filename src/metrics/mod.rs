@@ -8,8 +8,8 @@
 
 use std::time::Duration;
 
-pub mod energy;
 pub mod busy;
+pub mod energy;
 pub mod host;
 pub mod remote;
 pub mod roofline;

@@ -381,34 +381,6 @@ mod tests {
     }
 
     #[test]
-    fn partial_offload_adds_both_sides_times() {
-        // 32 layers of 0.1 GB each + a 0.4 GB output layer = 3.6 GB per token.
-        let all_cpu = offload_split(3.6e9, 0.4e9, 32, 0);
-        assert_eq!(all_cpu.gpu_bytes, 0.0);
-        assert_eq!(all_cpu.cpu_bytes, 3.6e9);
-        let all_gpu = offload_split(3.6e9, 0.4e9, 32, 33);
-        assert_eq!(all_gpu.gpu_bytes, 3.6e9);
-        assert_eq!(all_gpu.cpu_bytes, 0.0);
-        // 32 of 32 layers but not the output layer: 3.2 GB on the GPU.
-        let layers_only = offload_split(3.6e9, 0.4e9, 32, 32);
-        assert!((layers_only.gpu_bytes - 3.2e9).abs() < 1.0);
-        assert!((layers_only.cpu_bytes - 0.4e9).abs() < 1.0);
-        // Half the layers: 1.6 GB at 1 TB/s + 2.0 GB at 100 GB/s = 1.6 ms + 20 ms.
-        let half = offload_split(3.6e9, 0.4e9, 32, 16);
-        let ceiling = partial_offload_ceiling_tok_per_s(half, 1e12, 1e11).unwrap();
-        assert!((ceiling - 1.0 / 0.0216).abs() < 1e-6, "{ceiling}");
-        // Everything on the GPU needs no CPU bandwidth.
-        let full = partial_offload_ceiling_tok_per_s(all_gpu, 1e12, 0.0).unwrap();
-        assert!((full - 1e12 / 3.6e9).abs() < 1e-6);
-        // A side with bytes and no bandwidth: unknown, not infinite.
-        assert_eq!(partial_offload_ceiling_tok_per_s(half, 1e12, 0.0), None);
-        assert_eq!(
-            partial_offload_ceiling_tok_per_s(offload_split(0.0, 0.0, 32, 8), 1e12, 1e11),
-            None
-        );
-    }
-
-    #[test]
     fn cost_per_million() {
         let c = cost_per_million_tokens(3.0, 100.0).unwrap();
         assert!((c - 8.333).abs() < 0.001, "{c}");
