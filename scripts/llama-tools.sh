@@ -23,7 +23,12 @@
 set -euo pipefail
 
 llama_tools_repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-LLAMA_TOOLS=(llama-bench llama-batched-bench llama-perplexity llama-server)
+LLAMA_TOOLS=(llama-bench llama-batched-bench llama-perplexity)
+# llama-server only on request (LLAMA_TOOLS_SERVER=1, as tests/remote_server.rs sets it): its
+# sources from the llama-cpp-python sdist must match the llama.cpp they build against, which
+# holds for --source pypi and not for sys/native (llama-cpp-sys-2 0.1.160 vendors another
+# llama.cpp revision: server-context.cpp does not compile against it).
+if [ "${LLAMA_TOOLS_SERVER:-0}" = 1 ]; then LLAMA_TOOLS+=(llama-server); fi
 
 # The CMake cache of the llama.cpp that llama-cpp-sys-2 built for tokscope, when there is one
 # (the newest, when the target dir holds builds with other flags).

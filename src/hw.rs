@@ -115,8 +115,11 @@ where
                 f(a, b, c);
             });
         }
-        barrier.wait();
+        // The clock starts before the workers are released: were this thread descheduled
+        // between the barrier and the clock (a busy machine), the workers could finish before
+        // it read the time and the rate would come out absurdly high.
         let start = Instant::now();
+        barrier.wait();
         // The scope joins every thread before it returns.
         start
     })

@@ -426,6 +426,14 @@ fn switching_models_keeps_the_engine_alive() {
             _ => {}
         }
     }
+    // The current model stays loaded, and the engine says so.
+    loop {
+        if let EngineEvent::Ready(info) = e.events.blocking_recv().unwrap() {
+            assert_eq!(info.quantization, "F32");
+            assert_eq!(info.path, a);
+            break;
+        }
+    }
     e.handle
         .load_model(tokscope::engine::EngineConfig {
             model_path: b.clone(),

@@ -190,6 +190,7 @@ mod tests {
         update(&mut app, Msg::Key(key(KeyCode::Enter)), now());
         let info = crate::engine::ModelInfo {
             file_name: "other.gguf".into(),
+            path: "/m/other.gguf".into(),
             ..crate::engine::ModelInfo::default()
         };
         let fx = update(

@@ -51,12 +51,8 @@ fn build_clone(source: &Path, seed: u64) -> Result<(GgufWriter, u32), SynthError
         path: source.to_path_buf(),
         source: e,
     })?;
-    // What llama.cpp rejects is not cloned: overlapping tensor offsets would make the clone
-    // far larger than the source, and a crashing vocabulary would crash the clone too.
-    gguf::validate::validate_model(&header).map_err(|defect| SynthError::SourceDefect {
-        path: source.to_path_buf(),
-        defect,
-    })?;
+    // A tensor type the clone cannot fill is named first: it is the one thing no fix to the
+    // file's metadata would change.
     if let Some(tensor) = header
         .tensors
         .iter()
@@ -68,6 +64,13 @@ fn build_clone(source: &Path, seed: u64) -> Result<(GgufWriter, u32), SynthError
             ggml_type: tensor.ggml_type,
         });
     }
+
+    // What llama.cpp rejects is not cloned: overlapping tensor offsets would make the clone
+    // far larger than the source, and a crashing vocabulary would crash the clone too.
+    gguf::validate::validate_model(&header).map_err(|defect| SynthError::SourceDefect {
+        path: source.to_path_buf(),
+        defect,
+    })?;
 
     let mut writer = GgufWriter::new();
     let mut has_name = false;

@@ -23,13 +23,14 @@ pub fn llama_server_binary() -> PathBuf {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
         let out = Command::new("bash")
             .arg(root.join("scripts/llama-tools.sh"))
-            .args(["--source", "sys"])
+            .args(["--source", "pypi"])
+            .env("LLAMA_TOOLS_SERVER", "1")
             .stderr(Stdio::inherit())
             .output()
             .expect("cannot run scripts/llama-tools.sh");
         assert!(
             out.status.success(),
-            "scripts/llama-tools.sh --source sys failed: llama-server could not be built"
+            "scripts/llama-tools.sh --source pypi failed: llama-server could not be built"
         );
         let dir = String::from_utf8_lossy(&out.stdout)
             .lines()
