@@ -14,7 +14,7 @@ use serde_json::json;
 use crate::engine::{ChatMessage, Role};
 use crate::remote::{ChatRequest, RemoteClient, RemoteError, RemoteTurn, StreamEnd};
 use arrivals::{next_gap, Rng};
-use report::{summarize, LoadSummary, RequestRecord, Slo};
+use report::{summarize, LoadSummary, RequestError, RequestRecord, Slo};
 
 /// How requests arrive.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -140,15 +140,21 @@ pub struct Progress {
 }
 
 /// A measured request's record, or the kind of its error.
-fn record(turn: &RemoteTurn) -> Result<RequestRecord, String> {
+fn record(turn: &RemoteTurn) -> Result<RequestRecord, RequestError> {
     match &turn.end {
         Ok(StreamEnd::Done) => {}
-        Ok(StreamEnd::Cancelled) => return Err("cancelled".into()),
-        Err(e) => return Err(e.kind().into()),
+        Ok(StreamEnd::Cancelled) => {
+            return Err(RequestError::new("cancelled", "stopped by Ctrl-C"))
+        }
+        Err(e) => return Err(RequestError::new(e.kind(), e.to_string())),
     }
     let t = &turn.timeline;
-    let usage = t.usage.ok_or("no_usage")?;
-    let ttft = t.ttft().ok_or("no_content")?;
+    let usage = t
+        .usage
+        .ok_or_else(|| RequestError::new("no_usage", "the stream ended without a usage object"))?;
+    let ttft = t
+        .ttft()
+        .ok_or_else(|| RequestError::new("no_content", "the stream had no content chunk"))?;
     let e2e = t.e2e();
     let n = usage.completion_tokens;
     let tpot = (n > 1).then(|| (e2e.saturating_sub(ttft)) / u32::try_from(n - 1).unwrap_or(1));
@@ -168,7 +174,7 @@ async fn one(
     plan: &LoadPlan,
     messages: Vec<ChatMessage>,
     stop: &AtomicBool,
-) -> Result<RequestRecord, String> {
+) -> Result<RequestRecord, RequestError> {
     let request = ChatRequest {
         model: plan.model.clone(),
         messages,
@@ -184,7 +190,7 @@ async fn one(
         .await
     {
         Ok(turn) => record(&turn),
-        Err(e) => Err(e.kind().to_string()),
+        Err(e) => Err(RequestError::new(e.kind(), e.to_string())),
     }
 }
 
@@ -219,9 +225,9 @@ pub async fn run_level(
     let limit = plan.requests.unwrap_or(usize::MAX);
     let deadline = plan.duration.map(|d| Instant::now() + d);
     let started = Instant::now();
-    let results = Arc::new(std::sync::Mutex::new(
-        Vec::<Result<RequestRecord, String>>::new(),
-    ));
+    let results = Arc::new(std::sync::Mutex::new(Vec::<
+        Result<RequestRecord, RequestError>,
+    >::new()));
     let next_index = Arc::new(AtomicUsize::new(0));
     let sending_over = |sent: usize| {
         stop.load(Ordering::SeqCst)
@@ -313,7 +319,7 @@ pub async fn run_level(
     for o in outcomes {
         match o {
             Ok(r) => records.push(r),
-            Err(kind) => errors.push(kind),
+            Err(e) => errors.push(e),
         }
     }
     Ok(summarize(

@@ -140,6 +140,8 @@ pub struct LoadSummary {
     pub completed: usize,
     pub failed: usize,
     pub errors_by_kind: BTreeMap<String, usize>,
+    /// The first error message of each kind, so a failed request says why.
+    pub first_error_by_kind: BTreeMap<String, String>,
     pub duration_s: f64,
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
@@ -164,18 +166,40 @@ fn per_s(count: f64, secs: f64) -> Option<f64> {
     (secs > 0.0).then(|| count / secs)
 }
 
+/// Why one request of a level failed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestError {
+    /// A short kind (`transport`, `timeout`, `status_500`, ...), counted per level.
+    pub kind: String,
+    /// The message, as the error said it.
+    pub detail: String,
+}
+
+impl RequestError {
+    pub fn new(kind: impl Into<String>, detail: impl Into<String>) -> Self {
+        Self {
+            kind: kind.into(),
+            detail: detail.into(),
+        }
+    }
+}
+
 /// Reduces the records of one level.
 pub fn summarize(
     level: String,
     records: &[RequestRecord],
-    errors: &[String],
+    errors: &[RequestError],
     duration: Duration,
     slo: Option<Slo>,
 ) -> LoadSummary {
     let secs = duration.as_secs_f64();
     let mut errors_by_kind = BTreeMap::new();
-    for kind in errors {
-        *errors_by_kind.entry(kind.clone()).or_insert(0) += 1;
+    let mut first_error_by_kind = BTreeMap::new();
+    for e in errors {
+        *errors_by_kind.entry(e.kind.clone()).or_insert(0) += 1;
+        first_error_by_kind
+            .entry(e.kind.clone())
+            .or_insert_with(|| e.detail.clone());
     }
     let prompt_tokens = records.iter().map(|r| r.prompt_tokens).sum();
     let completion_tokens: u64 = records.iter().map(|r| r.completion_tokens).sum();
@@ -199,6 +223,7 @@ pub fn summarize(
         completed: records.len(),
         failed: errors.len(),
         errors_by_kind,
+        first_error_by_kind,
         duration_s: secs,
         prompt_tokens,
         completion_tokens,
@@ -256,7 +281,10 @@ pub fn markdown(rows: &[LoadSummary]) -> String {
         let kinds: Vec<String> = r
             .errors_by_kind
             .iter()
-            .map(|(k, n)| format!("{k} {n}"))
+            .map(|(k, n)| match r.first_error_by_kind.get(k) {
+                Some(first) => format!("{k} {n} (first: {first})"),
+                None => format!("{k} {n}"),
+            })
             .collect();
         out.push_str(&format!("\nerrors at {}: {}\n", r.level, kinds.join(", ")));
     }
@@ -329,7 +357,7 @@ mod tests {
         let s = summarize(
             "c=1".into(),
             &records,
-            &["timeout".into()],
+            &[RequestError::new("timeout", "no response within 1 s")],
             Duration::from_secs(2),
             Some(slo),
         );
@@ -341,7 +369,8 @@ mod tests {
         assert_eq!(s.errors_by_kind.get("timeout"), Some(&1));
         assert_eq!(s.ttft.unwrap().p50_ms, 100.0);
         assert_eq!(s.ttft.unwrap().p99_ms, 600.0);
-        assert!(markdown(std::slice::from_ref(&s)).contains("timeout 1"));
+        assert!(markdown(std::slice::from_ref(&s))
+            .contains("timeout 1 (first: no response within 1 s)"));
         assert_eq!(csv(&[s]).lines().count(), 2);
     }
 

@@ -146,6 +146,12 @@ fn chain(e: &dyn std::error::Error) -> String {
     out
 }
 
+/// A send that failed because a pooled keep-alive connection was already closed by the server:
+/// nothing of the response arrived, so sending again is safe.
+fn stale_connection(detail: &str) -> bool {
+    detail.contains("connection closed before message completed")
+}
+
 impl RemoteClient {
     pub fn new(endpoint: Endpoint) -> Result<Self, RemoteError> {
         let http = reqwest::Client::builder()
@@ -312,8 +318,17 @@ impl RemoteClient {
     ) -> Result<RemoteTurn, RemoteError> {
         let url = format!("{}/chat/completions", self.endpoint.base_url);
         let body = request_body(request);
-        let sent_at = Instant::now();
-        let response = self.send(&url, self.http.post(&url).json(&body)).await?;
+        let mut sent_at = Instant::now();
+        let response = match self.send(&url, self.http.post(&url).json(&body)).await {
+            // The pool handed out a kept-alive connection the server had just closed (cpp-httplib
+            // closes idle ones when its threads are busy): the request never got a response, so
+            // it is sent once more on a fresh connection, and its clock starts again there.
+            Err(RemoteError::Transport { detail, .. }) if stale_connection(&detail) => {
+                sent_at = Instant::now();
+                self.send(&url, self.http.post(&url).json(&body)).await?
+            }
+            other => other?,
+        };
         let mut timeline = RemoteTimeline {
             network_rtt,
             headers_at: Some(sent_at.elapsed()),
