@@ -23,6 +23,10 @@ enum Chat {
     Status(u16, &'static str),
     /// Sends the SSE header and one chunk, then says nothing until the client gives up.
     Stall,
+    /// Closes the kept-alive connection when the first chat request arrives on it, without a
+    /// word (as a server does with an idle connection it is closing), then streams these bytes
+    /// on every later connection.
+    DropFirstPostThen(Vec<u8>),
 }
 
 struct Fake {
@@ -69,6 +73,7 @@ fn fake(chat: Chat, max_connections: usize) -> Fake {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let (tx, rx) = mpsc::channel();
+    let dropped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     std::thread::spawn(move || {
         let deadline = Instant::now() + Duration::from_secs(30);
         listener.set_nonblocking(true).unwrap();
@@ -85,6 +90,7 @@ fn fake(chat: Chat, max_connections: usize) -> Fake {
                 .unwrap();
             let chat = chat.clone();
             let tx = tx.clone();
+            let dropped = dropped.clone();
             std::thread::spawn(move || loop {
                 let request = read_request(&mut stream);
                 if request.is_empty() {
@@ -103,7 +109,12 @@ fn fake(chat: Chat, max_connections: usize) -> Fake {
                 }
                 let sse_head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
                 match chat {
-                    Chat::Sse(bytes) => {
+                    Chat::DropFirstPostThen(_)
+                        if !dropped.swap(true, std::sync::atomic::Ordering::SeqCst) =>
+                    {
+                        let _ = stream.shutdown(std::net::Shutdown::Both);
+                    }
+                    Chat::Sse(bytes) | Chat::DropFirstPostThen(bytes) => {
                         let _ = stream.write_all(sse_head.as_bytes());
                         let _ = stream.write_all(&bytes);
                     }
@@ -196,6 +207,27 @@ fn a_complete_stream_is_measured_and_the_role_only_delta_is_not_a_token() {
         .unwrap();
     assert!(chat.contains("\"include_usage\":true"), "{chat}");
     assert!(chat.contains("\"model\":\"fake-model\""), "{chat}");
+}
+
+#[test]
+fn a_request_on_a_connection_the_server_just_closed_is_sent_again() {
+    let mut body = chunk("Hel");
+    body += &chunk("lo");
+    body += &usage_event(3, 2);
+    body += "data: [DONE]\n\n";
+    let f = fake(Chat::DropFirstPostThen(body.into_bytes()), 4);
+    let url = format!("http://127.0.0.1:{}/v1", f.port);
+    let (code, stdout, stderr) = run_turn(&url, &["--json"]);
+    assert_eq!(code, 0, "{stderr}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v["text"], "Hello");
+    assert_eq!(v["end"], "done");
+    let posts = f
+        .requests
+        .try_iter()
+        .filter(|r| r.starts_with("POST /v1/chat/completions"))
+        .count();
+    assert_eq!(posts, 2, "the dropped request and its resend");
 }
 
 #[test]
