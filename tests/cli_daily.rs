@@ -149,3 +149,60 @@ fn run_into_a_closed_pipe_ends_quietly() {
         assert!(!stderr.contains(bad), "{bad}: {stderr}");
     }
 }
+
+#[test]
+fn config_show_prints_a_valid_config_with_round_values_and_sources() {
+    let home = tempfile::tempdir().unwrap();
+    let config = home.path().join("config/config.toml");
+    // `config init` writes the commented example, and refuses to replace it.
+    tokscope(home.path())
+        .args(["config", "init"])
+        .assert()
+        .success();
+    let example = std::fs::read_to_string(&config).unwrap();
+    assert!(example.contains("[sampling]") && example.contains("cache_type_k"));
+    tokscope(home.path())
+        .args(["config", "init"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("already exists"));
+    std::fs::write(&config, "n_ctx = 777\n[sampling]\ntop_p = 0.9\n").unwrap();
+    let out = tokscope(home.path())
+        .args(["config", "show"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let shown = String::from_utf8(out.stdout).unwrap();
+    assert!(shown.contains("n_ctx = 777  # from "), "{shown}");
+    assert!(shown.contains("top_p = 0.9  # from "), "{shown}");
+    assert!(shown.contains("temperature = 0.8  # default"), "{shown}");
+    assert!(shown.contains("cache_type_k = \"f16\""), "{shown}");
+    assert!(
+        !shown.contains("[engine]") && !shown.contains("0.80000"),
+        "{shown}"
+    );
+    // What it prints is a config tokscope reads back to the same settings.
+    let again = home.path().join("again.toml");
+    std::fs::write(&again, &shown).unwrap();
+    let out2 = tokscope(home.path())
+        .arg("--config")
+        .arg(&again)
+        .args(["config", "show"])
+        .output()
+        .unwrap();
+    assert!(
+        out2.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out2.stderr)
+    );
+    let values = |s: &str| -> Vec<String> {
+        s.lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(|l| l.split("  #").next().unwrap_or("").to_string())
+            .collect()
+    };
+    assert_eq!(
+        values(&String::from_utf8(out2.stdout).unwrap()),
+        values(&shown)
+    );
+}
