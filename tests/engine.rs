@@ -551,16 +551,14 @@ fn ab_turn(
     mut on_token: impl FnMut(&tokscope::engine::EngineHandle, usize),
 ) -> Result<(tokscope::engine::AbReport, String), tokscope::engine::EngineError> {
     let id = e.handle.next_id();
-    let request = tokscope::engine::GenerateRequest {
-        id,
+    let turn = tokscope::engine::TurnRequest {
         messages,
         sampling,
         max_tokens,
         capture_first_logits: false,
         ignore_eos: false,
-        submitted_at: std::time::Instant::now(),
     };
-    e.handle.ab_generate(path.to_path_buf(), request).unwrap();
+    e.handle.send(id, turn, Some(path.to_path_buf())).unwrap();
     let mut streamed = String::new();
     loop {
         match e.events.blocking_recv().expect("engine gone") {

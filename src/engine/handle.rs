@@ -132,11 +132,7 @@ impl EngineHandle {
         self.ids.observe(id);
         let request = GenerateRequest {
             id,
-            messages: turn.messages,
-            sampling: turn.sampling,
-            max_tokens: turn.max_tokens,
-            capture_first_logits: turn.capture_first_logits,
-            ignore_eos: turn.ignore_eos,
+            turn,
             submitted_at: Instant::now(),
         };
         let command = match model {
@@ -147,22 +143,6 @@ impl EngineHandle {
             .send(command)
             .map_err(|_| EngineError::EngineGone)?;
         Ok(id)
-    }
-
-    /// Send a fully specified request (its `submitted_at` is replaced by the time it is sent).
-    pub fn send_request(&mut self, request: GenerateRequest) -> Result<RequestId, EngineError> {
-        let (id, turn) = request.into_turn();
-        self.send(id, turn, None)
-    }
-
-    /// Answer `request` with the model file at `path` (an A/B comparison; see `send`).
-    pub fn ab_generate(
-        &mut self,
-        path: PathBuf,
-        request: GenerateRequest,
-    ) -> Result<RequestId, EngineError> {
-        let (id, turn) = request.into_turn();
-        self.send(id, turn, Some(path))
     }
 
     /// The id the next `generate`/`submit` will use.

@@ -62,41 +62,22 @@ pub struct TurnRequest {
     pub messages: Vec<ChatMessage>,
     pub sampling: SamplingParams,
     pub max_tokens: u32,
-    /// See `GenerateRequest::capture_first_logits`.
-    pub capture_first_logits: bool,
-    /// See `GenerateRequest::ignore_eos`.
-    pub ignore_eos: bool,
-}
-
-/// One chat turn to generate, as the engine thread receives it.
-#[derive(Debug, Clone)]
-pub struct GenerateRequest {
-    pub id: RequestId,
-    pub messages: Vec<ChatMessage>,
-    pub sampling: SamplingParams,
-    pub max_tokens: u32,
     /// Return the logits the first token was sampled from (for cross-checks and quality
     /// comparisons; a vocabulary-sized copy, so off by default).
     pub capture_first_logits: bool,
     /// Generate exactly `max_tokens`: end-of-generation tokens and stop strings do not end
     /// the turn (for benchmarks, like llama.cpp's `--ignore-eos`).
     pub ignore_eos: bool,
-    /// When the request was handed to the engine: TTFT and every offset start here.
-    pub submitted_at: Instant,
 }
 
-impl GenerateRequest {
-    /// The request without its id and clock (`send` stamps a new `submitted_at`).
-    pub(super) fn into_turn(self) -> (RequestId, TurnRequest) {
-        let turn = TurnRequest {
-            messages: self.messages,
-            sampling: self.sampling,
-            max_tokens: self.max_tokens,
-            capture_first_logits: self.capture_first_logits,
-            ignore_eos: self.ignore_eos,
-        };
-        (self.id, turn)
-    }
+/// One chat turn to generate, as the engine thread receives it: the caller's turn, its id,
+/// and the moment `EngineHandle::send` handed it over.
+#[derive(Debug, Clone)]
+pub struct GenerateRequest {
+    pub id: RequestId,
+    pub turn: TurnRequest,
+    /// When the request was handed to the engine: TTFT and every offset start here.
+    pub submitted_at: Instant,
 }
 
 pub enum EngineCommand {

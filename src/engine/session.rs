@@ -319,7 +319,8 @@ impl<'m> Session<'m> {
         // queue + template/tokenize + prefill + first sample add up to TTFT exactly.
         let picked_up = Instant::now();
         timeline.queue = Some(picked_up.saturating_duration_since(t0));
-        let (tokens, dropped_messages) = self.fit_prompt(&req.messages, n_ctx, req.max_tokens)?;
+        let (tokens, dropped_messages) =
+            self.fit_prompt(&req.turn.messages, n_ctx, req.turn.max_tokens)?;
 
         // KV reuse: keep the cached prefix, prefill the rest. At least one token is decoded
         // so that there are logits to sample from.
@@ -385,13 +386,13 @@ impl<'m> Session<'m> {
             at: prefill_done_at,
         });
 
-        let first_logits = (req.capture_first_logits && stop_reason.is_none())
+        let first_logits = (req.turn.capture_first_logits && stop_reason.is_none())
             .then(|| self.ctx.get_logits_ith(logits_index).to_vec());
         let vocab = self.model.vocab();
-        let mut sampler = HostSampler::new(&req.sampling, self.model.n_vocab());
+        let mut sampler = HostSampler::new(&req.turn.sampling, self.model.n_vocab());
         let mut utf8 = Utf8Stream::new();
         let mut stops = match self.style {
-            PromptStyle::Completion if !req.ignore_eos => StopMatcher::new(&COMPLETION_STOPS),
+            PromptStyle::Completion if !req.turn.ignore_eos => StopMatcher::new(&COMPLETION_STOPS),
             _ => StopMatcher::new(&[]),
         };
         let mut text = String::new();
@@ -399,7 +400,7 @@ impl<'m> Session<'m> {
         // Host time per token (docs/metrics.md): each gap between two decode calls, and its
         // parts, timed where they happen.
         let mut host = HostTimes {
-            gaps: Vec::with_capacity(req.max_tokens.min(1 << 16) as usize),
+            gaps: Vec::with_capacity(req.turn.max_tokens.min(1 << 16) as usize),
             ..HostTimes::default()
         };
         let mut gap_start = Instant::now();
@@ -412,7 +413,7 @@ impl<'m> Session<'m> {
             let mark = Instant::now();
             host.sampling += mark - sampled_at;
             host.tokens += 1;
-            if vocab.is_eog(token) && !req.ignore_eos {
+            if vocab.is_eog(token) && !req.turn.ignore_eos {
                 stop_reason = Some(StopReason::EndOfGeneration);
                 break;
             }
@@ -435,7 +436,7 @@ impl<'m> Session<'m> {
             host.event += detokenized.elapsed();
             stop_reason = if hit_stop {
                 Some(StopReason::StopString)
-            } else if timeline.token_ready_at.len() >= req.max_tokens as usize {
+            } else if timeline.token_ready_at.len() >= req.turn.max_tokens as usize {
                 Some(StopReason::MaxTokens)
             } else if self.cached.len() + 1 >= n_ctx {
                 Some(StopReason::ContextFull)
