@@ -246,10 +246,10 @@ impl BatchSweepChart {
     fn new(points: &[BatchPoint], title: &str) -> Option<Self> {
         let mut sorted: Vec<&BatchPoint> = points.iter().filter(|p| p.batch > 0).collect();
         sorted.sort_by_key(|p| p.batch);
-        let series = |value: fn(&BatchPoint) -> f64| -> Vec<(f64, f64)> {
+        let series = |value: fn(&BatchPoint) -> Option<f64>| -> Vec<(f64, f64)> {
             sorted
                 .iter()
-                .map(|p| (f64::from(p.batch).log2(), value(p)))
+                .filter_map(|p| Some((f64::from(p.batch).log2(), value(p)?)))
                 .filter(|(_, v)| v.is_finite() && *v >= 0.0)
                 .collect()
         };
@@ -778,10 +778,10 @@ mod tests {
         .into_iter()
         .map(|(batch, agg, per, p50, p99)| BatchPoint {
             batch,
-            aggregate_tok_per_s: agg,
-            per_sequence_tok_per_s: per,
-            itl_p50_ms: p50,
-            itl_p99_ms: p99,
+            aggregate_tok_per_s: Some(agg),
+            per_sequence_tok_per_s: Some(per),
+            itl_p50_ms: Some(p50),
+            itl_p99_ms: Some(p99),
         })
         .collect()
     }
@@ -927,17 +927,17 @@ mod tests {
         let nan_sweep = [
             BatchPoint {
                 batch: 0,
-                aggregate_tok_per_s: 1.0,
-                per_sequence_tok_per_s: 1.0,
-                itl_p50_ms: 1.0,
-                itl_p99_ms: 1.0,
+                aggregate_tok_per_s: Some(1.0),
+                per_sequence_tok_per_s: Some(1.0),
+                itl_p50_ms: Some(1.0),
+                itl_p99_ms: Some(1.0),
             },
             BatchPoint {
                 batch: 4,
-                aggregate_tok_per_s: f64::NAN,
-                per_sequence_tok_per_s: f64::INFINITY,
-                itl_p50_ms: f64::NEG_INFINITY,
-                itl_p99_ms: -1.0,
+                aggregate_tok_per_s: Some(f64::NAN),
+                per_sequence_tok_per_s: Some(f64::INFINITY),
+                itl_p50_ms: Some(f64::NEG_INFINITY),
+                itl_p99_ms: Some(-1.0),
             },
         ];
         assert!(matches!(
@@ -963,15 +963,15 @@ mod tests {
     fn partly_bad_inputs_plot_what_is_finite() {
         let dir = tempfile::tempdir().unwrap();
         let mut points = sweep();
-        points[1].itl_p99_ms = f64::NAN;
-        points[2].aggregate_tok_per_s = f64::INFINITY;
+        points[1].itl_p99_ms = Some(f64::NAN);
+        points[2].aggregate_tok_per_s = Some(f64::INFINITY);
         // A single batch size, and only throughput: still a chart.
         let single = [BatchPoint {
             batch: 1,
-            aggregate_tok_per_s: 50.0,
-            per_sequence_tok_per_s: 50.0,
-            itl_p50_ms: f64::NAN,
-            itl_p99_ms: f64::NAN,
+            aggregate_tok_per_s: Some(50.0),
+            per_sequence_tok_per_s: Some(50.0),
+            itl_p50_ms: Some(f64::NAN),
+            itl_p99_ms: Some(f64::NAN),
         }];
         for (name, input) in [("a.svg", &points[..]), ("b.png", &single[..])] {
             plot_batch_sweep(input, "t", &dir.path().join(name)).unwrap();

@@ -652,10 +652,10 @@ fn plot_rows(rows: &[Row], path: &std::path::Path) -> Result<(), Failure> {
         .filter_map(|r| {
             Some(BatchPoint {
                 batch: r.params.batch_size,
-                aggregate_tok_per_s: r.tok_per_s_mean,
-                per_sequence_tok_per_s: r.per_sequence_tok_per_s?,
-                itl_p50_ms: r.itl_p50_ms?,
-                itl_p99_ms: r.itl_p99_ms?,
+                aggregate_tok_per_s: Some(r.tok_per_s_mean),
+                per_sequence_tok_per_s: Some(r.per_sequence_tok_per_s?),
+                itl_p50_ms: Some(r.itl_p50_ms?),
+                itl_p99_ms: Some(r.itl_p99_ms?),
             })
         })
         .collect();

@@ -247,7 +247,8 @@ pub enum EngineEvent {
     BatchPoint {
         request_id: RequestId,
         point: crate::metrics::BatchPoint,
-        prefill_ms: f64,
+        /// Prefill of all B prompts together; `None` when it was not timed.
+        prefill_ms: Option<f64>,
     },
     /// Model B of an A/B comparison answered (its prefill and token events came before, under
     /// the same id; an error arrives as `Failed`).

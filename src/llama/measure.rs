@@ -479,14 +479,14 @@ pub enum TestKind {
 }
 
 /// Measure `sequences` prompts of `n_prompt` tokens then `n_gen` batched steps (one warm-up
-/// and one timed run). Returns the point and the prefill time in ms.
+/// and one timed run). Returns the point and the prefill time in ms (`None` when not timed).
 pub fn measure_batch(
     model: &LlamaModel,
     settings: &EngineSettings,
     sequences: u32,
     n_prompt: u32,
     n_gen: u32,
-) -> Result<(BatchPoint, f64), EngineError> {
+) -> Result<(BatchPoint, Option<f64>), EngineError> {
     let sequences = sequences.max(1);
     let per_sequence = n_prompt.saturating_add(n_gen).max(1);
     let mut s = settings.clone();
@@ -505,16 +505,16 @@ pub fn measure_batch(
     };
     bencher.warm_up(&test)?;
     let sample = bencher.run(&test, 0, &greedy)?;
-    let aggregate = rate_per_s(sample.tokens_generated as usize, sample.decode).unwrap_or(0.0);
+    let aggregate = rate_per_s(sample.tokens_generated as usize, sample.decode);
     let itl = LatencyStats::from_durations(&sample.gaps);
     Ok((
         BatchPoint {
             batch: sequences,
             aggregate_tok_per_s: aggregate,
-            per_sequence_tok_per_s: aggregate / f64::from(sequences),
-            itl_p50_ms: itl.map_or(0.0, |i| i.p50_ms),
-            itl_p99_ms: itl.map_or(0.0, |i| i.p99_ms),
+            per_sequence_tok_per_s: aggregate.map(|a| a / f64::from(sequences)),
+            itl_p50_ms: itl.map(|i| i.p50_ms),
+            itl_p99_ms: itl.map(|i| i.p99_ms),
         },
-        sample.prefill.map_or(0.0, ms),
+        sample.prefill.map(ms),
     ))
 }

@@ -235,17 +235,18 @@ pub fn relative_difference(a: f64, b: f64) -> Option<f64> {
     }
 }
 
-/// One batch size of a batched-decoding sweep.
+/// One batch size of a batched-decoding sweep. A figure the measurement could not define
+/// (no decode time, fewer than two tokens per sequence for an ITL) is `None`, never 0.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct BatchPoint {
     /// Sequences decoded together (B).
     pub batch: u32,
     /// Tokens per second over all sequences.
-    pub aggregate_tok_per_s: f64,
+    pub aggregate_tok_per_s: Option<f64>,
     /// Tokens per second of one sequence.
-    pub per_sequence_tok_per_s: f64,
-    pub itl_p50_ms: f64,
-    pub itl_p99_ms: f64,
+    pub per_sequence_tok_per_s: Option<f64>,
+    pub itl_p50_ms: Option<f64>,
+    pub itl_p99_ms: Option<f64>,
 }
 
 #[cfg(test)]
