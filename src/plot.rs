@@ -20,7 +20,7 @@ use crate::metrics::BatchPoint;
 
 /// One measured decode speed on the roofline.
 #[derive(Debug, Clone, PartialEq)]
-pub struct RooflinePoint {
+pub(crate) struct RooflinePoint {
     /// Shown next to the point (a model, a depth, a batch size …).
     pub label: String,
     /// Bytes read per decode step (weights + KV cache), see `metrics::roofline`.
@@ -30,7 +30,7 @@ pub struct RooflinePoint {
 
 /// The file formats a chart can be written in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PlotKind {
+pub(crate) enum PlotKind {
     Png,
     Svg,
 }
@@ -39,7 +39,7 @@ pub enum PlotKind {
 const ACCEPTED_EXTENSIONS: &str = "png, svg";
 
 #[derive(Debug, Error)]
-pub enum PlotError {
+pub(crate) enum PlotError {
     #[error("cannot tell the chart format of {path}: extension '{extension}' is not one of {ACCEPTED_EXTENSIONS}")]
     UnknownExtension { path: PathBuf, extension: String },
     #[error("cannot tell the chart format of {path}: it has no extension (use one of {ACCEPTED_EXTENSIONS})")]
@@ -57,7 +57,7 @@ pub enum PlotError {
 }
 
 /// The chart format of `path`, from its extension (case-insensitive).
-pub fn plot_file_kind(path: &Path) -> Result<PlotKind, PlotError> {
+pub(crate) fn plot_file_kind(path: &Path) -> Result<PlotKind, PlotError> {
     let Some(extension) = path.extension() else {
         return Err(PlotError::NoExtension {
             path: path.to_path_buf(),
@@ -77,7 +77,11 @@ pub fn plot_file_kind(path: &Path) -> Result<PlotKind, PlotError> {
 /// Throughput (aggregate and per sequence) and inter-token latency (p50, p99) against the
 /// batch size, on a log2 axis: two panels sharing the x axis. Points with a zero batch size
 /// or a non-finite or negative value are left out of the series they would spoil.
-pub fn plot_batch_sweep(points: &[BatchPoint], title: &str, path: &Path) -> Result<(), PlotError> {
+pub(crate) fn plot_batch_sweep(
+    points: &[BatchPoint],
+    title: &str,
+    path: &Path,
+) -> Result<(), PlotError> {
     let kind = plot_file_kind(path)?;
     let chart = BatchSweepChart::new(points, title).ok_or(PlotError::NoPoints {
         chart: "batch sweep",
@@ -89,7 +93,7 @@ pub fn plot_batch_sweep(points: &[BatchPoint], title: &str, path: &Path) -> Resu
 /// `tok/s = bandwidth / bytes per token`; every point is labelled with its name, speed and
 /// share of the ceiling. Points with non-finite or non-positive values are left out. A
 /// bandwidth that is not a positive number draws no ceiling (and says so).
-pub fn plot_roofline(
+pub(crate) fn plot_roofline(
     points: &[RooflinePoint],
     bandwidth_bytes_per_s: f64,
     bandwidth_label: &str,
@@ -636,7 +640,7 @@ impl Chart for RooflineChart {
 
 /// One candidate of a comparison: its speed and its distance from the reference.
 #[derive(Debug, Clone, PartialEq)]
-pub struct QualityPoint {
+pub(crate) struct QualityPoint {
     pub label: String,
     /// Mean KL divergence from the reference, nats (0 for the reference).
     pub kld_mean: f64,
@@ -647,7 +651,7 @@ pub struct QualityPoint {
 
 /// Decode speed against mean KL divergence, one labelled point per candidate, the Pareto
 /// front joined by a line (filled points) and the dominated candidates hollow.
-pub fn plot_speed_vs_quality(
+pub(crate) fn plot_speed_vs_quality(
     points: &[QualityPoint],
     title: &str,
     path: &Path,

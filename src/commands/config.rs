@@ -16,7 +16,7 @@ pub enum ConfigAction {
 }
 
 /// Runs `tokscope config ACTION`; `explicit` is `--config FILE` when given.
-pub fn run(action: &ConfigAction, explicit: Option<&Path>) -> Result<(), Failure> {
+pub(crate) fn run(action: &ConfigAction, explicit: Option<&Path>) -> Result<(), Failure> {
     match action {
         ConfigAction::Path => {
             println!(

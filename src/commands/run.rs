@@ -67,7 +67,7 @@ pub struct RunArgs {
 
 /// Everything `run --json` prints.
 #[derive(Debug, Serialize)]
-pub struct RunReport {
+pub(crate) struct RunReport {
     pub text: String,
     pub stop_reason: StopReason,
     pub metrics: TurnSummary,
@@ -87,7 +87,7 @@ pub struct RunReport {
 }
 
 impl RunReport {
-    pub fn new(
+    pub(crate) fn new(
         report: &TurnReport,
         info: &ModelInfo,
         settings: &Settings,
@@ -118,7 +118,7 @@ impl RunReport {
     }
 }
 
-pub fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure> {
+pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure> {
     if let Some(url) = &args.remote.url {
         args.sampling.apply(&mut settings)?;
         return crate::commands::remote::run_remote(args, url, &settings);
@@ -365,7 +365,7 @@ fn quiet_on_closed_pipe(written: std::io::Result<()>) -> Result<bool, Failure> {
 }
 
 /// The stderr summary of a headless run.
-pub fn human_summary(r: &RunReport, info: &ModelInfo) -> String {
+pub(crate) fn human_summary(r: &RunReport, info: &ModelInfo) -> String {
     let m = &r.metrics;
     let mut out = String::new();
     out.push_str(&format!(

@@ -29,12 +29,12 @@ impl Default for RequestIds {
 
 impl RequestIds {
     /// A new id, never handed out before.
-    pub fn next(&self) -> RequestId {
+    pub(crate) fn next(&self) -> RequestId {
         self.0.fetch_add(1, Ordering::SeqCst)
     }
 
     /// The id `next` will hand out.
-    pub fn peek(&self) -> RequestId {
+    pub(crate) fn peek(&self) -> RequestId {
         self.0.load(Ordering::SeqCst)
     }
 
@@ -100,7 +100,7 @@ impl EngineHandle {
 
     /// Submit under an id the caller chose. Ids must increase: cancelling an id cancels every
     /// request up to it.
-    pub fn submit_with_id(
+    pub(crate) fn submit_with_id(
         &mut self,
         id: RequestId,
         messages: Vec<ChatMessage>,
@@ -151,7 +151,7 @@ impl EngineHandle {
     }
 
     /// The handle's id allocator, for callers that build requests themselves (the chat).
-    pub fn request_ids(&self) -> RequestIds {
+    pub(crate) fn request_ids(&self) -> RequestIds {
         self.ids.clone()
     }
 

@@ -23,7 +23,7 @@ pub enum Role {
 }
 
 impl Role {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Role::System => "system",
             Role::User => "user",
@@ -127,7 +127,7 @@ pub enum StopReason {
 }
 
 impl StopReason {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             StopReason::EndOfGeneration => "end of generation",
             StopReason::StopString => "stop string",
@@ -264,7 +264,7 @@ pub enum EngineEvent {
 }
 
 impl EngineEvent {
-    pub fn request_id(&self) -> Option<RequestId> {
+    pub(crate) fn request_id(&self) -> Option<RequestId> {
         match self {
             EngineEvent::PrefillStarted { request_id, .. }
             | EngineEvent::PrefillProgress { request_id, .. }

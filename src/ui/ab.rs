@@ -20,7 +20,7 @@ use crate::app::{AbOutcome, AbScreen, App};
 const SNIPPET_BEFORE_CHARS: usize = 8;
 const SNIPPET_AFTER_CHARS: usize = 16;
 
-pub fn draw(frame: &mut Frame, area: Rect, app: &App, view: &View) {
+pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App, view: &View) {
     let Some(ab) = &app.ab else {
         frame.render_widget(Clear, area);
         return;

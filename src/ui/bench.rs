@@ -14,7 +14,7 @@ use super::{format, theme};
 use crate::app::{App, BenchPoint};
 use crate::metrics::roofline::cost_per_million_tokens;
 
-pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
+pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App) {
     let b = &app.bench;
     let inner = super::screen_block(
         frame,

@@ -59,7 +59,7 @@ impl Piece {
     }
 }
 
-pub fn draw(frame: &mut Frame, area: Rect, app: &App, view: &View) {
+pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App, view: &View) {
     let block = Block::new()
         .borders(Borders::LEFT)
         .border_style(theme::PANE_BORDER);
@@ -555,7 +555,7 @@ fn history(app: &App, w: usize) -> Piece {
 }
 
 /// The key figures on one line, for terminals too narrow for the column.
-pub fn strip(view: &View) -> Line<'static> {
+pub(crate) fn strip(view: &View) -> Line<'static> {
     let s = view.focus.as_ref().map(|f| &f.figures);
     let mut parts = Vec::new();
     if let Some(waited) = view.waiting {

@@ -27,12 +27,9 @@ use ratatui::Frame;
 
 use crate::app::{App, Mode, NoticeKind};
 
-pub use markdown::render as render_markdown;
-pub use text::clean as clean_text;
-
 /// Below this size only the "terminal too small" message is drawn.
-pub const MIN_WIDTH: u16 = 50;
-pub const MIN_HEIGHT: u16 = 12;
+pub(crate) const MIN_WIDTH: u16 = 50;
+pub(crate) const MIN_HEIGHT: u16 = 12;
 
 /// From this width on, the metrics column sits beside the conversation; below it the key
 /// figures share one line above the input.

@@ -50,7 +50,7 @@ impl Segment {
 }
 
 /// The engine's state in a word or two, with its badge style.
-pub fn engine_state(app: &App) -> (String, Style) {
+pub(crate) fn engine_state(app: &App) -> (String, Style) {
     if let Some(s) = &app.switching {
         let word = if s.cancelling {
             "cancelling"
@@ -205,7 +205,7 @@ fn fit(mut segments: Vec<Segment>, max: usize) -> Vec<Segment> {
     segments
 }
 
-pub fn draw(frame: &mut Frame, area: Rect, app: &App, view: &View) {
+pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App, view: &View) {
     let segments = fit(segments(app, view), area.width as usize);
     let mut spans = Vec::new();
     for (i, s) in segments.into_iter().enumerate() {
