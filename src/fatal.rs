@@ -35,7 +35,7 @@ static SAVED_TERMIOS: OnceLock<libc::termios> = OnceLock::new();
 
 /// Tell the handler whether the full-screen UI owns the terminal (set by `tui::enter` and
 /// `tui::restore`): only then are the escape sequences and the saved settings written back.
-pub fn set_screen_active(active: bool) {
+pub(crate) fn set_screen_active(active: bool) {
     SCREEN_ACTIVE.store(active, Ordering::SeqCst);
 }
 

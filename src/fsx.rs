@@ -35,7 +35,7 @@ pub enum WriteProblem {
 
 impl WriteProblem {
     /// Sorts an I/O error from creating, writing, syncing or renaming a file.
-    pub fn classify(err: &io::Error) -> Self {
+    pub(crate) fn classify(err: &io::Error) -> Self {
         #[cfg(unix)]
         {
             // Raw numbers as well as kinds: the kinds below are recent, and an error built
@@ -135,7 +135,7 @@ pub fn write_private(path: &Path, contents: &[u8]) -> Result<(), WriteError> {
 
 /// Creates `dir` (and its parents) readable by the user only (0700 on unix); an existing
 /// directory is left as it is.
-pub fn ensure_private_dir(dir: &Path) -> io::Result<()> {
+pub(crate) fn ensure_private_dir(dir: &Path) -> io::Result<()> {
     if dir.is_dir() {
         // An existing directory is the user's choice (an export target, say): leave its mode.
         return Ok(());

@@ -21,7 +21,7 @@ use crate::ids::{unix_s, utc_parts};
 use crate::metrics::{fmt_opt, TurnSummary};
 
 /// The version of the on-disk format this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+pub(crate) const FORMAT_VERSION: u32 = 1;
 
 /// The longest title `list` shows, in characters, including the ellipsis.
 const TITLE_MAX_CHARS: usize = 60;
@@ -201,7 +201,7 @@ fn id_list(ids: &[String]) -> String {
 }
 
 /// Where conversations are kept inside the data dir.
-pub fn history_dir(data_dir: &Path) -> PathBuf {
+pub(crate) fn history_dir(data_dir: &Path) -> PathBuf {
     data_dir.join("history")
 }
 
@@ -501,7 +501,7 @@ fn truncate_chars(text: &str, max_chars: usize) -> String {
 
 /// The path of the conversation whose id is `id_or_prefix` or starts with it (an exact id wins
 /// over longer ids it is a prefix of).
-pub fn find(dir: &Path, id_or_prefix: &str) -> Result<PathBuf, HistoryError> {
+pub(crate) fn find(dir: &Path, id_or_prefix: &str) -> Result<PathBuf, HistoryError> {
     let query = id_or_prefix.trim();
     let mut ids: Vec<(String, PathBuf)> = conversation_files(dir)?
         .into_iter()
@@ -540,7 +540,7 @@ pub fn find(dir: &Path, id_or_prefix: &str) -> Result<PathBuf, HistoryError> {
 }
 
 /// The most recently updated readable conversation, if any. Unlike `list` it moves nothing.
-pub fn latest(dir: &Path) -> Result<Option<PathBuf>, HistoryError> {
+pub(crate) fn latest(dir: &Path) -> Result<Option<PathBuf>, HistoryError> {
     let mut best: Option<(u64, String, PathBuf)> = None;
     for path in conversation_files(dir)? {
         let Ok(bytes) = fs::read(&path) else {
@@ -578,7 +578,7 @@ fn relative_time(then_unix_s: u64, now_unix_s: u64) -> String {
 }
 
 /// The table `tokscope history` prints.
-pub fn format_list(entries: &[ConversationEntry], now_unix_s: u64) -> String {
+pub(crate) fn format_list(entries: &[ConversationEntry], now_unix_s: u64) -> String {
     if entries.is_empty() {
         return "No saved conversations yet: each finished turn of a chat is saved here.\n"
             .to_string();
@@ -620,7 +620,7 @@ pub fn format_list(entries: &[ConversationEntry], now_unix_s: u64) -> String {
 }
 
 /// A readable Markdown transcript with a one-line metrics summary after each answer.
-pub fn export_markdown(conv: &SavedConversation) -> String {
+pub(crate) fn export_markdown(conv: &SavedConversation) -> String {
     let mut out = format!("# Conversation {}\n\n", conv.id);
     let mut details = vec![format!("started {}", iso_minute(conv.created_unix_s))];
     if let Some(model) = &conv.model_file {
@@ -681,7 +681,8 @@ pub fn export_markdown(conv: &SavedConversation) -> String {
 }
 
 /// The conversation in its on-disk JSON form (pretty-printed).
-pub fn export_json(conv: &SavedConversation) -> Result<String, HistoryError> {
+#[cfg(test)]
+pub(crate) fn export_json(conv: &SavedConversation) -> Result<String, HistoryError> {
     serde_json::to_string_pretty(conv).map_err(HistoryError::Encode)
 }
 

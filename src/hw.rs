@@ -2,7 +2,7 @@
 //! threads the engine uses, cached per machine and thread count) beside the datasheet value,
 //! and the CPU's name. Timing lives here, not in the pure metrics module.
 
-pub mod gpu;
+pub(crate) mod gpu;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -25,7 +25,7 @@ const PROBE_MIN_BYTES: usize = 1 << 30;
 /// One STREAM-style measurement: the three kernels' best rates, in bytes per second, counting
 /// the bytes each kernel moves (read: 8 B per element; copy: 16; triad: 24).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StreamProbe {
+pub(crate) struct StreamProbe {
     pub threads: usize,
     /// The probe's whole footprint (all three arrays).
     pub footprint_bytes: usize,
@@ -38,14 +38,14 @@ pub struct StreamProbe {
 impl StreamProbe {
     /// The ceiling for decode: the fastest of the kernels. Decode is read-dominated (weights
     /// and KV cache are read; only activations are written), so this is usually `read`.
-    pub fn best_bytes_per_s(&self) -> f64 {
+    pub(crate) fn best_bytes_per_s(&self) -> f64 {
         self.read_bytes_per_s
             .max(self.copy_bytes_per_s)
             .max(self.triad_bytes_per_s)
     }
 
     /// How it was measured, in words, for the label beside the figure.
-    pub fn method(&self) -> String {
+    pub(crate) fn method(&self) -> String {
         let gb = |b: f64| b / 1e9;
         format!(
             "STREAM-style probe, {} thread{}, {} MiB, best of {} (read {:.1}, copy {:.1}, triad {:.1} GB/s)",
@@ -59,7 +59,7 @@ impl StreamProbe {
         )
     }
 
-    pub fn bandwidth(&self) -> Bandwidth {
+    pub(crate) fn bandwidth(&self) -> Bandwidth {
         Bandwidth {
             bytes_per_s: self.best_bytes_per_s(),
             source: BandwidthSource::Measured {
@@ -144,7 +144,11 @@ fn read_kernel(a: &[f64]) -> f64 {
 /// Measures the memory bandwidth the way decode reads memory: `threads` threads, each on its
 /// own slice of three `footprint_bytes / 3` arrays, running read (sum), copy and triad
 /// (`a = b + s·c`); the best of `runs` runs of each.
-pub fn measure_cpu_bandwidth(threads: usize, footprint_bytes: usize, runs: usize) -> StreamProbe {
+pub(crate) fn measure_cpu_bandwidth(
+    threads: usize,
+    footprint_bytes: usize,
+    runs: usize,
+) -> StreamProbe {
     let threads = threads.max(1);
     let runs = runs.max(1);
     let len = (footprint_bytes / 3 / 8).max(threads * 1024);
@@ -205,7 +209,7 @@ pub fn measure_cpu_bandwidth(threads: usize, footprint_bytes: usize, runs: usize
 }
 
 /// The last-level cache's size in bytes (Linux sysfs), when known.
-pub fn last_level_cache_bytes() -> Option<u64> {
+pub(crate) fn last_level_cache_bytes() -> Option<u64> {
     let dir = Path::new("/sys/devices/system/cpu/cpu0/cache");
     let mut best: Option<(u32, u64)> = None;
     for entry in std::fs::read_dir(dir).ok()?.flatten() {
@@ -237,7 +241,7 @@ fn parse_cache_size(text: &str) -> Option<u64> {
 }
 
 /// Memory the kernel says is available without swapping (`MemAvailable`), in bytes.
-pub fn available_memory_bytes() -> Option<u64> {
+pub(crate) fn available_memory_bytes() -> Option<u64> {
     let info = std::fs::read_to_string("/proc/meminfo").ok()?;
     let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
@@ -246,7 +250,7 @@ pub fn available_memory_bytes() -> Option<u64> {
 
 /// The probe's footprint: max(8 × LLC, 1 GiB), capped at half the available memory (so the
 /// probe never pushes the machine into swap), and never below 64 MiB.
-pub fn probe_footprint_bytes(llc: Option<u64>, available: Option<u64>) -> usize {
+pub(crate) fn probe_footprint_bytes(llc: Option<u64>, available: Option<u64>) -> usize {
     let want = llc
         .map_or(0, |l| l.saturating_mul(8))
         .max(PROBE_MIN_BYTES as u64);
@@ -256,7 +260,7 @@ pub fn probe_footprint_bytes(llc: Option<u64>, available: Option<u64>) -> usize 
 
 /// One cached probe result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CachedProbe {
+pub(crate) struct CachedProbe {
     pub cpu: String,
     pub method: String,
     pub measured_unix_s: u64,
@@ -269,7 +273,7 @@ struct ProbeCache {
 }
 
 /// The cache file of probe results.
-pub fn probe_cache_path() -> PathBuf {
+pub(crate) fn probe_cache_path() -> PathBuf {
     crate::paths::cache_dir().join(PROBE_CACHE_FILE)
 }
 
@@ -284,7 +288,7 @@ fn read_cache(path: &Path) -> ProbeCache {
 /// CPU, thread count and method when there is one, else a fresh probe, stored in the cache.
 /// Chat, `run` and `bench` all call this, so they share one figure. A cache that cannot be
 /// written costs a fresh probe next time and nothing else.
-pub fn cpu_bandwidth(threads: usize) -> Bandwidth {
+pub(crate) fn cpu_bandwidth(threads: usize) -> Bandwidth {
     cpu_bandwidth_cached(&probe_cache_path(), threads, || {
         let footprint = probe_footprint_bytes(last_level_cache_bytes(), available_memory_bytes());
         measure_cpu_bandwidth(threads, footprint, PROBE_RUNS)
@@ -292,7 +296,7 @@ pub fn cpu_bandwidth(threads: usize) -> Bandwidth {
 }
 
 /// [`cpu_bandwidth`] with its cache file and its probe given (tests use a small probe).
-pub fn cpu_bandwidth_cached(
+pub(crate) fn cpu_bandwidth_cached(
     cache_path: &Path,
     threads: usize,
     probe: impl FnOnce() -> StreamProbe,
@@ -332,7 +336,7 @@ pub fn cpu_bandwidth_cached(
 /// The peak memory bandwidth to compare decode with: the configured value, else the datasheet
 /// value of the first GPU (by name), else, on the CPU, the shared probe for `threads` threads.
 /// `None` for a GPU not in the table (a CPU probe would say nothing about it).
-pub fn peak_bandwidth(
+pub(crate) fn peak_bandwidth(
     configured_gb_s: Option<f64>,
     devices: &[String],
     gpu: bool,
@@ -353,7 +357,7 @@ pub fn peak_bandwidth(
 }
 
 /// The 1-minute load average (Linux `/proc/loadavg`), when known.
-pub fn load_average_1m() -> Option<f64> {
+pub(crate) fn load_average_1m() -> Option<f64> {
     std::fs::read_to_string("/proc/loadavg")
         .ok()?
         .split_whitespace()
@@ -363,7 +367,7 @@ pub fn load_average_1m() -> Option<f64> {
 }
 
 /// The CPU's model name (Linux `/proc/cpuinfo`), when known.
-pub fn cpu_name() -> Option<String> {
+pub(crate) fn cpu_name() -> Option<String> {
     let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
     info.lines()
         .find(|l| l.starts_with("model name"))

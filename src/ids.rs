@@ -5,7 +5,7 @@ use std::sync::OnceLock;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Seconds since the Unix epoch; 0 for a clock set before 1970.
-pub fn unix_s(time: SystemTime) -> u64 {
+pub(crate) fn unix_s(time: SystemTime) -> u64 {
     time.duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
@@ -13,7 +13,7 @@ pub fn unix_s(time: SystemTime) -> u64 {
 
 /// A new conversation id: `YYYYMMDD-HHMMSS-xxxx` in UTC. The suffix is a per-process random
 /// start plus a counter, so ids made in the same second differ, within one process always.
-pub fn new_id(now: SystemTime) -> String {
+pub(crate) fn new_id(now: SystemTime) -> String {
     static SEED: OnceLock<u64> = OnceLock::new();
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let seed = *SEED.get_or_init(|| {
@@ -34,10 +34,10 @@ pub fn new_id(now: SystemTime) -> String {
 /// SplitMix64: a tiny, fast, deterministic generator (Steele, Lea and Flood), the one used for
 /// id suffixes, benchmark tokens and synthetic weights.
 #[derive(Debug, Clone)]
-pub struct SplitMix64(pub u64);
+pub(crate) struct SplitMix64(pub u64);
 
 impl SplitMix64 {
-    pub fn next_u64(&mut self) -> u64 {
+    pub(crate) fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -52,7 +52,7 @@ fn splitmix64(x: u64) -> u64 {
 }
 
 /// ((year, month, day), (hour, minute, second)) in UTC.
-pub fn utc_parts(unix_s: u64) -> ((i64, u32, u32), (u32, u32, u32)) {
+pub(crate) fn utc_parts(unix_s: u64) -> ((i64, u32, u32), (u32, u32, u32)) {
     let days = (unix_s / 86_400) as i64;
     let secs_of_day = (unix_s % 86_400) as u32;
     (
@@ -77,7 +77,7 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
 }
 
 /// Seconds since the Unix epoch, now.
-pub fn now_unix_s() -> u64 {
+pub(crate) fn now_unix_s() -> u64 {
     unix_s(SystemTime::now())
 }
 

@@ -16,7 +16,7 @@ use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 
 /// The environment variable holding the log filter (`tracing_subscriber::EnvFilter` syntax).
-pub const LOG_FILTER_ENV: &str = "TOKSCOPE_LOG";
+pub(crate) const LOG_FILTER_ENV: &str = "TOKSCOPE_LOG";
 /// The `tracing` target under which llama-cpp-2 emits llama.cpp's and ggml's log lines.
 const LLAMA_TARGET: &str = "llama-cpp-2";
 const KEPT_MESSAGES: usize = 16;
@@ -24,7 +24,7 @@ const KEPT_MESSAGES: usize = 16;
 static RECENT_LLAMA_PROBLEMS: Mutex<VecDeque<String>> = Mutex::new(VecDeque::new());
 
 /// The most recent llama.cpp warnings and errors, oldest first.
-pub fn recent_llama_problems() -> Vec<String> {
+pub(crate) fn recent_llama_problems() -> Vec<String> {
     RECENT_LLAMA_PROBLEMS
         .lock()
         .map(|q| q.iter().cloned().collect())
@@ -33,7 +33,7 @@ pub fn recent_llama_problems() -> Vec<String> {
 
 /// Forget the kept llama.cpp messages (done before each model load so that an error message
 /// quotes only what that load said).
-pub fn clear_llama_problems() {
+pub(crate) fn clear_llama_problems() {
     if let Ok(mut q) = RECENT_LLAMA_PROBLEMS.lock() {
         q.clear();
     }
@@ -53,14 +53,14 @@ fn remember_llama_problem(message: String) {
 static TENSOR_PROGRESS: AtomicU64 = AtomicU64::new(0);
 
 /// The latest `[done/total]` tensor counter llama.cpp's quantizer logged, if any.
-pub fn tensor_progress() -> Option<(u32, u32)> {
+pub(crate) fn tensor_progress() -> Option<(u32, u32)> {
     let packed = TENSOR_PROGRESS.load(Ordering::Relaxed);
     let (done, total) = ((packed >> 32) as u32, packed as u32);
     (total > 0).then_some((done, total))
 }
 
 /// Forget the tensor counter (before a quantization starts).
-pub fn reset_tensor_progress() {
+pub(crate) fn reset_tensor_progress() {
     TENSOR_PROGRESS.store(0, Ordering::Relaxed);
 }
 
@@ -77,13 +77,13 @@ fn parse_tensor_counter(message: &str) -> Option<(u32, u32)> {
 static OFFLOADED_LAYERS: AtomicU64 = AtomicU64::new(u64::MAX);
 
 /// The latest "offloaded N/M layers to GPU" that llama.cpp logged, as (N, M).
-pub fn offloaded_layers() -> Option<(u32, u32)> {
+pub(crate) fn offloaded_layers() -> Option<(u32, u32)> {
     let packed = OFFLOADED_LAYERS.load(Ordering::Relaxed);
     (packed != u64::MAX).then_some(((packed >> 32) as u32, packed as u32))
 }
 
 /// Forget the offload line (before a model load).
-pub fn reset_offloaded_layers() {
+pub(crate) fn reset_offloaded_layers() {
     OFFLOADED_LAYERS.store(u64::MAX, Ordering::Relaxed);
 }
 

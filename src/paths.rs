@@ -7,9 +7,9 @@ use std::path::PathBuf;
 use directories::ProjectDirs;
 
 /// Overrides the data dir (models, history, logs).
-pub const DATA_DIR_ENV: &str = "TOKSCOPE_DATA_DIR";
+pub(crate) const DATA_DIR_ENV: &str = "TOKSCOPE_DATA_DIR";
 /// Overrides the config dir (where `config.toml` is looked for).
-pub const CONFIG_DIR_ENV: &str = "TOKSCOPE_CONFIG_DIR";
+pub(crate) const CONFIG_DIR_ENV: &str = "TOKSCOPE_CONFIG_DIR";
 
 fn project_dirs() -> Option<ProjectDirs> {
     ProjectDirs::from("", "", "tokscope")
@@ -29,14 +29,14 @@ pub fn data_dir() -> PathBuf {
 }
 
 /// The directory holding the user's `config.toml`.
-pub fn config_dir() -> PathBuf {
+pub(crate) fn config_dir() -> PathBuf {
     env_dir(CONFIG_DIR_ENV)
         .or_else(|| project_dirs().map(|d| d.config_dir().to_path_buf()))
         .unwrap_or_else(|| PathBuf::from(".tokscope"))
 }
 
 /// The user's config file (it need not exist).
-pub fn config_file() -> PathBuf {
+pub(crate) fn config_file() -> PathBuf {
     config_dir().join("config.toml")
 }
 
@@ -46,10 +46,10 @@ pub fn log_dir() -> PathBuf {
 }
 
 /// Overrides the cache dir (quantized models made by `compare --quantize`).
-pub const CACHE_DIR_ENV: &str = "TOKSCOPE_CACHE_DIR";
+pub(crate) const CACHE_DIR_ENV: &str = "TOKSCOPE_CACHE_DIR";
 
 /// Files tokscope can make again: the models `compare --quantize` writes.
-pub fn cache_dir() -> PathBuf {
+pub(crate) fn cache_dir() -> PathBuf {
     env_dir(CACHE_DIR_ENV)
         .or_else(|| project_dirs().map(|d| d.cache_dir().to_path_buf()))
         .unwrap_or_else(|| PathBuf::from(".tokscope-cache"))

@@ -20,7 +20,7 @@ use crate::metrics::BatchPoint;
 
 /// One measured decode speed on the roofline.
 #[derive(Debug, Clone, PartialEq)]
-pub struct RooflinePoint {
+pub(crate) struct RooflinePoint {
     /// Shown next to the point (a model, a depth, a batch size …).
     pub label: String,
     /// Bytes read per decode step (weights + KV cache), see `metrics::roofline`.
@@ -30,7 +30,7 @@ pub struct RooflinePoint {
 
 /// The file formats a chart can be written in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PlotKind {
+pub(crate) enum PlotKind {
     Png,
     Svg,
 }
@@ -39,7 +39,7 @@ pub enum PlotKind {
 const ACCEPTED_EXTENSIONS: &str = "png, svg";
 
 #[derive(Debug, Error)]
-pub enum PlotError {
+pub(crate) enum PlotError {
     #[error("cannot tell the chart format of {path}: extension '{extension}' is not one of {ACCEPTED_EXTENSIONS}")]
     UnknownExtension { path: PathBuf, extension: String },
     #[error("cannot tell the chart format of {path}: it has no extension (use one of {ACCEPTED_EXTENSIONS})")]
@@ -57,7 +57,7 @@ pub enum PlotError {
 }
 
 /// The chart format of `path`, from its extension (case-insensitive).
-pub fn plot_file_kind(path: &Path) -> Result<PlotKind, PlotError> {
+pub(crate) fn plot_file_kind(path: &Path) -> Result<PlotKind, PlotError> {
     let Some(extension) = path.extension() else {
         return Err(PlotError::NoExtension {
             path: path.to_path_buf(),
@@ -77,7 +77,11 @@ pub fn plot_file_kind(path: &Path) -> Result<PlotKind, PlotError> {
 /// Throughput (aggregate and per sequence) and inter-token latency (p50, p99) against the
 /// batch size, on a log2 axis: two panels sharing the x axis. Points with a zero batch size
 /// or a non-finite or negative value are left out of the series they would spoil.
-pub fn plot_batch_sweep(points: &[BatchPoint], title: &str, path: &Path) -> Result<(), PlotError> {
+pub(crate) fn plot_batch_sweep(
+    points: &[BatchPoint],
+    title: &str,
+    path: &Path,
+) -> Result<(), PlotError> {
     let kind = plot_file_kind(path)?;
     let chart = BatchSweepChart::new(points, title).ok_or(PlotError::NoPoints {
         chart: "batch sweep",
@@ -89,7 +93,7 @@ pub fn plot_batch_sweep(points: &[BatchPoint], title: &str, path: &Path) -> Resu
 /// `tok/s = bandwidth / bytes per token`; every point is labelled with its name, speed and
 /// share of the ceiling. Points with non-finite or non-positive values are left out. A
 /// bandwidth that is not a positive number draws no ceiling (and says so).
-pub fn plot_roofline(
+pub(crate) fn plot_roofline(
     points: &[RooflinePoint],
     bandwidth_bytes_per_s: f64,
     bandwidth_label: &str,
@@ -246,10 +250,10 @@ impl BatchSweepChart {
     fn new(points: &[BatchPoint], title: &str) -> Option<Self> {
         let mut sorted: Vec<&BatchPoint> = points.iter().filter(|p| p.batch > 0).collect();
         sorted.sort_by_key(|p| p.batch);
-        let series = |value: fn(&BatchPoint) -> f64| -> Vec<(f64, f64)> {
+        let series = |value: fn(&BatchPoint) -> Option<f64>| -> Vec<(f64, f64)> {
             sorted
                 .iter()
-                .map(|p| (f64::from(p.batch).log2(), value(p)))
+                .filter_map(|p| Some((f64::from(p.batch).log2(), value(p)?)))
                 .filter(|(_, v)| v.is_finite() && *v >= 0.0)
                 .collect()
         };
@@ -636,7 +640,7 @@ impl Chart for RooflineChart {
 
 /// One candidate of a comparison: its speed and its distance from the reference.
 #[derive(Debug, Clone, PartialEq)]
-pub struct QualityPoint {
+pub(crate) struct QualityPoint {
     pub label: String,
     /// Mean KL divergence from the reference, nats (0 for the reference).
     pub kld_mean: f64,
@@ -647,7 +651,7 @@ pub struct QualityPoint {
 
 /// Decode speed against mean KL divergence, one labelled point per candidate, the Pareto
 /// front joined by a line (filled points) and the dominated candidates hollow.
-pub fn plot_speed_vs_quality(
+pub(crate) fn plot_speed_vs_quality(
     points: &[QualityPoint],
     title: &str,
     path: &Path,
@@ -778,10 +782,10 @@ mod tests {
         .into_iter()
         .map(|(batch, agg, per, p50, p99)| BatchPoint {
             batch,
-            aggregate_tok_per_s: agg,
-            per_sequence_tok_per_s: per,
-            itl_p50_ms: p50,
-            itl_p99_ms: p99,
+            aggregate_tok_per_s: Some(agg),
+            per_sequence_tok_per_s: Some(per),
+            itl_p50_ms: Some(p50),
+            itl_p99_ms: Some(p99),
         })
         .collect()
     }
@@ -927,17 +931,17 @@ mod tests {
         let nan_sweep = [
             BatchPoint {
                 batch: 0,
-                aggregate_tok_per_s: 1.0,
-                per_sequence_tok_per_s: 1.0,
-                itl_p50_ms: 1.0,
-                itl_p99_ms: 1.0,
+                aggregate_tok_per_s: Some(1.0),
+                per_sequence_tok_per_s: Some(1.0),
+                itl_p50_ms: Some(1.0),
+                itl_p99_ms: Some(1.0),
             },
             BatchPoint {
                 batch: 4,
-                aggregate_tok_per_s: f64::NAN,
-                per_sequence_tok_per_s: f64::INFINITY,
-                itl_p50_ms: f64::NEG_INFINITY,
-                itl_p99_ms: -1.0,
+                aggregate_tok_per_s: Some(f64::NAN),
+                per_sequence_tok_per_s: Some(f64::INFINITY),
+                itl_p50_ms: Some(f64::NEG_INFINITY),
+                itl_p99_ms: Some(-1.0),
             },
         ];
         assert!(matches!(
@@ -963,15 +967,15 @@ mod tests {
     fn partly_bad_inputs_plot_what_is_finite() {
         let dir = tempfile::tempdir().unwrap();
         let mut points = sweep();
-        points[1].itl_p99_ms = f64::NAN;
-        points[2].aggregate_tok_per_s = f64::INFINITY;
+        points[1].itl_p99_ms = Some(f64::NAN);
+        points[2].aggregate_tok_per_s = Some(f64::INFINITY);
         // A single batch size, and only throughput: still a chart.
         let single = [BatchPoint {
             batch: 1,
-            aggregate_tok_per_s: 50.0,
-            per_sequence_tok_per_s: 50.0,
-            itl_p50_ms: f64::NAN,
-            itl_p99_ms: f64::NAN,
+            aggregate_tok_per_s: Some(50.0),
+            per_sequence_tok_per_s: Some(50.0),
+            itl_p50_ms: Some(f64::NAN),
+            itl_p99_ms: Some(f64::NAN),
         }];
         for (name, input) in [("a.svg", &points[..]), ("b.png", &single[..])] {
             plot_batch_sweep(input, "t", &dir.path().join(name)).unwrap();

@@ -7,7 +7,7 @@ use serde::Serialize;
 use crate::engine::{ModelInfo, SamplingParams};
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Stamp {
+pub(crate) struct Stamp {
     pub tokscope_version: &'static str,
     pub llama_cpp: String,
     /// llama.cpp's compiled backends and CPU features (`llama_print_system_info`).
@@ -33,7 +33,7 @@ pub struct Stamp {
 }
 
 impl Stamp {
-    pub fn new(info: &ModelInfo, sampling: &SamplingParams) -> Self {
+    pub(crate) fn new(info: &ModelInfo, sampling: &SamplingParams) -> Self {
         Self {
             tokscope_version: env!("CARGO_PKG_VERSION"),
             llama_cpp: info.llama_cpp.clone(),

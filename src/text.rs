@@ -11,7 +11,7 @@ use std::io::IsTerminal;
 
 /// Whether `c` must not reach a terminal as it is: C0 controls other than newline and tab,
 /// DEL, C1 controls, and the bidirectional overrides that reorder what is shown.
-pub fn is_unsafe(c: char) -> bool {
+pub(crate) fn is_unsafe(c: char) -> bool {
     matches!(c, '\0'..='\u{8}' | '\u{b}'..='\u{1f}' | '\u{7f}'..='\u{9f}')
         || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
@@ -41,7 +41,7 @@ pub fn terminal_safe(text: &str) -> Cow<'_, str> {
 
 /// [`terminal_safe`] for a one-line field (a file or model name in a table): newlines and tabs
 /// are neutralised too, so a name cannot break the table's layout.
-pub fn one_line(text: &str) -> Cow<'_, str> {
+pub(crate) fn one_line(text: &str) -> Cow<'_, str> {
     if !text.chars().any(|c| is_unsafe(c) || c == '\n' || c == '\t') {
         return Cow::Borrowed(text);
     }
@@ -59,13 +59,13 @@ pub fn one_line(text: &str) -> Cow<'_, str> {
 }
 
 /// A path as a one-line, terminal-safe string.
-pub fn path(p: &std::path::Path) -> String {
+pub(crate) fn path(p: &std::path::Path) -> String {
     one_line(&p.to_string_lossy()).into_owned()
 }
 
 /// `text` neutralised when `to_terminal`, as it is otherwise (a pipe or a file keeps the
 /// bytes the model wrote).
-pub fn for_output(text: &str, to_terminal: bool) -> Cow<'_, str> {
+pub(crate) fn for_output(text: &str, to_terminal: bool) -> Cow<'_, str> {
     if to_terminal {
         terminal_safe(text)
     } else {
@@ -74,7 +74,7 @@ pub fn for_output(text: &str, to_terminal: bool) -> Cow<'_, str> {
 }
 
 /// Whether stdout is a terminal.
-pub fn stdout_is_terminal() -> bool {
+pub(crate) fn stdout_is_terminal() -> bool {
     std::io::stdout().is_terminal()
 }
 

@@ -20,7 +20,7 @@ use crate::engine::{self, EngineError};
 use crate::synth::{llama3, SynthError};
 
 /// File name looked for next to the model when no tokenizer.json is configured.
-pub const TOKENIZER_FILE_NAME: &str = "tokenizer.json";
+pub(crate) const TOKENIZER_FILE_NAME: &str = "tokenizer.json";
 
 /// Why a [`TokenCounter`] could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -79,7 +79,7 @@ impl TokenCounter {
     }
 
     /// A counter reading a Hugging Face tokenizer.json.
-    pub fn from_tokenizer_json(path: &Path) -> Result<Self, TokenCountError> {
+    pub(crate) fn from_tokenizer_json(path: &Path) -> Result<Self, TokenCountError> {
         let tokenizer = llama3::open_tokenizer(path)?;
         Ok(Self {
             counter: Counter::TokenizerJson {
@@ -90,7 +90,7 @@ impl TokenCounter {
     }
 
     /// A counter using the GGUF's own vocabulary through llama.cpp.
-    pub fn from_model_vocabulary(model_path: &Path) -> Result<Self, TokenCountError> {
+    pub(crate) fn from_model_vocabulary(model_path: &Path) -> Result<Self, TokenCountError> {
         Ok(Self {
             counter: Counter::ModelVocabulary(Box::new(load_vocab_only(model_path)?)),
         })
@@ -135,7 +135,7 @@ impl TokenCounter {
 
 /// Loads only a GGUF's vocabulary (no weights) through llama.cpp, after the same pre-flight
 /// checks as a full load, so missing and damaged files get the same messages.
-pub fn load_vocab_only(path: &Path) -> Result<LlamaModel, EngineError> {
+pub(crate) fn load_vocab_only(path: &Path) -> Result<LlamaModel, EngineError> {
     let backend = crate::llama::backend()?;
     engine::check_model_file(path)?;
     crate::llama::probe::ensure_survivable(path)?;

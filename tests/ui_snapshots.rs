@@ -692,18 +692,31 @@ fn bench_screen_with_a_batch_sweep() {
         app.bench.points.push(tokscope::app::BenchPoint {
             point: tokscope::metrics::BatchPoint {
                 batch: b,
-                aggregate_tok_per_s: agg,
-                per_sequence_tok_per_s: agg / f64::from(b),
-                itl_p50_ms: p50,
-                itl_p99_ms: p99,
+                aggregate_tok_per_s: Some(agg),
+                per_sequence_tok_per_s: Some(agg / f64::from(b)),
+                itl_p50_ms: Some(p50),
+                itl_p99_ms: Some(p99),
             },
-            prefill_ms: 12.0 * f64::from(b),
+            prefill_ms: Some(12.0 * f64::from(b)),
         });
     }
     snapshot_both("bench", &app);
     app.bench.running = Some(9);
     app.bench.points.truncate(3);
     insta::assert_snapshot!("bench_running_80x24", render(&app, 80, 24));
+    // A batch size whose ITL and prefill were not defined (one generated token per sequence,
+    // no prefill timing): "—", never 0.
+    app.bench.points.push(tokscope::app::BenchPoint {
+        point: tokscope::metrics::BatchPoint {
+            batch: 16,
+            aggregate_tok_per_s: Some(480.0),
+            per_sequence_tok_per_s: Some(30.0),
+            itl_p50_ms: None,
+            itl_p99_ms: None,
+        },
+        prefill_ms: None,
+    });
+    insta::assert_snapshot!("bench_undefined_80x24", render(&app, 80, 24));
 }
 
 /// The A/B screen with fixed data: A is the last answer of `finished_app`'s first exchange

@@ -27,7 +27,7 @@ pub enum TurnPhase {
 }
 
 impl TurnPhase {
-    pub fn is_active(&self) -> bool {
+    pub(crate) fn is_active(&self) -> bool {
         matches!(
             self,
             TurnPhase::Queued | TurnPhase::Prefill | TurnPhase::Streaming
@@ -81,16 +81,16 @@ impl AssistantTurn {
         }
     }
 
-    pub fn on_prefill_progress(&mut self, done: usize, total: usize) {
+    pub(crate) fn on_prefill_progress(&mut self, done: usize, total: usize) {
         self.prefill_progress = Some((done, total));
     }
 
-    pub fn is_finished(&self) -> bool {
+    pub(crate) fn is_finished(&self) -> bool {
         matches!(self.phase, TurnPhase::Done(_) | TurnPhase::Stopped)
     }
 
     /// The turn's figures: the final ones when finished, else derived from the live timeline.
-    pub fn current_summary(&self) -> TurnSummary {
+    pub(crate) fn current_summary(&self) -> TurnSummary {
         self.summary
             .clone()
             .unwrap_or_else(|| self.timeline.summary())
@@ -104,7 +104,7 @@ impl AssistantTurn {
         self.timeline.cached_tokens = Some(cached_tokens);
     }
 
-    pub fn on_prefill_done(
+    pub(crate) fn on_prefill_done(
         &mut self,
         template_tokenize: Duration,
         prefill: Duration,
@@ -170,7 +170,7 @@ impl Conversation {
 
     /// The messages to send for the last exchange: system prompt, every earlier exchange that
     /// has an answer (failed ones are left out), then the last user message.
-    pub fn messages_for_last(&self) -> Vec<ChatMessage> {
+    pub(crate) fn messages_for_last(&self) -> Vec<ChatMessage> {
         let mut out = Vec::new();
         if let Some(s) = &self.system_prompt {
             out.push(ChatMessage::new(Role::System, s.clone()));
@@ -200,7 +200,7 @@ impl Conversation {
             .filter(|a| a.phase.is_active())
     }
 
-    pub fn active_mut(&mut self) -> Option<&mut AssistantTurn> {
+    pub(crate) fn active_mut(&mut self) -> Option<&mut AssistantTurn> {
         self.exchanges
             .last_mut()
             .and_then(|e| e.assistant.as_mut())
@@ -209,7 +209,7 @@ impl Conversation {
 
     /// The answer belonging to a request, when it is the latest one (events of older
     /// requests are dropped).
-    pub fn turn_for(&mut self, id: RequestId) -> Option<&mut AssistantTurn> {
+    pub(crate) fn turn_for(&mut self, id: RequestId) -> Option<&mut AssistantTurn> {
         self.exchanges
             .last_mut()
             .and_then(|e| e.assistant.as_mut())
@@ -217,7 +217,7 @@ impl Conversation {
     }
 
     /// The last finished answer (the most recent with figures).
-    pub fn last_finished(&self) -> Option<&AssistantTurn> {
+    pub(crate) fn last_finished(&self) -> Option<&AssistantTurn> {
         self.exchanges
             .iter()
             .rev()
@@ -226,7 +226,7 @@ impl Conversation {
     }
 
     /// What is saved to disk: every exchange with a finished or stopped answer.
-    pub fn to_saved(&self, updated_unix_s: u64) -> SavedConversation {
+    pub(crate) fn to_saved(&self, updated_unix_s: u64) -> SavedConversation {
         let turns = self
             .exchanges
             .iter()
@@ -263,7 +263,7 @@ impl Conversation {
     }
 
     /// A conversation loaded from history (its KV cache is rebuilt on the next turn).
-    pub fn from_saved(saved: &SavedConversation) -> Self {
+    pub(crate) fn from_saved(saved: &SavedConversation) -> Self {
         let exchanges = saved
             .turns
             .iter()

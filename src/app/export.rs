@@ -27,7 +27,7 @@ fn sampling_json(s: &SamplingParams, max_tokens: u32) -> serde_json::Value {
 }
 
 /// The text of an export.
-pub fn export_text(
+pub(crate) fn export_text(
     format: ExportFormat,
     conversation: &SavedConversation,
     sampling: &SamplingParams,
@@ -67,7 +67,7 @@ pub fn export_text(
 
 /// An export goes where the user said, into a folder that exists: a typo in the path is said,
 /// not turned into new folders.
-pub fn check_export_dir(path: &Path) -> Result<(), String> {
+pub(crate) fn check_export_dir(path: &Path) -> Result<(), String> {
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => return Ok(()),

@@ -8,48 +8,48 @@ pub struct Input {
 }
 
 impl Input {
-    pub fn insert_char(&mut self, c: char) {
+    pub(crate) fn insert_char(&mut self, c: char) {
         self.text.insert(self.cursor, c);
         self.cursor += c.len_utf8();
     }
 
-    pub fn insert_str(&mut self, s: &str) {
+    pub(crate) fn insert_str(&mut self, s: &str) {
         self.text.insert_str(self.cursor, s);
         self.cursor += s.len();
     }
 
-    pub fn backspace(&mut self) {
+    pub(crate) fn backspace(&mut self) {
         if let Some(c) = self.text[..self.cursor].chars().next_back() {
             self.cursor -= c.len_utf8();
             self.text.remove(self.cursor);
         }
     }
 
-    pub fn delete(&mut self) {
+    pub(crate) fn delete(&mut self) {
         if self.cursor < self.text.len() {
             self.text.remove(self.cursor);
         }
     }
 
-    pub fn left(&mut self) {
+    pub(crate) fn left(&mut self) {
         if let Some(c) = self.text[..self.cursor].chars().next_back() {
             self.cursor -= c.len_utf8();
         }
     }
 
-    pub fn right(&mut self) {
+    pub(crate) fn right(&mut self) {
         if let Some(c) = self.text[self.cursor..].chars().next() {
             self.cursor += c.len_utf8();
         }
     }
 
     /// Start of the current line.
-    pub fn home(&mut self) {
+    pub(crate) fn home(&mut self) {
         self.cursor = self.text[..self.cursor].rfind('\n').map_or(0, |i| i + 1);
     }
 
     /// End of the current line.
-    pub fn end(&mut self) {
+    pub(crate) fn end(&mut self) {
         self.cursor = self.text[self.cursor..]
             .find('\n')
             .map_or(self.text.len(), |i| self.cursor + i);
@@ -60,17 +60,18 @@ impl Input {
         self.cursor = self.text.len();
     }
 
-    pub fn take(&mut self) -> String {
+    pub(crate) fn take(&mut self) -> String {
         self.cursor = 0;
         std::mem::take(&mut self.text)
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.text.is_empty()
     }
 
     /// (line, column in chars) of the cursor, for drawing it.
-    pub fn cursor_line_col(&self) -> (usize, usize) {
+    #[cfg(test)]
+    pub(crate) fn cursor_line_col(&self) -> (usize, usize) {
         let before = &self.text[..self.cursor];
         let line = before.matches('\n').count();
         let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count());

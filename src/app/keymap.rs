@@ -5,14 +5,16 @@ use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use super::Mode;
 
 /// The function keys the chat answers to, with the view each opens (the help lists each).
-pub const FUNCTION_KEYS: &[(u8, Mode)] = &[(1, Mode::Help), (2, Mode::Bench), (3, Mode::Compare)];
+#[cfg(test)]
+pub(crate) const FUNCTION_KEYS: &[(u8, Mode)] =
+    &[(1, Mode::Help), (2, Mode::Bench), (3, Mode::Compare)];
 
 /// Lines one PgUp/PgDn moves.
-pub const PAGE_LINES: usize = 10;
+pub(crate) const PAGE_LINES: usize = 10;
 
 /// What the user asked for, after the key table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
+pub(crate) enum Action {
     Send,
     Newline,
     Stop,
@@ -46,7 +48,7 @@ pub enum Action {
 }
 
 /// The key table: `(mode, key) → action`. Press events only (no repeats or releases).
-pub fn action_for(mode: Mode, input_empty: bool, key: KeyEvent) -> Option<Action> {
+pub(crate) fn action_for(mode: Mode, input_empty: bool, key: KeyEvent) -> Option<Action> {
     if key.kind != KeyEventKind::Press {
         return None;
     }

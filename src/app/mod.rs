@@ -5,7 +5,7 @@
 
 mod ab;
 pub mod conversation;
-pub mod export;
+pub(crate) mod export;
 mod input;
 mod keymap;
 mod screens;
@@ -23,11 +23,12 @@ use crate::history::SavedConversation;
 use conversation::{AssistantTurn, Conversation, Exchange, TurnPhase, TurnSettings};
 
 pub use ab::{AbOutcome, AbScreen};
-pub use input::Input;
-pub use keymap::{action_for, Action, FUNCTION_KEYS, PAGE_LINES};
+pub(crate) use input::Input;
+pub(crate) use keymap::{action_for, Action, PAGE_LINES};
 pub use screens::{BenchPoint, BenchScreen, CompareView};
-pub use slash::SLASH_COMMANDS;
-pub use switch::Switch;
+pub(crate) use switch::Switch;
+#[cfg(test)]
+pub(crate) use {keymap::FUNCTION_KEYS, slash::SLASH_COMMANDS};
 
 /// The engine as the UI sees it.
 #[derive(Debug, Clone, PartialEq)]
@@ -76,7 +77,7 @@ pub struct Scroll {
 }
 
 impl Scroll {
-    pub fn follows(&self) -> bool {
+    pub(crate) fn follows(&self) -> bool {
         self.lines_from_bottom == 0
     }
 }
@@ -150,7 +151,7 @@ pub struct Now {
 
 /// Tokens in the input as typed, and where the count comes from ("tokenizer.json" or "model
 /// vocabulary").
-pub type InputTokens = (usize, &'static str);
+pub(crate) type InputTokens = (usize, &'static str);
 
 /// The whole state of the chat screen.
 #[derive(Debug, Clone)]
@@ -241,7 +242,7 @@ impl App {
         });
     }
 
-    pub fn is_generating(&self) -> bool {
+    pub(crate) fn is_generating(&self) -> bool {
         self.conversation.active().is_some()
     }
 
@@ -658,7 +659,7 @@ pub fn update(app: &mut App, msg: Msg, now: Now) -> Vec<Effect> {
 
 /// Whether the phase of the turn in flight is one whose display changes with time alone
 /// (the waiting clock), so the loop redraws on ticks.
-pub fn animates(app: &App) -> bool {
+pub(crate) fn animates(app: &App) -> bool {
     matches!(app.engine, EngineStatus::Loading { .. })
         || app.bench.running.is_some()
         || app.ab.as_ref().is_some_and(|ab| ab.running.is_some())

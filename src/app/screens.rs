@@ -20,8 +20,8 @@ pub enum CompareView {
 #[derive(Debug, Clone, PartialEq)]
 pub struct BenchPoint {
     pub point: crate::metrics::BatchPoint,
-    /// Prefill of all B prompts together.
-    pub prefill_ms: f64,
+    /// Prefill of all B prompts together; `None` when it was not timed.
+    pub prefill_ms: Option<f64>,
 }
 
 /// The bench screen: which sweep, its points so far, and whether it runs.
@@ -100,17 +100,17 @@ mod tests {
         );
         let point = crate::metrics::BatchPoint {
             batch: 1,
-            aggregate_tok_per_s: 10.0,
-            per_sequence_tok_per_s: 10.0,
-            itl_p50_ms: 100.0,
-            itl_p99_ms: 120.0,
+            aggregate_tok_per_s: Some(10.0),
+            per_sequence_tok_per_s: Some(10.0),
+            itl_p50_ms: Some(100.0),
+            itl_p99_ms: Some(120.0),
         };
         update(
             &mut app,
             Msg::Engine(EngineEvent::BatchPoint {
                 request_id: id,
                 point,
-                prefill_ms: 5.0,
+                prefill_ms: Some(5.0),
             }),
             now(),
         );

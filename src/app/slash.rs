@@ -3,7 +3,7 @@
 use super::{App, Effect, ExportFormat, Mode, NoticeKind, Now};
 
 /// Every slash command (the help lists each; a test keeps the two in step).
-pub const SLASH_COMMANDS: &[&str] = &[
+pub(crate) const SLASH_COMMANDS: &[&str] = &[
     "/system", "/temp", "/top_p", "/max", "/seed", "/export", "/model", "/ab", "/compare", "/new",
     "/help", "/quit",
 ];

@@ -10,7 +10,7 @@ use crate::llama::measure::TestKind;
 use crate::metrics::fmt_opt;
 
 /// The rows in `format`, ready for stdout.
-pub fn render(rows: &[Row], format: OutputFormat) -> Result<String, serde_json::Error> {
+pub(crate) fn render(rows: &[Row], format: OutputFormat) -> Result<String, serde_json::Error> {
     Ok(match format {
         OutputFormat::Markdown => markdown(rows),
         OutputFormat::Csv => csv(rows)?,
@@ -246,7 +246,7 @@ fn batch_cells(r: &Row) -> Vec<String> {
 }
 
 /// The tables, then notes: how t/s is counted, every bandwidth source, synthetic warnings.
-pub fn markdown(rows: &[Row]) -> String {
+pub(crate) fn markdown(rows: &[Row]) -> String {
     if rows.is_empty() {
         return String::new();
     }
@@ -434,7 +434,7 @@ fn csv_fields(row: &Row) -> Result<Vec<(String, String)>, serde_json::Error> {
     Ok(fields)
 }
 
-pub fn csv(rows: &[Row]) -> Result<String, serde_json::Error> {
+pub(crate) fn csv(rows: &[Row]) -> Result<String, serde_json::Error> {
     Ok(csv_lines(
         &rows.iter().map(csv_fields).collect::<Result<Vec<_>, _>>()?,
     ))

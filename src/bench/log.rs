@@ -14,7 +14,7 @@ use super::report::Row;
 use crate::metrics::fmt_opt;
 
 /// The log's file name inside the data dir.
-pub const RESULTS_FILE: &str = "results.jsonl";
+pub(crate) const RESULTS_FILE: &str = "results.jsonl";
 
 /// The settings `--vs` compares (with the model file's fingerprint).
 const COMPARED_SETTINGS: &[(&str, &str)] = &[
@@ -27,13 +27,13 @@ const COMPARED_SETTINGS: &[(&str, &str)] = &[
     ("flash_attn", "fa"),
 ];
 
-pub fn results_path(data_dir: &Path) -> PathBuf {
+pub(crate) fn results_path(data_dir: &Path) -> PathBuf {
     data_dir.join(RESULTS_FILE)
 }
 
 /// One run as it is written to the log.
 #[derive(Debug, Serialize)]
-pub struct RunRecord<'a> {
+pub(crate) struct RunRecord<'a> {
     pub id: &'a str,
     pub unix_time_s: u64,
     pub command_line: &'a str,
@@ -42,7 +42,7 @@ pub struct RunRecord<'a> {
 
 /// Append one run as one line. The line goes out in a single write on a file opened for
 /// appending, so two processes appending at once do not interleave their lines.
-pub fn append(path: &Path, record: &RunRecord) -> std::io::Result<()> {
+pub(crate) fn append(path: &Path, record: &RunRecord) -> std::io::Result<()> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
@@ -61,7 +61,7 @@ pub fn append(path: &Path, record: &RunRecord) -> std::io::Result<()> {
 /// A run read back from the log: only what listings and comparisons need, so that older and
 /// newer row layouts both read.
 #[derive(Debug, Clone, Deserialize)]
-pub struct StoredRun {
+pub(crate) struct StoredRun {
     pub id: String,
     #[serde(default)]
     pub unix_time_s: u64,
@@ -75,7 +75,7 @@ pub struct StoredRun {
 }
 
 #[derive(Debug, Clone, Deserialize)]
-pub struct StoredRow {
+pub(crate) struct StoredRow {
     #[serde(default)]
     pub kind: String,
     pub test: String,
@@ -91,7 +91,7 @@ pub struct StoredRow {
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
-pub struct StoredStamp {
+pub(crate) struct StoredStamp {
     #[serde(default)]
     pub model_file: String,
     #[serde(default)]
@@ -100,7 +100,7 @@ pub struct StoredStamp {
 
 /// Every readable run, oldest first, and how many lines could not be read. A missing log is
 /// an empty one.
-pub fn read_runs(path: &Path) -> std::io::Result<(Vec<StoredRun>, usize)> {
+pub(crate) fn read_runs(path: &Path) -> std::io::Result<(Vec<StoredRun>, usize)> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((Vec::new(), 0)),
@@ -123,7 +123,7 @@ pub fn read_runs(path: &Path) -> std::io::Result<(Vec<StoredRun>, usize)> {
 }
 
 /// `last`, an exact id, or a prefix matching exactly one run.
-pub fn find_run<'a>(runs: &'a [StoredRun], query: &str) -> Result<&'a StoredRun, String> {
+pub(crate) fn find_run<'a>(runs: &'a [StoredRun], query: &str) -> Result<&'a StoredRun, String> {
     if query == "last" {
         return runs
             .last()
@@ -151,7 +151,7 @@ pub fn find_run<'a>(runs: &'a [StoredRun], query: &str) -> Result<&'a StoredRun,
 
 /// `YYYY-MM-DD HH:MM:SS UTC` from an id made by `ids::new_id` (its first 15 characters
 /// are the UTC time it was made).
-pub fn id_time(id: &str) -> Option<String> {
+pub(crate) fn id_time(id: &str) -> Option<String> {
     let (date, time) = (id.get(0..8)?, id.get(9..15)?);
     if id.get(8..9)? != "-" || !date.bytes().chain(time.bytes()).all(|b| b.is_ascii_digit()) {
         return None;
@@ -232,7 +232,7 @@ fn pair_rows<'a>(
 }
 
 /// Rows in the stored layout, for comparing with the log.
-pub fn as_stored(rows: &[Row]) -> Vec<StoredRow> {
+pub(crate) fn as_stored(rows: &[Row]) -> Vec<StoredRow> {
     rows.iter()
         .filter_map(|r| serde_json::to_value(r).ok())
         .filter_map(|v| serde_json::from_value(v).ok())
@@ -240,7 +240,7 @@ pub fn as_stored(rows: &[Row]) -> Vec<StoredRow> {
 }
 
 /// Each figure's change against `base`, and the settings that differ.
-pub fn comparison(now: &[StoredRow], base: &StoredRun) -> String {
+pub(crate) fn comparison(now: &[StoredRow], base: &StoredRun) -> String {
     let when = id_time(&base.id).unwrap_or_else(|| format!("{} s since 1970", base.unix_time_s));
     let mut out = format!("\nvs run {} ({when}): {}\n", base.id, base.command_line);
     let pairs = pair_rows(&base.rows, now);
@@ -286,7 +286,7 @@ pub fn comparison(now: &[StoredRow], base: &StoredRun) -> String {
 }
 
 /// The table `tokscope results` prints, newest run last.
-pub fn listing(runs: &[StoredRun]) -> String {
+pub(crate) fn listing(runs: &[StoredRun]) -> String {
     let header = ["id", "time", "models", "tests", "headline t/s"];
     let mut rows: Vec<[String; 5]> = Vec::new();
     for run in runs {

@@ -19,10 +19,9 @@ pub(crate) mod report;
 pub(crate) mod run;
 pub(crate) mod sweep;
 
-pub use format::render;
-pub use log::{results_path, StoredRun, RESULTS_FILE};
-pub use plan::{BenchPlan, OutputFormat};
-pub use report::{BenchParams, Row};
+pub(crate) use log::{results_path, StoredRun};
+pub(crate) use plan::BenchPlan;
+pub(crate) use report::Row;
 
 /// Append the run to the results log; a log that cannot be written costs a warning, not the
 /// results already printed.

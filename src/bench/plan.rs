@@ -6,7 +6,7 @@ use super::sweep::Sweep;
 
 /// How the results are printed on stdout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OutputFormat {
+pub(crate) enum OutputFormat {
     Markdown,
     Csv,
     Json,
@@ -15,7 +15,7 @@ pub enum OutputFormat {
 
 /// Where the peak memory bandwidth comes from.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum BandwidthChoice {
+pub(crate) enum BandwidthChoice {
     /// `--bandwidth-gb-s` or the config's `bandwidth_gb_s`, in bytes per second.
     Configured(f64),
     /// The GPU's datasheet value, else the CPU copy probe unless `probe` is false.
@@ -24,7 +24,7 @@ pub enum BandwidthChoice {
 
 /// Everything `bench` will do, validated.
 #[derive(Debug, Clone)]
-pub struct BenchPlan {
+pub(crate) struct BenchPlan {
     pub models: Vec<PathBuf>,
     pub sweep: Sweep,
     pub repetitions: u32,

@@ -20,7 +20,7 @@ use crate::stamp::Stamp;
 
 /// The swept settings of a row, beside the stamp (which has the effective context values).
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct BenchParams {
+pub(crate) struct BenchParams {
     /// The model path as given.
     pub model: String,
     /// Requested GPU layers; -1 = all (the stamp has the number actually offloaded).
@@ -47,7 +47,7 @@ pub struct BenchParams {
 
 /// One test's results. Figures that are not defined for a test are `null`.
 #[derive(Debug, Clone, Serialize)]
-pub struct Row {
+pub(crate) struct Row {
     /// The run this row belongs to (its id in the results log).
     pub run_id: String,
     pub kind: TestKind,
@@ -133,7 +133,7 @@ pub struct Row {
 }
 
 /// Everything a row needs besides the job and its samples.
-pub struct RowContext<'a> {
+pub(crate) struct RowContext<'a> {
     pub run_id: &'a str,
     /// The model and context the test ran on (with the roofline's weight bytes and KV shape
     /// for the context's cache types).
@@ -149,7 +149,7 @@ pub struct RowContext<'a> {
 }
 
 /// What NVML said around one job's timed repetitions.
-pub struct GpuReadings<'a> {
+pub(crate) struct GpuReadings<'a> {
     /// "NVML", or why there is no telemetry.
     pub source: &'a str,
     pub energy: Option<crate::metrics::energy::EnergySpan>,
@@ -158,7 +158,7 @@ pub struct GpuReadings<'a> {
 }
 
 /// Fills the row's GPU columns.
-pub fn add_gpu_readings(row: &mut Row, r: &GpuReadings) {
+pub(crate) fn add_gpu_readings(row: &mut Row, r: &GpuReadings) {
     use crate::metrics::energy::energy_cost_per_million_tokens;
     row.gpu_telemetry = r.source.to_owned();
     if let Some(span) = r.energy {
@@ -181,7 +181,7 @@ pub fn add_gpu_readings(row: &mut Row, r: &GpuReadings) {
 }
 
 /// Mean and sample standard deviation (n − 1), as llama-bench reports them.
-pub fn mean_sd(values: &[f64]) -> (f64, f64) {
+pub(crate) fn mean_sd(values: &[f64]) -> (f64, f64) {
     if values.is_empty() {
         return (0.0, 0.0);
     }
@@ -233,7 +233,7 @@ fn depth_span(job: &Job) -> (u64, u64) {
     }
 }
 
-pub fn build_row(job: &Job, samples: &[Sample], cx: &RowContext) -> Row {
+pub(crate) fn build_row(job: &Job, samples: &[Sample], cx: &RowContext) -> Row {
     let test = &job.test;
     let rates: Vec<f64> = samples.iter().map(|s| sample_rate(test, s)).collect();
     let (tok_per_s_mean, tok_per_s_sd) = mean_sd(&rates);
@@ -423,7 +423,7 @@ fn add_prefill_flops(row: &mut Row, info: &ModelInfo, (lo, hi): (u64, u64)) {
 
 /// Fill each batch row's speed-up and latency growth against the B = 1 row of the same
 /// settings, model and lengths (when the sweep has one).
-pub fn relate_batches(rows: &mut [Row]) {
+pub(crate) fn relate_batches(rows: &mut [Row]) {
     let baselines: Vec<(BenchParams, f64, Option<f64>)> = rows
         .iter()
         .filter(|r| r.kind == TestKind::Batch && r.params.batch_size == 1)

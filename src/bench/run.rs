@@ -18,7 +18,7 @@ use crate::llama::{describe, load_model_placed, new_context};
 use crate::metrics::roofline::{datasheet_bandwidth, Bandwidth, BandwidthSource};
 
 /// What the sweep produced: a row per test that ran, an error per test that did not.
-pub struct Outcome {
+pub(crate) struct Outcome {
     pub rows: Vec<Row>,
     pub failures: Vec<String>,
     /// A model could not be loaded (exit code 3, like `run`).
@@ -153,7 +153,7 @@ struct Runner<'a> {
 
 /// Run every job; a test that fails, or every test of a model that does not load, is
 /// reported and skipped, so that the other results are still printed.
-pub fn run_jobs(
+pub(crate) fn run_jobs(
     plan: &BenchPlan,
     jobs: &[Job],
     sampling: &SamplingParams,
@@ -182,7 +182,7 @@ pub fn run_jobs(
 /// one repetition, in forward order on even rounds and backward on odd ones, so that drift of
 /// the machine's speed hits every job alike (what `compare` needs to rank candidates). Rows
 /// are built from every round's sample.
-pub fn run_jobs_alternating(
+pub(crate) fn run_jobs_alternating(
     plan: &BenchPlan,
     jobs: &[Job],
     sampling: &SamplingParams,
@@ -449,7 +449,9 @@ fn engine_settings(job: &Job) -> EngineSettings {
 /// Check every model before measuring anything, so a typo (a missing file, a directory) fails
 /// at once (exit code 3). A file that exists but is damaged or hostile is not refused here: it
 /// fails when its turn comes and is skipped, so the other models' results are kept.
-pub fn check_models(models: &[std::path::PathBuf]) -> Result<(), crate::engine::EngineError> {
+pub(crate) fn check_models(
+    models: &[std::path::PathBuf],
+) -> Result<(), crate::engine::EngineError> {
     use crate::engine::EngineError as E;
     for m in models {
         if let Err(e @ (E::ModelNotFound(_) | E::ModelIsDirectory(_) | E::ModelUnreadable { .. })) =

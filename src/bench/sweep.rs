@@ -11,7 +11,7 @@ use crate::llama::settings::{FlashAttn, KvType};
 
 /// The values to sweep, each a non-empty list (the tests are one list of their own).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Sweep {
+pub(crate) struct Sweep {
     /// -1 = all layers.
     pub n_gpu_layers: Vec<i64>,
     pub n_batch: Vec<u32>,
@@ -32,7 +32,7 @@ pub struct Sweep {
 
 /// The settings of one llama.cpp context (and the model load, for `n_gpu_layers`).
 #[derive(Debug, Clone, PartialEq)]
-pub struct ParamSet {
+pub(crate) struct ParamSet {
     pub model: PathBuf,
     pub n_gpu_layers: i64,
     pub n_batch: u32,
@@ -47,21 +47,21 @@ pub struct ParamSet {
 
 impl ParamSet {
     /// Whether `other` can reuse this one's loaded model (same file, offload and placement).
-    pub fn same_model_load(&self, other: &ParamSet) -> bool {
+    pub(crate) fn same_model_load(&self, other: &ParamSet) -> bool {
         self.model == other.model
             && self.n_gpu_layers == other.n_gpu_layers
             && self.placement == other.placement
     }
 
     /// Offloaded layers as the engine settings take them (`None` = all).
-    pub fn gpu_layers_setting(&self) -> Option<u32> {
+    pub(crate) fn gpu_layers_setting(&self) -> Option<u32> {
         u32::try_from(self.n_gpu_layers).ok()
     }
 }
 
 /// One test under one parameter set at one depth.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Job {
+pub(crate) struct Job {
     pub params: ParamSet,
     pub depth: u32,
     pub test: TestSpec,
@@ -69,25 +69,25 @@ pub struct Job {
 
 impl Job {
     /// Tokens the context must hold: depth + prompt + generated, for every sequence.
-    pub fn n_ctx(&self) -> u32 {
+    pub(crate) fn n_ctx(&self) -> u32 {
         let (p, n) = self.test.lengths();
         let per_sequence = self.depth.saturating_add(p).saturating_add(n).max(1);
         per_sequence.saturating_mul(self.test.sequences())
     }
 
-    pub fn model_file_name(&self) -> String {
+    pub(crate) fn model_file_name(&self) -> String {
         file_name(&self.params.model)
     }
 }
 
-pub fn file_name(path: &Path) -> String {
+pub(crate) fn file_name(path: &Path) -> String {
     path.file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| path.display().to_string())
 }
 
 /// Every job, in llama-bench's order.
-pub fn expand(models: &[PathBuf], sweep: &Sweep) -> Vec<Job> {
+pub(crate) fn expand(models: &[PathBuf], sweep: &Sweep) -> Vec<Job> {
     let mut jobs = Vec::new();
     for params in param_sets(models, sweep) {
         for depth in &sweep.n_depth {

@@ -23,7 +23,7 @@ use crate::llama::placement::{
 use crate::llama::settings::{FlashAttn, KvType};
 
 /// llama.cpp keeps at most this many sequences in one context (`LLAMA_MAX_SEQ`).
-pub const MAX_BATCH_SEQUENCES: u32 = 256;
+pub(crate) const MAX_BATCH_SEQUENCES: u32 = 256;
 
 /// llama-bench's multi-letter short flags and the long forms clap knows them by.
 const LLAMA_BENCH_SHORT_FLAGS: &[(&str, &str)] = &[
@@ -175,7 +175,7 @@ fn bad_value(flag: &str, value: &str, expected: &str) -> Failure {
 
 /// Integers from comma lists and llama-bench ranges (`first-last`, `first-last+step`,
 /// `first-last*factor`), every value in `min..=max`.
-pub fn parse_int_list(
+pub(crate) fn parse_int_list(
     flag: &str,
     given: &[String],
     min: i64,
@@ -319,7 +319,7 @@ fn parse_output(s: &str) -> Result<OutputFormat, Failure> {
 }
 
 /// Validate the flags against the lower configuration layers.
-pub fn plan(args: &BenchArgs, settings: &Settings) -> Result<BenchPlan, Failure> {
+pub(crate) fn plan(args: &BenchArgs, settings: &Settings) -> Result<BenchPlan, Failure> {
     {
         let sweep = parse_sweep(args)?;
         let repetitions = match &args.repetitions {
@@ -546,7 +546,7 @@ fn check_batch_fits(sweep: &Sweep) -> Result<(), Failure> {
 }
 
 /// `tokscope bench`.
-pub fn run(args: &BenchArgs, settings: Settings) -> Result<(), Failure> {
+pub(crate) fn run(args: &BenchArgs, settings: Settings) -> Result<(), Failure> {
     let plan = plan(args, &settings)?;
     run::check_models(&plan.models)?;
     let log_path = log::results_path(&crate::paths::data_dir());
@@ -652,10 +652,10 @@ fn plot_rows(rows: &[Row], path: &std::path::Path) -> Result<(), Failure> {
         .filter_map(|r| {
             Some(BatchPoint {
                 batch: r.params.batch_size,
-                aggregate_tok_per_s: r.tok_per_s_mean,
-                per_sequence_tok_per_s: r.per_sequence_tok_per_s?,
-                itl_p50_ms: r.itl_p50_ms?,
-                itl_p99_ms: r.itl_p99_ms?,
+                aggregate_tok_per_s: Some(r.tok_per_s_mean),
+                per_sequence_tok_per_s: Some(r.per_sequence_tok_per_s?),
+                itl_p50_ms: Some(r.itl_p50_ms?),
+                itl_p99_ms: Some(r.itl_p99_ms?),
             })
         })
         .collect();

@@ -25,7 +25,7 @@ pub struct ChatArgs {
 }
 
 /// `tokscope chat`: the TUI on the configured (or demo) model.
-pub fn run(args: &ChatArgs, mut settings: Settings) -> Result<(), Failure> {
+pub(crate) fn run(args: &ChatArgs, mut settings: Settings) -> Result<(), Failure> {
     args.model.apply(&mut settings)?;
     args.sampling.apply(&mut settings)?;
     let config = engine_config(&settings)?;

@@ -108,7 +108,7 @@ fn parse_count(flag: &str, value: &str, min: u32, max: u32) -> Result<u32, Failu
 }
 
 /// `tokscope compare`.
-pub fn run(args: &CompareArgs, settings: Settings) -> Result<(), Failure> {
+pub(crate) fn run(args: &CompareArgs, settings: Settings) -> Result<(), Failure> {
     let plan = plan(args, &settings)?;
     crate::compare::run(&plan, settings).map_err(|e| match e {
         CompareError::Usage(m) => Failure::new(USAGE, m),
@@ -118,7 +118,7 @@ pub fn run(args: &CompareArgs, settings: Settings) -> Result<(), Failure> {
 }
 
 /// The command line, validated into a plan.
-pub fn plan(args: &CompareArgs, settings: &Settings) -> Result<ComparePlan, Failure> {
+pub(crate) fn plan(args: &CompareArgs, settings: &Settings) -> Result<ComparePlan, Failure> {
     {
         let quantize = args
             .quantize

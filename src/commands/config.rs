@@ -25,7 +25,7 @@ pub enum ConfigAction {
 }
 
 /// Runs `tokscope config ACTION`; `explicit` is `--config FILE` when given.
-pub fn run(action: &ConfigAction, explicit: Option<&Path>) -> Result<(), Failure> {
+pub(crate) fn run(action: &ConfigAction, explicit: Option<&Path>) -> Result<(), Failure> {
     let path = explicit
         .map(Path::to_path_buf)
         .unwrap_or_else(crate::paths::config_file);

@@ -45,7 +45,7 @@ pub struct TokenizerCheckArgs {
 }
 
 /// Runs `tokscope doctor`.
-pub fn run(args: &DoctorArgs) -> Result<(), Failure> {
+pub(crate) fn run(args: &DoctorArgs) -> Result<(), Failure> {
     match &args.check {
         DoctorCheck::Tokenizer(args) => tokenizer(args),
         DoctorCheck::Gpu => doctor::gpu::run(),

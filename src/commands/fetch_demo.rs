@@ -3,7 +3,7 @@
 use crate::commands::{Failure, FAILURE};
 
 /// Runs `tokscope fetch-demo`.
-pub fn run() -> Result<(), Failure> {
+pub(crate) fn run() -> Result<(), Failure> {
     let data_dir = crate::paths::data_dir();
     let outcome = crate::demo::fetch_demo(&data_dir, &mut |line| eprintln!("{line}"))
         .map_err(|e| Failure::new(FAILURE, e.to_string()))?;

@@ -122,7 +122,7 @@ pub struct RooflineFlags {
 
 impl ModelArgs {
     /// Apply these flags on top of the lower layers.
-    pub fn apply(&self, s: &mut Settings) -> Result<(), ConfigError> {
+    pub(crate) fn apply(&self, s: &mut Settings) -> Result<(), ConfigError> {
         let src = Source::CommandLine;
         if let Some(m) = &self.model {
             s.model = Some(m.clone());
@@ -159,7 +159,7 @@ impl ModelArgs {
 }
 
 impl SamplingArgs {
-    pub fn apply(&self, s: &mut Settings) -> Result<(), ConfigError> {
+    pub(crate) fn apply(&self, s: &mut Settings) -> Result<(), ConfigError> {
         let src = Source::CommandLine;
         if let Some(v) = self.temperature {
             s.set_temperature(v, &src)?;

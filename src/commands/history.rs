@@ -3,7 +3,7 @@
 use crate::commands::Failure;
 
 /// `tokscope history`: the saved conversations.
-pub fn run() -> Result<(), Failure> {
+pub(crate) fn run() -> Result<(), Failure> {
     let dir = crate::history::history_dir(&crate::paths::data_dir());
     let outcome = crate::history::list(&dir)
         .map_err(|e| Failure::new(crate::commands::FAILURE, e.to_string()))?;

@@ -212,7 +212,7 @@ fn jsonl_prompts(path: &PathBuf) -> Result<PromptSet, Failure> {
     })
 }
 
-pub fn load(args: &LoadArgs) -> Result<(), Failure> {
+pub(crate) fn load(args: &LoadArgs) -> Result<(), Failure> {
     let url = args
         .remote
         .url

@@ -2,19 +2,19 @@
 //! README and the tests agree.
 
 pub mod bench;
-pub mod chat;
-pub mod compare;
-pub mod config;
-pub mod doctor;
-pub mod fetch_demo;
-pub mod flags;
-pub mod history;
-pub mod load;
-pub mod model;
-pub mod remote;
-pub mod results;
-pub mod run;
-pub mod synth;
+pub(crate) mod chat;
+pub(crate) mod compare;
+pub(crate) mod config;
+pub(crate) mod doctor;
+pub(crate) mod fetch_demo;
+pub(crate) mod flags;
+pub(crate) mod history;
+pub(crate) mod load;
+pub(crate) mod model;
+pub(crate) mod remote;
+pub(crate) mod results;
+pub(crate) mod run;
+pub(crate) mod synth;
 
 use crate::cli::{Cli, Command};
 use crate::config::Settings;
@@ -22,11 +22,11 @@ use crate::config::Settings;
 /// Success.
 pub const OK: i32 = 0;
 /// A runtime failure (generation failed, I/O error while writing output, ...).
-pub const FAILURE: i32 = 1;
+pub(crate) const FAILURE: i32 = 1;
 /// Bad usage or configuration: a bad flag, value or config file (clap uses 2 as well).
 pub const USAGE: i32 = 2;
 /// The model file is missing, unreadable or not a model llama.cpp can load.
-pub const MODEL: i32 = 3;
+pub(crate) const MODEL: i32 = 3;
 
 /// A failure on its way to the user: the message to print and the exit code.
 #[derive(Debug)]
@@ -36,7 +36,7 @@ pub struct Failure {
 }
 
 impl Failure {
-    pub fn new(code: i32, message: impl Into<String>) -> Self {
+    pub(crate) fn new(code: i32, message: impl Into<String>) -> Self {
         Self {
             code,
             message: message.into(),

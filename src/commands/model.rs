@@ -8,7 +8,7 @@ use crate::config::Settings;
 use crate::engine::{ChatMessage, EngineConfig, Role};
 
 /// The model to load: the one the settings name, else the demo model when it is present.
-pub fn resolve_model(settings: &Settings) -> Result<PathBuf, Failure> {
+pub(crate) fn resolve_model(settings: &Settings) -> Result<PathBuf, Failure> {
     if let Some(m) = &settings.model {
         return Ok(m.clone());
     }
@@ -24,7 +24,7 @@ pub fn resolve_model(settings: &Settings) -> Result<PathBuf, Failure> {
     })
 }
 
-pub fn engine_config(settings: &Settings) -> Result<EngineConfig, Failure> {
+pub(crate) fn engine_config(settings: &Settings) -> Result<EngineConfig, Failure> {
     Ok(EngineConfig {
         model_path: resolve_model(settings)?,
         settings: settings.engine.clone(),
@@ -32,7 +32,7 @@ pub fn engine_config(settings: &Settings) -> Result<EngineConfig, Failure> {
 }
 
 /// The conversation for a single prompt: the configured system prompt, then the user.
-pub fn single_turn(settings: &Settings, prompt: &str) -> Vec<ChatMessage> {
+pub(crate) fn single_turn(settings: &Settings, prompt: &str) -> Vec<ChatMessage> {
     let mut messages = Vec::new();
     if let Some(system) = &settings.system_prompt {
         messages.push(ChatMessage::new(Role::System, system.clone()));

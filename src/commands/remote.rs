@@ -34,7 +34,7 @@ pub struct RemoteArgs {
 }
 
 impl RemoteArgs {
-    pub fn endpoint(&self, url: &str) -> Result<Endpoint, Failure> {
+    pub(crate) fn endpoint(&self, url: &str) -> Result<Endpoint, Failure> {
         let key = match (&self.api_key_env, &self.api_key_file) {
             (Some(var), _) => {
                 let raw = std::env::var(var).map_err(|_| {
@@ -90,7 +90,7 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
 
 /// Everything `run --url --json` prints. The key is never part of it.
 #[derive(Debug, Serialize)]
-pub struct RemoteRunReport {
+pub(crate) struct RemoteRunReport {
     pub text: String,
     /// "done", "cancelled", or the error that ended the stream early.
     pub end: String,
@@ -104,7 +104,7 @@ pub struct RemoteRunReport {
 }
 
 #[derive(Debug, Serialize)]
-pub struct ServerStamp {
+pub(crate) struct ServerStamp {
     /// Scheme, host and port only.
     pub host: String,
     pub model: String,
@@ -113,7 +113,7 @@ pub struct ServerStamp {
 }
 
 /// `tokscope run --url URL`.
-pub fn run_remote(
+pub(crate) fn run_remote(
     args: &crate::commands::run::RunArgs,
     url: &str,
     settings: &Settings,
@@ -192,7 +192,7 @@ pub fn run_remote(
 }
 
 /// The stderr summary of `run --url`.
-pub fn human_summary(r: &RemoteRunReport) -> String {
+pub(crate) fn human_summary(r: &RemoteRunReport) -> String {
     let m = &r.metrics;
     let opt_u = |v: Option<u64>| v.map_or("—".to_string(), |v| v.to_string());
     let mut out = format!("── {} · model {}\n", r.server.host, r.server.model);

@@ -16,7 +16,7 @@ pub struct ResultsArgs {
 }
 
 /// `tokscope results [ID]`.
-pub fn run(args: &ResultsArgs) -> Result<(), Failure> {
+pub(crate) fn run(args: &ResultsArgs) -> Result<(), Failure> {
     let path = log::results_path(&crate::paths::data_dir());
     let (runs, unreadable) = log::read_runs(&path).map_err(|e| {
         Failure::new(

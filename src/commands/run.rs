@@ -12,7 +12,7 @@ use super::flags::{ModelArgs, SamplingArgs};
 use crate::commands::{Failure, FAILURE};
 use crate::config::Settings;
 use crate::engine::{
-    EngineEvent, EngineHandle, GenerateRequest, LlamaCounters, ModelInfo, StopReason, TurnReport,
+    EngineEvent, EngineHandle, LlamaCounters, ModelInfo, StopReason, TurnReport, TurnRequest,
 };
 use crate::metrics::host::HostSummary;
 use crate::metrics::{fmt_opt, TurnSummary};
@@ -67,7 +67,7 @@ pub struct RunArgs {
 
 /// Everything `run --json` prints.
 #[derive(Debug, Serialize)]
-pub struct RunReport {
+pub(crate) struct RunReport {
     pub text: String,
     pub stop_reason: StopReason,
     pub metrics: TurnSummary,
@@ -87,7 +87,7 @@ pub struct RunReport {
 }
 
 impl RunReport {
-    pub fn new(
+    pub(crate) fn new(
         report: &TurnReport,
         info: &ModelInfo,
         settings: &Settings,
@@ -118,7 +118,7 @@ impl RunReport {
     }
 }
 
-pub fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure> {
+pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure> {
     if let Some(url) = &args.remote.url {
         args.sampling.apply(&mut settings)?;
         return crate::commands::remote::run_remote(args, url, &settings);
@@ -136,6 +136,13 @@ pub fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure> {
     };
     let mut messages = crate::commands::model::single_turn(&settings, &turn_prompt(1));
     let first_messages = messages.clone();
+    let turn_request = |messages: &[crate::engine::ChatMessage]| TurnRequest {
+        messages: messages.to_vec(),
+        sampling: settings.sampling.clone(),
+        max_tokens: settings.max_tokens,
+        capture_first_logits: false,
+        ignore_eos: args.ignore_eos,
+    };
     let mut turn = 1u32;
     let mut reports: Vec<RunReport> = Vec::new();
     let mut report_file = match &args.report {
@@ -175,15 +182,7 @@ pub fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure> {
                 if let Some(note) = crate::llama::gpu::no_gpu_note() {
                     eprintln!("note: {note}");
                 }
-                request = Some(engine.send_request(GenerateRequest {
-                    id: engine.next_id(),
-                    messages: messages.clone(),
-                    sampling: settings.sampling.clone(),
-                    max_tokens: settings.max_tokens,
-                    capture_first_logits: false,
-                    ignore_eos: args.ignore_eos,
-                    submitted_at: std::time::Instant::now(),
-                })?);
+                request = Some(engine.send(engine.next_id(), turn_request(&messages), None)?);
                 info = Some(*i);
             }
             EngineEvent::LoadFailed(e) => return Err(e.into()),
@@ -232,15 +231,7 @@ pub fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure> {
                         eprint!("turn {}: {}", turn - 1, human_summary(&full, info));
                     }
                     reports.push(full);
-                    request = Some(engine.send_request(GenerateRequest {
-                        id: engine.next_id(),
-                        messages: messages.clone(),
-                        sampling: settings.sampling.clone(),
-                        max_tokens: settings.max_tokens,
-                        capture_first_logits: false,
-                        ignore_eos: args.ignore_eos,
-                        submitted_at: std::time::Instant::now(),
-                    })?);
+                    request = Some(engine.send(engine.next_id(), turn_request(&messages), None)?);
                     continue;
                 }
                 let written = if args.json && !reports.is_empty() {
@@ -374,7 +365,7 @@ fn quiet_on_closed_pipe(written: std::io::Result<()>) -> Result<bool, Failure> {
 }
 
 /// The stderr summary of a headless run.
-pub fn human_summary(r: &RunReport, info: &ModelInfo) -> String {
+pub(crate) fn human_summary(r: &RunReport, info: &ModelInfo) -> String {
     let m = &r.metrics;
     let mut out = String::new();
     out.push_str(&format!(

@@ -62,7 +62,7 @@ pub struct SynthArgs {
 }
 
 /// Runs `tokscope synth`.
-pub fn run(args: &SynthArgs) -> Result<(), Failure> {
+pub(crate) fn run(args: &SynthArgs) -> Result<(), Failure> {
     let started = Instant::now();
     let mut progress = StderrProgress::new(started);
     if let Some(source) = &args.like {

@@ -6,14 +6,14 @@ use std::path::{Path, PathBuf};
 
 use super::report::Comparison;
 
-pub const COMPARISONS_FILE: &str = "comparisons.jsonl";
+pub(crate) const COMPARISONS_FILE: &str = "comparisons.jsonl";
 
 pub fn comparisons_path(data_dir: &Path) -> PathBuf {
     data_dir.join(COMPARISONS_FILE)
 }
 
 /// Append one comparison (the file and its folder are created user-only).
-pub fn append(path: &Path, c: &Comparison) -> std::io::Result<()> {
+pub(crate) fn append(path: &Path, c: &Comparison) -> std::io::Result<()> {
     if let Some(dir) = path.parent() {
         crate::fsx::ensure_private_dir(dir)?;
     }

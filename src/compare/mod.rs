@@ -11,8 +11,8 @@
 pub mod log;
 mod plan;
 pub mod quality;
-pub mod quantize;
-pub mod report;
+pub(crate) mod quantize;
+pub(crate) mod report;
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use llama_cpp_2::model::LlamaModel;
 
-pub use plan::{CompareFormat, ComparePlan};
+pub(crate) use plan::{CompareFormat, ComparePlan};
 pub use report::{CompareRow, Comparison};
 
 use self::quality::{Chunking, Evaluator, QualityStats};
@@ -35,13 +35,13 @@ use crate::llama::settings::{FlashAttn, KvType};
 use crate::llama::{describe, load_model, new_context};
 
 /// The evaluation text shipped with tokscope (see assets/eval/SOURCE.md).
-pub const BUILTIN_TEXT: &str = include_str!("../../assets/eval/alice.txt");
-pub const BUILTIN_TEXT_NAME: &str =
+pub(crate) const BUILTIN_TEXT: &str = include_str!("../../assets/eval/alice.txt");
+pub(crate) const BUILTIN_TEXT_NAME: &str =
     "builtin:alice (Alice's Adventures in Wonderland, Lewis Carroll, 1865; public domain)";
 
 /// Why a comparison stopped, sorted the way the command's exit codes are.
 #[derive(Debug, thiserror::Error)]
-pub enum CompareError {
+pub(crate) enum CompareError {
     /// A flag, file or text the user can fix.
     #[error("{0}")]
     Usage(String),
@@ -85,7 +85,7 @@ impl From<std::io::Error> for CompareError {
 
 /// One thing being compared: a model file under one set of runtime settings.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Candidate {
+pub(crate) struct Candidate {
     pub model: PathBuf,
     pub n_gpu_layers: i64,
     pub type_k: KvType,
@@ -185,7 +185,7 @@ fn labels(candidates: &[Candidate]) -> Vec<String> {
 
 /// `tokscope compare` on a validated plan: quality in lockstep, speed in alternating rounds,
 /// the table on stdout, the logs, the chart.
-pub fn run(plan: &ComparePlan, settings: Settings) -> Result<(), CompareError> {
+pub(crate) fn run(plan: &ComparePlan, settings: Settings) -> Result<(), CompareError> {
     crate::bench::run::check_models(&plan.models)?;
     let (text_name, text) = load_text(plan.text.as_deref())?;
     let files = model_files(plan)?;

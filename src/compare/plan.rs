@@ -8,7 +8,7 @@ use crate::bench::BenchPlan;
 
 /// How `compare` prints its table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CompareFormat {
+pub(crate) enum CompareFormat {
     Markdown,
     Csv,
     Json,
@@ -16,7 +16,7 @@ pub enum CompareFormat {
 
 /// Everything `compare` will do, validated.
 #[derive(Debug, Clone)]
-pub struct ComparePlan {
+pub(crate) struct ComparePlan {
     /// The files as given (before quantizing).
     pub models: Vec<PathBuf>,
     pub quantize: Vec<QuantType>,

@@ -17,7 +17,7 @@ use crate::engine::EngineError;
 
 /// Running sums for one model (llama-perplexity's `kl_divergence_result`).
 #[derive(Debug, Clone, Default)]
-pub struct Accumulator {
+pub(crate) struct Accumulator {
     count: u64,
     sum_nll: f64,
     sum_nll2: f64,
@@ -101,7 +101,7 @@ impl Accumulator {
     }
 
     /// The figures; `with_kl` is false for the reference.
-    pub fn stats(&self, with_kl: bool) -> QualityStats {
+    pub(crate) fn stats(&self, with_kl: bool) -> QualityStats {
         let (nll, nll_unc) = mean_and_uncertainty(self.sum_nll, self.sum_nll2, self.count);
         let ppl = nll.exp();
         let mut sorted = self.kld_values.clone();
@@ -199,21 +199,16 @@ fn score_reference(acc: &mut Accumulator, reference: &RefRow, next: usize) {
 
 /// How the evaluation text is cut.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Chunking {
+pub(crate) struct Chunking {
     pub n_ctx: u32,
     /// At most this many chunks (None = all).
     pub max_chunks: Option<u32>,
 }
 
 impl Chunking {
-    /// First scored position of a chunk (llama-perplexity's `first = n_ctx/2`).
-    pub fn first_scored(&self) -> usize {
-        self.n_ctx as usize / 2
-    }
-
     /// The chunks of `n_tokens` tokens, or why the text is too short: like llama-perplexity,
     /// at least two chunks' worth of tokens.
-    pub fn chunks(&self, n_tokens: usize) -> Result<usize, String> {
+    pub(crate) fn chunks(&self, n_tokens: usize) -> Result<usize, String> {
         let n_ctx = self.n_ctx as usize;
         if n_tokens < 2 * n_ctx {
             return Err(format!(
@@ -231,12 +226,12 @@ impl Chunking {
 }
 
 /// Tokenize the evaluation text like llama-perplexity (`common_tokenize(ctx, text, true)`).
-pub fn tokenize(model: &LlamaModel, text: &str) -> Vec<LlamaToken> {
+pub(crate) fn tokenize(model: &LlamaModel, text: &str) -> Vec<LlamaToken> {
     model.vocab().tokenize(text.as_bytes(), true, false)
 }
 
 /// One model's context over the chunks.
-pub struct Evaluator<'m> {
+pub(crate) struct Evaluator<'m> {
     ctx: LlamaContext<'m>,
     batch: LlamaBatch<'static>,
     bos: Option<LlamaToken>,
@@ -244,7 +239,7 @@ pub struct Evaluator<'m> {
 }
 
 impl<'m> Evaluator<'m> {
-    pub fn new(model: &'m LlamaModel, ctx: LlamaContext<'m>, n_ctx: u32) -> Self {
+    pub(crate) fn new(model: &'m LlamaModel, ctx: LlamaContext<'m>, n_ctx: u32) -> Self {
         let vocab = model.vocab();
         Self {
             ctx,
@@ -281,7 +276,7 @@ impl<'m> Evaluator<'m> {
 /// Evaluate one chunk in lockstep: the reference first, its log-probabilities kept for the
 /// scored positions, then each candidate scored against them. `threads` workers share the
 /// per-position arithmetic.
-pub fn evaluate_chunk(
+pub(crate) fn evaluate_chunk(
     reference: &mut Evaluator<'_>,
     candidates: &mut [Evaluator<'_>],
     chunk: &[LlamaToken],

@@ -15,7 +15,7 @@ use crate::engine::{check_model_file, fingerprint};
 /// A quantization type tokscope can produce without an importance matrix: its name as users
 /// type it (`q4_k_m`) and llama.cpp's `llama_ftype`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct QuantType {
+pub(crate) struct QuantType {
     pub name: &'static str,
     pub ftype: u32,
 }
@@ -23,7 +23,7 @@ pub struct QuantType {
 /// The types `--quantize` accepts, highest precision first. The IQ1/IQ2 types and Q2_K_S need
 /// an importance matrix, which tokscope does not compute: they are left out rather than made
 /// badly.
-pub const QUANT_TYPES: &[QuantType] = &[
+pub(crate) const QUANT_TYPES: &[QuantType] = &[
     QuantType {
         name: "f16",
         ftype: 1,
@@ -100,7 +100,7 @@ pub const QUANT_TYPES: &[QuantType] = &[
 
 impl QuantType {
     /// `Q4_K_M`, `q4_k_m` or `Q4-K-M`.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub(crate) fn parse(text: &str) -> Result<Self, String> {
         let wanted = text.trim().to_ascii_lowercase().replace('-', "_");
         QUANT_TYPES
             .iter()
@@ -120,7 +120,11 @@ impl QuantType {
 }
 
 /// The cache file of `source` quantized to `ty`: `<stem>-<fingerprint>-<TYPE>.gguf`.
-pub fn cache_path(cache_dir: &Path, source: &Path, ty: QuantType) -> std::io::Result<PathBuf> {
+pub(crate) fn cache_path(
+    cache_dir: &Path,
+    source: &Path,
+    ty: QuantType,
+) -> std::io::Result<PathBuf> {
     let stem = source
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
@@ -140,7 +144,7 @@ fn usable(path: &Path) -> bool {
 /// Quantize `source` to `ty` into the cache, or reuse the file already there. `progress` is
 /// called a few times a second with (tensors done, tensors in all) while llama.cpp works.
 /// Returns the file and whether it was reused.
-pub fn quantize_cached(
+pub(crate) fn quantize_cached(
     source: &Path,
     ty: QuantType,
     cache_dir: &Path,
@@ -235,7 +239,7 @@ mod ffi {
 
     /// `llama_model_quantize` with llama.cpp's default parameters but the file type, the
     /// thread count and whether a quantized source is allowed.
-    pub fn quantize(
+    pub(crate) fn quantize(
         input: &CStr,
         output: &CStr,
         ftype: u32,

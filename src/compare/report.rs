@@ -74,7 +74,7 @@ pub struct Control {
 
 impl Control {
     /// |copy − reference| ÷ reference: the systematic error as a fraction.
-    pub fn systematic(&self) -> f64 {
+    pub(crate) fn systematic(&self) -> f64 {
         if self.reference_tg_tok_per_s > 0.0 {
             (self.copy_tg_tok_per_s - self.reference_tg_tok_per_s).abs()
                 / self.reference_tg_tok_per_s
@@ -114,7 +114,7 @@ fn kl(row: &CompareRow) -> f64 {
 
 /// Marks the Pareto front and who dominates whom; `control` sets the systematic error below
 /// which a speed difference is not called.
-pub fn mark_pareto(rows: &mut [CompareRow], control: Option<&Control>) {
+pub(crate) fn mark_pareto(rows: &mut [CompareRow], control: Option<&Control>) {
     let systematic = control.map_or(0.0, Control::systematic);
     let snapshot = rows.to_vec();
     for row in rows.iter_mut() {
@@ -128,7 +128,7 @@ pub fn mark_pareto(rows: &mut [CompareRow], control: Option<&Control>) {
 }
 
 /// The verdict in words: the front, then each dominated candidate and what beats it.
-pub fn verdict(rows: &[CompareRow], control: Option<&Control>) -> Vec<String> {
+pub(crate) fn verdict(rows: &[CompareRow], control: Option<&Control>) -> Vec<String> {
     let systematic = control.map_or(0.0, Control::systematic);
     let front: Vec<&str> = rows
         .iter()
@@ -253,7 +253,7 @@ fn mean_sd(mean: Option<f64>, sd: Option<f64>) -> String {
 }
 
 /// The Markdown table, its notes and the verdict.
-pub fn markdown(c: &Comparison) -> String {
+pub(crate) fn markdown(c: &Comparison) -> String {
     let headers = [
         ("candidate", Align::Left),
         ("quant", Align::Left),
@@ -361,7 +361,7 @@ fn flatten(prefix: &str, value: &Value, out: &mut Vec<(String, String)>) {
 
 /// One CSV line per candidate with every field (quality.* flattened), plus the comparison's
 /// own fields on each line.
-pub fn csv(c: &Comparison) -> Result<String, serde_json::Error> {
+pub(crate) fn csv(c: &Comparison) -> Result<String, serde_json::Error> {
     let mut rows = Vec::new();
     for row in &c.rows {
         let mut fields: Vec<(String, String)> = [

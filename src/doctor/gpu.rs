@@ -10,7 +10,7 @@ use crate::hw::gpu::GpuTelemetry;
 use crate::llama::gpu::{self as lgpu, GpuStatus};
 
 /// Runs the check; exits 1 when a CUDA build finds no usable GPU.
-pub fn run() -> Result<(), Failure> {
+pub(crate) fn run() -> Result<(), Failure> {
     let backends = lgpu::compiled_backends();
     let devices = llama_cpp_2::list_llama_ggml_backend_devices();
     let telemetry = GpuTelemetry::open();

@@ -51,7 +51,8 @@ impl Utf8Stream {
     }
 
     /// Bytes held back waiting for the rest of a character.
-    pub fn pending_len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn pending_len(&self) -> usize {
         self.pending.len()
     }
 
@@ -71,7 +72,7 @@ pub struct StopMatcher {
 }
 
 impl StopMatcher {
-    pub fn new(stops: &[&str]) -> Self {
+    pub(crate) fn new(stops: &[&str]) -> Self {
         Self {
             stops: stops
                 .iter()
@@ -84,7 +85,7 @@ impl StopMatcher {
 
     /// Add text; returns `(text safe to emit, stopped)`. After a stop, the stop string and
     /// anything after it are dropped.
-    pub fn push(&mut self, text: &str) -> (String, bool) {
+    pub(crate) fn push(&mut self, text: &str) -> (String, bool) {
         self.held.push_str(text);
         if let Some(pos) = self
             .stops
@@ -112,7 +113,7 @@ impl StopMatcher {
     }
 
     /// End of stream: text held as a possible stop-string prefix is released.
-    pub fn finish(&mut self) -> String {
+    pub(crate) fn finish(&mut self) -> String {
         std::mem::take(&mut self.held)
     }
 }

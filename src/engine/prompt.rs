@@ -5,7 +5,10 @@
 use super::{ChatMessage, Role};
 
 /// The llama.cpp built-in template for an architecture, when the GGUF carries none.
-pub fn template_for_architecture(arch: &str, has_llama3_tokens: bool) -> Option<&'static str> {
+pub(crate) fn template_for_architecture(
+    arch: &str,
+    has_llama3_tokens: bool,
+) -> Option<&'static str> {
     Some(match arch {
         "llama" if has_llama3_tokens => "llama3",
         "llama" => "llama2",

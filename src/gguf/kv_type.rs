@@ -22,7 +22,7 @@ pub enum KvType {
 }
 
 impl KvType {
-    pub const ALL: [KvType; 9] = [
+    pub(crate) const ALL: [KvType; 9] = [
         KvType::F32,
         KvType::F16,
         KvType::Bf16,
@@ -34,7 +34,7 @@ impl KvType {
         KvType::Iq4Nl,
     ];
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             KvType::F32 => "f32",
             KvType::F16 => "f16",
@@ -49,7 +49,7 @@ impl KvType {
     }
 
     /// Bytes per cached element (block size included for the quantized types).
-    pub fn bytes_per_element(self) -> f64 {
+    pub(crate) fn bytes_per_element(self) -> f64 {
         match self {
             KvType::F32 => 4.0,
             KvType::F16 | KvType::Bf16 => 2.0,

@@ -12,8 +12,8 @@
 //! to the alignment, then the tensor data, each tensor starting at a multiple of the alignment.
 //! A string is `u64:len` + bytes; an array is `u32:elem_type u64:count` + elements.
 
-pub mod kv_type;
-pub mod validate;
+pub(crate) mod kv_type;
+pub(crate) mod validate;
 
 use std::collections::HashSet;
 use std::fmt;
@@ -25,17 +25,17 @@ use std::path::{Path, PathBuf};
 pub const SYNTHETIC_METADATA_KEY: &str = "tokscope.synthetic";
 
 /// The four bytes every GGUF file starts with.
-pub const GGUF_MAGIC: [u8; 4] = *b"GGUF";
+pub(crate) const GGUF_MAGIC: [u8; 4] = *b"GGUF";
 /// The format version this writer produces; the reader accepts versions 2 and 3.
-pub const GGUF_VERSION: u32 = 3;
+pub(crate) const GGUF_VERSION: u32 = 3;
 /// Metadata key holding the data alignment (u32). Absent means 32.
-pub const ALIGNMENT_KEY: &str = "general.alignment";
+pub(crate) const ALIGNMENT_KEY: &str = "general.alignment";
 /// The alignment llama.cpp assumes when [`ALIGNMENT_KEY`] is absent, and the one we write.
-pub const DEFAULT_ALIGNMENT_BYTES: u32 = 32;
+pub(crate) const DEFAULT_ALIGNMENT_BYTES: u32 = 32;
 /// ggml's `GGML_MAX_NAME`: tensor names must be strictly shorter than this.
-pub const MAX_TENSOR_NAME_BYTES: usize = 64;
+pub(crate) const MAX_TENSOR_NAME_BYTES: usize = 64;
 /// ggml's `GGML_MAX_DIMS`.
-pub const MAX_TENSOR_DIMS: usize = 4;
+pub(crate) const MAX_TENSOR_DIMS: usize = 4;
 
 /// Errors from writing or reading GGUF files.
 #[derive(Debug, thiserror::Error)]
@@ -119,27 +119,27 @@ impl GgmlType {
     /// 32-bit float.
     pub const F32: Self = Self(0);
     /// IEEE half precision.
-    pub const F16: Self = Self(1);
+    pub(crate) const F16: Self = Self(1);
     /// 4-bit blocks of 32 with an f16 scale.
-    pub const Q4_0: Self = Self(2);
+    pub(crate) const Q4_0: Self = Self(2);
     /// 4-bit blocks of 32 with f16 scale and min.
-    pub const Q4_1: Self = Self(3);
+    pub(crate) const Q4_1: Self = Self(3);
     /// 5-bit blocks of 32 with an f16 scale.
-    pub const Q5_0: Self = Self(6);
+    pub(crate) const Q5_0: Self = Self(6);
     /// 5-bit blocks of 32 with f16 scale and min.
-    pub const Q5_1: Self = Self(7);
+    pub(crate) const Q5_1: Self = Self(7);
     /// 8-bit blocks of 32 with an f16 scale.
-    pub const Q8_0: Self = Self(8);
+    pub(crate) const Q8_0: Self = Self(8);
     /// 8-bit blocks of 32 with f16 scale and sum.
-    pub const Q8_1: Self = Self(9);
+    pub(crate) const Q8_1: Self = Self(9);
     /// k-quant, 2 bits.
-    pub const Q2_K: Self = Self(10);
+    pub(crate) const Q2_K: Self = Self(10);
     /// k-quant, 3 bits.
-    pub const Q3_K: Self = Self(11);
+    pub(crate) const Q3_K: Self = Self(11);
     /// k-quant, 4 bits.
     pub const Q4_K: Self = Self(12);
     /// k-quant, 5 bits.
-    pub const Q5_K: Self = Self(13);
+    pub(crate) const Q5_K: Self = Self(13);
     /// k-quant, 6 bits.
     pub const Q6_K: Self = Self(14);
     /// k-quant, 8 bits (intermediate type).
@@ -153,39 +153,39 @@ impl GgmlType {
     /// i-quant, 1.56 bits.
     pub const IQ1_S: Self = Self(19);
     /// Non-linear 4-bit blocks of 32.
-    pub const IQ4_NL: Self = Self(20);
+    pub(crate) const IQ4_NL: Self = Self(20);
     /// i-quant, 3.44 bits.
     pub const IQ3_S: Self = Self(21);
     /// i-quant, 2.5 bits.
     pub const IQ2_S: Self = Self(22);
     /// Non-linear 4-bit super-blocks of 256.
-    pub const IQ4_XS: Self = Self(23);
+    pub(crate) const IQ4_XS: Self = Self(23);
     /// 8-bit integer.
-    pub const I8: Self = Self(24);
+    pub(crate) const I8: Self = Self(24);
     /// 16-bit integer.
-    pub const I16: Self = Self(25);
+    pub(crate) const I16: Self = Self(25);
     /// 32-bit integer.
-    pub const I32: Self = Self(26);
+    pub(crate) const I32: Self = Self(26);
     /// 64-bit integer.
-    pub const I64: Self = Self(27);
+    pub(crate) const I64: Self = Self(27);
     /// 64-bit float.
-    pub const F64: Self = Self(28);
+    pub(crate) const F64: Self = Self(28);
     /// i-quant, 1.75 bits.
     pub const IQ1_M: Self = Self(29);
     /// bfloat16.
-    pub const BF16: Self = Self(30);
+    pub(crate) const BF16: Self = Self(30);
     /// Ternary, 1.69 bits.
     pub const TQ1_0: Self = Self(34);
     /// Ternary, 2.06 bits.
     pub const TQ2_0: Self = Self(35);
     /// Microscaling FP4, blocks of 32.
-    pub const MXFP4: Self = Self(39);
+    pub(crate) const MXFP4: Self = Self(39);
     /// NVIDIA FP4, blocks of 64 with E4M3 sub-block scales.
     pub const NVFP4: Self = Self(40);
 
     /// ggml's name for the type, if this module knows it.
     #[must_use]
-    pub fn name(self) -> Option<&'static str> {
+    pub(crate) fn name(self) -> Option<&'static str> {
         self.traits().map(|(name, _, _)| name)
     }
 
@@ -199,7 +199,7 @@ impl GgmlType {
     /// Bytes of data a tensor of this type and shape occupies (without alignment padding).
     /// `None` for unknown types, rows that are not a whole number of blocks, or overflow.
     #[must_use]
-    pub fn tensor_bytes(self, dims: &[u64]) -> Option<u64> {
+    pub(crate) fn tensor_bytes(self, dims: &[u64]) -> Option<u64> {
         let (block_elems, block_bytes) = self.block_layout()?;
         let row_elems = dims.first().copied().unwrap_or(1);
         if row_elems % block_elems != 0 {
@@ -339,7 +339,7 @@ const TYPE_F64: u32 = 12;
 impl GgufValue {
     /// The GGUF value type id.
     #[must_use]
-    pub fn type_id(&self) -> u32 {
+    pub(crate) fn type_id(&self) -> u32 {
         match self {
             Self::U8(_) => TYPE_U8,
             Self::I8(_) => TYPE_I8,
@@ -382,15 +382,6 @@ impl GgufValue {
         }
     }
 
-    /// The value as a bool if it is one.
-    #[must_use]
-    pub fn as_bool(&self) -> Option<bool> {
-        match *self {
-            Self::Bool(b) => Some(b),
-            _ => None,
-        }
-    }
-
     /// The value as an `f64` if it is a float.
     #[must_use]
     pub fn as_f64(&self) -> Option<f64> {
@@ -423,7 +414,7 @@ impl GgufValue {
 impl GgufArray {
     /// The GGUF type id of the elements.
     #[must_use]
-    pub fn element_type_id(&self) -> u32 {
+    pub(crate) fn element_type_id(&self) -> u32 {
         match self {
             Self::U8(_) => TYPE_U8,
             Self::I8(_) => TYPE_I8,
@@ -442,7 +433,7 @@ impl GgufArray {
 
     /// Number of elements.
     #[must_use]
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         match self {
             Self::U8(v) => v.len(),
             Self::I8(v) => v.len(),
@@ -457,12 +448,6 @@ impl GgufArray {
             Self::I64(v) => v.len(),
             Self::F64(v) => v.len(),
         }
-    }
-
-    /// Whether the array has no elements.
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     fn write(&self, out: &mut impl Write) -> io::Result<()> {
@@ -581,22 +566,23 @@ impl GgufWriter {
     }
 
     /// Adds a `u32` key.
-    pub fn add_u32(&mut self, key: &str, value: u32) -> Result<(), GgufError> {
+    pub(crate) fn add_u32(&mut self, key: &str, value: u32) -> Result<(), GgufError> {
         self.add_kv(key, GgufValue::U32(value))
     }
 
     /// Adds an `i32` key.
-    pub fn add_i32(&mut self, key: &str, value: i32) -> Result<(), GgufError> {
+    #[cfg(test)]
+    pub(crate) fn add_i32(&mut self, key: &str, value: i32) -> Result<(), GgufError> {
         self.add_kv(key, GgufValue::I32(value))
     }
 
     /// Adds an `f32` key.
-    pub fn add_f32(&mut self, key: &str, value: f32) -> Result<(), GgufError> {
+    pub(crate) fn add_f32(&mut self, key: &str, value: f32) -> Result<(), GgufError> {
         self.add_kv(key, GgufValue::F32(value))
     }
 
     /// Adds a bool key.
-    pub fn add_bool(&mut self, key: &str, value: bool) -> Result<(), GgufError> {
+    pub(crate) fn add_bool(&mut self, key: &str, value: bool) -> Result<(), GgufError> {
         self.add_kv(key, GgufValue::Bool(value))
     }
 
@@ -606,17 +592,21 @@ impl GgufWriter {
     }
 
     /// Adds an array-of-strings key.
-    pub fn add_string_array(&mut self, key: &str, values: Vec<String>) -> Result<(), GgufError> {
+    pub(crate) fn add_string_array(
+        &mut self,
+        key: &str,
+        values: Vec<String>,
+    ) -> Result<(), GgufError> {
         self.add_kv(key, GgufValue::Array(GgufArray::String(values)))
     }
 
     /// Adds an array-of-`i32` key.
-    pub fn add_i32_array(&mut self, key: &str, values: Vec<i32>) -> Result<(), GgufError> {
+    pub(crate) fn add_i32_array(&mut self, key: &str, values: Vec<i32>) -> Result<(), GgufError> {
         self.add_kv(key, GgufValue::Array(GgufArray::I32(values)))
     }
 
     /// Adds an array-of-`f32` key.
-    pub fn add_f32_array(&mut self, key: &str, values: Vec<f32>) -> Result<(), GgufError> {
+    pub(crate) fn add_f32_array(&mut self, key: &str, values: Vec<f32>) -> Result<(), GgufError> {
         self.add_kv(key, GgufValue::Array(GgufArray::F32(values)))
     }
 
@@ -644,7 +634,7 @@ impl GgufWriter {
     /// Adds a tensor whose data `generate` appends to the (cleared) buffer it is given, at
     /// write time. Must be deterministic if the writer is written more than once; a wrong
     /// length is reported as [`GgufError::TensorSize`] when writing.
-    pub fn add_tensor_with(
+    pub(crate) fn add_tensor_with(
         &mut self,
         name: &str,
         dims: &[u64],
@@ -665,7 +655,7 @@ impl GgufWriter {
     /// Adds a tensor whose data `stream` writes to the file itself, in as many pieces as it
     /// likes, at write time. Must be deterministic if the writer is written more than once; a
     /// wrong total length is reported as [`GgufError::TensorSize`] when writing.
-    pub fn add_tensor_streamed(
+    pub(crate) fn add_tensor_streamed(
         &mut self,
         name: &str,
         dims: &[u64],
@@ -685,7 +675,7 @@ impl GgufWriter {
 
     /// Size of the file [`GgufWriter::write_to`] would produce, without generating any tensor
     /// data (the header is serialised to count it).
-    pub fn file_size_bytes(&self) -> Result<u64, GgufError> {
+    pub(crate) fn file_size_bytes(&self) -> Result<u64, GgufError> {
         let mut counted = CountingWriter {
             inner: io::sink(),
             written_bytes: 0,
@@ -701,13 +691,13 @@ impl GgufWriter {
 
     /// Number of tensors added so far.
     #[must_use]
-    pub fn n_tensors(&self) -> usize {
+    pub(crate) fn n_tensors(&self) -> usize {
         self.tensors.len()
     }
 
     /// How many tensors of each type were added, the type with the most bytes first.
     #[must_use]
-    pub fn type_counts(&self) -> Vec<(GgmlType, usize)> {
+    pub(crate) fn type_counts(&self) -> Vec<(GgmlType, usize)> {
         let mut totals: Vec<(GgmlType, usize, u64)> = Vec::new();
         for tensor in &self.tensors {
             match totals.iter_mut().find(|(t, _, _)| *t == tensor.ggml_type) {
@@ -724,7 +714,7 @@ impl GgufWriter {
 
     /// Total number of tensor elements added so far.
     #[must_use]
-    pub fn n_elements(&self) -> u64 {
+    pub(crate) fn n_elements(&self) -> u64 {
         self.tensors
             .iter()
             .map(|t| t.dims.iter().product::<u64>())
@@ -795,7 +785,7 @@ impl GgufWriter {
     }
 
     /// [`GgufWriter::write_to`], calling `on_progress` after the header and after each tensor.
-    pub fn write_to_with_progress(
+    pub(crate) fn write_to_with_progress(
         &self,
         out: &mut impl Write,
         on_progress: &mut dyn FnMut(WriteProgress),
@@ -816,7 +806,7 @@ impl GgufWriter {
     }
 
     /// [`GgufWriter::write_file`] with progress reports (see [`WriteProgress`]).
-    pub fn write_file_with_progress(
+    pub(crate) fn write_file_with_progress(
         &self,
         path: &Path,
         on_progress: &mut dyn FnMut(WriteProgress),
@@ -1000,7 +990,7 @@ pub struct GgufTensorInfo {
 impl GgufTensorInfo {
     /// Number of elements (saturating: the reader has already rejected overflowing shapes).
     #[must_use]
-    pub fn n_elements(&self) -> u64 {
+    pub(crate) fn n_elements(&self) -> u64 {
         self.dims
             .iter()
             .fold(1_u64, |acc, &d| acc.saturating_mul(d))

@@ -17,20 +17,20 @@ use std::collections::HashSet;
 use super::{GgufArray, GgufHeader, GgufValue};
 
 /// llama.cpp's `LLAMA_MAX_LAYERS`.
-pub const MAX_LAYERS: u64 = 512;
+pub(crate) const MAX_LAYERS: u64 = 512;
 /// llama.cpp's `LLAMA_MAX_EXPERTS`.
-pub const MAX_EXPERTS: u64 = 1024;
+pub(crate) const MAX_EXPERTS: u64 = 1024;
 /// No model has a wider embedding; a larger value is a corrupt or hostile file.
-pub const MAX_EMBEDDING_LENGTH: u64 = 1 << 18;
+pub(crate) const MAX_EMBEDDING_LENGTH: u64 = 1 << 18;
 /// No model has more attention heads than this.
-pub const MAX_HEADS: u64 = 1 << 14;
+pub(crate) const MAX_HEADS: u64 = 1 << 14;
 /// Token counts and positions are C `int`s in llama.cpp.
-pub const MAX_CONTEXT_LENGTH: u64 = (1 << 31) - 1;
+pub(crate) const MAX_CONTEXT_LENGTH: u64 = (1 << 31) - 1;
 /// Vocabulary sizes are C `int`s too, and no real vocabulary comes near this.
-pub const MAX_VOCAB: usize = 1 << 24;
+pub(crate) const MAX_VOCAB: usize = 1 << 24;
 
 /// Tokenizer models tokscope chats with: llama.cpp's generative vocabularies.
-pub const KNOWN_TOKENIZERS: &[&str] = &[
+pub(crate) const KNOWN_TOKENIZERS: &[&str] = &[
     "llama",
     "gpt2",
     "t5",
@@ -88,7 +88,7 @@ pub enum Defect {
 }
 
 /// Every check, in order; the first defect found.
-pub fn validate_model(header: &GgufHeader) -> Result<(), Defect> {
+pub(crate) fn validate_model(header: &GgufHeader) -> Result<(), Defect> {
     validate_layout(header)?;
     validate_hyperparameters(header)?;
     validate_vocabulary(header)
@@ -97,7 +97,7 @@ pub fn validate_model(header: &GgufHeader) -> Result<(), Defect> {
 /// The data section's layout as ggml's `gguf.cpp` demands it: in file order, each tensor starts
 /// exactly where the previous one ended, padded to the alignment. A file that passes has no
 /// overlapping tensors, so its size bounds the data it describes (what `synth --like` relies on).
-pub fn validate_layout(header: &GgufHeader) -> Result<(), Defect> {
+pub(crate) fn validate_layout(header: &GgufHeader) -> Result<(), Defect> {
     let mut expected: u64 = 0;
     for t in &header.tensors {
         if t.offset_bytes != expected {
@@ -164,7 +164,7 @@ fn count_of(header: &GgufHeader, key: &str) -> Result<Option<Vec<u64>>, Defect> 
 
 /// Layer, head and embedding counts, sizes that fit a C `int`, and finite positive norm
 /// epsilons and RoPE bases.
-pub fn validate_hyperparameters(header: &GgufHeader) -> Result<(), Defect> {
+pub(crate) fn validate_hyperparameters(header: &GgufHeader) -> Result<(), Defect> {
     let Some(arch) = header
         .get("general.architecture")
         .and_then(GgufValue::as_str)
@@ -372,7 +372,7 @@ pub fn validate_hyperparameters(header: &GgufHeader) -> Result<(), Defect> {
 
 /// The vocabulary: present, not empty, no two tokens with one text, a tokenizer model tokscope
 /// can chat with, special token ids inside it, and every byte token of an SPM vocabulary.
-pub fn validate_vocabulary(header: &GgufHeader) -> Result<(), Defect> {
+pub(crate) fn validate_vocabulary(header: &GgufHeader) -> Result<(), Defect> {
     let model = match header.get("tokenizer.ggml.model") {
         None => {
             return Err(Defect::NoVocabulary(

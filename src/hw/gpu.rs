@@ -13,11 +13,11 @@ use nvml_wrapper::Nvml;
 use serde::Serialize;
 
 /// What the device pane and the bench rows say where there is no NVML.
-pub const NO_NVML: &str = "no NVIDIA driver (NVML not found)";
+pub(crate) const NO_NVML: &str = "no NVIDIA driver (NVML not found)";
 
 /// Why there is no telemetry.
 #[derive(Debug, thiserror::Error)]
-pub enum GpuTelemetryError {
+pub(crate) enum GpuTelemetryError {
     /// libnvidia-ml is not installed: no NVIDIA driver on this machine.
     #[error("{NO_NVML}")]
     NotFound,
@@ -28,7 +28,7 @@ pub enum GpuTelemetryError {
 
 /// The driver as NVML reports it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct DriverInfo {
+pub(crate) struct DriverInfo {
     pub driver_version: String,
     /// The CUDA version the driver supports, e.g. "13.0".
     pub cuda_driver_version: String,
@@ -36,7 +36,7 @@ pub struct DriverInfo {
 
 /// One reading of one GPU. Fields NVML does not report on this device are `None`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct GpuSample {
+pub(crate) struct GpuSample {
     pub index: u32,
     pub name: String,
     /// "9.0" for an H100/H200.
@@ -56,7 +56,7 @@ pub struct GpuSample {
 }
 
 /// An open NVML session.
-pub struct GpuTelemetry {
+pub(crate) struct GpuTelemetry {
     nvml: Nvml,
 }
 
@@ -76,7 +76,7 @@ fn classify(e: NvmlError) -> GpuTelemetryError {
 impl GpuTelemetry {
     /// Loads NVML: the driver's `libnvidia-ml.so.1` (what the driver installs), else the
     /// unversioned name (development installs).
-    pub fn open() -> Result<Self, GpuTelemetryError> {
+    pub(crate) fn open() -> Result<Self, GpuTelemetryError> {
         let first = Nvml::builder()
             .lib_path(OsStr::new("libnvidia-ml.so.1"))
             .init();
@@ -89,7 +89,7 @@ impl GpuTelemetry {
         }
     }
 
-    pub fn driver(&self) -> DriverInfo {
+    pub(crate) fn driver(&self) -> DriverInfo {
         let cuda = self.nvml.sys_cuda_driver_version().ok();
         DriverInfo {
             driver_version: self
@@ -101,7 +101,7 @@ impl GpuTelemetry {
     }
 
     /// One reading of every GPU NVML sees (a device it cannot open is left out).
-    pub fn sample(&self) -> Vec<GpuSample> {
+    pub(crate) fn sample(&self) -> Vec<GpuSample> {
         let count = self.nvml.device_count().unwrap_or(0);
         let pid = std::process::id();
         (0..count)
@@ -143,13 +143,13 @@ impl GpuTelemetry {
 }
 
 /// NVML's CUDA version integer (1000 × major + 10 × minor) as "major.minor".
-pub fn cuda_version_string(v: i32) -> String {
+pub(crate) fn cuda_version_string(v: i32) -> String {
     format!("{}.{}", v / 1000, (v % 1000) / 10)
 }
 
 /// The energy counters of all GPUs summed, millijoules; `None` if any GPU lacks one (a partial
 /// sum would understate the energy).
-pub fn total_energy_mj(samples: &[GpuSample]) -> Option<u64> {
+pub(crate) fn total_energy_mj(samples: &[GpuSample]) -> Option<u64> {
     if samples.is_empty() {
         return None;
     }
@@ -158,7 +158,8 @@ pub fn total_energy_mj(samples: &[GpuSample]) -> Option<u64> {
 
 /// One line for the device pane: "H200 · 61.2/141 GB (tokscope 17.0) · 1980/3201 MHz · 412 W ·
 /// 63 °C · 97%".
-pub fn sample_line(s: &GpuSample) -> String {
+#[cfg(test)]
+pub(crate) fn sample_line(s: &GpuSample) -> String {
     let gb = |b: u64| b as f64 / 1e9;
     let mut parts = vec![short_name(&s.name)];
     if let (Some(used), Some(total)) = (s.vram_used_bytes, s.vram_total_bytes) {
@@ -184,6 +185,7 @@ pub fn sample_line(s: &GpuSample) -> String {
     parts.join(" · ")
 }
 
+#[cfg(test)]
 fn short_name(name: &str) -> String {
     name.trim_start_matches("NVIDIA ").to_owned()
 }

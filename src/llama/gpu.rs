@@ -8,11 +8,11 @@ use serde::Serialize;
 use crate::hw::gpu::{GpuTelemetry, GpuTelemetryError};
 
 /// Whether this binary was compiled with llama.cpp's CUDA backend.
-pub const CUDA_BUILD: bool = cfg!(any(feature = "cuda", feature = "cuda-dl"));
+pub(crate) const CUDA_BUILD: bool = cfg!(any(feature = "cuda", feature = "cuda-dl"));
 
 /// Why a GPU is or is not used.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub enum GpuStatus {
+pub(crate) enum GpuStatus {
     /// Built without a GPU backend: the CPU is the plan, nothing to report.
     CpuBuild,
     /// A CUDA build on a machine without the NVIDIA driver.
@@ -26,7 +26,7 @@ pub enum GpuStatus {
 impl GpuStatus {
     /// One sentence for the user, or `None` when there is nothing to say (a CPU build, or a
     /// GPU in use).
-    pub fn note(&self) -> Option<String> {
+    pub(crate) fn note(&self) -> Option<String> {
         match self {
             GpuStatus::CpuBuild | GpuStatus::Gpu { .. } => None,
             GpuStatus::NoDriver => Some(
@@ -40,7 +40,7 @@ impl GpuStatus {
 }
 
 /// Decides the status from what was found (pure, for tests).
-pub fn decide(
+pub(crate) fn decide(
     cuda_build: bool,
     gpu_devices: &[String],
     driver_found: bool,
@@ -65,7 +65,7 @@ pub fn decide(
 
 /// The status of this process (initialises llama.cpp's backend; NVML is opened only on a CUDA
 /// build that found no device).
-pub fn status() -> GpuStatus {
+pub(crate) fn status() -> GpuStatus {
     static STATUS: std::sync::OnceLock<GpuStatus> = std::sync::OnceLock::new();
     STATUS
         .get_or_init(|| {
@@ -81,13 +81,13 @@ pub fn status() -> GpuStatus {
 
 /// The one-line note for `run` stderr, the chat's status and the bench rows; `None` on a CPU
 /// build and where a GPU is used.
-pub fn no_gpu_note() -> Option<String> {
+pub(crate) fn no_gpu_note() -> Option<String> {
     status().note()
 }
 
 /// The backends compiled into ggml (its registry: "CPU", "CUDA", ...).
 #[allow(unsafe_code)]
-pub fn compiled_backends() -> Vec<String> {
+pub(crate) fn compiled_backends() -> Vec<String> {
     if super::backend().is_err() {
         return Vec::new();
     }
@@ -116,14 +116,14 @@ pub fn compiled_backends() -> Vec<String> {
 
 /// A shared library mapped into the process.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct MappedLibrary {
+pub(crate) struct MappedLibrary {
     pub file_name: String,
     pub path: String,
 }
 
 /// The libraries of interest (llama.cpp, ggml, the CUDA runtime, cuBLAS, the driver, NVML,
 /// OpenMP) in a `/proc/self/maps` text, once each, in the order they appear.
-pub fn mapped_libraries(maps: &str) -> Vec<MappedLibrary> {
+pub(crate) fn mapped_libraries(maps: &str) -> Vec<MappedLibrary> {
     const PREFIXES: [&str; 8] = [
         "libllama",
         "libggml",
@@ -159,7 +159,7 @@ pub fn mapped_libraries(maps: &str) -> Vec<MappedLibrary> {
 }
 
 /// The libraries this process has mapped now (empty where `/proc` is not there).
-pub fn mapped_libraries_now() -> Vec<MappedLibrary> {
+pub(crate) fn mapped_libraries_now() -> Vec<MappedLibrary> {
     std::fs::read_to_string("/proc/self/maps")
         .map(|m| mapped_libraries(&m))
         .unwrap_or_default()

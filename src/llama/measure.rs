@@ -23,7 +23,7 @@ use crate::metrics::{ms, rate_per_s, BatchPoint, LatencyStats};
 
 /// What one timed run measured.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Sample {
+pub(crate) struct Sample {
     /// The whole timed run.
     pub total: Duration,
     /// The prompt's decode calls (pg and batch tests).
@@ -55,7 +55,7 @@ struct Entry {
 }
 
 /// Runs tests on one context.
-pub struct Bencher<'m> {
+pub(crate) struct Bencher<'m> {
     model: &'m LlamaModel,
     ctx: LlamaContext<'m>,
     batch: LlamaBatch<'static>,
@@ -72,7 +72,7 @@ fn decode_error(e: impl std::fmt::Display) -> EngineError {
 }
 
 impl<'m> Bencher<'m> {
-    pub fn new(model: &'m LlamaModel, ctx: LlamaContext<'m>) -> Self {
+    pub(crate) fn new(model: &'m LlamaModel, ctx: LlamaContext<'m>) -> Self {
         let n_batch = ctx.n_batch().max(1) as usize;
         let vocab = model.vocab();
         Self {
@@ -165,7 +165,7 @@ impl<'m> Bencher<'m> {
 
     /// The untimed warm-up, as llama-bench does it: the prompt once and one generated token;
     /// for a batch test, one step of B tokens so that its graph is built before timing.
-    pub fn warm_up(&mut self, test: &TestSpec) -> Result<(), EngineError> {
+    pub(crate) fn warm_up(&mut self, test: &TestSpec) -> Result<(), EngineError> {
         self.clear();
         let (p, n) = test.lengths();
         if let TestSpec::Batch { sequences, .. } = *test {
@@ -191,7 +191,7 @@ impl<'m> Bencher<'m> {
     }
 
     /// One timed run of `test` after filling the cache to `depth` (untimed).
-    pub fn run(
+    pub(crate) fn run(
         &mut self,
         test: &TestSpec,
         depth: u32,
@@ -398,7 +398,7 @@ fn gaps(ends: &[Instant]) -> Vec<Duration> {
 
 /// One measurement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TestSpec {
+pub(crate) enum TestSpec {
     /// Process a prompt of `n_prompt` tokens.
     Pp { n_prompt: u32 },
     /// Generate `n_gen` tokens one at a time.
@@ -418,7 +418,7 @@ pub enum TestSpec {
 }
 
 impl TestSpec {
-    pub fn kind(&self) -> TestKind {
+    pub(crate) fn kind(&self) -> TestKind {
         match self {
             TestSpec::Pp { .. } => TestKind::Pp,
             TestSpec::Tg { .. } | TestSpec::TgSampled { .. } => TestKind::Tg,
@@ -428,7 +428,7 @@ impl TestSpec {
     }
 
     /// (prompt tokens, generated tokens) per sequence.
-    pub fn lengths(&self) -> (u32, u32) {
+    pub(crate) fn lengths(&self) -> (u32, u32) {
         match *self {
             TestSpec::Pp { n_prompt } => (n_prompt, 0),
             TestSpec::Tg { n_gen } | TestSpec::TgSampled { n_gen } => (0, n_gen),
@@ -440,7 +440,7 @@ impl TestSpec {
     }
 
     /// Sequences decoded together (1 but for batch tests).
-    pub fn sequences(&self) -> u32 {
+    pub(crate) fn sequences(&self) -> u32 {
         match self {
             TestSpec::Batch { sequences, .. } => *sequences,
             _ => 1,
@@ -449,7 +449,7 @@ impl TestSpec {
 
     /// llama-bench's test name (`pp512`, `tg128`, `pp512+tg128`, ` @ d512` at a depth), and
     /// `B4 pp128+tg128` for batch tests.
-    pub fn name(&self, depth: u32) -> String {
+    pub(crate) fn name(&self, depth: u32) -> String {
         let base = match *self {
             TestSpec::Pp { n_prompt } => format!("pp{n_prompt}"),
             TestSpec::Tg { n_gen } => format!("tg{n_gen}"),
@@ -471,7 +471,7 @@ impl TestSpec {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum TestKind {
+pub(crate) enum TestKind {
     Pp,
     Tg,
     Pg,
@@ -479,14 +479,14 @@ pub enum TestKind {
 }
 
 /// Measure `sequences` prompts of `n_prompt` tokens then `n_gen` batched steps (one warm-up
-/// and one timed run). Returns the point and the prefill time in ms.
-pub fn measure_batch(
+/// and one timed run). Returns the point and the prefill time in ms (`None` when not timed).
+pub(crate) fn measure_batch(
     model: &LlamaModel,
     settings: &EngineSettings,
     sequences: u32,
     n_prompt: u32,
     n_gen: u32,
-) -> Result<(BatchPoint, f64), EngineError> {
+) -> Result<(BatchPoint, Option<f64>), EngineError> {
     let sequences = sequences.max(1);
     let per_sequence = n_prompt.saturating_add(n_gen).max(1);
     let mut s = settings.clone();
@@ -505,16 +505,16 @@ pub fn measure_batch(
     };
     bencher.warm_up(&test)?;
     let sample = bencher.run(&test, 0, &greedy)?;
-    let aggregate = rate_per_s(sample.tokens_generated as usize, sample.decode).unwrap_or(0.0);
+    let aggregate = rate_per_s(sample.tokens_generated as usize, sample.decode);
     let itl = LatencyStats::from_durations(&sample.gaps);
     Ok((
         BatchPoint {
             batch: sequences,
             aggregate_tok_per_s: aggregate,
-            per_sequence_tok_per_s: aggregate / f64::from(sequences),
-            itl_p50_ms: itl.map_or(0.0, |i| i.p50_ms),
-            itl_p99_ms: itl.map_or(0.0, |i| i.p99_ms),
+            per_sequence_tok_per_s: aggregate.map(|a| a / f64::from(sequences)),
+            itl_p50_ms: itl.map(|i| i.p50_ms),
+            itl_p99_ms: itl.map(|i| i.p99_ms),
         },
-        sample.prefill.map_or(0.0, ms),
+        sample.prefill.map(ms),
     ))
 }

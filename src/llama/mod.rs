@@ -2,11 +2,11 @@
 //! `bench`, `compare`): loading a model with the pre-flight checks, context parameters from the
 //! settings, the sampler chain, KV-cache and flash-attention choices, and the model's facts.
 
-pub mod error;
-pub mod gpu;
-pub mod measure;
-pub mod model_info;
-pub mod placement;
+pub(crate) mod error;
+pub(crate) mod gpu;
+pub(crate) mod measure;
+pub(crate) mod model_info;
+pub(crate) mod placement;
 pub mod probe;
 pub mod sampler;
 pub mod settings;
@@ -27,12 +27,12 @@ use model_info::{check_model_file, fingerprint, quantization_name, ModelInfo};
 use settings::{EngineSettings, KvType, SamplingParams};
 
 /// The llama.cpp bindings this build links (pinned in Cargo.toml).
-pub const LLAMA_CPP_BINDINGS: &str = "llama-cpp-sys-2 0.1.160";
+pub(crate) const LLAMA_CPP_BINDINGS: &str = "llama-cpp-sys-2 0.1.160";
 
 /// llama.cpp's own description of the compiled backends and CPU features
 /// (`llama_print_system_info`), for the reproducibility stamp. Computed once: llama.cpp
 /// builds it in one static string, so concurrent calls would corrupt each other.
-pub fn system_info() -> String {
+pub(crate) fn system_info() -> String {
     static INFO: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     INFO.get_or_init(read_system_info).clone()
 }
@@ -56,7 +56,7 @@ fn read_system_info() -> String {
 }
 
 /// The descriptions of ggml's GPU devices (empty on a CPU-only build or machine).
-pub fn gpu_device_descriptions() -> Vec<String> {
+pub(crate) fn gpu_device_descriptions() -> Vec<String> {
     if backend().is_err() {
         return Vec::new();
     }
@@ -101,7 +101,7 @@ fn kv_cache_type(t: KvType) -> KvCacheType {
 }
 
 /// Layers to offload: all of them by default when built with CUDA, none on the CPU build.
-pub fn requested_gpu_layers(setting: Option<u32>) -> u32 {
+pub(crate) fn requested_gpu_layers(setting: Option<u32>) -> u32 {
     match setting {
         Some(n) => n,
         None if cfg!(any(feature = "cuda", feature = "cuda-dl")) => u32::MAX,
@@ -125,7 +125,7 @@ pub fn load_model(
 }
 
 /// [`load_model`] with a multi-GPU placement (split mode, main GPU, device set).
-pub fn load_model_placed(
+pub(crate) fn load_model_placed(
     path: &Path,
     n_gpu_layers: Option<u32>,
     placement: &placement::Placement,
@@ -148,7 +148,7 @@ pub fn load_model_placed(
 }
 
 /// Context parameters from the settings; `n_seq_max` sequences (1 for a chat).
-pub fn context_params(s: &EngineSettings, n_seq_max: u32) -> LlamaContextParams {
+pub(crate) fn context_params(s: &EngineSettings, n_seq_max: u32) -> LlamaContextParams {
     let threads = i32::try_from(s.threads).unwrap_or(1);
     LlamaContextParams::default()
         .with_n_ctx(NonZeroU32::new(s.n_ctx))
@@ -207,7 +207,7 @@ pub fn build_sampler(p: &SamplingParams, n_vocab: i32) -> LlamaSampler {
 }
 
 /// The facts about a loaded model and its context (template fields are the caller's).
-pub fn describe(
+pub(crate) fn describe(
     model: &LlamaModel,
     ctx: &LlamaContext<'_>,
     path: &Path,

@@ -54,7 +54,7 @@ pub struct ModelInfo {
 
 impl ModelInfo {
     /// Bytes read per decode step at `depth` cached tokens (see docs/metrics.md).
-    pub fn bytes_per_token(&self, depth: u64) -> Option<f64> {
+    pub(crate) fn bytes_per_token(&self, depth: u64) -> Option<f64> {
         self.weight_bytes
             .as_ref()
             .map(|w| crate::metrics::roofline::bytes_per_token(w, self.kv_shape.as_ref(), depth))
@@ -67,7 +67,7 @@ impl ModelInfo {
 }
 
 /// `TOKSCOPE_TRUST_MODEL=1` skips the validation of a model's contents (the file checks stay).
-pub const TRUST_MODEL_ENV: &str = "TOKSCOPE_TRUST_MODEL";
+pub(crate) const TRUST_MODEL_ENV: &str = "TOKSCOPE_TRUST_MODEL";
 
 /// Check a model path before handing it to llama.cpp.
 pub fn check_model_file(path: &Path) -> Result<u64, EngineError> {

@@ -6,11 +6,11 @@
 use llama_cpp_2::model::params::{LlamaModelParams, LlamaSplitMode};
 
 /// llama.cpp's `LLAMA_MAX_DEVICES`-bounded lists: at most this many devices / split values.
-pub const MAX_DEVICES: usize = 16;
+pub(crate) const MAX_DEVICES: usize = 16;
 
 /// How layers are spread over several GPUs (llama.cpp's `--split-mode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SplitMode {
+pub(crate) enum SplitMode {
     /// One GPU only (the main GPU).
     None,
     /// Whole layers per GPU (llama.cpp's default).
@@ -20,7 +20,7 @@ pub enum SplitMode {
 }
 
 impl SplitMode {
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub(crate) fn parse(s: &str) -> Result<Self, String> {
         match s.trim().to_ascii_lowercase().as_str() {
             "none" => Ok(SplitMode::None),
             "layer" => Ok(SplitMode::Layer),
@@ -31,7 +31,7 @@ impl SplitMode {
         }
     }
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             SplitMode::None => "none",
             SplitMode::Layer => "layer",
@@ -50,7 +50,7 @@ impl SplitMode {
 
 /// The placement of one model load. The default leaves llama.cpp's defaults alone.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct Placement {
+pub(crate) struct Placement {
     pub split_mode: Option<SplitMode>,
     pub main_gpu: Option<u32>,
     /// ggml device names ("CUDA0"); `Some(vec![])` = no GPU device at all (llama-bench's
@@ -61,7 +61,7 @@ pub struct Placement {
 
 impl Placement {
     /// A short label for a bench row ("CUDA0/CUDA1 row mg1"), empty for the default.
-    pub fn label(&self) -> String {
+    pub(crate) fn label(&self) -> String {
         let mut parts = Vec::new();
         if let Some(d) = &self.devices {
             parts.push(if d.is_empty() {
@@ -90,7 +90,7 @@ impl Placement {
 
     /// Sets the model parameters. Device names are looked up in ggml's device list (case
     /// insensitive); an unknown name is an error that lists the known ones.
-    pub fn apply(&self, mut params: LlamaModelParams) -> Result<LlamaModelParams, String> {
+    pub(crate) fn apply(&self, mut params: LlamaModelParams) -> Result<LlamaModelParams, String> {
         if let Some(mode) = self.split_mode {
             params = params.with_split_mode(mode.to_llama());
         }
@@ -130,7 +130,7 @@ impl Placement {
 }
 
 /// `CUDA0/CUDA1,CUDA0` → two device sets; `none` → the empty set (llama-bench's `-dev`).
-pub fn parse_device_sets(given: &[String]) -> Result<Vec<Vec<String>>, String> {
+pub(crate) fn parse_device_sets(given: &[String]) -> Result<Vec<Vec<String>>, String> {
     let mut sets = Vec::new();
     for value in given {
         for set in value.split(',') {
@@ -162,7 +162,7 @@ pub fn parse_device_sets(given: &[String]) -> Result<Vec<Vec<String>>, String> {
 }
 
 /// `3/1` → [3.0, 1.0]: each value a proportion ≥ 0, at least one above 0.
-pub fn parse_tensor_split(s: &str) -> Result<Vec<f32>, String> {
+pub(crate) fn parse_tensor_split(s: &str) -> Result<Vec<f32>, String> {
     let bad = |why: &str| format!("invalid value `{s}` for --tensor-split: {why}");
     let values = s
         .split(['/', ','])
@@ -182,7 +182,7 @@ pub fn parse_tensor_split(s: &str) -> Result<Vec<f32>, String> {
 }
 
 /// `--main-gpu N`: a device index below [`MAX_DEVICES`].
-pub fn parse_main_gpu(s: &str) -> Result<u32, String> {
+pub(crate) fn parse_main_gpu(s: &str) -> Result<u32, String> {
     match s.trim().parse::<u32>() {
         Ok(n) if (n as usize) < MAX_DEVICES => Ok(n),
         _ => Err(format!(

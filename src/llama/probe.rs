@@ -35,9 +35,9 @@ use super::error::EngineError;
 /// The hidden subcommand the child runs.
 pub const PROBE_SUBCOMMAND: &str = "__probe-model";
 /// Overrides the probe's time limit (seconds).
-pub const PROBE_TIMEOUT_ENV: &str = "TOKSCOPE_PROBE_TIMEOUT_S";
+pub(crate) const PROBE_TIMEOUT_ENV: &str = "TOKSCOPE_PROBE_TIMEOUT_S";
 /// Switches probing off (`0`), e.g. when a model is known good and its load is slow.
-pub const PROBE_ENV: &str = "TOKSCOPE_PROBE";
+pub(crate) const PROBE_ENV: &str = "TOKSCOPE_PROBE";
 /// The child's exit code for an ordinary load failure (llama.cpp returned an error): the
 /// parent then loads the file itself and reports llama.cpp's own error.
 const CHILD_LOAD_FAILED: i32 = 3;
@@ -83,7 +83,7 @@ fn verdicts() -> &'static Mutex<HashMap<FileKey, Result<(), EngineError>>> {
 /// Whether this process may load `path`: Ok when probing is off, when the file was probed
 /// before in this session and survived, or when a child just loaded and decoded it (or failed
 /// with an ordinary error, which the in-process load will report).
-pub fn ensure_survivable(path: &Path) -> Result<(), EngineError> {
+pub(crate) fn ensure_survivable(path: &Path) -> Result<(), EngineError> {
     let Some(exe) = EXE.get() else {
         return Ok(());
     };

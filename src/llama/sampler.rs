@@ -29,7 +29,7 @@ pub enum HostPath {
 }
 
 impl HostPath {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             HostPath::Greedy => "host-greedy",
             HostPath::TopK => "host-top-k",
@@ -145,7 +145,7 @@ impl HostSampler {
 /// One pass over blocks whose maxima are taken in fixed-width lanes (which the compiler
 /// vectorises), remembering the first block holding the largest; then that block is scanned
 /// for the first position holding it.
-pub fn argmax(values: &[f32]) -> usize {
+pub(crate) fn argmax(values: &[f32]) -> usize {
     const BLOCK: usize = 512;
     let mut best = f32::NEG_INFINITY;
     let mut best_block = 0;

@@ -47,7 +47,7 @@ impl Default for EngineSettings {
 }
 
 /// All CPU cores the process may use (llama.cpp decodes fastest with one thread per core).
-pub fn default_threads() -> u32 {
+pub(crate) fn default_threads() -> u32 {
     std::thread::available_parallelism()
         .map(|n| u32::try_from(n.get()).unwrap_or(1))
         .unwrap_or(1)
@@ -63,7 +63,7 @@ pub enum FlashAttn {
 }
 
 impl FlashAttn {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             FlashAttn::Auto => "auto",
             FlashAttn::On => "on",

@@ -6,14 +6,14 @@ use std::time::Duration;
 
 /// A small deterministic generator (SplitMix64), so that a seed reproduces a schedule.
 #[derive(Debug, Clone)]
-pub struct Rng(u64);
+pub(crate) struct Rng(u64);
 
 impl Rng {
-    pub fn new(seed: u64) -> Self {
+    pub(crate) fn new(seed: u64) -> Self {
         Self(seed)
     }
 
-    pub fn next_u64(&mut self) -> u64 {
+    pub(crate) fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -22,12 +22,12 @@ impl Rng {
     }
 
     /// Uniform in (0, 1].
-    pub fn unit(&mut self) -> f64 {
+    pub(crate) fn unit(&mut self) -> f64 {
         ((self.next_u64() >> 11) as f64 + 1.0) / (1u64 << 53) as f64
     }
 
     /// Uniform integer in `lo..=hi`.
-    pub fn range(&mut self, lo: usize, hi: usize) -> usize {
+    pub(crate) fn range(&mut self, lo: usize, hi: usize) -> usize {
         if hi <= lo {
             return lo;
         }
@@ -41,7 +41,7 @@ impl Rng {
     }
 
     /// Gamma(shape, scale = 1) by Marsaglia and Tsang (with the shape < 1 boost).
-    pub fn gamma(&mut self, shape: f64) -> f64 {
+    pub(crate) fn gamma(&mut self, shape: f64) -> f64 {
         if shape < 1.0 {
             let u = self.unit();
             return self.gamma(shape + 1.0) * u.powf(1.0 / shape);
@@ -63,7 +63,7 @@ impl Rng {
 }
 
 /// The gap before the next request at `rate` requests/s with gamma `shape` (mean 1/rate).
-pub fn next_gap(rng: &mut Rng, rate: f64, shape: f64) -> Duration {
+pub(crate) fn next_gap(rng: &mut Rng, rate: f64, shape: f64) -> Duration {
     let theta = 1.0 / (rate * shape);
     let secs = rng.gamma(shape) * theta;
     if secs.is_finite() && secs >= 0.0 {

@@ -2,8 +2,8 @@
 //! at a rate (a gamma arrival process) or held at a concurrency, each measured by the remote
 //! client exactly as `run --url` measures one; then reduced to the serving table and goodput.
 
-pub mod arrivals;
-pub mod report;
+pub(crate) mod arrivals;
+pub(crate) mod report;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -18,7 +18,7 @@ use report::{summarize, LoadSummary, RequestError, RequestRecord, Slo};
 
 /// How requests arrive.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Arrivals {
+pub(crate) enum Arrivals {
     /// Requests per second, gamma-distributed gaps of this shape (1 = Poisson).
     Rate { per_s: f64, burstiness: f64 },
     /// This many requests in flight at all times.
@@ -26,7 +26,7 @@ pub enum Arrivals {
 }
 
 impl Arrivals {
-    pub fn label(&self) -> String {
+    pub(crate) fn label(&self) -> String {
         match self {
             Arrivals::Rate { per_s, burstiness } if *burstiness == 1.0 => {
                 format!("rate={per_s}/s")
@@ -41,7 +41,7 @@ impl Arrivals {
 
 /// One load level to run.
 #[derive(Debug, Clone)]
-pub struct LoadPlan {
+pub(crate) struct LoadPlan {
     pub arrivals: Arrivals,
     /// Stop sending after this many measured requests…
     pub requests: Option<usize>,
@@ -60,7 +60,7 @@ pub struct LoadPlan {
 
 /// Prompts the load test draws from, in order, round robin.
 #[derive(Debug, Clone)]
-pub struct PromptSet {
+pub(crate) struct PromptSet {
     pub prompts: Vec<Vec<ChatMessage>>,
     /// How their lengths were set, in words.
     pub source: String,
@@ -69,7 +69,7 @@ pub struct PromptSet {
 impl PromptSet {
     /// Cuts `text` into prompts of `lo..=hi` tokens with the server's own tokenizer
     /// (llama-server's `/tokenize` and `/detokenize`); when it has none, of `lo..=hi` words.
-    pub async fn from_text(
+    pub(crate) async fn from_text(
         client: &RemoteClient,
         text: &str,
         (lo, hi): (usize, usize),
@@ -132,7 +132,7 @@ impl PromptSet {
 
 /// Live counters for the progress line.
 #[derive(Debug, Default)]
-pub struct Progress {
+pub(crate) struct Progress {
     pub sent: AtomicUsize,
     pub done: AtomicUsize,
     pub failed: AtomicUsize,
@@ -196,7 +196,7 @@ async fn one(
 
 /// Runs warm-up then one load level. `stop` (Ctrl-C) ends sending; requests in flight get
 /// `plan.drain` to finish, after which they are dropped (closing their connections).
-pub async fn run_level(
+pub(crate) async fn run_level(
     client: Arc<RemoteClient>,
     plan: &LoadPlan,
     prompts: &PromptSet,

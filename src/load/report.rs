@@ -11,7 +11,7 @@ use crate::metrics::{ms, percentile_sorted};
 
 /// One request that completed.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct RequestRecord {
+pub(crate) struct RequestRecord {
     pub ttft: Duration,
     /// (E2E − TTFT) / (output tokens − 1); `None` for a single-token answer.
     pub tpot: Option<Duration>,
@@ -26,27 +26,27 @@ pub struct RequestRecord {
 
 /// Service-level objectives; a request meets them when every one set holds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
-pub struct Slo {
+pub(crate) struct Slo {
     pub ttft: Option<Duration>,
     pub tpot: Option<Duration>,
     pub e2e: Option<Duration>,
 }
 
 impl Slo {
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.ttft.is_none() && self.tpot.is_none() && self.e2e.is_none()
     }
 
     /// As vLLM's goodput: TTFT, TPOT and E2E each at or under its target; a request without
     /// a TPOT (one output token) is judged on the others.
-    pub fn met_by(&self, r: &RequestRecord) -> bool {
+    pub(crate) fn met_by(&self, r: &RequestRecord) -> bool {
         self.ttft.is_none_or(|t| r.ttft <= t)
             && self.tpot.is_none_or(|t| r.tpot.is_none_or(|p| p <= t))
             && self.e2e.is_none_or(|t| r.e2e <= t)
     }
 
     /// Parses `ttft=500ms,tpot=50ms,e2e=10s`.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub(crate) fn parse(text: &str) -> Result<Self, String> {
         let mut slo = Slo::default();
         for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let (key, value) = part
@@ -67,12 +67,12 @@ impl Slo {
         Ok(slo)
     }
 
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         self.describe_with("")
     }
 
     /// "TTFT p99 ≤ 500 ms and TPOT p99 ≤ 50 ms".
-    pub fn describe_p99(&self) -> String {
+    pub(crate) fn describe_p99(&self) -> String {
         self.describe_with(" p99")
     }
 
@@ -91,7 +91,7 @@ impl Slo {
 }
 
 /// `500ms`, `2s`, `1.5s`, `250us`.
-pub fn parse_duration(s: &str) -> Option<Duration> {
+pub(crate) fn parse_duration(s: &str) -> Option<Duration> {
     let (number, scale) = if let Some(n) = s.strip_suffix("ms") {
         (n, 1e-3)
     } else if let Some(n) = s.strip_suffix("us") {
@@ -107,7 +107,7 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
 
 /// mean, p50, p90, p99 in ms; `None` when there is nothing to summarise.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Dist {
+pub(crate) struct Dist {
     pub mean_ms: f64,
     pub p50_ms: f64,
     pub p90_ms: f64,
@@ -115,7 +115,7 @@ pub struct Dist {
 }
 
 impl Dist {
-    pub fn of(values: &[Duration]) -> Option<Self> {
+    pub(crate) fn of(values: &[Duration]) -> Option<Self> {
         if values.is_empty() {
             return None;
         }
@@ -134,7 +134,7 @@ impl Dist {
 
 /// The reduced result of one load level.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct LoadSummary {
+pub(crate) struct LoadSummary {
     /// "rate=4/s, burstiness 1" or "concurrency=2".
     pub level: String,
     pub completed: usize,
@@ -185,7 +185,7 @@ impl RequestError {
 }
 
 /// Reduces the records of one level.
-pub fn summarize(
+pub(crate) fn summarize(
     level: String,
     records: &[RequestRecord],
     errors: &[RequestError],
@@ -248,7 +248,7 @@ fn f(v: Option<f64>, decimals: usize) -> String {
 }
 
 /// The table, one row per level, as markdown.
-pub fn markdown(rows: &[LoadSummary]) -> String {
+pub(crate) fn markdown(rows: &[LoadSummary]) -> String {
     let mut out = String::from(
         "| level | ok | err | req/s | in tok/s | out tok/s | user tok/s | goodput req/s | TTFT mean/p50/p90/p99 ms | TPOT mean/p50/p90/p99 ms | ITL mean/p50/p90/p99 ms | E2EL mean/p50/p90/p99 ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
@@ -292,7 +292,7 @@ pub fn markdown(rows: &[LoadSummary]) -> String {
 }
 
 /// The table as CSV (empty cells for unknown figures).
-pub fn csv(rows: &[LoadSummary]) -> String {
+pub(crate) fn csv(rows: &[LoadSummary]) -> String {
     let mut out = String::from("level,completed,failed,duration_s,prompt_tokens,completion_tokens,req_per_s,input_tok_per_s,output_tok_per_s,per_user_tok_per_s,goodput_req_per_s");
     for m in ["ttft", "tpot", "itl", "e2el"] {
         for s in ["mean", "p50", "p90", "p99"] {

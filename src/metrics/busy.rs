@@ -2,18 +2,18 @@
 //! Pure: the load averages and latencies are passed in (read by `hw` and the engine).
 
 /// What a busy warning ends with.
-pub const RERUN: &str = "rerun on an idle machine";
+pub(crate) const RERUN: &str = "rerun on an idle machine";
 
 /// An ITL maximum this many times the median means a stall (another process, swapping), not
 /// the model.
-pub const ITL_STALL_RATIO: f64 = 50.0;
+pub(crate) const ITL_STALL_RATIO: f64 = 50.0;
 
 /// An MBU below this fraction of its peers' median is out of line with its quantization.
-pub const MBU_PEER_FRACTION: f64 = 0.5;
+pub(crate) const MBU_PEER_FRACTION: f64 = 0.5;
 
 /// What was seen around one measurement.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct BusySignals {
+pub(crate) struct BusySignals {
     /// Threads the measurement used.
     pub threads: u32,
     /// The 1-minute load average just before and just after (the latter includes the
@@ -25,7 +25,7 @@ pub struct BusySignals {
 }
 
 /// The warnings these signals call for, each ending with the advice to rerun.
-pub fn busy_warnings(s: &BusySignals) -> Vec<String> {
+pub(crate) fn busy_warnings(s: &BusySignals) -> Vec<String> {
     let threads = f64::from(s.threads.max(1));
     let mut out = Vec::new();
     if let Some(before) = s.load_before.filter(|l| *l > threads) {
@@ -55,7 +55,7 @@ pub fn busy_warnings(s: &BusySignals) -> Vec<String> {
 /// Warnings for candidates whose MBU is far below the median of the others': on one machine
 /// the same kind of model reaches about the same share of the bandwidth, so an outlier was
 /// most likely slowed down by something else.
-pub fn mbu_outliers(mbu_pct: &[(String, f64)]) -> Vec<String> {
+pub(crate) fn mbu_outliers(mbu_pct: &[(String, f64)]) -> Vec<String> {
     let mut out = Vec::new();
     for (i, (label, mbu)) in mbu_pct.iter().enumerate() {
         let mut peers: Vec<f64> = mbu_pct

@@ -6,11 +6,11 @@
 use serde::Serialize;
 
 /// Joules in one kilowatt-hour.
-pub const J_PER_KWH: f64 = 3.6e6;
+pub(crate) const J_PER_KWH: f64 = 3.6e6;
 
 /// The energy a span of work used, from two readings of the cumulative counter.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct EnergySpan {
+pub(crate) struct EnergySpan {
     pub joules: f64,
     pub tokens: u64,
     pub seconds: f64,
@@ -20,7 +20,7 @@ impl EnergySpan {
     /// From the counter (millijoules) before and after, the tokens made in between and the
     /// span's length. `None` when the counter went backwards (driver reload, wrap) or nothing
     /// was measured.
-    pub fn from_counter_mj(
+    pub(crate) fn from_counter_mj(
         before_mj: u64,
         after_mj: u64,
         tokens: u64,
@@ -35,33 +35,36 @@ impl EnergySpan {
     }
 
     /// Mean power over the span, watts.
-    pub fn mean_power_w(&self) -> f64 {
+    pub(crate) fn mean_power_w(&self) -> f64 {
         self.joules / self.seconds
     }
 
     /// Joules per token; `None` without tokens.
-    pub fn joules_per_token(&self) -> Option<f64> {
+    pub(crate) fn joules_per_token(&self) -> Option<f64> {
         joules_per_token(self.joules, self.tokens)
     }
 
     /// Tokens per kWh; `None` without energy or tokens.
-    pub fn tokens_per_kwh(&self) -> Option<f64> {
+    pub(crate) fn tokens_per_kwh(&self) -> Option<f64> {
         self.joules_per_token().and_then(tokens_per_kwh)
     }
 }
 
 /// `joules / tokens`; `None` when no token was made or the energy is not a number.
-pub fn joules_per_token(joules: f64, tokens: u64) -> Option<f64> {
+pub(crate) fn joules_per_token(joules: f64, tokens: u64) -> Option<f64> {
     (tokens > 0 && joules.is_finite() && joules >= 0.0).then(|| joules / tokens as f64)
 }
 
 /// `3.6e6 / (J per token)`; `None` when the energy per token is zero or not a number.
-pub fn tokens_per_kwh(joules_per_token: f64) -> Option<f64> {
+pub(crate) fn tokens_per_kwh(joules_per_token: f64) -> Option<f64> {
     (joules_per_token.is_finite() && joules_per_token > 0.0).then(|| J_PER_KWH / joules_per_token)
 }
 
 /// Energy cost of 1M tokens: `J/token × 1e6 / 3.6e6 × price per kWh`.
-pub fn energy_cost_per_million_tokens(joules_per_token: f64, price_per_kwh: f64) -> Option<f64> {
+pub(crate) fn energy_cost_per_million_tokens(
+    joules_per_token: f64,
+    price_per_kwh: f64,
+) -> Option<f64> {
     (joules_per_token.is_finite() && joules_per_token >= 0.0 && price_per_kwh.is_finite())
         .then(|| joules_per_token * 1e6 / J_PER_KWH * price_per_kwh)
 }

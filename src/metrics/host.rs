@@ -29,7 +29,7 @@ pub struct HostTimes {
 
 /// Per-token means in microseconds; `None` when no token was generated.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct HostSummary {
+pub(crate) struct HostSummary {
     pub host_us_per_token: Option<f64>,
     /// The median gap between two decode calls, in µs.
     pub host_p50_us: Option<f64>,
@@ -42,7 +42,7 @@ pub struct HostSummary {
 }
 
 impl HostTimes {
-    pub fn summary(&self) -> HostSummary {
+    pub(crate) fn summary(&self) -> HostSummary {
         let per =
             |d: Duration| (self.tokens > 0).then(|| d.as_secs_f64() * 1e6 / self.tokens as f64);
         let parts = self.logits_out + self.sampling + self.detokenize + self.event;

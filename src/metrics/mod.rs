@@ -8,21 +8,21 @@
 
 use std::time::Duration;
 
-pub mod busy;
-pub mod energy;
-pub mod host;
-pub mod remote;
+pub(crate) mod busy;
+pub(crate) mod energy;
+pub(crate) mod host;
+pub(crate) mod remote;
 pub mod roofline;
 
 use serde::{Deserialize, Serialize};
 
 /// Milliseconds as `f64`, for display and JSON.
-pub fn ms(d: Duration) -> f64 {
+pub(crate) fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
 /// `count / elapsed` in per-second units; `None` when either is zero.
-pub fn rate_per_s(count: usize, elapsed: Duration) -> Option<f64> {
+pub(crate) fn rate_per_s(count: usize, elapsed: Duration) -> Option<f64> {
     let secs = elapsed.as_secs_f64();
     if count == 0 || secs <= 0.0 {
         None
@@ -35,7 +35,7 @@ pub fn rate_per_s(count: usize, elapsed: Duration) -> Option<f64> {
 ///
 /// Nearest rank (not interpolation) so that every reported percentile is a gap that really
 /// happened, as llama.cpp's and most serving benchmarks' tables do.
-pub fn percentile_sorted(sorted: &[Duration], p: f64) -> Option<Duration> {
+pub(crate) fn percentile_sorted(sorted: &[Duration], p: f64) -> Option<Duration> {
     if sorted.is_empty() {
         return None;
     }
@@ -58,7 +58,7 @@ pub struct LatencyStats {
 
 impl LatencyStats {
     /// `None` for an empty set.
-    pub fn from_durations(values: &[Duration]) -> Option<Self> {
+    pub(crate) fn from_durations(values: &[Duration]) -> Option<Self> {
         if values.is_empty() {
             return None;
         }
@@ -130,17 +130,17 @@ impl TurnTimeline {
     }
 
     /// Time to first token: request handed to the engine → first token's text ready.
-    pub fn ttft(&self) -> Option<Duration> {
+    pub(crate) fn ttft(&self) -> Option<Duration> {
         self.token_ready_at.first().copied()
     }
 
     /// First sample: end of prefill → first token's text ready (sampling + detokenize).
-    pub fn first_sample(&self) -> Option<Duration> {
+    pub(crate) fn first_sample(&self) -> Option<Duration> {
         Some(self.ttft()?.saturating_sub(self.prefill_done_at?))
     }
 
     /// Inter-token latencies: the gap between consecutive tokens' ready times.
-    pub fn inter_token_latencies(&self) -> Vec<Duration> {
+    pub(crate) fn inter_token_latencies(&self) -> Vec<Duration> {
         self.token_ready_at
             .windows(2)
             .map(|w| w[1].saturating_sub(w[0]))
@@ -149,7 +149,7 @@ impl TurnTimeline {
 
     /// End-to-end latency: request → last token's text ready (request → end of the turn when
     /// no token was generated); `None` while neither has happened.
-    pub fn e2e(&self) -> Option<Duration> {
+    pub(crate) fn e2e(&self) -> Option<Duration> {
         self.token_ready_at.last().copied().or(self.finished_at)
     }
 
@@ -219,7 +219,7 @@ pub struct TurnSummary {
 }
 
 /// Format an optional figure for humans: `—` when undefined.
-pub fn fmt_opt(value: Option<f64>, decimals: usize) -> String {
+pub(crate) fn fmt_opt(value: Option<f64>, decimals: usize) -> String {
     match value {
         Some(v) if v.is_finite() => format!("{v:.decimals$}"),
         _ => "—".to_string(),
@@ -235,17 +235,18 @@ pub fn relative_difference(a: f64, b: f64) -> Option<f64> {
     }
 }
 
-/// One batch size of a batched-decoding sweep.
+/// One batch size of a batched-decoding sweep. A figure the measurement could not define
+/// (no decode time, fewer than two tokens per sequence for an ITL) is `None`, never 0.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct BatchPoint {
     /// Sequences decoded together (B).
     pub batch: u32,
     /// Tokens per second over all sequences.
-    pub aggregate_tok_per_s: f64,
+    pub aggregate_tok_per_s: Option<f64>,
     /// Tokens per second of one sequence.
-    pub per_sequence_tok_per_s: f64,
-    pub itl_p50_ms: f64,
-    pub itl_p99_ms: f64,
+    pub per_sequence_tok_per_s: Option<f64>,
+    pub itl_p50_ms: Option<f64>,
+    pub itl_p99_ms: Option<f64>,
 }
 
 #[cfg(test)]

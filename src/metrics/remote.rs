@@ -12,7 +12,7 @@ use super::{ms, rate_per_s, LatencyStats};
 
 /// One streamed chunk that carried content (a role-only or empty delta is not a token).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct ChunkMark {
+pub(crate) struct ChunkMark {
     /// Offset from the request being sent to the chunk being parsed.
     pub at: Duration,
     /// The server's running `completion_tokens` after this chunk, when it sends usage with
@@ -22,7 +22,7 @@ pub struct ChunkMark {
 
 /// The server's final usage object (`stream_options.include_usage`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct ServerUsage {
+pub(crate) struct ServerUsage {
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
     /// `prompt_tokens_details.cached_tokens`, where the server reports it.
@@ -31,7 +31,7 @@ pub struct ServerUsage {
 
 /// llama-server's own `timings` object for the request.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct ServerTimings {
+pub(crate) struct ServerTimings {
     /// Prompt tokens the server evaluated (not taken from its cache).
     pub prompt_n: u64,
     pub prompt_ms: f64,
@@ -44,7 +44,7 @@ pub struct ServerTimings {
 /// Where the per-chunk token counts come from; shown next to the figures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum TokenCountSource {
+pub(crate) enum TokenCountSource {
     /// Usage with every chunk: exact per chunk.
     ContinuousUsage,
     /// A final usage total equal to the number of content chunks: one token per chunk, exact.
@@ -57,7 +57,7 @@ pub enum TokenCountSource {
 }
 
 impl TokenCountSource {
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             TokenCountSource::ContinuousUsage => "server usage per chunk (exact)",
             TokenCountSource::UsageOnePerChunk => "server usage, 1 token per chunk (exact)",
@@ -69,7 +69,7 @@ impl TokenCountSource {
 
 /// The raw record of one remote turn.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct RemoteTimeline {
+pub(crate) struct RemoteTimeline {
     /// Round trip of a cheap request (`GET /v1/models`) timed just before the turn.
     pub network_rtt: Option<Duration>,
     /// Offset at which the response headers arrived.
@@ -84,7 +84,7 @@ pub struct RemoteTimeline {
 
 /// The derived figures of a remote turn, as `run --url --json` prints them.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct RemoteSummary {
+pub(crate) struct RemoteSummary {
     /// Request sent → first chunk with content.
     pub ttft_ms: Option<f64>,
     pub network_rtt_ms: Option<f64>,
@@ -114,16 +114,16 @@ pub struct RemoteSummary {
 }
 
 impl RemoteTimeline {
-    pub fn ttft(&self) -> Option<Duration> {
+    pub(crate) fn ttft(&self) -> Option<Duration> {
         self.chunks.first().map(|c| c.at)
     }
 
-    pub fn e2e(&self) -> Duration {
+    pub(crate) fn e2e(&self) -> Duration {
         self.chunks.last().map_or(self.finished_at, |c| c.at)
     }
 
     /// Tokens carried by each content chunk, and where the counts come from.
-    pub fn tokens_per_chunk(&self) -> (Vec<u64>, TokenCountSource) {
+    pub(crate) fn tokens_per_chunk(&self) -> (Vec<u64>, TokenCountSource) {
         let n = self.chunks.len();
         if n > 0 && self.chunks.iter().all(|c| c.cumulative_tokens.is_some()) {
             let mut previous = 0;
@@ -158,7 +158,7 @@ impl RemoteTimeline {
     /// Inter-token latencies, one per token after the first chunk: a chunk's gap from the
     /// previous chunk divided evenly among the tokens it carries (a chunk of 0 tokens adds its
     /// gap to the next one).
-    pub fn inter_token_latencies(&self) -> Vec<Duration> {
+    pub(crate) fn inter_token_latencies(&self) -> Vec<Duration> {
         let (counts, _) = self.tokens_per_chunk();
         let mut out = Vec::new();
         let mut last_at = match self.chunks.first() {
@@ -177,12 +177,12 @@ impl RemoteTimeline {
         out
     }
 
-    pub fn tokens_generated(&self) -> u64 {
+    pub(crate) fn tokens_generated(&self) -> u64 {
         self.tokens_per_chunk().0.iter().sum()
     }
 
     /// Time per output token after the first.
-    pub fn tpot(&self) -> Option<Duration> {
+    pub(crate) fn tpot(&self) -> Option<Duration> {
         let n = self.tokens_generated();
         let (first, last) = (self.chunks.first()?, self.chunks.last()?);
         let span = last.at.saturating_sub(first.at);
@@ -192,7 +192,7 @@ impl RemoteTimeline {
         Some(span / u32::try_from(n - 1).unwrap_or(u32::MAX))
     }
 
-    pub fn summary(&self) -> RemoteSummary {
+    pub(crate) fn summary(&self) -> RemoteSummary {
         let (_, source) = self.tokens_per_chunk();
         let n = self.tokens_generated();
         let ttft = self.ttft();

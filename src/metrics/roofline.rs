@@ -27,7 +27,7 @@ pub struct WeightBytes {
 
 impl WeightBytes {
     /// From a GGUF's tensor directory. `None` when a tensor type's size is unknown.
-    pub fn from_gguf(header: &GgufHeader) -> Option<Self> {
+    pub(crate) fn from_gguf(header: &GgufHeader) -> Option<Self> {
         let total_bytes = header.tensor_data_bytes()?;
         let (token_embd_bytes, embd_row_bytes) = match header.tensor("token_embd.weight") {
             Some(t) => {
@@ -46,7 +46,7 @@ impl WeightBytes {
     }
 
     /// Weight bytes read per generated token.
-    pub fn read_per_token(&self) -> u64 {
+    pub(crate) fn read_per_token(&self) -> u64 {
         if self.tied_output {
             self.total_bytes
         } else {
@@ -69,7 +69,7 @@ pub struct KvShape {
 
 impl KvShape {
     /// From a GGUF's metadata (`{arch}.block_count`, head counts, key/value lengths).
-    pub fn from_gguf(header: &GgufHeader, type_k: KvType, type_v: KvType) -> Option<Self> {
+    pub(crate) fn from_gguf(header: &GgufHeader, type_k: KvType, type_v: KvType) -> Option<Self> {
         let arch = header.get("general.architecture")?.as_str()?;
         let get = |k: &str| header.get(&format!("{arch}.{k}")).and_then(|v| v.as_u64());
         let n_layer = get("block_count")?;
@@ -88,20 +88,20 @@ impl KvShape {
     }
 
     /// Bytes of K and V cached per token position, all layers.
-    pub fn bytes_per_position(&self) -> f64 {
+    pub(crate) fn bytes_per_position(&self) -> f64 {
         self.n_layer as f64
             * (self.n_embd_k as f64 * self.type_k.bytes_per_element()
                 + self.n_embd_v as f64 * self.type_v.bytes_per_element())
     }
 
     /// Bytes a decode step reads from the cache at `depth` cached positions.
-    pub fn bytes_read_at(&self, depth: u64) -> f64 {
+    pub(crate) fn bytes_read_at(&self, depth: u64) -> f64 {
         self.bytes_per_position() * depth as f64
     }
 }
 
 /// Bytes read per decode step: weights per token + KV cache at the depth.
-pub fn bytes_per_token(weights: &WeightBytes, kv: Option<&KvShape>, depth: u64) -> f64 {
+pub(crate) fn bytes_per_token(weights: &WeightBytes, kv: Option<&KvShape>, depth: u64) -> f64 {
     weights.read_per_token() as f64 + kv.map_or(0.0, |k| k.bytes_read_at(depth))
 }
 
@@ -118,7 +118,7 @@ pub enum BandwidthSource {
 }
 
 impl BandwidthSource {
-    pub fn label(&self) -> String {
+    pub(crate) fn label(&self) -> String {
         match self {
             BandwidthSource::Config => "configured".into(),
             BandwidthSource::Datasheet { device } => format!("datasheet, {device}"),
@@ -168,7 +168,7 @@ const DATASHEET: &[(&str, f64)] = &[
 /// key are split into words at every non-alphanumeric character, and a key matches only as a
 /// run of whole words (so "NVIDIA GH200" is not an H200 and "T400" is not a T4). When several
 /// keys match, the one with the most words wins ("H100 PCIe" over "H100").
-pub fn datasheet_bandwidth(device_name: &str) -> Option<Bandwidth> {
+pub(crate) fn datasheet_bandwidth(device_name: &str) -> Option<Bandwidth> {
     let name = model_words(device_name);
     DATASHEET
         .iter()
@@ -202,13 +202,13 @@ fn model_words(name: &str) -> Vec<String> {
 }
 
 /// The decode ceiling: bandwidth ÷ bytes per token.
-pub fn ceiling_tok_per_s(bandwidth_bytes_per_s: f64, bytes_per_token: f64) -> Option<f64> {
+pub(crate) fn ceiling_tok_per_s(bandwidth_bytes_per_s: f64, bytes_per_token: f64) -> Option<f64> {
     (bandwidth_bytes_per_s > 0.0 && bytes_per_token > 0.0)
         .then(|| bandwidth_bytes_per_s / bytes_per_token)
 }
 
 /// Memory bandwidth utilisation: achieved ÷ ceiling (0..1, more means above the ceiling).
-pub fn mbu(achieved_tok_per_s: f64, ceiling_tok_per_s: f64) -> Option<f64> {
+pub(crate) fn mbu(achieved_tok_per_s: f64, ceiling_tok_per_s: f64) -> Option<f64> {
     (ceiling_tok_per_s > 0.0 && achieved_tok_per_s.is_finite())
         .then(|| achieved_tok_per_s / ceiling_tok_per_s)
 }
@@ -216,16 +216,16 @@ pub fn mbu(achieved_tok_per_s: f64, ceiling_tok_per_s: f64) -> Option<f64> {
 /// What an MBU above 100% means: the decode beat the ceiling, so the ceiling (a probe or a
 /// datasheet) underestimates the bandwidth the decode really gets. Shown beside such a figure,
 /// never a bare "MBU 104%".
-pub const ABOVE_CEILING: &str = "above the measured ceiling: the probe underestimates";
+pub(crate) const ABOVE_CEILING: &str = "above the measured ceiling: the probe underestimates";
 
 /// Whether an MBU (a fraction) is above the ceiling.
-pub fn above_ceiling(mbu_fraction: f64) -> bool {
+pub(crate) fn above_ceiling(mbu_fraction: f64) -> bool {
     mbu_fraction > 1.0
 }
 
 /// An MBU percentage as a table cell: `"62.3%"`, or `"104.0% ↑"` above the ceiling (the
 /// table's notes then say what the arrow means).
-pub fn mbu_pct_cell(pct: f64, decimals: usize) -> String {
+pub(crate) fn mbu_pct_cell(pct: f64, decimals: usize) -> String {
     if above_ceiling(pct / 100.0) {
         format!("{pct:.decimals$}% ↑")
     } else {
@@ -235,7 +235,8 @@ pub fn mbu_pct_cell(pct: f64, decimals: usize) -> String {
 
 /// Where one decode step's bytes are read from when only some layers are offloaded.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct OffloadSplit {
+#[cfg(test)]
+pub(crate) struct OffloadSplit {
     pub gpu_bytes: f64,
     pub cpu_bytes: f64,
 }
@@ -245,7 +246,8 @@ pub struct OffloadSplit {
 /// from the last, the output layer on the GPU only when more than `n_layer` layers are
 /// offloaded (llama.cpp's `-ngl n_layer + 1`). `output_bytes` is the output projection's
 /// share of `bytes_per_token`.
-pub fn offload_split(
+#[cfg(test)]
+pub(crate) fn offload_split(
     bytes_per_token: f64,
     output_bytes: f64,
     n_layer: u32,
@@ -272,7 +274,8 @@ pub fn offload_split(
 /// The decode ceiling of a partial offload: a token's time is the GPU's bytes over the GPU's
 /// bandwidth plus the CPU's bytes over the CPU's (the two sides run one after the other).
 /// `None` when a side with bytes has no bandwidth, or there is nothing to read.
-pub fn partial_offload_ceiling_tok_per_s(
+#[cfg(test)]
+pub(crate) fn partial_offload_ceiling_tok_per_s(
     split: OffloadSplit,
     gpu_bytes_per_s: f64,
     cpu_bytes_per_s: f64,
@@ -291,7 +294,7 @@ pub fn partial_offload_ceiling_tok_per_s(
 }
 
 /// Cost per 1M tokens = price per GPU-hour ÷ (tok/s × 3600) × 10^6.
-pub fn cost_per_million_tokens(price_per_hour: f64, tok_per_s: f64) -> Option<f64> {
+pub(crate) fn cost_per_million_tokens(price_per_hour: f64, tok_per_s: f64) -> Option<f64> {
     (tok_per_s > 0.0 && price_per_hour.is_finite())
         .then(|| price_per_hour / (tok_per_s * 3600.0) * 1e6)
 }
@@ -299,7 +302,7 @@ pub fn cost_per_million_tokens(price_per_hour: f64, tok_per_s: f64) -> Option<f6
 /// What a prompt's matrix multiplications cost depends on: the parameter count and the shapes
 /// that tell the embedding lookup and the output head apart from the layers.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct PrefillShape {
+pub(crate) struct PrefillShape {
     /// All parameters (llama.cpp's `llama_model_n_params`).
     pub n_params: u64,
     pub n_vocab: u64,
@@ -312,7 +315,7 @@ pub struct PrefillShape {
 impl PrefillShape {
     /// Parameters every prompt token multiplies by: all but the token-embedding table (a
     /// lookup, no arithmetic) and the output head (applied to logits rows only).
-    pub fn layer_params(&self) -> u64 {
+    pub(crate) fn layer_params(&self) -> u64 {
         let table = self.n_vocab * self.n_embd;
         let head = if self.tied_output { 0 } else { table };
         self.n_params.saturating_sub(table).saturating_sub(head)
@@ -327,7 +330,12 @@ impl PrefillShape {
 ///
 /// where token `i` (0-based) attends to `depth + i + 1` positions (scores and the weighted sum
 /// of values, causal: the work done, not llama.cpp's padded mask). A multiply-add is 2 FLOPs.
-pub fn prefill_flops(shape: &PrefillShape, depth: u64, n_tokens: u64, logits_rows: u64) -> f64 {
+pub(crate) fn prefill_flops(
+    shape: &PrefillShape,
+    depth: u64,
+    n_tokens: u64,
+    logits_rows: u64,
+) -> f64 {
     let n = n_tokens as f64;
     let layers = 2.0 * shape.layer_params() as f64 * n;
     let head = 2.0 * (shape.n_vocab * shape.n_embd) as f64 * logits_rows.min(n_tokens) as f64;

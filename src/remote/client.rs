@@ -15,11 +15,11 @@ use crate::metrics::remote::{ChunkMark, RemoteTimeline, ServerTimings, ServerUsa
 
 /// A streamed event longer than this without a line break is refused (a broken or hostile
 /// server must not make the client buffer without bound).
-pub const MAX_EVENT_BYTES: usize = 4 << 20;
+pub(crate) const MAX_EVENT_BYTES: usize = 4 << 20;
 
 /// Where to send requests and how long to wait.
 #[derive(Debug, Clone)]
-pub struct Endpoint {
+pub(crate) struct Endpoint {
     /// The API base, e.g. `http://127.0.0.1:8080/v1`, without a trailing slash.
     pub base_url: String,
     pub api_key: Option<ApiKey>,
@@ -28,7 +28,11 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
-    pub fn new(url: &str, api_key: Option<ApiKey>, timeout: Duration) -> Result<Self, RemoteError> {
+    pub(crate) fn new(
+        url: &str,
+        api_key: Option<ApiKey>,
+        timeout: Duration,
+    ) -> Result<Self, RemoteError> {
         let parsed = reqwest::Url::parse(url).map_err(|e| RemoteError::BadUrl {
             url: url.to_string(),
             reason: e.to_string(),
@@ -55,12 +59,12 @@ impl Endpoint {
 
     /// The server's root (the base without a trailing `/v1`), where llama-server keeps
     /// `/health`, `/metrics`, `/tokenize` and `/detokenize`.
-    pub fn root(&self) -> &str {
+    pub(crate) fn root(&self) -> &str {
         self.base_url.strip_suffix("/v1").unwrap_or(&self.base_url)
     }
 
     /// The URL as safe to log or store: scheme, host and port only.
-    pub fn host_label(&self) -> String {
+    pub(crate) fn host_label(&self) -> String {
         reqwest::Url::parse(&self.base_url)
             .ok()
             .map(|u| {
@@ -77,7 +81,7 @@ impl Endpoint {
 
 /// One chat completion to stream.
 #[derive(Debug, Clone)]
-pub struct ChatRequest {
+pub(crate) struct ChatRequest {
     pub model: String,
     pub messages: Vec<ChatMessage>,
     pub max_tokens: Option<u32>,
@@ -91,7 +95,7 @@ pub struct ChatRequest {
 /// How a stream ended when it did not fail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum StreamEnd {
+pub(crate) enum StreamEnd {
     Done,
     Cancelled,
 }
@@ -99,7 +103,7 @@ pub enum StreamEnd {
 /// One streamed turn: the text, its timeline and, when the stream broke after it started, the
 /// error (the partial text is kept).
 #[derive(Debug, Clone)]
-pub struct RemoteTurn {
+pub(crate) struct RemoteTurn {
     pub text: String,
     pub timeline: RemoteTimeline,
     pub finish_reason: Option<String>,
@@ -108,7 +112,7 @@ pub struct RemoteTurn {
     pub end: Result<StreamEnd, RemoteError>,
 }
 
-pub struct RemoteClient {
+pub(crate) struct RemoteClient {
     http: reqwest::Client,
     endpoint: Endpoint,
 }
@@ -153,7 +157,7 @@ fn stale_connection(detail: &str) -> bool {
 }
 
 impl RemoteClient {
-    pub fn new(endpoint: Endpoint) -> Result<Self, RemoteError> {
+    pub(crate) fn new(endpoint: Endpoint) -> Result<Self, RemoteError> {
         let http = reqwest::Client::builder()
             .connect_timeout(endpoint.timeout)
             .user_agent(concat!("tokscope/", env!("CARGO_PKG_VERSION")))
@@ -165,7 +169,7 @@ impl RemoteClient {
         Ok(Self { http, endpoint })
     }
 
-    pub fn endpoint(&self) -> &Endpoint {
+    pub(crate) fn endpoint(&self) -> &Endpoint {
         &self.endpoint
     }
 
@@ -254,7 +258,7 @@ impl RemoteClient {
     }
 
     /// The model ids of `GET /v1/models`, in the server's order.
-    pub async fn models(&self) -> Result<Vec<String>, RemoteError> {
+    pub(crate) async fn models(&self) -> Result<Vec<String>, RemoteError> {
         let url = format!("{}/models", self.endpoint.base_url);
         let v = self.get_json(&url).await?;
         Ok(v.get("data")
@@ -268,7 +272,7 @@ impl RemoteClient {
     }
 
     /// The first model the server lists.
-    pub async fn default_model(&self) -> Result<String, RemoteError> {
+    pub(crate) async fn default_model(&self) -> Result<String, RemoteError> {
         self.models()
             .await?
             .into_iter()
@@ -280,22 +284,15 @@ impl RemoteClient {
 
     /// The round trip of a cheap request (`GET /v1/models`): connection set-up is excluded by
     /// timing the second of two requests on the kept-alive connection.
-    pub async fn probe_rtt(&self) -> Result<Duration, RemoteError> {
+    pub(crate) async fn probe_rtt(&self) -> Result<Duration, RemoteError> {
         self.models().await?;
         let start = Instant::now();
         self.models().await?;
         Ok(start.elapsed())
     }
 
-    /// `GET` a text resource under the server's root (e.g. `/metrics`).
-    pub async fn root_text(&self, path: &str) -> Result<String, RemoteError> {
-        let url = format!("{}{path}", self.endpoint.root());
-        let response = self.send(&url, self.http.get(&url)).await?;
-        response.text().await.map_err(|e| self.send_error(&url, e))
-    }
-
     /// `POST` JSON under the server's root (llama-server's `/tokenize`, `/detokenize`).
-    pub async fn root_post(&self, path: &str, body: &Value) -> Result<Value, RemoteError> {
+    pub(crate) async fn root_post(&self, path: &str, body: &Value) -> Result<Value, RemoteError> {
         let url = format!("{}{path}", self.endpoint.root());
         let response = self.send(&url, self.http.post(&url).json(body)).await?;
         let text = response
@@ -309,7 +306,7 @@ impl RemoteClient {
     /// request. Failures before the stream starts are `Err`; a stream that breaks later
     /// returns its partial turn with the error in `end`. `cancel` is checked at every event;
     /// dropping the stream closes the connection, which makes the server stop generating.
-    pub async fn stream_chat(
+    pub(crate) async fn stream_chat(
         &self,
         request: &ChatRequest,
         network_rtt: Option<Duration>,

@@ -2,7 +2,7 @@
 
 /// A remote request's failure. Messages never contain the API key.
 #[derive(Debug, Clone, thiserror::Error)]
-pub enum RemoteError {
+pub(crate) enum RemoteError {
     #[error("bad URL '{url}': {reason} (expected something like http://127.0.0.1:8080/v1)")]
     BadUrl { url: String, reason: String },
     #[error("bad API key: {0}")]
@@ -40,7 +40,7 @@ pub enum RemoteError {
 
 impl RemoteError {
     /// A short stable name, for the load test's "errors by kind".
-    pub fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         match self {
             RemoteError::BadUrl { .. } => "bad_url",
             RemoteError::BadKey(_) => "bad_key",

@@ -9,16 +9,16 @@
 mod client;
 mod error;
 
-pub use client::{ChatRequest, Endpoint, RemoteClient, RemoteTurn, StreamEnd};
-pub use error::RemoteError;
+pub(crate) use client::{ChatRequest, Endpoint, RemoteClient, RemoteTurn, StreamEnd};
+pub(crate) use error::RemoteError;
 
 /// A bearer token. `Debug` and `Display` never show it.
 #[derive(Clone)]
-pub struct ApiKey(String);
+pub(crate) struct ApiKey(String);
 
 impl ApiKey {
     /// A key read from an environment variable or a file (surrounding whitespace removed).
-    pub fn new(raw: &str) -> Result<Self, RemoteError> {
+    pub(crate) fn new(raw: &str) -> Result<Self, RemoteError> {
         let key = raw.trim();
         if key.is_empty() {
             return Err(RemoteError::BadKey("the API key is empty".into()));

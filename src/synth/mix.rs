@@ -12,7 +12,7 @@ use crate::gguf::GgmlType;
 
 /// What a tensor is for: the quantizer's rules depend on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TensorRole {
+pub(crate) enum TensorRole {
     /// `token_embd.weight`.
     TokenEmbedding,
     /// `output.weight` (absent when the embeddings are tied).
@@ -40,7 +40,7 @@ pub enum TensorRole {
 /// The ggml type of the weight matrices before the per-tensor rules (llama.cpp's
 /// `default_type` for the file type).
 #[must_use]
-pub fn base_type(file_type: TensorType) -> GgmlType {
+pub(crate) fn base_type(file_type: TensorType) -> GgmlType {
     match file_type {
         TensorType::F32 => GgmlType::F32,
         TensorType::F16 => GgmlType::F16,
@@ -53,7 +53,7 @@ pub fn base_type(file_type: TensorType) -> GgmlType {
 
 /// Where a tensor sits: its layer (for per-layer rules) and the model's facts the rules read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TensorSite {
+pub(crate) struct TensorSite {
     /// What it is for.
     pub role: TensorRole,
     /// Its block (0 for tensors outside the blocks).
@@ -68,7 +68,7 @@ pub struct TensorSite {
 
 /// The ggml type llama.cpp's quantizer gives this tensor in a `file_type` file.
 #[must_use]
-pub fn tensor_type(file_type: TensorType, site: TensorSite) -> GgmlType {
+pub(crate) fn tensor_type(file_type: TensorType, site: TensorSite) -> GgmlType {
     if matches!(site.role, TensorRole::Norm | TensorRole::RopeFrequencies) {
         return GgmlType::F32;
     }
@@ -101,7 +101,7 @@ fn output_type(base: GgmlType, row_len: u64) -> GgmlType {
 /// llama.cpp's `use_more_bits`: the first and last eighth of the layers, and every third one
 /// in between.
 #[must_use]
-pub fn use_more_bits(layer: u32, n_layer: u32) -> bool {
+pub(crate) fn use_more_bits(layer: u32, n_layer: u32) -> bool {
     let (i, n) = (i64::from(layer), i64::from(n_layer));
     i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2
 }
@@ -109,7 +109,7 @@ pub fn use_more_bits(layer: u32, n_layer: u32) -> bool {
 /// llama.cpp's `tensor_type_fallback`: a type whose blocks do not divide the row length is
 /// replaced by a 32-block one, and by F16 when even that does not fit.
 #[must_use]
-pub fn fallback(ggml_type: GgmlType, row_len: u64) -> GgmlType {
+pub(crate) fn fallback(ggml_type: GgmlType, row_len: u64) -> GgmlType {
     if row_len % block_elems(ggml_type) == 0 {
         return ggml_type;
     }

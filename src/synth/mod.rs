@@ -15,9 +15,9 @@
 pub mod blocks;
 pub mod like;
 pub mod llama3;
-pub mod mix;
-pub mod quant;
-pub mod vocab;
+pub(crate) mod mix;
+pub(crate) mod quant;
+pub(crate) mod vocab;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -33,16 +33,17 @@ pub use vocab::vocab_size;
 use vocab::Vocabulary;
 
 /// Metadata key (u64) recording the seed the weights were generated from.
-pub const SYNTHETIC_SEED_METADATA_KEY: &str = "tokscope.synthetic.seed";
+pub(crate) const SYNTHETIC_SEED_METADATA_KEY: &str = "tokscope.synthetic.seed";
 /// Metadata key (string) naming the preset, or the file a `--like` clone copies.
-pub const SYNTHETIC_SOURCE_METADATA_KEY: &str = "tokscope.synthetic.source";
+pub(crate) const SYNTHETIC_SOURCE_METADATA_KEY: &str = "tokscope.synthetic.source";
 /// Names accepted by [`SynthSpec::preset`].
-pub const PRESET_NAMES: &[&str] = &["tiny", "small", "llama3-8b", "llama3.2-1b", "llama3.2-3b"];
+pub(crate) const PRESET_NAMES: &[&str] =
+    &["tiny", "small", "llama3-8b", "llama3.2-1b", "llama3.2-3b"];
 /// llama.cpp's `LLAMA_MAX_LAYERS`; more layers abort the loader instead of failing cleanly.
-pub const MAX_LAYERS: u32 = 512;
+pub(crate) const MAX_LAYERS: u32 = 512;
 /// Largest tensor [`write_model`] will generate. Each tensor is built in memory before it is
 /// written, so an absurd shape must be refused up front rather than abort on allocation.
-pub const MAX_TENSOR_ELEMENTS: u64 = 1 << 30;
+pub(crate) const MAX_TENSOR_ELEMENTS: u64 = 1 << 30;
 
 const ARCHITECTURE: &str = "llama";
 const ROPE_FREQ_BASE: f32 = 500_000.0;
@@ -195,19 +196,19 @@ impl TensorType {
 
     /// Every name, comma-separated, for messages.
     #[must_use]
-    pub fn names() -> String {
+    pub(crate) fn names() -> String {
         Self::ALL.map(Self::name).join(", ")
     }
 
     /// The ggml type of the weight matrices before the per-tensor rules of [`mix`].
     #[must_use]
-    pub fn ggml_type(self) -> GgmlType {
+    pub(crate) fn ggml_type(self) -> GgmlType {
         mix::base_type(self)
     }
 
     /// `general.file_type`, llama.cpp's `enum llama_ftype`.
     #[must_use]
-    pub fn file_type(self) -> u32 {
+    pub(crate) fn file_type(self) -> u32 {
         match self {
             Self::F32 => 0,
             Self::F16 => 1,
@@ -262,24 +263,25 @@ pub struct ModelShape {
 impl ModelShape {
     /// Size of one attention head (`n_embd / n_head`).
     #[must_use]
-    pub fn head_dim(&self) -> u32 {
+    pub(crate) fn head_dim(&self) -> u32 {
         self.n_embd.checked_div(self.n_head).unwrap_or(0)
     }
 
     /// Width of the K and V projections (`head_dim * n_head_kv`).
     #[must_use]
-    pub fn n_embd_kv(&self) -> u32 {
+    pub(crate) fn n_embd_kv(&self) -> u32 {
         self.head_dim().saturating_mul(self.n_head_kv)
     }
 
     /// Checks everything llama.cpp would otherwise reject (or abort on) at load time, for the
     /// built-in vocabulary.
-    pub fn validate(&self, tensor_type: TensorType) -> Result<(), SynthError> {
+    #[cfg(test)]
+    pub(crate) fn validate(&self, tensor_type: TensorType) -> Result<(), SynthError> {
         self.validate_with_vocab(tensor_type, vocab_size())
     }
 
     /// [`ModelShape::validate`] for a vocabulary of `n_vocab` tokens.
-    pub fn validate_with_vocab(
+    pub(crate) fn validate_with_vocab(
         &self,
         tensor_type: TensorType,
         n_vocab: u32,
@@ -349,7 +351,7 @@ impl ModelShape {
 
     /// Total number of weights with a vocabulary of `n_vocab` tokens (`None` on overflow).
     #[must_use]
-    pub fn n_params(&self, n_vocab: u32) -> Option<u64> {
+    pub(crate) fn n_params(&self, n_vocab: u32) -> Option<u64> {
         tensor_plan(self, n_vocab, &Layout::default())
             .iter()
             .try_fold(0_u64, |acc, t| {
@@ -454,7 +456,7 @@ pub fn write_model(path: &Path, spec: &SynthSpec) -> Result<SynthSummary, SynthE
 }
 
 /// [`write_model`], reporting progress after the header and after each tensor.
-pub fn write_model_with_progress(
+pub(crate) fn write_model_with_progress(
     path: &Path,
     spec: &SynthSpec,
     on_progress: &mut dyn FnMut(WriteProgress),

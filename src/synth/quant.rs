@@ -4,16 +4,16 @@
 //! the same values they would have had if llama.cpp's own quantizer had produced them.
 
 /// Values per Q8_0 block: one scale shared by 32 weights.
-pub const Q8_0_BLOCK_ELEMS: usize = 32;
+pub(crate) const Q8_0_BLOCK_ELEMS: usize = 32;
 /// Bytes per Q8_0 block: an f16 scale followed by 32 `i8` quants.
-pub const Q8_0_BLOCK_BYTES: usize = 2 + Q8_0_BLOCK_ELEMS;
+pub(crate) const Q8_0_BLOCK_BYTES: usize = 2 + Q8_0_BLOCK_ELEMS;
 
 /// Converts an `f32` to IEEE 754 binary16 bits, rounding to nearest with ties to even.
 ///
 /// Values too large for f16 become infinity, values too small become (signed) zero or a
 /// subnormal, and NaN stays NaN (quiet), as ggml's own conversion does.
 #[must_use]
-pub fn f32_to_f16_bits(value: f32) -> u16 {
+pub(crate) fn f32_to_f16_bits(value: f32) -> u16 {
     let bits = value.to_bits();
     let sign = ((bits >> 16) & 0x8000) as u16;
     let exponent = ((bits >> 23) & 0xff) as i32;
@@ -66,7 +66,7 @@ pub fn f32_to_f16_bits(value: f32) -> u16 {
 
 /// Converts IEEE 754 binary16 bits to `f32` (exact: every f16 value is representable).
 #[must_use]
-pub fn f16_bits_to_f32(bits: u16) -> f32 {
+pub(crate) fn f16_bits_to_f32(bits: u16) -> f32 {
     let sign = u32::from(bits & 0x8000) << 16;
     let exponent = u32::from((bits >> 10) & 0x1f);
     let mantissa = u32::from(bits & 0x03ff);
@@ -86,7 +86,7 @@ pub fn f16_bits_to_f32(bits: u16) -> f32 {
 }
 
 /// Appends the little-endian f16 encoding of `values` to `out`.
-pub fn encode_f16_into(values: &[f32], out: &mut Vec<u8>) {
+pub(crate) fn encode_f16_into(values: &[f32], out: &mut Vec<u8>) {
     out.reserve(values.len() * 2);
     for &value in values {
         out.extend_from_slice(&f32_to_f16_bits(value).to_le_bytes());
@@ -98,7 +98,7 @@ pub fn encode_f16_into(values: &[f32], out: &mut Vec<u8>) {
 /// Mirrors ggml's reference quantizer (`quantize_row_q8_0_ref`): scale `d = max|x| / 127`,
 /// quants `round(x / d)` computed with the exact scale, scale stored as f16. A trailing partial
 /// block is padded with zeros; callers that need exact tensor sizes keep rows a multiple of 32.
-pub fn encode_q8_0_into(values: &[f32], out: &mut Vec<u8>) {
+pub(crate) fn encode_q8_0_into(values: &[f32], out: &mut Vec<u8>) {
     out.reserve(values.len().div_ceil(Q8_0_BLOCK_ELEMS) * Q8_0_BLOCK_BYTES);
     for chunk in values.chunks(Q8_0_BLOCK_ELEMS) {
         let mut block = [0.0_f32; Q8_0_BLOCK_ELEMS];
@@ -122,7 +122,8 @@ fn encode_q8_0_block(block: &[f32; Q8_0_BLOCK_ELEMS], out: &mut Vec<u8>) {
 /// Decodes Q8_0 blocks back to `f32` (the inverse of [`encode_q8_0_into`], up to rounding).
 /// Trailing bytes that do not fill a whole block are ignored.
 #[must_use]
-pub fn decode_q8_0(bytes: &[u8]) -> Vec<f32> {
+#[cfg(test)]
+pub(crate) fn decode_q8_0(bytes: &[u8]) -> Vec<f32> {
     let mut values = Vec::with_capacity(bytes.len() / Q8_0_BLOCK_BYTES * Q8_0_BLOCK_ELEMS);
     for block in bytes.chunks_exact(Q8_0_BLOCK_BYTES) {
         let scale = f16_bits_to_f32(u16::from_le_bytes([block[0], block[1]]));

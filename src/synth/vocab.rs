@@ -18,7 +18,7 @@ use std::sync::OnceLock;
 /// SentencePiece token types, as `enum llama_token_type` numbers them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(i32)]
-pub enum TokenType {
+pub(crate) enum TokenType {
     /// A piece of text.
     Normal = 1,
     /// The unknown token.
@@ -30,24 +30,26 @@ pub enum TokenType {
 }
 
 /// Id of `<unk>`.
-pub const UNK_TOKEN_ID: u32 = 0;
+pub(crate) const UNK_TOKEN_ID: u32 = 0;
 /// Id of the first byte token `<0x00>`; byte `b` is `BYTE_TOKEN_BASE_ID + b`.
-pub const BYTE_TOKEN_BASE_ID: u32 = 3;
+pub(crate) const BYTE_TOKEN_BASE_ID: u32 = 3;
 /// Id of `<|begin_of_text|>`, the BOS token.
-pub const BOS_TOKEN_ID: u32 = BYTE_TOKEN_BASE_ID + 256;
+pub(crate) const BOS_TOKEN_ID: u32 = BYTE_TOKEN_BASE_ID + 256;
 /// Id of `<|start_header_id|>`.
-pub const START_HEADER_TOKEN_ID: u32 = BOS_TOKEN_ID + 1;
+#[cfg(test)]
+pub(crate) const START_HEADER_TOKEN_ID: u32 = BOS_TOKEN_ID + 1;
 /// Id of `<|end_header_id|>`.
-pub const END_HEADER_TOKEN_ID: u32 = BOS_TOKEN_ID + 2;
+#[cfg(test)]
+pub(crate) const END_HEADER_TOKEN_ID: u32 = BOS_TOKEN_ID + 2;
 /// Id of `<|eot_id|>`, both EOS and EOT so that generation stops at the end of a turn.
-pub const EOT_TOKEN_ID: u32 = BOS_TOKEN_ID + 3;
+pub(crate) const EOT_TOKEN_ID: u32 = BOS_TOKEN_ID + 3;
 
 /// The SentencePiece word-boundary marker (U+2581) that stands for a space.
-pub const SPACE_MARKER: &str = "\u{2581}";
+pub(crate) const SPACE_MARKER: &str = "\u{2581}";
 
 /// Meta-Llama-3-8B-Instruct's chat template, verbatim. llama.cpp recognises it as `llama3`
 /// from the `<|start_header_id|>`/`<|end_header_id|>` markers (llama-chat.cpp).
-pub const LLAMA3_CHAT_TEMPLATE: &str = "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}";
+pub(crate) const LLAMA3_CHAT_TEMPLATE: &str = "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}";
 
 /// Common English words; each becomes "▁word" with all its prefixes.
 const WORDS: &[&str] = &[
@@ -196,7 +198,7 @@ const BARE_PIECES: &[&str] = &[
 
 /// The vocabulary as the three parallel arrays GGUF stores.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Vocabulary {
+pub(crate) struct Vocabulary {
     /// Token texts; the index is the token id.
     pub tokens: Vec<String>,
     /// Merge priorities (higher merges first).
@@ -208,7 +210,7 @@ pub struct Vocabulary {
 impl Vocabulary {
     /// The built-in vocabulary, built once. Deterministic: the same ids in every build.
     #[must_use]
-    pub fn builtin() -> &'static Self {
+    pub(crate) fn builtin() -> &'static Self {
         static BUILTIN: OnceLock<Vocabulary> = OnceLock::new();
         BUILTIN.get_or_init(Self::build)
     }
@@ -273,14 +275,8 @@ impl Vocabulary {
 
     /// Number of tokens.
     #[must_use]
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.tokens.len()
-    }
-
-    /// Whether the vocabulary is empty (never, for the built-in one).
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.tokens.is_empty()
     }
 }
 

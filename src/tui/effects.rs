@@ -24,7 +24,7 @@ pub struct Effects<'a> {
 impl Effects<'_> {
     /// Count the input's tokens as the engine will tokenize them (the template trims the
     /// message, so the count does too): a `Msg::InputTokens` when the count changed, else none.
-    pub fn recount(&mut self, input: &str) -> Option<Msg> {
+    pub(crate) fn recount(&mut self, input: &str) -> Option<Msg> {
         let tokens = self.counter.as_ref().map(|counter| {
             let count = match &self.counted {
                 Some((text, count)) if text == input => *count,
@@ -45,12 +45,12 @@ impl Effects<'_> {
 
     /// A new conversation id for the next Ctrl+N or `/new`, minted now (`update` never reads
     /// the clock or the RNG).
-    pub fn fresh_conversation_id(&self) -> Msg {
+    pub(crate) fn fresh_conversation_id(&self) -> Msg {
         Msg::FreshConversationId(crate::ids::new_id(SystemTime::now()))
     }
 
     /// Run effects; returns messages reporting their outcomes, and whether to quit.
-    pub fn run(&mut self, effects: Vec<Effect>) -> (Vec<Msg>, bool) {
+    pub(crate) fn run(&mut self, effects: Vec<Effect>) -> (Vec<Msg>, bool) {
         let mut msgs = Vec::new();
         let mut quit = false;
         for effect in effects {

@@ -37,12 +37,13 @@ pub struct FrameScheduler {
 
 impl FrameScheduler {
     /// Fixed intervals.
-    pub fn new(input_interval: Duration, stream_interval: Duration) -> Self {
+    #[cfg(test)]
+    pub(crate) fn new(input_interval: Duration, stream_interval: Duration) -> Self {
         Self::adaptive(input_interval, stream_interval, stream_interval)
     }
 
     /// A stream interval fitted to the cost of a draw, between `fastest` and `slowest`.
-    pub fn adaptive(input_interval: Duration, fastest: Duration, slowest: Duration) -> Self {
+    pub(crate) fn adaptive(input_interval: Duration, fastest: Duration, slowest: Duration) -> Self {
         Self {
             input_interval,
             stream_interval: fastest,
@@ -56,7 +57,7 @@ impl FrameScheduler {
     }
 
     /// Something changed; `urgent` when the user caused it (a key, a paste, a resize).
-    pub fn mark_dirty(&mut self, urgent: bool) {
+    pub(crate) fn mark_dirty(&mut self, urgent: bool) {
         self.dirty = true;
         self.urgent |= urgent;
     }
@@ -69,7 +70,7 @@ impl FrameScheduler {
         }
     }
 
-    pub fn due(&self, now: Instant) -> bool {
+    pub(crate) fn due(&self, now: Instant) -> bool {
         self.dirty
             && self
                 .last_draw
@@ -77,7 +78,7 @@ impl FrameScheduler {
     }
 
     /// When a pending change may be drawn (None when nothing is pending).
-    pub fn next_frame_at(&self) -> Option<Instant> {
+    pub(crate) fn next_frame_at(&self) -> Option<Instant> {
         self.dirty.then(|| {
             self.last_draw
                 .map_or_else(Instant::now, |t| t + self.interval())
@@ -85,13 +86,13 @@ impl FrameScheduler {
     }
 
     /// Until when streamed output alone need not be looked at (the next stream frame).
-    pub fn stream_quiet_until(&self) -> Instant {
+    pub(crate) fn stream_quiet_until(&self) -> Instant {
         self.last_draw
             .map_or_else(Instant::now, |t| t + self.stream_interval)
     }
 
     /// A draw took `cost`: keep drawing streamed tokens within `STREAM_DRAW_BUDGET` of a core.
-    pub fn record_draw_cost(&mut self, cost: Duration) {
+    pub(crate) fn record_draw_cost(&mut self, cost: Duration) {
         let average = match self.draw_cost {
             Some(previous) => (previous * 7 + cost) / 8,
             None => cost,
@@ -102,7 +103,7 @@ impl FrameScheduler {
             .clamp(self.fastest_stream, self.slowest_stream);
     }
 
-    pub fn drawn(&mut self, now: Instant) {
+    pub(crate) fn drawn(&mut self, now: Instant) {
         self.dirty = false;
         self.urgent = false;
         self.last_draw = Some(now);

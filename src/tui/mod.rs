@@ -26,10 +26,10 @@ pub use terminal::{enter, restore, RestoreGuard};
 use terminal::{terminal_msg, TerminalInput};
 
 /// How often time-driven parts of the screen (waiting clocks, loading) refresh.
-pub const TICK_INTERVAL: Duration = Duration::from_millis(100);
+pub(crate) const TICK_INTERVAL: Duration = Duration::from_millis(100);
 /// A hidden test switch: when set, the chat panics right after its first frame, so tests can
 /// check that the terminal is restored and the history kept.
-pub const INJECT_PANIC_ENV: &str = "TOKSCOPE_INJECT_PANIC";
+pub(crate) const INJECT_PANIC_ENV: &str = "TOKSCOPE_INJECT_PANIC";
 
 /// Every this many ticks (once a second) the terminal's size is checked, in case a resize
 /// event was missed.
@@ -79,7 +79,7 @@ impl<B: Backend> Driver<B> {
 
     /// Match the terminal's size (after a resize event, and on ticks in case one was missed);
     /// a change redraws everything at once.
-    pub fn sync_size(&mut self) -> io::Result<()> {
+    pub(crate) fn sync_size(&mut self) -> io::Result<()> {
         let size = self.terminal.backend().size()?;
         let area = ratatui::layout::Rect::new(0, 0, size.width, size.height);
         if area != self.terminal.get_frame().area() {
@@ -114,7 +114,7 @@ pub fn drain_engine(rx: &mut EventReceiver, into: &mut Vec<Msg>) {
     }
 }
 
-pub fn now() -> Now {
+pub(crate) fn now() -> Now {
     Now {
         instant: Instant::now(),
         unix_s: SystemTime::now()
@@ -141,7 +141,7 @@ fn settle<B: Backend>(driver: &mut Driver<B>, effects: &mut Effects, msgs: Vec<M
 
 /// How the chat ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ChatEnd {
+pub(crate) enum ChatEnd {
     /// The user quit.
     Quit,
     /// A signal asked the process to end (SIGTERM, SIGHUP, SIGINT): the number.
@@ -150,7 +150,7 @@ pub enum ChatEnd {
 
 /// Run the chat until the user quits or a termination signal arrives. Finished turns are
 /// already on disk; the terminal is restored on every way out.
-pub fn run_chat(
+pub(crate) fn run_chat(
     app: App,
     engine: &mut EngineHandle,
     mut events: EventReceiver,

@@ -3,7 +3,7 @@
 //! figures (TTFT, decode tok/s, tokens, ITL p50, from `metrics`) and its text, the part after
 //! the first difference marked, and the token where B first parts from A. Reads `app.ab`.
 
-use std::time::Instant;
+use std::time::Duration;
 
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::text::{Line, Span};
@@ -11,6 +11,7 @@ use ratatui::widgets::{Block, Borders, Clear, Paragraph};
 use ratatui::Frame;
 
 use super::text::{clean, one_line, truncate, wrap};
+use super::view::{Figures, View};
 use super::{format, theme};
 use crate::app::conversation::{AssistantTurn, TurnPhase};
 use crate::app::{AbOutcome, AbScreen, App};
@@ -19,7 +20,7 @@ use crate::app::{AbOutcome, AbScreen, App};
 const SNIPPET_BEFORE_CHARS: usize = 8;
 const SNIPPET_AFTER_CHARS: usize = 16;
 
-pub fn draw(frame: &mut Frame, area: Rect, app: &App, now: Instant) {
+pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App, view: &View) {
     let Some(ab) = &app.ab else {
         frame.render_widget(Clear, area);
         return;
@@ -82,8 +83,27 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, now: Instant) {
         // Like every other screen: a synthetic model's speed is real, its text is noise.
         b_file.push_str(" · synthetic");
     }
-    draw_side(frame, left, ("A", &a_file), &ab.a, at_byte, ab, now);
-    draw_side(frame, right, ("B", &b_file), &ab.b, at_byte, ab, now);
+    let Some(sides) = &view.ab else {
+        return;
+    };
+    draw_side(
+        frame,
+        left,
+        ("A", &a_file),
+        (&ab.a, &sides.a),
+        at_byte,
+        ab,
+        sides.waited,
+    );
+    draw_side(
+        frame,
+        right,
+        ("B", &b_file),
+        (&ab.b, &sides.b),
+        at_byte,
+        ab,
+        sides.waited,
+    );
     frame.render_widget(
         Paragraph::new(divergence.into_iter().take(2).collect::<Vec<_>>()),
         divergence_area,
@@ -104,10 +124,10 @@ fn draw_side(
     frame: &mut Frame,
     area: Rect,
     (side, file): (&str, &str),
-    turn: &AssistantTurn,
+    (turn, figures): (&AssistantTurn, &Figures),
     at_byte: Option<usize>,
     ab: &AbScreen,
-    now: Instant,
+    waited: Duration,
 ) {
     let title_w = (area.width as usize).saturating_sub(4);
     let block = Block::new()
@@ -120,28 +140,27 @@ fn draw_side(
     let inner = block.inner(area);
     frame.render_widget(block, area);
     let w = inner.width as usize;
-    let summary = turn.current_summary();
     let figure = |label: &str, value: String| {
         vec![
             Span::styled(format!("{label} "), theme::METRIC_LABEL),
             Span::styled(value, theme::METRIC_VALUE),
         ]
     };
-    let mut top = figure("TTFT ms", format::num(summary.ttft_ms));
+    let mut top = figure("TTFT ms", format::num(figures.ttft_ms));
     top.push(Span::raw("  "));
     top.extend(figure(
         "decode tok/s",
-        format::num(summary.decode_tok_per_s),
+        format::num(figures.decode_tok_per_s),
     ));
-    let mut second = figure("tokens", summary.tokens_generated.to_string());
+    let mut second = figure("tokens", figures.tokens_generated.to_string());
     second.push(Span::raw("  "));
     second.extend(figure(
         "ITL p50 ms",
-        format::num(summary.itl.map(|i| i.p50_ms)),
+        format::num(figures.itl.map(|i| i.p50_ms)),
     ));
     let mut lines = wrap(&top, w, &[], &[]);
     lines.extend(wrap(&second, w, &[], &[]));
-    let (state, style) = state_of(turn, side == "B", ab, now);
+    let (state, style) = state_of(turn, side == "B", ab, waited);
     lines.push(Line::from(Span::styled(truncate(&state, w), style)));
     lines.push(Line::default());
     let head = lines.len();
@@ -164,9 +183,9 @@ fn state_of(
     turn: &AssistantTurn,
     is_b: bool,
     ab: &AbScreen,
-    now: Instant,
+    waited: Duration,
 ) -> (String, ratatui::style::Style) {
-    let waited = format::secs(now.saturating_duration_since(ab.started));
+    let waited = format::secs(waited);
     match &turn.phase {
         TurnPhase::Queued if is_b => (format!("loading model B… {waited}"), theme::WAITING),
         TurnPhase::Queued => ("queued".into(), theme::WAITING),

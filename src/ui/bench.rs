@@ -14,7 +14,7 @@ use super::{format, theme};
 use crate::app::{App, BenchPoint};
 use crate::metrics::roofline::cost_per_million_tokens;
 
-pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
+pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App) {
     let b = &app.bench;
     let inner = super::screen_block(
         frame,
@@ -83,27 +83,29 @@ fn table_lines(app: &App) -> Vec<Line<'static>> {
         theme::METRIC_SECTION,
     ))];
     for p in points {
-        let ratio = |a: f64, b: Option<f64>| b.filter(|b| *b > 0.0).map(|b| a / b);
+        let ratio =
+            |a: Option<f64>, b: Option<f64>| a.zip(b.filter(|b| *b > 0.0)).map(|(a, b)| a / b);
         let speedup = ratio(
             p.point.aggregate_tok_per_s,
-            base.map(|b| b.point.aggregate_tok_per_s),
+            base.and_then(|b| b.point.aggregate_tok_per_s),
         );
-        let latency = ratio(p.point.itl_p50_ms, base.map(|b| b.point.itl_p50_ms));
+        let latency = ratio(p.point.itl_p50_ms, base.and_then(|b| b.point.itl_p50_ms));
         lines.push(Line::from(Span::styled(
             format!(
                 "{:>4} {:>10} {:>10} {:>8} {:>9} {:>9} {:>9} {:>10} {:>10}",
                 p.point.batch,
-                format::num(Some(p.point.aggregate_tok_per_s)),
-                format::num(Some(p.point.per_sequence_tok_per_s)),
+                format::num(p.point.aggregate_tok_per_s),
+                format::num(p.point.per_sequence_tok_per_s),
                 speedup.map_or("—".into(), |s| format!("{s:.2}×")),
-                format::num(Some(p.point.itl_p50_ms)),
-                format::num(Some(p.point.itl_p99_ms)),
+                format::num(p.point.itl_p50_ms),
+                format::num(p.point.itl_p99_ms),
                 latency.map_or("—".into(), |s| format!("{s:.2}×")),
-                format::num(Some(p.prefill_ms)),
-                format::num(cost_per_million_tokens(
-                    app.price_per_hour_usd,
-                    p.point.aggregate_tok_per_s
-                )),
+                format::num(p.prefill_ms),
+                format::num(
+                    p.point
+                        .aggregate_tok_per_s
+                        .and_then(|r| cost_per_million_tokens(app.price_per_hour_usd, r))
+                ),
             ),
             theme::METRIC_VALUE,
         )));
@@ -147,11 +149,11 @@ fn y_axis(title: &'static str, max: f64) -> Axis<'static> {
 fn draw_rate_chart(frame: &mut Frame, area: Rect, points: &[BenchPoint]) {
     let aggregate: Vec<(f64, f64)> = points
         .iter()
-        .map(|p| (x_of(p), p.point.aggregate_tok_per_s))
+        .filter_map(|p| Some((x_of(p), p.point.aggregate_tok_per_s?)))
         .collect();
     let per_seq: Vec<(f64, f64)> = points
         .iter()
-        .map(|p| (x_of(p), p.point.per_sequence_tok_per_s))
+        .filter_map(|p| Some((x_of(p), p.point.per_sequence_tok_per_s?)))
         .collect();
     let max = aggregate.iter().map(|(_, y)| *y).fold(0.0, f64::max);
     let chart = Chart::new(vec![
@@ -177,11 +179,11 @@ fn draw_rate_chart(frame: &mut Frame, area: Rect, points: &[BenchPoint]) {
 fn draw_latency_chart(frame: &mut Frame, area: Rect, points: &[BenchPoint]) {
     let p50: Vec<(f64, f64)> = points
         .iter()
-        .map(|p| (x_of(p), p.point.itl_p50_ms))
+        .filter_map(|p| Some((x_of(p), p.point.itl_p50_ms?)))
         .collect();
     let p99: Vec<(f64, f64)> = points
         .iter()
-        .map(|p| (x_of(p), p.point.itl_p99_ms))
+        .filter_map(|p| Some((x_of(p), p.point.itl_p99_ms?)))
         .collect();
     let max = p99.iter().map(|(_, y)| *y).fold(0.0, f64::max);
     let chart = Chart::new(vec![

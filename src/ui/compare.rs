@@ -94,7 +94,7 @@ fn layout(all: Vec<Column>, avail: u16, longest_label: u16) -> (Vec<Column>, u16
     (kept, candidate)
 }
 
-pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
+pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App) {
     let inner = super::screen_block(
         frame,
         area,

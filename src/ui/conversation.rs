@@ -20,7 +20,7 @@ use crate::metrics::TurnSummary;
 /// Body text is indented under its role label.
 const INDENT: &str = "  ";
 
-pub fn draw(frame: &mut Frame, area: Rect, app: &App, now: Instant) {
+pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App, now: Instant) {
     if area.is_empty() {
         return;
     }

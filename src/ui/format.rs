@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::metrics::fmt_opt;
 
 /// A parameter count: `8.0B`, `268M`, `12.5M`, `0.47M`.
-pub fn params(n: u64) -> String {
+pub(crate) fn params(n: u64) -> String {
     let n = n as f64;
     if n <= 0.0 {
         "—".to_string()
@@ -23,7 +23,7 @@ pub fn params(n: u64) -> String {
 }
 
 /// A file size in decimal units: `4.92 GB`, `17.4 GB`, `398 MB`, `6.1 MB`, `0.47 MB`.
-pub fn bytes(n: u64) -> String {
+pub(crate) fn bytes(n: u64) -> String {
     let n = n as f64;
     if n >= 1e10 {
         format!("{:.1} GB", n / 1e9)
@@ -39,7 +39,7 @@ pub fn bytes(n: u64) -> String {
 }
 
 /// An elapsed time for humans: `0.42 s`, `12.4 s`, `2m05s`.
-pub fn secs(d: Duration) -> String {
+pub(crate) fn secs(d: Duration) -> String {
     let s = d.as_secs_f64();
     if s < 10.0 {
         format!("{s:.2} s")
@@ -53,7 +53,7 @@ pub fn secs(d: Duration) -> String {
 
 /// A metric value with as many decimals as its size deserves (`1.23`, `45.6`, `1234`);
 /// `—` when undefined.
-pub fn num(value: Option<f64>) -> String {
+pub(crate) fn num(value: Option<f64>) -> String {
     let decimals = match value {
         Some(v) if v.abs() < 10.0 => 2,
         Some(v) if v.abs() < 100.0 => 1,
@@ -63,7 +63,7 @@ pub fn num(value: Option<f64>) -> String {
 }
 
 /// A loading progress fraction as a whole percentage, `0..=100`.
-pub fn percent(fraction: f32) -> u32 {
+pub(crate) fn percent(fraction: f32) -> u32 {
     if fraction.is_finite() {
         (fraction.clamp(0.0, 1.0) * 100.0).round() as u32
     } else {

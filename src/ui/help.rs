@@ -187,7 +187,7 @@ fn entries(out: &mut Vec<Line<'static>>, items: &[(&str, &str)], w: usize) {
 }
 
 /// Every line of the help at `w` columns.
-pub fn lines(w: usize) -> Vec<Line<'static>> {
+pub(crate) fn lines(w: usize) -> Vec<Line<'static>> {
     let mut out = Vec::new();
     let section = |title: &str| Line::from(Span::styled(title.to_string(), theme::HELP_SECTION));
     out.push(section("Keys"));
@@ -222,7 +222,7 @@ pub fn lines(w: usize) -> Vec<Line<'static>> {
 }
 
 /// Draw the help over `area` (everything below the status line), hiding what is under it.
-pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
+pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App) {
     frame.render_widget(Clear, area);
     let w = area.width.saturating_sub(2).min(100);
     let h = area.height;

@@ -56,12 +56,12 @@ fn rows(text: &str, cursor: usize, max_w: usize) -> (Vec<String>, (usize, usize)
 }
 
 /// Rows of text the box shows at most, for a terminal `height` rows tall.
-pub fn max_rows(height: u16) -> usize {
+pub(crate) fn max_rows(height: u16) -> usize {
     (height.saturating_sub(8) / 2).clamp(1, 10) as usize
 }
 
 /// The height of the box (its top border and its text rows) at `area_width` columns.
-pub fn height(app: &App, area_width: u16, max_rows: usize) -> u16 {
+pub(crate) fn height(app: &App, area_width: u16, max_rows: usize) -> u16 {
     let inner = (area_width as usize).saturating_sub(width(PROMPT));
     let (rows, _) = rows(&app.input.text, app.input.cursor, inner);
     (rows.len().clamp(1, max_rows.max(1)) + 1) as u16
@@ -84,7 +84,7 @@ fn placeholder(app: &App) -> &'static str {
     }
 }
 
-pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
+pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App) {
     let w = area.width as usize;
     let title = match app.input_tokens {
         Some((n, _)) if !app.input.is_empty() => {

@@ -12,7 +12,7 @@ use super::text::{clean, hard_wrap, wrap};
 use super::theme;
 
 /// Render `text` as Markdown wrapped to `width` columns.
-pub fn render(text: &str, width: usize) -> Vec<Line<'static>> {
+pub(crate) fn render(text: &str, width: usize) -> Vec<Line<'static>> {
     let width = width.max(1);
     let options = Options::ENABLE_STRIKETHROUGH | Options::ENABLE_TASKLISTS;
     let source = clean(text);

@@ -1,11 +1,9 @@
 //! The live metrics column beside the conversation: the figures of the answer in flight (or of
 //! the last finished one): TTFT and its breakdown, the waiting clock, decode speed, ITL with its
 //! percentiles and a sparkline of the gaps, tokens, E2E, the context gauge and the per-turn
-//! history. Every figure comes from `metrics` (through the turn's `TurnSummary` and timeline);
-//! this file only chooses what fits and formats it. On narrow terminals, `strip` gives the key
+//! history. Every figure comes from the frame's `View` (built once in `view.rs` from
+//! `metrics`); this file only chooses what fits and formats it. On narrow terminals, `strip` gives the key
 //! figures on one line instead.
-
-use std::time::Instant;
 
 use ratatui::layout::Rect;
 use ratatui::style::Style;
@@ -14,11 +12,12 @@ use ratatui::widgets::{Block, Borders, Paragraph, Sparkline};
 use ratatui::Frame;
 
 use super::text::{truncate, width as text_width, wrap};
-use super::{context, focus_turn, format, theme, waiting};
-use crate::app::conversation::{AssistantTurn, TurnPhase};
+use super::view::View;
+use super::{format, theme};
+use crate::app::conversation::TurnPhase;
 use crate::app::App;
 use crate::engine::ModelInfo;
-use crate::metrics::{fmt_opt, ms, TurnSummary};
+use crate::metrics::{fmt_opt, ms};
 
 /// Height the ITL sparkline may grow to.
 const SPARK_MAX_ROWS: usize = 3;
@@ -60,7 +59,7 @@ impl Piece {
     }
 }
 
-pub fn draw(frame: &mut Frame, area: Rect, app: &App, now: Instant) {
+pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App, view: &View) {
     let block = Block::new()
         .borders(Borders::LEFT)
         .border_style(theme::PANE_BORDER);
@@ -76,7 +75,7 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, now: Instant) {
         ..inner
     };
     let w = inner.width as usize;
-    let mut pieces = pieces(app, now, w);
+    let mut pieces = pieces(app, view, w);
 
     // Drop the least important pieces until the minimum heights fit.
     let avail = inner.height as usize;
@@ -209,13 +208,7 @@ fn phase_word(phase: &TurnPhase) -> &'static str {
     }
 }
 
-/// Whether the TTFT breakdown of this turn is known yet. The engine reports the template,
-/// tokenize and prefill durations with the finished turn; until then they are undefined.
-fn breakdown_known(turn: &AssistantTurn) -> bool {
-    turn.summary.is_some() || turn.timeline.prefill_done_at.is_some()
-}
-
-fn pieces(app: &App, now: Instant, w: usize) -> Vec<Piece> {
+fn pieces(app: &App, view: &View, w: usize) -> Vec<Piece> {
     let mut out = Vec::new();
     if app.model.as_ref().is_some_and(|m| m.synthetic) {
         out.push(Piece::text(
@@ -231,11 +224,10 @@ fn pieces(app: &App, now: Instant, w: usize) -> Vec<Piece> {
             ),
         ));
     }
-    let focus = focus_turn(app);
-    let summary: Option<TurnSummary> = focus.map(|(_, t)| t.current_summary());
-    let s = summary.as_ref();
+    let focus = view.focus.as_ref();
+    let s = focus.map(|f| &f.figures);
     let header = match focus {
-        Some((n, t)) => format!("turn {n} · {}", phase_word(&t.phase)),
+        Some(f) => format!("turn {} · {}", f.number, phase_word(&f.turn.phase)),
         None => "no answer yet".to_string(),
     };
     out.push(Piece::text(
@@ -250,7 +242,7 @@ fn pieces(app: &App, now: Instant, w: usize) -> Vec<Piece> {
     let value = theme::METRIC_VALUE;
     let key = theme::METRIC_KEY_VALUE;
 
-    if let Some(waited) = waiting(app, now) {
+    if let Some(waited) = view.waiting {
         out.push(Piece::text(
             1,
             vec![row(
@@ -272,62 +264,54 @@ fn pieces(app: &App, now: Instant, w: usize) -> Vec<Piece> {
             key,
         )],
     ));
-    let known = focus.is_some_and(|(_, t)| breakdown_known(t));
-    // Prompt and cache counts arrive when prefill starts.
-    let counted = focus.is_some_and(|(_, t)| t.phase != TurnPhase::Queued);
-    let if_counted = |v: Option<usize>| v.filter(|_| counted);
-    // An answer in flight has no end yet until its first token is ready.
-    let e2e_defined =
-        focus.is_some_and(|(_, t)| !t.phase.is_active() || t.timeline.tokens_generated() > 0);
-    let if_known = |v: Option<f64>| if known { v } else { None };
     out.push(Piece::text(
         6,
         vec![
             row(
                 "  queue ms",
-                format::num(if_known(s.map(|s| s.queue_ms))),
+                format::num(s.and_then(|s| s.queue_ms)),
                 w,
                 sub,
                 value,
             ),
             row(
                 "  tmpl+tok ms",
-                format::num(if_known(s.map(|s| s.template_tokenize_ms))),
+                format::num(s.and_then(|s| s.template_tokenize_ms)),
                 w,
                 sub,
                 value,
             ),
             row(
                 "  prefill ms",
-                format::num(if_known(s.map(|s| s.prefill_ms))),
+                format::num(s.and_then(|s| s.prefill_ms)),
                 w,
                 sub,
                 value,
             ),
             row(
                 "  first sample ms",
-                format::num(if_known(s.and_then(|s| s.first_sample_ms))),
+                format::num(s.and_then(|s| s.first_sample_ms)),
                 w,
                 sub,
                 value,
             ),
             row(
                 "  prefill tok",
-                opt_count(if_counted(s.map(|s| s.prefilled_tokens))),
+                opt_count(s.and_then(|s| s.prefilled_tokens)),
                 w,
                 sub,
                 value,
             ),
             row(
                 "  cached tok",
-                opt_count(if_counted(s.map(|s| s.cached_tokens))),
+                opt_count(s.and_then(|s| s.cached_tokens)),
                 w,
                 sub,
                 value,
             ),
             row(
                 "  prefill tok/s",
-                format::num(if_known(s.and_then(|s| s.prefill_tok_per_s))),
+                format::num(s.and_then(|s| s.prefill_tok_per_s)),
                 w,
                 sub,
                 value,
@@ -366,7 +350,7 @@ fn pieces(app: &App, now: Instant, w: usize) -> Vec<Piece> {
             ),
             row(
                 "E2E ms",
-                format::num(s.map(|s| s.e2e_ms).filter(|_| e2e_defined)),
+                format::num(s.and_then(|s| s.e2e_ms)),
                 w,
                 label,
                 value,
@@ -375,9 +359,7 @@ fn pieces(app: &App, now: Instant, w: usize) -> Vec<Piece> {
     ));
 
     // ITL: the last gap comes from the timeline, the statistics from the summary.
-    let gaps = focus
-        .map(|(_, t)| t.timeline.inter_token_latencies())
-        .unwrap_or_default();
+    let gaps: &[std::time::Duration] = focus.map_or(&[], |f| &f.gaps);
     let itl = s.and_then(|s| s.itl);
     let count = itl.map_or(0, |i| i.count);
     out.push(Piece::text(
@@ -411,11 +393,8 @@ fn pieces(app: &App, now: Instant, w: usize) -> Vec<Piece> {
         ),
     });
 
-    out.push(Piece::text(2, context_lines(app, w)));
-    out.push(Piece::text(
-        4,
-        roofline_lines(app, s.and_then(|s| s.decode_tok_per_s), w),
-    ));
+    out.push(Piece::text(2, context_lines(view, w)));
+    out.push(Piece::text(4, roofline_lines(app, view, w)));
     out.push(history(app, w));
     out
 }
@@ -423,18 +402,9 @@ fn pieces(app: &App, now: Instant, w: usize) -> Vec<Piece> {
 /// The roofline of the answer shown: bytes a decode step reads at the current context depth,
 /// the bandwidth ceiling that gives, how close decode gets to it (MBU), and the cost per 1M
 /// tokens at the configured GPU-hour price. All from `metrics::roofline`.
-fn roofline_lines(app: &App, decode_tok_per_s: Option<f64>, w: usize) -> Vec<Line<'static>> {
-    use crate::metrics::roofline::{ceiling_tok_per_s, cost_per_million_tokens, mbu};
-    let (used, _) = context(app);
-    let bytes = app
-        .model
-        .as_ref()
-        .and_then(|m| m.bytes_per_token(used as u64));
+fn roofline_lines(app: &App, view: &View, w: usize) -> Vec<Line<'static>> {
+    let roofline = &view.roofline;
     let bandwidth = app.bandwidth.as_ref();
-    let ceiling = match (bandwidth, bytes) {
-        (Some(b), Some(bytes)) => ceiling_tok_per_s(b.bytes_per_s, bytes),
-        _ => None,
-    };
     let source = bandwidth.map_or_else(|| "bandwidth unknown".to_string(), |b| b.source.label());
     let mut lines = vec![
         Line::from(vec![
@@ -450,24 +420,20 @@ fn roofline_lines(app: &App, decode_tok_per_s: Option<f64>, w: usize) -> Vec<Lin
         ),
         row(
             "  bytes/token MB",
-            format::num(bytes.map(|b| b / 1e6)),
+            format::num(roofline.bytes_per_token.map(|b| b / 1e6)),
             w,
             theme::METRIC_SUB_LABEL,
             theme::METRIC_VALUE,
         ),
         row(
             "  ceiling tok/s",
-            format::num(ceiling),
+            format::num(roofline.ceiling_tok_per_s),
             w,
             theme::METRIC_SUB_LABEL,
             theme::METRIC_VALUE,
         ),
     ];
-    let utilisation = match (decode_tok_per_s, ceiling) {
-        (Some(rate), Some(c)) => mbu(rate, c),
-        _ => None,
-    };
-    match utilisation {
+    match roofline.mbu {
         Some(u) => {
             let above = crate::metrics::roofline::above_ceiling(u);
             let pct = format!(" MBU {:>3.0}%{}", u * 100.0, if above { "↑" } else { "" });
@@ -499,9 +465,7 @@ fn roofline_lines(app: &App, decode_tok_per_s: Option<f64>, w: usize) -> Vec<Lin
     }
     lines.push(row(
         &format!("  $/1M tok @{:.2}/h", app.price_per_hour_usd),
-        format::num(
-            decode_tok_per_s.and_then(|r| cost_per_million_tokens(app.price_per_hour_usd, r)),
-        ),
+        format::num(roofline.cost_per_million_tokens),
         w,
         theme::METRIC_SUB_LABEL,
         theme::METRIC_VALUE,
@@ -513,8 +477,8 @@ fn opt_count(n: Option<usize>) -> String {
     n.map_or_else(|| "—".to_string(), |n| n.to_string())
 }
 
-fn context_lines(app: &App, w: usize) -> Vec<Line<'static>> {
-    let (used, total) = context(app);
+fn context_lines(view: &View, w: usize) -> Vec<Line<'static>> {
+    let (used, total) = (view.context_used, view.n_ctx);
     let value = match total {
         Some(t) => format!("{used} / {t}"),
         None => "—".to_string(),
@@ -591,12 +555,10 @@ fn history(app: &App, w: usize) -> Piece {
 }
 
 /// The key figures on one line, for terminals too narrow for the column.
-pub fn strip(app: &App, now: Instant) -> Line<'static> {
-    let focus = focus_turn(app);
-    let s = focus.map(|(_, t)| t.current_summary());
-    let s = s.as_ref();
+pub(crate) fn strip(view: &View) -> Line<'static> {
+    let s = view.focus.as_ref().map(|f| &f.figures);
     let mut parts = Vec::new();
-    if let Some(waited) = waiting(app, now) {
+    if let Some(waited) = view.waiting {
         parts.push(format!("waiting {} ms", format::num(Some(ms(waited)))));
     }
     parts.push(format!(
@@ -611,7 +573,7 @@ pub fn strip(app: &App, now: Instant) -> Line<'static> {
         "ITL p50 {} ms",
         format::num(s.and_then(|s| s.itl).map(|i| i.p50_ms))
     ));
-    let (used, total) = context(app);
+    let (used, total) = (view.context_used, view.n_ctx);
     parts.push(format!(
         "ctx {used}/{}",
         total.map_or_else(|| "—".to_string(), |t| t.to_string())

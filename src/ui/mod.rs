@@ -16,23 +16,20 @@ mod metrics_pane;
 mod status;
 mod text;
 mod theme;
+mod view;
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 use ratatui::Frame;
 
-use crate::app::conversation::{AssistantTurn, TurnPhase};
 use crate::app::{App, Mode, NoticeKind};
 
-pub use markdown::render as render_markdown;
-pub use text::clean as clean_text;
-
 /// Below this size only the "terminal too small" message is drawn.
-pub const MIN_WIDTH: u16 = 50;
-pub const MIN_HEIGHT: u16 = 12;
+pub(crate) const MIN_WIDTH: u16 = 50;
+pub(crate) const MIN_HEIGHT: u16 = 12;
 
 /// From this width on, the metrics column sits beside the conversation; below it the key
 /// figures share one line above the input.
@@ -45,6 +42,7 @@ pub fn draw(frame: &mut Frame, app: &App, now: Instant) {
         too_small(frame, area);
         return;
     }
+    let view = view::View::new(app, now);
     let column = area.width >= METRICS_COLUMN_MIN_WIDTH;
     let notice = notice_lines(app, area.width as usize);
     let input_h = input::height(app, area.width, input::max_rows(area.height));
@@ -57,16 +55,16 @@ pub fn draw(frame: &mut Frame, app: &App, now: Instant) {
     ])
     .areas(area);
 
-    status::draw(frame, status_area, app);
+    status::draw(frame, status_area, app, &view);
     if column {
         let metrics_w = (area.width * 3 / 10).clamp(30, 40);
         let [conversation_area, metrics_area] =
             Layout::horizontal([Constraint::Min(1), Constraint::Length(metrics_w)]).areas(body);
         conversation::draw(frame, conversation_area, app, now);
-        metrics_pane::draw(frame, metrics_area, app, now);
+        metrics_pane::draw(frame, metrics_area, app, &view);
     } else {
         conversation::draw(frame, body, app, now);
-        frame.render_widget(Paragraph::new(metrics_pane::strip(app, now)), strip_area);
+        frame.render_widget(Paragraph::new(metrics_pane::strip(&view)), strip_area);
     }
     frame.render_widget(Paragraph::new(notice), notice_area);
     input::draw(frame, input_area, app);
@@ -78,7 +76,7 @@ pub fn draw(frame: &mut Frame, app: &App, now: Instant) {
     };
     match app.mode {
         Mode::Bench => bench::draw(frame, below_status, app),
-        Mode::Ab => ab::draw(frame, below_status, app, now),
+        Mode::Ab => ab::draw(frame, below_status, app, &view),
         Mode::Compare => compare::draw(frame, below_status, app),
         Mode::Help => help::draw(frame, below_status, app),
         Mode::Chat => {}
@@ -150,42 +148,6 @@ fn too_small(frame: &mut Frame, area: Rect) {
         ..area
     };
     frame.render_widget(Paragraph::new(centred), rect);
-}
-
-/// The answer whose figures the metrics show: the one in flight, else the last finished one,
-/// with its 1-based turn number.
-fn focus_turn(app: &App) -> Option<(usize, &AssistantTurn)> {
-    let conversation = &app.conversation;
-    let turn = conversation
-        .active()
-        .or_else(|| conversation.last_finished())?;
-    let index = conversation
-        .exchanges
-        .iter()
-        .position(|e| e.assistant.as_ref().is_some_and(|a| std::ptr::eq(a, turn)))?;
-    Some((index + 1, turn))
-}
-
-/// How long the answer in flight has waited for its first token (queued or in prefill).
-fn waiting(app: &App, now: Instant) -> Option<Duration> {
-    let turn = app.conversation.active()?;
-    if !matches!(turn.phase, TurnPhase::Queued | TurnPhase::Prefill) {
-        return None;
-    }
-    app.active_since
-        .map(|since| now.saturating_duration_since(since))
-}
-
-/// Context used and the context window: while an answer is in flight, its prompt plus the
-/// tokens so far; otherwise what the last finished turn left in the KV cache.
-fn context(app: &App) -> (usize, Option<u32>) {
-    let used = match app.conversation.active() {
-        Some(t) if matches!(t.phase, TurnPhase::Prefill | TurnPhase::Streaming) => {
-            t.timeline.prompt_tokens.unwrap_or(0) + t.timeline.tokens_generated()
-        }
-        _ => app.context_used,
-    };
-    (used, app.model.as_ref().map(|m| m.n_ctx))
 }
 
 /// The frame of a full screen (bench, compare, A/B): cleared, bordered, titled. Returns the

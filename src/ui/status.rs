@@ -9,7 +9,8 @@ use ratatui::widgets::Paragraph;
 use ratatui::Frame;
 
 use super::text::{one_line, truncate, width};
-use super::{context, format, theme};
+use super::view::View;
+use super::{format, theme};
 use crate::app::conversation::TurnPhase;
 use crate::app::{App, EngineStatus};
 use crate::engine::ModelInfo;
@@ -49,7 +50,7 @@ impl Segment {
 }
 
 /// The engine's state in a word or two, with its badge style.
-pub fn engine_state(app: &App) -> (String, Style) {
+pub(crate) fn engine_state(app: &App) -> (String, Style) {
     if let Some(s) = &app.switching {
         let word = if s.cancelling {
             "cancelling"
@@ -118,7 +119,7 @@ fn device(info: &ModelInfo) -> Segment {
     }
 }
 
-fn segments(app: &App) -> Vec<Segment> {
+fn segments(app: &App, view: &View) -> Vec<Segment> {
     let (state, state_style) = engine_state(app);
     let mut out = vec![Segment::new(format!(" {state} "), state_style, None)];
     let Some(info) = &app.model else {
@@ -159,9 +160,10 @@ fn segments(app: &App) -> Vec<Segment> {
         plain(format!("GPU layers {}", info.n_gpu_layers), 45)
             .or_short(format!("ngl {}", info.n_gpu_layers), 55),
     );
-    let (used, total) = context(app);
-    let total = total.map_or_else(|| "—".to_string(), |t| t.to_string());
-    out.push(plain(format!("ctx {used}/{total}"), 20));
+    let total = view
+        .n_ctx
+        .map_or_else(|| "—".to_string(), |t| t.to_string());
+    out.push(plain(format!("ctx {}/{total}", view.context_used), 20));
     out
 }
 
@@ -203,8 +205,8 @@ fn fit(mut segments: Vec<Segment>, max: usize) -> Vec<Segment> {
     segments
 }
 
-pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
-    let segments = fit(segments(app), area.width as usize);
+pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App, view: &View) {
+    let segments = fit(segments(app, view), area.width as usize);
     let mut spans = Vec::new();
     for (i, s) in segments.into_iter().enumerate() {
         if i > 0 {

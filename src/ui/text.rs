@@ -13,7 +13,7 @@ const TAB: &str = "    ";
 /// The text as it may be drawn: newlines kept, tabs expanded to spaces, carriage returns
 /// dropped, every other C0/C1 control character and DEL replaced by a visible symbol
 /// (`␛` for ESC), so no escape sequence reaches the terminal.
-pub fn clean(text: &str) -> String {
+pub(crate) fn clean(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {
@@ -32,12 +32,12 @@ pub fn clean(text: &str) -> String {
 }
 
 /// `clean`, on one line (newlines become spaces).
-pub fn one_line(text: &str) -> String {
+pub(crate) fn one_line(text: &str) -> String {
     clean(text).replace('\n', " ")
 }
 
 /// Columns a string takes on screen.
-pub fn width(s: &str) -> usize {
+pub(crate) fn width(s: &str) -> usize {
     UnicodeWidthStr::width(s)
 }
 
@@ -46,7 +46,7 @@ fn char_width(c: char) -> usize {
 }
 
 /// `s` cut to at most `max` columns, ending in `…` when cut.
-pub fn truncate(s: &str, max: usize) -> String {
+pub(crate) fn truncate(s: &str, max: usize) -> String {
     if width(s) <= max {
         return s.to_string();
     }
@@ -68,7 +68,7 @@ pub fn truncate(s: &str, max: usize) -> String {
 }
 
 /// Columns taken by a line's spans.
-pub fn line_width(line: &Line<'_>) -> usize {
+pub(crate) fn line_width(line: &Line<'_>) -> usize {
     line.spans.iter().map(|s| width(&s.content)).sum()
 }
 
@@ -187,7 +187,7 @@ fn split_run(run: &[(char, Style)], max: usize) -> Vec<Run> {
 /// between words and are dropped at a wrap; a word longer than a whole line is broken hard.
 /// Leading spaces of a hard line are kept (indentation). Text is `clean`ed on the way.
 /// The result always has at least one line.
-pub fn wrap(
+pub(crate) fn wrap(
     spans: &[Span<'static>],
     width: usize,
     first_prefix: &[Span<'static>],
@@ -268,7 +268,7 @@ pub fn wrap(
 
 /// Break text into rows of at most `width` columns without looking for words (code):
 /// spaces are kept as they are. `\n` breaks the line.
-pub fn hard_wrap(text: &str, style: Style, width: usize) -> Vec<Vec<Span<'static>>> {
+pub(crate) fn hard_wrap(text: &str, style: Style, width: usize) -> Vec<Vec<Span<'static>>> {
     let mut rows = Vec::new();
     for line in clean(text).split('\n') {
         let run: Run = line.chars().map(|c| (c, style)).collect();

@@ -1,0 +1,218 @@
+//! The caller's side of the engine: spawn the thread, the one door every request goes through
+//! (where `submitted_at` is stamped), cancel, load or switch a model, shut down.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use super::protocol::{
+    ChatMessage, EngineCommand, EngineConfig, EventReceiver, GenerateRequest, RequestId,
+    TurnRequest,
+};
+use super::worker;
+use crate::llama::error::EngineError;
+use crate::llama::settings::SamplingParams;
+
+/// The one allocator of request ids, shared by the engine handle and by whoever builds
+/// requests (the chat's `App`): ids only grow, since cancelling an id cancels every request up
+/// to it. Clones share the counter.
+#[derive(Debug, Clone)]
+pub struct RequestIds(Arc<AtomicU64>);
+
+impl Default for RequestIds {
+    fn default() -> Self {
+        Self(Arc::new(AtomicU64::new(1)))
+    }
+}
+
+impl RequestIds {
+    /// A new id, never handed out before.
+    pub(crate) fn next(&self) -> RequestId {
+        self.0.fetch_add(1, Ordering::SeqCst)
+    }
+
+    /// The id `next` will hand out.
+    pub(crate) fn peek(&self) -> RequestId {
+        self.0.load(Ordering::SeqCst)
+    }
+
+    /// An id was used (chosen by a caller): later ones are above it.
+    fn observe(&self, id: RequestId) {
+        self.0.fetch_max(id.saturating_add(1), Ordering::SeqCst);
+    }
+}
+
+/// The caller's side of the engine.
+pub struct EngineHandle {
+    commands: mpsc::Sender<EngineCommand>,
+    /// Every request with an id up to and including this one is cancelled.
+    cancel_through: Arc<AtomicU64>,
+    ids: RequestIds,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl EngineHandle {
+    /// Start the engine thread and begin loading the model. Progress and the outcome of the
+    /// load arrive as events (`Loading`, then `Ready` or `LoadFailed`).
+    pub fn spawn(config: EngineConfig) -> Result<(Self, EventReceiver), EngineError> {
+        let (event_tx, event_rx) = tokio::sync::mpsc::unbounded_channel();
+        let (cmd_tx, cmd_rx) = mpsc::channel();
+        let cancel_through = Arc::new(AtomicU64::new(0));
+        let worker_cancel = Arc::clone(&cancel_through);
+        let thread = std::thread::Builder::new()
+            .name("engine".into())
+            .spawn(move || worker::run(config, cmd_rx, event_tx, worker_cancel))
+            .map_err(|e| EngineError::Thread(e.to_string()))?;
+        Ok((
+            Self {
+                commands: cmd_tx,
+                cancel_through,
+                ids: RequestIds::default(),
+                thread: Some(thread),
+            },
+            event_rx,
+        ))
+    }
+
+    /// Hand a turn to the engine under a new id.
+    pub fn generate(
+        &mut self,
+        messages: Vec<ChatMessage>,
+        sampling: SamplingParams,
+        max_tokens: u32,
+    ) -> Result<RequestId, EngineError> {
+        self.submit(messages, sampling, max_tokens, false)
+    }
+
+    /// As `generate`, optionally asking for the logits the first token is sampled from.
+    pub fn submit(
+        &mut self,
+        messages: Vec<ChatMessage>,
+        sampling: SamplingParams,
+        max_tokens: u32,
+        capture_first_logits: bool,
+    ) -> Result<RequestId, EngineError> {
+        let id = self.ids.next();
+        self.submit_with_id(id, messages, sampling, max_tokens, capture_first_logits)
+    }
+
+    /// Submit under an id the caller chose. Ids must increase: cancelling an id cancels every
+    /// request up to it.
+    pub(crate) fn submit_with_id(
+        &mut self,
+        id: RequestId,
+        messages: Vec<ChatMessage>,
+        sampling: SamplingParams,
+        max_tokens: u32,
+        capture_first_logits: bool,
+    ) -> Result<RequestId, EngineError> {
+        let turn = TurnRequest {
+            messages,
+            sampling,
+            max_tokens,
+            capture_first_logits,
+            ignore_eos: false,
+        };
+        self.send(id, turn, None)
+    }
+
+    /// The one door: every turn reaches the engine through here, and its `submitted_at` (where
+    /// TTFT and every offset start) is read here, once. `model`: `None` answers with the loaded
+    /// model; `Some(path)` with that model file, loaded beside it for this turn alone (the A/B
+    /// comparison: prefill and token events under `id`, then `AbFinished` or `Failed`;
+    /// cancelled like a generation request, also while model B loads).
+    pub fn send(
+        &mut self,
+        id: RequestId,
+        turn: TurnRequest,
+        model: Option<PathBuf>,
+    ) -> Result<RequestId, EngineError> {
+        self.ids.observe(id);
+        let request = GenerateRequest {
+            id,
+            turn,
+            submitted_at: Instant::now(),
+        };
+        let command = match model {
+            None => EngineCommand::Generate(request),
+            Some(path) => EngineCommand::AbGenerate { path, request },
+        };
+        self.commands
+            .send(command)
+            .map_err(|_| EngineError::EngineGone)?;
+        Ok(id)
+    }
+
+    /// The id the next `generate`/`submit` will use.
+    pub fn next_id(&self) -> RequestId {
+        self.ids.peek()
+    }
+
+    /// The handle's id allocator, for callers that build requests themselves (the chat).
+    pub(crate) fn request_ids(&self) -> RequestIds {
+        self.ids.clone()
+    }
+
+    /// Stop a request: the engine checks this before every decode step, so generation stops
+    /// within one token and the partial answer is kept.
+    pub fn cancel(&self, id: RequestId) {
+        self.cancel_through.fetch_max(id, Ordering::SeqCst);
+    }
+
+    /// Start a batch sweep on the loaded model (points arrive as `BatchPoint` events).
+    pub fn batch_sweep(
+        &mut self,
+        id: RequestId,
+        batches: Vec<u32>,
+        n_prompt: u32,
+        n_gen: u32,
+    ) -> Result<(), EngineError> {
+        self.ids.observe(id);
+        self.commands
+            .send(EngineCommand::BatchSweep {
+                id,
+                batches,
+                n_prompt,
+                n_gen,
+            })
+            .map_err(|_| EngineError::EngineGone)
+    }
+
+    /// Replace the loaded model (the engine answers with `Loading`… then `Ready`/`LoadFailed`).
+    pub fn load_model(&self, config: EngineConfig) -> Result<(), EngineError> {
+        self.commands
+            .send(EngineCommand::LoadModel(config))
+            .map_err(|_| EngineError::EngineGone)
+    }
+
+    /// Load the model `config` names beside the current one and switch when it is ready
+    /// (`SwitchProgress`… then `Ready`, or `SwitchFailed` with the current model kept).
+    /// Cancelling `id` aborts the load.
+    pub fn switch_model(&mut self, id: RequestId, config: EngineConfig) -> Result<(), EngineError> {
+        self.ids.observe(id);
+        self.commands
+            .send(EngineCommand::SwitchModel { id, config })
+            .map_err(|_| EngineError::EngineGone)
+    }
+
+    /// Stop the engine thread and wait for it (it finishes the current token first).
+    pub fn shutdown(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        self.cancel_through.store(u64::MAX, Ordering::SeqCst);
+        let _ = self.commands.send(EngineCommand::Shutdown);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for EngineHandle {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

@@ -1,0 +1,288 @@
+//! What crosses the engine thread's channels: the commands it takes, the events it sends, the
+//! requests and the reports. Every event of a request carries its id.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::llama::error::EngineError;
+use crate::llama::model_info::ModelInfo;
+use crate::llama::settings::{EngineSettings, SamplingParams};
+use crate::metrics::TurnTimeline;
+
+/// Identifies one generation request; events of other requests are ignored by their readers.
+pub type RequestId = u64;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+}
+
+impl Role {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    pub role: Role,
+    pub content: String,
+}
+
+impl ChatMessage {
+    pub fn new(role: Role, content: impl Into<String>) -> Self {
+        Self {
+            role,
+            content: content.into(),
+        }
+    }
+}
+
+/// Which model to load and how to set up its context.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    pub model_path: PathBuf,
+    pub settings: EngineSettings,
+}
+
+/// A turn as its caller asks for it: the conversation so far, ending with the user's message,
+/// and how to answer it. It has no clock: `EngineHandle::send` stamps `submitted_at` when it
+/// hands the turn to the engine.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TurnRequest {
+    pub messages: Vec<ChatMessage>,
+    pub sampling: SamplingParams,
+    pub max_tokens: u32,
+    /// Return the logits the first token was sampled from (for cross-checks and quality
+    /// comparisons; a vocabulary-sized copy, so off by default).
+    pub capture_first_logits: bool,
+    /// Generate exactly `max_tokens`: end-of-generation tokens and stop strings do not end
+    /// the turn (for benchmarks, like llama.cpp's `--ignore-eos`).
+    pub ignore_eos: bool,
+}
+
+/// One chat turn to generate, as the engine thread receives it: the caller's turn, its id,
+/// and the moment `EngineHandle::send` handed it over.
+#[derive(Debug, Clone)]
+pub struct GenerateRequest {
+    pub id: RequestId,
+    pub turn: TurnRequest,
+    /// When the request was handed to the engine: TTFT and every offset start here.
+    pub submitted_at: Instant,
+}
+
+pub enum EngineCommand {
+    Generate(GenerateRequest),
+    /// Drop the current model and context and load another (the conversation is the caller's).
+    LoadModel(EngineConfig),
+    /// Load another model beside the current one and switch to it only once it is ready
+    /// (`Ready`); on any failure, or when `id` is cancelled (Esc) during the load, the current
+    /// model and its KV cache stay as they were (`SwitchFailed`).
+    SwitchModel {
+        id: RequestId,
+        config: EngineConfig,
+    },
+    /// Measure batched decoding on the loaded model for each batch size (the chat's bench
+    /// screen); cancelled like a generation request.
+    BatchSweep {
+        id: RequestId,
+        batches: Vec<u32>,
+        n_prompt: u32,
+        n_gen: u32,
+    },
+    /// Answer `request` with another model file (the chat's A/B comparison): model B is
+    /// loaded beside the chat's model with the same settings and a context of its own,
+    /// generates once (its events carry the request's id), then is dropped. The chat's model
+    /// and its KV cache are left as they are.
+    AbGenerate {
+        path: PathBuf,
+        request: GenerateRequest,
+    },
+    Shutdown,
+}
+
+/// Why a turn ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// The model produced an end-of-generation token.
+    EndOfGeneration,
+    /// A stop string of the completion-style prompt appeared.
+    StopString,
+    /// `max_tokens` were generated.
+    MaxTokens,
+    /// The context window is full.
+    ContextFull,
+    /// The user cancelled; the partial answer is kept.
+    Cancelled,
+}
+
+impl StopReason {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            StopReason::EndOfGeneration => "end of generation",
+            StopReason::StopString => "stop string",
+            StopReason::MaxTokens => "max tokens",
+            StopReason::ContextFull => "context full",
+            StopReason::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// The outcome of a finished (or cancelled) turn.
+#[derive(Debug, Clone, Serialize)]
+pub struct TurnReport {
+    pub text: String,
+    pub stop_reason: StopReason,
+    pub timeline: TurnTimeline,
+    /// Tokens in the KV cache after the turn (context used).
+    pub context_used: usize,
+    /// Oldest messages left out of the prompt because the conversation no longer fit.
+    pub dropped_messages: usize,
+    /// llama.cpp's own counters for this turn (`llama_perf_context`), for cross-checks.
+    pub llama_counters: LlamaCounters,
+    /// The logits after prefill, when the request asked for them.
+    #[serde(skip)]
+    pub first_logits: Option<Vec<f32>>,
+    /// Host time between decode calls, summed over the turn (docs/metrics.md).
+    #[serde(skip)]
+    pub host: crate::metrics::host::HostTimes,
+    /// The sampling path the turn took (`host-greedy`, `host-top-k`, `host-chain`, `backend`).
+    pub sampler: &'static str,
+}
+
+/// Model B's answer in an A/B comparison.
+#[derive(Debug, Clone)]
+pub struct AbReport {
+    /// Model B as loaded (file, quantization, template).
+    pub model: ModelInfo,
+    pub turn: TurnReport,
+    /// Model A (the chat's) answering the same request in a fresh context of its own, just
+    /// before B, so that A's and B's figures are like for like (both cold: no KV cache
+    /// reuse, no queue behind the chat). `None` when A could not be re-run.
+    pub a_fresh: Option<TurnReport>,
+    /// The text of each generated token, in order (whole characters; before stop strings are
+    /// held back or cut, so a stop string's tokens are there too): where B's answer parts from
+    /// A's is counted in these.
+    pub pieces: Vec<String>,
+}
+
+/// llama.cpp's perf counters: prompt eval (multi-token decodes) and eval (single-token decodes).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct LlamaCounters {
+    pub prompt_eval_ms: f64,
+    pub prompt_eval_tokens: i32,
+    pub eval_ms: f64,
+    pub eval_tokens: i32,
+}
+
+pub enum EngineEvent {
+    /// Model loading progress, 0.0..=1.0 (llama.cpp's progress callback).
+    Loading { progress: f32 },
+    /// The model and context are ready.
+    Ready(Box<ModelInfo>),
+    /// The model could not be loaded; the engine waits for another `LoadModel`.
+    LoadFailed(EngineError),
+    /// Progress of loading the model of a switch, 0.0..=1.0; the current model still serves.
+    SwitchProgress {
+        request_id: RequestId,
+        progress: f32,
+    },
+    /// A switch did not happen (the new model failed to load, or the load was cancelled):
+    /// the model loaded before, its KV cache and the engine's state are as they were.
+    SwitchFailed {
+        request_id: RequestId,
+        error: EngineError,
+    },
+    /// Prefill of a request began.
+    PrefillStarted {
+        request_id: RequestId,
+        prompt_tokens: usize,
+        cached_tokens: usize,
+        /// Oldest messages left out because the conversation no longer fits the context.
+        dropped_messages: usize,
+    },
+    /// One micro-batch of the prompt was prefilled: `done` of the `total` tokens this turn
+    /// prefills (the cached prefix not counted). `at` is the offset from `submitted_at`.
+    PrefillProgress {
+        request_id: RequestId,
+        done: usize,
+        total: usize,
+        at: Duration,
+    },
+    /// Prefill finished: the first parts of TTFT, for the live display.
+    PrefillDone {
+        request_id: RequestId,
+        template_tokenize: Duration,
+        prefill: Duration,
+        /// Offset from `submitted_at`.
+        at: Duration,
+    },
+    /// One generated token. `text` may be empty while a UTF-8 character or a possible stop
+    /// string is held back; `at` is the offset from `submitted_at` when it was ready.
+    Token {
+        request_id: RequestId,
+        index: usize,
+        text: String,
+        at: Duration,
+    },
+    Finished {
+        request_id: RequestId,
+        report: Box<TurnReport>,
+    },
+    Failed {
+        request_id: RequestId,
+        error: EngineError,
+    },
+    /// One batch size of a batch sweep measured.
+    BatchPoint {
+        request_id: RequestId,
+        point: crate::metrics::BatchPoint,
+        /// Prefill of all B prompts together; `None` when it was not timed.
+        prefill_ms: Option<f64>,
+    },
+    /// Model B of an A/B comparison answered (its prefill and token events came before, under
+    /// the same id; an error arrives as `Failed`).
+    AbFinished {
+        request_id: RequestId,
+        report: Box<AbReport>,
+    },
+    /// A batch sweep ended (`error` when it could not finish).
+    BatchSweepDone {
+        request_id: RequestId,
+        error: Option<EngineError>,
+    },
+}
+
+impl EngineEvent {
+    pub(crate) fn request_id(&self) -> Option<RequestId> {
+        match self {
+            EngineEvent::PrefillStarted { request_id, .. }
+            | EngineEvent::PrefillProgress { request_id, .. }
+            | EngineEvent::PrefillDone { request_id, .. }
+            | EngineEvent::Token { request_id, .. }
+            | EngineEvent::Finished { request_id, .. }
+            | EngineEvent::Failed { request_id, .. }
+            | EngineEvent::BatchPoint { request_id, .. }
+            | EngineEvent::AbFinished { request_id, .. }
+            | EngineEvent::BatchSweepDone { request_id, .. }
+            | EngineEvent::SwitchProgress { request_id, .. }
+            | EngineEvent::SwitchFailed { request_id, .. } => Some(*request_id),
+            _ => None,
+        }
+    }
+}
+
+/// Where the engine sends its events. A tokio channel, usable from the engine's OS thread
+/// and read either by the async UI loop or with `blocking_recv` by headless commands.
+pub type EventSender = tokio::sync::mpsc::UnboundedSender<EngineEvent>;
+pub type EventReceiver = tokio::sync::mpsc::UnboundedReceiver<EngineEvent>;

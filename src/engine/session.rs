@@ -1,0 +1,606 @@
+//! A loaded model's session: its context, the tokens its KV cache holds, how its prompts are
+//! built, and the decode loop of one turn (prefill, then per token: check the cancel flag,
+//! sample, decode, send the token's event stamped on this thread).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use llama_cpp_2::context::LlamaContext;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::model::{LlamaChatMessage, LlamaChatTemplate, LlamaModel};
+use llama_cpp_2::token::LlamaToken;
+
+use super::detok::{StopMatcher, Utf8Stream};
+use super::prompt::{
+    common_prefix_len, completion_transcript, template_for_architecture, COMPLETION_STOPS,
+};
+use super::protocol::{
+    ChatMessage, EngineConfig, EngineEvent, EventSender, GenerateRequest, LlamaCounters,
+    StopReason, TurnReport,
+};
+use crate::llama;
+use crate::llama::error::EngineError;
+use crate::llama::model_info::ModelInfo;
+use crate::llama::sampler::HostSampler;
+use crate::llama::settings::TemplateChoice;
+use crate::metrics::host::HostTimes;
+use crate::metrics::TurnTimeline;
+
+/// How prompts are built for the loaded model.
+enum PromptStyle {
+    Chat(LlamaChatTemplate),
+    Completion,
+}
+
+/// The loaded model's context and the tokens its KV cache holds.
+pub(super) struct Session<'m> {
+    model: &'m LlamaModel,
+    ctx: LlamaContext<'m>,
+    pub(super) info: ModelInfo,
+    style: PromptStyle,
+    /// Tokens per prefill decode call: one micro-batch (llama.cpp's n_ubatch, at most
+    /// n_batch). llama.cpp computes a larger call one micro-batch after another anyway, so
+    /// the work is the same, and checking the cancel flag between calls stops a long prefill
+    /// within one micro-batch. (llama.cpp's abort callback would stop it within a graph node,
+    /// but llama-cpp-2 0.1.160 exposes neither `llama_set_abort_callback` on a context nor the
+    /// `abort_callback` field of its context parameters.)
+    n_batch: usize,
+    /// Tokens whose KV entries are in sequence 0, in position order.
+    cached: Vec<LlamaToken>,
+    /// Where the kept part of the conversation started last turn (index and message), so a
+    /// conversation that outgrew the context keeps one prefix across turns.
+    kept_from: Option<(usize, ChatMessage)>,
+    /// The text of each token of the last turn (whole characters, before stop strings are
+    /// held back), for the A/B comparison's divergence point.
+    pub(super) pieces: Vec<String>,
+    /// The texts of the vocabulary's control and user-defined tokens: in a message's content
+    /// they are text, never tokens (a pasted `<|eot_id|>` must not end the user's turn).
+    special_texts: Vec<String>,
+}
+
+/// Marks a message's place in the templated prompt, so the template's text around it can be
+/// tokenized with its special tokens and the message without (private-use code points).
+fn content_marker(i: usize) -> String {
+    format!("\u{E000}tokscope-message-{i}\u{E001}")
+}
+
+impl<'m> Session<'m> {
+    pub(super) fn new(
+        model: &'m LlamaModel,
+        cfg: &EngineConfig,
+        started: Instant,
+    ) -> Result<Self, EngineError> {
+        let ctx = llama::new_context(model, &cfg.settings, 1)?;
+        let (style, template, template_note) = resolve_template(model, &cfg.settings.template)?;
+        let mut info = llama::describe(model, &ctx, &cfg.model_path, &cfg.settings, started);
+        info.template = template;
+        info.template_note = template_note;
+        Ok(Self {
+            model,
+            n_batch: ctx.n_ubatch().min(ctx.n_batch()).max(1) as usize,
+            ctx,
+            info,
+            style,
+            cached: Vec::new(),
+            kept_from: None,
+            pieces: Vec::new(),
+            special_texts: special_texts(model),
+        })
+    }
+
+    /// The conversation's prompt tokens. The template's own markers are special tokens; the
+    /// messages' content is tokenized as text, whatever it contains.
+    fn tokenize_messages(&self, messages: &[ChatMessage]) -> Result<Vec<LlamaToken>, EngineError> {
+        let vocab = self.model.vocab();
+        if let PromptStyle::Completion = &self.style {
+            // tokscope's own transcript has no control tokens: nothing in it is parsed as one.
+            let prompt = completion_transcript(messages);
+            return Ok(dedup_bos(
+                vocab.tokenize(prompt.as_bytes(), true, false),
+                vocab.bos(),
+            ));
+        }
+        let real = self.build_prompt(messages)?;
+        let pasted_special = messages.iter().any(|m| {
+            self.special_texts
+                .iter()
+                .any(|s| m.content.contains(s.as_str()))
+        });
+        if !pasted_special {
+            // Nothing in the content looks like a special token: one pass (as llama.cpp does).
+            return Ok(self.tokenize(&real));
+        }
+        let marked: Vec<ChatMessage> = messages
+            .iter()
+            .enumerate()
+            .map(|(i, m)| ChatMessage {
+                role: m.role,
+                content: content_marker(i),
+            })
+            .collect();
+        let skeleton = self.build_prompt(&marked)?;
+        // Templates insert the content as it is or trimmed: whichever rebuilds the real prompt.
+        for trim in [false, true] {
+            let mut segments: Vec<&str> = Vec::new();
+            let mut contents = Vec::new();
+            let mut rest = skeleton.as_str();
+            let mut complete = true;
+            for (i, m) in messages.iter().enumerate() {
+                let Some(at) = rest.find(&content_marker(i)) else {
+                    complete = false;
+                    break;
+                };
+                contents.push(m.content.replace('\0', "\u{FFFD}"));
+                segments.push(&rest[..at]);
+                rest = &rest[at + content_marker(i).len()..];
+            }
+            if !complete {
+                break;
+            }
+            let mut rebuilt = String::with_capacity(real.len());
+            let mut tokens = Vec::new();
+            for (k, template_text) in segments.iter().enumerate() {
+                let content = if trim {
+                    contents[k].trim()
+                } else {
+                    contents[k].as_str()
+                };
+                rebuilt.push_str(template_text);
+                rebuilt.push_str(content);
+                tokens.extend(vocab.tokenize(template_text.as_bytes(), k == 0, true));
+                tokens.extend(vocab.tokenize(content.as_bytes(), false, false));
+            }
+            rebuilt.push_str(rest);
+            tokens.extend(vocab.tokenize(rest.as_bytes(), false, true));
+            if rebuilt == real {
+                return Ok(dedup_bos(tokens, vocab.bos()));
+            }
+        }
+        // A template that rewrites the content: the special texts in it are broken up with a
+        // zero-width joiner so they stay text.
+        tracing::warn!(
+            "the chat template rewrites message content; special-token texts in it are broken up"
+        );
+        let defused: Vec<ChatMessage> = messages
+            .iter()
+            .map(|m| {
+                let mut content = m.content.clone();
+                for s in &self.special_texts {
+                    if content.contains(s.as_str()) {
+                        let mut chars = s.chars();
+                        let first: String = chars.next().map(String::from).unwrap_or_default();
+                        content = content
+                            .replace(s.as_str(), &format!("{first}\u{200D}{}", chars.as_str()));
+                    }
+                }
+                ChatMessage {
+                    role: m.role,
+                    content,
+                }
+            })
+            .collect();
+        Ok(self.tokenize(&self.build_prompt(&defused)?))
+    }
+
+    fn build_prompt(&self, messages: &[ChatMessage]) -> Result<String, EngineError> {
+        match &self.style {
+            PromptStyle::Completion => Ok(completion_transcript(messages)),
+            PromptStyle::Chat(template) => {
+                let chat = messages
+                    .iter()
+                    // A NUL byte (a model can generate one) cannot cross into C: replace it
+                    // rather than fail every later turn of the conversation.
+                    .map(|m| {
+                        LlamaChatMessage::new(
+                            m.role.as_str().into(),
+                            m.content.replace('\0', "\u{FFFD}"),
+                        )
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| EngineError::Template(e.to_string()))?;
+                self.model
+                    .apply_chat_template(template, &chat, true)
+                    .map_err(|e| EngineError::Template(e.to_string()))
+            }
+        }
+    }
+
+    fn tokenize(&self, prompt: &str) -> Vec<LlamaToken> {
+        let vocab = self.model.vocab();
+        dedup_bos(vocab.tokenize(prompt.as_bytes(), true, true), vocab.bos())
+    }
+
+    /// Template and tokenize the conversation so that it fits the context with room for an
+    /// answer. When it does not, the oldest exchanges (after the system prompt) are left out,
+    /// and enough of them that the kept part fills about half the context: the next turns then
+    /// extend the same prefix and reuse the KV cache until the context is full again (a context
+    /// shift), instead of re-prefilling everything on every turn. Returns the tokens and how
+    /// many messages were left out.
+    fn fit_prompt(
+        &mut self,
+        messages: &[ChatMessage],
+        n_ctx: usize,
+        max_tokens: u32,
+    ) -> Result<(Vec<LlamaToken>, usize), EngineError> {
+        // Room to answer: what was asked for, but at most a quarter of the context.
+        let reserve = (max_tokens as usize).clamp(1, (n_ctx / 4).max(1));
+        let system = messages
+            .iter()
+            .take_while(|m| m.role == super::Role::System)
+            .count();
+        // Where the kept part may start: everything, then from each later user message on.
+        let starts: Vec<usize> = std::iter::once(system)
+            .chain((system + 1..messages.len()).filter(|&i| messages[i].role == super::Role::User))
+            .collect();
+        let tokens_from = |this: &Self, start: usize| -> Result<Vec<LlamaToken>, EngineError> {
+            let mut kept: Vec<ChatMessage> = messages[..system].to_vec();
+            kept.extend_from_slice(&messages[start..]);
+            let tokens = this.tokenize_messages(&kept)?;
+            if tokens.is_empty() {
+                return Err(EngineError::EmptyPrompt);
+            }
+            Ok(tokens)
+        };
+        let remember = |this: &mut Self, start: usize, tokens: Vec<LlamaToken>| {
+            this.kept_from = messages.get(start).cloned().map(|m| (start, m));
+            Ok((tokens, start - system))
+        };
+        // The same start as last turn, when it is the same conversation and still fits.
+        let candidates = match &self.kept_from {
+            Some((start, first)) if *start > system && messages.get(*start) == Some(first) => {
+                vec![system, *start]
+            }
+            _ => vec![system],
+        };
+        for start in candidates {
+            let tokens = tokens_from(self, start)?;
+            if tokens.len() + reserve <= n_ctx {
+                return remember(self, start, tokens);
+            }
+        }
+        // Drop from the front: the earliest start whose prompt fits half the context, else
+        // the whole context (binary search: later starts give fewer tokens).
+        for budget in [n_ctx / 2, n_ctx] {
+            let (mut lo, mut hi) = (0usize, starts.len());
+            let mut found = None;
+            while lo < hi {
+                let mid = (lo + hi) / 2;
+                let tokens = tokens_from(self, starts[mid])?;
+                if tokens.len() + reserve <= budget {
+                    found = Some((starts[mid], tokens));
+                    hi = mid;
+                } else {
+                    lo = mid + 1;
+                }
+            }
+            if let Some((start, tokens)) = found {
+                return remember(self, start, tokens);
+            }
+        }
+        // Only the last user message is left; it may still fit without room for a full answer.
+        let last = starts.last().copied().unwrap_or(system);
+        let tokens = tokens_from(self, last)?;
+        if tokens.len() < n_ctx {
+            return remember(self, last, tokens);
+        }
+        Err(EngineError::PromptTooLong {
+            prompt_tokens: tokens.len(),
+            n_ctx: n_ctx as u32,
+        })
+    }
+
+    pub(super) fn generate(
+        &mut self,
+        req: &GenerateRequest,
+        events: &EventSender,
+        cancel_through: &AtomicU64,
+    ) -> Result<TurnReport, EngineError> {
+        let result = self.generate_inner(req, events, cancel_through);
+        if result.is_err() {
+            // The KV cache may hold a half-decoded batch: start the next turn from scratch.
+            self.ctx.clear_kv_cache();
+            self.cached.clear();
+        }
+        result
+    }
+
+    fn generate_inner(
+        &mut self,
+        req: &GenerateRequest,
+        events: &EventSender,
+        cancel_through: &AtomicU64,
+    ) -> Result<TurnReport, EngineError> {
+        let t0 = req.submitted_at;
+        let cancelled = || cancel_through.load(Ordering::SeqCst) >= req.id;
+        let n_ctx = self.ctx.n_ctx() as usize;
+        let mut timeline = TurnTimeline::default();
+
+        // The breakdown's boundaries are taken as offsets from t0, one after the other, so
+        // queue + template/tokenize + prefill + first sample add up to TTFT exactly.
+        let picked_up = Instant::now();
+        timeline.queue = Some(picked_up.saturating_duration_since(t0));
+        let (tokens, dropped_messages) =
+            self.fit_prompt(&req.turn.messages, n_ctx, req.turn.max_tokens)?;
+
+        // KV reuse: keep the cached prefix, prefill the rest. At least one token is decoded
+        // so that there are logits to sample from.
+        let reuse = common_prefix_len(&self.cached, &tokens).min(tokens.len() - 1);
+        self.ctx
+            .clear_kv_cache_seq(Some(0), Some(reuse as u32), None)
+            .map_err(|e| EngineError::Decode(e.to_string()))?;
+        self.cached.truncate(reuse);
+        timeline.prompt_tokens = Some(tokens.len());
+        timeline.cached_tokens = Some(reuse);
+        let _ = events.send(EngineEvent::PrefillStarted {
+            request_id: req.id,
+            prompt_tokens: tokens.len(),
+            cached_tokens: reuse,
+            dropped_messages,
+        });
+        self.ctx.reset_timings();
+
+        let mut batch = LlamaBatch::new(self.n_batch, 1);
+        let step = Instant::now();
+        let template_tokenize = step.saturating_duration_since(picked_up);
+        timeline.template_tokenize = Some(template_tokenize);
+        let mut logits_index = 0i32;
+        let new_tokens = &tokens[reuse..];
+        let n_chunks = new_tokens.len().div_ceil(self.n_batch);
+        let mut stop_reason = None;
+        for (chunk_no, chunk) in new_tokens.chunks(self.n_batch).enumerate() {
+            if cancelled() {
+                stop_reason = Some(StopReason::Cancelled);
+                break;
+            }
+            batch.clear();
+            let last_chunk = chunk_no + 1 == n_chunks;
+            for (i, token) in chunk.iter().enumerate() {
+                let pos = (self.cached.len() + i) as i32;
+                let logits = last_chunk && i + 1 == chunk.len();
+                batch
+                    .add(*token, pos, &[0], logits)
+                    .map_err(|e| EngineError::Decode(e.to_string()))?;
+            }
+            self.ctx
+                .decode(&mut batch)
+                .map_err(|e| EngineError::Decode(e.to_string()))?;
+            self.cached.extend_from_slice(chunk);
+            logits_index = chunk.len() as i32 - 1;
+            let _ = events.send(EngineEvent::PrefillProgress {
+                request_id: req.id,
+                done: (chunk_no * self.n_batch + chunk.len()).min(new_tokens.len()),
+                total: new_tokens.len(),
+                at: t0.elapsed(),
+            });
+        }
+        self.ctx.synchronize();
+        let prefill_done = Instant::now();
+        let prefill = prefill_done.saturating_duration_since(step);
+        let prefill_done_at = prefill_done.saturating_duration_since(t0);
+        timeline.prefill = Some(prefill);
+        timeline.prefill_done_at = Some(prefill_done_at);
+        let _ = events.send(EngineEvent::PrefillDone {
+            request_id: req.id,
+            template_tokenize,
+            prefill,
+            at: prefill_done_at,
+        });
+
+        let first_logits = (req.turn.capture_first_logits && stop_reason.is_none())
+            .then(|| self.ctx.get_logits_ith(logits_index).to_vec());
+        let vocab = self.model.vocab();
+        let mut sampler = HostSampler::new(&req.turn.sampling, self.model.n_vocab());
+        let mut utf8 = Utf8Stream::new();
+        let mut stops = match self.style {
+            PromptStyle::Completion if !req.turn.ignore_eos => StopMatcher::new(&COMPLETION_STOPS),
+            _ => StopMatcher::new(&[]),
+        };
+        let mut text = String::new();
+        self.pieces.clear();
+        // Host time per token (docs/metrics.md): each gap between two decode calls, and its
+        // parts, timed where they happen.
+        let mut host = HostTimes {
+            gaps: Vec::with_capacity(req.turn.max_tokens.min(1 << 16) as usize),
+            ..HostTimes::default()
+        };
+        let mut gap_start = Instant::now();
+        while stop_reason.is_none() {
+            let mark = Instant::now();
+            let logits = self.ctx.get_logits_ith(logits_index);
+            let sampled_at = Instant::now();
+            host.logits_out += sampled_at - mark;
+            let token = sampler.sample(logits);
+            let mark = Instant::now();
+            host.sampling += mark - sampled_at;
+            host.tokens += 1;
+            if vocab.is_eog(token) && !req.turn.ignore_eos {
+                stop_reason = Some(StopReason::EndOfGeneration);
+                break;
+            }
+            let piece = vocab.token_to_piece(token, false, None);
+            let whole = utf8.push(&piece);
+            let (visible, hit_stop) = stops.push(&whole);
+            self.pieces.push(whole);
+            let at = t0.elapsed();
+            let detokenized = Instant::now();
+            host.detokenize += detokenized - mark;
+            let index = timeline.token_ready_at.len();
+            timeline.token_ready_at.push(at);
+            text.push_str(&visible);
+            let _ = events.send(EngineEvent::Token {
+                request_id: req.id,
+                index,
+                text: visible,
+                at,
+            });
+            host.event += detokenized.elapsed();
+            stop_reason = if hit_stop {
+                Some(StopReason::StopString)
+            } else if timeline.token_ready_at.len() >= req.turn.max_tokens as usize {
+                Some(StopReason::MaxTokens)
+            } else if self.cached.len() + 1 >= n_ctx {
+                Some(StopReason::ContextFull)
+            } else if cancelled() {
+                Some(StopReason::Cancelled)
+            } else {
+                None
+            };
+            if stop_reason.is_some() {
+                break;
+            }
+            batch.clear();
+            batch
+                .add(token, self.cached.len() as i32, &[0], true)
+                .map_err(|e| EngineError::Decode(e.to_string()))?;
+            let step = Instant::now();
+            host.gaps.push(step - gap_start);
+            host.total += step - gap_start;
+            self.ctx
+                .decode(&mut batch)
+                .map_err(|e| EngineError::Decode(e.to_string()))?;
+            self.ctx.synchronize();
+            gap_start = Instant::now();
+            timeline.decode_compute += gap_start - step;
+            timeline.decode_calls += 1;
+            self.cached.push(token);
+            logits_index = 0;
+        }
+        let last_gap = gap_start.elapsed();
+        if host.gaps.len() < host.tokens {
+            host.gaps.push(last_gap);
+        }
+        host.total += last_gap;
+        let stop_reason = stop_reason.unwrap_or(StopReason::EndOfGeneration);
+        if stop_reason == StopReason::StopString {
+            // The transcript's separator before the next "Question:" is not part of the answer.
+            text.truncate(text.trim_end().len());
+        } else {
+            let (tail, _) = stops.push(&utf8.finish());
+            text.push_str(&tail);
+            text.push_str(&stops.finish());
+        }
+        timeline.finished_at = Some(t0.elapsed());
+        let t = self.ctx.timings();
+        Ok(TurnReport {
+            text,
+            stop_reason,
+            timeline,
+            context_used: self.cached.len(),
+            dropped_messages,
+            llama_counters: LlamaCounters {
+                prompt_eval_ms: t.t_p_eval_ms(),
+                prompt_eval_tokens: t.n_p_eval(),
+                eval_ms: t.t_eval_ms(),
+                eval_tokens: t.n_eval(),
+            },
+            first_logits,
+            host,
+            sampler: sampler.path().as_str(),
+        })
+    }
+}
+
+/// Decide how prompts are built: (style, label for the stamp, note when not the model's own).
+fn resolve_template(
+    model: &LlamaModel,
+    choice: &TemplateChoice,
+) -> Result<(PromptStyle, String, Option<String>), EngineError> {
+    let probe = |t: &LlamaChatTemplate| -> Result<(), String> {
+        let msg =
+            LlamaChatMessage::new("user".into(), "hello".into()).map_err(|e| e.to_string())?;
+        model
+            .apply_chat_template(t, &[msg], true)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    };
+    let embedded = model.chat_template(None).ok();
+    let named = |name: &str| -> Result<PromptStyle, EngineError> {
+        let t = LlamaChatTemplate::new(name).map_err(|e| EngineError::Template(e.to_string()))?;
+        probe(&t).map_err(|e| {
+            EngineError::Template(format!(
+                "llama.cpp has no built-in template named `{name}` ({e})"
+            ))
+        })?;
+        Ok(PromptStyle::Chat(t))
+    };
+    match choice {
+        TemplateChoice::Completion => Ok((PromptStyle::Completion, "completion".into(), None)),
+        TemplateChoice::Named(name) => Ok((named(name)?, name.clone(), None)),
+        TemplateChoice::Model => {
+            let t = embedded
+                .ok_or_else(|| EngineError::Template("the GGUF carries no chat template".into()))?;
+            probe(&t).map_err(|e| {
+                EngineError::Template(format!("llama.cpp cannot apply the GGUF's template ({e})"))
+            })?;
+            Ok((PromptStyle::Chat(t), "model".into(), None))
+        }
+        TemplateChoice::Auto | TemplateChoice::Architecture => {
+            if let Some(t) = embedded {
+                match probe(&t) {
+                    Ok(()) => return Ok((PromptStyle::Chat(t), "model".into(), None)),
+                    Err(e) => {
+                        return Ok((
+                            PromptStyle::Completion,
+                            "completion".into(),
+                            Some(format!(
+                                "llama.cpp cannot apply the GGUF's chat template ({e}); using a completion-style transcript"
+                            )),
+                        ))
+                    }
+                }
+            }
+            if *choice == TemplateChoice::Auto {
+                return Ok((
+                    PromptStyle::Completion,
+                    "completion".into(),
+                    Some("no chat template in the GGUF (a base model): completion-style Question/Answer transcript".into()),
+                ));
+            }
+            let arch = model
+                .meta_val_str("general.architecture")
+                .unwrap_or_default();
+            let name =
+                template_for_architecture(&arch, has_llama3_tokens(model)).ok_or_else(|| {
+                    EngineError::Template(format!(
+                        "no built-in template is known for architecture `{arch}`"
+                    ))
+                })?;
+            Ok((
+                named(name)?,
+                name.to_string(),
+                Some(format!(
+                    "no chat template in the GGUF: llama.cpp's `{name}` for architecture `{arch}`"
+                )),
+            ))
+        }
+    }
+}
+
+fn has_llama3_tokens(model: &LlamaModel) -> bool {
+    let vocab = model.vocab();
+    let t = vocab.tokenize(b"<|eot_id|>", false, true);
+    t.len() == 1 && vocab.is_eog(t[0])
+}
+
+/// A template that writes the BOS text itself would otherwise give two BOS tokens.
+fn dedup_bos(mut tokens: Vec<LlamaToken>, bos: LlamaToken) -> Vec<LlamaToken> {
+    if tokens.len() >= 2 && tokens[0] == bos && tokens[1] == bos {
+        tokens.remove(0);
+    }
+    tokens
+}
+
+/// The texts of the model's control and user-defined tokens.
+fn special_texts(model: &LlamaModel) -> Vec<String> {
+    use llama_cpp_2::token_type::LlamaTokenAttr;
+    let vocab = model.vocab();
+    vocab
+        .tokens()
+        .filter(|&t| {
+            let attr = vocab.attr(t);
+            attr.contains(LlamaTokenAttr::Control) || attr.contains(LlamaTokenAttr::UserDefined)
+        })
+        .filter_map(|t| Some(vocab.text(t)?.to_str().ok()?.to_owned()))
+        .filter(|s| s.len() > 1)
+        .collect()
+}

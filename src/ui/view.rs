@@ -1,0 +1,225 @@
+//! The derived figures of one frame, built once at the top of `ui::draw` from the state and
+//! `now`, then handed to the panes by reference: the answer in focus and its figures, its ITL
+//! gaps, the waiting clock, the context used, the roofline and the A/B sides. The panes only
+//! choose what fits and format it.
+//!
+//! A figure that is not defined yet (a stage the turn has not reached, a rate without tokens)
+//! is `None` here, and every pane shows `None` as "—". Building a `View` is pure: no I/O, no
+//! clock other than the `now` passed in.
+
+use std::time::{Duration, Instant};
+
+use crate::app::conversation::{AssistantTurn, TurnPhase};
+use crate::app::App;
+use crate::metrics::LatencyStats;
+
+/// Everything the panes of one frame show that is computed rather than stored.
+pub(crate) struct View<'a> {
+    /// The answer whose figures the metrics show: the one in flight, else the last finished.
+    pub focus: Option<Focus<'a>>,
+    /// How long the answer in flight has waited for its first token (queued or in prefill).
+    pub waiting: Option<Duration>,
+    /// Context used: while an answer is in flight, its prompt plus the tokens so far;
+    /// otherwise what the last finished turn left in the KV cache.
+    pub context_used: usize,
+    /// The context window of the loaded model.
+    pub n_ctx: Option<u32>,
+    /// The roofline of the answer in focus at the current context depth.
+    pub roofline: Roofline,
+    /// The A/B screen's two sides, when it is open.
+    pub ab: Option<AbView>,
+}
+
+/// The answer in focus.
+pub(crate) struct Focus<'a> {
+    /// 1-based turn number in the conversation.
+    pub number: usize,
+    pub turn: &'a AssistantTurn,
+    pub figures: Figures,
+    /// Inter-token gaps, oldest first (the sparkline and the "last" ITL cell).
+    pub gaps: Vec<Duration>,
+}
+
+/// One answer's figures, each `None` while undefined.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Figures {
+    pub ttft_ms: Option<f64>,
+    /// The TTFT breakdown: known once prefill is done (the engine reports it then).
+    pub queue_ms: Option<f64>,
+    pub template_tokenize_ms: Option<f64>,
+    pub prefill_ms: Option<f64>,
+    pub first_sample_ms: Option<f64>,
+    pub prefill_tok_per_s: Option<f64>,
+    /// Prompt and cache counts: known once prefill starts.
+    pub prefilled_tokens: Option<usize>,
+    pub cached_tokens: Option<usize>,
+    pub decode_tok_per_s: Option<f64>,
+    pub tpot_ms: Option<f64>,
+    pub tokens_generated: usize,
+    /// Undefined for an answer in flight until its first token is ready.
+    pub e2e_ms: Option<f64>,
+    pub itl: Option<LatencyStats>,
+}
+
+/// Bytes a decode step reads at the current context depth, the bandwidth ceiling that gives,
+/// how close decode gets to it and the cost per 1M tokens (all from `metrics::roofline`).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct Roofline {
+    pub bytes_per_token: Option<f64>,
+    pub ceiling_tok_per_s: Option<f64>,
+    /// Memory-bandwidth utilisation, a fraction.
+    pub mbu: Option<f64>,
+    pub cost_per_million_tokens: Option<f64>,
+}
+
+/// The A/B screen's figures.
+pub(crate) struct AbView {
+    pub a: Figures,
+    pub b: Figures,
+    /// Since B was asked for (the loading and prefill clock).
+    pub waited: Duration,
+}
+
+impl<'a> View<'a> {
+    pub(crate) fn new(app: &'a App, now: Instant) -> Self {
+        let focus = focus_turn(app).map(|(number, turn)| Focus {
+            number,
+            turn,
+            figures: Figures::of(turn),
+            gaps: turn.timeline.inter_token_latencies(),
+        });
+        let context_used = match app.conversation.active() {
+            Some(t) if matches!(t.phase, TurnPhase::Prefill | TurnPhase::Streaming) => {
+                t.timeline.prompt_tokens.unwrap_or(0) + t.timeline.tokens_generated()
+            }
+            _ => app.context_used,
+        };
+        let decode_tok_per_s = focus.as_ref().and_then(|f| f.figures.decode_tok_per_s);
+        Self {
+            waiting: waiting(app, now),
+            context_used,
+            n_ctx: app.model.as_ref().map(|m| m.n_ctx),
+            roofline: Roofline::of(app, context_used, decode_tok_per_s),
+            ab: app.ab.as_ref().map(|ab| AbView {
+                a: Figures::of(&ab.a),
+                b: Figures::of(&ab.b),
+                waited: now.saturating_duration_since(ab.started),
+            }),
+            focus,
+        }
+    }
+}
+
+impl Figures {
+    /// A turn's figures from its summary (the finished one, or the live one of its timeline),
+    /// each stage left `None` until the turn has reached it.
+    pub(crate) fn of(turn: &AssistantTurn) -> Self {
+        let s = turn.current_summary();
+        // The engine reports the template, tokenize and prefill durations when prefill is
+        // done (and with the finished turn); until then they are undefined.
+        let known = turn.summary.is_some() || turn.timeline.prefill_done_at.is_some();
+        let if_known = |v: Option<f64>| v.filter(|_| known);
+        // Prompt and cache counts arrive when prefill starts.
+        let counted = turn.phase != TurnPhase::Queued;
+        let if_counted = |v: usize| Some(v).filter(|_| counted);
+        let e2e_defined = !turn.phase.is_active() || turn.timeline.tokens_generated() > 0;
+        Self {
+            ttft_ms: s.ttft_ms,
+            queue_ms: if_known(Some(s.queue_ms)),
+            template_tokenize_ms: if_known(Some(s.template_tokenize_ms)),
+            prefill_ms: if_known(Some(s.prefill_ms)),
+            first_sample_ms: if_known(s.first_sample_ms),
+            prefill_tok_per_s: if_known(s.prefill_tok_per_s),
+            prefilled_tokens: if_counted(s.prefilled_tokens),
+            cached_tokens: if_counted(s.cached_tokens),
+            decode_tok_per_s: s.decode_tok_per_s,
+            tpot_ms: s.tpot_ms,
+            tokens_generated: s.tokens_generated,
+            e2e_ms: Some(s.e2e_ms).filter(|_| e2e_defined),
+            itl: s.itl,
+        }
+    }
+}
+
+impl Roofline {
+    fn of(app: &App, context_used: usize, decode_tok_per_s: Option<f64>) -> Self {
+        use crate::metrics::roofline::{ceiling_tok_per_s, cost_per_million_tokens, mbu};
+        let bytes_per_token = app
+            .model
+            .as_ref()
+            .and_then(|m| m.bytes_per_token(context_used as u64));
+        let ceiling = match (app.bandwidth.as_ref(), bytes_per_token) {
+            (Some(b), Some(bytes)) => ceiling_tok_per_s(b.bytes_per_s, bytes),
+            _ => None,
+        };
+        Self {
+            bytes_per_token,
+            ceiling_tok_per_s: ceiling,
+            mbu: decode_tok_per_s.zip(ceiling).and_then(|(r, c)| mbu(r, c)),
+            cost_per_million_tokens: decode_tok_per_s
+                .and_then(|r| cost_per_million_tokens(app.price_per_hour_usd, r)),
+        }
+    }
+}
+
+/// The answer whose figures the metrics show: the one in flight, else the last finished one,
+/// with its 1-based turn number.
+fn focus_turn(app: &App) -> Option<(usize, &AssistantTurn)> {
+    let conversation = &app.conversation;
+    let turn = conversation
+        .active()
+        .or_else(|| conversation.last_finished())?;
+    let index = conversation
+        .exchanges
+        .iter()
+        .position(|e| e.assistant.as_ref().is_some_and(|a| std::ptr::eq(a, turn)))?;
+    Some((index + 1, turn))
+}
+
+/// How long the answer in flight has waited for its first token (queued or in prefill).
+fn waiting(app: &App, now: Instant) -> Option<Duration> {
+    let turn = app.conversation.active()?;
+    if !matches!(turn.phase, TurnPhase::Queued | TurnPhase::Prefill) {
+        return None;
+    }
+    app.active_since
+        .map(|since| now.saturating_duration_since(since))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_turn_s_stages_are_none_until_it_reaches_them() {
+        let mut turn = AssistantTurn::new(1, None);
+        let queued = Figures::of(&turn);
+        assert_eq!(queued.prefilled_tokens, None);
+        assert_eq!(queued.prefill_ms, None);
+        assert_eq!(queued.ttft_ms, None);
+        assert_eq!(queued.e2e_ms, None);
+
+        turn.on_prefill_started(10, 4);
+        let prefilling = Figures::of(&turn);
+        assert_eq!(prefilling.prefilled_tokens, Some(6));
+        assert_eq!(prefilling.cached_tokens, Some(4));
+        assert_eq!(prefilling.queue_ms, None);
+        assert_eq!(prefilling.e2e_ms, None);
+
+        turn.on_prefill_done(
+            Duration::from_millis(2),
+            Duration::from_millis(5),
+            Duration::from_millis(10),
+        );
+        let prefilled = Figures::of(&turn);
+        assert_eq!(prefilled.queue_ms, Some(3.0));
+        assert_eq!(prefilled.prefill_ms, Some(5.0));
+        assert_eq!(prefilled.e2e_ms, None);
+
+        turn.on_token("a", Duration::from_millis(12));
+        let streaming = Figures::of(&turn);
+        assert_eq!(streaming.tokens_generated, 1);
+        assert!(streaming.ttft_ms.is_some());
+        assert!(streaming.e2e_ms.is_some());
+    }
+}
