@@ -384,10 +384,18 @@ pub fn run(plan: &ComparePlan, settings: Settings) -> Result<(), CompareError> {
         );
     }
     match log::append(&log::comparisons_path(&data), &comparison) {
-        Ok(()) => eprintln!(
-            "comparison {id} saved in {}",
-            log::comparisons_path(&data).display()
-        ),
+        Ok(torn) => {
+            if let Some(torn) = torn {
+                eprintln!(
+                    "{}",
+                    crate::text::terminal_safe(&torn.warning(&log::comparisons_path(&data)))
+                );
+            }
+            eprintln!(
+                "comparison {id} saved in {}",
+                log::comparisons_path(&data).display()
+            )
+        }
         Err(e) => eprintln!("warning: could not save the comparison: {e}"),
     }
     if let Some(path) = &plan.plot {

@@ -11,7 +11,8 @@ use crate::engine::{EngineConfig, EngineHandle};
 pub struct Effects<'a> {
     pub engine: &'a mut EngineHandle,
     pub engine_config: EngineConfig,
-    pub history_dir: PathBuf,
+    /// Where the conversation is saved, and what this chat last saw there.
+    pub save_slot: crate::history::SaveSlot,
     /// Where the comparisons log is (the compare screen reads it).
     pub data_dir: PathBuf,
     pub counter: Option<crate::tokcount::TokenCounter>,
@@ -96,9 +97,18 @@ impl Effects<'_> {
                     self.counted = None;
                 }
                 Effect::Save(conversation) => {
-                    let result = crate::history::save(&self.history_dir, &conversation)
-                        .map_err(|e| e.to_string());
-                    msgs.push(Msg::Saved(result));
+                    match self
+                        .save_slot
+                        .save(&conversation, std::time::SystemTime::now())
+                    {
+                        Ok(outcome) => {
+                            if let Some(text) = outcome.notice() {
+                                msgs.push(Msg::Notice(crate::app::NoticeKind::Warning, text));
+                            }
+                            msgs.push(Msg::Saved(Ok(outcome.path)));
+                        }
+                        Err(e) => msgs.push(Msg::Saved(Err(e.to_string()))),
+                    }
                 }
                 Effect::Export {
                     format,

@@ -149,12 +149,15 @@ pub enum ChatEnd {
 }
 
 /// Run the chat until the user quits or a termination signal arrives. Finished turns are
-/// already on disk; the terminal is restored on every way out.
+/// already on disk (through `save_slot`); the terminal is restored on every way out. `notices`
+/// are shown once the chat is up.
 pub fn run_chat(
     app: App,
     engine: &mut EngineHandle,
     mut events: EventReceiver,
     engine_config: EngineConfig,
+    save_slot: crate::history::SaveSlot,
+    notices: Vec<String>,
 ) -> io::Result<(App, ChatEnd)> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
@@ -171,11 +174,17 @@ pub fn run_chat(
         reported: None,
         engine,
         engine_config,
-        history_dir: crate::history::history_dir(&crate::paths::data_dir()),
+        save_slot,
         data_dir: crate::paths::data_dir(),
     };
     let first_id = effects.fresh_conversation_id();
-    settle(&mut driver, &mut effects, vec![first_id]);
+    let mut first = vec![first_id];
+    first.extend(
+        notices
+            .into_iter()
+            .map(|text| Msg::Notice(crate::app::NoticeKind::Warning, text)),
+    );
+    settle(&mut driver, &mut effects, first);
     let inject_panic = std::env::var_os(INJECT_PANIC_ENV).is_some();
     let end = runtime.block_on(async {
         use tokio::signal::unix::{signal, SignalKind};
