@@ -117,6 +117,18 @@ pub fn write_private(path: &Path, contents: &[u8]) -> Result<(), WriteError> {
         Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
         _ => PathBuf::from("."),
     };
+    if let Err(source) = check_writable_target(path) {
+        let problem = if source.kind() == io::ErrorKind::InvalidInput {
+            WriteProblem::NotARegularFile
+        } else {
+            WriteProblem::classify(&source)
+        };
+        return Err(WriteError::Write {
+            path: path.to_path_buf(),
+            problem,
+            source,
+        });
+    }
     ensure_private_dir(&dir).map_err(write_error)?;
     let (temp_path, file) = create_temp(&dir, file_name).map_err(write_error)?;
     let mut temp = TempFile(Some(temp_path));
@@ -138,6 +150,28 @@ pub fn write_private(path: &Path, contents: &[u8]) -> Result<(), WriteError> {
             Ok(())
         }
         Err(e) => Err(write_error(e)),
+    }
+}
+
+/// The error for a path that holds something other than a regular file.
+pub fn not_a_regular_file() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        "it is not a regular file (a symbolic link, FIFO, device node, socket or directory): \
+         tokscope writes regular files only and does not replace it; remove it or choose \
+         another path",
+    )
+}
+
+/// Refuses to replace anything at `path` but a regular file: a rename would replace a device
+/// node, FIFO or symbolic link (the link itself, silently breaking what it pointed to). A
+/// missing file is fine.
+pub fn check_writable_target(path: &Path) -> io::Result<()> {
+    match fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_file() => Ok(()),
+        Ok(_) => Err(not_a_regular_file()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
     }
 }
 
@@ -762,6 +796,35 @@ mod tests {
         let err = append_line(&link, b"x").unwrap_err().to_string();
         assert!(err.contains("not a regular file"), "{err}");
         assert_eq!(fs::read(&target).unwrap(), b"");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn write_private_replaces_regular_files_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("precious");
+        fs::write(&target, b"keep").unwrap();
+        let link = dir.path().join("link.md");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let fifo = dir.path().join("fifo.md");
+        assert!(std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success());
+        for path in [&link, &fifo, &PathBuf::from("/dev/null")] {
+            let err = write_private(path, b"new").unwrap_err().to_string();
+            assert!(err.contains("not a regular file"), "{err}");
+        }
+        assert!(fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(fs::read(&target).unwrap(), b"keep");
+        let plain = dir.path().join("plain.md");
+        write_private(&plain, b"one").unwrap();
+        write_private(&plain, b"two").unwrap();
+        assert_eq!(fs::read(&plain).unwrap(), b"two");
     }
 
     #[test]

@@ -217,3 +217,68 @@ fn history_removes_stale_temps_and_skips_fifos_and_devices_without_hanging() {
         "a temp file a live save may be writing is kept"
     );
 }
+
+#[cfg(unix)]
+#[test]
+fn writes_replace_regular_files_only_and_reads_refuse_fifos_devices_and_giants() {
+    let home = tempfile::tempdir().unwrap();
+    let precious = home.path().join("precious.txt");
+    std::fs::write(&precious, b"keep").unwrap();
+    let link = home.path().join("link.gguf");
+    std::os::unix::fs::symlink(&precious, &link).unwrap();
+    let fifo = home.path().join("fifo.gguf");
+    mkfifo(&fifo);
+    // synth -o onto a symbolic link, a FIFO or a device node: refused, nothing replaced.
+    for target in [&link, &fifo, &PathBuf::from("/dev/null")] {
+        tokscope(home.path())
+            .args(["synth", "--preset", "tiny", "-o"])
+            .arg(target)
+            .timeout(Duration::from_secs(20))
+            .assert()
+            .failure()
+            .stderr(predicate::str::contains("not a regular file"));
+    }
+    assert!(std::fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert_eq!(std::fs::read(&precious).unwrap(), b"keep");
+
+    // --config that is a FIFO (would hang), a device (would read forever) or huge.
+    let big = home.path().join("big.toml");
+    std::fs::write(&big, vec![b'#'; 2 * 1024 * 1024]).unwrap();
+    for config in [fifo.as_path(), Path::new("/dev/zero"), big.as_path()] {
+        let out = tokscope(home.path())
+            .arg("--config")
+            .arg(config)
+            .args(["config", "show"])
+            .timeout(Duration::from_secs(20))
+            .assert()
+            .failure()
+            .get_output()
+            .stderr
+            .clone();
+        let err = String::from_utf8_lossy(&out);
+        assert!(
+            err.contains("not a regular file") || err.contains("the limit for settings"),
+            "{err}"
+        );
+    }
+
+    // compare --text from a device: refused before anything is read or loaded.
+    let model = common::synth(home.path(), "tiny.gguf", "tiny", TensorType::F32, 1);
+    tokscope(home.path())
+        .args(["compare", "--no-speed", "--text", "/dev/zero", "-m"])
+        .arg(&model)
+        .timeout(Duration::from_secs(60))
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("not a regular file"));
+
+    // The log is the user's only, like history.
+    let log = home.path().join("data").join("logs").join("tokscope.log");
+    assert!(log.exists());
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&log).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+}
