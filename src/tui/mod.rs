@@ -3,6 +3,7 @@
 //! to the terminal. The terminal itself is in `terminal`, when to draw in `frames`, and the
 //! I/O the loop does for `update` in `effects`.
 
+mod count;
 mod effects;
 mod frames;
 mod terminal;
@@ -169,9 +170,7 @@ pub fn run_chat(
     // One allocator of request ids: the engine handle's.
     driver.app.request_ids = engine.request_ids();
     let mut effects = Effects {
-        counter: crate::tokcount::TokenCounter::for_model(&engine_config.model_path, None).ok(),
-        counted: None,
-        reported: None,
+        counter: count::CountWorker::start(engine_config.model_path.clone()),
         engine,
         engine_config,
         save_slot,
@@ -236,6 +235,9 @@ pub fn run_chat(
                     }
                     batch.push(Msg::Tick);
                 }
+                Some(tokens) = effects.counter.counts.recv() => {
+                    batch.extend(effects.counter.report(tokens).map(Msg::InputTokens));
+                }
                 _ = sleep_until_opt(frame_at) => {}
             }
             // Drain everything else already queued before drawing once.
@@ -251,8 +253,8 @@ pub fn run_chat(
             }
             // What the loop keeps in step after every batch: the input's token count and the
             // id the next new conversation takes.
-            let mut after = Vec::from_iter(effects.recount(&driver.app.input.text));
-            after.push(effects.fresh_conversation_id());
+            effects.counter.request(&driver.app.input.text);
+            let after = vec![effects.fresh_conversation_id()];
             if settle(&mut driver, &mut effects, after) {
                 return Ok(ChatEnd::Quit);
             }
