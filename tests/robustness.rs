@@ -162,9 +162,10 @@ fn keys_after_a_one_megabyte_paste_are_drawn_while_the_count_catches_up() {
     std::fs::write(&paste, "lorem ipsum dolor sit amet ".repeat((1 << 20) / 27)).unwrap();
     tmux.tmux(&["load-buffer", "-b", "big", paste.to_str().unwrap()]);
     tmux.tmux(&["paste-buffer", "-p", "-b", "big", "-t", "main"]);
-    // Each key is a change of a 1 MB input: before, each one re-tokenized the whole input on
-    // the UI thread (about 100 s for a paste). The liveness deadline is far above a frame; the
-    // latency itself is measured by a script, not here.
+    // Each key is a change of a 1 MB input, and the count now runs on its own thread. On this
+    // synthetic model's small vocabulary the old on-thread count was fast too, so this is a
+    // liveness check (keys drawn, Ctrl+Q honoured), not proof of the fix; the deadline is far
+    // above a frame and latency is not measured here.
     for marker in ["Q", "QZ", "QZX"] {
         tmux.type_text(&marker[marker.len() - 1..]);
         tmux.wait_for("the typed key", Duration::from_secs(10), |s| {
