@@ -11,6 +11,8 @@ use thiserror::Error;
 
 use crate::llama::settings::{EngineSettings, SamplingParams};
 
+/// The largest config file read: a settings file is a few hundred bytes.
+const CONFIG_MAX_BYTES: u64 = 1024 * 1024;
 /// Environment variable naming the model file (between the config file and `-m`).
 pub(crate) const MODEL_ENV: &str = "TOKSCOPE_MODEL";
 
@@ -334,7 +336,7 @@ impl Settings {
             Some(p) => (p.to_path_buf(), true),
             None => (crate::paths::config_file(), false),
         };
-        match std::fs::read(&path) {
+        match crate::fsx::read_regular(&path, CONFIG_MAX_BYTES, "settings") {
             Ok(bytes) => {
                 let text = String::from_utf8(bytes).map_err(|_| ConfigError::Parse {
                     path: path.clone(),
@@ -342,7 +344,14 @@ impl Settings {
                 })?;
                 settings.apply_toml(&text, &path)?;
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !must_exist => {}
+            Err(e) if e.is_not_found() && !must_exist => {}
+            Err(crate::fsx::ReadError::Io { source, .. }) => {
+                return Err(ConfigError::Unreadable {
+                    path,
+                    reason: source.to_string(),
+                })
+            }
+            // A FIFO, a device node (`/dev/zero`) or a huge file: refused, never read.
             Err(e) => {
                 return Err(ConfigError::Unreadable {
                     path,

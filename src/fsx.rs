@@ -30,6 +30,8 @@ pub enum WriteProblem {
     DiskFull,
     FileTooLarge,
     NotADirectory,
+    /// A FIFO, device node, directory or symbolic link where a regular file should be.
+    NotARegularFile,
     Other,
 }
 
@@ -44,6 +46,8 @@ impl WriteProblem {
                 Some(27) => return WriteProblem::FileTooLarge, // EFBIG
                 Some(28) => return WriteProblem::DiskFull,     // ENOSPC
                 Some(30) => return WriteProblem::ReadOnlyFileSystem, // EROFS
+                #[cfg(target_os = "linux")]
+                Some(40) => return WriteProblem::NotARegularFile, // ELOOP: O_NOFOLLOW met a link
                 #[cfg(target_os = "linux")]
                 Some(122) => return WriteProblem::DiskFull, // EDQUOT
                 #[cfg(target_os = "macos")]
@@ -85,6 +89,10 @@ impl fmt::Display for WriteProblem {
                 "a file is in the way where a directory should be: move it or choose another \
                  location"
             }
+            WriteProblem::NotARegularFile => {
+                "it is not a regular file (a FIFO, device node, directory or symbolic link): \
+                 tokscope writes regular files only; remove it or choose another path"
+            }
             WriteProblem::Other => "unexpected I/O error (see the cause)",
         };
         f.write_str(text)
@@ -109,6 +117,18 @@ pub fn write_private(path: &Path, contents: &[u8]) -> Result<(), WriteError> {
         Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
         _ => PathBuf::from("."),
     };
+    if let Err(source) = check_writable_target(path) {
+        let problem = if source.kind() == io::ErrorKind::InvalidInput {
+            WriteProblem::NotARegularFile
+        } else {
+            WriteProblem::classify(&source)
+        };
+        return Err(WriteError::Write {
+            path: path.to_path_buf(),
+            problem,
+            source,
+        });
+    }
     ensure_private_dir(&dir).map_err(write_error)?;
     let (temp_path, file) = create_temp(&dir, file_name).map_err(write_error)?;
     let mut temp = TempFile(Some(temp_path));
@@ -130,6 +150,28 @@ pub fn write_private(path: &Path, contents: &[u8]) -> Result<(), WriteError> {
             Ok(())
         }
         Err(e) => Err(write_error(e)),
+    }
+}
+
+/// The error for a path that holds something other than a regular file.
+pub fn not_a_regular_file() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        "it is not a regular file (a symbolic link, FIFO, device node, socket or directory): \
+         tokscope writes regular files only and does not replace it; remove it or choose \
+         another path",
+    )
+}
+
+/// Refuses to replace anything at `path` but a regular file: a rename would replace a device
+/// node, FIFO or symbolic link (the link itself, silently breaking what it pointed to). A
+/// missing file is fine.
+pub fn check_writable_target(path: &Path) -> io::Result<()> {
+    match fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_file() => Ok(()),
+        Ok(_) => Err(not_a_regular_file()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
     }
 }
 
@@ -235,6 +277,331 @@ impl Drop for TempFile {
     }
 }
 
+/// A read that was refused or failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("could not read {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error(
+        "{path} is not a regular file (a FIFO, device node, socket or directory): tokscope reads \
+         {what} from regular files only"
+    )]
+    NotRegular { path: PathBuf, what: &'static str },
+    #[error(
+        "{path} is larger than {limit_bytes} bytes, the limit for {what}: it cannot be one; \
+         check the path"
+    )]
+    TooLarge {
+        path: PathBuf,
+        limit_bytes: u64,
+        what: &'static str,
+    },
+}
+
+impl ReadError {
+    /// Whether the file does not exist (callers often treat that as empty).
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, ReadError::Io { source, .. } if source.kind() == io::ErrorKind::NotFound)
+    }
+}
+
+/// Reads `path` whole if it is a regular file of at most `limit_bytes`. A FIFO is refused
+/// without blocking on it, a device node (`/dev/zero`) without reading it, and a file that
+/// grows past the limit while being read is refused too. `what` names the contents in errors
+/// ("a saved conversation").
+pub fn read_regular(
+    path: &Path,
+    limit_bytes: u64,
+    what: &'static str,
+) -> Result<Vec<u8>, ReadError> {
+    use std::io::Read;
+    let io_error = |source: io::Error| ReadError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut options = OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        // Opening a FIFO for reading otherwise waits for a writer.
+        options.custom_flags(libc::O_NONBLOCK);
+    }
+    let file = options.open(path).map_err(io_error)?;
+    let meta = file.metadata().map_err(io_error)?;
+    if !meta.is_file() {
+        return Err(ReadError::NotRegular {
+            path: path.to_path_buf(),
+            what,
+        });
+    }
+    let too_large = || ReadError::TooLarge {
+        path: path.to_path_buf(),
+        limit_bytes,
+        what,
+    };
+    if meta.len() > limit_bytes {
+        return Err(too_large());
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(limit_bytes.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(io_error)?;
+    if bytes.len() as u64 > limit_bytes {
+        return Err(too_large());
+    }
+    Ok(bytes)
+}
+
+/// How old a temp file of ours must be before `remove_stale_temps` removes it: a save takes
+/// milliseconds, so one this old was left by a process that died (`kill -9`, power loss).
+pub const STALE_TEMP_AGE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Whether `name` is one of `create_temp`'s names: `.<target>.tmp-<pid>-<counter>-<8 hex>`.
+pub fn is_our_temp_name(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix('.') else {
+        return false;
+    };
+    let Some((_, tail)) = rest.rsplit_once(".tmp-") else {
+        return false;
+    };
+    let parts: Vec<&str> = tail.split('-').collect();
+    matches!(parts.as_slice(), [pid, counter, nanos]
+        if !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit())
+            && !counter.is_empty() && counter.bytes().all(|b| b.is_ascii_digit())
+            && nanos.len() >= 8 && nanos.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// Removes the temp files of our naming pattern in `dir` that are older than `min_age` (left
+/// by a process killed during a save) and returns the paths removed. Nothing else is touched;
+/// a missing dir has none.
+pub fn remove_stale_temps(dir: &Path, min_age: std::time::Duration) -> Vec<PathBuf> {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let now = SystemTime::now();
+    let mut removed = Vec::new();
+    for entry in entries.flatten() {
+        let Some(name) = entry.file_name().to_str().map(str::to_string) else {
+            continue;
+        };
+        if !is_our_temp_name(&name) {
+            continue;
+        }
+        let Ok(meta) = entry.metadata() else {
+            continue;
+        };
+        let old = meta
+            .modified()
+            .ok()
+            .and_then(|m| now.duration_since(m).ok())
+            .is_some_and(|age| age >= min_age);
+        if meta.is_file() && old && fs::remove_file(entry.path()).is_ok() {
+            removed.push(entry.path());
+        }
+    }
+    removed
+}
+
+/// An exclusive advisory lock (`flock`) on an open file or directory, released when dropped
+/// (and by the kernel when the process dies, so a `kill -9` leaves no stale lock).
+pub struct FileLock {
+    _file: File,
+}
+
+/// Waits for the exclusive lock on `file`.
+#[cfg(unix)]
+#[allow(unsafe_code)]
+pub fn lock_exclusive(file: File) -> io::Result<FileLock> {
+    use std::os::unix::io::AsRawFd;
+    loop {
+        // SAFETY: the descriptor belongs to `file`, which is open for the whole call.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+        if rc == 0 {
+            return Ok(FileLock { _file: file });
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
+}
+
+#[cfg(not(unix))]
+pub fn lock_exclusive(file: File) -> io::Result<FileLock> {
+    Ok(FileLock { _file: file })
+}
+
+/// What `append_line` found and repaired before appending.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TornLine {
+    /// How many bytes the unfinished last line had.
+    pub bytes: u64,
+    /// Where they were moved (`<file>.torn-<unix time>[-n]`), or `None` when they could not be
+    /// kept and were dropped.
+    pub moved_to: Option<PathBuf>,
+}
+
+/// Appends `line` plus a newline to `path` as a whole line or not at all: the file (created
+/// 0600, its folder 0700) is locked against other appenders, an unfinished last line left by
+/// an earlier crash or full disk is first moved aside (never merged with the new record), and
+/// a write that fails part-way is cut back off. Returns what was repaired, if anything.
+pub fn append_line(path: &Path, line: &[u8]) -> Result<Option<TornLine>, WriteError> {
+    let write_error = |source: io::Error| WriteError::Write {
+        path: path.to_path_buf(),
+        problem: WriteProblem::classify(&source),
+        source,
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        ensure_private_dir(dir).map_err(write_error)?;
+    }
+    let mut options = OpenOptions::new();
+    options.read(true).append(true).create(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+        // Never block on a FIFO or follow a link planted where the log should be.
+        options.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
+    }
+    let file = options.open(path).map_err(write_error)?;
+    let meta = file.metadata().map_err(write_error)?;
+    if !meta.is_file() {
+        return Err(WriteError::Write {
+            path: path.to_path_buf(),
+            problem: WriteProblem::NotARegularFile,
+            source: io::Error::new(io::ErrorKind::InvalidInput, "not a regular file"),
+        });
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        if meta.permissions().mode() & 0o077 != 0 {
+            // Logs written by older versions were 0644; same permissions as history now.
+            file.set_permissions(fs::Permissions::from_mode(0o600))
+                .map_err(write_error)?;
+        }
+    }
+    let lock = lock_exclusive(file).map_err(write_error)?;
+    let file = &lock._file;
+    let torn = repair_torn_tail(path, file).map_err(write_error)?;
+    let before = file.metadata().map_err(write_error)?.len();
+    let mut whole = Vec::with_capacity(line.len() + 1);
+    whole.extend_from_slice(line);
+    whole.push(b'\n');
+    let mut writer = file;
+    if let Err(e) = writer.write_all(&whole).and_then(|()| file.sync_data()) {
+        // Whole lines or nothing: cut off what part of the line made it.
+        let _ = file.set_len(before);
+        return Err(write_error(e));
+    }
+    Ok(torn)
+}
+
+/// Moves an unfinished last line (no final newline) of the locked `file` aside and cuts it off.
+fn repair_torn_tail(path: &Path, file: &File) -> io::Result<Option<TornLine>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let len = file.metadata()?.len();
+    if len == 0 {
+        return Ok(None);
+    }
+    let mut reader = file;
+    let mut last = [0u8; 1];
+    reader.seek(SeekFrom::Start(len - 1))?;
+    reader.read_exact(&mut last)?;
+    if last[0] == b'\n' {
+        return Ok(None);
+    }
+    // Find the start of the last line, reading backwards in blocks.
+    let mut start = 0u64;
+    let mut end = len;
+    let mut block = vec![0u8; 64 * 1024];
+    'search: while end > 0 {
+        let from = end.saturating_sub(block.len() as u64);
+        let n = (end - from) as usize;
+        reader.seek(SeekFrom::Start(from))?;
+        reader.read_exact(&mut block[..n])?;
+        if let Some(i) = block[..n].iter().rposition(|&b| b == b'\n') {
+            start = from + i as u64 + 1;
+            break 'search;
+        }
+        end = from;
+    }
+    let torn_len = len - start;
+    // Keep the fragment (it may be most of a record) unless it is absurdly large.
+    let moved_to = if torn_len <= 64 * 1024 * 1024 {
+        let mut fragment = Vec::with_capacity(torn_len as usize);
+        reader.seek(SeekFrom::Start(start))?;
+        reader.take(torn_len).read_to_end(&mut fragment)?;
+        keep_fragment(path, &fragment).ok()
+    } else {
+        None
+    };
+    file.set_len(start)?;
+    Ok(Some(TornLine {
+        bytes: torn_len,
+        moved_to,
+    }))
+}
+
+impl TornLine {
+    /// The warning to print: what was found in `log` and where it went.
+    pub fn warning(&self, log: &Path) -> String {
+        let kept = match &self.moved_to {
+            Some(aside) => format!("moved to {}", aside.display()),
+            None => "dropped (too large to keep)".to_string(),
+        };
+        format!(
+            "warning: {} ended in an unfinished line ({} bytes, left by an interrupted write \
+             or a full disk); it was {kept} so that it is not merged with the next record",
+            self.bytes,
+            log.display()
+        )
+    }
+}
+
+fn keep_fragment(path: &Path, fragment: &[u8]) -> io::Result<PathBuf> {
+    let now_s = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    for attempt in 0..1000u32 {
+        let aside = if attempt == 0 {
+            path.with_file_name(format!("{name}.torn-{now_s}"))
+        } else {
+            path.with_file_name(format!("{name}.torn-{now_s}-{attempt}"))
+        };
+        let mut options = OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            options.mode(0o600);
+        }
+        match options.open(&aside) {
+            Ok(mut f) => {
+                f.write_all(fragment)?;
+                f.sync_all()?;
+                return Ok(aside);
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::AlreadyExists,
+        "too many torn fragments set aside already",
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -309,6 +676,155 @@ mod tests {
             WriteProblem::classify(&io::Error::from_raw_os_error(122)),
             WriteProblem::DiskFull
         );
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn reads_regular_files_only_and_within_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = dir.path().join("ok");
+        fs::write(&ok, b"12345").unwrap();
+        assert_eq!(read_regular(&ok, 5, "a test").unwrap(), b"12345");
+        let err = read_regular(&ok, 4, "a test").unwrap_err().to_string();
+        assert!(
+            err.contains("larger than 4 bytes, the limit for a test"),
+            "{err}"
+        );
+        let err = read_regular(Path::new("/dev/zero"), 4, "a test").unwrap_err();
+        assert!(matches!(err, ReadError::NotRegular { .. }), "{err}");
+        let fifo = dir.path().join("fifo");
+        assert!(std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success());
+        let err = read_regular(&fifo, 4, "a test").unwrap_err().to_string();
+        assert!(err.contains("not a regular file"), "{err}");
+        assert!(read_regular(&dir.path().join("missing"), 4, "a test")
+            .unwrap_err()
+            .is_not_found());
+    }
+
+    #[test]
+    fn temp_names_are_recognised_and_nothing_else() {
+        assert!(is_our_temp_name(".abc.json.tmp-123-0-0a1b2c3d"));
+        assert!(is_our_temp_name(".a.tmp-b.json.tmp-1-22-deadbeef"));
+        for other in [
+            "abc.json",
+            ".abc.json",
+            "abc.json.tmp-1-2-deadbeef",
+            ".abc.json.tmp-x-2-deadbeef",
+            ".abc.json.tmp-1-2",
+            ".abc.json.tmp-1-2-xyz",
+        ] {
+            assert!(!is_our_temp_name(other), "{other}");
+        }
+    }
+
+    #[test]
+    fn stale_temps_are_removed_and_fresh_ones_and_others_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let stale = dir.path().join(".x.json.tmp-1-0-00000000");
+        let fresh = dir.path().join(".y.json.tmp-1-1-00000000");
+        let other = dir.path().join(".keep.tmp");
+        for p in [&stale, &fresh, &other] {
+            fs::write(p, b"x").unwrap();
+        }
+        let old = SystemTime::now() - std::time::Duration::from_secs(3600);
+        File::options()
+            .write(true)
+            .open(&stale)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        File::options()
+            .write(true)
+            .open(&other)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        assert_eq!(
+            remove_stale_temps(dir.path(), STALE_TEMP_AGE),
+            vec![stale.clone()]
+        );
+        assert!(!stale.exists() && fresh.exists() && other.exists());
+    }
+
+    #[test]
+    fn append_repairs_a_torn_last_line_and_keeps_its_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("sub").join("r.jsonl");
+        assert_eq!(append_line(&log, b"{\"a\":1}").unwrap(), None);
+        let mut f = OpenOptions::new().append(true).open(&log).unwrap();
+        f.write_all(b"{\"half\":").unwrap();
+        let torn = append_line(&log, b"{\"b\":2}").unwrap().unwrap();
+        assert_eq!(torn.bytes, 8);
+        let aside = torn.moved_to.unwrap();
+        assert_eq!(fs::read(&aside).unwrap(), b"{\"half\":");
+        assert_eq!(fs::read_to_string(&log).unwrap(), "{\"a\":1}\n{\"b\":2}\n");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = fs::metadata(&log).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600);
+            let mode = fs::metadata(&aside).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600);
+        }
+        // A torn file of one line only.
+        let only = dir.path().join("only.jsonl");
+        fs::write(&only, b"partial").unwrap();
+        append_line(&only, b"x").unwrap().unwrap();
+        assert_eq!(fs::read_to_string(&only).unwrap(), "x\n");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn append_refuses_a_fifo_and_a_symlink() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo.jsonl");
+        assert!(std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success());
+        let err = append_line(&fifo, b"x").unwrap_err().to_string();
+        assert!(err.contains("not a regular file"), "{err}");
+        let target = dir.path().join("target");
+        fs::write(&target, b"").unwrap();
+        let link = dir.path().join("link.jsonl");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let err = append_line(&link, b"x").unwrap_err().to_string();
+        assert!(err.contains("not a regular file"), "{err}");
+        assert_eq!(fs::read(&target).unwrap(), b"");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn write_private_replaces_regular_files_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("precious");
+        fs::write(&target, b"keep").unwrap();
+        let link = dir.path().join("link.md");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let fifo = dir.path().join("fifo.md");
+        assert!(std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success());
+        for path in [&link, &fifo, &PathBuf::from("/dev/null")] {
+            let err = write_private(path, b"new").unwrap_err().to_string();
+            assert!(err.contains("not a regular file"), "{err}");
+        }
+        assert!(fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(fs::read(&target).unwrap(), b"keep");
+        let plain = dir.path().join("plain.md");
+        write_private(&plain, b"one").unwrap();
+        write_private(&plain, b"two").unwrap();
+        assert_eq!(fs::read(&plain).unwrap(), b"two");
     }
 
     #[test]

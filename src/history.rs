@@ -16,7 +16,7 @@ use std::time::SystemTime;
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::engine::StopReason;
-use crate::fsx::{write_private, WriteError, WriteProblem};
+use crate::fsx::{read_regular, write_private, ReadError, WriteError, WriteProblem};
 use crate::ids::{unix_s, utc_parts};
 use crate::metrics::{fmt_opt, TurnSummary};
 
@@ -29,6 +29,9 @@ const TITLE_MAX_CHARS: usize = 60;
 const MODEL_MAX_CHARS: usize = 32;
 /// How many ids an error message lists before it says "and N more".
 const CANDIDATES_SHOWN: usize = 10;
+/// The largest file read as a saved conversation: larger is refused, never read into memory.
+pub const FILE_MAX_BYTES: u64 = 256 * 1024 * 1024;
+const WHAT: &str = "a saved conversation";
 /// The longest id `save` accepts; ids become file names, which most file systems cap at 255.
 const ID_MAX_BYTES: usize = 128;
 
@@ -108,6 +111,8 @@ pub struct ListOutcome {
     /// would hide them from that version too), unreadable for an I/O reason, or unreadable
     /// and impossible to move aside.
     pub skipped: Vec<(PathBuf, String)>,
+    /// Temp files left by a save that was killed, removed this time.
+    pub removed_temps: Vec<PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -160,6 +165,18 @@ pub enum HistoryError {
     },
     #[error("could not encode the conversation as JSON")]
     Encode(#[source] serde_json::Error),
+    /// Not a regular file, or too large to be one.
+    #[error(transparent)]
+    Refused(ReadError),
+}
+
+impl From<ReadError> for HistoryError {
+    fn from(e: ReadError) -> Self {
+        match e {
+            ReadError::Io { path, source } => HistoryError::Read { path, source },
+            refused => HistoryError::Refused(refused),
+        }
+    }
 }
 
 impl From<WriteError> for HistoryError {
@@ -246,13 +263,228 @@ pub fn save(dir: &Path, conv: &SavedConversation) -> Result<PathBuf, HistoryErro
     Ok(path)
 }
 
+/// Removes the temp files a killed save left in the history dir (older than a minute, of
+/// `fsx`'s naming pattern only), logging each; returns them.
+pub fn remove_stale_temps(dir: &Path) -> Vec<PathBuf> {
+    let removed = crate::fsx::remove_stale_temps(dir, crate::fsx::STALE_TEMP_AGE);
+    for path in &removed {
+        tracing::warn!(path = %path.display(), "removed a temp file left by an interrupted save");
+    }
+    removed
+}
+
+fn digest(bytes: &[u8]) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes).into()
+}
+
+/// A conversation read back to be continued: what `--resume` loads.
+#[derive(Debug, Clone)]
+pub struct Resumed {
+    /// The conversation, its id set to the file it will be saved to.
+    pub conversation: SavedConversation,
+    /// The file it was read from.
+    pub path: PathBuf,
+    /// The id inside the file, when the file's name says otherwise (a copy or a renamed file):
+    /// the conversation continues under the file's name (or a new id), never the inner one.
+    pub inner_id: Option<String>,
+    /// The digest of the file as read, when saves go back to that same file.
+    seen: Option<[u8; 32]>,
+}
+
+impl Resumed {
+    /// What to tell the user on resuming, if anything (a copy becomes its own conversation).
+    pub fn notice(&self) -> Option<String> {
+        let inner = self.inner_id.as_ref()?;
+        let file = self
+            .path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        Some(if self.seen.is_some() {
+            format!(
+                "{file} holds a copy of conversation {inner}: it continues as {}, saved to \
+                 {file}; the original is untouched",
+                self.conversation.id
+            )
+        } else {
+            format!(
+                "{file} holds a copy of conversation {inner} under a name that cannot be an id: \
+                 it continues as a new conversation {}; {file} and the original are untouched",
+                self.conversation.id
+            )
+        })
+    }
+}
+
+/// Loads `path` to be continued. The file a conversation is loaded from is the one it saves to:
+/// when the id inside differs from the file's name (a copy), the conversation takes the file's
+/// name as its id (or a new id when the name cannot be one), so the original is never
+/// overwritten.
+pub fn resume(path: &Path, now: SystemTime) -> Result<Resumed, HistoryError> {
+    let bytes = read_regular(path, FILE_MAX_BYTES, WHAT)?;
+    let mut conversation = parse(&bytes).map_err(|failure| HistoryError::Corrupt {
+        path: path.to_path_buf(),
+        reason: failure.reason,
+    })?;
+    let stem = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or_default()
+        .to_string();
+    let mut seen = Some(digest(&bytes));
+    let mut inner_id = None;
+    if conversation.id != stem {
+        inner_id = Some(conversation.id.clone());
+        if is_valid_id(&stem) && path.extension().is_some_and(|e| e == "json") {
+            conversation.id = stem;
+        } else {
+            conversation.id = crate::ids::new_id(now);
+            seen = None;
+        }
+    }
+    Ok(Resumed {
+        conversation,
+        path: path.to_path_buf(),
+        inner_id,
+        seen,
+    })
+}
+
+/// Where one chat's saves go and what it last saw there, so that two chats on one conversation
+/// never drop each other's turns. Each save, under a lock on the history dir, compares the
+/// file with what this chat last read or wrote; when another writer changed it meanwhile, this
+/// chat's conversation is saved as a fork (a new id) and continues there.
+#[derive(Debug)]
+pub struct SaveSlot {
+    dir: PathBuf,
+    /// The id the chat gives the conversation (what it asks to save).
+    chat_id: Option<String>,
+    /// The id, and file name, saves go to.
+    file_id: String,
+    /// The digest of the file as this chat last read or wrote it.
+    seen: Option<[u8; 32]>,
+}
+
+/// What a save did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SaveOutcome {
+    pub path: PathBuf,
+    /// Saved as a fork: the id of the conversation another writer changed, and the new id.
+    pub forked: Option<(String, String)>,
+}
+
+impl SaveOutcome {
+    /// The notice for a fork, if this save was one.
+    pub fn notice(&self) -> Option<String> {
+        let (from, to) = self.forked.as_ref()?;
+        Some(format!(
+            "conversation {from} was changed by another tokscope since this chat read it: this \
+             chat's turns are saved as a new conversation {to} (both are kept; see `tokscope \
+             history`)"
+        ))
+    }
+}
+
+impl SaveSlot {
+    /// Saves into `dir` under each conversation's own id.
+    pub fn new(dir: &Path) -> Self {
+        Self {
+            dir: dir.to_path_buf(),
+            chat_id: None,
+            file_id: String::new(),
+            seen: None,
+        }
+    }
+
+    /// Saves a resumed conversation back to the file it came from (see `resume`).
+    pub fn resumed(dir: &Path, resumed: &Resumed) -> Self {
+        Self {
+            dir: dir.to_path_buf(),
+            chat_id: Some(resumed.conversation.id.clone()),
+            file_id: resumed.conversation.id.clone(),
+            seen: resumed.seen,
+        }
+    }
+
+    /// Saves `conv` (atomically, user-only), as a fork when another writer changed its file
+    /// since this chat last read or wrote it.
+    pub fn save(
+        &mut self,
+        conv: &SavedConversation,
+        now: SystemTime,
+    ) -> Result<SaveOutcome, HistoryError> {
+        if self.chat_id.as_deref() != Some(conv.id.as_str()) {
+            // A new conversation in this chat (Ctrl+N): its own file from now on.
+            self.chat_id = Some(conv.id.clone());
+            self.file_id = conv.id.clone();
+            self.seen = None;
+        }
+        if !is_valid_id(&self.file_id) {
+            return Err(HistoryError::InvalidId {
+                id: self.file_id.clone(),
+            });
+        }
+        let write_error = |path: &Path, source: io::Error| HistoryError::Write {
+            path: path.to_path_buf(),
+            problem: WriteProblem::classify(&source),
+            source,
+        };
+        crate::fsx::ensure_private_dir(&self.dir).map_err(|e| write_error(&self.dir, e))?;
+        // One save at a time in this dir, across processes: check and write are one step.
+        let _lock = fs::File::open(&self.dir)
+            .and_then(crate::fsx::lock_exclusive)
+            .map_err(|e| write_error(&self.dir, e))?;
+        let mut forked = None;
+        if self.changed_by_another()? {
+            let from = self.file_id.clone();
+            self.file_id = self.unused_id(now);
+            self.seen = None;
+            forked = Some((from, self.file_id.clone()));
+        }
+        let mut on_disk = conv.clone();
+        on_disk.id = self.file_id.clone();
+        on_disk.version = FORMAT_VERSION;
+        let mut json = serde_json::to_vec_pretty(&on_disk).map_err(HistoryError::Encode)?;
+        json.push(b'\n');
+        let path = self.path();
+        write_private(&path, &json).map_err(HistoryError::from)?;
+        self.seen = Some(digest(&json));
+        Ok(SaveOutcome { path, forked })
+    }
+
+    fn path(&self) -> PathBuf {
+        self.dir.join(format!("{}.json", self.file_id))
+    }
+
+    /// Whether the file holds something this chat did not read or write. A file that is gone
+    /// is not a conflict (saving recreates it); one that exists when this chat has never seen
+    /// it is (another conversation with the same id).
+    fn changed_by_another(&self) -> Result<bool, HistoryError> {
+        let path = self.path();
+        match read_regular(&path, FILE_MAX_BYTES, WHAT) {
+            Ok(bytes) => Ok(self.seen != Some(digest(&bytes))),
+            Err(e) if e.is_not_found() => Ok(false),
+            // Something unreadable is there (a FIFO, a huge file): never replace it.
+            Err(ReadError::NotRegular { .. } | ReadError::TooLarge { .. }) => Ok(true),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn unused_id(&self, now: SystemTime) -> String {
+        loop {
+            let id = crate::ids::new_id(now);
+            if fs::symlink_metadata(self.dir.join(format!("{id}.json"))).is_err() {
+                return id;
+            }
+        }
+    }
+}
+
 /// Loads one conversation. A file that is not a valid conversation of this format version is
 /// `Corrupt` and is left untouched.
 pub fn load(path: &Path) -> Result<SavedConversation, HistoryError> {
-    let bytes = fs::read(path).map_err(|source| HistoryError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let bytes = read_regular(path, FILE_MAX_BYTES, WHAT)?;
     parse(&bytes).map_err(|failure| HistoryError::Corrupt {
         path: path.to_path_buf(),
         reason: failure.reason,
@@ -360,17 +592,25 @@ fn conversation_files(dir: &Path) -> Result<Vec<PathBuf>, HistoryError> {
 /// Lists saved conversations, newest first. Files that are not readable conversations are
 /// moved aside (`<name>.corrupt-<unix time>`) and reported; the rest still list.
 pub fn list(dir: &Path) -> Result<ListOutcome, HistoryError> {
-    let mut outcome = ListOutcome::default();
+    let mut outcome = ListOutcome {
+        removed_temps: remove_stale_temps(dir),
+        ..ListOutcome::default()
+    };
     let now_unix_s = unix_s(SystemTime::now());
     for path in conversation_files(dir)? {
-        let bytes = match fs::read(&path) {
+        let bytes = match read_regular(&path, FILE_MAX_BYTES, WHAT) {
             Ok(bytes) => bytes,
             // Another tokscope moved it aside or replaced it between listing and reading.
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(e) => {
+            Err(e) if e.is_not_found() => continue,
+            Err(ReadError::Io { source, .. }) => {
                 outcome
                     .skipped
-                    .push((path, format!("could not be read ({e})")));
+                    .push((path, format!("could not be read ({source})")));
+                continue;
+            }
+            // A FIFO, a device node or a huge file: left alone, never read.
+            Err(e) => {
+                outcome.skipped.push((path, e.to_string()));
                 continue;
             }
         };
@@ -471,8 +711,14 @@ fn entry_for(path: PathBuf, conv: &SavedConversation) -> ConversationEntry {
         }
         None => "(no turns yet)".to_string(),
     };
+    // The file's name is what `--resume` finds it by, and the id it saves under (a copy's inner
+    // id is its original's).
+    let id = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .map_or_else(|| conv.id.clone(), str::to_string);
     ConversationEntry {
-        id: conv.id.clone(),
+        id,
         path,
         updated_unix_s: conv.updated_unix_s,
         turns: conv.turns.len(),
@@ -543,7 +789,7 @@ pub(crate) fn find(dir: &Path, id_or_prefix: &str) -> Result<PathBuf, HistoryErr
 pub(crate) fn latest(dir: &Path) -> Result<Option<PathBuf>, HistoryError> {
     let mut best: Option<(u64, String, PathBuf)> = None;
     for path in conversation_files(dir)? {
-        let Ok(bytes) = fs::read(&path) else {
+        let Ok(bytes) = read_regular(&path, FILE_MAX_BYTES, WHAT) else {
             continue;
         };
         let Ok(conv) = parse(&bytes) else {
@@ -1169,6 +1415,183 @@ mod tests {
         assert!(err.to_string().contains("permission denied"), "{err}");
         assert_eq!(names, vec!["a1.json"]);
         assert_eq!(load(&dir.join("a1.json")).unwrap(), original);
+    }
+
+    fn user_turns(conv: &SavedConversation) -> Vec<String> {
+        conv.turns.iter().map(|t| t.user.clone()).collect()
+    }
+
+    fn add_turn(conv: &mut SavedConversation, user: &str) {
+        let mut turn = conv.turns[0].clone();
+        turn.user = user.to_string();
+        conv.turns.push(turn);
+    }
+
+    #[test]
+    fn a_resumed_copy_saves_to_the_copy_and_never_the_original() {
+        let dir = tempfile::tempdir().unwrap();
+        let original = save(
+            dir.path(),
+            &conversation("20250101-000000-aaaa", 1000, "hi"),
+        )
+        .unwrap();
+        let before = fs::read(&original).unwrap();
+        let copy = dir.path().join("mycopy.json");
+        fs::copy(&original, &copy).unwrap();
+        let resumed = resume(&copy, SystemTime::now()).unwrap();
+        assert_eq!(resumed.conversation.id, "mycopy");
+        assert_eq!(resumed.inner_id.as_deref(), Some("20250101-000000-aaaa"));
+        assert!(resumed
+            .notice()
+            .unwrap()
+            .contains("the original is untouched"));
+        let mut slot = SaveSlot::resumed(dir.path(), &resumed);
+        let mut conv = resumed.conversation.clone();
+        add_turn(&mut conv, "more");
+        let outcome = slot.save(&conv, SystemTime::now()).unwrap();
+        assert_eq!(outcome.path, copy);
+        assert_eq!(outcome.forked, None);
+        assert_eq!(
+            fs::read(&original).unwrap(),
+            before,
+            "the original is untouched"
+        );
+        let saved = load(&copy).unwrap();
+        assert_eq!(saved.id, "mycopy");
+        assert_eq!(saved.turns.len(), 3);
+        // The listing shows each under the name `--resume` finds it by.
+        let ids: Vec<String> = list(dir.path())
+            .unwrap()
+            .entries
+            .into_iter()
+            .map(|e| e.id)
+            .collect();
+        assert!(
+            ids.contains(&"mycopy".to_string())
+                && ids.contains(&"20250101-000000-aaaa".to_string()),
+            "{ids:?}"
+        );
+
+        // A copy whose name cannot be an id becomes a new conversation in a new file.
+        let odd = dir.path().join("copy of it.json");
+        fs::copy(&original, &odd).unwrap();
+        let resumed = resume(&odd, SystemTime::now()).unwrap();
+        assert!(is_valid_id(&resumed.conversation.id));
+        assert_ne!(resumed.conversation.id, "20250101-000000-aaaa");
+        assert!(resumed.notice().unwrap().contains("new conversation"));
+        let mut slot = SaveSlot::resumed(dir.path(), &resumed);
+        let outcome = slot.save(&resumed.conversation, SystemTime::now()).unwrap();
+        assert_eq!(
+            outcome.path,
+            dir.path().join(format!("{}.json", resumed.conversation.id))
+        );
+        assert_eq!(fs::read(&original).unwrap(), before);
+        assert_eq!(fs::read(&odd).unwrap(), before);
+    }
+
+    #[test]
+    fn two_chats_on_one_conversation_fork_instead_of_dropping_turns() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = save(
+            dir.path(),
+            &conversation("20250101-000000-aaaa", 1000, "hi"),
+        )
+        .unwrap();
+        let a = resume(&path, SystemTime::now()).unwrap();
+        let b = resume(&path, SystemTime::now()).unwrap();
+        assert_eq!(a.inner_id, None);
+        let (mut slot_a, mut slot_b) = (
+            SaveSlot::resumed(dir.path(), &a),
+            SaveSlot::resumed(dir.path(), &b),
+        );
+        let (mut conv_a, mut conv_b) = (a.conversation.clone(), b.conversation.clone());
+        add_turn(&mut conv_a, "from a");
+        assert_eq!(
+            slot_a.save(&conv_a, SystemTime::now()).unwrap().forked,
+            None
+        );
+        add_turn(&mut conv_b, "from b");
+        let outcome = slot_b.save(&conv_b, SystemTime::now()).unwrap();
+        let (from, to) = outcome.forked.clone().unwrap();
+        assert_eq!(from, "20250101-000000-aaaa");
+        assert_ne!(to, from);
+        assert!(outcome.notice().unwrap().contains(&to));
+        // Each chat goes on saving to its own file, without further forks.
+        add_turn(&mut conv_a, "a again");
+        add_turn(&mut conv_b, "b again");
+        assert_eq!(
+            slot_a.save(&conv_a, SystemTime::now()).unwrap().forked,
+            None
+        );
+        assert_eq!(
+            slot_b.save(&conv_b, SystemTime::now()).unwrap().forked,
+            None
+        );
+        assert_eq!(
+            user_turns(&load(&path).unwrap()),
+            ["hi", "and again", "from a", "a again"]
+        );
+        let fork = load(&dir.path().join(format!("{to}.json"))).unwrap();
+        assert_eq!(fork.id, to);
+        assert_eq!(user_turns(&fork), ["hi", "and again", "from b", "b again"]);
+    }
+
+    #[test]
+    fn a_new_conversation_never_replaces_a_file_it_did_not_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = save(
+            dir.path(),
+            &conversation("20250101-000000-aaaa", 1000, "theirs"),
+        )
+        .unwrap();
+        let before = fs::read(&path).unwrap();
+        let mut slot = SaveSlot::new(dir.path());
+        let mine = conversation("20250101-000000-aaaa", 2000, "mine");
+        let outcome = slot.save(&mine, SystemTime::now()).unwrap();
+        assert!(outcome.forked.is_some());
+        assert_eq!(fs::read(&path).unwrap(), before);
+        // Ctrl+N: a new conversation in the same chat saves under its own id.
+        let other = conversation("20250102-000000-bbbb", 3000, "next");
+        let outcome = slot.save(&other, SystemTime::now()).unwrap();
+        assert_eq!(
+            outcome,
+            SaveOutcome {
+                path: dir.path().join("20250102-000000-bbbb.json"),
+                forked: None
+            }
+        );
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn fifos_and_devices_in_the_history_dir_are_skipped_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        save(
+            dir.path(),
+            &conversation("20250101-000000-aaaa", 1000, "hi"),
+        )
+        .unwrap();
+        let fifo = dir.path().join("20250102-000000-ffff.json");
+        assert!(std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success());
+        std::os::unix::fs::symlink("/dev/zero", dir.path().join("20250103-000000-0000.json"))
+            .unwrap();
+        let outcome = list(dir.path()).unwrap();
+        assert_eq!(outcome.entries.len(), 1);
+        assert_eq!(outcome.skipped.len(), 2, "{:?}", outcome.skipped);
+        assert!(outcome
+            .skipped
+            .iter()
+            .all(|(_, why)| why.contains("not a regular file")));
+        assert!(latest(dir.path())
+            .unwrap()
+            .unwrap()
+            .ends_with("20250101-000000-aaaa.json"));
+        let err = load(&fifo).unwrap_err().to_string();
+        assert!(err.contains("not a regular file"), "{err}");
     }
 
     #[test]

@@ -142,24 +142,128 @@ impl<S: Subscriber> Layer<S> for LlamaProblemCapture {
     }
 }
 
+/// The log's file name inside the log dir; the previous one is kept as `tokscope.log.1`.
+pub const LOG_FILE: &str = "tokscope.log";
+/// The size at which the log rotates: `tokscope.log` becomes `tokscope.log.1` (replacing the
+/// older one) and a new log starts, so the logs never take more than about twice this.
+pub const LOG_ROTATE_BYTES: u64 = 10 * 1024 * 1024;
+/// The longest event written to the log: a model with a 10 MB `general.name` (which llama.cpp
+/// logs on every load) costs this much, not 10 MB.
+pub const LOG_EVENT_MAX_BYTES: usize = 4096;
+
+/// The log file: user-only (0600, like history), appended to, every event cut to
+/// `LOG_EVENT_MAX_BYTES`, rotated at `LOG_ROTATE_BYTES`.
+pub struct LogFile {
+    path: PathBuf,
+    file: Option<std::fs::File>,
+    size_bytes: u64,
+    rotate_bytes: u64,
+}
+
+impl LogFile {
+    /// Opens (or creates) the log at `path`, its folder created user-only.
+    pub fn open(path: &Path, rotate_bytes: u64) -> std::io::Result<Self> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            crate::fsx::ensure_private_dir(dir)?;
+        }
+        let mut log = Self {
+            path: path.to_path_buf(),
+            file: None,
+            size_bytes: 0,
+            rotate_bytes,
+        };
+        log.reopen()?;
+        Ok(log)
+    }
+
+    fn reopen(&mut self) -> std::io::Result<()> {
+        let mut options = std::fs::OpenOptions::new();
+        options.create(true).append(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            options.mode(0o600);
+            // Never block on a FIFO or follow a link planted where the log should be.
+            options.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
+        }
+        let file = options.open(&self.path)?;
+        let meta = file.metadata()?;
+        if !meta.is_file() {
+            return Err(crate::fsx::not_a_regular_file());
+        }
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            if meta.permissions().mode() & 0o077 != 0 {
+                // Logs written by older versions were 0644.
+                file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+            }
+        }
+        self.size_bytes = meta.len();
+        self.file = Some(file);
+        Ok(())
+    }
+
+    fn rotate(&mut self) -> std::io::Result<()> {
+        self.file = None;
+        let mut old = self.path.clone().into_os_string();
+        old.push(".1");
+        std::fs::rename(&self.path, PathBuf::from(old))?;
+        self.reopen()
+    }
+}
+
+/// `event` cut to `max_bytes` (at a character boundary), saying how much was cut.
+fn cut_event(event: &[u8], max_bytes: usize) -> std::borrow::Cow<'_, [u8]> {
+    if event.len() <= max_bytes {
+        return std::borrow::Cow::Borrowed(event);
+    }
+    let mut end = max_bytes;
+    while end > 0 && (event[end] & 0xC0) == 0x80 {
+        end -= 1;
+    }
+    let mut cut = event[..end].to_vec();
+    cut.extend_from_slice(format!("… [{} bytes cut]\n", event.len() - end).as_bytes());
+    std::borrow::Cow::Owned(cut)
+}
+
+impl std::io::Write for LogFile {
+    /// One call is one event (the fmt layer writes each formatted event at once).
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let event = cut_event(buf, LOG_EVENT_MAX_BYTES);
+        if self.size_bytes > 0 && self.size_bytes + event.len() as u64 > self.rotate_bytes {
+            // A log that cannot rotate keeps appending rather than losing the event.
+            if self.rotate().is_err() && self.file.is_none() {
+                self.reopen()?;
+            }
+        }
+        if let Some(file) = self.file.as_mut() {
+            file.write_all(&event)?;
+            self.size_bytes += event.len() as u64;
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.as_mut().map_or(Ok(()), std::io::Write::flush)
+    }
+}
+
 /// Install the global subscriber: the in-memory capture always, and a log file when `log_dir`
 /// is given (created if missing). Returns the log file's path. Calling it twice is harmless
 /// (the first subscriber stays), which lets every test call it.
 pub fn init(log_dir: Option<&Path>) -> Option<PathBuf> {
     let filter = EnvFilter::try_from_env(LOG_FILTER_ENV).unwrap_or_else(|_| EnvFilter::new("info"));
     let file_layer = log_dir.and_then(|dir| {
-        std::fs::create_dir_all(dir).ok()?;
-        let appender = tracing_appender::rolling::never(dir, "tokscope.log");
+        let log = LogFile::open(&dir.join(LOG_FILE), LOG_ROTATE_BYTES).ok()?;
         Some(
             tracing_subscriber::fmt::layer()
-                .with_writer(appender)
+                .with_writer(Mutex::new(log))
                 .with_ansi(false)
                 .with_filter(filter),
         )
     });
-    let path = file_layer
-        .as_ref()
-        .and(log_dir.map(|d| d.join("tokscope.log")));
+    let path = file_layer.as_ref().and(log_dir.map(|d| d.join(LOG_FILE)));
     // An error here means a subscriber is already installed (a second call): keep that one.
     let _ = tracing_subscriber::registry()
         .with(LlamaProblemCapture)
@@ -185,6 +289,39 @@ mod tests {
             None
         );
         assert_eq!(parse_tensor_counter("[x/2] no"), None);
+    }
+
+    #[test]
+    fn the_log_is_private_cut_per_event_and_rotates() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("logs").join(LOG_FILE);
+        let mut log = LogFile::open(&path, 10_000).unwrap();
+        let huge_name = format!("general.name str = {}\n", "é".repeat(1_000_000));
+        log.write_all(huge_name.as_bytes()).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.len() < LOG_EVENT_MAX_BYTES + 64, "{}", text.len());
+        assert!(
+            text.ends_with("bytes cut]\n"),
+            "{}",
+            &text[text.len() - 40..]
+        );
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600);
+        }
+        for i in 0..10 {
+            log.write_all(format!("{i}: {}\n", "x".repeat(1000)).as_bytes())
+                .unwrap();
+        }
+        let rotated = dir.path().join("logs").join(format!("{LOG_FILE}.1"));
+        assert!(rotated.exists());
+        assert!(std::fs::metadata(&path).unwrap().len() <= 10_000);
+        assert!(std::fs::read_to_string(&path)
+            .unwrap()
+            .ends_with(&format!("{}\n", "x".repeat(1000))));
     }
 
     #[test]

@@ -51,16 +51,19 @@ fn chat_streams_shows_metrics_stops_on_esc_and_restores_the_terminal() {
     });
 
     tmux.type_text("Write a very long story about the sea");
-    // The live token count of the input, without the engine.
+    // The live token count of the input, without the engine. It is counted on its own thread,
+    // so the screen may show the count of an earlier keystroke first: wait for it to catch up.
+    let shown = |s: &str| -> Option<usize> {
+        s.split(" message · ")
+            .nth(1)
+            .filter(|_| s.contains(" tokens "))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+    };
     let typed = tmux.wait_for("the live token count", Duration::from_secs(10), |s| {
-        s.contains(" message · ") && s.contains(" tokens ")
+        shown(s).is_some_and(|n| n >= 5)
     });
-    let count: usize = typed
-        .split(" message · ")
-        .nth(1)
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .expect("a number of tokens");
+    let count: usize = shown(&typed).expect("a number of tokens");
     assert!(
         (5..40).contains(&count),
         "{count} tokens for a short sentence"

@@ -147,6 +147,39 @@ fn a_one_megabyte_paste_is_taken_and_a_too_long_prompt_is_said_on_screen() {
 }
 
 #[test]
+fn keys_after_a_one_megabyte_paste_are_drawn_while_the_count_catches_up() {
+    let _lock = common::model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::synth(dir.path(), "tiny.gguf", "tiny", TensorType::F32, 1);
+    let tmux = Tmux::start(
+        "pastekeys",
+        120,
+        40,
+        &[("TOKSCOPE_DATA_DIR", &dir.path().join("data"))],
+    );
+    start_chat(&tmux, &model, "-c 512 -n 4");
+    let paste = dir.path().join("paste.txt");
+    std::fs::write(&paste, "lorem ipsum dolor sit amet ".repeat((1 << 20) / 27)).unwrap();
+    tmux.tmux(&["load-buffer", "-b", "big", paste.to_str().unwrap()]);
+    tmux.tmux(&["paste-buffer", "-p", "-b", "big", "-t", "main"]);
+    // Each key is a change of a 1 MB input, and the count now runs on its own thread. On this
+    // synthetic model's small vocabulary the old on-thread count was fast too, so this is a
+    // liveness check (keys drawn, Ctrl+Q honoured), not proof of the fix; the deadline is far
+    // above a frame and latency is not measured here.
+    for marker in ["Q", "QZ", "QZX"] {
+        tmux.type_text(&marker[marker.len() - 1..]);
+        tmux.wait_for("the typed key", Duration::from_secs(10), |s| {
+            s.contains(marker)
+        });
+    }
+    tmux.keys(&["C-q"]);
+    let back = tmux.wait_for("the shell", Duration::from_secs(10), |s| {
+        exit_line(s).is_some()
+    });
+    assert_eq!(exit_line(&back), Some("exit=0"), "{back}");
+}
+
+#[test]
 fn a_full_disk_is_reported_and_the_chat_survives() {
     let _lock = common::model_lock();
     let dir = tempfile::tempdir().unwrap();

@@ -94,6 +94,9 @@ pub enum Msg {
     Saved(Result<PathBuf, String>),
     /// The outcome of an export effect.
     Exported(Result<PathBuf, String>),
+    /// Something the loop wants the user to read (a conversation saved as a fork, a copy
+    /// resumed as its own conversation).
+    Notice(NoticeKind, String),
     /// The comparisons log, read for the compare screen (`Ok(None)`: no comparison yet).
     ComparisonLoaded(Result<Option<Comparison>, String>),
     /// The input's token count, counted by the loop as the text changes.
@@ -629,6 +632,10 @@ pub fn update(app: &mut App, msg: Msg, now: Now) -> Vec<Effect> {
                 NoticeKind::Error,
                 format!("could not save the conversation: {e}"),
             );
+            Vec::new()
+        }
+        Msg::Notice(kind, text) => {
+            app.notice(kind, text);
             Vec::new()
         }
         Msg::Exported(result) => {

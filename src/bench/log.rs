@@ -3,8 +3,6 @@
 //! memory. `--vs` compares a run with an earlier one row by row and names the settings that
 //! differ; `tokscope results` lists the runs.
 
-use std::fs::OpenOptions;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -40,22 +38,18 @@ pub(crate) struct RunRecord<'a> {
     pub rows: &'a [Row],
 }
 
-/// Append one run as one line. The line goes out in a single write on a file opened for
-/// appending, so two processes appending at once do not interleave their lines.
-pub(crate) fn append(path: &Path, record: &RunRecord) -> std::io::Result<()> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let mut line = serde_json::to_vec(record).map_err(std::io::Error::other)?;
-    line.push(b'\n');
-    let mut file = OpenOptions::new().create(true).append(true).open(path)?;
-    let written = file.write(&line)?;
-    if written != line.len() {
-        // A short write on a regular file means a full disk; finish the line rather than
-        // leave half of it.
-        file.write_all(&line[written..])?;
-    }
-    Ok(())
+/// Append one run as one line, whole or not at all (`fsx::append_line`: locked, a torn last
+/// line moved aside first, a failed write cut back off, the file user-only).
+pub(crate) fn append(
+    path: &Path,
+    record: &RunRecord,
+) -> Result<Option<crate::fsx::TornLine>, crate::fsx::WriteError> {
+    let line = serde_json::to_vec(record).map_err(|e| crate::fsx::WriteError::Write {
+        path: path.to_path_buf(),
+        problem: crate::fsx::WriteProblem::Other,
+        source: std::io::Error::other(e),
+    })?;
+    crate::fsx::append_line(path, &line)
 }
 
 /// A run read back from the log: only what listings and comparisons need, so that older and
@@ -352,6 +346,7 @@ mod tests {
     use super::super::format::tests::sample_row;
     use super::*;
     use crate::llama::measure::TestKind;
+    use std::io::Write;
 
     #[test]
     fn appends_lines_and_reads_them_back() {

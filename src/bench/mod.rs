@@ -34,7 +34,12 @@ pub(crate) fn save(log_path: &std::path::Path, run_id: &str, unix_time_s: u64, r
         rows,
     };
     match log::append(log_path, &record) {
-        Ok(()) => eprintln!("saved as run {run_id} in {}", log_path.display()),
+        Ok(torn) => {
+            if let Some(torn) = torn {
+                eprintln!("{}", crate::text::terminal_safe(&torn.warning(log_path)));
+            }
+            eprintln!("saved as run {run_id} in {}", log_path.display())
+        }
         Err(e) => eprintln!(
             "warning: could not append to the results log {}: {e}",
             log_path.display()

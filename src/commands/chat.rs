@@ -36,11 +36,17 @@ pub(crate) fn run(args: &ChatArgs, mut settings: Settings) -> Result<(), Failure
         ));
     }
     let history_dir = crate::history::history_dir(&crate::paths::data_dir());
-    let conversation = match &args.resume {
-        None => crate::app::conversation::Conversation::new(
-            crate::ids::new_id(std::time::SystemTime::now()),
-            crate::tui::now().unix_s,
-            settings.system_prompt.clone(),
+    // Temp files of saves killed with `kill -9` (older than a minute) are removed.
+    crate::history::remove_stale_temps(&history_dir);
+    let mut notices = Vec::new();
+    let (conversation, save_slot) = match &args.resume {
+        None => (
+            crate::app::conversation::Conversation::new(
+                crate::ids::new_id(std::time::SystemTime::now()),
+                crate::tui::now().unix_s,
+                settings.system_prompt.clone(),
+            ),
+            crate::history::SaveSlot::new(&history_dir),
         ),
         Some(id) => {
             let path = if id.is_empty() {
@@ -56,9 +62,13 @@ pub(crate) fn run(args: &ChatArgs, mut settings: Settings) -> Result<(), Failure
                 crate::history::find(&history_dir, id)
                     .map_err(|e| Failure::new(crate::commands::USAGE, e.to_string()))?
             };
-            let saved = crate::history::load(&path)
+            let resumed = crate::history::resume(&path, std::time::SystemTime::now())
                 .map_err(|e| Failure::new(crate::commands::FAILURE, e.to_string()))?;
-            crate::app::conversation::Conversation::from_saved(&saved)
+            notices.extend(resumed.notice());
+            (
+                crate::app::conversation::Conversation::from_saved(&resumed.conversation),
+                crate::history::SaveSlot::resumed(&history_dir, &resumed),
+            )
         }
     };
     let mut app = crate::app::App::new(
@@ -78,7 +88,7 @@ pub(crate) fn run(args: &ChatArgs, mut settings: Settings) -> Result<(), Failure
         settings.engine.threads as usize,
     );
     let (mut engine, events) = crate::engine::EngineHandle::spawn(config.clone())?;
-    let result = crate::tui::run_chat(app, &mut engine, events, config);
+    let result = crate::tui::run_chat(app, &mut engine, events, config, save_slot, notices);
     engine.shutdown();
     match result? {
         (_, crate::tui::ChatEnd::Quit) => Ok(()),

@@ -14,6 +14,12 @@ pub(crate) fn run() -> Result<(), Failure> {
             crate::text::path(to)
         );
     }
+    for path in &outcome.removed_temps {
+        eprintln!(
+            "note: removed {}, a temp file left by a save that was interrupted",
+            crate::text::path(path)
+        );
+    }
     for (path, why) in &outcome.skipped {
         eprintln!(
             "warning: skipped {}: {}",

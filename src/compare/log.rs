@@ -1,7 +1,6 @@
 //! The comparisons log: every `compare` run appended as one JSON line in the data dir, so that
 //! the chat's compare screen can show the latest table.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use super::report::Comparison;
@@ -12,23 +11,18 @@ pub fn comparisons_path(data_dir: &Path) -> PathBuf {
     data_dir.join(COMPARISONS_FILE)
 }
 
-/// Append one comparison (the file and its folder are created user-only).
-pub(crate) fn append(path: &Path, c: &Comparison) -> std::io::Result<()> {
-    if let Some(dir) = path.parent() {
-        crate::fsx::ensure_private_dir(dir)?;
-    }
-    let mut line = serde_json::to_string(c).map_err(std::io::Error::other)?;
-    line.push('\n');
-    let mut options = std::fs::OpenOptions::new();
-    options.create(true).append(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600);
-    }
-    let mut file = options.open(path)?;
-    // One write call per line: concurrent appenders do not interleave within a line.
-    file.write_all(line.as_bytes())
+/// Append one comparison as one line, whole or not at all (`fsx::append_line`: locked, a torn
+/// last line moved aside first, the file and its folder user-only).
+pub(crate) fn append(
+    path: &Path,
+    c: &Comparison,
+) -> Result<Option<crate::fsx::TornLine>, crate::fsx::WriteError> {
+    let line = serde_json::to_vec(c).map_err(|e| crate::fsx::WriteError::Write {
+        path: path.to_path_buf(),
+        problem: crate::fsx::WriteProblem::Other,
+        source: std::io::Error::other(e),
+    })?;
+    crate::fsx::append_line(path, &line)
 }
 
 /// The newest comparison that parses (damaged lines are skipped), if any.
@@ -48,6 +42,7 @@ pub fn latest(path: &Path) -> std::io::Result<Option<Comparison>> {
 mod tests {
     use super::*;
     use crate::compare::report::tests::{comparison, row};
+    use std::io::Write;
 
     #[test]
     fn the_latest_parsable_comparison_is_read_back() {

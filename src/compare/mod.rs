@@ -384,10 +384,18 @@ pub(crate) fn run(plan: &ComparePlan, settings: Settings) -> Result<(), CompareE
         );
     }
     match log::append(&log::comparisons_path(&data), &comparison) {
-        Ok(()) => eprintln!(
-            "comparison {id} saved in {}",
-            log::comparisons_path(&data).display()
-        ),
+        Ok(torn) => {
+            if let Some(torn) = torn {
+                eprintln!(
+                    "{}",
+                    crate::text::terminal_safe(&torn.warning(&log::comparisons_path(&data)))
+                );
+            }
+            eprintln!(
+                "comparison {id} saved in {}",
+                log::comparisons_path(&data).display()
+            )
+        }
         Err(e) => eprintln!("warning: could not save the comparison: {e}"),
     }
     if let Some(path) = &plan.plot {
@@ -422,14 +430,16 @@ fn plot(c: &Comparison, path: &Path) -> Result<(), CompareError> {
     Ok(())
 }
 
+/// The largest `--text` read: far more than perplexity needs, far less than memory.
+const TEXT_MAX_BYTES: u64 = 64 * 1024 * 1024;
+
 /// The evaluation text: `--text FILE` or the built-in one.
 fn load_text(path: Option<&Path>) -> Result<(String, String), CompareError> {
     match path {
         None => Ok((BUILTIN_TEXT_NAME.to_string(), BUILTIN_TEXT.to_string())),
         Some(p) => {
-            let bytes = std::fs::read(p).map_err(|e| {
-                CompareError::usage(format!("--text: cannot read {}: {e}", p.display()))
-            })?;
+            let bytes = crate::fsx::read_regular(p, TEXT_MAX_BYTES, "an evaluation text")
+                .map_err(|e| CompareError::usage(format!("--text: {e}")))?;
             let text = String::from_utf8(bytes).map_err(|_| {
                 CompareError::usage(format!("--text: {} is not UTF-8 text", p.display()))
             })?;

@@ -1,6 +1,8 @@
 //! In-process quantization with llama.cpp's own quantizer (`llama_model_quantize`, which
-//! llama-cpp-2 has no safe wrapper for), into a cache folder keyed by the source file's
-//! fingerprint, so that a second `compare` reuses the files. The output is written under a
+//! llama-cpp-2 has no safe wrapper for), into a cache folder keyed by the source file's full
+//! content hash (SHA-256, computed once and remembered by size, mtime and inode in
+//! `content-hashes.json` beside the cache), so that a second `compare` reuses the files and a
+//! different source that shares name, size and its first and last MiB never does. The output is written under a
 //! temporary name and renamed into place, so an interrupted run never leaves a half file that
 //! a later run would take for finished.
 
@@ -10,7 +12,105 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::engine::{check_model_file, fingerprint};
+use serde::{Deserialize, Serialize};
+
+use crate::engine::check_model_file;
+
+/// The memo of content hashes inside the cache folder.
+const HASH_MEMO_FILE: &str = "content-hashes.json";
+/// How many files the memo remembers (the most recent).
+const HASH_MEMO_ENTRIES: usize = 256;
+
+/// A file's content hash, remembered with what identifies that version of the file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct HashMemo {
+    dev: u64,
+    inode: u64,
+    size_bytes: u64,
+    mtime_ns: i128,
+    sha256: String,
+}
+
+/// (dev, inode, size, mtime) of `meta`: a file rewritten in place changes its mtime or size,
+/// and a replaced one its inode.
+fn identity(meta: &std::fs::Metadata) -> (u64, u64, u64, i128) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        (
+            meta.dev(),
+            meta.ino(),
+            meta.size(),
+            i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+        )
+    }
+    #[cfg(not(unix))]
+    {
+        let mtime_ns = meta
+            .modified()
+            .ok()
+            .and_then(|m| m.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_nanos() as i128);
+        (0, 0, meta.len(), mtime_ns)
+    }
+}
+
+/// The SHA-256 of `source`'s whole contents (hex), read once per version of the file: the
+/// result is remembered in `cache_dir` by device, inode, size and mtime, and reused while they
+/// are unchanged.
+pub fn content_hash(cache_dir: &Path, source: &Path) -> std::io::Result<String> {
+    use sha2::Digest;
+    use std::io::Read;
+    let before = std::fs::metadata(source)?;
+    let (dev, inode, size_bytes, mtime_ns) = identity(&before);
+    let memo_path = cache_dir.join(HASH_MEMO_FILE);
+    let mut memo: Vec<HashMemo> =
+        crate::fsx::read_regular(&memo_path, 4 * 1024 * 1024, "the hash memo")
+            .ok()
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+            .unwrap_or_default();
+    if let Some(known) = memo
+        .iter()
+        .find(|m| (m.dev, m.inode, m.size_bytes, m.mtime_ns) == (dev, inode, size_bytes, mtime_ns))
+    {
+        return Ok(known.sha256.clone());
+    }
+    let mut file = std::fs::File::open(source)?;
+    let mut hasher = sha2::Sha256::new();
+    let mut buffer = vec![0u8; 1 << 20];
+    loop {
+        let n = file.read(&mut buffer)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buffer[..n]);
+    }
+    let sha256: String = hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    // Remembered only if the file did not change while it was read.
+    let after = std::fs::metadata(source)?;
+    if identity(&after) == (dev, inode, size_bytes, mtime_ns) {
+        memo.retain(|m| (m.dev, m.inode) != (dev, inode));
+        memo.push(HashMemo {
+            dev,
+            inode,
+            size_bytes,
+            mtime_ns,
+            sha256: sha256.clone(),
+        });
+        let excess = memo.len().saturating_sub(HASH_MEMO_ENTRIES);
+        memo.drain(..excess);
+        if let Ok(text) = serde_json::to_vec(&memo) {
+            if let Err(e) = crate::fsx::write_private(&memo_path, &text) {
+                tracing::warn!(error = %e, "could not remember a content hash");
+            }
+        }
+    }
+    Ok(sha256)
+}
 
 /// A quantization type tokscope can produce without an importance matrix: its name as users
 /// type it (`q4_k_m`) and llama.cpp's `llama_ftype`.
@@ -119,17 +219,21 @@ impl QuantType {
     }
 }
 
-/// The cache file of `source` quantized to `ty`: `<stem>-<fingerprint>-<TYPE>.gguf`.
+/// The cache file of `source` quantized to `ty`: `<stem>-<sha256 of the contents>-<TYPE>.gguf`
+/// (the stem cut to 64 characters).
 pub(crate) fn cache_path(
     cache_dir: &Path,
     source: &Path,
     ty: QuantType,
 ) -> std::io::Result<PathBuf> {
-    let stem = source
+    let stem: String = source
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "model".to_string());
-    let print = fingerprint(source)?;
+        .unwrap_or_else(|| "model".to_string())
+        .chars()
+        .take(64)
+        .collect();
+    let print = content_hash(cache_dir, source)?;
     Ok(cache_dir.join(format!(
         "{stem}-{print}-{}.gguf",
         ty.name.to_ascii_uppercase()
@@ -272,6 +376,43 @@ mod tests {
         let e = QuantType::parse("q9_9").unwrap_err();
         assert!(e.contains("unknown quantization type `q9_9`"), "{e}");
         assert!(e.contains("q4_k_m"), "{e}");
+    }
+
+    #[test]
+    fn the_cache_key_is_the_whole_content_and_is_hashed_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("cache");
+        // Same name, same size, same first and last MiB: only the middle differs.
+        let mut bytes = vec![7u8; 3 << 20];
+        let a_dir = dir.path().join("a");
+        let b_dir = dir.path().join("b");
+        std::fs::create_dir_all(&a_dir).unwrap();
+        std::fs::create_dir_all(&b_dir).unwrap();
+        std::fs::write(a_dir.join("m.gguf"), &bytes).unwrap();
+        bytes[(3 << 20) / 2] = 8;
+        std::fs::write(b_dir.join("m.gguf"), &bytes).unwrap();
+        let ty = QuantType::parse("q8_0").unwrap();
+        let a = cache_path(&cache, &a_dir.join("m.gguf"), ty).unwrap();
+        let b = cache_path(&cache, &b_dir.join("m.gguf"), ty).unwrap();
+        assert_ne!(a, b);
+        assert!(a.to_string_lossy().ends_with("-Q8_0.gguf"));
+        // The second time the memo answers (a planted value proves it is not re-read).
+        let memo_path = cache.join(HASH_MEMO_FILE);
+        let mut memo: Vec<HashMemo> =
+            serde_json::from_slice(&std::fs::read(&memo_path).unwrap()).unwrap();
+        assert_eq!(memo.len(), 2);
+        memo[0].sha256 = "planted".into();
+        std::fs::write(&memo_path, serde_json::to_vec(&memo).unwrap()).unwrap();
+        assert_eq!(
+            content_hash(&cache, &a_dir.join("m.gguf")).unwrap(),
+            "planted"
+        );
+        // A changed file (new mtime and size) is hashed again.
+        bytes.push(0);
+        std::fs::write(a_dir.join("m.gguf"), &bytes).unwrap();
+        let again = content_hash(&cache, &a_dir.join("m.gguf")).unwrap();
+        assert_eq!(again.len(), 64);
+        assert_ne!(again, "planted");
     }
 
     #[test]

