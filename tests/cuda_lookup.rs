@@ -69,6 +69,17 @@ fn launch(
     if lookup_only {
         cmd.env("TOKSCOPE_CUDA_LOOKUP_ONLY", "1");
     }
+    // Another test thread may be forking while this test's scripts were being written: the
+    // child holds the write descriptor until its exec, and exec here then fails with ETXTBSY
+    // ("Text file busy"). That is the test harness's race, not the launcher's: try again.
+    for _ in 0..100 {
+        match cmd.output() {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            other => return other.unwrap(),
+        }
+    }
     cmd.output().unwrap()
 }
 
