@@ -117,13 +117,9 @@ pub struct ListOutcome {
 
 #[derive(Debug, thiserror::Error)]
 pub enum HistoryError {
-    #[error("could not write {path}: {problem}")]
-    Write {
-        path: PathBuf,
-        problem: WriteProblem,
-        #[source]
-        source: io::Error,
-    },
+    /// A save that failed: fsx's error, as it says it.
+    #[error(transparent)]
+    Write(#[from] WriteError),
     #[error("could not read {path}")]
     Read {
         path: PathBuf,
@@ -145,8 +141,6 @@ pub enum HistoryError {
         ID_MAX_BYTES
     )]
     InvalidId { id: String },
-    #[error("{path} has no file name to write to")]
-    NoFileName { path: PathBuf },
     #[error("no saved conversation matches {query:?} in {dir}{}", known_ids(.known))]
     NotFound {
         query: String,
@@ -175,23 +169,6 @@ impl From<ReadError> for HistoryError {
         match e {
             ReadError::Io { path, source } => HistoryError::Read { path, source },
             refused => HistoryError::Refused(refused),
-        }
-    }
-}
-
-impl From<WriteError> for HistoryError {
-    fn from(e: WriteError) -> Self {
-        match e {
-            WriteError::Write {
-                path,
-                problem,
-                source,
-            } => HistoryError::Write {
-                path,
-                problem,
-                source,
-            },
-            WriteError::NoFileName { path } => HistoryError::NoFileName { path },
         }
     }
 }
@@ -425,10 +402,12 @@ impl SaveSlot {
                 id: self.file_id.clone(),
             });
         }
-        let write_error = |path: &Path, source: io::Error| HistoryError::Write {
-            path: path.to_path_buf(),
-            problem: WriteProblem::classify(&source),
-            source,
+        let write_error = |path: &Path, source: io::Error| {
+            HistoryError::Write(WriteError::Write {
+                path: path.to_path_buf(),
+                problem: WriteProblem::classify(&source),
+                source,
+            })
         };
         crate::fsx::ensure_private_dir(&self.dir).map_err(|e| write_error(&self.dir, e))?;
         // One save at a time in this dir, across processes: check and write are one step.
@@ -1367,7 +1346,7 @@ mod tests {
         fs::write(&blocker, "a regular file").unwrap();
         let err = save(&history_dir(&blocker), &conversation("a1", NOW_UNIX_S, "x")).unwrap_err();
         let message = err.to_string();
-        assert!(matches!(err, HistoryError::Write { .. }), "{message}");
+        assert!(matches!(err, HistoryError::Write(_)), "{message}");
         assert!(message.contains("could not write"), "{message}");
         assert!(message.contains("a1.json"), "{message}");
         assert!(
@@ -1405,10 +1384,10 @@ mod tests {
         assert!(
             matches!(
                 err,
-                HistoryError::Write {
+                HistoryError::Write(WriteError::Write {
                     problem: WriteProblem::PermissionDenied,
                     ..
-                }
+                })
             ),
             "{err}"
         );
