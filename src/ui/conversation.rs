@@ -3,7 +3,7 @@
 //! welcome screen of an empty conversation, and scrolling from the bottom with the position
 //! clamped to the content at draw time.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
@@ -11,6 +11,7 @@ use ratatui::widgets::Paragraph;
 use ratatui::Frame;
 
 use super::text::{line_width, one_line, truncate, wrap};
+use super::view::View;
 use super::{format, markdown, theme};
 use crate::app::conversation::{AssistantTurn, TurnPhase};
 use crate::app::{App, EngineStatus};
@@ -20,7 +21,7 @@ use crate::metrics::TurnSummary;
 /// Body text is indented under its role label.
 const INDENT: &str = "  ";
 
-pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App, now: Instant) {
+pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App, view: &View) {
     if area.is_empty() {
         return;
     }
@@ -33,7 +34,7 @@ pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App, now: Instant) {
         height.saturating_add(app.scroll.lines_from_bottom)
     }
     .saturating_add(1);
-    let lines = tail_lines(app, area.width as usize, now, wanted);
+    let lines = tail_lines_waited(app, area.width as usize, view.waiting, wanted);
     let total = lines.len();
     let (start, view, hidden_below) = if app.scroll.follows() || total <= height {
         (total.saturating_sub(height), height, 0)
@@ -73,6 +74,16 @@ pub fn lines(app: &App, width: usize, now: Instant) -> Vec<Line<'static>> {
 /// The last lines of the conversation, at least `wanted` of them when there are that many
 /// (whole exchanges are rendered, newest first, until enough lines are known), oldest first.
 pub fn tail_lines(app: &App, width: usize, now: Instant, wanted: usize) -> Vec<Line<'static>> {
+    tail_lines_waited(app, width, super::view::waiting(app, now), wanted)
+}
+
+/// [`tail_lines`] with the answer in flight's waiting time as the frame's `View` has it.
+fn tail_lines_waited(
+    app: &App,
+    width: usize,
+    waiting: Option<Duration>,
+    wanted: usize,
+) -> Vec<Line<'static>> {
     let width = width.max(1);
     let indent = [Span::raw(INDENT)];
     let exchanges = &app.conversation.exchanges;
@@ -95,7 +106,7 @@ pub fn tail_lines(app: &App, width: usize, now: Instant, wanted: usize) -> Vec<L
         ));
         if let Some(turn) = &exchange.assistant {
             out.push(Line::default());
-            out.extend(assistant(app, turn, width, now));
+            out.extend(assistant(turn, width, waiting));
         }
         count += out.len();
         blocks.push(out);
@@ -126,7 +137,7 @@ pub fn tail_lines(app: &App, width: usize, now: Instant, wanted: usize) -> Vec<L
     out
 }
 
-fn assistant(app: &App, turn: &AssistantTurn, width: usize, now: Instant) -> Vec<Line<'static>> {
+fn assistant(turn: &AssistantTurn, width: usize, waiting: Option<Duration>) -> Vec<Line<'static>> {
     let mut out = vec![Line::from(Span::styled(
         "▍assistant",
         theme::ASSISTANT_LABEL,
@@ -159,10 +170,7 @@ fn assistant(app: &App, turn: &AssistantTurn, width: usize, now: Instant) -> Vec
         }
         TurnPhase::Queued | TurnPhase::Prefill => {
             out.extend(body);
-            let waited = app
-                .active_since
-                .map(|since| format::secs(now.saturating_duration_since(since)))
-                .unwrap_or_else(|| "—".to_string());
+            let waited = waiting.map_or_else(|| "—".to_string(), format::secs);
             let progress = match turn.prefill_progress {
                 Some((done, total)) => format!("{done}/{total}"),
                 None => format!("0/{}", count(turn.timeline.prefilled_tokens())),
@@ -191,7 +199,7 @@ fn assistant(app: &App, turn: &AssistantTurn, width: usize, now: Instant) -> Vec
                 body.push(Line::from(Span::styled("  (no text)", theme::DIM)));
             }
             out.extend(body);
-            let figures = figures(&turn.current_summary());
+            let figures = figures(turn.summary.as_ref());
             out.extend(wrap(
                 &[Span::styled(
                     format!("─ {figures} · {}", reason.as_str()),
@@ -204,7 +212,7 @@ fn assistant(app: &App, turn: &AssistantTurn, width: usize, now: Instant) -> Vec
         }
         TurnPhase::Stopped => {
             out.extend(body);
-            let figures = figures(&turn.current_summary());
+            let figures = figures(turn.summary.as_ref());
             out.extend(wrap(
                 &[
                     Span::styled("■ stopped", theme::STOPPED),
@@ -233,13 +241,14 @@ fn count(n: Option<usize>) -> String {
     n.map_or_else(|| "—".to_string(), |n| n.to_string())
 }
 
-/// The compact figures under a finished answer.
-fn figures(s: &TurnSummary) -> String {
+/// The compact figures under a finished answer: its summary, made once when it finished (or
+/// read from its saved file); `—` for a figure it does not have.
+fn figures(s: Option<&TurnSummary>) -> String {
     format!(
         "TTFT {} ms · {} tok/s · {} tok",
-        format::num(s.ttft_ms),
-        format::num(s.decode_tok_per_s),
-        s.tokens_generated
+        format::num(s.and_then(|s| s.ttft_ms)),
+        format::num(s.and_then(|s| s.decode_tok_per_s)),
+        count(s.map(|s| s.tokens_generated))
     )
 }
 

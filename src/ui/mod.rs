@@ -60,10 +60,10 @@ pub fn draw(frame: &mut Frame, app: &App, now: Instant) {
         let metrics_w = (area.width * 3 / 10).clamp(30, 40);
         let [conversation_area, metrics_area] =
             Layout::horizontal([Constraint::Min(1), Constraint::Length(metrics_w)]).areas(body);
-        conversation::draw(frame, conversation_area, app, now);
+        conversation::draw(frame, conversation_area, app, &view);
         metrics_pane::draw(frame, metrics_area, app, &view);
     } else {
-        conversation::draw(frame, body, app, now);
+        conversation::draw(frame, body, app, &view);
         frame.render_widget(Paragraph::new(metrics_pane::strip(&view)), strip_area);
     }
     frame.render_widget(Paragraph::new(notice), notice_area);

@@ -177,7 +177,7 @@ fn focus_turn(app: &App) -> Option<(usize, &AssistantTurn)> {
 }
 
 /// How long the answer in flight has waited for its first token (queued or in prefill).
-fn waiting(app: &App, now: Instant) -> Option<Duration> {
+pub(crate) fn waiting(app: &App, now: Instant) -> Option<Duration> {
     let turn = app.conversation.active()?;
     if !matches!(turn.phase, TurnPhase::Queued | TurnPhase::Prefill) {
         return None;
