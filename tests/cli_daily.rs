@@ -116,6 +116,15 @@ fn run_reads_the_prompt_from_a_file_or_stdin() {
         .assert()
         .code(2)
         .stderr(predicate::str::contains("could not read the prompt file"));
+    // A device or a FIFO is refused at once, not read until memory runs out.
+    tokscope(home.path())
+        .args(base)
+        .arg(&model)
+        .args(["-f", "/dev/zero"])
+        .timeout(std::time::Duration::from_secs(60))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("is not a regular file"));
     tokscope(home.path())
         .args(base)
         .arg(&model)

@@ -318,6 +318,9 @@ fn plant(metrics: &mut TurnSummary) {
     }
 }
 
+/// The largest prompt file `run -f` reads: far beyond any context window.
+const PROMPT_FILE_LIMIT: u64 = 64 << 20;
+
 /// The prompt from -p, -f, or stdin (`-p -`, or neither flag with stdin not a terminal).
 pub(crate) fn read_prompt(args: &RunArgs) -> Result<String, Failure> {
     use std::io::Read;
@@ -334,12 +337,27 @@ pub(crate) fn read_prompt(args: &RunArgs) -> Result<String, Failure> {
     let text = match (&args.prompt, &args.prompt_file) {
         (Some(p), _) if p == "-" => from_stdin()?,
         (Some(p), _) => p.clone(),
-        (None, Some(file)) => std::fs::read_to_string(file).map_err(|e| {
-            Failure::new(
-                crate::commands::USAGE,
-                format!("could not read the prompt file {}: {e}", file.display()),
-            )
-        })?,
+        (None, Some(file)) => {
+            // A regular file within a size no context holds anyway: /dev/zero or a FIFO must
+            // not hang the run or fill the memory (pipe text in through stdin instead).
+            let bytes =
+                crate::fsx::read_regular(file, PROMPT_FILE_LIMIT, "a prompt").map_err(|e| {
+                    let message = match e {
+                        crate::fsx::ReadError::Io { source, .. } => format!(
+                            "could not read the prompt file {}: {source}",
+                            file.display()
+                        ),
+                        refused => refused.to_string(),
+                    };
+                    Failure::new(crate::commands::USAGE, message)
+                })?;
+            String::from_utf8(bytes).map_err(|_| {
+                Failure::new(
+                    crate::commands::USAGE,
+                    format!("the prompt file {} is not UTF-8 text", file.display()),
+                )
+            })?
+        }
         (None, None) if !std::io::stdin().is_terminal() => from_stdin()?,
         (None, None) => {
             return Err(Failure::new(
