@@ -6,7 +6,8 @@
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
+use std::sync::Mutex;
 
 const LIBS: [&str; 3] = ["libcudart.so.13", "libcublas.so.13", "libcublasLt.so.13"];
 
@@ -14,9 +15,27 @@ fn launcher_source() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/cuda-launcher.sh")
 }
 
+/// Held while this binary writes a script and while it runs one. Another test thread forking
+/// while a script is still open for writing leaves the write descriptor in its child until that
+/// child's exec; exec of the script then fails with ETXTBSY ("Text file busy"), here or inside
+/// the launcher. That is the test harness's race, not the launcher's, and retrying the outer
+/// exec does not cover the inner one: so no fork happens while a script is being written.
+static FORK_LOCK: Mutex<()> = Mutex::new(());
+
+fn locked() -> std::sync::MutexGuard<'static, ()> {
+    FORK_LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Runs `cmd` to completion with no script being written meanwhile.
+fn run(cmd: &mut Command) -> Output {
+    let _guard = locked();
+    cmd.output().unwrap()
+}
+
 /// A relocatable folder as build-cuda.sh writes it: bin/tokscope (the launcher) and
 /// libexec/tokscope (here a script that prints what it was given), lib/ empty.
 fn folder(root: &Path) -> PathBuf {
+    let _guard = locked();
     let dir = root.join("tokscope-cuda");
     fs::create_dir_all(dir.join("bin")).unwrap();
     fs::create_dir_all(dir.join("libexec")).unwrap();
@@ -69,18 +88,7 @@ fn launch(
     if lookup_only {
         cmd.env("TOKSCOPE_CUDA_LOOKUP_ONLY", "1");
     }
-    // Another test thread may be forking while this test's scripts were being written: the
-    // child holds the write descriptor until its exec, and exec here then fails with ETXTBSY
-    // ("Text file busy"). That is the test harness's race, not the launcher's: try again.
-    for _ in 0..100 {
-        match cmd.output() {
-            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
-                std::thread::sleep(std::time::Duration::from_millis(10));
-            }
-            other => return other.unwrap(),
-        }
-    }
-    cmd.output().unwrap()
+    run(&mut cmd)
 }
 
 #[test]
@@ -173,11 +181,9 @@ fn an_explicit_folder_overrides_the_search() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = folder(tmp.path());
     put_libs(&dir.join("lib"), &LIBS);
-    let out = Command::new(dir.join("bin/tokscope"))
+    let out = run(Command::new(dir.join("bin/tokscope"))
         .env("TOKSCOPE_CUDA_LOOKUP_ONLY", "1")
-        .env("TOKSCOPE_CUDA_LIB_DIR", "/opt/my-cuda/lib")
-        .output()
-        .unwrap();
+        .env("TOKSCOPE_CUDA_LIB_DIR", "/opt/my-cuda/lib"));
     assert_eq!(
         String::from_utf8(out.stdout).unwrap().trim(),
         "env:/opt/my-cuda/lib"
@@ -191,13 +197,11 @@ fn a_symlink_to_the_launcher_finds_its_folder() {
     put_libs(&dir.join("lib"), &LIBS);
     let link = tmp.path().join("tokscope");
     std::os::unix::fs::symlink(dir.join("bin/tokscope"), &link).unwrap();
-    let out = Command::new(&link)
+    let out = run(Command::new(&link)
         .env("TOKSCOPE_CUDA_LOOKUP_ONLY", "1")
         .env("TOKSCOPE_CUDA_SITE_DIRS", "")
         .env("TOKSCOPE_CUDA_SYSTEM_DIRS", "")
-        .env_remove("TOKSCOPE_CUDA_LIB_DIR")
-        .output()
-        .unwrap();
+        .env_remove("TOKSCOPE_CUDA_LIB_DIR"));
     assert_eq!(
         String::from_utf8(out.stdout).unwrap().trim(),
         format!("bundle:{}", dir.join("lib").display())
