@@ -676,6 +676,55 @@ fn only_the_visible_tail_is_rendered_and_it_matches_the_full_render() {
 }
 
 #[test]
+fn one_huge_exchange_is_rendered_from_its_tail_and_the_tail_matches_the_full_render() {
+    // A single exchange holding megabytes (a pasted file and a long answer, with a code block
+    // that is open where the tail starts): the pane renders only a tail of whole paragraphs,
+    // and what it shows equals the end of the full rendering.
+    let mut app = finished_app();
+    let para = "The keeper climbed the stairs again and wrote in the log that the wind had \
+                turned to the north-east, as it did every autumn.";
+    let mut answer = String::new();
+    for i in 0..4000 {
+        answer.push_str(&format!("{i}: {para}\n\n"));
+        if i == 1000 {
+            // A code block that spans the last paragraphs, blank lines included.
+            answer.push_str("```rust\nfn main() {\n\n    let x = 1;\n\n");
+        }
+    }
+    answer.push_str("    println!(\"{x}\");\n}\n```\n\nThe end.");
+    let user = format!("{para}\n\n").repeat(20_000);
+    assert!(answer.len() > 500_000 && user.len() > 2_000_000);
+    app.conversation.exchanges[1].user = user;
+    app.conversation.exchanges[1]
+        .assistant
+        .as_mut()
+        .unwrap()
+        .text = answer;
+    let full = tokscope::ui::conversation::lines(&app, 80, now());
+    for wanted in [1, 30, 200] {
+        let tail = tokscope::ui::conversation::tail_lines(&app, 80, now(), wanted);
+        assert!(
+            tail.len() >= wanted && tail.len() < full.len() / 4,
+            "{wanted}: {} of {}",
+            tail.len(),
+            full.len()
+        );
+        assert_eq!(&full[full.len() - tail.len()..], &tail[..], "{wanted}");
+    }
+    // Far enough up, the user's paste is reached, from its tail too.
+    // (The answer is about 12,000 lines here and the paste about 60,000.)
+    let deep = full.len() - 30_000;
+    let tail = tokscope::ui::conversation::tail_lines(&app, 80, now(), deep);
+    assert!(
+        tail.len() >= deep && tail.len() < full.len(),
+        "{deep}: {} of {}",
+        tail.len(),
+        full.len()
+    );
+    assert_eq!(&full[full.len() - tail.len()..], &tail[..]);
+}
+
+#[test]
 fn bench_screen_with_a_batch_sweep() {
     let mut app = ready_app();
     app.mode = Mode::Bench;

@@ -57,6 +57,15 @@ pub enum NoticeKind {
     Error,
 }
 
+/// The most a message may hold, in bytes: a paste that would make it longer is refused. The
+/// largest contexts (about a million tokens) hold some 4 MiB of text, so nothing longer could
+/// be sent; and the input stays cheap to edit and to count.
+pub(crate) const INPUT_MAX_BYTES: usize = 8 << 20;
+
+fn mib(bytes: usize) -> String {
+    format!("{:.1} MiB", bytes as f64 / f64::from(1u32 << 20))
+}
+
 /// A one-line message in the status area (command results, errors, warnings).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Notice {
@@ -616,7 +625,21 @@ pub fn update(app: &mut App, msg: Msg, now: Now) -> Vec<Effect> {
                     .chars()
                     .filter(|c| !c.is_control() || *c == '\n' || *c == '\t')
                     .collect();
-                app.input.insert_str(&clean);
+                let total = app.input.text.len().saturating_add(clean.len());
+                if total > INPUT_MAX_BYTES {
+                    app.notice(
+                        NoticeKind::Warning,
+                        format!(
+                            "not pasted: the paste is {}, and the message may be at most {} \
+                             (no model's context holds more); paste a part of it, or give a \
+                             file to `tokscope run -f`",
+                            mib(clean.len()),
+                            mib(INPUT_MAX_BYTES)
+                        ),
+                    );
+                } else {
+                    app.input.insert_str(&clean);
+                }
             }
             Vec::new()
         }
@@ -894,6 +917,26 @@ pub(crate) mod tests {
         let mut app = ready_app();
         update(&mut app, Msg::Paste("a\r\nb\x1b[31mc\x07".into()), now());
         assert_eq!(app.input.text, "a\nb[31mc");
+    }
+
+    #[test]
+    fn a_paste_the_message_cannot_hold_is_refused_with_a_message() {
+        let mut app = ready_app();
+        app.input.set("typed ");
+        let fits = "x".repeat(INPUT_MAX_BYTES - app.input.text.len());
+        update(&mut app, Msg::Paste(fits.clone()), now());
+        assert_eq!(
+            app.input.text.len(),
+            INPUT_MAX_BYTES,
+            "a paste that just fits is taken"
+        );
+        app.input.set("typed ");
+        update(&mut app, Msg::Paste(format!("{fits}y")), now());
+        assert_eq!(app.input.text, "typed ", "the input is kept as it was");
+        let notice = app.notice.as_ref().expect("a notice");
+        assert_eq!(notice.kind, NoticeKind::Warning);
+        assert!(notice.text.contains("not pasted"), "{}", notice.text);
+        assert!(notice.text.contains("8.0 MiB"), "{}", notice.text);
     }
 
     #[test]

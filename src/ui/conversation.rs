@@ -21,6 +21,83 @@ use crate::metrics::TurnSummary;
 /// Body text is indented under its role label.
 const INDENT: &str = "  ";
 
+/// A message longer than this (in bytes) is rendered from a tail of whole paragraphs, just
+/// long enough for the lines the pane wants: a 20 MB answer costs a frame what a page does.
+const TAIL_FROM: usize = 64 * 1024;
+
+/// `render` of the shortest tail of `text` that starts a paragraph and renders to at least
+/// `need` lines (of the whole text when it is shorter than [`TAIL_FROM`] or no tail is enough),
+/// and whether the text was cut. `markdown`: an open code fence at the cut is reopened, so
+/// code keeps looking like code.
+fn render_tail(
+    text: &str,
+    need: usize,
+    width: usize,
+    markdown: bool,
+    render: impl Fn(&str) -> Vec<Line<'static>>,
+) -> (Vec<Line<'static>>, bool) {
+    // A row holds at most `width` columns; a byte a column (and a newline) is a first guess
+    // of the bytes per row, doubled until the tail renders to enough lines (the renders add
+    // up to at most twice the last one).
+    let mut bytes = TAIL_FROM.max(need.saturating_mul(width.saturating_add(1)));
+    while bytes < text.len() {
+        let mut cut = text.len() - bytes;
+        while !text.is_char_boundary(cut) {
+            cut += 1;
+        }
+        if let Some(i) = text[cut..].find("\n\n") {
+            cut += i + 2;
+        }
+        let lines = match markdown.then(|| open_fence(&text[..cut])).flatten() {
+            Some(fence) => {
+                // The reopened block's top line (its frame and language) belongs to the
+                // full render's start of the block, far above: it is not shown here.
+                let mut lines = render(&format!("{fence}\n{}", &text[cut..]));
+                if !lines.is_empty() {
+                    lines.remove(0);
+                }
+                lines
+            }
+            None => render(&text[cut..]),
+        };
+        if lines.len() >= need {
+            return (lines, true);
+        }
+        bytes = bytes.saturating_mul(2);
+    }
+    (render(text), false)
+}
+
+/// The opening line of the fenced code block still open at the end of `text`, if one is.
+fn open_fence(text: &str) -> Option<&str> {
+    let mut open: Option<&str> = None;
+    for line in text.lines() {
+        let trimmed = line.trim_start_matches(' ');
+        if line.len() - trimmed.len() > 3 {
+            continue;
+        }
+        let marker = |c: char| trimmed.chars().take_while(|&x| x == c).count() >= 3;
+        if !(marker('`') || marker('~')) {
+            continue;
+        }
+        open = match open {
+            None => Some(trimmed),
+            Some(opener) => {
+                let c = opener.chars().next().unwrap_or('`');
+                let n = opener.chars().take_while(|&x| x == c).count();
+                let closes = trimmed.chars().take_while(|&x| x == c).count() >= n
+                    && trimmed.trim_end().chars().all(|x| x == c);
+                if closes {
+                    None
+                } else {
+                    Some(opener)
+                }
+            }
+        };
+    }
+    open
+}
+
 pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App, view: &View) {
     if area.is_empty() {
         return;
@@ -89,29 +166,50 @@ fn tail_lines_waited(
     let exchanges = &app.conversation.exchanges;
     let mut blocks: Vec<Vec<Line<'static>>> = Vec::new();
     let mut count = 0usize;
+    let mut cut = false;
     for (i, exchange) in exchanges.iter().enumerate().rev() {
         if count >= wanted {
             break;
         }
+        let need = wanted - count;
+        let (answer, answer_cut) = match &exchange.assistant {
+            Some(turn) => assistant(turn, width, waiting, need),
+            None => (Vec::new(), false),
+        };
         let mut out = Vec::new();
-        if i > 0 {
-            out.push(Line::default());
-        }
-        out.push(Line::from(Span::styled("▍you", theme::USER_LABEL)));
-        out.extend(wrap(
-            &[Span::styled(exchange.user.clone(), theme::USER_TEXT)],
-            width,
-            &indent,
-            &indent,
-        ));
-        if let Some(turn) = &exchange.assistant {
-            out.push(Line::default());
-            out.extend(assistant(turn, width, waiting));
+        if answer_cut {
+            // The answer alone fills the pane: its labels and its question are above what
+            // can be seen.
+            cut = true;
+            out = answer;
+        } else {
+            let user_need = need.saturating_sub(answer.len());
+            let (user, user_cut) = render_tail(&exchange.user, user_need, width, false, |text| {
+                wrap(
+                    &[Span::styled(text.to_string(), theme::USER_TEXT)],
+                    width,
+                    &indent,
+                    &indent,
+                )
+            });
+            if user_cut {
+                cut = true;
+            } else {
+                if i > 0 {
+                    out.push(Line::default());
+                }
+                out.push(Line::from(Span::styled("▍you", theme::USER_LABEL)));
+            }
+            out.extend(user);
+            if exchange.assistant.is_some() {
+                out.push(Line::default());
+                out.extend(answer);
+            }
         }
         count += out.len();
         blocks.push(out);
     }
-    let reached_top = blocks.len() == exchanges.len();
+    let reached_top = blocks.len() == exchanges.len() && !cut;
     let mut out = Vec::new();
     if reached_top {
         if let Some(system) = &app.conversation.system_prompt {
@@ -137,13 +235,23 @@ fn tail_lines_waited(
     out
 }
 
-fn assistant(turn: &AssistantTurn, width: usize, waiting: Option<Duration>) -> Vec<Line<'static>> {
+/// The answer's lines, at least `need` of them when it has that many (a long answer is
+/// rendered from its tail: [`render_tail`]), and whether it was cut.
+fn assistant(
+    turn: &AssistantTurn,
+    width: usize,
+    waiting: Option<Duration>,
+    need: usize,
+) -> (Vec<Line<'static>>, bool) {
     let mut out = vec![Line::from(Span::styled(
         "▍assistant",
         theme::ASSISTANT_LABEL,
     ))];
     let body_width = width.saturating_sub(INDENT.len()).max(1);
-    let mut body: Vec<Line<'static>> = markdown::render(&turn.text, body_width)
+    let (rendered, cut) = render_tail(&turn.text, need, body_width, true, |text| {
+        markdown::render(text, body_width)
+    });
+    let mut body: Vec<Line<'static>> = rendered
         .into_iter()
         .map(|line| {
             if line.spans.is_empty() {
@@ -233,7 +341,11 @@ fn assistant(turn: &AssistantTurn, width: usize, waiting: Option<Duration>) -> V
             ));
         }
     }
-    out
+    if cut {
+        // Only a tail of the body is rendered: the label above it is out of sight.
+        out.remove(0);
+    }
+    (out, cut)
 }
 
 /// A token count, `—` while unknown.

@@ -7,52 +7,143 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Paragraph};
 use ratatui::Frame;
 
-use super::text::{clean, truncate, width};
+use super::text::{clean, shown_width, truncate, width};
 use super::theme;
 use crate::app::{App, EngineStatus, Mode};
 
 const PROMPT: &str = "› ";
 const CONTINUATION: &str = "  ";
 
-/// The input's rows at `width` columns and the cursor's (row, column) among them.
-fn rows(text: &str, cursor: usize, max_w: usize) -> (Vec<String>, (usize, usize)) {
-    let max_w = max_w.max(1);
-    let mut rows = vec![String::new()];
-    let mut col = 0;
-    let mut at = None;
-    for (i, c) in text.char_indices() {
-        if c == '\n' {
-            if i == cursor {
-                at = Some((rows.len() - 1, col));
-            }
-            rows.push(String::new());
-            col = 0;
-            continue;
+/// Byte ranges of the rows of `line` (which holds no newline) at `max_w` columns, at most
+/// `limit` of them; an empty line is one empty row.
+fn line_rows(line: &str, max_w: usize, limit: usize) -> Vec<(usize, usize)> {
+    if line.bytes().all(|b| (b' '..=b'~').contains(&b)) {
+        // Printable ASCII (a pasted file, mostly): one column a byte, rows of `max_w` bytes.
+        if line.is_empty() {
+            return vec![(0, 0)];
         }
-        let shown = clean(c.encode_utf8(&mut [0; 4]));
-        let w = width(&shown);
+        return (0..line.len())
+            .step_by(max_w)
+            .take(limit)
+            .map(|start| (start, (start + max_w).min(line.len())))
+            .collect();
+    }
+    let mut out = Vec::new();
+    let (mut start, mut col) = (0, 0);
+    for (i, c) in line.char_indices() {
+        let w = shown_width(c);
         if col + w > max_w && col > 0 {
-            rows.push(String::new());
+            out.push((start, i));
+            if out.len() >= limit {
+                return out;
+            }
+            start = i;
             col = 0;
-        }
-        if i == cursor {
-            at = Some((rows.len() - 1, col));
-        }
-        if let Some(row) = rows.last_mut() {
-            row.push_str(&shown);
         }
         col += w;
     }
-    let at = match at {
-        Some(at) => at,
-        None if col >= max_w => {
-            // At the end of a full row: the cursor starts the next one.
-            rows.push(String::new());
-            (rows.len() - 1, 0)
+    out.push((start, line.len()));
+    out
+}
+
+/// The part of the input the box shows: only the rows around the cursor are laid out, so a
+/// key costs the same whatever the input's size (a scan of the cursor's line, no copies).
+#[derive(Debug, PartialEq)]
+struct Window {
+    /// The rows shown, in order, as drawn (controls as their symbols).
+    rows: Vec<String>,
+    /// Whether `rows[0]` is the input's first row (which carries the prompt).
+    from_top: bool,
+    /// The cursor's row within `rows`, and its column.
+    cursor: (usize, usize),
+    /// Rows of the whole input, counted up to `visible` (the box never grows further).
+    total: usize,
+}
+
+/// The `visible` rows of `text` at `max_w` columns that the box shows with the cursor at byte
+/// `cursor`: the first rows while the cursor is among them, else the rows ending at the
+/// cursor's row.
+fn window(text: &str, cursor: usize, max_w: usize, visible: usize) -> Window {
+    let max_w = max_w.max(1);
+    let visible = visible.max(1);
+    let cursor = cursor.min(text.len());
+    let line_start = text[..cursor].rfind('\n').map_or(0, |i| i + 1);
+    let line_end = text[cursor..].find('\n').map_or(text.len(), |i| cursor + i);
+    let line = &text[line_start..line_end];
+    let mut own = line_rows(line, max_w, usize::MAX);
+    let at = cursor - line_start;
+    let (cur_row, cur_col) = if at == line.len() {
+        let last = own.len() - 1;
+        let col: usize = line[own[last].0..].chars().map(shown_width).sum();
+        if cursor == text.len() && col >= max_w {
+            // At the end of a full last row: the cursor starts the next one.
+            own.push((line.len(), line.len()));
+            (last + 1, 0)
+        } else {
+            (last, col)
         }
-        None => (rows.len() - 1, col),
+    } else {
+        let row = own.iter().position(|&(_, end)| at < end).unwrap_or(0);
+        let col = line[own[row].0..at].chars().map(shown_width).sum();
+        (row, col)
     };
-    (rows, at)
+    let show = |text: &str| clean(text);
+    // Rows above the cursor's row, nearest last: this line's, then earlier lines' (only as
+    // many as the box can show).
+    let mut above: Vec<String> = own[cur_row.saturating_sub(visible - 1)..cur_row]
+        .iter()
+        .map(|&(a, b)| show(&line[a..b]))
+        .collect();
+    let mut reached_top = line_start == 0 && cur_row < visible;
+    if above.len() < visible - 1 && line_start > 0 {
+        let mut earlier = text[..line_start - 1].rsplit('\n').peekable();
+        while above.len() < visible - 1 {
+            let Some(prev) = earlier.next() else { break };
+            let ranges = line_rows(prev, max_w, usize::MAX);
+            let wanted = visible - 1 - above.len();
+            let rows: Vec<String> = ranges[ranges.len().saturating_sub(wanted)..]
+                .iter()
+                .map(|&(a, b)| show(&prev[a..b]))
+                .collect();
+            reached_top = ranges.len() <= wanted && earlier.peek().is_none();
+            above.splice(0..0, rows);
+        }
+    }
+    // Rows below the cursor's row: this line's, then later lines' (as many as can be shown).
+    let mut below: Vec<String> = own[cur_row + 1..]
+        .iter()
+        .take(visible)
+        .map(|&(a, b)| show(&line[a..b]))
+        .collect();
+    if line_end < text.len() {
+        for next in text[line_end + 1..].split('\n') {
+            if below.len() >= visible {
+                break;
+            }
+            let want = visible - below.len();
+            below.extend(
+                line_rows(next, max_w, want)
+                    .iter()
+                    .map(|&(a, b)| show(&next[a..b])),
+            );
+        }
+    }
+    let cursor_row_text = own
+        .get(cur_row)
+        .map(|&(a, b)| show(&line[a..b]))
+        .unwrap_or_default();
+    // `above` holds at most `visible - 1` rows, so the cursor's row is always shown.
+    let total = (above.len() + 1 + below.len()).min(visible);
+    let cursor_at = above.len();
+    let mut rows = above;
+    rows.push(cursor_row_text);
+    rows.extend(below.into_iter().take(visible - rows.len()));
+    Window {
+        rows,
+        from_top: reached_top,
+        cursor: (cursor_at, cur_col),
+        total,
+    }
 }
 
 /// Rows of text the box shows at most, for a terminal `height` rows tall.
@@ -63,8 +154,8 @@ pub(crate) fn max_rows(height: u16) -> usize {
 /// The height of the box (its top border and its text rows) at `area_width` columns.
 pub(crate) fn height(app: &App, area_width: u16, max_rows: usize) -> u16 {
     let inner = (area_width as usize).saturating_sub(width(PROMPT));
-    let (rows, _) = rows(&app.input.text, app.input.cursor, inner);
-    (rows.len().clamp(1, max_rows.max(1)) + 1) as u16
+    let shown = window(&app.input.text, app.input.cursor, inner, max_rows);
+    (shown.total.clamp(1, max_rows.max(1)) + 1) as u16
 }
 
 fn hint(app: &App) -> &'static str {
@@ -107,21 +198,26 @@ pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App) {
         return;
     }
     let text_w = (inner.width as usize).saturating_sub(width(PROMPT)).max(1);
-    let (rows, (cur_row, cur_col)) = rows(&app.input.text, app.input.cursor, text_w);
     let visible = inner.height as usize;
-    let offset = (cur_row + 1).saturating_sub(visible);
+    let shown = window(&app.input.text, app.input.cursor, text_w, visible);
+    let (cur_row, cur_col) = shown.cursor;
     let lines: Vec<Line<'static>> = if app.input.text.is_empty() {
         vec![Line::from(vec![
             Span::styled(PROMPT, theme::INPUT_PROMPT),
             Span::styled(placeholder(app), theme::INPUT_PLACEHOLDER),
         ])]
     } else {
-        rows.into_iter()
+        let from_top = shown.from_top;
+        shown
+            .rows
+            .into_iter()
             .enumerate()
-            .skip(offset)
-            .take(visible)
             .map(|(i, row)| {
-                let prefix = if i == 0 { PROMPT } else { CONTINUATION };
+                let prefix = if i == 0 && from_top {
+                    PROMPT
+                } else {
+                    CONTINUATION
+                };
                 Line::from(vec![
                     Span::styled(prefix, theme::INPUT_PROMPT),
                     Span::styled(row, theme::INPUT_TEXT),
@@ -132,7 +228,7 @@ pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App) {
     frame.render_widget(Paragraph::new(lines), inner);
     if app.mode == Mode::Chat {
         let x = inner.x as usize + width(PROMPT) + cur_col;
-        let y = inner.y as usize + cur_row - offset;
+        let y = inner.y as usize + cur_row;
         if x < (inner.x + inner.width) as usize && y < (inner.y + inner.height) as usize {
             frame.set_cursor_position((x as u16, y as u16));
         }
@@ -142,6 +238,115 @@ pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The reference layout: every row of the input at `width` columns and the cursor's (row,
+    /// column) among them (what the box did before it laid out only the rows it shows).
+    fn rows(text: &str, cursor: usize, max_w: usize) -> (Vec<String>, (usize, usize)) {
+        let max_w = max_w.max(1);
+        let mut rows = vec![String::new()];
+        let mut col = 0;
+        let mut at = None;
+        for (i, c) in text.char_indices() {
+            if c == '\n' {
+                if i == cursor {
+                    at = Some((rows.len() - 1, col));
+                }
+                rows.push(String::new());
+                col = 0;
+                continue;
+            }
+            let shown = clean(c.encode_utf8(&mut [0; 4]));
+            let w = width(&shown);
+            if col + w > max_w && col > 0 {
+                rows.push(String::new());
+                col = 0;
+            }
+            if i == cursor {
+                at = Some((rows.len() - 1, col));
+            }
+            if let Some(row) = rows.last_mut() {
+                row.push_str(&shown);
+            }
+            col += w;
+        }
+        let at = match at {
+            Some(at) => at,
+            None if col >= max_w => {
+                // At the end of a full row: the cursor starts the next one.
+                rows.push(String::new());
+                (rows.len() - 1, 0)
+            }
+            None => (rows.len() - 1, col),
+        };
+        (rows, at)
+    }
+
+    /// What the box showed with the reference layout: rows `offset..offset + visible`.
+    fn reference(text: &str, cursor: usize, max_w: usize, visible: usize) -> Window {
+        let (all, (row, col)) = rows(text, cursor, max_w);
+        let offset = (row + 1).saturating_sub(visible);
+        Window {
+            total: all.len().min(visible),
+            rows: all.into_iter().skip(offset).take(visible).collect(),
+            from_top: offset == 0,
+            cursor: (row - offset, col),
+        }
+    }
+
+    #[test]
+    fn the_window_is_the_reference_layouts_rows_for_any_text_cursor_and_size() {
+        // Every text over a small alphabet (newlines, wide, tab, control, combining) up to
+        // length 6, every cursor position, widths 1-5 and heights 1-4.
+        let alphabet = ['a', '\n', '日', '\t', '\u{1b}', '\u{301}', 'b'];
+        let mut texts = vec![String::new()];
+        let mut last = vec![String::new()];
+        for _ in 0..5 {
+            last = last
+                .iter()
+                .flat_map(|t| {
+                    alphabet.iter().map(move |&c| {
+                        let mut t = t.clone();
+                        t.push(c);
+                        t
+                    })
+                })
+                .collect();
+            texts.extend(last.iter().cloned());
+        }
+        let mut checked = 0;
+        for text in &texts {
+            let cursors: Vec<usize> = text
+                .char_indices()
+                .map(|(i, _)| i)
+                .chain([text.len()])
+                .collect();
+            for &cursor in &cursors {
+                for max_w in 1..=5 {
+                    for visible in 1..=4 {
+                        assert_eq!(
+                            window(text, cursor, max_w, visible),
+                            reference(text, cursor, max_w, visible),
+                            "{text:?} cursor {cursor} width {max_w} height {visible}"
+                        );
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert!(checked > 100_000, "{checked}");
+    }
+
+    #[test]
+    fn a_megabyte_line_is_laid_out_around_the_cursor() {
+        let text = "lorem ipsum ".repeat(1 << 17);
+        let shown = window(&text, text.len(), 100, 10);
+        assert_eq!(shown.rows.len(), 10);
+        assert!(!shown.from_top);
+        assert_eq!(shown, reference(&text, text.len(), 100, 10));
+        let top = window(&text, 0, 100, 10);
+        assert!(top.from_top);
+        assert_eq!(top, reference(&text, 0, 100, 10));
+    }
 
     #[test]
     fn rows_break_at_the_width_and_track_the_cursor() {

@@ -31,6 +31,19 @@ pub(crate) fn clean(text: &str) -> String {
     out
 }
 
+/// Columns that `clean` of the one character `c` takes, without making the string.
+pub(crate) fn shown_width(c: char) -> usize {
+    match c {
+        ' '..='~' => 1,
+        '\r' => 0,
+        '\t' => TAB.len(),
+        // A control picture, the delete symbol, or the replacement character.
+        c if (c as u32) < 0x20 => 1,
+        '\u{7f}'..='\u{9f}' => 1,
+        c => char_width(c),
+    }
+}
+
 /// `clean`, on one line (newlines become spaces).
 pub(crate) fn one_line(text: &str) -> String {
     clean(text).replace('\n', " ")
@@ -308,6 +321,21 @@ mod tests {
         );
         assert_eq!(clean, "red ␛[31mtext␛[0m\nbell␇    tab\u{FFFD}csi␡");
         assert_eq!(one_line("a\nb\u{1b}"), "a b␛");
+    }
+
+    #[test]
+    fn shown_width_is_the_width_of_the_cleaned_character() {
+        let samples = (0u32..0x3400)
+            .chain(0xFE00..0xFF10)
+            .chain(0x1F300..0x1FA00)
+            .filter_map(char::from_u32);
+        for c in samples {
+            assert_eq!(
+                shown_width(c),
+                width(&clean(c.encode_utf8(&mut [0; 4]))),
+                "{c:?}"
+            );
+        }
     }
 
     #[test]
