@@ -46,10 +46,10 @@ fn main() {
         tracing::error!("panic{location}: {payload}");
         // Give the terminal back first, so the message lands on the user's normal screen.
         tokscope::tui::restore();
-        eprintln!(
+        say(&format!(
             "tokscope crashed: {payload}{location}\n  please report this; the log is in {}",
             tokscope::paths::log_dir().display()
-        );
+        ));
     }));
     // clap has no multi-letter short flags: llama-bench's -ngl, -ctk, … become long ones.
     let cli = Cli::parse_from(commands::bench::rewrite_llama_bench_flags(
@@ -61,11 +61,22 @@ fn main() {
         Err(f) => {
             // Messages name files and quote models: neutralised like everything else that
             // reaches a terminal.
-            eprintln!("error: {}", tokscope::text::terminal_safe(&f.message));
+            tracing::info!(code = f.code, "exit: {}", f.message);
+            say(&format!(
+                "error: {}",
+                tokscope::text::terminal_safe(&f.message)
+            ));
             f.code
         }
     };
     std::process::exit(code);
+}
+
+/// One line to stderr. A closed terminal (the window was closed: EIO) or a closed pipe
+/// cannot take it, and that is no reason to panic: the line is dropped (the log has it).
+fn say(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
 }
 
 /// With a file-size limit (`ulimit -f`), the kernel kills a process that writes past it with

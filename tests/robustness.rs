@@ -275,6 +275,42 @@ fn quitting_or_sighup_while_loading_ends_cleanly() {
 }
 
 #[test]
+fn closing_the_terminal_window_ends_quietly_and_keeps_the_turns() {
+    let _lock = common::model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::synth(dir.path(), "tiny.gguf", "tiny", TensorType::F32, 1);
+    let data = dir.path().join("data");
+    let tmux = Tmux::start("winclose", 100, 30, &[("TOKSCOPE_DATA_DIR", &data)]);
+    start_chat(&tmux, &model, "-n 8");
+    send(&tmux, "hello");
+    wait_idle_after_answers(&tmux, 1);
+    let pid = tokscope_pid(&tmux);
+    // The window closes: the pane's terminal goes away under the chat (SIGHUP, then EIO on
+    // every read and write of the terminal).
+    tmux.tmux(&["kill-pane", "-t", "main"]);
+    let proc_dir = std::path::PathBuf::from(format!("/proc/{pid}"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while proc_dir.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        !proc_dir.exists(),
+        "the chat ended after its terminal closed"
+    );
+    let log = std::fs::read_to_string(data.join("logs/tokscope.log")).unwrap();
+    assert!(!log.contains("panic"), "no panic is logged:\n{log}");
+    assert!(
+        log.contains("stopped by signal 1"),
+        "the hangup is logged:\n{log}"
+    );
+    assert_eq!(
+        common::tmux::saved_turns(&data),
+        1,
+        "the finished turn is saved"
+    );
+}
+
+#[test]
 fn sigterm_while_streaming_restores_the_terminal_and_keeps_finished_turns() {
     let _lock = common::model_lock();
     let dir = tempfile::tempdir().unwrap();

@@ -195,7 +195,10 @@ pub(crate) fn run_chat(
         let mut tick_count: u32 = 0;
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         loop {
-            driver.draw_if_due(Instant::now())?;
+            match driver.draw_if_due(Instant::now()) {
+                Err(e) if hung_up(&e) => return Ok(ChatEnd::Signal(1)),
+                other => other?,
+            };
             if inject_panic
                 && driver.draws > 0
                 && driver.app.engine == crate::app::EngineStatus::Ready
@@ -213,6 +216,8 @@ pub(crate) fn run_chat(
                         }
                         batch.extend(terminal_msg(e));
                     }
+                    // The terminal went away (its window was closed): a hangup.
+                    Some(Err(e)) if hung_up(&e) => return Ok(ChatEnd::Signal(1)),
                     Some(Err(e)) => return Err(e),
                     None => return Ok(ChatEnd::Quit),
                 },
@@ -265,6 +270,15 @@ pub(crate) fn run_chat(
         engine.cancel(active.request_id);
     }
     Ok((driver.app, end))
+}
+
+/// Whether a terminal read or write failed because the terminal is gone (EIO: the window or
+/// the SSH connection was closed; ENXIO/EBADF likewise), which ends the chat as SIGHUP does.
+fn hung_up(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EIO) | Some(libc::ENXIO) | Some(libc::EBADF)
+    )
 }
 
 async fn sleep_until_opt(at: Option<Instant>) {
