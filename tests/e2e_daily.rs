@@ -84,3 +84,61 @@ fn a_failed_model_switch_keeps_the_model_and_a_good_one_switches() {
     assert_eq!(common::tmux::exit_line(&screen), Some("exit=0"), "{screen}");
     assert_eq!(common::tmux::saved_turns(&data), answers + 1);
 }
+
+/// `/copy` writes the last answer as OSC 52: tmux with `set-clipboard on` takes it into its
+/// paste buffer (the real sequence, through the real terminal), byte for byte the saved
+/// answer; with tmux's default (`external`), which drops such writes, the chat says so.
+#[test]
+fn copy_puts_the_answer_on_the_clipboard_and_says_when_the_terminal_cannot_take_it() {
+    let _lock = common::model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::synth(
+        dir.path(),
+        "tiny.gguf",
+        "tiny",
+        tokscope::synth::TensorType::F32,
+        1,
+    );
+    let data = dir.path().join("data");
+    let tmux = Tmux::start("copy", 120, 40, &[("TOKSCOPE_DATA_DIR", &data)]);
+    tmux.tmux(&["set", "-g", "set-clipboard", "on"]);
+    common::tmux::start_chat(&tmux, &model, "-n 12");
+    send(&tmux, "hello");
+    wait_idle_after_answers(&tmux, 1);
+    send(&tmux, "/copy");
+    tmux.wait_for("the copy notice", Duration::from_secs(10), |s| {
+        s.contains("copied answer 1")
+    });
+    let saved: Vec<_> = std::fs::read_dir(data.join("history"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    let answer = tokscope::history::load(&saved[0]).unwrap().turns[0]
+        .assistant
+        .clone();
+    assert!(!answer.is_empty());
+    let mut buffer = String::new();
+    for _ in 0..100 {
+        buffer = tmux.tmux(&["show-buffer"]);
+        if !buffer.is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(buffer, answer, "tmux's buffer holds the answer");
+    tmux.keys(&["C-q"]);
+    tmux.wait_for("the shell", Duration::from_secs(10), |s| {
+        common::tmux::exit_line(s).is_some()
+    });
+
+    tmux.tmux(&["set", "-g", "set-clipboard", "external"]);
+    tmux.type_text("clear");
+    tmux.keys(&["Enter"]);
+    common::tmux::start_chat(&tmux, &model, "-n 12 --resume");
+    send(&tmux, "/copy");
+    let screen = tmux.wait_for("the refusal", Duration::from_secs(10), |s| {
+        s.contains("not copied")
+    });
+    assert!(screen.contains("set-clipboard on"), "{screen}");
+}

@@ -24,6 +24,8 @@ pub(crate) enum Action {
     NewConversation,
     /// Ctrl+L: repaint the whole screen.
     Repaint,
+    /// Copy the last answer to the clipboard.
+    Copy,
     ToggleHelp,
     CloseHelp,
     Quit,
@@ -103,6 +105,7 @@ pub(crate) fn action_for(mode: Mode, input_empty: bool, key: KeyEvent) -> Option
         (Mode::Chat, KeyCode::Delete) => Some(Action::Delete),
         (Mode::Chat, KeyCode::Left) => Some(Action::Left),
         (Mode::Chat, KeyCode::Right) => Some(Action::Right),
+        (Mode::Chat, KeyCode::Char('c')) if alt => Some(Action::Copy),
         (Mode::Chat, KeyCode::Char(c)) if !ctrl && !alt => Some(Action::Char(c)),
         (Mode::Chat, KeyCode::Tab) => Some(Action::Char(' ')),
         _ => None,

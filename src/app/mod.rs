@@ -5,6 +5,7 @@
 
 mod ab;
 pub mod conversation;
+mod copy;
 pub(crate) mod export;
 mod input;
 mod keymap;
@@ -151,6 +152,8 @@ pub enum Effect {
         sampling: SamplingParams,
         max_tokens: u32,
     },
+    /// Put this text on the clipboard (an OSC 52 sequence written to the terminal).
+    Copy(String),
     Quit,
 }
 
@@ -184,6 +187,9 @@ pub struct App {
     pub bandwidth: Option<crate::metrics::roofline::Bandwidth>,
     /// Price per GPU-hour (USD) for the cost per 1M tokens.
     pub price_per_hour_usd: f64,
+    /// Why this terminal cannot take an OSC 52 clipboard write (`None`: it may), found when
+    /// the chat starts (`tui::terminal::clipboard_blocked`).
+    pub clipboard_blocked: Option<String>,
     pub notice: Option<Notice>,
     /// Prompts sent in this session, for Up-recall.
     pub sent_prompts: Vec<String>,
@@ -231,6 +237,7 @@ impl App {
             ignore_eos: false,
             bandwidth: None,
             price_per_hour_usd: 2.0,
+            clipboard_blocked: None,
             notice: None,
             sent_prompts: Vec::new(),
             active_since: None,
@@ -533,6 +540,7 @@ impl App {
             Action::Down => self.scroll_by(-1),
             Action::NewConversation => return self.new_conversation(now),
             Action::Repaint => self.full_repaint = true,
+            Action::Copy => return self.copy(""),
             Action::ToggleHelp => {
                 if self.mode != Mode::Help {
                     self.help_return = self.mode;

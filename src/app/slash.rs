@@ -5,7 +5,7 @@ use super::{App, Effect, ExportFormat, Mode, NoticeKind, Now};
 /// Every slash command (the help lists each; a test keeps the two in step).
 pub(crate) const SLASH_COMMANDS: &[&str] = &[
     "/system", "/temp", "/top_p", "/max", "/seed", "/export", "/model", "/ab", "/compare", "/new",
-    "/help", "/quit",
+    "/copy", "/help", "/quit",
 ];
 
 impl App {
@@ -86,6 +86,7 @@ impl App {
             "/ab" => return self.start_ab(arg, now),
             "/compare" => return self.open_compare(),
             "/new" => return self.new_conversation(now),
+            "/copy" => return self.copy(arg),
             "/help" => {
                 self.help_return = Mode::Chat;
                 self.help_scroll = 0;

@@ -79,6 +79,7 @@ pub(crate) fn run(args: &ChatArgs, mut settings: Settings) -> Result<(), Failure
     );
     app.ignore_eos = args.ignore_eos;
     app.price_per_hour_usd = settings.price_per_gpu_hour_usd;
+    app.clipboard_blocked = crate::tui::clipboard_blocked();
     // Before the engine starts loading, so the copy probe does not compete with it.
     let gpus = crate::llama::gpu_device_descriptions();
     app.bandwidth = crate::hw::peak_bandwidth(

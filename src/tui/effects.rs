@@ -106,6 +106,8 @@ impl Effects<'_> {
                         .map(|()| path.clone());
                     msgs.push(Msg::Exported(result));
                 }
+                // Written to the terminal by the loop (`settle`), which owns it.
+                Effect::Copy(_) => {}
                 Effect::Quit => quit = true,
             }
         }

@@ -23,7 +23,7 @@ pub use frames::{
     FrameScheduler, FRAME_INTERVAL, SLOWEST_STREAM_FRAME_INTERVAL, STREAM_DRAW_BUDGET,
     STREAM_FRAME_INTERVAL,
 };
-pub use terminal::{enter, restore, RestoreGuard};
+pub use terminal::{clipboard_blocked, enter, restore, RestoreGuard};
 use terminal::{terminal_msg, TerminalInput};
 
 /// How often time-driven parts of the screen (waiting clocks, loading) refresh.
@@ -127,11 +127,36 @@ pub(crate) fn now() -> Now {
 
 /// Apply `msgs` and run their effects, then the messages reporting those effects' outcomes,
 /// until none is left. Returns whether an effect asked to quit.
-fn settle<B: Backend>(driver: &mut Driver<B>, effects: &mut Effects, msgs: Vec<Msg>) -> bool {
+fn settle<B: Backend + io::Write>(
+    driver: &mut Driver<B>,
+    effects: &mut Effects,
+    msgs: Vec<Msg>,
+) -> bool {
     let mut pending = msgs;
     while !pending.is_empty() {
-        let fx = driver.apply_all(pending, now());
-        let (outcomes, quit) = effects.run(fx);
+        let mut fx = driver.apply_all(pending, now());
+        // A clipboard write goes to the terminal, through the backend ratatui draws with.
+        let mut copied = Vec::new();
+        fx.retain(|e| match e {
+            Effect::Copy(text) => {
+                copied.push(text.clone());
+                false
+            }
+            _ => true,
+        });
+        let (mut outcomes, quit) = effects.run(fx);
+        for text in copied {
+            let backend = driver.terminal.backend_mut();
+            let written = backend
+                .write_all(terminal::osc52(&text).as_bytes())
+                .and_then(|()| io::Write::flush(backend));
+            if let Err(e) = written {
+                outcomes.push(Msg::Notice(
+                    crate::app::NoticeKind::Error,
+                    format!("could not copy: writing to the terminal failed: {e}"),
+                ));
+            }
+        }
         if quit {
             return true;
         }

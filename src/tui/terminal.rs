@@ -143,3 +143,51 @@ impl Drop for TerminalInput {
         self.stop.store(true, Ordering::Relaxed);
     }
 }
+
+/// The OSC 52 sequence that asks the terminal to put `text` on the system clipboard
+/// ("c"), ended by BEL (understood by xterm, kitty, WezTerm, iTerm2, Windows Terminal,
+/// foot, Alacritty and tmux).
+pub(crate) fn osc52(text: &str) -> String {
+    use base64::Engine as _;
+    format!(
+        "\x1b]52;c;{}\x07",
+        base64::engine::general_purpose::STANDARD.encode(text)
+    )
+}
+
+/// Why an OSC 52 clipboard write cannot work in this terminal, when that can be known:
+/// no terminal type, the Linux console or a dumb terminal; or tmux with `set-clipboard`
+/// not `on` (its default, `external`, drops what programs send). `None`: it may work (most
+/// terminals take it; some ask the user first).
+pub fn clipboard_blocked() -> Option<String> {
+    let term = std::env::var("TERM").unwrap_or_default();
+    if term.is_empty() || term == "dumb" || term == "linux" {
+        return Some(format!(
+            "this terminal (TERM={}) cannot take OSC 52 clipboard writes",
+            if term.is_empty() { "unset" } else { &term }
+        ));
+    }
+    std::env::var_os("TMUX")?;
+    let out = std::process::Command::new("tmux")
+        .args(["show-options", "-gv", "set-clipboard"])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    let value = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    (out.status.success() && value != "on").then(|| {
+        format!(
+            "tmux passes clipboard writes on only with `tmux set -g set-clipboard on` (it is \
+             {value})"
+        )
+    })
+}
+
+#[cfg(test)]
+mod clipboard_tests {
+    #[test]
+    fn osc52_is_the_base64_text_between_the_osc_and_bel() {
+        assert_eq!(super::osc52("héllo"), "\x1b]52;c;aMOpbGxv\x07");
+        assert_eq!(super::osc52(""), "\x1b]52;c;\x07");
+    }
+}

@@ -18,6 +18,7 @@ const KEYS: &[(&str, &str)] = &[
     ("Up", "on an empty input: recall the last prompt"),
     ("Ctrl+N", "new conversation"),
     ("Ctrl+L", "repaint the whole screen"),
+    ("Alt+C", "copy the last answer to the clipboard (OSC 52)"),
     ("PgUp / PgDn", "scroll the conversation (so does the mouse wheel)"),
     (
         "Home / End",
@@ -52,6 +53,10 @@ const COMMANDS: &[(&str, &str)] = &[
     ("/max N", "most tokens per answer"),
     ("/seed N", "sampling seed"),
     ("/export md|json PATH", "write the conversation to a file"),
+    (
+        "/copy [N|code]",
+        "copy the last answer, answer N, or the last code block to the clipboard (OSC 52: works locally, over SSH, and in tmux with set-clipboard on)",
+    ),
     (
         "/model PATH",
         "load another GGUF model; the conversation is kept",
