@@ -31,6 +31,8 @@ pub struct ChatArgs {
 /// `tokscope chat`: the TUI on the configured (or demo) model.
 pub(crate) fn run(args: &ChatArgs, mut settings: Settings) -> Result<(), Failure> {
     if let Some(url) = args.remote.url.clone().or(settings.remote.url.clone()) {
+        // `-m` names the server's model; the context flags are for a local `/ab FILE`.
+        args.model.apply(&mut settings)?;
         args.sampling.apply(&mut settings)?;
         return run_remote(args, &url, settings);
     }

@@ -199,7 +199,7 @@ impl RemoteTimeline {
     /// server's, `prefill` is the server's own prompt time, `decode_compute`/`decode_calls`
     /// its `predicted_ms`/`predicted_n`. The stages only a local engine has (queue, template
     /// and tokenize, end of prefill) stay `None`. The record itself is kept in `remote`.
-    pub(crate) fn turn_timeline(&self) -> super::TurnTimeline {
+    pub fn turn_timeline(&self) -> super::TurnTimeline {
         let (counts, _) = self.tokens_per_chunk();
         let mut token_ready_at = Vec::new();
         if let Some(first) = self.chunks.first() {

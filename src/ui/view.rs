@@ -122,7 +122,8 @@ impl<'a> View<'a> {
         Self {
             waiting: waiting(app, now),
             context_used,
-            n_ctx: app.model.as_ref().map(|m| m.n_ctx),
+            // 0: not known (a server's model).
+            n_ctx: app.model.as_ref().map(|m| m.n_ctx).filter(|n| *n > 0),
             roofline: Roofline::of(app, context_used, decode_tok_per_s),
             ab: app.ab.as_ref().map(|ab| AbView {
                 a: Figures::of(&ab.a, remote_chat),
