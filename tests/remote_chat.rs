@@ -230,3 +230,47 @@ fn ab_across_kinds_a_servers_answer_beside_a_local_gguf() {
     );
     quit(&tmux);
 }
+
+#[test]
+fn esc_closes_the_stream_and_the_server_stops_generating() {
+    let _lock = common::model_lock();
+    let setup = Setup::new();
+    // A model slow enough (a few ms per token on one core) that 1000 tokens take seconds.
+    let medium = common::synth_medium(setup.server_dir.path());
+    let server = LlamaServer::start(&medium, 1, &[], setup.server_dir.path());
+    let tmux = setup.tmux("remote-esc");
+    start(
+        &tmux,
+        &format!("--url {} --temp 0 -n 1000 --ignore-eos", server.url()),
+    );
+    send(&tmux, "Tell me everything.");
+    tmux.wait_for("the answer to stream", Duration::from_secs(60), |s| {
+        s.contains("· streaming")
+    });
+    tmux.keys(&["Escape"]);
+    let screen = tmux.wait_for("the answer to stop", Duration::from_secs(20), |s| {
+        s.contains("■ stopped ·")
+    });
+    let tokens: u64 = pane_value(&screen, "tokens")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("tokens shows a number: {screen}"));
+    assert!(tokens < 1000, "stopped early: {tokens} tokens");
+    // The closed connection made the server stop: its decode counter no longer moves (at a
+    // few ms per token it would add dozens of decodes in half a second).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let before = server.metric("llamacpp:n_decode_total");
+        std::thread::sleep(Duration::from_millis(500));
+        let after = server.metric("llamacpp:n_decode_total");
+        if after == before && server.metric("llamacpp:requests_processing") == 0.0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server kept generating after Esc ({before} → {after} decodes)"
+        );
+    }
+    // The partial answer is kept, and saved.
+    quit(&tmux);
+    assert_eq!(saved_turns(&setup.dir.path().join("data")), 1);
+}

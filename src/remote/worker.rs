@@ -141,7 +141,7 @@ fn run(
             "{what} needs a local model; this chat talks to a server (start `tokscope chat -m FILE` for a local one)"
         ))
     };
-    while let Ok(command) = commands.recv() {
+    while let Some(command) = runtime.block_on(next_command(commands)) {
         match command {
             EngineCommand::Generate(request) => {
                 let id = request.id;
@@ -221,6 +221,22 @@ fn run(
                 ))));
             }
             EngineCommand::Shutdown => break,
+        }
+    }
+}
+
+/// How often the idle worker looks for a command. Between commands the runtime keeps
+/// running, so the connection tasks it holds make progress: a stream dropped by Esc is closed
+/// at once (and the server stops generating), not when the next request happens to poll it.
+const COMMAND_POLL: Duration = Duration::from_millis(20);
+
+/// The next command, or `None` when the handle is gone.
+async fn next_command(commands: &mpsc::Receiver<EngineCommand>) -> Option<EngineCommand> {
+    loop {
+        match commands.try_recv() {
+            Ok(command) => return Some(command),
+            Err(mpsc::TryRecvError::Disconnected) => return None,
+            Err(mpsc::TryRecvError::Empty) => tokio::time::sleep(COMMAND_POLL).await,
         }
     }
 }
