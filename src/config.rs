@@ -589,6 +589,30 @@ mod tests {
     }
 
     #[test]
+    fn the_remote_table_applies_and_names_bad_values() {
+        let s = apply(
+            "[remote]\nurl = \"http://h:8000/v1\"\nmodel = \"m\"\napi_key_env = \"K\"\nweights_gb = 16.0\nbandwidth_gb_s = 3350.0\ngpus = 2\n",
+        )
+        .unwrap();
+        assert_eq!(s.remote.url.as_deref(), Some("http://h:8000/v1"));
+        assert_eq!(s.remote.model.as_deref(), Some("m"));
+        assert_eq!(s.remote.api_key_env.as_deref(), Some("K"));
+        assert_eq!(s.remote.weights_gb, Some(16.0));
+        assert_eq!(s.remote.bandwidth_gb_s, Some(3350.0));
+        assert_eq!(s.remote.gpus, Some(2));
+        for (bad, key) in [
+            ("[remote]\nweights_gb = 0.0", "remote.weights_gb"),
+            ("[remote]\nbandwidth_gb_s = -1.0", "remote.bandwidth_gb_s"),
+            ("[remote]\ngpus = 0", "remote.gpus"),
+            ("[remote]\nurl = \" \"", "remote.url"),
+            ("[remote]\napi_key = \"sk\"", "api_key"),
+        ] {
+            let e = apply(bad).unwrap_err().to_string();
+            assert!(e.contains(key), "{bad}: {e}");
+        }
+    }
+
+    #[test]
     fn price_per_kwh_applies_and_must_be_positive() {
         assert_eq!(Settings::default().price_per_kwh, None);
         let s = apply("price_per_kwh = 0.25\n").unwrap();

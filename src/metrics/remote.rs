@@ -348,6 +348,71 @@ mod tests {
     }
 
     #[test]
+    fn the_chat_timeline_of_a_remote_turn_keeps_its_figures() {
+        let t = RemoteTimeline {
+            network_rtt: Some(Duration::from_millis(2)),
+            chunks: vec![at(30), at(40), at(60)],
+            finished_at: Duration::from_millis(61),
+            server_timings: Some(ServerTimings {
+                prompt_n: 6,
+                prompt_ms: 20.0,
+                cache_n: Some(4),
+                predicted_n: 3,
+                predicted_ms: 25.0,
+            }),
+            usage: Some(ServerUsage {
+                prompt_tokens: 10,
+                completion_tokens: 3,
+                cached_tokens: None,
+            }),
+            ..Default::default()
+        };
+        let chat = t.turn_timeline();
+        assert_eq!(
+            chat.token_ready_at,
+            vec![
+                Duration::from_millis(30),
+                Duration::from_millis(40),
+                Duration::from_millis(60)
+            ]
+        );
+        assert_eq!(chat.prompt_tokens, Some(10));
+        assert_eq!(chat.cached_tokens, Some(4));
+        assert_eq!(chat.prefill, Some(Duration::from_millis(20)));
+        assert_eq!(chat.decode_calls, 3);
+        assert_eq!(chat.decode_compute, Duration::from_millis(25));
+        // Stages only a local engine has stay unknown.
+        assert_eq!(chat.queue, None);
+        assert_eq!(chat.template_tokenize, None);
+        assert_eq!(chat.prefill_done_at, None);
+        assert_eq!(chat.remote.as_deref(), Some(&t));
+        // The saved summary and the remote one agree on every shared figure.
+        let (saved, remote) = (chat.summary(), t.summary());
+        assert_eq!(saved.ttft_ms, remote.ttft_ms);
+        assert_eq!(saved.tpot_ms, remote.tpot_ms);
+        assert_eq!(saved.decode_tok_per_s, remote.decode_tok_per_s);
+        assert_eq!(saved.itl, remote.itl);
+        assert_eq!(saved.e2e_ms, remote.e2e_ms);
+        assert_eq!(saved.tokens_generated as u64, remote.tokens_generated);
+    }
+
+    #[test]
+    fn a_spread_first_chunk_gives_every_token_a_ready_time() {
+        let t = RemoteTimeline {
+            chunks: vec![at(10), at(20)],
+            usage: Some(ServerUsage {
+                prompt_tokens: 1,
+                completion_tokens: 4,
+                cached_tokens: None,
+            }),
+            ..Default::default()
+        };
+        let chat = t.turn_timeline();
+        assert_eq!(chat.tokens_generated(), 4);
+        assert_eq!(chat.token_ready_at.last(), Some(&Duration::from_millis(20)));
+    }
+
+    #[test]
     fn ttft_breakdown_subtracts_rtt_and_server_prompt_time() {
         let t = RemoteTimeline {
             network_rtt: Some(Duration::from_millis(2)),

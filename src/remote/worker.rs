@@ -389,3 +389,77 @@ async fn ab_url(
         Err(e) => fail(e),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::remote::{ChunkMark, RemoteTimeline, ServerTimings};
+
+    fn turn(end: Result<StreamEnd, RemoteError>, finish: Option<&str>) -> RemoteTurn {
+        RemoteTurn {
+            text: "ab".into(),
+            timeline: RemoteTimeline {
+                chunks: vec![ChunkMark {
+                    at: Duration::from_millis(5),
+                    cumulative_tokens: None,
+                }],
+                server_timings: Some(ServerTimings {
+                    prompt_n: 7,
+                    prompt_ms: 3.5,
+                    cache_n: None,
+                    predicted_n: 1,
+                    predicted_ms: 2.0,
+                }),
+                ..Default::default()
+            },
+            finish_reason: finish.map(String::from),
+            model: None,
+            end,
+        }
+    }
+
+    #[test]
+    fn how_a_stream_ended_becomes_the_turn_s_stop_reason() {
+        let r = report(turn(Ok(StreamEnd::Done), Some("stop"))).unwrap();
+        assert_eq!(r.stop_reason, StopReason::EndOfGeneration);
+        assert_eq!(r.sampler, "server");
+        // The server's own counters stand where llama.cpp's would.
+        assert_eq!(r.llama_counters.prompt_eval_tokens, 7);
+        assert_eq!(r.llama_counters.eval_ms, 2.0);
+        let r = report(turn(Ok(StreamEnd::Done), Some("length"))).unwrap();
+        assert_eq!(r.stop_reason, StopReason::MaxTokens);
+        let r = report(turn(Ok(StreamEnd::Cancelled), None)).unwrap();
+        assert_eq!(r.stop_reason, StopReason::Cancelled);
+        let e = report(turn(Err(RemoteError::ClosedEarly { chunks: 1 }), None)).unwrap_err();
+        assert!(e.to_string().contains("before [DONE]"), "{e}");
+    }
+
+    #[test]
+    fn only_urls_are_remote_ab_targets() {
+        assert!(is_url(std::path::Path::new("http://127.0.0.1:8080/v1")));
+        assert!(is_url(std::path::Path::new("https://h/v1")));
+        assert!(!is_url(std::path::Path::new("/models/b.gguf")));
+        assert!(!is_url(std::path::Path::new("http.gguf")));
+    }
+
+    #[test]
+    fn a_server_model_names_its_host_and_never_the_key() {
+        let key = super::super::ApiKey::new("sk-never-shown").unwrap();
+        let endpoint =
+            Endpoint::new("http://10.1.2.3:8000/v1", Some(key), Duration::from_secs(1)).unwrap();
+        let info = model_info(
+            &endpoint,
+            "m",
+            ServerFacts {
+                weights_bytes: Some(1000),
+            },
+            Duration::ZERO,
+        );
+        assert_eq!(info.backend, REMOTE_BACKEND);
+        assert_eq!(info.file_name, "m @ http://10.1.2.3:8000");
+        assert_eq!(info.bytes_per_token(100), Some(1000.0));
+        assert!(!format!("{info:?}").contains("sk-never-shown"));
+        let unknown = model_info(&endpoint, "m", ServerFacts::default(), Duration::ZERO);
+        assert_eq!(unknown.bytes_per_token(0), None);
+    }
+}
