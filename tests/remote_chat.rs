@@ -275,3 +275,61 @@ fn esc_closes_the_stream_and_the_server_stops_generating() {
     quit(&tmux);
     assert_eq!(saved_turns(&setup.dir.path().join("data")), 1);
 }
+
+#[test]
+fn an_unreachable_server_is_named_and_a_silent_one_does_not_hold_the_quit() {
+    let dir = tempfile::tempdir().unwrap();
+    let config_dir = dir.path().join("config");
+    std::fs::create_dir_all(&config_dir).unwrap();
+    // A port nobody listens on: connection refused. Given by the config, not a flag.
+    let refused = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = refused.local_addr().unwrap().port();
+    drop(refused);
+    std::fs::write(
+        config_dir.join("config.toml"),
+        format!("[remote]\nurl = \"http://127.0.0.1:{port}/v1\"\n"),
+    )
+    .unwrap();
+    let data = dir.path().join("data");
+    let cache = dir.path().join("cache");
+    let tmux = Tmux::start(
+        "remote-unreachable",
+        160,
+        50,
+        &[
+            ("TOKSCOPE_DATA_DIR", &data),
+            ("TOKSCOPE_CONFIG_DIR", &config_dir),
+            ("TOKSCOPE_CACHE_DIR", &cache),
+        ],
+    );
+    tmux.wait_for("the shell prompt", Duration::from_secs(10), |s| {
+        s.contains("e2e$")
+    });
+    tmux.type_text(&format!("{} chat; echo exit=$?", bin()));
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("the connection error", Duration::from_secs(30), |s| {
+        s.contains(&format!("could not connect to http://127.0.0.1:{port}"))
+            && s.contains("is the server running")
+    });
+    quit(&tmux);
+
+    // A server that accepts the connection and never answers: the chat waits for the model
+    // list (up to --timeout 60), and quitting does not wait with it.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!(
+        "http://127.0.0.1:{}/v1",
+        silent.local_addr().unwrap().port()
+    );
+    tmux.type_text(&format!("clear; {} chat --url {url}; echo exit=$?", bin()));
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("the chat to start", Duration::from_secs(10), |s| {
+        status_line(s).contains("loading")
+    });
+    let asked = std::time::Instant::now();
+    quit(&tmux);
+    assert!(
+        asked.elapsed() < Duration::from_secs(10),
+        "quitting waited {:?} for a silent server",
+        asked.elapsed()
+    );
+}

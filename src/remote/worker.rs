@@ -119,7 +119,12 @@ fn run(
         let result = RemoteClient::new(m.endpoint).and_then(|client| {
             let model = match m.model {
                 Some(model) => model,
-                None => runtime.block_on(client.default_model())?,
+                // Quitting while an unreachable server is looked up does not wait for the
+                // timeout: shutdown cancels everything, the lookup included.
+                None => runtime.block_on(until_cancelled(
+                    &|| cancel_through.load(Ordering::SeqCst) == u64::MAX,
+                    client.default_model(),
+                ))?,
             };
             Ok((client, model))
         });
@@ -241,6 +246,37 @@ async fn next_command(commands: &mpsc::Receiver<EngineCommand>) -> Option<Engine
     }
 }
 
+/// `work`, or `Cancelled` once `cancelled()` has held for `CANCEL_GRACE`: for the waits that
+/// check no cancel flag themselves (connecting, the response headers, the model lookup), so Esc
+/// and quitting never wait for `--timeout`. The grace leaves a stream that is already flowing
+/// time to stop by itself (within 10 ms) and return its partial turn.
+async fn until_cancelled<T>(
+    cancelled: &(dyn Fn() -> bool + Send + Sync),
+    work: impl std::future::Future<Output = Result<T, RemoteError>>,
+) -> Result<T, RemoteError> {
+    let watch = async {
+        let mut since: Option<Instant> = None;
+        loop {
+            tokio::time::sleep(CANCEL_WATCH).await;
+            match (cancelled(), since) {
+                (false, _) => since = None,
+                (true, None) => since = Some(Instant::now()),
+                (true, Some(at)) if at.elapsed() >= CANCEL_GRACE => return,
+                (true, Some(_)) => {}
+            }
+        }
+    };
+    tokio::select! {
+        result = work => result,
+        () = watch => Err(RemoteError::Cancelled),
+    }
+}
+
+/// How often `until_cancelled` looks, and how long a cancel must hold before it gives up on
+/// the work.
+const CANCEL_WATCH: Duration = Duration::from_millis(20);
+const CANCEL_GRACE: Duration = Duration::from_millis(100);
+
 /// Streams one turn from `client`, sending a `Token` event per content chunk (its offset is
 /// the client's: from the request being sent). Returns the turn and the text of each chunk.
 async fn stream(
@@ -252,7 +288,7 @@ async fn stream(
 ) -> Result<(RemoteTurn, Vec<String>), EngineError> {
     // The round trip of a cheap request, just before the turn: TTFT's network part. A server
     // that cannot answer it gets its error from the turn itself.
-    let rtt = client.probe_rtt().await.ok();
+    let rtt = until_cancelled(cancelled, client.probe_rtt()).await.ok();
     let turn = &request.turn;
     let chat = ChatRequest {
         model: model.to_string(),
@@ -274,10 +310,26 @@ async fn stream(
         });
         pieces.push(text.to_string());
     };
-    let turn = client
-        .stream_chat(&chat, rtt, cancelled, &mut on_text)
-        .await
-        .map_err(|e| remote_error(&e))?;
+    let streamed = until_cancelled(
+        cancelled,
+        client.stream_chat(&chat, rtt, cancelled, &mut on_text),
+    )
+    .await;
+    let turn = match streamed {
+        Ok(turn) => turn,
+        // Cancelled while connecting or waiting for the headers: nothing streamed yet.
+        Err(RemoteError::Cancelled) => RemoteTurn {
+            text: pieces.concat(),
+            timeline: crate::metrics::remote::RemoteTimeline {
+                network_rtt: rtt,
+                ..Default::default()
+            },
+            finish_reason: None,
+            model: None,
+            end: Ok(StreamEnd::Cancelled),
+        },
+        Err(e) => return Err(remote_error(&e)),
+    };
     Ok((turn, pieces))
 }
 
