@@ -83,7 +83,8 @@ pub struct RemoteSettings {
     pub weights_gb: Option<f64>,
     /// The server's peak memory bandwidth in GB/s (all its GPUs together).
     pub bandwidth_gb_s: Option<f64>,
-    /// How many GPUs serve the model (shown with the bandwidth).
+    /// How many GPUs serve the model: the chat's cost per 1M tokens counts
+    /// `price_per_gpu_hour_usd` once per GPU.
     pub gpus: Option<u32>,
 }
 

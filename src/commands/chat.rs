@@ -106,7 +106,9 @@ fn run_remote(args: &ChatArgs, url: &str, settings: Settings) -> Result<(), Fail
         settings.max_tokens,
     );
     app.ignore_eos = args.ignore_eos;
-    app.price_per_hour_usd = settings.price_per_gpu_hour_usd;
+    // The server's hour costs the GPU-hour price once per GPU it runs on.
+    app.price_per_hour_usd =
+        settings.price_per_gpu_hour_usd * f64::from(settings.remote.gpus.unwrap_or(1));
     // The server's bandwidth only from config: never this machine's probe.
     app.bandwidth =
         settings
