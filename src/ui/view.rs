@@ -80,6 +80,9 @@ pub(crate) struct RemoteFigures {
 
 /// What the token counts of a remote answer still streaming are based on.
 pub(crate) const LIVE_REMOTE_TOKENS: &str = "1 per chunk until the server's usage arrives";
+/// A finished answer without its server record (one resumed from the history, which keeps the
+/// figures but not the breakdown, or one that failed).
+pub(crate) const UNKNOWN_REMOTE_TOKENS: &str = "not known (no server record for this answer)";
 
 /// Bytes a decode step reads at the current context depth, the bandwidth ceiling that gives,
 /// how close decode gets to it and the cost per 1M tokens (all from `metrics::roofline`).
@@ -172,7 +175,11 @@ impl Figures {
                 prompt_tokens: None,
                 cached_tokens: None,
                 rest_ms: None,
-                token_source: LIVE_REMOTE_TOKENS,
+                token_source: if turn.phase.is_active() {
+                    LIVE_REMOTE_TOKENS
+                } else {
+                    UNKNOWN_REMOTE_TOKENS
+                },
             }),
         }
     }
@@ -255,6 +262,23 @@ pub(crate) fn waiting(app: &App, now: Instant) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_remote_answer_without_its_record_says_its_counts_are_not_known() {
+        let mut turn = AssistantTurn::new(1, None);
+        assert_eq!(
+            Figures::of(&turn, true).remote.map(|r| r.token_source),
+            Some(LIVE_REMOTE_TOKENS)
+        );
+        turn.phase = TurnPhase::Done(crate::engine::StopReason::EndOfGeneration);
+        let finished = Figures::of(&turn, true).remote;
+        assert_eq!(
+            finished.as_ref().map(|r| r.token_source),
+            Some(UNKNOWN_REMOTE_TOKENS)
+        );
+        assert_eq!(finished.and_then(|r| r.network_rtt_ms), None);
+        assert!(Figures::of(&turn, false).remote.is_none());
+    }
 
     #[test]
     fn a_turn_s_stages_are_none_until_it_reaches_them() {
