@@ -28,7 +28,12 @@ LLAMA_TOOLS=(llama-bench llama-batched-bench llama-perplexity)
 # sources from the llama-cpp-python sdist must match the llama.cpp they build against, which
 # holds for --source pypi and not for sys/native (llama-cpp-sys-2 0.1.160 vendors another
 # llama.cpp revision: server-context.cpp does not compile against it).
-if [ "${LLAMA_TOOLS_SERVER:-0}" = 1 ]; then LLAMA_TOOLS+=(llama-server); fi
+# LLAMA_TOOLS_SERVER=only builds llama-server alone (scripts/test.sh: the remote tests need
+# nothing else, and a cold build of one tool is the shorter wait).
+case "${LLAMA_TOOLS_SERVER:-0}" in
+  1) LLAMA_TOOLS+=(llama-server) ;;
+  only) LLAMA_TOOLS=(llama-server) ;;
+esac
 
 # The CMake cache of the llama.cpp that llama-cpp-sys-2 built for tokscope, when there is one
 # (the newest, when the target dir holds builds with other flags).

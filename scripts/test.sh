@@ -20,7 +20,15 @@ cargo fmt --all -- --check
 # Clippy in the release profile shares the one optimized llama.cpp build with the tests.
 cargo clippy --release --locked --all-targets -- -D warnings
 cargo build --release --locked --bins
-# tests/remote_server.rs (a real llama-server) is #[ignore]d here: see that file.
+# The real-server tests (tests/remote_server.rs, tests/remote_chat.rs) run against llama-server,
+# built once from llama.cpp's source by scripts/llama-tools.sh (about ten minutes cold on two
+# cores; then reused from ~/.cache/tokscope/llama-tools) and found by TOKSCOPE_LLAMA_SERVER.
+# A llama-server given in TOKSCOPE_LLAMA_SERVER is used as it is.
+if [ -z "${TOKSCOPE_LLAMA_SERVER:-}" ]; then
+  llama_tools_dir=$(LLAMA_TOOLS_SERVER=only bash scripts/llama-tools.sh --source pypi | tail -n 1)
+  export TOKSCOPE_LLAMA_SERVER="${llama_tools_dir}/bin/llama-server"
+fi
+[ -x "$TOKSCOPE_LLAMA_SERVER" ] || { echo "error: no llama-server at ${TOKSCOPE_LLAMA_SERVER}" >&2; exit 1; }
 # The real-model tests (tests/real_model.rs) fail without the demo model: fetch it first
 # (a no-op when it is already there and verified).
 ./target/release/tokscope fetch-demo

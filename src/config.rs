@@ -65,6 +65,27 @@ pub struct Settings {
     /// Price of electricity per kWh, for the energy cost per 1M tokens (GPU energy from NVML);
     /// `None`: no energy cost shown.
     pub price_per_kwh: Option<f64>,
+    /// `[remote]`: the OpenAI-compatible server `chat --url` talks to by default.
+    pub remote: RemoteSettings,
+}
+
+/// The `[remote]` table: a server the chat talks to, and what is known of its hardware (the
+/// roofline's inputs for a remote model: never guessed, "—" without them).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct RemoteSettings {
+    /// The API base (`http://host:port/v1`); `--url` overrides it.
+    pub url: Option<String>,
+    /// The server's model name; `-m/--model` overrides it (default: the first it lists).
+    pub model: Option<String>,
+    /// The name of the environment variable that holds the API key (never the key itself).
+    pub api_key_env: Option<String>,
+    /// The model's weights in GB (10^9 bytes), read once per generated token.
+    pub weights_gb: Option<f64>,
+    /// The server's peak memory bandwidth in GB/s (all its GPUs together).
+    pub bandwidth_gb_s: Option<f64>,
+    /// How many GPUs serve the model: the chat's cost per 1M tokens counts
+    /// `price_per_gpu_hour_usd` once per GPU.
+    pub gpus: Option<u32>,
 }
 
 impl Default for Settings {
@@ -78,6 +99,7 @@ impl Default for Settings {
             price_per_gpu_hour_usd: 2.0,
             bandwidth_gb_s: None,
             price_per_kwh: None,
+            remote: RemoteSettings::default(),
         }
     }
 }
@@ -102,6 +124,18 @@ struct FileConfig {
     bandwidth_gb_s: Option<f64>,
     price_per_kwh: Option<f64>,
     sampling: Option<FileSampling>,
+    remote: Option<FileRemote>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileRemote {
+    url: Option<String>,
+    model: Option<String>,
+    api_key_env: Option<String>,
+    weights_gb: Option<f64>,
+    bandwidth_gb_s: Option<f64>,
+    gpus: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -301,6 +335,9 @@ impl Settings {
         if let Some(v) = file.price_per_kwh {
             self.set_price_per_kwh(v, &src)?;
         }
+        if let Some(r) = file.remote {
+            self.apply_remote(r, &src)?;
+        }
         if let Some(s) = file.sampling {
             if let Some(v) = s.temperature {
                 self.set_temperature(v, &src)?;
@@ -323,6 +360,35 @@ impl Settings {
             if let Some(v) = s.seed {
                 self.set_seed(v, &src)?;
             }
+        }
+        Ok(())
+    }
+
+    fn apply_remote(&mut self, r: FileRemote, src: &Source) -> Result<(), ConfigError> {
+        let non_empty = |key: &'static str, v: String| {
+            if v.trim().is_empty() {
+                Err(invalid(key, &v, "must not be empty".into(), src))
+            } else {
+                Ok(v)
+            }
+        };
+        if let Some(v) = r.url {
+            self.remote.url = Some(non_empty("remote.url", v)?);
+        }
+        if let Some(v) = r.model {
+            self.remote.model = Some(non_empty("remote.model", v)?);
+        }
+        if let Some(v) = r.api_key_env {
+            self.remote.api_key_env = Some(non_empty("remote.api_key_env", v)?);
+        }
+        if let Some(v) = r.weights_gb {
+            self.remote.weights_gb = Some(positive("remote.weights_gb", v, src)?);
+        }
+        if let Some(v) = r.bandwidth_gb_s {
+            self.remote.bandwidth_gb_s = Some(positive("remote.bandwidth_gb_s", v, src)?);
+        }
+        if let Some(v) = r.gpus {
+            self.remote.gpus = Some(int_in("remote.gpus", v, 1, 65_536, src)?);
         }
         Ok(())
     }
@@ -520,6 +586,30 @@ mod tests {
                 "{text}: {msg}"
             );
             assert!(msg.contains("/cfg/config.toml"), "{msg}");
+        }
+    }
+
+    #[test]
+    fn the_remote_table_applies_and_names_bad_values() {
+        let s = apply(
+            "[remote]\nurl = \"http://h:8000/v1\"\nmodel = \"m\"\napi_key_env = \"K\"\nweights_gb = 16.0\nbandwidth_gb_s = 3350.0\ngpus = 2\n",
+        )
+        .unwrap();
+        assert_eq!(s.remote.url.as_deref(), Some("http://h:8000/v1"));
+        assert_eq!(s.remote.model.as_deref(), Some("m"));
+        assert_eq!(s.remote.api_key_env.as_deref(), Some("K"));
+        assert_eq!(s.remote.weights_gb, Some(16.0));
+        assert_eq!(s.remote.bandwidth_gb_s, Some(3350.0));
+        assert_eq!(s.remote.gpus, Some(2));
+        for (bad, key) in [
+            ("[remote]\nweights_gb = 0.0", "remote.weights_gb"),
+            ("[remote]\nbandwidth_gb_s = -1.0", "remote.bandwidth_gb_s"),
+            ("[remote]\ngpus = 0", "remote.gpus"),
+            ("[remote]\nurl = \" \"", "remote.url"),
+            ("[remote]\napi_key = \"sk\"", "api_key"),
+        ] {
+            let e = apply(bad).unwrap_err().to_string();
+            assert!(e.contains(key), "{bad}: {e}");
         }
     }
 

@@ -2,10 +2,9 @@
 //! links; see tests/common/llama_server.rs) serving a synthetic model on 127.0.0.1. These
 //! tests fail, not skip, when llama-server cannot be built or started.
 //!
-//! They are `#[ignore]`d in the default run (CI): building llama-server takes about ten minutes
-//! on two cores and the agreement asserts are timings. Run them with
-//! `cargo test --release --test remote_server -- --ignored` (or point TOKSCOPE_LLAMA_SERVER at a
-//! llama-server binary).
+//! They run in the default suite: scripts/test.sh builds llama-server once (about ten minutes
+//! cold on two cores, then cached) and passes TOKSCOPE_LLAMA_SERVER; a plain `cargo test`
+//! builds it here on first use.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -33,56 +32,94 @@ fn json_of(out: &std::process::Output) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-fn within(a: f64, b: f64, rel: f64) -> bool {
-    (a - b).abs() <= rel * a.abs().max(b.abs())
+/// The relative difference of two durations.
+fn deviation(a: f64, b: f64) -> f64 {
+    (a - b).abs() / a.abs().max(b.abs())
 }
 
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Turns compared: the durations are compared per turn and the median of the turns'
+/// differences is held to 5%. One turn alone is not enough on a shared two-core machine: with
+/// the load at 7 to 8 (other builds), a single turn's TTFT once missed by 6% (756 ms against the
+/// server's 711 ms) when a process was descheduled for 45 ms mid-turn, while the other turns of
+/// the same run agreed within 1.1%.
+const AGREEMENT_TURNS: usize = 5;
+
 #[test]
-#[ignore = "builds and times a real llama-server: cargo test --release --test remote_server -- --ignored"]
 fn a_remote_turn_agrees_with_the_servers_own_timings_and_usage() {
     let _lock = common::model_lock();
     let dir = tempfile::tempdir().unwrap();
     let model = common::synth_medium(dir.path());
     let server = LlamaServer::start(&model, 1, &[], dir.path());
-    // A long prompt so that the server's prompt time dominates what HTTP adds.
-    let prompt = "the quick brown fox jumps over the lazy dog ".repeat(24);
-    let out = tokscope(&dir)
-        .args(["run", "--url", &server.url(), "--json", "--temp", "0"])
-        .args(["-n", "64", "--ignore-eos", "-p", &prompt])
-        .output()
-        .unwrap();
-    let v = json_of(&out);
-    let m = &v["metrics"];
-    eprintln!("{}", serde_json::to_string_pretty(m).unwrap());
-    // Token counts: exactly the server's.
-    assert_eq!(m["tokens_generated"], 64);
-    assert_eq!(m["server_predicted_tokens"], 64);
-    assert_eq!(m["token_count_source"], "usage_one_per_chunk");
-    assert_eq!(m["server_prompt_tokens"], m["prompt_tokens"]);
-    // Decode: tokscope's time per token (first → last chunk) against the server's
-    // predicted_ms / predicted_n.
-    let tpot = m["tpot_ms"].as_f64().unwrap();
-    let server_tpot = m["server_tpot_ms"].as_f64().unwrap();
+    let mut tpot_devs = Vec::new();
+    let mut ttft_devs = Vec::new();
+    for turn in 0..AGREEMENT_TURNS {
+        // A long prompt so that the server's prompt time dominates what HTTP adds; it starts
+        // with the turn's number so that the server's prompt cache cannot reuse the last one.
+        let prompt = format!(
+            "turn {turn}: {}",
+            "the quick brown fox jumps over the lazy dog ".repeat(24)
+        );
+        let out = tokscope(&dir)
+            .args(["run", "--url", &server.url(), "--json", "--temp", "0"])
+            .args(["-n", "64", "--ignore-eos", "-p", &prompt])
+            .output()
+            .unwrap();
+        let v = json_of(&out);
+        let m = &v["metrics"];
+        // Token counts: exactly the server's, every turn.
+        assert_eq!(m["tokens_generated"], 64, "{m}");
+        assert_eq!(m["server_predicted_tokens"], 64, "{m}");
+        assert_eq!(m["token_count_source"], "usage_one_per_chunk", "{m}");
+        // The usage's prompt tokens are the server's evaluated ones plus its cache hits.
+        assert_eq!(
+            m["server_prompt_tokens"].as_u64().unwrap()
+                + m["server_cached_tokens"].as_u64().unwrap_or(0),
+            m["prompt_tokens"].as_u64().unwrap(),
+            "{m}"
+        );
+        assert_eq!(v["end"], "done");
+        // Decode: tokscope's time per token (first → last chunk) against the server's
+        // predicted_ms / predicted_n.
+        let tpot = m["tpot_ms"].as_f64().unwrap();
+        let server_tpot = m["server_tpot_ms"].as_f64().unwrap();
+        // Prompt: TTFT minus the network round trip is the server's prompt time plus its
+        // first token; everything else (queue, HTTP, template) must stay small beside it.
+        let ttft = m["ttft_ms"].as_f64().unwrap();
+        let rtt = m["network_rtt_ms"].as_f64().unwrap();
+        let prompt_ms = m["server_prompt_ms"].as_f64().unwrap();
+        // Only the template's opening and "turn " come from the server's cache.
+        assert!(
+            m["server_cached_tokens"].as_u64().unwrap_or(0) * 10
+                < m["prompt_tokens"].as_u64().unwrap(),
+            "the prompt was evaluated, not taken from the cache: {m}"
+        );
+        let qt = m["queue_transport_ms"].as_f64().unwrap();
+        assert!((qt - (ttft - rtt - prompt_ms)).abs() < 1e-6);
+        eprintln!(
+            "turn {turn}: TPOT {tpot:.3} vs server {server_tpot:.3} ms; TTFT {ttft:.2} − RTT {rtt:.2} vs server prompt {prompt_ms:.2} + first token {server_tpot:.2} ms"
+        );
+        tpot_devs.push(deviation(tpot, server_tpot));
+        ttft_devs.push(deviation(ttft - rtt, prompt_ms + server_tpot));
+    }
+    let (tpot_dev, ttft_dev) = (median(tpot_devs.clone()), median(ttft_devs.clone()));
     assert!(
-        within(tpot, server_tpot, 0.05),
-        "TPOT {tpot:.3} ms vs server {server_tpot:.3} ms"
+        tpot_dev <= 0.05,
+        "median TPOT difference {:.2}% (turns: {tpot_devs:?})",
+        tpot_dev * 100.0
     );
-    // Prompt: TTFT minus the network round trip is the server's prompt time plus its first
-    // token; everything else (queue, HTTP, template) must stay within 5% of it.
-    let ttft = m["ttft_ms"].as_f64().unwrap();
-    let rtt = m["network_rtt_ms"].as_f64().unwrap();
-    let prompt_ms = m["server_prompt_ms"].as_f64().unwrap();
     assert!(
-        within(ttft - rtt, prompt_ms + server_tpot, 0.05),
-        "TTFT {ttft:.2} − RTT {rtt:.2} vs server prompt {prompt_ms:.2} + first token {server_tpot:.2}"
+        ttft_dev <= 0.05,
+        "median TTFT difference {:.2}% (turns: {ttft_devs:?})",
+        ttft_dev * 100.0
     );
-    let qt = m["queue_transport_ms"].as_f64().unwrap();
-    assert!((qt - (ttft - rtt - prompt_ms)).abs() < 1e-6);
-    assert_eq!(v["end"], "done");
 }
 
 #[test]
-#[ignore = "builds and times a real llama-server: cargo test --release --test remote_server -- --ignored"]
 fn load_totals_equal_the_servers_metrics_counters_at_concurrency_1_2_4() {
     let _lock = common::model_lock();
     let dir = tempfile::tempdir().unwrap();
@@ -129,7 +166,6 @@ fn load_totals_equal_the_servers_metrics_counters_at_concurrency_1_2_4() {
 }
 
 #[test]
-#[ignore = "builds and times a real llama-server: cargo test --release --test remote_server -- --ignored"]
 fn goodput_is_zero_at_an_impossible_slo_and_the_throughput_at_a_loose_one() {
     let _lock = common::model_lock();
     let dir = tempfile::tempdir().unwrap();
@@ -159,7 +195,6 @@ fn goodput_is_zero_at_an_impossible_slo_and_the_throughput_at_a_loose_one() {
 }
 
 #[test]
-#[ignore = "builds and times a real llama-server: cargo test --release --test remote_server -- --ignored"]
 fn the_real_server_gives_401_for_a_bad_key_and_404_for_a_wrong_path() {
     let _lock = common::model_lock();
     let dir = tempfile::tempdir().unwrap();

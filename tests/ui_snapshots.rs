@@ -189,6 +189,7 @@ fn finished_turn(
             decode_compute: ms(15) * token_ready_at.len() as u32,
             token_ready_at,
             finished_at: Some(last + ms(1)),
+            remote: None,
         },
         context_used: prompt + turn.timeline.tokens_generated(),
         dropped_messages: 0,

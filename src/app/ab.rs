@@ -46,13 +46,14 @@ pub struct AbScreen {
 }
 
 impl App {
-    /// `/ab PATH`: answer the last exchange again with another model file, with the same
+    /// `/ab PATH|URL`: answer the last exchange again with another model file (or another
+    /// server, local or remote chat alike: `tui::effects` picks the backend), with the same
     /// turns, sampling settings and seed, and show both side by side.
     pub(super) fn start_ab(&mut self, arg: &str, now: Now) -> Vec<Effect> {
         if arg.is_empty() {
             self.notice(
                 NoticeKind::Error,
-                "usage: /ab PATH (answers the last prompt again with another model file, side by side)",
+                "usage: /ab PATH|URL (answers the last prompt again with another model file or server, side by side)",
             );
             return Vec::new();
         }

@@ -1,4 +1,6 @@
-//! `tokscope chat` (also the bare `tokscope`): the TUI on the configured (or demo) model.
+//! `tokscope chat` (also the bare `tokscope`): the TUI on the configured (or demo) model, or,
+//! with `--url` (config `remote.url`), on an OpenAI-compatible server: the same chat driven by
+//! the remote backend (`remote::spawn`), which speaks the engine's protocol.
 
 use std::io::IsTerminal;
 
@@ -22,19 +24,167 @@ pub struct ChatArgs {
     /// strings (for measuring decode speed in the chat).
     #[arg(long)]
     pub ignore_eos: bool,
+    #[command(flatten)]
+    pub remote: super::remote::RemoteArgs,
 }
 
 /// `tokscope chat`: the TUI on the configured (or demo) model.
 pub(crate) fn run(args: &ChatArgs, mut settings: Settings) -> Result<(), Failure> {
+    if let Some(url) = args.remote.url.clone().or(settings.remote.url.clone()) {
+        // `-m` names the server's model; the context flags are for a local `/ab FILE`.
+        args.model.apply(&mut settings)?;
+        args.sampling.apply(&mut settings)?;
+        return run_remote(args, &url, settings);
+    }
     args.model.apply(&mut settings)?;
     args.sampling.apply(&mut settings)?;
     let config = engine_config(&settings)?;
-    if !std::io::stdout().is_terminal() {
-        return Err(Failure::new(
+    need_terminal()?;
+    let (conversation, save_slot, notices) = open_conversation(args, &settings)?;
+    let mut app = crate::app::App::new(
+        config.model_path.clone(),
+        conversation,
+        settings.sampling.clone(),
+        settings.max_tokens,
+    );
+    app.ignore_eos = args.ignore_eos;
+    app.clipboard_blocked = crate::tui::clipboard_blocked();
+    app.price_per_hour_usd = settings.price_per_gpu_hour_usd;
+    // Before the engine starts loading, so the copy probe does not compete with it.
+    let gpus = crate::llama::gpu_device_descriptions();
+    app.bandwidth = crate::hw::peak_bandwidth(
+        settings.bandwidth_gb_s,
+        &gpus,
+        !gpus.is_empty(),
+        settings.engine.threads as usize,
+    );
+    let (events_tx, events) = tokio::sync::mpsc::unbounded_channel();
+    let mut engine =
+        crate::engine::EngineHandle::spawn_with_events(config.clone(), events_tx.clone())?;
+    let backends = crate::tui::Backends {
+        events: events_tx,
+        remote_chat: false,
+        timeout: args.remote.endpoint_timeout()?,
+    };
+    let result = crate::tui::run_chat(
+        app,
+        &mut engine,
+        events,
+        backends,
+        config,
+        save_slot,
+        notices,
+    );
+    engine.shutdown();
+    chat_end(result?.1)
+}
+
+/// `tokscope chat --url URL`: the same chat against an OpenAI-compatible server.
+fn run_remote(args: &ChatArgs, url: &str, settings: Settings) -> Result<(), Failure> {
+    // The key's variable: the flags', else config `remote.api_key_env`.
+    let mut remote = args.remote.clone();
+    if remote.api_key_env.is_none() && remote.api_key_file.is_none() {
+        remote.api_key_env = settings.remote.api_key_env.clone();
+    }
+    let endpoint = remote.endpoint(url)?;
+    let timeout = endpoint.timeout;
+    let model = args
+        .model
+        .model
+        .as_ref()
+        .map(|p| p.to_string_lossy().into_owned())
+        .or(settings.remote.model.clone());
+    need_terminal()?;
+    let (conversation, save_slot, notices) = open_conversation(args, &settings)?;
+    let config = crate::engine::EngineConfig {
+        model_path: std::path::PathBuf::from(&endpoint.base_url),
+        settings: settings.engine.clone(),
+    };
+    let mut app = crate::app::App::new(
+        config.model_path.clone(),
+        conversation,
+        settings.sampling.clone(),
+        settings.max_tokens,
+    );
+    app.ignore_eos = args.ignore_eos;
+    app.clipboard_blocked = crate::tui::clipboard_blocked();
+    // The server's hour costs the GPU-hour price once per GPU it runs on.
+    app.price_per_hour_usd =
+        settings.price_per_gpu_hour_usd * f64::from(settings.remote.gpus.unwrap_or(1));
+    // The server's bandwidth only from config: never this machine's probe.
+    app.bandwidth =
+        settings
+            .remote
+            .bandwidth_gb_s
+            .map(|gb_s| crate::metrics::roofline::Bandwidth {
+                bytes_per_s: gb_s * 1e9,
+                source: crate::metrics::roofline::BandwidthSource::Config,
+            });
+    let facts = crate::remote::ServerFacts {
+        weights_bytes: settings
+            .remote
+            .weights_gb
+            .map(|gb| (gb * 1e9).round() as u64),
+    };
+    let (events_tx, events) = tokio::sync::mpsc::unbounded_channel();
+    let main = crate::remote::Main {
+        endpoint,
+        model,
+        facts,
+    };
+    let mut engine = crate::remote::spawn(Some(main), timeout, events_tx.clone())?;
+    let backends = crate::tui::Backends {
+        events: events_tx,
+        remote_chat: true,
+        timeout,
+    };
+    let result = crate::tui::run_chat(
+        app,
+        &mut engine,
+        events,
+        backends,
+        config,
+        save_slot,
+        notices,
+    );
+    engine.shutdown();
+    chat_end(result?.1)
+}
+
+fn need_terminal() -> Result<(), Failure> {
+    if std::io::stdout().is_terminal() {
+        Ok(())
+    } else {
+        Err(Failure::new(
             crate::commands::USAGE,
             "the chat needs a terminal; use `tokscope run -p TEXT` for headless use",
-        ));
+        ))
     }
+}
+
+fn chat_end(end: crate::tui::ChatEnd) -> Result<(), Failure> {
+    match end {
+        crate::tui::ChatEnd::Quit => Ok(()),
+        crate::tui::ChatEnd::Signal(sig) => Err(Failure::new(
+            128 + sig,
+            format!("stopped by signal {sig}; every finished turn is saved (`tokscope history`)"),
+        )),
+    }
+}
+
+/// A new conversation, or the saved one `--resume` names, with where it is saved and the
+/// notices resuming it gave.
+fn open_conversation(
+    args: &ChatArgs,
+    settings: &Settings,
+) -> Result<
+    (
+        crate::app::conversation::Conversation,
+        crate::history::SaveSlot,
+        Vec<String>,
+    ),
+    Failure,
+> {
     let history_dir = crate::history::history_dir(&crate::paths::data_dir());
     // Temp files of saves killed with `kill -9` (older than a minute) are removed.
     crate::history::remove_stale_temps(&history_dir);
@@ -71,31 +221,5 @@ pub(crate) fn run(args: &ChatArgs, mut settings: Settings) -> Result<(), Failure
             )
         }
     };
-    let mut app = crate::app::App::new(
-        config.model_path.clone(),
-        conversation,
-        settings.sampling.clone(),
-        settings.max_tokens,
-    );
-    app.ignore_eos = args.ignore_eos;
-    app.price_per_hour_usd = settings.price_per_gpu_hour_usd;
-    app.clipboard_blocked = crate::tui::clipboard_blocked();
-    // Before the engine starts loading, so the copy probe does not compete with it.
-    let gpus = crate::llama::gpu_device_descriptions();
-    app.bandwidth = crate::hw::peak_bandwidth(
-        settings.bandwidth_gb_s,
-        &gpus,
-        !gpus.is_empty(),
-        settings.engine.threads as usize,
-    );
-    let (mut engine, events) = crate::engine::EngineHandle::spawn(config.clone())?;
-    let result = crate::tui::run_chat(app, &mut engine, events, config, save_slot, notices);
-    engine.shutdown();
-    match result? {
-        (_, crate::tui::ChatEnd::Quit) => Ok(()),
-        (_, crate::tui::ChatEnd::Signal(sig)) => Err(Failure::new(
-            128 + sig,
-            format!("stopped by signal {sig}; every finished turn is saved (`tokscope history`)"),
-        )),
-    }
+    Ok((conversation, save_slot, notices))
 }

@@ -15,7 +15,7 @@ use crate::metrics::{fmt_opt, ms};
 use crate::remote::{ApiKey, ChatRequest, Endpoint, RemoteClient, RemoteError, StreamEnd};
 
 /// Where the remote server is and how to authenticate.
-#[derive(Debug, Args, Default, Clone)]
+#[derive(Debug, Args, Clone)]
 pub struct RemoteArgs {
     /// An OpenAI-compatible API base, e.g. http://127.0.0.1:8080/v1 (llama-server, vLLM,
     /// SGLang, TGI, ollama). With it, `-m/--model` is the server's model name (default: the
@@ -29,8 +29,24 @@ pub struct RemoteArgs {
     #[arg(long, value_name = "PATH")]
     pub api_key_file: Option<PathBuf>,
     /// Seconds to wait for the response headers and between two reads of the stream.
-    #[arg(long, value_name = "S", default_value_t = 60.0)]
+    #[arg(long, value_name = "S", default_value_t = DEFAULT_TIMEOUT_S)]
     pub timeout: f64,
+}
+
+/// The `--timeout` default, in seconds.
+const DEFAULT_TIMEOUT_S: f64 = 60.0;
+
+// By hand, so that a default `RemoteArgs` equals an empty command line's (the bare command
+// tells whether chat flags were given by comparing with the default).
+impl Default for RemoteArgs {
+    fn default() -> Self {
+        Self {
+            url: None,
+            api_key_env: None,
+            api_key_file: None,
+            timeout: DEFAULT_TIMEOUT_S,
+        }
+    }
 }
 
 impl RemoteArgs {
@@ -56,6 +72,12 @@ impl RemoteArgs {
             }
             (None, None) => None,
         };
+        let timeout = self.endpoint_timeout()?;
+        Endpoint::new(url, key, timeout).map_err(|e| Failure::new(USAGE, e.to_string()))
+    }
+
+    /// `--timeout` as a duration, checked.
+    pub(crate) fn endpoint_timeout(&self) -> Result<Duration, Failure> {
         if !(self.timeout.is_finite() && self.timeout > 0.0 && self.timeout <= 86_400.0) {
             return Err(Failure::new(
                 USAGE,
@@ -65,8 +87,7 @@ impl RemoteArgs {
                 ),
             ));
         }
-        let timeout = Duration::from_millis((self.timeout * 1000.0).round() as u64);
-        Endpoint::new(url, key, timeout).map_err(|e| Failure::new(USAGE, e.to_string()))
+        Ok(Duration::from_millis((self.timeout * 1000.0).round() as u64))
     }
 }
 
@@ -152,7 +173,7 @@ pub(crate) fn run_remote(
             }
         };
         let turn = client
-            .stream_chat(&request, Some(rtt), None, &mut on_text)
+            .stream_chat(&request, Some(rtt), &|| false, &mut on_text)
             .await?;
         Ok::<_, RemoteError>((turn, model))
     });

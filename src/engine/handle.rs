@@ -8,8 +8,8 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use super::protocol::{
-    ChatMessage, EngineCommand, EngineConfig, EventReceiver, GenerateRequest, RequestId,
-    TurnRequest,
+    ChatMessage, EngineCommand, EngineConfig, EventReceiver, EventSender, GenerateRequest,
+    RequestId, TurnRequest,
 };
 use super::worker;
 use crate::llama::error::EngineError;
@@ -58,6 +58,15 @@ impl EngineHandle {
     /// load arrive as events (`Loading`, then `Ready` or `LoadFailed`).
     pub fn spawn(config: EngineConfig) -> Result<(Self, EventReceiver), EngineError> {
         let (event_tx, event_rx) = tokio::sync::mpsc::unbounded_channel();
+        Ok((Self::spawn_with_events(config, event_tx)?, event_rx))
+    }
+
+    /// As `spawn`, sending events into a channel the caller made (the chat shares one channel
+    /// between its engine and an A/B comparison's other backend).
+    pub(crate) fn spawn_with_events(
+        config: EngineConfig,
+        event_tx: EventSender,
+    ) -> Result<Self, EngineError> {
         let (cmd_tx, cmd_rx) = mpsc::channel();
         let cancel_through = Arc::new(AtomicU64::new(0));
         let worker_cancel = Arc::clone(&cancel_through);
@@ -65,15 +74,23 @@ impl EngineHandle {
             .name("engine".into())
             .spawn(move || worker::run(config, cmd_rx, event_tx, worker_cancel))
             .map_err(|e| EngineError::Thread(e.to_string()))?;
-        Ok((
-            Self {
-                commands: cmd_tx,
-                cancel_through,
-                ids: RequestIds::default(),
-                thread: Some(thread),
-            },
-            event_rx,
-        ))
+        Ok(Self::from_worker(cmd_tx, cancel_through, thread))
+    }
+
+    /// A handle on a worker thread that speaks the engine's protocol (commands in, events out,
+    /// every request with an id up to `cancel_through` cancelled): the local engine's, or the
+    /// remote backend's (`remote::spawn`), so the chat drives both the same way.
+    pub(crate) fn from_worker(
+        commands: mpsc::Sender<EngineCommand>,
+        cancel_through: Arc<AtomicU64>,
+        thread: JoinHandle<()>,
+    ) -> Self {
+        Self {
+            commands,
+            cancel_through,
+            ids: RequestIds::default(),
+            thread: Some(thread),
+        }
     }
 
     /// Hand a turn to the engine under a new id.

@@ -51,6 +51,10 @@ pub enum EngineError {
     EngineGone,
     #[error("cancelled")]
     Cancelled,
+    /// A remote server's failure (the chat's remote backend); the message names the cause
+    /// and what to do, and never holds the API key.
+    #[error("{0}")]
+    Remote(String),
 }
 
 impl EngineError {

@@ -186,7 +186,7 @@ async fn one(
     };
     let mut sink = |_: &str, _: Duration| {};
     match client
-        .stream_chat(&request, None, Some(stop), &mut sink)
+        .stream_chat(&request, None, &|| stop.load(Ordering::SeqCst), &mut sink)
         .await
     {
         Ok(turn) => record(&turn),
@@ -203,7 +203,6 @@ pub(crate) async fn run_level(
     stop: Arc<AtomicBool>,
     progress: Arc<Progress>,
 ) -> Result<LoadSummary, RemoteError> {
-    let never = AtomicBool::new(false);
     for i in 0..plan.warmup {
         let messages = prompts.prompts[i % prompts.prompts.len()].clone();
         // A warm-up failure says the server is not usable: stop here with its error.
@@ -218,7 +217,7 @@ pub(crate) async fn run_level(
         };
         let mut sink = |_: &str, _: Duration| {};
         let turn = client
-            .stream_chat(&request, None, Some(&never), &mut sink)
+            .stream_chat(&request, None, &|| false, &mut sink)
             .await?;
         turn.end?;
     }

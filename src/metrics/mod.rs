@@ -11,7 +11,7 @@ use std::time::Duration;
 pub(crate) mod busy;
 pub(crate) mod energy;
 pub(crate) mod host;
-pub(crate) mod remote;
+pub mod remote;
 pub mod roofline;
 
 use serde::{Deserialize, Serialize};
@@ -113,6 +113,11 @@ pub struct TurnTimeline {
     pub decode_calls: usize,
     /// Offset at which the turn ended (end of generation, max tokens, stop or cancel).
     pub finished_at: Option<Duration>,
+    /// A turn answered by a remote server: its raw record (chunk arrivals, the server's usage
+    /// and timings). Its offsets, like the ones above for such a turn, start when the request
+    /// was sent; `None` for the local engine's turns.
+    #[serde(skip)]
+    pub remote: Option<Box<remote::RemoteTimeline>>,
 }
 
 impl TurnTimeline {
@@ -269,6 +274,7 @@ mod tests {
             decode_compute: d(30),
             decode_calls: tokens_ms.len().saturating_sub(1),
             finished_at: Some(d(tokens_ms.last().copied().unwrap_or(70) + 1)),
+            remote: None,
         }
     }
 

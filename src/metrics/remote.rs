@@ -12,7 +12,7 @@ use super::{ms, rate_per_s, LatencyStats};
 
 /// One streamed chunk that carried content (a role-only or empty delta is not a token).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub(crate) struct ChunkMark {
+pub struct ChunkMark {
     /// Offset from the request being sent to the chunk being parsed.
     pub at: Duration,
     /// The server's running `completion_tokens` after this chunk, when it sends usage with
@@ -22,7 +22,7 @@ pub(crate) struct ChunkMark {
 
 /// The server's final usage object (`stream_options.include_usage`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub(crate) struct ServerUsage {
+pub struct ServerUsage {
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
     /// `prompt_tokens_details.cached_tokens`, where the server reports it.
@@ -31,7 +31,7 @@ pub(crate) struct ServerUsage {
 
 /// llama-server's own `timings` object for the request.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub(crate) struct ServerTimings {
+pub struct ServerTimings {
     /// Prompt tokens the server evaluated (not taken from its cache).
     pub prompt_n: u64,
     pub prompt_ms: f64,
@@ -44,7 +44,7 @@ pub(crate) struct ServerTimings {
 /// Where the per-chunk token counts come from; shown next to the figures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub(crate) enum TokenCountSource {
+pub enum TokenCountSource {
     /// Usage with every chunk: exact per chunk.
     ContinuousUsage,
     /// A final usage total equal to the number of content chunks: one token per chunk, exact.
@@ -69,7 +69,7 @@ impl TokenCountSource {
 
 /// The raw record of one remote turn.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub(crate) struct RemoteTimeline {
+pub struct RemoteTimeline {
     /// Round trip of a cheap request (`GET /v1/models`) timed just before the turn.
     pub network_rtt: Option<Duration>,
     /// Offset at which the response headers arrived.
@@ -192,6 +192,43 @@ impl RemoteTimeline {
         Some(span / u32::try_from(n - 1).unwrap_or(u32::MAX))
     }
 
+    /// The turn as the chat keeps every turn, local or remote, so one conversation, one
+    /// history and one pane serve both (docs/metrics.md, "Remote servers in the chat"):
+    /// token ready times are the chunk arrivals with each chunk's gap divided among its tokens
+    /// (a first chunk's extra tokens arrive with it), the prompt and cache counts are the
+    /// server's, `prefill` is the server's own prompt time, `decode_compute`/`decode_calls`
+    /// its `predicted_ms`/`predicted_n`. The stages only a local engine has (queue, template
+    /// and tokenize, end of prefill) stay `None`. The record itself is kept in `remote`.
+    pub fn turn_timeline(&self) -> super::TurnTimeline {
+        let (counts, _) = self.tokens_per_chunk();
+        let mut token_ready_at = Vec::new();
+        if let Some(first) = self.chunks.first() {
+            let leading = counts.first().copied().unwrap_or(1).max(1);
+            token_ready_at.extend(std::iter::repeat_n(first.at, leading as usize));
+            let mut at = first.at;
+            for gap in self.inter_token_latencies() {
+                at += gap;
+                token_ready_at.push(at);
+            }
+        }
+        let from_ms = |v: f64| Duration::try_from_secs_f64(v / 1e3).ok();
+        let summary = self.summary();
+        super::TurnTimeline {
+            prompt_tokens: summary.prompt_tokens.map(|n| n as usize),
+            cached_tokens: summary.server_cached_tokens.map(|n| n as usize),
+            prefill: summary.server_prompt_ms.and_then(from_ms),
+            token_ready_at,
+            decode_compute: summary
+                .server_decode_ms
+                .and_then(from_ms)
+                .unwrap_or_default(),
+            decode_calls: summary.server_predicted_tokens.unwrap_or(0) as usize,
+            finished_at: Some(self.finished_at),
+            remote: Some(Box::new(self.clone())),
+            ..Default::default()
+        }
+    }
+
     pub(crate) fn summary(&self) -> RemoteSummary {
         let (_, source) = self.tokens_per_chunk();
         let n = self.tokens_generated();
@@ -308,6 +345,71 @@ mod tests {
         let empty = RemoteTimeline::default().summary();
         assert_eq!(empty.ttft_ms, None);
         assert_eq!(empty.tokens_generated, 0);
+    }
+
+    #[test]
+    fn the_chat_timeline_of_a_remote_turn_keeps_its_figures() {
+        let t = RemoteTimeline {
+            network_rtt: Some(Duration::from_millis(2)),
+            chunks: vec![at(30), at(40), at(60)],
+            finished_at: Duration::from_millis(61),
+            server_timings: Some(ServerTimings {
+                prompt_n: 6,
+                prompt_ms: 20.0,
+                cache_n: Some(4),
+                predicted_n: 3,
+                predicted_ms: 25.0,
+            }),
+            usage: Some(ServerUsage {
+                prompt_tokens: 10,
+                completion_tokens: 3,
+                cached_tokens: None,
+            }),
+            ..Default::default()
+        };
+        let chat = t.turn_timeline();
+        assert_eq!(
+            chat.token_ready_at,
+            vec![
+                Duration::from_millis(30),
+                Duration::from_millis(40),
+                Duration::from_millis(60)
+            ]
+        );
+        assert_eq!(chat.prompt_tokens, Some(10));
+        assert_eq!(chat.cached_tokens, Some(4));
+        assert_eq!(chat.prefill, Some(Duration::from_millis(20)));
+        assert_eq!(chat.decode_calls, 3);
+        assert_eq!(chat.decode_compute, Duration::from_millis(25));
+        // Stages only a local engine has stay unknown.
+        assert_eq!(chat.queue, None);
+        assert_eq!(chat.template_tokenize, None);
+        assert_eq!(chat.prefill_done_at, None);
+        assert_eq!(chat.remote.as_deref(), Some(&t));
+        // The saved summary and the remote one agree on every shared figure.
+        let (saved, remote) = (chat.summary(), t.summary());
+        assert_eq!(saved.ttft_ms, remote.ttft_ms);
+        assert_eq!(saved.tpot_ms, remote.tpot_ms);
+        assert_eq!(saved.decode_tok_per_s, remote.decode_tok_per_s);
+        assert_eq!(saved.itl, remote.itl);
+        assert_eq!(saved.e2e_ms, remote.e2e_ms);
+        assert_eq!(saved.tokens_generated as u64, remote.tokens_generated);
+    }
+
+    #[test]
+    fn a_spread_first_chunk_gives_every_token_a_ready_time() {
+        let t = RemoteTimeline {
+            chunks: vec![at(10), at(20)],
+            usage: Some(ServerUsage {
+                prompt_tokens: 1,
+                completion_tokens: 4,
+                cached_tokens: None,
+            }),
+            ..Default::default()
+        };
+        let chat = t.turn_timeline();
+        assert_eq!(chat.tokens_generated(), 4);
+        assert_eq!(chat.token_ready_at.last(), Some(&Duration::from_millis(20)));
     }
 
     #[test]

@@ -2,7 +2,6 @@
 //! chat completion parsed by `eventsource-stream`. Every content chunk is timestamped the
 //! moment its event is parsed; the request's clock starts just before it is sent.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use eventsource_stream::{EventStreamError, Eventsource};
@@ -16,6 +15,10 @@ use crate::metrics::remote::{ChunkMark, RemoteTimeline, ServerTimings, ServerUsa
 /// A streamed event longer than this without a line break is refused (a broken or hostile
 /// server must not make the client buffer without bound).
 pub(crate) const MAX_EVENT_BYTES: usize = 4 << 20;
+
+/// How often a stream that has no new event checks whether it was cancelled: Esc closes the
+/// stream within this long even while the server sends nothing.
+const CANCEL_POLL: Duration = Duration::from_millis(10);
 
 /// Where to send requests and how long to wait.
 #[derive(Debug, Clone)]
@@ -304,13 +307,14 @@ impl RemoteClient {
 
     /// Streams one chat completion. `on_text` gets each content delta and its offset from the
     /// request. Failures before the stream starts are `Err`; a stream that breaks later
-    /// returns its partial turn with the error in `end`. `cancel` is checked at every event;
-    /// dropping the stream closes the connection, which makes the server stop generating.
+    /// returns its partial turn with the error in `end`. `cancelled` is checked at every event
+    /// and every 10 ms while none arrives; dropping the stream closes the connection, which
+    /// makes the server stop generating.
     pub(crate) async fn stream_chat(
         &self,
         request: &ChatRequest,
         network_rtt: Option<Duration>,
-        cancel: Option<&AtomicBool>,
+        cancelled: &(dyn Fn() -> bool + Send + Sync),
         on_text: &mut (dyn FnMut(&str, Duration) + Send),
     ) -> Result<RemoteTurn, RemoteError> {
         let url = format!("{}/chat/completions", self.endpoint.base_url);
@@ -354,18 +358,23 @@ impl RemoteClient {
             model: None,
             end: Ok(StreamEnd::Done),
         };
-        let end = loop {
-            if cancel.is_some_and(|c| c.load(Ordering::SeqCst)) {
-                break Ok(StreamEnd::Cancelled);
-            }
-            let next = match tokio::time::timeout(self.endpoint.timeout, events.next()).await {
-                Ok(n) => n,
-                Err(_) => {
-                    break Err(RemoteError::Timeout {
-                        url: url.clone(),
-                        secs: self.endpoint.timeout.as_secs(),
-                        what: "the stream stalled",
-                    })
+        let end = 'stream: loop {
+            // `next()` is cancel-safe: polling it again after a timeout loses nothing.
+            let stalled_at = Instant::now() + self.endpoint.timeout;
+            let next = loop {
+                if cancelled() {
+                    break 'stream Ok(StreamEnd::Cancelled);
+                }
+                match tokio::time::timeout(CANCEL_POLL, events.next()).await {
+                    Ok(n) => break n,
+                    Err(_) if Instant::now() >= stalled_at => {
+                        break 'stream Err(RemoteError::Timeout {
+                            url: url.clone(),
+                            secs: self.endpoint.timeout.as_secs(),
+                            what: "the stream stalled",
+                        })
+                    }
+                    Err(_) => {}
                 }
             };
             let event = match next {

@@ -36,6 +36,8 @@ pub(crate) enum RemoteError {
     Transport { url: String, detail: String },
     #[error("the server lists no models at {url}; pass --model NAME")]
     NoModels { url: String },
+    #[error("cancelled")]
+    Cancelled,
 }
 
 impl RemoteError {
@@ -60,6 +62,7 @@ impl RemoteError {
             RemoteError::ClosedEarly { .. } => "closed_early",
             RemoteError::Transport { .. } => "transport",
             RemoteError::NoModels { .. } => "no_models",
+            RemoteError::Cancelled => "cancelled",
         }
     }
 

@@ -8,9 +8,11 @@
 
 mod client;
 mod error;
+mod worker;
 
 pub(crate) use client::{ChatRequest, Endpoint, RemoteClient, RemoteTurn, StreamEnd};
 pub(crate) use error::RemoteError;
+pub(crate) use worker::{is_url, spawn, Main, ServerFacts, REMOTE_BACKEND};
 
 /// A bearer token. `Debug` and `Display` never show it.
 #[derive(Clone)]

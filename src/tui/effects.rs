@@ -5,12 +5,25 @@ use std::path::PathBuf;
 use std::time::SystemTime;
 
 use crate::app::{Effect, Msg};
-use crate::engine::{EngineConfig, EngineHandle};
+use crate::engine::{EngineConfig, EngineEvent, EngineHandle, EventSender, RequestId, TurnRequest};
+
+/// What the chat's backends share: the one event channel every backend sends into, whether
+/// the chat's own backend is a server, and the wait for another server's answers.
+pub struct Backends {
+    pub events: EventSender,
+    pub remote_chat: bool,
+    pub timeout: std::time::Duration,
+}
 
 /// Where the effects go: the engine, the history dir; and the live token counter of the input.
 pub struct Effects<'a> {
     pub engine: &'a mut EngineHandle,
     pub engine_config: EngineConfig,
+    pub backends: Backends,
+    /// An A/B answer from a server while the chat is local (`/ab URL`), started on first use.
+    pub(crate) ab_remote: Option<EngineHandle>,
+    /// An A/B answer from a local GGUF while the chat talks to a server (`/ab PATH`).
+    pub(crate) ab_local: Option<super::side::LocalAb>,
     /// Where the conversation is saved, and what this chat last saw there.
     pub save_slot: crate::history::SaveSlot,
     /// Where the comparisons log is (the compare screen reads it).
@@ -26,6 +39,43 @@ impl Effects<'_> {
         Msg::FreshConversationId(crate::ids::new_id(SystemTime::now()))
     }
 
+    /// Hand a turn to the backend that answers it: the chat's own, or for an A/B answer of
+    /// the other kind (a URL from a local chat, a file from a remote one) a side backend
+    /// sending into the same event channel.
+    fn generate(
+        &mut self,
+        id: RequestId,
+        turn: TurnRequest,
+        model: Option<PathBuf>,
+    ) -> Result<RequestId, crate::engine::EngineError> {
+        let Some(path) = model else {
+            return self.engine.send(id, turn, None);
+        };
+        match (crate::remote::is_url(&path), self.backends.remote_chat) {
+            (true, false) => {
+                let side = match self.ab_remote.take() {
+                    Some(side) => side,
+                    None => crate::remote::spawn(
+                        None,
+                        self.backends.timeout,
+                        self.backends.events.clone(),
+                    )?,
+                };
+                let side = self.ab_remote.insert(side);
+                side.send(id, turn, Some(path))
+            }
+            (false, true) => {
+                let mut config = self.engine_config.clone();
+                config.model_path = path;
+                let side =
+                    super::side::LocalAb::start(config, id, turn, self.backends.events.clone())?;
+                self.ab_local = Some(side);
+                Ok(id)
+            }
+            _ => self.engine.send(id, turn, Some(path)),
+        }
+    }
+
     /// Run effects; returns messages reporting their outcomes, and whether to quit.
     pub(crate) fn run(&mut self, effects: Vec<Effect>) -> (Vec<Msg>, bool) {
         let mut msgs = Vec::new();
@@ -33,14 +83,22 @@ impl Effects<'_> {
         for effect in effects {
             match effect {
                 Effect::Generate { id, turn, model } => {
-                    if let Err(e) = self.engine.send(id, turn, model) {
-                        msgs.push(Msg::Engine(crate::engine::EngineEvent::Failed {
+                    if let Err(e) = self.generate(id, turn, model) {
+                        msgs.push(Msg::Engine(EngineEvent::Failed {
                             request_id: id,
                             error: e,
                         }));
                     }
                 }
-                Effect::Cancel(id) => self.engine.cancel(id),
+                Effect::Cancel(id) => {
+                    self.engine.cancel(id);
+                    if let Some(side) = &self.ab_remote {
+                        side.cancel(id);
+                    }
+                    if self.ab_local.as_ref().is_some_and(|s| s.id <= id) {
+                        self.ab_local = None;
+                    }
+                }
                 Effect::BatchSweep {
                     id,
                     batches,
@@ -48,7 +106,7 @@ impl Effects<'_> {
                     n_gen,
                 } => {
                     if let Err(e) = self.engine.batch_sweep(id, batches, n_prompt, n_gen) {
-                        msgs.push(Msg::Engine(crate::engine::EngineEvent::BatchSweepDone {
+                        msgs.push(Msg::Engine(EngineEvent::BatchSweepDone {
                             request_id: id,
                             error: Some(e),
                         }));
@@ -61,7 +119,7 @@ impl Effects<'_> {
                     let mut config = self.engine_config.clone();
                     config.model_path = path;
                     if let Err(error) = self.engine.switch_model(id, config) {
-                        msgs.push(Msg::Engine(crate::engine::EngineEvent::SwitchFailed {
+                        msgs.push(Msg::Engine(EngineEvent::SwitchFailed {
                             request_id: id,
                             error,
                         }));

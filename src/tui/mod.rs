@@ -6,6 +6,7 @@
 mod count;
 mod effects;
 mod frames;
+mod side;
 mod terminal;
 
 use std::io;
@@ -18,7 +19,7 @@ use ratatui::Terminal;
 use crate::app::{animates, update, App, Effect, Msg, Now};
 use crate::engine::{EngineConfig, EngineHandle, EventReceiver};
 
-pub use effects::{latest_comparison, Effects};
+pub use effects::{latest_comparison, Backends, Effects};
 pub use frames::{
     FrameScheduler, FRAME_INTERVAL, SLOWEST_STREAM_FRAME_INTERVAL, STREAM_DRAW_BUDGET,
     STREAM_FRAME_INTERVAL,
@@ -181,6 +182,7 @@ pub(crate) fn run_chat(
     app: App,
     engine: &mut EngineHandle,
     mut events: EventReceiver,
+    backends: Backends,
     engine_config: EngineConfig,
     save_slot: crate::history::SaveSlot,
     notices: Vec<String>,
@@ -198,6 +200,9 @@ pub(crate) fn run_chat(
         counter: count::CountWorker::start(engine_config.model_path.clone()),
         engine,
         engine_config,
+        backends,
+        ab_remote: None,
+        ab_local: None,
         save_slot,
         data_dir: crate::paths::data_dir(),
     };

@@ -62,8 +62,8 @@ const COMMANDS: &[(&str, &str)] = &[
         "load another GGUF model; the conversation is kept",
     ),
     (
-        "/ab PATH",
-        "answer the last prompt again with another GGUF file (B): the same turns, sampling settings and seed; A and B side by side with their figures and the first token where they diverge. B is loaded beside the chat's model in a context of its own and dropped after; it is not added to the conversation",
+        "/ab PATH|URL",
+        "answer the last prompt again with another GGUF file or another server's API base (B): the same turns, sampling settings and seed; A and B side by side with their figures and the first token where they diverge. B is loaded beside the chat's model in a context of its own and dropped after; it is not added to the conversation. A local chat can ask a server, a server chat a local file",
     ),
     ("/compare", "the compare screen (as F3)"),
     ("/new", "new conversation (as Ctrl+N)"),

@@ -264,60 +264,64 @@ fn pieces(app: &App, view: &View, w: usize) -> Vec<Piece> {
             key,
         )],
     ));
-    out.push(Piece::text(
-        6,
-        vec![
-            row(
-                "  queue ms",
-                format::num(s.and_then(|s| s.queue_ms)),
-                w,
-                sub,
-                value,
-            ),
-            row(
-                "  tmpl+tok ms",
-                format::num(s.and_then(|s| s.template_tokenize_ms)),
-                w,
-                sub,
-                value,
-            ),
-            row(
-                "  prefill ms",
-                format::num(s.and_then(|s| s.prefill_ms)),
-                w,
-                sub,
-                value,
-            ),
-            row(
-                "  first sample ms",
-                format::num(s.and_then(|s| s.first_sample_ms)),
-                w,
-                sub,
-                value,
-            ),
-            row(
-                "  prefill tok",
-                opt_count(s.and_then(|s| s.prefilled_tokens)),
-                w,
-                sub,
-                value,
-            ),
-            row(
-                "  cached tok",
-                opt_count(s.and_then(|s| s.cached_tokens)),
-                w,
-                sub,
-                value,
-            ),
-            row(
-                "  prefill tok/s",
-                format::num(s.and_then(|s| s.prefill_tok_per_s)),
-                w,
-                sub,
-                value,
-            ),
-        ],
-    ));
+    if let Some(r) = s.and_then(|s| s.remote.as_ref()) {
+        out.push(Piece::text(6, remote_breakdown(r, w)));
+    } else {
+        out.push(Piece::text(
+            6,
+            vec![
+                row(
+                    "  queue ms",
+                    format::num(s.and_then(|s| s.queue_ms)),
+                    w,
+                    sub,
+                    value,
+                ),
+                row(
+                    "  tmpl+tok ms",
+                    format::num(s.and_then(|s| s.template_tokenize_ms)),
+                    w,
+                    sub,
+                    value,
+                ),
+                row(
+                    "  prefill ms",
+                    format::num(s.and_then(|s| s.prefill_ms)),
+                    w,
+                    sub,
+                    value,
+                ),
+                row(
+                    "  first sample ms",
+                    format::num(s.and_then(|s| s.first_sample_ms)),
+                    w,
+                    sub,
+                    value,
+                ),
+                row(
+                    "  prefill tok",
+                    opt_count(s.and_then(|s| s.prefilled_tokens)),
+                    w,
+                    sub,
+                    value,
+                ),
+                row(
+                    "  cached tok",
+                    opt_count(s.and_then(|s| s.cached_tokens)),
+                    w,
+                    sub,
+                    value,
+                ),
+                row(
+                    "  prefill tok/s",
+                    format::num(s.and_then(|s| s.prefill_tok_per_s)),
+                    w,
+                    sub,
+                    value,
+                ),
+            ],
+        ));
+    }
     out.push(Piece::text(
         1,
         vec![row(
@@ -469,6 +473,39 @@ fn roofline_lines(app: &App, view: &View, w: usize) -> Vec<Line<'static>> {
         w,
         theme::METRIC_SUB_LABEL,
         theme::METRIC_VALUE,
+    ));
+    lines
+}
+
+/// A remote turn's TTFT breakdown (network round trip, the server's prompt time and cache
+/// hits, the rest) and the source of its token counts; "—" for what the server does not say.
+fn remote_breakdown(r: &super::view::RemoteFigures, w: usize) -> Vec<Line<'static>> {
+    let (sub, value) = (theme::METRIC_SUB_LABEL, theme::METRIC_VALUE);
+    let count = |n: Option<u64>| n.map_or_else(|| "—".to_string(), |n| n.to_string());
+    let mut lines = vec![
+        row(
+            "  network RTT ms",
+            format::num(r.network_rtt_ms),
+            w,
+            sub,
+            value,
+        ),
+        row(
+            "  server prompt ms",
+            format::num(r.server_prompt_ms),
+            w,
+            sub,
+            value,
+        ),
+        row("  rest ms", format::num(r.rest_ms), w, sub, value),
+        row("  prompt tok", count(r.prompt_tokens), w, sub, value),
+        row("  cached tok", count(r.cached_tokens), w, sub, value),
+    ];
+    lines.extend(wrap(
+        &[Span::styled(format!("tokens: {}", r.token_source), sub)],
+        w,
+        &[],
+        &[],
     ));
     lines
 }

@@ -151,6 +151,16 @@ fn segments(app: &App, view: &View) -> Vec<Segment> {
             .or_short(truncate(&name, 14), 15),
     );
     let plain = |text: String, drop: u8| Segment::new(text, theme::STATUS_BAR, Some(drop));
+    let total = view
+        .n_ctx
+        .map_or_else(|| "—".to_string(), |t| t.to_string());
+    if info.backend == crate::remote::REMOTE_BACKEND {
+        // A server's model: its name, where it is, the context this chat uses; the file,
+        // parameters and layers are the server's business.
+        out.push(device(info));
+        out.push(plain(format!("ctx {}/{total}", view.context_used), 20));
+        return out;
+    }
     out.push(plain(one_line(&info.architecture), 60));
     out.push(plain(format::params(info.n_params), 31));
     out.push(plain(one_line(&info.quantization), 30));
@@ -160,9 +170,6 @@ fn segments(app: &App, view: &View) -> Vec<Segment> {
         plain(format!("GPU layers {}", info.n_gpu_layers), 45)
             .or_short(format!("ngl {}", info.n_gpu_layers), 55),
     );
-    let total = view
-        .n_ctx
-        .map_or_else(|| "—".to_string(), |t| t.to_string());
     out.push(plain(format!("ctx {}/{total}", view.context_used), 20));
     out
 }

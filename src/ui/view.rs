@@ -59,7 +59,30 @@ pub(crate) struct Figures {
     /// Undefined for an answer in flight until its first token is ready.
     pub e2e_ms: Option<f64>,
     pub itl: Option<LatencyStats>,
+    /// A turn answered by a server: its own TTFT breakdown instead of the local stages.
+    pub remote: Option<RemoteFigures>,
 }
+
+/// A remote turn's TTFT breakdown and where its token counts come from (docs/metrics.md,
+/// "Remote servers"): known when the turn has finished; a part the server does not report
+/// stays `None`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct RemoteFigures {
+    pub network_rtt_ms: Option<f64>,
+    pub server_prompt_ms: Option<f64>,
+    pub prompt_tokens: Option<u64>,
+    pub cached_tokens: Option<u64>,
+    /// TTFT − network RTT − server prompt time: queueing, first sample and transport.
+    pub rest_ms: Option<f64>,
+    /// In words, e.g. "server usage, 1 token per chunk (exact)".
+    pub token_source: &'static str,
+}
+
+/// What the token counts of a remote answer still streaming are based on.
+pub(crate) const LIVE_REMOTE_TOKENS: &str = "1 per chunk until the server's usage arrives";
+/// A finished answer without its server record (one resumed from the history, which keeps the
+/// figures but not the breakdown, or one that failed).
+pub(crate) const UNKNOWN_REMOTE_TOKENS: &str = "not known (no server record for this answer)";
 
 /// Bytes a decode step reads at the current context depth, the bandwidth ceiling that gives,
 /// how close decode gets to it and the cost per 1M tokens (all from `metrics::roofline`).
@@ -82,10 +105,14 @@ pub(crate) struct AbView {
 
 impl<'a> View<'a> {
     pub(crate) fn new(app: &'a App, now: Instant) -> Self {
+        let remote_chat = app
+            .model
+            .as_ref()
+            .is_some_and(|m| m.backend == crate::remote::REMOTE_BACKEND);
         let focus = focus_turn(app).map(|(number, turn)| Focus {
             number,
             turn,
-            figures: Figures::of(turn),
+            figures: Figures::of(turn, remote_chat),
             gaps: turn.timeline.inter_token_latencies(),
         });
         let context_used = match app.conversation.active() {
@@ -98,11 +125,12 @@ impl<'a> View<'a> {
         Self {
             waiting: waiting(app, now),
             context_used,
-            n_ctx: app.model.as_ref().map(|m| m.n_ctx),
+            // 0: not known (a server's model).
+            n_ctx: app.model.as_ref().map(|m| m.n_ctx).filter(|n| *n > 0),
             roofline: Roofline::of(app, context_used, decode_tok_per_s),
             ab: app.ab.as_ref().map(|ab| AbView {
-                a: Figures::of(&ab.a),
-                b: Figures::of(&ab.b),
+                a: Figures::of(&ab.a, remote_chat),
+                b: Figures::of(&ab.b, crate::remote::is_url(&ab.b_path)),
                 waited: now.saturating_duration_since(ab.started),
             }),
             focus,
@@ -112,8 +140,12 @@ impl<'a> View<'a> {
 
 impl Figures {
     /// A turn's figures from its summary (the finished one, or the live one of its timeline),
-    /// each stage left `None` until the turn has reached it.
-    pub(crate) fn of(turn: &AssistantTurn) -> Self {
+    /// each stage left `None` until the turn has reached it. `remote`: the turn is answered
+    /// by a server (known before its record arrives, for the live display).
+    pub(crate) fn of(turn: &AssistantTurn, remote: bool) -> Self {
+        if let Some(record) = &turn.timeline.remote {
+            return Self::of_remote(turn, record);
+        }
         let s = turn.current_summary();
         // The engine reports the template, tokenize and prefill durations when prefill is
         // done (and with the finished turn); until then they are undefined.
@@ -137,6 +169,47 @@ impl Figures {
             tokens_generated: s.tokens_generated,
             e2e_ms: Some(s.e2e_ms).filter(|_| e2e_defined),
             itl: s.itl,
+            remote: remote.then_some(RemoteFigures {
+                network_rtt_ms: None,
+                server_prompt_ms: None,
+                prompt_tokens: None,
+                cached_tokens: None,
+                rest_ms: None,
+                token_source: if turn.phase.is_active() {
+                    LIVE_REMOTE_TOKENS
+                } else {
+                    UNKNOWN_REMOTE_TOKENS
+                },
+            }),
+        }
+    }
+
+    /// A finished remote turn: every figure from its record, as `run --url` prints them.
+    fn of_remote(turn: &AssistantTurn, record: &crate::metrics::remote::RemoteTimeline) -> Self {
+        let r = record.summary();
+        let local = turn.current_summary();
+        Self {
+            ttft_ms: r.ttft_ms,
+            queue_ms: None,
+            template_tokenize_ms: None,
+            prefill_ms: r.server_prompt_ms,
+            first_sample_ms: None,
+            prefill_tok_per_s: local.prefill_tok_per_s,
+            prefilled_tokens: r.server_prompt_tokens.map(|n| n as usize),
+            cached_tokens: r.server_cached_tokens.map(|n| n as usize),
+            decode_tok_per_s: r.decode_tok_per_s,
+            tpot_ms: r.tpot_ms,
+            tokens_generated: r.tokens_generated as usize,
+            e2e_ms: Some(r.e2e_ms),
+            itl: r.itl,
+            remote: Some(RemoteFigures {
+                network_rtt_ms: r.network_rtt_ms,
+                server_prompt_ms: r.server_prompt_ms,
+                prompt_tokens: r.prompt_tokens,
+                cached_tokens: r.server_cached_tokens,
+                rest_ms: r.queue_transport_ms,
+                token_source: r.token_count_source.label(),
+            }),
         }
     }
 }
@@ -191,16 +264,33 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_remote_answer_without_its_record_says_its_counts_are_not_known() {
+        let mut turn = AssistantTurn::new(1, None);
+        assert_eq!(
+            Figures::of(&turn, true).remote.map(|r| r.token_source),
+            Some(LIVE_REMOTE_TOKENS)
+        );
+        turn.phase = TurnPhase::Done(crate::engine::StopReason::EndOfGeneration);
+        let finished = Figures::of(&turn, true).remote;
+        assert_eq!(
+            finished.as_ref().map(|r| r.token_source),
+            Some(UNKNOWN_REMOTE_TOKENS)
+        );
+        assert_eq!(finished.and_then(|r| r.network_rtt_ms), None);
+        assert!(Figures::of(&turn, false).remote.is_none());
+    }
+
+    #[test]
     fn a_turn_s_stages_are_none_until_it_reaches_them() {
         let mut turn = AssistantTurn::new(1, None);
-        let queued = Figures::of(&turn);
+        let queued = Figures::of(&turn, false);
         assert_eq!(queued.prefilled_tokens, None);
         assert_eq!(queued.prefill_ms, None);
         assert_eq!(queued.ttft_ms, None);
         assert_eq!(queued.e2e_ms, None);
 
         turn.on_prefill_started(10, 4);
-        let prefilling = Figures::of(&turn);
+        let prefilling = Figures::of(&turn, false);
         assert_eq!(prefilling.prefilled_tokens, Some(6));
         assert_eq!(prefilling.cached_tokens, Some(4));
         assert_eq!(prefilling.queue_ms, None);
@@ -211,13 +301,13 @@ mod tests {
             Duration::from_millis(5),
             Duration::from_millis(10),
         );
-        let prefilled = Figures::of(&turn);
+        let prefilled = Figures::of(&turn, false);
         assert_eq!(prefilled.queue_ms, Some(3.0));
         assert_eq!(prefilled.prefill_ms, Some(5.0));
         assert_eq!(prefilled.e2e_ms, None);
 
         turn.on_token("a", Duration::from_millis(12));
-        let streaming = Figures::of(&turn);
+        let streaming = Figures::of(&turn, false);
         assert_eq!(streaming.tokens_generated, 1);
         assert!(streaming.ttft_ms.is_some());
         assert!(streaming.e2e_ms.is_some());

@@ -1,0 +1,517 @@
+//! The remote backend behind the chat: a worker thread that speaks the engine's protocol
+//! (`EngineCommand` in, `EngineEvent` out, every request with an id up to the handle's cancel
+//! mark cancelled), so `tokscope chat --url` drives a server through the same `EngineHandle`,
+//! the same events and the same `update` as the in-process engine. The thread owns a
+//! current-thread tokio runtime and the HTTP client; each chunk's offset is taken by the client
+//! where the chunk is parsed, on this thread, never by the UI.
+//!
+//! It also answers an A/B comparison's `AbGenerate` whose "path" is a URL: the same turn
+//! streamed from that other server (`remote::is_url`).
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use super::{ChatRequest, Endpoint, RemoteClient, RemoteError, RemoteTurn, StreamEnd};
+use crate::engine::{
+    AbReport, EngineCommand, EngineError, EngineEvent, EngineHandle, EventSender, GenerateRequest,
+    LlamaCounters, ModelInfo, RequestId, StopReason, TurnReport,
+};
+
+/// `ModelInfo::backend` of a remote model: the panes read it to show the remote breakdown.
+pub(crate) const REMOTE_BACKEND: &str = "remote";
+
+/// What the user told us about the server's hardware (config `remote.weights_gb`): the
+/// roofline's bytes per token. Never guessed.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct ServerFacts {
+    pub weights_bytes: Option<u64>,
+}
+
+/// The chat's server: where it is and which model (`None`: the first of `GET /v1/models`).
+pub(crate) struct Main {
+    pub endpoint: Endpoint,
+    pub model: Option<String>,
+    pub facts: ServerFacts,
+}
+
+/// Starts the worker. With `main`, it looks the model up and announces it (`Loading`, then
+/// `Ready` or `LoadFailed`) and answers `Generate`; without, it only answers `AbGenerate` to
+/// a URL (the side backend of a local chat's `/ab URL`), and announces nothing. `timeout` is
+/// the wait for another URL's answers.
+pub(crate) fn spawn(
+    main: Option<Main>,
+    timeout: Duration,
+    events: EventSender,
+) -> Result<EngineHandle, EngineError> {
+    let (cmd_tx, cmd_rx) = mpsc::channel();
+    let cancel_through = Arc::new(AtomicU64::new(0));
+    let worker_cancel = Arc::clone(&cancel_through);
+    let thread = std::thread::Builder::new()
+        .name("remote".into())
+        .spawn(move || run(main, timeout, &cmd_rx, &events, &worker_cancel))
+        .map_err(|e| EngineError::Thread(e.to_string()))?;
+    Ok(EngineHandle::from_worker(cmd_tx, cancel_through, thread))
+}
+
+/// An A/B "model path" that is a server's API base rather than a file.
+pub(crate) fn is_url(path: &std::path::Path) -> bool {
+    path.to_str()
+        .is_some_and(|s| s.starts_with("http://") || s.starts_with("https://"))
+}
+
+fn remote_error(e: &RemoteError) -> EngineError {
+    EngineError::Remote(e.to_string())
+}
+
+/// The server's model as the panes and the stamp show it.
+fn model_info(endpoint: &Endpoint, model: &str, facts: ServerFacts, load: Duration) -> ModelInfo {
+    let host = endpoint.host_label();
+    ModelInfo {
+        path: PathBuf::from(&endpoint.base_url),
+        file_name: format!("{model} @ {host}"),
+        name: model.to_string(),
+        architecture: "server".into(),
+        quantization: "—".into(),
+        weights_bytes: facts.weights_bytes.unwrap_or(0),
+        backend: REMOTE_BACKEND.into(),
+        devices: vec![host],
+        template: "the server's".into(),
+        load_ms: load.as_secs_f64() * 1e3,
+        weight_bytes: facts
+            .weights_bytes
+            .map(|b| crate::metrics::roofline::WeightBytes {
+                total_bytes: b,
+                token_embd_bytes: 0,
+                embd_row_bytes: 0,
+                tied_output: false,
+            }),
+        ..ModelInfo::default()
+    }
+}
+
+fn run(
+    main: Option<Main>,
+    timeout: Duration,
+    commands: &mpsc::Receiver<EngineCommand>,
+    events: &EventSender,
+    cancel_through: &AtomicU64,
+) {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            let error = EngineError::Remote(format!("cannot start the async runtime: {e}"));
+            if main.is_some() {
+                let _ = events.send(EngineEvent::LoadFailed(error));
+            }
+            return;
+        }
+    };
+    // The chat's server: connected (its model known) or the reason it is not.
+    let served: Option<Result<(RemoteClient, String), EngineError>> = main.map(|m| {
+        let _ = events.send(EngineEvent::Loading { progress: 0.0 });
+        let started = Instant::now();
+        let facts = m.facts;
+        let result = RemoteClient::new(m.endpoint).and_then(|client| {
+            let model = match m.model {
+                Some(model) => model,
+                // Quitting while an unreachable server is looked up does not wait for the
+                // timeout: shutdown cancels everything, the lookup included.
+                None => runtime.block_on(until_cancelled(
+                    &|| cancel_through.load(Ordering::SeqCst) == u64::MAX,
+                    client.default_model(),
+                ))?,
+            };
+            Ok((client, model))
+        });
+        match result {
+            Ok((client, model)) => {
+                let info = model_info(client.endpoint(), &model, facts, started.elapsed());
+                let _ = events.send(EngineEvent::Ready(Box::new(info)));
+                Ok((client, model))
+            }
+            Err(e) => {
+                let error = remote_error(&e);
+                let _ = events.send(EngineEvent::LoadFailed(error.clone()));
+                Err(error)
+            }
+        }
+    });
+    let not_here = |what: &str| {
+        EngineError::Remote(format!(
+            "{what} needs a local model; this chat talks to a server (start `tokscope chat -m FILE` for a local one)"
+        ))
+    };
+    while let Some(command) = runtime.block_on(next_command(commands)) {
+        match command {
+            EngineCommand::Generate(request) => {
+                let id = request.id;
+                match &served {
+                    Some(Ok((client, model))) => {
+                        let cancelled = || cancel_through.load(Ordering::SeqCst) >= id;
+                        let outcome =
+                            runtime.block_on(stream(client, model, &request, events, &cancelled));
+                        let event = match outcome {
+                            Ok((turn, _)) => finished(id, turn),
+                            Err(error) => EngineEvent::Failed {
+                                request_id: id,
+                                error,
+                            },
+                        };
+                        let _ = events.send(event);
+                    }
+                    Some(Err(error)) => {
+                        let _ = events.send(EngineEvent::Failed {
+                            request_id: id,
+                            error: error.clone(),
+                        });
+                    }
+                    None => {
+                        let _ = events.send(EngineEvent::Failed {
+                            request_id: id,
+                            error: EngineError::NoModel,
+                        });
+                    }
+                }
+            }
+            EngineCommand::AbGenerate { path, request } => {
+                let id = request.id;
+                let key = served
+                    .as_ref()
+                    .and_then(|s| s.as_ref().ok())
+                    .map(|(c, _)| c.endpoint().clone());
+                let event = if is_url(&path) {
+                    let cancelled = || cancel_through.load(Ordering::SeqCst) >= id;
+                    runtime.block_on(ab_url(
+                        &path,
+                        key.as_ref(),
+                        timeout,
+                        &request,
+                        events,
+                        &cancelled,
+                    ))
+                } else {
+                    EngineEvent::Failed {
+                        request_id: id,
+                        error: EngineError::Remote(format!(
+                            "/ab {}: not a URL (this backend answers A/B turns from servers only)",
+                            path.display()
+                        )),
+                    }
+                };
+                let _ = events.send(event);
+            }
+            EngineCommand::SwitchModel { id, .. } => {
+                let _ = events.send(EngineEvent::SwitchFailed {
+                    request_id: id,
+                    error: not_here("/model"),
+                });
+            }
+            EngineCommand::BatchSweep { id, .. } => {
+                let _ = events.send(EngineEvent::BatchSweepDone {
+                    request_id: id,
+                    error: Some(not_here(
+                        "the bench screen (for a server: `tokscope load --url`)",
+                    )),
+                });
+            }
+            EngineCommand::LoadModel(config) => {
+                let _ = events.send(EngineEvent::LoadFailed(not_here(&format!(
+                    "loading {}",
+                    config.model_path.display()
+                ))));
+            }
+            EngineCommand::Shutdown => break,
+        }
+    }
+}
+
+/// How often the idle worker looks for a command. Between commands the runtime keeps
+/// running, so the connection tasks it holds make progress: a stream dropped by Esc is closed
+/// at once (and the server stops generating), not when the next request happens to poll it.
+const COMMAND_POLL: Duration = Duration::from_millis(20);
+
+/// The next command, or `None` when the handle is gone.
+async fn next_command(commands: &mpsc::Receiver<EngineCommand>) -> Option<EngineCommand> {
+    loop {
+        match commands.try_recv() {
+            Ok(command) => return Some(command),
+            Err(mpsc::TryRecvError::Disconnected) => return None,
+            Err(mpsc::TryRecvError::Empty) => tokio::time::sleep(COMMAND_POLL).await,
+        }
+    }
+}
+
+/// `work`, or `Cancelled` once `cancelled()` has held for `CANCEL_GRACE`: for the waits that
+/// check no cancel flag themselves (connecting, the response headers, the model lookup), so Esc
+/// and quitting never wait for `--timeout`. The grace leaves a stream that is already flowing
+/// time to stop by itself (within 10 ms) and return its partial turn.
+async fn until_cancelled<T>(
+    cancelled: &(dyn Fn() -> bool + Send + Sync),
+    work: impl std::future::Future<Output = Result<T, RemoteError>>,
+) -> Result<T, RemoteError> {
+    let watch = async {
+        let mut since: Option<Instant> = None;
+        loop {
+            tokio::time::sleep(CANCEL_WATCH).await;
+            match (cancelled(), since) {
+                (false, _) => since = None,
+                (true, None) => since = Some(Instant::now()),
+                (true, Some(at)) if at.elapsed() >= CANCEL_GRACE => return,
+                (true, Some(_)) => {}
+            }
+        }
+    };
+    tokio::select! {
+        result = work => result,
+        () = watch => Err(RemoteError::Cancelled),
+    }
+}
+
+/// How often `until_cancelled` looks, and how long a cancel must hold before it gives up on
+/// the work.
+const CANCEL_WATCH: Duration = Duration::from_millis(20);
+const CANCEL_GRACE: Duration = Duration::from_millis(100);
+
+/// Streams one turn from `client`, sending a `Token` event per content chunk (its offset is
+/// the client's: from the request being sent). Returns the turn and the text of each chunk.
+async fn stream(
+    client: &RemoteClient,
+    model: &str,
+    request: &GenerateRequest,
+    events: &EventSender,
+    cancelled: &(dyn Fn() -> bool + Send + Sync),
+) -> Result<(RemoteTurn, Vec<String>), EngineError> {
+    // The round trip of a cheap request, just before the turn: TTFT's network part. A server
+    // that cannot answer it gets its error from the turn itself.
+    let rtt = until_cancelled(cancelled, client.probe_rtt()).await.ok();
+    let turn = &request.turn;
+    let chat = ChatRequest {
+        model: model.to_string(),
+        messages: turn.messages.clone(),
+        max_tokens: Some(turn.max_tokens),
+        temperature: Some(turn.sampling.temperature),
+        top_p: Some(turn.sampling.top_p),
+        seed: Some(turn.sampling.seed),
+        ignore_eos: turn.ignore_eos,
+    };
+    let id = request.id;
+    let mut pieces = Vec::new();
+    let mut on_text = |text: &str, at: Duration| {
+        let _ = events.send(EngineEvent::Token {
+            request_id: id,
+            index: pieces.len(),
+            text: text.to_string(),
+            at,
+        });
+        pieces.push(text.to_string());
+    };
+    let streamed = until_cancelled(
+        cancelled,
+        client.stream_chat(&chat, rtt, cancelled, &mut on_text),
+    )
+    .await;
+    let turn = match streamed {
+        Ok(turn) => turn,
+        // Cancelled while connecting or waiting for the headers: nothing streamed yet.
+        Err(RemoteError::Cancelled) => RemoteTurn {
+            text: pieces.concat(),
+            timeline: crate::metrics::remote::RemoteTimeline {
+                network_rtt: rtt,
+                ..Default::default()
+            },
+            finish_reason: None,
+            model: None,
+            end: Ok(StreamEnd::Cancelled),
+        },
+        Err(e) => return Err(remote_error(&e)),
+    };
+    Ok((turn, pieces))
+}
+
+/// The report of a streamed turn, or the error that broke it (its partial text is already on
+/// screen from the token events and stays in the conversation).
+fn report(turn: RemoteTurn) -> Result<TurnReport, EngineError> {
+    let stop_reason = match &turn.end {
+        Ok(StreamEnd::Cancelled) => StopReason::Cancelled,
+        Ok(StreamEnd::Done) if turn.finish_reason.as_deref() == Some("length") => {
+            StopReason::MaxTokens
+        }
+        Ok(StreamEnd::Done) => StopReason::EndOfGeneration,
+        Err(e) => return Err(remote_error(e)),
+    };
+    let timeline = turn.timeline.turn_timeline();
+    let usage = turn.timeline.usage;
+    let counters = turn
+        .timeline
+        .server_timings
+        .map(|t| LlamaCounters {
+            prompt_eval_ms: t.prompt_ms,
+            prompt_eval_tokens: i32::try_from(t.prompt_n).unwrap_or(i32::MAX),
+            eval_ms: t.predicted_ms,
+            eval_tokens: i32::try_from(t.predicted_n).unwrap_or(i32::MAX),
+        })
+        .unwrap_or_default();
+    Ok(TurnReport {
+        text: turn.text,
+        stop_reason,
+        timeline,
+        context_used: usage.map_or(0, |u| (u.prompt_tokens + u.completion_tokens) as usize),
+        dropped_messages: 0,
+        llama_counters: counters,
+        first_logits: None,
+        host: Default::default(),
+        sampler: "server",
+    })
+}
+
+fn finished(id: RequestId, turn: RemoteTurn) -> EngineEvent {
+    match report(turn) {
+        Ok(report) => EngineEvent::Finished {
+            request_id: id,
+            report: Box::new(report),
+        },
+        Err(error) => EngineEvent::Failed {
+            request_id: id,
+            error,
+        },
+    }
+}
+
+/// Answer B of an A/B comparison from another server. The chat server's key goes along only
+/// to the same scheme, host and port; another host gets no key.
+async fn ab_url(
+    path: &std::path::Path,
+    chat_server: Option<&Endpoint>,
+    timeout: Duration,
+    request: &GenerateRequest,
+    events: &EventSender,
+    cancelled: &(dyn Fn() -> bool + Send + Sync),
+) -> EngineEvent {
+    let id = request.id;
+    let fail = |error: EngineError| EngineEvent::Failed {
+        request_id: id,
+        error,
+    };
+    let url = path.to_string_lossy();
+    let endpoint = match Endpoint::new(&url, None, timeout) {
+        Ok(e) => e,
+        Err(e) => return fail(remote_error(&e)),
+    };
+    let endpoint = match chat_server {
+        Some(chat) if chat.host_label() == endpoint.host_label() => Endpoint {
+            api_key: chat.api_key.clone(),
+            ..endpoint
+        },
+        _ => endpoint,
+    };
+    let started = Instant::now();
+    let client = match RemoteClient::new(endpoint) {
+        Ok(c) => c,
+        Err(e) => return fail(remote_error(&e)),
+    };
+    let model = match client.default_model().await {
+        Ok(m) => m,
+        Err(e) => return fail(remote_error(&e)),
+    };
+    let info = model_info(
+        client.endpoint(),
+        &model,
+        ServerFacts::default(),
+        started.elapsed(),
+    );
+    let (turn, pieces) = match stream(&client, &model, request, events, cancelled).await {
+        Ok(t) => t,
+        Err(e) => return fail(e),
+    };
+    match report(turn) {
+        Ok(turn) => EngineEvent::AbFinished {
+            request_id: id,
+            report: Box::new(AbReport {
+                model: info,
+                turn,
+                a_fresh: None,
+                pieces,
+            }),
+        },
+        Err(e) => fail(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::remote::{ChunkMark, RemoteTimeline, ServerTimings};
+
+    fn turn(end: Result<StreamEnd, RemoteError>, finish: Option<&str>) -> RemoteTurn {
+        RemoteTurn {
+            text: "ab".into(),
+            timeline: RemoteTimeline {
+                chunks: vec![ChunkMark {
+                    at: Duration::from_millis(5),
+                    cumulative_tokens: None,
+                }],
+                server_timings: Some(ServerTimings {
+                    prompt_n: 7,
+                    prompt_ms: 3.5,
+                    cache_n: None,
+                    predicted_n: 1,
+                    predicted_ms: 2.0,
+                }),
+                ..Default::default()
+            },
+            finish_reason: finish.map(String::from),
+            model: None,
+            end,
+        }
+    }
+
+    #[test]
+    fn how_a_stream_ended_becomes_the_turn_s_stop_reason() {
+        let r = report(turn(Ok(StreamEnd::Done), Some("stop"))).unwrap();
+        assert_eq!(r.stop_reason, StopReason::EndOfGeneration);
+        assert_eq!(r.sampler, "server");
+        // The server's own counters stand where llama.cpp's would.
+        assert_eq!(r.llama_counters.prompt_eval_tokens, 7);
+        assert_eq!(r.llama_counters.eval_ms, 2.0);
+        let r = report(turn(Ok(StreamEnd::Done), Some("length"))).unwrap();
+        assert_eq!(r.stop_reason, StopReason::MaxTokens);
+        let r = report(turn(Ok(StreamEnd::Cancelled), None)).unwrap();
+        assert_eq!(r.stop_reason, StopReason::Cancelled);
+        let e = report(turn(Err(RemoteError::ClosedEarly { chunks: 1 }), None)).unwrap_err();
+        assert!(e.to_string().contains("before [DONE]"), "{e}");
+    }
+
+    #[test]
+    fn only_urls_are_remote_ab_targets() {
+        assert!(is_url(std::path::Path::new("http://127.0.0.1:8080/v1")));
+        assert!(is_url(std::path::Path::new("https://h/v1")));
+        assert!(!is_url(std::path::Path::new("/models/b.gguf")));
+        assert!(!is_url(std::path::Path::new("http.gguf")));
+    }
+
+    #[test]
+    fn a_server_model_names_its_host_and_never_the_key() {
+        let key = super::super::ApiKey::new("sk-never-shown").unwrap();
+        let endpoint =
+            Endpoint::new("http://10.1.2.3:8000/v1", Some(key), Duration::from_secs(1)).unwrap();
+        let info = model_info(
+            &endpoint,
+            "m",
+            ServerFacts {
+                weights_bytes: Some(1000),
+            },
+            Duration::ZERO,
+        );
+        assert_eq!(info.backend, REMOTE_BACKEND);
+        assert_eq!(info.file_name, "m @ http://10.1.2.3:8000");
+        assert_eq!(info.bytes_per_token(100), Some(1000.0));
+        assert!(!format!("{info:?}").contains("sk-never-shown"));
+        let unknown = model_info(&endpoint, "m", ServerFacts::default(), Duration::ZERO);
+        assert_eq!(unknown.bytes_per_token(0), None);
+    }
+}
