@@ -352,6 +352,7 @@ mod tests {
             first_logits: None,
             host: Default::default(),
             sampler: "host-greedy",
+            spec: None,
         }
     }
 

@@ -735,6 +735,7 @@ pub(crate) mod tests {
                 first_logits: None,
                 host: Default::default(),
                 sampler: "host-greedy",
+                spec: None,
             }),
         })
     }

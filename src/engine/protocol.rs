@@ -158,6 +158,9 @@ pub struct TurnReport {
     pub host: crate::metrics::host::HostTimes,
     /// The sampling path the turn took (`host-greedy`, `host-top-k`, `host-chain`, `backend`).
     pub sampler: &'static str,
+    /// Speculative decoding's counts and times, when the engine speculates.
+    #[serde(skip)]
+    pub spec: Option<crate::metrics::spec::SpecStats>,
 }
 
 /// Model B's answer in an A/B comparison.
