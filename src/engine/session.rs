@@ -94,10 +94,10 @@ impl<'m> Session<'m> {
             pieces: Vec::new(),
             special_texts: special_texts(model),
             drafter: match cfg.settings.spec.mode {
-                SpecMode::Ngram => Some(Drafter::Ngram {
+                SpecMode::Ngram if cfg.settings.spec.active() => Some(Drafter::Ngram {
                     n: cfg.settings.spec.ngram_n.max(1) as usize,
                 }),
-                SpecMode::Off | SpecMode::Draft => None,
+                _ => None,
             },
             spec: cfg.settings.spec.clone(),
             draft_cost_ratio: 0.0,
@@ -435,9 +435,7 @@ impl<'m> Session<'m> {
             mode: d.mode(),
             draft_max: self.spec.draft_max as usize,
             draft_cost_ratio: self.draft_cost_ratio,
-            off_reason: if !self.spec.active() {
-                Some("draft_max is 0")
-            } else if !greedy {
+            off_reason: if !greedy {
                 Some("sampling is not greedy (temperature > 0 or a repetition penalty): one token per pass")
             } else {
                 None

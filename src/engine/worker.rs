@@ -259,7 +259,7 @@ fn serve(
 /// the target's.
 fn load_draft(target: &LlamaModel, cfg: &EngineConfig) -> Result<Option<LlamaModel>, EngineError> {
     let spec = &cfg.settings.spec;
-    if spec.mode != SpecMode::Draft {
+    if spec.mode != SpecMode::Draft || !spec.active() {
         return Ok(None);
     }
     let wrap = |e: EngineError| EngineError::Draft(Box::new(e));
