@@ -15,6 +15,8 @@ pub struct ChatArgs {
     pub model: ModelArgs,
     #[command(flatten)]
     pub sampling: SamplingArgs,
+    #[command(flatten)]
+    pub spec: super::run::SpecArgs,
     /// Continue a saved conversation: its id (or a unique prefix), or the latest without one.
     #[arg(long, value_name = "ID", num_args = 0..=1, default_missing_value = "")]
     pub resume: Option<String>,
@@ -28,6 +30,7 @@ pub struct ChatArgs {
 pub(crate) fn run(args: &ChatArgs, mut settings: Settings) -> Result<(), Failure> {
     args.model.apply(&mut settings)?;
     args.sampling.apply(&mut settings)?;
+    args.spec.apply(&mut settings)?;
     let config = engine_config(&settings)?;
     if !std::io::stdout().is_terminal() {
         return Err(Failure::new(
@@ -39,6 +42,11 @@ pub(crate) fn run(args: &ChatArgs, mut settings: Settings) -> Result<(), Failure
     // Temp files of saves killed with `kill -9` (older than a minute) are removed.
     crate::history::remove_stale_temps(&history_dir);
     let mut notices = Vec::new();
+    notices.extend(
+        super::run::spec_warnings(&settings, &config.model_path)
+            .into_iter()
+            .map(|w| format!("warning: {w}")),
+    );
     let (conversation, save_slot) = match &args.resume {
         None => (
             crate::app::conversation::Conversation::new(

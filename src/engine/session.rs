@@ -591,6 +591,12 @@ impl<'m> Session<'m> {
                 s.draft_time += draft_time;
                 s.plain_time += step.elapsed();
             }
+            if let Some(s) = spec_stats.as_ref().filter(|_| speculate) {
+                let _ = events.send(EngineEvent::Spec {
+                    request_id: req.id,
+                    stats: Box::new(s.clone()),
+                });
+            }
             gap_start = Instant::now();
             timeline.decode_compute += gap_start - step;
             timeline.decode_calls += 1;
