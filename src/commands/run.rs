@@ -573,5 +573,8 @@ pub(crate) fn spec_line(sp: &crate::metrics::spec::SpecSummary) -> String {
         fmt_opt(sp.verify_ms_per_pass, 2),
         fmt_opt(sp.expected_speedup, 2),
         fmt_opt(sp.measured_speedup, 2),
-    )
+    ) + &sp
+        .verdict
+        .as_ref()
+        .map_or_else(String::new, |v| format!("         {v}\n"))
 }

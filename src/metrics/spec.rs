@@ -78,6 +78,11 @@ pub struct SpecSummary {
     /// time per token; `None` when the turn had no plain pass (see `bench --spec` for a
     /// measured baseline).
     pub measured_speedup: Option<f64>,
+    /// A verify pass's time in plain passes (verify ms / plain ms): 1 under the roofline,
+    /// more when the pass has become compute bound.
+    pub verify_cost_in_passes: Option<f64>,
+    /// Whether speculation paid this turn and, if not, what bounds it (see [`verdict`]).
+    pub verdict: Option<String>,
     pub draft_cost_ratio: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub off_reason: Option<String>,
@@ -153,10 +158,65 @@ impl SpecStats {
                 (Some(p), Some(s)) if self.verify_passes > 0 => ratio(p, s),
                 _ => None,
             },
+            verify_cost_in_passes: ratio(
+                ms(self.verify_time) / self.verify_passes.max(1) as f64,
+                plain_ms.unwrap_or(0.0),
+            )
+            .filter(|_| self.verify_passes > 0),
+            verdict: None,
             draft_cost_ratio: self.draft_cost_ratio,
             off_reason: self.off_reason.map(str::to_string),
         }
+        .with_verdict()
     }
+}
+
+impl SpecSummary {
+    fn with_verdict(mut self) -> Self {
+        self.verdict = verdict(
+            self.measured_speedup,
+            self.acceptance_per_token,
+            self.verify_cost_in_passes,
+            self.draft_ms_per_step
+                .zip(self.plain_ms_per_pass)
+                .and_then(|(d, p)| ratio(d, p)),
+        );
+        self
+    }
+}
+
+/// One sentence: whether speculation paid (`speedup` > 1.05) and, when it did not, what
+/// bounds it: a verify pass costing more than 1.5 plain passes (the pass became compute
+/// bound, so verifying is no longer free), drafting costing more than a third of a plain
+/// pass per step (the draft is too slow), or a per-token acceptance below one half.
+pub fn verdict(
+    speedup: Option<f64>,
+    acceptance_per_token: Option<f64>,
+    verify_cost_in_passes: Option<f64>,
+    draft_cost_in_passes: Option<f64>,
+) -> Option<String> {
+    let s = speedup?;
+    if s > 1.05 {
+        return Some(format!("pays: {s:.2}× the plain decode speed"));
+    }
+    let mut why = Vec::new();
+    if let Some(v) = verify_cost_in_passes.filter(|v| *v > 1.5) {
+        why.push(format!(
+            "a verify pass costs {v:.1} plain passes (compute bound: verifying is not free)"
+        ));
+    }
+    if let Some(d) = draft_cost_in_passes.filter(|d| *d > 1.0 / 3.0) {
+        why.push(format!(
+            "drafting costs {d:.2} plain passes per step (the draft is too slow)"
+        ));
+    }
+    if let Some(a) = acceptance_per_token.filter(|a| *a < 0.5) {
+        why.push(format!("acceptance too low (α {:.0}%)", a * 100.0));
+    }
+    if why.is_empty() {
+        why.push("no single bound stands out".to_string());
+    }
+    Some(format!("does not pay ({s:.2}×): {}", why.join("; ")))
 }
 
 #[cfg(test)]
@@ -213,5 +273,19 @@ mod tests {
         // 212 ms for 40 tokens against 10 ms per token.
         let measured = s.measured_speedup.unwrap();
         assert!((measured - 10.0 / (212.0 / 40.0)).abs() < 1e-9);
+        assert_eq!(s.verify_cost_in_passes, Some(1.1));
+        assert!(s.verdict.unwrap().starts_with("pays"));
+    }
+
+    #[test]
+    fn verdict_names_the_bound() {
+        let v = verdict(Some(0.7), Some(0.65), Some(4.0), Some(0.0)).unwrap();
+        assert!(v.contains("compute bound"), "{v}");
+        let v = verdict(Some(0.5), Some(0.1), Some(1.1), Some(0.9)).unwrap();
+        assert!(
+            v.contains("too slow") && v.contains("acceptance too low"),
+            "{v}"
+        );
+        assert_eq!(verdict(None, None, None, None), None);
     }
 }
