@@ -317,15 +317,11 @@ fn load_error(model: &Path, spec: EngineSettings) -> tokscope::engine::EngineErr
     }
 }
 
-#[test]
-fn a_draft_with_another_vocabulary_is_refused_naming_the_first_mismatch() {
+/// A copy of `from` whose vocabulary has one word piece renamed.
+fn other_vocab(dir: &Path, from: &Path) -> PathBuf {
     use tokscope::gguf::{GgufArray, GgufValue};
-    let _lock = model_lock();
-    let dir = tempfile::tempdir().unwrap();
-    let model = synth(dir.path(), "small.gguf", "small", TensorType::F32, 5);
-    let tiny = synth(dir.path(), "tiny.gguf", "tiny", TensorType::F32, 1);
-    let other: PathBuf = dir.path().join("other-vocab.gguf");
-    common::gguf_edit::rewrite(&tiny, &other, |key, value| match (key, value) {
+    let other = dir.join("other-vocab.gguf");
+    common::gguf_edit::rewrite(from, &other, |key, value| match (key, value) {
         ("tokenizer.ggml.tokens", GgufValue::Array(GgufArray::String(tokens))) => {
             Some(GgufValue::Array(GgufArray::String(
                 tokens
@@ -342,6 +338,53 @@ fn a_draft_with_another_vocabulary_is_refused_naming_the_first_mismatch() {
         }
         _ => None,
     });
+    other
+}
+
+#[test]
+fn switching_to_a_model_the_draft_does_not_fit_keeps_the_current_one() {
+    let _lock = model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let model = synth(dir.path(), "small.gguf", "small", TensorType::F32, 5);
+    let draft = synth(dir.path(), "tiny.gguf", "tiny", TensorType::F32, 1);
+    let target_b = other_vocab(dir.path(), &model);
+    let spec = spec_settings(SpecMode::Draft, Some(&draft), 4);
+    let mut e = start(&model, spec.clone());
+    let before = answer(&mut e, PROMPTS[0], 12);
+    e.handle
+        .switch_model(
+            5000,
+            EngineConfig {
+                model_path: target_b,
+                settings: spec,
+            },
+        )
+        .unwrap();
+    loop {
+        match e.events.blocking_recv().expect("engine gone") {
+            EngineEvent::SwitchFailed { request_id, error } if request_id == 5000 => {
+                assert!(error.to_string().contains("vocabulary"), "{error}");
+                break;
+            }
+            EngineEvent::Ready(_) => panic!("switched to a model the draft does not fit"),
+            _ => {}
+        }
+    }
+    let after = answer(&mut e, PROMPTS[0], 12);
+    assert_eq!(
+        after.text, before.text,
+        "the old model (and its draft) still answer"
+    );
+    assert!(after.drafted > 0);
+}
+
+#[test]
+fn a_draft_with_another_vocabulary_is_refused_naming_the_first_mismatch() {
+    let _lock = model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let model = synth(dir.path(), "small.gguf", "small", TensorType::F32, 5);
+    let tiny = synth(dir.path(), "tiny.gguf", "tiny", TensorType::F32, 1);
+    let other = other_vocab(dir.path(), &tiny);
     let e = load_error(&model, spec_settings(SpecMode::Draft, Some(&other), 4));
     let msg = e.to_string();
     assert!(msg.contains("vocabulary"), "{msg}");

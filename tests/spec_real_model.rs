@@ -67,11 +67,17 @@ fn ngram_and_self_draft_answers_are_the_plain_answers() {
         assert_eq!(ngram["context_used"], plain["context_used"]);
         accepted += ngram["spec"]["accepted"].as_u64().unwrap();
         let draft = run_json(prompt, &["--draft", model, "--draft-max", "4"]);
-        assert_eq!(draft["text"], plain["text"], "self-draft, prompt {prompt:?}");
+        assert_eq!(
+            draft["text"], plain["text"],
+            "self-draft, prompt {prompt:?}"
+        );
         assert_eq!(
             draft["spec"]["accepted"], draft["spec"]["drafted"],
             "the model drafting for itself is always accepted"
         );
     }
-    assert!(accepted > 0, "prompt lookup found nothing to copy in any prompt");
+    assert!(
+        accepted > 0,
+        "prompt lookup found nothing to copy in any prompt"
+    );
 }

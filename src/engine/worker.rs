@@ -114,8 +114,10 @@ fn load_beside(
         return Err(EngineError::Cancelled);
     }
     let model = loaded?;
-    // The same checks `serve` makes, so that it cannot fail there for a reason known now.
+    // The same checks `serve` makes, so that it cannot fail there for a reason known now
+    // (the draft model, when speculating, must share the new model's vocabulary).
     Session::new(&model, cfg, Instant::now())?;
+    drop(load_draft(&model, cfg)?);
     if cancelled() {
         return Err(EngineError::Cancelled);
     }
