@@ -362,7 +362,10 @@ fn switching_to_a_model_the_draft_does_not_fit_keeps_the_current_one() {
         .unwrap();
     loop {
         match e.events.blocking_recv().expect("engine gone") {
-            EngineEvent::SwitchFailed { request_id, error } if request_id == 5000 => {
+            EngineEvent::SwitchFailed {
+                request_id: 5000,
+                error,
+            } => {
                 assert!(error.to_string().contains("vocabulary"), "{error}");
                 break;
             }
@@ -398,5 +401,112 @@ fn a_draft_with_another_vocabulary_is_refused_naming_the_first_mismatch() {
     assert!(
         msg.contains("draft model") && msg.contains("nope.gguf"),
         "{msg}"
+    );
+}
+
+/// The second token's text of a 3-token answer sampled with `seed` (temperature 1, top-k 40),
+/// and the turn's (drafted, accepted). Over the seeds, its distribution is the target's
+/// marginal one for that position whether or not the engine speculates.
+fn sampled_pair(e: &mut TestEngine, seed: u32) -> (String, usize, usize) {
+    use tokscope::engine::{SamplingParams, TurnRequest};
+    let turn = TurnRequest {
+        messages: vec![user("Hello there")],
+        sampling: SamplingParams {
+            temperature: 1.0,
+            top_k: 40,
+            top_p: 1.0,
+            min_p: 0.0,
+            seed,
+            ..SamplingParams::default()
+        },
+        max_tokens: 3,
+        capture_first_logits: false,
+        ignore_eos: true,
+    };
+    let id = e.handle.next_id();
+    e.handle.send(id, turn, None).unwrap();
+    let mut texts = Vec::new();
+    loop {
+        match e.events.blocking_recv().expect("engine gone") {
+            EngineEvent::Token {
+                request_id, text, ..
+            } if request_id == id => texts.push(text),
+            EngineEvent::Finished { request_id, report } if request_id == id => {
+                let sp = report.spec.unwrap_or_default();
+                return (texts[1].clone(), sp.drafted, sp.accepted);
+            }
+            EngineEvent::Failed { request_id, error } if request_id == id => panic!("{error}"),
+            _ => {}
+        }
+    }
+}
+
+/// Two-sample chi-square statistic and degrees of freedom for equal sample sizes, categories
+/// with fewer than 10 observations in both samples together pooled into one.
+fn chi_square(a: &[String], b: &[String]) -> (f64, usize) {
+    use std::collections::BTreeMap;
+    let mut counts: BTreeMap<&str, (f64, f64)> = BTreeMap::new();
+    for x in a {
+        counts.entry(x).or_default().0 += 1.0;
+    }
+    for x in b {
+        counts.entry(x).or_default().1 += 1.0;
+    }
+    let (mut cells, mut other) = (Vec::new(), (0.0, 0.0));
+    for (_, (x, y)) in counts {
+        if x + y < 10.0 {
+            other.0 += x;
+            other.1 += y;
+        } else {
+            cells.push((x, y));
+        }
+    }
+    if other.0 + other.1 > 0.0 {
+        cells.push(other);
+    }
+    let stat = cells.iter().map(|(x, y)| (x - y) * (x - y) / (x + y)).sum();
+    (stat, cells.len().saturating_sub(1))
+}
+
+#[test]
+fn speculative_sampling_keeps_the_next_token_distribution() {
+    let _lock = model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let model = synth(dir.path(), "small.gguf", "small", TensorType::F32, 5);
+    let mut plain = start(&model, settings(256));
+    let mut s = spec_settings(SpecMode::Draft, Some(&model), 1);
+    s.n_ctx = 256;
+    // The target drafting for itself proposes its own argmax: plain greedy acceptance would
+    // accept it every time; the rule accepts it with the target's probability of it.
+    let mut fast = start(&model, s);
+    let n = 600;
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    let (mut drafted, mut accepted) = (0, 0);
+    for seed in 0..n {
+        a.push(sampled_pair(&mut plain, seed).0);
+        let (pair, d, acc) = sampled_pair(&mut fast, seed);
+        b.push(pair);
+        drafted += d;
+        accepted += acc;
+    }
+    let (stat, df) = chi_square(&a, &b);
+    assert!(df >= 3, "too few categories ({df} degrees of freedom)");
+    // The 99.9% quantile of chi-square with df degrees of freedom (Wilson–Hilferty).
+    let k = df as f64;
+    let z = 3.09;
+    let critical = k * (1.0 - 2.0 / (9.0 * k) + z * (2.0 / (9.0 * k)).sqrt()).powi(3);
+    eprintln!("chi-square {stat:.1}, critical {critical:.1}, {df} df, {accepted} of {drafted} drafts accepted");
+    assert!(
+        stat < critical,
+        "the second token's distribution with speculation differs from plain sampling: \
+         chi-square {stat:.1} ≥ {critical:.1} ({df} df)"
+    );
+    assert!(
+        drafted >= n as usize / 2,
+        "the rule ran ({drafted} drafted)"
+    );
+    assert!(
+        accepted > 0 && accepted < drafted,
+        "some drafts accepted, some resampled ({accepted} of {drafted})"
     );
 }

@@ -71,7 +71,7 @@ pub struct RunArgs {
 #[derive(Debug, Args, Default, Clone)]
 pub struct SpecArgs {
     /// Speculative decoding: `ngram` (prompt lookup: no second model) or `off`; `--draft FILE`
-    /// selects a draft model. Greedy decoding (--temp 0) only.
+    /// selects a draft model. Greedy, or temperature with top-k (no repetition penalty).
     #[arg(long = "spec", value_name = "MODE")]
     pub spec: Option<String>,
     /// Draft model for speculative decoding: a smaller GGUF with the target's vocabulary.
@@ -151,9 +151,10 @@ pub(crate) fn spec_warnings(settings: &Settings, target: &std::path::Path) -> Ve
             }
         }
     }
-    if settings.sampling.temperature > 0.0 || settings.sampling.repeat_penalty != 1.0 {
+    let s = &settings.sampling;
+    if s.repeat_penalty != 1.0 || (s.temperature > 0.0 && s.top_k == 0) {
         out.push(
-            "speculation verifies greedy choices only: with temperature > 0 or a repetition penalty it is off (use --temp 0)"
+            "speculation needs greedy decoding or temperature with top-k and no repetition penalty: it is off for these sampling settings"
                 .to_string(),
         );
     }

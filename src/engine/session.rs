@@ -431,18 +431,24 @@ impl<'m> Session<'m> {
         // (temperature, penalties) decodes one token per pass.
         let spec_on = self.drafter.is_some() && self.spec.active();
         let greedy = sampler.path() == crate::llama::sampler::HostPath::Greedy;
+        // Temperature with top-k (no penalty): the speculative sampling rule, which keeps
+        // the target's distribution, on probabilities computed like the host chain's.
+        let sampling_rule = sampler.path() == crate::llama::sampler::HostPath::TopK;
+        let mut rng = crate::ids::SplitMix64(u64::from(req.turn.sampling.seed) ^ 0x5bec_u64);
+        // The replacement token a rejection drew: the next token, pending like a sampled one.
+        let mut forced_next: Option<LlamaToken> = None;
         let mut spec_stats = self.drafter.as_ref().map(|d| SpecStats {
             mode: d.mode(),
             draft_max: self.spec.draft_max as usize,
             draft_cost_ratio: self.draft_cost_ratio,
-            off_reason: if !greedy {
-                Some("sampling is not greedy (temperature > 0 or a repetition penalty): one token per pass")
+            off_reason: if !greedy && !sampling_rule {
+                Some("a repetition penalty or top-k 0: one token per pass")
             } else {
                 None
             },
             ..SpecStats::default()
         });
-        let speculate = spec_on && greedy;
+        let speculate = spec_on && (greedy || sampling_rule);
         // Drafted tokens the last verify pass accepted: already in the KV cache, emitted one
         // by one (each its own token event) with the pass's end as their ready time.
         let mut accepted_queue: std::collections::VecDeque<LlamaToken> =
@@ -461,6 +467,9 @@ impl<'m> Session<'m> {
             let mark = Instant::now();
             let (token, from_pass) = match accepted_queue.pop_front() {
                 Some(t) => (t, true),
+                None if forced_next.is_some() => {
+                    (forced_next.take().unwrap_or(LlamaToken(0)), false)
+                }
                 None => {
                     let logits = self.ctx.get_logits_ith(logits_index);
                     let sampled_at = Instant::now();
@@ -564,11 +573,39 @@ impl<'m> Session<'m> {
                 // Verify: row i holds the target's choice after the pending token and the
                 // first i drafted tokens; accept drafted tokens while they match it.
                 let mut accepted = 0;
-                while accepted < drafts.len()
-                    && crate::llama::sampler::argmax(self.ctx.get_logits_ith(accepted as i32))
-                        == drafts[accepted].0 as usize
-                {
-                    accepted += 1;
+                if greedy {
+                    while accepted < drafts.len()
+                        && crate::llama::sampler::argmax(self.ctx.get_logits_ith(accepted as i32))
+                            == drafts[accepted].0 as usize
+                    {
+                        accepted += 1;
+                    }
+                } else {
+                    // The speculative sampling rule, position by position; the token after
+                    // the last accepted one is the residual's draw (or, when all were
+                    // accepted, a draw from the last row).
+                    let mut replacement = None;
+                    for (i, d) in drafts.iter().enumerate() {
+                        let probs = super::spec::chain_probs(
+                            self.ctx.get_logits_ith(i as i32),
+                            &req.turn.sampling,
+                        );
+                        match super::spec::accept_or_resample(&probs, d.0, &mut rng) {
+                            Ok(()) => accepted += 1,
+                            Err(t) => {
+                                replacement = Some(t);
+                                break;
+                            }
+                        }
+                    }
+                    let next = replacement.unwrap_or_else(|| {
+                        let probs = super::spec::chain_probs(
+                            self.ctx.get_logits_ith(drafts.len() as i32),
+                            &req.turn.sampling,
+                        );
+                        super::spec::draw(&probs, &mut rng)
+                    });
+                    forced_next = Some(LlamaToken(next));
                 }
                 self.cached.extend_from_slice(&drafts[..accepted]);
                 // Rejected positions leave the KV cache.

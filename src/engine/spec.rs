@@ -14,7 +14,7 @@ use llama_cpp_2::token::LlamaToken;
 use super::prompt::common_prefix_len;
 use crate::llama;
 use crate::llama::error::EngineError;
-use crate::llama::settings::EngineSettings;
+use crate::llama::settings::{EngineSettings, SamplingParams};
 
 /// Who proposes the drafts.
 pub(super) enum Drafter<'m> {
@@ -157,6 +157,99 @@ impl<'m> DraftModel<'m> {
     }
 }
 
+/// The target's next-token distribution under the sampler chain the host top-k path runs
+/// (llama.cpp's order: top-k → top-p → min-p → temperature → softmax), as (token, probability)
+/// pairs, largest first. The speculative sampling rule needs the probabilities themselves,
+/// which llama.cpp's chain only draws from.
+pub(crate) fn chain_probs(logits: &[f32], p: &SamplingParams) -> Vec<(i32, f64)> {
+    let mut cand = Vec::new();
+    let mut scratch = Vec::new();
+    crate::llama::sampler::top_k_into(logits, p.top_k as usize, &mut cand, &mut scratch);
+    let mut kept: Vec<(i32, f64)> = cand
+        .iter()
+        .map(|d| (d.id().0, f64::from(d.logit())))
+        .collect();
+    if kept.is_empty() {
+        return kept;
+    }
+    let softmax = |v: &[(i32, f64)], scale: f64| -> Vec<f64> {
+        let max = v[0].1 * scale;
+        let e: Vec<f64> = v.iter().map(|(_, l)| (l * scale - max).exp()).collect();
+        let sum: f64 = e.iter().sum();
+        e.into_iter().map(|x| x / sum).collect()
+    };
+    if p.top_p < 1.0 {
+        let probs = softmax(&kept, 1.0);
+        let mut cum = 0.0;
+        let mut keep = probs.len();
+        for (i, q) in probs.iter().enumerate() {
+            cum += q;
+            if cum >= f64::from(p.top_p) {
+                keep = i + 1;
+                break;
+            }
+        }
+        kept.truncate(keep.max(1));
+    }
+    if p.min_p > 0.0 {
+        let min_logit = kept[0].1 + f64::from(p.min_p).ln();
+        let keep = kept.iter().take_while(|(_, l)| *l >= min_logit).count();
+        kept.truncate(keep.max(1));
+    }
+    let scale = 1.0 / f64::from(p.temperature.max(f32::MIN_POSITIVE));
+    let probs = softmax(&kept, scale);
+    kept.iter().zip(probs).map(|((t, _), q)| (*t, q)).collect()
+}
+
+/// The speculative sampling rule for a deterministic proposal (q is one-hot on `drafted`, as
+/// for n-gram lookup and the greedy draft model): accept with probability min(1, p/q) = p(d);
+/// on rejection draw from the residual max(0, p − q), normalised: p without `drafted`.
+/// Returns `Ok(())` for an accepted token, `Err(token)` for the replacement.
+pub(crate) fn accept_or_resample(
+    probs: &[(i32, f64)],
+    drafted: i32,
+    rng: &mut crate::ids::SplitMix64,
+) -> Result<(), i32> {
+    let p_d = probs
+        .iter()
+        .find(|(t, _)| *t == drafted)
+        .map_or(0.0, |(_, q)| *q);
+    if unit(rng) < p_d {
+        return Ok(());
+    }
+    let rest = 1.0 - p_d;
+    let mut u = unit(rng) * rest;
+    let mut last = drafted;
+    for &(t, q) in probs {
+        if t == drafted {
+            continue;
+        }
+        last = t;
+        if u < q {
+            return Err(t);
+        }
+        u -= q;
+    }
+    Err(last)
+}
+
+/// A draw from `probs`.
+pub(crate) fn draw(probs: &[(i32, f64)], rng: &mut crate::ids::SplitMix64) -> i32 {
+    let mut u = unit(rng);
+    for &(t, q) in probs {
+        if u < q {
+            return t;
+        }
+        u -= q;
+    }
+    probs.last().map_or(0, |(t, _)| *t)
+}
+
+/// Uniform in [0, 1).
+fn unit(rng: &mut crate::ids::SplitMix64) -> f64 {
+    (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+}
+
 /// The softmax probability of `logits[best]` (the largest).
 fn top_probability(logits: &[f32], best: usize) -> f32 {
     let max = logits.get(best).copied().unwrap_or(0.0);
@@ -234,6 +327,54 @@ mod tests {
     fn ngram_overlapping_occurrence_is_earlier_and_counts() {
         // A run of one token: the pattern [7 7] occurs at every earlier start.
         assert_eq!(ngram_draft(&[7, 7, 7, 7], 2, 5), vec![7]);
+    }
+
+    #[test]
+    fn chain_probs_follow_llama_cpps_chain() {
+        let logits = [0.0f32, 3.0, 2.0, 1.0, -5.0];
+        let p = SamplingParams {
+            temperature: 1.0,
+            top_k: 3,
+            top_p: 1.0,
+            min_p: 0.0,
+            ..SamplingParams::default()
+        };
+        let probs = chain_probs(&logits, &p);
+        assert_eq!(probs.iter().map(|x| x.0).collect::<Vec<_>>(), vec![1, 2, 3]);
+        let z: f64 = [3.0f64, 2.0, 1.0].iter().map(|l| l.exp()).sum();
+        assert!((probs[0].1 - 3.0f64.exp() / z).abs() < 1e-12);
+        // min-p 0.5 keeps logits within ln 2 of the best: only token 1.
+        let probs = chain_probs(
+            &logits,
+            &SamplingParams {
+                min_p: 0.5,
+                ..p.clone()
+            },
+        );
+        assert_eq!(probs, vec![(1, 1.0)]);
+        // top-p 0.5: the best token alone already holds 0.67.
+        let probs = chain_probs(&logits, &SamplingParams { top_p: 0.5, ..p });
+        assert_eq!(probs.len(), 1);
+    }
+
+    #[test]
+    fn the_sampling_rule_keeps_the_target_distribution() {
+        // P(token) = P(drafted) · 1[token = drafted] + (1 − p_d) · p(token) / (1 − p_d).
+        let probs = vec![(7, 0.5), (8, 0.3), (9, 0.2)];
+        let mut rng = crate::ids::SplitMix64(1);
+        let mut counts = std::collections::HashMap::new();
+        let n = 200_000;
+        for _ in 0..n {
+            let t = match accept_or_resample(&probs, 8, &mut rng) {
+                Ok(()) => 8,
+                Err(t) => t,
+            };
+            *counts.entry(t).or_insert(0usize) += 1;
+        }
+        for (t, q) in probs {
+            let f = counts[&t] as f64 / n as f64;
+            assert!((f - q).abs() < 0.005, "token {t}: {f} vs {q}");
+        }
     }
 
     #[test]
