@@ -465,12 +465,13 @@ impl<'m> Session<'m> {
         let mut gap_start = Instant::now();
         while stop_reason.is_none() {
             let mark = Instant::now();
-            let (token, from_pass) = match accepted_queue.pop_front() {
-                Some(t) => (t, true),
-                None if forced_next.is_some() => {
-                    (forced_next.take().unwrap_or(LlamaToken(0)), false)
+            let (token, from_pass) = match (accepted_queue.pop_front(), forced_next.take()) {
+                (Some(t), forced) => {
+                    forced_next = forced;
+                    (t, true)
                 }
-                None => {
+                (None, Some(t)) => (t, false),
+                (None, None) => {
                     let logits = self.ctx.get_logits_ith(logits_index);
                     let sampled_at = Instant::now();
                     host.logits_out += sampled_at - mark;
