@@ -125,6 +125,7 @@ struct FileConfig {
     price_per_kwh: Option<f64>,
     sampling: Option<FileSampling>,
     remote: Option<FileRemote>,
+    spec: Option<FileSpec>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -136,6 +137,19 @@ struct FileRemote {
     weights_gb: Option<f64>,
     bandwidth_gb_s: Option<f64>,
     gpus: Option<i64>,
+}
+
+/// The `[spec]` table: speculative decoding.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileSpec {
+    mode: Option<String>,
+    draft: Option<PathBuf>,
+    draft_max: Option<i64>,
+    draft_min: Option<i64>,
+    draft_p_min: Option<f64>,
+    draft_ngl: Option<i64>,
+    ngram_n: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -283,6 +297,70 @@ impl Settings {
         Ok(())
     }
 
+    pub(crate) fn set_spec_mode(&mut self, v: &str, src: &Source) -> Result<(), ConfigError> {
+        self.engine.spec.mode = v
+            .parse()
+            .map_err(|reason| invalid("spec.mode", v, reason, src))?;
+        Ok(())
+    }
+
+    /// A draft model also selects the `draft` mode.
+    pub(crate) fn set_draft_model(&mut self, v: &Path) {
+        self.engine.spec.draft_model = Some(expand_home(v));
+        self.engine.spec.mode = crate::llama::settings::SpecMode::Draft;
+    }
+
+    pub(crate) fn set_draft_max(&mut self, v: i64, src: &Source) -> Result<(), ConfigError> {
+        self.engine.spec.draft_max = int_in("spec.draft_max", v, 0, 64, src)?;
+        Ok(())
+    }
+
+    pub(crate) fn set_draft_min(&mut self, v: i64, src: &Source) -> Result<(), ConfigError> {
+        self.engine.spec.draft_min = int_in("spec.draft_min", v, 0, 64, src)?;
+        Ok(())
+    }
+
+    pub(crate) fn set_draft_p_min(&mut self, v: f64, src: &Source) -> Result<(), ConfigError> {
+        self.engine.spec.draft_p_min = float_in("spec.draft_p_min", v, 0.0, 1.0, src)?;
+        Ok(())
+    }
+
+    pub(crate) fn set_draft_ngl(&mut self, v: i64, src: &Source) -> Result<(), ConfigError> {
+        self.engine.spec.draft_n_gpu_layers = if v == -1 {
+            None
+        } else {
+            Some(int_in("spec.draft_ngl", v, 0, 100_000, src)?)
+        };
+        Ok(())
+    }
+
+    pub(crate) fn set_ngram_n(&mut self, v: i64, src: &Source) -> Result<(), ConfigError> {
+        self.engine.spec.ngram_n = int_in("spec.ngram_n", v, 1, 64, src)?;
+        Ok(())
+    }
+
+    /// The speculation settings hold together: `draft` mode needs a draft model.
+    pub(crate) fn check_spec(&self, src: &Source) -> Result<(), ConfigError> {
+        let spec = &self.engine.spec;
+        if spec.mode == crate::llama::settings::SpecMode::Draft && spec.draft_model.is_none() {
+            return Err(invalid(
+                "spec.mode",
+                "draft",
+                "draft mode needs a draft model: --draft FILE or spec.draft".into(),
+                src,
+            ));
+        }
+        if spec.draft_min > spec.draft_max && spec.draft_max > 0 {
+            return Err(invalid(
+                "spec.draft_min",
+                &spec.draft_min.to_string(),
+                format!("must not exceed draft_max ({})", spec.draft_max),
+                src,
+            ));
+        }
+        Ok(())
+    }
+
     /// Apply a config file's contents (already read) on top of these settings.
     pub fn apply_toml(&mut self, text: &str, path: &Path) -> Result<(), ConfigError> {
         let file: FileConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
@@ -360,6 +438,30 @@ impl Settings {
             if let Some(v) = s.seed {
                 self.set_seed(v, &src)?;
             }
+        }
+        if let Some(s) = file.spec {
+            if let Some(v) = &s.draft {
+                self.set_draft_model(v);
+            }
+            if let Some(v) = &s.mode {
+                self.set_spec_mode(v, &src)?;
+            }
+            if let Some(v) = s.draft_max {
+                self.set_draft_max(v, &src)?;
+            }
+            if let Some(v) = s.draft_min {
+                self.set_draft_min(v, &src)?;
+            }
+            if let Some(v) = s.draft_p_min {
+                self.set_draft_p_min(v, &src)?;
+            }
+            if let Some(v) = s.draft_ngl {
+                self.set_draft_ngl(v, &src)?;
+            }
+            if let Some(v) = s.ngram_n {
+                self.set_ngram_n(v, &src)?;
+            }
+            self.check_spec(&src)?;
         }
         Ok(())
     }

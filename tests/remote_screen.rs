@@ -146,6 +146,7 @@ fn finish(app: &mut App, id: u64, record: &RemoteTimeline) -> Vec<Effect> {
         first_logits: None,
         host: Default::default(),
         sampler: "server",
+        spec: None,
     };
     update(
         app,

@@ -197,6 +197,7 @@ fn finished_turn(
         first_logits: None,
         host: Default::default(),
         sampler: "host-greedy",
+        spec: None,
     };
     turn.on_finished(report);
     turn

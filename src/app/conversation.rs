@@ -63,6 +63,8 @@ pub struct AssistantTurn {
     /// Esc was pressed: the engine stops at its next check (within one micro-batch of
     /// prefill or one token); shown as "stopping…" until it does.
     pub stopping: bool,
+    /// Speculative decoding's figures: live after each target pass, then the report's.
+    pub spec: Option<crate::metrics::spec::SpecStats>,
 }
 
 impl AssistantTurn {
@@ -78,6 +80,7 @@ impl AssistantTurn {
             settings: None,
             prefill_progress: None,
             stopping: false,
+            spec: None,
         }
     }
 
@@ -131,6 +134,7 @@ impl AssistantTurn {
         self.summary = Some(report.timeline.summary());
         self.timeline = report.timeline;
         self.context_used = Some(report.context_used);
+        self.spec = report.spec;
         self.phase = match report.stop_reason {
             StopReason::Cancelled => TurnPhase::Stopped,
             other => TurnPhase::Done(other),
@@ -283,6 +287,7 @@ impl Conversation {
                     settings: None,
                     prefill_progress: None,
                     stopping: false,
+                    spec: None,
                 }),
             })
             .collect();
@@ -352,6 +357,7 @@ mod tests {
             first_logits: None,
             host: Default::default(),
             sampler: "host-greedy",
+            spec: None,
         }
     }
 

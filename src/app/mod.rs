@@ -467,6 +467,13 @@ impl App {
                     }
                 }
             }
+            EngineEvent::Spec { request_id, stats } => {
+                if let Some(t) = self.conversation.turn_for(request_id) {
+                    if t.phase.is_active() {
+                        t.spec = Some(*stats);
+                    }
+                }
+            }
             EngineEvent::Finished { request_id, report } => {
                 let used = report.context_used;
                 if let Some(t) = self.conversation.turn_for(request_id) {
@@ -766,6 +773,7 @@ pub(crate) mod tests {
                 first_logits: None,
                 host: Default::default(),
                 sampler: "host-greedy",
+                spec: None,
             }),
         })
     }

@@ -443,6 +443,7 @@ fn engine_settings(job: &Job) -> EngineSettings {
         flash_attn: p.flash_attn,
         n_gpu_layers: p.gpu_layers_setting(),
         template: TemplateChoice::Auto,
+        spec: crate::llama::settings::SpecSettings::default(),
     }
 }
 

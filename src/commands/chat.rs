@@ -17,6 +17,8 @@ pub struct ChatArgs {
     pub model: ModelArgs,
     #[command(flatten)]
     pub sampling: SamplingArgs,
+    #[command(flatten)]
+    pub spec: super::run::SpecArgs,
     /// Continue a saved conversation: its id (or a unique prefix), or the latest without one.
     #[arg(long, value_name = "ID", num_args = 0..=1, default_missing_value = "")]
     pub resume: Option<String>,
@@ -38,9 +40,15 @@ pub(crate) fn run(args: &ChatArgs, mut settings: Settings) -> Result<(), Failure
     }
     args.model.apply(&mut settings)?;
     args.sampling.apply(&mut settings)?;
+    args.spec.apply(&mut settings)?;
     let config = engine_config(&settings)?;
     need_terminal()?;
-    let (conversation, save_slot, notices) = open_conversation(args, &settings)?;
+    let (conversation, save_slot, mut notices) = open_conversation(args, &settings)?;
+    notices.extend(
+        super::run::spec_warnings(&settings, &config.model_path)
+            .into_iter()
+            .map(|w| format!("warning: {w}")),
+    );
     let mut app = crate::app::App::new(
         config.model_path.clone(),
         conversation,

@@ -185,6 +185,24 @@ fn show(s: &Settings, path: &Path, in_file: &[String]) -> String {
         Some(p.repeat_last_n.to_string()),
     );
     line(&mut out, "sampling.seed", Some(p.seed.to_string()));
+    let sp = &e.spec;
+    out.push_str("\n[spec]\n");
+    line(&mut out, "spec.mode", Some(quoted(sp.mode.name())));
+    line(
+        &mut out,
+        "spec.draft",
+        sp.draft_model
+            .as_ref()
+            .map(|p: &PathBuf| quoted(&p.to_string_lossy())),
+    );
+    line(&mut out, "spec.draft_max", Some(sp.draft_max.to_string()));
+    line(&mut out, "spec.draft_min", Some(sp.draft_min.to_string()));
+    line(&mut out, "spec.draft_p_min", Some(float(sp.draft_p_min)));
+    let dngl = sp
+        .draft_n_gpu_layers
+        .map_or_else(|| "-1".to_string(), |n| n.to_string());
+    line(&mut out, "spec.draft_ngl", Some(dngl));
+    line(&mut out, "spec.ngram_n", Some(sp.ngram_n.to_string()));
     out
 }
 
@@ -230,5 +248,6 @@ mod tests {
         s.apply_toml(EXAMPLE, path).unwrap();
         assert_eq!(s.sampling, Settings::default().sampling);
         assert_eq!(s.max_tokens, Settings::default().max_tokens);
+        assert_eq!(s.engine.spec, Settings::default().engine.spec);
     }
 }

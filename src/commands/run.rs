@@ -24,6 +24,8 @@ pub struct RunArgs {
     pub model: ModelArgs,
     #[command(flatten)]
     pub sampling: SamplingArgs,
+    #[command(flatten)]
+    pub spec: SpecArgs,
     /// The user's message; `-` reads it from stdin (as does leaving out -p and -f when stdin
     /// is not a terminal).
     #[arg(short = 'p', long, value_name = "TEXT")]
@@ -65,6 +67,100 @@ pub struct RunArgs {
     pub resend: bool,
 }
 
+/// Speculative decoding's flags (llama.cpp's names), shared by `run` and `chat`.
+#[derive(Debug, Args, Default, Clone)]
+pub struct SpecArgs {
+    /// Speculative decoding: `ngram` (prompt lookup: no second model) or `off`; `--draft FILE`
+    /// selects a draft model. Greedy, or temperature with top-k (no repetition penalty).
+    #[arg(long = "spec", value_name = "MODE")]
+    pub spec: Option<String>,
+    /// Draft model for speculative decoding: a smaller GGUF with the target's vocabulary.
+    #[arg(long = "draft", alias = "model-draft", value_name = "FILE")]
+    pub draft: Option<std::path::PathBuf>,
+    /// Most tokens drafted per step (default 8; 0 turns speculation off).
+    #[arg(long = "draft-max", value_name = "N", allow_negative_numbers = true)]
+    pub draft_max: Option<i64>,
+    /// A shorter draft is not verified (default 0).
+    #[arg(long = "draft-min", value_name = "N", allow_negative_numbers = true)]
+    pub draft_min: Option<i64>,
+    /// The draft model stops when its own probability of its next token falls below P
+    /// (default 0: never).
+    #[arg(long = "draft-p-min", value_name = "P", allow_negative_numbers = true)]
+    pub draft_p_min: Option<f64>,
+    /// Layers of the draft model offloaded to the GPU (-1 = all).
+    #[arg(
+        long = "draft-ngl",
+        alias = "n-gpu-layers-draft",
+        value_name = "N",
+        allow_negative_numbers = true
+    )]
+    pub draft_ngl: Option<i64>,
+    /// Length of the n-gram looked up by `--spec ngram` (default 3).
+    #[arg(long = "ngram-n", value_name = "N", allow_negative_numbers = true)]
+    pub ngram_n: Option<i64>,
+}
+
+impl SpecArgs {
+    pub(crate) fn apply(&self, s: &mut Settings) -> Result<(), Failure> {
+        let src = crate::config::Source::CommandLine;
+        if let Some(d) = &self.draft {
+            s.set_draft_model(d);
+        }
+        if let Some(m) = &self.spec {
+            s.set_spec_mode(m, &src)?;
+        }
+        if let Some(v) = self.draft_max {
+            s.set_draft_max(v, &src)?;
+        }
+        if let Some(v) = self.draft_min {
+            s.set_draft_min(v, &src)?;
+        }
+        if let Some(v) = self.draft_p_min {
+            s.set_draft_p_min(v, &src)?;
+        }
+        if let Some(v) = self.draft_ngl {
+            s.set_draft_ngl(v, &src)?;
+        }
+        if let Some(v) = self.ngram_n {
+            s.set_ngram_n(v, &src)?;
+        }
+        s.check_spec(&src)?;
+        Ok(())
+    }
+}
+
+/// Warnings about a speculation setup that cannot pay: a draft model whose file is not
+/// smaller than the target's (each drafted token then costs about a whole target pass), and
+/// sampling that is not greedy (speculation is then off).
+pub(crate) fn spec_warnings(settings: &Settings, target: &std::path::Path) -> Vec<String> {
+    use crate::llama::settings::SpecMode;
+    let spec = &settings.engine.spec;
+    let mut out = Vec::new();
+    if !spec.active() {
+        return out;
+    }
+    if spec.mode == SpecMode::Draft {
+        let size = |p: &std::path::Path| std::fs::metadata(p).map(|m| m.len()).ok();
+        if let (Some(d), Some(t)) = (spec.draft_model.as_deref().and_then(size), size(target)) {
+            if d >= t {
+                out.push(format!(
+                    "the draft model ({:.1} MB) is not smaller than the target ({:.1} MB): each drafted token costs about a target pass, so speculation cannot pay",
+                    d as f64 / 1e6,
+                    t as f64 / 1e6
+                ));
+            }
+        }
+    }
+    let s = &settings.sampling;
+    if s.repeat_penalty != 1.0 || (s.temperature > 0.0 && s.top_k == 0) {
+        out.push(
+            "speculation needs greedy decoding or temperature with top-k and no repetition penalty: it is off for these sampling settings"
+                .to_string(),
+        );
+    }
+    out
+}
+
 /// Everything `run --json` prints.
 #[derive(Debug, Serialize)]
 pub(crate) struct RunReport {
@@ -79,6 +175,9 @@ pub(crate) struct RunReport {
     pub host: HostSummary,
     /// The sampling path: `host-greedy`, `host-top-k`, `host-chain` or `backend`.
     pub sampler: &'static str,
+    /// Speculative decoding's figures (docs/metrics.md), when speculating.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spec: Option<crate::metrics::spec::SpecSummary>,
     /// Why the figures cannot be fully vouched for, joined by "; ": synthetic weights (their
     /// speed is real, their text is noise), a busy machine (load average before or after, a
     /// stall between tokens), each with the advice to rerun. `null` when clean.
@@ -112,6 +211,7 @@ impl RunReport {
             llama_counters: report.llama_counters,
             host: report.host.summary(),
             sampler: report.sampler,
+            spec: report.spec.as_ref().map(|s| s.summary()),
             warning,
             stamp: Stamp::new(info, &settings.sampling),
         }
@@ -125,7 +225,11 @@ pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure>
     }
     args.model.apply(&mut settings)?;
     args.sampling.apply(&mut settings)?;
+    args.spec.apply(&mut settings)?;
     let config = crate::commands::model::engine_config(&settings)?;
+    for w in spec_warnings(&settings, &config.model_path) {
+        eprintln!("warning: {w}");
+    }
     let prompt = read_prompt(args)?;
     let turn_prompt = |turn: u32| {
         if args.turns > 1 && !args.resend {
@@ -437,6 +541,9 @@ pub(crate) fn human_summary(r: &RunReport, info: &ModelInfo) -> String {
         fmt_opt(h.detokenize_stop_us, 1),
         fmt_opt(h.event_metrics_us, 1),
     ));
+    if let Some(sp) = &r.spec {
+        out.push_str(&spec_line(sp));
+    }
     out.push_str(&format!(
         "E2E      {:.1} ms · stop: {} · context {}/{}\n",
         m.e2e_ms,
@@ -445,4 +552,30 @@ pub(crate) fn human_summary(r: &RunReport, info: &ModelInfo) -> String {
         info.n_ctx
     ));
     out
+}
+
+/// The stderr line of speculative decoding's figures.
+pub(crate) fn spec_line(sp: &crate::metrics::spec::SpecSummary) -> String {
+    if let Some(why) = &sp.off_reason {
+        return format!("spec     {} off: {why}\n", sp.mode);
+    }
+    let pct = |v: Option<f64>| fmt_opt(v.map(|x| x * 100.0), 0);
+    format!(
+        "spec     {} k≤{} · accepted {}/{} ({}%, α {}%) · {} tok/pass · {} passes/tok · draft {} ms/step · verify {} ms/pass · speed-up expected {}× measured {}×\n",
+        sp.mode,
+        sp.draft_max,
+        sp.accepted,
+        sp.drafted,
+        pct(sp.acceptance_rate),
+        pct(sp.acceptance_per_token),
+        fmt_opt(sp.tokens_per_pass, 2),
+        fmt_opt(sp.passes_per_token, 2),
+        fmt_opt(sp.draft_ms_per_step, 2),
+        fmt_opt(sp.verify_ms_per_pass, 2),
+        fmt_opt(sp.expected_speedup, 2),
+        fmt_opt(sp.measured_speedup, 2),
+    ) + &sp
+        .verdict
+        .as_ref()
+        .map_or_else(String::new, |v| format!("         {v}\n"))
 }

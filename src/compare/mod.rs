@@ -122,6 +122,7 @@ impl Candidate {
             flash_attn: self.flash_attn,
             n_gpu_layers: self.gpu_layers_setting(),
             template: TemplateChoice::Auto,
+            spec: crate::llama::settings::SpecSettings::default(),
         }
     }
 }

@@ -8,6 +8,7 @@ mod handle;
 mod prompt;
 mod protocol;
 mod session;
+mod spec;
 mod worker;
 
 pub use crate::llama::error::EngineError;

@@ -158,6 +158,9 @@ pub struct TurnReport {
     pub host: crate::metrics::host::HostTimes,
     /// The sampling path the turn took (`host-greedy`, `host-top-k`, `host-chain`, `backend`).
     pub sampler: &'static str,
+    /// Speculative decoding's counts and times, when the engine speculates.
+    #[serde(skip)]
+    pub spec: Option<crate::metrics::spec::SpecStats>,
 }
 
 /// Model B's answer in an A/B comparison.
@@ -235,6 +238,12 @@ pub enum EngineEvent {
         text: String,
         at: Duration,
     },
+    /// Speculative decoding's figures so far, after each target pass of a speculating turn
+    /// (the chat's metrics column shows them live).
+    Spec {
+        request_id: RequestId,
+        stats: Box<crate::metrics::spec::SpecStats>,
+    },
     Finished {
         request_id: RequestId,
         report: Box<TurnReport>,
@@ -271,6 +280,7 @@ impl EngineEvent {
             | EngineEvent::PrefillDone { request_id, .. }
             | EngineEvent::Token { request_id, .. }
             | EngineEvent::Finished { request_id, .. }
+            | EngineEvent::Spec { request_id, .. }
             | EngineEvent::Failed { request_id, .. }
             | EngineEvent::BatchPoint { request_id, .. }
             | EngineEvent::AbFinished { request_id, .. }

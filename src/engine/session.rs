@@ -18,12 +18,15 @@ use super::protocol::{
     ChatMessage, EngineConfig, EngineEvent, EventSender, GenerateRequest, LlamaCounters,
     StopReason, TurnReport,
 };
+use super::spec::Drafter;
 use crate::llama;
 use crate::llama::error::EngineError;
 use crate::llama::model_info::ModelInfo;
 use crate::llama::sampler::HostSampler;
 use crate::llama::settings::TemplateChoice;
+use crate::llama::settings::{SpecMode, SpecSettings};
 use crate::metrics::host::HostTimes;
+use crate::metrics::spec::SpecStats;
 use crate::metrics::TurnTimeline;
 
 /// How prompts are built for the loaded model.
@@ -56,6 +59,11 @@ pub(super) struct Session<'m> {
     /// The texts of the vocabulary's control and user-defined tokens: in a message's content
     /// they are text, never tokens (a pasted `<|eot_id|>` must not end the user's turn).
     special_texts: Vec<String>,
+    /// Speculative decoding's guesser, when the settings ask for one.
+    drafter: Option<Drafter<'m>>,
+    spec: SpecSettings,
+    /// One draft token's cost relative to a target pass under the roofline (0 for n-gram).
+    draft_cost_ratio: f64,
 }
 
 /// Marks a message's place in the templated prompt, so the template's text around it can be
@@ -85,7 +93,26 @@ impl<'m> Session<'m> {
             kept_from: None,
             pieces: Vec::new(),
             special_texts: special_texts(model),
+            drafter: match cfg.settings.spec.mode {
+                SpecMode::Ngram if cfg.settings.spec.active() => Some(Drafter::Ngram {
+                    n: cfg.settings.spec.ngram_n.max(1) as usize,
+                }),
+                _ => None,
+            },
+            spec: cfg.settings.spec.clone(),
+            draft_cost_ratio: 0.0,
         })
+    }
+
+    /// Speculate with a draft model (its own context), whose draft token costs
+    /// `draft_cost_ratio` of a target pass.
+    pub(super) fn set_draft_model(
+        &mut self,
+        draft: super::spec::DraftModel<'m>,
+        draft_cost_ratio: f64,
+    ) {
+        self.drafter = Some(Drafter::Model(Box::new(draft)));
+        self.draft_cost_ratio = draft_cost_ratio;
     }
 
     /// The conversation's prompt tokens. The template's own markers are special tokens; the
@@ -300,6 +327,9 @@ impl<'m> Session<'m> {
             // The KV cache may hold a half-decoded batch: start the next turn from scratch.
             self.ctx.clear_kv_cache();
             self.cached.clear();
+            if let Some(d) = self.drafter.as_mut() {
+                d.reset();
+            }
         }
         result
     }
@@ -397,6 +427,35 @@ impl<'m> Session<'m> {
         };
         let mut text = String::new();
         self.pieces.clear();
+        // Speculation verifies drafts against the target's greedy choice; another sampler
+        // (temperature, penalties) decodes one token per pass.
+        let spec_on = self.drafter.is_some() && self.spec.active();
+        let greedy = sampler.path() == crate::llama::sampler::HostPath::Greedy;
+        // Temperature with top-k (no penalty): the speculative sampling rule, which keeps
+        // the target's distribution, on probabilities computed like the host chain's.
+        let sampling_rule = sampler.path() == crate::llama::sampler::HostPath::TopK;
+        let mut rng = crate::ids::SplitMix64(u64::from(req.turn.sampling.seed) ^ 0x5bec_u64);
+        // The replacement token a rejection drew: the next token, pending like a sampled one.
+        let mut forced_next: Option<LlamaToken> = None;
+        let mut spec_stats = self.drafter.as_ref().map(|d| SpecStats {
+            mode: d.mode(),
+            draft_max: self.spec.draft_max as usize,
+            draft_cost_ratio: self.draft_cost_ratio,
+            off_reason: if !greedy && !sampling_rule {
+                Some("a repetition penalty or top-k 0: one token per pass")
+            } else {
+                None
+            },
+            ..SpecStats::default()
+        });
+        let speculate = spec_on && (greedy || sampling_rule);
+        // Drafted tokens the last verify pass accepted: already in the KV cache, emitted one
+        // by one (each its own token event) with the pass's end as their ready time.
+        let mut accepted_queue: std::collections::VecDeque<LlamaToken> =
+            std::collections::VecDeque::new();
+        let mut pass_done_at = t0.elapsed();
+        let mut drafts: Vec<LlamaToken> = Vec::new();
+        let mut history: Vec<LlamaToken> = Vec::new();
         // Host time per token (docs/metrics.md): each gap between two decode calls, and its
         // parts, timed where they happen.
         let mut host = HostTimes {
@@ -406,12 +465,22 @@ impl<'m> Session<'m> {
         let mut gap_start = Instant::now();
         while stop_reason.is_none() {
             let mark = Instant::now();
-            let logits = self.ctx.get_logits_ith(logits_index);
-            let sampled_at = Instant::now();
-            host.logits_out += sampled_at - mark;
-            let token = sampler.sample(logits);
+            let (token, from_pass) = match (accepted_queue.pop_front(), forced_next.take()) {
+                (Some(t), forced) => {
+                    forced_next = forced;
+                    (t, true)
+                }
+                (None, Some(t)) => (t, false),
+                (None, None) => {
+                    let logits = self.ctx.get_logits_ith(logits_index);
+                    let sampled_at = Instant::now();
+                    host.logits_out += sampled_at - mark;
+                    let token = sampler.sample(logits);
+                    host.sampling += sampled_at.elapsed();
+                    (token, false)
+                }
+            };
             let mark = Instant::now();
-            host.sampling += mark - sampled_at;
             host.tokens += 1;
             if vocab.is_eog(token) && !req.turn.ignore_eos {
                 stop_reason = Some(StopReason::EndOfGeneration);
@@ -421,7 +490,11 @@ impl<'m> Session<'m> {
             let whole = utf8.push(&piece);
             let (visible, hit_stop) = stops.push(&whole);
             self.pieces.push(whole);
-            let at = t0.elapsed();
+            let at = if from_pass {
+                pass_done_at
+            } else {
+                t0.elapsed()
+            };
             let detokenized = Instant::now();
             host.detokenize += detokenized - mark;
             let index = timeline.token_ready_at.len();
@@ -434,13 +507,18 @@ impl<'m> Session<'m> {
                 at,
             });
             host.event += detokenized.elapsed();
+            let emitted = timeline.token_ready_at.len();
+            // The context check counts the tokens a one-token-per-pass decode would hold by
+            // now, so that speculation stops where plain decoding stops.
             stop_reason = if hit_stop {
                 Some(StopReason::StopString)
-            } else if timeline.token_ready_at.len() >= req.turn.max_tokens as usize {
+            } else if emitted >= req.turn.max_tokens as usize {
                 Some(StopReason::MaxTokens)
-            } else if self.cached.len() + 1 >= n_ctx {
+            } else if tokens.len() + emitted >= n_ctx {
                 Some(StopReason::ContextFull)
-            } else if cancelled() {
+            } else if !from_pass && cancelled() {
+                // Checked before each decode call: the tokens of a finished pass are all
+                // delivered, and Esc stops within one pass.
                 Some(StopReason::Cancelled)
             } else {
                 None
@@ -448,22 +526,131 @@ impl<'m> Session<'m> {
             if stop_reason.is_some() {
                 break;
             }
+            if from_pass {
+                continue;
+            }
+            // Propose a draft continuing the context and the pending token.
+            drafts.clear();
+            let mut draft_time = std::time::Duration::ZERO;
+            if speculate {
+                let remaining = req.turn.max_tokens as usize - emitted;
+                let k_max = (self.spec.draft_max as usize)
+                    .min(remaining.saturating_sub(1))
+                    .min(n_ctx.saturating_sub(self.cached.len() + 2));
+                if k_max > 0 {
+                    let started = Instant::now();
+                    history.clear();
+                    history.extend_from_slice(&self.cached);
+                    history.push(token);
+                    if let Some(drafter) = self.drafter.as_mut() {
+                        drafts = drafter.propose(&history, k_max, self.spec.draft_p_min)?;
+                    }
+                    if drafts.len() < self.spec.draft_min as usize {
+                        drafts.clear();
+                    }
+                    draft_time = started.elapsed();
+                }
+            }
             batch.clear();
             batch
                 .add(token, self.cached.len() as i32, &[0], true)
                 .map_err(|e| EngineError::Decode(e.to_string()))?;
+            for (i, d) in drafts.iter().enumerate() {
+                batch
+                    .add(*d, (self.cached.len() + 1 + i) as i32, &[0], true)
+                    .map_err(|e| EngineError::Decode(e.to_string()))?;
+            }
             let step = Instant::now();
-            host.gaps.push(step - gap_start);
-            host.total += step - gap_start;
+            let gap = (step - gap_start).saturating_sub(draft_time);
+            host.gaps.push(gap);
+            host.total += gap;
             self.ctx
                 .decode(&mut batch)
                 .map_err(|e| EngineError::Decode(e.to_string()))?;
             self.ctx.synchronize();
+            self.cached.push(token);
+            logits_index = 0;
+            if !drafts.is_empty() {
+                // Verify: row i holds the target's choice after the pending token and the
+                // first i drafted tokens; accept drafted tokens while they match it.
+                let mut accepted = 0;
+                if greedy {
+                    while accepted < drafts.len()
+                        && crate::llama::sampler::argmax(self.ctx.get_logits_ith(accepted as i32))
+                            == drafts[accepted].0 as usize
+                    {
+                        accepted += 1;
+                    }
+                } else {
+                    // The speculative sampling rule, position by position; the token after
+                    // the last accepted one is the residual's draw (or, when all were
+                    // accepted, a draw from the last row).
+                    let mut replacement = None;
+                    for (i, d) in drafts.iter().enumerate() {
+                        let probs = super::spec::chain_probs(
+                            self.ctx.get_logits_ith(i as i32),
+                            &req.turn.sampling,
+                        );
+                        match super::spec::accept_or_resample(&probs, d.0, &mut rng) {
+                            Ok(()) => accepted += 1,
+                            Err(t) => {
+                                replacement = Some(t);
+                                break;
+                            }
+                        }
+                    }
+                    let next = replacement.unwrap_or_else(|| {
+                        let probs = super::spec::chain_probs(
+                            self.ctx.get_logits_ith(drafts.len() as i32),
+                            &req.turn.sampling,
+                        );
+                        super::spec::draw(&probs, &mut rng)
+                    });
+                    forced_next = Some(LlamaToken(next));
+                }
+                self.cached.extend_from_slice(&drafts[..accepted]);
+                // Rejected positions leave the KV cache.
+                self.ctx
+                    .clear_kv_cache_seq(Some(0), Some(self.cached.len() as u32), None)
+                    .map_err(|e| EngineError::Decode(e.to_string()))?;
+                accepted_queue.extend(drafts[..accepted].iter().copied());
+                logits_index = accepted as i32;
+                pass_done_at = t0.elapsed();
+                if let Some(s) = spec_stats.as_mut() {
+                    s.verify_passes += 1;
+                    s.drafted += drafts.len();
+                    s.accepted += accepted;
+                    s.rejections += usize::from(accepted < drafts.len());
+                    s.draft_time += draft_time;
+                    s.verify_time += step.elapsed();
+                }
+            } else if let Some(s) = spec_stats.as_mut().filter(|_| speculate) {
+                s.plain_passes += 1;
+                s.draft_time += draft_time;
+                s.plain_time += step.elapsed();
+            }
+            if let Some(s) = spec_stats.as_ref().filter(|_| speculate) {
+                let _ = events.send(EngineEvent::Spec {
+                    request_id: req.id,
+                    stats: Box::new(s.clone()),
+                });
+            }
             gap_start = Instant::now();
             timeline.decode_compute += gap_start - step;
             timeline.decode_calls += 1;
-            self.cached.push(token);
-            logits_index = 0;
+        }
+        if speculate {
+            // The KV cache keeps exactly what one-token-per-pass decoding would have left in
+            // it: the prompt and the answer's tokens, all but a last token still pending.
+            // Accepted tokens past the end of the answer (a stop, max tokens) leave it too.
+            let emitted = timeline.token_ready_at.len();
+            let pending =
+                usize::from(emitted > 0 && stop_reason != Some(StopReason::EndOfGeneration));
+            let keep = (tokens.len() + emitted - pending).min(self.cached.len());
+            self.ctx
+                .clear_kv_cache_seq(Some(0), Some(keep as u32), None)
+                .map_err(|e| EngineError::Decode(e.to_string()))?;
+            self.cached.truncate(keep);
         }
         let last_gap = gap_start.elapsed();
         if host.gaps.len() < host.tokens {
@@ -496,6 +683,7 @@ impl<'m> Session<'m> {
             first_logits,
             host,
             sampler: sampler.path().as_str(),
+            spec: spec_stats,
         })
     }
 }

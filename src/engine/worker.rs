@@ -12,8 +12,10 @@ use super::protocol::{
     AbReport, EngineCommand, EngineConfig, EngineEvent, EventSender, GenerateRequest, RequestId,
 };
 use super::session::Session;
+use super::spec::{check_vocab, DraftModel};
 use crate::llama;
 use crate::llama::error::EngineError;
+use crate::llama::settings::SpecMode;
 
 enum Next {
     Load(EngineConfig),
@@ -112,8 +114,10 @@ fn load_beside(
         return Err(EngineError::Cancelled);
     }
     let model = loaded?;
-    // The same checks `serve` makes, so that it cannot fail there for a reason known now.
+    // The same checks `serve` makes, so that it cannot fail there for a reason known now
+    // (the draft model, when speculating, must share the new model's vocabulary).
     Session::new(&model, cfg, Instant::now())?;
+    drop(load_draft(&model, cfg)?);
     if cancelled() {
         return Err(EngineError::Cancelled);
     }
@@ -149,7 +153,28 @@ fn serve(
     events: &EventSender,
     cancel_through: &Arc<AtomicU64>,
 ) -> Next {
-    let mut session = match Session::new(model, cfg, started) {
+    // The draft model lives beside the target for as long as it serves.
+    let draft = match load_draft(model, cfg) {
+        Ok(d) => d,
+        Err(e) => {
+            let _ = events.send(EngineEvent::LoadFailed(e));
+            return serve_without_model(commands, events, cancel_through);
+        }
+    };
+    let session = Session::new(model, cfg, started).and_then(|mut s| {
+        if let Some(d) = draft.as_ref() {
+            let ratio = if model.size() > 0 {
+                d.size() as f64 / model.size() as f64
+            } else {
+                0.0
+            };
+            let draft_ctx =
+                DraftModel::new(d, &cfg.settings).map_err(|e| EngineError::Draft(Box::new(e)))?;
+            s.set_draft_model(draft_ctx, ratio);
+        }
+        Ok(s)
+    });
+    let mut session = match session {
         Ok(s) => s,
         Err(e) => {
             let _ = events.send(EngineEvent::LoadFailed(e));
@@ -229,6 +254,31 @@ fn serve(
             Ok(EngineCommand::Shutdown) | Err(_) => return Next::Shutdown,
         }
     }
+}
+
+/// The draft model the settings name for speculative decoding (none unless the mode is
+/// `draft`), loaded with the same checks as any model and refused when its vocabulary is not
+/// the target's.
+fn load_draft(target: &LlamaModel, cfg: &EngineConfig) -> Result<Option<LlamaModel>, EngineError> {
+    let spec = &cfg.settings.spec;
+    if spec.mode != SpecMode::Draft || !spec.active() {
+        return Ok(None);
+    }
+    let wrap = |e: EngineError| EngineError::Draft(Box::new(e));
+    let path = spec
+        .draft_model
+        .as_deref()
+        .ok_or_else(|| wrap(EngineError::ModelNotFound(std::path::PathBuf::new())))?;
+    let draft = llama::load_model(path, spec.draft_n_gpu_layers, |_| true).map_err(wrap)?;
+    check_vocab(target, &draft, path)?;
+    if draft.size() >= target.size() {
+        tracing::warn!(
+            "the draft model ({} bytes of weights) is not smaller than the target ({}): speculation cannot pay",
+            draft.size(),
+            target.size()
+        );
+    }
+    Ok(Some(draft))
 }
 
 /// Model B of an A/B comparison: loaded with the chat's settings into a context of its own,

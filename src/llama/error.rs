@@ -55,6 +55,16 @@ pub enum EngineError {
     /// and what to do, and never holds the API key.
     #[error("{0}")]
     Remote(String),
+
+    #[error("the draft model for speculative decoding could not be used: {0}")]
+    Draft(Box<EngineError>),
+    #[error("the draft model {draft} does not share the target's vocabulary: token {id} is {target_text} in the target and {draft_text} in the draft\n  speculative decoding needs a draft from the same model family (the same tokenizer), or use --spec ngram")]
+    VocabMismatch {
+        draft: PathBuf,
+        id: i64,
+        target_text: String,
+        draft_text: String,
+    },
 }
 
 impl EngineError {
@@ -70,7 +80,8 @@ impl EngineError {
                 | EngineError::LoadFailed { .. }
                 | EngineError::InvalidModel { .. }
                 | EngineError::ModelCrashed { .. }
-        )
+                | EngineError::VocabMismatch { .. }
+        ) || matches!(self, EngineError::Draft(inner) if inner.is_model_problem())
     }
 }
 

@@ -28,6 +28,8 @@ pub struct EngineSettings {
     pub n_gpu_layers: Option<u32>,
     /// How the prompt is built from the conversation.
     pub template: TemplateChoice,
+    /// Speculative decoding (off by default).
+    pub spec: SpecSettings,
 }
 
 impl Default for EngineSettings {
@@ -42,7 +44,97 @@ impl Default for EngineSettings {
             flash_attn: FlashAttn::Auto,
             n_gpu_layers: None,
             template: TemplateChoice::Auto,
+            spec: SpecSettings::default(),
         }
+    }
+}
+
+/// Which guesser proposes tokens for the target model to verify.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SpecMode {
+    /// No speculation: one target pass per token.
+    #[default]
+    Off,
+    /// Prompt lookup: the continuation of the last n-gram's most recent earlier occurrence.
+    Ngram,
+    /// A second, smaller model with the same vocabulary (`SpecSettings::draft_model`).
+    Draft,
+}
+
+impl SpecMode {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            SpecMode::Off => "off",
+            SpecMode::Ngram => "ngram",
+            SpecMode::Draft => "draft",
+        }
+    }
+}
+
+impl FromStr for SpecMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "off" | "none" => Ok(SpecMode::Off),
+            "ngram" | "lookup" => Ok(SpecMode::Ngram),
+            "draft" => Ok(SpecMode::Draft),
+            other => Err(format!(
+                "unknown speculation mode `{other}` (off, ngram, draft; --draft FILE picks draft)"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for SpecMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Serialize for SpecMode {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+/// Speculative decoding's settings (llama.cpp's `--draft-*` flags and prompt lookup).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SpecSettings {
+    pub mode: SpecMode,
+    /// The draft model, for `SpecMode::Draft`.
+    pub draft_model: Option<std::path::PathBuf>,
+    /// Most tokens proposed per step; 0 turns speculation off.
+    pub draft_max: u32,
+    /// A draft shorter than this is not verified (one plain pass instead).
+    pub draft_min: u32,
+    /// The draft model stops proposing when its own probability of its next token falls
+    /// below this (0 = never).
+    pub draft_p_min: f32,
+    /// Layers of the draft model offloaded to the GPU; `None` means all of them.
+    pub draft_n_gpu_layers: Option<u32>,
+    /// Length of the n-gram looked up for `SpecMode::Ngram`.
+    pub ngram_n: u32,
+}
+
+impl Default for SpecSettings {
+    fn default() -> Self {
+        Self {
+            mode: SpecMode::Off,
+            draft_model: None,
+            draft_max: 8,
+            draft_min: 0,
+            draft_p_min: 0.0,
+            draft_n_gpu_layers: None,
+            ngram_n: 3,
+        }
+    }
+}
+
+impl SpecSettings {
+    /// Whether turns speculate at all.
+    pub fn active(&self) -> bool {
+        self.mode != SpecMode::Off && self.draft_max > 0
     }
 }
 

@@ -366,6 +366,8 @@ fn report(turn: RemoteTurn) -> Result<TurnReport, EngineError> {
         first_logits: None,
         host: Default::default(),
         sampler: "server",
+        // The server's own speculation (if any) is not reported through the API.
+        spec: None,
     })
 }
 

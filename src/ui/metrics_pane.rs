@@ -397,6 +397,9 @@ fn pieces(app: &App, view: &View, w: usize) -> Vec<Piece> {
         ),
     });
 
+    if let Some(stats) = focus.and_then(|f| f.turn.spec.as_ref()) {
+        out.push(Piece::text(3, spec_lines(stats, w)));
+    }
     out.push(Piece::text(2, context_lines(view, w)));
     out.push(Piece::text(4, roofline_lines(app, view, w)));
     out.push(history(app, w));
@@ -506,6 +509,57 @@ fn remote_breakdown(r: &super::view::RemoteFigures, w: usize) -> Vec<Line<'stati
         w,
         &[],
         &[],
+    ));
+    lines
+}
+
+/// Speculative decoding's figures (`metrics::spec`): acceptance, tokens per target pass,
+/// draft and verify time per step, and the roofline's expected speed-up beside the measured
+/// one (against this turn's own plain passes; `—` without any).
+fn spec_lines(stats: &crate::metrics::spec::SpecStats, w: usize) -> Vec<Line<'static>> {
+    let sp = stats.summary();
+    let pct = |v: Option<f64>| format::num(v.map(|x| x * 100.0));
+    let mut lines = vec![row(
+        &format!("spec {} k≤{}", sp.mode, sp.draft_max),
+        format!("{}/{} accepted", sp.accepted, sp.drafted),
+        w,
+        theme::METRIC_LABEL,
+        theme::METRIC_SUB_LABEL,
+    )];
+    if let Some(why) = &sp.off_reason {
+        lines.push(Line::from(Span::styled(
+            truncate(&format!("off: {why}"), w),
+            theme::DIM,
+        )));
+        return lines;
+    }
+    lines.push(cells(
+        &[
+            ("acc%", pct(sp.acceptance_rate)),
+            ("tok/pass", format::num(sp.tokens_per_pass)),
+        ],
+        w,
+    ));
+    lines.push(cells(
+        &[
+            ("draft ms", format::num(sp.draft_ms_per_step)),
+            ("verify ms", format::num(sp.verify_ms_per_pass)),
+        ],
+        w,
+    ));
+    lines.push(row(
+        "  target passes/tok",
+        format::num(sp.passes_per_token),
+        w,
+        theme::METRIC_SUB_LABEL,
+        theme::METRIC_VALUE,
+    ));
+    lines.push(cells(
+        &[
+            ("exp ×", format::num(sp.expected_speedup)),
+            ("meas ×", format::num(sp.measured_speedup)),
+        ],
+        w,
     ));
     lines
 }

@@ -1,0 +1,291 @@
+//! Speculative decoding's figures (docs/metrics.md, "Speculative decoding"): the raw counts
+//! and durations the engine thread sums over a turn, and every rate derived from them, once,
+//! for the chat's metrics column, `run --json` and `bench` alike.
+//!
+//! A *step* is one round of the loop: the guesser proposes up to k tokens (a *draft*), then one
+//! target pass decodes the pending token and the draft together. A pass that verified at least
+//! one drafted token is a *verify pass*; a pass with nothing to verify (no proposal) is a
+//! *plain pass*, the ordinary one-token decode.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::ms;
+
+/// Raw sums over one turn.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SpecStats {
+    /// `ngram` or `draft`.
+    pub mode: &'static str,
+    /// The configured most tokens per draft (k).
+    pub draft_max: usize,
+    /// Target passes that verified at least one drafted token.
+    pub verify_passes: usize,
+    /// Target passes with no drafted token (the guesser proposed nothing).
+    pub plain_passes: usize,
+    /// Drafted tokens sent to the target for verification.
+    pub drafted: usize,
+    /// Drafted tokens the target accepted (its own choice at that position was the same).
+    pub accepted: usize,
+    /// Verify passes that rejected a drafted token (every other verify pass accepted its whole
+    /// draft). Each verify pass tests drafted tokens in order until the first rejection, so
+    /// `accepted / (accepted + rejections)` estimates the per-token acceptance probability.
+    pub rejections: usize,
+    /// Time spent proposing (the n-gram lookup, or the draft model's decode calls).
+    pub draft_time: Duration,
+    /// Time of the verify passes (decode call and synchronisation).
+    pub verify_time: Duration,
+    /// Time of the plain passes.
+    pub plain_time: Duration,
+    /// Cost of one draft token relative to one target pass under the roofline (both read
+    /// their weights once per pass): draft weight bytes / target weight bytes; 0 for n-gram.
+    pub draft_cost_ratio: f64,
+    /// Why speculation did not run this turn (sampling that is not greedy), if it did not.
+    pub off_reason: Option<&'static str>,
+}
+
+/// The derived figures of [`SpecStats`]; `None` wherever undefined (nothing drafted, no pass).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SpecSummary {
+    pub mode: String,
+    pub draft_max: usize,
+    pub verify_passes: usize,
+    pub plain_passes: usize,
+    pub drafted: usize,
+    pub accepted: usize,
+    /// accepted / drafted.
+    pub acceptance_rate: Option<f64>,
+    /// accepted / (accepted + rejections): the per-token acceptance probability α.
+    pub acceptance_per_token: Option<f64>,
+    /// Accepted drafted tokens per verify pass.
+    pub accepted_per_verify_pass: Option<f64>,
+    /// Tokens that came out of target passes per target pass (accepted + one per pass).
+    pub tokens_per_pass: Option<f64>,
+    /// Target passes per generated token (1 without speculation).
+    pub passes_per_token: Option<f64>,
+    /// Drafted tokens per verify pass (the mean k).
+    pub mean_draft_len: Option<f64>,
+    /// Proposal time per step (all steps, plain ones included), ms.
+    pub draft_ms_per_step: Option<f64>,
+    /// Time of one verify pass, ms.
+    pub verify_ms_per_pass: Option<f64>,
+    /// Time of one plain pass, ms (the no-speculation baseline, when the turn had any).
+    pub plain_ms_per_pass: Option<f64>,
+    /// The roofline's expected speed-up, [`expected_speedup`] at α and the mean k.
+    pub expected_speedup: Option<f64>,
+    /// Measured against this turn's own plain passes: plain ms per token over the mean step
+    /// time per token; `None` when the turn had no plain pass (see `bench --spec` for a
+    /// measured baseline).
+    pub measured_speedup: Option<f64>,
+    /// A verify pass's time in plain passes (verify ms / plain ms): 1 under the roofline,
+    /// more when the pass has become compute bound.
+    pub verify_cost_in_passes: Option<f64>,
+    /// Whether speculation paid this turn and, if not, what bounds it (see [`verdict`]).
+    pub verdict: Option<String>,
+    pub draft_cost_ratio: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub off_reason: Option<String>,
+}
+
+/// Expected tokens per target pass when each drafted token is accepted with probability `a`
+/// independently and k are drafted: 1 + a + … + a^k = (1 − a^(k+1)) / (1 − a).
+pub fn expected_tokens_per_pass(a: f64, k: f64) -> f64 {
+    let a = a.clamp(0.0, 1.0);
+    if (1.0 - a).abs() < 1e-12 {
+        k + 1.0
+    } else {
+        (1.0 - a.powf(k + 1.0)) / (1.0 - a)
+    }
+}
+
+/// The roofline's expected speed-up over plain decoding: a step costs k draft tokens at
+/// `draft_cost_ratio` of a target pass each plus one verify pass, which at batch 1 reads the
+/// weights once like a plain pass (so costs about one plain pass while it stays memory
+/// bound), and yields [`expected_tokens_per_pass`] tokens.
+pub fn expected_speedup(a: f64, k: f64, draft_cost_ratio: f64) -> f64 {
+    expected_tokens_per_pass(a, k) / (1.0 + k * draft_cost_ratio.max(0.0))
+}
+
+fn ratio(num: f64, den: f64) -> Option<f64> {
+    (den > 0.0 && num.is_finite()).then(|| num / den)
+}
+
+impl SpecStats {
+    pub fn target_passes(&self) -> usize {
+        self.verify_passes + self.plain_passes
+    }
+
+    /// Tokens produced by target passes: each pass yields the target's own token, plus the
+    /// accepted drafted tokens.
+    pub fn pass_tokens(&self) -> usize {
+        self.target_passes() + self.accepted
+    }
+
+    pub fn summary(&self) -> SpecSummary {
+        let passes = self.target_passes() as f64;
+        let alpha = ratio(
+            self.accepted as f64,
+            (self.accepted + self.rejections) as f64,
+        );
+        let mean_k = ratio(self.drafted as f64, self.verify_passes as f64);
+        let plain_ms = ratio(ms(self.plain_time), self.plain_passes as f64);
+        let step_ms_per_token = ratio(
+            ms(self.draft_time + self.verify_time + self.plain_time),
+            self.pass_tokens() as f64,
+        );
+        SpecSummary {
+            mode: self.mode.to_string(),
+            draft_max: self.draft_max,
+            verify_passes: self.verify_passes,
+            plain_passes: self.plain_passes,
+            drafted: self.drafted,
+            accepted: self.accepted,
+            acceptance_rate: ratio(self.accepted as f64, self.drafted as f64),
+            acceptance_per_token: alpha,
+            accepted_per_verify_pass: ratio(self.accepted as f64, self.verify_passes as f64),
+            tokens_per_pass: ratio(self.pass_tokens() as f64, passes),
+            passes_per_token: ratio(passes, self.pass_tokens() as f64),
+            mean_draft_len: mean_k,
+            draft_ms_per_step: ratio(ms(self.draft_time), passes),
+            verify_ms_per_pass: ratio(ms(self.verify_time), self.verify_passes as f64),
+            plain_ms_per_pass: plain_ms,
+            expected_speedup: match (alpha, mean_k) {
+                (Some(a), Some(k)) => Some(expected_speedup(a, k, self.draft_cost_ratio)),
+                _ => None,
+            },
+            measured_speedup: match (plain_ms, step_ms_per_token) {
+                (Some(p), Some(s)) if self.verify_passes > 0 => ratio(p, s),
+                _ => None,
+            },
+            verify_cost_in_passes: ratio(
+                ms(self.verify_time) / self.verify_passes.max(1) as f64,
+                plain_ms.unwrap_or(0.0),
+            )
+            .filter(|_| self.verify_passes > 0),
+            verdict: None,
+            draft_cost_ratio: self.draft_cost_ratio,
+            off_reason: self.off_reason.map(str::to_string),
+        }
+        .with_verdict()
+    }
+}
+
+impl SpecSummary {
+    fn with_verdict(mut self) -> Self {
+        self.verdict = verdict(
+            self.measured_speedup,
+            self.acceptance_per_token,
+            self.verify_cost_in_passes,
+            self.draft_ms_per_step
+                .zip(self.plain_ms_per_pass)
+                .and_then(|(d, p)| ratio(d, p)),
+        );
+        self
+    }
+}
+
+/// One sentence: whether speculation paid (`speedup` > 1.05) and, when it did not, what
+/// bounds it: a verify pass costing more than 1.5 plain passes (the pass became compute
+/// bound, so verifying is no longer free), drafting costing more than a third of a plain
+/// pass per step (the draft is too slow), or a per-token acceptance below one half.
+pub fn verdict(
+    speedup: Option<f64>,
+    acceptance_per_token: Option<f64>,
+    verify_cost_in_passes: Option<f64>,
+    draft_cost_in_passes: Option<f64>,
+) -> Option<String> {
+    let s = speedup?;
+    if s > 1.05 {
+        return Some(format!("pays: {s:.2}× the plain decode speed"));
+    }
+    let mut why = Vec::new();
+    if let Some(v) = verify_cost_in_passes.filter(|v| *v > 1.5) {
+        why.push(format!(
+            "a verify pass costs {v:.1} plain passes (compute bound: verifying is not free)"
+        ));
+    }
+    if let Some(d) = draft_cost_in_passes.filter(|d| *d > 1.0 / 3.0) {
+        why.push(format!(
+            "drafting costs {d:.2} plain passes per step (the draft is too slow)"
+        ));
+    }
+    if let Some(a) = acceptance_per_token.filter(|a| *a < 0.5) {
+        why.push(format!("acceptance too low (α {:.0}%)", a * 100.0));
+    }
+    if why.is_empty() {
+        why.push("no single bound stands out".to_string());
+    }
+    Some(format!("does not pay ({s:.2}×): {}", why.join("; ")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expected_tokens_per_pass_is_the_geometric_sum() {
+        assert!((expected_tokens_per_pass(0.0, 8.0) - 1.0).abs() < 1e-12);
+        assert!((expected_tokens_per_pass(1.0, 8.0) - 9.0).abs() < 1e-12);
+        let a: f64 = 0.7;
+        let direct: f64 = (0..=4).map(|i| a.powi(i)).sum();
+        assert!((expected_tokens_per_pass(a, 4.0) - direct).abs() < 1e-12);
+    }
+
+    #[test]
+    fn expected_speedup_charges_the_draft() {
+        // Self-draft: every token accepted, but each draft token costs a whole pass.
+        assert!((expected_speedup(1.0, 4.0, 1.0) - 1.0).abs() < 1e-12);
+        // Free, perfect guesser: k + 1 tokens per pass.
+        assert!((expected_speedup(1.0, 4.0, 0.0) - 5.0).abs() < 1e-12);
+        // Useless, costly guesser: slower than plain decoding.
+        assert!(expected_speedup(0.0, 4.0, 0.1) < 1.0);
+    }
+
+    #[test]
+    fn summary_guards_empty_turns_and_derives_rates() {
+        let empty = SpecStats::default().summary();
+        assert_eq!(empty.acceptance_rate, None);
+        assert_eq!(empty.tokens_per_pass, None);
+        assert_eq!(empty.expected_speedup, None);
+        assert_eq!(empty.measured_speedup, None);
+        let s = SpecStats {
+            mode: "ngram",
+            draft_max: 4,
+            verify_passes: 10,
+            plain_passes: 10,
+            drafted: 40,
+            accepted: 20,
+            rejections: 5,
+            draft_time: Duration::from_millis(2),
+            verify_time: Duration::from_millis(110),
+            plain_time: Duration::from_millis(100),
+            draft_cost_ratio: 0.0,
+            off_reason: None,
+        }
+        .summary();
+        assert_eq!(s.acceptance_rate, Some(0.5));
+        assert_eq!(s.acceptance_per_token, Some(0.8));
+        assert_eq!(s.accepted_per_verify_pass, Some(2.0));
+        assert_eq!(s.tokens_per_pass, Some(40.0 / 20.0));
+        assert_eq!(s.passes_per_token, Some(0.5));
+        assert_eq!(s.plain_ms_per_pass, Some(10.0));
+        // 212 ms for 40 tokens against 10 ms per token.
+        let measured = s.measured_speedup.unwrap();
+        assert!((measured - 10.0 / (212.0 / 40.0)).abs() < 1e-9);
+        assert_eq!(s.verify_cost_in_passes, Some(1.1));
+        assert!(s.verdict.unwrap().starts_with("pays"));
+    }
+
+    #[test]
+    fn verdict_names_the_bound() {
+        let v = verdict(Some(0.7), Some(0.65), Some(4.0), Some(0.0)).unwrap();
+        assert!(v.contains("compute bound"), "{v}");
+        let v = verdict(Some(0.5), Some(0.1), Some(1.1), Some(0.9)).unwrap();
+        assert!(
+            v.contains("too slow") && v.contains("acceptance too low"),
+            "{v}"
+        );
+        assert_eq!(verdict(None, None, None, None), None);
+    }
+}

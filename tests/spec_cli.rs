@@ -1,0 +1,281 @@
+//! Speculative decoding from the outside: `run --spec ngram` and `--draft` with their figures
+//! in `--json` and on stderr, and every bad input with its message and exit code (a missing
+//! draft, a file that is not a GGUF, another vocabulary, a draft not smaller than the target,
+//! `--draft-max 0`, bad values), never a panic.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+
+fn tokscope(home: &Path) -> Command {
+    let mut cmd = Command::cargo_bin("tokscope").unwrap();
+    cmd.env("TOKSCOPE_DATA_DIR", home.join("data"))
+        .env("TOKSCOPE_CONFIG_DIR", home.join("config"))
+        .env_remove("TOKSCOPE_MODEL")
+        .env_remove("RUST_BACKTRACE");
+    cmd
+}
+
+fn no_panic() -> impl Predicate<str> {
+    predicate::str::contains("panicked")
+        .or(predicate::str::contains("backtrace"))
+        .not()
+}
+
+fn synth(home: &Path, preset: &str, seed: u32) -> PathBuf {
+    let path = home.join(format!("{preset}-{seed}.gguf"));
+    tokscope(home)
+        .args([
+            "synth",
+            "--preset",
+            preset,
+            "--seed",
+            &seed.to_string(),
+            "-o",
+        ])
+        .arg(&path)
+        .assert()
+        .success();
+    path
+}
+
+const PROMPT: &str = "the cat sat on the mat, the cat sat on the mat, the cat sat";
+
+fn run_json(home: &Path, model: &Path, extra: &[&str]) -> serde_json::Value {
+    let out = tokscope(home)
+        .args([
+            "run", "-p", PROMPT, "--temp", "0", "-n", "40", "-t", "1", "--json", "-m",
+        ])
+        .arg(model)
+        .args(extra)
+        .assert()
+        .success()
+        .stderr(no_panic())
+        .get_output()
+        .stdout
+        .clone();
+    serde_json::from_slice(&out).unwrap()
+}
+
+#[test]
+fn run_json_reports_speculation_and_the_same_text() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let model = synth(home.path(), "small", 5);
+    let draft = synth(home.path(), "tiny", 3);
+    let plain = run_json(home.path(), &model, &[]);
+    assert!(plain.get("spec").is_none(), "no speculation, no figures");
+    for extra in [
+        vec!["--spec", "ngram"],
+        vec!["--spec", "ngram", "--ngram-n", "2", "--draft-max", "4"],
+        vec!["--draft", draft.to_str().unwrap(), "--draft-max", "3"],
+    ] {
+        let j = run_json(home.path(), &model, &extra);
+        assert_eq!(j["text"], plain["text"], "{extra:?}: the same greedy text");
+        let sp = &j["spec"];
+        for key in [
+            "acceptance_rate",
+            "accepted_per_verify_pass",
+            "tokens_per_pass",
+            "passes_per_token",
+            "draft_ms_per_step",
+            "verify_ms_per_pass",
+            "expected_speedup",
+            "measured_speedup",
+        ] {
+            assert!(sp.get(key).is_some(), "{extra:?}: spec.{key} missing: {sp}");
+        }
+        let drafted = sp["drafted"].as_u64().unwrap();
+        let accepted = sp["accepted"].as_u64().unwrap();
+        assert!(accepted <= drafted);
+        if drafted > 0 {
+            let rate = sp["acceptance_rate"].as_f64().unwrap();
+            assert!((rate - accepted as f64 / drafted as f64).abs() < 1e-9);
+        }
+    }
+}
+
+#[test]
+fn human_summary_has_a_spec_line() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let model = synth(home.path(), "small", 5);
+    tokscope(home.path())
+        .args([
+            "run", "-p", PROMPT, "--temp", "0", "-n", "24", "-t", "1", "--spec", "ngram", "-m",
+        ])
+        .arg(&model)
+        .assert()
+        .success()
+        .stderr(
+            predicate::str::contains("spec     ngram k≤8")
+                .and(predicate::str::contains("expected")),
+        );
+}
+
+#[test]
+fn bad_draft_files_are_refused_with_the_draft_named() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let model = synth(home.path(), "small", 5);
+    tokscope(home.path())
+        .args(["run", "-p", "Hi", "--temp", "0", "-n", "4", "-t", "1", "-m"])
+        .arg(&model)
+        .args(["--draft"])
+        .arg(home.path().join("missing.gguf"))
+        .assert()
+        .code(3)
+        .stderr(
+            predicate::str::contains("draft model")
+                .and(predicate::str::contains("missing.gguf"))
+                .and(no_panic()),
+        );
+    let text = home.path().join("notes.gguf");
+    std::fs::write(&text, "this is not a model, just some text\n".repeat(100)).unwrap();
+    tokscope(home.path())
+        .args(["run", "-p", "Hi", "--temp", "0", "-n", "4", "-t", "1", "-m"])
+        .arg(&model)
+        .arg("--draft")
+        .arg(&text)
+        .assert()
+        .code(3)
+        .stderr(
+            predicate::str::contains("draft model")
+                .and(predicate::str::contains("not a GGUF"))
+                .and(no_panic()),
+        );
+}
+
+#[test]
+fn a_draft_not_smaller_than_the_target_gets_a_warning() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let model = synth(home.path(), "tiny", 5);
+    let bigger = synth(home.path(), "small", 6);
+    tokscope(home.path())
+        .args(["run", "-p", "Hi", "--temp", "0", "-n", "6", "-t", "1", "-m"])
+        .arg(&model)
+        .arg("--draft")
+        .arg(&bigger)
+        .assert()
+        .success()
+        .stderr(
+            predicate::str::contains("warning: the draft model")
+                .and(predicate::str::contains("cannot pay")),
+        );
+    // A smaller draft: no such warning.
+    tokscope(home.path())
+        .args(["run", "-p", "Hi", "--temp", "0", "-n", "6", "-t", "1", "-m"])
+        .arg(&bigger)
+        .arg("--draft")
+        .arg(&model)
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("cannot pay").not());
+}
+
+#[test]
+fn draft_max_zero_turns_speculation_off() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let model = synth(home.path(), "small", 5);
+    let j = run_json(
+        home.path(),
+        &model,
+        &["--spec", "ngram", "--draft-max", "0"],
+    );
+    assert!(j.get("spec").is_none(), "{j}");
+}
+
+#[test]
+fn bad_speculation_flags_and_keys_are_usage_errors() {
+    let home = tempfile::tempdir().unwrap();
+    let model = home.path().join("unused.gguf");
+    for (args, says) in [
+        (vec!["--spec", "guess"], "unknown speculation mode"),
+        (vec!["--spec", "draft"], "needs a draft model"),
+        (
+            vec!["--spec", "ngram", "--draft-max", "-1"],
+            "spec.draft_max",
+        ),
+        (
+            vec!["--spec", "ngram", "--draft-max", "65"],
+            "spec.draft_max",
+        ),
+        (
+            vec!["--spec", "ngram", "--draft-p-min", "1.5"],
+            "spec.draft_p_min",
+        ),
+        (vec!["--spec", "ngram", "--ngram-n", "0"], "spec.ngram_n"),
+        (
+            vec!["--spec", "ngram", "--draft-min", "9"],
+            "must not exceed draft_max",
+        ),
+    ] {
+        tokscope(home.path())
+            .args(["run", "-p", "Hi", "-m"])
+            .arg(&model)
+            .args(&args)
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains(says).and(no_panic()));
+    }
+    let config = home.path().join("c.toml");
+    std::fs::write(&config, "[spec]\ndraft_maximum = 3\n").unwrap();
+    tokscope(home.path())
+        .args(["--config"])
+        .arg(&config)
+        .args(["run", "-p", "Hi", "-m"])
+        .arg(&model)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("draft_maximum"));
+    std::fs::write(&config, "[spec]\nmode = \"draft\"\n").unwrap();
+    tokscope(home.path())
+        .args(["--config"])
+        .arg(&config)
+        .args(["run", "-p", "Hi", "-m"])
+        .arg(&model)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("needs a draft model"));
+}
+
+#[test]
+fn config_keys_select_speculation() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let model = synth(home.path(), "small", 5);
+    let config = home.path().join("c.toml");
+    std::fs::write(
+        &config,
+        "[spec]\nmode = \"ngram\"\ndraft_max = 5\nngram_n = 2\n",
+    )
+    .unwrap();
+    let out = tokscope(home.path())
+        .args(["--config"])
+        .arg(&config)
+        .args([
+            "run", "-p", PROMPT, "--temp", "0", "-n", "24", "-t", "1", "--json", "-m",
+        ])
+        .arg(&model)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let j: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(j["spec"]["mode"], "ngram");
+    assert_eq!(j["spec"]["draft_max"], 5);
+    tokscope(home.path())
+        .args(["--config"])
+        .arg(&config)
+        .args(["config", "show"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("[spec]").and(predicate::str::contains("draft_max = 5")));
+}

@@ -1,0 +1,83 @@
+//! Speculative decoding on the real demo model (gemma-3-270m Q4_K_M, `tokscope fetch-demo`)
+//! through the real binary: greedy answers with `--spec ngram` and with the model drafting for
+//! itself are the plain answers, token for token, over several prompts (copy-heavy ones where
+//! prompt lookup has something to find, and ordinary ones).
+//!
+//! Like tests/real_model.rs, a test that cannot find the model FAILS with what to do.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::PathBuf;
+
+use assert_cmd::Command;
+
+fn demo_model() -> PathBuf {
+    if let Some(p) = std::env::var_os("TOKSCOPE_DEMO_MODEL") {
+        return PathBuf::from(p);
+    }
+    let data_dir = tokscope::paths::data_dir();
+    tokscope::demo::find_demo_model(&data_dir).unwrap_or_else(|| {
+        panic!(
+            "the demo model is not in {} : run `tokscope fetch-demo` (scripts/test.sh does) or \
+             set TOKSCOPE_DEMO_MODEL; this test does not pass without its input",
+            data_dir.display()
+        )
+    })
+}
+
+fn run_json(prompt: &str, extra: &[&str]) -> serde_json::Value {
+    let home = tempfile::tempdir().unwrap();
+    let out = Command::cargo_bin("tokscope")
+        .unwrap()
+        .env("TOKSCOPE_CONFIG_DIR", home.path().join("config"))
+        .env("TOKSCOPE_CACHE_DIR", home.path().join("cache"))
+        .env_remove("TOKSCOPE_MODEL")
+        .arg("run")
+        .arg("-m")
+        .arg(demo_model())
+        .args(["-p", prompt, "-n", "48", "--ignore-eos"])
+        .args(extra)
+        .args(["--json", "-t", "1", "-c", "1024", "--temp", "0"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    serde_json::from_slice(&out).expect("run --json prints one JSON object")
+}
+
+const PROMPTS: [&str; 4] = [
+    "Here is a Python function:\n\ndef add(a, b):\n    total = a + b\n    return total\n\nWrite the same function again, exactly as above, but named plus.",
+    "Repeat this sentence three times: The quick brown fox jumps over the lazy dog.",
+    "What is the capital of France?",
+    "List the days of the week.",
+];
+
+#[test]
+fn ngram_and_self_draft_answers_are_the_plain_answers() {
+    let _lock = common::model_lock();
+    let model = demo_model();
+    let model = model.to_str().unwrap();
+    let mut accepted = 0;
+    for prompt in PROMPTS {
+        let plain = run_json(prompt, &[]);
+        let ngram = run_json(prompt, &["--spec", "ngram"]);
+        assert_eq!(ngram["text"], plain["text"], "ngram, prompt {prompt:?}");
+        assert_eq!(ngram["context_used"], plain["context_used"]);
+        accepted += ngram["spec"]["accepted"].as_u64().unwrap();
+        let draft = run_json(prompt, &["--draft", model, "--draft-max", "4"]);
+        assert_eq!(
+            draft["text"], plain["text"],
+            "self-draft, prompt {prompt:?}"
+        );
+        assert_eq!(
+            draft["spec"]["accepted"], draft["spec"]["drafted"],
+            "the model drafting for itself is always accepted"
+        );
+    }
+    assert!(
+        accepted > 0,
+        "prompt lookup found nothing to copy in any prompt"
+    );
+}
