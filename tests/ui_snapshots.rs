@@ -727,6 +727,36 @@ fn one_huge_exchange_is_rendered_from_its_tail_and_the_tail_matches_the_full_ren
 }
 
 #[test]
+fn finished_with_speculative_decoding_figures() {
+    // An n-gram turn: 40 drafted, 30 accepted over 10 verify passes (6 rejecting), 4 plain
+    // passes; the metrics column shows acceptance, tokens per pass, draft and verify time,
+    // passes per token and the expected beside the measured speed-up.
+    let mut app = finished_app();
+    app.conversation.exchanges[1]
+        .assistant
+        .as_mut()
+        .unwrap()
+        .spec = Some(tokscope::metrics::spec::SpecStats {
+        mode: "ngram",
+        draft_max: 4,
+        verify_passes: 10,
+        plain_passes: 4,
+        drafted: 40,
+        accepted: 30,
+        rejections: 6,
+        draft_time: Duration::from_micros(900),
+        verify_time: Duration::from_millis(120),
+        plain_time: Duration::from_millis(32),
+        draft_cost_ratio: 0.0,
+        off_reason: None,
+    });
+    let screen = render(&app, 120, 40);
+    assert!(screen.contains("spec ngram k≤4"), "{screen}");
+    assert!(screen.contains("30/40 accepted"), "{screen}");
+    snapshot_both("finished_spec", &app);
+}
+
+#[test]
 fn bench_screen_with_a_batch_sweep() {
     let mut app = ready_app();
     app.mode = Mode::Bench;
