@@ -135,18 +135,16 @@ fn settle<B: Backend + io::Write>(
 ) -> bool {
     let mut pending = msgs;
     while !pending.is_empty() {
-        let mut fx = driver.apply_all(pending, now());
         // A clipboard write goes to the terminal, through the backend ratatui draws with.
-        let mut copied = Vec::new();
-        fx.retain(|e| match e {
-            Effect::Copy(text) => {
-                copied.push(text.clone());
-                false
-            }
-            _ => true,
-        });
+        let (copies, fx): (Vec<Effect>, Vec<Effect>) = driver
+            .apply_all(pending, now())
+            .into_iter()
+            .partition(|e| matches!(e, Effect::Copy(_)));
         let (mut outcomes, quit) = effects.run(fx);
-        for text in copied {
+        for text in copies.into_iter().filter_map(|e| match e {
+            Effect::Copy(text) => Some(text),
+            _ => None,
+        }) {
             let backend = driver.terminal.backend_mut();
             let written = backend
                 .write_all(terminal::osc52(&text).as_bytes())

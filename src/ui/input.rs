@@ -87,12 +87,11 @@ fn window(text: &str, cursor: usize, max_w: usize, visible: usize) -> Window {
         let col = line[own[row].0..at].chars().map(shown_width).sum();
         (row, col)
     };
-    let show = |text: &str| clean(text);
     // Rows above the cursor's row, nearest last: this line's, then earlier lines' (only as
     // many as the box can show).
     let mut above: Vec<String> = own[cur_row.saturating_sub(visible - 1)..cur_row]
         .iter()
-        .map(|&(a, b)| show(&line[a..b]))
+        .map(|&(a, b)| clean(&line[a..b]))
         .collect();
     let mut reached_top = line_start == 0 && cur_row < visible;
     if above.len() < visible - 1 && line_start > 0 {
@@ -103,7 +102,7 @@ fn window(text: &str, cursor: usize, max_w: usize, visible: usize) -> Window {
             let wanted = visible - 1 - above.len();
             let rows: Vec<String> = ranges[ranges.len().saturating_sub(wanted)..]
                 .iter()
-                .map(|&(a, b)| show(&prev[a..b]))
+                .map(|&(a, b)| clean(&prev[a..b]))
                 .collect();
             reached_top = ranges.len() <= wanted && earlier.peek().is_none();
             above.splice(0..0, rows);
@@ -113,7 +112,7 @@ fn window(text: &str, cursor: usize, max_w: usize, visible: usize) -> Window {
     let mut below: Vec<String> = own[cur_row + 1..]
         .iter()
         .take(visible)
-        .map(|&(a, b)| show(&line[a..b]))
+        .map(|&(a, b)| clean(&line[a..b]))
         .collect();
     if line_end < text.len() {
         for next in text[line_end + 1..].split('\n') {
@@ -124,13 +123,13 @@ fn window(text: &str, cursor: usize, max_w: usize, visible: usize) -> Window {
             below.extend(
                 line_rows(next, max_w, want)
                     .iter()
-                    .map(|&(a, b)| show(&next[a..b])),
+                    .map(|&(a, b)| clean(&next[a..b])),
             );
         }
     }
     let cursor_row_text = own
         .get(cur_row)
-        .map(|&(a, b)| show(&line[a..b]))
+        .map(|&(a, b)| clean(&line[a..b]))
         .unwrap_or_default();
     // `above` holds at most `visible - 1` rows, so the cursor's row is always shown.
     let total = (above.len() + 1 + below.len()).min(visible);
