@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use crate::metrics::roofline::{Bandwidth, BandwidthSource};
+use crate::metrics::roofline::{Bandwidth, BandwidthSource, Peaks};
 
 /// Bumped whenever the probe's method changes, so that a cached figure measured another way is
 /// not reused.
@@ -333,27 +333,28 @@ pub(crate) fn cpu_bandwidth_cached(
     fresh.bandwidth()
 }
 
-/// The peak memory bandwidth to compare decode with: the configured value, else the datasheet
-/// value of the first GPU (by name), else, on the CPU, the shared probe for `threads` threads.
-/// `None` for a GPU not in the table (a CPU probe would say nothing about it).
-pub(crate) fn peak_bandwidth(
+/// The peak memory bandwidths to compare decode with: the configured value (which wins), the
+/// datasheet value of the first GPU (by name) when there is a GPU, and the shared CPU probe
+/// for `threads` threads — measured on a machine with a GPU too, because layers that are not
+/// offloaded are read at the CPU's speed (see `metrics::roofline::placed_bandwidth`).
+pub(crate) fn peak_bandwidths(
     configured_gb_s: Option<f64>,
     devices: &[String],
-    gpu: bool,
     threads: usize,
-) -> Option<Bandwidth> {
+) -> Peaks {
     if let Some(gb) = configured_gb_s {
-        return Some(Bandwidth {
+        return Peaks::configured(Some(Bandwidth {
             bytes_per_s: gb * 1e9,
             source: BandwidthSource::Config,
-        });
+        }));
     }
-    if gpu {
-        return devices
+    Peaks {
+        configured: None,
+        gpu: devices
             .iter()
-            .find_map(|d| crate::metrics::roofline::datasheet_bandwidth(d));
+            .find_map(|d| crate::metrics::roofline::datasheet_bandwidth(d)),
+        cpu: Some(cpu_bandwidth(threads)),
     }
-    Some(cpu_bandwidth(threads))
 }
 
 /// The 1-minute load average (Linux `/proc/loadavg`), when known.

@@ -17,7 +17,7 @@ use tokscope::engine::{
     EngineEvent, LlamaCounters, ModelInfo, SamplingParams, StopReason, TurnReport,
 };
 use tokscope::metrics::remote::{ChunkMark, RemoteTimeline, ServerTimings, ServerUsage};
-use tokscope::metrics::roofline::{Bandwidth, BandwidthSource, WeightBytes};
+use tokscope::metrics::roofline::{Bandwidth, BandwidthSource, Peaks, WeightBytes};
 
 const URL: &str = "http://10.0.0.5:8000/v1";
 
@@ -41,6 +41,7 @@ fn remote_model(weights: Option<u64>) -> ModelInfo {
             token_embd_bytes: 0,
             embd_row_bytes: 0,
             tied_output: false,
+            output_bytes: 0,
         }),
         ..ModelInfo::default()
     }
@@ -232,10 +233,10 @@ fn a_finished_remote_answer_shows_the_servers_breakdown_and_is_saved() {
 fn the_roofline_of_a_remote_model_comes_only_from_the_configured_facts() {
     // 16 GB of weights, 3350 GB/s: a ceiling of 209 tok/s; 100 tok/s is 48% of it.
     let mut app = ready_app(Some(16_000_000_000));
-    app.bandwidth = Some(Bandwidth {
+    app.bandwidth = Peaks::configured(Some(Bandwidth {
         bytes_per_s: 3350e9,
         source: BandwidthSource::Config,
-    });
+    }));
     let id = send(&mut app);
     finish(&mut app, id, &record());
     let screen = render(&app);

@@ -14,7 +14,7 @@ use tokscope::app::conversation::{AssistantTurn, Conversation, Exchange};
 use tokscope::app::{App, EngineStatus, Mode, Notice, NoticeKind, Scroll};
 use tokscope::engine::{LlamaCounters, ModelInfo, SamplingParams, StopReason, TurnReport};
 use tokscope::llama::settings::KvType;
-use tokscope::metrics::roofline::{Bandwidth, BandwidthSource, KvShape, WeightBytes};
+use tokscope::metrics::roofline::{Bandwidth, BandwidthSource, KvShape, Peaks, WeightBytes};
 use tokscope::metrics::TurnTimeline;
 use unicode_width::UnicodeWidthStr;
 
@@ -59,6 +59,7 @@ fn model() -> ModelInfo {
             token_embd_bytes: 100_000_000,
             embd_row_bytes: 1_400,
             tied_output: false,
+            output_bytes: 100_000_000,
         }),
         kv_shape: Some(KvShape {
             n_layer: 24,
@@ -100,12 +101,12 @@ fn ready_app() -> App {
     app.engine = EngineStatus::Ready;
     app.model = Some(model());
     // A fixed datasheet figure (the snapshots must not depend on this machine).
-    app.bandwidth = Some(Bandwidth {
+    app.bandwidth = Peaks::configured(Some(Bandwidth {
         bytes_per_s: 4.8e12,
         source: BandwidthSource::Datasheet {
             device: "H200".into(),
         },
-    });
+    }));
     app
 }
 
@@ -442,6 +443,64 @@ fn finished() {
     let mut app = finished_app();
     app.input.set("Summarise that\nin one line");
     snapshot_both("finished", &app);
+}
+
+#[test]
+fn a_partial_offload_blends_the_gpu_and_cpu_bandwidths() {
+    // 12 of 25 layers on the GPU (H200 datasheet), the rest read at the CPU probe's speed: the
+    // pane names the split, each side's figure and where it comes from, and the blend the
+    // ceiling is computed from.
+    let mut app = finished_app();
+    if let Some(m) = app.model.as_mut() {
+        m.n_gpu_layers = 12;
+    }
+    app.bandwidth = Peaks {
+        configured: None,
+        gpu: Some(Bandwidth {
+            bytes_per_s: 4.8e12,
+            source: BandwidthSource::Datasheet {
+                device: "H200".into(),
+            },
+        }),
+        cpu: Some(Bandwidth {
+            bytes_per_s: 40e9,
+            source: BandwidthSource::Measured {
+                method: "read/copy/triad, 8 threads".into(),
+            },
+        }),
+    };
+    let screen = render(&app, 120, 40);
+    for figure in [
+        "12/25 layers on GPU",
+        "GPU GB/s",
+        "CPU GB/s",
+        "blend GB/s",
+        "datasheet, H200",
+    ] {
+        assert!(screen.contains(figure), "{figure} missing:\n{screen}");
+    }
+    // All layers and the output layer on the GPU: the datasheet alone, as before.
+    if let Some(m) = app.model.as_mut() {
+        m.n_gpu_layers = 25;
+    }
+    let full = render(&app, 120, 40);
+    assert!(
+        full.contains("datasheet, H200") && !full.contains("blend"),
+        "{full}"
+    );
+    // Nothing offloaded: the CPU probe, never the GPU's datasheet.
+    if let Some(m) = app.model.as_mut() {
+        m.n_gpu_layers = 0;
+    }
+    let cpu = render(&app, 120, 40);
+    assert!(
+        cpu.contains("measured, read/copy") && !cpu.contains("datasheet"),
+        "{cpu}"
+    );
+    if let Some(m) = app.model.as_mut() {
+        m.n_gpu_layers = 12;
+    }
+    snapshot_both("partial_offload", &app);
 }
 
 #[test]

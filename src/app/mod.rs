@@ -183,8 +183,9 @@ pub struct App {
     pub max_tokens: u32,
     /// Answers run to `max_tokens` regardless of end-of-generation (benchmarking).
     pub ignore_eos: bool,
-    /// Peak memory bandwidth for the roofline pane, with where it comes from.
-    pub bandwidth: Option<crate::metrics::roofline::Bandwidth>,
+    /// Peak memory bandwidths for the roofline pane, with where they come from; the view
+    /// picks or blends them for where llama.cpp put the model's layers.
+    pub bandwidth: crate::metrics::roofline::Peaks,
     /// Price per GPU-hour (USD) for the cost per 1M tokens.
     pub price_per_hour_usd: f64,
     /// Why this terminal cannot take an OSC 52 clipboard write (`None`: it may), found when
@@ -235,7 +236,7 @@ impl App {
             sampling,
             max_tokens,
             ignore_eos: false,
-            bandwidth: None,
+            bandwidth: crate::metrics::roofline::Peaks::default(),
             price_per_hour_usd: 2.0,
             clipboard_blocked: None,
             notice: None,

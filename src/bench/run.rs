@@ -34,15 +34,22 @@ struct BandwidthResolver {
 }
 
 impl BandwidthResolver {
+    /// The configured figure, else the bandwidth for where llama.cpp put this model's layers:
+    /// the GPU's datasheet with all of them offloaded, the CPU probe with none, and the two
+    /// blended for a partial offload (`metrics::roofline::placed_bandwidth`).
     fn for_model(&mut self, info: &ModelInfo, threads: u32) -> Option<Bandwidth> {
-        match self.choice {
-            BandwidthChoice::Configured(bytes_per_s) => Some(Bandwidth {
-                bytes_per_s,
-                source: BandwidthSource::Config,
-            }),
-            BandwidthChoice::Auto { .. } if info.n_gpu_layers > 0 => gpu_datasheet(),
-            BandwidthChoice::Auto { probe } => self
-                .cpu
+        let probe = match self.choice {
+            BandwidthChoice::Configured(bytes_per_s) => {
+                return Some(Bandwidth {
+                    bytes_per_s,
+                    source: BandwidthSource::Config,
+                })
+            }
+            BandwidthChoice::Auto { probe } => probe,
+        };
+        let gpu = (info.n_gpu_layers > 0).then(gpu_datasheet).flatten();
+        let cpu = if info.n_gpu_layers <= info.n_layer {
+            self.cpu
                 .entry(threads)
                 .or_insert_with(|| {
                     probe.then(|| {
@@ -53,8 +60,17 @@ impl BandwidthResolver {
                         crate::hw::cpu_bandwidth(threads as usize)
                     })
                 })
-                .clone(),
-        }
+                .clone()
+        } else {
+            None
+        };
+        crate::metrics::roofline::placed_bandwidth(
+            info.weight_bytes.as_ref(),
+            info.n_layer,
+            info.n_gpu_layers,
+            gpu.as_ref(),
+            cpu.as_ref(),
+        )
     }
 }
 

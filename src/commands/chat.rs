@@ -60,10 +60,9 @@ pub(crate) fn run(args: &ChatArgs, mut settings: Settings) -> Result<(), Failure
     app.price_per_hour_usd = settings.price_per_gpu_hour_usd;
     // Before the engine starts loading, so the copy probe does not compete with it.
     let gpus = crate::llama::gpu_device_descriptions();
-    app.bandwidth = crate::hw::peak_bandwidth(
+    app.bandwidth = crate::hw::peak_bandwidths(
         settings.bandwidth_gb_s,
         &gpus,
-        !gpus.is_empty(),
         settings.engine.threads as usize,
     );
     let (events_tx, events) = tokio::sync::mpsc::unbounded_channel();
@@ -121,13 +120,12 @@ fn run_remote(args: &ChatArgs, url: &str, settings: Settings) -> Result<(), Fail
         settings.price_per_gpu_hour_usd * f64::from(settings.remote.gpus.unwrap_or(1));
     // The server's bandwidth only from config: never this machine's probe.
     app.bandwidth =
-        settings
-            .remote
-            .bandwidth_gb_s
-            .map(|gb_s| crate::metrics::roofline::Bandwidth {
+        crate::metrics::roofline::Peaks::configured(settings.remote.bandwidth_gb_s.map(|gb_s| {
+            crate::metrics::roofline::Bandwidth {
                 bytes_per_s: gb_s * 1e9,
                 source: crate::metrics::roofline::BandwidthSource::Config,
-            });
+            }
+        }));
     let facts = crate::remote::ServerFacts {
         weights_bytes: settings
             .remote

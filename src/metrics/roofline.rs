@@ -23,6 +23,10 @@ pub struct WeightBytes {
     /// The output projection reuses the embedding table (no `output.weight`): then the whole
     /// table is read every token, for the logits.
     pub tied_output: bool,
+    /// The output projection's bytes (`output.weight`, or the embedding table when tied): the
+    /// part of a step that sits on the output layer's device (see [`placed_bandwidth`]).
+    #[serde(default)]
+    pub output_bytes: u64,
 }
 
 impl WeightBytes {
@@ -37,11 +41,17 @@ impl WeightBytes {
             }
             None => (0, 0),
         };
+        let output = header.tensor("output.weight");
+        let output_bytes = match output {
+            Some(t) => t.n_bytes()?,
+            None => token_embd_bytes,
+        };
         Some(Self {
             total_bytes,
             token_embd_bytes,
             embd_row_bytes,
-            tied_output: header.tensor("output.weight").is_none(),
+            tied_output: output.is_none(),
+            output_bytes,
         })
     }
 
@@ -115,6 +125,18 @@ pub enum BandwidthSource {
     Datasheet { device: String },
     /// Measured by tokscope's copy probe.
     Measured { method: String },
+    /// A partial offload: the step's bytes are read one side after the other, the offloaded
+    /// layers' at the GPU's bandwidth and the rest at the CPU's; the figure is the blend
+    /// (bytes per step ÷ the two sides' times). See [`placed_bandwidth`].
+    Split {
+        gpu_layers: u32,
+        /// llama.cpp's layer count for offload: the repeating layers + the output layer.
+        layers: u32,
+        gpu_gb_s: f64,
+        gpu: Box<BandwidthSource>,
+        cpu_gb_s: f64,
+        cpu: Box<BandwidthSource>,
+    },
 }
 
 impl BandwidthSource {
@@ -123,6 +145,19 @@ impl BandwidthSource {
             BandwidthSource::Config => "configured".into(),
             BandwidthSource::Datasheet { device } => format!("datasheet, {device}"),
             BandwidthSource::Measured { method } => format!("measured, {method}"),
+            BandwidthSource::Split {
+                gpu_layers,
+                layers,
+                gpu_gb_s,
+                gpu,
+                cpu_gb_s,
+                cpu,
+            } => format!(
+                "{gpu_layers}/{layers} layers on the GPU at {gpu_gb_s:.0} GB/s ({}), the rest \
+                 on the CPU at {cpu_gb_s:.1} GB/s ({}), one after the other",
+                gpu.label(),
+                cpu.label()
+            ),
         }
     }
 }
@@ -235,7 +270,6 @@ pub(crate) fn mbu_pct_cell(pct: f64, decimals: usize) -> String {
 
 /// Where one decode step's bytes are read from when only some layers are offloaded.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-#[cfg(test)]
 pub(crate) struct OffloadSplit {
     pub gpu_bytes: f64,
     pub cpu_bytes: f64,
@@ -246,7 +280,6 @@ pub(crate) struct OffloadSplit {
 /// from the last, the output layer on the GPU only when more than `n_layer` layers are
 /// offloaded (llama.cpp's `-ngl n_layer + 1`). `output_bytes` is the output projection's
 /// share of `bytes_per_token`.
-#[cfg(test)]
 pub(crate) fn offload_split(
     bytes_per_token: f64,
     output_bytes: f64,
@@ -274,7 +307,6 @@ pub(crate) fn offload_split(
 /// The decode ceiling of a partial offload: a token's time is the GPU's bytes over the GPU's
 /// bandwidth plus the CPU's bytes over the CPU's (the two sides run one after the other).
 /// `None` when a side with bytes has no bandwidth, or there is nothing to read.
-#[cfg(test)]
 pub(crate) fn partial_offload_ceiling_tok_per_s(
     split: OffloadSplit,
     gpu_bytes_per_s: f64,
@@ -291,6 +323,99 @@ pub(crate) fn partial_offload_ceiling_tok_per_s(
     };
     let seconds = side(split.gpu_bytes, gpu_bytes_per_s)? + side(split.cpu_bytes, cpu_bytes_per_s)?;
     (seconds > 0.0).then(|| 1.0 / seconds)
+}
+
+/// The bandwidth a decode step reads at, as llama.cpp placed the model: the CPU's when no
+/// layer is offloaded (`gpu_layers` 0), the GPU's when every layer and the output layer are
+/// (`gpu_layers > n_layer`), and for a partial offload the blend of both sides: the step's
+/// bytes over the time the two sides take one after the other
+/// ([`partial_offload_ceiling_tok_per_s`] at depth 0). The KV cache stays with its layer, so
+/// the split (and the blend) holds at every depth. `gpu_layers` is what llama.cpp reported it
+/// offloaded, never the request. `None` when a side that holds bytes has no bandwidth figure.
+pub(crate) fn placed_bandwidth(
+    weights: Option<&WeightBytes>,
+    n_layer: u32,
+    gpu_layers: u32,
+    gpu: Option<&Bandwidth>,
+    cpu: Option<&Bandwidth>,
+) -> Option<Bandwidth> {
+    if gpu_layers == 0 {
+        return cpu.cloned();
+    }
+    if gpu_layers > n_layer {
+        return gpu.cloned();
+    }
+    let (gpu, cpu, weights) = (gpu?, cpu?, weights?);
+    let per_step = weights.read_per_token() as f64;
+    let split = offload_split(per_step, weights.output_bytes as f64, n_layer, gpu_layers);
+    let tok_per_s = partial_offload_ceiling_tok_per_s(split, gpu.bytes_per_s, cpu.bytes_per_s)?;
+    Some(Bandwidth {
+        bytes_per_s: per_step * tok_per_s,
+        source: BandwidthSource::Split {
+            gpu_layers,
+            layers: n_layer + 1,
+            gpu_gb_s: gpu.bytes_per_s / 1e9,
+            gpu: Box::new(gpu.source.clone()),
+            cpu_gb_s: cpu.bytes_per_s / 1e9,
+            cpu: Box::new(cpu.source.clone()),
+        },
+    })
+}
+
+/// The bandwidth figures a session knows before it knows where llama.cpp put the layers: one
+/// the user configured (which wins), the GPU's and the CPU's. [`Peaks::placed`] picks or blends
+/// them once a model's offload is known.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Peaks {
+    pub configured: Option<Bandwidth>,
+    pub gpu: Option<Bandwidth>,
+    pub cpu: Option<Bandwidth>,
+}
+
+impl Peaks {
+    /// Only the CPU's figure (a machine without a GPU).
+    pub fn cpu(bandwidth: Bandwidth) -> Self {
+        Self {
+            cpu: Some(bandwidth),
+            ..Self::default()
+        }
+    }
+
+    /// Only a configured figure.
+    pub fn configured(bandwidth: Option<Bandwidth>) -> Self {
+        Self {
+            configured: bandwidth,
+            ..Self::default()
+        }
+    }
+
+    /// Before a model is loaded, where its layers go is not known: the configured figure, or
+    /// the CPU's on a machine without a GPU, else `None`.
+    pub(crate) fn before_load(&self) -> Option<Bandwidth> {
+        self.configured.clone().or_else(|| match self.gpu {
+            None => self.cpu.clone(),
+            Some(_) => None,
+        })
+    }
+
+    /// The bandwidth a model's decode reads at: the configured figure, else
+    /// [`placed_bandwidth`] for what llama.cpp offloaded.
+    pub(crate) fn placed(
+        &self,
+        weights: Option<&WeightBytes>,
+        n_layer: u32,
+        gpu_layers: u32,
+    ) -> Option<Bandwidth> {
+        self.configured.clone().or_else(|| {
+            placed_bandwidth(
+                weights,
+                n_layer,
+                gpu_layers,
+                self.gpu.as_ref(),
+                self.cpu.as_ref(),
+            )
+        })
+    }
 }
 
 /// Cost per 1M tokens = price per GPU-hour ÷ (tok/s × 3600) × 10^6.
@@ -386,6 +511,73 @@ mod tests {
             partial_offload_ceiling_tok_per_s(offload_split(0.0, 0.0, 32, 8), 1e12, 1e11),
             None
         );
+    }
+
+    #[test]
+    fn placed_bandwidth_follows_what_llama_cpp_offloaded() {
+        let gpu = Bandwidth {
+            bytes_per_s: 1e12,
+            source: BandwidthSource::Datasheet {
+                device: "H200".into(),
+            },
+        };
+        let cpu = Bandwidth {
+            bytes_per_s: 1e11,
+            source: BandwidthSource::Measured {
+                method: "probe".into(),
+            },
+        };
+        // 32 layers of 0.1 GB + a 0.4 GB output head; the embedding row is negligible.
+        let w = WeightBytes {
+            total_bytes: 4_100_000_000,
+            token_embd_bytes: 500_000_000,
+            embd_row_bytes: 0,
+            tied_output: false,
+            output_bytes: 400_000_000,
+        };
+        assert_eq!(w.read_per_token(), 3_600_000_000);
+        let placed = |ngl| placed_bandwidth(Some(&w), 32, ngl, Some(&gpu), Some(&cpu));
+        // Nothing offloaded: the CPU's figure, even on a machine with a GPU.
+        assert_eq!(placed(0), Some(cpu.clone()));
+        // Everything, the output layer included: the GPU's.
+        assert_eq!(placed(33), Some(gpu.clone()));
+        // Half the layers: 1.6 GB at 1 TB/s + 2.0 GB at 100 GB/s = 21.6 ms a step, so the
+        // blend is 3.6 GB / 21.6 ms = 166.7 GB/s, and the ceiling is the split's.
+        let half = placed(16).unwrap();
+        assert!(
+            (half.bytes_per_s - 3.6e9 / 0.0216).abs() < 1.0,
+            "{}",
+            half.bytes_per_s
+        );
+        let ceiling = ceiling_tok_per_s(half.bytes_per_s, 3.6e9).unwrap();
+        let split = offload_split(3.6e9, 0.4e9, 32, 16);
+        let direct = partial_offload_ceiling_tok_per_s(split, 1e12, 1e11).unwrap();
+        assert!((ceiling - direct).abs() < 1e-9, "{ceiling} vs {direct}");
+        assert_eq!(
+            half.source.label(),
+            "16/33 layers on the GPU at 1000 GB/s (datasheet, H200), the rest on the CPU at \
+             100.0 GB/s (measured, probe), one after the other"
+        );
+        // A partial offload with no CPU figure is unknown, not the GPU's datasheet.
+        assert_eq!(placed_bandwidth(Some(&w), 32, 16, Some(&gpu), None), None);
+        assert_eq!(placed_bandwidth(None, 32, 16, Some(&gpu), Some(&cpu)), None);
+        // Before a load: only a figure that cannot depend on the placement.
+        let peaks = Peaks {
+            configured: None,
+            gpu: Some(gpu.clone()),
+            cpu: Some(cpu.clone()),
+        };
+        assert_eq!(peaks.before_load(), None);
+        assert_eq!(Peaks::cpu(cpu.clone()).before_load(), Some(cpu.clone()));
+        assert_eq!(peaks.placed(Some(&w), 32, 16), placed(16));
+        let configured = Peaks {
+            configured: Some(gpu.clone()),
+            ..peaks
+        };
+        assert_eq!(configured.placed(Some(&w), 32, 0), Some(gpu.clone()));
+        // Each more layer on the GPU raises the ceiling.
+        let rates: Vec<f64> = (0..=33).map(|n| placed(n).unwrap().bytes_per_s).collect();
+        assert!(rates.windows(2).all(|p| p[1] > p[0]), "{rates:?}");
     }
 
     #[test]
@@ -518,6 +710,7 @@ mod tests {
             token_embd_bytes: 300,
             embd_row_bytes: 3,
             tied_output: false,
+            output_bytes: 200,
         };
         assert_eq!(w.read_per_token(), 703);
         let tied = WeightBytes {

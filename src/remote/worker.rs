@@ -86,6 +86,7 @@ fn model_info(endpoint: &Endpoint, model: &str, facts: ServerFacts, load: Durati
                 token_embd_bytes: 0,
                 embd_row_bytes: 0,
                 tied_output: false,
+                output_bytes: 0,
             }),
         ..ModelInfo::default()
     }

@@ -410,16 +410,62 @@ fn pieces(app: &App, view: &View, w: usize) -> Vec<Piece> {
 /// the bandwidth ceiling that gives, how close decode gets to it (MBU), and the cost per 1M
 /// tokens at the configured GPU-hour price. All from `metrics::roofline`.
 fn roofline_lines(app: &App, view: &View, w: usize) -> Vec<Line<'static>> {
+    use crate::metrics::roofline::BandwidthSource;
     let roofline = &view.roofline;
-    let bandwidth = app.bandwidth.as_ref();
-    let source = bandwidth.map_or_else(|| "bandwidth unknown".to_string(), |b| b.source.label());
-    let mut lines = vec![
-        Line::from(vec![
-            Span::styled("roofline ", theme::METRIC_LABEL),
-            Span::styled(truncate(&source, w.saturating_sub(9)), theme::DIM),
-        ]),
+    let bandwidth = roofline.bandwidth.as_ref();
+    let split = bandwidth.and_then(|b| match &b.source {
+        BandwidthSource::Split {
+            gpu_layers,
+            layers,
+            gpu_gb_s,
+            gpu,
+            cpu_gb_s,
+            cpu,
+        } => Some((*gpu_layers, *layers, *gpu_gb_s, gpu, *cpu_gb_s, cpu)),
+        _ => None,
+    });
+    let source = match (&split, bandwidth) {
+        (Some((n, of, ..)), _) => format!("{n}/{of} layers on GPU"),
+        (None, Some(b)) => b.source.label(),
+        (None, None) => "bandwidth unknown".to_string(),
+    };
+    let mut lines = vec![Line::from(vec![
+        Span::styled("roofline ", theme::METRIC_LABEL),
+        Span::styled(truncate(&source, w.saturating_sub(9)), theme::DIM),
+    ])];
+    // A partial offload: where the KV cache is (each layer's cache sits on that layer's
+    // device; the output layer has none), each side's figure and where it comes from, then
+    // their blend.
+    if let Some((n, of, gpu_gb_s, gpu, cpu_gb_s, cpu)) = split {
+        let n_layer = of.saturating_sub(1);
+        lines.push(row(
+            "  KV on GPU",
+            format!("{}/{n_layer} layers", n.min(n_layer)),
+            w,
+            theme::METRIC_SUB_LABEL,
+            theme::METRIC_VALUE,
+        ));
+        for (label, gb_s, from) in [("  GPU GB/s", gpu_gb_s, gpu), ("  CPU GB/s", cpu_gb_s, cpu)] {
+            lines.push(row(
+                label,
+                format::num(Some(gb_s)),
+                w,
+                theme::METRIC_SUB_LABEL,
+                theme::METRIC_VALUE,
+            ));
+            lines.push(Line::from(Span::styled(
+                truncate(&format!("    {}", from.label()), w),
+                theme::DIM,
+            )));
+        }
+    }
+    lines.extend([
         row(
-            "  bandwidth GB/s",
+            if split.is_some() {
+                "  blend GB/s"
+            } else {
+                "  bandwidth GB/s"
+            },
             format::num(bandwidth.map(|b| b.bytes_per_s / 1e9)),
             w,
             theme::METRIC_SUB_LABEL,
@@ -439,7 +485,7 @@ fn roofline_lines(app: &App, view: &View, w: usize) -> Vec<Line<'static>> {
             theme::METRIC_SUB_LABEL,
             theme::METRIC_VALUE,
         ),
-    ];
+    ]);
     match roofline.mbu {
         Some(u) => {
             let above = crate::metrics::roofline::above_ceiling(u);

@@ -86,8 +86,10 @@ pub(crate) const UNKNOWN_REMOTE_TOKENS: &str = "not known (no server record for 
 
 /// Bytes a decode step reads at the current context depth, the bandwidth ceiling that gives,
 /// how close decode gets to it and the cost per 1M tokens (all from `metrics::roofline`).
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Roofline {
+    /// The bandwidth decode reads at, as the model is placed (`Peaks::placed`).
+    pub bandwidth: Option<crate::metrics::roofline::Bandwidth>,
     pub bytes_per_token: Option<f64>,
     pub ceiling_tok_per_s: Option<f64>,
     /// Memory-bandwidth utilisation, a fraction.
@@ -221,11 +223,18 @@ impl Roofline {
             .model
             .as_ref()
             .and_then(|m| m.bytes_per_token(context_used as u64));
-        let ceiling = match (app.bandwidth.as_ref(), bytes_per_token) {
+        let bandwidth = match app.model.as_ref() {
+            Some(m) => app
+                .bandwidth
+                .placed(m.weight_bytes.as_ref(), m.n_layer, m.n_gpu_layers),
+            None => app.bandwidth.before_load(),
+        };
+        let ceiling = match (bandwidth.as_ref(), bytes_per_token) {
             (Some(b), Some(bytes)) => ceiling_tok_per_s(b.bytes_per_s, bytes),
             _ => None,
         };
         Self {
+            bandwidth,
             bytes_per_token,
             ceiling_tok_per_s: ceiling,
             mbu: decode_tok_per_s.zip(ceiling).and_then(|(r, c)| mbu(r, c)),
