@@ -334,12 +334,13 @@ pub(crate) fn cpu_bandwidth_cached(
 }
 
 /// The peak memory bandwidths to compare decode with: the configured value (which wins), the
-/// datasheet value of the first GPU (by name) when there is a GPU, and the shared CPU probe
-/// for `threads` threads — measured on a machine with a GPU too, because layers that are not
-/// offloaded are read at the CPU's speed (see `metrics::roofline::placed_bandwidth`).
+/// GPU's (`gpu`: measured through ggml with the datasheet beside it, see
+/// `llama::device_bw`) and the shared CPU probe for `threads` threads — measured on a machine
+/// with a GPU too, because layers that are not offloaded are read at the CPU's speed (see
+/// `metrics::roofline::placed_bandwidth`).
 pub(crate) fn peak_bandwidths(
     configured_gb_s: Option<f64>,
-    devices: &[String],
+    gpu: impl FnOnce() -> Option<Bandwidth>,
     threads: usize,
 ) -> Peaks {
     if let Some(gb) = configured_gb_s {
@@ -350,9 +351,7 @@ pub(crate) fn peak_bandwidths(
     }
     Peaks {
         configured: None,
-        gpu: devices
-            .iter()
-            .find_map(|d| crate::metrics::roofline::datasheet_bandwidth(d)),
+        gpu: gpu(),
         cpu: Some(cpu_bandwidth(threads)),
     }
 }

@@ -15,7 +15,7 @@ use crate::engine::{EngineError, ModelInfo, SamplingParams, TemplateChoice};
 use crate::llama::measure::{Bencher, Sample};
 use crate::llama::settings::EngineSettings;
 use crate::llama::{describe, load_model_placed, new_context};
-use crate::metrics::roofline::{datasheet_bandwidth, Bandwidth, BandwidthSource};
+use crate::metrics::roofline::{Bandwidth, BandwidthSource};
 
 /// What the sweep produced: a row per test that ran, an error per test that did not.
 pub(crate) struct Outcome {
@@ -31,11 +31,15 @@ struct BandwidthResolver {
     /// The CPU probe's result per thread count, measured (or read from the shared cache) the
     /// first time it is needed.
     cpu: std::collections::BTreeMap<u32, Option<Bandwidth>>,
+    /// The first GPU's, measured through ggml (datasheet beside it) the first time a model
+    /// with offloaded layers needs it.
+    gpu: Option<Option<Bandwidth>>,
 }
 
 impl BandwidthResolver {
     /// The configured figure, else the bandwidth for where llama.cpp put this model's layers:
-    /// the GPU's datasheet with all of them offloaded, the CPU probe with none, and the two
+    /// the GPU's (measured, datasheet beside it) with all of them offloaded, the CPU probe with
+    /// none, and the two
     /// blended for a partial offload (`metrics::roofline::placed_bandwidth`).
     fn for_model(&mut self, info: &ModelInfo, threads: u32) -> Option<Bandwidth> {
         let probe = match self.choice {
@@ -47,7 +51,13 @@ impl BandwidthResolver {
             }
             BandwidthChoice::Auto { probe } => probe,
         };
-        let gpu = (info.n_gpu_layers > 0).then(gpu_datasheet).flatten();
+        let gpu = if info.n_gpu_layers > 0 {
+            self.gpu
+                .get_or_insert_with(crate::llama::device_bw::first_gpu_bandwidth)
+                .clone()
+        } else {
+            None
+        };
         let cpu = if info.n_gpu_layers <= info.n_layer {
             self.cpu
                 .entry(threads)
@@ -72,13 +82,6 @@ impl BandwidthResolver {
             cpu.as_ref(),
         )
     }
-}
-
-/// The datasheet bandwidth of the first GPU backend device llama.cpp sees.
-fn gpu_datasheet() -> Option<Bandwidth> {
-    crate::llama::gpu_device_descriptions()
-        .iter()
-        .find_map(|d| datasheet_bandwidth(d))
 }
 
 /// The progress line: `[3/12] model.gguf pp512 t=2 r=4/5`, redrawn in place on a terminal,
@@ -289,6 +292,7 @@ impl<'a> Runner<'a> {
             bandwidth: BandwidthResolver {
                 choice: plan.bandwidth,
                 cpu: std::collections::BTreeMap::new(),
+                gpu: None,
             },
             progress: Progress {
                 total: jobs.len(),

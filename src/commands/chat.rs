@@ -59,10 +59,9 @@ pub(crate) fn run(args: &ChatArgs, mut settings: Settings) -> Result<(), Failure
     app.clipboard_blocked = crate::tui::clipboard_blocked();
     app.price_per_hour_usd = settings.price_per_gpu_hour_usd;
     // Before the engine starts loading, so the copy probe does not compete with it.
-    let gpus = crate::llama::gpu_device_descriptions();
     app.bandwidth = crate::hw::peak_bandwidths(
         settings.bandwidth_gb_s,
-        &gpus,
+        crate::llama::device_bw::first_gpu_bandwidth,
         settings.engine.threads as usize,
     );
     let (events_tx, events) = tokio::sync::mpsc::unbounded_channel();

@@ -52,6 +52,30 @@ pub(crate) fn run() -> Result<(), Failure> {
             d.memory_free as f64 / 1e9
         );
     }
+    // Each GPU's bandwidth measured through ggml (a device-to-device copy), with the
+    // datasheet beside it: the figure the roofline uses.
+    for (name, description) in crate::llama::gpu_devices() {
+        let datasheet = crate::metrics::roofline::datasheet_bandwidth(&description);
+        let sheet = datasheet.as_ref().map_or_else(
+            || "not in the datasheet table".to_string(),
+            |d| format!("{} {:.0} GB/s", d.source.label(), d.bytes_per_s / 1e9),
+        );
+        let measured = crate::llama::device_bw::measure_device_copy(
+            &name,
+            crate::llama::device_bw::DEVICE_PROBE_BYTES,
+            crate::llama::device_bw::DEVICE_PROBE_RUNS,
+        );
+        let _ = match measured {
+            Ok(p) => writeln!(
+                out,
+                "bandwidth:      {name} {:.0} GB/s measured (ggml device copy, 2 × {} MiB, best of {}); {sheet}",
+                p.bytes_per_s / 1e9,
+                p.bytes >> 20,
+                p.runs
+            ),
+            Err(e) => writeln!(out, "bandwidth:      {name} not measured ({e}); {sheet}"),
+        };
+    }
     if let Ok(t) = &telemetry {
         let _ = writeln!(out, "NVML devices:");
         for s in t.sample() {

@@ -2,6 +2,7 @@
 //! `bench`, `compare`): loading a model with the pre-flight checks, context parameters from the
 //! settings, the sampler chain, KV-cache and flash-attention choices, and the model's facts.
 
+pub(crate) mod device_bw;
 pub(crate) mod error;
 pub(crate) mod gpu;
 pub(crate) mod measure;
@@ -57,6 +58,11 @@ fn read_system_info() -> String {
 
 /// The descriptions of ggml's GPU devices (empty on a CPU-only build or machine).
 pub(crate) fn gpu_device_descriptions() -> Vec<String> {
+    gpu_devices().into_iter().map(|(_, d)| d).collect()
+}
+
+/// ggml's GPU devices as (name, description): ("CUDA0", "NVIDIA H200").
+pub(crate) fn gpu_devices() -> Vec<(String, String)> {
     if backend().is_err() {
         return Vec::new();
     }
@@ -69,7 +75,7 @@ pub(crate) fn gpu_device_descriptions() -> Vec<String> {
                     | llama_cpp_2::LlamaBackendDeviceType::IntegratedGpu
             )
         })
-        .map(|d| d.description)
+        .map(|d| (d.name, d.description))
         .collect()
 }
 
