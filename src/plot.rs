@@ -80,12 +80,14 @@ pub(crate) fn plot_file_kind(path: &Path) -> Result<PlotKind, PlotError> {
 pub(crate) fn plot_batch_sweep(
     points: &[BatchPoint],
     title: &str,
+    subtitle: &str,
     path: &Path,
 ) -> Result<(), PlotError> {
     let kind = plot_file_kind(path)?;
-    let chart = BatchSweepChart::new(points, title).ok_or(PlotError::NoPoints {
+    let mut chart = BatchSweepChart::new(points, title).ok_or(PlotError::NoPoints {
         chart: "batch sweep",
     })?;
+    chart.subtitle = subtitle.to_string();
     render(&chart, kind, path, (1200, 900))
 }
 
@@ -98,12 +100,15 @@ pub(crate) fn plot_roofline(
     bandwidth_bytes_per_s: f64,
     bandwidth_label: &str,
     title: &str,
+    subtitle: &str,
     path: &Path,
 ) -> Result<(), PlotError> {
     let kind = plot_file_kind(path)?;
-    let chart = RooflineChart::new(points, bandwidth_bytes_per_s, bandwidth_label, title)
+    let mut chart = RooflineChart::new(points, bandwidth_bytes_per_s, bandwidth_label, title)
         .ok_or(PlotError::NoPoints { chart: "roofline" })?;
-    render(&chart, kind, path, (1200, 800))
+    chart.subtitle = subtitle.to_string();
+    let height = 800 + key_height(chart.points.len());
+    render(&chart, kind, path, (1200, height))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -206,6 +211,228 @@ fn text(size: u32) -> TextStyle<'static> {
     (FONT, size).into_font().color(&BLACK)
 }
 
+const SUBTITLE_PX: u32 = 18;
+const KEY_PX: u32 = 16;
+/// A row of the key table under a chart.
+const KEY_ROW_PX: u32 = 24;
+/// At most this many rows in the key table; the rest are counted in a last line.
+const KEY_MAX_ROWS: usize = 30;
+const SUBTITLE_COLOR: RGBColor = RGBColor(80, 80, 80);
+
+/// The chart's header: the title, and under it a smaller line saying what the chart shows
+/// (models, backend, threads, test). Returns the area below it.
+fn header<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+    subtitle: &str,
+) -> Result<DrawingArea<DB, Shift>, DrawingAreaErrorKind<DB::ErrorType>> {
+    let width = root.dim_in_pixel().0 as i32;
+    let center = Pos::new(HPos::Center, VPos::Top);
+    root.draw(&Text::new(
+        title.to_string(),
+        (width / 2, 10),
+        text(TITLE_PX).pos(center),
+    ))?;
+    // Cut, never run off the canvas: about 0.55 em per character of DejaVu Sans.
+    let room = ((width as f64 - 40.0) / (0.55 * f64::from(SUBTITLE_PX))) as usize;
+    root.draw(&Text::new(
+        cut(subtitle, room),
+        (width / 2, 16 + TITLE_PX as i32),
+        (FONT, SUBTITLE_PX)
+            .into_font()
+            .color(&SUBTITLE_COLOR)
+            .pos(center),
+    ))?;
+    Ok(root.margin((TITLE_PX + SUBTITLE_PX + 26) as i32, 0, 0, 0))
+}
+
+/// `s` in at most `max` characters, with "…" when cut.
+fn cut(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        s.to_string()
+    } else {
+        let mut out: String = s.chars().take(max.saturating_sub(1)).collect();
+        out.push('…');
+        out
+    }
+}
+
+/// The height the key table under a chart takes for `rows` entries.
+fn key_height(rows: usize) -> u32 {
+    let shown = rows.min(KEY_MAX_ROWS) + usize::from(rows > KEY_MAX_ROWS);
+    // The header row, the rows, and a margin.
+    (shown as u32 + 1) * KEY_ROW_PX + 20
+}
+
+/// The key table under a chart: a header and one row per point, each cell at its column's x
+/// (left-aligned, in pixels from the left edge), so that a point's number on the plot finds
+/// its full name and figures here however crowded the plot is.
+fn draw_key<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    columns: &[(&str, i32)],
+    rows: &[Vec<String>],
+) -> DrawResult<DB> {
+    let style = |bold: bool| {
+        let font = (FONT, KEY_PX).into_font().color(&BLACK);
+        if bold {
+            font.color(&SUBTITLE_COLOR)
+        } else {
+            font
+        }
+    };
+    let top = Pos::new(HPos::Left, VPos::Top);
+    for (name, x) in columns {
+        area.draw(&Text::new(name.to_string(), (*x, 4), style(true).pos(top)))?;
+    }
+    for (i, row) in rows.iter().take(KEY_MAX_ROWS).enumerate() {
+        let y = 4 + KEY_ROW_PX as i32 * (i as i32 + 1);
+        for ((_, x), cell) in columns.iter().zip(row) {
+            area.draw(&Text::new(cell.clone(), (*x, y), style(false).pos(top)))?;
+        }
+    }
+    if rows.len() > KEY_MAX_ROWS {
+        let y = 4 + KEY_ROW_PX as i32 * (KEY_MAX_ROWS as i32 + 1);
+        area.draw(&Text::new(
+            format!(
+                "… and {} more (see the table output)",
+                rows.len() - KEY_MAX_ROWS
+            ),
+            (columns.first().map_or(0, |c| c.1), y),
+            style(true).pos(top),
+        ))?;
+    }
+    Ok(())
+}
+
+/// A box in pixels: left, top, right, bottom.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Rect {
+    x0: i32,
+    y0: i32,
+    x1: i32,
+    y1: i32,
+}
+
+impl Rect {
+    fn overlaps(&self, o: &Rect) -> bool {
+        self.x0 < o.x1 && o.x0 < self.x1 && self.y0 < o.y1 && o.y0 < self.y1
+    }
+
+    fn inside(&self, o: &Rect) -> bool {
+        self.x0 >= o.x0 && self.x1 <= o.x1 && self.y0 >= o.y0 && self.y1 <= o.y1
+    }
+}
+
+/// The width in pixels of a short tag ("12") at `px`: DejaVu Sans digits are 0.64 em.
+fn tag_width(tag: &str, px: u32) -> i32 {
+    (tag.chars().count() as f64 * 0.64 * f64::from(px)).ceil() as i32 + 4
+}
+
+/// Places each point's tag (its number) beside it, in pixels: the first spot, among eight
+/// around the point at growing distances, whose box stays inside `bounds` and overlaps no
+/// point marker (`radius` around every point), no other `obstacles` (the legend) and no tag
+/// placed before. `None` for a point whose every spot is taken (the key table still lists
+/// it). Returns each tag's box.
+fn place_tags(
+    points: &[(i32, i32)],
+    tags: &[String],
+    px: u32,
+    radius: i32,
+    bounds: Rect,
+    obstacles: &[Rect],
+) -> Vec<Option<Rect>> {
+    let h = px as i32 + 2;
+    let mut markers: Vec<Rect> = points
+        .iter()
+        .map(|&(x, y)| Rect {
+            x0: x - radius,
+            y0: y - radius,
+            x1: x + radius + 1,
+            y1: y + radius + 1,
+        })
+        .collect();
+    markers.extend_from_slice(obstacles);
+    let mut placed: Vec<Rect> = Vec::new();
+    points
+        .iter()
+        .zip(tags)
+        .map(|(&(x, y), tag)| {
+            let w = tag_width(tag, px);
+            let spot = (1..=4).find_map(|ring| {
+                let d = radius + 3 + (ring - 1) * (h + 2);
+                // Right, left, above, below, then the corners.
+                let offsets = [
+                    (d, -h / 2),
+                    (-d - w, -h / 2),
+                    (-w / 2, -d - h),
+                    (-w / 2, d),
+                    (d, -d - h),
+                    (-d - w, -d - h),
+                    (d, d),
+                    (-d - w, d),
+                ];
+                offsets.iter().find_map(|&(dx, dy)| {
+                    let r = Rect {
+                        x0: x + dx,
+                        y0: y + dy,
+                        x1: x + dx + w,
+                        y1: y + dy + h,
+                    };
+                    (r.inside(&bounds)
+                        && !markers.iter().any(|m| m.overlaps(&r))
+                        && !placed.iter().any(|p| p.overlaps(&r)))
+                    .then_some(r)
+                })
+            });
+            if let Some(r) = spot {
+                placed.push(r);
+            }
+            spot
+        })
+        .collect()
+}
+
+/// Where `draw_legend` puts the legend (upper right, 10 px in), generously: its box for
+/// `lines` entries, so that no tag is placed under it.
+fn legend_box(xs: &Range<i32>, ys: &Range<i32>, lines: &[String]) -> Rect {
+    let longest = lines.iter().map(|l| l.chars().count()).max().unwrap_or(0);
+    let w = (longest as f64 * 0.6 * f64::from(LEGEND_PX)) as i32 + 70;
+    let h = lines.len() as i32 * (LEGEND_PX as i32 + 10) + 24;
+    Rect {
+        x0: xs.end - 10 - w,
+        y0: ys.start,
+        x1: xs.end,
+        y1: ys.start + 10 + h,
+    }
+}
+
+/// Draws each placed tag at its box, and a thin line from its point when the tag sits away
+/// from it (a ring further out).
+fn draw_tags<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    points: &[(i32, i32)],
+    tags: &[String],
+    boxes: &[Option<Rect>],
+    color: RGBColor,
+) -> DrawResult<DB> {
+    let style = (FONT, POINT_LABEL_PX)
+        .into_font()
+        .color(&color)
+        .pos(Pos::new(HPos::Left, VPos::Top));
+    for ((&(x, y), tag), b) in points.iter().zip(tags).zip(boxes) {
+        let Some(b) = b else { continue };
+        let (cx, cy) = ((b.x0 + b.x1) / 2, (b.y0 + b.y1) / 2);
+        if (cx - x).abs() > 30 || (cy - y).abs() > 30 {
+            root.draw(&PathElement::new(
+                vec![(x, y), (cx, cy)],
+                color.mix(0.4).stroke_width(1),
+            ))?;
+        }
+        root.draw(&Text::new(tag.clone(), (b.x0 + 2, b.y0 + 1), style.clone()))?;
+    }
+    Ok(())
+}
+
 /// An axis with its ticks chosen here (powers of two, 1-2-5 steps on log axes) rather than
 /// by plotters, which finds none on a log axis spanning less than a decade.
 struct TickedAxis<R> {
@@ -239,6 +466,7 @@ fn legend_line(color: RGBColor) -> impl Fn((i32, i32)) -> PathElement<(i32, i32)
 
 struct BatchSweepChart {
     title: String,
+    subtitle: String,
     /// (log2 B, value) per series, finite values only.
     aggregate: Vec<(f64, f64)>,
     per_sequence: Vec<(f64, f64)>,
@@ -259,6 +487,7 @@ impl BatchSweepChart {
         };
         let chart = Self {
             title: title.to_string(),
+            subtitle: String::new(),
             aggregate: series(|p| p.aggregate_tok_per_s),
             per_sequence: series(|p| p.per_sequence_tok_per_s),
             p50: series(|p| p.itl_p50_ms),
@@ -311,7 +540,7 @@ fn format_batch(log2_b: f64) -> String {
 impl Chart for BatchSweepChart {
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
         root.fill(&WHITE)?;
-        let body = root.titled(&self.title, text(TITLE_PX))?;
+        let body = header(root, &self.title, &self.subtitle)?;
         let (top, bottom) = body.split_vertically(body.dim_in_pixel().1 / 2);
         let (x_range, x_ticks) = self.x_axis();
 
@@ -423,6 +652,7 @@ impl Chart for BatchSweepChart {
 
 struct RooflineChart {
     title: String,
+    subtitle: String,
     /// (bytes per token, tok/s, label), sorted by bytes.
     points: Vec<(f64, f64, String)>,
     /// Bytes per second, when it is a usable number.
@@ -449,6 +679,7 @@ impl RooflineChart {
         kept.sort_by(|a, b| a.0.total_cmp(&b.0));
         Some(Self {
             title: title.to_string(),
+            subtitle: String::new(),
             points: kept,
             bandwidth: usable(bandwidth_bytes_per_s).then_some(bandwidth_bytes_per_s),
             bandwidth_label: bandwidth_label.to_string(),
@@ -549,7 +780,9 @@ fn format_bandwidth(bytes_per_s: f64) -> String {
 impl Chart for RooflineChart {
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
         root.fill(&WHITE)?;
-        let body = root.titled(&self.title, text(TITLE_PX))?;
+        let body = header(root, &self.title, &self.subtitle)?;
+        let key_h = key_height(self.points.len());
+        let (body, key_area) = body.split_vertically(body.dim_in_pixel().1.saturating_sub(key_h));
         let (x_range, y_range) = self.ranges();
         let x_ticks = log_ticks(&x_range);
         let y_ticks = log_ticks(&y_range);
@@ -609,31 +842,72 @@ impl Chart for RooflineChart {
             )?
             .label("measured decode speed")
             .legend(|(x, y)| Circle::new((x + 12, y), 6, MEASURED_COLOR.filled()));
-        for (i, (x, y, label)) in self.points.iter().enumerate() {
-            let share = self
-                .bandwidth
-                .map(|bw| format!(", {}% of ceiling", trim_number(100.0 * y / (bw / x))))
-                .unwrap_or_default();
-            let text_line = format!("{label}: {} tok/s{share}", trim_number(*y));
-            // Labels go right of points in the left part of the chart and left of those near
-            // the right edge, so that none runs off it; alternately above and below so that
-            // neighbours do not overprint.
-            let in_right_part = (x / x_range.start).ln() > 0.6 * (x_range.end / x_range.start).ln();
-            let (h_pos, dx) = if in_right_part {
-                (HPos::Right, -12)
-            } else {
-                (HPos::Left, 12)
-            };
-            let (v_pos, dy) = if i % 2 == 0 {
-                (VPos::Bottom, -6)
-            } else {
-                (VPos::Top, 6)
-            };
-            let style = text(POINT_LABEL_PX).pos(Pos::new(h_pos, v_pos));
-            chart.draw_series(std::iter::once(
-                EmptyElement::at((*x, *y)) + Text::new(text_line, (dx, dy), style),
-            ))?;
+        // Each point gets its number beside it, placed where it overlaps no other point, tag or
+        // the legend, inside the plot; the key table under the plot gives each number's name
+        // and figures, so that no label can print over another however dense the points.
+        let at: Vec<(i32, i32)> = self
+            .points
+            .iter()
+            .map(|(x, y, _)| chart.backend_coord(&(*x, *y)))
+            .collect();
+        let tags: Vec<String> = (1..=self.points.len()).map(|i| i.to_string()).collect();
+        let (xs, ys) = chart.plotting_area().get_pixel_range();
+        let mut legend_lines = vec!["measured decode speed".to_string()];
+        if let Some(bw) = self.bandwidth {
+            legend_lines.push(format!(
+                "ceiling: tok/s = {} ÷ bytes per token",
+                format_bandwidth(bw)
+            ));
         }
+        let legend = legend_box(&xs, &ys, &legend_lines);
+        let boxes = place_tags(
+            &at,
+            &tags,
+            POINT_LABEL_PX,
+            8,
+            Rect {
+                x0: xs.start,
+                y0: ys.start,
+                x1: xs.end,
+                y1: ys.end,
+            },
+            &[legend],
+        );
+        draw_tags(root, &at, &tags, &boxes, MEASURED_COLOR)?;
+        let rows: Vec<Vec<String>> = self
+            .points
+            .iter()
+            .zip(&boxes)
+            .enumerate()
+            .map(|(i, ((x, y, label), b))| {
+                let share = self
+                    .bandwidth
+                    .map(|bw| format!("{}%", trim_number(100.0 * y / (bw / x))))
+                    .unwrap_or_else(|| "—".to_string());
+                vec![
+                    if b.is_some() {
+                        (i + 1).to_string()
+                    } else {
+                        format!("{} (untagged: crowded)", i + 1)
+                    },
+                    cut(label, 60),
+                    trim_number(*y),
+                    share,
+                    format_bytes(*x),
+                ]
+            })
+            .collect();
+        draw_key(
+            &key_area,
+            &[
+                ("#", 60),
+                ("test", 230),
+                ("decode tok/s", 760),
+                ("of ceiling", 900),
+                ("bytes/token", 1030),
+            ],
+            &rows,
+        )?;
         draw_legend(&mut chart)
     }
 }
@@ -654,6 +928,7 @@ pub(crate) struct QualityPoint {
 pub(crate) fn plot_speed_vs_quality(
     points: &[QualityPoint],
     title: &str,
+    subtitle: &str,
     path: &Path,
 ) -> Result<(), PlotError> {
     let kind = plot_file_kind(path)?;
@@ -672,15 +947,18 @@ pub(crate) fn plot_speed_vs_quality(
             chart: "speed against quality",
         });
     }
+    let height = 800 + key_height(kept.len());
     let chart = QualityChart {
         title: title.to_string(),
+        subtitle: subtitle.to_string(),
         points: kept,
     };
-    render(&chart, kind, path, (1200, 800))
+    render(&chart, kind, path, (1200, height))
 }
 
 struct QualityChart {
     title: String,
+    subtitle: String,
     points: Vec<QualityPoint>,
 }
 
@@ -690,7 +968,9 @@ const DOMINATED_COLOR: RGBColor = RGBColor(214, 39, 40);
 impl Chart for QualityChart {
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
         root.fill(&WHITE)?;
-        let body = root.titled(&self.title, text(TITLE_PX))?;
+        let body = header(root, &self.title, &self.subtitle)?;
+        let key_h = key_height(self.points.len());
+        let (body, key_area) = body.split_vertically(body.dim_in_pixel().1.saturating_sub(key_h));
         let x_max = self.points.iter().map(|p| p.kld_mean).fold(0.0, f64::max);
         let x_max = if x_max > 0.0 { x_max * 1.3 } else { 1e-3 };
         let y_max = self.points.iter().map(|p| p.tok_per_s).fold(0.0, f64::max) * 1.2;
@@ -742,27 +1022,60 @@ impl Chart for QualityChart {
                 .filter(|p| p.pareto)
                 .map(|p| Circle::new((p.kld_mean, p.tok_per_s), 7, FRONT_COLOR.filled())),
         )?;
-        for (i, p) in self.points.iter().enumerate() {
-            let (v_pos, dy) = if i % 2 == 0 {
-                (VPos::Bottom, -8)
-            } else {
-                (VPos::Top, 8)
-            };
-            let style = text(POINT_LABEL_PX).pos(Pos::new(HPos::Left, v_pos));
-            chart.draw_series(std::iter::once(
-                EmptyElement::at((p.kld_mean, p.tok_per_s))
-                    + Text::new(
-                        format!(
-                            "{}: {} tok/s, KL {:.4}",
-                            p.label,
-                            trim_number(p.tok_per_s),
-                            p.kld_mean
-                        ),
-                        (10, dy),
-                        style,
-                    ),
-            ))?;
-        }
+        // Numbers beside the points, placed clear of every point, tag and the legend; the
+        // key table under the plot names them.
+        let at: Vec<(i32, i32)> = self
+            .points
+            .iter()
+            .map(|p| chart.backend_coord(&(p.kld_mean, p.tok_per_s)))
+            .collect();
+        let tags: Vec<String> = (1..=self.points.len()).map(|i| i.to_string()).collect();
+        let (xs, ys) = chart.plotting_area().get_pixel_range();
+        let legend = legend_box(&xs, &ys, &["Pareto front".into(), "dominated".into()]);
+        let boxes = place_tags(
+            &at,
+            &tags,
+            POINT_LABEL_PX,
+            8,
+            Rect {
+                x0: xs.start,
+                y0: ys.start,
+                x1: xs.end,
+                y1: ys.end,
+            },
+            &[legend],
+        );
+        draw_tags(root, &at, &tags, &boxes, BLACK)?;
+        let rows: Vec<Vec<String>> = self
+            .points
+            .iter()
+            .zip(&boxes)
+            .enumerate()
+            .map(|(i, (p, b))| {
+                vec![
+                    if b.is_some() {
+                        (i + 1).to_string()
+                    } else {
+                        format!("{} (untagged: crowded)", i + 1)
+                    },
+                    cut(&p.label, 60),
+                    trim_number(p.tok_per_s),
+                    format!("{:.4}", p.kld_mean),
+                    if p.pareto { "front" } else { "dominated" }.to_string(),
+                ]
+            })
+            .collect();
+        draw_key(
+            &key_area,
+            &[
+                ("#", 60),
+                ("candidate", 230),
+                ("tg tok/s", 760),
+                ("KL mean", 900),
+                ("Pareto", 1030),
+            ],
+            &rows,
+        )?;
         draw_legend(&mut chart)
     }
 }
@@ -770,6 +1083,18 @@ impl Chart for QualityChart {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// With `TOKSCOPE_KEEP_CHARTS=DIR`, the charts the tests draw are copied there, to be
+    /// looked at as images.
+    fn keep(path: &Path) {
+        if let Some(dir) = std::env::var_os("TOKSCOPE_KEEP_CHARTS") {
+            let dir = PathBuf::from(dir);
+            let _ = std::fs::create_dir_all(&dir);
+            if let Some(name) = path.file_name() {
+                let _ = std::fs::copy(path, dir.join(name));
+            }
+        }
+    }
 
     fn sweep() -> Vec<BatchPoint> {
         [
@@ -836,6 +1161,7 @@ mod tests {
         plot_batch_sweep(
             &sweep(),
             "Batch sweep: gemma-3-270m Q4_K_M, 2 threads",
+            "SmolLM2 135M Q4_K_M · CPU · 2 thread(s) · tg32",
             &png,
         )
         .unwrap();
@@ -845,7 +1171,15 @@ mod tests {
         assert!(bytes.len() > 20_000, "{} bytes", bytes.len());
 
         let svg = dir.path().join("sweep.svg");
-        plot_batch_sweep(&sweep(), "Batch sweep: gemma-3-270m Q4_K_M", &svg).unwrap();
+        plot_batch_sweep(
+            &sweep(),
+            "Batch sweep: gemma-3-270m Q4_K_M",
+            "context",
+            &svg,
+        )
+        .unwrap();
+        keep(&png);
+        keep(&svg);
         let text = std::fs::read_to_string(&svg).unwrap();
         assert!(text.starts_with("<svg"), "{}", &text[..80]);
         for expected in [
@@ -869,10 +1203,19 @@ mod tests {
     fn roofline_png_and_svg() {
         let dir = tempfile::tempdir().unwrap();
         let png = dir.path().join("roofline.png");
-        plot_roofline(&roofline(), 40e9, "measured, copy probe", "Roofline", &png).unwrap();
+        plot_roofline(
+            &roofline(),
+            40e9,
+            "measured, copy probe",
+            "Roofline",
+            "context",
+            &png,
+        )
+        .unwrap();
         let bytes = std::fs::read(&png).unwrap();
         assert!(bytes.starts_with(PNG_SIGNATURE));
-        assert_eq!(png_size(&bytes), (1200, 800));
+        // The plot and, under it, the key table: a row per point.
+        assert_eq!(png_size(&bytes), (1200, 800 + key_height(roofline().len())));
         assert!(bytes.len() > 20_000, "{} bytes", bytes.len());
 
         let svg = dir.path().join("roofline.svg");
@@ -881,9 +1224,12 @@ mod tests {
             40e9,
             "measured, copy probe",
             "Roofline: 2-core CPU",
+            "SmolLM2 135M Q4_K_M · CPU · 2 thread(s) · tg32",
             &svg,
         )
         .unwrap();
+        keep(&png);
+        keep(&svg);
         let text = std::fs::read_to_string(&svg).unwrap();
         for expected in [
             "Roofline: 2-core CPU",
@@ -891,18 +1237,75 @@ mod tests {
             "bytes read per token",
             "decode speed (tok/s, log scale)",
             "measured decode speed",
-            "gemma-3-270m Q4_K_M: 95 tok/s",
-            "llama-3-8b Q4_K_M: 5.1 tok/s, 59.9% of ceiling",
+            // The key table: each numbered point's name and figures.
+            "\ngemma-3-270m Q4_K_M\n",
+            "\n95\n",
+            "\n59.9%\n",
+            "\n4.7 GB\n",
+            "\nSmolLM2 135M Q4_K_M · CPU · 2 thread(s) · tg32\n",
         ] {
             assert!(text.contains(expected), "missing {expected:?}");
         }
+    }
+
+    /// A dense sweep (24 points, four on the very same spot, as a depth sweep of near-equal
+    /// rows gives): every point is in the key table, the chart grows to hold it, and a point
+    /// that cannot be tagged without overprinting says so there (the placement itself is
+    /// checked by `tags_never_collide_and_stay_inside`).
+    #[test]
+    fn a_dense_roofline_keys_every_point() {
+        let mut points = Vec::new();
+        for (m, base) in [("tiny", 2.3e8), ("small", 2.6e8), ("medium", 1.1e9)] {
+            for d in [0u32, 512, 1024, 2048, 4096, 8192, 16384] {
+                points.push(RooflinePoint {
+                    label: format!("{m}.gguf tg32 @ d{d}"),
+                    bytes_per_token: base * (1.0 + f64::from(d) / 65536.0),
+                    tok_per_s: 3.5e10 / (base * (1.0 + f64::from(d) / 40000.0)),
+                });
+            }
+        }
+        for _ in 0..3 {
+            points.push(points[0].clone());
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let png = dir.path().join("dense.png");
+        let svg = dir.path().join("dense.svg");
+        for path in [&png, &svg] {
+            plot_roofline(
+                &points,
+                40e9,
+                "measured",
+                "Roofline",
+                "tiny.gguf, small.gguf, medium.gguf · CPU · 2 thread(s) · tg32 @ d0…d16384",
+                path,
+            )
+            .unwrap();
+            keep(path);
+        }
+        let bytes = std::fs::read(&png).unwrap();
+        assert_eq!(png_size(&bytes), (1200, 800 + key_height(points.len())));
+        let text = std::fs::read_to_string(&svg).unwrap();
+        for i in 1..=points.len() {
+            assert!(
+                text.contains(&format!("\n{i}\n")) || text.contains(&format!("\n{i} (untagged"))
+            );
+        }
+        assert!(text.contains("\nmedium.gguf tg32 @ d16384\n"));
     }
 
     #[test]
     fn roofline_without_a_bandwidth_still_draws_the_points() {
         let dir = tempfile::tempdir().unwrap();
         let svg = dir.path().join("r.svg");
-        plot_roofline(&roofline(), f64::NAN, "unknown", "Roofline", &svg).unwrap();
+        plot_roofline(
+            &roofline(),
+            f64::NAN,
+            "unknown",
+            "Roofline",
+            "context",
+            &svg,
+        )
+        .unwrap();
         let text = std::fs::read_to_string(&svg).unwrap();
         assert!(text.contains("ceiling not drawn"));
         assert!(!text.contains("% of ceiling"));
@@ -912,7 +1315,7 @@ mod tests {
     fn empty_and_non_finite_inputs_are_errors_not_panics() {
         let dir = tempfile::tempdir().unwrap();
         let png = dir.path().join("x.png");
-        let err = plot_batch_sweep(&[], "t", &png).unwrap_err();
+        let err = plot_batch_sweep(&[], "t", "context", &png).unwrap_err();
         assert!(
             matches!(
                 err,
@@ -922,7 +1325,7 @@ mod tests {
             ),
             "{err}"
         );
-        let err = plot_roofline(&[], 1e11, "x", "t", &png).unwrap_err();
+        let err = plot_roofline(&[], 1e11, "x", "t", "context", &png).unwrap_err();
         assert!(
             matches!(err, PlotError::NoPoints { chart: "roofline" }),
             "{err}"
@@ -945,7 +1348,7 @@ mod tests {
             },
         ];
         assert!(matches!(
-            plot_batch_sweep(&nan_sweep, "t", &png),
+            plot_batch_sweep(&nan_sweep, "t", "context", &png),
             Err(PlotError::NoPoints { .. })
         ));
         let nan_roofline = [RooflinePoint {
@@ -954,7 +1357,7 @@ mod tests {
             tok_per_s: f64::NAN,
         }];
         assert!(matches!(
-            plot_roofline(&nan_roofline, 1e11, "x", "t", &png),
+            plot_roofline(&nan_roofline, 1e11, "x", "t", "context", &png),
             Err(PlotError::NoPoints { .. })
         ));
         assert!(
@@ -978,14 +1381,22 @@ mod tests {
             itl_p99_ms: Some(f64::NAN),
         }];
         for (name, input) in [("a.svg", &points[..]), ("b.png", &single[..])] {
-            plot_batch_sweep(input, "t", &dir.path().join(name)).unwrap();
+            plot_batch_sweep(input, "t", "context", &dir.path().join(name)).unwrap();
         }
         let one = [RooflinePoint {
             label: "only".into(),
             bytes_per_token: 1e9,
             tok_per_s: 10.0,
         }];
-        plot_roofline(&one, 5e10, "measured, copy", "t", &dir.path().join("c.png")).unwrap();
+        plot_roofline(
+            &one,
+            5e10,
+            "measured, copy",
+            "t",
+            "context",
+            &dir.path().join("c.png"),
+        )
+        .unwrap();
     }
 
     #[test]
@@ -993,7 +1404,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         for name in ["missing/x.png", "missing/x.svg"] {
             let path = dir.path().join(name);
-            let err = plot_batch_sweep(&sweep(), "t", &path).unwrap_err();
+            let err = plot_batch_sweep(&sweep(), "t", "context", &path).unwrap_err();
             assert!(matches!(err, PlotError::Io { .. }), "{err}");
             assert!(err.to_string().contains("missing"), "{err}");
         }
@@ -1023,6 +1434,67 @@ mod tests {
         assert_eq!(trim_number(0.0), "0");
     }
 
+    /// Tags placed for any set of points, coincident ones included: no two tags overlap, no
+    /// tag covers a point or an obstacle, every tag stays inside the bounds.
+    #[test]
+    fn tags_never_collide_and_stay_inside() {
+        let bounds = Rect {
+            x0: 100,
+            y0: 50,
+            x1: 1100,
+            y1: 700,
+        };
+        let legend = Rect {
+            x0: 800,
+            y0: 50,
+            x1: 1100,
+            y1: 150,
+        };
+        let mut rng = crate::ids::SplitMix64(7);
+        for case in 0..200 {
+            let n = 1 + (rng.next_u64() % 40) as usize;
+            // Clustered: every point within a small square, some on the very same pixel.
+            let spread = [20, 80, 400, 1000][case % 4] as u64;
+            let points: Vec<(i32, i32)> = (0..n)
+                .map(|i| {
+                    if i > 0 && rng.next_u64() % 5 == 0 {
+                        return (150, 600);
+                    }
+                    (
+                        150 + (rng.next_u64() % spread) as i32,
+                        600 - (rng.next_u64() % spread.min(540)) as i32,
+                    )
+                })
+                .collect();
+            let tags: Vec<String> = (1..=n).map(|i| i.to_string()).collect();
+            let boxes = place_tags(&points, &tags, 16, 8, bounds, &[legend]);
+            let placed: Vec<Rect> = boxes.iter().flatten().copied().collect();
+            for (i, a) in placed.iter().enumerate() {
+                assert!(a.inside(&bounds), "case {case}: {a:?} outside");
+                assert!(!a.overlaps(&legend), "case {case}: {a:?} under the legend");
+                for b in &placed[i + 1..] {
+                    assert!(!a.overlaps(b), "case {case}: {a:?} overlaps {b:?}");
+                }
+                for &(x, y) in &points {
+                    let marker = Rect {
+                        x0: x - 8,
+                        y0: y - 8,
+                        x1: x + 9,
+                        y1: y + 9,
+                    };
+                    assert!(!a.overlaps(&marker), "case {case}: {a:?} covers ({x}, {y})");
+                }
+            }
+            // Spread-out points all get their tag.
+            if spread == 1000 && n <= 10 {
+                let distinct: std::collections::BTreeSet<_> = points.iter().collect();
+                if distinct.len() == n {
+                    assert!(boxes.iter().all(Option::is_some), "case {case}: {points:?}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn speed_against_quality_writes_png_and_svg() {
         let dir = tempfile::tempdir().unwrap();
@@ -1040,13 +1512,23 @@ mod tests {
         });
         for ext in ["png", "svg"] {
             let path = dir.path().join(format!("q.{ext}"));
-            plot_speed_vs_quality(&points, "t", &path).unwrap();
+            plot_speed_vs_quality(&points, "t", "context", &path).unwrap();
+            keep(&path);
             assert!(std::fs::metadata(&path).unwrap().len() > 1000);
         }
         let svg = std::fs::read_to_string(dir.path().join("q.svg")).unwrap();
-        assert!(svg.contains("q4_0: 140 tok/s"), "labels are drawn");
+        // The key names each numbered point with its figures; the subtitle is drawn.
+        for text in [
+            "\nq4_0\n",
+            "\n140\n",
+            "\n0.0500\n",
+            "\ndominated\n",
+            "\ncontext\n",
+        ] {
+            assert!(svg.contains(text), "{text} is not drawn");
+        }
         assert!(matches!(
-            plot_speed_vs_quality(&[], "t", &dir.path().join("e.png")),
+            plot_speed_vs_quality(&[], "t", "context", &dir.path().join("e.png")),
             Err(PlotError::NoPoints { .. })
         ));
     }

@@ -478,6 +478,15 @@ fn plot_writes_the_roofline_and_batch_charts() {
         text.contains("<svg") && text.contains("ceiling"),
         "an SVG roofline"
     );
+    // The subtitle says which model, backend, threads and test the chart shows.
+    let model_name = model.file_name().unwrap().to_str().unwrap();
+    let subtitle = text
+        .lines()
+        .find(|l| l.contains(" · ") && l.contains("thread(s)"))
+        .unwrap_or_else(|| panic!("no subtitle in the roofline:\n{text}"));
+    for part in [model_name, "CPU", "1 thread(s)", "tg8"] {
+        assert!(subtitle.contains(part), "{part} missing from {subtitle:?}");
+    }
     tokscope(home.path())
         .args(["bench", "-t", "1", "--plot", "chart.jpg", "-m"])
         .arg(&model)

@@ -212,7 +212,17 @@ fn every_output_format_parses_and_the_chart_is_drawn() {
     assert!(md.contains("Pareto front"), "{md}");
     assert!(md.contains("synthetic weights"), "{md}");
     let svg = std::fs::read_to_string(&plot).unwrap();
-    assert!(svg.contains("small-Q4_0"), "the chart labels its points");
+    assert!(
+        svg.contains("small-Q4_0"),
+        "the chart's key names its points"
+    );
+    let subtitle = svg
+        .lines()
+        .find(|l| l.contains("reference small.gguf"))
+        .unwrap_or_else(|| panic!("no subtitle:\n{svg}"));
+    for part in ["small.gguf", "CPU", "thread(s)", "ctx", "chunks"] {
+        assert!(subtitle.contains(part), "{part} missing from {subtitle:?}");
+    }
 
     let (json, _) = compare_json(home.path(), &speed);
     for row in &json.rows {

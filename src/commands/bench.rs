@@ -639,6 +639,7 @@ fn plot_rows(rows: &[Row], path: &std::path::Path) -> Result<(), Failure> {
             bw,
             &label,
             "decode speed against bytes read per token",
+            &chart_context(rows.iter().filter(|r| r.bytes_per_token.is_some())),
             &out,
         )
         .map_err(plot_failed)?;
@@ -661,11 +662,56 @@ fn plot_rows(rows: &[Row], path: &std::path::Path) -> Result<(), Failure> {
         .collect();
     if !batch.is_empty() {
         let out = with_suffix("batch");
-        plot_batch_sweep(&batch, "batching: aggregate and per-sequence speed", &out)
-            .map_err(plot_failed)?;
+        plot_batch_sweep(
+            &batch,
+            "batching: aggregate and per-sequence speed",
+            &chart_context(rows.iter().filter(|r| r.kind == TestKind::Batch)),
+            &out,
+        )
+        .map_err(plot_failed)?;
         eprintln!("wrote {}", out.display());
     }
     Ok(())
+}
+
+/// A chart's subtitle: which models, backend, threads and tests it shows, and the versions.
+fn chart_context<'a>(rows: impl Iterator<Item = &'a Row>) -> String {
+    let rows: Vec<&Row> = rows.collect();
+    // The distinct values in first-seen order, at most `max` named.
+    let distinct = |values: Vec<String>, max: usize| {
+        let mut seen: Vec<String> = Vec::new();
+        for v in values {
+            if !seen.contains(&v) {
+                seen.push(v);
+            }
+        }
+        let more = seen.len().saturating_sub(max);
+        let mut out = seen.into_iter().take(max).collect::<Vec<_>>().join(", ");
+        if more > 0 {
+            out.push_str(&format!(" +{more} more"));
+        }
+        out
+    };
+    let models = distinct(
+        rows.iter()
+            .map(|r| sweep::file_name(std::path::Path::new(&r.params.model)))
+            .collect(),
+        3,
+    );
+    let backends = distinct(rows.iter().map(|r| r.stamp.backend.clone()).collect(), 2);
+    let threads = distinct(
+        rows.iter().map(|r| r.params.threads.to_string()).collect(),
+        3,
+    );
+    let tests = distinct(rows.iter().map(|r| r.test.trim().to_string()).collect(), 4);
+    let llama = rows
+        .first()
+        .map(|r| r.stamp.llama_cpp.clone())
+        .unwrap_or_default();
+    format!(
+        "{models} · {backends} · {threads} thread(s) · {tests} · tokscope {}, {llama}",
+        env!("CARGO_PKG_VERSION")
+    )
 }
 
 /// The run `--vs` names, read before measuring so that a wrong id fails at once.

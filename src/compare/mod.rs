@@ -400,7 +400,10 @@ pub(crate) fn run(plan: &ComparePlan, settings: Settings) -> Result<(), CompareE
         Err(e) => eprintln!("warning: could not save the comparison: {e}"),
     }
     if let Some(path) = &plan.plot {
-        plot(&comparison, path)?;
+        let mut backends: Vec<&str> = logged.iter().map(|r| r.stamp.backend.as_str()).collect();
+        backends.dedup();
+        let setup = format!("{} · {} thread(s)", backends.join(", "), plan.threads);
+        plot(&comparison, &setup, path)?;
     }
     if !skipped.is_empty() {
         return Err(CompareError::model(format!(
@@ -412,7 +415,7 @@ pub(crate) fn run(plan: &ComparePlan, settings: Settings) -> Result<(), CompareE
     Ok(())
 }
 
-fn plot(c: &Comparison, path: &Path) -> Result<(), CompareError> {
+fn plot(c: &Comparison, setup: &str, path: &Path) -> Result<(), CompareError> {
     let points: Vec<crate::plot::QualityPoint> = c
         .rows
         .iter()
@@ -425,7 +428,21 @@ fn plot(c: &Comparison, path: &Path) -> Result<(), CompareError> {
             })
         })
         .collect();
-    crate::plot::plot_speed_vs_quality(&points, "speed against quality", path)
+    // The candidates are in the chart's key; the subtitle says against what, where and how.
+    let text: String = if c.text.chars().count() > 32 {
+        c.text
+            .chars()
+            .take(31)
+            .chain(std::iter::once('…'))
+            .collect()
+    } else {
+        c.text.clone()
+    };
+    let subtitle = format!(
+        "reference {} · {setup} · KL at ctx {} × {} chunks ({} tokens of {text}) · tg speed · {}",
+        c.reference, c.n_ctx, c.chunks, c.text_tokens, c.llama_cpp
+    );
+    crate::plot::plot_speed_vs_quality(&points, "speed against quality", &subtitle, path)
         .map_err(|e| CompareError::failed(format!("--plot: {e}")))?;
     eprintln!("wrote {}", path.display());
     Ok(())
