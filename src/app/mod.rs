@@ -24,7 +24,7 @@ use crate::history::SavedConversation;
 use conversation::{AssistantTurn, Conversation, Exchange, TurnPhase, TurnSettings};
 
 pub use ab::{AbOutcome, AbScreen};
-pub(crate) use input::Input;
+pub(crate) use input::{Edit, Input};
 pub(crate) use keymap::{action_for, Action, PAGE_LINES};
 pub use screens::{BenchPoint, BenchScreen, CompareView};
 pub(crate) use switch::Switch;
@@ -299,12 +299,13 @@ impl App {
     }
 
     fn send(&mut self, now: Now) -> Vec<Effect> {
-        if self.input.text.trim().is_empty() {
+        let typed = self.input.text();
+        if typed.trim().is_empty() {
             return Vec::new();
         }
         // `//text` sends `/text` as a message; one `/` starts a command.
-        let escaped = self.input.text.trim_start().starts_with("//");
-        if self.input.text.trim_start().starts_with('/') && !escaped {
+        let escaped = typed.trim_start().starts_with("//");
+        if typed.trim_start().starts_with('/') && !escaped {
             let line = self.input.take();
             return self.slash_command(line.trim(), now);
         }
@@ -524,7 +525,7 @@ impl App {
     fn on_action(&mut self, action: Action, now: Now) -> Vec<Effect> {
         match action {
             Action::Send => return self.send(now),
-            Action::Newline => self.input.insert_char('\n'),
+            Action::Newline => self.input.apply(Edit::Newline),
             Action::Stop => {
                 if self.switching.is_some() {
                     return self.cancel_switch();
@@ -536,7 +537,9 @@ impl App {
             }
             Action::Regenerate => return self.regenerate(now),
             Action::RecallOrUp => {
-                if self.input.is_empty() {
+                if !self.input.on_first_line() {
+                    self.input.apply(Edit::Up);
+                } else if self.input.is_empty() {
                     if let Some(last) = self.sent_prompts.last().cloned() {
                         self.input.set(&last);
                     }
@@ -544,7 +547,13 @@ impl App {
                     self.scroll_by(1);
                 }
             }
-            Action::Down => self.scroll_by(-1),
+            Action::Down => {
+                if self.input.on_last_line() {
+                    self.scroll_by(-1);
+                } else {
+                    self.input.apply(Edit::Down);
+                }
+            }
             Action::NewConversation => return self.new_conversation(now),
             Action::Repaint => self.full_repaint = true,
             Action::Copy => return self.copy(""),
@@ -578,13 +587,7 @@ impl App {
             Action::PageDown => self.page(-(PAGE_LINES as i32)),
             Action::ScrollTop => self.scroll.lines_from_bottom = usize::MAX / 2,
             Action::ScrollBottom => self.scroll = Scroll::default(),
-            Action::Backspace => self.input.backspace(),
-            Action::Delete => self.input.delete(),
-            Action::Left => self.input.left(),
-            Action::Right => self.input.right(),
-            Action::LineStart => self.input.home(),
-            Action::LineEnd => self.input.end(),
-            Action::Char(c) => self.input.insert_char(c),
+            Action::Edit(edit) => self.input.apply(edit),
         }
         Vec::new()
     }
@@ -640,7 +643,7 @@ pub fn update(app: &mut App, msg: Msg, now: Now) -> Vec<Effect> {
                     .chars()
                     .filter(|c| !c.is_control() || *c == '\n' || *c == '\t')
                     .collect();
-                let total = app.input.text.len().saturating_add(clean.len());
+                let total = app.input.len_bytes().saturating_add(clean.len());
                 if total > INPUT_MAX_BYTES {
                     app.notice(
                         NoticeKind::Warning,
@@ -888,7 +891,7 @@ pub(crate) mod tests {
         app.engine = EngineStatus::Loading { progress: 0.5 };
         type_text(&mut app, "x");
         assert!(update(&mut app, Msg::Key(key(KeyCode::Enter)), now()).is_empty());
-        assert_eq!(app.input.text, "x", "the input is kept");
+        assert_eq!(app.input.text(), "x", "the input is kept");
         assert!(app.notice.is_some());
     }
 
@@ -906,7 +909,7 @@ pub(crate) mod tests {
             now(),
         );
         update(&mut app, Msg::Key(key(KeyCode::Up)), now());
-        assert_eq!(app.input.text, "question");
+        assert_eq!(app.input.text(), "question");
         app.input.take();
         let seed = app.sampling.seed;
         let fx = update(
@@ -932,23 +935,23 @@ pub(crate) mod tests {
     fn paste_keeps_newlines_and_drops_control_characters() {
         let mut app = ready_app();
         update(&mut app, Msg::Paste("a\r\nb\x1b[31mc\x07".into()), now());
-        assert_eq!(app.input.text, "a\nb[31mc");
+        assert_eq!(app.input.text(), "a\nb[31mc");
     }
 
     #[test]
     fn a_paste_the_message_cannot_hold_is_refused_with_a_message() {
         let mut app = ready_app();
         app.input.set("typed ");
-        let fits = "x".repeat(INPUT_MAX_BYTES - app.input.text.len());
+        let fits = "x".repeat(INPUT_MAX_BYTES - app.input.len_bytes());
         update(&mut app, Msg::Paste(fits.clone()), now());
         assert_eq!(
-            app.input.text.len(),
+            app.input.len_bytes(),
             INPUT_MAX_BYTES,
             "a paste that just fits is taken"
         );
         app.input.set("typed ");
         update(&mut app, Msg::Paste(format!("{fits}y")), now());
-        assert_eq!(app.input.text, "typed ", "the input is kept as it was");
+        assert_eq!(app.input.text(), "typed ", "the input is kept as it was");
         let notice = app.notice.as_ref().expect("a notice");
         assert_eq!(notice.kind, NoticeKind::Warning);
         assert!(notice.text.contains("not pasted"), "{}", notice.text);
