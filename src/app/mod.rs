@@ -932,6 +932,97 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn readline_keys_edit_the_message_that_is_sent() {
+        let mut app = ready_app();
+        let ctrl = |c| Msg::Key(with(KeyCode::Char(c), KeyModifiers::CONTROL));
+        let alt = |c| Msg::Key(with(KeyCode::Char(c), KeyModifiers::ALT));
+        type_text(&mut app, "world hello");
+        // Cut "hello", put it at the start, then fix the spacing.
+        for msg in [ctrl('w'), ctrl('a'), ctrl('y')] {
+            update(&mut app, msg, now());
+        }
+        assert_eq!(app.input.text(), "helloworld ");
+        update(&mut app, Msg::Key(key(KeyCode::Char(' '))), now());
+        update(&mut app, ctrl('e'), now());
+        update(&mut app, Msg::Key(key(KeyCode::Backspace)), now());
+        assert_eq!(app.input.text(), "hello world");
+        // Alt+B to "world", Ctrl+K cuts it, Ctrl+Z brings it back.
+        update(&mut app, alt('b'), now());
+        update(&mut app, ctrl('k'), now());
+        assert_eq!(app.input.text(), "hello ");
+        update(&mut app, ctrl('z'), now());
+        assert_eq!(app.input.text(), "hello world");
+        update(&mut app, alt('z'), now());
+        assert_eq!(app.input.text(), "hello ", "Alt+Z redoes");
+        update(&mut app, ctrl('z'), now());
+        assert_eq!(
+            app.input.cursor(),
+            (0, 11),
+            "undo puts the cursor after the text back"
+        );
+        update(&mut app, alt('b'), now());
+        update(&mut app, ctrl('u'), now());
+        assert_eq!(app.input.text(), "world");
+        let fx = update(&mut app, Msg::Key(key(KeyCode::Enter)), now());
+        assert!(
+            matches!(fx.first(), Some(Effect::Generate { .. })),
+            "{fx:?}"
+        );
+        assert_eq!(app.conversation.exchanges[0].user, "world");
+        // Ctrl+R regenerates, it is not redo.
+        assert_eq!(
+            action_for(
+                Mode::Chat,
+                false,
+                with(KeyCode::Char('r'), KeyModifiers::CONTROL)
+            ),
+            Some(Action::Regenerate)
+        );
+    }
+
+    #[test]
+    fn up_and_down_move_within_a_message_of_several_lines_and_scroll_otherwise() {
+        let mut app = ready_app();
+        app.input.set("first\nsecond");
+        update(&mut app, Msg::Key(key(KeyCode::Up)), now());
+        assert_eq!(app.input.cursor(), (0, 5));
+        assert_eq!(app.scroll.lines_from_bottom, 0);
+        update(&mut app, Msg::Key(key(KeyCode::Up)), now());
+        assert_eq!(
+            app.scroll.lines_from_bottom, 1,
+            "on the first line Up scrolls"
+        );
+        update(&mut app, Msg::Key(key(KeyCode::Down)), now());
+        assert_eq!(app.input.cursor(), (1, 5));
+        assert_eq!(app.scroll.lines_from_bottom, 1);
+        update(&mut app, Msg::Key(key(KeyCode::Down)), now());
+        assert_eq!(
+            app.scroll.lines_from_bottom, 0,
+            "on the last line Down scrolls"
+        );
+        assert_eq!(app.input.text(), "first\nsecond");
+    }
+
+    #[test]
+    fn newline_keys_split_the_line_at_the_cursor() {
+        let mut app = ready_app();
+        type_text(&mut app, "ab");
+        update(&mut app, Msg::Key(key(KeyCode::Left)), now());
+        update(
+            &mut app,
+            Msg::Key(with(KeyCode::Enter, KeyModifiers::ALT)),
+            now(),
+        );
+        update(
+            &mut app,
+            Msg::Key(with(KeyCode::Char('j'), KeyModifiers::CONTROL)),
+            now(),
+        );
+        assert_eq!(app.input.text(), "a\n\nb");
+        assert_eq!(app.input.cursor(), (2, 0));
+    }
+
+    #[test]
     fn paste_keeps_newlines_and_drops_control_characters() {
         let mut app = ready_app();
         update(&mut app, Msg::Paste("a\r\nb\x1b[31mc\x07".into()), now());
