@@ -59,6 +59,10 @@ pub struct Input {
     /// Names the text's state, so the loop can tell a changed input without comparing texts:
     /// a new value, unique in the process, at every change.
     revision: u64,
+    /// The cursor as (line, byte offset), kept in step after every edit: finding the byte of a
+    /// character column scans the line, which a 1 MiB paste makes long, so it is done once a key
+    /// rather than on every frame.
+    cursor_at: (usize, usize),
 }
 
 impl Default for Input {
@@ -77,10 +81,13 @@ impl Input {
     fn from_lines(lines: Vec<String>) -> Self {
         let mut area = TextArea::new(lines);
         area.set_max_histories(UNDO_STEPS);
-        Self {
+        let mut input = Self {
             area,
             revision: next_revision(),
-        }
+            cursor_at: (0, 0),
+        };
+        input.sync_cursor();
+        input
     }
 
     /// Applies one editing key.
@@ -116,6 +123,7 @@ impl Input {
         if changed {
             self.revision = next_revision();
         }
+        self.sync_cursor();
     }
 
     /// Inserts `s` (a paste: one undo step however long) at the cursor.
@@ -123,6 +131,7 @@ impl Input {
         if self.area.insert_str(s) {
             self.revision = next_revision();
         }
+        self.sync_cursor();
     }
 
     /// Replaces the text with `text`, the cursor at its end; the undo history starts afresh and
@@ -131,6 +140,7 @@ impl Input {
         self.replace(text.split('\n').map(str::to_string).collect());
         let _ = move_cursor(&mut self.area, CursorMove::Bottom);
         let _ = move_cursor(&mut self.area, CursorMove::End);
+        self.sync_cursor();
     }
 
     /// The text, leaving the input empty (a fresh undo history; the text cut last is kept).
@@ -158,10 +168,18 @@ impl Input {
 
     /// The cursor: its line, and its byte offset in that line (on a character boundary).
     pub(crate) fn cursor(&self) -> (usize, usize) {
+        self.cursor_at
+    }
+
+    fn sync_cursor(&mut self) {
         let (row, col) = self.area.cursor();
         let line = self.area.lines().get(row).map_or("", String::as_str);
-        let at = line.char_indices().nth(col).map_or(line.len(), |(i, _)| i);
-        (row, at)
+        let at = if line.is_ascii() {
+            col.min(line.len())
+        } else {
+            line.char_indices().nth(col).map_or(line.len(), |(i, _)| i)
+        };
+        self.cursor_at = (row, at);
     }
 
     /// Whether the cursor is on the first line (Up leaves the text) or the last (Down does).
@@ -214,6 +232,7 @@ mod tests {
         for _ in 0..before.chars().count() {
             i.area.move_cursor(CursorMove::Forward);
         }
+        i.sync_cursor();
         i
     }
 
@@ -359,5 +378,42 @@ mod tests {
         let r = i.revision();
         i.take();
         assert_ne!(i.revision(), r);
+    }
+
+    #[test]
+    fn the_kept_cursor_is_the_editors_after_every_edit() {
+        let all = [
+            E::Char('x'),
+            E::Char('日'),
+            E::Newline,
+            E::Backspace,
+            E::Delete,
+            E::Left,
+            E::Right,
+            E::Up,
+            E::Down,
+            E::LineStart,
+            E::LineEnd,
+            E::WordLeft,
+            E::WordRight,
+            E::KillToLineEnd,
+            E::KillToLineStart,
+            E::KillWordBack,
+            E::KillWordForward,
+            E::Yank,
+            E::Undo,
+            E::Redo,
+        ];
+        let mut i = input("héllo wörld\nsecond| line\nthird");
+        // A fixed pseudo-random walk over every edit.
+        let mut state = 7u32;
+        for _ in 0..2000 {
+            state = state.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+            i.apply(all[(state >> 16) as usize % all.len()]);
+            let (row, col) = i.area.cursor();
+            let line = &i.lines()[row];
+            let at = line.char_indices().nth(col).map_or(line.len(), |(b, _)| b);
+            assert_eq!(i.cursor(), (row, at), "{:?}", i.lines());
+        }
     }
 }
