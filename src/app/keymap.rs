@@ -2,6 +2,7 @@
 
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
+use super::input::Edit;
 use super::Mode;
 
 /// The function keys the chat answers to, with the view each opens (the help lists each).
@@ -40,13 +41,8 @@ pub(crate) enum Action {
     PageDown,
     ScrollTop,
     ScrollBottom,
-    Backspace,
-    Delete,
-    Left,
-    Right,
-    LineStart,
-    LineEnd,
-    Char(char),
+    /// A key of the input's editor (readline/emacs keys, undo and redo).
+    Edit(Edit),
 }
 
 /// The key table: `(mode, key) → action`. Press events only (no repeats or releases).
@@ -99,17 +95,49 @@ pub(crate) fn action_for(mode: Mode, input_empty: bool, key: KeyEvent) -> Option
         (Mode::Chat, KeyCode::PageDown) => Some(Action::PageDown),
         (Mode::Chat, KeyCode::Home) if ctrl || input_empty => Some(Action::ScrollTop),
         (Mode::Chat, KeyCode::End) if ctrl || input_empty => Some(Action::ScrollBottom),
-        (Mode::Chat, KeyCode::Home) => Some(Action::LineStart),
-        (Mode::Chat, KeyCode::End) => Some(Action::LineEnd),
-        (Mode::Chat, KeyCode::Backspace) => Some(Action::Backspace),
-        (Mode::Chat, KeyCode::Delete) => Some(Action::Delete),
-        (Mode::Chat, KeyCode::Left) => Some(Action::Left),
-        (Mode::Chat, KeyCode::Right) => Some(Action::Right),
         (Mode::Chat, KeyCode::Char('c')) if alt => Some(Action::Copy),
-        (Mode::Chat, KeyCode::Char(c)) if !ctrl && !alt => Some(Action::Char(c)),
-        (Mode::Chat, KeyCode::Tab) => Some(Action::Char(' ')),
-        _ => None,
+        (Mode::Chat, KeyCode::Tab) => Some(Action::Edit(Edit::Char(' '))),
+        (Mode::Chat, code) => edit_key(code, ctrl, alt, shift).map(Action::Edit),
     }
+}
+
+/// The input's editing keys (readline/emacs), after the chat's own keys above have had theirs:
+/// Ctrl+R stays regenerate (so redo is Alt+Z), Ctrl+N new conversation, Ctrl+L repaint, Ctrl+C
+/// quit, Up/Down recall and scroll (within a message of several lines they move the cursor
+/// first, in `App::on_action`).
+fn edit_key(code: KeyCode, ctrl: bool, alt: bool, shift: bool) -> Option<Edit> {
+    use Edit as E;
+    Some(match code {
+        KeyCode::Char('z' | 'Z') if ctrl && shift => E::Redo,
+        KeyCode::Char('z') if ctrl => E::Undo,
+        // Ctrl+_ (readline's undo; terminals send it, and Ctrl+/, as 0x1F).
+        KeyCode::Char('7' | '_' | '/') if ctrl => E::Undo,
+        KeyCode::Char('z') if alt => E::Redo,
+        KeyCode::Char('a') if ctrl => E::LineStart,
+        KeyCode::Char('e') if ctrl => E::LineEnd,
+        KeyCode::Char('b') if ctrl => E::Left,
+        KeyCode::Char('f') if ctrl => E::Right,
+        KeyCode::Char('h') if ctrl => E::Backspace,
+        KeyCode::Char('d') if ctrl => E::Delete,
+        KeyCode::Char('k') if ctrl => E::KillToLineEnd,
+        KeyCode::Char('u') if ctrl => E::KillToLineStart,
+        KeyCode::Char('w') if ctrl => E::KillWordBack,
+        KeyCode::Char('y') if ctrl => E::Yank,
+        KeyCode::Char('b') if alt => E::WordLeft,
+        KeyCode::Char('f') if alt => E::WordRight,
+        KeyCode::Char('d') if alt => E::KillWordForward,
+        KeyCode::Backspace if alt || ctrl => E::KillWordBack,
+        KeyCode::Left if ctrl || alt => E::WordLeft,
+        KeyCode::Right if ctrl || alt => E::WordRight,
+        KeyCode::Home => E::LineStart,
+        KeyCode::End => E::LineEnd,
+        KeyCode::Backspace => E::Backspace,
+        KeyCode::Delete => E::Delete,
+        KeyCode::Left => E::Left,
+        KeyCode::Right => E::Right,
+        KeyCode::Char(c) if !ctrl && !alt => E::Char(c),
+        _ => return None,
+    })
 }
 
 #[cfg(test)]
@@ -154,13 +182,22 @@ mod tests {
         );
         assert_eq!(chat(key(KeyCode::F(1)), false), Some(A::ToggleHelp));
         assert_eq!(chat(key(KeyCode::Char('?')), true), Some(A::ToggleHelp));
-        assert_eq!(chat(key(KeyCode::Char('?')), false), Some(A::Char('?')));
+        assert_eq!(
+            chat(key(KeyCode::Char('?')), false),
+            Some(A::Edit(Edit::Char('?')))
+        );
         assert_eq!(chat(key(KeyCode::Up), true), Some(A::RecallOrUp));
         assert_eq!(chat(key(KeyCode::PageUp), false), Some(A::PageUp));
         assert_eq!(chat(key(KeyCode::Home), true), Some(A::ScrollTop));
-        assert_eq!(chat(key(KeyCode::Home), false), Some(A::LineStart));
+        assert_eq!(
+            chat(key(KeyCode::Home), false),
+            Some(A::Edit(Edit::LineStart))
+        );
         assert_eq!(chat(key(KeyCode::End), true), Some(A::ScrollBottom));
-        assert_eq!(chat(key(KeyCode::Char('é')), false), Some(A::Char('é')));
+        assert_eq!(
+            chat(key(KeyCode::Char('é')), false),
+            Some(A::Edit(Edit::Char('é')))
+        );
         assert_eq!(
             action_for(Mode::Help, true, key(KeyCode::Esc)),
             Some(A::CloseHelp)
@@ -190,8 +227,85 @@ mod tests {
             ab(with(KeyCode::Char('c'), KeyModifiers::CONTROL)),
             Some(A::Quit)
         );
+        // The chat's own keys win over readline's.
+        for (c, action) in [
+            ('r', A::Regenerate),
+            ('n', A::NewConversation),
+            ('l', A::Repaint),
+            ('c', A::Quit),
+            ('j', A::Newline),
+        ] {
+            assert_eq!(
+                chat(with(KeyCode::Char(c), KeyModifiers::CONTROL), false),
+                Some(action),
+                "Ctrl+{c}"
+            );
+        }
+        assert_eq!(
+            chat(with(KeyCode::Char('c'), KeyModifiers::ALT), false),
+            Some(A::Copy)
+        );
         let mut release = key(KeyCode::Enter);
         release.kind = KeyEventKind::Release;
         assert_eq!(chat(release, false), None, "only presses count");
+    }
+
+    #[test]
+    fn editing_keys() {
+        use Edit as E;
+        let ctrl = KeyModifiers::CONTROL;
+        let alt = KeyModifiers::ALT;
+        let cases = [
+            (KeyCode::Char('a'), ctrl, E::LineStart),
+            (KeyCode::Char('e'), ctrl, E::LineEnd),
+            (KeyCode::Char('b'), ctrl, E::Left),
+            (KeyCode::Char('f'), ctrl, E::Right),
+            (KeyCode::Char('h'), ctrl, E::Backspace),
+            (KeyCode::Char('d'), ctrl, E::Delete),
+            (KeyCode::Char('k'), ctrl, E::KillToLineEnd),
+            (KeyCode::Char('u'), ctrl, E::KillToLineStart),
+            (KeyCode::Char('w'), ctrl, E::KillWordBack),
+            (KeyCode::Char('y'), ctrl, E::Yank),
+            (KeyCode::Char('z'), ctrl, E::Undo),
+            (KeyCode::Char('7'), ctrl, E::Undo),
+            (KeyCode::Char('z'), ctrl | KeyModifiers::SHIFT, E::Redo),
+            (KeyCode::Char('z'), alt, E::Redo),
+            (KeyCode::Char('b'), alt, E::WordLeft),
+            (KeyCode::Char('f'), alt, E::WordRight),
+            (KeyCode::Char('d'), alt, E::KillWordForward),
+            (KeyCode::Backspace, alt, E::KillWordBack),
+            (KeyCode::Left, ctrl, E::WordLeft),
+            (KeyCode::Right, ctrl, E::WordRight),
+            (KeyCode::Home, KeyModifiers::NONE, E::LineStart),
+            (KeyCode::End, KeyModifiers::NONE, E::LineEnd),
+            (KeyCode::Backspace, KeyModifiers::NONE, E::Backspace),
+            (KeyCode::Delete, KeyModifiers::NONE, E::Delete),
+            (KeyCode::Left, KeyModifiers::NONE, E::Left),
+            (KeyCode::Right, KeyModifiers::NONE, E::Right),
+            (KeyCode::Char('x'), KeyModifiers::NONE, E::Char('x')),
+            (KeyCode::Char('X'), KeyModifiers::SHIFT, E::Char('X')),
+            (KeyCode::Tab, KeyModifiers::NONE, E::Char(' ')),
+        ];
+        for (code, mods, edit) in cases {
+            assert_eq!(
+                action_for(Mode::Chat, false, with(code, mods)),
+                Some(Action::Edit(edit)),
+                "{mods:?} {code:?}"
+            );
+            for mode in [Mode::Help, Mode::Bench, Mode::Compare, Mode::Ab] {
+                assert!(
+                    !matches!(
+                        action_for(mode, false, with(code, mods)),
+                        Some(Action::Edit(_))
+                    ),
+                    "{mode:?}: {mods:?} {code:?} edits nothing outside the chat"
+                );
+            }
+        }
+        assert_eq!(
+            action_for(Mode::Chat, false, with(KeyCode::Char('x'), alt)),
+            None,
+            "an unbound Alt key types nothing"
+        );
     }
 }

@@ -24,7 +24,7 @@ use crate::history::SavedConversation;
 use conversation::{AssistantTurn, Conversation, Exchange, TurnPhase, TurnSettings};
 
 pub use ab::{AbOutcome, AbScreen};
-pub(crate) use input::Input;
+pub(crate) use input::{Edit, Input};
 pub(crate) use keymap::{action_for, Action, PAGE_LINES};
 pub use screens::{BenchPoint, BenchScreen, CompareView};
 pub(crate) use switch::Switch;
@@ -300,12 +300,13 @@ impl App {
     }
 
     fn send(&mut self, now: Now) -> Vec<Effect> {
-        if self.input.text.trim().is_empty() {
+        let typed = self.input.text();
+        if typed.trim().is_empty() {
             return Vec::new();
         }
         // `//text` sends `/text` as a message; one `/` starts a command.
-        let escaped = self.input.text.trim_start().starts_with("//");
-        if self.input.text.trim_start().starts_with('/') && !escaped {
+        let escaped = typed.trim_start().starts_with("//");
+        if typed.trim_start().starts_with('/') && !escaped {
             let line = self.input.take();
             return self.slash_command(line.trim(), now);
         }
@@ -525,7 +526,7 @@ impl App {
     fn on_action(&mut self, action: Action, now: Now) -> Vec<Effect> {
         match action {
             Action::Send => return self.send(now),
-            Action::Newline => self.input.insert_char('\n'),
+            Action::Newline => self.input.apply(Edit::Newline),
             Action::Stop => {
                 if self.switching.is_some() {
                     return self.cancel_switch();
@@ -537,7 +538,9 @@ impl App {
             }
             Action::Regenerate => return self.regenerate(now),
             Action::RecallOrUp => {
-                if self.input.is_empty() {
+                if !self.input.on_first_line() {
+                    self.input.apply(Edit::Up);
+                } else if self.input.is_empty() {
                     if let Some(last) = self.sent_prompts.last().cloned() {
                         self.input.set(&last);
                     }
@@ -545,7 +548,13 @@ impl App {
                     self.scroll_by(1);
                 }
             }
-            Action::Down => self.scroll_by(-1),
+            Action::Down => {
+                if self.input.on_last_line() {
+                    self.scroll_by(-1);
+                } else {
+                    self.input.apply(Edit::Down);
+                }
+            }
             Action::NewConversation => return self.new_conversation(now),
             Action::Repaint => self.full_repaint = true,
             Action::Copy => return self.copy(""),
@@ -579,13 +588,7 @@ impl App {
             Action::PageDown => self.page(-(PAGE_LINES as i32)),
             Action::ScrollTop => self.scroll.lines_from_bottom = usize::MAX / 2,
             Action::ScrollBottom => self.scroll = Scroll::default(),
-            Action::Backspace => self.input.backspace(),
-            Action::Delete => self.input.delete(),
-            Action::Left => self.input.left(),
-            Action::Right => self.input.right(),
-            Action::LineStart => self.input.home(),
-            Action::LineEnd => self.input.end(),
-            Action::Char(c) => self.input.insert_char(c),
+            Action::Edit(edit) => self.input.apply(edit),
         }
         Vec::new()
     }
@@ -641,7 +644,7 @@ pub fn update(app: &mut App, msg: Msg, now: Now) -> Vec<Effect> {
                     .chars()
                     .filter(|c| !c.is_control() || *c == '\n' || *c == '\t')
                     .collect();
-                let total = app.input.text.len().saturating_add(clean.len());
+                let total = app.input.len_bytes().saturating_add(clean.len());
                 if total > INPUT_MAX_BYTES {
                     app.notice(
                         NoticeKind::Warning,
@@ -889,7 +892,7 @@ pub(crate) mod tests {
         app.engine = EngineStatus::Loading { progress: 0.5 };
         type_text(&mut app, "x");
         assert!(update(&mut app, Msg::Key(key(KeyCode::Enter)), now()).is_empty());
-        assert_eq!(app.input.text, "x", "the input is kept");
+        assert_eq!(app.input.text(), "x", "the input is kept");
         assert!(app.notice.is_some());
     }
 
@@ -907,7 +910,7 @@ pub(crate) mod tests {
             now(),
         );
         update(&mut app, Msg::Key(key(KeyCode::Up)), now());
-        assert_eq!(app.input.text, "question");
+        assert_eq!(app.input.text(), "question");
         app.input.take();
         let seed = app.sampling.seed;
         let fx = update(
@@ -930,26 +933,117 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn readline_keys_edit_the_message_that_is_sent() {
+        let mut app = ready_app();
+        let ctrl = |c| Msg::Key(with(KeyCode::Char(c), KeyModifiers::CONTROL));
+        let alt = |c| Msg::Key(with(KeyCode::Char(c), KeyModifiers::ALT));
+        type_text(&mut app, "world hello");
+        // Cut "hello", put it at the start, then fix the spacing.
+        for msg in [ctrl('w'), ctrl('a'), ctrl('y')] {
+            update(&mut app, msg, now());
+        }
+        assert_eq!(app.input.text(), "helloworld ");
+        update(&mut app, Msg::Key(key(KeyCode::Char(' '))), now());
+        update(&mut app, ctrl('e'), now());
+        update(&mut app, Msg::Key(key(KeyCode::Backspace)), now());
+        assert_eq!(app.input.text(), "hello world");
+        // Alt+B to "world", Ctrl+K cuts it, Ctrl+Z brings it back.
+        update(&mut app, alt('b'), now());
+        update(&mut app, ctrl('k'), now());
+        assert_eq!(app.input.text(), "hello ");
+        update(&mut app, ctrl('z'), now());
+        assert_eq!(app.input.text(), "hello world");
+        update(&mut app, alt('z'), now());
+        assert_eq!(app.input.text(), "hello ", "Alt+Z redoes");
+        update(&mut app, ctrl('z'), now());
+        assert_eq!(
+            app.input.cursor(),
+            (0, 11),
+            "undo puts the cursor after the text back"
+        );
+        update(&mut app, alt('b'), now());
+        update(&mut app, ctrl('u'), now());
+        assert_eq!(app.input.text(), "world");
+        let fx = update(&mut app, Msg::Key(key(KeyCode::Enter)), now());
+        assert!(
+            matches!(fx.first(), Some(Effect::Generate { .. })),
+            "{fx:?}"
+        );
+        assert_eq!(app.conversation.exchanges[0].user, "world");
+        // Ctrl+R regenerates, it is not redo.
+        assert_eq!(
+            action_for(
+                Mode::Chat,
+                false,
+                with(KeyCode::Char('r'), KeyModifiers::CONTROL)
+            ),
+            Some(Action::Regenerate)
+        );
+    }
+
+    #[test]
+    fn up_and_down_move_within_a_message_of_several_lines_and_scroll_otherwise() {
+        let mut app = ready_app();
+        app.input.set("first\nsecond");
+        update(&mut app, Msg::Key(key(KeyCode::Up)), now());
+        assert_eq!(app.input.cursor(), (0, 5));
+        assert_eq!(app.scroll.lines_from_bottom, 0);
+        update(&mut app, Msg::Key(key(KeyCode::Up)), now());
+        assert_eq!(
+            app.scroll.lines_from_bottom, 1,
+            "on the first line Up scrolls"
+        );
+        update(&mut app, Msg::Key(key(KeyCode::Down)), now());
+        assert_eq!(app.input.cursor(), (1, 5));
+        assert_eq!(app.scroll.lines_from_bottom, 1);
+        update(&mut app, Msg::Key(key(KeyCode::Down)), now());
+        assert_eq!(
+            app.scroll.lines_from_bottom, 0,
+            "on the last line Down scrolls"
+        );
+        assert_eq!(app.input.text(), "first\nsecond");
+    }
+
+    #[test]
+    fn newline_keys_split_the_line_at_the_cursor() {
+        let mut app = ready_app();
+        type_text(&mut app, "ab");
+        update(&mut app, Msg::Key(key(KeyCode::Left)), now());
+        update(
+            &mut app,
+            Msg::Key(with(KeyCode::Enter, KeyModifiers::ALT)),
+            now(),
+        );
+        update(
+            &mut app,
+            Msg::Key(with(KeyCode::Char('j'), KeyModifiers::CONTROL)),
+            now(),
+        );
+        assert_eq!(app.input.text(), "a\n\nb");
+        assert_eq!(app.input.cursor(), (2, 0));
+    }
+
+    #[test]
     fn paste_keeps_newlines_and_drops_control_characters() {
         let mut app = ready_app();
         update(&mut app, Msg::Paste("a\r\nb\x1b[31mc\x07".into()), now());
-        assert_eq!(app.input.text, "a\nb[31mc");
+        assert_eq!(app.input.text(), "a\nb[31mc");
     }
 
     #[test]
     fn a_paste_the_message_cannot_hold_is_refused_with_a_message() {
         let mut app = ready_app();
         app.input.set("typed ");
-        let fits = "x".repeat(INPUT_MAX_BYTES - app.input.text.len());
+        let fits = "x".repeat(INPUT_MAX_BYTES - app.input.len_bytes());
         update(&mut app, Msg::Paste(fits.clone()), now());
         assert_eq!(
-            app.input.text.len(),
+            app.input.len_bytes(),
             INPUT_MAX_BYTES,
             "a paste that just fits is taken"
         );
         app.input.set("typed ");
         update(&mut app, Msg::Paste(format!("{fits}y")), now());
-        assert_eq!(app.input.text, "typed ", "the input is kept as it was");
+        assert_eq!(app.input.text(), "typed ", "the input is kept as it was");
         let notice = app.notice.as_ref().expect("a notice");
         assert_eq!(notice.kind, NoticeKind::Warning);
         assert!(notice.text.contains("not pasted"), "{}", notice.text);

@@ -23,7 +23,9 @@ pub struct CountWorker {
     requests: mpsc::Sender<Request>,
     /// Counts as they are ready: `None` when there is no counter for the model.
     pub counts: UnboundedReceiver<Option<InputTokens>>,
-    /// The text last sent, so an unchanged input is not sent again.
+    /// The input's revision last looked at, and the text last sent, so an unchanged input is
+    /// neither copied nor sent again.
+    last_revision: Option<u64>,
     last_sent: Option<String>,
     /// The count last reported to `update` (`None` before the first report).
     reported: Option<Option<InputTokens>>,
@@ -44,19 +46,26 @@ impl CountWorker {
         Self {
             requests,
             counts,
+            last_revision: None,
             last_sent: None,
             reported: None,
         }
     }
 
-    /// Asks for the count of `input` if it changed since the last request (cheap: a compare
-    /// and, on a change, a copy; the counting happens on the worker).
-    pub fn request(&mut self, input: &str) {
-        if self.last_sent.as_deref() == Some(input) {
+    /// Asks for the count of the input at `revision` if it changed since the last request
+    /// (cheap: a compare of revisions and, on a change, the text; the counting happens on the
+    /// worker).
+    pub(crate) fn request(&mut self, revision: u64, text: impl FnOnce() -> String) {
+        if self.last_revision == Some(revision) {
             return;
         }
-        self.last_sent = Some(input.to_string());
-        let _ = self.requests.send(Request::Count(input.to_string()));
+        self.last_revision = Some(revision);
+        let input = text();
+        if self.last_sent.as_deref() == Some(input.as_str()) {
+            return;
+        }
+        self.last_sent = Some(input.clone());
+        let _ = self.requests.send(Request::Count(input));
     }
 
     /// Counts with `path`'s vocabulary from now on (the current input is counted again).
@@ -127,10 +136,11 @@ mod tests {
         let spec = crate::synth::SynthSpec::preset("tiny").unwrap();
         crate::synth::write_model(&model, &spec).unwrap();
         let mut worker = CountWorker::start(model);
-        for text in ["h", "he", "hel", "hello world"] {
-            worker.request(text);
+        for (revision, text) in [(1, "h"), (2, "he"), (3, "hel"), (4, "hello world")] {
+            worker.request(revision, || text.to_string());
         }
-        worker.request("hello world");
+        worker.request(4, || unreachable!("an unchanged revision is not read"));
+        worker.request(5, || "hello world".to_string());
         let mut last = None;
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
         while std::time::Instant::now() < deadline {

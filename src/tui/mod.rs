@@ -286,7 +286,8 @@ pub(crate) fn run_chat(
             }
             // What the loop keeps in step after every batch: the input's token count and the
             // id the next new conversation takes.
-            effects.counter.request(&driver.app.input.text);
+            let input = &driver.app.input;
+            effects.counter.request(input.revision(), || input.text());
             let after = vec![effects.fresh_conversation_id()];
             if settle(&mut driver, &mut effects, after) {
                 return Ok(ChatEnd::Quit);

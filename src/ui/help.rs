@@ -15,7 +15,10 @@ const KEYS: &[(&str, &str)] = &[
     ("Alt+Enter", "new line in the message (also Shift+Enter, Ctrl+J)"),
     ("Esc", "stop the answer being generated; the partial answer is kept"),
     ("Ctrl+R", "regenerate the last answer (with the next seed)"),
-    ("Up", "on an empty input: recall the last prompt"),
+    (
+        "Up / Down",
+        "on an empty input Up recalls the last prompt; in a message of several lines they move between its lines; else they scroll",
+    ),
     ("Ctrl+N", "new conversation"),
     ("Ctrl+L", "repaint the whole screen"),
     ("Alt+C", "copy the last answer to the clipboard (OSC 52)"),
@@ -41,6 +44,37 @@ const KEYS: &[(&str, &str)] = &[
         "Esc closes it (and stops B while it runs); Up/Down, PgUp/PgDn scroll both answers",
     ),
     ("Ctrl+C / Ctrl+Q", "quit"),
+];
+
+/// The input's editing keys (readline/emacs; `app/keymap.rs`, `edit_key`).
+const EDIT_KEYS: &[(&str, &str)] = &[
+    (
+        "Ctrl+A / Ctrl+E",
+        "start / end of the line (also Home / End while the input has text)",
+    ),
+    ("Ctrl+B / Ctrl+F", "one character left / right (also ← / →)"),
+    (
+        "Alt+B / Alt+F",
+        "a word left / right (also Ctrl+← / Ctrl+→)",
+    ),
+    (
+        "Ctrl+W",
+        "cut the word before the cursor (also Alt+Backspace)",
+    ),
+    ("Alt+D", "cut the word after the cursor"),
+    (
+        "Ctrl+K / Ctrl+U",
+        "cut to the end / the start of the line (at its end / start: the line break)",
+    ),
+    ("Ctrl+Y", "paste what was cut last"),
+    (
+        "Ctrl+D / Ctrl+H",
+        "delete the character under / before the cursor (as Delete / Backspace)",
+    ),
+    (
+        "Ctrl+Z / Alt+Z",
+        "undo / redo (undo also Ctrl+_; Ctrl+R stays regenerate)",
+    ),
 ];
 
 const COMMANDS: &[(&str, &str)] = &[
@@ -198,6 +232,9 @@ pub(crate) fn lines(w: usize) -> Vec<Line<'static>> {
     out.push(section("Keys"));
     entries(&mut out, KEYS, w);
     out.push(Line::default());
+    out.push(section("Editing the message"));
+    entries(&mut out, EDIT_KEYS, w);
+    out.push(Line::default());
     out.push(section("Commands"));
     entries(&mut out, COMMANDS, w);
     out.push(Line::default());
@@ -290,6 +327,48 @@ mod tests {
                 KEYS.iter()
                     .any(|(k, _)| k.split_whitespace().any(|w| w == name)),
                 "{name} is not in the help"
+            );
+        }
+    }
+
+    /// `Ctrl+X`, `Alt+X`, `Home`, `End` as the key event a terminal sends.
+    fn key_event(name: &str) -> Option<crossterm::event::KeyEvent> {
+        use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+        let (mods, rest) = if let Some(r) = name.strip_prefix("Ctrl+") {
+            (KeyModifiers::CONTROL, r)
+        } else if let Some(r) = name.strip_prefix("Alt+") {
+            (KeyModifiers::ALT, r)
+        } else {
+            (KeyModifiers::NONE, name)
+        };
+        let code = match rest {
+            "Home" => KeyCode::Home,
+            "End" => KeyCode::End,
+            "Backspace" => KeyCode::Backspace,
+            "←" => KeyCode::Left,
+            "→" => KeyCode::Right,
+            "_" => KeyCode::Char('7'),
+            r if r.chars().count() == 1 => KeyCode::Char(r.chars().next()?.to_ascii_lowercase()),
+            _ => return None,
+        };
+        Some(KeyEvent::new(code, mods))
+    }
+
+    #[test]
+    fn every_readline_key_is_listed_and_edits() {
+        use crate::app::{action_for, Action, Mode};
+        let listed: Vec<&str> = EDIT_KEYS.iter().flat_map(|(k, _)| k.split(" / ")).collect();
+        for key in [
+            "Ctrl+A", "Ctrl+E", "Ctrl+B", "Ctrl+F", "Ctrl+K", "Ctrl+U", "Ctrl+W", "Ctrl+Y",
+            "Alt+B", "Alt+F", "Alt+D", "Ctrl+Z", "Alt+Z", "Ctrl+D", "Ctrl+H",
+        ] {
+            assert!(listed.contains(&key), "{key} is not in the help");
+        }
+        for key in listed {
+            let event = key_event(key).unwrap_or_else(|| panic!("{key}: not a key"));
+            assert!(
+                matches!(action_for(Mode::Chat, false, event), Some(Action::Edit(_))),
+                "{key} is listed but edits nothing"
             );
         }
     }

@@ -60,22 +60,30 @@ struct Window {
     total: usize,
 }
 
-/// The `visible` rows of `text` at `max_w` columns that the box shows with the cursor at byte
-/// `cursor`: the first rows while the cursor is among them, else the rows ending at the
-/// cursor's row.
-fn window(text: &str, cursor: usize, max_w: usize, visible: usize) -> Window {
+/// The `visible` rows of the input's `lines` (its text split at `\n`) at `max_w` columns that
+/// the box shows with the cursor on line `row` at byte `at`: the first rows while the cursor is
+/// among them, else the rows ending at the cursor's row.
+fn window<S: AsRef<str>>(
+    lines: &[S],
+    row: usize,
+    at: usize,
+    max_w: usize,
+    visible: usize,
+) -> Window {
     let max_w = max_w.max(1);
     let visible = visible.max(1);
-    let cursor = cursor.min(text.len());
-    let line_start = text[..cursor].rfind('\n').map_or(0, |i| i + 1);
-    let line_end = text[cursor..].find('\n').map_or(text.len(), |i| cursor + i);
-    let line = &text[line_start..line_end];
+    let row = row.min(lines.len().saturating_sub(1));
+    let line: &str = lines.get(row).map_or("", AsRef::as_ref);
+    let mut at = at.min(line.len());
+    while !line.is_char_boundary(at) {
+        at -= 1;
+    }
+    let last_line = row + 1 >= lines.len();
     let mut own = line_rows(line, max_w, usize::MAX);
-    let at = cursor - line_start;
     let (cur_row, cur_col) = if at == line.len() {
         let last = own.len() - 1;
         let col: usize = line[own[last].0..].chars().map(shown_width).sum();
-        if cursor == text.len() && col >= max_w {
+        if last_line && col >= max_w {
             // At the end of a full last row: the cursor starts the next one.
             own.push((line.len(), line.len()));
             (last + 1, 0)
@@ -83,9 +91,9 @@ fn window(text: &str, cursor: usize, max_w: usize, visible: usize) -> Window {
             (last, col)
         }
     } else {
-        let row = own.iter().position(|&(_, end)| at < end).unwrap_or(0);
-        let col = line[own[row].0..at].chars().map(shown_width).sum();
-        (row, col)
+        let r = own.iter().position(|&(_, end)| at < end).unwrap_or(0);
+        let col = line[own[r].0..at].chars().map(shown_width).sum();
+        (r, col)
     };
     // Rows above the cursor's row, nearest last: this line's, then earlier lines' (only as
     // many as the box can show).
@@ -93,9 +101,9 @@ fn window(text: &str, cursor: usize, max_w: usize, visible: usize) -> Window {
         .iter()
         .map(|&(a, b)| clean(&line[a..b]))
         .collect();
-    let mut reached_top = line_start == 0 && cur_row < visible;
-    if above.len() < visible - 1 && line_start > 0 {
-        let mut earlier = text[..line_start - 1].rsplit('\n').peekable();
+    let mut reached_top = row == 0 && cur_row < visible;
+    if above.len() < visible - 1 && row > 0 {
+        let mut earlier = lines[..row].iter().rev().map(AsRef::as_ref).peekable();
         while above.len() < visible - 1 {
             let Some(prev) = earlier.next() else { break };
             let ranges = line_rows(prev, max_w, usize::MAX);
@@ -114,8 +122,8 @@ fn window(text: &str, cursor: usize, max_w: usize, visible: usize) -> Window {
         .take(visible)
         .map(|&(a, b)| clean(&line[a..b]))
         .collect();
-    if line_end < text.len() {
-        for next in text[line_end + 1..].split('\n') {
+    if !last_line {
+        for next in lines[row + 1..].iter().map(AsRef::as_ref) {
             if below.len() >= visible {
                 break;
             }
@@ -153,7 +161,8 @@ pub(crate) fn max_rows(height: u16) -> usize {
 /// The height of the box (its top border and its text rows) at `area_width` columns.
 pub(crate) fn height(app: &App, area_width: u16, max_rows: usize) -> u16 {
     let inner = (area_width as usize).saturating_sub(width(PROMPT));
-    let shown = window(&app.input.text, app.input.cursor, inner, max_rows);
+    let (row, at) = app.input.cursor();
+    let shown = window(app.input.lines(), row, at, inner, max_rows);
     (shown.total.clamp(1, max_rows.max(1)) + 1) as u16
 }
 
@@ -198,9 +207,10 @@ pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App) {
     }
     let text_w = (inner.width as usize).saturating_sub(width(PROMPT)).max(1);
     let visible = inner.height as usize;
-    let shown = window(&app.input.text, app.input.cursor, text_w, visible);
+    let (row, at) = app.input.cursor();
+    let shown = window(app.input.lines(), row, at, text_w, visible);
     let (cur_row, cur_col) = shown.cursor;
-    let lines: Vec<Line<'static>> = if app.input.text.is_empty() {
+    let lines: Vec<Line<'static>> = if app.input.is_empty() {
         vec![Line::from(vec![
             Span::styled(PROMPT, theme::INPUT_PROMPT),
             Span::styled(placeholder(app), theme::INPUT_PLACEHOLDER),
@@ -237,6 +247,14 @@ pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The window of `text` with the cursor at byte `cursor` (the input's lines and cursor).
+    fn window_of(text: &str, cursor: usize, max_w: usize, visible: usize) -> Window {
+        let lines: Vec<&str> = text.split('\n').collect();
+        let row = text[..cursor].matches('\n').count();
+        let line_start = text[..cursor].rfind('\n').map_or(0, |i| i + 1);
+        window(&lines, row, cursor - line_start, max_w, visible)
+    }
 
     /// The reference layout: every row of the input at `width` columns and the cursor's (row,
     /// column) among them (what the box did before it laid out only the rows it shows).
@@ -323,7 +341,7 @@ mod tests {
                 for max_w in 1..=5 {
                     for visible in 1..=4 {
                         assert_eq!(
-                            window(text, cursor, max_w, visible),
+                            window_of(text, cursor, max_w, visible),
                             reference(text, cursor, max_w, visible),
                             "{text:?} cursor {cursor} width {max_w} height {visible}"
                         );
@@ -338,11 +356,11 @@ mod tests {
     #[test]
     fn a_megabyte_line_is_laid_out_around_the_cursor() {
         let text = "lorem ipsum ".repeat(1 << 17);
-        let shown = window(&text, text.len(), 100, 10);
+        let shown = window_of(&text, text.len(), 100, 10);
         assert_eq!(shown.rows.len(), 10);
         assert!(!shown.from_top);
         assert_eq!(shown, reference(&text, text.len(), 100, 10));
-        let top = window(&text, 0, 100, 10);
+        let top = window_of(&text, 0, 100, 10);
         assert!(top.from_top);
         assert_eq!(top, reference(&text, 0, 100, 10));
     }
