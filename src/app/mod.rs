@@ -4,11 +4,13 @@
 //! behaviour is unit-tested without a terminal or a model.
 
 mod ab;
+mod complete;
 pub mod conversation;
 mod copy;
 pub(crate) mod export;
 mod input;
 mod keymap;
+mod picker;
 mod screens;
 mod slash;
 mod switch;
@@ -24,7 +26,10 @@ use crate::history::SavedConversation;
 use conversation::{AssistantTurn, Conversation, Exchange, TurnPhase, TurnSettings};
 
 pub use ab::{AbOutcome, AbScreen};
+pub use complete::{Candidate, Completion};
+pub use picker::{PickFor, Picker};
 pub(crate) use input::Input;
+pub(crate) use complete::{complete as complete_path, target as completion_target};
 pub(crate) use keymap::{action_for, Action, PAGE_LINES};
 pub use screens::{BenchPoint, BenchScreen, CompareView};
 pub(crate) use switch::Switch;
@@ -49,6 +54,8 @@ pub enum Mode {
     Ab,
     /// The latest `tokscope compare` table.
     Compare,
+    /// The model picker: GGUF files found where people keep them.
+    Picker,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,6 +120,14 @@ pub enum Msg {
     InputTokens(Option<InputTokens>),
     /// A new conversation id, minted by the loop, for the next new conversation.
     FreshConversationId(String),
+    /// The model search's result, for the picker.
+    ModelsFound(crate::discover::Discovery),
+    /// Tab's completion of `asked` (the input when Tab was pressed); `None`: nothing to
+    /// complete there.
+    Completed {
+        asked: String,
+        completion: Option<Completion>,
+    },
     Tick,
 }
 
@@ -154,6 +169,13 @@ pub enum Effect {
     },
     /// Put this text on the clipboard (an OSC 52 sequence written to the terminal).
     Copy(String),
+    /// Search for GGUF models (off the UI thread) and report `Msg::ModelsFound`.
+    DiscoverModels {
+        model_dirs: Vec<PathBuf>,
+    },
+    /// Complete the path at the end of this input line (`/model ~/mo`) and report
+    /// `Msg::Completed`.
+    CompletePath(String),
     Quit,
 }
 
@@ -214,6 +236,10 @@ pub struct App {
     pub switching: Option<Switch>,
     /// The next frame repaints every cell (Ctrl+L, or an overlay closed), not only changes.
     pub full_repaint: bool,
+    /// The model picker, while it is open.
+    pub picker: Option<Picker>,
+    /// Folders the picker searches besides the well-known places (config `model_dirs`).
+    pub model_dirs: Vec<PathBuf>,
 }
 
 impl App {
@@ -251,6 +277,8 @@ impl App {
             input_tokens: None,
             switching: None,
             full_repaint: false,
+            picker: None,
+            model_dirs: Vec::new(),
         }
     }
 
@@ -558,6 +586,7 @@ impl App {
             Action::CloseHelp => {
                 self.mode = match self.help_return {
                     Mode::Ab if self.ab.is_none() => Mode::Chat,
+                    Mode::Picker if self.picker.is_none() => Mode::Chat,
                     Mode::Help => Mode::Chat,
                     other => other,
                 };
@@ -585,6 +614,14 @@ impl App {
             Action::LineStart => self.input.home(),
             Action::LineEnd => self.input.end(),
             Action::Char(c) => self.input.insert_char(c),
+            Action::OpenPicker => return self.open_picker(PickFor::Switch),
+            Action::Picker(key) => return self.on_picker_key(key, now),
+            Action::Complete => {
+                if complete::is_path_command(&self.input.text) {
+                    return vec![Effect::CompletePath(self.input.text.clone())];
+                }
+                self.input.insert_char(' ');
+            }
         }
         Vec::new()
     }
@@ -689,6 +726,14 @@ pub fn update(app: &mut App, msg: Msg, now: Now) -> Vec<Effect> {
         }
         Msg::FreshConversationId(id) => {
             app.fresh_conversation_id = id;
+            Vec::new()
+        }
+        Msg::ModelsFound(found) => {
+            app.on_models_found(found);
+            Vec::new()
+        }
+        Msg::Completed { asked, completion } => {
+            app.on_completed(&asked, completion);
             Vec::new()
         }
         Msg::ComparisonLoaded(result) => {
