@@ -654,7 +654,9 @@ mod tests {
         assert_eq!(s.model_dirs[0], PathBuf::from("/srv/models"));
         assert!(!s.model_dirs[1].starts_with("~"), "{:?}", s.model_dirs);
         assert!(s.model_dirs[1].ends_with("gguf"));
-        let e = apply("model_dirs = \"/srv/models\"\n").unwrap_err().to_string();
+        let e = apply("model_dirs = \"/srv/models\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("model_dirs"), "{e}");
     }
 

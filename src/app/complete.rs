@@ -83,11 +83,7 @@ pub(crate) fn target(line: &str, home: Option<&Path>) -> Option<(PathBuf, String
     };
     // `~` alone becomes `~/`.
     let dir_part = if typed == "~" { "~/" } else { dir_part };
-    Some((
-        listed,
-        format!("{kept_cmd}{dir_part}"),
-        prefix.to_string(),
-    ))
+    Some((listed, format!("{kept_cmd}{dir_part}"), prefix.to_string()))
 }
 
 /// Complete `prefix` among `entries` of the listed folder; `head` is the line up to the name.

@@ -26,11 +26,11 @@ use crate::history::SavedConversation;
 use conversation::{AssistantTurn, Conversation, Exchange, TurnPhase, TurnSettings};
 
 pub use ab::{AbOutcome, AbScreen};
-pub use complete::{Candidate, Completion};
-pub use picker::{PickFor, Picker};
-pub(crate) use input::Input;
 pub(crate) use complete::{complete as complete_path, target as completion_target};
+pub use complete::{Candidate, Completion};
+pub(crate) use input::Input;
 pub(crate) use keymap::{action_for, Action, PAGE_LINES};
+pub use picker::{PickFor, Picker};
 pub use screens::{BenchPoint, BenchScreen, CompareView};
 pub(crate) use switch::Switch;
 #[cfg(test)]

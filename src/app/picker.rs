@@ -220,7 +220,10 @@ mod tests {
             }]
         );
         assert_eq!(app.mode, Mode::Picker);
-        assert_eq!(app.picker.as_ref().map(|p| p.purpose), Some(PickFor::Switch));
+        assert_eq!(
+            app.picker.as_ref().map(|p| p.purpose),
+            Some(PickFor::Switch)
+        );
         assert!(app.picker.as_ref().unwrap().found.is_none(), "searching");
         let ctrl_o = with(KeyCode::Char('o'), KeyModifiers::CONTROL);
         let mut app = ready_app();

@@ -173,7 +173,11 @@ fn show(s: &Settings, path: &Path, in_file: &[String]) -> String {
         .iter()
         .map(|d| quoted(&d.to_string_lossy()))
         .collect();
-    line(&mut out, "model_dirs", Some(format!("[{}]", dirs.join(", "))));
+    line(
+        &mut out,
+        "model_dirs",
+        Some(format!("[{}]", dirs.join(", "))),
+    );
     let p = &s.sampling;
     out.push_str("\n[sampling]\n");
     line(&mut out, "sampling.temperature", Some(float(p.temperature)));
@@ -237,14 +241,16 @@ mod tests {
         let text = show(
             &s,
             path,
-            &["n_ctx".into(), "template".into(), "sampling.top_p".into()],
+            &[
+                "n_ctx".into(),
+                "template".into(),
+                "model_dirs".into(),
+                "sampling.top_p".into(),
+            ],
         );
         assert!(text.contains("top_p = 0.9  # from /nonexistent"), "{text}");
         assert!(text.contains("temperature = 0.8  # default"), "{text}");
-        assert!(
-            text.contains("model_dirs = [\"/srv/m\"]  # from"),
-            "{text}"
-        );
+        assert!(text.contains("model_dirs = [\"/srv/m\"]  # from"), "{text}");
         assert!(!text.contains("0.800000"), "{text}");
         let mut back = Settings::default();
         back.apply_toml(&text, path).unwrap();

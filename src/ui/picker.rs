@@ -56,10 +56,7 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, app: &App) {
         ),
     ])];
     let (name_w, path_w) = name_and_path_widths(w);
-    lines.push(Line::styled(
-        header(name_w, path_w),
-        theme::HELP_SECTION,
-    ));
+    lines.push(Line::styled(header(name_w, path_w), theme::HELP_SECTION));
     // Below the rows: the chosen path, the search's outcome, the keys.
     let list_h = (inner.height as usize).saturating_sub(lines.len() + 3);
     match &p.found {
