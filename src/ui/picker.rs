@@ -20,7 +20,7 @@ const FIXED: [(&str, usize); 6] = [
     ("quant", 9),
     ("size", 9),
     ("", 6),
-    ("where", 10),
+    ("where", 11),
 ];
 const MARKER_W: usize = 2;
 const NAME_MIN_W: usize = 16;
