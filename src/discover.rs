@@ -153,6 +153,8 @@ pub struct Discovery {
     /// Why the search stopped before the end (the deadline, the entry cap), if it did.
     pub cut_short: Option<String>,
     pub elapsed: Duration,
+    /// Folders read: each real folder at most once, however many links lead to it.
+    pub folders_read: usize,
 }
 
 struct Walk {
@@ -160,7 +162,6 @@ struct Walk {
     limits: Limits,
     visited_dirs: HashSet<PathBuf>,
     seen_files: HashSet<PathBuf>,
-    dirs_read: usize,
     out: Discovery,
 }
 
@@ -180,7 +181,7 @@ impl Walk {
                 "stopped at {} models: put yours in model_dirs, or type a path",
                 self.limits.max_models
             )
-        } else if self.dirs_read >= MAX_DIRS {
+        } else if self.out.folders_read >= MAX_DIRS {
             format!("stopped after reading {MAX_DIRS} folders")
         } else {
             return false;
@@ -208,7 +209,7 @@ impl Walk {
         if depth > MAX_DEPTH || self.stop() || !self.enter(dir) {
             return;
         }
-        self.dirs_read += 1;
+        self.out.folders_read += 1;
         let Ok(entries) = fs::read_dir(dir) else {
             return;
         };
@@ -283,7 +284,6 @@ pub fn discover(roots: &Roots, limits: Limits) -> Discovery {
         limits,
         visited_dirs: HashSet::new(),
         seen_files: HashSet::new(),
-        dirs_read: 0,
         out: Discovery::default(),
     };
     let file_name = |p: &Path| {

@@ -123,6 +123,19 @@ fn fake_home(root: &Path) -> FakeHome {
     }
 }
 
+/// Folders under `root` (itself included), links not followed.
+fn real_folders(root: &Path) -> usize {
+    match std::fs::symlink_metadata(root) {
+        Ok(m) if m.is_dir() => {
+            1 + std::fs::read_dir(root)
+                .unwrap()
+                .map(|e| real_folders(&e.unwrap().path()))
+                .sum::<usize>()
+        }
+        _ => 0,
+    }
+}
+
 fn names(d: &Discovery) -> Vec<(Origin, String)> {
     d.models
         .iter()
@@ -158,6 +171,19 @@ fn discovery_finds_every_place_from_headers_and_skips_loops_and_bad_files() {
     got.sort();
     assert_eq!(got, want, "{found:#?}");
     assert_eq!(found.cut_short, None);
+    // The loop (`sub/loop`, `sub/up`) and the second way into the HF cache (`hub-link`) cost
+    // nothing: every real folder is read once.
+    let real_dirs = [
+        &fake.roots.tokscope,
+        &fake.roots.config_dirs,
+        &fake.roots.hugging_face,
+        &fake.roots.lm_studio,
+    ]
+    .into_iter()
+    .flatten()
+    .map(|r| real_folders(r))
+    .sum::<usize>();
+    assert_eq!(found.folders_read, real_dirs, "{found:#?}");
     // notes.gguf and truncated.gguf (and locked.gguf when it cannot be read).
     assert_eq!(
         found.skipped,

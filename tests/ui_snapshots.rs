@@ -1065,6 +1065,7 @@ fn model_picker() {
             skipped: 2,
             cut_short: None,
             elapsed: Duration::from_millis(37),
+            folders_read: 12,
         }),
     });
     snapshot_both("picker", &app);
