@@ -266,8 +266,8 @@ fn discovery_stops_at_its_deadline_and_its_cap_and_says_so() {
 }
 
 /// The real binary in tmux, in the fake home: Ctrl+O lists the models, typing filters, Enter
-/// switches (the chat says so and the next message is answered), Esc on a second opening
-/// closes it, and Tab completes a path after `/model ` down to an LM Studio file.
+/// switches (the chat says so and the next message is answered), Ctrl+A on another row runs
+/// A/B, Esc closes the list, and Tab completes a path after `/model ` down to an LM Studio file.
 #[test]
 fn the_picker_switches_the_model_in_the_real_terminal_and_tab_completes_paths() {
     let _lock = common::model_lock();
@@ -336,7 +336,26 @@ fn the_picker_switches_the_model_in_the_real_terminal_and_tab_completes_paths() 
     let screen = wait_idle_after_answers(&tmux, 1);
     assert!(!screen.contains("Models:"), "the overlay is gone: {screen}");
 
-    // Esc closes a second opening without switching.
+    // Ctrl+A runs A/B with the chosen file (the answer to "hello on b" again, from d-mine).
+    tmux.keys(&["C-o"]);
+    tmux.wait_for("the list again", Duration::from_secs(20), |s| {
+        s.contains(" found in ")
+    });
+    tmux.type_text("d-mine");
+    tmux.wait_for("the filter", Duration::from_secs(10), |s| {
+        s.contains("filter: d-mine") && s.contains("1 of ")
+    });
+    tmux.keys(&["C-a"]);
+    let screen = tmux.wait_for("the A/B screen", Duration::from_secs(60), |s| {
+        s.contains("A/B: the last prompt") && s.contains("B · d-mine.gguf")
+    });
+    assert!(!screen.contains("Models:"), "{screen}");
+    tmux.keys(&["Escape"]);
+    tmux.wait_for("the chat", Duration::from_secs(20), |s| {
+        !s.contains("A/B: the last prompt") && status_line(s).contains("ready")
+    });
+
+    // Esc closes a third opening without switching.
     tmux.keys(&["C-o"]);
     tmux.wait_for("the list again", Duration::from_secs(20), |s| {
         s.contains(" found in ")
