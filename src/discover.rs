@@ -423,7 +423,8 @@ fn model_layer_digest(manifest: &[u8]) -> Option<String> {
 
 /// A model's row, from its header; `None` when the file cannot be read or is no GGUF.
 fn describe(path: &Path, name: String, origin: Origin) -> Option<FoundModel> {
-    let header = gguf::read_metadata(path).ok()?;
+    // The vocabulary is not needed for a row, and reading it is most of a header's cost.
+    let header = gguf::read_metadata_without_arrays(path).ok()?;
     Some(FoundModel {
         name,
         path: path.to_path_buf(),
