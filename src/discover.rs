@@ -161,6 +161,9 @@ struct Walk {
     started: Instant,
     limits: Limits,
     visited_dirs: HashSet<PathBuf>,
+    /// ollama stores already searched (apart from `visited_dirs`: a `model_dirs` folder that
+    /// holds an ollama store must not hide its named models).
+    ollama_stores: HashSet<PathBuf>,
     seen_files: HashSet<PathBuf>,
     out: Discovery,
 }
@@ -246,7 +249,10 @@ impl Walk {
     }
 
     fn ollama(&mut self, root: &Path) {
-        if self.stop() || !root.is_dir() || !self.enter(root) {
+        let Ok(real) = fs::canonicalize(root) else {
+            return;
+        };
+        if self.stop() || !real.is_dir() || !self.ollama_stores.insert(real) {
             return;
         }
         let names = ollama_names(&root.join("manifests"));
@@ -283,6 +289,7 @@ pub fn discover(roots: &Roots, limits: Limits) -> Discovery {
         started: Instant::now(),
         limits,
         visited_dirs: HashSet::new(),
+        ollama_stores: HashSet::new(),
         seen_files: HashSet::new(),
         out: Discovery::default(),
     };

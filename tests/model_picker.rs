@@ -237,6 +237,20 @@ fn discovery_finds_every_place_from_headers_and_skips_loops_and_bad_files() {
         "{hf:?}"
     );
     assert_eq!(hf.quantization, "F32");
+
+    // A model_dirs folder holding the ollama store hides none of ollama's named models.
+    let over_ollama = Roots {
+        config_dirs: vec![fake.home.join(".ollama")],
+        ..fake.roots.clone()
+    };
+    let found = discover(&over_ollama, Limits::default());
+    assert!(
+        found
+            .models
+            .iter()
+            .any(|m| m.origin == Origin::Ollama && m.name == "tinyllama:latest"),
+        "{found:#?}"
+    );
 }
 
 #[test]
