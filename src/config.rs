@@ -65,6 +65,8 @@ pub struct Settings {
     /// Price of electricity per kWh, for the energy cost per 1M tokens (GPU energy from NVML);
     /// `None`: no energy cost shown.
     pub price_per_kwh: Option<f64>,
+    /// Folders the chat's model picker searches besides the well-known places (`~` expanded).
+    pub model_dirs: Vec<PathBuf>,
     /// `[remote]`: the OpenAI-compatible server `chat --url` talks to by default.
     pub remote: RemoteSettings,
 }
@@ -99,6 +101,7 @@ impl Default for Settings {
             price_per_gpu_hour_usd: 2.0,
             bandwidth_gb_s: None,
             price_per_kwh: None,
+            model_dirs: Vec::new(),
             remote: RemoteSettings::default(),
         }
     }
@@ -123,6 +126,7 @@ struct FileConfig {
     price_per_gpu_hour_usd: Option<f64>,
     bandwidth_gb_s: Option<f64>,
     price_per_kwh: Option<f64>,
+    model_dirs: Option<Vec<PathBuf>>,
     sampling: Option<FileSampling>,
     remote: Option<FileRemote>,
     spec: Option<FileSpec>,
@@ -413,6 +417,9 @@ impl Settings {
         if let Some(v) = file.price_per_kwh {
             self.set_price_per_kwh(v, &src)?;
         }
+        if let Some(dirs) = file.model_dirs {
+            self.model_dirs = dirs.iter().map(|d| expand_home(d)).collect();
+        }
         if let Some(r) = file.remote {
             self.apply_remote(r, &src)?;
         }
@@ -639,6 +646,18 @@ mod tests {
         assert_eq!(s.sampling.temperature, 0.0);
         assert_eq!(s.sampling.seed, 7);
         assert_eq!(s.engine.template, TemplateChoice::Named("llama3".into()));
+    }
+
+    #[test]
+    fn model_dirs_are_a_list_of_folders() {
+        let s = apply("model_dirs = [\"/srv/models\", \"~/gguf\"]\n").unwrap();
+        assert_eq!(s.model_dirs[0], PathBuf::from("/srv/models"));
+        assert!(!s.model_dirs[1].starts_with("~"), "{:?}", s.model_dirs);
+        assert!(s.model_dirs[1].ends_with("gguf"));
+        let e = apply("model_dirs = \"/srv/models\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("model_dirs"), "{e}");
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub mod commands;
 pub mod compare;
 pub mod config;
 pub mod demo;
+pub mod discover;
 pub mod doctor;
 pub mod engine;
 pub mod fatal;

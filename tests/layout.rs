@@ -12,7 +12,7 @@ const GROUND: &[&str] = &["gguf", "metrics", "ids", "fsx", "paths", "logging", "
 const ENGINE_LEVEL: &[&str] = &["engine", "llama"];
 const ABOVE_ENGINE: &[&str] = &[
     "commands", "app", "tui", "ui", "bench", "compare", "plot", "cli", "synth", "doctor",
-    "history", "demo", "load", "remote",
+    "history", "demo", "load", "remote", "discover",
 ];
 
 /// One import that breaks the rules: (the importing top-level module, its file, the module it

@@ -1088,3 +1088,59 @@ fn ab_and_compare_screens_survive_any_size() {
     let screen = render(&ab, 80, 24);
     assert!(screen.contains("TTFT ms"), "{screen}");
 }
+
+/// The model picker (Ctrl+O, `/model` without a path): rows from a fixed search result, one
+/// chosen, then filtered; and while the search runs.
+#[test]
+fn model_picker() {
+    use tokscope::app::{PickFor, Picker};
+    use tokscope::discover::{Discovery, FoundModel, Origin};
+    let found =
+        |name: &str, arch: &str, params, quant: &str, size, origin, synthetic, path: &str| {
+            FoundModel {
+                name: name.into(),
+                path: PathBuf::from(path),
+                origin,
+                architecture: arch.into(),
+                n_params: params,
+                quantization: quant.into(),
+                size_bytes: size,
+                synthetic,
+            }
+        };
+    let mut app = ready_app();
+    app.mode = Mode::Picker;
+    app.picker = Some(Picker {
+        purpose: PickFor::Switch,
+        filter: String::new(),
+        selected: 1,
+        found: Some(Discovery {
+            models: vec![
+                found("tiny.gguf", "llama", 470_000, "F32", 1_900_000, Origin::ConfigDir, true, "/home/u/models/tiny.gguf"),
+                found("Qwen/Qwen2.5-0.5B-Instruct-GGUF/qwen2.5-0.5b-instruct-q4_k_m.gguf", "qwen2", 494_032_768, "Q4_K_M", 397_808_192, Origin::HuggingFace, false, "/home/u/.cache/huggingface/hub/models--Qwen--Qwen2.5-0.5B-Instruct-GGUF/snapshots/9217f5db79a29953eb74d5343926648285ec7e67/qwen2.5-0.5b-instruct-q4_k_m.gguf"),
+                found("lmstudio-community/gemma-3-270m.gguf", "gemma3", 268_098_176, "Q8_0", 291_545_344, Origin::LmStudio, false, "/home/u/.lmstudio/models/lmstudio-community/gemma-3-270m.gguf"),
+                found("llama3.2:1b", "llama", 1_235_814_400, "Q8_0", 1_321_082_688, Origin::Ollama, false, "/home/u/.ollama/models/blobs/sha256-74701a8c35f6c8d9a4b91f3f3497643001d63e0c7a84e085bed452548fa88d45"),
+            ],
+            skipped: 2,
+            cut_short: None,
+            elapsed: Duration::from_millis(37),
+            folders_read: 12,
+        }),
+    });
+    snapshot_both("picker", &app);
+    let filtered = {
+        let mut a = app.clone();
+        let p = a.picker.as_mut().unwrap();
+        p.filter = "q8".into();
+        p.selected = 0;
+        p.purpose = PickFor::Ab;
+        a
+    };
+    insta::assert_snapshot!("picker_filtered_80x24", render(&filtered, 80, 24));
+    let searching = {
+        let mut a = app.clone();
+        a.picker.as_mut().unwrap().found = None;
+        a
+    };
+    insta::assert_snapshot!("picker_searching_80x24", render(&searching, 80, 24));
+}

@@ -232,13 +232,15 @@ mod tests {
     #[test]
     fn ab_needs_a_path_and_a_previous_answer() {
         let mut app = ready_app();
-        assert!(run_line(&mut app, "/ab").is_empty());
-        assert!(app
-            .notice
-            .as_ref()
-            .unwrap()
-            .text
-            .contains("usage: /ab PATH"));
+        // Without a path: the model picker, to choose B from (Esc closes it).
+        let fx = run_line(&mut app, "/ab");
+        assert!(
+            matches!(fx.as_slice(), [Effect::DiscoverModels { .. }]),
+            "{fx:?}"
+        );
+        assert_eq!(app.mode, Mode::Picker);
+        update(&mut app, Msg::Key(key(KeyCode::Esc)), now());
+        assert_eq!(app.mode, Mode::Chat);
         assert!(run_line(&mut app, "/ab /m/b.gguf").is_empty());
         let notice = app.notice.clone().unwrap();
         assert_eq!(notice.kind, NoticeKind::Error);

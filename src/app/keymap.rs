@@ -3,6 +3,7 @@
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
 use super::input::Edit;
+use super::picker::PickerKey;
 use super::Mode;
 
 /// The function keys the chat answers to, with the view each opens (the help lists each).
@@ -43,6 +44,12 @@ pub(crate) enum Action {
     ScrollBottom,
     /// A key of the input's editor (readline/emacs keys, undo and redo).
     Edit(Edit),
+    /// Ctrl+O: the model picker.
+    OpenPicker,
+    /// A key in the model picker.
+    Picker(PickerKey),
+    /// Tab: complete the path after `/model ` or `/ab ` (elsewhere a space, as before).
+    Complete,
 }
 
 /// The key table: `(mode, key) → action`. Press events only (no repeats or releases).
@@ -79,6 +86,22 @@ pub(crate) fn action_for(mode: Mode, input_empty: bool, key: KeyEvent) -> Option
         (Mode::Compare, KeyCode::Char('r')) => Some(Action::ReloadCompare),
         (Mode::Compare, KeyCode::F(1) | KeyCode::Char('?')) => Some(Action::ToggleHelp),
         (Mode::Compare, _) => None,
+        (Mode::Picker, KeyCode::Esc) => Some(Action::Picker(PickerKey::Close)),
+        (Mode::Picker, KeyCode::Enter) => Some(Action::Picker(PickerKey::Pick)),
+        (Mode::Picker, KeyCode::Up) => Some(Action::Picker(PickerKey::Up)),
+        (Mode::Picker, KeyCode::Down) => Some(Action::Picker(PickerKey::Down)),
+        (Mode::Picker, KeyCode::PageUp) => Some(Action::Picker(PickerKey::PageUp)),
+        (Mode::Picker, KeyCode::PageDown) => Some(Action::Picker(PickerKey::PageDown)),
+        (Mode::Picker, KeyCode::Backspace) => Some(Action::Picker(PickerKey::Backspace)),
+        (Mode::Picker, KeyCode::Char('a') | KeyCode::Char('A')) if ctrl || alt => {
+            Some(Action::Picker(PickerKey::Ab))
+        }
+        (Mode::Picker, KeyCode::F(1)) => Some(Action::ToggleHelp),
+        (Mode::Picker, KeyCode::Char(c)) if !ctrl && !alt => {
+            Some(Action::Picker(PickerKey::Char(c)))
+        }
+        (Mode::Picker, _) => None,
+        (Mode::Chat, KeyCode::Char('o')) if ctrl => Some(Action::OpenPicker),
         (Mode::Chat, KeyCode::F(2)) => Some(Action::OpenBench),
         (Mode::Chat, KeyCode::F(3)) => Some(Action::OpenCompare),
         (Mode::Chat, KeyCode::F(1)) => Some(Action::ToggleHelp),
@@ -96,7 +119,7 @@ pub(crate) fn action_for(mode: Mode, input_empty: bool, key: KeyEvent) -> Option
         (Mode::Chat, KeyCode::Home) if ctrl || input_empty => Some(Action::ScrollTop),
         (Mode::Chat, KeyCode::End) if ctrl || input_empty => Some(Action::ScrollBottom),
         (Mode::Chat, KeyCode::Char('c')) if alt => Some(Action::Copy),
-        (Mode::Chat, KeyCode::Tab) => Some(Action::Edit(Edit::Char(' '))),
+        (Mode::Chat, KeyCode::Tab) => Some(Action::Complete),
         (Mode::Chat, code) => edit_key(code, ctrl, alt, shift).map(Action::Edit),
     }
 }

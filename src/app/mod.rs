@@ -4,11 +4,13 @@
 //! behaviour is unit-tested without a terminal or a model.
 
 mod ab;
+mod complete;
 pub mod conversation;
 mod copy;
 pub(crate) mod export;
 mod input;
 mod keymap;
+mod picker;
 mod screens;
 mod slash;
 mod switch;
@@ -24,8 +26,11 @@ use crate::history::SavedConversation;
 use conversation::{AssistantTurn, Conversation, Exchange, TurnPhase, TurnSettings};
 
 pub use ab::{AbOutcome, AbScreen};
+pub(crate) use complete::{complete as complete_path, target as completion_target};
+pub use complete::{Candidate, Completion};
 pub(crate) use input::{Edit, Input};
 pub(crate) use keymap::{action_for, Action, PAGE_LINES};
+pub use picker::{PickFor, Picker};
 pub use screens::{BenchPoint, BenchScreen, CompareView};
 pub(crate) use switch::Switch;
 #[cfg(test)]
@@ -49,6 +54,8 @@ pub enum Mode {
     Ab,
     /// The latest `tokscope compare` table.
     Compare,
+    /// The model picker: GGUF files found where people keep them.
+    Picker,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,6 +120,14 @@ pub enum Msg {
     InputTokens(Option<InputTokens>),
     /// A new conversation id, minted by the loop, for the next new conversation.
     FreshConversationId(String),
+    /// The model search's result, for the picker.
+    ModelsFound(crate::discover::Discovery),
+    /// Tab's completion of `asked` (the input when Tab was pressed); `None`: nothing to
+    /// complete there.
+    Completed {
+        asked: String,
+        completion: Option<Completion>,
+    },
     Tick,
 }
 
@@ -154,6 +169,13 @@ pub enum Effect {
     },
     /// Put this text on the clipboard (an OSC 52 sequence written to the terminal).
     Copy(String),
+    /// Search for GGUF models (off the UI thread) and report `Msg::ModelsFound`.
+    DiscoverModels {
+        model_dirs: Vec<PathBuf>,
+    },
+    /// Complete the path at the end of this input line (`/model ~/mo`) and report
+    /// `Msg::Completed`.
+    CompletePath(String),
     Quit,
 }
 
@@ -215,6 +237,10 @@ pub struct App {
     pub switching: Option<Switch>,
     /// The next frame repaints every cell (Ctrl+L, or an overlay closed), not only changes.
     pub full_repaint: bool,
+    /// The model picker, while it is open.
+    pub picker: Option<Picker>,
+    /// Folders the picker searches besides the well-known places (config `model_dirs`).
+    pub model_dirs: Vec<PathBuf>,
 }
 
 impl App {
@@ -252,6 +278,8 @@ impl App {
             input_tokens: None,
             switching: None,
             full_repaint: false,
+            picker: None,
+            model_dirs: Vec::new(),
         }
     }
 
@@ -568,6 +596,7 @@ impl App {
             Action::CloseHelp => {
                 self.mode = match self.help_return {
                     Mode::Ab if self.ab.is_none() => Mode::Chat,
+                    Mode::Picker if self.picker.is_none() => Mode::Chat,
                     Mode::Help => Mode::Chat,
                     other => other,
                 };
@@ -589,6 +618,15 @@ impl App {
             Action::ScrollTop => self.scroll.lines_from_bottom = usize::MAX / 2,
             Action::ScrollBottom => self.scroll = Scroll::default(),
             Action::Edit(edit) => self.input.apply(edit),
+            Action::OpenPicker => return self.open_picker(PickFor::Switch),
+            Action::Picker(key) => return self.on_picker_key(key, now),
+            Action::Complete => {
+                let text = self.input.text();
+                if complete::is_path_command(&text) {
+                    return vec![Effect::CompletePath(text)];
+                }
+                self.input.apply(Edit::Char(' '));
+            }
         }
         Vec::new()
     }
@@ -693,6 +731,14 @@ pub fn update(app: &mut App, msg: Msg, now: Now) -> Vec<Effect> {
         }
         Msg::FreshConversationId(id) => {
             app.fresh_conversation_id = id;
+            Vec::new()
+        }
+        Msg::ModelsFound(found) => {
+            app.on_models_found(found);
+            Vec::new()
+        }
+        Msg::Completed { asked, completion } => {
+            app.on_completed(&asked, completion);
             Vec::new()
         }
         Msg::ComparisonLoaded(result) => {

@@ -1,6 +1,6 @@
 //! Slash commands typed in the input (`/temp 0.2`, `/export md PATH`, …).
 
-use super::{App, Effect, ExportFormat, Mode, NoticeKind, Now};
+use super::{App, Effect, ExportFormat, Mode, NoticeKind, Now, PickFor};
 
 /// Every slash command (the help lists each; a test keeps the two in step).
 pub(crate) const SLASH_COMMANDS: &[&str] = &[
@@ -76,13 +76,9 @@ impl App {
                     _ => self.notice(NoticeKind::Error, "usage: /export md|json PATH"),
                 }
             }
-            "/model" => {
-                if arg.is_empty() {
-                    self.notice(NoticeKind::Error, "usage: /model PATH");
-                } else {
-                    return self.start_switch(arg);
-                }
-            }
+            "/model" if arg.is_empty() => return self.open_picker(PickFor::Switch),
+            "/model" => return self.start_switch(arg),
+            "/ab" if arg.is_empty() => return self.open_picker(PickFor::Ab),
             "/ab" => return self.start_ab(arg, now),
             "/compare" => return self.open_compare(),
             "/new" => return self.new_conversation(now),

@@ -57,6 +57,7 @@ pub(crate) fn run(args: &ChatArgs, mut settings: Settings) -> Result<(), Failure
     );
     app.ignore_eos = args.ignore_eos;
     app.clipboard_blocked = crate::tui::clipboard_blocked();
+    app.model_dirs = settings.model_dirs.clone();
     app.price_per_hour_usd = settings.price_per_gpu_hour_usd;
     // Before the engine starts loading, so the copy probe does not compete with it.
     app.bandwidth = crate::hw::peak_bandwidths(
@@ -114,6 +115,7 @@ fn run_remote(args: &ChatArgs, url: &str, settings: Settings) -> Result<(), Fail
     );
     app.ignore_eos = args.ignore_eos;
     app.clipboard_blocked = crate::tui::clipboard_blocked();
+    app.model_dirs = settings.model_dirs.clone();
     // The server's hour costs the GPU-hour price once per GPU it runs on.
     app.price_per_hour_usd =
         settings.price_per_gpu_hour_usd * f64::from(settings.remote.gpus.unwrap_or(1));

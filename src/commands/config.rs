@@ -168,6 +168,16 @@ fn show(s: &Settings, path: &Path, in_file: &[String]) -> String {
     );
     line(&mut out, "bandwidth_gb_s", s.bandwidth_gb_s.map(float64));
     line(&mut out, "price_per_kwh", s.price_per_kwh.map(float64));
+    let dirs: Vec<String> = s
+        .model_dirs
+        .iter()
+        .map(|d| quoted(&d.to_string_lossy()))
+        .collect();
+    line(
+        &mut out,
+        "model_dirs",
+        Some(format!("[{}]", dirs.join(", "))),
+    );
     let p = &s.sampling;
     out.push_str("\n[sampling]\n");
     line(&mut out, "sampling.temperature", Some(float(p.temperature)));
@@ -224,17 +234,23 @@ mod tests {
         let mut s = Settings::default();
         let path = Path::new("/nonexistent/tokscope/config.toml");
         s.apply_toml(
-            "n_ctx = 2048\ntemplate = \"completion\"\n[sampling]\ntop_p = 0.9\n",
+            "n_ctx = 2048\ntemplate = \"completion\"\nmodel_dirs = [\"/srv/m\"]\n[sampling]\ntop_p = 0.9\n",
             path,
         )
         .unwrap();
         let text = show(
             &s,
             path,
-            &["n_ctx".into(), "template".into(), "sampling.top_p".into()],
+            &[
+                "n_ctx".into(),
+                "template".into(),
+                "model_dirs".into(),
+                "sampling.top_p".into(),
+            ],
         );
         assert!(text.contains("top_p = 0.9  # from /nonexistent"), "{text}");
         assert!(text.contains("temperature = 0.8  # default"), "{text}");
+        assert!(text.contains("model_dirs = [\"/srv/m\"]  # from"), "{text}");
         assert!(!text.contains("0.800000"), "{text}");
         let mut back = Settings::default();
         back.apply_toml(&text, path).unwrap();

@@ -1072,18 +1072,46 @@ pub fn read_metadata(path: &Path) -> Result<GgufHeader, GgufError> {
     let file = File::open(path).map_err(io_error)?;
     let file_size_bytes = file.metadata().map_err(io_error)?.len();
     let reader = BufReader::with_capacity(1 << 16, file);
-    parse_header(reader, file_size_bytes).map_err(|e| match e {
+    parse_header(reader, file_size_bytes, Arrays::Keep).map_err(|e| match e {
         GgufError::Stream(source) => io_error(source),
         other => other,
     })
 }
 
-/// [`read_metadata`] for a file already in memory.
-pub fn parse_metadata(bytes: &[u8]) -> Result<GgufHeader, GgufError> {
-    parse_header(bytes, bytes.len() as u64)
+/// [`read_metadata`] without the array values (the vocabulary, merges, scores): every check is
+/// made and every tensor info read, but array-valued keys are passed over and left out of
+/// `metadata`. Several times faster on a large vocabulary; for listing models.
+pub fn read_metadata_without_arrays(path: &Path) -> Result<GgufHeader, GgufError> {
+    let io_error = |source| GgufError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = File::open(path).map_err(io_error)?;
+    let file_size_bytes = file.metadata().map_err(io_error)?.len();
+    let reader = BufReader::with_capacity(1 << 16, file);
+    parse_header(reader, file_size_bytes, Arrays::Skip).map_err(|e| match e {
+        GgufError::Stream(source) => io_error(source),
+        other => other,
+    })
 }
 
-fn parse_header(reader: impl Read, file_size_bytes: u64) -> Result<GgufHeader, GgufError> {
+/// Whether the header reader keeps array values or passes over them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Arrays {
+    Keep,
+    Skip,
+}
+
+/// [`read_metadata`] for a file already in memory.
+pub fn parse_metadata(bytes: &[u8]) -> Result<GgufHeader, GgufError> {
+    parse_header(bytes, bytes.len() as u64, Arrays::Keep)
+}
+
+fn parse_header(
+    reader: impl Read,
+    file_size_bytes: u64,
+    arrays: Arrays,
+) -> Result<GgufHeader, GgufError> {
     let mut src = Source {
         inner: reader,
         pos: 0,
@@ -1117,6 +1145,10 @@ fn parse_header(reader: impl Read, file_size_bytes: u64) -> Result<GgufHeader, G
             return Err(src.malformed_at(key_offset, format!("duplicate metadata key {key:?}")));
         }
         let value_type = src.u32("value type")?;
+        if arrays == Arrays::Skip && value_type == TYPE_ARRAY {
+            src.skip_array()?;
+            continue;
+        }
         let value = src.value(value_type)?;
         metadata.push((key, value));
     }
@@ -1329,6 +1361,49 @@ impl<R: Read> Source<R> {
         })
     }
 
+    /// Pass over `n_bytes` without keeping them.
+    fn skip(&mut self, n_bytes: u64, what: &'static str) -> Result<(), GgufError> {
+        self.need(n_bytes, what)?;
+        let copied = io::copy(&mut (&mut self.inner).take(n_bytes), &mut io::sink())
+            .map_err(GgufError::Stream)?;
+        if copied != n_bytes {
+            return Err(GgufError::Truncated {
+                what,
+                offset_bytes: self.pos + copied,
+                needed_bytes: n_bytes - copied,
+                available_bytes: 0,
+            });
+        }
+        self.pos += n_bytes;
+        Ok(())
+    }
+
+    /// Pass over an array value, with the checks [`Self::array_value`] makes.
+    fn skip_array(&mut self) -> Result<(), GgufError> {
+        const W: &str = "array element";
+        let element_type = self.u32("array element type")?;
+        let count = self.u64("array length")?;
+        let element_bytes = match element_type {
+            TYPE_U8 | TYPE_I8 | TYPE_BOOL => 1,
+            TYPE_U16 | TYPE_I16 => 2,
+            TYPE_U32 | TYPE_I32 | TYPE_F32 => 4,
+            TYPE_U64 | TYPE_I64 | TYPE_F64 | TYPE_STRING => 8,
+            TYPE_ARRAY => {
+                return Err(self.malformed("nested arrays are not supported".to_owned()));
+            }
+            other => return Err(self.malformed(format!("unknown array element type {other}"))),
+        };
+        self.check_count(count, element_bytes, "array elements")?;
+        if element_type != TYPE_STRING {
+            return self.skip(count * element_bytes, W);
+        }
+        for _ in 0..count {
+            let len = self.u64(W)?;
+            self.skip(len, W)?;
+        }
+        Ok(())
+    }
+
     fn array_value(&mut self) -> Result<GgufArray, GgufError> {
         const W: &str = "array element";
         let element_type = self.u32("array element type")?;
@@ -1473,6 +1548,37 @@ mod tests {
         assert_eq!(header.metadata, sample_writer().metadata);
         let entries: Vec<_> = fs::read_dir(dir.path()).unwrap().collect();
         assert_eq!(entries.len(), 1);
+    }
+
+    #[test]
+    fn reading_without_arrays_keeps_everything_else_and_every_check() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.gguf");
+        sample_writer().write_file(&path).unwrap();
+        let full = read_metadata(&path).unwrap();
+        let lean = read_metadata_without_arrays(&path).unwrap();
+        let scalars: Vec<_> = full
+            .metadata
+            .iter()
+            .filter(|(_, v)| !matches!(v, GgufValue::Array(_)))
+            .cloned()
+            .collect();
+        assert!(scalars.len() < full.metadata.len(), "the sample has arrays");
+        assert_eq!(lean.metadata, scalars);
+        assert_eq!(lean.tensors, full.tensors);
+        assert_eq!(lean.data_offset_bytes, full.data_offset_bytes);
+        // A file cut inside the vocabulary is truncated either way.
+        let bytes = sample_bytes();
+        let cut = dir.path().join("cut.gguf");
+        let at = bytes
+            .windows("▁hello".len())
+            .position(|w| w == "▁hello".as_bytes())
+            .unwrap();
+        fs::write(&cut, &bytes[..at + 2]).unwrap();
+        assert!(matches!(
+            read_metadata_without_arrays(&cut),
+            Err(GgufError::Truncated { .. })
+        ));
     }
 
     #[test]

@@ -30,6 +30,55 @@ pub struct Effects<'a> {
     pub data_dir: PathBuf,
     /// The input's live token count, counted on its own thread.
     pub counter: super::count::CountWorker,
+    /// Work done on threads of its own (the model search, Tab's folder listing), whose
+    /// outcomes the loop takes from `jobs.results` as messages.
+    pub(crate) jobs: Jobs,
+}
+
+/// Effects run on threads of their own, so that a slow disk never delays a frame.
+pub(crate) struct Jobs {
+    sender: tokio::sync::mpsc::UnboundedSender<Msg>,
+    pub(crate) results: tokio::sync::mpsc::UnboundedReceiver<Msg>,
+}
+
+impl Jobs {
+    pub(crate) fn new() -> Self {
+        let (sender, results) = tokio::sync::mpsc::unbounded_channel();
+        Self { sender, results }
+    }
+
+    /// Run `job` on a thread and send its message to the loop.
+    fn spawn(&self, name: &str, job: impl FnOnce() -> Msg + Send + 'static) -> Result<(), String> {
+        let sender = self.sender.clone();
+        std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                let _ = sender.send(job());
+            })
+            .map(|_| ())
+            .map_err(|e| format!("could not start a thread: {e}"))
+    }
+}
+
+/// Tab's completion of `line`: the typed folder listed (`~` is `$HOME`), folders and `.gguf`
+/// files kept.
+fn complete_line(line: &str) -> Option<crate::app::Completion> {
+    let home = std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from);
+    let (dir, head, prefix) = crate::app::completion_target(line, home.as_deref())?;
+    let entries: Vec<crate::app::Candidate> = std::fs::read_dir(&dir)
+        .map(|rd| {
+            rd.filter_map(Result::ok)
+                .map(|e| crate::app::Candidate {
+                    name: e.file_name().to_string_lossy().into_owned(),
+                    // A link to a folder is a folder.
+                    is_dir: std::fs::metadata(e.path()).is_ok_and(|m| m.is_dir()),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Some(crate::app::complete_path(&head, &prefix, &entries))
 }
 
 impl Effects<'_> {
@@ -163,6 +212,24 @@ impl Effects<'_> {
                         })
                         .map(|()| path.clone());
                     msgs.push(Msg::Exported(result));
+                }
+                Effect::DiscoverModels { model_dirs } => {
+                    let job = move || {
+                        let roots = crate::discover::Roots::for_user(&model_dirs);
+                        Msg::ModelsFound(crate::discover::discover(&roots, Default::default()))
+                    };
+                    if let Err(e) = self.jobs.spawn("model-search", job) {
+                        msgs.push(Msg::Notice(crate::app::NoticeKind::Error, e));
+                    }
+                }
+                Effect::CompletePath(line) => {
+                    let job = move || Msg::Completed {
+                        completion: complete_line(&line),
+                        asked: line,
+                    };
+                    if let Err(e) = self.jobs.spawn("complete-path", job) {
+                        msgs.push(Msg::Notice(crate::app::NoticeKind::Error, e));
+                    }
                 }
                 // Written to the terminal by the loop (`settle`), which owns it.
                 Effect::Copy(_) => {}

@@ -203,6 +203,7 @@ pub(crate) fn run_chat(
         ab_local: None,
         save_slot,
         data_dir: crate::paths::data_dir(),
+        jobs: effects::Jobs::new(),
     };
     let first_id = effects.fresh_conversation_id();
     let mut first = vec![first_id];
@@ -268,6 +269,7 @@ pub(crate) fn run_chat(
                     }
                     batch.push(Msg::Tick);
                 }
+                Some(msg) = effects.jobs.results.recv() => batch.push(msg),
                 Some(tokens) = effects.counter.counts.recv() => {
                     batch.extend(effects.counter.report(tokens).map(Msg::InputTokens));
                 }

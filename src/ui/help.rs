@@ -43,6 +43,14 @@ const KEYS: &[(&str, &str)] = &[
         "A/B screen",
         "Esc closes it (and stops B while it runs); Up/Down, PgUp/PgDn scroll both answers",
     ),
+    (
+        "Ctrl+O",
+        "model picker: GGUF files in tokscope's data dir, model_dirs, the Hugging Face cache, LM Studio and ollama; type to filter, Up/Down choose, Enter switches, Ctrl+A or Alt+A runs A/B with it, Esc closes",
+    ),
+    (
+        "Tab",
+        "after /model or /ab: complete the path (folders and .gguf files, ~ for home); several matches are listed",
+    ),
     ("Ctrl+C / Ctrl+Q", "quit"),
 ];
 
@@ -93,11 +101,11 @@ const COMMANDS: &[(&str, &str)] = &[
     ),
     (
         "/model PATH",
-        "load another GGUF model; the conversation is kept",
+        "load another GGUF model; the conversation is kept (without PATH: the model picker)",
     ),
     (
         "/ab PATH|URL",
-        "answer the last prompt again with another GGUF file or another server's API base (B): the same turns, sampling settings and seed; A and B side by side with their figures and the first token where they diverge. B is loaded beside the chat's model in a context of its own and dropped after; it is not added to the conversation. A local chat can ask a server, a server chat a local file",
+        "(without PATH: the model picker, where Enter runs A/B) answer the last prompt again with another GGUF file or another server's API base (B): the same turns, sampling settings and seed; A and B side by side with their figures and the first token where they diverge. B is loaded beside the chat's model in a context of its own and dropped after; it is not added to the conversation. A local chat can ask a server, a server chat a local file",
     ),
     ("/compare", "the compare screen (as F3)"),
     ("/new", "new conversation (as Ctrl+N)"),

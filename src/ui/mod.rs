@@ -13,6 +13,7 @@ mod help;
 mod input;
 mod markdown;
 mod metrics_pane;
+mod picker;
 mod status;
 mod text;
 mod theme;
@@ -78,6 +79,7 @@ pub fn draw(frame: &mut Frame, app: &App, now: Instant) {
         Mode::Bench => bench::draw(frame, below_status, app),
         Mode::Ab => ab::draw(frame, below_status, app, &view),
         Mode::Compare => compare::draw(frame, below_status, app),
+        Mode::Picker => picker::draw(frame, below_status, app),
         Mode::Help => help::draw(frame, below_status, app),
         Mode::Chat => {}
     }
