@@ -307,8 +307,12 @@ mod tests {
             (KeyCode::Right, KeyModifiers::NONE, E::Right),
             (KeyCode::Char('x'), KeyModifiers::NONE, E::Char('x')),
             (KeyCode::Char('X'), KeyModifiers::SHIFT, E::Char('X')),
-            (KeyCode::Tab, KeyModifiers::NONE, E::Char(' ')),
         ];
+        // Tab completes after `/model ` and `/ab ` (a space elsewhere, in `App::on_action`).
+        assert_eq!(
+            action_for(Mode::Chat, false, with(KeyCode::Tab, KeyModifiers::NONE)),
+            Some(Action::Complete)
+        );
         for (code, mods, edit) in cases {
             assert_eq!(
                 action_for(Mode::Chat, false, with(code, mods)),
