@@ -41,7 +41,11 @@ pub fn enter() -> io::Result<Terminal<CrosstermBackend<Stdout>>> {
     // A fixed viewport, resized when the terminal says it changed (and checked on every tick):
     // a fullscreen one asks the terminal for its size before every frame, which opens /dev/tty
     // each time (a tenth of the UI thread's CPU while streaming).
-    let backend = CrosstermBackend::new(stdout);
+    let mut backend = CrosstermBackend::new(stdout);
+    if let Some(widths) = probe_widths(&mut backend) {
+        tracing::info!("terminal width rules: {widths:?}");
+        crate::ui::text::set_terminal_widths(widths);
+    }
     let area = match backend.size() {
         Ok(size) => ratatui::layout::Rect::new(0, 0, size.width, size.height),
         Err(e) => {
@@ -56,6 +60,41 @@ pub fn enter() -> io::Result<Terminal<CrosstermBackend<Stdout>>> {
         },
     )
     .inspect_err(|_| restore())
+}
+
+/// Switches the width probe off (`0`), e.g. for a terminal that never answers a cursor
+/// position request (the probe then waits for crossterm's timeout once).
+const WIDTH_PROBE_ENV: &str = "TOKSCOPE_WIDTH_PROBE";
+
+/// Asks the terminal how it measures the grapheme clusters on which terminals disagree with
+/// unicode-width (ratatui's layout): each probe is written at the top-left corner of the
+/// (still empty) alternate screen and the cursor's column read back (a cursor position
+/// request, through ratatui's backend); the screen is cleared after. `None` when the terminal
+/// does not answer or the probe is switched off.
+fn probe_widths(backend: &mut CrosstermBackend<Stdout>) -> Option<crate::ui::text::TermWidths> {
+    use std::io::Write as _;
+    if std::env::var(WIDTH_PROBE_ENV).is_ok_and(|v| v == "0") {
+        return None;
+    }
+    let mut advance = |probe: &str| -> Option<u16> {
+        backend
+            .set_cursor_position(ratatui::layout::Position::ORIGIN)
+            .ok()?;
+        backend.write_all(probe.as_bytes()).ok()?;
+        Backend::flush(backend).ok()?;
+        backend.get_cursor_position().ok().map(|p| p.x)
+    };
+    let spacing_marks = advance("\u{09AC}\u{09BE}")? == 2;
+    let zwj_joins = advance("\u{1F468}\u{200D}\u{1F469}")? == 2;
+    let vs16_widens = advance("\u{2764}\u{FE0F}")? == 2;
+    let modifier_joins = advance("\u{1F44D}\u{1F3FD}")? == 2;
+    backend.clear().ok()?;
+    Some(crate::ui::text::TermWidths {
+        spacing_marks,
+        zwj_joins,
+        vs16_widens,
+        modifier_joins,
+    })
 }
 
 /// Give the terminal back as it was. Safe to call more than once and from the panic hook.

@@ -15,7 +15,7 @@ mod markdown;
 mod metrics_pane;
 mod picker;
 mod status;
-mod text;
+pub(crate) mod text;
 mod theme;
 mod view;
 
@@ -83,6 +83,8 @@ pub fn draw(frame: &mut Frame, app: &App, now: Instant) {
         Mode::Help => help::draw(frame, below_status, app),
         Mode::Chat => {}
     }
+    // Last: the cells this terminal's wider clusters cover (see `text::fit_buffer`).
+    text::fit_buffer(frame.buffer_mut());
 }
 
 /// The notice, on at most two lines.

@@ -14,6 +14,14 @@ const TAB: &str = "    ";
 /// dropped, every other C0/C1 control character and DEL replaced by a visible symbol
 /// (`␛` for ESC), so no escape sequence reaches the terminal.
 pub(crate) fn clean(text: &str) -> String {
+    let out = clean_chars(text);
+    match terminal_widths() {
+        Some(m) if !out.is_ascii() => fit_clusters(&out, m),
+        _ => out,
+    }
+}
+
+fn clean_chars(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {
@@ -29,6 +37,183 @@ pub(crate) fn clean(text: &str) -> String {
         }
     }
     out
+}
+
+/// How this terminal measures the grapheme clusters on which terminals disagree with
+/// unicode-width (which ratatui lays the screen out by). Probed once at start by
+/// `tui::terminal::probe_widths`; unset (tests on `TestBackend`, a terminal that did not
+/// answer), the text is left as unicode-width measures it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TermWidths {
+    /// Spacing vowel signs that extend a cluster (Bengali া U+09BE, Tamil ா U+0BBE, …) take a
+    /// column of their own (glibc's wcwidth, tmux, xterm); unicode-width gives them none.
+    pub spacing_marks: bool,
+    /// An emoji joined by U+200D to the one before it takes no more columns.
+    pub zwj_joins: bool,
+    /// U+FE0F makes a narrow symbol (❤, a digit) two columns wide.
+    pub vs16_widens: bool,
+    /// A skin-tone modifier (U+1F3FB–U+1F3FF) joins the emoji before it.
+    pub modifier_joins: bool,
+}
+
+impl TermWidths {
+    /// What unicode-width assumes: grapheme-aware.
+    pub const UNICODE: TermWidths = TermWidths {
+        spacing_marks: false,
+        zwj_joins: true,
+        vs16_widens: true,
+        modifier_joins: true,
+    };
+}
+
+static TERMINAL_WIDTHS: std::sync::OnceLock<TermWidths> = std::sync::OnceLock::new();
+
+/// Sets the terminal's width rules, once, before the first frame.
+pub fn set_terminal_widths(widths: TermWidths) {
+    let _ = TERMINAL_WIDTHS.set(widths);
+}
+
+/// The probed rules, when they differ from unicode-width's.
+fn terminal_widths() -> Option<&'static TermWidths> {
+    TERMINAL_WIDTHS.get().filter(|w| **w != TermWidths::UNICODE)
+}
+
+/// Spacing marks that unicode-width counts as zero (they are Grapheme_Extend) and glibc's
+/// wcwidth as one column.
+fn is_spacing_extend(c: char) -> bool {
+    matches!(
+        c as u32,
+        0x09BE
+            | 0x09D7
+            | 0x0B3E
+            | 0x0B57
+            | 0x0BBE
+            | 0x0BD7
+            | 0x0CC2
+            | 0x0CD5
+            | 0x0CD6
+            | 0x0D3E
+            | 0x0D57
+            | 0x0DCF
+            | 0x0DDF
+            | 0x1B35
+            | 0x302E
+            | 0x302F
+            | 0xFF9E
+            | 0xFF9F
+            | 0x1133E
+            | 0x11357
+            | 0x114B0
+            | 0x114BD
+            | 0x115AF
+            | 0x11930
+            | 0x1D165
+            | 0x1D16E..=0x1D172
+    )
+}
+
+/// Columns a terminal with the rules `m` advances for the grapheme cluster `g`: the sum of
+/// its code points' widths, with the joins `m` says the terminal makes.
+pub fn cluster_width(g: &str, m: &TermWidths) -> usize {
+    let mut total = 0;
+    let mut prev: Option<char> = None;
+    for c in g.chars() {
+        let w = match c {
+            _ if prev == Some('\u{200D}') && m.zwj_joins => 0,
+            '\u{1F3FB}'..='\u{1F3FF}' if m.modifier_joins && prev.is_some() => 0,
+            '\u{FE0F}' if m.vs16_widens && prev.is_some_and(|p| char_width(p) == 1) => 1,
+            c if is_spacing_extend(c) => usize::from(m.spacing_marks),
+            c => char_width(c),
+        };
+        total += w;
+        prev = Some(c);
+    }
+    total
+}
+
+/// The filler after a cluster the terminal draws wider than ratatui counts it: a private-use
+/// character (one column to ratatui) that `fit_buffer` turns into a cell the terminal's wide
+/// cluster already covers, so that the layout and the terminal agree column for column.
+pub(crate) const FILLER: char = '\u{E000}';
+
+/// Each grapheme cluster as this terminal will draw it: followed by fillers when the terminal
+/// draws it wider than unicode-width says, without its U+FE0F when the terminal draws it
+/// narrower (so a "❤️" it shows in one column takes one column here too).
+fn fit_clusters(text: &str, m: &TermWidths) -> String {
+    use unicode_segmentation::UnicodeSegmentation;
+    let mut out = String::with_capacity(text.len() + 8);
+    for g in text.graphemes(true) {
+        if g.is_ascii() || g == "\n" {
+            out.push_str(g);
+            continue;
+        }
+        let ours = UnicodeWidthStr::width(g);
+        let theirs = cluster_width(g, m);
+        if theirs > ours {
+            out.push_str(g);
+            out.extend(std::iter::repeat_n(FILLER, theirs - ours));
+        } else if theirs < ours && g.contains('\u{FE0F}') {
+            out.extend(g.chars().filter(|c| *c != '\u{FE0F}'));
+        } else {
+            out.push_str(g);
+        }
+    }
+    out
+}
+
+/// After a frame is drawn into `buf`, two repairs between ratatui's layout and the terminal:
+///
+/// - The cells after a cluster of three or more columns (Devanagari त्रि, Bengali ত্রি) become
+///   skipped cells. ratatui 0.29's diff skips only the one cell after a wide symbol, so it
+///   wrote a blank over the third column of such a cluster, and the terminal lost its vowel
+///   sign (क्षत्रिय showed as "क्षत्र य").
+/// - With probed rules (`TermWidths`), each filler cell right after a cluster the terminal draws
+///   wider becomes a skipped cell (never written: the cluster covers it), and a filler that
+///   wrapping separated from its cluster becomes a space.
+pub(crate) fn fit_buffer(buf: &mut ratatui::buffer::Buffer) {
+    fit_buffer_with(buf, terminal_widths());
+}
+
+fn fit_buffer_with(buf: &mut ratatui::buffer::Buffer, rules: Option<&TermWidths>) {
+    let area = buf.area;
+    let filler = FILLER.to_string();
+    for y in area.top()..area.bottom() {
+        // Columns the last drawn cluster covers beyond the cells ratatui gave it.
+        let mut overflow = 0usize;
+        let mut x = area.left();
+        while x < area.right() {
+            let Some(cell) = buf.cell_mut((x, y)) else {
+                break;
+            };
+            let symbol = cell.symbol();
+            if symbol.is_ascii() {
+                overflow = 0;
+                x += 1;
+                continue;
+            }
+            if symbol == filler {
+                if overflow > 0 {
+                    overflow -= 1;
+                    cell.set_skip(true);
+                } else {
+                    cell.set_symbol(" ");
+                }
+                x += 1;
+                continue;
+            }
+            // A wide cluster's own cells (ratatui blanks those after its first) are its.
+            let cells = UnicodeWidthStr::width(symbol).max(1);
+            overflow = rules.map_or(0, |m| cluster_width(symbol, m).saturating_sub(cells));
+            if cells >= 3 {
+                for dx in 1..cells {
+                    if let Some(hidden) = buf.cell_mut((x.saturating_add(dx as u16), y)) {
+                        hidden.set_skip(true);
+                    }
+                }
+            }
+            x = x.saturating_add(cells as u16);
+        }
+    }
 }
 
 /// Columns that `clean` of the one character `c` takes, without making the string.
@@ -429,5 +614,110 @@ mod tests {
             .map(|r| r.iter().map(|s| s.content.as_ref()).collect())
             .collect();
         assert_eq!(text, ["    l", "et x ", "= 1;", "", "abcde", "f"]);
+    }
+}
+
+#[cfg(test)]
+mod width_tests {
+    use super::*;
+
+    /// tmux 3.3 and glibc: spacing marks take a column, ZWJ sequences join, U+FE0F and skin
+    /// tones do not (as its cursor showed for each probe).
+    const TMUX: TermWidths = TermWidths {
+        spacing_marks: true,
+        zwj_joins: true,
+        vs16_widens: false,
+        modifier_joins: false,
+    };
+
+    #[test]
+    fn cluster_widths_follow_the_terminal_rules() {
+        // (cluster, unicode-width's rules, tmux's), the tmux figures measured with its cursor.
+        for (g, unicode, tmux) in [
+            ("ক্ষ", 2, 2),
+            ("ত্রি", 3, 3),
+            ("বাং", 2, 3),
+            ("লা", 1, 2),
+            ("তি", 2, 2),
+            ("مَ", 1, 1),
+            ("👍🏽", 2, 4),
+            ("🇫🇷", 2, 2),
+            ("❤️", 2, 1),
+            ("1️⃣", 2, 1),
+            ("👨‍👩‍👧", 2, 2),
+            ("ﾊﾞ", 1, 2),
+            ("가", 2, 2),
+            ("é", 1, 1),
+        ] {
+            assert_eq!(
+                cluster_width(g, &TermWidths::UNICODE),
+                unicode,
+                "{g} unicode"
+            );
+            assert_eq!(
+                UnicodeWidthStr::width(g),
+                unicode,
+                "{g}: unicode-width itself"
+            );
+            assert_eq!(cluster_width(g, &TMUX), tmux, "{g} tmux");
+        }
+    }
+
+    #[test]
+    fn clusters_get_fillers_or_lose_their_fe0f_to_match_the_terminal() {
+        let f = FILLER.to_string();
+        assert_eq!(fit_clusters("plain ascii", &TMUX), "plain ascii");
+        assert_eq!(fit_clusters("বাংলা", &TMUX), format!("বাং{f}লা{f}"));
+        assert_eq!(fit_clusters("👍🏽!", &TMUX), format!("👍🏽{f}{f}!"));
+        assert_eq!(fit_clusters("❤️ 1️⃣", &TMUX), "❤ 1⃣");
+        assert_eq!(fit_clusters("ত্রি\nx", &TMUX), "ত্রি\nx");
+        // Under unicode-width's own rules nothing changes.
+        for s in ["বাংলা", "👍🏽", "❤️", "ক্ষত্রিয়"] {
+            assert_eq!(fit_clusters(s, &TermWidths::UNICODE), s);
+        }
+        // Every cluster then takes, to ratatui, the columns the terminal gives it.
+        use unicode_segmentation::UnicodeSegmentation;
+        let text = "বাংলা ভাষা সংস্কৃতি 👍🏽 ❤️ ﾊﾞ";
+        let fitted = fit_clusters(text, &TMUX);
+        let terminal: usize = text.graphemes(true).map(|g| cluster_width(g, &TMUX)).sum();
+        let fitted_terminal: usize = fitted
+            .graphemes(true)
+            .map(|g| if g == f { 0 } else { cluster_width(g, &TMUX) })
+            .sum();
+        assert_eq!(UnicodeWidthStr::width(fitted.as_str()), terminal);
+        assert_eq!(fitted_terminal, terminal);
+    }
+
+    #[test]
+    fn the_buffer_skips_what_wide_clusters_cover() {
+        use ratatui::buffer::Buffer;
+        use ratatui::layout::Rect;
+        use ratatui::style::Style;
+        let f = FILLER.to_string();
+        let mut buf = Buffer::empty(Rect::new(0, 0, 12, 2));
+        // Row 0: a three-column cluster, then a cluster tmux draws one wider, its filler, "x".
+        buf.set_string(0, 0, format!("ত্রিলা{f}x"), Style::default());
+        // Row 1: a filler that wrapping left at the start of a row.
+        buf.set_string(0, 1, format!("{f}y"), Style::default());
+        fit_buffer_with(&mut buf, Some(&TMUX));
+        let skip = |x: u16, y: u16| buf[(x, y)].skip;
+        assert_eq!(buf[(0, 0)].symbol(), "ত্রি");
+        assert!(
+            skip(1, 0) && skip(2, 0),
+            "the cluster's own cells are never written"
+        );
+        assert_eq!(buf[(3, 0)].symbol(), "লা");
+        assert!(!skip(3, 0));
+        assert!(skip(4, 0), "the filler is covered by লা in tmux");
+        assert_eq!(buf[(5, 0)].symbol(), "x");
+        assert!(!skip(5, 0));
+        assert_eq!(buf[(0, 1)].symbol(), " ", "a stray filler is a blank");
+        assert!(!skip(0, 1));
+        // Without probed rules: only the three-column repair.
+        let mut plain = Buffer::empty(Rect::new(0, 0, 12, 1));
+        plain.set_string(0, 0, format!("ত্রিলা{f}x"), Style::default());
+        fit_buffer_with(&mut plain, None);
+        assert!(plain[(1, 0)].skip && plain[(2, 0)].skip);
+        assert_eq!(plain[(4, 0)].symbol(), " ");
     }
 }
