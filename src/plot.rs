@@ -392,6 +392,31 @@ fn place_tags(
         .collect()
 }
 
+/// [`place_tags`] for a chart's points: inside its plotting area (`xs`, `ys` in pixels), clear
+/// of the legend `draw_legend` draws for `legend_lines`, markers of 8 px.
+fn place_in_plot(
+    at: &[(i32, i32)],
+    tags: &[String],
+    xs: &Range<i32>,
+    ys: &Range<i32>,
+    legend_lines: &[String],
+) -> Vec<Option<Rect>> {
+    let plot = Rect {
+        x0: xs.start,
+        y0: ys.start,
+        x1: xs.end,
+        y1: ys.end,
+    };
+    place_tags(
+        at,
+        tags,
+        POINT_LABEL_PX,
+        8,
+        plot,
+        &[legend_box(xs, ys, legend_lines)],
+    )
+}
+
 /// Where `draw_legend` puts the legend (upper right, 10 px in), generously: its box for
 /// `lines` entries, so that no tag is placed under it.
 fn legend_box(xs: &Range<i32>, ys: &Range<i32>, lines: &[String]) -> Rect {
@@ -859,20 +884,7 @@ impl Chart for RooflineChart {
                 format_bandwidth(bw)
             ));
         }
-        let legend = legend_box(&xs, &ys, &legend_lines);
-        let boxes = place_tags(
-            &at,
-            &tags,
-            POINT_LABEL_PX,
-            8,
-            Rect {
-                x0: xs.start,
-                y0: ys.start,
-                x1: xs.end,
-                y1: ys.end,
-            },
-            &[legend],
-        );
+        let boxes = place_in_plot(&at, &tags, &xs, &ys, &legend_lines);
         draw_tags(root, &at, &tags, &boxes, MEASURED_COLOR)?;
         let rows: Vec<Vec<String>> = self
             .points
@@ -1031,20 +1043,8 @@ impl Chart for QualityChart {
             .collect();
         let tags: Vec<String> = (1..=self.points.len()).map(|i| i.to_string()).collect();
         let (xs, ys) = chart.plotting_area().get_pixel_range();
-        let legend = legend_box(&xs, &ys, &["Pareto front".into(), "dominated".into()]);
-        let boxes = place_tags(
-            &at,
-            &tags,
-            POINT_LABEL_PX,
-            8,
-            Rect {
-                x0: xs.start,
-                y0: ys.start,
-                x1: xs.end,
-                y1: ys.end,
-            },
-            &[legend],
-        );
+        let legend = ["Pareto front".to_string(), "dominated".to_string()];
+        let boxes = place_in_plot(&at, &tags, &xs, &ys, &legend);
         draw_tags(root, &at, &tags, &boxes, BLACK)?;
         let rows: Vec<Vec<String>> = self
             .points

@@ -1065,23 +1065,17 @@ impl GgufHeader {
 
 /// Reads the header, all metadata and all tensor infos of a GGUF file, without its tensor data.
 pub fn read_metadata(path: &Path) -> Result<GgufHeader, GgufError> {
-    let io_error = |source| GgufError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let file = File::open(path).map_err(io_error)?;
-    let file_size_bytes = file.metadata().map_err(io_error)?.len();
-    let reader = BufReader::with_capacity(1 << 16, file);
-    parse_header(reader, file_size_bytes, Arrays::Keep).map_err(|e| match e {
-        GgufError::Stream(source) => io_error(source),
-        other => other,
-    })
+    read_header_file(path, Arrays::Keep)
 }
 
 /// [`read_metadata`] without the array values (the vocabulary, merges, scores): every check is
 /// made and every tensor info read, but array-valued keys are passed over and left out of
 /// `metadata`. Several times faster on a large vocabulary; for listing models.
 pub fn read_metadata_without_arrays(path: &Path) -> Result<GgufHeader, GgufError> {
+    read_header_file(path, Arrays::Skip)
+}
+
+fn read_header_file(path: &Path, arrays: Arrays) -> Result<GgufHeader, GgufError> {
     let io_error = |source| GgufError::Io {
         path: path.to_path_buf(),
         source,
@@ -1089,7 +1083,7 @@ pub fn read_metadata_without_arrays(path: &Path) -> Result<GgufHeader, GgufError
     let file = File::open(path).map_err(io_error)?;
     let file_size_bytes = file.metadata().map_err(io_error)?.len();
     let reader = BufReader::with_capacity(1 << 16, file);
-    parse_header(reader, file_size_bytes, Arrays::Skip).map_err(|e| match e {
+    parse_header(reader, file_size_bytes, arrays).map_err(|e| match e {
         GgufError::Stream(source) => io_error(source),
         other => other,
     })
@@ -1381,19 +1375,7 @@ impl<R: Read> Source<R> {
     /// Pass over an array value, with the checks [`Self::array_value`] makes.
     fn skip_array(&mut self) -> Result<(), GgufError> {
         const W: &str = "array element";
-        let element_type = self.u32("array element type")?;
-        let count = self.u64("array length")?;
-        let element_bytes = match element_type {
-            TYPE_U8 | TYPE_I8 | TYPE_BOOL => 1,
-            TYPE_U16 | TYPE_I16 => 2,
-            TYPE_U32 | TYPE_I32 | TYPE_F32 => 4,
-            TYPE_U64 | TYPE_I64 | TYPE_F64 | TYPE_STRING => 8,
-            TYPE_ARRAY => {
-                return Err(self.malformed("nested arrays are not supported".to_owned()));
-            }
-            other => return Err(self.malformed(format!("unknown array element type {other}"))),
-        };
-        self.check_count(count, element_bytes, "array elements")?;
+        let (element_type, count, element_bytes) = self.array_header()?;
         if element_type != TYPE_STRING {
             return self.skip(count * element_bytes, W);
         }
@@ -1404,8 +1386,10 @@ impl<R: Read> Source<R> {
         Ok(())
     }
 
-    fn array_value(&mut self) -> Result<GgufArray, GgufError> {
-        const W: &str = "array element";
+    /// An array's element type and count, checked: a known, non-nested type, and no more
+    /// elements than the bytes left in the file can hold at their smallest size (a string's
+    /// length prefix). Returns that size too.
+    fn array_header(&mut self) -> Result<(u32, u64, u64), GgufError> {
         let element_type = self.u32("array element type")?;
         let count = self.u64("array length")?;
         let min_element_bytes = match element_type {
@@ -1419,6 +1403,12 @@ impl<R: Read> Source<R> {
             other => return Err(self.malformed(format!("unknown array element type {other}"))),
         };
         self.check_count(count, min_element_bytes, "array elements")?;
+        Ok((element_type, count, min_element_bytes))
+    }
+
+    fn array_value(&mut self) -> Result<GgufArray, GgufError> {
+        const W: &str = "array element";
+        let (element_type, count, _) = self.array_header()?;
         // Safe to preallocate: the check above bounds `count` by the bytes left in the file.
         let n = count as usize;
         macro_rules! read_vec {
