@@ -1,8 +1,8 @@
 //! End to end in tmux, the real binary: text whose grapheme clusters terminals measure
 //! differently from unicode-width (Bengali spacing vowel signs, Devanagari and Bengali
 //! clusters of three columns, an emoji with a skin tone, a ZWJ family, ❤️ with U+FE0F,
-//! halfwidth katakana with a voiced mark, Arabic harakat) is shown whole, and the metrics
-//! pane's border stays in its column on that row.
+//! halfwidth katakana with a voiced mark, Arabic harakat) is shown whole, the input's cursor
+//! stands right after it, and the metrics pane's border stays in its column on that row.
 //!
 //! The check does not trust tokscope's own width rules: the same text is printed by the shell
 //! in a second tmux window and the terminal's cursor says how many columns it took.
@@ -69,6 +69,18 @@ fn clusters_terminals_measure_differently_are_shown_whole_and_the_border_stays()
     let columns = terminal_columns(&tmux, MESSAGE);
     start_chat(&tmux, &model, "-n 4");
     tmux.type_text(MESSAGE);
+    // In the input box, the cursor stands right after the text, in the terminal's columns.
+    tmux.wait_for("the typed message", Duration::from_secs(10), |s| {
+        s.lines()
+            .any(|l| l.starts_with("› ") && l.trim_end().ends_with("end"))
+    });
+    let cursor = tmux.tmux(&["display", "-p", "-t", "main", "#{cursor_x}"]);
+    assert_eq!(
+        cursor.trim().parse::<usize>().unwrap(),
+        2 + columns,
+        "the input's cursor is not after the text:\n{}",
+        tmux.screen()
+    );
     tmux.keys(&["Enter"]);
     let screen = wait_idle_after_answers(&tmux, 1);
     let rows: Vec<&str> = screen.lines().collect();

@@ -46,6 +46,17 @@ fn line_rows(line: &str, max_w: usize, limit: usize) -> Vec<(usize, usize)> {
     out
 }
 
+/// Columns a row's text takes as drawn: printable ASCII a column a byte; otherwise the drawn
+/// text's width, so that the cursor lands after clusters the terminal draws wider (the
+/// fillers `clean` adds for them) and after whole emoji sequences.
+fn columns(text: &str) -> usize {
+    if text.bytes().all(|b| (b' '..=b'~').contains(&b)) {
+        text.len()
+    } else {
+        width(&clean(text))
+    }
+}
+
 /// The part of the input the box shows: only the rows around the cursor are laid out, so a
 /// key costs the same whatever the input's size (a scan of the cursor's line, no copies).
 #[derive(Debug, PartialEq)]
@@ -82,7 +93,7 @@ fn window<S: AsRef<str>>(
     let mut own = line_rows(line, max_w, usize::MAX);
     let (cur_row, cur_col) = if at == line.len() {
         let last = own.len() - 1;
-        let col: usize = line[own[last].0..].chars().map(shown_width).sum();
+        let col = columns(&line[own[last].0..]);
         if last_line && col >= max_w {
             // At the end of a full last row: the cursor starts the next one.
             own.push((line.len(), line.len()));
@@ -92,7 +103,7 @@ fn window<S: AsRef<str>>(
         }
     } else {
         let r = own.iter().position(|&(_, end)| at < end).unwrap_or(0);
-        let col = line[own[r].0..at].chars().map(shown_width).sum();
+        let col = columns(&line[own[r].0..at]);
         (r, col)
     };
     // Rows above the cursor's row, nearest last: this line's, then earlier lines' (only as
