@@ -92,13 +92,7 @@ fn a_failed_model_switch_keeps_the_model_and_a_good_one_switches() {
 fn copy_puts_the_answer_on_the_clipboard_and_says_when_the_terminal_cannot_take_it() {
     let _lock = common::model_lock();
     let dir = tempfile::tempdir().unwrap();
-    let model = common::synth(
-        dir.path(),
-        "tiny.gguf",
-        "tiny",
-        tokscope::synth::TensorType::F32,
-        1,
-    );
+    let model = common::tiny(dir.path());
     let data = dir.path().join("data");
     let tmux = Tmux::start("copy", 120, 40, &[("TOKSCOPE_DATA_DIR", &data)]);
     tmux.tmux(&["set", "-g", "set-clipboard", "on"]);

@@ -60,13 +60,7 @@ fn wait_box(tmux: &Tmux, after: &str, expect: &str) {
 fn readline_keys_edit_the_input_and_the_edited_text_is_sent() {
     let _lock = common::model_lock();
     let dir = tempfile::tempdir().unwrap();
-    let model = common::synth(
-        dir.path(),
-        "tiny.gguf",
-        "tiny",
-        tokscope::synth::TensorType::F32,
-        1,
-    );
+    let model = common::tiny(dir.path());
     let data = dir.path().join("data");
     let tmux = Tmux::start("editor", 120, 40, &[("TOKSCOPE_DATA_DIR", &data)]);
     start_chat(&tmux, &model, "-n 4");

@@ -120,13 +120,7 @@ fn chat_streams_shows_metrics_stops_on_esc_and_restores_the_terminal() {
 fn history_lists_and_resume_continues_a_saved_conversation() {
     let _lock = common::model_lock();
     let dir = tempfile::tempdir().unwrap();
-    let model = common::synth(
-        dir.path(),
-        "tiny.gguf",
-        "tiny",
-        tokscope::synth::TensorType::F32,
-        1,
-    );
+    let model = common::tiny(dir.path());
     let data = dir.path().join("data");
     let config = dir.path().join("config");
     let env: &[(&str, &Path)] = &[
@@ -205,13 +199,7 @@ fn history_lists_and_resume_continues_a_saved_conversation() {
 fn a_panic_restores_the_terminal_and_says_so_briefly() {
     let _lock = common::model_lock();
     let dir = tempfile::tempdir().unwrap();
-    let model = common::synth(
-        dir.path(),
-        "tiny.gguf",
-        "tiny",
-        tokscope::synth::TensorType::F32,
-        1,
-    );
+    let model = common::tiny(dir.path());
     let data = dir.path().join("data");
     let tmux = Tmux::start("panic", 100, 30, &[("TOKSCOPE_DATA_DIR", &data)]);
     tmux.wait_for("the shell prompt", Duration::from_secs(10), |s| {

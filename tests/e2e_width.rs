@@ -57,13 +57,7 @@ fn terminal_columns(tmux: &Tmux, text: &str) -> usize {
 fn clusters_terminals_measure_differently_are_shown_whole_and_the_border_stays() {
     let _lock = common::model_lock();
     let dir = tempfile::tempdir().unwrap();
-    let model = common::synth(
-        dir.path(),
-        "tiny.gguf",
-        "tiny",
-        tokscope::synth::TensorType::F32,
-        1,
-    );
+    let model = common::tiny(dir.path());
     let data = dir.path().join("data");
     let tmux = Tmux::start("width", 120, 40, &[("TOKSCOPE_DATA_DIR", &data)]);
     let columns = terminal_columns(&tmux, MESSAGE);

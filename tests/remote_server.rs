@@ -123,13 +123,7 @@ fn a_remote_turn_agrees_with_the_servers_own_timings_and_usage() {
 fn load_totals_equal_the_servers_metrics_counters_at_concurrency_1_2_4() {
     let _lock = common::model_lock();
     let dir = tempfile::tempdir().unwrap();
-    let model = common::synth(
-        dir.path(),
-        "tiny.gguf",
-        "tiny",
-        tokscope::synth::TensorType::F32,
-        1,
-    );
+    let model = common::tiny(dir.path());
     let server = LlamaServer::start(&model, 4, &[], dir.path());
     for c in [1, 2, 4] {
         let predicted_before = server.metric("llamacpp:tokens_predicted_total");
@@ -169,13 +163,7 @@ fn load_totals_equal_the_servers_metrics_counters_at_concurrency_1_2_4() {
 fn goodput_is_zero_at_an_impossible_slo_and_the_throughput_at_a_loose_one() {
     let _lock = common::model_lock();
     let dir = tempfile::tempdir().unwrap();
-    let model = common::synth(
-        dir.path(),
-        "tiny.gguf",
-        "tiny",
-        tokscope::synth::TensorType::F32,
-        1,
-    );
+    let model = common::tiny(dir.path());
     let server = LlamaServer::start(&model, 2, &[], dir.path());
     let run = |slo: &str| {
         let out = tokscope(&dir)
@@ -198,13 +186,7 @@ fn goodput_is_zero_at_an_impossible_slo_and_the_throughput_at_a_loose_one() {
 fn the_real_server_gives_401_for_a_bad_key_and_404_for_a_wrong_path() {
     let _lock = common::model_lock();
     let dir = tempfile::tempdir().unwrap();
-    let model = common::synth(
-        dir.path(),
-        "tiny.gguf",
-        "tiny",
-        tokscope::synth::TensorType::F32,
-        1,
-    );
+    let model = common::tiny(dir.path());
     let server = LlamaServer::start(&model, 1, &["--api-key", "right-key"], dir.path());
     let out = tokscope(&dir)
         .env("TOKSCOPE_TEST_KEY", "wrong-key")

@@ -66,24 +66,13 @@ pub(crate) fn run(args: &ChatArgs, mut settings: Settings) -> Result<(), Failure
         settings.engine.threads as usize,
     );
     let (events_tx, events) = tokio::sync::mpsc::unbounded_channel();
-    let mut engine =
-        crate::engine::EngineHandle::spawn_with_events(config.clone(), events_tx.clone())?;
+    let engine = crate::engine::EngineHandle::spawn_with_events(config.clone(), events_tx.clone())?;
     let backends = crate::tui::Backends {
         events: events_tx,
         remote_chat: false,
         timeout: args.remote.endpoint_timeout()?,
     };
-    let result = crate::tui::run_chat(
-        app,
-        &mut engine,
-        events,
-        backends,
-        config,
-        save_slot,
-        notices,
-    );
-    engine.shutdown();
-    chat_end(result?.1)
+    serve(app, engine, events, backends, config, save_slot, notices)
 }
 
 /// `tokscope chat --url URL`: the same chat against an OpenAI-compatible server.
@@ -139,12 +128,26 @@ fn run_remote(args: &ChatArgs, url: &str, settings: Settings) -> Result<(), Fail
         model,
         facts,
     };
-    let mut engine = crate::remote::spawn(Some(main), timeout, events_tx.clone())?;
+    let engine = crate::remote::spawn(Some(main), timeout, events_tx.clone())?;
     let backends = crate::tui::Backends {
         events: events_tx,
         remote_chat: true,
         timeout,
     };
+    serve(app, engine, events, backends, config, save_slot, notices)
+}
+
+/// Runs the chat loop on `engine` (local or remote), then shuts the engine down whatever the
+/// loop's outcome, and turns how the chat ended into the exit.
+fn serve(
+    app: crate::app::App,
+    mut engine: crate::engine::EngineHandle,
+    events: crate::engine::EventReceiver,
+    backends: crate::tui::Backends,
+    config: crate::engine::EngineConfig,
+    save_slot: crate::history::SaveSlot,
+    notices: Vec<String>,
+) -> Result<(), Failure> {
     let result = crate::tui::run_chat(
         app,
         &mut engine,

@@ -38,6 +38,11 @@ pub fn synth(dir: &Path, name: &str, preset: &str, ty: TensorType, seed: u64) ->
     path
 }
 
+/// The tiny test model in F32, seed 1, as `dir/tiny.gguf`.
+pub fn tiny(dir: &Path) -> PathBuf {
+    synth(dir, "tiny.gguf", "tiny", TensorType::F32, 1)
+}
+
 /// A model slow enough (a few ms per token on one core) for cancellation and timing tests.
 pub fn synth_medium(dir: &Path) -> PathBuf {
     let mut spec = SynthSpec::preset("small").unwrap();
