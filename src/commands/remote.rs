@@ -166,8 +166,16 @@ pub(crate) fn run_remote(
             ignore_eos: args.ignore_eos,
         };
         let mut stdout = std::io::stdout();
+        // --token-lines: one line per streamed chunk (the server's unit; a chunk may hold
+        // several tokens), indexed in arrival order.
+        let mut chunk = 0usize;
         let mut on_text = |text: &str, _at: Duration| {
-            if !json {
+            if args.token_lines {
+                let line = serde_json::json!({ "index": chunk, "text": text });
+                chunk += 1;
+                let _ = writeln!(stdout, "{line}");
+                let _ = stdout.flush();
+            } else if !json {
                 let _ = stdout.write_all(text.as_bytes());
                 let _ = stdout.flush();
             }
@@ -202,7 +210,9 @@ pub(crate) fn run_remote(
             .map_err(|e| Failure::new(FAILURE, e.to_string()))?;
         writeln!(stdout, "{text}")?;
     } else {
-        writeln!(stdout)?;
+        if !args.token_lines {
+            writeln!(stdout)?;
+        }
         eprint!("{}", human_summary(&report));
     }
     stdout.flush()?;

@@ -43,6 +43,12 @@ pub struct RunArgs {
     /// Print one JSON object (text, every metric, reproducibility stamp) instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Write one JSON line per generated token to stdout the moment it arrives
+    /// (`{"index":0,"text":"…"}`, flushed at once), instead of the bare text: an outside
+    /// observer can count and time every token, also one whose text is held back (a split
+    /// UTF-8 character) or empty. The summary still goes to stderr; --report keeps the figures.
+    #[arg(long, conflicts_with = "json")]
+    pub token_lines: bool,
     /// Generate exactly --max-tokens tokens, ignoring end-of-generation tokens and stop
     /// strings (for measuring decode speed, like llama.cpp's --ignore-eos).
     #[arg(long)]
@@ -291,15 +297,24 @@ pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure>
             }
             EngineEvent::LoadFailed(e) => return Err(e.into()),
             EngineEvent::Token {
-                request_id, text, ..
+                request_id,
+                index,
+                text,
+                ..
             } if Some(request_id) == request && !args.json => {
-                // A hostile model must not reach the terminal's clipboard or title (OSC 52,
-                // OSC 0): control characters are neutralised unless stdout is a pipe or file,
-                // or --raw asks for the bytes.
-                let text = crate::text::for_output(&text, stdout_terminal && !args.raw);
-                let written = stdout
-                    .write_all(text.as_bytes())
-                    .and_then(|()| stdout.flush());
+                let written = if args.token_lines {
+                    // JSON escapes every control character: safe on a terminal too.
+                    let line = serde_json::json!({ "index": index, "text": text });
+                    writeln!(stdout, "{line}").and_then(|()| stdout.flush())
+                } else {
+                    // A hostile model must not reach the terminal's clipboard or title (OSC
+                    // 52, OSC 0): control characters are neutralised unless stdout is a pipe
+                    // or file, or --raw asks for the bytes.
+                    let text = crate::text::for_output(&text, stdout_terminal && !args.raw);
+                    stdout
+                        .write_all(text.as_bytes())
+                        .and_then(|()| stdout.flush())
+                };
                 if quiet_on_closed_pipe(written)? {
                     engine.shutdown();
                     return Ok(());
@@ -331,7 +346,9 @@ pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure>
                         ));
                     }
                     if !args.json {
-                        writeln!(stdout)?;
+                        if !args.token_lines {
+                            writeln!(stdout)?;
+                        }
                         eprint!("turn {}: {}", turn - 1, human_summary(&full, info));
                     }
                     reports.push(full);
@@ -348,7 +365,12 @@ pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure>
                         .map_err(|e| Failure::new(FAILURE, e.to_string()))?;
                     writeln!(stdout, "{json}")
                 } else {
-                    writeln!(stdout).map(|()| {
+                    let end = if args.token_lines {
+                        Ok(())
+                    } else {
+                        writeln!(stdout)
+                    };
+                    end.map(|()| {
                         eprint!(
                             "{}",
                             crate::text::terminal_safe(&human_summary(&full, info))
