@@ -130,6 +130,65 @@ fn run_streams_text_and_prints_a_summary() {
         );
 }
 
+/// `run --token-lines`: one JSON line per generated token, indexed from 0, as many as the
+/// report counts (held-back and empty texts included), and their texts join to the answer.
+#[test]
+fn run_token_lines_gives_one_line_per_token() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let model = write_tiny(home.path());
+    let report = home.path().join("report.jsonl");
+    let out = tokscope(home.path())
+        .args([
+            "run",
+            "-p",
+            "Hi",
+            "--temp",
+            "0",
+            "-n",
+            "24",
+            "--ignore-eos",
+            "-t",
+            "1",
+            "--token-lines",
+            "--report",
+        ])
+        .arg(&report)
+        .arg("-m")
+        .arg(&model)
+        .assert()
+        .success()
+        .stderr(no_panic())
+        .get_output()
+        .stdout
+        .clone();
+    let lines: Vec<serde_json::Value> = String::from_utf8(out)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let report: serde_json::Value =
+        serde_json::from_str(std::fs::read_to_string(&report).unwrap().lines().next().unwrap())
+            .unwrap();
+    assert_eq!(
+        lines.len() as u64,
+        report["metrics"]["tokens_generated"].as_u64().unwrap()
+    );
+    assert_eq!(lines.len(), 24);
+    for (i, line) in lines.iter().enumerate() {
+        assert_eq!(line["index"].as_u64(), Some(i as u64), "{line}");
+    }
+    let joined: String = lines.iter().map(|l| l["text"].as_str().unwrap()).collect();
+    assert_eq!(joined, report["text"].as_str().unwrap());
+    // --json and --token-lines both want stdout.
+    tokscope(home.path())
+        .args(["run", "-p", "Hi", "--json", "--token-lines", "-m"])
+        .arg(&model)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--token-lines"));
+}
+
 #[test]
 fn bad_model_files_give_clear_errors_and_exit_3() {
     let home = tempfile::tempdir().unwrap();
