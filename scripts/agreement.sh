@@ -26,7 +26,7 @@ usage() {
   cat <<'HELP'
 Usage: scripts/agreement.sh [--quick | --full] [options]
 
-  --quick            synthetic models written on the spot, short tests, 2 rounds: the form CI
+  --quick            synthetic models written on the spot, short tests, 3 rounds: the form CI
                      runs (a few minutes once llama.cpp's tools are built)
   --full             the demo model (tokscope fetch-demo), llama-bench's default lengths,
                      4 rounds: the form BENCHMARKS.md quotes (default)
@@ -77,7 +77,7 @@ done
 case "$threads" in
   '' | *[!0-9]* | 0) echo "error: --threads must be a positive integer, got '$threads'" >&2; exit 2 ;;
 esac
-if [ "$mode" = quick ]; then rounds=${rounds:-2}; else rounds=${rounds:-4}; fi
+if [ "$mode" = quick ]; then rounds=${rounds:-3}; else rounds=${rounds:-4}; fi
 case "$rounds" in
   '' | *[!0-9]* | 0) echo "error: --rounds must be a positive integer, got '$rounds'" >&2; exit 2 ;;
 esac
