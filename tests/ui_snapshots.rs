@@ -198,6 +198,7 @@ fn finished_turn(
         first_logits: None,
         host: Default::default(),
         sampler: "host-greedy",
+        sampling: Default::default(),
         spec: None,
     };
     turn.on_finished(report);

@@ -357,6 +357,7 @@ mod tests {
             first_logits: None,
             host: Default::default(),
             sampler: "host-greedy",
+            sampling: Default::default(),
             spec: None,
         }
     }

@@ -464,6 +464,8 @@ fn engine_settings(job: &Job) -> EngineSettings {
         n_gpu_layers: p.gpu_layers_setting(),
         template: TemplateChoice::Auto,
         spec: crate::llama::settings::SpecSettings::default(),
+        sampling: crate::llama::settings::SamplingMode::Host,
+        first_sampling: None,
     }
 }
 

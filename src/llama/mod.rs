@@ -184,6 +184,22 @@ pub fn new_context<'m>(
         })
 }
 
+/// A context whose sequence 0 samples inside the graph with `chain` (llama.cpp's backend
+/// sampling: its logits are not copied out; `LlamaContext::sampled_token_ith` reads the token).
+pub fn new_context_with_chain<'m>(
+    model: &'m LlamaModel,
+    s: &EngineSettings,
+    chain: LlamaSampler,
+) -> Result<LlamaContext<'m>, EngineError> {
+    crate::logging::clear_llama_problems();
+    model
+        .new_context_with_samplers(backend()?, context_params(s, 1), [(0, chain)])
+        .map_err(|_| EngineError::ContextFailed {
+            n_ctx: s.n_ctx,
+            llama_says: llama_says(),
+        })
+}
+
 /// llama.cpp's usual chain order: penalties → top-k → top-p → min-p → temperature → draw.
 pub fn build_sampler(p: &SamplingParams, n_vocab: i32) -> LlamaSampler {
     let mut chain = Vec::new();
