@@ -25,6 +25,16 @@ pub struct SamplingPlace {
     pub why: &'static str,
 }
 
+impl serde::Serialize for SamplingPlace {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut st = s.serialize_struct("SamplingPlace", 2)?;
+        st.serialize_field("place", self.as_str())?;
+        st.serialize_field("why", self.why)?;
+        st.end()
+    }
+}
+
 impl SamplingPlace {
     pub fn as_str(self) -> &'static str {
         if self.backend {
