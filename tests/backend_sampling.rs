@@ -440,3 +440,106 @@ fn engine_auto_switches_and_explicit_backend_refuses() {
         }
     }
 }
+
+fn tokscope(home: &std::path::Path) -> assert_cmd::Command {
+    let mut cmd = assert_cmd::Command::cargo_bin("tokscope").unwrap();
+    cmd.env("TOKSCOPE_DATA_DIR", home.join("data"))
+        .env("TOKSCOPE_CONFIG_DIR", home.join("config"))
+        .env_remove("TOKSCOPE_MODEL")
+        .env_remove("RUST_BACKTRACE");
+    cmd
+}
+
+/// `run --json` says where it sampled and why; `--sampling backend` with a repetition penalty
+/// fails naming it; a bad value is a usage error.
+#[test]
+fn run_json_says_where_it_sampled() {
+    let _lock = common::model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::synth(dir.path(), "tiny.gguf", "tiny", TensorType::F32, 1);
+    let json = |extra: &[&str]| -> serde_json::Value {
+        let out = tokscope(dir.path())
+            .arg("run")
+            .arg("-m")
+            .arg(&model)
+            .args(["-p", "Once upon a time", "-n", "8", "-t", "1", "--json"])
+            .args(extra)
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone();
+        serde_json::from_slice(&out).unwrap()
+    };
+    let auto = json(&["--temp", "0"]);
+    assert_eq!(auto["sampling"]["place"], "backend");
+    assert!(auto["sampling"]["why"]
+        .as_str()
+        .unwrap()
+        .starts_with("auto"));
+    assert_eq!(auto["sampler"], "backend");
+    let host = json(&["--temp", "0", "--sampling", "host"]);
+    assert_eq!(host["sampling"]["place"], "host");
+    assert_eq!(host["sampler"], "host-greedy");
+    assert_eq!(host["text"], auto["text"]);
+    let penalty = json(&["--repeat-penalty", "1.1"]);
+    assert_eq!(penalty["sampling"]["place"], "host");
+    assert!(penalty["sampling"]["why"]
+        .as_str()
+        .unwrap()
+        .contains("repeat_penalty"));
+    let failed = tokscope(dir.path())
+        .arg("run")
+        .arg("-m")
+        .arg(&model)
+        .args(["-p", "Hi", "-n", "4", "-t", "1", "--repeat-penalty", "1.1"])
+        .args(["--sampling", "backend"])
+        .assert()
+        .failure()
+        .get_output()
+        .clone();
+    let err = String::from_utf8_lossy(&failed.stderr);
+    assert!(
+        err.contains("repeat_penalty") && err.contains("--sampling host"),
+        "{err}"
+    );
+    tokscope(dir.path())
+        .arg("run")
+        .arg("-m")
+        .arg(&model)
+        .args(["-p", "Hi", "--sampling", "gpu"])
+        .assert()
+        .code(2);
+}
+
+/// `bench --tg-sampling`: llama-bench's tg (no sampling), the chat's chain on the host, and
+/// the chain inside the graph when auto picks it; `--sampling host` leaves the backend row out.
+#[test]
+fn bench_rows_without_and_with_sampling() {
+    let _lock = common::model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::synth(dir.path(), "tiny.gguf", "tiny", TensorType::F32, 1);
+    let tests = |extra: &[&str]| -> Vec<String> {
+        let out = tokscope(dir.path())
+            .arg("bench")
+            .arg("-m")
+            .arg(&model)
+            .args(["--no-probe", "-p", "0", "-n", "16", "-r", "1", "-t", "1"])
+            .args(["--tg-sampling", "-o", "json"])
+            .args(extra)
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone();
+        let rows: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["test"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(tests(&[]), ["tg16", "tg16+sampling", "tg16+backend"]);
+    assert_eq!(tests(&["--sampling", "host"]), ["tg16", "tg16+sampling"]);
+    assert_eq!(tests(&["--sampling", "backend"]), ["tg16", "tg16+backend"]);
+}
