@@ -11,7 +11,7 @@ use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
 use tokscope::engine::EngineError;
-use tokscope::llama::sampler::{backend_chain, choose_place, HostSampler};
+use tokscope::llama::sampler::{backend_chain, choose_place, HostSampler, PlaceContext};
 use tokscope::llama::settings::{SamplingMode, SamplingParams};
 use tokscope::synth::TensorType;
 
@@ -317,7 +317,25 @@ fn auto_and_explicit_choices() {
         repeat_penalty: 1.1,
         ..common::greedy()
     };
-    let at = |m, p: &SamplingParams, spec, logits| choose_place(m, p, spec, logits);
+    let at = |m, p: &SamplingParams, speculative, needs_logits| {
+        let gpu = PlaceContext {
+            speculative,
+            needs_logits,
+            output_on_gpu: true,
+        };
+        let cpu = PlaceContext {
+            output_on_gpu: false,
+            ..gpu
+        };
+        let on_cpu = choose_place(m, p, cpu);
+        // On the CPU, auto stays on the host; explicit choices do not depend on the device.
+        if m == SamplingMode::Auto {
+            assert!(!on_cpu.unwrap().backend);
+        } else {
+            assert_eq!(on_cpu.is_ok(), choose_place(m, p, gpu).is_ok());
+        }
+        choose_place(m, p, gpu)
+    };
     assert!(
         at(SamplingMode::Auto, &greedy, false, false)
             .unwrap()
@@ -346,6 +364,11 @@ fn auto_and_explicit_choices() {
     );
     assert!(
         at(SamplingMode::Backend, &greedy, false, false)
+            .unwrap()
+            .backend
+    );
+    assert!(
+        at(SamplingMode::Backend, &warm, false, false)
             .unwrap()
             .backend
     );
@@ -394,36 +417,37 @@ fn engine_backend_and_host_agree_at_temperature_zero() {
     assert!(answers[0].iter().map(|(_, n)| n).sum::<usize>() > 50);
 }
 
-/// Auto moves between backend and host as the turn's settings require (creating the context
-/// again), and an explicit backend with a setting it cannot do fails with a message naming it.
+/// A turn whose chain differs from the context's creates the context again (the KV cache
+/// starts empty), the same chain reuses it; auto on this CPU-only machine samples on the host
+/// and says why; an explicit backend with a setting it cannot do fails naming the setting.
 #[test]
-fn engine_auto_switches_and_explicit_backend_refuses() {
+fn engine_rebuilds_for_a_new_chain_and_explicit_backend_refuses() {
     let _lock = common::model_lock();
     let dir = tempfile::tempdir().unwrap();
     let path = common::synth(dir.path(), "tiny.gguf", "tiny", TensorType::F32, 13);
-    let mut engine = engine_with(&path, SamplingMode::Auto);
-    let penalty = SamplingParams {
-        repeat_penalty: 1.2,
-        ..common::greedy()
+    let mut engine = engine_with(&path, SamplingMode::Backend);
+    let warm = SamplingParams {
+        seed: 9,
+        ..SamplingParams::default()
     };
     let msgs = || vec![common::user("Once upon a time")];
     let a = engine.turn(msgs(), common::greedy(), 16);
     assert!(a.report.sampling.backend, "{:?}", a.report.sampling);
-    let b = engine.turn(msgs(), penalty.clone(), 16);
-    assert!(!b.report.sampling.backend);
-    assert!(b.report.sampling.why.contains("repeat_penalty"));
-    // The context was created again: nothing of the earlier turn is reused.
+    let b = engine.turn(msgs(), warm, 16);
+    assert!(b.report.sampling.backend);
+    // The context was created again for the new chain: nothing of the earlier turn is reused.
     assert_eq!(b.prefill_started.unwrap().1, 0);
     let c = engine.turn(msgs(), common::greedy(), 16);
-    assert!(c.report.sampling.backend);
+    assert_eq!(c.prefill_started.unwrap().1, 0);
     assert_eq!(c.report.text, a.report.text);
     // The same chain again: the KV cache is reused.
     let d = engine.turn(msgs(), common::greedy(), 16);
     assert!(d.prefill_started.unwrap().1 > 0);
     assert_eq!(d.report.text, a.report.text);
-    drop(engine);
-
-    let mut engine = engine_with(&path, SamplingMode::Backend);
+    let penalty = SamplingParams {
+        repeat_penalty: 1.2,
+        ..common::greedy()
+    };
     let id = engine.handle.generate(msgs(), penalty, 8).unwrap();
     loop {
         match engine.events.blocking_recv().expect("engine gone") {
@@ -439,6 +463,20 @@ fn engine_auto_switches_and_explicit_backend_refuses() {
             _ => {}
         }
     }
+    // The engine goes on after the refusal.
+    let e = engine.turn(msgs(), common::greedy(), 16);
+    assert_eq!(e.report.text, a.report.text);
+    drop(engine);
+
+    let mut engine = engine_with(&path, SamplingMode::Auto);
+    let f = engine.turn(msgs(), common::greedy(), 16);
+    assert!(!f.report.sampling.backend);
+    assert!(
+        f.report.sampling.why.contains("CPU"),
+        "{:?}",
+        f.report.sampling
+    );
+    assert_eq!(f.report.text, a.report.text);
 }
 
 fn tokscope(home: &std::path::Path) -> assert_cmd::Command {
@@ -472,16 +510,19 @@ fn run_json_says_where_it_sampled() {
         serde_json::from_slice(&out).unwrap()
     };
     let auto = json(&["--temp", "0"]);
-    assert_eq!(auto["sampling"]["place"], "backend");
+    // This CPU-only machine: auto stays on the host.
+    assert_eq!(auto["sampling"]["place"], "host");
     assert!(auto["sampling"]["why"]
         .as_str()
         .unwrap()
         .starts_with("auto"));
-    assert_eq!(auto["sampler"], "backend");
+    let backend = json(&["--temp", "0", "--sampling", "backend"]);
+    assert_eq!(backend["sampling"]["place"], "backend");
+    assert_eq!(backend["sampler"], "backend");
     let host = json(&["--temp", "0", "--sampling", "host"]);
     assert_eq!(host["sampling"]["place"], "host");
     assert_eq!(host["sampler"], "host-greedy");
-    assert_eq!(host["text"], auto["text"]);
+    assert_eq!(host["text"], backend["text"]);
     let penalty = json(&["--repeat-penalty", "1.1"]);
     assert_eq!(penalty["sampling"]["place"], "host");
     assert!(penalty["sampling"]["why"]
@@ -513,7 +554,8 @@ fn run_json_says_where_it_sampled() {
 }
 
 /// `bench --tg-sampling`: llama-bench's tg (no sampling), the chat's chain on the host, and
-/// the chain inside the graph when auto picks it; `--sampling host` leaves the backend row out.
+/// the chain inside the graph with `--sampling backend` (and with auto where the output layer
+/// is on a GPU: not on this CPU-only machine); `--sampling host` leaves the backend row out.
 #[test]
 fn bench_rows_without_and_with_sampling() {
     let _lock = common::model_lock();
@@ -539,7 +581,7 @@ fn bench_rows_without_and_with_sampling() {
             .map(|r| r["test"].as_str().unwrap().to_string())
             .collect()
     };
-    assert_eq!(tests(&[]), ["tg16", "tg16+sampling", "tg16+backend"]);
+    assert_eq!(tests(&[]), ["tg16", "tg16+sampling"]);
     assert_eq!(tests(&["--sampling", "host"]), ["tg16", "tg16+sampling"]);
     assert_eq!(tests(&["--sampling", "backend"]), ["tg16", "tg16+backend"]);
 }

@@ -391,7 +391,15 @@ fn sampled_rows(args: &BenchArgs, settings: &Settings) -> Result<(bool, bool), F
     if !args.tg_sampling {
         return Ok((false, false));
     }
-    let place = crate::llama::sampler::choose_place(mode, &settings.sampling, false, false)
+    // Auto's backend row needs the output layer on a GPU: a device, and every layer offloaded
+    // (the model is not loaded yet, so a partial -ngl counts as the CPU).
+    let cx = crate::llama::sampler::PlaceContext {
+        output_on_gpu: !crate::llama::gpu_devices().is_empty()
+            && settings.engine.n_gpu_layers.is_none()
+            && cfg!(any(feature = "cuda", feature = "cuda-dl")),
+        ..Default::default()
+    };
+    let place = crate::llama::sampler::choose_place(mode, &settings.sampling, cx)
         .map_err(|e| Failure::new(USAGE, e.to_string()))?;
     Ok(match mode {
         SamplingMode::Host => (true, false),

@@ -22,7 +22,9 @@ use super::spec::Drafter;
 use crate::llama;
 use crate::llama::error::EngineError;
 use crate::llama::model_info::ModelInfo;
-use crate::llama::sampler::{backend_chain, choose_place, HostSampler, SamplingPlace};
+use crate::llama::sampler::{
+    backend_chain, choose_place, HostSampler, PlaceContext, SamplingPlace,
+};
 use crate::llama::settings::{EngineSettings, SamplingParams, TemplateChoice};
 use crate::llama::settings::{SpecMode, SpecSettings};
 use crate::metrics::host::HostTimes;
@@ -69,6 +71,8 @@ pub(super) struct Session<'m> {
     /// The sampling whose chain runs inside the context's graph (backend sampling); `None`:
     /// the context copies the logits out and the host samples.
     backend_chain: Option<SamplingParams>,
+    /// The output layer runs on a GPU (auto samples on the backend only then).
+    output_on_gpu: bool,
 }
 
 /// Marks a message's place in the templated prompt, so the template's text around it can be
@@ -85,9 +89,14 @@ impl<'m> Session<'m> {
     ) -> Result<Self, EngineError> {
         // The first turn's chain on the backend when it can run there, so that the first turn
         // does not create the context again.
+        let output_on_gpu = llama::output_on_gpu(model, &cfg.settings);
         let backend = cfg.settings.first_sampling.clone().filter(|p| {
-            choose_place(cfg.settings.sampling, p, cfg.settings.spec.active(), false)
-                .is_ok_and(|place| place.backend)
+            let cx = PlaceContext {
+                speculative: cfg.settings.spec.active(),
+                needs_logits: false,
+                output_on_gpu,
+            };
+            choose_place(cfg.settings.sampling, p, cx).is_ok_and(|place| place.backend)
         });
         let ctx = match &backend {
             Some(p) => llama::new_context_with_chain(model, &cfg.settings, backend_chain(p))?,
@@ -117,6 +126,7 @@ impl<'m> Session<'m> {
             draft_cost_ratio: 0.0,
             settings: cfg.settings.clone(),
             backend_chain: backend,
+            output_on_gpu,
         })
     }
 
@@ -128,8 +138,12 @@ impl<'m> Session<'m> {
         p: &SamplingParams,
         needs_logits: bool,
     ) -> Result<SamplingPlace, EngineError> {
-        let speculative = self.drafter.is_some() && self.spec.active();
-        let place = choose_place(self.settings.sampling, p, speculative, needs_logits)?;
+        let cx = PlaceContext {
+            speculative: self.drafter.is_some() && self.spec.active(),
+            needs_logits,
+            output_on_gpu: self.output_on_gpu,
+        };
+        let place = choose_place(self.settings.sampling, p, cx)?;
         let want = place.backend.then(|| p.clone());
         if want != self.backend_chain {
             tracing::info!(

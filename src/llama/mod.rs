@@ -106,6 +106,12 @@ fn kv_cache_type(t: KvType) -> KvCacheType {
     }
 }
 
+/// Whether the model's output layer runs on a GPU: a GPU device exists and the layers to
+/// offload cover the output layer too (llama.cpp offloads it with more than n_layer layers).
+pub fn output_on_gpu(model: &LlamaModel, s: &EngineSettings) -> bool {
+    !gpu_devices().is_empty() && requested_gpu_layers(s.n_gpu_layers) > model.n_layer()
+}
+
 /// Layers to offload: all of them by default when built with CUDA, none on the CPU build.
 pub(crate) fn requested_gpu_layers(setting: Option<u32>) -> u32 {
     match setting {

@@ -45,17 +45,35 @@ impl SamplingPlace {
     }
 }
 
+/// What decides where a turn samples, besides the chain's own settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PlaceContext {
+    /// Speculative decoding is on: its verification reads the full logits.
+    pub speculative: bool,
+    /// The caller wants the first token's logits row.
+    pub needs_logits: bool,
+    /// The model's output layer runs on a GPU (see `output_on_gpu`).
+    pub output_on_gpu: bool,
+}
+
 /// Where the chain for `p` runs under `mode`. The backend needs every sampler of the chain to
 /// have a backend implementation in llama.cpp (greedy, top-k, top-p, min-p, temperature,
 /// dist: llama.h's `llama_sampler_i::backend_*`; the penalties sampler has none) and no reader
 /// of the full logits (speculative decoding verifies drafts against them; a captured
-/// first-token row). `Backend` with such a setting is an error naming it.
+/// first-token row). `Backend` with such a setting is an error naming it. `Auto` also wants the
+/// output layer on a GPU: on the CPU backend the sampling graph costs more than the host
+/// sampler it replaces (measured in BENCHMARKS.md, "Host time between two decodes": a
+/// whole-vocabulary `pad` in the graph), so there auto stays on the host.
 pub fn choose_place(
     mode: SamplingMode,
     p: &SamplingParams,
-    speculative: bool,
-    needs_logits: bool,
+    cx: PlaceContext,
 ) -> Result<SamplingPlace, EngineError> {
+    let PlaceContext {
+        speculative,
+        needs_logits,
+        output_on_gpu,
+    } = cx;
     let blocker = if p.repeat_penalty != 1.0 {
         Some((
             "a repetition penalty (repeat_penalty ≠ 1) has no backend implementation in llama.cpp",
@@ -83,9 +101,13 @@ pub fn choose_place(
             backend: false,
             why,
         }),
-        (SamplingMode::Auto, None) => Ok(SamplingPlace {
+        (SamplingMode::Auto, None) if output_on_gpu => Ok(SamplingPlace {
             backend: true,
-            why: "auto: every sampler of the chain runs on the backend",
+            why: "auto: the output layer is on the GPU and every sampler of the chain runs there",
+        }),
+        (SamplingMode::Auto, None) => Ok(SamplingPlace {
+            backend: false,
+            why: "auto: the output layer is on the CPU, where sampling in the graph is slower than on the host",
         }),
         (SamplingMode::Backend, None) => Ok(SamplingPlace {
             backend: true,
