@@ -14,6 +14,7 @@
 # llama.cpp's graph) in ABBA order at both temperatures: decode tok/s, the mean decode call
 # and host µs/tok (with backend sampling the sampling work moves into the decode call, so
 # compare decode tok/s, not host time alone).
+# BENCH_HOST_MODELS=tiny runs the tiny model only (the 1B model takes minutes on a busy CPU).
 # Needs Llama 3's tokenizer.json: $TOKSCOPE_LLAMA3_TOKENIZER, else target/tmp/llama3-tokenizer
 # (the tests fetch it there), else --fetch-tokenizer.
 set -euo pipefail
@@ -30,6 +31,9 @@ tokarg=(--tokenizer "$tok")
 [ -f "$tok" ] || tokarg=(--fetch-tokenizer)
 [ -f "$dir/tiny-l3.gguf" ] || "$after" synth --preset tiny --type q8_0 "${tokarg[@]}" -o "$dir/tiny-l3.gguf" >/dev/null
 [ -f "$dir/l3-1b-q4km.gguf" ] || "$after" synth --preset llama3.2-1b --type q4_k_m "${tokarg[@]}" -o "$dir/l3-1b-q4km.gguf" >/dev/null
+
+models=("$dir/tiny-l3.gguf" "$dir/l3-1b-q4km.gguf")
+[ "${BENCH_HOST_MODELS:-}" = tiny ] && models=("$dir/tiny-l3.gguf")
 
 bins=()
 [ "$before" != "-" ] && bins+=("before=$before")
@@ -71,7 +75,7 @@ for r in rows:
 echo "# bench-host: $(date -u +%FT%TZ) rounds=$rounds tokens=$tokens threads=$threads $(nproc) cpus load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# $(lscpu | sed -n 's/^Model name: *//p')"
 for spec in "${bins[@]}"; do echo "# ${spec%%=*}: ${spec#*=} ($("${spec#*=}" --version 2>/dev/null || true))"; done
-for model in "$dir/tiny-l3.gguf" "$dir/l3-1b-q4km.gguf"; do
+for model in "${models[@]}"; do
   for r in $(seq 1 "$rounds"); do
     # ABBA: the order of binaries flips every other round.
     order=("${bins[@]}")
@@ -83,7 +87,7 @@ for model in "$dir/tiny-l3.gguf" "$dir/l3-1b-q4km.gguf"; do
 done
 # Host sampling against backend sampling, same binary, ABBA.
 places=(host backend)
-for model in "$dir/tiny-l3.gguf" "$dir/l3-1b-q4km.gguf"; do
+for model in "${models[@]}"; do
   for r in $(seq 1 "$rounds"); do
     order=("${places[@]}")
     [ $((r % 2)) -eq 0 ] && order=(backend host)
