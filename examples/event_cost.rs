@@ -41,8 +41,14 @@ fn main() {
             let mut bytes = 0usize;
             while let Some(e) = rx.blocking_recv() {
                 match e {
-                    Event::Token { text, index, request_id, at } => {
-                        bytes += text.len() + index + request_id as usize + at.subsec_nanos() as usize
+                    Event::Token {
+                        text,
+                        index,
+                        request_id,
+                        at,
+                    } => {
+                        bytes +=
+                            text.len() + index + request_id as usize + at.subsec_nanos() as usize
                     }
                     Event::Done => break,
                 }
@@ -58,7 +64,13 @@ fn main() {
             stamps.push(at);
             let text = String::from(" word");
             let b = Instant::now();
-            tx.send(Event::Token { request_id: 1, index: i, text, at }).unwrap();
+            tx.send(Event::Token {
+                request_id: 1,
+                index: i,
+                text,
+                at,
+            })
+            .unwrap();
             let c = Instant::now();
             piece_us.push((b - a).as_secs_f64() * 1e6);
             send_us.push((c - b).as_secs_f64() * 1e6);
