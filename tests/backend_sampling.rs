@@ -585,3 +585,37 @@ fn bench_rows_without_and_with_sampling() {
     assert_eq!(tests(&["--sampling", "host"]), ["tg16", "tg16+sampling"]);
     assert_eq!(tests(&["--sampling", "backend"]), ["tg16", "tg16+backend"]);
 }
+
+/// The seed's random stream at temperature > 0: host sampling starts it again every turn (the
+/// same turn twice gives the same answer); backend sampling seeds the chain once, when the
+/// context is created for it, and a later turn with the same settings continues the stream.
+#[test]
+fn seeded_stream_per_turn_on_the_host_per_context_on_the_backend() {
+    let _lock = common::model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let path = common::synth(dir.path(), "tiny.gguf", "tiny", TensorType::F32, 17);
+    let warm = SamplingParams {
+        temperature: 1.5,
+        top_k: 0,
+        top_p: 1.0,
+        min_p: 0.0,
+        seed: 5,
+        ..SamplingParams::default()
+    };
+    let msgs = || vec![common::user("Once upon a time")];
+    let mut texts = Vec::new();
+    for mode in [SamplingMode::Host, SamplingMode::Backend] {
+        let mut s = common::settings(512);
+        s.sampling = mode;
+        s.first_sampling = Some(warm.clone());
+        let mut engine = common::start(&path, s);
+        let a = engine.turn(msgs(), warm.clone(), 24).report.text;
+        let b = engine.turn(msgs(), warm.clone(), 24).report.text;
+        texts.push((a, b));
+    }
+    let (host, backend) = (&texts[0], &texts[1]);
+    assert_eq!(host.0, host.1, "host: the same seed, the same answer");
+    assert_ne!(backend.0, backend.1, "backend: the stream goes on");
+    // The first turn on each draws from the same seeded stream.
+    assert_eq!(host.0, backend.0);
+}
