@@ -10,6 +10,11 @@
 # host µs/tok is computed the same way for both binaries: TPOT minus the mean decode call
 # (decode wall time per token minus time inside llama_decode + synchronize); binaries that
 # report it themselves also print their own figure (`host.host_us_per_token`).
+# Then, with AFTER_BIN only, `--sampling host` against `--sampling backend` (the chain inside
+# llama.cpp's graph) in ABBA order at both temperatures: decode tok/s, the mean decode call
+# and host µs/tok (with backend sampling the sampling work moves into the decode call, so
+# compare decode tok/s, not host time alone).
+# BENCH_HOST_MODELS=tiny runs the tiny model only (the 1B model takes minutes on a busy CPU).
 # Needs Llama 3's tokenizer.json: $TOKSCOPE_LLAMA3_TOKENIZER, else target/tmp/llama3-tokenizer
 # (the tests fetch it there), else --fetch-tokenizer.
 set -euo pipefail
@@ -27,14 +32,18 @@ tokarg=(--tokenizer "$tok")
 [ -f "$dir/tiny-l3.gguf" ] || "$after" synth --preset tiny --type q8_0 "${tokarg[@]}" -o "$dir/tiny-l3.gguf" >/dev/null
 [ -f "$dir/l3-1b-q4km.gguf" ] || "$after" synth --preset llama3.2-1b --type q4_k_m "${tokarg[@]}" -o "$dir/l3-1b-q4km.gguf" >/dev/null
 
+models=("$dir/tiny-l3.gguf" "$dir/l3-1b-q4km.gguf")
+[ "${BENCH_HOST_MODELS:-}" = tiny ] && models=("$dir/tiny-l3.gguf")
+
 bins=()
 [ "$before" != "-" ] && bins+=("before=$before")
 bins+=("after=$after")
 
-one_run() { # label bin model temp
+one_run() { # label bin model temp [--sampling WHERE]
   local label=$1 bin=$2 model=$3 temp=$4
+  shift 4
   "$bin" run -m "$model" -p "Write a long story about a lighthouse keeper." --temp "$temp" \
-    -n "$tokens" --ignore-eos -t "$threads" --json |
+    -n "$tokens" --ignore-eos -t "$threads" --json "$@" |
     python3 -c '
 import json, sys
 r = json.load(sys.stdin)
@@ -47,7 +56,8 @@ parts = " ".join(f"{k}={h[k]:.1f}" for k in ("logits_out_us", "sampling_us", "de
 print(json.dumps({"label": sys.argv[1], "model": sys.argv[2], "temp": float(sys.argv[3]),
   "decode_tok_per_s": m["decode_tok_per_s"], "tpot_ms": m["tpot_ms"],
   "decode_call_ms": m["decode_compute_ms"] / calls, "host_us_derived": derived,
-  "host_us_own": own, "parts": parts, "sampler": r.get("sampler")}))' "$label" "$(basename "$model")" "$temp"
+  "host_us_own": own, "parts": parts, "sampler": r.get("sampler"),
+  "sampling": (r.get("sampling") or {}).get("place")}))' "$label" "$(basename "$model")" "$temp"
 }
 
 one_bench() { # label bin model
@@ -62,10 +72,10 @@ for r in rows:
       "tok_per_s": r["tok_per_s_mean"], "sd": r["tok_per_s_sd"], "host_us": r.get("host_us_per_token")}))' "$label" "$(basename "$model")"
 }
 
-echo "# bench-host: $(date -u +%FT%TZ) rounds=$rounds tokens=$tokens threads=$threads $(nproc) cpus"
+echo "# bench-host: $(date -u +%FT%TZ) rounds=$rounds tokens=$tokens threads=$threads $(nproc) cpus load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# $(lscpu | sed -n 's/^Model name: *//p')"
 for spec in "${bins[@]}"; do echo "# ${spec%%=*}: ${spec#*=} ($("${spec#*=}" --version 2>/dev/null || true))"; done
-for model in "$dir/tiny-l3.gguf" "$dir/l3-1b-q4km.gguf"; do
+for model in "${models[@]}"; do
   for r in $(seq 1 "$rounds"); do
     # ABBA: the order of binaries flips every other round.
     order=("${bins[@]}")
@@ -75,6 +85,18 @@ for model in "$dir/tiny-l3.gguf" "$dir/l3-1b-q4km.gguf"; do
     done
   done
 done
+# Host sampling against backend sampling, same binary, ABBA.
+places=(host backend)
+for model in "${models[@]}"; do
+  for r in $(seq 1 "$rounds"); do
+    order=("${places[@]}")
+    [ $((r % 2)) -eq 0 ] && order=(backend host)
+    for place in "${order[@]}"; do
+      for temp in 0 0.8; do one_run "sampling-$place" "$after" "$model" "$temp" --sampling "$place"; done
+    done
+  done
+done
+echo "# load $(cut -d' ' -f1-3 /proc/loadavg)"
 # run ÷ bench tg on the tiny 128k-vocabulary model, alternating run and bench (ABBA).
 for r in $(seq 1 "$rounds"); do
   if [ $((r % 2)) -eq 1 ]; then
@@ -85,3 +107,4 @@ for r in $(seq 1 "$rounds"); do
     one_run after-ratio "$after" "$dir/tiny-l3.gguf" 0; one_bench after-ratio "$after" "$dir/tiny-l3.gguf"
   fi
 done
+echo "# end $(date -u +%FT%TZ) load $(cut -d' ' -f1-3 /proc/loadavg)"

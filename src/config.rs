@@ -166,6 +166,7 @@ struct FileSampling {
     repeat_penalty: Option<f64>,
     repeat_last_n: Option<i64>,
     seed: Option<i64>,
+    mode: Option<String>,
 }
 
 /// Values that may be overridden; each setter validates and names its source.
@@ -288,6 +289,11 @@ impl Settings {
             ));
         }
         self.sampling.repeat_penalty = float_in("sampling.repeat_penalty", v, 0.0, 10.0, src)?;
+        Ok(())
+    }
+
+    pub(crate) fn set_sampling_mode(&mut self, v: &str, src: &Source) -> Result<(), ConfigError> {
+        self.engine.sampling = v.parse().map_err(|r| invalid("sampling.mode", v, r, src))?;
         Ok(())
     }
 
@@ -444,6 +450,9 @@ impl Settings {
             }
             if let Some(v) = s.seed {
                 self.set_seed(v, &src)?;
+            }
+            if let Some(v) = &s.mode {
+                self.set_sampling_mode(v, &src)?;
             }
         }
         if let Some(s) = file.spec {

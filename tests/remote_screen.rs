@@ -147,6 +147,7 @@ fn finish(app: &mut App, id: u64, record: &RemoteTimeline) -> Vec<Effect> {
         first_logits: None,
         host: Default::default(),
         sampler: "server",
+        sampling: Default::default(),
         spec: None,
     };
     update(

@@ -198,6 +198,7 @@ fn finished_turn(
         first_logits: None,
         host: Default::default(),
         sampler: "host-greedy",
+        sampling: Default::default(),
         spec: None,
     };
     turn.on_finished(report);
@@ -1143,4 +1144,24 @@ fn model_picker() {
         a
     };
     insta::assert_snapshot!("picker_searching_80x24", render(&searching, 80, 24));
+}
+
+/// The metrics column says where the finished answer sampled and its host time per token.
+#[test]
+fn finished_turn_shows_host_time_and_sampling_place() {
+    let mut app = finished_app();
+    let without = render(&app, 120, 40);
+    assert!(!without.contains("host µs/tok"), "{without}");
+    let last = app.conversation.exchanges[1].assistant.as_mut().unwrap();
+    last.host = Some(tokscope::app::conversation::HostDetail {
+        host_us_per_token: Some(41.5),
+        sampler: "backend",
+        place: tokscope::llama::sampler::SamplingPlace {
+            backend: true,
+            why: "--sampling backend",
+        },
+    });
+    let screen = render(&app, 120, 40);
+    assert!(screen.contains("host µs/tok (backend)"), "{screen}");
+    assert!(screen.contains("41.5"), "{screen}");
 }

@@ -65,6 +65,8 @@ pub struct AssistantTurn {
     pub stopping: bool,
     /// Speculative decoding's figures: live after each target pass, then the report's.
     pub spec: Option<crate::metrics::spec::SpecStats>,
+    /// Where the finished turn sampled and its host time per token (the metrics detail).
+    pub host: Option<HostDetail>,
 }
 
 impl AssistantTurn {
@@ -81,6 +83,7 @@ impl AssistantTurn {
             prefill_progress: None,
             stopping: false,
             spec: None,
+            host: None,
         }
     }
 
@@ -135,6 +138,11 @@ impl AssistantTurn {
         self.timeline = report.timeline;
         self.context_used = Some(report.context_used);
         self.spec = report.spec;
+        self.host = Some(HostDetail {
+            host_us_per_token: report.host.summary().host_us_per_token,
+            sampler: report.sampler,
+            place: report.sampling,
+        });
         self.phase = match report.stop_reason {
             StopReason::Cancelled => TurnPhase::Stopped,
             other => TurnPhase::Done(other),
@@ -144,6 +152,16 @@ impl AssistantTurn {
     pub fn on_failed(&mut self, message: String) {
         self.phase = TurnPhase::Failed(message);
     }
+}
+
+/// Where a finished turn sampled and what the host did per token between decode calls.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostDetail {
+    /// Host time per generated token between two decode calls, µs (docs/metrics.md).
+    pub host_us_per_token: Option<f64>,
+    /// The sampling path (`host-greedy`, `host-top-k`, `host-chain`, `backend`, `server`).
+    pub sampler: &'static str,
+    pub place: crate::llama::sampler::SamplingPlace,
 }
 
 /// One user message and its answer.
@@ -288,6 +306,7 @@ impl Conversation {
                     prefill_progress: None,
                     stopping: false,
                     spec: None,
+                    host: None,
                 }),
             })
             .collect();
@@ -357,6 +376,7 @@ mod tests {
             first_logits: None,
             host: Default::default(),
             sampler: "host-greedy",
+            sampling: Default::default(),
             spec: None,
         }
     }

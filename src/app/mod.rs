@@ -823,6 +823,7 @@ pub(crate) mod tests {
                 first_logits: None,
                 host: Default::default(),
                 sampler: "host-greedy",
+                sampling: Default::default(),
                 spec: None,
             }),
         })

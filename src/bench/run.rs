@@ -407,7 +407,16 @@ impl Runner<'_> {
     ) -> Result<(Vec<Sample>, ModelInfo, Option<Bandwidth>), EngineError> {
         let settings = engine_settings(job);
         let started = Instant::now();
-        let ctx = new_context(model, &settings, job.test.sequences())?;
+        let ctx = match job.test {
+            crate::llama::measure::TestSpec::TgBackend { .. } => {
+                crate::llama::new_context_with_chain(
+                    model,
+                    &settings,
+                    crate::llama::sampler::backend_chain(self.sampling),
+                )?
+            }
+            _ => new_context(model, &settings, job.test.sequences())?,
+        };
         let info = describe(model, &ctx, &job.params.model, &settings, started);
         let bandwidth = self.bandwidth.for_model(&info, job.params.threads);
         let mut bencher = Bencher::new(model, ctx);
@@ -464,6 +473,8 @@ fn engine_settings(job: &Job) -> EngineSettings {
         n_gpu_layers: p.gpu_layers_setting(),
         template: TemplateChoice::Auto,
         spec: crate::llama::settings::SpecSettings::default(),
+        sampling: crate::llama::settings::SamplingMode::Host,
+        first_sampling: None,
     }
 }
 

@@ -57,6 +57,11 @@ pub struct BenchArgs {
     /// feeds random tokens without sampling.
     #[arg(long = "tg-sampling")]
     pub tg_sampling: bool,
+    /// Where `--tg-sampling` samples: host (`tgN+sampling`), backend (`tgN+backend`: the
+    /// chain inside llama.cpp's graph), or auto (both, when the chain can run on the
+    /// backend) [config: sampling.mode; default: auto].
+    #[arg(long, value_name = "WHERE")]
+    pub sampling: Option<String>,
     /// A prompt of PP tokens then TG generated, timed together (-pg); repeat for several.
     #[arg(long = "pg", value_name = "PP,TG", action = ArgAction::Append, allow_hyphen_values = true)]
     pub pg: Vec<String>,
@@ -321,7 +326,7 @@ fn parse_output(s: &str) -> Result<OutputFormat, Failure> {
 /// Validate the flags against the lower configuration layers.
 pub(crate) fn plan(args: &BenchArgs, settings: &Settings) -> Result<BenchPlan, Failure> {
     {
-        let sweep = parse_sweep(args)?;
+        let sweep = parse_sweep(args, settings)?;
         let repetitions = match &args.repetitions {
             Some(r) => parse_single("-r/--repetitions", r, 1, 100_000)?,
             None => 5,
@@ -374,7 +379,37 @@ pub(crate) fn plan(args: &BenchArgs, settings: &Settings) -> Result<BenchPlan, F
     }
 }
 
-fn parse_sweep(args: &BenchArgs) -> Result<Sweep, Failure> {
+/// Which sampled tg rows `--tg-sampling` adds: (host, backend).
+fn sampled_rows(args: &BenchArgs, settings: &Settings) -> Result<(bool, bool), Failure> {
+    use crate::llama::settings::SamplingMode;
+    let mode = match &args.sampling {
+        Some(v) => v
+            .parse::<SamplingMode>()
+            .map_err(|reason| Failure::new(USAGE, format!("--sampling: {reason}")))?,
+        None => settings.engine.sampling,
+    };
+    if !args.tg_sampling {
+        return Ok((false, false));
+    }
+    // Auto's backend row needs the output layer on a GPU: a device, and every layer offloaded
+    // (the model is not loaded yet, so a partial -ngl counts as the CPU).
+    let cx = crate::llama::sampler::PlaceContext {
+        output_on_gpu: !crate::llama::gpu_devices().is_empty()
+            && settings.engine.n_gpu_layers.is_none()
+            && cfg!(any(feature = "cuda", feature = "cuda-dl")),
+        ..Default::default()
+    };
+    let place = crate::llama::sampler::choose_place(mode, &settings.sampling, cx)
+        .map_err(|e| Failure::new(USAGE, e.to_string()))?;
+    Ok(match mode {
+        SamplingMode::Host => (true, false),
+        SamplingMode::Backend => (false, true),
+        SamplingMode::Auto => (true, place.backend),
+    })
+}
+
+fn parse_sweep(args: &BenchArgs, settings: &Settings) -> Result<Sweep, Failure> {
+    let (host_rows, backend_rows) = sampled_rows(args, settings)?;
     let n_prompt = parse_u32_list("-p/--n-prompt", &args.n_prompt, 512, 0, 1 << 20)?;
     let n_gen = parse_u32_list("-n/--n-gen", &args.n_gen, 128, 0, 1 << 20)?;
     let mut tests: Vec<TestSpec> = n_prompt
@@ -384,8 +419,11 @@ fn parse_sweep(args: &BenchArgs) -> Result<Sweep, Failure> {
         .collect();
     for n in n_gen.iter().filter(|n| **n > 0) {
         tests.push(TestSpec::Tg { n_gen: *n });
-        if args.tg_sampling {
+        if host_rows {
             tests.push(TestSpec::TgSampled { n_gen: *n });
+        }
+        if backend_rows {
+            tests.push(TestSpec::TgBackend { n_gen: *n });
         }
     }
     tests.extend(parse_pg(&args.pg)?);

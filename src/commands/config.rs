@@ -195,6 +195,7 @@ fn show(s: &Settings, path: &Path, in_file: &[String]) -> String {
         Some(p.repeat_last_n.to_string()),
     );
     line(&mut out, "sampling.seed", Some(p.seed.to_string()));
+    line(&mut out, "sampling.mode", Some(quoted(e.sampling.name())));
     let sp = &e.spec;
     out.push_str("\n[spec]\n");
     line(&mut out, "spec.mode", Some(quoted(sp.mode.name())));

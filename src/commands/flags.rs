@@ -84,6 +84,10 @@ pub struct SamplingArgs {
     /// System prompt.
     #[arg(long, value_name = "TEXT")]
     pub system: Option<String>,
+    /// Where the sampler chain runs: backend (inside llama.cpp's graph), host, or auto (the
+    /// backend when the chain allows it) [config: sampling.mode; default: auto].
+    #[arg(long, value_name = "WHERE")]
+    pub sampling: Option<String>,
 }
 
 /// The runtime settings `bench` sweeps and `compare` compares (llama-bench's flags), each a
@@ -184,6 +188,9 @@ impl SamplingArgs {
         }
         if let Some(v) = &self.system {
             s.system_prompt = Some(v.clone()).filter(|t| !t.trim().is_empty());
+        }
+        if let Some(v) = &self.sampling {
+            s.set_sampling_mode(v, &src)?;
         }
         Ok(())
     }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use crate::commands::{Failure, MODEL};
 use crate::config::Settings;
 use crate::engine::{ChatMessage, EngineConfig, Role};
+use crate::llama::settings::EngineSettings;
 
 /// The model to load: the one the settings name, else the demo model when it is present.
 pub(crate) fn resolve_model(settings: &Settings) -> Result<PathBuf, Failure> {
@@ -27,7 +28,10 @@ pub(crate) fn resolve_model(settings: &Settings) -> Result<PathBuf, Failure> {
 pub(crate) fn engine_config(settings: &Settings) -> Result<EngineConfig, Failure> {
     Ok(EngineConfig {
         model_path: resolve_model(settings)?,
-        settings: settings.engine.clone(),
+        settings: EngineSettings {
+            first_sampling: Some(settings.sampling.clone()),
+            ..settings.engine.clone()
+        },
     })
 }
 

@@ -181,6 +181,10 @@ pub(crate) struct RunReport {
     pub host: HostSummary,
     /// The sampling path: `host-greedy`, `host-top-k`, `host-chain` or `backend`.
     pub sampler: &'static str,
+    /// Where the sampler chain ran (`{"place": "backend"|"host", "why": …}`, `--sampling`);
+    /// absent for a remote server.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sampling: Option<crate::llama::sampler::SamplingPlace>,
     /// Speculative decoding's figures (docs/metrics.md), when speculating.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub spec: Option<crate::metrics::spec::SpecSummary>,
@@ -217,6 +221,7 @@ impl RunReport {
             llama_counters: report.llama_counters,
             host: report.host.summary(),
             sampler: report.sampler,
+            sampling: (report.sampler != "server").then_some(report.sampling),
             spec: report.spec.as_ref().map(|s| s.summary()),
             warning,
             stamp: Stamp::new(info, &settings.sampling),
@@ -563,6 +568,13 @@ pub(crate) fn human_summary(r: &RunReport, info: &ModelInfo) -> String {
         fmt_opt(h.detokenize_stop_us, 1),
         fmt_opt(h.event_metrics_us, 1),
     ));
+    if let Some(place) = &r.sampling {
+        out.push_str(&format!(
+            "sampling on the {} ({})\n",
+            place.as_str(),
+            place.why
+        ));
+    }
     if let Some(sp) = &r.spec {
         out.push_str(&spec_line(sp));
     }

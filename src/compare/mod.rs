@@ -123,6 +123,8 @@ impl Candidate {
             n_gpu_layers: self.gpu_layers_setting(),
             template: TemplateChoice::Auto,
             spec: crate::llama::settings::SpecSettings::default(),
+            sampling: crate::llama::settings::SamplingMode::Host,
+            first_sampling: None,
         }
     }
 }

@@ -158,6 +158,9 @@ pub struct TurnReport {
     pub host: crate::metrics::host::HostTimes,
     /// The sampling path the turn took (`host-greedy`, `host-top-k`, `host-chain`, `backend`).
     pub sampler: &'static str,
+    /// Where the turn sampled (backend or host) and why there.
+    #[serde(skip)]
+    pub sampling: crate::llama::sampler::SamplingPlace,
     /// Speculative decoding's counts and times, when the engine speculates.
     #[serde(skip)]
     pub spec: Option<crate::metrics::spec::SpecStats>,

@@ -22,8 +22,10 @@ use super::spec::Drafter;
 use crate::llama;
 use crate::llama::error::EngineError;
 use crate::llama::model_info::ModelInfo;
-use crate::llama::sampler::HostSampler;
-use crate::llama::settings::TemplateChoice;
+use crate::llama::sampler::{
+    backend_chain, choose_place, HostSampler, PlaceContext, SamplingPlace,
+};
+use crate::llama::settings::{EngineSettings, SamplingParams, TemplateChoice};
 use crate::llama::settings::{SpecMode, SpecSettings};
 use crate::metrics::host::HostTimes;
 use crate::metrics::spec::SpecStats;
@@ -64,6 +66,13 @@ pub(super) struct Session<'m> {
     spec: SpecSettings,
     /// One draft token's cost relative to a target pass under the roofline (0 for n-gram).
     draft_cost_ratio: f64,
+    /// The context's settings, to create it again with another backend sampler chain.
+    settings: EngineSettings,
+    /// The sampling whose chain runs inside the context's graph (backend sampling); `None`:
+    /// the context copies the logits out and the host samples.
+    backend_chain: Option<SamplingParams>,
+    /// The output layer runs on a GPU (auto samples on the backend only then).
+    output_on_gpu: bool,
 }
 
 /// Marks a message's place in the templated prompt, so the template's text around it can be
@@ -78,7 +87,21 @@ impl<'m> Session<'m> {
         cfg: &EngineConfig,
         started: Instant,
     ) -> Result<Self, EngineError> {
-        let ctx = llama::new_context(model, &cfg.settings, 1)?;
+        // The first turn's chain on the backend when it can run there, so that the first turn
+        // does not create the context again.
+        let output_on_gpu = llama::output_on_gpu(model, &cfg.settings);
+        let backend = cfg.settings.first_sampling.clone().filter(|p| {
+            let cx = PlaceContext {
+                speculative: cfg.settings.spec.active(),
+                needs_logits: false,
+                output_on_gpu,
+            };
+            choose_place(cfg.settings.sampling, p, cx).is_ok_and(|place| place.backend)
+        });
+        let ctx = match &backend {
+            Some(p) => llama::new_context_with_chain(model, &cfg.settings, backend_chain(p))?,
+            None => llama::new_context(model, &cfg.settings, 1)?,
+        };
         let (style, template, template_note) = resolve_template(model, &cfg.settings.template)?;
         let mut info = llama::describe(model, &ctx, &cfg.model_path, &cfg.settings, started);
         info.template = template;
@@ -101,7 +124,43 @@ impl<'m> Session<'m> {
             },
             spec: cfg.settings.spec.clone(),
             draft_cost_ratio: 0.0,
+            settings: cfg.settings.clone(),
+            backend_chain: backend,
+            output_on_gpu,
         })
+    }
+
+    /// Where this turn samples; the context is created again when its backend chain is not
+    /// the one the turn needs (a changed setting, or host sampling after backend sampling).
+    /// That drops the KV cache: the turn prefills its whole prompt.
+    fn place_sampling(
+        &mut self,
+        p: &SamplingParams,
+        needs_logits: bool,
+    ) -> Result<SamplingPlace, EngineError> {
+        let cx = PlaceContext {
+            speculative: self.drafter.is_some() && self.spec.active(),
+            needs_logits,
+            output_on_gpu: self.output_on_gpu,
+        };
+        let place = choose_place(self.settings.sampling, p, cx)?;
+        let want = place.backend.then(|| p.clone());
+        if want != self.backend_chain {
+            tracing::info!(
+                "creating the context again for {} sampling ({})",
+                place.as_str(),
+                place.why
+            );
+            self.ctx = match &want {
+                Some(p) => {
+                    llama::new_context_with_chain(self.model, &self.settings, backend_chain(p))?
+                }
+                None => llama::new_context(self.model, &self.settings, 1)?,
+            };
+            self.backend_chain = want;
+            self.cached.clear();
+        }
+        Ok(place)
     }
 
     /// Speculate with a draft model (its own context), whose draft token costs
@@ -349,6 +408,7 @@ impl<'m> Session<'m> {
         // queue + template/tokenize + prefill + first sample add up to TTFT exactly.
         let picked_up = Instant::now();
         timeline.queue = Some(picked_up.saturating_duration_since(t0));
+        let place = self.place_sampling(&req.turn.sampling, req.turn.capture_first_logits)?;
         let (tokens, dropped_messages) =
             self.fit_prompt(&req.turn.messages, n_ctx, req.turn.max_tokens)?;
 
@@ -471,6 +531,16 @@ impl<'m> Session<'m> {
                     (t, true)
                 }
                 (None, Some(t)) => (t, false),
+                (None, None) if place.backend => {
+                    // Sampled inside the graph: no logits row leaves the context.
+                    let token = self.ctx.sampled_token_ith(logits_index).ok_or_else(|| {
+                        EngineError::Decode(format!(
+                            "llama.cpp sampled no token on the backend (output {logits_index}); use --sampling host"
+                        ))
+                    })?;
+                    host.sampling += mark.elapsed();
+                    (token, false)
+                }
                 (None, None) => {
                     let logits = self.ctx.get_logits_ith(logits_index);
                     let sampled_at = Instant::now();
@@ -682,7 +752,12 @@ impl<'m> Session<'m> {
             },
             first_logits,
             host,
-            sampler: sampler.path().as_str(),
+            sampler: if place.backend {
+                "backend"
+            } else {
+                sampler.path().as_str()
+            },
+            sampling: place,
             spec: spec_stats,
         })
     }

@@ -56,6 +56,8 @@ pub enum EngineError {
     #[error("{0}")]
     Remote(String),
 
+    #[error("--sampling backend cannot run this chain: {0}\n  use --sampling host or auto (config sampling.mode), or change that setting")]
+    BackendSampling(String),
     #[error("the draft model for speculative decoding could not be used: {0}")]
     Draft(Box<EngineError>),
     #[error("the draft model {draft} does not share the target's vocabulary: token {id} is {target_text} in the target and {draft_text} in the draft\n  speculative decoding needs a draft from the same model family (the same tokenizer), or use --spec ngram")]

@@ -137,7 +137,7 @@ impl<'m> Bencher<'m> {
     fn generate(
         &mut self,
         n: u32,
-        mut sampler: Option<&mut HostSampler>,
+        mut pick: Pick<'_>,
     ) -> Result<(Vec<Instant>, Duration), EngineError> {
         let mut ends: Vec<Instant> = Vec::with_capacity(n as usize);
         let mut host = Duration::ZERO;
@@ -154,9 +154,13 @@ impl<'m> Bencher<'m> {
             self.ctx.synchronize();
             ends.push(Instant::now());
             self.pos += 1;
-            token = match sampler.as_deref_mut() {
+            let last = step + 1 == n;
+            token = match &mut pick {
                 // The last step's token is never decoded: do not sample it either.
-                Some(s) if step + 1 < n => s.sample(self.ctx.get_logits_ith(0)),
+                Pick::Host(s) if !last => s.sample(self.ctx.get_logits_ith(0)),
+                Pick::Backend if !last => self.ctx.sampled_token_ith(0).ok_or_else(|| {
+                    EngineError::Decode("llama.cpp sampled no token on the backend".into())
+                })?,
                 _ => self.random_token(),
             };
         }
@@ -183,7 +187,7 @@ impl<'m> Bencher<'m> {
                 self.prompt(p)?;
             }
             if n > 0 {
-                self.generate(1, None)?;
+                self.generate(1, Pick::Random)?;
             }
         }
         self.clear();
@@ -203,12 +207,15 @@ impl<'m> Bencher<'m> {
         }
         match *test {
             TestSpec::Pp { n_prompt } => self.run_pp(n_prompt),
-            TestSpec::Tg { n_gen } => self.run_pg(0, n_gen, sampling, None),
+            TestSpec::Tg { n_gen } => self.run_pg(0, n_gen, sampling, Pick::Random),
             TestSpec::TgSampled { n_gen } => {
                 let mut sampler = HostSampler::new(sampling, self.n_vocab);
-                self.run_pg(0, n_gen, sampling, Some(&mut sampler))
+                self.run_pg(0, n_gen, sampling, Pick::Host(&mut sampler))
             }
-            TestSpec::Pg { n_prompt, n_gen } => self.run_pg(n_prompt, n_gen, sampling, None),
+            TestSpec::TgBackend { n_gen } => self.run_pg(0, n_gen, sampling, Pick::Backend),
+            TestSpec::Pg { n_prompt, n_gen } => {
+                self.run_pg(n_prompt, n_gen, sampling, Pick::Random)
+            }
             TestSpec::Batch {
                 sequences,
                 n_prompt,
@@ -237,7 +244,7 @@ impl<'m> Bencher<'m> {
         n_prompt: u32,
         n_gen: u32,
         sampling: &SamplingParams,
-        sampler: Option<&mut HostSampler>,
+        sampler: Pick<'_>,
     ) -> Result<Sample, EngineError> {
         let start = Instant::now();
         let mut ttft = None;
@@ -397,6 +404,16 @@ fn gaps(ends: &[Instant]) -> Vec<Duration> {
 }
 
 /// One measurement.
+/// How a tg step chooses the next token.
+pub(crate) enum Pick<'s> {
+    /// A random token (llama-bench's tg: no sampling).
+    Random,
+    /// The chat's host sampler over the logits row.
+    Host(&'s mut HostSampler),
+    /// The token the context's graph sampled (a context made with a backend chain).
+    Backend,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum TestSpec {
     /// Process a prompt of `n_prompt` tokens.
@@ -406,6 +423,9 @@ pub(crate) enum TestSpec {
     /// `Tg`, but each next token is sampled from the logits with the chat's sampler chain
     /// instead of drawn at random (what a chat pays per token on top of llama-bench's tg).
     TgSampled { n_gen: u32 },
+    /// `Tg` on a context whose graph samples each next token with the chat's chain (llama.cpp's
+    /// backend sampling); the token is read back instead of the logits.
+    TgBackend { n_gen: u32 },
     /// A prompt then generation, timed together.
     Pg { n_prompt: u32, n_gen: u32 },
     /// `sequences` prompts of `n_prompt` tokens, then `n_gen` steps each decoding one token
@@ -421,7 +441,9 @@ impl TestSpec {
     pub(crate) fn kind(&self) -> TestKind {
         match self {
             TestSpec::Pp { .. } => TestKind::Pp,
-            TestSpec::Tg { .. } | TestSpec::TgSampled { .. } => TestKind::Tg,
+            TestSpec::Tg { .. } | TestSpec::TgSampled { .. } | TestSpec::TgBackend { .. } => {
+                TestKind::Tg
+            }
             TestSpec::Pg { .. } => TestKind::Pg,
             TestSpec::Batch { .. } => TestKind::Batch,
         }
@@ -431,7 +453,9 @@ impl TestSpec {
     pub(crate) fn lengths(&self) -> (u32, u32) {
         match *self {
             TestSpec::Pp { n_prompt } => (n_prompt, 0),
-            TestSpec::Tg { n_gen } | TestSpec::TgSampled { n_gen } => (0, n_gen),
+            TestSpec::Tg { n_gen }
+            | TestSpec::TgSampled { n_gen }
+            | TestSpec::TgBackend { n_gen } => (0, n_gen),
             TestSpec::Pg { n_prompt, n_gen }
             | TestSpec::Batch {
                 n_prompt, n_gen, ..
@@ -454,6 +478,7 @@ impl TestSpec {
             TestSpec::Pp { n_prompt } => format!("pp{n_prompt}"),
             TestSpec::Tg { n_gen } => format!("tg{n_gen}"),
             TestSpec::TgSampled { n_gen } => format!("tg{n_gen}+sampling"),
+            TestSpec::TgBackend { n_gen } => format!("tg{n_gen}+backend"),
             TestSpec::Pg { n_prompt, n_gen } => format!("pp{n_prompt}+tg{n_gen}"),
             TestSpec::Batch {
                 sequences,

@@ -106,6 +106,12 @@ fn kv_cache_type(t: KvType) -> KvCacheType {
     }
 }
 
+/// Whether the model's output layer runs on a GPU: a GPU device exists and the layers to
+/// offload cover the output layer too (llama.cpp offloads it with more than n_layer layers).
+pub fn output_on_gpu(model: &LlamaModel, s: &EngineSettings) -> bool {
+    !gpu_devices().is_empty() && requested_gpu_layers(s.n_gpu_layers) > model.n_layer()
+}
+
 /// Layers to offload: all of them by default when built with CUDA, none on the CPU build.
 pub(crate) fn requested_gpu_layers(setting: Option<u32>) -> u32 {
     match setting {
@@ -178,6 +184,22 @@ pub fn new_context<'m>(
     crate::logging::clear_llama_problems();
     model
         .new_context(backend()?, context_params(s, n_seq_max))
+        .map_err(|_| EngineError::ContextFailed {
+            n_ctx: s.n_ctx,
+            llama_says: llama_says(),
+        })
+}
+
+/// A context whose sequence 0 samples inside the graph with `chain` (llama.cpp's backend
+/// sampling: its logits are not copied out; `LlamaContext::sampled_token_ith` reads the token).
+pub fn new_context_with_chain<'m>(
+    model: &'m LlamaModel,
+    s: &EngineSettings,
+    chain: LlamaSampler,
+) -> Result<LlamaContext<'m>, EngineError> {
+    crate::logging::clear_llama_problems();
+    model
+        .new_context_with_samplers(backend()?, context_params(s, 1), [(0, chain)])
         .map_err(|_| EngineError::ContextFailed {
             n_ctx: s.n_ctx,
             llama_says: llama_says(),

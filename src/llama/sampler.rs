@@ -15,7 +15,135 @@ use llama_cpp_2::token::data::LlamaTokenData;
 use llama_cpp_2::token::data_array::LlamaTokenDataArray;
 use llama_cpp_2::token::LlamaToken;
 
-use super::settings::SamplingParams;
+use super::error::EngineError;
+use super::settings::{SamplingMode, SamplingParams};
+
+/// Where a turn's sampler chain runs, and why there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SamplingPlace {
+    pub backend: bool,
+    pub why: &'static str,
+}
+
+impl serde::Serialize for SamplingPlace {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut st = s.serialize_struct("SamplingPlace", 2)?;
+        st.serialize_field("place", self.as_str())?;
+        st.serialize_field("why", self.why)?;
+        st.end()
+    }
+}
+
+impl SamplingPlace {
+    pub fn as_str(self) -> &'static str {
+        if self.backend {
+            "backend"
+        } else {
+            "host"
+        }
+    }
+}
+
+/// What decides where a turn samples, besides the chain's own settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PlaceContext {
+    /// Speculative decoding is on: its verification reads the full logits.
+    pub speculative: bool,
+    /// The caller wants the first token's logits row.
+    pub needs_logits: bool,
+    /// The model's output layer runs on a GPU (see `output_on_gpu`).
+    pub output_on_gpu: bool,
+}
+
+/// Where the chain for `p` runs under `mode`. The backend needs every sampler of the chain to
+/// have a backend implementation in llama.cpp (greedy, top-k, top-p, min-p, temperature,
+/// dist: llama.h's `llama_sampler_i::backend_*`; the penalties sampler has none) and no reader
+/// of the full logits (speculative decoding verifies drafts against them; a captured
+/// first-token row). `Backend` with such a setting is an error naming it. `Auto` also wants the
+/// output layer on a GPU: on the CPU backend the sampling graph costs more than the host
+/// sampler it replaces (measured in BENCHMARKS.md, "Host time between two decodes": a
+/// whole-vocabulary `pad` in the graph), so there auto stays on the host.
+pub fn choose_place(
+    mode: SamplingMode,
+    p: &SamplingParams,
+    cx: PlaceContext,
+) -> Result<SamplingPlace, EngineError> {
+    let PlaceContext {
+        speculative,
+        needs_logits,
+        output_on_gpu,
+    } = cx;
+    let blocker = if p.repeat_penalty != 1.0 {
+        Some((
+            "a repetition penalty (repeat_penalty ≠ 1) has no backend implementation in llama.cpp",
+            "repeat_penalty",
+        ))
+    } else if speculative {
+        Some((
+            "speculative decoding verifies drafts against the full logits",
+            "speculative decoding (--spec/--draft)",
+        ))
+    } else if needs_logits {
+        Some((
+            "the first token's logits are captured",
+            "the first-token logits capture",
+        ))
+    } else {
+        None
+    };
+    match (mode, blocker) {
+        (SamplingMode::Host, _) => Ok(SamplingPlace {
+            backend: false,
+            why: "--sampling host",
+        }),
+        (SamplingMode::Auto, Some((why, _))) => Ok(SamplingPlace {
+            backend: false,
+            why,
+        }),
+        (SamplingMode::Auto, None) if output_on_gpu => Ok(SamplingPlace {
+            backend: true,
+            why: "auto: the output layer is on the GPU and every sampler of the chain runs there",
+        }),
+        (SamplingMode::Auto, None) => Ok(SamplingPlace {
+            backend: false,
+            why: "auto: the output layer is on the CPU, where sampling in the graph is slower than on the host",
+        }),
+        (SamplingMode::Backend, None) => Ok(SamplingPlace {
+            backend: true,
+            why: "--sampling backend",
+        }),
+        (SamplingMode::Backend, Some((why, setting))) => {
+            Err(EngineError::BackendSampling(format!("{setting}: {why}")))
+        }
+    }
+}
+
+/// The chain llama.cpp runs inside the graph for `p`: the host chain's samplers in the host
+/// chain's order (top-k → top-p → min-p → temperature → draw; greedy at temperature 0). A
+/// top-p of 1 and a min-p of 0 change nothing and are left out (the backend would otherwise
+/// sort the whole vocabulary for nothing).
+pub fn backend_chain(p: &SamplingParams) -> LlamaSampler {
+    let mut chain = Vec::new();
+    if p.temperature <= 0.0 {
+        chain.push(LlamaSampler::greedy());
+    } else {
+        if p.top_k > 0 {
+            chain.push(LlamaSampler::top_k(
+                i32::try_from(p.top_k).unwrap_or(i32::MAX),
+            ));
+        }
+        if p.top_p < 1.0 {
+            chain.push(LlamaSampler::top_p(p.top_p, 1));
+        }
+        if p.min_p > 0.0 {
+            chain.push(LlamaSampler::min_p(p.min_p, 1));
+        }
+        chain.push(LlamaSampler::temp(p.temperature));
+        chain.push(LlamaSampler::dist(p.seed));
+    }
+    LlamaSampler::chain(chain, false)
+}
 
 /// Which host path a sampler takes, for reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -30,6 +30,11 @@ pub struct EngineSettings {
     pub template: TemplateChoice,
     /// Speculative decoding (off by default).
     pub spec: SpecSettings,
+    /// Where the sampler chain runs (`--sampling`, config `sampling.mode`).
+    pub sampling: SamplingMode,
+    /// The sampling the first turn is expected to use. When it can run on the backend, the
+    /// context is created with that chain, so that the first turn need not rebuild it.
+    pub first_sampling: Option<SamplingParams>,
 }
 
 impl Default for EngineSettings {
@@ -45,7 +50,60 @@ impl Default for EngineSettings {
             n_gpu_layers: None,
             template: TemplateChoice::Auto,
             spec: SpecSettings::default(),
+            sampling: SamplingMode::Auto,
+            first_sampling: None,
         }
+    }
+}
+
+/// Where the sampler chain runs: inside llama.cpp's graph (the backend: on a GPU the logits
+/// never leave the device) or on the host over the logits row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SamplingMode {
+    /// The backend when every sampler of the chain has a backend implementation and nothing
+    /// needs the full logits; the host otherwise.
+    #[default]
+    Auto,
+    /// The backend; a setting it cannot do is an error.
+    Backend,
+    /// The host.
+    Host,
+}
+
+impl SamplingMode {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            SamplingMode::Auto => "auto",
+            SamplingMode::Backend => "backend",
+            SamplingMode::Host => "host",
+        }
+    }
+}
+
+impl FromStr for SamplingMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(SamplingMode::Auto),
+            "backend" => Ok(SamplingMode::Backend),
+            "host" => Ok(SamplingMode::Host),
+            other => Err(format!(
+                "unknown sampling place `{other}` (auto, backend, host)"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for SamplingMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Serialize for SamplingMode {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
     }
 }
 

@@ -367,6 +367,7 @@ fn report(turn: RemoteTurn) -> Result<TurnReport, EngineError> {
         first_logits: None,
         host: Default::default(),
         sampler: "server",
+        sampling: Default::default(),
         // The server's own speculation (if any) is not reported through the API.
         spec: None,
     })

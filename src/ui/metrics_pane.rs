@@ -400,6 +400,21 @@ fn pieces(app: &App, view: &View, w: usize) -> Vec<Piece> {
     if let Some(stats) = focus.and_then(|f| f.turn.spec.as_ref()) {
         out.push(Piece::text(3, spec_lines(stats, w)));
     }
+    if let Some(h) = focus
+        .and_then(|f| f.turn.host.as_ref())
+        .filter(|h| h.host_us_per_token.is_some() && h.sampler != "server")
+    {
+        out.push(Piece::text(
+            3,
+            vec![row(
+                &format!("host µs/tok ({})", h.place.as_str()),
+                format::num(h.host_us_per_token),
+                w,
+                theme::METRIC_LABEL,
+                theme::METRIC_SUB_LABEL,
+            )],
+        ));
+    }
     out.push(Piece::text(2, context_lines(view, w)));
     out.push(Piece::text(4, roofline_lines(app, view, w)));
     out.push(history(app, w));
