@@ -4,7 +4,7 @@
 #
 #   1. speed     `tokscope bench` pp and tg against llama-bench built natively from the same
 #                llama.cpp source, the way a user builds it (scripts/llama-tools.sh --source
-#                native); median of alternating rounds within 3 %; `bench --batch` against
+#                native); median of alternating rounds within 3 % plus 2 standard errors; `bench --batch` against
 #                llama-batched-bench's S_TG (within 5 %)        (scripts/compare-llama-bench.sh)
 #   2. quality   `tokscope compare` PPL, KLD mean/median/p99/max, same-top and Δp against
 #                `llama-perplexity --kl-divergence` (1 %)  (scripts/compare-llama-perplexity.sh)
@@ -26,10 +26,10 @@ usage() {
   cat <<'HELP'
 Usage: scripts/agreement.sh [--quick | --full] [options]
 
-  --quick            synthetic models written on the spot, short tests, 3 rounds: the form CI
+  --quick            synthetic models written on the spot, short tests, 30 rounds: the form CI
                      runs (a few minutes once llama.cpp's tools are built)
   --full             the demo model (tokscope fetch-demo), llama-bench's default lengths,
-                     4 rounds: the form BENCHMARKS.md quotes (default)
+                     8 rounds: the form BENCHMARKS.md quotes (default)
   -m, --model FILE   model for the full form (default: the demo model)
   -t, --threads N    threads of the speed comparison (default: all CPUs)
       --rounds N     alternating rounds of the speed comparison
@@ -77,7 +77,7 @@ done
 case "$threads" in
   '' | *[!0-9]* | 0) echo "error: --threads must be a positive integer, got '$threads'" >&2; exit 2 ;;
 esac
-if [ "$mode" = quick ]; then rounds=${rounds:-3}; else rounds=${rounds:-4}; fi
+if [ "$mode" = quick ]; then rounds=${rounds:-30}; else rounds=${rounds:-8}; fi
 case "$rounds" in
   '' | *[!0-9]* | 0) echo "error: --rounds must be a positive integer, got '$rounds'" >&2; exit 2 ;;
 esac
@@ -106,6 +106,10 @@ fi
 source "${repo_root}/scripts/llama-tools.sh"
 tools_dir=$(build_llama_tools native) || { echo "error: llama.cpp's tools could not be built" >&2; exit 3; }
 
+# The turns part always runs on a real model: on the quick form's small synthetic model the
+# attention over a deep cache is a large share of a prefill (width 512), so turn 10 costs more
+# than turn 1 for reasons that have nothing to do with prefix reuse.
+turns_model=$model
 if [ "$mode" = quick ]; then
   # A synthetic model big enough that a token takes milliseconds (so times are above the
   # clocks' noise) and small enough for CI: 6 layers, width 512, f16.
@@ -113,13 +117,16 @@ if [ "$mode" = quick ]; then
   "$tokscope" synth -o "$model" --preset small --type f16 --layers 6 --embd 512 --heads 8 \
     --kv-heads 4 --ff 1536 >"${out_dir}/synth.log" 2>&1 ||
     { cat "${out_dir}/synth.log" >&2; exit 3; }
-  speed_args=(-p 128 -n 32 -r 2 --npp 32 --ntg 16 --npl "1,2")
+  # Many short rounds: on a shared VM a process's speed varies by ±10% from one run to the
+  # next (memory placement, neighbours), so the paired rounds, not repetitions inside one
+  # process, are what narrows the uncertainty.
+  speed_args=(-p 256 -n 64 -r 6 --npp 64 --ntg 128 --npl "1,2")
   ppl_args=(-c 128 --chunks 4 --quantize q8_0)
   long_words=700
   gen=48
 else
   [ -f "$model" ] || { echo "error: no model at ${model} (tokscope fetch-demo gets the demo model)" >&2; exit 3; }
-  speed_args=(-p 512 -n 128 -r 3 --npp 128 --ntg 128 --npl "1,2,4")
+  speed_args=(-p 512 -n 128 -r 4 --npp 128 --ntg 128 --npl "1,2,4")
   ppl_args=(-c 512 --chunks 8)
   long_words=1400
   gen=128
@@ -293,24 +300,41 @@ fi
 
 if part turns; then
   report "5. multi-turn: TTFT of turn 10 over turn 1 (prefix reuse)"
-  "$tokscope" run -m "$model" -t "$threads" -c 4096 --temp 0 -n 8 --ignore-eos \
-    -p "Please describe, in a few words, the colour of the sky over the sea at dawn" \
-    --turns 10 --report "${out_dir}/runs/turns.jsonl" >/dev/null 2>"${out_dir}/runs/turns.log" ||
-    { tail -n 20 "${out_dir}/runs/turns.log" >&2; exit 1; }
-  if ! python3 - "${out_dir}/runs/turns.jsonl" <<'PY'
-import json, sys
-turns = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-print("| turn | prompt tokens | cached | prefilled | TTFT ms |")
-print("|---:|---:|---:|---:|---:|")
-for i, r in enumerate(turns, 1):
-    m = r["metrics"]
-    print(f"| {i} | {m['prompt_tokens']} | {m['cached_tokens']} | {m['prefilled_tokens']} | {m['ttft_ms']:.2f} |")
-if len(turns) != 10:
-    print(f"expected 10 turns, got {len(turns)}")
-    sys.exit(1)
-ratio = turns[9]["metrics"]["ttft_ms"] / turns[0]["metrics"]["ttft_ms"]
+  [ -f "$turns_model" ] || { echo "error: the turns part needs the demo model at ${turns_model} (tokscope fetch-demo gets it; --only leaves parts out)" >&2; exit 3; }
+  # Five conversations of 10 turns: one turn's TTFT (tens of milliseconds) moves by 1.5x from
+  # run to run on a shared VM, so the ratio is of the medians over the five.
+  turn_runs=5
+  for i in $(seq 1 "$turn_runs"); do
+    # Short messages and answers keep turn 10's cache shallow (about 190 tokens): what grows
+    # with depth is attention, llama.cpp's own work (on the demo model a 31-token prefill
+    # behind 305 cached tokens takes 1.28x one at depth 0), not the prefix reuse this checks.
+    # Without reuse turn 10 would prefill about 11 times turn 1's tokens.
+    "$tokscope" run -m "$turns_model" -t "$threads" -c 4096 --temp 0 -n 4 --ignore-eos \
+      -p "Describe the dawn sky." \
+      --turns 10 --report "${out_dir}/runs/turns-${i}.jsonl" >/dev/null 2>"${out_dir}/runs/turns-${i}.log" ||
+      { tail -n 20 "${out_dir}/runs/turns-${i}.log" >&2; exit 1; }
+  done
+  if ! python3 - "${out_dir}/runs" "$turn_runs" "$turns_model" <<'PY'
+import json, statistics, sys
+runs_dir, n, model = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+convs = [[json.loads(l) for l in open(f"{runs_dir}/turns-{i}.jsonl") if l.strip()] for i in range(1, n + 1)]
+print(f"model: {model}; {n} conversations of 10 turns, equal-length user messages")
 print()
-print(f"TTFT turn 10 / turn 1 = {ratio:.3f} (target ≤ 1.3)")
+print("| turn | prompt tokens | cached | prefilled | TTFT ms, each conversation | median |")
+print("|---:|---:|---:|---:|---|---:|")
+if any(len(c) != 10 for c in convs):
+    print(f"expected 10 turns in each conversation, got {[len(c) for c in convs]}")
+    sys.exit(1)
+medians = []
+for t in range(10):
+    m = convs[0][t]["metrics"]
+    ttfts = [c[t]["metrics"]["ttft_ms"] for c in convs]
+    medians.append(statistics.median(ttfts))
+    print(f"| {t + 1} | {m['prompt_tokens']} | {m['cached_tokens']} | {m['prefilled_tokens']} "
+          f"| {', '.join(f'{x:.1f}' for x in ttfts)} | {medians[-1]:.2f} |")
+ratio = medians[9] / medians[0]
+print()
+print(f"TTFT turn 10 / turn 1 (medians) = {ratio:.3f} (target ≤ 1.3)")
 if ratio > 1.3:
     sys.exit(1)
 PY

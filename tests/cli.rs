@@ -167,9 +167,14 @@ fn run_token_lines_gives_one_line_per_token() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    let report: serde_json::Value =
-        serde_json::from_str(std::fs::read_to_string(&report).unwrap().lines().next().unwrap())
-            .unwrap();
+    let report: serde_json::Value = serde_json::from_str(
+        std::fs::read_to_string(&report)
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
     assert_eq!(
         lines.len() as u64,
         report["metrics"]["tokens_generated"].as_u64().unwrap()
