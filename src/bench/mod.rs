@@ -11,12 +11,14 @@
 //! - `format`: the output formats.
 //! - `log`: the results log, `--vs` and `tokscope results`.
 //! - `run`: driving the sweep, progress on stderr.
+//! - `spec`: the speculative decoding sweep (`--spec ngram`, `--draft`, `--draft-max 0,2,4,8`).
 
 pub(crate) mod format;
 pub(crate) mod log;
 pub(crate) mod plan;
 pub(crate) mod report;
 pub(crate) mod run;
+pub(crate) mod spec;
 pub(crate) mod sweep;
 
 pub(crate) use log::{results_path, StoredRun};

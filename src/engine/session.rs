@@ -657,6 +657,11 @@ impl<'m> Session<'m> {
             host.gaps.push(last_gap);
         }
         host.total += last_gap;
+        if let Some(s) = spec_stats.as_mut() {
+            // The per-token split of the decode phase: draft, verify, plain and host time.
+            s.tokens = host.tokens;
+            s.host_time = host.total;
+        }
         let stop_reason = stop_reason.unwrap_or(StopReason::EndOfGeneration);
         if stop_reason == StopReason::StopString {
             // The transcript's separator before the next "Question:" is not part of the answer.
