@@ -1239,12 +1239,13 @@ impl Chart for SpecSweepChart {
             .label("measured (bar: range over rounds)")
             .legend(legend_line(MEASURED_COLOR));
         chart.draw_series(measured.iter().map(|&(x, y)| {
+            // Below and right of the point: clear of the line through it and of break-even.
             let style = text(POINT_LABEL_PX)
                 .color(&MEASURED_COLOR)
-                .pos(Pos::new(HPos::Left, VPos::Center));
+                .pos(Pos::new(HPos::Left, VPos::Top));
             EmptyElement::at((x, y))
                 + Circle::new((0, 0), 5, MEASURED_COLOR.filled())
-                + Text::new(format!("{y:.2}×"), (10, 0), style)
+                + Text::new(format!("{y:.2}×"), (8, 8), style)
         }))?;
         spec_legend(&mut chart)?;
 
@@ -1274,10 +1275,11 @@ impl Chart for SpecSweepChart {
             .y_label_formatter(&|y| trim_number(*y))
             .y_labels(8)
             .draw()?;
-        // α's figures go under its points, so that equal values do not overprint.
+        // α ≥ accepted / drafted (a rejection ends a draft, so at least one drafted token per
+        // rejection is not accepted): α's figures go above its points, the others' below.
         for (series, name, color, below) in [
-            (&acceptance, "accepted / drafted", P50_COLOR, false),
-            (&alpha, "α (per drafted token)", P99_COLOR, true),
+            (&acceptance, "accepted / drafted", P50_COLOR, true),
+            (&alpha, "α (per drafted token)", P99_COLOR, false),
         ] {
             if series.is_empty() {
                 continue;

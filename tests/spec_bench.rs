@@ -171,6 +171,13 @@ fn ngram_sweep_with_a_prompt_file_csv_markdown_and_chart() {
     check_rows(&rows, &[0, 3]);
     assert_eq!(rows[0]["prompt"], "built-in copy-heavy prompt");
     assert!(verdict.contains("best k = 3"), "{verdict}");
+    assert_eq!(rows[1]["test"], "tg20+ngram-k3");
+    // The run is in the results log, its rows named by k.
+    tokscope(home.path())
+        .arg("results")
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("tg20+ngram-k0 tg20+ngram-k3"));
 
     let prompt = home.path().join("prompt.txt");
     std::fs::write(

@@ -27,7 +27,12 @@ pub(crate) use report::Row;
 
 /// Append the run to the results log; a log that cannot be written costs a warning, not the
 /// results already printed.
-pub(crate) fn save(log_path: &std::path::Path, run_id: &str, unix_time_s: u64, rows: &[Row]) {
+pub(crate) fn save<R: serde::Serialize>(
+    log_path: &std::path::Path,
+    run_id: &str,
+    unix_time_s: u64,
+    rows: &[R],
+) {
     let command_line = command_line();
     let record = log::RunRecord {
         id: run_id,

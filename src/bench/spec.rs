@@ -89,6 +89,10 @@ impl SpecBenchError {
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct SpecRow {
     pub run_id: String,
+    /// `spec`, beside bench's `pp`, `tg`, `pg`, `batch` in the results log.
+    pub kind: &'static str,
+    /// `tg128+ngram-k2`: the generated tokens, the guesser and k (`tokscope results`, `--vs`).
+    pub test: String,
     pub model: String,
     /// `ngram` or `draft` (the sweep's mode; k = 0 does not speculate).
     pub mode: String,
@@ -385,6 +389,8 @@ fn rows(
             let alpha = get(|s| s.acceptance_per_token);
             SpecRow {
                 run_id: run_id.to_string(),
+                kind: "spec",
+                test: format!("tg{}+{}-k{}", plan.n_gen, plan.mode.name(), lane.k),
                 model: plan.model.display().to_string(),
                 mode: plan.mode.name().to_string(),
                 draft_model: plan.draft.as_ref().map(|d| d.display().to_string()),

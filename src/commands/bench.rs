@@ -745,7 +745,8 @@ pub(crate) fn spec_plan(args: &BenchArgs, settings: &Settings) -> Result<SpecPla
 /// `tokscope bench --spec ngram | --draft FILE`.
 fn run_spec(args: &BenchArgs, settings: &Settings) -> Result<(), Failure> {
     let plan = spec_plan(args, settings)?;
-    let run_id = crate::ids::new_id(std::time::SystemTime::now());
+    let now = std::time::SystemTime::now();
+    let run_id = crate::ids::new_id(now);
     let outcome = crate::bench::spec::run(&plan, &run_id).map_err(|e| {
         let code = if e.is_model_problem() { MODEL } else { FAILURE };
         Failure::new(code, format!("bench --spec: {e}"))
@@ -758,6 +759,10 @@ fn run_spec(args: &BenchArgs, settings: &Settings) -> Result<(), Failure> {
     stdout.flush()?;
     if plan.output != OutputFormat::Markdown {
         eprintln!("{}", crate::text::terminal_safe(&outcome.verdict));
+    }
+    if !outcome.rows.is_empty() {
+        let log_path = log::results_path(&crate::paths::data_dir());
+        save(&log_path, &run_id, crate::ids::unix_s(now), &outcome.rows);
     }
     if let Some(path) = &plan.plot {
         let points: Vec<crate::plot::SpecPoint> = outcome
