@@ -44,9 +44,9 @@ fn synth(home: &Path, preset: &str, seed: u32) -> PathBuf {
     path
 }
 
-/// `bench` on `model` with `extra`, JSON out: (verdict, rows).
-fn sweep(home: &Path, model: &Path, extra: &[&str]) -> (String, Vec<Value>) {
-    let out = tokscope(home)
+/// `bench` on `model` with `extra`, JSON out: (verdict, rows, stderr).
+fn sweep_with_stderr(home: &Path, model: &Path, extra: &[&str]) -> (String, Vec<Value>, String) {
+    let assert = tokscope(home)
         .args([
             "bench",
             "-n",
@@ -64,15 +64,19 @@ fn sweep(home: &Path, model: &Path, extra: &[&str]) -> (String, Vec<Value>) {
         .args(extra)
         .assert()
         .success()
-        .stderr(no_panic())
-        .get_output()
-        .stdout
-        .clone();
-    let j: Value = serde_json::from_slice(&out).unwrap();
+        .stderr(no_panic());
+    let out = assert.get_output();
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
     (
         j["verdict"].as_str().unwrap().to_string(),
         j["rows"].as_array().unwrap().clone(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+fn sweep(home: &Path, model: &Path, extra: &[&str]) -> (String, Vec<Value>) {
+    let (verdict, rows, _) = sweep_with_stderr(home, model, extra);
+    (verdict, rows)
 }
 
 fn f(row: &Value, key: &str) -> f64 {
@@ -132,12 +136,16 @@ fn draft_sweeps_self_draft_accepts_all_and_unrelated_draft_almost_nothing() {
     let model = synth(home.path(), "small", 5);
     let unrelated = synth(home.path(), "tiny", 3);
 
-    let (verdict, rows) = sweep(
+    let (verdict, rows, stderr) = sweep_with_stderr(
         home.path(),
         &model,
         &["--draft", model.to_str().unwrap(), "--draft-max", "0,2,4"],
     );
     check_rows(&rows, &[0, 2, 4]);
+    assert!(
+        stderr.contains("warning: the draft model") && stderr.contains("not smaller"),
+        "a draft as large as the target cannot pay: {stderr}"
+    );
     for r in &rows[1..] {
         assert_eq!(f(r, "acceptance_rate"), 1.0, "itself as draft: {r}");
         assert_eq!(f(r, "acceptance_per_token"), 1.0, "{r}");
@@ -263,6 +271,9 @@ fn bad_spec_bench_input_is_a_clear_error() {
     let missing = home.path().join("missing-draft.gguf");
     let m = model.to_str().unwrap();
     let d = missing.to_str().unwrap();
+    let text = home.path().join("notes.gguf");
+    std::fs::write(&text, "not a model, just a few words\n".repeat(20)).unwrap();
+    let t = text.to_str().unwrap();
     for (args, code, needles) in [
         (
             vec!["--spec", "ngram", "--draft-max", "0,-2"],
@@ -280,6 +291,11 @@ fn bad_spec_bench_input_is_a_clear_error() {
             vec!["--spec", "--draft", "not both"],
         ),
         (vec!["--draft", d], 3, vec!["--draft", "missing-draft.gguf"]),
+        (
+            vec!["--draft", t],
+            3,
+            vec!["--draft", "not a GGUF", "notes.gguf"],
+        ),
         (vec!["--spec", "medusa"], 2, vec!["--spec", "`medusa`"]),
         (
             vec!["--spec", "ngram", "--draft-max", "0"],

@@ -167,7 +167,9 @@ struct Lane {
     decode_calls: usize,
 }
 
-fn greedy() -> SamplingParams {
+/// The sweep's sampling: greedy, no repetition penalty (so every k speculates and must give
+/// the same text).
+pub(crate) fn greedy() -> SamplingParams {
     SamplingParams {
         temperature: 0.0,
         repeat_penalty: 1.0,

@@ -745,6 +745,16 @@ pub(crate) fn spec_plan(args: &BenchArgs, settings: &Settings) -> Result<SpecPla
 /// `tokscope bench --spec ngram | --draft FILE`.
 fn run_spec(args: &BenchArgs, settings: &Settings) -> Result<(), Failure> {
     let plan = spec_plan(args, settings)?;
+    // The warnings `run` gives for a setup that cannot pay (a draft not smaller than the
+    // target), for the largest k; the sweep decodes greedily.
+    let mut spec_settings = settings.clone();
+    spec_settings.engine.spec.mode = plan.mode;
+    spec_settings.engine.spec.draft_model = plan.draft.clone();
+    spec_settings.engine.spec.draft_max = plan.draft_max.iter().copied().max().unwrap_or(0);
+    spec_settings.sampling = crate::bench::spec::greedy();
+    for w in crate::commands::run::spec_warnings(&spec_settings, &plan.model) {
+        eprintln!("warning: {}", crate::text::terminal_safe(&w));
+    }
     let now = std::time::SystemTime::now();
     let run_id = crate::ids::new_id(now);
     let outcome = crate::bench::spec::run(&plan, &run_id).map_err(|e| {
