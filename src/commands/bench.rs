@@ -124,8 +124,8 @@ pub struct BenchArgs {
 #[derive(Debug, Args, Default, Clone)]
 pub struct SpecBenchFlags {
     /// Measure speculative decoding with prompt lookup (`ngram`): a --draft-max sweep against
-    /// no speculation, in alternating rounds. With --plot, also FILE-spec (speed-up and
-    /// acceptance against k).
+    /// no speculation, in alternating rounds (-r rounds, -n tokens, one -t). --plot FILE then
+    /// writes FILE-spec (speed-up and acceptance against k).
     #[arg(long = "spec", value_name = "MODE")]
     pub spec: Option<String>,
     /// Measure speculative decoding with this draft model (the target's vocabulary).
@@ -139,7 +139,7 @@ pub struct SpecBenchFlags {
     /// built-in copy-heavy prompt: a function to write again under another name].
     #[arg(long = "spec-prompt", value_name = "FILE")]
     pub spec_prompt: Option<PathBuf>,
-    /// Length of the n-gram looked up by --spec ngram [default: config `ngram_n`, 3].
+    /// Length of the n-gram looked up by --spec ngram [default: config `spec.ngram_n`, 3].
     #[arg(long = "ngram-n", value_name = "N", allow_hyphen_values = true)]
     pub ngram_n: Option<String>,
 }
