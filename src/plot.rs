@@ -1080,6 +1080,251 @@ impl Chart for QualityChart {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Speculative decoding sweep
+
+/// One k of a speculative decoding sweep (`bench --spec/--draft --draft-max …`).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct SpecPoint {
+    /// Most tokens drafted per step (0 = plain decoding).
+    pub k: u32,
+    /// Measured speed-up against k = 0: mean, least and greatest over the rounds.
+    pub speedup: f64,
+    pub speedup_min: f64,
+    pub speedup_max: f64,
+    /// The roofline's expected speed-up.
+    pub expected: Option<f64>,
+    /// accepted / drafted and α, as fractions.
+    pub acceptance: Option<f64>,
+    pub alpha: Option<f64>,
+}
+
+/// Speed-up (measured, with its range over the rounds, and the roofline's expectation, the
+/// break-even line at 1) and acceptance against k: two panels sharing the x axis.
+pub(crate) fn plot_spec_sweep(
+    points: &[SpecPoint],
+    title: &str,
+    subtitle: &str,
+    path: &Path,
+) -> Result<(), PlotError> {
+    let kind = plot_file_kind(path)?;
+    let mut kept: Vec<SpecPoint> = points
+        .iter()
+        .filter(|p| p.speedup.is_finite() && p.speedup >= 0.0)
+        .cloned()
+        .collect();
+    kept.sort_by_key(|p| p.k);
+    if kept.is_empty() {
+        return Err(PlotError::NoPoints {
+            chart: "speculative decoding sweep",
+        });
+    }
+    let chart = SpecSweepChart {
+        title: title.to_string(),
+        subtitle: subtitle.to_string(),
+        points: kept,
+    };
+    render(&chart, kind, path, (1200, 900))
+}
+
+struct SpecSweepChart {
+    title: String,
+    subtitle: String,
+    points: Vec<SpecPoint>,
+}
+
+const EXPECTED_COLOR: RGBColor = RGBColor(255, 127, 14);
+
+impl Chart for SpecSweepChart {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
+        root.fill(&WHITE)?;
+        let body = header(root, &self.title, &self.subtitle)?;
+        let (top, bottom) = body.split_vertically(body.dim_in_pixel().1 / 2);
+        let ks: Vec<f64> = self.points.iter().map(|p| f64::from(p.k)).collect();
+        let lo = ks.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = ks.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let pad = ((hi - lo) * 0.08).max(0.5);
+        let x_range = lo - pad..hi + pad;
+        let finite = |v: Option<f64>| v.filter(|v| v.is_finite() && *v >= 0.0);
+        let measured: Vec<(f64, f64)> = self
+            .points
+            .iter()
+            .map(|p| (f64::from(p.k), p.speedup))
+            .collect();
+        let expected: Vec<(f64, f64)> = self
+            .points
+            .iter()
+            .filter_map(|p| Some((f64::from(p.k), finite(p.expected)?)))
+            .collect();
+        let acceptance: Vec<(f64, f64)> = self
+            .points
+            .iter()
+            .filter_map(|p| Some((f64::from(p.k), finite(p.acceptance)? * 100.0)))
+            .collect();
+        let alpha: Vec<(f64, f64)> = self
+            .points
+            .iter()
+            .filter_map(|p| Some((f64::from(p.k), finite(p.alpha)? * 100.0)))
+            .collect();
+        let top_max = self
+            .points
+            .iter()
+            .map(|p| p.speedup_max.max(p.speedup))
+            .chain(expected.iter().map(|(_, v)| *v))
+            .fold(1.0, f64::max)
+            * 1.7;
+
+        // Speed-up.
+        let mut chart = ChartBuilder::on(&top)
+            .caption(
+                "Speed-up against k = 0 (above 1: speculation pays)",
+                text(CAPTION_PX),
+            )
+            .margin(12)
+            .margin_right(30)
+            .x_label_area_size(55)
+            .y_label_area_size(85)
+            .build_cartesian_2d(
+                TickedAxis {
+                    inner: RangedCoordf64::from(x_range.clone()),
+                    ticks: ks.clone(),
+                },
+                0.0..top_max,
+            )?;
+        chart
+            .configure_mesh()
+            .light_line_style(WHITE)
+            .bold_line_style(GRID_COLOR)
+            .x_desc("k: most tokens drafted per step (0 = no speculation)")
+            .y_desc("speed-up (×)")
+            .axis_desc_style(text(AXIS_DESC_PX))
+            .label_style(text(TICK_LABEL_PX))
+            .x_label_formatter(&|x| format!("{}", x.round()))
+            .y_label_formatter(&|y| trim_number(*y))
+            .y_labels(8)
+            .draw()?;
+        chart
+            .draw_series(LineSeries::new(
+                [(x_range.start, 1.0), (x_range.end, 1.0)],
+                CEILING_COLOR.stroke_width(1),
+            ))?
+            .label("break-even (1×)")
+            .legend(legend_line(CEILING_COLOR));
+        if !expected.is_empty() {
+            chart
+                .draw_series(LineSeries::new(
+                    expected.iter().copied(),
+                    EXPECTED_COLOR.stroke_width(2),
+                ))?
+                .label("roofline expected")
+                .legend(legend_line(EXPECTED_COLOR));
+            chart.draw_series(
+                expected
+                    .iter()
+                    .map(|&(x, y)| Circle::new((x, y), 4, EXPECTED_COLOR.filled())),
+            )?;
+        }
+        chart.draw_series(self.points.iter().map(|p| {
+            let x = f64::from(p.k);
+            PathElement::new(
+                vec![(x, p.speedup_min), (x, p.speedup_max)],
+                MEASURED_COLOR.stroke_width(2),
+            )
+        }))?;
+        chart
+            .draw_series(LineSeries::new(
+                measured.iter().copied(),
+                MEASURED_COLOR.stroke_width(3),
+            ))?
+            .label("measured (bar: range over rounds)")
+            .legend(legend_line(MEASURED_COLOR));
+        chart.draw_series(measured.iter().map(|&(x, y)| {
+            // Below and right of the point: clear of the line through it and of break-even.
+            let style = text(POINT_LABEL_PX)
+                .color(&MEASURED_COLOR)
+                .pos(Pos::new(HPos::Left, VPos::Top));
+            EmptyElement::at((x, y))
+                + Circle::new((0, 0), 5, MEASURED_COLOR.filled())
+                + Text::new(format!("{y:.2}×"), (8, 8), style)
+        }))?;
+        spec_legend(&mut chart)?;
+
+        // Acceptance.
+        let mut chart = ChartBuilder::on(&bottom)
+            .caption("Acceptance", text(CAPTION_PX))
+            .margin(12)
+            .margin_right(30)
+            .x_label_area_size(55)
+            .y_label_area_size(85)
+            .build_cartesian_2d(
+                TickedAxis {
+                    inner: RangedCoordf64::from(x_range.clone()),
+                    ticks: ks,
+                },
+                0.0..150.0,
+            )?;
+        chart
+            .configure_mesh()
+            .light_line_style(WHITE)
+            .bold_line_style(GRID_COLOR)
+            .x_desc("k: most tokens drafted per step (0 = no speculation)")
+            .y_desc("accepted (%)")
+            .axis_desc_style(text(AXIS_DESC_PX))
+            .label_style(text(TICK_LABEL_PX))
+            .x_label_formatter(&|x| format!("{}", x.round()))
+            .y_label_formatter(&|y| trim_number(*y))
+            .y_labels(8)
+            .draw()?;
+        // α ≥ accepted / drafted (a rejection ends a draft, so at least one drafted token per
+        // rejection is not accepted): α's figures go above its points, the others' below.
+        for (series, name, color, below) in [
+            (&acceptance, "accepted / drafted", P50_COLOR, true),
+            (&alpha, "α (per drafted token)", P99_COLOR, false),
+        ] {
+            if series.is_empty() {
+                continue;
+            }
+            chart
+                .draw_series(LineSeries::new(
+                    series.iter().copied(),
+                    color.stroke_width(3),
+                ))?
+                .label(name)
+                .legend(legend_line(color));
+            chart.draw_series(series.iter().map(|&(x, y)| {
+                // Near the x axis, where the tick labels are, every figure goes above.
+                let (v_pos, dy) = if below && y > 18.0 {
+                    (VPos::Top, 10)
+                } else {
+                    (VPos::Bottom, -10)
+                };
+                let style = text(POINT_LABEL_PX)
+                    .color(&color)
+                    .pos(Pos::new(HPos::Center, v_pos));
+                EmptyElement::at((x, y))
+                    + Circle::new((0, 0), 5, color.filled())
+                    + Text::new(format!("{y:.0}%"), (0, dy), style)
+            }))?;
+        }
+        spec_legend(&mut chart)
+    }
+}
+
+/// The legend of the speculative sweep's panels, in the upper left corner (above k = 0's
+/// point at 1× and beside acceptance, which k = 0 does not have).
+fn spec_legend<'a, DB: DrawingBackend + 'a, X: Ranged, Y: Ranged>(
+    chart: &mut ChartContext<'a, DB, Cartesian2d<X, Y>>,
+) -> DrawResult<DB> {
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .label_font(text(LEGEND_PX))
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK.mix(0.5))
+        .margin(10)
+        .draw()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1094,6 +1339,42 @@ mod tests {
                 let _ = std::fs::copy(path, dir.join(name));
             }
         }
+    }
+
+    #[test]
+    fn spec_sweep_draws_png_and_svg_and_refuses_no_points() {
+        let dir = tempfile::tempdir().unwrap();
+        let points: Vec<SpecPoint> = [
+            (0, 1.0, None, None),
+            (2, 0.8, Some(1.6), Some(0.6)),
+            (8, 0.6, Some(2.5), Some(0.4)),
+        ]
+        .into_iter()
+        .map(|(k, s, e, a)| SpecPoint {
+            k,
+            speedup: s,
+            speedup_min: s * 0.9,
+            speedup_max: s * 1.1,
+            expected: e,
+            acceptance: a,
+            alpha: a.map(|a| a + 0.1),
+        })
+        .collect();
+        for name in ["spec.png", "spec.svg"] {
+            let path = dir.path().join(name);
+            plot_spec_sweep(&points, "speculative decoding", "test", &path).unwrap();
+            assert!(std::fs::metadata(&path).unwrap().len() > 1000, "{name}");
+            keep(&path);
+        }
+        let svg = std::fs::read_to_string(dir.path().join("spec.svg")).unwrap();
+        assert!(
+            svg.contains("roofline expected") && svg.contains("0.80×"),
+            "labels drawn"
+        );
+        assert!(matches!(
+            plot_spec_sweep(&[], "t", "s", &dir.path().join("x.png")),
+            Err(PlotError::NoPoints { .. })
+        ));
     }
 
     fn sweep() -> Vec<BatchPoint> {

@@ -809,6 +809,7 @@ fn finished_with_speculative_decoding_figures() {
         plain_time: Duration::from_millis(32),
         draft_cost_ratio: 0.0,
         off_reason: None,
+        ..Default::default()
     });
     let screen = render(&app, 120, 40);
     assert!(screen.contains("spec ngram k≤4"), "{screen}");

@@ -29,20 +29,21 @@ pub(crate) fn results_path(data_dir: &Path) -> PathBuf {
     data_dir.join(RESULTS_FILE)
 }
 
-/// One run as it is written to the log.
+/// One run as it is written to the log: bench's rows, or the speculative sweep's
+/// (`spec::SpecRow`, which carry the same `kind`, `test`, `tok_per_s_mean` and `stamp`).
 #[derive(Debug, Serialize)]
-pub(crate) struct RunRecord<'a> {
+pub(crate) struct RunRecord<'a, R: Serialize = Row> {
     pub id: &'a str,
     pub unix_time_s: u64,
     pub command_line: &'a str,
-    pub rows: &'a [Row],
+    pub rows: &'a [R],
 }
 
 /// Append one run as one line, whole or not at all (`fsx::append_line`: locked, a torn last
 /// line moved aside first, a failed write cut back off, the file user-only).
-pub(crate) fn append(
+pub(crate) fn append<R: Serialize>(
     path: &Path,
-    record: &RunRecord,
+    record: &RunRecord<R>,
 ) -> Result<Option<crate::fsx::TornLine>, crate::fsx::WriteError> {
     let line = serde_json::to_vec(record).map_err(|e| crate::fsx::WriteError::Write {
         path: path.to_path_buf(),

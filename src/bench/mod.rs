@@ -11,12 +11,14 @@
 //! - `format`: the output formats.
 //! - `log`: the results log, `--vs` and `tokscope results`.
 //! - `run`: driving the sweep, progress on stderr.
+//! - `spec`: the speculative decoding sweep (`--spec ngram`, `--draft`, `--draft-max 0,2,4,8`).
 
 pub(crate) mod format;
 pub(crate) mod log;
 pub(crate) mod plan;
 pub(crate) mod report;
 pub(crate) mod run;
+pub(crate) mod spec;
 pub(crate) mod sweep;
 
 pub(crate) use log::{results_path, StoredRun};
@@ -25,7 +27,12 @@ pub(crate) use report::Row;
 
 /// Append the run to the results log; a log that cannot be written costs a warning, not the
 /// results already printed.
-pub(crate) fn save(log_path: &std::path::Path, run_id: &str, unix_time_s: u64, rows: &[Row]) {
+pub(crate) fn save<R: serde::Serialize>(
+    log_path: &std::path::Path,
+    run_id: &str,
+    unix_time_s: u64,
+    rows: &[R],
+) {
     let command_line = command_line();
     let record = log::RunRecord {
         id: run_id,

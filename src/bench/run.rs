@@ -216,12 +216,7 @@ pub(crate) fn run_jobs_alternating(
     let mut model_failed = false;
     let rounds = plan.repetitions;
     for round in 0..rounds {
-        let order: Vec<usize> = if round % 2 == 0 {
-            (0..n).collect()
-        } else {
-            (0..n).rev().collect()
-        };
-        for i in order {
+        for i in super::spec::round_order(n, round) {
             let job = &jobs[i];
             if failed[i].is_some() {
                 continue;

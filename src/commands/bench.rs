@@ -11,6 +11,7 @@ use clap::{ArgAction, Args};
 
 use super::flags::{RooflineFlags, RuntimeSweepFlags};
 use crate::bench::plan::{BandwidthChoice, BenchPlan, OutputFormat};
+use crate::bench::spec::SpecPlan;
 use crate::bench::sweep::Sweep;
 use crate::bench::{format, log, report, run, save, sweep, Row, StoredRun};
 use crate::commands::{Failure, FAILURE, MODEL, USAGE};
@@ -120,6 +121,42 @@ pub struct BenchArgs {
     /// against B).
     #[arg(long, value_name = "FILE")]
     pub plot: Option<PathBuf>,
+    #[command(flatten)]
+    pub spec: SpecBenchFlags,
+}
+
+/// `bench --spec ngram | --draft FILE`: the speculative decoding sweep (`bench::spec`).
+#[derive(Debug, Args, Default, Clone)]
+pub struct SpecBenchFlags {
+    /// Measure speculative decoding with prompt lookup (`ngram`): a --draft-max sweep against
+    /// no speculation, in alternating rounds (-r rounds, -n tokens, one -t). --plot FILE then
+    /// writes FILE-spec (speed-up and acceptance against k).
+    #[arg(long = "spec", value_name = "MODE")]
+    pub spec: Option<String>,
+    /// Measure speculative decoding with this draft model (the target's vocabulary).
+    #[arg(long = "draft", value_name = "FILE")]
+    pub draft: Option<PathBuf>,
+    /// The k values of the sweep, tokens drafted per step (0 = no speculation: the baseline,
+    /// always measured) [default: 0,2,4,8].
+    #[arg(long = "draft-max", value_name = "K,…", action = ArgAction::Append, allow_hyphen_values = true)]
+    pub draft_max: Vec<String>,
+    /// The prompt every k answers (greedy, exactly -n tokens), from a file [default: a
+    /// built-in copy-heavy prompt: a function to write again under another name].
+    #[arg(long = "spec-prompt", value_name = "FILE")]
+    pub spec_prompt: Option<PathBuf>,
+    /// Length of the n-gram looked up by --spec ngram [default: config `spec.ngram_n`, 3].
+    #[arg(long = "ngram-n", value_name = "N", allow_hyphen_values = true)]
+    pub ngram_n: Option<String>,
+}
+
+impl SpecBenchFlags {
+    fn given(&self) -> bool {
+        self.spec.is_some()
+            || self.draft.is_some()
+            || !self.draft_max.is_empty()
+            || self.spec_prompt.is_some()
+            || self.ngram_n.is_some()
+    }
 }
 
 /// Rewrite llama-bench's multi-letter short flags to their long forms, only in the arguments
@@ -583,8 +620,259 @@ fn check_batch_fits(sweep: &Sweep) -> Result<(), Failure> {
     }
 }
 
+/// The speculative sweep's plan: one target, `--spec ngram` or `--draft FILE` (not both),
+/// the k list with 0 first, one thread count and token count, the prompt.
+pub(crate) fn spec_plan(args: &BenchArgs, settings: &Settings) -> Result<SpecPlan, Failure> {
+    use crate::llama::settings::SpecMode;
+    let f = &args.spec;
+    let (mode, draft) = match (&f.spec, &f.draft) {
+        (Some(_), Some(_)) => {
+            return Err(Failure::new(
+                USAGE,
+                "--spec and --draft were both given: use --spec ngram for prompt lookup or --draft FILE for a draft model, not both",
+            ))
+        }
+        (Some(m), None) => match m.trim().to_ascii_lowercase().as_str() {
+            "ngram" | "lookup" => (SpecMode::Ngram, None),
+            _ => {
+                return Err(bad_value(
+                    "--spec",
+                    m,
+                    "ngram (a draft model is --draft FILE)",
+                ))
+            }
+        },
+        (None, Some(d)) => (SpecMode::Draft, Some(crate::config::expand_home(d))),
+        (None, None) => {
+            return Err(Failure::new(
+                USAGE,
+                "--draft-max, --spec-prompt and --ngram-n measure speculative decoding: add --spec ngram or --draft FILE",
+            ))
+        }
+    };
+    for (given, flag) in [
+        (!args.n_prompt.is_empty(), "-p/--n-prompt"),
+        (!args.pg.is_empty(), "-pg/--pg"),
+        (!args.batch.is_empty(), "--batch"),
+        (!args.n_depth.is_empty(), "-d/--n-depth"),
+        (args.tg_sampling, "--tg-sampling"),
+        (args.vs.is_some(), "--vs"),
+    ] {
+        if given {
+            return Err(Failure::new(
+                USAGE,
+                format!("{flag} does not apply to --spec/--draft (the sweep decodes --spec-prompt greedily for -n tokens)"),
+            ));
+        }
+    }
+    let mut ks: Vec<u32> = if f.draft_max.is_empty() {
+        vec![0, 2, 4, 8]
+    } else {
+        parse_int_list("--draft-max", &f.draft_max, 0, 256)?
+            .into_iter()
+            .filter_map(|k| u32::try_from(k).ok())
+            .collect()
+    };
+    ks.push(0);
+    ks.sort_unstable();
+    ks.dedup();
+    if ks.len() < 2 {
+        return Err(Failure::new(
+            USAGE,
+            "--draft-max 0 alone measures nothing to compare: add values above 0, like 0,2,4,8",
+        ));
+    }
+    let one = |flag: &str, given: &[String], default: u32, min: i64, max: i64| match parse_u32_list(
+        flag, given, default, min, max,
+    )?
+    .as_slice()
+    {
+        [v] => Ok(*v),
+        _ => Err(bad_value(
+            flag,
+            &given.join(","),
+            "one value with --spec/--draft",
+        )),
+    };
+    let n_gen = one("-n/--n-gen", &args.n_gen, 128, 1, 1 << 16)?;
+    let threads = one(
+        "-t/--threads",
+        &args.threads,
+        crate::llama::settings::default_threads(),
+        1,
+        1024,
+    )?;
+    let rounds = match &args.repetitions {
+        Some(r) => parse_single("-r/--repetitions", r, 1, 100_000)?,
+        None => 5,
+    };
+    let ngram_n = match &f.ngram_n {
+        Some(n) => parse_single("--ngram-n", n, 1, 64)?,
+        None => settings.engine.spec.ngram_n,
+    };
+    let output = match &args.output {
+        Some(o) => parse_output(o)?,
+        None => OutputFormat::Markdown,
+    };
+    let plot = match &args.plot {
+        Some(p) => {
+            crate::plot::plot_file_kind(p)
+                .map_err(|e| Failure::new(USAGE, format!("--plot: {e}")))?;
+            Some(p.clone())
+        }
+        None => None,
+    };
+    let model = match args.model.as_slice() {
+        [] => crate::commands::model::resolve_model(settings)?,
+        [m] => crate::config::expand_home(m),
+        _ => {
+            return Err(Failure::new(
+                USAGE,
+                "--spec/--draft measure one target model: give -m once",
+            ))
+        }
+    };
+    run::check_models(std::slice::from_ref(&model))?;
+    if let Some(d) = &draft {
+        crate::engine::check_model_file(d).map_err(|e| {
+            let code = if e.is_model_problem() { MODEL } else { FAILURE };
+            Failure::new(code, format!("--draft: {e}"))
+        })?;
+    }
+    let (prompt, prompt_source) = match &f.spec_prompt {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                Failure::new(
+                    USAGE,
+                    format!("cannot read --spec-prompt {}: {e}", path.display()),
+                )
+            })?;
+            if text.trim().is_empty() {
+                return Err(Failure::new(
+                    USAGE,
+                    format!("--spec-prompt {} is empty", path.display()),
+                ));
+            }
+            (text, crate::bench::sweep::file_name(path))
+        }
+        None => (
+            crate::bench::spec::DEFAULT_SPEC_PROMPT.to_string(),
+            "built-in copy-heavy prompt".to_string(),
+        ),
+    };
+    let mut engine = settings.engine.clone();
+    engine.threads = threads;
+    engine.n_ctx = engine.n_ctx.max(n_gen.saturating_add(2048));
+    Ok(SpecPlan {
+        model,
+        mode,
+        draft,
+        draft_max: ks,
+        ngram_n,
+        n_gen,
+        rounds,
+        warmup: !args.no_warmup,
+        messages: crate::commands::model::single_turn(settings, &prompt),
+        prompt_source,
+        engine,
+        output,
+        plot,
+    })
+}
+
+/// `tokscope bench --spec ngram | --draft FILE`.
+fn run_spec(args: &BenchArgs, settings: &Settings) -> Result<(), Failure> {
+    let plan = spec_plan(args, settings)?;
+    // The warnings `run` gives for a setup that cannot pay (a draft not smaller than the
+    // target), for the largest k; the sweep decodes greedily.
+    let mut spec_settings = settings.clone();
+    spec_settings.engine.spec.mode = plan.mode;
+    spec_settings.engine.spec.draft_model = plan.draft.clone();
+    spec_settings.engine.spec.draft_max = plan.draft_max.iter().copied().max().unwrap_or(0);
+    spec_settings.sampling = crate::bench::spec::greedy();
+    for w in crate::commands::run::spec_warnings(&spec_settings, &plan.model) {
+        eprintln!("warning: {}", crate::text::terminal_safe(&w));
+    }
+    let now = std::time::SystemTime::now();
+    let run_id = crate::ids::new_id(now);
+    let outcome = crate::bench::spec::run(&plan, &run_id).map_err(|e| {
+        let code = if e.is_model_problem() { MODEL } else { FAILURE };
+        Failure::new(code, format!("bench --spec: {e}"))
+    })?;
+    let text = crate::bench::spec::render(&outcome, plan.output)
+        .map_err(|e| Failure::new(FAILURE, format!("cannot format the results: {e}")))?;
+    let to_terminal = crate::text::stdout_is_terminal();
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(crate::text::for_output(&text, to_terminal).as_bytes())?;
+    stdout.flush()?;
+    if plan.output != OutputFormat::Markdown {
+        eprintln!("{}", crate::text::terminal_safe(&outcome.verdict));
+    }
+    if !outcome.rows.is_empty() {
+        let log_path = log::results_path(&crate::paths::data_dir());
+        save(&log_path, &run_id, crate::ids::unix_s(now), &outcome.rows);
+    }
+    if let Some(path) = &plan.plot {
+        let points: Vec<crate::plot::SpecPoint> = outcome
+            .rows
+            .iter()
+            .map(|r| crate::plot::SpecPoint {
+                k: r.draft_max,
+                speedup: r.speedup_mean,
+                speedup_min: r.speedup_min,
+                speedup_max: r.speedup_max,
+                expected: r.expected_speedup,
+                acceptance: r.acceptance_rate,
+                alpha: r.acceptance_per_token,
+            })
+            .collect();
+        let out = with_suffix(path, "spec");
+        let subtitle = match outcome.rows.first() {
+            Some(r) => format!(
+                "{} · {} · {} tokens greedy · {} round(s) · {} thread(s) · tokscope {}, {}",
+                sweep::file_name(std::path::Path::new(&r.model)),
+                match &r.draft_model {
+                    Some(d) => format!("draft {}", sweep::file_name(std::path::Path::new(d))),
+                    None => r.mode.clone(),
+                },
+                r.n_gen,
+                r.rounds,
+                r.stamp.threads,
+                env!("CARGO_PKG_VERSION"),
+                r.stamp.llama_cpp
+            ),
+            None => String::new(),
+        };
+        crate::plot::plot_spec_sweep(
+            &points,
+            "speculative decoding: speed-up and acceptance against k",
+            &subtitle,
+            &out,
+        )
+        .map_err(|e| Failure::new(FAILURE, format!("--plot: {e}")))?;
+        eprintln!("wrote {}", out.display());
+    }
+    Ok(())
+}
+
+/// `FILE.ext` → `FILE-suffix.ext`: the names of `--plot`'s charts.
+fn with_suffix(path: &std::path::Path, suffix: &str) -> PathBuf {
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let ext = path
+        .extension()
+        .map(|e| e.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    path.with_file_name(format!("{stem}-{suffix}.{ext}"))
+}
+
 /// `tokscope bench`.
 pub(crate) fn run(args: &BenchArgs, settings: Settings) -> Result<(), Failure> {
+    if args.spec.given() {
+        return run_spec(args, &settings);
+    }
     let plan = plan(args, &settings)?;
     run::check_models(&plan.models)?;
     let log_path = log::results_path(&crate::paths::data_dir());
@@ -638,17 +926,7 @@ pub(crate) fn run(args: &BenchArgs, settings: Settings) -> Result<(), Failure> {
 fn plot_rows(rows: &[Row], path: &std::path::Path) -> Result<(), Failure> {
     use crate::metrics::BatchPoint;
     use crate::plot::{plot_batch_sweep, plot_roofline, RooflinePoint};
-    let with_suffix = |suffix: &str| {
-        let stem = path
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let ext = path
-            .extension()
-            .map(|e| e.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        path.with_file_name(format!("{stem}-{suffix}.{ext}"))
-    };
+    let with_suffix = |suffix: &str| with_suffix(path, suffix);
     let plot_failed = |e: crate::plot::PlotError| Failure::new(FAILURE, format!("--plot: {e}"));
     let roofline: Vec<RooflinePoint> = rows
         .iter()

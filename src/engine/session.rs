@@ -640,10 +640,10 @@ impl<'m> Session<'m> {
             self.ctx.synchronize();
             self.cached.push(token);
             logits_index = 0;
+            let mut accepted = 0usize;
             if !drafts.is_empty() {
                 // Verify: row i holds the target's choice after the pending token and the
                 // first i drafted tokens; accept drafted tokens while they match it.
-                let mut accepted = 0;
                 if greedy {
                     while accepted < drafts.len()
                         && crate::llama::sampler::argmax(self.ctx.get_logits_ith(accepted as i32))
@@ -686,28 +686,30 @@ impl<'m> Session<'m> {
                 accepted_queue.extend(drafts[..accepted].iter().copied());
                 logits_index = accepted as i32;
                 pass_done_at = t0.elapsed();
-                if let Some(s) = spec_stats.as_mut() {
+            }
+            // One end of the pass for the decode compute, the verify or plain time and the
+            // next host gap, so that they add up (the Spec event below is host time).
+            gap_start = Instant::now();
+            let pass_time = gap_start - step;
+            timeline.decode_compute += pass_time;
+            timeline.decode_calls += 1;
+            if let Some(s) = spec_stats.as_mut().filter(|_| speculate) {
+                s.draft_time += draft_time;
+                if drafts.is_empty() {
+                    s.plain_passes += 1;
+                    s.plain_time += pass_time;
+                } else {
                     s.verify_passes += 1;
                     s.drafted += drafts.len();
                     s.accepted += accepted;
                     s.rejections += usize::from(accepted < drafts.len());
-                    s.draft_time += draft_time;
-                    s.verify_time += step.elapsed();
+                    s.verify_time += pass_time;
                 }
-            } else if let Some(s) = spec_stats.as_mut().filter(|_| speculate) {
-                s.plain_passes += 1;
-                s.draft_time += draft_time;
-                s.plain_time += step.elapsed();
-            }
-            if let Some(s) = spec_stats.as_ref().filter(|_| speculate) {
                 let _ = events.send(EngineEvent::Spec {
                     request_id: req.id,
                     stats: Box::new(s.clone()),
                 });
             }
-            gap_start = Instant::now();
-            timeline.decode_compute += gap_start - step;
-            timeline.decode_calls += 1;
         }
         if speculate {
             // The KV cache keeps exactly what one-token-per-pass decoding would have left in
@@ -727,6 +729,11 @@ impl<'m> Session<'m> {
             host.gaps.push(last_gap);
         }
         host.total += last_gap;
+        if let Some(s) = spec_stats.as_mut() {
+            // The per-token split of the decode phase: draft, verify, plain and host time.
+            s.tokens = host.tokens;
+            s.host_time = host.total;
+        }
         let stop_reason = stop_reason.unwrap_or(StopReason::EndOfGeneration);
         if stop_reason == StopReason::StopString {
             // The transcript's separator before the next "Question:" is not part of the answer.

@@ -43,6 +43,12 @@ pub struct SpecStats {
     pub draft_cost_ratio: f64,
     /// Why speculation did not run this turn (sampling that is not greedy), if it did not.
     pub off_reason: Option<&'static str>,
+    /// Tokens the turn generated (sampled, the end-of-generation token included, as host
+    /// time counts them): the denominator of the per-token split.
+    pub tokens: usize,
+    /// Host time of the turn (`metrics::host`, the gaps between decode calls, drafting
+    /// excluded), so that the per-token split of the decode phase is in one place.
+    pub host_time: Duration,
 }
 
 /// The derived figures of [`SpecStats`]; `None` wherever undefined (nothing drafted, no pass).
@@ -86,6 +92,22 @@ pub struct SpecSummary {
     pub draft_cost_ratio: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub off_reason: Option<String>,
+    /// Tokens generated in the turn (the denominator of the `…_per_token` figures).
+    #[serde(default)]
+    pub tokens: usize,
+    /// Where the decode phase's time went, per generated token: proposing drafts, ms.
+    #[serde(default)]
+    pub draft_ms_per_token: Option<f64>,
+    /// Verify passes (decode call, synchronisation and the acceptance check), ms per token.
+    #[serde(default)]
+    pub verify_ms_per_token: Option<f64>,
+    /// Plain one-token passes, ms per token.
+    #[serde(default)]
+    pub plain_ms_per_token: Option<f64>,
+    /// Host time between decode calls (drafting excluded), µs per token: the same total as
+    /// `host.host_us_per_token`.
+    #[serde(default)]
+    pub host_us_per_token: Option<f64>,
 }
 
 /// Expected tokens per target pass when each drafted token is accepted with probability `a`
@@ -122,8 +144,31 @@ impl SpecStats {
         self.target_passes() + self.accepted
     }
 
+    /// Adds another turn's sums (bench pools a row's rounds this way). The configuration
+    /// (mode, k, cost ratio) is the first turn's.
+    pub fn add(&mut self, other: &SpecStats) {
+        if self.mode.is_empty() {
+            self.mode = other.mode;
+            self.draft_max = other.draft_max;
+            self.draft_cost_ratio = other.draft_cost_ratio;
+        }
+        self.verify_passes += other.verify_passes;
+        self.plain_passes += other.plain_passes;
+        self.drafted += other.drafted;
+        self.accepted += other.accepted;
+        self.rejections += other.rejections;
+        self.draft_time += other.draft_time;
+        self.verify_time += other.verify_time;
+        self.plain_time += other.plain_time;
+        self.tokens += other.tokens;
+        self.host_time += other.host_time;
+        self.off_reason = self.off_reason.or(other.off_reason);
+    }
+
     pub fn summary(&self) -> SpecSummary {
         let passes = self.target_passes() as f64;
+        let per_token =
+            |d: Duration, scale: f64| ratio(d.as_secs_f64() * scale, self.tokens as f64);
         let alpha = ratio(
             self.accepted as f64,
             (self.accepted + self.rejections) as f64,
@@ -166,6 +211,11 @@ impl SpecStats {
             verdict: None,
             draft_cost_ratio: self.draft_cost_ratio,
             off_reason: self.off_reason.map(str::to_string),
+            tokens: self.tokens,
+            draft_ms_per_token: per_token(self.draft_time, 1e3),
+            verify_ms_per_token: per_token(self.verify_time, 1e3),
+            plain_ms_per_token: per_token(self.plain_time, 1e3),
+            host_us_per_token: per_token(self.host_time, 1e6),
         }
         .with_verdict()
     }
@@ -185,8 +235,12 @@ impl SpecSummary {
     }
 }
 
+/// A verify pass costing more than this many plain passes is no longer free: the pass has
+/// become compute bound.
+pub const VERIFY_NOT_FREE_PASSES: f64 = 1.2;
+
 /// One sentence: whether speculation paid (`speedup` > 1.05) and, when it did not, what
-/// bounds it: a verify pass costing more than 1.5 plain passes (the pass became compute
+/// bounds it: a verify pass costing more than 1.2 plain passes (the pass became compute
 /// bound, so verifying is no longer free), drafting costing more than a third of a plain
 /// pass per step (the draft is too slow), or a per-token acceptance below one half.
 pub fn verdict(
@@ -200,7 +254,7 @@ pub fn verdict(
         return Some(format!("pays: {s:.2}× the plain decode speed"));
     }
     let mut why = Vec::new();
-    if let Some(v) = verify_cost_in_passes.filter(|v| *v > 1.5) {
+    if let Some(v) = verify_cost_in_passes.filter(|v| *v > VERIFY_NOT_FREE_PASSES) {
         why.push(format!(
             "a verify pass costs {v:.1} plain passes (compute bound: verifying is not free)"
         ));
@@ -262,6 +316,8 @@ mod tests {
             plain_time: Duration::from_millis(100),
             draft_cost_ratio: 0.0,
             off_reason: None,
+            tokens: 40,
+            host_time: Duration::from_millis(4),
         }
         .summary();
         assert_eq!(s.acceptance_rate, Some(0.5));
@@ -275,12 +331,55 @@ mod tests {
         assert!((measured - 10.0 / (212.0 / 40.0)).abs() < 1e-9);
         assert_eq!(s.verify_cost_in_passes, Some(1.1));
         assert!(s.verdict.unwrap().starts_with("pays"));
+        // The per-token split: 2 + 110 + 100 ms and 4 ms of host time over 40 tokens.
+        assert_eq!(s.tokens, 40);
+        assert!((s.draft_ms_per_token.unwrap() - 0.05).abs() < 1e-9);
+        assert!((s.verify_ms_per_token.unwrap() - 2.75).abs() < 1e-9);
+        assert!((s.plain_ms_per_token.unwrap() - 2.5).abs() < 1e-9);
+        assert!((s.host_us_per_token.unwrap() - 100.0).abs() < 1e-9);
+        assert_eq!(SpecStats::default().summary().host_us_per_token, None);
+    }
+
+    #[test]
+    fn add_pools_turns() {
+        let turn = SpecStats {
+            mode: "draft",
+            draft_max: 4,
+            verify_passes: 3,
+            plain_passes: 1,
+            drafted: 12,
+            accepted: 9,
+            rejections: 1,
+            draft_time: Duration::from_millis(3),
+            verify_time: Duration::from_millis(30),
+            plain_time: Duration::from_millis(5),
+            draft_cost_ratio: 0.25,
+            off_reason: None,
+            tokens: 13,
+            host_time: Duration::from_millis(1),
+        };
+        let mut pooled = SpecStats::default();
+        pooled.add(&turn);
+        pooled.add(&turn);
+        assert_eq!(pooled.mode, "draft");
+        assert_eq!(pooled.draft_cost_ratio, 0.25);
+        assert_eq!(pooled.accepted, 18);
+        assert_eq!(pooled.tokens, 26);
+        assert_eq!(pooled.verify_time, Duration::from_millis(60));
+        assert_eq!(
+            pooled.summary().acceptance_rate,
+            turn.summary().acceptance_rate
+        );
     }
 
     #[test]
     fn verdict_names_the_bound() {
         let v = verdict(Some(0.7), Some(0.65), Some(4.0), Some(0.0)).unwrap();
         assert!(v.contains("compute bound"), "{v}");
+        let v = verdict(Some(0.9), Some(0.9), Some(1.3), Some(0.0)).unwrap();
+        assert!(v.contains("compute bound"), "above 1.2 passes: {v}");
+        let v = verdict(Some(0.9), Some(0.9), Some(1.15), Some(0.0)).unwrap();
+        assert!(v.contains("no single bound"), "{v}");
         let v = verdict(Some(0.5), Some(0.1), Some(1.1), Some(0.9)).unwrap();
         assert!(
             v.contains("too slow") && v.contains("acceptance too low"),

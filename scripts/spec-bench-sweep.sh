@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Speculative decoding through `tokscope bench`: a --draft-max sweep against k=0 (no
+# speculation) in alternating rounds, inside one bench run. Three cases, each written with its
+# header (command, machine, load before and after, date) to benchmarks/spec-bench-CASE.txt:
+#
+#   demo-ngram   the demo model (gemma-3-270m Q4_K_M), --spec ngram --draft-max 0,2,4,8 on
+#                bench's built-in copy-heavy prompt
+#   synth-self   synthetic `small` (F32) drafting for itself (acceptance 100%)
+#   synth-unrelated  synthetic `small` with an unrelated synthetic `tiny` draft (acceptance ~0)
+#
+# Each file: a table of every row's figures, the verdict, the progress lines, the raw JSON. The
+# demo case also draws benchmarks/spec-bench-demo-ngram-spec.png.
+# Usage: scripts/spec-bench-sweep.sh [--rounds N] [--threads T] [--tokens N] [--only demo|synth]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+rounds=4
+threads=1
+tokens=128
+only=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --rounds) rounds=$2; shift 2 ;;
+        --threads) threads=$2; shift 2 ;;
+        --tokens) tokens=$2; shift 2 ;;
+        --only) only=$2; shift 2 ;;
+        *) echo "unknown argument: $1" >&2; exit 2 ;;
+    esac
+done
+
+bin=target/release/tokscope
+cargo build --release --bins >&2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+mkdir -p benchmarks
+
+# run_case NAME BENCH-ARGS...: one bench run with -o json; a table of every figure is printed
+# from its rows, then the progress lines and the raw JSON.
+run_case() {
+    local name=$1
+    shift
+    local out="benchmarks/spec-bench-$name.txt"
+    {
+        echo "# $bin bench $*"
+        echo "# $(date -u +%FT%TZ) · $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')) · no GPU"
+        echo "# load average before: $(cut -d' ' -f1-3 /proc/loadavg) (a shared machine: other engineers' builds and tests run beside it)"
+        echo
+        "$bin" bench "$@" -o json 2>"$work/$name.err" >"$work/$name.json" || { cat "$work/$name.err"; exit 1; }
+        python3 - "$work/$name.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+def f(v, d=2, unit=""):
+    return "—" if v is None else f"{v:.{d}f}{unit}"
+def pct(v):
+    return "—" if v is None else f"{v*100:.0f}%"
+print("| k | tok/s (rounds) | speed-up mean (min–max, sd) | expected | accept | α | tok/pass | draft ms/step | verify ms/pass | plain ms/pass (k=0) | verify cost | draft ms/tok | verify ms/tok | host µs/tok | same text |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+for r in j["rows"]:
+    print(f"| {r['draft_max']} | {r['tok_per_s_mean']:.1f} ({', '.join(f'{x:.1f}' for x in r['samples_tok_per_s'])}) "
+          f"| {r['speedup_mean']:.2f}× ({r['speedup_min']:.2f}–{r['speedup_max']:.2f}, ±{r['speedup_sd']:.2f}) "
+          f"| {f(r['expected_speedup'], 2, '×')} | {pct(r['acceptance_rate'])} | {pct(r['acceptance_per_token'])} "
+          f"| {f(r['tokens_per_pass'])} | {f(r['draft_ms_per_step'])} | {f(r['verify_ms_per_pass'])} "
+          f"| {f(r['plain_ms_per_pass'])} | {f(r['verify_cost_in_passes'])} | {f(r['draft_ms_per_token'], 3)} "
+          f"| {f(r['verify_ms_per_token'], 3)} | {f(r['host_us_per_token'], 1)} | {'yes' if r['text_identical'] else 'NO'} |")
+print()
+print(j["verdict"])
+w = j["rows"][0].get("warning")
+if w:
+    print(f"warning: {w}")
+PY
+        echo
+        echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+        echo "# stderr (progress, per round):"
+        sed 's/^/#   /' "$work/$name.err"
+        echo "# raw JSON:"
+        cat "$work/$name.json"
+    } > "$out"
+    cat "$out" | sed -n '1,/^# load average after/p'
+}
+
+common=(-n "$tokens" -r "$rounds" -t "$threads" --no-probe)
+if [ "$only" != synth ]; then
+    demo=$("$bin" fetch-demo 2>/dev/null | tail -1 || true)
+    [ -f "$demo" ] || demo=$(ls "${TOKSCOPE_DATA_DIR:-$HOME/.local/share/tokscope}"/models/gemma-3-270m-q4_k_m.gguf)
+    run_case demo-ngram -m "$demo" --spec ngram --draft-max 0,2,4,8 "${common[@]}" --plot benchmarks/spec-bench-demo-ngram.png
+fi
+if [ "$only" != demo ]; then
+    "$bin" synth --preset small --seed 5 -o "$work/small.gguf" >/dev/null 2>&1
+    "$bin" synth --preset tiny --seed 77 -o "$work/tiny.gguf" >/dev/null 2>&1
+    run_case synth-self -m "$work/small.gguf" --draft "$work/small.gguf" --draft-max 0,2,4,8 "${common[@]}"
+    run_case synth-unrelated -m "$work/small.gguf" --draft "$work/tiny.gguf" --draft-max 0,2,4,8 "${common[@]}"
+fi

@@ -1,0 +1,601 @@
+//! `bench --spec ngram | --draft MODEL` with a `--draft-max` sweep: every k (0 = no
+//! speculation, the baseline) answers the same prompt greedily for a fixed number of tokens in
+//! an engine of its own, round after round, the order of the k alternating (forward, then
+//! backward: ABBA) so that drift of the machine's speed hits every k alike. Each row: decode
+//! tok/s, the speed-up against k = 0 in the same round with its spread, acceptance, tokens per
+//! target pass, draft and verify time, the roofline's expected speed-up and the verdict
+//! (`metrics::spec`, one definition for the chat, `run` and here).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::plan::OutputFormat;
+use crate::engine::{
+    ChatMessage, EngineConfig, EngineError, EngineEvent, EngineHandle, EngineSettings,
+    EventReceiver, ModelInfo, SamplingParams, TurnReport, TurnRequest,
+};
+use crate::llama::settings::SpecMode;
+use crate::metrics::spec::{verdict, SpecStats};
+use crate::stamp::Stamp;
+
+/// The copy-heavy prompt n-gram lookup needs to find anything (the one `scripts/spec-bench.sh`
+/// used): a function, then the request to write it again under another name.
+pub(crate) const DEFAULT_SPEC_PROMPT: &str = "Here is a Python function:
+
+def compute_total(items, tax_rate):
+    total = 0
+    for item in items:
+        price = item[\"price\"]
+        quantity = item[\"quantity\"]
+        total = total + price * quantity
+    tax = total * tax_rate
+    total = total + tax
+    return round(total, 2)
+
+Write the same function again, exactly as above, but named sum_prices.";
+
+/// What a speculative sweep does, validated (parsed in `commands::bench`).
+#[derive(Debug, Clone)]
+pub(crate) struct SpecPlan {
+    pub model: PathBuf,
+    /// `Ngram` or `Draft`.
+    pub mode: SpecMode,
+    pub draft: Option<PathBuf>,
+    /// The k values, 0 (the baseline) first, each once.
+    pub draft_max: Vec<u32>,
+    pub ngram_n: u32,
+    /// Tokens every turn generates (end-of-generation and stop strings ignored).
+    pub n_gen: u32,
+    pub rounds: u32,
+    pub warmup: bool,
+    /// The conversation each turn answers (system prompt, the prompt).
+    pub messages: Vec<ChatMessage>,
+    /// Where the prompt came from: a file name or "built-in copy-heavy prompt".
+    pub prompt_source: String,
+    /// The engine settings of every k but its speculation (threads, context, template).
+    pub engine: EngineSettings,
+    pub output: OutputFormat,
+    pub plot: Option<PathBuf>,
+}
+
+/// Why a sweep could not finish.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SpecBenchError {
+    #[error("k={k}: {source}")]
+    Engine {
+        k: u32,
+        #[source]
+        source: EngineError,
+    },
+    #[error("k={k}: the turn stopped after {got} of {want} tokens ({why}); shorten the prompt or ask for fewer tokens (-n)")]
+    Short {
+        k: u32,
+        got: usize,
+        want: u32,
+        why: String,
+    },
+}
+
+impl SpecBenchError {
+    /// A problem with a model file (exit code 3, like `run`).
+    pub(crate) fn is_model_problem(&self) -> bool {
+        matches!(self, SpecBenchError::Engine { source, .. } if source.is_model_problem())
+    }
+}
+
+/// One k of the sweep.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct SpecRow {
+    pub run_id: String,
+    /// `spec`, beside bench's `pp`, `tg`, `pg`, `batch` in the results log.
+    pub kind: &'static str,
+    /// `tg128+ngram-k2`: the generated tokens, the guesser and k (`tokscope results`, `--vs`).
+    pub test: String,
+    pub model: String,
+    /// `ngram` or `draft` (the sweep's mode; k = 0 does not speculate).
+    pub mode: String,
+    pub draft_model: Option<String>,
+    /// Most tokens drafted per step; 0 is plain decoding, the baseline.
+    pub draft_max: u32,
+    pub n_gen: u32,
+    pub rounds: u32,
+    pub prompt: String,
+    /// Decode tok/s of each round ((N − 1) / (last − first token's ready time)).
+    pub samples_tok_per_s: Vec<f64>,
+    pub tok_per_s_mean: f64,
+    pub tok_per_s_sd: f64,
+    /// Each round's tok/s ÷ k = 0's in the same round (exactly 1 for k = 0).
+    pub speedup_per_round: Vec<f64>,
+    /// Mean, sample standard deviation, least and greatest of the per-round speed-ups.
+    pub speedup_mean: f64,
+    pub speedup_sd: f64,
+    pub speedup_min: f64,
+    pub speedup_max: f64,
+    /// The roofline's expected speed-up at the measured α and mean k (`metrics::spec`).
+    pub expected_speedup: Option<f64>,
+    /// accepted / drafted, all rounds pooled; `null` for k = 0.
+    pub acceptance_rate: Option<f64>,
+    /// α: accepted / (accepted + rejections).
+    pub acceptance_per_token: Option<f64>,
+    /// Tokens per target pass (accepted + passes) / passes.
+    pub tokens_per_pass: Option<f64>,
+    pub mean_draft_len: Option<f64>,
+    pub draft_ms_per_step: Option<f64>,
+    pub verify_ms_per_pass: Option<f64>,
+    /// k = 0's decode compute per pass, the same rounds: what a plain pass costs.
+    pub plain_ms_per_pass: Option<f64>,
+    /// verify ms per pass ÷ k = 0's plain ms per pass (1 while verifying is free).
+    pub verify_cost_in_passes: Option<f64>,
+    /// draft ms per step ÷ k = 0's plain ms per pass.
+    pub draft_cost_in_passes: Option<f64>,
+    /// The decode phase per generated token: drafting, verify and plain passes, host time.
+    pub draft_ms_per_token: Option<f64>,
+    pub verify_ms_per_token: Option<f64>,
+    pub plain_ms_per_token: Option<f64>,
+    pub host_us_per_token: Option<f64>,
+    /// Every round's greedy text equal to k = 0's (it must be).
+    pub text_identical: bool,
+    /// `metrics::spec::verdict` at this row's speed-up; `null` for k = 0.
+    pub verdict: Option<String>,
+    /// The 1-minute load average before and after the sweep.
+    pub load_before: Option<f64>,
+    pub load_after: Option<f64>,
+    /// A busy machine, synthetic weights; `null` when clean.
+    pub warning: Option<String>,
+    pub stamp: Stamp,
+}
+
+/// What the sweep produced.
+pub(crate) struct SpecOutcome {
+    pub rows: Vec<SpecRow>,
+    /// The sentence under the table: the best k's verdict.
+    pub verdict: String,
+}
+
+/// One k's engine and what its turns gave.
+struct Lane {
+    k: u32,
+    engine: EngineHandle,
+    events: EventReceiver,
+    info: ModelInfo,
+    tok_per_s: Vec<f64>,
+    texts: Vec<String>,
+    stats: SpecStats,
+    decode_compute: Duration,
+    decode_calls: usize,
+}
+
+/// The sweep's sampling: greedy, no repetition penalty (so every k speculates and must give
+/// the same text).
+pub(crate) fn greedy() -> SamplingParams {
+    SamplingParams {
+        temperature: 0.0,
+        repeat_penalty: 1.0,
+        ..SamplingParams::default()
+    }
+}
+
+/// Wait for the engine's answer to `id` (or its readiness when `id` is `None`).
+fn wait(events: &mut EventReceiver, id: Option<u64>) -> Result<Waited, EngineError> {
+    while let Some(event) = events.blocking_recv() {
+        match event {
+            EngineEvent::Ready(info) if id.is_none() => return Ok(Waited::Ready(info)),
+            EngineEvent::LoadFailed(e) => return Err(e),
+            EngineEvent::Finished { request_id, report } if Some(request_id) == id => {
+                return Ok(Waited::Finished(report))
+            }
+            EngineEvent::Failed { request_id, error } if Some(request_id) == id => {
+                return Err(error)
+            }
+            _ => {}
+        }
+    }
+    Err(EngineError::EngineGone)
+}
+
+enum Waited {
+    Ready(Box<ModelInfo>),
+    Finished(Box<TurnReport>),
+}
+
+impl Lane {
+    fn start(plan: &SpecPlan, k: u32) -> Result<Self, SpecBenchError> {
+        let err = |source| SpecBenchError::Engine { k, source };
+        let mut settings = plan.engine.clone();
+        settings.spec.draft_max = k;
+        settings.spec.ngram_n = plan.ngram_n;
+        settings.spec.mode = if k == 0 { SpecMode::Off } else { plan.mode };
+        settings.spec.draft_model = plan.draft.clone().filter(|_| k > 0);
+        let (engine, mut events) = EngineHandle::spawn(EngineConfig {
+            model_path: plan.model.clone(),
+            settings,
+        })
+        .map_err(err)?;
+        let info = match wait(&mut events, None).map_err(err)? {
+            Waited::Ready(info) => *info,
+            Waited::Finished(_) => return Err(err(EngineError::EngineGone)),
+        };
+        Ok(Lane {
+            k,
+            engine,
+            events,
+            info,
+            tok_per_s: Vec::new(),
+            texts: Vec::new(),
+            stats: SpecStats::default(),
+            decode_compute: Duration::ZERO,
+            decode_calls: 0,
+        })
+    }
+
+    fn turn(&mut self, plan: &SpecPlan, n_gen: u32) -> Result<TurnReport, SpecBenchError> {
+        let k = self.k;
+        let err = |source| SpecBenchError::Engine { k, source };
+        let request = TurnRequest {
+            messages: plan.messages.clone(),
+            sampling: greedy(),
+            max_tokens: n_gen,
+            capture_first_logits: false,
+            ignore_eos: true,
+        };
+        let id = self
+            .engine
+            .send(self.engine.next_id(), request, None)
+            .map_err(err)?;
+        let report = match wait(&mut self.events, Some(id)).map_err(err)? {
+            Waited::Finished(report) => *report,
+            Waited::Ready(_) => return Err(err(EngineError::EngineGone)),
+        };
+        let got = report.timeline.tokens_generated();
+        if got != n_gen as usize {
+            return Err(SpecBenchError::Short {
+                k,
+                got,
+                want: n_gen,
+                why: format!("{:?}", report.stop_reason),
+            });
+        }
+        Ok(report)
+    }
+
+    /// A timed turn: its tok/s, text and figures.
+    fn measure(&mut self, plan: &SpecPlan) -> Result<f64, SpecBenchError> {
+        let report = self.turn(plan, plan.n_gen)?;
+        let tok_per_s = report.timeline.summary().decode_tok_per_s.unwrap_or(0.0);
+        self.tok_per_s.push(tok_per_s);
+        self.texts.push(report.text);
+        if let Some(s) = &report.spec {
+            self.stats.add(s);
+        }
+        self.decode_compute += report.timeline.decode_compute;
+        self.decode_calls += report.timeline.decode_calls;
+        Ok(tok_per_s)
+    }
+}
+
+/// The order of the lanes in round `round`: forward on even rounds, backward on odd ones
+/// (A B B A …), as `run::run_jobs_alternating` orders its jobs.
+pub(crate) fn round_order(n: usize, round: u32) -> Vec<usize> {
+    if round % 2 == 0 {
+        (0..n).collect()
+    } else {
+        (0..n).rev().collect()
+    }
+}
+
+/// Run the sweep: one engine per k, loaded once; a warm-up turn each (unless turned off);
+/// then `rounds` rounds of one timed turn per k in alternating order. Progress on stderr.
+pub(crate) fn run(plan: &SpecPlan, run_id: &str) -> Result<SpecOutcome, SpecBenchError> {
+    let load_before = crate::hw::load_average_1m();
+    let mut lanes = Vec::with_capacity(plan.draft_max.len());
+    for &k in &plan.draft_max {
+        eprintln!("loading the engine for k={k}…");
+        lanes.push(Lane::start(plan, k)?);
+    }
+    if plan.warmup {
+        for lane in &mut lanes {
+            lane.turn(plan, plan.n_gen.min(16))?;
+        }
+    }
+    for round in 0..plan.rounds {
+        for i in round_order(lanes.len(), round) {
+            let lane = &mut lanes[i];
+            let tps = lane.measure(plan)?;
+            eprintln!(
+                "round {}/{} k={}: {tps:.1} tok/s",
+                round + 1,
+                plan.rounds,
+                lane.k
+            );
+        }
+    }
+    let load_after = crate::hw::load_average_1m();
+    let rows = rows(plan, &lanes, run_id, load_before, load_after);
+    for lane in lanes {
+        lane.engine.shutdown();
+    }
+    let verdict = sweep_verdict(&rows);
+    Ok(SpecOutcome { rows, verdict })
+}
+
+fn mean_sd_min_max(values: &[f64]) -> (f64, f64, f64, f64) {
+    let (mean, sd) = super::report::mean_sd(values);
+    let min = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if values.is_empty() {
+        (0.0, 0.0, 0.0, 0.0)
+    } else {
+        (mean, sd, min, max)
+    }
+}
+
+fn ratio(num: f64, den: f64) -> Option<f64> {
+    (den > 0.0 && num.is_finite()).then(|| num / den)
+}
+
+fn rows(
+    plan: &SpecPlan,
+    lanes: &[Lane],
+    run_id: &str,
+    load_before: Option<f64>,
+    load_after: Option<f64>,
+) -> Vec<SpecRow> {
+    let Some(base) = lanes.iter().find(|l| l.k == 0) else {
+        return Vec::new();
+    };
+    let plain_ms = ratio(
+        crate::metrics::ms(base.decode_compute),
+        base.decode_calls as f64,
+    );
+    let threads = plan.engine.threads;
+    let mut warnings = crate::metrics::busy::busy_warnings(&crate::metrics::busy::BusySignals {
+        threads,
+        load_before,
+        load_after,
+        itl_p50_ms: None,
+        itl_max_ms: None,
+    });
+    if base.info.synthetic {
+        warnings.push("synthetic model: its speed is real, its text is noise".to_string());
+    }
+    let warning = (!warnings.is_empty()).then(|| warnings.join("; "));
+    lanes
+        .iter()
+        .map(|lane| {
+            let speedups: Vec<f64> = lane
+                .tok_per_s
+                .iter()
+                .zip(&base.tok_per_s)
+                .map(|(t, b)| {
+                    if lane.k == 0 {
+                        1.0
+                    } else {
+                        ratio(*t, *b).unwrap_or(0.0)
+                    }
+                })
+                .collect();
+            let (tps_mean, tps_sd) = super::report::mean_sd(&lane.tok_per_s);
+            let (s_mean, s_sd, s_min, s_max) = mean_sd_min_max(&speedups);
+            let spec = (lane.k > 0).then(|| lane.stats.summary());
+            let get = |f: fn(&crate::metrics::spec::SpecSummary) -> Option<f64>| {
+                spec.as_ref().and_then(f)
+            };
+            let verify_cost = get(|s| s.verify_ms_per_pass)
+                .zip(plain_ms)
+                .and_then(|(v, p)| ratio(v, p));
+            let draft_cost = get(|s| s.draft_ms_per_step)
+                .zip(plain_ms)
+                .and_then(|(d, p)| ratio(d, p));
+            let alpha = get(|s| s.acceptance_per_token);
+            SpecRow {
+                run_id: run_id.to_string(),
+                kind: "spec",
+                test: format!("tg{}+{}-k{}", plan.n_gen, plan.mode.name(), lane.k),
+                model: plan.model.display().to_string(),
+                mode: plan.mode.name().to_string(),
+                draft_model: plan.draft.as_ref().map(|d| d.display().to_string()),
+                draft_max: lane.k,
+                n_gen: plan.n_gen,
+                rounds: plan.rounds,
+                prompt: plan.prompt_source.clone(),
+                samples_tok_per_s: lane.tok_per_s.clone(),
+                tok_per_s_mean: tps_mean,
+                tok_per_s_sd: tps_sd,
+                speedup_per_round: speedups,
+                speedup_mean: s_mean,
+                speedup_sd: s_sd,
+                speedup_min: s_min,
+                speedup_max: s_max,
+                expected_speedup: if lane.k == 0 {
+                    Some(1.0)
+                } else {
+                    get(|s| s.expected_speedup)
+                },
+                acceptance_rate: get(|s| s.acceptance_rate),
+                acceptance_per_token: alpha,
+                tokens_per_pass: if lane.k == 0 {
+                    Some(1.0)
+                } else {
+                    get(|s| s.tokens_per_pass)
+                },
+                mean_draft_len: get(|s| s.mean_draft_len),
+                draft_ms_per_step: get(|s| s.draft_ms_per_step),
+                verify_ms_per_pass: get(|s| s.verify_ms_per_pass),
+                plain_ms_per_pass: plain_ms,
+                verify_cost_in_passes: verify_cost,
+                draft_cost_in_passes: draft_cost,
+                draft_ms_per_token: get(|s| s.draft_ms_per_token),
+                verify_ms_per_token: get(|s| s.verify_ms_per_token),
+                plain_ms_per_token: get(|s| s.plain_ms_per_token),
+                host_us_per_token: get(|s| s.host_us_per_token),
+                text_identical: lane.texts == base.texts,
+                verdict: (lane.k > 0)
+                    .then(|| verdict(Some(s_mean), alpha, verify_cost, draft_cost))
+                    .flatten(),
+                load_before,
+                load_after,
+                warning: warning.clone(),
+                stamp: Stamp::new(&lane.info, &greedy()),
+            }
+        })
+        .collect()
+}
+
+/// The sentence under the table: the verdict of the k with the best measured speed-up.
+pub(crate) fn sweep_verdict(rows: &[SpecRow]) -> String {
+    let best = rows
+        .iter()
+        .filter(|r| r.draft_max > 0)
+        .max_by(|a, b| a.speedup_mean.total_cmp(&b.speedup_mean));
+    match best.and_then(|r| Some((r.draft_max, r.verdict.clone()?))) {
+        Some((k, v)) => format!("Verdict (best k = {k}): speculation {v}."),
+        None => "Verdict: no speculative row was measured.".to_string(),
+    }
+}
+
+/// A fraction as a percentage; `—` when undefined.
+fn pct(v: Option<f64>) -> String {
+    match v {
+        Some(v) if v.is_finite() => format!("{:.0}%", v * 100.0),
+        _ => "—".to_string(),
+    }
+}
+
+/// The rows in the chosen format; Markdown gets the verdict sentence under the table.
+pub(crate) fn render(
+    outcome: &SpecOutcome,
+    format: OutputFormat,
+) -> Result<String, serde_json::Error> {
+    use super::format::{csv_lines, table, Align};
+    let rows = &outcome.rows;
+    Ok(match format {
+        OutputFormat::Markdown => {
+            let opt = |v: Option<f64>, d: usize| crate::metrics::fmt_opt(v, d);
+            let headers = [
+                ("k", Align::Right),
+                ("tok/s", Align::Right),
+                ("speed-up (min–max)", Align::Right),
+                ("expected", Align::Right),
+                ("accept", Align::Right),
+                ("α", Align::Right),
+                ("tok/pass", Align::Right),
+                ("draft ms/step", Align::Right),
+                ("verify ms/pass", Align::Right),
+                ("verify cost", Align::Right),
+                ("same text", Align::Left),
+            ];
+            let cells: Vec<Vec<String>> = rows
+                .iter()
+                .map(|r| {
+                    vec![
+                        r.draft_max.to_string(),
+                        format!("{:.1} ± {:.1}", r.tok_per_s_mean, r.tok_per_s_sd),
+                        format!(
+                            "{:.2}× ({:.2}–{:.2})",
+                            r.speedup_mean, r.speedup_min, r.speedup_max
+                        ),
+                        match r.expected_speedup {
+                            Some(e) if e.is_finite() => format!("{e:.2}×"),
+                            _ => "—".to_string(),
+                        },
+                        pct(r.acceptance_rate),
+                        pct(r.acceptance_per_token),
+                        opt(r.tokens_per_pass, 2),
+                        opt(r.draft_ms_per_step, 2),
+                        opt(r.verify_ms_per_pass, 2),
+                        opt(r.verify_cost_in_passes, 2),
+                        if r.text_identical { "yes" } else { "NO" }.to_string(),
+                    ]
+                })
+                .collect();
+            let mut out = String::new();
+            if let Some(first) = rows.first() {
+                out.push_str(&format!(
+                    "speculative decoding: {} {}, {} tokens greedy, {} round(s) ABBA, {} thread(s), prompt: {}\n\n",
+                    crate::bench::sweep::file_name(std::path::Path::new(&first.model)),
+                    match &first.draft_model {
+                        Some(d) => format!(
+                            "with draft {}",
+                            crate::bench::sweep::file_name(std::path::Path::new(d))
+                        ),
+                        None => format!("with {}", first.mode),
+                    },
+                    first.n_gen,
+                    first.rounds,
+                    first.stamp.threads,
+                    first.prompt
+                ));
+            }
+            out.push_str(&table(&headers, &cells));
+            out.push('\n');
+            out.push_str(&outcome.verdict);
+            out.push('\n');
+            if let Some(w) = rows.iter().find_map(|r| r.warning.as_ref()) {
+                out.push_str(&format!("warning: {w}\n"));
+            }
+            out
+        }
+        OutputFormat::Csv => {
+            let mut lines = Vec::new();
+            for r in rows {
+                let value = serde_json::to_value(r)?;
+                let mut fields = Vec::new();
+                if let serde_json::Value::Object(map) = value {
+                    for (k, v) in &map {
+                        match v {
+                            serde_json::Value::Object(inner) if k == "stamp" => {
+                                fields.extend(inner.iter().map(|(ik, iv)| {
+                                    (format!("stamp.{ik}"), super::format::cell(Some(iv)))
+                                }))
+                            }
+                            _ => fields.push((k.clone(), super::format::cell(Some(v)))),
+                        }
+                    }
+                }
+                lines.push(fields);
+            }
+            csv_lines(&lines)
+        }
+        OutputFormat::Json => {
+            #[derive(Serialize)]
+            struct Sweep<'a> {
+                verdict: &'a str,
+                rows: &'a [SpecRow],
+            }
+            let sweep = Sweep {
+                verdict: &outcome.verdict,
+                rows,
+            };
+            format!("{}\n", serde_json::to_string_pretty(&sweep)?)
+        }
+        OutputFormat::JsonLines => {
+            let mut out = String::new();
+            for row in rows {
+                out.push_str(&serde_json::to_string(row)?);
+                out.push('\n');
+            }
+            out
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rounds_alternate() {
+        assert_eq!(round_order(3, 0), vec![0, 1, 2]);
+        assert_eq!(round_order(3, 1), vec![2, 1, 0]);
+        assert_eq!(round_order(3, 2), vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn spread_of_nothing_is_zero() {
+        assert_eq!(mean_sd_min_max(&[]), (0.0, 0.0, 0.0, 0.0));
+        let (m, _, lo, hi) = mean_sd_min_max(&[0.5, 1.5]);
+        assert_eq!((m, lo, hi), (1.0, 0.5, 1.5));
+    }
+}
