@@ -236,6 +236,11 @@ fn depth_span(job: &Job) -> (u64, u64) {
 pub(crate) fn build_row(job: &Job, samples: &[Sample], cx: &RowContext) -> Row {
     let test = &job.test;
     let rates: Vec<f64> = samples.iter().map(|s| sample_rate(test, s)).collect();
+    #[cfg(feature = "plant")]
+    let rates: Vec<f64> = match crate::metrics::planted_factor("bench") {
+        Some(f) => rates.iter().map(|r| r * f).collect(),
+        None => rates,
+    };
     let (tok_per_s_mean, tok_per_s_sd) = mean_sd(&rates);
     let ttft =
         LatencyStats::from_durations(&samples.iter().filter_map(|s| s.ttft).collect::<Vec<_>>());

@@ -422,30 +422,21 @@ fn run_warning(
 /// TTFT ms or the ITL percentiles) so that scripts/agreement.sh can show that it catches it.
 #[cfg(feature = "plant")]
 fn plant(metrics: &mut TurnSummary) {
-    let Ok(spec) = std::env::var("TOKSCOPE_PLANT_SCALE") else {
-        return;
-    };
-    for item in spec.split(',') {
-        let Some((figure, factor)) = item.split_once(':') else {
-            continue;
-        };
-        let Ok(f) = factor.parse::<f64>() else {
-            continue;
-        };
-        match figure {
-            "decode" => metrics.decode_tok_per_s = metrics.decode_tok_per_s.map(|v| v * f),
-            "prefill" => metrics.prefill_ms *= f,
-            "ttft" => metrics.ttft_ms = metrics.ttft_ms.map(|v| v * f),
-            "itl" => {
-                if let Some(itl) = metrics.itl.as_mut() {
-                    itl.p50_ms *= f;
-                    itl.p90_ms *= f;
-                    itl.p99_ms *= f;
-                    itl.mean_ms *= f;
-                }
-            }
-            _ => {}
-        }
+    use crate::metrics::planted_factor;
+    if let Some(f) = planted_factor("decode") {
+        metrics.decode_tok_per_s = metrics.decode_tok_per_s.map(|v| v * f);
+    }
+    if let Some(f) = planted_factor("prefill") {
+        metrics.prefill_ms *= f;
+    }
+    if let Some(f) = planted_factor("ttft") {
+        metrics.ttft_ms = metrics.ttft_ms.map(|v| v * f);
+    }
+    if let (Some(f), Some(itl)) = (planted_factor("itl"), metrics.itl.as_mut()) {
+        itl.p50_ms *= f;
+        itl.p90_ms *= f;
+        itl.p99_ms *= f;
+        itl.mean_ms *= f;
     }
 }
 

@@ -255,6 +255,20 @@ pub struct BatchPoint {
     pub itl_p99_ms: Option<f64>,
 }
 
+/// A planted error for the agreement check, in test builds with the `plant` feature only: the
+/// factor `TOKSCOPE_PLANT_SCALE` gives `figure` (`decode:1.1,prefill:1.1`; `bench` scales
+/// every rate `tokscope bench` reports), so scripts/agreement.sh can show that it catches it.
+#[cfg(feature = "plant")]
+pub(crate) fn planted_factor(figure: &str) -> Option<f64> {
+    let spec = std::env::var("TOKSCOPE_PLANT_SCALE").ok()?;
+    spec.split(',').find_map(|item| {
+        let (name, factor) = item.split_once(':')?;
+        (name == figure)
+            .then(|| factor.parse::<f64>().ok())
+            .flatten()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
