@@ -1,6 +1,12 @@
-//! What one token event costs the engine thread: `UnboundedSender::send` of a token event to a
-//! receiver parked in `blocking_recv` (as `run` receives) and to a receiver that is awake
-//! (a burst), with the pieces around it (the String of the token's text, the timeline push).
+//! What one token event costs the engine thread: `UnboundedSender::send` of a token event (the
+//! engine's own `EngineEvent::Token`, with the String of its text and the timeline push around
+//! it) to the reader as `run` reads, `tokscope::engine::recv_paced`:
+//! - **parked reader**: `pace` None, asleep in `blocking_recv`, woken by each event (as `run
+//!   --token-lines` reads, and as `run` read before it was paced);
+//! - **paced reader**: `pace` 50 ms, the chat's stream frame (as `run` reads a streaming answer):
+//!   never asleep inside the channel, so a send wakes nobody;
+//! - **awake reader (burst)**: events back to back, the reader busy draining.
+//!
 //! Busy work between sends stands in for a decode call. Prints medians in µs.
 //!
 //! cargo run --release --example event_cost -- [EVENTS] [GAP_US]
@@ -8,15 +14,7 @@
 
 use std::time::{Duration, Instant};
 
-enum Event {
-    Token {
-        request_id: u64,
-        index: usize,
-        text: String,
-        at: Duration,
-    },
-    Done,
-}
+use tokscope::engine::{recv_paced, EngineEvent};
 
 fn busy(us: u64) {
     let end = Instant::now() + Duration::from_micros(us);
@@ -25,9 +23,10 @@ fn busy(us: u64) {
     }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+fn quantile(v: &[f64], q: f64) -> f64 {
+    let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    v[((v.len() as f64 * q) as usize).min(v.len() - 1)]
 }
 
 fn main() {
@@ -35,25 +34,26 @@ fn main() {
     let n: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(2000);
     let gap_us: u64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(2000);
     let t0 = Instant::now();
-    for (label, gap) in [("parked receiver", gap_us), ("awake receiver (burst)", 0)] {
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Event>();
+    let cases = [
+        ("parked reader", gap_us, None),
+        (
+            "paced reader (50 ms)",
+            gap_us,
+            Some(tokscope::tui::STREAM_FRAME_INTERVAL),
+        ),
+        ("awake reader (burst)", 0, None),
+    ];
+    for (label, gap, pace) in cases {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<EngineEvent>();
         let reader = std::thread::spawn(move || {
-            let mut bytes = 0usize;
-            while let Some(e) = rx.blocking_recv() {
-                match e {
-                    Event::Token {
-                        text,
-                        index,
-                        request_id,
-                        at,
-                    } => {
-                        bytes +=
-                            text.len() + index + request_id as usize + at.subsec_nanos() as usize
-                    }
-                    Event::Done => break,
+            let mut seen = 0usize;
+            while let Some(e) = recv_paced(&mut rx, pace) {
+                if let EngineEvent::Token { index, .. } = e {
+                    assert_eq!(index, seen, "events out of order");
+                    seen += 1;
                 }
             }
-            bytes
+            seen
         });
         let mut stamps = Vec::with_capacity(n);
         let (mut piece_us, mut send_us) = (Vec::new(), Vec::new());
@@ -64,7 +64,7 @@ fn main() {
             stamps.push(at);
             let text = String::from(" word");
             let b = Instant::now();
-            tx.send(Event::Token {
+            tx.send(EngineEvent::Token {
                 request_id: 1,
                 index: i,
                 text,
@@ -75,17 +75,14 @@ fn main() {
             piece_us.push((b - a).as_secs_f64() * 1e6);
             send_us.push((c - b).as_secs_f64() * 1e6);
         }
-        tx.send(Event::Done).unwrap();
-        reader.join().unwrap();
+        drop(tx);
+        assert_eq!(reader.join().unwrap(), n, "the reader lost events");
         println!(
-            "{label:<24} events {n} gap {gap} µs: stamp+text p50 {:.2} µs, send p50 {:.2} µs, send p90 {:.2} µs",
-            median(piece_us),
-            median(send_us.clone()),
-            {
-                let mut s = send_us;
-                s.sort_by(f64::total_cmp);
-                s[s.len() * 9 / 10]
-            }
+            "{label:<22} events {n} gap {gap} µs: stamp+text p50 {:.2} µs, send p50 {:.2} µs, p90 {:.2} µs, mean {:.2} µs",
+            quantile(&piece_us, 0.5),
+            quantile(&send_us, 0.5),
+            quantile(&send_us, 0.9),
+            send_us.iter().sum::<f64>() / n as f64,
         );
     }
 }

@@ -87,7 +87,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     // The one-pass top-k alone, for the breakdown of the default chain's figure.
     let mut topk = Vec::new();
-    let mut scratch = Vec::new();
+    let mut scratch = tokscope::llama::sampler::TopKScratch::default();
     let mut topk_times = Vec::new();
     let logits = ctx.get_logits_ith(idx).to_vec();
     for _ in 0..steps * calls {

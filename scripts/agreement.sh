@@ -39,7 +39,8 @@ Usage: scripts/agreement.sh [--quick | --full] [options]
       --only LIST    run only these parts: speed,quality,counters,observer,turns
       --no-retry     judge the timing parts (speed, observer) on their first measurement;
                      by default one that leaves its tolerance is measured once more and
-                     fails only when the second measurement leaves it too
+                     fails only when the second measurement leaves it too (the speed
+                     part judges the second on both measurements' rounds together)
   -h, --help         this text
 
 Exit status: 0 when every figure is within its tolerance, 1 when one is not, 2 on bad usage,
@@ -142,7 +143,7 @@ attempt() {
   "$fn" 1 && return 0
   if [ "$retry" = 1 ]; then
     echo
-    echo "# ${name}: outside its tolerance; measuring once more (it fails only if this second measurement is outside too)"
+    echo "# ${name}: outside its tolerance; measuring once more (it fails only if this second measurement is outside too; the speed part judges it on both measurements' rounds together)"
     echo
     "$fn" 2 && return 0
   fi
@@ -156,10 +157,15 @@ echo "# model: ${model}"
 echo "# llama.cpp tools: $(head -n 1 "${tools_dir}/VERSION")"
 echo "# raw outputs: ${out_dir}$([ "$keep_out" = 0 ] && echo ' (removed at exit; --out keeps them)')"
 
+# The second measurement of the speed part is judged on both measurements' rounds together
+# (--pool): twice the rounds halve the variance, so a real difference stands out more, not
+# less, while a noisy first half no longer decides alone.
 speed_part() {
+  local pool=()
+  [ "$1" = 2 ] && pool=(--pool "${out_dir}/speed-1")
   "${repo_root}/scripts/compare-llama-bench.sh" -m "$model" -t "$threads" --rounds "$rounds" \
     "${speed_args[@]}" --source native --agree 3 --agree-batched 5 --tokscope "$tokscope" \
-    --out "${out_dir}/speed-$1"
+    --out "${out_dir}/speed-$1" "${pool[@]}"
 }
 if part speed; then
   report "1. speed: bench vs llama-bench (native) and llama-batched-bench"

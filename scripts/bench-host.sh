@@ -14,7 +14,8 @@
 # llama.cpp's graph) in ABBA order at both temperatures: decode tok/s, the mean decode call
 # and host µs/tok (with backend sampling the sampling work moves into the decode call, so
 # compare decode tok/s, not host time alone).
-# BENCH_HOST_MODELS=tiny runs the tiny model only (the 1B model takes minutes on a busy CPU).
+# BENCH_HOST_MODELS=tiny runs the tiny model only (the 1B model takes minutes on a busy CPU);
+# BENCH_HOST_PLACES=0 leaves out the host-vs-backend sampling rounds.
 # Needs Llama 3's tokenizer.json: $TOKSCOPE_LLAMA3_TOKENIZER, else target/tmp/llama3-tokenizer
 # (the tests fetch it there), else --fetch-tokenizer.
 set -euo pipefail
@@ -87,7 +88,8 @@ for model in "${models[@]}"; do
 done
 # Host sampling against backend sampling, same binary, ABBA.
 places=(host backend)
-for model in "${models[@]}"; do
+[ "${BENCH_HOST_PLACES:-1}" = 0 ] && models_places=() || models_places=("${models[@]}")
+for model in "${models_places[@]}"; do
   for r in $(seq 1 "$rounds"); do
     order=("${places[@]}")
     [ $((r % 2)) -eq 0 ] && order=(backend host)
@@ -97,8 +99,10 @@ for model in "${models[@]}"; do
   done
 done
 echo "# load $(cut -d' ' -f1-3 /proc/loadavg)"
-# run ÷ bench tg on the tiny 128k-vocabulary model, alternating run and bench (ABBA).
-for r in $(seq 1 "$rounds"); do
+# run ÷ bench tg on the tiny 128k-vocabulary model, alternating run and bench (ABBA);
+# BENCH_HOST_RATIO_ROUNDS rounds (default ROUNDS). scripts/bench-host-summary.py RAW judges
+# them (median of the rounds' ratios with 2 robust standard errors) and tabulates the rest.
+for r in $(seq 1 "${BENCH_HOST_RATIO_ROUNDS:-$rounds}"); do
   if [ $((r % 2)) -eq 1 ]; then
     one_run after-ratio "$after" "$dir/tiny-l3.gguf" 0; one_bench after-ratio "$after" "$dir/tiny-l3.gguf"
     one_bench after-ratio "$after" "$dir/tiny-l3.gguf"; one_run after-ratio "$after" "$dir/tiny-l3.gguf" 0

@@ -52,6 +52,9 @@ Usage: scripts/compare-llama-bench.sh [options]
                         the tolerance; u above 3 x the tolerance fails as too noisy; the
                         script exits 1 when one does not
       --agree-batched PCT
+      --pool DIR        judge this run's rounds together with those kept in DIR (the --out of
+                        an earlier run of the same command): agreement.sh's second measurement
+                        of a part the first one could not vouch for is judged on both
   -h, --help            this text
 
 Targets: tokscope tg >= 0.98 x llama-bench, pp >= 0.95 x llama-bench, batched S_TG within 5%
@@ -81,6 +84,7 @@ tools_source=sys
 tokscope="${repo_root}/target/release/tokscope"
 agree=
 agree_batched=5
+pool_dir=
 
 need_value() {
   [ "$#" -ge 2 ] || { echo "error: $1 needs a value" >&2; exit 2; }
@@ -108,6 +112,7 @@ while [ "$#" -gt 0 ]; do
     --batched-per-b) batched_per_b=1; shift ;;
     --source) need_value "$@"; tools_source=$2; shift 2 ;;
     --tokscope) need_value "$@"; tokscope=$2; shift 2 ;;
+    --pool) need_value "$@"; pool_dir=$2; shift 2 ;;
     --agree) need_value "$@"; agree=$2; shift 2 ;;
     --agree-batched) need_value "$@"; agree_batched=$2; shift 2 ;;
     -h | --help) usage; exit 0 ;;
@@ -357,12 +362,22 @@ status=0
 python3 - "$out_dir" "$rounds" "$n_prompt" "$n_gen" "$npl" "$skip_single" "$skip_batched" \
   "$invocation" "$(nproc)" "$cpu_model" "$load_before" "$load_after" "$sys_detail" \
   "$tools_detail" "$threads" "$reps" "$npp" "$ntg" "$fa" "$other_total_pct" "$other_peak_pct" \
-  "$batched_per_b" "$agree" "$agree_batched" <<'PY' || status=$?
+  "$batched_per_b" "$agree" "$agree_batched" "$pool_dir" <<'PY' || status=$?
 import json, math, statistics, sys
 (out, rounds, n_prompt, n_gen, npl, skip_single, skip_batched, invocation, ncpu, cpu,
  load_before, load_after, sys_detail, tools_detail, threads, reps, npp, ntg, fa,
- other_total_pct, other_peak_pct, per_b, agree, agree_batched) = sys.argv[1:]
+ other_total_pct, other_peak_pct, per_b, agree, agree_batched, pool) = sys.argv[1:]
 rounds, n_prompt, n_gen = int(rounds), int(n_prompt), int(n_gen)
+import os
+# Every round to judge: (its directory, its number); with --pool, the earlier run's rounds too.
+sources = [(out, r) for r in range(1, rounds + 1)]
+if pool:
+    r = 1
+    while os.path.exists(f"{pool}/tokscope-single.{r}.json") or os.path.exists(f"{pool}/tokscope-batched.{r}.json"):
+        sources.append((pool, r))
+        r += 1
+    print(f"Judged on {len(sources)} rounds: these {rounds} and {len(sources) - rounds} kept in {pool}.")
+    rounds = len(sources)
 batch_sizes = [int(b) for b in npl.split(",")]
 
 def load(path):
@@ -437,7 +452,7 @@ def row(name, lb, ts, target, mode, label=None):
 
 if skip_single == "0":
     lb_pp, lb_tg, ts_pp, ts_tg = [], [], [], []
-    for r in range(1, rounds + 1):
+    for d, r in sources:
         # Agreement judges each run by the median of its repetitions (the same rule on both
         # sides' raw samples): on a VM the first repetitions of a process run slower while
         # the CPU comes up to speed (e.g. 2,300 then 3,400 t/s), and with a few repetitions
@@ -446,12 +461,12 @@ if skip_single == "0":
             return statistics.median(rec["samples_ts"]) if agree else rec["avg_ts"]
         def ts_value(rec):
             return statistics.median(rec["samples_tok_per_s"]) if agree else rec["tok_per_s_mean"]
-        for rec in load(f"{out}/llama-bench.{r}.json"):
+        for rec in load(f"{d}/llama-bench.{r}.json"):
             if rec["n_prompt"] == n_prompt and rec["n_gen"] == 0:
                 lb_pp.append(lb_value(rec))
             elif rec["n_prompt"] == 0 and rec["n_gen"] == n_gen:
                 lb_tg.append(lb_value(rec))
-        for rec in load(f"{out}/tokscope-single.{r}.json"):
+        for rec in load(f"{d}/tokscope-single.{r}.json"):
             if rec["kind"] == "pp":
                 ts_pp.append(ts_value(rec))
             elif rec["kind"] == "tg":
@@ -478,15 +493,15 @@ if skip_single == "0":
 if skip_batched == "0":
     lb = {b: [] for b in batch_sizes}
     ts = {b: [] for b in batch_sizes}
-    for r in range(1, rounds + 1):
+    for d, r in sources:
         # With --agree each side measured every B twice in one process: the second counts.
         last = {}
-        for rec in load(f"{out}/llama-batched-bench.{r}.jsonl"):
+        for rec in load(f"{d}/llama-batched-bench.{r}.jsonl"):
             if rec["pp"] == int(npp) and rec["tg"] == int(ntg) and rec["pl"] in lb:
                 last[rec["pl"]] = rec["speed_tg"]
         for b, v in last.items():
             lb[b].append(v)
-        for rec in load(f"{out}/tokscope-batched.{r}.json"):
+        for rec in load(f"{d}/tokscope-batched.{r}.json"):
             b = rec["params"]["batch_size"]
             if rec["kind"] == "batch" and b in ts:
                 ts[b].append(rec["samples_tok_per_s"][-1] if agree else rec["tok_per_s_mean"])

@@ -278,7 +278,13 @@ pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure>
     let mut stdout = std::io::stdout().lock();
     let mut info: Option<ModelInfo> = None;
     let mut request = None;
-    while let Some(event) = events.blocking_recv() {
+    // While an answer is in flight, events are taken once per stream frame (as the chat takes
+    // them) so that the engine wakes nobody between two decodes; --token-lines promises each
+    // token the moment it arrives and is woken by each.
+    let pace = |in_flight: bool| {
+        (in_flight && !args.token_lines).then_some(crate::tui::STREAM_FRAME_INTERVAL)
+    };
+    while let Some(event) = crate::engine::recv_paced(&mut events, pace(request.is_some())) {
         match event {
             EngineEvent::Loading { progress } if show_progress => {
                 eprint!("\rloading model… {:>3.0}%", progress * 100.0);

@@ -299,3 +299,74 @@ impl EngineEvent {
 /// and read either by the async UI loop or with `blocking_recv` by headless commands.
 pub type EventSender = tokio::sync::mpsc::UnboundedSender<EngineEvent>;
 pub type EventReceiver = tokio::sync::mpsc::UnboundedReceiver<EngineEvent>;
+
+/// The next event for a headless reader (`run`, `bench --spec`), which blocks its thread.
+///
+/// Waking a parked thread is paid by the thread that wakes it: a token event sent to a
+/// receiver asleep in `blocking_recv` cost the engine thread 17 µs at the median between two
+/// decodes on these VMs (`examples/event_cost.rs`, BENCHMARKS.md "Host time"), against 0.04 µs
+/// into a receiver that is not waiting. With `pace` set, a reader that finds nothing queued
+/// sleeps for `pace` and looks again, as the chat takes its events once per stream frame
+/// (`tui::frames::STREAM_FRAME_INTERVAL`): it never waits inside the channel, so the engine's
+/// sends wake nothing. Timestamps are taken on the engine thread, so no figure moves; what
+/// moves is when the reader sees an event, at most `pace` later. `None` blocks (and is woken
+/// by each event), for readers that promise each token the moment it arrives.
+pub fn recv_paced(
+    events: &mut EventReceiver,
+    pace: Option<std::time::Duration>,
+) -> Option<EngineEvent> {
+    use tokio::sync::mpsc::error::TryRecvError;
+    let Some(pace) = pace else {
+        return events.blocking_recv();
+    };
+    loop {
+        match events.try_recv() {
+            Ok(event) => return Some(event),
+            Err(TryRecvError::Disconnected) => return None,
+            Err(TryRecvError::Empty) => std::thread::sleep(pace),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn token(index: usize) -> EngineEvent {
+        EngineEvent::Token {
+            request_id: 7,
+            index,
+            text: format!("t{index}"),
+            at: Duration::from_millis(index as u64),
+        }
+    }
+
+    /// Paced or not, the reader gets every event in order, also those sent while it sleeps
+    /// between looks, and `None` once the engine is gone and the channel is empty.
+    #[test]
+    fn paced_and_blocking_readers_get_every_event_in_order() {
+        for pace in [None, Some(Duration::from_millis(2))] {
+            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+            let sender = std::thread::spawn(move || {
+                for i in 0..40 {
+                    tx.send(token(i)).expect("reader alive");
+                    if i % 8 == 0 {
+                        std::thread::sleep(Duration::from_millis(3));
+                    }
+                }
+            });
+            let mut seen = Vec::new();
+            while let Some(e) = recv_paced(&mut rx, pace) {
+                match e {
+                    EngineEvent::Token { index, text, .. } => {
+                        assert_eq!(text, format!("t{index}"));
+                        seen.push(index);
+                    }
+                    _ => panic!("an event that was not sent"),
+                }
+            }
+            sender.join().expect("sender");
+            assert_eq!(seen, (0..40).collect::<Vec<_>>(), "pace {pace:?}");
+        }
+    }
+}

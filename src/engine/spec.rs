@@ -163,7 +163,7 @@ impl<'m> DraftModel<'m> {
 /// which llama.cpp's chain only draws from.
 pub(crate) fn chain_probs(logits: &[f32], p: &SamplingParams) -> Vec<(i32, f64)> {
     let mut cand = Vec::new();
-    let mut scratch = Vec::new();
+    let mut scratch = crate::llama::sampler::TopKScratch::default();
     crate::llama::sampler::top_k_into(logits, p.top_k as usize, &mut cand, &mut scratch);
     let mut kept: Vec<(i32, f64)> = cand
         .iter()

@@ -173,7 +173,7 @@ pub struct HostSampler {
     /// The chain after top-k (top-p, min-p, temperature, draw), or the whole chain.
     chain: Option<LlamaSampler>,
     candidates: LlamaTokenDataArray,
-    block_maxima: Vec<f32>,
+    scratch: TopKScratch,
 }
 
 impl HostSampler {
@@ -209,7 +209,7 @@ impl HostSampler {
             k,
             chain,
             candidates: LlamaTokenDataArray::new(Vec::with_capacity(capacity), false),
-            block_maxima: Vec::new(),
+            scratch: TopKScratch::default(),
         }
     }
 
@@ -222,12 +222,7 @@ impl HostSampler {
         match self.path {
             HostPath::Greedy => LlamaToken(argmax(logits) as i32),
             HostPath::TopK => {
-                top_k_into(
-                    logits,
-                    self.k,
-                    &mut self.candidates.data,
-                    &mut self.block_maxima,
-                );
+                top_k_into(logits, self.k, &mut self.candidates.data, &mut self.scratch);
                 self.candidates.sorted = true;
                 self.apply_chain()
             }
@@ -291,49 +286,106 @@ pub(crate) fn argmax(values: &[f32]) -> usize {
         .map_or(0, |i| from + i)
 }
 
+/// One candidate while top-k runs, ordered so that the *worse* one is the greater: a lower
+/// logit (by `total_cmp`), or the same logit and a higher token id (llama.cpp's top-k keeps
+/// the lower id of a tie). The max-heap's top is then the worst of those kept.
+#[derive(Clone, Copy, Debug)]
+struct Kept {
+    logit: f32,
+    id: u32,
+}
+
+impl Ord for Kept {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        other
+            .logit
+            .total_cmp(&self.logit)
+            .then(self.id.cmp(&other.id))
+    }
+}
+impl PartialOrd for Kept {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl PartialEq for Kept {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other).is_eq()
+    }
+}
+impl Eq for Kept {}
+
+/// Space `top_k_into` reuses across calls (a heap of at most k candidates).
+#[derive(Default)]
+pub struct TopKScratch(std::collections::BinaryHeap<Kept>);
+
 /// The `k` largest logits as candidates, sorted by logit, largest first (llama.cpp's top-k
-/// order; ties by token id). One vectorised pass takes the maximum of each block of 64; the
-/// k-th largest block maximum `t` is a floor for the top k (the k blocks above it hold at
-/// least k logits >= `t`), so only the blocks whose maximum reaches it, about k of them, are
-/// scanned. `block_maxima` is scratch space reused across calls.
+/// order; ties by token id; NaN never kept). One pass keeps the best k seen so far in a heap
+/// whose worst member is the threshold; a block of 32 logits none of which reaches it (one
+/// vectorised comparison) is skipped whole, so after the first few blocks almost every block
+/// costs what argmax pays for it, and only the ~k·ln(n/k) logits that beat the threshold
+/// touch the heap.
 pub fn top_k_into(
     logits: &[f32],
     k: usize,
     out: &mut Vec<LlamaTokenData>,
-    block_maxima: &mut Vec<f32>,
+    scratch: &mut TopKScratch,
 ) {
-    const BLOCK: usize = 64;
+    const BLOCK: usize = 32;
     out.clear();
+    let heap = &mut scratch.0;
+    heap.clear();
     let k = k.min(logits.len());
     if k == 0 {
         return;
     }
-    block_maxima.clear();
-    block_maxima.extend(logits.chunks(BLOCK).map(block_max));
-    let floor = if k >= block_maxima.len() {
-        f32::NEG_INFINITY
-    } else {
-        let mut sorted = block_maxima.clone();
-        let (_, kth, _) = sorted.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
-        *kth
-    };
-    for (b, &m) in block_maxima.iter().enumerate() {
-        if m < floor {
-            continue;
-        }
-        let base = b * BLOCK;
-        for (i, &v) in logits[base..(base + BLOCK).min(logits.len())]
-            .iter()
-            .enumerate()
-        {
-            if v >= floor && !v.is_nan() {
-                out.push(LlamaTokenData::new(LlamaToken((base + i) as i32), v, 0.0));
+    let keep = |heap: &mut std::collections::BinaryHeap<Kept>, base: usize, block: &[f32]| {
+        for (i, &logit) in block.iter().enumerate() {
+            if logit.is_nan() {
+                continue;
+            }
+            let c = Kept {
+                logit,
+                id: (base + i) as u32,
+            };
+            if heap.len() < k {
+                heap.push(c);
+            } else if let Some(mut worst) = heap.peek_mut() {
+                if c < *worst {
+                    *worst = c;
+                }
             }
         }
+    };
+    let mut blocks = logits.chunks_exact(BLOCK);
+    let mut base = 0;
+    for block in &mut blocks {
+        let reaches = match heap.peek() {
+            // `>=` (not `>`): -0.0 against 0.0 and equal logits are settled by `Kept`'s order.
+            Some(worst) if heap.len() == k => any_at_least(block, worst.logit),
+            _ => true,
+        };
+        if reaches {
+            keep(heap, base, block);
+        }
+        base += BLOCK;
     }
-    // Stable: equal logits keep token-id order.
-    out.sort_by(|a, b| b.logit().total_cmp(&a.logit()));
-    out.truncate(k);
+    keep(heap, base, blocks.remainder());
+    out.extend(
+        heap.drain()
+            .map(|c| LlamaTokenData::new(LlamaToken(c.id as i32), c.logit, 0.0)),
+    );
+    out.sort_by(|a, b| {
+        b.logit()
+            .total_cmp(&a.logit())
+            .then(a.id().0.cmp(&b.id().0))
+    });
+}
+
+/// Whether any value of a 32-value block is >= `t` (NaN never is), without branches so
+/// that it vectorises.
+fn any_at_least(block: &[f32], t: f32) -> bool {
+    block.iter().fold(false, |any, &v| any | (v >= t))
 }
 
 /// The largest value of a block (NaN ignored), in 16 lanes so that it vectorises.
@@ -386,7 +438,7 @@ mod tests {
     #[test]
     fn top_k_matches_a_full_sort() {
         let mut out = Vec::new();
-        let mut scratch = Vec::new();
+        let mut scratch = TopKScratch::default();
         for seed in 0..20 {
             let v = pseudo_logits(5000 + seed as usize * 13, seed);
             for k in [1, 5, 40, 100] {
@@ -401,5 +453,40 @@ mod tests {
         top_k_into(&[1.0, 2.0], 5, &mut out, &mut scratch);
         assert_eq!(out.len(), 2);
         assert_eq!(out[0].id().0, 1);
+    }
+
+    /// Ties (a few distinct levels over thousands of tokens), NaN, infinities and signed zeros:
+    /// the same candidates, in the same order, as a full stable sort by `total_cmp` that keeps
+    /// the lower token id of a tie and never keeps NaN.
+    #[test]
+    fn top_k_keeps_the_lower_id_of_a_tie_and_never_nan() {
+        let mut out = Vec::new();
+        let mut scratch = TopKScratch::default();
+        for seed in 0..30u64 {
+            let n = 70 + seed as usize * 211;
+            let mut v: Vec<f32> = pseudo_logits(n, seed)
+                .into_iter()
+                .map(|x| (x / 4.0).round())
+                .collect();
+            for (i, x) in v.iter_mut().enumerate() {
+                match (i as u64 * 7 + seed) % 23 {
+                    0 => *x = f32::NAN,
+                    1 => *x = f32::NEG_INFINITY,
+                    2 => *x = -0.0,
+                    3 => *x = 0.0,
+                    4 if seed % 3 == 0 => *x = f32::INFINITY,
+                    _ => {}
+                }
+            }
+            for k in [1, 3, 40, 64, n] {
+                top_k_into(&v, k, &mut out, &mut scratch);
+                let mut ids: Vec<usize> = (0..v.len()).filter(|&i| !v[i].is_nan()).collect();
+                ids.sort_by(|&a, &b| v[b].total_cmp(&v[a]).then(a.cmp(&b)));
+                ids.truncate(k);
+                let want: Vec<i32> = ids.iter().map(|&i| i as i32).collect();
+                let got: Vec<i32> = out.iter().map(|d| d.id().0).collect();
+                assert_eq!(got, want, "seed {seed} k {k}");
+            }
+        }
     }
 }
