@@ -1,6 +1,8 @@
-//! `tokscope run`: one answer, headless. The text streams to stdout as it is generated and a
-//! human summary of the metrics goes to stderr; with `--json`, stdout gets one JSON object with
-//! the text, every metric and the reproducibility stamp. It drives the same engine as the chat.
+//! `tokscope run`: one answer, headless. The text streams to stdout as it is generated (taken
+//! once per 50 ms stream frame, as the chat takes it, so that the engine never wakes this
+//! thread; `--token-lines` writes each token the moment it arrives) and a human summary of the
+//! metrics goes to stderr; with `--json`, stdout gets one JSON object with the text, every
+//! metric and the reproducibility stamp. It drives the same engine as the chat.
 
 use std::io::{IsTerminal, Write};
 
