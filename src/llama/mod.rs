@@ -184,10 +184,15 @@ pub fn new_context<'m>(
     crate::logging::clear_llama_problems();
     model
         .new_context(backend()?, context_params(s, n_seq_max))
-        .map_err(|_| EngineError::ContextFailed {
-            n_ctx: s.n_ctx,
-            llama_says: llama_says(),
-        })
+        .map_err(|_| context_failed(s))
+}
+
+/// A context llama.cpp would not create, with what it logged about it.
+fn context_failed(s: &EngineSettings) -> EngineError {
+    EngineError::ContextFailed {
+        n_ctx: s.n_ctx,
+        llama_says: llama_says(),
+    }
 }
 
 /// A context whose sequence 0 samples inside the graph with `chain` (llama.cpp's backend
@@ -200,10 +205,7 @@ pub fn new_context_with_chain<'m>(
     crate::logging::clear_llama_problems();
     model
         .new_context_with_samplers(backend()?, context_params(s, 1), [(0, chain)])
-        .map_err(|_| EngineError::ContextFailed {
-            n_ctx: s.n_ctx,
-            llama_says: llama_says(),
-        })
+        .map_err(|_| context_failed(s))
 }
 
 /// llama.cpp's usual chain order: penalties → top-k → top-p → min-p → temperature → draw.
