@@ -11,19 +11,14 @@ scripts/compare-llama-bench.sh judges its rounds).
 Usage: scripts/bench-host-summary.py RAW_FILE
 """
 import json
-import math
+import os
 import re
 import statistics
 import sys
 from collections import OrderedDict
 
-
-def paired(ratios):
-    m = statistics.median(ratios)
-    if len(ratios) < 3:
-        return m, float("inf")
-    mad = statistics.median(abs(r - m) for r in ratios)
-    return m, 2 * 1.2533 * 1.4826 * mad / math.sqrt(len(ratios))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from paired_ratio import paired  # noqa: E402
 
 
 def main(path):

@@ -359,7 +359,7 @@ other_total_pct=$(awk -v cpus="$(nproc)" '{ w += $3; o += $4 }
   END { if (w > 0) printf "%.1f", 100 * o / (w * cpus); else printf "0" }' "${out_dir}/quiet.txt")
 
 status=0
-python3 - "$out_dir" "$rounds" "$n_prompt" "$n_gen" "$npl" "$skip_single" "$skip_batched" \
+PAIRED_RATIO_DIR="${repo_root}/scripts" python3 - "$out_dir" "$rounds" "$n_prompt" "$n_gen" "$npl" "$skip_single" "$skip_batched" \
   "$invocation" "$(nproc)" "$cpu_model" "$load_before" "$load_after" "$sys_detail" \
   "$tools_detail" "$threads" "$reps" "$npp" "$ntg" "$fa" "$other_total_pct" "$other_peak_pct" \
   "$batched_per_b" "$agree" "$agree_batched" "$pool_dir" <<'PY' || status=$?
@@ -407,17 +407,9 @@ print(f"tokscope links {sys_detail}; llama-bench and llama-batched-bench are bui
       f"{tools_detail}. Flash attention {fa}, {threads} threads.")
 print()
 
-def paired(ratios):
-    """The median of the per-round ratios (each round's two runs adjacent in time, so a slow
-    spell of the machine falls on both) and twice its standard error, estimated robustly:
-    1.2533 × σ / √n with σ = 1.4826 × the median absolute deviation. A round in which one
-    side's process ran at a different speed throughout (seen here: 0.59 and 1.56 beside
-    rounds at 1.03) moves neither the median nor the MAD."""
-    m = statistics.median(ratios)
-    if len(ratios) < 3:
-        return m, float("inf")
-    mad = statistics.median(abs(r - m) for r in ratios)
-    return m, 2 * 1.2533 * 1.4826 * mad / math.sqrt(len(ratios))
+import os
+sys.path.insert(0, os.environ["PAIRED_RATIO_DIR"])
+from paired_ratio import paired
 
 def row(name, lb, ts, target, mode, label=None):
     ratios = [t / l for t, l in zip(ts, lb) if l > 0]

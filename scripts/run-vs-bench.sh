@@ -55,17 +55,13 @@ for r in $(seq 1 "$rounds"); do
   for what in "${order[@]}"; do one "$r" "$what" | tee -a "$raw"; done
 done
 echo "# end $(date -u +%FT%TZ) load $(cut -d' ' -f1-3 /proc/loadavg)"
-python3 - "$raw" <<'PY'
-import json, math, statistics, sys
+python3 - "$raw" "$(pwd)/scripts" <<'PY'
+import json, statistics, sys
+sys.path.insert(0, sys.argv[2])
+from paired_ratio import paired
 recs = [json.loads(l) for l in open(sys.argv[1])]
 bench = {r["round"]: r for r in recs if r["what"] == "bench"}
 ctxs = sorted({r["ctx"] for r in recs if r["what"] == "run"})
-def paired(v):
-    m = statistics.median(v)
-    if len(v) < 3:
-        return m, float("inf")
-    mad = statistics.median(abs(x - m) for x in v)
-    return m, 2 * 1.2533 * 1.4826 * mad / math.sqrt(len(v))
 for c in ctxs:
     runs = [r for r in recs if r["what"] == "run" and r["ctx"] == c]
     ratios = [r["tok_per_s"] / bench[r["round"]]["tok_per_s"] for r in runs]
