@@ -20,6 +20,7 @@ pub(crate) mod report;
 pub(crate) mod run;
 pub(crate) mod spec;
 pub(crate) mod sweep;
+pub(crate) mod vs_run;
 
 pub(crate) use log::{results_path, StoredRun};
 pub(crate) use plan::BenchPlan;

@@ -63,15 +63,16 @@ pub(crate) struct SpecPlan {
 /// Why a sweep could not finish.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum SpecBenchError {
-    #[error("k={k}: {source}")]
+    #[error("{lane}: {source}")]
     Engine {
-        k: u32,
+        /// `k=3`, or `run c4096` / `tg` for `bench --run-vs-tg`.
+        lane: String,
         #[source]
         source: EngineError,
     },
-    #[error("k={k}: the turn stopped after {got} of {want} tokens ({why}); shorten the prompt or ask for fewer tokens (-n)")]
+    #[error("{lane}: the turn stopped after {got} of {want} tokens ({why}); shorten the prompt or ask for fewer tokens (-n)")]
     Short {
-        k: u32,
+        lane: String,
         got: usize,
         want: u32,
         why: String,
@@ -157,14 +158,95 @@ pub(crate) struct SpecOutcome {
 /// One k's engine and what its turns gave.
 struct Lane {
     k: u32,
-    engine: EngineHandle,
-    events: EventReceiver,
-    info: ModelInfo,
+    bench: BenchEngine,
     tok_per_s: Vec<f64>,
     texts: Vec<String>,
     stats: SpecStats,
     decode_compute: Duration,
     decode_calls: usize,
+}
+
+/// An engine of its own that answers fixed turns for a benchmark, read as `run` reads it (a k
+/// of this sweep, a `run` lane of `bench --run-vs-tg`).
+pub(super) struct BenchEngine {
+    pub engine: EngineHandle,
+    events: EventReceiver,
+    pub info: ModelInfo,
+}
+
+/// Why one benchmark turn failed.
+pub(super) enum TurnFailure {
+    Engine(EngineError),
+    /// It stopped before `n_gen` tokens.
+    Short {
+        got: usize,
+        why: String,
+    },
+}
+
+impl BenchEngine {
+    /// Spawn the engine (the model loads on its thread) and wait until it is ready.
+    pub(super) fn start(model: PathBuf, settings: EngineSettings) -> Result<Self, EngineError> {
+        let (engine, mut events) = EngineHandle::spawn(EngineConfig {
+            model_path: model,
+            settings,
+        })?;
+        match wait(&mut events, None)? {
+            Waited::Ready(info) => Ok(BenchEngine {
+                engine,
+                events,
+                info: *info,
+            }),
+            Waited::Finished(_) => Err(EngineError::EngineGone),
+        }
+    }
+
+    /// One turn answering `messages` for exactly `n_gen` tokens (end-of-generation ignored).
+    pub(super) fn turn(
+        &mut self,
+        messages: &[ChatMessage],
+        sampling: SamplingParams,
+        n_gen: u32,
+    ) -> Result<TurnReport, TurnFailure> {
+        let request = TurnRequest {
+            messages: messages.to_vec(),
+            sampling,
+            max_tokens: n_gen,
+            capture_first_logits: false,
+            ignore_eos: true,
+        };
+        let id = self
+            .engine
+            .send(self.engine.next_id(), request, None)
+            .map_err(TurnFailure::Engine)?;
+        let report = match wait(&mut self.events, Some(id)).map_err(TurnFailure::Engine)? {
+            Waited::Finished(report) => *report,
+            Waited::Ready(_) => return Err(TurnFailure::Engine(EngineError::EngineGone)),
+        };
+        let got = report.timeline.tokens_generated();
+        if got != n_gen as usize {
+            return Err(TurnFailure::Short {
+                got,
+                why: format!("{:?}", report.stop_reason),
+            });
+        }
+        Ok(report)
+    }
+}
+
+impl SpecBenchError {
+    /// The error of lane `lane` (`k=3`, `run c4096`) from a failed turn of `n_gen` tokens.
+    pub(super) fn of_turn(lane: String, want: u32, f: TurnFailure) -> Self {
+        match f {
+            TurnFailure::Engine(source) => SpecBenchError::Engine { lane, source },
+            TurnFailure::Short { got, why } => SpecBenchError::Short {
+                lane,
+                got,
+                want,
+                why,
+            },
+        }
+    }
 }
 
 /// The sweep's sampling: greedy, no repetition penalty (so every k speculates and must give
@@ -204,26 +286,20 @@ enum Waited {
 
 impl Lane {
     fn start(plan: &SpecPlan, k: u32) -> Result<Self, SpecBenchError> {
-        let err = |source| SpecBenchError::Engine { k, source };
         let mut settings = plan.engine.clone();
         settings.spec.draft_max = k;
         settings.spec.ngram_n = plan.ngram_n;
         settings.spec.mode = if k == 0 { SpecMode::Off } else { plan.mode };
         settings.spec.draft_model = plan.draft.clone().filter(|_| k > 0);
-        let (engine, mut events) = EngineHandle::spawn(EngineConfig {
-            model_path: plan.model.clone(),
-            settings,
-        })
-        .map_err(err)?;
-        let info = match wait(&mut events, None).map_err(err)? {
-            Waited::Ready(info) => *info,
-            Waited::Finished(_) => return Err(err(EngineError::EngineGone)),
-        };
+        let bench = BenchEngine::start(plan.model.clone(), settings).map_err(|source| {
+            SpecBenchError::Engine {
+                lane: format!("k={k}"),
+                source,
+            }
+        })?;
         Ok(Lane {
             k,
-            engine,
-            events,
-            info,
+            bench,
             tok_per_s: Vec::new(),
             texts: Vec::new(),
             stats: SpecStats::default(),
@@ -233,33 +309,9 @@ impl Lane {
     }
 
     fn turn(&mut self, plan: &SpecPlan, n_gen: u32) -> Result<TurnReport, SpecBenchError> {
-        let k = self.k;
-        let err = |source| SpecBenchError::Engine { k, source };
-        let request = TurnRequest {
-            messages: plan.messages.clone(),
-            sampling: greedy(),
-            max_tokens: n_gen,
-            capture_first_logits: false,
-            ignore_eos: true,
-        };
-        let id = self
-            .engine
-            .send(self.engine.next_id(), request, None)
-            .map_err(err)?;
-        let report = match wait(&mut self.events, Some(id)).map_err(err)? {
-            Waited::Finished(report) => *report,
-            Waited::Ready(_) => return Err(err(EngineError::EngineGone)),
-        };
-        let got = report.timeline.tokens_generated();
-        if got != n_gen as usize {
-            return Err(SpecBenchError::Short {
-                k,
-                got,
-                want: n_gen,
-                why: format!("{:?}", report.stop_reason),
-            });
-        }
-        Ok(report)
+        self.bench
+            .turn(&plan.messages, greedy(), n_gen)
+            .map_err(|f| SpecBenchError::of_turn(format!("k={}", self.k), n_gen, f))
     }
 
     /// A timed turn: its tok/s, text and figures.
@@ -316,7 +368,7 @@ pub(crate) fn run(plan: &SpecPlan, run_id: &str) -> Result<SpecOutcome, SpecBenc
     let load_after = crate::hw::load_average_1m();
     let rows = rows(plan, &lanes, run_id, load_before, load_after);
     for lane in lanes {
-        lane.engine.shutdown();
+        lane.bench.engine.shutdown();
     }
     let verdict = sweep_verdict(&rows);
     Ok(SpecOutcome { rows, verdict })
@@ -359,7 +411,7 @@ fn rows(
         itl_p50_ms: None,
         itl_max_ms: None,
     });
-    if base.info.synthetic {
+    if base.bench.info.synthetic {
         warnings.push("synthetic model: its speed is real, its text is noise".to_string());
     }
     let warning = (!warnings.is_empty()).then(|| warnings.join("; "));
@@ -439,7 +491,7 @@ fn rows(
                 load_before,
                 load_after,
                 warning: warning.clone(),
-                stamp: Stamp::new(&lane.info, &greedy()),
+                stamp: Stamp::new(&lane.bench.info, &greedy()),
             }
         })
         .collect()

@@ -13,6 +13,7 @@ use super::flags::{RooflineFlags, RuntimeSweepFlags};
 use crate::bench::plan::{BandwidthChoice, BenchPlan, OutputFormat};
 use crate::bench::spec::SpecPlan;
 use crate::bench::sweep::Sweep;
+use crate::bench::vs_run::VsRunPlan;
 use crate::bench::{format, log, report, run, save, sweep, Row, StoredRun};
 use crate::commands::{Failure, FAILURE, MODEL, USAGE};
 use crate::config::Settings;
@@ -123,6 +124,13 @@ pub struct BenchArgs {
     pub plot: Option<PathBuf>,
     #[command(flatten)]
     pub spec: SpecBenchFlags,
+    /// Measure `run`'s decode (the engine's thread, sampler, detokenizer and events, at
+    /// `run`'s context size: config `context`, or each CTX given) against llama-bench's tg on
+    /// the same file, in alternating rounds in one process (-r rounds, -n tokens, one -t):
+    /// run ÷ tg per round, its median and spread, judged against 0.97. Greedy; with
+    /// --tg-sampling the configured sampler chain too.
+    #[arg(long = "run-vs-tg", value_name = "CTX,…", num_args = 0..=1, default_missing_value = "")]
+    pub run_vs_tg: Option<String>,
 }
 
 /// `bench --spec ngram | --draft FILE`: the speculative decoding sweep (`bench::spec`).
@@ -650,21 +658,14 @@ pub(crate) fn spec_plan(args: &BenchArgs, settings: &Settings) -> Result<SpecPla
             ))
         }
     };
-    for (given, flag) in [
-        (!args.n_prompt.is_empty(), "-p/--n-prompt"),
-        (!args.pg.is_empty(), "-pg/--pg"),
-        (!args.batch.is_empty(), "--batch"),
-        (!args.n_depth.is_empty(), "-d/--n-depth"),
-        (args.tg_sampling, "--tg-sampling"),
-        (args.vs.is_some(), "--vs"),
-    ] {
-        if given {
-            return Err(Failure::new(
-                USAGE,
-                format!("{flag} does not apply to --spec/--draft (the sweep decodes --spec-prompt greedily for -n tokens)"),
-            ));
-        }
+    let why = "the sweep decodes --spec-prompt greedily for -n tokens";
+    if args.tg_sampling {
+        return Err(Failure::new(
+            USAGE,
+            format!("--tg-sampling does not apply to --spec/--draft ({why})"),
+        ));
     }
+    refuse_sweep_flags(args, "--spec/--draft", why)?;
     let mut ks: Vec<u32> = if f.draft_max.is_empty() {
         vec![0, 2, 4, 8]
     } else {
@@ -682,37 +683,15 @@ pub(crate) fn spec_plan(args: &BenchArgs, settings: &Settings) -> Result<SpecPla
             "--draft-max 0 alone measures nothing to compare: add values above 0, like 0,2,4,8",
         ));
     }
-    let one = |flag: &str, given: &[String], default: u32, min: i64, max: i64| match parse_u32_list(
-        flag, given, default, min, max,
-    )?
-    .as_slice()
-    {
-        [v] => Ok(*v),
-        _ => Err(bad_value(
-            flag,
-            &given.join(","),
-            "one value with --spec/--draft",
-        )),
-    };
-    let n_gen = one("-n/--n-gen", &args.n_gen, 128, 1, 1 << 16)?;
-    let threads = one(
-        "-t/--threads",
-        &args.threads,
-        crate::llama::settings::default_threads(),
-        1,
-        1024,
-    )?;
-    let rounds = match &args.repetitions {
-        Some(r) => parse_single("-r/--repetitions", r, 1, 100_000)?,
-        None => 5,
-    };
+    let Shape {
+        n_gen,
+        threads,
+        rounds,
+        output,
+    } = shape(args, "--spec/--draft", 5)?;
     let ngram_n = match &f.ngram_n {
         Some(n) => parse_single("--ngram-n", n, 1, 64)?,
         None => settings.engine.spec.ngram_n,
-    };
-    let output = match &args.output {
-        Some(o) => parse_output(o)?,
-        None => OutputFormat::Markdown,
     };
     let plot = match &args.plot {
         Some(p) => {
@@ -722,16 +701,7 @@ pub(crate) fn spec_plan(args: &BenchArgs, settings: &Settings) -> Result<SpecPla
         }
         None => None,
     };
-    let model = match args.model.as_slice() {
-        [] => crate::commands::model::resolve_model(settings)?,
-        [m] => crate::config::expand_home(m),
-        _ => {
-            return Err(Failure::new(
-                USAGE,
-                "--spec/--draft measure one target model: give -m once",
-            ))
-        }
-    };
+    let model = one_model(args, settings, "--spec/--draft")?;
     run::check_models(std::slice::from_ref(&model))?;
     if let Some(d) = &draft {
         crate::engine::check_model_file(d).map_err(|e| {
@@ -778,6 +748,171 @@ pub(crate) fn spec_plan(args: &BenchArgs, settings: &Settings) -> Result<SpecPla
         output,
         plot,
     })
+}
+
+/// The one-model measurements' shape (`--spec/--draft`, `--run-vs-tg`): one -n, one -t, -r
+/// rounds (default `rounds`), the output format.
+struct Shape {
+    n_gen: u32,
+    threads: u32,
+    rounds: u32,
+    output: OutputFormat,
+}
+
+fn shape(args: &BenchArgs, what: &str, rounds: u32) -> Result<Shape, Failure> {
+    let one = |flag: &str, given: &[String], default: u32, min: i64, max: i64| match parse_u32_list(
+        flag, given, default, min, max,
+    )?
+    .as_slice()
+    {
+        [v] => Ok(*v),
+        _ => Err(bad_value(
+            flag,
+            &given.join(","),
+            &format!("one value with {what}"),
+        )),
+    };
+    Ok(Shape {
+        n_gen: one("-n/--n-gen", &args.n_gen, 128, 1, 1 << 16)?,
+        threads: one(
+            "-t/--threads",
+            &args.threads,
+            crate::llama::settings::default_threads(),
+            1,
+            1024,
+        )?,
+        rounds: match &args.repetitions {
+            Some(r) => parse_single("-r/--repetitions", r, 1, 100_000)?,
+            None => rounds,
+        },
+        output: match &args.output {
+            Some(o) => parse_output(o)?,
+            None => OutputFormat::Markdown,
+        },
+    })
+}
+
+/// The one model a `--spec/--draft` or `--run-vs-tg` measurement takes (-m once, or the
+/// configured one), checked.
+fn one_model(args: &BenchArgs, settings: &Settings, what: &str) -> Result<PathBuf, Failure> {
+    let model = match args.model.as_slice() {
+        [] => crate::commands::model::resolve_model(settings)?,
+        [m] => crate::config::expand_home(m),
+        _ => {
+            return Err(Failure::new(
+                USAGE,
+                format!("{what} measure one model: give -m once"),
+            ))
+        }
+    };
+    run::check_models(std::slice::from_ref(&model))?;
+    Ok(model)
+}
+
+/// Flags that do not apply to a one-model measurement (`what`), refused by name.
+fn refuse_sweep_flags(args: &BenchArgs, what: &str, why: &str) -> Result<(), Failure> {
+    for (given, flag) in [
+        (!args.n_prompt.is_empty(), "-p/--n-prompt"),
+        (!args.pg.is_empty(), "-pg/--pg"),
+        (!args.batch.is_empty(), "--batch"),
+        (!args.n_depth.is_empty(), "-d/--n-depth"),
+        (args.vs.is_some(), "--vs"),
+    ] {
+        if given {
+            return Err(Failure::new(
+                USAGE,
+                format!("{flag} does not apply to {what} ({why})"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `--run-vs-tg`'s plan: one model, the run lanes' contexts (the configured one when none is
+/// given), greedy and, with --tg-sampling, the configured chain.
+pub(crate) fn vs_run_plan(args: &BenchArgs, settings: &Settings) -> Result<VsRunPlan, Failure> {
+    let given = args.run_vs_tg.as_deref().unwrap_or_default();
+    if args.spec.given() {
+        return Err(Failure::new(
+            USAGE,
+            "--run-vs-tg and --spec/--draft are separate measurements: give one",
+        ));
+    }
+    refuse_sweep_flags(
+        args,
+        "--run-vs-tg",
+        "it times -n generated tokens of run against tg",
+    )?;
+    if args.plot.is_some() {
+        return Err(Failure::new(USAGE, "--plot does not apply to --run-vs-tg"));
+    }
+    let Shape {
+        n_gen,
+        threads,
+        rounds,
+        output,
+    } = shape(args, "--run-vs-tg", 10)?;
+    if output == OutputFormat::Csv {
+        return Err(bad_value(
+            "-o/--output",
+            "csv",
+            "md, json or jsonl with --run-vs-tg",
+        ));
+    }
+    let contexts: Vec<u32> = if given.trim().is_empty() {
+        vec![settings.engine.n_ctx]
+    } else {
+        let mut v = parse_u32_list("--run-vs-tg", &[given.to_string()], 0, 16, 1 << 24)?;
+        v.dedup();
+        v
+    };
+    let model = one_model(args, settings, "--run-vs-tg")?;
+    let mut samplings = vec![crate::bench::spec::greedy()];
+    if args.tg_sampling && settings.sampling.temperature > 0.0 {
+        samplings.push(settings.sampling.clone());
+    }
+    let mut engine = settings.engine.clone();
+    engine.threads = threads;
+    Ok(VsRunPlan {
+        model,
+        engine,
+        contexts,
+        samplings,
+        n_gen,
+        rounds,
+        warmup: !args.no_warmup,
+        messages: crate::commands::model::single_turn(settings, crate::bench::vs_run::PROMPT),
+        output,
+    })
+}
+
+/// `tokscope bench --run-vs-tg`.
+fn run_vs_tg(args: &BenchArgs, settings: &Settings) -> Result<(), Failure> {
+    let plan = vs_run_plan(args, settings)?;
+    let now = std::time::SystemTime::now();
+    let run_id = crate::ids::new_id(now);
+    let outcome = crate::bench::vs_run::run(&plan, &run_id).map_err(|e| {
+        let code = if e.is_model_problem() { MODEL } else { FAILURE };
+        Failure::new(code, format!("bench --run-vs-tg: {e}"))
+    })?;
+    let text = crate::bench::vs_run::render(&outcome, plan.output)
+        .map_err(|e| Failure::new(FAILURE, format!("cannot format the results: {e}")))?;
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(crate::text::for_output(&text, crate::text::stdout_is_terminal()).as_bytes())?;
+    stdout.flush()?;
+    if plan.output != OutputFormat::Markdown {
+        for line in outcome
+            .rows
+            .iter()
+            .filter_map(crate::bench::vs_run::verdict_line)
+        {
+            eprintln!("{}", crate::text::terminal_safe(&line));
+        }
+    }
+    let log_path = log::results_path(&crate::paths::data_dir());
+    save(&log_path, &run_id, crate::ids::unix_s(now), &outcome.rows);
+    Ok(())
 }
 
 /// `tokscope bench --spec ngram | --draft FILE`.
@@ -870,6 +1005,9 @@ fn with_suffix(path: &std::path::Path, suffix: &str) -> PathBuf {
 
 /// `tokscope bench`.
 pub(crate) fn run(args: &BenchArgs, settings: Settings) -> Result<(), Failure> {
+    if args.run_vs_tg.is_some() {
+        return run_vs_tg(args, &settings);
+    }
     if args.spec.given() {
         return run_spec(args, &settings);
     }

@@ -322,9 +322,9 @@ pub struct TopKScratch(std::collections::BinaryHeap<Kept>);
 /// The `k` largest logits as candidates, sorted by logit, largest first (llama.cpp's top-k
 /// order; ties by token id; NaN never kept). One pass keeps the best k seen so far in a heap
 /// whose worst member is the threshold; a block of 32 logits none of which reaches it (one
-/// vectorised comparison) is skipped whole, so after the first few blocks almost every block
-/// costs what argmax pays for it, and only the ~k·ln(n/k) logits that beat the threshold
-/// touch the heap.
+/// vectorised comparison) is skipped whole, and in a block that reaches it each logit below
+/// it is passed over with one float comparison, so only the ~k·ln(n/k) logits that beat the
+/// threshold touch the heap.
 pub fn top_k_into(
     logits: &[f32],
     k: usize,
@@ -339,9 +339,17 @@ pub fn top_k_into(
     if k == 0 {
         return;
     }
-    let keep = |heap: &mut std::collections::BinaryHeap<Kept>, base: usize, block: &[f32]| {
+    // The worst kept logit once k are kept: a logit below it cannot enter, which one float
+    // comparison tells before the heap is touched.
+    let mut threshold: Option<f32> = None;
+    let keep = |heap: &mut std::collections::BinaryHeap<Kept>,
+                threshold: &mut Option<f32>,
+                base: usize,
+                block: &[f32]| {
         for (i, &logit) in block.iter().enumerate() {
-            if logit.is_nan() {
+            // Only a logit strictly below the worst kept is passed over: -0.0 against 0.0
+            // and equal logits go on to `Kept`'s order.
+            if logit.is_nan() || threshold.is_some_and(|t| logit < t) {
                 continue;
             }
             let c = Kept {
@@ -355,22 +363,20 @@ pub fn top_k_into(
                     *worst = c;
                 }
             }
+            if heap.len() == k {
+                *threshold = heap.peek().map(|worst| worst.logit);
+            }
         }
     };
     let mut blocks = logits.chunks_exact(BLOCK);
     let mut base = 0;
     for block in &mut blocks {
-        let reaches = match heap.peek() {
-            // `>=` (not `>`): -0.0 against 0.0 and equal logits are settled by `Kept`'s order.
-            Some(worst) if heap.len() == k => any_at_least(block, worst.logit),
-            _ => true,
-        };
-        if reaches {
-            keep(heap, base, block);
+        if threshold.is_none_or(|t| any_at_least(block, t)) {
+            keep(heap, &mut threshold, base, block);
         }
         base += BLOCK;
     }
-    keep(heap, base, blocks.remainder());
+    keep(heap, &mut threshold, base, blocks.remainder());
     out.extend(
         heap.drain()
             .map(|c| LlamaTokenData::new(LlamaToken(c.id as i32), c.logit, 0.0)),
@@ -385,7 +391,7 @@ pub fn top_k_into(
 /// Whether any value of a 32-value block is >= `t` (NaN never is), without branches so
 /// that it vectorises.
 fn any_at_least(block: &[f32], t: f32) -> bool {
-    block.iter().fold(false, |any, &v| any | (v >= t))
+    block.iter().fold(0u32, |any, &v| any | u32::from(v >= t)) != 0
 }
 
 /// The largest value of a block (NaN ignored), in 16 lanes so that it vectorises.

@@ -11,6 +11,7 @@ use std::time::Duration;
 pub(crate) mod busy;
 pub(crate) mod energy;
 pub(crate) mod host;
+pub mod paired;
 pub mod remote;
 pub mod roofline;
 pub mod spec;

@@ -1,0 +1,435 @@
+//! `bench --run-vs-tg [CTX,…]`: `run`'s decode against llama-bench's tg on the same file, in
+//! one process, in alternating rounds (A B B A …).
+//!
+//! The `tg` lane is bench's own tg test (`llama::measure::Bencher`: random tokens, no
+//! sampling, a context sized to the test, llama-bench's rule). Each `run` lane is an engine
+//! of its own (`spec::BenchEngine`): the thread, sampler, detokenizer, stop check and events
+//! of `run` and the chat, read once per stream frame as `run` reads them, at `run`'s context
+//! size, answering a fixed prompt for exactly `-n` tokens. Both load the same file (mmap: the
+//! same pages), so the two sides of a round differ only in what each path does per token.
+//! Separate processes differ in speed by up to 2× on a shared VM (the same `run` gave 451–828
+//! tok/s in 12 consecutive processes); rounds of a fraction of a second in one process put
+//! both sides in the same spell of the machine.
+//!
+//! Each run lane's figure is the median of its rounds' ratios to tg with 2 robust standard
+//! errors (`metrics::paired`), judged against the floor of 0.97 (issue #16's target).
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use super::plan::OutputFormat;
+use super::spec::{BenchEngine, SpecBenchError};
+use crate::engine::{ChatMessage, EngineError, EngineSettings, ModelInfo, SamplingParams};
+use crate::llama::measure::{Bencher, TestSpec};
+use crate::metrics::paired::{paired, FloorVerdict, PairedRatio};
+use crate::stamp::Stamp;
+
+/// `run`'s decode ÷ tg that counts as "no slower than the benchmark" (issue #16).
+pub(crate) const FLOOR: f64 = 0.97;
+
+/// The prompt every run lane answers (the one `scripts/run-vs-bench.sh` gave `run`).
+pub(crate) const PROMPT: &str = "Write a long story about a lighthouse keeper.";
+
+/// What `--run-vs-tg` measures, validated (parsed in `commands::bench`).
+#[derive(Debug, Clone)]
+pub(crate) struct VsRunPlan {
+    pub model: PathBuf,
+    /// `run`'s engine settings (threads from -t); each run lane sets its own context.
+    pub engine: EngineSettings,
+    /// The run lanes' context sizes.
+    pub contexts: Vec<u32>,
+    /// The run lanes' sampling: greedy, and the configured chain with --tg-sampling.
+    pub samplings: Vec<SamplingParams>,
+    pub n_gen: u32,
+    pub rounds: u32,
+    pub warmup: bool,
+    pub messages: Vec<ChatMessage>,
+    pub output: OutputFormat,
+}
+
+/// One lane's row.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct VsRunRow {
+    pub run_id: String,
+    /// `run-vs-tg`, beside bench's `pp`, `tg`, … in the results log.
+    pub kind: &'static str,
+    /// `tg128` or `run128-c4096-greedy`.
+    pub test: String,
+    pub model: String,
+    /// `tg` (llama-bench's test) or `run` (the engine, as `run` drives it).
+    pub lane: &'static str,
+    pub n_ctx: u32,
+    /// `none` (tg feeds random tokens), `greedy` or `chain`.
+    pub sampling: &'static str,
+    /// The engine's sampling path (`host-greedy`, `host-chain`, `backend`, …); `none` for tg.
+    pub sampler: String,
+    pub n_gen: u32,
+    pub rounds: u32,
+    pub threads: u32,
+    /// Decode tok/s of each round: tg's n ÷ its n decode calls' time; a run lane's (N − 1) ÷
+    /// (last − first token ready), `run`'s decode tok/s.
+    pub samples_tok_per_s: Vec<f64>,
+    pub tok_per_s_mean: f64,
+    pub tok_per_s_sd: f64,
+    /// This lane's tok/s ÷ tg's in the same round (1 for tg).
+    pub ratio_per_round: Vec<f64>,
+    /// The paired judgement of `ratio_per_round`; `null` for tg.
+    pub ratio: Option<PairedRatio>,
+    /// `ratio` against [`FLOOR`]; `null` for tg.
+    pub verdict: Option<FloorVerdict>,
+    /// Mean time of one decode call (synchronised), ms: where the per-token time goes
+    /// inside llama.cpp.
+    pub decode_call_ms: Option<f64>,
+    /// This lane's decode call ÷ tg's, paired by round: a ratio below 1 here and above 1 in
+    /// `ratio` would put the gap outside llama.cpp.
+    pub decode_call_ratio: Option<PairedRatio>,
+    /// Host time per token between decode calls (median of the rounds), µs.
+    pub host_us_per_token: Option<f64>,
+    pub load_before: Option<f64>,
+    pub load_after: Option<f64>,
+    pub warning: Option<String>,
+    pub stamp: Stamp,
+}
+
+/// What `--run-vs-tg` produced: the tg row first, then one row per run lane.
+pub(crate) struct VsRunOutcome {
+    pub rows: Vec<VsRunRow>,
+}
+
+/// One lane's rounds.
+#[derive(Default)]
+struct Rounds {
+    tok_per_s: Vec<f64>,
+    call_ms: Vec<f64>,
+    host_us: Vec<f64>,
+}
+
+impl Rounds {
+    fn push(&mut self, tok_per_s: f64, call_ms: Option<f64>, host_us: Option<f64>) {
+        self.tok_per_s.push(tok_per_s);
+        self.call_ms.push(call_ms.unwrap_or(f64::NAN));
+        self.host_us.push(host_us.unwrap_or(f64::NAN));
+    }
+}
+
+struct RunLane {
+    n_ctx: u32,
+    sampling: SamplingParams,
+    bench: BenchEngine,
+    sampler: String,
+    rounds: Rounds,
+}
+
+impl RunLane {
+    fn name(&self) -> String {
+        format!("run c{} {}", self.n_ctx, sampling_name(&self.sampling))
+    }
+
+    fn turn(
+        &mut self,
+        plan: &VsRunPlan,
+        n_gen: u32,
+    ) -> Result<crate::engine::TurnReport, SpecBenchError> {
+        let lane = self.name();
+        self.bench
+            .turn(&plan.messages, self.sampling.clone(), n_gen)
+            .map_err(|f| SpecBenchError::of_turn(lane, n_gen, f))
+    }
+
+    fn measure(&mut self, plan: &VsRunPlan) -> Result<f64, SpecBenchError> {
+        let report = self.turn(plan, plan.n_gen)?;
+        #[allow(unused_mut)]
+        let mut tok_per_s = report.timeline.summary().decode_tok_per_s.unwrap_or(0.0);
+        #[cfg(feature = "plant")]
+        if let Some(f) = crate::metrics::planted_factor("decode") {
+            tok_per_s *= f;
+        }
+        let calls = report.timeline.decode_calls;
+        let call_ms =
+            (calls > 0).then(|| crate::metrics::ms(report.timeline.decode_compute) / calls as f64);
+        self.sampler = report.sampler.to_string();
+        self.rounds
+            .push(tok_per_s, call_ms, report.host.summary().host_us_per_token);
+        Ok(tok_per_s)
+    }
+}
+
+fn sampling_name(s: &SamplingParams) -> &'static str {
+    if s.temperature <= 0.0 {
+        "greedy"
+    } else {
+        "chain"
+    }
+}
+
+fn tg_error(source: EngineError) -> SpecBenchError {
+    SpecBenchError::Engine {
+        lane: "tg".to_string(),
+        source,
+    }
+}
+
+/// Load tg's model and context and every run lane's engine, warm each up (unless turned off),
+/// then `rounds` rounds of one timed tg and one timed turn per run lane, in alternating order.
+pub(crate) fn run(plan: &VsRunPlan, run_id: &str) -> Result<VsRunOutcome, SpecBenchError> {
+    let load_before = crate::hw::load_average_1m();
+    eprintln!("loading the model for tg…");
+    let started = Instant::now();
+    let model = crate::llama::load_model_placed(
+        &plan.model,
+        plan.engine.n_gpu_layers,
+        &crate::llama::placement::Placement::default(),
+        |_| true,
+    )
+    .map_err(tg_error)?;
+    // bench's tg context: llama-bench's rule (prompt + generated tokens), host sampling.
+    let mut tg_settings = plan.engine.clone();
+    tg_settings.n_ctx = plan.n_gen;
+    tg_settings.sampling = crate::llama::settings::SamplingMode::Host;
+    tg_settings.spec = crate::llama::settings::SpecSettings::default();
+    tg_settings.first_sampling = None;
+    let ctx = crate::llama::new_context(&model, &tg_settings, 1).map_err(tg_error)?;
+    let tg_info = crate::llama::describe(&model, &ctx, &plan.model, &tg_settings, started);
+    let mut bencher = Bencher::new(&model, ctx);
+    let test = TestSpec::Tg { n_gen: plan.n_gen };
+    let none = crate::bench::spec::greedy();
+    let mut lanes = Vec::new();
+    for &n_ctx in &plan.contexts {
+        for sampling in &plan.samplings {
+            let mut settings = plan.engine.clone();
+            settings.n_ctx = n_ctx;
+            settings.first_sampling = Some(sampling.clone());
+            let name = format!("run c{n_ctx} {}", sampling_name(sampling));
+            eprintln!("loading the engine for {name}…");
+            let bench = BenchEngine::start(plan.model.clone(), settings)
+                .map_err(|source| SpecBenchError::Engine { lane: name, source })?;
+            lanes.push(RunLane {
+                n_ctx,
+                sampling: sampling.clone(),
+                bench,
+                sampler: String::new(),
+                rounds: Rounds::default(),
+            });
+        }
+    }
+    if plan.warmup {
+        bencher.warm_up(&test).map_err(tg_error)?;
+        for lane in &mut lanes {
+            lane.turn(plan, plan.n_gen.min(16))?;
+        }
+    }
+    let mut tg = Rounds::default();
+    for round in 0..plan.rounds {
+        for i in super::spec::round_order(lanes.len() + 1, round) {
+            let (name, tps) = if i == 0 {
+                let s = bencher.run(&test, 0, &none).map_err(tg_error)?;
+                let n = s.tokens_generated.max(1) as f64;
+                let tps =
+                    crate::metrics::rate_per_s(s.tokens_generated as usize, s.total).unwrap_or(0.0);
+                tg.push(
+                    tps,
+                    Some(crate::metrics::ms(s.decode.saturating_sub(s.host)) / n),
+                    Some(s.host.as_secs_f64() * 1e6 / n),
+                );
+                ("tg".to_string(), tps)
+            } else {
+                let lane = &mut lanes[i - 1];
+                (lane.name(), lane.measure(plan)?)
+            };
+            eprintln!("round {}/{} {name}: {tps:.1} tok/s", round + 1, plan.rounds);
+        }
+    }
+    let load_after = crate::hw::load_average_1m();
+    let mut warnings = crate::metrics::busy::busy_warnings(&crate::metrics::busy::BusySignals {
+        threads: plan.engine.threads,
+        load_before,
+        load_after,
+        itl_p50_ms: None,
+        itl_max_ms: None,
+    });
+    if tg_info.synthetic {
+        warnings.push("synthetic model: its speed is real, its text is noise".to_string());
+    }
+    let warning = (!warnings.is_empty()).then(|| warnings.join("; "));
+    let row = |lane: &'static str,
+               test: String,
+               n_ctx: u32,
+               sampling: &'static str,
+               sampler: String,
+               r: &Rounds,
+               info: &ModelInfo,
+               stamp_sampling: &SamplingParams| {
+        let (mean, sd) = super::report::mean_sd(&r.tok_per_s);
+        let per_round = |mine: &[f64], theirs: &[f64]| -> Vec<f64> {
+            mine.iter().zip(theirs).map(|(a, b)| a / b).collect()
+        };
+        let is_tg = lane == "tg";
+        let ratio_per_round = per_round(&r.tok_per_s, &tg.tok_per_s);
+        let ratio = if is_tg {
+            None
+        } else {
+            paired(&ratio_per_round)
+        };
+        VsRunRow {
+            run_id: run_id.to_string(),
+            kind: "run-vs-tg",
+            test,
+            model: plan.model.display().to_string(),
+            lane,
+            n_ctx,
+            sampling,
+            sampler,
+            n_gen: plan.n_gen,
+            rounds: plan.rounds,
+            threads: plan.engine.threads,
+            samples_tok_per_s: r.tok_per_s.clone(),
+            tok_per_s_mean: mean,
+            tok_per_s_sd: sd,
+            ratio_per_round,
+            verdict: ratio.map(|p| p.against_floor(FLOOR)),
+            ratio,
+            decode_call_ms: paired(&r.call_ms).map(|p| p.median),
+            decode_call_ratio: if is_tg {
+                None
+            } else {
+                paired(&per_round(&r.call_ms, &tg.call_ms))
+            },
+            host_us_per_token: paired(&r.host_us).map(|p| p.median),
+            load_before,
+            load_after,
+            warning: warning.clone(),
+            stamp: Stamp::new(info, stamp_sampling),
+        }
+    };
+    let mut rows = vec![row(
+        "tg",
+        format!("tg{}", plan.n_gen),
+        plan.n_gen,
+        "none",
+        "none".to_string(),
+        &tg,
+        &tg_info,
+        &none,
+    )];
+    for lane in &lanes {
+        let name = sampling_name(&lane.sampling);
+        rows.push(row(
+            "run",
+            format!("run{}-c{}-{name}", plan.n_gen, lane.n_ctx),
+            lane.n_ctx,
+            name,
+            lane.sampler.clone(),
+            &lane.rounds,
+            &lane.bench.info,
+            &lane.sampling,
+        ));
+    }
+    for lane in lanes {
+        lane.bench.engine.shutdown();
+    }
+    Ok(VsRunOutcome { rows })
+}
+
+/// The sentence under the table for one run lane.
+pub(crate) fn verdict_line(r: &VsRunRow) -> Option<String> {
+    let p = r.ratio?;
+    let what = match r.verdict? {
+        FloorVerdict::Met => format!("meets the {FLOOR} floor"),
+        FloorVerdict::Missed => format!("misses the {FLOOR} floor"),
+        FloorVerdict::Unsettled => {
+            format!("cannot be told from the {FLOOR} floor at this spread (more rounds, a quieter machine)")
+        }
+    };
+    Some(format!(
+        "run c{} {} ÷ tg: {}: {what}.",
+        r.n_ctx,
+        r.sampling,
+        p.describe()
+    ))
+}
+
+/// The rows in the chosen format; Markdown gets a verdict line per run lane.
+pub(crate) fn render(outcome: &VsRunOutcome, format: OutputFormat) -> Result<String, String> {
+    use super::format::{table, Align};
+    let rows = &outcome.rows;
+    Ok(match format {
+        OutputFormat::Markdown => {
+            let opt = |v: Option<f64>, d: usize| crate::metrics::fmt_opt(v, d);
+            let headers = [
+                ("lane", Align::Left),
+                ("n_ctx", Align::Right),
+                ("sampling", Align::Left),
+                ("tok/s", Align::Right),
+                ("÷ tg (min–max)", Align::Right),
+                ("decode call ms", Align::Right),
+                ("call ÷ tg", Align::Right),
+                ("host µs/tok", Align::Right),
+            ];
+            let ratio = |p: Option<PairedRatio>| match p {
+                Some(p) => match p.two_se {
+                    Some(u) => format!("{:.3} ± {u:.3} ({:.2}–{:.2})", p.median, p.min, p.max),
+                    None => format!("{:.3}", p.median),
+                },
+                None => "1".to_string(),
+            };
+            let cells: Vec<Vec<String>> = rows
+                .iter()
+                .map(|r| {
+                    vec![
+                        if r.lane == "tg" {
+                            "tg (llama-bench's test)".to_string()
+                        } else {
+                            format!("run ({})", r.sampler)
+                        },
+                        r.n_ctx.to_string(),
+                        r.sampling.to_string(),
+                        format!("{:.1} ± {:.1}", r.tok_per_s_mean, r.tok_per_s_sd),
+                        ratio(r.ratio),
+                        opt(r.decode_call_ms, 3),
+                        ratio(r.decode_call_ratio),
+                        opt(r.host_us_per_token, 1),
+                    ]
+                })
+                .collect();
+            let mut out = String::new();
+            if let Some(first) = rows.first() {
+                out.push_str(&format!(
+                    "run vs tg: {}, {} tokens, {} round(s) ABBA in one process, {} thread(s)\n\n",
+                    crate::bench::sweep::file_name(std::path::Path::new(&first.model)),
+                    first.n_gen,
+                    first.rounds,
+                    first.threads
+                ));
+            }
+            out.push_str(&table(&headers, &cells));
+            out.push('\n');
+            for line in rows.iter().filter_map(verdict_line) {
+                out.push_str(&line);
+                out.push('\n');
+            }
+            if let Some(w) = rows.iter().find_map(|r| r.warning.as_ref()) {
+                out.push_str(&format!("warning: {w}\n"));
+            }
+            out
+        }
+        OutputFormat::Json => {
+            format!(
+                "{}\n",
+                serde_json::to_string_pretty(rows).map_err(|e| e.to_string())?
+            )
+        }
+        OutputFormat::JsonLines => {
+            let mut out = String::new();
+            for row in rows {
+                out.push_str(&serde_json::to_string(row).map_err(|e| e.to_string())?);
+                out.push('\n');
+            }
+            out
+        }
+        OutputFormat::Csv => {
+            return Err("--run-vs-tg writes md, json or jsonl, not csv".to_string());
+        }
+    })
+}
