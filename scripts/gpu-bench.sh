@@ -11,11 +11,14 @@
 #      (ABBA order), pp512 and tg128 each;
 #   2. the batch sweep, tokscope bench --batch against llama-batched-bench, B = 1..64;
 #   3. headless `tokscope run` against the chat in tmux (decode tok/s), 3 times alternately;
+#   4. `tokscope bench --run-vs-tg --tg-sampling` on the Q4_K_M model: run's engine (greedy and
+#      the default chain) against tg in paired rounds in one process;
 # and prints one summary table: tokscope ÷ llama-bench for tg and pg (mean and range over the
-# rounds), MBU against the measured device bandwidth, J/token (NVML). Budget: about 6 minutes
-# on an H200. At most 8 files go to OUT (default ./gpu-bench-out):
+# rounds), MBU against the measured device bandwidth, J/token (NVML), run ÷ tg, and the chat's
+# decode ÷ llama-bench tg composed from the two (issue 16's GPU target, ≥ 0.98). Budget: about
+# 7 minutes on an H200. At most 9 files go to OUT (default ./gpu-bench-out):
 #   tokscope-bench.jsonl llama-bench.jsonl tokscope-batch.jsonl llama-batched-bench.txt
-#   runs.txt env.txt summary.txt log.txt
+#   runs.txt run-vs-tg.jsonl env.txt summary.txt log.txt
 #
 # --cpu: a tiny synthetic model, -ngl 0, short tests, B up to 4: proves the plumbing on a
 # machine without a GPU. Tools not found are skipped with a line saying so.
@@ -56,7 +59,8 @@ batched_bench=$(find_tool llama-batched-bench || true)
 
 mkdir -p "$out" || die "cannot create $out"
 rm -f "$out"/tokscope-bench.jsonl "$out"/llama-bench.jsonl "$out"/tokscope-batch.jsonl \
-  "$out"/llama-batched-bench.txt "$out"/runs.txt "$out"/env.txt "$out"/summary.txt "$out"/log.txt
+  "$out"/llama-batched-bench.txt "$out"/runs.txt "$out"/run-vs-tg.jsonl "$out"/env.txt "$out"/summary.txt \
+  "$out"/log.txt
 work=$(mktemp -d)
 sock="tokscope-gpu-bench-$$"
 trap 'tmux -L "$sock" kill-server 2>/dev/null || true; rm -rf "$work"' EXIT
@@ -70,6 +74,7 @@ if [ "$cpu" = 1 ]; then
   pp=64; tg=16; reps=2
   batches=1,2,4; bpp=32; btg=16
   run_tokens=64
+  vs_rounds=4
   threads=(-t 1)
 else
   types=(q4_k_m q8_0 f16)
@@ -82,6 +87,7 @@ else
   pp=512; tg=128; reps=3
   batches=1,2,4,8,16,32,64; bpp=128; btg=128
   run_tokens=256
+  vs_rounds=20
   threads=()
 fi
 
@@ -188,6 +194,10 @@ for i in 1 2 3; do
   log "run $i: headless ${headless:-?} tok/s, chat ${chat:-?} tok/s"
 done
 
+log "run vs tg: $vs_rounds paired rounds on $(basename "$model")"
+timeout 300 "$tokscope" bench -m "$model" --run-vs-tg -n "$tg" -r "$vs_rounds" --tg-sampling --n-gpu-layers "$ngl" \
+  "${threads[@]}" -o jsonl 2>>"$out/log.txt" >"$out/run-vs-tg.jsonl" || log "tokscope bench --run-vs-tg failed"
+
 python3 - "$out" "${bw_gb_s:-}" <<'PY' | tee "$out/summary.txt"
 import json, os, statistics as st, sys
 out, bw = sys.argv[1], sys.argv[2]
@@ -268,6 +278,24 @@ if os.path.exists(os.path.join(out, "runs.txt")):
             pass
 print()
 print(f"chat ÷ headless decode tok/s: {spread(runs)} over {len(runs)} alternating runs")
+# run ÷ tg (paired, one process) and, composed with tokscope tg ÷ llama-bench tg above, the
+# chat's decode ÷ llama-bench tg on the same model (issue 16's GPU target: ≥ 0.98).
+vs = lines("run-vs-tg.jsonl")
+tg_ratio = None
+if vs:
+    k = (os.path.basename(vs[0]["model"]), "tg")
+    pairs = [a / b for a, b in zip(ts.get(k, []), ls.get(k, [])) if b]
+    tg_ratio = st.mean(pairs) if pairs else None
+for r in vs:
+    if r.get("lane") != "run" or not r.get("ratio"):
+        continue
+    q = r["ratio"]
+    se = q.get("two_se")
+    line = (f"run c{r['n_ctx']} {r['sampling']} ÷ tokscope tg: {q['median']:.3f}"
+            f"{f' ± {se:.3f}' if se is not None else ''} over {q['rounds']} paired rounds ({r['verdict']} against 0.97)")
+    if tg_ratio:
+        line += f"; × tokscope tg ÷ llama-bench tg {tg_ratio:.3f} = chat's decode ÷ llama-bench tg {q['median'] * tg_ratio:.3f} (target ≥ 0.98)"
+    print(line)
 print(f"measured device bandwidth: {bw/1e9:.0f} GB/s" if bw else "measured device bandwidth: none (no PyTorch/GPU); MBU meas. empty")
 PY
 log "done in $(( $(date +%s) - start )) s; files in $out"

@@ -64,7 +64,9 @@ fn run_lanes_are_paired_with_tg_round_by_round() {
     let model = synth(home.path());
     let out = tokscope(home.path())
         .args(["bench", "--run-vs-tg", "256,512", "--tg-sampling"])
-        .args(["-n", "12", "-r", "3", "-t", "1", "-o", "json", "-m"])
+        .args([
+            "-n", "12", "-r", "3", "-t", "1", "-b", "512", "-o", "json", "-m",
+        ])
         .arg(&model)
         .assert()
         .success()
@@ -102,6 +104,10 @@ fn run_lanes_are_paired_with_tg_round_by_round() {
     assert_eq!(tg["test"], "tg12");
     for r in &rows {
         assert_eq!(r["kind"], "run-vs-tg");
+        // bench's runtime flags (one value each) reach the lanes; llama.cpp holds a batch to
+        // its context (tg's 12 tokens, as for bench's tg12; run c256).
+        let want = r["n_ctx"].as_u64().unwrap().min(512);
+        assert_eq!(r["stamp"]["n_batch"], want, "{r}");
         assert!(f(r, "decode_call_ms") > 0.0, "{r}");
         assert!(f(r, "host_us_per_token") >= 0.0, "{r}");
         let tps = floats(&r["samples_tok_per_s"]);
@@ -191,6 +197,11 @@ fn bad_run_vs_tg_input_is_a_clear_error() {
             vec!["-n/--n-gen", "one value"],
         ),
         (vec!["--run-vs-tg", "-o", "csv"], 2, vec!["csv", "json"]),
+        (
+            vec!["--run-vs-tg", "-fa", "0,1"],
+            2,
+            vec!["-fa/--flash-attn", "one value with --run-vs-tg"],
+        ),
         (
             vec!["--run-vs-tg", "--spec", "ngram"],
             2,

@@ -22,7 +22,7 @@ use crate::llama::measure::TestSpec;
 use crate::llama::placement::{
     parse_device_sets, parse_main_gpu, parse_tensor_split, Placement, SplitMode,
 };
-use crate::llama::settings::{FlashAttn, KvType};
+use crate::llama::settings::{EngineSettings, FlashAttn, KvType};
 
 /// llama.cpp keeps at most this many sequences in one context (`LLAMA_MAX_SEQ`).
 pub(crate) const MAX_BATCH_SEQUENCES: u32 = 256;
@@ -873,6 +873,7 @@ pub(crate) fn vs_run_plan(args: &BenchArgs, settings: &Settings) -> Result<VsRun
     }
     let mut engine = settings.engine.clone();
     engine.threads = threads;
+    vs_run_runtime(args, &mut engine)?;
     Ok(VsRunPlan {
         model,
         engine,
@@ -884,6 +885,72 @@ pub(crate) fn vs_run_plan(args: &BenchArgs, settings: &Settings) -> Result<VsRun
         messages: crate::commands::model::single_turn(settings, crate::bench::vs_run::PROMPT),
         output,
     })
+}
+
+/// `--run-vs-tg` with bench's runtime flags: one value each (-ngl, -ctk, -ctv, -fa, -b, -ub),
+/// for both lanes, over the configured engine settings.
+fn vs_run_runtime(args: &BenchArgs, engine: &mut EngineSettings) -> Result<(), Failure> {
+    fn one<T: Clone>(flag: &str, given: &[String], values: Vec<T>) -> Result<Option<T>, Failure> {
+        match values.as_slice() {
+            _ if given.is_empty() => Ok(None),
+            [v] => Ok(Some(v.clone())),
+            _ => Err(bad_value(
+                flag,
+                &given.join(","),
+                "one value with --run-vs-tg",
+            )),
+        }
+    }
+    let r = &args.runtime;
+    let flag = "-ngl/--n-gpu-layers";
+    if let Some(n) = one(
+        flag,
+        &r.n_gpu_layers,
+        parse_int_list(flag, &r.n_gpu_layers, -1, 100_000)?,
+    )? {
+        engine.n_gpu_layers = u32::try_from(n).ok();
+    }
+    let flag = "-ctk/--cache-type-k";
+    if let Some(t) = one(
+        flag,
+        &r.cache_type_k,
+        parse_named_list::<KvType>(flag, &r.cache_type_k, KvType::F16)?,
+    )? {
+        engine.type_k = t;
+    }
+    let flag = "-ctv/--cache-type-v";
+    if let Some(t) = one(
+        flag,
+        &r.cache_type_v,
+        parse_named_list::<KvType>(flag, &r.cache_type_v, KvType::F16)?,
+    )? {
+        engine.type_v = t;
+    }
+    let flag = "-fa/--flash-attn";
+    if let Some(f) = one(
+        flag,
+        &r.flash_attn,
+        parse_named_list::<FlashAttn>(flag, &r.flash_attn, FlashAttn::Auto)?,
+    )? {
+        engine.flash_attn = f;
+    }
+    let flag = "-b/--batch-size";
+    if let Some(b) = one(
+        flag,
+        &args.n_batch,
+        parse_u32_list(flag, &args.n_batch, 2048, 1, 1 << 20)?,
+    )? {
+        engine.n_batch = b;
+    }
+    let flag = "-ub/--ubatch-size";
+    if let Some(b) = one(
+        flag,
+        &args.n_ubatch,
+        parse_u32_list(flag, &args.n_ubatch, 512, 1, 1 << 20)?,
+    )? {
+        engine.n_ubatch = b;
+    }
+    Ok(())
 }
 
 /// `tokscope bench --run-vs-tg`.
