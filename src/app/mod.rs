@@ -540,6 +540,8 @@ impl App {
                     self.bench.error = error.map(|e| e.to_string());
                 }
             }
+            // The chat never asks for bench's tg test (`bench --run-vs-tg` does).
+            EngineEvent::TgMeasured { .. } => {}
             EngineEvent::Failed { request_id, error } => {
                 if let Some(t) = self.conversation.turn_for(request_id) {
                     t.on_failed(error.to_string());

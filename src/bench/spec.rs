@@ -14,7 +14,7 @@ use serde::Serialize;
 use super::plan::OutputFormat;
 use crate::engine::{
     ChatMessage, EngineConfig, EngineError, EngineEvent, EngineHandle, EngineSettings,
-    EventReceiver, ModelInfo, SamplingParams, TurnReport, TurnRequest,
+    EventReceiver, ModelInfo, SamplingParams, TgSample, TurnReport, TurnRequest,
 };
 use crate::llama::settings::SpecMode;
 use crate::metrics::spec::{verdict, SpecStats};
@@ -197,7 +197,7 @@ impl BenchEngine {
                 events,
                 info: *info,
             }),
-            Waited::Finished(_) => Err(EngineError::EngineGone),
+            Waited::Finished(_) | Waited::Tg(_) => Err(EngineError::EngineGone),
         }
     }
 
@@ -221,7 +221,9 @@ impl BenchEngine {
             .map_err(TurnFailure::Engine)?;
         let report = match wait(&mut self.events, Some(id)).map_err(TurnFailure::Engine)? {
             Waited::Finished(report) => *report,
-            Waited::Ready(_) => return Err(TurnFailure::Engine(EngineError::EngineGone)),
+            Waited::Ready(_) | Waited::Tg(_) => {
+                return Err(TurnFailure::Engine(EngineError::EngineGone))
+            }
         };
         let got = report.timeline.tokens_generated();
         if got != n_gen as usize {
@@ -231,6 +233,18 @@ impl BenchEngine {
             });
         }
         Ok(report)
+    }
+}
+
+impl BenchEngine {
+    /// One timed run of bench's tg test of `n_gen` tokens on this engine's thread.
+    pub(super) fn tg(&mut self, n_gen: u32) -> Result<TgSample, EngineError> {
+        let id = self.engine.next_id();
+        self.engine.bench_tg(id, n_gen)?;
+        match wait(&mut self.events, Some(id))? {
+            Waited::Tg(sample) => Ok(sample),
+            Waited::Ready(_) | Waited::Finished(_) => Err(EngineError::EngineGone),
+        }
     }
 }
 
@@ -270,6 +284,9 @@ fn wait(events: &mut EventReceiver, id: Option<u64>) -> Result<Waited, EngineErr
             EngineEvent::Finished { request_id, report } if Some(request_id) == id => {
                 return Ok(Waited::Finished(report))
             }
+            EngineEvent::TgMeasured { request_id, sample } if Some(request_id) == id => {
+                return Ok(Waited::Tg(sample))
+            }
             EngineEvent::Failed { request_id, error } if Some(request_id) == id => {
                 return Err(error)
             }
@@ -282,6 +299,7 @@ fn wait(events: &mut EventReceiver, id: Option<u64>) -> Result<Waited, EngineErr
 enum Waited {
     Ready(Box<ModelInfo>),
     Finished(Box<TurnReport>),
+    Tg(TgSample),
 }
 
 impl Lane {

@@ -1,28 +1,30 @@
-//! `bench --run-vs-tg [CTX,…]`: `run`'s decode against llama-bench's tg on the same file, in
-//! one process, in alternating rounds (A B B A …).
+//! `bench --run-vs-tg [CTX]`: `run`'s decode against llama-bench's tg on the same file, in
+//! paired rounds (A B B A …) on one engine's thread.
 //!
-//! The `tg` lane is bench's own tg test (`llama::measure::Bencher`: random tokens, no
-//! sampling, a context sized to the test, llama-bench's rule). Each `run` lane is an engine
-//! of its own (`spec::BenchEngine`): the thread, sampler, detokenizer, stop check and events
-//! of `run` and the chat, read once per stream frame as `run` reads them, at `run`'s context
-//! size, answering a fixed prompt for exactly `-n` tokens. Both load the same file (mmap: the
-//! same pages), so the two sides of a round differ only in what each path does per token.
-//! Separate processes differ in speed by up to 2× on a shared VM (the same `run` gave 451–828
-//! tok/s in 12 consecutive processes); rounds of a fraction of a second in one process put
-//! both sides in the same spell of the machine.
+//! One engine at `run`'s settings and context size (`spec::BenchEngine`) serves every lane:
+//! - `tg`: bench's tg test (`EngineCommand::BenchTg`: random tokens, no sampling, a context of
+//!   its own sized like bench's, llama-bench's rule), on the loaded model;
+//! - one `run` lane per sampling (greedy, and the configured chain with --tg-sampling): a turn
+//!   answering a fixed prompt for exactly `-n` tokens, through the engine's sampler,
+//!   detokenizer, stop check and events, read once per stream frame as `run` reads them.
+//!
+//! Everything decodes on the engine's one thread, so one OpenMP pool serves both sides. (Lanes
+//! on threads of their own ran at half the speed of a lone `bench` on a 2-core VM: with more
+//! OpenMP threads than cores, libgomp's workers sleep after every parallel region, and every
+//! decode paid a wake-up.) Separate processes differ in speed by up to 2× on a shared VM (the
+//! same `run` gave 451–828 tok/s in 12 consecutive processes); rounds of a fraction of a
+//! second on one thread put both sides of a ratio in the same spell of the machine.
 //!
 //! Each run lane's figure is the median of its rounds' ratios to tg with 2 robust standard
 //! errors (`metrics::paired`), judged against the floor of 0.97 (issue #16's target).
 
 use std::path::PathBuf;
-use std::time::Instant;
 
 use serde::Serialize;
 
 use super::plan::OutputFormat;
 use super::spec::{BenchEngine, SpecBenchError};
 use crate::engine::{ChatMessage, EngineError, EngineSettings, ModelInfo, SamplingParams};
-use crate::llama::measure::{Bencher, TestSpec};
 use crate::metrics::paired::{paired, FloorVerdict, PairedRatio};
 use crate::stamp::Stamp;
 
@@ -36,10 +38,10 @@ pub(crate) const PROMPT: &str = "Write a long story about a lighthouse keeper.";
 #[derive(Debug, Clone)]
 pub(crate) struct VsRunPlan {
     pub model: PathBuf,
-    /// `run`'s engine settings (threads from -t); each run lane sets its own context.
+    /// `run`'s engine settings (threads from -t and bench's runtime flags).
     pub engine: EngineSettings,
-    /// The run lanes' context sizes.
-    pub contexts: Vec<u32>,
+    /// The engine's context size (`run`'s: config `context`, or CTX).
+    pub n_ctx: u32,
     /// The run lanes' sampling: greedy, and the configured chain with --tg-sampling.
     pub samplings: Vec<SamplingParams>,
     pub n_gen: u32,
@@ -117,7 +119,6 @@ impl Rounds {
 struct RunLane {
     n_ctx: u32,
     sampling: SamplingParams,
-    bench: BenchEngine,
     sampler: String,
     rounds: Rounds,
 }
@@ -128,18 +129,22 @@ impl RunLane {
     }
 
     fn turn(
-        &mut self,
+        &self,
+        engine: &mut BenchEngine,
         plan: &VsRunPlan,
         n_gen: u32,
     ) -> Result<crate::engine::TurnReport, SpecBenchError> {
-        let lane = self.name();
-        self.bench
+        engine
             .turn(&plan.messages, self.sampling.clone(), n_gen)
-            .map_err(|f| SpecBenchError::of_turn(lane, n_gen, f))
+            .map_err(|f| SpecBenchError::of_turn(self.name(), n_gen, f))
     }
 
-    fn measure(&mut self, plan: &VsRunPlan) -> Result<f64, SpecBenchError> {
-        let report = self.turn(plan, plan.n_gen)?;
+    fn measure(
+        &mut self,
+        engine: &mut BenchEngine,
+        plan: &VsRunPlan,
+    ) -> Result<f64, SpecBenchError> {
+        let report = self.turn(engine, plan, plan.n_gen)?;
         #[allow(unused_mut)]
         let mut tok_per_s = report.timeline.summary().decode_tok_per_s.unwrap_or(0.0);
         #[cfg(feature = "plant")]
@@ -171,72 +176,52 @@ fn tg_error(source: EngineError) -> SpecBenchError {
     }
 }
 
-/// Load tg's model and context and every run lane's engine, warm each up (unless turned off),
-/// then `rounds` rounds of one timed tg and one timed turn per run lane, in alternating order.
+/// One engine at `run`'s settings; a warm-up (unless turned off); then `rounds` rounds of one
+/// timed tg and one timed turn per sampling, in alternating order, all on the engine's thread.
 pub(crate) fn run(plan: &VsRunPlan, run_id: &str) -> Result<VsRunOutcome, SpecBenchError> {
     let load_before = crate::hw::load_average_1m();
-    eprintln!("loading the model for tg…");
-    let started = Instant::now();
-    let model = crate::llama::load_model_placed(
-        &plan.model,
-        plan.engine.n_gpu_layers,
-        &crate::llama::placement::Placement::default(),
-        |_| true,
-    )
-    .map_err(tg_error)?;
-    // bench's tg context: llama-bench's rule (prompt + generated tokens), host sampling.
-    let mut tg_settings = plan.engine.clone();
-    tg_settings.n_ctx = plan.n_gen;
-    tg_settings.sampling = crate::llama::settings::SamplingMode::Host;
-    tg_settings.spec = crate::llama::settings::SpecSettings::default();
-    tg_settings.first_sampling = None;
-    let ctx = crate::llama::new_context(&model, &tg_settings, 1).map_err(tg_error)?;
-    let tg_info = crate::llama::describe(&model, &ctx, &plan.model, &tg_settings, started);
-    let mut bencher = Bencher::new(&model, ctx);
-    let test = TestSpec::Tg { n_gen: plan.n_gen };
-    let none = crate::bench::spec::greedy();
-    let mut lanes = Vec::new();
-    for &n_ctx in &plan.contexts {
-        for sampling in &plan.samplings {
-            let mut settings = plan.engine.clone();
-            settings.n_ctx = n_ctx;
-            settings.first_sampling = Some(sampling.clone());
-            let name = format!("run c{n_ctx} {}", sampling_name(sampling));
-            eprintln!("loading the engine for {name}…");
-            let bench = BenchEngine::start(plan.model.clone(), settings)
-                .map_err(|source| SpecBenchError::Engine { lane: name, source })?;
-            lanes.push(RunLane {
-                n_ctx,
-                sampling: sampling.clone(),
-                bench,
-                sampler: String::new(),
-                rounds: Rounds::default(),
-            });
+    let mut settings = plan.engine.clone();
+    settings.n_ctx = plan.n_ctx;
+    settings.first_sampling = None;
+    eprintln!("loading the engine (run c{})…", plan.n_ctx);
+    let mut engine = BenchEngine::start(plan.model.clone(), settings).map_err(|source| {
+        SpecBenchError::Engine {
+            lane: format!("run c{}", plan.n_ctx),
+            source,
         }
-    }
+    })?;
+    let mut lanes: Vec<RunLane> = plan
+        .samplings
+        .iter()
+        .map(|sampling| RunLane {
+            n_ctx: plan.n_ctx,
+            sampling: sampling.clone(),
+            sampler: String::new(),
+            rounds: Rounds::default(),
+        })
+        .collect();
+    let tg_run = |engine: &mut BenchEngine| engine.tg(plan.n_gen).map_err(tg_error);
     if plan.warmup {
-        bencher.warm_up(&test).map_err(tg_error)?;
+        // tg's context is made and warmed up on its first request.
+        tg_run(&mut engine)?;
         for lane in &mut lanes {
-            lane.turn(plan, plan.n_gen.min(16))?;
+            lane.turn(&mut engine, plan, plan.n_gen.min(16))?;
         }
     }
     let mut tg = Rounds::default();
     for round in 0..plan.rounds {
         for i in super::spec::round_order(lanes.len() + 1, round) {
             let (name, tps) = if i == 0 {
-                let s = bencher.run(&test, 0, &none).map_err(tg_error)?;
-                let n = s.tokens_generated.max(1) as f64;
-                let tps =
-                    crate::metrics::rate_per_s(s.tokens_generated as usize, s.total).unwrap_or(0.0);
+                let s = tg_run(&mut engine)?;
                 tg.push(
-                    tps,
-                    Some(crate::metrics::ms(s.decode.saturating_sub(s.host)) / n),
-                    Some(s.host.as_secs_f64() * 1e6 / n),
+                    s.tok_per_s,
+                    Some(s.decode_call_ms),
+                    Some(s.host_us_per_token),
                 );
-                ("tg".to_string(), tps)
+                ("tg".to_string(), s.tok_per_s)
             } else {
                 let lane = &mut lanes[i - 1];
-                (lane.name(), lane.measure(plan)?)
+                (lane.name(), lane.measure(&mut engine, plan)?)
             };
             eprintln!("round {}/{} {name}: {tps:.1} tok/s", round + 1, plan.rounds);
         }
@@ -249,7 +234,7 @@ pub(crate) fn run(plan: &VsRunPlan, run_id: &str) -> Result<VsRunOutcome, SpecBe
         itl_p50_ms: None,
         itl_max_ms: None,
     });
-    if tg_info.synthetic {
+    if engine.info.synthetic {
         warnings.push("synthetic model: its speed is real, its text is noise".to_string());
     }
     let warning = (!warnings.is_empty()).then(|| warnings.join("; "));
@@ -310,8 +295,8 @@ pub(crate) fn run(plan: &VsRunPlan, run_id: &str) -> Result<VsRunOutcome, SpecBe
         "none",
         "none".to_string(),
         &tg,
-        &tg_info,
-        &none,
+        &engine.info,
+        &crate::bench::spec::greedy(),
     )];
     for lane in &lanes {
         let name = sampling_name(&lane.sampling);
@@ -322,13 +307,11 @@ pub(crate) fn run(plan: &VsRunPlan, run_id: &str) -> Result<VsRunOutcome, SpecBe
             name,
             lane.sampler.clone(),
             &lane.rounds,
-            &lane.bench.info,
+            &engine.info,
             &lane.sampling,
         ));
     }
-    for lane in lanes {
-        lane.bench.engine.shutdown();
-    }
+    engine.engine.shutdown();
     Ok(VsRunOutcome { rows })
 }
 
@@ -396,7 +379,7 @@ pub(crate) fn render(outcome: &VsRunOutcome, format: OutputFormat) -> Result<Str
             let mut out = String::new();
             if let Some(first) = rows.first() {
                 out.push_str(&format!(
-                    "run vs tg: {}, {} tokens, {} round(s) ABBA in one process, {} thread(s)\n\n",
+                    "run vs tg: {}, {} tokens, {} round(s) ABBA on one engine thread, {} thread(s)\n\n",
                     crate::bench::sweep::file_name(std::path::Path::new(&first.model)),
                     first.n_gen,
                     first.rounds,

@@ -124,12 +124,12 @@ pub struct BenchArgs {
     pub plot: Option<PathBuf>,
     #[command(flatten)]
     pub spec: SpecBenchFlags,
-    /// Measure `run`'s decode (the engine's thread, sampler, detokenizer and events, at
-    /// `run`'s context size: config `context`, or each CTX given) against llama-bench's tg on
-    /// the same file, in alternating rounds in one process (-r rounds, -n tokens, one -t):
+    /// Measure `run`'s decode (the engine's sampler, detokenizer and events, at `run`'s
+    /// context size: config `context`, or CTX) against llama-bench's tg on the same file, in
+    /// alternating rounds on the engine's thread (-r rounds, default 10; -n tokens; one -t):
     /// run ÷ tg per round, its median and spread, judged against 0.97. Greedy; with
     /// --tg-sampling the configured sampler chain too.
-    #[arg(long = "run-vs-tg", value_name = "CTX,…", num_args = 0..=1, default_missing_value = "")]
+    #[arg(long = "run-vs-tg", value_name = "CTX", num_args = 0..=1, default_missing_value = "")]
     pub run_vs_tg: Option<String>,
 }
 
@@ -828,7 +828,7 @@ fn refuse_sweep_flags(args: &BenchArgs, what: &str, why: &str) -> Result<(), Fai
     Ok(())
 }
 
-/// `--run-vs-tg`'s plan: one model, the run lanes' contexts (the configured one when none is
+/// `--run-vs-tg`'s plan: one model, the engine's context (the configured one when none is
 /// given), greedy and, with --tg-sampling, the configured chain.
 pub(crate) fn vs_run_plan(args: &BenchArgs, settings: &Settings) -> Result<VsRunPlan, Failure> {
     let given = args.run_vs_tg.as_deref().unwrap_or_default();
@@ -859,12 +859,10 @@ pub(crate) fn vs_run_plan(args: &BenchArgs, settings: &Settings) -> Result<VsRun
             "md, json or jsonl with --run-vs-tg",
         ));
     }
-    let contexts: Vec<u32> = if given.trim().is_empty() {
-        vec![settings.engine.n_ctx]
+    let n_ctx = if given.trim().is_empty() {
+        settings.engine.n_ctx
     } else {
-        let mut v = parse_u32_list("--run-vs-tg", &[given.to_string()], 0, 16, 1 << 24)?;
-        v.dedup();
-        v
+        parse_single("--run-vs-tg", given, 16, 1 << 24)?
     };
     let model = one_model(args, settings, "--run-vs-tg")?;
     let mut samplings = vec![crate::bench::spec::greedy()];
@@ -877,7 +875,7 @@ pub(crate) fn vs_run_plan(args: &BenchArgs, settings: &Settings) -> Result<VsRun
     Ok(VsRunPlan {
         model,
         engine,
-        contexts,
+        n_ctx,
         samplings,
         n_gen,
         rounds,

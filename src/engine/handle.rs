@@ -197,6 +197,15 @@ impl EngineHandle {
             .map_err(|_| EngineError::EngineGone)
     }
 
+    /// Time one run of bench's tg test on the loaded model, on the engine's thread (answered
+    /// by `TgMeasured` or `Failed`).
+    pub fn bench_tg(&mut self, id: RequestId, n_gen: u32) -> Result<(), EngineError> {
+        self.ids.observe(id);
+        self.commands
+            .send(EngineCommand::BenchTg { id, n_gen })
+            .map_err(|_| EngineError::EngineGone)
+    }
+
     /// Replace the loaded model (the engine answers with `Loading`… then `Ready`/`LoadFailed`).
     pub fn load_model(&self, config: EngineConfig) -> Result<(), EngineError> {
         self.commands

@@ -20,5 +20,5 @@ pub use prompt::{common_prefix_len, completion_transcript, COMPLETION_STOPS};
 pub use protocol::recv_paced;
 pub use protocol::{
     AbReport, ChatMessage, EngineCommand, EngineConfig, EngineEvent, EventReceiver, EventSender,
-    GenerateRequest, LlamaCounters, RequestId, Role, StopReason, TurnReport, TurnRequest,
+    GenerateRequest, LlamaCounters, RequestId, Role, StopReason, TgSample, TurnReport, TurnRequest,
 };

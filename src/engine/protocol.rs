@@ -99,6 +99,15 @@ pub enum EngineCommand {
         n_prompt: u32,
         n_gen: u32,
     },
+    /// One timed run of bench's tg test (`llama::measure`: `n_gen` single-token decodes of
+    /// random tokens, no sampling) on the loaded model, in a context of its own sized like
+    /// bench's (llama-bench's rule), kept for the next request of the same length; warmed up
+    /// once when created. On the engine's thread, so that `bench --run-vs-tg` times tg and the
+    /// engine's turns on one thread and one OpenMP pool. Answered by `TgMeasured` or `Failed`.
+    BenchTg {
+        id: RequestId,
+        n_gen: u32,
+    },
     /// Answer `request` with another model file (the chat's A/B comparison): model B is
     /// loaded beside the chat's model with the same settings and a context of its own,
     /// generates once (its events carry the request's id), then is dropped. The chat's model
@@ -268,11 +277,27 @@ pub enum EngineEvent {
         request_id: RequestId,
         report: Box<AbReport>,
     },
+    /// One run of bench's tg test measured (`EngineCommand::BenchTg`).
+    TgMeasured {
+        request_id: RequestId,
+        sample: TgSample,
+    },
     /// A batch sweep ended (`error` when it could not finish).
     BatchSweepDone {
         request_id: RequestId,
         error: Option<EngineError>,
     },
+}
+
+/// One timed run of bench's tg test on the engine's thread.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TgSample {
+    /// N ÷ the run (bench's tg t/s).
+    pub tok_per_s: f64,
+    /// The mean decode call (synchronised), ms: (run − host time) ÷ N.
+    pub decode_call_ms: f64,
+    /// The time between decode calls ÷ N, µs.
+    pub host_us_per_token: f64,
 }
 
 impl EngineEvent {
@@ -288,6 +313,7 @@ impl EngineEvent {
             | EngineEvent::BatchPoint { request_id, .. }
             | EngineEvent::AbFinished { request_id, .. }
             | EngineEvent::BatchSweepDone { request_id, .. }
+            | EngineEvent::TgMeasured { request_id, .. }
             | EngineEvent::SwitchProgress { request_id, .. }
             | EngineEvent::SwitchFailed { request_id, .. } => Some(*request_id),
             _ => None,

@@ -182,8 +182,23 @@ fn serve(
         }
     };
     let _ = events.send(EngineEvent::Ready(Box::new(session.info.clone())));
+    // bench's tg test (`BenchTg`): its context, kept for the next request of the same length.
+    let mut tg: Option<(u32, llama::measure::Bencher<'_>)> = None;
     loop {
         match commands.recv() {
+            Ok(EngineCommand::BenchTg { id, n_gen }) => {
+                let result = bench_tg(model, &cfg.settings, &mut tg, n_gen);
+                let _ = events.send(match result {
+                    Ok(sample) => EngineEvent::TgMeasured {
+                        request_id: id,
+                        sample,
+                    },
+                    Err(error) => EngineEvent::Failed {
+                        request_id: id,
+                        error,
+                    },
+                });
+            }
             Ok(EngineCommand::Generate(req)) => {
                 let id = req.id;
                 let result = session.generate(&req, events, cancel_through);
@@ -343,6 +358,39 @@ fn batch_sweep(
     Ok(())
 }
 
+/// One timed run of bench's tg test of `n_gen` tokens, in `tg`'s context (made, and warmed up,
+/// when there is none of this length).
+fn bench_tg<'m>(
+    model: &'m LlamaModel,
+    settings: &crate::llama::settings::EngineSettings,
+    tg: &mut Option<(u32, llama::measure::Bencher<'m>)>,
+    n_gen: u32,
+) -> Result<super::TgSample, EngineError> {
+    use llama::measure::{Bencher, TestSpec};
+    let n_gen = n_gen.max(1);
+    let test = TestSpec::Tg { n_gen };
+    if tg.as_ref().is_none_or(|(n, _)| *n != n_gen) {
+        *tg = None;
+        let mut s = settings.clone();
+        s.n_ctx = n_gen;
+        s.sampling = crate::llama::settings::SamplingMode::Host;
+        s.first_sampling = None;
+        let mut bencher = Bencher::new(model, llama::new_context(model, &s, 1)?);
+        bencher.warm_up(&test)?;
+        *tg = Some((n_gen, bencher));
+    }
+    let Some((_, bencher)) = tg.as_mut() else {
+        return Err(EngineError::NoModel);
+    };
+    let s = bencher.run(&test, 0, &crate::bench::spec::greedy())?;
+    let n = s.tokens_generated.max(1) as f64;
+    Ok(super::TgSample {
+        tok_per_s: crate::metrics::rate_per_s(s.tokens_generated as usize, s.total).unwrap_or(0.0),
+        decode_call_ms: crate::metrics::ms(s.decode.saturating_sub(s.host)) / n,
+        host_us_per_token: s.host.as_secs_f64() * 1e6 / n,
+    })
+}
+
 fn serve_without_model(
     commands: &mpsc::Receiver<EngineCommand>,
     events: &EventSender,
@@ -360,6 +408,12 @@ fn serve_without_model(
                 let _ = events.send(EngineEvent::BatchSweepDone {
                     request_id: id,
                     error: Some(EngineError::NoModel),
+                });
+            }
+            Ok(EngineCommand::BenchTg { id, .. }) => {
+                let _ = events.send(EngineEvent::Failed {
+                    request_id: id,
+                    error: EngineError::NoModel,
                 });
             }
             Ok(EngineCommand::AbGenerate { request, .. }) => {

@@ -315,16 +315,28 @@ impl PartialEq for Kept {
 }
 impl Eq for Kept {}
 
-/// Space `top_k_into` reuses across calls (a heap of at most k candidates).
+/// Space `top_k_into` reuses across calls.
 #[derive(Default)]
-pub struct TopKScratch(std::collections::BinaryHeap<Kept>);
+pub struct TopKScratch {
+    /// At most k candidates, the worst on top.
+    heap: std::collections::BinaryHeap<Kept>,
+    /// Each block of 512 logits' maximum, in order.
+    maxima: Vec<f32>,
+    /// A copy of `maxima` that the selection of the k-th largest reorders.
+    select: Vec<f32>,
+}
 
 /// The `k` largest logits as candidates, sorted by logit, largest first (llama.cpp's top-k
-/// order; ties by token id; NaN never kept). One pass keeps the best k seen so far in a heap
-/// whose worst member is the threshold; a block of 32 logits none of which reaches it (one
-/// vectorised comparison) is skipped whole, and in a block that reaches it each logit below
-/// it is passed over with one float comparison, so only the ~k·ln(n/k) logits that beat the
-/// threshold touch the heap.
+/// order; ties by token id; NaN never kept).
+///
+/// First the maximum of every block of 512 logits (vectorised, as argmax takes it). The k-th
+/// largest of those maxima is a floor: k blocks each hold a logit at least that large, so a
+/// logit strictly below it cannot be among the k best. Then only the blocks whose maximum
+/// reaches the floor (at most k of them, but for ties) are read again, keeping the best k
+/// seen so far in a heap whose worst member, once k are kept, raises the floor; a block of 32
+/// logits none of which reaches it (one vectorised comparison) is skipped, and each logit
+/// below it is passed over with one float comparison before the heap is touched. With fewer
+/// than k blocks there is no floor and every block is read.
 pub fn top_k_into(
     logits: &[f32],
     k: usize,
@@ -332,24 +344,38 @@ pub fn top_k_into(
     scratch: &mut TopKScratch,
 ) {
     const BLOCK: usize = 32;
+    const OUTER: usize = 512;
     out.clear();
-    let heap = &mut scratch.0;
+    let TopKScratch {
+        heap,
+        maxima,
+        select,
+    } = scratch;
     heap.clear();
     let k = k.min(logits.len());
     if k == 0 {
         return;
     }
-    // The worst kept logit once k are kept: a logit below it cannot enter, which one float
-    // comparison tells before the heap is touched.
+    maxima.clear();
+    maxima.extend(logits.chunks(OUTER).map(block_max));
+    let floor = if maxima.len() >= k {
+        select.clear();
+        select.extend_from_slice(maxima);
+        let (_, kth, _) = select.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
+        *kth
+    } else {
+        f32::NEG_INFINITY
+    };
+    // The worst kept logit once k are kept (never below the floor: nothing below it is kept).
     let mut threshold: Option<f32> = None;
     let keep = |heap: &mut std::collections::BinaryHeap<Kept>,
                 threshold: &mut Option<f32>,
                 base: usize,
                 block: &[f32]| {
         for (i, &logit) in block.iter().enumerate() {
-            // Only a logit strictly below the worst kept is passed over: -0.0 against 0.0
-            // and equal logits go on to `Kept`'s order.
-            if logit.is_nan() || threshold.is_some_and(|t| logit < t) {
+            // Only a logit strictly below is passed over: -0.0 against 0.0 and equal logits
+            // go on to `Kept`'s order.
+            if logit.is_nan() || logit < threshold.unwrap_or(floor) {
                 continue;
             }
             let c = Kept {
@@ -368,15 +394,20 @@ pub fn top_k_into(
             }
         }
     };
-    let mut blocks = logits.chunks_exact(BLOCK);
-    let mut base = 0;
-    for block in &mut blocks {
-        if threshold.is_none_or(|t| any_at_least(block, t)) {
-            keep(heap, &mut threshold, base, block);
+    for (o, (outer, &max)) in logits.chunks(OUTER).zip(maxima.iter()).enumerate() {
+        if max < floor {
+            continue;
         }
-        base += BLOCK;
+        let mut blocks = outer.chunks_exact(BLOCK);
+        let mut base = o * OUTER;
+        for block in &mut blocks {
+            if any_at_least(block, threshold.unwrap_or(floor)) {
+                keep(heap, &mut threshold, base, block);
+            }
+            base += BLOCK;
+        }
+        keep(heap, &mut threshold, base, blocks.remainder());
     }
-    keep(heap, &mut threshold, base, blocks.remainder());
     out.extend(
         heap.drain()
             .map(|c| LlamaTokenData::new(LlamaToken(c.id as i32), c.logit, 0.0)),
@@ -464,6 +495,45 @@ mod tests {
     /// Ties (a few distinct levels over thousands of tokens), NaN, infinities and signed zeros:
     /// the same candidates, in the same order, as a full stable sort by `total_cmp` that keeps
     /// the lower token id of a tie and never keeps NaN.
+    #[test]
+    fn top_k_with_a_floor_matches_a_full_sort_on_a_vocabulary_row() {
+        // 128,256 logits: 251 blocks of 512, so the floor (the k-th largest block maximum)
+        // is in play for every k below; coarse rounding makes ties within and across blocks
+        // (many blocks share their maximum), and the special values sit among them.
+        let mut out = Vec::new();
+        let mut scratch = TopKScratch::default();
+        for seed in 0..6u64 {
+            let mut v: Vec<f32> = pseudo_logits(128_256, seed)
+                .into_iter()
+                .map(|x| (x * [0.5, 2.0, 8.0][seed as usize % 3]).round())
+                .collect();
+            for (i, x) in v.iter_mut().enumerate() {
+                match (i as u64 * 13 + seed) % 997 {
+                    0 => *x = f32::NAN,
+                    1 => *x = f32::NEG_INFINITY,
+                    2 => *x = -0.0,
+                    3 => *x = 0.0,
+                    4 if seed % 2 == 0 => *x = f32::INFINITY,
+                    _ => {}
+                }
+            }
+            let mut ids: Vec<usize> = (0..v.len()).filter(|&i| !v[i].is_nan()).collect();
+            ids.sort_by(|&a, &b| v[b].total_cmp(&v[a]).then(a.cmp(&b)));
+            for k in [1, 2, 40, 100, 251, 252, 300] {
+                top_k_into(&v, k, &mut out, &mut scratch);
+                let want: Vec<i32> = ids[..k].iter().map(|&i| i as i32).collect();
+                let got: Vec<i32> = out.iter().map(|d| d.id().0).collect();
+                assert_eq!(got, want, "seed {seed} k {k}");
+            }
+        }
+        // Every logit -inf but one: the floor is -inf and everything is read.
+        let mut v = vec![f32::NEG_INFINITY; 128_256];
+        v[77_777] = 1.0;
+        top_k_into(&v, 3, &mut out, &mut scratch);
+        let got: Vec<i32> = out.iter().map(|d| d.id().0).collect();
+        assert_eq!(got, vec![77_777, 0, 1]);
+    }
+
     #[test]
     fn top_k_keeps_the_lower_id_of_a_tie_and_never_nan() {
         let mut out = Vec::new();

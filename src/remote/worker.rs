@@ -220,6 +220,12 @@ fn run(
                     )),
                 });
             }
+            EngineCommand::BenchTg { id, .. } => {
+                let _ = events.send(EngineEvent::Failed {
+                    request_id: id,
+                    error: not_here("bench's tg test (for a server: `tokscope load --url`)"),
+                });
+            }
             EngineCommand::LoadModel(config) => {
                 let _ = events.send(EngineEvent::LoadFailed(not_here(&format!(
                     "loading {}",
