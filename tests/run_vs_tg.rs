@@ -1,4 +1,4 @@
-//! `bench --run-vs-tg`: `run`'s engine against bench's tg in one process, on a synthetic model
+//! `bench --run-vs-tg`: `run`'s engine against bench's tg on one engine thread, on a synthetic model
 //! through the real binary and real llama.cpp (one thread, a few tokens): the rows, the paired
 //! ratios recomputed from the per-round figures, the verdict lines, the results log, and bad
 //! input.
@@ -8,19 +8,10 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use assert_cmd::Command;
 use predicates::prelude::*;
 use serde_json::Value;
 
-fn tokscope(home: &Path) -> Command {
-    let mut cmd = Command::cargo_bin("tokscope").unwrap();
-    cmd.env("TOKSCOPE_DATA_DIR", home.join("data"))
-        .env("TOKSCOPE_CONFIG_DIR", home.join("config"))
-        .env_remove("TOKSCOPE_MODEL")
-        .env_remove("TOKSCOPE_PLANT_SCALE")
-        .env_remove("RUST_BACKTRACE");
-    cmd
-}
+use common::tokscope_cmd as tokscope;
 
 fn synth(home: &Path) -> PathBuf {
     let path = home.join("tiny.gguf");

@@ -888,10 +888,18 @@ pub(crate) fn vs_run_plan(args: &BenchArgs, settings: &Settings) -> Result<VsRun
 /// `--run-vs-tg` with bench's runtime flags: one value each (-ngl, -ctk, -ctv, -fa, -b, -ub),
 /// for both lanes, over the configured engine settings.
 fn vs_run_runtime(args: &BenchArgs, engine: &mut EngineSettings) -> Result<(), Failure> {
-    fn one<T: Clone>(flag: &str, given: &[String], values: Vec<T>) -> Result<Option<T>, Failure> {
-        match values.as_slice() {
-            _ if given.is_empty() => Ok(None),
-            [v] => Ok(Some(v.clone())),
+    /// The flag's one value, parsed by `parse`; `None` when it was not given.
+    fn one<T>(
+        flag: &str,
+        given: &[String],
+        parse: impl FnOnce(&str, &[String]) -> Result<Vec<T>, Failure>,
+    ) -> Result<Option<T>, Failure> {
+        if given.is_empty() {
+            return Ok(None);
+        }
+        let mut values = parse(flag, given)?;
+        match values.len() {
+            1 => Ok(values.pop()),
             _ => Err(bad_value(
                 flag,
                 &given.join(","),
@@ -900,52 +908,27 @@ fn vs_run_runtime(args: &BenchArgs, engine: &mut EngineSettings) -> Result<(), F
         }
     }
     let r = &args.runtime;
-    let flag = "-ngl/--n-gpu-layers";
-    if let Some(n) = one(
-        flag,
-        &r.n_gpu_layers,
-        parse_int_list(flag, &r.n_gpu_layers, -1, 100_000)?,
-    )? {
+    if let Some(n) = one("-ngl/--n-gpu-layers", &r.n_gpu_layers, |f, g| {
+        parse_int_list(f, g, -1, 100_000)
+    })? {
         engine.n_gpu_layers = u32::try_from(n).ok();
     }
-    let flag = "-ctk/--cache-type-k";
-    if let Some(t) = one(
-        flag,
-        &r.cache_type_k,
-        parse_named_list::<KvType>(flag, &r.cache_type_k, KvType::F16)?,
-    )? {
+    let kv = |f: &str, g: &[String]| parse_named_list::<KvType>(f, g, KvType::F16);
+    if let Some(t) = one("-ctk/--cache-type-k", &r.cache_type_k, kv)? {
         engine.type_k = t;
     }
-    let flag = "-ctv/--cache-type-v";
-    if let Some(t) = one(
-        flag,
-        &r.cache_type_v,
-        parse_named_list::<KvType>(flag, &r.cache_type_v, KvType::F16)?,
-    )? {
+    if let Some(t) = one("-ctv/--cache-type-v", &r.cache_type_v, kv)? {
         engine.type_v = t;
     }
-    let flag = "-fa/--flash-attn";
-    if let Some(f) = one(
-        flag,
-        &r.flash_attn,
-        parse_named_list::<FlashAttn>(flag, &r.flash_attn, FlashAttn::Auto)?,
-    )? {
-        engine.flash_attn = f;
+    let fa = |f: &str, g: &[String]| parse_named_list::<FlashAttn>(f, g, FlashAttn::Auto);
+    if let Some(v) = one("-fa/--flash-attn", &r.flash_attn, fa)? {
+        engine.flash_attn = v;
     }
-    let flag = "-b/--batch-size";
-    if let Some(b) = one(
-        flag,
-        &args.n_batch,
-        parse_u32_list(flag, &args.n_batch, 2048, 1, 1 << 20)?,
-    )? {
+    let size = |f: &str, g: &[String]| parse_u32_list(f, g, 1, 1, 1 << 20);
+    if let Some(b) = one("-b/--batch-size", &args.n_batch, size)? {
         engine.n_batch = b;
     }
-    let flag = "-ub/--ubatch-size";
-    if let Some(b) = one(
-        flag,
-        &args.n_ubatch,
-        parse_u32_list(flag, &args.n_ubatch, 512, 1, 1 << 20)?,
-    )? {
+    if let Some(b) = one("-ub/--ubatch-size", &args.n_ubatch, size)? {
         engine.n_ubatch = b;
     }
     Ok(())

@@ -382,7 +382,8 @@ fn bench_tg<'m>(
     let Some((_, bencher)) = tg.as_mut() else {
         return Err(EngineError::NoModel);
     };
-    let s = bencher.run(&test, 0, &crate::bench::spec::greedy())?;
+    // tg feeds random tokens: the sampling is never used.
+    let s = bencher.run(&test, 0, &crate::llama::settings::SamplingParams::default())?;
     let n = s.tokens_generated.max(1) as f64;
     Ok(super::TgSample {
         tok_per_s: crate::metrics::rate_per_s(s.tokens_generated as usize, s.total).unwrap_or(0.0),

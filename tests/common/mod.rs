@@ -20,6 +20,18 @@ pub mod tmux;
 
 static MODEL_LOCK: Mutex<()> = Mutex::new(());
 
+/// The real binary, its data and config dirs under `home`, and nothing from the environment
+/// that would change what it measures (a configured model, a planted error, backtraces).
+pub fn tokscope_cmd(home: &Path) -> assert_cmd::Command {
+    let mut cmd = assert_cmd::Command::cargo_bin("tokscope").unwrap();
+    cmd.env("TOKSCOPE_DATA_DIR", home.join("data"))
+        .env("TOKSCOPE_CONFIG_DIR", home.join("config"))
+        .env_remove("TOKSCOPE_MODEL")
+        .env_remove("TOKSCOPE_PLANT_SCALE")
+        .env_remove("RUST_BACKTRACE");
+    cmd
+}
+
 /// Serialise tests that run models, so timings are not disturbed by another test.
 /// llama.cpp's logs are routed into tokscope's logging first (as `main` does), so its lines
 /// stay off the test output and its complaints reach error messages.
