@@ -151,12 +151,12 @@ impl RunLane {
         if let Some(f) = crate::metrics::planted_factor("decode") {
             tok_per_s *= f;
         }
-        let calls = report.timeline.decode_calls;
-        let call_ms =
-            (calls > 0).then(|| crate::metrics::ms(report.timeline.decode_compute) / calls as f64);
         self.sampler = report.sampler.to_string();
-        self.rounds
-            .push(tok_per_s, call_ms, report.host.summary().host_us_per_token);
+        self.rounds.push(
+            tok_per_s,
+            report.timeline.decode_call_ms(),
+            report.host.summary().host_us_per_token,
+        );
         Ok(tok_per_s)
     }
 }

@@ -123,6 +123,12 @@ pub struct TurnTimeline {
 }
 
 impl TurnTimeline {
+    /// The mean single-token decode call (`decode_compute ÷ decode_calls`), ms; `None` with
+    /// no calls.
+    pub fn decode_call_ms(&self) -> Option<f64> {
+        (self.decode_calls > 0).then(|| ms(self.decode_compute) / self.decode_calls as f64)
+    }
+
     /// Prompt tokens that had to be prefilled (prompt minus cache hits); `None` until prefill
     /// starts.
     pub fn prefilled_tokens(&self) -> Option<usize> {
