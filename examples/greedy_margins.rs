@@ -8,7 +8,10 @@
 //! decodes them, and each position's logits are compared with the one-token decode's: the
 //! largest and mean |Δ logit|, and where the best token differs.
 //!
-//! cargo run --release --example greedy_margins -- MODEL MESSAGE_FILE [TOKENS] [THREADS] [BATCHES]
+//! With `invariant` after BATCHES, the model runs on batch-invariant kernels
+//! (`tokscope::llama::load_model_batch_invariant`, as the engine does while speculating).
+//!
+//! cargo run --release --example greedy_margins -- MODEL MESSAGE_FILE [TOKENS] [THREADS] [BATCHES] [invariant]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use llama_cpp_2::llama_batch::LlamaBatch;
@@ -17,7 +20,7 @@ use tokscope::llama::settings::EngineSettings;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: greedy_margins MODEL MESSAGE_FILE [TOKENS] [THREADS] [BATCHES]";
+    let usage = "usage: greedy_margins MODEL MESSAGE_FILE [TOKENS] [THREADS] [BATCHES] [invariant]";
     let model_path = args.get(1).ok_or(usage)?;
     let message = std::fs::read_to_string(args.get(2).ok_or(usage)?)?;
     let n: usize = args.get(3).map_or(Ok(128), |s| s.parse())?;
@@ -29,8 +32,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .collect::<Result<_, _>>()?,
         None => Vec::new(),
     };
+    let invariant = match args.get(6).map(String::as_str) {
+        None => false,
+        Some("invariant") => true,
+        Some(_) => return Err(usage.into()),
+    };
     tokscope::logging::init(None);
-    let model = tokscope::llama::load_model(std::path::Path::new(model_path), None, |_| true)?;
+    let path = std::path::Path::new(model_path);
+    let model = if invariant {
+        tokscope::llama::load_model_batch_invariant(path, None, |_| true)?
+    } else {
+        tokscope::llama::load_model(path, None, |_| true)?
+    };
     let settings = EngineSettings {
         n_ctx: 4096,
         threads,

@@ -154,6 +154,7 @@ struct FileSpec {
     draft_p_min: Option<f64>,
     draft_ngl: Option<i64>,
     ngram_n: Option<i64>,
+    batch_invariant: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -349,6 +350,24 @@ impl Settings {
         Ok(())
     }
 
+    /// `auto` (on while speculating), `on` or `off`.
+    pub(crate) fn set_batch_invariant(&mut self, v: &str, src: &Source) -> Result<(), ConfigError> {
+        self.engine.spec.batch_invariant = match v.trim().to_ascii_lowercase().as_str() {
+            "auto" => None,
+            "on" | "true" | "yes" => Some(true),
+            "off" | "false" | "no" => Some(false),
+            _ => {
+                return Err(invalid(
+                    "spec.batch_invariant",
+                    v,
+                    "use auto, on or off".to_string(),
+                    src,
+                ))
+            }
+        };
+        Ok(())
+    }
+
     /// The speculation settings hold together: `draft` mode needs a draft model.
     pub(crate) fn check_spec(&self, src: &Source) -> Result<(), ConfigError> {
         let spec = &self.engine.spec;
@@ -476,6 +495,9 @@ impl Settings {
             }
             if let Some(v) = s.ngram_n {
                 self.set_ngram_n(v, &src)?;
+            }
+            if let Some(v) = &s.batch_invariant {
+                self.set_batch_invariant(v, &src)?;
             }
             self.check_spec(&src)?;
         }

@@ -226,6 +226,7 @@ pub(crate) fn run_jobs_alternating(
                 &job.params.model,
                 job.params.gpu_layers_setting(),
                 &job.params.placement,
+                false,
                 |_| true,
             ) {
                 Ok(model) => model,
@@ -319,6 +320,7 @@ impl Runner<'_> {
                 path,
                 first.params.gpu_layers_setting(),
                 &first.params.placement,
+                false,
                 |_| true,
             ) {
                 Ok(model) => model,

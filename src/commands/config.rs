@@ -214,6 +214,12 @@ fn show(s: &Settings, path: &Path, in_file: &[String]) -> String {
         .map_or_else(|| "-1".to_string(), |n| n.to_string());
     line(&mut out, "spec.draft_ngl", Some(dngl));
     line(&mut out, "spec.ngram_n", Some(sp.ngram_n.to_string()));
+    let bi = match sp.batch_invariant {
+        None => "auto",
+        Some(true) => "on",
+        Some(false) => "off",
+    };
+    line(&mut out, "spec.batch_invariant", Some(quoted(bi)));
     out
 }
 

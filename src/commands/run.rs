@@ -106,6 +106,12 @@ pub struct SpecArgs {
     /// Length of the n-gram looked up by `--spec ngram` (default 3).
     #[arg(long = "ngram-n", value_name = "N", allow_negative_numbers = true)]
     pub ngram_n: Option<i64>,
+    /// Batch-invariant CPU kernels for the target: `auto` (default: on while speculating),
+    /// `on` or `off`. On, a verify pass computes every row as a one-token pass would (weights
+    /// not repacked, ggml's tiled K-quant matmul off), so greedy speculation is token for
+    /// token the plain decode; it costs some speed.
+    #[arg(long = "batch-invariant", value_name = "auto|on|off")]
+    pub batch_invariant: Option<String>,
 }
 
 impl SpecArgs {
@@ -131,6 +137,9 @@ impl SpecArgs {
         }
         if let Some(v) = self.ngram_n {
             s.set_ngram_n(v, &src)?;
+        }
+        if let Some(v) = &self.batch_invariant {
+            s.set_batch_invariant(v, &src)?;
         }
         s.check_spec(&src)?;
         Ok(())

@@ -67,6 +67,10 @@ impl EngineHandle {
         config: EngineConfig,
         event_tx: EventSender,
     ) -> Result<Self, EngineError> {
+        if config.settings.spec.batch_invariant_kernels() {
+            // Before any model decodes: ggml reads the switch once per process.
+            crate::llama::invariant::disable_tiled_matmul();
+        }
         let (cmd_tx, cmd_rx) = mpsc::channel();
         let cancel_through = Arc::new(AtomicU64::new(0));
         let worker_cancel = Arc::clone(&cancel_through);

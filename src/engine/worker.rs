@@ -53,14 +53,21 @@ fn load_with_progress(
 ) -> Result<LlamaModel, EngineError> {
     let progress_events = events.clone();
     let mut last_percent = -1i32;
-    llama::load_model(&cfg.model_path, cfg.settings.n_gpu_layers, move |p| {
-        let percent = (p * 100.0) as i32;
-        if percent != last_percent {
-            last_percent = percent;
-            let _ = progress_events.send(progress(p));
-        }
-        keep_going()
-    })
+    // The target: in its file layout when its kernels are to be batch-invariant.
+    llama::load_model_placed(
+        &cfg.model_path,
+        cfg.settings.n_gpu_layers,
+        &Default::default(),
+        cfg.settings.spec.batch_invariant_kernels(),
+        move |p| {
+            let percent = (p * 100.0) as i32;
+            if percent != last_percent {
+                last_percent = percent;
+                let _ = progress_events.send(progress(p));
+            }
+            keep_going()
+        },
+    )
 }
 
 fn load_and_serve(

@@ -5,6 +5,7 @@
 pub(crate) mod device_bw;
 pub(crate) mod error;
 pub(crate) mod gpu;
+pub(crate) mod invariant;
 pub(crate) mod measure;
 pub(crate) mod model_info;
 pub(crate) mod placement;
@@ -132,15 +133,36 @@ pub fn load_model(
         path,
         n_gpu_layers,
         &placement::Placement::default(),
+        false,
         on_progress,
     )
 }
 
-/// [`load_model`] with a multi-GPU placement (split mode, main GPU, device set).
+/// [`load_model`] for batch-invariant kernels (see [`invariant`]): the weights in their file
+/// layout, and ggml's tiled matmul off for this process (call it before any model decodes).
+pub fn load_model_batch_invariant(
+    path: &Path,
+    n_gpu_layers: Option<u32>,
+    on_progress: impl FnMut(f32) -> bool + 'static,
+) -> Result<LlamaModel, EngineError> {
+    invariant::disable_tiled_matmul();
+    load_model_placed(
+        path,
+        n_gpu_layers,
+        &placement::Placement::default(),
+        true,
+        on_progress,
+    )
+}
+
+/// [`load_model`] with a multi-GPU placement (split mode, main GPU, device set); with
+/// `file_layout` the CPU's weights are not repacked (batch-invariant kernels, see
+/// [`invariant`]).
 pub(crate) fn load_model_placed(
     path: &Path,
     n_gpu_layers: Option<u32>,
     placement: &placement::Placement,
+    file_layout: bool,
     on_progress: impl FnMut(f32) -> bool + 'static,
 ) -> Result<LlamaModel, EngineError> {
     let backend = backend()?;
@@ -152,7 +174,10 @@ pub(crate) fn load_model_placed(
     let params = LlamaModelParams::default()
         .with_n_gpu_layers(requested_gpu_layers(n_gpu_layers))
         .with_progress_callback(on_progress);
-    let params = placement.apply(params).map_err(EngineError::Placement)?;
+    let params = placement
+        .apply(params)
+        .map_err(EngineError::Placement)?
+        .with_use_extra_bufts(!file_layout);
     LlamaModel::load_from_file(backend, path, &params).map_err(|_| EngineError::LoadFailed {
         path: path.to_path_buf(),
         llama_says: llama_says(),

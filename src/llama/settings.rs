@@ -173,6 +173,9 @@ pub struct SpecSettings {
     pub draft_n_gpu_layers: Option<u32>,
     /// Length of the n-gram looked up for `SpecMode::Ngram`.
     pub ngram_n: u32,
+    /// Batch-invariant kernels for the target (`None` = auto: on while speculating): see
+    /// [`SpecSettings::batch_invariant_kernels`].
+    pub batch_invariant: Option<bool>,
 }
 
 impl Default for SpecSettings {
@@ -185,6 +188,7 @@ impl Default for SpecSettings {
             draft_p_min: 0.0,
             draft_n_gpu_layers: None,
             ngram_n: 3,
+            batch_invariant: None,
         }
     }
 }
@@ -193,6 +197,13 @@ impl SpecSettings {
     /// Whether turns speculate at all.
     pub fn active(&self) -> bool {
         self.mode != SpecMode::Off && self.draft_max > 0
+    }
+
+    /// Whether the target runs on batch-invariant CPU kernels: every row of a verify pass
+    /// then goes through the kernel a one-token pass uses, so greedy speculation gives the
+    /// plain decode's tokens exactly (see `llama::batch_invariant`). Auto: while speculating.
+    pub fn batch_invariant_kernels(&self) -> bool {
+        self.batch_invariant.unwrap_or_else(|| self.active())
     }
 }
 

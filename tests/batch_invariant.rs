@@ -1,0 +1,152 @@
+//! Batch-invariant kernels (`llama::invariant`) on real llama.cpp with a synthetic Q4_K_M
+//! model, one thread: the logits of every row of a verify-sized batch are bit-identical to
+//! one-token decoding's, where the default (repacked) kernels are not; and greedy speculation
+//! at k = 3 and 7 (verify batches of 4 and 8, the sizes where the default kernels part) gives
+//! the plain decode's tokens.
+//!
+//! Its own test binary: batch-invariant kernels turn ggml's tiled matmul off for the process.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::Path;
+
+use common::{greedy, model_lock, settings, start, synth, user};
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::token::LlamaToken;
+use tokscope::llama::settings::SpecMode;
+use tokscope::synth::TensorType;
+
+/// Greedy-decodes `n` tokens after `prompt` one token per call, keeping each step's logits;
+/// then decodes the same tokens again `b` at a time with logits at every row. Returns the
+/// largest |Δ logit| over all rows.
+fn batch_drift(model: &LlamaModel, prompt: &str, n: usize, b: usize) -> f32 {
+    let s = settings(1024);
+    let mut ctx = tokscope::llama::new_context(model, &s, 1).unwrap();
+    let prompt = model.vocab().tokenize(prompt.as_bytes(), true, false);
+    let prefill = |ctx: &mut llama_cpp_2::context::LlamaContext| {
+        ctx.clear_kv_cache();
+        let mut batch = LlamaBatch::new(prompt.len(), 1);
+        for (i, t) in prompt.iter().enumerate() {
+            batch
+                .add(*t, i as i32, &[0], i + 1 == prompt.len())
+                .unwrap();
+        }
+        ctx.decode(&mut batch).unwrap();
+        batch.n_tokens() - 1
+    };
+    let mut idx = prefill(&mut ctx);
+    let (mut rows, mut tokens) = (Vec::new(), Vec::new());
+    let mut one = LlamaBatch::new(1, 1);
+    for step in 0..n {
+        let logits = ctx.get_logits_ith(idx).to_vec();
+        let best = logits
+            .iter()
+            .enumerate()
+            .fold(
+                (0, f32::NEG_INFINITY),
+                |m, (i, &l)| if l > m.1 { (i, l) } else { m },
+            )
+            .0;
+        rows.push(logits);
+        let token = LlamaToken(best as i32);
+        tokens.push(token);
+        one.clear();
+        one.add(token, (prompt.len() + step) as i32, &[0], true)
+            .unwrap();
+        ctx.decode(&mut one).unwrap();
+        idx = 0;
+    }
+    prefill(&mut ctx);
+    let mut worst = 0f32;
+    let mut chunk = LlamaBatch::new(b, 1);
+    for (start, group) in tokens[..n - 1].chunks(b).enumerate() {
+        chunk.clear();
+        for (i, t) in group.iter().enumerate() {
+            chunk
+                .add(*t, (prompt.len() + start * b + i) as i32, &[0], true)
+                .unwrap();
+        }
+        ctx.decode(&mut chunk).unwrap();
+        for i in 0..group.len() {
+            let want = &rows[start * b + i + 1];
+            let got = ctx.get_logits_ith(i as i32);
+            assert_eq!(got.len(), want.len());
+            for (g, w) in got.iter().zip(want) {
+                worst = worst.max((g - w).abs());
+            }
+        }
+    }
+    worst
+}
+
+fn q4km(dir: &Path) -> std::path::PathBuf {
+    synth(dir, "small-q4km.gguf", "small", TensorType::Q4KM, 5)
+}
+
+#[test]
+fn verify_sized_batches_are_bit_identical_to_one_token_passes() {
+    let _lock = model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let path = q4km(dir.path());
+    let prompt = "one two three four one two three four one two three";
+
+    // The control: llama.cpp's default kernels (Q4_K repacked for a 4-row gemm) part from
+    // one-token decoding at 4 rows. If they did not, this test could not tell.
+    let default = tokscope::llama::load_model(&path, Some(0), |_| true).unwrap();
+    assert!(
+        batch_drift(&default, prompt, 24, 2) == 0.0,
+        "2-row batches take the one-token kernel even by default"
+    );
+    let drift = batch_drift(&default, prompt, 24, 4);
+    assert!(
+        drift > 0.0,
+        "the default kernels were expected to part from one-token decoding at 4 rows"
+    );
+    drop(default);
+
+    let invariant = tokscope::llama::load_model_batch_invariant(&path, Some(0), |_| true).unwrap();
+    for b in [2, 3, 4, 5, 8, 9, 16] {
+        assert_eq!(
+            batch_drift(&invariant, prompt, 24, b),
+            0.0,
+            "batch-invariant kernels: {b}-row batches give one-token decoding's logits bit for bit"
+        );
+    }
+}
+
+#[test]
+fn greedy_speculation_on_batch_invariant_kernels_is_the_plain_decode_at_k_3_and_7() {
+    let _lock = model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let path = q4km(dir.path());
+    let prompts = [
+        "one two three four one two three four one two three",
+        "the quick brown fox jumps over the lazy dog the quick brown fox",
+        "abc abc abc abc abc",
+        "def f(x): return x + 1\ndef g(x): return x + 1\ndef h(x): return",
+    ];
+    let mut plain_settings = settings(1024);
+    plain_settings.spec.batch_invariant = Some(true);
+    let mut plain = start(&path, plain_settings);
+    for k in [3, 7] {
+        let mut s = settings(1024);
+        s.spec.mode = SpecMode::Ngram;
+        s.spec.draft_max = k;
+        assert!(
+            s.spec.batch_invariant_kernels(),
+            "auto means batch-invariant while speculating"
+        );
+        let mut fast = start(&path, s);
+        let mut drafted = 0;
+        for p in prompts {
+            let a = plain.turn(vec![user(p)], greedy(), 40);
+            let b = fast.turn(vec![user(p)], greedy(), 40);
+            assert_eq!(a.report.text, b.report.text, "k={k}, prompt {p:?}");
+            assert_eq!(a.token_events, b.token_events, "k={k}, prompt {p:?}");
+            drafted += b.report.spec.clone().unwrap_or_default().drafted;
+        }
+        assert!(drafted > 0, "k={k}: nothing was drafted, nothing verified");
+    }
+}
