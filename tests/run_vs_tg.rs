@@ -203,6 +203,11 @@ fn bad_run_vs_tg_input_is_a_clear_error() {
             vec!["--run-vs-tg", "--spec"],
         ),
         (vec!["--run-vs-tg", "-m", m], 2, vec!["give -m once"]),
+        (
+            vec!["--run-vs-tg", "--vs", "last"],
+            2,
+            vec!["--vs does not apply to --run-vs-tg"],
+        ),
     ] {
         let out = tokscope(home.path())
             .args(["bench", "-m", m])

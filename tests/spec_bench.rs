@@ -1,7 +1,8 @@
 //! `bench --spec ngram | --draft FILE --draft-max …`: the speculative sweep on synthetic models
 //! through the real binary and real llama.cpp (one thread, a few dozen tokens), its outputs
-//! (JSON, CSV, Markdown with the verdict, the chart) and its bad input; and `run --json`'s
-//! per-token split of the decode phase under speculation (draft, verify, plain, host).
+//! (JSON, CSV, Markdown with the verdict and the terminal chart, the plotted chart), `--vs` against
+//! an earlier sweep, and its bad input; and `run --json`'s per-token split of the decode phase
+//! under speculation (draft, verify, plain, host).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -264,6 +265,221 @@ fn ngram_sweep_with_a_prompt_file_csv_markdown_and_chart() {
         );
 }
 
+/// The ids of the results log's runs, oldest first, and each run's rows.
+fn logged_runs(home: &Path) -> Vec<(String, Vec<Value>)> {
+    std::fs::read_to_string(home.join("data/results.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let run: Value = serde_json::from_str(l).unwrap();
+            (
+                run["id"].as_str().unwrap().to_string(),
+                run["rows"].as_array().unwrap().clone(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn markdown_charts_the_sweep_and_vs_compares_it_with_the_last_sweep_k_by_k() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let model = synth(home.path(), "small", 5);
+    let spec = |extra: &[&str]| {
+        tokscope(home.path())
+            .args([
+                "bench",
+                "-r",
+                "1",
+                "-t",
+                "1",
+                "--no-probe",
+                "--spec",
+                "ngram",
+            ])
+            .arg("-m")
+            .arg(&model)
+            .args(extra)
+            .assert()
+    };
+    let stdout =
+        |a: &assert_cmd::assert::Assert| String::from_utf8(a.get_output().stdout.clone()).unwrap();
+
+    // Nothing to compare with yet: a clear error before anything is measured.
+    spec(&["-n", "16", "--vs", "last"]).code(2).stderr(
+        predicate::str::contains("--vs last: the results log has no runs yet").and(no_panic()),
+    );
+
+    // The first sweep: the chart between the table and the verdict.
+    let first = spec(&["-n", "16", "--draft-max", "0,2"]).success();
+    let md = stdout(&first);
+    let (table_at, chart_at, verdict_at) = (
+        md.find("speed-up (min–max)").unwrap(),
+        md.find("speed-up by k: █ measured mean, ◆ roofline expected, │ 1.00× (no speculation)")
+            .unwrap_or_else(|| panic!("no chart: {md}")),
+        md.find("\nVerdict (best k = 2)").unwrap(),
+    );
+    assert!(table_at < chart_at && chart_at < verdict_at, "{md}");
+    let chart_line = |text: &str, k: u32| -> String {
+        text.lines()
+            .find(|l| l.starts_with(&format!("k={k}  ")))
+            .unwrap_or_else(|| panic!("no chart line for k={k}: {text}"))
+            .to_string()
+    };
+    let base = chart_line(&md, 0);
+    assert!(
+        base.contains("│") && base.contains("1.00× (1.00–1.00)"),
+        "{md}"
+    );
+    // k = 0 runs at its own speed: its bar ends at the 1.00× line.
+    assert!(base.contains("█│"), "{md}");
+    let two = chart_line(&md, 2);
+    // The 1.00× line is in the same column on both k's lines.
+    let line_column = |l: &str| l.chars().position(|c| c == '│').unwrap();
+    assert_eq!(line_column(&base), line_column(&two), "{md}");
+    for line in md
+        .lines()
+        .skip_while(|l| !l.starts_with("speed-up by k"))
+        .take(4)
+    {
+        assert!(line.chars().count() <= 80, "wider than 80 columns: {line}");
+    }
+
+    // A plain bench run after it: `--vs` with it is refused, `--vs last` passes over it.
+    tokscope(home.path())
+        .args([
+            "bench",
+            "-p",
+            "0",
+            "-n",
+            "4",
+            "-r",
+            "1",
+            "-t",
+            "1",
+            "--no-probe",
+            "-m",
+        ])
+        .arg(&model)
+        .assert()
+        .success();
+    let runs = logged_runs(home.path());
+    assert_eq!(runs.len(), 2);
+    let (sweep_id, sweep_rows) = &runs[0];
+    let plain_id = &runs[1].0;
+    let refused = spec(&["-n", "16", "--vs", plain_id])
+        .code(2)
+        .stderr(no_panic());
+    let stderr = String::from_utf8_lossy(&refused.get_output().stderr).into_owned();
+    assert!(
+        stderr.contains(&format!("run {plain_id} is not a speculative sweep"))
+            && stderr.contains("a plain `tokscope bench` run (tg4)")
+            && stderr.contains("--vs last"),
+        "{stderr}"
+    );
+    assert_eq!(
+        logged_runs(home.path()).len(),
+        2,
+        "nothing measured nor saved"
+    );
+
+    // The second sweep, one more k and more tokens, against the last sweep.
+    let second = spec(&["-n", "20", "--draft-max", "2,3", "--vs", "last"]).success();
+    let md = stdout(&second);
+    let vs_at = md
+        .find(&format!("\nvs run {sweep_id} ("))
+        .unwrap_or_else(|| panic!("not compared with the first sweep: {md}"));
+    assert!(md.find("\nVerdict").unwrap() < vs_at, "{md}");
+    let vs = &md[vs_at..];
+    assert!(vs.contains("settings that differ: n_gen 16 → 20\n"), "{vs}");
+    assert!(
+        vs.contains(
+            "| k | t/s before | t/s now | t/s | speed-up before → now | accept before → now |"
+        ),
+        "{vs}"
+    );
+    let row = |k: u32| -> Vec<String> {
+        vs.lines()
+            .find(|l| l.starts_with(&format!("| {k} |")))
+            .unwrap_or_else(|| panic!("no row for k={k}: {vs}"))
+            .split('|')
+            .map(|c| c.trim().to_string())
+            .filter(|c| !c.is_empty())
+            .collect()
+    };
+    let now_runs = logged_runs(home.path());
+    let (second_id, now_rows) = now_runs.last().unwrap();
+    assert_ne!(second_id, sweep_id);
+    let row_of = |rows: &[Value], k: u64| rows.iter().find(|r| r["draft_max"] == k).cloned();
+    let tps = |r: &Option<Value>| match r {
+        Some(r) => format!("{:.2}", f(r, "tok_per_s_mean")),
+        None => "—".to_string(),
+    };
+    let times = |r: &Option<Value>| match r {
+        Some(r) => format!("{:.2}×", f(r, "speedup_mean")),
+        None => "—".to_string(),
+    };
+    let accept = |r: &Option<Value>| match r.as_ref().and_then(|r| r["acceptance_rate"].as_f64()) {
+        Some(a) => format!("{:.0}%", a * 100.0),
+        None => "—".to_string(),
+    };
+    // Each k's figures are the two sweeps' as the log holds them.
+    for k in [0, 2, 3] {
+        let (before, now) = (row_of(sweep_rows, k), row_of(now_rows, k));
+        assert!(now.is_some(), "k={k} measured now");
+        let cells = row(k as u32);
+        assert_eq!(cells[1], tps(&before), "before, k={k}: {vs}");
+        assert_eq!(cells[2], tps(&now), "now, k={k}: {vs}");
+        let change = &cells[3];
+        if before.is_some() {
+            assert!(change.ends_with('%') && change.len() > 2, "k={k}: {vs}");
+        } else {
+            assert_eq!(change, "new", "k={k}: {vs}");
+        }
+        assert_eq!(
+            cells[4],
+            format!("{} → {}", times(&before), times(&now)),
+            "k={k}: {vs}"
+        );
+        assert_eq!(
+            cells[5],
+            format!("{} → {}", accept(&before), accept(&now)),
+            "k={k}: {vs}"
+        );
+    }
+    assert_eq!(row(0)[4], "1.00× → 1.00×", "{vs}");
+    assert_eq!(row(0)[5], "— → —", "{vs}");
+    // Prompt lookup finds the copied function in 20 tokens: k = 3 accepts some.
+    assert!(
+        row(3)[5].starts_with("— → ") && row(3)[5].ends_with('%'),
+        "{vs}"
+    );
+
+    // Another format keeps stdout machine-readable: the comparison goes to stderr.
+    let json = spec(&[
+        "-n",
+        "16",
+        "--draft-max",
+        "2",
+        "-o",
+        "json",
+        "--vs",
+        second_id,
+    ])
+    .success();
+    let j: Value = serde_json::from_slice(&json.get_output().stdout).unwrap();
+    assert_eq!(j["rows"].as_array().unwrap().len(), 2);
+    let stderr = String::from_utf8_lossy(&json.get_output().stderr).into_owned();
+    assert!(
+        stderr.contains(&format!("vs run {second_id} (")) && stderr.contains("n_gen 20 → 16"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("| 3 |") && stderr.contains("not measured now"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn bad_spec_bench_input_is_a_clear_error() {
     let home = tempfile::tempdir().unwrap();
@@ -312,6 +528,11 @@ fn bad_spec_bench_input_is_a_clear_error() {
             vec!["--spec", "ngram", "--spec-prompt", d],
             2,
             vec!["--spec-prompt", "missing-draft.gguf"],
+        ),
+        (
+            vec!["--spec", "ngram", "--vs", "nope"],
+            2,
+            vec!["--vs nope", "no run in the results log matches `nope`"],
         ),
     ] {
         let assert = tokscope(home.path())

@@ -1,11 +1,12 @@
 //! The results log: every bench run appended as one JSON line to `<data dir>/results.jsonl`
 //! (id, time, command line, rows), so that "measure, change one thing, measure again" has a
-//! memory. `--vs` compares a run with an earlier one row by row and names the settings that
-//! differ; `tokscope results` lists the runs.
+//! memory. `--vs` compares a run with an earlier one row by row (a speculative sweep with an
+//! earlier sweep, k by k) and names the settings that differ; `tokscope results` lists the runs.
 
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
 use super::report::Row;
@@ -83,6 +84,33 @@ pub(crate) struct StoredRow {
     pub itl_p50_ms: Option<f64>,
     #[serde(default)]
     pub stamp: StoredStamp,
+    /// The speculative sweep's (`spec::SpecRow`), absent from other rows. Each reads as
+    /// `None` when absent or of another type, so that no row layout makes a line unreadable.
+    #[serde(flatten)]
+    pub spec: StoredSpec,
+}
+
+/// What `--vs` compares of a speculative sweep's row.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub(crate) struct StoredSpec {
+    #[serde(default, deserialize_with = "lenient")]
+    pub draft_max: Option<u32>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub speedup_mean: Option<f64>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub acceptance_rate: Option<f64>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub mode: Option<String>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub draft_model: Option<String>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub ngram_n: Option<u32>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub n_gen: Option<u32>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub rounds: Option<u32>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub prompt: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -91,6 +119,21 @@ pub(crate) struct StoredStamp {
     pub model_file: String,
     #[serde(default)]
     pub model_fingerprint: String,
+    /// The engine's settings as it reported them (the speculative sweep's rows have no
+    /// `params`).
+    #[serde(default, deserialize_with = "lenient")]
+    pub threads: Option<u32>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub n_gpu_layers: Option<u32>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub n_batch: Option<u32>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub n_ctx: Option<u32>,
+}
+
+/// An optional field that reads as `None` when it is null or of another type.
+fn lenient<'de, D: Deserializer<'de>, T: DeserializeOwned>(d: D) -> Result<Option<T>, D::Error> {
+    Ok(serde_json::from_value(Value::deserialize(d)?).ok())
 }
 
 /// Every readable run, oldest first, and how many lines could not be read. A missing log is
@@ -227,17 +270,31 @@ fn pair_rows<'a>(
 }
 
 /// Rows in the stored layout, for comparing with the log.
-pub(crate) fn as_stored(rows: &[Row]) -> Vec<StoredRow> {
+pub(crate) fn as_stored<R: Serialize>(rows: &[R]) -> Vec<StoredRow> {
     rows.iter()
         .filter_map(|r| serde_json::to_value(r).ok())
         .filter_map(|v| serde_json::from_value(v).ok())
         .collect()
 }
 
+/// The line that opens a comparison: which run, when, its command line.
+fn heading(base: &StoredRun) -> String {
+    let when = id_time(&base.id).unwrap_or_else(|| format!("{} s since 1970", base.unix_time_s));
+    format!("\nvs run {} ({when}): {}\n", base.id, base.command_line)
+}
+
+/// `settings that differ: …`, each named once.
+fn differences_line(all: &[String]) -> String {
+    if all.is_empty() {
+        "settings that differ: none\n".to_string()
+    } else {
+        format!("settings that differ: {}\n", all.join("; "))
+    }
+}
+
 /// Each figure's change against `base`, and the settings that differ.
 pub(crate) fn comparison(now: &[StoredRow], base: &StoredRun) -> String {
-    let when = id_time(&base.id).unwrap_or_else(|| format!("{} s since 1970", base.unix_time_s));
-    let mut out = format!("\nvs run {} ({when}): {}\n", base.id, base.command_line);
+    let mut out = heading(base);
     let pairs = pair_rows(&base.rows, now);
     let mut all_diffs: Vec<String> = Vec::new();
     let mut lines = String::from(
@@ -271,11 +328,174 @@ pub(crate) fn comparison(now: &[StoredRow], base: &StoredRun) -> String {
             diffs.join(", ")
         ));
     }
-    if all_diffs.is_empty() {
-        out.push_str("settings that differ: none\n");
-    } else {
-        out.push_str(&format!("settings that differ: {}\n", all_diffs.join("; ")));
+    out.push_str(&differences_line(&all_diffs));
+    out.push_str(&lines);
+    out
+}
+
+/// Whether `run` is a speculative sweep (`bench --spec/--draft`): rows, all of kind `spec`.
+fn is_spec_sweep(run: &StoredRun) -> bool {
+    !run.rows.is_empty() && run.rows.iter().all(|r| r.kind == super::spec::KIND)
+}
+
+/// The earlier speculative sweep `--vs` names with `--spec/--draft`: `last` is the last sweep
+/// in the log (other runs after it are passed over); an id (or a unique prefix) must name a
+/// sweep.
+pub(crate) fn find_spec_sweep<'a>(
+    runs: &'a [StoredRun],
+    query: &str,
+) -> Result<&'a StoredRun, String> {
+    const RUN_ONE: &str = "run `tokscope bench --spec ngram` (or `--draft FILE`) first";
+    if query == "last" {
+        return runs.iter().rev().find(|r| is_spec_sweep(r)).ok_or_else(|| {
+            if runs.is_empty() {
+                format!("the results log has no runs yet; {RUN_ONE}")
+            } else {
+                format!(
+                    "the results log has no speculative sweep to compare with (none of its {} runs is one); {RUN_ONE}",
+                    runs.len()
+                )
+            }
+        });
     }
+    let run = find_run(runs, query)?;
+    if is_spec_sweep(run) {
+        return Ok(run);
+    }
+    let what = if run.rows.iter().any(|r| r.kind == "run-vs-tg") {
+        "a `bench --run-vs-tg` run"
+    } else if run.rows.iter().any(|r| r.kind == super::spec::KIND) {
+        "a run mixing other rows with a sweep's"
+    } else {
+        "a plain `tokscope bench` run"
+    };
+    let mut tests: Vec<&str> = Vec::new();
+    for r in &run.rows {
+        if !tests.contains(&r.test.as_str()) {
+            tests.push(&r.test);
+        }
+    }
+    Err(format!(
+        "run {} is not a speculative sweep: it is {what} ({}); with --spec/--draft, --vs compares with an earlier sweep: `--vs last` or a sweep's id from `tokscope results`",
+        run.id,
+        if tests.is_empty() {
+            "no rows".to_string()
+        } else {
+            tests.join(", ")
+        }
+    ))
+}
+
+/// A setting's value, `—` when not recorded.
+fn or_dash<T: ToString>(v: Option<T>) -> String {
+    v.map_or_else(|| "—".into(), |v| v.to_string())
+}
+
+/// The settings that differ between two rows of speculative sweeps: the model file's
+/// fingerprint, the guesser (mode, draft model, n-gram length), the turn (tokens, rounds,
+/// prompt) and the engine's (threads, GPU layers, batch, context) as its stamp reports them.
+fn spec_differences(before: &StoredRow, now: &StoredRow) -> Vec<String> {
+    let mut out = differences(before, now);
+    let (b, n) = (&before.spec, &now.spec);
+    if b.mode != n.mode {
+        out.push(format!(
+            "mode {} → {}",
+            or_dash(b.mode.as_deref()),
+            or_dash(n.mode.as_deref())
+        ));
+    }
+    if b.draft_model != n.draft_model {
+        // File names, unless they are the same: then the paths tell them apart.
+        let name = |d: &Option<String>| d.as_deref().map(|d| super::sweep::file_name(Path::new(d)));
+        let (bn, nn) = if name(&b.draft_model) == name(&n.draft_model) {
+            (b.draft_model.clone(), n.draft_model.clone())
+        } else {
+            (name(&b.draft_model), name(&n.draft_model))
+        };
+        out.push(format!(
+            "draft {} → {}",
+            bn.unwrap_or_else(|| "none".into()),
+            nn.unwrap_or_else(|| "none".into())
+        ));
+    }
+    let numbers = [
+        ("ngram-n", b.ngram_n, n.ngram_n),
+        ("n_gen", b.n_gen, n.n_gen),
+        ("rounds", b.rounds, n.rounds),
+        ("threads", before.stamp.threads, now.stamp.threads),
+        ("ngl", before.stamp.n_gpu_layers, now.stamp.n_gpu_layers),
+        ("n_batch", before.stamp.n_batch, now.stamp.n_batch),
+        ("n_ctx", before.stamp.n_ctx, now.stamp.n_ctx),
+    ];
+    for (label, a, z) in numbers {
+        if a != z {
+            out.push(format!("{label} {} → {}", or_dash(a), or_dash(z)));
+        }
+    }
+    if b.prompt != n.prompt {
+        out.push(format!(
+            "prompt {} → {}",
+            or_dash(b.prompt.as_deref()),
+            or_dash(n.prompt.as_deref())
+        ));
+    }
+    out
+}
+
+/// A speculative sweep against an earlier one (`base`), k by k: decode tok/s before and now
+/// with the change, the speed-up against k = 0 and the acceptance before → now, and the
+/// settings that differ. A k only one of the two measured reads `new` or `not measured now`.
+pub(crate) fn spec_comparison(now: &[StoredRow], base: &StoredRun) -> String {
+    let mut out = heading(base);
+    let k_of = |r: &StoredRow| r.spec.draft_max;
+    let mut ks: Vec<u32> = now.iter().chain(&base.rows).filter_map(k_of).collect();
+    ks.sort_unstable();
+    ks.dedup();
+    let find = |rows: &'_ [StoredRow], k: u32| rows.iter().find(|r| k_of(r) == Some(k)).cloned();
+    let times = |v: Option<f64>| match v {
+        Some(v) if v.is_finite() => format!("{v:.2}×"),
+        _ => "—".to_string(),
+    };
+    let pct = |v: Option<f64>| match v {
+        Some(v) if v.is_finite() => format!("{:.0}%", v * 100.0),
+        _ => "—".to_string(),
+    };
+    let tok_per_s = |r: &Option<StoredRow>| {
+        r.as_ref()
+            .map_or_else(|| "—".to_string(), |r| format!("{:.2}", r.tok_per_s_mean))
+    };
+    let mut all_diffs: Vec<String> = Vec::new();
+    let mut lines = String::from(
+        "| k | t/s before | t/s now | t/s | speed-up before → now | accept before → now |\n|---:|---:|---:|---:|---|---|\n",
+    );
+    for k in ks {
+        let (before, row) = (find(&base.rows, k), find(now, k));
+        let change = match (&before, &row) {
+            (Some(b), Some(n)) => {
+                for d in spec_differences(b, n) {
+                    if !all_diffs.contains(&d) {
+                        all_diffs.push(d);
+                    }
+                }
+                signed_pct(change_pct(Some(b.tok_per_s_mean), Some(n.tok_per_s_mean)))
+            }
+            (None, _) => "new".to_string(),
+            (_, None) => "not measured now".to_string(),
+        };
+        let figure = |r: &Option<StoredRow>, f: fn(&StoredSpec) -> Option<f64>| {
+            r.as_ref().and_then(|r| f(&r.spec))
+        };
+        lines.push_str(&format!(
+            "| {k} | {} | {} | {change} | {} → {} | {} → {} |\n",
+            tok_per_s(&before),
+            tok_per_s(&row),
+            times(figure(&before, |s| s.speedup_mean)),
+            times(figure(&row, |s| s.speedup_mean)),
+            pct(figure(&before, |s| s.acceptance_rate)),
+            pct(figure(&row, |s| s.acceptance_rate)),
+        ));
+    }
+    out.push_str(&differences_line(&all_diffs));
     out.push_str(&lines);
     out
 }
@@ -345,6 +565,7 @@ fn headline(rows: &[StoredRow]) -> String {
 #[cfg(test)]
 mod tests {
     use super::super::format::tests::sample_row;
+    use super::super::spec::SpecRow;
     use super::*;
     use crate::llama::measure::TestKind;
     use std::io::Write;
@@ -418,6 +639,213 @@ mod tests {
             unchanged.contains("settings that differ: none"),
             "{unchanged}"
         );
+    }
+
+    /// A row of a speculative sweep as `bench::spec` writes it.
+    fn spec_row(k: u32, tok_per_s: f64, speedup: f64, accept: Option<f64>) -> SpecRow {
+        SpecRow {
+            run_id: "20250101-000000-aaaa".into(),
+            kind: "spec",
+            test: format!("tg20+ngram-k{k}"),
+            model: "/m/tiny.gguf".into(),
+            mode: "ngram".into(),
+            draft_model: None,
+            ngram_n: Some(3),
+            draft_max: k,
+            n_gen: 20,
+            rounds: 1,
+            prompt: "built-in copy-heavy prompt".into(),
+            samples_tok_per_s: vec![tok_per_s],
+            tok_per_s_mean: tok_per_s,
+            tok_per_s_sd: 0.0,
+            speedup_per_round: vec![speedup],
+            speedup_mean: speedup,
+            speedup_sd: 0.0,
+            speedup_min: speedup,
+            speedup_max: speedup,
+            expected_speedup: Some(1.5),
+            acceptance_rate: accept,
+            acceptance_per_token: accept,
+            tokens_per_pass: None,
+            mean_draft_len: None,
+            draft_ms_per_step: None,
+            verify_ms_per_pass: None,
+            plain_ms_per_pass: None,
+            verify_cost_in_passes: None,
+            draft_cost_in_passes: None,
+            draft_ms_per_token: None,
+            verify_ms_per_token: None,
+            plain_ms_per_token: None,
+            host_us_per_token: None,
+            text_identical: true,
+            verdict: None,
+            load_before: None,
+            load_after: None,
+            warning: None,
+            stamp: sample_row(TestKind::Tg, "tg8", 1).stamp,
+        }
+    }
+
+    fn stored_run(id: &str, command_line: &str, rows: Vec<StoredRow>) -> StoredRun {
+        StoredRun {
+            id: id.into(),
+            unix_time_s: 0,
+            command_line: command_line.into(),
+            rows,
+            raw: Value::Null,
+        }
+    }
+
+    /// The comparison's table line for k.
+    fn k_line(text: &str, k: u32) -> &str {
+        let start = format!("| {k} |");
+        text.lines()
+            .find(|l| l.starts_with(&start))
+            .unwrap_or_else(|| panic!("no row for k={k}: {text}"))
+    }
+
+    #[test]
+    fn a_sweep_is_compared_k_by_k_with_the_figures_before_and_now() {
+        let base = stored_run(
+            "20250101-000000-aaaa",
+            "tokscope bench --spec ngram --draft-max 0,2,4",
+            as_stored(&[
+                spec_row(0, 40.0, 1.0, None),
+                spec_row(2, 30.0, 0.75, Some(0.4)),
+                spec_row(4, 25.0, 0.625, Some(0.35)),
+            ]),
+        );
+        // Now k = 4 is gone and k = 8 is new, and the k come in another order.
+        let mut now = vec![
+            spec_row(8, 20.0, 0.45, Some(0.3)),
+            spec_row(2, 36.0, 0.818, Some(0.5)),
+            spec_row(0, 44.0, 1.0, None),
+        ];
+        let text = spec_comparison(&as_stored(&now), &base);
+        assert!(
+            text.starts_with("\nvs run 20250101-000000-aaaa (2025-01-01 00:00:00 UTC): tokscope bench --spec ngram"),
+            "{text}"
+        );
+        assert!(text.contains("settings that differ: none\n"), "{text}");
+        assert_eq!(
+            k_line(&text, 0),
+            "| 0 | 40.00 | 44.00 | +10.0% | 1.00× → 1.00× | — → — |"
+        );
+        assert_eq!(
+            k_line(&text, 2),
+            "| 2 | 30.00 | 36.00 | +20.0% | 0.75× → 0.82× | 40% → 50% |"
+        );
+        assert_eq!(
+            k_line(&text, 4),
+            "| 4 | 25.00 | — | not measured now | 0.62× → — | 35% → — |"
+        );
+        assert_eq!(
+            k_line(&text, 8),
+            "| 8 | — | 20.00 | new | — → 0.45× | — → 30% |"
+        );
+        // The rows in the order of k.
+        let ks: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("| ") && !l.starts_with("| k "))
+            .map(|l| l.split(" | ").next().unwrap())
+            .collect();
+        assert_eq!(ks, ["| 0", "| 2", "| 4", "| 8"], "{text}");
+
+        // Changed settings are named once, with their values before and now.
+        for r in &mut now {
+            r.mode = "draft".into();
+            r.draft_model = Some("/d/draft-q4.gguf".into());
+            r.ngram_n = None;
+            r.n_gen = 24;
+            r.prompt = "task.txt".into();
+            r.stamp.threads = 2;
+            r.stamp.model_fingerprint = "fedcba9876543210".into();
+        }
+        let text = spec_comparison(&as_stored(&now), &base);
+        let settings = text
+            .lines()
+            .find(|l| l.starts_with("settings that differ: "))
+            .unwrap();
+        for needle in [
+            "model tiny, \"quoted\".gguf (0123456789abcdef) → tiny, \"quoted\".gguf (fedcba9876543210)",
+            "mode ngram → draft",
+            "draft none → draft-q4.gguf",
+            "ngram-n 3 → —",
+            "n_gen 20 → 24",
+            "threads 1 → 2",
+            "prompt built-in copy-heavy prompt → task.txt",
+        ] {
+            assert!(settings.contains(needle), "`{needle}` not in {settings}");
+            assert_eq!(settings.matches(needle).count(), 1, "{settings}");
+        }
+        assert!(!settings.contains("rounds"), "{settings}");
+    }
+
+    #[test]
+    fn vs_with_a_sweep_takes_the_last_sweep_and_refuses_other_runs() {
+        let sweep = stored_run(
+            "20250101-000000-aaaa",
+            "tokscope bench --spec ngram",
+            as_stored(&[
+                spec_row(0, 40.0, 1.0, None),
+                spec_row(2, 30.0, 0.75, Some(0.4)),
+            ]),
+        );
+        let plain = stored_run(
+            "20250102-000000-bbbb",
+            "tokscope bench",
+            as_stored(&[
+                sample_row(TestKind::Pp, "pp16", 1),
+                sample_row(TestKind::Tg, "tg8", 1),
+            ]),
+        );
+        let older = StoredRun {
+            id: "20241231-000000-cccc".into(),
+            ..sweep.clone()
+        };
+        let runs = vec![older, sweep.clone(), plain.clone()];
+        // `last` is the newest sweep, passing over the plain run after it.
+        assert_eq!(find_spec_sweep(&runs, "last").unwrap().id, sweep.id);
+        assert_eq!(find_spec_sweep(&runs, "20250101").unwrap().id, sweep.id);
+        let e = find_spec_sweep(&runs, "20250102").unwrap_err();
+        assert!(
+            e.contains("run 20250102-000000-bbbb is not a speculative sweep")
+                && e.contains("a plain `tokscope bench` run (pp16, tg8)")
+                && e.contains("--vs last"),
+            "{e}"
+        );
+        let e = find_spec_sweep(&runs[2..], "last").unwrap_err();
+        assert!(
+            e.contains("no speculative sweep") && e.contains("--spec ngram"),
+            "{e}"
+        );
+        assert!(find_spec_sweep(&[], "last")
+            .unwrap_err()
+            .contains("no runs yet"));
+        assert!(find_spec_sweep(&runs, "1999")
+            .unwrap_err()
+            .contains("no run"));
+    }
+
+    #[test]
+    fn rows_of_every_layout_read_and_a_sweep_s_keep_what_vs_compares() {
+        let stored = as_stored(&[spec_row(2, 30.0, 0.75, Some(0.4))]);
+        let s = &stored[0].spec;
+        assert_eq!(s.draft_max, Some(2));
+        assert_eq!((s.speedup_mean, s.acceptance_rate), (Some(0.75), Some(0.4)));
+        assert_eq!(s.mode.as_deref(), Some("ngram"));
+        assert_eq!((s.ngram_n, s.n_gen, s.rounds), (Some(3), Some(20), Some(1)));
+        assert_eq!(stored[0].stamp.threads, Some(1));
+        // A bench row has none of them; a field of another type reads as absent.
+        let bench = &as_stored(&[sample_row(TestKind::Tg, "tg8", 1)])[0];
+        assert!(bench.spec.draft_max.is_none() && bench.spec.mode.is_none());
+        let odd: StoredRow = serde_json::from_value(serde_json::json!({
+            "kind": "other", "test": "x", "tok_per_s_mean": 1.0,
+            "mode": {"not": "a string"}, "draft_max": -3, "stamp": {"threads": "many"}
+        }))
+        .unwrap();
+        assert!(odd.spec.mode.is_none() && odd.spec.draft_max.is_none());
+        assert!(odd.stamp.threads.is_none());
     }
 
     #[test]

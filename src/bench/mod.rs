@@ -12,6 +12,7 @@
 //! - `log`: the results log, `--vs` and `tokscope results`.
 //! - `run`: driving the sweep, progress on stderr.
 //! - `spec`: the speculative decoding sweep (`--spec ngram`, `--draft`, `--draft-max 0,2,4,8`).
+//! - `spec_chart`: the sweep's chart for the terminal (speed-up and acceptance against k).
 
 pub(crate) mod format;
 pub(crate) mod log;
@@ -19,6 +20,7 @@ pub(crate) mod plan;
 pub(crate) mod report;
 pub(crate) mod run;
 pub(crate) mod spec;
+pub(crate) mod spec_chart;
 pub(crate) mod sweep;
 pub(crate) mod vs_run;
 

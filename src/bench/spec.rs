@@ -58,6 +58,8 @@ pub(crate) struct SpecPlan {
     pub engine: EngineSettings,
     pub output: OutputFormat,
     pub plot: Option<PathBuf>,
+    /// `--vs last|ID`: the earlier sweep of the results log to compare with, k by k.
+    pub vs: Option<String>,
 }
 
 /// Why a sweep could not finish.
@@ -86,6 +88,9 @@ impl SpecBenchError {
     }
 }
 
+/// The kind of the sweep's rows in the results log.
+pub(crate) const KIND: &str = "spec";
+
 /// One k of the sweep.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct SpecRow {
@@ -98,6 +103,8 @@ pub(crate) struct SpecRow {
     /// `ngram` or `draft` (the sweep's mode; k = 0 does not speculate).
     pub mode: String,
     pub draft_model: Option<String>,
+    /// The length of the n-gram `--spec ngram` looks up; `null` with a draft model.
+    pub ngram_n: Option<u32>,
     /// Most tokens drafted per step; 0 is plain decoding, the baseline.
     pub draft_max: u32,
     pub n_gen: u32,
@@ -463,11 +470,12 @@ fn rows(
             let alpha = get(|s| s.acceptance_per_token);
             SpecRow {
                 run_id: run_id.to_string(),
-                kind: "spec",
+                kind: KIND,
                 test: format!("tg{}+{}-k{}", plan.n_gen, plan.mode.name(), lane.k),
                 model: plan.model.display().to_string(),
                 mode: plan.mode.name().to_string(),
                 draft_model: plan.draft.as_ref().map(|d| d.display().to_string()),
+                ngram_n: (plan.mode == SpecMode::Ngram).then_some(plan.ngram_n),
                 draft_max: lane.k,
                 n_gen: plan.n_gen,
                 rounds: plan.rounds,
@@ -527,6 +535,21 @@ pub(crate) fn sweep_verdict(rows: &[SpecRow]) -> String {
     }
 }
 
+/// The rows as the charts draw them (`--plot`'s FILE-spec and the Markdown output's chart).
+pub(crate) fn points(rows: &[SpecRow]) -> Vec<crate::plot::SpecPoint> {
+    rows.iter()
+        .map(|r| crate::plot::SpecPoint {
+            k: r.draft_max,
+            speedup: r.speedup_mean,
+            speedup_min: r.speedup_min,
+            speedup_max: r.speedup_max,
+            expected: r.expected_speedup,
+            acceptance: r.acceptance_rate,
+            alpha: r.acceptance_per_token,
+        })
+        .collect()
+}
+
 /// A fraction as a percentage; `—` when undefined.
 fn pct(v: Option<f64>) -> String {
     match v {
@@ -535,7 +558,8 @@ fn pct(v: Option<f64>) -> String {
     }
 }
 
-/// The rows in the chosen format; Markdown gets the verdict sentence under the table.
+/// The rows in the chosen format; Markdown gets the chart (`spec_chart`) and the verdict
+/// sentence under the table.
 pub(crate) fn render(
     outcome: &SpecOutcome,
     format: OutputFormat,
@@ -602,6 +626,11 @@ pub(crate) fn render(
             }
             out.push_str(&table(&headers, &cells));
             out.push('\n');
+            let chart = super::spec_chart::chart(&points(rows));
+            if !chart.is_empty() {
+                out.push_str(&chart);
+                out.push('\n');
+            }
             out.push_str(&outcome.verdict);
             out.push('\n');
             if let Some(w) = rows.iter().find_map(|r| r.warning.as_ref()) {

@@ -115,6 +115,8 @@ pub struct BenchArgs {
     #[command(flatten)]
     pub roofline: RooflineFlags,
     /// Compare with an earlier run of the results log: `last` or its id (or a unique prefix).
+    /// With --spec/--draft: an earlier speculative sweep, k by k (tok/s, speed-up and
+    /// acceptance before → now, the settings that differ); `last` is the last sweep.
     #[arg(long = "vs", value_name = "last|ID")]
     pub vs: Option<String>,
     /// Draw charts as files: FILE.png or FILE.svg. Writes FILE-roofline (tok/s against bytes
@@ -137,8 +139,9 @@ pub struct BenchArgs {
 #[derive(Debug, Args, Default, Clone)]
 pub struct SpecBenchFlags {
     /// Measure speculative decoding with prompt lookup (`ngram`): a --draft-max sweep against
-    /// no speculation, in alternating rounds (-r rounds, -n tokens, one -t). --plot FILE then
-    /// writes FILE-spec (speed-up and acceptance against k).
+    /// no speculation, in alternating rounds (-r rounds, -n tokens, one -t). The Markdown
+    /// output charts speed-up and acceptance against k under the table; --plot FILE also
+    /// writes FILE-spec; --vs last|ID compares with an earlier sweep, k by k.
     #[arg(long = "spec", value_name = "MODE")]
     pub spec: Option<String>,
     /// Measure speculative decoding with this draft model (the target's vocabulary).
@@ -747,6 +750,7 @@ pub(crate) fn spec_plan(args: &BenchArgs, settings: &Settings) -> Result<SpecPla
         engine,
         output,
         plot,
+        vs: args.vs.clone(),
     })
 }
 
@@ -816,7 +820,6 @@ fn refuse_sweep_flags(args: &BenchArgs, what: &str, why: &str) -> Result<(), Fai
         (!args.pg.is_empty(), "-pg/--pg"),
         (!args.batch.is_empty(), "--batch"),
         (!args.n_depth.is_empty(), "-d/--n-depth"),
-        (args.vs.is_some(), "--vs"),
     ] {
         if given {
             return Err(Failure::new(
@@ -838,11 +841,14 @@ pub(crate) fn vs_run_plan(args: &BenchArgs, settings: &Settings) -> Result<VsRun
             "--run-vs-tg and --spec/--draft are separate measurements: give one",
         ));
     }
-    refuse_sweep_flags(
-        args,
-        "--run-vs-tg",
-        "it times -n generated tokens of run against tg",
-    )?;
+    let why = "it times -n generated tokens of run against tg";
+    refuse_sweep_flags(args, "--run-vs-tg", why)?;
+    if args.vs.is_some() {
+        return Err(Failure::new(
+            USAGE,
+            format!("--vs does not apply to --run-vs-tg ({why})"),
+        ));
+    }
     if args.plot.is_some() {
         return Err(Failure::new(USAGE, "--plot does not apply to --run-vs-tg"));
     }
@@ -966,6 +972,11 @@ fn run_vs_tg(args: &BenchArgs, settings: &Settings) -> Result<(), Failure> {
 /// `tokscope bench --spec ngram | --draft FILE`.
 fn run_spec(args: &BenchArgs, settings: &Settings) -> Result<(), Failure> {
     let plan = spec_plan(args, settings)?;
+    let log_path = log::results_path(&crate::paths::data_dir());
+    let baseline = match &plan.vs {
+        Some(query) => Some(baseline(&log_path, query, log::find_spec_sweep)?),
+        None => None,
+    };
     // The warnings `run` gives for a setup that cannot pay (a draft not smaller than the
     // target), for the largest k; the sweep decodes greedily.
     let mut spec_settings = settings.clone();
@@ -992,23 +1003,10 @@ fn run_spec(args: &BenchArgs, settings: &Settings) -> Result<(), Failure> {
         eprintln!("{}", crate::text::terminal_safe(&outcome.verdict));
     }
     if !outcome.rows.is_empty() {
-        let log_path = log::results_path(&crate::paths::data_dir());
         save(&log_path, &run_id, crate::ids::unix_s(now), &outcome.rows);
     }
     if let Some(path) = &plan.plot {
-        let points: Vec<crate::plot::SpecPoint> = outcome
-            .rows
-            .iter()
-            .map(|r| crate::plot::SpecPoint {
-                k: r.draft_max,
-                speedup: r.speedup_mean,
-                speedup_min: r.speedup_min,
-                speedup_max: r.speedup_max,
-                expected: r.expected_speedup,
-                acceptance: r.acceptance_rate,
-                alpha: r.acceptance_per_token,
-            })
-            .collect();
+        let points = crate::bench::spec::points(&outcome.rows);
         let out = with_suffix(path, "spec");
         let subtitle = match outcome.rows.first() {
             Some(r) => format!(
@@ -1034,6 +1032,16 @@ fn run_spec(args: &BenchArgs, settings: &Settings) -> Result<(), Failure> {
         )
         .map_err(|e| Failure::new(FAILURE, format!("--plot: {e}")))?;
         eprintln!("wrote {}", out.display());
+    }
+    if let Some(base) = baseline {
+        let text = log::spec_comparison(&log::as_stored(&outcome.rows), &base);
+        if plan.output == OutputFormat::Markdown {
+            stdout.write_all(crate::text::for_output(&text, to_terminal).as_bytes())?;
+        } else {
+            // Keep stdout machine-readable.
+            eprint!("{}", crate::text::terminal_safe(&text));
+        }
+        stdout.flush()?;
     }
     Ok(())
 }
@@ -1063,7 +1071,7 @@ pub(crate) fn run(args: &BenchArgs, settings: Settings) -> Result<(), Failure> {
     run::check_models(&plan.models)?;
     let log_path = log::results_path(&crate::paths::data_dir());
     let baseline = match &plan.vs {
-        Some(query) => Some(baseline(&log_path, query)?),
+        Some(query) => Some(baseline(&log_path, query, log::find_run)?),
         None => None,
     };
     let now = std::time::SystemTime::now();
@@ -1216,15 +1224,20 @@ fn chart_context<'a>(rows: impl Iterator<Item = &'a Row>) -> String {
     )
 }
 
-/// The run `--vs` names, read before measuring so that a wrong id fails at once.
-fn baseline(log_path: &std::path::Path, query: &str) -> Result<StoredRun, Failure> {
+/// The run `--vs` names (`find`: any run, or a speculative sweep), read before measuring so
+/// that a wrong id fails at once.
+fn baseline(
+    log_path: &std::path::Path,
+    query: &str,
+    find: for<'a> fn(&'a [StoredRun], &str) -> Result<&'a StoredRun, String>,
+) -> Result<StoredRun, Failure> {
     let (runs, _) = log::read_runs(log_path).map_err(|e| {
         Failure::new(
             FAILURE,
             format!("cannot read the results log {}: {e}", log_path.display()),
         )
     })?;
-    log::find_run(&runs, query)
+    find(&runs, query)
         .cloned()
         .map_err(|e| Failure::new(USAGE, format!("--vs {query}: {e}")))
 }
