@@ -106,6 +106,8 @@ pub(crate) struct StoredSpec {
     #[serde(default, deserialize_with = "lenient")]
     pub ngram_n: Option<u32>,
     #[serde(default, deserialize_with = "lenient")]
+    pub batch_invariant: Option<bool>,
+    #[serde(default, deserialize_with = "lenient")]
     pub n_gen: Option<u32>,
     #[serde(default, deserialize_with = "lenient")]
     pub rounds: Option<u32>,
@@ -418,6 +420,18 @@ fn spec_differences(before: &StoredRow, now: &StoredRow) -> Vec<String> {
             nn.unwrap_or_else(|| "none".into())
         ));
     }
+    if b.batch_invariant != n.batch_invariant {
+        let name = |v: Option<bool>| match v {
+            Some(true) => "on",
+            Some(false) => "off",
+            None => "—",
+        };
+        out.push(format!(
+            "batch-invariant {} → {}",
+            name(b.batch_invariant),
+            name(n.batch_invariant)
+        ));
+    }
     let numbers = [
         ("ngram-n", b.ngram_n, n.ngram_n),
         ("n_gen", b.n_gen, n.n_gen),
@@ -651,6 +665,7 @@ mod tests {
             mode: "ngram".into(),
             draft_model: None,
             ngram_n: Some(3),
+            batch_invariant: true,
             draft_max: k,
             n_gen: 20,
             rounds: 1,
@@ -756,6 +771,7 @@ mod tests {
             r.mode = "draft".into();
             r.draft_model = Some("/d/draft-q4.gguf".into());
             r.ngram_n = None;
+            r.batch_invariant = false;
             r.n_gen = 24;
             r.prompt = "task.txt".into();
             r.stamp.threads = 2;
@@ -771,6 +787,7 @@ mod tests {
             "mode ngram → draft",
             "draft none → draft-q4.gguf",
             "ngram-n 3 → —",
+            "batch-invariant on → off",
             "n_gen 20 → 24",
             "threads 1 → 2",
             "prompt built-in copy-heavy prompt → task.txt",

@@ -105,6 +105,8 @@ pub(crate) struct SpecRow {
     pub draft_model: Option<String>,
     /// The length of the n-gram `--spec ngram` looks up; `null` with a draft model.
     pub ngram_n: Option<u32>,
+    /// Every k on batch-invariant kernels (`llama::invariant`), k = 0 too.
+    pub batch_invariant: bool,
     /// Most tokens drafted per step; 0 is plain decoding, the baseline.
     pub draft_max: u32,
     pub n_gen: u32,
@@ -314,6 +316,8 @@ impl Lane {
         let mut settings = plan.engine.clone();
         settings.spec.draft_max = k;
         settings.spec.ngram_n = plan.ngram_n;
+        // Every k on the plan's kernels (k = 0 does not speculate, so auto would differ).
+        settings.spec.batch_invariant = Some(plan.engine.spec.batch_invariant_kernels());
         settings.spec.mode = if k == 0 { SpecMode::Off } else { plan.mode };
         settings.spec.draft_model = plan.draft.clone().filter(|_| k > 0);
         let bench = BenchEngine::start(plan.model.clone(), settings).map_err(|source| {
@@ -476,6 +480,7 @@ fn rows(
                 mode: plan.mode.name().to_string(),
                 draft_model: plan.draft.as_ref().map(|d| d.display().to_string()),
                 ngram_n: (plan.mode == SpecMode::Ngram).then_some(plan.ngram_n),
+                batch_invariant: plan.engine.spec.batch_invariant_kernels(),
                 draft_max: lane.k,
                 n_gen: plan.n_gen,
                 rounds: plan.rounds,
@@ -609,7 +614,7 @@ pub(crate) fn render(
             let mut out = String::new();
             if let Some(first) = rows.first() {
                 out.push_str(&format!(
-                    "speculative decoding: {} {}, {} tokens greedy, {} round(s) ABBA, {} thread(s), prompt: {}\n\n",
+                    "speculative decoding: {} {}, {} tokens greedy, {} round(s) ABBA, {} thread(s), {} kernels, prompt: {}\n\n",
                     crate::bench::sweep::file_name(std::path::Path::new(&first.model)),
                     match &first.draft_model {
                         Some(d) => format!(
@@ -621,6 +626,11 @@ pub(crate) fn render(
                     first.n_gen,
                     first.rounds,
                     first.stamp.threads,
+                    if first.batch_invariant {
+                        "batch-invariant"
+                    } else {
+                        "default"
+                    },
                     first.prompt
                 ));
             }

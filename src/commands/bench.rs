@@ -158,6 +158,11 @@ pub struct SpecBenchFlags {
     /// Length of the n-gram looked up by --spec ngram [default: config `spec.ngram_n`, 3].
     #[arg(long = "ngram-n", value_name = "N", allow_hyphen_values = true)]
     pub ngram_n: Option<String>,
+    /// Batch-invariant CPU kernels for every k, k = 0 too (`auto` = on; `off`: llama.cpp's
+    /// default kernels, whose verify rows may part from plain decoding at near ties)
+    /// [default: config `spec.batch_invariant`, auto].
+    #[arg(long = "batch-invariant", value_name = "auto|on|off")]
+    pub batch_invariant: Option<String>,
 }
 
 impl SpecBenchFlags {
@@ -167,6 +172,7 @@ impl SpecBenchFlags {
             || !self.draft_max.is_empty()
             || self.spec_prompt.is_some()
             || self.ngram_n.is_some()
+            || self.batch_invariant.is_some()
     }
 }
 
@@ -734,6 +740,15 @@ pub(crate) fn spec_plan(args: &BenchArgs, settings: &Settings) -> Result<SpecPla
         ),
     };
     let mut engine = settings.engine.clone();
+    if let Some(v) = &f.batch_invariant {
+        let mut s = settings.clone();
+        s.set_batch_invariant(v, &crate::config::Source::CommandLine)
+            .map_err(|e| Failure::new(USAGE, e.to_string()))?;
+        engine.spec.batch_invariant = s.engine.spec.batch_invariant;
+    }
+    // One kernel set for every k (auto: batch-invariant, as when speculating), so that k = 0
+    // is the baseline of the same kernels and "same text" means what it says.
+    engine.spec.batch_invariant = Some(engine.spec.batch_invariant.unwrap_or(true));
     engine.threads = threads;
     engine.n_ctx = engine.n_ctx.max(n_gen.saturating_add(2048));
     Ok(SpecPlan {
