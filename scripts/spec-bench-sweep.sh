@@ -7,10 +7,17 @@
 #                bench's built-in copy-heavy prompt
 #   synth-self   synthetic `small` (F32) drafting for itself (acceptance 100%)
 #   synth-unrelated  synthetic `small` with an unrelated synthetic `tiny` draft (acceptance ~0)
+#   roofline-self, roofline-unrelated (--only roofline): a memory-bound synthetic target, F32,
+#                612 MB (6 layers, 1536 wide, 4096 FFN, 700-token vocabulary: far larger than
+#                the CPU caches), drafting for itself, and with an unrelated 1-layer draft of the
+#                same width (109 MB, 18% of the target's bytes): the roofline's two cases
 #
 # Each file: a table of every row's figures, the verdict, the progress lines, the raw JSON. The
 # demo case also draws benchmarks/spec-bench-demo-ngram-spec.png.
-# Usage: scripts/spec-bench-sweep.sh [--rounds N] [--threads T] [--tokens N] [--only demo|synth]
+# Usage: scripts/spec-bench-sweep.sh [--rounds N] [--threads T] [--tokens N]
+#            [--only demo|synth|roofline] [--ks K,…] [--suffix S] [--kernels auto|on|off]
+# --ks: the --draft-max list (default 0,2,4,8); --suffix: appended to every output's name;
+# --kernels: bench's --batch-invariant.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,17 +25,23 @@ rounds=4
 threads=1
 tokens=128
 only=""
+ks=0,2,4,8
+suffix=""
+kernels=auto
 while [ $# -gt 0 ]; do
     case "$1" in
         --rounds) rounds=$2; shift 2 ;;
         --threads) threads=$2; shift 2 ;;
         --tokens) tokens=$2; shift 2 ;;
         --only) only=$2; shift 2 ;;
+        --ks) ks=$2; shift 2 ;;
+        --suffix) suffix=$2; shift 2 ;;
+        --kernels) kernels=$2; shift 2 ;;
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
 done
 
-bin=target/release/tokscope
+bin=${TOKSCOPE_BIN:-target/release/tokscope}
 cargo build --release --bins >&2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -39,7 +52,7 @@ mkdir -p benchmarks
 run_case() {
     local name=$1
     shift
-    local out="benchmarks/spec-bench-$name.txt"
+    local out="benchmarks/spec-bench-$name$suffix.txt"
     {
         echo "# $bin bench $*"
         echo "# $(date -u +%FT%TZ) · $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')) · no GPU"
@@ -53,12 +66,18 @@ def f(v, d=2, unit=""):
     return "—" if v is None else f"{v:.{d}f}{unit}"
 def pct(v):
     return "—" if v is None else f"{v*100:.0f}%"
-print("| k | tok/s (rounds) | speed-up mean (min–max, sd) | expected | accept | α | tok/pass | draft ms/step | verify ms/pass | plain ms/pass (k=0) | verify cost | draft ms/tok | verify ms/tok | host µs/tok | same text |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+print("| k | tok/s (rounds) | speed-up mean (min–max, sd) | expected | measured ÷ expected mean (min–max) | accept | α | tok/pass | draft ms/step | verify ms/pass | plain ms/pass (k=0) | verify cost | draft ms/tok | verify ms/tok | host µs/tok | same text |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+def agree(r):
+    e = r['expected_speedup']
+    if not e or r['draft_max'] == 0:
+        return "—"
+    q = [x / e for x in r['speedup_per_round']]
+    return f"{sum(q)/len(q):.2f} ({min(q):.2f}–{max(q):.2f})"
 for r in j["rows"]:
     print(f"| {r['draft_max']} | {r['tok_per_s_mean']:.1f} ({', '.join(f'{x:.1f}' for x in r['samples_tok_per_s'])}) "
           f"| {r['speedup_mean']:.2f}× ({r['speedup_min']:.2f}–{r['speedup_max']:.2f}, ±{r['speedup_sd']:.2f}) "
-          f"| {f(r['expected_speedup'], 2, '×')} | {pct(r['acceptance_rate'])} | {pct(r['acceptance_per_token'])} "
+          f"| {f(r['expected_speedup'], 2, '×')} | {agree(r)} | {pct(r['acceptance_rate'])} | {pct(r['acceptance_per_token'])} "
           f"| {f(r['tokens_per_pass'])} | {f(r['draft_ms_per_step'])} | {f(r['verify_ms_per_pass'])} "
           f"| {f(r['plain_ms_per_pass'])} | {f(r['verify_cost_in_passes'])} | {f(r['draft_ms_per_token'], 3)} "
           f"| {f(r['verify_ms_per_token'], 3)} | {f(r['host_us_per_token'], 1)} | {'yes' if r['text_identical'] else 'NO'} |")
@@ -78,15 +97,22 @@ PY
     cat "$out" | sed -n '1,/^# load average after/p'
 }
 
-common=(-n "$tokens" -r "$rounds" -t "$threads" --no-probe)
+common=(-n "$tokens" -r "$rounds" -t "$threads" --no-probe --draft-max "$ks" --batch-invariant "$kernels")
+if [ "$only" = roofline ]; then
+    "$bin" synth --preset small --type f32 --layers 6 --embd 1536 --ff 4096 --heads 12 --kv-heads 4 --seed 5 -o "$work/big.gguf" >/dev/null 2>&1
+    "$bin" synth --preset small --type f32 --layers 1 --embd 1536 --ff 4096 --heads 12 --kv-heads 4 --seed 77 -o "$work/big-1l.gguf" >/dev/null 2>&1
+    run_case roofline-self -m "$work/big.gguf" --draft "$work/big.gguf" "${common[@]}"
+    run_case roofline-unrelated -m "$work/big.gguf" --draft "$work/big-1l.gguf" "${common[@]}"
+    exit 0
+fi
 if [ "$only" != synth ]; then
     demo=$("$bin" fetch-demo 2>/dev/null | tail -1 || true)
     [ -f "$demo" ] || demo=$(ls "${TOKSCOPE_DATA_DIR:-$HOME/.local/share/tokscope}"/models/gemma-3-270m-q4_k_m.gguf)
-    run_case demo-ngram -m "$demo" --spec ngram --draft-max 0,2,4,8 "${common[@]}" --plot benchmarks/spec-bench-demo-ngram.png
+    run_case demo-ngram -m "$demo" --spec ngram "${common[@]}" --plot "benchmarks/spec-bench-demo-ngram$suffix.png"
 fi
 if [ "$only" != demo ]; then
     "$bin" synth --preset small --seed 5 -o "$work/small.gguf" >/dev/null 2>&1
     "$bin" synth --preset tiny --seed 77 -o "$work/tiny.gguf" >/dev/null 2>&1
-    run_case synth-self -m "$work/small.gguf" --draft "$work/small.gguf" --draft-max 0,2,4,8 "${common[@]}"
-    run_case synth-unrelated -m "$work/small.gguf" --draft "$work/tiny.gguf" --draft-max 0,2,4,8 "${common[@]}"
+    run_case synth-self -m "$work/small.gguf" --draft "$work/small.gguf" "${common[@]}"
+    run_case synth-unrelated -m "$work/small.gguf" --draft "$work/tiny.gguf" "${common[@]}"
 fi

@@ -167,7 +167,10 @@ pub(crate) struct SpecOutcome {
 /// One k's engine and what its turns gave.
 struct Lane {
     k: u32,
-    bench: BenchEngine,
+    /// Its engine while loaded (with more than one thread, only for its own turns: see `run`).
+    bench: Option<BenchEngine>,
+    /// What the engine said about the model when it first loaded.
+    info: ModelInfo,
     tok_per_s: Vec<f64>,
     texts: Vec<String>,
     stats: SpecStats,
@@ -313,22 +316,11 @@ enum Waited {
 
 impl Lane {
     fn start(plan: &SpecPlan, k: u32) -> Result<Self, SpecBenchError> {
-        let mut settings = plan.engine.clone();
-        settings.spec.draft_max = k;
-        settings.spec.ngram_n = plan.ngram_n;
-        // Every k on the plan's kernels (k = 0 does not speculate, so auto would differ).
-        settings.spec.batch_invariant = Some(plan.engine.spec.batch_invariant_kernels());
-        settings.spec.mode = if k == 0 { SpecMode::Off } else { plan.mode };
-        settings.spec.draft_model = plan.draft.clone().filter(|_| k > 0);
-        let bench = BenchEngine::start(plan.model.clone(), settings).map_err(|source| {
-            SpecBenchError::Engine {
-                lane: format!("k={k}"),
-                source,
-            }
-        })?;
+        let bench = Self::engine(plan, k)?;
         Ok(Lane {
             k,
-            bench,
+            info: bench.info.clone(),
+            bench: Some(bench),
             tok_per_s: Vec::new(),
             texts: Vec::new(),
             stats: SpecStats::default(),
@@ -337,10 +329,40 @@ impl Lane {
         })
     }
 
+    /// The engine of k, loaded and ready.
+    fn engine(plan: &SpecPlan, k: u32) -> Result<BenchEngine, SpecBenchError> {
+        let mut settings = plan.engine.clone();
+        settings.spec.draft_max = k;
+        settings.spec.ngram_n = plan.ngram_n;
+        // Every k on the plan's kernels (k = 0 does not speculate, so auto would differ).
+        settings.spec.batch_invariant = Some(plan.engine.spec.batch_invariant_kernels());
+        settings.spec.mode = if k == 0 { SpecMode::Off } else { plan.mode };
+        settings.spec.draft_model = plan.draft.clone().filter(|_| k > 0);
+        BenchEngine::start(plan.model.clone(), settings).map_err(|source| SpecBenchError::Engine {
+            lane: format!("k={k}"),
+            source,
+        })
+    }
+
+    /// Shuts the engine down (its thread joined, its OpenMP pool gone with it).
+    fn unload(&mut self) {
+        if let Some(b) = self.bench.take() {
+            b.engine.shutdown();
+        }
+    }
+
     fn turn(&mut self, plan: &SpecPlan, n_gen: u32) -> Result<TurnReport, SpecBenchError> {
-        self.bench
+        if self.bench.is_none() {
+            self.bench = Some(Self::engine(plan, self.k)?);
+        }
+        let lane = format!("k={}", self.k);
+        let bench = self.bench.as_mut().ok_or_else(|| SpecBenchError::Engine {
+            lane: lane.clone(),
+            source: EngineError::EngineGone,
+        })?;
+        bench
             .turn(&plan.messages, greedy(), n_gen)
-            .map_err(|f| SpecBenchError::of_turn(format!("k={}", self.k), n_gen, f))
+            .map_err(|f| SpecBenchError::of_turn(lane, n_gen, f))
     }
 
     /// A timed turn: its tok/s, text and figures.
@@ -368,24 +390,40 @@ pub(crate) fn round_order(n: usize, round: u32) -> Vec<usize> {
     }
 }
 
-/// Run the sweep: one engine per k, loaded once; a warm-up turn each (unless turned off);
-/// then `rounds` rounds of one timed turn per k in alternating order. Progress on stderr.
+/// Run the sweep: one engine per k; a warm-up turn each (unless turned off); then `rounds`
+/// rounds of one timed turn per k in alternating order. Progress on stderr.
+///
+/// With one thread every engine stays loaded. With more, each k's engine is loaded for its
+/// turn (and its warm-up) and shut down after it: every engine thread holds an OpenMP pool
+/// of its own, and libgomp, counting more threads than cores, then puts its workers to sleep
+/// after every parallel region. Measured: the demo model's plain decode at 2 threads ran at
+/// 33 tok/s with four engines loaded, against 47–53 tok/s alone (BENCHMARKS.md).
 pub(crate) fn run(plan: &SpecPlan, run_id: &str) -> Result<SpecOutcome, SpecBenchError> {
     let load_before = crate::hw::load_average_1m();
+    let one_at_a_time = plan.engine.threads > 1;
+    let warmup = plan.n_gen.min(16);
     let mut lanes = Vec::with_capacity(plan.draft_max.len());
     for &k in &plan.draft_max {
         eprintln!("loading the engine for k={k}…");
-        lanes.push(Lane::start(plan, k)?);
-    }
-    if plan.warmup {
-        for lane in &mut lanes {
-            lane.turn(plan, plan.n_gen.min(16))?;
+        let mut lane = Lane::start(plan, k)?;
+        if plan.warmup {
+            lane.turn(plan, warmup)?;
         }
+        if one_at_a_time {
+            lane.unload();
+        }
+        lanes.push(lane);
     }
     for round in 0..plan.rounds {
         for i in round_order(lanes.len(), round) {
             let lane = &mut lanes[i];
+            if one_at_a_time && plan.warmup {
+                lane.turn(plan, warmup)?;
+            }
             let tps = lane.measure(plan)?;
+            if one_at_a_time {
+                lane.unload();
+            }
             eprintln!(
                 "round {}/{} k={}: {tps:.1} tok/s",
                 round + 1,
@@ -396,8 +434,8 @@ pub(crate) fn run(plan: &SpecPlan, run_id: &str) -> Result<SpecOutcome, SpecBenc
     }
     let load_after = crate::hw::load_average_1m();
     let rows = rows(plan, &lanes, run_id, load_before, load_after);
-    for lane in lanes {
-        lane.bench.engine.shutdown();
+    for mut lane in lanes {
+        lane.unload();
     }
     let verdict = sweep_verdict(&rows);
     Ok(SpecOutcome { rows, verdict })
@@ -440,7 +478,7 @@ fn rows(
         itl_p50_ms: None,
         itl_max_ms: None,
     });
-    if base.bench.info.synthetic {
+    if base.info.synthetic {
         warnings.push("synthetic model: its speed is real, its text is noise".to_string());
     }
     let warning = (!warnings.is_empty()).then(|| warnings.join("; "));
@@ -522,7 +560,7 @@ fn rows(
                 load_before,
                 load_after,
                 warning: warning.clone(),
-                stamp: Stamp::new(&lane.bench.info, &greedy()),
+                stamp: Stamp::new(&lane.info, &greedy()),
             }
         })
         .collect()
