@@ -7,6 +7,9 @@
 #                bench's built-in copy-heavy prompt
 #   synth-self   synthetic `small` (F32) drafting for itself (acceptance 100%)
 #   synth-unrelated  synthetic `small` with an unrelated synthetic `tiny` draft (acceptance ~0)
+#   demo-rename (--only demo-rename): the demo model, --spec ngram on
+#                benchmarks/prompts/rename-paragraph.txt ("repeat this paragraph with the name
+#                changed", the issue's example of a copy-heavy task)
 #   roofline-self, roofline-unrelated (--only roofline): a memory-bound synthetic target, F32,
 #                612 MB (6 layers, 1536 wide, 4096 FFN, 700-token vocabulary: far larger than
 #                the CPU caches), drafting for itself, and with an unrelated 1-layer draft of the
@@ -15,7 +18,7 @@
 # Each file: a table of every row's figures, the verdict, the progress lines, the raw JSON. The
 # demo case also draws benchmarks/spec-bench-demo-ngram-spec.png.
 # Usage: scripts/spec-bench-sweep.sh [--rounds N] [--threads T] [--tokens N]
-#            [--only demo|synth|roofline] [--ks K,…] [--suffix S] [--kernels auto|on|off]
+#            [--only demo|demo-rename|synth|roofline] [--ks K,…] [--suffix S] [--kernels auto|on|off]
 # --ks: the --draft-max list (default 0,2,4,8); --suffix: appended to every output's name;
 # --kernels: bench's --batch-invariant.
 set -euo pipefail
@@ -103,6 +106,12 @@ if [ "$only" = roofline ]; then
     "$bin" synth --preset small --type f32 --layers 1 --embd 1536 --ff 4096 --heads 12 --kv-heads 4 --seed 77 -o "$work/big-1l.gguf" >/dev/null 2>&1
     run_case roofline-self -m "$work/big.gguf" --draft "$work/big.gguf" "${common[@]}"
     run_case roofline-unrelated -m "$work/big.gguf" --draft "$work/big-1l.gguf" "${common[@]}"
+    exit 0
+fi
+if [ "$only" = demo-rename ]; then
+    demo=$("$bin" fetch-demo 2>/dev/null | tail -1 || true)
+    [ -f "$demo" ] || demo=$(ls "${TOKSCOPE_DATA_DIR:-$HOME/.local/share/tokscope}"/models/gemma-3-270m-q4_k_m.gguf)
+    run_case demo-rename -m "$demo" --spec ngram --spec-prompt benchmarks/prompts/rename-paragraph.txt "${common[@]}" --plot "benchmarks/spec-bench-demo-rename$suffix.png"
     exit 0
 fi
 if [ "$only" != synth ]; then
