@@ -352,19 +352,14 @@ impl Settings {
 
     /// `auto` (on while speculating), `on` or `off`.
     pub(crate) fn set_batch_invariant(&mut self, v: &str, src: &Source) -> Result<(), ConfigError> {
-        self.engine.spec.batch_invariant = match v.trim().to_ascii_lowercase().as_str() {
-            "auto" => None,
-            "on" | "true" | "yes" => Some(true),
-            "off" | "false" | "no" => Some(false),
-            _ => {
-                return Err(invalid(
-                    "spec.batch_invariant",
-                    v,
-                    "use auto, on or off".to_string(),
-                    src,
-                ))
-            }
-        };
+        self.engine.spec.batch_invariant = parse_batch_invariant(v).ok_or_else(|| {
+            invalid(
+                "spec.batch_invariant",
+                v,
+                "use auto, on or off".to_string(),
+                src,
+            )
+        })?;
         Ok(())
     }
 
@@ -578,6 +573,17 @@ fn invalid(key: &'static str, value: &str, reason: String, src: &Source) -> Conf
         value: value.to_string(),
         reason,
         origin: src.clone(),
+    }
+}
+
+/// `auto` → `Some(None)` (on while speculating), `on` → `Some(Some(true))`, `off` →
+/// `Some(Some(false))`; anything else `None`.
+pub(crate) fn parse_batch_invariant(v: &str) -> Option<Option<bool>> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "auto" => Some(None),
+        "on" | "true" | "yes" => Some(Some(true)),
+        "off" | "false" | "no" => Some(Some(false)),
+        _ => None,
     }
 }
 

@@ -215,6 +215,10 @@ fn bad_speculation_flags_and_keys_are_usage_errors() {
             vec!["--spec", "ngram", "--draft-min", "9"],
             "must not exceed draft_max",
         ),
+        (
+            vec!["--spec", "ngram", "--batch-invariant", "maybe"],
+            "spec.batch_invariant",
+        ),
     ] {
         tokscope(home.path())
             .args(["run", "-p", "Hi", "-m"])
@@ -234,6 +238,28 @@ fn bad_speculation_flags_and_keys_are_usage_errors() {
         .assert()
         .code(2)
         .stderr(predicate::str::contains("draft_maximum"));
+    std::fs::write(&config, "[spec]\nbatch_invariant = \"sometimes\"\n").unwrap();
+    tokscope(home.path())
+        .args(["--config"])
+        .arg(&config)
+        .args(["run", "-p", "Hi", "-m"])
+        .arg(&model)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("spec.batch_invariant").and(no_panic()));
+    tokscope(home.path())
+        .args([
+            "bench",
+            "--spec",
+            "ngram",
+            "--batch-invariant",
+            "maybe",
+            "-m",
+        ])
+        .arg(&model)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--batch-invariant: use auto, on or off").and(no_panic()));
     std::fs::write(&config, "[spec]\nmode = \"draft\"\n").unwrap();
     tokscope(home.path())
         .args(["--config"])

@@ -702,6 +702,15 @@ pub(crate) fn spec_plan(args: &BenchArgs, settings: &Settings) -> Result<SpecPla
         Some(n) => parse_single("--ngram-n", n, 1, 64)?,
         None => settings.engine.spec.ngram_n,
     };
+    let batch_invariant = match &f.batch_invariant {
+        Some(v) => crate::config::parse_batch_invariant(v).ok_or_else(|| {
+            Failure::new(
+                USAGE,
+                format!("invalid value `{v}` for --batch-invariant: use auto, on or off"),
+            )
+        })?,
+        None => settings.engine.spec.batch_invariant,
+    };
     let plot = match &args.plot {
         Some(p) => {
             crate::plot::plot_file_kind(p)
@@ -740,15 +749,9 @@ pub(crate) fn spec_plan(args: &BenchArgs, settings: &Settings) -> Result<SpecPla
         ),
     };
     let mut engine = settings.engine.clone();
-    if let Some(v) = &f.batch_invariant {
-        let mut s = settings.clone();
-        s.set_batch_invariant(v, &crate::config::Source::CommandLine)
-            .map_err(|e| Failure::new(USAGE, e.to_string()))?;
-        engine.spec.batch_invariant = s.engine.spec.batch_invariant;
-    }
     // One kernel set for every k (auto: batch-invariant, as when speculating), so that k = 0
     // is the baseline of the same kernels and "same text" means what it says.
-    engine.spec.batch_invariant = Some(engine.spec.batch_invariant.unwrap_or(true));
+    engine.spec.batch_invariant = Some(batch_invariant.unwrap_or(true));
     engine.threads = threads;
     engine.n_ctx = engine.n_ctx.max(n_gen.saturating_add(2048));
     Ok(SpecPlan {
