@@ -179,6 +179,37 @@ fn a_draft_not_smaller_than_the_target_gets_a_warning() {
 }
 
 #[test]
+fn float_weights_under_batch_invariant_kernels_get_a_warning() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let f32_model = synth(home.path(), "tiny", 5);
+    let q8 = home.path().join("tiny-q8.gguf");
+    tokscope(home.path())
+        .args(["synth", "--preset", "tiny", "--type", "q8_0", "-o"])
+        .arg(&q8)
+        .assert()
+        .success();
+    let run = |model: &Path, extra: &[&str]| {
+        let out = tokscope(home.path())
+            .args(["run", "-p", "Hi", "--temp", "0", "-n", "4", "-t", "1", "-m"])
+            .arg(model)
+            .args(["--spec", "ngram"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let warned = run(&f32_model, &[]);
+    assert!(
+        warned.contains("warning: F32 weights") && warned.contains("near tie"),
+        "{warned}"
+    );
+    assert!(!run(&f32_model, &["--batch-invariant", "off"]).contains("F32 weights"));
+    assert!(!run(&q8, &[]).contains("weights: llama.cpp computes"));
+}
+
+#[test]
 fn draft_max_zero_turns_speculation_off() {
     let _lock = common::model_lock();
     let home = tempfile::tempdir().unwrap();

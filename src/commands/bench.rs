@@ -1001,6 +1001,7 @@ fn run_spec(args: &BenchArgs, settings: &Settings) -> Result<(), Failure> {
     spec_settings.engine.spec.mode = plan.mode;
     spec_settings.engine.spec.draft_model = plan.draft.clone();
     spec_settings.engine.spec.draft_max = plan.draft_max.iter().copied().max().unwrap_or(0);
+    spec_settings.engine.spec.batch_invariant = plan.engine.spec.batch_invariant;
     spec_settings.sampling = crate::bench::spec::greedy();
     for w in crate::commands::run::spec_warnings(&spec_settings, &plan.model) {
         eprintln!("warning: {}", crate::text::terminal_safe(&w));

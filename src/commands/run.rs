@@ -146,6 +146,18 @@ impl SpecArgs {
     }
 }
 
+/// `F32`, `F16` or `BF16` when the file says its weights are floats (`general.file_type`):
+/// the types batch-invariant kernels cannot cover (`llama::invariant`).
+fn float_weights(target: &std::path::Path) -> Option<&'static str> {
+    let header = crate::gguf::read_metadata_without_arrays(target).ok()?;
+    match header.get("general.file_type")?.as_u64()? {
+        0 => Some("F32"),
+        1 => Some("F16"),
+        32 => Some("BF16"),
+        _ => None,
+    }
+}
+
 /// Warnings about a speculation setup that cannot pay: a draft model whose file is not
 /// smaller than the target's (each drafted token then costs about a whole target pass), and
 /// sampling that is not greedy (speculation is then off).
@@ -166,6 +178,13 @@ pub(crate) fn spec_warnings(settings: &Settings, target: &std::path::Path) -> Ve
                     t as f64 / 1e6
                 ));
             }
+        }
+    }
+    if spec.batch_invariant_kernels() {
+        if let Some(name) = float_weights(target) {
+            out.push(format!(
+                "{name} weights: llama.cpp computes a verify pass's rows of float weights with other kernels than a one-token pass (no switch for it), so greedy speculation can part from plain decoding at a near tie; batch-invariant kernels cover quantized weights only"
+            ));
         }
     }
     let s = &settings.sampling;
