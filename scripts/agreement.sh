@@ -37,7 +37,7 @@ Usage: scripts/agreement.sh [--quick | --full] [options]
       --tokscope FILE
                      tokscope binary (default: target/release/tokscope, built if missing)
       --only LIST    run only these parts: speed,quality,counters,observer,turns
-      --no-retry     judge the timing parts (speed, observer) on their first measurement;
+      --no-retry     judge the timing parts (speed, observer, turns) on their first measurement;
                      by default one that leaves its tolerance is measured once more and
                      fails only when the second measurement leaves it too (the speed
                      part judges the second on both measurements' rounds together)
@@ -304,9 +304,9 @@ if part observer; then
   attempt observer observer_part
 fi
 
-if part turns; then
-  report "5. multi-turn: TTFT of turn 10 over turn 1 (prefix reuse)"
-  [ -f "$turns_model" ] || { echo "error: the turns part needs the demo model at ${turns_model} (tokscope fetch-demo gets it; --only leaves parts out)" >&2; exit 3; }
+# turns_part ATTEMPT: five conversations of 10 turns; TTFT of turn 10 over turn 1.
+turns_part() {
+  local a=$1
   # Five conversations of 10 turns: one turn's TTFT (tens of milliseconds) moves by 1.5x from
   # run to run on a shared VM, so the ratio is of the medians over the five.
   turn_runs=5
@@ -317,13 +317,13 @@ if part turns; then
     # Without reuse turn 10 would prefill about 11 times turn 1's tokens.
     "$tokscope" run -m "$turns_model" -t "$threads" -c 4096 --temp 0 -n 4 --ignore-eos \
       -p "Describe the dawn sky." \
-      --turns 10 --report "${out_dir}/runs/turns-${i}.jsonl" >/dev/null 2>"${out_dir}/runs/turns-${i}.log" ||
-      { tail -n 20 "${out_dir}/runs/turns-${i}.log" >&2; exit 1; }
+      --turns 10 --report "${out_dir}/runs/turns-${a}-${i}.jsonl" >/dev/null 2>"${out_dir}/runs/turns-${a}-${i}.log" ||
+      { tail -n 20 "${out_dir}/runs/turns-${a}-${i}.log" >&2; exit 1; }
   done
-  if ! python3 - "${out_dir}/runs" "$turn_runs" "$turns_model" <<'PY'
+  python3 - "${out_dir}/runs" "$turn_runs" "$turns_model" "$a" <<'PY'
 import json, statistics, sys
-runs_dir, n, model = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-convs = [[json.loads(l) for l in open(f"{runs_dir}/turns-{i}.jsonl") if l.strip()] for i in range(1, n + 1)]
+runs_dir, n, model, a = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+convs = [[json.loads(l) for l in open(f"{runs_dir}/turns-{a}-{i}.jsonl") if l.strip()] for i in range(1, n + 1)]
 print(f"model: {model}; {n} conversations of 10 turns, equal-length user messages")
 print()
 print("| turn | prompt tokens | cached | prefilled | TTFT ms, each conversation | median |")
@@ -344,9 +344,15 @@ print(f"TTFT turn 10 / turn 1 (medians) = {ratio:.3f} (target ≤ 1.3)")
 if ratio > 1.3:
     sys.exit(1)
 PY
-  then
-    failures+=("turns")
-  fi
+}
+
+if part turns; then
+  report "5. multi-turn: TTFT of turn 10 over turn 1 (prefix reuse)"
+  [ -f "$turns_model" ] || { echo "error: the turns part needs the demo model at ${turns_model} (tokscope fetch-demo gets it; --only leaves parts out)" >&2; exit 3; }
+  # A timing part like speed and observer: measured once more when outside its tolerance
+  # (turn 1's median moved between 46 and 56 ms across four runs on this VM, turn 10's stayed
+  # at 60-63 ms); it fails only if the second measurement is outside too.
+  attempt turns turns_part
 fi
 
 echo
