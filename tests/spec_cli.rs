@@ -260,24 +260,24 @@ fn bad_speculation_flags_and_keys_are_usage_errors() {
             .stderr(predicate::str::contains(says).and(no_panic()));
     }
     let config = home.path().join("c.toml");
-    std::fs::write(&config, "[spec]\ndraft_maximum = 3\n").unwrap();
-    tokscope(home.path())
-        .args(["--config"])
-        .arg(&config)
-        .args(["run", "-p", "Hi", "-m"])
-        .arg(&model)
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains("draft_maximum"));
-    std::fs::write(&config, "[spec]\nbatch_invariant = \"sometimes\"\n").unwrap();
-    tokscope(home.path())
-        .args(["--config"])
-        .arg(&config)
-        .args(["run", "-p", "Hi", "-m"])
-        .arg(&model)
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains("spec.batch_invariant").and(no_panic()));
+    for (toml, says) in [
+        ("[spec]\ndraft_maximum = 3\n", "draft_maximum"),
+        (
+            "[spec]\nbatch_invariant = \"sometimes\"\n",
+            "spec.batch_invariant",
+        ),
+        ("[spec]\nmode = \"draft\"\n", "needs a draft model"),
+    ] {
+        std::fs::write(&config, toml).unwrap();
+        tokscope(home.path())
+            .args(["--config"])
+            .arg(&config)
+            .args(["run", "-p", "Hi", "-m"])
+            .arg(&model)
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains(says).and(no_panic()));
+    }
     tokscope(home.path())
         .args([
             "bench",
@@ -291,15 +291,6 @@ fn bad_speculation_flags_and_keys_are_usage_errors() {
         .assert()
         .code(2)
         .stderr(predicate::str::contains("--batch-invariant: use auto, on or off").and(no_panic()));
-    std::fs::write(&config, "[spec]\nmode = \"draft\"\n").unwrap();
-    tokscope(home.path())
-        .args(["--config"])
-        .arg(&config)
-        .args(["run", "-p", "Hi", "-m"])
-        .arg(&model)
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains("needs a draft model"));
 }
 
 #[test]
