@@ -69,10 +69,10 @@ def f(v, d=2, unit=""):
     return "—" if v is None else f"{v:.{d}f}{unit}"
 def pct(v):
     return "—" if v is None else f"{v*100:.0f}%"
-print("| k | tok/s (rounds) | speed-up mean (min–max, sd) | expected | measured ÷ expected mean (min–max) | accept | α | tok/pass | draft ms/step | verify ms/pass | plain ms/pass (k=0) | verify cost | draft ms/tok | verify ms/tok | host µs/tok | same text |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-def agree(r):
-    e = r['expected_speedup']
+print("| k | tok/s (rounds) | speed-up mean (min–max, sd) | expected | measured ÷ expected mean (min–max) | expected with compute (ρ) | measured ÷ expected with compute mean (min–max) | accept | α | tok/pass | draft ms/step | verify ms/pass | plain ms/pass (k=0) | verify cost | draft ms/tok | verify ms/tok | host µs/tok | same text |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+def agree(r, key='expected_speedup'):
+    e = r.get(key)
     if not e or r['draft_max'] == 0:
         return "—"
     q = [x / e for x in r['speedup_per_round']]
@@ -80,7 +80,8 @@ def agree(r):
 for r in j["rows"]:
     print(f"| {r['draft_max']} | {r['tok_per_s_mean']:.1f} ({', '.join(f'{x:.1f}' for x in r['samples_tok_per_s'])}) "
           f"| {r['speedup_mean']:.2f}× ({r['speedup_min']:.2f}–{r['speedup_max']:.2f}, ±{r['speedup_sd']:.2f}) "
-          f"| {f(r['expected_speedup'], 2, '×')} | {agree(r)} | {pct(r['acceptance_rate'])} | {pct(r['acceptance_per_token'])} "
+          f"| {f(r['expected_speedup'], 2, '×')} | {agree(r)} "
+          f"| {f(r.get('expected_speedup_compute'), 2, '×')} ({f(r.get('row_cost'), 3)}) | {agree(r, 'expected_speedup_compute')} | {pct(r['acceptance_rate'])} | {pct(r['acceptance_per_token'])} "
           f"| {f(r['tokens_per_pass'])} | {f(r['draft_ms_per_step'])} | {f(r['verify_ms_per_pass'])} "
           f"| {f(r['plain_ms_per_pass'])} | {f(r['verify_cost_in_passes'])} | {f(r['draft_ms_per_token'], 3)} "
           f"| {f(r['verify_ms_per_token'], 3)} | {f(r['host_us_per_token'], 1)} | {'yes' if r['text_identical'] else 'NO'} |")

@@ -808,11 +808,21 @@ fn finished_with_speculative_decoding_figures() {
         verify_time: Duration::from_millis(120),
         plain_time: Duration::from_millis(32),
         draft_cost_ratio: 0.0,
+        row_cost: Some(0.25),
         off_reason: None,
         ..Default::default()
     });
     let screen = render(&app, 120, 40);
     assert!(screen.contains("spec ngram k≤4"), "{screen}");
+    // The roofline with its compute term: α = 30/36, k = 4, a verify pass of 1 + 4·0.25
+    // plain passes.
+    let with_compute =
+        tokscope::metrics::spec::expected_speedup_with_rows(30.0 / 36.0, 4.0, 0.0, 0.25);
+    assert!(
+        screen.lines().any(|l| l.contains("exp × with compute")
+            && l.contains(&format!(" {with_compute:.2}"))),
+        "{with_compute} {screen}"
+    );
     assert!(screen.contains("30/40 accepted"), "{screen}");
     snapshot_both("finished_spec", &app);
 }

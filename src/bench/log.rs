@@ -679,6 +679,8 @@ mod tests {
             speedup_min: speedup,
             speedup_max: speedup,
             expected_speedup: Some(1.5),
+            row_cost: None,
+            expected_speedup_compute: None,
             acceptance_rate: accept,
             acceptance_per_token: accept,
             tokens_per_pass: None,

@@ -125,6 +125,12 @@ pub(crate) struct SpecRow {
     pub speedup_max: f64,
     /// The roofline's expected speed-up at the measured α and mean k (`metrics::spec`).
     pub expected_speedup: Option<f64>,
+    /// ρ, the roofline's compute term: the median of what every speculating engine of the
+    /// sweep measured when it loaded (`metrics::spec::RowCost`); `null` for k = 0.
+    pub row_cost: Option<f64>,
+    /// The roofline with its compute term at α, the mean k and ρ
+    /// (`metrics::spec::expected_speedup_with_rows`).
+    pub expected_speedup_compute: Option<f64>,
     /// accepted / drafted, all rounds pooled; `null` for k = 0.
     pub acceptance_rate: Option<f64>,
     /// α: accepted / (accepted + rejections).
@@ -174,6 +180,8 @@ struct Lane {
     tok_per_s: Vec<f64>,
     texts: Vec<String>,
     stats: SpecStats,
+    /// ρ of each measured turn's engine (`SpecStats::row_cost`).
+    row_costs: Vec<f64>,
     decode_compute: Duration,
     decode_calls: usize,
 }
@@ -324,6 +332,7 @@ impl Lane {
             tok_per_s: Vec::new(),
             texts: Vec::new(),
             stats: SpecStats::default(),
+            row_costs: Vec::new(),
             decode_compute: Duration::ZERO,
             decode_calls: 0,
         })
@@ -373,6 +382,7 @@ impl Lane {
         self.texts.push(report.text);
         if let Some(s) = &report.spec {
             self.stats.add(s);
+            self.row_costs.extend(s.row_cost);
         }
         self.decode_compute += report.timeline.decode_compute;
         self.decode_calls += report.timeline.decode_calls;
@@ -482,6 +492,10 @@ fn rows(
         warnings.push("synthetic model: its speed is real, its text is noise".to_string());
     }
     let warning = (!warnings.is_empty()).then(|| warnings.join("; "));
+    // ρ belongs to the target and its kernels, not to k: every engine's measurement pooled.
+    let mut row_costs: Vec<f64> = lanes.iter().flat_map(|l| l.row_costs.clone()).collect();
+    row_costs.sort_by(f64::total_cmp);
+    let row_cost = row_costs.get(row_costs.len() / 2).copied();
     lanes
         .iter()
         .map(|lane| {
@@ -510,6 +524,18 @@ fn rows(
                 .zip(plain_ms)
                 .and_then(|(d, p)| ratio(d, p));
             let alpha = get(|s| s.acceptance_per_token);
+            let expected_compute = match (lane.k, alpha, get(|s| s.mean_draft_len), row_cost) {
+                (0, ..) => Some(1.0),
+                (_, Some(a), Some(k), Some(rho)) => {
+                    Some(crate::metrics::spec::expected_speedup_with_rows(
+                        a,
+                        k,
+                        lane.stats.draft_cost_ratio,
+                        rho,
+                    ))
+                }
+                _ => None,
+            };
             SpecRow {
                 run_id: run_id.to_string(),
                 kind: KIND,
@@ -536,6 +562,8 @@ fn rows(
                 } else {
                     get(|s| s.expected_speedup)
                 },
+                row_cost: row_cost.filter(|_| lane.k > 0),
+                expected_speedup_compute: expected_compute,
                 acceptance_rate: get(|s| s.acceptance_rate),
                 acceptance_per_token: alpha,
                 tokens_per_pass: if lane.k == 0 {
@@ -601,6 +629,14 @@ fn pct(v: Option<f64>) -> String {
     }
 }
 
+/// A speed-up with its sign, `—` when undefined.
+fn times(v: Option<f64>) -> String {
+    match v {
+        Some(e) if e.is_finite() => format!("{e:.2}×"),
+        _ => "—".to_string(),
+    }
+}
+
 /// The rows in the chosen format; Markdown gets the chart (`spec_chart`) and the verdict
 /// sentence under the table.
 pub(crate) fn render(
@@ -617,6 +653,7 @@ pub(crate) fn render(
                 ("tok/s", Align::Right),
                 ("speed-up (min–max)", Align::Right),
                 ("expected", Align::Right),
+                ("+compute", Align::Right),
                 ("accept", Align::Right),
                 ("α", Align::Right),
                 ("tok/pass", Align::Right),
@@ -635,10 +672,8 @@ pub(crate) fn render(
                             "{:.2}× ({:.2}–{:.2})",
                             r.speedup_mean, r.speedup_min, r.speedup_max
                         ),
-                        match r.expected_speedup {
-                            Some(e) if e.is_finite() => format!("{e:.2}×"),
-                            _ => "—".to_string(),
-                        },
+                        times(r.expected_speedup),
+                        times(r.expected_speedup_compute),
                         pct(r.acceptance_rate),
                         pct(r.acceptance_per_token),
                         opt(r.tokens_per_pass, 2),

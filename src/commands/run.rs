@@ -622,7 +622,7 @@ pub(crate) fn spec_line(sp: &crate::metrics::spec::SpecSummary) -> String {
     }
     let pct = |v: Option<f64>| fmt_opt(v.map(|x| x * 100.0), 0);
     format!(
-        "spec     {} k≤{} · accepted {}/{} ({}%, α {}%) · {} tok/pass · {} passes/tok · draft {} ms/step · verify {} ms/pass · speed-up expected {}× measured {}×\n",
+        "spec     {} k≤{} · accepted {}/{} ({}%, α {}%) · {} tok/pass · {} passes/tok · draft {} ms/step · verify {} ms/pass · speed-up expected {}× ({}× with the compute term, ρ {}) measured {}×\n",
         sp.mode,
         sp.draft_max,
         sp.accepted,
@@ -634,6 +634,8 @@ pub(crate) fn spec_line(sp: &crate::metrics::spec::SpecSummary) -> String {
         fmt_opt(sp.draft_ms_per_step, 2),
         fmt_opt(sp.verify_ms_per_pass, 2),
         fmt_opt(sp.expected_speedup, 2),
+        fmt_opt(sp.expected_speedup_compute, 2),
+        fmt_opt(sp.row_cost, 3),
         fmt_opt(sp.measured_speedup, 2),
     ) + &sp
         .verdict

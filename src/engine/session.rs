@@ -66,6 +66,8 @@ pub(super) struct Session<'m> {
     spec: SpecSettings,
     /// One draft token's cost relative to a target pass under the roofline (0 for n-gram).
     draft_cost_ratio: f64,
+    /// ρ, the roofline's compute term (`metrics::spec::RowCost`), when measured.
+    row_cost: Option<f64>,
     /// The context's settings, to create it again with another backend sampler chain.
     settings: EngineSettings,
     /// The sampling whose chain runs inside the context's graph (backend sampling); `None`:
@@ -124,6 +126,7 @@ impl<'m> Session<'m> {
             },
             spec: cfg.settings.spec.clone(),
             draft_cost_ratio: 0.0,
+            row_cost: None,
             settings: cfg.settings.clone(),
             backend_chain: backend,
             output_on_gpu,
@@ -172,6 +175,11 @@ impl<'m> Session<'m> {
     ) {
         self.drafter = Some(Drafter::Model(Box::new(draft)));
         self.draft_cost_ratio = draft_cost_ratio;
+    }
+
+    /// The roofline's compute term for the speculation figures (`metrics::spec::RowCost`).
+    pub(super) fn set_row_cost(&mut self, row_cost: Option<f64>) {
+        self.row_cost = row_cost;
     }
 
     /// The conversation's prompt tokens. The template's own markers are special tokens; the
@@ -501,6 +509,7 @@ impl<'m> Session<'m> {
             mode: d.mode(),
             draft_max: self.spec.draft_max as usize,
             draft_cost_ratio: self.draft_cost_ratio,
+            row_cost: self.row_cost,
             off_reason: if !greedy && !sampling_rule {
                 Some("a repetition penalty or top-k 0: one token per pass")
             } else {

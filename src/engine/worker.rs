@@ -188,6 +188,9 @@ fn serve(
             return serve_without_model(commands, events, cancel_through);
         }
     };
+    if cfg.settings.spec.active() {
+        session.set_row_cost(measure_row_cost(model, &cfg.settings));
+    }
     let _ = events.send(EngineEvent::Ready(Box::new(session.info.clone())));
     // bench's tg test (`BenchTg`): its context, kept for the next request of the same length.
     let mut tg: Option<(u32, llama::measure::Bencher<'_>)> = None;
@@ -397,6 +400,32 @@ fn bench_tg<'m>(
         decode_call_ms: crate::metrics::ms(s.decode.saturating_sub(s.host)) / n,
         host_us_per_token: s.host.as_secs_f64() * 1e6 / n,
     })
+}
+
+/// ρ for the speculation figures' roofline (`metrics::spec::RowCost`), measured once when a
+/// speculating engine loads; `None` (logged) when it cannot be.
+fn measure_row_cost(
+    model: &LlamaModel,
+    settings: &crate::llama::settings::EngineSettings,
+) -> Option<f64> {
+    let started = Instant::now();
+    match llama::measure::row_cost(model, settings, crate::metrics::spec::ROW_COST_ROWS) {
+        Ok(rc) => {
+            tracing::info!(
+                "row cost for the speculation roofline: one row {:.2} ms, {} rows {:.2} ms, ρ {:?} (measured in {:.0} ms)",
+                rc.one_row_ms,
+                rc.rows,
+                rc.rows_ms,
+                rc.in_passes(),
+                crate::metrics::ms(started.elapsed())
+            );
+            rc.in_passes()
+        }
+        Err(e) => {
+            tracing::warn!("row cost for the speculation roofline not measured: {e}");
+            None
+        }
+    }
 }
 
 fn serve_without_model(

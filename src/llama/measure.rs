@@ -357,6 +357,29 @@ impl<'m> Bencher<'m> {
     /// Decode `entries` in chunks of n_batch, synchronising after each (batched-bench's
     /// `decode_helper`); `after_chunk` runs untimed after each chunk. Returns the time spent
     /// in decode and synchronisation.
+    /// One pass of `n` random tokens from position 0, every row with its logits (a verify
+    /// pass's shape), the cache cleared first: its decode call and synchronisation.
+    fn rows_pass(&mut self, n: u32) -> Result<Duration, EngineError> {
+        self.clear();
+        let mut entries = Vec::with_capacity(n as usize);
+        for i in 0..n {
+            let token = if i == 0 {
+                self.first_token()
+            } else {
+                self.random_token()
+            };
+            entries.push(Entry {
+                token,
+                pos: i32::try_from(i).unwrap_or(i32::MAX),
+                seq: 0,
+                logits: true,
+            });
+        }
+        let busy = self.decode_entries(&entries, |_, _| {})?;
+        self.clear();
+        Ok(busy)
+    }
+
     fn decode_entries(
         &mut self,
         entries: &[Entry],
@@ -542,4 +565,42 @@ pub(crate) fn measure_batch(
         },
         sample.prefill.map(ms),
     ))
+}
+
+/// The roofline's compute term (`metrics::spec::RowCost`), measured on `model` with the
+/// engine's settings and kernels, on a context of its own: one untimed pass of each shape,
+/// then one-row passes and passes of `rows` rows in turn (5 and 3), every row with its logits;
+/// the medians.
+pub(crate) fn row_cost(
+    model: &LlamaModel,
+    settings: &EngineSettings,
+    rows: u32,
+) -> Result<crate::metrics::spec::RowCost, EngineError> {
+    let rows = rows.max(2);
+    let mut s = settings.clone();
+    s.n_ctx = rows.max(64);
+    s.n_batch = s.n_batch.max(rows);
+    s.n_ubatch = s.n_ubatch.max(rows);
+    s.sampling = super::settings::SamplingMode::Host;
+    s.first_sampling = None;
+    let mut bencher = Bencher::new(model, new_context(model, &s, 1)?);
+    bencher.rows_pass(1)?;
+    bencher.rows_pass(rows)?;
+    let (mut one, mut many) = (Vec::new(), Vec::new());
+    for i in 0..5 {
+        one.push(ms(bencher.rows_pass(1)?));
+        if i < 3 {
+            many.push(ms(bencher.rows_pass(rows)?));
+        }
+    }
+    Ok(crate::metrics::spec::RowCost {
+        one_row_ms: median(&mut one),
+        rows,
+        rows_ms: median(&mut many),
+    })
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
 }

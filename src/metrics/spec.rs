@@ -41,6 +41,9 @@ pub struct SpecStats {
     /// Cost of one draft token relative to one target pass under the roofline (both read
     /// their weights once per pass): draft weight bytes / target weight bytes; 0 for n-gram.
     pub draft_cost_ratio: f64,
+    /// ρ: what one more row adds to a target pass, in one-row passes ([`RowCost`], measured
+    /// by the engine when it loaded); `None` when not measured.
+    pub row_cost: Option<f64>,
     /// Why speculation did not run this turn (sampling that is not greedy), if it did not.
     pub off_reason: Option<&'static str>,
     /// Tokens the turn generated (sampled, the end-of-generation token included, as host
@@ -80,6 +83,13 @@ pub struct SpecSummary {
     pub plain_ms_per_pass: Option<f64>,
     /// The roofline's expected speed-up, [`expected_speedup`] at α and the mean k.
     pub expected_speedup: Option<f64>,
+    /// ρ: one more row's cost in a target pass, in one-row passes (measured at load).
+    #[serde(default)]
+    pub row_cost: Option<f64>,
+    /// The roofline with its compute term: [`expected_speedup_with_rows`] at α, the mean k
+    /// and ρ; `None` without ρ.
+    #[serde(default)]
+    pub expected_speedup_compute: Option<f64>,
     /// Measured against this turn's own plain passes: plain ms per token over the mean step
     /// time per token; `None` when the turn had no plain pass (see `bench --spec` for a
     /// measured baseline).
@@ -129,6 +139,41 @@ pub fn expected_speedup(a: f64, k: f64, draft_cost_ratio: f64) -> f64 {
     expected_tokens_per_pass(a, k) / (1.0 + k * draft_cost_ratio.max(0.0))
 }
 
+/// The roofline with its compute term: a target pass of r rows reads the weights once and
+/// computes every row, t(r) = t(1) · (1 + (r − 1)·ρ), where ρ is what one more row costs in
+/// one-row passes ([`RowCost`]). A verify pass of k + 1 rows then costs 1 + k·ρ plain passes
+/// instead of one; ρ → 0 (a pass far from compute bound) gives [`expected_speedup`].
+pub fn expected_speedup_with_rows(a: f64, k: f64, draft_cost_ratio: f64, row_cost: f64) -> f64 {
+    expected_tokens_per_pass(a, k) / (1.0 + k * row_cost.max(0.0) + k * draft_cost_ratio.max(0.0))
+}
+
+/// Rows of the long pass [`RowCost`] is measured with: about the largest verify pass a k of
+/// the sweeps makes (k = 15), so that ρ is read where speculation runs.
+pub const ROW_COST_ROWS: u32 = 16;
+
+/// The compute term of the roofline, measured on the target at load (`llama::measure::
+/// row_cost`): the time of one pass of one row and of one pass of `rows` rows, every row with
+/// its logits (as in a verify pass), random tokens, an empty cache; medians of a few runs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RowCost {
+    pub one_row_ms: f64,
+    pub rows: u32,
+    pub rows_ms: f64,
+}
+
+impl RowCost {
+    /// What one more row adds to a pass, ms: (t(rows) − t(1)) / (rows − 1), at least 0.
+    pub fn row_ms(&self) -> Option<f64> {
+        (self.rows > 1)
+            .then(|| ((self.rows_ms - self.one_row_ms) / f64::from(self.rows - 1)).max(0.0))
+    }
+
+    /// ρ: [`RowCost::row_ms`] in one-row passes.
+    pub fn in_passes(&self) -> Option<f64> {
+        self.row_ms().and_then(|r| ratio(r, self.one_row_ms))
+    }
+}
+
 fn ratio(num: f64, den: f64) -> Option<f64> {
     (den > 0.0 && num.is_finite()).then(|| num / den)
 }
@@ -152,6 +197,7 @@ impl SpecStats {
             self.draft_max = other.draft_max;
             self.draft_cost_ratio = other.draft_cost_ratio;
         }
+        self.row_cost = self.row_cost.or(other.row_cost);
         self.verify_passes += other.verify_passes;
         self.plain_passes += other.plain_passes;
         self.drafted += other.drafted;
@@ -197,6 +243,13 @@ impl SpecStats {
             plain_ms_per_pass: plain_ms,
             expected_speedup: match (alpha, mean_k) {
                 (Some(a), Some(k)) => Some(expected_speedup(a, k, self.draft_cost_ratio)),
+                _ => None,
+            },
+            row_cost: self.row_cost,
+            expected_speedup_compute: match (alpha, mean_k, self.row_cost) {
+                (Some(a), Some(k), Some(rho)) => {
+                    Some(expected_speedup_with_rows(a, k, self.draft_cost_ratio, rho))
+                }
                 _ => None,
             },
             measured_speedup: match (plain_ms, step_ms_per_token) {
@@ -297,6 +350,48 @@ mod tests {
     }
 
     #[test]
+    fn the_compute_term_charges_each_verified_row() {
+        // No compute term: the bytes-only roofline.
+        for (a, k, c) in [(0.7, 4.0, 0.1), (0.0, 8.0, 0.18), (1.0, 2.0, 1.0)] {
+            assert!(
+                (expected_speedup_with_rows(a, k, c, 0.0) - expected_speedup(a, k, c)).abs()
+                    < 1e-12
+            );
+        }
+        // BENCHMARKS.md's unrelated draft: α 0, k 8, c 0.178, ρ 0.1: 1 / (1 + 0.8 + 1.424).
+        let e = expected_speedup_with_rows(0.0, 8.0, 0.178, 0.1);
+        assert!((e - 1.0 / 3.224).abs() < 1e-9, "{e}");
+        // A perfect free guesser at k 4 and ρ 0.25: 5 tokens for a pass of 2 plain passes.
+        assert!((expected_speedup_with_rows(1.0, 4.0, 0.0, 0.25) - 2.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn row_cost_is_the_marginal_row() {
+        let rc = RowCost {
+            one_row_ms: 20.0,
+            rows: 16,
+            rows_ms: 50.0,
+        };
+        assert_eq!(rc.row_ms(), Some(2.0));
+        assert_eq!(rc.in_passes(), Some(0.1));
+        // Noise that makes 16 rows faster than one is no negative cost.
+        let faster = RowCost {
+            rows_ms: 19.0,
+            ..rc
+        };
+        assert_eq!(faster.in_passes(), Some(0.0));
+        assert_eq!(RowCost { rows: 1, ..rc }.row_ms(), None);
+        assert_eq!(
+            RowCost {
+                one_row_ms: 0.0,
+                ..rc
+            }
+            .in_passes(),
+            None
+        );
+    }
+
+    #[test]
     fn summary_guards_empty_turns_and_derives_rates() {
         let empty = SpecStats::default().summary();
         assert_eq!(empty.acceptance_rate, None);
@@ -315,6 +410,7 @@ mod tests {
             verify_time: Duration::from_millis(110),
             plain_time: Duration::from_millis(100),
             draft_cost_ratio: 0.0,
+            row_cost: Some(0.05),
             off_reason: None,
             tokens: 40,
             host_time: Duration::from_millis(4),
@@ -330,6 +426,11 @@ mod tests {
         let measured = s.measured_speedup.unwrap();
         assert!((measured - 10.0 / (212.0 / 40.0)).abs() < 1e-9);
         assert_eq!(s.verify_cost_in_passes, Some(1.1));
+        // α 0.8, mean k 4, ρ 0.05, n-gram (c 0): E / (1 + 4·0.05).
+        let e = expected_tokens_per_pass(0.8, 4.0);
+        assert!((s.expected_speedup.unwrap() - e).abs() < 1e-9);
+        assert!((s.expected_speedup_compute.unwrap() - e / 1.2).abs() < 1e-9);
+        assert_eq!(empty.expected_speedup_compute, None);
         assert!(s.verdict.unwrap().starts_with("pays"));
         // The per-token split: 2 + 110 + 100 ms and 4 ms of host time over 40 tokens.
         assert_eq!(s.tokens, 40);
@@ -354,6 +455,7 @@ mod tests {
             verify_time: Duration::from_millis(30),
             plain_time: Duration::from_millis(5),
             draft_cost_ratio: 0.25,
+            row_cost: None,
             off_reason: None,
             tokens: 13,
             host_time: Duration::from_millis(1),
@@ -366,6 +468,16 @@ mod tests {
         assert_eq!(pooled.accepted, 18);
         assert_eq!(pooled.tokens, 26);
         assert_eq!(pooled.verify_time, Duration::from_millis(60));
+        // The first measured ρ is kept.
+        pooled.add(&SpecStats {
+            row_cost: Some(0.3),
+            ..turn.clone()
+        });
+        pooled.add(&SpecStats {
+            row_cost: Some(0.9),
+            ..turn.clone()
+        });
+        assert_eq!(pooled.row_cost, Some(0.3));
         assert_eq!(
             pooled.summary().acceptance_rate,
             turn.summary().acceptance_rate

@@ -622,6 +622,13 @@ fn spec_lines(stats: &crate::metrics::spec::SpecStats, w: usize) -> Vec<Line<'st
         ],
         w,
     ));
+    lines.push(row(
+        "  exp × with compute",
+        format::num(sp.expected_speedup_compute),
+        w,
+        theme::METRIC_SUB_LABEL,
+        theme::METRIC_VALUE,
+    ));
     lines
 }
 
