@@ -125,6 +125,9 @@ fn check_rows(rows: &[Value], ks: &[u64]) {
             ] {
                 assert!(f(r, key) >= 0.0, "{key}: {r}");
             }
+            // ρ is the target's (every engine's measurement pooled): one figure for every k.
+            assert_eq!(r["row_cost"], rows[1]["row_cost"], "{r}");
+            assert!(f(r, "expected_speedup_compute") <= f(r, "expected_speedup") + 1e-12);
             assert!(r["verdict"].as_str().unwrap().contains("pay"), "{r}");
         }
     }

@@ -89,6 +89,20 @@ fn run_json_reports_speculation_and_the_same_text() {
         ] {
             assert!(sp.get(key).is_some(), "{extra:?}: spec.{key} missing: {sp}");
         }
+        // The roofline's compute term, measured when the engine loaded: ρ ≥ 0, and the
+        // expectation with it is the formula at the turn's α, mean k and draft cost.
+        let rho = sp["row_cost"].as_f64().unwrap_or(-1.0);
+        assert!(rho.is_finite() && rho >= 0.0, "{extra:?}: row_cost {sp}");
+        if let (Some(a), Some(k)) = (
+            sp["acceptance_per_token"].as_f64(),
+            sp["mean_draft_len"].as_f64(),
+        ) {
+            let c = sp["draft_cost_ratio"].as_f64().unwrap();
+            let want = tokscope::metrics::spec::expected_speedup_with_rows(a, k, c, rho);
+            let got = sp["expected_speedup_compute"].as_f64().unwrap();
+            assert!((got - want).abs() < 1e-9, "{extra:?}: {got} against {want}");
+            assert!(got <= sp["expected_speedup"].as_f64().unwrap() + 1e-12);
+        }
         let drafted = sp["drafted"].as_u64().unwrap();
         let accepted = sp["accepted"].as_u64().unwrap();
         assert!(accepted <= drafted);
@@ -113,7 +127,8 @@ fn human_summary_has_a_spec_line() {
         .success()
         .stderr(
             predicate::str::contains("spec     ngram k≤8")
-                .and(predicate::str::contains("expected")),
+                .and(predicate::str::contains("expected"))
+                .and(predicate::str::contains("with the compute term, ρ ")),
         );
 }
 
