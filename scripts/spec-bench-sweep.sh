@@ -21,6 +21,10 @@
 #            [--only demo|demo-rename|synth|roofline] [--ks K,…] [--suffix S] [--kernels auto|on|off]
 # --ks: the --draft-max list (default 0,2,4,8); --suffix: appended to every output's name;
 # --kernels: bench's --batch-invariant.
+# --check TOL: fail (exit 1) when a speculating row's mean measured ÷ expected-with-compute
+# speed-up (the roofline with its compute term, docs/metrics.md) is outside 1 ± TOL, e.g. 0.15;
+# TOKSCOPE_BIN=<a `cargo build --release --features plant` binary> with
+# TOKSCOPE_PLANT_SCALE=row_cost:0 plants an error it must catch (the compute term dropped).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,6 +35,7 @@ only=""
 ks=0,2,4,8
 suffix=""
 kernels=auto
+check=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --rounds) rounds=$2; shift 2 ;;
@@ -40,12 +45,14 @@ while [ $# -gt 0 ]; do
         --ks) ks=$2; shift 2 ;;
         --suffix) suffix=$2; shift 2 ;;
         --kernels) kernels=$2; shift 2 ;;
+        --check) check=$2; shift 2 ;;
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
 done
 
 bin=${TOKSCOPE_BIN:-target/release/tokscope}
-cargo build --release --bins >&2
+[ -n "${TOKSCOPE_BIN:-}" ] || cargo build --release --bins >&2
+failed=0
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p benchmarks
@@ -91,6 +98,31 @@ w = j["rows"][0].get("warning")
 if w:
     print(f"warning: {w}")
 PY
+        if [ -n "$check" ]; then
+            echo
+            python3 - "$work/$name.json" "$check" "$name" <<'PY' || touch "$work/check-failed"
+import json, sys
+j = json.load(open(sys.argv[1]))
+tol = float(sys.argv[2])
+ok = True
+for r in j["rows"]:
+    if r["draft_max"] == 0:
+        continue
+    e = r.get("expected_speedup_compute")
+    if not e:
+        print(f"check {sys.argv[3]} k={r['draft_max']}: FAIL, no expected speed-up with compute")
+        ok = False
+        continue
+    q = [x / e for x in r["speedup_per_round"]]
+    m = sum(q) / len(q)
+    good = abs(m - 1) <= tol
+    ok &= good
+    print(f"check {sys.argv[3]} k={r['draft_max']}: measured ÷ expected with compute {m:.2f} "
+          f"(rounds {min(q):.2f}–{max(q):.2f}, ρ {r.get('row_cost')}): "
+          f"{'within' if good else 'FAIL, outside'} 1 ± {tol}")
+sys.exit(0 if ok else 1)
+PY
+        fi
         echo
         echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
         echo "# stderr (progress, per round):"
@@ -99,6 +131,10 @@ PY
         cat "$work/$name.json"
     } > "$out"
     cat "$out" | sed -n '1,/^# load average after/p'
+    if [ -e "$work/check-failed" ]; then
+        failed=1
+        rm -f "$work/check-failed"
+    fi
 }
 
 common=(-n "$tokens" -r "$rounds" -t "$threads" --no-probe --draft-max "$ks" --batch-invariant "$kernels")
@@ -107,13 +143,13 @@ if [ "$only" = roofline ]; then
     "$bin" synth --preset small --type f32 --layers 1 --embd 1536 --ff 4096 --heads 12 --kv-heads 4 --seed 77 -o "$work/big-1l.gguf" >/dev/null 2>&1
     run_case roofline-self -m "$work/big.gguf" --draft "$work/big.gguf" "${common[@]}"
     run_case roofline-unrelated -m "$work/big.gguf" --draft "$work/big-1l.gguf" "${common[@]}"
-    exit 0
+    exit "$failed"
 fi
 if [ "$only" = demo-rename ]; then
     demo=$("$bin" fetch-demo 2>/dev/null | tail -1 || true)
     [ -f "$demo" ] || demo=$(ls "${TOKSCOPE_DATA_DIR:-$HOME/.local/share/tokscope}"/models/gemma-3-270m-q4_k_m.gguf)
     run_case demo-rename -m "$demo" --spec ngram --spec-prompt benchmarks/prompts/rename-paragraph.txt "${common[@]}" --plot "benchmarks/spec-bench-demo-rename$suffix.png"
-    exit 0
+    exit "$failed"
 fi
 if [ "$only" != synth ]; then
     demo=$("$bin" fetch-demo 2>/dev/null | tail -1 || true)
@@ -126,3 +162,4 @@ if [ "$only" != demo ]; then
     run_case synth-self -m "$work/small.gguf" --draft "$work/small.gguf" "${common[@]}"
     run_case synth-unrelated -m "$work/small.gguf" --draft "$work/tiny.gguf" "${common[@]}"
 fi
+exit "$failed"

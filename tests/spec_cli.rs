@@ -98,7 +98,9 @@ fn run_json_reports_speculation_and_the_same_text() {
             sp["mean_draft_len"].as_f64(),
         ) {
             let c = sp["draft_cost_ratio"].as_f64().unwrap();
-            let want = tokscope::metrics::spec::expected_speedup_with_rows(a, k, c, rho);
+            let verify = sp["verify_passes"].as_f64().unwrap();
+            let share = verify / (verify + sp["plain_passes"].as_f64().unwrap());
+            let want = tokscope::metrics::spec::expected_speedup_over_steps(a, k, c, rho, share);
             let got = sp["expected_speedup_compute"].as_f64().unwrap();
             assert!((got - want).abs() < 1e-9, "{extra:?}: {got} against {want}");
             assert!(got <= sp["expected_speedup"].as_f64().unwrap() + 1e-12);

@@ -815,9 +815,14 @@ fn finished_with_speculative_decoding_figures() {
     let screen = render(&app, 120, 40);
     assert!(screen.contains("spec ngram k≤4"), "{screen}");
     // The roofline with its compute term: α = 30/36, k = 4, a verify pass of 1 + 4·0.25
-    // plain passes.
-    let with_compute =
-        tokscope::metrics::spec::expected_speedup_with_rows(30.0 / 36.0, 4.0, 0.0, 0.25);
+    // plain passes, 10 of the 14 passes verifying.
+    let with_compute = tokscope::metrics::spec::expected_speedup_over_steps(
+        30.0 / 36.0,
+        4.0,
+        0.0,
+        0.25,
+        10.0 / 14.0,
+    );
     assert!(
         screen.lines().any(|l| l.contains("exp × with compute")
             && l.contains(&format!(" {with_compute:.2}"))),

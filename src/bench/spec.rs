@@ -524,16 +524,9 @@ fn rows(
                 .zip(plain_ms)
                 .and_then(|(d, p)| ratio(d, p));
             let alpha = get(|s| s.acceptance_per_token);
-            let expected_compute = match (lane.k, alpha, get(|s| s.mean_draft_len), row_cost) {
-                (0, ..) => Some(1.0),
-                (_, Some(a), Some(k), Some(rho)) => {
-                    Some(crate::metrics::spec::expected_speedup_with_rows(
-                        a,
-                        k,
-                        lane.stats.draft_cost_ratio,
-                        rho,
-                    ))
-                }
+            let expected_compute = match (lane.k, row_cost) {
+                (0, _) => Some(1.0),
+                (_, Some(rho)) => lane.stats.expected(rho),
                 _ => None,
             };
             SpecRow {

@@ -419,7 +419,11 @@ fn measure_row_cost(
                 rc.in_passes(),
                 crate::metrics::ms(started.elapsed())
             );
-            rc.in_passes()
+            let rho = rc.in_passes();
+            // A planted error for scripts/spec-bench-sweep.sh --check (`plant` builds only).
+            #[cfg(feature = "plant")]
+            let rho = rho.map(|r| r * crate::metrics::planted_factor("row_cost").unwrap_or(1.0));
+            rho
         }
         Err(e) => {
             tracing::warn!("row cost for the speculation roofline not measured: {e}");

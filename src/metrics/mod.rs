@@ -264,7 +264,8 @@ pub struct BatchPoint {
 
 /// A planted error for the agreement check, in test builds with the `plant` feature only: the
 /// factor `TOKSCOPE_PLANT_SCALE` gives `figure` (`decode:1.1,prefill:1.1`; `bench` scales
-/// every rate `tokscope bench` reports), so scripts/agreement.sh can show that it catches it.
+/// every rate `tokscope bench` reports; `row_cost` the speculation roofline's ρ), so
+/// scripts/agreement.sh and scripts/spec-bench-sweep.sh --check can show that they catch it.
 #[cfg(feature = "plant")]
 pub(crate) fn planted_factor(figure: &str) -> Option<f64> {
     let spec = std::env::var("TOKSCOPE_PLANT_SCALE").ok()?;

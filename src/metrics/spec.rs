@@ -147,6 +147,24 @@ pub fn expected_speedup_with_rows(a: f64, k: f64, draft_cost_ratio: f64, row_cos
     expected_tokens_per_pass(a, k) / (1.0 + k * row_cost.max(0.0) + k * draft_cost_ratio.max(0.0))
 }
 
+/// Either form over a turn's steps, `verify_share` of which drafted something (verify passes ÷
+/// target passes): a step whose guesser proposed nothing is a plain pass, one token for one
+/// pass plus what the guesser spent (c for a draft model's one decode, 0 for n-gram). With
+/// `verify_share` 1 it is [`expected_speedup_with_rows`].
+pub fn expected_speedup_over_steps(
+    a: f64,
+    k: f64,
+    draft_cost_ratio: f64,
+    row_cost: f64,
+    verify_share: f64,
+) -> f64 {
+    let f = verify_share.clamp(0.0, 1.0);
+    let c = draft_cost_ratio.max(0.0);
+    let tokens = f * expected_tokens_per_pass(a, k) + (1.0 - f);
+    let cost = f * (1.0 + k * row_cost.max(0.0) + k * c) + (1.0 - f) * (1.0 + c);
+    tokens / cost
+}
+
 /// Rows of the long pass [`RowCost`] is measured with: about the largest verify pass a k of
 /// the sweeps makes (k = 15), so that ρ is read where speculation runs.
 pub const ROW_COST_ROWS: u32 = 16;
@@ -211,6 +229,25 @@ impl SpecStats {
         self.off_reason = self.off_reason.or(other.off_reason);
     }
 
+    /// The roofline's expected speed-up of this turn's steps ([`expected_speedup_over_steps`])
+    /// at its α, mean k and share of verify passes, with compute term `row_cost` (0: the
+    /// bytes-only form); `None` before anything was drafted.
+    pub fn expected(&self, row_cost: f64) -> Option<f64> {
+        let a = ratio(
+            self.accepted as f64,
+            (self.accepted + self.rejections) as f64,
+        )?;
+        let k = ratio(self.drafted as f64, self.verify_passes as f64)?;
+        let share = ratio(self.verify_passes as f64, self.target_passes() as f64)?;
+        Some(expected_speedup_over_steps(
+            a,
+            k,
+            self.draft_cost_ratio,
+            row_cost,
+            share,
+        ))
+    }
+
     pub fn summary(&self) -> SpecSummary {
         let passes = self.target_passes() as f64;
         let per_token =
@@ -241,17 +278,9 @@ impl SpecStats {
             draft_ms_per_step: ratio(ms(self.draft_time), passes),
             verify_ms_per_pass: ratio(ms(self.verify_time), self.verify_passes as f64),
             plain_ms_per_pass: plain_ms,
-            expected_speedup: match (alpha, mean_k) {
-                (Some(a), Some(k)) => Some(expected_speedup(a, k, self.draft_cost_ratio)),
-                _ => None,
-            },
+            expected_speedup: self.expected(0.0),
             row_cost: self.row_cost,
-            expected_speedup_compute: match (alpha, mean_k, self.row_cost) {
-                (Some(a), Some(k), Some(rho)) => {
-                    Some(expected_speedup_with_rows(a, k, self.draft_cost_ratio, rho))
-                }
-                _ => None,
-            },
+            expected_speedup_compute: self.row_cost.and_then(|rho| self.expected(rho)),
             measured_speedup: match (plain_ms, step_ms_per_token) {
                 (Some(p), Some(s)) if self.verify_passes > 0 => ratio(p, s),
                 _ => None,
@@ -366,6 +395,20 @@ mod tests {
     }
 
     #[test]
+    fn steps_that_drafted_nothing_count_as_plain_passes() {
+        // Every step drafted: the per-step form.
+        let e = expected_speedup_over_steps(0.7, 4.0, 0.1, 0.2, 1.0);
+        assert!((e - expected_speedup_with_rows(0.7, 4.0, 0.1, 0.2)).abs() < 1e-12);
+        // Nothing drafted anywhere: plain decoding, less what the guesser spent.
+        assert!((expected_speedup_over_steps(0.7, 4.0, 0.0, 0.2, 0.0) - 1.0).abs() < 1e-12);
+        assert!((expected_speedup_over_steps(0.7, 4.0, 0.25, 0.2, 0.0) - 0.8).abs() < 1e-12);
+        // Half the steps verify 5 sure tokens at 2 passes (k 4, ρ 0.25, n-gram): (2.5 + 0.5) /
+        // (1 + 0.5).
+        let e = expected_speedup_over_steps(1.0, 4.0, 0.0, 0.25, 0.5);
+        assert!((e - 2.0).abs() < 1e-12, "{e}");
+    }
+
+    #[test]
     fn row_cost_is_the_marginal_row() {
         let rc = RowCost {
             one_row_ms: 20.0,
@@ -426,10 +469,11 @@ mod tests {
         let measured = s.measured_speedup.unwrap();
         assert!((measured - 10.0 / (212.0 / 40.0)).abs() < 1e-9);
         assert_eq!(s.verify_cost_in_passes, Some(1.1));
-        // α 0.8, mean k 4, ρ 0.05, n-gram (c 0): E / (1 + 4·0.05).
-        let e = expected_tokens_per_pass(0.8, 4.0);
+        // α 0.8, mean k 4, ρ 0.05, n-gram (c 0), half the passes verify: (E/2 + 1/2) tokens
+        // for 1 pass (bytes only) or 1.2/2 + 1/2 = 1.1 passes (with the compute term).
+        let e = expected_tokens_per_pass(0.8, 4.0) / 2.0 + 0.5;
         assert!((s.expected_speedup.unwrap() - e).abs() < 1e-9);
-        assert!((s.expected_speedup_compute.unwrap() - e / 1.2).abs() < 1e-9);
+        assert!((s.expected_speedup_compute.unwrap() - e / 1.1).abs() < 1e-9);
         assert_eq!(empty.expected_speedup_compute, None);
         assert!(s.verdict.unwrap().starts_with("pays"));
         // The per-token split: 2 + 110 + 100 ms and 4 ms of host time over 40 tokens.
