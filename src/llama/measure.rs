@@ -335,6 +335,12 @@ impl<'m> Bencher<'m> {
 
     /// Every sequence's prompt, one after the other, logits for each one's last token.
     fn batch_prompts(&mut self, sequences: u32, n_prompt: u32) -> Vec<Entry> {
+        self.prompts(sequences, n_prompt, false)
+    }
+
+    /// Every sequence's prompt of random tokens (BOS first when the vocabulary wants one), one
+    /// after the other, with logits for each one's last token or, `every_row`, for all.
+    fn prompts(&mut self, sequences: u32, n_prompt: u32, every_row: bool) -> Vec<Entry> {
         let mut entries = Vec::with_capacity((sequences * n_prompt) as usize);
         for seq in 0..sequences {
             for pos in 0..n_prompt {
@@ -347,39 +353,26 @@ impl<'m> Bencher<'m> {
                     token,
                     pos: i32::try_from(pos).unwrap_or(i32::MAX),
                     seq: i32::try_from(seq).unwrap_or(0),
-                    logits: pos + 1 == n_prompt,
+                    logits: every_row || pos + 1 == n_prompt,
                 });
             }
         }
         entries
     }
 
-    /// Decode `entries` in chunks of n_batch, synchronising after each (batched-bench's
-    /// `decode_helper`); `after_chunk` runs untimed after each chunk. Returns the time spent
-    /// in decode and synchronisation.
     /// One pass of `n` random tokens from position 0, every row with its logits (a verify
     /// pass's shape), the cache cleared first: its decode call and synchronisation.
     fn rows_pass(&mut self, n: u32) -> Result<Duration, EngineError> {
         self.clear();
-        let mut entries = Vec::with_capacity(n as usize);
-        for i in 0..n {
-            let token = if i == 0 {
-                self.first_token()
-            } else {
-                self.random_token()
-            };
-            entries.push(Entry {
-                token,
-                pos: i32::try_from(i).unwrap_or(i32::MAX),
-                seq: 0,
-                logits: true,
-            });
-        }
+        let entries = self.prompts(1, n, true);
         let busy = self.decode_entries(&entries, |_, _| {})?;
         self.clear();
         Ok(busy)
     }
 
+    /// Decode `entries` in chunks of n_batch, synchronising after each (batched-bench's
+    /// `decode_helper`); `after_chunk` runs untimed after each chunk. Returns the time spent
+    /// in decode and synchronisation.
     fn decode_entries(
         &mut self,
         entries: &[Entry],
