@@ -1092,8 +1092,10 @@ pub(crate) struct SpecPoint {
     pub speedup: f64,
     pub speedup_min: f64,
     pub speedup_max: f64,
-    /// The roofline's expected speed-up.
+    /// The roofline's expected speed-up (bytes only).
     pub expected: Option<f64>,
+    /// The roofline with its compute term (`metrics::spec`), when ρ was measured.
+    pub expected_compute: Option<f64>,
     /// accepted / drafted and α, as fractions.
     pub acceptance: Option<f64>,
     pub alpha: Option<f64>,
@@ -1134,6 +1136,8 @@ struct SpecSweepChart {
 }
 
 const EXPECTED_COLOR: RGBColor = RGBColor(255, 127, 14);
+/// The roofline with its compute term.
+const EXPECTED_COMPUTE_COLOR: RGBColor = RGBColor(148, 103, 189);
 
 impl Chart for SpecSweepChart {
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
@@ -1156,6 +1160,11 @@ impl Chart for SpecSweepChart {
             .iter()
             .filter_map(|p| Some((f64::from(p.k), finite(p.expected)?)))
             .collect();
+        let expected_compute: Vec<(f64, f64)> = self
+            .points
+            .iter()
+            .filter_map(|p| Some((f64::from(p.k), finite(p.expected_compute)?)))
+            .collect();
         let acceptance: Vec<(f64, f64)> = self
             .points
             .iter()
@@ -1170,7 +1179,7 @@ impl Chart for SpecSweepChart {
             .points
             .iter()
             .map(|p| p.speedup_max.max(p.speedup))
-            .chain(expected.iter().map(|(_, v)| *v))
+            .chain(expected.iter().chain(&expected_compute).map(|(_, v)| *v))
             .fold(1.0, f64::max)
             * 1.7;
 
@@ -1222,6 +1231,20 @@ impl Chart for SpecSweepChart {
                 expected
                     .iter()
                     .map(|&(x, y)| Circle::new((x, y), 4, EXPECTED_COLOR.filled())),
+            )?;
+        }
+        if !expected_compute.is_empty() {
+            chart
+                .draw_series(LineSeries::new(
+                    expected_compute.iter().copied(),
+                    EXPECTED_COMPUTE_COLOR.stroke_width(2),
+                ))?
+                .label("roofline with its compute term")
+                .legend(legend_line(EXPECTED_COMPUTE_COLOR));
+            chart.draw_series(
+                expected_compute
+                    .iter()
+                    .map(|&(x, y)| Circle::new((x, y), 4, EXPECTED_COMPUTE_COLOR.filled())),
             )?;
         }
         chart.draw_series(self.points.iter().map(|p| {
@@ -1356,6 +1379,7 @@ mod tests {
             speedup_min: s * 0.9,
             speedup_max: s * 1.1,
             expected: e,
+            expected_compute: e.map(|e| e * 0.5),
             acceptance: a,
             alpha: a.map(|a| a + 0.1),
         })
@@ -1368,7 +1392,9 @@ mod tests {
         }
         let svg = std::fs::read_to_string(dir.path().join("spec.svg")).unwrap();
         assert!(
-            svg.contains("roofline expected") && svg.contains("0.80×"),
+            svg.contains("roofline expected")
+                && svg.contains("roofline with its compute term")
+                && svg.contains("0.80×"),
             "labels drawn"
         );
         assert!(matches!(

@@ -318,7 +318,7 @@ fn markdown_charts_the_sweep_and_vs_compares_it_with_the_last_sweep_k_by_k() {
     let md = stdout(&first);
     let (table_at, chart_at, verdict_at) = (
         md.find("speed-up (min–max)").unwrap(),
-        md.find("speed-up by k: █ measured mean, ◆ roofline expected, │ 1.00× (no speculation)")
+        md.find("speed-up by k: █ measured mean, ◆ roofline + compute, │ 1.00× (no speculation)")
             .unwrap_or_else(|| panic!("no chart: {md}")),
         md.find("\nVerdict (best k = 2)").unwrap(),
     );

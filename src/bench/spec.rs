@@ -608,6 +608,7 @@ pub(crate) fn points(rows: &[SpecRow]) -> Vec<crate::plot::SpecPoint> {
             speedup_min: r.speedup_min,
             speedup_max: r.speedup_max,
             expected: r.expected_speedup,
+            expected_compute: r.expected_speedup_compute,
             acceptance: r.acceptance_rate,
             alpha: r.acceptance_per_token,
         })

@@ -2,7 +2,8 @@
 //! between the table and the verdict): one line per k, the measured mean speed-up as a bar of
 //! block characters on a linear scale, a line at 1.00× (no speculation) through every bar so
 //! that a k that pays reaches past it, the roofline's expected speed-up as a marker on the same
-//! scale, and the range and acceptance as figures. Plain text, at most 80 columns; a pure
+//! scale (with its compute term when the sweep measured ρ, else bytes only), and the range and
+//! acceptance as figures. Plain text, at most 80 columns; a pure
 //! function of the points, the same ones `--plot` draws.
 
 use unicode_width::UnicodeWidthStr;
@@ -20,6 +21,9 @@ const PARTIAL: [char; 7] = ['▏', '▎', '▍', '▌', '▋', '▊', '▉'];
 const ONE_X: char = '│';
 /// The roofline's expected speed-up.
 const EXPECTED: char = '◆';
+/// The legend's name for the marker: the roofline with its compute term, or bytes only.
+const EXPECTED_COMPUTE_LEGEND: &str = "roofline + compute";
+const EXPECTED_LEGEND: &str = "roofline expected";
 /// The expected speed-up lies beyond the end of the scale.
 const BEYOND: char = '»';
 /// The figures' columns after the track: headers and widths.
@@ -29,6 +33,12 @@ const EXPECTED_HEADER: &str = "expected";
 const ACCEPT_HEADER: &str = "accept";
 /// Spaces between the columns.
 const GAP: &str = "  ";
+
+/// The expectation the chart draws for `p`: with the compute term when measured, else the
+/// bytes-only one.
+fn shown_expected(p: &SpecPoint) -> Option<f64> {
+    p.expected_compute.or(p.expected)
+}
 
 /// The scale shared by every bar: `cells_per_x` cells per 1× of speed-up, `cells` in all, so
 /// that 1.00× falls exactly on a cell boundary (where the line is drawn).
@@ -53,7 +63,7 @@ impl Scale {
         let expected = points
             .iter()
             .filter(|p| p.k > 0)
-            .filter_map(|p| p.expected)
+            .filter_map(shown_expected)
             .filter(|v| finite(*v))
             .fold(0.0, f64::max)
             .min(2.0 * measured);
@@ -122,7 +132,7 @@ fn track(p: &SpecPoint, scale: &Scale) -> String {
         *c = PARTIAL[rest - 1];
     }
     // k = 0 is the baseline, not a prediction: no marker.
-    let expected = p.expected.filter(|_| p.k > 0);
+    let expected = shown_expected(p).filter(|_| p.k > 0);
     match expected.and_then(|e| scale.cell_of(e)) {
         Some(i) if i >= scale.cells => {
             if let Some(last) = cells.last_mut() {
@@ -198,8 +208,16 @@ pub(crate) fn chart(points: &[SpecPoint]) -> String {
     let room = CHART_COLUMNS.saturating_sub(label_width + GAP.len() + figures_width + 1);
     let scale = Scale::new(points, room.min(MAX_TRACK_CELLS));
     let track_width = scale.cells + 1;
+    let legend = if points
+        .iter()
+        .any(|p| p.k > 0 && p.expected_compute.is_some())
+    {
+        EXPECTED_COMPUTE_LEGEND
+    } else {
+        EXPECTED_LEGEND
+    };
     let mut out = format!(
-        "speed-up by k: {FULL} measured mean, {EXPECTED} roofline expected, {ONE_X} 1.00× (no speculation)\n"
+        "speed-up by k: {FULL} measured mean, {EXPECTED} {legend}, {ONE_X} 1.00× (no speculation)\n"
     );
     let head = format!(
         "{:label_width$}{GAP}{}{GAP}{RANGE_HEADER:<RANGE_WIDTH$}{GAP}{EXPECTED_HEADER}{GAP}{ACCEPT_HEADER}",
@@ -209,7 +227,7 @@ pub(crate) fn chart(points: &[SpecPoint]) -> String {
     out.push_str(head.trim_end());
     out.push('\n');
     for (p, label) in points.iter().zip(&labels) {
-        let expected = match p.expected {
+        let expected = match shown_expected(p) {
             Some(e) if e.is_finite() && e >= 0.0 => format!("{}×", times(e)),
             _ => "—".to_string(),
         };
@@ -241,8 +259,43 @@ mod tests {
             speedup_min: speedup,
             speedup_max: speedup,
             expected,
+            expected_compute: None,
             acceptance,
             alpha: acceptance,
+        }
+    }
+
+    #[test]
+    fn the_compute_term_is_drawn_when_measured() {
+        let bytes_only = [
+            point(0, 1.0, Some(1.0), None),
+            point(4, 0.5, Some(3.0), Some(0.9)),
+        ];
+        let chart_bytes = chart(&bytes_only);
+        assert!(
+            chart_bytes.contains("◆ roofline expected,"),
+            "{chart_bytes}"
+        );
+        assert!(line_of(&chart_bytes, 4).contains("3.00×"), "{chart_bytes}");
+        let with_compute = [
+            bytes_only[0].clone(),
+            SpecPoint {
+                expected_compute: Some(0.6),
+                ..bytes_only[1].clone()
+            },
+        ];
+        let chart_compute = chart(&with_compute);
+        assert!(
+            chart_compute.contains("◆ roofline + compute,"),
+            "{chart_compute}"
+        );
+        let line = line_of(&chart_compute, 4);
+        assert!(
+            line.contains("0.60×") && !line.contains("3.00×"),
+            "{chart_compute}"
+        );
+        for l in chart_compute.lines() {
+            assert!(l.width() <= CHART_COLUMNS, "{l}");
         }
     }
 
