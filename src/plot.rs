@@ -1219,32 +1219,28 @@ impl Chart for SpecSweepChart {
             ))?
             .label("break-even (1×)")
             .legend(legend_line(CEILING_COLOR));
-        if !expected.is_empty() {
+        for (series, color, label) in [
+            (&expected, EXPECTED_COLOR, "roofline expected"),
+            (
+                &expected_compute,
+                EXPECTED_COMPUTE_COLOR,
+                "roofline with its compute term",
+            ),
+        ] {
+            if series.is_empty() {
+                continue;
+            }
             chart
                 .draw_series(LineSeries::new(
-                    expected.iter().copied(),
-                    EXPECTED_COLOR.stroke_width(2),
+                    series.iter().copied(),
+                    color.stroke_width(2),
                 ))?
-                .label("roofline expected")
-                .legend(legend_line(EXPECTED_COLOR));
+                .label(label)
+                .legend(legend_line(color));
             chart.draw_series(
-                expected
+                series
                     .iter()
-                    .map(|&(x, y)| Circle::new((x, y), 4, EXPECTED_COLOR.filled())),
-            )?;
-        }
-        if !expected_compute.is_empty() {
-            chart
-                .draw_series(LineSeries::new(
-                    expected_compute.iter().copied(),
-                    EXPECTED_COMPUTE_COLOR.stroke_width(2),
-                ))?
-                .label("roofline with its compute term")
-                .legend(legend_line(EXPECTED_COMPUTE_COLOR));
-            chart.draw_series(
-                expected_compute
-                    .iter()
-                    .map(|&(x, y)| Circle::new((x, y), 4, EXPECTED_COMPUTE_COLOR.filled())),
+                    .map(|&(x, y)| Circle::new((x, y), 4, color.filled())),
             )?;
         }
         chart.draw_series(self.points.iter().map(|p| {
