@@ -123,13 +123,14 @@ pub(crate) struct SpecRow {
     pub speedup_sd: f64,
     pub speedup_min: f64,
     pub speedup_max: f64,
-    /// The roofline's expected speed-up at the measured α and mean k (`metrics::spec`).
+    /// The roofline's expected speed-up, bytes only, at the pooled α, mean k and share of
+    /// verify passes (`metrics::spec::SpecStats::expected`).
     pub expected_speedup: Option<f64>,
     /// ρ, the roofline's compute term: the median of what every speculating engine of the
     /// sweep measured when it loaded (`metrics::spec::RowCost`); `null` for k = 0.
     pub row_cost: Option<f64>,
-    /// The roofline with its compute term at α, the mean k and ρ
-    /// (`metrics::spec::expected_speedup_with_rows`).
+    /// The roofline with its compute term at the same figures and ρ
+    /// (`metrics::spec::SpecStats::expected`).
     pub expected_speedup_compute: Option<f64>,
     /// accepted / drafted, all rounds pooled; `null` for k = 0.
     pub acceptance_rate: Option<f64>,

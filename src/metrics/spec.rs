@@ -81,13 +81,13 @@ pub struct SpecSummary {
     pub verify_ms_per_pass: Option<f64>,
     /// Time of one plain pass, ms (the no-speculation baseline, when the turn had any).
     pub plain_ms_per_pass: Option<f64>,
-    /// The roofline's expected speed-up, [`expected_speedup`] at α and the mean k.
+    /// The roofline's expected speed-up, bytes only: [`SpecStats::expected`] with ρ 0 (α, the
+    /// mean k and the share of verify passes).
     pub expected_speedup: Option<f64>,
     /// ρ: one more row's cost in a target pass, in one-row passes (measured at load).
     #[serde(default)]
     pub row_cost: Option<f64>,
-    /// The roofline with its compute term: [`expected_speedup_with_rows`] at α, the mean k
-    /// and ρ; `None` without ρ.
+    /// The roofline with its compute term: [`SpecStats::expected`] at ρ; `None` without ρ.
     #[serde(default)]
     pub expected_speedup_compute: Option<f64>,
     /// Measured against this turn's own plain passes: plain ms per token over the mean step
@@ -139,18 +139,14 @@ pub fn expected_speedup(a: f64, k: f64, draft_cost_ratio: f64) -> f64 {
     expected_tokens_per_pass(a, k) / (1.0 + k * draft_cost_ratio.max(0.0))
 }
 
-/// The roofline with its compute term: a target pass of r rows reads the weights once and
-/// computes every row, t(r) = t(1) · (1 + (r − 1)·ρ), where ρ is what one more row costs in
-/// one-row passes ([`RowCost`]). A verify pass of k + 1 rows then costs 1 + k·ρ plain passes
-/// instead of one; ρ → 0 (a pass far from compute bound) gives [`expected_speedup`].
-pub fn expected_speedup_with_rows(a: f64, k: f64, draft_cost_ratio: f64, row_cost: f64) -> f64 {
-    expected_tokens_per_pass(a, k) / (1.0 + k * row_cost.max(0.0) + k * draft_cost_ratio.max(0.0))
-}
-
-/// Either form over a turn's steps, `verify_share` of which drafted something (verify passes ÷
-/// target passes): a step whose guesser proposed nothing is a plain pass, one token for one
-/// pass plus what the guesser spent (c for a draft model's one decode, 0 for n-gram). With
-/// `verify_share` 1 it is [`expected_speedup_with_rows`].
+/// The roofline's expected speed-up over a turn's steps, with its compute term `row_cost` (ρ;
+/// 0 gives the bytes-only form). A target pass of r rows reads the weights once and computes
+/// every row, t(r) = t(1) · (1 + (r − 1)·ρ), ρ being what one more row costs in one-row passes
+/// ([`RowCost`]), so a step that drafted k tokens costs 1 + k·ρ + k·c passes for
+/// [`expected_tokens_per_pass`] tokens. A step whose guesser proposed nothing is a plain pass,
+/// one token for one pass plus what the guesser spent (c for a draft model's one decode, 0 for
+/// n-gram); `verify_share` is the share of steps that drafted (verify passes ÷ target passes).
+/// With ρ 0 and `verify_share` 1 it is [`expected_speedup`].
 pub fn expected_speedup_over_steps(
     a: f64,
     k: f64,
@@ -383,22 +379,23 @@ mod tests {
         // No compute term: the bytes-only roofline.
         for (a, k, c) in [(0.7, 4.0, 0.1), (0.0, 8.0, 0.18), (1.0, 2.0, 1.0)] {
             assert!(
-                (expected_speedup_with_rows(a, k, c, 0.0) - expected_speedup(a, k, c)).abs()
+                (expected_speedup_over_steps(a, k, c, 0.0, 1.0) - expected_speedup(a, k, c)).abs()
                     < 1e-12
             );
         }
         // BENCHMARKS.md's unrelated draft: α 0, k 8, c 0.178, ρ 0.1: 1 / (1 + 0.8 + 1.424).
-        let e = expected_speedup_with_rows(0.0, 8.0, 0.178, 0.1);
+        let e = expected_speedup_over_steps(0.0, 8.0, 0.178, 0.1, 1.0);
         assert!((e - 1.0 / 3.224).abs() < 1e-9, "{e}");
         // A perfect free guesser at k 4 and ρ 0.25: 5 tokens for a pass of 2 plain passes.
-        assert!((expected_speedup_with_rows(1.0, 4.0, 0.0, 0.25) - 2.5).abs() < 1e-12);
+        assert!((expected_speedup_over_steps(1.0, 4.0, 0.0, 0.25, 1.0) - 2.5).abs() < 1e-12);
     }
 
     #[test]
     fn steps_that_drafted_nothing_count_as_plain_passes() {
         // Every step drafted: the per-step form.
         let e = expected_speedup_over_steps(0.7, 4.0, 0.1, 0.2, 1.0);
-        assert!((e - expected_speedup_with_rows(0.7, 4.0, 0.1, 0.2)).abs() < 1e-12);
+        let per_step = expected_tokens_per_pass(0.7, 4.0) / (1.0 + 4.0 * 0.2 + 4.0 * 0.1);
+        assert!((e - per_step).abs() < 1e-12);
         // Nothing drafted anywhere: plain decoding, less what the guesser spent.
         assert!((expected_speedup_over_steps(0.7, 4.0, 0.0, 0.2, 0.0) - 1.0).abs() < 1e-12);
         assert!((expected_speedup_over_steps(0.7, 4.0, 0.25, 0.2, 0.0) - 0.8).abs() < 1e-12);
