@@ -66,6 +66,10 @@ sock="tokscope-gpu-bench-$$"
 trap 'tmux -L "$sock" kill-server 2>/dev/null || true; rm -rf "$work"' EXIT
 start=$(date +%s)
 log() { echo "[$(( $(date +%s) - start ))s] $*" | tee -a "$out/log.txt" >&2; }
+# A step that fails is logged, named in the summary, and makes the script exit 1 at the end
+# (the other steps still run, so one failure does not hide the rest).
+failed=()
+fail() { log "FAILED: $*"; failed+=("$*"); }
 
 if [ "$cpu" = 1 ]; then
   types=(q8_0 f16)
@@ -130,14 +134,16 @@ done
 
 run_tokscope_bench() {
   timeout 300 "$tokscope" bench -m "$1" -p "$pp" -n "$tg" -r "$reps" --n-gpu-layers "$ngl" "${threads[@]}" -o jsonl \
-    2>>"$out/log.txt" >>"$out/tokscope-bench.jsonl" || log "tokscope bench failed on $(basename "$1")"
+    2>>"$out/log.txt" >>"$out/tokscope-bench.jsonl" || fail "tokscope bench failed on $(basename "$1")"
 }
 run_llama_bench() {
   [ -n "$llama_bench" ] || return 0
   timeout 300 "$llama_bench" -m "$1" -p "$pp" -n "$tg" -r "$reps" -ngl "$ngl" "${threads[@]}" -o jsonl \
-    2>>"$out/log.txt" >>"$out/llama-bench.jsonl" || log "llama-bench failed on $(basename "$1")"
+    2>>"$out/log.txt" >>"$out/llama-bench.jsonl" || fail "llama-bench failed on $(basename "$1")"
 }
-[ -n "$llama_bench" ] || log "llama-bench not found: tokscope's side only"
+if [ -z "$llama_bench" ]; then
+  if [ "$cpu" = 1 ]; then log "llama-bench not found: tokscope's side only"; else fail "llama-bench not found (build-cuda.sh --tools builds it)"; fi
+fi
 
 for round in $(seq 1 "$rounds"); do
   for m in "${models[@]}"; do
@@ -153,14 +159,14 @@ done
 
 log "batch sweep B=$batches on $(basename "${models[0]}")"
 timeout 300 "$tokscope" bench -m "${models[0]}" -p "$bpp" -n "$btg" -r 1 --batch "$batches" --n-gpu-layers "$ngl" "${threads[@]}" -o jsonl \
-  2>>"$out/log.txt" | grep '"kind":"batch"' >"$out/tokscope-batch.jsonl" || log "tokscope bench --batch failed"
+  2>>"$out/log.txt" | grep '"kind":"batch"' >"$out/tokscope-batch.jsonl" || fail "tokscope bench --batch failed"
 if [ -n "$batched_bench" ]; then
   largest=${batches##*,}
   timeout 300 "$batched_bench" -m "${models[0]}" -ngl "$ngl" "${threads[@]}" -c $(( (bpp + btg) * largest + 256 )) -b 2048 -ub 512 \
     -npp "$bpp" -ntg "$btg" -npl "$batches" 2>>"$out/log.txt" | grep -E '^\|' >"$out/llama-batched-bench.txt" \
-    || log "llama-batched-bench failed"
+    || fail "llama-batched-bench failed"
 else
-  log "llama-batched-bench not found: tokscope's side only"
+  if [ "$cpu" = 1 ]; then log "llama-batched-bench not found: tokscope's side only"; else fail "llama-batched-bench not found (build-cuda.sh --tools builds it)"; fi
 fi
 
 prompt="Write a long story about a lighthouse keeper and the sea."
@@ -196,9 +202,9 @@ done
 
 log "run vs tg: $vs_rounds paired rounds on $(basename "$model")"
 timeout 300 "$tokscope" bench -m "$model" --run-vs-tg -n "$tg" -r "$vs_rounds" --tg-sampling --n-gpu-layers "$ngl" \
-  "${threads[@]}" -o jsonl 2>>"$out/log.txt" >"$out/run-vs-tg.jsonl" || log "tokscope bench --run-vs-tg failed"
+  "${threads[@]}" -o jsonl 2>>"$out/log.txt" >"$out/run-vs-tg.jsonl" || fail "tokscope bench --run-vs-tg failed"
 
-python3 - "$out" "${bw_gb_s:-}" <<'PY' | tee "$out/summary.txt"
+python3 - "$out" "${bw_gb_s:-}" <<'PY' | tee "$out/summary.txt" || fail "the summary (python3) failed"
 import json, os, statistics as st, sys
 out, bw = sys.argv[1], sys.argv[2]
 bw = float(bw) * 1e9 if bw else None
@@ -298,4 +304,12 @@ for r in vs:
     print(line)
 print(f"measured device bandwidth: {bw/1e9:.0f} GB/s" if bw else "measured device bandwidth: none (no PyTorch/GPU); MBU meas. empty")
 PY
+if [ "${#failed[@]}" -gt 0 ]; then
+  {
+    echo "FAILED steps (${#failed[@]}):"
+    printf '  - %s\n' "${failed[@]}"
+  } | tee -a "$out/summary.txt"
+  log "done in $(( $(date +%s) - start )) s with ${#failed[@]} failed step(s); files in $out"
+  exit 1
+fi
 log "done in $(( $(date +%s) - start )) s; files in $out"

@@ -943,6 +943,8 @@ mod tests {
             }),
             decode_compute_ms: 700.0,
             decode_calls: 42,
+            pass_gap: None,
+            tokens_per_pass: None,
         }
     }
 

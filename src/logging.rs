@@ -72,19 +72,54 @@ fn parse_tensor_counter(message: &str) -> Option<(u32, u32)> {
     Some((done.trim().parse().ok()?, total.trim().parse().ok()?))
 }
 
-/// llama.cpp's model loader logs `load_tensors: offloaded N/M layers to GPU`: the layers it
-/// really put on the GPU, packed as `n << 32 | m`, `u64::MAX` before any.
-static OFFLOADED_LAYERS: AtomicU64 = AtomicU64::new(u64::MAX);
-
-/// The latest "offloaded N/M layers to GPU" that llama.cpp logged, as (N, M).
-pub(crate) fn offloaded_layers() -> Option<(u32, u32)> {
-    let packed = OFFLOADED_LAYERS.load(Ordering::Relaxed);
-    (packed != u64::MAX).then_some(((packed >> 32) as u32, packed as u32))
+/// What llama.cpp's model loader logged about where it put the layers (`load_tensors`, INFO,
+/// `llama-model.cpp` lines 1913-1926 of llama-cpp-sys-2 0.1.160): "offloading output layer to
+/// GPU" and "offloaded N/M layers to GPU". A CPU build logs neither (llama.cpp supports no
+/// offload there). Its third line, "offloading N repeating layers to GPU", is not read: it
+/// counts `min(ngl, n_layer) - 1`, one short of what the loader placed at full offload
+/// (`i_gpu_start = 0` puts every repeating layer on the GPU, lines 1591-1616).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct OffloadLog {
+    /// "offloading output layer to GPU" was logged.
+    pub output_layer: bool,
+    /// "offloaded N/M layers to GPU".
+    pub offloaded: Option<(u32, u32)>,
 }
 
-/// Forget the offload line (before a model load).
-pub(crate) fn reset_offloaded_layers() {
-    OFFLOADED_LAYERS.store(u64::MAX, Ordering::Relaxed);
+impl OffloadLog {
+    /// Takes what one log line says, if it is one of the three.
+    fn note(&mut self, message: &str) {
+        let message = message.trim();
+        if message.ends_with("offloading output layer to GPU") {
+            self.output_layer = true;
+        } else if let Some(counts) = parse_offloaded(message) {
+            self.offloaded = Some(counts);
+        }
+    }
+}
+
+thread_local! {
+    /// Each load's lines are logged on the thread that loads (llama.cpp calls the log callback
+    /// from inside `llama_model_load_from_file`), so a load reads only its own lines: a target
+    /// and its draft loaded one after the other, or two engines loading at once, each keep
+    /// their own placement.
+    static OFFLOAD_LOG: std::cell::Cell<OffloadLog> = const {
+        std::cell::Cell::new(OffloadLog {
+            output_layer: false,
+            offloaded: None,
+        })
+    };
+}
+
+/// What this thread's latest model load logged about its offload (since
+/// [`reset_offload_log`]).
+pub(crate) fn offload_log() -> OffloadLog {
+    OFFLOAD_LOG.with(std::cell::Cell::get)
+}
+
+/// Forget this thread's offload lines (before a model load).
+pub(crate) fn reset_offload_log() {
+    OFFLOAD_LOG.with(|c| c.set(OffloadLog::default()));
 }
 
 /// `load_tensors: offloaded 33/33 layers to GPU` → (33, 33).
@@ -127,9 +162,11 @@ impl<S: Subscriber> Layer<S> for LlamaProblemCapture {
             if let Some((done, total)) = parse_tensor_counter(&visitor.0) {
                 TENSOR_PROGRESS.store(u64::from(done) << 32 | u64::from(total), Ordering::Relaxed);
             }
-            if let Some((n, m)) = parse_offloaded(&visitor.0) {
-                OFFLOADED_LAYERS.store(u64::from(n) << 32 | u64::from(m), Ordering::Relaxed);
-            }
+            OFFLOAD_LOG.with(|c| {
+                let mut log = c.get();
+                log.note(&visitor.0);
+                c.set(log);
+            });
         }
         if meta.target() == LLAMA_TARGET && *meta.level() <= Level::WARN {
             let mut visitor = MessageVisitor::default();
@@ -339,5 +376,36 @@ mod tests {
             None
         );
         assert_eq!(parse_offloaded("offloaded 3 things"), None);
+        let mut log = OffloadLog::default();
+        for line in [
+            "load_tensors: offloading output layer to GPU\n",
+            "load_tensors: offloading 15 repeating layers to GPU\n",
+            "load_tensors: offloaded 16/33 layers to GPU\n",
+        ] {
+            log.note(line);
+        }
+        assert_eq!(
+            log,
+            OffloadLog {
+                output_layer: true,
+                offloaded: Some((16, 33)),
+            }
+        );
+    }
+
+    #[test]
+    fn offload_log_is_the_loading_threads_own() {
+        reset_offload_log();
+        std::thread::spawn(|| {
+            OFFLOAD_LOG.with(|c| {
+                let mut log = c.get();
+                log.note("load_tensors: offloaded 7/33 layers to GPU");
+                c.set(log);
+            });
+            assert_eq!(offload_log().offloaded, Some((7, 33)));
+        })
+        .join()
+        .unwrap();
+        assert_eq!(offload_log(), OffloadLog::default());
     }
 }

@@ -26,6 +26,8 @@ pub(crate) struct Stamp {
     pub n_batch: u32,
     pub threads: u32,
     pub n_gpu_layers: u32,
+    /// The CPU kernel set ("default" or "batch-invariant", see `ModelInfo::kernels`).
+    pub kernels: String,
     pub template: String,
     pub sampling: SamplingParams,
     /// Seconds since the Unix epoch when the report was made.
@@ -52,6 +54,7 @@ impl Stamp {
             n_batch: info.n_batch,
             threads: info.threads,
             n_gpu_layers: info.n_gpu_layers,
+            kernels: info.kernels.clone(),
             template: info.template.clone(),
             sampling: sampling.clone(),
             unix_time_s: std::time::SystemTime::now()

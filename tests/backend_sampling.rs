@@ -8,7 +8,6 @@ mod common;
 
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;
-use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
 use tokscope::engine::EngineError;
 use tokscope::llama::sampler::{backend_chain, choose_place, HostSampler, PlaceContext};
@@ -48,7 +47,7 @@ fn generate(
     out
 }
 
-fn load(path: &std::path::Path) -> LlamaModel {
+fn load(path: &std::path::Path) -> tokscope::llama::LoadedModel {
     tokscope::llama::backend().unwrap();
     tokscope::llama::load_model(path, None, |_| true).unwrap()
 }

@@ -194,6 +194,31 @@ fn tokens_of_one_verify_pass_share_their_ready_time() {
     let dir = tempfile::tempdir().unwrap();
     let model = synth(dir.path(), "small.gguf", "small", TensorType::F32, 5);
     let mut e = start(&model, spec_settings(SpecMode::Draft, Some(&model), 4));
+    let t = e.turn(vec![user(PROMPTS[0])], greedy(), 30);
+    // The per-pass figures beside the per-token ones: one gap per target pass, each pass
+    // yielding its own token and the drafts it accepted, and no stall read from the ~0 ITL
+    // median of tokens that share a pass's time.
+    let s = t.report.timeline.summary();
+    let spec = t.report.spec.clone().unwrap();
+    let passes = spec.verify_passes + spec.plain_passes;
+    assert_eq!(t.report.timeline.pass_done_at.len(), passes);
+    assert_eq!(s.pass_gap.unwrap().count, passes);
+    let per_pass = s.tokens_per_pass.unwrap();
+    assert!(
+        (per_pass - (1.0 + spec.accepted as f64 / passes as f64)).abs() < 1e-9,
+        "{per_pass} tokens a pass for {} accepted over {passes} passes",
+        spec.accepted
+    );
+    assert!(
+        per_pass > 2.0,
+        "a self-draft of k=4 carries several tokens a pass: {per_pass}"
+    );
+    let (p50, _) = s.stall_gaps_ms().unwrap();
+    let itl_p50 = s.itl.unwrap().p50_ms;
+    assert!(
+        p50 > 0.0 && p50 > 10.0 * itl_p50,
+        "the stall check reads the pass gaps (p50 {p50} ms), not the ITL (p50 {itl_p50} ms)"
+    );
     let a = answer(&mut e, PROMPTS[0], 30);
     let equal = a.ready_ms.windows(2).filter(|w| w[0] == w[1]).count();
     // Every verify pass accepts its whole draft (4 tokens stamped alike: 3 equal gaps each).

@@ -47,6 +47,7 @@ fn model() -> ModelInfo {
             "CUDA0 (CUDA: NVIDIA H200)".to_string(),
         ],
         n_gpu_layers: 25,
+        kernels: "default".into(),
         template: "model".to_string(),
         template_note: None,
         synthetic: false,
@@ -190,6 +191,8 @@ fn finished_turn(
             decode_compute: ms(15) * token_ready_at.len() as u32,
             token_ready_at,
             finished_at: Some(last + ms(1)),
+            pass_done_at: Vec::new(),
+            accepted_drafts: 0,
             remote: None,
         },
         context_used: prompt + turn.timeline.tokens_generated(),
@@ -480,6 +483,9 @@ fn a_partial_offload_blends_the_gpu_and_cpu_bandwidths() {
     ] {
         assert!(screen.contains(figure), "{figure} missing:\n{screen}");
     }
+    // llama.cpp offloads the output layer first: of 12 offloaded, 11 are repeating layers
+    // with their KV cache.
+    assert!(screen.contains("11/24 layers"), "{screen}");
     // All layers and the output layer on the GPU: the datasheet alone, as before.
     if let Some(m) = app.model.as_mut() {
         m.n_gpu_layers = 25;

@@ -485,6 +485,7 @@ pub(crate) mod tests {
             backend: "CPU".into(),
             devices: vec!["CPU (CPU: x)".into()],
             n_gpu_layers: 0,
+            kernels: "default".into(),
             template: String::new(),
             template_note: None,
             synthetic: true,

@@ -417,6 +417,8 @@ fn add_prefill_flops(row: &mut Row, info: &ModelInfo, (lo, hi): (u64, u64)) {
         n_embd: u64::try_from(info.n_embd).unwrap_or(0),
         n_layer: u64::from(info.n_layer),
         tied_output: info.weight_bytes.is_some_and(|w| w.tied_output),
+        attn_k_width: attn_width(info, |kv| kv.n_embd_k),
+        attn_v_width: attn_width(info, |kv| kv.n_embd_v),
     };
     let n_tokens = hi + 1 - lo.min(hi);
     let n_batch = u64::from(row.params.n_batch.max(1));
@@ -424,6 +426,18 @@ fn add_prefill_flops(row: &mut Row, info: &ModelInfo, (lo, hi): (u64, u64)) {
     let per_token = prefill_flops(&shape, lo, n_tokens, logits_rows) / n_tokens.max(1) as f64;
     let flops = per_token * row.tok_per_s_mean;
     row.achieved_gflop_per_s = (flops.is_finite() && flops > 0.0).then_some(flops / 1e9);
+}
+
+/// Query heads × the head size of the KV cache's keys or values (`width` of the KV shape ÷ KV
+/// heads), else the model's width where the KV shape is not known.
+fn attn_width(info: &ModelInfo, width: impl Fn(&crate::metrics::roofline::KvShape) -> u64) -> u64 {
+    let n_embd = u64::try_from(info.n_embd).unwrap_or(0);
+    match info.kv_shape.as_ref() {
+        Some(kv) if info.n_head_kv > 0 => {
+            u64::from(info.n_head) * (width(kv) / u64::from(info.n_head_kv))
+        }
+        _ => n_embd,
+    }
 }
 
 /// Fill each batch row's speed-up and latency growth against the B = 1 row of the same

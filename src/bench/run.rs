@@ -6,7 +6,7 @@ use std::io::IsTerminal;
 use std::path::Path;
 use std::time::Instant;
 
-use llama_cpp_2::model::LlamaModel;
+use crate::llama::LoadedModel;
 
 use super::plan::{BandwidthChoice, BenchPlan};
 use super::report::{add_gpu_readings, build_row, GpuReadings, Row, RowContext};
@@ -351,7 +351,12 @@ impl Runner<'_> {
         }
     }
 
-    fn run_job(&mut self, index: usize, model: &LlamaModel, job: &Job) -> Result<Row, EngineError> {
+    fn run_job(
+        &mut self,
+        index: usize,
+        model: &LoadedModel,
+        job: &Job,
+    ) -> Result<Row, EngineError> {
         let reps = self.plan.repetitions;
         let load_before = crate::hw::load_average_1m();
         let (samples, info, bandwidth) = self.measure(index, model, job, reps)?;
@@ -398,7 +403,7 @@ impl Runner<'_> {
     fn measure(
         &mut self,
         index: usize,
-        model: &LlamaModel,
+        model: &LoadedModel,
         job: &Job,
         reps: u32,
     ) -> Result<(Vec<Sample>, ModelInfo, Option<Bandwidth>), EngineError> {

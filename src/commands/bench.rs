@@ -445,12 +445,11 @@ fn sampled_rows(args: &BenchArgs, settings: &Settings) -> Result<(bool, bool), F
     if !args.tg_sampling {
         return Ok((false, false));
     }
-    // Auto's backend row needs the output layer on a GPU: a device, and every layer offloaded
-    // (the model is not loaded yet, so a partial -ngl counts as the CPU).
+    // Auto's backend row needs the output layer on a GPU: a device, and any layer offloaded
+    // (llama.cpp offloads the output layer first, `LayerSplit`).
     let cx = crate::llama::sampler::PlaceContext {
         output_on_gpu: !crate::llama::gpu_devices().is_empty()
-            && settings.engine.n_gpu_layers.is_none()
-            && cfg!(any(feature = "cuda", feature = "cuda-dl")),
+            && crate::llama::requested_gpu_layers(settings.engine.n_gpu_layers) >= 1,
         ..Default::default()
     };
     let place = crate::llama::sampler::choose_place(mode, &settings.sampling, cx)

@@ -446,8 +446,8 @@ fn run_warning(
             threads: info.threads,
             load_before,
             load_after: crate::hw::load_average_1m(),
-            itl_p50_ms: metrics.itl.map(|t| t.p50_ms),
-            itl_max_ms: metrics.itl.map(|t| t.max_ms),
+            itl_p50_ms: metrics.stall_gaps_ms().map(|(p50, _)| p50),
+            itl_max_ms: metrics.stall_gaps_ms().map(|(_, max)| max),
         },
     ));
     (!parts.is_empty()).then(|| parts.join("; "))
@@ -554,6 +554,13 @@ pub(crate) fn human_summary(r: &RunReport, info: &ModelInfo) -> String {
         info.threads,
         info.template,
     ));
+    if info.kernels == "batch-invariant" {
+        // Speculation's default kernels are not the user's: said where the figures are.
+        out.push_str(&format!(
+            "kernels  {}\n",
+            crate::llama::invariant::KERNELS_NOTE
+        ));
+    }
     if let Some(w) = &r.warning {
         for part in w.split("; ") {
             out.push_str(&format!("!! {part}\n"));
@@ -583,6 +590,14 @@ pub(crate) fn human_summary(r: &RunReport, info: &ModelInfo) -> String {
         out.push_str(&format!(
             "ITL      mean {:.2} · p50 {:.2} · p90 {:.2} · p99 {:.2} · max {:.2} ms\n",
             itl.mean_ms, itl.p50_ms, itl.p90_ms, itl.p99_ms, itl.max_ms
+        ));
+    }
+    // A speculative pass delivers its accepted tokens at one time: the gaps between passes
+    // beside the gaps between tokens.
+    if let (Some(gap), Some(per_pass)) = (&m.pass_gap, m.tokens_per_pass.filter(|t| *t > 1.0)) {
+        out.push_str(&format!(
+            "passes   {} · {per_pass:.2} tokens a pass · gap mean {:.2} · p50 {:.2} · p90 {:.2} · max {:.2} ms\n",
+            gap.count, gap.mean_ms, gap.p50_ms, gap.p90_ms, gap.max_ms
         ));
     }
     let h = &r.host;

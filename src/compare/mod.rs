@@ -543,7 +543,7 @@ fn evaluate_quality(
     text: &str,
 ) -> Result<QualityOutcome, CompareError> {
     // One load per (file, GPU layers); `load_of[i]` is candidate i's.
-    let mut loads: Vec<(PathBuf, i64, LlamaModel)> = Vec::new();
+    let mut loads: Vec<(PathBuf, i64, crate::llama::LoadedModel)> = Vec::new();
     let mut load_of = Vec::with_capacity(candidates.len());
     for c in candidates.iter() {
         if let Some(i) = loads

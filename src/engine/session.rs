@@ -85,13 +85,13 @@ fn content_marker(i: usize) -> String {
 
 impl<'m> Session<'m> {
     pub(super) fn new(
-        model: &'m LlamaModel,
+        model: &'m llama::LoadedModel,
         cfg: &EngineConfig,
         started: Instant,
     ) -> Result<Self, EngineError> {
         // The first turn's chain on the backend when it can run there, so that the first turn
         // does not create the context again.
-        let output_on_gpu = llama::output_on_gpu(model, &cfg.settings);
+        let output_on_gpu = model.output_on_gpu();
         let backend = cfg.settings.first_sampling.clone().filter(|p| {
             let cx = PlaceContext {
                 speculative: cfg.settings.spec.active(),
@@ -109,7 +109,7 @@ impl<'m> Session<'m> {
         info.template = template;
         info.template_note = template_note;
         Ok(Self {
-            model,
+            model: &**model,
             n_batch: ctx.n_ubatch().min(ctx.n_batch()).max(1) as usize,
             ctx,
             info,
@@ -523,6 +523,10 @@ impl<'m> Session<'m> {
         let mut accepted_queue: std::collections::VecDeque<LlamaToken> =
             std::collections::VecDeque::new();
         let mut pass_done_at = t0.elapsed();
+        // Room for every pass's end up front: no allocation inside a timed pass.
+        timeline
+            .pass_done_at
+            .reserve(req.turn.max_tokens.min(1 << 16) as usize);
         let mut drafts: Vec<LlamaToken> = Vec::new();
         let mut history: Vec<LlamaToken> = Vec::new();
         // Host time per token (docs/metrics.md): each gap between two decode calls, and its
@@ -647,6 +651,7 @@ impl<'m> Session<'m> {
                 .decode(&mut batch)
                 .map_err(|e| EngineError::Decode(e.to_string()))?;
             self.ctx.synchronize();
+            timeline.pass_done_at.push(t0.elapsed());
             self.cached.push(token);
             logits_index = 0;
             let mut accepted = 0usize;
@@ -693,6 +698,7 @@ impl<'m> Session<'m> {
                     .clear_kv_cache_seq(Some(0), Some(self.cached.len() as u32), None)
                     .map_err(|e| EngineError::Decode(e.to_string()))?;
                 accepted_queue.extend(drafts[..accepted].iter().copied());
+                timeline.accepted_drafts += accepted;
                 logits_index = accepted as i32;
                 pass_done_at = t0.elapsed();
             }

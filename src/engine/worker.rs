@@ -6,8 +6,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Instant;
 
-use llama_cpp_2::model::LlamaModel;
-
 use super::protocol::{
     AbReport, EngineCommand, EngineConfig, EngineEvent, EventSender, GenerateRequest, RequestId,
 };
@@ -16,12 +14,13 @@ use super::spec::{check_vocab, DraftModel};
 use crate::llama;
 use crate::llama::error::EngineError;
 use crate::llama::settings::SpecMode;
+use crate::llama::LoadedModel;
 
 enum Next {
     Load(EngineConfig),
     /// A model loaded beside the old one, checked, and now to be served (the old one was
     /// dropped on the way here).
-    Serve(Box<LlamaModel>, EngineConfig, Instant),
+    Serve(Box<LoadedModel>, EngineConfig, Instant),
     Shutdown,
 }
 
@@ -50,7 +49,7 @@ fn load_with_progress(
     progress: impl Fn(f32) -> EngineEvent + 'static,
     events: &EventSender,
     keep_going: impl Fn() -> bool + 'static,
-) -> Result<LlamaModel, EngineError> {
+) -> Result<LoadedModel, EngineError> {
     let progress_events = events.clone();
     let mut last_percent = -1i32;
     // The target: in its file layout when its kernels are to be batch-invariant.
@@ -102,7 +101,7 @@ fn load_beside(
     cfg: &EngineConfig,
     events: &EventSender,
     cancel_through: &Arc<AtomicU64>,
-) -> Result<LlamaModel, EngineError> {
+) -> Result<LoadedModel, EngineError> {
     let flag = Arc::clone(cancel_through);
     let cancelled = move || flag.load(Ordering::SeqCst) >= id;
     let loaded = load_with_progress(
@@ -153,7 +152,7 @@ fn try_switch(
 }
 
 fn serve(
-    model: &LlamaModel,
+    model: &LoadedModel,
     cfg: &EngineConfig,
     started: Instant,
     commands: &mpsc::Receiver<EngineCommand>,
@@ -284,7 +283,14 @@ fn serve(
 /// The draft model the settings name for speculative decoding (none unless the mode is
 /// `draft`), loaded with the same checks as any model and refused when its vocabulary is not
 /// the target's.
-fn load_draft(target: &LlamaModel, cfg: &EngineConfig) -> Result<Option<LlamaModel>, EngineError> {
+/// The draft runs on the target's kernel set: with batch-invariant kernels its weights stay in
+/// their file layout too, so that its one-token passes compute what the target's one-token
+/// path does (a repacked draft's gemv can part from the file layout's vec_dot at a near tie:
+/// on an AVX2-only CPU the demo model drafting for itself had 2 of 39 tokens rejected).
+fn load_draft(
+    target: &LoadedModel,
+    cfg: &EngineConfig,
+) -> Result<Option<LoadedModel>, EngineError> {
     let spec = &cfg.settings.spec;
     if spec.mode != SpecMode::Draft || !spec.active() {
         return Ok(None);
@@ -294,7 +300,14 @@ fn load_draft(target: &LlamaModel, cfg: &EngineConfig) -> Result<Option<LlamaMod
         .draft_model
         .as_deref()
         .ok_or_else(|| wrap(EngineError::ModelNotFound(std::path::PathBuf::new())))?;
-    let draft = llama::load_model(path, spec.draft_n_gpu_layers, |_| true).map_err(wrap)?;
+    let draft = llama::load_model_placed(
+        path,
+        spec.draft_n_gpu_layers,
+        &Default::default(),
+        spec.batch_invariant_kernels(),
+        |_| true,
+    )
+    .map_err(wrap)?;
     check_vocab(target, &draft, path)?;
     if draft.size() >= target.size() {
         tracing::warn!(
@@ -347,7 +360,7 @@ fn ab_generate(
 /// Measure batched decoding for each batch size on the loaded model, in contexts of their own
 /// (the chat's context and its KV cache are left as they are).
 fn batch_sweep(
-    model: &LlamaModel,
+    model: &llama_cpp_2::model::LlamaModel,
     settings: &crate::llama::settings::EngineSettings,
     (id, batches, n_prompt, n_gen): (super::RequestId, &[u32], u32, u32),
     events: &EventSender,
@@ -371,7 +384,7 @@ fn batch_sweep(
 /// One timed run of bench's tg test of `n_gen` tokens, in `tg`'s context (made, and warmed up,
 /// when there is none of this length).
 fn bench_tg<'m>(
-    model: &'m LlamaModel,
+    model: &'m llama_cpp_2::model::LlamaModel,
     settings: &crate::llama::settings::EngineSettings,
     tg: &mut Option<(u32, llama::measure::Bencher<'m>)>,
     n_gen: u32,
@@ -405,7 +418,7 @@ fn bench_tg<'m>(
 /// ρ for the speculation figures' roofline (`metrics::spec::RowCost`), measured once when a
 /// speculating engine loads; `None` (logged) when it cannot be.
 fn measure_row_cost(
-    model: &LlamaModel,
+    model: &llama_cpp_2::model::LlamaModel,
     settings: &crate::llama::settings::EngineSettings,
 ) -> Option<f64> {
     let started = Instant::now();

@@ -26,3 +26,19 @@ pub(crate) fn disable_tiled_matmul() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| std::env::set_var(TILED_MM_ENV, "0"));
 }
+
+/// The kernel set's name in stamps, `run --json` and the status bar.
+pub(crate) fn kernel_set_name(batch_invariant: bool) -> &'static str {
+    if batch_invariant {
+        "batch-invariant"
+    } else {
+        "default"
+    }
+}
+
+/// What the batch-invariant kernel set costs, said where a run switches to it (measured,
+/// BENCHMARKS.md "Batch-invariant kernels": prefill on the project's raw files).
+pub(crate) const KERNELS_NOTE: &str = "batch-invariant kernels (speculation's default, so that \
+     greedy speculation gives plain decoding's tokens): prefill measured 0.75-0.86x of the \
+     default kernels on Q4_K_M models (decode within noise); `--batch-invariant off` keeps \
+     llama.cpp's default kernels";

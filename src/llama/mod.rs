@@ -28,6 +28,8 @@ use error::{llama_says, EngineError};
 use model_info::{check_model_file, fingerprint, quantization_name, ModelInfo};
 use settings::{EngineSettings, KvType, SamplingParams};
 
+pub(crate) use crate::metrics::roofline::LayerSplit;
+
 /// The llama.cpp bindings this build links (pinned in Cargo.toml).
 pub(crate) const LLAMA_CPP_BINDINGS: &str = "llama-cpp-sys-2 0.1.160";
 
@@ -107,10 +109,66 @@ fn kv_cache_type(t: KvType) -> KvCacheType {
     }
 }
 
-/// Whether the model's output layer runs on a GPU: a GPU device exists and the layers to
-/// offload cover the output layer too (llama.cpp offloads it with more than n_layer layers).
-pub fn output_on_gpu(model: &LlamaModel, s: &EngineSettings) -> bool {
-    !gpu_devices().is_empty() && requested_gpu_layers(s.n_gpu_layers) > model.n_layer()
+/// A model as llama.cpp loaded it, with where llama.cpp put its layers, captured at its own
+/// load (a draft loaded after its target, or a model B loaded beside the chat's model, has
+/// its own). Derefs to the model.
+pub struct LoadedModel {
+    model: LlamaModel,
+    offload: crate::logging::OffloadLog,
+    requested_gpu_layers: u32,
+}
+
+impl std::ops::Deref for LoadedModel {
+    type Target = LlamaModel;
+
+    fn deref(&self) -> &LlamaModel {
+        &self.model
+    }
+}
+
+impl LoadedModel {
+    /// Where llama.cpp put the layers ([`placed_layers`]).
+    pub(crate) fn layer_split(&self) -> LayerSplit {
+        placed_layers(
+            self.offload,
+            self.model.n_layer(),
+            self.requested_gpu_layers,
+            !gpu_devices().is_empty(),
+        )
+    }
+
+    /// Whether the model's output layer runs on a GPU (llama.cpp offloads it first).
+    pub fn output_on_gpu(&self) -> bool {
+        self.layer_split().output_on_gpu
+    }
+}
+
+/// Where llama.cpp put the layers of a model with `n_layer` repeating layers: its load's count
+/// ("offloaded N/M layers to GPU") placed by llama.cpp's rule ([`LayerSplit::of`]: the output
+/// layer first, then the repeating layers from the last). Where the load logged no count (a
+/// build whose llama.cpp supports no offload), nothing is offloaded without a GPU device and
+/// the request is placed by the same rule with one.
+pub(crate) fn placed_layers(
+    log: crate::logging::OffloadLog,
+    n_layer: u32,
+    requested: u32,
+    has_gpu: bool,
+) -> LayerSplit {
+    match log.offloaded {
+        Some((n, _)) => {
+            let split = LayerSplit::of(n_layer, n);
+            if split.output_on_gpu != log.output_layer {
+                tracing::warn!(
+                    "llama.cpp's load log disagrees with its placement rule: {n} layers \
+                     offloaded, the output layer line {}",
+                    if log.output_layer { "seen" } else { "not seen" }
+                );
+            }
+            split
+        }
+        None if has_gpu => LayerSplit::of(n_layer, requested),
+        None => LayerSplit::of(n_layer, 0),
+    }
 }
 
 /// Layers to offload: all of them by default when built with CUDA, none on the CPU build.
@@ -128,7 +186,7 @@ pub fn load_model(
     path: &Path,
     n_gpu_layers: Option<u32>,
     on_progress: impl FnMut(f32) -> bool + 'static,
-) -> Result<LlamaModel, EngineError> {
+) -> Result<LoadedModel, EngineError> {
     load_model_placed(
         path,
         n_gpu_layers,
@@ -144,7 +202,7 @@ pub fn load_model_batch_invariant(
     path: &Path,
     n_gpu_layers: Option<u32>,
     on_progress: impl FnMut(f32) -> bool + 'static,
-) -> Result<LlamaModel, EngineError> {
+) -> Result<LoadedModel, EngineError> {
     invariant::disable_tiled_matmul();
     load_model_placed(
         path,
@@ -164,23 +222,33 @@ pub(crate) fn load_model_placed(
     placement: &placement::Placement,
     file_layout: bool,
     on_progress: impl FnMut(f32) -> bool + 'static,
-) -> Result<LlamaModel, EngineError> {
+) -> Result<LoadedModel, EngineError> {
     let backend = backend()?;
     check_model_file(path)?;
     // What llama.cpp would abort on is tried in a child process first (see probe.rs).
     probe::ensure_survivable(path)?;
     crate::logging::clear_llama_problems();
-    crate::logging::reset_offloaded_layers();
+    crate::logging::reset_offload_log();
+    let requested = requested_gpu_layers(n_gpu_layers);
     let params = LlamaModelParams::default()
-        .with_n_gpu_layers(requested_gpu_layers(n_gpu_layers))
+        .with_n_gpu_layers(requested)
         .with_progress_callback(on_progress);
     let params = placement
         .apply(params)
         .map_err(EngineError::Placement)?
         .with_use_extra_bufts(!file_layout);
-    LlamaModel::load_from_file(backend, path, &params).map_err(|_| EngineError::LoadFailed {
-        path: path.to_path_buf(),
-        llama_says: llama_says(),
+    let model = LlamaModel::load_from_file(backend, path, &params).map_err(|_| {
+        EngineError::LoadFailed {
+            path: path.to_path_buf(),
+            llama_says: llama_says(),
+        }
+    })?;
+    Ok(LoadedModel {
+        model,
+        // This load's own lines: the log is per thread, and this thread logged nothing else
+        // since the reset above.
+        offload: crate::logging::offload_log(),
+        requested_gpu_layers: requested,
     })
 }
 
@@ -263,7 +331,7 @@ pub fn build_sampler(p: &SamplingParams, n_vocab: i32) -> LlamaSampler {
 
 /// The facts about a loaded model and its context (template fields are the caller's).
 pub(crate) fn describe(
-    model: &LlamaModel,
+    model: &LoadedModel,
     ctx: &LlamaContext<'_>,
     path: &Path,
     settings: &EngineSettings,
@@ -283,13 +351,10 @@ pub(crate) fn describe(
         .map(|d| d.backend.clone());
     let header = crate::gguf::read_metadata(path).ok();
     let n_layer = model.n_layer();
-    // What llama.cpp really offloaded (its load log), not what was asked for; the request
-    // capped at the model's layers only where the log line was not seen.
+    // What llama.cpp really offloaded at this model's own load (its load log), not what was
+    // asked for, nor what a model loaded after it (a draft) offloaded.
     let n_gpu_layers = if gpu_backend.is_some() {
-        crate::logging::offloaded_layers().map_or_else(
-            || requested_gpu_layers(settings.n_gpu_layers).min(n_layer + 1),
-            |(n, _)| n,
-        )
+        model.layer_split().offloaded()
     } else {
         0
     };
@@ -343,6 +408,7 @@ pub(crate) fn describe(
         template_note: None,
         synthetic: meta(crate::gguf::SYNTHETIC_METADATA_KEY).as_deref() == Some("true"),
         llama_cpp: LLAMA_CPP_BINDINGS.to_string(),
+        kernels: invariant::kernel_set_name(settings.spec.batch_invariant_kernels()).to_string(),
         load_ms: crate::metrics::ms(started.elapsed()),
         path: path.to_path_buf(),
         weight_bytes: header
@@ -351,5 +417,47 @@ pub(crate) fn describe(
         kv_shape: header.as_ref().and_then(|h| {
             crate::metrics::roofline::KvShape::from_gguf(h, settings.type_k, settings.type_v)
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::logging::OffloadLog;
+
+    /// The lines llama.cpp's loader logs for `ngl` on a build with a GPU (`llama-model.cpp`
+    /// lines 1913-1926 of llama-cpp-sys-2 0.1.160), as [`OffloadLog`] reads them.
+    fn loader_log(ngl: u32, n_layer: u32) -> OffloadLog {
+        let n_gpu = ngl.min(n_layer);
+        OffloadLog {
+            output_layer: n_gpu > 0,
+            offloaded: Some((ngl.min(n_layer + 1), n_layer + 1)),
+        }
+    }
+
+    #[test]
+    fn placement_follows_llama_cpps_load_log() {
+        let n = 32;
+        // ngl 0: nothing; 1: the output layer alone; n: the output layer and every repeating
+        // layer but the first; n + 1 and past it: everything.
+        let cases = [
+            (0, false, 0),
+            (1, true, 0),
+            (n, true, n - 1),
+            (n + 1, true, n),
+        ];
+        for (ngl, output, repeating) in cases {
+            let split = placed_layers(loader_log(ngl, n), n, ngl, true);
+            assert_eq!(split.output_on_gpu, output, "ngl {ngl}");
+            assert_eq!(split.repeating_on_gpu, repeating, "ngl {ngl}");
+        }
+        assert!(placed_layers(loader_log(999, n), n, 999, true).all_on_gpu());
+        // A load that logged nothing: the CPU build places nothing, whatever was asked.
+        assert!(placed_layers(OffloadLog::default(), n, 99, false).none_on_gpu());
+        // A GPU device but no line seen: the request, by the same rule.
+        assert_eq!(
+            placed_layers(OffloadLog::default(), n, 1, true),
+            LayerSplit::of(n, 1)
+        );
     }
 }

@@ -38,6 +38,10 @@ pub struct ModelInfo {
     pub backend: String,
     pub devices: Vec<String>,
     pub n_gpu_layers: u32,
+    /// The CPU kernel set the model runs on: "default" (llama.cpp's: weights repacked for
+    /// this CPU, the tiled matmul on) or "batch-invariant" (the file layout and the tiled
+    /// matmul off, see `llama::invariant`: speculation's default, slower prefill).
+    pub kernels: String,
     /// How prompts are built: the GGUF's template, a llama.cpp built-in name, or completion.
     pub template: String,
     /// Why that template was chosen, when it was not the model's own.

@@ -113,6 +113,14 @@ pub struct TurnTimeline {
     pub decode_compute: Duration,
     /// Number of single-token decode calls summed in `decode_compute`.
     pub decode_calls: usize,
+    /// Offset of the end of each target pass of the decode phase (its decode call and
+    /// synchronisation), in order. One token per pass in plain decoding; a speculative verify
+    /// pass delivers its accepted tokens at one time, so their ITL is about 0 and the gaps
+    /// between passes are what the machine's pace shows.
+    pub pass_done_at: Vec<Duration>,
+    /// Drafted tokens the verify passes accepted (0 without speculation): each pass yields
+    /// one token of its own and these besides.
+    pub accepted_drafts: usize,
     /// Offset at which the turn ended (end of generation, max tokens, stop or cancel).
     pub finished_at: Option<Duration>,
     /// A turn answered by a remote server: its raw record (chunk arrivals, the server's usage
@@ -160,6 +168,20 @@ impl TurnTimeline {
             .collect()
     }
 
+    /// Gaps between the ends of consecutive target passes of the decode phase (the first
+    /// from the end of prefill, when known).
+    pub(crate) fn pass_gaps(&self) -> Vec<Duration> {
+        let mut gaps = Vec::with_capacity(self.pass_done_at.len());
+        let mut last = self.prefill_done_at;
+        for &at in &self.pass_done_at {
+            if let Some(prev) = last {
+                gaps.push(at.saturating_sub(prev));
+            }
+            last = Some(at);
+        }
+        gaps
+    }
+
     /// End-to-end latency: request → last token's text ready (request → end of the turn when
     /// no token was generated); `None` while neither has happened.
     pub(crate) fn e2e(&self) -> Option<Duration> {
@@ -202,6 +224,11 @@ impl TurnTimeline {
             itl: LatencyStats::from_durations(&self.inter_token_latencies()),
             decode_compute_ms: ms(self.decode_compute),
             decode_calls: self.decode_calls,
+            pass_gap: LatencyStats::from_durations(&self.pass_gaps()),
+            // Each pass yields the token its last accepted row samples, and the drafted tokens
+            // it accepted.
+            tokens_per_pass: (!self.pass_done_at.is_empty())
+                .then(|| 1.0 + self.accepted_drafts as f64 / self.pass_done_at.len() as f64),
         }
     }
 }
@@ -229,6 +256,24 @@ pub struct TurnSummary {
     pub itl: Option<LatencyStats>,
     pub decode_compute_ms: f64,
     pub decode_calls: usize,
+    /// Gaps between target passes of the decode phase (docs/metrics.md): beside ITL, the
+    /// pace of the machine when a speculative pass delivers several tokens at once. Absent
+    /// for a remote server's turn and in older saved turns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pass_gap: Option<LatencyStats>,
+    /// Tokens per target pass of the decode phase: 1 for plain decoding, 1 + accepted ÷
+    /// passes when speculation's verify passes accept drafted tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens_per_pass: Option<f64>,
+}
+
+impl TurnSummary {
+    /// The gaps a stall shows in, as (median, max) ms: between target passes where they were
+    /// recorded (a speculative pass's accepted tokens share one time, so their ITL median is
+    /// about 0 and any gap would look like a stall), else between tokens.
+    pub fn stall_gaps_ms(&self) -> Option<(f64, f64)> {
+        self.pass_gap.or(self.itl).map(|g| (g.p50_ms, g.max_ms))
+    }
 }
 
 /// Format an optional figure for humans: `—` when undefined.
@@ -297,6 +342,8 @@ mod tests {
             decode_compute: d(30),
             decode_calls: tokens_ms.len().saturating_sub(1),
             finished_at: Some(d(tokens_ms.last().copied().unwrap_or(70) + 1)),
+            pass_done_at: Vec::new(),
+            accepted_drafts: 0,
             remote: None,
         }
     }
@@ -380,6 +427,48 @@ mod tests {
         // Prefill: 80 tokens in 50 ms = 1600 tok/s.
         assert_eq!(s.prefilled_tokens, 80);
         assert!((s.prefill_tok_per_s.unwrap_or_default() - 1600.0).abs() < 1e-6);
+    }
+
+    /// A speculative turn: passes every 30 ms, each delivering 4 tokens at its end. ITL's
+    /// median is 0 (tokens of a pass share a time), so a stall check on ITL cries wolf at
+    /// any gap; on the passes it sees their steady 30 ms.
+    #[test]
+    fn a_speculative_turn_is_judged_on_its_passes() {
+        let mut tokens = vec![61];
+        let mut passes = Vec::new();
+        for p in 1..=8u64 {
+            let end = 60 + 30 * p;
+            passes.push(d(end));
+            tokens.extend([end, end, end, end]);
+        }
+        let mut t = timeline(&tokens);
+        t.pass_done_at = passes;
+        t.accepted_drafts = 8 * 3;
+        let s = t.summary();
+        assert_eq!(s.itl.unwrap().p50_ms, 0.0);
+        let gap = s.pass_gap.unwrap();
+        assert_eq!(gap.count, 8);
+        assert_eq!(gap.p50_ms, 30.0);
+        assert_eq!(s.tokens_per_pass, Some(4.0));
+        assert_eq!(s.stall_gaps_ms(), Some((30.0, 30.0)));
+        let signals = |gaps: Option<(f64, f64)>| busy::BusySignals {
+            threads: 1,
+            itl_p50_ms: gaps.map(|g| g.0),
+            itl_max_ms: gaps.map(|g| g.1),
+            ..Default::default()
+        };
+        assert!(busy::busy_warnings(&signals(s.stall_gaps_ms())).is_empty());
+        // What the check said when it read ITL: a stall.
+        let on_itl = s.itl.map(|i| (i.p50_ms.max(0.01), i.max_ms));
+        assert!(!busy::busy_warnings(&signals(on_itl)).is_empty());
+        // A plain turn's passes are its tokens: 1 a pass, the same judgement as ITL.
+        let mut plain = timeline(&[61, 91, 121]);
+        plain.pass_done_at = vec![d(90), d(120)];
+        assert_eq!(plain.summary().tokens_per_pass, Some(1.0));
+        // A turn with no passes recorded (a server's, an older one) falls back to ITL.
+        let old = timeline(&[61, 91, 121]).summary();
+        assert_eq!(old.pass_gap, None);
+        assert_eq!(old.stall_gaps_ms(), old.itl.map(|i| (i.p50_ms, i.max_ms)));
     }
 
     #[test]

@@ -152,12 +152,18 @@ impl BandwidthSource {
                 gpu,
                 cpu_gb_s,
                 cpu,
-            } => format!(
-                "{gpu_layers}/{layers} layers on the GPU at {gpu_gb_s:.0} GB/s ({}), the rest \
-                 on the CPU at {cpu_gb_s:.1} GB/s ({}), one after the other",
-                gpu.label(),
-                cpu.label()
-            ),
+            } => {
+                let split = LayerSplit::of(layers.saturating_sub(1), *gpu_layers);
+                format!(
+                    "{gpu_layers}/{layers} layers on the GPU (the output layer and {}/{} \
+                     repeating) at {gpu_gb_s:.0} GB/s ({}), the rest on the CPU at \
+                     {cpu_gb_s:.1} GB/s ({}), one after the other",
+                    split.repeating_on_gpu,
+                    split.n_layer,
+                    gpu.label(),
+                    cpu.label()
+                )
+            }
         }
     }
 }
@@ -175,6 +181,9 @@ const DATASHEET: &[(&str, f64)] = &[
     ("H100 PCIe", 2.0e12),
     ("H100 NVL", 3.9e12),
     ("H100", 3.35e12),
+    // The 96 GB HBM3 GH200 (named "GH200 480GB" after its CPU memory) and the 144 GB HBM3e one.
+    ("GH200 144G", 4.9e12),
+    ("GH200 144GB", 4.9e12),
     ("GH200", 4.0e12),
     ("B200", 8.0e12),
     ("A100-SXM4-80GB", 2.039e12),
@@ -275,27 +284,69 @@ pub(crate) struct OffloadSplit {
     pub cpu_bytes: f64,
 }
 
-/// Splits the bytes read per token between GPU and CPU as llama.cpp places layers: the
-/// repeating layers (with their share of the KV cache, which stays with its layer) one by one
-/// from the last, the output layer on the GPU only when more than `n_layer` layers are
-/// offloaded (llama.cpp's `-ngl n_layer + 1`). `output_bytes` is the output projection's
-/// share of `bytes_per_token`.
+/// Where llama.cpp put a model's layers, from the count it reports offloaded (its load log,
+/// "offloaded N/M layers to GPU", M = `n_layer + 1`). llama.cpp numbers the offloadable
+/// layers 0..=n_layer, the output layer last (index `n_layer`), and offloads from the end:
+/// layer `il` goes to a GPU when `il >= max(n_layer + 1 - ngl, 0)` (`llama-model.cpp`,
+/// `i_gpu_start`, lines 1591-1616 of llama-cpp-sys-2 0.1.160's llama.cpp). So the output layer
+/// is the **first** to go: `-ngl 1` offloads the output layer alone, `-ngl n_layer` the output
+/// layer and every repeating layer but the first, and only `-ngl n_layer + 1` everything (the
+/// loader logs "offloading output layer to GPU" whenever any layer is offloaded, lines
+/// 1913-1926). The input embedding always stays on the CPU (a row lookup).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct LayerSplit {
+    pub n_layer: u32,
+    /// The output layer (output norm and projection) is on a GPU.
+    pub output_on_gpu: bool,
+    /// Repeating layers on a GPU (the last ones), each with its share of the KV cache.
+    pub repeating_on_gpu: u32,
+}
+
+impl LayerSplit {
+    /// llama.cpp's placement for `offloaded` of `n_layer + 1` layers (clamped to that).
+    pub fn of(n_layer: u32, offloaded: u32) -> Self {
+        let offloaded = offloaded.min(n_layer.saturating_add(1));
+        Self {
+            n_layer,
+            output_on_gpu: offloaded >= 1,
+            repeating_on_gpu: offloaded.saturating_sub(1),
+        }
+    }
+
+    /// llama.cpp's count: the repeating layers and the output layer on a GPU.
+    pub fn offloaded(&self) -> u32 {
+        self.repeating_on_gpu + u32::from(self.output_on_gpu)
+    }
+
+    /// Nothing on a GPU.
+    pub fn none_on_gpu(&self) -> bool {
+        self.offloaded() == 0
+    }
+
+    /// Every layer and the output layer on a GPU.
+    pub fn all_on_gpu(&self) -> bool {
+        self.output_on_gpu && self.repeating_on_gpu >= self.n_layer
+    }
+}
+
+/// Splits the bytes read per token between GPU and CPU as llama.cpp places layers
+/// ([`LayerSplit`]): the output layer first, then the repeating layers (with their share of
+/// the KV cache, which stays with its layer) one by one from the last. `output_bytes` is the
+/// output projection's share of `bytes_per_token`.
 pub(crate) fn offload_split(
     bytes_per_token: f64,
     output_bytes: f64,
-    n_layer: u32,
-    gpu_layers: u32,
+    layers: LayerSplit,
 ) -> OffloadSplit {
     let output_bytes = output_bytes.clamp(0.0, bytes_per_token.max(0.0));
     let layers_bytes = (bytes_per_token - output_bytes).max(0.0);
-    let on_gpu = gpu_layers.min(n_layer);
-    let per_layer = if n_layer == 0 {
+    let per_layer = if layers.n_layer == 0 {
         0.0
     } else {
-        layers_bytes / f64::from(n_layer)
+        layers_bytes / f64::from(layers.n_layer)
     };
-    let mut gpu_bytes = per_layer * f64::from(on_gpu);
-    if gpu_layers > n_layer {
+    let mut gpu_bytes = per_layer * f64::from(layers.repeating_on_gpu.min(layers.n_layer));
+    if layers.output_on_gpu {
         gpu_bytes += output_bytes;
     }
     OffloadSplit {
@@ -327,7 +378,7 @@ pub(crate) fn partial_offload_ceiling_tok_per_s(
 
 /// The bandwidth a decode step reads at, as llama.cpp placed the model: the CPU's when no
 /// layer is offloaded (`gpu_layers` 0), the GPU's when every layer and the output layer are
-/// (`gpu_layers > n_layer`), and for a partial offload the blend of both sides: the step's
+/// (`gpu_layers > n_layer`), and for a partial offload ([`LayerSplit`]: the output layer first) the blend of both sides: the step's
 /// bytes over the time the two sides take one after the other
 /// ([`partial_offload_ceiling_tok_per_s`] at depth 0). The KV cache stays with its layer, so
 /// the split (and the blend) holds at every depth. `gpu_layers` is what llama.cpp reported it
@@ -339,20 +390,21 @@ pub(crate) fn placed_bandwidth(
     gpu: Option<&Bandwidth>,
     cpu: Option<&Bandwidth>,
 ) -> Option<Bandwidth> {
-    if gpu_layers == 0 {
+    let layers = LayerSplit::of(n_layer, gpu_layers);
+    if layers.none_on_gpu() {
         return cpu.cloned();
     }
-    if gpu_layers > n_layer {
+    if layers.all_on_gpu() {
         return gpu.cloned();
     }
     let (gpu, cpu, weights) = (gpu?, cpu?, weights?);
     let per_step = weights.read_per_token() as f64;
-    let split = offload_split(per_step, weights.output_bytes as f64, n_layer, gpu_layers);
+    let split = offload_split(per_step, weights.output_bytes as f64, layers);
     let tok_per_s = partial_offload_ceiling_tok_per_s(split, gpu.bytes_per_s, cpu.bytes_per_s)?;
     Some(Bandwidth {
         bytes_per_s: per_step * tok_per_s,
         source: BandwidthSource::Split {
-            gpu_layers,
+            gpu_layers: layers.offloaded(),
             layers: n_layer + 1,
             gpu_gb_s: gpu.bytes_per_s / 1e9,
             gpu: Box::new(gpu.source.clone()),
@@ -435,6 +487,11 @@ pub(crate) struct PrefillShape {
     pub n_layer: u64,
     /// The output head is the embedding table itself (no `output.weight`).
     pub tied_output: bool,
+    /// Attention widths per layer: query heads × key head size (the scores) and query heads ×
+    /// value head size (the weighted sum). `n_embd` on Llama 3 (32 × 128 = 4096), not on
+    /// Gemma 3 270M (4 × 256 = 1024 against a width of 640).
+    pub attn_k_width: u64,
+    pub attn_v_width: u64,
 }
 
 impl PrefillShape {
@@ -451,7 +508,8 @@ impl PrefillShape {
 /// which `logits_rows` ask for logits (llama-bench and the chat ask for the last token of each
 /// chunk only):
 ///
-/// `2·layer_params·n_tokens + 2·n_vocab·n_embd·logits_rows + 4·n_layer·n_embd·Σ positions`,
+/// `2·layer_params·n_tokens + 2·n_vocab·n_embd·logits_rows
+///  + 2·n_layer·(attn_k_width + attn_v_width)·Σ positions`,
 ///
 /// where token `i` (0-based) attends to `depth + i + 1` positions (scores and the weighted sum
 /// of values, causal: the work done, not llama.cpp's padded mask). A multiply-add is 2 FLOPs.
@@ -466,7 +524,8 @@ pub(crate) fn prefill_flops(
     let head = 2.0 * (shape.n_vocab * shape.n_embd) as f64 * logits_rows.min(n_tokens) as f64;
     // Σ_{i=0}^{n-1} (depth + i + 1) = n·depth + n(n+1)/2
     let positions = n * depth as f64 + n * (n + 1.0) / 2.0;
-    let attention = 4.0 * shape.n_layer as f64 * shape.n_embd as f64 * positions;
+    let attention =
+        2.0 * shape.n_layer as f64 * (shape.attn_k_width + shape.attn_v_width) as f64 * positions;
     layers + head + attention
 }
 
@@ -488,29 +547,69 @@ mod tests {
     #[test]
     fn partial_offload_adds_both_sides_times() {
         // 32 layers of 0.1 GB each + a 0.4 GB output layer = 3.6 GB per token.
-        let all_cpu = offload_split(3.6e9, 0.4e9, 32, 0);
+        let split = |ngl| offload_split(3.6e9, 0.4e9, LayerSplit::of(32, ngl));
+        let all_cpu = split(0);
         assert_eq!(all_cpu.gpu_bytes, 0.0);
         assert_eq!(all_cpu.cpu_bytes, 3.6e9);
-        let all_gpu = offload_split(3.6e9, 0.4e9, 32, 33);
+        let all_gpu = split(33);
         assert_eq!(all_gpu.gpu_bytes, 3.6e9);
         assert_eq!(all_gpu.cpu_bytes, 0.0);
-        // 32 of 32 layers but not the output layer: 3.2 GB on the GPU.
-        let layers_only = offload_split(3.6e9, 0.4e9, 32, 32);
-        assert!((layers_only.gpu_bytes - 3.2e9).abs() < 1.0);
-        assert!((layers_only.cpu_bytes - 0.4e9).abs() < 1.0);
-        // Half the layers: 1.6 GB at 1 TB/s + 2.0 GB at 100 GB/s = 1.6 ms + 20 ms.
-        let half = offload_split(3.6e9, 0.4e9, 32, 16);
+        // One layer offloaded is the output layer (llama.cpp offloads from the end, and the
+        // output layer is the last): 0.4 GB on the GPU, every repeating layer on the CPU.
+        let head_only = split(1);
+        assert!((head_only.gpu_bytes - 0.4e9).abs() < 1.0);
+        assert!((head_only.cpu_bytes - 3.2e9).abs() < 1.0);
+        // -ngl 32 of 32 repeating layers: the output layer and 31 of them; layer 0 stays.
+        let all_but_one = split(32);
+        assert!((all_but_one.gpu_bytes - 3.5e9).abs() < 1.0);
+        assert!((all_but_one.cpu_bytes - 0.1e9).abs() < 1.0);
+        // 16 offloaded: the output layer + 15 layers = 1.9 GB at 1 TB/s, 1.7 GB at
+        // 100 GB/s: 1.9 ms + 17 ms.
+        let half = split(16);
         let ceiling = partial_offload_ceiling_tok_per_s(half, 1e12, 1e11).unwrap();
-        assert!((ceiling - 1.0 / 0.0216).abs() < 1e-6, "{ceiling}");
+        assert!((ceiling - 1.0 / 0.0189).abs() < 1e-6, "{ceiling}");
         // Everything on the GPU needs no CPU bandwidth.
         let full = partial_offload_ceiling_tok_per_s(all_gpu, 1e12, 0.0).unwrap();
         assert!((full - 1e12 / 3.6e9).abs() < 1e-6);
         // A side with bytes and no bandwidth: unknown, not infinite.
         assert_eq!(partial_offload_ceiling_tok_per_s(half, 1e12, 0.0), None);
         assert_eq!(
-            partial_offload_ceiling_tok_per_s(offload_split(0.0, 0.0, 32, 8), 1e12, 1e11),
+            partial_offload_ceiling_tok_per_s(
+                offload_split(0.0, 0.0, LayerSplit::of(32, 8)),
+                1e12,
+                1e11
+            ),
             None
         );
+    }
+
+    /// llama.cpp's rule (`llama-model.cpp` lines 1591-1616: `i_gpu_start = max(n_layer + 1 -
+    /// ngl, 0)`, layer `il` on the GPU when `il >= i_gpu_start`, the output layer being
+    /// `il = n_layer`) at ngl = 0, 1, n_layer, n_layer + 1 and past it.
+    #[test]
+    fn layer_split_is_llama_cpps_rule() {
+        let n: u32 = 32;
+        // The source's rule, layer by layer.
+        let by_source = |ngl: u32| {
+            let start = (n + 1).saturating_sub(ngl);
+            let on_gpu = |il: u32| il >= start;
+            LayerSplit {
+                n_layer: n,
+                output_on_gpu: on_gpu(n),
+                repeating_on_gpu: (0..n).filter(|&il| on_gpu(il)).count() as u32,
+            }
+        };
+        for ngl in [0, 1, 2, n - 1, n, n + 1, n + 2, 999] {
+            assert_eq!(LayerSplit::of(n, ngl), by_source(ngl), "ngl {ngl}");
+        }
+        assert!(LayerSplit::of(n, 0).none_on_gpu());
+        let one = LayerSplit::of(n, 1);
+        assert!(one.output_on_gpu && one.repeating_on_gpu == 0);
+        let n_layer = LayerSplit::of(n, n);
+        assert!(n_layer.output_on_gpu && n_layer.repeating_on_gpu == n - 1);
+        assert!(!n_layer.all_on_gpu());
+        assert!(LayerSplit::of(n, n + 1).all_on_gpu());
+        assert_eq!(LayerSplit::of(n, 999).offloaded(), n + 1);
     }
 
     #[test]
@@ -541,22 +640,24 @@ mod tests {
         assert_eq!(placed(0), Some(cpu.clone()));
         // Everything, the output layer included: the GPU's.
         assert_eq!(placed(33), Some(gpu.clone()));
-        // Half the layers: 1.6 GB at 1 TB/s + 2.0 GB at 100 GB/s = 21.6 ms a step, so the
-        // blend is 3.6 GB / 21.6 ms = 166.7 GB/s, and the ceiling is the split's.
+        // 16 offloaded (the output layer + 15): 1.9 GB at 1 TB/s + 1.7 GB at 100 GB/s =
+        // 18.9 ms a step, so the blend is 3.6 GB / 18.9 ms = 190.5 GB/s, and the ceiling is
+        // the split's.
         let half = placed(16).unwrap();
         assert!(
-            (half.bytes_per_s - 3.6e9 / 0.0216).abs() < 1.0,
+            (half.bytes_per_s - 3.6e9 / 0.0189).abs() < 1.0,
             "{}",
             half.bytes_per_s
         );
         let ceiling = ceiling_tok_per_s(half.bytes_per_s, 3.6e9).unwrap();
-        let split = offload_split(3.6e9, 0.4e9, 32, 16);
+        let split = offload_split(3.6e9, 0.4e9, LayerSplit::of(32, 16));
         let direct = partial_offload_ceiling_tok_per_s(split, 1e12, 1e11).unwrap();
         assert!((ceiling - direct).abs() < 1e-9, "{ceiling} vs {direct}");
         assert_eq!(
             half.source.label(),
-            "16/33 layers on the GPU at 1000 GB/s (datasheet, H200), the rest on the CPU at \
-             100.0 GB/s (measured, probe), one after the other"
+            "16/33 layers on the GPU (the output layer and 15/32 repeating) at 1000 GB/s \
+             (datasheet, H200), the rest on the CPU at 100.0 GB/s (measured, probe), one after \
+             the other"
         );
         // A partial offload with no CPU figure is unknown, not the GPU's datasheet.
         assert_eq!(placed_bandwidth(Some(&w), 32, 16, Some(&gpu), None), None);
@@ -644,6 +745,11 @@ mod tests {
         let label = |name: &str| datasheet_bandwidth(name).map(|b| b.source.label());
         let ds = |key: &str| Some(format!("datasheet, {key}"));
         assert_eq!(label("NVIDIA GH200 480GB"), ds("GH200"));
+        assert_eq!(label("NVIDIA GH200 144G HBM3e"), ds("GH200 144G"));
+        assert_eq!(
+            datasheet_bandwidth("NVIDIA GH200 144G HBM3e").map(|b| b.bytes_per_s),
+            Some(4.9e12)
+        );
         assert_eq!(label("NVIDIA H200"), ds("H200"));
         assert_eq!(label("NVIDIA H200 NVL"), ds("H200"));
         assert_eq!(label("Tesla T4"), ds("T4"));
@@ -741,6 +847,8 @@ mod tests {
             n_embd: 4,
             n_layer: 2,
             tied_output: false,
+            attn_k_width: 4,
+            attn_v_width: 4,
         };
         assert_eq!(shape.layer_params(), 200);
         // 3 tokens after 5 cached positions, one logits row:
@@ -758,6 +866,14 @@ mod tests {
         assert_eq!(tied.layer_params(), 200);
         assert_eq!(prefill_flops(&tied, 5, 3, 1), 1200.0 + 80.0 + 672.0);
         assert_eq!(prefill_flops(&shape, 0, 0, 1), 0.0);
+        // Attention is as wide as its heads, not the model: 2 heads × 4 for the scores and
+        // 2 × 6 for the values: 2·2·(8 + 12)·21 = 1680.
+        let wide = PrefillShape {
+            attn_k_width: 8,
+            attn_v_width: 12,
+            ..shape
+        };
+        assert_eq!(prefill_flops(&wide, 5, 3, 1), 1200.0 + 80.0 + 1680.0);
     }
 
     #[test]
@@ -788,6 +904,8 @@ mod tests {
             n_embd,
             n_layer: u64::from(spec.shape.n_layer),
             tied_output: header.tensor("output.weight").is_none(),
+            attn_k_width: n_embd,
+            attn_v_width: n_embd,
         };
         // The layers are exactly the tensors named blk.*.
         let blk: u64 = header

@@ -397,6 +397,33 @@ fn pieces(app: &App, view: &View, w: usize) -> Vec<Piece> {
         ),
     });
 
+    // Speculation: a verify pass's accepted tokens share one time, so the per-pass figures
+    // go beside the per-token ones.
+    if let Some((gap, per_pass)) = focus
+        .and_then(|f| f.figures.pass_gap.zip(f.figures.tokens_per_pass))
+        .filter(|(_, per_pass)| *per_pass > 1.0)
+    {
+        out.push(Piece::text(
+            2,
+            vec![
+                row(
+                    "pass gap ms",
+                    format!("{} passes", gap.count),
+                    w,
+                    label,
+                    sub,
+                ),
+                cells(
+                    &[
+                        ("p50", format::num(Some(gap.p50_ms))),
+                        ("max", format::num(Some(gap.max_ms))),
+                        ("tok/pass", format::num(Some(per_pass))),
+                    ],
+                    w,
+                ),
+            ],
+        ));
+    }
     if let Some(stats) = focus.and_then(|f| f.turn.spec.as_ref()) {
         out.push(Piece::text(3, spec_lines(stats, w)));
     }
@@ -452,10 +479,12 @@ fn roofline_lines(app: &App, view: &View, w: usize) -> Vec<Line<'static>> {
     // device; the output layer has none), each side's figure and where it comes from, then
     // their blend.
     if let Some((n, of, gpu_gb_s, gpu, cpu_gb_s, cpu)) = split {
-        let n_layer = of.saturating_sub(1);
+        // llama.cpp offloads the output layer first (it has no cache), then the repeating
+        // layers from the last (`LayerSplit`).
+        let layers = crate::metrics::roofline::LayerSplit::of(of.saturating_sub(1), n);
         lines.push(row(
             "  KV on GPU",
-            format!("{}/{n_layer} layers", n.min(n_layer)),
+            format!("{}/{} layers", layers.repeating_on_gpu, layers.n_layer),
             w,
             theme::METRIC_SUB_LABEL,
             theme::METRIC_VALUE,

@@ -171,6 +171,13 @@ fn segments(app: &App, view: &View) -> Vec<Segment> {
             .or_short(format!("ngl {}", info.n_gpu_layers), 55),
     );
     out.push(plain(format!("ctx {}/{total}", view.context_used), 20));
+    // Speculation's kernels change every figure (prefill is slower on them): said where the
+    // figures are, dropped only after the file size.
+    if info.kernels == "batch-invariant" {
+        out.push(
+            plain("batch-invariant kernels".to_string(), 50).or_short("b-inv".to_string(), 35),
+        );
+    }
     out
 }
 

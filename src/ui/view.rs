@@ -59,6 +59,10 @@ pub(crate) struct Figures {
     /// Undefined for an answer in flight until its first token is ready.
     pub e2e_ms: Option<f64>,
     pub itl: Option<LatencyStats>,
+    /// Gaps between target passes and tokens per pass (a finished local turn): beside ITL
+    /// when speculation delivers several tokens a pass.
+    pub pass_gap: Option<LatencyStats>,
+    pub tokens_per_pass: Option<f64>,
     /// A turn answered by a server: its own TTFT breakdown instead of the local stages.
     pub remote: Option<RemoteFigures>,
 }
@@ -124,12 +128,13 @@ impl<'a> View<'a> {
             _ => app.context_used,
         };
         let decode_tok_per_s = focus.as_ref().and_then(|f| f.figures.decode_tok_per_s);
+        let tokens_per_pass = focus.as_ref().and_then(|f| f.figures.tokens_per_pass);
         Self {
             waiting: waiting(app, now),
             context_used,
             // 0: not known (a server's model).
             n_ctx: app.model.as_ref().map(|m| m.n_ctx).filter(|n| *n > 0),
-            roofline: Roofline::of(app, context_used, decode_tok_per_s),
+            roofline: Roofline::of(app, context_used, decode_tok_per_s, tokens_per_pass),
             ab: app.ab.as_ref().map(|ab| AbView {
                 a: Figures::of(&ab.a, remote_chat),
                 b: Figures::of(&ab.b, crate::remote::is_url(&ab.b_path)),
@@ -171,6 +176,8 @@ impl Figures {
             tokens_generated: s.tokens_generated,
             e2e_ms: Some(s.e2e_ms).filter(|_| e2e_defined),
             itl: s.itl,
+            pass_gap: s.pass_gap,
+            tokens_per_pass: s.tokens_per_pass,
             remote: remote.then_some(RemoteFigures {
                 network_rtt_ms: None,
                 server_prompt_ms: None,
@@ -204,6 +211,8 @@ impl Figures {
             tokens_generated: r.tokens_generated as usize,
             e2e_ms: Some(r.e2e_ms),
             itl: r.itl,
+            pass_gap: None,
+            tokens_per_pass: None,
             remote: Some(RemoteFigures {
                 network_rtt_ms: r.network_rtt_ms,
                 server_prompt_ms: r.server_prompt_ms,
@@ -217,7 +226,15 @@ impl Figures {
 }
 
 impl Roofline {
-    fn of(app: &App, context_used: usize, decode_tok_per_s: Option<f64>) -> Self {
+    /// `tokens_per_pass` (speculation) turns the decode rate into target passes a second:
+    /// each pass reads the weights once, so MBU is measured against the ceiling for that
+    /// many tokens a pass, never above 100% merely because passes carry several tokens.
+    fn of(
+        app: &App,
+        context_used: usize,
+        decode_tok_per_s: Option<f64>,
+        tokens_per_pass: Option<f64>,
+    ) -> Self {
         use crate::metrics::roofline::{ceiling_tok_per_s, cost_per_million_tokens, mbu};
         let bytes_per_token = app
             .model
@@ -237,7 +254,9 @@ impl Roofline {
             bandwidth,
             bytes_per_token,
             ceiling_tok_per_s: ceiling,
-            mbu: decode_tok_per_s.zip(ceiling).and_then(|(r, c)| mbu(r, c)),
+            mbu: decode_tok_per_s.zip(ceiling).and_then(|(r, c)| {
+                mbu(r, c * tokens_per_pass.filter(|t| *t >= 1.0).unwrap_or(1.0))
+            }),
             cost_per_million_tokens: decode_tok_per_s
                 .and_then(|r| cost_per_million_tokens(app.price_per_hour_usd, r)),
         }
