@@ -393,19 +393,43 @@ mod tests {
         );
     }
 
+    /// A target's load and its draft's, each through the real capture layer: the draft's lines
+    /// (logged after the target's, on another thread here as in a second engine, or later on
+    /// the same thread after a reset) never become the target's.
     #[test]
-    fn offload_log_is_the_loading_threads_own() {
-        reset_offload_log();
+    fn offload_log_is_each_loads_own() {
+        init(None);
+        let target_load = || {
+            reset_offload_log();
+            tracing::info!(target: "llama-cpp-2", "load_tensors: offloading output layer to GPU");
+            tracing::info!(target: "llama-cpp-2", "load_tensors: offloaded 16/33 layers to GPU");
+            offload_log()
+        };
+        let target = target_load();
+        assert_eq!(
+            target,
+            OffloadLog {
+                output_layer: true,
+                offloaded: Some((16, 33)),
+            }
+        );
         std::thread::spawn(|| {
-            OFFLOAD_LOG.with(|c| {
-                let mut log = c.get();
-                log.note("load_tensors: offloaded 7/33 layers to GPU");
-                c.set(log);
-            });
-            assert_eq!(offload_log().offloaded, Some((7, 33)));
+            reset_offload_log();
+            tracing::info!(target: "llama-cpp-2", "load_tensors: offloaded 0/9 layers to GPU");
+            assert_eq!(offload_log().offloaded, Some((0, 9)));
         })
         .join()
         .unwrap();
-        assert_eq!(offload_log(), OffloadLog::default());
+        assert_eq!(offload_log(), target);
+        // A draft loaded next on this thread starts from a reset: its own lines only.
+        reset_offload_log();
+        tracing::info!(target: "llama-cpp-2", "load_tensors: offloaded 3/9 layers to GPU");
+        assert_eq!(
+            offload_log(),
+            OffloadLog {
+                output_layer: false,
+                offloaded: Some((3, 9)),
+            }
+        );
     }
 }
