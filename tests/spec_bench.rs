@@ -113,6 +113,22 @@ fn check_rows(rows: &[Value], ks: &[u64]) {
         }
         assert!(f(r, "speedup_min") <= f(r, "speedup_mean"));
         assert!(f(r, "speedup_mean") <= f(r, "speedup_max"));
+        // The sweep runs on batch-invariant kernels (auto): plain decoding on the default
+        // kernels is measured beside it in child runs, a round each, prefill included.
+        assert_eq!(r["batch_invariant"], true, "{r}");
+        let dk = &r["default_kernels"];
+        let decode = dk["decode_tok_per_s"].as_array().unwrap();
+        let per_round = dk["speedup_per_round"].as_array().unwrap();
+        assert_eq!((decode.len(), per_round.len()), (2, 2), "{r}");
+        for ((s, d), u) in samples.iter().zip(decode).zip(per_round) {
+            let want = s.as_f64().unwrap() / d.as_f64().unwrap();
+            assert!((u.as_f64().unwrap() - want).abs() < 1e-9, "{r}");
+        }
+        assert!(f(dk, "speedup_min") <= f(dk, "speedup_median"));
+        assert!(f(dk, "speedup_median") <= f(dk, "speedup_max"));
+        let ratio = f(dk, "prefill_invariant_tok_per_s") / f(dk, "prefill_default_tok_per_s");
+        assert!((f(dk, "prefill_ratio") - ratio).abs() < 1e-9, "{r}");
+        assert!(f(dk, "prefill_default_tok_per_s") > 0.0, "{r}");
         if r["draft_max"].as_u64().unwrap() > 0 {
             for key in [
                 "acceptance_rate",
@@ -323,6 +339,19 @@ fn markdown_charts_the_sweep_and_vs_compares_it_with_the_last_sweep_k_by_k() {
         md.find("\nVerdict (best k = 2)").unwrap(),
     );
     assert!(table_at < chart_at && chart_at < verdict_at, "{md}");
+    // Under the verdict: each k against plain decoding on the default kernels, and what the
+    // batch-invariant kernels cost prefill.
+    let against = md
+        .find("Against plain decoding on llama.cpp's default kernels (")
+        .unwrap_or_else(|| panic!("no default-kernels line: {md}"));
+    assert!(
+        verdict_at < against && md[against..].contains(" k=2 "),
+        "{md}"
+    );
+    assert!(
+        md.contains("Prefill on the batch-invariant kernels: "),
+        "{md}"
+    );
     let chart_line = |text: &str, k: u32| -> String {
         text.lines()
             .find(|l| l.starts_with(&format!("k={k}  ")))

@@ -699,6 +699,7 @@ mod tests {
             load_before: None,
             load_after: None,
             warning: None,
+            default_kernels: None,
             stamp: sample_row(TestKind::Tg, "tg8", 1).stamp,
         }
     }

@@ -15,6 +15,7 @@
 //! - `spec_chart`: the sweep's chart for the terminal (speed-up and acceptance against k).
 
 pub(crate) mod format;
+pub(crate) mod kernel_baseline;
 pub(crate) mod log;
 pub(crate) mod plan;
 pub(crate) mod report;

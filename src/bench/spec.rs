@@ -60,6 +60,10 @@ pub(crate) struct SpecPlan {
     pub plot: Option<PathBuf>,
     /// `--vs last|ID`: the earlier sweep of the results log to compare with, k by k.
     pub vs: Option<String>,
+    /// Measure plain decoding on llama.cpp's default kernels too, each round in a child
+    /// process (`bench::kernel_baseline`): on whenever the sweep runs on batch-invariant
+    /// kernels, so that its speed-ups can be read against what the user had before.
+    pub kernel_baseline: bool,
 }
 
 /// Why a sweep could not finish.
@@ -161,6 +165,10 @@ pub(crate) struct SpecRow {
     pub load_after: Option<f64>,
     /// A busy machine, synthetic weights; `null` when clean.
     pub warning: Option<String>,
+    /// Against plain decoding on llama.cpp's default kernels (a sweep on batch-invariant
+    /// kernels only): this row's speed-up and what the kernel set costs prefill.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub default_kernels: Option<super::kernel_baseline::DefaultKernels>,
     pub stamp: Stamp,
 }
 
@@ -443,13 +451,51 @@ pub(crate) fn run(plan: &SpecPlan, run_id: &str) -> Result<SpecOutcome, SpecBenc
             );
         }
     }
+    let kernels = kernel_runs(plan)?;
     let load_after = crate::hw::load_average_1m();
-    let rows = rows(plan, &lanes, run_id, load_before, load_after);
+    let mut rows = rows(plan, &lanes, run_id, load_before, load_after);
+    for row in &mut rows {
+        row.default_kernels = kernels.for_row(&row.samples_tok_per_s);
+    }
     for mut lane in lanes {
         lane.unload();
     }
     let verdict = sweep_verdict(&rows);
     Ok(SpecOutcome { rows, verdict })
+}
+
+/// Plain decoding on both kernel sets in child processes, `plan.rounds` times in alternating
+/// order (after the sweep's own rounds, with every engine of this process idle), when the
+/// plan asks for it.
+fn kernel_runs(plan: &SpecPlan) -> Result<super::kernel_baseline::KernelRuns, SpecBenchError> {
+    use super::kernel_baseline::{child_run, prompt_file, KernelRuns};
+    let mut runs = KernelRuns::default();
+    if !plan.kernel_baseline {
+        return Ok(runs);
+    }
+    let prompt = prompt_file(plan).map_err(|e| SpecBenchError::Engine {
+        lane: "plain decoding on the default kernels".into(),
+        source: EngineError::Decode(format!("cannot write the prompt for the child run: {e}")),
+    })?;
+    for round in 0..plan.rounds {
+        for invariant in [round % 2 == 1, round % 2 == 0] {
+            let run = child_run(plan, prompt.path(), invariant)?;
+            eprintln!(
+                "round {}/{} plain on the {} kernels (child): prefill {:.1} tok/s, decode {:.1} tok/s",
+                round + 1,
+                plan.rounds,
+                crate::llama::invariant::kernel_set_name(invariant),
+                run.prefill_tok_per_s,
+                run.decode_tok_per_s
+            );
+            if invariant {
+                runs.invariant.push(run);
+            } else {
+                runs.default.push(run);
+            }
+        }
+    }
+    Ok(runs)
 }
 
 fn mean_sd_min_max(values: &[f64]) -> (f64, f64, f64, f64) {
@@ -582,22 +628,71 @@ fn rows(
                 load_before,
                 load_after,
                 warning: warning.clone(),
+                default_kernels: None,
                 stamp: Stamp::new(&lane.info, &greedy()),
             }
         })
         .collect()
 }
 
-/// The sentence under the table: the verdict of the k with the best measured speed-up.
-pub(crate) fn sweep_verdict(rows: &[SpecRow]) -> String {
-    let best = rows
-        .iter()
-        .filter(|r| r.draft_max > 0)
-        .max_by(|a, b| a.speedup_mean.total_cmp(&b.speedup_mean));
-    match best.and_then(|r| Some((r.draft_max, r.verdict.clone()?))) {
-        Some((k, v)) => format!("Verdict (best k = {k}): speculation {v}."),
-        None => "Verdict: no speculative row was measured.".to_string(),
+/// Under the verdict of a sweep on batch-invariant kernels: each k against plain decoding on
+/// llama.cpp's default kernels (what the user had before turning speculation on), and what
+/// the kernel set costs prefill; empty when that baseline was not measured.
+pub(crate) fn default_kernels_lines(rows: &[SpecRow]) -> String {
+    let Some(first) = rows.iter().find_map(|r| r.default_kernels.as_ref()) else {
+        return String::new();
+    };
+    let decode = super::kernel_baseline::median(&first.decode_tok_per_s).unwrap_or(f64::NAN);
+    let mut out = format!(
+        "Against plain decoding on llama.cpp's default kernels ({decode:.1} tok/s, median of {} child runs):",
+        first.decode_tok_per_s.len()
+    );
+    for r in rows {
+        if let Some(d) = &r.default_kernels {
+            out.push_str(&format!(
+                " k={} {:.2}× ({:.2}–{:.2});",
+                r.draft_max, d.speedup_median, d.speedup_min, d.speedup_max
+            ));
+        }
     }
+    out.pop();
+    out.push_str(&format!(
+        ".\nPrefill on the batch-invariant kernels: {:.2}× of the default kernels' ({:.1} against {:.1} tok/s, medians; the whole prompt in a fresh context).\n",
+        first.prefill_ratio, first.prefill_invariant_tok_per_s, first.prefill_default_tok_per_s
+    ));
+    out
+}
+
+/// The sentence under the table: the verdict of the k with the best **median** per-round
+/// speed-up (one slow baseline round lifts a whole round's ratios, so means mislead), and a
+/// word when the runner-up's per-round range overlaps the best's: those k are not told apart.
+pub(crate) fn sweep_verdict(rows: &[SpecRow]) -> String {
+    let median = |r: &SpecRow| super::kernel_baseline::median(&r.speedup_per_round).unwrap_or(0.0);
+    let mut speculating: Vec<&SpecRow> = rows.iter().filter(|r| r.draft_max > 0).collect();
+    speculating.sort_by(|a, b| median(b).total_cmp(&median(a)));
+    let Some(best) = speculating.first() else {
+        return "Verdict: no speculative row was measured.".to_string();
+    };
+    let Some(v) = best.verdict.clone() else {
+        return "Verdict: no speculative row was measured.".to_string();
+    };
+    let mut out = format!(
+        "Verdict (best k = {}): speculation {v} (the largest median speed-up, {:.2}×).",
+        best.draft_max,
+        median(best)
+    );
+    let close: Vec<String> = speculating[1..]
+        .iter()
+        .filter(|r| r.speedup_max >= best.speedup_min)
+        .map(|r| format!("k = {} ({:.2}×)", r.draft_max, median(r)))
+        .collect();
+    if !close.is_empty() {
+        out.push_str(&format!(
+            " Not distinguishable from it over these rounds (their ranges overlap): {}.",
+            close.join(", ")
+        ));
+    }
+    out
 }
 
 /// The rows as the charts draw them (`--plot`'s FILE-spec and the Markdown output's chart).
@@ -711,6 +806,7 @@ pub(crate) fn render(
             }
             out.push_str(&outcome.verdict);
             out.push('\n');
+            out.push_str(&default_kernels_lines(rows));
             if let Some(w) = rows.iter().find_map(|r| r.warning.as_ref()) {
                 out.push_str(&format!("warning: {w}\n"));
             }

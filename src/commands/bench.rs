@@ -753,6 +753,7 @@ pub(crate) fn spec_plan(args: &BenchArgs, settings: &Settings) -> Result<SpecPla
     engine.spec.batch_invariant = Some(batch_invariant.unwrap_or(true));
     engine.threads = threads;
     engine.n_ctx = engine.n_ctx.max(n_gen.saturating_add(2048));
+    let kernel_baseline = engine.spec.batch_invariant_kernels();
     Ok(SpecPlan {
         model,
         mode,
@@ -768,6 +769,7 @@ pub(crate) fn spec_plan(args: &BenchArgs, settings: &Settings) -> Result<SpecPla
         output,
         plot,
         vs: args.vs.clone(),
+        kernel_baseline,
     })
 }
 
