@@ -312,7 +312,7 @@ pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure>
     // them) so that the engine wakes nobody between two decodes; --token-lines promises each
     // token the moment it arrives and is woken by each.
     let pace = |in_flight: bool| {
-        (in_flight && !args.token_lines).then_some(crate::tui::STREAM_FRAME_INTERVAL)
+        (in_flight && !args.token_lines).then_some(crate::engine::STREAM_FRAME_INTERVAL)
     };
     while let Some(event) = crate::engine::recv_paced(&mut events, pace(request.is_some())) {
         match event {
