@@ -203,11 +203,11 @@ mod tests {
 
     #[test]
     fn flags_override_and_are_validated() {
-        let cli = crate::cli::Cli::try_parse_from([
+        let cli = crate::commands::Cli::try_parse_from([
             "tokscope", "run", "-m", "x.gguf", "-p", "hi", "--temp", "0", "-t", "1", "-c", "256",
         ])
         .unwrap();
-        let Some(crate::cli::Command::Run(args)) = cli.command else {
+        let Some(crate::commands::Command::Run(args)) = cli.command else {
             panic!("not run")
         };
         let mut s = Settings::default();
@@ -217,9 +217,10 @@ mod tests {
         assert_eq!(s.engine.n_ctx, 256);
         assert_eq!(s.sampling.temperature, 0.0);
 
-        let cli = crate::cli::Cli::try_parse_from(["tokscope", "run", "-p", "hi", "--temp", "-1"])
-            .unwrap();
-        let Some(crate::cli::Command::Run(args)) = cli.command else {
+        let cli =
+            crate::commands::Cli::try_parse_from(["tokscope", "run", "-p", "hi", "--temp", "-1"])
+                .unwrap();
+        let Some(crate::commands::Command::Run(args)) = cli.command else {
             panic!("not run")
         };
         let e = args.sampling.apply(&mut s).unwrap_err().to_string();
