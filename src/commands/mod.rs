@@ -12,7 +12,6 @@ pub(crate) mod flags;
 pub(crate) mod history;
 pub(crate) mod load;
 pub(crate) mod model;
-pub(crate) mod remote;
 pub(crate) mod results;
 pub(crate) mod run;
 pub(crate) mod synth;
@@ -22,6 +21,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 use crate::config::Settings;
+use crate::remote::RemoteError;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -129,6 +129,24 @@ impl From<std::io::Error> for Failure {
     fn from(e: std::io::Error) -> Self {
         Self::new(FAILURE, e.to_string())
     }
+}
+
+impl From<RemoteError> for Failure {
+    fn from(e: RemoteError) -> Self {
+        let code = match e {
+            RemoteError::BadUrl { .. } | RemoteError::BadKey(_) => USAGE,
+            _ => FAILURE,
+        };
+        Failure::new(code, e.to_string())
+    }
+}
+
+/// A current-thread tokio runtime for the remote commands.
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::new(FAILURE, format!("cannot start the async runtime: {e}")))
 }
 
 /// Runs the subcommand the command line names (the chat when it names none).
