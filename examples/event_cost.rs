@@ -39,7 +39,7 @@ fn main() {
         (
             "paced reader (50 ms)",
             gap_us,
-            Some(tokscope::tui::STREAM_FRAME_INTERVAL),
+            Some(tokscope::engine::STREAM_FRAME_INTERVAL),
         ),
         ("awake reader (burst)", 0, None),
     ];

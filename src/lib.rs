@@ -5,7 +5,6 @@
 
 pub mod app;
 pub mod bench;
-pub mod cli;
 pub mod commands;
 pub mod compare;
 pub mod config;

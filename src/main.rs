@@ -3,8 +3,8 @@
 
 use clap::Parser;
 
-use tokscope::cli::Cli;
 use tokscope::commands;
+use tokscope::commands::Cli;
 
 fn main() {
     // ggml's abort path otherwise attaches gdb to this process and prints a backtrace over the

@@ -79,7 +79,7 @@ fn a_burst_of_1000_token_events_causes_one_draw() {
         "streamed tokens alone are drawn at most at 20 Hz"
     );
     let interval = driver.frames.stream_interval;
-    assert!(interval >= tokscope::tui::STREAM_FRAME_INTERVAL);
+    assert!(interval >= tokscope::engine::STREAM_FRAME_INTERVAL);
     assert!(driver.draw_if_due(t1 + interval).unwrap());
     assert_eq!(
         driver.draws, 3,

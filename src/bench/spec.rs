@@ -305,7 +305,7 @@ pub(crate) fn greedy() -> SamplingParams {
 /// Wait for the engine's answer to `id` (or its readiness when `id` is `None`), looking once per
 /// stream frame while an answer is in flight, so that its token events wake nobody (as `run`).
 fn wait(events: &mut EventReceiver, id: Option<u64>) -> Result<Waited, EngineError> {
-    let pace = id.map(|_| crate::tui::STREAM_FRAME_INTERVAL);
+    let pace = id.map(|_| crate::engine::STREAM_FRAME_INTERVAL);
     while let Some(event) = crate::engine::recv_paced(events, pace) {
         match event {
             EngineEvent::Ready(info) if id.is_none() => return Ok(Waited::Ready(info)),

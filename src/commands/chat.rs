@@ -27,7 +27,7 @@ pub struct ChatArgs {
     #[arg(long)]
     pub ignore_eos: bool,
     #[command(flatten)]
-    pub remote: super::remote::RemoteArgs,
+    pub remote: super::flags::RemoteArgs,
 }
 
 /// `tokscope chat`: the TUI on the configured (or demo) model.

@@ -6,6 +6,7 @@ use clap::{Args, Subcommand};
 
 use crate::commands::{Failure, FAILURE, USAGE};
 use crate::doctor;
+use crate::llama::gpu::GpuStatus;
 
 /// `tokscope doctor`.
 #[derive(Debug, Args)]
@@ -48,7 +49,19 @@ pub struct TokenizerCheckArgs {
 pub(crate) fn run(args: &DoctorArgs) -> Result<(), Failure> {
     match &args.check {
         DoctorCheck::Tokenizer(args) => tokenizer(args),
-        DoctorCheck::Gpu => doctor::gpu::run(),
+        DoctorCheck::Gpu => gpu(),
+    }
+}
+
+/// `tokscope doctor gpu`; exits 1 when a CUDA build finds no usable GPU.
+fn gpu() -> Result<(), Failure> {
+    let (report, status) = doctor::gpu::report();
+    print!("{report}");
+    match status {
+        GpuStatus::NoDriver | GpuStatus::NoDevice { .. } => {
+            Err(Failure::new(FAILURE, status.note().unwrap_or_default()))
+        }
+        _ => Ok(()),
     }
 }
 

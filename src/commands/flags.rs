@@ -1,11 +1,16 @@
 //! Flag groups shared by several subcommands: the model and context flags and the sampling
-//! flags of `chat` and `run`, applied on top of the configuration's lower layers.
+//! flags of `chat` and `run`, applied on top of the configuration's lower layers; the runtime
+//! sweep and roofline flags of `bench` and `compare`; and the remote flags of `chat --url`,
+//! `run --url` and `load`, with how they become an [`Endpoint`].
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{ArgAction, Args};
 
+use crate::commands::{Failure, USAGE};
 use crate::config::{ConfigError, Settings, Source};
+use crate::remote::{ApiKey, Endpoint};
 
 /// Settings shared by every command that loads a model.
 #[derive(Debug, Args, Default, Clone)]
@@ -124,6 +129,41 @@ pub struct RooflineFlags {
     pub no_probe: bool,
 }
 
+/// Where the remote server is and how to authenticate.
+#[derive(Debug, Args, Clone)]
+pub struct RemoteArgs {
+    /// An OpenAI-compatible API base, e.g. http://127.0.0.1:8080/v1 (llama-server, vLLM,
+    /// SGLang, TGI, ollama). With it, `-m/--model` is the server's model name (default: the
+    /// first of GET /v1/models).
+    #[arg(long, value_name = "URL")]
+    pub url: Option<String>,
+    /// The name of the environment variable that holds the API key.
+    #[arg(long, value_name = "VAR", conflicts_with = "api_key_file")]
+    pub api_key_env: Option<String>,
+    /// A file that holds the API key.
+    #[arg(long, value_name = "PATH")]
+    pub api_key_file: Option<PathBuf>,
+    /// Seconds to wait for the response headers and between two reads of the stream.
+    #[arg(long, value_name = "S", default_value_t = DEFAULT_TIMEOUT_S)]
+    pub timeout: f64,
+}
+
+/// The `--timeout` default, in seconds.
+const DEFAULT_TIMEOUT_S: f64 = 60.0;
+
+// By hand, so that a default `RemoteArgs` equals an empty command line's (the bare command
+// tells whether chat flags were given by comparing with the default).
+impl Default for RemoteArgs {
+    fn default() -> Self {
+        Self {
+            url: None,
+            api_key_env: None,
+            api_key_file: None,
+            timeout: DEFAULT_TIMEOUT_S,
+        }
+    }
+}
+
 impl ModelArgs {
     /// Apply these flags on top of the lower layers.
     pub(crate) fn apply(&self, s: &mut Settings) -> Result<(), ConfigError> {
@@ -196,6 +236,48 @@ impl SamplingArgs {
     }
 }
 
+impl RemoteArgs {
+    pub(crate) fn endpoint(&self, url: &str) -> Result<Endpoint, Failure> {
+        let key = match (&self.api_key_env, &self.api_key_file) {
+            (Some(var), _) => {
+                let raw = std::env::var(var).map_err(|_| {
+                    Failure::new(
+                        USAGE,
+                        format!("--api-key-env {var}: the environment variable is not set"),
+                    )
+                })?;
+                Some(ApiKey::new(&raw).map_err(|e| Failure::new(USAGE, e.to_string()))?)
+            }
+            (None, Some(path)) => {
+                let raw = std::fs::read_to_string(path).map_err(|e| {
+                    Failure::new(
+                        USAGE,
+                        format!("--api-key-file {}: cannot read it: {e}", path.display()),
+                    )
+                })?;
+                Some(ApiKey::new(&raw).map_err(|e| Failure::new(USAGE, e.to_string()))?)
+            }
+            (None, None) => None,
+        };
+        let timeout = self.endpoint_timeout()?;
+        Endpoint::new(url, key, timeout).map_err(|e| Failure::new(USAGE, e.to_string()))
+    }
+
+    /// `--timeout` as a duration, checked.
+    pub(crate) fn endpoint_timeout(&self) -> Result<Duration, Failure> {
+        if !(self.timeout.is_finite() && self.timeout > 0.0 && self.timeout <= 86_400.0) {
+            return Err(Failure::new(
+                USAGE,
+                format!(
+                    "--timeout {}: expected seconds between 0 and 86400",
+                    self.timeout
+                ),
+            ));
+        }
+        Ok(Duration::from_millis((self.timeout * 1000.0).round() as u64))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,11 +285,11 @@ mod tests {
 
     #[test]
     fn flags_override_and_are_validated() {
-        let cli = crate::cli::Cli::try_parse_from([
+        let cli = crate::commands::Cli::try_parse_from([
             "tokscope", "run", "-m", "x.gguf", "-p", "hi", "--temp", "0", "-t", "1", "-c", "256",
         ])
         .unwrap();
-        let Some(crate::cli::Command::Run(args)) = cli.command else {
+        let Some(crate::commands::Command::Run(args)) = cli.command else {
             panic!("not run")
         };
         let mut s = Settings::default();
@@ -217,9 +299,10 @@ mod tests {
         assert_eq!(s.engine.n_ctx, 256);
         assert_eq!(s.sampling.temperature, 0.0);
 
-        let cli = crate::cli::Cli::try_parse_from(["tokscope", "run", "-p", "hi", "--temp", "-1"])
-            .unwrap();
-        let Some(crate::cli::Command::Run(args)) = cli.command else {
+        let cli =
+            crate::commands::Cli::try_parse_from(["tokscope", "run", "-p", "hi", "--temp", "-1"])
+                .unwrap();
+        let Some(crate::commands::Command::Run(args)) = cli.command else {
             panic!("not run")
         };
         let e = args.sampling.apply(&mut s).unwrap_err().to_string();

@@ -11,7 +11,8 @@ use std::time::Duration;
 use clap::Args;
 use serde::Serialize;
 
-use crate::commands::remote::{runtime, RemoteArgs};
+use crate::commands::flags::RemoteArgs;
+use crate::commands::runtime;
 use crate::commands::{Failure, FAILURE, USAGE};
 use crate::load::report::{self, LoadSummary, Slo};
 use crate::load::{run_level, Arrivals, LoadPlan, Progress, PromptSet};

@@ -2,9 +2,11 @@
 //! once per 50 ms stream frame, as the chat takes it, so that the engine never wakes this
 //! thread; `--token-lines` writes each token the moment it arrives) and a human summary of the
 //! metrics goes to stderr; with `--json`, stdout gets one JSON object with the text, every
-//! metric and the reproducibility stamp. It drives the same engine as the chat.
+//! metric and the reproducibility stamp. It drives the same engine as the chat. With `--url`,
+//! the answer comes from an OpenAI-compatible server instead, streamed and measured.
 
 use std::io::{IsTerminal, Write};
+use std::time::Duration;
 
 use serde::Serialize;
 
@@ -17,7 +19,9 @@ use crate::engine::{
     EngineEvent, EngineHandle, LlamaCounters, ModelInfo, StopReason, TurnReport, TurnRequest,
 };
 use crate::metrics::host::HostSummary;
-use crate::metrics::{fmt_opt, TurnSummary};
+use crate::metrics::remote::RemoteSummary;
+use crate::metrics::{fmt_opt, ms, TurnSummary};
+use crate::remote::{ChatRequest, RemoteClient, RemoteError, StreamEnd};
 use crate::stamp::Stamp;
 
 #[derive(Debug, Args)]
@@ -41,7 +45,7 @@ pub struct RunArgs {
     )]
     pub prompt_file: Option<std::path::PathBuf>,
     #[command(flatten)]
-    pub remote: crate::commands::remote::RemoteArgs,
+    pub remote: super::flags::RemoteArgs,
     /// Print one JSON object (text, every metric, reproducibility stamp) instead of text.
     #[arg(long)]
     pub json: bool,
@@ -262,7 +266,7 @@ impl RunReport {
 pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure> {
     if let Some(url) = &args.remote.url {
         args.sampling.apply(&mut settings)?;
-        return crate::commands::remote::run_remote(args, url, &settings);
+        return run_remote(args, url, &settings);
     }
     args.model.apply(&mut settings)?;
     args.sampling.apply(&mut settings)?;
@@ -312,7 +316,7 @@ pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure>
     // them) so that the engine wakes nobody between two decodes; --token-lines promises each
     // token the moment it arrives and is woken by each.
     let pace = |in_flight: bool| {
-        (in_flight && !args.token_lines).then_some(crate::tui::STREAM_FRAME_INTERVAL)
+        (in_flight && !args.token_lines).then_some(crate::engine::STREAM_FRAME_INTERVAL)
     };
     while let Some(event) = crate::engine::recv_paced(&mut events, pace(request.is_some())) {
         match event {
@@ -656,4 +660,149 @@ pub(crate) fn spec_line(sp: &crate::metrics::spec::SpecSummary) -> String {
         .verdict
         .as_ref()
         .map_or_else(String::new, |v| format!("         {v}\n"))
+}
+
+/// Everything `run --url --json` prints. The key is never part of it.
+#[derive(Debug, Serialize)]
+pub(crate) struct RemoteRunReport {
+    pub text: String,
+    /// "done", "cancelled", or the error that ended the stream early.
+    pub end: String,
+    pub finish_reason: Option<String>,
+    pub metrics: RemoteSummary,
+    /// What the token counts are based on, in words.
+    pub token_count_source: &'static str,
+    /// Offset of each content chunk from the request, in ms.
+    pub chunk_ms: Vec<f64>,
+    pub server: ServerStamp,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct ServerStamp {
+    /// Scheme, host and port only.
+    pub host: String,
+    pub model: String,
+    /// The client machine's CPU, where it can be read.
+    pub client_cpu: Option<String>,
+}
+
+/// `tokscope run --url URL`.
+pub(crate) fn run_remote(args: &RunArgs, url: &str, settings: &Settings) -> Result<(), Failure> {
+    let endpoint = args.remote.endpoint(url)?;
+    let prompt = read_prompt(args)?;
+    let messages = crate::commands::model::single_turn(settings, &prompt);
+    let rt = crate::commands::runtime()?;
+    let client = RemoteClient::new(endpoint)?;
+    let json = args.json;
+    let model_flag = args
+        .model
+        .model
+        .as_ref()
+        .map(|p| p.to_string_lossy().into_owned());
+    let turn = rt.block_on(async {
+        let rtt = client.probe_rtt().await?;
+        let model = match model_flag {
+            Some(m) => m,
+            None => client.default_model().await?,
+        };
+        let request = ChatRequest {
+            model: model.clone(),
+            messages,
+            max_tokens: Some(settings.max_tokens),
+            temperature: Some(settings.sampling.temperature),
+            top_p: Some(settings.sampling.top_p),
+            seed: Some(settings.sampling.seed),
+            ignore_eos: args.ignore_eos,
+        };
+        let mut stdout = std::io::stdout();
+        // --token-lines: one line per streamed chunk (the server's unit; a chunk may hold
+        // several tokens), indexed in arrival order.
+        let mut chunk = 0usize;
+        let mut on_text = |text: &str, _at: Duration| {
+            if args.token_lines {
+                let line = serde_json::json!({ "index": chunk, "text": text });
+                chunk += 1;
+                let _ = writeln!(stdout, "{line}");
+                let _ = stdout.flush();
+            } else if !json {
+                let _ = stdout.write_all(text.as_bytes());
+                let _ = stdout.flush();
+            }
+        };
+        let turn = client
+            .stream_chat(&request, Some(rtt), &|| false, &mut on_text)
+            .await?;
+        Ok::<_, RemoteError>((turn, model))
+    });
+    let (turn, model) = turn?;
+    let summary = turn.timeline.summary();
+    let report = RemoteRunReport {
+        text: turn.text.clone(),
+        end: match &turn.end {
+            Ok(StreamEnd::Done) => "done".into(),
+            Ok(StreamEnd::Cancelled) => "cancelled".into(),
+            Err(e) => e.to_string(),
+        },
+        finish_reason: turn.finish_reason.clone(),
+        token_count_source: summary.token_count_source.label(),
+        chunk_ms: turn.timeline.chunks.iter().map(|c| ms(c.at)).collect(),
+        metrics: summary,
+        server: ServerStamp {
+            host: client.endpoint().host_label(),
+            model: turn.model.clone().unwrap_or(model),
+            client_cpu: crate::hw::cpu_name(),
+        },
+    };
+    let mut stdout = std::io::stdout().lock();
+    if json {
+        let text = serde_json::to_string_pretty(&report)
+            .map_err(|e| Failure::new(FAILURE, e.to_string()))?;
+        writeln!(stdout, "{text}")?;
+    } else {
+        if !args.token_lines {
+            writeln!(stdout)?;
+        }
+        eprint!("{}", remote_human_summary(&report));
+    }
+    stdout.flush()?;
+    match turn.end {
+        Ok(_) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The stderr summary of `run --url`.
+pub(crate) fn remote_human_summary(r: &RemoteRunReport) -> String {
+    let m = &r.metrics;
+    let opt_u = |v: Option<u64>| v.map_or("—".to_string(), |v| v.to_string());
+    let mut out = format!("── {} · model {}\n", r.server.host, r.server.model);
+    out.push_str(&format!(
+        "prompt   {} tokens ({} from the server's cache)\n",
+        opt_u(m.prompt_tokens),
+        opt_u(m.server_cached_tokens)
+    ));
+    out.push_str(&format!(
+        "TTFT     {} ms (network RTT {} ms, server prompt {} ms, queue+transport {} ms)\n",
+        fmt_opt(m.ttft_ms, 1),
+        fmt_opt(m.network_rtt_ms, 2),
+        fmt_opt(m.server_prompt_ms, 1),
+        fmt_opt(m.queue_transport_ms, 1),
+    ));
+    out.push_str(&format!(
+        "decode   {} tokens in {} chunks · {} tok/s · TPOT {} ms (server {} ms)\n",
+        m.tokens_generated,
+        m.chunks,
+        fmt_opt(m.decode_tok_per_s, 1),
+        fmt_opt(m.tpot_ms, 2),
+        fmt_opt(m.server_tpot_ms, 2),
+    ));
+    out.push_str(&format!("tokens   {}\n", r.token_count_source));
+    if let Some(itl) = &m.itl {
+        out.push_str(&format!(
+            "ITL      mean {:.2} · p50 {:.2} · p90 {:.2} · p99 {:.2} · max {:.2} ms\n",
+            itl.mean_ms, itl.p50_ms, itl.p90_ms, itl.p99_ms, itl.max_ms
+        ));
+    }
+    out.push_str(&format!("E2E      {:.1} ms · end: {}\n", m.e2e_ms, r.end));
+    out
 }

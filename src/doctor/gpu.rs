@@ -1,16 +1,16 @@
-//! `tokscope doctor gpu`: what this build can use and what the machine has: the compiled
-//! backends, ggml's devices, the NVIDIA driver and its CUDA version (NVML), each GPU's compute
-//! capability, the CUDA libraries this process really loaded and from where (and which folder
-//! the CUDA folder's launcher chose), and, when no GPU is used, why.
+//! The report of `tokscope doctor gpu`: what this build can use and what the machine has: the
+//! compiled backends, ggml's devices, the NVIDIA driver and its CUDA version (NVML), each GPU's
+//! compute capability, the CUDA libraries this process really loaded and from where (and which
+//! folder the CUDA folder's launcher chose), and, when no GPU is used, why. Printing it and the
+//! exit code are the command's (`commands/doctor.rs`).
 
 use std::fmt::Write as _;
 
-use crate::commands::{self, Failure};
 use crate::hw::gpu::GpuTelemetry;
 use crate::llama::gpu::{self as lgpu, GpuStatus};
 
-/// Runs the check; exits 1 when a CUDA build finds no usable GPU.
-pub(crate) fn run() -> Result<(), Failure> {
+/// The report's text and the GPU status its verdict line states.
+pub(crate) fn report() -> (String, GpuStatus) {
     let backends = lgpu::compiled_backends();
     let devices = llama_cpp_2::list_llama_ggml_backend_devices();
     let telemetry = GpuTelemetry::open();
@@ -120,12 +120,5 @@ pub(crate) fn run() -> Result<(), Failure> {
         ),
     };
     let _ = writeln!(out, "{verdict}");
-    print!("{out}");
-    match status {
-        GpuStatus::NoDriver | GpuStatus::NoDevice { .. } => Err(Failure::new(
-            commands::FAILURE,
-            status.note().unwrap_or_default(),
-        )),
-        _ => Ok(()),
-    }
+    (out, status)
 }

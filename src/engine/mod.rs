@@ -17,7 +17,7 @@ pub use crate::llama::settings::{EngineSettings, SamplingParams, TemplateChoice}
 pub use detok::{StopMatcher, Utf8Stream};
 pub use handle::{EngineHandle, RequestIds};
 pub use prompt::{common_prefix_len, completion_transcript, COMPLETION_STOPS};
-pub use protocol::recv_paced;
+pub use protocol::{recv_paced, STREAM_FRAME_INTERVAL};
 pub use protocol::{
     AbReport, ChatMessage, EngineCommand, EngineConfig, EngineEvent, EventReceiver, EventSender,
     GenerateRequest, LlamaCounters, RequestId, Role, StopReason, TgSample, TurnReport, TurnRequest,

@@ -326,6 +326,12 @@ impl EngineEvent {
 pub type EventSender = tokio::sync::mpsc::UnboundedSender<EngineEvent>;
 pub type EventReceiver = tokio::sync::mpsc::UnboundedReceiver<EngineEvent>;
 
+/// The pace at which events are taken while tokens stream: the shortest time between two
+/// frames that only show streamed tokens (20 Hz), and the `pace` of headless readers
+/// (`recv_paced`). The chat's interval grows with what a draw costs (see
+/// `tui::STREAM_DRAW_BUDGET`) up to `tui::SLOWEST_STREAM_FRAME_INTERVAL`.
+pub const STREAM_FRAME_INTERVAL: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// The next event for a headless reader (`run`, `bench --spec`), which blocks its thread.
 ///
 /// Waking a parked thread is paid by the thread that wakes it: a token event sent to a
@@ -333,7 +339,7 @@ pub type EventReceiver = tokio::sync::mpsc::UnboundedReceiver<EngineEvent>;
 /// decodes on these VMs (`examples/event_cost.rs`, BENCHMARKS.md "Host time"), against 0.04 µs
 /// into a receiver that is not waiting. With `pace` set, a reader that finds nothing queued
 /// sleeps for `pace` and looks again, as the chat takes its events once per stream frame
-/// (`tui::frames::STREAM_FRAME_INTERVAL`): it never waits inside the channel, so the engine's
+/// (`STREAM_FRAME_INTERVAL`): it never waits inside the channel, so the engine's
 /// sends wake nothing. Timestamps are taken on the engine thread, so no figure moves; what
 /// moves is when the reader sees an event, at most `pace` later. `None` blocks (and is woken
 /// by each event), for readers that promise each token the moment it arrives.

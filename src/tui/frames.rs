@@ -5,11 +5,8 @@ use std::time::{Duration, Instant};
 /// Shortest time between two frames after the user did something (60 Hz).
 pub const FRAME_INTERVAL: Duration = Duration::from_millis(16);
 
-/// Shortest time between two frames that only show streamed tokens (20 Hz). The interval
-/// grows with what a draw costs (see `STREAM_DRAW_BUDGET`) up to `SLOWEST_STREAM_FRAME_INTERVAL`.
-pub const STREAM_FRAME_INTERVAL: Duration = Duration::from_millis(50);
-
-/// Longest time between two frames of streamed tokens (10 Hz).
+/// Longest time between two frames of streamed tokens (10 Hz); the shortest is the engine's
+/// event pace, `engine::STREAM_FRAME_INTERVAL`.
 pub const SLOWEST_STREAM_FRAME_INTERVAL: Duration = Duration::from_millis(100);
 
 /// The share of one core that drawing streamed tokens may take. On a machine whose cores
@@ -113,6 +110,7 @@ impl FrameScheduler {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::STREAM_FRAME_INTERVAL;
 
     fn scheduler() -> FrameScheduler {
         FrameScheduler::adaptive(

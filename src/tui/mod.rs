@@ -17,12 +17,11 @@ use ratatui::backend::Backend;
 use ratatui::Terminal;
 
 use crate::app::{animates, update, App, Effect, Msg, Now};
-use crate::engine::{EngineConfig, EngineHandle, EventReceiver};
+use crate::engine::{EngineConfig, EngineHandle, EventReceiver, STREAM_FRAME_INTERVAL};
 
 pub use effects::{latest_comparison, Backends, Effects};
 pub use frames::{
     FrameScheduler, FRAME_INTERVAL, SLOWEST_STREAM_FRAME_INTERVAL, STREAM_DRAW_BUDGET,
-    STREAM_FRAME_INTERVAL,
 };
 pub use terminal::{clipboard_blocked, enter, restore, RestoreGuard};
 use terminal::{terminal_msg, TerminalInput};
