@@ -62,13 +62,7 @@ impl RemoteArgs {
                 Some(ApiKey::new(&raw).map_err(|e| Failure::new(USAGE, e.to_string()))?)
             }
             (None, Some(path)) => {
-                let raw = std::fs::read_to_string(path).map_err(|e| {
-                    Failure::new(
-                        USAGE,
-                        format!("--api-key-file {}: cannot read it: {e}", path.display()),
-                    )
-                })?;
-                Some(ApiKey::new(&raw).map_err(|e| Failure::new(USAGE, e.to_string()))?)
+                Some(ApiKey::from_file(path).map_err(|e| Failure::new(USAGE, e.to_string()))?)
             }
             (None, None) => None,
         };
@@ -121,6 +115,8 @@ pub(crate) struct RemoteRunReport {
     pub token_count_source: &'static str,
     /// Offset of each content chunk from the request, in ms.
     pub chunk_ms: Vec<f64>,
+    /// What the server reported that could not be true and was ignored.
+    pub notes: Vec<String>,
     pub server: ServerStamp,
 }
 
@@ -197,6 +193,7 @@ pub(crate) fn run_remote(
         finish_reason: turn.finish_reason.clone(),
         token_count_source: summary.token_count_source.label(),
         chunk_ms: turn.timeline.chunks.iter().map(|c| ms(c.at)).collect(),
+        notes: turn.notes.clone(),
         metrics: summary,
         server: ServerStamp {
             host: client.endpoint().host_label(),
@@ -255,5 +252,8 @@ pub(crate) fn human_summary(r: &RemoteRunReport) -> String {
         ));
     }
     out.push_str(&format!("E2E      {:.1} ms · end: {}\n", m.e2e_ms, r.end));
+    for note in &r.notes {
+        out.push_str(&format!("note     {note}\n"));
+    }
     out
 }
