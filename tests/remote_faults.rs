@@ -609,15 +609,54 @@ fn url(f: &Fake) -> String {
 
 /// Runs `tokscope ARGS` with a deadline; returns (exit code, stdout, stderr, how long it took).
 fn timed(args: &[&str], limit: Duration) -> (i32, String, String, Duration) {
+    let (code, stdout, stderr, took, _) = timed_rss(args, limit);
+    (code, stdout, stderr, took)
+}
+
+/// As `timed`, with the peak resident set in MiB where `/usr/bin/time` can measure it.
+fn timed_rss(args: &[&str], limit: Duration) -> (i32, String, String, Duration, Option<u64>) {
     let dir = tempfile::tempdir().unwrap();
+    let rss_file = dir.path().join("rss");
+    let time = std::path::Path::new("/usr/bin/time");
+    let mut cmd = if time.exists() {
+        let mut cmd = Command::new(time);
+        cmd.arg("-f")
+            .arg("%M")
+            .arg("-o")
+            .arg(&rss_file)
+            .arg(assert_cmd::cargo::cargo_bin("tokscope"));
+        cmd
+    } else {
+        Command::cargo_bin("tokscope").unwrap()
+    };
+    cmd.env("TOKSCOPE_DATA_DIR", dir.path().join("data"))
+        .env("TOKSCOPE_CONFIG_DIR", dir.path().join("config"))
+        .env("TOKSCOPE_CACHE_DIR", dir.path().join("cache"));
     let start = Instant::now();
-    let out = tokscope(&dir).args(args).timeout(limit).output().unwrap();
+    let out = cmd.args(args).timeout(limit).output().unwrap();
+    let rss_mib = std::fs::read_to_string(&rss_file)
+        .ok()
+        .and_then(|t| t.lines().last()?.trim().parse::<u64>().ok())
+        .map(|kib| kib / 1024);
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
         start.elapsed(),
+        rss_mib,
     )
+}
+
+/// The peak resident set a turn may reach whatever the server sends: the process itself plus
+/// one 16 MiB JSON reply or one 4 MiB event and the socket buffers.
+const RSS_BOUND_MIB: u64 = 128;
+
+fn assert_rss_bounded(rss_mib: Option<u64>, took: Duration) {
+    eprintln!("took {took:?}");
+    if let Some(rss) = rss_mib {
+        eprintln!("peak RSS {rss} MiB");
+        assert!(rss < RSS_BOUND_MIB, "peak RSS {rss} MiB");
+    }
 }
 
 fn assert_no_panic(stderr: &str) {
@@ -716,13 +755,14 @@ fn an_event_of_endless_data_lines_is_cut_at_the_event_limit() {
         },
         4,
     );
-    let (code, stdout, stderr, took) = timed(
+    let (code, stdout, stderr, took, rss) = timed_rss(
         &["run", "--url", &url(&f), "-p", "hi", "-n", "8"],
         Duration::from_secs(30),
     );
     assert_clean_failure(code, &stderr, "exceeded 4194304 bytes");
     assert!(stdout.contains("ok"), "{stdout}");
     assert!(took < Duration::from_secs(10), "{took:?}");
+    assert_rss_bounded(rss, took);
     std::thread::sleep(Duration::from_millis(300));
     let written = f.endless_written.load(Ordering::SeqCst);
     assert!(
@@ -742,13 +782,14 @@ fn an_endless_error_body_is_read_only_in_part() {
         },
         4,
     );
-    let (code, _, stderr, took) = timed(
+    let (code, _, stderr, took, rss) = timed_rss(
         &["run", "--url", &url(&f), "-p", "hi", "--timeout", "20"],
         Duration::from_secs(40),
     );
     assert_clean_failure(code, &stderr, "HTTP 503");
     assert!(stderr.contains("overloaded"), "{stderr}");
     assert!(took < Duration::from_secs(10), "{took:?}");
+    assert_rss_bounded(rss, took);
     std::thread::sleep(Duration::from_millis(300));
     let written = f.endless_written.load(Ordering::SeqCst);
     assert!(
@@ -771,13 +812,14 @@ fn an_endless_models_reply_is_refused() {
         },
         4,
     );
-    let (code, _, stderr, took) = timed(
+    let (code, _, stderr, took, rss) = timed_rss(
         &["run", "--url", &url(&f), "-p", "hi", "--timeout", "20"],
         Duration::from_secs(40),
     );
     assert_clean_failure(code, &stderr, "exceeded 16777216 bytes");
     assert!(stderr.contains("/v1/models"), "{stderr}");
     assert!(took < Duration::from_secs(10), "{took:?}");
+    assert_rss_bounded(rss, took);
     std::thread::sleep(Duration::from_millis(300));
     let written = f.endless_written.load(Ordering::SeqCst);
     assert!(
@@ -797,13 +839,14 @@ fn a_server_that_ignores_max_tokens_is_cut_at_the_client_limit() {
         },
         4,
     );
-    let (code, stdout, stderr, took) = timed(
+    let (code, stdout, stderr, took, rss) = timed_rss(
         &["run", "--url", &url(&f), "-p", "hi", "-n", "12"],
         Duration::from_secs(30),
     );
     assert_clean_failure(code, &stderr, "ignored max_tokens = 12");
     assert_eq!(stdout.matches("tok ").count(), 12, "{stdout}");
     assert!(took < Duration::from_secs(10), "{took:?}");
+    assert_rss_bounded(rss, took);
 }
 
 /// Item 4: `load --url` gives up on a `/tokenize` body that stalls after --timeout (and cuts
