@@ -2,14 +2,19 @@
 //! and the partial answer kept. A tiny fake HTTP server (a std TcpListener on 127.0.0.1, one
 //! thread, bounded to a few connections and a deadline) plays only the faults a real server
 //! cannot be made to produce on demand: a 500 before and in the middle of a stream, a
-//! malformed event, a stall, a huge event, a close without [DONE]. Connection refused and a
+//! malformed event, a stall, a huge event, a close without [DONE], and (issue 31) a hostile
+//! server: absurd usage numbers, endless events, error bodies and replies, a stream that
+//! ignores max_tokens, a stalled `/tokenize`, invalid UTF-8, pings, a redirect to another
+//! origin. Every reply that never ends is capped and every server stops by itself within 30 s
+//! (its connections within 20 s more). Connection refused and a
 //! plain server behind an https URL need no real server's help; 401 and 404 are also checked
 //! against the real llama-server in tests/remote_server.rs.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use assert_cmd::Command;
@@ -21,18 +26,71 @@ enum Chat {
     Sse(Vec<u8>),
     /// Answers with this status and body.
     Status(u16, &'static str),
-    /// Sends the SSE header and one chunk, then says nothing until the client gives up.
-    Stall,
+    /// Sends the SSE header and one chunk, then says nothing for this long.
+    Stall(Duration),
     /// Closes the kept-alive connection when the first chat request arrives on it, without a
     /// word (as a server does with an idle connection it is closing), then streams these bytes
     /// on every later connection.
     DropFirstPostThen(Vec<u8>),
+    /// A 200 SSE header, `head`, then `repeat` again and again until the client hangs up.
+    Endless { head: Vec<u8>, repeat: Vec<u8> },
+    /// A 200 SSE header, then each piece after its pause.
+    Paced(Vec<(Duration, Vec<u8>)>),
+    /// This status with a body that never ends: `head`, then `repeat` again and again.
+    EndlessStatus {
+        code: u16,
+        head: Vec<u8>,
+        repeat: Vec<u8>,
+    },
+    /// 307 to the same path on 127.0.0.1 at this other port (another origin).
+    RedirectTo(u16),
+}
+
+/// What the fake server does with `GET /v1/models` or `POST /tokenize`.
+#[derive(Clone)]
+enum Side {
+    /// `GET /v1/models`: one model; `POST /tokenize`: as a chat request (not JSON).
+    Usual,
+    /// A 200 JSON reply that never ends: `head`, then `repeat` again and again.
+    Endless { head: Vec<u8>, repeat: Vec<u8> },
+    /// A 200 header announcing 4096 bytes, 10 of them, then nothing for this long.
+    StallBody(Duration),
+    /// 404 (a server without `/tokenize`).
+    NotFound,
+}
+
+/// What the fake server does, route by route.
+#[derive(Clone)]
+struct Plan {
+    chat: Chat,
+    models: Side,
+    tokenize: Side,
+}
+
+impl From<Chat> for Plan {
+    fn from(chat: Chat) -> Self {
+        Plan {
+            chat,
+            models: Side::Usual,
+            tokenize: Side::Usual,
+        }
+    }
 }
 
 struct Fake {
     port: u16,
     requests: mpsc::Receiver<String>,
+    /// Bytes the endless replies got written before the client hung up.
+    endless_written: Arc<AtomicUsize>,
 }
+
+/// The most an endless reply writes: 256 MiB, far past every limit of the client, so a client
+/// that kept reading all of it is told apart from one that hung up near its limit.
+const ENDLESS_CAP_BYTES: usize = 256 << 20;
+
+/// A client that stopped reading near a limit of at most 16 MiB has had, with the socket
+/// buffers, far less than this written to it.
+const HUNG_UP_BY_BYTES: usize = 64 << 20;
 
 fn chunk(content: &str) -> String {
     format!(
@@ -42,7 +100,7 @@ fn chunk(content: &str) -> String {
 }
 
 fn usage_event(prompt: u64, completion: u64) -> String {
-    format!("data: {{\"choices\":[],\"usage\":{{\"prompt_tokens\":{prompt},\"completion_tokens\":{completion},\"total_tokens\":{}}}}}\n\n", prompt + completion)
+    format!("data: {{\"choices\":[],\"usage\":{{\"prompt_tokens\":{prompt},\"completion_tokens\":{completion},\"total_tokens\":{}}}}}\n\n", prompt.saturating_add(completion))
 }
 
 fn read_request(stream: &mut TcpStream) -> String {
@@ -63,17 +121,61 @@ fn read_request(stream: &mut TcpStream) -> String {
             break;
         }
     }
-    let mut body = vec![0; content_length];
+    let mut body = vec![0; content_length.min(1 << 20)];
     let _ = reader.read_exact(&mut body);
     head + &String::from_utf8_lossy(&body)
 }
 
-/// Serves up to `max_connections` connections for at most 30 s.
-fn fake(chat: Chat, max_connections: usize) -> Fake {
+/// Writes `head`, then `repeat` until the peer hangs up, `ENDLESS_CAP_BYTES` or 20 s.
+fn write_endless(stream: &mut TcpStream, head: &[u8], repeat: &[u8], written: &AtomicUsize) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    if stream.write_all(head).is_err() {
+        return;
+    }
+    let mut total = head.len();
+    let block = repeat.repeat((64 << 10) / repeat.len().max(1) + 1);
+    while total < ENDLESS_CAP_BYTES && Instant::now() < deadline {
+        if stream.write_all(&block).is_err() {
+            break;
+        }
+        total += block.len();
+    }
+    written.fetch_add(total, Ordering::SeqCst);
+}
+
+fn side(stream: &mut TcpStream, how: &Side, written: &AtomicUsize) {
+    match how {
+        Side::Usual => {}
+        Side::Endless { head, repeat } => {
+            let _ = stream.write_all(
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n",
+            );
+            write_endless(stream, head, repeat, written);
+        }
+        Side::NotFound => {
+            let _ = stream.write_all(
+                b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+            );
+        }
+        Side::StallBody(pause) => {
+            let _ = stream.write_all(
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 4096\r\n\r\n{\"tokens\":",
+            );
+            let _ = stream.flush();
+            std::thread::sleep(*pause);
+        }
+    }
+}
+
+/// Serves up to `max_connections` connections for at most 30 s, on 127.0.0.1 only.
+fn fake(plan: impl Into<Plan>, max_connections: usize) -> Fake {
+    let plan: Plan = plan.into();
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let (tx, rx) = mpsc::channel();
-    let dropped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let dropped = Arc::new(AtomicBool::new(false));
+    let endless_written = Arc::new(AtomicUsize::new(0));
+    let written = Arc::clone(&endless_written);
     std::thread::spawn(move || {
         let deadline = Instant::now() + Duration::from_secs(30);
         listener.set_nonblocking(true).unwrap();
@@ -88,9 +190,13 @@ fn fake(chat: Chat, max_connections: usize) -> Fake {
             stream
                 .set_read_timeout(Some(Duration::from_secs(5)))
                 .unwrap();
-            let chat = chat.clone();
+            stream
+                .set_write_timeout(Some(Duration::from_secs(5)))
+                .unwrap();
+            let plan = plan.clone();
             let tx = tx.clone();
             let dropped = dropped.clone();
+            let written = written.clone();
             std::thread::spawn(move || loop {
                 let request = read_request(&mut stream);
                 if request.is_empty() {
@@ -99,19 +205,26 @@ fn fake(chat: Chat, max_connections: usize) -> Fake {
                 let first = request.lines().next().unwrap_or("").to_string();
                 let _ = tx.send(request);
                 if first.starts_with("GET /v1/models") {
-                    let body = r#"{"object":"list","data":[{"id":"fake-model","object":"model"}]}"#;
-                    let _ = write!(
-                        stream,
-                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-                        body.len()
-                    );
-                    continue;
+                    if let Side::Usual = plan.models {
+                        let body =
+                            r#"{"object":"list","data":[{"id":"fake-model","object":"model"}]}"#;
+                        let _ = write!(
+                            stream,
+                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                        continue;
+                    }
+                    side(&mut stream, &plan.models, &written);
+                    return;
+                }
+                if first.starts_with("POST /tokenize") && !matches!(plan.tokenize, Side::Usual) {
+                    side(&mut stream, &plan.tokenize, &written);
+                    return;
                 }
                 let sse_head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
-                match chat {
-                    Chat::DropFirstPostThen(_)
-                        if !dropped.swap(true, std::sync::atomic::Ordering::SeqCst) =>
-                    {
+                match plan.chat {
+                    Chat::DropFirstPostThen(_) if !dropped.swap(true, Ordering::SeqCst) => {
                         let _ = stream.shutdown(std::net::Shutdown::Both);
                     }
                     Chat::Sse(bytes) | Chat::DropFirstPostThen(bytes) => {
@@ -125,18 +238,48 @@ fn fake(chat: Chat, max_connections: usize) -> Fake {
                             body.len()
                         );
                     }
-                    Chat::Stall => {
+                    Chat::Stall(pause) => {
                         let _ = stream.write_all(sse_head.as_bytes());
                         let _ = stream.write_all(chunk("Hel").as_bytes());
                         let _ = stream.flush();
-                        std::thread::sleep(Duration::from_secs(8));
+                        std::thread::sleep(pause);
+                    }
+                    Chat::Endless { head, repeat } => {
+                        let _ = stream.write_all(sse_head.as_bytes());
+                        write_endless(&mut stream, &head, &repeat, &written);
+                    }
+                    Chat::Paced(pieces) => {
+                        let _ = stream.write_all(sse_head.as_bytes());
+                        for (pause, bytes) in pieces {
+                            std::thread::sleep(pause);
+                            let _ = stream.write_all(&bytes);
+                            let _ = stream.flush();
+                        }
+                    }
+                    Chat::EndlessStatus { code, head, repeat } => {
+                        let _ = write!(
+                            stream,
+                            "HTTP/1.1 {code} Oops\r\ncontent-type: text/plain\r\nconnection: close\r\n\r\n"
+                        );
+                        write_endless(&mut stream, &head, &repeat, &written);
+                    }
+                    Chat::RedirectTo(other) => {
+                        let path = first.split(' ').nth(1).unwrap_or("/");
+                        let _ = write!(
+                            stream,
+                            "HTTP/1.1 307 Temporary Redirect\r\nlocation: http://127.0.0.1:{other}{path}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                        );
                     }
                 }
                 return;
             });
         }
     });
-    Fake { port, requests: rx }
+    Fake {
+        port,
+        requests: rx,
+        endless_written,
+    }
 }
 
 fn tokscope(dir: &tempfile::TempDir) -> Command {
@@ -277,7 +420,7 @@ fn a_malformed_event_is_reported() {
 
 #[test]
 fn a_stalling_server_hits_the_timeout() {
-    let f = fake(Chat::Stall, 4);
+    let f = fake(Chat::Stall(Duration::from_secs(8)), 4);
     let start = Instant::now();
     let (code, stdout, stderr) = run_turn(
         &format!("http://127.0.0.1:{}/v1", f.port),
@@ -456,4 +599,517 @@ fn load_counts_requests_tokens_goodput_and_errors_by_kind() {
     assert_eq!(level["failed"], 4);
     assert_eq!(level["errors_by_kind"]["http_5xx"], 4);
     assert!(level["ttft"].is_null());
+}
+
+// ---- A hostile or broken server (issue 31, items 2 to 5) ----
+
+fn url(f: &Fake) -> String {
+    format!("http://127.0.0.1:{}/v1", f.port)
+}
+
+/// Runs `tokscope ARGS` with a deadline; returns (exit code, stdout, stderr, how long it took).
+fn timed(args: &[&str], limit: Duration) -> (i32, String, String, Duration) {
+    let (code, stdout, stderr, took, _) = timed_rss(args, limit);
+    (code, stdout, stderr, took)
+}
+
+/// As `timed`, with the peak resident set in MiB where `/usr/bin/time` can measure it.
+fn timed_rss(args: &[&str], limit: Duration) -> (i32, String, String, Duration, Option<u64>) {
+    let dir = tempfile::tempdir().unwrap();
+    let rss_file = dir.path().join("rss");
+    let time = std::path::Path::new("/usr/bin/time");
+    let mut cmd = if time.exists() {
+        let mut cmd = Command::new(time);
+        cmd.arg("-f")
+            .arg("%M")
+            .arg("-o")
+            .arg(&rss_file)
+            .arg(assert_cmd::cargo::cargo_bin("tokscope"));
+        cmd
+    } else {
+        Command::cargo_bin("tokscope").unwrap()
+    };
+    cmd.env("TOKSCOPE_DATA_DIR", dir.path().join("data"))
+        .env("TOKSCOPE_CONFIG_DIR", dir.path().join("config"))
+        .env("TOKSCOPE_CACHE_DIR", dir.path().join("cache"));
+    let start = Instant::now();
+    let out = cmd.args(args).timeout(limit).output().unwrap();
+    let rss_mib = std::fs::read_to_string(&rss_file)
+        .ok()
+        .and_then(|t| t.lines().last()?.trim().parse::<u64>().ok())
+        .map(|kib| kib / 1024);
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        start.elapsed(),
+        rss_mib,
+    )
+}
+
+/// The peak resident set a turn may reach whatever the server sends: the process itself plus
+/// one 16 MiB JSON reply or one 4 MiB event and the socket buffers.
+const RSS_BOUND_MIB: u64 = 128;
+
+fn assert_rss_bounded(rss_mib: Option<u64>, took: Duration) {
+    eprintln!("took {took:?}");
+    if let Some(rss) = rss_mib {
+        eprintln!("peak RSS {rss} MiB");
+        assert!(rss < RSS_BOUND_MIB, "peak RSS {rss} MiB");
+    }
+}
+
+fn assert_no_panic(stderr: &str) {
+    assert!(
+        !stderr.contains("panicked")
+            && !stderr.contains("crashed")
+            && !stderr.contains("memory allocation"),
+        "{stderr}"
+    );
+}
+
+/// Item 2: a count no stream could hold neither sizes anything nor shows as a figure; the
+/// summary says it was ignored.
+#[test]
+fn absurd_server_counts_are_ignored_and_said_so() {
+    // Output tokens of 3·10^15 (would be a 48 PB allocation) for 3 chunks, human summary.
+    let body = chunk("a") + &chunk("b") + &chunk("c") + &usage_event(4, 3_000_000_000_000_000);
+    let body = body + "data: [DONE]\n\n";
+    let f = fake(Chat::Sse(body.into_bytes()), 4);
+    let (code, stdout, stderr, _) = timed(
+        &["run", "--url", &url(&f), "-p", "hi", "-n", "8"],
+        Duration::from_secs(30),
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert_no_panic(&stderr);
+    assert!(stdout.contains("abc"), "{stdout}");
+    assert!(
+        stderr.contains("output tokens for 3 chunks: ignored"),
+        "{stderr}"
+    );
+    let decode = stderr.lines().find(|l| l.starts_with("decode")).unwrap();
+    assert!(decode.contains("3 tokens in 3 chunks"), "{decode}");
+    // Near 2^64 (a "capacity overflow" panic before), a prompt count no context holds and a
+    // negative server time, as JSON: each dropped with a note, none shown as a figure.
+    let body = chunk("x")
+        + &chunk("y")
+        + "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":18446744073709550000,\"completion_tokens\":18446744073709551000}}\n\n"
+        + "data: {\"choices\":[],\"timings\":{\"prompt_n\":3,\"prompt_ms\":-7.25,\"predicted_n\":2,\"predicted_ms\":1.5}}\n\n"
+        + "data: [DONE]\n\n";
+    let f = fake(Chat::Sse(body.into_bytes()), 4);
+    let (code, stdout, stderr, _) = timed(
+        &["run", "--url", &url(&f), "-p", "hi", "-n", "8", "--json"],
+        Duration::from_secs(30),
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert_no_panic(&stderr);
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v["metrics"]["tokens_generated"], 2, "{v}");
+    assert!(v["metrics"]["prompt_tokens"].is_null(), "{v}");
+    assert!(v["metrics"]["server_prompt_ms"].is_null(), "{v}");
+    let notes = v["notes"].to_string();
+    assert!(notes.contains("for 2 chunks: ignored"), "{notes}");
+    assert!(notes.contains("prompt time of -7.2"), "{notes}");
+}
+
+/// Item 2, `load`: a request with an absurd usage is an error of its own kind, not an abort.
+#[test]
+fn load_counts_absurd_usage_as_an_error_kind() {
+    let body = chunk("a") + &chunk("b") + &usage_event(5, 1 << 62) + "data: [DONE]\n\n";
+    let f = fake(Chat::Sse(body.into_bytes()), 20);
+    let (code, stdout, stderr, _) = timed(
+        &[
+            "load",
+            "--url",
+            &url(&f),
+            "--requests",
+            "3",
+            "--warmup",
+            "0",
+            "--input-len",
+            "8",
+            "-o",
+            "json",
+        ],
+        Duration::from_secs(30),
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert_no_panic(&stderr);
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let level = &v["levels"][0];
+    assert_eq!(level["errors_by_kind"]["implausible_usage"], 3, "{level}");
+    assert!(level["first_error_by_kind"]["implausible_usage"]
+        .as_str()
+        .unwrap()
+        .contains("for 2 chunks: ignored"));
+}
+
+/// Item 3: one event of endless short `data:` lines (each far under the line limit) is cut at
+/// the event limit, quickly, without reading the rest.
+#[test]
+fn an_event_of_endless_data_lines_is_cut_at_the_event_limit() {
+    let f = fake(
+        Chat::Endless {
+            head: (chunk("ok") + "data: {\"choices\":[\n").into_bytes(),
+            repeat: b"data: {\"pad\":\"0123456789abcdef0123456789abcdef\"},\n".to_vec(),
+        },
+        4,
+    );
+    let (code, stdout, stderr, took, rss) = timed_rss(
+        &["run", "--url", &url(&f), "-p", "hi", "-n", "8"],
+        Duration::from_secs(30),
+    );
+    assert_clean_failure(code, &stderr, "exceeded 4194304 bytes");
+    assert!(stdout.contains("ok"), "{stdout}");
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    assert_rss_bounded(rss, took);
+    std::thread::sleep(Duration::from_millis(300));
+    let written = f.endless_written.load(Ordering::SeqCst);
+    assert!(
+        written < HUNG_UP_BY_BYTES,
+        "the client read {written} bytes"
+    );
+}
+
+/// Item 3: an HTTP error body that never ends is read only as far as its excerpt needs.
+#[test]
+fn an_endless_error_body_is_read_only_in_part() {
+    let f = fake(
+        Chat::EndlessStatus {
+            code: 503,
+            head: b"the backend is overloaded; ".to_vec(),
+            repeat: b"padding padding padding ".to_vec(),
+        },
+        4,
+    );
+    let (code, _, stderr, took, rss) = timed_rss(
+        &["run", "--url", &url(&f), "-p", "hi", "--timeout", "20"],
+        Duration::from_secs(40),
+    );
+    assert_clean_failure(code, &stderr, "HTTP 503");
+    assert!(stderr.contains("overloaded"), "{stderr}");
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    assert_rss_bounded(rss, took);
+    std::thread::sleep(Duration::from_millis(300));
+    let written = f.endless_written.load(Ordering::SeqCst);
+    assert!(
+        written < HUNG_UP_BY_BYTES,
+        "the client read {written} bytes"
+    );
+}
+
+/// Item 3: a `/v1/models` reply that never ends is refused at the JSON limit.
+#[test]
+fn an_endless_models_reply_is_refused() {
+    let f = fake(
+        Plan {
+            chat: Chat::Sse(Vec::new()),
+            models: Side::Endless {
+                head: b"{\"object\":\"list\",\"data\":[".to_vec(),
+                repeat: b"{\"id\":\"m\",\"object\":\"model\"},".to_vec(),
+            },
+            tokenize: Side::Usual,
+        },
+        4,
+    );
+    let (code, _, stderr, took, rss) = timed_rss(
+        &["run", "--url", &url(&f), "-p", "hi", "--timeout", "20"],
+        Duration::from_secs(40),
+    );
+    assert_clean_failure(code, &stderr, "exceeded 16777216 bytes");
+    assert!(stderr.contains("/v1/models"), "{stderr}");
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    assert_rss_bounded(rss, took);
+    std::thread::sleep(Duration::from_millis(300));
+    let written = f.endless_written.load(Ordering::SeqCst);
+    assert!(
+        written < HUNG_UP_BY_BYTES,
+        "the client read {written} bytes"
+    );
+}
+
+/// Item 4: a server that ignores max_tokens and streams for ever is cut at the client's own
+/// limit, with the first -n chunks kept.
+#[test]
+fn a_server_that_ignores_max_tokens_is_cut_at_the_client_limit() {
+    let f = fake(
+        Chat::Endless {
+            head: Vec::new(),
+            repeat: chunk("tok ").into_bytes(),
+        },
+        4,
+    );
+    let (code, stdout, stderr, took, rss) = timed_rss(
+        &["run", "--url", &url(&f), "-p", "hi", "-n", "12"],
+        Duration::from_secs(30),
+    );
+    assert_clean_failure(code, &stderr, "ignored max_tokens = 12");
+    assert_eq!(stdout.matches("tok ").count(), 12, "{stdout}");
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    assert_rss_bounded(rss, took);
+}
+
+/// Item 4: `load --url` gives up on a `/tokenize` body that stalls after --timeout (and cuts
+/// its prompts by words instead).
+#[test]
+fn load_honours_the_timeout_on_a_stalled_tokenize_body() {
+    let body = chunk("a") + &usage_event(5, 1) + "data: [DONE]\n\n";
+    let f = fake(
+        Plan {
+            chat: Chat::Sse(body.into_bytes()),
+            models: Side::Usual,
+            tokenize: Side::StallBody(Duration::from_secs(20)),
+        },
+        20,
+    );
+    let (code, stdout, stderr, took) = timed(
+        &[
+            "load",
+            "--url",
+            &url(&f),
+            "--requests",
+            "2",
+            "--warmup",
+            "0",
+            "--input-len",
+            "8",
+            "--timeout",
+            "1",
+            "-o",
+            "json",
+        ],
+        Duration::from_secs(40),
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert_no_panic(&stderr);
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v["levels"][0]["completed"], 2, "{v}");
+    assert!(v["prompts"].as_str().unwrap().contains("words"), "{v}");
+}
+
+/// Starts `tokscope ARGS`, sends it SIGINT after `after`, and waits at most `limit` for it.
+fn interrupted(args: &[&str], after: Duration, limit: Duration) -> (i32, String, String, Duration) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("tokscope"))
+        .env("TOKSCOPE_DATA_DIR", dir.path().join("data"))
+        .env("TOKSCOPE_CONFIG_DIR", dir.path().join("config"))
+        .env("TOKSCOPE_CACHE_DIR", dir.path().join("cache"))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(after);
+    let sent = Instant::now();
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    while child.try_wait().unwrap().is_none() {
+        if sent.elapsed() > limit {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let took = sent.elapsed();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        took,
+    )
+}
+
+/// Item 4: Ctrl-C ends `load` while it waits on a stalled `/tokenize`, with a message.
+#[test]
+fn ctrl_c_ends_load_while_it_prepares() {
+    let f = fake(
+        Plan {
+            chat: Chat::Sse(Vec::new()),
+            models: Side::Usual,
+            tokenize: Side::StallBody(Duration::from_secs(20)),
+        },
+        8,
+    );
+    let (code, _, stderr, took) = interrupted(
+        &[
+            "load",
+            "--url",
+            &url(&f),
+            "--timeout",
+            "30",
+            "--input-len",
+            "8",
+        ],
+        Duration::from_millis(1500),
+        Duration::from_secs(8),
+    );
+    assert!(took < Duration::from_secs(5), "{took:?}: {stderr}");
+    assert_clean_failure(code, &stderr, "stopped by Ctrl-C");
+}
+
+/// Item 4: Ctrl-C during a warm-up request that stalls ends `load` with its (empty) report.
+#[test]
+fn ctrl_c_ends_load_during_a_stalled_warmup_with_the_report() {
+    let f = fake(
+        Plan {
+            chat: Chat::Stall(Duration::from_secs(20)),
+            models: Side::Usual,
+            tokenize: Side::NotFound,
+        },
+        8,
+    );
+    let (code, stdout, stderr, took) = interrupted(
+        &[
+            "load",
+            "--url",
+            &url(&f),
+            "--timeout",
+            "30",
+            "--input-len",
+            "8",
+            "--warmup",
+            "1",
+            "-o",
+            "json",
+        ],
+        Duration::from_millis(1500),
+        Duration::from_secs(8),
+    );
+    assert!(took < Duration::from_secs(5), "{took:?}: {stderr}");
+    assert_eq!(code, 0, "{stderr}");
+    assert_no_panic(&stderr);
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v["levels"][0]["completed"], 0, "{v}");
+}
+
+/// Item 5: a byte that is not UTF-8 becomes U+FFFD and the rest of a fast stream still comes,
+/// in linear time.
+#[test]
+fn invalid_utf8_becomes_a_replacement_and_a_fast_stream_goes_on() {
+    let mut body =
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"bad\xC3(\"}}]}\n\n".to_vec();
+    let n = 40_000;
+    for i in 0..n {
+        body.extend_from_slice(chunk(&format!("<{i}>")).as_bytes());
+    }
+    body.extend_from_slice(b"data: [DONE]\n\n");
+    let f = fake(Chat::Sse(body), 4);
+    let (code, stdout, stderr, took) = timed(
+        &[
+            "run",
+            "--url",
+            &url(&f),
+            "-p",
+            "hi",
+            "-n",
+            "50000",
+            "--json",
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let text = v["text"].as_str().unwrap();
+    assert!(
+        text.starts_with("bad\u{FFFD}(<0>"),
+        "{}",
+        text.chars().take(40).collect::<String>()
+    );
+    assert!(
+        text.ends_with(&format!("<{}>", n - 1)),
+        "the stream stopped early"
+    );
+    assert_eq!(v["metrics"]["chunks"], n + 1);
+    assert!(took < Duration::from_secs(20), "{took:?}");
+}
+
+/// Item 5: SSE comments (`: ping`) are reads: a server that pings while it thinks does not
+/// stall, however long it thinks.
+#[test]
+fn pings_count_as_reads_for_the_stall_timer() {
+    let mut pieces: Vec<(Duration, Vec<u8>)> = (0..7)
+        .map(|_| (Duration::from_millis(400), b": ping\n\n".to_vec()))
+        .collect();
+    let end = chunk("late answer") + &usage_event(2, 1) + "data: [DONE]\n\n";
+    pieces.push((Duration::from_millis(400), end.into_bytes()));
+    let f = fake(Chat::Paced(pieces), 4);
+    let (code, stdout, stderr, _) = timed(
+        &["run", "--url", &url(&f), "-p", "hi", "--timeout", "1"],
+        Duration::from_secs(30),
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("late answer"), "{stdout}");
+}
+
+/// Item 5: a redirect to another origin is not followed: the conversation is not posted there.
+#[test]
+fn a_redirect_to_another_origin_is_not_followed() {
+    let body = chunk("elsewhere") + &usage_event(1, 1) + "data: [DONE]\n\n";
+    let other = fake(Chat::Sse(body.into_bytes()), 4);
+    let f = fake(Chat::RedirectTo(other.port), 4);
+    let (code, stdout, stderr, _) = timed(
+        &[
+            "run",
+            "--url",
+            &url(&f),
+            "-m",
+            "m",
+            "-p",
+            "a secret conversation",
+        ],
+        Duration::from_secs(30),
+    );
+    assert_clean_failure(code, &stderr, "redirect");
+    assert!(stderr.contains("not followed"), "{stderr}");
+    assert!(!stdout.contains("elsewhere"), "{stdout}");
+    std::thread::sleep(Duration::from_millis(200));
+    let posted: Vec<String> = other.requests.try_iter().collect();
+    assert!(posted.is_empty(), "the other origin got: {posted:?}");
+}
+
+/// Item 5: `--api-key-file` is a regular file of bounded size: a device, a FIFO, a directory
+/// and a huge file are refused at once with what is wrong.
+#[test]
+fn an_api_key_file_must_be_a_small_regular_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("key.fifo");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let big = dir.path().join("big.key");
+    std::fs::write(&big, "k".repeat(300 << 10)).unwrap();
+    for (path, needle) in [
+        (fifo.to_str().unwrap(), "FIFO"),
+        (big.to_str().unwrap(), "more than the 16384 bytes"),
+        (dir.path().to_str().unwrap(), "directory"),
+        ("/dev/zero", "character device"),
+    ] {
+        let (code, _, stderr, took) = timed(
+            &[
+                "run",
+                "--url",
+                "http://127.0.0.1:9/v1",
+                "-p",
+                "hi",
+                "--api-key-file",
+                path,
+            ],
+            Duration::from_secs(10),
+        );
+        assert_eq!(code, 2, "{path}: {stderr}");
+        assert_no_panic(&stderr);
+        assert!(stderr.contains(needle), "{path}: {stderr}");
+        assert!(
+            stderr.contains("regular file") || stderr.contains("right file"),
+            "{stderr}"
+        );
+        assert!(took < Duration::from_secs(5), "{path}: {took:?}");
+    }
 }

@@ -249,13 +249,7 @@ impl RemoteArgs {
                 Some(ApiKey::new(&raw).map_err(|e| Failure::new(USAGE, e.to_string()))?)
             }
             (None, Some(path)) => {
-                let raw = std::fs::read_to_string(path).map_err(|e| {
-                    Failure::new(
-                        USAGE,
-                        format!("--api-key-file {}: cannot read it: {e}", path.display()),
-                    )
-                })?;
-                Some(ApiKey::new(&raw).map_err(|e| Failure::new(USAGE, e.to_string()))?)
+                Some(ApiKey::from_file(path).map_err(|e| Failure::new(USAGE, e.to_string()))?)
             }
             (None, None) => None,
         };

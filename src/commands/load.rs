@@ -273,16 +273,8 @@ pub(crate) fn load(args: &LoadArgs) -> Result<(), Failure> {
     let rt = runtime()?;
     let stop = Arc::new(AtomicBool::new(false));
     rt.block_on(async {
-        let client = Arc::new(RemoteClient::new(endpoint)?);
-        let model = match &args.model {
-            Some(m) => m.clone(),
-            None => client.default_model().await?,
-        };
-        let n_prompts = requests.unwrap_or(64).clamp(1, 256);
-        let prompts = match &args.prompts {
-            Some(p) => jsonl_prompts(p)?,
-            None => PromptSet::from_text(&client, EVAL_TEXT, input_len, n_prompts, args.seed).await,
-        };
+        // Ctrl-C is ours from the start: while the model is looked up and the prompts are cut
+        // it ends `load` at once; during a level it stops sending (see `run_level`).
         let ctrl_c_stop = Arc::clone(&stop);
         tokio::spawn(async move {
             if tokio::signal::ctrl_c().await.is_ok() {
@@ -290,6 +282,33 @@ pub(crate) fn load(args: &LoadArgs) -> Result<(), Failure> {
                 ctrl_c_stop.store(true, Ordering::SeqCst);
             }
         });
+        let client = Arc::new(RemoteClient::new(endpoint)?);
+        let prepare = async {
+            let model = match &args.model {
+                Some(m) => m.clone(),
+                None => client.default_model().await?,
+            };
+            let n_prompts = requests.unwrap_or(64).clamp(1, 256);
+            let prompts = match &args.prompts {
+                Some(p) => jsonl_prompts(p)?,
+                None => {
+                    PromptSet::from_text(&client, EVAL_TEXT, input_len, n_prompts, args.seed).await
+                }
+            };
+            Ok::<_, Failure>((model, prompts))
+        };
+        let stopped = async {
+            while !stop.load(Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        let (model, prompts) = tokio::select! {
+            prepared = prepare => prepared?,
+            () = stopped => return Err(Failure::new(
+                FAILURE,
+                "stopped by Ctrl-C while looking up the model and cutting the prompts: nothing was measured",
+            )),
+        };
         let plan = |arrivals| LoadPlan {
             arrivals,
             requests,

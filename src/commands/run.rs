@@ -674,6 +674,8 @@ pub(crate) struct RemoteRunReport {
     pub token_count_source: &'static str,
     /// Offset of each content chunk from the request, in ms.
     pub chunk_ms: Vec<f64>,
+    /// What the server reported that could not be true and was ignored.
+    pub notes: Vec<String>,
     pub server: ServerStamp,
 }
 
@@ -746,6 +748,7 @@ pub(crate) fn run_remote(args: &RunArgs, url: &str, settings: &Settings) -> Resu
         finish_reason: turn.finish_reason.clone(),
         token_count_source: summary.token_count_source.label(),
         chunk_ms: turn.timeline.chunks.iter().map(|c| ms(c.at)).collect(),
+        notes: turn.notes.clone(),
         metrics: summary,
         server: ServerStamp {
             host: client.endpoint().host_label(),
@@ -804,5 +807,8 @@ pub(crate) fn remote_human_summary(r: &RemoteRunReport) -> String {
         ));
     }
     out.push_str(&format!("E2E      {:.1} ms · end: {}\n", m.e2e_ms, r.end));
+    for note in &r.notes {
+        out.push_str(&format!("note     {note}\n"));
+    }
     out
 }

@@ -149,9 +149,14 @@ fn record(turn: &RemoteTurn) -> Result<RequestRecord, RequestError> {
         Err(e) => return Err(RequestError::new(e.kind(), e.to_string())),
     }
     let t = &turn.timeline;
-    let usage = t
-        .usage
-        .ok_or_else(|| RequestError::new("no_usage", "the stream ended without a usage object"))?;
+    let usage = t.usage.ok_or_else(|| {
+        if turn.notes.is_empty() {
+            RequestError::new("no_usage", "the stream ended without a usage object")
+        } else {
+            // The usage came but could not be true (the client dropped it): say what it was.
+            RequestError::new("implausible_usage", turn.notes.join("; "))
+        }
+    })?;
     let ttft = t
         .ttft()
         .ok_or_else(|| RequestError::new("no_content", "the stream had no content chunk"))?;
@@ -216,9 +221,18 @@ pub(crate) async fn run_level(
             ignore_eos: plan.ignore_eos,
         };
         let mut sink = |_: &str, _: Duration| {};
-        let turn = client
-            .stream_chat(&request, None, &|| false, &mut sink)
-            .await?;
+        let stopped = || stop.load(Ordering::SeqCst);
+        let turn = match client
+            .stream_chat(&request, None, &stopped, &mut sink)
+            .await
+        {
+            Err(RemoteError::Cancelled) => break,
+            other => other?,
+        };
+        if matches!(turn.end, Ok(StreamEnd::Cancelled)) {
+            // Ctrl-C during the warm-up: no level is run, the (empty) report is printed.
+            break;
+        }
         turn.end?;
     }
     let limit = plan.requests.unwrap_or(usize::MAX);

@@ -10,6 +10,29 @@ use serde::Serialize;
 
 use super::{ms, rate_per_s, LatencyStats};
 
+/// The most output tokens one content chunk is taken to carry (servers that batch tokens per
+/// chunk, with a stream interval or speculative decoding, send a few to a few dozen): a server
+/// count past it is not believed.
+pub(crate) const MAX_TOKENS_PER_CHUNK: u64 = 256;
+/// The most output tokens of one answer believed from a server (2^20): bounds the per-token
+/// figures at 16 MiB per turn whatever the server says.
+pub(crate) const MAX_OUTPUT_TOKENS: u64 = 1 << 20;
+/// The most prompt tokens believed from a server (2^24, past every context length served).
+pub(crate) const MAX_PROMPT_TOKENS: u64 = 1 << 24;
+
+/// Whether a server's count of `tokens` output tokens can be true of a stream of `chunks`
+/// content chunks. A count that fails it is ignored, never used to size anything.
+pub(crate) fn plausible_output_tokens(tokens: u64, chunks: usize) -> bool {
+    let chunks = u64::try_from(chunks.max(1)).unwrap_or(u64::MAX);
+    tokens <= MAX_OUTPUT_TOKENS && tokens <= chunks.saturating_mul(MAX_TOKENS_PER_CHUNK)
+}
+
+/// A server's duration in ms, when it can be one of this turn: finite, not negative, and not
+/// longer than the client waited for the whole turn (plus a second for clock granularity).
+fn plausible_ms(v: f64, turn: Duration) -> bool {
+    v.is_finite() && v >= 0.0 && v <= ms(turn) + 1000.0
+}
+
 /// One streamed chunk that carried content (a role-only or empty delta is not a token).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct ChunkMark {
@@ -122,10 +145,102 @@ impl RemoteTimeline {
         self.chunks.last().map_or(self.finished_at, |c| c.at)
     }
 
+    /// Every chunk has a running count, none goes down, and the last is plausible: then
+    /// (and only then) the per-chunk counts are the server's.
+    fn cumulative_counts_hold(&self) -> bool {
+        let mut previous = 0;
+        for c in &self.chunks {
+            match c.cumulative_tokens {
+                Some(t) if t >= previous => previous = t,
+                _ => return false,
+            }
+        }
+        plausible_output_tokens(previous, self.chunks.len())
+    }
+
+    /// Drops what the server said that cannot be true of this stream (a count past what the
+    /// stream could hold, a time that is not finite, negative or longer than the turn), so
+    /// that no figure shows it and nothing is sized by it; returns one note per thing dropped,
+    /// e.g. "the server reported 3000000000000000 output tokens for 12 chunks: ignored".
+    pub(crate) fn drop_implausible(&mut self) -> Vec<String> {
+        let mut notes = Vec::new();
+        let n = self.chunks.len();
+        if self.chunks.iter().any(|c| c.cumulative_tokens.is_some())
+            && !self.cumulative_counts_hold()
+        {
+            let last = self.chunks.iter().filter_map(|c| c.cumulative_tokens).max();
+            notes.push(format!(
+                "the server's running output-token counts (up to {}) do not fit {n} chunks (they must rise and stay within {MAX_TOKENS_PER_CHUNK} per chunk): ignored",
+                last.unwrap_or(0)
+            ));
+            for c in &mut self.chunks {
+                c.cumulative_tokens = None;
+            }
+        }
+        if let Some(u) = self.usage {
+            if !plausible_output_tokens(u.completion_tokens, n) {
+                notes.push(format!(
+                    "the server reported {} output tokens for {n} chunks: ignored",
+                    u.completion_tokens
+                ));
+                self.usage = None;
+            } else if u.prompt_tokens > MAX_PROMPT_TOKENS {
+                notes.push(format!(
+                    "the server reported {} prompt tokens (more than {MAX_PROMPT_TOKENS}): ignored",
+                    u.prompt_tokens
+                ));
+                self.usage = None;
+            } else if u.cached_tokens.is_some_and(|c| c > u.prompt_tokens) {
+                notes.push(format!(
+                    "the server reported {} cached tokens of a {}-token prompt: ignored",
+                    u.cached_tokens.unwrap_or(0),
+                    u.prompt_tokens
+                ));
+                self.usage = Some(ServerUsage {
+                    cached_tokens: None,
+                    ..u
+                });
+            }
+        }
+        if let Some(t) = self.server_timings {
+            let turn = self.finished_at;
+            let problem = if t.prompt_n > MAX_PROMPT_TOKENS
+                || t.cache_n.is_some_and(|c| c > MAX_PROMPT_TOKENS)
+            {
+                Some(format!(
+                    "{} prompt tokens",
+                    t.prompt_n.max(t.cache_n.unwrap_or(0))
+                ))
+            } else if !plausible_output_tokens(t.predicted_n, n) {
+                Some(format!("{} output tokens for {n} chunks", t.predicted_n))
+            } else if !plausible_ms(t.prompt_ms, turn) {
+                Some(format!(
+                    "a prompt time of {} ms",
+                    finite_or_word(t.prompt_ms)
+                ))
+            } else if !plausible_ms(t.predicted_ms, turn) {
+                Some(format!(
+                    "a decode time of {} ms",
+                    finite_or_word(t.predicted_ms)
+                ))
+            } else {
+                None
+            };
+            if let Some(problem) = problem {
+                notes.push(format!(
+                    "the server's timings report {problem} in a {:.0} ms turn: ignored",
+                    ms(turn)
+                ));
+                self.server_timings = None;
+            }
+        }
+        notes
+    }
+
     /// Tokens carried by each content chunk, and where the counts come from.
     pub(crate) fn tokens_per_chunk(&self) -> (Vec<u64>, TokenCountSource) {
         let n = self.chunks.len();
-        if n > 0 && self.chunks.iter().all(|c| c.cumulative_tokens.is_some()) {
+        if n > 0 && self.cumulative_counts_hold() {
             let mut previous = 0;
             let counts = self
                 .chunks
@@ -139,7 +254,11 @@ impl RemoteTimeline {
                 .collect();
             return (counts, TokenCountSource::ContinuousUsage);
         }
-        match self.usage {
+        // A count no stream of `n` chunks can hold is ignored here too (`check` says so).
+        let usage = self
+            .usage
+            .filter(|u| plausible_output_tokens(u.completion_tokens, n));
+        match usage {
             Some(u) if u.completion_tokens == n as u64 => {
                 (vec![1; n], TokenCountSource::UsageOnePerChunk)
             }
@@ -267,6 +386,20 @@ impl RemoteTimeline {
                 .map(|t| t.predicted_ms / t.predicted_n as f64),
             server_predicted_tokens: self.server_timings.map(|t| t.predicted_n),
         }
+    }
+}
+
+/// A server's number for a note: at most 3 significant digits, so no huge or odd value is
+/// echoed digit by digit.
+fn finite_or_word(v: f64) -> String {
+    if v.is_nan() {
+        "NaN".into()
+    } else if v.is_infinite() {
+        if v > 0.0 { "infinity" } else { "-infinity" }.into()
+    } else if v.abs() >= 1e6 {
+        format!("{v:.2e}")
+    } else {
+        format!("{v:.1}")
     }
 }
 
@@ -436,5 +569,100 @@ mod tests {
         assert_eq!(s.token_count_source, TokenCountSource::UsageOnePerChunk);
         assert_eq!(s.server_tpot_ms, Some(8.0));
         assert_eq!(s.server_cached_tokens, Some(0));
+    }
+
+    #[test]
+    fn absurd_server_counts_never_size_anything_and_are_dropped_with_a_note() {
+        for completion_tokens in [7_000_000_000_000_000, u64::MAX - 3, MAX_OUTPUT_TOKENS + 1] {
+            let mut t = RemoteTimeline {
+                chunks: vec![at(10), at(20)],
+                finished_at: Duration::from_millis(30),
+                usage: Some(ServerUsage {
+                    prompt_tokens: 4,
+                    completion_tokens,
+                    cached_tokens: None,
+                }),
+                ..Default::default()
+            };
+            // Even unchecked, the figures fall back to one token per chunk.
+            assert_eq!(t.tokens_generated(), 2);
+            assert_eq!(t.turn_timeline().token_ready_at.len(), 2);
+            let notes = t.drop_implausible();
+            assert_eq!(
+                notes,
+                vec![format!(
+                    "the server reported {completion_tokens} output tokens for 2 chunks: ignored"
+                )]
+            );
+            assert_eq!(t.usage, None);
+        }
+        // Running counts that jump past what the chunks hold, or go down, are not the server's.
+        let mut t = RemoteTimeline {
+            chunks: vec![at(10), at(20), at(30)],
+            ..Default::default()
+        };
+        for (c, n) in t.chunks.iter_mut().zip([1, u64::MAX, 3]) {
+            c.cumulative_tokens = Some(n);
+        }
+        assert_eq!(t.tokens_per_chunk().1, TokenCountSource::ChunksAssumed);
+        assert_eq!(t.inter_token_latencies().len(), 2);
+        assert_eq!(t.drop_implausible().len(), 1);
+        assert!(t.chunks.iter().all(|c| c.cumulative_tokens.is_none()));
+    }
+
+    #[test]
+    fn impossible_server_times_and_prompt_counts_are_dropped() {
+        let timings = |prompt_ms: f64, predicted_ms: f64| ServerTimings {
+            prompt_n: 3,
+            prompt_ms,
+            cache_n: None,
+            predicted_n: 1,
+            predicted_ms,
+        };
+        for (t, word) in [
+            (timings(-5.0, 1.0), "-5.0"),
+            (timings(f64::NAN, 1.0), "NaN"),
+            (timings(1.0, f64::INFINITY), "infinity"),
+            (timings(1.0, 9e300), "9.00e300"),
+            (timings(50_000.0, 1.0), "50000.0"),
+        ] {
+            let mut r = RemoteTimeline {
+                chunks: vec![at(10)],
+                finished_at: Duration::from_millis(20),
+                server_timings: Some(t),
+                ..Default::default()
+            };
+            let notes = r.drop_implausible();
+            assert_eq!(notes.len(), 1, "{notes:?}");
+            assert!(notes[0].contains(word), "{notes:?}");
+            assert_eq!(r.server_timings, None);
+            assert_eq!(r.summary().server_prompt_ms, None);
+        }
+        let mut r = RemoteTimeline {
+            chunks: vec![at(10)],
+            usage: Some(ServerUsage {
+                prompt_tokens: u64::MAX,
+                completion_tokens: 1,
+                cached_tokens: None,
+            }),
+            ..Default::default()
+        };
+        assert_eq!(r.drop_implausible().len(), 1);
+        assert_eq!(r.summary().prompt_tokens, None);
+        // Plausible figures stay as they are.
+        let mut fine = RemoteTimeline {
+            chunks: vec![at(10), at(20)],
+            finished_at: Duration::from_millis(25),
+            usage: Some(ServerUsage {
+                prompt_tokens: 9,
+                completion_tokens: 5,
+                cached_tokens: Some(2),
+            }),
+            server_timings: Some(timings(3.0, 12.0)),
+            ..Default::default()
+        };
+        let before = fine.clone();
+        assert!(fine.drop_implausible().is_empty());
+        assert_eq!(fine, before);
     }
 }

@@ -1,20 +1,33 @@
 //! The HTTP side: one `reqwest` client (rustls), a cheap round-trip probe, and one streamed
-//! chat completion parsed by `eventsource-stream`. Every content chunk is timestamped the
-//! moment its event is parsed; the request's clock starts just before it is sent.
+//! chat completion parsed by `sse`. Every content chunk is timestamped the moment its event is
+//! parsed; the request's clock starts just before it is sent.
+//!
+//! Nothing a server sends is trusted to be small or to end: every body is read against a size
+//! limit and the timeout, a stream against an event limit, a total and the request's own
+//! `max_tokens`, and a redirect is followed only within the same origin.
 
 use std::time::{Duration, Instant};
 
-use eventsource_stream::{EventStreamError, Eventsource};
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 
+use super::sse::{EventTooLarge, SseParser};
 use super::{ApiKey, RemoteError};
 use crate::engine::ChatMessage;
 use crate::metrics::remote::{ChunkMark, RemoteTimeline, ServerTimings, ServerUsage};
 
-/// A streamed event longer than this without a line break is refused (a broken or hostile
+/// A streamed event (or one of its lines) longer than this is refused (a broken or hostile
 /// server must not make the client buffer without bound).
 pub(crate) const MAX_EVENT_BYTES: usize = 4 << 20;
+/// A whole stream longer than this is closed (about 500,000 chunks of a real server: far past
+/// any answer); it bounds the answer's text whatever the server sends.
+pub(crate) const MAX_STREAM_BYTES: usize = 128 << 20;
+/// A JSON reply (`/v1/models`, `/tokenize`, `/detokenize`) longer than this is refused.
+pub(crate) const MAX_JSON_BODY_BYTES: usize = 16 << 20;
+/// The most of an HTTP error body read (only an excerpt of it is shown).
+pub(crate) const MAX_ERROR_BODY_BYTES: usize = 64 << 10;
+/// Redirects followed within the same origin.
+const MAX_REDIRECTS: usize = 5;
 
 /// How often a stream that has no new event checks whether it was cancelled: Esc closes the
 /// stream within this long even while the server sends nothing.
@@ -113,30 +126,14 @@ pub(crate) struct RemoteTurn {
     /// The model name the server answered with.
     pub model: Option<String>,
     pub end: Result<StreamEnd, RemoteError>,
+    /// What the server said that could not be true and was ignored, one sentence each.
+    pub notes: Vec<String>,
 }
 
 pub(crate) struct RemoteClient {
     http: reqwest::Client,
     endpoint: Endpoint,
 }
-
-/// What the byte stream can fail with before SSE parsing.
-#[derive(Debug)]
-enum ReadFail {
-    Transport(String),
-    TooLarge,
-}
-
-impl std::fmt::Display for ReadFail {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ReadFail::Transport(s) => f.write_str(s),
-            ReadFail::TooLarge => f.write_str("event too large"),
-        }
-    }
-}
-
-impl std::error::Error for ReadFail {}
 
 /// The error and its sources on one line.
 fn chain(e: &dyn std::error::Error) -> String {
@@ -153,6 +150,31 @@ fn chain(e: &dyn std::error::Error) -> String {
     out
 }
 
+/// Scheme, host and port (the default port of the scheme when none is given) agree.
+fn same_origin(a: &reqwest::Url, b: &reqwest::Url) -> bool {
+    a.scheme() == b.scheme()
+        && a.host_str() == b.host_str()
+        && a.port_or_known_default() == b.port_or_known_default()
+}
+
+/// Follows a redirect only to the same origin: a conversation (and the key) never goes to a
+/// server the user did not name. A refused redirect comes back as the 3xx response itself.
+fn redirect_policy() -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(|attempt| {
+        let same = attempt
+            .previous()
+            .first()
+            .is_some_and(|first| same_origin(first, attempt.url()));
+        if !same {
+            attempt.stop()
+        } else if attempt.previous().len() > MAX_REDIRECTS {
+            attempt.error(format!("more than {MAX_REDIRECTS} redirects"))
+        } else {
+            attempt.follow()
+        }
+    })
+}
+
 /// A send that failed because a pooled keep-alive connection was already closed by the server:
 /// nothing of the response arrived, so sending again is safe.
 fn stale_connection(detail: &str) -> bool {
@@ -163,6 +185,7 @@ impl RemoteClient {
     pub(crate) fn new(endpoint: Endpoint) -> Result<Self, RemoteError> {
         let http = reqwest::Client::builder()
             .connect_timeout(endpoint.timeout)
+            .redirect(redirect_policy())
             .user_agent(concat!("tokscope/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| RemoteError::Connect {
@@ -234,30 +257,97 @@ impl RemoteClient {
         if status.is_success() {
             return Ok(response);
         }
-        let body = tokio::time::timeout(self.endpoint.timeout, response.text())
-            .await
-            .ok()
-            .and_then(Result::ok)
-            .unwrap_or_default();
+        if status.is_redirection() {
+            let location = response
+                .headers()
+                .get(reqwest::header::LOCATION)
+                .map(|v| error_excerpt(&String::from_utf8_lossy(v.as_bytes())))
+                .unwrap_or_else(|| "(no Location)".into());
+            return Err(RemoteError::Redirect {
+                url: url.to_string(),
+                status: status.as_u16(),
+                location,
+            });
+        }
+        // Only an excerpt is shown: the rest of a long (or endless) body is never read, and a
+        // body that stalls shows what came before the timeout.
+        let mut body = Vec::new();
+        let _ = self
+            .read_body(
+                url,
+                response,
+                MAX_ERROR_BODY_BYTES,
+                "the error body",
+                &mut body,
+            )
+            .await;
         Err(RemoteError::Status {
             url: url.to_string(),
             status: status.as_u16(),
-            body: error_excerpt(&body),
+            body: error_excerpt(&String::from_utf8_lossy(&body)),
             hint: RemoteError::status_hint(status.as_u16()),
         })
     }
 
-    async fn get_json(&self, url: &str) -> Result<Value, RemoteError> {
-        let response = self.send(url, self.http.get(url)).await?;
-        let text = tokio::time::timeout(self.endpoint.timeout, response.text())
+    /// Reads a whole body into `into`: at most `limit_bytes`, all of it within the timeout.
+    async fn read_body(
+        &self,
+        url: &str,
+        mut response: reqwest::Response,
+        limit_bytes: usize,
+        what: &'static str,
+        into: &mut Vec<u8>,
+    ) -> Result<(), RemoteError> {
+        let too_large = || RemoteError::BodyTooLarge {
+            url: url.to_string(),
+            what,
+            limit_bytes,
+        };
+        if response
+            .content_length()
+            .is_some_and(|n| n > limit_bytes as u64)
+        {
+            return Err(too_large());
+        }
+        let read = async {
+            while let Some(chunk) = response
+                .chunk()
+                .await
+                .map_err(|e| self.send_error(url, e))?
+            {
+                if into.len() + chunk.len() > limit_bytes {
+                    let room = limit_bytes - into.len();
+                    into.extend_from_slice(&chunk[..room]);
+                    return Err(too_large());
+                }
+                into.extend_from_slice(&chunk);
+            }
+            Ok(())
+        };
+        tokio::time::timeout(self.endpoint.timeout, read)
             .await
             .map_err(|_| RemoteError::Timeout {
                 url: url.to_string(),
                 secs: self.endpoint.timeout.as_secs(),
                 what: "reading the body",
             })?
-            .map_err(|e| self.send_error(url, e))?;
-        serde_json::from_str(&text).map_err(|e| RemoteError::Malformed(format!("{url}: {e}")))
+    }
+
+    /// A JSON body, bounded and within the timeout.
+    async fn json_body(
+        &self,
+        url: &str,
+        response: reqwest::Response,
+    ) -> Result<Value, RemoteError> {
+        let mut bytes = Vec::new();
+        self.read_body(url, response, MAX_JSON_BODY_BYTES, "the reply", &mut bytes)
+            .await?;
+        serde_json::from_slice(&bytes).map_err(|e| RemoteError::Malformed(format!("{url}: {e}")))
+    }
+
+    async fn get_json(&self, url: &str) -> Result<Value, RemoteError> {
+        let response = self.send(url, self.http.get(url)).await?;
+        self.json_body(url, response).await
     }
 
     /// The model ids of `GET /v1/models`, in the server's order.
@@ -298,18 +388,17 @@ impl RemoteClient {
     pub(crate) async fn root_post(&self, path: &str, body: &Value) -> Result<Value, RemoteError> {
         let url = format!("{}{path}", self.endpoint.root());
         let response = self.send(&url, self.http.post(&url).json(body)).await?;
-        let text = response
-            .text()
-            .await
-            .map_err(|e| self.send_error(&url, e))?;
-        serde_json::from_str(&text).map_err(|e| RemoteError::Malformed(format!("{url}: {e}")))
+        self.json_body(&url, response).await
     }
 
     /// Streams one chat completion. `on_text` gets each content delta and its offset from the
     /// request. Failures before the stream starts are `Err`; a stream that breaks later
     /// returns its partial turn with the error in `end`. `cancelled` is checked at every event
-    /// and every 10 ms while none arrives; dropping the stream closes the connection, which
-    /// makes the server stop generating.
+    /// and every 10 ms while none arrives (and while the headers are awaited: then the result
+    /// is `Err(Cancelled)`); dropping the stream closes the connection, which makes the
+    /// server stop generating. The stream is closed at `request.max_tokens` content chunks
+    /// whatever the server does, and the server's figures are checked before they are kept
+    /// (`RemoteTimeline::drop_implausible`, its notes in `RemoteTurn::notes`).
     pub(crate) async fn stream_chat(
         &self,
         request: &ChatRequest,
@@ -320,52 +409,53 @@ impl RemoteClient {
         let url = format!("{}/chat/completions", self.endpoint.base_url);
         let body = request_body(request);
         let mut sent_at = Instant::now();
-        let response = match self.send(&url, self.http.post(&url).json(&body)).await {
+        let post = || self.send(&url, self.http.post(&url).json(&body));
+        let response = match until_cancelled(cancelled, post()).await {
             // The pool handed out a kept-alive connection the server had just closed (cpp-httplib
             // closes idle ones when its threads are busy): the request never got a response, so
             // it is sent once more on a fresh connection, and its clock starts again there.
             Err(RemoteError::Transport { detail, .. }) if stale_connection(&detail) => {
                 sent_at = Instant::now();
-                self.send(&url, self.http.post(&url).json(&body)).await?
+                until_cancelled(cancelled, post()).await?
             }
             other => other?,
         };
-        let mut timeline = RemoteTimeline {
-            network_rtt,
-            headers_at: Some(sent_at.elapsed()),
-            ..Default::default()
+        let mut turn = Turn {
+            turn: RemoteTurn {
+                text: String::new(),
+                timeline: RemoteTimeline {
+                    network_rtt,
+                    headers_at: Some(sent_at.elapsed()),
+                    ..Default::default()
+                },
+                finish_reason: None,
+                model: None,
+                end: Ok(StreamEnd::Done),
+                notes: Vec::new(),
+            },
+            max_tokens: request.max_tokens,
         };
-        let mut since_newline = 0usize;
-        let bytes = response.bytes_stream().map(move |item| match item {
-            Ok(b) => {
-                match b.iter().rposition(|&c| c == b'\n') {
-                    Some(i) => since_newline = b.len() - i - 1,
-                    None => since_newline += b.len(),
+        let mut bytes = Box::pin(response.bytes_stream());
+        let mut parser = SseParser::new(MAX_EVENT_BYTES);
+        let mut events: Vec<String> = Vec::new();
+        let mut stream_bytes = 0usize;
+        let end = 'stream: loop {
+            for data in events.drain(..) {
+                if cancelled() {
+                    break 'stream Ok(StreamEnd::Cancelled);
                 }
-                if since_newline > MAX_EVENT_BYTES {
-                    Err(ReadFail::TooLarge)
-                } else {
-                    Ok(b)
+                if let Some(end) = turn.on_event(&data, sent_at.elapsed(), on_text) {
+                    break 'stream end;
                 }
             }
-            Err(e) => Err(ReadFail::Transport(chain(&e))),
-        });
-        let mut events = Box::pin(bytes.eventsource());
-        let mut turn = RemoteTurn {
-            text: String::new(),
-            timeline: RemoteTimeline::default(),
-            finish_reason: None,
-            model: None,
-            end: Ok(StreamEnd::Done),
-        };
-        let end = 'stream: loop {
+            // Any bytes count as a read for the stall timer, comments (`: ping`) included.
             // `next()` is cancel-safe: polling it again after a timeout loses nothing.
             let stalled_at = Instant::now() + self.endpoint.timeout;
             let next = loop {
                 if cancelled() {
                     break 'stream Ok(StreamEnd::Cancelled);
                 }
-                match tokio::time::timeout(CANCEL_POLL, events.next()).await {
+                match tokio::time::timeout(CANCEL_POLL, bytes.next()).await {
                     Ok(n) => break n,
                     Err(_) if Instant::now() >= stalled_at => {
                         break 'stream Err(RemoteError::Timeout {
@@ -377,84 +467,133 @@ impl RemoteClient {
                     Err(_) => {}
                 }
             };
-            let event = match next {
+            let chunk = match next {
                 None => {
                     break Err(RemoteError::ClosedEarly {
-                        chunks: timeline.chunks.len(),
+                        chunks: turn.turn.timeline.chunks.len(),
                     })
                 }
-                Some(Err(EventStreamError::Transport(ReadFail::TooLarge))) => {
-                    break Err(RemoteError::ChunkTooLarge {
-                        limit_bytes: MAX_EVENT_BYTES,
-                    })
-                }
-                Some(Err(EventStreamError::Transport(ReadFail::Transport(detail)))) => {
+                Some(Err(e)) => {
                     break Err(RemoteError::Transport {
                         url: url.clone(),
-                        detail,
+                        detail: chain(&e),
                     })
                 }
-                Some(Err(e)) => break Err(RemoteError::Malformed(e.to_string())),
-                Some(Ok(event)) => event,
+                Some(Ok(chunk)) => chunk,
             };
-            let at = sent_at.elapsed();
-            let data = event.data.trim();
-            if data == "[DONE]" {
-                break Ok(StreamEnd::Done);
-            }
-            if data.is_empty() {
-                continue;
-            }
-            let value: Value = match serde_json::from_str(data) {
-                Ok(v) => v,
-                Err(e) => {
-                    break Err(RemoteError::Malformed(format!(
-                        "event data is not JSON ({e}): {}",
-                        error_excerpt(data)
-                    )))
-                }
-            };
-            if let Some(err) = value.get("error") {
-                break Err(RemoteError::ServerError(error_excerpt(&err.to_string())));
-            }
-            if turn.model.is_none() {
-                turn.model = value.get("model").and_then(Value::as_str).map(String::from);
-            }
-            let usage = value.get("usage").and_then(parse_usage);
-            let choice = value
-                .get("choices")
-                .and_then(Value::as_array)
-                .and_then(|c| c.first());
-            let content = choice
-                .and_then(|c| c.get("delta"))
-                .and_then(|d| d.get("content"))
-                .and_then(Value::as_str)
-                .unwrap_or("");
-            if let Some(reason) = choice
-                .and_then(|c| c.get("finish_reason"))
-                .and_then(Value::as_str)
-            {
-                turn.finish_reason = Some(reason.to_string());
-            }
-            if !content.is_empty() {
-                timeline.chunks.push(ChunkMark {
-                    at,
-                    cumulative_tokens: usage.map(|u| u.completion_tokens),
+            stream_bytes += chunk.len();
+            if stream_bytes > MAX_STREAM_BYTES {
+                break Err(RemoteError::StreamTooLarge {
+                    limit_bytes: MAX_STREAM_BYTES,
                 });
-                turn.text.push_str(content);
-                on_text(content, at);
             }
-            if usage.is_some() {
-                timeline.usage = usage;
-            }
-            if let Some(t) = value.get("timings").and_then(parse_timings) {
-                timeline.server_timings = Some(t);
+            if let Err(EventTooLarge) = parser.push(&chunk, &mut events) {
+                break Err(RemoteError::ChunkTooLarge {
+                    limit_bytes: MAX_EVENT_BYTES,
+                });
             }
         };
-        timeline.finished_at = sent_at.elapsed();
-        turn.timeline = timeline;
+        let mut turn = turn.turn;
+        turn.timeline.finished_at = sent_at.elapsed();
+        turn.notes = turn.timeline.drop_implausible();
         turn.end = end;
         Ok(turn)
+    }
+}
+
+/// `work`, or `Err(Cancelled)` as soon as `cancelled()` holds (looked at every 10 ms).
+async fn until_cancelled<T>(
+    cancelled: &(dyn Fn() -> bool + Send + Sync),
+    work: impl std::future::Future<Output = Result<T, RemoteError>>,
+) -> Result<T, RemoteError> {
+    let watch = async {
+        while !cancelled() {
+            tokio::time::sleep(CANCEL_POLL).await;
+        }
+    };
+    tokio::select! {
+        result = work => result,
+        () = watch => Err(RemoteError::Cancelled),
+    }
+}
+
+/// A stream being read: the turn so far and the client's own limit.
+struct Turn {
+    turn: RemoteTurn,
+    max_tokens: Option<u32>,
+}
+
+impl Turn {
+    /// One event's data; `Some` when it ends the stream.
+    fn on_event(
+        &mut self,
+        data: &str,
+        at: Duration,
+        on_text: &mut (dyn FnMut(&str, Duration) + Send),
+    ) -> Option<Result<StreamEnd, RemoteError>> {
+        let data = data.trim();
+        if data == "[DONE]" {
+            return Some(Ok(StreamEnd::Done));
+        }
+        if data.is_empty() {
+            return None;
+        }
+        let value: Value = match serde_json::from_str(data) {
+            Ok(v) => v,
+            Err(e) => {
+                return Some(Err(RemoteError::Malformed(format!(
+                    "event data is not JSON ({e}): {}",
+                    error_excerpt(data)
+                ))))
+            }
+        };
+        if let Some(err) = value.get("error") {
+            return Some(Err(RemoteError::ServerError(error_excerpt(
+                &err.to_string(),
+            ))));
+        }
+        let turn = &mut self.turn;
+        if turn.model.is_none() {
+            turn.model = value.get("model").and_then(Value::as_str).map(String::from);
+        }
+        let usage = value.get("usage").and_then(parse_usage);
+        let choice = value
+            .get("choices")
+            .and_then(Value::as_array)
+            .and_then(|c| c.first());
+        let content = choice
+            .and_then(|c| c.get("delta"))
+            .and_then(|d| d.get("content"))
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if let Some(reason) = choice
+            .and_then(|c| c.get("finish_reason"))
+            .and_then(Value::as_str)
+        {
+            turn.finish_reason = Some(reason.to_string());
+        }
+        if !content.is_empty() {
+            // Each content chunk holds at least one token: one past max_tokens proves the
+            // server ignored it, and the stream ends here rather than when the server stops.
+            if let Some(max_tokens) = self.max_tokens {
+                if turn.timeline.chunks.len() >= max_tokens as usize {
+                    return Some(Err(RemoteError::IgnoredMaxTokens { max_tokens }));
+                }
+            }
+            turn.timeline.chunks.push(ChunkMark {
+                at,
+                cumulative_tokens: usage.map(|u| u.completion_tokens),
+            });
+            turn.text.push_str(content);
+            on_text(content, at);
+        }
+        if usage.is_some() {
+            turn.timeline.usage = usage;
+        }
+        if let Some(t) = value.get("timings").and_then(parse_timings) {
+            turn.timeline.server_timings = Some(t);
+        }
+        None
     }
 }
 

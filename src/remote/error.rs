@@ -30,6 +30,22 @@ pub(crate) enum RemoteError {
     Malformed(String),
     #[error("a streamed event exceeded {limit_bytes} bytes without ending; the stream was closed")]
     ChunkTooLarge { limit_bytes: usize },
+    #[error("the stream exceeded {limit_bytes} bytes in all; it was closed there and the partial answer is kept")]
+    StreamTooLarge { limit_bytes: usize },
+    #[error("{what} from {url} exceeded {limit_bytes} bytes; the read was stopped (is --url the API base of an OpenAI-compatible server?)")]
+    BodyTooLarge {
+        url: String,
+        what: &'static str,
+        limit_bytes: usize,
+    },
+    #[error("the server ignored max_tokens = {max_tokens}: it kept streaming past that many content chunks, so the client closed the stream there (the first {max_tokens} are kept)")]
+    IgnoredMaxTokens { max_tokens: u32 },
+    #[error("{url} answered HTTP {status} redirecting to {location}, another origin: not followed, so neither the request nor the key goes there (if you trust that server, point --url at it)")]
+    Redirect {
+        url: String,
+        status: u16,
+        location: String,
+    },
     #[error("the server closed the stream before [DONE] (after {chunks} content chunks); the partial answer is kept")]
     ClosedEarly { chunks: usize },
     #[error("connection to {url} failed while streaming: {detail}")]
@@ -59,6 +75,10 @@ impl RemoteError {
             RemoteError::ServerError(_) => "server_error",
             RemoteError::Malformed(_) => "malformed",
             RemoteError::ChunkTooLarge { .. } => "chunk_too_large",
+            RemoteError::StreamTooLarge { .. } => "stream_too_large",
+            RemoteError::BodyTooLarge { .. } => "body_too_large",
+            RemoteError::IgnoredMaxTokens { .. } => "ignored_max_tokens",
+            RemoteError::Redirect { .. } => "redirect",
             RemoteError::ClosedEarly { .. } => "closed_early",
             RemoteError::Transport { .. } => "transport",
             RemoteError::NoModels { .. } => "no_models",

@@ -8,7 +8,11 @@
 
 mod client;
 mod error;
+mod sse;
 mod worker;
+
+use std::io::Read;
+use std::path::Path;
 
 pub(crate) use client::{ChatRequest, Endpoint, RemoteClient, RemoteTurn, StreamEnd};
 pub(crate) use error::RemoteError;
@@ -33,8 +37,89 @@ impl ApiKey {
         Ok(Self(key.to_string()))
     }
 
+    /// A key read from `path` (`--api-key-file`): a regular file of at most
+    /// `MAX_KEY_FILE_BYTES`, never a device (`/dev/zero` never ends), a FIFO (which waits for a
+    /// writer) or a directory.
+    pub(crate) fn from_file(path: &Path) -> Result<Self, RemoteError> {
+        let shown = path.display();
+        let bad = |why: String| RemoteError::BadKey(format!("--api-key-file {shown}: {why}"));
+        let check = |meta: &std::fs::Metadata| {
+            if !meta.is_file() {
+                return Err(bad(format!(
+                    "{}, not a regular file; put the key in a plain file",
+                    file_kind(meta)
+                )));
+            }
+            if meta.len() > MAX_KEY_FILE_BYTES {
+                return Err(bad(format!(
+                    "{} bytes: more than the {MAX_KEY_FILE_BYTES} bytes an API key file may hold; is it the right file?",
+                    meta.len()
+                )));
+            }
+            Ok(())
+        };
+        // Looked at before opening: opening a FIFO would wait for a writer.
+        check(&std::fs::metadata(path).map_err(|e| bad(format!("cannot read it: {e}")))?)?;
+        let mut options = std::fs::OpenOptions::new();
+        options.read(true);
+        // Should the path become a FIFO between the two looks, opening it does not wait.
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_NONBLOCK);
+        let file = options
+            .open(path)
+            .map_err(|e| bad(format!("cannot read it: {e}")))?;
+        check(
+            &file
+                .metadata()
+                .map_err(|e| bad(format!("cannot read it: {e}")))?,
+        )?;
+        let mut bytes = Vec::new();
+        file.take(MAX_KEY_FILE_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| bad(format!("cannot read it: {e}")))?;
+        if bytes.len() as u64 > MAX_KEY_FILE_BYTES {
+            return Err(bad(format!(
+                "more than the {MAX_KEY_FILE_BYTES} bytes an API key file may hold; is it the right file?"
+            )));
+        }
+        let text = String::from_utf8(bytes).map_err(|_| bad("not UTF-8 text".into()))?;
+        Self::new(&text).map_err(|e| match e {
+            RemoteError::BadKey(why) => bad(why),
+            other => other,
+        })
+    }
+
     pub(crate) fn header_value(&self) -> String {
         format!("Bearer {}", self.0)
+    }
+}
+
+/// The most bytes an `--api-key-file` may hold (keys and tokens are far shorter).
+pub(crate) const MAX_KEY_FILE_BYTES: u64 = 16 << 10;
+
+/// What a path that is not a regular file is, in words.
+fn file_kind(meta: &std::fs::Metadata) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        let t = meta.file_type();
+        if t.is_fifo() {
+            return "a FIFO (named pipe)";
+        }
+        if t.is_char_device() {
+            return "a character device";
+        }
+        if t.is_block_device() {
+            return "a block device";
+        }
+        if t.is_socket() {
+            return "a socket";
+        }
+    }
+    if meta.is_dir() {
+        "a directory"
+    } else {
+        "not a regular file"
     }
 }
 

@@ -334,9 +334,13 @@ async fn stream(
             finish_reason: None,
             model: None,
             end: Ok(StreamEnd::Cancelled),
+            notes: Vec::new(),
         },
         Err(e) => return Err(remote_error(&e)),
     };
+    for note in &turn.notes {
+        tracing::warn!("remote turn: {note}");
+    }
     Ok((turn, pieces))
 }
 
@@ -367,7 +371,14 @@ fn report(turn: RemoteTurn) -> Result<TurnReport, EngineError> {
         text: turn.text,
         stop_reason,
         timeline,
-        context_used: usage.map_or(0, |u| (u.prompt_tokens + u.completion_tokens) as usize),
+        // Only counts that can be true: a prompt no context holds is no count, and the output is
+        // the checked one (`tokens_generated` ignores a count the chunks cannot hold).
+        context_used: usage
+            .filter(|u| u.prompt_tokens <= crate::metrics::remote::MAX_PROMPT_TOKENS)
+            .map_or(0, |u| {
+                usize::try_from(u.prompt_tokens + turn.timeline.tokens_generated())
+                    .unwrap_or(usize::MAX)
+            }),
         dropped_messages: 0,
         llama_counters: counters,
         first_logits: None,
@@ -477,6 +488,7 @@ mod tests {
             finish_reason: finish.map(String::from),
             model: None,
             end,
+            notes: Vec::new(),
         }
     }
 
@@ -523,5 +535,18 @@ mod tests {
         assert!(!format!("{info:?}").contains("sk-never-shown"));
         let unknown = model_info(&endpoint, "m", ServerFacts::default(), Duration::ZERO);
         assert_eq!(unknown.bytes_per_token(0), None);
+    }
+
+    #[test]
+    fn a_turn_with_absurd_server_counts_still_reports() {
+        let mut t = turn(Ok(StreamEnd::Done), Some("stop"));
+        t.timeline.usage = Some(crate::metrics::remote::ServerUsage {
+            prompt_tokens: u64::MAX,
+            completion_tokens: u64::MAX,
+            cached_tokens: None,
+        });
+        let r = report(t).unwrap();
+        assert_eq!(r.timeline.tokens_generated(), 1);
+        assert_eq!(r.context_used, 0);
     }
 }

@@ -1,0 +1,169 @@
+//! Server-sent events, parsed from the bytes of a chat stream as they arrive: lines end with
+//! LF, CRLF or CR; `data:` lines are joined into one event; comments (`: ping`) and the other
+//! fields are skipped. Bounded and linear: every byte is copied at most twice (into the line,
+//! then into the event), a line and an event's data are each at most `limit_bytes`, and bytes
+//! that are not UTF-8 become U+FFFD, line by line, so one bad byte never holds back the rest.
+
+/// An event's data grew past the limit before the blank line that ends it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct EventTooLarge;
+
+#[derive(Debug)]
+pub(crate) struct SseParser {
+    limit_bytes: usize,
+    /// The line being read (no terminator).
+    line: Vec<u8>,
+    /// The data of the event being read: its `data:` values, each followed by LF.
+    data: String,
+    /// The last byte seen was a CR: a LF right after it ends nothing more.
+    after_cr: bool,
+    /// No byte seen yet (a leading UTF-8 BOM is dropped).
+    at_start: bool,
+}
+
+impl SseParser {
+    pub(crate) fn new(limit_bytes: usize) -> Self {
+        Self {
+            limit_bytes,
+            line: Vec::new(),
+            data: String::new(),
+            after_cr: false,
+            at_start: true,
+        }
+    }
+
+    /// Parses `bytes`, appending the data of every event they complete to `out`, in order.
+    pub(crate) fn push(
+        &mut self,
+        bytes: &[u8],
+        out: &mut Vec<String>,
+    ) -> Result<(), EventTooLarge> {
+        let mut rest = bytes;
+        if self.at_start && !rest.is_empty() {
+            self.at_start = false;
+            rest = rest.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(rest);
+        }
+        while !rest.is_empty() {
+            if self.after_cr {
+                self.after_cr = false;
+                if rest[0] == b'\n' {
+                    rest = &rest[1..];
+                    continue;
+                }
+            }
+            match rest.iter().position(|&b| b == b'\n' || b == b'\r') {
+                Some(i) => {
+                    self.extend_line(&rest[..i])?;
+                    self.after_cr = rest[i] == b'\r';
+                    self.end_line(out)?;
+                    rest = &rest[i + 1..];
+                }
+                None => {
+                    self.extend_line(rest)?;
+                    rest = &[];
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn extend_line(&mut self, part: &[u8]) -> Result<(), EventTooLarge> {
+        if self.line.len() + part.len() > self.limit_bytes {
+            return Err(EventTooLarge);
+        }
+        self.line.extend_from_slice(part);
+        Ok(())
+    }
+
+    fn end_line(&mut self, out: &mut Vec<String>) -> Result<(), EventTooLarge> {
+        let line = std::mem::take(&mut self.line);
+        if line.is_empty() {
+            if !self.data.is_empty() {
+                let mut data = std::mem::take(&mut self.data);
+                data.pop(); // the LF after the last data line
+                out.push(data);
+            }
+            return Ok(());
+        }
+        // A comment, or a field other than `data`: nothing to keep.
+        let Some(value) = line.strip_prefix(b"data") else {
+            return Ok(());
+        };
+        let value = match value {
+            [] => &[][..],
+            [b':', b' ', v @ ..] | [b':', v @ ..] => v,
+            _ => return Ok(()), // a field named e.g. `database`
+        };
+        let text = String::from_utf8_lossy(value);
+        if self.data.len() + text.len() + 1 > self.limit_bytes {
+            return Err(EventTooLarge);
+        }
+        self.data.push_str(&text);
+        self.data.push('\n');
+        // Keep the line's allocation for the next one.
+        self.line = line;
+        self.line.clear();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(chunks: &[&[u8]], limit: usize) -> Result<Vec<String>, EventTooLarge> {
+        let mut p = SseParser::new(limit);
+        let mut out = Vec::new();
+        for c in chunks {
+            p.push(c, &mut out)?;
+        }
+        Ok(out)
+    }
+
+    #[test]
+    fn events_split_anywhere_come_out_whole() {
+        let text = b"data: {\"a\":1}\n\n: ping\n\ndata:x\r\ndata: y\r\n\r\nevent: e\rdata: z\r\r";
+        let whole = parse(&[text], 1 << 10).unwrap();
+        assert_eq!(whole, vec!["{\"a\":1}", "x\ny", "z"]);
+        for cut in 0..text.len() {
+            let (a, b) = text.split_at(cut);
+            assert_eq!(parse(&[a, b], 1 << 10).unwrap(), whole, "cut at {cut}");
+        }
+        let bytes: Vec<&[u8]> = text.chunks(1).collect();
+        assert_eq!(parse(&bytes, 1 << 10).unwrap(), whole);
+    }
+
+    #[test]
+    fn comments_other_fields_and_empty_events_give_nothing() {
+        let out = parse(
+            &[b"\xEF\xBB\xBF: hi\nid: 3\nretry: 10\ndatabase: no\n\n\n"],
+            64,
+        )
+        .unwrap();
+        assert!(out.is_empty(), "{out:?}");
+        // A bare `data` line is an empty value: the event is "" (the client skips it).
+        assert_eq!(parse(&[b"data\n\n"], 64).unwrap(), vec![""]);
+        assert_eq!(parse(&[b"data\ndata: a\n\n"], 64).unwrap(), vec!["\na"]);
+    }
+
+    #[test]
+    fn invalid_utf8_becomes_replacement_and_the_rest_goes_on() {
+        let out = parse(
+            &[b"data: a\xFFb\n\ndata: c\xE2", b"\x82\xAC\n\ndata: d\n\n"],
+            64,
+        )
+        .unwrap();
+        assert_eq!(out, vec!["a\u{FFFD}b", "c€", "d"]);
+    }
+
+    #[test]
+    fn a_line_or_an_event_past_the_limit_is_refused() {
+        assert_eq!(parse(&[&[b'x'; 65]], 64), Err(EventTooLarge));
+        // Many short data lines: each line is small, the event is not.
+        let lines = b"data: 0123456789\n".repeat(8);
+        assert_eq!(parse(&[&lines], 64), Err(EventTooLarge));
+        // Endless comments never grow the event.
+        let pings = b": ping\n".repeat(1000);
+        assert_eq!(parse(&[&pings, b"data: ok\n\n"], 64).unwrap(), vec!["ok"]);
+    }
+}
