@@ -191,6 +191,18 @@ fn resume_reloads_the_model_it_ran_on_and_says_when_it_is_gone_or_changed() {
     quit(&tmux);
     assert_eq!(turn_models(&data), [a.clone(), a.clone()]);
 
+    // -m wins over the model it ran on, with a word.
+    tmux.tmux(&["send-keys", "-t", "main", "clear", "Enter"]);
+    start_chat(&tmux, &b, "-n 2 --resume");
+    let screen = flat(
+        &tmux.wait_for("the resume notice", Duration::from_secs(10), |s| {
+            s.contains("resumed ")
+        }),
+    );
+    assert!(screen.contains("as -m asks"), "{screen}");
+    assert!(screen.contains("ran on model-a.gguf: no MBU"), "{screen}");
+    quit(&tmux);
+
     // Another model written over A: the default, saying why; the old answers are not set
     // against B's ceiling.
     common::synth(dir.path(), "model-a.gguf", "tiny", TensorType::F32, 3);

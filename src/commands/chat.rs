@@ -20,6 +20,8 @@ pub struct ChatArgs {
     #[command(flatten)]
     pub spec: super::run::SpecArgs,
     /// Continue a saved conversation: its id (or a unique prefix), or the latest without one.
+    /// It reloads the model it last ran on when that file is unchanged (-m overrides);
+    /// otherwise it says why and uses the default model.
     #[arg(long, value_name = "ID", num_args = 0..=1, default_missing_value = "")]
     pub resume: Option<String>,
     /// Generate exactly --max-tokens per answer, ignoring end-of-generation tokens and stop
@@ -208,8 +210,12 @@ fn resume_on(
             |n| n.to_string_lossy().into_owned(),
         )
     };
+    // Saved paths are absolute; `-m` may be relative to here.
+    let same_file = |saved: &std::path::Path, asked: &std::path::Path| {
+        std::path::absolute(asked).is_ok_and(|asked| asked == saved)
+    };
     let note = match (choice, args.model.model.as_deref()) {
-        (ResumeModel::Saved(saved), Some(asked)) if saved != asked => Some(format!(
+        (ResumeModel::Saved(saved), Some(asked)) if !same_file(saved, asked) => Some(format!(
             "it ran on {}: continuing on {} as -m asks",
             saved.display(),
             asked.display()
