@@ -13,15 +13,21 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize};
 
-use crate::engine::StopReason;
+use crate::engine::{SamplingParams, StopReason};
 use crate::fsx::{read_regular, write_private, ReadError, WriteError, WriteProblem};
 use crate::ids::{unix_s, utc_parts};
 use crate::metrics::{fmt_opt, TurnSummary};
 
-/// The version of the on-disk format this build writes and reads.
-pub(crate) const FORMAT_VERSION: u32 = 1;
+/// The version of the on-disk format this build writes. Version 2 added, per turn, the model's
+/// path and fingerprint and the settings and system prompt it was generated with, and keeps
+/// each turn's own finish time (version 1 overwrote them all with the time of the last save).
+pub(crate) const FORMAT_VERSION: u32 = 2;
+/// The oldest format this build still reads: a version 1 file loads with the fields it lacks
+/// unknown (`None`), and is saved back in the current format.
+pub(crate) const OLDEST_FORMAT_VERSION: u32 = 1;
 
 /// The longest title `list` shows, in characters, including the ellipsis.
 const TITLE_MAX_CHARS: usize = 60;
@@ -45,8 +51,59 @@ pub struct SavedConversation {
     pub updated_unix_s: u64,
     /// File name of the model used last.
     pub model_file: Option<String>,
+    /// The model used last, what `--resume` reloads (`None` in version 1 files).
+    #[serde(default, deserialize_with = "lenient")]
+    pub model: Option<SavedModel>,
+    /// The system prompt in force when the conversation was saved (the next turn's); each
+    /// turn keeps the one it was generated with in its `settings`.
     pub system_prompt: Option<String>,
     pub turns: Vec<SavedTurn>,
+}
+
+/// The model file a turn ran on: where it was and what it held.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SavedModel {
+    /// As loaded; the chat saves it absolute. For a server's model, the server's URL.
+    pub path: PathBuf,
+    /// `engine::fingerprint` of the file when it was loaded (`None` when it could not be
+    /// read, or for a server's model).
+    #[serde(default)]
+    pub fingerprint: Option<String>,
+}
+
+impl SavedModel {
+    /// Whether this is the model `info` describes: by fingerprint when both are known, else
+    /// by path.
+    pub fn is(&self, info: &crate::engine::ModelInfo) -> bool {
+        match (self.fingerprint.as_deref(), fingerprint_of(info)) {
+            (Some(saved), Some(loaded)) => saved == loaded,
+            _ => self.path == info.path,
+        }
+    }
+
+    /// The identity of the model `info` describes.
+    pub fn of(info: &crate::engine::ModelInfo) -> Self {
+        Self {
+            path: info.path.clone(),
+            fingerprint: fingerprint_of(info).map(str::to_string),
+        }
+    }
+}
+
+fn fingerprint_of(info: &crate::engine::ModelInfo) -> Option<&str> {
+    Some(info.fingerprint.as_str()).filter(|f| !f.is_empty())
+}
+
+/// What a turn was generated with, so that it can be repeated (A/B) and exported as it ran.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TurnSettings {
+    pub sampling: SamplingParams,
+    pub max_tokens: u32,
+    #[serde(default)]
+    pub ignore_eos: bool,
+    /// The system prompt in force for this turn (`None`: none).
+    #[serde(default)]
+    pub system_prompt: Option<String>,
 }
 
 impl SavedConversation {
@@ -58,6 +115,7 @@ impl SavedConversation {
             created_unix_s: now_unix_s,
             updated_unix_s: now_unix_s,
             model_file: None,
+            model: None,
             system_prompt: None,
             turns: Vec::new(),
         }
@@ -73,15 +131,25 @@ pub struct SavedTurn {
     /// Read leniently: `TurnSummary` belongs to `metrics` and will grow fields, and a non-finite
     /// figure is written as `null`. Either would otherwise make a whole conversation unreadable
     /// for the sake of its statistics, so metrics that no longer parse load as `None`.
-    #[serde(default, deserialize_with = "lenient_metrics")]
+    #[serde(default, deserialize_with = "lenient")]
     pub metrics: Option<TurnSummary>,
     pub model_file: Option<String>,
+    /// The model it ran on (`None` in version 1 files, which kept only the file name).
+    #[serde(default, deserialize_with = "lenient")]
+    pub model: Option<SavedModel>,
+    /// When this turn finished (in version 1 files, the time of the conversation's last save).
     pub finished_unix_s: u64,
+    /// The sampling settings and system prompt it was generated with (`None` in version 1
+    /// files). Read leniently, as `metrics`: the settings grow fields.
+    #[serde(default, deserialize_with = "lenient")]
+    pub settings: Option<TurnSettings>,
 }
 
-fn lenient_metrics<'de, D>(deserializer: D) -> Result<Option<TurnSummary>, D::Error>
+/// A field that no longer parses loads as `None`, never making the whole file unreadable.
+fn lenient<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
 where
     D: Deserializer<'de>,
+    T: DeserializeOwned,
 {
     let value = Option::<serde_json::Value>::deserialize(deserializer)?;
     Ok(value.and_then(|v| serde_json::from_value(v).ok()))
@@ -270,6 +338,29 @@ pub struct Resumed {
 }
 
 impl Resumed {
+    /// "resumed ID (N turns)".
+    pub fn resumed_notice(&self) -> String {
+        let conv = &self.conversation;
+        let turns = match conv.turns.len() {
+            1 => "1 turn".to_string(),
+            n => format!("{n} turns"),
+        };
+        format!("resumed {} ({turns})", conv.id)
+    }
+
+    /// What a file saved by an older tokscope lacks, if it is one.
+    pub fn format_notice(&self) -> Option<String> {
+        let conv = &self.conversation;
+        (conv.version < FORMAT_VERSION && !conv.turns.is_empty()).then(|| {
+            format!(
+                "its file is of format {} (an older tokscope), which kept no turn's own finish \
+                 time, settings or system prompt; it is saved as format {FORMAT_VERSION} from \
+                 the next turn",
+                conv.version
+            )
+        })
+    }
+
     /// What to tell the user on resuming, if anything (a copy becomes its own conversation).
     pub fn notice(&self) -> Option<String> {
         let inner = self.inner_id.as_ref()?;
@@ -326,6 +417,60 @@ pub fn resume(path: &Path, now: SystemTime) -> Result<Resumed, HistoryError> {
         inner_id,
         seen,
     })
+}
+
+/// What a resumed conversation continues on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResumeModel {
+    /// The model file it last ran on: still there, and unchanged.
+    Saved(PathBuf),
+    /// The default model; `why` says why not the one it ran on (`None`: none was saved, as
+    /// in a conversation without turns).
+    Default { why: Option<String> },
+}
+
+/// Which model a resumed conversation continues on: the file it last ran on, when that file
+/// is still there and its fingerprint is the one saved; otherwise the default, saying why.
+pub fn resume_model(conv: &SavedConversation) -> ResumeModel {
+    let default = |why: String| ResumeModel::Default { why: Some(why) };
+    let Some(saved) = &conv.model else {
+        return ResumeModel::Default {
+            why: conv.model_file.as_ref().map(|file| {
+                format!("it ran on {file}, but an older tokscope saved only the file's name")
+            }),
+        };
+    };
+    let shown = saved.path.display();
+    if saved
+        .path
+        .to_str()
+        .is_some_and(|s| s.starts_with("http://") || s.starts_with("https://"))
+    {
+        return default(format!("it ran on the server {shown}"));
+    }
+    match fs::metadata(&saved.path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return default(format!("the model it ran on, {shown}, is gone"))
+        }
+        Err(e) => {
+            return default(format!(
+                "the model it ran on, {shown}, cannot be read ({e})"
+            ))
+        }
+        Ok(meta) if !meta.is_file() => {
+            return default(format!("the model it ran on, {shown}, is not a file"))
+        }
+        Ok(_) => {}
+    }
+    match (&saved.fingerprint, crate::engine::fingerprint(&saved.path)) {
+        (_, Err(e)) => default(format!(
+            "the model it ran on, {shown}, cannot be read ({e})"
+        )),
+        (Some(was), Ok(now)) if *was != now => default(format!(
+            "the model it ran on, {shown}, has changed since (fingerprint {was}, now {now})"
+        )),
+        _ => ResumeModel::Saved(saved.path.clone()),
+    }
 }
 
 /// Where one chat's saves go and what it last saw there, so that two chats on one conversation
@@ -509,7 +654,9 @@ fn parse(bytes: &[u8]) -> Result<SavedConversation, ParseFailure> {
                 "the format version is not a whole number".to_string(),
             ))
         }
-        Some(Some(found)) if found != u64::from(FORMAT_VERSION) => {
+        Some(Some(found))
+            if !(u64::from(OLDEST_FORMAT_VERSION)..=u64::from(FORMAT_VERSION)).contains(&found) =>
+        {
             let newer_version = found > u64::from(FORMAT_VERSION);
             let advice = if newer_version {
                 "; it was saved by a newer tokscope, upgrade to open it"
@@ -518,8 +665,8 @@ fn parse(bytes: &[u8]) -> Result<SavedConversation, ParseFailure> {
             };
             return Err(ParseFailure {
                 reason: format!(
-                    "it has format version {found}, this build of tokscope reads version \
-                     {FORMAT_VERSION}{advice}"
+                    "it has format version {found}, this build of tokscope reads versions \
+                     {OLDEST_FORMAT_VERSION} to {FORMAT_VERSION}{advice}"
                 ),
                 newer_version,
             });
@@ -844,8 +991,53 @@ pub(crate) fn format_list(entries: &[ConversationEntry], now_unix_s: u64) -> Str
     out
 }
 
-/// A readable Markdown transcript with a one-line metrics summary after each answer.
-pub(crate) fn export_markdown(conv: &SavedConversation) -> String {
+/// An `f32` setting as the user typed it (0.8, not 0.800000011920929).
+pub(crate) fn round_setting(v: f32) -> f64 {
+    v.to_string().parse().unwrap_or(f64::from(v))
+}
+
+/// The sampling settings on one line, as exports write them.
+fn sampling_line(s: &TurnSettings) -> String {
+    let p = &s.sampling;
+    format!(
+        "temperature {} · top_k {} · top_p {} · min_p {} · repeat_penalty {} (last {}) · seed {} \
+         · max {} tokens{}",
+        round_setting(p.temperature),
+        p.top_k,
+        round_setting(p.top_p),
+        round_setting(p.min_p),
+        round_setting(p.repeat_penalty),
+        p.repeat_last_n,
+        p.seed,
+        s.max_tokens,
+        if s.ignore_eos { " · ignore EOS" } else { "" }
+    )
+}
+
+fn same_sampling(a: &TurnSettings, b: &TurnSettings) -> bool {
+    a.sampling == b.sampling && a.max_tokens == b.max_tokens && a.ignore_eos == b.ignore_eos
+}
+
+fn system_prompt_section(out: &mut String, system_prompt: Option<&str>, from_turn: Option<usize>) {
+    let from = from_turn
+        .map(|n| format!(" (from turn {n})"))
+        .unwrap_or_default();
+    match system_prompt.filter(|s| !s.is_empty()) {
+        Some(text) => out.push_str(&format!(
+            "## System prompt{from}\n\n{}\n\n",
+            text.trim_end()
+        )),
+        None if from_turn.is_some() => out.push_str(&format!("*no system prompt{from}*\n\n")),
+        None => {}
+    }
+}
+
+/// A readable Markdown transcript with a one-line metrics summary after each answer. Each turn
+/// is shown with the settings and system prompt it was generated with: the first turn's in the
+/// header, and a line (or a section) before each turn where they changed. `current` holds the
+/// settings in force now, shown for a conversation without turns, or one whose turns were saved
+/// by an older tokscope that did not keep theirs.
+pub(crate) fn export_markdown(conv: &SavedConversation, current: &TurnSettings) -> String {
     let mut out = format!("# Conversation {}\n\n", conv.id);
     let mut details = vec![format!("started {}", iso_minute(conv.created_unix_s))];
     if let Some(model) = &conv.model_file {
@@ -856,14 +1048,46 @@ pub(crate) fn export_markdown(conv: &SavedConversation) -> String {
         n => format!("{n} turns"),
     });
     out.push_str(&format!("*{}*\n\n", details.join(" · ")));
-    if let Some(system_prompt) = conv.system_prompt.as_deref().filter(|s| !s.is_empty()) {
-        out.push_str(&format!(
-            "## System prompt\n\n{}\n\n",
-            system_prompt.trim_end()
-        ));
-    }
+    // What the header says is in force; each turn that ran otherwise says so.
+    let mut in_force = match conv.turns.first() {
+        Some(SavedTurn {
+            settings: Some(first),
+            ..
+        }) => {
+            out.push_str(&format!("*sampling: {}*\n\n", sampling_line(first)));
+            first.clone()
+        }
+        Some(_) => {
+            out.push_str(&format!(
+                "*sampling now: {} (this file did not keep the settings of its older turns)*\n\n",
+                sampling_line(current)
+            ));
+            TurnSettings {
+                system_prompt: conv.system_prompt.clone(),
+                ..current.clone()
+            }
+        }
+        None => {
+            out.push_str(&format!("*sampling: {}*\n\n", sampling_line(current)));
+            current.clone()
+        }
+    };
+    system_prompt_section(&mut out, in_force.system_prompt.as_deref(), None);
     let mut previous_model = conv.turns.first().and_then(|t| t.model_file.as_deref());
-    for turn in &conv.turns {
+    for (i, turn) in conv.turns.iter().enumerate() {
+        if let Some(settings) = turn.settings.as_ref().filter(|_| i > 0) {
+            if !same_sampling(settings, &in_force) {
+                out.push_str(&format!(
+                    "*from turn {}: sampling: {}*\n\n",
+                    i + 1,
+                    sampling_line(settings)
+                ));
+            }
+            if settings.system_prompt != in_force.system_prompt {
+                system_prompt_section(&mut out, settings.system_prompt.as_deref(), Some(i + 1));
+            }
+            in_force = settings.clone();
+        }
         out.push_str(&format!("## You\n\n{}\n\n", turn.user.trim_end()));
         let answer = turn.assistant.trim_end();
         out.push_str("## Assistant\n\n");
@@ -959,7 +1183,9 @@ mod tests {
             stop_reason: StopReason::EndOfGeneration,
             metrics: Some(summary()),
             model_file: Some("tiny-q8_0.gguf".to_string()),
+            model: Some(tiny_model()),
             finished_unix_s: updated_unix_s - 50,
+            settings: Some(settings(42, Some("Be brief."))),
         });
         conv.turns.push(SavedTurn {
             user: "and again".to_string(),
@@ -967,9 +1193,217 @@ mod tests {
             stop_reason: StopReason::Cancelled,
             metrics: None,
             model_file: Some("tiny-q8_0.gguf".to_string()),
+            model: Some(tiny_model()),
             finished_unix_s: updated_unix_s,
+            settings: Some(settings(42, Some("Be brief."))),
         });
+        conv.model = Some(tiny_model());
         conv
+    }
+
+    fn tiny_model() -> SavedModel {
+        SavedModel {
+            path: PathBuf::from("/models/tiny-q8_0.gguf"),
+            fingerprint: Some("0123456789abcdef".to_string()),
+        }
+    }
+
+    fn settings(seed: u32, system_prompt: Option<&str>) -> TurnSettings {
+        TurnSettings {
+            sampling: SamplingParams {
+                seed,
+                ..SamplingParams::default()
+            },
+            max_tokens: 128,
+            ignore_eos: false,
+            system_prompt: system_prompt.map(str::to_string),
+        }
+    }
+
+    /// A conversation as tokscope 0.x saved it (format 1): one model file name, one system
+    /// prompt, and every turn's `finished_unix_s` the time of the last save.
+    const FORMAT_1_FILE: &str = r#"{
+  "version": 1,
+  "id": "20261101-101500-ab12",
+  "created_unix_s": 1793528100,
+  "updated_unix_s": 1793528400,
+  "model_file": "llama3-8b-q4_k_m.gguf",
+  "system_prompt": "Answer in French.",
+  "turns": [
+    {
+      "user": "Hello",
+      "assistant": "Bonjour",
+      "stop_reason": "end_of_generation",
+      "metrics": null,
+      "model_file": "llama3-8b-q4_k_m.gguf",
+      "finished_unix_s": 1793528400
+    },
+    {
+      "user": "How are you?",
+      "assistant": "Bien",
+      "stop_reason": "max_tokens",
+      "metrics": null,
+      "model_file": "llama3-8b-q4_k_m.gguf",
+      "finished_unix_s": 1793528400
+    }
+  ]
+}
+"#;
+
+    #[test]
+    fn a_format_1_file_opens_lists_resumes_and_is_saved_in_the_current_format() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("20261101-101500-ab12.json");
+        fs::write(&path, FORMAT_1_FILE).unwrap();
+        let conv = load(&path).unwrap();
+        assert_eq!(conv.version, 1);
+        assert_eq!(conv.turns.len(), 2);
+        assert_eq!(conv.model, None);
+        assert!(conv
+            .turns
+            .iter()
+            .all(|t| t.model.is_none() && t.settings.is_none()));
+        assert_eq!(conv.system_prompt.as_deref(), Some("Answer in French."));
+        let outcome = list(tmp.path()).unwrap();
+        assert_eq!(outcome.entries.len(), 1, "{outcome:?}");
+        assert!(outcome.set_aside.is_empty() && outcome.skipped.is_empty());
+        assert_eq!(latest(tmp.path()).unwrap(), Some(path.clone()));
+
+        let resumed = resume(&path, SystemTime::now()).unwrap();
+        assert_eq!(
+            resumed.resumed_notice(),
+            "resumed 20261101-101500-ab12 (2 turns)"
+        );
+        let format = resumed.format_notice().unwrap();
+        assert!(format.contains("format 1"), "{format}");
+        // It names the model it ran on and says why it cannot be reloaded.
+        let ResumeModel::Default { why: Some(why) } = resume_model(&resumed.conversation) else {
+            panic!("{:?}", resume_model(&resumed.conversation))
+        };
+        assert!(why.contains("llama3-8b-q4_k_m.gguf"), "{why}");
+        assert!(why.contains("older tokscope"), "{why}");
+
+        // Saved again, it is of the current format and has lost nothing.
+        let mut slot = SaveSlot::resumed(tmp.path(), &resumed);
+        slot.save(&resumed.conversation, SystemTime::now()).unwrap();
+        let again = load(&path).unwrap();
+        assert_eq!(again.version, FORMAT_VERSION);
+        assert_eq!(again.turns, conv.turns);
+        assert_eq!(again.system_prompt, conv.system_prompt);
+
+        // The Markdown export of an old file says its settings are today's, not the turns'.
+        let md = export_markdown(&conv, &settings(43, None));
+        assert!(md.contains("*sampling now: "), "{md}");
+        assert!(md.contains("did not keep the settings"), "{md}");
+        assert!(md.contains("## System prompt\n\nAnswer in French."), "{md}");
+    }
+
+    #[test]
+    fn each_turn_keeps_its_own_finish_time_model_settings_and_system_prompt() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut conv = conversation("kept", NOW_UNIX_S, "first");
+        conv.turns[0].finished_unix_s = NOW_UNIX_S - 300;
+        conv.turns[1].finished_unix_s = NOW_UNIX_S - 200;
+        conv.turns[1].settings = Some(settings(43, Some("Now in French.")));
+        conv.turns[1].model = Some(SavedModel {
+            path: PathBuf::from("/models/other.gguf"),
+            fingerprint: None,
+        });
+        let path = save(tmp.path(), &conv).unwrap();
+        let back = load(&path).unwrap();
+        assert_eq!(back, conv);
+        let text = fs::read_to_string(&path).unwrap();
+        assert!(text.contains("\"finished_unix_s\": 1796028012"), "{text}");
+        assert!(text.contains("\"finished_unix_s\": 1796028112"), "{text}");
+        assert!(text.contains("\"seed\": 43"), "{text}");
+        assert!(text.contains("\"/models/other.gguf\""), "{text}");
+    }
+
+    #[test]
+    fn the_markdown_export_shows_each_turn_s_settings_and_system_prompt_where_they_change() {
+        let mut conv = conversation("md", NOW_UNIX_S, "first");
+        let mut third = conv.turns[1].clone();
+        third.user = "third".to_string();
+        third.settings = Some(settings(43, Some("Now in French.")));
+        conv.turns.push(third);
+        let mut fourth = conv.turns[2].clone();
+        fourth.user = "fourth".to_string();
+        fourth.settings = Some(settings(43, None));
+        conv.turns.push(fourth);
+        conv.system_prompt = None;
+        // What is in force now (seed 44) is not what the turns ran with.
+        let md = export_markdown(&conv, &settings(44, None));
+        assert!(md.contains("*sampling: temperature 0.8 · top_k 40 · top_p 0.95 · min_p 0.05 · repeat_penalty 1 (last 64) · seed 42 · max 128 tokens*"), "{md}");
+        assert!(!md.contains("seed 44"), "{md}");
+        let header_prompt = md.find("## System prompt\n\nBe brief.").unwrap();
+        let turn_1 = md.find("## You\n\nfirst").unwrap();
+        assert!(header_prompt < turn_1, "{md}");
+        let changed = md.find("*from turn 3: sampling: ").unwrap();
+        let french = md
+            .find("## System prompt (from turn 3)\n\nNow in French.")
+            .unwrap();
+        let turn_2 = md.find("## You\n\nand again").unwrap();
+        let turn_3 = md.find("## You\n\nthird").unwrap();
+        assert!(
+            turn_2 < changed && changed < french && french < turn_3,
+            "{md}"
+        );
+        assert!(
+            md[changed..].starts_with("*from turn 3: sampling: temperature 0.8"),
+            "{md}"
+        );
+        assert_eq!(
+            md.matches("seed 43").count(),
+            1,
+            "only where it changed: {md}"
+        );
+        let cleared = md.find("*no system prompt (from turn 4)*").unwrap();
+        assert!(cleared < md.find("## You\n\nfourth").unwrap(), "{md}");
+    }
+
+    #[test]
+    fn resume_reloads_the_saved_model_unless_it_is_gone_or_changed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let model = tmp.path().join("tiny.gguf");
+        let mut spec = crate::synth::SynthSpec::preset("tiny").unwrap();
+        crate::synth::write_model(&model, &spec).unwrap();
+        let mut conv = conversation("r", NOW_UNIX_S, "x");
+        conv.model = Some(SavedModel {
+            path: model.clone(),
+            fingerprint: Some(crate::engine::fingerprint(&model).unwrap()),
+        });
+        assert_eq!(resume_model(&conv), ResumeModel::Saved(model.clone()));
+
+        // Another model written over it: same path, another fingerprint.
+        spec.seed += 1;
+        crate::synth::write_model(&model, &spec).unwrap();
+        let ResumeModel::Default { why: Some(why) } = resume_model(&conv) else {
+            panic!("{:?}", resume_model(&conv))
+        };
+        assert!(why.contains("has changed since"), "{why}");
+        assert!(why.contains(&model.display().to_string()), "{why}");
+
+        fs::remove_file(&model).unwrap();
+        let ResumeModel::Default { why: Some(why) } = resume_model(&conv) else {
+            panic!("{:?}", resume_model(&conv))
+        };
+        assert!(why.ends_with("is gone"), "{why}");
+
+        // A folder where the file was, and a server's model, are said too.
+        fs::create_dir(&model).unwrap();
+        assert!(
+            matches!(resume_model(&conv), ResumeModel::Default { why: Some(w) } if w.contains("not a file"))
+        );
+        conv.model = Some(SavedModel {
+            path: PathBuf::from("http://127.0.0.1:8080/v1"),
+            fingerprint: None,
+        });
+        assert!(
+            matches!(resume_model(&conv), ResumeModel::Default { why: Some(w) } if w.contains("server"))
+        );
+        // No turn, no model: nothing to say.
+        let empty = SavedConversation::new("e".to_string(), NOW_UNIX_S);
+        assert_eq!(resume_model(&empty), ResumeModel::Default { why: None });
     }
 
     fn file_names(dir: &Path) -> Vec<String> {
@@ -1259,7 +1693,7 @@ mod tests {
         let message = err.to_string();
         assert!(matches!(err, HistoryError::Corrupt { .. }));
         assert!(message.contains("format version 7"), "{message}");
-        assert!(message.contains("reads version 1"), "{message}");
+        assert!(message.contains("reads versions 1 to 2"), "{message}");
         assert!(message.contains("newer tokscope"), "{message}");
 
         // A newer file is readable by that newer tokscope: list leaves it where it is.
@@ -1616,7 +2050,7 @@ mod tests {
     #[test]
     fn markdown_export_has_both_sides_and_metrics_lines() {
         let conv = conversation("20261130-084512-3f2a", NOW_UNIX_S, "What is a KV cache?");
-        let md = export_markdown(&conv);
+        let md = export_markdown(&conv, &settings(42, None));
         assert!(
             md.starts_with("# Conversation 20261130-084512-3f2a\n"),
             "{md}"
@@ -1643,12 +2077,12 @@ mod tests {
         let mut switched = conv.clone();
         switched.turns[1].model_file = Some("other.gguf".to_string());
         switched.turns[1].assistant.clear();
-        let md = export_markdown(&switched);
+        let md = export_markdown(&switched, &settings(42, None));
         assert!(md.contains("cancelled · model other.gguf*"), "{md}");
         assert!(md.contains("## Assistant\n\n*(no answer)*"), "{md}");
 
         let empty = SavedConversation::new("e".to_string(), NOW_UNIX_S);
-        let md = export_markdown(&empty);
+        let md = export_markdown(&empty, &settings(42, None));
         assert!(md.contains("0 turns") && !md.contains("## You"), "{md}");
     }
 
@@ -1656,7 +2090,7 @@ mod tests {
     fn json_export_is_the_saved_form() {
         let conv = conversation("j", NOW_UNIX_S, "x");
         let json = export_json(&conv).unwrap();
-        assert!(json.contains("\n  \"version\": 1"));
+        assert!(json.contains("\n  \"version\": 2"));
         let back: SavedConversation = serde_json::from_str(&json).unwrap();
         assert_eq!(back, conv);
     }

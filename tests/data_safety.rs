@@ -119,6 +119,188 @@ fn two_chats_on_one_conversation_and_a_resumed_copy_lose_no_turn() {
     assert_eq!(history_files(&data).len(), 3);
 }
 
+/// Starts `tokscope chat` without `-m` (the default model is $TOKSCOPE_MODEL), resuming the
+/// latest conversation, and waits until it is ready.
+fn resume_latest(tmux: &Tmux) -> String {
+    tmux.tmux(&["send-keys", "-t", "main", "clear", "Enter"]);
+    tmux.wait_for("the shell prompt", Duration::from_secs(10), |s| {
+        s.contains("e2e$") && exit_line(s).is_none()
+    });
+    tmux.type_text(&format!(
+        "{} chat -t 1 --temp 0 -n 2 --resume; echo exit=$?",
+        common::tmux::bin()
+    ));
+    tmux.keys(&["Enter"]);
+    let screen = tmux.wait_for("the resumed chat to be ready", common::tmux::READY, |s| {
+        common::tmux::status_line(s).contains("ready") && s.contains("resumed ")
+    });
+    flat(&screen)
+}
+
+/// The screen with each run of spaces and line breaks as one space: a notice wraps.
+fn flat(screen: &str) -> String {
+    screen.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The model each saved turn of the only conversation ran on.
+fn turn_models(data: &Path) -> Vec<PathBuf> {
+    let files = history_files(data);
+    assert_eq!(files.len(), 1, "{files:?}");
+    tokscope::history::load(&files[0])
+        .unwrap()
+        .turns
+        .into_iter()
+        .map(|t| t.model.expect("each turn says its model").path)
+        .collect()
+}
+
+#[test]
+fn resume_reloads_the_model_it_ran_on_and_says_when_it_is_gone_or_changed() {
+    let _lock = common::model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let a = common::synth(dir.path(), "model-a.gguf", "tiny", TensorType::F32, 1);
+    let b = common::synth(dir.path(), "model-b.gguf", "tiny", TensorType::F32, 2);
+    let data = dir.path().join("data");
+    // B is the default model; the conversation is started on A.
+    let env = [
+        ("TOKSCOPE_DATA_DIR", data.as_path()),
+        ("TOKSCOPE_MODEL", b.as_path()),
+    ];
+    let tmux = Tmux::start("resume-model", 200, 50, &env);
+    start_chat(&tmux, &a, "-n 2");
+    send(&tmux, "on model a");
+    wait_idle_after_answers(&tmux, 1);
+    quit(&tmux);
+    let conv = tokscope::history::load(&history_files(&data)[0]).unwrap();
+    let id = conv.id.clone();
+    let saved = conv.turns[0].model.clone().unwrap();
+    assert_eq!(saved.path, a);
+    assert_eq!(
+        saved.fingerprint.as_deref(),
+        Some(tokscope::engine::fingerprint(&a).unwrap().as_str())
+    );
+
+    // Resumed without -m: on A again, not the default B.
+    let screen = resume_latest(&tmux);
+    assert!(
+        screen.contains(&format!("resumed {id} (1 turn) on model-a.gguf")),
+        "{screen}"
+    );
+    send(&tmux, "still on a");
+    wait_idle_after_answers(&tmux, 2);
+    quit(&tmux);
+    assert_eq!(turn_models(&data), [a.clone(), a.clone()]);
+
+    // -m wins over the model it ran on, with a word.
+    tmux.tmux(&["send-keys", "-t", "main", "clear", "Enter"]);
+    start_chat(&tmux, &b, "-n 2 --resume");
+    let screen = flat(
+        &tmux.wait_for("the resume notice", Duration::from_secs(10), |s| {
+            s.contains("resumed ")
+        }),
+    );
+    assert!(screen.contains("as -m asks"), "{screen}");
+    assert!(screen.contains("ran on model-a.gguf: no MBU"), "{screen}");
+    quit(&tmux);
+
+    // Another model written over A: the default, saying why; the old answers are not set
+    // against B's ceiling.
+    common::synth(dir.path(), "model-a.gguf", "tiny", TensorType::F32, 3);
+    let screen = resume_latest(&tmux);
+    assert!(
+        screen.contains(&format!("resumed {id} (2 turns)")),
+        "{screen}"
+    );
+    assert!(screen.contains("has changed since"), "{screen}");
+    assert!(
+        screen.contains("continuing on the default model"),
+        "{screen}"
+    );
+    assert!(screen.contains("ran on model-a.gguf: no MBU"), "{screen}");
+    send(&tmux, "now on b");
+    wait_idle_after_answers(&tmux, 3);
+    let screen = tmux.screen();
+    assert!(!screen.contains("no MBU"), "{screen}");
+    quit(&tmux);
+    assert_eq!(turn_models(&data), [a.clone(), a.clone(), b.clone()]);
+
+    // B gone as well (the conversation last ran on B): the default is B's path no more, so
+    // resuming says so and names the missing file instead of failing silently.
+    std::fs::remove_file(&a).unwrap();
+    let moved = dir.path().join("model-b-moved.gguf");
+    std::fs::rename(&b, &moved).unwrap();
+    tmux.tmux(&["send-keys", "-t", "main", "clear", "Enter"]);
+    tmux.type_text(&format!(
+        "TOKSCOPE_MODEL={} {} chat -t 1 -n 2 --resume; echo exit=$?",
+        moved.display(),
+        common::tmux::bin()
+    ));
+    tmux.keys(&["Enter"]);
+    let screen = flat(
+        &tmux.wait_for("the resumed chat", common::tmux::READY, |s| {
+            common::tmux::status_line(s).contains("ready") && s.contains("resumed ")
+        }),
+    );
+    assert!(screen.contains("is gone"), "{screen}");
+    assert!(screen.contains("model-b-moved.gguf"), "{screen}");
+    quit(&tmux);
+}
+
+/// A conversation as an older tokscope saved it (format 1): the model's file name only, one
+/// system prompt, every turn's finish time that of the last save.
+const FORMAT_1_FILE: &str = r#"{
+  "version": 1,
+  "id": "20261101-101500-ab12",
+  "created_unix_s": 1793528100,
+  "updated_unix_s": 1793528400,
+  "model_file": "llama3-8b-q4_k_m.gguf",
+  "system_prompt": "Answer in French.",
+  "turns": [
+    {
+      "user": "Hello",
+      "assistant": "Bonjour",
+      "stop_reason": "end_of_generation",
+      "metrics": null,
+      "model_file": "llama3-8b-q4_k_m.gguf",
+      "finished_unix_s": 1793528400
+    }
+  ]
+}
+"#;
+
+#[test]
+fn an_old_format_file_still_lists_and_a_corrupt_one_refuses_to_resume_with_a_message() {
+    let home = tempfile::tempdir().unwrap();
+    let dir = home.path().join("data").join("history");
+    std::fs::create_dir_all(&dir).unwrap();
+    let old = dir.join("20261101-101500-ab12.json");
+    std::fs::write(&old, FORMAT_1_FILE).unwrap();
+    let torn = dir.join("20261102-000000-dead.json");
+    std::fs::write(&torn, "{\"version\": 2, \"id\": \"20261102-0").unwrap();
+    tokscope(home.path())
+        .args(["chat", "--resume", "20261102"])
+        .assert()
+        .failure()
+        .stderr(
+            predicate::str::contains("not a readable saved conversation")
+                .and(predicate::str::contains("truncated"))
+                .and(predicate::str::contains("panicked").not()),
+        );
+    assert!(torn.exists(), "resuming never moves or rewrites the file");
+    tokscope(home.path())
+        .arg("history")
+        .assert()
+        .success()
+        .stdout(
+            predicate::str::contains("20261101-101500-ab12")
+                .and(predicate::str::contains("llama3-8b-q4_k_m.gguf")),
+        );
+    assert_eq!(std::fs::read_to_string(&old).unwrap(), FORMAT_1_FILE);
+    let conv = tokscope::history::load(&old).unwrap();
+    assert_eq!(conv.turns[0].user, "Hello");
+    assert!(conv.turns[0].model.is_none() && conv.turns[0].settings.is_none());
+}
+
 #[test]
 fn a_torn_results_log_is_repaired_not_merged() {
     let _lock = common::model_lock();

@@ -154,9 +154,16 @@ fn ready_times(n: usize, ttft: Duration) -> Vec<Duration> {
         .collect()
 }
 
+/// A turn on the loaded model (as the chat starts every turn): its figures are drawn against
+/// that model's roofline.
+fn on_model(mut turn: AssistantTurn) -> AssistantTurn {
+    turn.model = Some(tokscope::history::SavedModel::of(&model()));
+    turn
+}
+
 /// A turn that streamed `text` and is still streaming.
 fn streaming_turn(id: u64, text: &str, prompt: usize, cached: usize) -> AssistantTurn {
-    let mut turn = AssistantTurn::new(id, Some(MODEL_FILE.to_string()));
+    let mut turn = on_model(AssistantTurn::new(id, Some(MODEL_FILE.to_string())));
     turn.on_prefill_started(prompt, cached);
     let parts = pieces(text);
     for (piece, at) in parts.iter().zip(ready_times(parts.len(), ms(184))) {
@@ -350,7 +357,7 @@ fn loading_with_progress() {
 #[test]
 fn prefill_shows_the_waiting_clock() {
     let mut app = finished_app();
-    let mut turn = AssistantTurn::new(3, Some(MODEL_FILE.to_string()));
+    let mut turn = on_model(AssistantTurn::new(3, Some(MODEL_FILE.to_string())));
     turn.on_prefill_started(260, 249);
     app.conversation.exchanges.push(Exchange {
         user: "And borrowing?".to_string(),
@@ -366,7 +373,7 @@ fn prefill_shows_the_waiting_clock() {
 #[test]
 fn a_long_prefill_shows_its_progress_and_esc_shows_stopping_at_once() {
     let mut app = finished_app();
-    let mut turn = AssistantTurn::new(3, Some(MODEL_FILE.to_string()));
+    let mut turn = on_model(AssistantTurn::new(3, Some(MODEL_FILE.to_string())));
     turn.on_prefill_started(4_096, 0);
     app.conversation.exchanges.push(Exchange {
         user: "A very long document".to_string(),
@@ -417,7 +424,7 @@ fn queued_shows_the_waiting_clock() {
     let mut app = finished_app();
     app.conversation.exchanges.push(Exchange {
         user: "And borrowing?".to_string(),
-        assistant: Some(AssistantTurn::new(3, None)),
+        assistant: Some(on_model(AssistantTurn::new(3, None))),
     });
     app.active_since = Some(base());
     let screen = render(&app, 80, 24);
@@ -541,7 +548,7 @@ fn engine_failed_to_load() {
 #[test]
 fn turn_failed() {
     let mut app = finished_app();
-    let mut turn = AssistantTurn::new(3, Some(MODEL_FILE.to_string()));
+    let mut turn = on_model(AssistantTurn::new(3, Some(MODEL_FILE.to_string())));
     turn.on_prefill_started(260, 249);
     let error = "decode failed: llama_decode returned -3 (out of KV cache space)";
     turn.on_failed(error.to_string());
@@ -572,15 +579,17 @@ fn help_overlay() {
 fn synthetic_model_is_labelled() {
     let mut app = ready_app();
     app.model = Some(synthetic_model());
+    let mut turn = finished_turn(
+        1,
+        "Question Answer hello the of noise tokens",
+        12,
+        0,
+        StopReason::MaxTokens,
+    );
+    turn.model = Some(tokscope::history::SavedModel::of(&synthetic_model()));
     app.conversation.exchanges.push(Exchange {
         user: "hello".to_string(),
-        assistant: Some(finished_turn(
-            1,
-            "Question Answer hello the of noise tokens",
-            12,
-            0,
-            StopReason::MaxTokens,
-        )),
+        assistant: Some(turn),
     });
     app.context_used = 20;
     for (w, h) in [(80u16, 24u16), (120, 40)] {
@@ -654,7 +663,7 @@ fn a_thousand_tokens_stream_fine() {
             _ => format!("word{i} "),
         })
         .collect();
-    let mut turn = AssistantTurn::new(1, None);
+    let mut turn = on_model(AssistantTurn::new(1, None));
     turn.on_prefill_started(40, 0);
     let times = ready_times(1000, ms(150));
     for (i, at) in times.iter().enumerate() {
@@ -912,6 +921,7 @@ fn ab_app(b_text: &str, b_pieces: &[&str], finished: bool) -> App {
             sampling: SamplingParams::default(),
             max_tokens: 512,
             ignore_eos: false,
+            system_prompt: None,
         },
         a,
         b_path: PathBuf::from(format!("/models/{b_file}")),

@@ -81,11 +81,10 @@ impl App {
             );
             return Vec::new();
         };
-        let settings = a.settings.clone().unwrap_or_else(|| TurnSettings {
-            sampling: self.sampling.clone(),
-            max_tokens: self.max_tokens,
-            ignore_eos: self.ignore_eos,
-        });
+        let settings = a
+            .settings
+            .clone()
+            .unwrap_or_else(|| self.current_settings());
         let path = crate::config::expand_home(std::path::Path::new(arg));
         let id = self.request_ids.next();
         let b_file = path.file_name().map(|n| n.to_string_lossy().into_owned());

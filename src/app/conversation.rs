@@ -5,8 +5,11 @@
 
 use std::time::Duration;
 
-use crate::engine::{ChatMessage, RequestId, Role, SamplingParams, StopReason, TurnReport};
-use crate::history::{SavedConversation, SavedTurn};
+use crate::engine::{ChatMessage, RequestId, Role, StopReason, TurnReport};
+/// The settings an answer was generated with (so that an A/B comparison can repeat them, and
+/// the history keeps them).
+pub use crate::history::TurnSettings;
+use crate::history::{SavedConversation, SavedModel, SavedTurn};
 use crate::metrics::{TurnSummary, TurnTimeline};
 
 /// Where a turn stands.
@@ -35,14 +38,6 @@ impl TurnPhase {
     }
 }
 
-/// The settings an answer was generated with (so that an A/B comparison can repeat them).
-#[derive(Debug, Clone, PartialEq)]
-pub struct TurnSettings {
-    pub sampling: SamplingParams,
-    pub max_tokens: u32,
-    pub ignore_eos: bool,
-}
-
 /// An assistant answer, finished or in flight.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AssistantTurn {
@@ -54,9 +49,14 @@ pub struct AssistantTurn {
     /// Figures of a finished turn (also for turns loaded from history, which have no timeline).
     pub summary: Option<TurnSummary>,
     pub model_file: Option<String>,
+    /// The model it ran on (`None`: not known, as for a turn saved by an older tokscope); the
+    /// roofline of a turn is only drawn against this model's ceiling.
+    pub model: Option<SavedModel>,
+    /// When it finished (Unix seconds), kept in the history as the turn's own.
+    pub finished_unix_s: Option<u64>,
     /// Tokens in the KV cache after the turn.
     pub context_used: Option<usize>,
-    /// What it was generated with (unknown for answers loaded from history).
+    /// What it was generated with (unknown for answers saved by an older tokscope).
     pub settings: Option<TurnSettings>,
     /// Prefill progress: tokens of this turn's prefill done so far, of the total.
     pub prefill_progress: Option<(usize, usize)>,
@@ -78,6 +78,8 @@ impl AssistantTurn {
             timeline: TurnTimeline::default(),
             summary: None,
             model_file,
+            model: None,
+            finished_unix_s: None,
             context_used: None,
             settings: None,
             prefill_progress: None,
@@ -265,20 +267,25 @@ impl Conversation {
                     stop_reason,
                     metrics: a.summary.clone(),
                     model_file: a.model_file.clone(),
-                    finished_unix_s: updated_unix_s,
+                    model: a.model.clone(),
+                    // A turn finished before its time was kept (none should be): the save's.
+                    finished_unix_s: a.finished_unix_s.unwrap_or(updated_unix_s),
+                    settings: a.settings.clone(),
                 })
             })
             .collect();
+        let last_answer = self
+            .exchanges
+            .iter()
+            .rev()
+            .find_map(|e| e.assistant.as_ref().filter(|a| a.model_file.is_some()));
         SavedConversation {
             version: crate::history::FORMAT_VERSION,
             id: self.id.clone(),
             created_unix_s: self.created_unix_s,
             updated_unix_s,
-            model_file: self
-                .exchanges
-                .iter()
-                .rev()
-                .find_map(|e| e.assistant.as_ref().and_then(|a| a.model_file.clone())),
+            model_file: last_answer.and_then(|a| a.model_file.clone()),
+            model: last_answer.and_then(|a| a.model.clone()),
             system_prompt: self.system_prompt.clone(),
             turns,
         }
@@ -301,8 +308,10 @@ impl Conversation {
                     timeline: TurnTimeline::default(),
                     summary: t.metrics.clone(),
                     model_file: t.model_file.clone(),
+                    model: t.model.clone(),
+                    finished_unix_s: Some(t.finished_unix_s),
                     context_used: None,
-                    settings: None,
+                    settings: t.settings.clone(),
                     prefill_progress: None,
                     stopping: false,
                     spec: None,

@@ -4,61 +4,36 @@
 use std::path::Path;
 
 use super::ExportFormat;
-use crate::engine::SamplingParams;
-use crate::history::SavedConversation;
-
-/// An `f32` setting as the user typed it (0.8, not 0.800000011920929).
-fn round(v: f32) -> f64 {
-    v.to_string().parse().unwrap_or(f64::from(v))
-}
+use crate::history::{round_setting as round, SavedConversation, TurnSettings};
 
 /// The sampling settings as a JSON object.
-fn sampling_json(s: &SamplingParams, max_tokens: u32) -> serde_json::Value {
+fn sampling_json(s: &TurnSettings) -> serde_json::Value {
+    let p = &s.sampling;
     serde_json::json!({
-        "temperature": round(s.temperature),
-        "top_k": s.top_k,
-        "top_p": round(s.top_p),
-        "min_p": round(s.min_p),
-        "repeat_penalty": round(s.repeat_penalty),
-        "repeat_last_n": s.repeat_last_n,
-        "seed": s.seed,
-        "max_tokens": max_tokens,
+        "temperature": round(p.temperature),
+        "top_k": p.top_k,
+        "top_p": round(p.top_p),
+        "min_p": round(p.min_p),
+        "repeat_penalty": round(p.repeat_penalty),
+        "repeat_last_n": p.repeat_last_n,
+        "seed": p.seed,
+        "max_tokens": s.max_tokens,
     })
 }
 
-/// The text of an export.
+/// The text of an export. `current`: the settings in force now; each turn carries its own.
 pub(crate) fn export_text(
     format: ExportFormat,
     conversation: &SavedConversation,
-    sampling: &SamplingParams,
-    max_tokens: u32,
+    current: &TurnSettings,
 ) -> Result<String, String> {
     match format {
-        ExportFormat::Markdown => {
-            let text = crate::history::export_markdown(conversation);
-            let line = format!(
-                "*sampling: temperature {} · top_k {} · top_p {} · min_p {} · repeat_penalty {} (last {}) · seed {} · max {} tokens*\n\n",
-                round(sampling.temperature),
-                sampling.top_k,
-                round(sampling.top_p),
-                round(sampling.min_p),
-                round(sampling.repeat_penalty),
-                sampling.repeat_last_n,
-                sampling.seed,
-                max_tokens
-            );
-            // After the title and the details line.
-            let mut parts = text.splitn(3, "\n\n");
-            let (title, details, rest) = (parts.next(), parts.next(), parts.next());
-            Ok(match (title, details, rest) {
-                (Some(t), Some(d), Some(r)) => format!("{t}\n\n{d}\n\n{line}{r}"),
-                _ => format!("{text}\n{line}"),
-            })
-        }
+        ExportFormat::Markdown => Ok(crate::history::export_markdown(conversation, current)),
         ExportFormat::Json => {
             let mut value = serde_json::to_value(conversation).map_err(|e| e.to_string())?;
             if let Some(map) = value.as_object_mut() {
-                map.insert("sampling".into(), sampling_json(sampling, max_tokens));
+                // The settings the next turn would use; each turn has its own `settings`.
+                map.insert("sampling".into(), sampling_json(current));
             }
             serde_json::to_string_pretty(&value).map_err(|e| e.to_string())
         }
@@ -99,20 +74,25 @@ mod tests {
 
     #[test]
     fn exports_carry_the_sampling_settings_with_round_values() {
-        let s = SamplingParams {
-            temperature: 0.8,
-            top_p: 0.95,
-            seed: 7,
-            ..SamplingParams::default()
+        let s = TurnSettings {
+            sampling: crate::engine::SamplingParams {
+                temperature: 0.8,
+                top_p: 0.95,
+                seed: 7,
+                ..Default::default()
+            },
+            max_tokens: 128,
+            ignore_eos: false,
+            system_prompt: None,
         };
-        let md = export_text(ExportFormat::Markdown, &conv(), &s, 128).unwrap();
+        let md = export_text(ExportFormat::Markdown, &conv(), &s).unwrap();
         assert!(md.starts_with("# Conversation"), "{md}");
         assert!(
             md.contains("*sampling: temperature 0.8 · top_k 40 · top_p 0.95"),
             "{md}"
         );
         assert!(md.contains("seed 7 · max 128 tokens"), "{md}");
-        let json = export_text(ExportFormat::Json, &conv(), &s, 128).unwrap();
+        let json = export_text(ExportFormat::Json, &conv(), &s).unwrap();
         let v: serde_json::Value = serde_json::from_str(&json).unwrap();
         assert_eq!(v["sampling"]["temperature"], serde_json::json!(0.8));
         assert_eq!(v["sampling"]["max_tokens"], serde_json::json!(128));

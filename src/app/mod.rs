@@ -163,9 +163,8 @@ pub enum Effect {
         format: ExportFormat,
         path: PathBuf,
         conversation: SavedConversation,
-        /// The settings in force, written into the export.
-        sampling: SamplingParams,
-        max_tokens: u32,
+        /// The settings in force, written into the export (each turn carries its own).
+        settings: TurnSettings,
     },
     /// Put this text on the clipboard (an OSC 52 sequence written to the terminal).
     Copy(String),
@@ -298,18 +297,27 @@ impl App {
         self.model.as_ref().map(|m| m.file_name.clone())
     }
 
+    /// The settings the next turn is generated with.
+    pub(crate) fn current_settings(&self) -> TurnSettings {
+        TurnSettings {
+            sampling: self.sampling.clone(),
+            max_tokens: self.max_tokens,
+            ignore_eos: self.ignore_eos,
+            system_prompt: self.conversation.system_prompt.clone(),
+        }
+    }
+
     /// Start an answer for the last exchange.
     fn start_turn(&mut self, now: Now) -> Vec<Effect> {
         let id = self.request_ids.next();
         let model_file = self.model_file();
         let messages = self.conversation.messages_for_last();
+        let settings = self.current_settings();
+        let model = self.model.as_ref().map(crate::history::SavedModel::of);
         if let Some(ex) = self.conversation.exchanges.last_mut() {
             let mut turn = AssistantTurn::new(id, model_file);
-            turn.settings = Some(TurnSettings {
-                sampling: self.sampling.clone(),
-                max_tokens: self.max_tokens,
-                ignore_eos: self.ignore_eos,
-            });
+            turn.settings = Some(settings);
+            turn.model = model;
             ex.assistant = Some(turn);
         }
         self.active_since = Some(now.instant);
@@ -446,7 +454,13 @@ impl App {
                 // After a refused /model the engine keeps (and reports) the model it had.
                 self.model_path = info.path.clone();
                 self.context_used = 0;
-                if let Some(note) = &info.template_note {
+                // The template note is also in the conversation pane: a warning shown now (a
+                // resumed conversation on another model) stays.
+                let warned = self
+                    .notice
+                    .as_ref()
+                    .is_some_and(|n| n.kind != NoticeKind::Info);
+                if let Some(note) = info.template_note.as_ref().filter(|_| !warned) {
                     self.notice(NoticeKind::Info, note.clone());
                 }
                 self.model = Some(*info);
@@ -508,6 +522,7 @@ impl App {
                 let used = report.context_used;
                 if let Some(t) = self.conversation.turn_for(request_id) {
                     t.on_finished(*report);
+                    t.finished_unix_s = Some(now.unix_s);
                     self.context_used = used;
                     self.active_since = None;
                     return vec![Effect::Save(self.conversation.to_saved(now.unix_s))];
@@ -1132,5 +1147,73 @@ pub(crate) mod tests {
     pub(crate) fn run_line(app: &mut App, line: &str) -> Vec<Effect> {
         app.input.set(line);
         update(app, Msg::Key(key(KeyCode::Enter)), now())
+    }
+
+    /// Sends `text` at `sent_unix_s`, the answer finishing 10 s later; returns the save.
+    fn turn_at(app: &mut App, text: &str, sent_unix_s: u64) -> SavedConversation {
+        let at = |unix_s| Now {
+            instant: Instant::now(),
+            unix_s,
+        };
+        app.input.set(text);
+        let fx = update(app, Msg::Key(key(KeyCode::Enter)), at(sent_unix_s));
+        let Some(Effect::Generate { id, .. }) = fx.first().cloned() else {
+            panic!("{fx:?}")
+        };
+        let done = finished(id, "answer", StopReason::EndOfGeneration);
+        match update(app, done, at(sent_unix_s + 10)).as_slice() {
+            [Effect::Save(saved)] => saved.clone(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn each_saved_turn_keeps_its_own_finish_time_model_seed_and_system_prompt() {
+        let mut app = ready_app();
+        let model = ModelInfo {
+            file_name: "a.gguf".into(),
+            path: "/m/a.gguf".into(),
+            fingerprint: "00000000000000aa".into(),
+            ..ModelInfo::default()
+        };
+        update(
+            &mut app,
+            Msg::Engine(EngineEvent::Ready(Box::new(model))),
+            now(),
+        );
+        turn_at(&mut app, "one", 1_000);
+        turn_at(&mut app, "two", 2_000);
+        run_line(&mut app, "/seed 43");
+        run_line(&mut app, "/system Be brief.");
+        let saved = turn_at(&mut app, "three", 3_000);
+        let finished: Vec<u64> = saved.turns.iter().map(|t| t.finished_unix_s).collect();
+        assert_eq!(finished, [1_010, 2_010, 3_010], "each turn's own time");
+        let settings: Vec<_> = saved
+            .turns
+            .iter()
+            .map(|t| t.settings.clone().unwrap())
+            .collect();
+        let seeds: Vec<u32> = settings.iter().map(|s| s.sampling.seed).collect();
+        assert_eq!(seeds, [42, 42, 43]);
+        let prompts: Vec<Option<&str>> = settings
+            .iter()
+            .map(|s| s.system_prompt.as_deref())
+            .collect();
+        assert_eq!(prompts, [None, None, Some("Be brief.")]);
+        assert!(settings.iter().all(|s| s.max_tokens == 64));
+        let on = crate::history::SavedModel {
+            path: "/m/a.gguf".into(),
+            fingerprint: Some("00000000000000aa".into()),
+        };
+        assert!(saved.turns.iter().all(|t| t.model.as_ref() == Some(&on)));
+        assert_eq!(saved.model.as_ref(), Some(&on));
+
+        // Through the file and back into a chat, and saved again later: nothing is lost.
+        let dir = tempfile::tempdir().unwrap();
+        let path = crate::history::save(dir.path(), &saved).unwrap();
+        let loaded = crate::history::load(&path).unwrap();
+        assert_eq!(loaded, saved);
+        let again = Conversation::from_saved(&loaded).to_saved(9_999);
+        assert_eq!(again.turns, saved.turns);
     }
 }

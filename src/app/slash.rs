@@ -69,8 +69,7 @@ impl App {
                             format,
                             path: crate::config::expand_home(std::path::Path::new(path)),
                             conversation: self.conversation.to_saved(now.unix_s),
-                            sampling: self.sampling.clone(),
-                            max_tokens: self.max_tokens,
+                            settings: self.current_settings(),
                         }]
                     }
                     _ => self.notice(NoticeKind::Error, "usage: /export md|json PATH"),

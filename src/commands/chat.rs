@@ -20,6 +20,8 @@ pub struct ChatArgs {
     #[command(flatten)]
     pub spec: super::run::SpecArgs,
     /// Continue a saved conversation: its id (or a unique prefix), or the latest without one.
+    /// It reloads the model it last ran on when that file is unchanged (-m overrides);
+    /// otherwise it says why and uses the default model.
     #[arg(long, value_name = "ID", num_args = 0..=1, default_missing_value = "")]
     pub resume: Option<String>,
     /// Generate exactly --max-tokens per answer, ignoring end-of-generation tokens and stop
@@ -41,9 +43,12 @@ pub(crate) fn run(args: &ChatArgs, mut settings: Settings) -> Result<(), Failure
     args.model.apply(&mut settings)?;
     args.sampling.apply(&mut settings)?;
     args.spec.apply(&mut settings)?;
+    let (conversation, save_slot, mut notices, resumed_on) = open_conversation(args, &settings)?;
+    if let Some(choice) = &resumed_on {
+        resume_on(choice, args, &mut settings, &mut notices)?;
+    }
     let config = engine_config(&settings)?;
     need_terminal()?;
-    let (conversation, save_slot, mut notices) = open_conversation(args, &settings)?;
     notices.extend(
         super::run::spec_warnings(&settings, &config.model_path)
             .into_iter()
@@ -91,7 +96,8 @@ fn run_remote(args: &ChatArgs, url: &str, settings: Settings) -> Result<(), Fail
         .map(|p| p.to_string_lossy().into_owned())
         .or(settings.remote.model.clone());
     need_terminal()?;
-    let (conversation, save_slot, notices) = open_conversation(args, &settings)?;
+    // The server's model is the one the flags or config name, whatever the conversation ran on.
+    let (conversation, save_slot, notices, _) = open_conversation(args, &settings)?;
     let config = crate::engine::EngineConfig {
         model_path: std::path::PathBuf::from(&endpoint.base_url),
         settings: settings.engine.clone(),
@@ -148,6 +154,12 @@ fn serve(
     save_slot: crate::history::SaveSlot,
     notices: Vec<String>,
 ) -> Result<(), Failure> {
+    // One notice line shows at a time: all of them, in order, rather than only the last.
+    let notices = if notices.is_empty() {
+        notices
+    } else {
+        vec![notices.join("; ")]
+    };
     let result = crate::tui::run_chat(
         app,
         &mut engine,
@@ -182,23 +194,83 @@ fn chat_end(end: crate::tui::ChatEnd) -> Result<(), Failure> {
     }
 }
 
+/// The model a resumed conversation continues on: the one it last ran on when that file is
+/// there and unchanged (unless `-m` names another), else the default; the first notice (the
+/// "resumed ID (N turns)" one) says which and why.
+fn resume_on(
+    choice: &crate::history::ResumeModel,
+    args: &ChatArgs,
+    settings: &mut Settings,
+    notices: &mut Vec<String>,
+) -> Result<(), Failure> {
+    use crate::history::ResumeModel;
+    let name = |p: &std::path::Path| {
+        p.file_name().map_or_else(
+            || p.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        )
+    };
+    // Saved paths are absolute; `-m` may be relative to here.
+    let same_file = |saved: &std::path::Path, asked: &std::path::Path| {
+        std::path::absolute(asked).is_ok_and(|asked| asked == saved)
+    };
+    let note = match (choice, args.model.model.as_deref()) {
+        (ResumeModel::Saved(saved), Some(asked)) if !same_file(saved, asked) => Some(format!(
+            "it ran on {}: continuing on {} as -m asks",
+            saved.display(),
+            asked.display()
+        )),
+        (ResumeModel::Saved(_), Some(_)) => None,
+        (ResumeModel::Default { why: Some(why) }, Some(asked)) => Some(format!(
+            "{why}: continuing on {} as -m asks",
+            asked.display()
+        )),
+        (ResumeModel::Default { why: None }, _) => None,
+        (ResumeModel::Saved(saved), None) => {
+            settings.model = Some(saved.clone());
+            Some(format!("on {}, the model it ran on", name(saved)))
+        }
+        (ResumeModel::Default { why: Some(why) }, None) => {
+            let default = super::model::resolve_model(settings).map_err(|f| {
+                Failure::new(
+                    f.code,
+                    format!("cannot resume on another model: {why}; {}", f.message),
+                )
+            })?;
+            Some(format!(
+                "{why}: continuing on the default model {} (earlier answers keep their \
+                 figures, without this model's roofline)",
+                default.display()
+            ))
+        }
+    };
+    if let Some(note) = note {
+        // "resumed ID (N turns) on FILE, …", else "resumed ID (N turns); why: …".
+        match notices.first_mut() {
+            Some(first) if note.starts_with("on ") => first.push_str(&format!(" {note}")),
+            _ => notices.insert(1.min(notices.len()), note),
+        }
+    }
+    Ok(())
+}
+
+/// A conversation opened for the chat: the conversation, where it is saved, the notices
+/// (resuming: "resumed ID (N turns)" first) and, resuming, what the saved model allows.
+type Opened = (
+    crate::app::conversation::Conversation,
+    crate::history::SaveSlot,
+    Vec<String>,
+    Option<crate::history::ResumeModel>,
+);
+
 /// A new conversation, or the saved one `--resume` names, with where it is saved and the
 /// notices resuming it gave.
-fn open_conversation(
-    args: &ChatArgs,
-    settings: &Settings,
-) -> Result<
-    (
-        crate::app::conversation::Conversation,
-        crate::history::SaveSlot,
-        Vec<String>,
-    ),
-    Failure,
-> {
+fn open_conversation(args: &ChatArgs, settings: &Settings) -> Result<Opened, Failure> {
     let history_dir = crate::history::history_dir(&crate::paths::data_dir());
     // Temp files of saves killed with `kill -9` (older than a minute) are removed.
     crate::history::remove_stale_temps(&history_dir);
     let mut notices = Vec::new();
+    let mut resumed_on = None;
     let (conversation, save_slot) = match &args.resume {
         None => (
             crate::app::conversation::Conversation::new(
@@ -224,12 +296,15 @@ fn open_conversation(
             };
             let resumed = crate::history::resume(&path, std::time::SystemTime::now())
                 .map_err(|e| Failure::new(crate::commands::FAILURE, e.to_string()))?;
+            notices.push(resumed.resumed_notice());
+            notices.extend(resumed.format_notice());
             notices.extend(resumed.notice());
+            resumed_on = Some(crate::history::resume_model(&resumed.conversation));
             (
                 crate::app::conversation::Conversation::from_saved(&resumed.conversation),
                 crate::history::SaveSlot::resumed(&history_dir, &resumed),
             )
         }
     };
-    Ok((conversation, save_slot, notices))
+    Ok((conversation, save_slot, notices, resumed_on))
 }

@@ -176,7 +176,8 @@ impl Effects<'_> {
                 }
                 // Count with the new model's vocabulary from now on.
                 Effect::CountWith(path) => self.counter.use_model(path),
-                Effect::Save(conversation) => {
+                Effect::Save(mut conversation) => {
+                    absolute_model_paths(&mut conversation);
                     match self
                         .save_slot
                         .save(&conversation, std::time::SystemTime::now())
@@ -194,17 +195,11 @@ impl Effects<'_> {
                     format,
                     path,
                     conversation,
-                    sampling,
-                    max_tokens,
+                    settings,
                 } => {
                     let result = crate::app::export::check_export_dir(&path)
                         .and_then(|()| {
-                            crate::app::export::export_text(
-                                format,
-                                &conversation,
-                                &sampling,
-                                max_tokens,
-                            )
+                            crate::app::export::export_text(format, &conversation, &settings)
                         })
                         .and_then(|c| {
                             crate::fsx::write_private(&path, c.as_bytes())
@@ -237,6 +232,24 @@ impl Effects<'_> {
             }
         }
         (msgs, quit)
+    }
+}
+
+/// Model paths as saved are absolute, so that `--resume` from another folder finds the
+/// model again (a server's URL is left as it is).
+fn absolute_model_paths(conversation: &mut crate::history::SavedConversation) {
+    let models = conversation.model.iter_mut().chain(
+        conversation
+            .turns
+            .iter_mut()
+            .filter_map(|t| t.model.as_mut()),
+    );
+    for model in models {
+        if model.path.is_relative() && !crate::remote::is_url(&model.path) {
+            if let Ok(absolute) = std::path::absolute(&model.path) {
+                model.path = absolute;
+            }
+        }
     }
 }
 

@@ -560,6 +560,12 @@ fn roofline_lines(app: &App, view: &View, w: usize) -> Vec<Line<'static>> {
             theme::METRIC_VALUE,
         )),
     }
+    if let Some(other) = &roofline.other_model {
+        lines.push(Line::from(Span::styled(
+            truncate(&format!("  ran on {other}: no MBU"), w),
+            theme::DIM,
+        )));
+    }
     lines.push(row(
         &format!("  $/1M tok @{:.2}/h", app.price_per_hour_usd),
         format::num(roofline.cost_per_million_tokens),

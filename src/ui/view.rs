@@ -99,6 +99,10 @@ pub(crate) struct Roofline {
     /// Memory-bandwidth utilisation, a fraction.
     pub mbu: Option<f64>,
     pub cost_per_million_tokens: Option<f64>,
+    /// The answer in focus ran on another model than the one loaded (a resumed conversation,
+    /// or one before `/model`): its file name. Its figures are then never set against this
+    /// model's ceiling: no MBU and no cost.
+    pub other_model: Option<String>,
 }
 
 /// The A/B screen's figures.
@@ -129,12 +133,13 @@ impl<'a> View<'a> {
         };
         let decode_tok_per_s = focus.as_ref().and_then(|f| f.figures.decode_tok_per_s);
         let tokens_per_pass = focus.as_ref().and_then(|f| f.figures.tokens_per_pass);
+        let focus_turn = focus.as_ref().map(|f| f.turn);
         Self {
             waiting: waiting(app, now),
             context_used,
             // 0: not known (a server's model).
             n_ctx: app.model.as_ref().map(|m| m.n_ctx).filter(|n| *n > 0),
-            roofline: Roofline::of(app, context_used, decode_tok_per_s, tokens_per_pass),
+            roofline: Roofline::of(app, context_used, focus_turn, decode_tok_per_s, tokens_per_pass),
             ab: app.ab.as_ref().map(|ab| AbView {
                 a: Figures::of(&ab.a, remote_chat),
                 b: Figures::of(&ab.b, crate::remote::is_url(&ab.b_path)),
@@ -232,10 +237,19 @@ impl Roofline {
     fn of(
         app: &App,
         context_used: usize,
+        focus: Option<&AssistantTurn>,
         decode_tok_per_s: Option<f64>,
         tokens_per_pass: Option<f64>,
     ) -> Self {
         use crate::metrics::roofline::{ceiling_tok_per_s, cost_per_million_tokens, mbu};
+        let other_model = focus
+            .filter(|turn| !ran_on_loaded(turn, app.model.as_ref()))
+            .map(|turn| {
+                turn.model_file
+                    .clone()
+                    .unwrap_or_else(|| "another model".to_string())
+            });
+        let decode_tok_per_s = decode_tok_per_s.filter(|_| other_model.is_none());
         let bytes_per_token = app
             .model
             .as_ref()
@@ -259,7 +273,19 @@ impl Roofline {
             }),
             cost_per_million_tokens: decode_tok_per_s
                 .and_then(|r| cost_per_million_tokens(app.price_per_hour_usd, r)),
+            other_model,
         }
+    }
+}
+
+/// Whether `turn` ran on the model now loaded (by fingerprint, else by path). A turn that
+/// does not say which model it ran on (saved by an older tokscope) did not, as far as a
+/// ceiling is concerned; with no model loaded there is no ceiling to set it against.
+fn ran_on_loaded(turn: &AssistantTurn, loaded: Option<&crate::engine::ModelInfo>) -> bool {
+    match (&turn.model, loaded) {
+        (_, None) => true,
+        (Some(model), Some(info)) => model.is(info),
+        (None, Some(_)) => false,
     }
 }
 
@@ -306,6 +332,101 @@ mod tests {
         );
         assert_eq!(finished.and_then(|r| r.network_rtt_ms), None);
         assert!(Figures::of(&turn, false).remote.is_none());
+    }
+
+    /// An app with `loaded` ready (a model whose ceiling is defined) and one finished answer
+    /// at 50 tok/s that ran on `ran_on`.
+    fn app_with_answer(
+        loaded: &crate::engine::ModelInfo,
+        ran_on: Option<crate::history::SavedModel>,
+    ) -> App {
+        use crate::metrics::roofline::{Bandwidth, BandwidthSource, Peaks, WeightBytes};
+        let mut app = App::new(
+            loaded.path.clone(),
+            crate::app::conversation::Conversation::new("c".into(), 0, None),
+            crate::engine::SamplingParams::default(),
+            64,
+        );
+        app.engine = crate::app::EngineStatus::Ready;
+        app.model = Some(crate::engine::ModelInfo {
+            weight_bytes: Some(WeightBytes {
+                total_bytes: 400_000_000,
+                token_embd_bytes: 100_000_000,
+                embd_row_bytes: 1_000,
+                tied_output: false,
+                output_bytes: 100_000_000,
+            }),
+            ..loaded.clone()
+        });
+        app.bandwidth = Peaks::configured(Some(Bandwidth {
+            bytes_per_s: 1e11,
+            source: BandwidthSource::Config,
+        }));
+        let mut turn = AssistantTurn::new(0, ran_on.as_ref().map(|_| "a.gguf".to_string()));
+        turn.phase = TurnPhase::Done(crate::engine::StopReason::EndOfGeneration);
+        turn.model = ran_on;
+        turn.summary = Some(crate::metrics::TurnSummary {
+            tokens_generated: 51,
+            decode_tok_per_s: Some(50.0),
+            ..turn.timeline.summary()
+        });
+        app.conversation
+            .exchanges
+            .push(crate::app::conversation::Exchange {
+                user: "q".into(),
+                assistant: Some(turn),
+            });
+        app
+    }
+
+    #[test]
+    fn an_answer_from_another_model_is_never_set_against_this_model_s_ceiling() {
+        let loaded = crate::engine::ModelInfo {
+            file_name: "b.gguf".into(),
+            path: "/m/b.gguf".into(),
+            fingerprint: "00000000000000bb".into(),
+            ..Default::default()
+        };
+        let a = crate::history::SavedModel {
+            path: "/m/a.gguf".into(),
+            fingerprint: Some("00000000000000aa".into()),
+        };
+        let same = crate::history::SavedModel::of(&loaded);
+        let now = Instant::now();
+
+        let app = app_with_answer(&loaded, Some(same.clone()));
+        let r = View::new(&app, now).roofline;
+        assert!(r.ceiling_tok_per_s.is_some() && r.mbu.is_some(), "{r:?}");
+        assert!(r.cost_per_million_tokens.is_some());
+        assert_eq!(r.other_model, None);
+
+        // A resumed answer from model A, with B loaded: B's ceiling, but no MBU or cost of A's
+        // answer against it.
+        let app = app_with_answer(&loaded, Some(a.clone()));
+        let r = View::new(&app, now).roofline;
+        assert!(r.ceiling_tok_per_s.is_some(), "{r:?}");
+        assert_eq!((r.mbu, r.cost_per_million_tokens), (None, None));
+        assert_eq!(r.other_model.as_deref(), Some("a.gguf"));
+
+        // The same path holding another file (its fingerprint changed) is another model.
+        let rewritten = crate::history::SavedModel {
+            path: loaded.path.clone(),
+            fingerprint: Some("00000000000000cc".into()),
+        };
+        let app = app_with_answer(&loaded, Some(rewritten));
+        assert_eq!(View::new(&app, now).roofline.mbu, None);
+        // A copy of the same file elsewhere is the same model.
+        let copy = crate::history::SavedModel {
+            path: "/elsewhere/b.gguf".into(),
+            ..same
+        };
+        let app = app_with_answer(&loaded, Some(copy));
+        assert!(View::new(&app, now).roofline.mbu.is_some());
+        // An answer saved by an older tokscope, which did not say its model: none either.
+        let app = app_with_answer(&loaded, None);
+        let r = View::new(&app, now).roofline;
+        assert_eq!((r.mbu, r.cost_per_million_tokens), (None, None));
+        assert_eq!(r.other_model.as_deref(), Some("another model"));
     }
 
     #[test]
