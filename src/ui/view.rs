@@ -139,7 +139,13 @@ impl<'a> View<'a> {
             context_used,
             // 0: not known (a server's model).
             n_ctx: app.model.as_ref().map(|m| m.n_ctx).filter(|n| *n > 0),
-            roofline: Roofline::of(app, context_used, focus_turn, decode_tok_per_s, tokens_per_pass),
+            roofline: Roofline::of(
+                app,
+                context_used,
+                focus_turn,
+                decode_tok_per_s,
+                tokens_per_pass,
+            ),
             ab: app.ab.as_ref().map(|ab| AbView {
                 a: Figures::of(&ab.a, remote_chat),
                 b: Figures::of(&ab.b, crate::remote::is_url(&ab.b_path)),
