@@ -31,8 +31,9 @@ fn documents() -> Vec<PathBuf> {
     files
 }
 
-/// The lines of a Markdown text outside fenced code blocks, with their line numbers.
-fn prose_lines(text: &str) -> Vec<(usize, &str)> {
+/// The lines of a Markdown text inside (`in_code`) or outside fenced code blocks, with their
+/// line numbers.
+fn fenced_lines(text: &str, in_code: bool) -> Vec<(usize, &str)> {
     let mut fenced = false;
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
@@ -40,27 +41,21 @@ fn prose_lines(text: &str) -> Vec<(usize, &str)> {
             fenced = !fenced;
             continue;
         }
-        if !fenced {
+        if fenced == in_code {
             out.push((i + 1, line));
         }
     }
     out
 }
 
+/// The lines outside fenced code blocks.
+fn prose_lines(text: &str) -> Vec<(usize, &str)> {
+    fenced_lines(text, false)
+}
+
 /// The lines inside fenced code blocks.
 fn code_lines(text: &str) -> Vec<(usize, &str)> {
-    let mut fenced = false;
-    let mut out = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim_start().starts_with("```") {
-            fenced = !fenced;
-            continue;
-        }
-        if fenced {
-            out.push((i + 1, line));
-        }
-    }
-    out
+    fenced_lines(text, true)
 }
 
 /// A line with its inline code spans blanked out (a link inside backticks is not a link).
