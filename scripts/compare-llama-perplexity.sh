@@ -118,12 +118,27 @@ if [ -z "$candidate" ]; then
 fi
 
 common=(-f "$text" -c "$ctx" -b "$ctx" -t "$threads" -ngl 0 "${chunk_args[@]}")
+# One llama-perplexity pass into LOG; its figures are read from the log's last lines. A CI run
+# of this project once got a log with no "Final estimate" from a reference pass that exited 0
+# (the log was not kept; llama.cpp's logger writes from a thread of its own). A log without its
+# last line (LAST, a fixed string) is kept as LOG.1 and the pass runs once more, saying so; if
+# the second log lacks a figure too, reading it fails the check.
+perplexity_pass() {
+  local log=$1 last=$2
+  shift 2
+  "$perplexity" "$@" >"$log" 2>&1 || { tail -n 20 "$log" >&2; exit 1; }
+  if ! grep -qF "$last" "$log"; then
+    mv "$log" "${log}.1"
+    echo "# llama-perplexity's log lacks '${last}' (kept as ${log}.1; its last lines: $(tail -n 2 "${log}.1" | tr '\n' ' ')): running the pass again" >&2
+    "$perplexity" "$@" >"$log" 2>&1 || { tail -n 20 "$log" >&2; exit 1; }
+  fi
+}
 echo "# llama-perplexity: reference pass (writes the base log-probs)" >&2
-"$perplexity" -m "$model" "${common[@]}" --kl-divergence-base "${out_dir}/base.kld" \
-  >"${out_dir}/reference.log" 2>&1 || { tail -n 20 "${out_dir}/reference.log" >&2; exit 1; }
+perplexity_pass "${out_dir}/reference.log" "Final estimate: PPL" \
+  -m "$model" "${common[@]}" --kl-divergence-base "${out_dir}/base.kld"
 echo "# llama-perplexity: candidate pass (--kl-divergence)" >&2
-"$perplexity" -m "$candidate" "${common[@]}" --kl-divergence --kl-divergence-base "${out_dir}/base.kld" \
-  >"${out_dir}/candidate.log" 2>&1 || { tail -n 20 "${out_dir}/candidate.log" >&2; exit 1; }
+perplexity_pass "${out_dir}/candidate.log" "Same top p" \
+  -m "$candidate" "${common[@]}" --kl-divergence --kl-divergence-base "${out_dir}/base.kld"
 
 status=0
 if python3 - "${out_dir}/tokscope.json" "${out_dir}/reference.log" "${out_dir}/candidate.log" \
