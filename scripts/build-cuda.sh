@@ -201,8 +201,13 @@ export LIBRARY_PATH="${cuda_root}/lib${LIBRARY_PATH:+:${LIBRARY_PATH}}"
 # llama-cpp-sys-2's build script forwards CMAKE_* and GGML_* variables to CMake.
 export CMAKE_CUDA_ARCHITECTURES=$cuda_archs GGML_CUDA_NO_VMM=ON
 # The folder is meant for other machines: no target-cpu=native from .cargo/config.toml (an
-# empty RUSTFLAGS overrides it); TOKSCOPE_CUDA_RUSTFLAGS to choose otherwise.
+# empty RUSTFLAGS overrides it), so the CPU side runs portable kernels (slower prefill of the
+# layers left on the CPU); TOKSCOPE_CUDA_RUSTFLAGS="-C target-cpu=native" for a folder that
+# runs only where it was built. The folder needs an R580+ driver (CUDA 13.0's minimum).
 export RUSTFLAGS="${TOKSCOPE_CUDA_RUSTFLAGS:-}"
+if [ -z "${TOKSCOPE_CUDA_RUSTFLAGS:-}" ]; then
+  log "CPU side: portable kernels (RUSTFLAGS=\"\"; TOKSCOPE_CUDA_RUSTFLAGS=\"-C target-cpu=native\" builds it natively)"
+fi
 log "cargo build --release --features cuda-dl (target dir ${target_dir})"
 start=$(date +%s)
 (cd "$repo_root" && cargo build --release --features cuda-dl --bin tokscope)
