@@ -1222,33 +1222,7 @@ mod tests {
 
     /// A conversation as tokscope 0.x saved it (format 1): one model file name, one system
     /// prompt, and every turn's `finished_unix_s` the time of the last save.
-    const FORMAT_1_FILE: &str = r#"{
-  "version": 1,
-  "id": "20261101-101500-ab12",
-  "created_unix_s": 1793528100,
-  "updated_unix_s": 1793528400,
-  "model_file": "llama3-8b-q4_k_m.gguf",
-  "system_prompt": "Answer in French.",
-  "turns": [
-    {
-      "user": "Hello",
-      "assistant": "Bonjour",
-      "stop_reason": "end_of_generation",
-      "metrics": null,
-      "model_file": "llama3-8b-q4_k_m.gguf",
-      "finished_unix_s": 1793528400
-    },
-    {
-      "user": "How are you?",
-      "assistant": "Bien",
-      "stop_reason": "max_tokens",
-      "metrics": null,
-      "model_file": "llama3-8b-q4_k_m.gguf",
-      "finished_unix_s": 1793528400
-    }
-  ]
-}
-"#;
+    const FORMAT_1_FILE: &str = include_str!("../tests/fixtures/history-format-1.json");
 
     #[test]
     fn a_format_1_file_opens_lists_resumes_and_is_saved_in_the_current_format() {

@@ -248,25 +248,7 @@ fn resume_reloads_the_model_it_ran_on_and_says_when_it_is_gone_or_changed() {
 
 /// A conversation as an older tokscope saved it (format 1): the model's file name only, one
 /// system prompt, every turn's finish time that of the last save.
-const FORMAT_1_FILE: &str = r#"{
-  "version": 1,
-  "id": "20261101-101500-ab12",
-  "created_unix_s": 1793528100,
-  "updated_unix_s": 1793528400,
-  "model_file": "llama3-8b-q4_k_m.gguf",
-  "system_prompt": "Answer in French.",
-  "turns": [
-    {
-      "user": "Hello",
-      "assistant": "Bonjour",
-      "stop_reason": "end_of_generation",
-      "metrics": null,
-      "model_file": "llama3-8b-q4_k_m.gguf",
-      "finished_unix_s": 1793528400
-    }
-  ]
-}
-"#;
+const FORMAT_1_FILE: &str = include_str!("fixtures/history-format-1.json");
 
 #[test]
 fn an_old_format_file_still_lists_and_a_corrupt_one_refuses_to_resume_with_a_message() {

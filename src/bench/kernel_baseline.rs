@@ -14,6 +14,7 @@ use serde::Serialize;
 
 use super::spec::{SpecBenchError, SpecPlan};
 use crate::llama::error::EngineError;
+use crate::metrics::median;
 
 /// One child run's figures.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -46,21 +47,6 @@ pub(crate) struct DefaultKernels {
     pub prefill_default_tok_per_s: f64,
     pub prefill_invariant_tok_per_s: f64,
     pub prefill_ratio: f64,
-}
-
-/// The median of `values` (the mean of the middle two for an even count); `None` when empty.
-pub(crate) fn median(values: &[f64]) -> Option<f64> {
-    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
 }
 
 impl KernelRuns {
@@ -187,7 +173,6 @@ mod tests {
         assert_eq!(row.prefill_invariant_tok_per_s, 370.0);
         assert!((row.prefill_ratio - 370.0 / 450.0).abs() < 1e-12);
         assert_eq!(KernelRuns::default().for_row(&[1.0]), None);
-        assert_eq!(median(&[3.0, 1.0, 2.0, 10.0]), Some(2.5));
     }
 
     #[test]

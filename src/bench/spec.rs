@@ -642,7 +642,7 @@ pub(crate) fn default_kernels_lines(rows: &[SpecRow]) -> String {
     let Some(first) = rows.iter().find_map(|r| r.default_kernels.as_ref()) else {
         return String::new();
     };
-    let decode = super::kernel_baseline::median(&first.decode_tok_per_s).unwrap_or(f64::NAN);
+    let decode = crate::metrics::median(&first.decode_tok_per_s).unwrap_or(f64::NAN);
     let mut out = format!(
         "Against plain decoding on llama.cpp's default kernels ({decode:.1} tok/s, median of {} child runs):",
         first.decode_tok_per_s.len()
@@ -667,7 +667,7 @@ pub(crate) fn default_kernels_lines(rows: &[SpecRow]) -> String {
 /// speed-up (one slow baseline round lifts a whole round's ratios, so means mislead), and a
 /// word when the runner-up's per-round range overlaps the best's: those k are not told apart.
 pub(crate) fn sweep_verdict(rows: &[SpecRow]) -> String {
-    let median = |r: &SpecRow| super::kernel_baseline::median(&r.speedup_per_round).unwrap_or(0.0);
+    let median = |r: &SpecRow| crate::metrics::median(&r.speedup_per_round).unwrap_or(0.0);
     let mut speculating: Vec<&SpecRow> = rows.iter().filter(|r| r.draft_max > 0).collect();
     speculating.sort_by(|a, b| median(b).total_cmp(&median(a)));
     let Some(best) = speculating.first() else {

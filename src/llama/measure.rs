@@ -587,13 +587,8 @@ pub(crate) fn row_cost(
         }
     }
     Ok(crate::metrics::spec::RowCost {
-        one_row_ms: median(&mut one),
+        one_row_ms: crate::metrics::median(&one).unwrap_or(0.0),
         rows,
-        rows_ms: median(&mut many),
+        rows_ms: crate::metrics::median(&many).unwrap_or(0.0),
     })
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
 }

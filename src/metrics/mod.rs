@@ -33,6 +33,22 @@ pub(crate) fn rate_per_s(count: usize, elapsed: Duration) -> Option<f64> {
     }
 }
 
+/// The median of the finite values (the mean of the middle two for an even count); `None`
+/// when there are none. The one median of the crate (paired ratios, ρ, `bench --spec`).
+pub(crate) fn median(values: &[f64]) -> Option<f64> {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
 /// Nearest-rank percentile of already sorted values (`p` in 0..=100). `None` when empty.
 ///
 /// Nearest rank (not interpolation) so that every reported percentile is a gap that really
@@ -469,6 +485,14 @@ mod tests {
         let old = timeline(&[61, 91, 121]).summary();
         assert_eq!(old.pass_gap, None);
         assert_eq!(old.stall_gaps_ms(), old.itl.map(|i| (i.p50_ms, i.max_ms)));
+    }
+
+    #[test]
+    fn median_of_odd_even_and_non_finite() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[3.0, 1.0, 2.0, 10.0]), Some(2.5));
+        assert_eq!(median(&[f64::NAN, 4.0]), Some(4.0));
+        assert_eq!(median(&[]), None);
     }
 
     #[test]

@@ -31,15 +31,6 @@ pub enum FloorVerdict {
     Unsettled,
 }
 
-fn median_sorted(sorted: &[f64]) -> f64 {
-    let n = sorted.len();
-    if n % 2 == 1 {
-        sorted[n / 2]
-    } else {
-        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
-    }
-}
-
 /// The paired judgement of `ratios` (non-finite ones are left out); `None` when none is left.
 pub fn paired(ratios: &[f64]) -> Option<PairedRatio> {
     let mut v: Vec<f64> = ratios.iter().copied().filter(|r| r.is_finite()).collect();
@@ -47,11 +38,10 @@ pub fn paired(ratios: &[f64]) -> Option<PairedRatio> {
         return None;
     }
     v.sort_by(f64::total_cmp);
-    let median = median_sorted(&v);
+    let median = super::median(&v)?;
     let two_se = (v.len() >= 3).then(|| {
-        let mut dev: Vec<f64> = v.iter().map(|r| (r - median).abs()).collect();
-        dev.sort_by(f64::total_cmp);
-        2.0 * 1.2533 * 1.4826 * median_sorted(&dev) / (v.len() as f64).sqrt()
+        let dev: Vec<f64> = v.iter().map(|r| (r - median).abs()).collect();
+        2.0 * 1.2533 * 1.4826 * super::median(&dev).unwrap_or(0.0) / (v.len() as f64).sqrt()
     });
     Some(PairedRatio {
         rounds: v.len(),
