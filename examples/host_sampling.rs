@@ -67,7 +67,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 };
                 let mut time_new = |logits: &[f32]| {
                     let t = Instant::now();
-                    std::hint::black_box(new_s[c].sample(logits));
+                    let _ = std::hint::black_box(new_s[c].sample(logits));
                     new[c].push(t.elapsed());
                 };
                 if call % 4 == 0 || call % 4 == 3 {
@@ -79,7 +79,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 }
             }
         }
-        let token = HostSampler::new(&chains[0].1, n_vocab).sample(ctx.get_logits_ith(idx));
+        let token = HostSampler::new(&chains[0].1, n_vocab).sample(ctx.get_logits_ith(idx))?;
         batch.clear();
         batch.add(token, pos, &[0], true)?;
         ctx.decode(&mut batch)?;

@@ -54,11 +54,20 @@ sys_cmake_cache() {
 # BMI2/SSE4.2 on for x86-64 by default), OpenMP on (tokscope enables the `openmp` feature),
 # static libraries, Release, the compiler flags cmake-rs passes. When tokscope's own CMake cache
 # exists its values win.
+# The compiler flags that leave AMX out (see cpu_cmake_args).
+no_amx_flags="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+
 cpu_cmake_args() {
   local cache key value
   if [ "${LLAMA_TOOLS_SOURCE:-}" = native ]; then
-    echo "# CPU options: llama.cpp's defaults (GGML_NATIVE=ON), as a user builds it" >&2
+    echo "# CPU options: llama.cpp's defaults (GGML_NATIVE=ON), as a user builds it, AMX left out" >&2
     printf '%s\n' -DGGML_NATIVE=ON
+    # The one change from a user's build, made in tokscope's too (.cargo/config.toml): ggml's
+    # AMX matmul segfaults on K-quants (ggml-org/llama.cpp#20824; seen here on a Xeon with
+    # AMX), so on x86-64 the AMX instructions are left out and the AVX-512/VNNI kernels run.
+    if [ "$(uname -m)" = x86_64 ]; then
+      printf '%s\n' "-DCMAKE_C_FLAGS=${no_amx_flags}" "-DCMAKE_CXX_FLAGS=${no_amx_flags}"
+    fi
   else
     local -a keys=(GGML_NATIVE GGML_AVX GGML_AVX2 GGML_AVX512 GGML_AVX512_BF16 GGML_AVX512_VBMI
       GGML_AVX512_VNNI GGML_AVX_VNNI GGML_BMI2 GGML_F16C GGML_FMA GGML_SSE42 GGML_OPENMP
@@ -76,9 +85,11 @@ cpu_cmake_args() {
         *target-cpu=native*) printf '%s\n' -DGGML_NATIVE=ON ;;
         *) printf '%s\n' -DGGML_NATIVE=OFF ;;
       esac
+      local extra=
+      [ "$(uname -m)" = x86_64 ] && extra=" ${no_amx_flags}"
       printf '%s\n' -DGGML_OPENMP=ON \
-        "-DCMAKE_C_FLAGS=-ffunction-sections -fdata-sections -fPIC -m64" \
-        "-DCMAKE_CXX_FLAGS=-ffunction-sections -fdata-sections -fPIC -m64"
+        "-DCMAKE_C_FLAGS=-ffunction-sections -fdata-sections -fPIC -m64${extra}" \
+        "-DCMAKE_CXX_FLAGS=-ffunction-sections -fdata-sections -fPIC -m64${extra}"
     fi
   fi
   printf '%s\n' -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF \
@@ -103,16 +114,18 @@ sys_source_dir() {
 # llama_tools_dir SOURCE: where the tools of SOURCE live (not necessarily built yet).
 llama_tools_dir() {
   local source=$1 cache_root
+  # The build recipe's revision: a folder built by an older recipe (AMX in) is not reused.
+  local recipe=-r2
   cache_root="${XDG_CACHE_HOME:-${HOME}/.cache}/tokscope/llama-tools"
   case "$source" in
     sys | native)
       local version
       version=$(awk '/^name = "llama-cpp-sys-2"$/ { getline; gsub(/"/, "", $3); print $3; exit }' \
         "${llama_tools_repo_root}/Cargo.lock")
-      echo "${cache_root}/${source}-${version}"
+      echo "${cache_root}/${source}-${version}${recipe}"
       ;;
-    pypi) echo "${cache_root}/${LLAMA_CPP_PYTHON_VERSION:-0.3.36}" ;;
-    pypi:*) echo "${cache_root}/${source#pypi:}" ;;
+    pypi) echo "${cache_root}/${LLAMA_CPP_PYTHON_VERSION:-0.3.36}${recipe}" ;;
+    pypi:*) echo "${cache_root}/${source#pypi:}${recipe}" ;;
     *) echo "error: unknown llama.cpp source '${source}' (pypi[:VER], sys or native)" >&2; return 2 ;;
   esac
 }

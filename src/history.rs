@@ -828,7 +828,7 @@ fn set_aside(path: &Path, bytes_read: &[u8], now_unix_s: u64) -> io::Result<Opti
 fn entry_for(path: PathBuf, conv: &SavedConversation) -> ConversationEntry {
     let title = match conv.turns.first() {
         Some(turn) => {
-            let line = one_line(&turn.user);
+            let line = collapse_spaces(&turn.user);
             if line.is_empty() {
                 "(empty message)".to_string()
             } else {
@@ -853,10 +853,11 @@ fn entry_for(path: PathBuf, conv: &SavedConversation) -> ConversationEntry {
     }
 }
 
-/// Whitespace runs and control characters become single spaces, so a title cannot break a
-/// table row or send escape sequences to the terminal.
-fn one_line(text: &str) -> String {
-    text.split(|c: char| c.is_whitespace() || c.is_control())
+/// Whitespace runs and the characters that may not reach a terminal ([`crate::text::is_unsafe`]:
+/// controls and bidirectional overrides) become single spaces, so a title cannot break a table
+/// row, send escape sequences to the terminal or reorder the listing.
+fn collapse_spaces(text: &str) -> String {
+    text.split(|c: char| c.is_whitespace() || crate::text::is_unsafe(c))
         .filter(|word| !word.is_empty())
         .collect::<Vec<_>>()
         .join(" ")
@@ -964,7 +965,7 @@ pub(crate) fn format_list(entries: &[ConversationEntry], now_unix_s: u64) -> Str
                 e.turns.to_string(),
                 e.model_file
                     .as_deref()
-                    .map(|m| truncate_chars(&one_line(m), MODEL_MAX_CHARS))
+                    .map(|m| truncate_chars(&collapse_spaces(m), MODEL_MAX_CHARS))
                     .unwrap_or_else(|| "—".to_string()),
                 e.title.clone(),
             ]

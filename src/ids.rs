@@ -44,6 +44,16 @@ impl SplitMix64 {
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^ (z >> 31)
     }
+
+    /// Uniform in [0, 1): the top 53 bits.
+    pub(crate) fn unit_open(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Uniform in (0, 1] (never 0: safe under a logarithm).
+    pub(crate) fn unit_nonzero(&mut self) -> f64 {
+        ((self.next_u64() >> 11) as f64 + 1.0) / (1u64 << 53) as f64
+    }
 }
 
 /// SplitMix64's output for one input (a generator started at `x - golden ratio`).

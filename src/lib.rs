@@ -13,6 +13,7 @@ pub mod discover;
 pub mod doctor;
 pub mod engine;
 pub mod fatal;
+pub(crate) mod fmt;
 pub mod fsx;
 pub mod gguf;
 pub mod history;

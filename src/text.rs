@@ -17,8 +17,9 @@ pub(crate) fn is_unsafe(c: char) -> bool {
 }
 
 /// The visible stand-in for an unsafe character: the Unicode control picture for C0 and DEL
-/// (`␛` for ESC, `␍` for CR), the replacement character for the rest.
-fn visible(c: char) -> char {
+/// (`␛` for ESC, `␍` for CR), the replacement character for the rest. The chat screen uses
+/// it too (`ui::text::clean`), so one rule holds on every path.
+pub(crate) fn visible(c: char) -> char {
     match c {
         '\0'..='\u{1f}' => char::from_u32(0x2400 + c as u32).unwrap_or('\u{fffd}'),
         '\u{7f}' => '\u{2421}',
@@ -73,6 +74,47 @@ pub(crate) fn for_output(text: &str, to_terminal: bool) -> Cow<'_, str> {
     }
 }
 
+/// What a piece of stdout is, for [`for_stdout`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Shape {
+    /// Tables, summaries, listings, Markdown: read by a person, wherever they go (`| tail`,
+    /// `| less -R` and a file later shown by `cat` replay what they hold).
+    Human,
+    /// JSON: exact, with every unsafe character escaped (`\u001b`, `\u009b`, `\u202e`).
+    Json,
+    /// CSV: read by programs; exact into a pipe or file, neutralised on a terminal.
+    Csv,
+}
+
+/// `text` as it may be written to stdout in `shape`: human-readable output is neutralised
+/// whatever stdout is; JSON keeps the exact text with the unsafe characters escaped.
+pub(crate) fn for_stdout(text: &str, shape: Shape) -> Cow<'_, str> {
+    match shape {
+        Shape::Human => terminal_safe(text),
+        Shape::Json => json_safe(text),
+        Shape::Csv => for_output(text, stdout_is_terminal()),
+    }
+}
+
+/// JSON text with every unsafe character written as a `\uXXXX` escape. serde_json escapes C0
+/// controls already but writes DEL, C1 controls and the bidirectional overrides as they are;
+/// such characters can stand only inside JSON strings, where the escape means the same
+/// character, so the value read back is exact.
+pub(crate) fn json_safe(json: &str) -> Cow<'_, str> {
+    if !json.chars().any(is_unsafe) {
+        return Cow::Borrowed(json);
+    }
+    let mut out = String::with_capacity(json.len() + 16);
+    for c in json.chars() {
+        if is_unsafe(c) {
+            out.push_str(&format!("\\u{:04x}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
 /// Whether stdout is a terminal.
 pub(crate) fn stdout_is_terminal() -> bool {
     std::io::stdout().is_terminal()
@@ -123,5 +165,21 @@ mod tests {
         assert!(!one_line(&all)
             .chars()
             .any(|c| is_unsafe(c) || c == '\n' || c == '\t'));
+        assert!(!for_stdout(&all, Shape::Human).chars().any(is_unsafe));
+    }
+
+    #[test]
+    fn json_keeps_the_exact_text_with_unsafe_characters_escaped() {
+        let hostile = "name\u{1b}]52;c;x\u{7}\u{9b}2J\u{7f}\u{202e}txt";
+        let json = serde_json::to_string(&serde_json::json!({ "model": hostile })).unwrap();
+        let safe = json_safe(&json);
+        assert!(!safe.chars().any(is_unsafe), "{safe}");
+        assert!(
+            safe.contains("\\u009b") && safe.contains("\\u202e"),
+            "{safe}"
+        );
+        let back: serde_json::Value = serde_json::from_str(&safe).unwrap();
+        assert_eq!(back["model"], hostile);
+        assert!(matches!(json_safe("{\"a\": \"é\"}"), Cow::Borrowed(_)));
     }
 }

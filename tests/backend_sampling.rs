@@ -6,6 +6,8 @@
 
 mod common;
 
+use common::tokscope_cmd as tokscope;
+
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::token::LlamaToken;
@@ -97,7 +99,7 @@ fn backend_greedy_matches_host_greedy_over_many_prompts() {
         let mut host_ctx = tokscope::llama::new_context(&model, &s, 1).unwrap();
         let mut host = HostSampler::new(&greedy, model.n_vocab());
         let want = generate(&mut host_ctx, &tokens, 24, |ctx, i| {
-            host.sample(ctx.get_logits_ith(i))
+            host.sample(ctx.get_logits_ith(i)).unwrap()
         });
         drop(host_ctx);
         let mut back_ctx =
@@ -216,7 +218,9 @@ fn backend_first_token_has_the_chains_distribution() {
             ..SamplingParams::default()
         };
         let mut host = HostSampler::new(&p, model.n_vocab());
-        *host_counts.entry(host.sample(&logits).0).or_insert(0usize) += 1;
+        *host_counts
+            .entry(host.sample(&logits).unwrap().0)
+            .or_insert(0usize) += 1;
         let mut ctx =
             tokscope::llama::new_context_with_chain(&model, &s, backend_chain(&p)).unwrap();
         let i = prefill(&mut ctx, &tokens);
@@ -264,7 +268,7 @@ fn backend_draws_follow_the_hosts_random_stream() {
     let mut host_ranks = Vec::new();
     generate(&mut host_ctx, &tokens, 40, |ctx, i| {
         let logits = ctx.get_logits_ith(i);
-        let t = host.sample(logits);
+        let t = host.sample(logits).unwrap();
         host_ranks.push(rank(logits, t));
         t
     });
@@ -476,15 +480,6 @@ fn engine_rebuilds_for_a_new_chain_and_explicit_backend_refuses() {
         f.report.sampling
     );
     assert_eq!(f.report.text, a.report.text);
-}
-
-fn tokscope(home: &std::path::Path) -> assert_cmd::Command {
-    let mut cmd = assert_cmd::Command::cargo_bin("tokscope").unwrap();
-    cmd.env("TOKSCOPE_DATA_DIR", home.join("data"))
-        .env("TOKSCOPE_CONFIG_DIR", home.join("config"))
-        .env_remove("TOKSCOPE_MODEL")
-        .env_remove("RUST_BACKTRACE");
-    cmd
 }
 
 /// `run --json` says where it sampled and why; `--sampling backend` with a repetition penalty

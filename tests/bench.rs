@@ -7,27 +7,15 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use common::tiny;
+use common::tokscope_cmd as tokscope;
 
-use assert_cmd::Command;
+use std::path::Path;
+
 use predicates::prelude::*;
 use serde_json::Value;
-use tokscope::synth::TensorType;
 
 /// The binary, isolated from the real home: its own data and config dirs.
-fn tokscope(home: &Path) -> Command {
-    let mut cmd = Command::cargo_bin("tokscope").unwrap();
-    cmd.env("TOKSCOPE_DATA_DIR", home.join("data"))
-        .env("TOKSCOPE_CONFIG_DIR", home.join("config"))
-        .env_remove("TOKSCOPE_MODEL")
-        .env_remove("RUST_BACKTRACE");
-    cmd
-}
-
-fn tiny(home: &Path) -> PathBuf {
-    common::synth(home, "tiny.gguf", "tiny", TensorType::F32, 1)
-}
-
 /// Run `bench` on `model` with `args` (no CPU probe: a fixed bandwidth where the test needs
 /// one) and return stdout.
 fn bench(home: &Path, model: &Path, args: &[&str]) -> String {

@@ -4,29 +4,15 @@
 
 mod common;
 
+use common::no_panic;
+use common::tokscope_cmd as tokscope;
+
 use std::io::Write;
 use std::path::Path;
 
-use assert_cmd::Command;
 use predicates::prelude::*;
 
 /// The binary, isolated from the real home: its own data and config dirs.
-fn tokscope(home: &Path) -> Command {
-    let mut cmd = Command::cargo_bin("tokscope").unwrap();
-    cmd.env("TOKSCOPE_DATA_DIR", home.join("data"))
-        .env("TOKSCOPE_CONFIG_DIR", home.join("config"))
-        .env_remove("TOKSCOPE_MODEL")
-        .env_remove("RUST_BACKTRACE");
-    cmd
-}
-
-fn no_panic() -> impl Predicate<str> {
-    predicate::str::contains("panicked")
-        .or(predicate::str::contains("backtrace"))
-        .or(predicate::str::contains("RUST_BACKTRACE"))
-        .not()
-}
-
 fn write_tiny(home: &Path) -> std::path::PathBuf {
     let path = home.join("tiny.gguf");
     tokscope(home)

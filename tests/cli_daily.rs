@@ -4,29 +4,10 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use common::tiny;
+use common::tokscope_cmd as tokscope;
 
-use assert_cmd::Command;
 use predicates::prelude::*;
-
-fn tokscope(home: &Path) -> Command {
-    let mut cmd = Command::cargo_bin("tokscope").unwrap();
-    cmd.env("TOKSCOPE_DATA_DIR", home.join("data"))
-        .env("TOKSCOPE_CONFIG_DIR", home.join("config"))
-        .env_remove("TOKSCOPE_MODEL")
-        .env_remove("RUST_BACKTRACE");
-    cmd
-}
-
-fn tiny(dir: &Path) -> PathBuf {
-    common::synth(
-        dir,
-        "tiny.gguf",
-        "tiny",
-        tokscope::synth::TensorType::F32,
-        1,
-    )
-}
 
 #[test]
 fn the_bare_command_takes_the_chat_flags() {

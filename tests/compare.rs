@@ -18,12 +18,8 @@ use tokscope::synth::TensorType;
 
 /// The binary, isolated from the real home: its own data, config and cache dirs.
 fn tokscope(home: &Path) -> Command {
-    let mut cmd = Command::cargo_bin("tokscope").unwrap();
-    cmd.env("TOKSCOPE_DATA_DIR", home.join("data"))
-        .env("TOKSCOPE_CONFIG_DIR", home.join("config"))
-        .env("TOKSCOPE_CACHE_DIR", home.join("cache"))
-        .env_remove("TOKSCOPE_MODEL")
-        .env_remove("RUST_BACKTRACE");
+    let mut cmd = common::tokscope_cmd(home);
+    cmd.env("TOKSCOPE_CACHE_DIR", home.join("cache"));
     cmd
 }
 

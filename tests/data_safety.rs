@@ -16,12 +16,8 @@ use predicates::prelude::*;
 use tokscope::synth::TensorType;
 
 fn tokscope(home: &Path) -> Command {
-    let mut cmd = Command::cargo_bin("tokscope").unwrap();
-    cmd.env("TOKSCOPE_DATA_DIR", home.join("data"))
-        .env("TOKSCOPE_CONFIG_DIR", home.join("config"))
-        .env_remove("TOKSCOPE_MODEL")
-        .env_remove("RUST_BACKTRACE")
-        .timeout(Duration::from_secs(120));
+    let mut cmd = common::tokscope_cmd(home);
+    cmd.timeout(Duration::from_secs(120));
     cmd
 }
 

@@ -9,9 +9,10 @@
 
 mod common;
 
+use common::tokscope_cmd as tokscope;
+
 use std::path::{Path, PathBuf};
 
-use assert_cmd::Command;
 use common::gguf_edit::rewrite;
 use predicates::prelude::*;
 use tokscope::doctor::builtin_corpus;
@@ -27,13 +28,6 @@ fn llama3_vocab_model(dir: &Path) -> PathBuf {
     let path = dir.join("llama3-vocab.gguf");
     write_model(&path, &spec).unwrap();
     path
-}
-
-fn tokscope(dir: &Path) -> Command {
-    let mut cmd = Command::cargo_bin("tokscope").unwrap();
-    cmd.env("TOKSCOPE_DATA_DIR", dir.join("data"))
-        .env("TOKSCOPE_CONFIG_DIR", dir.join("config"));
-    cmd
 }
 
 #[test]

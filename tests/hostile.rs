@@ -8,28 +8,21 @@
 
 mod common;
 
+use common::tiny;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use assert_cmd::Command;
 use predicates::prelude::*;
 use tokscope::gguf::{GgufArray, GgufValue};
-use tokscope::synth::TensorType;
 
 fn tokscope(home: &Path) -> Command {
-    let mut cmd = Command::cargo_bin("tokscope").unwrap();
-    cmd.env("TOKSCOPE_DATA_DIR", home.join("data"))
-        .env("TOKSCOPE_CONFIG_DIR", home.join("config"))
-        .env("TOKSCOPE_CACHE_DIR", home.join("cache"))
-        .env_remove("TOKSCOPE_MODEL")
+    let mut cmd = common::tokscope_cmd(home);
+    cmd.env("TOKSCOPE_CACHE_DIR", home.join("cache"))
         .env_remove("TOKSCOPE_PROBE")
-        .env_remove("TOKSCOPE_TRUST_MODEL")
-        .env_remove("RUST_BACKTRACE");
+        .env_remove("TOKSCOPE_TRUST_MODEL");
     cmd
-}
-
-fn tiny(dir: &Path) -> PathBuf {
-    common::synth(dir, "tiny.gguf", "tiny", TensorType::F32, 1)
 }
 
 /// A copy of `good` named `name` with `key` set to `value` (added when absent).
@@ -250,6 +243,85 @@ fn a_model_llama_cpp_aborts_on_is_an_error_not_a_crash() {
         !stderr.contains("gdb") && !stderr.contains("#0 "),
         "GGML_NO_BACKTRACE keeps gdb away: {stderr}"
     );
+}
+
+/// A copy of `good` whose token embedding is all NaN: it loads, and every logit is NaN.
+fn nan_weights_model(good: &Path) -> PathBuf {
+    let to = good.with_file_name("nan-weights.gguf");
+    std::fs::copy(good, &to).unwrap();
+    let header = tokscope::gguf::read_metadata(&to).unwrap();
+    let t = header
+        .tensors
+        .iter()
+        .find(|t| t.name == "token_embd.weight")
+        .unwrap();
+    assert_eq!(t.ggml_type, tokscope::gguf::GgmlType::F32);
+    let n = t.n_bytes().unwrap() as usize;
+    let nan: Vec<u8> = std::iter::repeat_n(f32::NAN.to_le_bytes(), n / 4)
+        .flatten()
+        .collect();
+    use std::io::{Seek, SeekFrom, Write};
+    let mut f = std::fs::OpenOptions::new().write(true).open(&to).unwrap();
+    f.seek(SeekFrom::Start(header.data_offset_bytes + t.offset_bytes))
+        .unwrap();
+    f.write_all(&nan).unwrap();
+    to
+}
+
+/// NaN logits passed the greedy probe and then aborted in llama.cpp's sampler at the first
+/// answer: the probe refuses the file, and without the probe the answer ends with an error
+/// naming the cause, the process does not.
+#[test]
+fn a_model_with_nan_logits_is_refused_and_never_aborts_the_sampler() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let bad = nan_weights_model(&tiny(home.path()));
+    tokscope(home.path())
+        .args([
+            "run", "-p", "hi", "-t", "1", "-n", "4", "--temp", "0.8", "-m",
+        ])
+        .arg(&bad)
+        .assert()
+        .failure()
+        .stderr(
+            predicate::str::contains("nan-weights.gguf")
+                .and(predicate::str::contains("NaN or infinite logits"))
+                .and(common::no_panic()),
+        );
+    // Without the probe, every sampler path stops the answer with the cause and exits.
+    for extra in [
+        &["--temp", "0.8"][..],
+        &["--temp", "0.8", "--top-k", "0"],
+        &["--temp", "0.8", "--repeat-penalty", "1.1"],
+        &["--temp", "0"],
+    ] {
+        let out = tokscope(home.path())
+            .env("TOKSCOPE_PROBE", "0")
+            .args([
+                "run",
+                "-p",
+                "hi",
+                "-t",
+                "1",
+                "-n",
+                "4",
+                "--sampling",
+                "host",
+            ])
+            .args(extra)
+            .arg("-m")
+            .arg(&bad)
+            .output()
+            .unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(out.status.signal(), None, "{extra:?}: {out:?}");
+        assert!(!out.status.success(), "{extra:?}: {out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("no usable distribution at token 0"),
+            "{extra:?}: {stderr}"
+        );
+    }
 }
 
 #[test]

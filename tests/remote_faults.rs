@@ -11,6 +11,8 @@
 //! against the real llama-server in tests/remote_server.rs.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -283,10 +285,8 @@ fn fake(plan: impl Into<Plan>, max_connections: usize) -> Fake {
 }
 
 fn tokscope(dir: &tempfile::TempDir) -> Command {
-    let mut cmd = Command::cargo_bin("tokscope").unwrap();
-    cmd.env("TOKSCOPE_DATA_DIR", dir.path().join("data"))
-        .env("TOKSCOPE_CONFIG_DIR", dir.path().join("config"))
-        .env("TOKSCOPE_CACHE_DIR", dir.path().join("cache"))
+    let mut cmd = common::tokscope_cmd(dir.path());
+    cmd.env("TOKSCOPE_CACHE_DIR", dir.path().join("cache"))
         .timeout(Duration::from_secs(60));
     cmd
 }

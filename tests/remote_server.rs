@@ -15,10 +15,8 @@ use assert_cmd::Command;
 use common::llama_server::LlamaServer;
 
 fn tokscope(dir: &tempfile::TempDir) -> Command {
-    let mut cmd = Command::cargo_bin("tokscope").unwrap();
-    cmd.env("TOKSCOPE_DATA_DIR", dir.path().join("data"))
-        .env("TOKSCOPE_CONFIG_DIR", dir.path().join("config"))
-        .env("TOKSCOPE_CACHE_DIR", dir.path().join("cache"))
+    let mut cmd = common::tokscope_cmd(dir.path());
+    cmd.env("TOKSCOPE_CACHE_DIR", dir.path().join("cache"))
         .timeout(Duration::from_secs(300));
     cmd
 }

@@ -6,22 +6,10 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-
 use predicates::prelude::*;
 use serde_json::Value;
 
 use common::tokscope_cmd as tokscope;
-
-fn synth(home: &Path) -> PathBuf {
-    let path = home.join("tiny.gguf");
-    tokscope(home)
-        .args(["synth", "--preset", "tiny", "-o"])
-        .arg(&path)
-        .assert()
-        .success();
-    path
-}
 
 fn f(row: &Value, key: &str) -> f64 {
     row[key]
@@ -52,7 +40,7 @@ fn median(v: &[f64]) -> f64 {
 fn run_lanes_are_paired_with_tg_round_by_round() {
     let _lock = common::model_lock();
     let home = tempfile::tempdir().unwrap();
-    let model = synth(home.path());
+    let model = common::tiny(home.path());
     let out = tokscope(home.path())
         .args(["bench", "--run-vs-tg", "512", "--tg-sampling"])
         .args([
@@ -141,7 +129,7 @@ fn run_lanes_are_paired_with_tg_round_by_round() {
 fn markdown_has_the_table_and_a_verdict_per_lane() {
     let _lock = common::model_lock();
     let home = tempfile::tempdir().unwrap();
-    let model = synth(home.path());
+    let model = common::tiny(home.path());
     tokscope(home.path())
         .args([
             "bench",
@@ -171,7 +159,7 @@ fn markdown_has_the_table_and_a_verdict_per_lane() {
 #[test]
 fn bad_run_vs_tg_input_is_a_clear_error() {
     let home = tempfile::tempdir().unwrap();
-    let model = synth(home.path());
+    let model = common::tiny(home.path());
     let m = model.to_str().unwrap();
     for (args, code, needles) in [
         (vec!["--run-vs-tg", "x"], 2, vec!["--run-vs-tg", "`x`"]),

@@ -114,7 +114,7 @@ fn compare_on(model_path: &std::path::Path, seeds: u32, steps: usize) -> (usize,
         let mut feed = None;
         for (old, new, label) in &mut pairs {
             let want = old.sample(&ctx, idx);
-            let got = new.sample(&logits);
+            let got = new.sample(&logits).unwrap();
             assert_eq!(got, want, "step {step}, {label}");
             seen.insert(want.0);
             compared += 1;

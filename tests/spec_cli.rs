@@ -6,42 +6,13 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use common::no_panic;
+use common::synth_cli as synth;
+use common::tokscope_cmd as tokscope;
 
-use assert_cmd::Command;
+use std::path::Path;
+
 use predicates::prelude::*;
-
-fn tokscope(home: &Path) -> Command {
-    let mut cmd = Command::cargo_bin("tokscope").unwrap();
-    cmd.env("TOKSCOPE_DATA_DIR", home.join("data"))
-        .env("TOKSCOPE_CONFIG_DIR", home.join("config"))
-        .env_remove("TOKSCOPE_MODEL")
-        .env_remove("RUST_BACKTRACE");
-    cmd
-}
-
-fn no_panic() -> impl Predicate<str> {
-    predicate::str::contains("panicked")
-        .or(predicate::str::contains("backtrace"))
-        .not()
-}
-
-fn synth(home: &Path, preset: &str, seed: u32) -> PathBuf {
-    let path = home.join(format!("{preset}-{seed}.gguf"));
-    tokscope(home)
-        .args([
-            "synth",
-            "--preset",
-            preset,
-            "--seed",
-            &seed.to_string(),
-            "-o",
-        ])
-        .arg(&path)
-        .assert()
-        .success();
-    path
-}
 
 const PROMPT: &str = "the cat sat on the mat, the cat sat on the mat, the cat sat";
 

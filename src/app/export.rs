@@ -28,14 +28,22 @@ pub(crate) fn export_text(
     current: &TurnSettings,
 ) -> Result<String, String> {
     match format {
-        ExportFormat::Markdown => Ok(crate::history::export_markdown(conversation, current)),
+        // Markdown is read by a person (`cat`, a viewer): the model's and the file's bytes are
+        // neutralised; the JSON keeps them exact with the unsafe characters escaped.
+        ExportFormat::Markdown => Ok(crate::text::terminal_safe(&crate::history::export_markdown(
+            conversation,
+            current,
+        ))
+        .into_owned()),
         ExportFormat::Json => {
             let mut value = serde_json::to_value(conversation).map_err(|e| e.to_string())?;
             if let Some(map) = value.as_object_mut() {
                 // The settings the next turn would use; each turn has its own `settings`.
                 map.insert("sampling".into(), sampling_json(current));
             }
-            serde_json::to_string_pretty(&value).map_err(|e| e.to_string())
+            serde_json::to_string_pretty(&value)
+                .map(|json| crate::text::json_safe(&json).into_owned())
+                .map_err(|e| e.to_string())
         }
     }
 }
@@ -98,6 +106,27 @@ mod tests {
         assert_eq!(v["sampling"]["max_tokens"], serde_json::json!(128));
         assert_eq!(v["id"], serde_json::json!("20261130-084512-abcd"));
         assert!(!json.contains("0.800000"), "{json}");
+    }
+
+    #[test]
+    fn exports_never_carry_a_control_sequence_and_json_stays_exact() {
+        let hostile = "evil\u{1b}]52;c;cm0gLXJm\u{7}\u{9b}2J\u{202e}fdp.gguf";
+        let mut c = conv();
+        c.model_file = Some(hostile.to_string());
+        c.system_prompt = Some(format!("be {hostile}"));
+        let s = TurnSettings {
+            sampling: crate::engine::SamplingParams::default(),
+            max_tokens: 64,
+            ignore_eos: false,
+            system_prompt: None,
+        };
+        let md = export_text(ExportFormat::Markdown, &c, &s).unwrap();
+        assert!(!md.chars().any(crate::text::is_unsafe), "{md:?}");
+        assert!(md.contains("evil␛]52;c;cm0gLXJm␇"), "{md}");
+        let json = export_text(ExportFormat::Json, &c, &s).unwrap();
+        assert!(!json.chars().any(crate::text::is_unsafe), "{json:?}");
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(v["model_file"], serde_json::json!(hostile));
     }
 
     #[test]

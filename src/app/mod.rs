@@ -71,7 +71,7 @@ pub enum NoticeKind {
 pub(crate) const INPUT_MAX_BYTES: usize = 8 << 20;
 
 fn mib(bytes: usize) -> String {
-    format!("{:.1} MiB", bytes as f64 / f64::from(1u32 << 20))
+    crate::fmt::bytes(bytes as u64)
 }
 
 /// A one-line message in the status area (command results, errors, warnings).
@@ -1111,7 +1111,7 @@ pub(crate) mod tests {
         let notice = app.notice.as_ref().expect("a notice");
         assert_eq!(notice.kind, NoticeKind::Warning);
         assert!(notice.text.contains("not pasted"), "{}", notice.text);
-        assert!(notice.text.contains("8.0 MiB"), "{}", notice.text);
+        assert!(notice.text.contains("8.4 MB"), "{}", notice.text);
     }
 
     #[test]

@@ -78,12 +78,7 @@ pub(crate) fn table(headers: &[(&str, Align)], rows: &[Vec<String>]) -> String {
 }
 
 pub(crate) fn size(bytes: u64) -> String {
-    let gib = bytes as f64 / f64::from(1u32 << 30);
-    if gib >= 1.0 {
-        format!("{gib:.2} GiB")
-    } else {
-        format!("{:.2} MiB", bytes as f64 / f64::from(1u32 << 20))
-    }
+    crate::fmt::bytes(bytes)
 }
 
 fn params_count(n: u64) -> String {
@@ -95,11 +90,7 @@ fn params_count(n: u64) -> String {
 }
 
 fn bytes(b: Option<f64>) -> String {
-    match b {
-        Some(b) if b >= 1e6 => format!("{:.1} MB", b / 1e6),
-        Some(b) => format!("{:.1} kB", b / 1e3),
-        None => "—".into(),
-    }
+    crate::fmt::bytes_opt(b)
 }
 
 /// The short form of a bandwidth source label (the full one is in the notes).
@@ -123,7 +114,8 @@ fn mean_spread(r: &Row) -> String {
     }
 }
 
-fn pct(v: Option<f64>) -> String {
+/// An MBU (already in percent) as a cell; `—` when undefined.
+fn mbu_cell(v: Option<f64>) -> String {
     v.map_or_else(
         || "—".into(),
         |v| crate::metrics::roofline::mbu_pct_cell(v, 1),
@@ -197,7 +189,7 @@ fn main_cells(r: &Row) -> Vec<String> {
         bytes(r.bytes_per_token),
         bandwidth(r),
         fmt_opt(r.ceiling_tok_per_s, 1),
-        pct(r.mbu_pct),
+        mbu_cell(r.mbu_pct),
         fmt_opt(r.achieved_gflop_per_s, 1),
         dollars(r.cost_per_million_tokens_usd),
         fmt_opt(r.gpu_joules_per_token, 3),
@@ -240,7 +232,7 @@ fn batch_cells(r: &Row) -> Vec<String> {
         fmt_opt(r.prefill_ms_mean, 1),
         times(r.speedup_vs_b1),
         times(r.latency_growth_vs_b1),
-        pct(r.mbu_pct),
+        mbu_cell(r.mbu_pct),
         dollars(r.cost_per_million_tokens_usd),
     ]
 }

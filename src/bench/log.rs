@@ -78,6 +78,10 @@ pub(crate) struct StoredRow {
     #[serde(default)]
     pub params: Value,
     pub tok_per_s_mean: f64,
+    /// The spread over the repetitions (their count is `params.repetitions`); absent from
+    /// older or other rows.
+    #[serde(default)]
+    pub tok_per_s_sd: Option<f64>,
     #[serde(default)]
     pub ttft_p50_ms: Option<f64>,
     #[serde(default)]
@@ -294,18 +298,53 @@ fn differences_line(all: &[String]) -> String {
     }
 }
 
-/// Each figure's change against `base`, and the settings that differ.
+/// Whether a t/s change is beyond the noise, in words with the spread and n it rests on:
+/// "beyond the noise (sd 0.29/1.15, n = 5/5)", "within the noise (…): rerun with -r 10", or, with
+/// one repetition on a side, that nothing can be told. The rule is `compare`'s: a difference is
+/// called real beyond the sum of the two sds (`metrics::noise_threshold`).
+pub(crate) fn change_verdict(before: &StoredRow, now: &StoredRow) -> String {
+    let n = |r: &StoredRow| {
+        r.params
+            .get("repetitions")
+            .and_then(Value::as_u64)
+            .map_or(1, |v| u32::try_from(v).unwrap_or(u32::MAX))
+    };
+    let (nb, nn) = (n(before), n(now));
+    let ns = if nb == nn {
+        format!("n = {nb}")
+    } else {
+        format!("n = {nb}/{nn}")
+    };
+    let (Some(sb), Some(sn)) = (before.tok_per_s_sd, now.tok_per_s_sd) else {
+        return format!("no spread recorded ({ns}): cannot tell; rerun both with -r 5");
+    };
+    if nb < 2 || nn < 2 {
+        return format!("{ns}: one repetition has no spread, cannot tell; rerun with -r 5");
+    }
+    let spread = format!("sd {sb:.2}/{sn:.2}, {ns}");
+    let diff = (now.tok_per_s_mean - before.tok_per_s_mean).abs();
+    if diff > crate::metrics::noise_threshold(sb, sn, 0.0) {
+        format!("beyond the noise ({spread})")
+    } else {
+        format!(
+            "within the noise ({spread}): rerun with -r {}",
+            (nb.max(nn) * 2).clamp(5, 20)
+        )
+    }
+}
+
+/// Each figure's change against `base`, with its verdict, and the settings that differ.
 pub(crate) fn comparison(now: &[StoredRow], base: &StoredRun) -> String {
     let mut out = heading(base);
     let pairs = pair_rows(&base.rows, now);
     let mut all_diffs: Vec<String> = Vec::new();
     let mut lines = String::from(
-        "| test | t/s before | t/s now | t/s | TTFT p50 | ITL p50 | settings that differ |\n|---|---:|---:|---:|---:|---:|---|\n",
+        "| test | t/s before | t/s now | t/s | verdict | TTFT p50 | ITL p50 | settings that differ |\n|---|---:|---:|---:|---|---:|---:|---|\n",
     );
     for (row, before) in &pairs {
         let Some(before) = before else {
             lines.push_str(&format!(
-                "| {} | — | {:.2} | new | — | — | |\n",
+                "| {} | — | {:.2} | new | — | — | — | |\n",
                 row.test, row.tok_per_s_mean
             ));
             continue;
@@ -317,7 +356,7 @@ pub(crate) fn comparison(now: &[StoredRow], base: &StoredRun) -> String {
             }
         }
         lines.push_str(&format!(
-            "| {} | {:.2} | {:.2} | {} | {} | {} | {} |\n",
+            "| {} | {:.2} | {:.2} | {} | {} | {} | {} | {} |\n",
             row.test,
             before.tok_per_s_mean,
             row.tok_per_s_mean,
@@ -325,6 +364,7 @@ pub(crate) fn comparison(now: &[StoredRow], base: &StoredRun) -> String {
                 Some(before.tok_per_s_mean),
                 Some(row.tok_per_s_mean)
             )),
+            change_verdict(before, row),
             signed_pct(change_pct(before.ttft_p50_ms, row.ttft_p50_ms)),
             signed_pct(change_pct(before.itl_p50_ms, row.itl_p50_ms)),
             diffs.join(", ")
@@ -653,6 +693,41 @@ mod tests {
             unchanged.contains("settings that differ: none"),
             "{unchanged}"
         );
+    }
+
+    /// `--vs last` with nothing changed printed −10.3% and nothing else: each change has its
+    /// verdict from the spread and n.
+    #[test]
+    fn a_change_is_judged_against_the_spread_and_n() {
+        let row = |mean: f64, sd: f64, n: u32| {
+            let mut r = sample_row(TestKind::Tg, "tg8", 1);
+            r.tok_per_s_mean = mean;
+            r.tok_per_s_sd = sd;
+            r.params.repetitions = n;
+            as_stored(&[r]).remove(0)
+        };
+        let noise = change_verdict(&row(10.0, 0.29, 2), &row(8.97, 1.15, 2));
+        assert_eq!(
+            noise,
+            "within the noise (sd 0.29/1.15, n = 2): rerun with -r 5"
+        );
+        let real = change_verdict(&row(10.0, 0.1, 5), &row(8.97, 0.2, 5));
+        assert_eq!(real, "beyond the noise (sd 0.10/0.20, n = 5)");
+        let one = change_verdict(&row(10.0, 0.0, 1), &row(8.0, 0.0, 3));
+        assert!(
+            one.contains("n = 1/3") && one.contains("cannot tell"),
+            "{one}"
+        );
+        // In the table.
+        let base = StoredRun {
+            id: "20250101-000000-aaaa".into(),
+            unix_time_s: 0,
+            command_line: "tokscope bench -t 1".into(),
+            rows: vec![row(10.0, 0.29, 2)],
+            raw: Value::Null,
+        };
+        let text = comparison(&[row(8.97, 1.15, 2)], &base);
+        assert!(text.contains("| -10.3% | within the noise"), "{text}");
     }
 
     /// A row of a speculative sweep as `bench::spec` writes it.

@@ -13,6 +13,17 @@ pub(crate) enum OutputFormat {
     JsonLines,
 }
 
+impl OutputFormat {
+    /// How the text is made safe on its way to stdout.
+    pub(crate) fn shape(self) -> crate::text::Shape {
+        match self {
+            OutputFormat::Markdown => crate::text::Shape::Human,
+            OutputFormat::Csv => crate::text::Shape::Csv,
+            OutputFormat::Json | OutputFormat::JsonLines => crate::text::Shape::Json,
+        }
+    }
+}
+
 /// Where the peak memory bandwidth comes from.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum BandwidthChoice {

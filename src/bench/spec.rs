@@ -17,6 +17,7 @@ use crate::engine::{
     EventReceiver, ModelInfo, SamplingParams, TgSample, TurnReport, TurnRequest,
 };
 use crate::llama::settings::SpecMode;
+use crate::metrics::ratio;
 use crate::metrics::spec::{verdict, SpecStats};
 use crate::stamp::Stamp;
 
@@ -509,10 +510,6 @@ fn mean_sd_min_max(values: &[f64]) -> (f64, f64, f64, f64) {
     }
 }
 
-fn ratio(num: f64, den: f64) -> Option<f64> {
-    (den > 0.0 && num.is_finite()).then(|| num / den)
-}
-
 fn rows(
     plan: &SpecPlan,
     lanes: &[Lane],
@@ -713,10 +710,7 @@ pub(crate) fn points(rows: &[SpecRow]) -> Vec<crate::plot::SpecPoint> {
 
 /// A fraction as a percentage; `—` when undefined.
 fn pct(v: Option<f64>) -> String {
-    match v {
-        Some(v) if v.is_finite() => format!("{:.0}%", v * 100.0),
-        _ => "—".to_string(),
-    }
+    crate::metrics::fmt_pct(v, 0)
 }
 
 /// A speed-up with its sign, `—` when undefined.

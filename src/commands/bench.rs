@@ -971,8 +971,7 @@ fn run_vs_tg(args: &BenchArgs, settings: &Settings) -> Result<(), Failure> {
     let text = crate::bench::vs_run::render(&outcome, plan.output)
         .map_err(|e| Failure::new(FAILURE, format!("cannot format the results: {e}")))?;
     let mut stdout = std::io::stdout().lock();
-    stdout
-        .write_all(crate::text::for_output(&text, crate::text::stdout_is_terminal()).as_bytes())?;
+    stdout.write_all(crate::text::for_stdout(&text, plan.output.shape()).as_bytes())?;
     stdout.flush()?;
     if plan.output != OutputFormat::Markdown {
         for line in outcome
@@ -1015,9 +1014,8 @@ fn run_spec(args: &BenchArgs, settings: &Settings) -> Result<(), Failure> {
     })?;
     let text = crate::bench::spec::render(&outcome, plan.output)
         .map_err(|e| Failure::new(FAILURE, format!("cannot format the results: {e}")))?;
-    let to_terminal = crate::text::stdout_is_terminal();
     let mut stdout = std::io::stdout().lock();
-    stdout.write_all(crate::text::for_output(&text, to_terminal).as_bytes())?;
+    stdout.write_all(crate::text::for_stdout(&text, plan.output.shape()).as_bytes())?;
     stdout.flush()?;
     if plan.output != OutputFormat::Markdown {
         eprintln!("{}", crate::text::terminal_safe(&outcome.verdict));
@@ -1056,7 +1054,8 @@ fn run_spec(args: &BenchArgs, settings: &Settings) -> Result<(), Failure> {
     if let Some(base) = baseline {
         let text = log::spec_comparison(&log::as_stored(&outcome.rows), &base);
         if plan.output == OutputFormat::Markdown {
-            stdout.write_all(crate::text::for_output(&text, to_terminal).as_bytes())?;
+            stdout
+                .write_all(crate::text::for_stdout(&text, crate::text::Shape::Human).as_bytes())?;
         } else {
             // Keep stdout machine-readable.
             eprint!("{}", crate::text::terminal_safe(&text));
@@ -1102,9 +1101,8 @@ pub(crate) fn run(args: &BenchArgs, settings: Settings) -> Result<(), Failure> {
     report::relate_batches(&mut rows);
     let text = format::render(&rows, plan.output)
         .map_err(|e| Failure::new(FAILURE, format!("cannot format the results: {e}")))?;
-    let to_terminal = crate::text::stdout_is_terminal();
     let mut stdout = std::io::stdout().lock();
-    stdout.write_all(crate::text::for_output(&text, to_terminal).as_bytes())?;
+    stdout.write_all(crate::text::for_stdout(&text, plan.output.shape()).as_bytes())?;
     if !rows.is_empty() {
         save(&log_path, &run_id, crate::ids::unix_s(now), &rows);
     }
@@ -1114,7 +1112,8 @@ pub(crate) fn run(args: &BenchArgs, settings: Settings) -> Result<(), Failure> {
     if let Some(base) = baseline {
         let text = log::comparison(&log::as_stored(&rows), &base);
         if plan.output == OutputFormat::Markdown {
-            stdout.write_all(crate::text::for_output(&text, to_terminal).as_bytes())?;
+            stdout
+                .write_all(crate::text::for_stdout(&text, crate::text::Shape::Human).as_bytes())?;
         } else {
             // Keep stdout machine-readable.
             eprint!("{}", crate::text::terminal_safe(&text));

@@ -30,7 +30,7 @@ pub(crate) fn run() -> Result<(), Failure> {
     let list = crate::history::format_list(&outcome.entries, crate::tui::now().unix_s);
     print!(
         "{}",
-        crate::text::for_output(&list, crate::text::stdout_is_terminal())
+        crate::text::for_stdout(&list, crate::text::Shape::Human)
     );
     Ok(())
 }

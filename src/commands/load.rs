@@ -348,7 +348,7 @@ pub(crate) fn load(args: &LoadArgs) -> Result<(), Failure> {
                     break;
                 }
                 let row = run(arrivals).await?;
-                eprintln!("{}", one_line(&row));
+                eprintln!("{}", summary_line(&row));
                 rows.push(row);
             }
         }
@@ -357,7 +357,7 @@ pub(crate) fn load(args: &LoadArgs) -> Result<(), Failure> {
     })
 }
 
-fn one_line(r: &LoadSummary) -> String {
+fn summary_line(r: &LoadSummary) -> String {
     format!(
         "{}: {} ok, {} failed, {} req/s, {} out tok/s, goodput {} req/s",
         r.level,
@@ -421,7 +421,7 @@ where
             burstiness,
         })
         .await?;
-        eprintln!("{}", one_line(&row));
+        eprintln!("{}", summary_line(&row));
         if holds(&row) {
             good = Some(row.clone());
             rate *= 2.0;
@@ -445,7 +445,7 @@ where
                 burstiness,
             })
             .await?;
-            eprintln!("{}", one_line(&row));
+            eprintln!("{}", summary_line(&row));
             if holds(&row) {
                 lo = mid;
                 good = Some(row.clone());
@@ -490,21 +490,30 @@ fn print_rows(
                 capacity,
             })
             .map_err(|e| Failure::new(FAILURE, e.to_string()))?;
-            writeln!(out, "{json}")?;
+            writeln!(out, "{}", crate::text::json_safe(&json))?;
         }
-        "csv" => write!(out, "{}", report::csv(rows))?,
+        "csv" => write!(
+            out,
+            "{}",
+            crate::text::for_stdout(&report::csv(rows), crate::text::Shape::Csv)
+        )?,
         _ => {
-            writeln!(
-                out,
-                "server {} · model {} · prompts {}\n",
+            // The model name is the server's bytes: the table is neutralised wherever it goes.
+            let mut text = format!(
+                "server {} · model {} · prompts {}\n\n{}",
                 client.endpoint().host_label(),
                 model,
-                prompts.source
-            )?;
-            write!(out, "{}", report::markdown(rows))?;
+                prompts.source,
+                report::markdown(rows)
+            );
             if let Some(c) = capacity {
-                writeln!(out, "\n{c}")?;
+                text.push_str(&format!("\n{c}\n"));
             }
+            write!(
+                out,
+                "{}",
+                crate::text::for_stdout(&text, crate::text::Shape::Human)
+            )?;
         }
     }
     out.flush()?;

@@ -30,12 +30,12 @@ pub(crate) fn run(args: &ResultsArgs) -> Result<(), Failure> {
             path.display()
         );
     }
-    let text = match &args.id {
+    let (text, shape) = match &args.id {
         Some(id) => {
             let run = log::find_run(&runs, id).map_err(|e| Failure::new(USAGE, e))?;
-            serde_json::to_string_pretty(&run.raw)
-                .map_err(|e| Failure::new(FAILURE, e.to_string()))?
-                + "\n"
+            let json = serde_json::to_string_pretty(&run.raw)
+                .map_err(|e| Failure::new(FAILURE, e.to_string()))?;
+            (json + "\n", crate::text::Shape::Json)
         }
         None if runs.is_empty() => {
             eprintln!(
@@ -44,10 +44,11 @@ pub(crate) fn run(args: &ResultsArgs) -> Result<(), Failure> {
             );
             return Ok(());
         }
-        None => log::listing(&runs),
+        None => (log::listing(&runs), crate::text::Shape::Human),
     };
-    // The log holds file and model names from anywhere: neutralised for a terminal.
-    let text = crate::text::for_output(&text, crate::text::stdout_is_terminal());
+    // The log holds file and model names from anywhere: the listing is neutralised wherever
+    // it goes (`| tail` replays it), the JSON keeps them exact with the controls escaped.
+    let text = crate::text::for_stdout(&text, shape);
     std::io::stdout().lock().write_all(text.as_bytes())?;
     Ok(())
 }

@@ -348,9 +348,10 @@ pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure>
                 ..
             } if Some(request_id) == request && !args.json => {
                 let written = if args.token_lines {
-                    // JSON escapes every control character: safe on a terminal too.
-                    let line = serde_json::json!({ "index": index, "text": text });
-                    writeln!(stdout, "{line}").and_then(|()| stdout.flush())
+                    // JSON with every unsafe character escaped: safe on a terminal too.
+                    let line = serde_json::json!({ "index": index, "text": text }).to_string();
+                    writeln!(stdout, "{}", crate::text::json_safe(&line))
+                        .and_then(|()| stdout.flush())
                 } else {
                     // A hostile model must not reach the terminal's clipboard or title (OSC
                     // 52, OSC 0): control characters are neutralised unless stdout is a pipe
@@ -394,7 +395,11 @@ pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure>
                         if !args.token_lines {
                             writeln!(stdout)?;
                         }
-                        eprint!("turn {}: {}", turn - 1, human_summary(&full, info));
+                        eprint!(
+                            "turn {}: {}",
+                            turn - 1,
+                            crate::text::terminal_safe(&human_summary(&full, info))
+                        );
                     }
                     reports.push(full);
                     request = Some(engine.send(engine.next_id(), turn_request(&messages), None)?);
@@ -404,11 +409,11 @@ pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure>
                     reports.push(full);
                     let json = serde_json::to_string_pretty(&reports)
                         .map_err(|e| Failure::new(FAILURE, e.to_string()))?;
-                    writeln!(stdout, "{json}")
+                    writeln!(stdout, "{}", crate::text::json_safe(&json))
                 } else if args.json {
                     let json = serde_json::to_string_pretty(&full)
                         .map_err(|e| Failure::new(FAILURE, e.to_string()))?;
-                    writeln!(stdout, "{json}")
+                    writeln!(stdout, "{}", crate::text::json_safe(&json))
                 } else {
                     let end = if args.token_lines {
                         Ok(())
@@ -717,16 +722,20 @@ pub(crate) fn run_remote(args: &RunArgs, url: &str, settings: &Settings) -> Resu
             ignore_eos: args.ignore_eos,
         };
         let mut stdout = std::io::stdout();
+        let to_terminal = crate::text::stdout_is_terminal() && !args.raw;
         // --token-lines: one line per streamed chunk (the server's unit; a chunk may hold
         // several tokens), indexed in arrival order.
         let mut chunk = 0usize;
         let mut on_text = |text: &str, _at: Duration| {
             if args.token_lines {
-                let line = serde_json::json!({ "index": chunk, "text": text });
+                let line = serde_json::json!({ "index": chunk, "text": text }).to_string();
                 chunk += 1;
-                let _ = writeln!(stdout, "{line}");
+                let _ = writeln!(stdout, "{}", crate::text::json_safe(&line));
                 let _ = stdout.flush();
             } else if !json {
+                // The server's bytes, neutralised as a local model's are (unless stdout is a
+                // pipe or file, or --raw asks for the bytes).
+                let text = crate::text::for_output(text, to_terminal);
                 let _ = stdout.write_all(text.as_bytes());
                 let _ = stdout.flush();
             }
@@ -760,12 +769,16 @@ pub(crate) fn run_remote(args: &RunArgs, url: &str, settings: &Settings) -> Resu
     if json {
         let text = serde_json::to_string_pretty(&report)
             .map_err(|e| Failure::new(FAILURE, e.to_string()))?;
-        writeln!(stdout, "{text}")?;
+        writeln!(stdout, "{}", crate::text::json_safe(&text))?;
     } else {
         if !args.token_lines {
             writeln!(stdout)?;
         }
-        eprint!("{}", remote_human_summary(&report));
+        // The server's model name and notes are the server's bytes.
+        eprint!(
+            "{}",
+            crate::text::terminal_safe(&remote_human_summary(&report))
+        );
     }
     stdout.flush()?;
     match turn.end {

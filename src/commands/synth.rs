@@ -187,11 +187,7 @@ fn describe(summary: &SynthSummary, elapsed: Duration) -> String {
 }
 
 fn gigabytes(bytes: u64) -> String {
-    if bytes >= 1_000_000_000 {
-        format!("{:.2} GB", bytes as f64 / 1e9)
-    } else {
-        format!("{:.1} MB", bytes as f64 / 1e6)
-    }
+    crate::fmt::bytes(bytes)
 }
 
 /// Progress on stderr for writes that take a while: a line rewritten in place on a terminal,

@@ -369,9 +369,8 @@ pub(crate) fn run(plan: &ComparePlan, settings: Settings) -> Result<(), CompareE
                 .map_err(|e| CompareError::failed(format!("cannot format the results: {e}")))?
         ),
     };
-    let to_terminal = crate::text::stdout_is_terminal();
     let mut stdout = std::io::stdout().lock();
-    stdout.write_all(crate::text::for_output(&out, to_terminal).as_bytes())?;
+    stdout.write_all(crate::text::for_stdout(&out, plan.output.shape()).as_bytes())?;
     stdout.flush()?;
     let data = crate::paths::data_dir();
     let logged: Vec<_> = speed

@@ -14,6 +14,17 @@ pub(crate) enum CompareFormat {
     Json,
 }
 
+impl CompareFormat {
+    /// How the text is made safe on its way to stdout.
+    pub(crate) fn shape(self) -> crate::text::Shape {
+        match self {
+            CompareFormat::Markdown => crate::text::Shape::Human,
+            CompareFormat::Csv => crate::text::Shape::Csv,
+            CompareFormat::Json => crate::text::Shape::Json,
+        }
+    }
+}
+
 /// Everything `compare` will do, validated.
 #[derive(Debug, Clone)]
 pub(crate) struct ComparePlan {

@@ -90,7 +90,11 @@ impl Control {
 fn speed_threshold(a: &CompareRow, b: &CompareRow, systematic: f64) -> Option<f64> {
     let (sa, sb) = (a.tg_tok_per_s?, b.tg_tok_per_s?);
     let (da, db) = (a.tg_tok_per_s_sd?, b.tg_tok_per_s_sd?);
-    Some((da + db).max(systematic * sa.max(sb)))
+    Some(crate::metrics::noise_threshold(
+        da,
+        db,
+        systematic * sa.max(sb),
+    ))
 }
 
 /// `a` dominates `b`: faster beyond the threshold and at least as close, or as fast (within

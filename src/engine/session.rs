@@ -558,7 +558,12 @@ impl<'m> Session<'m> {
                     let logits = self.ctx.get_logits_ith(logits_index);
                     let sampled_at = Instant::now();
                     host.logits_out += sampled_at - mark;
-                    let token = sampler.sample(logits);
+                    let token =
+                        sampler
+                            .sample(logits)
+                            .map_err(|_| EngineError::NonFiniteLogits {
+                                at_token: timeline.token_ready_at.len(),
+                            })?;
                     host.sampling += sampled_at.elapsed();
                     (token, false)
                 }

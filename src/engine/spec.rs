@@ -247,7 +247,7 @@ pub(crate) fn draw(probs: &[(i32, f64)], rng: &mut crate::ids::SplitMix64) -> i3
 
 /// Uniform in [0, 1).
 fn unit(rng: &mut crate::ids::SplitMix64) -> f64 {
-    (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    rng.unit_open()
 }
 
 /// The softmax probability of `logits[best]` (the largest).

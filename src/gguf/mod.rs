@@ -34,6 +34,16 @@ pub(crate) const ALIGNMENT_KEY: &str = "general.alignment";
 pub(crate) const DEFAULT_ALIGNMENT_BYTES: u32 = 32;
 /// ggml's `GGML_MAX_NAME`: tensor names must be strictly shorter than this.
 pub(crate) const MAX_TENSOR_NAME_BYTES: usize = 64;
+/// The longest string the header reader keeps or passes over: real models' longest (a chat
+/// template) is tens of kB. A longer one is a damaged or hostile file (a sparse file can
+/// declare a 40 GB string in 4 kB on disk), refused before any allocation.
+pub(crate) const MAX_STRING_BYTES: u64 = 16 << 20;
+/// The most elements one metadata array may have: a vocabulary of 262,144 tokens and its
+/// merges are far below it.
+pub(crate) const MAX_ARRAY_ELEMENTS: u64 = 16 << 20;
+/// The most the header reader allocates in all (strings, arrays, names): a 262k-token
+/// vocabulary with its merges takes some 40 MB.
+pub(crate) const MAX_HEADER_ALLOC_BYTES: u64 = 1 << 30;
 /// ggml's `GGML_MAX_DIMS`.
 pub(crate) const MAX_TENSOR_DIMS: usize = 4;
 
@@ -1110,6 +1120,7 @@ fn parse_header(
         inner: reader,
         pos: 0,
         len: file_size_bytes,
+        allocated: 0,
     };
 
     let magic: [u8; 4] = src.array("magic")?;
@@ -1242,6 +1253,8 @@ struct Source<R> {
     inner: R,
     pos: u64,
     len: u64,
+    /// Bytes allocated so far for what was read, bounded by [`MAX_HEADER_ALLOC_BYTES`].
+    allocated: u64,
 }
 
 impl<R: Read> Source<R> {
@@ -1271,6 +1284,36 @@ impl<R: Read> Source<R> {
             Some(n_bytes) => self.need(n_bytes, what),
             None => Err(self.malformed(format!("{what}: count {count} is impossibly large"))),
         }
+    }
+
+    /// Count `n_bytes` of allocation against the header's budget before making it.
+    fn charge(&mut self, n_bytes: u64, what: &'static str) -> Result<(), GgufError> {
+        let total = self.allocated.saturating_add(n_bytes);
+        if total > MAX_HEADER_ALLOC_BYTES {
+            return Err(self.malformed(format!(
+                "{what}: the header would take more than {} of memory (no real model's does): the file is damaged or not a model",
+                crate::fmt::bytes(MAX_HEADER_ALLOC_BYTES)
+            )));
+        }
+        self.allocated = total;
+        Ok(())
+    }
+
+    /// A string's length, read and bounded by [`MAX_STRING_BYTES`] and the file.
+    fn string_len(&mut self, what: &'static str) -> Result<u64, GgufError> {
+        let offset = self.pos;
+        let len = self.u64(what)?;
+        if len > MAX_STRING_BYTES {
+            return Err(self.malformed_at(
+                offset,
+                format!(
+                    "{what}: a string of {len} bytes; tokscope reads at most {} per string (no real model has a longer one): the file is damaged or not a model",
+                    crate::fmt::bytes(MAX_STRING_BYTES)
+                ),
+            ));
+        }
+        self.need(len, what)?;
+        Ok(len)
     }
 
     fn malformed(&self, reason: String) -> GgufError {
@@ -1318,8 +1361,8 @@ impl<R: Read> Source<R> {
     }
 
     fn string(&mut self, what: &'static str) -> Result<String, GgufError> {
-        let len = self.u64(what)?;
-        self.need(len, what)?;
+        let len = self.string_len(what)?;
+        self.charge(len + std::mem::size_of::<String>() as u64, what)?;
         let mut bytes = vec![0_u8; len as usize];
         self.fill(&mut bytes, what)?;
         // Lossy rather than an error: one odd vocabulary entry should not make a real model's
@@ -1380,7 +1423,7 @@ impl<R: Read> Source<R> {
             return self.skip(count * element_bytes, W);
         }
         for _ in 0..count {
-            let len = self.u64(W)?;
+            let len = self.string_len(W)?;
             self.skip(len, W)?;
         }
         Ok(())
@@ -1402,6 +1445,11 @@ impl<R: Read> Source<R> {
             }
             other => return Err(self.malformed(format!("unknown array element type {other}"))),
         };
+        if count > MAX_ARRAY_ELEMENTS {
+            return Err(self.malformed(format!(
+                "an array of {count} elements; tokscope reads at most {MAX_ARRAY_ELEMENTS} (a vocabulary is far smaller): the file is damaged or not a model"
+            )));
+        }
         self.check_count(count, min_element_bytes, "array elements")?;
         Ok((element_type, count, min_element_bytes))
     }
@@ -1409,7 +1457,16 @@ impl<R: Read> Source<R> {
     fn array_value(&mut self) -> Result<GgufArray, GgufError> {
         const W: &str = "array element";
         let (element_type, count, _) = self.array_header()?;
-        // Safe to preallocate: the check above bounds `count` by the bytes left in the file.
+        // Safe to preallocate: the checks above bound `count` by the bytes left in the file
+        // and by MAX_ARRAY_ELEMENTS, and the budget counts what the vector takes.
+        let in_memory = match element_type {
+            TYPE_STRING => 0, // each string charges itself, its `String` included
+            TYPE_U8 | TYPE_I8 | TYPE_BOOL => 1,
+            TYPE_U16 | TYPE_I16 => 2,
+            TYPE_U32 | TYPE_I32 | TYPE_F32 => 4,
+            _ => 8,
+        };
+        self.charge(count * in_memory, W)?;
         let n = count as usize;
         macro_rules! read_vec {
             ($variant:ident, $read:expr) => {{
@@ -1440,6 +1497,70 @@ impl<R: Read> Source<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A header that declares `len` bytes of string for its first key's value, followed by
+    /// zeros for ever, as a sparse file of `file_size` bytes reads.
+    fn declared_string(len: u64, file_size: u64) -> Result<GgufHeader, GgufError> {
+        let mut head = Vec::new();
+        head.extend_from_slice(&GGUF_MAGIC);
+        head.extend_from_slice(&GGUF_VERSION.to_le_bytes());
+        head.extend_from_slice(&0u64.to_le_bytes()); // tensors
+        head.extend_from_slice(&1u64.to_le_bytes()); // metadata entries
+        head.extend_from_slice(&(4u64).to_le_bytes());
+        head.extend_from_slice(b"k.ey");
+        head.extend_from_slice(&TYPE_STRING.to_le_bytes());
+        head.extend_from_slice(&len.to_le_bytes());
+        parse_header(
+            std::io::Read::chain(&head[..], std::io::repeat(0)),
+            file_size,
+            Arrays::Keep,
+        )
+    }
+
+    #[test]
+    fn a_huge_declared_string_is_refused_before_any_allocation() {
+        // 40 GB declared in a 40 GB sparse file: within the file, far past the bound.
+        let err = declared_string(40_000_000_000, 40_000_000_100).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("40000000000 bytes"), "{text}");
+        assert!(text.contains("at most 17 MB per string"), "{text}");
+        // Just past the bound is refused, and a long but real string is read.
+        assert!(declared_string(MAX_STRING_BYTES + 1, 1 << 40).is_err());
+        let ok = declared_string(1 << 20, 1 << 40).unwrap();
+        assert_eq!(ok.metadata.len(), 1);
+    }
+
+    #[test]
+    fn a_huge_declared_array_is_refused_and_the_budget_holds() {
+        let mut head = Vec::new();
+        head.extend_from_slice(&GGUF_MAGIC);
+        head.extend_from_slice(&GGUF_VERSION.to_le_bytes());
+        head.extend_from_slice(&0u64.to_le_bytes());
+        head.extend_from_slice(&1u64.to_le_bytes());
+        head.extend_from_slice(&(4u64).to_le_bytes());
+        head.extend_from_slice(b"a.rr");
+        head.extend_from_slice(&TYPE_ARRAY.to_le_bytes());
+        head.extend_from_slice(&TYPE_U64.to_le_bytes());
+        head.extend_from_slice(&(5_000_000_000u64).to_le_bytes());
+        for arrays in [Arrays::Keep, Arrays::Skip] {
+            let err = parse_header(
+                std::io::Read::chain(&head[..], std::io::repeat(0)),
+                1 << 40,
+                arrays,
+            )
+            .unwrap_err();
+            assert!(err.to_string().contains("5000000000 elements"), "{err}");
+        }
+        // The total budget: many strings each under the per-string bound.
+        let mut src = Source {
+            inner: std::io::repeat(0),
+            pos: 0,
+            len: u64::MAX,
+            allocated: MAX_HEADER_ALLOC_BYTES - 10,
+        };
+        assert!(src.charge(11, "x").is_err());
+        assert!(src.charge(10, "x").is_ok());
+    }
 
     fn sample_writer() -> GgufWriter {
         let mut w = GgufWriter::new();

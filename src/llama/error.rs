@@ -43,6 +43,8 @@ pub enum EngineError {
     EmptyPrompt,
     #[error("llama.cpp decode failed: {0}")]
     Decode(String),
+    #[error("the model gave no usable distribution at token {at_token} (its logits are NaN or infinite): the answer was stopped there\n  the weights are broken (a damaged or badly converted file) or the KV cache type overflows; try another file, or --cache-type-k f16")]
+    NonFiniteLogits { at_token: usize },
     #[error("no model is loaded")]
     NoModel,
     #[error("could not start the engine thread: {0}")]

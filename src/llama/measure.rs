@@ -157,7 +157,11 @@ impl<'m> Bencher<'m> {
             let last = step + 1 == n;
             token = match &mut pick {
                 // The last step's token is never decoded: do not sample it either.
-                Pick::Host(s) if !last => s.sample(self.ctx.get_logits_ith(0)),
+                Pick::Host(s) if !last => s.sample(self.ctx.get_logits_ith(0)).map_err(|_| {
+                    EngineError::NonFiniteLogits {
+                        at_token: step as usize + 1,
+                    }
+                })?,
                 Pick::Backend if !last => self.ctx.sampled_token_ith(0).ok_or_else(|| {
                     EngineError::Decode("llama.cpp sampled no token on the backend".into())
                 })?,
@@ -254,8 +258,9 @@ impl<'m> Bencher<'m> {
             let prefill_time = start.elapsed();
             let sample_start = Instant::now();
             // The chat's sampler, as the chat samples its first token.
-            let token =
-                HostSampler::new(sampling, self.n_vocab).sample(self.ctx.get_logits_ith(-1));
+            let token = HostSampler::new(sampling, self.n_vocab)
+                .sample(self.ctx.get_logits_ith(-1))
+                .map_err(|_| EngineError::NonFiniteLogits { at_token: 0 })?;
             let piece = self.model.vocab().token_to_piece(token, false, None);
             std::hint::black_box(piece);
             let first_sample = sample_start.elapsed();

@@ -41,6 +41,9 @@ pub(crate) const PROBE_ENV: &str = "TOKSCOPE_PROBE";
 /// The child's exit code for an ordinary load failure (llama.cpp returned an error): the
 /// parent then loads the file itself and reports llama.cpp's own error.
 const CHILD_LOAD_FAILED: i32 = 3;
+/// The child's exit code for a model whose first decode gives NaN or infinite logits: it
+/// loads, and then llama.cpp's sampler would abort at the first answer.
+const CHILD_NON_FINITE: i32 = 4;
 /// How long a probe may take before it counts as hung: a large model on a slow disk loads
 /// in minutes.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
@@ -174,6 +177,10 @@ fn probe(exe: &Path, path: &Path, timeout: Duration) -> Result<(), EngineError> 
             &stderr,
         )),
         Some(s) if s.success() || s.code() == Some(CHILD_LOAD_FAILED) => Ok(()),
+        Some(s) if s.code() == Some(CHILD_NON_FINITE) => Err(EngineError::InvalidModel {
+            path: path.to_path_buf(),
+            defect: "its first decode gives NaN or infinite logits (broken weights), so no answer could be sampled".to_owned(),
+        }),
         Some(s) => Err(crashed(
             match s.signal() {
                 Some(sig) => format!("killed by {}", signal_name(sig)),
@@ -208,7 +215,13 @@ fn last_words(stderr: &[u8]) -> String {
         .map(|l| {
             let clean: String = l
                 .chars()
-                .map(|c| if c.is_control() { '?' } else { c })
+                .map(|c| {
+                    if c.is_control() || crate::text::is_unsafe(c) {
+                        '?'
+                    } else {
+                        c
+                    }
+                })
                 .collect();
             if clean.chars().count() > 300 {
                 let cut: String = clean.chars().take(300).collect();
@@ -233,6 +246,10 @@ fn last_words(stderr: &[u8]) -> String {
 pub fn child_main(path: &Path) -> i32 {
     match child_probe(path) {
         Ok(()) => 0,
+        Err(e @ EngineError::NonFiniteLogits { .. }) => {
+            eprintln!("{e}");
+            CHILD_NON_FINITE
+        }
         Err(e) => {
             eprintln!("{e}");
             CHILD_LOAD_FAILED
@@ -281,6 +298,15 @@ fn child_probe(path: &Path) -> Result<(), EngineError> {
         return Ok(());
     }
     ctx.decode(&mut batch).map_err(|e| decode(&e))?;
+    // Greedy decoding never trips on NaN (it never wins), but the default sampler's chain
+    // aborts on a row without a finite logit: refuse such a model here.
+    if !ctx
+        .get_logits_ith(batch.n_tokens() - 1)
+        .iter()
+        .all(|v| v.is_finite())
+    {
+        return Err(EngineError::NonFiniteLogits { at_token: 0 });
+    }
     let mut sampler = LlamaSampler::greedy();
     let next = sampler.sample(&ctx, batch.n_tokens() - 1);
     let _ = vocab.token_to_piece(next, true, None);

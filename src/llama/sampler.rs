@@ -166,6 +166,20 @@ impl HostPath {
     }
 }
 
+/// The logits row gave no distribution to sample from: every candidate was NaN or infinite
+/// (a broken file, an overflowing cache type). llama.cpp's chain would abort the process on it
+/// (`GGML_ASSERT(cur_p->size > 0)`); the sampler refuses it instead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NonFinite;
+
+impl std::fmt::Display for NonFinite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("no finite logit to sample from (NaN or infinite logits)")
+    }
+}
+
+impl std::error::Error for NonFinite {}
+
 /// A sampler for one generation: its chain state (the seeded RNG) and its reused buffers.
 pub struct HostSampler {
     path: HostPath,
@@ -217,31 +231,47 @@ impl HostSampler {
         self.path
     }
 
-    /// The next token from one row of logits (`n_vocab` values).
-    pub fn sample(&mut self, logits: &[f32]) -> LlamaToken {
+    /// The next token from one row of logits (`n_vocab` values), or [`NonFinite`] when the row
+    /// holds no distribution. What is checked is what the chain would see, so the check costs
+    /// next to nothing: greedy, that the largest logit is finite; top-k, that the k kept (NaN
+    /// is never kept) are there and finite; the full chain, every logit, in the pass that
+    /// copies them.
+    pub fn sample(&mut self, logits: &[f32]) -> Result<LlamaToken, NonFinite> {
         match self.path {
-            HostPath::Greedy => LlamaToken(argmax(logits) as i32),
+            HostPath::Greedy => {
+                let best = argmax(logits);
+                match logits.get(best) {
+                    Some(v) if v.is_finite() => Ok(LlamaToken(best as i32)),
+                    _ => Err(NonFinite),
+                }
+            }
             HostPath::TopK => {
                 top_k_into(logits, self.k, &mut self.candidates.data, &mut self.scratch);
+                let data = &self.candidates.data;
+                if data.is_empty() || !data.iter().all(|d| d.logit().is_finite()) {
+                    return Err(NonFinite);
+                }
                 self.candidates.sorted = true;
-                self.apply_chain()
+                Ok(self.apply_chain())
             }
             HostPath::FullChain => {
                 let data = &mut self.candidates.data;
                 data.clear();
-                data.extend(
-                    logits
-                        .iter()
-                        .enumerate()
-                        .map(|(i, &l)| LlamaTokenData::new(LlamaToken(i as i32), l, 0.0)),
-                );
+                let mut finite = true;
+                data.extend(logits.iter().enumerate().map(|(i, &l)| {
+                    finite &= l.is_finite();
+                    LlamaTokenData::new(LlamaToken(i as i32), l, 0.0)
+                }));
+                if !finite || data.is_empty() {
+                    return Err(NonFinite);
+                }
                 self.candidates.sorted = false;
                 let token = self.apply_chain();
                 if let Some(chain) = self.chain.as_mut() {
                     // Penalties remember the tokens they have seen.
                     chain.accept(token);
                 }
-                token
+                Ok(token)
             }
         }
     }

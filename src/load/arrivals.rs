@@ -4,26 +4,23 @@
 
 use std::time::Duration;
 
-/// A small deterministic generator (SplitMix64), so that a seed reproduces a schedule.
+/// The crate's one deterministic generator (`ids::SplitMix64`), with the draws a schedule
+/// needs, so that a seed reproduces it.
 #[derive(Debug, Clone)]
-pub(crate) struct Rng(u64);
+pub(crate) struct Rng(crate::ids::SplitMix64);
 
 impl Rng {
     pub(crate) fn new(seed: u64) -> Self {
-        Self(seed)
+        Self(crate::ids::SplitMix64(seed))
     }
 
     pub(crate) fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// Uniform in (0, 1].
     pub(crate) fn unit(&mut self) -> f64 {
-        ((self.next_u64() >> 11) as f64 + 1.0) / (1u64 << 53) as f64
+        self.0.unit_nonzero()
     }
 
     /// Uniform integer in `lo..=hi`.

@@ -300,6 +300,26 @@ pub(crate) fn fmt_opt(value: Option<f64>, decimals: usize) -> String {
     }
 }
 
+/// A fraction (0.62) for humans as a percentage (`62%` at 0 decimals): `—` when undefined.
+/// Figures already in percent (MBU) go through `roofline::mbu_pct_cell`.
+pub(crate) fn fmt_pct(fraction: Option<f64>, decimals: usize) -> String {
+    match fraction {
+        Some(v) if v.is_finite() => format!("{:.decimals$}%", v * 100.0),
+        _ => "—".to_string(),
+    }
+}
+
+/// The smallest difference of two means called real: the sum of their sds, or a systematic
+/// error (in the figure's unit) when that is larger. `compare` and `bench --vs` judge by it.
+pub(crate) fn noise_threshold(sd_a: f64, sd_b: f64, systematic: f64) -> f64 {
+    (sd_a + sd_b).max(systematic)
+}
+
+/// `num / den`, `None` when the denominator is not positive or the numerator not finite.
+pub(crate) fn ratio(num: f64, den: f64) -> Option<f64> {
+    (den > 0.0 && num.is_finite()).then(|| num / den)
+}
+
 /// Relative difference `|a − b| / b`; `None` when `b` is zero.
 pub fn relative_difference(a: f64, b: f64) -> Option<f64> {
     if b == 0.0 || !a.is_finite() || !b.is_finite() {

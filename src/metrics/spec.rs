@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::ms;
+use super::{ms, ratio};
 
 /// Raw sums over one turn.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -186,10 +186,6 @@ impl RowCost {
     pub fn in_passes(&self) -> Option<f64> {
         self.row_ms().and_then(|r| ratio(r, self.one_row_ms))
     }
-}
-
-fn ratio(num: f64, den: f64) -> Option<f64> {
-    (den > 0.0 && num.is_finite()).then(|| num / den)
 }
 
 impl SpecStats {

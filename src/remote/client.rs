@@ -654,7 +654,13 @@ fn parse_timings(v: &Value) -> Option<ServerTimings> {
 fn error_excerpt(body: &str) -> String {
     let one_line: String = body
         .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
+        .map(|c| {
+            if c.is_control() || crate::text::is_unsafe(c) {
+                ' '
+            } else {
+                c
+            }
+        })
         .collect();
     let trimmed = one_line.trim();
     if trimmed.is_empty() {

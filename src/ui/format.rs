@@ -22,21 +22,8 @@ pub(crate) fn params(n: u64) -> String {
     }
 }
 
-/// A file size in decimal units: `4.92 GB`, `17.4 GB`, `398 MB`, `6.1 MB`, `0.47 MB`.
-pub(crate) fn bytes(n: u64) -> String {
-    let n = n as f64;
-    if n >= 1e10 {
-        format!("{:.1} GB", n / 1e9)
-    } else if n >= 1e9 {
-        format!("{:.2} GB", n / 1e9)
-    } else if n >= 1e7 {
-        format!("{:.0} MB", n / 1e6)
-    } else if n >= 1e6 {
-        format!("{:.1} MB", n / 1e6)
-    } else {
-        format!("{:.2} MB", n / 1e6)
-    }
-}
+/// A file size: the crate's one byte formatter.
+pub(crate) use crate::fmt::bytes;
 
 /// An elapsed time for humans: `0.42 s`, `12.4 s`, `2m05s`.
 pub(crate) fn secs(d: Duration) -> String {
@@ -93,7 +80,7 @@ mod tests {
         assert_eq!(bytes(397_800_000), "398 MB");
         assert_eq!(bytes(6_100_000), "6.1 MB");
         assert_eq!(bytes(470_000), "0.47 MB");
-        assert_eq!(bytes(0), "0.00 MB");
+        assert_eq!(bytes(0), "0 B");
     }
 
     #[test]

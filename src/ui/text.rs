@@ -11,8 +11,9 @@ use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
 const TAB: &str = "    ";
 
 /// The text as it may be drawn: newlines kept, tabs expanded to spaces, carriage returns
-/// dropped, every other C0/C1 control character and DEL replaced by a visible symbol
-/// (`␛` for ESC), so no escape sequence reaches the terminal.
+/// dropped, every other character [`crate::text::is_unsafe`] names (C0/C1 controls, DEL, the
+/// bidirectional overrides) replaced by its visible stand-in (`␛` for ESC), so no escape
+/// sequence reaches the terminal and nothing reorders what is shown.
 pub(crate) fn clean(text: &str) -> String {
     let out = clean_chars(text);
     match terminal_widths() {
@@ -28,11 +29,9 @@ fn clean_chars(text: &str) -> String {
             '\n' => out.push('\n'),
             '\t' => out.push_str(TAB),
             '\r' => {}
-            c if (c as u32) < 0x20 => {
-                out.push(char::from_u32(0x2400 + c as u32).unwrap_or('\u{FFFD}'))
-            }
-            '\u{7f}' => out.push('\u{2421}'),
-            '\u{80}'..='\u{9f}' => out.push('\u{FFFD}'),
+            // The one rule of what may not reach a terminal (crate::text), bidirectional
+            // overrides included.
+            c if crate::text::is_unsafe(c) => out.push(crate::text::visible(c)),
             c => out.push(c),
         }
     }
@@ -223,8 +222,7 @@ pub(crate) fn shown_width(c: char) -> usize {
         '\r' => 0,
         '\t' => TAB.len(),
         // A control picture, the delete symbol, or the replacement character.
-        c if (c as u32) < 0x20 => 1,
-        '\u{7f}'..='\u{9f}' => 1,
+        c if (c as u32) < 0x20 || crate::text::is_unsafe(c) => 1,
         c => char_width(c),
     }
 }
@@ -506,6 +504,11 @@ mod tests {
         );
         assert_eq!(clean, "red ␛[31mtext␛[0m\nbell␇    tab\u{FFFD}csi␡");
         assert_eq!(one_line("a\nb\u{1b}"), "a b␛");
+        // The bidirectional overrides and isolates would reorder what is shown.
+        for bidi in ['\u{202a}', '\u{202e}', '\u{2066}', '\u{2069}'] {
+            let shown = super::clean(&format!("abc{bidi}fdp.exe"));
+            assert_eq!(shown, "abc\u{FFFD}fdp.exe", "{bidi:?}");
+        }
     }
 
     #[test]

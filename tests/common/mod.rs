@@ -32,6 +32,34 @@ pub fn tokscope_cmd(home: &Path) -> assert_cmd::Command {
     cmd
 }
 
+/// What a failing command must not print: a Rust panic or a backtrace offer.
+pub fn no_panic() -> impl predicates::Predicate<str> {
+    use predicates::prelude::*;
+    predicate::str::contains("panicked")
+        .or(predicate::str::contains("backtrace"))
+        .or(predicate::str::contains("RUST_BACKTRACE"))
+        .not()
+}
+
+/// A synthetic model written by the real binary (`tokscope synth --preset P --seed S`), as
+/// `home/P-S.gguf`.
+pub fn synth_cli(home: &Path, preset: &str, seed: u32) -> PathBuf {
+    let path = home.join(format!("{preset}-{seed}.gguf"));
+    tokscope_cmd(home)
+        .args([
+            "synth",
+            "--preset",
+            preset,
+            "--seed",
+            &seed.to_string(),
+            "-o",
+        ])
+        .arg(&path)
+        .assert()
+        .success();
+    path
+}
+
 /// Serialise tests that run models, so timings are not disturbed by another test.
 /// llama.cpp's logs are routed into tokscope's logging first (as `main` does), so its lines
 /// stay off the test output and its complaints reach error messages.
