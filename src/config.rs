@@ -284,7 +284,7 @@ impl Settings {
         if v <= 0.0 {
             return Err(invalid(
                 "sampling.repeat_penalty",
-                &v.to_string(),
+                &shown(v),
                 "must be greater than 0 (1.0 turns it off)".into(),
                 src,
             ));
@@ -615,12 +615,22 @@ fn float_in(
     if !v.is_finite() || v < min || v > max {
         return Err(invalid(
             key,
-            &v.to_string(),
+            &shown(v),
             format!("must be between {min} and {max}"),
             src,
         ));
     }
     Ok(v as f32)
+}
+
+/// A number as a refusal quotes it: in scientific notation when it is huge or tiny, so that
+/// `-1e308` is not echoed as 309 digits.
+fn shown(v: f64) -> String {
+    if v.is_finite() && v != 0.0 && !(1e-6..1e9).contains(&v.abs()) {
+        format!("{v:e}")
+    } else {
+        v.to_string()
+    }
 }
 
 /// A finite number above zero (prices, bandwidths).
@@ -630,7 +640,7 @@ fn positive(key: &'static str, v: f64, src: &Source) -> Result<f64, ConfigError>
     } else {
         Err(invalid(
             key,
-            &v.to_string(),
+            &shown(v),
             "must be a number greater than 0".into(),
             src,
         ))
@@ -769,6 +779,17 @@ mod tests {
             let e = apply(bad).unwrap_err().to_string();
             assert!(e.contains(key), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn an_absurd_number_is_quoted_short() {
+        let err = apply("price_per_gpu_hour_usd = -1e308\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("-1e308"), "{err}");
+        assert!(err.len() < 300, "{err}");
+        assert_eq!(shown(2.5), "2.5");
+        assert_eq!(shown(1e-9), "1e-9");
     }
 
     #[test]

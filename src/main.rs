@@ -55,6 +55,16 @@ fn main() {
     let cli = Cli::parse_from(commands::bench::rewrite_llama_bench_flags(
         std::env::args_os(),
     ));
+    // The environment's folders and settings, before anything is created from them.
+    if let Err(message) = tokscope::paths::check_environment()
+        .and_then(|()| tokscope::llama::probe::check_environment())
+    {
+        say(&format!(
+            "error: {}",
+            tokscope::text::terminal_safe(&message)
+        ));
+        std::process::exit(commands::USAGE);
+    }
     tokscope::logging::init(Some(&tokscope::paths::log_dir()));
     let code = match commands::dispatch(cli) {
         Ok(()) => commands::OK,

@@ -45,6 +45,37 @@ pub fn log_dir() -> PathBuf {
     data_dir().join("logs")
 }
 
+/// The folders the environment names, checked before anything is created in them: an override
+/// must be an absolute path (a relative one would be made under whatever folder tokscope was
+/// started in), and where a folder comes from `HOME`, `HOME` must be an existing folder (else
+/// `run` would create it, as root if run as root). The message names the variable and what to do.
+pub fn check_environment() -> Result<(), String> {
+    let vars = [DATA_DIR_ENV, CONFIG_DIR_ENV, CACHE_DIR_ENV];
+    for var in vars {
+        if let Some(dir) = env_dir(var) {
+            if dir.is_relative() {
+                return Err(format!(
+                    "{var}={} is a relative path: tokscope would create it under the folder it was started in; give an absolute path (e.g. {var}=\"$PWD/{}\")",
+                    crate::text::path(&dir),
+                    crate::text::path(&dir)
+                ));
+            }
+        }
+    }
+    if vars.iter().any(|v| env_dir(v).is_none()) {
+        if let Some(home) = env_dir("HOME") {
+            if !home.is_dir() {
+                return Err(format!(
+                    "HOME={} is not an existing folder: tokscope keeps its data, config and cache under it (~/.local/share/tokscope, ~/.config/tokscope, ~/.cache/tokscope) and will not create it; set HOME to your home folder, or {} to absolute folders",
+                    crate::text::path(&home),
+                    vars.join(", ")
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Overrides the cache dir (quantized models made by `compare --quantize`).
 pub(crate) const CACHE_DIR_ENV: &str = "TOKSCOPE_CACHE_DIR";
 

@@ -487,3 +487,50 @@ fn unreadable_model_and_config_files_are_clear_errors() {
         "{stderr}"
     );
 }
+
+/// Environment values that used to create folders where they should not, or blame the model:
+/// each is refused before anything is created, naming the variable and what to do.
+#[test]
+fn bad_environment_values_are_refused_before_anything_is_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing_home = dir.path().join("no-such-home");
+    tokscope(dir.path())
+        .env("HOME", &missing_home)
+        .env_remove("TOKSCOPE_CACHE_DIR")
+        .args(["results"])
+        .assert()
+        .code(2)
+        .stderr(
+            predicate::str::contains("HOME=")
+                .and(predicate::str::contains("is not an existing folder"))
+                .and(no_panic()),
+        );
+    assert!(!missing_home.exists(), "HOME was created");
+
+    let work = dir.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    tokscope(dir.path())
+        .current_dir(&work)
+        .env("TOKSCOPE_DATA_DIR", "relative/dir")
+        .args(["results"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "TOKSCOPE_DATA_DIR=relative/dir is a relative path",
+        ));
+    assert!(
+        !work.join("relative").exists(),
+        "a relative data dir was created"
+    );
+
+    for bad in ["0", "soon", "-5"] {
+        tokscope(dir.path())
+            .env("TOKSCOPE_PROBE_TIMEOUT_S", bad)
+            .args(["results"])
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains(format!(
+                "TOKSCOPE_PROBE_TIMEOUT_S={bad} is not a number of seconds"
+            )));
+    }
+}

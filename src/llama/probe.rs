@@ -103,12 +103,30 @@ pub(crate) fn ensure_survivable(path: &Path) -> Result<(), EngineError> {
     }
     let timeout = std::env::var(PROBE_TIMEOUT_ENV)
         .ok()
-        .and_then(|s| s.parse::<u64>().ok())
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .filter(|&s| s >= 1)
         .map_or(DEFAULT_TIMEOUT, Duration::from_secs);
     let verdict = probe(exe, path, timeout);
     tracing::info!("probe of {}: {:?}", path.display(), verdict);
     map.insert(key, verdict.clone());
     verdict
+}
+
+/// `TOKSCOPE_PROBE_TIMEOUT_S`, when set, must be a whole number of seconds of at least 1: a 0
+/// killed every probe at once and the file was then blamed for a crash.
+pub fn check_environment() -> Result<(), String> {
+    match std::env::var(PROBE_TIMEOUT_ENV) {
+        Err(std::env::VarError::NotPresent) => Ok(()),
+        Ok(v) if v.trim().parse::<u64>().is_ok_and(|s| s >= 1) => Ok(()),
+        Ok(v) => Err(format!(
+            "{PROBE_TIMEOUT_ENV}={} is not a number of seconds of at least 1 (the default is {} s); unset it or give e.g. {PROBE_TIMEOUT_ENV}=600",
+            crate::text::one_line(&v),
+            DEFAULT_TIMEOUT.as_secs()
+        )),
+        Err(std::env::VarError::NotUnicode(_)) => Err(format!(
+            "{PROBE_TIMEOUT_ENV} is not valid UTF-8; unset it or give e.g. {PROBE_TIMEOUT_ENV}=600"
+        )),
+    }
 }
 
 fn probe(exe: &Path, path: &Path, timeout: Duration) -> Result<(), EngineError> {
