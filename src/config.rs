@@ -303,7 +303,12 @@ impl Settings {
         Ok(())
     }
 
+    /// `-1` draws a random seed, as in llama.cpp; the seed drawn is the one recorded.
     pub(crate) fn set_seed(&mut self, v: i64, src: &Source) -> Result<(), ConfigError> {
+        if v == -1 {
+            self.sampling.seed = crate::ids::random_u32();
+            return Ok(());
+        }
         self.sampling.seed = int_in("sampling.seed", v, 0, i64::from(u32::MAX), src)?;
         Ok(())
     }

@@ -11,6 +11,20 @@ pub(crate) fn unix_s(time: SystemTime) -> u64 {
         .unwrap_or(0)
 }
 
+/// A random 32-bit number (a seed for `/seed -1` and `--seed -1`, as llama.cpp's -1 asks):
+/// the clock's nanoseconds, the process id and a counter, mixed.
+pub(crate) fn random_u32() -> u32 {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let mixed = splitmix64(
+        nanos ^ (u64::from(std::process::id()) << 32) ^ COUNTER.fetch_add(1, Ordering::Relaxed),
+    );
+    (mixed >> 32) as u32
+}
+
 /// A new conversation id: `YYYYMMDD-HHMMSS-xxxx` in UTC. The suffix is a per-process random
 /// start plus a counter, so ids made in the same second differ, within one process always.
 pub(crate) fn new_id(now: SystemTime) -> String {

@@ -62,18 +62,22 @@ pub fn check_environment() -> Result<(), String> {
             }
         }
     }
-    if vars.iter().any(|v| env_dir(v).is_none()) {
-        if let Some(home) = env_dir("HOME") {
-            if !home.is_dir() {
-                return Err(format!(
-                    "HOME={} is not an existing folder: tokscope keeps its data, config and cache under it (~/.local/share/tokscope, ~/.config/tokscope, ~/.cache/tokscope) and will not create it; set HOME to your home folder, or {} to absolute folders",
-                    crate::text::path(&home),
-                    vars.join(", ")
-                ));
-            }
+    // The data dir is written by nearly every command (logs, history, results); the config dir
+    // is only read, and the cache dir moves under the data dir when HOME is missing.
+    if env_dir(DATA_DIR_ENV).is_none() {
+        if let Some(home) = missing_home().filter(|h| data_dir().starts_with(h)) {
+            return Err(format!(
+                "HOME={} is not an existing folder: tokscope keeps its data under it (~/.local/share/tokscope) and will not create it; set HOME to your home folder, or {DATA_DIR_ENV} to an absolute folder",
+                crate::text::path(&home),
+            ));
         }
     }
     Ok(())
+}
+
+/// `HOME` when it is set but not an existing folder (a system user's `/nonexistent`).
+fn missing_home() -> Option<PathBuf> {
+    env_dir("HOME").filter(|h| !h.is_dir())
 }
 
 /// Overrides the cache dir (quantized models made by `compare --quantize`).
@@ -81,7 +85,14 @@ pub(crate) const CACHE_DIR_ENV: &str = "TOKSCOPE_CACHE_DIR";
 
 /// Files tokscope can make again: the models `compare --quantize` writes.
 pub(crate) fn cache_dir() -> PathBuf {
-    env_dir(CACHE_DIR_ENV)
-        .or_else(|| project_dirs().map(|d| d.cache_dir().to_path_buf()))
+    if let Some(dir) = env_dir(CACHE_DIR_ENV) {
+        return dir;
+    }
+    if missing_home().is_some() {
+        // Never create a missing HOME for a cache: keep it with the data.
+        return data_dir().join("cache");
+    }
+    project_dirs()
+        .map(|d| d.cache_dir().to_path_buf())
         .unwrap_or_else(|| PathBuf::from(".tokscope-cache"))
 }

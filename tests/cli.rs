@@ -496,7 +496,7 @@ fn bad_environment_values_are_refused_before_anything_is_created() {
     let missing_home = dir.path().join("no-such-home");
     tokscope(dir.path())
         .env("HOME", &missing_home)
-        .env_remove("TOKSCOPE_CACHE_DIR")
+        .env_remove("TOKSCOPE_DATA_DIR")
         .args(["results"])
         .assert()
         .code(2)
@@ -505,6 +505,15 @@ fn bad_environment_values_are_refused_before_anything_is_created() {
                 .and(predicate::str::contains("is not an existing folder"))
                 .and(no_panic()),
         );
+    assert!(!missing_home.exists(), "HOME was created");
+    // With the data dir given, a missing HOME (a system user's /nonexistent) is fine, and the
+    // cache goes with the data instead of creating HOME.
+    tokscope(dir.path())
+        .env("HOME", &missing_home)
+        .env_remove("TOKSCOPE_CACHE_DIR")
+        .args(["results"])
+        .assert()
+        .success();
     assert!(!missing_home.exists(), "HOME was created");
 
     let work = dir.path().join("work");

@@ -572,7 +572,13 @@ fn help_overlay() {
     app.help_scroll = 10_000;
     let screen = render(&app, 80, 24);
     assert!(screen.contains("Status line"), "{screen}");
-    insta::assert_snapshot!("help_scrolled_end_80x24", screen);
+    insta::assert_snapshot!("help_scrolled_end_80x24", screen.clone());
+    // End jumps to that last page at any width; a page up from there moves up.
+    app.help_scroll = 0;
+    app.help_from_end = Some(0);
+    assert_eq!(render(&app, 80, 24), screen);
+    app.help_from_end = Some(20);
+    assert_ne!(render(&app, 80, 24), screen);
 }
 
 #[test]
@@ -1194,6 +1200,6 @@ fn finished_turn_shows_host_time_and_sampling_place() {
         },
     });
     let screen = render(&app, 120, 40);
-    assert!(screen.contains("host µs/tok (backend)"), "{screen}");
+    assert!(screen.contains("host µs/tok (graph sampling)"), "{screen}");
     assert!(screen.contains("41.5"), "{screen}");
 }

@@ -40,6 +40,9 @@ pub(crate) enum Action {
     CloseCompare,
     PageUp,
     PageDown,
+    /// One line up or down (the help screen's arrows).
+    LineUp,
+    LineDown,
     ScrollTop,
     ScrollBottom,
     /// A key of the input's editor (readline/emacs keys, undo and redo).
@@ -66,8 +69,12 @@ pub(crate) fn action_for(mode: Mode, input_empty: bool, key: KeyEvent) -> Option
         (Mode::Help, KeyCode::Esc | KeyCode::F(1) | KeyCode::Char('?') | KeyCode::Char('q')) => {
             Some(Action::CloseHelp)
         }
-        (Mode::Help, KeyCode::PageUp | KeyCode::Up) => Some(Action::PageUp),
-        (Mode::Help, KeyCode::PageDown | KeyCode::Down) => Some(Action::PageDown),
+        (Mode::Help, KeyCode::PageUp) => Some(Action::PageUp),
+        (Mode::Help, KeyCode::PageDown | KeyCode::Char(' ')) => Some(Action::PageDown),
+        (Mode::Help, KeyCode::Up) => Some(Action::LineUp),
+        (Mode::Help, KeyCode::Down) => Some(Action::LineDown),
+        (Mode::Help, KeyCode::Home) => Some(Action::ScrollTop),
+        (Mode::Help, KeyCode::End) => Some(Action::ScrollBottom),
         (Mode::Help, _) => None,
         (Mode::Bench, KeyCode::Esc | KeyCode::F(2) | KeyCode::Char('q')) => {
             Some(Action::CloseBench)
@@ -226,6 +233,23 @@ mod tests {
             Some(A::CloseHelp)
         );
         assert_eq!(action_for(Mode::Help, true, key(KeyCode::Char('x'))), None);
+        // The help screen scrolls by line, by page, and jumps to either end.
+        assert_eq!(
+            action_for(Mode::Help, true, key(KeyCode::Down)),
+            Some(Action::LineDown)
+        );
+        assert_eq!(
+            action_for(Mode::Help, true, key(KeyCode::PageDown)),
+            Some(Action::PageDown)
+        );
+        assert_eq!(
+            action_for(Mode::Help, true, key(KeyCode::End)),
+            Some(Action::ScrollBottom)
+        );
+        assert_eq!(
+            action_for(Mode::Help, true, key(KeyCode::Home)),
+            Some(Action::ScrollTop)
+        );
         assert_eq!(chat(key(KeyCode::F(3)), true), Some(A::OpenCompare));
         for (n, mode) in FUNCTION_KEYS {
             let mut app = ready_app();

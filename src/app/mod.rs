@@ -200,6 +200,9 @@ pub struct App {
     pub mode: Mode,
     pub scroll: Scroll,
     pub help_scroll: usize,
+    /// After End on the help screen: how many lines above its end it is scrolled (`None`:
+    /// `help_scroll` counts from the top). The end is known only where it is drawn.
+    pub help_from_end: Option<usize>,
     pub sampling: SamplingParams,
     pub max_tokens: u32,
     /// Answers run to `max_tokens` regardless of end-of-generation (benchmarking).
@@ -258,6 +261,7 @@ impl App {
             mode: Mode::Chat,
             scroll: Scroll::default(),
             help_scroll: 0,
+            help_from_end: None,
             sampling,
             max_tokens,
             ignore_eos: false,
@@ -609,6 +613,7 @@ impl App {
                 }
                 self.mode = Mode::Help;
                 self.help_scroll = 0;
+                self.help_from_end = None;
             }
             Action::CloseHelp => {
                 self.mode = match self.help_return {
@@ -632,6 +637,14 @@ impl App {
             Action::Quit => return self.quit(),
             Action::PageUp => self.page(PAGE_LINES as i32),
             Action::PageDown => self.page(-(PAGE_LINES as i32)),
+            Action::LineUp => self.page(1),
+            Action::LineDown => self.page(-1),
+            // The help screen counts from its top and is clamped where it is drawn.
+            Action::ScrollTop if self.mode == Mode::Help => {
+                self.help_scroll = 0;
+                self.help_from_end = None;
+            }
+            Action::ScrollBottom if self.mode == Mode::Help => self.help_from_end = Some(0),
             Action::ScrollTop => self.scroll.lines_from_bottom = usize::MAX / 2,
             Action::ScrollBottom => self.scroll = Scroll::default(),
             Action::Edit(edit) => self.input.apply(edit),
@@ -657,7 +670,17 @@ impl App {
             }
         };
         match (self.mode, self.ab.as_mut()) {
-            (Mode::Help, _) => self.help_scroll = down(self.help_scroll),
+            // From the end, a page up is more lines above it.
+            (Mode::Help, _) => match self.help_from_end {
+                Some(k) => {
+                    self.help_from_end = Some(if lines > 0 {
+                        k.saturating_add(lines as usize)
+                    } else {
+                        k.saturating_sub(lines.unsigned_abs() as usize)
+                    })
+                }
+                None => self.help_scroll = down(self.help_scroll),
+            },
             (Mode::Ab, Some(ab)) => ab.scroll = down(ab.scroll),
             _ => self.scroll_by(lines),
         }

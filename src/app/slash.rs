@@ -4,11 +4,41 @@ use super::{App, Effect, ExportFormat, Mode, NoticeKind, Now, PickFor};
 
 /// Every slash command (the help lists each; a test keeps the two in step).
 pub(crate) const SLASH_COMMANDS: &[&str] = &[
-    "/system", "/temp", "/top_p", "/max", "/seed", "/export", "/model", "/ab", "/compare", "/new",
-    "/copy", "/help", "/quit",
+    "/system",
+    "/temp",
+    "/top_k",
+    "/top_p",
+    "/min_p",
+    "/max",
+    "/seed",
+    "/settings",
+    "/export",
+    "/model",
+    "/ab",
+    "/compare",
+    "/new",
+    "/copy",
+    "/help",
+    "/quit",
 ];
 
+/// `text` on one line (whitespace runs as one space), cut to `max` characters with `…`.
+fn preview(text: &str, max: usize) -> String {
+    let line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if line.chars().count() <= max {
+        return line;
+    }
+    let mut cut: String = line.chars().take(max.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
+}
+
 impl App {
+    /// A setting's current value, for a command typed without one.
+    fn show_setting(&mut self, name: &str, value: String, how: &str) {
+        self.notice(NoticeKind::Info, format!("{name} {value} (change: {how})"));
+    }
+
     pub(super) fn slash_command(&mut self, line: &str, now: Now) -> Vec<Effect> {
         let (cmd, arg) = match line.split_once(char::is_whitespace) {
             Some((c, a)) => (c, a.trim()),
@@ -16,17 +46,38 @@ impl App {
         };
         let parse_f32 = |s: &str| s.parse::<f32>().ok().filter(|v| v.is_finite());
         match cmd {
+            "/system" if arg.is_empty() => {
+                let text = match &self.conversation.system_prompt {
+                    Some(p) => format!(
+                        "system prompt: {} (/system TEXT replaces it, /system --clear removes it)",
+                        preview(p, 200)
+                    ),
+                    None => "no system prompt (/system TEXT sets one)".to_string(),
+                };
+                self.notice(NoticeKind::Info, text);
+            }
             "/system" => {
-                self.conversation.system_prompt = Some(arg.to_string()).filter(|s| !s.is_empty());
+                let clear = matches!(arg, "--clear" | "-c" | "clear");
+                self.conversation.system_prompt = (!clear).then(|| arg.to_string());
+                let reread = if self.conversation.exchanges.is_empty() {
+                    ""
+                } else {
+                    "; the next answer re-reads the whole conversation with it (its prefill is longer)"
+                };
                 self.notice(
                     NoticeKind::Info,
-                    if arg.is_empty() {
-                        "system prompt cleared".to_string()
+                    if clear {
+                        format!("system prompt cleared{reread}")
                     } else {
-                        "system prompt set (applies from the next answer)".to_string()
+                        format!("system prompt set, from the next answer on{reread}")
                     },
                 );
             }
+            "/temp" if arg.is_empty() => self.show_setting(
+                "temperature",
+                self.sampling.temperature.to_string(),
+                "/temp X, 0 to 100 (0: greedy)",
+            ),
             "/temp" => match parse_f32(arg).filter(|v| (0.0..=100.0).contains(v)) {
                 Some(v) => {
                     self.sampling.temperature = v;
@@ -34,6 +85,11 @@ impl App {
                 }
                 None => self.notice(NoticeKind::Error, "/temp needs a number from 0 to 100"),
             },
+            "/top_p" if arg.is_empty() => self.show_setting(
+                "top_p",
+                self.sampling.top_p.to_string(),
+                "/top_p X, 0 to 1 (1: off)",
+            ),
             "/top_p" => match parse_f32(arg).filter(|v| (0.0..=1.0).contains(v)) {
                 Some(v) => {
                     self.sampling.top_p = v;
@@ -41,6 +97,36 @@ impl App {
                 }
                 None => self.notice(NoticeKind::Error, "/top_p needs a number from 0 to 1"),
             },
+            "/min_p" if arg.is_empty() => self.show_setting(
+                "min_p",
+                self.sampling.min_p.to_string(),
+                "/min_p X, 0 to 1 (0: off)",
+            ),
+            "/min_p" => match parse_f32(arg).filter(|v| (0.0..=1.0).contains(v)) {
+                Some(v) => {
+                    self.sampling.min_p = v;
+                    self.notice(NoticeKind::Info, format!("min_p {v}"));
+                }
+                None => self.notice(NoticeKind::Error, "/min_p needs a number from 0 to 1"),
+            },
+            "/top_k" if arg.is_empty() => self.show_setting(
+                "top_k",
+                self.sampling.top_k.to_string(),
+                "/top_k N (0: off)",
+            ),
+            "/top_k" => match arg.parse::<u32>().ok().filter(|v| *v <= 1 << 24) {
+                Some(v) => {
+                    self.sampling.top_k = v;
+                    self.notice(NoticeKind::Info, format!("top_k {v}"));
+                }
+                None => self.notice(
+                    NoticeKind::Error,
+                    "/top_k needs a whole number (0 turns it off)",
+                ),
+            },
+            "/max" if arg.is_empty() => {
+                self.show_setting("max tokens", self.max_tokens.to_string(), "/max N")
+            }
             "/max" => match arg.parse::<u32>().ok().filter(|v| *v >= 1) {
                 Some(v) => {
                     self.max_tokens = v;
@@ -48,13 +134,42 @@ impl App {
                 }
                 None => self.notice(NoticeKind::Error, "/max needs a whole number ≥ 1"),
             },
+            "/seed" if arg.is_empty() => self.show_setting(
+                "seed",
+                self.sampling.seed.to_string(),
+                "/seed N, or -1 for a random one",
+            ),
+            "/seed" if arg == "-1" => {
+                // llama.cpp's -1: a random seed. This one is drawn here and shown, so that the
+                // turn can be repeated (it is saved with the turn, as every seed is).
+                let v = crate::ids::random_u32();
+                self.sampling.seed = v;
+                self.notice(NoticeKind::Info, format!("seed {v} (random)"));
+            }
             "/seed" => match arg.parse::<u32>() {
                 Ok(v) => {
                     self.sampling.seed = v;
                     self.notice(NoticeKind::Info, format!("seed {v}"));
                 }
-                Err(_) => self.notice(NoticeKind::Error, "/seed needs a whole number"),
+                Err(_) => self.notice(
+                    NoticeKind::Error,
+                    "/seed needs a whole number, or -1 for a random one",
+                ),
             },
+            "/settings" => {
+                let p = &self.sampling;
+                let system = match &self.conversation.system_prompt {
+                    Some(_) => "system prompt set (/system shows it)",
+                    None => "no system prompt",
+                };
+                self.notice(
+                    NoticeKind::Info,
+                    format!(
+                        "temperature {} · top_k {} · top_p {} · min_p {} · repeat penalty {} · seed {} · max {} tokens · {system}",
+                        p.temperature, p.top_k, p.top_p, p.min_p, p.repeat_penalty, p.seed, self.max_tokens
+                    ),
+                );
+            }
             "/export" => {
                 let mut parts = arg.splitn(2, char::is_whitespace);
                 let format = match parts.next() {
@@ -63,16 +178,29 @@ impl App {
                     _ => None,
                 };
                 let path = parts.next().map(str::trim).filter(|p| !p.is_empty());
-                match (format, path) {
-                    (Some(format), Some(path)) => {
+                match format {
+                    Some(format) => {
+                        // Without a path: a file named after the conversation, in the folder
+                        // tokscope was started in (the notice after the write says where).
+                        let path = match path {
+                            Some(p) => crate::config::expand_home(std::path::Path::new(p)),
+                            None => std::path::PathBuf::from(format!(
+                                "tokscope-{}.{}",
+                                self.conversation.id,
+                                match format {
+                                    ExportFormat::Markdown => "md",
+                                    ExportFormat::Json => "json",
+                                }
+                            )),
+                        };
                         return vec![Effect::Export {
                             format,
-                            path: crate::config::expand_home(std::path::Path::new(path)),
+                            path,
                             conversation: self.conversation.to_saved(now.unix_s),
                             settings: self.current_settings(),
-                        }]
+                        }];
                     }
-                    _ => self.notice(NoticeKind::Error, "usage: /export md|json PATH"),
+                    None => self.notice(NoticeKind::Error, "usage: /export md|json [PATH]"),
                 }
             }
             "/model" if arg.is_empty() => return self.open_picker(PickFor::Switch),
@@ -85,6 +213,7 @@ impl App {
             "/help" => {
                 self.help_return = Mode::Chat;
                 self.help_scroll = 0;
+                self.help_from_end = None;
                 self.mode = Mode::Help;
             }
             "/quit" | "/exit" => return self.quit(),
@@ -182,5 +311,60 @@ mod tests {
         update(&mut app, Msg::Key(ctrl_n), later);
         assert_eq!(app.conversation.id, "c3");
         assert_eq!(app.conversation.created_unix_s, later.unix_s);
+    }
+
+    /// Daily friction: a command without a value shows the current one, `/settings` lists them
+    /// all, `/seed -1` draws a seed and says which, `/system --clear` clears, `/export md`
+    /// without a path names a default file.
+    #[test]
+    fn commands_without_a_value_show_it_and_the_new_ones_set_it() {
+        let mut app = ready_app();
+        let text = |app: &App| {
+            app.notice
+                .as_ref()
+                .map(|n| n.text.clone())
+                .unwrap_or_default()
+        };
+        run_line(&mut app, "/temp");
+        assert!(
+            text(&app).starts_with("temperature 0.8 (change:"),
+            "{}",
+            text(&app)
+        );
+        run_line(&mut app, "/top_k 7");
+        assert_eq!(app.sampling.top_k, 7);
+        run_line(&mut app, "/min_p 0.1");
+        assert_eq!(app.sampling.min_p, 0.1);
+        run_line(&mut app, "/max");
+        assert!(text(&app).starts_with("max tokens "), "{}", text(&app));
+        run_line(&mut app, "/seed 5");
+        run_line(&mut app, "/seed -1");
+        assert!(text(&app).ends_with("(random)"), "{}", text(&app));
+        assert!(text(&app).contains(&app.sampling.seed.to_string()));
+        run_line(&mut app, "/system");
+        assert!(text(&app).starts_with("no system prompt"), "{}", text(&app));
+        run_line(&mut app, "/system be brief");
+        run_line(&mut app, "/system");
+        assert!(
+            text(&app).contains("system prompt: be brief"),
+            "{}",
+            text(&app)
+        );
+        run_line(&mut app, "/settings");
+        assert!(
+            text(&app).contains("top_k 7") && text(&app).contains("min_p 0.1"),
+            "{}",
+            text(&app)
+        );
+        run_line(&mut app, "/system --clear");
+        assert_eq!(app.conversation.system_prompt, None);
+        let fx = run_line(&mut app, "/export md");
+        match &fx[..] {
+            [Effect::Export { path, .. }] => assert_eq!(
+                path,
+                &std::path::PathBuf::from(format!("tokscope-{}.md", app.conversation.id))
+            ),
+            other => panic!("{other:?}"),
+        }
     }
 }

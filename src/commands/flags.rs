@@ -68,14 +68,23 @@ pub struct SamplingArgs {
     /// Temperature (0 = greedy).
     #[arg(long = "temp", value_name = "T", allow_negative_numbers = true)]
     pub temperature: Option<f64>,
+    /// Keep the K most likely tokens (0: off) [config: sampling.top_k; default: 40].
     #[arg(long, value_name = "K", allow_negative_numbers = true)]
     pub top_k: Option<i64>,
+    /// Nucleus sampling: keep the most likely tokens up to probability P (1: off)
+    /// [config: sampling.top_p; default: 0.95].
     #[arg(long, value_name = "P", allow_negative_numbers = true)]
     pub top_p: Option<f64>,
+    /// Drop tokens below P × the most likely one's probability (0: off)
+    /// [config: sampling.min_p; default: 0.05].
     #[arg(long, value_name = "P", allow_negative_numbers = true)]
     pub min_p: Option<f64>,
+    /// Repetition penalty over the last 64 tokens (1.0: off) [config: sampling.repeat_penalty;
+    /// default: 1.0].
     #[arg(long, value_name = "X", allow_negative_numbers = true)]
     pub repeat_penalty: Option<f64>,
+    /// Sampling seed, 0 to 4294967295; -1 draws a random one (recorded with the run)
+    /// [config: sampling.seed; default: 42].
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub seed: Option<i64>,
     /// Maximum tokens to generate.

@@ -185,6 +185,30 @@ mod tests {
         Cli::command().debug_assert();
     }
 
+    /// `tokscope CMD --help` explains every flag: one without a help line (`--top-k`, `--seed`,
+    /// `synth --layers` had none) fails here, naming the command and the flag.
+    #[test]
+    fn every_flag_of_every_command_has_a_help_line() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if arg.is_hide_set() || id == "help" || id == "version" {
+                    continue;
+                }
+                let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
+                if help.trim().is_empty() {
+                    missing.push(format!("{path} --{}", arg.get_long().unwrap_or(id)));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "tokscope", &mut missing);
+        assert!(missing.is_empty(), "flags without a help line: {missing:?}");
+    }
+
     #[test]
     fn the_bare_command_takes_the_chat_flags() {
         let cli = Cli::try_parse_from(["tokscope", "-m", "x.gguf", "--temp", "0.5"]).unwrap();

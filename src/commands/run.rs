@@ -554,13 +554,14 @@ pub(crate) fn human_summary(r: &RunReport, info: &ModelInfo) -> String {
     let m = &r.metrics;
     let mut out = String::new();
     out.push_str(&format!(
-        "── {} ({}, {:.0}M params, {}) · {} · {} threads · template {}\n",
+        "── {} ({}, {:.0}M params, {}) · {} · {} thread{} · template {}\n",
         info.file_name,
         info.architecture,
         info.n_params as f64 / 1e6,
         info.quantization,
         info.backend,
         info.threads,
+        if info.threads == 1 { "" } else { "s" },
         info.template,
     ));
     if info.kernels == "batch-invariant" {

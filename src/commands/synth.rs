@@ -31,16 +31,22 @@ pub struct SynthArgs {
     /// Seed of the pseudo-random weights.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Number of transformer blocks (the preset's otherwise).
     #[arg(long, value_name = "N")]
     pub layers: Option<u32>,
+    /// Hidden size, n_embd (a multiple of the head count).
     #[arg(long = "embd", value_name = "N")]
     pub n_embd: Option<u32>,
+    /// Attention (query) heads.
     #[arg(long = "heads", value_name = "N")]
     pub n_head: Option<u32>,
+    /// Key/value heads (fewer than --heads: grouped-query attention).
     #[arg(long = "kv-heads", value_name = "N")]
     pub n_head_kv: Option<u32>,
+    /// Feed-forward width, n_ff.
     #[arg(long = "ff", value_name = "N")]
     pub n_ff: Option<u32>,
+    /// Training context length written in the metadata (the most n_ctx a chat may ask for).
     #[arg(long = "ctx", value_name = "N")]
     pub n_ctx_train: Option<u32>,
     /// Clone this GGUF's metadata, tokenizer, tensor shapes and types, with pseudo-random

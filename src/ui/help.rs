@@ -88,13 +88,16 @@ const EDIT_KEYS: &[(&str, &str)] = &[
 const COMMANDS: &[(&str, &str)] = &[
     (
         "/system TEXT",
-        "set the system prompt, from the next answer on (empty: clear it)",
+        "set the system prompt, from the next answer on (the whole conversation is then read again with it); without TEXT: show it; --clear: remove it",
     ),
-    ("/temp X", "sampling temperature, 0 to 100 (0: greedy)"),
-    ("/top_p X", "nucleus sampling threshold, 0 to 1"),
-    ("/max N", "most tokens per answer"),
-    ("/seed N", "sampling seed"),
-    ("/export md|json PATH", "write the conversation to a file"),
+    ("/temp X", "sampling temperature, 0 to 100 (0: greedy); without X: the current value"),
+    ("/top_k N", "keep the N most likely tokens (0: off); without N: the current value"),
+    ("/top_p X", "nucleus sampling threshold, 0 to 1; without X: the current value"),
+    ("/min_p X", "drop tokens below X × the best one's probability (0: off); without X: the current value"),
+    ("/max N", "most tokens per answer; without N: the current value"),
+    ("/seed N", "sampling seed (-1: a random one, shown); without N: the current value"),
+    ("/settings", "every sampling setting in force, and whether a system prompt is set"),
+    ("/export md|json [PATH]", "write the conversation to a file (without PATH: tokscope-ID.md or .json in the folder tokscope was started in)"),
     (
         "/copy [N|code]",
         "copy the last answer, answer N, or the last code block to the clipboard (OSC 52: works locally, over SSH, and in tmux with set-clipboard on)",
@@ -286,7 +289,10 @@ pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App) {
     let all = lines(inner_w.max(1));
     let inner_h = h.saturating_sub(2) as usize;
     let max_scroll = all.len().saturating_sub(inner_h);
-    let scroll = app.help_scroll.min(max_scroll);
+    let scroll = match app.help_from_end {
+        Some(k) => max_scroll.saturating_sub(k),
+        None => app.help_scroll.min(max_scroll),
+    };
     let position = if max_scroll == 0 {
         " all shown ".to_string()
     } else {

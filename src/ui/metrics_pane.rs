@@ -434,7 +434,10 @@ fn pieces(app: &App, view: &View, w: usize) -> Vec<Piece> {
         out.push(Piece::text(
             3,
             vec![row(
-                &format!("host µs/tok ({})", h.place.as_str()),
+                &format!(
+                    "host µs/tok ({} sampling)",
+                    if h.place.backend { "graph" } else { "host" }
+                ),
                 format::num(h.host_us_per_token),
                 w,
                 theme::METRIC_LABEL,
