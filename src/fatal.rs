@@ -63,6 +63,7 @@ pub fn install() {
             unsafe { libc::close(fd) };
         }
     }
+    ensure_alternate_stack();
     for sig in FATAL_SIGNALS {
         // SAFETY: a zeroed sigaction is valid; the handler is an extern "C" fn that only makes
         // async-signal-safe calls; installing at start-up has no other preconditions.
@@ -70,11 +71,39 @@ pub fn install() {
             let mut action: libc::sigaction = std::mem::zeroed();
             action.sa_sigaction =
                 on_fatal_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
-            action.sa_flags = libc::SA_NODEFER | libc::SA_RESETHAND;
+            // SA_ONSTACK: a stack overflow (llama.cpp's regex pre-tokenizers recurse on long
+            // runs of one character) leaves no stack to run the handler on; the alternate
+            // stack does. Rust gives every thread it starts one; `ensure_alternate_stack` covers
+            // a thread that has none.
+            action.sa_flags = libc::SA_NODEFER | libc::SA_RESETHAND | libc::SA_ONSTACK;
             libc::sigemptyset(&mut action.sa_mask);
             libc::sigaction(sig, &action, std::ptr::null_mut());
         }
     }
+}
+
+/// Give the calling thread an alternate signal stack when it has none (Rust's runtime makes one
+/// for the main thread and every thread it spawns; this is for any other). The memory is kept
+/// for the life of the process, as the kernel may use it at any time.
+#[allow(unsafe_code)]
+pub(crate) fn ensure_alternate_stack() {
+    const SIZE: usize = 64 << 10;
+    // SAFETY: sigaltstack with a null new stack only reads the current one into `old`.
+    let mut old: libc::stack_t = unsafe { std::mem::zeroed() };
+    if unsafe { libc::sigaltstack(std::ptr::null(), &mut old) } != 0 {
+        return;
+    }
+    if old.ss_flags & libc::SS_DISABLE == 0 {
+        return;
+    }
+    let memory: &'static mut [u8] = Box::leak(vec![0u8; SIZE].into_boxed_slice());
+    let stack = libc::stack_t {
+        ss_sp: memory.as_mut_ptr().cast(),
+        ss_flags: 0,
+        ss_size: SIZE,
+    };
+    // SAFETY: the stack points at leaked memory of SIZE bytes that is never freed.
+    unsafe { libc::sigaltstack(&stack, std::ptr::null_mut()) };
 }
 
 #[allow(unsafe_code)]
@@ -97,5 +126,45 @@ extern "C" fn on_fatal_signal(sig: libc::c_int) {
     unsafe {
         libc::signal(sig, libc::SIG_DFL);
         libc::raise(sig);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The handler must be able to run when the stack is exhausted: it is installed with
+    /// SA_ONSTACK and the thread has an alternate stack (before the fix a stack overflow in
+    /// llama.cpp left the terminal in the alternate screen).
+    #[test]
+    #[allow(unsafe_code)]
+    fn the_handler_runs_on_an_alternate_stack() {
+        install();
+        for sig in FATAL_SIGNALS {
+            // SAFETY: reading the current action into a zeroed struct.
+            let mut now: libc::sigaction = unsafe { std::mem::zeroed() };
+            assert_eq!(
+                unsafe { libc::sigaction(sig, std::ptr::null(), &mut now) },
+                0
+            );
+            assert_ne!(now.sa_flags & libc::SA_ONSTACK, 0, "signal {sig}");
+        }
+        // A thread with its alternate stack taken away gets one back.
+        std::thread::spawn(|| {
+            let off = libc::stack_t {
+                ss_sp: std::ptr::null_mut(),
+                ss_flags: libc::SS_DISABLE,
+                ss_size: 0,
+            };
+            // SAFETY: disabling this thread's alternate stack, then reading it back.
+            unsafe { libc::sigaltstack(&off, std::ptr::null_mut()) };
+            ensure_alternate_stack();
+            let mut st: libc::stack_t = unsafe { std::mem::zeroed() };
+            unsafe { libc::sigaltstack(std::ptr::null(), &mut st) };
+            assert_eq!(st.ss_flags & libc::SS_DISABLE, 0);
+            assert!(st.ss_size >= 64 << 10);
+        })
+        .join()
+        .unwrap();
     }
 }

@@ -310,3 +310,64 @@ fn ab_compares_the_last_answer_with_another_model_and_f3_shows_the_compare_scree
     // B's answers were never added to the conversation.
     assert_eq!(common::tmux::saved_turns(&data), 2);
 }
+
+/// Job control from outside (`kill -TSTP`): the shell gets its normal screen back (no
+/// alternate screen, no mouse reporting) and after `fg` the chat takes the terminal again and
+/// redraws, with the typed draft still there.
+#[test]
+fn an_external_suspend_gives_the_terminal_back_and_fg_redraws_the_chat() {
+    let _lock = common::model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::tiny(dir.path());
+    let data = dir.path().join("data");
+    let config = dir.path().join("config");
+    let tmux = Tmux::start(
+        "suspend",
+        100,
+        30,
+        &[
+            ("TOKSCOPE_DATA_DIR", &data),
+            ("TOKSCOPE_CONFIG_DIR", &config),
+        ],
+    );
+    common::tmux::start_chat(&tmux, &model, "");
+    tmux.type_text("a draft kept over the suspend");
+    tmux.wait_for("the draft", Duration::from_secs(10), |s| {
+        s.contains("a draft kept over the suspend")
+    });
+    let pid = common::tmux::tokscope_pid(&tmux);
+    let display = |what: &str| {
+        tmux.tmux(&["display", "-p", "-t", "main", what])
+            .trim()
+            .to_string()
+    };
+    assert_eq!(display("#{alternate_on}"), "1");
+    assert!(Command::new("kill")
+        .args(["-TSTP", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let shell = tmux.wait_for("the shell's job notice", Duration::from_secs(10), |s| {
+        s.contains("Stopped")
+    });
+    assert_eq!(display("#{alternate_on}"), "0", "{shell}");
+    assert_eq!(display("#{mouse_any_flag}"), "0", "{shell}");
+    tmux.type_text("fg");
+    tmux.keys(&["Enter"]);
+    let back = tmux.wait_for("the chat redrawn", Duration::from_secs(10), |s| {
+        common::tmux::status_line(s).contains("ready")
+            && s.contains("a draft kept over the suspend")
+    });
+    assert_eq!(display("#{alternate_on}"), "1", "{back}");
+    // Still live: the draft can be sent and answered.
+    tmux.keys(&["Enter"]);
+    common::tmux::wait_idle_after_answers(&tmux, 1);
+    tmux.keys(&["C-q"]);
+    // (The shell ran `echo exit=$?` when the job stopped; after `fg` the quit is seen as the
+    // prompt coming back below it.)
+    let end = tmux.wait_for("the shell to come back", Duration::from_secs(10), |s| {
+        s.lines().filter(|l| l.starts_with("e2e$")).count() >= 3
+    });
+    assert_eq!(display("#{alternate_on}"), "0", "{end}");
+    assert!(!end.contains("TTFT ms"), "{end}");
+}

@@ -218,6 +218,9 @@ pub(crate) fn run_chat(
         let mut sigterm = signal(SignalKind::terminate())?;
         let mut sighup = signal(SignalKind::hangup())?;
         let mut sigint = signal(SignalKind::interrupt())?;
+        // Listening replaces SIGTSTP's default stop, which would leave the shell in the
+        // alternate screen with mouse reporting on.
+        let mut sigtstp = signal(SignalKind::from_raw(libc::SIGTSTP))?;
         let mut term_events = TerminalInput::start();
         let mut ticks = tokio::time::interval(TICK_INTERVAL);
         let mut tick_count: u32 = 0;
@@ -252,6 +255,13 @@ pub(crate) fn run_chat(
                 _ = sigterm.recv() => return Ok(ChatEnd::Signal(15)),
                 _ = sighup.recv() => return Ok(ChatEnd::Signal(1)),
                 _ = sigint.recv() => return Ok(ChatEnd::Signal(2)),
+                _ = sigtstp.recv() => {
+                    terminal::suspend_until_continued()?;
+                    // Continued: the screen is the shell's, and its size may have changed.
+                    driver.sync_size()?;
+                    driver.app.full_repaint = true;
+                    driver.frames.mark_dirty(true);
+                }
                 // Engine events are taken at most once per stream frame: tokens that arrive
                 // meanwhile wait in the channel (their timestamps were taken on the engine
                 // thread) and are drained together, so the UI wakes 10 to 20 times a second while

@@ -112,6 +112,31 @@ pub fn restore() {
     }
 }
 
+/// Job control (`kill -TSTP`, a shell's suspend): give the terminal back as it was, stop as
+/// SIGTSTP's default action would, and when continued (`fg`, SIGCONT) take it again, as
+/// editors do. The caller redraws everything after. (Ctrl+Z in the chat is the input's undo:
+/// raw mode turns the terminal's suspend key off.)
+#[allow(unsafe_code)]
+pub(super) fn suspend_until_continued() -> io::Result<()> {
+    restore();
+    // SAFETY: raise is always safe to call; SIGSTOP cannot be caught, so the process stops
+    // here and this call returns once it is continued.
+    unsafe { libc::raise(libc::SIGSTOP) };
+    enable_raw_mode()?;
+    TERMINAL_ACTIVE.store(true, Ordering::SeqCst);
+    crate::fatal::set_screen_active(true);
+    if let Err(e) = execute!(
+        io::stdout(),
+        EnterAlternateScreen,
+        EnableBracketedPaste,
+        EnableMouseCapture
+    ) {
+        restore();
+        return Err(e);
+    }
+    Ok(())
+}
+
 /// Restores the terminal when dropped (normal exit and early returns alike).
 pub struct RestoreGuard;
 
