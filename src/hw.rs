@@ -33,6 +33,14 @@ pub(crate) struct StreamProbe {
     pub read_bytes_per_s: f64,
     pub copy_bytes_per_s: f64,
     pub triad_bytes_per_s: f64,
+    /// The slowest run of the kernel the ceiling uses (its spread against the best), bytes/s.
+    #[serde(default)]
+    pub worst_bytes_per_s: Option<f64>,
+    /// The 1-minute load average just before and just after the probe.
+    #[serde(default)]
+    pub load_before: Option<f64>,
+    #[serde(default)]
+    pub load_after: Option<f64>,
 }
 
 impl StreamProbe {
@@ -47,7 +55,7 @@ impl StreamProbe {
     /// How it was measured, in words, for the label beside the figure.
     pub(crate) fn method(&self) -> String {
         let gb = |b: f64| b / 1e9;
-        format!(
+        let mut out = format!(
             "STREAM-style probe, {} thread{}, {} MiB, best of {} (read {:.1}, copy {:.1}, triad {:.1} GB/s)",
             self.threads,
             if self.threads == 1 { "" } else { "s" },
@@ -56,7 +64,26 @@ impl StreamProbe {
             gb(self.read_bytes_per_s),
             gb(self.copy_bytes_per_s),
             gb(self.triad_bytes_per_s),
-        )
+        );
+        if let Some(worst) = self.worst_bytes_per_s {
+            out.push_str(&format!(", slowest run {:.1} GB/s", gb(worst)));
+        }
+        if let Some(load) = self.load_before {
+            out.push_str(&format!(", load {load:.1}"));
+        }
+        out
+    }
+
+    /// Warnings that the machine was busy while the probe ran (its load averages), from the
+    /// same rule `run` and `bench` use.
+    pub(crate) fn busy(&self) -> Vec<String> {
+        crate::metrics::busy::busy_warnings(&crate::metrics::busy::BusySignals {
+            threads: u32::try_from(self.threads).unwrap_or(u32::MAX),
+            load_before: self.load_before,
+            load_after: self.load_after,
+            itl_p50_ms: None,
+            itl_max_ms: None,
+        })
     }
 
     pub(crate) fn bandwidth(&self) -> Bandwidth {
@@ -162,50 +189,50 @@ pub(crate) fn measure_cpu_bandwidth(
         b.fill(2.0);
         c.fill(0.5);
     });
+    let load_before = load_average_1m();
     let (mut read, mut copy, mut triad) = (f64::INFINITY, f64::INFINITY, f64::INFINITY);
+    // Each kernel's slowest run, for the spread.
+    let (mut read_w, mut copy_w, mut triad_w) = (0.0f64, 0.0f64, 0.0f64);
     for _ in 0..runs {
-        read = read.min(timed_parallel(
-            &mut a,
-            &mut b,
-            &mut c,
-            threads,
-            |a, _, _| {
-                std::hint::black_box(read_kernel(std::hint::black_box(a)));
-            },
-        ));
-        copy = copy.min(timed_parallel(
-            &mut a,
-            &mut b,
-            &mut c,
-            threads,
-            |a, b, _| {
-                b.copy_from_slice(a);
-                std::hint::black_box(b);
-            },
-        ));
-        triad = triad.min(timed_parallel(
-            &mut a,
-            &mut b,
-            &mut c,
-            threads,
-            |a, b, c| {
-                for ((x, y), z) in a.iter_mut().zip(b.iter()).zip(c.iter()) {
-                    *x = y + 3.0 * z;
-                }
-                std::hint::black_box(a);
-            },
-        ));
+        let r = timed_parallel(&mut a, &mut b, &mut c, threads, |a, _, _| {
+            std::hint::black_box(read_kernel(std::hint::black_box(a)));
+        });
+        let k = timed_parallel(&mut a, &mut b, &mut c, threads, |a, b, _| {
+            b.copy_from_slice(a);
+            std::hint::black_box(b);
+        });
+        let t = timed_parallel(&mut a, &mut b, &mut c, threads, |a, b, c| {
+            for ((x, y), z) in a.iter_mut().zip(b.iter()).zip(c.iter()) {
+                *x = y + 3.0 * z;
+            }
+            std::hint::black_box(a);
+        });
+        (read, copy, triad) = (read.min(r), copy.min(k), triad.min(t));
+        (read_w, copy_w, triad_w) = (read_w.max(r), copy_w.max(k), triad_w.max(t));
     }
     let bytes = (len * 8) as f64;
     let rate = |moved: f64, secs: f64| if secs > 0.0 { moved / secs } else { 0.0 };
-    StreamProbe {
+    let mut probe = StreamProbe {
         threads,
         footprint_bytes: 3 * len * 8,
         runs,
         read_bytes_per_s: rate(bytes, read),
         copy_bytes_per_s: rate(2.0 * bytes, copy),
         triad_bytes_per_s: rate(3.0 * bytes, triad),
-    }
+        worst_bytes_per_s: None,
+        load_before,
+        load_after: load_average_1m(),
+    };
+    // The slowest run of the kernel the ceiling takes.
+    let best = probe.best_bytes_per_s();
+    probe.worst_bytes_per_s = Some(if best == probe.read_bytes_per_s {
+        rate(bytes, read_w)
+    } else if best == probe.copy_bytes_per_s {
+        rate(2.0 * bytes, copy_w)
+    } else {
+        rate(3.0 * bytes, triad_w)
+    });
+    probe
 }
 
 /// The last-level cache's size in bytes (Linux sysfs), when known.
@@ -265,6 +292,10 @@ pub(crate) struct CachedProbe {
     pub method: String,
     pub measured_unix_s: u64,
     pub probe: StreamProbe,
+    /// Taken on a busy machine: reused only while the machine is still busy (so a loaded
+    /// machine does not probe at every start), measured again once it is quiet.
+    #[serde(default)]
+    pub busy: bool,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -296,6 +327,12 @@ pub(crate) fn cpu_bandwidth(threads: usize) -> Bandwidth {
 }
 
 /// [`cpu_bandwidth`] with its cache file and its probe given (tests use a small probe).
+///
+/// A probe taken on a busy machine (its load averages, by `run`'s and `bench`'s rule) is kept
+/// marked busy and says so; it is reused only while the machine is still busy and measured
+/// again as soon as it is quiet, so a figure poisoned once is not the ceiling for ever.
+/// A figure below the one cached for fewer threads on the same CPU says that too (more threads
+/// do not read memory slower on an idle machine).
 pub(crate) fn cpu_bandwidth_cached(
     cache_path: &Path,
     threads: usize,
@@ -304,33 +341,193 @@ pub(crate) fn cpu_bandwidth_cached(
     let threads = threads.max(1);
     let cpu = cpu_name().unwrap_or_else(|| "unknown CPU".into());
     let mut cache = read_cache(cache_path);
-    if let Some(hit) = cache
-        .entries
-        .iter()
-        .find(|e| e.cpu == cpu && e.method == PROBE_METHOD && e.probe.threads == threads)
-    {
+    let fewer_threads_best = |cache: &ProbeCache| {
+        cache
+            .entries
+            .iter()
+            .filter(|e| e.cpu == cpu && e.method == PROBE_METHOD && e.probe.threads < threads)
+            .max_by(|a, b| {
+                a.probe
+                    .best_bytes_per_s()
+                    .total_cmp(&b.probe.best_bytes_per_s())
+            })
+            .map(|e| (e.probe.threads, e.probe.best_bytes_per_s()))
+    };
+    let inversion = |bw: &mut Bandwidth, cache: &ProbeCache| {
+        if let Some((fewer, best)) = fewer_threads_best(cache) {
+            if bw.bytes_per_s < 0.95 * best {
+                if let BandwidthSource::Measured { method } = &mut bw.source {
+                    method.push_str(&format!(
+                        "; below the {fewer}-thread figure ({:.1} GB/s): measured on a busy machine? `tokscope doctor bandwidth --reprobe` measures again",
+                        best / 1e9
+                    ));
+                }
+            }
+        }
+    };
+    let quiet_now = || load_average_1m().is_some_and(|l| l <= threads as f64);
+    if let Some(hit) = cache.entries.iter().find(|e| {
+        e.cpu == cpu
+            && e.method == PROBE_METHOD
+            && e.probe.threads == threads
+            && !(e.busy && quiet_now())
+    }) {
         let mut bw = hit.probe.bandwidth();
         if let BandwidthSource::Measured { method } = &mut bw.source {
-            method.push_str(", cached");
+            method.push_str(if hit.busy {
+                ", cached from a busy machine (measured again once it is quiet)"
+            } else {
+                ", cached"
+            });
         }
+        inversion(&mut bw, &cache);
         return bw;
     }
     let fresh = probe();
+    let mut bw = fresh.bandwidth();
+    let busy = fresh.busy();
+    if !busy.is_empty() {
+        tracing::warn!("bandwidth probe on a busy machine: {}", busy.join("; "));
+        if let BandwidthSource::Measured { method } = &mut bw.source {
+            method.push_str(&format!(
+                "; measured on a busy machine ({})",
+                busy.join("; ")
+            ));
+        }
+    }
+    inversion(&mut bw, &cache);
+    store_probe(cache_path, &mut cache, cpu, fresh, !busy.is_empty());
+    bw
+}
+
+/// Replaces this CPU's entry for the probe's thread count and writes the cache.
+fn store_probe(
+    cache_path: &Path,
+    cache: &mut ProbeCache,
+    cpu: String,
+    fresh: StreamProbe,
+    busy: bool,
+) {
     cache
         .entries
-        .retain(|e| !(e.cpu == cpu && e.probe.threads == threads));
+        .retain(|e| !(e.cpu == cpu && e.probe.threads == fresh.threads));
     cache.entries.push(CachedProbe {
         cpu,
         method: PROBE_METHOD.into(),
         measured_unix_s: crate::ids::now_unix_s(),
-        probe: fresh.clone(),
+        probe: fresh,
+        busy,
     });
     if let Ok(text) = serde_json::to_vec_pretty(&cache) {
         if let Err(e) = crate::fsx::write_private(cache_path, &text) {
             tracing::warn!("could not cache the bandwidth probe: {e}");
         }
     }
-    fresh.bandwidth()
+}
+
+/// `tokscope doctor bandwidth`: the cached probes, one line each; with `reprobe`, the thread
+/// counts given (or every cached one for this CPU) are measured again first, a busy result
+/// left out of the cache as always. Returns the report.
+pub(crate) fn bandwidth_report(reprobe: Option<&[usize]>) -> String {
+    let path = probe_cache_path();
+    let cpu = cpu_name().unwrap_or_else(|| "unknown CPU".into());
+    let mut out = String::new();
+    if let Some(threads) = reprobe {
+        let mut list: Vec<usize> = threads.to_vec();
+        if list.is_empty() {
+            list = read_cache(&path)
+                .entries
+                .iter()
+                .filter(|e| e.cpu == cpu)
+                .map(|e| e.probe.threads)
+                .collect();
+        }
+        if list.is_empty() {
+            list.push(std::thread::available_parallelism().map_or(1, usize::from));
+        }
+        list.sort_unstable();
+        list.dedup();
+        for t in list {
+            let mut cache = read_cache(&path);
+            cache
+                .entries
+                .retain(|e| !(e.cpu == cpu && e.probe.threads == t));
+            let footprint =
+                probe_footprint_bytes(last_level_cache_bytes(), available_memory_bytes());
+            let fresh = measure_cpu_bandwidth(t, footprint, PROBE_RUNS);
+            let busy = fresh.busy();
+            out.push_str(&format!(
+                "measured {t} thread{}: {:.1} GB/s{}\n",
+                if t == 1 { "" } else { "s" },
+                fresh.best_bytes_per_s() / 1e9,
+                if busy.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " — kept as busy, measured again once the machine is quiet: {}",
+                        busy.join("; ")
+                    )
+                }
+            ));
+            store_probe(&path, &mut cache, cpu.clone(), fresh, !busy.is_empty());
+        }
+    }
+    let cache = read_cache(&path);
+    out.push_str(&format!(
+        "bandwidth probe cache: {}\n",
+        crate::text::path(&path)
+    ));
+    if cache.entries.is_empty() {
+        out.push_str(
+            "  (empty: the chat, `run` and `bench` measure on first use; --reprobe measures now)\n",
+        );
+        return out;
+    }
+    let mut entries = cache.entries.clone();
+    entries.sort_by(|a, b| {
+        a.cpu
+            .cmp(&b.cpu)
+            .then(a.probe.threads.cmp(&b.probe.threads))
+    });
+    let mut previous: Option<(&str, f64, usize)> = None;
+    for e in &entries {
+        let p = &e.probe;
+        let ((y, mo, d), (h, mi, _)) = crate::ids::utc_parts(e.measured_unix_s);
+        let mut line = format!(
+            "  {} · {} thread{} · {:.1} GB/s (read {:.1}, copy {:.1}, triad {:.1}){} · load {} · {y:04}-{mo:02}-{d:02} {h:02}:{mi:02} UTC{}",
+            crate::text::one_line(&e.cpu),
+            p.threads,
+            if p.threads == 1 { "" } else { "s" },
+            p.best_bytes_per_s() / 1e9,
+            p.read_bytes_per_s / 1e9,
+            p.copy_bytes_per_s / 1e9,
+            p.triad_bytes_per_s / 1e9,
+            p.worst_bytes_per_s
+                .map_or(String::new(), |w| format!(", slowest run {:.1}", w / 1e9)),
+            p.load_before.map_or("unknown".to_string(), |l| format!("{l:.1}")),
+            if e.method != PROBE_METHOD {
+                " · older method, not used"
+            } else if e.busy {
+                " · taken on a busy machine (measured again once quiet)"
+            } else {
+                ""
+            },
+        );
+        if let Some((c, best, t)) = previous {
+            if c == e.cpu && p.best_bytes_per_s() < 0.95 * best {
+                line.push_str(&format!(
+                    " · below the {t}-thread figure: busy when measured? (--reprobe)"
+                ));
+            }
+        }
+        line.push('\n');
+        out.push_str(&line);
+        previous = match previous {
+            Some((c, best, t)) if c == e.cpu && best >= p.best_bytes_per_s() => Some((c, best, t)),
+            _ => Some((e.cpu.as_str(), p.best_bytes_per_s(), p.threads)),
+        };
+    }
+    out
 }
 
 /// The peak memory bandwidths to compare decode with: the configured value (which wins), the
@@ -448,6 +645,9 @@ mod tests {
                 read_bytes_per_s: 10e9 * threads as f64,
                 copy_bytes_per_s: 1e9,
                 triad_bytes_per_s: 1e9,
+                worst_bytes_per_s: None,
+                load_before: Some(0.0),
+                load_after: Some(0.0),
             }
         };
         let first = cpu_bandwidth_cached(&path, 2, || probe(2));
@@ -475,5 +675,49 @@ mod tests {
             text.contains(PROBE_METHOD) && text.contains("\"threads\": 1"),
             "{text}"
         );
+    }
+
+    /// A probe taken on a busy machine is used once but never cached (a 2-thread figure of 9.7
+    /// GB/s against 11.5–18.2 for one thread was cached for ever); a figure below the
+    /// fewer-thread one is flagged.
+    #[test]
+    fn a_busy_probe_is_not_cached_and_an_inversion_is_flagged() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("probe.json");
+        let probe = |threads: usize, gb_s: f64, load: f64| StreamProbe {
+            threads,
+            footprint_bytes: 3 << 20,
+            runs: 3,
+            read_bytes_per_s: gb_s * 1e9,
+            copy_bytes_per_s: 1e9,
+            triad_bytes_per_s: 1e9,
+            worst_bytes_per_s: Some(gb_s * 0.9e9),
+            load_before: Some(load),
+            load_after: Some(load + threads as f64),
+        };
+        let quiet_one = cpu_bandwidth_cached(&path, 1, || probe(1, 15.0, 0.1));
+        assert!(quiet_one.source.label().contains("slowest run 13.5 GB/s"));
+        // Two threads on a machine with a load of 3: used, labelled, kept as busy.
+        let busy = cpu_bandwidth_cached(&path, 2, || probe(2, 9.7, 3.0));
+        let label = busy.source.label();
+        assert!(label.contains("measured on a busy machine"), "{label}");
+        assert!(
+            label.contains("below the 1-thread figure (15.0 GB/s)"),
+            "{label}"
+        );
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains("\"busy\": true"), "{text}");
+        // Whether it is reused depends on the load now; on a quiet machine it is measured
+        // again and the quiet figure replaces it.
+        let now_quiet = load_average_1m().is_some_and(|l| l <= 2.0);
+        let next = cpu_bandwidth_cached(&path, 2, || probe(2, 18.0, 0.2));
+        if now_quiet {
+            assert_eq!(next.bytes_per_s, 18e9);
+            let text = std::fs::read_to_string(&path).unwrap();
+            assert!(!text.contains("\"busy\": true"), "{text}");
+        } else {
+            assert_eq!(next.bytes_per_s, 9.7e9);
+            assert!(next.source.label().contains("cached from a busy machine"));
+        }
     }
 }

@@ -70,6 +70,17 @@ pub(crate) fn run(args: &ChatArgs, mut settings: Settings) -> Result<(), Failure
         crate::llama::device_bw::first_gpu_bandwidth,
         settings.engine.threads as usize,
     );
+    // A ceiling measured on a busy machine is this session's only: the status line says so,
+    // as `run` and `bench` warn.
+    if let Some(cpu) = &app.bandwidth.cpu {
+        let label = cpu.source.label();
+        if label.contains("busy machine") || label.contains("-thread figure") {
+            notices.push(format!(
+                "the bandwidth ceiling was measured on a busy machine or reads low (F1 or `tokscope doctor bandwidth`): MBU may read high; {}",
+                crate::metrics::busy::RERUN
+            ));
+        }
+    }
     let (events_tx, events) = tokio::sync::mpsc::unbounded_channel();
     let engine = crate::engine::EngineHandle::spawn_with_events(config.clone(), events_tx.clone())?;
     let backends = crate::tui::Backends {

@@ -26,6 +26,21 @@ pub enum DoctorCheck {
     /// compute capability, the CUDA libraries loaded and from where, and why no GPU is used
     /// when none is. Exits 1 when a CUDA build finds no usable GPU.
     Gpu,
+    /// The CPU memory-bandwidth probes cached for the roofline (per CPU and thread count, with
+    /// the load they were taken at); --reprobe measures again.
+    Bandwidth(BandwidthArgs),
+}
+
+/// `tokscope doctor bandwidth`.
+#[derive(Debug, Args)]
+pub struct BandwidthArgs {
+    /// Measure again before listing (a probe on a busy machine is not cached).
+    #[arg(long)]
+    pub reprobe: bool,
+    /// With --reprobe: the thread counts to measure, a comma list (default: every one cached
+    /// for this CPU, else all cores).
+    #[arg(short = 't', long, value_name = "N,…", value_delimiter = ',')]
+    pub threads: Vec<usize>,
 }
 
 /// `tokscope doctor tokenizer`.
@@ -50,6 +65,17 @@ pub(crate) fn run(args: &DoctorArgs) -> Result<(), Failure> {
     match &args.check {
         DoctorCheck::Tokenizer(args) => tokenizer(args),
         DoctorCheck::Gpu => gpu(),
+        DoctorCheck::Bandwidth(args) => {
+            if !args.reprobe && !args.threads.is_empty() {
+                return Err(Failure::new(USAGE, "-t goes with --reprobe"));
+            }
+            if args.threads.contains(&0) {
+                return Err(Failure::new(USAGE, "-t: a thread count is at least 1"));
+            }
+            let report = crate::hw::bandwidth_report(args.reprobe.then_some(&args.threads[..]));
+            print!("{}", crate::text::terminal_safe(&report));
+            Ok(())
+        }
     }
 }
 

@@ -474,10 +474,24 @@ fn roofline_lines(app: &App, view: &View, w: usize) -> Vec<Line<'static>> {
         (None, Some(b)) => b.source.label(),
         (None, None) => "bandwidth unknown".to_string(),
     };
-    let mut lines = vec![Line::from(vec![
-        Span::styled("roofline ", theme::METRIC_LABEL),
-        Span::styled(truncate(&source, w.saturating_sub(9)), theme::DIM),
-    ])];
+    // The source wraps (a measured one says how, with its load and spread): at most three
+    // rows, the last cut with `…`.
+    let mut lines = wrap(
+        &[Span::styled(source, theme::DIM)],
+        w,
+        &[Span::styled("roofline ", theme::METRIC_LABEL)],
+        &[Span::raw("  ")],
+    );
+    if lines.len() > 3 {
+        lines.truncate(3);
+        if let Some(last) = lines.last_mut() {
+            let text: String = last.spans.iter().map(|s| s.content.as_ref()).collect();
+            *last = Line::from(Span::styled(
+                truncate(&format!("{}…", text.trim_end()), w),
+                theme::DIM,
+            ));
+        }
+    }
     // A partial offload: where the KV cache is (each layer's cache sits on that layer's
     // device; the output layer has none), each side's figure and where it comes from, then
     // their blend.
