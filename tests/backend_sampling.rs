@@ -4,7 +4,7 @@
 //! models, one thread.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::tokscope_cmd as tokscope;
 

@@ -5,7 +5,7 @@
 //! thread per model run (`-t 1`) except where the sweep itself is the subject.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::tiny;
 use common::tokscope_cmd as tokscope;

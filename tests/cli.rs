@@ -2,7 +2,7 @@
 //! model files, each with its message and exit code, never a panic or a backtrace.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::no_panic;
 use common::tokscope_cmd as tokscope;

@@ -2,7 +2,7 @@
 //! flags, `run` reads its prompt from a file or stdin, and a closed pipe ends it quietly.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::tiny;
 use common::tokscope_cmd as tokscope;

@@ -4,7 +4,7 @@
 //! where history files should be.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command as StdCommand;

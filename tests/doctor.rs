@@ -7,7 +7,7 @@
 //! cargo's target dir (see tests/synth_presets.rs).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::tokscope_cmd as tokscope;
 

@@ -2,7 +2,7 @@
 //! message is answered by it), a good one switches; the bare `tokscope -m` starts the chat.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::path::Path;

@@ -3,7 +3,7 @@
 //! and in the saved conversation) is the edited text.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! expected text, never fixed sleeps.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::tmux::Tmux;
 

@@ -8,7 +8,7 @@
 //! in a second tmux window and the terminal's cursor says how many columns it took.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! reproducibility, cancellation, KV-cache reuse, and timings against llama.cpp's counters.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::*;
 use llama_cpp_2::model::params::LlamaModelParams;

@@ -6,7 +6,7 @@
 //! probe; a fatal signal that still reaches the chat must leave the terminal restored.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::tiny;
 

@@ -5,7 +5,7 @@
 //! Ctrl+O, filter, Enter switches, a turn on the new model, and Tab completing a path.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::{Path, PathBuf};

@@ -3,7 +3,7 @@
 //! real engine; after each, the old model answers the next turn from its kept KV cache.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -7,7 +7,7 @@
 //! is found at $TOKSCOPE_DEMO_MODEL, else in the data dir ($TOKSCOPE_DATA_DIR or the default).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 

@@ -5,7 +5,7 @@
 //! scripts/test.sh builds it once and passes TOKSCOPE_LLAMA_SERVER.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -7,7 +7,7 @@
 //! builds it here on first use.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

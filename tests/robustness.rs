@@ -3,7 +3,7 @@
 //! and signals while loading.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! input.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use predicates::prelude::*;
 use serde_json::Value;

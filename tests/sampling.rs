@@ -5,7 +5,7 @@
 //! small vocabulary and the real Llama 3 vocabulary (128,256 tokens).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::sampling::LlamaSampler;

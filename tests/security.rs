@@ -3,7 +3,7 @@
 //! exports) is readable by the user only.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;

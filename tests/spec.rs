@@ -5,7 +5,7 @@
 //! one pass sharing their ready time, and a draft with another vocabulary refused by name.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

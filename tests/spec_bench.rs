@@ -5,7 +5,7 @@
 //! under speculation (draft, verify, plain, host).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::no_panic;
 use common::synth_cli as synth;

@@ -4,7 +4,7 @@
 //! `--draft-max 0`, bad values), never a panic.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::no_panic;
 use common::synth_cli as synth;

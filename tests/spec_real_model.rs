@@ -6,7 +6,7 @@
 //! Like tests/real_model.rs, a test that cannot find the model FAILS with what to do.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 

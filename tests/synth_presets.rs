@@ -7,7 +7,7 @@
 //! written and run by `scripts/synth-8b.sh`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::num::NonZeroU32;
 use std::path::Path;

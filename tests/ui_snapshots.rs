@@ -507,8 +507,11 @@ fn a_partial_offload_blends_the_gpu_and_cpu_bandwidths() {
         m.n_gpu_layers = 0;
     }
     let cpu = render(&app, 120, 40);
+    // The source wraps onto the next row instead of being cut.
     assert!(
-        cpu.contains("measured, read/copy") && !cpu.contains("datasheet"),
+        cpu.contains("roofline measured,")
+            && cpu.contains("read/copy/triad, 8 threads")
+            && !cpu.contains("datasheet"),
         "{cpu}"
     );
     if let Some(m) = app.model.as_mut() {

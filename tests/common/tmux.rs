@@ -12,7 +12,10 @@ pub struct Tmux {
 
 impl Tmux {
     pub fn start(name: &str, width: u16, height: u16, env: &[(&str, &Path)]) -> Self {
-        let socket = format!("tokscope-e2e-{name}-{}", std::process::id());
+        // Unique per terminal: a test binary holds several areas' tests, run side by side.
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let socket = format!("tokscope-e2e-{name}-{}-{n}", std::process::id());
         let tmux = Self { socket };
         let mut cmd = Command::new("tmux");
         cmd.args([

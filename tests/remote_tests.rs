@@ -1,0 +1,15 @@
+//! `--url` and `load` against a real llama-server and a scripted hostile one.
+//!
+//! One test binary for the area (one link instead of one per file); each file is a module.
+
+#[path = "common/mod.rs"]
+mod common;
+
+#[path = "remote_faults.rs"]
+mod remote_faults;
+#[path = "remote_server.rs"]
+mod remote_server;
+#[path = "remote_chat.rs"]
+mod remote_chat;
+#[path = "remote_screen.rs"]
+mod remote_screen;
