@@ -5,27 +5,27 @@
 #[path = "common/mod.rs"]
 mod common;
 
+#[path = "bench.rs"]
+mod bench;
 #[path = "cli.rs"]
 mod cli;
 #[path = "cli_daily.rs"]
 mod cli_daily;
+#[path = "compare.rs"]
+mod compare;
+#[path = "cuda_lookup.rs"]
+mod cuda_lookup;
 #[path = "data_safety.rs"]
 mod data_safety;
 #[path = "doctor.rs"]
 mod doctor;
-#[path = "bench.rs"]
-mod bench;
-#[path = "compare.rs"]
-mod compare;
-#[path = "run_vs_tg.rs"]
-mod run_vs_tg;
-#[path = "spec_cli.rs"]
-mod spec_cli;
-#[path = "spec_bench.rs"]
-mod spec_bench;
 #[path = "hostile.rs"]
 mod hostile;
+#[path = "run_vs_tg.rs"]
+mod run_vs_tg;
 #[path = "security.rs"]
 mod security;
-#[path = "cuda_lookup.rs"]
-mod cuda_lookup;
+#[path = "spec_bench.rs"]
+mod spec_bench;
+#[path = "spec_cli.rs"]
+mod spec_cli;

@@ -5,19 +5,19 @@
 #[path = "common/mod.rs"]
 mod common;
 
-#[path = "engine.rs"]
-mod engine;
-#[path = "spec.rs"]
-mod spec;
-#[path = "sampling.rs"]
-mod sampling;
 #[path = "backend_sampling.rs"]
 mod backend_sampling;
-#[path = "synth_presets.rs"]
-mod synth_presets;
-#[path = "real_model.rs"]
-mod real_model;
-#[path = "spec_real_model.rs"]
-mod spec_real_model;
+#[path = "engine.rs"]
+mod engine;
 #[path = "model_switch.rs"]
 mod model_switch;
+#[path = "real_model.rs"]
+mod real_model;
+#[path = "sampling.rs"]
+mod sampling;
+#[path = "spec.rs"]
+mod spec;
+#[path = "spec_real_model.rs"]
+mod spec_real_model;
+#[path = "synth_presets.rs"]
+mod synth_presets;

@@ -550,3 +550,55 @@ fn pasted_special_tokens_are_text_not_control_tokens() {
         "the template's own markers are special tokens: {plain}"
     );
 }
+
+/// A file that passed the probe is not probed again in the next session (the child loads the
+/// whole model: on an 8B it tripled the time to ready), while a crashing file is probed every
+/// time, and a changed file is probed again.
+#[test]
+fn a_file_that_passed_the_probe_is_not_probed_again_in_the_next_session() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let good = tiny(home.path());
+    let log = home.path().join("data/logs/tokscope.log");
+    let probes = |needle: &str| {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("probe of") && l.contains(needle))
+            .count()
+    };
+    for _ in 0..2 {
+        tokscope(home.path())
+            .args(["run", "-p", "hi", "-t", "1", "-n", "2", "-m"])
+            .arg(&good)
+            .assert()
+            .success();
+    }
+    assert_eq!(probes(": Ok(())"), 1, "probed once");
+    assert_eq!(probes("passed before (cached)"), 1, "then remembered");
+    // A changed file (another header) is probed again.
+    let changed = plant(
+        &good,
+        "tiny-changed.gguf",
+        "general.name",
+        GgufValue::String("changed".into()),
+    );
+    std::fs::rename(&changed, &good).unwrap();
+    tokscope(home.path())
+        .args(["run", "-p", "hi", "-t", "1", "-n", "2", "-m"])
+        .arg(&good)
+        .assert()
+        .success();
+    assert_eq!(probes(": Ok(())"), 2, "a changed file is probed again");
+    // A crash is never remembered: the second session probes it again.
+    let bad = crashing_model(&good);
+    for _ in 0..2 {
+        tokscope(home.path())
+            .env("TOKSCOPE_TRUST_MODEL", "1")
+            .args(["run", "-p", "hi", "-t", "1", "-n", "2", "-m"])
+            .arg(&bad)
+            .assert()
+            .code(3);
+    }
+    assert_eq!(probes("ModelCrashed"), 2, "a crash is probed every session");
+}

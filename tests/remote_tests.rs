@@ -5,11 +5,11 @@
 #[path = "common/mod.rs"]
 mod common;
 
-#[path = "remote_faults.rs"]
-mod remote_faults;
-#[path = "remote_server.rs"]
-mod remote_server;
 #[path = "remote_chat.rs"]
 mod remote_chat;
+#[path = "remote_faults.rs"]
+mod remote_faults;
 #[path = "remote_screen.rs"]
 mod remote_screen;
+#[path = "remote_server.rs"]
+mod remote_server;

@@ -2,7 +2,7 @@
 //!
 //! One test binary for the area (one link instead of one per file); each file is a module.
 
-#[path = "layout.rs"]
-mod layout;
 #[path = "docs_links.rs"]
 mod docs_links;
+#[path = "layout.rs"]
+mod layout;

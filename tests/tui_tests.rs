@@ -5,17 +5,17 @@
 #[path = "common/mod.rs"]
 mod common;
 
-#[path = "tui_loop.rs"]
-mod tui_loop;
-#[path = "e2e_tmux.rs"]
-mod e2e_tmux;
 #[path = "e2e_daily.rs"]
 mod e2e_daily;
 #[path = "e2e_editor.rs"]
 mod e2e_editor;
+#[path = "e2e_tmux.rs"]
+mod e2e_tmux;
 #[path = "e2e_width.rs"]
 mod e2e_width;
 #[path = "model_picker.rs"]
 mod model_picker;
 #[path = "robustness.rs"]
 mod robustness;
+#[path = "tui_loop.rs"]
+mod tui_loop;

@@ -9,7 +9,12 @@
 //! load becomes an [`EngineError::ModelCrashed`] naming the file, the cause and llama.cpp's last
 //! words from the child's stderr; otherwise this process goes on to load the file itself.
 //! Verdicts are remembered for the session by (path, size, mtime, inode), so a file is probed
-//! once until it changes.
+//! once until it changes; a file that **passed** is also remembered across sessions
+//! (`probe-verdicts.json` in the cache dir) by that key, a sha256 of its header and tensor
+//! table, and the identity of this binary (its version, size and mtime: another llama.cpp may
+//! crash where this one did not). A crash is never remembered across sessions: it is probed
+//! again. What a remembered pass gives up: a file rewritten in its tensor data with the same
+//! size, header and mtime is not probed again (the in-process load still validates it).
 //!
 //! Probing is switched on by the binary's `main` ([`enable`]); library users (the tests that
 //! drive the engine directly) load in-process as before.
@@ -101,6 +106,15 @@ pub(crate) fn ensure_survivable(path: &Path) -> Result<(), EngineError> {
     if let Some(v) = map.get(&key) {
         return v.clone();
     }
+    let store = passed_store_path();
+    let persistent = persistent_key(&key, path);
+    if let Some(k) = &persistent {
+        if passed_before(&store, k) {
+            tracing::info!("probe of {}: passed before (cached)", path.display());
+            map.insert(key, Ok(()));
+            return Ok(());
+        }
+    }
     let timeout = std::env::var(PROBE_TIMEOUT_ENV)
         .ok()
         .and_then(|s| s.trim().parse::<u64>().ok())
@@ -108,8 +122,96 @@ pub(crate) fn ensure_survivable(path: &Path) -> Result<(), EngineError> {
         .map_or(DEFAULT_TIMEOUT, Duration::from_secs);
     let verdict = probe(exe, path, timeout);
     tracing::info!("probe of {}: {:?}", path.display(), verdict);
+    if let (Ok(()), Some(k)) = (&verdict, persistent) {
+        remember_pass(&store, k);
+    }
     map.insert(key, verdict.clone());
     verdict
+}
+
+/// Passed probes kept across sessions (newest last), at most this many.
+const MAX_REMEMBERED: usize = 256;
+/// How much of a file's start the header hash reads at the most (a header with a 262k-token
+/// vocabulary is about 10 MB).
+const HEADER_HASH_MAX_BYTES: u64 = 64 << 20;
+
+/// A passed probe, as remembered across sessions.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct PassedProbe {
+    path: PathBuf,
+    size: u64,
+    mtime_ns: i128,
+    dev: u64,
+    inode: u64,
+    /// sha256 of the header and tensor table (the bytes before the tensor data).
+    header_sha256: String,
+    /// The binary that probed it: version, size and mtime.
+    prober: String,
+}
+
+fn passed_store_path() -> PathBuf {
+    crate::paths::cache_dir().join("probe-verdicts.json")
+}
+
+/// This binary's identity: a rebuild (another llama.cpp, other flags) probes again.
+fn prober_identity() -> String {
+    let exe = EXE.get().and_then(|e| std::fs::metadata(e).ok());
+    format!(
+        "tokscope {} {} {}",
+        env!("CARGO_PKG_VERSION"),
+        exe.as_ref().map_or(0, |m| m.len()),
+        exe.as_ref().map_or(0, |m| m.mtime())
+    )
+}
+
+/// The key a pass is remembered by, or `None` when the header cannot be read (the load then
+/// reports why).
+fn persistent_key(key: &FileKey, path: &Path) -> Option<PassedProbe> {
+    use sha2::{Digest, Sha256};
+    let header = crate::gguf::read_metadata_without_arrays(path).ok()?;
+    let n = header.data_offset_bytes.min(HEADER_HASH_MAX_BYTES);
+    let mut file = std::fs::File::open(path).ok()?.take(n);
+    let mut hasher = Sha256::new();
+    std::io::copy(&mut file, &mut hasher).ok()?;
+    let digest = hasher.finalize();
+    Some(PassedProbe {
+        path: key.path.clone(),
+        size: key.size,
+        mtime_ns: key.mtime_ns,
+        dev: key.dev,
+        inode: key.inode,
+        header_sha256: digest.iter().map(|b| format!("{b:02x}")).collect(),
+        prober: prober_identity(),
+    })
+}
+
+fn read_passed(store: &Path) -> Vec<PassedProbe> {
+    std::fs::read(store)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default()
+}
+
+fn passed_before(store: &Path, key: &PassedProbe) -> bool {
+    read_passed(store).iter().any(|p| p == key)
+}
+
+/// Adds a pass (replacing any older one of the same path); a store that cannot be written
+/// costs a probe next time and nothing else.
+fn remember_pass(store: &Path, key: PassedProbe) {
+    let mut all = read_passed(store);
+    all.retain(|p| p.path != key.path);
+    all.push(key);
+    let drop = all.len().saturating_sub(MAX_REMEMBERED);
+    all.drain(..drop);
+    if let Ok(text) = serde_json::to_vec_pretty(&all) {
+        if let Some(dir) = store.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        if let Err(e) = crate::fsx::write_private(store, &text) {
+            tracing::warn!("could not remember the probe: {e}");
+        }
+    }
 }
 
 /// `TOKSCOPE_PROBE_TIMEOUT_S`, when set, must be a whole number of seconds of at least 1: a 0
@@ -355,5 +457,31 @@ mod tests {
     fn signals_are_named() {
         assert!(signal_name(libc::SIGABRT).contains("SIGABRT"));
         assert_eq!(signal_name(64), "signal 64");
+    }
+
+    /// A pass is remembered by the file's identity and header and this binary's; a changed
+    /// header or binary is another key, and the store keeps one entry per path.
+    #[test]
+    fn a_pass_is_remembered_by_file_header_and_binary() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = dir.path().join("m.gguf");
+        let spec = crate::synth::SynthSpec::preset("tiny").unwrap();
+        crate::synth::write_model(&model, &spec).unwrap();
+        let store = dir.path().join("probe-verdicts.json");
+        let key = file_key(&model).unwrap();
+        let k = persistent_key(&key, &model).unwrap();
+        assert_eq!(k.header_sha256.len(), 64);
+        assert!(!passed_before(&store, &k));
+        remember_pass(&store, k.clone());
+        assert!(passed_before(&store, &k));
+        let mut other_binary = k.clone();
+        other_binary.prober.push_str(" rebuilt");
+        assert!(!passed_before(&store, &other_binary));
+        let mut other_header = k.clone();
+        other_header.header_sha256 = "0".repeat(64);
+        assert!(!passed_before(&store, &other_header));
+        remember_pass(&store, other_header.clone());
+        assert_eq!(read_passed(&store).len(), 1, "one entry per path");
+        assert!(!passed_before(&store, &k));
     }
 }
