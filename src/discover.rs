@@ -255,7 +255,7 @@ impl Walk {
         if self.stop() || !real.is_dir() || !self.ollama_stores.insert(real) {
             return;
         }
-        let names = ollama_names(&root.join("manifests"));
+        let names = ollama_names(&root.join("manifests"), self.started + self.limits.deadline);
         let Ok(entries) = fs::read_dir(root.join("blobs")) else {
             return;
         };
@@ -354,13 +354,21 @@ fn hugging_face_name(hub: &Path, path: &Path) -> String {
     }
 }
 
+/// The largest file read as an ollama manifest: real ones are about 1 KiB (a few layers'
+/// digests); 3,000 files of 1 MiB each took the picker 112 s to parse.
+const MANIFEST_MAX_BYTES: u64 = 64 << 10;
+
 /// Model names by blob digest (hex, without `sha256:`), from ollama's manifests:
 /// `manifests/REGISTRY/NAMESPACE/MODEL/TAG`, each a JSON whose model layer names the blob.
-fn ollama_names(manifests: &Path) -> HashMap<String, String> {
+/// Stops at `until` (the search's deadline: the caller then says the list may be incomplete).
+fn ollama_names(manifests: &Path, until: Instant) -> HashMap<String, String> {
     let mut names = HashMap::new();
     let mut stack = vec![(manifests.to_path_buf(), 0usize)];
     let mut seen = HashSet::new();
     while let Some((dir, depth)) = stack.pop() {
+        if Instant::now() >= until {
+            break;
+        }
         if depth > 4 || !fs::canonicalize(&dir).is_ok_and(|real| seen.insert(real)) {
             continue;
         }
@@ -368,6 +376,9 @@ fn ollama_names(manifests: &Path) -> HashMap<String, String> {
             continue;
         };
         for path in entries.filter_map(|e| e.ok().map(|e| e.path())) {
+            if Instant::now() >= until {
+                break;
+            }
             let Ok(meta) = fs::metadata(&path) else {
                 continue;
             };
@@ -375,8 +386,8 @@ fn ollama_names(manifests: &Path) -> HashMap<String, String> {
                 stack.push((path, depth + 1));
                 continue;
             }
-            // A manifest is a few KiB; anything much larger is not one.
-            if !meta.is_file() || meta.len() > 1 << 20 {
+            // A manifest is about a KiB; anything much larger is not one.
+            if !meta.is_file() || meta.len() > MANIFEST_MAX_BYTES {
                 continue;
             }
             let Some(digest) = fs::read(&path)
@@ -485,6 +496,38 @@ mod tests {
             "bartowski/Llama-3.2-1B-GGUF/x-Q4_K_M.gguf"
         );
         assert_eq!(hugging_face_name(hub, Path::new("/else/y.gguf")), "y.gguf");
+    }
+
+    /// Every part of the search has the deadline and a size bound: 3,000 large manifests took
+    /// 112 s before; an oversized manifest is not parsed, and a deadline already past stops
+    /// the manifest walk at once.
+    #[test]
+    fn the_manifest_walk_has_the_deadline_and_a_size_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let manifests = dir.path().join("manifests/registry.ollama.ai/library");
+        let layer = r#"{"layers":[{"mediaType":"application/vnd.ollama.image.model","digest":"sha256:abc"}]}"#;
+        for i in 0..200 {
+            let m = manifests.join(format!("m{i}"));
+            fs::create_dir_all(&m).unwrap();
+            fs::write(m.join("latest"), layer).unwrap();
+        }
+        let big = manifests.join("big");
+        fs::create_dir_all(&big).unwrap();
+        let mut padded = layer.to_string();
+        padded.push_str(&" ".repeat(MANIFEST_MAX_BYTES as usize));
+        fs::write(big.join("latest"), &padded).unwrap();
+        let root = dir.path().join("manifests");
+        let far = Instant::now() + Duration::from_secs(60);
+        let names = ollama_names(&root, far);
+        assert_eq!(
+            names.len(),
+            1,
+            "one digest, named by the first tag in order"
+        );
+        assert!(names["abc"].starts_with('m'), "{names:?}");
+        let started = Instant::now();
+        assert!(ollama_names(&root, Instant::now()).is_empty());
+        assert!(started.elapsed() < Duration::from_millis(100));
     }
 
     #[test]

@@ -133,7 +133,12 @@ fn a_remote_chat_turn_shows_ttft_tok_s_and_the_breakdown_and_the_key_lands_in_no
     let screen = tmux.wait_for("the answer and its figures", Duration::from_secs(60), |s| {
         s.contains("─ TTFT") && status_line(s).contains("ready") && s.contains("tokens: server")
     });
-    for label in ["TTFT ms", "network RTT ms", "server prompt ms", "rest ms"] {
+    for label in [
+        "TTFT ms",
+        "network RTT ms",
+        "server prompt ms",
+        "1st step+net ms",
+    ] {
         let v = pane_value(&screen, label).unwrap_or("missing");
         assert!(
             v.parse::<f64>().is_ok(),

@@ -185,7 +185,7 @@ fn a_streaming_remote_answer_shows_its_breakdown_as_unknown() {
     for label in [
         "network RTT ms",
         "server prompt ms",
-        "rest ms",
+        "1st step+net ms",
         "prompt tok",
     ] {
         assert_eq!(
@@ -215,7 +215,7 @@ fn a_finished_remote_answer_shows_the_servers_breakdown_and_is_saved() {
     assert_eq!(v("network RTT ms"), "2.00", "{screen}");
     assert_eq!(v("server prompt ms"), "20.0", "{screen}");
     // 30 − 2 − 20.
-    assert_eq!(v("rest ms"), "8.00", "{screen}");
+    assert_eq!(v("1st step+net ms"), "8.00", "{screen}");
     assert_eq!(v("prompt tok"), "14", "{screen}");
     assert_eq!(v("cached tok"), "4", "{screen}");
     assert_eq!(v("tokens"), "4", "{screen}");

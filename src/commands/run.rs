@@ -799,7 +799,7 @@ pub(crate) fn remote_human_summary(r: &RemoteRunReport) -> String {
         opt_u(m.server_cached_tokens)
     ));
     out.push_str(&format!(
-        "TTFT     {} ms (network RTT {} ms, server prompt {} ms, queue+transport {} ms)\n",
+        "TTFT     {} ms (network RTT {} ms, server prompt {} ms, first step + transport {} ms)\n",
         fmt_opt(m.ttft_ms, 1),
         fmt_opt(m.network_rtt_ms, 2),
         fmt_opt(m.server_prompt_ms, 1),

@@ -115,7 +115,9 @@ pub(crate) struct RemoteSummary {
     pub server_prompt_ms: Option<f64>,
     pub server_prompt_tokens: Option<u64>,
     pub server_cached_tokens: Option<u64>,
-    /// TTFT − network round trip − server prompt time: queueing, first sample and transport.
+    /// TTFT − network round trip − server prompt time: the server's first decode step and
+    /// sample (with its queue, template, tokenizer) and the transport; about one server decode
+    /// step against an idle server.
     pub queue_transport_ms: Option<f64>,
     pub prompt_tokens: Option<u64>,
     pub tokens_generated: u64,

@@ -113,7 +113,9 @@ fn run(
         }
     };
     // The chat's server: connected (its model known) or the reason it is not.
-    let served: Option<Result<(RemoteClient, String), EngineError>> = main.map(|m| {
+    // The network's round trip is measured once, when the server is connected (two `GET
+    // /v1/models`), not before every turn: a turn starts when it is sent, as a local one does.
+    let served: Option<Result<Served, EngineError>> = main.map(|m| {
         let _ = events.send(EngineEvent::Loading { progress: 0.0 });
         let started = Instant::now();
         let facts = m.facts;
@@ -131,9 +133,15 @@ fn run(
         });
         match result {
             Ok((client, model)) => {
+                let rtt = runtime
+                    .block_on(until_cancelled(
+                        &|| cancel_through.load(Ordering::SeqCst) == u64::MAX,
+                        client.probe_rtt(),
+                    ))
+                    .ok();
                 let info = model_info(client.endpoint(), &model, facts, started.elapsed());
                 let _ = events.send(EngineEvent::Ready(Box::new(info)));
-                Ok((client, model))
+                Ok((client, model, rtt))
             }
             Err(e) => {
                 let error = remote_error(&e);
@@ -152,10 +160,10 @@ fn run(
             EngineCommand::Generate(request) => {
                 let id = request.id;
                 match &served {
-                    Some(Ok((client, model))) => {
+                    Some(Ok((client, model, rtt))) => {
                         let cancelled = || cancel_through.load(Ordering::SeqCst) >= id;
-                        let outcome =
-                            runtime.block_on(stream(client, model, &request, events, &cancelled));
+                        let outcome = runtime
+                            .block_on(stream(client, model, *rtt, &request, events, &cancelled));
                         let event = match outcome {
                             Ok((turn, _)) => finished(id, turn),
                             Err(error) => EngineEvent::Failed {
@@ -184,7 +192,7 @@ fn run(
                 let key = served
                     .as_ref()
                     .and_then(|s| s.as_ref().ok())
-                    .map(|(c, _)| c.endpoint().clone());
+                    .map(|(c, _, _)| c.endpoint().clone());
                 let event = if is_url(&path) {
                     let cancelled = || cancel_through.load(Ordering::SeqCst) >= id;
                     runtime.block_on(ab_url(
@@ -284,18 +292,20 @@ async fn until_cancelled<T>(
 const CANCEL_WATCH: Duration = Duration::from_millis(20);
 const CANCEL_GRACE: Duration = Duration::from_millis(100);
 
+/// A connected server: its client, the model's name, the round trip measured at connection.
+type Served = (RemoteClient, String, Option<Duration>);
+
 /// Streams one turn from `client`, sending a `Token` event per content chunk (its offset is
-/// the client's: from the request being sent). Returns the turn and the text of each chunk.
+/// the client's: from the request being sent). `rtt`: the network's round trip, measured when
+/// the server was connected (TTFT's network part). Returns the turn and each chunk's text.
 async fn stream(
     client: &RemoteClient,
     model: &str,
+    rtt: Option<Duration>,
     request: &GenerateRequest,
     events: &EventSender,
     cancelled: &(dyn Fn() -> bool + Send + Sync),
 ) -> Result<(RemoteTurn, Vec<String>), EngineError> {
-    // The round trip of a cheap request, just before the turn: TTFT's network part. A server
-    // that cannot answer it gets its error from the turn itself.
-    let rtt = until_cancelled(cancelled, client.probe_rtt()).await.ok();
     let turn = &request.turn;
     let chat = ChatRequest {
         model: model.to_string(),
@@ -445,7 +455,9 @@ async fn ab_url(
         ServerFacts::default(),
         started.elapsed(),
     );
-    let (turn, pieces) = match stream(&client, &model, request, events, cancelled).await {
+    // B's round trip before its turn is sent, as the chat's own is taken at connection.
+    let rtt = until_cancelled(cancelled, client.probe_rtt()).await.ok();
+    let (turn, pieces) = match stream(&client, &model, rtt, request, events, cancelled).await {
         Ok(t) => t,
         Err(e) => return fail(e),
     };

@@ -613,7 +613,7 @@ fn remote_breakdown(r: &super::view::RemoteFigures, w: usize) -> Vec<Line<'stati
             sub,
             value,
         ),
-        row("  rest ms", format::num(r.rest_ms), w, sub, value),
+        row("  1st step+net ms", format::num(r.rest_ms), w, sub, value),
         row("  prompt tok", count(r.prompt_tokens), w, sub, value),
         row("  cached tok", count(r.cached_tokens), w, sub, value),
     ];
