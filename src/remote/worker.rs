@@ -561,4 +561,129 @@ mod tests {
         assert_eq!(r.timeline.tokens_generated(), 1);
         assert_eq!(r.context_used, 0);
     }
+
+    /// The chat's round trip is measured once, when it connects: three turns against a
+    /// counting server send three `GET /v1/models` in all (the model lookup and the two of the
+    /// probe), where two before every turn sent nine (#32 item 7).
+    #[test]
+    fn the_round_trip_is_measured_once_per_session_not_before_every_turn() {
+        use std::io::{BufRead, BufReader, Write};
+        use std::sync::atomic::AtomicUsize;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let models = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&models);
+        std::thread::spawn(move || {
+            // One request per connection (`Connection: close`), at most 40, then it stops.
+            for stream in listener.incoming().take(40) {
+                let Ok(mut stream) = stream else { return };
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut first = String::new();
+                if reader.read_line(&mut first).is_err() {
+                    continue;
+                }
+                let mut length = 0usize;
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                        break;
+                    }
+                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                        length = v.trim().parse().unwrap_or(0);
+                    }
+                }
+                let mut body = vec![0u8; length];
+                let _ = std::io::Read::read_exact(&mut reader, &mut body);
+                let reply = if first.starts_with("GET /v1/models") {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    let json = r#"{"data":[{"id":"m"}]}"#;
+                    format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{json}",
+                        json.len()
+                    )
+                } else {
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n\
+                     data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n\
+                     data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n\
+                     data: [DONE]\n\n"
+                        .to_string()
+                };
+                let _ = stream.write_all(reply.as_bytes());
+            }
+        });
+        let endpoint = Endpoint::new(
+            &format!("http://127.0.0.1:{port}/v1"),
+            None,
+            Duration::from_secs(10),
+        )
+        .unwrap();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut handle = spawn(
+            Some(Main {
+                endpoint,
+                model: None,
+                facts: ServerFacts::default(),
+            }),
+            Duration::from_secs(10),
+            tx,
+        )
+        .unwrap();
+        let next = |rx: &mut tokio::sync::mpsc::UnboundedReceiver<EngineEvent>| {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                if let Ok(e) = rx.try_recv() {
+                    return e;
+                }
+                assert!(Instant::now() < deadline, "no event from the remote worker");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        };
+        loop {
+            match next(&mut rx) {
+                EngineEvent::Ready(_) => break,
+                EngineEvent::LoadFailed(e) => panic!("{e}"),
+                _ => {}
+            }
+        }
+        let connected = models.load(Ordering::SeqCst);
+        assert_eq!(
+            connected, 3,
+            "the lookup and the two requests of the round trip"
+        );
+        for _ in 0..3 {
+            let id = handle.next_id();
+            handle
+                .send(
+                    id,
+                    crate::engine::TurnRequest {
+                        messages: vec![crate::engine::ChatMessage::new(
+                            crate::engine::Role::User,
+                            "hi".to_string(),
+                        )],
+                        sampling: crate::engine::SamplingParams::default(),
+                        max_tokens: 4,
+                        capture_first_logits: false,
+                        ignore_eos: false,
+                    },
+                    None,
+                )
+                .unwrap();
+            loop {
+                match next(&mut rx) {
+                    EngineEvent::Finished { request_id, report } if request_id == id => {
+                        assert_eq!(report.text, "hi");
+                        break;
+                    }
+                    EngineEvent::Failed { error, .. } => panic!("{error}"),
+                    _ => {}
+                }
+            }
+        }
+        assert_eq!(
+            models.load(Ordering::SeqCst),
+            connected,
+            "no GET /v1/models before a turn"
+        );
+        handle.shutdown();
+    }
 }
