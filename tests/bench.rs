@@ -66,7 +66,7 @@ fn every_output_format_parses_back() {
     let md = bench(
         home.path(),
         &model,
-        &[&common_args[..], &["-o", "md"]].concat(),
+        &[&common_args[..], &["-o", "md+"]].concat(),
     );
     let md_lines: Vec<&str> = md.lines().collect();
     let lines = &md_lines;
@@ -404,6 +404,8 @@ fn roofline_columns_are_present_and_finite_on_cpu() {
             "1",
             "--bandwidth-gb-s",
             "10",
+            "-o",
+            "md+",
         ],
     );
     assert!(

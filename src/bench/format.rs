@@ -12,7 +12,8 @@ use crate::metrics::fmt_opt;
 /// The rows in `format`, ready for stdout.
 pub(crate) fn render(rows: &[Row], format: OutputFormat) -> Result<String, serde_json::Error> {
     Ok(match format {
-        OutputFormat::Markdown => markdown(rows),
+        OutputFormat::Markdown => markdown(rows, false),
+        OutputFormat::MarkdownWide => markdown(rows, true),
         OutputFormat::Csv => csv(rows)?,
         OutputFormat::Json => format!("{}\n", serde_json::to_string_pretty(rows)?),
         OutputFormat::JsonLines => {
@@ -237,8 +238,47 @@ fn batch_cells(r: &Row) -> Vec<String> {
     ]
 }
 
+/// The columns of the default table: llama-bench's (model, size, params, backend, threads,
+/// test, t/s) and the GPU layers, which fit about 120 columns; `-o md+` shows them all.
+const MAIN_NARROW: &[&str] = &[
+    "model", "size", "params", "backend", "ngl", "threads", "test", "t/s",
+];
+const BATCH_NARROW: &[&str] = &[
+    "model",
+    "threads",
+    "test",
+    "B",
+    "t/s aggregate",
+    "t/s per seq",
+    "ITL p50 ms",
+    "speed-up",
+    "ITL growth",
+];
+
+/// `headers` and `cells` with only the columns named in `keep` (all when `keep` is `None`).
+fn columns(
+    headers: &[(&'static str, Align)],
+    cells: Vec<Vec<String>>,
+    keep: Option<&[&str]>,
+) -> (Vec<(&'static str, Align)>, Vec<Vec<String>>) {
+    let Some(keep) = keep else {
+        return (headers.to_vec(), cells);
+    };
+    let kept: Vec<usize> = (0..headers.len())
+        .filter(|&i| keep.contains(&headers[i].0))
+        .collect();
+    (
+        kept.iter().map(|&i| headers[i]).collect(),
+        cells
+            .into_iter()
+            .map(|row| kept.iter().filter_map(|&i| row.get(i).cloned()).collect())
+            .collect(),
+    )
+}
+
 /// The tables, then notes: how t/s is counted, every bandwidth source, synthetic warnings.
-pub(crate) fn markdown(rows: &[Row]) -> String {
+/// `wide`: every column; else llama-bench's, within about 120 columns.
+pub(crate) fn markdown(rows: &[Row], wide: bool) -> String {
     if rows.is_empty() {
         return String::new();
     }
@@ -247,14 +287,21 @@ pub(crate) fn markdown(rows: &[Row]) -> String {
     let mut out = String::new();
     if !main.is_empty() {
         let cells: Vec<Vec<String>> = main.iter().map(|r| main_cells(r)).collect();
-        out.push_str(&table(MAIN_HEADERS, &cells));
+        let (h, c) = columns(MAIN_HEADERS, cells, (!wide).then_some(MAIN_NARROW));
+        out.push_str(&table(&h, &c));
     }
     if !batch.is_empty() {
         if !out.is_empty() {
             out.push('\n');
         }
         let cells: Vec<Vec<String>> = batch.iter().map(|r| batch_cells(r)).collect();
-        out.push_str(&table(BATCH_HEADERS, &cells));
+        let (h, c) = columns(BATCH_HEADERS, cells, (!wide).then_some(BATCH_NARROW));
+        out.push_str(&table(&h, &c));
+    }
+    if !wide {
+        out.push_str(
+            "\n-o md+ adds TTFT, ITL, host µs/tok, bytes/token, bandwidth, ceiling t/s, MBU, GFLOP/s, $/1M tok and J/tok (every figure is in -o json and csv).",
+        );
     }
     out.push_str(&notes(rows));
     out
@@ -580,7 +627,7 @@ pub(crate) mod tests {
 
     #[test]
     fn markdown_has_a_header_and_one_line_per_row() {
-        let md = markdown(&rows());
+        let md = markdown(&rows(), true);
         let lines: Vec<&str> = md.lines().collect();
         assert!(
             lines[0].starts_with("| model") && lines[0].contains("t/s") && lines[0].contains("MBU")
@@ -609,6 +656,32 @@ pub(crate) mod tests {
                 );
             }
         }
+    }
+
+    /// The default table has llama-bench's shape within 120 columns (it was 298 wide);
+    /// `-o md+` keeps every column.
+    #[test]
+    fn the_default_table_fits_120_columns_and_md_plus_has_every_column() {
+        let narrow = markdown(&rows(), false);
+        for line in narrow.lines().filter(|l| l.starts_with('|')) {
+            assert!(
+                line.chars().count() <= 120,
+                "{} columns: {line}",
+                line.chars().count()
+            );
+        }
+        let header = narrow.lines().next().unwrap();
+        for col in [
+            "model", "size", "params", "backend", "threads", "test", "t/s",
+        ] {
+            assert!(header.contains(&format!(" {col} ")), "{header}");
+        }
+        assert!(!header.contains("MBU"), "{header}");
+        assert!(narrow.contains("-o md+ adds"), "{narrow}");
+        let wide = markdown(&rows(), true);
+        let wide_header = wide.lines().next().unwrap();
+        assert!(wide_header.contains("MBU") && wide_header.contains("ceiling t/s"));
+        assert!(wide_header.chars().count() > 120);
     }
 
     #[test]

@@ -7,17 +7,25 @@ use super::sweep::Sweep;
 /// How the results are printed on stdout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum OutputFormat {
+    /// llama-bench's columns, within about 120 columns.
     Markdown,
+    /// `-o md+`: every column (TTFT, ITL, host time, the roofline, cost, energy).
+    MarkdownWide,
     Csv,
     Json,
     JsonLines,
 }
 
 impl OutputFormat {
+    /// A Markdown table, narrow or wide.
+    pub(crate) fn is_markdown(self) -> bool {
+        matches!(self, OutputFormat::Markdown | OutputFormat::MarkdownWide)
+    }
+
     /// How the text is made safe on its way to stdout.
     pub(crate) fn shape(self) -> crate::text::Shape {
         match self {
-            OutputFormat::Markdown => crate::text::Shape::Human,
+            OutputFormat::Markdown | OutputFormat::MarkdownWide => crate::text::Shape::Human,
             OutputFormat::Csv => crate::text::Shape::Csv,
             OutputFormat::Json | OutputFormat::JsonLines => crate::text::Shape::Json,
         }

@@ -730,7 +730,7 @@ pub(crate) fn render(
     use super::format::{csv_lines, table, Align};
     let rows = &outcome.rows;
     Ok(match format {
-        OutputFormat::Markdown => {
+        OutputFormat::Markdown | OutputFormat::MarkdownWide => {
             let opt = |v: Option<f64>, d: usize| crate::metrics::fmt_opt(v, d);
             let headers = [
                 ("k", Align::Right),

@@ -338,7 +338,7 @@ pub(crate) fn render(outcome: &VsRunOutcome, format: OutputFormat) -> Result<Str
     use super::format::{table, Align};
     let rows = &outcome.rows;
     Ok(match format {
-        OutputFormat::Markdown => {
+        OutputFormat::Markdown | OutputFormat::MarkdownWide => {
             let opt = |v: Option<f64>, d: usize| crate::metrics::fmt_opt(v, d);
             let headers = [
                 ("lane", Align::Left),

@@ -104,7 +104,8 @@ pub struct BenchArgs {
     /// Device sets to measure, one row each: CUDA0/CUDA1,CUDA0 or none (llama-bench's -dev).
     #[arg(long = "devices", value_name = "DEV/…,…", action = ArgAction::Append)]
     pub devices: Vec<String>,
-    /// Output format: md, csv, json, jsonl [default: md].
+    /// Output format: md (llama-bench's columns, within 120), md+ (every column: TTFT, ITL, the
+    /// roofline, cost), csv, json, jsonl [default: md].
     #[arg(short = 'o', long = "output", value_name = "FORMAT")]
     pub output: Option<String>,
     /// Skip the warm-up run before each test.
@@ -370,10 +371,15 @@ fn parse_pg(given: &[String]) -> Result<Vec<TestSpec>, Failure> {
 fn parse_output(s: &str) -> Result<OutputFormat, Failure> {
     match s.trim().to_ascii_lowercase().as_str() {
         "md" | "markdown" => Ok(OutputFormat::Markdown),
+        "md+" | "markdown+" => Ok(OutputFormat::MarkdownWide),
         "csv" => Ok(OutputFormat::Csv),
         "json" => Ok(OutputFormat::Json),
         "jsonl" => Ok(OutputFormat::JsonLines),
-        _ => Err(bad_value("-o/--output", s, "one of md, csv, json, jsonl")),
+        _ => Err(bad_value(
+            "-o/--output",
+            s,
+            "one of md, md+, csv, json, jsonl",
+        )),
     }
 }
 
@@ -973,7 +979,7 @@ fn run_vs_tg(args: &BenchArgs, settings: &Settings) -> Result<(), Failure> {
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(crate::text::for_stdout(&text, plan.output.shape()).as_bytes())?;
     stdout.flush()?;
-    if plan.output != OutputFormat::Markdown {
+    if !plan.output.is_markdown() {
         for line in outcome
             .rows
             .iter()
@@ -1017,7 +1023,7 @@ fn run_spec(args: &BenchArgs, settings: &Settings) -> Result<(), Failure> {
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(crate::text::for_stdout(&text, plan.output.shape()).as_bytes())?;
     stdout.flush()?;
-    if plan.output != OutputFormat::Markdown {
+    if !plan.output.is_markdown() {
         eprintln!("{}", crate::text::terminal_safe(&outcome.verdict));
     }
     if !outcome.rows.is_empty() {
@@ -1053,7 +1059,7 @@ fn run_spec(args: &BenchArgs, settings: &Settings) -> Result<(), Failure> {
     }
     if let Some(base) = baseline {
         let text = log::spec_comparison(&log::as_stored(&outcome.rows), &base);
-        if plan.output == OutputFormat::Markdown {
+        if plan.output.is_markdown() {
             stdout
                 .write_all(crate::text::for_stdout(&text, crate::text::Shape::Human).as_bytes())?;
         } else {
@@ -1111,7 +1117,7 @@ pub(crate) fn run(args: &BenchArgs, settings: Settings) -> Result<(), Failure> {
     }
     if let Some(base) = baseline {
         let text = log::comparison(&log::as_stored(&rows), &base);
-        if plan.output == OutputFormat::Markdown {
+        if plan.output.is_markdown() {
             stdout
                 .write_all(crate::text::for_stdout(&text, crate::text::Shape::Human).as_bytes())?;
         } else {
