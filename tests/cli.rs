@@ -497,6 +497,8 @@ fn bad_environment_values_are_refused_before_anything_is_created() {
     tokscope(dir.path())
         .env("HOME", &missing_home)
         .env_remove("TOKSCOPE_DATA_DIR")
+        // The data dir must come from HOME for this case (an XDG_DATA_HOME elsewhere is fine).
+        .env_remove("XDG_DATA_HOME")
         .args(["results"])
         .assert()
         .code(2)
