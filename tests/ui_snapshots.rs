@@ -502,11 +502,14 @@ fn a_partial_offload_blends_the_gpu_and_cpu_bandwidths() {
         full.contains("datasheet, H200") && !full.contains("blend"),
         "{full}"
     );
+    // The cost names what its hour is of: the GPU's here, this machine's on the CPU below.
+    assert!(full.contains("$/1M @2.00/GPU-h"), "{full}");
     // Nothing offloaded: the CPU probe, never the GPU's datasheet.
     if let Some(m) = app.model.as_mut() {
         m.n_gpu_layers = 0;
     }
     let cpu = render(&app, 120, 40);
+    assert!(cpu.contains("$/1M @2.00/machine-h"), "{cpu}");
     // The source wraps onto the next row instead of being cut.
     assert!(
         cpu.contains("roofline measured,")

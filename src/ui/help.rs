@@ -191,8 +191,8 @@ const METRICS: &[(&str, &str)] = &[
         "memory bandwidth utilisation: decode tok/s ÷ ceiling",
     ),
     (
-        "$/1M tok",
-        "price per GPU-hour ÷ (decode tok/s × 3600) × 10⁶ (price from config price_per_gpu_hour_usd)",
+        "$/1M @P/…-h",
+        "cost per million tokens: price per hour ÷ (decode tok/s × 3600) × 10⁶, the price from config price_per_gpu_hour_usd; the label says what the hour is of: GPU-h when layers run on a GPU, server-h for a remote chat, machine-h on the CPU",
     ),
     (
         "divergence",

@@ -583,8 +583,15 @@ fn roofline_lines(app: &App, view: &View, w: usize) -> Vec<Line<'static>> {
             theme::DIM,
         )));
     }
+    // What the configured hour is the price of: the GPU's when layers run on one, the
+    // server's for a remote chat, else this machine's.
+    let hour = match app.model.as_ref() {
+        Some(m) if m.backend == "remote" => "server-h",
+        Some(m) if m.n_gpu_layers > 0 && m.backend != "CPU" => "GPU-h",
+        _ => "machine-h",
+    };
     lines.push(row(
-        &format!("  $/1M tok @{:.2}/h", app.price_per_hour_usd),
+        &format!("  $/1M @{:.2}/{hour}", app.price_per_hour_usd),
         format::num(roofline.cost_per_million_tokens),
         w,
         theme::METRIC_SUB_LABEL,
