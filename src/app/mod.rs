@@ -70,10 +70,6 @@ pub enum NoticeKind {
 /// be sent; and the input stays cheap to edit and to count.
 pub(crate) const INPUT_MAX_BYTES: usize = 8 << 20;
 
-fn mib(bytes: usize) -> String {
-    crate::fmt::bytes(bytes as u64)
-}
-
 /// A one-line message in the status area (command results, errors, warnings).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Notice {
@@ -730,8 +726,8 @@ pub fn update(app: &mut App, msg: Msg, now: Now) -> Vec<Effect> {
                             "not pasted: the paste is {}, and the message may be at most {} \
                              (no model's context holds more); paste a part of it, or give a \
                              file to `tokscope run -f`",
-                            mib(clean.len()),
-                            mib(INPUT_MAX_BYTES)
+                            crate::fmt::bytes(clean.len() as u64),
+                            crate::fmt::bytes(INPUT_MAX_BYTES as u64)
                         ),
                     );
                 } else {

@@ -78,20 +78,12 @@ pub(crate) fn table(headers: &[(&str, Align)], rows: &[Vec<String>]) -> String {
     out
 }
 
-pub(crate) fn size(bytes: u64) -> String {
-    crate::fmt::bytes(bytes)
-}
-
 fn params_count(n: u64) -> String {
     if n >= 1_000_000_000 {
         format!("{:.2} B", n as f64 / 1e9)
     } else {
         format!("{:.2} M", n as f64 / 1e6)
     }
-}
-
-fn bytes(b: Option<f64>) -> String {
-    crate::fmt::bytes_opt(b)
 }
 
 /// The short form of a bandwidth source label (the full one is in the notes).
@@ -168,7 +160,7 @@ fn main_cells(r: &Row) -> Vec<String> {
     let p = &r.params;
     vec![
         r.stamp.model_file.clone(),
-        size(r.stamp.model_size_bytes),
+        crate::fmt::bytes(r.stamp.model_size_bytes),
         params_count(r.stamp.n_params),
         if r.params.placement.is_empty() {
             r.stamp.backend.clone()
@@ -187,7 +179,7 @@ fn main_cells(r: &Row) -> Vec<String> {
         fmt_opt(r.ttft_p50_ms, 2),
         itl(r),
         fmt_opt(r.host_us_per_token, 1),
-        bytes(r.bytes_per_token),
+        crate::fmt::bytes_opt(r.bytes_per_token),
         bandwidth(r),
         fmt_opt(r.ceiling_tok_per_s, 1),
         mbu_cell(r.mbu_pct),

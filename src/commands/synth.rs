@@ -83,7 +83,7 @@ pub(crate) fn run(args: &SynthArgs) -> Result<(), Failure> {
              types, pseudo-random weights\n  {}",
             describe(&summary, started.elapsed()),
             source.display(),
-            gigabytes(source_size),
+            crate::fmt::bytes(source_size),
             crate::engine::ModelInfo::SYNTHETIC_LABEL,
         );
         return Ok(());
@@ -130,7 +130,7 @@ pub(crate) fn run(args: &SynthArgs) -> Result<(), Failure> {
             "  the published {} {} GGUF is {}: this file differs by {:+.2}%",
             arch.model_name,
             spec.tensor_type.name().to_ascii_uppercase(),
-            gigabytes(published),
+            crate::fmt::bytes(published),
             (summary.file_size_bytes as f64 / published as f64 - 1.0) * 100.0,
         ));
     }
@@ -182,7 +182,7 @@ fn describe(summary: &SynthSummary, elapsed: Duration) -> String {
     format!(
         "wrote {} ({}, {} tensors: {}; {:.2}M params, vocabulary {}) in {:.1} s ({:.0} MB/s)",
         summary.path.display(),
-        gigabytes(summary.file_size_bytes),
+        crate::fmt::bytes(summary.file_size_bytes),
         summary.n_tensors,
         types.join(", "),
         summary.n_params as f64 / 1e6,
@@ -190,10 +190,6 @@ fn describe(summary: &SynthSummary, elapsed: Duration) -> String {
         seconds,
         summary.file_size_bytes as f64 / 1e6 / seconds.max(1e-3),
     )
-}
-
-fn gigabytes(bytes: u64) -> String {
-    crate::fmt::bytes(bytes)
 }
 
 /// Progress on stderr for writes that take a while: a line rewritten in place on a terminal,
@@ -236,8 +232,8 @@ impl StderrProgress {
         let seconds = now.duration_since(self.started).as_secs_f64();
         let line = format!(
             "writing: {} of {} ({percent}%), tensor {}/{}, {:.0} MB/s",
-            gigabytes(p.written_bytes),
-            gigabytes(p.total_bytes),
+            crate::fmt::bytes(p.written_bytes),
+            crate::fmt::bytes(p.total_bytes),
             p.tensors_done,
             p.tensors_total,
             p.written_bytes as f64 / 1e6 / seconds.max(1e-3),
