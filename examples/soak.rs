@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use tokscope::engine::{
-    ChatMessage, EngineConfig, EngineEvent, EngineHandle, Role, SamplingParams,
+    ChatMessage, EngineConfig, EngineEvent, EngineHandle, Role, SamplingParams, TurnRequest,
 };
 use tokscope::llama::settings::EngineSettings;
 use tokscope::synth::{write_model, SynthSpec};
@@ -61,7 +61,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             seed: turn as u32,
             ..SamplingParams::default()
         };
-        let id = engine.generate(conversation.clone(), sampling, 24)?;
+        let turn_request = TurnRequest {
+            messages: conversation.clone(),
+            sampling,
+            max_tokens: 24,
+            capture_first_logits: false,
+            ignore_eos: false,
+        };
+        let id = engine.send(engine.next_id(), turn_request, None)?;
         loop {
             match events.blocking_recv().ok_or("engine gone")? {
                 EngineEvent::Finished { request_id, report } if request_id == id => {

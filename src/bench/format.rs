@@ -8,6 +8,7 @@ use super::plan::OutputFormat;
 use super::report::Row;
 use crate::llama::measure::TestKind;
 use crate::metrics::fmt_opt;
+use crate::report::{cell, csv_lines, table, Align};
 
 /// The rows in `format`, ready for stdout.
 pub(crate) fn render(rows: &[Row], format: OutputFormat) -> Result<String, serde_json::Error> {
@@ -15,67 +16,9 @@ pub(crate) fn render(rows: &[Row], format: OutputFormat) -> Result<String, serde
         OutputFormat::Markdown => markdown(rows, false),
         OutputFormat::MarkdownWide => markdown(rows, true),
         OutputFormat::Csv => csv(rows)?,
-        OutputFormat::Json => format!("{}\n", serde_json::to_string_pretty(rows)?),
-        OutputFormat::JsonLines => {
-            let mut out = String::new();
-            for row in rows {
-                out.push_str(&serde_json::to_string(row)?);
-                out.push('\n');
-            }
-            out
-        }
+        OutputFormat::Json => crate::report::json(rows)?,
+        OutputFormat::JsonLines => crate::report::json_lines(rows)?,
     })
-}
-
-#[derive(Clone, Copy)]
-pub(crate) enum Align {
-    Left,
-    Right,
-}
-
-/// A Markdown table with padded columns (`---:` marks the right-aligned ones).
-pub(crate) fn table(headers: &[(&str, Align)], rows: &[Vec<String>]) -> String {
-    let width = |i: usize| {
-        rows.iter()
-            .filter_map(|r| r.get(i))
-            .chain(std::iter::once(&headers[i].0.to_string()))
-            .map(|c| c.chars().count())
-            .max()
-            .unwrap_or(1)
-            .max(3)
-    };
-    let widths: Vec<usize> = (0..headers.len()).map(width).collect();
-    let pad = |text: &str, i: usize| {
-        let fill = " ".repeat(widths[i].saturating_sub(text.chars().count()));
-        match headers[i].1 {
-            Align::Left => format!("{text}{fill}"),
-            Align::Right => format!("{fill}{text}"),
-        }
-    };
-    let line = |cells: Vec<String>| format!("| {} |\n", cells.join(" | "));
-    let mut out = line(
-        headers
-            .iter()
-            .enumerate()
-            .map(|(i, (h, _))| pad(h, i))
-            .collect(),
-    );
-    out.push_str(&line(
-        headers
-            .iter()
-            .enumerate()
-            .map(|(i, (_, a))| match a {
-                Align::Left => "-".repeat(widths[i]),
-                Align::Right => format!("{}:", "-".repeat(widths[i] - 1)),
-            })
-            .collect(),
-    ));
-    for row in rows {
-        out.push_str(&line(
-            row.iter().enumerate().map(|(i, c)| pad(c, i)).collect(),
-        ));
-    }
-    out
 }
 
 fn params_count(n: u64) -> String {
@@ -185,7 +128,7 @@ fn main_cells(r: &Row) -> Vec<String> {
         mbu_cell(r.mbu_pct),
         fmt_opt(r.achieved_gflop_per_s, 1),
         dollars(r.cost_per_million_tokens_usd),
-        fmt_opt(r.gpu_joules_per_token, 3),
+        fmt_opt(r.gpu.gpu_joules_per_token, 3),
     ]
 }
 
@@ -325,7 +268,7 @@ fn notes(rows: &[Row]) -> String {
     // GPU telemetry: where J/tok comes from, or why it is empty ("no NVIDIA driver ...").
     if let Some(t) = rows
         .iter()
-        .map(|r| r.gpu_telemetry.as_str())
+        .map(|r| r.gpu.gpu_telemetry.as_str())
         .find(|t| !t.is_empty())
     {
         if t == "NVML" {
@@ -420,27 +363,6 @@ const PARAM_COLUMNS: &[&str] = &[
     "placement",
 ];
 
-pub(crate) fn cell(v: Option<&Value>) -> String {
-    match v {
-        None | Some(Value::Null) => String::new(),
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Array(items)) if items.iter().all(Value::is_number) => items
-            .iter()
-            .map(|n| n.to_string())
-            .collect::<Vec<_>>()
-            .join(";"),
-        Some(other) => other.to_string(),
-    }
-}
-
-pub(crate) fn csv_escape(s: &str) -> String {
-    if s.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_string()
-    }
-}
-
 /// (column, value) pairs of a row: the row's own fields, `params.*`, then every stamp field
 /// (`stamp.*`, the stamp's own nested values as compact JSON).
 fn csv_fields(row: &Row) -> Result<Vec<(String, String)>, serde_json::Error> {
@@ -469,20 +391,6 @@ pub(crate) fn csv(rows: &[Row]) -> Result<String, serde_json::Error> {
     Ok(csv_lines(
         &rows.iter().map(csv_fields).collect::<Result<Vec<_>, _>>()?,
     ))
-}
-
-/// CSV text from rows of (column, value) pairs: a header from the first row's columns, then a
-/// line per row, every cell escaped.
-pub(crate) fn csv_lines(rows: &[Vec<(String, String)>]) -> String {
-    let line = |cells: Vec<String>| format!("{}\n", cells.join(","));
-    let mut out = String::new();
-    if let Some(first) = rows.first() {
-        out.push_str(&line(first.iter().map(|(k, _)| csv_escape(k)).collect()));
-    }
-    for fields in rows {
-        out.push_str(&line(fields.iter().map(|(_, v)| csv_escape(v)).collect()));
-    }
-    out
 }
 
 #[cfg(test)]
@@ -573,17 +481,7 @@ pub(crate) mod tests {
             achieved_gflop_per_s: None,
             price_per_gpu_hour_usd: 2.0,
             cost_per_million_tokens_usd: Some(5.29),
-            gpu_telemetry: String::new(),
-            gpu_joules_per_token: None,
-            gpu_tokens_per_kwh: None,
-            gpu_energy_cost_per_million_tokens: None,
-            gpu_power_w: None,
-            gpu_vram_used_bytes: None,
-            gpu_vram_process_bytes: None,
-            gpu_sm_clock_mhz: None,
-            gpu_mem_clock_mhz: None,
-            gpu_temperature_c: None,
-            gpu_utilization_pct: None,
+            gpu: super::super::report::GpuColumns::default(),
             synthetic: true,
             warning: Some(ModelInfo::SYNTHETIC_LABEL.to_string()),
             stamp: Stamp::new(&info, &SamplingParams::default()),

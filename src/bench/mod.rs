@@ -18,6 +18,7 @@ pub(crate) mod format;
 pub(crate) mod kernel_baseline;
 pub(crate) mod log;
 pub(crate) mod plan;
+pub(crate) mod plots;
 pub(crate) mod report;
 pub(crate) mod run;
 pub(crate) mod spec;

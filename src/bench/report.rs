@@ -106,6 +106,22 @@ pub(crate) struct Row {
     pub price_per_gpu_hour_usd: f64,
     /// Price ÷ (t/s × 3600) × 10⁶, at this row's t/s (aggregate for batch).
     pub cost_per_million_tokens_usd: Option<f64>,
+    /// NVML's readings around the timed repetitions: flattened, so the JSON and CSV keep
+    /// their `gpu_*` columns.
+    #[serde(flatten)]
+    pub gpu: GpuColumns,
+    /// The model was written by `tokscope synth`.
+    pub synthetic: bool,
+    /// `ModelInfo::SYNTHETIC_LABEL` for synthetic models.
+    /// Why this row cannot be fully vouched for: synthetic weights, a busy machine (load
+    /// average, a stall between tokens), each with the advice to rerun; `None` when clean.
+    pub warning: Option<String>,
+    pub stamp: Stamp,
+}
+
+/// A row's GPU figures (`gpu_*` in JSON and CSV), from NVML around the timed repetitions.
+#[derive(Debug, Clone, Default, Serialize)]
+pub(crate) struct GpuColumns {
     /// "NVML" when the GPU figures below come from the driver, else why there are none
     /// ("no NVIDIA driver (NVML not found)").
     pub gpu_telemetry: String,
@@ -123,13 +139,6 @@ pub(crate) struct Row {
     pub gpu_mem_clock_mhz: Option<u32>,
     pub gpu_temperature_c: Option<u32>,
     pub gpu_utilization_pct: Option<u32>,
-    /// The model was written by `tokscope synth`.
-    pub synthetic: bool,
-    /// `ModelInfo::SYNTHETIC_LABEL` for synthetic models.
-    /// Why this row cannot be fully vouched for: synthetic weights, a busy machine (load
-    /// average, a stall between tokens), each with the advice to rerun; `None` when clean.
-    pub warning: Option<String>,
-    pub stamp: Stamp,
 }
 
 /// Everything a row needs besides the job and its samples.
@@ -160,6 +169,7 @@ pub(crate) struct GpuReadings<'a> {
 /// Fills the row's GPU columns.
 pub(crate) fn add_gpu_readings(row: &mut Row, r: &GpuReadings) {
     use crate::metrics::energy::energy_cost_per_million_tokens;
+    let row = &mut row.gpu;
     row.gpu_telemetry = r.source.to_owned();
     if let Some(span) = r.energy {
         row.gpu_joules_per_token = span.joules_per_token();
@@ -304,17 +314,7 @@ pub(crate) fn build_row(job: &Job, samples: &[Sample], cx: &RowContext) -> Row {
             cx.price_per_gpu_hour_usd,
             tok_per_s_mean,
         ),
-        gpu_telemetry: String::new(),
-        gpu_joules_per_token: None,
-        gpu_tokens_per_kwh: None,
-        gpu_energy_cost_per_million_tokens: None,
-        gpu_power_w: None,
-        gpu_vram_used_bytes: None,
-        gpu_vram_process_bytes: None,
-        gpu_sm_clock_mhz: None,
-        gpu_mem_clock_mhz: None,
-        gpu_temperature_c: None,
-        gpu_utilization_pct: None,
+        gpu: GpuColumns::default(),
         synthetic: cx.info.synthetic,
         warning: row_warning(
             cx,

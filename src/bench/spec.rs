@@ -727,7 +727,7 @@ pub(crate) fn render(
     outcome: &SpecOutcome,
     format: OutputFormat,
 ) -> Result<String, serde_json::Error> {
-    use super::format::{csv_lines, table, Align};
+    use crate::report::{csv_lines, table, Align};
     let rows = &outcome.rows;
     Ok(match format {
         OutputFormat::Markdown | OutputFormat::MarkdownWide => {
@@ -816,10 +816,10 @@ pub(crate) fn render(
                         match v {
                             serde_json::Value::Object(inner) if k == "stamp" => {
                                 fields.extend(inner.iter().map(|(ik, iv)| {
-                                    (format!("stamp.{ik}"), super::format::cell(Some(iv)))
+                                    (format!("stamp.{ik}"), crate::report::cell(Some(iv)))
                                 }))
                             }
-                            _ => fields.push((k.clone(), super::format::cell(Some(v)))),
+                            _ => fields.push((k.clone(), crate::report::cell(Some(v)))),
                         }
                     }
                 }
@@ -839,14 +839,7 @@ pub(crate) fn render(
             };
             format!("{}\n", serde_json::to_string_pretty(&sweep)?)
         }
-        OutputFormat::JsonLines => {
-            let mut out = String::new();
-            for row in rows {
-                out.push_str(&serde_json::to_string(row)?);
-                out.push('\n');
-            }
-            out
-        }
+        OutputFormat::JsonLines => crate::report::json_lines(rows)?,
     })
 }
 

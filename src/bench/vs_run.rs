@@ -335,7 +335,7 @@ pub(crate) fn verdict_line(r: &VsRunRow) -> Option<String> {
 
 /// The rows in the chosen format; Markdown gets a verdict line per run lane.
 pub(crate) fn render(outcome: &VsRunOutcome, format: OutputFormat) -> Result<String, String> {
-    use super::format::{table, Align};
+    use crate::report::{table, Align};
     let rows = &outcome.rows;
     Ok(match format {
         OutputFormat::Markdown | OutputFormat::MarkdownWide => {
@@ -397,20 +397,8 @@ pub(crate) fn render(outcome: &VsRunOutcome, format: OutputFormat) -> Result<Str
             }
             out
         }
-        OutputFormat::Json => {
-            format!(
-                "{}\n",
-                serde_json::to_string_pretty(rows).map_err(|e| e.to_string())?
-            )
-        }
-        OutputFormat::JsonLines => {
-            let mut out = String::new();
-            for row in rows {
-                out.push_str(&serde_json::to_string(row).map_err(|e| e.to_string())?);
-                out.push('\n');
-            }
-            out
-        }
+        OutputFormat::Json => crate::report::json(rows).map_err(|e| e.to_string())?,
+        OutputFormat::JsonLines => crate::report::json_lines(rows).map_err(|e| e.to_string())?,
         OutputFormat::Csv => {
             return Err("--run-vs-tg writes md, json or jsonl, not csv".to_string());
         }

@@ -14,10 +14,9 @@ use crate::bench::plan::{BandwidthChoice, BenchPlan, OutputFormat};
 use crate::bench::spec::SpecPlan;
 use crate::bench::sweep::Sweep;
 use crate::bench::vs_run::VsRunPlan;
-use crate::bench::{format, log, report, run, save, sweep, Row, StoredRun};
+use crate::bench::{format, log, report, run, save, sweep, StoredRun};
 use crate::commands::{Failure, FAILURE, MODEL, USAGE};
 use crate::config::Settings;
-use crate::llama::measure::TestKind;
 use crate::llama::measure::TestSpec;
 use crate::llama::placement::{
     parse_device_sets, parse_main_gpu, parse_tensor_split, Placement, SplitMode,
@@ -1030,31 +1029,8 @@ fn run_spec(args: &BenchArgs, settings: &Settings) -> Result<(), Failure> {
         save(&log_path, &run_id, crate::ids::unix_s(now), &outcome.rows);
     }
     if let Some(path) = &plan.plot {
-        let points = crate::bench::spec::points(&outcome.rows);
-        let out = with_suffix(path, "spec");
-        let subtitle = match outcome.rows.first() {
-            Some(r) => format!(
-                "{} · {} · {} tokens greedy · {} round(s) · {} thread(s) · tokscope {}, {}",
-                sweep::file_name(std::path::Path::new(&r.model)),
-                match &r.draft_model {
-                    Some(d) => format!("draft {}", sweep::file_name(std::path::Path::new(d))),
-                    None => r.mode.clone(),
-                },
-                r.n_gen,
-                r.rounds,
-                r.stamp.threads,
-                env!("CARGO_PKG_VERSION"),
-                r.stamp.llama_cpp
-            ),
-            None => String::new(),
-        };
-        crate::plot::plot_spec_sweep(
-            &points,
-            "speculative decoding: speed-up and acceptance against k",
-            &subtitle,
-            &out,
-        )
-        .map_err(|e| Failure::new(FAILURE, format!("--plot: {e}")))?;
+        let out = crate::bench::plots::write_spec(&outcome.rows, path)
+            .map_err(|e| Failure::new(FAILURE, format!("--plot: {e}")))?;
         eprintln!("wrote {}", out.display());
     }
     if let Some(base) = baseline {
@@ -1069,19 +1045,6 @@ fn run_spec(args: &BenchArgs, settings: &Settings) -> Result<(), Failure> {
         stdout.flush()?;
     }
     Ok(())
-}
-
-/// `FILE.ext` → `FILE-suffix.ext`: the names of `--plot`'s charts.
-fn with_suffix(path: &std::path::Path, suffix: &str) -> PathBuf {
-    let stem = path
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let ext = path
-        .extension()
-        .map(|e| e.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    path.with_file_name(format!("{stem}-{suffix}.{ext}"))
 }
 
 /// `tokscope bench`.
@@ -1113,7 +1076,11 @@ pub(crate) fn run(args: &BenchArgs, settings: Settings) -> Result<(), Failure> {
         save(&log_path, &run_id, crate::ids::unix_s(now), &rows);
     }
     if let Some(path) = &plan.plot {
-        plot_rows(&rows, path)?;
+        let notes = crate::bench::plots::write_rows(&rows, path)
+            .map_err(|e| Failure::new(FAILURE, format!("--plot: {e}")))?;
+        for note in notes {
+            eprintln!("{note}");
+        }
     }
     if let Some(base) = baseline {
         let text = log::comparison(&log::as_stored(&rows), &base);
@@ -1138,115 +1105,6 @@ pub(crate) fn run(args: &BenchArgs, settings: Settings) -> Result<(), Failure> {
             ),
         )),
     }
-}
-
-/// `--plot FILE.ext`: FILE-roofline.ext from the rows with a ceiling, FILE-batch.ext from the
-/// batch rows.
-fn plot_rows(rows: &[Row], path: &std::path::Path) -> Result<(), Failure> {
-    use crate::metrics::BatchPoint;
-    use crate::plot::{plot_batch_sweep, plot_roofline, RooflinePoint};
-    let with_suffix = |suffix: &str| with_suffix(path, suffix);
-    let plot_failed = |e: crate::plot::PlotError| Failure::new(FAILURE, format!("--plot: {e}"));
-    let roofline: Vec<RooflinePoint> = rows
-        .iter()
-        .filter_map(|r| {
-            Some(RooflinePoint {
-                label: format!(
-                    "{} {}",
-                    sweep::file_name(std::path::Path::new(&r.params.model)),
-                    r.test
-                ),
-                bytes_per_token: r.bytes_per_token?,
-                tok_per_s: r.decode_tok_per_s?,
-            })
-        })
-        .collect();
-    let bandwidth = rows.iter().find_map(|r| {
-        Some((
-            r.bandwidth_gb_s? * 1e9,
-            r.bandwidth_source.clone().unwrap_or_default(),
-        ))
-    });
-    if let (false, Some((bw, label))) = (roofline.is_empty(), bandwidth) {
-        let out = with_suffix("roofline");
-        plot_roofline(
-            &roofline,
-            bw,
-            &label,
-            "decode speed against bytes read per token",
-            &chart_context(rows.iter().filter(|r| r.bytes_per_token.is_some())),
-            &out,
-        )
-        .map_err(plot_failed)?;
-        eprintln!("wrote {}", out.display());
-    } else {
-        eprintln!("--plot: no roofline (no decode rows with a known bandwidth)");
-    }
-    let batch: Vec<BatchPoint> = rows
-        .iter()
-        .filter(|r| r.kind == TestKind::Batch)
-        .filter_map(|r| {
-            Some(BatchPoint {
-                batch: r.params.batch_size,
-                aggregate_tok_per_s: Some(r.tok_per_s_mean),
-                per_sequence_tok_per_s: Some(r.per_sequence_tok_per_s?),
-                itl_p50_ms: Some(r.itl_p50_ms?),
-                itl_p99_ms: Some(r.itl_p99_ms?),
-            })
-        })
-        .collect();
-    if !batch.is_empty() {
-        let out = with_suffix("batch");
-        plot_batch_sweep(
-            &batch,
-            "batching: aggregate and per-sequence speed",
-            &chart_context(rows.iter().filter(|r| r.kind == TestKind::Batch)),
-            &out,
-        )
-        .map_err(plot_failed)?;
-        eprintln!("wrote {}", out.display());
-    }
-    Ok(())
-}
-
-/// A chart's subtitle: which models, backend, threads and tests it shows, and the versions.
-fn chart_context<'a>(rows: impl Iterator<Item = &'a Row>) -> String {
-    let rows: Vec<&Row> = rows.collect();
-    // The distinct values in first-seen order, at most `max` named.
-    let distinct = |values: Vec<String>, max: usize| {
-        let mut seen: Vec<String> = Vec::new();
-        for v in values {
-            if !seen.contains(&v) {
-                seen.push(v);
-            }
-        }
-        let more = seen.len().saturating_sub(max);
-        let mut out = seen.into_iter().take(max).collect::<Vec<_>>().join(", ");
-        if more > 0 {
-            out.push_str(&format!(" +{more} more"));
-        }
-        out
-    };
-    let models = distinct(
-        rows.iter()
-            .map(|r| sweep::file_name(std::path::Path::new(&r.params.model)))
-            .collect(),
-        3,
-    );
-    let backends = distinct(rows.iter().map(|r| r.stamp.backend.clone()).collect(), 2);
-    let threads = distinct(
-        rows.iter().map(|r| r.params.threads.to_string()).collect(),
-        3,
-    );
-    let tests = distinct(rows.iter().map(|r| r.test.trim().to_string()).collect(), 4);
-    let llama = rows
-        .first()
-        .map(|r| r.stamp.llama_cpp.clone())
-        .unwrap_or_default();
-    format!(
-        "{models} · {backends} · {threads} thread(s) · {tests} · tokscope {}, {llama}",
-        env!("CARGO_PKG_VERSION")
-    )
 }
 
 /// The run `--vs` names (`find`: any run, or a speculative sweep), read before measuring so

@@ -341,32 +341,24 @@ pub(crate) fn load(args: &LoadArgs) -> Result<(), Failure> {
         };
         if args.find_capacity {
             let slo = slo.ok_or_else(|| usage("--find-capacity needs --slo"))?;
-            capacity = Some(find_capacity(&mut rows, &run, slo, args.burstiness, &stop).await?);
+            let shown = |row: &LoadSummary| eprintln!("{}", row.line());
+            capacity = Some(
+                crate::load::capacity::find(&mut rows, &run, slo, args.burstiness, &stop, &shown)
+                    .await?,
+            );
         } else {
             for arrivals in levels {
                 if stop.load(Ordering::SeqCst) {
                     break;
                 }
                 let row = run(arrivals).await?;
-                eprintln!("{}", summary_line(&row));
+                eprintln!("{}", row.line());
                 rows.push(row);
             }
         }
         print_rows(args, &client, &model, &prompts, &rows, capacity)?;
         Ok::<(), Failure>(())
     })
-}
-
-fn summary_line(r: &LoadSummary) -> String {
-    format!(
-        "{}: {} ok, {} failed, {} req/s, {} out tok/s, goodput {} req/s",
-        r.level,
-        r.completed,
-        r.failed,
-        crate::metrics::fmt_opt(r.request_per_s, 2),
-        crate::metrics::fmt_opt(r.output_tok_per_s, 1),
-        crate::metrics::fmt_opt(r.goodput_req_per_s, 2),
-    )
 }
 
 fn spawn_progress(label: String, p: Arc<Progress>) -> tokio::task::JoinHandle<()> {
@@ -390,84 +382,6 @@ fn spawn_progress(label: String, p: Arc<Progress>) -> tokio::task::JoinHandle<()
                 eprintln!("{line}");
             }
         }
-    })
-}
-
-/// Doubles the rate from 1/8 req/s while the level holds the SLOs at p99 (at least 99% of
-/// completed requests meet every target, and none failed), then bisects between the last good
-/// and the first bad rate three times.
-async fn find_capacity<F, Fut>(
-    rows: &mut Vec<LoadSummary>,
-    run: &F,
-    slo: Slo,
-    burstiness: f64,
-    stop: &AtomicBool,
-) -> Result<String, Failure>
-where
-    F: Fn(Arrivals) -> Fut,
-    Fut: std::future::Future<Output = Result<LoadSummary, crate::remote::RemoteError>>,
-{
-    let holds = |r: &LoadSummary| {
-        r.failed == 0
-            && r.completed > 0
-            && r.good_requests.unwrap_or(0) as f64 >= 0.99 * r.completed as f64
-    };
-    let mut good: Option<LoadSummary> = None;
-    let mut bad_rate: Option<f64> = None;
-    let mut rate = 0.125;
-    while bad_rate.is_none() && rate <= 1024.0 && !stop.load(Ordering::SeqCst) {
-        let row = run(Arrivals::Rate {
-            per_s: rate,
-            burstiness,
-        })
-        .await?;
-        eprintln!("{}", summary_line(&row));
-        if holds(&row) {
-            good = Some(row.clone());
-            rate *= 2.0;
-        } else {
-            bad_rate = Some(rate);
-        }
-        rows.push(row);
-    }
-    if let (Some(g), Some(mut hi)) = (good.clone(), bad_rate) {
-        let mut lo = match &g.level.split_once('=') {
-            Some((_, v)) => v.trim_end_matches("/s").parse().unwrap_or(hi / 2.0),
-            None => hi / 2.0,
-        };
-        for _ in 0..3 {
-            if stop.load(Ordering::SeqCst) {
-                break;
-            }
-            let mid = (lo + hi) / 2.0;
-            let row = run(Arrivals::Rate {
-                per_s: mid,
-                burstiness,
-            })
-            .await?;
-            eprintln!("{}", summary_line(&row));
-            if holds(&row) {
-                lo = mid;
-                good = Some(row.clone());
-            } else {
-                hi = mid;
-            }
-            rows.push(row);
-        }
-    }
-    Ok(match good {
-        Some(g) => format!(
-            "at {} this server carries {}{} req/s = {} output tok/s ({})",
-            slo.describe_p99(),
-            if bad_rate.is_none() { "at least " } else { "" },
-            crate::metrics::fmt_opt(g.request_per_s, 2),
-            crate::metrics::fmt_opt(g.output_tok_per_s, 1),
-            g.level
-        ),
-        None => format!(
-            "at {} this server did not hold the targets even at 0.125 req/s",
-            slo.describe()
-        ),
     })
 }
 

@@ -6,8 +6,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::quality::QualityStats;
-use crate::bench::format::{cell, csv_lines, table, Align};
 use crate::fmt::bytes as size;
+use crate::report::{cell, csv_lines, table, Align};
 
 /// One candidate's line of the table.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -8,12 +8,11 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use super::protocol::{
-    ChatMessage, EngineCommand, EngineConfig, EventReceiver, EventSender, GenerateRequest,
-    RequestId, TurnRequest,
+    EngineCommand, EngineConfig, EventReceiver, EventSender, GenerateRequest, RequestId,
+    TurnRequest,
 };
 use super::worker;
 use crate::llama::error::EngineError;
-use crate::llama::settings::SamplingParams;
 
 /// The one allocator of request ids, shared by the engine handle and by whoever builds
 /// requests (the chat's `App`): ids only grow, since cancelling an id cancels every request up
@@ -97,48 +96,6 @@ impl EngineHandle {
         }
     }
 
-    /// Hand a turn to the engine under a new id.
-    pub fn generate(
-        &mut self,
-        messages: Vec<ChatMessage>,
-        sampling: SamplingParams,
-        max_tokens: u32,
-    ) -> Result<RequestId, EngineError> {
-        self.submit(messages, sampling, max_tokens, false)
-    }
-
-    /// As `generate`, optionally asking for the logits the first token is sampled from.
-    pub fn submit(
-        &mut self,
-        messages: Vec<ChatMessage>,
-        sampling: SamplingParams,
-        max_tokens: u32,
-        capture_first_logits: bool,
-    ) -> Result<RequestId, EngineError> {
-        let id = self.ids.next();
-        self.submit_with_id(id, messages, sampling, max_tokens, capture_first_logits)
-    }
-
-    /// Submit under an id the caller chose. Ids must increase: cancelling an id cancels every
-    /// request up to it.
-    pub(crate) fn submit_with_id(
-        &mut self,
-        id: RequestId,
-        messages: Vec<ChatMessage>,
-        sampling: SamplingParams,
-        max_tokens: u32,
-        capture_first_logits: bool,
-    ) -> Result<RequestId, EngineError> {
-        let turn = TurnRequest {
-            messages,
-            sampling,
-            max_tokens,
-            capture_first_logits,
-            ignore_eos: false,
-        };
-        self.send(id, turn, None)
-    }
-
     /// The one door: every turn reaches the engine through here, and its `submitted_at` (where
     /// TTFT and every offset start) is read here, once. `model`: `None` answers with the loaded
     /// model; `Some(path)` with that model file, loaded beside it for this turn alone (the A/B
@@ -166,7 +123,7 @@ impl EngineHandle {
         Ok(id)
     }
 
-    /// The id the next `generate`/`submit` will use.
+    /// The id the next request will use unless the caller chooses a higher one.
     pub fn next_id(&self) -> RequestId {
         self.ids.peek()
     }
@@ -207,13 +164,6 @@ impl EngineHandle {
         self.ids.observe(id);
         self.commands
             .send(EngineCommand::BenchTg { id, n_gen })
-            .map_err(|_| EngineError::EngineGone)
-    }
-
-    /// Replace the loaded model (the engine answers with `Loading`… then `Ready`/`LoadFailed`).
-    pub fn load_model(&self, config: EngineConfig) -> Result<(), EngineError> {
-        self.commands
-            .send(EngineCommand::LoadModel(config))
             .map_err(|_| EngineError::EngineGone)
     }
 

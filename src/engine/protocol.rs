@@ -82,8 +82,6 @@ pub struct GenerateRequest {
 
 pub enum EngineCommand {
     Generate(GenerateRequest),
-    /// Drop the current model and context and load another (the conversation is the caller's).
-    LoadModel(EngineConfig),
     /// Load another model beside the current one and switch to it only once it is ready
     /// (`Ready`); on any failure, or when `id` is cancelled (Esc) during the load, the current
     /// model and its KV cache stay as they were (`SwitchFailed`).
@@ -205,7 +203,7 @@ pub enum EngineEvent {
     Loading { progress: f32 },
     /// The model and context are ready.
     Ready(Box<ModelInfo>),
-    /// The model could not be loaded; the engine waits for another `LoadModel`.
+    /// The model could not be loaded; the engine waits for a `SwitchModel` (the picker).
     LoadFailed(EngineError),
     /// Progress of loading the model of a switch, 0.0..=1.0; the current model still serves.
     SwitchProgress {

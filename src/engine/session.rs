@@ -407,22 +407,58 @@ impl<'m> Session<'m> {
         events: &EventSender,
         cancel_through: &AtomicU64,
     ) -> Result<TurnReport, EngineError> {
-        let t0 = req.submitted_at;
         let cancelled = || cancel_through.load(Ordering::SeqCst) >= req.id;
         let n_ctx = self.ctx.n_ctx() as usize;
         let mut timeline = TurnTimeline::default();
-
         // The breakdown's boundaries are taken as offsets from t0, one after the other, so
         // queue + template/tokenize + prefill + first sample add up to TTFT exactly.
         let picked_up = Instant::now();
-        timeline.queue = Some(picked_up.saturating_duration_since(t0));
+        timeline.queue = Some(picked_up.saturating_duration_since(req.submitted_at));
         let place = self.place_sampling(&req.turn.sampling, req.turn.capture_first_logits)?;
         let (tokens, dropped_messages) =
             self.fit_prompt(&req.turn.messages, n_ctx, req.turn.max_tokens)?;
+        let (batch, logits_index, stop_reason) = self.prefill(
+            req,
+            events,
+            &tokens,
+            dropped_messages,
+            picked_up,
+            &mut timeline,
+            &cancelled,
+        )?;
+        let first_logits = (req.turn.capture_first_logits && stop_reason.is_none())
+            .then(|| self.ctx.get_logits_ith(logits_index).to_vec());
+        let mut turn = self.start_decode(req, batch, logits_index, tokens.len(), timeline);
+        turn.stop_reason = stop_reason;
+        while turn.stop_reason.is_none() {
+            let (token, from_pass) = self.next_token(&mut turn, place.backend)?;
+            turn.stop_reason = self.emit(&mut turn, req, events, token, from_pass, &cancelled);
+            if turn.stop_reason.is_none() && !from_pass {
+                self.decode_pass(&mut turn, req, events, token)?;
+            }
+        }
+        self.finish(turn, place, first_logits, dropped_messages)
+    }
 
+    /// Prefill: keep the KV cache's common prefix, decode the rest of the prompt one
+    /// micro-batch per call (checking the cancel flag between calls), and time it. Returns
+    /// the batch for reuse, the logits row to sample the first token from, and `Cancelled`
+    /// when Esc came during prefill.
+    #[allow(clippy::too_many_arguments)]
+    fn prefill(
+        &mut self,
+        req: &GenerateRequest,
+        events: &EventSender,
+        tokens: &[LlamaToken],
+        dropped_messages: usize,
+        picked_up: Instant,
+        timeline: &mut TurnTimeline,
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<(LlamaBatch<'static>, i32, Option<StopReason>), EngineError> {
+        let t0 = req.submitted_at;
         // KV reuse: keep the cached prefix, prefill the rest. At least one token is decoded
         // so that there are logits to sample from.
-        let reuse = common_prefix_len(&self.cached, &tokens).min(tokens.len() - 1);
+        let reuse = common_prefix_len(&self.cached, tokens).min(tokens.len() - 1);
         self.ctx
             .clear_kv_cache_seq(Some(0), Some(reuse as u32), None)
             .map_err(|e| EngineError::Decode(e.to_string()))?;
@@ -483,17 +519,24 @@ impl<'m> Session<'m> {
             prefill,
             at: prefill_done_at,
         });
+        Ok((batch, logits_index, stop_reason))
+    }
 
-        let first_logits = (req.turn.capture_first_logits && stop_reason.is_none())
-            .then(|| self.ctx.get_logits_ith(logits_index).to_vec());
-        let vocab = self.model.vocab();
-        let mut sampler = HostSampler::new(&req.turn.sampling, self.model.n_vocab());
-        let mut utf8 = Utf8Stream::new();
-        let mut stops = match self.style {
+    /// The decode loop's state after prefill: the sampler, the text assembly, whether this
+    /// turn speculates, and the host-time clock started.
+    fn start_decode(
+        &mut self,
+        req: &GenerateRequest,
+        batch: LlamaBatch<'static>,
+        logits_index: i32,
+        prompt_tokens: usize,
+        mut timeline: TurnTimeline,
+    ) -> Turn<'m> {
+        let sampler = HostSampler::new(&req.turn.sampling, self.model.n_vocab());
+        let stops = match self.style {
             PromptStyle::Completion if !req.turn.ignore_eos => StopMatcher::new(&COMPLETION_STOPS),
             _ => StopMatcher::new(&[]),
         };
-        let mut text = String::new();
         self.pieces.clear();
         // Speculation verifies drafts against the target's greedy choice; another sampler
         // (temperature, penalties) decodes one token per pass.
@@ -502,10 +545,7 @@ impl<'m> Session<'m> {
         // Temperature with top-k (no penalty): the speculative sampling rule, which keeps
         // the target's distribution, on probabilities computed like the host chain's.
         let sampling_rule = sampler.path() == crate::llama::sampler::HostPath::TopK;
-        let mut rng = crate::ids::SplitMix64(u64::from(req.turn.sampling.seed) ^ 0x5bec_u64);
-        // The replacement token a rejection drew: the next token, pending like a sampled one.
-        let mut forced_next: Option<LlamaToken> = None;
-        let mut spec_stats = self.drafter.as_ref().map(|d| SpecStats {
+        let spec_stats = self.drafter.as_ref().map(|d| SpecStats {
             mode: d.mode(),
             draft_max: self.spec.draft_max as usize,
             draft_cost_ratio: self.draft_cost_ratio,
@@ -517,253 +557,340 @@ impl<'m> Session<'m> {
             },
             ..SpecStats::default()
         });
-        let speculate = spec_on && (greedy || sampling_rule);
-        // Drafted tokens the last verify pass accepted: already in the KV cache, emitted one
-        // by one (each its own token event) with the pass's end as their ready time.
-        let mut accepted_queue: std::collections::VecDeque<LlamaToken> =
-            std::collections::VecDeque::new();
-        let mut pass_done_at = t0.elapsed();
+        let max_tokens = req.turn.max_tokens.min(1 << 16) as usize;
         // Room for every pass's end up front: no allocation inside a timed pass.
-        timeline
-            .pass_done_at
-            .reserve(req.turn.max_tokens.min(1 << 16) as usize);
-        let mut drafts: Vec<LlamaToken> = Vec::new();
-        let mut history: Vec<LlamaToken> = Vec::new();
-        // Host time per token (docs/metrics.md): each gap between two decode calls, and its
-        // parts, timed where they happen.
-        let mut host = HostTimes {
-            gaps: Vec::with_capacity(req.turn.max_tokens.min(1 << 16) as usize),
-            ..HostTimes::default()
-        };
-        let mut gap_start = Instant::now();
-        while stop_reason.is_none() {
-            let mark = Instant::now();
-            let (token, from_pass) = match (accepted_queue.pop_front(), forced_next.take()) {
+        timeline.pass_done_at.reserve(max_tokens);
+        let model: &'m LlamaModel = self.model;
+        Turn {
+            t0: req.submitted_at,
+            n_ctx: self.ctx.n_ctx() as usize,
+            prompt_tokens,
+            vocab: model.vocab(),
+            batch,
+            logits_index,
+            sampler,
+            utf8: Utf8Stream::new(),
+            stops,
+            text: String::new(),
+            greedy,
+            speculate: spec_on && (greedy || sampling_rule),
+            rng: crate::ids::SplitMix64(u64::from(req.turn.sampling.seed) ^ 0x5bec_u64),
+            forced_next: None,
+            spec_stats,
+            accepted_queue: std::collections::VecDeque::new(),
+            pass_done_at: req.submitted_at.elapsed(),
+            drafts: Vec::new(),
+            history: Vec::new(),
+            // Host time per token (docs/metrics.md): each gap between two decode calls, and
+            // its parts, timed where they happen.
+            host: HostTimes {
+                gaps: Vec::with_capacity(max_tokens),
+                ..HostTimes::default()
+            },
+            gap_start: Instant::now(),
+            timeline,
+            stop_reason: None,
+        }
+    }
+
+    /// The next token and whether a verify pass already decoded it: an accepted draft, else
+    /// the replacement a rejection drew, else a sample from the last pass's logits.
+    fn next_token(
+        &mut self,
+        turn: &mut Turn<'m>,
+        backend: bool,
+    ) -> Result<(LlamaToken, bool), EngineError> {
+        let mark = Instant::now();
+        let host = &mut turn.host;
+        Ok(
+            match (turn.accepted_queue.pop_front(), turn.forced_next.take()) {
                 (Some(t), forced) => {
-                    forced_next = forced;
+                    turn.forced_next = forced;
                     (t, true)
                 }
                 (None, Some(t)) => (t, false),
-                (None, None) if place.backend => {
+                (None, None) if backend => {
                     // Sampled inside the graph: no logits row leaves the context.
-                    let token = self.ctx.sampled_token_ith(logits_index).ok_or_else(|| {
-                        EngineError::Decode(format!(
-                            "llama.cpp sampled no token on the backend (output {logits_index}); use --sampling host"
-                        ))
-                    })?;
+                    let index = turn.logits_index;
+                    let token = self.ctx.sampled_token_ith(index).ok_or_else(|| {
+                    EngineError::Decode(format!(
+                        "llama.cpp sampled no token on the backend (output {index}); use --sampling host"
+                    ))
+                })?;
                     host.sampling += mark.elapsed();
                     (token, false)
                 }
                 (None, None) => {
-                    let logits = self.ctx.get_logits_ith(logits_index);
+                    let logits = self.ctx.get_logits_ith(turn.logits_index);
                     let sampled_at = Instant::now();
                     host.logits_out += sampled_at - mark;
                     let token =
-                        sampler
+                        turn.sampler
                             .sample(logits)
                             .map_err(|_| EngineError::NonFiniteLogits {
-                                at_token: timeline.token_ready_at.len(),
+                                at_token: turn.timeline.token_ready_at.len(),
                             })?;
                     host.sampling += sampled_at.elapsed();
                     (token, false)
                 }
-            };
-            let mark = Instant::now();
-            host.tokens += 1;
-            if vocab.is_eog(token) && !req.turn.ignore_eos {
-                stop_reason = Some(StopReason::EndOfGeneration);
-                break;
-            }
-            let piece = vocab.token_to_piece(token, false, None);
-            let whole = utf8.push(&piece);
-            let (visible, hit_stop) = stops.push(&whole);
-            self.pieces.push(whole);
-            let at = if from_pass {
-                pass_done_at
-            } else {
-                t0.elapsed()
-            };
-            let detokenized = Instant::now();
-            host.detokenize += detokenized - mark;
-            let index = timeline.token_ready_at.len();
-            timeline.token_ready_at.push(at);
-            text.push_str(&visible);
-            let _ = events.send(EngineEvent::Token {
-                request_id: req.id,
-                index,
-                text: visible,
-                at,
-            });
-            host.event += detokenized.elapsed();
-            let emitted = timeline.token_ready_at.len();
-            // The context check counts the tokens a one-token-per-pass decode would hold by
-            // now, so that speculation stops where plain decoding stops.
-            stop_reason = if hit_stop {
-                Some(StopReason::StopString)
-            } else if emitted >= req.turn.max_tokens as usize {
-                Some(StopReason::MaxTokens)
-            } else if tokens.len() + emitted >= n_ctx {
-                Some(StopReason::ContextFull)
-            } else if !from_pass && cancelled() {
-                // Checked before each decode call: the tokens of a finished pass are all
-                // delivered, and Esc stops within one pass.
-                Some(StopReason::Cancelled)
-            } else {
-                None
-            };
-            if stop_reason.is_some() {
-                break;
-            }
-            if from_pass {
-                continue;
-            }
-            // Propose a draft continuing the context and the pending token.
-            drafts.clear();
-            let mut draft_time = std::time::Duration::ZERO;
-            if speculate {
-                let remaining = req.turn.max_tokens as usize - emitted;
-                let k_max = (self.spec.draft_max as usize)
-                    .min(remaining.saturating_sub(1))
-                    .min(n_ctx.saturating_sub(self.cached.len() + 2));
-                if k_max > 0 {
-                    let started = Instant::now();
-                    history.clear();
-                    history.extend_from_slice(&self.cached);
-                    history.push(token);
-                    if let Some(drafter) = self.drafter.as_mut() {
-                        drafts = drafter.propose(&history, k_max, self.spec.draft_p_min)?;
-                    }
-                    if drafts.len() < self.spec.draft_min as usize {
-                        drafts.clear();
-                    }
-                    draft_time = started.elapsed();
-                }
-            }
-            batch.clear();
-            batch
-                .add(token, self.cached.len() as i32, &[0], true)
-                .map_err(|e| EngineError::Decode(e.to_string()))?;
-            for (i, d) in drafts.iter().enumerate() {
-                batch
-                    .add(*d, (self.cached.len() + 1 + i) as i32, &[0], true)
-                    .map_err(|e| EngineError::Decode(e.to_string()))?;
-            }
-            let step = Instant::now();
-            let gap = (step - gap_start).saturating_sub(draft_time);
-            host.gaps.push(gap);
-            host.total += gap;
-            self.ctx
-                .decode(&mut batch)
-                .map_err(|e| EngineError::Decode(e.to_string()))?;
-            self.ctx.synchronize();
-            timeline.pass_done_at.push(t0.elapsed());
-            self.cached.push(token);
-            logits_index = 0;
-            let mut accepted = 0usize;
-            if !drafts.is_empty() {
-                // Verify: row i holds the target's choice after the pending token and the
-                // first i drafted tokens; accept drafted tokens while they match it.
-                if greedy {
-                    while accepted < drafts.len()
-                        && crate::llama::sampler::argmax(self.ctx.get_logits_ith(accepted as i32))
-                            == drafts[accepted].0 as usize
-                    {
-                        accepted += 1;
-                    }
-                } else {
-                    // The speculative sampling rule, position by position; the token after
-                    // the last accepted one is the residual's draw (or, when all were
-                    // accepted, a draw from the last row).
-                    let mut replacement = None;
-                    for (i, d) in drafts.iter().enumerate() {
-                        let probs = super::spec::chain_probs(
-                            self.ctx.get_logits_ith(i as i32),
-                            &req.turn.sampling,
-                        );
-                        match super::spec::accept_or_resample(&probs, d.0, &mut rng) {
-                            Ok(()) => accepted += 1,
-                            Err(t) => {
-                                replacement = Some(t);
-                                break;
-                            }
-                        }
-                    }
-                    let next = replacement.unwrap_or_else(|| {
-                        let probs = super::spec::chain_probs(
-                            self.ctx.get_logits_ith(drafts.len() as i32),
-                            &req.turn.sampling,
-                        );
-                        super::spec::draw(&probs, &mut rng)
-                    });
-                    forced_next = Some(LlamaToken(next));
-                }
-                self.cached.extend_from_slice(&drafts[..accepted]);
-                // Rejected positions leave the KV cache.
-                self.ctx
-                    .clear_kv_cache_seq(Some(0), Some(self.cached.len() as u32), None)
-                    .map_err(|e| EngineError::Decode(e.to_string()))?;
-                accepted_queue.extend(drafts[..accepted].iter().copied());
-                timeline.accepted_drafts += accepted;
-                logits_index = accepted as i32;
-                pass_done_at = t0.elapsed();
-            }
-            // One end of the pass for the decode compute, the verify or plain time and the
-            // next host gap, so that they add up (the Spec event below is host time).
-            gap_start = Instant::now();
-            let pass_time = gap_start - step;
-            timeline.decode_compute += pass_time;
-            timeline.decode_calls += 1;
-            if let Some(s) = spec_stats.as_mut().filter(|_| speculate) {
-                s.draft_time += draft_time;
-                if drafts.is_empty() {
-                    s.plain_passes += 1;
-                    s.plain_time += pass_time;
-                } else {
-                    s.verify_passes += 1;
-                    s.drafted += drafts.len();
-                    s.accepted += accepted;
-                    s.rejections += usize::from(accepted < drafts.len());
-                    s.verify_time += pass_time;
-                }
-                let _ = events.send(EngineEvent::Spec {
-                    request_id: req.id,
-                    stats: Box::new(s.clone()),
-                });
-            }
+            },
+        )
+    }
+
+    /// Emits one token: end of generation, its text (whole characters, stop strings held
+    /// back), its event stamped now (or at its verify pass's end), then whether the turn
+    /// stops here.
+    fn emit(
+        &mut self,
+        turn: &mut Turn<'m>,
+        req: &GenerateRequest,
+        events: &EventSender,
+        token: LlamaToken,
+        from_pass: bool,
+        cancelled: &dyn Fn() -> bool,
+    ) -> Option<StopReason> {
+        let mark = Instant::now();
+        let host = &mut turn.host;
+        host.tokens += 1;
+        if turn.vocab.is_eog(token) && !req.turn.ignore_eos {
+            return Some(StopReason::EndOfGeneration);
         }
-        if speculate {
+        let piece = turn.vocab.token_to_piece(token, false, None);
+        let whole = turn.utf8.push(&piece);
+        let (visible, hit_stop) = turn.stops.push(&whole);
+        self.pieces.push(whole);
+        let at = if from_pass {
+            turn.pass_done_at
+        } else {
+            turn.t0.elapsed()
+        };
+        let detokenized = Instant::now();
+        host.detokenize += detokenized - mark;
+        let timeline = &mut turn.timeline;
+        let index = timeline.token_ready_at.len();
+        timeline.token_ready_at.push(at);
+        turn.text.push_str(&visible);
+        let _ = events.send(EngineEvent::Token {
+            request_id: req.id,
+            index,
+            text: visible,
+            at,
+        });
+        host.event += detokenized.elapsed();
+        let emitted = timeline.token_ready_at.len();
+        // The context check counts the tokens a one-token-per-pass decode would hold by now,
+        // so that speculation stops where plain decoding stops.
+        if hit_stop {
+            Some(StopReason::StopString)
+        } else if emitted >= req.turn.max_tokens as usize {
+            Some(StopReason::MaxTokens)
+        } else if turn.prompt_tokens + emitted >= turn.n_ctx {
+            Some(StopReason::ContextFull)
+        } else if !from_pass && cancelled() {
+            // Checked before each decode call: the tokens of a finished pass are all
+            // delivered, and Esc stops within one pass.
+            Some(StopReason::Cancelled)
+        } else {
+            None
+        }
+    }
+
+    /// One target pass: the pending token (and a draft continuing it, when speculating)
+    /// decoded in one call, the draft verified, and the pass's time split into decode
+    /// compute, verify or plain time and host gap.
+    fn decode_pass(
+        &mut self,
+        turn: &mut Turn<'m>,
+        req: &GenerateRequest,
+        events: &EventSender,
+        token: LlamaToken,
+    ) -> Result<(), EngineError> {
+        let t0 = turn.t0;
+        let draft_time = self.draft(turn, req, token)?;
+        let batch = &mut turn.batch;
+        batch.clear();
+        batch
+            .add(token, self.cached.len() as i32, &[0], true)
+            .map_err(|e| EngineError::Decode(e.to_string()))?;
+        for (i, d) in turn.drafts.iter().enumerate() {
+            batch
+                .add(*d, (self.cached.len() + 1 + i) as i32, &[0], true)
+                .map_err(|e| EngineError::Decode(e.to_string()))?;
+        }
+        let step = Instant::now();
+        let gap = (step - turn.gap_start).saturating_sub(draft_time);
+        turn.host.gaps.push(gap);
+        turn.host.total += gap;
+        self.ctx
+            .decode(batch)
+            .map_err(|e| EngineError::Decode(e.to_string()))?;
+        self.ctx.synchronize();
+        turn.timeline.pass_done_at.push(t0.elapsed());
+        self.cached.push(token);
+        turn.logits_index = 0;
+        let accepted = if turn.drafts.is_empty() {
+            0
+        } else {
+            let accepted = self.verify(turn, &req.turn.sampling)?;
+            turn.timeline.accepted_drafts += accepted;
+            turn.logits_index = accepted as i32;
+            turn.pass_done_at = t0.elapsed();
+            accepted
+        };
+        // One end of the pass for the decode compute, the verify or plain time and the next
+        // host gap, so that they add up (the Spec event below is host time).
+        turn.gap_start = Instant::now();
+        let pass_time = turn.gap_start - step;
+        turn.timeline.decode_compute += pass_time;
+        turn.timeline.decode_calls += 1;
+        if let Some(s) = turn.spec_stats.as_mut().filter(|_| turn.speculate) {
+            s.draft_time += draft_time;
+            if turn.drafts.is_empty() {
+                s.plain_passes += 1;
+                s.plain_time += pass_time;
+            } else {
+                s.verify_passes += 1;
+                s.drafted += turn.drafts.len();
+                s.accepted += accepted;
+                s.rejections += usize::from(accepted < turn.drafts.len());
+                s.verify_time += pass_time;
+            }
+            let _ = events.send(EngineEvent::Spec {
+                request_id: req.id,
+                stats: Box::new(s.clone()),
+            });
+        }
+        Ok(())
+    }
+
+    /// Proposes a draft continuing the context and the pending token into `turn.drafts`
+    /// (empty when not speculating or too short); returns the time it took.
+    fn draft(
+        &mut self,
+        turn: &mut Turn<'m>,
+        req: &GenerateRequest,
+        token: LlamaToken,
+    ) -> Result<std::time::Duration, EngineError> {
+        turn.drafts.clear();
+        if !turn.speculate {
+            return Ok(std::time::Duration::ZERO);
+        }
+        let emitted = turn.timeline.token_ready_at.len();
+        let remaining = req.turn.max_tokens as usize - emitted;
+        let k_max = (self.spec.draft_max as usize)
+            .min(remaining.saturating_sub(1))
+            .min(turn.n_ctx.saturating_sub(self.cached.len() + 2));
+        if k_max == 0 {
+            return Ok(std::time::Duration::ZERO);
+        }
+        let started = Instant::now();
+        turn.history.clear();
+        turn.history.extend_from_slice(&self.cached);
+        turn.history.push(token);
+        if let Some(drafter) = self.drafter.as_mut() {
+            turn.drafts = drafter.propose(&turn.history, k_max, self.spec.draft_p_min)?;
+        }
+        if turn.drafts.len() < self.spec.draft_min as usize {
+            turn.drafts.clear();
+        }
+        Ok(started.elapsed())
+    }
+
+    /// Verifies the pass's draft: row i holds the target's choice after the pending token
+    /// and the first i drafted tokens. Greedy accepts drafted tokens while they match it;
+    /// sampling applies the speculative sampling rule and leaves the next token in
+    /// `forced_next`. Rejected positions leave the KV cache; returns how many were accepted.
+    fn verify(
+        &mut self,
+        turn: &mut Turn<'m>,
+        sampling: &SamplingParams,
+    ) -> Result<usize, EngineError> {
+        let drafts = &turn.drafts;
+        let mut accepted = 0usize;
+        if turn.greedy {
+            while accepted < drafts.len()
+                && crate::llama::sampler::argmax(self.ctx.get_logits_ith(accepted as i32))
+                    == drafts[accepted].0 as usize
+            {
+                accepted += 1;
+            }
+        } else {
+            // Position by position; the token after the last accepted one is the residual's
+            // draw (or, when all were accepted, a draw from the last row).
+            let mut replacement = None;
+            for (i, d) in drafts.iter().enumerate() {
+                let probs = super::spec::chain_probs(self.ctx.get_logits_ith(i as i32), sampling);
+                match super::spec::accept_or_resample(&probs, d.0, &mut turn.rng) {
+                    Ok(()) => accepted += 1,
+                    Err(t) => {
+                        replacement = Some(t);
+                        break;
+                    }
+                }
+            }
+            let next = replacement.unwrap_or_else(|| {
+                let probs = super::spec::chain_probs(
+                    self.ctx.get_logits_ith(drafts.len() as i32),
+                    sampling,
+                );
+                super::spec::draw(&probs, &mut turn.rng)
+            });
+            turn.forced_next = Some(LlamaToken(next));
+        }
+        self.cached.extend_from_slice(&drafts[..accepted]);
+        self.ctx
+            .clear_kv_cache_seq(Some(0), Some(self.cached.len() as u32), None)
+            .map_err(|e| EngineError::Decode(e.to_string()))?;
+        turn.accepted_queue
+            .extend(drafts[..accepted].iter().copied());
+        Ok(accepted)
+    }
+
+    /// Ends the turn: the KV cache trimmed to what plain decoding leaves, the last host gap,
+    /// the held-back text flushed, llama.cpp's counters read, the report built.
+    fn finish(
+        &mut self,
+        mut turn: Turn<'m>,
+        place: SamplingPlace,
+        first_logits: Option<Vec<f32>>,
+        dropped_messages: usize,
+    ) -> Result<TurnReport, EngineError> {
+        let emitted = turn.timeline.token_ready_at.len();
+        if turn.speculate {
             // The KV cache keeps exactly what one-token-per-pass decoding would have left in
             // it: the prompt and the answer's tokens, all but a last token still pending.
             // Accepted tokens past the end of the answer (a stop, max tokens) leave it too.
-            let emitted = timeline.token_ready_at.len();
             let pending =
-                usize::from(emitted > 0 && stop_reason != Some(StopReason::EndOfGeneration));
-            let keep = (tokens.len() + emitted - pending).min(self.cached.len());
+                usize::from(emitted > 0 && turn.stop_reason != Some(StopReason::EndOfGeneration));
+            let keep = (turn.prompt_tokens + emitted - pending).min(self.cached.len());
             self.ctx
                 .clear_kv_cache_seq(Some(0), Some(keep as u32), None)
                 .map_err(|e| EngineError::Decode(e.to_string()))?;
             self.cached.truncate(keep);
         }
-        let last_gap = gap_start.elapsed();
+        let host = &mut turn.host;
+        let last_gap = turn.gap_start.elapsed();
         if host.gaps.len() < host.tokens {
             host.gaps.push(last_gap);
         }
         host.total += last_gap;
-        if let Some(s) = spec_stats.as_mut() {
+        if let Some(s) = turn.spec_stats.as_mut() {
             // The per-token split of the decode phase: draft, verify, plain and host time.
             s.tokens = host.tokens;
             s.host_time = host.total;
         }
-        let stop_reason = stop_reason.unwrap_or(StopReason::EndOfGeneration);
+        let stop_reason = turn.stop_reason.unwrap_or(StopReason::EndOfGeneration);
+        let mut text = turn.text;
         if stop_reason == StopReason::StopString {
             // The transcript's separator before the next "Question:" is not part of the answer.
             text.truncate(text.trim_end().len());
         } else {
-            let (tail, _) = stops.push(&utf8.finish());
+            let (tail, _) = turn.stops.push(&turn.utf8.finish());
             text.push_str(&tail);
-            text.push_str(&stops.finish());
+            text.push_str(&turn.stops.finish());
         }
-        timeline.finished_at = Some(t0.elapsed());
+        let mut timeline = turn.timeline;
+        timeline.finished_at = Some(turn.t0.elapsed());
         let t = self.ctx.timings();
         Ok(TurnReport {
             text,
@@ -778,16 +905,51 @@ impl<'m> Session<'m> {
                 eval_tokens: t.n_eval(),
             },
             first_logits,
-            host,
+            host: turn.host,
             sampler: if place.backend {
                 "backend"
             } else {
-                sampler.path().as_str()
+                turn.sampler.path().as_str()
             },
             sampling: place,
-            spec: spec_stats,
+            spec: turn.spec_stats,
         })
     }
+}
+
+/// What one turn's decode loop carries from token to token.
+struct Turn<'m> {
+    /// The request's submission: every offset of the timeline is measured from it.
+    t0: Instant,
+    n_ctx: usize,
+    /// Tokens in the whole templated prompt.
+    prompt_tokens: usize,
+    vocab: llama_cpp_2::vocab::LlamaVocab<'m>,
+    /// One batch for every decode call of the turn.
+    batch: LlamaBatch<'static>,
+    /// The row of the last pass's logits the next token is sampled from.
+    logits_index: i32,
+    sampler: HostSampler,
+    utf8: Utf8Stream,
+    stops: StopMatcher,
+    text: String,
+    greedy: bool,
+    speculate: bool,
+    rng: crate::ids::SplitMix64,
+    /// The replacement token a rejection drew: the next token, pending like a sampled one.
+    forced_next: Option<LlamaToken>,
+    spec_stats: Option<SpecStats>,
+    /// Drafted tokens the last verify pass accepted: already in the KV cache, emitted one by
+    /// one (each its own token event) with the pass's end as their ready time.
+    accepted_queue: std::collections::VecDeque<LlamaToken>,
+    pass_done_at: std::time::Duration,
+    drafts: Vec<LlamaToken>,
+    history: Vec<LlamaToken>,
+    host: HostTimes,
+    /// The end of the last decode call (or of prefill): the start of the host gap.
+    gap_start: Instant,
+    timeline: TurnTimeline,
+    stop_reason: Option<StopReason>,
 }
 
 /// Decide how prompts are built: (style, label for the stamp, note when not the model's own).

@@ -260,21 +260,6 @@ fn serve(
                     return next;
                 }
             }
-            Ok(EngineCommand::LoadModel(c)) => {
-                // A file that fails the pre-flight checks, or that llama.cpp crashes on in the
-                // child-process probe, is refused while the current model is still loaded:
-                // the chat keeps answering with it.
-                let verdict = llama::model_info::check_model_file(&c.model_path)
-                    .and_then(|_| llama::probe::ensure_survivable(&c.model_path));
-                if let Err(e) = verdict {
-                    let _ = events.send(EngineEvent::LoadFailed(e));
-                    let mut kept = session.info.clone();
-                    kept.template_note = None;
-                    let _ = events.send(EngineEvent::Ready(Box::new(kept)));
-                    continue;
-                }
-                return Next::Load(c);
-            }
             Ok(EngineCommand::Shutdown) | Err(_) => return Next::Shutdown,
         }
     }
@@ -481,7 +466,6 @@ fn serve_without_model(
                     return next;
                 }
             }
-            Ok(EngineCommand::LoadModel(c)) => return Next::Load(c),
             Ok(EngineCommand::Shutdown) | Err(_) => return Next::Shutdown,
         }
     }

@@ -3,6 +3,7 @@
 //! client exactly as `run --url` measures one; then reduced to the serving table and goodput.
 
 pub(crate) mod arrivals;
+pub(crate) mod capacity;
 pub(crate) mod report;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

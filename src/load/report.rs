@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::metrics::{ms, percentile_sorted};
+use crate::metrics::{ms, LatencyStats};
 
 /// One request that completed.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -105,35 +105,8 @@ pub(crate) fn parse_duration(s: &str) -> Option<Duration> {
     (v.is_finite() && v >= 0.0 && v * scale < 1e6).then(|| Duration::from_secs_f64(v * scale))
 }
 
-/// mean, p50, p90, p99 in ms; `None` when there is nothing to summarise.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub(crate) struct Dist {
-    pub mean_ms: f64,
-    pub p50_ms: f64,
-    pub p90_ms: f64,
-    pub p99_ms: f64,
-}
-
-impl Dist {
-    pub(crate) fn of(values: &[Duration]) -> Option<Self> {
-        if values.is_empty() {
-            return None;
-        }
-        let mut sorted = values.to_vec();
-        sorted.sort_unstable();
-        let total: Duration = sorted.iter().sum();
-        let p = |q| percentile_sorted(&sorted, q).map_or(0.0, ms);
-        Some(Self {
-            mean_ms: ms(total) / sorted.len() as f64,
-            p50_ms: p(50.0),
-            p90_ms: p(90.0),
-            p99_ms: p(99.0),
-        })
-    }
-}
-
 /// The reduced result of one load level.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub(crate) struct LoadSummary {
     /// "rate=4/s, burstiness 1" or "concurrency=2".
     pub level: String,
@@ -152,14 +125,29 @@ pub(crate) struct LoadSummary {
     pub output_tok_per_s: Option<f64>,
     /// Mean output tok/s of one request (output tokens / E2E), the per-user speed.
     pub per_user_tok_per_s: Option<f64>,
-    pub ttft: Option<Dist>,
-    pub tpot: Option<Dist>,
-    pub itl: Option<Dist>,
-    pub e2el: Option<Dist>,
+    pub ttft: Option<LatencyStats>,
+    pub tpot: Option<LatencyStats>,
+    pub itl: Option<LatencyStats>,
+    pub e2el: Option<LatencyStats>,
     pub slo: Option<Slo>,
     pub good_requests: Option<usize>,
     /// Requests per second meeting every SLO (vLLM's request goodput).
     pub goodput_req_per_s: Option<f64>,
+}
+
+impl LoadSummary {
+    /// The level's one-line progress report.
+    pub(crate) fn line(&self) -> String {
+        format!(
+            "{}: {} ok, {} failed, {} req/s, {} out tok/s, goodput {} req/s",
+            self.level,
+            self.completed,
+            self.failed,
+            crate::metrics::fmt_opt(self.request_per_s, 2),
+            crate::metrics::fmt_opt(self.output_tok_per_s, 1),
+            crate::metrics::fmt_opt(self.goodput_req_per_s, 2),
+        )
+    }
 }
 
 fn per_s(count: f64, secs: f64) -> Option<f64> {
@@ -233,10 +221,10 @@ pub(crate) fn summarize(
         output_tok_per_s: per_s(completion_tokens as f64, secs),
         per_user_tok_per_s: (!user_rates.is_empty())
             .then(|| user_rates.iter().sum::<f64>() / user_rates.len() as f64),
-        ttft: Dist::of(&ttfts),
-        tpot: Dist::of(&tpots),
-        itl: Dist::of(&itls),
-        e2el: Dist::of(&e2es),
+        ttft: LatencyStats::from_durations(&ttfts),
+        tpot: LatencyStats::from_durations(&tpots),
+        itl: LatencyStats::from_durations(&itls),
+        e2el: LatencyStats::from_durations(&e2es),
         slo,
         good_requests: good,
         goodput_req_per_s: good.and_then(|g| per_s(g as f64, secs)),
@@ -247,12 +235,10 @@ fn f(v: Option<f64>, decimals: usize) -> String {
     crate::metrics::fmt_opt(v, decimals)
 }
 
-/// The table, one row per level, as markdown.
+/// The serving table: one line per level, then each level's errors by kind.
 pub(crate) fn markdown(rows: &[LoadSummary]) -> String {
-    let mut out = String::from(
-        "| level | ok | err | req/s | in tok/s | out tok/s | user tok/s | goodput req/s | TTFT mean/p50/p90/p99 ms | TPOT mean/p50/p90/p99 ms | ITL mean/p50/p90/p99 ms | E2EL mean/p50/p90/p99 ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
-    );
-    let d = |x: &Option<Dist>| {
+    use crate::report::{table, Align};
+    let d = |x: &Option<LatencyStats>| {
         x.map_or("—".into(), |d| {
             format!(
                 "{:.1} / {:.1} / {:.1} / {:.1}",
@@ -260,23 +246,40 @@ pub(crate) fn markdown(rows: &[LoadSummary]) -> String {
             )
         })
     };
-    for r in rows {
-        out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
-            r.level,
-            r.completed,
-            r.failed,
-            f(r.request_per_s, 2),
-            f(r.input_tok_per_s, 1),
-            f(r.output_tok_per_s, 1),
-            f(r.per_user_tok_per_s, 1),
-            f(r.goodput_req_per_s, 2),
-            d(&r.ttft),
-            d(&r.tpot),
-            d(&r.itl),
-            d(&r.e2el),
-        ));
-    }
+    let headers = [
+        ("level", Align::Left),
+        ("ok", Align::Right),
+        ("err", Align::Right),
+        ("req/s", Align::Right),
+        ("in tok/s", Align::Right),
+        ("out tok/s", Align::Right),
+        ("user tok/s", Align::Right),
+        ("goodput req/s", Align::Right),
+        ("TTFT mean/p50/p90/p99 ms", Align::Right),
+        ("TPOT mean/p50/p90/p99 ms", Align::Right),
+        ("ITL mean/p50/p90/p99 ms", Align::Right),
+        ("E2EL mean/p50/p90/p99 ms", Align::Right),
+    ];
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                r.level.clone(),
+                r.completed.to_string(),
+                r.failed.to_string(),
+                f(r.request_per_s, 2),
+                f(r.input_tok_per_s, 1),
+                f(r.output_tok_per_s, 1),
+                f(r.per_user_tok_per_s, 1),
+                f(r.goodput_req_per_s, 2),
+                d(&r.ttft),
+                d(&r.tpot),
+                d(&r.itl),
+                d(&r.e2el),
+            ]
+        })
+        .collect();
+    let mut out = table(&headers, &cells);
     for r in rows.iter().filter(|r| !r.errors_by_kind.is_empty()) {
         let kinds: Vec<String> = r
             .errors_by_kind
@@ -293,43 +296,45 @@ pub(crate) fn markdown(rows: &[LoadSummary]) -> String {
 
 /// The table as CSV (empty cells for unknown figures).
 pub(crate) fn csv(rows: &[LoadSummary]) -> String {
-    let mut out = String::from("level,completed,failed,duration_s,prompt_tokens,completion_tokens,req_per_s,input_tok_per_s,output_tok_per_s,per_user_tok_per_s,goodput_req_per_s");
-    for m in ["ttft", "tpot", "itl", "e2el"] {
-        for s in ["mean", "p50", "p90", "p99"] {
-            out.push_str(&format!(",{m}_{s}_ms"));
-        }
-    }
-    out.push('\n');
     let o = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.4}"));
-    for r in rows {
-        out.push_str(&format!(
-            "\"{}\",{},{},{:.4},{},{},{},{},{},{},{}",
-            r.level.replace('"', "'"),
-            r.completed,
-            r.failed,
-            r.duration_s,
-            r.prompt_tokens,
-            r.completion_tokens,
-            o(r.request_per_s),
-            o(r.input_tok_per_s),
-            o(r.output_tok_per_s),
-            o(r.per_user_tok_per_s),
-            o(r.goodput_req_per_s),
-        ));
-        for d in [r.ttft, r.tpot, r.itl, r.e2el] {
-            for v in [
-                d.map(|d| d.mean_ms),
-                d.map(|d| d.p50_ms),
-                d.map(|d| d.p90_ms),
-                d.map(|d| d.p99_ms),
+    let lines: Vec<Vec<(String, String)>> = rows
+        .iter()
+        .map(|r| {
+            let mut fields: Vec<(String, String)> = [
+                ("level", r.level.clone()),
+                ("completed", r.completed.to_string()),
+                ("failed", r.failed.to_string()),
+                ("duration_s", format!("{:.4}", r.duration_s)),
+                ("prompt_tokens", r.prompt_tokens.to_string()),
+                ("completion_tokens", r.completion_tokens.to_string()),
+                ("req_per_s", o(r.request_per_s)),
+                ("input_tok_per_s", o(r.input_tok_per_s)),
+                ("output_tok_per_s", o(r.output_tok_per_s)),
+                ("per_user_tok_per_s", o(r.per_user_tok_per_s)),
+                ("goodput_req_per_s", o(r.goodput_req_per_s)),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect();
+            for (m, d) in [
+                ("ttft", r.ttft),
+                ("tpot", r.tpot),
+                ("itl", r.itl),
+                ("e2el", r.e2el),
             ] {
-                out.push(',');
-                out.push_str(&o(v));
+                for (s, v) in [
+                    ("mean", d.map(|d| d.mean_ms)),
+                    ("p50", d.map(|d| d.p50_ms)),
+                    ("p90", d.map(|d| d.p90_ms)),
+                    ("p99", d.map(|d| d.p99_ms)),
+                ] {
+                    fields.push((format!("{m}_{s}_ms"), o(v)));
+                }
             }
-        }
-        out.push('\n');
-    }
-    out
+            fields
+        })
+        .collect();
+    crate::report::csv_lines(&lines)
 }
 
 #[cfg(test)]

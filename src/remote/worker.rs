@@ -234,12 +234,6 @@ fn run(
                     error: not_here("bench's tg test (for a server: `tokscope load --url`)"),
                 });
             }
-            EngineCommand::LoadModel(config) => {
-                let _ = events.send(EngineEvent::LoadFailed(not_here(&format!(
-                    "loading {}",
-                    config.model_path.display()
-                ))));
-            }
             EngineCommand::Shutdown => break,
         }
     }

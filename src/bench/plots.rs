@@ -1,0 +1,159 @@
+//! `bench --plot FILE.ext`: the chart files of a run, named FILE-roofline.ext, FILE-batch.ext
+//! and FILE-spec.ext, each with a subtitle that says which models, backend, threads and
+//! tests it shows. The drawing is `crate::plot`'s; this file picks the points from the rows.
+
+use std::path::{Path, PathBuf};
+
+use super::report::Row;
+use super::spec::SpecRow;
+use super::sweep;
+use crate::llama::measure::TestKind;
+use crate::metrics::BatchPoint;
+use crate::plot::{plot_batch_sweep, plot_roofline, plot_spec_sweep, PlotError, RooflinePoint};
+
+/// `FILE.ext` → `FILE-suffix.ext`: the names of `--plot`'s charts.
+pub(crate) fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let ext = path
+        .extension()
+        .map(|e| e.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    path.with_file_name(format!("{stem}-{suffix}.{ext}"))
+}
+
+/// FILE-roofline.ext from the rows with a ceiling, FILE-batch.ext from the batch rows.
+/// Returns the lines to tell the user (what was written, what could not be drawn).
+pub(crate) fn write_rows(rows: &[Row], path: &Path) -> Result<Vec<String>, PlotError> {
+    let mut notes = Vec::new();
+    let roofline: Vec<RooflinePoint> = rows
+        .iter()
+        .filter_map(|r| {
+            Some(RooflinePoint {
+                label: format!(
+                    "{} {}",
+                    sweep::file_name(Path::new(&r.params.model)),
+                    r.test
+                ),
+                bytes_per_token: r.bytes_per_token?,
+                tok_per_s: r.decode_tok_per_s?,
+            })
+        })
+        .collect();
+    let bandwidth = rows.iter().find_map(|r| {
+        Some((
+            r.bandwidth_gb_s? * 1e9,
+            r.bandwidth_source.clone().unwrap_or_default(),
+        ))
+    });
+    if let (false, Some((bw, label))) = (roofline.is_empty(), bandwidth) {
+        let out = with_suffix(path, "roofline");
+        plot_roofline(
+            &roofline,
+            bw,
+            &label,
+            "decode speed against bytes read per token",
+            &chart_context(rows.iter().filter(|r| r.bytes_per_token.is_some())),
+            &out,
+        )?;
+        notes.push(format!("wrote {}", out.display()));
+    } else {
+        notes.push("--plot: no roofline (no decode rows with a known bandwidth)".to_owned());
+    }
+    let batch: Vec<BatchPoint> = rows
+        .iter()
+        .filter(|r| r.kind == TestKind::Batch)
+        .filter_map(|r| {
+            Some(BatchPoint {
+                batch: r.params.batch_size,
+                aggregate_tok_per_s: Some(r.tok_per_s_mean),
+                per_sequence_tok_per_s: Some(r.per_sequence_tok_per_s?),
+                itl_p50_ms: Some(r.itl_p50_ms?),
+                itl_p99_ms: Some(r.itl_p99_ms?),
+            })
+        })
+        .collect();
+    if !batch.is_empty() {
+        let out = with_suffix(path, "batch");
+        plot_batch_sweep(
+            &batch,
+            "batching: aggregate and per-sequence speed",
+            &chart_context(rows.iter().filter(|r| r.kind == TestKind::Batch)),
+            &out,
+        )?;
+        notes.push(format!("wrote {}", out.display()));
+    }
+    Ok(notes)
+}
+
+/// FILE-spec.ext: the speculative sweep's speed-up and acceptance against k. Returns the
+/// file written.
+pub(crate) fn write_spec(rows: &[SpecRow], path: &Path) -> Result<PathBuf, PlotError> {
+    let points = super::spec::points(rows);
+    let out = with_suffix(path, "spec");
+    let subtitle = match rows.first() {
+        Some(r) => format!(
+            "{} · {} · {} tokens greedy · {} round(s) · {} thread(s) · tokscope {}, {}",
+            sweep::file_name(Path::new(&r.model)),
+            match &r.draft_model {
+                Some(d) => format!("draft {}", sweep::file_name(Path::new(d))),
+                None => r.mode.clone(),
+            },
+            r.n_gen,
+            r.rounds,
+            r.stamp.threads,
+            env!("CARGO_PKG_VERSION"),
+            r.stamp.llama_cpp
+        ),
+        None => String::new(),
+    };
+    plot_spec_sweep(
+        &points,
+        "speculative decoding: speed-up and acceptance against k",
+        &subtitle,
+        &out,
+    )?;
+    Ok(out)
+}
+
+/// A chart's subtitle: which models, backend, threads and tests it shows, and the versions.
+fn chart_context<'a>(rows: impl Iterator<Item = &'a Row>) -> String {
+    let rows: Vec<&Row> = rows.collect();
+    // The distinct values in first-seen order, at most `max` named.
+    let distinct = |values: Vec<String>, max: usize| {
+        let mut seen: Vec<String> = Vec::new();
+        for v in values {
+            if !seen.contains(&v) {
+                seen.push(v);
+            }
+        }
+        let more = seen.len().saturating_sub(max);
+        let mut out = seen.into_iter().take(max).collect::<Vec<_>>().join(", ");
+        if more > 0 {
+            out.push_str(&format!(" +{more} more"));
+        }
+        out
+    };
+    let models = distinct(
+        rows.iter()
+            .map(|r| sweep::file_name(Path::new(&r.params.model)))
+            .collect(),
+        3,
+    );
+    let backends = distinct(rows.iter().map(|r| r.stamp.backend.clone()).collect(), 2);
+    let threads = distinct(
+        rows.iter().map(|r| r.params.threads.to_string()).collect(),
+        3,
+    );
+    let tests = distinct(rows.iter().map(|r| r.test.trim().to_string()).collect(), 4);
+    let llama = rows
+        .first()
+        .map(|r| r.stamp.llama_cpp.clone())
+        .unwrap_or_default();
+    format!(
+        "{models} · {backends} · {threads} thread(s) · {tests} · tokscope {}, {llama}",
+        env!("CARGO_PKG_VERSION")
+    )
+}
