@@ -320,7 +320,14 @@ fn read_cache(path: &Path) -> ProbeCache {
 /// Chat, `run` and `bench` all call this, so they share one figure. A cache that cannot be
 /// written costs a fresh probe next time and nothing else.
 pub(crate) fn cpu_bandwidth(threads: usize) -> Bandwidth {
+    cpu_bandwidth_announced(threads, || {})
+}
+
+/// [`cpu_bandwidth`], calling `announce` just before a fresh probe (not on a cache hit), so
+/// that the caller can say what the seconds of waiting are for.
+pub(crate) fn cpu_bandwidth_announced(threads: usize, announce: impl FnOnce()) -> Bandwidth {
     cpu_bandwidth_cached(&probe_cache_path(), threads, || {
+        announce();
         let footprint = probe_footprint_bytes(last_level_cache_bytes(), available_memory_bytes());
         measure_cpu_bandwidth(threads, footprint, PROBE_RUNS)
     })
@@ -539,6 +546,7 @@ pub(crate) fn peak_bandwidths(
     configured_gb_s: Option<f64>,
     gpu: impl FnOnce() -> Option<Bandwidth>,
     threads: usize,
+    announce: impl FnOnce(),
 ) -> Peaks {
     if let Some(gb) = configured_gb_s {
         return Peaks::configured(Some(Bandwidth {
@@ -549,7 +557,7 @@ pub(crate) fn peak_bandwidths(
     Peaks {
         configured: None,
         gpu: gpu(),
-        cpu: Some(cpu_bandwidth(threads)),
+        cpu: Some(cpu_bandwidth_announced(threads, announce)),
     }
 }
 

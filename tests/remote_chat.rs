@@ -328,7 +328,7 @@ fn an_unreachable_server_is_named_and_a_silent_one_does_not_hold_the_quit() {
     tmux.type_text(&format!("clear; {} chat --url {url}; echo exit=$?", bin()));
     tmux.keys(&["Enter"]);
     tmux.wait_for("the chat to start", Duration::from_secs(10), |s| {
-        status_line(s).contains("loading")
+        status_line(s).contains("connecting")
     });
     let asked = std::time::Instant::now();
     quit(&tmux);

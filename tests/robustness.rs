@@ -252,7 +252,9 @@ fn quitting_or_sighup_while_loading_ends_cleanly() {
         ));
         tmux.keys(&["Enter"]);
         tmux.wait_for("the chat", Duration::from_secs(30), |s| {
-            status_line(s).contains("loading") || status_line(s).contains("ready")
+            ["checking", "loading", "creating", "ready"]
+                .iter()
+                .any(|w| status_line(s).contains(w))
         });
         if how == "HUP" {
             let pid = tokscope_pid(&tmux);

@@ -349,7 +349,10 @@ fn empty_ready() {
 #[test]
 fn loading_with_progress() {
     let mut app = ready_app();
-    app.engine = EngineStatus::Loading { progress: 0.42 };
+    app.engine = EngineStatus::Loading {
+        stage: tokscope::engine::LoadStage::Weights,
+        progress: 0.42,
+    };
     app.model = None;
     snapshot_both("loading", &app);
 }

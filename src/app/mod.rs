@@ -21,7 +21,9 @@ use std::time::Instant;
 use crossterm::event::KeyEvent;
 
 use crate::compare::Comparison;
-use crate::engine::{EngineEvent, ModelInfo, RequestId, RequestIds, SamplingParams, TurnRequest};
+use crate::engine::{
+    EngineEvent, LoadStage, ModelInfo, RequestId, RequestIds, SamplingParams, TurnRequest,
+};
 use crate::history::SavedConversation;
 use conversation::{AssistantTurn, Conversation, Exchange, TurnPhase, TurnSettings};
 
@@ -39,7 +41,11 @@ pub(crate) use {keymap::FUNCTION_KEYS, slash::SLASH_COMMANDS};
 /// The engine as the UI sees it.
 #[derive(Debug, Clone, PartialEq)]
 pub enum EngineStatus {
-    Loading { progress: f32 },
+    /// The model loads: its stage, and within `Weights` llama.cpp's progress, 0.0..=1.0.
+    Loading {
+        stage: LoadStage,
+        progress: f32,
+    },
     Ready,
     Failed(String),
 }
@@ -233,6 +239,9 @@ pub struct App {
     pub input_tokens: Option<InputTokens>,
     /// The model switch in progress (`/model PATH`), while the old model still serves.
     pub switching: Option<Switch>,
+    /// Enter was pressed while the model loaded: the input is sent when it is ready (Esc, a
+    /// failed load or a failed switch keeps it unsent).
+    pub send_when_ready: bool,
     /// The next frame repaints every cell (Ctrl+L, or an overlay closed), not only changes.
     pub full_repaint: bool,
     /// The model picker, while it is open.
@@ -249,7 +258,10 @@ impl App {
         max_tokens: u32,
     ) -> Self {
         Self {
-            engine: EngineStatus::Loading { progress: 0.0 },
+            engine: EngineStatus::Loading {
+                stage: LoadStage::Checking,
+                progress: 0.0,
+            },
             model: None,
             model_path,
             conversation,
@@ -276,6 +288,7 @@ impl App {
             help_return: Mode::Chat,
             input_tokens: None,
             switching: None,
+            send_when_ready: false,
             full_repaint: false,
             picker: None,
             model_dirs: Vec::new(),
@@ -353,16 +366,23 @@ impl App {
             );
             return Vec::new();
         }
-        if self.engine != EngineStatus::Ready {
-            self.notice(NoticeKind::Warning, "the model is not ready yet");
+        if let EngineStatus::Failed(_) = self.engine {
+            self.notice(
+                NoticeKind::Warning,
+                "no model is loaded: /model PATH (or Ctrl+O) loads one; the message is kept",
+            );
             return Vec::new();
         }
-        if let Some(s) = &self.switching {
-            let text = format!(
-                "{} is loading: the message is kept until it is ready (Esc cancels the load)",
-                s.path.display()
+        if self.engine != EngineStatus::Ready || self.switching.is_some() {
+            let what = match &self.switching {
+                Some(s) => format!("{} is loading", s.path.display()),
+                None => "the model is loading".to_owned(),
+            };
+            self.send_when_ready = true;
+            self.notice(
+                NoticeKind::Info,
+                format!("{what}: the message is sent as soon as it is ready (Esc keeps it here)"),
             );
-            self.notice(NoticeKind::Warning, text);
             return Vec::new();
         }
         let mut text = self.input.take();
@@ -378,6 +398,24 @@ impl App {
         });
         self.notice = None;
         self.start_turn(now)
+    }
+
+    /// The message Enter left waiting for the model, sent now that it is ready.
+    fn send_if_waiting(&mut self, now: Now) -> Vec<Effect> {
+        if !std::mem::take(&mut self.send_when_ready)
+            || self.engine != EngineStatus::Ready
+            || self.switching.is_some()
+        {
+            return Vec::new();
+        }
+        let effects = self.send(now);
+        if !effects.is_empty() {
+            self.notice(
+                NoticeKind::Info,
+                "the model is ready: your message was sent",
+            );
+        }
+        effects
     }
 
     fn regenerate(&mut self, now: Now) -> Vec<Effect> {
@@ -438,8 +476,8 @@ impl App {
             return Vec::new();
         }
         match event {
-            EngineEvent::Loading { progress } => {
-                self.engine = EngineStatus::Loading { progress };
+            EngineEvent::Loading { stage, progress } => {
+                self.engine = EngineStatus::Loading { stage, progress };
             }
             EngineEvent::SwitchProgress {
                 request_id,
@@ -464,10 +502,14 @@ impl App {
                     self.notice(NoticeKind::Info, note.clone());
                 }
                 self.model = Some(*info);
-                return effects;
+                return effects
+                    .into_iter()
+                    .chain(self.send_if_waiting(now))
+                    .collect();
             }
             EngineEvent::LoadFailed(e) => {
                 self.engine = EngineStatus::Failed(e.to_string());
+                self.send_when_ready = false;
                 self.notice(NoticeKind::Error, e.to_string());
             }
             EngineEvent::PrefillStarted {
@@ -573,6 +615,12 @@ impl App {
             Action::Send => return self.send(now),
             Action::Newline => self.input.apply(Edit::Newline),
             Action::Stop => {
+                if std::mem::take(&mut self.send_when_ready) {
+                    self.notice(NoticeKind::Info, "the message stays unsent");
+                    if self.switching.is_none() {
+                        return Vec::new();
+                    }
+                }
                 if self.switching.is_some() {
                     return self.cancel_switch();
                 }
@@ -969,10 +1017,92 @@ pub(crate) mod tests {
         assert_eq!(t.text, "partial");
     }
 
-    #[test]
-    fn nothing_is_sent_while_loading_or_streaming() {
+    fn loading_app() -> App {
         let mut app = ready_app();
-        app.engine = EngineStatus::Loading { progress: 0.5 };
+        app.engine = EngineStatus::Loading {
+            stage: LoadStage::Weights,
+            progress: 0.5,
+        };
+        app
+    }
+
+    #[test]
+    fn enter_while_loading_sends_the_message_when_the_model_is_ready() {
+        let mut app = loading_app();
+        type_text(&mut app, "x");
+        assert!(update(&mut app, Msg::Key(key(KeyCode::Enter)), now()).is_empty());
+        assert_eq!(
+            app.input.text(),
+            "x",
+            "the input is kept while the model loads"
+        );
+        let said = app
+            .notice
+            .as_ref()
+            .map(|n| n.text.clone())
+            .unwrap_or_default();
+        assert!(said.contains("sent as soon as it is ready"), "{said}");
+        let info = ModelInfo::default();
+        let fx = update(
+            &mut app,
+            Msg::Engine(EngineEvent::Ready(Box::new(info))),
+            now(),
+        );
+        assert!(
+            fx.iter().any(|e| matches!(e, Effect::Generate { .. })),
+            "sent on Ready: {fx:?}"
+        );
+        assert_eq!(app.input.text(), "");
+        assert_eq!(app.conversation.exchanges.last().unwrap().user, "x");
+        let said = app
+            .notice
+            .as_ref()
+            .map(|n| n.text.clone())
+            .unwrap_or_default();
+        assert!(said.contains("your message was sent"), "{said}");
+    }
+
+    #[test]
+    fn esc_or_a_failed_load_keeps_the_waiting_message_unsent() {
+        let mut app = loading_app();
+        type_text(&mut app, "x");
+        update(&mut app, Msg::Key(key(KeyCode::Enter)), now());
+        update(&mut app, Msg::Key(key(KeyCode::Esc)), now());
+        let info = ModelInfo::default();
+        let fx = update(
+            &mut app,
+            Msg::Engine(EngineEvent::Ready(Box::new(info))),
+            now(),
+        );
+        assert!(fx.is_empty(), "Esc took the message back: {fx:?}");
+        assert_eq!(app.input.text(), "x");
+
+        let mut app = loading_app();
+        type_text(&mut app, "y");
+        update(&mut app, Msg::Key(key(KeyCode::Enter)), now());
+        update(
+            &mut app,
+            Msg::Engine(EngineEvent::LoadFailed(crate::engine::EngineError::NoModel)),
+            now(),
+        );
+        assert!(!app.send_when_ready);
+        assert_eq!(app.input.text(), "y", "a failed load keeps the message");
+        type_text(&mut app, "");
+        update(&mut app, Msg::Key(key(KeyCode::Enter)), now());
+        let said = app
+            .notice
+            .as_ref()
+            .map(|n| n.text.clone())
+            .unwrap_or_default();
+        assert!(said.contains("no model is loaded"), "{said}");
+    }
+
+    #[test]
+    fn nothing_is_sent_while_streaming() {
+        let mut app = ready_app();
+        type_text(&mut app, "q");
+        let fx = update(&mut app, Msg::Key(key(KeyCode::Enter)), now());
+        assert!(matches!(fx.first(), Some(Effect::Generate { .. })));
         type_text(&mut app, "x");
         assert!(update(&mut app, Msg::Key(key(KeyCode::Enter)), now()).is_empty());
         assert_eq!(app.input.text(), "x", "the input is kept");

@@ -107,6 +107,11 @@ impl App {
             let error = error.to_string().replace("\n  ", "; ");
             format!("could not switch model ({kept}): {error}")
         };
+        let text = if std::mem::take(&mut self.send_when_ready) {
+            format!("{text}; your message is kept unsent")
+        } else {
+            text
+        };
         self.notice(NoticeKind::Error, text);
     }
 }

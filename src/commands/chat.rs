@@ -69,6 +69,8 @@ pub(crate) fn run(args: &ChatArgs, mut settings: Settings) -> Result<(), Failure
         settings.bandwidth_gb_s,
         crate::llama::device_bw::first_gpu_bandwidth,
         settings.engine.threads as usize,
+        // Before the screen opens: the seconds of a first start are not a blank wait.
+        || eprintln!("measuring memory bandwidth (once per machine, a few seconds) …"),
     );
     // A ceiling measured on a busy machine is this session's only: the status line says so,
     // as `run` and `bench` warn.

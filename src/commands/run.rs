@@ -320,9 +320,12 @@ pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure>
     };
     while let Some(event) = crate::engine::recv_paced(&mut events, pace(request.is_some())) {
         match event {
-            EngineEvent::Loading { progress } if show_progress => {
-                eprint!("\rloading model… {:>3.0}%", progress * 100.0);
-            }
+            EngineEvent::Loading { stage, progress } if show_progress => match stage {
+                crate::engine::LoadStage::Weights => {
+                    eprint!("\r\x1b[2K{}… {:>3.0}%", stage.words(), progress * 100.0)
+                }
+                _ => eprint!("\r\x1b[2K{} …", stage.words()),
+            },
             EngineEvent::Ready(i) => {
                 if show_progress {
                     eprint!("\r\x1b[2K");

@@ -20,5 +20,6 @@ pub use prompt::{common_prefix_len, completion_transcript, COMPLETION_STOPS};
 pub use protocol::{recv_paced, STREAM_FRAME_INTERVAL};
 pub use protocol::{
     AbReport, ChatMessage, EngineCommand, EngineConfig, EngineEvent, EventReceiver, EventSender,
-    GenerateRequest, LlamaCounters, RequestId, Role, StopReason, TgSample, TurnReport, TurnRequest,
+    GenerateRequest, LlamaCounters, LoadStage, RequestId, Role, StopReason, TgSample, TurnReport,
+    TurnRequest,
 };

@@ -198,9 +198,47 @@ pub struct LlamaCounters {
     pub eval_tokens: i32,
 }
 
+/// What a model load is doing, for the words on screen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoadStage {
+    /// The pre-flight checks of the file and, for a file not seen before, the child process
+    /// that tries it first (`llama::probe`).
+    Checking,
+    /// llama.cpp reading the weights (and repacking them for the CPU's kernels).
+    Weights,
+    /// The context (KV cache and compute buffers), the draft model when speculating.
+    Context,
+    /// A server being connected (`--url`).
+    Connecting,
+}
+
+impl LoadStage {
+    /// The stage in a few words, for the status line.
+    #[must_use]
+    pub fn short(self) -> &'static str {
+        match self {
+            Self::Checking => "checking file",
+            Self::Weights => "loading",
+            Self::Context => "creating context",
+            Self::Connecting => "connecting",
+        }
+    }
+
+    /// The stage in a sentence, for the welcome screen.
+    #[must_use]
+    pub fn words(self) -> &'static str {
+        match self {
+            Self::Checking => "checking the file (in a child process, once per file)",
+            Self::Weights => "loading the weights",
+            Self::Context => "creating the context (KV cache and compute buffers)",
+            Self::Connecting => "connecting to the server",
+        }
+    }
+}
+
 pub enum EngineEvent {
-    /// Model loading progress, 0.0..=1.0 (llama.cpp's progress callback).
-    Loading { progress: f32 },
+    /// Model loading: its stage, and within `Weights` llama.cpp's progress, 0.0..=1.0.
+    Loading { stage: LoadStage, progress: f32 },
     /// The model and context are ready.
     Ready(Box<ModelInfo>),
     /// The model could not be loaded; the engine waits for a `SwitchModel` (the picker).

@@ -7,7 +7,8 @@ use std::sync::{mpsc, Arc};
 use std::time::Instant;
 
 use super::protocol::{
-    AbReport, EngineCommand, EngineConfig, EngineEvent, EventSender, GenerateRequest, RequestId,
+    AbReport, EngineCommand, EngineConfig, EngineEvent, EventSender, GenerateRequest, LoadStage,
+    RequestId,
 };
 use super::session::Session;
 use super::spec::{check_vocab, DraftModel};
@@ -77,15 +78,28 @@ fn load_and_serve(
 ) -> Next {
     let started = Instant::now();
     let shutdown = Arc::clone(cancel_through);
+    let _ = events.send(EngineEvent::Loading {
+        stage: LoadStage::Checking,
+        progress: 0.0,
+    });
     let loaded = load_with_progress(
         cfg,
-        |progress| EngineEvent::Loading { progress },
+        |progress| EngineEvent::Loading {
+            stage: LoadStage::Weights,
+            progress,
+        },
         events,
         // Shutting down (the user quit while a large model loads): abort the load.
         move || shutdown.load(Ordering::SeqCst) != u64::MAX,
     );
     match loaded {
-        Ok(model) => serve(&model, cfg, started, commands, events, cancel_through),
+        Ok(model) => {
+            let _ = events.send(EngineEvent::Loading {
+                stage: LoadStage::Context,
+                progress: 1.0,
+            });
+            serve(&model, cfg, started, commands, events, cancel_through)
+        }
         Err(e) => {
             let _ = events.send(EngineEvent::LoadFailed(e));
             serve_without_model(commands, events, cancel_through)

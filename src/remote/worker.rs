@@ -116,7 +116,10 @@ fn run(
     // The network's round trip is measured once, when the server is connected (two `GET
     // /v1/models`), not before every turn: a turn starts when it is sent, as a local one does.
     let served: Option<Result<Served, EngineError>> = main.map(|m| {
-        let _ = events.send(EngineEvent::Loading { progress: 0.0 });
+        let _ = events.send(EngineEvent::Loading {
+            stage: crate::engine::LoadStage::Connecting,
+            progress: 0.0,
+        });
         let started = Instant::now();
         let facts = m.facts;
         let result = RemoteClient::new(m.endpoint).and_then(|client| {

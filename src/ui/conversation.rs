@@ -385,18 +385,20 @@ fn welcome(app: &App, width: usize) -> Vec<Line<'static>> {
     )]));
     out.push(Line::default());
     match (&app.engine, &app.model) {
-        (EngineStatus::Loading { progress }, _) => {
+        (EngineStatus::Loading { stage, progress }, _) => {
             let file = app
                 .model_path
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default();
+            let done = match stage {
+                crate::engine::LoadStage::Weights => {
+                    format!(" {}%", format::percent(*progress))
+                }
+                _ => String::new(),
+            };
             out.extend(para(vec![Span::styled(
-                format!(
-                    "Loading {} … {}%",
-                    one_line(&file),
-                    format::percent(*progress)
-                ),
+                format!("{}: {} …{done}", one_line(&file), stage.words()),
                 theme::WAITING,
             )]));
         }

@@ -187,7 +187,9 @@ fn hint(app: &App) -> &'static str {
 
 fn placeholder(app: &App) -> &'static str {
     match app.engine {
-        EngineStatus::Loading { .. } => "the model is loading; you can type meanwhile",
+        EngineStatus::Loading { .. } => {
+            "the model is loading; type meanwhile: Enter sends when it is ready"
+        }
         EngineStatus::Failed(_) => "/model PATH loads another model",
         EngineStatus::Ready if app.is_generating() => "an answer is being generated…",
         EngineStatus::Ready => "type a message, or /help",

@@ -63,8 +63,13 @@ pub(crate) fn engine_state(app: &App) -> (String, Style) {
         );
     }
     match &app.engine {
-        EngineStatus::Loading { progress } => (
-            format!("loading {}%", format::percent(*progress)),
+        EngineStatus::Loading { stage, progress } => (
+            match stage {
+                crate::engine::LoadStage::Weights => {
+                    format!("{} {}%", stage.short(), format::percent(*progress))
+                }
+                _ => format!("{}…", stage.short()),
+            },
             theme::STATE_BUSY,
         ),
         EngineStatus::Failed(_) => ("error".to_string(), theme::STATE_ERROR),
