@@ -97,19 +97,25 @@ impl TokenCounter {
     }
 
     /// Tokens of `text` as a message inside the prompt: no BOS, special tokens parsed.
+    /// `None` for text llama.cpp's tokenizer is not given (a run past `llama::runs::MAX_RUN`;
+    /// sending it says why).
     #[must_use]
-    pub fn count(&self, text: &str) -> usize {
+    pub fn count(&self, text: &str) -> Option<usize> {
         if text.is_empty() {
-            return 0;
+            return Some(0);
         }
         match &self.counter {
             // Added (special) tokens are always matched by the tokenizers crate;
             // `add_special_tokens = false` only leaves out the post-processor's BOS.
-            Counter::TokenizerJson { tokenizer, .. } => tokenizer
-                .encode_fast(text, false)
-                .map_or(0, |encoding| encoding.len()),
+            Counter::TokenizerJson { tokenizer, .. } => Some(
+                tokenizer
+                    .encode_fast(text, false)
+                    .map_or(0, |encoding| encoding.len()),
+            ),
             Counter::ModelVocabulary(model) => {
-                model.vocab().tokenize(text.as_bytes(), false, true).len()
+                let pre = model.meta_val_str("tokenizer.ggml.pre").ok();
+                crate::llama::runs::check(text, pre.as_deref()).ok()?;
+                Some(model.vocab().tokenize(text.as_bytes(), false, true).len())
             }
         }
     }
@@ -166,10 +172,14 @@ mod tests {
         let counter = TokenCounter::for_model(&path, None).unwrap();
         assert_eq!(counter.source(), "model vocabulary");
         assert!(counter.tokenizer_json().is_none());
-        assert_eq!(counter.count(""), 0);
+        assert_eq!(counter.count(""), Some(0));
         // The built-in vocabulary has "Hello" and "▁world" as pieces.
-        assert_eq!(counter.count("Hello world"), 2);
-        assert_eq!(counter.count("<|eot_id|>"), 1);
+        assert_eq!(counter.count("Hello world"), Some(2));
+        assert_eq!(counter.count("<|eot_id|>"), Some(1));
+        assert_eq!(
+            counter.count(&"A".repeat(crate::llama::runs::MAX_RUN + 1)),
+            None
+        );
     }
 
     #[test]

@@ -21,6 +21,8 @@ mod data_safety;
 mod doctor;
 #[path = "hostile.rs"]
 mod hostile;
+#[path = "pretokenizer_matrix.rs"]
+mod pretokenizer_matrix;
 #[path = "run_vs_tg.rs"]
 mod run_vs_tg;
 #[path = "security.rs"]

@@ -31,6 +31,13 @@ fn kill_9_during_generation_keeps_every_completed_turn() {
     tmux.wait_for("streaming", Duration::from_secs(30), |s| {
         status_line(s).contains("streaming")
     });
+    // A message being typed while the answer streams, not sent.
+    tmux.type_text("a draft nobody sent");
+    tmux.wait_for("the draft on screen", Duration::from_secs(10), |s| {
+        s.contains("› a draft nobody sent")
+    });
+    // The draft is kept as it changes (the loop writes it after each batch of events).
+    std::thread::sleep(Duration::from_millis(300));
     let pid = tokscope_pid(&tmux);
     assert!(Command::new("kill")
         .args(["-9", &pid])
@@ -52,6 +59,14 @@ fn kill_9_during_generation_keeps_every_completed_turn() {
         s.contains("two")
     });
     assert!(screen.matches("─ TTFT").count() >= 2, "{screen}");
+    // The unsent draft is back in the input, and the chat says so.
+    let screen = tmux.wait_for("the draft restored", Duration::from_secs(10), |s| {
+        s.contains("› a draft nobody sent")
+    });
+    assert!(
+        screen.contains("unsent message from the last session"),
+        "{screen}"
+    );
     tmux.keys(&["C-q"]);
 }
 

@@ -75,6 +75,8 @@ impl EngineHandle {
         let worker_cancel = Arc::clone(&cancel_through);
         let thread = std::thread::Builder::new()
             .name("engine".into())
+            // The engine hands the user's text to llama.cpp's tokenizer (see llama::runs).
+            .stack_size(crate::llama::runs::TOKENIZER_STACK_BYTES)
             .spawn(move || worker::run(config, cmd_rx, event_tx, worker_cancel))
             .map_err(|e| EngineError::Thread(e.to_string()))?;
         Ok(Self::from_worker(cmd_tx, cancel_through, thread))

@@ -58,6 +58,9 @@ pub(super) struct Session<'m> {
     /// The text of each token of the last turn (whole characters, before stop strings are
     /// held back), for the A/B comparison's divergence point.
     pub(super) pieces: Vec<String>,
+    /// The model's `tokenizer.ggml.pre`: what text its tokenizer cannot take depends on it
+    /// (`llama::runs`).
+    pre_tokenizer: Option<String>,
     /// The texts of the vocabulary's control and user-defined tokens: in a message's content
     /// they are text, never tokens (a pasted `<|eot_id|>` must not end the user's turn).
     special_texts: Vec<String>,
@@ -117,6 +120,7 @@ impl<'m> Session<'m> {
             cached: Vec::new(),
             kept_from: None,
             pieces: Vec::new(),
+            pre_tokenizer: model.meta_val_str("tokenizer.ggml.pre").ok(),
             special_texts: special_texts(model),
             drafter: match cfg.settings.spec.mode {
                 SpecMode::Ngram if cfg.settings.spec.active() => Some(Drafter::Ngram {
@@ -185,6 +189,9 @@ impl<'m> Session<'m> {
     /// The conversation's prompt tokens. The template's own markers are special tokens; the
     /// messages' content is tokenized as text, whatever it contains.
     fn tokenize_messages(&self, messages: &[ChatMessage]) -> Result<Vec<LlamaToken>, EngineError> {
+        for m in messages {
+            llama::runs::check(&m.content, self.pre_tokenizer.as_deref())?;
+        }
         let vocab = self.model.vocab();
         if let PromptStyle::Completion = &self.style {
             // tokscope's own transcript has no control tokens: nothing in it is parsed as one.

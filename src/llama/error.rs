@@ -45,6 +45,13 @@ pub enum EngineError {
     Decode(String),
     #[error("the model gave no usable distribution at token {at_token} (its logits are NaN or infinite): the answer was stopped there\n  the weights are broken (a damaged or badly converted file) or the KV cache type overflows; try another file, or --cache-type-k f16")]
     NonFiniteLogits { at_token: usize },
+    #[error("the text has a run of {chars} characters of one kind (starting {starting:?}), longer than the {max} llama.cpp's tokenizer is given: {why}\n  break the run up, or shorten it")]
+    RunTooLong {
+        chars: usize,
+        starting: char,
+        max: usize,
+        why: &'static str,
+    },
     #[error("no model is loaded")]
     NoModel,
     #[error("could not start the engine thread: {0}")]

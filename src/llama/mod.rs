@@ -10,6 +10,7 @@ pub(crate) mod measure;
 pub(crate) mod model_info;
 pub(crate) mod placement;
 pub mod probe;
+pub mod runs;
 pub mod sampler;
 pub mod settings;
 

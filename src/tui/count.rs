@@ -38,6 +38,8 @@ impl CountWorker {
         let (outbox, counts) = unbounded_channel();
         let spawned = std::thread::Builder::new()
             .name("token-count".into())
+            // It hands the typed text to llama.cpp's tokenizer (see llama::runs).
+            .stack_size(crate::llama::runs::TOKENIZER_STACK_BYTES)
             .spawn(move || work(model_path, inbox, outbox));
         if let Err(e) = spawned {
             // Without the worker the count stays unknown; the chat itself is unaffected.
@@ -90,7 +92,7 @@ fn work(
 ) {
     let mut counter = TokenCounter::for_model(&model_path, None).ok();
     let mut latest: Option<String> = None;
-    let mut counted: Option<(String, usize)> = None;
+    let mut counted: Option<(String, Option<usize>)> = None;
     while let Ok(first) = inbox.recv() {
         // Take everything queued: only the newest text matters.
         let mut changed = false;
@@ -107,7 +109,7 @@ fn work(
         let Some(text) = latest.as_deref().filter(|_| changed) else {
             continue;
         };
-        let tokens = counter.as_ref().map(|counter| {
+        let tokens = counter.as_ref().and_then(|counter| {
             let count = match &counted {
                 Some((done, count)) if done == text => *count,
                 _ => {
@@ -117,7 +119,7 @@ fn work(
                     count
                 }
             };
-            (count, counter.source())
+            Some((count?, counter.source()))
         });
         if outbox.send(tokens).is_err() {
             return;

@@ -204,8 +204,20 @@ pub(crate) fn run_chat(
         data_dir: crate::paths::data_dir(),
         jobs: effects::Jobs::new(),
     };
+    let mut draft = DraftKeeper::new(&effects.data_dir);
     let first_id = effects.fresh_conversation_id();
     let mut first = vec![first_id];
+    let restored = draft.take_previous();
+    let mut notices = notices;
+    if let Some(text) = restored {
+        first.push(Msg::Paste(text));
+        // One notice shows at a time: the restored draft is said with the last of them.
+        let said = "your unsent message from the last session is back in the input";
+        match notices.last_mut() {
+            Some(last) => *last = format!("{last}; {said}"),
+            None => first.push(Msg::Notice(crate::app::NoticeKind::Info, said.to_owned())),
+        }
+    }
     first.extend(
         notices
             .into_iter()
@@ -299,6 +311,7 @@ pub(crate) fn run_chat(
             // id the next new conversation takes.
             let input = &driver.app.input;
             effects.counter.request(input.revision(), || input.text());
+            draft.keep(input.revision(), || input.text());
             let after = vec![effects.fresh_conversation_id()];
             if settle(&mut driver, &mut effects, after) {
                 return Ok(ChatEnd::Quit);
@@ -354,5 +367,84 @@ mod tests {
         let count = Msg::InputTokens(Some((2, "model vocabulary")));
         assert!(driver.apply_all(vec![count], now()).is_empty());
         assert!(driver.frames.due(later));
+    }
+}
+
+/// The unsent message, kept in the data dir as it changes (`draft.txt`, private), so that
+/// nothing typed is lost when the process ends before it is sent: a crash llama.cpp brings,
+/// a model file truncated under the chat (SIGBUS), a closed terminal or a plain quit. The
+/// next chat start puts it back in the input and says so; sending it (or clearing the
+/// input) removes the file.
+struct DraftKeeper {
+    path: std::path::PathBuf,
+    revision: Option<u64>,
+}
+
+impl DraftKeeper {
+    /// The most of a draft read back (the input's own limit is far below it).
+    const MAX_BYTES: u64 = 4 << 20;
+
+    fn new(data_dir: &std::path::Path) -> Self {
+        Self {
+            path: data_dir.join("draft.txt"),
+            revision: None,
+        }
+    }
+
+    /// The draft the last session left, if any (the file stays until this session's input
+    /// changes).
+    fn take_previous(&self) -> Option<String> {
+        let bytes = crate::fsx::read_regular(&self.path, Self::MAX_BYTES, "a draft").ok()?;
+        let text = String::from_utf8(bytes).ok()?;
+        (!text.trim().is_empty()).then_some(text)
+    }
+
+    /// Writes the input's text when it changed since the last call.
+    fn keep(&mut self, revision: u64, text: impl FnOnce() -> String) {
+        if self.revision == Some(revision) {
+            return;
+        }
+        let first = self.revision.is_none();
+        self.revision = Some(revision);
+        let text = text();
+        // A draft that cannot be kept costs only the keeping: the chat goes on.
+        if text.trim().is_empty() {
+            if !first {
+                let _ = std::fs::remove_file(&self.path);
+            }
+        } else {
+            let _ = crate::fsx::write_private(&self.path, text.as_bytes());
+        }
+    }
+}
+
+#[cfg(test)]
+mod draft_tests {
+    use super::DraftKeeper;
+
+    #[test]
+    fn a_draft_is_kept_as_it_changes_and_removed_when_sent() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut d = DraftKeeper::new(dir.path());
+        assert_eq!(d.take_previous(), None);
+        d.keep(1, || "half a thought".into());
+        assert_eq!(
+            DraftKeeper::new(dir.path()).take_previous().as_deref(),
+            Some("half a thought")
+        );
+        d.keep(1, || panic!("the same revision is not read again"));
+        d.keep(2, String::new);
+        assert_eq!(DraftKeeper::new(dir.path()).take_previous(), None);
+    }
+
+    #[test]
+    fn the_first_empty_input_keeps_the_last_sessions_draft() {
+        let dir = tempfile::tempdir().unwrap();
+        DraftKeeper::new(dir.path()).keep(1, || "left over".into());
+        let mut next = DraftKeeper::new(dir.path());
+        assert_eq!(next.take_previous().as_deref(), Some("left over"));
+        // The restored paste arrives after the loop's first look at the (still empty) input.
+        next.keep(0, String::new);
+        assert_eq!(next.take_previous().as_deref(), Some("left over"));
     }
 }

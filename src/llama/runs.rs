@@ -1,0 +1,188 @@
+//! What text may be handed to llama.cpp's tokenizer without ending the process.
+//!
+//! Most of llama.cpp's BPE pre-tokenizers (deepseek-llm, falcon, bloom and dozens more) split
+//! text with `std::wregex`, which recurses once per character of a match: a long run of one
+//! character class (letters, digits, punctuation, ...) overflows the thread's stack, and the
+//! process dies of SIGSEGV in the middle of a turn. Measured here: on a 2 MiB thread stack
+//! (Rust's default) a run of 6,400 'A' or '!' crashed deepseek-llm, falcon and bloom alike,
+//! about 330 bytes of stack per character.
+//!
+//! The design: every thread that tokenizes a user's text with llama.cpp (the engine, the live
+//! token count) runs on a [`TOKENIZER_STACK_BYTES`] stack (reserved, not committed: only
+//! what is touched is memory), which puts the crash near 200,000 characters; and text with a
+//! run longer than [`MAX_RUN`], a quarter of that, is refused before llama.cpp sees it, with a
+//! message that names the run. More refusals came out of the matrix test: whitespace past
+//! [`MAX_SPACE_RUN`] (quadratic time in deepseek-llm's family: 20,000 spaces before CJK text
+//! took 20 s, with no way to cancel), digits past [`MAX_DIGIT_RUN`] (superbpe: 16,000 digits
+//! took 22 s), and, for the `whitespace` pre-tokenizer, two
+//! whitespace characters in a row (llama.cpp aborts: `GGML_ASSERT(token_left.find(' ') ==
+//! std::string::npos)` in its BPE merge lookup). `tests/pretokenizer_matrix.rs` tokenizes runs of `MAX_RUN` of
+//! every class with every pre-tokenizer the linked llama.cpp ships, through the real binary.
+
+use super::error::EngineError;
+
+/// The stack of a thread that hands user text to llama.cpp's tokenizer.
+pub const TOKENIZER_STACK_BYTES: usize = 64 << 20;
+
+/// The longest run of one character class handed to llama.cpp's tokenizer.
+pub const MAX_RUN: usize = 50_000;
+/// The longest run of whitespace: a long run of whitespace followed by other text takes
+/// deepseek-llm's pre-tokenizer (and its family's) time quadratic in the run.
+pub const MAX_SPACE_RUN: usize = 2_000;
+/// The longest run of digits: superbpe's `(?=(\d{3})+(?!\d))` takes time worse than
+/// quadratic in it (8,000 digits 1.4 s, 16,000 digits 22 s).
+pub const MAX_DIGIT_RUN: usize = 2_000;
+
+/// The classes a pre-tokenizer's regexes match runs of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Class {
+    Letter,
+    Digit,
+    Space,
+    Other,
+}
+
+fn class(c: char) -> Class {
+    if c.is_alphabetic() {
+        Class::Letter
+    } else if c.is_numeric() {
+        Class::Digit
+    } else if c.is_whitespace() {
+        Class::Space
+    } else {
+        Class::Other
+    }
+}
+
+/// The longest run of characters of one class in `text`, and the longest of whitespace: each
+/// as its length in characters and its first character.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Runs {
+    pub longest: Option<(usize, char)>,
+    pub longest_space: Option<(usize, char)>,
+    pub longest_digits: Option<(usize, char)>,
+}
+
+#[must_use]
+pub fn runs(text: &str) -> Runs {
+    let mut out = Runs::default();
+    let mut current: Option<(Class, usize, char)> = None;
+    for c in text.chars() {
+        let k = class(c);
+        let (ck, n, first) = match current {
+            Some((ck, n, first)) if ck == k => (ck, n + 1, first),
+            _ => (k, 1, c),
+        };
+        current = Some((ck, n, first));
+        if out.longest.is_none_or(|(b, _)| n > b) {
+            out.longest = Some((n, first));
+        }
+        if ck == Class::Space && out.longest_space.is_none_or(|(b, _)| n > b) {
+            out.longest_space = Some((n, first));
+        }
+        if ck == Class::Digit && out.longest_digits.is_none_or(|(b, _)| n > b) {
+            out.longest_digits = Some((n, first));
+        }
+    }
+    out
+}
+
+/// The longest run of characters of one class in `text`.
+#[must_use]
+pub fn longest_run(text: &str) -> Option<(usize, char)> {
+    runs(text).longest
+}
+
+/// Refuses text the tokenizer of a model with pre-tokenizer `pre` (`tokenizer.ggml.pre`)
+/// would crash or hang on: a run past [`MAX_RUN`]; whitespace past [`MAX_SPACE_RUN`]; and,
+/// for the `whitespace` pre-tokenizer, two whitespace characters in a row.
+pub fn check(text: &str, pre: Option<&str>) -> Result<(), EngineError> {
+    let r = runs(text);
+    let refuse = |(chars, starting): (usize, char), max: usize, why: &'static str| {
+        Err(EngineError::RunTooLong {
+            chars,
+            starting,
+            max,
+            why,
+        })
+    };
+    if pre == Some("whitespace") {
+        if let Some(run) = r.longest_space.filter(|(n, _)| *n > 1) {
+            return refuse(
+                run,
+                1,
+                "this model's pre-tokenizer (`whitespace`) makes llama.cpp abort on two \
+                 whitespace characters in a row (an assertion in its BPE merge lookup)",
+            );
+        }
+    }
+    if let Some(run) = r.longest_space.filter(|(n, _)| *n > MAX_SPACE_RUN) {
+        return refuse(
+            run,
+            MAX_SPACE_RUN,
+            "whitespace followed by other text takes some pre-tokenizers time quadratic in \
+             the run (20,000 spaces before CJK: 20 s with deepseek-llm's)",
+        );
+    }
+    if let Some(run) = r.longest_digits.filter(|(n, _)| *n > MAX_DIGIT_RUN) {
+        return refuse(
+            run,
+            MAX_DIGIT_RUN,
+            "a long run of digits takes some pre-tokenizers time worse than quadratic in it \
+             (16,000 digits: 22 s with superbpe's)",
+        );
+    }
+    match r.longest {
+        Some(run) if run.0 > MAX_RUN => refuse(
+            run,
+            MAX_RUN,
+            "its pre-tokenizer recurses once per character and would crash",
+        ),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_are_counted_per_class_in_characters() {
+        assert_eq!(longest_run(""), None);
+        assert_eq!(longest_run("ab  cde!!"), Some((3, 'c')));
+        assert_eq!(longest_run("日本語です 12"), Some((5, '日')));
+        assert_eq!(longest_run("a1a1a1"), Some((1, 'a')));
+        assert_eq!(longest_run("xx!!!!y"), Some((4, '!')));
+    }
+
+    #[test]
+    fn whitespace_has_its_own_bounds() {
+        let spaced = format!("a{}b", " ".repeat(MAX_SPACE_RUN));
+        assert!(check(&spaced, Some("llama-bpe")).is_ok());
+        let long = format!("a{}b", " ".repeat(MAX_SPACE_RUN + 1));
+        assert!(check(&long, None)
+            .unwrap_err()
+            .to_string()
+            .contains("quadratic"));
+        assert!(check("a b", Some("whitespace")).is_ok());
+        let err = check("a  b", Some("whitespace")).unwrap_err().to_string();
+        assert!(err.contains("two whitespace characters"), "{err}");
+        assert!(check("a  b", Some("deepseek-llm")).is_ok());
+        assert!(check(&"7".repeat(MAX_DIGIT_RUN), None).is_ok());
+        let digits = check(&"7".repeat(MAX_DIGIT_RUN + 1), None)
+            .unwrap_err()
+            .to_string();
+        assert!(digits.contains("digits"), "{digits}");
+    }
+
+    #[test]
+    fn a_run_past_the_bound_is_refused_naming_it() {
+        assert!(check(&"A".repeat(MAX_RUN), None).is_ok());
+        let text = format!("hello {}", "!".repeat(MAX_RUN + 1));
+        let err = check(&text, None).unwrap_err();
+        let message = err.to_string();
+        assert!(message.contains("50001"), "{message}");
+        assert!(message.contains("'!'"), "{message}");
+        assert!(message.contains("break"), "{message}");
+    }
+}
