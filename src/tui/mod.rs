@@ -211,10 +211,11 @@ pub(crate) fn run_chat(
     let mut notices = notices;
     if let Some(text) = restored {
         first.push(Msg::Paste(text));
-        // One notice shows at a time: the restored draft is said with the last of them.
+        // One notice shows at a time, cut at two lines: the restored draft is said first,
+        // in the last (the shown) one.
         let said = "your unsent message from the last session is back in the input";
         match notices.last_mut() {
-            Some(last) => *last = format!("{last}; {said}"),
+            Some(last) => *last = format!("{said}; {last}"),
             None => first.push(Msg::Notice(crate::app::NoticeKind::Info, said.to_owned())),
         }
     }
