@@ -91,8 +91,9 @@ if [ -z "$out_dir" ]; then
 fi
 mkdir -p "$out_dir"
 out_dir=$(cd "$out_dir" && pwd)
+# A failed check keeps its raw outputs (the parts say where), so the failure can be read.
 cleanup() {
-  if [ "$keep_out" = 0 ]; then rm -rf "$out_dir"; fi
+  if [ "$keep_out" = 0 ] && [ -z "${failures[*]:-}" ]; then rm -rf "$out_dir"; fi
 }
 trap cleanup EXIT
 # Keep these runs out of the user's logs and caches.

@@ -119,25 +119,36 @@ fi
 
 common=(-f "$text" -c "$ctx" -b "$ctx" -t "$threads" -ngl 0 "${chunk_args[@]}")
 # One llama-perplexity pass into LOG; its figures are read from the log's last lines. A CI run
-# of this project once got a log with no "Final estimate" from a reference pass that exited 0
-# (the log was not kept; llama.cpp's logger writes from a thread of its own). A log without its
-# last line (LAST, a fixed string) is kept as LOG.1 and the pass runs once more, saying so; if
-# the second log lacks a figure too, reading it fails the check.
+# of this project once got a log with no "Final estimate" from a reference pass that exited 0,
+# and once a candidate log with "Same top p" but no "Mean PPL(Q)" (llama.cpp's logger writes
+# from a thread of its own). A log that lacks any line a figure is read from (NEEDED: extended
+# regexes, one per line, the same lines the reader below uses) is kept as LOG.1 and the pass
+# runs once more, saying so; if the second log lacks a figure too, reading it fails the check.
 perplexity_pass() {
-  local log=$1 last=$2
+  local log=$1 needed=$2 missing
   shift 2
   "$perplexity" "$@" >"$log" 2>&1 || { tail -n 20 "$log" >&2; exit 1; }
-  if ! grep -qF "$last" "$log"; then
+  missing=$(while IFS= read -r re; do grep -qE "$re" "$log" || echo "$re"; done <<<"$needed")
+  if [ -n "$missing" ]; then
     mv "$log" "${log}.1"
-    echo "# llama-perplexity's log lacks '${last}' (kept as ${log}.1; its last lines: $(tail -n 2 "${log}.1" | tr '\n' ' ')): running the pass again" >&2
+    echo "# llama-perplexity's log lacks $(echo "$missing" | paste -sd ',' -) (kept as ${log}.1; its last lines: $(tail -n 2 "${log}.1" | tr '\n' ' ')): running the pass again" >&2
     "$perplexity" "$@" >"$log" 2>&1 || { tail -n 20 "$log" >&2; exit 1; }
   fi
 }
 echo "# llama-perplexity: reference pass (writes the base log-probs)" >&2
-perplexity_pass "${out_dir}/reference.log" "Final estimate: PPL" \
+perplexity_pass "${out_dir}/reference.log" 'Final estimate: PPL = [0-9.]+' \
   -m "$model" "${common[@]}" --kl-divergence-base "${out_dir}/base.kld"
 echo "# llama-perplexity: candidate pass (--kl-divergence)" >&2
-perplexity_pass "${out_dir}/candidate.log" "Same top p" \
+candidate_lines='Mean PPL\(Q\) *: *[0-9.]+
+Mean +KLD: *[0-9.]+
+Median +KLD: *[0-9.]+
+99\.0% +KLD: *[0-9.]+
+Maximum KLD: *[0-9.]+
+Same top p: *[0-9.]+
+Mean +Δp: *-?[0-9.]+
+RMS Δp *: *[0-9.]+
+computing over [0-9]+ chunks'
+perplexity_pass "${out_dir}/candidate.log" "$candidate_lines" \
   -m "$candidate" "${common[@]}" --kl-divergence --kl-divergence-base "${out_dir}/base.kld"
 
 status=0
@@ -212,7 +223,7 @@ if outside:
 print("every figure within its tolerance")
 PY
 then :; else status=$?; fi
-if [ "$keep_out" = 0 ]; then
+if [ "$keep_out" = 0 ] && [ "$status" = 0 ]; then
   rm -rf "$out_dir"
 else
   echo "# raw outputs kept in ${out_dir}" >&2
