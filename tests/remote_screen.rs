@@ -120,6 +120,7 @@ fn record() -> RemoteTimeline {
         network_rtt: Some(Duration::from_millis(2)),
         headers_at: Some(Duration::from_millis(1)),
         chunks: vec![chunk(30), chunk(40), chunk(50), chunk(60)],
+        choice_chunks: [30, 30, 40, 50, 60, 60].map(Duration::from_millis).to_vec(),
         finished_at: Duration::from_millis(61),
         usage: Some(ServerUsage {
             prompt_tokens: 14,

@@ -96,6 +96,23 @@ fn a_remote_turn_agrees_with_the_servers_own_timings_and_usage() {
                 < m["prompt_tokens"].as_u64().unwrap(),
             "the prompt was evaluated, not taken from the cache: {m}"
         );
+        // vLLM's convention over the same stream: it starts at the first chunk with a choice
+        // (at or before the first content) and ends at the last (at or after the last
+        // content), one undivided gap per chunk (at least one per token after the first).
+        let v = &m["vllm_convention"];
+        let vllm_ttft = v["ttft_ms"].as_f64().unwrap();
+        assert!(vllm_ttft <= ttft && vllm_ttft > 0.0, "{m}");
+        assert!(
+            v["e2e_ms"].as_f64().unwrap() >= m["e2e_ms"].as_f64().unwrap(),
+            "{m}"
+        );
+        assert!(v["itl"]["count"].as_u64().unwrap() >= 63, "{m}");
+        let vllm_tpot = v["tpot_ms"].as_f64().unwrap();
+        assert!(deviation(vllm_tpot, tpot) < 0.05, "{m}");
+        eprintln!(
+            "turn {turn}: vLLM's TTFT {vllm_ttft:.2} ms (tokscope {ttft:.2}), TPOT {vllm_tpot:.3} ms, {} chunk gaps",
+            v["itl"]["count"]
+        );
         let qt = m["queue_transport_ms"].as_f64().unwrap();
         assert!((qt - (ttft - rtt - prompt_ms)).abs() < 1e-6);
         eprintln!(
@@ -175,9 +192,17 @@ fn goodput_is_zero_at_an_impossible_slo_and_the_throughput_at_a_loose_one() {
     assert_eq!(tight["completed"], 6);
     assert_eq!(tight["good_requests"], 0);
     assert_eq!(tight["goodput_req_per_s"], 0.0);
+    assert_eq!(tight["vllm_convention"]["requests"], 6, "{tight}");
+    assert_eq!(tight["vllm_convention"]["good_requests"], 0, "{tight}");
     let loose = run("ttft=600s,tpot=600s,e2e=600s");
     assert_eq!(loose["good_requests"], 6);
     assert_eq!(loose["goodput_req_per_s"], loose["request_per_s"]);
+    let v = &loose["vllm_convention"];
+    assert_eq!(v["good_requests"], 6, "{loose}");
+    // One undivided gap per chunk after the first: the 7 tokens after the first and the
+    // closing finish chunk, for each of the 6 requests.
+    assert!(v["itl"]["count"].as_u64().unwrap() >= 6 * 7, "{loose}");
+    assert!(v["ttft"]["p50_ms"].as_f64().unwrap() <= loose["ttft"]["max_ms"].as_f64().unwrap());
 }
 
 #[test]

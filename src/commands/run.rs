@@ -824,6 +824,18 @@ pub(crate) fn remote_human_summary(r: &RemoteRunReport) -> String {
         ));
     }
     out.push_str(&format!("E2E      {:.1} ms · end: {}\n", m.e2e_ms, r.end));
+    let v = &m.vllm_convention;
+    if v.ttft_ms.is_some() {
+        out.push_str(&format!(
+            "vLLM's   TTFT {} ms · TPOT {} ms · ITL p50 {} / p99 {} ms over {} chunk gaps · E2E {} ms (vllm bench serve's definitions)\n",
+            fmt_opt(v.ttft_ms, 1),
+            fmt_opt(v.tpot_ms, 2),
+            fmt_opt(v.itl.map(|i| i.p50_ms), 2),
+            fmt_opt(v.itl.map(|i| i.p99_ms), 2),
+            v.itl.map_or(0, |i| i.count),
+            fmt_opt(v.e2e_ms, 1),
+        ));
+    }
     for note in &r.notes {
         out.push_str(&format!("note     {note}\n"));
     }

@@ -74,17 +74,7 @@ fn mean_and_uncertainty(sum: f64, sum2: f64, count: u64) -> (f64, f64) {
 
 /// llama-perplexity's percentile: linear interpolation between the sorted values.
 fn percentile(sorted: &[f32], fraction: f64) -> f64 {
-    match sorted {
-        [] => 0.0,
-        [only] => f64::from(*only),
-        _ => {
-            let p = fraction * (sorted.len() - 1) as f64;
-            let i = p.floor() as usize;
-            let frac = p - i as f64;
-            let next = sorted[(i + 1).min(sorted.len() - 1)];
-            (1.0 - frac) * f64::from(sorted[i]) + frac * f64::from(next)
-        }
-    }
+    crate::metrics::percentile_linear(sorted, fraction)
 }
 
 impl Accumulator {

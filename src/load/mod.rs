@@ -172,6 +172,7 @@ fn record(turn: &RemoteTurn) -> Result<RequestRecord, RequestError> {
         prompt_tokens: usage.prompt_tokens,
         completion_tokens: n,
         server_prompt_n: t.server_timings.map(|s| s.prompt_n),
+        vllm: t.vllm_record(),
     })
 }
 

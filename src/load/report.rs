@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::metrics::remote::VllmRecord;
 use crate::metrics::{ms, LatencyStats};
 
 /// One request that completed.
@@ -22,6 +23,8 @@ pub(crate) struct RequestRecord {
     pub completion_tokens: u64,
     /// llama-server's `timings.prompt_n` (prompt tokens it evaluated, cache hits excluded).
     pub server_prompt_n: Option<u64>,
+    /// The same request under vLLM's benchmark's definitions.
+    pub vllm: Option<VllmRecord>,
 }
 
 /// Service-level objectives; a request meets them when every one set holds.
@@ -37,11 +40,20 @@ impl Slo {
         self.ttft.is_none() && self.tpot.is_none() && self.e2e.is_none()
     }
 
-    /// As vLLM's goodput: TTFT, TPOT and E2E each at or under its target; a request without
-    /// a TPOT (one output token) is judged on the others.
+    /// On tokscope's figures: TTFT, TPOT and E2E each at or under its target; a request
+    /// without a TPOT (one output token) is judged on the others.
     pub(crate) fn met_by(&self, r: &RequestRecord) -> bool {
         self.ttft.is_none_or(|t| r.ttft <= t)
             && self.tpot.is_none_or(|t| r.tpot.is_none_or(|p| p <= t))
+            && self.e2e.is_none_or(|t| r.e2e <= t)
+    }
+
+    /// vLLM's goodput rule on vLLM's figures (`calculate_metrics` in
+    /// `vllm/benchmarks/serve.py`): each target at or under its SLO, a TPOT of 0 for a request
+    /// of at most one output token.
+    pub(crate) fn met_by_vllm(&self, r: &VllmRecord) -> bool {
+        self.ttft.is_none_or(|t| r.ttft <= t)
+            && self.tpot.is_none_or(|t| r.tpot <= t)
             && self.e2e.is_none_or(|t| r.e2e <= t)
     }
 
@@ -131,8 +143,49 @@ pub(crate) struct LoadSummary {
     pub e2el: Option<LatencyStats>,
     pub slo: Option<Slo>,
     pub good_requests: Option<usize>,
-    /// Requests per second meeting every SLO (vLLM's request goodput).
+    /// Requests per second meeting every SLO on tokscope's figures.
     pub goodput_req_per_s: Option<f64>,
+    /// The level under vLLM's benchmark's definitions (`VllmFigures`), over the requests
+    /// that had them (every completed one, against a server that sends `choices`).
+    pub vllm_convention: Option<VllmLevel>,
+}
+
+/// A level's figures under vLLM's benchmark's definitions (`VllmFigures`): TTFT at the first
+/// chunk with a choice, ITL one undivided gap per chunk, E2E at the last chunk with a choice,
+/// TPOT (E2E − TTFT) ÷ (N − 1); percentiles interpolated as numpy's; goodput by vLLM's rule
+/// on these figures.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub(crate) struct VllmLevel {
+    pub requests: usize,
+    pub ttft: Option<LatencyStats>,
+    pub tpot: Option<LatencyStats>,
+    pub itl: Option<LatencyStats>,
+    pub e2el: Option<LatencyStats>,
+    pub good_requests: Option<usize>,
+    pub goodput_req_per_s: Option<f64>,
+}
+
+fn vllm_level(records: &[RequestRecord], secs: f64, slo: Option<Slo>) -> Option<VllmLevel> {
+    let v: Vec<&VllmRecord> = records.iter().filter_map(|r| r.vllm.as_ref()).collect();
+    if v.is_empty() {
+        return None;
+    }
+    let stats = |f: &dyn Fn(&VllmRecord) -> Option<Duration>| {
+        let values: Vec<Duration> = v.iter().filter_map(|r| f(r)).collect();
+        LatencyStats::from_durations_interpolated(&values)
+    };
+    let itls: Vec<Duration> = v.iter().flat_map(|r| r.itl.iter().copied()).collect();
+    let good = slo.map(|s| v.iter().filter(|r| s.met_by_vllm(r)).count());
+    Some(VllmLevel {
+        requests: v.len(),
+        ttft: stats(&|r| Some(r.ttft)),
+        // vLLM's TPOT table holds only requests of more than one output token.
+        tpot: stats(&|r| (r.output_tokens > 1).then_some(r.tpot)),
+        itl: LatencyStats::from_durations_interpolated(&itls),
+        e2el: stats(&|r| Some(r.e2e)),
+        good_requests: good,
+        goodput_req_per_s: good.and_then(|g| per_s(g as f64, secs)),
+    })
 }
 
 impl LoadSummary {
@@ -228,6 +281,7 @@ pub(crate) fn summarize(
         slo,
         good_requests: good,
         goodput_req_per_s: good.and_then(|g| per_s(g as f64, secs)),
+        vllm_convention: vllm_level(records, secs, slo),
     }
 }
 
@@ -280,6 +334,41 @@ pub(crate) fn markdown(rows: &[LoadSummary]) -> String {
         })
         .collect();
     let mut out = table(&headers, &cells);
+    let vllm: Vec<(&LoadSummary, &VllmLevel)> = rows
+        .iter()
+        .filter_map(|r| r.vllm_convention.as_ref().map(|v| (r, v)))
+        .collect();
+    if !vllm.is_empty() {
+        out.push_str(
+            "\nThe same requests under vLLM's benchmark's definitions (TTFT to the first chunk \
+             with a choice, one undivided ITL per chunk, E2E to the last chunk with a choice, \
+             percentiles interpolated; docs/metrics.md, \"Load tests\"):\n\n",
+        );
+        let headers = [
+            ("level", Align::Left),
+            ("requests", Align::Right),
+            ("goodput req/s", Align::Right),
+            ("TTFT mean/p50/p90/p99 ms", Align::Right),
+            ("TPOT mean/p50/p90/p99 ms", Align::Right),
+            ("ITL mean/p50/p90/p99 ms", Align::Right),
+            ("E2EL mean/p50/p90/p99 ms", Align::Right),
+        ];
+        let cells: Vec<Vec<String>> = vllm
+            .iter()
+            .map(|(r, v)| {
+                vec![
+                    r.level.clone(),
+                    v.requests.to_string(),
+                    f(v.goodput_req_per_s, 2),
+                    d(&v.ttft),
+                    d(&v.tpot),
+                    d(&v.itl),
+                    d(&v.e2el),
+                ]
+            })
+            .collect();
+        out.push_str(&table(&headers, &cells));
+    }
     for r in rows.iter().filter(|r| !r.errors_by_kind.is_empty()) {
         let kinds: Vec<String> = r
             .errors_by_kind
@@ -316,11 +405,20 @@ pub(crate) fn csv(rows: &[LoadSummary]) -> String {
             .into_iter()
             .map(|(k, v)| (k.to_owned(), v))
             .collect();
+            let v = r.vllm_convention.as_ref();
+            fields.push((
+                "vllm_goodput_req_per_s".to_owned(),
+                o(v.and_then(|v| v.goodput_req_per_s)),
+            ));
             for (m, d) in [
                 ("ttft", r.ttft),
                 ("tpot", r.tpot),
                 ("itl", r.itl),
                 ("e2el", r.e2el),
+                ("vllm_ttft", v.and_then(|v| v.ttft)),
+                ("vllm_tpot", v.and_then(|v| v.tpot)),
+                ("vllm_itl", v.and_then(|v| v.itl)),
+                ("vllm_e2el", v.and_then(|v| v.e2el)),
             ] {
                 for (s, v) in [
                     ("mean", d.map(|d| d.mean_ms)),
@@ -352,7 +450,57 @@ mod tests {
             prompt_tokens: 10,
             completion_tokens: n,
             server_prompt_n: Some(10),
+            vllm: None,
         }
+    }
+
+    #[test]
+    fn vllm_goodput_is_judged_on_vllms_figures() {
+        // Content arrives at 100 ms, but a role-only chunk came at 40 ms: vLLM's TTFT is 40.
+        let mut r = rec(100, 10, 5);
+        r.vllm = Some(VllmRecord {
+            ttft: Duration::from_millis(40),
+            itl: vec![Duration::from_millis(60), Duration::from_millis(40)],
+            e2e: Duration::from_millis(140),
+            tpot: Duration::from_millis(25),
+            output_tokens: 5,
+        });
+        let one_token = RequestRecord {
+            vllm: Some(VllmRecord {
+                ttft: Duration::from_millis(50),
+                itl: vec![],
+                e2e: Duration::from_millis(50),
+                tpot: Duration::ZERO,
+                output_tokens: 1,
+            }),
+            ..rec(50, 0, 1)
+        };
+        let slo = Slo::parse("ttft=80ms,tpot=30ms").unwrap();
+        let s = summarize(
+            "c=1".into(),
+            &[r, one_token],
+            &[],
+            Duration::from_secs(1),
+            Some(slo),
+        );
+        // tokscope's figures: the first misses TTFT; the one-token request meets it.
+        assert_eq!(s.good_requests, Some(1));
+        let v = s.vllm_convention.clone().expect("vLLM figures");
+        assert_eq!(v.requests, 2);
+        assert_eq!(v.good_requests, Some(2));
+        assert_eq!(v.goodput_req_per_s, Some(2.0));
+        // Only the request of more than one token has a TPOT in vLLM's table.
+        assert_eq!(v.tpot.map(|t| t.count), Some(1));
+        assert_eq!(v.itl.map(|t| t.count), Some(2));
+        // Interpolated: the median of 40 and 50 is 45.
+        assert_eq!(v.ttft.map(|t| t.p50_ms), Some(45.0));
+        let md = markdown(std::slice::from_ref(&s));
+        assert!(md.contains("vLLM's benchmark's definitions"), "{md}");
+        let csv = csv(std::slice::from_ref(&s));
+        assert!(
+            csv.lines().next().unwrap().contains("vllm_ttft_p50_ms"),
+            "{csv}"
+        );
     }
 
     #[test]

@@ -49,10 +49,26 @@ pub(crate) fn median(values: &[f64]) -> Option<f64> {
     })
 }
 
+/// Linear-interpolation percentile of already sorted values (`fraction` in 0..=1): numpy's
+/// default `np.percentile`, which vLLM's benchmark uses, and llama-perplexity's. 0 when empty.
+pub(crate) fn percentile_linear<T: Copy + Into<f64>>(sorted: &[T], fraction: f64) -> f64 {
+    match sorted {
+        [] => 0.0,
+        [only] => (*only).into(),
+        _ => {
+            let p = fraction.clamp(0.0, 1.0) * (sorted.len() - 1) as f64;
+            let i = p.floor() as usize;
+            let frac = p - i as f64;
+            let next = sorted[(i + 1).min(sorted.len() - 1)];
+            (1.0 - frac) * sorted[i].into() + frac * next.into()
+        }
+    }
+}
+
 /// Nearest-rank percentile of already sorted values (`p` in 0..=100). `None` when empty.
 ///
 /// Nearest rank (not interpolation) so that every reported percentile is a gap that really
-/// happened, as llama.cpp's and most serving benchmarks' tables do.
+/// happened, as llama.cpp's tables do (vLLM's benchmark interpolates: `percentile_linear`).
 pub(crate) fn percentile_sorted(sorted: &[Duration], p: f64) -> Option<Duration> {
     if sorted.is_empty() {
         return None;
@@ -92,6 +108,18 @@ impl LatencyStats {
             p99_ms: pct(99.0),
             max_ms: sorted.last().map_or(0.0, |d| ms(*d)),
         })
+    }
+
+    /// The same set with its percentiles interpolated (`percentile_linear`), as vLLM's
+    /// benchmark computes them; `None` for an empty set.
+    pub(crate) fn from_durations_interpolated(values: &[Duration]) -> Option<Self> {
+        let mut stats = Self::from_durations(values)?;
+        let mut sorted: Vec<f64> = values.iter().copied().map(ms).collect();
+        sorted.sort_by(f64::total_cmp);
+        stats.p50_ms = percentile_linear(&sorted, 0.50);
+        stats.p90_ms = percentile_linear(&sorted, 0.90);
+        stats.p99_ms = percentile_linear(&sorted, 0.99);
+        Some(stats)
     }
 }
 

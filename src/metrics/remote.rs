@@ -99,6 +99,10 @@ pub struct RemoteTimeline {
     pub headers_at: Option<Duration>,
     /// Every content chunk, in order.
     pub chunks: Vec<ChunkMark>,
+    /// Every chunk whose `choices` is a non-empty array, content or not (a role-only first
+    /// delta, a reasoning delta, the closing `finish_reason` chunk): what vLLM's benchmark
+    /// times (`VllmFigures`). At most `MAX_OUTPUT_TOKENS` are kept.
+    pub choice_chunks: Vec<Duration>,
     /// Offset at which the stream ended (`[DONE]`, close, error or cancel).
     pub finished_at: Duration,
     pub usage: Option<ServerUsage>,
@@ -136,6 +140,36 @@ pub(crate) struct RemoteSummary {
     pub server_tpot_ms: Option<f64>,
     /// Tokens the server says it generated (`timings.predicted_n`).
     pub server_predicted_tokens: Option<u64>,
+    /// The same stream under vLLM's benchmark's definitions.
+    pub vllm_convention: VllmFigures,
+}
+
+/// One stream's figures as `vllm bench serve` defines them
+/// (`vllm/benchmarks/lib/endpoint_request_func.py`, `async_request_openai_chat_completions`,
+/// and `calculate_metrics` in `vllm/benchmarks/serve.py`): TTFT ends at the first chunk with a
+/// non-empty `choices` (even an empty or role-only delta); one ITL entry per later such chunk,
+/// the whole gap, undivided however many tokens the chunk carries; E2E ends at the last such
+/// chunk; TPOT = (E2E − TTFT) ÷ (N − 1) with N the server's `usage.completion_tokens`, and 0
+/// when N ≤ 1 (so such a request meets any TPOT target). Percentiles interpolate, as numpy's.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub(crate) struct VllmFigures {
+    pub ttft_ms: Option<f64>,
+    /// One entry per chunk after the first, undivided.
+    pub itl: Option<LatencyStats>,
+    pub e2e_ms: Option<f64>,
+    pub tpot_ms: Option<f64>,
+}
+
+/// One request's raw figures under vLLM's definitions (see `VllmFigures`), for a load level.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct VllmRecord {
+    pub ttft: Duration,
+    pub itl: Vec<Duration>,
+    pub e2e: Duration,
+    /// Zero when the server counted at most one output token, as vLLM's goodput takes it.
+    pub tpot: Duration,
+    /// The server's `usage.completion_tokens` (0 without usage).
+    pub output_tokens: u64,
 }
 
 impl RemoteTimeline {
@@ -350,6 +384,42 @@ impl RemoteTimeline {
         }
     }
 
+    /// The stream under vLLM's benchmark's definitions (`VllmFigures`); `None` without a
+    /// chunk that had a choice.
+    pub(crate) fn vllm_record(&self) -> Option<VllmRecord> {
+        let (&first, &last) = (self.choice_chunks.first()?, self.choice_chunks.last()?);
+        let itl = self
+            .choice_chunks
+            .windows(2)
+            .map(|w| w[1].saturating_sub(w[0]))
+            .collect();
+        let n = self.usage.map_or(0, |u| u.completion_tokens);
+        let tpot = if n > 1 {
+            last.saturating_sub(first) / u32::try_from(n - 1).unwrap_or(u32::MAX)
+        } else {
+            Duration::ZERO
+        };
+        Some(VllmRecord {
+            ttft: first,
+            itl,
+            e2e: last,
+            tpot,
+            output_tokens: n,
+        })
+    }
+
+    fn vllm_figures(&self) -> VllmFigures {
+        let Some(r) = self.vllm_record() else {
+            return VllmFigures::default();
+        };
+        VllmFigures {
+            ttft_ms: Some(ms(r.ttft)),
+            itl: LatencyStats::from_durations_interpolated(&r.itl),
+            e2e_ms: Some(ms(r.e2e)),
+            tpot_ms: (r.output_tokens > 1).then(|| ms(r.tpot)),
+        }
+    }
+
     pub(crate) fn summary(&self) -> RemoteSummary {
         let (_, source) = self.tokens_per_chunk();
         let n = self.tokens_generated();
@@ -387,6 +457,7 @@ impl RemoteTimeline {
                 .filter(|t| t.predicted_n > 0)
                 .map(|t| t.predicted_ms / t.predicted_n as f64),
             server_predicted_tokens: self.server_timings.map(|t| t.predicted_n),
+            vllm_convention: self.vllm_figures(),
         }
     }
 }
@@ -444,6 +515,54 @@ mod tests {
         assert_eq!(t.tokens_generated(), 6);
         assert_eq!(t.ttft(), Some(Duration::from_millis(100)));
         assert_eq!(t.tpot(), Some(Duration::from_millis(8)));
+    }
+
+    #[test]
+    fn vllm_convention_times_every_choice_chunk_undivided() {
+        let d = Duration::from_millis;
+        let t = RemoteTimeline {
+            // A role-only chunk at 50 ms, content at 100, 110 and 140 ms, the finish chunk at
+            // 145 ms.
+            choice_chunks: vec![d(50), d(100), d(110), d(140), d(145)],
+            chunks: vec![at(100), at(110), at(140)],
+            usage: Some(ServerUsage {
+                prompt_tokens: 5,
+                completion_tokens: 6,
+                cached_tokens: None,
+            }),
+            ..Default::default()
+        };
+        let r = t.vllm_record().expect("choice chunks");
+        assert_eq!(r.ttft, d(50));
+        assert_eq!(r.itl, vec![d(50), d(10), d(30), d(5)]);
+        assert_eq!(r.e2e, d(145));
+        assert_eq!(r.tpot, d(19));
+        let s = t.summary();
+        // tokscope's own: content chunks, gaps divided per token.
+        assert_eq!(s.ttft_ms, Some(100.0));
+        assert_eq!(s.itl.map(|i| i.count), Some(4));
+        assert_eq!(s.e2e_ms, 140.0);
+        let v = s.vllm_convention;
+        assert_eq!(v.ttft_ms, Some(50.0));
+        assert_eq!(v.e2e_ms, Some(145.0));
+        assert_eq!(v.tpot_ms, Some(19.0));
+        let itl = v.itl.expect("gaps");
+        assert_eq!(itl.count, 4);
+        // numpy's median of [5, 10, 30, 50] is 20; nearest rank would give 10.
+        assert_eq!(itl.p50_ms, 20.0);
+        // A stream of one token: no TPOT, and none without any choice chunk.
+        let one = RemoteTimeline {
+            choice_chunks: vec![d(30)],
+            usage: Some(ServerUsage {
+                prompt_tokens: 5,
+                completion_tokens: 1,
+                cached_tokens: None,
+            }),
+            ..Default::default()
+        };
+        assert_eq!(one.summary().vllm_convention.tpot_ms, None);
+        assert_eq!(one.vllm_record().map(|r| r.tpot), Some(Duration::ZERO));
+        assert_eq!(RemoteTimeline::default().vllm_record(), None);
     }
 
     #[test]

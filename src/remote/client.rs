@@ -14,7 +14,9 @@ use serde_json::{json, Value};
 use super::sse::{EventTooLarge, SseParser};
 use super::{ApiKey, RemoteError};
 use crate::engine::ChatMessage;
-use crate::metrics::remote::{ChunkMark, RemoteTimeline, ServerTimings, ServerUsage};
+use crate::metrics::remote::{
+    ChunkMark, RemoteTimeline, ServerTimings, ServerUsage, MAX_OUTPUT_TOKENS,
+};
 
 /// A streamed event (or one of its lines) longer than this is refused (a broken or hostile
 /// server must not make the client buffer without bound).
@@ -561,6 +563,9 @@ impl Turn {
             .get("choices")
             .and_then(Value::as_array)
             .and_then(|c| c.first());
+        if choice.is_some() && turn.timeline.choice_chunks.len() < MAX_OUTPUT_TOKENS as usize {
+            turn.timeline.choice_chunks.push(at);
+        }
         let content = choice
             .and_then(|c| c.get("delta"))
             .and_then(|d| d.get("content"))
