@@ -1,6 +1,7 @@
 //! The one value formatter for people: byte counts in one unit family with its label, so the
 //! chat, `bench`, `compare`, `synth` and the notices agree (a file, a token's bytes and a
-//! bandwidth are all decimal: GB as bandwidth is quoted, never GiB beside MB).
+//! bandwidth are all decimal: GB as bandwidth is quoted, never GiB beside MB); significant
+//! digits, and a mean with its error at the precision the sample allows.
 
 /// A byte count in decimal units with about three significant digits: `4.92 GB`, `17.4 GB`,
 /// `398 MB`, `6.1 MB`, `0.47 MB`; under 10 kB it is counted in kB (`2.4 kB`), under 1 kB in
@@ -35,9 +36,65 @@ pub(crate) fn bytes_opt(n: Option<f64>) -> String {
     n.map_or_else(|| "—".to_string(), bytes_f64)
 }
 
+/// Decimals that show `digits` significant digits of `v` (0 for values of that many integer
+/// digits or more), capped at 12.
+fn decimals_for(v: f64, digits: u32) -> usize {
+    if v == 0.0 || !v.is_finite() {
+        return digits.saturating_sub(1) as usize;
+    }
+    let magnitude = v.abs().log10().floor() as i64;
+    (i64::from(digits) - 1 - magnitude).clamp(0, 12) as usize
+}
+
+/// `v` with `digits` significant digits after the point, trailing zeros dropped: `0.45`,
+/// `0.011`, `90`; whole numbers keep every digit (`1234`); `—` when not finite.
+pub(crate) fn sig(v: f64, digits: u32) -> String {
+    if !v.is_finite() {
+        return "—".to_string();
+    }
+    let s = format!("{v:.*}", decimals_for(v, digits));
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    }
+}
+
+/// A mean with its standard error, as precise as the sample allows: the error to two
+/// significant digits and the mean to the same decimal place (`12.31 ± 0.84`, not
+/// `12.3107 ± 0.8391` from a few hundred tokens). Without an error (zero or not finite) the
+/// mean gets four significant digits.
+pub(crate) fn mean_pm(mean: f64, err: f64) -> String {
+    if !mean.is_finite() {
+        return "—".to_string();
+    }
+    if !(err.is_finite() && err > 0.0) {
+        return sig(mean, 4);
+    }
+    let d = decimals_for(err, 2);
+    format!("{mean:.d$} ± {err:.d$}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn significant_digits_and_errors() {
+        assert_eq!(sig(0.45, 2), "0.45");
+        assert_eq!(sig(0.0109, 2), "0.011");
+        assert_eq!(sig(90.0, 3), "90");
+        assert_eq!(sig(0.05, 2), "0.05");
+        assert_eq!(sig(1234.0, 2), "1234");
+        assert_eq!(sig(0.0, 2), "0");
+        assert_eq!(sig(f64::NAN, 2), "—");
+        assert_eq!(mean_pm(12.3107, 0.8391), "12.31 ± 0.84");
+        assert_eq!(mean_pm(6.407115, 0.039119), "6.407 ± 0.039");
+        assert_eq!(mean_pm(250.0, 31.0), "250 ± 31");
+        assert_eq!(mean_pm(0.031273, 0.000238), "0.03127 ± 0.00024");
+        assert_eq!(mean_pm(5.0, 0.0), "5");
+        assert_eq!(mean_pm(f64::INFINITY, 1.0), "—");
+    }
 
     #[test]
     fn one_decimal_family_with_about_three_digits() {

@@ -108,6 +108,52 @@ fn quantizes_in_process_and_kl_grows_as_bits_shrink() {
 }
 
 #[test]
+fn requantized_rows_are_marked_and_synthetic_quality_is_not_judged() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let q8 = common::synth(home.path(), "q8.gguf", "small", TensorType::Q8_0, 1);
+    let mut args = vec![
+        "-m",
+        q8.to_str().unwrap(),
+        "--quantize",
+        "q4_0",
+        "--allow-requantize",
+        "--max-kld",
+        "0.5",
+    ];
+    args.extend_from_slice(QUICK);
+    let (c, stderr) = compare_json(home.path(), &args);
+    assert!(stderr.contains("requantizing a Q8_0 file"), "{stderr}");
+    assert_eq!(c.rows.len(), 2);
+    assert!(c.rows[0].reference, "the quantized source is the reference");
+    assert_eq!(c.rows[0].requantized_from, None);
+    assert_eq!(c.rows[1].requantized_from.as_deref(), Some("Q8_0"));
+    assert_eq!(c.rows[1].quantization, "Q4_0 ← Q8_0");
+    assert!(c.rows[1].label.ends_with("-Q4_0 ← Q8_0"), "{}", c.rows[1].label);
+    // Synthetic weights: the budget and the candidate lines judge no quality.
+    assert!(c.rows.iter().all(|r| r.synthetic));
+    assert!(
+        c.verdict[0].starts_with("Within KLD ≤ 0.5: not judged, the weights are synthetic"),
+        "{:?}",
+        c.verdict
+    );
+    assert!(c.verdict[1].contains("quality not judged"), "{:?}", c.verdict);
+    assert!(c.verdict[1].contains("made from a Q8_0 file"), "{:?}", c.verdict);
+    // The table reads n/m where a quality figure would be.
+    let md = tokscope(home.path())
+        .arg("compare")
+        .args(&args)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let md = String::from_utf8(md).unwrap();
+    assert!(md.contains("n/m"), "{md}");
+    assert!(md.contains("Q4_0 ← Q8_0"), "{md}");
+}
+
+#[test]
 fn a_model_against_itself_gives_kl_zero_and_the_same_perplexity() {
     let _lock = common::model_lock();
     let home = tempfile::tempdir().unwrap();
@@ -281,6 +327,9 @@ fn bad_inputs_give_clear_errors() {
         "unknown quantization type `q9_9`",
     );
     fail(&["-m", m, "-o", "xml"], 2, "one of md, csv, json");
+    fail(&["-m", m, "--max-kld", "-1"], 2, "--max-kld");
+    fail(&["-m", m, "--min-same-top", "101%"], 2, "--min-same-top");
+    fail(&["-m", m, "--max-kld", "NaN"], 2, "a number from 0 to 100");
     fail(
         &["-m", "/nonexistent/model.gguf"],
         3,

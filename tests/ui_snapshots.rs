@@ -1059,6 +1059,7 @@ fn comparison() -> tokscope::compare::Comparison {
                 vec!["q4_k_m.gguf".into()]
             },
             synthetic: false,
+            requantized_from: None,
         };
     Comparison {
         id: "20250101-120000".into(),

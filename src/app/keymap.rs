@@ -33,6 +33,7 @@ pub(crate) enum Action {
     Quit,
     OpenBench,
     RunBench,
+    StopBench,
     CloseBench,
     CloseAb,
     OpenCompare,
@@ -76,9 +77,9 @@ pub(crate) fn action_for(mode: Mode, input_empty: bool, key: KeyEvent) -> Option
         (Mode::Help, KeyCode::Home) => Some(Action::ScrollTop),
         (Mode::Help, KeyCode::End) => Some(Action::ScrollBottom),
         (Mode::Help, _) => None,
-        (Mode::Bench, KeyCode::Esc | KeyCode::F(2) | KeyCode::Char('q')) => {
-            Some(Action::CloseBench)
-        }
+        // Esc stops a running sweep and keeps the screen; on an idle screen it closes it.
+        (Mode::Bench, KeyCode::Esc) => Some(Action::StopBench),
+        (Mode::Bench, KeyCode::F(2) | KeyCode::Char('q')) => Some(Action::CloseBench),
         (Mode::Bench, KeyCode::Enter | KeyCode::Char('r')) => Some(Action::RunBench),
         (Mode::Bench, KeyCode::F(1) | KeyCode::Char('?')) => Some(Action::ToggleHelp),
         (Mode::Bench, _) => None,

@@ -669,7 +669,13 @@ impl App {
             }
             Action::OpenBench => self.mode = Mode::Bench,
             Action::RunBench => return self.run_bench(),
-            Action::CloseBench => {
+            Action::StopBench if self.bench.running.is_some() => {
+                self.bench.stopped = true;
+                if let Some(id) = self.bench.running.take() {
+                    return vec![Effect::Cancel(id)];
+                }
+            }
+            Action::StopBench | Action::CloseBench => {
                 self.mode = Mode::Chat;
                 if let Some(id) = self.bench.running.take() {
                     return vec![Effect::Cancel(id)];

@@ -33,6 +33,8 @@ pub struct BenchScreen {
     pub running: Option<RequestId>,
     pub points: Vec<BenchPoint>,
     pub error: Option<String>,
+    /// The last sweep was stopped with Esc (its points are kept).
+    pub stopped: bool,
 }
 
 impl Default for BenchScreen {
@@ -44,6 +46,7 @@ impl Default for BenchScreen {
             running: None,
             points: Vec::new(),
             error: None,
+            stopped: false,
         }
     }
 }
@@ -61,6 +64,7 @@ impl App {
         self.bench.running = Some(id);
         self.bench.points.clear();
         self.bench.error = None;
+        self.bench.stopped = false;
         vec![Effect::BatchSweep {
             id,
             batches: self.bench.batches.clone(),
@@ -115,11 +119,37 @@ mod tests {
             now(),
         );
         assert_eq!(app.bench.points.len(), 1);
-        // Esc stops a running sweep and returns to the chat.
+        // Esc stops a running sweep and keeps the screen and its points.
         let fx = update(&mut app, Msg::Key(key(KeyCode::Esc)), now());
         assert_eq!(fx, vec![Effect::Cancel(id)]);
-        assert_eq!(app.mode, Mode::Chat);
+        assert_eq!(app.mode, Mode::Bench);
         assert!(app.bench.running.is_none());
+        assert!(app.bench.stopped);
+        assert_eq!(app.bench.points.len(), 1);
+        // A late point of the stopped sweep is dropped.
+        update(
+            &mut app,
+            Msg::Engine(EngineEvent::BatchPoint {
+                request_id: id,
+                point,
+                prefill_ms: None,
+            }),
+            now(),
+        );
+        assert_eq!(app.bench.points.len(), 1);
+        // Esc on an idle screen closes it.
+        assert!(update(&mut app, Msg::Key(key(KeyCode::Esc)), now()).is_empty());
+        assert_eq!(app.mode, Mode::Chat);
+        // F2 on a running sweep closes the screen and stops it.
+        update(&mut app, Msg::Key(key(KeyCode::F(2))), now());
+        let fx = update(&mut app, Msg::Key(key(KeyCode::Enter)), now());
+        let Some(Effect::BatchSweep { id, .. }) = fx.first().cloned() else {
+            panic!("{fx:?}")
+        };
+        assert!(!app.bench.stopped, "a new sweep clears the stop");
+        let fx = update(&mut app, Msg::Key(key(KeyCode::F(2))), now());
+        assert_eq!(fx, vec![Effect::Cancel(id)]);
+        assert_eq!(app.mode, Mode::Chat);
     }
 
     #[test]

@@ -87,6 +87,14 @@ pub struct CompareArgs {
     /// Quality only: skip the speed tests.
     #[arg(long)]
     pub no_speed: bool,
+    /// A quality budget: the largest mean KL divergence to the reference (nats) you accept;
+    /// the verdict names the fastest candidate within it (e.g. 0.05 keeps Q4_K_M-like loss).
+    #[arg(long, value_name = "NATS", allow_hyphen_values = true)]
+    pub max_kld: Option<String>,
+    /// A quality budget: the smallest share (%) of positions whose most likely token is the
+    /// reference's; the verdict names the fastest candidate within it.
+    #[arg(long, value_name = "PCT", allow_hyphen_values = true)]
+    pub min_same_top: Option<String>,
 }
 
 fn bad(flag: &str, value: &str, expected: &str) -> Failure {
@@ -104,6 +112,14 @@ fn parse_count(flag: &str, value: &str, min: u32, max: u32) -> Result<u32, Failu
             value,
             &format!("one whole number from {min} to {max}"),
         )),
+    }
+}
+
+/// A number of the quality budget, in `[0, max]`.
+fn parse_budget(flag: &str, value: &str, max: f64) -> Result<f64, Failure> {
+    match value.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && (0.0..=max).contains(&v) => Ok(v),
+        _ => Err(bad(flag, value, &format!("a number from 0 to {max}"))),
     }
 }
 
@@ -179,6 +195,20 @@ pub(crate) fn plan(args: &CompareArgs, settings: &Settings) -> Result<ComparePla
                 "-p and -n are both 0: no speed test to run (add --no-speed for quality only)",
             ));
         }
+        let budget = crate::compare::Budget {
+            max_kld: match &args.max_kld {
+                Some(v) => Some(parse_budget("--max-kld", v, 100.0)?),
+                None => None,
+            },
+            min_same_top_pct: match &args.min_same_top {
+                Some(v) => Some(parse_budget(
+                    "--min-same-top",
+                    v.trim_end_matches('%'),
+                    100.0,
+                )?),
+                None => None,
+            },
+        };
         Ok(ComparePlan {
             models: bench.models.clone(),
             quantize,
@@ -191,6 +221,7 @@ pub(crate) fn plan(args: &CompareArgs, settings: &Settings) -> Result<ComparePla
             output,
             plot: args.plot.clone(),
             speed: !args.no_speed,
+            budget,
         })
     }
 }

@@ -8,6 +8,7 @@
 //! - `report`: rows, the Pareto front, the verdict, the formats.
 //! - `log`: the comparisons log the chat's compare screen reads.
 
+mod advice;
 pub mod log;
 mod plan;
 pub mod quality;
@@ -20,6 +21,7 @@ use std::time::Instant;
 
 use llama_cpp_2::model::LlamaModel;
 
+pub(crate) use advice::Budget;
 pub(crate) use plan::{CompareFormat, ComparePlan};
 pub use report::{CompareRow, Comparison};
 
@@ -92,6 +94,8 @@ pub(crate) struct Candidate {
     pub type_v: KvType,
     pub flash_attn: FlashAttn,
     pub quantized_here: bool,
+    /// The quantization of the source when it was itself quantized (`--allow-requantize`).
+    pub requantized_from: Option<String>,
 }
 
 impl Candidate {
@@ -155,9 +159,13 @@ fn labels(candidates: &[Candidate]) -> Vec<String> {
                 .unwrap_or_default();
             let mut parts: Vec<&str> = stem.rsplitn(3, '-').collect();
             parts.reverse();
-            match parts.as_slice() {
+            let label = match parts.as_slice() {
                 [base, _print, ty] => format!("{base}-{ty}"),
                 _ => stem.clone(),
+            };
+            match &c.requantized_from {
+                Some(from) => format!("{label} ← {from}"),
+                None => label,
             }
         } else {
             crate::bench::sweep::file_name(&c.model)
@@ -195,9 +203,9 @@ pub(crate) fn run(plan: &ComparePlan, settings: Settings) -> Result<(), CompareE
     // A file that is damaged, or that llama.cpp crashes on (tried in a child process), is
     // skipped with a message; the others are compared, and the exit code says one was bad.
     let mut skipped = Vec::new();
-    let files: Vec<(PathBuf, bool)> = files
+    let files: Vec<ModelFile> = files
         .into_iter()
-        .filter(|(path, _)| {
+        .filter(|ModelFile { path, .. }| {
             let verdict = crate::engine::check_model_file(path)
                 .and_then(|_| crate::llama::probe::ensure_survivable(path));
             match verdict {
@@ -219,18 +227,19 @@ pub(crate) fn run(plan: &ComparePlan, settings: Settings) -> Result<(), CompareE
     }
     let sweep = &plan.bench.sweep;
     let mut candidates = Vec::new();
-    for (model, quantized_here) in &files {
+    for file in &files {
         for &n_gpu_layers in &sweep.n_gpu_layers {
             for &type_k in &sweep.type_k {
                 for &type_v in &sweep.type_v {
                     for &flash_attn in &sweep.flash_attn {
                         candidates.push(Candidate {
-                            model: model.clone(),
+                            model: file.path.clone(),
                             n_gpu_layers,
                             type_k,
                             type_v,
                             flash_attn,
-                            quantized_here: *quantized_here,
+                            quantized_here: file.quantized_here,
+                            requantized_from: file.requantized_from.clone(),
                         });
                     }
                 }
@@ -311,7 +320,10 @@ pub(crate) fn run(plan: &ComparePlan, settings: Settings) -> Result<(), CompareE
             CompareRow {
                 label: label.clone(),
                 model: c.model.display().to_string(),
-                quantization: info.quantization.clone(),
+                quantization: match &c.requantized_from {
+                    Some(from) => format!("{} ← {from}", info.quantization),
+                    None => info.quantization.clone(),
+                },
                 file_size_bytes: info.file_size_bytes,
                 bits_per_weight: if info.n_params > 0 {
                     info.weights_bytes as f64 * 8.0 / info.n_params as f64
@@ -340,11 +352,14 @@ pub(crate) fn run(plan: &ComparePlan, settings: Settings) -> Result<(), CompareE
                 pareto: false,
                 dominated_by: Vec::new(),
                 synthetic: info.synthetic,
+                requantized_from: c.requantized_from.clone(),
             }
         })
         .collect();
     report::mark_pareto(&mut rows, control.as_ref());
-    let verdict = report::verdict(&rows, control.as_ref());
+    // The answer first ("which one should I use"), then the front and what beats what.
+    let mut verdict = advice::lines(&rows, control.as_ref(), &plan.budget);
+    verdict.extend(report::verdict(&rows, control.as_ref()));
     let comparison = Comparison {
         id: id.clone(),
         unix_time_s: crate::ids::unix_s(started),
@@ -467,29 +482,63 @@ fn load_text(path: Option<&Path>) -> Result<(String, String), CompareError> {
     }
 }
 
+/// One file to compare, and how it came to be.
+struct ModelFile {
+    path: PathBuf,
+    /// Made by `--quantize`.
+    quantized_here: bool,
+    /// Made from a source that was itself quantized: that source's quantization.
+    requantized_from: Option<String>,
+}
+
 /// The files to compare: as given, or the source and its quantizations.
-fn model_files(plan: &ComparePlan) -> Result<Vec<(PathBuf, bool)>, CompareError> {
+fn model_files(plan: &ComparePlan) -> Result<Vec<ModelFile>, CompareError> {
     if plan.quantize.is_empty() {
-        return Ok(plan.models.iter().map(|m| (m.clone(), false)).collect());
+        return Ok(plan
+            .models
+            .iter()
+            .map(|m| ModelFile {
+                path: m.clone(),
+                quantized_here: false,
+                requantized_from: None,
+            })
+            .collect());
     }
     let source = &plan.models[0];
     let header = crate::gguf::read_metadata(source)
         .map_err(|e| CompareError::model(format!("cannot read {}: {e}", source.display())))?;
     let file_type = header.get("general.file_type").and_then(|v| v.as_u64());
     // F32, F16, BF16 (and files that do not say: llama.cpp will tell).
-    if let Some(t) = file_type.filter(|t| ![0, 1, 32].contains(t) && !plan.allow_requantize) {
+    let source_quant = file_type.filter(|t| ![0, 1, 32].contains(t)).map(|t| {
+        u32::try_from(t)
+            .ok()
+            .and_then(crate::engine::quantization_name)
+            .unwrap_or("quantized")
+            .to_string()
+    });
+    if let (Some(q), false) = (&source_quant, plan.allow_requantize) {
         return Err(CompareError::usage(format!(
-            "--quantize needs a high-precision source (F32, F16 or BF16); {} is {} \
-                 (--allow-requantize quantizes it anyway)",
+            "--quantize needs a high-precision source (F32, F16 or BF16); {} is {q}. Either \
+             give the model's F16 or BF16 GGUF (llama.cpp's convert_hf_to_gguf.py makes one from \
+             the Hugging Face weights), or add --allow-requantize to quantize this {q} file: \
+             the rows are then marked \"Q8_0 ← {q}\" and measured against your {q} weights, \
+             not the original ones (a type with more bits than {q}, F16 included, gains no \
+             quality from it: only its speed means something)",
             source.display(),
-            u32::try_from(t)
-                .ok()
-                .and_then(crate::engine::quantization_name)
-                .unwrap_or("quantized")
         )));
     }
+    if let Some(q) = &source_quant {
+        eprintln!(
+            "requantizing a {q} file: every candidate is measured against the {q} weights, \
+             not the original ones"
+        );
+    }
     let cache = crate::paths::cache_dir().join("quantized");
-    let mut files = vec![(source.clone(), false)];
+    let mut files = vec![ModelFile {
+        path: source.clone(),
+        quantized_here: false,
+        requantized_from: None,
+    }];
     let terminal = std::io::stderr().is_terminal();
     for ty in &plan.quantize {
         let name = ty.name.to_ascii_uppercase();
@@ -519,7 +568,11 @@ fn model_files(plan: &ComparePlan) -> Result<Vec<(PathBuf, bool)>, CompareError>
                 t0.elapsed().as_secs_f64()
             );
         }
-        files.push((path, true));
+        files.push(ModelFile {
+            path,
+            quantized_here: true,
+            requantized_from: source_quant.clone(),
+        });
     }
     Ok(files)
 }

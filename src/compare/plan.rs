@@ -41,4 +41,6 @@ pub(crate) struct ComparePlan {
     pub output: CompareFormat,
     pub plot: Option<PathBuf>,
     pub speed: bool,
+    /// `--max-kld`, `--min-same-top`: the quality a user gives up at most.
+    pub budget: super::Budget,
 }

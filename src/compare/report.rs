@@ -42,6 +42,10 @@ pub struct CompareRow {
     /// reference (one of them strictly).
     pub dominated_by: Vec<String>,
     pub synthetic: bool,
+    /// The quantization of the already quantized file this one was made from
+    /// (`--quantize … --allow-requantize`): its losses are measured against those weights.
+    #[serde(default)]
+    pub requantized_from: Option<String>,
 }
 
 /// A whole comparison, as printed and as kept in the comparisons log.
@@ -88,7 +92,7 @@ impl Control {
 /// The smallest tg difference between `a` and `b` called real: the sum of their rounds' sds,
 /// or the control's systematic error at their speed, whichever is larger. `None` when a speed
 /// or a spread is missing (one round has no spread: then nothing is called).
-fn speed_threshold(a: &CompareRow, b: &CompareRow, systematic: f64) -> Option<f64> {
+pub(super) fn speed_threshold(a: &CompareRow, b: &CompareRow, systematic: f64) -> Option<f64> {
     let (sa, sb) = (a.tg_tok_per_s?, b.tg_tok_per_s?);
     let (da, db) = (a.tg_tok_per_s_sd?, b.tg_tok_per_s_sd?);
     Some(crate::metrics::noise_threshold(
@@ -236,7 +240,7 @@ pub(crate) fn verdict(rows: &[CompareRow], control: Option<&Control>) -> Vec<Str
 
 fn fmt_kl(row: &CompareRow) -> String {
     match row.quality.kld_mean {
-        Some(v) => format!("{v:.6}"),
+        Some(v) => crate::fmt::sig(v, 3),
         None if row.reference => "0, the reference".into(),
         None => "—".into(),
     }
@@ -255,6 +259,40 @@ fn mean_sd(mean: Option<f64>, sd: Option<f64>) -> String {
         (Some(m), None) => format!("{m:.2} ± — (n=1)"),
         _ => "—".into(),
     }
+}
+
+/// The cell of a quality figure that has no meaning (synthetic weights).
+const NOT_MEANINGFUL: &str = "n/m";
+
+/// PPL, KLD mean, p99, max, same top % and Δp mean, as precise as the sample allows: a mean
+/// with its standard error to the error's second significant digit, the tails to three.
+fn quality_cells(q: &QualityStats) -> Vec<String> {
+    let sig3 = |v: Option<f64>| v.map_or_else(|| "—".to_string(), |v| crate::fmt::sig(v, 3));
+    let kld = match (q.kld_mean, q.kld_uncertainty) {
+        (Some(m), Some(u)) if u > 0.0 => crate::fmt::mean_pm(m, u),
+        (m, _) => sig3(m),
+    };
+    // The binomial standard error of a share of n positions, in points.
+    let same_top = q.same_top_pct.map_or_else(
+        || "—".to_string(),
+        |p| {
+            let n = q.n_scored.max(1) as f64;
+            let se = ((p / 100.0) * (1.0 - p / 100.0) / n).sqrt() * 100.0;
+            if se > 0.0 {
+                crate::fmt::mean_pm(p, se)
+            } else {
+                format!("{p:.1}")
+            }
+        },
+    );
+    vec![
+        crate::fmt::mean_pm(q.ppl, q.ppl_uncertainty),
+        kld,
+        sig3(q.kld_p99),
+        sig3(q.kld_max),
+        same_top,
+        opt(q.delta_p_mean_pct, 3),
+    ]
 }
 
 /// The Markdown table, its notes and the verdict.
@@ -282,7 +320,7 @@ pub(crate) fn markdown(c: &Comparison) -> String {
         .iter()
         .map(|r| {
             let q = &r.quality;
-            vec![
+            let mut cells = vec![
                 if r.reference {
                     format!("{} (reference)", r.label)
                 } else {
@@ -291,12 +329,14 @@ pub(crate) fn markdown(c: &Comparison) -> String {
                 r.quantization.clone(),
                 size(r.file_size_bytes),
                 format!("{:.2}", r.bits_per_weight),
-                format!("{:.4} ± {:.4}", q.ppl, q.ppl_uncertainty),
-                opt(q.kld_mean, 6),
-                opt(q.kld_p99, 6),
-                opt(q.kld_max, 6),
-                opt(q.same_top_pct, 2),
-                opt(q.delta_p_mean_pct, 3),
+            ];
+            if r.synthetic {
+                // Random weights have no quality to lose: no figure that could be read as one.
+                cells.extend(std::iter::repeat_n(NOT_MEANINGFUL.to_string(), 6));
+            } else {
+                cells.extend(quality_cells(q));
+            }
+            cells.extend([
                 mean_sd(r.pp_tok_per_s, r.pp_tok_per_s_sd),
                 mean_sd(r.tg_tok_per_s, r.tg_tok_per_s_sd),
                 opt(r.ceiling_tok_per_s, 1),
@@ -311,7 +351,8 @@ pub(crate) fn markdown(c: &Comparison) -> String {
                     (Some(_), false) => "dominated",
                 }
                 .to_string(),
-            ]
+            ]);
+            cells
         })
         .collect();
     let mut out = table(&headers, &rows);
@@ -327,9 +368,16 @@ pub(crate) fn markdown(c: &Comparison) -> String {
     ));
     if c.rows.iter().any(|r| r.synthetic) {
         out.push_str(&format!(
-            "Note: {}.\n",
+            "Note: {}; its quality columns read {NOT_MEANINGFUL} (not meaningful: random weights \
+             have no quality to lose).\n",
             crate::engine::ModelInfo::SYNTHETIC_LABEL
         ));
+    }
+    if c.rows.iter().any(|r| r.requantized_from.is_some()) {
+        out.push_str(
+            "Note: \"X ← Y\" rows were quantized from an already quantized Y file: their losses \
+             add to Y's and are measured against Y, not the original weights.\n",
+        );
     }
     out.push('\n');
     for line in &c.verdict {
@@ -426,6 +474,7 @@ pub(crate) mod tests {
             pareto: false,
             dominated_by: Vec::new(),
             synthetic: false,
+            requantized_from: None,
         }
     }
 
@@ -539,6 +588,30 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn synthetic_quality_is_never_a_figure_and_requantized_rows_are_marked() {
+        let mut rows = vec![row("f16", 50.0, 0.0), row("q4_0", 140.0, 0.05)];
+        rows[1].quantization = "Q4_0 ← Q8_0".into();
+        rows[1].requantized_from = Some("Q8_0".into());
+        let md = markdown(&comparison(rows.clone()));
+        assert!(md.contains("Q4_0 ← Q8_0"), "{md}");
+        assert!(md.contains("quantized from an already quantized"), "{md}");
+        for r in &mut rows {
+            r.synthetic = true;
+        }
+        let md = markdown(&comparison(rows));
+        let body: Vec<&str> = md
+            .lines()
+            .filter(|l| l.starts_with("| f16") || l.starts_with("| q4_0"))
+            .collect();
+        assert_eq!(body.len(), 2, "{md}");
+        for line in body {
+            assert_eq!(line.matches("n/m").count(), 6, "{line}");
+            assert!(!line.contains("10.00"), "{line}");
+        }
+        assert!(md.contains("not meaningful"), "{md}");
+    }
+
+    #[test]
     fn equal_candidates_do_not_dominate_each_other() {
         let mut rows = vec![row("a", 50.0, 0.01), row("b", 50.0, 0.01)];
         mark_pareto(&mut rows, None);
@@ -552,7 +625,10 @@ pub(crate) mod tests {
         let c = comparison(rows);
         let md = markdown(&c);
         assert!(md.contains("| f16 (reference)"), "{md}");
-        assert!(md.contains("0.050000"), "{md}");
+        // PPL 10 ± 0.1 and KLD without an error: as precise as the sample, no more.
+        assert!(md.contains("| 10.00 ± 0.10 |"), "{md}");
+        assert!(md.contains(" 0.05 |"), "{md}");
+        assert!(!md.contains("0.050000"), "{md}");
         assert!(md.contains("Pareto front"), "{md}");
         let csv = csv(&c).unwrap();
         let mut lines = csv.lines();

@@ -371,6 +371,68 @@ pub struct BatchPoint {
     pub itl_p99_ms: Option<f64>,
 }
 
+/// What a batching sweep shows, in one line, from its own rows (never before they exist):
+/// the peak aggregate tok/s and its B against B = 1, and the first B where one sequence's
+/// inter-token latency grew more than the aggregate did from the B before (batching stops
+/// paying there). On a compute-bound machine the peak can be B = 1: then it says so. Each B is
+/// one run, which the line says: a difference of a few percent is within run-to-run noise.
+/// `None` without a B = 1 row to compare with.
+pub fn batching_verdict(points: &[BatchPoint]) -> Option<String> {
+    let agg = |p: &BatchPoint| p.aggregate_tok_per_s.filter(|v| v.is_finite() && *v > 0.0);
+    let base = points.iter().find(|p| p.batch == 1)?;
+    let base_agg = agg(base)?;
+    let peak = points
+        .iter()
+        .filter(|p| agg(p).is_some())
+        .max_by(|a, b| agg(a).unwrap_or(0.0).total_cmp(&agg(b).unwrap_or(0.0)))?;
+    let peak_agg = agg(peak)?;
+    if points.len() < 2 {
+        return None;
+    }
+    let mut line = if peak.batch == 1 {
+        let best_other = points
+            .iter()
+            .filter(|p| p.batch != 1)
+            .filter_map(|p| Some((p.batch, agg(p)? / base_agg)))
+            .max_by(|a, b| a.1.total_cmp(&b.1));
+        match best_other {
+            Some((b, r)) => format!(
+                "batching does not pay here: aggregate tok/s is highest at B = 1 ({}); the best \
+                 other, B = {b}, gives {r:.2}× (a compute-bound machine: each extra sequence costs \
+                 about what it adds)",
+                crate::fmt::sig(base_agg, 3)
+            ),
+            None => return None,
+        }
+    } else {
+        format!(
+            "peak aggregate {} tok/s at B = {} ({:.2}× B = 1)",
+            crate::fmt::sig(peak_agg, 3),
+            peak.batch,
+            peak_agg / base_agg
+        )
+    };
+    // The first step where one user's latency grew by more than the aggregate did.
+    let mut sorted: Vec<&BatchPoint> = points.iter().collect();
+    sorted.sort_by_key(|p| p.batch);
+    let knee = sorted.windows(2).find_map(|w| {
+        let (prev, next) = (w[0], w[1]);
+        let throughput = agg(next)? / agg(prev)?;
+        let latency = ratio(next.itl_p50_ms?, prev.itl_p50_ms?)?;
+        (latency > throughput).then_some((prev.batch, next.batch, latency, throughput))
+    });
+    if let Some((from, to, latency, throughput)) = knee {
+        if peak.batch != 1 {
+            line.push_str(&format!(
+                "; from B = {from} to {to} one user's latency grew {latency:.2}× and the \
+                 aggregate only {throughput:.2}×"
+            ));
+        }
+    }
+    line.push_str(" · one run per B: a few % is noise");
+    Some(line)
+}
+
 /// A planted error for the agreement check, in test builds with the `plant` feature only: the
 /// factor `TOKSCOPE_PLANT_SCALE` gives `figure` (`decode:1.1,prefill:1.1`; `bench` scales
 /// every rate `tokscope bench` reports; `row_cost` the speculation roofline's ρ), so
@@ -410,6 +472,59 @@ mod tests {
             accepted_drafts: 0,
             remote: None,
         }
+    }
+
+    fn point(batch: u32, agg: f64, itl: f64) -> BatchPoint {
+        BatchPoint {
+            batch,
+            aggregate_tok_per_s: Some(agg),
+            per_sequence_tok_per_s: Some(agg / f64::from(batch)),
+            itl_p50_ms: Some(itl),
+            itl_p99_ms: Some(itl * 1.2),
+        }
+    }
+
+    #[test]
+    fn the_batching_verdict_comes_from_the_rows() {
+        // A GPU-like sweep: throughput rises until B = 16, then latency outgrows it.
+        let gpu = [
+            point(1, 100.0, 10.0),
+            point(2, 195.0, 10.3),
+            point(4, 380.0, 10.5),
+            point(8, 700.0, 11.4),
+            point(16, 900.0, 17.8),
+            point(32, 880.0, 36.0),
+        ];
+        let v = batching_verdict(&gpu).unwrap();
+        assert!(
+            v.starts_with("peak aggregate 900 tok/s at B = 16 (9.00× B = 1)"),
+            "{v}"
+        );
+        assert!(
+            v.contains("from B = 8 to 16 one user's latency grew 1.56×"),
+            "{v}"
+        );
+        assert!(v.ends_with("one run per B: a few % is noise"), "{v}");
+        // The busy 2-core CPU the issue saw: B = 2 at 0.91×.
+        let cpu = [
+            point(1, 20.0, 50.0),
+            point(2, 18.2, 110.0),
+            point(4, 17.0, 235.0),
+        ];
+        let v = batching_verdict(&cpu).unwrap();
+        assert!(
+            v.starts_with("batching does not pay here: aggregate tok/s is highest at B = 1 (20)"),
+            "{v}"
+        );
+        assert!(v.contains("B = 2, gives 0.91×"), "{v}");
+        assert!(!v.contains("grows much faster"), "{v}");
+        // Nothing to say before there are rows to say it from.
+        assert_eq!(batching_verdict(&[]), None);
+        assert_eq!(batching_verdict(&[point(1, 20.0, 50.0)]), None);
+        assert_eq!(
+            batching_verdict(&[point(2, 20.0, 50.0), point(4, 30.0, 60.0)]),
+            None
+        );
     }
 
     #[test]

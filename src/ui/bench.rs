@@ -1,5 +1,6 @@
 //! The bench screen: batching, the first lever. B sequences decoded together share each read
-//! of the weights, so aggregate tok/s rises much faster than each sequence's latency. A table
+//! of the weights; whether aggregate tok/s then rises faster than each sequence's latency is
+//! what the sweep measures, and the headline says it from the rows. A table
 //! of every measured batch size and two charts against B: aggregate and per-sequence tok/s, and
 //! per-sequence ITL p50/p99. Reads `app.bench`; the figures come from the engine's
 //! measurements and `metrics::roofline` for the cost.
@@ -24,21 +25,27 @@ pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App) {
             b.n_prompt, b.n_gen
         ),
     );
+    // The headline comes from the rows, never before them: on a compute-bound CPU batching
+    // may not pay at all.
+    let points: Vec<crate::metrics::BatchPoint> = b.points.iter().map(|p| p.point).collect();
+    let headline = match crate::metrics::batching_verdict(&points) {
+        Some(v) if b.running.is_none() => Span::styled(v, theme::METRIC_VALUE),
+        _ => Span::styled(
+            "B sequences share each read of the weights; whether that pays on this machine is measured below",
+            theme::DIM,
+        ),
+    };
+    let mut headline = super::text::wrap(&[headline], inner.width as usize, &[], &[]);
+    headline.truncate(2);
     let table_h = (b.batches.len() as u16 + 2).min(inner.height / 2);
     let [intro, table, charts, footer] = Layout::vertical([
-        Constraint::Length(1),
+        Constraint::Length(headline.len() as u16),
         Constraint::Length(table_h),
         Constraint::Min(0),
         Constraint::Length(1),
     ])
     .areas(inner);
-    frame.render_widget(
-        Paragraph::new(Span::styled(
-            "one read of the weights serves every sequence in the batch: aggregate tok/s grows much faster than each user's latency",
-            theme::DIM,
-        )),
-        intro,
-    );
+    frame.render_widget(Paragraph::new(headline), intro);
     frame.render_widget(Paragraph::new(table_lines(app)), table);
     if charts.height >= 6 && !b.points.is_empty() {
         let [left, right] =
@@ -54,6 +61,9 @@ pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App) {
         }
         (None, Some(e), _) => format!("error: {e}"),
         (None, None, true) => "Enter or r runs the sweep on the loaded model · Esc closes".into(),
+        (None, None, false) if b.stopped => {
+            "stopped · Enter or r runs it again · Esc closes".into()
+        }
         (None, None, false) => "Enter or r runs it again · Esc closes".into(),
     };
     let style = if b.error.is_some() {

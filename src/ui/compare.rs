@@ -51,14 +51,23 @@ fn columns() -> Vec<Column> {
         }),
         col("quant", 7, 1, false, |r| r.quantization.clone()),
         col("bpw", 5, 5, true, |r| format!("{:.2}", r.bits_per_weight)),
-        col("PPL", 8, 2, true, |r| format!("{:.3}", r.quality.ppl)),
-        col("KLD mean", 9, 1, true, |r| fmt_opt(r.quality.kld_mean, 5)),
-        col("KLD p99", 9, 6, true, |r| fmt_opt(r.quality.kld_p99, 5)),
+        col("PPL", 8, 2, true, |r| quality(r, Some(r.quality.ppl), 3)),
+        col("KLD mean", 9, 1, true, |r| {
+            quality(r, r.quality.kld_mean, 5)
+        }),
+        col("KLD p99", 9, 6, true, |r| quality(r, r.quality.kld_p99, 5)),
         col("same top%", 9, 4, true, |r| {
-            fmt_opt(r.quality.same_top_pct, 1)
+            quality(r, r.quality.same_top_pct, 1)
         }),
         col("pp t/s", 8, 7, true, |r| fmt_opt(r.pp_tok_per_s, 1)),
-        col("tg t/s", 8, 1, true, |r| fmt_opt(r.tg_tok_per_s, 1)),
+        // With its spread, as the table prints it: a difference inside it is not one.
+        col("tg t/s", 12, 1, true, |r| {
+            match (r.tg_tok_per_s, r.tg_tok_per_s_sd) {
+                (Some(m), Some(sd)) => format!("{m:.1}±{sd:.1}"),
+                (Some(m), None) => format!("{m:.1}±—"),
+                _ => "—".to_string(),
+            }
+        }),
         col("MBU %", 7, 8, true, |r| {
             r.mbu_pct.map_or_else(
                 || "—".to_string(),
@@ -69,6 +78,16 @@ fn columns() -> Vec<Column> {
             fmt_opt(r.cost_per_million_tokens_usd, 3)
         }),
     ]
+}
+
+/// A quality figure, or `n/m` (not meaningful) for synthetic weights, which have no quality
+/// to lose.
+fn quality(r: &CompareRow, v: Option<f64>, digits: usize) -> String {
+    if r.synthetic {
+        "n/m".to_string()
+    } else {
+        fmt_opt(v, digits)
+    }
 }
 
 /// The columns that fit `avail` columns (one space between each), in display order, and the

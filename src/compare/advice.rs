@@ -1,0 +1,389 @@
+//! The answer to "which one should I use": one line per candidate in words (its decode speed
+//! against the reference, called real only beyond the noise; its quality loss named by a band
+//! anchored to llama.cpp's published Llama 3 8B table), and, with a quality budget
+//! (`--max-kld`, `--min-same-top`), the fastest candidate within it.
+
+use super::report::{speed_threshold, CompareRow, Control};
+
+/// The quality a user will give up at most, from `--max-kld` and `--min-same-top`.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct Budget {
+    /// Mean KL divergence to the reference, nats.
+    pub max_kld: Option<f64>,
+    /// Share of positions whose most likely token is the reference's, in %.
+    pub min_same_top_pct: Option<f64>,
+}
+
+impl Budget {
+    fn given(&self) -> bool {
+        self.max_kld.is_some() || self.min_same_top_pct.is_some()
+    }
+
+    fn words(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(k) = self.max_kld {
+            parts.push(format!("KLD ≤ {}", crate::fmt::sig(k, 2)));
+        }
+        if let Some(p) = self.min_same_top_pct {
+            parts.push(format!("same top token ≥ {}%", crate::fmt::sig(p, 3)));
+        }
+        parts.join(" and ")
+    }
+
+    fn admits(&self, row: &CompareRow) -> bool {
+        let kld = row.quality.kld_mean.unwrap_or(0.0);
+        // The reference's own positions agree with themselves.
+        let same_top = row
+            .quality
+            .same_top_pct
+            .unwrap_or(if row.reference { 100.0 } else { 0.0 });
+        self.max_kld.is_none_or(|m| kld <= m) && self.min_same_top_pct.is_none_or(|m| same_top >= m)
+    }
+}
+
+/// How much quality a mean KL divergence gives up, in bands whose edges sit between the types
+/// of llama.cpp's own scoreboard (`tools/perplexity/README.md` of the linked llama.cpp,
+/// "LLaMA 3 8b Scoreboard", KLD against FP16 on Wikitext-2): Q8_0 0.0014; Q6_K 0.0055, Q5_K_M
+/// 0.011; Q5_0 0.022, Q4_K_M 0.031, Q4_K_S 0.043; Q4_0 0.072, Q3_K_M 0.10; Q3_K_S 0.23, Q2_K
+/// 0.45. A different model or text moves the figures, so the band is a guide, named as one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Loss {
+    Negligible,
+    Small,
+    Moderate,
+    Large,
+    Severe,
+}
+
+impl Loss {
+    /// The band's upper edges, in nats.
+    pub(crate) const EDGES: [f64; 4] = [0.002, 0.012, 0.05, 0.15];
+
+    pub(crate) fn of(kld_mean: f64) -> Self {
+        match kld_mean {
+            k if k < Self::EDGES[0] => Self::Negligible,
+            k if k < Self::EDGES[1] => Self::Small,
+            k if k < Self::EDGES[2] => Self::Moderate,
+            k if k < Self::EDGES[3] => Self::Large,
+            _ => Self::Severe,
+        }
+    }
+
+    pub(crate) fn words(self) -> &'static str {
+        match self {
+            Self::Negligible => "a negligible quality loss",
+            Self::Small => "a small quality loss",
+            Self::Moderate => "a moderate quality loss",
+            Self::Large => "a large quality loss",
+            Self::Severe => "a severe quality loss",
+        }
+    }
+
+    /// The published types that fall in the band.
+    fn like(self) -> &'static str {
+        match self {
+            Self::Negligible => "Q8_0 0.0014",
+            Self::Small => "Q6_K 0.0055, Q5_K_M 0.011",
+            Self::Moderate => "Q5_0 0.022, Q4_K_M 0.031",
+            Self::Large => "Q4_0 0.072, Q3_K_M 0.10",
+            Self::Severe => "Q3_K_S 0.23, Q2_K 0.45",
+        }
+    }
+}
+
+/// The advice lines: the budget's pick first (when a budget is given), then one line per
+/// candidate other than the reference, front first.
+pub(crate) fn lines(
+    rows: &[CompareRow],
+    control: Option<&Control>,
+    budget: &Budget,
+) -> Vec<String> {
+    let Some(reference) = rows.iter().find(|r| r.reference) else {
+        return Vec::new();
+    };
+    let systematic = control.map_or(0.0, Control::systematic);
+    let mut out = Vec::new();
+    if budget.given() {
+        out.push(pick(rows, systematic, budget));
+    }
+    let mut others: Vec<&CompareRow> = rows.iter().filter(|r| !r.reference).collect();
+    // Front first, keeping the table's order within each group.
+    others.sort_by_key(|r| !r.pareto);
+    for row in others {
+        out.push(candidate_line(row, reference, systematic));
+    }
+    out
+}
+
+/// "Q4_0: tg +21% against the reference (beyond …), KLD 0.35 nats, same top token 65%: a
+/// severe quality loss (…)."
+fn candidate_line(row: &CompareRow, reference: &CompareRow, systematic: f64) -> String {
+    let speed = speed_words(row, reference, systematic);
+    let quality = if row.synthetic {
+        "quality not judged (synthetic weights: random weights have no quality to lose)".to_string()
+    } else {
+        match row.quality.kld_mean {
+            Some(kld) => {
+                let loss = Loss::of(kld);
+                let same_top = row
+                    .quality
+                    .same_top_pct
+                    .map(|p| format!(", same top token {p:.0}%"))
+                    .unwrap_or_default();
+                format!(
+                    "KLD {} nats{same_top}: {} (llama.cpp's Llama 3 8B table: {})",
+                    crate::fmt::sig(kld, 2),
+                    loss.words(),
+                    loss.like()
+                )
+            }
+            None => "quality not measured".to_string(),
+        }
+    };
+    let front = if row.tg_tok_per_s.is_some() && row.pareto {
+        " [front]"
+    } else {
+        ""
+    };
+    let requantized = match &row.requantized_from {
+        Some(from) if row.bits_per_weight >= reference.bits_per_weight => format!(
+            "; made from a {from} file with fewer bits: it holds no more than the {from} \
+             weights, so only its speed means something"
+        ),
+        Some(from) => format!(
+            "; made from a {from} file, so measured against those weights, not the original ones"
+        ),
+        None => String::new(),
+    };
+    format!("{}{front}: {speed}, {quality}{requantized}.", row.label)
+}
+
+/// The decode speed against the reference, with whether the difference is beyond the rounds'
+/// spread and the self-copy control's systematic error.
+fn speed_words(row: &CompareRow, reference: &CompareRow, systematic: f64) -> String {
+    let (Some(tg), Some(base)) = (row.tg_tok_per_s, reference.tg_tok_per_s) else {
+        return "speed not measured".to_string();
+    };
+    let Some(change) = crate::metrics::ratio(tg - base, base) else {
+        return "speed not measured".to_string();
+    };
+    let pct = format!("{:+.0}%", change * 100.0);
+    let control = if systematic > 0.0 {
+        format!(" and the control's {:.1}%", systematic * 100.0)
+    } else {
+        String::new()
+    };
+    match speed_threshold(row, reference, systematic) {
+        None => format!("tg {pct} against the reference (one round: no spread, not judged)"),
+        Some(t) if (tg - base).abs() > t => {
+            format!("tg {pct} against the reference (beyond the rounds' spread{control})")
+        }
+        Some(_) => {
+            format!("tg {pct} against the reference (within the rounds' spread{control}: as fast)")
+        }
+    }
+}
+
+/// The fastest candidate within the budget, and any that are as fast within the noise and
+/// closer to the reference.
+fn pick(rows: &[CompareRow], systematic: f64, budget: &Budget) -> String {
+    let what = budget.words();
+    if rows.iter().any(|r| r.synthetic) {
+        return format!(
+            "Within {what}: not judged, the weights are synthetic (random weights have no \
+             quality to lose)."
+        );
+    }
+    let within: Vec<&CompareRow> = rows.iter().filter(|r| budget.admits(r)).collect();
+    let speed = |r: &CompareRow| r.tg_tok_per_s.unwrap_or(0.0);
+    let Some(best) = within
+        .iter()
+        .copied()
+        .filter(|r| r.tg_tok_per_s.is_some())
+        .max_by(|a, b| speed(a).total_cmp(&speed(b)))
+    else {
+        return if within.is_empty() {
+            format!("Within {what}: no candidate.")
+        } else {
+            format!(
+                "Within {what}: {}; no speed was measured to choose among them.",
+                within
+                    .iter()
+                    .map(|r| r.label.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        };
+    };
+    let kld = |r: &CompareRow| r.quality.kld_mean.unwrap_or(0.0);
+    let closer_and_as_fast: Vec<String> = within
+        .iter()
+        .filter(|r| r.label != best.label && kld(r) < kld(best))
+        .filter(|r| {
+            speed_threshold(r, best, systematic).is_some_and(|t| speed(best) - speed(r) <= t)
+        })
+        .map(|r| format!("{} (KLD {})", r.label, crate::fmt::sig(kld(r), 2)))
+        .collect();
+    let outside = rows.len() - within.len();
+    let mut line = format!(
+        "Within {what}: {} is the fastest ({:.1} tok/s, KLD {})",
+        best.label,
+        speed(best),
+        crate::fmt::sig(kld(best), 2)
+    );
+    if !closer_and_as_fast.is_empty() {
+        line.push_str(&format!(
+            "; {} as fast within the noise and closer to the reference",
+            closer_and_as_fast.join(", ")
+        ));
+    }
+    if best.tg_tok_per_s_sd.is_none() {
+        line.push_str("; one round has no spread, so ties are not judged (rerun with -r 3)");
+    }
+    line.push_str(&format!(
+        "; {outside} candidate{} outside the budget.",
+        if outside == 1 { "" } else { "s" }
+    ));
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compare::report::tests::row;
+
+    fn with(mut r: CompareRow, sd: f64, same_top: f64) -> CompareRow {
+        r.tg_tok_per_s_sd = Some(sd);
+        r.quality.same_top_pct = Some(same_top);
+        r
+    }
+
+    fn table() -> Vec<CompareRow> {
+        let mut reference = with(row("F16", 20.0, 0.0), 0.2, 100.0);
+        reference.reference = true;
+        reference.quality.kld_mean = None;
+        vec![
+            reference,
+            with(row("Q8_0", 36.0, 0.0013), 0.3, 97.7),
+            with(row("Q4_K_M", 55.0, 0.031), 0.5, 91.9),
+            with(row("Q5_K_M", 54.8, 0.011), 0.5, 96.0),
+            with(row("Q2_K", 70.0, 0.45), 0.5, 71.1),
+        ]
+    }
+
+    #[test]
+    fn bands_follow_llama_cpps_table() {
+        // The published Llama 3 8B figures land in the band the words give them.
+        for (kld, band) in [
+            (0.000551, Loss::Negligible),
+            (0.001355, Loss::Negligible),
+            (0.005452, Loss::Small),
+            (0.010762, Loss::Small),
+            (0.022239, Loss::Moderate),
+            (0.031273, Loss::Moderate),
+            (0.043136, Loss::Moderate),
+            (0.071940, Loss::Large),
+            (0.101913, Loss::Large),
+            (0.228217, Loss::Severe),
+            (0.445132, Loss::Severe),
+        ] {
+            assert_eq!(Loss::of(kld), band, "{kld}");
+        }
+    }
+
+    #[test]
+    fn one_line_per_candidate_with_speed_and_loss() {
+        let lines = lines(&table(), None, &Budget::default());
+        assert_eq!(lines.len(), 4, "{lines:#?}");
+        let q2 = lines.iter().find(|l| l.starts_with("Q2_K")).unwrap();
+        assert!(
+            q2.contains("tg +250% against the reference (beyond"),
+            "{q2}"
+        );
+        assert!(q2.contains("KLD 0.45 nats, same top token 71%"), "{q2}");
+        assert!(q2.contains("a severe quality loss"), "{q2}");
+        let q8 = lines.iter().find(|l| l.starts_with("Q8_0")).unwrap();
+        assert!(q8.contains("a negligible quality loss"), "{q8}");
+    }
+
+    #[test]
+    fn the_budget_names_the_fastest_within_it_and_the_closer_tie() {
+        let budget = Budget {
+            max_kld: Some(0.05),
+            min_same_top_pct: Some(90.0),
+        };
+        let lines = lines(&table(), None, &budget);
+        let first = &lines[0];
+        assert!(
+            first.starts_with("Within KLD ≤ 0.05 and same top token ≥ 90%: Q4_K_M is the fastest"),
+            "{first}"
+        );
+        // Q5_K_M is 0.2 tok/s slower, inside the two sds (1.0), and closer.
+        assert!(
+            first.contains("Q5_K_M (KLD 0.011) as fast within the noise"),
+            "{first}"
+        );
+        assert!(first.contains("1 candidate outside the budget"), "{first}");
+        // A tighter budget leaves Q8_0.
+        let tight = Budget {
+            max_kld: Some(0.005),
+            min_same_top_pct: None,
+        };
+        let first = &super::lines(&table(), None, &tight)[0];
+        assert!(first.contains("Q8_0 is the fastest"), "{first}");
+    }
+
+    #[test]
+    fn within_the_noise_is_called_as_fast() {
+        let mut t = table();
+        t[1].tg_tok_per_s = Some(20.2);
+        let lines = lines(&t, None, &Budget::default());
+        let q8 = lines.iter().find(|l| l.starts_with("Q8_0")).unwrap();
+        assert!(
+            q8.contains("tg +1% against the reference (within the rounds' spread: as fast)"),
+            "{q8}"
+        );
+        let control = Control {
+            reference_tg_tok_per_s: 20.0,
+            copy_tg_tok_per_s: 20.5,
+        };
+        let lines = super::lines(&table(), Some(&control), &Budget::default());
+        assert!(lines[0].contains("and the control's 2.5%"), "{}", lines[0]);
+    }
+
+    #[test]
+    fn synthetic_and_requantized_rows_say_so() {
+        let mut t = table();
+        t[2].requantized_from = Some("Q6_K".into());
+        t[2].bits_per_weight = 4.9;
+        t[0].bits_per_weight = 6.6;
+        t[1].requantized_from = Some("Q6_K".into());
+        t[1].bits_per_weight = 8.5;
+        let lines = lines(&t, None, &Budget::default());
+        let q4 = lines.iter().find(|l| l.starts_with("Q4_K_M")).unwrap();
+        assert!(
+            q4.contains("made from a Q6_K file, so measured against"),
+            "{q4}"
+        );
+        let q8 = lines.iter().find(|l| l.starts_with("Q8_0")).unwrap();
+        assert!(q8.contains("only its speed means something"), "{q8}");
+        for r in &mut t {
+            r.synthetic = true;
+        }
+        let budget = Budget {
+            max_kld: Some(0.05),
+            min_same_top_pct: None,
+        };
+        let lines = super::lines(&t, None, &budget);
+        assert!(
+            lines[0].contains("not judged, the weights are synthetic"),
+            "{}",
+            lines[0]
+        );
+        assert!(
+            lines[1..].iter().all(|l| l.contains("quality not judged")),
+            "{lines:#?}"
+        );
+        assert!(lines.iter().all(|l| !l.contains("nats")), "{lines:#?}");
+    }
+}
