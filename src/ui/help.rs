@@ -33,7 +33,7 @@ const KEYS: &[(&str, &str)] = &[
     ),
     (
         "F2",
-        "bench screen: batching on the loaded model (Enter or r runs the sweep, Esc closes)",
+        "bench screen: batching on the loaded model (Enter or r runs the sweep, Esc stops it, Esc again or F2 closes)",
     ),
     (
         "F3",
