@@ -97,6 +97,60 @@ fn run_json_has_every_metric_and_the_stamp() {
     assert_eq!(stamp["synthetic"], true);
     assert!(v["warning"].as_str().unwrap().contains("synthetic weights"));
     assert!(v["llama_counters"]["eval_ms"].as_f64().is_some());
+    // The roofline, as the chat's pane: a ceiling from some bandwidth and the bytes a token.
+    let r = &v["roofline"];
+    assert!(r["ceiling_tok_per_s"].as_f64().unwrap() > 0.0, "{r}");
+    assert!(r["bytes_per_token"].as_f64().unwrap() > 0.0, "{r}");
+    assert!(r["mbu_pct"].as_f64().unwrap() > 0.0, "{r}");
+}
+
+#[test]
+fn run_reports_the_roofline_against_the_configured_bandwidth() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let model = write_tiny(home.path());
+    std::fs::create_dir_all(home.path().join("config")).unwrap();
+    std::fs::write(
+        home.path().join("config/config.toml"),
+        "bandwidth_gb_s = 10.0\n",
+    )
+    .unwrap();
+    let run = |json: bool| {
+        let mut cmd = tokscope(home.path());
+        cmd.args([
+            "run", "-p", "Hello", "--temp", "0", "-n", "8", "-t", "1", "-m",
+        ])
+        .arg(&model);
+        if json {
+            cmd.arg("--json");
+        }
+        cmd.assert()
+            .success()
+            .stderr(no_panic())
+            .get_output()
+            .clone()
+    };
+    let out = run(true);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let r = &v["roofline"];
+    let bytes = r["bytes_per_token"].as_f64().unwrap();
+    assert_eq!(r["bandwidth_bytes_per_s"].as_f64(), Some(10e9), "{r}");
+    assert!(
+        r["bandwidth_source"].as_str().unwrap().contains("config"),
+        "{r}"
+    );
+    let ceiling = r["ceiling_tok_per_s"].as_f64().unwrap();
+    assert!((ceiling - 10e9 / bytes).abs() < 1e-6 * ceiling, "{r}");
+    let decode = v["metrics"]["decode_tok_per_s"].as_f64().unwrap();
+    let mbu = r["mbu_pct"].as_f64().unwrap();
+    assert!(
+        (mbu - decode / ceiling * 100.0).abs() < 1e-6 * mbu,
+        "{mbu} vs {decode}/{ceiling}"
+    );
+    // The human summary on stderr says the same.
+    let stderr = String::from_utf8(run(false).stderr).unwrap();
+    assert!(stderr.contains("roofline ceiling "), "{stderr}");
+    assert!(stderr.contains("bandwidth 10.0 GB/s"), "{stderr}");
 }
 
 #[test]

@@ -222,6 +222,10 @@ pub(crate) struct RunReport {
     /// Speculative decoding's figures (docs/metrics.md), when speculating.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub spec: Option<crate::metrics::spec::SpecSummary>,
+    /// The decode against the bandwidth ceiling at the answer's final depth, as the chat's
+    /// roofline pane shows it; `null` when the model's bytes per token or a bandwidth is not
+    /// known.
+    pub roofline: Option<crate::metrics::roofline::Figures>,
     /// Why the figures cannot be fully vouched for, joined by "; ": synthetic weights (their
     /// speed is real, their text is noise), a busy machine (load average before or after, a
     /// stall between tokens), each with the advice to rerun. `null` when clean.
@@ -235,12 +239,24 @@ impl RunReport {
         info: &ModelInfo,
         settings: &Settings,
         load_before: Option<f64>,
+        peaks: &crate::metrics::roofline::Peaks,
     ) -> Self {
         #[allow(unused_mut)]
         let mut metrics = report.timeline.summary();
         #[cfg(feature = "plant")]
         plant(&mut metrics);
         let warning = run_warning(&metrics, info, load_before);
+        let roofline = info
+            .bytes_per_token(report.context_used as u64)
+            .zip(peaks.placed(info.weight_bytes.as_ref(), info.n_layer, info.n_gpu_layers))
+            .map(|(bytes, bandwidth)| {
+                crate::metrics::roofline::Figures::at(
+                    &bandwidth,
+                    bytes,
+                    metrics.decode_tok_per_s,
+                    metrics.tokens_per_pass,
+                )
+            });
         Self {
             text: report.text.clone(),
             stop_reason: report.stop_reason,
@@ -257,6 +273,7 @@ impl RunReport {
             sampler: report.sampler,
             sampling: (report.sampler != "server").then_some(report.sampling),
             spec: report.spec.as_ref().map(|s| s.summary()),
+            roofline,
             warning,
             stamp: Stamp::new(info, &settings.sampling),
         }
@@ -306,6 +323,15 @@ pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure>
         None => None,
     };
     let load_before = crate::hw::load_average_1m();
+    // The roofline's bandwidth, as the chat takes it (configured, else the GPU's and the
+    // shared CPU probe, cached per machine), before the engine starts so that a first probe
+    // does not compete with the load.
+    let peaks = crate::hw::peak_bandwidths(
+        settings.bandwidth_gb_s,
+        crate::llama::device_bw::first_gpu_bandwidth,
+        settings.engine.threads as usize,
+        || eprintln!("measuring memory bandwidth (once per machine, a few seconds) …"),
+    );
     let (mut engine, mut events) = EngineHandle::spawn(config)?;
     let show_progress = std::io::stderr().is_terminal() && !args.json;
     let stdout_terminal = std::io::stdout().is_terminal();
@@ -373,7 +399,7 @@ pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure>
                 let info = info
                     .as_ref()
                     .ok_or_else(|| Failure::new(FAILURE, "engine finished before it was ready"))?;
-                let full = RunReport::new(&report, info, &settings, load_before);
+                let full = RunReport::new(&report, info, &settings, load_before, &peaks);
                 if let Some(file) = report_file.as_mut() {
                     let line = serde_json::to_string(&full)
                         .map_err(|e| Failure::new(FAILURE, e.to_string()))?;
@@ -599,6 +625,26 @@ pub(crate) fn human_summary(r: &RunReport, info: &ModelInfo) -> String {
         fmt_opt(m.decode_tok_per_s, 1),
         fmt_opt(m.tpot_ms, 2)
     ));
+    if let Some(f) = &r.roofline {
+        let mbu = f.mbu_pct.map_or_else(
+            || "—".to_string(),
+            |p| crate::metrics::roofline::mbu_pct_cell(p, 1),
+        );
+        out.push_str(&format!(
+            "roofline ceiling {} tok/s ({} a token at depth {}) · MBU {mbu} · bandwidth {:.1} GB/s, {}\n",
+            fmt_opt(f.ceiling_tok_per_s, 1),
+            crate::fmt::bytes_f64(f.bytes_per_token),
+            r.context_used,
+            f.bandwidth_bytes_per_s / 1e9,
+            f.bandwidth_source,
+        ));
+        if f.mbu_pct.is_some_and(|p| p > 100.0) {
+            out.push_str(&format!(
+                "         ↑ {}\n",
+                crate::metrics::roofline::ABOVE_CEILING
+            ));
+        }
+    }
     if let Some(itl) = &m.itl {
         out.push_str(&format!(
             "ITL      mean {:.2} · p50 {:.2} · p90 {:.2} · p99 {:.2} · max {:.2} ms\n",

@@ -257,6 +257,53 @@ pub(crate) fn mbu(achieved_tok_per_s: f64, ceiling_tok_per_s: f64) -> Option<f64
         .then(|| achieved_tok_per_s / ceiling_tok_per_s)
 }
 
+/// The roofline of one decode, as the chat pane and `run` report it: the ceiling at the given
+/// bytes per token, and MBU against the ceiling for `tokens_per_pass` tokens a pass (while
+/// speculating each target pass reads the weights once, so MBU is never above 100% merely
+/// because a pass carries several tokens). Serialized into `run --json` as `roofline`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Figures {
+    pub bandwidth_bytes_per_s: f64,
+    /// Where the bandwidth comes from, in words (`BandwidthSource::label`).
+    pub bandwidth_source: String,
+    /// Bytes read per decode step at the depth the figures are taken at.
+    pub bytes_per_token: f64,
+    pub ceiling_tok_per_s: Option<f64>,
+    /// Achieved ÷ ceiling, in %; above 100 the ceiling underestimates (see `ABOVE_CEILING`).
+    pub mbu_pct: Option<f64>,
+}
+
+impl Figures {
+    pub(crate) fn at(
+        bandwidth: &Bandwidth,
+        bytes_per_token: f64,
+        decode_tok_per_s: Option<f64>,
+        tokens_per_pass: Option<f64>,
+    ) -> Self {
+        let ceiling = ceiling_tok_per_s(bandwidth.bytes_per_s, bytes_per_token);
+        Self {
+            bandwidth_bytes_per_s: bandwidth.bytes_per_s,
+            bandwidth_source: bandwidth.source.label(),
+            bytes_per_token,
+            ceiling_tok_per_s: ceiling,
+            mbu_pct: mbu_of(decode_tok_per_s, ceiling, tokens_per_pass).map(|m| m * 100.0),
+        }
+    }
+}
+
+/// MBU (a fraction) of a decode rate against a ceiling, for `tokens_per_pass` tokens a pass.
+pub(crate) fn mbu_of(
+    decode_tok_per_s: Option<f64>,
+    ceiling_tok_per_s: Option<f64>,
+    tokens_per_pass: Option<f64>,
+) -> Option<f64> {
+    let (rate, ceiling) = decode_tok_per_s.zip(ceiling_tok_per_s)?;
+    mbu(
+        rate,
+        ceiling * tokens_per_pass.filter(|t| *t >= 1.0).unwrap_or(1.0),
+    )
+}
+
 /// What an MBU above 100% means: the decode beat the ceiling, so the ceiling (a probe or a
 /// datasheet) underestimates the bandwidth the decode really gets. Shown beside such a figure,
 /// never a bare "MBU 104%".

@@ -247,7 +247,7 @@ impl Roofline {
         decode_tok_per_s: Option<f64>,
         tokens_per_pass: Option<f64>,
     ) -> Self {
-        use crate::metrics::roofline::{ceiling_tok_per_s, cost_per_million_tokens, mbu};
+        use crate::metrics::roofline::{ceiling_tok_per_s, cost_per_million_tokens};
         let other_model = focus
             .filter(|turn| !ran_on_loaded(turn, app.model.as_ref()))
             .map(|turn| {
@@ -274,9 +274,7 @@ impl Roofline {
             bandwidth,
             bytes_per_token,
             ceiling_tok_per_s: ceiling,
-            mbu: decode_tok_per_s.zip(ceiling).and_then(|(r, c)| {
-                mbu(r, c * tokens_per_pass.filter(|t| *t >= 1.0).unwrap_or(1.0))
-            }),
+            mbu: crate::metrics::roofline::mbu_of(decode_tok_per_s, ceiling, tokens_per_pass),
             cost_per_million_tokens: decode_tok_per_s
                 .and_then(|r| cost_per_million_tokens(app.price_per_hour_usd, r)),
             other_model,
