@@ -41,6 +41,7 @@ fn run_json(args: &[&str]) -> serde_json::Value {
         .env("TOKSCOPE_CONFIG_DIR", home.path().join("config"))
         .env("TOKSCOPE_CACHE_DIR", home.path().join("cache"))
         .env_remove("TOKSCOPE_MODEL")
+        .env_remove("GGML_CPU_TILED_MM")
         .arg("run")
         .arg("-m")
         .arg(&model)

@@ -28,6 +28,9 @@ pub fn tokscope_cmd(home: &Path) -> assert_cmd::Command {
         .env("TOKSCOPE_CONFIG_DIR", home.join("config"))
         .env_remove("TOKSCOPE_MODEL")
         .env_remove("TOKSCOPE_PLANT_SCALE")
+        // Set in this test process by an in-process engine test that turned ggml's tiled
+        // matmul off (`llama::invariant`): a child picks its own kernels.
+        .env_remove("GGML_CPU_TILED_MM")
         .env_remove("RUST_BACKTRACE");
     cmd
 }
