@@ -931,8 +931,24 @@ pub(crate) struct QualityPoint {
     /// Mean KL divergence from the reference, nats (0 for the reference).
     pub kld_mean: f64,
     pub tok_per_s: f64,
+    /// The rounds' standard deviation of `tok_per_s`, drawn as an error bar (none for one
+    /// round).
+    pub tok_per_s_sd: Option<f64>,
     /// On the Pareto front.
     pub pareto: bool,
+}
+
+/// Where a KL divergence sits on the chart's log axis: log10 of it, with 0 (the reference) and
+/// anything below `floor` drawn at `floor`, a third of the smallest positive value (so 0.006
+/// and 0 are told apart, and 0.0001 from 0.001).
+fn kld_axis_floor(points: &[QualityPoint]) -> f64 {
+    points
+        .iter()
+        .map(|p| p.kld_mean)
+        .filter(|k| *k > 0.0)
+        .fold(f64::INFINITY, f64::min)
+        .min(1e-2)
+        / 3.0
 }
 
 /// Decode speed against mean KL divergence, one labelled point per candidate, the Pareto
@@ -983,9 +999,24 @@ impl Chart for QualityChart {
         let body = header(root, &self.title, &self.subtitle)?;
         let key_h = key_height(self.points.len());
         let (body, key_area) = body.split_vertically(body.dim_in_pixel().1.saturating_sub(key_h));
-        let x_max = self.points.iter().map(|p| p.kld_mean).fold(0.0, f64::max);
-        let x_max = if x_max > 0.0 { x_max * 1.3 } else { 1e-3 };
-        let y_max = self.points.iter().map(|p| p.tok_per_s).fold(0.0, f64::max) * 1.2;
+        // KL divergences span orders of magnitude (Q8_0 0.001, Q2_K 0.4): a log axis, with 0
+        // (the reference) drawn at the floor and labelled 0.
+        let floor = kld_axis_floor(&self.points);
+        let x_of = |k: f64| k.max(floor).log10();
+        let x_lo = floor.log10();
+        let x_hi = self
+            .points
+            .iter()
+            .map(|p| x_of(p.kld_mean))
+            .fold(x_lo, f64::max)
+            .max(x_lo + 1.0);
+        let pad = (x_hi - x_lo) * 0.08;
+        let y_max = self
+            .points
+            .iter()
+            .map(|p| p.tok_per_s + p.tok_per_s_sd.unwrap_or(0.0))
+            .fold(0.0, f64::max)
+            * 1.2;
         let mut chart = ChartBuilder::on(&body)
             .caption(
                 "Up and to the left is better: faster and closer to the reference",
@@ -995,23 +1026,33 @@ impl Chart for QualityChart {
             .margin_right(40)
             .x_label_area_size(60)
             .y_label_area_size(90)
-            .build_cartesian_2d(-x_max * 0.05..x_max, 0.0..y_max)?;
+            .build_cartesian_2d(x_lo - pad..x_hi + pad, 0.0..y_max)?;
+        let zero_at = x_lo;
         chart
             .configure_mesh()
             .light_line_style(WHITE)
             .bold_line_style(GRID_COLOR)
-            .x_desc("mean KL divergence from the reference (nats)")
-            .y_desc("decode speed (tok/s)")
+            .x_desc(format!(
+                "mean KL divergence from the reference (nats, log scale; 0 is drawn at {})",
+                crate::fmt::sig(floor, 2)
+            ))
+            .y_desc("decode speed (tok/s), bars: ± sd of the rounds")
             .axis_desc_style(text(AXIS_DESC_PX))
             .label_style(text(TICK_LABEL_PX))
-            .x_label_formatter(&|x| format!("{x:.4}"))
+            .x_label_formatter(&|x| {
+                if (*x - zero_at).abs() < 1e-9 {
+                    "0".to_string()
+                } else {
+                    crate::fmt::sig(10f64.powf(*x), 2)
+                }
+            })
             .y_label_formatter(&|y| trim_number(*y))
             .draw()?;
         let mut front: Vec<(f64, f64)> = self
             .points
             .iter()
             .filter(|p| p.pareto)
-            .map(|p| (p.kld_mean, p.tok_per_s))
+            .map(|p| (x_of(p.kld_mean), p.tok_per_s))
             .collect();
         front.sort_by(|a, b| a.0.total_cmp(&b.0));
         chart
@@ -1021,7 +1062,7 @@ impl Chart for QualityChart {
         chart
             .draw_series(self.points.iter().filter(|p| !p.pareto).map(|p| {
                 Circle::new(
-                    (p.kld_mean, p.tok_per_s),
+                    (x_of(p.kld_mean), p.tok_per_s),
                     7,
                     DOMINATED_COLOR.stroke_width(2),
                 )
@@ -1032,14 +1073,23 @@ impl Chart for QualityChart {
             self.points
                 .iter()
                 .filter(|p| p.pareto)
-                .map(|p| Circle::new((p.kld_mean, p.tok_per_s), 7, FRONT_COLOR.filled())),
+                .map(|p| Circle::new((x_of(p.kld_mean), p.tok_per_s), 7, FRONT_COLOR.filled())),
         )?;
+        // The rounds' spread: a speed difference inside the bars is not one.
+        chart.draw_series(self.points.iter().filter_map(|p| {
+            let sd = p.tok_per_s_sd.filter(|sd| sd.is_finite() && *sd > 0.0)?;
+            let x = x_of(p.kld_mean);
+            Some(PathElement::new(
+                vec![(x, (p.tok_per_s - sd).max(0.0)), (x, p.tok_per_s + sd)],
+                BLACK.stroke_width(2),
+            ))
+        }))?;
         // Numbers beside the points, placed clear of every point, tag and the legend; the
         // key table under the plot names them.
         let at: Vec<(i32, i32)> = self
             .points
             .iter()
-            .map(|p| chart.backend_coord(&(p.kld_mean, p.tok_per_s)))
+            .map(|p| chart.backend_coord(&(x_of(p.kld_mean), p.tok_per_s)))
             .collect();
         let tags: Vec<String> = (1..=self.points.len()).map(|i| i.to_string()).collect();
         let (xs, ys) = chart.plotting_area().get_pixel_range();
@@ -1059,8 +1109,11 @@ impl Chart for QualityChart {
                         format!("{} (untagged: crowded)", i + 1)
                     },
                     cut(&p.label, 60),
-                    trim_number(p.tok_per_s),
-                    format!("{:.4}", p.kld_mean),
+                    match p.tok_per_s_sd {
+                        Some(sd) => format!("{} ± {}", trim_number(p.tok_per_s), trim_number(sd)),
+                        None => trim_number(p.tok_per_s),
+                    },
+                    crate::fmt::sig(p.kld_mean, 3),
                     if p.pareto { "front" } else { "dominated" }.to_string(),
                 ]
             })
@@ -1811,6 +1864,7 @@ mod tests {
             label: l.into(),
             kld_mean: k,
             tok_per_s: t,
+            tok_per_s_sd: Some(t / 50.0),
             pareto: p,
         });
         for ext in ["png", "svg"] {
@@ -1823,8 +1877,8 @@ mod tests {
         // The key names each numbered point with its figures; the subtitle is drawn.
         for text in [
             "\nq4_0\n",
-            "\n140\n",
-            "\n0.0500\n",
+            "\n140 ± 2.8\n",
+            "\n0.05\n",
             "\ndominated\n",
             "\ncontext\n",
         ] {

@@ -129,7 +129,11 @@ fn requantized_rows_are_marked_and_synthetic_quality_is_not_judged() {
     assert_eq!(c.rows[0].requantized_from, None);
     assert_eq!(c.rows[1].requantized_from.as_deref(), Some("Q8_0"));
     assert_eq!(c.rows[1].quantization, "Q4_0 ← Q8_0");
-    assert!(c.rows[1].label.ends_with("-Q4_0 ← Q8_0"), "{}", c.rows[1].label);
+    assert!(
+        c.rows[1].label.ends_with("-Q4_0 ← Q8_0"),
+        "{}",
+        c.rows[1].label
+    );
     // Synthetic weights: the budget and the candidate lines judge no quality.
     assert!(c.rows.iter().all(|r| r.synthetic));
     assert!(
@@ -137,8 +141,16 @@ fn requantized_rows_are_marked_and_synthetic_quality_is_not_judged() {
         "{:?}",
         c.verdict
     );
-    assert!(c.verdict[1].contains("quality not judged"), "{:?}", c.verdict);
-    assert!(c.verdict[1].contains("made from a Q8_0 file"), "{:?}", c.verdict);
+    assert!(
+        c.verdict[1].contains("quality not judged"),
+        "{:?}",
+        c.verdict
+    );
+    assert!(
+        c.verdict[1].contains("made from a Q8_0 file"),
+        "{:?}",
+        c.verdict
+    );
     // The table reads n/m where a quality figure would be.
     let md = tokscope(home.path())
         .arg("compare")
@@ -326,7 +338,7 @@ fn bad_inputs_give_clear_errors() {
         2,
         "unknown quantization type `q9_9`",
     );
-    fail(&["-m", m, "-o", "xml"], 2, "one of md, csv, json");
+    fail(&["-m", m, "-o", "xml"], 2, "one of md, md+, csv, json");
     fail(&["-m", m, "--max-kld", "-1"], 2, "--max-kld");
     fail(&["-m", m, "--min-same-top", "101%"], 2, "--min-same-top");
     fail(&["-m", m, "--max-kld", "NaN"], 2, "a number from 0 to 100");

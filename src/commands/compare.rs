@@ -74,7 +74,8 @@ pub struct CompareArgs {
         allow_hyphen_values = true
     )]
     pub threads: Option<String>,
-    /// Output format: md, csv, json [default: md].
+    /// Output format: md (the columns that answer the question, within about 120 columns), md+
+    /// (every column: KLD tails, Δp, ceiling, MBU, cost), csv, json [default: md].
     #[arg(short = 'o', long = "output", value_name = "FORMAT")]
     pub output: Option<String>,
     /// Draw speed against KL divergence as FILE.png or FILE.svg.
@@ -170,9 +171,10 @@ pub(crate) fn plan(args: &CompareArgs, settings: &Settings) -> Result<ComparePla
         {
             None => CompareFormat::Markdown,
             Some(o) if o == "md" || o == "markdown" => CompareFormat::Markdown,
+            Some(o) if o == "md+" || o == "markdown+" => CompareFormat::MarkdownWide,
             Some(o) if o == "csv" => CompareFormat::Csv,
             Some(o) if o == "json" => CompareFormat::Json,
-            Some(o) => return Err(bad("-o/--output", &o, "one of md, csv, json")),
+            Some(o) => return Err(bad("-o/--output", &o, "one of md, md+, csv, json")),
         };
         if let Some(p) = &args.plot {
             crate::plot::plot_file_kind(p)

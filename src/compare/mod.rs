@@ -375,7 +375,8 @@ pub(crate) fn run(plan: &ComparePlan, settings: Settings) -> Result<(), CompareE
         control,
     };
     let out = match plan.output {
-        CompareFormat::Markdown => report::markdown(&comparison),
+        CompareFormat::Markdown => report::markdown(&comparison, false),
+        CompareFormat::MarkdownWide => report::markdown(&comparison, true),
         CompareFormat::Csv => report::csv(&comparison)
             .map_err(|e| CompareError::failed(format!("cannot format the results: {e}")))?,
         CompareFormat::Json => format!(
@@ -440,6 +441,7 @@ fn plot(c: &Comparison, setup: &str, path: &Path) -> Result<(), CompareError> {
                 label: r.label.clone(),
                 kld_mean: r.quality.kld_mean.unwrap_or(0.0),
                 tok_per_s: r.tg_tok_per_s?,
+                tok_per_s_sd: r.tg_tok_per_s_sd,
                 pareto: r.pareto,
             })
         })

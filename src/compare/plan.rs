@@ -9,7 +9,10 @@ use crate::bench::BenchPlan;
 /// How `compare` prints its table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum CompareFormat {
+    /// The columns that answer the question, within about 120 columns.
     Markdown,
+    /// `-o md+`: every column (KLD tails, Δp, ceiling, MBU, cost).
+    MarkdownWide,
     Csv,
     Json,
 }
@@ -18,7 +21,7 @@ impl CompareFormat {
     /// How the text is made safe on its way to stdout.
     pub(crate) fn shape(self) -> crate::text::Shape {
         match self {
-            CompareFormat::Markdown => crate::text::Shape::Human,
+            CompareFormat::Markdown | CompareFormat::MarkdownWide => crate::text::Shape::Human,
             CompareFormat::Csv => crate::text::Shape::Csv,
             CompareFormat::Json => crate::text::Shape::Json,
         }

@@ -295,8 +295,22 @@ fn quality_cells(q: &QualityStats) -> Vec<String> {
     ]
 }
 
-/// The Markdown table, its notes and the verdict.
-pub(crate) fn markdown(c: &Comparison) -> String {
+/// The headers `-o md` keeps (the rest are `-o md+`'s): who, how big, quality's mean
+/// figures (without their errors, which `md+` prints), speed and the front, within about 120
+/// columns for file names of about 20 characters.
+const NARROW: [&str; 8] = [
+    "candidate",
+    "quant",
+    "size",
+    "KLD mean",
+    "same top %",
+    "pp t/s",
+    "tg t/s",
+    "Pareto",
+];
+
+/// The Markdown table (every column when `wide`), its notes and the verdict.
+pub(crate) fn markdown(c: &Comparison, wide: bool) -> String {
     let headers = [
         ("candidate", Align::Left),
         ("quant", Align::Left),
@@ -335,6 +349,13 @@ pub(crate) fn markdown(c: &Comparison) -> String {
                 cells.extend(std::iter::repeat_n(NOT_MEANINGFUL.to_string(), 6));
             } else {
                 cells.extend(quality_cells(q));
+                if !wide {
+                    // The means alone: the errors are md+'s.
+                    cells[5] = q
+                        .kld_mean
+                        .map_or_else(|| "—".to_string(), |v| crate::fmt::sig(v, 3));
+                    cells[8] = opt(q.same_top_pct, 1);
+                }
             }
             cells.extend([
                 mean_sd(r.pp_tok_per_s, r.pp_tok_per_s_sd),
@@ -355,7 +376,21 @@ pub(crate) fn markdown(c: &Comparison) -> String {
             cells
         })
         .collect();
+    let keep: Vec<usize> = (0..headers.len())
+        .filter(|&i| wide || NARROW.contains(&headers[i].0))
+        .collect();
+    let headers: Vec<(&str, Align)> = keep.iter().map(|&i| headers[i]).collect();
+    let rows: Vec<Vec<String>> = rows
+        .into_iter()
+        .map(|cells| keep.iter().map(|&i| cells[i].clone()).collect())
+        .collect();
     let mut out = table(&headers, &rows);
+    if !wide {
+        out.push_str(
+            "(-o md+ adds bpw, PPL, the errors of the means, the KLD tails, Δp, the ceiling, MBU \
+             and the cost)\n",
+        );
+    }
     out.push('\n');
     out.push_str(&format!(
         "Quality: {} scored tokens per model ({} chunks of {} tokens, second halves scored) of {} ({} tokens); KL divergence in nats, KL(reference ‖ candidate), reference {}.\n",
@@ -592,13 +627,13 @@ pub(crate) mod tests {
         let mut rows = vec![row("f16", 50.0, 0.0), row("q4_0", 140.0, 0.05)];
         rows[1].quantization = "Q4_0 ← Q8_0".into();
         rows[1].requantized_from = Some("Q8_0".into());
-        let md = markdown(&comparison(rows.clone()));
+        let md = markdown(&comparison(rows.clone()), true);
         assert!(md.contains("Q4_0 ← Q8_0"), "{md}");
         assert!(md.contains("quantized from an already quantized"), "{md}");
         for r in &mut rows {
             r.synthetic = true;
         }
-        let md = markdown(&comparison(rows));
+        let md = markdown(&comparison(rows), true);
         let body: Vec<&str> = md
             .lines()
             .filter(|l| l.starts_with("| f16") || l.starts_with("| q4_0"))
@@ -609,6 +644,53 @@ pub(crate) mod tests {
             assert!(!line.contains("10.00"), "{line}");
         }
         assert!(md.contains("not meaningful"), "{md}");
+    }
+
+    #[test]
+    fn the_default_table_fits_120_columns_and_md_plus_has_every_column() {
+        let mut rows = vec![
+            row("llama3-8b-f16.gguf", 21.3, 0.0),
+            row("llama3-8b-Q8_0", 38.1, 0.00135),
+            row("llama3-8b-Q4_K_M", 61.9, 0.0313),
+            row("llama3-8b-Q2_K", 77.4, 0.445),
+        ];
+        for r in &mut rows {
+            r.quality.kld_uncertainty = Some(0.00024);
+            r.pp_tok_per_s = Some(1234.5);
+            r.pp_tok_per_s_sd = Some(12.3);
+        }
+        mark_pareto(&mut rows, None);
+        let c = comparison(rows);
+        let narrow = markdown(&c, false);
+        let table: Vec<&str> = narrow.lines().filter(|l| l.starts_with('|')).collect();
+        assert_eq!(table.len(), 6, "{narrow}");
+        for line in &table {
+            assert!(
+                line.chars().count() <= 120,
+                "{} columns: {line}",
+                line.chars().count()
+            );
+        }
+        assert!(
+            !table[0].contains("MBU") && !table[0].contains("KLD p99"),
+            "{}",
+            table[0]
+        );
+        assert!(narrow.contains("-o md+ adds"), "{narrow}");
+        let wide = markdown(&c, true);
+        let header = wide.lines().next().unwrap();
+        for h in [
+            "bpw",
+            "PPL",
+            "KLD p99",
+            "KLD max",
+            "Δp mean %",
+            "ceiling t/s",
+            "MBU %",
+            "$/1M tok",
+        ] {
+            assert!(header.contains(h), "{h} in {header}");
+        }
     }
 
     #[test]
@@ -623,7 +705,7 @@ pub(crate) mod tests {
         let mut rows = vec![row("f16", 50.0, 0.0), row("q4_0", 140.0, 0.05)];
         mark_pareto(&mut rows, None);
         let c = comparison(rows);
-        let md = markdown(&c);
+        let md = markdown(&c, true);
         assert!(md.contains("| f16 (reference)"), "{md}");
         // PPL 10 ± 0.1 and KLD without an error: as precise as the sample, no more.
         assert!(md.contains("| 10.00 ± 0.10 |"), "{md}");
