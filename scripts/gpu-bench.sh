@@ -319,18 +319,31 @@ batches = [int(b) for b in env["GB_BATCHES"].split(",")]
 cpu = env["GB_CPU"] == "1"
 problems = []
 
-def lines(name):
+def lines(name, *need):
+    """The JSON rows of OUT/NAME that have every field in NEED ("a.b" for nested ones); a line
+    that is not JSON or a row that lacks one (a tool whose output changed) is a problem."""
     path = os.path.join(out, name)
     if not os.path.exists(path):
         return []
     rows = []
-    for line in open(path):
+    for n, line in enumerate(open(path), 1):
         line = line.strip()
-        if line.startswith("{"):
-            try:
-                rows.append(json.loads(line))
-            except ValueError:
-                problems.append(f"{name}: a line that is not JSON: {line[:60]}")
+        if not line.startswith("{"):
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            problems.append(f"{name} line {n}: not JSON: {line[:60]}")
+            continue
+        for field in need:
+            v = row
+            for part in field.split("."):
+                v = v.get(part) if isinstance(v, dict) else None
+            if v is None:
+                problems.append(f"{name} line {n}: no {field} (has {', '.join(list(row)[:8])}, …)")
+                break
+        else:
+            rows.append(row)
     return rows
 
 def spread(xs):
@@ -365,15 +378,15 @@ def in_cache(row):
     c, b = cache_of(row), row.get("bytes_per_token")
     return c is not None and b is not None and b < 2 * c
 
-tok = lines("tokscope-bench.jsonl")
-lb = lines("llama-bench.jsonl")
+tok = lines("tokscope-bench.jsonl", "kind", "params.model", "tok_per_s_mean", "stamp")
+lb = lines("llama-bench.jsonl", "model_filename", "n_gen", "avg_ts")
 # Per model and test: one tokscope mean and one llama-bench mean per round, in file order.
 def key_tok(r):
     return (os.path.basename(r["params"]["model"]), "pp" if r["kind"] == "pp" else "tg")
 def key_lb(r):
     return (os.path.basename(r["model_filename"]), "pp" if r.get("n_gen", 0) == 0 else "tg")
 ts, ls, extra, cached = {}, {}, {}, {}
-bandwidths = set()
+bandwidths = {}  # GB/s → its source, as the first row with it says
 for r in tok:
     k = key_tok(r)
     ts.setdefault(k, []).append(r["tok_per_s_mean"])
@@ -382,7 +395,7 @@ for r in tok:
                         f"{r['stamp'].get('n_gpu_layers')} layers offloaded)")
     if r["kind"] == "tg":
         if r.get("bandwidth_gb_s"):
-            bandwidths.add((round(r["bandwidth_gb_s"], 1), r.get("bandwidth_source") or "?"))
+            bandwidths.setdefault(round(r["bandwidth_gb_s"], 1), r.get("bandwidth_source") or "?")
         mbu = r.get("mbu_pct")
         if mbu is not None and in_cache(r):
             cached.setdefault(k, (r["bytes_per_token"], cache_of(r), []))[2].append(mbu)
@@ -414,13 +427,13 @@ for (m, _), (b, c, vals) in sorted(cached.items()):
     print(f"MBU not shown for {m}: it reads {b / 1e6:.2f} MB a token, under twice the {c / 2**20:.0f} MiB "
           f"last-level cache of the device holding it, so decode reads it from cache, not memory, and "
           f"is not bounded by the memory ceiling (tokscope's row says {st.mean(vals):.0f}%, meaningless here)")
-for gb, source in sorted(bandwidths):
+for gb, source in sorted(bandwidths.items()):
     print(f"bandwidth (tokscope's, what its MBU divides by): {gb:.1f} GB/s, {source}")
 if not bandwidths:
     print("bandwidth: none in tokscope's rows (MBU empty)")
 
 # Batch sweep: aggregate t/s of the generation, tokscope vs llama-batched-bench's S_TG.
-batch = lines("tokscope-batch.jsonl")
+batch = lines("tokscope-batch.jsonl", "params.batch_size", "tok_per_s_mean")
 got_b = sorted(r["params"]["batch_size"] for r in batch)
 if got_b != batches:
     problems.append(f"tokscope bench --batch: B = {got_b} parsed, {batches} expected")
@@ -430,7 +443,10 @@ if os.path.exists(path):
     for line in open(path):
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) >= 10 and cells[2].isdigit():
-            bb[int(cells[2])] = float(cells[7])  # B, S_TG t/s
+            try:
+                bb[int(cells[2])] = float(cells[7])  # B, S_TG t/s
+            except ValueError:
+                problems.append(f"llama-batched-bench.txt: no S_TG t/s in {line.strip()[:60]}")
 if env.get("GB_BATCHED") and sorted(bb) != batches:
     problems.append(f"llama-batched-bench: B = {sorted(bb)} parsed from its table, {batches} expected")
 tb = {r["params"]["batch_size"]: r.get("decode_tok_per_s") or r["tok_per_s_mean"] for r in batch}
@@ -461,7 +477,7 @@ print()
 print(f"chat ÷ headless decode tok/s: {spread(runs)} over {len(runs)} alternating runs")
 # run ÷ tg (paired, one process) and, composed with tokscope tg ÷ llama-bench tg above, the
 # chat's decode ÷ llama-bench tg on the same model (issue 16's GPU target: ≥ 0.98).
-vs = lines("run-vs-tg.jsonl")
+vs = lines("run-vs-tg.jsonl", "model", "lane", "n_ctx", "sampling")
 tg_ratio = None
 if vs:
     k = (os.path.basename(vs[0]["model"]), "tg")
@@ -469,13 +485,13 @@ if vs:
     tg_ratio = st.mean(pairs) if pairs else None
 n_vs = 0
 for r in vs:
-    if r.get("lane") != "run" or not r.get("ratio"):
+    if r["lane"] != "run" or not (r.get("ratio") or {}).get("median"):
         continue
     n_vs += 1
     q = r["ratio"]
     se = q.get("two_se")
     line = (f"run c{r['n_ctx']} {r['sampling']} ÷ tokscope tg: {q['median']:.3f}"
-            f"{f' ± {se:.3f}' if se is not None else ''} over {q['rounds']} paired rounds ({r['verdict']} against 0.97)")
+            f"{f' ± {se:.3f}' if se is not None else ''} over {q.get('rounds')} paired rounds ({r.get('verdict')} against 0.97)")
     if tg_ratio:
         line += f"; × tokscope tg ÷ llama-bench tg {tg_ratio:.3f} = chat's decode ÷ llama-bench tg {q['median'] * tg_ratio:.3f} (target ≥ 0.98)"
     print(line)
