@@ -151,18 +151,12 @@ fn labels(candidates: &[Candidate]) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for c in candidates {
         let mut label = if c.quantized_here {
-            // `<stem>-<fingerprint>-<TYPE>.gguf` → `<stem>-<TYPE>`.
-            let stem = c
+            // `<fingerprint>/<stem>-<TYPE>.gguf` → `<stem>-<TYPE>`.
+            let label = c
                 .model
                 .file_stem()
                 .map(|s| s.to_string_lossy().into_owned())
                 .unwrap_or_default();
-            let mut parts: Vec<&str> = stem.rsplitn(3, '-').collect();
-            parts.reverse();
-            let label = match parts.as_slice() {
-                [base, _print, ty] => format!("{base}-{ty}"),
-                _ => stem.clone(),
-            };
             match &c.requantized_from {
                 Some(from) => format!("{label} ← {from}"),
                 None => label,

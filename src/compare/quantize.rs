@@ -219,8 +219,9 @@ impl QuantType {
     }
 }
 
-/// The cache file of `source` quantized to `ty`: `<stem>-<sha256 of the contents>-<TYPE>.gguf`
-/// (the stem cut to 64 characters).
+/// The cache file of `source` quantized to `ty`: `<first 16 hex digits of the contents'
+/// sha256>/<stem>-<TYPE>.gguf` (the stem cut to 64 characters), so the name a person reads
+/// is short and the folder keeps two sources of one name apart.
 pub(crate) fn cache_path(
     cache_dir: &Path,
     source: &Path,
@@ -233,11 +234,10 @@ pub(crate) fn cache_path(
         .chars()
         .take(64)
         .collect();
-    let print = content_hash(cache_dir, source)?;
-    Ok(cache_dir.join(format!(
-        "{stem}-{print}-{}.gguf",
-        ty.name.to_ascii_uppercase()
-    )))
+    let print: String = content_hash(cache_dir, source)?.chars().take(16).collect();
+    Ok(cache_dir
+        .join(print)
+        .join(format!("{stem}-{}.gguf", ty.name.to_ascii_uppercase())))
 }
 
 /// Whether the cached file is there and loads as a GGUF model header.
@@ -261,12 +261,11 @@ pub(crate) fn quantize_cached(
     if usable(&out) {
         return Ok((out, true));
     }
-    crate::fsx::ensure_private_dir(cache_dir).map_err(|e| {
-        format!(
-            "cannot create the cache folder {}: {e}",
-            cache_dir.display()
-        )
-    })?;
+    let folder = out.parent().unwrap_or(cache_dir);
+    for dir in [cache_dir, folder] {
+        crate::fsx::ensure_private_dir(dir)
+            .map_err(|e| format!("cannot create the cache folder {}: {e}", dir.display()))?;
+    }
     let partial = out.with_extension(format!("partial-{}", std::process::id()));
     let done = Arc::new(AtomicBool::new(false));
     crate::logging::reset_tensor_progress();
@@ -395,7 +394,10 @@ mod tests {
         let a = cache_path(&cache, &a_dir.join("m.gguf"), ty).unwrap();
         let b = cache_path(&cache, &b_dir.join("m.gguf"), ty).unwrap();
         assert_ne!(a, b);
-        assert!(a.to_string_lossy().ends_with("-Q8_0.gguf"));
+        // A short name a person reads, in a folder named by the contents.
+        assert_eq!(a.file_name().unwrap(), "m-Q8_0.gguf");
+        assert_eq!(a.parent().unwrap().parent().unwrap(), cache);
+        assert_eq!(a.parent().unwrap().file_name().unwrap().len(), 16);
         // The second time the memo answers (a planted value proves it is not re-read).
         let memo_path = cache.join(HASH_MEMO_FILE);
         let mut memo: Vec<HashMemo> =
