@@ -527,6 +527,38 @@ fn a_partial_offload_blends_the_gpu_and_cpu_bandwidths() {
 }
 
 #[test]
+fn few_gaps_are_marked_and_a_resumed_turn_keeps_its_itl_without_bars() {
+    let mut app = finished_app();
+    // A three-piece answer: two gaps.
+    app.conversation.exchanges.push(Exchange {
+        user: "Say hi.".to_string(),
+        assistant: Some(finished_turn(
+            3,
+            "Hi there.",
+            20,
+            0,
+            StopReason::EndOfGeneration,
+        )),
+    });
+    let screen = render(&app, 120, 40);
+    assert!(screen.contains("gaps, few"), "{screen}");
+    let history: Vec<&str> = screen.lines().filter(|l| l.contains("~")).collect();
+    assert!(
+        !history.is_empty(),
+        "the short turn's rate is marked: {screen}"
+    );
+    // A resumed turn: its summary was saved, its timeline was not.
+    let turn = app.conversation.exchanges[1].assistant.as_mut().unwrap();
+    let itl = turn.summary.as_ref().unwrap().itl.unwrap();
+    turn.timeline = Default::default();
+    app.conversation.exchanges.pop();
+    let screen = render(&app, 120, 40);
+    assert!(screen.contains(&format!("{} gaps", itl.count)), "{screen}");
+    assert!(!screen.contains("no gaps yet"), "{screen}");
+    assert!(screen.contains("ITL bars: not saved (resumed)"), "{screen}");
+}
+
+#[test]
 fn stopped() {
     let mut app = finished_app();
     let partial = "A reference lets code use a value without owning";

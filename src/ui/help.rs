@@ -168,7 +168,7 @@ const METRICS: &[(&str, &str)] = &[
     ),
     (
         "#  history",
-        "TTFT and decode tok/s of each finished answer, newest last; ■ marks a stopped one",
+        "TTFT and decode tok/s of each finished answer, newest last; ■ marks a stopped one, ~ a rate from fewer than 8 gaps (also \"N gaps, few\" on the ITL row); a resumed turn keeps its figures, not its ITL bars",
     ),
     (
         "context tok",

@@ -24,6 +24,9 @@ const SPARK_MAX_ROWS: usize = 3;
 /// Gaps drawn are capped (at about 11 days) so that bar scaling never overflows.
 const MAX_GAP_US: u64 = 1_000_000_000_000;
 
+/// Below this many inter-token gaps a turn's ITL percentiles and tok/s are marked as few.
+const FEW_GAPS: usize = 8;
+
 enum Content {
     Text(Vec<Line<'static>>),
     /// ITL gaps in microseconds, oldest first.
@@ -366,10 +369,16 @@ fn pieces(app: &App, view: &View, w: usize) -> Vec<Piece> {
     let gaps: &[std::time::Duration] = focus.map_or(&[], |f| &f.gaps);
     let itl = s.and_then(|s| s.itl);
     let count = itl.map_or(0, |i| i.count);
+    // A handful of gaps makes p90/p99 the max and the mean a guess: said beside the count.
+    let gaps_word = if (1..FEW_GAPS).contains(&count) {
+        format!("{count} gaps, few")
+    } else {
+        format!("{count} gaps")
+    };
     out.push(Piece::text(
         2,
         vec![
-            row("ITL ms", format!("{count} gaps"), w, label, sub),
+            row("ITL ms", gaps_word, w, label, sub),
             cells(
                 &[
                     ("last", format::num(gaps.last().map(|g| ms(*g)))),
@@ -390,11 +399,21 @@ fn pieces(app: &App, view: &View, w: usize) -> Vec<Piece> {
     ));
     out.push(Piece {
         priority: 4,
-        content: Content::Spark(
-            gaps.iter()
-                .map(|g| u64::try_from(g.as_micros()).map_or(MAX_GAP_US, |us| us.min(MAX_GAP_US)))
-                .collect(),
-        ),
+        // A resumed turn keeps its figures but not its gaps: never "no gaps yet" beside them.
+        content: if gaps.is_empty() && count > 0 {
+            Content::Text(vec![Line::from(Span::styled(
+                truncate("ITL bars: not saved (resumed)", w),
+                theme::DIM,
+            ))])
+        } else {
+            Content::Spark(
+                gaps.iter()
+                    .map(|g| {
+                        u64::try_from(g.as_micros()).map_or(MAX_GAP_US, |us| us.min(MAX_GAP_US))
+                    })
+                    .collect(),
+            )
+        },
     });
 
     // Speculation: a verify pass's accepted tokens share one time, so the per-pass figures
@@ -754,10 +773,17 @@ fn history(app: &App, w: usize) -> Piece {
             } else {
                 ""
             };
+            // `~`: a rate from fewer than FEW_GAPS gaps (F1 says so).
+            let few = s.itl.is_none_or(|itl| itl.count < FEW_GAPS);
+            let rate = fmt_opt(s.decode_tok_per_s, 1);
             let text = fmt_row(
                 &format!("{mark}{}", i + 1),
                 &format::num(s.ttft_ms),
-                &fmt_opt(s.decode_tok_per_s, 1),
+                &if few && s.decode_tok_per_s.is_some() {
+                    format!("~{rate}")
+                } else {
+                    rate
+                },
                 &s.tokens_generated.to_string(),
             );
             Some(Line::from(Span::styled(
