@@ -46,11 +46,11 @@ pub(crate) struct StreamProbe {
 impl StreamProbe {
     /// The ceiling for decode: the read kernel, because decode's access is a read (every
     /// weight and the KV cache are read once per token; only activations are written). Copy
-    /// and triad count their writes too, and on machines where a core can keep more traffic
-    /// in flight mixing reads with streaming writes they move more bytes in all (32–55% more
-    /// than read on this project's VMs) than decode, which only reads, can use: taking the
-    /// fastest of the three made MBU read low by that factor. The other two stay in `method`.
-    /// Measured: benchmarks/notes/20261202-cpu-ceiling.md.
+    /// and triad count their writes too: on one thread of this project's AVX2 EPYC copy came
+    /// out 64% above read, and which of the three is fastest changes with the thread count,
+    /// so taking the fastest made MBU read low by up to that factor. No decode measured went
+    /// above read (0.60–0.69 of it). The other two stay in `method`.
+    /// Measured: benchmarks/notes/20261203-cpu-ceiling.md.
     pub(crate) fn best_bytes_per_s(&self) -> f64 {
         self.read_bytes_per_s
     }

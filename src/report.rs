@@ -12,20 +12,23 @@ pub(crate) enum Align {
     Right,
 }
 
-/// A Markdown table with padded columns (`---:` marks the right-aligned ones).
+/// A Markdown table with padded columns (`---:` marks the right-aligned ones), padded by
+/// terminal display width so the bars line up in a terminal too (a CJK file name is two
+/// columns a character).
 pub(crate) fn table(headers: &[(&str, Align)], rows: &[Vec<String>]) -> String {
+    let cols = |text: &str| unicode_width::UnicodeWidthStr::width(text);
     let width = |i: usize| {
         rows.iter()
             .filter_map(|r| r.get(i))
             .chain(std::iter::once(&headers[i].0.to_string()))
-            .map(|c| c.chars().count())
+            .map(|c| cols(c))
             .max()
             .unwrap_or(1)
             .max(3)
     };
     let widths: Vec<usize> = (0..headers.len()).map(width).collect();
     let pad = |text: &str, i: usize| {
-        let fill = " ".repeat(widths[i].saturating_sub(text.chars().count()));
+        let fill = " ".repeat(widths[i].saturating_sub(cols(text)));
         match headers[i].1 {
             Align::Left => format!("{text}{fill}"),
             Align::Right => format!("{fill}{text}"),

@@ -328,11 +328,28 @@ fn results_log_appends_and_vs_names_the_changed_setting() {
         "{listing}"
     );
     let id = runs[0]["id"].as_str().unwrap();
+    // One run as a table, llama-bench's shape; `-o json` gives the stored line.
     tokscope(home.path())
         .args(["results", id])
         .assert()
         .success()
+        .stdout(
+            predicate::str::contains(id)
+                .and(predicate::str::contains("| model"))
+                .and(predicate::str::contains("| tiny.gguf"))
+                .and(predicate::str::contains("tg8"))
+                .and(predicate::str::contains("\"rows\"").not()),
+        );
+    tokscope(home.path())
+        .args(["results", id, "-o", "json"])
+        .assert()
+        .success()
         .stdout(predicate::str::contains(id).and(predicate::str::contains("\"rows\"")));
+    tokscope(home.path())
+        .args(["results", "-o", "json"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("give its ID"));
 }
 
 #[test]

@@ -122,7 +122,7 @@ fn ticks_redraw_only_while_something_animates() {
 fn the_compare_screen_reads_the_latest_comparison_from_the_data_dir() {
     use tokscope::app::{CompareView, Mode};
     let dir = tempfile::tempdir().unwrap();
-    assert_eq!(tokscope::tui::latest_comparison(dir.path()), Ok(None));
+    assert_eq!(tokscope::tui::comparison_at(dir.path(), 0), Ok(None));
     let mut app = App::new(
         "m.gguf".into(),
         Conversation::new("c".into(), 0, None),
@@ -136,8 +136,8 @@ fn the_compare_screen_reads_the_latest_comparison_from_the_data_dir() {
         )),
         now_at(Instant::now()),
     );
-    assert_eq!(fx, vec![Effect::LoadComparison]);
-    let loaded = tokscope::tui::latest_comparison(dir.path());
+    assert_eq!(fx, vec![Effect::LoadComparison { back: 0 }]);
+    let loaded = tokscope::tui::comparison_at(dir.path(), 0);
     update(
         &mut app,
         Msg::ComparisonLoaded(loaded),
@@ -148,10 +148,10 @@ fn the_compare_screen_reads_the_latest_comparison_from_the_data_dir() {
     // A damaged log is skipped line by line; an unreadable one is a message, not a panic.
     let path = tokscope::compare::log::comparisons_path(dir.path());
     std::fs::write(&path, "{not json\n").unwrap();
-    assert_eq!(tokscope::tui::latest_comparison(dir.path()), Ok(None));
+    assert_eq!(tokscope::tui::comparison_at(dir.path(), 0), Ok(None));
     std::fs::remove_file(&path).unwrap();
     std::fs::create_dir(&path).unwrap();
-    let err = tokscope::tui::latest_comparison(dir.path()).unwrap_err();
+    let err = tokscope::tui::comparison_at(dir.path(), 0).unwrap_err();
     assert!(err.contains("cannot read"), "{err}");
 }
 

@@ -39,6 +39,15 @@ pub(crate) enum Action {
     OpenCompare,
     ReloadCompare,
     CloseCompare,
+    /// The comparison before (older) or after (newer) the one shown.
+    CompareOlder,
+    CompareNewer,
+    /// Move the compare screen's selected row by this many.
+    CompareRow(isize),
+    /// The selected row's model: A/B against the last answer (`ab`), or switch to it.
+    CompareUse {
+        ab: bool,
+    },
     PageUp,
     PageDown,
     /// One line up or down (the help screen's arrows).
@@ -92,6 +101,12 @@ pub(crate) fn action_for(mode: Mode, input_empty: bool, key: KeyEvent) -> Option
             Some(Action::CloseCompare)
         }
         (Mode::Compare, KeyCode::Char('r')) => Some(Action::ReloadCompare),
+        (Mode::Compare, KeyCode::Left | KeyCode::Char('[')) => Some(Action::CompareOlder),
+        (Mode::Compare, KeyCode::Right | KeyCode::Char(']')) => Some(Action::CompareNewer),
+        (Mode::Compare, KeyCode::Up | KeyCode::Char('k')) => Some(Action::CompareRow(-1)),
+        (Mode::Compare, KeyCode::Down | KeyCode::Char('j')) => Some(Action::CompareRow(1)),
+        (Mode::Compare, KeyCode::Enter) => Some(Action::CompareUse { ab: true }),
+        (Mode::Compare, KeyCode::Char('m')) => Some(Action::CompareUse { ab: false }),
         (Mode::Compare, KeyCode::F(1) | KeyCode::Char('?')) => Some(Action::ToggleHelp),
         (Mode::Compare, _) => None,
         (Mode::Picker, KeyCode::Esc) => Some(Action::Picker(PickerKey::Close)),
@@ -262,6 +277,17 @@ mod tests {
         assert_eq!(compare(key(KeyCode::Esc)), Some(A::CloseCompare));
         assert_eq!(compare(key(KeyCode::F(3))), Some(A::CloseCompare));
         assert_eq!(compare(key(KeyCode::Char('r'))), Some(A::ReloadCompare));
+        assert_eq!(compare(key(KeyCode::Left)), Some(A::CompareOlder));
+        assert_eq!(compare(key(KeyCode::Char(']'))), Some(A::CompareNewer));
+        assert_eq!(compare(key(KeyCode::Down)), Some(A::CompareRow(1)));
+        assert_eq!(
+            compare(key(KeyCode::Enter)),
+            Some(A::CompareUse { ab: true })
+        );
+        assert_eq!(
+            compare(key(KeyCode::Char('m'))),
+            Some(A::CompareUse { ab: false })
+        );
         assert_eq!(compare(key(KeyCode::F(1))), Some(A::ToggleHelp));
         assert_eq!(compare(key(KeyCode::Char('x'))), None);
         let ab = |k| action_for(Mode::Ab, true, k);

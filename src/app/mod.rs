@@ -117,7 +117,7 @@ pub enum Msg {
     /// resumed as its own conversation).
     Notice(NoticeKind, String),
     /// The comparisons log, read for the compare screen (`Ok(None)`: no comparison yet).
-    ComparisonLoaded(Result<Option<Comparison>, String>),
+    ComparisonLoaded(Result<Option<(Comparison, crate::compare::log::Place)>, String>),
     /// The input's token count, counted by the loop as the text changes.
     InputTokens(Option<InputTokens>),
     /// A new conversation id, minted by the loop, for the next new conversation.
@@ -152,7 +152,10 @@ pub enum Effect {
         n_gen: u32,
     },
     /// Read the latest comparison from the comparisons log.
-    LoadComparison,
+    /// Read the comparison `back` steps before the newest (0: the newest).
+    LoadComparison {
+        back: usize,
+    },
     /// Load this model beside the current one and switch when it is ready.
     SwitchModel {
         id: RequestId,
@@ -232,6 +235,9 @@ pub struct App {
     /// The A/B comparison, while it is on screen.
     pub ab: Option<AbScreen>,
     pub compare: CompareView,
+    /// Which comparison of the log the compare screen shows, and its selected row.
+    pub compare_place: crate::compare::log::Place,
+    pub compare_row: usize,
     /// The view the help returns to when closed.
     pub help_return: Mode,
     /// Tokens in the input as typed (counted without the engine), and where the count comes
@@ -285,6 +291,8 @@ impl App {
             bench: BenchScreen::default(),
             ab: None,
             compare: CompareView::default(),
+            compare_place: Default::default(),
+            compare_row: 0,
             help_return: Mode::Chat,
             input_tokens: None,
             switching: None,
@@ -682,7 +690,44 @@ impl App {
                 }
             }
             Action::CloseAb => return self.close_ab(),
-            Action::OpenCompare | Action::ReloadCompare => return self.open_compare(),
+            Action::OpenCompare => {
+                self.compare_place = Default::default();
+                self.compare_row = 0;
+                return self.open_compare();
+            }
+            Action::ReloadCompare => return self.open_compare(),
+            Action::CompareOlder | Action::CompareNewer => {
+                let place = self.compare_place;
+                let back = if action == Action::CompareOlder {
+                    (place.back + 1).min(place.total.saturating_sub(1))
+                } else {
+                    place.back.saturating_sub(1)
+                };
+                if back != place.back {
+                    self.compare_place.back = back;
+                    self.compare_row = 0;
+                    return self.open_compare();
+                }
+            }
+            Action::CompareRow(step) => {
+                if let CompareView::Loaded(c) = &self.compare {
+                    let last = c.rows.len().saturating_sub(1);
+                    self.compare_row = self.compare_row.saturating_add_signed(step).min(last);
+                }
+            }
+            Action::CompareUse { ab } => {
+                if let CompareView::Loaded(c) = &self.compare {
+                    if let Some(row) = c.rows.get(self.compare_row) {
+                        let path = row.model.clone();
+                        self.mode = Mode::Chat;
+                        return if ab {
+                            self.start_ab(&path, now)
+                        } else {
+                            self.start_switch(&path)
+                        };
+                    }
+                }
+            }
             Action::CloseCompare => self.mode = Mode::Chat,
             Action::Quit => return self.quit(),
             Action::PageUp => self.page(PAGE_LINES as i32),
@@ -833,7 +878,11 @@ pub fn update(app: &mut App, msg: Msg, now: Now) -> Vec<Effect> {
         }
         Msg::ComparisonLoaded(result) => {
             app.compare = match result {
-                Ok(Some(c)) => CompareView::Loaded(Box::new(c)),
+                Ok(Some((c, place))) => {
+                    app.compare_place = place;
+                    app.compare_row = app.compare_row.min(c.rows.len().saturating_sub(1));
+                    CompareView::Loaded(Box::new(c))
+                }
                 Ok(None) => CompareView::Empty,
                 Err(e) => CompareView::Failed(e),
             };

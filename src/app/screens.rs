@@ -76,7 +76,9 @@ impl App {
     pub(super) fn open_compare(&mut self) -> Vec<Effect> {
         self.mode = Mode::Compare;
         self.compare = CompareView::Reading;
-        vec![Effect::LoadComparison]
+        vec![Effect::LoadComparison {
+            back: self.compare_place.back,
+        }]
     }
 }
 
@@ -153,16 +155,62 @@ mod tests {
     }
 
     #[test]
+    fn the_compare_screen_walks_the_log_and_uses_a_rows_model() {
+        use crate::compare::log::Place;
+        use crate::compare::report::tests::{comparison, row};
+        let mut app = ready_app();
+        update(&mut app, Msg::Key(key(KeyCode::F(3))), now());
+        let c = comparison(vec![row("f16", 50.0, 0.0), row("q4_0", 140.0, 0.05)]);
+        let loaded = |back, c: &crate::compare::Comparison| {
+            Msg::ComparisonLoaded(Ok(Some((c.clone(), Place { back, total: 3 }))))
+        };
+        update(&mut app, loaded(0, &c), now());
+        // Newer than the newest: nothing to read.
+        assert!(update(&mut app, Msg::Key(key(KeyCode::Right)), now()).is_empty());
+        let fx = update(&mut app, Msg::Key(key(KeyCode::Left)), now());
+        assert_eq!(fx, vec![Effect::LoadComparison { back: 1 }]);
+        update(&mut app, loaded(1, &c), now());
+        assert_eq!(app.compare_place, Place { back: 1, total: 3 });
+        update(&mut app, Msg::Key(key(KeyCode::Left)), now());
+        update(&mut app, loaded(2, &c), now());
+        // Older than the oldest: nothing to read; r reloads the one shown.
+        assert!(update(&mut app, Msg::Key(key(KeyCode::Left)), now()).is_empty());
+        let fx = update(&mut app, Msg::Key(key(KeyCode::Char('r'))), now());
+        assert_eq!(fx, vec![Effect::LoadComparison { back: 2 }]);
+        update(&mut app, loaded(2, &c), now());
+        // Rows: clamped at both ends.
+        update(&mut app, Msg::Key(key(KeyCode::Up)), now());
+        assert_eq!(app.compare_row, 0);
+        for _ in 0..3 {
+            update(&mut app, Msg::Key(key(KeyCode::Down)), now());
+        }
+        assert_eq!(app.compare_row, 1);
+        // m switches the chat to the selected row's model, through /model's door.
+        let fx = update(&mut app, Msg::Key(key(KeyCode::Char('m'))), now());
+        assert!(
+            fx.iter()
+                .any(|e| matches!(e, Effect::SwitchModel { path, .. }
+                if path == std::path::Path::new("/m/q4_0.gguf"))),
+            "{fx:?}"
+        );
+        assert_eq!(app.mode, Mode::Chat);
+        // F3 again opens the newest, first row.
+        let fx = update(&mut app, Msg::Key(key(KeyCode::F(3))), now());
+        assert_eq!(fx, vec![Effect::LoadComparison { back: 0 }]);
+        assert_eq!(app.compare_row, 0);
+    }
+
+    #[test]
     fn compare_screen_reads_the_log_through_an_effect() {
         let mut app = ready_app();
         let fx = update(&mut app, Msg::Key(key(KeyCode::F(3))), now());
-        assert_eq!(fx, vec![Effect::LoadComparison]);
+        assert_eq!(fx, vec![Effect::LoadComparison { back: 0 }]);
         assert_eq!(app.mode, Mode::Compare);
         assert_eq!(app.compare, CompareView::Reading);
         update(&mut app, Msg::ComparisonLoaded(Ok(None)), now());
         assert_eq!(app.compare, CompareView::Empty);
         let fx = update(&mut app, Msg::Key(key(KeyCode::Char('r'))), now());
-        assert_eq!(fx, vec![Effect::LoadComparison]);
+        assert_eq!(fx, vec![Effect::LoadComparison { back: 0 }]);
         update(&mut app, Msg::ComparisonLoaded(Err("denied".into())), now());
         assert_eq!(app.compare, CompareView::Failed("denied".into()));
         // Help opened from the compare screen returns to it.
@@ -173,7 +221,7 @@ mod tests {
         update(&mut app, Msg::Key(key(KeyCode::Esc)), now());
         assert_eq!(app.mode, Mode::Chat);
         let fx = run_line(&mut app, "/compare");
-        assert_eq!(fx, vec![Effect::LoadComparison]);
+        assert_eq!(fx, vec![Effect::LoadComparison { back: 0 }]);
         assert_eq!(app.mode, Mode::Compare);
     }
 }

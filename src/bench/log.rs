@@ -556,7 +556,6 @@ pub(crate) fn spec_comparison(now: &[StoredRow], base: &StoredRun) -> String {
 
 /// The table `tokscope results` prints, newest run last.
 pub(crate) fn listing(runs: &[StoredRun]) -> String {
-    let header = ["id", "time", "models", "tests", "headline t/s"];
     let mut rows: Vec<[String; 5]> = Vec::new();
     for run in runs {
         let mut models: Vec<&str> = Vec::new();
@@ -577,28 +576,75 @@ pub(crate) fn listing(runs: &[StoredRun]) -> String {
             headline(&run.rows),
         ]);
     }
-    // A Markdown table whose columns also line up in a terminal.
-    let cell_width = |s: &str| unicode_width::UnicodeWidthStr::width(s);
-    let mut widths = header.map(cell_width);
-    for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell_width(cell));
+    let headers = [
+        ("id", crate::report::Align::Left),
+        ("time", crate::report::Align::Left),
+        ("models", crate::report::Align::Left),
+        ("tests", crate::report::Align::Left),
+        ("headline t/s", crate::report::Align::Left),
+    ];
+    let rows: Vec<Vec<String>> = rows.into_iter().map(Vec::from).collect();
+    crate::report::table(&headers, &rows)
+}
+
+/// One run as a table, llama-bench's shape (`tokscope results ID`): what ran, on what, and
+/// t/s with its spread over the repetitions; `-o json` gives the stored line instead.
+pub(crate) fn run_table(run: &StoredRun) -> String {
+    use crate::report::Align::{Left, Right};
+    let raw_rows = run.raw.get("rows").and_then(Value::as_array);
+    let raw = |i: usize, path: &[&str]| -> Option<Value> {
+        let mut v = raw_rows?.get(i)?;
+        for key in path {
+            v = v.get(key)?;
         }
-    }
-    let line = |cells: &[String]| -> String {
-        let padded: Vec<String> = cells
-            .iter()
-            .zip(widths)
-            .map(|(c, w)| format!("{c}{}", " ".repeat(w.saturating_sub(cell_width(c)))))
-            .collect();
-        format!("| {} |\n", padded.join(" | "))
+        Some(v.clone())
     };
-    let mut out = line(&header.map(String::from));
-    let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
-    out.push_str(&format!("|-{}-|\n", rule.join("-|-")));
-    for row in &rows {
-        out.push_str(&line(row));
-    }
+    let text = |v: Option<Value>| match v {
+        Some(Value::String(s)) => s,
+        Some(Value::Null) | None => "—".to_string(),
+        Some(other) => other.to_string(),
+    };
+    let rows: Vec<Vec<String>> = run
+        .rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            vec![
+                if r.stamp.model_file.is_empty() {
+                    "—".to_string()
+                } else {
+                    r.stamp.model_file.clone()
+                },
+                text(raw(i, &["stamp", "quantization"])),
+                text(raw(i, &["stamp", "backend"])),
+                r.stamp.threads.map_or("—".into(), |t| t.to_string()),
+                r.stamp.n_gpu_layers.map_or("—".into(), |n| n.to_string()),
+                r.test.clone(),
+                match r.tok_per_s_sd {
+                    Some(sd) => format!("{:.2} ± {sd:.2}", r.tok_per_s_mean),
+                    None => format!("{:.2}", r.tok_per_s_mean),
+                },
+            ]
+        })
+        .collect();
+    let mut out = format!(
+        "run {} · {} · {}\n\n",
+        run.id,
+        id_time(&run.id).unwrap_or_default(),
+        run.command_line
+    );
+    out.push_str(&crate::report::table(
+        &[
+            ("model", Left),
+            ("quant", Left),
+            ("backend", Left),
+            ("threads", Right),
+            ("ngl", Right),
+            ("test", Left),
+            ("t/s", Right),
+        ],
+        &rows,
+    ));
     out
 }
 

@@ -10,13 +10,32 @@ use crate::commands::{Failure, FAILURE, USAGE};
 /// List earlier bench runs, or print one.
 #[derive(Debug, Args, Default, Clone)]
 pub struct ResultsArgs {
-    /// A run's id (or a unique prefix): print its stored JSON.
+    /// A run's id (a unique prefix, or `last`): print its table.
     #[arg(value_name = "ID")]
     pub id: Option<String>,
+    /// With an ID: md (the run's table) or json (its stored line, every field) [default: md].
+    #[arg(short = 'o', long = "output", value_name = "FORMAT")]
+    pub output: Option<String>,
 }
 
 /// `tokscope results [ID]`.
 pub(crate) fn run(args: &ResultsArgs) -> Result<(), Failure> {
+    let json = match args.output.as_deref().map(str::trim) {
+        None | Some("md") | Some("markdown") => false,
+        Some("json") => true,
+        Some(other) => {
+            return Err(Failure::new(
+                USAGE,
+                format!("invalid value `{other}` for -o/--output: one of md, json"),
+            ))
+        }
+    };
+    if json && args.id.is_none() {
+        return Err(Failure::new(
+            USAGE,
+            "-o json prints one run: give its ID (or `last`)",
+        ));
+    }
     let path = log::results_path(&crate::paths::data_dir());
     let (runs, unreadable) = log::read_runs(&path).map_err(|e| {
         Failure::new(
@@ -33,9 +52,13 @@ pub(crate) fn run(args: &ResultsArgs) -> Result<(), Failure> {
     let (text, shape) = match &args.id {
         Some(id) => {
             let run = log::find_run(&runs, id).map_err(|e| Failure::new(USAGE, e))?;
-            let json = serde_json::to_string_pretty(&run.raw)
-                .map_err(|e| Failure::new(FAILURE, e.to_string()))?;
-            (json + "\n", crate::text::Shape::Json)
+            if json {
+                let json = serde_json::to_string_pretty(&run.raw)
+                    .map_err(|e| Failure::new(FAILURE, e.to_string()))?;
+                (json + "\n", crate::text::Shape::Json)
+            } else {
+                (log::run_table(run), crate::text::Shape::Human)
+            }
         }
         None if runs.is_empty() => {
             eprintln!(

@@ -25,17 +25,38 @@ pub(crate) fn append(
     crate::fsx::append_line(path, &line)
 }
 
+/// Where a comparison sits in the log: `back` steps before the newest (0 is the newest) of
+/// `total` readable ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Place {
+    pub back: usize,
+    pub total: usize,
+}
+
 /// The newest comparison that parses (damaged lines are skipped), if any.
 pub fn latest(path: &Path) -> std::io::Result<Option<Comparison>> {
+    Ok(at(path, 0)?.map(|(c, _)| c))
+}
+
+/// The comparison `back` steps before the newest readable one (clamped to the oldest), and
+/// where it sits; `None` when the log has none.
+pub fn at(path: &Path, back: usize) -> std::io::Result<Option<(Comparison, Place)>> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
     };
-    Ok(text
+    let mut all: Vec<Comparison> = text
         .lines()
-        .rev()
-        .find_map(|l| serde_json::from_str::<Comparison>(l).ok()))
+        .filter_map(|l| serde_json::from_str::<Comparison>(l).ok())
+        .collect();
+    let total = all.len();
+    if total == 0 {
+        return Ok(None);
+    }
+    let back = back.min(total - 1);
+    let c = all.swap_remove(total - 1 - back);
+    Ok(Some((c, Place { back, total })))
 }
 
 #[cfg(test)]
@@ -60,6 +81,13 @@ mod tests {
             .unwrap()
             .write_all(b"{broken\n")
             .unwrap();
-        assert_eq!(latest(&path).unwrap(), Some(second));
+        assert_eq!(latest(&path).unwrap(), Some(second.clone()));
+        // Earlier ones by steps back from the newest, clamped to the oldest.
+        let (c, place) = at(&path, 1).unwrap().unwrap();
+        assert_eq!((c, place), (first.clone(), Place { back: 1, total: 2 }));
+        assert_eq!(
+            at(&path, 9).unwrap().unwrap().1,
+            Place { back: 1, total: 2 }
+        );
     }
 }

@@ -161,8 +161,8 @@ impl Effects<'_> {
                         }));
                     }
                 }
-                Effect::LoadComparison => {
-                    msgs.push(Msg::ComparisonLoaded(latest_comparison(&self.data_dir)));
+                Effect::LoadComparison { back } => {
+                    msgs.push(Msg::ComparisonLoaded(comparison_at(&self.data_dir, back)));
                 }
                 Effect::SwitchModel { id, path } => {
                     let mut config = self.engine_config.clone();
@@ -253,10 +253,12 @@ fn absolute_model_paths(conversation: &mut crate::history::SavedConversation) {
     }
 }
 
-/// The newest comparison in the comparisons log of `data_dir` (for the compare screen).
-pub fn latest_comparison(
+/// The comparison `back` steps before the newest in the comparisons log of `data_dir`, and
+/// where it sits (for the compare screen).
+pub fn comparison_at(
     data_dir: &std::path::Path,
-) -> Result<Option<crate::compare::Comparison>, String> {
+    back: usize,
+) -> Result<Option<(crate::compare::Comparison, crate::compare::log::Place)>, String> {
     let path = crate::compare::log::comparisons_path(data_dir);
-    crate::compare::log::latest(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+    crate::compare::log::at(&path, back).map_err(|e| format!("cannot read {}: {e}", path.display()))
 }

@@ -19,7 +19,7 @@ use ratatui::Terminal;
 use crate::app::{animates, update, App, Effect, Msg, Now};
 use crate::engine::{EngineConfig, EngineHandle, EventReceiver, STREAM_FRAME_INTERVAL};
 
-pub use effects::{latest_comparison, Backends, Effects};
+pub use effects::{comparison_at, Backends, Effects};
 pub use frames::{
     FrameScheduler, FRAME_INTERVAL, SLOWEST_STREAM_FRAME_INTERVAL, STREAM_DRAW_BUDGET,
 };

@@ -117,13 +117,13 @@ pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App) {
     let inner = super::screen_block(
         frame,
         area,
-        " compare: quality beside speed (latest `tokscope compare`) ".into(),
+        " compare: quality beside speed (`tokscope compare`'s log) ".into(),
     );
     let w = inner.width as usize;
     let [body, footer] = Layout::vertical([Constraint::Min(1), Constraint::Length(1)]).areas(inner);
-    let short = "★ Pareto front (none both faster and closer) · r reloads · Esc closes";
+    let short = "★ front · ↑↓ row · Enter A/B · m switch · ←→ older/newer · Esc";
     let keys = [
-        "★ Pareto front (no other candidate both faster and closer to the reference) · r reloads · Esc closes",
+        "★ Pareto front · ↑↓ a row · Enter A/B with its model · m switches to it · ←→ older/newer · r reloads · Esc closes",
         short,
     ]
     .into_iter()
@@ -150,14 +150,24 @@ pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App) {
             message(format!("the comparisons log could not be read: {e}"), theme::NOTICE_ERROR),
             body,
         ),
-        CompareView::Loaded(c) => draw_comparison(frame, body, c),
+        CompareView::Loaded(c) => draw_comparison(frame, body, c, app),
     }
 }
 
-fn draw_comparison(frame: &mut Frame, area: Rect, c: &Comparison) {
+fn draw_comparison(frame: &mut Frame, area: Rect, c: &Comparison, app: &App) {
     let w = area.width as usize;
+    let place = app.compare_place;
+    let which = if place.total > 0 {
+        format!(
+            " ({} of {}, ←→ older/newer)",
+            place.total.saturating_sub(place.back),
+            place.total
+        )
+    } else {
+        String::new()
+    };
     let about = format!(
-        "{} · {} ({} tokens) · {} chunks of {} · reference {}",
+        "{}{which} · {} ({} tokens) · {} chunks of {} · reference {}",
         c.id, c.text, c.text_tokens, c.chunks, c.n_ctx, c.reference
     );
     let mut verdict: Vec<Line<'static>> = Vec::new();
@@ -230,20 +240,26 @@ fn draw_comparison(frame: &mut Frame, area: Rect, c: &Comparison) {
         cols.iter()
             .map(|col| cell(col.header.to_string(), col, theme::TABLE_HEADER)),
     );
-    let rows = c.rows.iter().map(|r| {
+    let rows = c.rows.iter().enumerate().map(|(i, r)| {
         let style = if r.pareto {
             theme::PARETO
         } else {
             theme::DOMINATED
         };
-        Row::new(cols.iter().map(|col| {
+        let row = Row::new(cols.iter().map(|col| {
             let style = if col.header.is_empty() || col.header == "candidate" {
                 style
             } else {
                 theme::METRIC_VALUE
             };
             cell((col.value)(r), col, style)
-        }))
+        }));
+        // The selected row (↑↓): Enter runs A/B with its model, m switches to it.
+        if i == app.compare_row {
+            row.style(ratatui::style::Style::new().add_modifier(ratatui::style::Modifier::REVERSED))
+        } else {
+            row
+        }
     });
     frame.render_widget(
         Table::new(rows, widths).header(header).column_spacing(1),

@@ -37,7 +37,7 @@ const KEYS: &[(&str, &str)] = &[
     ),
     (
         "F3",
-        "compare screen: the latest `tokscope compare` table, Pareto front marked (r reloads, Esc closes)",
+        "compare screen: `tokscope compare` tables, the latest first, Pareto front marked (←→ older/newer, ↑↓ a row, Enter A/B with its model, m switches to it, r reloads, Esc closes)",
     ),
     (
         "A/B screen",
