@@ -8,7 +8,7 @@
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::symbols::Marker;
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Axis, Chart, Dataset, GraphType, Paragraph};
+use ratatui::widgets::{Axis, Chart, Dataset, GraphType, LegendPosition, Paragraph};
 use ratatui::Frame;
 
 use super::{format, theme};
@@ -49,7 +49,9 @@ pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App) {
     frame.render_widget(Paragraph::new(table_lines(app)), table);
     if charts.height >= 6 && !b.points.is_empty() {
         let [left, right] =
+            // A gap, so the left chart's axis title never runs into the right one's labels.
             Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)])
+                .spacing(2)
                 .areas(charts);
         draw_rate_chart(frame, left, &b.points);
         draw_latency_chart(frame, right, &b.points);
@@ -168,13 +170,13 @@ fn draw_rate_chart(frame: &mut Frame, area: Rect, points: &[BenchPoint]) {
     let max = aggregate.iter().map(|(_, y)| *y).fold(0.0, f64::max);
     let chart = Chart::new(vec![
         Dataset::default()
-            .name("aggregate tok/s")
+            .name("aggregate")
             .marker(Marker::Braille)
             .graph_type(GraphType::Line)
             .style(theme::SERIES_AGGREGATE)
             .data(&aggregate),
         Dataset::default()
-            .name("per-sequence tok/s")
+            .name("per sequence")
             .marker(Marker::Braille)
             .graph_type(GraphType::Line)
             .style(theme::SERIES_PER_SEQUENCE)
@@ -182,7 +184,10 @@ fn draw_rate_chart(frame: &mut Frame, area: Rect, points: &[BenchPoint]) {
     ])
     .x_axis(x_axis(points))
     .y_axis(y_axis("tok/s", max))
-    .hidden_legend_constraints((Constraint::Ratio(1, 2), Constraint::Ratio(1, 2)));
+    // Short names (the axis says tok/s), so the legend stays at 80×24.
+    .hidden_legend_constraints((Constraint::Ratio(2, 3), Constraint::Ratio(2, 3)))
+    // Aggregate rises to the right and per-sequence stays low: the top left hides nothing.
+    .legend_position(Some(LegendPosition::TopLeft));
     frame.render_widget(chart, area);
 }
 
