@@ -568,11 +568,24 @@ pub(crate) fn listing(runs: &[StoredRun]) -> String {
                 tests.push(&r.test);
             }
         }
+        // A long sweep names its first few only, so the listing stays readable
+        // (`results ID` prints every row).
+        let few = |items: &[&str], keep: usize, sep: &str| {
+            if items.len() > keep {
+                format!(
+                    "{}{sep}+{} more",
+                    items[..keep].join(sep),
+                    items.len() - keep
+                )
+            } else {
+                items.join(sep)
+            }
+        };
         rows.push([
             run.id.clone(),
             id_time(&run.id).unwrap_or_default(),
-            models.join(", "),
-            tests.join(" "),
+            few(&models, 2, ", "),
+            few(&tests, 4, " "),
             headline(&run.rows),
         ]);
     }
@@ -709,6 +722,18 @@ mod tests {
             list.contains("2025-01-02 00:00:00 UTC") && list.contains("tg8 105.00"),
             "{list}"
         );
+        // A long sweep is named by its first tests only.
+        let mut long = runs[1].clone();
+        long.rows = (0..9)
+            .map(|i| {
+                let mut r = long.rows[0].clone();
+                r.test = format!("B{i} tg8");
+                r
+            })
+            .collect();
+        let list_long = listing(std::slice::from_ref(&long));
+        assert!(list_long.contains("B3 tg8 +5 more"), "{list_long}");
+        assert!(!list_long.contains("B4 tg8"), "{list_long}");
         // Aligned: every line as wide as the header, the column bars in the same places.
         let lines: Vec<&str> = list.lines().collect();
         assert_eq!(lines.len(), 4, "{list}");
