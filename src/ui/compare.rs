@@ -8,7 +8,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Cell, Paragraph, Row, Table};
 use ratatui::Frame;
 
-use super::text::{one_line, truncate, width, wrap};
+use super::text::{one_line, truncate, truncate_start, width, wrap};
 use super::theme;
 use crate::app::{App, CompareView};
 use crate::compare::{CompareRow, Comparison};
@@ -49,7 +49,14 @@ fn columns() -> Vec<Column> {
                 r.label.clone()
             }
         }),
-        col("quant", 7, 1, false, |r| r.quantization.clone()),
+        // The type alone: a requantized row's source is in its candidate name.
+        col("quant", 7, 1, false, |r| {
+            r.quantization
+                .split(" ← ")
+                .next()
+                .unwrap_or_default()
+                .to_string()
+        }),
         col("bpw", 5, 5, true, |r| format!("{:.2}", r.bits_per_weight)),
         col("PPL", 8, 2, true, |r| quality(r, Some(r.quality.ppl), 3)),
         col("KLD mean", 9, 1, true, |r| {
@@ -226,10 +233,13 @@ fn draw_comparison(frame: &mut Frame, area: Rect, c: &Comparison, app: &App) {
         } else {
             col.width
         };
-        let line = Line::from(Span::styled(
-            truncate(&one_line(&text), width as usize),
-            style,
-        ));
+        // A candidate is told apart by the end of its name (`-Q8_0 ← Q4_K_M`): cut its start.
+        let cut = if col.header == "candidate" {
+            truncate_start(&one_line(&text), width as usize)
+        } else {
+            truncate(&one_line(&text), width as usize)
+        };
+        let line = Line::from(Span::styled(cut, style));
         Cell::from(if col.right {
             line.right_aligned()
         } else {

@@ -241,6 +241,28 @@ fn char_width(c: char) -> usize {
     UnicodeWidthChar::width(c).unwrap_or(0)
 }
 
+/// `s` cut to at most `max` columns from the start, beginning with `…` when cut: for names
+/// whose end tells them apart (`…q4_k_m-Q8_0 ← Q4_K_M`).
+pub(crate) fn truncate_start(s: &str, max: usize) -> String {
+    if width(s) <= max {
+        return s.to_string();
+    }
+    if max == 0 {
+        return String::new();
+    }
+    let mut kept: Vec<char> = Vec::new();
+    let mut used = 0;
+    for c in s.chars().rev() {
+        let w = char_width(c);
+        if used + w > max - 1 {
+            break;
+        }
+        kept.push(c);
+        used += w;
+    }
+    std::iter::once('…').chain(kept.into_iter().rev()).collect()
+}
+
 /// `s` cut to at most `max` columns, ending in `…` when cut.
 pub(crate) fn truncate(s: &str, max: usize) -> String {
     if width(s) <= max {
@@ -524,6 +546,14 @@ mod tests {
                 "{c:?}"
             );
         }
+    }
+
+    #[test]
+    fn truncate_start_keeps_the_end() {
+        assert_eq!(truncate_start("model-Q8_0 ← Q4_K_M", 12), "…_0 ← Q4_K_M");
+        assert_eq!(truncate_start("short", 12), "short");
+        assert_eq!(truncate_start("漢字漢字", 5), "…漢字");
+        assert_eq!(truncate_start("abc", 0), "");
     }
 
     #[test]
