@@ -166,9 +166,30 @@ fn the_ttft_breakdown_adds_up_to_ttft() {
         "Hello there",
         "A second, somewhat longer message to prefill",
     ] {
-        let t = e.turn(vec![user(prompt)], greedy(), 4);
+        // An outside clock on this thread: from just before the request to the moment its
+        // first token event arrives. The engine's TTFT cannot be longer (it ends when the
+        // token's text is ready, before the event is sent, and starts at submission, after
+        // `sent`), and not much shorter (only the event's delivery lies between them).
+        let sent = Instant::now();
+        let id = e.handle.generate(vec![user(prompt)], greedy(), 4).unwrap();
+        let mut first_seen = None;
+        let t = e.collect(id, |_, index| {
+            if index == 0 {
+                first_seen = Some(Instant::now());
+            }
+        });
+        let outside_ms = first_seen.unwrap().duration_since(sent).as_secs_f64() * 1e3;
         let s = t.report.timeline.summary();
         let ttft = s.ttft_ms.unwrap();
+        assert!(
+            ttft <= outside_ms + 0.05,
+            "TTFT {ttft} ms is longer than the outside clock's {outside_ms} ms"
+        );
+        assert!(
+            outside_ms - ttft <= 100.0,
+            "TTFT {ttft} ms is {} ms short of the outside clock's {outside_ms} ms",
+            outside_ms - ttft
+        );
         let parts = s.queue_ms + s.template_tokenize_ms + s.prefill_ms + s.first_sample_ms.unwrap();
         assert!(
             (parts - ttft).abs() <= 0.01 * ttft,
