@@ -64,14 +64,9 @@ pub(crate) fn run(args: &ChatArgs, mut settings: Settings) -> Result<(), Failure
     app.clipboard_blocked = crate::tui::clipboard_blocked();
     app.model_dirs = settings.model_dirs.clone();
     app.price_per_hour_usd = settings.price_per_gpu_hour_usd;
-    // Before the engine starts loading, so the copy probe does not compete with it.
-    app.bandwidth = crate::hw::peak_bandwidths(
-        settings.bandwidth_gb_s,
-        crate::llama::device_bw::first_gpu_bandwidth,
-        settings.engine.threads as usize,
-        // Before the screen opens: the seconds of a first start are not a blank wait.
-        || eprintln!("measuring memory bandwidth (once per machine, a few seconds) …"),
-    );
+    // Before the engine starts loading, and before the screen opens: the seconds of a first
+    // start are said, not a blank wait.
+    app.bandwidth = crate::commands::model::peak_bandwidths(&settings);
     // A ceiling measured on a busy machine is this session's only: the status line says so,
     // as `run` and `bench` warn.
     if let Some(cpu) = &app.bandwidth.cpu {

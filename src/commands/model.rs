@@ -25,6 +25,19 @@ pub(crate) fn resolve_model(settings: &Settings) -> Result<PathBuf, Failure> {
     })
 }
 
+/// The roofline's bandwidths for a local model, as the chat and `run` take them: config
+/// `bandwidth_gb_s`, else the GPU's and the shared CPU probe (cached per machine and thread
+/// count). Called before the engine starts, so a first probe does not compete with the load,
+/// and said on stderr when it measures.
+pub(crate) fn peak_bandwidths(settings: &Settings) -> crate::metrics::roofline::Peaks {
+    crate::hw::peak_bandwidths(
+        settings.bandwidth_gb_s,
+        crate::llama::device_bw::first_gpu_bandwidth,
+        settings.engine.threads as usize,
+        || eprintln!("measuring memory bandwidth (once per machine, a few seconds) …"),
+    )
+}
+
 pub(crate) fn engine_config(settings: &Settings) -> Result<EngineConfig, Failure> {
     Ok(EngineConfig {
         model_path: resolve_model(settings)?,

@@ -323,15 +323,8 @@ pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure>
         None => None,
     };
     let load_before = crate::hw::load_average_1m();
-    // The roofline's bandwidth, as the chat takes it (configured, else the GPU's and the
-    // shared CPU probe, cached per machine), before the engine starts so that a first probe
-    // does not compete with the load.
-    let peaks = crate::hw::peak_bandwidths(
-        settings.bandwidth_gb_s,
-        crate::llama::device_bw::first_gpu_bandwidth,
-        settings.engine.threads as usize,
-        || eprintln!("measuring memory bandwidth (once per machine, a few seconds) …"),
-    );
+    // The roofline's bandwidth, as the chat takes it.
+    let peaks = crate::commands::model::peak_bandwidths(&settings);
     let (mut engine, mut events) = EngineHandle::spawn(config)?;
     let show_progress = std::io::stderr().is_terminal() && !args.json;
     let stdout_terminal = std::io::stdout().is_terminal();

@@ -3,7 +3,7 @@
 //! anchored to llama.cpp's published Llama 3 8B table), and, with a quality budget
 //! (`--max-kld`, `--min-same-top`), the fastest candidate within it.
 
-use super::report::{speed_threshold, CompareRow, Control};
+use super::report::{kl, speed_threshold, CompareRow, Control};
 
 /// The quality a user will give up at most, from `--max-kld` and `--min-same-top`.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -31,7 +31,7 @@ impl Budget {
     }
 
     fn admits(&self, row: &CompareRow) -> bool {
-        let kld = row.quality.kld_mean.unwrap_or(0.0);
+        let kld = kl(row);
         // The reference's own positions agree with themselves.
         let same_top = row
             .quality
@@ -197,7 +197,6 @@ fn pick(rows: &[CompareRow], systematic: f64, budget: &Budget) -> String {
     }
     let within: Vec<&CompareRow> = rows.iter().filter(|r| budget.admits(r)).collect();
     let speed = |r: &CompareRow| r.tg_tok_per_s.unwrap_or(0.0);
-    let kld = |r: &CompareRow| r.quality.kld_mean.unwrap_or(0.0);
     let Some(fastest) = within
         .iter()
         .copied()
@@ -226,13 +225,13 @@ fn pick(rows: &[CompareRow], systematic: f64, budget: &Budget) -> String {
                 || speed_threshold(r, fastest, systematic)
                     .is_some_and(|t| speed(fastest) - speed(r) <= t)
         })
-        .min_by(|a, b| kld(a).total_cmp(&kld(b)))
+        .min_by(|a, b| kl(a).total_cmp(&kl(b)))
         .unwrap_or(fastest);
     let mut line = format!(
         "Within {what}: use {} ({:.1} tok/s, KLD {})",
         chosen.label,
         speed(chosen),
-        crate::fmt::sig(kld(chosen), 2)
+        crate::fmt::sig(kl(chosen), 2)
     );
     if chosen.label != fastest.label {
         line.push_str(&format!(

@@ -117,7 +117,7 @@ fn dominates(a: &CompareRow, b: &CompareRow, systematic: f64) -> bool {
     (diff > threshold && ka <= kb) || (diff.abs() <= threshold && ka < kb)
 }
 
-fn kl(row: &CompareRow) -> f64 {
+pub(super) fn kl(row: &CompareRow) -> f64 {
     row.quality.kld_mean.unwrap_or(0.0)
 }
 
@@ -265,11 +265,12 @@ fn mean_sd(mean: Option<f64>, sd: Option<f64>) -> String {
 const NOT_MEANINGFUL: &str = "n/m";
 
 /// PPL, KLD mean, p99, max, same top % and Δp mean, as precise as the sample allows: a mean
-/// with its standard error to the error's second significant digit, the tails to three.
-fn quality_cells(q: &QualityStats) -> Vec<String> {
+/// with its standard error to the error's second significant digit (`wide`; the narrow
+/// table prints the means alone), the tails to three.
+fn quality_cells(q: &QualityStats, wide: bool) -> Vec<String> {
     let sig3 = |v: Option<f64>| v.map_or_else(|| "—".to_string(), |v| crate::fmt::sig(v, 3));
     let kld = match (q.kld_mean, q.kld_uncertainty) {
-        (Some(m), Some(u)) if u > 0.0 => crate::fmt::mean_pm(m, u),
+        (Some(m), Some(u)) if wide && u > 0.0 => crate::fmt::mean_pm(m, u),
         (m, _) => sig3(m),
     };
     // The binomial standard error of a share of n positions, in points.
@@ -278,7 +279,7 @@ fn quality_cells(q: &QualityStats) -> Vec<String> {
         |p| {
             let n = q.n_scored.max(1) as f64;
             let se = ((p / 100.0) * (1.0 - p / 100.0) / n).sqrt() * 100.0;
-            if se > 0.0 {
+            if wide && se > 0.0 {
                 crate::fmt::mean_pm(p, se)
             } else {
                 format!("{p:.1}")
@@ -348,14 +349,7 @@ pub(crate) fn markdown(c: &Comparison, wide: bool) -> String {
                 // Random weights have no quality to lose: no figure that could be read as one.
                 cells.extend(std::iter::repeat_n(NOT_MEANINGFUL.to_string(), 6));
             } else {
-                cells.extend(quality_cells(q));
-                if !wide {
-                    // The means alone: the errors are md+'s.
-                    cells[5] = q
-                        .kld_mean
-                        .map_or_else(|| "—".to_string(), |v| crate::fmt::sig(v, 3));
-                    cells[8] = opt(q.same_top_pct, 1);
-                }
+                cells.extend(quality_cells(q, wide));
             }
             cells.extend([
                 mean_sd(r.pp_tok_per_s, r.pp_tok_per_s_sd),
