@@ -153,3 +153,29 @@ fn greedy_speculation_on_batch_invariant_kernels_is_the_plain_decode_at_k_3_and_
         assert!(drafted > 0, "k={k}: nothing was drafted, nothing verified");
     }
 }
+
+/// Q8_0 and Q4_0 rows are not one kernel: two rows or more go through llamafile's
+/// `tinyBLAS_Q0_AVX`, one row through `ggml_vec_dot_q8_0_q8_0` / `ggml_vec_dot_q4_0_q8_0`
+/// (docs/metrics.md). On x86 they agree bit for bit (measured on an AVX-512 and an AVX2-only
+/// AMD EPYC: `benchmarks/batch-logit-drift-q0-avx2-20261203.txt`); this holds it, so a
+/// llama.cpp update that changes either kernel's summation order fails here, not in a user's
+/// speculative answer. ARM has no measurement and is not asserted.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn q8_0_and_q4_0_batches_are_bit_identical_to_one_token_passes_on_x86() {
+    let _lock = model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let prompt = "one two three four one two three four one two three";
+    for (name, t) in [("q8_0", TensorType::Q8_0), ("q4_0", TensorType::Q4_0)] {
+        let path = synth(dir.path(), &format!("small-{name}.gguf"), "small", t, 5);
+        let model = tokscope::llama::load_model_batch_invariant(&path, Some(0), |_| true).unwrap();
+        for b in [2, 3, 4, 5, 8, 9, 16] {
+            let drift = batch_drift(&model, prompt, 24, b);
+            eprintln!("{name} batch-invariant b={b} max |d logit| = {drift}");
+            assert_eq!(
+                drift, 0.0,
+                "{name}: {b}-row batches give one-token decoding's logits bit for bit on x86"
+            );
+        }
+    }
+}
