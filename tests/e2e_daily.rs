@@ -136,3 +136,63 @@ fn copy_puts_the_answer_on_the_clipboard_and_says_when_the_terminal_cannot_take_
     });
     assert!(screen.contains("set-clipboard on"), "{screen}");
 }
+
+/// The bench screen's sweep (F2) is saved to the results log: the screen names the run, and
+/// `tokscope results` lists it with its batch tests.
+#[test]
+fn the_bench_screens_sweep_is_saved_to_results() {
+    let _lock = common::model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::synth(
+        dir.path(),
+        "tiny.gguf",
+        "tiny",
+        tokscope::synth::TensorType::F32,
+        1,
+    );
+    let data = dir.path().join("data");
+    let config = dir.path().join("config");
+    let env: &[(&str, &Path)] = &[
+        ("TOKSCOPE_DATA_DIR", &data),
+        ("TOKSCOPE_CONFIG_DIR", &config),
+    ];
+    let tmux = Tmux::start("sweep-saved", 120, 40, env);
+    common::tmux::start_chat(&tmux, &model, "");
+    tmux.keys(&["F2"]);
+    tmux.wait_for("the bench screen", Duration::from_secs(10), |s| {
+        s.contains("runs the sweep")
+    });
+    tmux.keys(&["Enter"]);
+    let screen = tmux.wait_for("the sweep saved", Duration::from_secs(120), |s| {
+        s.contains("saved as run")
+    });
+    let id = screen
+        .split("saved as run ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("a run id")
+        .to_string();
+    tmux.keys(&["Escape"]);
+    tmux.keys(&["C-q"]);
+    tmux.wait_for("the chat to end", Duration::from_secs(20), |s| {
+        s.contains("exit=0")
+    });
+    let out = common::tokscope_cmd(dir.path())
+        .args(["results", &id, "-o", "json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let run: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = run["rows"].as_array().expect("rows");
+    assert_eq!(rows.len(), 6, "B = 1, 2, 4, 8, 16, 32: {run}");
+    assert_eq!(rows[5]["test"], "B32 pp64+tg32");
+    assert_eq!(rows[0]["kind"], "batch");
+    assert!(rows[3]["tok_per_s_mean"].as_f64().unwrap() > 0.0);
+    assert_eq!(rows[0]["stopped"], false);
+    let listing = common::tokscope_cmd(dir.path())
+        .arg("results")
+        .output()
+        .unwrap();
+    let listing = String::from_utf8_lossy(&listing.stdout);
+    assert!(listing.contains(&id), "{listing}");
+}

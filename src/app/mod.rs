@@ -113,6 +113,9 @@ pub enum Msg {
     Saved(Result<PathBuf, String>),
     /// The outcome of an export effect.
     Exported(Result<PathBuf, String>),
+    /// The outcome of saving a batch sweep: its run id (and a warning about the log), or
+    /// the message to show.
+    SweepSaved(Result<(String, Option<String>), String>),
     /// Something the loop wants the user to read (a conversation saved as a fork, a copy
     /// resumed as its own conversation).
     Notice(NoticeKind, String),
@@ -151,7 +154,9 @@ pub enum Effect {
         n_prompt: u32,
         n_gen: u32,
     },
-    /// Read the latest comparison from the comparisons log.
+    /// Append a finished or stopped batch sweep to the results log and report
+    /// `Msg::SweepSaved`.
+    SaveSweep(Box<SweepToSave>),
     /// Read the comparison `back` steps before the newest (0: the newest).
     LoadComparison {
         back: usize,
@@ -181,6 +186,19 @@ pub enum Effect {
     /// `Msg::Completed`.
     CompletePath(String),
     Quit,
+}
+
+/// A batch sweep of the bench screen, as the results log keeps it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SweepToSave {
+    /// (point, prefill ms) per batch size, in the order measured.
+    pub points: Vec<(crate::metrics::BatchPoint, Option<f64>)>,
+    pub n_prompt: u32,
+    pub n_gen: u32,
+    /// Stopped (Esc) or failed before its last batch size.
+    pub stopped: bool,
+    pub model: ModelInfo,
+    pub sampling: SamplingParams,
 }
 
 /// The time as `update` sees it, passed in so that `update` never reads the clock.
@@ -602,7 +620,9 @@ impl App {
             EngineEvent::BatchSweepDone { request_id, error } => {
                 if self.bench.running == Some(request_id) {
                     self.bench.running = None;
+                    let failed = error.is_some();
                     self.bench.error = error.map(|e| e.to_string());
+                    return self.save_sweep(failed);
                 }
             }
             // The chat never asks for bench's tg test (`bench --run-vs-tg` does).
@@ -680,7 +700,9 @@ impl App {
             Action::StopBench if self.bench.running.is_some() => {
                 self.bench.stopped = true;
                 if let Some(id) = self.bench.running.take() {
-                    return vec![Effect::Cancel(id)];
+                    let mut fx = vec![Effect::Cancel(id)];
+                    fx.extend(self.save_sweep(true));
+                    return fx;
                 }
             }
             Action::StopBench | Action::CloseBench => {
@@ -851,6 +873,18 @@ pub fn update(app: &mut App, msg: Msg, now: Now) -> Vec<Effect> {
         }
         Msg::Notice(kind, text) => {
             app.notice(kind, text);
+            Vec::new()
+        }
+        Msg::SweepSaved(result) => {
+            app.bench.saved = Some(match result {
+                Ok((id, warning)) => {
+                    if let Some(w) = warning {
+                        app.notice(NoticeKind::Warning, w);
+                    }
+                    Ok(id)
+                }
+                Err(e) => Err(e),
+            });
             Vec::new()
         }
         Msg::Exported(result) => {

@@ -35,6 +35,9 @@ pub struct BenchScreen {
     pub error: Option<String>,
     /// The last sweep was stopped with Esc (its points are kept).
     pub stopped: bool,
+    /// Where the last sweep went in the results log: its run id, or why it could not be
+    /// saved; `None` while running or before the first.
+    pub saved: Option<Result<String, String>>,
 }
 
 impl Default for BenchScreen {
@@ -47,6 +50,7 @@ impl Default for BenchScreen {
             points: Vec::new(),
             error: None,
             stopped: false,
+            saved: None,
         }
     }
 }
@@ -65,12 +69,36 @@ impl App {
         self.bench.points.clear();
         self.bench.error = None;
         self.bench.stopped = false;
+        self.bench.saved = None;
         vec![Effect::BatchSweep {
             id,
             batches: self.bench.batches.clone(),
             n_prompt: self.bench.n_prompt,
             n_gen: self.bench.n_gen,
         }]
+    }
+
+    /// The sweep's points, to the results log (nothing to save without a point or a model).
+    pub(super) fn save_sweep(&mut self, stopped: bool) -> Vec<Effect> {
+        let Some(model) = self.model.clone() else {
+            return Vec::new();
+        };
+        if self.bench.points.is_empty() {
+            return Vec::new();
+        }
+        vec![Effect::SaveSweep(Box::new(super::SweepToSave {
+            points: self
+                .bench
+                .points
+                .iter()
+                .map(|p| (p.point, p.prefill_ms))
+                .collect(),
+            n_prompt: self.bench.n_prompt,
+            n_gen: self.bench.n_gen,
+            stopped,
+            model,
+            sampling: self.sampling.clone(),
+        }))]
     }
 
     pub(super) fn open_compare(&mut self) -> Vec<Effect> {
@@ -152,6 +180,80 @@ mod tests {
         let fx = update(&mut app, Msg::Key(key(KeyCode::F(2))), now());
         assert_eq!(fx, vec![Effect::Cancel(id)]);
         assert_eq!(app.mode, Mode::Chat);
+    }
+
+    #[test]
+    fn a_finished_or_stopped_sweep_goes_to_the_results_log() {
+        let mut app = ready_app();
+        app.model = Some(crate::engine::ModelInfo::default());
+        let point = |batch| crate::metrics::BatchPoint {
+            batch,
+            aggregate_tok_per_s: Some(10.0 * f64::from(batch)),
+            per_sequence_tok_per_s: Some(10.0),
+            itl_p50_ms: Some(100.0),
+            itl_p99_ms: Some(120.0),
+        };
+        update(&mut app, Msg::Key(key(KeyCode::F(2))), now());
+        let run = |app: &mut App| {
+            let fx = update(app, Msg::Key(key(KeyCode::Enter)), now());
+            let Some(Effect::BatchSweep { id, .. }) = fx.first().cloned() else {
+                panic!("{fx:?}")
+            };
+            for b in [1, 2] {
+                update(
+                    app,
+                    Msg::Engine(EngineEvent::BatchPoint {
+                        request_id: id,
+                        point: point(b),
+                        prefill_ms: Some(5.0),
+                    }),
+                    now(),
+                );
+            }
+            id
+        };
+        // Finished: saved whole, not marked stopped.
+        let id = run(&mut app);
+        let fx = update(
+            &mut app,
+            Msg::Engine(EngineEvent::BatchSweepDone {
+                request_id: id,
+                error: None,
+            }),
+            now(),
+        );
+        let [Effect::SaveSweep(sweep)] = fx.as_slice() else {
+            panic!("{fx:?}")
+        };
+        assert_eq!(sweep.points.len(), 2);
+        assert_eq!(sweep.points[1], (point(2), Some(5.0)));
+        assert!(!sweep.stopped);
+        update(&mut app, Msg::SweepSaved(Ok(("run-1".into(), None))), now());
+        assert_eq!(app.bench.saved, Some(Ok("run-1".into())));
+        // Stopped with Esc: the points so far are saved, marked stopped; a new sweep clears
+        // the saved id.
+        run(&mut app);
+        assert_eq!(app.bench.saved, None);
+        let fx = update(&mut app, Msg::Key(key(KeyCode::Esc)), now());
+        let [Effect::Cancel(_), Effect::SaveSweep(sweep)] = fx.as_slice() else {
+            panic!("{fx:?}")
+        };
+        assert!(sweep.stopped);
+        assert_eq!(sweep.points.len(), 2);
+        // Nothing measured: nothing saved.
+        let fx = update(&mut app, Msg::Key(key(KeyCode::Enter)), now());
+        let Some(Effect::BatchSweep { id, .. }) = fx.first().cloned() else {
+            panic!("{fx:?}")
+        };
+        let fx = update(
+            &mut app,
+            Msg::Engine(EngineEvent::BatchSweepDone {
+                request_id: id,
+                error: None,
+            }),
+            now(),
+        );
+        assert!(fx.is_empty(), "{fx:?}");
     }
 
     #[test]

@@ -12,8 +12,10 @@
 //! - `log`: the results log, `--vs` and `tokscope results`.
 //! - `run`: driving the sweep, progress on stderr.
 //! - `spec`: the speculative decoding sweep (`--spec ngram`, `--draft`, `--draft-max 0,2,4,8`).
+//! - `chat_sweep`: the chat's batch sweep (F2) as a run of the results log.
 //! - `spec_chart`: the sweep's chart for the terminal (speed-up and acceptance against k).
 
+pub(crate) mod chat_sweep;
 pub(crate) mod format;
 pub(crate) mod kernel_baseline;
 pub(crate) mod log;
@@ -38,25 +40,40 @@ pub(crate) fn save<R: serde::Serialize>(
     unix_time_s: u64,
     rows: &[R],
 ) {
-    let command_line = command_line();
-    let record = log::RunRecord {
-        id: run_id,
-        unix_time_s,
-        command_line: &command_line,
-        rows,
-    };
-    match log::append(log_path, &record) {
+    match append_run(log_path, run_id, unix_time_s, &command_line(), rows) {
         Ok(torn) => {
             if let Some(torn) = torn {
-                eprintln!("{}", crate::text::terminal_safe(&torn.warning(log_path)));
+                eprintln!("{}", crate::text::terminal_safe(&torn));
             }
             eprintln!("saved as run {run_id} in {}", log_path.display())
         }
-        Err(e) => eprintln!(
-            "warning: could not append to the results log {}: {e}",
-            log_path.display()
-        ),
+        Err(e) => eprintln!("warning: {}", crate::text::terminal_safe(&e)),
     }
+}
+
+/// Append the run to the results log without printing (the chat's screen shows the outcome).
+/// `Ok(Some(warning))`: a torn last line was moved aside first.
+pub(crate) fn append_run<R: serde::Serialize>(
+    log_path: &std::path::Path,
+    run_id: &str,
+    unix_time_s: u64,
+    command_line: &str,
+    rows: &[R],
+) -> Result<Option<String>, String> {
+    let record = log::RunRecord {
+        id: run_id,
+        unix_time_s,
+        command_line,
+        rows,
+    };
+    log::append(log_path, &record)
+        .map(|torn| torn.map(|t| t.warning(log_path)))
+        .map_err(|e| {
+            format!(
+                "could not append to the results log {}: {e}",
+                log_path.display()
+            )
+        })
 }
 
 /// This process's command line, quoted where a shell would need it.

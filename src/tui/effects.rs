@@ -60,6 +60,26 @@ impl Jobs {
     }
 }
 
+/// A batch sweep of the bench screen, appended to the results log as one run.
+fn save_sweep(
+    log_path: &std::path::Path,
+    sweep: &crate::app::SweepToSave,
+) -> Result<(String, Option<String>), String> {
+    let now = SystemTime::now();
+    let id = crate::ids::new_id(now);
+    let rows = crate::bench::chat_sweep::rows(
+        &id,
+        &sweep.points,
+        (sweep.n_prompt, sweep.n_gen),
+        sweep.stopped,
+        &sweep.model,
+        &sweep.sampling,
+    );
+    let command = "tokscope chat (F2 batch sweep)";
+    crate::bench::append_run(log_path, &id, crate::ids::unix_s(now), command, &rows)
+        .map(|warning| (id, warning))
+}
+
 /// Tab's completion of `line`: the typed folder listed (`~` is `$HOME`), folders and `.gguf`
 /// files kept.
 fn complete_line(line: &str) -> Option<crate::app::Completion> {
@@ -159,6 +179,13 @@ impl Effects<'_> {
                             request_id: id,
                             error: Some(e),
                         }));
+                    }
+                }
+                Effect::SaveSweep(sweep) => {
+                    let log_path = crate::bench::results_path(&self.data_dir);
+                    let job = move || Msg::SweepSaved(save_sweep(&log_path, &sweep));
+                    if let Err(e) = self.jobs.spawn("save-sweep", job) {
+                        msgs.push(Msg::SweepSaved(Err(e)));
                     }
                 }
                 Effect::LoadComparison { back } => {

@@ -68,6 +68,11 @@ pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App) {
         }
         (None, None, false) => "Enter or r runs it again · Esc closes".into(),
     };
+    let status = match (&b.running, &b.saved) {
+        (None, Some(Ok(id))) => format!("{status} · saved as run {id} (tokscope results {id})"),
+        (None, Some(Err(e))) => format!("{status} · not saved: {e}"),
+        _ => status,
+    };
     let style = if b.error.is_some() {
         theme::NOTICE_ERROR
     } else {

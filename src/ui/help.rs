@@ -33,7 +33,7 @@ const KEYS: &[(&str, &str)] = &[
     ),
     (
         "F2",
-        "bench screen: batching on the loaded model (Enter or r runs the sweep, Esc stops it, Esc again or F2 closes)",
+        "bench screen: batching on the loaded model (Enter or r runs the sweep, Esc stops it, Esc again or F2 closes; each sweep is saved to `tokscope results`)",
     ),
     (
         "F3",
