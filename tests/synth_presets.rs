@@ -23,7 +23,7 @@ use predicates::prelude::*;
 use tokscope::gguf::SYNTHETIC_METADATA_KEY;
 use tokscope::gguf::{read_metadata, GgmlType, GgufArray, GgufValue, GgufWriter};
 use tokscope::synth::blocks::{self, Fill, SUPPORTED_TYPES};
-use tokscope::synth::like::write_like;
+use tokscope::synth::like::{write_like, write_like_as};
 use tokscope::synth::llama3::PRESETS;
 use tokscope::synth::{planned_file_size, write_model, SynthError, SynthSpec, TensorType};
 
@@ -413,6 +413,75 @@ fn like_copies_metadata_shapes_and_types_with_new_weights() {
         c.get("general.name").and_then(GgufValue::as_str),
         Some("Some Model (synthetic)")
     );
+}
+
+/// `synth --like X --type T`: the clone's tensors get the types a model of the same shape
+/// written directly at T has (the preset writer's per-tensor mix), `general.file_type` says T,
+/// and llama.cpp loads it with T's size.
+#[test]
+fn like_with_a_type_gives_the_types_of_that_file_type() {
+    let _lock = common::model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let written = |t: TensorType| {
+        let mut spec = SynthSpec::preset("small").unwrap();
+        spec.tensor_type = t;
+        spec.tokenizer_json = Some(common::llama3_tokenizer().to_path_buf());
+        let path = dir.path().join(format!("direct-{t}.gguf"));
+        write_model(&path, &spec).unwrap();
+        path
+    };
+    let types = |h: &tokscope::gguf::GgufHeader| {
+        h.tensors
+            .iter()
+            .map(|t| (t.name.clone(), t.dims.clone(), t.ggml_type))
+            .collect::<Vec<_>>()
+    };
+    let source = written(TensorType::Q4KM);
+    for t in [
+        TensorType::F16,
+        TensorType::Q8_0,
+        TensorType::Q6K,
+        TensorType::Q4_0,
+        TensorType::Q4KM,
+    ] {
+        let clone = dir.path().join(format!("clone-{t}.gguf"));
+        let summary = write_like_as(&source, &clone, 7, Some(t), &mut |_| {}).unwrap();
+        let want = read_metadata(&written(t)).unwrap();
+        let got = read_metadata(&clone).unwrap();
+        assert_eq!(types(&got), types(&want), "{t}");
+        assert_eq!(
+            got.get("general.file_type").and_then(GgufValue::as_u64),
+            want.get("general.file_type").and_then(GgufValue::as_u64),
+            "{t}"
+        );
+        assert_eq!(got.tensor_data_bytes(), want.tensor_data_bytes(), "{t}");
+        let model = load(&clone);
+        assert_eq!(model.n_params(), summary.n_params, "{t}");
+        assert_eq!(Some(model.size()), want.tensor_data_bytes(), "{t}");
+    }
+    // The CLI takes --type with --like, and refuses a type it does not know.
+    let out = dir.path().join("cli-q8.gguf");
+    common::tokscope_cmd(dir.path())
+        .args(["synth", "--like"])
+        .arg(&source)
+        .args(["--type", "q8_0", "-o"])
+        .arg(&out)
+        .assert()
+        .success()
+        .stderr(predicates::str::contains("file type Q8_0"));
+    assert_eq!(
+        types(&read_metadata(&out).unwrap()),
+        types(&read_metadata(&written(TensorType::Q8_0)).unwrap())
+    );
+    common::tokscope_cmd(dir.path())
+        .args(["synth", "--like"])
+        .arg(&source)
+        .args(["--type", "q3_k", "-o"])
+        .arg(dir.path().join("no.gguf"))
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("q3_k"))
+        .stderr(common::no_panic());
 }
 
 #[test]

@@ -25,9 +25,9 @@ pub struct SynthArgs {
     #[arg(long, default_value = "tiny")]
     pub preset: String,
     /// File type: f32, f16, q8_0, q6_k, q4_k_m, q4_0 (the k-quants with llama.cpp's
-    /// per-tensor type mix).
-    #[arg(long = "type", value_name = "TYPE", default_value = "f32")]
-    pub tensor_type: String,
+    /// per-tensor type mix). Default f32; with --like, the source's own types unless given.
+    #[arg(long = "type", value_name = "TYPE")]
+    pub tensor_type: Option<String>,
     /// Seed of the pseudo-random weights.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -52,7 +52,7 @@ pub struct SynthArgs {
     /// Clone this GGUF's metadata, tokenizer, tensor shapes and types, with pseudo-random
     /// weights (instead of a preset).
     #[arg(long, value_name = "MODEL", conflicts_with_all = [
-        "preset", "tensor_type", "layers", "n_embd", "n_head", "n_head_kv", "n_ff",
+        "preset", "layers", "n_embd", "n_head", "n_head_kv", "n_ff",
         "n_ctx_train", "tokenizer", "fetch_tokenizer",
     ])]
     pub like: Option<PathBuf>,
@@ -72,7 +72,13 @@ pub(crate) fn run(args: &SynthArgs) -> Result<(), Failure> {
     let started = Instant::now();
     let mut progress = StderrProgress::new(started);
     if let Some(source) = &args.like {
-        let summary = like::write_like(source, &args.output, args.seed, &mut |p| {
+        let retype = args
+            .tensor_type
+            .as_deref()
+            .map(str::parse::<TensorType>)
+            .transpose()
+            .map_err(|e| Failure::new(commands::USAGE, e.to_string()))?;
+        let summary = like::write_like_as(source, &args.output, args.seed, retype, &mut |p| {
             progress.update(p);
         })
         .map_err(failure)?;
@@ -80,10 +86,17 @@ pub(crate) fn run(args: &SynthArgs) -> Result<(), Failure> {
         let source_size = std::fs::metadata(source).map(|m| m.len()).unwrap_or(0);
         eprintln!(
             "{}\n  a synthetic clone of {} ({}): same metadata, tokenizer, tensor shapes and \
-             types, pseudo-random weights\n  {}",
+             {}, pseudo-random weights\n  {}",
             describe(&summary, started.elapsed()),
             source.display(),
             crate::fmt::bytes(source_size),
+            match retype {
+                Some(t) => format!(
+                    "the types llama.cpp's quantizer gives file type {}",
+                    t.name().to_uppercase()
+                ),
+                None => "types".into(),
+            },
             crate::engine::ModelInfo::SYNTHETIC_LABEL,
         );
         return Ok(());
@@ -91,7 +104,12 @@ pub(crate) fn run(args: &SynthArgs) -> Result<(), Failure> {
 
     let usage = |e: SynthError| Failure::new(commands::USAGE, e.to_string());
     let mut spec = SynthSpec::preset(&args.preset).map_err(usage)?;
-    spec.tensor_type = args.tensor_type.parse::<TensorType>().map_err(usage)?;
+    spec.tensor_type = args
+        .tensor_type
+        .as_deref()
+        .unwrap_or("f32")
+        .parse::<TensorType>()
+        .map_err(usage)?;
     spec.seed = args.seed;
     let shape = &mut spec.shape;
     let mut reshaped = false;

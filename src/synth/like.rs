@@ -5,12 +5,19 @@
 //! synthetic; every tensor keeps its name, shape and type and gets pseudo-random data
 //! ([`super::blocks`]). Only the header of the source is read, never its weights, so cloning a
 //! model proves nothing about it except its shape — which is all that decode speed depends on.
+//!
+//! With a file type (`synth --like X --type q8_0`), every matrix gets the type llama.cpp's
+//! quantizer would give it in a file of that type ([`super::mix`]: the output projection's
+//! extra bits, `use_more_bits` for Q4_K_M, the fallbacks for rows that are not whole blocks),
+//! 1-D tensors keep theirs, and `general.file_type` says the new type: the same model's shape
+//! at another quantization, for speed (its weights are random, so quality figures mean nothing).
 
 use std::path::Path;
 
 use super::blocks::{self, Fill};
+use super::mix::{self, TensorRole, TensorSite};
 use super::{
-    finish, tensor_seed, SynthError, SynthSummary, SYNTHETIC_SEED_METADATA_KEY,
+    finish, tensor_seed, SynthError, SynthSummary, TensorType, SYNTHETIC_SEED_METADATA_KEY,
     SYNTHETIC_SOURCE_METADATA_KEY,
 };
 use crate::gguf::{
@@ -28,7 +35,18 @@ pub fn write_like(
     seed: u64,
     on_progress: &mut dyn FnMut(WriteProgress),
 ) -> Result<SynthSummary, SynthError> {
-    let (writer, n_vocab) = build_clone(source, seed)?;
+    write_like_as(source, output, seed, None, on_progress)
+}
+
+/// [`write_like`], with every tensor's type chosen for a `file_type` file when one is given.
+pub fn write_like_as(
+    source: &Path,
+    output: &Path,
+    seed: u64,
+    file_type: Option<TensorType>,
+    on_progress: &mut dyn FnMut(WriteProgress),
+) -> Result<SynthSummary, SynthError> {
+    let (writer, n_vocab) = build_clone(source, seed, file_type)?;
     // The clone replaces `output` atomically: were it the source, the real weights would be
     // gone.
     if let (Ok(a), Ok(b)) = (source.canonicalize(), output.canonicalize()) {
@@ -41,18 +59,22 @@ pub fn write_like(
     finish(output, &writer, n_vocab, on_progress)
 }
 
-fn build_clone(source: &Path, seed: u64) -> Result<(GgufWriter, u32), SynthError> {
+fn build_clone(
+    source: &Path,
+    seed: u64,
+    file_type: Option<TensorType>,
+) -> Result<(GgufWriter, u32), SynthError> {
     let header = gguf::read_metadata(source).map_err(|e| SynthError::Source {
         path: source.to_path_buf(),
         source: e,
     })?;
     // A tensor type the clone cannot fill is named first: it is the one thing no fix to the
     // file's metadata would change.
-    if let Some(tensor) = header
-        .tensors
-        .iter()
-        .find(|t| !blocks::is_supported(t.ggml_type))
-    {
+    // (A retyped matrix gets a type the clone fills; a 1-D tensor keeps its own.)
+    if let Some(tensor) = header.tensors.iter().find(|t| {
+        let retyped = file_type.is_some() && t.dims.iter().skip(1).any(|&d| d != 1);
+        !retyped && !blocks::is_supported(t.ggml_type)
+    }) {
         return Err(SynthError::UnsupportedTensorType {
             path: source.to_path_buf(),
             tensor: tensor.name.clone(),
@@ -72,6 +94,9 @@ fn build_clone(source: &Path, seed: u64) -> Result<(GgufWriter, u32), SynthError
     for (key, value) in &header.metadata {
         // The writer sets its own alignment; earlier synthetic marks are replaced below.
         if key == gguf::ALIGNMENT_KEY || key.starts_with(SYNTHETIC_METADATA_KEY) {
+            continue;
+        }
+        if key == FILE_TYPE_KEY && file_type.is_some() {
             continue;
         }
         let value = match (key.as_str(), value) {
@@ -97,9 +122,29 @@ fn build_clone(source: &Path, seed: u64) -> Result<(GgufWriter, u32), SynthError
     writer.add_bool(SYNTHETIC_METADATA_KEY, true)?;
     writer.add_kv(SYNTHETIC_SEED_METADATA_KEY, GgufValue::U64(seed))?;
     writer.add_string(SYNTHETIC_SOURCE_METADATA_KEY, &file_name)?;
+    if let Some(t) = file_type {
+        writer.add_u32(FILE_TYPE_KEY, t.file_type())?;
+    }
 
+    let n_layer = header
+        .tensors
+        .iter()
+        .filter_map(|t| layer_of(&t.name))
+        .max()
+        .map_or(0, |l| l + 1);
+    let tied_embeddings = !header.tensors.iter().any(|t| t.name == "output.weight");
     for (index, tensor) in header.tensors.iter().enumerate() {
-        let ggml_type = tensor.ggml_type;
+        let ggml_type = match file_type {
+            Some(t) => retype(
+                t,
+                &tensor.name,
+                &tensor.dims,
+                tensor.ggml_type,
+                n_layer,
+                tied_embeddings,
+            ),
+            None => tensor.ggml_type,
+        };
         let n_elements = tensor.n_elements();
         let fill = fill_for(&tensor.name, &tensor.dims, ggml_type, seed, index);
         writer.add_tensor_streamed(&tensor.name, &tensor.dims, ggml_type, move |out| {
@@ -114,6 +159,59 @@ fn build_clone(source: &Path, seed: u64) -> Result<(GgufWriter, u32), SynthError
         _ => 0,
     };
     Ok((writer, n_vocab))
+}
+
+/// llama.cpp's `enum llama_ftype` of the file.
+const FILE_TYPE_KEY: &str = "general.file_type";
+
+/// The block of a `blk.N.…` tensor.
+fn layer_of(name: &str) -> Option<u32> {
+    name.strip_prefix("blk.")?.split('.').next()?.parse().ok()
+}
+
+/// The type llama.cpp's quantizer gives a tensor in a `file_type` file: 1-D tensors (norms,
+/// biases, scales) keep theirs; matrices follow [`mix::tensor_type`] by their role, a matrix of
+/// no known role gets the file's base type (with the fallback for rows that are not whole
+/// blocks), as llama.cpp's default does.
+fn retype(
+    file_type: TensorType,
+    name: &str,
+    dims: &[u64],
+    source_type: GgmlType,
+    n_layer: u32,
+    tied_embeddings: bool,
+) -> GgmlType {
+    if dims.iter().skip(1).all(|&d| d == 1) {
+        return source_type;
+    }
+    let row_len = dims.first().copied().unwrap_or(1);
+    let part = name.strip_suffix(".weight").unwrap_or(name);
+    let part = part.rsplit('.').next().unwrap_or(part);
+    let role = match (name, part) {
+        ("token_embd.weight", _) => Some(TensorRole::TokenEmbedding),
+        ("output.weight", _) => Some(TensorRole::Output),
+        (_, "attn_q") => Some(TensorRole::AttentionQ),
+        (_, "attn_k") => Some(TensorRole::AttentionK),
+        (_, "attn_v") => Some(TensorRole::AttentionV),
+        (_, "attn_output") => Some(TensorRole::AttentionOutput),
+        (_, "ffn_gate") => Some(TensorRole::FfnGate),
+        (_, "ffn_up") => Some(TensorRole::FfnUp),
+        (_, "ffn_down") => Some(TensorRole::FfnDown),
+        _ => None,
+    };
+    match role {
+        Some(role) => mix::tensor_type(
+            file_type,
+            TensorSite {
+                role,
+                layer: layer_of(name).unwrap_or(0),
+                n_layer,
+                row_len,
+                tied_embeddings,
+            },
+        ),
+        None => mix::fallback(mix::base_type(file_type), row_len),
+    }
 }
 
 fn synthetic_name(name: &str) -> String {
