@@ -75,9 +75,30 @@ pub(crate) fn mean_pm(mean: f64, err: f64) -> String {
     format!("{mean:.d$} ± {err:.d$}")
 }
 
+/// A time given in ms, in seconds from one second up (`6.49 s`), in ms below (`85 ms`,
+/// `0.4 ms`): three significant digits either way; `—` when not finite.
+pub(crate) fn ms_or_s(ms: f64) -> String {
+    if !ms.is_finite() {
+        "—".to_string()
+    } else if ms.abs() >= 1000.0 {
+        format!("{} s", sig(ms / 1000.0, 3))
+    } else {
+        format!("{} ms", sig(ms, 3))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn times_in_the_unit_that_reads() {
+        assert_eq!(ms_or_s(6489.0), "6.49 s");
+        assert_eq!(ms_or_s(85.2), "85.2 ms");
+        assert_eq!(ms_or_s(0.4), "0.4 ms");
+        assert_eq!(ms_or_s(12_345.0), "12.3 s");
+        assert_eq!(ms_or_s(f64::NAN), "—");
+    }
 
     #[test]
     fn significant_digits_and_errors() {

@@ -102,6 +102,13 @@ fn run_json_has_every_metric_and_the_stamp() {
     assert!(r["ceiling_tok_per_s"].as_f64().unwrap() > 0.0, "{r}");
     assert!(r["bytes_per_token"].as_f64().unwrap() > 0.0, "{r}");
     assert!(r["mbu_pct"].as_f64().unwrap() > 0.0, "{r}");
+    // Time to ready: the engine's stages fit inside it, the rest is what is left.
+    let l = &v["load"];
+    let f = |k: &str| l[k].as_f64().unwrap_or_else(|| panic!("load.{k} in {l}"));
+    let stages = f("checks_ms") + f("weights_ms") + f("context_ms");
+    assert!(f("weights_ms") > 0.0 && f("context_ms") > 0.0, "{l}");
+    assert!(stages <= f("ready_ms"), "{l}");
+    assert!((f("ready_ms") - stages - f("other_ms")).abs() < 1e-6, "{l}");
 }
 
 #[test]

@@ -53,6 +53,7 @@ fn model() -> ModelInfo {
         synthetic: false,
         llama_cpp: "llama-cpp-2 0.1.160".to_string(),
         load_ms: 812.0,
+        load_stages: Default::default(),
         // Qwen2.5 0.5B Q4_K_M-like figures: ~398 MB of weights read per token, minus the
         // embedding table; 24 layers × 128-wide K and V per position in f16.
         weight_bytes: Some(WeightBytes {

@@ -430,6 +430,7 @@ pub(crate) mod tests {
             synthetic: true,
             llama_cpp: "llama-cpp-sys-2 0.1.160".into(),
             load_ms: 1.0,
+            load_stages: Default::default(),
             weight_bytes: None,
             kv_shape: None,
         };

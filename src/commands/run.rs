@@ -230,7 +230,33 @@ pub(crate) struct RunReport {
     /// speed is real, their text is noise), a busy machine (load average before or after, a
     /// stall between tokens), each with the advice to rerun. `null` when clean.
     pub warning: Option<String>,
+    /// Time to ready and where it went (docs/metrics.md, "Load").
+    pub load: RunLoad,
     pub stamp: Stamp,
+}
+
+/// `run`'s time to ready: from the command's start (its flags read) to the engine's ready
+/// event, and the engine's load stages inside it.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub(crate) struct RunLoad {
+    pub ready_ms: f64,
+    #[serde(flatten)]
+    pub stages: crate::llama::model_info::LoadStages,
+    /// The rest: the command's own start (settings, the cached bandwidth figure, the engine
+    /// thread), and the engine's work between the stages (the template, the model's
+    /// description).
+    pub other_ms: f64,
+}
+
+impl RunLoad {
+    pub(crate) fn new(ready_ms: f64, info: &ModelInfo) -> Self {
+        let st = info.load_stages;
+        Self {
+            ready_ms,
+            stages: st,
+            other_ms: (ready_ms - st.checks_ms - st.weights_ms - st.context_ms).max(0.0),
+        }
+    }
 }
 
 impl RunReport {
@@ -240,6 +266,7 @@ impl RunReport {
         settings: &Settings,
         load_before: Option<f64>,
         peaks: &crate::metrics::roofline::Peaks,
+        load: RunLoad,
     ) -> Self {
         #[allow(unused_mut)]
         let mut metrics = report.timeline.summary();
@@ -275,12 +302,14 @@ impl RunReport {
             spec: report.spec.as_ref().map(|s| s.summary()),
             roofline,
             warning,
+            load,
             stamp: Stamp::new(info, &settings.sampling),
         }
     }
 }
 
 pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure> {
+    let started = std::time::Instant::now();
     if let Some(url) = &args.remote.url {
         args.sampling.apply(&mut settings)?;
         return run_remote(args, url, &settings);
@@ -330,6 +359,7 @@ pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure>
     let stdout_terminal = std::io::stdout().is_terminal();
     let mut stdout = std::io::stdout().lock();
     let mut info: Option<ModelInfo> = None;
+    let mut load: Option<RunLoad> = None;
     let mut request = None;
     // While an answer is in flight, events are taken once per stream frame (as the chat takes
     // them) so that the engine wakes nobody between two decodes; --token-lines promises each
@@ -359,6 +389,7 @@ pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure>
                 if let Some(note) = crate::llama::gpu::no_gpu_note() {
                     eprintln!("note: {note}");
                 }
+                load = Some(RunLoad::new(crate::metrics::ms(started.elapsed()), &i));
                 request = Some(engine.send(engine.next_id(), turn_request(&messages), None)?);
                 info = Some(*i);
             }
@@ -392,7 +423,8 @@ pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure>
                 let info = info
                     .as_ref()
                     .ok_or_else(|| Failure::new(FAILURE, "engine finished before it was ready"))?;
-                let full = RunReport::new(&report, info, &settings, load_before, &peaks);
+                let load = load.unwrap_or_else(|| RunLoad::new(0.0, info));
+                let full = RunReport::new(&report, info, &settings, load_before, &peaks, load);
                 if let Some(file) = report_file.as_mut() {
                     let line = serde_json::to_string(&full)
                         .map_err(|e| Failure::new(FAILURE, e.to_string()))?;
@@ -598,6 +630,15 @@ pub(crate) fn human_summary(r: &RunReport, info: &ModelInfo) -> String {
             out.push_str(&format!("!! {part}\n"));
         }
     }
+    let l = &r.load;
+    out.push_str(&format!(
+        "load     ready {} after start · file checks {} · weights {} · context {} · other {}\n",
+        crate::fmt::ms_or_s(l.ready_ms),
+        crate::fmt::ms_or_s(l.stages.checks_ms),
+        crate::fmt::ms_or_s(l.stages.weights_ms),
+        crate::fmt::ms_or_s(l.stages.context_ms),
+        crate::fmt::ms_or_s(l.other_ms),
+    ));
     out.push_str(&format!(
         "prompt   {} tokens ({} from cache) · prefill {:.1} ms · {} tok/s\n",
         m.prompt_tokens,

@@ -103,12 +103,19 @@ impl<'m> Session<'m> {
             };
             choose_place(cfg.settings.sampling, p, cx).is_ok_and(|place| place.backend)
         });
+        let context_started = Instant::now();
         let ctx = match &backend {
             Some(p) => llama::new_context_with_chain(model, &cfg.settings, backend_chain(p))?,
             None => llama::new_context(model, &cfg.settings, 1)?,
         };
+        let context = context_started.elapsed();
         let (style, template, template_note) = resolve_template(model, &cfg.settings.template)?;
         let mut info = llama::describe(model, &ctx, &cfg.model_path, &cfg.settings, started);
+        info.load_stages = crate::llama::model_info::LoadStages {
+            checks_ms: crate::metrics::ms(model.checks),
+            weights_ms: crate::metrics::ms(model.weights),
+            context_ms: crate::metrics::ms(context),
+        };
         info.template = template;
         info.template_note = template_note;
         Ok(Self {

@@ -117,6 +117,9 @@ pub struct LoadedModel {
     model: LlamaModel,
     offload: crate::logging::OffloadLog,
     requested_gpu_layers: u32,
+    /// The pre-flight checks and the probe, then llama.cpp's load of the weights.
+    pub(crate) checks: std::time::Duration,
+    pub(crate) weights: std::time::Duration,
 }
 
 impl std::ops::Deref for LoadedModel {
@@ -224,10 +227,12 @@ pub(crate) fn load_model_placed(
     file_layout: bool,
     on_progress: impl FnMut(f32) -> bool + 'static,
 ) -> Result<LoadedModel, EngineError> {
+    let started = std::time::Instant::now();
     let backend = backend()?;
     check_model_file(path)?;
     // What llama.cpp would abort on is tried in a child process first (see probe.rs).
     probe::ensure_survivable(path)?;
+    let checks = started.elapsed();
     crate::logging::clear_llama_problems();
     crate::logging::reset_offload_log();
     let requested = requested_gpu_layers(n_gpu_layers);
@@ -250,6 +255,8 @@ pub(crate) fn load_model_placed(
         // since the reset above.
         offload: crate::logging::offload_log(),
         requested_gpu_layers: requested,
+        checks,
+        weights: started.elapsed() - checks,
     })
 }
 
@@ -411,6 +418,8 @@ pub(crate) fn describe(
         llama_cpp: LLAMA_CPP_BINDINGS.to_string(),
         kernels: invariant::kernel_set_name(settings.spec.batch_invariant_kernels()).to_string(),
         load_ms: crate::metrics::ms(started.elapsed()),
+        // Filled by the session, which timed the context.
+        load_stages: Default::default(),
         path: path.to_path_buf(),
         weight_bytes: header
             .as_ref()

@@ -49,11 +49,28 @@ pub struct ModelInfo {
     /// The file was written by `tokscope synth`: its speed is real, its text is noise.
     pub synthetic: bool,
     pub llama_cpp: String,
+    /// The engine's load, from its start to the model being ready (the sum of the stages and
+    /// the little between them).
     pub load_ms: f64,
+    /// Where the load's time went.
+    pub load_stages: LoadStages,
     /// What a decode step reads (from the GGUF's tensor directory), for the roofline.
     pub weight_bytes: Option<crate::metrics::roofline::WeightBytes>,
     /// The KV cache's shape with the context's cache types, for the roofline.
     pub kv_shape: Option<crate::metrics::roofline::KvShape>,
+}
+
+/// The stages of a model load on the engine thread, in ms (docs/metrics.md, "Load").
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
+pub struct LoadStages {
+    /// The pre-flight checks of the file (header, sizes) and the child-process probe, which
+    /// runs once per file (`llama::probe`) and is remembered after.
+    pub checks_ms: f64,
+    /// llama.cpp reading the weights (mapping the file, repacking for the CPU's kernels,
+    /// copying to the GPU).
+    pub weights_ms: f64,
+    /// Creating the context: the KV cache (allocated and cleared) and compute buffers.
+    pub context_ms: f64,
 }
 
 impl ModelInfo {

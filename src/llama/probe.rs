@@ -4,8 +4,17 @@
 //! which no Rust code can catch: the process dies, and with it a chat's conversation screen or a
 //! bench's finished results. [`crate::gguf::validate`] refuses the defects known by class; this
 //! module catches the rest. The first time a session loads a file, a child (`tokscope
-//! __probe-model FILE`, a re-exec of this binary) loads it on the CPU, tokenizes a text with
-//! non-ASCII characters and decodes two tokens. If the child dies of a signal or hangs, the
+//! __probe-model FILE`, a re-exec of this binary) loads it on the CPU in its file layout (no
+//! repacking: a fraction of a load, 1.5 s against 5.4 s for a synthetic Llama 3 8B Q4_K_M on
+//! two cores; repacked as the parent's load is where ggml's AMX kernels run, see
+//! `amx_in_use`), tokenizes and detokenizes a text with non-ASCII characters, decodes its first two
+//! tokens as one batch (the multi-row matmul path) and one sampled token (the one-row path) on
+//! all cores, and checks the logits are finite. What it catches: llama.cpp aborting while it
+//! loads the file, builds or computes a decode graph, or tokenizes; non-finite logits. What it
+//! does not, without AMX: a crash in the CPU repacking of weights or in the repacked kernels
+//! (only the parent's load runs them); nor, anywhere, one in paths of more than two rows (a long
+//! prefill). No known file triggers those outside AMX, and [`crate::gguf::validate`] refuses
+//! the shapes they depend on. If the child dies of a signal or hangs, the
 //! load becomes an [`EngineError::ModelCrashed`] naming the file, the cause and llama.cpp's last
 //! words from the child's stderr; otherwise this process goes on to load the file itself.
 //! Verdicts are remembered for the session by (path, size, mtime, inode), so a file is probed
@@ -377,9 +386,21 @@ pub fn child_main(path: &Path) -> i32 {
     }
 }
 
+/// Whether this build's CPU backend has ggml's AMX kernels (llama.cpp's system info says
+/// `AMX_INT8 = 1` only when they were compiled in, which a native build does on a CPU with AMX).
+fn amx_in_use() -> bool {
+    super::system_info().contains("AMX_INT8 = 1")
+}
+
 fn child_probe(path: &Path) -> Result<(), EngineError> {
     let backend = super::backend()?;
-    let params = LlamaModelParams::default().with_n_gpu_layers(0);
+    // The file layout: no repacking for the CPU's kernels (a copy of every weight), so that
+    // the probe costs a fraction of a load; the parent's own load repacks. Except where
+    // ggml's AMX kernels run: their known crash on K-quants (ggml-org/llama.cpp#20824) lives
+    // in the repacked weights, so there the child repacks as the parent will.
+    let params = LlamaModelParams::default()
+        .with_n_gpu_layers(0)
+        .with_use_extra_bufts(amx_in_use());
     let model = LlamaModel::load_from_file(backend, path, &params).map_err(|e| {
         EngineError::LoadFailed {
             path: path.to_path_buf(),
@@ -391,13 +412,17 @@ fn child_probe(path: &Path) -> Result<(), EngineError> {
     for t in &tokens {
         let _ = vocab.token_to_piece(*t, true, None);
     }
-    let n = u32::try_from(tokens.len()).unwrap_or(u32::MAX).clamp(1, 64);
+    // Two rows: the batched matmul path as well as the one-row path of the token after.
+    let n = u32::try_from(tokens.len()).unwrap_or(u32::MAX).clamp(1, 2);
+    // The machine's cores: the parent waits for this child and runs nothing meanwhile.
+    let threads =
+        std::thread::available_parallelism().map_or(1, |n| i32::try_from(n.get()).unwrap_or(1));
     let ctx_params = LlamaContextParams::default()
         .with_n_ctx(NonZeroU32::new(128))
         .with_n_batch(128)
         .with_n_ubatch(128)
-        .with_n_threads(1)
-        .with_n_threads_batch(1);
+        .with_n_threads(threads)
+        .with_n_threads_batch(threads);
     let mut ctx =
         model
             .new_context(backend, ctx_params)
