@@ -308,6 +308,69 @@ pub fn save(dir: &Path, conv: &SavedConversation) -> Result<PathBuf, HistoryErro
     Ok(path)
 }
 
+/// Where the chat keeps the conversation with its answer in flight, one file per chat
+/// process (`<pid>-<id>.json`), written as the answer streams and removed when it ends.
+pub(crate) fn in_flight_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join("in-flight")
+}
+
+/// The in-flight file of this process for conversation `id`.
+pub(crate) fn in_flight_path(data_dir: &Path, id: &str) -> PathBuf {
+    in_flight_dir(data_dir).join(format!("{}-{id}.json", std::process::id()))
+}
+
+/// Answers that were streaming when their chat process ended without finishing them (a crash
+/// llama.cpp brought, SIGBUS from a truncated model, a kill): each in-flight file of a process
+/// that no longer runs is saved into the history dir as its conversation, the answer so far as
+/// a stopped turn, and removed. Returns a notice per recovered conversation. A file that does
+/// not read as a conversation is left where it is and named.
+pub fn recover_in_flight(data_dir: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(in_flight_dir(data_dir)) else {
+        return Vec::new();
+    };
+    let mut notices = Vec::new();
+    for entry in entries.filter_map(Result::ok) {
+        let path = entry.path();
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        let Some(pid) = name.split('-').next().and_then(|p| p.parse::<i32>().ok()) else {
+            continue;
+        };
+        if pid <= 0 || process_runs(pid) || !name.ends_with(".json") {
+            continue;
+        }
+        let recovered = load(&path).and_then(|conv| {
+            let turn = conv.turns.last().map_or(0, |t| t.assistant.chars().count());
+            save(&history_dir(data_dir), &conv).map(|_| (conv.id, turn))
+        });
+        match recovered {
+            Ok((id, chars)) => {
+                let _ = std::fs::remove_file(&path);
+                notices.push(format!(
+                    "the answer in flight when the last chat ended ({chars} characters) is saved \
+                     as a stopped turn of conversation {id}: tokscope chat --resume {id}"
+                ));
+            }
+            Err(e) => notices.push(format!(
+                "an answer in flight from an earlier chat could not be recovered from {}: {e}",
+                path.display()
+            )),
+        }
+    }
+    notices
+}
+
+/// Whether a process with this id runs (Linux's `/proc`; elsewhere only this process counts).
+fn process_runs(pid: i32) -> bool {
+    let proc = Path::new("/proc");
+    if proc.join("self").exists() {
+        proc.join(pid.to_string()).exists()
+    } else {
+        u32::try_from(pid).is_ok_and(|p| p == std::process::id())
+    }
+}
+
 /// Removes the temp files a killed save left in the history dir (older than a minute, of
 /// `fsx`'s naming pattern only), logging each; returns them.
 pub fn remove_stale_temps(dir: &Path) -> Vec<PathBuf> {
@@ -1391,6 +1454,47 @@ mod tests {
             .unwrap_or_default();
         names.sort();
         names
+    }
+
+    #[test]
+    fn answers_in_flight_of_ended_processes_are_recovered_into_history() {
+        let tmp = tempfile::tempdir().unwrap();
+        let flight = in_flight_dir(tmp.path());
+        fs::create_dir_all(&flight).unwrap();
+        let json = |c: &SavedConversation| serde_json::to_vec(c).unwrap();
+        // A process that has ended (pid 2^22 + 1 is above Linux's pid limit), this process (a
+        // chat still running), a file that is not a conversation, and one of no pid.
+        let ended = conversation("c-ended", NOW_UNIX_S, "Hello");
+        fs::write(flight.join("4194305-c-ended.json"), json(&ended)).unwrap();
+        let live = conversation("c-live", NOW_UNIX_S, "Hi");
+        fs::write(in_flight_path(tmp.path(), "c-live"), json(&live)).unwrap();
+        fs::write(flight.join("4194306-c-bad.json"), b"{").unwrap();
+        fs::write(flight.join("notes.txt"), b"x").unwrap();
+        let notices = recover_in_flight(tmp.path());
+        assert_eq!(notices.len(), 2, "{notices:?}");
+        assert!(
+            notices[0].contains("conversation c-ended")
+                || notices[1].contains("conversation c-ended"),
+            "{notices:?}"
+        );
+        assert!(
+            notices
+                .iter()
+                .any(|n| n.contains("could not be recovered") && n.contains("c-bad")),
+            "{notices:?}"
+        );
+        let dir = history_dir(tmp.path());
+        assert_eq!(load(&dir.join("c-ended.json")).unwrap(), ended);
+        assert!(!flight.join("4194305-c-ended.json").exists());
+        assert!(
+            !dir.join("c-live.json").exists(),
+            "a running chat's file is left alone"
+        );
+        assert!(in_flight_path(tmp.path(), "c-live").exists());
+        assert!(
+            flight.join("4194306-c-bad.json").exists(),
+            "kept to look at"
+        );
     }
 
     #[test]

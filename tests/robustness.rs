@@ -36,8 +36,9 @@ fn kill_9_during_generation_keeps_every_completed_turn() {
     tmux.wait_for("the draft on screen", Duration::from_secs(10), |s| {
         s.contains("› a draft nobody sent")
     });
-    // The draft is kept as it changes (the loop writes it after each batch of events).
-    std::thread::sleep(Duration::from_millis(300));
+    // The draft is kept as it changes (the loop writes it after each batch of events), the
+    // answer in flight at most every 500 ms.
+    std::thread::sleep(Duration::from_millis(700));
     let pid = tokscope_pid(&tmux);
     assert!(Command::new("kill")
         .args(["-9", &pid])
@@ -52,13 +53,41 @@ fn kill_9_during_generation_keeps_every_completed_turn() {
         2,
         "both completed turns are on disk and load back"
     );
-    // The next start resumes them.
+    // The answer in flight is on disk too, in its in-flight file.
+    let in_flight: Vec<_> = std::fs::read_dir(data.join("in-flight"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(in_flight.len(), 1, "{in_flight:?}");
+    // The next start saves it into history as a stopped turn, and resumes all three.
     tmux.tmux(&["send-keys", "-t", "main", "reset", "Enter"]);
-    start_chat(&tmux, &model, "-n 2 --resume");
-    let screen = tmux.wait_for("the resumed conversation", Duration::from_secs(10), |s| {
-        s.contains("two")
+    // (The status line shows the last turn's phase: "stopped", not "ready".)
+    tmux.type_text(&format!(
+        "{} chat -m {} -t 1 --temp 0 -n 2 --resume; echo exit=$?",
+        bin(),
+        model.display()
+    ));
+    tmux.keys(&["Enter"]);
+    let screen = tmux.wait_for("the resumed conversation", Duration::from_secs(60), |s| {
+        s.contains("two") && s.contains("three, a long one") && status_line(s).contains("stopped")
     });
     assert!(screen.matches("─ TTFT").count() >= 2, "{screen}");
+    assert_eq!(saved_turns(&data), 3, "the answer in flight is recovered");
+    assert!(!in_flight[0].exists(), "the in-flight file is taken");
+    let history = std::fs::read_dir(data.join("history"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "json"))
+        .unwrap();
+    let conv = tokscope::history::load(&history).unwrap();
+    let third = &conv.turns[2];
+    assert_eq!(third.user, "three, a long one");
+    assert!(!third.assistant.is_empty(), "the answer so far is kept");
+    assert_eq!(
+        third.stop_reason,
+        tokscope::engine::StopReason::Cancelled,
+        "kept as a stopped turn"
+    );
     // The unsent draft is back in the input, and the chat says so.
     let screen = tmux.wait_for("the draft restored", Duration::from_secs(10), |s| {
         s.contains("› a draft nobody sent")

@@ -291,6 +291,28 @@ impl Conversation {
         }
     }
 
+    /// The conversation with the answer in flight as a stopped turn (its text so far), for the
+    /// in-flight file a crash leaves behind; `None` when no answer is in flight.
+    pub(crate) fn to_saved_in_flight(&self, now_unix_s: u64) -> Option<SavedConversation> {
+        let exchange = self.exchanges.last()?;
+        let a = exchange
+            .assistant
+            .as_ref()
+            .filter(|a| a.phase.is_active())?;
+        let mut saved = self.to_saved(now_unix_s);
+        saved.turns.push(SavedTurn {
+            user: exchange.user.clone(),
+            assistant: a.text.clone(),
+            stop_reason: StopReason::Cancelled,
+            metrics: a.summary.clone(),
+            model_file: a.model_file.clone(),
+            model: a.model.clone(),
+            finished_unix_s: now_unix_s,
+            settings: a.settings.clone(),
+        });
+        Some(saved)
+    }
+
     /// A conversation loaded from history (its KV cache is rebuilt on the next turn).
     pub(crate) fn from_saved(saved: &SavedConversation) -> Self {
         let exchanges = saved

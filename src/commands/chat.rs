@@ -277,7 +277,9 @@ fn open_conversation(args: &ChatArgs, settings: &Settings) -> Result<Opened, Fai
     let history_dir = crate::history::history_dir(&crate::paths::data_dir());
     // Temp files of saves killed with `kill -9` (older than a minute) are removed.
     crate::history::remove_stale_temps(&history_dir);
-    let mut notices = Vec::new();
+    // Answers a crashed or killed chat left in flight go into history first, so that
+    // `--resume` finds them.
+    let mut notices = crate::history::recover_in_flight(&crate::paths::data_dir());
     let mut resumed_on = None;
     let (conversation, save_slot) = match &args.resume {
         None => (

@@ -205,6 +205,7 @@ pub(crate) fn run_chat(
         jobs: effects::Jobs::new(),
     };
     let mut draft = DraftKeeper::new(&effects.data_dir);
+    let mut in_flight = InFlightKeeper::new(&effects.data_dir);
     let first_id = effects.fresh_conversation_id();
     let mut first = vec![first_id];
     let restored = draft.take_previous();
@@ -313,6 +314,7 @@ pub(crate) fn run_chat(
             let input = &driver.app.input;
             effects.counter.request(input.revision(), || input.text());
             draft.keep(input.revision(), || input.text());
+            in_flight.keep(&driver.app, Instant::now(), now().unix_s);
             let after = vec![effects.fresh_conversation_id()];
             if settle(&mut driver, &mut effects, after) {
                 return Ok(ChatEnd::Quit);
@@ -320,7 +322,8 @@ pub(crate) fn run_chat(
         }
     })?;
     if let (ChatEnd::Signal(_), Some(active)) = (end, driver.app.conversation.active()) {
-        // Stop the answer in flight; its partial text is not saved (finished turns are).
+        // Stop the answer in flight; its text so far stays in its in-flight file, which the
+        // next chat start saves into history.
         engine.cancel(active.request_id);
     }
     Ok((driver.app, end))
@@ -371,6 +374,67 @@ mod tests {
     }
 }
 
+/// Files kept up to date off the UI thread: each message is a path and its newest contents
+/// (`None`: remove the file), written synced and user-only by a thread of its own, so typing and
+/// streaming never wait on the disk. Only the newest contents of each path are written.
+struct KeptFiles {
+    writes: Option<std::sync::mpsc::Sender<(std::path::PathBuf, Option<Vec<u8>>)>>,
+    writer: Option<std::thread::JoinHandle<()>>,
+}
+
+impl KeptFiles {
+    fn new(name: &str) -> Self {
+        let (writes, inbox) = std::sync::mpsc::channel::<(std::path::PathBuf, Option<Vec<u8>>)>();
+        let writer = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                while let Ok(first) = inbox.recv() {
+                    let mut queued = vec![first];
+                    queued.extend(inbox.try_iter());
+                    // The last message for each path, in the order of those last messages.
+                    let mut latest: Vec<(std::path::PathBuf, Option<Vec<u8>>)> = Vec::new();
+                    for (path, contents) in queued {
+                        latest.retain(|(p, _)| *p != path);
+                        latest.push((path, contents));
+                    }
+                    for (path, contents) in latest {
+                        // A file that cannot be kept costs only the keeping: the chat goes on.
+                        let _ = match contents {
+                            Some(bytes) => {
+                                if let Some(dir) = path.parent() {
+                                    let _ = crate::fsx::ensure_private_dir(dir);
+                                }
+                                crate::fsx::write_private(&path, &bytes).map_err(|e| e.to_string())
+                            }
+                            None => std::fs::remove_file(&path).map_err(|e| e.to_string()),
+                        };
+                    }
+                }
+            })
+            .ok();
+        Self {
+            writes: writer.as_ref().map(|_| writes),
+            writer,
+        }
+    }
+
+    fn send(&self, path: &std::path::Path, contents: Option<Vec<u8>>) {
+        if let Some(writes) = &self.writes {
+            let _ = writes.send((path.to_path_buf(), contents));
+        }
+    }
+}
+
+impl Drop for KeptFiles {
+    /// The last write is on disk when the chat ends.
+    fn drop(&mut self) {
+        self.writes = None;
+        if let Some(writer) = self.writer.take() {
+            let _ = writer.join();
+        }
+    }
+}
+
 /// The unsent message, kept in the data dir as it changes (`draft.txt`, private), so that
 /// nothing typed is lost when the process ends before it is sent: a crash llama.cpp brings,
 /// a model file truncated under the chat (SIGBUS), a closed terminal or a plain quit. The
@@ -379,10 +443,7 @@ mod tests {
 struct DraftKeeper {
     path: std::path::PathBuf,
     revision: Option<u64>,
-    /// The writer thread's inbox: the newest text (`None`: remove the file). The writes, each
-    /// synced, happen off the UI thread, so typing never waits on the disk.
-    writes: Option<std::sync::mpsc::Sender<Option<String>>>,
-    writer: Option<std::thread::JoinHandle<()>>,
+    files: KeptFiles,
 }
 
 impl DraftKeeper {
@@ -390,29 +451,10 @@ impl DraftKeeper {
     const MAX_BYTES: u64 = 4 << 20;
 
     fn new(data_dir: &std::path::Path) -> Self {
-        let path = data_dir.join("draft.txt");
-        let (writes, inbox) = std::sync::mpsc::channel::<Option<String>>();
-        let target = path.clone();
-        let writer = std::thread::Builder::new()
-            .name("draft".into())
-            .spawn(move || {
-                while let Ok(first) = inbox.recv() {
-                    // Only the newest text matters.
-                    let latest = inbox.try_iter().last().unwrap_or(first);
-                    // A draft that cannot be kept costs only the keeping: the chat goes on.
-                    let _ = match latest {
-                        Some(text) => crate::fsx::write_private(&target, text.as_bytes())
-                            .map_err(|e| e.to_string()),
-                        None => std::fs::remove_file(&target).map_err(|e| e.to_string()),
-                    };
-                }
-            })
-            .ok();
         Self {
-            path,
+            path: data_dir.join("draft.txt"),
             revision: None,
-            writes: writer.as_ref().map(|_| writes),
-            writer,
+            files: KeptFiles::new("draft"),
         }
     }
 
@@ -438,21 +480,71 @@ impl DraftKeeper {
             }
             None
         } else {
-            Some(text)
+            Some(text.into_bytes())
         };
-        if let Some(writes) = &self.writes {
-            let _ = writes.send(write);
-        }
+        self.files.send(&self.path, write);
     }
 }
 
-impl Drop for DraftKeeper {
-    /// The last write is on disk when the chat ends.
-    fn drop(&mut self) {
-        self.writes = None;
-        if let Some(writer) = self.writer.take() {
-            let _ = writer.join();
+/// The answer in flight, kept as it streams: the conversation with the answer so far as a
+/// stopped turn, in `in-flight/<pid>-<id>.json` in the data dir (`history::in_flight_path`),
+/// at most every [`Self::EVERY`] while it grows, removed when the answer ends (then history
+/// has it). A chat that dies meanwhile leaves the file; the next chat start saves it into
+/// history (`history::recover_in_flight`) and says so.
+struct InFlightKeeper {
+    data_dir: std::path::PathBuf,
+    /// The file written last and the answer's length then.
+    written: Option<(std::path::PathBuf, usize)>,
+    last_write: Option<Instant>,
+    files: KeptFiles,
+}
+
+impl InFlightKeeper {
+    const EVERY: Duration = Duration::from_millis(500);
+
+    fn new(data_dir: &std::path::Path) -> Self {
+        Self {
+            data_dir: data_dir.to_path_buf(),
+            written: None,
+            last_write: None,
+            files: KeptFiles::new("in-flight"),
         }
+    }
+
+    fn keep(&mut self, app: &crate::app::App, now: Instant, unix_s: u64) {
+        let conversation = &app.conversation;
+        let Some(active) = conversation.active() else {
+            if let Some((path, _)) = self.written.take() {
+                self.files.send(&path, None);
+            }
+            return;
+        };
+        let path = crate::history::in_flight_path(&self.data_dir, &conversation.id);
+        let len = active.text.len();
+        if let Some((old, old_len)) = &self.written {
+            if *old == path && *old_len == len && len > 0 {
+                return;
+            }
+            if *old != path {
+                self.files.send(old, None);
+            }
+        }
+        if self
+            .last_write
+            .is_some_and(|at| now.duration_since(at) < Self::EVERY)
+            && self.written.as_ref().is_some_and(|(old, _)| *old == path)
+        {
+            return;
+        }
+        let Some(saved) = conversation.to_saved_in_flight(unix_s) else {
+            return;
+        };
+        let Ok(json) = serde_json::to_vec(&saved) else {
+            return;
+        };
+        self.files.send(&path, Some(json));
+        self.written = Some((path, len));
+        self.last_write = Some(now);
     }
 }
 
