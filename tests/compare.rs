@@ -369,6 +369,25 @@ fn bad_inputs_give_clear_errors() {
         "the evaluation text is too short",
     );
 
+    // A text llama.cpp's tokenizer would crash on is refused with the run named.
+    let runs = home.path().join("runs.txt");
+    std::fs::write(&runs, "A".repeat(60_000)).unwrap();
+    fail(
+        &[
+            "-m",
+            m,
+            "-m",
+            m,
+            "--text",
+            runs.to_str().unwrap(),
+            "--no-speed",
+            "-t",
+            "1",
+        ],
+        2,
+        "a run of 60000 characters",
+    );
+
     // A quantized file is not a source for --quantize (unless asked).
     let q8 = common::synth(home.path(), "q8.gguf", "small", TensorType::Q8_0, 1);
     fail(

@@ -63,6 +63,47 @@ fn model_built_from_the_tokenizer_passes() {
         .stdout(predicate::str::contains("3 samples").and(predicate::str::contains("PASS")));
 }
 
+/// Text from a file reaches llama.cpp's tokenizer as typed text does (`llama::runs`): a run past
+/// the bound is named and not checked; a run under it, which overflowed the main thread's
+/// stack with falcon's pre-tokenizer (about 25,000 characters), is tokenized on a thread of its
+/// own stack. The process survives either way.
+#[test]
+fn text_from_a_file_is_bounded_and_never_crashes_the_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = llama3_vocab_model(dir.path());
+    let falcon = dir.path().join("falcon-pre.gguf");
+    rewrite(&good, &falcon, |key, _| {
+        (key == "tokenizer.ggml.pre").then(|| GgufValue::String("falcon".into()))
+    });
+    let text = dir.path().join("runs.txt");
+    std::fs::write(
+        &text,
+        format!("{}\n{}\n", "!".repeat(40_000), "A".repeat(60_000)),
+    )
+    .unwrap();
+    let out = tokscope(dir.path())
+        .args(["doctor", "tokenizer", "-m"])
+        .arg(&falcon)
+        .arg("--tokenizer")
+        .arg(common::llama3_tokenizer())
+        .arg("--text")
+        .arg(&text)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        matches!(out.status.code(), Some(0 | 1)),
+        "an exit, not a crash: {:?}\n{stdout}",
+        out.status
+    );
+    assert!(
+        stdout.contains("not checked") && stdout.contains("a run of 60000 characters"),
+        "{stdout}"
+    );
+    // The whole text and its second line are refused; the first line is checked.
+    assert!(stdout.contains("1 samples"), "{stdout}");
+}
+
 #[test]
 fn broken_vocabularies_fail_with_a_side_by_side_report() {
     let dir = tempfile::tempdir().unwrap();

@@ -628,9 +628,14 @@ fn evaluate_quality(
     };
     let ref_load = load_of[best];
     let ref_model = &loads[ref_load].2;
-    let tokens = quality::tokenize(ref_model, text);
+    let refused = |e: crate::llama::error::EngineError| {
+        CompareError::usage(format!("the evaluation text cannot be tokenized: {e}"))
+    };
+    let tokens = quality::tokenize(ref_model, text).map_err(refused)?;
     for (path, _, model) in &loads {
-        if model.n_vocab() != ref_model.n_vocab() || quality::tokenize(model, text) != tokens {
+        if model.n_vocab() != ref_model.n_vocab()
+            || quality::tokenize(model, text).map_err(refused)? != tokens
+        {
             return Err(CompareError::usage(format!(
                 "{} and {} have different vocabularies ({} and {} tokens, or a different \
                      tokenization of the text): KL divergence compares distributions over one \

@@ -215,9 +215,13 @@ impl Chunking {
     }
 }
 
-/// Tokenize the evaluation text like llama-perplexity (`common_tokenize(ctx, text, true)`).
-pub(crate) fn tokenize(model: &LlamaModel, text: &str) -> Vec<LlamaToken> {
-    model.vocab().tokenize(text.as_bytes(), true, false)
+/// Tokenize the evaluation text like llama-perplexity (`common_tokenize(ctx, text, true)`),
+/// refusing text llama.cpp's tokenizer would crash or hang on (`llama::runs`).
+pub(crate) fn tokenize(
+    model: &LlamaModel,
+    text: &str,
+) -> Result<Vec<LlamaToken>, crate::llama::error::EngineError> {
+    crate::llama::runs::tokenize_checked(model, text, true, false)
 }
 
 /// One model's context over the chunks.

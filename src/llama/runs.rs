@@ -142,6 +142,35 @@ pub fn check(text: &str, pre: Option<&str>) -> Result<(), EngineError> {
     }
 }
 
+/// Tokenizes text read from a file or typed by a user with `model`'s vocabulary, as the
+/// engine does: refused by [`check`] (with the model's own pre-tokenizer) when llama.cpp would
+/// crash or hang on it, and tokenized on a thread of [`TOKENIZER_STACK_BYTES`] stack, so that
+/// what passes the check cannot overflow the caller's (the main thread's 8 MiB holds about
+/// 25,000 characters of one run, fewer than [`MAX_RUN`]). With a 2 MiB stack instead,
+/// `tests/doctor.rs`'s 40,000 '!' under falcon's pre-tokenizer died of SIGSEGV.
+pub fn tokenize_checked(
+    model: &llama_cpp_2::model::LlamaModel,
+    text: &str,
+    add_bos: bool,
+    parse_special: bool,
+) -> Result<Vec<llama_cpp_2::token::LlamaToken>, EngineError> {
+    let pre = model.meta_val_str("tokenizer.ggml.pre").ok();
+    check(text, pre.as_deref())?;
+    std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .name("tokenize".into())
+            .stack_size(TOKENIZER_STACK_BYTES)
+            .spawn_scoped(scope, || {
+                model
+                    .vocab()
+                    .tokenize(text.as_bytes(), add_bos, parse_special)
+            })
+            .map_err(|e| EngineError::Thread(e.to_string()))?
+            .join()
+            .map_err(|_| EngineError::Thread("the tokenizer thread panicked".into()))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
