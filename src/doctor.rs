@@ -333,6 +333,7 @@ mod tests {
             llama_tokens: 10,
             reference_tokens: 10,
             mismatches: Vec::new(),
+            refused: Vec::new(),
         };
         let pass = render_report(&comparison, Path::new("m.gguf"), Path::new("t.json"), 5);
         assert!(pass.contains("PASS") && pass.contains("0 (0.0%)"), "{pass}");
