@@ -47,7 +47,7 @@ enum Counter {
     /// `llama::runs`), read once.
     ModelVocabulary {
         model: Box<LlamaModel>,
-        pre: Option<String>,
+        kind: crate::llama::runs::TokenizerKind,
     },
 }
 
@@ -99,10 +99,10 @@ impl TokenCounter {
         Ok(Self {
             counter: {
                 let model = load_vocab_only(model_path)?;
-                let pre = model.meta_val_str("tokenizer.ggml.pre").ok();
+                let kind = crate::llama::runs::TokenizerKind::of(&model);
                 Counter::ModelVocabulary {
                     model: Box::new(model),
-                    pre,
+                    kind,
                 }
             },
         })
@@ -124,8 +124,8 @@ impl TokenCounter {
                     .encode_fast(text, false)
                     .map_or(0, |encoding| encoding.len()),
             ),
-            Counter::ModelVocabulary { model, pre } => {
-                crate::llama::runs::check(text, pre.as_deref()).ok()?;
+            Counter::ModelVocabulary { model, kind } => {
+                crate::llama::runs::check(text, kind).ok()?;
                 Some(model.vocab().tokenize(text.as_bytes(), false, true).len())
             }
         }

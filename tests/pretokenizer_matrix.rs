@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use crate::common;
 use tokscope::gguf::GgufValue;
-use tokscope::llama::runs::{MAX_DIGIT_RUN, MAX_RUN, MAX_SPACE_RUN};
+use tokscope::llama::runs::{MAX_DIGIT_RUN, MAX_RUN, MAX_SPACE_RUN, MAX_SPM_RUN};
 
 /// The pre-tokenizer names llama.cpp's vocabulary loader knows, from the source the build
 /// used (cargo's registry copy of llama-cpp-sys-2, at the version Cargo.lock pins).
@@ -250,20 +250,19 @@ fn every_pre_tokenizer_takes_the_longest_runs_handed_to_it() {
         "{stderr}"
     );
 
-    // The built-in SentencePiece vocabulary takes runs of every class too. Not at the bounds:
-    // llama.cpp's SPM tokenizer takes time quadratic in runs of byte-fallback characters
-    // (the five letter and symbol classes at 5,000 each: 0.4 s; 10,000: 1.5 s; 20,000: 7.9 s),
-    // slow but not a crash, and not bounded yet.
+    // The built-in SentencePiece vocabulary takes runs of every class at its own bound:
+    // llama.cpp's SPM tokenizer takes time quadratic in a run of byte-fallback characters
+    // (`llama::runs::MAX_SPM_RUN`), and one past the bound is refused.
     let spm = common::synth_cli(home.path(), "tiny", 1);
     let at_bound = home.path().join("spm-runs.txt");
     let spm_text: String = [
-        ("A", 5_000),
-        ("!", 5_000),
+        ("A", MAX_SPM_RUN),
+        ("!", MAX_SPM_RUN),
         ("1", MAX_DIGIT_RUN),
         (" ", MAX_SPACE_RUN),
-        ("日", 5_000),
-        ("😀", 5_000),
-        ("é", 5_000),
+        ("日", MAX_SPM_RUN),
+        ("😀", MAX_SPM_RUN),
+        ("é", MAX_SPM_RUN),
     ]
     .iter()
     .map(|(c, n)| c.repeat(*n))
@@ -271,4 +270,9 @@ fn every_pre_tokenizer_takes_the_longest_runs_handed_to_it() {
     std::fs::write(&at_bound, spm_text).unwrap();
     let outcome = run(home.path(), &spm, &at_bound);
     assert!(survived(&outcome), "SentencePiece: {:?}", outcome);
+    let past = home.path().join("spm-past.txt");
+    std::fs::write(&past, "日".repeat(MAX_SPM_RUN + 1)).unwrap();
+    let (code, signal, stderr) = run(home.path(), &spm, &past);
+    assert_eq!((code, signal), (Some(1), None), "{stderr}");
+    assert!(stderr.contains("SentencePiece"), "{stderr}");
 }

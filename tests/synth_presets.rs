@@ -601,8 +601,10 @@ fn synth_cli_presets_tokenizer_and_like() {
         read_metadata(&clone).unwrap().tensors.len(),
         read_metadata(&out).unwrap().tensors.len()
     );
+    // A shape flag is not taken with --like (the source's shape is the point); --type is
+    // (like_with_a_type_gives_the_types_of_that_file_type).
     tokscope()
-        .args(["synth", "--type", "q8_0", "--like"])
+        .args(["synth", "--layers", "2", "--like"])
         .arg(&out)
         .arg("-o")
         .arg(&clone)

@@ -60,7 +60,7 @@ pub(super) struct Session<'m> {
     pub(super) pieces: Vec<String>,
     /// The model's `tokenizer.ggml.pre`: what text its tokenizer cannot take depends on it
     /// (`llama::runs`).
-    pre_tokenizer: Option<String>,
+    tokenizer_kind: llama::runs::TokenizerKind,
     /// The texts of the vocabulary's control and user-defined tokens: in a message's content
     /// they are text, never tokens (a pasted `<|eot_id|>` must not end the user's turn).
     special_texts: Vec<String>,
@@ -127,7 +127,7 @@ impl<'m> Session<'m> {
             cached: Vec::new(),
             kept_from: None,
             pieces: Vec::new(),
-            pre_tokenizer: model.meta_val_str("tokenizer.ggml.pre").ok(),
+            tokenizer_kind: llama::runs::TokenizerKind::of(model),
             special_texts: special_texts(model),
             drafter: match cfg.settings.spec.mode {
                 SpecMode::Ngram if cfg.settings.spec.active() => Some(Drafter::Ngram {
@@ -197,7 +197,7 @@ impl<'m> Session<'m> {
     /// messages' content is tokenized as text, whatever it contains.
     fn tokenize_messages(&self, messages: &[ChatMessage]) -> Result<Vec<LlamaToken>, EngineError> {
         for m in messages {
-            llama::runs::check(&m.content, self.pre_tokenizer.as_deref())?;
+            llama::runs::check(&m.content, &self.tokenizer_kind)?;
         }
         let vocab = self.model.vocab();
         if let PromptStyle::Completion = &self.style {

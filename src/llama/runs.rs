@@ -33,6 +33,30 @@ pub const MAX_SPACE_RUN: usize = 2_000;
 /// quadratic in it (8,000 digits 1.4 s, 16,000 digits 22 s).
 pub const MAX_DIGIT_RUN: usize = 2_000;
 
+/// The longest run of one character class handed to a SentencePiece (`llama`) vocabulary's
+/// tokenizer: llama.cpp's SPM tokenizer takes time quadratic in a run of characters it has to
+/// spell as bytes (byte fallback; measured on the synthetic tiny vocabulary: 10,000 '日' 0.04 s,
+/// 20,000 0.15 s, 40,000 0.63 s; a run broken by a character the vocabulary has is linear).
+pub const MAX_SPM_RUN: usize = 10_000;
+
+/// What of a vocabulary decides which text its tokenizer takes: the BPE pre-tokenizer
+/// (`tokenizer.ggml.pre`) and whether it is SentencePiece (`tokenizer.ggml.model` = `llama`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TokenizerKind {
+    pub pre: Option<String>,
+    pub spm: bool,
+}
+
+impl TokenizerKind {
+    #[must_use]
+    pub fn of(model: &llama_cpp_2::model::LlamaModel) -> Self {
+        Self {
+            pre: model.meta_val_str("tokenizer.ggml.pre").ok(),
+            spm: model.meta_val_str("tokenizer.ggml.model").ok().as_deref() == Some("llama"),
+        }
+    }
+}
+
 /// The classes a pre-tokenizer's regexes match runs of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Class {
@@ -93,10 +117,12 @@ pub fn longest_run(text: &str) -> Option<(usize, char)> {
     runs(text).longest
 }
 
-/// Refuses text the tokenizer of a model with pre-tokenizer `pre` (`tokenizer.ggml.pre`)
-/// would crash or hang on: a run past [`MAX_RUN`]; whitespace past [`MAX_SPACE_RUN`]; and,
-/// for the `whitespace` pre-tokenizer, two whitespace characters in a row.
-pub fn check(text: &str, pre: Option<&str>) -> Result<(), EngineError> {
+/// Refuses text the tokenizer of a model of this kind would crash or hang on: a run past
+/// [`MAX_RUN`] ([`MAX_SPM_RUN`] for SentencePiece); whitespace past [`MAX_SPACE_RUN`]; digits
+/// past [`MAX_DIGIT_RUN`]; and, for the `whitespace` pre-tokenizer, two whitespace characters
+/// in a row.
+pub fn check(text: &str, kind: &TokenizerKind) -> Result<(), EngineError> {
+    let pre = kind.pre.as_deref();
     let r = runs(text);
     let refuse = |(chars, starting): (usize, char), max: usize, why: &'static str| {
         Err(EngineError::RunTooLong {
@@ -133,6 +159,12 @@ pub fn check(text: &str, pre: Option<&str>) -> Result<(), EngineError> {
         );
     }
     match r.longest {
+        Some(run) if kind.spm && run.0 > MAX_SPM_RUN => refuse(
+            run,
+            MAX_SPM_RUN,
+            "SentencePiece takes time quadratic in a run of characters it spells as bytes \
+             (40,000: 0.6 s)",
+        ),
         Some(run) if run.0 > MAX_RUN => refuse(
             run,
             MAX_RUN,
@@ -154,8 +186,7 @@ pub fn tokenize_checked(
     add_bos: bool,
     parse_special: bool,
 ) -> Result<Vec<llama_cpp_2::token::LlamaToken>, EngineError> {
-    let pre = model.meta_val_str("tokenizer.ggml.pre").ok();
-    check(text, pre.as_deref())?;
+    check(text, &TokenizerKind::of(model))?;
     std::thread::scope(|scope| {
         std::thread::Builder::new()
             .name("tokenize".into())
@@ -184,21 +215,49 @@ mod tests {
         assert_eq!(longest_run("xx!!!!y"), Some((4, '!')));
     }
 
+    fn bpe(pre: &str) -> TokenizerKind {
+        TokenizerKind {
+            pre: Some(pre.into()),
+            spm: false,
+        }
+    }
+
+    fn any() -> TokenizerKind {
+        TokenizerKind::default()
+    }
+
+    #[test]
+    fn sentencepiece_has_a_shorter_bound() {
+        let spm = TokenizerKind {
+            pre: None,
+            spm: true,
+        };
+        assert!(check(&"日".repeat(MAX_SPM_RUN), &spm).is_ok());
+        let err = check(&"日".repeat(MAX_SPM_RUN + 1), &spm)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("SentencePiece") && err.contains("10001"),
+            "{err}"
+        );
+        assert!(check(&"日".repeat(MAX_SPM_RUN + 1), &any()).is_ok());
+    }
+
     #[test]
     fn whitespace_has_its_own_bounds() {
         let spaced = format!("a{}b", " ".repeat(MAX_SPACE_RUN));
-        assert!(check(&spaced, Some("llama-bpe")).is_ok());
+        assert!(check(&spaced, &bpe("llama-bpe")).is_ok());
         let long = format!("a{}b", " ".repeat(MAX_SPACE_RUN + 1));
-        assert!(check(&long, None)
+        assert!(check(&long, &any())
             .unwrap_err()
             .to_string()
             .contains("quadratic"));
-        assert!(check("a b", Some("whitespace")).is_ok());
-        let err = check("a  b", Some("whitespace")).unwrap_err().to_string();
+        assert!(check("a b", &bpe("whitespace")).is_ok());
+        let err = check("a  b", &bpe("whitespace")).unwrap_err().to_string();
         assert!(err.contains("two whitespace characters"), "{err}");
-        assert!(check("a  b", Some("deepseek-llm")).is_ok());
-        assert!(check(&"7".repeat(MAX_DIGIT_RUN), None).is_ok());
-        let digits = check(&"7".repeat(MAX_DIGIT_RUN + 1), None)
+        assert!(check("a  b", &bpe("deepseek-llm")).is_ok());
+        assert!(check(&"7".repeat(MAX_DIGIT_RUN), &any()).is_ok());
+        let digits = check(&"7".repeat(MAX_DIGIT_RUN + 1), &any())
             .unwrap_err()
             .to_string();
         assert!(digits.contains("digits"), "{digits}");
@@ -206,9 +265,9 @@ mod tests {
 
     #[test]
     fn a_run_past_the_bound_is_refused_naming_it() {
-        assert!(check(&"A".repeat(MAX_RUN), None).is_ok());
+        assert!(check(&"A".repeat(MAX_RUN), &any()).is_ok());
         let text = format!("hello {}", "!".repeat(MAX_RUN + 1));
-        let err = check(&text, None).unwrap_err();
+        let err = check(&text, &any()).unwrap_err();
         let message = err.to_string();
         assert!(message.contains("50001"), "{message}");
         assert!(message.contains("'!'"), "{message}");
