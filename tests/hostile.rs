@@ -602,3 +602,75 @@ fn a_file_that_passed_the_probe_is_not_probed_again_in_the_next_session() {
     }
     assert_eq!(probes("ModelCrashed"), 2, "a crash is probed every session");
 }
+
+/// A Unigram (T5) character map that turns "z" into "Z" (darts-clone units: a root of base
+/// 256, the unit for 'z' with a leaf, its value unit pointing at `value` in `strings`).
+fn charsmap(value: u32, strings: &[u8]) -> Vec<u8> {
+    let mut units = vec![0u32; 512];
+    units[0] = 256 << 10;
+    let z = 256 ^ u32::from(b'z');
+    let value_at = 300u32;
+    units[z as usize] = ((z ^ value_at) << 10) | (1 << 8) | u32::from(b'z');
+    units[value_at as usize] = (1 << 31) | value;
+    let mut bytes = ((units.len() * 4) as u32).to_le_bytes().to_vec();
+    bytes.extend(units.iter().flat_map(|u| u.to_le_bytes()));
+    bytes.extend_from_slice(strings);
+    bytes
+}
+
+/// The tiny model's vocabulary as a Unigram (T5) one with this character map.
+fn ugm_model(good: &Path, name: &str, map: Vec<u8>) -> PathBuf {
+    let t5 = plant(
+        good,
+        &format!("t5-{name}"),
+        "tokenizer.ggml.model",
+        GgufValue::String("t5".into()),
+    );
+    let to = good.with_file_name(name);
+    common::gguf_edit::rewrite_adding(
+        &t5,
+        &to,
+        "tokenizer.ggml.precompiled_charsmap",
+        GgufValue::Array(GgufArray::U8(map)),
+    );
+    to
+}
+
+/// A crafted Unigram character map made llama.cpp throw on any text with a "z" (typing one
+/// in the chat, whose live count tokenizes each key, aborted it), and the child-process probe's
+/// text has none. The map is walked at load: a good one loads and takes "z", a crafted one is
+/// refused naming the map; trusted past the check, the same file dies on "z".
+#[test]
+fn a_crafted_unigram_character_map_is_refused_at_load() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let good = tiny(home.path());
+    let fine = ugm_model(&good, "ugm-good.gguf", charsmap(0, b"Z\0"));
+    let run = |model: &Path, trust: bool| {
+        let mut cmd = tokscope(home.path());
+        if trust {
+            cmd.env("TOKSCOPE_TRUST_MODEL", "1");
+        }
+        cmd.args(["run", "-p", "zzz", "-t", "1", "-n", "2", "-m"])
+            .arg(model)
+            .output()
+            .unwrap()
+    };
+    let out = run(&fine, false);
+    assert!(out.status.success(), "{out:?}");
+    let crafted = ugm_model(&good, "ugm-crafted.gguf", charsmap(9999, b"Z\0"));
+    let out = run(&crafted, false);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.contains("ugm-crafted.gguf") && stderr.contains("precompiled_charsmap"),
+        "{stderr}"
+    );
+    // What the check stands in front of.
+    let out = run(&crafted, true);
+    use std::os::unix::process::ExitStatusExt;
+    assert!(
+        out.status.signal().is_some(),
+        "llama.cpp throws on the crafted map: {out:?}"
+    );
+}

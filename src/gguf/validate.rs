@@ -63,6 +63,8 @@ pub enum Defect {
     #[error("its tokenizer model is {0}")]
     Tokenizer(String),
     /// An SPM vocabulary lacks a byte token, so some text cannot be tokenized.
+    #[error("its Unigram (T5) character map (tokenizer.ggml.precompiled_charsmap) {0}; llama.cpp throws on text that reaches that entry (a crash)")]
+    CharsMap(String),
     #[error("its SentencePiece vocabulary has no byte token <0x{0:02X}>; llama.cpp aborts when text needs it (e.g. a typed \"é\")")]
     MissingByteToken(u8),
     /// A special token id points outside the vocabulary.
@@ -450,6 +452,17 @@ pub(crate) fn validate_vocabulary(header: &GgufHeader) -> Result<(), Defect> {
             }
         }
     }
+    if model == "t5" {
+        match header.get(CHARSMAP_KEY) {
+            None => {}
+            Some(GgufValue::Array(GgufArray::U8(bytes))) => check_charsmap(bytes)?,
+            Some(GgufValue::Array(GgufArray::I8(bytes))) => {
+                let bytes: Vec<u8> = bytes.iter().map(|&b| b as u8).collect();
+                check_charsmap(&bytes)?;
+            }
+            Some(_) => return Err(Defect::CharsMap("is not an array of bytes".to_owned())),
+        }
+    }
     if model == "llama" {
         let texts: HashSet<&str> = tokens.iter().map(String::as_str).collect();
         for b in 0..=255u8 {
@@ -465,9 +478,135 @@ pub(crate) fn validate_vocabulary(header: &GgufHeader) -> Result<(), Defect> {
     Ok(())
 }
 
+/// The Unigram tokenizer's normalization map: a double-array trie (darts-clone's XOR-compressed
+/// units) and the replacement strings it points into.
+const CHARSMAP_KEY: &str = "tokenizer.ggml.precompiled_charsmap";
+
+/// Walks every state of the character map's trie that some input reaches, as llama.cpp's
+/// `normalize_prefix` does (`llama-vocab.cpp`, `xcda_array_view`), and refuses a map where any
+/// input would make it throw: an index outside the array, a replacement offset outside the
+/// strings, a replacement without its terminating NUL. Linear in the states reached times the
+/// 255 bytes that can follow each (a real T5 map: a few tens of millions of steps at most).
+fn check_charsmap(bytes: &[u8]) -> Result<(), Defect> {
+    let bad = |why: String| Err(Defect::CharsMap(why));
+    let Some(head) = bytes.get(..4) else {
+        return bad(format!(
+            "is {} bytes, too short for its size field",
+            bytes.len()
+        ));
+    };
+    let blob = u64::from(u32::from_le_bytes([head[0], head[1], head[2], head[3]]));
+    if blob + 4 >= bytes.len() as u64 {
+        return bad(format!(
+            "says its trie is {blob} bytes, but the map is {} bytes in all",
+            bytes.len()
+        ));
+    }
+    let blob = blob as usize;
+    let units: Vec<u32> = bytes[4..4 + blob]
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    let strings = &bytes[4 + blob..];
+    if units.is_empty() {
+        return Ok(());
+    }
+    let unit = |i: u32| units.get(i as usize).copied();
+    let base = |u: u32| (u >> 10) << ((u & (1 << 9)) >> 6);
+    let outside = |i: u32| {
+        Err(Defect::CharsMap(format!(
+            "points at unit {i} of its {}-unit trie",
+            units.len()
+        )))
+    };
+    let Some(root) = unit(0) else {
+        return outside(0);
+    };
+    let mut seen = vec![false; units.len()];
+    let mut todo = vec![base(root)];
+    while let Some(node) = todo.pop() {
+        // A state past the end throws at the next byte of input.
+        let Some(slot) = seen.get_mut(node as usize) else {
+            return outside(node);
+        };
+        if std::mem::replace(slot, true) {
+            continue;
+        }
+        for c in 1..=255u32 {
+            let at = node ^ c;
+            let Some(u) = unit(at) else {
+                return outside(at);
+            };
+            if u & ((1 << 31) | 0xff) != c {
+                continue;
+            }
+            let next = at ^ base(u);
+            if (u >> 8) & 1 == 1 {
+                let Some(value) = unit(next) else {
+                    return outside(next);
+                };
+                let offset = (value & 0x7fff_ffff) as usize;
+                match strings.get(offset..) {
+                    None | Some([]) => {
+                        return bad(format!(
+                            "points at replacement offset {offset} of its {} bytes of strings",
+                            strings.len()
+                        ))
+                    }
+                    Some(rest) if !rest.contains(&0) => {
+                        return bad(format!(
+                            "has a replacement at offset {offset} without its terminating NUL"
+                        ))
+                    }
+                    Some(_) => {}
+                }
+            }
+            todo.push(next);
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A character map that turns "z" into "Z": a root whose base is 256, the unit for 'z' at
+    /// 256 ^ 'z' with a leaf, and its value unit at `value_at` pointing at `value` in
+    /// `strings`.
+    pub(crate) fn charsmap(value: u32, strings: &[u8]) -> Vec<u8> {
+        let mut units = vec![0u32; 512];
+        units[0] = 256 << 10;
+        let z = 256 ^ u32::from(b'z');
+        let value_at = 300u32;
+        units[z as usize] = ((z ^ value_at) << 10) | (1 << 8) | u32::from(b'z');
+        units[value_at as usize] = (1 << 31) | value;
+        let mut bytes = ((units.len() * 4) as u32).to_le_bytes().to_vec();
+        bytes.extend(units.iter().flat_map(|u| u.to_le_bytes()));
+        bytes.extend_from_slice(strings);
+        bytes
+    }
+
+    #[test]
+    fn a_character_map_every_input_can_walk_passes_and_broken_ones_are_named() {
+        assert!(check_charsmap(&charsmap(0, b"Z\0")).is_ok());
+        let past = check_charsmap(&charsmap(9999, b"Z\0"))
+            .unwrap_err()
+            .to_string();
+        assert!(past.contains("replacement offset 9999"), "{past}");
+        let open = check_charsmap(&charsmap(0, b"Z")).unwrap_err().to_string();
+        assert!(open.contains("terminating NUL"), "{open}");
+        // A root whose base sends some byte past the array.
+        let mut far = charsmap(0, b"Z\0");
+        far[4..8].copy_from_slice(&(600u32 << 10).to_le_bytes());
+        let far = check_charsmap(&far).unwrap_err().to_string();
+        assert!(far.contains("of its 512-unit trie"), "{far}");
+        // A size field past the end.
+        let short = check_charsmap(&[255, 255, 0, 0, 1])
+            .unwrap_err()
+            .to_string();
+        assert!(short.contains("says its trie is"), "{short}");
+    }
     use crate::gguf::{parse_metadata, GgmlType, GgufWriter};
 
     fn spm_tokens() -> Vec<String> {
