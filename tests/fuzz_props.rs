@@ -148,3 +148,23 @@ proptest! {
         let _ = tokscope::history::list(dir.path());
     }
 }
+
+/// The GGUF seeds committed in `tests/fixtures/fuzz/gguf` (see its README): each is refused with
+/// an error, never a panic or an allocation past the reader's bounds.
+#[test]
+fn the_committed_gguf_corpus_is_refused_cleanly() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fuzz/gguf");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let result = tokscope::gguf::read_metadata(&path);
+        assert!(
+            result.is_err(),
+            "{} was read: {:?}",
+            path.display(),
+            result.map(|h| h.metadata.len())
+        );
+        n += 1;
+    }
+    assert!(n >= 9, "found {n} seeds in {}", dir.display());
+}

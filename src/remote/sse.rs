@@ -120,6 +120,76 @@ mod tests {
         Ok(out)
     }
 
+    /// Parses `bytes` whole and cut at `cuts`: the same events or the same error.
+    fn alike(bytes: &[u8], cuts: &[usize], limit: usize) -> Result<Vec<String>, EventTooLarge> {
+        let whole = parse(&[bytes], limit);
+        let mut points: Vec<usize> = cuts.iter().map(|c| c % (bytes.len() + 1)).collect();
+        points.sort_unstable();
+        let mut pieces = Vec::new();
+        let mut from = 0;
+        for p in points {
+            pieces.push(&bytes[from..p]);
+            from = p;
+        }
+        pieces.push(&bytes[from..]);
+        assert_eq!(parse(&pieces, limit), whole, "cut at {cuts:?}");
+        if let Ok(events) = &whole {
+            let total: usize = events.iter().map(String::len).sum();
+            // U+FFFD is 3 bytes for 1 bad byte; nothing else grows.
+            assert!(total <= 3 * bytes.len(), "{total} from {}", bytes.len());
+            assert!(events.iter().all(|e| e.len() <= limit));
+        }
+        whole
+    }
+
+    /// The seed inputs committed in `tests/fixtures/fuzz/sse` (see its README), each parsed
+    /// whole, byte by byte and cut at every point.
+    #[test]
+    fn the_committed_corpus_parses_alike_however_it_is_split() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fuzz/sse");
+        let mut n = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let bytes = std::fs::read(entry.unwrap().path()).unwrap();
+            for limit in [64, 4 << 20] {
+                let whole = alike(&bytes, &[], limit);
+                let single: Vec<&[u8]> = bytes.chunks(1).collect();
+                assert_eq!(parse(&single, limit), whole);
+                for cut in (0..=bytes.len()).step_by(97) {
+                    let _ = alike(&bytes, &[cut], limit);
+                }
+            }
+            n += 1;
+        }
+        assert!(n >= 9, "found {n} seeds in {}", dir.display());
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+        /// Any bytes, cut anywhere: no panic, the same result as whole, bounded output.
+        #[test]
+        fn any_bytes_cut_anywhere_parse_alike(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..2048),
+            cuts in proptest::collection::vec(0usize..4096, 0..6),
+            limit in 1usize..512,
+        ) {
+            alike(&bytes, &cuts, limit).ok();
+        }
+
+        /// Events written as a server writes them come back as they were.
+        #[test]
+        fn written_events_read_back(
+            events in proptest::collection::vec("[^\r\n]{1,40}", 0..20),
+            crlf in proptest::prelude::any::<bool>(),
+            cuts in proptest::collection::vec(0usize..4096, 0..6),
+        ) {
+            let end = if crlf { "\r\n" } else { "\n" };
+            let text: String = events.iter().map(|e| format!("data: {e}{end}{end}")).collect();
+            let got = alike(text.as_bytes(), &cuts, 1 << 20).unwrap();
+            proptest::prop_assert_eq!(got, events);
+        }
+    }
+
     #[test]
     fn events_split_anywhere_come_out_whole() {
         let text = b"data: {\"a\":1}\n\n: ping\n\ndata:x\r\ndata: y\r\n\r\nevent: e\rdata: z\r\r";
