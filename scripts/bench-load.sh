@@ -6,17 +6,17 @@
 #   first   `tokscope run -n 1 -c 256` with an empty cache dir: the model probe runs (a child
 #           loads the file in its layout and decodes three tokens) before the real load;
 #   second  the same with the cache dir of an earlier start: the probe's pass is remembered;
-#   chat    the chat in tmux until its status line says "ready" (second start, its default
-#           4096-token context);
+#   chat    the chat in tmux until its status line says "ready" (second start, `-c 256` as
+#           the others);
 #   llama   llama-bench -p 0 -n 1 -r 1 from llama.cpp built natively (scripts/llama-tools.sh
 #           --source native): its load, one warm-up token and one timed token.
 # Like with like: `run` and llama-bench both compute after loading, so each figure is the
 # command's wall-clock time (date +%s.%N) less the compute the tool itself timed: run's E2E
 # (`--json` metrics.e2e_ms: template, prefill, the token), llama-bench's two tokens (its timed
 # token's samples_ns, twice: the warm-up decodes the same one token). Both load a 256-token
-# context (llama-bench's n_ctx of 1 is padded to 256). The chat's 4096-token context costs
-# more (its KV cache is allocated and cleared): `run`'s `load.context_ms` says how much, and
-# the last round's stages are printed. Prints every round, then the medians and the ratio
+# context (llama-bench's n_ctx of 1 is padded to 256), and so does the chat here. The default
+# 4096-token context costs more (its KV cache is allocated and cleared): `run`'s
+# `load.context_ms` says how much, and the last round's stages are printed. Prints every round, then the medians and the ratio
 # second/llama with its range over rounds.
 #
 # Usage: scripts/bench-load.sh [MODEL.gguf] [ROUNDS]   (default: a synthetic 8B, 5 rounds)
@@ -60,7 +60,7 @@ chat_once() { # $1: cache dir; prints seconds until the status line says ready
   t0=$(now)
   tmux -L bench-load -f /dev/null new-session -d -x 160 -y 40 \
     env TOKSCOPE_CACHE_DIR="$1" TOKSCOPE_DATA_DIR="$TOKSCOPE_DATA_DIR" TOKSCOPE_CONFIG_DIR="$TOKSCOPE_CONFIG_DIR" \
-    "$bin" chat -m "$model" -t "$threads"
+    "$bin" chat -m "$model" -c 256 -t "$threads"
   for _ in $(seq 1 6000); do
     if tmux -L bench-load capture-pane -p 2>/dev/null | head -n 1 | grep -q "ready"; then
       t1=$(now)
