@@ -666,6 +666,23 @@ fn a_crafted_unigram_character_map_is_refused_at_load() {
         stderr.contains("ugm-crafted.gguf") && stderr.contains("precompiled_charsmap"),
         "{stderr}"
     );
+    // Other ways a map can send llama.cpp out of bounds, each named.
+    let mut far = charsmap(0, b"Z\0");
+    far[4..8].copy_from_slice(&(600u32 << 10).to_le_bytes());
+    for (name, map, says) in [
+        ("ugm-open.gguf", charsmap(0, b"Z"), "terminating NUL"),
+        ("ugm-far.gguf", far, "of its 512-unit trie"),
+        (
+            "ugm-past.gguf",
+            charsmap(9999, b"Z\0"),
+            "replacement offset 9999",
+        ),
+    ] {
+        let out = run(&ugm_model(&good, name, map), false);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{name}: {stderr}");
+        assert!(stderr.contains(says), "{name}: {stderr}");
+    }
     // What the check stands in front of.
     let out = run(&crafted, true);
     use std::os::unix::process::ExitStatusExt;
