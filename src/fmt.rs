@@ -75,15 +75,25 @@ pub(crate) fn mean_pm(mean: f64, err: f64) -> String {
     format!("{mean:.d$} ± {err:.d$}")
 }
 
-/// A time given in ms, in seconds from one second up (`6.49 s`), in ms below (`85 ms`,
-/// `0.4 ms`): three significant digits either way; `—` when not finite.
-pub(crate) fn ms_or_s(ms: f64) -> String {
-    if !ms.is_finite() {
-        "—".to_string()
-    } else if ms.abs() >= 1000.0 {
-        format!("{} s", sig(ms / 1000.0, 3))
+/// An elapsed time for humans: `0.42 s`, `12.4 s`, `2m05s`.
+pub(crate) fn secs(d: std::time::Duration) -> String {
+    let s = d.as_secs_f64();
+    if s < 10.0 {
+        format!("{s:.2} s")
+    } else if s < 60.0 {
+        format!("{s:.1} s")
     } else {
-        format!("{} ms", sig(ms, 3))
+        let whole = d.as_secs();
+        format!("{}m{:02}s", whole / 60, whole % 60)
+    }
+}
+
+/// [`secs`] of a time in ms (a negative or not finite one reads `—`).
+pub(crate) fn secs_of_ms(ms: f64) -> String {
+    if ms.is_finite() && ms >= 0.0 {
+        secs(std::time::Duration::from_secs_f64(ms / 1000.0))
+    } else {
+        "—".to_string()
     }
 }
 
@@ -93,11 +103,11 @@ mod tests {
 
     #[test]
     fn times_in_the_unit_that_reads() {
-        assert_eq!(ms_or_s(6489.0), "6.49 s");
-        assert_eq!(ms_or_s(85.2), "85.2 ms");
-        assert_eq!(ms_or_s(0.4), "0.4 ms");
-        assert_eq!(ms_or_s(12_345.0), "12.3 s");
-        assert_eq!(ms_or_s(f64::NAN), "—");
+        assert_eq!(secs_of_ms(6489.0), "6.49 s");
+        assert_eq!(secs_of_ms(85.2), "0.09 s");
+        assert_eq!(secs_of_ms(12_345.0), "12.3 s");
+        assert_eq!(secs_of_ms(125_000.0), "2m05s");
+        assert_eq!(secs_of_ms(f64::NAN), "—");
     }
 
     #[test]

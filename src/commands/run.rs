@@ -633,11 +633,11 @@ pub(crate) fn human_summary(r: &RunReport, info: &ModelInfo) -> String {
     let l = &r.load;
     out.push_str(&format!(
         "load     ready {} after start · file checks {} · weights {} · context {} · other {}\n",
-        crate::fmt::ms_or_s(l.ready_ms),
-        crate::fmt::ms_or_s(l.stages.checks_ms),
-        crate::fmt::ms_or_s(l.stages.weights_ms),
-        crate::fmt::ms_or_s(l.stages.context_ms),
-        crate::fmt::ms_or_s(l.other_ms),
+        crate::fmt::secs_of_ms(l.ready_ms),
+        crate::fmt::secs_of_ms(l.stages.checks_ms),
+        crate::fmt::secs_of_ms(l.stages.weights_ms),
+        crate::fmt::secs_of_ms(l.stages.context_ms),
+        crate::fmt::secs_of_ms(l.other_ms),
     ));
     out.push_str(&format!(
         "prompt   {} tokens ({} from cache) · prefill {:.1} ms · {} tok/s\n",

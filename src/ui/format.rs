@@ -2,8 +2,6 @@
 //! metric values. Formatting only: every figure comes from `metrics`/`ModelInfo`, and an
 //! undefined value is `—` (through `metrics::fmt_opt`).
 
-use std::time::Duration;
-
 use crate::metrics::fmt_opt;
 
 /// A parameter count: `8.0B`, `268M`, `12.5M`, `0.47M`.
@@ -25,18 +23,8 @@ pub(crate) fn params(n: u64) -> String {
 /// A file size: the crate's one byte formatter.
 pub(crate) use crate::fmt::bytes;
 
-/// An elapsed time for humans: `0.42 s`, `12.4 s`, `2m05s`.
-pub(crate) fn secs(d: Duration) -> String {
-    let s = d.as_secs_f64();
-    if s < 10.0 {
-        format!("{s:.2} s")
-    } else if s < 60.0 {
-        format!("{s:.1} s")
-    } else {
-        let whole = d.as_secs();
-        format!("{}m{:02}s", whole / 60, whole % 60)
-    }
-}
+/// An elapsed time for humans: the crate's one time formatter.
+pub(crate) use crate::fmt::secs;
 
 /// A metric value with as many decimals as its size deserves (`1.23`, `45.6`, `1234`);
 /// `—` when undefined.
@@ -85,6 +73,7 @@ mod tests {
 
     #[test]
     fn durations() {
+        use std::time::Duration;
         assert_eq!(secs(Duration::from_millis(420)), "0.42 s");
         assert_eq!(secs(Duration::from_millis(12_400)), "12.4 s");
         assert_eq!(secs(Duration::from_secs(125)), "2m05s");
