@@ -150,6 +150,7 @@ fn finish(app: &mut App, id: u64, record: &RemoteTimeline) -> Vec<Effect> {
         sampler: "server",
         sampling: Default::default(),
         spec: None,
+        profile: None,
     };
     update(
         app,

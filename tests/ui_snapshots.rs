@@ -211,6 +211,7 @@ fn finished_turn(
         sampler: "host-greedy",
         sampling: Default::default(),
         spec: None,
+        profile: None,
     };
     turn.on_finished(report);
     turn

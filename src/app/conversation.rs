@@ -409,6 +409,7 @@ mod tests {
             sampler: "host-greedy",
             sampling: Default::default(),
             spec: None,
+            profile: None,
         }
     }
 

@@ -998,6 +998,7 @@ pub(crate) mod tests {
                 sampler: "host-greedy",
                 sampling: Default::default(),
                 spec: None,
+                profile: None,
             }),
         })
     }

@@ -477,6 +477,7 @@ fn engine_settings(job: &Job) -> EngineSettings {
         spec: crate::llama::settings::SpecSettings::default(),
         sampling: crate::llama::settings::SamplingMode::Host,
         first_sampling: None,
+        profile_rate: 0,
     }
 }
 

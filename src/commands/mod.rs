@@ -12,6 +12,7 @@ pub(crate) mod flags;
 pub(crate) mod history;
 pub(crate) mod load;
 pub(crate) mod model;
+pub(crate) mod profile;
 pub(crate) mod results;
 pub(crate) mod run;
 pub(crate) mod synth;

@@ -32,6 +32,8 @@ pub struct RunArgs {
     pub sampling: SamplingArgs,
     #[command(flatten)]
     pub spec: SpecArgs,
+    #[command(flatten)]
+    pub profile: super::profile::ProfileArgs,
     /// The user's message; `-` reads it from stdin (as does leaving out -p and -f when stdin
     /// is not a terminal).
     #[arg(short = 'p', long, value_name = "TEXT")]
@@ -232,6 +234,13 @@ pub(crate) struct RunReport {
     pub warning: Option<String>,
     /// Time to ready and where it went (docs/metrics.md, "Load").
     pub load: RunLoad,
+    /// Where the sampled decode steps' time went (`--profile`; docs/metrics.md, "Step
+    /// profile"); absent without --profile.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile: Option<crate::metrics::profile::TurnProfile>,
+    /// The level --profile asked for, for the stderr table (the JSON has both).
+    #[serde(skip)]
+    pub profile_level: crate::metrics::profile::ProfileLevel,
     pub stamp: Stamp,
 }
 
@@ -273,9 +282,17 @@ impl RunReport {
         #[cfg(feature = "plant")]
         plant(&mut metrics);
         let warning = run_warning(&metrics, info, load_before);
+        let bandwidth = peaks.placed(info.weight_bytes.as_ref(), info.n_layer, info.n_gpu_layers);
+        let profile = report.profile.as_ref().and_then(|p| {
+            p.figures(
+                &report.timeline.pass_gaps(),
+                metrics.tokens_per_pass.unwrap_or(1.0),
+                bandwidth.as_ref().map(|b| b.bytes_per_s),
+            )
+        });
         let roofline = info
             .bytes_per_token(report.context_used as u64)
-            .zip(peaks.placed(info.weight_bytes.as_ref(), info.n_layer, info.n_gpu_layers))
+            .zip(bandwidth)
             .map(|(bytes, bandwidth)| {
                 crate::metrics::roofline::Figures::at(
                     &bandwidth,
@@ -303,6 +320,8 @@ impl RunReport {
             roofline,
             warning,
             load,
+            profile,
+            profile_level: crate::metrics::profile::ProfileLevel::default(),
             stamp: Stamp::new(info, &settings.sampling),
         }
     }
@@ -311,12 +330,20 @@ impl RunReport {
 pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure> {
     let started = std::time::Instant::now();
     if let Some(url) = &args.remote.url {
+        if args.profile.profile.is_some() {
+            return Err(Failure::new(
+                crate::commands::USAGE,
+                "--profile times llama.cpp's graph in this process; a server's decode steps \
+                 cannot be profiled from outside (leave out --url, or --profile)",
+            ));
+        }
         args.sampling.apply(&mut settings)?;
         return run_remote(args, url, &settings);
     }
     args.model.apply(&mut settings)?;
     args.sampling.apply(&mut settings)?;
     args.spec.apply(&mut settings)?;
+    args.profile.apply(&mut settings);
     let config = crate::commands::model::engine_config(&settings)?;
     for w in spec_warnings(&settings, &config.model_path) {
         eprintln!("warning: {w}");
@@ -424,7 +451,8 @@ pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure>
                     .as_ref()
                     .ok_or_else(|| Failure::new(FAILURE, "engine finished before it was ready"))?;
                 let load = load.unwrap_or_else(|| RunLoad::new(0.0, info));
-                let full = RunReport::new(&report, info, &settings, load_before, &peaks, load);
+                let mut full = RunReport::new(&report, info, &settings, load_before, &peaks, load);
+                full.profile_level = args.profile.profile.unwrap_or_default();
                 if let Some(file) = report_file.as_mut() {
                     let line = serde_json::to_string(&full)
                         .map_err(|e| Failure::new(FAILURE, e.to_string()))?;
@@ -720,6 +748,9 @@ pub(crate) fn human_summary(r: &RunReport, info: &ModelInfo) -> String {
         r.context_used,
         info.n_ctx
     ));
+    if let Some(p) = &r.profile {
+        out.push_str(&crate::commands::profile::human(p, r.profile_level));
+    }
     out
 }
 

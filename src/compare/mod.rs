@@ -129,6 +129,7 @@ impl Candidate {
             spec: crate::llama::settings::SpecSettings::default(),
             sampling: crate::llama::settings::SamplingMode::Host,
             first_sampling: None,
+            profile_rate: 0,
         }
     }
 }

@@ -171,6 +171,9 @@ pub struct TurnReport {
     /// Speculative decoding's counts and times, when the engine speculates.
     #[serde(skip)]
     pub spec: Option<crate::metrics::spec::SpecStats>,
+    /// The step profiler's record of the turn (`--profile`; `None` when off).
+    #[serde(skip)]
+    pub profile: Option<crate::metrics::profile::ProfileRecord>,
 }
 
 /// Model B's answer in an A/B comparison.

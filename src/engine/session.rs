@@ -78,6 +78,8 @@ pub(super) struct Session<'m> {
     backend_chain: Option<SamplingParams>,
     /// The output layer runs on a GPU (auto samples on the backend only then).
     output_on_gpu: bool,
+    /// The step profiler watching the context's graph (`profile_rate` > 0).
+    profiler: Option<std::sync::Arc<llama::profile::StepProfiler>>,
 }
 
 /// Marks a message's place in the templated prompt, so the template's text around it can be
@@ -104,10 +106,13 @@ impl<'m> Session<'m> {
             choose_place(cfg.settings.sampling, p, cx).is_ok_and(|place| place.backend)
         });
         let context_started = Instant::now();
-        let ctx = match &backend {
-            Some(p) => llama::new_context_with_chain(model, &cfg.settings, backend_chain(p))?,
-            None => llama::new_context(model, &cfg.settings, 1)?,
-        };
+        let profiler = (cfg.settings.profile_rate > 0).then(llama::profile::StepProfiler::new);
+        let ctx = llama::new_session_context(
+            model,
+            &cfg.settings,
+            backend.as_ref().map(backend_chain),
+            profiler.clone(),
+        )?;
         let context = context_started.elapsed();
         let (style, template, template_note) = resolve_template(model, &cfg.settings.template)?;
         let mut info = llama::describe(model, &ctx, &cfg.model_path, &cfg.settings, started);
@@ -141,6 +146,7 @@ impl<'m> Session<'m> {
             settings: cfg.settings.clone(),
             backend_chain: backend,
             output_on_gpu,
+            profiler,
         })
     }
 
@@ -165,12 +171,12 @@ impl<'m> Session<'m> {
                 place.as_str(),
                 place.why
             );
-            self.ctx = match &want {
-                Some(p) => {
-                    llama::new_context_with_chain(self.model, &self.settings, backend_chain(p))?
-                }
-                None => llama::new_context(self.model, &self.settings, 1)?,
-            };
+            self.ctx = llama::new_session_context(
+                self.model,
+                &self.settings,
+                want.as_ref().map(backend_chain),
+                self.profiler.clone(),
+            )?;
             self.backend_chain = want;
             self.cached.clear();
         }
@@ -604,6 +610,14 @@ impl<'m> Session<'m> {
             gap_start: Instant::now(),
             timeline,
             stop_reason: None,
+            profile: self
+                .profiler
+                .as_ref()
+                .map(|_| crate::metrics::profile::ProfileRecord {
+                    rate: self.settings.profile_rate,
+                    calls: Vec::with_capacity(max_tokens),
+                    ..Default::default()
+                }),
         }
     }
 
@@ -731,15 +745,41 @@ impl<'m> Session<'m> {
                 .add(*d, (self.cached.len() + 1 + i) as i32, &[0], true)
                 .map_err(|e| EngineError::Decode(e.to_string()))?;
         }
+        let profiler = self.profiler.as_ref().filter(|_| {
+            crate::metrics::profile::sampled(turn.timeline.decode_calls, self.settings.profile_rate)
+        });
+        let rows = batch.n_tokens() as usize;
         let step = Instant::now();
         let gap = (step - turn.gap_start).saturating_sub(draft_time);
         turn.host.gaps.push(gap);
         turn.host.total += gap;
-        self.ctx
-            .decode(batch)
-            .map_err(|e| EngineError::Decode(e.to_string()))?;
+        if let Some(p) = profiler {
+            p.arm(step);
+        }
+        let decoded = self.ctx.decode(batch);
         self.ctx.synchronize();
-        turn.timeline.pass_done_at.push(t0.elapsed());
+        let call_end = Instant::now();
+        turn.timeline
+            .pass_done_at
+            .push(call_end.saturating_duration_since(t0));
+        if let Some(record) = turn.profile.as_mut() {
+            let call = call_end - step;
+            record.calls.push((call, profiler.is_some()));
+            if let Some(p) = profiler {
+                let r = p.disarm(call_end);
+                record.steps.push(crate::metrics::profile::StepRecord {
+                    nodes: r.nodes,
+                    graph_inputs: r.graph_inputs,
+                    sync: r.sync,
+                    output: r.output,
+                    host: gap,
+                    wall: gap + call,
+                    rows,
+                    depth: self.cached.len(),
+                });
+            }
+        }
+        decoded.map_err(|e| EngineError::Decode(e.to_string()))?;
         self.cached.push(token);
         turn.logits_index = 0;
         let accepted = if turn.drafts.is_empty() {
@@ -927,6 +967,7 @@ impl<'m> Session<'m> {
             },
             sampling: place,
             spec: turn.spec_stats,
+            profile: turn.profile,
         })
     }
 }
@@ -964,6 +1005,8 @@ struct Turn<'m> {
     gap_start: Instant,
     timeline: TurnTimeline,
     stop_reason: Option<StopReason>,
+    /// The step profiler's record (`None` when it is off).
+    profile: Option<crate::metrics::profile::ProfileRecord>,
 }
 
 /// Decide how prompts are built: (style, label for the stamp, note when not the model's own).

@@ -10,6 +10,7 @@ pub(crate) mod measure;
 pub(crate) mod model_info;
 pub(crate) mod placement;
 pub mod probe;
+pub(crate) mod profile;
 pub mod runs;
 pub mod sampler;
 pub mod settings;
@@ -307,6 +308,26 @@ pub fn new_context_with_chain<'m>(
     model
         .new_context_with_samplers(backend()?, context_params(s, 1), [(0, chain)])
         .map_err(|_| context_failed(s))
+}
+
+/// A chat session's context: sampling inside the graph with `chain` when given, and the step
+/// profiler watching the graph when given (an evaluation callback is installed only then).
+pub(crate) fn new_session_context<'m>(
+    model: &'m LlamaModel,
+    s: &EngineSettings,
+    chain: Option<LlamaSampler>,
+    profiler: Option<std::sync::Arc<profile::StepProfiler>>,
+) -> Result<LlamaContext<'m>, EngineError> {
+    crate::logging::clear_llama_problems();
+    let mut params = context_params(s, 1);
+    if let Some(p) = profiler {
+        params = params.with_eval_observer(p);
+    }
+    match chain {
+        Some(chain) => model.new_context_with_samplers(backend()?, params, [(0, chain)]),
+        None => model.new_context(backend()?, params),
+    }
+    .map_err(|_| context_failed(s))
 }
 
 /// llama.cpp's usual chain order: penalties → top-k → top-p → min-p → temperature → draw.

@@ -35,6 +35,9 @@ pub struct EngineSettings {
     /// The sampling the first turn is expected to use. When it can run on the backend, the
     /// context is created with that chain, so that the first turn need not rebuild it.
     pub first_sampling: Option<SamplingParams>,
+    /// The step profiler: one decode step in this many is timed node by node (0 = off: no
+    /// evaluation callback is installed at all). docs/metrics.md, "Step profile".
+    pub profile_rate: u32,
 }
 
 impl Default for EngineSettings {
@@ -52,6 +55,7 @@ impl Default for EngineSettings {
             spec: SpecSettings::default(),
             sampling: SamplingMode::Auto,
             first_sampling: None,
+            profile_rate: 0,
         }
     }
 }

@@ -12,6 +12,7 @@ pub(crate) mod busy;
 pub(crate) mod energy;
 pub(crate) mod host;
 pub mod paired;
+pub mod profile;
 pub mod remote;
 pub mod roofline;
 pub mod spec;

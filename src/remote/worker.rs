@@ -394,6 +394,7 @@ fn report(turn: RemoteTurn) -> Result<TurnReport, EngineError> {
         sampling: Default::default(),
         // The server's own speculation (if any) is not reported through the API.
         spec: None,
+        profile: None,
     })
 }
 

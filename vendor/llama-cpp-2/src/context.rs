@@ -19,6 +19,7 @@ use crate::{
     LlamaLoraAdapterSetError,
 };
 
+pub mod eval;
 pub mod kv_cache;
 pub mod params;
 pub mod session;
@@ -29,6 +30,8 @@ pub struct LlamaContext<'a> {
     pub(crate) context: Ptr<llama_cpp_sys_2::llama_context>,
     /// Backend samplers kept alive for the context's lifetime.
     _backend_samplers: Vec<(i32, LlamaSampler)>,
+    /// The graph observer its `cb_eval_user_data` points to (tokscope's vendoring).
+    _eval_observer: Option<std::sync::Arc<eval::ObserverSlot>>,
     /// The context internally holds a reference to the model, which can be
     /// retrieved with `llama_get_model`.
     model: PhantomData<&'a LlamaModel>,
@@ -52,10 +55,14 @@ impl Debug for LlamaContext<'_> {
 }
 
 impl<'model> LlamaContext<'model> {
-    pub(crate) fn new(llama_context: Ptr<llama_cpp_sys_2::llama_context>) -> Self {
+    pub(crate) fn new(
+        llama_context: Ptr<llama_cpp_sys_2::llama_context>,
+        eval_observer: Option<std::sync::Arc<eval::ObserverSlot>>,
+    ) -> Self {
         Self {
             context: llama_context,
             _backend_samplers: Vec::new(),
+            _eval_observer: eval_observer,
             model: PhantomData,
             data: PhantomData,
         }
@@ -64,10 +71,12 @@ impl<'model> LlamaContext<'model> {
     pub(crate) fn with_samplers(
         llama_context: Ptr<llama_cpp_sys_2::llama_context>,
         backend_samplers: Vec<(i32, LlamaSampler)>,
+        eval_observer: Option<std::sync::Arc<eval::ObserverSlot>>,
     ) -> Self {
         Self {
             context: llama_context,
             _backend_samplers: backend_samplers,
+            _eval_observer: eval_observer,
             model: PhantomData,
             data: PhantomData,
         }

@@ -422,7 +422,7 @@ impl LlamaModel {
         };
         let context = Ptr::new(context).ok_or(LlamaContextLoadError::NullReturn)?;
 
-        Ok(LlamaContext::new(context))
+        Ok(LlamaContext::new(context, params.eval_observer))
     }
 
     /// Create a new context bound to another context via llama.cpp's `ctx_other` field.
@@ -454,7 +454,7 @@ impl LlamaModel {
         };
         let context = Ptr::new(context).ok_or(LlamaContextLoadError::NullReturn)?;
 
-        Ok(LlamaContext::new(context))
+        Ok(LlamaContext::new(context, params.eval_observer))
     }
 
     /// Creates a new context with backend samplers attached for specific sequences.
@@ -517,7 +517,11 @@ impl LlamaModel {
         };
         let context = Ptr::new(context).ok_or(LlamaContextLoadError::NullReturn)?;
 
-        Ok(LlamaContext::with_samplers(context, samplers))
+        Ok(LlamaContext::with_samplers(
+            context,
+            samplers,
+            params.eval_observer,
+        ))
     }
 
     /// Apply the models chat template to some messages.

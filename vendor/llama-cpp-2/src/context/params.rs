@@ -1,6 +1,10 @@
 //! A safe wrapper around `llama_context_params`.
 mod get_set;
 
+use std::sync::Arc;
+
+use super::eval::{trampoline, EvalObserver, ObserverSlot};
+
 /// A rusty wrapper around `rope_scaling_type`.
 #[repr(i8)]
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -300,6 +304,9 @@ impl From<llama_cpp_sys_2::ggml_type> for KvCacheType {
 )]
 pub struct LlamaContextParams {
     pub(crate) context_params: llama_cpp_sys_2::llama_context_params,
+    /// The observer `cb_eval_user_data` points to, kept alive with the params and then the
+    /// context (tokscope's vendoring).
+    pub(crate) eval_observer: Option<Arc<super::eval::ObserverSlot>>,
 }
 
 /// SAFETY: we do not currently allow setting or reading the pointers that cause this to not be automatically send or sync.
@@ -317,6 +324,23 @@ unsafe impl Sync for LlamaContextParams {}
 impl Default for LlamaContextParams {
     fn default() -> Self {
         let context_params = unsafe { llama_cpp_sys_2::llama_context_default_params() };
-        Self { context_params }
+        Self {
+            context_params,
+            eval_observer: None,
+        }
+    }
+}
+
+impl LlamaContextParams {
+    /// Watch the graph as it is computed (llama.cpp's `cb_eval`; see
+    /// [`EvalObserver`](super::eval::EvalObserver)). The context keeps the observer alive.
+    /// Added by tokscope's vendoring.
+    #[must_use]
+    pub fn with_eval_observer(mut self, observer: Arc<dyn EvalObserver>) -> Self {
+        let slot = Arc::new(ObserverSlot(observer));
+        self.context_params.cb_eval = Some(trampoline);
+        self.context_params.cb_eval_user_data = Arc::as_ptr(&slot).cast_mut().cast();
+        self.eval_observer = Some(slot);
+        self
     }
 }

@@ -1,0 +1,639 @@
+//! Where a decode step's time goes (docs/metrics.md, "Step profile"). The engine times each
+//! node of a sampled step's graph as llama.cpp's scheduler computes it (`llama::profile`) and
+//! hands the raw record here; this module names the parts, sums them and sets the physics
+//! beside them. Names come from the graph: a matrix product is placed by the GGUF name of the
+//! weight it reads (`blk.3.ffn_down.weight`), which every llama.cpp architecture shares; a
+//! node without a weight by its operation (ROPE, FLASH_ATTN_EXT, SET_ROWS into the cache) or,
+//! for norms and element-wise steps, by the named node near it (`attn_norm-3`, `ffn_inp-3`).
+//! A graph whose weights carry no recognisable names is shown by operation only: it is never
+//! given part names it may not have.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Serialize;
+
+/// What the engine read off one computed node of a sampled step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeFacts {
+    /// The node's name in the graph (`attn_norm-3`, `Qcur-0`, "" when unnamed).
+    pub name: String,
+    /// ggml's operation (`MUL_MAT`, `ROPE`, `SWIGLU`).
+    pub op: &'static str,
+    /// The GGUF name of the model weight it reads, if any (`blk.3.ffn_down.weight`).
+    pub weight: Option<String>,
+    /// Bytes of that weight (0 without one).
+    pub weight_bytes: u64,
+    /// Bytes of the KV cache it reads (the K and V views of attention; 0 elsewhere).
+    pub kv_bytes: u64,
+    /// Floating-point operations (matrix products and attention: 2 per multiply-add; 0 for
+    /// the rest, which is small beside them).
+    pub flops: u64,
+    /// Its time: from the scheduler's question about the first node of its range to the
+    /// synchronisation after it (the views before it, which compute nothing, are in it).
+    pub time: Duration,
+}
+
+/// A sampled step as the engine recorded it. Its pieces add up to `wall` by construction;
+/// `StepBreakdown::sum_ms` against `wall_ms` checks that none was lost.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StepRecord {
+    pub nodes: Vec<NodeFacts>,
+    /// The decode call's start → the scheduler's first question: graph build or reuse, the
+    /// inputs set, the scheduler's split.
+    pub graph_inputs: Duration,
+    /// Between one node's synchronisation and the next question: the callback's own time.
+    pub sync: Duration,
+    /// The last node's synchronisation → the decode call's return (and the engine's
+    /// synchronize): the logits copied out.
+    pub output: Duration,
+    /// The host gap before the decode call: sampling the token, detokenizing it, its event.
+    pub host: Duration,
+    /// The step's wall time, taken apart from the above: host gap + the decode call.
+    pub wall: Duration,
+    /// Rows the pass computed (1 for plain decoding; 1 + drafts when verifying).
+    pub rows: usize,
+    /// Tokens in the KV cache before the pass (the depth attention reads).
+    pub depth: usize,
+}
+
+/// A part of a decode step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Part {
+    Embed,
+    AttnNorm,
+    Qkv,
+    Rope,
+    KvWrite,
+    Attention,
+    AttnOut,
+    FfnNorm,
+    FfnUp,
+    FfnDown,
+    Head,
+    /// Nodes of a recognised graph that no rule places (shown, never hidden).
+    OtherOps,
+    GraphInputs,
+    Sync,
+    Output,
+    Host,
+}
+
+impl Part {
+    /// Every part in the order a step runs them.
+    pub const ALL: [Part; 16] = [
+        Part::Host,
+        Part::GraphInputs,
+        Part::Embed,
+        Part::AttnNorm,
+        Part::Qkv,
+        Part::Rope,
+        Part::KvWrite,
+        Part::Attention,
+        Part::AttnOut,
+        Part::FfnNorm,
+        Part::FfnUp,
+        Part::FfnDown,
+        Part::Head,
+        Part::OtherOps,
+        Part::Sync,
+        Part::Output,
+    ];
+
+    /// The name shown and written (`--json`, `bench --profile` columns).
+    pub fn label(self) -> &'static str {
+        match self {
+            Part::Embed => "embed",
+            Part::AttnNorm => "attn norm",
+            Part::Qkv => "attn QKV",
+            Part::Rope => "attn RoPE",
+            Part::KvWrite => "attn KV write",
+            Part::Attention => "attn over cache",
+            Part::AttnOut => "attn out proj",
+            Part::FfnNorm => "ffn norm",
+            Part::FfnUp => "ffn gate/up",
+            Part::FfnDown => "ffn down",
+            Part::Head => "output head",
+            Part::OtherOps => "other ops",
+            Part::GraphInputs => "graph + inputs",
+            Part::Sync => "sync / other",
+            Part::Output => "logits out",
+            Part::Host => "host (sample, detok, event)",
+        }
+    }
+
+    /// Whether the part is computed per layer (the layer strip sums these).
+    fn in_layer(self) -> bool {
+        matches!(
+            self,
+            Part::AttnNorm
+                | Part::Qkv
+                | Part::Rope
+                | Part::KvWrite
+                | Part::Attention
+                | Part::AttnOut
+                | Part::FfnNorm
+                | Part::FfnUp
+                | Part::FfnDown
+        )
+    }
+}
+
+/// `blk.12.attn_q.weight` → (12, "attn_q"); `output.weight` → (None, "output").
+fn weight_kind(name: &str) -> (Option<u16>, &str) {
+    let base = name.strip_suffix(".weight").unwrap_or(name);
+    let base = base.strip_suffix(".bias").unwrap_or(base);
+    if let Some(rest) = base.strip_prefix("blk.") {
+        if let Some((layer, kind)) = rest.split_once('.') {
+            return (layer.parse().ok(), kind);
+        }
+    }
+    (None, base)
+}
+
+/// The part a weight's kind belongs to; `None` for a kind no rule knows.
+fn weight_part(kind: &str, op: &str) -> Option<Part> {
+    Some(match kind {
+        "attn_norm" => Part::AttnNorm,
+        "attn_q" | "attn_k" | "attn_v" | "attn_qkv" | "attn_q_norm" | "attn_k_norm" => Part::Qkv,
+        "attn_output" | "attn_post_norm" => Part::AttnOut,
+        "ffn_norm" | "ffn_pre_norm" => Part::FfnNorm,
+        "ffn_gate" | "ffn_up" | "ffn_gate_exps" | "ffn_up_exps" | "ffn_gate_up_exps"
+        | "ffn_gate_inp" | "ffn_gate_shexp" | "ffn_up_shexp" => Part::FfnUp,
+        "ffn_down" | "ffn_down_exps" | "ffn_down_shexp" | "ffn_post_norm" => Part::FfnDown,
+        "output" | "output_norm" => Part::Head,
+        "token_embd" if op == "GET_ROWS" => Part::Embed,
+        // A tied output layer reads the embedding table.
+        "token_embd" => Part::Head,
+        "rope_freqs" => Part::Rope,
+        _ => return None,
+    })
+}
+
+/// The part a named node marks, by llama.cpp's graph names (`cb(cur, "ffn_inp", il)`).
+fn name_part(name: &str) -> Option<(Part, Option<u16>)> {
+    let base = name.split(" (").next().unwrap_or(name);
+    let (stem, layer) = match base.rsplit_once('-') {
+        Some((stem, n)) if n.bytes().all(|b| b.is_ascii_digit()) && !n.is_empty() => {
+            (stem, n.parse().ok())
+        }
+        _ => (base, None),
+    };
+    let part = match stem {
+        "inp_embd" | "inp_scaled" => Part::Embed,
+        "attn_norm" => Part::AttnNorm,
+        "Qcur" | "Kcur" | "Vcur" | "Qcur_normed" | "Kcur_normed" => Part::Qkv,
+        "kq" | "kq_soft_max" | "kqv" | "kqv_out" | "__fattn__" | "kqv_merged"
+        | "kqv_merged_cont" => Part::Attention,
+        "attn_out" | "attn_post_norm" | "ffn_inp" => Part::AttnOut,
+        "ffn_norm" => Part::FfnNorm,
+        "ffn_gate" | "ffn_up" | "ffn_gate_par" | "ffn_swiglu" | "ffn_geglu" | "ffn_silu"
+        | "ffn_gelu" => Part::FfnUp,
+        "ffn_out" | "ffn_post_norm" | "l_out" => Part::FfnDown,
+        "result_norm" | "result_output" => Part::Head,
+        _ => return None,
+    };
+    Some((part, layer))
+}
+
+fn is_norm(op: &str) -> bool {
+    matches!(op, "RMS_NORM" | "NORM" | "L2_NORM" | "GROUP_NORM")
+}
+
+/// Each node's part and layer, and whether the graph's weights were recognised (every layer
+/// part found: QKV, the output projection, the FFN down projection). Unrecognised: every
+/// node is `OtherOps` and only the operation view is meaningful.
+pub fn classify(nodes: &[NodeFacts]) -> (Vec<(Part, Option<u16>)>, bool) {
+    let mut out = Vec::with_capacity(nodes.len());
+    let mut part = Part::Embed;
+    let mut layer: Option<u16> = None;
+    for (i, n) in nodes.iter().enumerate() {
+        let by_weight = n.weight.as_deref().and_then(|w| {
+            let (l, kind) = weight_kind(w);
+            weight_part(kind, n.op).map(|p| (p, l))
+        });
+        let placed = if let Some((p, l)) = by_weight {
+            (p, l.or(layer))
+        } else if n.op == "ROPE" {
+            (Part::Rope, layer)
+        } else if matches!(n.op, "SET_ROWS" | "CPY") && n.name.contains("cache_") {
+            (Part::KvWrite, layer)
+        } else if matches!(n.op, "FLASH_ATTN_EXT" | "SOFT_MAX")
+            || (n.op == "MUL_MAT" && n.weight.is_none() && layer.is_some())
+        {
+            (Part::Attention, layer)
+        } else if is_norm(n.op) {
+            // A norm is placed with the weighted multiply that follows it (build_norm: the
+            // norm, then × its weight).
+            let next = nodes[i + 1..].iter().take(3).find_map(|m| {
+                let (l, kind) = weight_kind(m.weight.as_deref()?);
+                weight_part(kind, m.op).map(|p| (p, l))
+            });
+            next.map_or((part, layer), |(p, l)| (p, l.or(layer)))
+        } else if let Some((p, l)) = name_part(&n.name) {
+            (p, l.or(layer))
+        } else {
+            (part, layer)
+        };
+        part = placed.0;
+        layer = placed.1;
+        out.push(placed);
+    }
+    let seen = |want: Part| out.iter().any(|(p, l)| *p == want && l.is_some());
+    let recognised = seen(Part::Qkv) && seen(Part::AttnOut) && seen(Part::FfnDown);
+    if !recognised {
+        out.fill((Part::OtherOps, None));
+    }
+    (out, recognised)
+}
+
+/// One part's figures, as a mean over the steps summed.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PartFigures {
+    pub part: &'static str,
+    pub ms: f64,
+    /// Of the step's wall time.
+    pub share: f64,
+    /// Weight bytes and KV-cache bytes read per step.
+    pub weight_bytes: u64,
+    pub kv_bytes: u64,
+    /// (weight + KV bytes) ÷ time; `None` for a part that reads neither.
+    pub gb_per_s: Option<f64>,
+    /// Achieved GB/s ÷ the roofline's bandwidth, in percent; `None` without either.
+    pub mbu_pct: Option<f64>,
+    pub flops: u64,
+    pub gflop_per_s: Option<f64>,
+}
+
+/// One operation type's time, summed over its nodes.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OpFigures {
+    pub op: &'static str,
+    pub nodes: usize,
+    pub ms: f64,
+    pub share: f64,
+}
+
+/// The breakdown of one or more sampled steps (means per step).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StepBreakdown {
+    pub steps: usize,
+    /// Whether the parts come from recognised weight and node names (`false`: only `ops`).
+    pub by_name: bool,
+    pub wall_ms: f64,
+    /// Every part's time added up; agrees with `wall_ms` (docs/checks.md).
+    pub sum_ms: f64,
+    pub parts: Vec<PartFigures>,
+    pub ops: Vec<OpFigures>,
+    /// The layer parts' time per layer, layer 0 first.
+    pub layers_ms: Vec<f64>,
+    pub rows: usize,
+    pub depth: usize,
+}
+
+/// The mean breakdown of `steps`; `bandwidth` (bytes/s) is the roofline's, for the per-part
+/// MBU. `None` without steps.
+pub fn breakdown(steps: &[StepRecord], bandwidth: Option<f64>) -> Option<StepBreakdown> {
+    let last = steps.last()?;
+    let n = steps.len() as f64;
+    let mut time: BTreeMap<Part, (Duration, u64, u64, u64)> = BTreeMap::new();
+    let mut ops: BTreeMap<&'static str, (usize, Duration)> = BTreeMap::new();
+    let mut layers: Vec<Duration> = Vec::new();
+    let mut by_name = true;
+    let mut wall = Duration::ZERO;
+    for s in steps {
+        let (placed, recognised) = classify(&s.nodes);
+        by_name &= recognised;
+        wall += s.wall;
+        for (node, (part, layer)) in s.nodes.iter().zip(&placed) {
+            let e = time.entry(*part).or_default();
+            e.0 += node.time;
+            e.1 += node.weight_bytes;
+            e.2 += node.kv_bytes;
+            e.3 += node.flops;
+            let o = ops.entry(node.op).or_default();
+            o.0 += 1;
+            o.1 += node.time;
+            if let Some(l) = layer.filter(|_| part.in_layer()) {
+                let l = usize::from(l);
+                if layers.len() <= l {
+                    layers.resize(l + 1, Duration::ZERO);
+                }
+                layers[l] += node.time;
+            }
+        }
+        for (part, d) in [
+            (Part::GraphInputs, s.graph_inputs),
+            (Part::Sync, s.sync),
+            (Part::Output, s.output),
+            (Part::Host, s.host),
+        ] {
+            time.entry(part).or_default().0 += d;
+        }
+    }
+    let wall_ms = super::ms(wall) / n;
+    let share = |ms: f64| if wall_ms > 0.0 { ms / wall_ms } else { 0.0 };
+    let parts: Vec<PartFigures> = Part::ALL
+        .iter()
+        .filter_map(|p| time.get(p).map(|t| (*p, *t)))
+        .map(|(p, (d, wb, kb, fl))| {
+            let ms = super::ms(d) / n;
+            let (wb, kb, fl) = (
+                (wb as f64 / n) as u64,
+                (kb as f64 / n) as u64,
+                (fl as f64 / n) as u64,
+            );
+            let secs = ms / 1e3;
+            let gb_per_s = (wb + kb > 0 && secs > 0.0).then(|| (wb + kb) as f64 / secs / 1e9);
+            PartFigures {
+                part: p.label(),
+                ms,
+                share: share(ms),
+                weight_bytes: wb,
+                kv_bytes: kb,
+                gb_per_s,
+                mbu_pct: gb_per_s
+                    .zip(bandwidth.filter(|b| *b > 0.0))
+                    .map(|(g, b)| g * 1e9 / b * 100.0),
+                flops: fl,
+                gflop_per_s: (fl > 0 && secs > 0.0).then(|| fl as f64 / secs / 1e9),
+            }
+        })
+        .collect();
+    let sum_ms = parts.iter().map(|p| p.ms).sum();
+    let mut ops: Vec<OpFigures> = ops
+        .into_iter()
+        .map(|(op, (count, d))| {
+            let ms = super::ms(d) / n;
+            OpFigures {
+                op,
+                nodes: (count as f64 / n).round() as usize,
+                ms,
+                share: share(ms),
+            }
+        })
+        .collect();
+    ops.sort_by(|a, b| b.ms.total_cmp(&a.ms));
+    Some(StepBreakdown {
+        steps: steps.len(),
+        by_name,
+        wall_ms,
+        sum_ms,
+        parts,
+        ops,
+        layers_ms: layers.iter().map(|d| super::ms(*d) / n).collect(),
+        rows: last.rows,
+        depth: last.depth,
+    })
+}
+
+/// A turn's raw profile, as the engine hands it over.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ProfileRecord {
+    /// One decode step in `rate` was profiled.
+    pub rate: u32,
+    pub steps: Vec<StepRecord>,
+    /// Every decode call of the turn, in order: its time and whether it was profiled.
+    pub calls: Vec<(Duration, bool)>,
+}
+
+impl ProfileRecord {
+    /// The figures, with the roofline's `bandwidth` (bytes/s) for each part's MBU.
+    /// `pass_gaps` are the turn's gaps between decode passes (`TurnTimeline::pass_gaps`), one
+    /// per call, and `tokens_per_pass` its tokens per pass: the decode rate both ways.
+    /// `None` without a sampled step.
+    pub fn figures(
+        &self,
+        pass_gaps: &[Duration],
+        tokens_per_pass: f64,
+        bandwidth: Option<f64>,
+    ) -> Option<TurnProfile> {
+        let mean_call = |profiled: bool| {
+            let v: Vec<f64> = self
+                .calls
+                .iter()
+                .filter(|c| c.1 == profiled)
+                .map(|c| super::ms(c.0))
+                .collect();
+            (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+        };
+        let rate = |keep: &dyn Fn(bool) -> bool| {
+            let (n, total) = pass_gaps
+                .iter()
+                .zip(&self.calls)
+                .filter(|(_, c)| keep(c.1))
+                .fold((0usize, Duration::ZERO), |(n, t), (g, _)| (n + 1, t + *g));
+            super::rate_per_s(n, total).map(|r| r * tokens_per_pass)
+        };
+        Some(TurnProfile {
+            rate: self.rate,
+            mean: breakdown(&self.steps, bandwidth)?,
+            last: breakdown(self.steps.last().map(std::slice::from_ref)?, bandwidth)?,
+            profiled_call_ms: mean_call(true),
+            unprofiled_call_ms: mean_call(false),
+            decode_tok_per_s_unsampled: rate(&|profiled| !profiled),
+            decode_tok_per_s_all: rate(&|_| true),
+        })
+    }
+}
+
+/// A turn's profile: the sampled steps' mean and the last one, and what sampling cost.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TurnProfile {
+    /// One decode step in `rate` was profiled.
+    pub rate: u32,
+    pub mean: StepBreakdown,
+    pub last: StepBreakdown,
+    /// The mean decode call of a profiled step and of the others, ms: what the instrument
+    /// adds to the steps it samples (`None` without both kinds).
+    pub profiled_call_ms: Option<f64>,
+    pub unprofiled_call_ms: Option<f64>,
+    /// The decode rate over the passes not profiled, and over all of them: the turn's tok/s
+    /// both ways (passes per second × tokens per pass).
+    pub decode_tok_per_s_unsampled: Option<f64>,
+    pub decode_tok_per_s_all: Option<f64>,
+}
+
+impl TurnProfile {
+    /// What a profiled decode call costs over an unprofiled one, as a fraction (0.05 = 5%
+    /// longer).
+    pub fn sampled_cost(&self) -> Option<f64> {
+        Some(self.profiled_call_ms? / self.unprofiled_call_ms? - 1.0)
+    }
+}
+
+/// The profile's level of detail (`--profile parts|ops`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProfileLevel {
+    #[default]
+    Parts,
+    Ops,
+}
+
+impl std::str::FromStr for ProfileLevel {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "parts" => Ok(Self::Parts),
+            "ops" => Ok(Self::Ops),
+            other => Err(format!(
+                "unknown profile level '{other}': use parts (attention, FFN, head per layer) or \
+                 ops (time per operation type)"
+            )),
+        }
+    }
+}
+
+/// Which decode steps are profiled: one in `rate` (0 = none), from the `rate`-th on (the
+/// first step, which warms the caches, is never the only one sampled).
+pub fn sampled(step: usize, rate: u32) -> bool {
+    rate > 0 && (step + 1) % rate as usize == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str, op: &'static str, weight: Option<&str>, ms: u64) -> NodeFacts {
+        NodeFacts {
+            name: name.into(),
+            op,
+            weight: weight.map(Into::into),
+            weight_bytes: if weight.is_some() { 1_000_000 } else { 0 },
+            kv_bytes: 0,
+            flops: 0,
+            time: Duration::from_millis(ms),
+        }
+    }
+
+    /// One Llama layer as llama.cpp 0.1.160 builds it for one token (flash attention off).
+    fn llama_layer(l: u16) -> Vec<NodeFacts> {
+        let w = |k: &str| format!("blk.{l}.{k}.weight");
+        vec![
+            node(&format!("norm-{l}"), "RMS_NORM", None, 1),
+            node(&format!("attn_norm-{l}"), "MUL", Some(&w("attn_norm")), 1),
+            node(&format!("Qcur-{l}"), "MUL_MAT", Some(&w("attn_q")), 4),
+            node(&format!("Kcur-{l}"), "MUL_MAT", Some(&w("attn_k")), 1),
+            node(&format!("Vcur-{l}"), "MUL_MAT", Some(&w("attn_v")), 1),
+            node(&format!("Qcur-{l}"), "ROPE", None, 1),
+            node(&format!("Kcur-{l}"), "ROPE", None, 1),
+            node(&format!("cache_k_l{l} (view)"), "SET_ROWS", None, 1),
+            node(&format!("cache_v_l{l} (view)"), "SET_ROWS", None, 1),
+            node(&format!("kq-{l}"), "MUL_MAT", None, 2),
+            node(&format!("kq_soft_max-{l}"), "SOFT_MAX", None, 1),
+            node(&format!("kqv-{l}"), "MUL_MAT", None, 2),
+            node(&format!("kqv_out-{l}"), "CONT", None, 1),
+            node("", "MUL_MAT", Some(&w("attn_output")), 4),
+            node(&format!("ffn_inp-{l}"), "ADD", None, 1),
+            node(&format!("norm-{l}"), "RMS_NORM", None, 1),
+            node(&format!("ffn_norm-{l}"), "MUL", Some(&w("ffn_norm")), 1),
+            node(
+                &format!("ffn_gate-{l}"),
+                "MUL_MAT",
+                Some(&w("ffn_gate")),
+                10,
+            ),
+            node(&format!("ffn_up-{l}"), "MUL_MAT", Some(&w("ffn_up")), 10),
+            node(&format!("ffn_swiglu-{l}"), "SWIGLU", None, 1),
+            node(&format!("ffn_out-{l}"), "MUL_MAT", Some(&w("ffn_down")), 10),
+            node(&format!("l_out-{l}"), "ADD", None, 1),
+        ]
+    }
+
+    #[test]
+    fn a_llama_layer_is_named_by_its_weights_and_operations() {
+        let mut nodes = vec![node("inp_embd", "GET_ROWS", Some("token_embd.weight"), 1)];
+        nodes.extend(llama_layer(0));
+        nodes.extend(llama_layer(1));
+        nodes.push(node("norm", "RMS_NORM", None, 1));
+        nodes.push(node("result_norm", "MUL", Some("output_norm.weight"), 1));
+        nodes.push(node("result_output", "MUL_MAT", Some("output.weight"), 20));
+        let (placed, recognised) = classify(&nodes);
+        assert!(recognised);
+        let part_of = |i: usize| placed[i].0;
+        assert_eq!(part_of(0), Part::Embed);
+        let layer0: Vec<Part> = (1..=22).map(part_of).collect();
+        use Part::*;
+        assert_eq!(
+            layer0,
+            vec![
+                AttnNorm, AttnNorm, Qkv, Qkv, Qkv, Rope, Rope, KvWrite, KvWrite, Attention,
+                Attention, Attention, Attention, AttnOut, AttnOut, FfnNorm, FfnNorm, FfnUp, FfnUp,
+                FfnUp, FfnDown, FfnDown
+            ]
+        );
+        assert!(placed[1..=22].iter().all(|p| p.1 == Some(0)));
+        assert!(placed[23..=44].iter().all(|p| p.1 == Some(1)));
+        // The final norm goes with the head, not with the last layer's FFN.
+        assert_eq!(placed[45].0, Head);
+        assert_eq!(placed[46].0, Head);
+        assert_eq!(placed[47].0, Head);
+    }
+
+    #[test]
+    fn a_graph_without_known_weight_names_is_shown_by_operation_only() {
+        let nodes = vec![
+            node("a-0", "MUL_MAT", Some("layers.0.wq"), 3),
+            node("b-0", "ROPE", None, 1),
+            node("c-0", "MUL_MAT", Some("layers.0.w2"), 3),
+        ];
+        let (placed, recognised) = classify(&nodes);
+        assert!(!recognised);
+        assert!(placed.iter().all(|p| *p == (Part::OtherOps, None)));
+        let step = StepRecord {
+            nodes,
+            wall: Duration::from_millis(7),
+            ..StepRecord::default()
+        };
+        let b = breakdown(&[step], None).unwrap();
+        assert!(!b.by_name);
+        assert_eq!(b.ops[0].op, "MUL_MAT");
+        assert_eq!(b.ops[0].nodes, 2);
+        assert!((b.ops[0].ms - 6.0).abs() < 1e-9);
+        assert!(b.layers_ms.is_empty());
+    }
+
+    #[test]
+    fn the_breakdown_adds_up_and_sets_the_physics_beside_each_part() {
+        let mut nodes = llama_layer(0);
+        nodes[20].flops = 2_000_000_000; // ffn_down: 1 MB, 2 GFLOP in 10 ms
+        let step = StepRecord {
+            nodes,
+            graph_inputs: Duration::from_millis(2),
+            sync: Duration::from_millis(1),
+            output: Duration::from_millis(1),
+            host: Duration::from_millis(1),
+            wall: Duration::from_millis(62),
+            rows: 1,
+            depth: 10,
+        };
+        // Twice the same step: the means equal the one step.
+        let b = breakdown(&[step.clone(), step], Some(1e9)).unwrap();
+        assert_eq!(b.steps, 2);
+        assert!((b.sum_ms - 62.0).abs() < 1e-9, "{}", b.sum_ms);
+        assert!((b.wall_ms - 62.0).abs() < 1e-9);
+        let down = b.parts.iter().find(|p| p.part == "ffn down").unwrap();
+        assert!((down.ms - 11.0).abs() < 1e-9);
+        assert_eq!(down.weight_bytes, 1_000_000);
+        // 1 MB in 11 ms = 0.0909 GB/s = 9.09% of 1 GB/s.
+        assert!((down.gb_per_s.unwrap() - 1e6 / 0.011 / 1e9).abs() < 1e-9);
+        assert!((down.mbu_pct.unwrap() - 1e6 / 0.011 / 1e9 * 100.0).abs() < 1e-6);
+        assert!((down.gflop_per_s.unwrap() - 2.0 / 0.011).abs() < 1e-6);
+        assert_eq!(b.layers_ms.len(), 1);
+        assert!((b.layers_ms[0] - 57.0).abs() < 1e-9);
+        let host = b.parts.iter().find(|p| p.part.starts_with("host")).unwrap();
+        assert!(host.gb_per_s.is_none() && host.mbu_pct.is_none());
+    }
+
+    #[test]
+    fn sampling_skips_the_first_step_and_zero_is_off() {
+        let picked: Vec<usize> = (0..40).filter(|s| sampled(*s, 16)).collect();
+        assert_eq!(picked, vec![15, 31]);
+        assert!((0..100).all(|s| !sampled(s, 0)));
+        assert!((0..5).all(|s| sampled(s, 1)));
+        assert!("ops".parse::<ProfileLevel>().is_ok());
+        let e = "layers".parse::<ProfileLevel>().unwrap_err();
+        assert!(e.contains("'layers'") && e.contains("parts"), "{e}");
+    }
+}
