@@ -23,6 +23,8 @@ mod doctor;
 mod hostile;
 #[path = "pretokenizer_matrix.rs"]
 mod pretokenizer_matrix;
+#[path = "profile.rs"]
+mod profile;
 #[path = "run_vs_tg.rs"]
 mod run_vs_tg;
 #[path = "security.rs"]

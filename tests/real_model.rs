@@ -13,28 +13,8 @@ use std::path::PathBuf;
 
 use assert_cmd::Command;
 
-fn demo_model() -> PathBuf {
-    if let Some(p) = std::env::var_os("TOKSCOPE_DEMO_MODEL") {
-        let p = PathBuf::from(p);
-        assert!(
-            p.is_file(),
-            "TOKSCOPE_DEMO_MODEL={} is not a file",
-            p.display()
-        );
-        return p;
-    }
-    let data_dir = tokscope::paths::data_dir();
-    tokscope::demo::find_demo_model(&data_dir).unwrap_or_else(|| {
-        panic!(
-            "the demo model is not in {} : run `tokscope fetch-demo` (scripts/test.sh does) or \
-             set TOKSCOPE_DEMO_MODEL; this test does not pass without its input",
-            data_dir.display()
-        )
-    })
-}
-
 fn run_json(args: &[&str]) -> serde_json::Value {
-    let model = demo_model();
+    let model = common::demo_model();
     let home = tempfile::tempdir().unwrap();
     let out = Command::cargo_bin("tokscope")
         .unwrap()

@@ -13,20 +13,6 @@ use std::path::PathBuf;
 
 use assert_cmd::Command;
 
-fn demo_model() -> PathBuf {
-    if let Some(p) = std::env::var_os("TOKSCOPE_DEMO_MODEL") {
-        return PathBuf::from(p);
-    }
-    let data_dir = tokscope::paths::data_dir();
-    tokscope::demo::find_demo_model(&data_dir).unwrap_or_else(|| {
-        panic!(
-            "the demo model is not in {} : run `tokscope fetch-demo` (scripts/test.sh does) or \
-             set TOKSCOPE_DEMO_MODEL; this test does not pass without its input",
-            data_dir.display()
-        )
-    })
-}
-
 fn run_json(prompt: &str, extra: &[&str]) -> serde_json::Value {
     let home = tempfile::tempdir().unwrap();
     let out = Command::cargo_bin("tokscope")
@@ -39,7 +25,7 @@ fn run_json(prompt: &str, extra: &[&str]) -> serde_json::Value {
         .env_remove("GGML_CPU_TILED_MM")
         .arg("run")
         .arg("-m")
-        .arg(demo_model())
+        .arg(common::demo_model())
         .args(["-p", prompt, "-n", "48", "--ignore-eos"])
         .args(extra)
         .args(["--json", "-t", "1", "-c", "1024", "--temp", "0"])
@@ -61,7 +47,7 @@ const PROMPTS: [&str; 4] = [
 #[test]
 fn ngram_and_self_draft_answers_are_the_plain_answers() {
     let _lock = common::model_lock();
-    let model = demo_model();
+    let model = common::demo_model();
     let model = model.to_str().unwrap();
     let mut accepted = 0;
     for prompt in PROMPTS {

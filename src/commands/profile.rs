@@ -18,7 +18,12 @@ pub struct ProfileArgs {
     #[arg(long, value_name = "LEVEL", num_args = 0..=1, default_missing_value = "parts")]
     pub profile: Option<ProfileLevel>,
     /// With --profile: profile one decode step in N (1: every step; 0: none).
-    #[arg(long, value_name = "N", requires = "profile")]
+    #[arg(
+        long,
+        value_name = "N",
+        requires = "profile",
+        allow_hyphen_values = true
+    )]
     pub profile_rate: Option<u32>,
 }
 

@@ -28,6 +28,7 @@ pub fn tokscope_cmd(home: &Path) -> assert_cmd::Command {
         .env("TOKSCOPE_CONFIG_DIR", home.join("config"))
         .env_remove("TOKSCOPE_MODEL")
         .env_remove("TOKSCOPE_PLANT_SCALE")
+        .env_remove("TOKSCOPE_PLANT_SLOW")
         // Set in this test process by an in-process engine test that turned ggml's tiled
         // matmul off (`llama::invariant`): a child picks its own kernels.
         .env_remove("GGML_CPU_TILED_MM")
@@ -287,5 +288,27 @@ pub fn llama3_tokenizer() -> &'static Path {
                 "{e}\n(set TOKSCOPE_LLAMA3_TOKENIZER to a Llama 3 tokenizer.json to run offline)"
             )
             })
+    })
+}
+
+/// The real demo model (gemma-3-270m Q4_K_M): `TOKSCOPE_DEMO_MODEL`, else where
+/// `tokscope fetch-demo` put it (scripts/test.sh does). A test that needs it fails without it.
+pub fn demo_model() -> PathBuf {
+    if let Some(p) = std::env::var_os("TOKSCOPE_DEMO_MODEL") {
+        let p = PathBuf::from(p);
+        assert!(
+            p.is_file(),
+            "TOKSCOPE_DEMO_MODEL={} is not a file",
+            p.display()
+        );
+        return p;
+    }
+    let data_dir = tokscope::paths::data_dir();
+    tokscope::demo::find_demo_model(&data_dir).unwrap_or_else(|| {
+        panic!(
+            "the demo model is not in {} : run `tokscope fetch-demo` (scripts/test.sh does) or \
+             set TOKSCOPE_DEMO_MODEL; this test does not pass without its input",
+            data_dir.display()
+        )
     })
 }

@@ -1,0 +1,294 @@
+//! The step profiler through the real binary (`run --profile`, docs/metrics.md "Step
+//! profile"): a sampled step's parts add up to its wall time, the parts carry the weights the
+//! file holds, attention grows with depth and the FFN does not, and bad flags are refused.
+
+use std::path::Path;
+
+use crate::common::{self, no_panic, tokscope_cmd};
+use predicates::prelude::*;
+use serde_json::Value;
+
+/// `run --json --profile` with one thread, `n` tokens, the profile of every `rate`-th step.
+fn profiled_run(home: &Path, model: &Path, n: u32, rate: u32, extra: &[&str]) -> Value {
+    let out = tokscope_cmd(home)
+        .args([
+            "run",
+            "-p",
+            "Hello there",
+            "--temp",
+            "0",
+            "--ignore-eos",
+            "-t",
+            "1",
+            "--json",
+        ])
+        .args([
+            "-n",
+            &n.to_string(),
+            "--profile",
+            "--profile-rate",
+            &rate.to_string(),
+        ])
+        .args(extra)
+        .arg("-m")
+        .arg(model)
+        .assert()
+        .success()
+        .stderr(no_panic())
+        .get_output()
+        .stdout
+        .clone();
+    serde_json::from_slice(&out).expect("stdout is one JSON object")
+}
+
+fn part<'a>(b: &'a Value, name: &str) -> &'a Value {
+    b["parts"]
+        .as_array()
+        .and_then(|a| a.iter().find(|p| p["part"] == name))
+        .unwrap_or_else(|| panic!("no part '{name}' in {b}"))
+}
+
+fn f(v: &Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+#[test]
+fn a_sampled_steps_parts_add_up_to_its_wall_time_and_carry_the_files_weights() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let model = common::synth_cli(home.path(), "small", 3);
+    let v = profiled_run(home.path(), &model, 12, 2, &[]);
+    let p = &v["profile"];
+    // 12 tokens: the first comes from prefill, 11 decode calls, every second one profiled.
+    assert_eq!(p["rate"], 2, "{p}");
+    let mean = &p["mean"];
+    assert_eq!(mean["steps"], 5, "{mean}");
+    assert_eq!(p["last"]["steps"], 1);
+    assert_eq!(
+        mean["by_name"], true,
+        "llama's names are recognised: {mean}"
+    );
+    for b in [mean, &p["last"]] {
+        let (sum, wall) = (f(&b["sum_ms"]), f(&b["wall_ms"]));
+        assert!(wall > 0.0);
+        assert!(
+            (sum - wall).abs() <= 0.03 * wall,
+            "parts {sum} ms, wall {wall} ms"
+        );
+    }
+    for name in [
+        "attn QKV",
+        "attn over cache",
+        "attn out proj",
+        "ffn gate/up",
+        "ffn down",
+        "output head",
+    ] {
+        assert!(
+            f(&part(mean, name)["ms"]) > 0.0,
+            "{name} took no time: {mean}"
+        );
+    }
+    // The weights each part reads are the file's: gate and up are each as large as down.
+    let down = f(&part(mean, "ffn down")["weight_bytes"]);
+    let gate_up = f(&part(mean, "ffn gate/up")["weight_bytes"]);
+    assert!(
+        down > 0.0 && (gate_up - 2.0 * down).abs() < 1.0,
+        "gate/up {gate_up}, down {down}"
+    );
+    // One layer strip entry per layer, each with time.
+    let layers = mean["layers_ms"].as_array().unwrap();
+    assert!(
+        !layers.is_empty() && layers.iter().all(|l| f(l) > 0.0),
+        "{layers:?}"
+    );
+    // The ops view: every node's time by operation, matrix products among them.
+    let ops = mean["ops"].as_array().unwrap();
+    assert!(
+        ops.iter()
+            .any(|o| o["op"] == "MUL_MAT" && f(&o["ms"]) > 0.0),
+        "{ops:?}"
+    );
+    let node_ms: f64 = ops.iter().map(|o| f(&o["ms"])).sum();
+    let inside: f64 = mean["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| {
+            ![
+                "host (sample, detok, event)",
+                "graph + inputs",
+                "sync / other",
+                "logits out",
+            ]
+            .contains(&p["part"].as_str().unwrap())
+        })
+        .map(|p| f(&p["ms"]))
+        .sum();
+    assert!(
+        (node_ms - inside).abs() < 1e-6 * inside.max(1.0),
+        "ops {node_ms}, parts {inside}"
+    );
+    // The decode rate both ways, and what a profiled call costs.
+    assert!(f(&p["decode_tok_per_s_unsampled"]) > 0.0);
+    assert!(f(&p["decode_tok_per_s_all"]) > 0.0);
+    assert!(f(&p["profiled_call_ms"]) > 0.0 && f(&p["unprofiled_call_ms"]) > 0.0);
+}
+
+#[test]
+fn without_profile_there_is_no_profile() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let model = common::synth_cli(home.path(), "tiny", 1);
+    let out = tokscope_cmd(home.path())
+        .args(["run", "-p", "Hi", "-n", "4", "-t", "1", "--json", "-m"])
+        .arg(&model)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert!(v.get("profile").is_none(), "{v}");
+}
+
+/// The physics on the real demo model (gemma3, its own graph names): attention over the
+/// cache reads the KV at the current depth, so its time grows with depth; the FFN reads the
+/// same weights at any depth. The stderr table says where the time went.
+#[test]
+fn on_the_demo_model_attention_grows_with_depth_and_the_ffn_does_not() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let model = common::demo_model();
+    let long = "word ".repeat(1400);
+    let shallow = profiled_run(home.path(), &model, 9, 2, &["-c", "2048"]);
+    let out = tokscope_cmd(home.path())
+        .args([
+            "run",
+            "--temp",
+            "0",
+            "--ignore-eos",
+            "-t",
+            "1",
+            "--json",
+            "-n",
+            "9",
+        ])
+        .args([
+            "--profile",
+            "--profile-rate",
+            "2",
+            "-c",
+            "2048",
+            "-p",
+            &long,
+            "-m",
+        ])
+        .arg(&model)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let deep: Value = serde_json::from_slice(&out).unwrap();
+    let (s, d) = (&shallow["profile"]["mean"], &deep["profile"]["mean"]);
+    assert_eq!(
+        s["by_name"], true,
+        "gemma3's weights are named as llama.cpp names them: {s}"
+    );
+    assert!(
+        f(&d["depth"]) > 1000.0 && f(&s["depth"]) < 100.0,
+        "{} {}",
+        d["depth"],
+        s["depth"]
+    );
+    // llama.cpp reads the cache in steps of 256 cells: 256 shallow, 1536 deep.
+    let kv = |b: &Value| f(&part(b, "attn over cache")["kv_bytes"]);
+    assert!(
+        kv(d) > 4.0 * kv(s),
+        "KV read: deep {} shallow {}",
+        kv(d),
+        kv(s)
+    );
+    let attn = |b: &Value| f(&part(b, "attn over cache")["ms"]);
+    assert!(
+        attn(d) > 2.0 * attn(s),
+        "attention: deep {} ms, shallow {} ms",
+        attn(d),
+        attn(s)
+    );
+    let ffn = |b: &Value| f(&part(b, "ffn gate/up")["ms"]) + f(&part(b, "ffn down")["ms"]);
+    let ratio = ffn(d) / ffn(s);
+    assert!(
+        (0.6..1.6).contains(&ratio),
+        "FFN deep/shallow {ratio}: {} vs {}",
+        ffn(d),
+        ffn(s)
+    );
+    assert_eq!(
+        part(d, "ffn down")["weight_bytes"],
+        part(s, "ffn down")["weight_bytes"],
+        "the same weights at any depth"
+    );
+}
+
+#[test]
+fn the_profile_table_is_on_stderr_by_part_or_by_operation() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let model = common::synth_cli(home.path(), "tiny", 2);
+    for (level, heading, row) in [
+        ("parts", "| part ", "ffn down"),
+        ("ops", "| op ", "MUL_MAT"),
+    ] {
+        tokscope_cmd(home.path())
+            .args([
+                "run",
+                "-p",
+                "Hi",
+                "--ignore-eos",
+                "-n",
+                "6",
+                "-t",
+                "1",
+                "--profile",
+                level,
+            ])
+            .args(["--profile-rate", "1", "-m"])
+            .arg(&model)
+            .assert()
+            .success()
+            .stderr(no_panic())
+            .stderr(predicate::str::contains("profile  1 decode step in 1"))
+            .stderr(predicate::str::contains(heading))
+            .stderr(predicate::str::contains(row))
+            .stderr(predicate::str::contains("parts add up to"));
+    }
+}
+
+#[test]
+fn bad_profile_flags_are_refused_with_what_to_do() {
+    let home = tempfile::tempdir().unwrap();
+    let cases: [(&[&str], &str); 5] = [
+        (&["--profile", "layers"], "unknown profile level 'layers'"),
+        (&["--profile", "--profile-rate", "-1"], "invalid value '-1'"),
+        (
+            &["--profile", "--profile-rate", "often"],
+            "invalid value 'often'",
+        ),
+        (&["--profile-rate", "4"], "--profile"),
+        (
+            &["--profile", "--url", "http://127.0.0.1:9"],
+            "cannot be profiled",
+        ),
+    ];
+    for (flags, says) in cases {
+        tokscope_cmd(home.path())
+            .args(["run", "-p", "Hi", "-m", "/nonexistent.gguf"])
+            .args(flags)
+            .assert()
+            .code(2)
+            .stderr(no_panic())
+            .stderr(predicate::str::contains(says));
+    }
+}
