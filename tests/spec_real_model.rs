@@ -9,8 +9,6 @@
 
 use crate::common;
 
-use std::path::PathBuf;
-
 use assert_cmd::Command;
 
 fn run_json(prompt: &str, extra: &[&str]) -> serde_json::Value {
