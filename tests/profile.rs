@@ -121,6 +121,7 @@ fn a_sampled_steps_parts_add_up_to_its_wall_time_and_carry_the_files_weights() {
                 "graph + inputs",
                 "sync / other",
                 "logits out",
+                "profiling (per-node stops)",
             ]
             .contains(&p["part"].as_str().unwrap())
         })

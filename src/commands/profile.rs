@@ -94,7 +94,13 @@ fn ops_table(b: &StepBreakdown) -> String {
         })
         .collect();
     // The step's time outside the graph's nodes, so that the rows add up to its wall time.
-    let outside = [Part::Host, Part::GraphInputs, Part::Sync, Part::Output];
+    let outside = [
+        Part::Host,
+        Part::GraphInputs,
+        Part::Sync,
+        Part::Output,
+        Part::Profiling,
+    ];
     for p in b
         .parts
         .iter()

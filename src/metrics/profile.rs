@@ -77,11 +77,13 @@ pub enum Part {
     Sync,
     Output,
     Host,
+    /// What stopping after every node adds to a profiled step (`per_node` × nodes).
+    Profiling,
 }
 
 impl Part {
     /// Every part in the order a step runs them.
-    pub const ALL: [Part; 16] = [
+    pub const ALL: [Part; 17] = [
         Part::Host,
         Part::GraphInputs,
         Part::Embed,
@@ -98,6 +100,7 @@ impl Part {
         Part::OtherOps,
         Part::Sync,
         Part::Output,
+        Part::Profiling,
     ];
 
     /// The name shown and written (`--json`, `bench --profile` columns).
@@ -119,6 +122,7 @@ impl Part {
             Part::Sync => "sync / other",
             Part::Output => "logits out",
             Part::Host => "host (sample, detok, event)",
+            Part::Profiling => "profiling (per-node stops)",
         }
     }
 
@@ -292,8 +296,14 @@ pub struct StepBreakdown {
 }
 
 /// The mean breakdown of `steps`; `bandwidth` (bytes/s) is the roofline's, for the per-part
-/// MBU. `None` without steps.
-pub fn breakdown(steps: &[StepRecord], bandwidth: Option<f64>) -> Option<StepBreakdown> {
+/// MBU. `per_node` is what profiling adds to each node (`ProfileRecord::per_node_overhead`):
+/// taken off every node's time (down to 0) and shown as its own part, "profiling". `None`
+/// without steps.
+pub fn breakdown(
+    steps: &[StepRecord],
+    bandwidth: Option<f64>,
+    per_node: Duration,
+) -> Option<StepBreakdown> {
     let last = steps.last()?;
     let n = steps.len() as f64;
     let mut time: BTreeMap<Part, (Duration, u64, u64, u64)> = BTreeMap::new();
@@ -306,20 +316,23 @@ pub fn breakdown(steps: &[StepRecord], bandwidth: Option<f64>) -> Option<StepBre
         by_name &= recognised;
         wall += s.wall;
         for (node, (part, layer)) in s.nodes.iter().zip(&placed) {
+            let added = per_node.min(node.time);
+            time.entry(Part::Profiling).or_default().0 += added;
+            let node_time = node.time - added;
             let e = time.entry(*part).or_default();
-            e.0 += node.time;
+            e.0 += node_time;
             e.1 += node.weight_bytes;
             e.2 += node.kv_bytes;
             e.3 += node.flops;
             let o = ops.entry(node.op).or_default();
             o.0 += 1;
-            o.1 += node.time;
+            o.1 += node_time;
             if let Some(l) = layer.filter(|_| part.in_layer()) {
                 let l = usize::from(l);
                 if layers.len() <= l {
                     layers.resize(l + 1, Duration::ZERO);
                 }
-                layers[l] += node.time;
+                layers[l] += node_time;
             }
         }
         for (part, d) in [
@@ -398,6 +411,28 @@ pub struct ProfileRecord {
 }
 
 impl ProfileRecord {
+    /// What profiling adds to each node of a profiled step: the mean profiled decode call
+    /// less the mean unprofiled one, over the mean node count of a profiled step (each node
+    /// is its own graph computation then, with its own start and synchronisation). Zero
+    /// without both kinds of call, or when the profiled ones were not slower.
+    pub fn per_node_overhead(&self) -> Duration {
+        let mean = |profiled: bool| {
+            let v: Vec<Duration> = self
+                .calls
+                .iter()
+                .filter(|c| c.1 == profiled)
+                .map(|c| c.0)
+                .collect();
+            (!v.is_empty()).then(|| v.iter().sum::<Duration>() / v.len() as u32)
+        };
+        let nodes = self.steps.iter().map(|s| s.nodes.len()).sum::<usize>()
+            / self.steps.len().max(1);
+        match (mean(true), mean(false)) {
+            (Some(on), Some(off)) if nodes > 0 => on.saturating_sub(off) / nodes as u32,
+            _ => Duration::ZERO,
+        }
+    }
+
     /// The figures, with the roofline's `bandwidth` (bytes/s) for each part's MBU.
     /// `pass_gaps` are the turn's gaps between decode passes (`TurnTimeline::pass_gaps`), one
     /// per call, and `tokens_per_pass` its tokens per pass: the decode rate both ways.
@@ -425,10 +460,16 @@ impl ProfileRecord {
                 .fold((0usize, Duration::ZERO), |(n, t), (g, _)| (n + 1, t + *g));
             super::rate_per_s(n, total).map(|r| r * tokens_per_pass)
         };
+        let per_node = self.per_node_overhead();
         Some(TurnProfile {
             rate: self.rate,
-            mean: breakdown(&self.steps, bandwidth)?,
-            last: breakdown(self.steps.last().map(std::slice::from_ref)?, bandwidth)?,
+            per_node_overhead_us: per_node.as_secs_f64() * 1e6,
+            mean: breakdown(&self.steps, bandwidth, per_node)?,
+            last: breakdown(
+                self.steps.last().map(std::slice::from_ref)?,
+                bandwidth,
+                per_node,
+            )?,
             profiled_call_ms: mean_call(true),
             unprofiled_call_ms: mean_call(false),
             decode_tok_per_s_unsampled: rate(&|profiled| !profiled),
@@ -442,6 +483,9 @@ impl ProfileRecord {
 pub struct TurnProfile {
     /// One decode step in `rate` was profiled.
     pub rate: u32,
+    /// What profiling added to each node, µs (`ProfileRecord::per_node_overhead`), taken off
+    /// the nodes' times and shown as the part "profiling".
+    pub per_node_overhead_us: f64,
     pub mean: StepBreakdown,
     pub last: StepBreakdown,
     /// The mean decode call of a profiled step and of the others, ms: what the instrument
@@ -586,7 +630,7 @@ mod tests {
             wall: Duration::from_millis(7),
             ..StepRecord::default()
         };
-        let b = breakdown(&[step], None).unwrap();
+        let b = breakdown(&[step], None, Duration::ZERO).unwrap();
         assert!(!b.by_name);
         assert_eq!(b.ops[0].op, "MUL_MAT");
         assert_eq!(b.ops[0].nodes, 2);
@@ -609,7 +653,7 @@ mod tests {
             depth: 10,
         };
         // Twice the same step: the means equal the one step.
-        let b = breakdown(&[step.clone(), step], Some(1e9)).unwrap();
+        let b = breakdown(&[step.clone(), step], Some(1e9), Duration::ZERO).unwrap();
         assert_eq!(b.steps, 2);
         assert!((b.sum_ms - 62.0).abs() < 1e-9, "{}", b.sum_ms);
         assert!((b.wall_ms - 62.0).abs() < 1e-9);
@@ -624,6 +668,42 @@ mod tests {
         assert!((b.layers_ms[0] - 57.0).abs() < 1e-9);
         let host = b.parts.iter().find(|p| p.part.starts_with("host")).unwrap();
         assert!(host.gb_per_s.is_none() && host.mbu_pct.is_none());
+    }
+
+    #[test]
+    fn what_profiling_adds_per_node_is_taken_off_each_node_and_shown() {
+        let step = StepRecord {
+            nodes: llama_layer(0),
+            wall: Duration::from_millis(57),
+            ..StepRecord::default()
+        };
+        // 22 nodes; a profiled call 57 ms, an unprofiled one 46 ms: 0.5 ms a node.
+        let record = ProfileRecord {
+            rate: 2,
+            steps: vec![step],
+            calls: vec![
+                (Duration::from_millis(46), false),
+                (Duration::from_millis(57), true),
+            ],
+        };
+        assert_eq!(record.per_node_overhead(), Duration::from_micros(500));
+        let p = record
+            .figures(&[Duration::from_millis(46), Duration::from_millis(57)], 1.0, None)
+            .unwrap();
+        assert!((p.per_node_overhead_us - 500.0).abs() < 1e-9);
+        let b = &p.mean;
+        let get = |name: &str| b.parts.iter().find(|x| x.part == name).unwrap().ms;
+        assert!((get("profiling (per-node stops)") - 11.0).abs() < 1e-9);
+        // ffn down: 10 + 1 ms less 0.5 ms each.
+        assert!((get("ffn down") - 10.0).abs() < 1e-9);
+        assert!((b.sum_ms - 57.0).abs() < 1e-9, "the whole still adds up: {}", b.sum_ms);
+        // Only unprofiled or only profiled calls: nothing to take off.
+        let mut only = record.clone();
+        only.calls.retain(|c| c.1);
+        assert_eq!(only.per_node_overhead(), Duration::ZERO);
+        // The decode rate both ways: 1 token a pass.
+        assert!((p.decode_tok_per_s_unsampled.unwrap() - 1000.0 / 46.0).abs() < 1e-9);
+        assert!((p.decode_tok_per_s_all.unwrap() - 2000.0 / 103.0).abs() < 1e-9);
     }
 
     #[test]
