@@ -14,12 +14,15 @@
 #   3. headless `tokscope run` against the chat in tmux (decode tok/s), 3 times alternately;
 #   4. `tokscope bench --run-vs-tg --tg-sampling` on the Q4_K_M model: run's engine (greedy and
 #      the default chain) against tg in paired rounds in one process;
+#   5. one `run --profile --profile-rate 4` of the Q4_K_M model: where a decode step's time
+#      goes on the GPU, per part and layer, and what a profiled step costs (profile.json,
+#      profile.txt);
 # and prints one summary: tokscope ÷ llama-bench for pp and tg (mean and range over the
 # rounds), MBU, J/token (NVML), run ÷ tg, the chat's decode ÷ llama-bench tg composed from the
 # two (issue 16's GPU target, ≥ 0.98), and every step that failed or was skipped. Budget: about
-# 7 minutes on an H200. At most 9 files go to OUT (default ./gpu-bench-out):
+# 7 minutes on an H200. At most 11 files go to OUT (default ./gpu-bench-out):
 #   tokscope-bench.jsonl llama-bench.jsonl tokscope-batch.jsonl llama-batched-bench.txt
-#   runs.txt run-vs-tg.jsonl env.txt summary.txt log.txt
+#   runs.txt run-vs-tg.jsonl profile.json profile.txt env.txt summary.txt log.txt
 #
 # Bandwidth and MBU are tokscope's own: each bench row's bandwidth_gb_s (on a GPU, the device
 # copy tokscope times through ggml, the datasheet beside it; on the CPU, its STREAM-style probe)
@@ -302,6 +305,26 @@ run_vs_tg() {
     "${threads[@]}" -o jsonl 2>>"$out/log.txt" >"$out/run-vs-tg.jsonl"
 }
 step "tokscope bench --run-vs-tg" run_vs_tg
+
+# --- 5. where a step's time goes: one profiled run ----------------------------------------------
+# The step profiler on the GPU (issue 33 item 7): every 4th decode step timed node by node;
+# the profile (parts with GB/s and MBU, layers, ops, the profiled call's cost) to
+# profile.json and the stderr tables to profile.txt.
+profiled_run() {
+  timeout 180 "$tokscope" run -m "$model" -p "$prompt" --temp 0 -n "$run_tokens" --ignore-eos \
+    --n-gpu-layers "$ngl" "${threads[@]}" --profile --profile-rate 4 --json \
+    2>>"$out/log.txt" >"$work/profile-run.json" || return $?
+  python3 - "$work/profile-run.json" >"$out/profile.json" <<'PY' || return 1
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r.get("profile"), "run --profile printed no profile"
+print(json.dumps(r["profile"], indent=1))
+PY
+  timeout 180 "$tokscope" run -m "$model" -p "$prompt" --temp 0 -n "$run_tokens" --ignore-eos \
+    --n-gpu-layers "$ngl" "${threads[@]}" --profile --profile-rate 4 \
+    2>"$out/profile.txt" >/dev/null
+}
+step "run --profile (where a step's time goes)" profiled_run
 
 # --- the summary, and every figure it needs checked as parsed ---------------------------------
 # Each figure a step should have produced and the summary could not find is a failed step

@@ -196,3 +196,54 @@ fn the_bench_screens_sweep_is_saved_to_results() {
     let listing = String::from_utf8_lossy(&listing.stdout);
     assert!(listing.contains(&id), "{listing}");
 }
+
+/// F4 in the chat started with `--profile`: the profiled steps of an answer show as parts
+/// (attention, FFN, output head) and a layer strip, live from the engine.
+#[test]
+fn the_profile_screen_shows_where_the_answers_steps_went() {
+    let _lock = common::model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::synth(
+        dir.path(),
+        "tiny.gguf",
+        "tiny",
+        tokscope::synth::TensorType::F32,
+        1,
+    );
+    let data = dir.path().join("data");
+    let config = dir.path().join("config");
+    let env: &[(&str, &Path)] = &[
+        ("TOKSCOPE_DATA_DIR", &data),
+        ("TOKSCOPE_CONFIG_DIR", &config),
+    ];
+    let tmux = Tmux::start("profile-screen", 120, 40, env);
+    common::tmux::start_chat(
+        &tmux,
+        &model,
+        "-n 24 --ignore-eos --profile --profile-rate 4",
+    );
+    common::tmux::send(&tmux, "Hello there");
+    common::tmux::wait_idle_after_answers(&tmux, 1);
+    tmux.keys(&["F4"]);
+    let screen = tmux.wait_for("the profile screen", Duration::from_secs(10), |s| {
+        s.contains("where the time goes") && s.contains("layers")
+    });
+    for want in [
+        "one decode step in 4 profiled",
+        "attn QKV",
+        "ffn gate/up",
+        "output head",
+        "mean of 5 this turn",
+        "parts add up to",
+    ] {
+        assert!(screen.contains(want), "{want} missing:\n{screen}");
+    }
+    tmux.keys(&["Escape"]);
+    tmux.wait_for("the chat again", Duration::from_secs(10), |s| {
+        !s.contains("where the time goes")
+    });
+    tmux.keys(&["C-q"]);
+    tmux.wait_for("the chat to end", Duration::from_secs(20), |s| {
+        s.contains("exit=0")
+    });
+}

@@ -1247,3 +1247,152 @@ fn finished_turn_shows_host_time_and_sampling_place() {
     assert!(screen.contains("host µs/tok (graph sampling)"), "{screen}");
     assert!(screen.contains("41.5"), "{screen}");
 }
+
+/// A profiled decode step of a 4-layer Llama-like graph, fixed times; layer `slow` takes
+/// twice as long in its FFN.
+fn profiled_step(depth: usize, slow: u16) -> tokscope::metrics::profile::StepRecord {
+    use tokscope::metrics::profile::{NodeFacts, StepRecord};
+    let node =
+        |name: String, op: &'static str, weight: Option<String>, bytes: u64, us: u64| NodeFacts {
+            name,
+            op,
+            weight,
+            weight_bytes: bytes,
+            kv_bytes: if op == "FLASH_ATTN_EXT" { 4_000_000 } else { 0 },
+            flops: 2 * bytes,
+            time: Duration::from_micros(us),
+        };
+    let mut nodes = vec![node(
+        "inp_embd".into(),
+        "GET_ROWS",
+        Some("token_embd.weight".into()),
+        8_192,
+        20,
+    )];
+    for l in 0..4u16 {
+        let w = |k: &str| Some(format!("blk.{l}.{k}.weight"));
+        let ffn = if l == slow { 2 } else { 1 };
+        nodes.extend([
+            node(format!("norm-{l}"), "RMS_NORM", None, 0, 10),
+            node(format!("attn_norm-{l}"), "MUL", w("attn_norm"), 16_384, 5),
+            node(format!("Qcur-{l}"), "MUL_MAT", w("attn_q"), 9_000_000, 600),
+            node(format!("Kcur-{l}"), "MUL_MAT", w("attn_k"), 2_250_000, 160),
+            node(format!("Vcur-{l}"), "MUL_MAT", w("attn_v"), 2_250_000, 160),
+            node(format!("Qcur-{l}"), "ROPE", None, 0, 20),
+            node(format!("cache_k_l{l} (view)"), "SET_ROWS", None, 0, 8),
+            node(format!("__fattn__-{l}"), "FLASH_ATTN_EXT", None, 0, 200),
+            node(
+                format!("kqv_out-{l}"),
+                "MUL_MAT",
+                w("attn_output"),
+                9_000_000,
+                600,
+            ),
+            node(format!("ffn_inp-{l}"), "ADD", None, 0, 6),
+            node(format!("norm-{l}"), "RMS_NORM", None, 0, 10),
+            node(format!("ffn_norm-{l}"), "MUL", w("ffn_norm"), 16_384, 5),
+            node(
+                format!("ffn_gate-{l}"),
+                "MUL_MAT",
+                w("ffn_gate"),
+                31_000_000,
+                2_000 * ffn,
+            ),
+            node(
+                format!("ffn_up-{l}"),
+                "MUL_MAT",
+                w("ffn_up"),
+                31_000_000,
+                2_000 * ffn,
+            ),
+            node(format!("ffn_swiglu-{l}"), "SWIGLU", None, 0, 15),
+            node(
+                format!("ffn_out-{l}"),
+                "MUL_MAT",
+                w("ffn_down"),
+                31_000_000,
+                2_000 * ffn,
+            ),
+            node(format!("l_out-{l}"), "ADD", None, 0, 6),
+        ]);
+    }
+    nodes.push(node("norm".into(), "RMS_NORM", None, 0, 10));
+    nodes.push(node(
+        "result_norm".into(),
+        "MUL",
+        Some("output_norm.weight".into()),
+        16_384,
+        5,
+    ));
+    nodes.push(node(
+        "result_output".into(),
+        "MUL_MAT",
+        Some("output.weight".into()),
+        260_000_000,
+        9_000,
+    ));
+    let inside: Duration = nodes.iter().map(|n| n.time).sum();
+    let (graph, sync, output, host) = (
+        ms(0) + Duration::from_micros(60),
+        Duration::from_micros(300),
+        Duration::from_micros(80),
+        Duration::from_micros(90),
+    );
+    StepRecord {
+        nodes,
+        graph_inputs: graph,
+        sync,
+        output,
+        host,
+        wall: inside + graph + sync + output + host,
+        rows: 1,
+        depth,
+    }
+}
+
+#[test]
+fn profile_screen_shows_where_the_step_goes() {
+    let mut app = finished_app();
+    app.mode = Mode::Profile;
+    // Profiling off: the screen says how to turn it on.
+    let off = render(&app, 80, 24);
+    assert!(off.contains("--profile"), "{off}");
+    insta::assert_snapshot!("profile_off_80x24", off);
+    // On, nothing profiled yet.
+    app.profile.rate = 16;
+    insta::assert_snapshot!("profile_waiting_80x24", render(&app, 80, 24));
+    // Two profiled steps: the last one's bars, the mean, layer 2 standing out.
+    app.profile.add(
+        7,
+        profiled_step(40, 2),
+        Duration::from_micros(3),
+        Some(27.2e9),
+    );
+    app.profile.add(
+        7,
+        profiled_step(56, 2),
+        Duration::from_micros(3),
+        Some(27.2e9),
+    );
+    let screen = render(&app, 120, 40);
+    for want in [
+        "attn QKV",
+        "ffn gate/up",
+        "output head",
+        "mean of 2 this turn",
+        "slowest layer 2",
+        "MUL_MAT",
+    ] {
+        assert!(screen.contains(want), "{want} missing:\n{screen}");
+    }
+    snapshot_both("profile", &app);
+    // A new turn starts a new mean.
+    app.profile.add(
+        8,
+        profiled_step(60, 1),
+        Duration::from_micros(3),
+        Some(27.2e9),
+    );
+    assert_eq!(app.profile.mean.as_ref().unwrap().steps, 1);
+    assert!(render(&app, 120, 40).contains("slowest layer 1"));
+}

@@ -8,8 +8,12 @@ use super::Mode;
 
 /// The function keys the chat answers to, with the view each opens (the help lists each).
 #[cfg(test)]
-pub(crate) const FUNCTION_KEYS: &[(u8, Mode)] =
-    &[(1, Mode::Help), (2, Mode::Bench), (3, Mode::Compare)];
+pub(crate) const FUNCTION_KEYS: &[(u8, Mode)] = &[
+    (1, Mode::Help),
+    (2, Mode::Bench),
+    (3, Mode::Compare),
+    (4, Mode::Profile),
+];
 
 /// Lines one PgUp/PgDn moves.
 pub(crate) const PAGE_LINES: usize = 10;
@@ -39,6 +43,9 @@ pub(crate) enum Action {
     OpenCompare,
     ReloadCompare,
     CloseCompare,
+    /// F4: where the decode steps' time goes.
+    OpenProfile,
+    CloseProfile,
     /// The comparison before (older) or after (newer) the one shown.
     CompareOlder,
     CompareNewer,
@@ -109,6 +116,11 @@ pub(crate) fn action_for(mode: Mode, input_empty: bool, key: KeyEvent) -> Option
         (Mode::Compare, KeyCode::Char('m')) => Some(Action::CompareUse { ab: false }),
         (Mode::Compare, KeyCode::F(1) | KeyCode::Char('?')) => Some(Action::ToggleHelp),
         (Mode::Compare, _) => None,
+        (Mode::Profile, KeyCode::Esc | KeyCode::F(4) | KeyCode::Char('q')) => {
+            Some(Action::CloseProfile)
+        }
+        (Mode::Profile, KeyCode::F(1) | KeyCode::Char('?')) => Some(Action::ToggleHelp),
+        (Mode::Profile, _) => None,
         (Mode::Picker, KeyCode::Esc) => Some(Action::Picker(PickerKey::Close)),
         (Mode::Picker, KeyCode::Enter) => Some(Action::Picker(PickerKey::Pick)),
         (Mode::Picker, KeyCode::Up) => Some(Action::Picker(PickerKey::Up)),
@@ -127,6 +139,7 @@ pub(crate) fn action_for(mode: Mode, input_empty: bool, key: KeyEvent) -> Option
         (Mode::Chat, KeyCode::Char('o')) if ctrl => Some(Action::OpenPicker),
         (Mode::Chat, KeyCode::F(2)) => Some(Action::OpenBench),
         (Mode::Chat, KeyCode::F(3)) => Some(Action::OpenCompare),
+        (Mode::Chat, KeyCode::F(4)) => Some(Action::OpenProfile),
         (Mode::Chat, KeyCode::F(1)) => Some(Action::ToggleHelp),
         (Mode::Chat, KeyCode::Char('?')) if input_empty => Some(Action::ToggleHelp),
         (Mode::Chat, KeyCode::Enter) if alt || shift => Some(Action::Newline),

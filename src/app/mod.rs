@@ -33,7 +33,7 @@ pub use complete::{Candidate, Completion};
 pub(crate) use input::{Edit, Input};
 pub(crate) use keymap::{action_for, Action, PAGE_LINES};
 pub use picker::{PickFor, Picker};
-pub use screens::{BenchPoint, BenchScreen, CompareView};
+pub use screens::{BenchPoint, BenchScreen, CompareView, ProfileScreen};
 pub(crate) use switch::Switch;
 #[cfg(test)]
 pub(crate) use {keymap::FUNCTION_KEYS, slash::SLASH_COMMANDS};
@@ -62,6 +62,8 @@ pub enum Mode {
     Compare,
     /// The model picker: GGUF files found where people keep them.
     Picker,
+    /// Where the decode steps' time goes (`--profile`): parts, layers, operations.
+    Profile,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -250,6 +252,8 @@ pub struct App {
     /// A new conversation id, minted by the caller (update never reads the clock or RNG).
     pub fresh_conversation_id: String,
     pub bench: BenchScreen,
+    /// The profile screen (F4).
+    pub profile: ProfileScreen,
     /// The A/B comparison, while it is on screen.
     pub ab: Option<AbScreen>,
     pub compare: CompareView,
@@ -307,6 +311,7 @@ impl App {
             request_ids: RequestIds::default(),
             fresh_conversation_id: String::new(),
             bench: BenchScreen::default(),
+            profile: ProfileScreen::default(),
             ab: None,
             compare: CompareView::default(),
             compare_place: Default::default(),
@@ -579,6 +584,18 @@ impl App {
                     }
                 }
             }
+            EngineEvent::StepProfiled {
+                request_id,
+                step,
+                per_node,
+            } => {
+                let bandwidth = self.model.as_ref().and_then(|m| {
+                    self.bandwidth
+                        .placed(m.weight_bytes.as_ref(), m.n_layer, m.n_gpu_layers)
+                        .map(|b| b.bytes_per_s)
+                });
+                self.profile.add(request_id, *step, per_node, bandwidth);
+            }
             EngineEvent::Spec { request_id, stats } => {
                 if let Some(t) = self.conversation.turn_for(request_id) {
                     if t.phase.is_active() {
@@ -750,7 +767,8 @@ impl App {
                     }
                 }
             }
-            Action::CloseCompare => self.mode = Mode::Chat,
+            Action::CloseCompare | Action::CloseProfile => self.mode = Mode::Chat,
+            Action::OpenProfile => self.mode = Mode::Profile,
             Action::Quit => return self.quit(),
             Action::PageUp => self.page(PAGE_LINES as i32),
             Action::PageDown => self.page(-(PAGE_LINES as i32)),

@@ -1,4 +1,4 @@
-//! The bench (F2) and compare (F3) screens' state, and what opens and runs them.
+//! The bench (F2), compare (F3) and profile (F4) screens' state, and what opens and runs them.
 
 use super::{App, Effect, EngineStatus, Mode};
 use crate::compare::Comparison;
@@ -14,6 +14,52 @@ pub enum CompareView {
     Empty,
     Loaded(Box<Comparison>),
     Failed(String),
+}
+
+/// The most profiled steps of one turn the profile screen keeps for its mean (the latest).
+pub(crate) const PROFILE_STEPS_KEPT: usize = 64;
+
+/// The profile screen (F4): where the decode steps' time goes, from the engine's profiled
+/// steps (`--profile`), the last one and the mean over the turn.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ProfileScreen {
+    /// One decode step in `rate` is profiled; 0: profiling is off (no callback installed).
+    pub rate: u32,
+    /// The turn the steps below belong to.
+    pub request: Option<RequestId>,
+    pub steps: Vec<crate::metrics::profile::StepRecord>,
+    /// Profiled steps this turn (more than `steps` holds past `PROFILE_STEPS_KEPT`).
+    pub seen: usize,
+    pub last: Option<crate::metrics::profile::StepBreakdown>,
+    pub mean: Option<crate::metrics::profile::StepBreakdown>,
+    /// What profiling adds to each node, as the engine measured it this turn.
+    pub per_node: std::time::Duration,
+}
+
+impl ProfileScreen {
+    /// A profiled step arrived; `bandwidth` is the roofline's (bytes/s) for each part's MBU.
+    pub fn add(
+        &mut self,
+        request: RequestId,
+        step: crate::metrics::profile::StepRecord,
+        per_node: std::time::Duration,
+        bandwidth: Option<f64>,
+    ) {
+        if self.request != Some(request) {
+            self.request = Some(request);
+            self.steps.clear();
+            self.seen = 0;
+        }
+        if self.steps.len() == PROFILE_STEPS_KEPT {
+            self.steps.remove(0);
+        }
+        self.steps.push(step);
+        self.seen += 1;
+        self.per_node = per_node;
+        let last = self.steps.last().map(std::slice::from_ref).unwrap_or(&[]);
+        self.last = crate::metrics::profile::breakdown(last, bandwidth, per_node);
+        self.mean = crate::metrics::profile::breakdown(&self.steps, bandwidth, per_node);
+    }
 }
 
 /// One batch size's figures on the bench screen.

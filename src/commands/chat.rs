@@ -19,6 +19,8 @@ pub struct ChatArgs {
     pub sampling: SamplingArgs,
     #[command(flatten)]
     pub spec: super::run::SpecArgs,
+    #[command(flatten)]
+    pub profile: super::profile::ProfileArgs,
     /// Continue a saved conversation: its id (or a unique prefix), or the latest without one.
     /// It reloads the model it last ran on when that file is unchanged (-m overrides);
     /// otherwise it says why and uses the default model.
@@ -35,6 +37,7 @@ pub struct ChatArgs {
 /// `tokscope chat`: the TUI on the configured (or demo) model.
 pub(crate) fn run(args: &ChatArgs, mut settings: Settings) -> Result<(), Failure> {
     if let Some(url) = args.remote.url.clone().or(settings.remote.url.clone()) {
+        args.profile.refuse_remote()?;
         // `-m` names the server's model; the context flags are for a local `/ab FILE`.
         args.model.apply(&mut settings)?;
         args.sampling.apply(&mut settings)?;
@@ -43,6 +46,7 @@ pub(crate) fn run(args: &ChatArgs, mut settings: Settings) -> Result<(), Failure
     args.model.apply(&mut settings)?;
     args.sampling.apply(&mut settings)?;
     args.spec.apply(&mut settings)?;
+    args.profile.apply(&mut settings);
     let (conversation, save_slot, mut notices, resumed_on) = open_conversation(args, &settings)?;
     if let Some(choice) = &resumed_on {
         resume_on(choice, args, &mut settings, &mut notices)?;
@@ -64,6 +68,7 @@ pub(crate) fn run(args: &ChatArgs, mut settings: Settings) -> Result<(), Failure
     app.clipboard_blocked = crate::tui::clipboard_blocked();
     app.model_dirs = settings.model_dirs.clone();
     app.price_per_hour_usd = settings.price_per_gpu_hour_usd;
+    app.profile.rate = settings.engine.profile_rate;
     // Before the engine starts loading, and before the screen opens: the seconds of a first
     // start are said, not a blank wait.
     app.bandwidth = crate::commands::model::peak_bandwidths(&settings);

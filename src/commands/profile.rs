@@ -28,6 +28,18 @@ pub struct ProfileArgs {
 }
 
 impl ProfileArgs {
+    /// A server's steps cannot be profiled from here: --profile with --url is a usage error.
+    pub(crate) fn refuse_remote(&self) -> Result<(), crate::commands::Failure> {
+        match self.profile {
+            Some(_) => Err(crate::commands::Failure::new(
+                crate::commands::USAGE,
+                "--profile times llama.cpp's graph in this process; a server's decode steps \
+                 cannot be profiled from outside (leave out --url, or --profile)",
+            )),
+            None => Ok(()),
+        }
+    }
+
     pub(crate) fn apply(&self, s: &mut Settings) {
         s.engine.profile_rate = match self.profile {
             Some(_) => self.profile_rate.unwrap_or(DEFAULT_RATE),

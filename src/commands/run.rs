@@ -330,13 +330,7 @@ impl RunReport {
 pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure> {
     let started = std::time::Instant::now();
     if let Some(url) = &args.remote.url {
-        if args.profile.profile.is_some() {
-            return Err(Failure::new(
-                crate::commands::USAGE,
-                "--profile times llama.cpp's graph in this process; a server's decode steps \
-                 cannot be profiled from outside (leave out --url, or --profile)",
-            ));
-        }
+        args.profile.refuse_remote()?;
         args.sampling.apply(&mut settings)?;
         return run_remote(args, url, &settings);
     }

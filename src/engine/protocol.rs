@@ -295,6 +295,13 @@ pub enum EngineEvent {
         request_id: RequestId,
         stats: Box<crate::metrics::spec::SpecStats>,
     },
+    /// A profiled decode step (`--profile`; the chat's profile screen shows it live), with
+    /// what profiling adds to each node so far this turn.
+    StepProfiled {
+        request_id: RequestId,
+        step: Box<crate::metrics::profile::StepRecord>,
+        per_node: Duration,
+    },
     Finished {
         request_id: RequestId,
         report: Box<TurnReport>,
@@ -348,6 +355,7 @@ impl EngineEvent {
             | EngineEvent::Token { request_id, .. }
             | EngineEvent::Finished { request_id, .. }
             | EngineEvent::Spec { request_id, .. }
+            | EngineEvent::StepProfiled { request_id, .. }
             | EngineEvent::Failed { request_id, .. }
             | EngineEvent::BatchPoint { request_id, .. }
             | EngineEvent::AbFinished { request_id, .. }

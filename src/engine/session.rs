@@ -767,7 +767,7 @@ impl<'m> Session<'m> {
             record.calls.push((call, profiler.is_some()));
             if let Some(p) = profiler {
                 let r = p.disarm(call_end);
-                record.steps.push(crate::metrics::profile::StepRecord {
+                let step = crate::metrics::profile::StepRecord {
                     nodes: r.nodes,
                     graph_inputs: r.graph_inputs,
                     sync: r.sync,
@@ -776,7 +776,13 @@ impl<'m> Session<'m> {
                     wall: gap + call,
                     rows,
                     depth: self.cached.len(),
+                };
+                let _ = events.send(EngineEvent::StepProfiled {
+                    request_id: req.id,
+                    step: Box::new(step.clone()),
+                    per_node: record.per_node_overhead_with(&step),
                 });
+                record.steps.push(step);
             }
         }
         decoded.map_err(|e| EngineError::Decode(e.to_string()))?;

@@ -21,6 +21,8 @@ use crate::metrics::profile::NodeFacts;
 pub(crate) struct StepProfiler {
     armed: AtomicBool,
     rec: Mutex<Recorder>,
+    #[cfg(feature = "plant")]
+    plant: Option<(String, Duration)>,
 }
 
 #[derive(Default)]
@@ -31,8 +33,6 @@ struct Recorder {
     last_done: Option<Instant>,
     sync: Duration,
     nodes: Vec<NodeFacts>,
-    #[cfg(feature = "plant")]
-    plant: Option<(String, Duration)>,
 }
 
 /// One armed step's record: its nodes and the time around them.
@@ -45,7 +45,11 @@ pub(crate) struct Recorded {
 
 impl StepProfiler {
     pub(crate) fn new() -> Arc<Self> {
-        Arc::new(Self::default())
+        Arc::new(Self {
+            #[cfg(feature = "plant")]
+            plant: planted_slowdown(),
+            ..Self::default()
+        })
     }
 
     /// Records the next decode call, which starts at `at`.
@@ -55,8 +59,6 @@ impl StepProfiler {
             *r = Recorder {
                 started: Some(at),
                 nodes: Vec::with_capacity(capacity),
-                #[cfg(feature = "plant")]
-                plant: planted_slowdown(),
                 ..Recorder::default()
             };
         }
@@ -89,6 +91,9 @@ impl StepProfiler {
 
 impl EvalObserver for StepProfiler {
     fn ask(&self, node: EvalNode<'_>) -> bool {
+        // A planted slowdown slows every step, profiled or not, as a real one would.
+        #[cfg(feature = "plant")]
+        plant_slowdown(&self.plant, node);
         if !self.armed.load(Ordering::Relaxed) {
             return false;
         }
@@ -103,19 +108,7 @@ impl EvalObserver for StepProfiler {
                 None => r.first_ask = Some(now),
             }
         }
-        let need = !node.is_noop();
-        #[cfg(feature = "plant")]
-        if need {
-            if let Some((kind, pause)) = &r.plant {
-                if weight_of(node).is_some_and(|(w, _)| w.contains(kind.as_str())) {
-                    let until = Instant::now() + *pause;
-                    while Instant::now() < until {
-                        std::hint::spin_loop();
-                    }
-                }
-            }
-        }
-        need
+        !node.is_noop()
     }
 
     fn computed(&self, node: EvalNode<'_>) {
@@ -198,10 +191,25 @@ fn facts(node: EvalNode<'_>, time: Duration) -> NodeFacts {
 
 /// A planted slowdown for the profiler's check (`plant` builds only):
 /// `TOKSCOPE_PLANT_SLOW=ffn_down:300` spins 300 µs before every node reading a weight whose
-/// name contains `ffn_down`, so the check can show it lands in that part and no other.
+/// name contains `ffn_down`, in every decode step, so the check can show it lands in that
+/// part and no other (scripts/profile-physics.sh --plant).
 #[cfg(feature = "plant")]
 fn planted_slowdown() -> Option<(String, Duration)> {
     let v = std::env::var("TOKSCOPE_PLANT_SLOW").ok()?;
     let (kind, us) = v.split_once(':')?;
     Some((kind.to_string(), Duration::from_micros(us.parse().ok()?)))
+}
+
+/// Spins for the planted pause before a node that computes and reads a matching weight.
+#[cfg(feature = "plant")]
+fn plant_slowdown(plant: &Option<(String, Duration)>, node: EvalNode<'_>) {
+    let Some((kind, pause)) = plant else {
+        return;
+    };
+    if !node.is_noop() && weight_of(node).is_some_and(|(w, _)| w.contains(kind.as_str())) {
+        let until = Instant::now() + *pause;
+        while Instant::now() < until {
+            std::hint::spin_loop();
+        }
+    }
 }

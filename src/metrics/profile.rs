@@ -416,6 +416,17 @@ impl ProfileRecord {
     /// is its own graph computation then, with its own start and synchronisation). Zero
     /// without both kinds of call, or when the profiled ones were not slower.
     pub fn per_node_overhead(&self) -> Duration {
+        self.overhead_over(self.steps.iter())
+    }
+
+    /// [`Self::per_node_overhead`] with `step` counted too (before it is kept).
+    pub fn per_node_overhead_with(&self, step: &StepRecord) -> Duration {
+        self.overhead_over(self.steps.iter().chain(std::iter::once(step)))
+    }
+
+    fn overhead_over<'a>(&self, steps: impl Iterator<Item = &'a StepRecord>) -> Duration {
+        let (count, total) = steps.fold((0usize, 0usize), |(c, t), s| (c + 1, t + s.nodes.len()));
+        let nodes = total / count.max(1);
         let mean = |profiled: bool| {
             let v: Vec<Duration> = self
                 .calls
@@ -425,8 +436,6 @@ impl ProfileRecord {
                 .collect();
             (!v.is_empty()).then(|| v.iter().sum::<Duration>() / v.len() as u32)
         };
-        let nodes = self.steps.iter().map(|s| s.nodes.len()).sum::<usize>()
-            / self.steps.len().max(1);
         match (mean(true), mean(false)) {
             (Some(on), Some(off)) if nodes > 0 => on.saturating_sub(off) / nodes as u32,
             _ => Duration::ZERO,
@@ -688,7 +697,11 @@ mod tests {
         };
         assert_eq!(record.per_node_overhead(), Duration::from_micros(500));
         let p = record
-            .figures(&[Duration::from_millis(46), Duration::from_millis(57)], 1.0, None)
+            .figures(
+                &[Duration::from_millis(46), Duration::from_millis(57)],
+                1.0,
+                None,
+            )
             .unwrap();
         assert!((p.per_node_overhead_us - 500.0).abs() < 1e-9);
         let b = &p.mean;
@@ -696,7 +709,11 @@ mod tests {
         assert!((get("profiling (per-node stops)") - 11.0).abs() < 1e-9);
         // ffn down: 10 + 1 ms less 0.5 ms each.
         assert!((get("ffn down") - 10.0).abs() < 1e-9);
-        assert!((b.sum_ms - 57.0).abs() < 1e-9, "the whole still adds up: {}", b.sum_ms);
+        assert!(
+            (b.sum_ms - 57.0).abs() < 1e-9,
+            "the whole still adds up: {}",
+            b.sum_ms
+        );
         // Only unprofiled or only profiled calls: nothing to take off.
         let mut only = record.clone();
         only.calls.retain(|c| c.1);

@@ -40,6 +40,10 @@ const KEYS: &[(&str, &str)] = &[
         "compare screen: `tokscope compare` tables, the latest first, Pareto front marked (←→ older/newer, ↑↓ a row, Enter A/B with its model, m switches to it, r reloads, Esc closes)",
     ),
     (
+        "F4",
+        "profile screen: where each decode step's time goes (start the chat with --profile): the last profiled step's parts as bars with GB/s and MBU, the mean over the turn, one column per layer, the operations; Esc or F4 closes",
+    ),
+    (
         "A/B screen",
         "Esc closes it (and stops B while it runs); Up/Down, PgUp/PgDn scroll both answers",
     ),

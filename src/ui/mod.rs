@@ -14,6 +14,7 @@ mod input;
 mod markdown;
 mod metrics_pane;
 mod picker;
+mod profile;
 mod status;
 pub(crate) mod text;
 mod theme;
@@ -80,6 +81,7 @@ pub fn draw(frame: &mut Frame, app: &App, now: Instant) {
         Mode::Ab => ab::draw(frame, below_status, app, &view),
         Mode::Compare => compare::draw(frame, below_status, app),
         Mode::Picker => picker::draw(frame, below_status, app),
+        Mode::Profile => profile::draw(frame, below_status, app),
         Mode::Help => help::draw(frame, below_status, app),
         Mode::Chat => {}
     }
