@@ -294,3 +294,134 @@ fn bad_profile_flags_are_refused_with_what_to_do() {
             .stderr(predicate::str::contains(says));
     }
 }
+
+/// `run --trace`: Chrome Trace Event JSON whose token events give back TTFT and every ITL gap
+/// exactly as `run --json` reports them, with the engine's spans and the profiled nodes.
+#[test]
+fn the_trace_gives_back_ttft_and_every_itl_gap_of_the_json() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let model = common::synth_cli(home.path(), "tiny", 4);
+    let trace = home.path().join("t.json");
+    let v = profiled_run(
+        home.path(),
+        &model,
+        10,
+        3,
+        &["--trace", trace.to_str().unwrap()],
+    );
+    let doc: Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
+    let events = doc["traceEvents"].as_array().expect("traceEvents");
+    // The schema every trace viewer reads: a phase, a name, pid/tid, µs timestamps.
+    for e in events {
+        assert!(
+            e["ph"].is_string() && e["name"].is_string() && e["pid"].is_u64(),
+            "{e}"
+        );
+        if e["ph"] != "M" {
+            assert!(f(&e["ts"]) >= 0.0 && e["tid"].is_u64(), "{e}");
+        }
+        if e["ph"] == "X" {
+            assert!(f(&e["dur"]) >= 0.0, "{e}");
+        }
+    }
+    let tokens: Vec<f64> = events
+        .iter()
+        .filter(|e| e["name"] == "token")
+        .map(|e| f(&e["ts"]) / 1e3)
+        .collect();
+    let ready: Vec<f64> = v["token_ready_ms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(f)
+        .collect();
+    assert_eq!(tokens.len(), ready.len());
+    for (a, b) in tokens.iter().zip(&ready) {
+        assert!(
+            (a - b).abs() < 1e-9,
+            "token at {a} ms in the trace, {b} ms in the JSON"
+        );
+    }
+    assert!((tokens[0] - f(&v["metrics"]["ttft_ms"])).abs() < 1e-9);
+    let itl: Vec<f64> = tokens.windows(2).map(|w| w[1] - w[0]).collect();
+    let mean = itl.iter().sum::<f64>() / itl.len() as f64;
+    assert!(
+        (mean - f(&v["metrics"]["itl"]["mean_ms"])).abs() < 1e-9,
+        "{mean}"
+    );
+    let max = itl.iter().copied().fold(0.0, f64::max);
+    assert!(
+        (max - f(&v["metrics"]["itl"]["max_ms"])).abs() < 1e-9,
+        "{max}"
+    );
+    let decodes = events
+        .iter()
+        .filter(|e| e["name"].as_str().is_some_and(|n| n.starts_with("decode ")))
+        .count();
+    assert_eq!(
+        decodes as u64,
+        v["metrics"]["decode_calls"].as_u64().unwrap()
+    );
+    assert!(events.iter().any(|e| e["name"]
+        .as_str()
+        .is_some_and(|n| n.starts_with("prefill micro-batch"))));
+    // Every third decode call profiled: its nodes on their own track, inside its decode span.
+    let nodes: Vec<&Value> = events.iter().filter(|e| e["cat"] == "node").collect();
+    assert!(
+        nodes.iter().any(|e| e["name"] == "ffn down"),
+        "no ffn down node"
+    );
+    for n in &nodes {
+        let k = n["args"]["decode"].as_u64().unwrap();
+        let span = events
+            .iter()
+            .find(|e| e["name"] == format!("decode {k}"))
+            .unwrap();
+        let (s, e) = (f(&span["ts"]), f(&span["ts"]) + f(&span["dur"]));
+        assert!(
+            f(&n["ts"]) >= s - 1e-6 && f(&n["ts"]) + f(&n["dur"]) <= e + 1e-6,
+            "{n} outside {span}"
+        );
+    }
+}
+
+#[test]
+fn a_trace_path_that_cannot_be_written_is_refused_before_the_model_loads() {
+    let home = tempfile::tempdir().unwrap();
+    let existing = home.path().join("old.json");
+    std::fs::write(&existing, b"keep me").unwrap();
+    let missing = home.path().join("no-such-folder").join("t.json");
+    let cases: [(Vec<&str>, &str); 4] = [
+        (vec!["--trace", missing.to_str().unwrap()], "does not exist"),
+        (
+            vec!["--trace", existing.to_str().unwrap()],
+            "--force replaces it",
+        ),
+        (
+            vec!["--trace", home.path().to_str().unwrap()],
+            "not a regular file",
+        ),
+        (vec!["--force"], "--trace"),
+    ];
+    for (flags, says) in cases {
+        tokscope_cmd(home.path())
+            .args(["run", "-p", "Hi", "-m", "/nonexistent.gguf"])
+            .args(&flags)
+            .assert()
+            .code(2)
+            .stderr(no_panic())
+            .stderr(predicate::str::contains(says));
+    }
+    assert_eq!(
+        std::fs::read(&existing).unwrap(),
+        b"keep me",
+        "the file is kept"
+    );
+    tokscope_cmd(home.path())
+        .args(["run", "-p", "Hi", "--url", "http://127.0.0.1:9", "--trace"])
+        .arg(home.path().join("r.json"))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("not traced yet"));
+}

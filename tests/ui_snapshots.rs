@@ -200,6 +200,8 @@ fn finished_turn(
             token_ready_at,
             finished_at: Some(last + ms(1)),
             pass_done_at: Vec::new(),
+            pass_started_at: Vec::new(),
+            prefill_chunk_done_at: Vec::new(),
             accepted_drafts: 0,
             remote: None,
         },
@@ -1261,6 +1263,7 @@ fn profiled_step(depth: usize, slow: u16) -> tokscope::metrics::profile::StepRec
             kv_bytes: if op == "FLASH_ATTN_EXT" { 4_000_000 } else { 0 },
             flops: 2 * bytes,
             time: Duration::from_micros(us),
+            start: Duration::ZERO,
         };
     let mut nodes = vec![node(
         "inp_embd".into(),

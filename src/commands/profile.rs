@@ -206,3 +206,84 @@ pub(crate) fn human(p: &TurnProfile, level: ProfileLevel) -> String {
     }
     out
 }
+
+/// `--trace FILE.json` and `--force` (docs/metrics.md, "Trace").
+#[derive(Debug, Args, Default, Clone)]
+pub struct TraceArgs {
+    /// Write the answer as Chrome Trace Event JSON to FILE (opens in ui.perfetto.dev and
+    /// chrome://tracing): the engine thread's spans (template and tokenize, each prefill
+    /// micro-batch, each decode call and the host gap before it), one event per token, and
+    /// with --profile the profiled steps' nodes. With --turns, one process per turn.
+    #[arg(long, value_name = "FILE.json")]
+    pub trace: Option<std::path::PathBuf>,
+    /// With --trace: replace the file if it exists.
+    #[arg(long, requires = "trace")]
+    pub force: bool,
+}
+
+impl TraceArgs {
+    /// Checked before the model loads: the folder exists, and the file does not (unless
+    /// --force) or is a regular file.
+    pub(crate) fn check(&self) -> Result<(), crate::commands::Failure> {
+        let Some(path) = &self.trace else {
+            return Ok(());
+        };
+        let fail = |why: String| {
+            crate::commands::Failure::new(
+                crate::commands::USAGE,
+                format!("cannot write the trace to {}: {why}", path.display()),
+            )
+        };
+        let dir = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => std::path::PathBuf::from("."),
+        };
+        if !dir.is_dir() {
+            return Err(fail(format!(
+                "the folder {} does not exist (create it first, or choose another path)",
+                dir.display()
+            )));
+        }
+        match std::fs::symlink_metadata(path) {
+            Ok(m) if !m.file_type().is_file() => Err(fail(
+                "it is not a regular file (a directory, link or device): choose another path"
+                    .into(),
+            )),
+            Ok(_) if !self.force => Err(fail(
+                "the file exists; --force replaces it, or choose another path".into(),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Writes the trace of `events` (every turn's), atomically.
+    pub(crate) fn write(
+        &self,
+        events: Vec<serde_json::Value>,
+    ) -> Result<(), crate::commands::Failure> {
+        let Some(path) = &self.trace else {
+            return Ok(());
+        };
+        let doc = crate::metrics::trace::document(events);
+        let bytes = serde_json::to_vec(&doc)
+            .map_err(|e| crate::commands::Failure::new(crate::commands::FAILURE, e.to_string()))?;
+        crate::fsx::write_private(path, &bytes).map_err(|e| {
+            crate::commands::Failure::new(
+                crate::commands::FAILURE,
+                format!("cannot write the trace: {e}"),
+            )
+        })
+    }
+
+    /// A server's stream is not traced (yet): --trace with --url is a usage error.
+    pub(crate) fn refuse_remote(&self) -> Result<(), crate::commands::Failure> {
+        match self.trace {
+            Some(_) => Err(crate::commands::Failure::new(
+                crate::commands::USAGE,
+                "--trace records the engine thread in this process; a server's stream is not \
+                 traced yet (leave out --url, or --trace)",
+            )),
+            None => Ok(()),
+        }
+    }
+}

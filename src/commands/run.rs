@@ -34,6 +34,8 @@ pub struct RunArgs {
     pub spec: SpecArgs,
     #[command(flatten)]
     pub profile: super::profile::ProfileArgs,
+    #[command(flatten)]
+    pub trace: super::profile::TraceArgs,
     /// The user's message; `-` reads it from stdin (as does leaving out -p and -f when stdin
     /// is not a terminal).
     #[arg(short = 'p', long, value_name = "TEXT")]
@@ -331,6 +333,7 @@ pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure>
     let started = std::time::Instant::now();
     if let Some(url) = &args.remote.url {
         args.profile.refuse_remote()?;
+        args.trace.refuse_remote()?;
         args.sampling.apply(&mut settings)?;
         return run_remote(args, url, &settings);
     }
@@ -338,6 +341,7 @@ pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure>
     args.sampling.apply(&mut settings)?;
     args.spec.apply(&mut settings)?;
     args.profile.apply(&mut settings);
+    args.trace.check()?;
     let config = crate::commands::model::engine_config(&settings)?;
     for w in spec_warnings(&settings, &config.model_path) {
         eprintln!("warning: {w}");
@@ -361,6 +365,7 @@ pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure>
     };
     let mut turn = 1u32;
     let mut reports: Vec<RunReport> = Vec::new();
+    let mut trace_events: Vec<serde_json::Value> = Vec::new();
     let mut report_file = match &args.report {
         Some(path) => Some(std::io::BufWriter::new(
             std::fs::File::create(path).map_err(|e| {
@@ -447,6 +452,14 @@ pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure>
                 let load = load.unwrap_or_else(|| RunLoad::new(0.0, info));
                 let mut full = RunReport::new(&report, info, &settings, load_before, &peaks, load);
                 full.profile_level = args.profile.profile.unwrap_or_default();
+                if args.trace.trace.is_some() {
+                    trace_events.extend(crate::metrics::trace::turn_events(
+                        turn,
+                        &format!("tokscope run · turn {turn}"),
+                        &report.timeline,
+                        report.profile.as_ref(),
+                    ));
+                }
                 if let Some(file) = report_file.as_mut() {
                     let line = serde_json::to_string(&full)
                         .map_err(|e| Failure::new(FAILURE, e.to_string()))?;
@@ -481,6 +494,7 @@ pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure>
                     request = Some(engine.send(engine.next_id(), turn_request(&messages), None)?);
                     continue;
                 }
+                args.trace.write(std::mem::take(&mut trace_events))?;
                 let written = if args.json && !reports.is_empty() {
                     reports.push(full);
                     let json = serde_json::to_string_pretty(&reports)

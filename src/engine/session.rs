@@ -518,6 +518,7 @@ impl<'m> Session<'m> {
             self.ctx
                 .decode(&mut batch)
                 .map_err(|e| EngineError::Decode(e.to_string()))?;
+            timeline.prefill_chunk_done_at.push(t0.elapsed());
             self.cached.extend_from_slice(chunk);
             logits_index = chunk.len() as i32 - 1;
             let _ = events.send(EngineEvent::PrefillProgress {
@@ -580,6 +581,7 @@ impl<'m> Session<'m> {
         let max_tokens = req.turn.max_tokens.min(1 << 16) as usize;
         // Room for every pass's end up front: no allocation inside a timed pass.
         timeline.pass_done_at.reserve(max_tokens);
+        timeline.pass_started_at.reserve(max_tokens);
         let model: &'m LlamaModel = self.model;
         Turn {
             t0: req.submitted_at,
@@ -753,6 +755,9 @@ impl<'m> Session<'m> {
         let gap = (step - turn.gap_start).saturating_sub(draft_time);
         turn.host.gaps.push(gap);
         turn.host.total += gap;
+        turn.timeline
+            .pass_started_at
+            .push(step.saturating_duration_since(t0));
         if let Some(p) = profiler {
             p.arm(step);
         }

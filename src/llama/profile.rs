@@ -91,10 +91,11 @@ impl StepProfiler {
 
 impl EvalObserver for StepProfiler {
     fn ask(&self, node: EvalNode<'_>) -> bool {
-        // A planted slowdown slows every step, profiled or not, as a real one would.
-        #[cfg(feature = "plant")]
-        plant_slowdown(&self.plant, node);
+        // A planted slowdown slows every step, profiled or not, as a real one would: in a
+        // profiled step inside the node's range (after its start is taken).
         if !self.armed.load(Ordering::Relaxed) {
+            #[cfg(feature = "plant")]
+            plant_slowdown(&self.plant, node);
             return false;
         }
         let now = Instant::now();
@@ -108,6 +109,9 @@ impl EvalObserver for StepProfiler {
                 None => r.first_ask = Some(now),
             }
         }
+        drop(r);
+        #[cfg(feature = "plant")]
+        plant_slowdown(&self.plant, node);
         !node.is_noop()
     }
 
@@ -120,7 +124,8 @@ impl EvalObserver for StepProfiler {
             return;
         };
         let start = r.range_start.take().unwrap_or(now);
-        let facts = facts(node, now.saturating_duration_since(start));
+        let mut facts = facts(node, now.saturating_duration_since(start));
+        facts.start = start.saturating_duration_since(r.started.unwrap_or(start));
         r.nodes.push(facts);
         // The bookkeeping above is the callback's time: it goes to "sync / other".
         r.last_done = Some(now);
@@ -186,6 +191,7 @@ fn facts(node: EvalNode<'_>, time: Duration) -> NodeFacts {
         kv_bytes,
         flops,
         time,
+        start: Duration::ZERO,
     }
 }
 

@@ -16,6 +16,7 @@ pub mod profile;
 pub mod remote;
 pub mod roofline;
 pub mod spec;
+pub mod trace;
 
 use serde::{Deserialize, Serialize};
 
@@ -163,6 +164,13 @@ pub struct TurnTimeline {
     /// pass delivers its accepted tokens at one time, so their ITL is about 0 and the gaps
     /// between passes are what the machine's pace shows.
     pub pass_done_at: Vec<Duration>,
+    /// Offset of the start of each target pass's decode call, in order (one per
+    /// `pass_done_at`): the trace's decode spans (`metrics::trace`).
+    #[serde(skip)]
+    pub pass_started_at: Vec<Duration>,
+    /// Offset of the end of each prefill decode call (one micro-batch each), in order.
+    #[serde(skip)]
+    pub prefill_chunk_done_at: Vec<Duration>,
     /// Drafted tokens the verify passes accepted (0 without speculation): each pass yields
     /// one token of its own and these besides.
     pub accepted_drafts: usize,
@@ -470,6 +478,8 @@ mod tests {
             decode_calls: tokens_ms.len().saturating_sub(1),
             finished_at: Some(d(tokens_ms.last().copied().unwrap_or(70) + 1)),
             pass_done_at: Vec::new(),
+            pass_started_at: Vec::new(),
+            prefill_chunk_done_at: Vec::new(),
             accepted_drafts: 0,
             remote: None,
         }

@@ -32,6 +32,8 @@ pub struct NodeFacts {
     /// Its time: from the scheduler's question about the first node of its range to the
     /// synchronisation after it (the views before it, which compute nothing, are in it).
     pub time: Duration,
+    /// When that range started, from the decode call's start (for the trace).
+    pub start: Duration,
 }
 
 /// A sampled step as the engine recorded it. Its pieces add up to `wall` by construction;
@@ -557,6 +559,7 @@ mod tests {
             kv_bytes: 0,
             flops: 0,
             time: Duration::from_millis(ms),
+            start: Duration::ZERO,
         }
     }
 
