@@ -425,3 +425,62 @@ fn a_trace_path_that_cannot_be_written_is_refused_before_the_model_loads() {
         .code(2)
         .stderr(predicate::str::contains("not traced yet"));
 }
+
+/// `bench --profile`: tg and pg rows carry the profile of every repetition's profiled steps,
+/// pp rows none; the table is followed by each profiled row's parts; CSV gets a column group.
+#[test]
+fn bench_profiles_its_generation_steps_by_part() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let model = common::synth_cli(home.path(), "tiny", 5);
+    let bench = |out: &str| {
+        tokscope_cmd(home.path())
+            .args([
+                "bench",
+                "-p",
+                "8",
+                "-n",
+                "12",
+                "-r",
+                "2",
+                "-t",
+                "1",
+                "--no-probe",
+            ])
+            .args(["--profile", "--profile-rate", "2", "-o", out, "-m"])
+            .arg(&model)
+            .assert()
+            .success()
+            .stderr(no_panic())
+            .get_output()
+            .stdout
+            .clone()
+    };
+    let rows: Value = serde_json::from_slice(&bench("json")).unwrap();
+    let rows = rows.as_array().expect("a JSON array of rows");
+    let tg = rows
+        .iter()
+        .find(|r| r["test"] == "tg12")
+        .expect("a tg12 row");
+    // 12 steps a repetition, every second profiled, 2 repetitions.
+    assert_eq!(tg["profile"]["mean"]["steps"], 12, "{}", tg["profile"]);
+    assert!(f(&part(&tg["profile"]["mean"], "ffn down")["ms"]) > 0.0);
+    let pp = rows.iter().find(|r| r["test"] == "pp8").expect("a pp8 row");
+    assert!(
+        pp.get("profile").is_none(),
+        "pp rows are not profiled: {pp}"
+    );
+    let md = String::from_utf8(bench("md")).unwrap();
+    assert!(
+        md.contains("Where a tg12 step's time goes") && md.contains("ffn gate/up"),
+        "{md}"
+    );
+    let csv = String::from_utf8(bench("csv")).unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert!(lines[0].contains("profile.ffn down_ms"), "{}", lines[0]);
+    let count = |l: &str| common::csv_fields(l).len();
+    assert!(
+        lines.iter().all(|l| count(l) == count(lines[0])),
+        "a fixed column count"
+    );
+}

@@ -239,6 +239,12 @@ pub(crate) fn markdown(rows: &[Row], wide: bool) -> String {
         );
     }
     out.push_str(&notes(rows));
+    for r in rows {
+        if let Some(p) = &r.profile {
+            out.push_str(&format!("\n\nWhere a {} step's time goes:\n", r.test));
+            out.push_str(&super::profile::human(p, r.profile_level));
+        }
+    }
     out
 }
 
@@ -365,12 +371,29 @@ const PARAM_COLUMNS: &[&str] = &[
 
 /// (column, value) pairs of a row: the row's own fields, `params.*`, then every stamp field
 /// (`stamp.*`, the stamp's own nested values as compact JSON).
-fn csv_fields(row: &Row) -> Result<Vec<(String, String)>, serde_json::Error> {
+fn csv_fields(row: &Row, profiled: bool) -> Result<Vec<(String, String)>, serde_json::Error> {
     let value = serde_json::to_value(row)?;
     let mut fields: Vec<(String, String)> = ROW_COLUMNS
         .iter()
         .map(|k| (k.to_string(), cell(value.get(k))))
         .collect();
+    // `--profile`: a column group of each part's mean ms (empty in rows not profiled), in
+    // every row of the file, so its column count stays fixed.
+    if profiled {
+        fields.extend(crate::metrics::profile::Part::ALL.iter().map(|part| {
+            let ms = row.profile.as_ref().and_then(|p| {
+                p.mean
+                    .parts
+                    .iter()
+                    .find(|x| x.part == part.label())
+                    .map(|x| x.ms)
+            });
+            (
+                format!("profile.{}_ms", part.label()),
+                ms.map_or_else(String::new, |v| v.to_string()),
+            )
+        }));
+    }
     let params = value.get("params");
     fields.extend(
         PARAM_COLUMNS
@@ -389,7 +412,10 @@ fn csv_fields(row: &Row) -> Result<Vec<(String, String)>, serde_json::Error> {
 
 pub(crate) fn csv(rows: &[Row]) -> Result<String, serde_json::Error> {
     Ok(csv_lines(
-        &rows.iter().map(csv_fields).collect::<Result<Vec<_>, _>>()?,
+        &rows
+            .iter()
+            .map(|r| csv_fields(r, rows.iter().any(|r| r.profile.is_some())))
+            .collect::<Result<Vec<_>, _>>()?,
     ))
 }
 
@@ -485,6 +511,8 @@ pub(crate) mod tests {
             gpu: super::super::report::GpuColumns::default(),
             synthetic: true,
             warning: Some(ModelInfo::SYNTHETIC_LABEL.to_string()),
+            profile: None,
+            profile_level: Default::default(),
             stamp: Stamp::new(&info, &SamplingParams::default()),
         }
     }

@@ -21,6 +21,7 @@ pub(crate) mod kernel_baseline;
 pub(crate) mod log;
 pub(crate) mod plan;
 pub(crate) mod plots;
+pub(crate) mod profile;
 pub(crate) mod report;
 pub(crate) mod run;
 pub(crate) mod spec;

@@ -55,4 +55,8 @@ pub(crate) struct BenchPlan {
     pub price_per_kwh: Option<f64>,
     pub vs: Option<String>,
     pub plot: Option<PathBuf>,
+    /// `--profile`: one generation step in this many of tg and pg tests is profiled (0: off),
+    /// shown at this level under the table.
+    pub profile_rate: u32,
+    pub profile_level: crate::metrics::profile::ProfileLevel,
 }

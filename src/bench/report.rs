@@ -116,6 +116,14 @@ pub(crate) struct Row {
     /// Why this row cannot be fully vouched for: synthetic weights, a busy machine (load
     /// average, a stall between tokens), each with the advice to rerun; `None` when clean.
     pub warning: Option<String>,
+    /// Where a generation step's time goes (`--profile`; tg and pg rows): the profiled steps
+    /// of every repetition (docs/metrics.md, "Step profile"). Absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile: Option<crate::metrics::profile::TurnProfile>,
+    /// The level `--profile` asked for, for the table under the bench table (the JSON has
+    /// both).
+    #[serde(skip)]
+    pub profile_level: crate::metrics::profile::ProfileLevel,
     pub stamp: Stamp,
 }
 
@@ -322,6 +330,8 @@ pub(crate) fn build_row(job: &Job, samples: &[Sample], cx: &RowContext) -> Row {
             itl.map(|t| t.p50_ms),
             itl.map(|t| t.max_ms),
         ),
+        profile: row_profile(samples, cx.bandwidth.map(|b| b.bytes_per_s)),
+        profile_level: crate::metrics::profile::ProfileLevel::default(),
         stamp: Stamp::new(cx.info, cx.sampling),
     };
     if generates {
@@ -330,6 +340,27 @@ pub(crate) fn build_row(job: &Job, samples: &[Sample], cx: &RowContext) -> Row {
         add_prefill_flops(&mut row, cx.info, (lo, hi));
     }
     row
+}
+
+/// The profiled steps of every repetition as one record: each repetition's calls with the
+/// gap before each (its first call's own time: nothing came before it). `None` unprofiled.
+fn row_profile(
+    samples: &[Sample],
+    bandwidth: Option<f64>,
+) -> Option<crate::metrics::profile::TurnProfile> {
+    let mut merged = crate::metrics::profile::ProfileRecord::default();
+    let mut gaps = Vec::new();
+    for s in samples {
+        let Some(r) = s.profile.as_deref() else {
+            continue;
+        };
+        merged.rate = r.rate;
+        merged.steps.extend(r.steps.iter().cloned());
+        merged.calls.extend(r.calls.iter().copied());
+        gaps.extend(r.calls.first().map(|c| c.0));
+        gaps.extend(s.gaps.iter().copied());
+    }
+    merged.figures(&gaps, 1.0, bandwidth)
 }
 
 /// The synthetic label and the busy-machine warnings of a row, joined; `None` when there are

@@ -409,6 +409,8 @@ impl Runner<'_> {
     ) -> Result<(Vec<Sample>, ModelInfo, Option<Bandwidth>), EngineError> {
         let settings = engine_settings(job);
         let started = Instant::now();
+        let profiler = (self.plan.profile_rate > 0 && job.test.profilable())
+            .then(crate::llama::profile::StepProfiler::new);
         let ctx = match job.test {
             crate::llama::measure::TestSpec::TgBackend { .. } => {
                 crate::llama::new_context_with_chain(
@@ -417,11 +419,17 @@ impl Runner<'_> {
                     crate::llama::sampler::backend_chain(self.sampling),
                 )?
             }
+            _ if profiler.is_some() => {
+                crate::llama::new_session_context(model, &settings, None, profiler.clone())?
+            }
             _ => new_context(model, &settings, job.test.sequences())?,
         };
         let info = describe(model, &ctx, &job.params.model, &settings, started);
         let bandwidth = self.bandwidth.for_model(&info, job.params.threads);
         let mut bencher = Bencher::new(model, ctx);
+        if let Some(p) = profiler {
+            bencher = bencher.with_profiler(p, self.plan.profile_rate);
+        }
         if self.plan.warmup {
             bencher.warm_up(&job.test)?;
         }
@@ -457,7 +465,9 @@ impl Runner<'_> {
             repetitions,
             warmup: self.plan.warmup,
         };
-        build_row(job, samples, &cx)
+        let mut row = build_row(job, samples, &cx);
+        row.profile_level = self.plan.profile_level;
+        row
     }
 }
 

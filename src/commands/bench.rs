@@ -125,6 +125,8 @@ pub struct BenchArgs {
     #[arg(long, value_name = "FILE")]
     pub plot: Option<PathBuf>,
     #[command(flatten)]
+    pub profile: super::profile::ProfileArgs,
+    #[command(flatten)]
     pub spec: SpecBenchFlags,
     /// Measure `run`'s decode (the engine's sampler, detokenizer and events, at `run`'s
     /// context size: config `context`, or CTX) against llama-bench's tg on the same file, in
@@ -425,6 +427,14 @@ pub(crate) fn plan(args: &BenchArgs, settings: &Settings) -> Result<BenchPlan, F
             price_per_gpu_hour_usd,
             price_per_kwh: settings.price_per_kwh,
             vs: args.vs.clone(),
+            profile_rate: match args.profile.profile {
+                Some(_) => args
+                    .profile
+                    .profile_rate
+                    .unwrap_or(crate::commands::profile::DEFAULT_RATE),
+                None => 0,
+            },
+            profile_level: args.profile.profile.unwrap_or_default(),
             plot: match &args.plot {
                 Some(p) => {
                     // Fail before measuring anything when the extension is wrong.

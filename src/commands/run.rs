@@ -757,7 +757,7 @@ pub(crate) fn human_summary(r: &RunReport, info: &ModelInfo) -> String {
         info.n_ctx
     ));
     if let Some(p) = &r.profile {
-        out.push_str(&crate::commands::profile::human(p, r.profile_level));
+        out.push_str(&crate::bench::profile::human(p, r.profile_level));
     }
     out
 }

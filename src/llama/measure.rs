@@ -43,6 +43,16 @@ pub(crate) struct Sample {
     /// Generation steps of tg and pg: the time between the end of one decode call and the
     /// start of the next (choosing the next token; with `TgSampled`, the chat's sampler).
     pub host: Duration,
+    /// The step profiler's record of the generation steps (`bench --profile`; tg and pg).
+    pub profile: Option<Box<crate::metrics::profile::ProfileRecord>>,
+}
+
+/// What `Bencher::generate` returns: the instant each step ended, the time between decode
+/// calls, and the profiler's record when one watches.
+struct Generated {
+    ends: Vec<Instant>,
+    host: Duration,
+    record: Option<Box<crate::metrics::profile::ProfileRecord>>,
 }
 
 /// One token of a batch: its id, position, sequence and whether its logits are wanted.
@@ -65,6 +75,8 @@ pub(crate) struct Bencher<'m> {
     rng: SplitMix64,
     /// Next position of sequence 0 (single-sequence tests).
     pos: i32,
+    /// The step profiler watching the context, and its rate (`bench --profile`).
+    profiler: Option<(std::sync::Arc<super::profile::StepProfiler>, u32)>,
 }
 
 fn decode_error(e: impl std::fmt::Display) -> EngineError {
@@ -84,7 +96,19 @@ impl<'m> Bencher<'m> {
             bos: vocab.should_add_bos().then(|| vocab.bos()),
             rng: SplitMix64(42),
             pos: 0,
+            profiler: None,
         }
+    }
+
+    /// Profile one generation step in `rate` with `profiler`, which watches this context's
+    /// graph (`llama::new_session_context`).
+    pub(crate) fn with_profiler(
+        mut self,
+        profiler: std::sync::Arc<super::profile::StepProfiler>,
+        rate: u32,
+    ) -> Self {
+        self.profiler = Some((profiler, rate));
+        self
     }
 
     fn random_token(&mut self) -> LlamaToken {
@@ -134,25 +158,55 @@ impl<'m> Bencher<'m> {
     /// llama-bench's `test_gen`: `n` single-token decodes, each synchronised, feeding random
     /// tokens; with a sampler, the token it samples from each step's logits instead (what a
     /// chat does). Returns the instant each step ended and the time between decode calls.
-    fn generate(
-        &mut self,
-        n: u32,
-        mut pick: Pick<'_>,
-    ) -> Result<(Vec<Instant>, Duration), EngineError> {
+    fn generate(&mut self, n: u32, mut pick: Pick<'_>) -> Result<Generated, EngineError> {
         let mut ends: Vec<Instant> = Vec::with_capacity(n as usize);
         let mut host = Duration::ZERO;
         let mut token = self.first_token();
+        let mut record = self.profiler.as_ref().map(|(_, rate)| {
+            Box::new(crate::metrics::profile::ProfileRecord {
+                rate: *rate,
+                calls: Vec::with_capacity(n as usize),
+                ..Default::default()
+            })
+        });
         for step in 0..n {
             self.batch.clear();
             self.batch
                 .add(token, self.pos, &[0], true)
                 .map_err(decode_error)?;
-            if let Some(&end) = ends.last() {
-                host += end.elapsed();
+            let gap = ends.last().map(|end| end.elapsed());
+            host += gap.unwrap_or_default();
+            let profiled = self
+                .profiler
+                .as_ref()
+                .filter(|(_, rate)| crate::metrics::profile::sampled(step as usize, *rate));
+            // Profiling off: no clock read beyond llama-bench's.
+            let call_start = record.as_ref().map(|_| Instant::now());
+            if let (Some((p, _)), Some(at)) = (profiled, call_start) {
+                p.arm(at);
             }
             self.ctx.decode(&mut self.batch).map_err(decode_error)?;
             self.ctx.synchronize();
-            ends.push(Instant::now());
+            let end = Instant::now();
+            ends.push(end);
+            if let (Some(rec), Some(start)) = (record.as_mut(), call_start) {
+                let call = end - start;
+                rec.calls.push((call, profiled.is_some()));
+                if let Some((p, _)) = profiled {
+                    let r = p.disarm(end);
+                    let gap = gap.unwrap_or_default();
+                    rec.steps.push(crate::metrics::profile::StepRecord {
+                        nodes: r.nodes,
+                        graph_inputs: r.graph_inputs,
+                        sync: r.sync,
+                        output: r.output,
+                        host: gap,
+                        wall: gap + call,
+                        rows: 1,
+                        depth: usize::try_from(self.pos).unwrap_or(0),
+                    });
+                }
+            }
             self.pos += 1;
             let last = step + 1 == n;
             token = match &mut pick {
@@ -168,7 +222,7 @@ impl<'m> Bencher<'m> {
                 _ => self.random_token(),
             };
         }
-        Ok((ends, host))
+        Ok(Generated { ends, host, record })
     }
 
     /// The untimed warm-up, as llama-bench does it: the prompt once and one generated token;
@@ -268,7 +322,7 @@ impl<'m> Bencher<'m> {
             ttft = Some(prefill_time + first_sample);
         }
         let gen_start = Instant::now();
-        let (ends, host) = self.generate(n_gen, sampler)?;
+        let Generated { ends, host, record } = self.generate(n_gen, sampler)?;
         let last = ends.last().copied().unwrap_or(gen_start);
         let decode = last.duration_since(gen_start);
         Ok(Sample {
@@ -279,6 +333,7 @@ impl<'m> Bencher<'m> {
             decode,
             tokens_generated: ends.len() as u64,
             host,
+            profile: record,
         })
     }
 
@@ -335,6 +390,7 @@ impl<'m> Bencher<'m> {
             decode,
             tokens_generated: decoded,
             host: Duration::ZERO,
+            profile: None,
         })
     }
 
@@ -459,6 +515,15 @@ pub(crate) enum TestSpec {
 }
 
 impl TestSpec {
+    /// Whether `bench --profile` profiles this test's generation steps (one sequence, the
+    /// logits read on the host: tg, tg with sampling, pg).
+    pub(crate) fn profilable(&self) -> bool {
+        matches!(
+            self,
+            TestSpec::Tg { .. } | TestSpec::TgSampled { .. } | TestSpec::Pg { .. }
+        )
+    }
+
     pub(crate) fn kind(&self) -> TestKind {
         match self {
             TestSpec::Pp { .. } => TestKind::Pp,

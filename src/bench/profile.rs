@@ -1,0 +1,164 @@
+//! The tables of where a decode step's time goes (`--profile`): the parts with their physics,
+//! the layers, the operations. `run` prints them on stderr, `bench` under its table.
+
+use crate::metrics::profile::{Part, ProfileLevel, StepBreakdown, TurnProfile};
+use crate::report::{table, Align};
+
+fn ms(v: f64) -> String {
+    crate::fmt::sig(v, 3)
+}
+
+fn opt(v: Option<f64>, digits: u32) -> String {
+    v.map_or_else(|| "—".to_string(), |v| crate::fmt::sig(v, digits))
+}
+
+/// The parts table of one breakdown.
+fn parts_table(b: &StepBreakdown) -> String {
+    let rows: Vec<Vec<String>> = b
+        .parts
+        .iter()
+        .map(|p| {
+            vec![
+                p.part.to_string(),
+                ms(p.ms),
+                crate::metrics::fmt_pct(Some(p.share), 1),
+                if p.weight_bytes + p.kv_bytes > 0 {
+                    crate::fmt::bytes(p.weight_bytes + p.kv_bytes)
+                } else {
+                    "—".to_string()
+                },
+                opt(p.gb_per_s, 3),
+                p.mbu_pct.map_or_else(|| "—".into(), |m| format!("{m:.0}%")),
+                opt(p.gflop_per_s, 3),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            ("part", Align::Left),
+            ("ms", Align::Right),
+            ("share", Align::Right),
+            ("reads", Align::Right),
+            ("GB/s", Align::Right),
+            ("MBU", Align::Right),
+            ("GFLOP/s", Align::Right),
+        ],
+        &rows,
+    )
+}
+
+/// The operations table of one breakdown.
+fn ops_table(b: &StepBreakdown) -> String {
+    let mut rows: Vec<Vec<String>> = b
+        .ops
+        .iter()
+        .map(|o| {
+            vec![
+                o.op.to_string(),
+                o.nodes.to_string(),
+                ms(o.ms),
+                crate::metrics::fmt_pct(Some(o.share), 1),
+            ]
+        })
+        .collect();
+    // The step's time outside the graph's nodes, so that the rows add up to its wall time.
+    let outside = [
+        Part::Host,
+        Part::GraphInputs,
+        Part::Sync,
+        Part::Output,
+        Part::Profiling,
+    ];
+    for p in b
+        .parts
+        .iter()
+        .filter(|p| outside.iter().any(|o| o.label() == p.part))
+    {
+        rows.push(vec![
+            format!("({})", p.part),
+            "—".into(),
+            ms(p.ms),
+            crate::metrics::fmt_pct(Some(p.share), 1),
+        ]);
+    }
+    table(
+        &[
+            ("op", Align::Left),
+            ("nodes", Align::Right),
+            ("ms", Align::Right),
+            ("share", Align::Right),
+        ],
+        &rows,
+    )
+}
+
+/// The layer strip: each layer's time, and the slowest against the median.
+fn layers_line(b: &StepBreakdown) -> Option<String> {
+    let median = crate::metrics::median(&b.layers_ms)?;
+    let (slowest, most) = b
+        .layers_ms
+        .iter()
+        .enumerate()
+        .max_by(|a, b| a.1.total_cmp(b.1))?;
+    Some(format!(
+        "layers   {} ms each (median {}; slowest layer {slowest}: {}, {:.2}× the median)\n",
+        b.layers_ms
+            .iter()
+            .map(|v| ms(*v))
+            .collect::<Vec<_>>()
+            .join(" "),
+        ms(median),
+        ms(*most),
+        most / median.max(f64::MIN_POSITIVE),
+    ))
+}
+
+/// The block of a turn's (or a bench row's) profile.
+pub(crate) fn human(p: &TurnProfile, level: ProfileLevel) -> String {
+    let b = &p.mean;
+    let mut out = format!(
+        "profile  1 decode step in {} · {} sampled · mean per step, {} row{} at depth {}\n",
+        p.rate,
+        b.steps,
+        b.rows,
+        if b.rows == 1 { "" } else { "s" },
+        b.depth,
+    );
+    if !b.by_name {
+        out.push_str(
+            "         this graph's weight names are not llama.cpp's usual ones: by operation only\n",
+        );
+    }
+    if level == ProfileLevel::Parts && b.by_name {
+        out.push_str(&parts_table(b));
+        if let Some(line) = layers_line(b) {
+            out.push_str(&line);
+        }
+    } else {
+        out.push_str(&ops_table(b));
+    }
+    out.push_str(&format!(
+        "         parts add up to {} of {} ms wall",
+        ms(b.sum_ms),
+        ms(b.wall_ms)
+    ));
+    if let (Some(on), Some(off), Some(cost)) =
+        (p.profiled_call_ms, p.unprofiled_call_ms, p.sampled_cost())
+    {
+        out.push_str(&format!(
+            " · a profiled decode call {} ms, an unprofiled one {} ms ({:+.1}%)",
+            ms(on),
+            ms(off),
+            cost * 100.0
+        ));
+    }
+    out.push('\n');
+    if let (Some(without), Some(all)) = (p.decode_tok_per_s_unsampled, p.decode_tok_per_s_all) {
+        out.push_str(&format!(
+            "         decode {} tok/s without the profiled steps ({} with them)\n",
+            crate::fmt::sig(without, 3),
+            crate::fmt::sig(all, 3)
+        ));
+    }
+    out
+}
