@@ -483,4 +483,27 @@ fn bench_profiles_its_generation_steps_by_part() {
         lines.iter().all(|l| count(l) == count(lines[0])),
         "a fixed column count"
     );
+    // --vs against the last run: the breakdowns compared part by part.
+    let vs = tokscope_cmd(home.path())
+        .args([
+            "bench",
+            "-p",
+            "0",
+            "-n",
+            "12",
+            "-r",
+            "2",
+            "-t",
+            "1",
+            "--no-probe",
+        ])
+        .args(["--profile", "--profile-rate", "2", "--vs", "last", "-m"])
+        .arg(&model)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let vs = String::from_utf8(vs).unwrap();
+    assert!(vs.contains("where a tg12 step's time went (depth"), "{vs}");
 }

@@ -88,6 +88,9 @@ pub(crate) struct StoredRow {
     pub itl_p50_ms: Option<f64>,
     #[serde(default)]
     pub stamp: StoredStamp,
+    /// `bench --profile`'s breakdown of the row's generation steps, when it was profiled.
+    #[serde(default)]
+    pub profile: Option<StoredProfile>,
     /// The speculative sweep's (`spec::SpecRow`), absent from other rows. Each reads as
     /// `None` when absent or of another type, so that no row layout makes a line unreadable.
     #[serde(flatten)]
@@ -218,6 +221,78 @@ fn value_text(v: Option<&Value>) -> String {
         Some(other) => other.to_string(),
         None => "—".into(),
     }
+}
+
+/// The part of a stored profile `--vs` compares: the mean breakdown's parts.
+#[derive(Debug, Clone, Deserialize, Default)]
+pub(crate) struct StoredProfile {
+    #[serde(default)]
+    pub mean: StoredBreakdown,
+}
+
+#[derive(Debug, Clone, Deserialize, Default)]
+pub(crate) struct StoredBreakdown {
+    #[serde(default)]
+    pub parts: Vec<StoredPart>,
+    #[serde(default)]
+    pub wall_ms: f64,
+    #[serde(default)]
+    pub depth: usize,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct StoredPart {
+    pub part: String,
+    pub ms: f64,
+    #[serde(default)]
+    pub sd_ms: f64,
+}
+
+/// Where the time went before and now, part by part (both rows profiled): each part that
+/// changed beyond its noise (the sum of its two sds over the steps) with its change, then the
+/// others named as unchanged. Parts under 1% of both steps are left out. `None` unless both
+/// rows carry a profile.
+fn profile_change(test: &str, before: &StoredRow, now: &StoredRow) -> Option<String> {
+    let (b, n) = (&before.profile.as_ref()?.mean, &now.profile.as_ref()?.mean);
+    let mut changed = Vec::new();
+    let mut same = Vec::new();
+    for p in &n.parts {
+        let Some(q) = b.parts.iter().find(|q| q.part == p.part) else {
+            continue;
+        };
+        if p.ms < 0.01 * n.wall_ms && q.ms < 0.01 * b.wall_ms {
+            continue;
+        }
+        let pct = signed_pct(change_pct(Some(q.ms), Some(p.ms)));
+        if (p.ms - q.ms).abs() > crate::metrics::noise_threshold(q.sd_ms, p.sd_ms, 0.0) {
+            changed.push(format!(
+                "{} {pct} ({} → {} ms)",
+                p.part,
+                crate::fmt::sig(q.ms, 3),
+                crate::fmt::sig(p.ms, 3)
+            ));
+        } else {
+            same.push(p.part.clone());
+        }
+    }
+    let depth = if b.depth == n.depth {
+        format!("depth {}", n.depth)
+    } else {
+        format!("depth {} → {}", b.depth, n.depth)
+    };
+    Some(format!(
+        "where a {test} step's time went ({depth}): {}; within the noise: {}\n",
+        if changed.is_empty() {
+            "no part changed beyond its noise".to_string()
+        } else {
+            changed.join(", ")
+        },
+        if same.is_empty() {
+            "—".to_string()
+        } else {
+            same.join(", ")
+        }
+    ))
 }
 
 /// The settings that differ between two rows, as `name before → now`.
@@ -372,6 +447,11 @@ pub(crate) fn comparison(now: &[StoredRow], base: &StoredRun) -> String {
     }
     out.push_str(&differences_line(&all_diffs));
     out.push_str(&lines);
+    for (row, before) in &pairs {
+        if let Some(line) = before.and_then(|b| profile_change(&row.test, b, row)) {
+            out.push_str(&line);
+        }
+    }
     out
 }
 
@@ -799,6 +879,44 @@ mod tests {
         };
         let text = comparison(&[row(8.97, 1.15, 2)], &base);
         assert!(text.contains("| -10.3% | within the noise"), "{text}");
+    }
+
+    /// `--vs` between two profiled rows: the part that moved beyond its spread is named with
+    /// its change, the rest as within the noise.
+    #[test]
+    fn vs_names_the_part_that_moved_and_calls_the_rest_noise() {
+        let stored = |attn: f64, ffn: f64, ffn_sd: f64, depth: usize| {
+            let mut v = serde_json::to_value(sample_row(TestKind::Tg, "tg8", 1)).unwrap();
+            v["profile"] = serde_json::json!({"mean": {"wall_ms": attn + ffn, "depth": depth, "parts": [
+                {"part": "attn over cache", "ms": attn, "sd_ms": 0.02},
+                {"part": "ffn down", "ms": ffn, "sd_ms": ffn_sd},
+                {"part": "embed", "ms": 0.001, "sd_ms": 0.0},
+            ]}});
+            serde_json::from_value::<StoredRow>(v).unwrap()
+        };
+        let before = stored(1.0, 10.0, 0.3, 256);
+        let now = stored(1.38, 10.2, 0.3, 4096);
+        let base = StoredRun {
+            id: "20250101-000000-aaaa".into(),
+            unix_time_s: 0,
+            command_line: "tokscope bench --profile".into(),
+            rows: vec![before],
+            raw: Value::Null,
+        };
+        let text = comparison(&[now], &base);
+        assert!(
+            text.contains(
+                "where a tg8 step's time went (depth 256 → 4096): attn over cache +38.0% (1 → 1.38 ms); within the noise: ffn down"
+            ),
+            "{text}"
+        );
+        assert!(
+            !text.contains("embed"),
+            "parts under 1% are left out: {text}"
+        );
+        // Rows without a profile: no such line.
+        let plain = as_stored(&[sample_row(TestKind::Tg, "tg8", 1)]);
+        assert!(!comparison(&plain, &base).contains("time went"));
     }
 
     /// A row of a speculative sweep as `bench::spec` writes it.

@@ -258,6 +258,9 @@ pub fn classify(nodes: &[NodeFacts]) -> (Vec<(Part, Option<u16>)>, bool) {
 pub struct PartFigures {
     pub part: &'static str,
     pub ms: f64,
+    /// The sample standard deviation of its time over the steps (0 for one step): what
+    /// `bench --vs` judges a change of this part against.
+    pub sd_ms: f64,
     /// Of the step's wall time.
     pub share: f64,
     /// Weight bytes and KV-cache bytes read per step.
@@ -297,6 +300,18 @@ pub struct StepBreakdown {
     pub depth: usize,
 }
 
+/// The sample sd of `values`, a part's time in each of `n` steps (a step without the part
+/// counts 0); 0 below two steps.
+fn sample_sd(values: &[f64], n: usize) -> f64 {
+    if n < 2 {
+        return 0.0;
+    }
+    let mut v = values.to_vec();
+    v.resize(n, 0.0);
+    let mean = v.iter().sum::<f64>() / n as f64;
+    (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt()
+}
+
 /// The mean breakdown of `steps`; `bandwidth` (bytes/s) is the roofline's, for the per-part
 /// MBU. `per_node` is what profiling adds to each node (`ProfileRecord::per_node_overhead`):
 /// taken off every node's time (down to 0) and shown as its own part, "profiling". `None`
@@ -313,7 +328,10 @@ pub fn breakdown(
     let mut layers: Vec<Duration> = Vec::new();
     let mut by_name = true;
     let mut wall = Duration::ZERO;
+    // Each part's time in each step, for its spread.
+    let mut per_step: BTreeMap<Part, Vec<f64>> = BTreeMap::new();
     for s in steps {
+        let before: BTreeMap<Part, Duration> = time.iter().map(|(p, t)| (*p, t.0)).collect();
         let (placed, recognised) = classify(&s.nodes);
         by_name &= recognised;
         wall += s.wall;
@@ -345,6 +363,10 @@ pub fn breakdown(
         ] {
             time.entry(part).or_default().0 += d;
         }
+        for (p, t) in &time {
+            let was = before.get(p).copied().unwrap_or_default();
+            per_step.entry(*p).or_default().push(super::ms(t.0 - was));
+        }
     }
     let wall_ms = super::ms(wall) / n;
     let share = |ms: f64| if wall_ms > 0.0 { ms / wall_ms } else { 0.0 };
@@ -353,6 +375,7 @@ pub fn breakdown(
         .filter_map(|p| time.get(p).map(|t| (*p, *t)))
         .map(|(p, (d, wb, kb, fl))| {
             let ms = super::ms(d) / n;
+            let sd_ms = per_step.get(&p).map_or(0.0, |v| sample_sd(v, steps.len()));
             let (wb, kb, fl) = (
                 (wb as f64 / n) as u64,
                 (kb as f64 / n) as u64,
@@ -363,6 +386,7 @@ pub fn breakdown(
             PartFigures {
                 part: p.label(),
                 ms,
+                sd_ms,
                 share: share(ms),
                 weight_bytes: wb,
                 kv_bytes: kb,
