@@ -771,17 +771,7 @@ impl<'m> Session<'m> {
             let call = call_end - step;
             record.calls.push((call, profiler.is_some()));
             if let Some(p) = profiler {
-                let r = p.disarm(call_end);
-                let step = crate::metrics::profile::StepRecord {
-                    nodes: r.nodes,
-                    graph_inputs: r.graph_inputs,
-                    sync: r.sync,
-                    output: r.output,
-                    host: gap,
-                    wall: gap + call,
-                    rows,
-                    depth: self.cached.len(),
-                };
+                let step = p.finish_step(call_end, gap, call, rows, self.cached.len());
                 let _ = events.send(EngineEvent::StepProfiled {
                     request_id: req.id,
                     step: Box::new(step.clone()),

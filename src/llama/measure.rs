@@ -193,18 +193,9 @@ impl<'m> Bencher<'m> {
                 let call = end - start;
                 rec.calls.push((call, profiled.is_some()));
                 if let Some((p, _)) = profiled {
-                    let r = p.disarm(end);
-                    let gap = gap.unwrap_or_default();
-                    rec.steps.push(crate::metrics::profile::StepRecord {
-                        nodes: r.nodes,
-                        graph_inputs: r.graph_inputs,
-                        sync: r.sync,
-                        output: r.output,
-                        host: gap,
-                        wall: gap + call,
-                        rows: 1,
-                        depth: usize::try_from(self.pos).unwrap_or(0),
-                    });
+                    let depth = usize::try_from(self.pos).unwrap_or(0);
+                    rec.steps
+                        .push(p.finish_step(end, gap.unwrap_or_default(), call, 1, depth));
                 }
             }
             self.pos += 1;

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use llama_cpp_2::context::eval::{EvalNode, EvalObserver};
 
-use crate::metrics::profile::NodeFacts;
+use crate::metrics::profile::{NodeFacts, StepRecord};
 
 /// Times the nodes of the steps it is armed for.
 #[derive(Default)]
@@ -33,14 +33,6 @@ struct Recorder {
     last_done: Option<Instant>,
     sync: Duration,
     nodes: Vec<NodeFacts>,
-}
-
-/// One armed step's record: its nodes and the time around them.
-pub(crate) struct Recorded {
-    pub nodes: Vec<NodeFacts>,
-    pub graph_inputs: Duration,
-    pub sync: Duration,
-    pub output: Duration,
 }
 
 impl StepProfiler {
@@ -65,27 +57,37 @@ impl StepProfiler {
         self.armed.store(true, Ordering::SeqCst);
     }
 
-    /// Stops recording; the call ended (and its backend synchronised) at `end`.
-    pub(crate) fn disarm(&self, end: Instant) -> Recorded {
+    /// Stops recording: the step's record. Its decode call took `call` and ended (its backend
+    /// synchronised) at `end`, after a host gap of `host`; it computed `rows` rows with
+    /// `depth` tokens in the KV cache.
+    pub(crate) fn finish_step(
+        &self,
+        end: Instant,
+        host: Duration,
+        call: Duration,
+        rows: usize,
+        depth: usize,
+    ) -> StepRecord {
         self.armed.store(false, Ordering::SeqCst);
+        let mut step = StepRecord {
+            host,
+            wall: host + call,
+            rows,
+            depth,
+            ..StepRecord::default()
+        };
         let Ok(mut r) = self.rec.lock() else {
-            return Recorded {
-                nodes: Vec::new(),
-                graph_inputs: Duration::ZERO,
-                sync: Duration::ZERO,
-                output: Duration::ZERO,
-            };
+            return step;
         };
         let started = r.started.unwrap_or(end);
         let first = r.first_ask.unwrap_or(end);
         // A range asked for and never computed (an error mid-graph) counts as output.
         let last = r.last_done.unwrap_or(first);
-        Recorded {
-            nodes: std::mem::take(&mut r.nodes),
-            graph_inputs: first.saturating_duration_since(started),
-            sync: r.sync,
-            output: end.saturating_duration_since(last),
-        }
+        step.nodes = std::mem::take(&mut r.nodes);
+        step.graph_inputs = first.saturating_duration_since(started);
+        step.sync = r.sync;
+        step.output = end.saturating_duration_since(last);
+        step
     }
 }
 
