@@ -242,6 +242,49 @@ fn the_profile_screen_shows_where_the_answers_steps_went() {
     tmux.wait_for("the chat again", Duration::from_secs(10), |s| {
         !s.contains("where the time goes")
     });
+    // `/trace PATH`: the answer's engine spans, tokens and profiled nodes, and the UI's
+    // frames, read back by the independent reader (scripts/trace-check.py).
+    let trace = dir.path().join("chat-trace.json");
+    common::tmux::send(&tmux, &format!("/trace {}", trace.display()));
+    tmux.wait_for("the trace notice", Duration::from_secs(10), |s| {
+        s.contains("trace of 1 answer(s)")
+    });
+    let said = common::trace_check(&trace, None).unwrap();
+    assert!(said.contains("every track nests"), "{said}");
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
+    let events = doc["traceEvents"].as_array().unwrap();
+    let count = |name: &str| events.iter().filter(|e| e["name"] == name).count();
+    assert_eq!(count("token"), 24);
+    assert!(count("frame") > 0, "no UI frames");
+    assert!(
+        events.iter().any(|e| e["cat"] == "node"),
+        "no profiled nodes"
+    );
+    // The frames sit on the answer's clock: the ones drawn from the submission on.
+    let ts = |e: &serde_json::Value| e["ts"].as_f64().unwrap();
+    let submitted = events
+        .iter()
+        .find(|e| e["name"] == "request submitted")
+        .map(ts)
+        .unwrap();
+    let last_token = events
+        .iter()
+        .filter(|e| e["name"] == "token")
+        .map(ts)
+        .fold(0.0, f64::max);
+    assert!(
+        events
+            .iter()
+            .filter(|e| e["name"] == "frame")
+            .all(|e| ts(e) >= submitted),
+        "a frame before the answer's submission"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e["name"] == "frame" && ts(e) >= last_token),
+        "no frame drawn after the last token"
+    );
     tmux.keys(&["C-q"]);
     tmux.wait_for("the chat to end", Duration::from_secs(20), |s| {
         s.contains("exit=0")

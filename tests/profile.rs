@@ -310,7 +310,39 @@ fn the_trace_gives_back_ttft_and_every_itl_gap_of_the_json() {
         3,
         &["--trace", trace.to_str().unwrap()],
     );
+    // The independent reader: the schema, the tracks' nesting, and TTFT, every token and
+    // ITL gap recomputed from the trace against the report.
+    let report = home.path().join("run.json");
+    std::fs::write(&report, v.to_string()).unwrap();
+    let said = common::trace_check(&trace, Some(&report)).unwrap();
+    assert!(said.contains("10 tokens agree"), "{said}");
     let doc: Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
+    // It can fail: one token moved by 1 µs, one host gap stretched over the next decode call.
+    let mut moved = doc.clone();
+    let token = moved["traceEvents"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .filter(|e| e["name"] == "token")
+        .nth(4)
+        .unwrap();
+    token["ts"] = (f(&token["ts"]) + 1.0).into();
+    let planted = home.path().join("moved.json");
+    std::fs::write(&planted, moved.to_string()).unwrap();
+    let why = common::trace_check(&planted, Some(&report)).unwrap_err();
+    assert!(why.contains("token 4"), "{why}");
+    let mut stretched = doc.clone();
+    let host = stretched["traceEvents"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .filter(|e| e["name"] == "host")
+        .nth(2)
+        .unwrap();
+    host["dur"] = (f(&host["dur"]) + 50.0).into();
+    std::fs::write(&planted, stretched.to_string()).unwrap();
+    let why = common::trace_check(&planted, None).unwrap_err();
+    assert!(why.contains("without nesting"), "{why}");
     let events = doc["traceEvents"].as_array().expect("traceEvents");
     // The schema every trace viewer reads: a phase, a name, pid/tid, µs timestamps.
     for e in events {
@@ -386,6 +418,111 @@ fn the_trace_gives_back_ttft_and_every_itl_gap_of_the_json() {
     }
 }
 
+/// `run --turns 2 --trace`: one process per turn, each at its own submission on one clock (the
+/// second submitted after the first answer's last token), both agreeing with the report.
+#[test]
+fn turns_are_traced_one_after_the_other_on_one_clock() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let model = common::synth_cli(home.path(), "tiny", 4);
+    let trace = home.path().join("t.json");
+    let out = tokscope_cmd(home.path())
+        .args([
+            "run",
+            "-p",
+            "Hello",
+            "--temp",
+            "0",
+            "--ignore-eos",
+            "-t",
+            "1",
+        ])
+        .args(["-n", "6", "--turns", "2", "--json", "--trace"])
+        .arg(&trace)
+        .arg("-m")
+        .arg(&model)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let report = home.path().join("turns.json");
+    std::fs::write(&report, &out).unwrap();
+    let said = common::trace_check(&trace, Some(&report)).unwrap();
+    assert!(said.contains("2 turn(s), 12 tokens agree"), "{said}");
+    let doc: Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
+    let events = doc["traceEvents"].as_array().unwrap();
+    let at = |name: &str, pid: u64| -> Vec<f64> {
+        events
+            .iter()
+            .filter(|e| e["name"] == name && e["pid"] == pid)
+            .map(|e| f(&e["ts"]))
+            .collect()
+    };
+    assert_eq!(at("request submitted", 1), vec![0.0]);
+    let second = at("request submitted", 2)[0];
+    let last_token = *at("token", 1).last().unwrap();
+    assert!(
+        second > last_token,
+        "turn 2 at {second} µs, turn 1's last token at {last_token}"
+    );
+}
+
+/// `bench --trace`: every timed repetition of a tg and a pg test on the bench's clock, with
+/// the profiled steps' nodes; the gaps and the repetitions' t/s read off the trace are the
+/// rows'.
+#[test]
+fn the_bench_trace_gives_back_each_rows_itl_and_repetitions() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let model = common::synth_cli(home.path(), "tiny", 4);
+    let trace = home.path().join("b.json");
+    let out = tokscope_cmd(home.path())
+        .args([
+            "bench", "-p", "8", "-n", "6", "-pg", "8,6", "-r", "2", "-t", "1",
+        ])
+        .args([
+            "--no-probe",
+            "-o",
+            "json",
+            "--profile",
+            "--profile-rate",
+            "2",
+        ])
+        .arg("--trace")
+        .arg(&trace)
+        .arg("-m")
+        .arg(&model)
+        .assert()
+        .success()
+        .stderr(no_panic())
+        .get_output()
+        .stdout
+        .clone();
+    let report = home.path().join("rows.json");
+    std::fs::write(&report, &out).unwrap();
+    // tg6 and pp8+tg6, two repetitions of five gaps each.
+    let said = common::trace_check(&trace, Some(&report)).unwrap();
+    assert!(said.contains("20 token gaps agree"), "{said}");
+    let doc: Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
+    let events = doc["traceEvents"].as_array().unwrap();
+    assert!(events.iter().any(|e| e["name"] == "prompt"));
+    assert!(events.iter().any(|e| e["cat"] == "node"));
+    // The planted error: one repetition's timed length off by 1%.
+    let mut planted = doc.clone();
+    let rep = planted["traceEvents"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|e| e["name"] == "repetition 2" && e["pid"] == 2)
+        .unwrap();
+    rep["args"]["timed_ms"] = (f(&rep["args"]["timed_ms"]) * 1.01).into();
+    let path = home.path().join("planted.json");
+    std::fs::write(&path, planted.to_string()).unwrap();
+    let why = common::trace_check(&path, Some(&report)).unwrap_err();
+    assert!(why.contains("tok/s in the trace"), "{why}");
+}
+
 #[test]
 fn a_trace_path_that_cannot_be_written_is_refused_before_the_model_loads() {
     let home = tempfile::tempdir().unwrap();
@@ -418,12 +555,28 @@ fn a_trace_path_that_cannot_be_written_is_refused_before_the_model_loads() {
         b"keep me",
         "the file is kept"
     );
+    // A server's turn is traced too, but the path is checked before anything is sent.
     tokscope_cmd(home.path())
         .args(["run", "-p", "Hi", "--url", "http://127.0.0.1:9", "--trace"])
-        .arg(home.path().join("r.json"))
+        .arg(&existing)
         .assert()
         .code(2)
-        .stderr(predicate::str::contains("not traced yet"));
+        .stderr(predicate::str::contains("--force replaces it"));
+    // The bench traces its sweep, not the speculative ones.
+    tokscope_cmd(home.path())
+        .args([
+            "bench",
+            "-m",
+            "/nonexistent.gguf",
+            "--spec",
+            "ngram",
+            "--trace",
+        ])
+        .arg(home.path().join("b.json"))
+        .assert()
+        .code(2)
+        .stderr(no_panic())
+        .stderr(predicate::str::contains("not traced"));
 }
 
 /// `bench --profile`: tg and pg rows carry the profile of every repetition's profiled steps,

@@ -118,6 +118,7 @@ fn chunk(ms: u64) -> ChunkMark {
 fn record() -> RemoteTimeline {
     RemoteTimeline {
         network_rtt: Some(Duration::from_millis(2)),
+        sent_at: None,
         headers_at: Some(Duration::from_millis(1)),
         chunks: vec![chunk(30), chunk(40), chunk(50), chunk(60)],
         choice_chunks: [30, 30, 40, 50, 60, 60].map(Duration::from_millis).to_vec(),

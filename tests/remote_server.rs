@@ -62,12 +62,20 @@ fn a_remote_turn_agrees_with_the_servers_own_timings_and_usage() {
             "turn {turn}: {}",
             "the quick brown fox jumps over the lazy dog ".repeat(24)
         );
+        let trace = dir.path().join(format!("trace-{turn}.json"));
         let out = tokscope(&dir)
             .args(["run", "--url", &server.url(), "--json", "--temp", "0"])
-            .args(["-n", "64", "--ignore-eos", "-p", &prompt])
+            .args(["-n", "64", "--ignore-eos", "-p", &prompt, "--trace"])
+            .arg(&trace)
             .output()
             .unwrap();
         let v = json_of(&out);
+        // The stream's trace (request sent, headers, each chunk) gives back the report's
+        // chunk times, TTFT and ITL (scripts/trace-check.py).
+        let report = dir.path().join(format!("report-{turn}.json"));
+        std::fs::write(&report, &out.stdout).unwrap();
+        let said = common::trace_check(&trace, Some(&report)).unwrap();
+        assert!(said.contains("1 turn(s), 64 tokens agree"), "{said}");
         let m = &v["metrics"];
         // Token counts: exactly the server's, every turn.
         assert_eq!(m["tokens_generated"], 64, "{m}");

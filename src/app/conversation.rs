@@ -67,6 +67,9 @@ pub struct AssistantTurn {
     pub spec: Option<crate::metrics::spec::SpecStats>,
     /// Where the finished turn sampled and its host time per token (the metrics detail).
     pub host: Option<HostDetail>,
+    /// The step profiler's record of the finished turn (`--profile`): its nodes go into the
+    /// chat's `/trace`.
+    pub profile: Option<Box<crate::metrics::profile::ProfileRecord>>,
 }
 
 impl AssistantTurn {
@@ -86,6 +89,7 @@ impl AssistantTurn {
             stopping: false,
             spec: None,
             host: None,
+            profile: None,
         }
     }
 
@@ -140,6 +144,7 @@ impl AssistantTurn {
         self.timeline = report.timeline;
         self.context_used = Some(report.context_used);
         self.spec = report.spec;
+        self.profile = report.profile.map(Box::new);
         self.host = Some(HostDetail {
             host_us_per_token: report.host.summary().host_us_per_token,
             sampler: report.sampler,
@@ -338,6 +343,7 @@ impl Conversation {
                     stopping: false,
                     spec: None,
                     host: None,
+                    profile: None,
                 }),
             })
             .collect();

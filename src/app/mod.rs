@@ -85,6 +85,8 @@ pub struct Notice {
     pub kind: NoticeKind,
 }
 
+pub use crate::metrics::trace::TracedTurn;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExportFormat {
     Markdown,
@@ -115,6 +117,8 @@ pub enum Msg {
     Saved(Result<PathBuf, String>),
     /// The outcome of an export effect.
     Exported(Result<PathBuf, String>),
+    /// `/trace` wrote (the path, turns and frames in it) or failed.
+    Traced(Result<(PathBuf, usize, usize), String>),
     /// The outcome of saving a batch sweep: its run id (and a warning about the log), or
     /// the message to show.
     SweepSaved(Result<(String, Option<String>), String>),
@@ -180,6 +184,11 @@ pub enum Effect {
     },
     /// Put this text on the clipboard (an OSC 52 sequence written to the terminal).
     Copy(String),
+    /// Write these turns, with the UI's frames the loop kept, as a Chrome trace (`/trace`).
+    WriteTrace {
+        path: PathBuf,
+        turns: Vec<TracedTurn>,
+    },
     /// Search for GGUF models (off the UI thread) and report `Msg::ModelsFound`.
     DiscoverModels {
         model_dirs: Vec<PathBuf>,
@@ -903,6 +912,19 @@ pub fn update(app: &mut App, msg: Msg, now: Now) -> Vec<Effect> {
                 }
                 Err(e) => Err(e),
             });
+            Vec::new()
+        }
+        Msg::Traced(result) => {
+            match result {
+                Ok((p, turns, frames)) => app.notice(
+                    NoticeKind::Info,
+                    format!(
+                        "trace of {turns} answer(s) and {frames} frame(s) written to {} (open it in ui.perfetto.dev)",
+                        p.display()
+                    ),
+                ),
+                Err(e) => app.notice(NoticeKind::Error, format!("trace failed: {e}")),
+            }
             Vec::new()
         }
         Msg::Exported(result) => {

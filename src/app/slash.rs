@@ -13,6 +13,7 @@ pub(crate) const SLASH_COMMANDS: &[&str] = &[
     "/seed",
     "/settings",
     "/export",
+    "/trace",
     "/model",
     "/ab",
     "/compare",
@@ -34,6 +35,27 @@ fn preview(text: &str, max: usize) -> String {
 }
 
 impl App {
+    /// The answers of this session that `/trace` can place on its clock (finished or
+    /// stopped, with their submission known; answers read back from history have none).
+    fn traced_turns(&self) -> Vec<super::TracedTurn> {
+        self.conversation
+            .exchanges
+            .iter()
+            .filter_map(|e| e.assistant.as_ref())
+            .enumerate()
+            .filter(|(_, a)| a.is_finished() && a.timeline.submitted_at.is_some())
+            .map(|(i, a)| super::TracedTurn {
+                label: format!(
+                    "answer {} · {}",
+                    i + 1,
+                    a.model_file.as_deref().unwrap_or("model")
+                ),
+                timeline: a.timeline.clone(),
+                profile: a.profile.clone(),
+            })
+            .collect()
+    }
+
     /// A setting's current value, for a command typed without one.
     fn show_setting(&mut self, name: &str, value: String, how: &str) {
         self.notice(NoticeKind::Info, format!("{name} {value} (change: {how})"));
@@ -201,6 +223,24 @@ impl App {
                         }];
                     }
                     None => self.notice(NoticeKind::Error, "usage: /export md|json [PATH]"),
+                }
+            }
+            "/trace" => {
+                let path = match arg.trim() {
+                    "" => std::path::PathBuf::from(format!(
+                        "tokscope-trace-{}.json",
+                        self.conversation.id
+                    )),
+                    p => crate::config::expand_home(std::path::Path::new(p)),
+                };
+                let turns = self.traced_turns();
+                if turns.is_empty() {
+                    self.notice(
+                        NoticeKind::Error,
+                        "nothing to trace yet: the trace covers the answers of this session (send a message first)",
+                    );
+                } else {
+                    return vec![Effect::WriteTrace { path, turns }];
                 }
             }
             "/model" if arg.is_empty() => return self.open_picker(PickFor::Switch),

@@ -27,6 +27,7 @@ pub(crate) mod run;
 pub(crate) mod spec;
 pub(crate) mod spec_chart;
 pub(crate) mod sweep;
+pub(crate) mod trace;
 pub(crate) mod vs_run;
 
 pub(crate) use log::{results_path, StoredRun};

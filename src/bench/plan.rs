@@ -59,4 +59,6 @@ pub(crate) struct BenchPlan {
     /// shown at this level under the table.
     pub profile_rate: u32,
     pub profile_level: crate::metrics::profile::ProfileLevel,
+    /// `--trace`: keep every timed repetition's events (`bench::trace`).
+    pub trace: bool,
 }

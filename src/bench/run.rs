@@ -23,6 +23,16 @@ pub(crate) struct Outcome {
     pub failures: Vec<String>,
     /// A model could not be loaded (exit code 3, like `run`).
     pub model_failed: bool,
+    /// `--trace`: the timed repetitions' events (`bench::trace`).
+    pub trace: Vec<serde_json::Value>,
+}
+
+/// `--trace`: the clock's start and the events so far, and how many repetitions each test
+/// has traced.
+struct TraceLog {
+    origin: Instant,
+    events: Vec<serde_json::Value>,
+    reps: std::collections::BTreeMap<usize, usize>,
 }
 
 /// The bandwidth each row's roofline uses, resolved once per run.
@@ -168,6 +178,7 @@ struct Runner<'a> {
     gpu: Result<crate::hw::gpu::GpuTelemetry, String>,
     /// The energy counter before and after the last measure()'s timed repetitions.
     timed_energy_mj: Option<(u64, u64)>,
+    trace: Option<TraceLog>,
 }
 
 /// Run every job; a test that fails, or every test of a model that does not load, is
@@ -183,6 +194,7 @@ pub(crate) fn run_jobs(
         rows: Vec::new(),
         failures: Vec::new(),
         model_failed: false,
+        trace: Vec::new(),
     };
     let mut start = 0;
     while let Some(first) = jobs.get(start) {
@@ -194,6 +206,7 @@ pub(crate) fn run_jobs(
         start = end;
     }
     runner.progress.finish();
+    outcome.trace = runner.trace.map(|t| t.events).unwrap_or_default();
     outcome
 }
 
@@ -253,6 +266,7 @@ pub(crate) fn run_jobs_alternating(
         rows: Vec::new(),
         failures: failed.iter().flatten().cloned().collect(),
         model_failed,
+        trace: Vec::new(),
     };
     for ((job, samples), facts) in jobs.iter().zip(&samples).zip(&facts) {
         if let Some((info, bandwidth)) = facts {
@@ -268,6 +282,7 @@ pub(crate) fn run_jobs_alternating(
             }
         }
     }
+    outcome.trace = runner.trace.take().map(|t| t.events).unwrap_or_default();
     outcome
 }
 
@@ -282,6 +297,11 @@ impl<'a> Runner<'a> {
         Runner {
             gpu: crate::hw::gpu::GpuTelemetry::open().map_err(|e| e.to_string()),
             timed_energy_mj: None,
+            trace: plan.trace.then(|| TraceLog {
+                origin: Instant::now(),
+                events: Vec::new(),
+                reps: std::collections::BTreeMap::new(),
+            }),
             plan,
             sampling,
             run_id,
@@ -442,6 +462,18 @@ impl Runner<'_> {
             samples.push(bencher.run(&job.test, job.depth, self.sampling)?);
         }
         self.timed_energy_mj = energy_before.zip(self.energy_mj());
+        if let Some(t) = self.trace.as_mut() {
+            let done = t.reps.entry(index).or_insert(0);
+            t.events.extend(super::trace::events(
+                u32::try_from(index + 1).unwrap_or(u32::MAX),
+                &self.progress.label(index, job),
+                t.origin,
+                &job.test,
+                *done + 1,
+                &samples,
+            ));
+            *done += samples.len();
+        }
         Ok((samples, info, bandwidth))
     }
 

@@ -127,6 +127,8 @@ pub struct BenchArgs {
     #[command(flatten)]
     pub profile: super::profile::ProfileArgs,
     #[command(flatten)]
+    pub trace: super::profile::TraceArgs,
+    #[command(flatten)]
     pub spec: SpecBenchFlags,
     /// Measure `run`'s decode (the engine's sampler, detokenizer and events, at `run`'s
     /// context size: config `context`, or CTX) against llama-bench's tg on the same file, in
@@ -435,6 +437,7 @@ pub(crate) fn plan(args: &BenchArgs, settings: &Settings) -> Result<BenchPlan, F
                 None => 0,
             },
             profile_level: args.profile.profile.unwrap_or_default(),
+            trace: args.trace.trace.is_some(),
             plot: match &args.plot {
                 Some(p) => {
                     // Fail before measuring anything when the extension is wrong.
@@ -1059,6 +1062,13 @@ fn run_spec(args: &BenchArgs, settings: &Settings) -> Result<(), Failure> {
 
 /// `tokscope bench`.
 pub(crate) fn run(args: &BenchArgs, settings: Settings) -> Result<(), Failure> {
+    if args.trace.trace.is_some() && (args.run_vs_tg.is_some() || args.spec.given()) {
+        return Err(Failure::new(
+            USAGE,
+            "--trace records the sweep's timed repetitions (pp, tg, pg, batch); --spec, --draft \
+             and --run-vs-tg are not traced (leave out --trace, or those)",
+        ));
+    }
     if args.run_vs_tg.is_some() {
         return run_vs_tg(args, &settings);
     }
@@ -1066,6 +1076,7 @@ pub(crate) fn run(args: &BenchArgs, settings: Settings) -> Result<(), Failure> {
         return run_spec(args, &settings);
     }
     let plan = plan(args, &settings)?;
+    args.trace.check()?;
     run::check_models(&plan.models)?;
     let log_path = log::results_path(&crate::paths::data_dir());
     let baseline = match &plan.vs {
@@ -1076,6 +1087,7 @@ pub(crate) fn run(args: &BenchArgs, settings: Settings) -> Result<(), Failure> {
     let run_id = crate::ids::new_id(now);
     let jobs = sweep::expand(&plan.models, &plan.sweep);
     let outcome = run::run_jobs(&plan, &jobs, &settings.sampling, &run_id);
+    args.trace.write(outcome.trace)?;
     let mut rows = outcome.rows;
     report::relate_batches(&mut rows);
     let text = format::render(&rows, plan.output)

@@ -53,7 +53,8 @@ pub struct TraceArgs {
     /// Write the answer as Chrome Trace Event JSON to FILE (opens in ui.perfetto.dev and
     /// chrome://tracing): the engine thread's spans (template and tokenize, each prefill
     /// micro-batch, each decode call and the host gap before it), one event per token, and
-    /// with --profile the profiled steps' nodes. With --turns, one process per turn.
+    /// with --profile the profiled steps' nodes; with --url, the server's stream (request sent,
+    /// headers, each chunk). With --turns, one process per turn, each at its submission.
     #[arg(long, value_name = "FILE.json")]
     pub trace: Option<std::path::PathBuf>,
     /// With --trace: replace the file if it exists.
@@ -113,17 +114,5 @@ impl TraceArgs {
                 format!("cannot write the trace: {e}"),
             )
         })
-    }
-
-    /// A server's stream is not traced (yet): --trace with --url is a usage error.
-    pub(crate) fn refuse_remote(&self) -> Result<(), crate::commands::Failure> {
-        match self.trace {
-            Some(_) => Err(crate::commands::Failure::new(
-                crate::commands::USAGE,
-                "--trace records the engine thread in this process; a server's stream is not \
-                 traced yet (leave out --url, or --trace)",
-            )),
-            None => Ok(()),
-        }
     }
 }

@@ -333,7 +333,7 @@ pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure>
     let started = std::time::Instant::now();
     if let Some(url) = &args.remote.url {
         args.profile.refuse_remote()?;
-        args.trace.refuse_remote()?;
+        args.trace.check()?;
         args.sampling.apply(&mut settings)?;
         return run_remote(args, url, &settings);
     }
@@ -366,6 +366,8 @@ pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure>
     let mut turn = 1u32;
     let mut reports: Vec<RunReport> = Vec::new();
     let mut trace_events: Vec<serde_json::Value> = Vec::new();
+    // The trace's clock starts at the first turn's submission; each turn sits at its own.
+    let mut trace_origin: Option<std::time::Instant> = None;
     let mut report_file = match &args.report {
         Some(path) => Some(std::io::BufWriter::new(
             std::fs::File::create(path).map_err(|e| {
@@ -453,9 +455,11 @@ pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure>
                 let mut full = RunReport::new(&report, info, &settings, load_before, &peaks, load);
                 full.profile_level = args.profile.profile.unwrap_or_default();
                 if args.trace.trace.is_some() {
+                    trace_origin = trace_origin.or(report.timeline.submitted_at);
                     trace_events.extend(crate::metrics::trace::turn_events(
                         turn,
                         &format!("tokscope run · turn {turn}"),
+                        crate::metrics::trace::base(trace_origin, &report.timeline),
                         &report.timeline,
                         report.profile.as_ref(),
                     ));
@@ -869,6 +873,13 @@ pub(crate) fn run_remote(args: &RunArgs, url: &str, settings: &Settings) -> Resu
         Ok::<_, RemoteError>((turn, model))
     });
     let (turn, model) = turn?;
+    args.trace.write(crate::metrics::trace::turn_events(
+        1,
+        &format!("tokscope run --url {}", client.endpoint().host_label()),
+        Duration::ZERO,
+        &turn.timeline.turn_timeline(),
+        None,
+    ))?;
     let summary = turn.timeline.summary();
     let report = RemoteRunReport {
         text: turn.text.clone(),

@@ -429,7 +429,10 @@ impl<'m> Session<'m> {
     ) -> Result<TurnReport, EngineError> {
         let cancelled = || cancel_through.load(Ordering::SeqCst) >= req.id;
         let n_ctx = self.ctx.n_ctx() as usize;
-        let mut timeline = TurnTimeline::default();
+        let mut timeline = TurnTimeline {
+            submitted_at: Some(req.submitted_at),
+            ..TurnTimeline::default()
+        };
         // The breakdown's boundaries are taken as offsets from t0, one after the other, so
         // queue + template/tokenize + prefill + first sample add up to TTFT exactly.
         let picked_up = Instant::now();

@@ -45,6 +45,11 @@ pub(crate) struct Sample {
     pub host: Duration,
     /// The step profiler's record of the generation steps (`bench --profile`; tg and pg).
     pub profile: Option<Box<crate::metrics::profile::ProfileRecord>>,
+    /// When the timed run started (`bench --trace` places the run on its clock by it).
+    pub started: Option<Instant>,
+    /// Offsets from `started`: the start of generation, then the end of each generation
+    /// step (the instants `gaps` are taken from). Empty for pp.
+    pub steps_at: Vec<Duration>,
 }
 
 /// What `Bencher::generate` returns: the instant each step ended, the time between decode
@@ -278,6 +283,7 @@ impl<'m> Bencher<'m> {
         self.prompt(n_prompt)?;
         Ok(Sample {
             total: start.elapsed(),
+            started: Some(start),
             ..Sample::default()
         })
     }
@@ -316,6 +322,10 @@ impl<'m> Bencher<'m> {
         let Generated { ends, host, record } = self.generate(n_gen, sampler)?;
         let last = ends.last().copied().unwrap_or(gen_start);
         let decode = last.duration_since(gen_start);
+        let steps_at = std::iter::once(gen_start)
+            .chain(ends.iter().copied())
+            .map(|t| t.duration_since(start))
+            .collect();
         Ok(Sample {
             total: prefill.unwrap_or_default() + decode,
             prefill,
@@ -325,6 +335,8 @@ impl<'m> Bencher<'m> {
             tokens_generated: ends.len() as u64,
             host,
             profile: record,
+            started: Some(start),
+            steps_at,
         })
     }
 
@@ -382,6 +394,8 @@ impl<'m> Bencher<'m> {
             tokens_generated: decoded,
             host: Duration::ZERO,
             profile: None,
+            started: Some(start),
+            steps_at: ends.iter().map(|t| t.duration_since(start)).collect(),
         })
     }
 

@@ -181,6 +181,11 @@ pub struct TurnTimeline {
     /// was sent; `None` for the local engine's turns.
     #[serde(skip)]
     pub remote: Option<Box<remote::RemoteTimeline>>,
+    /// The instant every offset above starts from (the request's `submitted_at`; for a remote
+    /// turn, the request being sent): where a trace of several turns places each one
+    /// (`metrics::trace`). Not saved; `None` for a turn read back from history.
+    #[serde(skip)]
+    pub submitted_at: Option<std::time::Instant>,
 }
 
 impl TurnTimeline {
@@ -482,6 +487,7 @@ mod tests {
             prefill_chunk_done_at: Vec::new(),
             accepted_drafts: 0,
             remote: None,
+            submitted_at: None,
         }
     }
 

@@ -95,6 +95,10 @@ impl TokenCountSource {
 pub struct RemoteTimeline {
     /// Round trip of a cheap request (`GET /v1/models`) timed just before the turn.
     pub network_rtt: Option<Duration>,
+    /// The instant the request was sent (its offsets start here): where a trace of several
+    /// turns places this one (`metrics::trace`). Not saved.
+    #[serde(skip)]
+    pub sent_at: Option<std::time::Instant>,
     /// Offset at which the response headers arrived.
     pub headers_at: Option<Duration>,
     /// Every content chunk, in order.
@@ -379,6 +383,7 @@ impl RemoteTimeline {
                 .unwrap_or_default(),
             decode_calls: summary.server_predicted_tokens.unwrap_or(0) as usize,
             finished_at: Some(self.finished_at),
+            submitted_at: self.sent_at,
             remote: Some(Box::new(self.clone())),
             ..Default::default()
         }

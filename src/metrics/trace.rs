@@ -1,16 +1,23 @@
-//! A turn as Chrome Trace Event JSON (`run --trace FILE.json`; opens in ui.perfetto.dev and
-//! chrome://tracing): the engine thread's spans (queue, template and tokenize, each prefill
-//! micro-batch, the first sample, each decode call and the host gap before it), one instant
-//! event per token at its ready time, and the profiled steps' nodes on a track of their own.
-//! Every timestamp is the metrics' own offset from the request's submission (docs/metrics.md,
-//! "The clock and the origin"), in µs: TTFT and every ITL gap read off the trace are the ones
-//! `run --json` reports.
+//! Turns as Chrome Trace Event JSON (`run --trace FILE.json`, `bench --trace`, the chat's
+//! `/trace`; opens in ui.perfetto.dev and chrome://tracing). One process per turn: the engine
+//! thread's spans (queue, template and tokenize, each prefill micro-batch, the first sample,
+//! each decode call and the host gap before it), one instant event per token at its ready
+//! time, the profiled steps' nodes on a track of their own; a remote turn's stream (request
+//! sent, headers, each chunk) instead of the engine's spans; the chat's UI thread (each frame
+//! drawn and its cost) as a process of its own.
+//!
+//! The clock is the metrics' own: a turn starts at its `submitted_at` (docs/metrics.md, "The
+//! clock and the origin"), placed at its offset from the trace's origin (the first turn's
+//! submission, or an earlier frame), and every event of the turn is that offset plus the
+//! metrics' offset, in µs. A `request submitted` instant marks each turn's start, so TTFT and
+//! every ITL gap read off the trace are the ones `run --json` reports.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
 use super::profile::{classify, ProfileRecord};
+use super::remote::RemoteTimeline;
 use super::TurnTimeline;
 
 /// µs as the trace format wants them (fractional: no rounding of the metrics' offsets).
@@ -20,39 +27,135 @@ fn us(d: Duration) -> f64 {
 
 const ENGINE: u32 = 1;
 const NODES: u32 = 2;
+const STREAM: u32 = 3;
+const UI: u32 = 1;
 
-fn span(pid: u32, tid: u32, name: &str, cat: &str, from: Duration, to: Duration) -> Value {
+/// The process of the chat's UI thread: after every turn's (turns are numbered from 1).
+pub const UI_PID: u32 = 0;
+
+pub(crate) fn span(
+    pid: u32,
+    tid: u32,
+    name: &str,
+    cat: &str,
+    from: Duration,
+    to: Duration,
+) -> Value {
     json!({
         "name": name, "cat": cat, "ph": "X", "pid": pid, "tid": tid,
         "ts": us(from), "dur": us(to.saturating_sub(from)),
     })
 }
 
-fn thread_name(pid: u32, tid: u32, name: &str) -> Value {
+pub(crate) fn instant(
+    pid: u32,
+    tid: u32,
+    name: &str,
+    cat: &str,
+    at: Duration,
+    args: Value,
+) -> Value {
+    json!({
+        "name": name, "cat": cat, "ph": "i", "s": "t", "pid": pid, "tid": tid,
+        "ts": us(at), "args": args,
+    })
+}
+
+pub(crate) fn thread_name(pid: u32, tid: u32, name: &str) -> Value {
     json!({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}})
 }
 
-/// The events of one turn as process `pid` (the turn's number), offsets from its submission.
+pub(crate) fn process_name(pid: u32, name: &str) -> Value {
+    json!({"name": "process_name", "ph": "M", "pid": pid, "args": {"name": name}})
+}
+
+/// Where a trace's clock starts: the earliest of the turns' submissions and `others`; `None`
+/// when none is known.
+pub fn origin<'a>(
+    turns: impl IntoIterator<Item = &'a TurnTimeline>,
+    others: impl IntoIterator<Item = Instant>,
+) -> Option<Instant> {
+    turns
+        .into_iter()
+        .filter_map(|t| t.submitted_at)
+        .chain(others)
+        .min()
+}
+
+/// A turn's offset from the trace's origin (zero for a turn with no known submission).
+pub fn base(origin: Option<Instant>, t: &TurnTimeline) -> Duration {
+    match (origin, t.submitted_at) {
+        (Some(o), Some(s)) => s.saturating_duration_since(o),
+        _ => Duration::ZERO,
+    }
+}
+
+/// The events of one turn as process `pid` (the turn's number), placed `base` after the
+/// trace's origin.
 pub fn turn_events(
     pid: u32,
     label: &str,
+    base: Duration,
     t: &TurnTimeline,
     profile: Option<&ProfileRecord>,
 ) -> Vec<Value> {
-    let mut ev = vec![
-        json!({"name": "process_name", "ph": "M", "pid": pid, "args": {"name": label}}),
-        thread_name(pid, ENGINE, "engine thread"),
-    ];
+    let mut ev = vec![process_name(pid, label)];
+    ev.push(instant(
+        pid,
+        ENGINE,
+        "request submitted",
+        "turn",
+        base,
+        json!({}),
+    ));
+    let at = |d: Duration| base + d;
+    let token_tid = match &t.remote {
+        Some(r) => {
+            ev.extend(stream_events(pid, base, r));
+            STREAM
+        }
+        None => {
+            ev.extend(engine_events(pid, base, t));
+            ENGINE
+        }
+    };
+    for (i, &ready) in t.token_ready_at.iter().enumerate() {
+        ev.push(instant(
+            pid,
+            token_tid,
+            "token",
+            "token",
+            at(ready),
+            json!({"index": i}),
+        ));
+    }
+    if let Some(p) = profile {
+        ev.extend(node_events(pid, base, &t.pass_started_at, p));
+    }
+    ev
+}
+
+/// The engine thread's spans of a local turn.
+fn engine_events(pid: u32, base: Duration, t: &TurnTimeline) -> Vec<Value> {
+    let at = |d: Duration| base + d;
+    let mut ev = vec![thread_name(pid, ENGINE, "engine thread")];
     let queue = t.queue.unwrap_or_default();
-    ev.push(span(pid, ENGINE, "queue", "turn", Duration::ZERO, queue));
+    ev.push(span(
+        pid,
+        ENGINE,
+        "queue",
+        "turn",
+        at(Duration::ZERO),
+        at(queue),
+    ));
     let tt_end = queue + t.template_tokenize.unwrap_or_default();
     ev.push(span(
         pid,
         ENGINE,
         "template + tokenize",
         "turn",
-        queue,
-        tt_end,
+        at(queue),
+        at(tt_end),
     ));
     let mut from = tt_end;
     for (i, &end) in t.prefill_chunk_done_at.iter().enumerate() {
@@ -61,64 +164,165 @@ pub fn turn_events(
             ENGINE,
             &format!("prefill micro-batch {i}"),
             "prefill",
-            from,
-            end,
+            at(from),
+            at(end),
         ));
         from = end;
     }
     if let (Some(done), Some(first)) = (t.prefill_done_at, t.token_ready_at.first()) {
-        ev.push(span(pid, ENGINE, "first sample", "decode", done, *first));
+        ev.push(span(
+            pid,
+            ENGINE,
+            "first sample",
+            "decode",
+            at(done),
+            at(*first),
+        ));
     }
     // The host gap before each decode call runs from the end of the one before (or of
     // prefill): sampling, detokenizing and the token's event.
     let mut last_end = t.prefill_done_at.unwrap_or(tt_end);
     for (k, (&start, &end)) in t.pass_started_at.iter().zip(&t.pass_done_at).enumerate() {
-        ev.push(span(pid, ENGINE, "host", "host", last_end, start));
+        ev.push(span(pid, ENGINE, "host", "host", at(last_end), at(start)));
         ev.push(span(
             pid,
             ENGINE,
             &format!("decode {k}"),
             "decode",
-            start,
-            end,
+            at(start),
+            at(end),
         ));
         last_end = end;
     }
-    for (i, &at) in t.token_ready_at.iter().enumerate() {
-        ev.push(json!({
-            "name": "token", "cat": "token", "ph": "i", "s": "t", "pid": pid, "tid": ENGINE,
-            "ts": us(at), "args": {"index": i},
-        }));
+    ev
+}
+
+/// A remote turn's stream as the client saw it: the wait for the response headers, the
+/// stream from the headers to its end, and each content chunk at its arrival.
+fn stream_events(pid: u32, base: Duration, r: &RemoteTimeline) -> Vec<Value> {
+    let at = |d: Duration| base + d;
+    let mut ev = vec![thread_name(pid, STREAM, "remote stream")];
+    let headers = r.headers_at.unwrap_or_default();
+    let mut wait = span(
+        pid,
+        STREAM,
+        "request sent → headers",
+        "remote",
+        at(Duration::ZERO),
+        at(headers),
+    );
+    wait["args"] = json!({
+        "network_rtt_ms": r.network_rtt.map(super::ms),
+    });
+    ev.push(wait);
+    let mut stream = span(
+        pid,
+        STREAM,
+        "stream",
+        "remote",
+        at(headers),
+        at(r.finished_at.max(headers)),
+    );
+    stream["args"] = json!({
+        "usage": r.usage.map(|u| json!({
+            "prompt_tokens": u.prompt_tokens,
+            "completion_tokens": u.completion_tokens,
+            "cached_tokens": u.cached_tokens,
+        })),
+    });
+    ev.push(stream);
+    for (i, c) in r.chunks.iter().enumerate() {
+        ev.push(instant(
+            pid,
+            STREAM,
+            "chunk",
+            "chunk",
+            at(c.at),
+            json!({"index": i, "cumulative_tokens": c.cumulative_tokens}),
+        ));
     }
-    if let Some(p) = profile {
-        ev.push(thread_name(pid, NODES, "profiled steps' nodes"));
-        let profiled_calls = p
-            .calls
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| c.1)
-            .map(|(k, _)| k);
-        for (step, k) in p.steps.iter().zip(profiled_calls) {
-            let Some(&call_start) = t.pass_started_at.get(k) else {
-                continue;
-            };
-            let (placed, by_name) = classify(&step.nodes);
-            for (n, (part, _)) in step.nodes.iter().zip(&placed) {
-                let name = if by_name { part.label() } else { n.op };
-                let mut e = span(
-                    pid,
-                    NODES,
-                    name,
-                    "node",
-                    call_start + n.start,
-                    call_start + n.start + n.time,
-                );
-                e["args"] = json!({"op": n.op, "node": n.name, "weight": n.weight, "decode": k});
-                ev.push(e);
-            }
+    ev
+}
+
+/// The profiled steps' nodes, each inside its decode call's span (`call_starts`: the offset of
+/// every decode call's start, profiled or not, in order).
+pub(crate) fn node_events(
+    pid: u32,
+    base: Duration,
+    call_starts: &[Duration],
+    p: &ProfileRecord,
+) -> Vec<Value> {
+    let mut ev = vec![thread_name(pid, NODES, "profiled steps' nodes")];
+    let profiled_calls = p
+        .calls
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.1)
+        .map(|(k, _)| k);
+    for (step, k) in p.steps.iter().zip(profiled_calls) {
+        let Some(&call_start) = call_starts.get(k) else {
+            continue;
+        };
+        let (placed, by_name) = classify(&step.nodes);
+        for (n, (part, _)) in step.nodes.iter().zip(&placed) {
+            let name = if by_name { part.label() } else { n.op };
+            let from = base + call_start + n.start;
+            let mut e = span(pid, NODES, name, "node", from, from + n.time);
+            e["args"] = json!({"op": n.op, "node": n.name, "weight": n.weight, "decode": k});
+            ev.push(e);
         }
     }
     ev
+}
+
+/// The chat's UI thread: each frame drawn, `(start, cost)` as offsets from the trace's
+/// origin.
+pub fn ui_events(frames: &[(Duration, Duration)]) -> Vec<Value> {
+    let mut ev = vec![
+        process_name(UI_PID, "tokscope chat · UI"),
+        thread_name(UI_PID, UI, "UI thread"),
+    ];
+    ev.extend(
+        frames
+            .iter()
+            .map(|&(start, cost)| span(UI_PID, UI, "frame", "ui", start, start + cost)),
+    );
+    ev
+}
+
+/// A turn as the chat hands it to `/trace`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TracedTurn {
+    pub label: String,
+    pub timeline: TurnTimeline,
+    pub profile: Option<Box<ProfileRecord>>,
+}
+
+/// The chat's trace: every turn at its submission and the UI's frames (`(start, cost)`), on
+/// one clock starting at the earliest of them. Returns the document and the number of frames
+/// in it (those from the first turn's submission on; earlier ones are left out).
+pub fn chat_document(turns: &[TracedTurn], frames: &[(Instant, Duration)]) -> (Value, usize) {
+    let o = origin(turns.iter().map(|t| &t.timeline), []);
+    let mut ev = Vec::new();
+    for (i, t) in turns.iter().enumerate() {
+        ev.extend(turn_events(
+            u32::try_from(i + 1).unwrap_or(u32::MAX),
+            &t.label,
+            base(o, &t.timeline),
+            &t.timeline,
+            t.profile.as_deref(),
+        ));
+    }
+    let kept: Vec<(Duration, Duration)> = match o {
+        Some(o) => frames
+            .iter()
+            .filter(|(at, _)| *at >= o)
+            .map(|&(at, cost)| (at - o, cost))
+            .collect(),
+        None => Vec::new(),
+    };
+    ev.extend(ui_events(&kept));
+    (document(ev), kept.len())
 }
 
 /// The whole trace file from the turns' events.
@@ -144,7 +348,7 @@ mod tests {
             pass_done_at: vec![ms(19), ms(25)],
             ..TurnTimeline::default()
         };
-        let ev = turn_events(1, "turn 1", &t, None);
+        let ev = turn_events(1, "turn 1", Duration::ZERO, &t, None);
         let tokens: Vec<f64> = ev
             .iter()
             .filter(|e| e["name"] == "token")
@@ -175,5 +379,59 @@ mod tests {
         assert_eq!(decode1["dur"], 4_000.0);
         let doc = document(ev);
         assert!(doc["traceEvents"].is_array());
+    }
+
+    #[test]
+    fn a_turn_sits_at_its_submission_and_a_remote_turn_shows_its_stream_not_the_engine() {
+        let ms = Duration::from_millis;
+        let t0 = Instant::now();
+        let first = TurnTimeline {
+            submitted_at: Some(t0),
+            token_ready_at: vec![ms(5)],
+            ..TurnTimeline::default()
+        };
+        let remote = RemoteTimeline {
+            headers_at: Some(ms(3)),
+            chunks: vec![
+                super::super::remote::ChunkMark {
+                    at: ms(7),
+                    cumulative_tokens: None,
+                },
+                super::super::remote::ChunkMark {
+                    at: ms(9),
+                    cumulative_tokens: None,
+                },
+            ],
+            finished_at: ms(10),
+            sent_at: Some(t0 + ms(100)),
+            ..RemoteTimeline::default()
+        };
+        let second = remote.turn_timeline();
+        let o = origin([&first, &second], [t0 + ms(1)]);
+        assert_eq!(o, Some(t0));
+        assert_eq!(base(o, &second), ms(100));
+        let ev = turn_events(2, "turn 2", base(o, &second), &second, None);
+        let ts = |name: &str| -> Vec<f64> {
+            ev.iter()
+                .filter(|e| e["name"] == name)
+                .map(|e| e["ts"].as_f64().unwrap())
+                .collect()
+        };
+        assert_eq!(ts("request submitted"), vec![100_000.0]);
+        assert_eq!(ts("chunk"), vec![107_000.0, 109_000.0]);
+        assert_eq!(ts("token"), vec![107_000.0, 109_000.0]);
+        assert_eq!(ts("request sent → headers"), vec![100_000.0]);
+        assert_eq!(ts("stream"), vec![103_000.0]);
+        assert!(
+            ts("queue").is_empty(),
+            "no engine spans for a server's turn"
+        );
+        let ui = ui_events(&[(ms(2), ms(1))]);
+        let frame = ui.iter().find(|e| e["name"] == "frame").unwrap();
+        assert_eq!(
+            (frame["ts"].as_f64(), frame["dur"].as_f64()),
+            (Some(2_000.0), Some(1_000.0))
+        );
+        assert_eq!(frame["pid"], UI_PID);
     }
 }

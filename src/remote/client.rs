@@ -427,6 +427,7 @@ impl RemoteClient {
                 text: String::new(),
                 timeline: RemoteTimeline {
                     network_rtt,
+                    sent_at: Some(sent_at),
                     headers_at: Some(sent_at.elapsed()),
                     ..Default::default()
                 },

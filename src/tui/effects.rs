@@ -253,8 +253,8 @@ impl Effects<'_> {
                         msgs.push(Msg::Notice(crate::app::NoticeKind::Error, e));
                     }
                 }
-                // Written to the terminal by the loop (`settle`), which owns it.
-                Effect::Copy(_) => {}
+                // Done by the loop (`settle`), which owns the terminal and the frame log.
+                Effect::Copy(_) | Effect::WriteTrace { .. } => {}
                 Effect::Quit => quit = true,
             }
         }

@@ -107,6 +107,30 @@ impl FrameScheduler {
     }
 }
 
+/// The frames drawn, kept for the chat's `/trace`: each frame's start and what drawing it
+/// cost, the newest `FRAME_LOG_CAPACITY` (at the stream's fastest pace, over ten minutes).
+#[derive(Debug, Clone, Default)]
+pub struct FrameLog {
+    frames: std::collections::VecDeque<(Instant, Duration)>,
+}
+
+/// Frames the log keeps (16 bytes and an instant each: under 2 MB).
+pub const FRAME_LOG_CAPACITY: usize = 1 << 16;
+
+impl FrameLog {
+    pub(crate) fn push(&mut self, started: Instant, cost: Duration) {
+        if self.frames.len() == FRAME_LOG_CAPACITY {
+            self.frames.pop_front();
+        }
+        self.frames.push_back((started, cost));
+    }
+
+    /// The kept frames, oldest first.
+    pub fn frames(&self) -> Vec<(Instant, Duration)> {
+        self.frames.iter().copied().collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -142,5 +166,23 @@ mod tests {
         let mut fixed = FrameScheduler::new(FRAME_INTERVAL, STREAM_FRAME_INTERVAL);
         fixed.record_draw_cost(Duration::from_millis(5));
         assert_eq!(fixed.stream_interval, STREAM_FRAME_INTERVAL);
+    }
+
+    #[test]
+    fn the_frame_log_keeps_the_newest_frames_up_to_its_capacity() {
+        let t0 = Instant::now();
+        let mut log = FrameLog::default();
+        for i in 0..FRAME_LOG_CAPACITY + 3 {
+            log.push(
+                t0 + Duration::from_millis(i as u64),
+                Duration::from_micros(i as u64),
+            );
+        }
+        let kept = log.frames();
+        assert_eq!(kept.len(), FRAME_LOG_CAPACITY);
+        assert_eq!(
+            kept[0],
+            (t0 + Duration::from_millis(3), Duration::from_micros(3))
+        );
     }
 }

@@ -21,7 +21,7 @@ use crate::engine::{EngineConfig, EngineHandle, EventReceiver, STREAM_FRAME_INTE
 
 pub use effects::{comparison_at, Backends, Effects};
 pub use frames::{
-    FrameScheduler, FRAME_INTERVAL, SLOWEST_STREAM_FRAME_INTERVAL, STREAM_DRAW_BUDGET,
+    FrameLog, FrameScheduler, FRAME_INTERVAL, SLOWEST_STREAM_FRAME_INTERVAL, STREAM_DRAW_BUDGET,
 };
 pub use terminal::{clipboard_blocked, enter, restore, RestoreGuard};
 use terminal::{terminal_msg, TerminalInput};
@@ -43,6 +43,8 @@ pub struct Driver<B: Backend> {
     pub app: App,
     pub frames: FrameScheduler,
     pub draws: usize,
+    /// Every frame drawn, for `/trace`.
+    pub frame_log: FrameLog,
 }
 
 impl<B: Backend> Driver<B> {
@@ -56,6 +58,7 @@ impl<B: Backend> Driver<B> {
                 SLOWEST_STREAM_FRAME_INTERVAL,
             ),
             draws: 0,
+            frame_log: FrameLog::default(),
         }
     }
 
@@ -101,7 +104,9 @@ impl<B: Backend> Driver<B> {
         let app = &self.app;
         let started = Instant::now();
         self.terminal.draw(|f| crate::ui::draw(f, app, now))?;
-        self.frames.record_draw_cost(started.elapsed());
+        let cost = started.elapsed();
+        self.frames.record_draw_cost(cost);
+        self.frame_log.push(started, cost);
         self.frames.drawn(now);
         self.draws += 1;
         Ok(true)
@@ -138,8 +143,17 @@ fn settle<B: Backend + io::Write>(
         let (copies, fx): (Vec<Effect>, Vec<Effect>) = driver
             .apply_all(pending, now())
             .into_iter()
-            .partition(|e| matches!(e, Effect::Copy(_)));
+            .partition(|e| matches!(e, Effect::Copy(_) | Effect::WriteTrace { .. }));
         let (mut outcomes, quit) = effects.run(fx);
+        let (copies, traces): (Vec<Effect>, Vec<Effect>) = copies
+            .into_iter()
+            .partition(|e| matches!(e, Effect::Copy(_)));
+        // The trace takes the UI's frames, which the driver keeps.
+        for trace in traces {
+            if let Effect::WriteTrace { path, turns } = trace {
+                outcomes.push(Msg::Traced(write_trace(&path, &turns, &driver.frame_log)));
+            }
+        }
         for text in copies.into_iter().filter_map(|e| match e {
             Effect::Copy(text) => Some(text),
             _ => None,
@@ -161,6 +175,20 @@ fn settle<B: Backend + io::Write>(
         pending = outcomes;
     }
     false
+}
+
+/// `/trace`: the answers and the frames as one Chrome trace, written like `/export` writes
+/// (the folder must exist; the file is replaced).
+fn write_trace(
+    path: &std::path::Path,
+    turns: &[crate::app::TracedTurn],
+    log: &FrameLog,
+) -> Result<(std::path::PathBuf, usize, usize), String> {
+    crate::app::export::check_export_dir(path)?;
+    let (doc, frames) = crate::metrics::trace::chat_document(turns, &log.frames());
+    let bytes = serde_json::to_vec(&doc).map_err(|e| e.to_string())?;
+    crate::fsx::write_private(path, &bytes).map_err(|e| e.to_string())?;
+    Ok((path.to_path_buf(), turns.len(), frames))
 }
 
 /// How the chat ended.

@@ -103,6 +103,10 @@ const COMMANDS: &[(&str, &str)] = &[
     ("/settings", "every sampling setting in force, and whether a system prompt is set"),
     ("/export md|json [PATH]", "write the conversation to a file (without PATH: tokscope-ID.md or .json in the folder tokscope was started in)"),
     (
+        "/trace [PATH]",
+        "write this session's answers as a Chrome trace (ui.perfetto.dev): the engine's steps, each token, the UI's frames, with --profile the nodes (without PATH: tokscope-trace-ID.json)",
+    ),
+    (
         "/copy [N|code]",
         "copy the last answer, answer N, or the last code block to the clipboard (OSC 52: works locally, over SSH, and in tmux with set-clipboard on)",
     ),

@@ -312,3 +312,21 @@ pub fn demo_model() -> PathBuf {
         )
     })
 }
+
+/// `scripts/trace-check.py TRACE [REPORT]`, the independent reader of traces: `Ok(what it
+/// said)` when every check held, `Err(why)` when one failed.
+pub fn trace_check(trace: &Path, report: Option<&Path>) -> Result<String, String> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/trace-check.py");
+    let out = std::process::Command::new("python3")
+        .arg(script)
+        .arg(trace)
+        .args(report)
+        .output()
+        .expect("python3 runs scripts/trace-check.py");
+    let said = |b: &[u8]| String::from_utf8_lossy(b).trim().to_owned();
+    match out.status.code() {
+        Some(0) => Ok(said(&out.stdout)),
+        Some(1) => Err(said(&out.stderr)),
+        other => panic!("trace-check.py exited {other:?}: {}", said(&out.stderr)),
+    }
+}
