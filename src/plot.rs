@@ -780,22 +780,9 @@ fn format_bytes(bytes: f64) -> String {
 }
 
 /// Up to three significant digits, no trailing zeros.
+/// A chart's number: three significant digits, trailing zeros dropped (`crate::fmt::sig`).
 fn trim_number(v: f64) -> String {
-    let a = v.abs();
-    let s = if a >= 100.0 {
-        format!("{v:.0}")
-    } else if a >= 10.0 {
-        format!("{v:.1}")
-    } else if a >= 1.0 {
-        format!("{v:.2}")
-    } else {
-        format!("{v:.3}")
-    };
-    if s.contains('.') {
-        s.trim_end_matches('0').trim_end_matches('.').to_string()
-    } else {
-        s
-    }
+    crate::fmt::sig(v, 3)
 }
 
 fn format_bandwidth(bytes_per_s: f64) -> String {

@@ -1108,4 +1108,77 @@ mod tests {
             assert_eq!(out.len(), expected, "{tensor_type}");
         }
     }
+
+    // The roofline's figures counted from a synthetic file (here: `metrics` cannot import
+    // `synth`, which stands above it).
+    #[test]
+    fn prefill_flops_of_a_synthetic_model_are_far_below_two_per_parameter() {
+        // The synthetic "tiny" preset, counted from its GGUF: the old 2 × n_params per token
+        // counted the embedding table and the head for every token.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.gguf");
+        let spec = SynthSpec::preset("tiny").unwrap();
+        write_model(&path, &spec).unwrap();
+        let header = crate::gguf::read_metadata(&path).unwrap();
+        let elements = |name: &str| {
+            header
+                .tensor(name)
+                .map_or(0, |t| t.dims.iter().product::<u64>())
+        };
+        let n_params: u64 = header
+            .tensors
+            .iter()
+            .map(|t| t.dims.iter().product::<u64>())
+            .sum();
+        let n_vocab = u64::from(vocab_size());
+        let n_embd = u64::from(spec.shape.n_embd);
+        assert_eq!(elements("token_embd.weight"), n_vocab * n_embd);
+        let shape = crate::metrics::roofline::PrefillShape {
+            n_params,
+            n_vocab,
+            n_embd,
+            n_layer: u64::from(spec.shape.n_layer),
+            tied_output: header.tensor("output.weight").is_none(),
+            attn_k_width: n_embd,
+            attn_v_width: n_embd,
+        };
+        // The layers are exactly the tensors named blk.*.
+        let blk: u64 = header
+            .tensors
+            .iter()
+            .filter(|t| t.name.starts_with("blk."))
+            .map(|t| t.dims.iter().product::<u64>())
+            .sum();
+        let norm = elements("output_norm.weight");
+        assert_eq!(shape.layer_params(), blk + norm);
+        let flops = crate::metrics::roofline::prefill_flops(&shape, 0, 512, 1);
+        assert!(flops < 2.0 * n_params as f64 * 512.0);
+    }
+
+    #[test]
+    fn synthetic_model_weight_bytes_from_its_header() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.gguf");
+        let spec = SynthSpec::preset("tiny").unwrap();
+        write_model(&path, &spec).unwrap();
+        let header = crate::gguf::read_metadata(&path).unwrap();
+        let w = crate::metrics::roofline::WeightBytes::from_gguf(&header).unwrap();
+        let n_vocab = u64::from(vocab_size());
+        let n_embd = u64::from(spec.shape.n_embd);
+        assert_eq!(w.token_embd_bytes, n_vocab * n_embd * 4);
+        assert_eq!(w.embd_row_bytes, n_embd * 4);
+        assert!(!w.tied_output);
+        assert_eq!(
+            w.read_per_token(),
+            w.total_bytes - w.token_embd_bytes + w.embd_row_bytes
+        );
+        let kv = crate::metrics::roofline::KvShape::from_gguf(
+            &header,
+            crate::gguf::kv_type::KvType::F16,
+            crate::gguf::kv_type::KvType::F16,
+        )
+        .unwrap();
+        assert_eq!(kv.n_layer, u64::from(spec.shape.n_layer));
+        assert_eq!(kv.n_embd_k, u64::from(spec.shape.n_embd_kv()));
+    }
 }
