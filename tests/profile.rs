@@ -426,26 +426,23 @@ fn turns_are_traced_one_after_the_other_on_one_clock() {
     let home = tempfile::tempdir().unwrap();
     let model = common::synth_cli(home.path(), "tiny", 4);
     let trace = home.path().join("t.json");
-    let out = tokscope_cmd(home.path())
-        .args([
-            "run",
-            "-p",
-            "Hello",
-            "--temp",
-            "0",
-            "--ignore-eos",
-            "-t",
-            "1",
-        ])
-        .args(["-n", "6", "--turns", "2", "--json", "--trace"])
-        .arg(&trace)
-        .arg("-m")
-        .arg(&model)
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
+    let out = common::ok_stdout(
+        tokscope_cmd(home.path())
+            .args([
+                "run",
+                "-p",
+                "Hello",
+                "--temp",
+                "0",
+                "--ignore-eos",
+                "-t",
+                "1",
+            ])
+            .args(["-n", "6", "--turns", "2", "--json", "--trace"])
+            .arg(&trace)
+            .arg("-m")
+            .arg(&model),
+    );
     let report = home.path().join("turns.json");
     std::fs::write(&report, &out).unwrap();
     let said = common::trace_check(&trace, Some(&report)).unwrap();
@@ -477,28 +474,24 @@ fn the_bench_trace_gives_back_each_rows_itl_and_repetitions() {
     let home = tempfile::tempdir().unwrap();
     let model = common::synth_cli(home.path(), "tiny", 4);
     let trace = home.path().join("b.json");
-    let out = tokscope_cmd(home.path())
-        .args([
-            "bench", "-p", "8", "-n", "6", "-pg", "8,6", "-r", "2", "-t", "1",
-        ])
-        .args([
-            "--no-probe",
-            "-o",
-            "json",
-            "--profile",
-            "--profile-rate",
-            "2",
-        ])
-        .arg("--trace")
-        .arg(&trace)
-        .arg("-m")
-        .arg(&model)
-        .assert()
-        .success()
-        .stderr(no_panic())
-        .get_output()
-        .stdout
-        .clone();
+    let out = common::ok_stdout(
+        tokscope_cmd(home.path())
+            .args([
+                "bench", "-p", "8", "-n", "6", "-pg", "8,6", "-r", "2", "-t", "1",
+            ])
+            .args([
+                "--no-probe",
+                "-o",
+                "json",
+                "--profile",
+                "--profile-rate",
+                "2",
+            ])
+            .arg("--trace")
+            .arg(&trace)
+            .arg("-m")
+            .arg(&model),
+    );
     let report = home.path().join("rows.json");
     std::fs::write(&report, &out).unwrap();
     // tg6 and pp8+tg6, two repetitions of five gaps each.

@@ -1109,17 +1109,22 @@ mod tests {
         }
     }
 
+    /// The "tiny" preset written to a file and its header read back.
+    fn tiny_header() -> (SynthSpec, crate::gguf::GgufHeader) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.gguf");
+        let spec = tiny();
+        write_model(&path, &spec).unwrap();
+        (spec, crate::gguf::read_metadata(&path).unwrap())
+    }
+
     // The roofline's figures counted from a synthetic file (here: `metrics` cannot import
     // `synth`, which stands above it).
     #[test]
     fn prefill_flops_of_a_synthetic_model_are_far_below_two_per_parameter() {
         // The synthetic "tiny" preset, counted from its GGUF: the old 2 × n_params per token
         // counted the embedding table and the head for every token.
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("t.gguf");
-        let spec = SynthSpec::preset("tiny").unwrap();
-        write_model(&path, &spec).unwrap();
-        let header = crate::gguf::read_metadata(&path).unwrap();
+        let (spec, header) = tiny_header();
         let elements = |name: &str| {
             header
                 .tensor(name)
@@ -1157,11 +1162,7 @@ mod tests {
 
     #[test]
     fn synthetic_model_weight_bytes_from_its_header() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("t.gguf");
-        let spec = SynthSpec::preset("tiny").unwrap();
-        write_model(&path, &spec).unwrap();
-        let header = crate::gguf::read_metadata(&path).unwrap();
+        let (spec, header) = tiny_header();
         let w = crate::metrics::roofline::WeightBytes::from_gguf(&header).unwrap();
         let n_vocab = u64::from(vocab_size());
         let n_embd = u64::from(spec.shape.n_embd);

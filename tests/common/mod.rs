@@ -330,3 +330,13 @@ pub fn trace_check(trace: &Path, report: Option<&Path>) -> Result<String, String
         other => panic!("trace-check.py exited {other:?}: {}", said(&out.stderr)),
     }
 }
+
+/// A command that must succeed without a panic: its stdout.
+pub fn ok_stdout(cmd: &mut assert_cmd::Command) -> Vec<u8> {
+    cmd.assert()
+        .success()
+        .stderr(no_panic())
+        .get_output()
+        .stdout
+        .clone()
+}
