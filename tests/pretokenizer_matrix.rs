@@ -6,7 +6,10 @@
 //! thread; and a run one longer is refused with the message, never tokenized. The built-in
 //! SentencePiece vocabulary gets shorter runs (its tokenizer is quadratic in byte-fallback
 //! runs). (llama.cpp's regex pre-tokenizers recurse once per character of a match: before the
-//! bound, 6,400 'A' crashed deepseek-llm.)
+//! bound, 6,400 'A' crashed deepseek-llm.) The same text then holds a run of a character of
+//! every Unicode general category (and the sequences that combine them: combining marks piled
+//! on one letter, ZWJ emoji, flags, bidi controls, private use, unassigned code points) and is
+//! padded with mixed words to one line of 1 MiB.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -72,6 +75,77 @@ fn runs_text(pre: &str) -> String {
     .iter()
     .map(|(c, n)| c.repeat(*n))
     .collect()
+}
+
+/// A character of every Unicode general category (surrogates excepted: they cannot stand in
+/// UTF-8 text), and sequences that combine them.
+const CATEGORIES: &[(&str, &str)] = &[
+    ("Lu", "Ж"),
+    ("Ll", "ж"),
+    ("Lt", "\u{1C5}"),
+    ("Lm", "\u{2B0}"),
+    ("Lo", "ا"),
+    ("Lo", "ก"),
+    ("Lo", "ש"),
+    ("Lo", "한"),
+    ("Mn", "\u{301}"),
+    ("Mc", "\u{903}"),
+    ("Me", "\u{20DD}"),
+    ("Nd", "\u{663}"),
+    ("Nl", "\u{216B}"),
+    ("No", "½"),
+    ("Pc", "\u{203F}"),
+    ("Pd", "—"),
+    ("Ps", "（"),
+    ("Pe", "）"),
+    ("Pi", "«"),
+    ("Pf", "»"),
+    ("Po", "¿"),
+    ("Sm", "∑"),
+    ("Sc", "€"),
+    ("Sk", "\u{2DA}"),
+    ("So", "☃"),
+    ("Zs", "\u{A0}"),
+    ("Zs", "\u{3000}"),
+    ("Zl", "\u{2028}"),
+    ("Zp", "\u{2029}"),
+    ("Cc", "\u{1}"),
+    ("Cc", "\u{7F}"),
+    ("Cc", "\u{85}"),
+    ("Cf", "\u{200B}"),
+    ("Cf", "\u{202E}"),
+    ("Cf", "\u{FEFF}"),
+    ("Co", "\u{E000}"),
+    ("Cn", "\u{378}"),
+    ("Cn", "\u{FFFF}"),
+    ("ZWJ emoji", "👩\u{200D}💻"),
+    ("flag", "🇺🇳"),
+    ("variation selector", "☃\u{FE0F}"),
+];
+
+/// How often each category's character repeats in its run.
+const CATEGORY_RUN: usize = 1_000;
+
+/// Every category's run, each after a character of another class so that no two runs join
+/// into one past the bounds (whitespace alone for the `whitespace` pre-tokenizer, which takes
+/// no two in a row), then mixed words up to one line of 1 MiB.
+fn categories_and_a_mib_line(pre: &str, mut text: String) -> String {
+    for (_, c) in CATEGORIES {
+        let first = c.chars().next().unwrap();
+        let n = if pre == "whitespace" && c.chars().any(char::is_whitespace) {
+            1
+        } else {
+            CATEGORY_RUN
+        };
+        text.push(if first.is_alphabetic() { '-' } else { 'x' });
+        text.push_str(&c.repeat(n));
+    }
+    text.push(' ');
+    while text.len() < 1 << 20 {
+        text.push_str("word123 naïve 日本語, 😀 ¿qué? ");
+    }
+    assert!(!text.contains('\n'));
+    text
 }
 
 /// Where a GGUF string value sits: (offset of its u64 length, offset past its bytes).
@@ -185,19 +259,34 @@ fn every_pre_tokenizer_takes_the_longest_runs_handed_to_it() {
     let names = shipped_pre_tokenizers();
     assert!(names.len() >= 40, "too few pre-tokenizers found: {names:?}");
     assert!(names.iter().any(|n| n == "deepseek-llm"), "{names:?}");
-    let mut failures = Vec::new();
-    let mut refused = Vec::new();
-    let mut slowest = (std::time::Duration::ZERO, String::new());
-    for name in &names {
+    // Two pre-tokenizers at a time (each run is one thread: llama.cpp's tokenizer), as the
+    // 1 MiB line takes seconds each.
+    let one = |name: &String| {
         let started = std::time::Instant::now();
         let model = home.path().join(format!("pre-{name}.gguf"));
         std::fs::write(&model, with_pre(&base_bytes, name)).unwrap();
-        let at_bound = home.path().join("at-bound.txt");
-        std::fs::write(&at_bound, runs_text(name)).unwrap();
-        let outcome = run(home.path(), &model, &at_bound);
+        let text = home.path().join(format!("at-bound-{name}.txt"));
+        std::fs::write(&text, categories_and_a_mib_line(name, runs_text(name))).unwrap();
+        let outcome = run(home.path(), &model, &text);
         std::fs::remove_file(&model).unwrap();
-        if started.elapsed() > slowest.0 {
-            slowest = (started.elapsed(), name.clone());
+        std::fs::remove_file(&text).unwrap();
+        (name.clone(), started.elapsed(), outcome)
+    };
+    let outcomes: Vec<_> = std::thread::scope(|scope| {
+        let even: Vec<&String> = names.iter().step_by(2).collect();
+        let odd: Vec<&String> = names.iter().skip(1).step_by(2).collect();
+        let a = scope.spawn(|| even.into_iter().map(one).collect::<Vec<_>>());
+        let b = scope.spawn(|| odd.into_iter().map(one).collect::<Vec<_>>());
+        let mut all = a.join().unwrap();
+        all.extend(b.join().unwrap());
+        all
+    });
+    let mut failures = Vec::new();
+    let mut refused = Vec::new();
+    let mut slowest = (std::time::Duration::ZERO, String::new());
+    for (name, took, outcome) in outcomes {
+        if took > slowest.0 {
+            slowest = (took, name.clone());
         }
         if refused_at_load(&outcome) {
             refused.push(name.clone());
@@ -267,7 +356,7 @@ fn every_pre_tokenizer_takes_the_longest_runs_handed_to_it() {
     .iter()
     .map(|(c, n)| c.repeat(*n))
     .collect();
-    std::fs::write(&at_bound, spm_text).unwrap();
+    std::fs::write(&at_bound, categories_and_a_mib_line("", spm_text)).unwrap();
     let outcome = run(home.path(), &spm, &at_bound);
     assert!(survived(&outcome), "SentencePiece: {:?}", outcome);
     let past = home.path().join("spm-past.txt");
