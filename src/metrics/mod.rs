@@ -13,6 +13,7 @@ pub(crate) mod energy;
 pub(crate) mod host;
 pub mod paired;
 pub mod profile;
+pub mod quality;
 pub mod remote;
 pub mod roofline;
 pub mod spec;

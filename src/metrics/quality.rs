@@ -1,0 +1,388 @@
+//! The quality maths, one module for `compare` and the chat (docs/metrics.md, "Quality"): a
+//! candidate's next-token distribution against a reference's at one position (KL(ref ‖
+//! candidate) in nats, the same top token, both probabilities of the token that came next,
+//! both entropies), the running sums `compare` keeps (llama-perplexity's
+//! `kl_divergence_result`), an answer's figures, and a distribution's own confidence when
+//! there is no reference.
+
+/// Running sums for one model (llama-perplexity's `kl_divergence_result`).
+#[derive(Debug, Clone, Default)]
+pub struct Accumulator {
+    count: u64,
+    sum_nll: f64,
+    sum_nll2: f64,
+    sum_kld: f64,
+    sum_kld2: f64,
+    sum_p_diff: f64,
+    sum_p_diff2: f64,
+    n_same_top: u64,
+    kld_values: Vec<f32>,
+}
+
+/// One model's quality over the evaluation text. KL figures are against the reference and
+/// absent for the reference itself.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct QualityStats {
+    /// Positions scored.
+    pub n_scored: u64,
+    /// exp(mean negative log-likelihood of the actual next token).
+    pub ppl: f64,
+    /// Its standard error (ppl × the standard error of the mean NLL).
+    pub ppl_uncertainty: f64,
+    /// Mean KL(reference ‖ this) over the scored positions, in nats.
+    pub kld_mean: Option<f64>,
+    /// Standard error of that mean.
+    pub kld_uncertainty: Option<f64>,
+    /// Median, 99th percentile (linear interpolation, as llama-perplexity) and maximum.
+    pub kld_median: Option<f64>,
+    pub kld_p99: Option<f64>,
+    pub kld_max: Option<f64>,
+    /// Share of positions where both models' most likely token is the same, in %.
+    pub same_top_pct: Option<f64>,
+    /// Mean of (this model's probability of the actual next token − the reference's), in
+    /// percentage points.
+    pub delta_p_mean_pct: Option<f64>,
+    /// Root mean square of that difference, in percentage points.
+    pub delta_p_rms_pct: Option<f64>,
+}
+
+/// llama-perplexity's `mean_and_uncertainty`.
+fn mean_and_uncertainty(sum: f64, sum2: f64, count: u64) -> (f64, f64) {
+    if count == 0 {
+        return (0.0, 0.0);
+    }
+    let n = count as f64;
+    let mean = sum / n;
+    let var = sum2 / n - mean * mean;
+    let unc = if var > 0.0 && count > 10 {
+        (var / (n - 1.0)).sqrt()
+    } else {
+        0.0
+    };
+    (mean, unc)
+}
+
+/// llama-perplexity's percentile: linear interpolation between the sorted values.
+fn percentile(sorted: &[f32], fraction: f64) -> f64 {
+    super::percentile_linear(sorted, fraction)
+}
+
+impl Accumulator {
+    pub(crate) fn merge(&mut self, other: Accumulator) {
+        self.count += other.count;
+        self.sum_nll += other.sum_nll;
+        self.sum_nll2 += other.sum_nll2;
+        self.sum_kld += other.sum_kld;
+        self.sum_kld2 += other.sum_kld2;
+        self.sum_p_diff += other.sum_p_diff;
+        self.sum_p_diff2 += other.sum_p_diff2;
+        self.n_same_top += other.n_same_top;
+        self.kld_values.extend(other.kld_values);
+    }
+
+    /// The figures; `with_kl` is false for the reference.
+    pub(crate) fn stats(&self, with_kl: bool) -> QualityStats {
+        let (nll, nll_unc) = mean_and_uncertainty(self.sum_nll, self.sum_nll2, self.count);
+        let ppl = nll.exp();
+        let mut sorted = self.kld_values.clone();
+        sorted.sort_by(f32::total_cmp);
+        let kl = with_kl && self.count > 0;
+        let (kld, kld_unc) = mean_and_uncertainty(self.sum_kld, self.sum_kld2, self.count);
+        let (p_diff, _) = mean_and_uncertainty(self.sum_p_diff, self.sum_p_diff2, self.count);
+        let p_diff_rms = (self.sum_p_diff2 / self.count.max(1) as f64).sqrt();
+        QualityStats {
+            n_scored: self.count,
+            ppl,
+            ppl_uncertainty: ppl * nll_unc,
+            kld_mean: kl.then_some(kld),
+            kld_uncertainty: kl.then_some(kld_unc),
+            kld_median: kl.then(|| percentile(&sorted, 0.5)),
+            kld_p99: kl.then(|| percentile(&sorted, 0.99)),
+            kld_max: kl.then(|| sorted.last().map_or(0.0, |v| f64::from(*v))),
+            same_top_pct: kl.then(|| 100.0 * self.n_same_top as f64 / self.count as f64),
+            delta_p_mean_pct: kl.then_some(100.0 * p_diff),
+            delta_p_rms_pct: kl.then_some(100.0 * p_diff_rms),
+        }
+    }
+}
+
+/// Index and value of the largest logit, and log Σ exp(logit − max).
+fn max_and_log_sum_exp(logits: &[f32]) -> (usize, f32, f64) {
+    let (mut imax, mut max) = (0usize, f32::NEG_INFINITY);
+    for (i, &v) in logits.iter().enumerate() {
+        if v > max {
+            max = v;
+            imax = i;
+        }
+    }
+    let sum: f64 = logits.iter().map(|&v| f64::from((v - max).exp())).sum();
+    (imax, max, sum.ln())
+}
+
+/// The reference's log-probabilities at one scored position, its top token and the
+/// log-probability of the actual next token.
+pub struct RefRow {
+    log_probs: Vec<f32>,
+    top: usize,
+}
+
+pub fn reference_row(logits: &[f32]) -> RefRow {
+    let (top, max, lse) = max_and_log_sum_exp(logits);
+    let shift = f64::from(max) + lse;
+    RefRow {
+        log_probs: logits
+            .iter()
+            .map(|&v| (f64::from(v) - shift) as f32)
+            .collect(),
+        top,
+    }
+}
+
+/// One position of a candidate against the reference (docs/metrics.md, "Quality"): the
+/// figures the chat shows per token and `compare` sums.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct TokenScore {
+    /// KL(reference ‖ candidate) over the full distributions, in nats.
+    pub kld: f64,
+    /// Both distributions have the same most likely token.
+    pub same_top: bool,
+    pub top_ref: usize,
+    pub top_cand: usize,
+    /// The reference's and the candidate's probability of the token that came next (the one
+    /// the candidate chose, in an answer).
+    pub p_ref: f64,
+    pub p_cand: f64,
+    /// The candidate's log-probability of that token (its NLL's negative, kept apart from
+    /// `p_cand` so that a probability under f64's range still counts).
+    pub ln_p_cand: f64,
+    /// The two distributions' entropies, in nats (`None` unless asked for: another pass over
+    /// the vocabulary).
+    pub entropy_ref: Option<f64>,
+    pub entropy_cand: Option<f64>,
+}
+
+/// Scores one position: the candidate's `logits` against the reference's row, `next` the
+/// token that came next; `entropies` adds both distributions' entropies.
+pub fn score_token(logits: &[f32], reference: &RefRow, next: usize, entropies: bool) -> TokenScore {
+    let (top, max, lse) = max_and_log_sum_exp(logits);
+    let shift = f64::from(max) + lse;
+    let mut kld = 0.0f64;
+    // Log-probabilities rounded to f32 exactly as the reference's are, so that identical
+    // logits give exactly identical values (KL 0, Δp 0).
+    let log_prob = |v: f32| f64::from((f64::from(v) - shift) as f32);
+    for (&lp, &v) in reference.log_probs.iter().zip(logits) {
+        let lp = f64::from(lp);
+        let p = lp.exp();
+        if p > 0.0 {
+            kld += p * (lp - log_prob(v));
+        }
+    }
+    let (entropy_ref, entropy_cand) = if entropies {
+        (
+            Some(entropy(reference.log_probs.iter().map(|&lp| f64::from(lp)))),
+            Some(entropy(logits.iter().map(|&v| log_prob(v)))),
+        )
+    } else {
+        (None, None)
+    };
+    TokenScore {
+        // Rounding can push a KL of nearly identical distributions a hair below zero.
+        kld: kld.max(0.0),
+        same_top: top == reference.top,
+        top_ref: reference.top,
+        top_cand: top,
+        p_ref: f64::from(reference.log_probs[next]).exp(),
+        p_cand: log_prob(logits[next]).exp(),
+        ln_p_cand: log_prob(logits[next]),
+        entropy_ref,
+        entropy_cand,
+    }
+}
+
+/// −Σ p ln p over log-probabilities.
+fn entropy(log_probs: impl Iterator<Item = f64>) -> f64 {
+    log_probs
+        .map(|lp| {
+            let p = lp.exp();
+            if p > 0.0 {
+                -p * lp
+            } else {
+                0.0
+            }
+        })
+        .sum()
+}
+
+/// A distribution's own confidence in the token it chose, without a reference: its
+/// probability and the distribution's entropy (nats).
+pub fn confidence(logits: &[f32], chosen: usize) -> (f64, f64) {
+    let (_, max, lse) = max_and_log_sum_exp(logits);
+    let shift = f64::from(max) + lse;
+    let lp = |v: f32| f64::from(v) - shift;
+    (
+        lp(logits[chosen]).exp(),
+        entropy(logits.iter().map(|&v| lp(v))),
+    )
+}
+
+/// Adds one scored position of a candidate to `acc`.
+pub fn score_candidate(acc: &mut Accumulator, logits: &[f32], reference: &RefRow, next: usize) {
+    acc.add(&score_token(logits, reference, next, false));
+}
+
+impl Accumulator {
+    /// Adds one scored position of a candidate.
+    pub fn add(&mut self, t: &TokenScore) {
+        let nll = -t.ln_p_cand;
+        self.count += 1;
+        self.sum_nll += nll;
+        self.sum_nll2 += nll * nll;
+        self.sum_kld += t.kld;
+        self.sum_kld2 += t.kld * t.kld;
+        let p_diff = t.p_cand - t.p_ref;
+        self.sum_p_diff += p_diff;
+        self.sum_p_diff2 += p_diff * p_diff;
+        self.n_same_top += u64::from(t.same_top);
+        self.kld_values.push(t.kld as f32);
+    }
+}
+
+/// An answer's figures against the reference (docs/metrics.md, "Quality").
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct AnswerQuality {
+    pub tokens: usize,
+    pub kld_mean: f64,
+    /// 99th percentile (linear interpolation, as llama-perplexity).
+    pub kld_p99: f64,
+    pub same_top_pct: f64,
+    /// The first token (0-based) where the two most likely tokens differ; `None`: nowhere.
+    pub first_divergence: Option<usize>,
+    /// Tokens the candidate chose that the reference gave less than `LOW_P`.
+    pub below_low_p: usize,
+}
+
+/// The reference probability under which a chosen token is counted (`below_low_p`).
+pub const LOW_P: f64 = 0.01;
+
+impl AnswerQuality {
+    /// `None` for an answer of no tokens.
+    pub fn of(scores: &[TokenScore]) -> Option<Self> {
+        if scores.is_empty() {
+            return None;
+        }
+        let n = scores.len();
+        let mut sorted: Vec<f64> = scores.iter().map(|t| t.kld).collect();
+        sorted.sort_by(f64::total_cmp);
+        Some(Self {
+            tokens: n,
+            kld_mean: sorted.iter().sum::<f64>() / n as f64,
+            kld_p99: super::percentile_linear(&sorted, 0.99),
+            same_top_pct: 100.0 * scores.iter().filter(|t| t.same_top).count() as f64 / n as f64,
+            first_divergence: scores.iter().position(|t| !t.same_top),
+            below_low_p: scores.iter().filter(|t| t.p_ref < LOW_P).count(),
+        })
+    }
+}
+
+/// Adds one scored position of the reference itself (perplexity only).
+pub fn score_reference(acc: &mut Accumulator, reference: &RefRow, next: usize) {
+    let nll = -f64::from(reference.log_probs[next]);
+    acc.count += 1;
+    acc.sum_nll += nll;
+    acc.sum_nll2 += nll * nll;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(logits: &[f32]) -> RefRow {
+        reference_row(logits)
+    }
+
+    #[test]
+    fn identical_distributions_have_zero_kl_and_full_agreement() {
+        let logits = [1.0f32, 2.0, 0.5, -1.0];
+        let mut acc = Accumulator::default();
+        score_candidate(&mut acc, &logits, &row(&logits), 1);
+        let s = acc.stats(true);
+        assert_eq!(s.kld_mean, Some(0.0));
+        assert_eq!(s.same_top_pct, Some(100.0));
+        assert!(s.delta_p_mean_pct.unwrap().abs() < 1e-12);
+    }
+
+    #[test]
+    fn kl_matches_a_hand_computed_value() {
+        // p = (0.5, 0.5), q = (0.9, 0.1): KL(p‖q) = 0.5 ln(0.5/0.9) + 0.5 ln(0.5/0.1).
+        let p = [0.0f32, 0.0];
+        let q = [0.9f32.ln(), 0.1f32.ln()];
+        let mut acc = Accumulator::default();
+        score_candidate(&mut acc, &q, &row(&p), 0);
+        let want = 0.5 * (0.5f64 / 0.9).ln() + 0.5 * (0.5f64 / 0.1).ln();
+        let got = acc.stats(true).kld_mean.unwrap();
+        assert!((got - want).abs() < 1e-6, "{got} vs {want}");
+        // The candidate gives the actual token (0) 0.9 where the reference gave 0.5.
+        let dp = acc.stats(true).delta_p_mean_pct.unwrap();
+        assert!((dp - 40.0).abs() < 1e-4, "{dp}");
+        // NLL of the candidate: −ln 0.9.
+        assert!((acc.stats(true).ppl - 1.0 / 0.9).abs() < 1e-5);
+    }
+
+    #[test]
+    fn percentiles_interpolate_like_llama_perplexity() {
+        let v = [0.0f32, 1.0, 2.0, 3.0, 4.0];
+        assert_eq!(percentile(&v, 0.5), 2.0);
+        assert!((percentile(&v, 0.99) - 3.96).abs() < 1e-6);
+        assert_eq!(percentile(&[7.0], 0.99), 7.0);
+    }
+
+    #[test]
+    fn uncertainty_follows_llama_perplexity() {
+        assert_eq!(mean_and_uncertainty(0.0, 0.0, 0), (0.0, 0.0));
+        // Fewer than 11 values: no uncertainty.
+        assert_eq!(mean_and_uncertainty(10.0, 20.0, 5).1, 0.0);
+        let (m, u) = mean_and_uncertainty(55.0, 385.0, 10 + 1 - 1 + 1);
+        assert!(m > 0.0 && u > 0.0);
+    }
+
+    #[test]
+    fn a_token_score_gives_the_same_sums_and_its_own_figures() {
+        let p = [0.0f32, 0.0];
+        let q = [0.9f32.ln(), 0.1f32.ln()];
+        let t = score_token(&q, &row(&p), 1, true);
+        assert_eq!((t.top_ref, t.top_cand, t.same_top), (0, 0, true));
+        assert!((t.p_ref - 0.5).abs() < 1e-6 && (t.p_cand - 0.1).abs() < 1e-6);
+        assert!((t.entropy_ref.unwrap() - 2f64.ln()).abs() < 1e-6);
+        let h_q = -(0.9f64 * 0.9f64.ln() + 0.1 * 0.1f64.ln());
+        assert!((t.entropy_cand.unwrap() - h_q).abs() < 1e-6);
+        let (p_chosen, h) = confidence(&q, 1);
+        assert!((p_chosen - 0.1).abs() < 1e-6 && (h - h_q).abs() < 1e-6);
+        // The sums compare keeps are the ones the token's figures give.
+        let mut a = Accumulator::default();
+        score_candidate(&mut a, &q, &row(&p), 1);
+        let mut b = Accumulator::default();
+        b.add(&t);
+        assert_eq!(a.stats(true), b.stats(true));
+    }
+
+    #[test]
+    fn an_answers_figures_name_the_first_divergence_and_the_unlikely_tokens() {
+        let same = [0.0f32, -1.0, -2.0];
+        let other = [-2.0f32, 0.0, -1.0];
+        let r = row(&same);
+        let scores = [
+            score_token(&same, &r, 0, false),
+            score_token(&same, &r, 0, false),
+            score_token(&other, &r, 1, false),
+            score_token(&[0.0, -1.0, -9.0], &row(&[0.0, -1.0, -9.0]), 2, false),
+        ];
+        let q = AnswerQuality::of(&scores).unwrap();
+        assert_eq!(q.tokens, 4);
+        assert_eq!(q.first_divergence, Some(2));
+        assert_eq!(q.same_top_pct, 75.0);
+        assert_eq!(q.below_low_p, 1, "exp(-9)/Σ is under 1%");
+        assert_eq!(scores[0].kld, 0.0);
+        assert!(q.kld_mean > 0.0 && q.kld_p99 >= q.kld_mean);
+        assert_eq!(AnswerQuality::of(&[]), None);
+    }
+}
