@@ -139,34 +139,32 @@ fn settle<B: Backend + io::Write>(
 ) -> bool {
     let mut pending = msgs;
     while !pending.is_empty() {
-        // A clipboard write goes to the terminal, through the backend ratatui draws with.
-        let (copies, fx): (Vec<Effect>, Vec<Effect>) = driver
+        // A clipboard write goes to the terminal (through the backend ratatui draws with) and a
+        // trace takes the UI's frames: both are the driver's, so the loop does them; the rest
+        // go to `effects`.
+        let (own, fx): (Vec<Effect>, Vec<Effect>) = driver
             .apply_all(pending, now())
             .into_iter()
             .partition(|e| matches!(e, Effect::Copy(_) | Effect::WriteTrace { .. }));
         let (mut outcomes, quit) = effects.run(fx);
-        let (copies, traces): (Vec<Effect>, Vec<Effect>) = copies
-            .into_iter()
-            .partition(|e| matches!(e, Effect::Copy(_)));
-        // The trace takes the UI's frames, which the driver keeps.
-        for trace in traces {
-            if let Effect::WriteTrace { path, turns } = trace {
-                outcomes.push(Msg::Traced(write_trace(&path, &turns, &driver.frame_log)));
-            }
-        }
-        for text in copies.into_iter().filter_map(|e| match e {
-            Effect::Copy(text) => Some(text),
-            _ => None,
-        }) {
-            let backend = driver.terminal.backend_mut();
-            let written = backend
-                .write_all(terminal::osc52(&text).as_bytes())
-                .and_then(|()| io::Write::flush(backend));
-            if let Err(e) = written {
-                outcomes.push(Msg::Notice(
-                    crate::app::NoticeKind::Error,
-                    format!("could not copy: writing to the terminal failed: {e}"),
-                ));
+        for effect in own {
+            match effect {
+                Effect::WriteTrace { path, turns } => {
+                    outcomes.push(Msg::Traced(write_trace(&path, &turns, &driver.frame_log)));
+                }
+                Effect::Copy(text) => {
+                    let backend = driver.terminal.backend_mut();
+                    let written = backend
+                        .write_all(terminal::osc52(&text).as_bytes())
+                        .and_then(|()| io::Write::flush(backend));
+                    if let Err(e) = written {
+                        outcomes.push(Msg::Notice(
+                            crate::app::NoticeKind::Error,
+                            format!("could not copy: writing to the terminal failed: {e}"),
+                        ));
+                    }
+                }
+                _ => {}
             }
         }
         if quit {
