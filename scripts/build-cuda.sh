@@ -77,21 +77,38 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-# llama-bench and llama-batched-bench from the very llama.cpp source the sys crate vendors,
+# llama-bench and llama-batched-bench on the very llama.cpp source the sys crate vendors,
 # built as shared-library clients WITHOUT CUDA (minutes, not another 35): they link
 # libllama/libggml by soname, and their RUNPATH $ORIGIN/../lib makes them load the folder's
-# CUDA build of those libraries, so both sides of a comparison run the same kernels.
+# CUDA build of those libraries, so both sides of a comparison run the same kernels. The crate
+# ships llama.cpp without the tools' sources: those come from the llama-cpp-python sdist, as
+# scripts/llama-tools.sh's `sys` source takes them (they use only llama.h and common/).
 bundle_llama_tools() {
-  local dest=$1 outlib=$2 src build t
-  src=""
+  local dest=$1 outlib=$2 crate_src work src tool_src build t dir
+  crate_src=""
   for t in "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/llama-cpp-sys-2-0.1.160/llama.cpp; do
-    [ -d "$t" ] && { src=$t; break; }
+    [ -d "$t" ] && { crate_src=$t; break; }
   done
-  [ -n "$src" ] || die "the llama-cpp-sys-2 0.1.160 source is not in the cargo registry"
+  [ -n "$crate_src" ] || die "the llama-cpp-sys-2 0.1.160 source is not in the cargo registry"
+  # shellcheck disable=SC1091  # scripts/llama-tools.sh, read at run time
+  source "${repo_root}/scripts/llama-tools.sh"
+  work=$(mktemp -d "${TMPDIR:-/tmp}/tokscope-cuda-tools.XXXXXX")
+  tool_src=$(fetch_sdist "${LLAMA_CPP_PYTHON_VERSION:-0.3.36}" "$work") \
+    || die "the llama-cpp-python sdist (the tools' sources) could not be fetched"
+  src="${work}/llama.cpp"
+  cp -r "$crate_src" "$src"
+  chmod -R u+w "$src"
+  for dir in llama-bench batched-bench; do
+    rm -rf "${src}/tools/${dir}"
+    cp -r "${tool_src}/tools/${dir}" "${src}/tools/${dir}"
+  done
+  printf 'llama_add_compile_flags()\nadd_subdirectory(batched-bench)\nadd_subdirectory(llama-bench)\n' \
+    >"${src}/tools/CMakeLists.txt"
   build="${TOKSCOPE_CUDA_TARGET:-${repo_root}/target/cuda}/llama-tools-shared"
+  rm -rf "$build"
   cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DGGML_CUDA=OFF \
-    -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
-    -DLLAMA_BUILD_TOOLS=ON -DGGML_NATIVE=OFF >&2
+    -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+    -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_TOOLS=ON -DGGML_NATIVE=OFF >&2
   cmake --build "$build" --config Release -j "$(nproc)" --target llama-bench llama-batched-bench >&2
   for t in llama-bench llama-batched-bench; do
     cp "${build}/bin/${t}" "${dest}/bin/${t}"
@@ -104,6 +121,7 @@ bundle_llama_tools() {
     [ -e "$t" ] || continue
     [ -e "${dest}/lib/$(basename "$t")" ] || compgen -G "${outlib}/$(basename "$t")" >/dev/null || cp -P "$t" "${dest}/lib/"
   done
+  rm -rf "$work"
 }
 
 # --- architectures --------------------------------------------------------------------------

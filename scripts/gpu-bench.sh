@@ -20,9 +20,10 @@
 # and prints one summary: tokscope ÷ llama-bench for pp and tg (mean and range over the
 # rounds), MBU, J/token (NVML), run ÷ tg, the chat's decode ÷ llama-bench tg composed from the
 # two (issue 16's GPU target, ≥ 0.98), and every step that failed or was skipped. Budget: about
-# 7 minutes on an H200. At most 11 files go to OUT (default ./gpu-bench-out):
+# 7 minutes on an H200. At most 12 files go to OUT (default ./gpu-bench-out):
 #   tokscope-bench.jsonl llama-bench.jsonl tokscope-batch.jsonl llama-batched-bench.txt
-#   runs.txt run-vs-tg.jsonl profile.json profile.txt env.txt summary.txt log.txt
+#   runs.txt run-vs-tg.jsonl profile.json profile.txt profile-decode.txt env.txt summary.txt
+#   log.txt
 #
 # Bandwidth and MBU are tokscope's own: each bench row's bandwidth_gb_s (on a GPU, the device
 # copy tokscope times through ggml, the datasheet beside it; on the CPU, its STREAM-style probe)
@@ -78,6 +79,15 @@ find_tool() {
 tokscope=$(find_tool tokscope) || die "no tokscope: give --folder DIR (built by scripts/build-cuda.sh)"
 llama_bench=$(find_tool llama-bench) || llama_bench=""
 batched_bench=$(find_tool llama-batched-bench) || batched_bench=""
+# The folder's llama tools load its libggml-cuda.so, whose libcudart.so.13 and libcublas.so.13
+# are not in the folder: they find them where the folder's launcher does (its lookup, the same
+# for both sides of the comparison), on LD_LIBRARY_PATH.
+if [ -n "$folder" ] && [ -x "${folder}/bin/tokscope" ]; then
+  cuda_lookup=$(TOKSCOPE_CUDA_LOOKUP_ONLY=1 "${folder}/bin/tokscope" 2>/dev/null) || cuda_lookup=""
+  case "$cuda_lookup" in
+    *:/*) export LD_LIBRARY_PATH="${cuda_lookup#*:}${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}" ;;
+  esac
+fi
 tmux_bin=$(command -v tmux 2>/dev/null) || tmux_bin=""
 
 mkdir -p "$out" || die "cannot create $out"
@@ -320,6 +330,8 @@ r = json.load(open(sys.argv[1]))
 assert r.get("profile"), "run --profile printed no profile"
 print(json.dumps(r["profile"], indent=1))
 PY
+  # Its decode tok/s, for the summary's profiled ÷ headless (the profiler's cost on this device).
+  decode_of "$work/profile-run.json" run >"$out/profile-decode.txt" || return 1
   timeout 180 "$tokscope" run -m "$model" -p "$prompt" --temp 0 -n "$run_tokens" --ignore-eos \
     --n-gpu-layers "$ngl" "${threads[@]}" --profile --profile-rate 4 \
     2>"$out/profile.txt" >/dev/null
@@ -498,6 +510,25 @@ if env.get("GB_TMUX") and n_chat != 3:
     problems.append(f"chat in tmux: {n_chat} of 3 decode figures")
 print()
 print(f"chat ÷ headless decode tok/s: {spread(runs)} over {len(runs)} alternating runs")
+# The profiler's cost here: the profiled run's decode (every 4th step timed node by node, the
+# eval callback installed for the whole run) against the three headless runs, same model,
+# prompt and length. Unpaired: a rough figure, not a resolved ratio.
+headless = []
+for line in open(os.path.join(out, "runs.txt")) if os.path.exists(os.path.join(out, "runs.txt")) else []:
+    try:
+        h = float(line.split()[1])
+    except (IndexError, ValueError):
+        continue
+    if h == h:
+        headless.append(h)
+pd = os.path.join(out, "profile-decode.txt")
+if os.path.exists(pd) and headless:
+    try:
+        prof = float(open(pd).read().split()[0])
+        print(f"profiled run (rate 4) ÷ headless decode tok/s: {prof:.2f} ÷ {st.mean(headless):.2f} = "
+              f"{prof / st.mean(headless):.3f} (headless range {min(headless):.2f}-{max(headless):.2f})")
+    except (IndexError, ValueError):
+        problems.append("profile-decode.txt: no decode tok/s")
 # run ÷ tg (paired, one process) and, composed with tokscope tg ÷ llama-bench tg above, the
 # chat's decode ÷ llama-bench tg on the same model (issue 16's GPU target: ≥ 0.98).
 vs = lines("run-vs-tg.jsonl", "model", "lane", "n_ctx", "sampling")

@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 source scripts/deps.sh
 tokscope_install_deps
 # The CUDA build scripts cannot be run in CI (a 35-minute CUDA compile, a GPU): check them.
-for script in scripts/build-cuda.sh scripts/gpu-bench.sh scripts/cuda-launcher.sh; do
+for script in scripts/build-cuda.sh scripts/gpu-bench.sh scripts/gpu-bundle.sh scripts/cuda-launcher.sh; do
   bash -n "$script"
   shellcheck "$script"
 done
