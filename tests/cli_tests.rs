@@ -25,6 +25,8 @@ mod hostile;
 mod pretokenizer_matrix;
 #[path = "profile.rs"]
 mod profile;
+#[path = "quality_ref.rs"]
+mod quality_ref;
 #[path = "run_vs_tg.rs"]
 mod run_vs_tg;
 #[path = "security.rs"]

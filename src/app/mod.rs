@@ -653,6 +653,8 @@ impl App {
             }
             // The chat never asks for bench's tg test (`bench --run-vs-tg` does).
             EngineEvent::TgMeasured { .. } => {}
+            // The chat does not score answers yet (`run --ref` does).
+            EngineEvent::Scored { .. } => {}
             EngineEvent::Failed { request_id, error } => {
                 if let Some(t) = self.conversation.turn_for(request_id) {
                     t.on_failed(error.to_string());

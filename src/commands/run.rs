@@ -81,6 +81,13 @@ pub struct RunArgs {
     /// it; every later turn then prefills one token (the rest is in the KV cache).
     #[arg(long)]
     pub resend: bool,
+    /// Score each answer against a reference model: another file of the same model (its F16
+    /// or Q8_0, say; same vocabulary). After the answer, never while it decodes: per token
+    /// the KL divergence, whether the top token is the same, both models' probability of the
+    /// chosen token and both entropies; per answer mean and p99 KLD, same-top %, the first
+    /// divergence and the tokens the reference gave under 1% (`--json`: `quality`).
+    #[arg(long = "ref", value_name = "FILE")]
+    pub reference: Option<std::path::PathBuf>,
 }
 
 /// Speculative decoding's flags (llama.cpp's names), shared by `run` and `chat`.
@@ -240,6 +247,10 @@ pub(crate) struct RunReport {
     /// profile"); absent without --profile.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub profile: Option<crate::metrics::profile::TurnProfile>,
+    /// The answer scored against `--ref` (docs/metrics.md, "Per token and per answer");
+    /// absent without --ref.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quality: Option<crate::metrics::quality::AnswerScore>,
     /// The level --profile asked for, for the stderr table (the JSON has both).
     #[serde(skip)]
     pub profile_level: crate::metrics::profile::ProfileLevel,
@@ -323,6 +334,7 @@ impl RunReport {
             warning,
             load,
             profile,
+            quality: None,
             profile_level: crate::metrics::profile::ProfileLevel::default(),
             stamp: Stamp::new(info, &settings.sampling),
         }
@@ -332,6 +344,13 @@ impl RunReport {
 pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure> {
     let started = std::time::Instant::now();
     if let Some(url) = &args.remote.url {
+        if args.reference.is_some() {
+            return Err(Failure::new(
+                crate::commands::USAGE,
+                "--ref scores a local model's answers (a server sends no full distributions): \
+                 run it with -m MODEL.gguf",
+            ));
+        }
         args.profile.refuse_remote()?;
         args.trace.check()?;
         args.sampling.apply(&mut settings)?;
@@ -343,6 +362,11 @@ pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure>
     args.profile.apply(&mut settings);
     args.trace.check()?;
     let config = crate::commands::model::engine_config(&settings)?;
+    if let Some(path) = &args.reference {
+        // A missing or unreadable reference is named before the model loads.
+        crate::engine::check_model_file(path)
+            .map_err(|e| Failure::from(crate::engine::EngineError::Reference(Box::new(e))))?;
+    }
     for w in spec_warnings(&settings, &config.model_path) {
         eprintln!("warning: {w}");
     }
@@ -389,6 +413,8 @@ pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure>
     let mut info: Option<ModelInfo> = None;
     let mut load: Option<RunLoad> = None;
     let mut request = None;
+    // A finished answer waiting for its score (`--ref`).
+    let mut scoring: Option<(Box<TurnReport>, RunReport)> = None;
     // While an answer is in flight, events are taken once per stream frame (as the chat takes
     // them) so that the engine wakes nobody between two decodes; --token-lines promises each
     // token the moment it arrives and is woken by each.
@@ -396,6 +422,7 @@ pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure>
         (in_flight && !args.token_lines).then_some(crate::engine::STREAM_FRAME_INTERVAL)
     };
     while let Some(event) = crate::engine::recv_paced(&mut events, pace(request.is_some())) {
+        let mut completed = None;
         match event {
             EngineEvent::Loading { stage, progress } if show_progress => match stage {
                 crate::engine::LoadStage::Weights => {
@@ -454,82 +481,103 @@ pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure>
                 let load = load.unwrap_or_else(|| RunLoad::new(0.0, info));
                 let mut full = RunReport::new(&report, info, &settings, load_before, &peaks, load);
                 full.profile_level = args.profile.profile.unwrap_or_default();
-                if args.trace.trace.is_some() {
-                    trace_origin = trace_origin.or(report.timeline.submitted_at);
-                    trace_events.extend(crate::metrics::trace::turn_events(
-                        turn,
-                        &format!("tokscope run · turn {turn}"),
-                        crate::metrics::trace::base(trace_origin, &report.timeline),
-                        &report.timeline,
-                        report.profile.as_ref(),
-                    ));
-                }
-                if let Some(file) = report_file.as_mut() {
-                    let line = serde_json::to_string(&full)
-                        .map_err(|e| Failure::new(FAILURE, e.to_string()))?;
-                    writeln!(file, "{line}")?;
-                    file.flush()?;
-                }
-                if turn < args.turns {
-                    turn += 1;
-                    if args.resend {
-                        messages = first_messages.clone();
-                    } else {
-                        messages.push(crate::engine::ChatMessage::new(
-                            crate::engine::Role::Assistant,
-                            report.text.clone(),
-                        ));
-                        messages.push(crate::engine::ChatMessage::new(
-                            crate::engine::Role::User,
-                            turn_prompt(turn),
-                        ));
+                match &args.reference {
+                    Some(path) => {
+                        let id = engine.next_id();
+                        engine.score_last(id, path.clone())?;
+                        request = Some(id);
+                        scoring = Some((report, full));
                     }
-                    if !args.json {
-                        if !args.token_lines {
-                            writeln!(stdout)?;
-                        }
-                        eprint!(
-                            "turn {}: {}",
-                            turn - 1,
-                            crate::text::terminal_safe(&human_summary(&full, info))
-                        );
-                    }
-                    reports.push(full);
-                    request = Some(engine.send(engine.next_id(), turn_request(&messages), None)?);
-                    continue;
+                    None => completed = Some((report, full)),
                 }
-                args.trace.write(std::mem::take(&mut trace_events))?;
-                let written = if args.json && !reports.is_empty() {
-                    reports.push(full);
-                    let json = serde_json::to_string_pretty(&reports)
-                        .map_err(|e| Failure::new(FAILURE, e.to_string()))?;
-                    writeln!(stdout, "{}", crate::text::json_safe(&json))
-                } else if args.json {
-                    let json = serde_json::to_string_pretty(&full)
-                        .map_err(|e| Failure::new(FAILURE, e.to_string()))?;
-                    writeln!(stdout, "{}", crate::text::json_safe(&json))
-                } else {
-                    let end = if args.token_lines {
-                        Ok(())
-                    } else {
-                        writeln!(stdout)
-                    };
-                    end.map(|()| {
-                        eprint!(
-                            "{}",
-                            crate::text::terminal_safe(&human_summary(&full, info))
-                        )
-                    })
-                };
-                quiet_on_closed_pipe(written.and_then(|()| stdout.flush()))?;
-                engine.shutdown();
-                return Ok(());
+            }
+            EngineEvent::Scored { request_id, score } if Some(request_id) == request => {
+                if let Some((report, mut full)) = scoring.take() {
+                    full.quality = Some(*score);
+                    completed = Some((report, full));
+                }
             }
             EngineEvent::Failed { request_id, error } if Some(request_id) == request => {
                 return Err(error.into())
             }
             _ => {}
         }
+        let Some((report, full)) = completed else {
+            continue;
+        };
+        let info = info
+            .as_ref()
+            .ok_or_else(|| Failure::new(FAILURE, "engine finished before it was ready"))?;
+        if args.trace.trace.is_some() {
+            trace_origin = trace_origin.or(report.timeline.submitted_at);
+            trace_events.extend(crate::metrics::trace::turn_events(
+                turn,
+                &format!("tokscope run · turn {turn}"),
+                crate::metrics::trace::base(trace_origin, &report.timeline),
+                &report.timeline,
+                report.profile.as_ref(),
+            ));
+        }
+        if let Some(file) = report_file.as_mut() {
+            let line =
+                serde_json::to_string(&full).map_err(|e| Failure::new(FAILURE, e.to_string()))?;
+            writeln!(file, "{line}")?;
+            file.flush()?;
+        }
+        if turn < args.turns {
+            turn += 1;
+            if args.resend {
+                messages = first_messages.clone();
+            } else {
+                messages.push(crate::engine::ChatMessage::new(
+                    crate::engine::Role::Assistant,
+                    report.text.clone(),
+                ));
+                messages.push(crate::engine::ChatMessage::new(
+                    crate::engine::Role::User,
+                    turn_prompt(turn),
+                ));
+            }
+            if !args.json {
+                if !args.token_lines {
+                    writeln!(stdout)?;
+                }
+                eprint!(
+                    "turn {}: {}",
+                    turn - 1,
+                    crate::text::terminal_safe(&human_summary(&full, info))
+                );
+            }
+            reports.push(full);
+            request = Some(engine.send(engine.next_id(), turn_request(&messages), None)?);
+            continue;
+        }
+        args.trace.write(std::mem::take(&mut trace_events))?;
+        let written = if args.json && !reports.is_empty() {
+            reports.push(full);
+            let json = serde_json::to_string_pretty(&reports)
+                .map_err(|e| Failure::new(FAILURE, e.to_string()))?;
+            writeln!(stdout, "{}", crate::text::json_safe(&json))
+        } else if args.json {
+            let json = serde_json::to_string_pretty(&full)
+                .map_err(|e| Failure::new(FAILURE, e.to_string()))?;
+            writeln!(stdout, "{}", crate::text::json_safe(&json))
+        } else {
+            let end = if args.token_lines {
+                Ok(())
+            } else {
+                writeln!(stdout)
+            };
+            end.map(|()| {
+                eprint!(
+                    "{}",
+                    crate::text::terminal_safe(&human_summary(&full, info))
+                )
+            })
+        };
+        quiet_on_closed_pipe(written.and_then(|()| stdout.flush()))?;
+        engine.shutdown();
+        return Ok(());
     }
     Err(Failure::new(FAILURE, "the engine stopped unexpectedly"))
 }
@@ -760,10 +808,50 @@ pub(crate) fn human_summary(r: &RunReport, info: &ModelInfo) -> String {
         r.context_used,
         info.n_ctx
     ));
+    if let Some(q) = &r.quality {
+        out.push_str(&quality_line(q));
+    }
     if let Some(p) = &r.profile {
         out.push_str(&crate::bench::profile::human(p, r.profile_level));
     }
     out
+}
+
+/// The stderr line of an answer scored against `--ref`.
+pub(crate) fn quality_line(q: &crate::metrics::quality::AnswerScore) -> String {
+    let reference = q.reference.file_name().map_or_else(
+        || q.reference.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    let Some(a) = &q.summary else {
+        return format!("quality  vs {reference}: no answer tokens to score\n");
+    };
+    let divergence = match a.first_divergence {
+        Some(i) => format!(
+            "first divergence at token {i} ({:?})",
+            q.tokens.get(i).map_or("", |t| t.text.as_str())
+        ),
+        None => "no divergence".to_string(),
+    };
+    let loaded = if q.reference_load_ms > 0.0 {
+        format!(
+            ", reference loaded in {}",
+            crate::fmt::secs_of_ms(q.reference_load_ms)
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "quality  vs {reference}: KLD mean {:.4} p99 {:.4} nats · same top {:.1}% · {divergence} · \
+         {} of {} tokens under {:.0}% for the reference · scored after the answer in {}{loaded}\n",
+        a.kld_mean,
+        a.kld_p99,
+        a.same_top_pct,
+        a.below_low_p,
+        a.tokens,
+        crate::metrics::quality::LOW_P * 100.0,
+        crate::fmt::secs_of_ms(q.score_ms),
+    )
 }
 
 /// The stderr line of speculative decoding's figures.

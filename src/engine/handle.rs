@@ -169,6 +169,15 @@ impl EngineHandle {
             .map_err(|_| EngineError::EngineGone)
     }
 
+    /// Score the last finished answer against the model file `reference` (answered by
+    /// `Scored` or `Failed` under `id`; cancel stops it between passes).
+    pub fn score_last(&mut self, id: RequestId, reference: PathBuf) -> Result<(), EngineError> {
+        self.ids.observe(id);
+        self.commands
+            .send(EngineCommand::ScoreLast { id, reference })
+            .map_err(|_| EngineError::EngineGone)
+    }
+
     /// Load the model `config` names beside the current one and switch when it is ready
     /// (`SwitchProgress`… then `Ready`, or `SwitchFailed` with the current model kept).
     /// Cancelling `id` aborts the load.

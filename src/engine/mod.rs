@@ -7,6 +7,7 @@ mod detok;
 mod handle;
 mod prompt;
 mod protocol;
+mod score;
 mod session;
 mod spec;
 mod worker;

@@ -114,6 +114,13 @@ pub enum EngineCommand {
         path: PathBuf,
         request: GenerateRequest,
     },
+    /// Score the last finished answer against the reference model at `reference` (loaded
+    /// once, with the vocabulary check `--draft` makes, and kept for the next answer):
+    /// answered by `Scored` or `Failed` under `id`, cancelled like a generation request.
+    ScoreLast {
+        id: RequestId,
+        reference: PathBuf,
+    },
     Shutdown,
 }
 
@@ -322,6 +329,11 @@ pub enum EngineEvent {
     AbFinished {
         request_id: RequestId,
         report: Box<AbReport>,
+    },
+    /// The last answer scored against a reference (`EngineCommand::ScoreLast`).
+    Scored {
+        request_id: RequestId,
+        score: Box<crate::metrics::quality::AnswerScore>,
     },
     /// One run of bench's tg test measured (`EngineCommand::BenchTg`).
     TgMeasured {

@@ -80,6 +80,9 @@ pub(super) struct Session<'m> {
     output_on_gpu: bool,
     /// The step profiler watching the context's graph (`profile_rate` > 0).
     profiler: Option<std::sync::Arc<llama::profile::StepProfiler>>,
+    /// The last finished turn's prompt and answer tokens, for scoring it against a reference
+    /// (`score_last`); `None` before the first turn and after a failed one.
+    last_turn: Option<(Vec<LlamaToken>, Vec<LlamaToken>)>,
 }
 
 /// Marks a message's place in the templated prompt, so the template's text around it can be
@@ -130,6 +133,7 @@ impl<'m> Session<'m> {
             info,
             style,
             cached: Vec::new(),
+            last_turn: None,
             kept_from: None,
             pieces: Vec::new(),
             tokenizer_kind: llama::runs::TokenizerKind::of(model),
@@ -409,6 +413,7 @@ impl<'m> Session<'m> {
         events: &EventSender,
         cancel_through: &AtomicU64,
     ) -> Result<TurnReport, EngineError> {
+        self.last_turn = None;
         let result = self.generate_inner(req, events, cancel_through);
         if result.is_err() {
             // The KV cache may hold a half-decoded batch: start the next turn from scratch.
@@ -419,6 +424,45 @@ impl<'m> Session<'m> {
             }
         }
         result
+    }
+
+    /// Scores the last finished answer against `reference` (`engine::score`): each token's
+    /// figures and the answer's. Leaves this session's context and KV cache as they are.
+    pub(super) fn score_last(
+        &self,
+        reference: &LlamaModel,
+        reference_path: &std::path::Path,
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<crate::metrics::quality::AnswerScore, EngineError> {
+        let (prompt, answer) = self.last_turn.as_ref().ok_or_else(|| {
+            EngineError::Reference(Box::new(EngineError::Decode(
+                "there is no finished answer to score".to_string(),
+            )))
+        })?;
+        let started = Instant::now();
+        let scores = super::score::score_answer(
+            self.model,
+            reference,
+            &self.settings,
+            prompt,
+            answer,
+            cancelled,
+        )?;
+        let vocab = self.model.vocab();
+        let texts = answer
+            .iter()
+            .map(|&t| String::from_utf8_lossy(&vocab.token_to_piece(t, false, None)).into_owned())
+            .collect();
+        let ids: Vec<i32> = answer.iter().map(|t| t.0).collect();
+        let mut score = crate::metrics::quality::AnswerScore::new(
+            reference_path.to_path_buf(),
+            scores,
+            &ids,
+            texts,
+            prompt.len(),
+        );
+        score.score_ms = crate::metrics::ms(started.elapsed());
+        Ok(score)
     }
 
     fn generate_inner(
@@ -606,6 +650,8 @@ impl<'m> Session<'m> {
             pass_done_at: req.submitted_at.elapsed(),
             drafts: Vec::new(),
             history: Vec::new(),
+            // Room for every token up front: no allocation inside a timed step.
+            answer: Vec::with_capacity(max_tokens),
             // Host time per token (docs/metrics.md): each gap between two decode calls, and
             // its parts, timed where they happen.
             host: HostTimes {
@@ -688,6 +734,7 @@ impl<'m> Session<'m> {
         if turn.vocab.is_eog(token) && !req.turn.ignore_eos {
             return Some(StopReason::EndOfGeneration);
         }
+        turn.answer.push(token);
         let piece = turn.vocab.token_to_piece(token, false, None);
         let whole = turn.utf8.push(&piece);
         let (visible, hit_stop) = turn.stops.push(&whole);
@@ -947,6 +994,10 @@ impl<'m> Session<'m> {
             text.push_str(&tail);
             text.push_str(&turn.stops.finish());
         }
+        self.last_turn = self
+            .cached
+            .get(..turn.prompt_tokens)
+            .map(|prompt| (prompt.to_vec(), std::mem::take(&mut turn.answer)));
         let mut timeline = turn.timeline;
         timeline.finished_at = Some(turn.t0.elapsed());
         let t = self.ctx.timings();
@@ -1004,6 +1055,8 @@ struct Turn<'m> {
     pass_done_at: std::time::Duration,
     drafts: Vec<LlamaToken>,
     history: Vec<LlamaToken>,
+    /// The answer's tokens, as emitted (an end-of-generation token is not one).
+    answer: Vec<LlamaToken>,
     host: HostTimes,
     /// The end of the last decode call (or of prefill): the start of the host gap.
     gap_start: Instant,

@@ -268,7 +268,22 @@ pub(super) fn check_vocab(
     draft: &LlamaModel,
     draft_path: &Path,
 ) -> Result<(), EngineError> {
-    let (tv, dv) = (target.vocab(), draft.vocab());
+    match vocab_difference(target, draft) {
+        None => Ok(()),
+        Some((id, target_text, draft_text)) => Err(EngineError::VocabMismatch {
+            draft: draft_path.to_path_buf(),
+            id,
+            target_text,
+            draft_text,
+        }),
+    }
+}
+
+/// The first token id whose text differs between two models' vocabularies (a missing id
+/// reads "absent"; the start and end tokens must be the same ids), with both texts made
+/// safe for a terminal; `None` when the vocabularies are one.
+pub(super) fn vocab_difference(a: &LlamaModel, b: &LlamaModel) -> Option<(i64, String, String)> {
+    let (av, bv) = (a.vocab(), b.vocab());
     let text = |v: &llama_cpp_2::vocab::LlamaVocab<'_>, id: i32| -> String {
         if id < 0 || id >= v.n_tokens() {
             return "absent".to_string();
@@ -278,28 +293,29 @@ pub(super) fn check_vocab(
             None => "(no text)".to_string(),
         }
     };
-    let mismatch = |id: i32| EngineError::VocabMismatch {
-        draft: draft_path.to_path_buf(),
-        id: i64::from(id),
-        target_text: crate::text::terminal_safe(&text(&tv, id)).into_owned(),
-        draft_text: crate::text::terminal_safe(&text(&dv, id)).into_owned(),
+    let difference = |id: i32| {
+        Some((
+            i64::from(id),
+            crate::text::terminal_safe(&text(&av, id)).into_owned(),
+            crate::text::terminal_safe(&text(&bv, id)).into_owned(),
+        ))
     };
-    let common = tv.n_tokens().min(dv.n_tokens());
+    let common = av.n_tokens().min(bv.n_tokens());
     for id in 0..common {
         let token = LlamaToken(id);
-        if tv.text(token) != dv.text(token) {
-            return Err(mismatch(id));
+        if av.text(token) != bv.text(token) {
+            return difference(id);
         }
     }
-    if tv.n_tokens() != dv.n_tokens() {
-        return Err(mismatch(common));
+    if av.n_tokens() != bv.n_tokens() {
+        return difference(common);
     }
-    for (a, b) in [(tv.bos(), dv.bos()), (tv.eos(), dv.eos())] {
-        if a != b {
-            return Err(mismatch(a.0.min(b.0).max(0)));
+    for (x, y) in [(av.bos(), bv.bos()), (av.eos(), bv.eos())] {
+        if x != y {
+            return difference(x.0.min(y.0).max(0));
         }
     }
-    Ok(())
+    None
 }
 
 #[cfg(test)]

@@ -207,6 +207,8 @@ fn serve(
     let _ = events.send(EngineEvent::Ready(Box::new(session.info.clone())));
     // bench's tg test (`BenchTg`): its context, kept for the next request of the same length.
     let mut tg: Option<(u32, llama::measure::Bencher<'_>)> = None;
+    // The reference model answers are scored against (`ScoreLast`), kept for the next answer.
+    let mut reference: Option<(std::path::PathBuf, LoadedModel)> = None;
     loop {
         match commands.recv() {
             Ok(EngineCommand::BenchTg { id, n_gen }) => {
@@ -269,6 +271,17 @@ fn serve(
                     EngineEvent::AbFinished { request_id, report }
                 }));
             }
+            Ok(EngineCommand::ScoreLast {
+                id,
+                reference: path,
+            }) => {
+                let flag = Arc::clone(cancel_through);
+                let cancelled = move || flag.load(Ordering::SeqCst) >= id;
+                let result = score_last(model, cfg, &session, &mut reference, &path, &cancelled);
+                let _ = events.send(outcome(id, result, |request_id, score| {
+                    EngineEvent::Scored { request_id, score }
+                }));
+            }
             Ok(EngineCommand::SwitchModel { id, config }) => {
                 if let Some(next) = try_switch(id, config, events, cancel_through) {
                     return next;
@@ -277,6 +290,44 @@ fn serve(
             Ok(EngineCommand::Shutdown) | Err(_) => return Next::Shutdown,
         }
     }
+}
+
+/// Scores the session's last answer against the reference at `path`: loaded (checked like any
+/// model file, on the model's GPU layers setting, refused when its vocabulary is not the
+/// model's) unless `reference` already holds it.
+fn score_last(
+    model: &LoadedModel,
+    cfg: &EngineConfig,
+    session: &Session<'_>,
+    reference: &mut Option<(std::path::PathBuf, LoadedModel)>,
+    path: &std::path::Path,
+    cancelled: &dyn Fn() -> bool,
+) -> Result<crate::metrics::quality::AnswerScore, EngineError> {
+    let started = Instant::now();
+    let mut load_ms = 0.0;
+    if reference.as_ref().map(|(p, _)| p.as_path()) != Some(path) {
+        *reference = None;
+        let loaded = llama::load_model(path, cfg.settings.n_gpu_layers, |_| true)
+            .map_err(|e| EngineError::Reference(Box::new(e)))?;
+        if let Some((id, model_text, reference_text)) =
+            super::spec::vocab_difference(model, &loaded)
+        {
+            return Err(EngineError::RefVocabMismatch {
+                reference: path.to_path_buf(),
+                id,
+                model_text,
+                reference_text,
+            });
+        }
+        load_ms = crate::metrics::ms(started.elapsed());
+        *reference = Some((path.to_path_buf(), loaded));
+    }
+    let Some((_, loaded)) = reference.as_ref() else {
+        return Err(EngineError::NoModel);
+    };
+    let mut score = session.score_last(loaded, path, cancelled)?;
+    score.reference_load_ms = load_ms;
+    Ok(score)
 }
 
 /// The draft model the settings name for speculative decoding (none unless the mode is
@@ -472,6 +523,12 @@ fn serve_without_model(
             Ok(EngineCommand::AbGenerate { request, .. }) => {
                 let _ = events.send(EngineEvent::Failed {
                     request_id: request.id,
+                    error: EngineError::NoModel,
+                });
+            }
+            Ok(EngineCommand::ScoreLast { id, .. }) => {
+                let _ = events.send(EngineEvent::Failed {
+                    request_id: id,
                     error: EngineError::NoModel,
                 });
             }

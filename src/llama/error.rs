@@ -76,6 +76,15 @@ pub enum EngineError {
         target_text: String,
         draft_text: String,
     },
+    #[error("the reference model for quality scoring could not be used: {0}")]
+    Reference(Box<EngineError>),
+    #[error("the reference model {reference} does not share the model's vocabulary: token {id} is {model_text} in the model and {reference_text} in the reference\n  KL divergence compares two distributions over one vocabulary: give another file of the same model (its F16 or Q8_0, say) as --ref")]
+    RefVocabMismatch {
+        reference: PathBuf,
+        id: i64,
+        model_text: String,
+        reference_text: String,
+    },
 }
 
 impl EngineError {
@@ -92,7 +101,8 @@ impl EngineError {
                 | EngineError::InvalidModel { .. }
                 | EngineError::ModelCrashed { .. }
                 | EngineError::VocabMismatch { .. }
-        ) || matches!(self, EngineError::Draft(inner) if inner.is_model_problem())
+                | EngineError::RefVocabMismatch { .. }
+        ) || matches!(self, EngineError::Draft(inner) | EngineError::Reference(inner) if inner.is_model_problem())
     }
 }
 

@@ -284,6 +284,61 @@ impl AnswerQuality {
     }
 }
 
+/// An answer scored against a reference model (`run --ref`): each token's figures, in answer
+/// order, and the answer's (docs/metrics.md, "Per token and per answer").
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct AnswerScore {
+    /// The reference model's file.
+    pub reference: std::path::PathBuf,
+    /// The answer's figures; `None` for an answer of no tokens.
+    pub summary: Option<AnswerQuality>,
+    pub tokens: Vec<TokenQuality>,
+    /// Tokens of the conversation before the answer that both models read first.
+    pub context_tokens: usize,
+    /// The scoring's wall time on the engine thread, ms: both models' teacher-forced passes,
+    /// after the answer (never while it decodes).
+    pub score_ms: f64,
+    /// The reference's load, ms (0 when it was already loaded for an earlier answer).
+    pub reference_load_ms: f64,
+}
+
+/// One answer token against the reference: its id and text with the figures of
+/// [`TokenScore`] (whose `p_cand` is the probability the model gave the token it chose).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct TokenQuality {
+    pub token: i32,
+    pub text: String,
+    #[serde(flatten)]
+    pub score: TokenScore,
+}
+
+impl AnswerScore {
+    /// The answer's scores with their tokens (`tokens` and `texts` in answer order, one per
+    /// score).
+    pub fn new(
+        reference: std::path::PathBuf,
+        scores: Vec<TokenScore>,
+        tokens: &[i32],
+        texts: Vec<String>,
+        context_tokens: usize,
+    ) -> Self {
+        let summary = AnswerQuality::of(&scores);
+        Self {
+            reference,
+            summary,
+            tokens: scores
+                .into_iter()
+                .zip(tokens)
+                .zip(texts)
+                .map(|((score, &token), text)| TokenQuality { token, text, score })
+                .collect(),
+            context_tokens,
+            score_ms: 0.0,
+            reference_load_ms: 0.0,
+        }
+    }
+}
+
 /// Adds one scored position of the reference itself (perplexity only).
 pub fn score_reference(acc: &mut Accumulator, reference: &RefRow, next: usize) {
     let nll = -f64::from(reference.log_probs[next]);

@@ -237,6 +237,14 @@ fn run(
                     error: not_here("bench's tg test (for a server: `tokscope load --url`)"),
                 });
             }
+            EngineCommand::ScoreLast { id, .. } => {
+                let _ = events.send(EngineEvent::Failed {
+                    request_id: id,
+                    error: not_here(
+                        "scoring against a reference (a server sends no full distributions)",
+                    ),
+                });
+            }
             EngineCommand::Shutdown => break,
         }
     }

@@ -1,0 +1,245 @@
+//! `run --ref`: each answer scored against a reference model through the real binary (issue
+//! 34; docs/metrics.md "Per token and per answer"). The same file as its own reference agrees
+//! exactly; a quantization of it strays by a measurable, finite amount; the scores line up
+//! with the answer token by token (a greedy answer's every token is the model's own top
+//! choice); and a reference that is missing, of another vocabulary, or asked of a server is
+//! refused with what to do.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+
+use crate::common::{self, no_panic, tokscope_cmd};
+use predicates::prelude::*;
+use serde_json::Value;
+
+const TOKENS: u32 = 24;
+
+/// `run --json --ref REF` greedy, one thread, `TOKENS` tokens.
+fn scored(home: &Path, model: &Path, reference: &Path) -> Value {
+    let out = common::ok_stdout(
+        tokscope_cmd(home)
+            .args([
+                "run",
+                "-p",
+                "Hello there, tell me",
+                "--temp",
+                "0",
+                "--ignore-eos",
+                "-t",
+                "1",
+            ])
+            .args(["-n", &TOKENS.to_string(), "--json", "-m"])
+            .arg(model)
+            .arg("--ref")
+            .arg(reference),
+    );
+    serde_json::from_slice(&out).expect("stdout is one JSON object")
+}
+
+fn synth_typed(home: &Path, ty: &str, seed: u32) -> PathBuf {
+    let path = home.join(format!("small-{ty}-{seed}.gguf"));
+    tokscope_cmd(home)
+        .args([
+            "synth",
+            "--preset",
+            "small",
+            "--type",
+            ty,
+            "--seed",
+            &seed.to_string(),
+            "-o",
+        ])
+        .arg(&path)
+        .assert()
+        .success();
+    path
+}
+
+fn f(v: &Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+#[test]
+fn the_same_file_as_reference_agrees_exactly_and_every_score_is_its_tokens() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let model = synth_typed(home.path(), "f32", 7);
+    let v = scored(home.path(), &model, &model);
+    let q = &v["quality"];
+    let tokens = q["tokens"].as_array().expect("per-token scores");
+    assert_eq!(tokens.len(), TOKENS as usize, "{q}");
+    assert_eq!(v["metrics"]["tokens_generated"], TOKENS, "{}", v["metrics"]);
+    assert_eq!(q["context_tokens"], v["metrics"]["prompt_tokens"], "{q}");
+    let s = &q["summary"];
+    assert_eq!(f(&s["kld_mean"]), 0.0, "{s}");
+    assert_eq!(f(&s["same_top_pct"]), 100.0, "{s}");
+    assert!(s["first_divergence"].is_null(), "{s}");
+    assert_eq!(s["tokens"], TOKENS, "{s}");
+    // The scores sit on the answer's tokens: a greedy answer's token is the model's own most
+    // likely one at its position (scored from batched passes, so a near tie may differ).
+    let own_top = tokens
+        .iter()
+        .filter(|t| t["top_cand"] == t["token"])
+        .count();
+    assert!(
+        own_top * 10 >= tokens.len() * 9,
+        "{own_top} of {}: {q}",
+        tokens.len()
+    );
+    let text: String = tokens.iter().map(|t| t["text"].as_str().unwrap()).collect();
+    assert_eq!(
+        text,
+        v["text"].as_str().unwrap(),
+        "the scored tokens are the answer's"
+    );
+    for t in tokens {
+        assert_eq!(f(&t["p_ref"]), f(&t["p_cand"]), "{t}");
+        assert!(f(&t["entropy_ref"]) >= 0.0, "{t}");
+    }
+    assert!(
+        f(&q["score_ms"]) > 0.0 && f(&q["reference_load_ms"]) > 0.0,
+        "{q}"
+    );
+    assert_eq!(
+        q["context_tokens"],
+        v["context_used"].as_u64().unwrap() - u64::from(TOKENS) + 1
+    );
+}
+
+/// On the demo model, whose greedy answer varies from token to token (the synthetic models'
+/// repeat one token, so a score read one position off would pass there): every score sits on
+/// its own token.
+#[test]
+fn on_the_demo_model_each_score_is_read_at_its_own_tokens_position() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let demo = common::demo_model();
+    let v = scored(home.path(), &demo, &demo);
+    let q = &v["quality"];
+    let tokens = q["tokens"].as_array().expect("per-token scores");
+    let distinct: std::collections::BTreeSet<_> =
+        tokens.iter().map(|t| t["token"].to_string()).collect();
+    assert!(
+        distinct.len() >= TOKENS as usize / 3,
+        "a varied answer: {q}"
+    );
+    let own_top = tokens
+        .iter()
+        .filter(|t| t["top_cand"] == t["token"])
+        .count();
+    assert!(
+        own_top * 10 >= tokens.len() * 9,
+        "{own_top} of {}: {q}",
+        tokens.len()
+    );
+    // And each probability is read at its own token: the most likely token's probability is
+    // at least e^(−entropy) (H = −Σ p ln p ≥ −ln p_max), which another token's rarely is.
+    for t in tokens.iter().filter(|t| t["top_cand"] == t["token"]) {
+        let bound = (-f(&t["entropy_cand"])).exp();
+        assert!(
+            f(&t["p_cand"]) >= bound * (1.0 - 1e-9),
+            "p {} < e^-H {bound}: {t}",
+            t["p_cand"]
+        );
+    }
+    assert_eq!(f(&q["summary"]["kld_mean"]), 0.0, "{q}");
+    assert_eq!(f(&q["summary"]["same_top_pct"]), 100.0, "{q}");
+}
+
+#[test]
+fn a_quantization_strays_from_its_full_precision_file_and_stderr_says_how_far() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let full = synth_typed(home.path(), "f32", 7);
+    let q4 = synth_typed(home.path(), "q4_0", 7);
+    let v = scored(home.path(), &q4, &full);
+    let s = &v["quality"]["summary"];
+    let kld = f(&s["kld_mean"]);
+    assert!(kld > 0.0 && kld.is_finite(), "{s}");
+    assert!(f(&s["kld_p99"]) >= kld, "{s}");
+    let same = f(&s["same_top_pct"]);
+    assert!((0.0..=100.0).contains(&same), "{s}");
+    // The stderr line carries the same figures.
+    tokscope_cmd(home.path())
+        .args([
+            "run",
+            "-p",
+            "Hello there, tell me",
+            "--temp",
+            "0",
+            "--ignore-eos",
+            "-t",
+            "1",
+        ])
+        .args(["-n", "8", "-m"])
+        .arg(&q4)
+        .arg("--ref")
+        .arg(&full)
+        .assert()
+        .success()
+        .stderr(no_panic())
+        .stderr(predicate::str::contains(
+            "quality  vs small-f32-7.gguf: KLD mean",
+        ))
+        .stderr(predicate::str::contains("same top"));
+}
+
+#[test]
+fn a_reference_that_cannot_score_is_refused_with_what_to_do() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let model = synth_typed(home.path(), "f32", 7);
+    let run = |reference: &Path| {
+        let mut cmd = tokscope_cmd(home.path());
+        cmd.args(["run", "-p", "Hi", "-n", "4", "-t", "1", "-m"])
+            .arg(&model)
+            .arg("--ref")
+            .arg(reference);
+        cmd
+    };
+    // Missing: named before the model loads, a model problem (exit 3).
+    run(&home.path().join("nope.gguf"))
+        .assert()
+        .code(3)
+        .stderr(no_panic())
+        .stderr(predicate::str::contains("reference model"))
+        .stderr(predicate::str::contains("nope.gguf"));
+    // Another vocabulary: the first token that differs, in both.
+    let other = home.path().join("other-vocab.gguf");
+    common::gguf_edit::rewrite(&model, &other, |key, value| {
+        use tokscope::gguf::{GgufArray, GgufValue};
+        match (key, value) {
+            ("tokenizer.ggml.tokens", GgufValue::Array(GgufArray::String(tokens))) => {
+                Some(GgufValue::Array(GgufArray::String(
+                    tokens
+                        .iter()
+                        .map(|t| {
+                            if t == "▁the" {
+                                "▁zzzq".to_string()
+                            } else {
+                                t.clone()
+                            }
+                        })
+                        .collect(),
+                )))
+            }
+            _ => None,
+        }
+    });
+    run(&other)
+        .assert()
+        .code(3)
+        .stderr(no_panic())
+        .stderr(predicate::str::contains(
+            "does not share the model's vocabulary",
+        ))
+        .stderr(predicate::str::contains("▁zzzq"));
+    // A server sends no full distributions.
+    tokscope_cmd(home.path())
+        .args(["run", "-p", "Hi", "--url", "http://127.0.0.1:9", "--ref"])
+        .arg(&model)
+        .assert()
+        .code(2)
+        .stderr(no_panic())
+        .stderr(predicate::str::contains("--ref scores a local model"));
+}
