@@ -69,6 +69,9 @@ pub struct Settings {
     pub model_dirs: Vec<PathBuf>,
     /// `[remote]`: the OpenAI-compatible server `chat --url` talks to by default.
     pub remote: RemoteSettings,
+    /// `[quality] ref`: the reference model the chat scores each answer against (`chat
+    /// --ref` overrides it, `/ref` changes it; `run` takes `--ref` only).
+    pub reference: Option<PathBuf>,
 }
 
 /// The `[remote]` table: a server the chat talks to, and what is known of its hardware (the
@@ -103,6 +106,7 @@ impl Default for Settings {
             price_per_kwh: None,
             model_dirs: Vec::new(),
             remote: RemoteSettings::default(),
+            reference: None,
         }
     }
 }
@@ -130,6 +134,15 @@ struct FileConfig {
     sampling: Option<FileSampling>,
     remote: Option<FileRemote>,
     spec: Option<FileSpec>,
+    quality: Option<FileQuality>,
+}
+
+/// The `[quality]` table: the chat's reference model.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileQuality {
+    #[serde(rename = "ref")]
+    reference: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -447,6 +460,17 @@ impl Settings {
         }
         if let Some(r) = file.remote {
             self.apply_remote(r, &src)?;
+        }
+        if let Some(v) = file.quality.and_then(|q| q.reference) {
+            if v.as_os_str().is_empty() {
+                return Err(invalid(
+                    "quality.ref",
+                    "",
+                    "must name a model file (leave the key out for none)".into(),
+                    &src,
+                ));
+            }
+            self.reference = Some(expand_home(&v));
         }
         if let Some(s) = file.sampling {
             if let Some(v) = s.temperature {

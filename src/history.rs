@@ -143,6 +143,14 @@ pub struct SavedTurn {
     /// files). Read leniently, as `metrics`: the settings grow fields.
     #[serde(default, deserialize_with = "lenient")]
     pub settings: Option<TurnSettings>,
+    /// The answer scored against the reference model (`--ref`, `/ref`): per token and per
+    /// answer (absent when none was set). Read leniently, as `metrics`.
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub quality: Option<crate::metrics::quality::AnswerScore>,
 }
 
 /// A field that no longer parses loads as `None`, never making the whole file unreadable.
@@ -1186,6 +1194,12 @@ pub(crate) fn export_markdown(conv: &SavedConversation, current: &TurnSettings) 
             previous_model = Some(model);
         }
         out.push_str(&format!("*{}*\n\n", summary.join(" · ")));
+        if let Some(q) = &turn.quality {
+            out.push_str(&format!(
+                "*{}*\n\n",
+                crate::metrics::quality::summary_line(q)
+            ));
+        }
     }
     let trimmed = out.trim_end().len();
     out.truncate(trimmed);
@@ -1250,6 +1264,7 @@ mod tests {
             model: Some(tiny_model()),
             finished_unix_s: updated_unix_s - 50,
             settings: Some(settings(42, Some("Be brief."))),
+            quality: None,
         });
         conv.turns.push(SavedTurn {
             user: "and again".to_string(),
@@ -1260,6 +1275,7 @@ mod tests {
             model: Some(tiny_model()),
             finished_unix_s: updated_unix_s,
             settings: Some(settings(42, Some("Be brief."))),
+            quality: None,
         });
         conv.model = Some(tiny_model());
         conv

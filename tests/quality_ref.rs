@@ -205,27 +205,7 @@ fn a_reference_that_cannot_score_is_refused_with_what_to_do() {
         .stderr(predicate::str::contains("reference model"))
         .stderr(predicate::str::contains("nope.gguf"));
     // Another vocabulary: the first token that differs, in both.
-    let other = home.path().join("other-vocab.gguf");
-    common::gguf_edit::rewrite(&model, &other, |key, value| {
-        use tokscope::gguf::{GgufArray, GgufValue};
-        match (key, value) {
-            ("tokenizer.ggml.tokens", GgufValue::Array(GgufArray::String(tokens))) => {
-                Some(GgufValue::Array(GgufArray::String(
-                    tokens
-                        .iter()
-                        .map(|t| {
-                            if t == "▁the" {
-                                "▁zzzq".to_string()
-                            } else {
-                                t.clone()
-                            }
-                        })
-                        .collect(),
-                )))
-            }
-            _ => None,
-        }
-    });
+    let other = common::gguf_edit::other_vocab(home.path(), &model);
     run(&other)
         .assert()
         .code(3)

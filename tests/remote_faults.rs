@@ -529,6 +529,22 @@ fn bad_flags_are_usage_errors() {
     );
     assert_eq!(code, 2);
     assert!(stderr.contains("TOKSCOPE_NO_SUCH_VAR_X"), "{stderr}");
+    for interval in ["10", "99999999"] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = tokscope(&dir)
+            .args([
+                "load",
+                "--url",
+                "http://127.0.0.1:9/v1",
+                "--metrics-interval",
+                interval,
+            ])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains("--metrics-interval"), "{stderr}");
+    }
 }
 
 /// `load` end to end against the fake server (the same driver the real-server tests use):
@@ -564,6 +580,15 @@ fn load_counts_requests_tokens_goodput_and_errors_by_kind() {
         let level = &v["levels"][0];
         assert_eq!(level["completed"], 6, "{level}");
         assert_eq!(level["completion_tokens"], 18);
+        // This server answers GET /metrics with an event stream: said once, left out, and
+        // the level's own figures kept.
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            stderr.matches("server metrics left out").count(),
+            1,
+            "{stderr}"
+        );
+        assert!(level["server_metrics"].is_null(), "{level}");
         assert_eq!(level["prompt_tokens"], 30);
         assert_eq!(level["good_requests"], good);
         if good == 0 {

@@ -179,6 +179,19 @@ fn load_totals_equal_the_servers_metrics_counters_at_concurrency_1_2_4() {
         );
         assert_eq!(level["server_prompt_n"].as_f64().unwrap(), prompt, "c={c}");
         assert!(v["prompts"].as_str().unwrap().contains("/tokenize"));
+        // `load` read the same counters itself (GET /metrics, a baseline then every 500 ms):
+        // its deltas are the test's, and the server never ran more requests than were sent.
+        let m = &level["server_metrics"];
+        assert_eq!(m["source"], "llamacpp:", "{m}");
+        assert_eq!(
+            m["generation_tokens"].as_f64(),
+            Some(predicted),
+            "c={c}: {m}"
+        );
+        assert_eq!(m["prompt_tokens"].as_f64(), Some(prompt), "c={c}: {m}");
+        assert!(m["scrapes"].as_u64().unwrap() >= 1, "{m}");
+        let running = m["running"]["max"].as_f64().unwrap();
+        assert!((0.0..=c as f64).contains(&running), "c={c}: {m}");
     }
 }
 

@@ -8,7 +8,7 @@
 use crate::common;
 use crate::common::Submit;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use common::{assistant, greedy, model_lock, settings, start, synth, user, TestEngine};
 use tokscope::engine::{EngineConfig, EngineEvent, EngineHandle, StopReason};
@@ -343,37 +343,13 @@ fn load_error(model: &Path, spec: EngineSettings) -> tokscope::engine::EngineErr
     }
 }
 
-/// A copy of `from` whose vocabulary has one word piece renamed.
-fn other_vocab(dir: &Path, from: &Path) -> PathBuf {
-    use tokscope::gguf::{GgufArray, GgufValue};
-    let other = dir.join("other-vocab.gguf");
-    common::gguf_edit::rewrite(from, &other, |key, value| match (key, value) {
-        ("tokenizer.ggml.tokens", GgufValue::Array(GgufArray::String(tokens))) => {
-            Some(GgufValue::Array(GgufArray::String(
-                tokens
-                    .iter()
-                    .map(|t| {
-                        if t == "▁the" {
-                            "▁zzzq".to_string()
-                        } else {
-                            t.clone()
-                        }
-                    })
-                    .collect(),
-            )))
-        }
-        _ => None,
-    });
-    other
-}
-
 #[test]
 fn switching_to_a_model_the_draft_does_not_fit_keeps_the_current_one() {
     let _lock = model_lock();
     let dir = tempfile::tempdir().unwrap();
     let model = synth(dir.path(), "small.gguf", "small", TensorType::F32, 5);
     let draft = synth(dir.path(), "tiny.gguf", "tiny", TensorType::F32, 1);
-    let target_b = other_vocab(dir.path(), &model);
+    let target_b = common::gguf_edit::other_vocab(dir.path(), &model);
     let spec = spec_settings(SpecMode::Draft, Some(&draft), 4);
     let mut e = start(&model, spec.clone());
     let before = answer(&mut e, PROMPTS[0], 12);
@@ -413,7 +389,7 @@ fn a_draft_with_another_vocabulary_is_refused_naming_the_first_mismatch() {
     let dir = tempfile::tempdir().unwrap();
     let model = synth(dir.path(), "small.gguf", "small", TensorType::F32, 5);
     let tiny = synth(dir.path(), "tiny.gguf", "tiny", TensorType::F32, 1);
-    let other = other_vocab(dir.path(), &tiny);
+    let other = common::gguf_edit::other_vocab(dir.path(), &tiny);
     let e = load_error(&model, spec_settings(SpecMode::Draft, Some(&other), 4));
     let msg = e.to_string();
     assert!(msg.contains("vocabulary"), "{msg}");

@@ -9,6 +9,8 @@ mod common;
 mod e2e_daily;
 #[path = "e2e_editor.rs"]
 mod e2e_editor;
+#[path = "e2e_quality.rs"]
+mod e2e_quality;
 #[path = "e2e_tmux.rs"]
 mod e2e_tmux;
 #[path = "e2e_width.rs"]

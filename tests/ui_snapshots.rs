@@ -899,6 +899,108 @@ fn finished_with_speculative_decoding_figures() {
     snapshot_both("finished_spec", &app);
 }
 
+/// An answer's score against a reference, token by token: `(kld, same top, p_ref)`.
+fn answer_score(tokens: &[(f64, bool, f64)]) -> tokscope::metrics::quality::AnswerScore {
+    use tokscope::metrics::quality::{AnswerScore, TokenScore};
+    let scores: Vec<TokenScore> = tokens
+        .iter()
+        .map(|&(kld, same_top, p_ref)| TokenScore {
+            kld,
+            same_top,
+            top_ref: 11,
+            top_cand: if same_top { 11 } else { 12 },
+            p_ref,
+            p_cand: 0.5,
+            ln_p_cand: 0.5f64.ln(),
+            entropy_ref: Some(1.2),
+            entropy_cand: Some(1.3),
+        })
+        .collect();
+    let ids: Vec<i32> = (0..scores.len() as i32).collect();
+    let texts = ids.iter().map(|i| format!("t{i}")).collect();
+    AnswerScore::new(
+        PathBuf::from("/models/qwen2.5-0.5b-instruct-f16.gguf"),
+        scores,
+        &ids,
+        texts,
+        38,
+    )
+}
+
+#[test]
+fn finished_with_a_quality_score() {
+    use tokscope::app::conversation::TurnQuality;
+    // Both answers scored against the F16 reference: the block shows the answer on screen (the
+    // last) and, with two scored, the conversation's tokens pooled.
+    let mut app = finished_app();
+    app.reference = Some(PathBuf::from("/models/qwen2.5-0.5b-instruct-f16.gguf"));
+    let first = answer_score(&[(0.01, true, 0.9), (0.03, true, 0.6)]);
+    let last = answer_score(&[
+        (0.02, true, 0.8),
+        (0.40, false, 0.004),
+        (0.05, true, 0.7),
+        (0.01, true, 0.9),
+    ]);
+    for (i, score) in [first, last].into_iter().enumerate() {
+        app.conversation.exchanges[i]
+            .assistant
+            .as_mut()
+            .unwrap()
+            .quality = Some(TurnQuality::Scored(Box::new(score)));
+    }
+    let screen = render(&app, 120, 40);
+    assert!(
+        screen
+            .lines()
+            .any(|l| l.contains("quality") && l.contains("f16.gguf")),
+        "{screen}"
+    );
+    // Mean KLD of the last answer: (0.02 + 0.40 + 0.05 + 0.01) / 4 = 0.12; 3 of 4 same top; one
+    // token under 1% for the reference; the first divergence at token 1.
+    assert!(screen.contains("0.1200"), "{screen}");
+    assert!(screen.contains("75.0%"), "{screen}");
+    assert!(
+        screen
+            .lines()
+            .any(|l| l.contains("1st diverges") && l.contains("token 1")),
+        "{screen}"
+    );
+    // Pooled: (0.01 + 0.03 + 0.48) / 6 tokens, 5 of 6 same top.
+    let pooled = format!("KLD {:.4} · {:.1}%", 0.52 / 6.0, 500.0 / 6.0);
+    assert!(
+        screen
+            .lines()
+            .any(|l| l.contains("2 answers") && l.contains(&pooled)),
+        "{pooled}: {screen}"
+    );
+    // Scoring, then not scored: said in the block.
+    app.conversation.exchanges[1]
+        .assistant
+        .as_mut()
+        .unwrap()
+        .quality = Some(TurnQuality::Scoring(9));
+    assert!(render(&app, 120, 40).contains("scoring…"));
+    app.conversation.exchanges[1]
+        .assistant
+        .as_mut()
+        .unwrap()
+        .quality = Some(TurnQuality::NotScored(
+        "stopped: a new message came first".into(),
+    ));
+    assert!(render(&app, 120, 40).contains("not scored: stopped"));
+    app.conversation.exchanges[1]
+        .assistant
+        .as_mut()
+        .unwrap()
+        .quality = Some(TurnQuality::Scored(Box::new(answer_score(&[
+        (0.02, true, 0.8),
+        (0.40, false, 0.004),
+        (0.05, true, 0.7),
+        (0.01, true, 0.9),
+    ]))));
+    snapshot_both("finished_quality", &app);
+}
+
 #[test]
 fn bench_screen_with_a_batch_sweep() {
     let mut app = ready_app();

@@ -123,7 +123,10 @@ impl App {
             like_for_like: false,
         });
         self.mode = Mode::Ab;
-        vec![effect]
+        // B's queue time never holds the last answer's score.
+        let mut effects = self.stop_scoring("stopped: /ab came first");
+        effects.push(effect);
+        effects
     }
 
     pub(super) fn close_ab(&mut self) -> Vec<Effect> {

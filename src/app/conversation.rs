@@ -70,6 +70,29 @@ pub struct AssistantTurn {
     /// The step profiler's record of the finished turn (`--profile`): its nodes go into the
     /// chat's `/trace`.
     pub profile: Option<Box<crate::metrics::profile::ProfileRecord>>,
+    /// The answer against the reference model (`--ref`, `/ref`): being scored, scored, or why
+    /// not (`None`: no reference was set when it finished).
+    pub quality: Option<TurnQuality>,
+}
+
+/// An answer's score against the reference model, after the answer (never while it decodes).
+#[derive(Debug, Clone, PartialEq)]
+pub enum TurnQuality {
+    /// The engine scores it under this request id.
+    Scoring(RequestId),
+    Scored(Box<crate::metrics::quality::AnswerScore>),
+    /// Not scored, and why (a new message came first, the reference failed to load, …).
+    NotScored(String),
+}
+
+impl TurnQuality {
+    /// The score, when there is one.
+    pub(crate) fn score(&self) -> Option<&crate::metrics::quality::AnswerScore> {
+        match self {
+            TurnQuality::Scored(s) => Some(s),
+            _ => None,
+        }
+    }
 }
 
 impl AssistantTurn {
@@ -90,6 +113,7 @@ impl AssistantTurn {
             spec: None,
             host: None,
             profile: None,
+            quality: None,
         }
     }
 
@@ -276,6 +300,7 @@ impl Conversation {
                     // A turn finished before its time was kept (none should be): the save's.
                     finished_unix_s: a.finished_unix_s.unwrap_or(updated_unix_s),
                     settings: a.settings.clone(),
+                    quality: a.quality.as_ref().and_then(TurnQuality::score).cloned(),
                 })
             })
             .collect();
@@ -314,6 +339,7 @@ impl Conversation {
             model: a.model.clone(),
             finished_unix_s: now_unix_s,
             settings: a.settings.clone(),
+            quality: None,
         });
         Some(saved)
     }
@@ -344,6 +370,7 @@ impl Conversation {
                     spec: None,
                     host: None,
                     profile: None,
+                    quality: t.quality.clone().map(|q| TurnQuality::Scored(Box::new(q))),
                 }),
             })
             .collect();

@@ -11,6 +11,7 @@ pub(crate) mod export;
 mod input;
 mod keymap;
 mod picker;
+mod quality;
 mod screens;
 mod slash;
 mod switch;
@@ -33,6 +34,7 @@ pub use complete::{Candidate, Completion};
 pub(crate) use input::{Edit, Input};
 pub(crate) use keymap::{action_for, Action, PAGE_LINES};
 pub use picker::{PickFor, Picker};
+pub use quality::ConversationQuality;
 pub use screens::{BenchPoint, BenchScreen, CompareView, ProfileScreen};
 pub(crate) use switch::Switch;
 #[cfg(test)]
@@ -145,6 +147,11 @@ pub enum Msg {
 /// Work `update` asks the loop to do.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Effect {
+    /// Score the engine's last answer against the reference model file (`--ref`, `/ref`).
+    Score {
+        id: RequestId,
+        reference: PathBuf,
+    },
     /// Hand a turn to the engine: to the loaded model (`model: None`), or to another model file
     /// (the A/B screen's answer B, never added to the conversation).
     Generate {
@@ -285,6 +292,9 @@ pub struct App {
     pub picker: Option<Picker>,
     /// Folders the picker searches besides the well-known places (config `model_dirs`).
     pub model_dirs: Vec<PathBuf>,
+    /// The reference model each answer is scored against after it finishes (`--ref`,
+    /// `/ref`, config `[quality] ref`); `None`: answers are not scored.
+    pub reference: Option<PathBuf>,
 }
 
 impl App {
@@ -332,6 +342,7 @@ impl App {
             full_repaint: false,
             picker: None,
             model_dirs: Vec::new(),
+            reference: None,
         }
     }
 
@@ -437,7 +448,10 @@ impl App {
             assistant: None,
         });
         self.notice = None;
-        self.start_turn(now)
+        // The new turn's TTFT never waits for the last answer's score.
+        let mut effects = self.stop_scoring("stopped: a new message came first");
+        effects.extend(self.start_turn(now));
+        effects
     }
 
     /// The message Enter left waiting for the model, sent now that it is ready.
@@ -474,7 +488,9 @@ impl App {
             NoticeKind::Info,
             format!("regenerating with seed {}", self.sampling.seed),
         );
-        self.start_turn(now)
+        let mut effects = self.stop_scoring("stopped: regenerated");
+        effects.extend(self.start_turn(now));
+        effects
     }
 
     fn cancel_active(&mut self) -> Vec<Effect> {
@@ -489,7 +505,8 @@ impl App {
     }
 
     fn new_conversation(&mut self, now: Now) -> Vec<Effect> {
-        let effects = self.cancel_active();
+        let mut effects = self.cancel_active();
+        effects.extend(self.stop_scoring("stopped: a new conversation"));
         let id = std::mem::take(&mut self.fresh_conversation_id);
         let system = self.conversation.system_prompt.clone();
         // Each conversation starts when it is started, not when the session did.
@@ -502,6 +519,7 @@ impl App {
 
     fn quit(&mut self) -> Vec<Effect> {
         let mut effects = self.cancel_active();
+        effects.extend(self.stop_scoring("stopped: the chat quit"));
         if let Some(id) = self.ab.as_ref().and_then(|ab| ab.running) {
             effects.push(Effect::Cancel(id));
         }
@@ -619,7 +637,9 @@ impl App {
                     t.finished_unix_s = Some(now.unix_s);
                     self.context_used = used;
                     self.active_since = None;
-                    return vec![Effect::Save(self.conversation.to_saved(now.unix_s))];
+                    let mut effects = vec![Effect::Save(self.conversation.to_saved(now.unix_s))];
+                    effects.extend(self.score_finished(request_id));
+                    return effects;
                 }
             }
             EngineEvent::BatchPoint {
@@ -653,9 +673,13 @@ impl App {
             }
             // The chat never asks for bench's tg test (`bench --run-vs-tg` does).
             EngineEvent::TgMeasured { .. } => {}
-            // The chat does not score answers yet (`run --ref` does).
-            EngineEvent::Scored { .. } => {}
+            EngineEvent::Scored { request_id, score } => {
+                return self.on_scored(request_id, score, now.unix_s);
+            }
             EngineEvent::Failed { request_id, error } => {
+                if self.on_score_failed(request_id, &error) {
+                    return Vec::new();
+                }
                 if let Some(t) = self.conversation.turn_for(request_id) {
                     t.on_failed(error.to_string());
                     self.active_since = None;
@@ -682,6 +706,10 @@ impl App {
                 }
                 if self.is_generating() {
                     return self.cancel_active();
+                }
+                if self.scoring().is_some() {
+                    self.notice(NoticeKind::Info, "scoring stopped");
+                    return self.stop_scoring("stopped (Esc)");
                 }
                 self.notice = None;
             }

@@ -17,6 +17,7 @@ pub(crate) const SLASH_COMMANDS: &[&str] = &[
     "/model",
     "/ab",
     "/compare",
+    "/ref",
     "/new",
     "/copy",
     "/help",
@@ -248,6 +249,7 @@ impl App {
             "/ab" if arg.is_empty() => return self.open_picker(PickFor::Ab),
             "/ab" => return self.start_ab(arg, now),
             "/compare" => return self.open_compare(),
+            "/ref" => return self.ref_command(arg),
             "/new" => return self.new_conversation(now),
             "/copy" => return self.copy(arg),
             "/help" => {

@@ -30,6 +30,7 @@ impl App {
             return Vec::new();
         }
         let mut effects = self.cancel_active();
+        effects.extend(self.stop_scoring("stopped: another model was loaded"));
         let path = crate::config::expand_home(std::path::Path::new(arg));
         let id = self.request_ids.next();
         self.switching = Some(Switch {

@@ -32,12 +32,15 @@ pub struct ChatArgs {
     pub ignore_eos: bool,
     #[command(flatten)]
     pub remote: super::flags::RemoteArgs,
+    #[command(flatten)]
+    pub quality: super::flags::QualityArgs,
 }
 
 /// `tokscope chat`: the TUI on the configured (or demo) model.
 pub(crate) fn run(args: &ChatArgs, mut settings: Settings) -> Result<(), Failure> {
     if let Some(url) = args.remote.url.clone().or(settings.remote.url.clone()) {
         args.profile.refuse_remote()?;
+        args.quality.refuse_remote()?;
         // `-m` names the server's model; the context flags are for a local `/ab FILE`.
         args.model.apply(&mut settings)?;
         args.sampling.apply(&mut settings)?;
@@ -52,6 +55,24 @@ pub(crate) fn run(args: &ChatArgs, mut settings: Settings) -> Result<(), Failure
         resume_on(choice, args, &mut settings, &mut notices)?;
     }
     let config = engine_config(&settings)?;
+    // The flag's reference is named before anything loads; the config's, when it is gone, is
+    // said and left off (the chat still starts).
+    let reference = match args.quality.reference {
+        Some(_) => args.quality.resolve(None, &config.model_path)?,
+        None => match args
+            .quality
+            .resolve(settings.reference.as_deref(), &config.model_path)
+        {
+            Ok(r) => r,
+            Err(e) => {
+                notices.push(format!(
+                    "warning: config [quality] ref: {}; answers are not scored",
+                    e.message
+                ));
+                None
+            }
+        },
+    };
     need_terminal()?;
     notices.extend(
         super::run::spec_warnings(&settings, &config.model_path)
@@ -67,6 +88,7 @@ pub(crate) fn run(args: &ChatArgs, mut settings: Settings) -> Result<(), Failure
     app.ignore_eos = args.ignore_eos;
     app.clipboard_blocked = crate::tui::clipboard_blocked();
     app.model_dirs = settings.model_dirs.clone();
+    app.reference = reference;
     app.price_per_hour_usd = settings.price_per_gpu_hour_usd;
     app.profile.rate = settings.engine.profile_rate;
     // Before the engine starts loading, and before the screen opens: the seconds of a first

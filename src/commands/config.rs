@@ -220,6 +220,14 @@ fn show(s: &Settings, path: &Path, in_file: &[String]) -> String {
         Some(false) => "off",
     };
     line(&mut out, "spec.batch_invariant", Some(quoted(bi)));
+    out.push_str("\n[quality]\n");
+    line(
+        &mut out,
+        "quality.ref",
+        s.reference
+            .as_ref()
+            .map(|p: &PathBuf| quoted(&p.to_string_lossy())),
+    );
     out
 }
 

@@ -84,7 +84,7 @@ fn gpu() -> Result<(), Failure> {
     let (report, status) = doctor::gpu::report();
     print!("{report}");
     match status {
-        GpuStatus::NoDriver | GpuStatus::NoDevice { .. } => {
+        GpuStatus::NoDriver | GpuStatus::NoDevice { .. } | GpuStatus::DriverTooOld { .. } => {
             Err(Failure::new(FAILURE, status.note().unwrap_or_default()))
         }
         _ => Ok(()),

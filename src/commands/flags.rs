@@ -3,7 +3,7 @@
 //! sweep and roofline flags of `bench` and `compare`; and the remote flags of `chat --url`,
 //! `run --url` and `load`, with how they become an [`Endpoint`].
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{ArgAction, Args};
@@ -281,6 +281,80 @@ impl RemoteArgs {
     }
 }
 
+/// `--ref FILE` of `run` and `chat`: each answer scored against a reference model.
+#[derive(Debug, Args, Default, Clone, PartialEq)]
+pub struct QualityArgs {
+    /// Score each answer against a reference model: another file of the same model (its F16
+    /// or Q8_0, say; same vocabulary). After the answer, never while it decodes: per token
+    /// the KL divergence, whether the top token is the same, both models' probability of the
+    /// chosen token and both entropies; per answer mean and p99 KLD, same-top %, the first
+    /// divergence and the tokens the reference gave under 1%. The chat's config: `[quality]
+    /// ref`.
+    #[arg(long = "ref", value_name = "FILE")]
+    pub reference: Option<PathBuf>,
+}
+
+impl QualityArgs {
+    /// `--ref` with `--url`: refused (a server sends no full distributions).
+    pub(crate) fn refuse_remote(&self) -> Result<(), Failure> {
+        match self.reference {
+            Some(_) => Err(Failure::new(
+                USAGE,
+                "--ref scores a local model's answers (a server sends no full distributions): \
+                 run it with -m MODEL.gguf",
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// The reference to score against: the flag's, else `fallback` (the config's), named
+    /// before any model loads when it is missing or not a model file, or when it and `model`
+    /// do not fit in memory together.
+    pub(crate) fn resolve(
+        &self,
+        fallback: Option<&Path>,
+        model: &Path,
+    ) -> Result<Option<PathBuf>, Failure> {
+        let Some(path) = self.reference.as_deref().or(fallback) else {
+            return Ok(None);
+        };
+        let path = crate::config::expand_home(path);
+        crate::engine::check_model_file(&path)
+            .map_err(|e| Failure::from(crate::engine::EngineError::Reference(Box::new(e))))?;
+        let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).ok();
+        if let (Some(m), Some(r)) = (size(model), size(&path)) {
+            pair_fits(m, r, crate::hw::available_memory_bytes())?;
+        }
+        Ok(Some(path))
+    }
+}
+
+/// Both models' weights (their files' sizes) in the memory the kernel says is available:
+/// the model is held for the whole session and the reference beside it from the first score.
+/// Without a reading of the available memory, nothing is refused.
+fn pair_fits(model: u64, reference: u64, available: Option<u64>) -> Result<(), Failure> {
+    let Some(available) = available else {
+        return Ok(());
+    };
+    let need = model.saturating_add(reference);
+    if need <= available {
+        return Ok(());
+    }
+    let b = crate::fmt::bytes;
+    Err(Failure::new(
+        crate::commands::MODEL,
+        format!(
+            "the model ({}) and the reference ({}) need {} of memory together, and {} is available \
+             (MemAvailable): use a smaller reference (the model's Q8_0 instead of its F16, say), \
+             or free memory",
+            b(model),
+            b(reference),
+            b(need),
+            b(available)
+        ),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -313,5 +387,22 @@ mod tests {
             e.contains("sampling.temperature") && e.contains("command line"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_model_and_reference_that_do_not_fit_are_refused_with_the_sizes() {
+        assert!(pair_fits(4_920_000_000, 8_540_000_000, Some(16_000_000_000)).is_ok());
+        assert!(pair_fits(4_920_000_000, 16_070_000_000, None).is_ok());
+        let e = pair_fits(4_920_000_000, 16_070_000_000, Some(16_000_000_000)).unwrap_err();
+        assert_eq!(e.code, crate::commands::MODEL);
+        for part in [
+            "the model (",
+            "the reference (",
+            "need ",
+            "is available",
+            "Q8_0",
+        ] {
+            assert!(e.message.contains(part), "{part}: {}", e.message);
+        }
     }
 }

@@ -15,7 +15,7 @@ use crate::commands::flags::RemoteArgs;
 use crate::commands::runtime;
 use crate::commands::{Failure, FAILURE, USAGE};
 use crate::load::report::{self, LoadSummary, Slo};
-use crate::load::{run_level, Arrivals, LoadPlan, Progress, PromptSet};
+use crate::load::{run_level, scrape, warm_up, Arrivals, LoadPlan, Progress, PromptSet};
 use crate::remote::RemoteClient;
 
 /// The eval text (public domain) the default prompts are cut from.
@@ -77,6 +77,12 @@ pub struct LoadArgs {
     /// Seconds to wait for requests in flight after Ctrl-C.
     #[arg(long, value_name = "S", default_value_t = 10.0)]
     pub drain: f64,
+    /// Read the server's Prometheus metrics (`GET /metrics`) every MS milliseconds during each
+    /// level, after a baseline taken once its warm-up is done: requests running and waiting,
+    /// KV-cache usage, tokens and preemptions counted, its own TTFT/ITL/E2E histograms (vLLM,
+    /// SGLang, llama-server with --metrics, TensorRT-LLM, Dynamo, Ray Serve, KServe). 0: off.
+    #[arg(long, value_name = "MS", default_value_t = 500)]
+    pub metrics_interval: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -270,6 +276,15 @@ pub(crate) fn load(args: &LoadArgs) -> Result<(), Failure> {
         vec![Arrivals::Concurrency(c)]
     };
     let drain = Duration::from_secs_f64(args.drain.clamp(0.0, 600.0));
+    if args.metrics_interval != 0 && !(50..=60_000).contains(&args.metrics_interval) {
+        return Err(usage(format!(
+            "--metrics-interval {}: expected milliseconds from 50 to 60000 (0: off)",
+            args.metrics_interval
+        )));
+    }
+    let metrics_interval = Duration::from_millis(args.metrics_interval);
+    // Said once: a server without (readable) metrics.
+    let metrics_refused = Arc::new(AtomicBool::new(false));
     let rt = runtime()?;
     let stop = Arc::new(AtomicBool::new(false));
     rt.block_on(async {
@@ -328,7 +343,30 @@ pub(crate) fn load(args: &LoadArgs) -> Result<(), Failure> {
             let stop = Arc::clone(&stop);
             let plan = plan(arrivals);
             let prompts = &prompts;
+            let refused = Arc::clone(&metrics_refused);
             async move {
+                warm_up(&client, &plan, prompts, &stop).await?;
+                // The baseline once the warm-up is done: the deltas are the level's own.
+                let scraping = if metrics_interval.is_zero()
+                    || refused.load(Ordering::SeqCst)
+                    || stop.load(Ordering::SeqCst)
+                {
+                    None
+                } else {
+                    match scrape::Level::start(Arc::clone(&client), metrics_interval).await {
+                        Ok(level) => Some(level),
+                        Err(why) => {
+                            refused.store(true, Ordering::SeqCst);
+                            eprintln!(
+                                "{}",
+                                crate::text::terminal_safe(&format!(
+                                    "server metrics left out: {why} (llama-server serves them with --metrics; --metrics-interval 0 turns scraping off)"
+                                ))
+                            );
+                            None
+                        }
+                    }
+                };
                 let progress = Arc::new(Progress::default());
                 let ticker = spawn_progress(arrivals.label(), Arc::clone(&progress));
                 let out = run_level(client, &plan, prompts, stop, progress).await;
@@ -336,7 +374,11 @@ pub(crate) fn load(args: &LoadArgs) -> Result<(), Failure> {
                 if std::io::stderr().is_terminal() {
                     eprint!("\r\x1b[2K");
                 }
-                out
+                let mut row = out?;
+                if let Some(level) = scraping {
+                    row.server_metrics = level.finish().await;
+                }
+                Ok::<LoadSummary, crate::remote::RemoteError>(row)
             }
         };
         if args.find_capacity {
@@ -420,6 +462,14 @@ fn print_rows(
                 prompts.source,
                 report::markdown(rows)
             );
+            let server: Vec<String> = rows
+                .iter()
+                .filter_map(|r| Some(scrape::lines(&r.level, r.server_metrics.as_ref()?)))
+                .flatten()
+                .collect();
+            if !server.is_empty() {
+                text.push_str(&format!("\n{}\n", server.join("\n")));
+            }
             if let Some(c) = capacity {
                 text.push_str(&format!("\n{c}\n"));
             }

@@ -81,13 +81,8 @@ pub struct RunArgs {
     /// it; every later turn then prefills one token (the rest is in the KV cache).
     #[arg(long)]
     pub resend: bool,
-    /// Score each answer against a reference model: another file of the same model (its F16
-    /// or Q8_0, say; same vocabulary). After the answer, never while it decodes: per token
-    /// the KL divergence, whether the top token is the same, both models' probability of the
-    /// chosen token and both entropies; per answer mean and p99 KLD, same-top %, the first
-    /// divergence and the tokens the reference gave under 1% (`--json`: `quality`).
-    #[arg(long = "ref", value_name = "FILE")]
-    pub reference: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub quality: super::flags::QualityArgs,
 }
 
 /// Speculative decoding's flags (llama.cpp's names), shared by `run` and `chat`.
@@ -344,13 +339,7 @@ impl RunReport {
 pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure> {
     let started = std::time::Instant::now();
     if let Some(url) = &args.remote.url {
-        if args.reference.is_some() {
-            return Err(Failure::new(
-                crate::commands::USAGE,
-                "--ref scores a local model's answers (a server sends no full distributions): \
-                 run it with -m MODEL.gguf",
-            ));
-        }
+        args.quality.refuse_remote()?;
         args.profile.refuse_remote()?;
         args.trace.check()?;
         args.sampling.apply(&mut settings)?;
@@ -362,11 +351,8 @@ pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure>
     args.profile.apply(&mut settings);
     args.trace.check()?;
     let config = crate::commands::model::engine_config(&settings)?;
-    if let Some(path) = &args.reference {
-        // A missing or unreadable reference is named before the model loads.
-        crate::engine::check_model_file(path)
-            .map_err(|e| Failure::from(crate::engine::EngineError::Reference(Box::new(e))))?;
-    }
+    // A missing or unreadable reference is named before the model loads.
+    let reference = args.quality.resolve(None, &config.model_path)?;
     for w in spec_warnings(&settings, &config.model_path) {
         eprintln!("warning: {w}");
     }
@@ -481,7 +467,7 @@ pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure>
                 let load = load.unwrap_or_else(|| RunLoad::new(0.0, info));
                 let mut full = RunReport::new(&report, info, &settings, load_before, &peaks, load);
                 full.profile_level = args.profile.profile.unwrap_or_default();
-                match &args.reference {
+                match &reference {
                     Some(path) => {
                         let id = engine.next_id();
                         engine.score_last(id, path.clone())?;
@@ -819,20 +805,9 @@ pub(crate) fn human_summary(r: &RunReport, info: &ModelInfo) -> String {
 
 /// The stderr line of an answer scored against `--ref`.
 pub(crate) fn quality_line(q: &crate::metrics::quality::AnswerScore) -> String {
-    let reference = q.reference.file_name().map_or_else(
-        || q.reference.display().to_string(),
-        |n| n.to_string_lossy().into_owned(),
-    );
-    let Some(a) = &q.summary else {
-        return format!("quality  vs {reference}: no answer tokens to score\n");
-    };
-    let divergence = match a.first_divergence {
-        Some(i) => format!(
-            "first divergence at token {i} ({:?})",
-            q.tokens.get(i).map_or("", |t| t.text.as_str())
-        ),
-        None => "no divergence".to_string(),
-    };
+    if q.summary.is_none() {
+        return format!("quality  {}\n", crate::metrics::quality::summary_line(q));
+    }
     let loaded = if q.reference_load_ms > 0.0 {
         format!(
             ", reference loaded in {}",
@@ -842,14 +817,8 @@ pub(crate) fn quality_line(q: &crate::metrics::quality::AnswerScore) -> String {
         String::new()
     };
     format!(
-        "quality  vs {reference}: KLD mean {:.4} p99 {:.4} nats · same top {:.1}% · {divergence} · \
-         {} of {} tokens under {:.0}% for the reference · scored after the answer in {}{loaded}\n",
-        a.kld_mean,
-        a.kld_p99,
-        a.same_top_pct,
-        a.below_low_p,
-        a.tokens,
-        crate::metrics::quality::LOW_P * 100.0,
+        "quality  {} · scored after the answer in {}{loaded}\n",
+        crate::metrics::quality::summary_line(q),
         crate::fmt::secs_of_ms(q.score_ms),
     )
 }

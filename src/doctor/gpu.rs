@@ -118,6 +118,10 @@ pub(crate) fn report() -> (String, GpuStatus) {
         GpuStatus::NoDevice { hint } => format!(
             "GPU used: no, the driver is there but CUDA found no device{hint}; check nvidia-smi and CUDA_VISIBLE_DEVICES"
         ),
+        GpuStatus::DriverTooOld { .. } => format!(
+            "GPU used: no, {}",
+            status.note().unwrap_or_default().trim_start_matches("CUDA build, but ")
+        ),
     };
     let _ = writeln!(out, "{verdict}");
     (out, status)

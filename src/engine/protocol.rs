@@ -373,6 +373,7 @@ impl EngineEvent {
             | EngineEvent::AbFinished { request_id, .. }
             | EngineEvent::BatchSweepDone { request_id, .. }
             | EngineEvent::TgMeasured { request_id, .. }
+            | EngineEvent::Scored { request_id, .. }
             | EngineEvent::SwitchProgress { request_id, .. }
             | EngineEvent::SwitchFailed { request_id, .. } => Some(*request_id),
             _ => None,

@@ -19,6 +19,13 @@ pub(crate) enum GpuStatus {
     NoDriver,
     /// A CUDA build with a driver, but ggml found no CUDA device.
     NoDevice { hint: String },
+    /// A CUDA build whose runtime is newer than the driver supports: CUDA reports no usable
+    /// device. The driver's version, the CUDA version it supports, and the runtime's major.
+    DriverTooOld {
+        driver: String,
+        supports: String,
+        runtime_major: u32,
+    },
     /// ggml's GPU devices, by description.
     Gpu { devices: Vec<String> },
 }
@@ -35,26 +42,97 @@ impl GpuStatus {
             GpuStatus::NoDevice { hint } => Some(format!(
                 "CUDA build, but CUDA found no GPU{hint}: running on the CPU"
             )),
+            GpuStatus::DriverTooOld {
+                driver,
+                supports,
+                runtime_major,
+            } => {
+                let needs = match minimum_driver(*runtime_major) {
+                    Some(series) => format!(", which needs driver {series} or newer"),
+                    None => String::new(),
+                };
+                Some(format!(
+                    "CUDA build, but the NVIDIA driver {driver} supports CUDA up to {supports} and \
+                     this build runs on the CUDA {runtime_major} runtime{needs}: update the driver \
+                     (`nvidia-smi` shows it), or build for the CUDA the driver supports \
+                     (docs/gpu.md): running on the CPU"
+                ))
+            }
         }
     }
+}
+
+/// The oldest Linux driver series a CUDA runtime major version runs on (NVIDIA's CUDA
+/// toolkit release notes, "CUDA Driver" table: 13.0 GA 580, 12.0 GA 525, 11.0 GA 450).
+fn minimum_driver(runtime_major: u32) -> Option<&'static str> {
+    match runtime_major {
+        13 => Some("R580"),
+        12 => Some("R525"),
+        11 => Some("R450"),
+        _ => None,
+    }
+}
+
+/// The NVIDIA driver as `decide` needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Driver {
+    NotFound,
+    /// Its version and the CUDA version it supports ("12.4"; "?" when NVML did not say).
+    Found {
+        version: String,
+        cuda: String,
+    },
+}
+
+/// The CUDA runtime's major version from the libraries this process mapped
+/// (`libcudart.so.13`, else `libcublas.so.13`); `None` for a static runtime.
+pub(crate) fn runtime_major(libraries: &[MappedLibrary]) -> Option<u32> {
+    ["libcudart.so.", "libcublas.so."]
+        .iter()
+        .find_map(|prefix| {
+            libraries.iter().find_map(|l| {
+                let rest = l.file_name.strip_prefix(prefix)?;
+                rest.split('.').next()?.parse().ok()
+            })
+        })
+}
+
+/// The major of a "12.4" CUDA version string.
+fn cuda_major(version: &str) -> Option<u32> {
+    version.split('.').next()?.parse().ok()
 }
 
 /// Decides the status from what was found (pure, for tests).
 pub(crate) fn decide(
     cuda_build: bool,
     gpu_devices: &[String],
-    driver_found: bool,
+    driver: &Driver,
+    runtime_major: Option<u32>,
     cuda_visible_devices: Option<&str>,
 ) -> GpuStatus {
     if !cuda_build {
-        GpuStatus::CpuBuild
-    } else if !gpu_devices.is_empty() {
-        GpuStatus::Gpu {
+        return GpuStatus::CpuBuild;
+    }
+    if !gpu_devices.is_empty() {
+        return GpuStatus::Gpu {
             devices: gpu_devices.to_vec(),
+        };
+    }
+    let Driver::Found { version, cuda } = driver else {
+        return GpuStatus::NoDriver;
+    };
+    // The runtime needs a driver that supports its major version (a minor above the
+    // driver's runs through CUDA's minor-version compatibility).
+    if let (Some(runtime), Some(supported)) = (runtime_major, cuda_major(cuda)) {
+        if runtime > supported {
+            return GpuStatus::DriverTooOld {
+                driver: version.clone(),
+                supports: cuda.clone(),
+                runtime_major: runtime,
+            };
         }
-    } else if !driver_found {
-        GpuStatus::NoDriver
-    } else {
+    }
+    {
         let hint = match cuda_visible_devices {
             Some(v) => format!(" (CUDA_VISIBLE_DEVICES={v})"),
             None => String::new(),
@@ -70,11 +148,31 @@ pub(crate) fn status() -> GpuStatus {
     STATUS
         .get_or_init(|| {
             let devices = super::gpu_device_descriptions();
-            let driver = !CUDA_BUILD
-                || !devices.is_empty()
-                || !matches!(GpuTelemetry::open(), Err(GpuTelemetryError::NotFound));
+            // NVML is asked only where it can change the verdict: a CUDA build without a device.
+            let driver = if !CUDA_BUILD || !devices.is_empty() {
+                Driver::Found {
+                    version: String::new(),
+                    cuda: String::new(),
+                }
+            } else {
+                match GpuTelemetry::open() {
+                    Err(GpuTelemetryError::NotFound) => Driver::NotFound,
+                    Err(GpuTelemetryError::Nvml(_)) => Driver::Found {
+                        version: "?".into(),
+                        cuda: "?".into(),
+                    },
+                    Ok(t) => {
+                        let d = t.driver();
+                        Driver::Found {
+                            version: d.driver_version,
+                            cuda: d.cuda_driver_version,
+                        }
+                    }
+                }
+            };
+            let runtime = runtime_major(&mapped_libraries_now());
             let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
-            decide(CUDA_BUILD, &devices, driver, visible.as_deref())
+            decide(CUDA_BUILD, &devices, &driver, runtime, visible.as_deref())
         })
         .clone()
 }
@@ -171,21 +269,111 @@ mod tests {
 
     #[test]
     fn status_and_notes() {
-        assert_eq!(decide(false, &[], false, None), GpuStatus::CpuBuild);
-        assert_eq!(decide(false, &[], false, None).note(), None);
-        let gpu = decide(true, &["NVIDIA H200".into()], true, None);
+        let none = Driver::NotFound;
+        let driver = |cuda: &str| Driver::Found {
+            version: "580.95.05".into(),
+            cuda: cuda.into(),
+        };
+        assert_eq!(decide(false, &[], &none, None, None), GpuStatus::CpuBuild);
+        assert_eq!(decide(false, &[], &none, None, None).note(), None);
+        let gpu = decide(
+            true,
+            &["NVIDIA H200".into()],
+            &driver("13.0"),
+            Some(13),
+            None,
+        );
         assert_eq!(gpu.note(), None);
         assert_eq!(
-            decide(true, &[], false, None).note().unwrap(),
+            decide(true, &[], &none, Some(13), None).note().unwrap(),
             "CUDA build, but no NVIDIA driver on this machine: running on the CPU"
         );
         assert_eq!(
-            decide(true, &[], true, Some("")).note().unwrap(),
+            decide(true, &[], &driver("13.0"), Some(13), Some(""))
+                .note()
+                .unwrap(),
             "CUDA build, but CUDA found no GPU (CUDA_VISIBLE_DEVICES=): running on the CPU"
         );
         assert_eq!(
-            decide(true, &[], true, None).note().unwrap(),
+            decide(true, &[], &driver("13.0"), None, None)
+                .note()
+                .unwrap(),
             "CUDA build, but CUDA found no GPU: running on the CPU"
+        );
+    }
+
+    #[test]
+    fn a_driver_older_than_the_runtime_is_named_with_what_it_needs() {
+        let old = Driver::Found {
+            version: "550.54.15".into(),
+            cuda: "12.4".into(),
+        };
+        let status = decide(true, &[], &old, Some(13), None);
+        assert_eq!(
+            status,
+            GpuStatus::DriverTooOld {
+                driver: "550.54.15".into(),
+                supports: "12.4".into(),
+                runtime_major: 13
+            }
+        );
+        let note = status.note().unwrap();
+        for part in [
+            "550.54.15",
+            "CUDA up to 12.4",
+            "CUDA 13 runtime",
+            "R580",
+            "running on the CPU",
+        ] {
+            assert!(note.contains(part), "{part}: {note}");
+        }
+        // A minor version above the driver's runs (CUDA's minor-version compatibility), an
+        // unknown runtime (static) or driver CUDA version says what it can.
+        let minor = Driver::Found {
+            version: "570.1".into(),
+            cuda: "12.8".into(),
+        };
+        assert!(matches!(
+            decide(true, &[], &minor, Some(12), None),
+            GpuStatus::NoDevice { .. }
+        ));
+        assert!(matches!(
+            decide(true, &[], &old, None, None),
+            GpuStatus::NoDevice { .. }
+        ));
+        let unknown = Driver::Found {
+            version: "?".into(),
+            cuda: "?".into(),
+        };
+        assert!(matches!(
+            decide(true, &[], &unknown, Some(13), None),
+            GpuStatus::NoDevice { .. }
+        ));
+        // A GPU in use: never blamed on the driver.
+        assert!(matches!(
+            decide(true, &["H200".into()], &old, Some(13), None),
+            GpuStatus::Gpu { .. }
+        ));
+    }
+
+    #[test]
+    fn the_runtime_major_comes_from_the_mapped_cudart_or_cublas() {
+        let lib = |name: &str| MappedLibrary {
+            file_name: name.into(),
+            path: format!("/x/{name}"),
+        };
+        assert_eq!(
+            runtime_major(&[lib("libggml-cuda.so"), lib("libcudart.so.13")]),
+            Some(13)
+        );
+        assert_eq!(runtime_major(&[lib("libcudart.so.12.4.127")]), Some(12));
+        assert_eq!(
+            runtime_major(&[lib("libcublasLt.so.13"), lib("libcublas.so.13")]),
+            Some(13)
+        );
+        assert_eq!(
+            runtime_major(&[lib("libggml-cuda.so"), lib("libcuda.so.1")]),
+            None
         );
     }
 

@@ -5,6 +5,7 @@
 pub(crate) mod arrivals;
 pub(crate) mod capacity;
 pub(crate) mod report;
+pub(crate) mod scrape;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -201,15 +202,14 @@ async fn one(
     }
 }
 
-/// Runs warm-up then one load level. `stop` (Ctrl-C) ends sending; requests in flight get
-/// `plan.drain` to finish, after which they are dropped (closing their connections).
-pub(crate) async fn run_level(
-    client: Arc<RemoteClient>,
+/// The level's warm-up requests (`plan.warmup`, short answers), before its clock starts. A
+/// failure says the server is not usable; Ctrl-C ends it early.
+pub(crate) async fn warm_up(
+    client: &RemoteClient,
     plan: &LoadPlan,
     prompts: &PromptSet,
-    stop: Arc<AtomicBool>,
-    progress: Arc<Progress>,
-) -> Result<LoadSummary, RemoteError> {
+    stop: &AtomicBool,
+) -> Result<(), RemoteError> {
     for i in 0..plan.warmup {
         let messages = prompts.prompts[i % prompts.prompts.len()].clone();
         // A warm-up failure says the server is not usable: stop here with its error.
@@ -237,6 +237,19 @@ pub(crate) async fn run_level(
         }
         turn.end?;
     }
+    Ok(())
+}
+
+/// Runs one load level after its warm-up (`warm_up`). `stop` (Ctrl-C) ends sending; requests
+/// in flight get `plan.drain` to finish, after which they are dropped (closing their
+/// connections).
+pub(crate) async fn run_level(
+    client: Arc<RemoteClient>,
+    plan: &LoadPlan,
+    prompts: &PromptSet,
+    stop: Arc<AtomicBool>,
+    progress: Arc<Progress>,
+) -> Result<LoadSummary, RemoteError> {
     let limit = plan.requests.unwrap_or(usize::MAX);
     let deadline = plan.duration.map(|d| Instant::now() + d);
     let started = Instant::now();

@@ -148,6 +148,9 @@ pub(crate) struct LoadSummary {
     /// The level under vLLM's benchmark's definitions (`VllmFigures`), over the requests
     /// that had them (every completed one, against a server that sends `choices`).
     pub vllm_convention: Option<VllmLevel>,
+    /// What the server's own Prometheus metrics say of the level (`None`: the server has no
+    /// `/metrics`, or scraping was off).
+    pub server_metrics: Option<super::scrape::ServerMetrics>,
 }
 
 /// A level's figures under vLLM's benchmark's definitions (`VllmFigures`): TTFT at the first
@@ -282,6 +285,7 @@ pub(crate) fn summarize(
         good_requests: good,
         goodput_req_per_s: good.and_then(|g| per_s(g as f64, secs)),
         vllm_convention: vllm_level(records, secs, slo),
+        server_metrics: None,
     }
 }
 

@@ -140,7 +140,7 @@ pub fn reference_row(logits: &[f32]) -> RefRow {
 
 /// One position of a candidate against the reference (docs/metrics.md, "Quality"): the
 /// figures the chat shows per token and `compare` sums.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TokenScore {
     /// KL(reference ‖ candidate) over the full distributions, in nats.
     pub kld: f64,
@@ -248,7 +248,7 @@ impl Accumulator {
 }
 
 /// An answer's figures against the reference (docs/metrics.md, "Quality").
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct AnswerQuality {
     pub tokens: usize,
     pub kld_mean: f64,
@@ -286,7 +286,7 @@ impl AnswerQuality {
 
 /// An answer scored against a reference model (`run --ref`): each token's figures, in answer
 /// order, and the answer's (docs/metrics.md, "Per token and per answer").
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct AnswerScore {
     /// The reference model's file.
     pub reference: std::path::PathBuf,
@@ -304,7 +304,7 @@ pub struct AnswerScore {
 
 /// One answer token against the reference: its id and text with the figures of
 /// [`TokenScore`] (whose `p_cand` is the probability the model gave the token it chose).
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TokenQuality {
     pub token: i32,
     pub text: String,
@@ -337,6 +337,36 @@ impl AnswerScore {
             reference_load_ms: 0.0,
         }
     }
+}
+
+/// An answer's score on one line, for a person: "vs REF: KLD mean … p99 … nats · same top …% ·
+/// first divergence at token N ("text") · K of M tokens under 1% for the reference" (`run`'s
+/// stderr line, the chat's Markdown export).
+pub fn summary_line(q: &AnswerScore) -> String {
+    let reference = q.reference.file_name().map_or_else(
+        || q.reference.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    let Some(a) = &q.summary else {
+        return format!("vs {reference}: no answer tokens to score");
+    };
+    let divergence = match a.first_divergence {
+        Some(i) => format!(
+            "first divergence at token {i} ({:?})",
+            q.tokens.get(i).map_or("", |t| t.text.as_str())
+        ),
+        None => "no divergence".to_string(),
+    };
+    format!(
+        "vs {reference}: KLD mean {:.4} p99 {:.4} nats · same top {:.1}% · {divergence} · \
+         {} of {} tokens under {:.0}% for the reference",
+        a.kld_mean,
+        a.kld_p99,
+        a.same_top_pct,
+        a.below_low_p,
+        a.tokens,
+        LOW_P * 100.0,
+    )
 }
 
 /// Adds one scored position of the reference itself (perplexity only).

@@ -386,6 +386,21 @@ impl RemoteClient {
         Ok(start.elapsed())
     }
 
+    /// `GET` a text body under the server's root (`/metrics`), at most `limit_bytes`, within
+    /// the timeout; invalid UTF-8 becomes U+FFFD.
+    pub(crate) async fn root_get_text(
+        &self,
+        path: &str,
+        limit_bytes: usize,
+    ) -> Result<String, RemoteError> {
+        let url = format!("{}{path}", self.endpoint.root());
+        let response = self.send(&url, self.http.get(&url)).await?;
+        let mut bytes = Vec::new();
+        self.read_body(&url, response, limit_bytes, "the reply", &mut bytes)
+            .await?;
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
     /// `POST` JSON under the server's root (llama-server's `/tokenize`, `/detokenize`).
     pub(crate) async fn root_post(&self, path: &str, body: &Value) -> Result<Value, RemoteError> {
         let url = format!("{}{path}", self.endpoint.root());

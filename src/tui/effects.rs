@@ -159,6 +159,14 @@ impl Effects<'_> {
                         }));
                     }
                 }
+                Effect::Score { id, reference } => {
+                    if let Err(error) = self.engine.score_last(id, reference) {
+                        msgs.push(Msg::Engine(EngineEvent::Failed {
+                            request_id: id,
+                            error,
+                        }));
+                    }
+                }
                 Effect::Cancel(id) => {
                     self.engine.cancel(id);
                     if let Some(side) = &self.ab_remote {

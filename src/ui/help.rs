@@ -119,6 +119,10 @@ const COMMANDS: &[(&str, &str)] = &[
         "(without PATH: the model picker, where Enter runs A/B) answer the last prompt again with another GGUF file or another server's API base (B): the same turns, sampling settings and seed; A and B side by side with their figures and the first token where they diverge. B is loaded beside the chat's model in a context of its own and dropped after; it is not added to the conversation. A local chat can ask a server, a server chat a local file",
     ),
     ("/compare", "the compare screen (as F3)"),
+    (
+        "/ref PATH|off",
+        "score each answer against a reference model (another file of the same model: its F16 or Q8_0) after it finishes, never while it decodes: the quality block shows KLD, same-top % and the first divergence; a new message stops a score in flight (without PATH: the reference in use)",
+    ),
     ("/new", "new conversation (as Ctrl+N)"),
     ("/help", "this help"),
     ("/quit", "quit (also /exit)"),
@@ -201,6 +205,10 @@ const METRICS: &[(&str, &str)] = &[
     (
         "$/1M @P/…-h",
         "cost per million tokens: price per hour ÷ (decode tok/s × 3600) × 10⁶, the price from config price_per_gpu_hour_usd; the label says what the hour is of: GPU-h when layers run on a GPU, server-h for a remote chat, machine-h on the CPU",
+    ),
+    (
+        "quality REF",
+        "with --ref or /ref: the answer against the reference model, teacher-forced on the same tokens after it finished. KLD: KL(reference ‖ model) per token in nats, its mean and p99 (0: the same distributions); same top: tokens where both models rank the same token first; 1st diverges: the first such token that differs (counted from 0); <1% ref: tokens the model chose that the reference gave under 1%; the conversation row pools every scored answer",
     ),
     (
         "divergence",

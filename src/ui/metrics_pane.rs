@@ -464,6 +464,9 @@ fn pieces(app: &App, view: &View, w: usize) -> Vec<Piece> {
             )],
         ));
     }
+    if let Some(lines) = quality_lines(app, focus.map(|f| f.turn), w) {
+        out.push(Piece::text(3, lines));
+    }
     out.push(Piece::text(2, context_lines(view, w)));
     out.push(Piece::text(4, roofline_lines(app, view, w)));
     out.push(history(app, w));
@@ -708,6 +711,89 @@ fn spec_lines(stats: &crate::metrics::spec::SpecStats, w: usize) -> Vec<Line<'st
         theme::METRIC_VALUE,
     ));
     lines
+}
+
+/// The answer shown against the reference model (`--ref`, `/ref`) and the conversation's
+/// scored answers pooled; `None` when no reference is set and nothing was scored.
+fn quality_lines(
+    app: &App,
+    turn: Option<&crate::app::conversation::AssistantTurn>,
+    w: usize,
+) -> Option<Vec<Line<'static>>> {
+    use crate::app::conversation::TurnQuality;
+    let quality = turn.and_then(|t| t.quality.as_ref());
+    let reference = match (quality.and_then(TurnQuality::score), &app.reference) {
+        (Some(s), _) => Some(s.reference.as_path()),
+        (None, Some(r)) => Some(r.as_path()),
+        (None, None) if quality.is_some() => None,
+        (None, None) => return None,
+    };
+    let name = reference
+        .and_then(|r| r.file_name())
+        .map_or_else(|| "—".to_string(), |n| n.to_string_lossy().into_owned());
+    // The file's end names the quantization: a long name keeps its tail.
+    let room = w.saturating_sub("quality ".len()).max(2);
+    let name = if text_width(&name) > room {
+        let tail: Vec<char> = name.chars().rev().take(room - 1).collect();
+        format!("…{}", tail.into_iter().rev().collect::<String>())
+    } else {
+        name
+    };
+    let mut lines = vec![row(
+        "quality",
+        name,
+        w,
+        theme::METRIC_LABEL,
+        theme::METRIC_SUB_LABEL,
+    )];
+    let dim = |text: String| Line::from(Span::styled(truncate(&text, w), theme::DIM));
+    match quality {
+        None => lines.push(dim("  scored after each answer".to_string())),
+        Some(TurnQuality::Scoring(_)) => lines.push(dim("  scoring…".to_string())),
+        Some(TurnQuality::NotScored(why)) => {
+            let why = why.lines().next().unwrap_or_default();
+            lines.push(dim(format!("  not scored: {why}")));
+        }
+        Some(TurnQuality::Scored(score)) => match &score.summary {
+            None => lines.push(dim("  no answer tokens".to_string())),
+            Some(a) => {
+                lines.push(cells(
+                    &[
+                        ("KLD", format!("{:.4}", a.kld_mean)),
+                        ("p99", format!("{:.4}", a.kld_p99)),
+                    ],
+                    w,
+                ));
+                lines.push(cells(
+                    &[
+                        ("same top", format!("{:.1}%", a.same_top_pct)),
+                        ("<1% ref", a.below_low_p.to_string()),
+                    ],
+                    w,
+                ));
+                let divergence = a
+                    .first_divergence
+                    .map_or_else(|| "none".to_string(), |i| format!("token {i}"));
+                lines.push(row(
+                    "  1st diverges",
+                    divergence,
+                    w,
+                    theme::METRIC_SUB_LABEL,
+                    theme::METRIC_VALUE,
+                ));
+            }
+        },
+    }
+    if let Some(c) = app.conversation_quality().filter(|c| c.answers > 1) {
+        lines.push(row(
+            &format!("  {} answers", c.answers),
+            format!("KLD {:.4} · {:.1}%", c.kld_mean, c.same_top_pct),
+            w,
+            theme::METRIC_SUB_LABEL,
+            theme::METRIC_VALUE,
+        ));
+    }
+    Some(lines)
 }
 
 fn opt_count(n: Option<usize>) -> String {

@@ -1,7 +1,7 @@
 //! Copies of GGUF files with edited metadata, for tests that need a subtly broken or
 //! different model.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use tokscope::gguf::{read_metadata, GgufValue, GgufWriter};
 
@@ -47,4 +47,29 @@ pub fn rewrite_adding(from: &Path, to: &Path, key: &str, value: GgufValue) {
             .unwrap();
     }
     writer.write_file(to).unwrap();
+}
+
+/// A copy of `from` as `dir/other-vocab.gguf` whose vocabulary differs in one token ("▁the"
+/// becomes "▁zzzq"): a model that must not draft for, or be the reference of, `from`.
+pub fn other_vocab(dir: &Path, from: &Path) -> PathBuf {
+    use tokscope::gguf::GgufArray;
+    let other = dir.join("other-vocab.gguf");
+    rewrite(from, &other, |key, value| match (key, value) {
+        ("tokenizer.ggml.tokens", GgufValue::Array(GgufArray::String(tokens))) => {
+            Some(GgufValue::Array(GgufArray::String(
+                tokens
+                    .iter()
+                    .map(|t| {
+                        if t == "▁the" {
+                            "▁zzzq".to_string()
+                        } else {
+                            t.clone()
+                        }
+                    })
+                    .collect(),
+            )))
+        }
+        _ => None,
+    });
+    other
 }
