@@ -13,7 +13,7 @@ use assert_cmd::Command;
 use predicates::prelude::*;
 use serde_json::Value;
 use tokscope::compare::Comparison;
-use tokscope::gguf::{read_metadata, GgufArray, GgufValue};
+use tokscope::gguf::{read_metadata, GgufValue};
 use tokscope::synth::TensorType;
 
 /// The binary, isolated from the real home: its own data, config and cache dirs.
@@ -403,23 +403,7 @@ fn bad_inputs_give_clear_errors() {
     );
 
     // Another vocabulary: the same model with one word piece renamed tokenizes differently.
-    let other = home.path().join("other-vocab.gguf");
-    common::gguf_edit::rewrite(&model, &other, |key, value| match (key, value) {
-        ("tokenizer.ggml.tokens", GgufValue::Array(GgufArray::String(tokens))) => {
-            let renamed = tokens
-                .iter()
-                .map(|t| {
-                    if t == "▁the" {
-                        "▁zzzq".to_string()
-                    } else {
-                        t.clone()
-                    }
-                })
-                .collect();
-            Some(GgufValue::Array(GgufArray::String(renamed)))
-        }
-        _ => None,
-    });
+    let other = common::gguf_edit::other_vocab(home.path(), &model);
     fail(
         &[
             "-m",
