@@ -81,6 +81,26 @@ fn the_chat_scores_each_answer_against_its_reference_and_saves_the_scores() {
         .unwrap_or_else(|| panic!("a KLD figure: {screen}"));
     assert!(kld > 0.0 && kld.is_finite(), "{kld}: {screen}");
 
+    // Alt+K: the scored answer drawn token by token in its KLD colours, with the legend; the
+    // terminal receives colour (SGR) sequences for it, and Alt+K again gives Markdown back.
+    tmux.keys(&["M-k"]);
+    tmux.wait_for("the tokens coloured", Duration::from_secs(10), |s| {
+        s.contains("first divergence") && s.contains("Alt+K: Markdown")
+    });
+    let styled = tmux.tmux(&["capture-pane", "-p", "-e", "-t", "main"]);
+    let legend = styled
+        .lines()
+        .find(|l| l.contains("KLD") && l.contains("<0.01"))
+        .unwrap_or_else(|| panic!("the legend: {styled}"));
+    assert!(
+        legend.contains("\u{1b}["),
+        "the legend is coloured: {legend:?}"
+    );
+    tmux.keys(&["M-k"]);
+    tmux.wait_for("Markdown again", Duration::from_secs(10), |s| {
+        !s.contains("Alt+K: Markdown") && s.contains("Alt+K: tokens by KLD")
+    });
+
     // The next answer is scored too, and the conversation row pools both.
     send(&tmux, "and then?");
     wait_idle_after_answers(&tmux, 2);

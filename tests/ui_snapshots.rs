@@ -1502,3 +1502,83 @@ fn profile_screen_shows_where_the_step_goes() {
     assert_eq!(app.profile.mean.as_ref().unwrap().steps, 1);
     assert!(render(&app, 120, 40).contains("slowest layer 1"));
 }
+
+#[test]
+fn scored_tokens_in_their_kld_colours() {
+    use ratatui::style::{Color, Modifier};
+    use tokscope::app::conversation::TurnQuality;
+    use tokscope::metrics::quality::AnswerScore;
+    // Alt+K: the last answer drawn from its scored tokens, each in its KLD band's colour, the
+    // first divergence reversed, a token the reference gave under 1% underlined, a legend.
+    let mut app = finished_app();
+    let base = answer_score(&[
+        (0.001, true, 0.9),
+        (0.05, true, 0.6),
+        (0.5, false, 0.004),
+        (3.0, true, 0.2),
+        (0.0, true, 0.99),
+    ]);
+    let scores: Vec<_> = base.tokens.iter().map(|t| t.score).collect();
+    let texts = ["Paris", " is", " lovely", " indeed", "\nyes"].map(String::from);
+    let score = AnswerScore::new(
+        base.reference.clone(),
+        scores,
+        &[1, 2, 3, 4, 5],
+        texts.to_vec(),
+        38,
+    );
+    let last = app.conversation.exchanges.len() - 1;
+    app.conversation.exchanges[last]
+        .assistant
+        .as_mut()
+        .unwrap()
+        .quality = Some(TurnQuality::Scored(Box::new(score)));
+    let plain = render(&app, 120, 40);
+    assert!(!plain.contains("first divergence"), "{plain}");
+    assert!(plain.contains("Alt+K: tokens by KLD"), "{plain}");
+    app.quality_colours = true;
+    let terminal = draw_at(&app, 120, 40);
+    let buffer = terminal.backend().buffer();
+    let screen = buffer_text(buffer);
+    assert!(
+        screen.contains("Paris is lovely indeed") && screen.contains("  yes"),
+        "{screen}"
+    );
+    assert!(screen.contains("first divergence"), "{screen}");
+    assert!(!screen.contains("Alt+K: tokens by KLD"), "{screen}");
+    // The style of the first cell of `word` on the screen.
+    let style_of = |word: &str| {
+        let (y, line) = screen
+            .lines()
+            .enumerate()
+            .find(|(_, l)| l.contains("Paris is lovely"))
+            .expect("the answer's line");
+        // The word after a space ("is" is in "Paris" too).
+        let at = line
+            .find(&format!(" {word}"))
+            .map_or_else(|| line.find(word), |i| Some(i + 1));
+        let x = line[..at.expect("the word")].chars().count();
+        buffer[(x as u16, y as u16)].style()
+    };
+    let paris = style_of("Paris");
+    assert!(
+        paris.fg.is_none() || paris.fg == Some(Color::Reset),
+        "{paris:?}"
+    );
+    assert!(!paris.add_modifier.contains(Modifier::REVERSED));
+    assert_eq!(style_of("is").fg, Some(Color::Yellow));
+    let lovely = style_of("lovely");
+    assert_eq!(lovely.fg, Some(Color::Magenta));
+    assert!(
+        lovely.add_modifier.contains(Modifier::REVERSED),
+        "first divergence"
+    );
+    assert!(
+        lovely.add_modifier.contains(Modifier::UNDERLINED),
+        "ref p < 1%"
+    );
+    let indeed = style_of("indeed");
+    assert_eq!(indeed.fg, Some(Color::Red));
+    assert!(!indeed.add_modifier.contains(Modifier::REVERSED));
+    snapshot_both("finished_quality_colours", &app);
+}

@@ -32,6 +32,8 @@ pub(crate) enum Action {
     Repaint,
     /// Copy the last answer to the clipboard.
     Copy,
+    /// Alt+K: colour scored answers' tokens by their KLD against the reference, or stop.
+    QualityColours,
     ToggleHelp,
     CloseHelp,
     Quit,
@@ -155,6 +157,7 @@ pub(crate) fn action_for(mode: Mode, input_empty: bool, key: KeyEvent) -> Option
         (Mode::Chat, KeyCode::Home) if ctrl || input_empty => Some(Action::ScrollTop),
         (Mode::Chat, KeyCode::End) if ctrl || input_empty => Some(Action::ScrollBottom),
         (Mode::Chat, KeyCode::Char('c')) if alt => Some(Action::Copy),
+        (Mode::Chat, KeyCode::Char('k')) if alt => Some(Action::QualityColours),
         (Mode::Chat, KeyCode::Tab) => Some(Action::Complete),
         (Mode::Chat, code) => edit_key(code, ctrl, alt, shift).map(Action::Edit),
     }
@@ -331,6 +334,10 @@ mod tests {
         assert_eq!(
             chat(with(KeyCode::Char('c'), KeyModifiers::ALT), false),
             Some(A::Copy)
+        );
+        assert_eq!(
+            chat(with(KeyCode::Char('k'), KeyModifiers::ALT), false),
+            Some(A::QualityColours)
         );
         let mut release = key(KeyCode::Enter);
         release.kind = KeyEventKind::Release;

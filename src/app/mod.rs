@@ -295,6 +295,8 @@ pub struct App {
     /// The reference model each answer is scored against after it finishes (`--ref`,
     /// `/ref`, config `[quality] ref`); `None`: answers are not scored.
     pub reference: Option<PathBuf>,
+    /// Scored answers are drawn token by token in their KLD band's colour (`Alt+K`).
+    pub quality_colours: bool,
 }
 
 impl App {
@@ -343,6 +345,7 @@ impl App {
             picker: None,
             model_dirs: Vec::new(),
             reference: None,
+            quality_colours: false,
         }
     }
 
@@ -735,6 +738,7 @@ impl App {
             Action::NewConversation => return self.new_conversation(now),
             Action::Repaint => self.full_repaint = true,
             Action::Copy => return self.copy(""),
+            Action::QualityColours => self.toggle_quality_colours(),
             Action::ToggleHelp => {
                 if self.mode != Mode::Help {
                     self.help_return = self.mode;

@@ -148,6 +148,17 @@ impl App {
         Some(out)
     }
 
+    /// `Alt+K`: scored answers in their tokens' KLD colours, or back to Markdown.
+    pub(super) fn toggle_quality_colours(&mut self) {
+        self.quality_colours = !self.quality_colours;
+        let text = match (self.quality_colours, self.conversation_quality().is_some()) {
+            (false, _) => "tokens no longer coloured (Alt+K colours them again)",
+            (true, true) => "scored answers coloured by each token's KLD against the reference (Alt+K: Markdown again)",
+            (true, false) => "no answer is scored yet: /ref PATH sets a reference, and scored answers show their tokens' KLD colours",
+        };
+        self.notice(NoticeKind::Info, text);
+    }
+
     /// `/ref`, `/ref PATH`, `/ref off`.
     pub(super) fn ref_command(&mut self, arg: &str) -> Vec<Effect> {
         match arg {

@@ -264,6 +264,22 @@ pub struct AnswerQuality {
 /// The reference probability under which a chosen token is counted (`below_low_p`).
 pub const LOW_P: f64 = 0.01;
 
+/// The upper bounds (nats, exclusive) of a token's KLD bands as the chat colours them (`Alt+K`):
+/// band 0 under 0.01 (the distributions agree to the noise of a good 8-bit quantization),
+/// band 1 under 0.1, band 2 under 1, band 3 at 1 and above (or not finite).
+pub const KLD_BANDS: [f64; 3] = [0.01, 0.1, 1.0];
+
+/// The band of a token's KLD (0 to 3, see [`KLD_BANDS`]).
+pub fn kld_band(kld: f64) -> usize {
+    if !kld.is_finite() {
+        return KLD_BANDS.len();
+    }
+    KLD_BANDS
+        .iter()
+        .position(|&bound| kld < bound)
+        .unwrap_or(KLD_BANDS.len())
+}
+
 impl AnswerQuality {
     /// `None` for an answer of no tokens.
     pub fn of(scores: &[TokenScore]) -> Option<Self> {
@@ -383,6 +399,19 @@ mod tests {
 
     fn row(logits: &[f32]) -> RefRow {
         reference_row(logits)
+    }
+
+    #[test]
+    fn kld_bands_split_at_their_bounds() {
+        assert_eq!(kld_band(0.0), 0);
+        assert_eq!(kld_band(0.009_999), 0);
+        assert_eq!(kld_band(0.01), 1);
+        assert_eq!(kld_band(0.099), 1);
+        assert_eq!(kld_band(0.1), 2);
+        assert_eq!(kld_band(0.999), 2);
+        assert_eq!(kld_band(1.0), 3);
+        assert_eq!(kld_band(f64::NAN), 3);
+        assert_eq!(kld_band(f64::INFINITY), 3);
     }
 
     #[test]

@@ -16,6 +16,7 @@ use super::{format, markdown, theme};
 use crate::app::conversation::{AssistantTurn, TurnPhase};
 use crate::app::{App, EngineStatus};
 use crate::engine::ModelInfo;
+use crate::metrics::quality::{self, AnswerScore};
 use crate::metrics::TurnSummary;
 
 /// Body text is indented under its role label.
@@ -173,7 +174,7 @@ fn tail_lines_waited(
         }
         let need = wanted - count;
         let (answer, answer_cut) = match &exchange.assistant {
-            Some(turn) => assistant(turn, width, waiting, need),
+            Some(turn) => assistant(turn, width, waiting, need, app.quality_colours),
             None => (Vec::new(), false),
         };
         let mut out = Vec::new();
@@ -242,15 +243,24 @@ fn assistant(
     width: usize,
     waiting: Option<Duration>,
     need: usize,
+    colours: bool,
 ) -> (Vec<Line<'static>>, bool) {
     let mut out = vec![Line::from(Span::styled(
         "▍assistant",
         theme::ASSISTANT_LABEL,
     ))];
     let body_width = width.saturating_sub(INDENT.len()).max(1);
-    let (rendered, cut) = render_tail(&turn.text, need, body_width, true, |text| {
-        markdown::render(text, body_width)
-    });
+    let scored = turn
+        .quality
+        .as_ref()
+        .and_then(|q| q.score())
+        .filter(|s| colours && !s.tokens.is_empty() && turn.is_finished());
+    let (rendered, cut) = match scored {
+        Some(score) => (coloured_tokens(score, body_width), false),
+        None => render_tail(&turn.text, need, body_width, true, |text| {
+            markdown::render(text, body_width)
+        }),
+    };
     let mut body: Vec<Line<'static>> = rendered
         .into_iter()
         .map(|line| {
@@ -341,11 +351,65 @@ fn assistant(
             ));
         }
     }
+    if scored.is_some() {
+        out.extend(wrap(&kld_legend(), width, &indent, &indent));
+    }
     if cut {
         // Only a tail of the body is rendered: the label above it is out of sight.
         out.remove(0);
     }
     (out, cut)
+}
+
+/// A scored answer as its tokens' texts, each in its KLD band's style (`Alt+K`), the first
+/// divergence reversed and the tokens the reference gave under 1% underlined: plain text, not
+/// Markdown, so that every token is where the model put it.
+fn coloured_tokens(score: &AnswerScore, width: usize) -> Vec<Line<'static>> {
+    let first = score.summary.as_ref().and_then(|s| s.first_divergence);
+    let spans: Vec<Span<'static>> = score
+        .tokens
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let mut style = theme::KLD_BAND[quality::kld_band(t.score.kld)];
+            if first == Some(i) {
+                style = style.add_modifier(theme::FIRST_DIVERGENCE);
+            }
+            if t.score.p_ref < quality::LOW_P {
+                style = style.add_modifier(theme::BELOW_LOW_P);
+            }
+            Span::styled(t.text.clone(), style)
+        })
+        .collect();
+    wrap(&spans, width, &[], &[])
+}
+
+/// The key to [`coloured_tokens`], under each coloured answer.
+fn kld_legend() -> Vec<Span<'static>> {
+    let [a, b, c] = quality::KLD_BANDS;
+    let mut spans = vec![Span::styled("KLD ", theme::TURN_FOOTER)];
+    let labels = [
+        format!("<{a}"),
+        format!("<{b}"),
+        format!("<{c}"),
+        format!("≥{c}"),
+    ];
+    for (label, style) in labels.into_iter().zip(theme::KLD_BAND) {
+        spans.push(Span::styled(label, style));
+        spans.push(Span::raw(" "));
+    }
+    spans.push(Span::styled("· ", theme::TURN_FOOTER));
+    spans.push(Span::styled(
+        "first divergence",
+        theme::TEXT.add_modifier(theme::FIRST_DIVERGENCE),
+    ));
+    spans.push(Span::styled(" · ", theme::TURN_FOOTER));
+    spans.push(Span::styled(
+        format!("ref p<{}%", quality::LOW_P * 100.0),
+        theme::TEXT.add_modifier(theme::BELOW_LOW_P),
+    ));
+    spans.push(Span::styled(" · Alt+K: Markdown", theme::TURN_FOOTER));
+    spans
 }
 
 /// A token count, `—` while unknown.

@@ -22,6 +22,10 @@ const KEYS: &[(&str, &str)] = &[
     ("Ctrl+N", "new conversation"),
     ("Ctrl+L", "repaint the whole screen"),
     ("Alt+C", "copy the last answer to the clipboard (OSC 52)"),
+    (
+        "Alt+K",
+        "answers scored against a reference (/ref) drawn token by token in their KLD's colour (<0.01 plain, <0.1, <1, ≥1), the first divergence reversed, tokens the reference gave under 1% underlined; Alt+K again: Markdown",
+    ),
     ("PgUp / PgDn", "scroll the conversation (so does the mouse wheel)"),
     (
         "Home / End",

@@ -781,6 +781,9 @@ fn quality_lines(
                     theme::METRIC_SUB_LABEL,
                     theme::METRIC_VALUE,
                 ));
+                if !app.quality_colours {
+                    lines.push(dim("  Alt+K: tokens by KLD".to_string()));
+                }
             }
         },
     }

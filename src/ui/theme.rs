@@ -32,6 +32,18 @@ pub(crate) const SCROLL_HINT: Style = Style::new()
 pub(crate) const WELCOME_TITLE: Style = Style::new().add_modifier(Modifier::BOLD);
 pub(crate) const KEY: Style = Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD);
 
+// A scored answer's tokens by KLD band (`metrics::quality::KLD_BANDS`, Alt+K).
+pub(crate) const KLD_BAND: [Style; 4] = [
+    Style::new(),
+    Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD),
+    Style::new().fg(Color::Magenta).add_modifier(Modifier::BOLD),
+    Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
+];
+/// Added to the token where the two models' most likely tokens first differ.
+pub(crate) const FIRST_DIVERGENCE: Modifier = Modifier::REVERSED;
+/// Added to a token the reference gave under `metrics::quality::LOW_P`.
+pub(crate) const BELOW_LOW_P: Modifier = Modifier::UNDERLINED;
+
 // Markdown.
 pub(crate) const MD_H1: Style = Style::new()
     .add_modifier(Modifier::BOLD)
