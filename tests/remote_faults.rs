@@ -46,6 +46,11 @@ enum Chat {
     },
     /// 307 to the same path on 127.0.0.1 at this other port (another origin).
     RedirectTo(u16),
+    /// These raw header lines (each ending in CRLF) in the 200 SSE header, then these bytes.
+    SseWithHeaders(&'static str, Vec<u8>),
+    /// A 400 naming the field when the request's body has it (as OpenAI's API refuses a field
+    /// it does not know), else these bytes as `Sse`.
+    RefuseField(&'static str, Vec<u8>),
 }
 
 /// What the fake server does with `GET /v1/models` or `POST /tokenize`.
@@ -205,7 +210,7 @@ fn fake(plan: impl Into<Plan>, max_connections: usize) -> Fake {
                     return;
                 }
                 let first = request.lines().next().unwrap_or("").to_string();
-                let _ = tx.send(request);
+                let _ = tx.send(request.clone());
                 if first.starts_with("GET /v1/models") {
                     if let Side::Usual = plan.models {
                         let body =
@@ -264,6 +269,26 @@ fn fake(plan: impl Into<Plan>, max_connections: usize) -> Fake {
                             "HTTP/1.1 {code} Oops\r\ncontent-type: text/plain\r\nconnection: close\r\n\r\n"
                         );
                         write_endless(&mut stream, &head, &repeat, &written);
+                    }
+                    Chat::SseWithHeaders(headers, bytes) => {
+                        let _ = write!(
+                            stream,
+                            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n{headers}connection: close\r\n\r\n"
+                        );
+                        let _ = stream.write_all(&bytes);
+                    }
+                    Chat::RefuseField(field, bytes) => {
+                        if request.contains(&format!("\"{field}\"")) {
+                            let body = format!("{{\"error\":{{\"message\":\"Unrecognized request argument supplied: {field}\",\"type\":\"invalid_request_error\"}}}}");
+                            let _ = write!(
+                                stream,
+                                "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                                body.len()
+                            );
+                        } else {
+                            let _ = stream.write_all(sse_head.as_bytes());
+                            let _ = stream.write_all(&bytes);
+                        }
                     }
                     Chat::RedirectTo(other) => {
                         let path = first.split(' ').nth(1).unwrap_or("/");
@@ -1129,4 +1154,128 @@ fn an_api_key_file_must_be_a_small_regular_file() {
         );
         assert!(took < Duration::from_secs(5), "{path}: {took:?}");
     }
+}
+
+/// Issue 35, item 3: vLLM's per-request `metrics` object on the final usage chunk (fields and
+/// definitions as `build_per_request_timing_metrics` in vLLM's serving code) is read and shown
+/// in the TTFT breakdown with its source; the request asks for it with `include_metrics`.
+#[test]
+fn vllm_per_request_metrics_are_read_into_the_breakdown() {
+    let body = String::from("data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}}]}\n\n")
+        + &chunk("Hel")
+        + &chunk("lo")
+        + "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2,\"total_tokens\":5},\"metrics\":{\"time_to_first_token_ms\":1.5,\"generation_time_ms\":2.25,\"queue_time_ms\":0.5,\"mean_itl_ms\":2.25,\"tokens_per_second\":500.0}}\n\n"
+        + "data: [DONE]\n\n";
+    let f = fake(Chat::Sse(body.clone().into_bytes()), 8);
+    let (code, stdout, stderr) = run_turn(&url(&f), &["--json"]);
+    assert_eq!(code, 0, "{stderr}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let m = &v["metrics"];
+    assert_eq!(m["server_timing_source"], "vllm", "{m}");
+    assert_eq!(m["server_queue_ms"], 0.5, "{m}");
+    assert_eq!(m["server_first_token_ms"], 1.5, "{m}");
+    assert_eq!(m["server_decode_ms"], 2.25, "{m}");
+    assert_eq!(m["server_tpot_ms"], 2.25, "{m}");
+    assert!(
+        m["server_prompt_ms"].is_null(),
+        "vLLM's TTFT is not a prompt time: {m}"
+    );
+    // The rest is TTFT − RTT − queue − the server's TTFT, to the microsecond.
+    let parts = [
+        "ttft_ms",
+        "network_rtt_ms",
+        "server_queue_ms",
+        "server_first_token_ms",
+    ]
+    .map(|k| m[k].as_f64().unwrap_or_else(|| panic!("{k}: {m}")));
+    let rest = m["queue_transport_ms"].as_f64().unwrap();
+    assert!(
+        (rest - (parts[0] - parts[1] - parts[2] - parts[3])).abs() < 1e-6,
+        "{m}"
+    );
+    let chat = f
+        .requests
+        .try_iter()
+        .find(|r| r.starts_with("POST"))
+        .expect("a chat request");
+    assert!(chat.contains("\"include_metrics\":true"), "{chat}");
+
+    let f = fake(Chat::Sse(body.into_bytes()), 8);
+    let (code, _, stderr) = run_turn(&url(&f), &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("server queue 0.5 ms, server TTFT 1.5 ms"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("server   vLLM per-request metrics"),
+        "{stderr}"
+    );
+}
+
+/// Item 3: TGI's timing headers, where a response has them, are the server's queue and
+/// per-token times; a server that sends no times at all says so, with "—".
+#[test]
+fn tgi_timing_headers_are_read_and_no_times_are_said_as_such() {
+    let body = chunk("a") + &chunk("b") + &usage_event(3, 2) + "data: [DONE]\n\n";
+    let f = fake(
+        Chat::SseWithHeaders(
+            "x-queue-time: 3\r\nx-inference-time: 9\r\nx-time-per-token: 2\r\n",
+            body.clone().into_bytes(),
+        ),
+        8,
+    );
+    let (code, stdout, stderr) = run_turn(&url(&f), &["--json"]);
+    assert_eq!(code, 0, "{stderr}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let m = &v["metrics"];
+    assert_eq!(m["server_timing_source"], "tgi", "{m}");
+    assert_eq!(m["server_queue_ms"], 3.0, "{m}");
+    assert_eq!(m["server_tpot_ms"], 2.0, "{m}");
+    let f = fake(Chat::Sse(body.into_bytes()), 8);
+    let (code, _, stderr) = run_turn(&url(&f), &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("server   no per-request times from the server (—)"),
+        "{stderr}"
+    );
+}
+
+/// Item 3: a server that refuses `include_metrics` (OpenAI's API refuses fields it does not
+/// know) is asked again without it: the turn goes through, and the later request lacks it.
+#[test]
+fn a_server_that_refuses_include_metrics_is_asked_again_without_it() {
+    let body = chunk("ok") + &usage_event(3, 1) + "data: [DONE]\n\n";
+    let f = fake(Chat::RefuseField("include_metrics", body.into_bytes()), 8);
+    let (code, stdout, stderr) = run_turn(&url(&f), &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("ok"), "{stdout}");
+    let posts: Vec<String> = f
+        .requests
+        .try_iter()
+        .filter(|r| r.starts_with("POST"))
+        .collect();
+    assert_eq!(posts.len(), 2, "{posts:?}");
+    assert!(posts[0].contains("include_metrics") && !posts[1].contains("include_metrics"));
+}
+
+/// Item 3: a vLLM time that cannot be this turn's is dropped with a note, never shown.
+#[test]
+fn an_implausible_vllm_time_is_dropped_with_a_note() {
+    let body = chunk("a")
+        + "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1,\"total_tokens\":4},\"metrics\":{\"time_to_first_token_ms\":1.0,\"queue_time_ms\":-4.0,\"generation_time_ms\":1e300}}\n\n"
+        + "data: [DONE]\n\n";
+    let f = fake(Chat::Sse(body.into_bytes()), 8);
+    let (code, stdout, stderr) = run_turn(&url(&f), &["--json"]);
+    assert_eq!(code, 0, "{stderr}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let m = &v["metrics"];
+    assert!(
+        m["server_queue_ms"].is_null() && m["server_decode_ms"].is_null(),
+        "{m}"
+    );
+    assert_eq!(m["server_first_token_ms"], 1.0, "{m}");
+    let notes = v["notes"].to_string();
+    assert!(notes.contains("queue time of -4.0 ms"), "{notes}");
+    assert!(notes.contains("decode time of 1.00e300 ms"), "{notes}");
 }

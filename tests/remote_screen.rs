@@ -135,6 +135,7 @@ fn record() -> RemoteTimeline {
             predicted_n: 4,
             predicted_ms: 36.0,
         }),
+        server_reported: None,
     }
 }
 

@@ -988,13 +988,24 @@ pub(crate) fn remote_human_summary(r: &RemoteRunReport) -> String {
         opt_u(m.prompt_tokens),
         opt_u(m.server_cached_tokens)
     ));
-    out.push_str(&format!(
-        "TTFT     {} ms (network RTT {} ms, server prompt {} ms, first step + transport {} ms)\n",
-        fmt_opt(m.ttft_ms, 1),
-        fmt_opt(m.network_rtt_ms, 2),
-        fmt_opt(m.server_prompt_ms, 1),
-        fmt_opt(m.queue_transport_ms, 1),
-    ));
+    if m.server_queue_ms.is_some() || m.server_first_token_ms.is_some() {
+        out.push_str(&format!(
+            "TTFT     {} ms (network RTT {} ms, server queue {} ms, server TTFT {} ms, transport + other {} ms)\n",
+            fmt_opt(m.ttft_ms, 1),
+            fmt_opt(m.network_rtt_ms, 2),
+            fmt_opt(m.server_queue_ms, 1),
+            fmt_opt(m.server_first_token_ms, 1),
+            fmt_opt(m.queue_transport_ms, 1),
+        ));
+    } else {
+        out.push_str(&format!(
+            "TTFT     {} ms (network RTT {} ms, server prompt {} ms, first step + transport {} ms)\n",
+            fmt_opt(m.ttft_ms, 1),
+            fmt_opt(m.network_rtt_ms, 2),
+            fmt_opt(m.server_prompt_ms, 1),
+            fmt_opt(m.queue_transport_ms, 1),
+        ));
+    }
     out.push_str(&format!(
         "decode   {} tokens in {} chunks · {} tok/s · TPOT {} ms (server {} ms)\n",
         m.tokens_generated,
@@ -1004,6 +1015,11 @@ pub(crate) fn remote_human_summary(r: &RemoteRunReport) -> String {
         fmt_opt(m.server_tpot_ms, 2),
     ));
     out.push_str(&format!("tokens   {}\n", r.token_count_source));
+    out.push_str(&format!(
+        "server   {}\n",
+        m.server_timing_source
+            .map_or("no per-request times from the server (—)", |s| s.label())
+    ));
     if let Some(itl) = &m.itl {
         out.push_str(&format!(
             "ITL      mean {:.2} · p50 {:.2} · p90 {:.2} · p99 {:.2} · max {:.2} ms\n",

@@ -866,7 +866,14 @@ mod tests {
             let path = format!("{root}/tests/fixtures/metrics/{name}.txt");
             let mut cmd = std::process::Command::new("python3");
             cmd.arg(format!("{root}/scripts/prom-parse.py")).arg(&path);
-            if let Some(lib) = std::env::var_os("TOKSCOPE_PYLIB") {
+            // scripts/test.sh installs prometheus_client there and says so in TOKSCOPE_PYLIB;
+            // a plain `cargo test` after it finds it in the same place.
+            let lib = std::env::var_os("TOKSCOPE_PYLIB").or_else(|| {
+                let home = std::env::var_os("HOME")?;
+                let dir = std::path::Path::new(&home).join(".cache/tokscope/pylib");
+                dir.is_dir().then(|| dir.into_os_string())
+            });
+            if let Some(lib) = lib {
                 cmd.env("PYTHONPATH", lib);
             }
             let out = cmd.output().expect("python3 runs");

@@ -64,6 +64,61 @@ pub struct ServerTimings {
     pub predicted_ms: f64,
 }
 
+/// Which server's own per-request report a turn's server figures come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ServerTimingSource {
+    /// llama-server's `timings` object on the last chunk.
+    LlamaServer,
+    /// vLLM's `metrics` object on the final usage chunk (the request asks with
+    /// `include_metrics`; the server runs with `--enable-per-request-metrics`).
+    Vllm,
+    /// TGI's `x-queue-time` / `x-inference-time` / `x-time-per-token` response headers.
+    Tgi,
+}
+
+impl ServerTimingSource {
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            ServerTimingSource::LlamaServer => "llama-server timings",
+            ServerTimingSource::Vllm => "vLLM per-request metrics",
+            ServerTimingSource::Tgi => "TGI x-*-time headers",
+        }
+    }
+}
+
+/// A server's own per-request times other than llama-server's `timings`, each as the server
+/// defines it (`None`: not sent):
+/// - vLLM (`build_per_request_timing_metrics` in `vllm/entrypoints/openai/engine/serving.py`):
+///   `queue_time_ms` = scheduled − queued; `time_to_first_token_ms` = first token − scheduled
+///   (prefill and the first sample, the queue left out); `generation_time_ms` = last token −
+///   first token; `mean_itl_ms` = that ÷ (tokens − 1).
+/// - TGI: `x-queue-time`, `x-inference-time` (the whole inference, prefill included) and
+///   `x-time-per-token`, in ms.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ServerReported {
+    pub source: ServerTimingSource,
+    pub queue_ms: Option<f64>,
+    pub first_token_ms: Option<f64>,
+    pub decode_ms: Option<f64>,
+    pub inference_ms: Option<f64>,
+    pub tpot_ms: Option<f64>,
+}
+
+impl ServerReported {
+    fn is_empty(&self) -> bool {
+        [
+            self.queue_ms,
+            self.first_token_ms,
+            self.decode_ms,
+            self.inference_ms,
+            self.tpot_ms,
+        ]
+        .iter()
+        .all(Option::is_none)
+    }
+}
+
 /// Where the per-chunk token counts come from; shown next to the figures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -111,6 +166,8 @@ pub struct RemoteTimeline {
     pub finished_at: Duration,
     pub usage: Option<ServerUsage>,
     pub server_timings: Option<ServerTimings>,
+    /// vLLM's or TGI's own times for the request, where the server sent them.
+    pub server_reported: Option<ServerReported>,
 }
 
 /// The derived figures of a remote turn, as `run --url --json` prints them.
@@ -121,11 +178,20 @@ pub(crate) struct RemoteSummary {
     pub network_rtt_ms: Option<f64>,
     /// The server's prompt processing time (llama-server `timings.prompt_ms`).
     pub server_prompt_ms: Option<f64>,
+    /// Time the request waited in the server's queue (vLLM `queue_time_ms`, TGI
+    /// `x-queue-time`).
+    pub server_queue_ms: Option<f64>,
+    /// The server's own time to first token, its queue left out (vLLM
+    /// `time_to_first_token_ms`: scheduled → first token).
+    pub server_first_token_ms: Option<f64>,
+    /// Whose report the server figures come from (`None`: the server sent none).
+    pub server_timing_source: Option<ServerTimingSource>,
     pub server_prompt_tokens: Option<u64>,
     pub server_cached_tokens: Option<u64>,
-    /// TTFT − network round trip − server prompt time: the server's first decode step and
-    /// sample (with its queue, template, tokenizer) and the transport; about one server decode
-    /// step against an idle server.
+    /// TTFT − network round trip − the server's own part: llama-server's prompt time (what is
+    /// left is its first decode step and sample, with its queue, template, tokenizer, and the
+    /// transport: about one server decode step against an idle server), or vLLM's queue and
+    /// time to first token (what is left is its tokenizer and detokenizer and the transport).
     pub queue_transport_ms: Option<f64>,
     pub prompt_tokens: Option<u64>,
     pub tokens_generated: u64,
@@ -139,7 +205,9 @@ pub(crate) struct RemoteSummary {
     pub decode_tok_per_s: Option<f64>,
     /// Request sent → last content chunk (→ end of stream when there was none).
     pub e2e_ms: f64,
-    /// The server's own decode time (`timings.predicted_ms`) and per-token time.
+    /// The server's own decode time (llama-server `timings.predicted_ms`, vLLM
+    /// `generation_time_ms`) and per-token time (`predicted_ms ÷ predicted_n`, vLLM
+    /// `mean_itl_ms`, TGI `x-time-per-token`).
     pub server_decode_ms: Option<f64>,
     pub server_tpot_ms: Option<f64>,
     /// Tokens the server says it generated (`timings.predicted_n`).
@@ -273,6 +341,27 @@ impl RemoteTimeline {
                 ));
                 self.server_timings = None;
             }
+        }
+        if let Some(mut r) = self.server_reported {
+            let turn = self.finished_at;
+            for (name, field) in [
+                ("queue time", &mut r.queue_ms),
+                ("time to first token", &mut r.first_token_ms),
+                ("decode time", &mut r.decode_ms),
+                ("inference time", &mut r.inference_ms),
+                ("time per token", &mut r.tpot_ms),
+            ] {
+                if let Some(v) = field.filter(|&v| !plausible_ms(v, turn)) {
+                    notes.push(format!(
+                        "the server's {} reports a {name} of {} ms in a {:.0} ms turn: ignored",
+                        r.source.label(),
+                        finite_or_word(v),
+                        ms(turn)
+                    ));
+                    *field = None;
+                }
+            }
+            self.server_reported = (!r.is_empty()).then_some(r);
         }
         notes
     }
@@ -426,13 +515,24 @@ impl RemoteTimeline {
     }
 
     pub(crate) fn summary(&self) -> RemoteSummary {
-        let (_, source) = self.tokens_per_chunk();
+        let (_, count_source) = self.tokens_per_chunk();
         let n = self.tokens_generated();
         let ttft = self.ttft();
         let server_prompt = self.server_timings.map(|t| t.prompt_ms);
-        let queue_transport_ms = match (ttft, self.network_rtt, server_prompt) {
+        let reported = self.server_reported;
+        // The server's part of TTFT: llama-server's prompt time, or vLLM's queue + its TTFT.
+        let server_part = server_prompt.or_else(|| {
+            let r = reported?;
+            Some(r.queue_ms? + r.first_token_ms?)
+        });
+        let queue_transport_ms = match (ttft, self.network_rtt, server_part) {
             (Some(t), Some(rtt), Some(p)) => Some(ms(t) - ms(rtt) - p),
             _ => None,
+        };
+        let source = if self.server_timings.is_some() {
+            Some(ServerTimingSource::LlamaServer)
+        } else {
+            reported.map(|r| r.source)
         };
         let decode_span = match (self.chunks.first(), self.chunks.last()) {
             (Some(a), Some(b)) => b.at.saturating_sub(a.at),
@@ -442,6 +542,9 @@ impl RemoteTimeline {
             ttft_ms: ttft.map(ms),
             network_rtt_ms: self.network_rtt.map(ms),
             server_prompt_ms: server_prompt,
+            server_queue_ms: reported.and_then(|r| r.queue_ms),
+            server_first_token_ms: reported.and_then(|r| r.first_token_ms),
+            server_timing_source: source,
             server_prompt_tokens: self.server_timings.map(|t| t.prompt_n),
             server_cached_tokens: self
                 .server_timings
@@ -450,17 +553,21 @@ impl RemoteTimeline {
             queue_transport_ms,
             prompt_tokens: self.usage.map(|u| u.prompt_tokens),
             tokens_generated: n,
-            token_count_source: source,
+            token_count_source: count_source,
             chunks: self.chunks.len(),
             itl: LatencyStats::from_durations(&self.inter_token_latencies()),
             tpot_ms: self.tpot().map(ms),
             decode_tok_per_s: rate_per_s(n.saturating_sub(1) as usize, decode_span),
             e2e_ms: ms(self.e2e()),
-            server_decode_ms: self.server_timings.map(|t| t.predicted_ms),
+            server_decode_ms: self
+                .server_timings
+                .map(|t| t.predicted_ms)
+                .or(reported.and_then(|r| r.decode_ms)),
             server_tpot_ms: self
                 .server_timings
                 .filter(|t| t.predicted_n > 0)
-                .map(|t| t.predicted_ms / t.predicted_n as f64),
+                .map(|t| t.predicted_ms / t.predicted_n as f64)
+                .or(reported.and_then(|r| r.tpot_ms)),
             server_predicted_tokens: self.server_timings.map(|t| t.predicted_n),
             vllm_convention: self.vllm_figures(),
         }

@@ -15,7 +15,8 @@ use super::sse::{EventTooLarge, SseParser};
 use super::{ApiKey, RemoteError};
 use crate::engine::ChatMessage;
 use crate::metrics::remote::{
-    ChunkMark, RemoteTimeline, ServerTimings, ServerUsage, MAX_OUTPUT_TOKENS,
+    ChunkMark, RemoteTimeline, ServerReported, ServerTimingSource, ServerTimings, ServerUsage,
+    MAX_OUTPUT_TOKENS,
 };
 
 /// A streamed event (or one of its lines) longer than this is refused (a broken or hostile
@@ -135,6 +136,9 @@ pub(crate) struct RemoteTurn {
 pub(crate) struct RemoteClient {
     http: reqwest::Client,
     endpoint: Endpoint,
+    /// Whether requests ask for vLLM's per-request metrics (`include_metrics`); turned off for
+    /// the session when a server refuses the field.
+    include_metrics: std::sync::atomic::AtomicBool,
 }
 
 /// The error and its sources on one line.
@@ -194,7 +198,11 @@ impl RemoteClient {
                 url: endpoint.host_label(),
                 detail: chain(&e),
             })?;
-        Ok(Self { http, endpoint })
+        Ok(Self {
+            http,
+            endpoint,
+            include_metrics: std::sync::atomic::AtomicBool::new(true),
+        })
     }
 
     pub(crate) fn endpoint(&self) -> &Endpoint {
@@ -423,20 +431,32 @@ impl RemoteClient {
         cancelled: &(dyn Fn() -> bool + Send + Sync),
         on_text: &mut (dyn FnMut(&str, Duration) + Send),
     ) -> Result<RemoteTurn, RemoteError> {
+        use std::sync::atomic::Ordering;
         let url = format!("{}/chat/completions", self.endpoint.base_url);
-        let body = request_body(request);
+        let mut body = request_body(request, self.include_metrics.load(Ordering::Relaxed));
         let mut sent_at = Instant::now();
-        let post = || self.send(&url, self.http.post(&url).json(&body));
-        let response = match until_cancelled(cancelled, post()).await {
+        let post = |body: &Value| self.send(&url, self.http.post(&url).json(body));
+        let response = match until_cancelled(cancelled, post(&body)).await {
             // The pool handed out a kept-alive connection the server had just closed (cpp-httplib
             // closes idle ones when its threads are busy): the request never got a response, so
             // it is sent once more on a fresh connection, and its clock starts again there.
             Err(RemoteError::Transport { detail, .. }) if stale_connection(&detail) => {
                 sent_at = Instant::now();
-                until_cancelled(cancelled, post()).await?
+                until_cancelled(cancelled, post(&body)).await?
+            }
+            // A server that refuses the field asking for vLLM's per-request metrics (OpenAI's
+            // API rejects unknown fields) is asked again without it, and never with it again.
+            Err(RemoteError::Status {
+                status, body: said, ..
+            }) if (400..500).contains(&status) && said.contains("include_metrics") => {
+                self.include_metrics.store(false, Ordering::Relaxed);
+                body = request_body(request, false);
+                sent_at = Instant::now();
+                until_cancelled(cancelled, post(&body)).await?
             }
             other => other?,
         };
+        let reported = parse_tgi_headers(response.headers());
         let mut turn = Turn {
             turn: RemoteTurn {
                 text: String::new(),
@@ -444,6 +464,7 @@ impl RemoteClient {
                     network_rtt,
                     sent_at: Some(sent_at),
                     headers_at: Some(sent_at.elapsed()),
+                    server_reported: reported,
                     ..Default::default()
                 },
                 finish_reason: None,
@@ -614,11 +635,16 @@ impl Turn {
         if let Some(t) = value.get("timings").and_then(parse_timings) {
             turn.timeline.server_timings = Some(t);
         }
+        if let Some(r) = value.get("metrics").and_then(parse_vllm_metrics) {
+            turn.timeline.server_reported = Some(r);
+        }
         None
     }
 }
 
-fn request_body(r: &ChatRequest) -> Value {
+/// The request: `include_metrics` asks vLLM for its per-request times (on the final usage
+/// chunk, when the server runs with `--enable-per-request-metrics`; other servers ignore it).
+fn request_body(r: &ChatRequest, include_metrics: bool) -> Value {
     let messages: Vec<Value> = r
         .messages
         .iter()
@@ -636,6 +662,10 @@ fn request_body(r: &ChatRequest) -> Value {
         ("top_p", r.top_p.map(Value::from)),
         ("seed", r.seed.map(Value::from)),
         ("ignore_eos", r.ignore_eos.then_some(Value::Bool(true))),
+        (
+            "include_metrics",
+            include_metrics.then_some(Value::Bool(true)),
+        ),
     ];
     if let Some(obj) = body.as_object_mut() {
         for (k, v) in fields {
@@ -659,6 +689,42 @@ fn parse_usage(v: &Value) -> Option<ServerUsage> {
         completion_tokens,
         cached_tokens,
     })
+}
+
+/// vLLM's per-request `metrics` object (see `ServerReported`); `None` when it holds none of
+/// its times (as vLLM sends it when the timestamps are missing).
+fn parse_vllm_metrics(v: &Value) -> Option<ServerReported> {
+    let f = |k: &str| v.get(k).and_then(Value::as_f64);
+    let r = ServerReported {
+        source: ServerTimingSource::Vllm,
+        queue_ms: f("queue_time_ms"),
+        first_token_ms: f("time_to_first_token_ms"),
+        decode_ms: f("generation_time_ms"),
+        inference_ms: None,
+        tpot_ms: f("mean_itl_ms"),
+    };
+    let any = [r.queue_ms, r.first_token_ms, r.decode_ms, r.tpot_ms]
+        .iter()
+        .any(Option::is_some);
+    any.then_some(r)
+}
+
+/// TGI's timing headers (`x-queue-time`, `x-inference-time`, `x-time-per-token`, in ms), when
+/// the response has any of them.
+fn parse_tgi_headers(headers: &reqwest::header::HeaderMap) -> Option<ServerReported> {
+    let f = |k: &str| headers.get(k)?.to_str().ok()?.trim().parse::<f64>().ok();
+    let r = ServerReported {
+        source: ServerTimingSource::Tgi,
+        queue_ms: f("x-queue-time"),
+        first_token_ms: None,
+        decode_ms: None,
+        inference_ms: f("x-inference-time"),
+        tpot_ms: f("x-time-per-token"),
+    };
+    let any = [r.queue_ms, r.inference_ms, r.tpot_ms]
+        .iter()
+        .any(Option::is_some);
+    any.then_some(r)
 }
 
 fn parse_timings(v: &Value) -> Option<ServerTimings> {
@@ -700,7 +766,7 @@ mod tests {
 
     #[test]
     fn the_body_asks_for_usage_and_sends_only_what_is_set() {
-        let body = request_body(&ChatRequest {
+        let request = ChatRequest {
             model: "m".into(),
             messages: vec![ChatMessage::new(Role::User, "hi")],
             max_tokens: Some(8),
@@ -708,7 +774,12 @@ mod tests {
             top_p: None,
             seed: None,
             ignore_eos: false,
-        });
+        };
+        assert!(request_body(&request, false)
+            .get("include_metrics")
+            .is_none());
+        let body = request_body(&request, true);
+        assert_eq!(body["include_metrics"], true);
         assert_eq!(body["stream"], true);
         assert_eq!(body["stream_options"]["include_usage"], true);
         assert_eq!(body["max_tokens"], 8);

@@ -627,31 +627,63 @@ fn roofline_lines(app: &App, view: &View, w: usize) -> Vec<Line<'static>> {
 fn remote_breakdown(r: &super::view::RemoteFigures, w: usize) -> Vec<Line<'static>> {
     let (sub, value) = (theme::METRIC_SUB_LABEL, theme::METRIC_VALUE);
     let count = |n: Option<u64>| n.map_or_else(|| "—".to_string(), |n| n.to_string());
-    let mut lines = vec![
-        row(
-            "  network RTT ms",
-            format::num(r.network_rtt_ms),
+    let mut lines = vec![row(
+        "  network RTT ms",
+        format::num(r.network_rtt_ms),
+        w,
+        sub,
+        value,
+    )];
+    if r.server_queue_ms.is_some() || r.server_first_token_ms.is_some() {
+        // vLLM's own split: its queue, then its time to first token; the rest is the
+        // transport and the server's tokenizer.
+        lines.push(row(
+            "  server queue ms",
+            format::num(r.server_queue_ms),
             w,
             sub,
             value,
-        ),
-        row(
+        ));
+        lines.push(row(
+            "  server TTFT ms",
+            format::num(r.server_first_token_ms),
+            w,
+            sub,
+            value,
+        ));
+        lines.push(row("  net+other ms", format::num(r.rest_ms), w, sub, value));
+    } else {
+        lines.push(row(
             "  server prompt ms",
             format::num(r.server_prompt_ms),
             w,
             sub,
             value,
-        ),
-        row("  1st step+net ms", format::num(r.rest_ms), w, sub, value),
-        row("  prompt tok", count(r.prompt_tokens), w, sub, value),
-        row("  cached tok", count(r.cached_tokens), w, sub, value),
-    ];
+        ));
+        lines.push(row(
+            "  1st step+net ms",
+            format::num(r.rest_ms),
+            w,
+            sub,
+            value,
+        ));
+    }
+    lines.push(row("  prompt tok", count(r.prompt_tokens), w, sub, value));
+    lines.push(row("  cached tok", count(r.cached_tokens), w, sub, value));
     lines.extend(wrap(
         &[Span::styled(format!("tokens: {}", r.token_source), sub)],
         w,
         &[],
         &[],
     ));
+    if let Some(source) = r.timing_source {
+        lines.extend(wrap(
+            &[Span::styled(format!("server times: {source}"), sub)],
+            w,
+            &[],
+            &[],
+        ));
+    }
     lines
 }
 

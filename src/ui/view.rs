@@ -74,10 +74,15 @@ pub(crate) struct Figures {
 pub(crate) struct RemoteFigures {
     pub network_rtt_ms: Option<f64>,
     pub server_prompt_ms: Option<f64>,
+    /// vLLM's (or TGI's) queue time and vLLM's own time to first token.
+    pub server_queue_ms: Option<f64>,
+    pub server_first_token_ms: Option<f64>,
     pub prompt_tokens: Option<u64>,
     pub cached_tokens: Option<u64>,
-    /// TTFT − network RTT − server prompt time: queueing, first sample and transport.
+    /// TTFT − network RTT − the server's part (`RemoteSummary::queue_transport_ms`).
     pub rest_ms: Option<f64>,
+    /// Whose per-request report the server figures are (`None`: the server sent none).
+    pub timing_source: Option<&'static str>,
     /// In words, e.g. "server usage, 1 token per chunk (exact)".
     pub token_source: &'static str,
 }
@@ -192,9 +197,12 @@ impl Figures {
             remote: remote.then_some(RemoteFigures {
                 network_rtt_ms: None,
                 server_prompt_ms: None,
+                server_queue_ms: None,
+                server_first_token_ms: None,
                 prompt_tokens: None,
                 cached_tokens: None,
                 rest_ms: None,
+                timing_source: None,
                 token_source: if turn.phase.is_active() {
                     LIVE_REMOTE_TOKENS
                 } else {
@@ -227,9 +235,12 @@ impl Figures {
             remote: Some(RemoteFigures {
                 network_rtt_ms: r.network_rtt_ms,
                 server_prompt_ms: r.server_prompt_ms,
+                server_queue_ms: r.server_queue_ms,
+                server_first_token_ms: r.server_first_token_ms,
                 prompt_tokens: r.prompt_tokens,
                 cached_tokens: r.server_cached_tokens,
                 rest_ms: r.queue_transport_ms,
+                timing_source: r.server_timing_source.map(|s| s.label()),
                 token_source: r.token_count_source.label(),
             }),
         }
