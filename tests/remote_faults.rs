@@ -225,6 +225,12 @@ fn fake(plan: impl Into<Plan>, max_connections: usize) -> Fake {
                     side(&mut stream, &plan.models, &written);
                     return;
                 }
+                if first.starts_with("GET /props") {
+                    // Not a llama-server: no `/props` (asked once, before the first turn).
+                    let _ =
+                        stream.write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n");
+                    continue;
+                }
                 if first.starts_with("POST /tokenize") && !matches!(plan.tokenize, Side::Usual) {
                     side(&mut stream, &plan.tokenize, &written);
                     return;

@@ -136,6 +136,7 @@ fn record() -> RemoteTimeline {
             predicted_ms: 36.0,
         }),
         server_reported: None,
+        server_sleeping: None,
     }
 }
 

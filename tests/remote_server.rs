@@ -273,3 +273,69 @@ fn the_real_server_gives_401_for_a_bad_key_and_404_for_a_wrong_path() {
         "{stderr}"
     );
 }
+
+/// Issue 35, item 7: a turn that wakes a sleeping llama-server (`--sleep-idle-seconds`) is
+/// labelled cold, because its TTFT holds the model's reload; the next turn, on the awake
+/// server, is not. Asking `/props` (and `/v1/models`, the RTT probe) does not wake it.
+#[test]
+fn a_turn_that_wakes_a_sleeping_server_is_labelled_cold() {
+    let _lock = common::model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::synth_medium(dir.path());
+    let server = LlamaServer::start(&model, 1, &["--sleep-idle-seconds", "1"], dir.path());
+    let asleep = || {
+        server
+            .get("/props")
+            .and_then(|(_, body)| serde_json::from_str::<serde_json::Value>(&body).ok())
+            .and_then(|v| v["is_sleeping"].as_bool())
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while asleep() != Some(true) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server did not fall asleep: {:?}",
+            server.get("/props")
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let run = || {
+        tokscope(&dir)
+            .args(["run", "--url", &server.url(), "--temp", "0", "-n", "8"])
+            .args(["-p", "hello there", "--json"])
+            .output()
+            .unwrap()
+    };
+    let cold = json_of(&run());
+    assert_eq!(
+        cold["metrics"]["cold_start"]["why"], "sleeping",
+        "{}",
+        cold["metrics"]
+    );
+    assert_eq!(
+        cold["metrics"]["tokens_generated"], 8,
+        "{}",
+        cold["metrics"]
+    );
+    let warm = json_of(&run());
+    assert!(
+        warm["metrics"]["cold_start"].is_null(),
+        "the server was awake: {}",
+        warm["metrics"]
+    );
+    // The human summary says it, in words.
+    std::thread::sleep(Duration::from_millis(100));
+    while asleep() != Some(true) {
+        assert!(std::time::Instant::now() < deadline + Duration::from_secs(30));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let out = tokscope(&dir)
+        .args(["run", "--url", &server.url(), "-n", "4", "-p", "hi"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("cold     the server was asleep"),
+        "{stderr}"
+    );
+}

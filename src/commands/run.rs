@@ -924,9 +924,11 @@ pub(crate) fn run_remote(args: &RunArgs, url: &str, settings: &Settings) -> Resu
                 let _ = stdout.flush();
             }
         };
-        let turn = client
+        let sleeping = client.sleeping().await;
+        let mut turn = client
             .stream_chat(&request, Some(rtt), &|| false, &mut on_text)
             .await?;
+        turn.timeline.server_sleeping = sleeping;
         Ok::<_, RemoteError>((turn, model))
     });
     let (turn, model) = turn?;
@@ -1015,6 +1017,9 @@ pub(crate) fn remote_human_summary(r: &RemoteRunReport) -> String {
         fmt_opt(m.server_tpot_ms, 2),
     ));
     out.push_str(&format!("tokens   {}\n", r.token_count_source));
+    if let Some(cold) = m.cold_start {
+        out.push_str(&format!("cold     {}\n", cold.words()));
+    }
     out.push_str(&format!(
         "server   {}\n",
         m.server_timing_source

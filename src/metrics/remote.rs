@@ -119,6 +119,37 @@ impl ServerReported {
     }
 }
 
+/// A turn whose TTFT holds a model load or a wake from sleep, not a slow prefill (issue 35,
+/// item 7), and how it was told.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "why")]
+pub enum ColdStart {
+    /// llama-server's `/props` said `is_sleeping: true` just before the request
+    /// (`--sleep-idle-seconds`): the request woke it, and its model was loaded again.
+    Sleeping,
+    /// TTFT − RTT − the server's own part is more than [`COLD_UNEXPLAINED_MS`] and more than
+    /// [`COLD_STEPS`] of the server's decode steps: time the server's report does not account
+    /// for (a model loaded on demand, as a router or ollama does, or a wake-up).
+    Unexplained { unexplained_ms: f64 },
+}
+
+/// The least time outside the server's report that marks a turn cold (a model load takes
+/// seconds; one decode step and the HTTP path take milliseconds).
+pub(crate) const COLD_UNEXPLAINED_MS: f64 = 1000.0;
+/// ... and it must be more than this many of the server's own decode steps.
+pub(crate) const COLD_STEPS: f64 = 20.0;
+
+impl ColdStart {
+    pub(crate) fn words(self) -> String {
+        match self {
+            ColdStart::Sleeping => "the server was asleep (llama-server --sleep-idle-seconds): this TTFT includes its wake-up and model reload, not a slow prefill".to_string(),
+            ColdStart::Unexplained { unexplained_ms } => format!(
+                "{unexplained_ms:.0} ms of this TTFT is outside the server's own prompt and queue times: a model load or a wake from sleep, not a slow prefill"
+            ),
+        }
+    }
+}
+
 /// Where the per-chunk token counts come from; shown next to the figures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -168,6 +199,9 @@ pub struct RemoteTimeline {
     pub server_timings: Option<ServerTimings>,
     /// vLLM's or TGI's own times for the request, where the server sent them.
     pub server_reported: Option<ServerReported>,
+    /// llama-server's `/props` `is_sleeping` read just before the request (`None`: not asked,
+    /// or the server has no such field).
+    pub server_sleeping: Option<bool>,
 }
 
 /// The derived figures of a remote turn, as `run --url --json` prints them.
@@ -186,6 +220,8 @@ pub(crate) struct RemoteSummary {
     pub server_first_token_ms: Option<f64>,
     /// Whose report the server figures come from (`None`: the server sent none).
     pub server_timing_source: Option<ServerTimingSource>,
+    /// The turn woke the server or waited for a model load (`None`: nothing says so).
+    pub cold_start: Option<ColdStart>,
     pub server_prompt_tokens: Option<u64>,
     pub server_cached_tokens: Option<u64>,
     /// TTFT − network round trip − the server's own part: llama-server's prompt time (what is
@@ -514,6 +550,19 @@ impl RemoteTimeline {
         }
     }
 
+    /// Whether the turn was cold ([`ColdStart`]): said by the server, or the time its report
+    /// leaves out (`rest_ms`) is past both bounds.
+    fn cold_start(&self, rest_ms: Option<f64>, server_tpot_ms: Option<f64>) -> Option<ColdStart> {
+        if self.server_sleeping == Some(true) {
+            return Some(ColdStart::Sleeping);
+        }
+        let rest = rest_ms?;
+        let step = server_tpot_ms.unwrap_or(0.0).max(1.0);
+        (rest > COLD_UNEXPLAINED_MS && rest > COLD_STEPS * step).then_some(ColdStart::Unexplained {
+            unexplained_ms: rest,
+        })
+    }
+
     pub(crate) fn summary(&self) -> RemoteSummary {
         let (_, count_source) = self.tokens_per_chunk();
         let n = self.tokens_generated();
@@ -538,6 +587,11 @@ impl RemoteTimeline {
             (Some(a), Some(b)) => b.at.saturating_sub(a.at),
             _ => Duration::ZERO,
         };
+        let server_tpot = self
+            .server_timings
+            .filter(|t| t.predicted_n > 0)
+            .map(|t| t.predicted_ms / t.predicted_n as f64)
+            .or(reported.and_then(|r| r.tpot_ms));
         RemoteSummary {
             ttft_ms: ttft.map(ms),
             network_rtt_ms: self.network_rtt.map(ms),
@@ -545,6 +599,7 @@ impl RemoteTimeline {
             server_queue_ms: reported.and_then(|r| r.queue_ms),
             server_first_token_ms: reported.and_then(|r| r.first_token_ms),
             server_timing_source: source,
+            cold_start: self.cold_start(queue_transport_ms, server_tpot),
             server_prompt_tokens: self.server_timings.map(|t| t.prompt_n),
             server_cached_tokens: self
                 .server_timings
@@ -563,11 +618,7 @@ impl RemoteTimeline {
                 .server_timings
                 .map(|t| t.predicted_ms)
                 .or(reported.and_then(|r| r.decode_ms)),
-            server_tpot_ms: self
-                .server_timings
-                .filter(|t| t.predicted_n > 0)
-                .map(|t| t.predicted_ms / t.predicted_n as f64)
-                .or(reported.and_then(|r| r.tpot_ms)),
+            server_tpot_ms: server_tpot,
             server_predicted_tokens: self.server_timings.map(|t| t.predicted_n),
             vllm_convention: self.vllm_figures(),
         }
@@ -597,6 +648,47 @@ mod tests {
             at: Duration::from_millis(ms),
             cumulative_tokens: None,
         }
+    }
+
+    /// A llama-server turn: TTFT `ttft` ms, RTT 1 ms, prompt 10 ms, 4 tokens decoded in 40 ms.
+    fn llama_turn(ttft: u64) -> RemoteTimeline {
+        RemoteTimeline {
+            network_rtt: Some(Duration::from_millis(1)),
+            chunks: vec![at(ttft), at(ttft + 10), at(ttft + 20), at(ttft + 30)],
+            finished_at: Duration::from_millis(ttft + 31),
+            server_timings: Some(ServerTimings {
+                prompt_n: 8,
+                prompt_ms: 10.0,
+                cache_n: None,
+                predicted_n: 4,
+                predicted_ms: 40.0,
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_cold_turn_is_told_by_the_server_or_by_what_its_report_leaves_out() {
+        // 20 ms of TTFT: one step and the HTTP path beyond the prompt: warm.
+        assert_eq!(llama_turn(20).summary().cold_start, None);
+        // 900 ms outside the report: under the 1 s bound, not called cold.
+        assert_eq!(llama_turn(911).summary().cold_start, None);
+        // 1489 ms outside the report, 149 decode steps: a load or a wake.
+        let cold = llama_turn(1500).summary().cold_start;
+        assert_eq!(
+            cold,
+            Some(ColdStart::Unexplained {
+                unexplained_ms: 1489.0
+            })
+        );
+        // The server said it was asleep: cold whatever the times.
+        let mut t = llama_turn(20);
+        t.server_sleeping = Some(true);
+        assert_eq!(t.summary().cold_start, Some(ColdStart::Sleeping));
+        // Without the server's own part nothing is unexplained: not called cold.
+        let mut t = llama_turn(5000);
+        t.server_timings = None;
+        assert_eq!(t.summary().cold_start, None);
     }
 
     #[test]

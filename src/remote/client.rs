@@ -139,6 +139,9 @@ pub(crate) struct RemoteClient {
     /// Whether requests ask for vLLM's per-request metrics (`include_metrics`); turned off for
     /// the session when a server refuses the field.
     include_metrics: std::sync::atomic::AtomicBool,
+    /// Whether `/props` is worth asking before a turn: false once the server answered it
+    /// without `is_sleeping` (or not at all), so other servers are asked once per session.
+    ask_props: std::sync::atomic::AtomicBool,
 }
 
 /// The error and its sources on one line.
@@ -202,6 +205,7 @@ impl RemoteClient {
             http,
             endpoint,
             include_metrics: std::sync::atomic::AtomicBool::new(true),
+            ask_props: std::sync::atomic::AtomicBool::new(true),
         })
     }
 
@@ -358,6 +362,26 @@ impl RemoteClient {
     async fn get_json(&self, url: &str) -> Result<Value, RemoteError> {
         let response = self.send(url, self.http.get(url)).await?;
         self.json_body(url, response).await
+    }
+
+    /// Whether the server sleeps now: llama-server's `GET /props` `is_sleeping` (answered from
+    /// its cache while asleep, so asking does not wake it). Asked before a turn, outside its
+    /// clock; `None` from a server without the field, which is then not asked again.
+    pub(crate) async fn sleeping(&self) -> Option<bool> {
+        use std::sync::atomic::Ordering;
+        if !self.ask_props.load(Ordering::Relaxed) {
+            return None;
+        }
+        let url = format!("{}/props", self.endpoint.root());
+        let said = self
+            .get_json(&url)
+            .await
+            .ok()
+            .and_then(|v| v.get("is_sleeping").and_then(Value::as_bool));
+        if said.is_none() {
+            self.ask_props.store(false, Ordering::Relaxed);
+        }
+        said
     }
 
     /// The model ids of `GET /v1/models`, in the server's order.

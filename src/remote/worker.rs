@@ -332,13 +332,20 @@ async fn stream(
         });
         pieces.push(text.to_string());
     };
+    let sleeping = until_cancelled(cancelled, async { Ok(client.sleeping().await) })
+        .await
+        .ok()
+        .flatten();
     let streamed = until_cancelled(
         cancelled,
         client.stream_chat(&chat, rtt, cancelled, &mut on_text),
     )
     .await;
     let turn = match streamed {
-        Ok(turn) => turn,
+        Ok(mut turn) => {
+            turn.timeline.server_sleeping = sleeping;
+            turn
+        }
         // Cancelled while connecting or waiting for the headers: nothing streamed yet.
         Err(RemoteError::Cancelled) => RemoteTurn {
             text: pieces.concat(),

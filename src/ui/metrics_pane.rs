@@ -676,6 +676,17 @@ fn remote_breakdown(r: &super::view::RemoteFigures, w: usize) -> Vec<Line<'stati
         &[],
         &[],
     ));
+    if let Some(cold) = r.cold {
+        lines.extend(wrap(
+            &[Span::styled(
+                format!("⚠ cold: {}", cold.words()),
+                theme::NOTICE_WARNING,
+            )],
+            w,
+            &[],
+            &[],
+        ));
+    }
     if let Some(source) = r.timing_source {
         lines.extend(wrap(
             &[Span::styled(format!("server times: {source}"), sub)],

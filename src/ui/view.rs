@@ -83,6 +83,8 @@ pub(crate) struct RemoteFigures {
     pub rest_ms: Option<f64>,
     /// Whose per-request report the server figures are (`None`: the server sent none).
     pub timing_source: Option<&'static str>,
+    /// The turn woke the server or waited for a model load.
+    pub cold: Option<crate::metrics::remote::ColdStart>,
     /// In words, e.g. "server usage, 1 token per chunk (exact)".
     pub token_source: &'static str,
 }
@@ -203,6 +205,7 @@ impl Figures {
                 cached_tokens: None,
                 rest_ms: None,
                 timing_source: None,
+                cold: None,
                 token_source: if turn.phase.is_active() {
                     LIVE_REMOTE_TOKENS
                 } else {
@@ -241,6 +244,7 @@ impl Figures {
                 cached_tokens: r.server_cached_tokens,
                 rest_ms: r.queue_transport_ms,
                 timing_source: r.server_timing_source.map(|s| s.label()),
+                cold: r.cold_start,
                 token_source: r.token_count_source.label(),
             }),
         }
