@@ -990,24 +990,30 @@ pub(crate) fn remote_human_summary(r: &RemoteRunReport) -> String {
         opt_u(m.prompt_tokens),
         opt_u(m.server_cached_tokens)
     ));
-    if m.server_queue_ms.is_some() || m.server_first_token_ms.is_some() {
-        out.push_str(&format!(
-            "TTFT     {} ms (network RTT {} ms, server queue {} ms, server TTFT {} ms, transport + other {} ms)\n",
-            fmt_opt(m.ttft_ms, 1),
-            fmt_opt(m.network_rtt_ms, 2),
-            fmt_opt(m.server_queue_ms, 1),
-            fmt_opt(m.server_first_token_ms, 1),
-            fmt_opt(m.queue_transport_ms, 1),
-        ));
-    } else {
-        out.push_str(&format!(
-            "TTFT     {} ms (network RTT {} ms, server prompt {} ms, first step + transport {} ms)\n",
-            fmt_opt(m.ttft_ms, 1),
-            fmt_opt(m.network_rtt_ms, 2),
-            fmt_opt(m.server_prompt_ms, 1),
-            fmt_opt(m.queue_transport_ms, 1),
-        ));
-    }
+    // The server's own part of TTFT: vLLM's queue and TTFT, else llama-server's prompt time.
+    let parts: Vec<(&str, Option<f64>)> =
+        if m.server_queue_ms.is_some() || m.server_first_token_ms.is_some() {
+            vec![
+                ("server queue", m.server_queue_ms),
+                ("server TTFT", m.server_first_token_ms),
+                ("transport + other", m.queue_transport_ms),
+            ]
+        } else {
+            vec![
+                ("server prompt", m.server_prompt_ms),
+                ("first step + transport", m.queue_transport_ms),
+            ]
+        };
+    let parts: Vec<String> = parts
+        .into_iter()
+        .map(|(label, v)| format!("{label} {} ms", fmt_opt(v, 1)))
+        .collect();
+    out.push_str(&format!(
+        "TTFT     {} ms (network RTT {} ms, {})\n",
+        fmt_opt(m.ttft_ms, 1),
+        fmt_opt(m.network_rtt_ms, 2),
+        parts.join(", ")
+    ));
     out.push_str(&format!(
         "decode   {} tokens in {} chunks · {} tok/s · TPOT {} ms (server {} ms)\n",
         m.tokens_generated,
