@@ -29,11 +29,13 @@ if [ -z "${TOKSCOPE_LLAMA_SERVER:-}" ]; then
   export TOKSCOPE_LLAMA_SERVER="${llama_tools_dir}/bin/llama-server"
 fi
 [ -x "$TOKSCOPE_LLAMA_SERVER" ] || { echo "error: no llama-server at ${TOKSCOPE_LLAMA_SERVER}" >&2; exit 1; }
-# The independent Prometheus parser that `load`'s scrape parser is held against
-# (src/load/scrape.rs): prometheus_client from PyPI, kept in the cache dir.
+# The independent readers, from PyPI, kept in the cache dir: prometheus_client's parser, which
+# `load`'s scrape parser (src/load/scrape.rs) and its own `--prometheus` text are held against,
+# and opentelemetry-proto's classes, which decode `load --otlp` (scripts/otlp-decode.py).
 pylib="${XDG_CACHE_HOME:-$HOME/.cache}/tokscope/pylib"
-if ! PYTHONPATH="$pylib" python3 -c "import prometheus_client" 2>/dev/null; then
-  python3 -m pip install -q --disable-pip-version-check --target "$pylib" "prometheus_client==0.21.1" >&2
+if ! PYTHONPATH="$pylib" python3 -c "import prometheus_client, opentelemetry.proto.collector.metrics.v1.metrics_service_pb2" 2>/dev/null; then
+  python3 -m pip install -q --disable-pip-version-check --target "$pylib" \
+    "prometheus_client==0.21.1" "opentelemetry-proto==1.45.2" "protobuf==6.33.6" >&2
 fi
 export TOKSCOPE_PYLIB="$pylib"
 # The real-model tests (tests/real_model.rs) fail without the demo model: fetch it first

@@ -23,7 +23,7 @@ use assert_cmd::Command;
 
 /// What the fake server does with a chat-completions request.
 #[derive(Clone)]
-enum Chat {
+pub(crate) enum Chat {
     /// Writes these raw bytes after a 200 SSE header, then closes.
     Sse(Vec<u8>),
     /// Answers with this status and body.
@@ -55,7 +55,7 @@ enum Chat {
 
 /// What the fake server does with `GET /v1/models` or `POST /tokenize`.
 #[derive(Clone)]
-enum Side {
+pub(crate) enum Side {
     /// `GET /v1/models`: one model; `POST /tokenize`: as a chat request (not JSON).
     Usual,
     /// A 200 JSON reply that never ends: `head`, then `repeat` again and again.
@@ -68,7 +68,7 @@ enum Side {
 
 /// What the fake server does, route by route.
 #[derive(Clone)]
-struct Plan {
+pub(crate) struct Plan {
     chat: Chat,
     models: Side,
     tokenize: Side,
@@ -84,9 +84,9 @@ impl From<Chat> for Plan {
     }
 }
 
-struct Fake {
-    port: u16,
-    requests: mpsc::Receiver<String>,
+pub(crate) struct Fake {
+    pub(crate) port: u16,
+    pub(crate) requests: mpsc::Receiver<String>,
     /// Bytes the endless replies got written before the client hung up.
     endless_written: Arc<AtomicUsize>,
 }
@@ -99,14 +99,14 @@ const ENDLESS_CAP_BYTES: usize = 256 << 20;
 /// buffers, far less than this written to it.
 const HUNG_UP_BY_BYTES: usize = 64 << 20;
 
-fn chunk(content: &str) -> String {
+pub(crate) fn chunk(content: &str) -> String {
     format!(
         "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":{}}}}}],\"model\":\"fake\"}}\n\n",
         serde_json::to_string(content).unwrap()
     )
 }
 
-fn usage_event(prompt: u64, completion: u64) -> String {
+pub(crate) fn usage_event(prompt: u64, completion: u64) -> String {
     format!("data: {{\"choices\":[],\"usage\":{{\"prompt_tokens\":{prompt},\"completion_tokens\":{completion},\"total_tokens\":{}}}}}\n\n", prompt.saturating_add(completion))
 }
 
@@ -175,7 +175,7 @@ fn side(stream: &mut TcpStream, how: &Side, written: &AtomicUsize) {
 }
 
 /// Serves up to `max_connections` connections for at most 30 s, on 127.0.0.1 only.
-fn fake(plan: impl Into<Plan>, max_connections: usize) -> Fake {
+pub(crate) fn fake(plan: impl Into<Plan>, max_connections: usize) -> Fake {
     let plan: Plan = plan.into();
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -659,7 +659,7 @@ fn load_counts_requests_tokens_goodput_and_errors_by_kind() {
 
 // ---- A hostile or broken server (issue 31, items 2 to 5) ----
 
-fn url(f: &Fake) -> String {
+pub(crate) fn url(f: &Fake) -> String {
     format!("http://127.0.0.1:{}/v1", f.port)
 }
 

@@ -5,6 +5,8 @@
 #[path = "common/mod.rs"]
 mod common;
 
+#[path = "load_export.rs"]
+mod load_export;
 #[path = "remote_chat.rs"]
 mod remote_chat;
 #[path = "remote_faults.rs"]

@@ -15,7 +15,8 @@ use crate::commands::flags::RemoteArgs;
 use crate::commands::runtime;
 use crate::commands::{Failure, FAILURE, USAGE};
 use crate::load::report::{self, LoadSummary, Slo};
-use crate::load::{run_level, scrape, warm_up, Arrivals, LoadPlan, Progress, PromptSet};
+use crate::load::{publish, run_level, scrape, warm_up, Arrivals, LoadPlan, Progress, PromptSet};
+use crate::metrics::exposition::ClientMetrics;
 use crate::remote::RemoteClient;
 
 /// The eval text (public domain) the default prompts are cut from.
@@ -83,6 +84,26 @@ pub struct LoadArgs {
     /// SGLang, llama-server with --metrics, TensorRT-LLM, Dynamo, Ray Serve, KServe). 0: off.
     #[arg(long, value_name = "MS", default_value_t = 500)]
     pub metrics_interval: u64,
+    /// Serve tokscope's own client-side figures at http://ADDR/metrics while the test runs
+    /// (Prometheus text; vLLM's names with `tokscope:` for `vllm:`, vLLM's bucket bounds),
+    /// e.g. 127.0.0.1:9464 (port 0: any free one, said on stderr).
+    #[arg(long, value_name = "ADDR")]
+    pub prometheus: Option<String>,
+    /// Keep serving --prometheus this many seconds after the report, so that a scraper sees
+    /// the last figures (Ctrl-C ends the wait).
+    #[arg(long, value_name = "S", default_value_t = 0.0, requires = "prometheus")]
+    pub prometheus_hold: f64,
+    /// Send OpenTelemetry GenAI client metrics (gen_ai.client.operation.duration,
+    /// time_to_first_chunk, time_per_output_chunk, token.usage) after each level, as OTLP/HTTP
+    /// JSON to this collector URL (http://HOST:4318 gets /v1/metrics).
+    #[arg(long, value_name = "URL")]
+    pub otlp: Option<String>,
+    /// Write the same OTLP export requests to this file, one JSON line each.
+    #[arg(long, value_name = "PATH")]
+    pub otlp_file: Option<PathBuf>,
+    /// Overwrite an existing --otlp-file.
+    #[arg(long)]
+    pub force: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -283,6 +304,7 @@ pub(crate) fn load(args: &LoadArgs) -> Result<(), Failure> {
         )));
     }
     let metrics_interval = Duration::from_millis(args.metrics_interval);
+    let exporters = Exporters::from_args(args)?;
     // Said once: a server without (readable) metrics.
     let metrics_refused = Arc::new(AtomicBool::new(false));
     let rt = runtime()?;
@@ -298,6 +320,21 @@ pub(crate) fn load(args: &LoadArgs) -> Result<(), Failure> {
             }
         });
         let client = Arc::new(RemoteClient::new(endpoint)?);
+        let figures = exporters.figures(&client);
+        // Listening first: a port in use is said before anything is sent.
+        let _exposition = match (exporters.prometheus, &figures) {
+            (Some(addr), Some(figures)) => {
+                let served = publish::serve(addr, Arc::clone(figures))
+                    .await
+                    .map_err(usage)?;
+                eprintln!(
+                    "tokscope's own figures: http://{}/metrics (Prometheus text)",
+                    served.addr
+                );
+                Some(served)
+            }
+            _ => None,
+        };
         let prepare = async {
             let model = match &args.model {
                 Some(m) => m.clone(),
@@ -324,6 +361,9 @@ pub(crate) fn load(args: &LoadArgs) -> Result<(), Failure> {
                 "stopped by Ctrl-C while looking up the model and cutting the prompts: nothing was measured",
             )),
         };
+        if let Some(Ok(mut f)) = figures.as_ref().map(|f| f.lock()) {
+            f.set_model(&model);
+        }
         let plan = |arrivals| LoadPlan {
             arrivals,
             requests,
@@ -344,6 +384,7 @@ pub(crate) fn load(args: &LoadArgs) -> Result<(), Failure> {
             let plan = plan(arrivals);
             let prompts = &prompts;
             let refused = Arc::clone(&metrics_refused);
+            let figures = figures.clone();
             async move {
                 warm_up(&client, &plan, prompts, &stop).await?;
                 // The baseline once the warm-up is done: the deltas are the level's own.
@@ -369,7 +410,8 @@ pub(crate) fn load(args: &LoadArgs) -> Result<(), Failure> {
                 };
                 let progress = Arc::new(Progress::default());
                 let ticker = spawn_progress(arrivals.label(), Arc::clone(&progress));
-                let out = run_level(client, &plan, prompts, stop, progress).await;
+                let out =
+                    run_level(client, &plan, prompts, stop, progress, figures.as_ref()).await;
                 ticker.abort();
                 if std::io::stderr().is_terminal() {
                     eprint!("\r\x1b[2K");
@@ -381,6 +423,7 @@ pub(crate) fn load(args: &LoadArgs) -> Result<(), Failure> {
                 Ok::<LoadSummary, crate::remote::RemoteError>(row)
             }
         };
+        let mut otlp_failed = None;
         if args.find_capacity {
             let slo = slo.ok_or_else(|| usage("--find-capacity needs --slo"))?;
             let shown = |row: &LoadSummary| eprintln!("{}", row.line());
@@ -388,6 +431,7 @@ pub(crate) fn load(args: &LoadArgs) -> Result<(), Failure> {
                 crate::load::capacity::find(&mut rows, &run, slo, args.burstiness, &stop, &shown)
                     .await?,
             );
+            exporters.export(figures.as_ref(), &mut otlp_failed).await;
         } else {
             for arrivals in levels {
                 if stop.load(Ordering::SeqCst) {
@@ -396,11 +440,101 @@ pub(crate) fn load(args: &LoadArgs) -> Result<(), Failure> {
                 let row = run(arrivals).await?;
                 eprintln!("{}", row.line());
                 rows.push(row);
+                exporters.export(figures.as_ref(), &mut otlp_failed).await;
             }
         }
         print_rows(args, &client, &model, &prompts, &rows, capacity)?;
+        if let Some(served) = &_exposition {
+            hold(served.addr, args.prometheus_hold, &stop).await;
+        }
+        if let Some(why) = otlp_failed {
+            return Err(Failure::new(
+                FAILURE,
+                format!("the OTLP export failed: {why} (the report above is complete)"),
+            ));
+        }
         Ok::<(), Failure>(())
     })
+}
+
+/// What `--prometheus`, `--otlp` and `--otlp-file` asked for, checked before anything runs.
+struct Exporters {
+    prometheus: Option<std::net::SocketAddr>,
+    otlp: Vec<publish::OtlpSink>,
+}
+
+impl Exporters {
+    fn from_args(args: &LoadArgs) -> Result<Self, Failure> {
+        let prometheus = args
+            .prometheus
+            .as_deref()
+            .map(|a| {
+                a.parse::<std::net::SocketAddr>().map_err(|_| {
+                    usage(format!(
+                        "--prometheus {}: expected an address and port to listen on, e.g. 127.0.0.1:9464",
+                        crate::text::one_line(a)
+                    ))
+                })
+            })
+            .transpose()?;
+        if !(args.prometheus_hold.is_finite() && (0.0..=86_400.0).contains(&args.prometheus_hold)) {
+            return Err(usage(format!(
+                "--prometheus-hold {}: expected seconds in [0, 86400]",
+                args.prometheus_hold
+            )));
+        }
+        let mut otlp = Vec::new();
+        if let Some(url) = &args.otlp {
+            otlp.push(publish::OtlpSink::http(url).map_err(usage)?);
+        }
+        if let Some(path) = &args.otlp_file {
+            otlp.push(publish::OtlpSink::file(path, args.force).map_err(usage)?);
+        }
+        Ok(Self { prometheus, otlp })
+    }
+
+    /// The shared figures, when anything exports them.
+    fn figures(&self, client: &RemoteClient) -> Option<publish::Shared> {
+        if self.prometheus.is_none() && self.otlp.is_empty() {
+            return None;
+        }
+        let (host, port) = client.endpoint().host_and_port();
+        Some(Arc::new(std::sync::Mutex::new(ClientMetrics::new(
+            "", &host, port,
+        ))))
+    }
+
+    /// One OTLP export of every level so far to each sink; the first failure is said once
+    /// and kept for the exit status.
+    async fn export(&self, figures: Option<&publish::Shared>, failed: &mut Option<String>) {
+        let Some(figures) = figures else { return };
+        for sink in &self.otlp {
+            if let Err(why) = sink.export(figures).await {
+                if failed.is_none() {
+                    eprintln!(
+                        "{}",
+                        crate::text::terminal_safe(&format!(
+                            "OTLP export to {} failed: {why}; the run goes on and its report is kept",
+                            sink.label()
+                        ))
+                    );
+                    *failed = Some(why);
+                }
+            }
+        }
+    }
+}
+
+/// Serves `/metrics` `secs` longer after the report, or until Ctrl-C.
+async fn hold(addr: std::net::SocketAddr, secs: f64, stop: &AtomicBool) {
+    if secs <= 0.0 {
+        return;
+    }
+    eprintln!("serving http://{addr}/metrics {secs} s more (Ctrl-C ends it)");
+    let until = std::time::Instant::now() + Duration::from_secs_f64(secs);
+    while std::time::Instant::now() < until && !stop.load(Ordering::SeqCst) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 fn spawn_progress(label: String, p: Arc<Progress>) -> tokio::task::JoinHandle<()> {

@@ -4,6 +4,7 @@
 
 pub(crate) mod arrivals;
 pub(crate) mod capacity;
+pub(crate) mod publish;
 pub(crate) mod report;
 pub(crate) mod scrape;
 
@@ -169,6 +170,11 @@ fn record(turn: &RemoteTurn) -> Result<RequestRecord, RequestError> {
         ttft,
         tpot,
         itl: t.inter_token_latencies(),
+        chunk_gaps: t
+            .chunks
+            .windows(2)
+            .map(|w| w[1].at.saturating_sub(w[0].at))
+            .collect(),
         e2e,
         prompt_tokens: usage.prompt_tokens,
         completion_tokens: n,
@@ -242,16 +248,21 @@ pub(crate) async fn warm_up(
 
 /// Runs one load level after its warm-up (`warm_up`). `stop` (Ctrl-C) ends sending; requests
 /// in flight get `plan.drain` to finish, after which they are dropped (closing their
-/// connections).
+/// connections). Each measured request is also counted in `export` (a series of its own for
+/// the level), for `--prometheus` and `--otlp`.
 pub(crate) async fn run_level(
     client: Arc<RemoteClient>,
     plan: &LoadPlan,
     prompts: &PromptSet,
     stop: Arc<AtomicBool>,
     progress: Arc<Progress>,
+    export: Option<&publish::Shared>,
 ) -> Result<LoadSummary, RemoteError> {
     let limit = plan.requests.unwrap_or(usize::MAX);
     let deadline = plan.duration.map(|d| Instant::now() + d);
+    if let Some(Ok(mut m)) = export.map(|m| m.lock()) {
+        m.start_level(&plan.arrivals.label(), std::time::SystemTime::now());
+    }
     let started = Instant::now();
     let results = Arc::new(std::sync::Mutex::new(Vec::<
         Result<RequestRecord, RequestError>,
@@ -271,10 +282,21 @@ pub(crate) async fn run_level(
         let results = Arc::clone(&results);
         let progress = Arc::clone(&progress);
         let cancel = Arc::clone(&cancel_streams);
+        let export = export.cloned();
         progress.sent.fetch_add(1, Ordering::SeqCst);
         progress.in_flight.fetch_add(1, Ordering::SeqCst);
+        if let Some(Ok(mut m)) = export.as_ref().map(|m| m.lock()) {
+            m.sent();
+        }
         tasks.spawn(async move {
+            let sent = Instant::now();
             let outcome = one(&client, &plan, messages, &cancel).await;
+            if let Some(Ok(mut m)) = export.as_ref().map(|m| m.lock()) {
+                match &outcome {
+                    Ok(r) => m.observe(&r.observed()),
+                    Err(e) => m.failed(&e.kind, sent.elapsed()),
+                }
+            }
             progress.in_flight.fetch_sub(1, Ordering::SeqCst);
             match &outcome {
                 Ok(_) => progress.done.fetch_add(1, Ordering::SeqCst),

@@ -17,6 +17,8 @@ pub(crate) struct RequestRecord {
     /// (E2E − TTFT) / (output tokens − 1); `None` for a single-token answer.
     pub tpot: Option<Duration>,
     pub itl: Vec<Duration>,
+    /// The gaps between content chunks, undivided (OTel's time per output chunk).
+    pub chunk_gaps: Vec<Duration>,
     pub e2e: Duration,
     /// From the server's usage.
     pub prompt_tokens: u64,
@@ -25,6 +27,21 @@ pub(crate) struct RequestRecord {
     pub server_prompt_n: Option<u64>,
     /// The same request under vLLM's benchmark's definitions.
     pub vllm: Option<VllmRecord>,
+}
+
+impl RequestRecord {
+    /// The request as `--prometheus` and `--otlp` count it.
+    pub(crate) fn observed(&self) -> crate::metrics::exposition::Observed<'_> {
+        crate::metrics::exposition::Observed {
+            ttft: self.ttft,
+            itl: &self.itl,
+            chunk_gaps: &self.chunk_gaps,
+            tpot: self.tpot,
+            e2e: self.e2e,
+            prompt_tokens: self.prompt_tokens,
+            completion_tokens: self.completion_tokens,
+        }
+    }
 }
 
 /// Service-level objectives; a request meets them when every one set holds.
@@ -450,6 +467,7 @@ mod tests {
             ttft,
             tpot: Some(tpot),
             itl: vec![tpot; (n - 1) as usize],
+            chunk_gaps: vec![tpot; (n - 1) as usize],
             e2e: ttft + tpot * (n as u32 - 1),
             prompt_tokens: 10,
             completion_tokens: n,

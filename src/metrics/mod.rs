@@ -10,6 +10,7 @@ use std::time::Duration;
 
 pub(crate) mod busy;
 pub(crate) mod energy;
+pub(crate) mod exposition;
 pub(crate) mod host;
 pub mod paired;
 pub mod profile;

@@ -82,6 +82,19 @@ impl Endpoint {
         self.base_url.strip_suffix("/v1").unwrap_or(&self.base_url)
     }
 
+    /// The server's host and port (the scheme's default where the URL gives none).
+    pub(crate) fn host_and_port(&self) -> (String, u16) {
+        let url = reqwest::Url::parse(&self.base_url).ok();
+        (
+            url.as_ref()
+                .and_then(|u| u.host_str().map(String::from))
+                .unwrap_or_default(),
+            url.as_ref()
+                .and_then(|u| u.port_or_known_default())
+                .unwrap_or(0),
+        )
+    }
+
     /// The URL as safe to log or store: scheme, host and port only.
     pub(crate) fn host_label(&self) -> String {
         reqwest::Url::parse(&self.base_url)

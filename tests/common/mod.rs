@@ -340,3 +340,26 @@ pub fn ok_stdout(cmd: &mut assert_cmd::Command) -> Vec<u8> {
         .stdout
         .clone()
 }
+
+/// `python3 scripts/<script> ARGS` with the Python packages the independent readers need
+/// (prometheus_client, opentelemetry-proto) on its path: `TOKSCOPE_PYLIB`, set by
+/// scripts/test.sh, or the folder it installs them in; its stdout, or a panic with its stderr.
+pub fn python_reader(script: &str, args: &[&Path]) -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut cmd = std::process::Command::new("python3");
+    cmd.arg(root.join("scripts").join(script)).args(args);
+    let lib = std::env::var_os("TOKSCOPE_PYLIB").or_else(|| {
+        let dir = Path::new(&std::env::var_os("HOME")?).join(".cache/tokscope/pylib");
+        dir.is_dir().then(|| dir.into_os_string())
+    });
+    if let Some(lib) = lib {
+        cmd.env("PYTHONPATH", lib);
+    }
+    let out = cmd.output().expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "{script}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}

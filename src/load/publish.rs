@@ -1,0 +1,227 @@
+//! Where a load test's own figures go besides its report (issue 35, item 5): a Prometheus
+//! endpoint served while it runs (`--prometheus ADDR`) and OpenTelemetry GenAI metrics sent
+//! over OTLP/HTTP (`--otlp URL`) or written to a file (`--otlp-file PATH`). What is written is
+//! `metrics::exposition`'s; this module only serves, sends and writes it.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::metrics::exposition::ClientMetrics;
+
+/// The most of a scrape's request read: a request head is a few hundred bytes.
+const MAX_REQUEST_HEAD: usize = 8 << 10;
+/// A scraper that sends nothing for this long is hung up on.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// Scrapes answered at once; more connections wait for a free one.
+const MAX_SCRAPES: usize = 16;
+/// How long an OTLP export may take, and how much of a refusal's body is shown.
+const OTLP_TIMEOUT: Duration = Duration::from_secs(10);
+const MAX_REFUSAL_EXCERPT: usize = 300;
+
+/// The figures a load test shares with the exporters.
+pub(crate) type Shared = Arc<Mutex<ClientMetrics>>;
+
+/// A running `/metrics` endpoint; it stops when dropped.
+pub(crate) struct Exposition {
+    pub addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Exposition {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Listens on `addr` and answers `GET /metrics` with the figures so far (anything else: 404).
+/// Fails at once when the address cannot be listened on, naming why.
+pub(crate) async fn serve(addr: SocketAddr, metrics: Shared) -> Result<Exposition, String> {
+    let listener = TcpListener::bind(addr).await.map_err(|e| {
+        let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
+            " (another process has it: pick another port, or port 0 for any free one)"
+        } else {
+            ""
+        };
+        format!("--prometheus {addr}: cannot listen there: {e}{hint}")
+    })?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| format!("--prometheus {addr}: {e}"))?;
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_SCRAPES));
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let Ok(permit) = Arc::clone(&slots).acquire_owned().await else {
+                return;
+            };
+            let metrics = Arc::clone(&metrics);
+            tokio::spawn(async move {
+                let _ = tokio::time::timeout(REQUEST_TIMEOUT, answer(stream, &metrics)).await;
+                drop(permit);
+            });
+        }
+    });
+    Ok(Exposition { addr, task })
+}
+
+/// One scrape: reads the request head (bounded), writes the reply, closes.
+async fn answer(mut stream: TcpStream, metrics: &Shared) -> std::io::Result<()> {
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < MAX_REQUEST_HEAD {
+        let n = stream.read(&mut buf).await?;
+        if n == 0 {
+            break;
+        }
+        head.extend_from_slice(&buf[..n]);
+    }
+    let line = head.split(|b| *b == b'\n').next().unwrap_or_default();
+    let line = String::from_utf8_lossy(line);
+    let mut parts = line.split_whitespace();
+    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let path = path.split('?').next().unwrap_or("");
+    let (status, kind, body) = if method == "GET" && path == "/metrics" {
+        let text = metrics.lock().map(|m| m.prometheus()).unwrap_or_default();
+        ("200 OK", "text/plain; version=0.0.4; charset=utf-8", text)
+    } else {
+        (
+            "404 Not Found",
+            "text/plain; charset=utf-8",
+            "tokscope serves only GET /metrics here\n".to_string(),
+        )
+    };
+    let reply = format!(
+        "HTTP/1.1 {status}\r\ncontent-type: {kind}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(reply.as_bytes()).await?;
+    stream.shutdown().await
+}
+
+/// Where the OTLP export requests go.
+#[derive(Debug, Clone)]
+pub(crate) enum OtlpSink {
+    /// POSTed as JSON to this URL (a collector's `/v1/metrics`).
+    Http(String),
+    /// Written to this file, one request per line (the OpenTelemetry Collector's file
+    /// exporter format).
+    File(PathBuf),
+}
+
+impl OtlpSink {
+    /// `--otlp URL`: an http(s) URL; a bare `http://host:4318` gets OTLP's `/v1/metrics` path,
+    /// as the SDKs' `OTEL_EXPORTER_OTLP_ENDPOINT` does.
+    pub(crate) fn http(url: &str) -> Result<Self, String> {
+        let parsed =
+            reqwest::Url::parse(url).map_err(|e| format!("--otlp {url}: not a URL: {e}"))?;
+        if !matches!(parsed.scheme(), "http" | "https") {
+            return Err(format!(
+                "--otlp {url}: expected an http or https URL (a collector's OTLP/HTTP endpoint, e.g. http://127.0.0.1:4318)"
+            ));
+        }
+        let url = if matches!(parsed.path(), "" | "/") {
+            format!("{}/v1/metrics", url.trim_end_matches('/'))
+        } else {
+            url.to_string()
+        };
+        Ok(Self::Http(url))
+    }
+
+    /// `--otlp-file PATH`: a new file in a folder that exists (an existing one only with
+    /// `force`); created empty now, so a bad path is said before anything is measured.
+    pub(crate) fn file(path: &Path, force: bool) -> Result<Self, String> {
+        let shown = crate::text::path(path);
+        if path.is_dir() {
+            return Err(format!("--otlp-file {shown}: is a folder"));
+        }
+        if path.exists() && !force {
+            return Err(format!(
+                "--otlp-file {shown}: the file exists (--force overwrites it)"
+            ));
+        }
+        std::fs::File::create(path)
+            .map_err(|e| format!("--otlp-file {shown}: cannot write it: {e}"))?;
+        Ok(Self::File(path.to_path_buf()))
+    }
+
+    pub(crate) fn label(&self) -> String {
+        match self {
+            Self::Http(url) => crate::text::one_line(url).into_owned(),
+            Self::File(path) => crate::text::path(path),
+        }
+    }
+
+    /// Sends (or appends) one export of every level so far.
+    pub(crate) async fn export(&self, metrics: &Shared) -> Result<(), String> {
+        let body = {
+            let m = metrics.lock().map_err(|_| "the figures are not readable")?;
+            m.otlp(SystemTime::now()).to_string()
+        };
+        let body = crate::text::json_safe(&body).into_owned();
+        match self {
+            Self::File(path) => {
+                let mut f = std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(path)
+                    .map_err(|e| format!("cannot write {}: {e}", self.label()))?;
+                writeln!(f, "{body}").map_err(|e| format!("cannot write {}: {e}", self.label()))
+            }
+            Self::Http(url) => post(url, body).await,
+        }
+    }
+}
+
+async fn post(url: &str, body: String) -> Result<(), String> {
+    let client = reqwest::Client::builder()
+        .timeout(OTLP_TIMEOUT)
+        .redirect(reqwest::redirect::Policy::none())
+        .user_agent(concat!("tokscope/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| e.to_string())?;
+    let shown = crate::text::one_line(url).into_owned();
+    let reply = client
+        .post(url)
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .body(body)
+        .send()
+        .await
+        .map_err(|e| {
+            if e.is_timeout() {
+                format!("{shown}: no answer in {} s", OTLP_TIMEOUT.as_secs())
+            } else {
+                format!("{shown}: cannot send: {e}")
+            }
+        })?;
+    let status = reply.status();
+    if status.is_success() {
+        return Ok(());
+    }
+    // A refusal's body says why; only its start is read and shown.
+    let mut excerpt = Vec::new();
+    let mut stream = reply;
+    while excerpt.len() < MAX_REFUSAL_EXCERPT {
+        match stream.chunk().await {
+            Ok(Some(c)) => excerpt.extend_from_slice(&c),
+            _ => break,
+        }
+    }
+    excerpt.truncate(MAX_REFUSAL_EXCERPT);
+    let text = String::from_utf8_lossy(&excerpt);
+    let text = crate::text::one_line(text.trim());
+    Err(format!(
+        "{shown} answered HTTP {status}{}",
+        if text.is_empty() {
+            String::new()
+        } else {
+            format!(": {text}")
+        }
+    ))
+}
