@@ -610,7 +610,12 @@ fn bench_profiles_its_generation_steps_by_part() {
         .expect("a tg12 row");
     // 12 steps a repetition, every second profiled, 2 repetitions.
     assert_eq!(tg["profile"]["mean"]["steps"], 12, "{}", tg["profile"]);
-    assert!(f(&part(&tg["profile"]["mean"], "ffn down")["ms"]) > 0.0);
+    // On the tiny model a node can take less than the profiler's own cost per node, which is
+    // booked to "profiling": a part's time may then be 0, never negative; its weights are read.
+    let mean = &tg["profile"]["mean"];
+    let down = part(mean, "ffn down");
+    assert!(f(&down["ms"]) >= 0.0 && f(&down["weight_bytes"]) > 0.0, "{down}");
+    assert!(f(&mean["wall_ms"]) > 0.0 && f(&mean["sum_ms"]) > 0.0, "{mean}");
     let pp = rows.iter().find(|r| r["test"] == "pp8").expect("a pp8 row");
     assert!(
         pp.get("profile").is_none(),
