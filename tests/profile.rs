@@ -614,8 +614,14 @@ fn bench_profiles_its_generation_steps_by_part() {
     // booked to "profiling": a part's time may then be 0, never negative; its weights are read.
     let mean = &tg["profile"]["mean"];
     let down = part(mean, "ffn down");
-    assert!(f(&down["ms"]) >= 0.0 && f(&down["weight_bytes"]) > 0.0, "{down}");
-    assert!(f(&mean["wall_ms"]) > 0.0 && f(&mean["sum_ms"]) > 0.0, "{mean}");
+    assert!(
+        f(&down["ms"]) >= 0.0 && f(&down["weight_bytes"]) > 0.0,
+        "{down}"
+    );
+    assert!(
+        f(&mean["wall_ms"]) > 0.0 && f(&mean["sum_ms"]) > 0.0,
+        "{mean}"
+    );
     let pp = rows.iter().find(|r| r["test"] == "pp8").expect("a pp8 row");
     assert!(
         pp.get("profile").is_none(),
