@@ -7,7 +7,8 @@
 #                native); median of alternating rounds within 3 % plus 2 standard errors; `bench --batch` against
 #                llama-batched-bench's S_TG (within 5 %)        (scripts/compare-llama-bench.sh)
 #   2. quality   `tokscope compare` PPL, KLD mean/median/p99/max, same-top and Δp against
-#                `llama-perplexity --kl-divergence` (1 %)  (scripts/compare-llama-perplexity.sh)
+#                `llama-perplexity --kl-divergence` (1 %)  (scripts/compare-llama-perplexity.sh),
+#                and the chat's scoring path (`doctor scoring`, the one `--ref` takes) beside them
 #   3. counters  `tokscope run`'s prefill and decode (time and token counts) against llama.cpp's
 #                own perf counters, at 1 and at all threads, with a multi-chunk prompt and with
 #                a one-token prefill (a resent conversation: all but one token are cached)
@@ -26,8 +27,9 @@ usage() {
   cat <<'HELP'
 Usage: scripts/agreement.sh [--quick | --full] [options]
 
-  --quick            synthetic models written on the spot, short tests, 30 rounds: the form CI
-                     runs (a few minutes once llama.cpp's tools are built)
+  --quick            synthetic models written on the spot (the quality and turns parts: the
+                     demo model, -c 128, 4 chunks), short tests, 30 rounds: the form CI runs
+                     (a few minutes once llama.cpp's tools are built)
   --full             the demo model (tokscope fetch-demo), llama-bench's default lengths,
                      8 rounds: the form BENCHMARKS.md quotes (default)
   -m, --model FILE   model for the full form (default: the demo model)
@@ -112,6 +114,11 @@ tools_dir=$(build_llama_tools native) || { echo "error: llama.cpp's tools could 
 # attention over a deep cache is a large share of a prefill (width 512), so turn 10 costs more
 # than turn 1 for reasons that have nothing to do with prefix reuse.
 turns_model=$model
+# So does the quality part: on the synthetic model a Q8_0 strays by 5e-5 nats, the size of the
+# float noise between two ways of cutting the same passes (the chat's scoring path cuts its
+# own), and its near-flat distributions put many tops at near ties; the demo model and a Q4_0
+# of it (0.35 nats) are what the figures are for.
+quality_model=$model
 if [ "$mode" = quick ]; then
   # A synthetic model big enough that a token takes milliseconds (so times are above the
   # clocks' noise) and small enough for CI: 6 layers, width 512, f16.
@@ -123,7 +130,7 @@ if [ "$mode" = quick ]; then
   # next (memory placement, neighbours), so the paired rounds, not repetitions inside one
   # process, are what narrows the uncertainty.
   speed_args=(-p 256 -n 64 -r 6 --npp 64 --ntg 128 --npl "1,2")
-  ppl_args=(-c 128 --chunks 4 --quantize q8_0)
+  ppl_args=(-c 128 --chunks 4 --quantize q4_0)
   long_words=700
   gen=48
 else
@@ -175,7 +182,8 @@ fi
 
 if part quality; then
   report "2. quality: compare vs llama-perplexity --kl-divergence"
-  if ! "${repo_root}/scripts/compare-llama-perplexity.sh" -m "$model" -t "$threads" \
+  [ -f "$quality_model" ] || { echo "error: the quality part needs the demo model at ${quality_model} (tokscope fetch-demo gets it; --only leaves parts out)" >&2; exit 3; }
+  if ! "${repo_root}/scripts/compare-llama-perplexity.sh" -m "$quality_model" -t "$threads" \
     "${ppl_args[@]}" --source native --tokscope "$tokscope" --out "${out_dir}/quality"; then
     failures+=("quality")
   fi

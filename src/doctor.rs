@@ -291,6 +291,44 @@ pub(crate) fn render_report(
     out
 }
 
+/// `doctor scoring`'s report: what was scored and the figures, named as
+/// `llama-perplexity --kl-divergence` names them.
+pub fn scoring_report(
+    model: &str,
+    reference: &str,
+    text: &str,
+    n_ctx: u32,
+    chunks: usize,
+    q: &crate::metrics::quality::QualityStats,
+) -> String {
+    let opt = |v: Option<f64>, decimals: usize| {
+        v.map_or_else(|| "—".to_string(), |v| format!("{v:.decimals$}"))
+    };
+    let mut out = String::new();
+    let _ = writeln!(out, "model:     {model}");
+    let _ = writeln!(out, "reference: {reference}");
+    let _ = writeln!(
+        out,
+        "text:      {text}, {chunks} chunks of {n_ctx} tokens, {} positions scored \
+         (the chat's scoring path)",
+        q.n_scored
+    );
+    let _ = writeln!(out, "Mean PPL(Q) : {:.6} ± {:.6}", q.ppl, q.ppl_uncertainty);
+    let _ = writeln!(
+        out,
+        "Mean    KLD : {} ± {}",
+        opt(q.kld_mean, 6),
+        opt(q.kld_uncertainty, 6)
+    );
+    let _ = writeln!(out, "Median  KLD : {}", opt(q.kld_median, 6));
+    let _ = writeln!(out, "99.0%   KLD : {}", opt(q.kld_p99, 6));
+    let _ = writeln!(out, "Maximum KLD : {}", opt(q.kld_max, 6));
+    let _ = writeln!(out, "Same top p  : {} %", opt(q.same_top_pct, 3));
+    let _ = writeln!(out, "Mean     Δp : {} %", opt(q.delta_p_mean_pct, 3));
+    let _ = writeln!(out, "RMS      Δp : {} %", opt(q.delta_p_rms_pct, 3));
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

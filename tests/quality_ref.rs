@@ -223,3 +223,88 @@ fn a_reference_that_cannot_score_is_refused_with_what_to_do() {
         .stderr(no_panic())
         .stderr(predicate::str::contains("--ref scores a local model"));
 }
+
+/// `doctor scoring`: the chat's scoring path over an evaluation text, cut as llama-perplexity
+/// cuts it. The same file agrees exactly; a quantization strays, and with the passes cut as
+/// llama-perplexity's (`--passes whole`) its figures are `compare`'s, one maths module for
+/// both (scripts/compare-llama-perplexity.sh holds both against llama-perplexity itself).
+#[test]
+fn doctor_scoring_runs_the_chats_path_over_a_text_and_agrees_with_compare() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let full = synth_typed(home.path(), "f32", 7);
+    let q4 = synth_typed(home.path(), "q4_0", 7);
+    let scoring = |model: &Path, passes: &str| -> Value {
+        let out = common::ok_stdout(
+            tokscope_cmd(home.path())
+                .args(["doctor", "scoring", "-c", "64", "--chunks", "2", "-t", "1"])
+                .args(["--passes", passes, "--json", "-m"])
+                .arg(model)
+                .arg("--ref")
+                .arg(&full),
+        );
+        serde_json::from_slice(&out).expect("stdout is one JSON object")
+    };
+    let same = scoring(&full, "pieces");
+    let q = &same["quality"];
+    assert_eq!(same["chunks"], 2, "{same}");
+    // Positions 32 … 62 of each 64-token chunk predict the next token: 31 a chunk.
+    assert_eq!(q["n_scored"], 62, "{q}");
+    assert_eq!(f(&q["kld_mean"]), 0.0, "{q}");
+    assert_eq!(f(&q["same_top_pct"]), 100.0, "{q}");
+    let whole = scoring(&q4, "whole");
+    let pieces = scoring(&q4, "pieces");
+    let compare: Value = serde_json::from_slice(&common::ok_stdout(
+        tokscope_cmd(home.path())
+            .args([
+                "compare",
+                "-c",
+                "64",
+                "--chunks",
+                "2",
+                "-t",
+                "1",
+                "--no-speed",
+            ])
+            .args(["-o", "json", "-m"])
+            .arg(&full)
+            .arg("-m")
+            .arg(&q4),
+    ))
+    .unwrap();
+    let c = &compare["rows"][1]["quality"];
+    for figure in [
+        "ppl",
+        "kld_mean",
+        "kld_p99",
+        "same_top_pct",
+        "delta_p_rms_pct",
+    ] {
+        let (ours, theirs) = (f(&whole["quality"][figure]), f(&c[figure]));
+        assert!(
+            (ours - theirs).abs() <= 0.01 * theirs.abs() + 1e-9,
+            "{figure}: doctor scoring --passes whole {ours}, compare {theirs}"
+        );
+    }
+    let kld = f(&pieces["quality"]["kld_mean"]);
+    assert!(kld > 0.0 && kld.is_finite(), "{pieces}");
+    assert!(
+        (kld - f(&c["kld_mean"])).abs() <= 0.01 * f(&c["kld_mean"]),
+        "the chat's passes: KLD mean {kld}, compare {}",
+        c["kld_mean"]
+    );
+    // A text too short for its chunks is the user's to change (exit 2), named.
+    let short = home.path().join("short.txt");
+    std::fs::write(&short, "A few words only.").unwrap();
+    tokscope_cmd(home.path())
+        .args(["doctor", "scoring", "-c", "64", "-t", "1", "-m"])
+        .arg(&q4)
+        .arg("--ref")
+        .arg(&full)
+        .arg("--text")
+        .arg(&short)
+        .assert()
+        .code(2)
+        .stderr(no_panic())
+        .stderr(predicate::str::contains("too short").and(predicate::str::contains("-c")));
+}

@@ -29,6 +29,36 @@ pub enum DoctorCheck {
     /// The CPU memory-bandwidth probes cached for the roofline (per CPU and thread count, with
     /// the load they were taken at); --reprobe measures again.
     Bandwidth(BandwidthArgs),
+    /// The chat's scoring path (`--ref`, Alt+K) over an evaluation text, cut as
+    /// llama-perplexity --kl-divergence cuts it: the model's figures against the reference's
+    /// (PPL, KLD mean/median/p99/max, same top %, Δp), for holding against llama-perplexity
+    /// (scripts/compare-llama-perplexity.sh). `compare` computes the same figures by a path
+    /// of its own.
+    Scoring(Box<ScoringArgs>),
+}
+
+/// `tokscope doctor scoring`.
+#[derive(Debug, Args)]
+pub struct ScoringArgs {
+    #[command(flatten)]
+    pub model: crate::commands::flags::ModelArgs,
+    /// The reference model the model is scored against (same vocabulary).
+    #[arg(long = "ref", value_name = "FILE")]
+    pub reference: PathBuf,
+    /// The evaluation text (default: the built-in one, as `compare`'s). -c sets the tokens per
+    /// chunk [default: 512].
+    #[arg(long, value_name = "FILE")]
+    pub text: Option<PathBuf>,
+    /// At most this many chunks (default: all the text holds).
+    #[arg(long, value_name = "N")]
+    pub chunks: Option<u32>,
+    /// How the passes are cut: `pieces` (the chat's: 32 answer positions a pass, memory
+    /// bounded) or `whole` (llama-perplexity's: each chunk in one decode).
+    #[arg(long, value_name = "HOW", default_value = "pieces", value_parser = ["pieces", "whole"])]
+    pub passes: String,
+    /// One JSON object on stdout.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `tokscope doctor bandwidth`.
@@ -61,8 +91,12 @@ pub struct TokenizerCheckArgs {
 }
 
 /// Runs `tokscope doctor`.
-pub(crate) fn run(args: &DoctorArgs) -> Result<(), Failure> {
+pub(crate) fn run(
+    args: &DoctorArgs,
+    settings: impl FnOnce() -> Result<crate::config::Settings, crate::config::ConfigError>,
+) -> Result<(), Failure> {
     match &args.check {
+        DoctorCheck::Scoring(args) => scoring(args, settings()?),
         DoctorCheck::Tokenizer(args) => tokenizer(args),
         DoctorCheck::Gpu => gpu(),
         DoctorCheck::Bandwidth(args) => {
@@ -128,4 +162,105 @@ fn tokenizer(args: &TokenizerCheckArgs) -> Result<(), Failure> {
             ),
         ))
     }
+}
+
+/// `tokscope doctor scoring`: the model scored against `--ref` over the text through the
+/// engine's scoring path (`EngineCommand::ScoreText`), its figures summed as `compare` sums
+/// its own (`metrics::quality::Accumulator`).
+fn scoring(args: &ScoringArgs, mut settings: crate::config::Settings) -> Result<(), Failure> {
+    use crate::engine::{EngineEvent, EngineHandle};
+    if args.model.n_ctx.is_none() {
+        settings.engine.n_ctx = 512;
+    }
+    args.model.apply(&mut settings)?;
+    let n_ctx = settings.engine.n_ctx;
+    if n_ctx < 8 {
+        return Err(Failure::new(
+            USAGE,
+            format!("-c {n_ctx}: a chunk is at least 8 tokens"),
+        ));
+    }
+    if args.chunks == Some(0) {
+        return Err(Failure::new(USAGE, "--chunks: at least 1"));
+    }
+    let (text_name, text) =
+        crate::compare::load_text(args.text.as_deref()).map_err(|e| match e {
+            crate::compare::CompareError::Usage(m) => Failure::new(USAGE, m),
+            crate::compare::CompareError::Model(m) => Failure::new(crate::commands::MODEL, m),
+            crate::compare::CompareError::Failed(m) => Failure::new(FAILURE, m),
+        })?;
+    let config = crate::commands::model::engine_config(&settings)?;
+    let reference = crate::commands::flags::QualityArgs {
+        reference: Some(args.reference.clone()),
+    }
+    .resolve(None, &config.model_path)?
+    .unwrap_or_else(|| args.reference.clone());
+    let model_path = config.model_path.clone();
+    let chunking = crate::metrics::quality::Chunking {
+        n_ctx,
+        max_chunks: args.chunks,
+    };
+    let (mut engine, mut events) = EngineHandle::spawn(config)?;
+    let mut request = None;
+    let score = loop {
+        match crate::engine::recv_paced(&mut events, None) {
+            Some(EngineEvent::Ready(_)) => {
+                let id = engine.next_id();
+                let passes = match args.passes.as_str() {
+                    "whole" => crate::engine::Passes::Whole,
+                    _ => crate::engine::Passes::Pieces,
+                };
+                engine.score_text(id, reference.clone(), text.clone(), chunking, passes)?;
+                request = Some(id);
+            }
+            Some(EngineEvent::LoadFailed(e)) => return Err(e.into()),
+            Some(EngineEvent::Scored { request_id, score }) if Some(request_id) == request => {
+                break score;
+            }
+            Some(EngineEvent::Failed { request_id, error }) if Some(request_id) == request => {
+                return Err(match error {
+                    // Too short for its chunks: the text or -c is the user's to change.
+                    crate::engine::EngineError::EvalText(m) => Failure::new(USAGE, m),
+                    e => e.into(),
+                });
+            }
+            Some(_) => {}
+            None => return Err(crate::engine::EngineError::EngineGone.into()),
+        }
+    };
+    engine.shutdown();
+    let mut acc = crate::metrics::quality::Accumulator::default();
+    for t in &score.tokens {
+        acc.add(&t.score);
+    }
+    let stats = acc.stats(true);
+    let per_chunk = n_ctx as usize - (n_ctx as usize / 2 + 1);
+    let chunks = score.tokens.len() / per_chunk.max(1);
+    let report = serde_json::json!({
+        "model": model_path.display().to_string(),
+        "reference": reference.display().to_string(),
+        "text": text_name,
+        "n_ctx": n_ctx,
+        "chunks": chunks,
+        "passes": args.passes,
+        "quality": stats,
+        "score_ms": score.score_ms,
+        "reference_load_ms": score.reference_load_ms,
+    });
+    if args.json {
+        println!("{}", crate::text::json_safe(&report.to_string()));
+    } else {
+        print!(
+            "{}",
+            crate::text::terminal_safe(&doctor::scoring_report(
+                &model_path.display().to_string(),
+                &reference.display().to_string(),
+                &text_name,
+                n_ctx,
+                chunks,
+                &stats
+            ))
+        );
+    }
+    Ok(())
 }

@@ -171,7 +171,7 @@ pub fn dispatch(cli: Cli) -> Result<(), Failure> {
         Some(Command::Synth(args)) => synth::run(args),
         Some(Command::Load(args)) => load::load(args),
         Some(Command::FetchDemo) => fetch_demo::run(),
-        Some(Command::Doctor(args)) => doctor::run(args),
+        Some(Command::Doctor(args)) => doctor::run(args, settings),
         Some(Command::Config { action }) => config::run(action, explicit),
     }
 }

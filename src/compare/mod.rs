@@ -25,7 +25,7 @@ pub(crate) use advice::Budget;
 pub(crate) use plan::{CompareFormat, ComparePlan};
 pub use report::{CompareRow, Comparison};
 
-use self::quality::{Chunking, Evaluator, QualityStats};
+use self::quality::{Evaluator, QualityStats};
 use self::quantize::quantize_cached;
 use crate::bench::sweep::{Job, ParamSet};
 use crate::bench::Row;
@@ -35,6 +35,7 @@ use crate::llama::measure::{TestKind, TestSpec};
 use crate::llama::settings::EngineSettings;
 use crate::llama::settings::{FlashAttn, KvType};
 use crate::llama::{describe, load_model, new_context};
+use crate::metrics::quality::Chunking;
 
 /// The evaluation text shipped with tokscope (see assets/eval/SOURCE.md).
 pub(crate) const BUILTIN_TEXT: &str = include_str!("../../assets/eval/alice.txt");
@@ -465,7 +466,7 @@ fn plot(c: &Comparison, setup: &str, path: &Path) -> Result<(), CompareError> {
 const TEXT_MAX_BYTES: u64 = 64 * 1024 * 1024;
 
 /// The evaluation text: `--text FILE` or the built-in one.
-fn load_text(path: Option<&Path>) -> Result<(String, String), CompareError> {
+pub(crate) fn load_text(path: Option<&Path>) -> Result<(String, String), CompareError> {
     match path {
         None => Ok((BUILTIN_TEXT_NAME.to_string(), BUILTIN_TEXT.to_string())),
         Some(p) => {

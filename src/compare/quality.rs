@@ -20,34 +20,6 @@ use crate::metrics::quality::{
     reference_row, score_candidate, score_reference, Accumulator, RefRow,
 };
 
-/// How the evaluation text is cut.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Chunking {
-    pub n_ctx: u32,
-    /// At most this many chunks (None = all).
-    pub max_chunks: Option<u32>,
-}
-
-impl Chunking {
-    /// The chunks of `n_tokens` tokens, or why the text is too short: like llama-perplexity,
-    /// at least two chunks' worth of tokens.
-    pub(crate) fn chunks(&self, n_tokens: usize) -> Result<usize, String> {
-        let n_ctx = self.n_ctx as usize;
-        if n_tokens < 2 * n_ctx {
-            return Err(format!(
-                "the evaluation text is too short: it is {n_tokens} tokens and a context of \
-                 {n_ctx} needs at least {} (two chunks); give a longer --text or a smaller -c",
-                2 * n_ctx
-            ));
-        }
-        let all = n_tokens / n_ctx;
-        Ok(match self.max_chunks {
-            Some(m) => all.min(m as usize),
-            None => all,
-        })
-    }
-}
-
 /// Tokenize the evaluation text like llama-perplexity (`common_tokenize(ctx, text, true)`),
 /// refusing text llama.cpp's tokenizer would crash or hang on (`llama::runs`).
 pub(crate) fn tokenize(
@@ -152,26 +124,4 @@ pub(crate) fn evaluate_chunk(
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_text_shorter_than_two_chunks_is_refused() {
-        let c = Chunking {
-            n_ctx: 512,
-            max_chunks: None,
-        };
-        let e = c.chunks(1000).unwrap_err();
-        assert!(e.contains("too short") && e.contains("1000 tokens") && e.contains("1024"));
-        assert_eq!(c.chunks(1024), Ok(2));
-        assert_eq!(c.chunks(5000), Ok(9));
-        let capped = Chunking {
-            n_ctx: 512,
-            max_chunks: Some(3),
-        };
-        assert_eq!(capped.chunks(5000), Ok(3));
-    }
 }

@@ -178,6 +178,28 @@ impl EngineHandle {
             .map_err(|_| EngineError::EngineGone)
     }
 
+    /// Score the evaluation `text` against the model file `reference` through the chat's
+    /// scoring path, cut by `chunking` (answered by `Scored` or `Failed` under `id`).
+    pub fn score_text(
+        &mut self,
+        id: RequestId,
+        reference: PathBuf,
+        text: String,
+        chunking: crate::metrics::quality::Chunking,
+        passes: super::Passes,
+    ) -> Result<(), EngineError> {
+        self.ids.observe(id);
+        self.commands
+            .send(EngineCommand::ScoreText {
+                id,
+                reference,
+                text,
+                chunking,
+                passes,
+            })
+            .map_err(|_| EngineError::EngineGone)
+    }
+
     /// Load the model `config` names beside the current one and switch when it is ready
     /// (`SwitchProgress`… then `Ready`, or `SwitchFailed` with the current model kept).
     /// Cancelling `id` aborts the load.

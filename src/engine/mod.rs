@@ -24,3 +24,4 @@ pub use protocol::{
     GenerateRequest, LlamaCounters, LoadStage, RequestId, Role, StopReason, TgSample, TurnReport,
     TurnRequest,
 };
+pub use score::Passes;

@@ -121,6 +121,19 @@ pub enum EngineCommand {
         id: RequestId,
         reference: PathBuf,
     },
+    /// Score an evaluation text against `reference` through the same path as `ScoreLast`,
+    /// the text cut as llama-perplexity cuts it (`Chunking`: in each chunk the first half,
+    /// BOS first, is read as the prompt and the rest as the answer), so that the chat's
+    /// figures can be held against llama-perplexity's (`tokscope doctor scoring`). Answered
+    /// by `Scored` or `Failed` under `id`.
+    ScoreText {
+        id: RequestId,
+        reference: PathBuf,
+        text: String,
+        chunking: crate::metrics::quality::Chunking,
+        /// The chat's passes, or llama-perplexity's whole-chunk decode.
+        passes: super::score::Passes,
+    },
     Shutdown,
 }
 

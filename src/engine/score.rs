@@ -25,6 +25,21 @@ use crate::metrics::quality::{reference_row, score_token, TokenScore};
 /// model (32 × 128,256 floats is 16 MB), so memory stays bounded for any answer length.
 const ROWS_PER_PASS: usize = 32;
 
+/// How the teacher-forced passes are cut. Both give the same figures up to float noise (the
+/// kernels a batch of 32 rows takes are not those a batch of a whole chunk takes: on a
+/// random-weight model, whose top tokens are near ties, that flips a few tops; docs/checks.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Passes {
+    /// The chat's: the context before the answer in n_batch pieces without outputs, then
+    /// `ROWS_PER_PASS` answer positions a pass, so memory stays bounded for any answer.
+    #[default]
+    Pieces,
+    /// llama-perplexity's: the whole sequence in one decode with an output from the first
+    /// scored position on, in a context of exactly its length (a row of the vocabulary per
+    /// answer token held at once: for evaluation chunks, not for the chat's answers).
+    Whole,
+}
+
 /// Scores `answer` (what the model generated after `prompt`) against `reference`: one
 /// [`TokenScore`] per answer token, in order. `cancelled` is asked between passes.
 pub(super) fn score_answer(
@@ -33,6 +48,7 @@ pub(super) fn score_answer(
     settings: &EngineSettings,
     prompt: &[LlamaToken],
     answer: &[LlamaToken],
+    passes: Passes,
     cancelled: &dyn Fn() -> bool,
 ) -> Result<Vec<TokenScore>, EngineError> {
     if answer.is_empty() {
@@ -53,12 +69,53 @@ pub(super) fn score_answer(
         .saturating_mul(256);
     let mut own = settings.clone();
     own.n_ctx = n_ctx;
+    if passes == Passes::Whole {
+        let n = u32::try_from(sequence.len() + 1).unwrap_or(u32::MAX);
+        own.n_ctx = n;
+        own.n_batch = n;
+        own.n_ubatch = n.min(512);
+    }
     let mut truth = own.clone();
     truth.type_k = KvType::F16;
     truth.type_v = KvType::F16;
     let mut model_ctx = crate::llama::new_context(model, &own, 1)?;
     let mut ref_ctx = crate::llama::new_context(reference, &truth, 1)
         .map_err(|e| EngineError::Reference(Box::new(e)))?;
+    let next_of = |j: usize, vocab: usize| {
+        usize::try_from(answer[j].0)
+            .ok()
+            .filter(|&n| n < vocab)
+            .ok_or_else(|| {
+                EngineError::Decode(format!(
+                    "answer token {} is outside the vocabulary",
+                    answer[j].0
+                ))
+            })
+    };
+    if passes == Passes::Whole {
+        if cancelled() {
+            return Err(EngineError::Cancelled);
+        }
+        let mut batch = LlamaBatch::new(sequence.len(), 1);
+        let positions = first..sequence.len();
+        for ctx in [&mut ref_ctx, &mut model_ctx] {
+            batch.clear();
+            for (i, &t) in sequence.iter().enumerate() {
+                batch
+                    .add(t, i as i32, &[0], i >= first)
+                    .map_err(|e| EngineError::Decode(e.to_string()))?;
+            }
+            ctx.decode(&mut batch)
+                .map_err(|e| EngineError::Decode(e.to_string()))?;
+        }
+        let mut scores = Vec::with_capacity(answer.len());
+        for (j, i) in positions.enumerate() {
+            let row = reference_row(&planted(ref_ctx.get_logits_ith(i as i32)));
+            let logits = model_ctx.get_logits_ith(i as i32);
+            scores.push(score_token(logits, &row, next_of(j, logits.len())?, true));
+        }
+        return Ok(scores);
+    }
     let n_batch = own.n_batch.max(1) as usize;
     let mut batch = LlamaBatch::new(n_batch.max(ROWS_PER_PASS), 1);
     // The conversation before the first scored position, without outputs.
@@ -81,25 +138,27 @@ pub(super) fn score_answer(
         let chunk = &sequence[at..(at + ROWS_PER_PASS).min(sequence.len())];
         let rows = pass(&mut ref_ctx, &mut batch, chunk, at)?
             .into_iter()
-            .map(|logits| reference_row(&logits))
+            .map(|logits| reference_row(&planted(&logits)))
             .collect::<Vec<_>>();
         let candidate = pass(&mut model_ctx, &mut batch, chunk, at)?;
         for (j, (logits, row)) in candidate.iter().zip(&rows).enumerate() {
-            let next = answer[at - first + j];
-            let next = usize::try_from(next.0)
-                .ok()
-                .filter(|&n| n < logits.len())
-                .ok_or_else(|| {
-                    EngineError::Decode(format!(
-                        "answer token {} is outside the vocabulary",
-                        next.0
-                    ))
-                })?;
+            let next = next_of(at - first + j, logits.len())?;
             scores.push(score_token(logits, row, next, true));
         }
         at += chunk.len();
     }
     Ok(scores)
+}
+
+/// A planted error for the agreement check, in builds with the `plant` feature only: the
+/// reference's logits scaled by `TOKSCOPE_PLANT_SCALE=ref_logits:F`, which
+/// scripts/compare-llama-perplexity.sh must catch (benchmarks/chat-scoring-planted-*.txt).
+fn planted(logits: &[f32]) -> std::borrow::Cow<'_, [f32]> {
+    #[cfg(feature = "plant")]
+    if let Some(f) = crate::metrics::planted_factor("ref_logits") {
+        return logits.iter().map(|l| l * f as f32).collect();
+    }
+    std::borrow::Cow::Borrowed(logits)
 }
 
 /// `tokens` at positions `start…` into `batch`, with outputs or without.

@@ -446,6 +446,7 @@ impl<'m> Session<'m> {
             &self.settings,
             prompt,
             answer,
+            super::score::Passes::Pieces,
             cancelled,
         )?;
         let vocab = self.model.vocab();
@@ -460,6 +461,61 @@ impl<'m> Session<'m> {
             &ids,
             texts,
             prompt.len(),
+        );
+        score.score_ms = crate::metrics::ms(started.elapsed());
+        Ok(score)
+    }
+
+    /// Scores an evaluation `text` against `reference` through the path `score_last` takes
+    /// (`engine::score::score_answer`), the text cut as llama-perplexity cuts it: chunks of
+    /// n_ctx tokens, each starting with BOS (when the vocabulary adds one), the first
+    /// n_ctx/2 + 1 tokens read as the prompt and the rest as the answer, so that positions
+    /// n_ctx/2 … n_ctx − 2 are scored as llama-perplexity scores them. `doctor scoring` holds
+    /// the result against llama-perplexity's own figures (scripts/compare-llama-perplexity.sh).
+    pub(super) fn score_text(
+        &self,
+        reference: &LlamaModel,
+        reference_path: &std::path::Path,
+        text: &str,
+        chunking: crate::metrics::quality::Chunking,
+        passes: super::score::Passes,
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<crate::metrics::quality::AnswerScore, EngineError> {
+        let started = Instant::now();
+        let tokens = crate::llama::runs::tokenize_checked(self.model, text, true, false)?;
+        let count = chunking
+            .chunks(tokens.len())
+            .map_err(EngineError::EvalText)?;
+        let n = chunking.n_ctx as usize;
+        let vocab = self.model.vocab();
+        let bos = vocab.should_add_bos().then(|| vocab.bos());
+        let (mut scores, mut ids, mut texts) = (Vec::new(), Vec::new(), Vec::new());
+        for c in 0..count {
+            let mut chunk = tokens[c * n..(c + 1) * n].to_vec();
+            if let Some(bos) = bos {
+                chunk[0] = bos;
+            }
+            let (prompt, answer) = chunk.split_at(n / 2 + 1);
+            scores.extend(super::score::score_answer(
+                self.model,
+                reference,
+                &self.settings,
+                prompt,
+                answer,
+                passes,
+                cancelled,
+            )?);
+            ids.extend(answer.iter().map(|t| t.0));
+            texts.extend(answer.iter().map(|&t| {
+                String::from_utf8_lossy(&vocab.token_to_piece(t, false, None)).into_owned()
+            }));
+        }
+        let mut score = crate::metrics::quality::AnswerScore::new(
+            reference_path.to_path_buf(),
+            scores,
+            &ids,
+            texts,
+            n / 2 + 1,
         );
         score.score_ms = crate::metrics::ms(started.elapsed());
         Ok(score)

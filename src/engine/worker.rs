@@ -277,7 +277,34 @@ fn serve(
             }) => {
                 let flag = Arc::clone(cancel_through);
                 let cancelled = move || flag.load(Ordering::SeqCst) >= id;
-                let result = score_last(model, cfg, &session, &mut reference, &path, &cancelled);
+                let result = load_reference(model, cfg, &mut reference, &path).and_then(
+                    |(loaded, load_ms)| {
+                        let mut score = session.score_last(loaded, &path, &cancelled)?;
+                        score.reference_load_ms = load_ms;
+                        Ok(score)
+                    },
+                );
+                let _ = events.send(outcome(id, result, |request_id, score| {
+                    EngineEvent::Scored { request_id, score }
+                }));
+            }
+            Ok(EngineCommand::ScoreText {
+                id,
+                reference: path,
+                text,
+                chunking,
+                passes,
+            }) => {
+                let flag = Arc::clone(cancel_through);
+                let cancelled = move || flag.load(Ordering::SeqCst) >= id;
+                let result = load_reference(model, cfg, &mut reference, &path).and_then(
+                    |(loaded, load_ms)| {
+                        let mut score = session
+                            .score_text(loaded, &path, &text, chunking, passes, &cancelled)?;
+                        score.reference_load_ms = load_ms;
+                        Ok(score)
+                    },
+                );
                 let _ = events.send(outcome(id, result, |request_id, score| {
                     EngineEvent::Scored { request_id, score }
                 }));
@@ -292,17 +319,15 @@ fn serve(
     }
 }
 
-/// Scores the session's last answer against the reference at `path`: loaded (checked like any
+/// The reference at `path` for scoring, with its load time in ms: loaded (checked like any
 /// model file, on the model's GPU layers setting, refused when its vocabulary is not the
-/// model's) unless `reference` already holds it.
-fn score_last(
+/// model's) unless `reference` already holds it (then 0 ms).
+fn load_reference<'r>(
     model: &LoadedModel,
     cfg: &EngineConfig,
-    session: &Session<'_>,
-    reference: &mut Option<(std::path::PathBuf, LoadedModel)>,
+    reference: &'r mut Option<(std::path::PathBuf, LoadedModel)>,
     path: &std::path::Path,
-    cancelled: &dyn Fn() -> bool,
-) -> Result<crate::metrics::quality::AnswerScore, EngineError> {
+) -> Result<(&'r LoadedModel, f64), EngineError> {
     let started = Instant::now();
     let mut load_ms = 0.0;
     if reference.as_ref().map(|(p, _)| p.as_path()) != Some(path) {
@@ -322,12 +347,10 @@ fn score_last(
         load_ms = crate::metrics::ms(started.elapsed());
         *reference = Some((path.to_path_buf(), loaded));
     }
-    let Some((_, loaded)) = reference.as_ref() else {
-        return Err(EngineError::NoModel);
-    };
-    let mut score = session.score_last(loaded, path, cancelled)?;
-    score.reference_load_ms = load_ms;
-    Ok(score)
+    match reference.as_ref() {
+        Some((_, loaded)) => Ok((loaded, load_ms)),
+        None => Err(EngineError::NoModel),
+    }
 }
 
 /// The draft model the settings name for speculative decoding (none unless the mode is
@@ -526,7 +549,7 @@ fn serve_without_model(
                     error: EngineError::NoModel,
                 });
             }
-            Ok(EngineCommand::ScoreLast { id, .. }) => {
+            Ok(EngineCommand::ScoreLast { id, .. } | EngineCommand::ScoreText { id, .. }) => {
                 let _ = events.send(EngineEvent::Failed {
                     request_id: id,
                     error: EngineError::NoModel,

@@ -39,6 +39,9 @@ pub enum EngineError {
     Template(String),
     #[error("the prompt is {prompt_tokens} tokens but the context holds {n_ctx}\n  shorten the conversation (start a new one) or raise n_ctx")]
     PromptTooLong { prompt_tokens: usize, n_ctx: u32 },
+    /// An evaluation text that cannot be scored (too short for its chunks).
+    #[error("{0}")]
+    EvalText(String),
     #[error("the prompt is empty")]
     EmptyPrompt,
     #[error("llama.cpp decode failed: {0}")]

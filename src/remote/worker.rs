@@ -237,7 +237,7 @@ fn run(
                     error: not_here("bench's tg test (for a server: `tokscope load --url`)"),
                 });
             }
-            EngineCommand::ScoreLast { id, .. } => {
+            EngineCommand::ScoreLast { id, .. } | EngineCommand::ScoreText { id, .. } => {
                 let _ = events.send(EngineEvent::Failed {
                     request_id: id,
                     error: not_here(
