@@ -691,3 +691,70 @@ fn a_crafted_unigram_character_map_is_refused_at_load() {
         "llama.cpp throws on the crafted map: {out:?}"
     );
 }
+
+/// The tokenizer models other than BPE and SentencePiece that the linked llama.cpp ships:
+/// Unigram (`t5`), RWKV's trie (`rwkv`) and PLaMo-2's (`plamo2`), each on the tiny model's
+/// vocabulary, take the longest runs `llama::runs` hands any tokenizer (50,000 of one class,
+/// 2,000 digits, 2,000 spaces before CJK, a mixed line) without a crash or a hang: each is
+/// tokenized to the end (the prompt's token count is named against a 256-token context) in
+/// about 0.1 s here, load included; a run past the bound is refused before llama.cpp sees it.
+#[test]
+fn unigram_rwkv_and_plamo2_vocabularies_take_the_longest_runs_handed_to_them() {
+    use std::os::unix::process::ExitStatusExt;
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let good = tiny(home.path());
+    let bound = 50_000;
+    let cases = [
+        ("letters", "a".repeat(bound)),
+        ("capitals", "A".repeat(bound)),
+        ("CJK", "日".repeat(bound)),
+        ("symbols", "!".repeat(bound)),
+        ("emoji", "😀".repeat(bound)),
+        ("digits", "7".repeat(2_000)),
+        ("spaces before CJK", format!("{}日本", " ".repeat(2_000))),
+        ("mixed", "ab1 !日".repeat(8_000)),
+    ];
+    let prompt = home.path().join("prompt.txt");
+    for model in ["t5", "rwkv", "plamo2"] {
+        let file = plant(
+            &good,
+            &format!("{model}.gguf"),
+            "tokenizer.ggml.model",
+            GgufValue::String(model.into()),
+        );
+        let run = |text: &str| {
+            std::fs::write(&prompt, text).unwrap();
+            tokscope(home.path())
+                .args(["run", "-t", "1", "-n", "1", "-c", "256", "-f"])
+                .arg(&prompt)
+                .arg("-m")
+                .arg(&file)
+                .timeout(std::time::Duration::from_secs(60))
+                .output()
+                .unwrap()
+        };
+        for (label, text) in &cases {
+            let out = run(text);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                out.status.signal().is_none(),
+                "{model}, {label}: ended by a signal (a crash, or the 60 s limit): {stderr}"
+            );
+            assert!(
+                out.status.success()
+                    || (out.status.code() == Some(1)
+                        && stderr.contains("but the context holds 256")),
+                "{model}, {label}: neither an answer nor the prompt's token count: {stderr}"
+            );
+            assert!(!stderr.contains("panicked"), "{model}, {label}: {stderr}");
+        }
+        let out = run(&"a".repeat(bound + 1));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{model}: {stderr}");
+        assert!(
+            stderr.contains("a run of 50001 characters") && stderr.contains("break the run up"),
+            "{model}: {stderr}"
+        );
+    }
+}
