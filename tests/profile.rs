@@ -77,6 +77,10 @@ fn a_sampled_steps_parts_add_up_to_its_wall_time_and_carry_the_files_weights() {
             "parts {sum} ms, wall {wall} ms"
         );
     }
+    // Each part is there; a part whose nodes are all shorter than the profiler's own cost per
+    // node (booked to "profiling", estimated from the step) may read 0 on a busy machine (CI
+    // saw it), never less; together they took time.
+    let mut named = 0.0;
     for name in [
         "attn QKV",
         "attn over cache",
@@ -85,11 +89,11 @@ fn a_sampled_steps_parts_add_up_to_its_wall_time_and_carry_the_files_weights() {
         "ffn down",
         "output head",
     ] {
-        assert!(
-            f(&part(mean, name)["ms"]) > 0.0,
-            "{name} took no time: {mean}"
-        );
+        let ms = f(&part(mean, name)["ms"]);
+        assert!(ms >= 0.0 && ms.is_finite(), "{name}: {ms} ms: {mean}");
+        named += ms;
     }
+    assert!(named > 0.0, "the model's parts took no time: {mean}");
     // The weights each part reads are the file's: gate and up are each as large as down.
     let down = f(&part(mean, "ffn down")["weight_bytes"]);
     let gate_up = f(&part(mean, "ffn gate/up")["weight_bytes"]);
