@@ -606,3 +606,55 @@ fn bad_environment_values_are_refused_before_anything_is_created() {
             )));
     }
 }
+
+#[test]
+fn run_confidence_gives_one_value_per_token_and_none_unasked() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let model = write_tiny(home.path());
+    let run = |extra: &[&str]| {
+        let out = tokscope(home.path())
+            .args([
+                "run",
+                "-p",
+                "Hello",
+                "--temp",
+                "0",
+                "-n",
+                "12",
+                "-t",
+                "1",
+                "--json",
+                "--sampling",
+                "host",
+                "-m",
+            ])
+            .arg(&model)
+            .args(extra)
+            .assert()
+            .success()
+            .stderr(no_panic())
+            .get_output()
+            .stdout
+            .clone();
+        serde_json::from_slice::<serde_json::Value>(&out).expect("stdout is one JSON object")
+    };
+    assert!(run(&[]).get("confidence").is_none(), "not asked: none");
+    let v = run(&["--confidence"]);
+    let c = &v["confidence"];
+    let n = v["metrics"]["tokens_generated"].as_u64().unwrap() as usize;
+    let p: Vec<f64> = c["p"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    let h = c["entropy"].as_array().unwrap();
+    assert!(n > 0 && p.len() == n && h.len() == n, "{c}");
+    let n_vocab = v["model"]["n_vocab"].as_f64().unwrap_or(262_144.0);
+    // Greedy: each chosen token is the most likely, so at least 1/V.
+    for &x in &p {
+        assert!(x > 0.0 && x <= 1.0 && x >= 1.0 / n_vocab - 1e-9, "p {x}");
+    }
+    assert_eq!(c["summary"]["tokens"].as_u64(), Some(n as u64));
+}

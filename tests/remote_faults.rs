@@ -64,6 +64,10 @@ pub(crate) enum Side {
     StallBody(Duration),
     /// 404 (a server without `/tokenize`).
     NotFound,
+    /// `POST /tokenize` and `POST /detokenize` as vLLM answers them (one token per byte of
+    /// text): `{"model", "prompt"}` → `{"tokens", "count", ...}`, `{"tokens"}` →
+    /// `{"prompt"}`; a body without `prompt` (llama-server's form) is refused with a 400.
+    Vllm,
 }
 
 /// What the fake server does, route by route.
@@ -164,6 +168,7 @@ fn side(stream: &mut TcpStream, how: &Side, written: &AtomicUsize) {
                 b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
             );
         }
+        Side::Vllm => {}
         Side::StallBody(pause) => {
             let _ = stream.write_all(
                 b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 4096\r\n\r\n{\"tokens\":",
@@ -229,6 +234,18 @@ pub(crate) fn fake(plan: impl Into<Plan>, max_connections: usize) -> Fake {
                     // Not a llama-server: no `/props` (asked once, before the first turn).
                     let _ =
                         stream.write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n");
+                    continue;
+                }
+                if matches!(plan.tokenize, Side::Vllm)
+                    && (first.starts_with("POST /tokenize")
+                        || first.starts_with("POST /detokenize"))
+                {
+                    let (status, body) = vllm_tokenizer(&first, &request);
+                    let _ = write!(
+                        stream,
+                        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
                     continue;
                 }
                 if first.starts_with("POST /tokenize") && !matches!(plan.tokenize, Side::Usual) {
@@ -313,6 +330,39 @@ pub(crate) fn fake(plan: impl Into<Plan>, max_connections: usize) -> Fake {
         requests: rx,
         endless_written,
     }
+}
+
+/// vLLM's `/tokenize` and `/detokenize` (its `serving_tokenization.py`), one token per byte.
+fn vllm_tokenizer(first: &str, request: &str) -> (&'static str, String) {
+    let body: serde_json::Value = request
+        .split_once("\r\n\r\n")
+        .and_then(|(_, b)| serde_json::from_str(b).ok())
+        .unwrap_or_default();
+    if first.starts_with("POST /tokenize") {
+        return match body["prompt"].as_str() {
+            Some(text) => {
+                let tokens: Vec<u8> = text.bytes().collect();
+                let answer = serde_json::json!({
+                    "count": tokens.len(), "max_model_len": 32768, "tokens": tokens, "token_strs": null
+                });
+                ("200 OK", answer.to_string())
+            }
+            None => (
+                "400 Bad Request",
+                r#"{"object":"error","message":"[{'type': 'missing', 'loc': ('body', 'prompt'), 'msg': 'Field required'}]","type":"BadRequestError","param":null,"code":400}"#.to_string(),
+            ),
+        };
+    }
+    let bytes: Vec<u8> = body["tokens"]
+        .as_array()
+        .map(|t| {
+            t.iter()
+                .filter_map(|t| u8::try_from(t.as_u64()?).ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    let answer = serde_json::json!({"prompt": String::from_utf8_lossy(&bytes)});
+    ("200 OK", answer.to_string())
 }
 
 fn tokscope(dir: &tempfile::TempDir) -> Command {
@@ -1284,4 +1334,143 @@ fn an_implausible_vllm_time_is_dropped_with_a_note() {
     let notes = v["notes"].to_string();
     assert!(notes.contains("queue time of -4.0 ms"), "{notes}");
     assert!(notes.contains("decode time of 1.00e300 ms"), "{notes}");
+}
+
+// ---- `load` against vLLM's `/tokenize`, its warm-up and its own cost (issue 35) ----
+
+/// What one `load` run against a fake vLLM tokenizer sent and said.
+struct VllmRun {
+    report: serde_json::Value,
+    stderr: String,
+    /// The bodies of the `/tokenize` requests, in order.
+    tokenize: Vec<serde_json::Value>,
+    /// The chat requests' (max_tokens, the user message's text), in order.
+    chats: Vec<(u64, String)>,
+}
+
+/// `load --input-len 8 --warmup 2 --requests 3 --output-len 32` (warm-up requests ask for 16
+/// tokens, the level's for 32) against a server answering `/tokenize` only in vLLM's form.
+fn load_against_vllms_tokenizer() -> VllmRun {
+    let body = chunk("a") + &chunk("b") + &chunk("c") + &usage_event(8, 3) + "data: [DONE]\n\n";
+    let f = fake(
+        Plan {
+            chat: Chat::Sse(body.into_bytes()),
+            models: Side::Usual,
+            tokenize: Side::Vllm,
+        },
+        40,
+    );
+    let (code, stdout, stderr, _) = timed(
+        &[
+            "load",
+            "--url",
+            &url(&f),
+            "--requests",
+            "3",
+            "--warmup",
+            "2",
+            "--input-len",
+            "8",
+            "--output-len",
+            "32",
+            "-o",
+            "json",
+        ],
+        Duration::from_secs(40),
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert_no_panic(&stderr);
+    let body_of = |r: &str| -> serde_json::Value {
+        serde_json::from_str(r.split_once("\r\n\r\n").unwrap().1).unwrap()
+    };
+    let (mut tokenize, mut chats) = (Vec::new(), Vec::new());
+    for r in f.requests.try_iter() {
+        if r.starts_with("POST /tokenize") {
+            tokenize.push(body_of(&r));
+        } else if r.starts_with("POST /v1/chat/completions") {
+            let b = body_of(&r);
+            let text = b["messages"][0]["content"].as_str().unwrap().to_string();
+            chats.push((b["max_tokens"].as_u64().unwrap(), text));
+        }
+    }
+    VllmRun {
+        report: serde_json::from_str(&stdout).unwrap(),
+        stderr,
+        tokenize,
+        chats,
+    }
+}
+
+/// Item 1: a server that refuses llama-server's `{"content"}` (vLLM, SGLang) is asked in its
+/// own form, `{"model", "prompt"}`, and its answer (`tokens`, `count`) read: the prompts are
+/// exactly --input-len tokens, and stderr says which form was used.
+#[test]
+fn load_cuts_prompts_with_vllms_tokenize_form() {
+    let run = load_against_vllms_tokenizer();
+    assert!(
+        run.stderr.contains("by the server's /tokenize")
+            && run.stderr.contains("vLLM's and SGLang's form"),
+        "{}",
+        run.stderr
+    );
+    let prompts = run.report["prompts"].as_str().unwrap();
+    assert!(prompts.contains("/tokenize"), "{prompts}");
+    assert_eq!(run.tokenize.len(), 2, "{:?}", run.tokenize);
+    assert!(run.tokenize[0]["content"].is_string());
+    assert_eq!(run.tokenize[1]["model"], "fake-model");
+    assert!(run.tokenize[1]["prompt"].is_string());
+    assert_eq!(run.tokenize[1]["add_special_tokens"], false);
+    // One token a byte: every prompt is 8 bytes.
+    assert_eq!(run.chats.len(), 5, "{:?}", run.chats);
+    for (_, text) in &run.chats {
+        assert_eq!(text.len(), 8, "{text:?}");
+    }
+}
+
+/// Item 4: the warm-up's prompts are not the level's, so the server's prompt cache cannot
+/// answer the level's first requests.
+#[test]
+fn load_warms_up_with_prompts_the_level_does_not_send() {
+    let run = load_against_vllms_tokenizer();
+    let warmup: Vec<&String> = run
+        .chats
+        .iter()
+        .filter(|c| c.0 == 16)
+        .map(|c| &c.1)
+        .collect();
+    let level: Vec<&String> = run
+        .chats
+        .iter()
+        .filter(|c| c.0 == 32)
+        .map(|c| &c.1)
+        .collect();
+    assert_eq!((warmup.len(), level.len()), (2, 3), "{:?}", run.chats);
+    for w in &warmup {
+        assert!(
+            !level.contains(w),
+            "warm-up prompt {w:?} is in the level: {level:?}"
+        );
+    }
+    assert_eq!(run.report["levels"][0]["completed"], 3, "{}", run.report);
+}
+
+/// Item 6: the client's own CPU time over the level, per request and as a share of one core.
+#[test]
+fn load_reports_the_clients_own_cpu_time() {
+    let run = load_against_vllms_tokenizer();
+    let level = &run.report["levels"][0];
+    for key in [
+        "client_cpu_s",
+        "client_cpu_ms_per_request",
+        "client_cpu_core_share",
+    ] {
+        let v = level[key].as_f64().unwrap_or(f64::NAN);
+        assert!(v.is_finite() && v > 0.0, "{key}: {level}");
+    }
+    let share = level["client_cpu_core_share"].as_f64().unwrap();
+    let per_request = level["client_cpu_ms_per_request"].as_f64().unwrap();
+    let cpu = level["client_cpu_s"].as_f64().unwrap();
+    let duration = level["duration_s"].as_f64().unwrap();
+    assert!((share - cpu / duration).abs() < 1e-9, "{level}");
+    assert!((per_request - cpu * 1e3 / 3.0).abs() < 1e-9, "{level}");
 }

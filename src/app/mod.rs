@@ -679,6 +679,8 @@ impl App {
             EngineEvent::Scored { request_id, score } => {
                 return self.on_scored(request_id, score, now.unix_s);
             }
+            // The chat does not ask for the tokens' own confidence yet.
+            EngineEvent::Confidence { .. } => {}
             EngineEvent::Failed { request_id, error } => {
                 if self.on_score_failed(request_id, &error) {
                     return Vec::new();

@@ -236,6 +236,7 @@ fn jsonl_prompts(path: &PathBuf) -> Result<PromptSet, Failure> {
     }
     Ok(PromptSet {
         prompts,
+        warmup: Vec::new(),
         source: format!("{} (JSONL)", path.display()),
     })
 }
@@ -341,12 +342,34 @@ pub(crate) fn load(args: &LoadArgs) -> Result<(), Failure> {
                 None => client.default_model().await?,
             };
             let n_prompts = requests.unwrap_or(64).clamp(1, 256);
-            let prompts = match &args.prompts {
-                Some(p) => jsonl_prompts(p)?,
+            // The warm-up's own prompts, none of them sent in a level (see `warm_up`).
+            let n_warmup = args.warmup.min(256);
+            let (prompts, note) = match &args.prompts {
+                Some(p) => {
+                    let set = jsonl_prompts(p)?.set_apart_for_warmup(n_warmup);
+                    let note = (n_warmup > 0 && set.warmup.is_empty()).then(|| format!(
+                        "warm-up: {} has only {} prompts, so the warm-up sends the level's own and the server may answer the first of them from its prompt cache (give more prompts than --warmup to keep them apart)",
+                        p.display(),
+                        set.prompts.len()
+                    ));
+                    (set, note)
+                }
                 None => {
-                    PromptSet::from_text(&client, EVAL_TEXT, input_len, n_prompts, args.seed).await
+                    let (set, note) = PromptSet::from_text(
+                        &client,
+                        &model,
+                        EVAL_TEXT,
+                        input_len,
+                        (n_prompts, n_warmup),
+                        args.seed,
+                    )
+                    .await;
+                    (set, Some(note))
                 }
             };
+            if let Some(note) = note {
+                eprintln!("{}", crate::text::terminal_safe(&note));
+            }
             Ok::<_, Failure>((model, prompts))
         };
         let stopped = async {

@@ -83,6 +83,13 @@ pub struct RunArgs {
     pub resend: bool,
     #[command(flatten)]
     pub quality: super::flags::QualityArgs,
+    /// Report each answer token's own confidence without a reference: the probability the
+    /// model gave the token it chose and the entropy of its distribution (nats), from the
+    /// logits the host samples from, with the answer's mean p, min p, mean entropy and tokens
+    /// under p 0.1 (docs/metrics.md, "Per token and per answer"). Its cost is part of host
+    /// µs/token; with sampling on the backend there are no logits and it says so.
+    #[arg(long)]
+    pub confidence: bool,
 }
 
 /// Speculative decoding's flags (llama.cpp's names), shared by `run` and `chat`.
@@ -246,10 +253,65 @@ pub(crate) struct RunReport {
     /// absent without --ref.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub quality: Option<crate::metrics::quality::AnswerScore>,
+    /// Each answer token's own confidence and the answer's (`--confidence`; docs/metrics.md,
+    /// "Per token and per answer"); absent without --confidence.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub confidence: Option<RunConfidence>,
     /// The level --profile asked for, for the stderr table (the JSON has both).
     #[serde(skip)]
     pub profile_level: crate::metrics::profile::ProfileLevel,
     pub stamp: Stamp,
+}
+
+/// An answer's own confidence (`run --confidence`): per-token arrays in answer order, one
+/// value per generated token, and the answer's figures.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct RunConfidence {
+    /// Why there are no figures (`null` when there are): sampling on the backend leaves no
+    /// logits on the host.
+    pub unavailable: Option<&'static str>,
+    /// `null` for an answer of no tokens or without figures.
+    pub summary: Option<crate::metrics::quality::AnswerConfidence>,
+    /// The probability of each chosen token.
+    pub p: Vec<f32>,
+    /// The entropy of each token's distribution, nats.
+    pub entropy: Vec<f32>,
+}
+
+impl RunConfidence {
+    fn new(tokens: Option<Vec<crate::metrics::quality::TokenConfidence>>) -> Self {
+        let Some(tokens) = tokens else {
+            return Self {
+                unavailable: Some("sampling ran on the backend: no logits reach the host (--sampling host gives them)"),
+                summary: None,
+                p: Vec::new(),
+                entropy: Vec::new(),
+            };
+        };
+        Self {
+            unavailable: None,
+            summary: crate::metrics::quality::AnswerConfidence::of(&tokens),
+            p: tokens.iter().map(|t| t.p).collect(),
+            entropy: tokens.iter().map(|t| t.entropy).collect(),
+        }
+    }
+
+    /// The stderr line.
+    fn line(&self) -> String {
+        match (&self.summary, self.unavailable) {
+            (_, Some(why)) => format!("confidence not available: {why}\n"),
+            (None, None) => "confidence no answer tokens\n".to_string(),
+            (Some(a), None) => format!(
+                "confidence mean p {:.3} · min p {:.3} · mean entropy {:.3} nats · {} of {} tokens under p {}\n",
+                a.p_mean,
+                a.p_min,
+                a.entropy_mean,
+                a.below_low_p,
+                a.tokens,
+                crate::metrics::quality::CONFIDENCE_LOW_P,
+            ),
+        }
+    }
 }
 
 /// `run`'s time to ready: from the command's start (its flags read) to the engine's ready
@@ -330,6 +392,7 @@ impl RunReport {
             load,
             profile,
             quality: None,
+            confidence: None,
             profile_level: crate::metrics::profile::ProfileLevel::default(),
             stamp: Stamp::new(info, &settings.sampling),
         }
@@ -341,6 +404,13 @@ pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure>
     if let Some(url) = &args.remote.url {
         args.quality.refuse_remote()?;
         args.profile.refuse_remote()?;
+        if args.confidence {
+            return Err(Failure::new(
+                crate::commands::USAGE,
+                "--confidence reads a local model's logits (a server sends none): run it with -m MODEL.gguf",
+            )
+            );
+        }
         args.trace.check()?;
         args.sampling.apply(&mut settings)?;
         return run_remote(args, url, &settings);
@@ -393,6 +463,9 @@ pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure>
     // The roofline's bandwidth, as the chat takes it.
     let peaks = crate::commands::model::peak_bandwidths(&settings);
     let (mut engine, mut events) = EngineHandle::spawn(config)?;
+    engine.set_confidence(args.confidence);
+    // The answer's own confidence, sent just before its `Finished`.
+    let mut confidence = None;
     let show_progress = std::io::stderr().is_terminal() && !args.json;
     let stdout_terminal = std::io::stdout().is_terminal();
     let mut stdout = std::io::stdout().lock();
@@ -460,6 +533,9 @@ pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure>
                     return Ok(());
                 }
             }
+            EngineEvent::Confidence { request_id, tokens } if Some(request_id) == request => {
+                confidence = Some(tokens);
+            }
             EngineEvent::Finished { request_id, report } if Some(request_id) == request => {
                 let info = info
                     .as_ref()
@@ -467,6 +543,7 @@ pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure>
                 let load = load.unwrap_or_else(|| RunLoad::new(0.0, info));
                 let mut full = RunReport::new(&report, info, &settings, load_before, &peaks, load);
                 full.profile_level = args.profile.profile.unwrap_or_default();
+                full.confidence = confidence.take().map(RunConfidence::new);
                 match &reference {
                     Some(path) => {
                         let id = engine.next_id();
@@ -769,11 +846,16 @@ pub(crate) fn human_summary(r: &RunReport, info: &ModelInfo) -> String {
     }
     let h = &r.host;
     out.push_str(&format!(
-        "host     {} µs/tok between decodes ({}: logits {} · sampling {} · detok+stop {} · event {} µs)\n",
+        "host     {} µs/tok between decodes ({}: logits {} · sampling {}{} · detok+stop {} · event {} µs)\n",
         fmt_opt(h.host_us_per_token, 1),
         r.sampler,
         fmt_opt(h.logits_out_us, 1),
         fmt_opt(h.sampling_us, 1),
+        if r.confidence.is_some() {
+            format!(" · confidence {}", fmt_opt(h.confidence_us, 1))
+        } else {
+            String::new()
+        },
         fmt_opt(h.detokenize_stop_us, 1),
         fmt_opt(h.event_metrics_us, 1),
     ));
@@ -796,6 +878,9 @@ pub(crate) fn human_summary(r: &RunReport, info: &ModelInfo) -> String {
     ));
     if let Some(q) = &r.quality {
         out.push_str(&quality_line(q));
+    }
+    if let Some(c) = &r.confidence {
+        out.push_str(&c.line());
     }
     if let Some(p) = &r.profile {
         out.push_str(&crate::bench::profile::human(p, r.profile_level));

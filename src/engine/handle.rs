@@ -50,6 +50,8 @@ pub struct EngineHandle {
     cancel_through: Arc<AtomicU64>,
     ids: RequestIds,
     thread: Option<JoinHandle<()>>,
+    /// Ask for each token's own confidence with every turn sent from now on.
+    confidence: bool,
 }
 
 impl EngineHandle {
@@ -95,6 +97,7 @@ impl EngineHandle {
             cancel_through,
             ids: RequestIds::default(),
             thread: Some(thread),
+            confidence: false,
         }
     }
 
@@ -114,6 +117,7 @@ impl EngineHandle {
             id,
             turn,
             submitted_at: Instant::now(),
+            confidence: self.confidence,
         };
         let command = match model {
             None => EngineCommand::Generate(request),
@@ -123,6 +127,13 @@ impl EngineHandle {
             .send(command)
             .map_err(|_| EngineError::EngineGone)?;
         Ok(id)
+    }
+
+    /// Whether the turns sent from now on compute each token's own confidence (docs/metrics.md,
+    /// "Per token and per answer"); off by default, so that nothing is computed unasked. A
+    /// server (`--url`) sends no logits and ignores it.
+    pub fn set_confidence(&mut self, on: bool) {
+        self.confidence = on;
     }
 
     /// The id the next request will use unless the caller chooses a higher one.

@@ -78,6 +78,9 @@ pub struct GenerateRequest {
     pub turn: TurnRequest,
     /// When the request was handed to the engine: TTFT and every offset start here.
     pub submitted_at: Instant,
+    /// Compute each emitted token's own confidence from the logits the host samples from
+    /// (`EngineHandle::set_confidence`), sent as `Confidence` before `Finished`.
+    pub confidence: bool,
 }
 
 pub enum EngineCommand {
@@ -260,6 +263,13 @@ impl LoadStage {
 }
 
 pub enum EngineEvent {
+    /// Each answer token's own confidence, in answer order, sent just before `Finished` when
+    /// the request asked for it; `None` when the turn sampled on the backend (no logits reach
+    /// the host).
+    Confidence {
+        request_id: RequestId,
+        tokens: Option<Vec<crate::metrics::quality::TokenConfidence>>,
+    },
     /// Model loading: its stage, and within `Weights` llama.cpp's progress, 0.0..=1.0.
     Loading { stage: LoadStage, progress: f32 },
     /// The model and context are ready.
@@ -387,6 +397,7 @@ impl EngineEvent {
             | EngineEvent::BatchSweepDone { request_id, .. }
             | EngineEvent::TgMeasured { request_id, .. }
             | EngineEvent::Scored { request_id, .. }
+            | EngineEvent::Confidence { request_id, .. }
             | EngineEvent::SwitchProgress { request_id, .. }
             | EngineEvent::SwitchFailed { request_id, .. } => Some(*request_id),
             _ => None,

@@ -553,6 +553,11 @@ impl<'m> Session<'m> {
             .then(|| self.ctx.get_logits_ith(logits_index).to_vec());
         let mut turn = self.start_decode(req, batch, logits_index, tokens.len(), timeline);
         turn.stop_reason = stop_reason;
+        // Only asked for, and only where the host has the logits: backend sampling is kept
+        // as it is and the confidence said to be unavailable.
+        if req.confidence && !place.backend {
+            turn.confidence = Some(Vec::with_capacity(turn.answer.capacity()));
+        }
         while turn.stop_reason.is_none() {
             let (token, from_pass) = self.next_token(&mut turn, place.backend)?;
             turn.stop_reason = self.emit(&mut turn, req, events, token, from_pass, &cancelled);
@@ -560,7 +565,15 @@ impl<'m> Session<'m> {
                 self.decode_pass(&mut turn, req, events, token)?;
             }
         }
-        self.finish(turn, place, first_logits, dropped_messages)
+        let confidence = turn.confidence.take();
+        let report = self.finish(turn, place, first_logits, dropped_messages)?;
+        if req.confidence {
+            let _ = events.send(EngineEvent::Confidence {
+                request_id: req.id,
+                tokens: confidence,
+            });
+        }
+        Ok(report)
     }
 
     /// Prefill: keep the KV cache's common prefix, decode the rest of the prompt one
@@ -717,6 +730,9 @@ impl<'m> Session<'m> {
             gap_start: Instant::now(),
             timeline,
             stop_reason: None,
+            confidence: None,
+            pending_confidence: None,
+            queue_row: 0,
             profile: self
                 .profiler
                 .as_ref()
@@ -741,9 +757,16 @@ impl<'m> Session<'m> {
             match (turn.accepted_queue.pop_front(), turn.forced_next.take()) {
                 (Some(t), forced) => {
                     turn.forced_next = forced;
+                    // Accepted draft i was verified against row i of its pass.
+                    let row = turn.queue_row;
+                    turn.queue_row += 1;
+                    self.measure_confidence(turn, row, t);
                     (t, true)
                 }
-                (None, Some(t)) => (t, false),
+                (None, Some(t)) => {
+                    self.measure_confidence(turn, turn.logits_index, t);
+                    (t, false)
+                }
                 (None, None) if backend => {
                     // Sampled inside the graph: no logits row leaves the context.
                     let index = turn.logits_index;
@@ -766,10 +789,27 @@ impl<'m> Session<'m> {
                                 at_token: turn.timeline.token_ready_at.len(),
                             })?;
                     host.sampling += sampled_at.elapsed();
+                    self.measure_confidence(turn, turn.logits_index, token);
                     (token, false)
                 }
             },
         )
+    }
+
+    /// The chosen token's own confidence from row `row` of the last pass's logits, when the
+    /// turn asks for it; its time is a named part of the host gap (`host.confidence`), so that
+    /// host µs/token includes it.
+    fn measure_confidence(&self, turn: &mut Turn<'m>, row: i32, token: LlamaToken) {
+        if turn.confidence.is_none() {
+            return;
+        }
+        let started = Instant::now();
+        let logits = self.ctx.get_logits_ith(row);
+        turn.pending_confidence = usize::try_from(token.0)
+            .ok()
+            .filter(|&t| t < logits.len())
+            .map(|t| crate::metrics::quality::TokenConfidence::of(logits, t));
+        turn.host.confidence += started.elapsed();
     }
 
     /// Emits one token: end of generation, its text (whole characters, stop strings held
@@ -785,12 +825,16 @@ impl<'m> Session<'m> {
         cancelled: &dyn Fn() -> bool,
     ) -> Option<StopReason> {
         let mark = Instant::now();
+        let confidence = turn.pending_confidence.take();
         let host = &mut turn.host;
         host.tokens += 1;
         if turn.vocab.is_eog(token) && !req.turn.ignore_eos {
             return Some(StopReason::EndOfGeneration);
         }
         turn.answer.push(token);
+        if let (Some(all), Some(c)) = (turn.confidence.as_mut(), confidence) {
+            all.push(c);
+        }
         let piece = turn.vocab.token_to_piece(token, false, None);
         let whole = turn.utf8.push(&piece);
         let (visible, hit_stop) = turn.stops.push(&whole);
@@ -889,6 +933,7 @@ impl<'m> Session<'m> {
         decoded.map_err(|e| EngineError::Decode(e.to_string()))?;
         self.cached.push(token);
         turn.logits_index = 0;
+        turn.queue_row = 0;
         let accepted = if turn.drafts.is_empty() {
             0
         } else {
@@ -1118,6 +1163,14 @@ struct Turn<'m> {
     gap_start: Instant,
     timeline: TurnTimeline,
     stop_reason: Option<StopReason>,
+    /// Each answer token's own confidence, in answer order (`None` unless the request asked
+    /// for it and the host samples).
+    confidence: Option<Vec<crate::metrics::quality::TokenConfidence>>,
+    /// The confidence of the token `next_token` returned, until `emit` keeps it (an
+    /// end-of-generation token's is dropped with it).
+    pending_confidence: Option<crate::metrics::quality::TokenConfidence>,
+    /// The row of the last verify pass the next accepted draft was checked against.
+    queue_row: i32,
     /// The step profiler's record (`None` when it is off).
     profile: Option<crate::metrics::profile::ProfileRecord>,
 }

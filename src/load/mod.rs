@@ -65,58 +65,176 @@ pub(crate) struct LoadPlan {
 #[derive(Debug, Clone)]
 pub(crate) struct PromptSet {
     pub prompts: Vec<Vec<ChatMessage>>,
+    /// Prompts for the warm-up alone, never sent in a level (`set_apart_for_warmup`); empty:
+    /// the warm-up reuses `prompts`.
+    pub warmup: Vec<Vec<ChatMessage>>,
     /// How their lengths were set, in words.
     pub source: String,
 }
 
-impl PromptSet {
-    /// Cuts `text` into prompts of `lo..=hi` tokens with the server's own tokenizer
-    /// (llama-server's `/tokenize` and `/detokenize`); when it has none, of `lo..=hi` words.
-    pub(crate) async fn from_text(
-        client: &RemoteClient,
-        text: &str,
-        (lo, hi): (usize, usize),
-        count: usize,
-        seed: u64,
-    ) -> Self {
-        let mut rng = Rng::new(seed);
-        let tokens: Option<Vec<u64>> = client
-            .root_post("/tokenize", &json!({"content": text}))
-            .await
-            .ok()
-            .and_then(|v| {
-                v.get("tokens")?
-                    .as_array()?
-                    .iter()
-                    .map(|t| t.as_u64())
-                    .collect()
-            });
-        let mut prompts = Vec::new();
-        if let Some(tokens) = tokens.filter(|t| t.len() > hi) {
-            for _ in 0..count {
-                let n = rng.range(lo, hi);
-                let start = rng.range(0, tokens.len() - n);
-                let slice = &tokens[start..start + n];
-                let piece = client
-                    .root_post("/detokenize", &json!({"tokens": slice}))
-                    .await
-                    .ok()
-                    .and_then(|v| v.get("content")?.as_str().map(String::from));
-                match piece {
-                    Some(p) => prompts.push(vec![ChatMessage::new(Role::User, p)]),
-                    None => break,
-                }
-            }
-            if prompts.len() == count {
-                return Self {
-                    prompts,
-                    source: "cut to --input-len tokens of the server's tokenizer (/tokenize)"
-                        .into(),
-                };
+/// Which form of `/tokenize` and `/detokenize` a server speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TokenizeForm {
+    /// llama-server: `{"content": TEXT}` → `{"tokens": [...]}`; `{"tokens": [...]}` →
+    /// `{"content": TEXT}`.
+    LlamaServer,
+    /// vLLM and SGLang: `{"model": M, "prompt": TEXT}` → `{"tokens": [...], "count": N}`;
+    /// `{"model": M, "tokens": [...]}` → `{"prompt": TEXT}` (vLLM) or `{"text": TEXT}`.
+    Vllm,
+}
+
+impl TokenizeForm {
+    fn label(self) -> &'static str {
+        match self {
+            TokenizeForm::LlamaServer => "llama-server's form, {\"content\"}",
+            TokenizeForm::Vllm => "vLLM's and SGLang's form, {\"model\", \"prompt\"}",
+        }
+    }
+
+    fn tokenize_body(self, model: &str, text: &str) -> serde_json::Value {
+        match self {
+            TokenizeForm::LlamaServer => json!({"content": text}),
+            // Without the BOS a chat template adds again (vLLM adds it by default).
+            TokenizeForm::Vllm => {
+                json!({"model": model, "prompt": text, "add_special_tokens": false})
             }
         }
+    }
+
+    fn detokenize_body(self, model: &str, tokens: &[u64]) -> serde_json::Value {
+        match self {
+            TokenizeForm::LlamaServer => json!({"tokens": tokens}),
+            TokenizeForm::Vllm => json!({"model": model, "tokens": tokens}),
+        }
+    }
+}
+
+/// The token ids of a `/tokenize` answer (either form's), or what is wrong with it.
+fn tokens_of(answer: &serde_json::Value) -> Result<Vec<u64>, String> {
+    let tokens: Vec<u64> = answer
+        .get("tokens")
+        .and_then(|t| t.as_array())
+        .ok_or("its answer has no \"tokens\" list")?
+        .iter()
+        .map(|t| t.as_u64())
+        .collect::<Option<_>>()
+        .ok_or("its \"tokens\" are not all token ids")?;
+    match answer.get("count").and_then(|c| c.as_u64()) {
+        Some(n) if n != tokens.len() as u64 => Err(format!(
+            "its \"count\" ({n}) is not the number of its \"tokens\" ({})",
+            tokens.len()
+        )),
+        _ => Ok(tokens),
+    }
+}
+
+/// `text` as the server's token ids: llama-server's form first, and vLLM's (SGLang's) when
+/// the server refuses it with a 4xx. Err: why neither gave tokens, for stderr.
+async fn tokenize(
+    client: &RemoteClient,
+    model: &str,
+    text: &str,
+) -> Result<(Vec<u64>, TokenizeForm), String> {
+    let mut why = Vec::new();
+    for form in [TokenizeForm::LlamaServer, TokenizeForm::Vllm] {
+        match client
+            .root_post("/tokenize", &form.tokenize_body(model, text))
+            .await
+        {
+            Ok(answer) => {
+                return tokens_of(&answer)
+                    .map(|t| (t, form))
+                    .map_err(|e| format!("{} ({})", e, form.label()))
+            }
+            // A 4xx: this server may speak the other form.
+            Err(e @ RemoteError::Status { status, .. }) if (400..500).contains(&status) => {
+                why.push(format!("{e} ({})", form.label()));
+            }
+            Err(e) => {
+                why.push(format!("{e} ({})", form.label()));
+                break;
+            }
+        }
+    }
+    Err(why.join("; then "))
+}
+
+/// `tokens` as text, in the form `/tokenize` took.
+async fn detokenize(
+    client: &RemoteClient,
+    form: TokenizeForm,
+    model: &str,
+    tokens: &[u64],
+) -> Result<String, String> {
+    let answer = client
+        .root_post("/detokenize", &form.detokenize_body(model, tokens))
+        .await
+        .map_err(|e| e.to_string())?;
+    ["content", "prompt", "text"]
+        .iter()
+        .find_map(|k| answer.get(*k)?.as_str())
+        .map(String::from)
+        .ok_or_else(|| "its answer has no \"content\", \"prompt\" or \"text\" string".into())
+}
+
+impl PromptSet {
+    /// Cuts `text` into `count` prompts of `lo..=hi` tokens with the server's own tokenizer
+    /// (`/tokenize` and `/detokenize`, llama-server's or vLLM's form); when it has none, of
+    /// `lo..=hi` words. `warmup` more are cut after them for the warm-up alone. Also returns
+    /// what to say on stderr: which form was used, or why the prompts were cut by words.
+    pub(crate) async fn from_text(
+        client: &RemoteClient,
+        model: &str,
+        text: &str,
+        (lo, hi): (usize, usize),
+        (count, warmup): (usize, usize),
+        seed: u64,
+    ) -> (Self, String) {
+        let mut rng = Rng::new(seed);
+        let total = count + warmup;
+        let why_words = match tokenize(client, model, text).await {
+            Ok((tokens, _)) if tokens.len() <= hi => format!(
+                "the text is {} tokens, fewer than --input-len's {hi}",
+                tokens.len()
+            ),
+            Ok((tokens, form)) => {
+                let mut prompts = Vec::new();
+                let mut failed = None;
+                while prompts.len() < total {
+                    let n = rng.range(lo, hi);
+                    let start = rng.range(0, tokens.len() - n);
+                    match detokenize(client, form, model, &tokens[start..start + n]).await {
+                        Ok(p) => prompts.push(vec![ChatMessage::new(Role::User, p)]),
+                        Err(e) => {
+                            failed = Some(e);
+                            break;
+                        }
+                    }
+                }
+                match failed {
+                    None => {
+                        let set = Self {
+                            prompts,
+                            warmup: Vec::new(),
+                            source:
+                                "cut to --input-len tokens of the server's tokenizer (/tokenize)"
+                                    .into(),
+                        };
+                        return (
+                            set.set_apart_for_warmup(warmup),
+                            format!(
+                                "prompts: cut to --input-len tokens by the server's /tokenize and /detokenize ({})",
+                                form.label()
+                            ),
+                        );
+                    }
+                    Some(e) => format!("/detokenize failed: {e} ({})", form.label()),
+                }
+            }
+            Err(why) => format!("/tokenize failed: {why}"),
+        };
         let words: Vec<&str> = text.split_whitespace().collect();
-        let prompts = (0..count)
+        let prompts = (0..total)
             .map(|_| {
                 let n = rng.range(lo, hi).min(words.len());
                 let start = rng.range(0, words.len() - n);
@@ -126,10 +244,25 @@ impl PromptSet {
                 )]
             })
             .collect();
-        Self {
+        let set = Self {
             prompts,
-            source: "cut to --input-len words (the server has no /tokenize; token counts come from its usage)".into(),
+            warmup: Vec::new(),
+            source: "cut to --input-len words (no usable /tokenize on the server; token counts come from its usage)".into(),
+        };
+        (
+            set.set_apart_for_warmup(warmup),
+            format!("prompts: cut to --input-len words, not tokens: {why_words}; token counts come from the server's usage (a server with /tokenize in llama-server's or vLLM's form gives exact lengths)"),
+        )
+    }
+
+    /// Keeps the last `n` prompts for the warm-up alone, where at least one is left for the
+    /// levels: a warm-up prompt is then never one a level sends, so the server's prompt cache
+    /// holds none of the level's prompts when it starts.
+    pub(crate) fn set_apart_for_warmup(mut self, n: usize) -> Self {
+        if n > 0 && self.prompts.len() > n {
+            self.warmup = self.prompts.split_off(self.prompts.len() - n);
         }
+        self
     }
 }
 
@@ -216,8 +349,13 @@ pub(crate) async fn warm_up(
     prompts: &PromptSet,
     stop: &AtomicBool,
 ) -> Result<(), RemoteError> {
+    let pool = if prompts.warmup.is_empty() {
+        &prompts.prompts
+    } else {
+        &prompts.warmup
+    };
     for i in 0..plan.warmup {
-        let messages = prompts.prompts[i % prompts.prompts.len()].clone();
+        let messages = pool[i % pool.len()].clone();
         // A warm-up failure says the server is not usable: stop here with its error.
         let request = ChatRequest {
             model: plan.model.clone(),
@@ -263,6 +401,7 @@ pub(crate) async fn run_level(
     if let Some(Ok(mut m)) = export.map(|m| m.lock()) {
         m.start_level(&plan.arrivals.label(), std::time::SystemTime::now());
     }
+    let cpu_before = process_cpu();
     let started = Instant::now();
     let results = Arc::new(std::sync::Mutex::new(Vec::<
         Result<RequestRecord, RequestError>,
@@ -364,6 +503,9 @@ pub(crate) async fn run_level(
         wait_all.await;
     }
     let elapsed = started.elapsed();
+    let client_cpu = process_cpu()
+        .zip(cpu_before)
+        .map(|(after, before)| after.saturating_sub(before));
     let outcomes = results.lock().map(|r| r.clone()).unwrap_or_default();
     let (mut records, mut errors) = (Vec::new(), Vec::new());
     for o in outcomes {
@@ -372,11 +514,28 @@ pub(crate) async fn run_level(
             Err(e) => errors.push(e),
         }
     }
-    Ok(summarize(
-        plan.arrivals.label(),
-        &records,
-        &errors,
-        elapsed,
-        plan.slo,
-    ))
+    Ok(
+        summarize(plan.arrivals.label(), &records, &errors, elapsed, plan.slo)
+            .with_client_cpu(client_cpu),
+    )
+}
+
+/// The CPU time (user + system, every thread) this process has used so far: `getrusage`,
+/// to the microsecond (`/proc/self/stat` counts in 10 ms ticks, too coarse for a level).
+#[allow(unsafe_code)]
+fn process_cpu() -> Option<Duration> {
+    // SAFETY: getrusage writes one `rusage` through a valid pointer to one; an all-zero
+    // `rusage` is a valid value, so it is initialised whatever the call does.
+    let usage = unsafe {
+        let mut u = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+        let ok = libc::getrusage(libc::RUSAGE_SELF, u.as_mut_ptr()) == 0;
+        ok.then(|| u.assume_init())
+    }?;
+    let time = |t: libc::timeval| {
+        Some(
+            Duration::from_secs(u64::try_from(t.tv_sec).ok()?)
+                + Duration::from_micros(u64::try_from(t.tv_usec).ok()?),
+        )
+    };
+    Some(time(usage.ru_utime)? + time(usage.ru_stime)?)
 }

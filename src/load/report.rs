@@ -168,6 +168,13 @@ pub(crate) struct LoadSummary {
     /// What the server's own Prometheus metrics say of the level (`None`: the server has no
     /// `/metrics`, or scraping was off).
     pub server_metrics: Option<super::scrape::ServerMetrics>,
+    /// The CPU time (user + system, every thread) the load process itself used over the
+    /// level's duration: its streams, scrapes and progress line (`with_client_cpu`).
+    pub client_cpu_s: Option<f64>,
+    /// `client_cpu_s` ÷ the requests sent (completed and failed), in ms.
+    pub client_cpu_ms_per_request: Option<f64>,
+    /// `client_cpu_s` ÷ `duration_s`: the share of one core the client kept busy (0.05 = 5%).
+    pub client_cpu_core_share: Option<f64>,
 }
 
 /// A level's figures under vLLM's benchmark's definitions (`VllmFigures`): TTFT at the first
@@ -209,6 +216,17 @@ fn vllm_level(records: &[RequestRecord], secs: f64, slo: Option<Slo>) -> Option<
 }
 
 impl LoadSummary {
+    /// Adds the client's own CPU time over the level (`None`: it could not be read).
+    pub(crate) fn with_client_cpu(mut self, cpu: Option<Duration>) -> Self {
+        let Some(cpu) = cpu else { return self };
+        let secs = cpu.as_secs_f64();
+        let sent = self.completed + self.failed;
+        self.client_cpu_s = Some(secs);
+        self.client_cpu_ms_per_request = (sent > 0).then(|| secs * 1e3 / sent as f64);
+        self.client_cpu_core_share = per_s(secs, self.duration_s);
+        self
+    }
+
     /// The level's one-line progress report.
     pub(crate) fn line(&self) -> String {
         format!(
@@ -303,6 +321,9 @@ pub(crate) fn summarize(
         goodput_req_per_s: good.and_then(|g| per_s(g as f64, secs)),
         vllm_convention: vllm_level(records, secs, slo),
         server_metrics: None,
+        client_cpu_s: None,
+        client_cpu_ms_per_request: None,
+        client_cpu_core_share: None,
     }
 }
 
@@ -390,6 +411,25 @@ pub(crate) fn markdown(rows: &[LoadSummary]) -> String {
             .collect();
         out.push_str(&table(&headers, &cells));
     }
+    let cpu: Vec<String> = rows
+        .iter()
+        .filter_map(|r| {
+            Some(format!(
+                "client CPU at {}: {} ms a request, {}% of one core ({} s of CPU over {} s)",
+                r.level,
+                f(r.client_cpu_ms_per_request, 2),
+                f(r.client_cpu_core_share.map(|s| s * 100.0), 1),
+                f(Some(r.client_cpu_s?), 3),
+                f(Some(r.duration_s), 2),
+            ))
+        })
+        .collect();
+    if !cpu.is_empty() {
+        out.push_str(&format!(
+            "\ntokscope's own cost (its CPU time over the level, user + system):\n{}\n",
+            cpu.join("\n")
+        ));
+    }
     for r in rows.iter().filter(|r| !r.errors_by_kind.is_empty()) {
         let kinds: Vec<String> = r
             .errors_by_kind
@@ -422,6 +462,9 @@ pub(crate) fn csv(rows: &[LoadSummary]) -> String {
                 ("output_tok_per_s", o(r.output_tok_per_s)),
                 ("per_user_tok_per_s", o(r.per_user_tok_per_s)),
                 ("goodput_req_per_s", o(r.goodput_req_per_s)),
+                ("client_cpu_s", o(r.client_cpu_s)),
+                ("client_cpu_ms_per_request", o(r.client_cpu_ms_per_request)),
+                ("client_cpu_core_share", o(r.client_cpu_core_share)),
             ]
             .into_iter()
             .map(|(k, v)| (k.to_owned(), v))
@@ -557,6 +600,33 @@ mod tests {
         assert!(Slo::parse("ttfb=1s").unwrap_err().contains("ttfb"));
         assert!(Slo::parse("ttft=fast").unwrap_err().contains("fast"));
         assert!(Slo::parse("").is_err());
+    }
+
+    #[test]
+    fn the_clients_own_cpu_time_is_per_request_and_a_share_of_one_core() {
+        let s = summarize(
+            "c=1".into(),
+            &[rec(100, 10, 5), rec(100, 10, 5), rec(100, 10, 5)],
+            &[RequestError::new("timeout", "no response within 1 s")],
+            Duration::from_secs(2),
+            None,
+        )
+        .with_client_cpu(Some(Duration::from_millis(200)));
+        assert_eq!(s.client_cpu_s, Some(0.2));
+        assert_eq!(s.client_cpu_ms_per_request, Some(50.0));
+        assert_eq!(s.client_cpu_core_share, Some(0.1));
+        let md = markdown(std::slice::from_ref(&s));
+        assert!(
+            md.contains("client CPU at c=1: 50.00 ms a request, 10.0% of one core"),
+            "{md}"
+        );
+        let csv = csv(std::slice::from_ref(&s));
+        assert!(csv.contains("client_cpu_ms_per_request"), "{csv}");
+        assert!(csv.contains("50.0000"), "{csv}");
+        // Unread, it is unknown, not zero.
+        let none = summarize("x".into(), &[], &[], Duration::ZERO, None).with_client_cpu(None);
+        assert_eq!(none.client_cpu_ms_per_request, None);
+        assert!(!markdown(&[none]).contains("client CPU"));
     }
 
     #[test]

@@ -383,14 +383,33 @@ pub(crate) struct GaugeStats {
     pub max: f64,
 }
 
+/// What a server histogram's quantile is: a value inside a bucket, or only a bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum QuantileIs {
+    /// Linear within its bucket, between two finite bounds (Prometheus' `histogram_quantile`).
+    Interpolated,
+    /// In the first bucket: at most the figure (the bucket's bound); nothing says where below.
+    AtMost,
+    /// In the `+Inf` bucket: above the figure (the largest finite bound).
+    Above,
+}
+
 /// A server histogram over one level: this level's observations, from the buckets' deltas.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub(crate) struct ServerLatency {
+    /// Observations this level.
     pub count: u64,
+    /// What one observation is: `requests` (TTFT, E2E, queue time) or `token_gaps` (ITL: one
+    /// per gap between two output tokens).
+    pub count_of: &'static str,
     pub mean_ms: Option<f64>,
-    /// Interpolated within the bucket, as Prometheus' `histogram_quantile`.
+    /// Interpolated within the bucket, as Prometheus' `histogram_quantile`, except in the
+    /// first and the `+Inf` bucket, where it is the bound (`p50_is`, `p99_is`).
     pub p50_ms: Option<f64>,
+    pub p50_is: Option<QuantileIs>,
     pub p99_ms: Option<f64>,
+    pub p99_is: Option<QuantileIs>,
 }
 
 /// One scrape during the level, for the time slices.
@@ -462,7 +481,13 @@ pub(crate) fn report(
         let end = last.histograms.get(name)?;
         let empty = Histogram::default();
         let start = baseline.histograms.get(name).unwrap_or(&empty);
-        histogram_delta(start, end)
+        // vLLM's and SGLang's ITL histograms observe every gap between two tokens.
+        let count_of = if name == "itl" {
+            "token_gaps"
+        } else {
+            "requests"
+        };
+        histogram_delta(start, end, count_of)
     };
     let mut names = last.matched.clone();
     names.sort();
@@ -597,7 +622,11 @@ impl Level {
 }
 
 /// This level's observations of a histogram: the end's buckets less the baseline's.
-fn histogram_delta(start: &Histogram, end: &Histogram) -> Option<ServerLatency> {
+fn histogram_delta(
+    start: &Histogram,
+    end: &Histogram,
+    count_of: &'static str,
+) -> Option<ServerLatency> {
     let count = end.count - start.count;
     if count.is_nan() || count < 0.0 {
         return None;
@@ -608,38 +637,62 @@ fn histogram_delta(start: &Histogram, end: &Histogram) -> Option<ServerLatency> 
         .map(|(le, c)| (le.0, c - start.buckets.get(le).copied().unwrap_or(0.0)))
         .collect();
     let mean_ms = (count > 0.0).then(|| (end.sum - start.sum) / count * 1e3);
+    let (p50, p99) = (quantile(&buckets, 0.5), quantile(&buckets, 0.99));
     Some(ServerLatency {
         count: count.round() as u64,
+        count_of,
         mean_ms,
-        p50_ms: quantile(&buckets, 0.5).map(|s| s * 1e3),
-        p99_ms: quantile(&buckets, 0.99).map(|s| s * 1e3),
+        p50_ms: p50.map(|(s, _)| s * 1e3),
+        p50_is: p50.map(|(_, is)| is),
+        p99_ms: p99.map(|(s, _)| s * 1e3),
+        p99_is: p99.map(|(_, is)| is),
     })
 }
 
 /// Prometheus' `histogram_quantile` over cumulative `(upper bound, count)` buckets: the rank's
-/// bucket, linear within it (from 0 for the first bucket); a rank in the `+Inf` bucket gives
-/// the largest finite bound.
-fn quantile(buckets: &[(f64, f64)], q: f64) -> Option<f64> {
+/// bucket, linear within it. Where a histogram says nothing of the values' spread the bound is
+/// given and said: a rank in the first bucket gives its bound, `AtMost` (Prometheus would
+/// interpolate from 0, inventing a value: vLLM's queue-time buckets start at 0.3 s); a rank in
+/// the `+Inf` bucket gives the largest finite bound, `Above`.
+fn quantile(buckets: &[(f64, f64)], q: f64) -> Option<(f64, QuantileIs)> {
     let total = buckets.last()?.1;
     if total.is_nan() || total <= 0.0 {
         return None;
     }
     let rank = q * total;
-    let mut lower = (0.0, 0.0);
+    let mut lower: Option<(f64, f64)> = None;
     for &(le, count) in buckets {
         if count >= rank {
-            if le.is_infinite() {
-                return Some(lower.0);
-            }
-            let in_bucket = count - lower.1;
-            if in_bucket <= 0.0 {
-                return Some(le);
-            }
-            return Some(lower.0 + (le - lower.0) * (rank - lower.1) / in_bucket);
+            return Some(match lower {
+                _ if le.is_infinite() => (lower.map_or(0.0, |l| l.0), QuantileIs::Above),
+                None => (le, QuantileIs::AtMost),
+                Some((lo, below)) => {
+                    let in_bucket = count - below;
+                    if in_bucket <= 0.0 {
+                        (le, QuantileIs::Interpolated)
+                    } else {
+                        (
+                            lo + (le - lo) * (rank - below) / in_bucket,
+                            QuantileIs::Interpolated,
+                        )
+                    }
+                }
+            });
         }
-        lower = (le, count);
+        lower = Some((le, count));
     }
-    Some(lower.0)
+    lower.map(|l| (l.0, QuantileIs::Above))
+}
+
+/// A server quantile for a person: "12.5", "≤ 300.0" (in the first bucket) or "> 80000.0"
+/// (in the `+Inf` bucket).
+fn quantile_text(ms: Option<f64>, is: Option<QuantileIs>) -> String {
+    let v = crate::metrics::fmt_opt(ms, 1);
+    match (ms, is) {
+        (Some(_), Some(QuantileIs::AtMost)) => format!("≤ {v}"),
+        (Some(_), Some(QuantileIs::Above)) => format!("> {v}"),
+        _ => v,
+    }
 }
 
 /// The report's lines for a person, one level: "server (vllm:, 12 scrapes every 500 ms): …".
@@ -662,11 +715,12 @@ pub(crate) fn lines(level: &str, m: &ServerMetrics) -> Vec<String> {
             || "—".to_string(),
             |l| {
                 format!(
-                    "{} requests, mean {} p50 {} p99 {} ms",
+                    "{} {}, mean {} p50 {} p99 {} ms",
                     l.count,
+                    l.count_of.replace('_', " "),
                     crate::metrics::fmt_opt(l.mean_ms, 1),
-                    crate::metrics::fmt_opt(l.p50_ms, 1),
-                    crate::metrics::fmt_opt(l.p99_ms, 1)
+                    quantile_text(l.p50_ms, l.p50_is),
+                    quantile_text(l.p99_ms, l.p99_is)
                 )
             },
         )
@@ -838,14 +892,73 @@ mod tests {
     }
 
     #[test]
-    fn quantiles_follow_prometheus_histogram_quantile() {
+    fn quantiles_follow_prometheus_histogram_quantile_between_finite_bounds() {
+        use QuantileIs::*;
         let b = [(1.0, 10.0), (2.0, 20.0), (f64::INFINITY, 20.0)];
-        assert_eq!(quantile(&b, 0.5), Some(1.0));
-        assert_eq!(quantile(&b, 0.75), Some(1.5));
-        assert_eq!(quantile(&b, 0.25), Some(0.5));
-        let inf = [(1.0, 1.0), (f64::INFINITY, 10.0)];
-        assert_eq!(quantile(&inf, 0.99), Some(1.0), "the largest finite bound");
+        assert_eq!(quantile(&b, 0.75), Some((1.5, Interpolated)));
+        assert_eq!(quantile(&b, 1.0), Some((2.0, Interpolated)));
         assert_eq!(quantile(&[(1.0, 0.0)], 0.5), None);
+    }
+
+    /// Issue 35: a rank in the first bucket is "≤ its bound", not a value interpolated from 0
+    /// (vLLM's queue time: every request under 0.3 s gave a p50 of 150 ms); a rank in the
+    /// `+Inf` bucket is "> the last bound".
+    #[test]
+    fn quantiles_in_the_first_and_the_inf_bucket_are_bounds() {
+        use QuantileIs::*;
+        let b = [(1.0, 10.0), (2.0, 20.0), (f64::INFINITY, 20.0)];
+        assert_eq!(quantile(&b, 0.25), Some((1.0, AtMost)));
+        assert_eq!(quantile(&b, 0.5), Some((1.0, AtMost)));
+        let inf = [(1.0, 1.0), (f64::INFINITY, 10.0)];
+        assert_eq!(quantile(&inf, 0.99), Some((1.0, Above)));
+        // vLLM's queue time: 8 requests, all under its first bound (0.3 s).
+        let queue = [(0.3, 8.0), (0.5, 8.0), (f64::INFINITY, 8.0)];
+        let l = histogram_delta(
+            &Histogram::default(),
+            &Histogram {
+                buckets: queue.iter().map(|&(le, c)| (OrderedBound(le), c)).collect(),
+                sum: 0.4,
+                count: 8.0,
+            },
+            "requests",
+        )
+        .unwrap();
+        assert_eq!((l.p50_ms, l.p50_is), (Some(300.0), Some(AtMost)));
+        assert_eq!(quantile_text(l.p50_ms, l.p50_is), "≤ 300.0");
+        assert_eq!(quantile_text(Some(80_000.0), Some(Above)), "> 80000.0");
+        assert_eq!(quantile_text(Some(12.5), Some(Interpolated)), "12.5");
+        let json = serde_json::to_value(l).unwrap();
+        assert_eq!(json["p50_is"], "at_most", "{json}");
+        assert_eq!(json["p50_ms"], 300.0, "{json}");
+    }
+
+    /// Issue 35: an ITL histogram counts gaps between tokens, not requests.
+    #[test]
+    fn counts_are_labelled_by_what_each_histogram_counts() {
+        let text = |itl: u32, ttft: u32| {
+            format!(
+                "vllm:inter_token_latency_seconds_bucket{{le=\"0.01\"}} 0\n\
+                 vllm:inter_token_latency_seconds_bucket{{le=\"0.1\"}} {itl}\n\
+                 vllm:inter_token_latency_seconds_bucket{{le=\"+Inf\"}} {itl}\n\
+                 vllm:inter_token_latency_seconds_sum 1\nvllm:inter_token_latency_seconds_count {itl}\n\
+                 vllm:time_to_first_token_seconds_bucket{{le=\"0.1\"}} 0\n\
+                 vllm:time_to_first_token_seconds_bucket{{le=\"1\"}} {ttft}\n\
+                 vllm:time_to_first_token_seconds_bucket{{le=\"+Inf\"}} {ttft}\n\
+                 vllm:time_to_first_token_seconds_sum 1\nvllm:time_to_first_token_seconds_count {ttft}\n"
+            )
+        };
+        let m = report(
+            &snap(&text(0, 0), 0),
+            &[snap(&text(1008, 16), 500)],
+            Duration::ZERO,
+        )
+        .unwrap();
+        assert_eq!(m.itl.unwrap().count_of, "token_gaps");
+        assert_eq!(m.ttft.unwrap().count_of, "requests");
+        let line = &lines("c=2", &m)[2];
+        assert!(line.contains("TTFT 16 requests, mean"), "{line}");
+        assert!(line.contains("ITL 1008 token gaps, mean"), "{line}");
+        assert!(!line.contains("1008 requests"), "{line}");
     }
 
     /// Each fixture read by `scripts/prom-parse.py` (prometheus_client's parser; scripts/test.sh

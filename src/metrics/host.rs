@@ -20,6 +20,9 @@ pub struct HostTimes {
     pub sampling: Duration,
     /// Token to text piece, UTF-8 assembly and the stop-string check.
     pub detokenize: Duration,
+    /// The token's own confidence (`run --confidence`, Alt+K without a reference): a pass over
+    /// its logits row; zero unless asked for.
+    pub confidence: Duration,
     /// The timestamp, the token event sent to the UI and the per-token bookkeeping.
     pub event: Duration,
     /// Each gap of `total`, in order (the median resists the odd preemption of the engine
@@ -37,6 +40,8 @@ pub(crate) struct HostSummary {
     pub sampling_us: Option<f64>,
     pub detokenize_stop_us: Option<f64>,
     pub event_metrics_us: Option<f64>,
+    /// The token's own confidence, when asked for (else 0).
+    pub confidence_us: Option<f64>,
     /// The rest of the gap: the end-of-turn checks and building the next batch.
     pub other_us: Option<f64>,
 }
@@ -45,7 +50,8 @@ impl HostTimes {
     pub(crate) fn summary(&self) -> HostSummary {
         let per =
             |d: Duration| (self.tokens > 0).then(|| d.as_secs_f64() * 1e6 / self.tokens as f64);
-        let parts = self.logits_out + self.sampling + self.detokenize + self.event;
+        let parts =
+            self.logits_out + self.sampling + self.confidence + self.detokenize + self.event;
         HostSummary {
             host_us_per_token: per(self.total),
             host_p50_us: {
@@ -57,6 +63,7 @@ impl HostTimes {
             sampling_us: per(self.sampling),
             detokenize_stop_us: per(self.detokenize),
             event_metrics_us: per(self.event),
+            confidence_us: per(self.confidence),
             other_us: per(self.total.saturating_sub(parts)),
         }
     }
@@ -76,12 +83,14 @@ mod tests {
             sampling: Duration::from_micros(120),
             detokenize: Duration::from_micros(80),
             event: Duration::from_micros(100),
+            confidence: Duration::from_micros(20),
             gaps: [90, 120, 100, 90].map(Duration::from_micros).to_vec(),
         };
         let s = t.summary();
         assert_eq!(s.host_us_per_token, Some(100.0));
         assert_eq!(s.sampling_us, Some(30.0));
-        assert_eq!(s.other_us, Some(15.0));
+        assert_eq!(s.confidence_us, Some(5.0));
+        assert_eq!(s.other_us, Some(10.0));
         assert_eq!(s.host_p50_us, Some(90.0));
     }
 }

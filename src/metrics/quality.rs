@@ -214,15 +214,155 @@ fn entropy(log_probs: impl Iterator<Item = f64>) -> f64 {
 }
 
 /// A distribution's own confidence in the token it chose, without a reference: its
-/// probability and the distribution's entropy (nats).
+/// probability and the distribution's entropy (nats). The same softmax and entropy as
+/// [`score_token`], in one pass over the vocabulary after the maximum: with d = logit − max,
+/// S = Σ e^d and T = Σ e^d·d, ln P(t) = d_t − ln S and −Σ P ln P = ln S − T/S. The engine
+/// computes it for every token of an answer between two decode calls, so the pass is written
+/// to vectorize ([`exp_nonpositive`], f32 lanes summed into f64 per block): 262k logits in
+/// tens of µs where libm's `expf` per logit took over a millisecond (docs/metrics.md).
 pub fn confidence(logits: &[f32], chosen: usize) -> (f64, f64) {
-    let (_, max, lse) = max_and_log_sum_exp(logits);
-    let shift = f64::from(max) + lse;
-    let lp = |v: f32| f64::from(v) - shift;
-    (
-        lp(logits[chosen]).exp(),
-        entropy(logits.iter().map(|&v| lp(v))),
-    )
+    const LANES: usize = 16;
+    let mut lanes_max = [f32::NEG_INFINITY; LANES];
+    let mut chunks = logits.chunks_exact(LANES);
+    for c in &mut chunks {
+        for (m, &v) in lanes_max.iter_mut().zip(c) {
+            *m = m.max(v);
+        }
+    }
+    let max = chunks
+        .remainder()
+        .iter()
+        .chain(&lanes_max)
+        .copied()
+        .fold(f32::NEG_INFINITY, f32::max);
+    // Far below the maximum, e^d is 0 in f32 (and −∞ or NaN logits count as 0).
+    let term = |v: f32| {
+        let d = (v - max).max(-200.0);
+        let e = exp_nonpositive(d);
+        (e, e * d)
+    };
+    let (mut sum, mut weighted) = (0.0f64, 0.0f64);
+    for block in logits.chunks(4096) {
+        let (mut s, mut w) = ([0.0f32; LANES], [0.0f32; LANES]);
+        let mut chunks = block.chunks_exact(LANES);
+        for c in &mut chunks {
+            for i in 0..LANES {
+                let (e, ed) = term(c[i]);
+                s[i] += e;
+                w[i] += ed;
+            }
+        }
+        for &v in chunks.remainder() {
+            let (e, ed) = term(v);
+            s[0] += e;
+            w[0] += ed;
+        }
+        sum += s.iter().map(|&x| f64::from(x)).sum::<f64>();
+        weighted += w.iter().map(|&x| f64::from(x)).sum::<f64>();
+    }
+    let ln_sum = sum.ln();
+    let p = (f64::from(logits[chosen] - max) - ln_sum).exp();
+    (p.min(1.0), (ln_sum - weighted / sum).max(0.0))
+}
+
+/// e^x for x ≤ 0 in f32 without a branch or a libm call, so that a loop over a vocabulary
+/// row vectorizes: e^x = 2^n · 2^f with n = round(x·log₂e) (the 1.5·2²³ rounding trick, which
+/// also leaves n in the low mantissa bits) and f in [−½, ½], 2^f by its Taylor series to
+/// degree 6 (relative error about 2e-7, f32's own). 0 under e^−87.
+#[inline(always)]
+fn exp_nonpositive(x: f32) -> f32 {
+    const ROUND: f32 = 12_582_912.0;
+    let t = (x * std::f32::consts::LOG2_E).max(-127.0);
+    let r = t + ROUND;
+    let f = t - (r - ROUND);
+    // Only the low 9 bits survive the shift: n + 127, in 0..=127 here.
+    let scale = f32::from_bits(r.to_bits().wrapping_add(127) << 23);
+    let l = std::f32::consts::LN_2;
+    let p = 1.0
+        + f * l
+            * (1.0
+                + f * l
+                    * (1.0 / 2.0
+                        + f * l
+                            * (1.0 / 6.0
+                                + f * l
+                                    * (1.0 / 24.0
+                                        + f * l * (1.0 / 120.0 + f * l * (1.0 / 720.0))))));
+    p * scale
+}
+
+/// One answer token's own confidence (`run --confidence`, the chat's Alt+K without a
+/// reference): the probability the model gave the token it chose and its distribution's
+/// entropy, nats, both from the raw logits (before temperature and the sampler's cuts).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct TokenConfidence {
+    pub p: f32,
+    pub entropy: f32,
+}
+
+impl TokenConfidence {
+    pub fn of(logits: &[f32], chosen: usize) -> Self {
+        let (p, entropy) = confidence(logits, chosen);
+        Self {
+            p: p as f32,
+            entropy: entropy as f32,
+        }
+    }
+}
+
+/// The probability under which a chosen token counts as unsure (`AnswerConfidence::below_low_p`).
+pub const CONFIDENCE_LOW_P: f64 = 0.1;
+
+/// The lower bounds of a token's own-confidence bands as the chat colours them (`Alt+K`
+/// without a reference), on the probability of the chosen token: band 0 at 0.9 and above
+/// (sure), band 1 from 0.5, band 2 from `CONFIDENCE_LOW_P` (0.1), band 3 under 0.1 (or not
+/// finite). Band i is coloured as KLD band i: the higher the band, the less trustworthy.
+pub const CONFIDENCE_BANDS: [f64; 3] = [0.9, 0.5, CONFIDENCE_LOW_P];
+
+/// The band of a chosen token's probability (0 to 3, see [`CONFIDENCE_BANDS`]).
+pub fn confidence_band(p: f64) -> usize {
+    if !p.is_finite() {
+        return CONFIDENCE_BANDS.len();
+    }
+    CONFIDENCE_BANDS
+        .iter()
+        .position(|&bound| p >= bound)
+        .unwrap_or(CONFIDENCE_BANDS.len())
+}
+
+/// An answer's own confidence over its tokens (docs/metrics.md, "Per token and per answer").
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct AnswerConfidence {
+    pub tokens: usize,
+    pub p_mean: f64,
+    pub p_min: f64,
+    /// Mean entropy, nats.
+    pub entropy_mean: f64,
+    /// Tokens chosen with a probability under `CONFIDENCE_LOW_P`.
+    pub below_low_p: usize,
+}
+
+impl AnswerConfidence {
+    /// `None` for an answer of no tokens.
+    pub fn of(tokens: &[TokenConfidence]) -> Option<Self> {
+        if tokens.is_empty() {
+            return None;
+        }
+        let n = tokens.len() as f64;
+        Some(Self {
+            tokens: tokens.len(),
+            p_mean: tokens.iter().map(|t| f64::from(t.p)).sum::<f64>() / n,
+            p_min: tokens
+                .iter()
+                .map(|t| f64::from(t.p))
+                .fold(f64::INFINITY, f64::min),
+            entropy_mean: tokens.iter().map(|t| f64::from(t.entropy)).sum::<f64>() / n,
+            below_low_p: tokens
+                .iter()
+                .filter(|t| f64::from(t.p) < CONFIDENCE_LOW_P)
+                .count(),
+        })
+    }
 }
 
 /// Adds one scored position of a candidate to `acc`.
@@ -524,6 +664,52 @@ mod tests {
         let mut b = Accumulator::default();
         b.add(&t);
         assert_eq!(a.stats(true), b.stats(true));
+    }
+
+    #[test]
+    fn confidence_of_uniform_and_one_hot_logits() {
+        for v in [2usize, 7, 1000, 262_144] {
+            let uniform = vec![0.37f32; v];
+            let (p, h) = confidence(&uniform, v / 2);
+            assert!((p - 1.0 / v as f64).abs() < 1e-9 * v as f64, "V {v}: p {p}");
+            assert!((h - (v as f64).ln()).abs() < 1e-6, "V {v}: entropy {h}");
+        }
+        let mut one_hot = vec![-30.0f32; 1000];
+        one_hot[3] = 30.0;
+        let (p, h) = confidence(&one_hot, 3);
+        assert!(
+            (1.0 - p) < 1e-9 && (0.0..1e-9).contains(&h),
+            "p {p} entropy {h}"
+        );
+        let (p_other, _) = confidence(&one_hot, 4);
+        assert!(p_other < 1e-20);
+        // The one pass agrees with score_token's entropy on a vocabulary-sized row.
+        let row_logits: Vec<f32> = (0..50_000)
+            .map(|i| ((i * 7919) % 1013) as f32 / 97.0)
+            .collect();
+        let t = score_token(&row_logits, &row(&row_logits), 17, true);
+        let (p, h) = confidence(&row_logits, 17);
+        assert!((p / t.p_cand - 1.0).abs() < 1e-5 && (h - t.entropy_cand.unwrap()).abs() < 1e-4);
+        for x in [0.0f32, -1e-3, -0.5, -1.0, -3.7, -10.0, -50.0, -86.0] {
+            let rel = f64::from(exp_nonpositive(x)) / f64::from(x).exp() - 1.0;
+            // x·log₂e is rounded to f32: about 1e-6 relative at x = −50, where e^x is 2e-22.
+            assert!(rel.abs() < 1e-5, "e^{x}: relative error {rel}");
+        }
+        assert_eq!([-90.0f32, -200.0].map(exp_nonpositive), [0.0, 0.0]);
+    }
+
+    #[test]
+    fn confidence_bands_and_an_answers_summary() {
+        assert_eq!(
+            [1.0, 0.9, 0.89, 0.5, 0.2, 0.1, 0.0999, 0.0, f64::NAN].map(confidence_band),
+            [0, 0, 1, 1, 2, 2, 3, 3, 3]
+        );
+        let t = |p: f32, entropy: f32| TokenConfidence { p, entropy };
+        let a = AnswerConfidence::of(&[t(1.0, 0.0), t(0.5, 1.0), t(0.05, 3.0)]).unwrap();
+        assert_eq!((a.tokens, a.below_low_p), (3, 1));
+        assert!((a.p_mean - 1.55 / 3.0).abs() < 1e-6 && (a.p_min - 0.05).abs() < 1e-6);
+        assert!((a.entropy_mean - 4.0 / 3.0).abs() < 1e-6);
+        assert_eq!(AnswerConfidence::of(&[]), None);
     }
 
     #[test]
