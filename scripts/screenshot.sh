@@ -3,6 +3,12 @@
 # captured with its colours and rendered to assets/screenshots/chat.png.
 #
 # Usage: scripts/screenshot.sh [--tokscope BIN] [--model FILE] [--out FILE.png] [--prompt TEXT]
+#                              [--ref FILE]
+#
+# With --ref the answer is scored against that reference and drawn by KLD (Alt+K): the
+# README's second picture, the demo model's Q4_0 against the demo model itself:
+#   scripts/screenshot.sh --model Q4_0.gguf --ref gemma-3-270m-q4_k_m.gguf \
+#     --out assets/screenshots/chat-quality.png
 #
 # Needs (nothing is installed by this script):
 #   - tmux                                     (Debian: apt-get install tmux)
@@ -18,6 +24,7 @@ tokscope="${CARGO_TARGET_DIR:-${repo_root}/target}/release/tokscope"
 model="${HOME}/.local/share/tokscope/models/gemma-3-270m-q4_k_m.gguf"
 out="${repo_root}/assets/screenshots/chat.png"
 prompt="What is the capital of France?"
+reference=
 python=${PYTHON:-python3}
 cols=120
 rows=36
@@ -29,7 +36,8 @@ while [ "$#" -gt 0 ]; do
     --model) need_value "$@"; model=$2; shift 2 ;;
     --out) need_value "$@"; out=$2; shift 2 ;;
     --prompt) need_value "$@"; prompt=$2; shift 2 ;;
-    -h | --help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --ref) need_value "$@"; reference=$2; shift 2 ;;
+    -h | --help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -40,6 +48,7 @@ command -v tmux >/dev/null || missing+=("tmux (apt-get install tmux)")
 [ -f /usr/share/fonts/truetype/dejavu/DejaVuSansMono.ttf ] || missing+=("DejaVu Sans Mono (apt-get install fonts-dejavu-core)")
 [ -x "$tokscope" ] || missing+=("the binary ${tokscope} (cargo build --release, or --tokscope BIN)")
 [ -f "$model" ] || missing+=("the demo model ${model} (tokscope fetch-demo)")
+[ -z "$reference" ] || [ -f "$reference" ] || missing+=("the reference ${reference}")
 if [ "${#missing[@]}" -gt 0 ]; then
   printf 'error: missing: %s\n' "${missing[@]}" >&2
   exit 3
@@ -55,8 +64,10 @@ trap cleanup EXIT
 # A fresh data and config dir: no user settings, no history on the picture.
 mkdir -p "${work}/data" "${work}/config"
 
+ref_args=
+[ -z "$reference" ] || ref_args="--ref '${reference}'"
 tmux -L "$socket" -f /dev/null new-session -d -x "$cols" -y "$rows" \
-  "env TOKSCOPE_DATA_DIR='${work}/data' TOKSCOPE_CONFIG_DIR='${work}/config' TERM=xterm-256color '${tokscope}' chat -m '${model}'; sleep 600"
+  "env TOKSCOPE_DATA_DIR='${work}/data' TOKSCOPE_CONFIG_DIR='${work}/config' TERM=xterm-256color '${tokscope}' chat -m '${model}' ${ref_args}; sleep 600"
 
 # wait_for TEXT SECONDS: poll the pane until TEXT shows, or fail with the screen.
 wait_for() {
@@ -73,6 +84,12 @@ wait_for " ready " 300
 tmux -L "$socket" send-keys -l -- "$prompt"
 tmux -L "$socket" send-keys Enter
 wait_for "turn 1 · done" 300
+if [ -n "$reference" ]; then
+  # The score comes after the answer; then the tokens are drawn by KLD.
+  wait_for "Alt+K: tokens by KLD" 300
+  tmux -L "$socket" send-keys M-k
+  sleep 1
+fi
 # One frame more, so the finished figures are drawn.
 sleep 1
 tmux -L "$socket" capture-pane -e -p >"${work}/capture.txt"
