@@ -365,6 +365,55 @@ impl AnswerConfidence {
     }
 }
 
+/// How many of a distribution's most likely tokens the chat keeps per answer token, for the
+/// token cursor (`Alt+K`, then arrows: both models' top tokens at the token under it).
+pub const TOP_K: usize = 5;
+
+/// One of a distribution's most likely tokens: its id, its text and its probability (from the
+/// raw logits, as every figure here).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct TopToken {
+    pub token: i32,
+    pub text: String,
+    pub p: f32,
+}
+
+/// The indices of the `k` largest values of `logits`, largest first (ties: the lower index
+/// first; NaN never counts). One pass: a block of 16 is looked into only when its maximum
+/// beats the k-th value so far, so the pass costs about what finding the maximum costs.
+pub fn top_k(logits: &[f32], k: usize) -> Vec<usize> {
+    const LANES: usize = 16;
+    let mut best: Vec<(usize, f32)> = Vec::with_capacity(k + 1);
+    if k == 0 {
+        return Vec::new();
+    }
+    // The k-th value so far, once there are k.
+    let floor = |best: &[(usize, f32)]| (best.len() == k).then(|| best[k - 1].1);
+    let offer = |best: &mut Vec<(usize, f32)>, i: usize, v: f32| {
+        if v.is_nan() || floor(best).is_some_and(|f| v <= f) {
+            return;
+        }
+        let at = best.partition_point(|&(_, b)| b >= v);
+        best.insert(at, (i, v));
+        best.truncate(k);
+    };
+    let mut chunks = logits.chunks_exact(LANES);
+    let mut base = 0;
+    for c in &mut chunks {
+        let block_max = c.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        if floor(&best).is_none_or(|f| block_max > f) {
+            for (j, &v) in c.iter().enumerate() {
+                offer(&mut best, base + j, v);
+            }
+        }
+        base += LANES;
+    }
+    for (j, &v) in chunks.remainder().iter().enumerate() {
+        offer(&mut best, base + j, v);
+    }
+    best.into_iter().map(|(i, _)| i).collect()
+}
+
 /// Adds one scored position of a candidate to `acc`.
 pub fn score_candidate(acc: &mut Accumulator, logits: &[f32], reference: &RefRow, next: usize) {
     acc.add(&score_token(logits, reference, next, false));
@@ -565,6 +614,31 @@ impl Chunking {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn top_k_keeps_the_largest_in_order_with_ties_to_the_lower_index() {
+        let mut logits = vec![0.0f32; 1000];
+        logits[7] = 3.0;
+        logits[500] = 5.0;
+        logits[999] = 4.0;
+        logits[33] = 3.0;
+        logits[2] = f32::NAN;
+        logits[3] = f32::INFINITY;
+        assert_eq!(top_k(&logits, 5), vec![3, 500, 999, 7, 33]);
+        assert_eq!(top_k(&logits, 2), vec![3, 500]);
+        assert!(top_k(&logits, 0).is_empty());
+        // Fewer values than k: all of them, in order.
+        assert_eq!(top_k(&[1.0, 2.0], 5), vec![1, 0]);
+        // Every value the same: the first k.
+        assert_eq!(top_k(&[0.5; 40], 3), vec![0, 1, 2]);
+        // The slow way agrees on a shuffled row.
+        let row: Vec<f32> = (0..4099u32)
+            .map(|i| ((i * 7919) % 4099) as f32 * 0.01)
+            .collect();
+        let mut idx: Vec<usize> = (0..row.len()).collect();
+        idx.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
+        assert_eq!(top_k(&row, TOP_K), idx[..TOP_K].to_vec());
+    }
+
     use super::*;
 
     #[test]
