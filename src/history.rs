@@ -151,6 +151,14 @@ pub struct SavedTurn {
         skip_serializing_if = "Option::is_none"
     )]
     pub quality: Option<crate::metrics::quality::AnswerScore>,
+    /// The answer's own confidence token by token (asked for by the chat's `Alt+K` without a
+    /// reference; absent when not). Read leniently, as `metrics`.
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub confidence: Option<Vec<crate::metrics::quality::TokenConfidence>>,
 }
 
 /// A field that no longer parses loads as `None`, never making the whole file unreadable.
@@ -1200,6 +1208,13 @@ pub(crate) fn export_markdown(conv: &SavedConversation, current: &TurnSettings) 
                 crate::metrics::quality::summary_line(q)
             ));
         }
+        if let Some(c) = turn
+            .confidence
+            .as_deref()
+            .and_then(crate::metrics::quality::AnswerConfidence::of)
+        {
+            out.push_str(&format!("*own confidence: {}*\n\n", c.line()));
+        }
     }
     let trimmed = out.trim_end().len();
     out.truncate(trimmed);
@@ -1265,6 +1280,7 @@ mod tests {
             finished_unix_s: updated_unix_s - 50,
             settings: Some(settings(42, Some("Be brief."))),
             quality: None,
+            confidence: None,
         });
         conv.turns.push(SavedTurn {
             user: "and again".to_string(),
@@ -1276,6 +1292,7 @@ mod tests {
             finished_unix_s: updated_unix_s,
             settings: Some(settings(42, Some("Be brief."))),
             quality: None,
+            confidence: None,
         });
         conv.model = Some(tiny_model());
         conv

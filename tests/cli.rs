@@ -615,19 +615,7 @@ fn run_confidence_gives_one_value_per_token_and_none_unasked() {
     let run = |extra: &[&str]| {
         let out = tokscope(home.path())
             .args([
-                "run",
-                "-p",
-                "Hello",
-                "--temp",
-                "0",
-                "-n",
-                "12",
-                "-t",
-                "1",
-                "--json",
-                "--sampling",
-                "host",
-                "-m",
+                "run", "-p", "Hello", "--temp", "0", "-n", "12", "-t", "1", "--json", "-m",
             ])
             .arg(&model)
             .args(extra)
@@ -639,8 +627,11 @@ fn run_confidence_gives_one_value_per_token_and_none_unasked() {
             .clone();
         serde_json::from_slice::<serde_json::Value>(&out).expect("stdout is one JSON object")
     };
-    assert!(run(&[]).get("confidence").is_none(), "not asked: none");
-    let v = run(&["--confidence"]);
+    assert!(
+        run(&["--sampling", "host"]).get("confidence").is_none(),
+        "not asked: none"
+    );
+    let v = run(&["--confidence", "--sampling", "host"]);
     let c = &v["confidence"];
     let n = v["metrics"]["tokens_generated"].as_u64().unwrap() as usize;
     let p: Vec<f64> = c["p"]
@@ -651,10 +642,73 @@ fn run_confidence_gives_one_value_per_token_and_none_unasked() {
         .collect();
     let h = c["entropy"].as_array().unwrap();
     assert!(n > 0 && p.len() == n && h.len() == n, "{c}");
-    let n_vocab = v["model"]["n_vocab"].as_f64().unwrap_or(262_144.0);
-    // Greedy: each chosen token is the most likely, so at least 1/V.
-    for &x in &p {
-        assert!(x > 0.0 && x <= 1.0 && x >= 1.0 / n_vocab - 1e-9, "p {x}");
-    }
+    assert_greedy_confidence(&v, n);
     assert_eq!(c["summary"]["tokens"].as_u64(), Some(n as u64));
+    // Under speculation (a draft of the same file, so drafts are accepted and tokens come
+    // from verify passes' rows): the same greedy answer, one figure per token, each from the
+    // row that chose it.
+    let spec = run(&[
+        "--confidence",
+        "--sampling",
+        "host",
+        "--draft",
+        model.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        spec["text"], v["text"],
+        "greedy with a draft: the same answer"
+    );
+    assert!(
+        spec["spec"]["accepted"].as_u64().unwrap_or(0) > 0,
+        "drafts were accepted: {}",
+        spec["spec"]
+    );
+    assert_greedy_confidence(&spec, n);
+    // Sampling on the backend leaves no logits on the host: said, never invented.
+    let backend = run(&["--confidence", "--sampling", "backend"]);
+    let b = &backend["confidence"];
+    assert!(
+        b["unavailable"].as_str().unwrap().contains("backend"),
+        "{b}"
+    );
+    assert!(b["p"].as_array().unwrap().is_empty() && b["summary"].is_null());
+}
+
+/// A greedy answer's own confidence: `n` figures, each chosen token the most likely of its
+/// row's top tokens, with the top's probability; the tokens' texts make the answer's text.
+fn assert_greedy_confidence(v: &serde_json::Value, n: usize) {
+    let c = &v["confidence"];
+    let arr = |k: &str| {
+        c[k].as_array()
+            .unwrap_or_else(|| panic!("{k}: {c}"))
+            .clone()
+    };
+    let (p, token, text, top) = (arr("p"), arr("token"), arr("text"), arr("top"));
+    assert!(
+        [p.len(), token.len(), text.len(), top.len()] == [n; 4],
+        "{n} tokens: {c}"
+    );
+    for i in 0..n {
+        let row = top[i].as_array().unwrap();
+        assert_eq!(row.len(), 5, "top 5 at {i}");
+        assert_eq!(
+            row[0]["token"], token[i],
+            "greedy: the chosen token is the top at {i}"
+        );
+        let (p_top, p_i) = (row[0]["p"].as_f64().unwrap(), p[i].as_f64().unwrap());
+        assert!(
+            (p_top - p_i).abs() < 1e-6 && p_i > 0.0 && p_i <= 1.0,
+            "{p_top} vs {p_i}"
+        );
+        let ps: Vec<f64> = row.iter().map(|t| t["p"].as_f64().unwrap()).collect();
+        assert!(
+            ps.windows(2).all(|w| w[0] >= w[1]),
+            "descending at {i}: {ps:?}"
+        );
+        assert!(ps.iter().sum::<f64>() <= 1.0 + 1e-6);
+    }
+    let joined: String = text.iter().map(|t| t.as_str().unwrap()).collect();
+    if !joined.contains('\u{FFFD}') {
+        assert_eq!(joined, v["text"].as_str().unwrap(), "the tokens' texts");
+    }
 }

@@ -11,6 +11,8 @@ mod backend_sampling;
 mod engine;
 #[path = "model_switch.rs"]
 mod model_switch;
+#[path = "quality_ref_cache.rs"]
+mod quality_ref_cache;
 #[path = "real_model.rs"]
 mod real_model;
 #[path = "sampling.rs"]

@@ -96,6 +96,8 @@ fn the_same_file_as_reference_agrees_exactly_and_every_score_is_its_tokens() {
         assert_eq!(f(&t["p_ref"]), f(&t["p_cand"]), "{t}");
         assert!(f(&t["entropy_ref"]) >= 0.0, "{t}");
     }
+    assert_same_tops(tokens);
+    assert_eq!(q["reused_tokens"], 0, "one answer: nothing kept before it");
     assert!(
         f(&q["score_ms"]) > 0.0 && f(&q["reference_load_ms"]) > 0.0,
         "{q}"
@@ -144,6 +146,70 @@ fn on_the_demo_model_each_score_is_read_at_its_own_tokens_position() {
     }
     assert_eq!(f(&q["summary"]["kld_mean"]), 0.0, "{q}");
     assert_eq!(f(&q["summary"]["same_top_pct"]), 100.0, "{q}");
+    assert_same_tops(tokens);
+}
+
+/// Each scored position's `TOP_K` most likely tokens of both models, against the same file:
+/// the same ids (and texts and probabilities) for both, the first the position's top token,
+/// probabilities descending and summing to at most 1, the chosen token's (when among them) its
+/// `p_cand`.
+fn assert_same_tops(tokens: &[Value]) {
+    for t in tokens {
+        let (top_ref, top_cand) = (
+            t["top_k_ref"].as_array().expect("top_k_ref"),
+            t["top_k_cand"].as_array().expect("top_k_cand"),
+        );
+        assert_eq!(top_cand.len(), tokscope::metrics::quality::TOP_K, "{t}");
+        assert_eq!(top_ref, top_cand, "{t}");
+        assert_eq!(top_cand[0]["token"], t["top_cand"], "{t}");
+        assert_eq!(top_ref[0]["token"], t["top_ref"], "{t}");
+        let p: Vec<f64> = top_cand.iter().map(|x| f(&x["p"])).collect();
+        assert!(p.windows(2).all(|w| w[0] >= w[1]), "descending: {t}");
+        assert!(p.iter().sum::<f64>() <= 1.0 + 1e-6, "{t}");
+        if let Some(chosen) = top_cand.iter().find(|x| x["token"] == t["token"]) {
+            assert!((f(&chosen["p"]) - f(&t["p_cand"])).abs() <= 1e-6, "{t}");
+            assert_eq!(chosen["text"], t["text"], "{t}");
+        }
+    }
+}
+
+/// `run --turns 2 --ref`: the second answer's scoring reads the conversation from the
+/// contexts the first one's left, so it reuses at least the first prompt; the first reuses
+/// nothing.
+#[test]
+fn a_second_turn_is_scored_from_the_first_turns_kept_contexts() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let model = synth_typed(home.path(), "f32", 7);
+    let out = common::ok_stdout(
+        tokscope_cmd(home.path())
+            .args(["run", "-p", "Hello there, tell me", "--temp", "0"])
+            .args([
+                "--ignore-eos",
+                "-t",
+                "1",
+                "-n",
+                "8",
+                "--turns",
+                "2",
+                "--json",
+                "-m",
+            ])
+            .arg(&model)
+            .arg("--ref")
+            .arg(&model),
+    );
+    let turns: Vec<Value> = serde_json::from_slice(&out).expect("a JSON array of turns");
+    assert_eq!(turns.len(), 2, "{turns:?}");
+    let (first, second) = (&turns[0]["quality"], &turns[1]["quality"]);
+    assert_eq!(first["reused_tokens"], 0, "{first}");
+    let reused = second["reused_tokens"].as_u64().unwrap();
+    assert!(
+        reused >= first["context_tokens"].as_u64().unwrap()
+            && reused < second["context_tokens"].as_u64().unwrap(),
+        "second turn reused {reused}: {second}"
+    );
+    assert_eq!(f(&second["summary"]["kld_mean"]), 0.0, "{second}");
 }
 
 #[test]

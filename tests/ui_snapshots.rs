@@ -1582,3 +1582,187 @@ fn scored_tokens_in_their_kld_colours() {
     assert!(!indeed.add_modifier.contains(Modifier::REVERSED));
     snapshot_both("finished_quality_colours", &app);
 }
+
+/// Whether one line of `screen` holds `parts` left to right.
+fn in_order_on_a_line(screen: &str, parts: &[&str]) -> bool {
+    screen.lines().any(|line| {
+        let mut rest = line;
+        parts.iter().all(|p| match rest.find(p) {
+            Some(i) => {
+                rest = &rest[i + p.len()..];
+                true
+            }
+            None => false,
+        })
+    })
+}
+
+/// Top tokens from `(id, text, p)`.
+fn top(entries: &[(i32, &str, f32)]) -> Vec<tokscope::metrics::quality::TopToken> {
+    entries
+        .iter()
+        .map(|&(token, text, p)| tokscope::metrics::quality::TopToken {
+            token,
+            text: text.to_string(),
+            p,
+        })
+        .collect()
+}
+
+#[test]
+fn the_token_screen_shows_the_cursors_token_and_both_models_top_tokens() {
+    use tokscope::app::conversation::TurnQuality;
+    use tokscope::app::TokenCursor;
+    use tokscope::metrics::quality::AnswerScore;
+    // Alt+T on a scored answer: the answer in its KLD colours with the cursor on " lovely"
+    // (the first divergence), its figures, the reference's and the model's top tokens side by
+    // side, the chosen one marked.
+    let mut app = finished_app();
+    let base = answer_score(&[
+        (0.001, true, 0.9),
+        (0.05, true, 0.6),
+        (0.5, false, 0.004),
+        (3.0, true, 0.2),
+    ]);
+    let scores: Vec<_> = base.tokens.iter().map(|t| t.score).collect();
+    let texts = ["Paris", " is", " lovely", " indeed"].map(String::from);
+    let mut score = AnswerScore::new(
+        base.reference.clone(),
+        scores,
+        &[1, 2, 3, 4],
+        texts.to_vec(),
+        38,
+    );
+    score.tokens[2].top_ref = top(&[
+        (7, " beautiful", 0.61),
+        (8, " the", 0.2),
+        (3, " lovely", 0.004),
+    ]);
+    score.tokens[2].top_cand = top(&[(3, " lovely", 0.5), (7, " beautiful", 0.3), (9, "\n", 0.1)]);
+    let last = app.conversation.exchanges.len() - 1;
+    app.conversation.exchanges[last]
+        .assistant
+        .as_mut()
+        .unwrap()
+        .quality = Some(TurnQuality::Scored(Box::new(score)));
+    app.reference = Some(base.reference.clone());
+    app.quality_colours = true;
+    app.mode = Mode::Tokens;
+    app.token_cursor = Some(TokenCursor {
+        exchange: last,
+        token: 2,
+    });
+    let screen = render(&app, 120, 40);
+    for want in [
+        "token 3 of 4",
+        "\" lovely\"",
+        "first divergence",
+        "KLD 0.5000",
+        "same top no",
+        "p ref 0.4%",
+        "reference: top 5",
+        "model: top 5",
+    ] {
+        assert!(screen.contains(want), "{want}: {screen}");
+    }
+    // Each row: the reference's rank, token and p, then the model's.
+    for row in [
+        [" 1 \" beautiful\"", "61.0%", "▸1 \" lovely\"", "50.0%"],
+        ["▸3 \" lovely\"", "0.4%", " 3 \"\\n\"", "10.0%"],
+    ] {
+        assert!(in_order_on_a_line(&screen, &row), "{row:?}: {screen}");
+    }
+    snapshot_both("token_screen_scored", &app);
+}
+
+#[test]
+fn own_confidence_colours_the_answer_and_the_token_screen_shows_the_models_top_tokens() {
+    use ratatui::style::{Color, Modifier};
+    use tokscope::app::conversation::TurnConfidence;
+    use tokscope::app::TokenCursor;
+    use tokscope::metrics::quality::TokenConfidence;
+    // No reference: Alt+K colours an answer by the model's own probability of each token, with
+    // the legend under it and the own-confidence block in the metrics pane.
+    let mut app = finished_app();
+    let token = |id: i32, text: &str, p: f32, entropy: f32| TokenConfidence {
+        token: id,
+        text: text.to_string(),
+        p,
+        entropy,
+        // Sampled, so the chosen token is not always the most likely.
+        top: if p >= 0.5 {
+            top(&[(id, text, p), (99, " maybe", (1.0 - p) / 2.0)])
+        } else {
+            top(&[(99, " maybe", 0.8), (id, text, p)])
+        },
+    };
+    let tokens = vec![
+        token(1, "Paris", 0.97, 0.2),
+        token(2, " is", 0.7, 0.9),
+        token(3, " lovely", 0.2, 2.5),
+        token(4, " indeed", 0.05, 3.1),
+    ];
+    let last = app.conversation.exchanges.len() - 1;
+    app.conversation.exchanges[last]
+        .assistant
+        .as_mut()
+        .unwrap()
+        .confidence = Some(TurnConfidence::Measured(tokens));
+    app.quality_colours = true;
+    let terminal = draw_at(&app, 120, 40);
+    let buffer = terminal.backend().buffer();
+    let screen = buffer_text(buffer);
+    assert!(screen.contains("Paris is lovely indeed"), "{screen}");
+    assert!(screen.contains("own p ≥0.9 ≥0.5 ≥0.1 <0.1"), "{screen}");
+    assert!(screen.contains("own confidence"), "{screen}");
+    // Mean p (0.97 + 0.7 + 0.2 + 0.05) / 4 = 0.48; min 0.05; one token under 0.1.
+    assert!(screen.contains("0.480"), "mean p: {screen}");
+    let style_of = |word: &str| {
+        let (y, line) = screen
+            .lines()
+            .enumerate()
+            .find(|(_, l)| l.contains("Paris is lovely"))
+            .expect("the answer's line");
+        let at = line
+            .find(&format!(" {word}"))
+            .map_or_else(|| line.find(word), |i| Some(i + 1));
+        let x = line[..at.expect("the word")].chars().count();
+        buffer[(x as u16, y as u16)].style()
+    };
+    let paris = style_of("Paris");
+    assert!(
+        paris.fg.is_none() || paris.fg == Some(Color::Reset),
+        "{paris:?}"
+    );
+    assert_eq!(style_of("is").fg, Some(Color::Yellow));
+    assert_eq!(style_of("lovely").fg, Some(Color::Magenta));
+    assert_eq!(style_of("indeed").fg, Some(Color::Red));
+    assert!(!style_of("indeed").add_modifier.contains(Modifier::REVERSED));
+    snapshot_both("own_confidence_colours", &app);
+
+    app.mode = Mode::Tokens;
+    app.token_cursor = Some(TokenCursor {
+        exchange: last,
+        token: 3,
+    });
+    let screen = render(&app, 120, 40);
+    for want in [
+        "the model's own confidence",
+        "token 4 of 4",
+        "p 5.0%",
+        "entropy 3.10",
+        "model: top 5",
+    ] {
+        assert!(screen.contains(want), "{want}: {screen}");
+    }
+    assert!(
+        in_order_on_a_line(&screen, &[" 1 \" maybe\"", "80.0%"]),
+        "{screen}"
+    );
+    assert!(
+        in_order_on_a_line(&screen, &["▸2 \" indeed\"", "5.0%"]),
+        "{screen}"
+    );
+    assert!(!screen.contains("reference: top"), "{screen}");
+    snapshot_both("token_screen_own", &app);
+}

@@ -73,6 +73,28 @@ pub struct AssistantTurn {
     /// The answer against the reference model (`--ref`, `/ref`): being scored, scored, or why
     /// not (`None`: no reference was set when it finished).
     pub quality: Option<TurnQuality>,
+    /// The answer's own confidence token by token (asked for while `Alt+K` colours answers
+    /// and no reference is set; `None`: not asked for).
+    pub confidence: Option<TurnConfidence>,
+}
+
+/// An answer's own confidence: the probability of each chosen token and its distribution's
+/// entropy and top tokens, from the logits the host sampled from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TurnConfidence {
+    Measured(Vec<crate::metrics::quality::TokenConfidence>),
+    /// Asked for, but the turn sampled on the backend: no logits reached the host.
+    Unavailable,
+}
+
+impl TurnConfidence {
+    /// The tokens' figures, when measured.
+    pub(crate) fn tokens(&self) -> Option<&[crate::metrics::quality::TokenConfidence]> {
+        match self {
+            TurnConfidence::Measured(t) => Some(t),
+            TurnConfidence::Unavailable => None,
+        }
+    }
 }
 
 /// An answer's score against the reference model, after the answer (never while it decodes).
@@ -114,6 +136,7 @@ impl AssistantTurn {
             host: None,
             profile: None,
             quality: None,
+            confidence: None,
         }
     }
 
@@ -301,6 +324,11 @@ impl Conversation {
                     finished_unix_s: a.finished_unix_s.unwrap_or(updated_unix_s),
                     settings: a.settings.clone(),
                     quality: a.quality.as_ref().and_then(TurnQuality::score).cloned(),
+                    confidence: a
+                        .confidence
+                        .as_ref()
+                        .and_then(TurnConfidence::tokens)
+                        .map(<[_]>::to_vec),
                 })
             })
             .collect();
@@ -340,6 +368,7 @@ impl Conversation {
             finished_unix_s: now_unix_s,
             settings: a.settings.clone(),
             quality: None,
+            confidence: None,
         });
         Some(saved)
     }
@@ -371,6 +400,7 @@ impl Conversation {
                     host: None,
                     profile: None,
                     quality: t.quality.clone().map(|q| TurnQuality::Scored(Box::new(q))),
+                    confidence: t.confidence.clone().map(TurnConfidence::Measured),
                 }),
             })
             .collect();

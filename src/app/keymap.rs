@@ -32,8 +32,21 @@ pub(crate) enum Action {
     Repaint,
     /// Copy the last answer to the clipboard.
     Copy,
-    /// Alt+K: colour scored answers' tokens by their KLD against the reference, or stop.
+    /// Alt+K: colour answers' tokens (by KLD against the reference, else by their own
+    /// confidence), or stop.
     QualityColours,
+    /// Alt+T: the token screen (each token's figures and both models' top tokens).
+    OpenTokens,
+    CloseTokens,
+    /// Move the token cursor by this many tokens.
+    TokenMove(isize),
+    /// The token cursor to the answer's first or last token.
+    TokenFirst,
+    TokenLast,
+    /// The token screen shows the previous (-1) or next (1) answer with token figures.
+    TokenAnswer(isize),
+    /// The token cursor to the first divergence from the reference.
+    TokenDivergence,
     ToggleHelp,
     CloseHelp,
     Quit,
@@ -123,6 +136,19 @@ pub(crate) fn action_for(mode: Mode, input_empty: bool, key: KeyEvent) -> Option
         }
         (Mode::Profile, KeyCode::F(1) | KeyCode::Char('?')) => Some(Action::ToggleHelp),
         (Mode::Profile, _) => None,
+        (Mode::Tokens, KeyCode::Esc | KeyCode::Char('q')) => Some(Action::CloseTokens),
+        (Mode::Tokens, KeyCode::Char('t')) if alt => Some(Action::CloseTokens),
+        (Mode::Tokens, KeyCode::Left | KeyCode::Char('h')) => Some(Action::TokenMove(-1)),
+        (Mode::Tokens, KeyCode::Right | KeyCode::Char('l')) => Some(Action::TokenMove(1)),
+        (Mode::Tokens, KeyCode::Up | KeyCode::Char('k')) => Some(Action::TokenMove(-10)),
+        (Mode::Tokens, KeyCode::Down | KeyCode::Char('j')) => Some(Action::TokenMove(10)),
+        (Mode::Tokens, KeyCode::Home) => Some(Action::TokenFirst),
+        (Mode::Tokens, KeyCode::End) => Some(Action::TokenLast),
+        (Mode::Tokens, KeyCode::PageUp | KeyCode::Char('[')) => Some(Action::TokenAnswer(-1)),
+        (Mode::Tokens, KeyCode::PageDown | KeyCode::Char(']')) => Some(Action::TokenAnswer(1)),
+        (Mode::Tokens, KeyCode::Char('d')) => Some(Action::TokenDivergence),
+        (Mode::Tokens, KeyCode::F(1) | KeyCode::Char('?')) => Some(Action::ToggleHelp),
+        (Mode::Tokens, _) => None,
         (Mode::Picker, KeyCode::Esc) => Some(Action::Picker(PickerKey::Close)),
         (Mode::Picker, KeyCode::Enter) => Some(Action::Picker(PickerKey::Pick)),
         (Mode::Picker, KeyCode::Up) => Some(Action::Picker(PickerKey::Up)),
@@ -158,6 +184,7 @@ pub(crate) fn action_for(mode: Mode, input_empty: bool, key: KeyEvent) -> Option
         (Mode::Chat, KeyCode::End) if ctrl || input_empty => Some(Action::ScrollBottom),
         (Mode::Chat, KeyCode::Char('c')) if alt => Some(Action::Copy),
         (Mode::Chat, KeyCode::Char('k')) if alt => Some(Action::QualityColours),
+        (Mode::Chat, KeyCode::Char('t')) if alt => Some(Action::OpenTokens),
         (Mode::Chat, KeyCode::Tab) => Some(Action::Complete),
         (Mode::Chat, code) => edit_key(code, ctrl, alt, shift).map(Action::Edit),
     }
@@ -339,6 +366,21 @@ mod tests {
             chat(with(KeyCode::Char('k'), KeyModifiers::ALT), false),
             Some(A::QualityColours)
         );
+        assert_eq!(
+            chat(with(KeyCode::Char('t'), KeyModifiers::ALT), false),
+            Some(A::OpenTokens)
+        );
+        let tokens = |k| action_for(Mode::Tokens, true, k);
+        assert_eq!(tokens(key(KeyCode::Right)), Some(A::TokenMove(1)));
+        assert_eq!(tokens(key(KeyCode::Char('h'))), Some(A::TokenMove(-1)));
+        assert_eq!(tokens(key(KeyCode::PageUp)), Some(A::TokenAnswer(-1)));
+        assert_eq!(tokens(key(KeyCode::Char('d'))), Some(A::TokenDivergence));
+        assert_eq!(tokens(key(KeyCode::Esc)), Some(A::CloseTokens));
+        assert_eq!(
+            tokens(with(KeyCode::Char('t'), KeyModifiers::ALT)),
+            Some(A::CloseTokens)
+        );
+        assert_eq!(tokens(key(KeyCode::Char('x'))), None, "no typing there");
         let mut release = key(KeyCode::Enter);
         release.kind = KeyEventKind::Release;
         assert_eq!(chat(release, false), None, "only presses count");

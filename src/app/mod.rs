@@ -34,7 +34,7 @@ pub use complete::{Candidate, Completion};
 pub(crate) use input::{Edit, Input};
 pub(crate) use keymap::{action_for, Action, PAGE_LINES};
 pub use picker::{PickFor, Picker};
-pub use quality::ConversationQuality;
+pub use quality::{AnswerTokens, ConversationQuality, TokenCursor};
 pub use screens::{BenchPoint, BenchScreen, CompareView, ProfileScreen};
 pub(crate) use switch::Switch;
 #[cfg(test)]
@@ -66,6 +66,9 @@ pub enum Mode {
     Picker,
     /// Where the decode steps' time goes (`--profile`): parts, layers, operations.
     Profile,
+    /// One answer token by token (`Alt+T`): a cursor over its tokens, each token's figures and
+    /// both models' most likely tokens there.
+    Tokens,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -189,6 +192,9 @@ pub enum Effect {
         /// The settings in force, written into the export (each turn carries its own).
         settings: TurnSettings,
     },
+    /// Compute (or stop computing) each token's own confidence with the turns sent from now
+    /// on (`EngineHandle::set_confidence`).
+    SetConfidence(bool),
     /// Put this text on the clipboard (an OSC 52 sequence written to the terminal).
     Copy(String),
     /// Write these turns, with the UI's frames the loop kept, as a Chrome trace (`/trace`).
@@ -295,8 +301,14 @@ pub struct App {
     /// The reference model each answer is scored against after it finishes (`--ref`,
     /// `/ref`, config `[quality] ref`); `None`: answers are not scored.
     pub reference: Option<PathBuf>,
-    /// Scored answers are drawn token by token in their KLD band's colour (`Alt+K`).
+    /// Answers are drawn token by token in colour (`Alt+K`): scored ones by their KLD against
+    /// the reference, the others by their own confidence when it was measured.
     pub quality_colours: bool,
+    /// The engine computes each token's own confidence with the turns sent from now on
+    /// (while the colours are on and no reference is set; `Effect::SetConfidence`).
+    pub own_confidence: bool,
+    /// The token screen's answer and token (`Alt+T`).
+    pub token_cursor: Option<quality::TokenCursor>,
 }
 
 impl App {
@@ -346,6 +358,8 @@ impl App {
             model_dirs: Vec::new(),
             reference: None,
             quality_colours: false,
+            own_confidence: false,
+            token_cursor: None,
         }
     }
 
@@ -679,11 +693,19 @@ impl App {
             EngineEvent::Scored { request_id, score } => {
                 return self.on_scored(request_id, score, now.unix_s);
             }
-            // The chat does not ask for the tokens' own confidence yet.
-            EngineEvent::Confidence { .. } => {}
+            EngineEvent::Confidence { request_id, tokens } => {
+                if let Some(t) = self.conversation.turn_for(request_id) {
+                    t.confidence = Some(match tokens {
+                        Some(tokens) => conversation::TurnConfidence::Measured(tokens),
+                        None => conversation::TurnConfidence::Unavailable,
+                    });
+                }
+            }
             EngineEvent::Failed { request_id, error } => {
                 if self.on_score_failed(request_id, &error) {
-                    return Vec::new();
+                    // A reference turned off as unusable: the colours fall back to the
+                    // model's own confidence.
+                    return self.sync_confidence();
                 }
                 if let Some(t) = self.conversation.turn_for(request_id) {
                     t.on_failed(error.to_string());
@@ -740,7 +762,17 @@ impl App {
             Action::NewConversation => return self.new_conversation(now),
             Action::Repaint => self.full_repaint = true,
             Action::Copy => return self.copy(""),
-            Action::QualityColours => self.toggle_quality_colours(),
+            Action::QualityColours => return self.toggle_quality_colours(),
+            Action::OpenTokens => self.open_tokens(),
+            Action::CloseTokens => {
+                self.mode = Mode::Chat;
+                self.full_repaint = true;
+            }
+            Action::TokenMove(by) => self.move_token_cursor(by),
+            Action::TokenFirst => self.move_token_cursor(isize::MIN),
+            Action::TokenLast => self.move_token_cursor(isize::MAX),
+            Action::TokenAnswer(by) => self.token_answer(by),
+            Action::TokenDivergence => self.token_divergence(),
             Action::ToggleHelp => {
                 if self.mode != Mode::Help {
                     self.help_return = self.mode;

@@ -148,15 +148,41 @@ impl App {
         Some(out)
     }
 
-    /// `Alt+K`: scored answers in their tokens' KLD colours, or back to Markdown.
-    pub(super) fn toggle_quality_colours(&mut self) {
+    /// `Alt+K`: answers drawn token by token in colour, or back to Markdown. Scored answers
+    /// take their KLD against the reference; without a reference the engine measures each
+    /// token's own confidence from the next answer on, and those answers take its colours.
+    pub(super) fn toggle_quality_colours(&mut self) -> Vec<Effect> {
+        if !self.quality_colours && crate::remote::is_url(&self.model_path) {
+            self.notice(
+                NoticeKind::Error,
+                "token colours need a local model's logits (a server sends none): chat -m MODEL.gguf",
+            );
+            return Vec::new();
+        }
         self.quality_colours = !self.quality_colours;
-        let text = match (self.quality_colours, self.conversation_quality().is_some()) {
+        let effects = self.sync_confidence();
+        let text = match (self.quality_colours, self.reference.is_some()) {
             (false, _) => "tokens no longer coloured (Alt+K colours them again)",
-            (true, true) => "scored answers coloured by each token's KLD against the reference (Alt+K: Markdown again)",
-            (true, false) => "no answer is scored yet: /ref PATH sets a reference, and scored answers show their tokens' KLD colours",
+            (true, true) if self.conversation_quality().is_some() => {
+                "scored answers coloured by each token's KLD against the reference (Alt+K: Markdown again)"
+            }
+            (true, true) => "answers are coloured by each token's KLD once the reference has scored them (Alt+K: Markdown again)",
+            (true, false) => "answers from now on are coloured by the model's own confidence in each token (its probability; the cost shows in host µs/token); /ref PATH scores them against a reference instead · Alt+T: each token's top 5 · Alt+K: Markdown",
         };
         self.notice(NoticeKind::Info, text);
+        effects
+    }
+
+    /// Tells the engine whether to measure each token's own confidence: while the colours are
+    /// on and no reference scores the answers (a reference gives the model's own
+    /// probabilities too), never unasked.
+    pub(super) fn sync_confidence(&mut self) -> Vec<Effect> {
+        let want = self.quality_colours && self.reference.is_none();
+        if want == self.own_confidence {
+            return Vec::new();
+        }
+        self.own_confidence = want;
+        vec![Effect::SetConfidence(want)]
     }
 
     /// `/ref`, `/ref PATH`, `/ref off`.
@@ -174,8 +200,9 @@ impl App {
                 Vec::new()
             }
             "off" | "--off" => {
-                let effects = self.stop_scoring("stopped: /ref off");
+                let mut effects = self.stop_scoring("stopped: /ref off");
                 self.reference = None;
+                effects.extend(self.sync_confidence());
                 self.notice(NoticeKind::Info, "scoring is off");
                 effects
             }
@@ -190,6 +217,7 @@ impl App {
                 let path: PathBuf = crate::config::expand_home(std::path::Path::new(path));
                 let mut effects = self.stop_scoring("stopped: the reference changed");
                 self.reference = Some(path.clone());
+                effects.extend(self.sync_confidence());
                 // The last answer of this session is scored at once; an answer read back from
                 // history, or made by a model switched away from, is not the engine's to score.
                 let last = self
@@ -240,6 +268,154 @@ impl App {
             .and_then(|e| e.assistant.as_ref())
             .and_then(|a| a.model.as_ref())
             .is_some_and(|m| m.is(info))
+    }
+}
+
+/// The token screen's place (`Alt+T`): exchange `exchange`'s answer, its token `token`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TokenCursor {
+    pub exchange: usize,
+    pub token: usize,
+}
+
+/// An answer's figures token by token: its score against the reference, else its own
+/// confidence.
+#[derive(Debug, Clone, Copy)]
+pub enum AnswerTokens<'a> {
+    Scored(&'a AnswerScore),
+    Own(&'a [crate::metrics::quality::TokenConfidence]),
+}
+
+impl AnswerTokens<'_> {
+    pub fn len(&self) -> usize {
+        match self {
+            AnswerTokens::Scored(s) => s.tokens.len(),
+            AnswerTokens::Own(t) => t.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The first token where the two models' most likely tokens differ (scored answers).
+    pub fn first_divergence(&self) -> Option<usize> {
+        match self {
+            AnswerTokens::Scored(s) => s.summary.as_ref().and_then(|q| q.first_divergence),
+            AnswerTokens::Own(_) => None,
+        }
+    }
+}
+
+impl App {
+    /// Exchange `i`'s finished answer's figures token by token, when it has any.
+    pub(crate) fn answer_tokens(&self, i: usize) -> Option<AnswerTokens<'_>> {
+        let turn = self
+            .conversation
+            .exchanges
+            .get(i)?
+            .assistant
+            .as_ref()
+            .filter(|a| a.is_finished())?;
+        let tokens = match (
+            turn.quality.as_ref().and_then(TurnQuality::score),
+            turn.confidence.as_ref().and_then(|c| c.tokens()),
+        ) {
+            (Some(score), _) if !score.tokens.is_empty() => AnswerTokens::Scored(score),
+            (_, Some(own)) => AnswerTokens::Own(own),
+            _ => return None,
+        };
+        (!tokens.is_empty()).then_some(tokens)
+    }
+
+    /// The exchange with token figures nearest `from` in direction `step` (-1 older, 1
+    /// newer), `from` excluded.
+    fn answer_with_tokens(&self, from: usize, step: isize) -> Option<usize> {
+        let mut i = from;
+        loop {
+            i = i.checked_add_signed(step)?;
+            if i >= self.conversation.exchanges.len() {
+                return None;
+            }
+            if self.answer_tokens(i).is_some() {
+                return Some(i);
+            }
+        }
+    }
+
+    /// `Alt+T`: the token screen on the newest answer with token figures, its cursor on the
+    /// first divergence when there is one.
+    pub(super) fn open_tokens(&mut self) {
+        let n = self.conversation.exchanges.len();
+        let Some(exchange) = (0..n).rev().find(|&i| self.answer_tokens(i).is_some()) else {
+            let text = if crate::remote::is_url(&self.model_path) {
+                "no answer has token figures: a server sends no logits (chat -m MODEL.gguf has them)"
+            } else {
+                "no answer has token figures yet: Alt+K colours the next answers by the model's own confidence, /ref PATH scores them against a reference"
+            };
+            self.notice(NoticeKind::Info, text);
+            return;
+        };
+        let token = self
+            .answer_tokens(exchange)
+            .and_then(|t| t.first_divergence())
+            .unwrap_or(0);
+        self.token_cursor = Some(TokenCursor { exchange, token });
+        self.mode = super::Mode::Tokens;
+    }
+
+    /// Moves the token cursor by `by` tokens, kept on the answer's tokens.
+    pub(super) fn move_token_cursor(&mut self, by: isize) {
+        let Some(cursor) = self.token_cursor else {
+            return;
+        };
+        let Some(len) = self.answer_tokens(cursor.exchange).map(|t| t.len()) else {
+            return;
+        };
+        let token = cursor.token.saturating_add_signed(by).min(len - 1);
+        self.token_cursor = Some(TokenCursor { token, ..cursor });
+    }
+
+    /// The previous or next answer with token figures, its cursor at its first token.
+    pub(super) fn token_answer(&mut self, step: isize) {
+        let Some(cursor) = self.token_cursor else {
+            return;
+        };
+        match self.answer_with_tokens(cursor.exchange, step) {
+            Some(exchange) => self.token_cursor = Some(TokenCursor { exchange, token: 0 }),
+            None => self.notice(
+                NoticeKind::Info,
+                if step < 0 {
+                    "no earlier answer has token figures"
+                } else {
+                    "no later answer has token figures"
+                },
+            ),
+        }
+    }
+
+    /// The cursor to the answer's first divergence from the reference.
+    pub(super) fn token_divergence(&mut self) {
+        let Some(cursor) = self.token_cursor else {
+            return;
+        };
+        match self.answer_tokens(cursor.exchange) {
+            Some(t) => match t.first_divergence() {
+                Some(token) => self.token_cursor = Some(TokenCursor { token, ..cursor }),
+                None => {
+                    let text = match t {
+                        AnswerTokens::Scored(_) => {
+                            "the two models agree on the top token everywhere in this answer"
+                        }
+                        AnswerTokens::Own(_) => {
+                            "no reference scored this answer: a divergence needs /ref PATH"
+                        }
+                    };
+                    self.notice(NoticeKind::Info, text);
+                }
+            },
+            None => self.mode = super::Mode::Chat,
+        }
     }
 }
 
@@ -464,5 +640,171 @@ mod tests {
         );
         assert_eq!(fx, vec![Effect::Cancel(sid)]);
         assert_eq!(app.scoring(), None);
+    }
+
+    fn alt(c: char) -> Msg {
+        Msg::Key(KeyEvent::new(KeyCode::Char(c), KeyModifiers::ALT))
+    }
+
+    fn own(ps: &[f32]) -> Vec<crate::metrics::quality::TokenConfidence> {
+        use crate::metrics::quality::{TokenConfidence, TopToken};
+        ps.iter()
+            .enumerate()
+            .map(|(i, &p)| TokenConfidence {
+                token: i as i32,
+                text: format!("t{i}"),
+                p,
+                entropy: 1.0,
+                top: vec![TopToken {
+                    token: i as i32,
+                    text: format!("t{i}"),
+                    p,
+                }],
+            })
+            .collect()
+    }
+
+    #[test]
+    fn alt_k_without_a_reference_measures_each_tokens_own_confidence_and_keeps_it() {
+        use super::super::conversation::{Conversation, TurnConfidence};
+        use super::super::Mode;
+        let mut app = ready_app();
+        // Nothing to show yet: Alt+T says how to get token figures and the chat stays.
+        update(&mut app, alt('t'), now());
+        assert_eq!(app.mode, Mode::Chat);
+        assert!(app.notice.as_ref().unwrap().text.contains("Alt+K"));
+        // Alt+K with no reference: the engine measures from the next answer on.
+        assert_eq!(
+            update(&mut app, alt('k'), now()),
+            vec![Effect::SetConfidence(true)]
+        );
+        assert!(app.quality_colours && app.own_confidence);
+        type_text(&mut app, "hi");
+        let Some(Effect::Generate { id, .. }) = enter(&mut app)
+            .into_iter()
+            .find(|e| matches!(e, Effect::Generate { .. }))
+        else {
+            panic!("no turn started")
+        };
+        update(
+            &mut app,
+            Msg::Engine(EngineEvent::Confidence {
+                request_id: id,
+                tokens: Some(own(&[0.95, 0.3, 0.05])),
+            }),
+            now(),
+        );
+        let fx = update(
+            &mut app,
+            finished(id, "t0t1t2", StopReason::EndOfGeneration),
+            now(),
+        );
+        assert!(score_effect(&fx).is_none(), "no reference: nothing scored");
+        let Some(Effect::Save(saved)) = fx.first() else {
+            panic!("the answer is saved: {fx:?}")
+        };
+        let kept = saved.turns[0]
+            .confidence
+            .as_ref()
+            .expect("saved with the turn");
+        assert_eq!(kept.len(), 3);
+        // Read back from history, the answer keeps its figures.
+        let back = Conversation::from_saved(saved);
+        assert_eq!(
+            back.exchanges[0].assistant.as_ref().unwrap().confidence,
+            Some(TurnConfidence::Measured(own(&[0.95, 0.3, 0.05])))
+        );
+        // Alt+T: the token screen, its cursor kept on the answer's tokens.
+        update(&mut app, alt('t'), now());
+        assert_eq!(app.mode, Mode::Tokens);
+        let at = |app: &App| app.token_cursor.map(|c| (c.exchange, c.token));
+        assert_eq!(at(&app), Some((0, 0)));
+        let press = |app: &mut App, code| {
+            update(
+                app,
+                Msg::Key(KeyEvent::new(code, KeyModifiers::NONE)),
+                now(),
+            );
+        };
+        press(&mut app, KeyCode::Right);
+        assert_eq!(at(&app), Some((0, 1)));
+        press(&mut app, KeyCode::Down);
+        assert_eq!(at(&app), Some((0, 2)), "10 on: the last token");
+        press(&mut app, KeyCode::Left);
+        press(&mut app, KeyCode::Home);
+        assert_eq!(at(&app), Some((0, 0)));
+        press(&mut app, KeyCode::Char('d'));
+        assert!(app.notice.as_ref().unwrap().text.contains("/ref"));
+        press(&mut app, KeyCode::PageUp);
+        assert_eq!(at(&app), Some((0, 0)), "no earlier answer");
+        press(&mut app, KeyCode::Esc);
+        assert_eq!(app.mode, Mode::Chat);
+        // A reference takes over (it gives the model's own probabilities too); without it the
+        // confidence comes back; Alt+K again stops measuring.
+        let fx = run_line(&mut app, "/ref ref.gguf");
+        assert!(fx.contains(&Effect::SetConfidence(false)), "{fx:?}");
+        let fx = run_line(&mut app, "/ref off");
+        assert!(fx.contains(&Effect::SetConfidence(true)), "{fx:?}");
+        assert_eq!(
+            update(&mut app, alt('k'), now()),
+            vec![Effect::SetConfidence(false)]
+        );
+        assert!(!app.quality_colours && !app.own_confidence);
+        // Sampled on the backend: said, not invented.
+        update(&mut app, alt('k'), now());
+        type_text(&mut app, "again");
+        let Some(Effect::Generate { id, .. }) = enter(&mut app)
+            .into_iter()
+            .find(|e| matches!(e, Effect::Generate { .. }))
+        else {
+            panic!("no turn started")
+        };
+        update(
+            &mut app,
+            Msg::Engine(EngineEvent::Confidence {
+                request_id: id,
+                tokens: None,
+            }),
+            now(),
+        );
+        assert_eq!(
+            app.conversation.exchanges[1]
+                .assistant
+                .as_ref()
+                .unwrap()
+                .confidence,
+            Some(TurnConfidence::Unavailable)
+        );
+    }
+
+    #[test]
+    fn the_token_screen_opens_on_the_first_divergence_of_a_scored_answer() {
+        use super::super::Mode;
+        let mut app = ready_app();
+        app.reference = Some("ref.gguf".into());
+        let fx = answered(&mut app, "hi");
+        let id = score_effect(&fx).expect("scored");
+        update(
+            &mut app,
+            Msg::Engine(EngineEvent::Scored {
+                request_id: id,
+                score: score(&[(0.0, true, 0.5), (0.0, true, 0.5), (0.3, false, 0.1)]),
+            }),
+            now(),
+        );
+        update(&mut app, alt('t'), now());
+        assert_eq!(app.mode, Mode::Tokens);
+        assert_eq!(app.token_cursor.map(|c| c.token), Some(2));
+        update(
+            &mut app,
+            Msg::Key(KeyEvent::new(KeyCode::Home, KeyModifiers::NONE)),
+            now(),
+        );
+        update(
+            &mut app,
+            Msg::Key(KeyEvent::new(KeyCode::Char('d'), KeyModifiers::NONE)),
+            now(),
+        );
+        assert_eq!(app.token_cursor.map(|c| c.token), Some(2));
     }
 }

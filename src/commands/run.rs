@@ -272,10 +272,16 @@ pub(crate) struct RunConfidence {
     pub unavailable: Option<&'static str>,
     /// `null` for an answer of no tokens or without figures.
     pub summary: Option<crate::metrics::quality::AnswerConfidence>,
+    /// Each chosen token's id and text.
+    pub token: Vec<i32>,
+    pub text: Vec<String>,
     /// The probability of each chosen token.
     pub p: Vec<f32>,
     /// The entropy of each token's distribution, nats.
     pub entropy: Vec<f32>,
+    /// Each token's distribution's most likely tokens (`metrics::quality::TOP_K`), most
+    /// likely first.
+    pub top: Vec<Vec<crate::metrics::quality::TopToken>>,
 }
 
 impl RunConfidence {
@@ -284,15 +290,21 @@ impl RunConfidence {
             return Self {
                 unavailable: Some("sampling ran on the backend: no logits reach the host (--sampling host gives them)"),
                 summary: None,
+                token: Vec::new(),
+                text: Vec::new(),
                 p: Vec::new(),
                 entropy: Vec::new(),
+                top: Vec::new(),
             };
         };
         Self {
             unavailable: None,
             summary: crate::metrics::quality::AnswerConfidence::of(&tokens),
+            token: tokens.iter().map(|t| t.token).collect(),
+            text: tokens.iter().map(|t| t.text.clone()).collect(),
             p: tokens.iter().map(|t| t.p).collect(),
             entropy: tokens.iter().map(|t| t.entropy).collect(),
+            top: tokens.into_iter().map(|t| t.top).collect(),
         }
     }
 
@@ -301,15 +313,7 @@ impl RunConfidence {
         match (&self.summary, self.unavailable) {
             (_, Some(why)) => format!("confidence not available: {why}\n"),
             (None, None) => "confidence no answer tokens\n".to_string(),
-            (Some(a), None) => format!(
-                "confidence mean p {:.3} · min p {:.3} · mean entropy {:.3} nats · {} of {} tokens under p {}\n",
-                a.p_mean,
-                a.p_min,
-                a.entropy_mean,
-                a.below_low_p,
-                a.tokens,
-                crate::metrics::quality::CONFIDENCE_LOW_P,
-            ),
+            (Some(a), None) => format!("confidence {}\n", a.line()),
         }
     }
 }

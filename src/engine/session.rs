@@ -427,11 +427,14 @@ impl<'m> Session<'m> {
     }
 
     /// Scores the last finished answer against `reference` (`engine::score`): each token's
-    /// figures and the answer's. Leaves this session's context and KV cache as they are.
-    pub(super) fn score_last(
+    /// figures, both models' most likely tokens at each position, and the answer's. Reads the
+    /// conversation in `cache`'s contexts, kept between answers (only what follows their common
+    /// prefix with this one is read); leaves this session's context and KV cache as they are.
+    pub(super) fn score_last<'r>(
         &self,
-        reference: &LlamaModel,
+        reference: &'r LlamaModel,
         reference_path: &std::path::Path,
+        cache: &mut Option<super::score::ScoreCache<'m, 'r>>,
         cancelled: &dyn Fn() -> bool,
     ) -> Result<crate::metrics::quality::AnswerScore, EngineError> {
         let (prompt, answer) = self.last_turn.as_ref().ok_or_else(|| {
@@ -440,28 +443,45 @@ impl<'m> Session<'m> {
             )))
         })?;
         let started = Instant::now();
-        let scores = super::score::score_answer(
+        let scored = super::score::score_chat_answer(
+            cache,
             self.model,
             reference,
             &self.settings,
             prompt,
             answer,
-            super::score::Passes::Pieces,
             cancelled,
         )?;
         let vocab = self.model.vocab();
-        let texts = answer
-            .iter()
-            .map(|&t| String::from_utf8_lossy(&vocab.token_to_piece(t, false, None)).into_owned())
-            .collect();
+        let text_of = |t: LlamaToken| {
+            String::from_utf8_lossy(&vocab.token_to_piece(t, false, None)).into_owned()
+        };
+        let texts = answer.iter().map(|&t| text_of(t)).collect();
         let ids: Vec<i32> = answer.iter().map(|t| t.0).collect();
         let mut score = crate::metrics::quality::AnswerScore::new(
             reference_path.to_path_buf(),
-            scores,
+            scored.scores,
             &ids,
             texts,
             prompt.len(),
         );
+        let top_tokens = |top: super::score::Top| {
+            top.into_iter()
+                .map(|(i, p)| {
+                    let token = i32::try_from(i).unwrap_or(i32::MAX);
+                    crate::metrics::quality::TopToken {
+                        token,
+                        text: text_of(LlamaToken(token)),
+                        p,
+                    }
+                })
+                .collect()
+        };
+        for (t, (top_ref, top_cand)) in score.tokens.iter_mut().zip(scored.tops) {
+            t.top_ref = top_tokens(top_ref);
+            t.top_cand = top_tokens(top_cand);
+        }
+        score.reused_tokens = scored.reused_tokens;
         score.score_ms = crate::metrics::ms(started.elapsed());
         Ok(score)
     }
@@ -568,9 +588,24 @@ impl<'m> Session<'m> {
         let confidence = turn.confidence.take();
         let report = self.finish(turn, place, first_logits, dropped_messages)?;
         if req.confidence {
+            // The texts are made now, after the answer: off the decode path.
+            let tokens = confidence.map(|mut tokens| {
+                let vocab = self.model.vocab();
+                let text = |t: i32| {
+                    String::from_utf8_lossy(&vocab.token_to_piece(LlamaToken(t), false, None))
+                        .into_owned()
+                };
+                for c in &mut tokens {
+                    c.text = text(c.token);
+                    for top in &mut c.top {
+                        top.text = text(top.token);
+                    }
+                }
+                tokens
+            });
             let _ = events.send(EngineEvent::Confidence {
                 request_id: req.id,
-                tokens: confidence,
+                tokens,
             });
         }
         Ok(report)

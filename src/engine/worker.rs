@@ -205,14 +205,108 @@ fn serve(
         session.set_row_cost(measure_row_cost(model, &cfg.settings));
     }
     let _ = events.send(EngineEvent::Ready(Box::new(session.info.clone())));
+    let io = Io {
+        commands,
+        events,
+        cancel_through,
+    };
     // bench's tg test (`BenchTg`): its context, kept for the next request of the same length.
     let mut tg: Option<(u32, llama::measure::Bencher<'_>)> = None;
-    // The reference model answers are scored against (`ScoreLast`), kept for the next answer.
-    let mut reference: Option<(std::path::PathBuf, LoadedModel)> = None;
+    // The reference model answers are scored against, kept for the next answer; the scoring
+    // contexts borrow it, so they live in `serve_with`, one call per reference.
+    let mut reference: Option<Reference> = None;
+    // A score that asked for another reference, served once that one is loaded.
+    let mut replay: Option<EngineCommand> = None;
     loop {
-        match commands.recv() {
+        let stretch = serve_with(
+            model,
+            cfg,
+            &io,
+            (&mut session, &mut tg),
+            reference.as_ref(),
+            &mut replay,
+        );
+        match stretch {
+            Served::Leave(next) => return next,
+            Served::Reference(path) => {
+                // The old reference (and the contexts that borrowed it) go before the new loads.
+                reference = None;
+                match load_reference(model, cfg, &path) {
+                    Ok(loaded) => reference = Some(loaded),
+                    Err(error) => {
+                        if let Some(
+                            EngineCommand::ScoreLast { id, .. }
+                            | EngineCommand::ScoreText { id, .. },
+                        ) = replay.take()
+                        {
+                            let _ = events.send(EngineEvent::Failed {
+                                request_id: id,
+                                error,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The reference model answers are scored against, kept between answers, with its load time
+/// (reported by the first score after the load).
+struct Reference {
+    path: std::path::PathBuf,
+    model: LoadedModel,
+    load_ms: f64,
+}
+
+/// The engine's ends of the channels, and the cancel mark.
+struct Io<'a> {
+    commands: &'a mpsc::Receiver<EngineCommand>,
+    events: &'a EventSender,
+    cancel_through: &'a Arc<AtomicU64>,
+}
+
+/// How serving with one reference (or none) ended.
+enum Served {
+    /// Leave this model: load another, serve another, or stop.
+    Leave(Next),
+    /// A score asked for the reference at this path: load it, then serve that command (kept in
+    /// `replay`) with it.
+    Reference(std::path::PathBuf),
+}
+
+/// Serve commands while `reference` is the kept reference (`replay` first, when there is
+/// one). The chat's scoring contexts (`ScoreCache`) live here, between answers: they borrow
+/// the reference, so a score against another one ends this stretch, and leaving the model
+/// ends it too; either way they are dropped.
+fn serve_with<'m>(
+    model: &'m LoadedModel,
+    cfg: &EngineConfig,
+    io: &Io<'_>,
+    (session, tg): (
+        &mut Session<'m>,
+        &mut Option<(u32, llama::measure::Bencher<'m>)>,
+    ),
+    reference: Option<&Reference>,
+    replay: &mut Option<EngineCommand>,
+) -> Served {
+    let Io {
+        commands,
+        events,
+        cancel_through,
+    } = *io;
+    let mut score_cache: Option<super::score::ScoreCache<'_, '_>> = None;
+    let mut load_ms = reference.map_or(0.0, |r| r.load_ms);
+    // The kept reference when it is the one at `path`.
+    let kept = |path: &std::path::Path| reference.filter(|r| r.path == path);
+    loop {
+        let command = match replay.take() {
+            Some(c) => Ok(c),
+            None => commands.recv(),
+        };
+        match command {
             Ok(EngineCommand::BenchTg { id, n_gen }) => {
-                let result = bench_tg(model, &cfg.settings, &mut tg, n_gen);
+                let result = bench_tg(model, &cfg.settings, tg, n_gen);
                 let _ = events.send(match result {
                     Ok(sample) => EngineEvent::TgMeasured {
                         request_id: id,
@@ -275,15 +369,22 @@ fn serve(
                 id,
                 reference: path,
             }) => {
+                let Some(r) = kept(&path) else {
+                    *replay = Some(EngineCommand::ScoreLast {
+                        id,
+                        reference: path.clone(),
+                    });
+                    return Served::Reference(path);
+                };
                 let flag = Arc::clone(cancel_through);
                 let cancelled = move || flag.load(Ordering::SeqCst) >= id;
-                let result = load_reference(model, cfg, &mut reference, &path).and_then(
-                    |(loaded, load_ms)| {
-                        let mut score = session.score_last(loaded, &path, &cancelled)?;
+                let load_ms = std::mem::take(&mut load_ms);
+                let result = session
+                    .score_last(&r.model, &path, &mut score_cache, &cancelled)
+                    .map(|mut score| {
                         score.reference_load_ms = load_ms;
-                        Ok(score)
-                    },
-                );
+                        score
+                    });
                 let _ = events.send(outcome(id, result, |request_id, score| {
                     EngineEvent::Scored { request_id, score }
                 }));
@@ -295,62 +396,62 @@ fn serve(
                 chunking,
                 passes,
             }) => {
+                let Some(r) = kept(&path) else {
+                    *replay = Some(EngineCommand::ScoreText {
+                        id,
+                        reference: path.clone(),
+                        text,
+                        chunking,
+                        passes,
+                    });
+                    return Served::Reference(path);
+                };
                 let flag = Arc::clone(cancel_through);
                 let cancelled = move || flag.load(Ordering::SeqCst) >= id;
-                let result = load_reference(model, cfg, &mut reference, &path).and_then(
-                    |(loaded, load_ms)| {
-                        let mut score = session
-                            .score_text(loaded, &path, &text, chunking, passes, &cancelled)?;
+                let load_ms = std::mem::take(&mut load_ms);
+                let result = session
+                    .score_text(&r.model, &path, &text, chunking, passes, &cancelled)
+                    .map(|mut score| {
                         score.reference_load_ms = load_ms;
-                        Ok(score)
-                    },
-                );
+                        score
+                    });
                 let _ = events.send(outcome(id, result, |request_id, score| {
                     EngineEvent::Scored { request_id, score }
                 }));
             }
             Ok(EngineCommand::SwitchModel { id, config }) => {
                 if let Some(next) = try_switch(id, config, events, cancel_through) {
-                    return next;
+                    return Served::Leave(next);
                 }
             }
-            Ok(EngineCommand::Shutdown) | Err(_) => return Next::Shutdown,
+            Ok(EngineCommand::Shutdown) | Err(_) => return Served::Leave(Next::Shutdown),
         }
     }
 }
 
-/// The reference at `path` for scoring, with its load time in ms: loaded (checked like any
-/// model file, on the model's GPU layers setting, refused when its vocabulary is not the
-/// model's) unless `reference` already holds it (then 0 ms).
-fn load_reference<'r>(
+/// The reference at `path` for scoring, loaded (checked like any model file, on the model's
+/// GPU layers setting) and refused when its vocabulary is not the model's.
+fn load_reference(
     model: &LoadedModel,
     cfg: &EngineConfig,
-    reference: &'r mut Option<(std::path::PathBuf, LoadedModel)>,
     path: &std::path::Path,
-) -> Result<(&'r LoadedModel, f64), EngineError> {
+) -> Result<Reference, EngineError> {
     let started = Instant::now();
-    let mut load_ms = 0.0;
-    if reference.as_ref().map(|(p, _)| p.as_path()) != Some(path) {
-        *reference = None;
-        let loaded = llama::load_model(path, cfg.settings.n_gpu_layers, |_| true)
-            .map_err(|e| EngineError::Reference(Box::new(e)))?;
-        if let Some((id, model_text, reference_text)) =
-            super::spec::vocab_difference(model, &loaded)
-        {
-            return Err(EngineError::RefVocabMismatch {
-                reference: path.to_path_buf(),
-                id,
-                model_text,
-                reference_text,
-            });
-        }
-        load_ms = crate::metrics::ms(started.elapsed());
-        *reference = Some((path.to_path_buf(), loaded));
+    let loaded = llama::load_model(path, cfg.settings.n_gpu_layers, |_| true)
+        .map_err(|e| EngineError::Reference(Box::new(e)))?;
+    if let Some((id, model_text, reference_text)) = super::spec::vocab_difference(model, &loaded) {
+        return Err(EngineError::RefVocabMismatch {
+            reference: path.to_path_buf(),
+            id,
+            model_text,
+            reference_text,
+        });
     }
-    match reference.as_ref() {
-        Some((_, loaded)) => Ok((loaded, load_ms)),
-        None => Err(EngineError::NoModel),
-    }
+    Ok(Reference {
+        path: path.to_path_buf(),
+        model: loaded,
+        load_ms: crate::metrics::ms(started.elapsed()),
+    })
 }
 
 /// The draft model the settings name for speculative decoding (none unless the mode is

@@ -126,6 +126,13 @@ pub struct RefRow {
     top: usize,
 }
 
+impl RefRow {
+    /// The reference's probability of `token` (its log-probability's exponential, as `p_ref`).
+    pub fn p(&self, token: usize) -> f32 {
+        f64::from(self.log_probs[token]).exp() as f32
+    }
+}
+
 pub fn reference_row(logits: &[f32]) -> RefRow {
     let (top, max, lse) = max_and_log_sum_exp(logits);
     let shift = f64::from(max) + lse;
@@ -164,7 +171,47 @@ pub struct TokenScore {
 /// Scores one position: the candidate's `logits` against the reference's row, `next` the
 /// token that came next; `entropies` adds both distributions' entropies.
 pub fn score_token(logits: &[f32], reference: &RefRow, next: usize, entropies: bool) -> TokenScore {
+    score_token_shifted(
+        logits,
+        reference,
+        next,
+        entropies,
+        max_and_log_sum_exp(logits),
+    )
+}
+
+/// [`score_token`] and the candidate's `k` most likely tokens with their probabilities (the
+/// same softmax as its figures, computed once), largest first: the chat's scoring path, for
+/// the token cursor. `compare` and `doctor scoring` call [`score_token`] and pay nothing for it.
+pub fn score_token_with_top(
+    logits: &[f32],
+    reference: &RefRow,
+    next: usize,
+    k: usize,
+) -> (TokenScore, Vec<(usize, f32)>) {
     let (top, max, lse) = max_and_log_sum_exp(logits);
+    let shift = f64::from(max) + lse;
+    let score = score_token_shifted(logits, reference, next, true, (top, max, lse));
+    let tops = top_k(logits, k)
+        .into_iter()
+        .map(|i| {
+            (
+                i,
+                f64::from((f64::from(logits[i]) - shift) as f32).exp() as f32,
+            )
+        })
+        .collect();
+    (score, tops)
+}
+
+/// [`score_token`] with the candidate's maximum and log-sum-exp already found.
+fn score_token_shifted(
+    logits: &[f32],
+    reference: &RefRow,
+    next: usize,
+    entropies: bool,
+    (top, max, lse): (usize, f32, f64),
+) -> TokenScore {
     let shift = f64::from(max) + lse;
     let mut kld = 0.0f64;
     // Log-probabilities rounded to f32 exactly as the reference's are, so that identical
@@ -221,6 +268,13 @@ fn entropy(log_probs: impl Iterator<Item = f64>) -> f64 {
 /// to vectorize ([`exp_nonpositive`], f32 lanes summed into f64 per block): 262k logits in
 /// tens of µs where libm's `expf` per logit took over a millisecond (docs/metrics.md).
 pub fn confidence(logits: &[f32], chosen: usize) -> (f64, f64) {
+    let (p, entropy, _, _) = confidence_parts(logits, chosen);
+    (p, entropy)
+}
+
+/// [`confidence`] with the softmax's normaliser: ln S and the maximum, so that any other
+/// token's probability is e^(logit − max − ln S).
+fn confidence_parts(logits: &[f32], chosen: usize) -> (f64, f64, f64, f32) {
     const LANES: usize = 16;
     let mut lanes_max = [f32::NEG_INFINITY; LANES];
     let mut chunks = logits.chunks_exact(LANES);
@@ -262,7 +316,7 @@ pub fn confidence(logits: &[f32], chosen: usize) -> (f64, f64) {
     }
     let ln_sum = sum.ln();
     let p = (f64::from(logits[chosen] - max) - ln_sum).exp();
-    (p.min(1.0), (ln_sum - weighted / sum).max(0.0))
+    (p.min(1.0), (ln_sum - weighted / sum).max(0.0), ln_sum, max)
 }
 
 /// e^x for x ≤ 0 in f32 without a branch or a libm call, so that a loop over a vocabulary
@@ -294,18 +348,40 @@ fn exp_nonpositive(x: f32) -> f32 {
 /// One answer token's own confidence (`run --confidence`, the chat's Alt+K without a
 /// reference): the probability the model gave the token it chose and its distribution's
 /// entropy, nats, both from the raw logits (before temperature and the sampler's cuts).
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TokenConfidence {
+    /// The chosen token's id and text (the text is made after the answer, off the decode
+    /// path; empty until then).
+    #[serde(default)]
+    pub token: i32,
+    #[serde(default)]
+    pub text: String,
     pub p: f32,
     pub entropy: f32,
+    /// The distribution's `TOP_K` most likely tokens, most likely first (texts made after the
+    /// answer, as `text`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub top: Vec<TopToken>,
 }
 
 impl TokenConfidence {
+    /// Token `chosen`'s confidence in `logits`, with the row's `TOP_K` (texts left empty).
     pub fn of(logits: &[f32], chosen: usize) -> Self {
-        let (p, entropy) = confidence(logits, chosen);
+        let (p, entropy, ln_sum, max) = confidence_parts(logits, chosen);
+        let top = top_k(logits, TOP_K)
+            .into_iter()
+            .map(|i| TopToken {
+                token: i32::try_from(i).unwrap_or(i32::MAX),
+                text: String::new(),
+                p: (f64::from(logits[i] - max) - ln_sum).exp().min(1.0) as f32,
+            })
+            .collect();
         Self {
+            token: i32::try_from(chosen).unwrap_or(i32::MAX),
+            text: String::new(),
             p: p as f32,
             entropy: entropy as f32,
+            top,
         }
     }
 }
@@ -343,6 +419,20 @@ pub struct AnswerConfidence {
 }
 
 impl AnswerConfidence {
+    /// The figures on one line for a person: "mean p … · min p … · mean entropy … nats · K of
+    /// N tokens under p 0.1" (`run`'s stderr, the chat's Markdown export).
+    pub fn line(&self) -> String {
+        format!(
+            "mean p {:.3} · min p {:.3} · mean entropy {:.3} nats · {} of {} tokens under p {}",
+            self.p_mean,
+            self.p_min,
+            self.entropy_mean,
+            self.below_low_p,
+            self.tokens,
+            CONFIDENCE_LOW_P,
+        )
+    }
+
     /// `None` for an answer of no tokens.
     pub fn of(tokens: &[TokenConfidence]) -> Option<Self> {
         if tokens.is_empty() {
@@ -379,37 +469,46 @@ pub struct TopToken {
 }
 
 /// The indices of the `k` largest values of `logits`, largest first (ties: the lower index
-/// first; NaN never counts). One pass: a block of 16 is looked into only when its maximum
-/// beats the k-th value so far, so the pass costs about what finding the maximum costs.
+/// first; NaN never counts). One pass: a block of 64 is looked into only when one of its
+/// values beats the k-th value so far, a test written to vectorize, so the pass costs about
+/// what finding the maximum costs (about 18 µs for 262,144 logits on this project's 2-core
+/// machine; a per-block maximum with `f32::max`, which does not vectorize, took 90).
 pub fn top_k(logits: &[f32], k: usize) -> Vec<usize> {
-    const LANES: usize = 16;
-    let mut best: Vec<(usize, f32)> = Vec::with_capacity(k + 1);
+    const BLOCK: usize = 64;
     if k == 0 {
         return Vec::new();
     }
+    let mut best: Vec<(usize, f32)> = Vec::with_capacity(k + 1);
     // The k-th value so far, once there are k.
-    let floor = |best: &[(usize, f32)]| (best.len() == k).then(|| best[k - 1].1);
-    let offer = |best: &mut Vec<(usize, f32)>, i: usize, v: f32| {
-        if v.is_nan() || floor(best).is_some_and(|f| v <= f) {
+    let mut floor = f32::NEG_INFINITY;
+    let offer = |best: &mut Vec<(usize, f32)>, floor: &mut f32, i: usize, v: f32| {
+        if v.is_nan() || (best.len() == k && v <= *floor) {
             return;
         }
         let at = best.partition_point(|&(_, b)| b >= v);
         best.insert(at, (i, v));
         best.truncate(k);
+        if best.len() == k {
+            *floor = best[k - 1].1;
+        }
     };
-    let mut chunks = logits.chunks_exact(LANES);
+    let mut blocks = logits.chunks_exact(BLOCK);
     let mut base = 0;
-    for c in &mut chunks {
-        let block_max = c.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        if floor(&best).is_none_or(|f| block_max > f) {
-            for (j, &v) in c.iter().enumerate() {
-                offer(&mut best, base + j, v);
+    for block in &mut blocks {
+        let f = floor;
+        let mut beats = false;
+        for &v in block {
+            beats |= v > f;
+        }
+        if beats || best.len() < k {
+            for (j, &v) in block.iter().enumerate() {
+                offer(&mut best, &mut floor, base + j, v);
             }
         }
-        base += LANES;
+        base += BLOCK;
     }
-    for (j, &v) in chunks.remainder().iter().enumerate() {
-        offer(&mut best, base + j, v);
+    for (j, &v) in blocks.remainder().iter().enumerate() {
+        offer(&mut best, &mut floor, base + j, v);
     }
     best.into_iter().map(|(i, _)| i).collect()
 }
@@ -505,6 +604,12 @@ pub struct AnswerScore {
     pub score_ms: f64,
     /// The reference's load, ms (0 when it was already loaded for an earlier answer).
     pub reference_load_ms: f64,
+    /// Tokens of the conversation both models' scoring contexts kept from the previous
+    /// answer's scoring (the longest common prefix, at most `context_tokens` − 1), so not read
+    /// again; 0 for the first answer, after a change of model, reference or settings, and in
+    /// `doctor scoring`.
+    #[serde(default)]
+    pub reused_tokens: usize,
 }
 
 /// One answer token against the reference: its id and text with the figures of
@@ -515,6 +620,14 @@ pub struct TokenQuality {
     pub text: String,
     #[serde(flatten)]
     pub score: TokenScore,
+    /// The reference's and the candidate's [`TOP_K`] most likely tokens at this position,
+    /// largest first, probabilities from the raw logits (the chat's scoring only; empty in
+    /// `doctor scoring` and in files saved before they were kept). Named `top_k_ref` and
+    /// `top_k_cand` in JSON: `top_ref` and `top_cand` there are the score's top token ids.
+    #[serde(rename = "top_k_ref", default, skip_serializing_if = "Vec::is_empty")]
+    pub top_ref: Vec<TopToken>,
+    #[serde(rename = "top_k_cand", default, skip_serializing_if = "Vec::is_empty")]
+    pub top_cand: Vec<TopToken>,
 }
 
 impl AnswerScore {
@@ -535,11 +648,18 @@ impl AnswerScore {
                 .into_iter()
                 .zip(tokens)
                 .zip(texts)
-                .map(|((score, &token), text)| TokenQuality { token, text, score })
+                .map(|((score, &token), text)| TokenQuality {
+                    token,
+                    text,
+                    score,
+                    top_ref: Vec::new(),
+                    top_cand: Vec::new(),
+                })
                 .collect(),
             context_tokens,
             score_ms: 0.0,
             reference_load_ms: 0.0,
+            reused_tokens: 0,
         }
     }
 }
@@ -640,6 +760,55 @@ mod tests {
     }
 
     use super::*;
+
+    /// An answer's score saved before the top tokens and `reused_tokens` were kept still
+    /// loads; one with them round-trips, its top tokens apart from the score's top ids.
+    #[test]
+    fn an_answer_score_without_top_tokens_loads_and_one_with_them_round_trips() {
+        let logits = [1.0f32, 2.0, 0.5, -1.0];
+        let t = score_token(&logits, &row(&logits), 1, true);
+        let mut score = AnswerScore::new("ref.gguf".into(), vec![t], &[1], vec!["b".into()], 3);
+        let old = serde_json::to_value(&score).unwrap();
+        assert!(old["tokens"][0].get("top_k_ref").is_none(), "{old}");
+        let mut old = old;
+        old.as_object_mut().unwrap().remove("reused_tokens");
+        assert_eq!(serde_json::from_value::<AnswerScore>(old).unwrap(), score);
+        let top = |token: i32, p: f32| TopToken {
+            token,
+            text: format!("t{token}"),
+            p,
+        };
+        score.tokens[0].top_ref = vec![top(1, 0.6), top(0, 0.3)];
+        score.tokens[0].top_cand = vec![top(1, 0.5)];
+        score.reused_tokens = 2;
+        let json = serde_json::to_value(&score).unwrap();
+        assert_eq!(
+            json["tokens"][0]["top_ref"], 1,
+            "the score's top id stays: {json}"
+        );
+        assert_eq!(json["tokens"][0]["top_k_ref"][1]["token"], 0, "{json}");
+        assert_eq!(serde_json::from_value::<AnswerScore>(json).unwrap(), score);
+    }
+
+    /// The candidate's top tokens come with the figures' own softmax: the chosen token's
+    /// probability among them is its `p_cand`, the first is its top token.
+    #[test]
+    fn a_candidates_top_tokens_share_its_figures_softmax() {
+        let logits: Vec<f32> = (0..5000)
+            .map(|i| ((i * 7919) % 1013) as f32 / 97.0)
+            .collect();
+        let reference = row(&logits);
+        let (score, top) = score_token_with_top(&logits, &reference, 17, TOP_K);
+        assert_eq!(score, score_token(&logits, &reference, 17, true));
+        assert_eq!(top.len(), TOP_K);
+        assert_eq!(top[0].0, score.top_cand);
+        assert!(top.windows(2).all(|w| w[0].1 >= w[1].1));
+        for &(i, p) in &top {
+            assert_eq!(p, reference.p(i), "the same logits: the same probabilities");
+        }
+        let sum: f32 = top.iter().map(|t| t.1).sum();
+        assert!(sum <= 1.0 + 1e-6);
+    }
 
     #[test]
     fn a_text_shorter_than_two_chunks_is_refused() {
@@ -764,6 +933,14 @@ mod tests {
         let t = score_token(&row_logits, &row(&row_logits), 17, true);
         let (p, h) = confidence(&row_logits, 17);
         assert!((p / t.p_cand - 1.0).abs() < 1e-5 && (h - t.entropy_cand.unwrap()).abs() < 1e-4);
+        // The row's top tokens: the most likely first, its probability the chosen one's when it
+        // was chosen, descending, together at most 1.
+        let c = TokenConfidence::of(&row_logits, t.top_cand);
+        assert_eq!(c.top.len(), TOP_K);
+        assert_eq!(c.top[0].token as usize, t.top_cand);
+        assert!((c.top[0].p - c.p).abs() < 1e-7, "{} vs {}", c.top[0].p, c.p);
+        assert!(c.top.windows(2).all(|w| w[0].p >= w[1].p));
+        assert!(c.top.iter().map(|t| t.p).sum::<f32>() <= 1.0 + 1e-6);
         for x in [0.0f32, -1e-3, -0.5, -1.0, -3.7, -10.0, -50.0, -86.0] {
             let rel = f64::from(exp_nonpositive(x)) / f64::from(x).exp() - 1.0;
             // x·log₂e is rounded to f32: about 1e-6 relative at x = −50, where e^x is 2e-22.
@@ -778,7 +955,13 @@ mod tests {
             [1.0, 0.9, 0.89, 0.5, 0.2, 0.1, 0.0999, 0.0, f64::NAN].map(confidence_band),
             [0, 0, 1, 1, 2, 2, 3, 3, 3]
         );
-        let t = |p: f32, entropy: f32| TokenConfidence { p, entropy };
+        let t = |p: f32, entropy: f32| TokenConfidence {
+            token: 0,
+            text: String::new(),
+            p,
+            entropy,
+            top: Vec::new(),
+        };
         let a = AnswerConfidence::of(&[t(1.0, 0.0), t(0.5, 1.0), t(0.05, 3.0)]).unwrap();
         assert_eq!((a.tokens, a.below_low_p), (3, 1));
         assert!((a.p_mean - 1.55 / 3.0).abs() < 1e-6 && (a.p_min - 0.05).abs() < 1e-6);

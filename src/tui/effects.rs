@@ -211,6 +211,7 @@ impl Effects<'_> {
                 }
                 // Count with the new model's vocabulary from now on.
                 Effect::CountWith(path) => self.counter.use_model(path),
+                Effect::SetConfidence(on) => self.engine.set_confidence(on),
                 Effect::Save(mut conversation) => {
                     absolute_model_paths(&mut conversation);
                     match self

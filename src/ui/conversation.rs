@@ -16,7 +16,7 @@ use super::{format, markdown, theme};
 use crate::app::conversation::{AssistantTurn, TurnPhase};
 use crate::app::{App, EngineStatus};
 use crate::engine::ModelInfo;
-use crate::metrics::quality::{self, AnswerScore};
+use crate::metrics::quality::{self, AnswerScore, TokenConfidence};
 use crate::metrics::TurnSummary;
 
 /// Body text is indented under its role label.
@@ -255,9 +255,15 @@ fn assistant(
         .as_ref()
         .and_then(|q| q.score())
         .filter(|s| colours && !s.tokens.is_empty() && turn.is_finished());
-    let (rendered, cut) = match scored {
-        Some(score) => (coloured_tokens(score, body_width), false),
-        None => render_tail(&turn.text, need, body_width, true, |text| {
+    let confident = turn
+        .confidence
+        .as_ref()
+        .and_then(|c| c.tokens())
+        .filter(|t| colours && scored.is_none() && !t.is_empty() && turn.is_finished());
+    let (rendered, cut) = match (scored, confident) {
+        (Some(score), _) => (coloured_tokens(score, body_width, None), false),
+        (None, Some(tokens)) => (confidence_tokens(tokens, body_width, None), false),
+        (None, None) => render_tail(&turn.text, need, body_width, true, |text| {
             markdown::render(text, body_width)
         }),
     };
@@ -353,6 +359,8 @@ fn assistant(
     }
     if scored.is_some() {
         out.extend(wrap(&kld_legend(), width, &indent, &indent));
+    } else if confident.is_some() {
+        out.extend(wrap(&confidence_legend(), width, &indent, &indent));
     }
     if cut {
         // Only a tail of the body is rendered: the label above it is out of sight.
@@ -363,8 +371,13 @@ fn assistant(
 
 /// A scored answer as its tokens' texts, each in its KLD band's style (`Alt+K`), the first
 /// divergence reversed and the tokens the reference gave under 1% underlined: plain text, not
-/// Markdown, so that every token is where the model put it.
-fn coloured_tokens(score: &AnswerScore, width: usize) -> Vec<Line<'static>> {
+/// Markdown, so that every token is where the model put it. `cursor`: the token the token
+/// screen points at (`Alt+T`), marked.
+pub(crate) fn coloured_tokens(
+    score: &AnswerScore,
+    width: usize,
+    cursor: Option<usize>,
+) -> Vec<Line<'static>> {
     let first = score.summary.as_ref().and_then(|s| s.first_divergence);
     let spans: Vec<Span<'static>> = score
         .tokens
@@ -378,10 +391,66 @@ fn coloured_tokens(score: &AnswerScore, width: usize) -> Vec<Line<'static>> {
             if t.score.p_ref < quality::LOW_P {
                 style = style.add_modifier(theme::BELOW_LOW_P);
             }
-            Span::styled(t.text.clone(), style)
+            token_span(&t.text, style, cursor == Some(i))
         })
         .collect();
     wrap(&spans, width, &[], &[])
+}
+
+/// An answer as its tokens' texts, each in the style of its own-confidence band (`Alt+K`
+/// without a reference; `metrics::quality::CONFIDENCE_BANDS`, coloured as the KLD bands:
+/// the less sure, the warmer): plain text, as [`coloured_tokens`].
+pub(crate) fn confidence_tokens(
+    tokens: &[TokenConfidence],
+    width: usize,
+    cursor: Option<usize>,
+) -> Vec<Line<'static>> {
+    let spans: Vec<Span<'static>> = tokens
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let style = theme::KLD_BAND[quality::confidence_band(f64::from(t.p))];
+            token_span(&t.text, style, cursor == Some(i))
+        })
+        .collect();
+    wrap(&spans, width, &[], &[])
+}
+
+/// One token's text as drawn in a coloured answer (`wrap` shows its control characters as
+/// symbols), the cursor's token marked, and a token of no visible text shown as `·` under
+/// the cursor so that it can be seen.
+fn token_span(text: &str, style: ratatui::style::Style, cursor: bool) -> Span<'static> {
+    if cursor {
+        let shown = if text.trim().is_empty() {
+            "·".to_string()
+        } else {
+            text.to_string()
+        };
+        Span::styled(shown, style.patch(theme::TOKEN_CURSOR))
+    } else {
+        Span::styled(text.to_string(), style)
+    }
+}
+
+/// The key to [`confidence_tokens`], under each answer coloured so.
+fn confidence_legend() -> Vec<Span<'static>> {
+    let [a, b, c] = quality::CONFIDENCE_BANDS;
+    let mut spans = vec![Span::styled("own p ", theme::TURN_FOOTER)];
+    let labels = [
+        format!("≥{a}"),
+        format!("≥{b}"),
+        format!("≥{c}"),
+        format!("<{c}"),
+    ];
+    for (label, style) in labels.into_iter().zip(theme::KLD_BAND) {
+        spans.push(Span::styled(label, style));
+        spans.push(Span::raw(" "));
+    }
+    spans.push(Span::styled(
+        "· Alt+T: top 5 · Alt+K: Markdown",
+        theme::TURN_FOOTER,
+    ));
+    spans
 }
 
 /// The key to [`coloured_tokens`], under each coloured answer.
@@ -408,7 +477,10 @@ fn kld_legend() -> Vec<Span<'static>> {
         format!("ref p<{}%", quality::LOW_P * 100.0),
         theme::TEXT.add_modifier(theme::BELOW_LOW_P),
     ));
-    spans.push(Span::styled(" · Alt+K: Markdown", theme::TURN_FOOTER));
+    spans.push(Span::styled(
+        " · Alt+T: top 5 · Alt+K: Markdown",
+        theme::TURN_FOOTER,
+    ));
     spans
 }
 

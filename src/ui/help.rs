@@ -24,7 +24,11 @@ const KEYS: &[(&str, &str)] = &[
     ("Alt+C", "copy the last answer to the clipboard (OSC 52)"),
     (
         "Alt+K",
-        "answers scored against a reference (/ref) drawn token by token in their KLD's colour (<0.01 plain, <0.1, <1, ≥1), the first divergence reversed, tokens the reference gave under 1% underlined; Alt+K again: Markdown",
+        "answers drawn token by token in colour: scored against a reference (/ref) by their KLD (<0.01 plain, <0.1, <1, ≥1), the first divergence reversed, tokens the reference gave under 1% underlined; without a reference the next answers by the model's own probability of each token (≥0.9 plain, ≥0.5, ≥0.1, <0.1), measured from its logits while the colours are on; Alt+K again: Markdown",
+    ),
+    (
+        "Alt+T",
+        "the token screen: a cursor over a coloured answer's tokens (←/→, ↑/↓ by 10, PgUp/PgDn another answer, d the first divergence) with the token's figures and both models' top 5 there",
     ),
     ("PgUp / PgDn", "scroll the conversation (so does the mouse wheel)"),
     (

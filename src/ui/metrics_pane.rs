@@ -467,6 +467,9 @@ fn pieces(app: &App, view: &View, w: usize) -> Vec<Piece> {
     if let Some(lines) = quality_lines(app, focus.map(|f| f.turn), w) {
         out.push(Piece::text(3, lines));
     }
+    if let Some(lines) = confidence_lines(app, focus.map(|f| f.turn), w) {
+        out.push(Piece::text(3, lines));
+    }
     out.push(Piece::text(2, context_lines(view, w)));
     out.push(Piece::text(4, roofline_lines(app, view, w)));
     out.push(history(app, w));
@@ -838,6 +841,55 @@ fn quality_lines(
             theme::METRIC_SUB_LABEL,
             theme::METRIC_VALUE,
         ));
+    }
+    Some(lines)
+}
+
+/// The answer's own confidence (`Alt+K` without a reference): shown while it is measured or
+/// when the answer has it; `None` otherwise.
+fn confidence_lines(
+    app: &App,
+    turn: Option<&crate::app::conversation::AssistantTurn>,
+    w: usize,
+) -> Option<Vec<Line<'static>>> {
+    use crate::app::conversation::TurnConfidence;
+    use crate::metrics::quality::{AnswerConfidence, CONFIDENCE_LOW_P};
+    let confidence = turn.and_then(|t| t.confidence.as_ref());
+    if confidence.is_none() && !app.own_confidence {
+        return None;
+    }
+    let mut lines = vec![row(
+        "own confidence",
+        String::new(),
+        w,
+        theme::METRIC_LABEL,
+        theme::METRIC_SUB_LABEL,
+    )];
+    let dim = |text: &str| Line::from(Span::styled(truncate(text, w), theme::DIM));
+    match confidence {
+        None => lines.push(dim("  measured from the next answer")),
+        Some(TurnConfidence::Unavailable) => {
+            lines.push(dim("  not available: sampled on the backend"));
+        }
+        Some(TurnConfidence::Measured(tokens)) => match AnswerConfidence::of(tokens) {
+            None => lines.push(dim("  no answer tokens")),
+            Some(a) => {
+                lines.push(cells(
+                    &[
+                        ("mean p", format!("{:.3}", a.p_mean)),
+                        ("min p", format!("{:.3}", a.p_min)),
+                    ],
+                    w,
+                ));
+                lines.push(cells(
+                    &[
+                        ("entropy", format!("{:.2}", a.entropy_mean)),
+                        (&format!("p<{CONFIDENCE_LOW_P}"), a.below_low_p.to_string()),
+                    ],
+                    w,
+                ));
+            }
+        },
     }
     Some(lines)
 }

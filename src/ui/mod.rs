@@ -18,6 +18,7 @@ mod profile;
 mod status;
 pub(crate) mod text;
 mod theme;
+mod tokens;
 mod view;
 
 use std::time::Instant;
@@ -82,6 +83,7 @@ pub fn draw(frame: &mut Frame, app: &App, now: Instant) {
         Mode::Compare => compare::draw(frame, below_status, app),
         Mode::Picker => picker::draw(frame, below_status, app),
         Mode::Profile => profile::draw(frame, below_status, app),
+        Mode::Tokens => tokens::draw(frame, below_status, app),
         Mode::Help => help::draw(frame, below_status, app),
         Mode::Chat => {}
     }

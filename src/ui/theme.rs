@@ -39,6 +39,11 @@ pub(crate) const KLD_BAND: [Style; 4] = [
     Style::new().fg(Color::Magenta).add_modifier(Modifier::BOLD),
     Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
 ];
+/// The token the token screen's cursor is on (`Alt+T`).
+pub(crate) const TOKEN_CURSOR: Style = Style::new()
+    .bg(Color::Blue)
+    .fg(Color::White)
+    .add_modifier(Modifier::BOLD);
 /// Added to the token where the two models' most likely tokens first differ.
 pub(crate) const FIRST_DIVERGENCE: Modifier = Modifier::REVERSED;
 /// Added to a token the reference gave under `metrics::quality::LOW_P`.
