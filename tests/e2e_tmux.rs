@@ -267,10 +267,17 @@ fn ab_compares_the_last_answer_with_another_model_and_f3_shows_the_compare_scree
 
     // The same file and seed as the chat's model: identical.
     send(&tmux, &format!("/ab {}", a.display()));
-    let screen = tmux.wait_for("the A/B result", Duration::from_secs(60), |s| {
-        s.contains("identical: B's answer is the same text as A's")
-    });
+    let screen = tmux.wait_for(
+        "the A/B result and B's score",
+        Duration::from_secs(60),
+        |s| s.contains("identical: B's answer is the same text as A's") && s.contains("same top"),
+    );
     assert!(screen.contains("B · a.gguf"), "{screen}");
+    // B scored against A's model (the same file): no divergence.
+    assert!(
+        screen.contains("vs a.gguf KLD 0.0000") && screen.contains("same top 100.0%"),
+        "{screen}"
+    );
     tmux.keys(&["Escape"]);
     tmux.wait_for("the chat", Duration::from_secs(10), |s| {
         !s.contains("A/B: the last prompt") && status_line(s).contains("ready")
@@ -278,11 +285,17 @@ fn ab_compares_the_last_answer_with_another_model_and_f3_shows_the_compare_scree
 
     // Another model file: its own answer beside A's.
     send(&tmux, &format!("/ab {}", b.display()));
-    let screen = tmux.wait_for("B's answer", Duration::from_secs(60), |s| {
+    let screen = tmux.wait_for("B's answer and its score", Duration::from_secs(60), |s| {
         s.contains("B · b.gguf")
             && (s.contains("first divergence at token") || s.contains("identical:"))
+            && s.contains("same top")
     });
     assert!(screen.contains("TTFT ms"), "{screen}");
+    assert!(screen.contains("vs a.gguf KLD"), "{screen}");
+    assert!(
+        !screen.contains("vs a.gguf KLD 0.0000"),
+        "other weights: {screen}"
+    );
     tmux.keys(&["Escape"]);
 
     // A missing file: a message, and the chat goes on.

@@ -570,6 +570,17 @@ fn the_chat_engine_measures_a_batch_sweep_on_its_loaded_model() {
     assert!(next.report.timeline.cached_tokens >= first.report.timeline.prompt_tokens);
 }
 
+/// The next `AbScored` of engine `e` (B's answer scored against the chat's model), skipping
+/// other events.
+fn ab_score(e: &mut TestEngine) -> Result<Box<tokscope::metrics::quality::AnswerScore>, String> {
+    loop {
+        if let EngineEvent::AbScored { score, .. } = e.events.blocking_recv().expect("engine gone")
+        {
+            return score;
+        }
+    }
+}
+
 /// Run an A/B generation with model `path` on engine `e`; `on_token(engine, index)` runs for
 /// each of B's token events. Returns B's report (or the error), and B's streamed text.
 fn ab_turn(
@@ -673,16 +684,46 @@ fn ab_generation_answers_with_another_model_and_leaves_the_chat_model_alone() {
     let d = first_divergence(&first.report.text, &report.turn.text, &report.pieces)
         .expect("the answers differ");
     assert!(d.token_index <= report.pieces.len());
+    // Then B's answer is scored against A's model (the same vocabulary): one figure per B
+    // token, texts as B streamed them, A's file as the reference, other weights so KLD > 0.
+    assert_eq!(report.not_scored, None, "B is scored");
+    let score = ab_score(&mut e).expect("B scored against A");
+    assert_eq!(score.reference, a);
+    assert_eq!(score.tokens.len(), report.pieces.len());
+    let texts: String = score.tokens.iter().map(|t| t.text.as_str()).collect();
+    assert_eq!(texts, report.turn.text);
+    let q = score.summary.as_ref().unwrap();
+    assert!(q.kld_mean > 0.0 && q.kld_mean.is_finite(), "{q:?}");
 
     // The same file as A, with the same seed: the same answer, token for token.
     let (same, _) = ab_turn(&mut e, &a, prompt.clone(), sampling.clone(), 24, |_, _| {})
         .expect("A's own file answers");
     assert_eq!(same.turn.text, first.report.text);
+    // Scored against itself: KLD 0, the same top everywhere.
+    let q = ab_score(&mut e).expect("scored").summary.unwrap();
+    assert_eq!(
+        (q.kld_mean, q.same_top_pct, q.first_divergence),
+        (0.0, 100.0, None)
+    );
     assert_eq!(
         first_divergence(&first.report.text, &same.turn.text, &same.pieces),
         None,
         "identical"
     );
+
+    // B of another vocabulary answers but is not scored, and says why.
+    let other = common::gguf_edit::other_vocab(dir.path(), &a);
+    let (report, _) = ab_turn(
+        &mut e,
+        &other,
+        prompt.clone(),
+        sampling.clone(),
+        4,
+        |_, _| {},
+    )
+    .expect("another vocabulary still answers");
+    let why = report.not_scored.expect("not scored");
+    assert!(why.contains("vocabulary is not A's"), "{why}");
 
     // A missing file is a clear error, and the engine goes on.
     let missing = dir.path().join("missing.gguf");
@@ -746,6 +787,11 @@ fn ab_generation_is_cancelled_while_loading_and_while_generating() {
     )
     .unwrap();
     assert_eq!(report.turn.stop_reason, StopReason::Cancelled);
+    assert_eq!(
+        report.not_scored.as_deref(),
+        Some("not scored: stopped"),
+        "a stopped B is not scored"
+    );
     let cancelled_at = cancelled_at.unwrap();
     let t = &report.turn.timeline;
     assert!(t.tokens_generated() >= 3);

@@ -1766,3 +1766,71 @@ fn own_confidence_colours_the_answer_and_the_token_screen_shows_the_models_top_t
     assert!(!screen.contains("reference: top"), "{screen}");
     snapshot_both("token_screen_own", &app);
 }
+
+#[test]
+fn ab_screen_scores_b_against_a_and_alt_k_colours_b() {
+    use ratatui::style::Color;
+    use tokscope::app::conversation::TurnQuality;
+    use tokscope::metrics::quality::AnswerScore;
+    let pieces = [
+        "Hello",
+        "!",
+        " I",
+        "'m",
+        " a",
+        " compact",
+        " assistant",
+        ".",
+    ];
+    let mut app = ab_app(ANSWER_B, &pieces, true);
+    // While B is scored against A's model, B's column says so.
+    app.ab.as_mut().unwrap().b.quality = Some(TurnQuality::Scoring(7));
+    let screen = render(&app, 120, 40);
+    assert!(screen.contains("scoring B against A's model"), "{screen}");
+    // Scored: the summary in B's column, against A's file.
+    let base = answer_score(&[
+        (0.001, true, 0.9),
+        (0.002, true, 0.9),
+        (0.004, true, 0.9),
+        (0.003, true, 0.9),
+        (0.005, true, 0.9),
+        (2.0, false, 0.005),
+        (0.05, true, 0.5),
+        (0.02, true, 0.8),
+    ]);
+    let scores: Vec<_> = base.tokens.iter().map(|t| t.score).collect();
+    let texts: Vec<String> = pieces.iter().map(|p| p.to_string()).collect();
+    let ids: Vec<i32> = (1..=8).collect();
+    let score = AnswerScore::new(
+        PathBuf::from(format!("/models/{MODEL_FILE}")),
+        scores,
+        &ids,
+        texts,
+        38,
+    );
+    app.ab.as_mut().unwrap().b.quality = Some(TurnQuality::Scored(Box::new(score)));
+    let screen = render(&app, 120, 40);
+    let kld = format!("vs {MODEL_FILE} KLD 0.2606");
+    for needle in [
+        kld.as_str(),
+        "same top 87.5%",
+        "1st diverges 5",
+        "<1% ref 1",
+        "Alt+K colours",
+    ] {
+        assert!(screen.contains(needle), "{needle} missing:\n{screen}");
+    }
+    snapshot_both("ab_scored", &app);
+    // Alt+K: B's answer drawn from its scored tokens in their KLD colours.
+    app.quality_colours = true;
+    let terminal = draw_at(&app, 120, 40);
+    let buffer = terminal.backend().buffer();
+    let screen = buffer_text(buffer);
+    let (y, line) = screen
+        .lines()
+        .enumerate()
+        .find(|(_, l)| l.contains("│Hello! I'm a compact"))
+        .expect("B's answer");
+    let x = line[..line.find("a compact").unwrap() + 2].chars().count();
+    assert_eq!(buffer[(x as u16, y as u16)].fg, Color::Red, "{line}");
+}

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use super::conversation::{first_divergence, AssistantTurn, Divergence, TurnSettings};
+use super::conversation::{first_divergence, AssistantTurn, Divergence, TurnQuality, TurnSettings};
 use super::{App, Effect, EngineStatus, Mode, NoticeKind, Now};
 use crate::engine::{EngineEvent, ModelInfo, RequestId, TurnRequest};
 
@@ -43,6 +43,17 @@ pub struct AbScreen {
     /// A's figures come from A re-run in a fresh context just before B (both cold, like
     /// for like); until then they are the chat turn's own (warm KV cache).
     pub like_for_like: bool,
+}
+
+impl AbScreen {
+    /// The request the engine is still working on for this screen: B's answer, or its score
+    /// against A's model once it has answered.
+    pub fn in_flight(&self) -> Option<RequestId> {
+        self.running.or(match self.b.quality {
+            Some(TurnQuality::Scoring(id)) => Some(id),
+            _ => None,
+        })
+    }
 }
 
 impl App {
@@ -131,12 +142,41 @@ impl App {
 
     pub(super) fn close_ab(&mut self) -> Vec<Effect> {
         self.mode = Mode::Chat;
-        match self.ab.take().and_then(|ab| ab.running) {
-            Some(id) => {
+        match self.ab.take() {
+            Some(ab) if ab.running.is_some() => {
                 self.notice(NoticeKind::Info, "A/B comparison stopped");
-                vec![Effect::Cancel(id)]
+                ab.running.map(Effect::Cancel).into_iter().collect()
             }
+            // B has answered: its score against A stops with the screen.
+            Some(ab) => ab.in_flight().map(Effect::Cancel).into_iter().collect(),
             None => Vec::new(),
+        }
+    }
+
+    /// `AbScored`: B's answer scored against A's model, kept on the screen (never saved: B is
+    /// not in the conversation). A late score of a closed screen is dropped.
+    pub(super) fn on_ab_scored(
+        &mut self,
+        id: RequestId,
+        score: Result<Box<crate::metrics::quality::AnswerScore>, String>,
+    ) {
+        let Some(ab) = self
+            .ab
+            .as_mut()
+            .filter(|ab| ab.b.quality == Some(TurnQuality::Scoring(id)))
+        else {
+            return;
+        };
+        match score {
+            Ok(score) => {
+                let line = crate::metrics::quality::summary_line(&score);
+                ab.b.quality = Some(TurnQuality::Scored(score));
+                self.notice(NoticeKind::Info, format!("A/B: B {line}"));
+            }
+            Err(why) => {
+                ab.b.quality = Some(TurnQuality::NotScored(why.clone()));
+                self.notice(NoticeKind::Warning, format!("A/B: B not scored: {why}"));
+            }
         }
     }
 
@@ -160,9 +200,13 @@ impl App {
             EngineEvent::Token { text, at, .. } if ab.b.phase.is_active() => {
                 ab.b.on_token(&text, at);
             }
-            EngineEvent::AbFinished { report, .. } => {
+            EngineEvent::AbFinished { request_id, report } => {
                 let report = *report;
                 ab.running = None;
+                ab.b.quality = Some(match report.not_scored {
+                    None => TurnQuality::Scoring(request_id),
+                    Some(why) => TurnQuality::NotScored(why),
+                });
                 if let Some(a) = report.a_fresh {
                     // A's text stays the conversation's; its figures become the fresh run's.
                     ab.a.summary = Some(a.timeline.summary());
@@ -227,6 +271,7 @@ mod tests {
                 turn: *report,
                 a_fresh: None,
                 pieces: pieces.iter().map(|p| p.to_string()).collect(),
+                not_scored: Some("not scored: a test".to_string()),
             }),
         })
     }
@@ -334,6 +379,155 @@ mod tests {
             fx.as_slice(),
             [Effect::Generate { model: None, .. }]
         ));
+    }
+
+    #[test]
+    fn b_is_scored_against_a_and_closing_the_screen_stops_the_score() {
+        use crate::metrics::quality::{AnswerScore, TokenScore};
+        let b_score = || {
+            let token = TokenScore {
+                kld: 0.25,
+                same_top: false,
+                top_ref: 1,
+                top_cand: 2,
+                p_ref: 0.2,
+                p_cand: 0.5,
+                ln_p_cand: 0.5f64.ln(),
+                entropy_ref: Some(1.0),
+                entropy_cand: Some(1.0),
+            };
+            Box::new(AnswerScore::new(
+                "a.gguf".into(),
+                vec![token, token],
+                &[1, 2],
+                vec!["Hello".into(), " there".into()],
+                5,
+            ))
+        };
+        let finished_scoring = |id: RequestId| {
+            let Msg::Engine(EngineEvent::AbFinished { request_id, report }) =
+                ab_finished(id, "Hello there", &["Hello", " there"])
+            else {
+                unreachable!()
+            };
+            let mut report = *report;
+            report.not_scored = None;
+            Msg::Engine(EngineEvent::AbFinished {
+                request_id,
+                report: Box::new(report),
+            })
+        };
+        let (mut app, _) = answered_app();
+        let fx = run_line(&mut app, "/ab /m/b.gguf");
+        let Some(Effect::Generate { id, .. }) = fx.first().cloned() else {
+            panic!("{fx:?}")
+        };
+        update(&mut app, finished_scoring(id), now());
+        let ab = app.ab.as_ref().unwrap();
+        assert_eq!(ab.b.quality, Some(TurnQuality::Scoring(id)));
+        assert_eq!(ab.in_flight(), Some(id), "the score is still running");
+        let fx = update(
+            &mut app,
+            Msg::Engine(EngineEvent::AbScored {
+                request_id: id,
+                score: Ok(b_score()),
+            }),
+            now(),
+        );
+        assert!(fx.is_empty(), "B's score is not saved: {fx:?}");
+        let ab = app.ab.as_ref().unwrap();
+        assert!(
+            matches!(&ab.b.quality, Some(TurnQuality::Scored(q)) if q.summary.as_ref().unwrap().kld_mean == 0.25)
+        );
+        assert_eq!(ab.in_flight(), None);
+        assert!(app
+            .notice
+            .as_ref()
+            .unwrap()
+            .text
+            .contains("KLD mean 0.2500"));
+        assert_eq!(
+            app.conversation
+                .exchanges
+                .last()
+                .unwrap()
+                .assistant
+                .as_ref()
+                .unwrap()
+                .quality,
+            None,
+            "the conversation's answer is untouched"
+        );
+        // Nothing left to stop.
+        assert!(update(&mut app, Msg::Key(key(KeyCode::Esc)), now()).is_empty());
+
+        // Closed while the score runs: the score is cancelled and its late result dropped.
+        let fx = run_line(&mut app, "/ab /m/b.gguf");
+        let Some(Effect::Generate { id, .. }) = fx.first().cloned() else {
+            panic!("{fx:?}")
+        };
+        update(&mut app, finished_scoring(id), now());
+        let fx = update(&mut app, Msg::Key(key(KeyCode::Esc)), now());
+        assert_eq!(fx, vec![Effect::Cancel(id)]);
+        update(
+            &mut app,
+            Msg::Engine(EngineEvent::AbScored {
+                request_id: id,
+                score: Ok(b_score()),
+            }),
+            now(),
+        );
+        assert!(app.ab.is_none());
+        // Quitting while it runs cancels it too.
+        let fx = run_line(&mut app, "/ab /m/b.gguf");
+        let Some(Effect::Generate { id, .. }) = fx.first().cloned() else {
+            panic!("{fx:?}")
+        };
+        update(&mut app, finished_scoring(id), now());
+        let fx = update(
+            &mut app,
+            Msg::Key(with(KeyCode::Char('c'), KeyModifiers::CONTROL)),
+            now(),
+        );
+        assert_eq!(fx, vec![Effect::Cancel(id), Effect::Quit]);
+    }
+
+    #[test]
+    fn a_b_that_cannot_be_scored_says_why() {
+        let (mut app, _) = answered_app();
+        let fx = run_line(&mut app, "/ab /m/b.gguf");
+        let Some(Effect::Generate { id, .. }) = fx.first().cloned() else {
+            panic!("{fx:?}")
+        };
+        update(
+            &mut app,
+            ab_finished(id, "Hello there", &["Hello", " there"]),
+            now(),
+        );
+        let ab = app.ab.as_ref().unwrap();
+        assert_eq!(
+            ab.b.quality,
+            Some(TurnQuality::NotScored("not scored: a test".into()))
+        );
+        assert_eq!(ab.in_flight(), None);
+        // A score that fails says why, on the screen and in the notice.
+        let ab = app.ab.as_mut().unwrap();
+        ab.b.quality = Some(TurnQuality::Scoring(id));
+        update(
+            &mut app,
+            Msg::Engine(EngineEvent::AbScored {
+                request_id: id,
+                score: Err("the context is full".into()),
+            }),
+            now(),
+        );
+        assert_eq!(
+            app.ab.as_ref().unwrap().b.quality,
+            Some(TurnQuality::NotScored("the context is full".into()))
+        );
+        let notice = app.notice.as_ref().unwrap();
+        assert_eq!(notice.kind, NoticeKind::Warning);
+        assert!(notice.text.contains("the context is full"), "{notice:?}");
     }
 
     #[test]

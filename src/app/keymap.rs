@@ -118,6 +118,7 @@ pub(crate) fn action_for(mode: Mode, input_empty: bool, key: KeyEvent) -> Option
         (Mode::Ab, KeyCode::PageUp | KeyCode::Up) => Some(Action::PageUp),
         (Mode::Ab, KeyCode::PageDown | KeyCode::Down) => Some(Action::PageDown),
         (Mode::Ab, KeyCode::F(1) | KeyCode::Char('?')) => Some(Action::ToggleHelp),
+        (Mode::Ab, KeyCode::Char('k')) if alt => Some(Action::QualityColours),
         (Mode::Ab, _) => None,
         (Mode::Compare, KeyCode::Esc | KeyCode::F(3) | KeyCode::Char('q')) => {
             Some(Action::CloseCompare)
@@ -340,6 +341,10 @@ mod tests {
         assert_eq!(ab(key(KeyCode::Up)), Some(A::PageUp));
         assert_eq!(ab(key(KeyCode::Char('?'))), Some(A::ToggleHelp));
         assert_eq!(ab(key(KeyCode::Enter)), None);
+        assert_eq!(
+            ab(with(KeyCode::Char('k'), KeyModifiers::ALT)),
+            Some(A::QualityColours)
+        );
         assert_eq!(
             ab(with(KeyCode::Char('c'), KeyModifiers::CONTROL)),
             Some(A::Quit)

@@ -537,7 +537,7 @@ impl App {
     fn quit(&mut self) -> Vec<Effect> {
         let mut effects = self.cancel_active();
         effects.extend(self.stop_scoring("stopped: the chat quit"));
-        if let Some(id) = self.ab.as_ref().and_then(|ab| ab.running) {
+        if let Some(id) = self.ab.as_ref().and_then(AbScreen::in_flight) {
             effects.push(Effect::Cancel(id));
         }
         effects.push(Effect::Quit);
@@ -670,6 +670,7 @@ impl App {
             }
             // A cancelled or closed A/B comparison: its late events are dropped.
             EngineEvent::AbFinished { .. } => {}
+            EngineEvent::AbScored { request_id, score } => self.on_ab_scored(request_id, score),
             EngineEvent::PrefillProgress {
                 request_id,
                 done,

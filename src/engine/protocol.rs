@@ -213,6 +213,10 @@ pub struct AbReport {
     /// held back or cut, so a stop string's tokens are there too): where B's answer parts from
     /// A's is counted in these.
     pub pieces: Vec<String>,
+    /// `None`: B's answer is being scored against A's model (the chat's, as the reference),
+    /// and `AbScored` follows under the same id; otherwise why it is not (a server on either
+    /// side sends no full distributions; another vocabulary).
+    pub not_scored: Option<String>,
 }
 
 /// llama.cpp's perf counters: prompt eval (multi-token decodes) and eval (single-token decodes).
@@ -353,6 +357,12 @@ pub enum EngineEvent {
         request_id: RequestId,
         report: Box<AbReport>,
     },
+    /// Model B's answer of an A/B comparison scored against model A (after `AbFinished`, when
+    /// its `not_scored` is `None`); `Err` says why not ("stopped" when cancelled).
+    AbScored {
+        request_id: RequestId,
+        score: Result<Box<crate::metrics::quality::AnswerScore>, String>,
+    },
     /// The last answer scored against a reference (`EngineCommand::ScoreLast`).
     Scored {
         request_id: RequestId,
@@ -394,6 +404,7 @@ impl EngineEvent {
             | EngineEvent::Failed { request_id, .. }
             | EngineEvent::BatchPoint { request_id, .. }
             | EngineEvent::AbFinished { request_id, .. }
+            | EngineEvent::AbScored { request_id, .. }
             | EngineEvent::BatchSweepDone { request_id, .. }
             | EngineEvent::TgMeasured { request_id, .. }
             | EngineEvent::Scored { request_id, .. }

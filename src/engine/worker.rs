@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use super::protocol::{
     AbReport, EngineCommand, EngineConfig, EngineEvent, EventSender, GenerateRequest, LoadStage,
-    RequestId,
+    RequestId, TurnReport,
 };
 use super::session::Session;
 use super::spec::{check_vocab, DraftModel};
@@ -356,14 +356,12 @@ fn serve_with<'m>(
                     a_request.submitted_at = Instant::now();
                     fresh.generate(&a_request, &sink, cancel_through)
                 })();
-                let result =
-                    ab_generate(&path, cfg, request, events, cancel_through).map(|mut report| {
-                        report.a_fresh = a_fresh.ok();
-                        report
+                if let Err(error) = ab_generate(&path, (model, cfg), request, a_fresh.ok(), io) {
+                    let _ = events.send(EngineEvent::Failed {
+                        request_id: id,
+                        error,
                     });
-                let _ = events.send(outcome(id, result, |request_id, report| {
-                    EngineEvent::AbFinished { request_id, report }
-                }));
+                }
             }
             Ok(EngineCommand::ScoreLast {
                 id,
@@ -495,14 +493,21 @@ fn load_draft(
 
 /// Model B of an A/B comparison: loaded with the chat's settings into a context of its own,
 /// prompted the way the chat's model would be (its template resolved by the same rule), asked
-/// once, then dropped. The chat's model, context and KV cache are not touched.
+/// once (`AbFinished`), its answer then scored against model A as the reference (`AbScored`:
+/// the chat's scoring path, in contexts of their own), then dropped. The chat's model,
+/// context and KV cache are not touched. `Err`: B could not answer.
 fn ab_generate(
     path: &std::path::Path,
-    cfg: &EngineConfig,
+    (model_a, cfg): (&LoadedModel, &EngineConfig),
     mut request: GenerateRequest,
-    events: &EventSender,
-    cancel_through: &Arc<AtomicU64>,
-) -> Result<AbReport, EngineError> {
+    a_fresh: Option<TurnReport>,
+    io: &Io<'_>,
+) -> Result<(), EngineError> {
+    let Io {
+        events,
+        cancel_through,
+        ..
+    } = *io;
     let id = request.id;
     let started = Instant::now();
     let flag = Arc::clone(cancel_through);
@@ -523,12 +528,43 @@ fn ab_generate(
     // template + prefill + first sample, not the load).
     request.submitted_at = Instant::now();
     let turn = session.generate(&request, events, cancel_through)?;
-    Ok(AbReport {
-        model: session.info.clone(),
-        turn,
-        a_fresh: None,
-        pieces: std::mem::take(&mut session.pieces),
-    })
+    let not_scored = if cancel_through.load(Ordering::SeqCst) >= id {
+        Some("not scored: stopped".to_string())
+    } else {
+        super::spec::vocab_difference(model_a, &model).map(|(token, a, b)| {
+            format!(
+                "not scored: B's vocabulary is not A's (token {token} is {b:?} in B, {a:?} in \
+                 A), so their distributions cannot be compared"
+            )
+        })
+    };
+    let scoring = not_scored.is_none();
+    let _ = events.send(EngineEvent::AbFinished {
+        request_id: id,
+        report: Box::new(AbReport {
+            model: session.info.clone(),
+            turn,
+            a_fresh,
+            pieces: std::mem::take(&mut session.pieces),
+            not_scored,
+        }),
+    });
+    if scoring {
+        let flag = Arc::clone(cancel_through);
+        let cancelled = move || flag.load(Ordering::SeqCst) >= id;
+        let score = session
+            .score_last(model_a, &cfg.model_path, &mut None, &cancelled)
+            .map(Box::new)
+            .map_err(|e| match e {
+                EngineError::Cancelled => "stopped".to_string(),
+                e => e.to_string(),
+            });
+        let _ = events.send(EngineEvent::AbScored {
+            request_id: id,
+            score,
+        });
+    }
+    Ok(())
 }
 
 /// Measure batched decoding for each batch size on the loaded model, in contexts of their own

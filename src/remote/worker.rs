@@ -482,6 +482,9 @@ async fn ab_url(
                 turn,
                 a_fresh: None,
                 pieces,
+                not_scored: Some(
+                    "not scored: a server sends no full distributions to score against".to_string(),
+                ),
             }),
         },
         Err(e) => fail(e),

@@ -16,6 +16,9 @@ use crate::engine::{
     TurnRequest,
 };
 
+/// Why B is not scored against A here: A is a server.
+const NOT_SCORED: &str = "not scored: model A is a server, which sends no full distributions";
+
 /// How often the relay looks for the local engine's events and for a cancel.
 const RELAY_POLL: Duration = Duration::from_millis(5);
 
@@ -131,6 +134,7 @@ fn relay(
                         turn: *report,
                         a_fresh: None,
                         pieces,
+                        not_scored: Some(NOT_SCORED.to_string()),
                     }),
                 });
                 return;

@@ -10,11 +10,13 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Clear, Paragraph};
 use ratatui::Frame;
 
+use super::conversation::coloured_tokens;
 use super::text::{clean, one_line, truncate, wrap};
 use super::view::{Figures, View};
 use super::{format, theme};
-use crate::app::conversation::{AssistantTurn, TurnPhase};
+use crate::app::conversation::{AssistantTurn, TurnPhase, TurnQuality};
 use crate::app::{AbOutcome, AbScreen, App};
+use crate::metrics::quality::kld_band;
 
 /// Characters of each answer shown either side of the first difference.
 const SNIPPET_BEFORE_CHARS: usize = 8;
@@ -92,7 +94,7 @@ pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App, view: &View) {
         ("A", &a_file),
         (&ab.a, &sides.a),
         at_byte,
-        ab,
+        (ab, app.quality_colours),
         sides.waited,
     );
     draw_side(
@@ -101,7 +103,7 @@ pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App, view: &View) {
         ("B", &b_file),
         (&ab.b, &sides.b),
         at_byte,
-        ab,
+        (ab, app.quality_colours),
         sides.waited,
     );
     frame.render_widget(
@@ -111,7 +113,7 @@ pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App, view: &View) {
     let keys = if ab.running.is_some() {
         "Esc stops B and closes · ↑↓ PgUp PgDn scroll · F1 help"
     } else {
-        "Esc closes · ↑↓ PgUp PgDn scroll · F1 help · B is not added to the chat"
+        "Esc closes · ↑↓ scroll · Alt+K colours · F1 help · B is not in the chat"
     };
     frame.render_widget(
         Paragraph::new(Span::styled(truncate(keys, w), theme::DIM)),
@@ -126,7 +128,7 @@ fn draw_side(
     (side, file): (&str, &str),
     (turn, figures): (&AssistantTurn, &Figures),
     at_byte: Option<usize>,
-    ab: &AbScreen,
+    (ab, colours): (&AbScreen, bool),
     waited: Duration,
 ) {
     let title_w = (area.width as usize).saturating_sub(4);
@@ -162,20 +164,89 @@ fn draw_side(
     lines.extend(wrap(&second, w, &[], &[]));
     let (state, style) = state_of(turn, side == "B", ab, waited);
     lines.push(Line::from(Span::styled(truncate(&state, w), style)));
+    // B against A's model; A against the chat's reference when it was scored.
+    let quality = quality_spans(turn.quality.as_ref(), side == "B");
+    if !quality.is_empty() {
+        lines.extend(
+            wrap(&quality, w, &[], &[Span::raw("  ")])
+                .into_iter()
+                .take(2),
+        );
+    }
     lines.push(Line::default());
     let head = lines.len();
-    let text_spans = match at_byte.filter(|at| turn.text.is_char_boundary(*at)) {
-        Some(at) => vec![
-            Span::styled(turn.text[..at].to_string(), theme::TEXT),
-            Span::styled(turn.text[at..].to_string(), theme::AB_DIVERGED),
-        ],
-        None => vec![Span::styled(turn.text.clone(), theme::TEXT)],
+    let scored = match &turn.quality {
+        Some(TurnQuality::Scored(score)) if colours => Some(score),
+        _ => None,
     };
-    let body = wrap(&text_spans, w, &[], &[]);
+    let body = if let Some(score) = scored {
+        // Alt+K: the answer's tokens in their KLD colours, as in the chat.
+        coloured_tokens(score, w, None)
+    } else {
+        let text_spans = match at_byte.filter(|at| turn.text.is_char_boundary(*at)) {
+            Some(at) => vec![
+                Span::styled(turn.text[..at].to_string(), theme::TEXT),
+                Span::styled(turn.text[at..].to_string(), theme::AB_DIVERGED),
+            ],
+            None => vec![Span::styled(turn.text.clone(), theme::TEXT)],
+        };
+        wrap(&text_spans, w, &[], &[])
+    };
     let room = (inner.height as usize).saturating_sub(head);
     let scroll = ab.scroll.min(body.len().saturating_sub(room));
     lines.extend(body.into_iter().skip(scroll).take(room));
     frame.render_widget(Paragraph::new(lines), inner);
+}
+
+/// A side's score in one or two lines: "vs A.gguf KLD 0.0123 p99 0.2 · same top 97.0% · 1st
+/// divergence 12 · 1 <1% ref", or "scoring against A's model…", or why not. A's side shows
+/// only a finished score (its own against the chat's reference).
+fn quality_spans(quality: Option<&TurnQuality>, is_b: bool) -> Vec<Span<'static>> {
+    let label = theme::METRIC_LABEL;
+    let value = theme::METRIC_VALUE;
+    match quality {
+        Some(TurnQuality::Scored(q)) => {
+            let reference = q.reference.file_name().map_or_else(
+                || q.reference.display().to_string(),
+                |n| n.to_string_lossy().into_owned(),
+            );
+            let Some(a) = &q.summary else {
+                return vec![Span::styled(
+                    format!("vs {}: no tokens to score", clean(&reference)),
+                    theme::DIM,
+                )];
+            };
+            let divergence = a
+                .first_divergence
+                .map_or_else(|| "none".to_string(), |i| i.to_string());
+            vec![
+                Span::styled(format!("vs {} ", clean(&reference)), label),
+                Span::styled("KLD ", label),
+                Span::styled(
+                    format!("{:.4}", a.kld_mean),
+                    theme::KLD_BAND[kld_band(a.kld_mean)],
+                ),
+                Span::styled(" p99 ", label),
+                Span::styled(format!("{:.4}", a.kld_p99), value),
+                Span::styled(" · same top ", label),
+                Span::styled(format!("{:.1}%", a.same_top_pct), value),
+                Span::styled(" · 1st diverges ", label),
+                Span::styled(divergence, value),
+                Span::styled(" · <1% ref ", label),
+                Span::styled(a.below_low_p.to_string(), value),
+            ]
+        }
+        Some(TurnQuality::Scoring(_)) if is_b => vec![Span::styled(
+            "scoring B against A's model… (Esc stops it)",
+            theme::WAITING,
+        )],
+        Some(TurnQuality::NotScored(why)) if is_b => {
+            let why = one_line(why);
+            let why = why.strip_prefix("not scored: ").unwrap_or(&why).to_string();
+            vec![Span::styled(format!("not scored: {why}"), theme::DIM)]
+        }
+        _ => Vec::new(),
+    }
 }
 
 /// A side's state in words: loading, prefill, streaming, how it ended.

@@ -124,7 +124,7 @@ const COMMANDS: &[(&str, &str)] = &[
     ),
     (
         "/ab PATH|URL",
-        "(without PATH: the model picker, where Enter runs A/B) answer the last prompt again with another GGUF file or another server's API base (B): the same turns, sampling settings and seed; A and B side by side with their figures and the first token where they diverge. B is loaded beside the chat's model in a context of its own and dropped after; it is not added to the conversation. A local chat can ask a server, a server chat a local file",
+        "(without PATH: the model picker, where Enter runs A/B) answer the last prompt again with another GGUF file or another server's API base (B): the same turns, sampling settings and seed; A and B side by side with their figures and the first token where they diverge, then B scored against A's model (KLD, same top, first divergence; Alt+K colours B's tokens by it). B is loaded beside the chat's model in a context of its own and dropped after; it is not added to the conversation. A local chat can ask a server, a server chat a local file",
     ),
     ("/compare", "the compare screen (as F3)"),
     (
