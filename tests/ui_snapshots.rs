@@ -927,6 +927,29 @@ fn answer_score(tokens: &[(f64, bool, f64)]) -> tokscope::metrics::quality::Answ
     )
 }
 
+/// [`answer_score`] with the tokens' texts given (ids from 1).
+fn answer_score_of(
+    tokens: &[(f64, bool, f64)],
+    texts: &[&str],
+) -> tokscope::metrics::quality::AnswerScore {
+    let base = answer_score(tokens);
+    let scores: Vec<_> = base.tokens.iter().map(|t| t.score).collect();
+    let ids: Vec<i32> = (1..=scores.len() as i32).collect();
+    let texts = texts.iter().map(|t| t.to_string()).collect();
+    tokscope::metrics::quality::AnswerScore::new(base.reference, scores, &ids, texts, 38)
+}
+
+/// The last answer of `app`'s conversation scored so.
+fn score_last(app: &mut App, score: tokscope::metrics::quality::AnswerScore) {
+    use tokscope::app::conversation::TurnQuality;
+    let last = app.conversation.exchanges.len() - 1;
+    app.conversation.exchanges[last]
+        .assistant
+        .as_mut()
+        .unwrap()
+        .quality = Some(TurnQuality::Scored(Box::new(score)));
+}
+
 #[test]
 fn finished_with_a_quality_score() {
     use tokscope::app::conversation::TurnQuality;
@@ -1506,33 +1529,20 @@ fn profile_screen_shows_where_the_step_goes() {
 #[test]
 fn scored_tokens_in_their_kld_colours() {
     use ratatui::style::{Color, Modifier};
-    use tokscope::app::conversation::TurnQuality;
-    use tokscope::metrics::quality::AnswerScore;
     // Alt+K: the last answer drawn from its scored tokens, each in its KLD band's colour, the
     // first divergence reversed, a token the reference gave under 1% underlined, a legend.
     let mut app = finished_app();
-    let base = answer_score(&[
-        (0.001, true, 0.9),
-        (0.05, true, 0.6),
-        (0.5, false, 0.004),
-        (3.0, true, 0.2),
-        (0.0, true, 0.99),
-    ]);
-    let scores: Vec<_> = base.tokens.iter().map(|t| t.score).collect();
-    let texts = ["Paris", " is", " lovely", " indeed", "\nyes"].map(String::from);
-    let score = AnswerScore::new(
-        base.reference.clone(),
-        scores,
-        &[1, 2, 3, 4, 5],
-        texts.to_vec(),
-        38,
+    let score = answer_score_of(
+        &[
+            (0.001, true, 0.9),
+            (0.05, true, 0.6),
+            (0.5, false, 0.004),
+            (3.0, true, 0.2),
+            (0.0, true, 0.99),
+        ],
+        &["Paris", " is", " lovely", " indeed", "\nyes"],
     );
-    let last = app.conversation.exchanges.len() - 1;
-    app.conversation.exchanges[last]
-        .assistant
-        .as_mut()
-        .unwrap()
-        .quality = Some(TurnQuality::Scored(Box::new(score)));
+    score_last(&mut app, score);
     let plain = render(&app, 120, 40);
     assert!(!plain.contains("first divergence"), "{plain}");
     assert!(plain.contains("Alt+K: tokens by KLD"), "{plain}");
@@ -1546,20 +1556,7 @@ fn scored_tokens_in_their_kld_colours() {
     );
     assert!(screen.contains("first divergence"), "{screen}");
     assert!(!screen.contains("Alt+K: tokens by KLD"), "{screen}");
-    // The style of the first cell of `word` on the screen.
-    let style_of = |word: &str| {
-        let (y, line) = screen
-            .lines()
-            .enumerate()
-            .find(|(_, l)| l.contains("Paris is lovely"))
-            .expect("the answer's line");
-        // The word after a space ("is" is in "Paris" too).
-        let at = line
-            .find(&format!(" {word}"))
-            .map_or_else(|| line.find(word), |i| Some(i + 1));
-        let x = line[..at.expect("the word")].chars().count();
-        buffer[(x as u16, y as u16)].style()
-    };
+    let style_of = |word: &str| word_style(buffer, &screen, "Paris is lovely", word);
     let paris = style_of("Paris");
     assert!(
         paris.fg.is_none() || paris.fg == Some(Color::Reset),
@@ -1581,6 +1578,30 @@ fn scored_tokens_in_their_kld_colours() {
     assert_eq!(indeed.fg, Some(Color::Red));
     assert!(!indeed.add_modifier.contains(Modifier::REVERSED));
     snapshot_both("finished_quality_colours", &app);
+}
+
+/// The style of the first cell of `word` (the one after a space, else the first) on the first
+/// line of `screen` that holds `line_has`.
+fn word_style(buffer: &Buffer, screen: &str, line_has: &str, word: &str) -> ratatui::style::Style {
+    let (y, line) = screen
+        .lines()
+        .enumerate()
+        .find(|(_, l)| l.contains(line_has))
+        .unwrap_or_else(|| panic!("no line with {line_has:?}: {screen}"));
+    // The word after a space ("is" is in "Paris" too).
+    let at = line
+        .find(&format!(" {word}"))
+        .map_or_else(|| line.find(word), |i| Some(i + 1));
+    let x = line[..at.expect("the word")].chars().count();
+    buffer[(x as u16, y as u16)].style()
+}
+
+/// The token screen (Alt+T) opened on answer `exchange` with the cursor on `token`, drawn at
+/// 120 × 40.
+fn token_screen(app: &mut App, exchange: usize, token: usize) -> String {
+    app.mode = Mode::Tokens;
+    app.token_cursor = Some(tokscope::app::TokenCursor { exchange, token });
+    render(app, 120, 40)
 }
 
 /// Whether one line of `screen` holds `parts` left to right.
@@ -1611,48 +1632,31 @@ fn top(entries: &[(i32, &str, f32)]) -> Vec<tokscope::metrics::quality::TopToken
 
 #[test]
 fn the_token_screen_shows_the_cursors_token_and_both_models_top_tokens() {
-    use tokscope::app::conversation::TurnQuality;
-    use tokscope::app::TokenCursor;
-    use tokscope::metrics::quality::AnswerScore;
     // Alt+T on a scored answer: the answer in its KLD colours with the cursor on " lovely"
     // (the first divergence), its figures, the reference's and the model's top tokens side by
     // side, the chosen one marked.
     let mut app = finished_app();
-    let base = answer_score(&[
-        (0.001, true, 0.9),
-        (0.05, true, 0.6),
-        (0.5, false, 0.004),
-        (3.0, true, 0.2),
-    ]);
-    let scores: Vec<_> = base.tokens.iter().map(|t| t.score).collect();
-    let texts = ["Paris", " is", " lovely", " indeed"].map(String::from);
-    let mut score = AnswerScore::new(
-        base.reference.clone(),
-        scores,
-        &[1, 2, 3, 4],
-        texts.to_vec(),
-        38,
+    let mut score = answer_score_of(
+        &[
+            (0.001, true, 0.9),
+            (0.05, true, 0.6),
+            (0.5, false, 0.004),
+            (3.0, true, 0.2),
+        ],
+        &["Paris", " is", " lovely", " indeed"],
     );
+    let reference = score.reference.clone();
     score.tokens[2].top_ref = top(&[
         (7, " beautiful", 0.61),
         (8, " the", 0.2),
         (3, " lovely", 0.004),
     ]);
     score.tokens[2].top_cand = top(&[(3, " lovely", 0.5), (7, " beautiful", 0.3), (9, "\n", 0.1)]);
+    score_last(&mut app, score);
     let last = app.conversation.exchanges.len() - 1;
-    app.conversation.exchanges[last]
-        .assistant
-        .as_mut()
-        .unwrap()
-        .quality = Some(TurnQuality::Scored(Box::new(score)));
-    app.reference = Some(base.reference.clone());
+    app.reference = Some(reference);
     app.quality_colours = true;
-    app.mode = Mode::Tokens;
-    app.token_cursor = Some(TokenCursor {
-        exchange: last,
-        token: 2,
-    });
-    let screen = render(&app, 120, 40);
+    let screen = token_screen(&mut app, last, 2);
     for want in [
         "token 3 of 4",
         "\" lovely\"",
@@ -1679,7 +1683,6 @@ fn the_token_screen_shows_the_cursors_token_and_both_models_top_tokens() {
 fn own_confidence_colours_the_answer_and_the_token_screen_shows_the_models_top_tokens() {
     use ratatui::style::{Color, Modifier};
     use tokscope::app::conversation::TurnConfidence;
-    use tokscope::app::TokenCursor;
     use tokscope::metrics::quality::TokenConfidence;
     // No reference: Alt+K colours an answer by the model's own probability of each token, with
     // the legend under it and the own-confidence block in the metrics pane.
@@ -1717,18 +1720,7 @@ fn own_confidence_colours_the_answer_and_the_token_screen_shows_the_models_top_t
     assert!(screen.contains("own confidence"), "{screen}");
     // Mean p (0.97 + 0.7 + 0.2 + 0.05) / 4 = 0.48; min 0.05; one token under 0.1.
     assert!(screen.contains("0.480"), "mean p: {screen}");
-    let style_of = |word: &str| {
-        let (y, line) = screen
-            .lines()
-            .enumerate()
-            .find(|(_, l)| l.contains("Paris is lovely"))
-            .expect("the answer's line");
-        let at = line
-            .find(&format!(" {word}"))
-            .map_or_else(|| line.find(word), |i| Some(i + 1));
-        let x = line[..at.expect("the word")].chars().count();
-        buffer[(x as u16, y as u16)].style()
-    };
+    let style_of = |word: &str| word_style(buffer, &screen, "Paris is lovely", word);
     let paris = style_of("Paris");
     assert!(
         paris.fg.is_none() || paris.fg == Some(Color::Reset),
@@ -1740,12 +1732,7 @@ fn own_confidence_colours_the_answer_and_the_token_screen_shows_the_models_top_t
     assert!(!style_of("indeed").add_modifier.contains(Modifier::REVERSED));
     snapshot_both("own_confidence_colours", &app);
 
-    app.mode = Mode::Tokens;
-    app.token_cursor = Some(TokenCursor {
-        exchange: last,
-        token: 3,
-    });
-    let screen = render(&app, 120, 40);
+    let screen = token_screen(&mut app, last, 3);
     for want in [
         "the model's own confidence",
         "token 4 of 4",
@@ -1771,7 +1758,6 @@ fn own_confidence_colours_the_answer_and_the_token_screen_shows_the_models_top_t
 fn ab_screen_scores_b_against_a_and_alt_k_colours_b() {
     use ratatui::style::Color;
     use tokscope::app::conversation::TurnQuality;
-    use tokscope::metrics::quality::AnswerScore;
     let pieces = [
         "Hello",
         "!",
@@ -1788,26 +1774,20 @@ fn ab_screen_scores_b_against_a_and_alt_k_colours_b() {
     let screen = render(&app, 120, 40);
     assert!(screen.contains("scoring B against A's model"), "{screen}");
     // Scored: the summary in B's column, against A's file.
-    let base = answer_score(&[
-        (0.001, true, 0.9),
-        (0.002, true, 0.9),
-        (0.004, true, 0.9),
-        (0.003, true, 0.9),
-        (0.005, true, 0.9),
-        (2.0, false, 0.005),
-        (0.05, true, 0.5),
-        (0.02, true, 0.8),
-    ]);
-    let scores: Vec<_> = base.tokens.iter().map(|t| t.score).collect();
-    let texts: Vec<String> = pieces.iter().map(|p| p.to_string()).collect();
-    let ids: Vec<i32> = (1..=8).collect();
-    let score = AnswerScore::new(
-        PathBuf::from(format!("/models/{MODEL_FILE}")),
-        scores,
-        &ids,
-        texts,
-        38,
+    let mut score = answer_score_of(
+        &[
+            (0.001, true, 0.9),
+            (0.002, true, 0.9),
+            (0.004, true, 0.9),
+            (0.003, true, 0.9),
+            (0.005, true, 0.9),
+            (2.0, false, 0.005),
+            (0.05, true, 0.5),
+            (0.02, true, 0.8),
+        ],
+        &pieces,
     );
+    score.reference = PathBuf::from(format!("/models/{MODEL_FILE}"));
     app.ab.as_mut().unwrap().b.quality = Some(TurnQuality::Scored(Box::new(score)));
     let screen = render(&app, 120, 40);
     let kld = format!("vs {MODEL_FILE} KLD 0.2606");
@@ -1826,11 +1806,6 @@ fn ab_screen_scores_b_against_a_and_alt_k_colours_b() {
     let terminal = draw_at(&app, 120, 40);
     let buffer = terminal.backend().buffer();
     let screen = buffer_text(buffer);
-    let (y, line) = screen
-        .lines()
-        .enumerate()
-        .find(|(_, l)| l.contains("│Hello! I'm a compact"))
-        .expect("B's answer");
-    let x = line[..line.find("a compact").unwrap() + 2].chars().count();
-    assert_eq!(buffer[(x as u16, y as u16)].fg, Color::Red, "{line}");
+    let compact = word_style(buffer, &screen, "│Hello! I'm a compact", "compact");
+    assert_eq!(compact.fg, Some(Color::Red), "{screen}");
 }

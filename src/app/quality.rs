@@ -457,16 +457,21 @@ mod tests {
         Box::new(AnswerScore::new("ref.gguf".into(), scores, &ids, texts, 5))
     }
 
-    /// Sends `text` and finishes its answer; returns the effects of the finish.
-    fn answered(app: &mut App, text: &str) -> Vec<Effect> {
+    /// Types and sends `text`; returns its turn's id.
+    fn send(app: &mut App, text: &str) -> RequestId {
         type_text(app, text);
-        let fx = enter(app);
-        let Some(Effect::Generate { id, .. }) = fx
+        let Some(Effect::Generate { id, .. }) = enter(app)
             .into_iter()
             .find(|e| matches!(e, Effect::Generate { .. }))
         else {
             panic!("no turn started")
         };
+        id
+    }
+
+    /// Sends `text` and finishes its answer; returns the effects of the finish.
+    fn answered(app: &mut App, text: &str) -> Vec<Effect> {
+        let id = send(app, text);
         update(
             app,
             finished(id, "an answer", StopReason::EndOfGeneration),
@@ -664,6 +669,24 @@ mod tests {
             .collect()
     }
 
+    /// Sends `text`, then the engine's `Confidence` event for its turn; returns the turn's id.
+    fn send_with_confidence(
+        app: &mut App,
+        text: &str,
+        tokens: Option<Vec<crate::metrics::quality::TokenConfidence>>,
+    ) -> RequestId {
+        let id = send(app, text);
+        update(
+            app,
+            Msg::Engine(EngineEvent::Confidence {
+                request_id: id,
+                tokens,
+            }),
+            now(),
+        );
+        id
+    }
+
     #[test]
     fn alt_k_without_a_reference_measures_each_tokens_own_confidence_and_keeps_it() {
         use super::super::conversation::{Conversation, TurnConfidence};
@@ -679,21 +702,7 @@ mod tests {
             vec![Effect::SetConfidence(true)]
         );
         assert!(app.quality_colours && app.own_confidence);
-        type_text(&mut app, "hi");
-        let Some(Effect::Generate { id, .. }) = enter(&mut app)
-            .into_iter()
-            .find(|e| matches!(e, Effect::Generate { .. }))
-        else {
-            panic!("no turn started")
-        };
-        update(
-            &mut app,
-            Msg::Engine(EngineEvent::Confidence {
-                request_id: id,
-                tokens: Some(own(&[0.95, 0.3, 0.05])),
-            }),
-            now(),
-        );
+        let id = send_with_confidence(&mut app, "hi", Some(own(&[0.95, 0.3, 0.05])));
         let fx = update(
             &mut app,
             finished(id, "t0t1t2", StopReason::EndOfGeneration),
@@ -752,21 +761,7 @@ mod tests {
         assert!(!app.quality_colours && !app.own_confidence);
         // Sampled on the backend: said, not invented.
         update(&mut app, alt('k'), now());
-        type_text(&mut app, "again");
-        let Some(Effect::Generate { id, .. }) = enter(&mut app)
-            .into_iter()
-            .find(|e| matches!(e, Effect::Generate { .. }))
-        else {
-            panic!("no turn started")
-        };
-        update(
-            &mut app,
-            Msg::Engine(EngineEvent::Confidence {
-                request_id: id,
-                tokens: None,
-            }),
-            now(),
-        );
+        send_with_confidence(&mut app, "again", None);
         assert_eq!(
             app.conversation.exchanges[1]
                 .assistant
