@@ -98,6 +98,14 @@ fn the_same_file_as_reference_agrees_exactly_and_every_score_is_its_tokens() {
     }
     assert_same_tops(tokens);
     assert_eq!(q["reused_tokens"], 0, "one answer: nothing kept before it");
+    // The reference as loaded: its file's size, its layers, none on a GPU here.
+    assert_eq!(
+        q["reference_file_bytes"].as_u64(),
+        Some(std::fs::metadata(&model).unwrap().len()),
+        "{q}"
+    );
+    assert!(q["reference_n_layer"].as_u64().unwrap() > 0, "{q}");
+    assert_eq!(q["reference_gpu_layers"], 0, "{q}");
     assert!(
         f(&q["score_ms"]) > 0.0 && f(&q["reference_load_ms"]) > 0.0,
         "{q}"
@@ -247,7 +255,9 @@ fn a_quantization_strays_from_its_full_precision_file_and_stderr_says_how_far() 
         .stderr(predicate::str::contains(
             "quality  vs small-f32-7.gguf: KLD mean",
         ))
-        .stderr(predicate::str::contains("same top"));
+        .stderr(predicate::str::contains("same top"))
+        .stderr(predicate::str::contains(", reference ("))
+        .stderr(predicate::str::contains(" MB) loaded in"));
 }
 
 #[test]

@@ -964,6 +964,9 @@ fn finished_with_a_quality_score() {
         (0.05, true, 0.7),
         (0.01, true, 0.9),
     ]);
+    let mut last = last;
+    // The reference as loaded: the status bar shows its size and, on a GPU, its layers there.
+    (last.reference_file_bytes, last.reference_gpu_layers) = (988_000_000, 25);
     for (i, score) in [first, last].into_iter().enumerate() {
         app.conversation.exchanges[i]
             .assistant
@@ -976,6 +979,16 @@ fn finished_with_a_quality_score() {
         screen
             .lines()
             .any(|l| l.contains("quality") && l.contains("f16.gguf")),
+        "{screen}"
+    );
+    let status = screen.lines().next().unwrap();
+    assert!(status.contains("│ ref 988 MB"), "{status}");
+    assert!(
+        render(&app, 160, 40)
+            .lines()
+            .next()
+            .unwrap()
+            .contains("ref 988 MB · ngl 25"),
         "{screen}"
     );
     // Mean KLD of the last answer: (0.02 + 0.40 + 0.05 + 0.01) / 4 = 0.12; 3 of 4 same top; one

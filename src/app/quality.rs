@@ -37,6 +37,18 @@ impl App {
         vec![Effect::Score { id, reference }]
     }
 
+    /// The latest score against the reference in use (the one that tells its size and
+    /// placement); `None` while none has been made with it, or scoring is off.
+    pub(crate) fn reference_loaded(&self) -> Option<&AnswerScore> {
+        let reference = self.reference.as_ref()?;
+        self.conversation
+            .exchanges
+            .iter()
+            .rev()
+            .filter_map(|e| e.assistant.as_ref()?.quality.as_ref()?.score())
+            .find(|s| &s.reference == reference && s.reference_file_bytes > 0)
+    }
+
     /// The request id of the score in flight, if any.
     pub(crate) fn scoring(&self) -> Option<RequestId> {
         self.conversation

@@ -898,8 +898,16 @@ pub(crate) fn quality_line(q: &crate::metrics::quality::AnswerScore) -> String {
         return format!("quality  {}\n", crate::metrics::quality::summary_line(q));
     }
     let loaded = if q.reference_load_ms > 0.0 {
+        // As the status bar counts a model's: the layers llama.cpp offloaded, its output
+        // layer among them.
+        let placed = if q.reference_gpu_layers > 0 {
+            format!(", GPU layers {}", q.reference_gpu_layers)
+        } else {
+            String::new()
+        };
         format!(
-            ", reference loaded in {}",
+            ", reference ({}{placed}) loaded in {}",
+            crate::fmt::bytes(q.reference_file_bytes),
             crate::fmt::secs_of_ms(q.reference_load_ms)
         )
     } else {

@@ -381,6 +381,7 @@ fn serve_with<'m>(
                     .score_last(&r.model, &path, &mut score_cache, &cancelled)
                     .map(|mut score| {
                         score.reference_load_ms = load_ms;
+                        r.describe_in(&mut score);
                         score
                     });
                 let _ = events.send(outcome(id, result, |request_id, score| {
@@ -429,6 +430,15 @@ fn serve_with<'m>(
 
 /// The reference at `path` for scoring, loaded (checked like any model file, on the model's
 /// GPU layers setting) and refused when its vocabulary is not the model's.
+impl Reference {
+    /// The reference's size and placement, for the score that used it.
+    fn describe_in(&self, score: &mut crate::metrics::quality::AnswerScore) {
+        score.reference_file_bytes = std::fs::metadata(&self.path).map_or(0, |m| m.len());
+        score.reference_n_layer = self.model.n_layer();
+        score.reference_gpu_layers = self.model.layer_split().offloaded();
+    }
+}
+
 fn load_reference(
     model: &LoadedModel,
     cfg: &EngineConfig,

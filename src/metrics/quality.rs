@@ -610,6 +610,15 @@ pub struct AnswerScore {
     /// `doctor scoring`.
     #[serde(default)]
     pub reused_tokens: usize,
+    /// The reference as loaded: its file's size in bytes, its layer count and the layers
+    /// llama.cpp placed on a GPU (0 on the CPU), as its load log says (the chat's status bar,
+    /// `run`'s line). 0 in `doctor scoring`'s and in files saved before they were kept.
+    #[serde(default)]
+    pub reference_file_bytes: u64,
+    #[serde(default)]
+    pub reference_n_layer: u32,
+    #[serde(default)]
+    pub reference_gpu_layers: u32,
 }
 
 /// One answer token against the reference: its id and text with the figures of
@@ -660,6 +669,9 @@ impl AnswerScore {
             score_ms: 0.0,
             reference_load_ms: 0.0,
             reused_tokens: 0,
+            reference_file_bytes: 0,
+            reference_n_layer: 0,
+            reference_gpu_layers: 0,
         }
     }
 }

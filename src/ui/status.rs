@@ -170,6 +170,18 @@ fn segments(app: &App, view: &View) -> Vec<Segment> {
     out.push(plain(format::params(info.n_params), 31));
     out.push(plain(one_line(&info.quantization), 30));
     out.push(plain(format::bytes(info.file_size_bytes), 52));
+    // The reference loaded beside the model (`--ref`, `/ref`): its size, and on a GPU where
+    // llama.cpp put it.
+    if let Some(r) = app.reference_loaded() {
+        let size = format!("ref {}", format::bytes(r.reference_file_bytes));
+        if info.backend == "CPU" {
+            out.push(plain(size, 54));
+        } else {
+            out.push(
+                plain(format!("{size} · ngl {}", r.reference_gpu_layers), 54).or_short(size, 56),
+            );
+        }
+    }
     out.push(device(info));
     out.push(
         plain(format!("GPU layers {}", info.n_gpu_layers), 45)
