@@ -9,6 +9,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
+use std::time::Duration;
 
 use crate::common::{self, assistant, user, TestEngine};
 use tokscope::engine::{EngineError, EngineEvent, EngineSettings};
@@ -46,14 +47,16 @@ fn score(engine: &mut TestEngine, reference: &Path) -> AnswerScore {
     }
 }
 
-/// A scoring asked for and cancelled at once: it may stop anywhere (before its first pass,
-/// between two) or finish first.
-fn score_cancelled(engine: &mut TestEngine, reference: &Path) {
+/// A scoring asked for and cancelled `after` that: it may stop anywhere (before its first
+/// pass, between two, inside a decode between two graph nodes, between two rows' maths) or
+/// finish first.
+fn score_cancelled(engine: &mut TestEngine, reference: &Path, after: Duration) {
     let id = engine.handle.next_id();
     engine
         .handle
         .score_last(id, reference.to_path_buf())
         .unwrap();
+    std::thread::sleep(after);
     engine.handle.cancel(id);
     loop {
         match engine.events.blocking_recv().expect("engine gone") {
@@ -74,15 +77,16 @@ fn converse(
     settings: &EngineSettings,
     references: [Option<&Path>; TURNS],
 ) -> Vec<(String, Option<AnswerScore>)> {
-    converse_cancelling(model, settings, references, false)
+    converse_cancelling(model, settings, references, None)
 }
 
-/// As [`converse`]; with `cancel_first`, each scoring is first asked for and cancelled.
+/// As [`converse`]; with `cancel_first`, each scoring is first asked for and cancelled that
+/// long after.
 fn converse_cancelling(
     model: &Path,
     settings: &EngineSettings,
     references: [Option<&Path>; TURNS],
-    cancel_first: bool,
+    cancel_first: Option<Duration>,
 ) -> Vec<(String, Option<AnswerScore>)> {
     let mut engine = common::start(model, settings.clone());
     let mut answers: Vec<String> = Vec::new();
@@ -102,8 +106,8 @@ fn converse_cancelling(
         }
         let text = engine.turn(messages, common::greedy(), TOKENS).report.text;
         answers.push(text.clone());
-        if let (Some(r), true) = (reference, cancel_first) {
-            score_cancelled(&mut engine, r);
+        if let (Some(r), Some(after)) = (reference, cancel_first) {
+            score_cancelled(&mut engine, r, after);
         }
         out.push((text, reference.map(|r| score(&mut engine, r))));
     }
@@ -202,6 +206,16 @@ fn kept_scoring_contexts_read_only_the_new_part_and_score_exactly_as_fresh_ones(
 /// read in full: the scoring asked for again gives a fresh scoring's figures bit for bit.
 #[test]
 fn a_cancelled_scoring_leaves_the_kept_contexts_consistent() {
+    // At once (before or between passes), and a few milliseconds in: with one token a
+    // micro-batch the conversation's reading is many micro-batches a decode, and a cancel
+    // then stops llama.cpp between two graph nodes with earlier micro-batches already in the
+    // KV cache.
+    for after in [Duration::ZERO, Duration::from_millis(3)] {
+        cancelled_then_scored_as_fresh(after);
+    }
+}
+
+fn cancelled_then_scored_as_fresh(after: Duration) {
     let _lock = common::model_lock();
     let dir = tempfile::tempdir().unwrap();
     let reference = common::synth(dir.path(), "ref.gguf", "small", TensorType::F32, 7);
@@ -209,7 +223,7 @@ fn a_cancelled_scoring_leaves_the_kept_contexts_consistent() {
     let mut settings = common::settings(1024);
     settings.n_ubatch = 1;
     let r = Some(reference.as_path());
-    let kept = converse_cancelling(&model, &settings, [r; TURNS], true);
+    let kept = converse_cancelling(&model, &settings, [r; TURNS], Some(after));
     let fresh = converse(&model, &settings, [None, None, r, None]);
     let k = kept[2].1.as_ref().unwrap();
     assert!(k.reused_tokens > 0, "{k:?}");

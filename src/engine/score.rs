@@ -62,6 +62,10 @@ pub(super) struct Scored {
     pub(super) reused_tokens: usize,
 }
 
+/// Whether the scoring was cancelled: asked between passes, and by llama.cpp between graph
+/// nodes (so it is shared with its worker thread).
+pub(super) type Cancel = std::sync::Arc<dyn Fn() -> bool + Send + Sync>;
+
 /// A scoring context and the tokens its KV cache holds in sequence 0, in position order.
 struct Held<'a> {
     ctx: LlamaContext<'a>,
@@ -99,11 +103,36 @@ impl Held<'_> {
         outputs: bool,
     ) -> Result<(), EngineError> {
         fill(batch, tokens, self.tokens.len(), outputs)?;
-        self.ctx
-            .decode(batch)
-            .map_err(|e| EngineError::Decode(e.to_string()))?;
+        match self.ctx.decode(batch) {
+            Ok(()) => {}
+            // Stopped between two graph nodes by the abort check (`Held::stop_when`):
+            // llama.cpp took the stopped micro-batch's positions out of the memory, not the
+            // earlier ones of this call; these go too, so the cache holds `tokens` exactly.
+            Err(llama_cpp_2::DecodeError::Unknown(2)) => {
+                let from = u32::try_from(self.tokens.len()).ok();
+                if !self
+                    .ctx
+                    .clear_kv_cache_seq(Some(0), from, None)
+                    .unwrap_or(false)
+                {
+                    self.ctx.clear_kv_cache();
+                    self.tokens.clear();
+                }
+                return Err(EngineError::Cancelled);
+            }
+            Err(e) => return Err(EngineError::Decode(e.to_string())),
+        }
         self.tokens.extend_from_slice(tokens);
         Ok(())
+    }
+
+    /// Lets llama.cpp stop this context's decodes between two graph nodes once `cancelled`
+    /// says so (on the CPU; a GPU backend stops between passes only), or never (`None`).
+    fn stop_when(&mut self, cancelled: Option<&Cancel>) {
+        self.ctx.set_abort_check(cancelled.map(|c| {
+            let c = std::sync::Arc::clone(c);
+            Box::new(move || c()) as llama_cpp_2::context::AbortCheck
+        }));
     }
 
     /// What its KV cache holds, to carry into a larger context: `None` when llama.cpp
@@ -241,6 +270,25 @@ impl<'m, 'r> ScoreCache<'m, 'r> {
         first: usize,
         answer: &[LlamaToken],
         tops: bool,
+        cancelled: &Cancel,
+    ) -> Result<Scored, EngineError> {
+        // A new message stops the scoring within one graph node, not one pass (on a 262k
+        // vocabulary one pass of both models took about 450 ms on 2 cores:
+        // benchmarks/score-cancel-ttft-20261206.txt).
+        self.candidate.stop_when(Some(cancelled));
+        self.truth.stop_when(Some(cancelled));
+        let result = self.score_passes(sequence, first, answer, tops, &**cancelled);
+        self.candidate.stop_when(None);
+        self.truth.stop_when(None);
+        result
+    }
+
+    fn score_passes(
+        &mut self,
+        sequence: &[LlamaToken],
+        first: usize,
+        answer: &[LlamaToken],
+        tops: bool,
         cancelled: &dyn Fn() -> bool,
     ) -> Result<Scored, EngineError> {
         let n_batch = self.settings.n_batch.max(1) as usize;
@@ -271,26 +319,30 @@ impl<'m, 'r> ScoreCache<'m, 'r> {
                 return Err(EngineError::Cancelled);
             }
             let chunk = &sequence[at..(at + ROWS_PER_PASS).min(sequence.len())];
-            let rows = self
-                .truth
-                .pass(&mut batch, chunk)?
-                .into_iter()
-                .map(|logits| {
-                    let logits = planted(&logits);
-                    let row = reference_row(&logits);
-                    let top = if tops {
-                        top_k(&logits, TOP_K)
-                            .into_iter()
-                            .map(|i| (i, row.p(i)))
-                            .collect()
-                    } else {
-                        Vec::new()
-                    };
-                    (row, top)
-                })
-                .collect::<Vec<_>>();
+            // The rows' maths is asked between rows too (a row of a 262k vocabulary is about a
+            // millisecond): what was read stays in the contexts, what was computed is dropped.
+            let mut rows = Vec::with_capacity(chunk.len());
+            for logits in self.truth.pass(&mut batch, chunk)? {
+                if cancelled() {
+                    return Err(EngineError::Cancelled);
+                }
+                let logits = planted(&logits);
+                let row = reference_row(&logits);
+                let top = if tops {
+                    top_k(&logits, TOP_K)
+                        .into_iter()
+                        .map(|i| (i, row.p(i)))
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                rows.push((row, top));
+            }
             let candidate = self.candidate.pass(&mut batch, chunk)?;
             for (j, (logits, (row, top_ref))) in candidate.iter().zip(rows).enumerate() {
+                if cancelled() {
+                    return Err(EngineError::Cancelled);
+                }
                 let next = next_of(answer, at - first + j, logits.len())?;
                 if tops {
                     let (score, top_cand) = score_token_with_top(logits, &row, next, TOP_K);
@@ -356,7 +408,7 @@ pub(super) fn score_chat_answer<'m, 'r>(
     settings: &EngineSettings,
     prompt: &[LlamaToken],
     answer: &[LlamaToken],
-    cancelled: &dyn Fn() -> bool,
+    cancelled: &Cancel,
 ) -> Result<Scored, EngineError> {
     if answer.is_empty() {
         return Ok(Scored::default());
@@ -412,7 +464,7 @@ pub(super) fn score_answer(
     if passes == Passes::Pieces {
         let mut fresh = ScoreCache::new(model, reference, settings, sized(sequence.len() + 1))?;
         return Ok(fresh
-            .score(&sequence, first, answer, false, cancelled)?
+            .score_passes(&sequence, first, answer, false, cancelled)?
             .scores);
     }
     // llama-perplexity's: the whole sequence in one decode, in a context of its length.

@@ -46,9 +46,9 @@ pub(super) struct Session<'m> {
     /// Tokens per prefill decode call: one micro-batch (llama.cpp's n_ubatch, at most
     /// n_batch). llama.cpp computes a larger call one micro-batch after another anyway, so
     /// the work is the same, and checking the cancel flag between calls stops a long prefill
-    /// within one micro-batch. (llama.cpp's abort callback would stop it within a graph node,
-    /// but llama-cpp-2 0.1.160 exposes neither `llama_set_abort_callback` on a context nor the
-    /// `abort_callback` field of its context parameters.)
+    /// within one micro-batch. (llama.cpp's abort callback would stop it within a graph node:
+    /// the vendored llama-cpp-2 has `set_abort_check`, which the scoring contexts use; the
+    /// chat's own decode does not yet.)
     n_batch: usize,
     /// Tokens whose KV entries are in sequence 0, in position order.
     cached: Vec<LlamaToken>,
@@ -435,7 +435,7 @@ impl<'m> Session<'m> {
         reference: &'r LlamaModel,
         reference_path: &std::path::Path,
         cache: &mut Option<super::score::ScoreCache<'m, 'r>>,
-        cancelled: &dyn Fn() -> bool,
+        cancelled: &super::score::Cancel,
     ) -> Result<crate::metrics::quality::AnswerScore, EngineError> {
         let (prompt, answer) = self.last_turn.as_ref().ok_or_else(|| {
             EngineError::Reference(Box::new(EngineError::Decode(

@@ -374,8 +374,7 @@ fn serve_with<'m>(
                     });
                     return Served::Reference(path);
                 };
-                let flag = Arc::clone(cancel_through);
-                let cancelled = move || flag.load(Ordering::SeqCst) >= id;
+                let cancelled = cancel_of(cancel_through, id);
                 let load_ms = std::mem::take(&mut load_ms);
                 let result = session
                     .score_last(&r.model, &path, &mut score_cache, &cancelled)
@@ -430,6 +429,12 @@ fn serve_with<'m>(
 
 /// The reference at `path` for scoring, loaded (checked like any model file, on the model's
 /// GPU layers setting) and refused when its vocabulary is not the model's.
+/// A scoring's cancel: the request `id` or a later one was cancelled.
+fn cancel_of(cancel_through: &Arc<AtomicU64>, id: RequestId) -> super::score::Cancel {
+    let flag = Arc::clone(cancel_through);
+    Arc::new(move || flag.load(Ordering::SeqCst) >= id)
+}
+
 impl Reference {
     /// The reference's size and placement, for the score that used it.
     fn describe_in(&self, score: &mut crate::metrics::quality::AnswerScore) {
@@ -560,8 +565,7 @@ fn ab_generate(
         }),
     });
     if scoring {
-        let flag = Arc::clone(cancel_through);
-        let cancelled = move || flag.load(Ordering::SeqCst) >= id;
+        let cancelled = cancel_of(cancel_through, id);
         let score = session
             .score_last(model_a, &cfg.model_path, &mut None, &cancelled)
             .map(Box::new)

@@ -32,6 +32,9 @@ pub struct LlamaContext<'a> {
     _backend_samplers: Vec<(i32, LlamaSampler)>,
     /// The graph observer its `cb_eval_user_data` points to (tokscope's vendoring).
     _eval_observer: Option<std::sync::Arc<eval::ObserverSlot>>,
+    /// The check its abort callback's data points to (tokscope's vendoring); dropped after
+    /// `llama_free`, as fields are.
+    _abort: Option<Box<AbortCheck>>,
     /// The context internally holds a reference to the model, which can be
     /// retrieved with `llama_get_model`.
     model: PhantomData<&'a LlamaModel>,
@@ -54,7 +57,59 @@ impl Debug for LlamaContext<'_> {
     }
 }
 
+/// Asked by llama.cpp between the graph's nodes whether to stop the computation (tokscope's
+/// vendoring; see [`LlamaContext::set_abort_check`]).
+pub type AbortCheck = Box<dyn Fn() -> bool + Send + Sync>;
+
+/// The abort callback: never lets a panic cross into C (a panicking check does not stop).
+unsafe extern "C" fn abort_trampoline(data: *mut std::ffi::c_void) -> bool {
+    if data.is_null() {
+        return false;
+    }
+    // SAFETY: `data` is the `Box<AbortCheck>` the context keeps alive while the callback is
+    // set (`set_abort_check`), and it is only read here.
+    let check = unsafe { &*(data as *const AbortCheck) };
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(check)).unwrap_or(false)
+}
+
 impl<'model> LlamaContext<'model> {
+    /// Sets (or, with `None`, clears) what llama.cpp asks between graph nodes whether to stop
+    /// (`llama_set_abort_callback`). A decode it stops returns 2
+    /// ([`DecodeError::Unknown`]`(2)`), the positions of the micro-batch it stopped in taken
+    /// out of the memory (earlier micro-batches of the same call stay). Backends without an
+    /// abort callback (CUDA) never ask; the CPU backend asks on its first thread after each
+    /// node.
+    pub fn set_abort_check(&mut self, check: Option<AbortCheck>) {
+        match check {
+            Some(check) => {
+                let boxed = Box::new(check);
+                let data = std::ptr::from_ref::<AbortCheck>(&*boxed).cast_mut().cast();
+                // SAFETY: the context is valid; `data` stays alive in `self._abort` until the
+                // callback is replaced or cleared, or the context is freed (fields drop after
+                // `Drop::drop`'s `llama_free`).
+                unsafe {
+                    llama_cpp_sys_2::llama_set_abort_callback(
+                        self.context.as_mut_ptr(),
+                        Some(abort_trampoline),
+                        data,
+                    );
+                }
+                self._abort = Some(boxed);
+            }
+            None => {
+                // SAFETY: the context is valid; no callback is left pointing at the old check.
+                unsafe {
+                    llama_cpp_sys_2::llama_set_abort_callback(
+                        self.context.as_mut_ptr(),
+                        None,
+                        std::ptr::null_mut(),
+                    );
+                }
+                self._abort = None;
+            }
+        }
+    }
+
     pub(crate) fn new(
         llama_context: Ptr<llama_cpp_sys_2::llama_context>,
         eval_observer: Option<std::sync::Arc<eval::ObserverSlot>>,
@@ -63,6 +118,7 @@ impl<'model> LlamaContext<'model> {
             context: llama_context,
             _backend_samplers: Vec::new(),
             _eval_observer: eval_observer,
+            _abort: None,
             model: PhantomData,
             data: PhantomData,
         }
@@ -77,6 +133,7 @@ impl<'model> LlamaContext<'model> {
             context: llama_context,
             _backend_samplers: backend_samplers,
             _eval_observer: eval_observer,
+            _abort: None,
             model: PhantomData,
             data: PhantomData,
         }
