@@ -281,14 +281,25 @@ fn cancel_stops_a_long_prefill_within_one_micro_batch() {
         done < total,
         "the prefill stopped early ({done} of {total})"
     );
+    // llama.cpp counts a decode's tokens when it is queued: the micro-batch it was asked to
+    // stop between two graph nodes (its abort callback) is in its count, never in `done`.
     assert!(
-        report.llama_counters.prompt_eval_tokens as usize <= done,
+        report.llama_counters.prompt_eval_tokens as usize <= done + ubatch as usize,
         "llama.cpp evaluated {} prompt tokens, progress said {done}",
         report.llama_counters.prompt_eval_tokens
     );
+    // The KV cache holds what the progress said, no more (the stopped micro-batch was taken
+    // out): the same prompt again reads from there.
+    let again = e.turn(vec![user(&long)], greedy(), 1);
+    assert_eq!(again.prefill_started, Some((total_prompt(&again), done)));
     // The engine goes on serving after a cancelled prefill.
     let t = e.turn(vec![user("Hello")], greedy(), 4);
     assert!(t.token_events >= 1);
+}
+
+/// A turn's prompt tokens, as its timeline has them.
+fn total_prompt(t: &common::Turn) -> usize {
+    t.report.timeline.prompt_tokens.unwrap()
 }
 
 #[test]

@@ -3,6 +3,7 @@
 //! sample, decode, send the token's event stamped on this thread).
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 use llama_cpp_2::context::LlamaContext;
@@ -411,7 +412,7 @@ impl<'m> Session<'m> {
         &mut self,
         req: &GenerateRequest,
         events: &EventSender,
-        cancel_through: &AtomicU64,
+        cancel_through: &Arc<AtomicU64>,
     ) -> Result<TurnReport, EngineError> {
         self.last_turn = None;
         let result = self.generate_inner(req, events, cancel_through);
@@ -545,9 +546,14 @@ impl<'m> Session<'m> {
         &mut self,
         req: &GenerateRequest,
         events: &EventSender,
-        cancel_through: &AtomicU64,
+        cancel_through: &Arc<AtomicU64>,
     ) -> Result<TurnReport, EngineError> {
         let cancelled = || cancel_through.load(Ordering::SeqCst) >= req.id;
+        // llama.cpp asks it between graph nodes during prefill (`prefill`).
+        let abort: super::score::Cancel = {
+            let (flag, id) = (Arc::clone(cancel_through), req.id);
+            Arc::new(move || flag.load(Ordering::SeqCst) >= id)
+        };
         let n_ctx = self.ctx.n_ctx() as usize;
         let mut timeline = TurnTimeline {
             submitted_at: Some(req.submitted_at),
@@ -567,7 +573,7 @@ impl<'m> Session<'m> {
             dropped_messages,
             picked_up,
             &mut timeline,
-            &cancelled,
+            &abort,
         )?;
         let first_logits = (req.turn.capture_first_logits && stop_reason.is_none())
             .then(|| self.ctx.get_logits_ith(logits_index).to_vec());
@@ -612,9 +618,9 @@ impl<'m> Session<'m> {
     }
 
     /// Prefill: keep the KV cache's common prefix, decode the rest of the prompt one
-    /// micro-batch per call (checking the cancel flag between calls), and time it. Returns
-    /// the batch for reuse, the logits row to sample the first token from, and `Cancelled`
-    /// when Esc came during prefill.
+    /// micro-batch per call (checking the cancel flag between calls, and llama.cpp between
+    /// the graph's nodes on the CPU), and time it. Returns the batch for reuse, the logits row
+    /// to sample the first token from, and `Cancelled` when Esc came during prefill.
     #[allow(clippy::too_many_arguments)]
     fn prefill(
         &mut self,
@@ -624,7 +630,7 @@ impl<'m> Session<'m> {
         dropped_messages: usize,
         picked_up: Instant,
         timeline: &mut TurnTimeline,
-        cancelled: &dyn Fn() -> bool,
+        cancelled: &super::score::Cancel,
     ) -> Result<(LlamaBatch<'static>, i32, Option<StopReason>), EngineError> {
         let t0 = req.submitted_at;
         // KV reuse: keep the cached prefix, prefill the rest. At least one token is decoded
@@ -652,6 +658,11 @@ impl<'m> Session<'m> {
         let new_tokens = &tokens[reuse..];
         let n_chunks = new_tokens.len().div_ceil(self.n_batch);
         let mut stop_reason = None;
+        // Esc stops a micro-batch between two graph nodes (a micro-batch of an 8B model on a
+        // CPU takes seconds); llama.cpp then takes its positions out of the KV cache, and
+        // `cached` never had them. Off again for the decode steps.
+        let abort = Arc::clone(cancelled);
+        self.ctx.set_abort_check(Some(Box::new(move || abort())));
         for (chunk_no, chunk) in new_tokens.chunks(self.n_batch).enumerate() {
             if cancelled() {
                 stop_reason = Some(StopReason::Cancelled);
@@ -666,9 +677,17 @@ impl<'m> Session<'m> {
                     .add(*token, pos, &[0], logits)
                     .map_err(|e| EngineError::Decode(e.to_string()))?;
             }
-            self.ctx
-                .decode(&mut batch)
-                .map_err(|e| EngineError::Decode(e.to_string()))?;
+            match self.ctx.decode(&mut batch) {
+                Ok(()) => {}
+                Err(llama_cpp_2::DecodeError::Unknown(2)) => {
+                    stop_reason = Some(StopReason::Cancelled);
+                    break;
+                }
+                Err(e) => {
+                    self.ctx.set_abort_check(None);
+                    return Err(EngineError::Decode(e.to_string()));
+                }
+            }
             timeline.prefill_chunk_done_at.push(t0.elapsed());
             self.cached.extend_from_slice(chunk);
             logits_index = chunk.len() as i32 - 1;
@@ -679,6 +698,7 @@ impl<'m> Session<'m> {
                 at: t0.elapsed(),
             });
         }
+        self.ctx.set_abort_check(None);
         self.ctx.synchronize();
         let prefill_done = Instant::now();
         let prefill = prefill_done.saturating_duration_since(step);
