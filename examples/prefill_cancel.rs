@@ -18,14 +18,7 @@ use tokscope::engine::{
 };
 
 fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
+    tokscope::metrics::median(v).unwrap_or(f64::NAN)
 }
 
 fn main() {

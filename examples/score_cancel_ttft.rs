@@ -16,107 +16,50 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use tokscope::engine::{
-    ChatMessage, EngineConfig, EngineEvent, EngineHandle, EngineSettings, EventReceiver, Role,
-    SamplingParams, TurnRequest,
-};
+mod common;
+
+use common::Engine;
+use tokscope::engine::{ChatMessage, EngineSettings, Role};
+use tokscope::metrics::quality::AnswerScore;
 
 /// Tokens of every answer.
 const TOKENS: u32 = 64;
 /// Positions of one scoring pass (`engine::score`).
 const PASS: usize = 32;
 
-struct Engine {
-    handle: EngineHandle,
-    events: EventReceiver,
+/// One scoring pass's time: an uncancelled score's `score_ms` over its passes.
+fn per_pass(score: &AnswerScore) -> f64 {
+    let read = score.context_tokens + score.tokens.len() - 1 - score.reused_tokens;
+    score.score_ms / read.div_ceil(PASS).max(1) as f64
 }
 
-impl Engine {
-    fn start(model: &Path, threads: u32) -> Self {
-        let settings = EngineSettings {
-            n_ctx: 4096,
-            threads,
-            ..EngineSettings::default()
-        };
-        let (handle, mut events) = EngineHandle::spawn(EngineConfig {
-            model_path: model.to_path_buf(),
-            settings,
-        })
-        .unwrap();
-        loop {
-            match events.blocking_recv().expect("engine gone") {
-                EngineEvent::Ready(_) => return Self { handle, events },
-                EngineEvent::LoadFailed(e) => panic!("load failed: {e}"),
-                _ => {}
-            }
-        }
+/// The next turn's TTFT, `delay` after the last answer: with a score of it asked for at once
+/// and cancelled by the new message (`score`), or with none.
+fn next_turn(
+    engine: &mut Engine,
+    messages: &[ChatMessage],
+    reference: &Path,
+    delay: Duration,
+    score: bool,
+) -> f64 {
+    let scoring = score.then(|| {
+        let id = engine.handle.next_id();
+        engine
+            .handle
+            .score_last(id, reference.to_path_buf())
+            .unwrap();
+        id
+    });
+    std::thread::sleep(delay);
+    if let Some(id) = scoring {
+        engine.handle.cancel(id);
     }
-
-    /// Answers `messages`; returns the answer and its TTFT (ms).
-    fn answer(&mut self, messages: &[ChatMessage]) -> (String, f64) {
-        let turn = TurnRequest {
-            messages: messages.to_vec(),
-            sampling: SamplingParams {
-                temperature: 0.0,
-                ..SamplingParams::default()
-            },
-            max_tokens: TOKENS,
-            capture_first_logits: false,
-            ignore_eos: true,
-        };
-        let id = self.handle.send(self.handle.next_id(), turn, None).unwrap();
-        loop {
-            match self.events.blocking_recv().expect("engine gone") {
-                EngineEvent::Finished { request_id, report } if request_id == id => {
-                    let ttft = report.timeline.summary().ttft_ms.expect("a first token");
-                    return (report.text, ttft);
-                }
-                EngineEvent::Failed { request_id, error } if request_id == id => {
-                    panic!("generation failed: {error}")
-                }
-                _ => {}
-            }
-        }
-    }
-
-    /// Scores the last answer to the end; returns its ms per pass.
-    fn score(&mut self, reference: &Path) -> f64 {
-        let id = self.handle.next_id();
-        self.handle.score_last(id, reference.to_path_buf()).unwrap();
-        loop {
-            match self.events.blocking_recv().expect("engine gone") {
-                EngineEvent::Scored { request_id, score } if request_id == id => {
-                    let read = score.context_tokens + score.tokens.len() - 1 - score.reused_tokens;
-                    return score.score_ms / read.div_ceil(PASS).max(1) as f64;
-                }
-                EngineEvent::Failed { request_id, error } if request_id == id => {
-                    panic!("scoring failed: {error}")
-                }
-                _ => {}
-            }
-        }
-    }
-
-    /// The next turn's TTFT, `delay` after the last answer: with a score of it asked for at
-    /// once and cancelled by the new message (`score`), or with none.
-    fn next_turn(
-        &mut self,
-        messages: &[ChatMessage],
-        reference: &Path,
-        delay: Duration,
-        score: bool,
-    ) -> f64 {
-        let scoring = score.then(|| {
-            let id = self.handle.next_id();
-            self.handle.score_last(id, reference.to_path_buf()).unwrap();
-            id
-        });
-        std::thread::sleep(delay);
-        if let Some(id) = scoring {
-            self.handle.cancel(id);
-        }
-        self.answer(messages).1
-    }
+    engine
+        .answer(messages, TOKENS)
+        .timeline
+        .summary()
+        .ttft_ms
+        .expect("a first token")
 }
 
 fn message(role: Role, content: &str) -> ChatMessage {
@@ -127,14 +70,7 @@ fn message(role: Role, content: &str) -> ChatMessage {
 }
 
 fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
+    tokscope::metrics::median(v).unwrap_or(f64::NAN)
 }
 
 fn main() {
@@ -153,20 +89,27 @@ fn main() {
         model.display(),
         reference.display()
     );
-    let mut engine = Engine::start(&model, threads);
+    let mut engine = Engine::start(
+        &model,
+        EngineSettings {
+            n_ctx: 4096,
+            threads,
+            ..EngineSettings::default()
+        },
+    );
     let mut messages = vec![message(
         Role::User,
         "Tell me a short story about a lighthouse keeper and the sea.",
     )];
-    let (first, _) = engine.answer(&messages);
+    let first = engine.answer(&messages, TOKENS).text;
     messages.push(message(Role::Assistant, &first));
     messages.push(message(
         Role::User,
         "Now tell it again from the point of view of the gulls.",
     ));
     // Warm: the reference loaded, the scoring contexts made, the new turn's prompt cached.
-    engine.answer(&messages);
-    let per_pass = engine.score(&reference);
+    engine.answer(&messages, TOKENS);
+    let per_pass = per_pass(&engine.score(&reference));
     println!("one scoring pass of {PASS} positions (both models): {per_pass:.1} ms");
     let (mut with, mut without, mut diff) = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..rounds {
@@ -177,7 +120,7 @@ fn main() {
         };
         let mut pair = [0.0; 2];
         for score in order {
-            pair[usize::from(score)] = engine.next_turn(&messages, &reference, delay, score);
+            pair[usize::from(score)] = next_turn(&mut engine, &messages, &reference, delay, score);
         }
         let [off, on] = pair;
         println!(

@@ -18,12 +18,12 @@
 //! cargo run --release --example score_reuse -- MODEL REF [TURNS] [TOKENS] [THREADS] [UBATCH]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use tokscope::engine::{
-    ChatMessage, EngineConfig, EngineEvent, EngineHandle, EngineSettings, EventReceiver, Role,
-    SamplingParams, TurnRequest,
-};
+mod common;
+
+use common::Engine;
+use tokscope::engine::{ChatMessage, EngineSettings, Role};
 use tokscope::metrics::quality::AnswerScore;
 
 const ASKED: [&str; 8] = [
@@ -36,73 +36,6 @@ const ASKED: [&str; 8] = [
     "Write the keeper's letter to his sister.",
     "Sum the whole story up in three sentences.",
 ];
-
-struct Engine {
-    handle: EngineHandle,
-    events: EventReceiver,
-}
-
-impl Engine {
-    fn start(model: &Path, threads: u32, n_ubatch: u32) -> Self {
-        let settings = EngineSettings {
-            n_ctx: 4096,
-            threads,
-            n_ubatch,
-            ..EngineSettings::default()
-        };
-        let (handle, mut events) = EngineHandle::spawn(EngineConfig {
-            model_path: model.to_path_buf(),
-            settings,
-        })
-        .unwrap();
-        loop {
-            match events.blocking_recv().expect("engine gone") {
-                EngineEvent::Ready(_) => return Self { handle, events },
-                EngineEvent::LoadFailed(e) => panic!("load failed: {e}"),
-                _ => {}
-            }
-        }
-    }
-
-    fn answer(&mut self, messages: &[ChatMessage], tokens: u32) -> String {
-        let turn = TurnRequest {
-            messages: messages.to_vec(),
-            sampling: SamplingParams {
-                temperature: 0.0,
-                ..SamplingParams::default()
-            },
-            max_tokens: tokens,
-            capture_first_logits: false,
-            ignore_eos: true,
-        };
-        let id = self.handle.send(self.handle.next_id(), turn, None).unwrap();
-        loop {
-            match self.events.blocking_recv().expect("engine gone") {
-                EngineEvent::Finished { request_id, report } if request_id == id => {
-                    return report.text
-                }
-                EngineEvent::Failed { request_id, error } if request_id == id => {
-                    panic!("generation failed: {error}")
-                }
-                _ => {}
-            }
-        }
-    }
-
-    fn score(&mut self, reference: &Path) -> AnswerScore {
-        let id = self.handle.next_id();
-        self.handle.score_last(id, reference.to_path_buf()).unwrap();
-        loop {
-            match self.events.blocking_recv().expect("engine gone") {
-                EngineEvent::Scored { request_id, score } if request_id == id => return *score,
-                EngineEvent::Failed { request_id, error } if request_id == id => {
-                    panic!("scoring failed: {error}")
-                }
-                _ => {}
-            }
-        }
-    }
-}
 
 /// Tokens a scoring read: the conversation before the answer and the answer but its last.
 fn read(s: &AnswerScore) -> usize {
@@ -134,8 +67,14 @@ fn main() {
         model.display(),
         reference.display()
     );
-    let mut kept = Engine::start(&model, threads, n_ubatch);
-    let mut fresh = Engine::start(&model, threads, n_ubatch);
+    let settings = EngineSettings {
+        n_ctx: 4096,
+        threads,
+        n_ubatch,
+        ..EngineSettings::default()
+    };
+    let mut kept = Engine::start(&model, settings.clone());
+    let mut fresh = Engine::start(&model, settings);
     let mut messages: Vec<ChatMessage> = Vec::new();
     let (mut kept_ms, mut fresh_ms) = (Vec::new(), Vec::new());
     println!(
@@ -155,8 +94,8 @@ fn main() {
     );
     for (turn, asked) in ASKED[..turns].iter().enumerate() {
         messages.push(ChatMessage::new(Role::User, *asked));
-        let a = kept.answer(&messages, tokens);
-        let b = fresh.answer(&messages, tokens);
+        let a = kept.answer(&messages, tokens).text;
+        let b = fresh.answer(&messages, tokens).text;
         assert_eq!(a, b, "the two engines answered alike");
         messages.push(ChatMessage::new(Role::Assistant, &a));
         let k = kept.score(&reference);

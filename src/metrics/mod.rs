@@ -39,7 +39,7 @@ pub(crate) fn rate_per_s(count: usize, elapsed: Duration) -> Option<f64> {
 
 /// The median of the finite values (the mean of the middle two for an even count); `None`
 /// when there are none. The one median of the crate (paired ratios, ρ, `bench --spec`).
-pub(crate) fn median(values: &[f64]) -> Option<f64> {
+pub fn median(values: &[f64]) -> Option<f64> {
     let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
     if v.is_empty() {
         return None;
