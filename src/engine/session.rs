@@ -417,6 +417,9 @@ impl<'m> Session<'m> {
         self.last_turn = None;
         let result = self.generate_inner(req, events, cancel_through);
         if result.is_err() {
+            // A prefill that failed early may have left its abort check set: nothing of this
+            // turn stays on the context.
+            self.ctx.set_abort_check(None);
             // The KV cache may hold a half-decoded batch: start the next turn from scratch.
             self.ctx.clear_kv_cache();
             self.cached.clear();
