@@ -228,6 +228,9 @@ fn refused_at_load(outcome: &(Option<i32>, Option<i32>, String)) -> bool {
 
 #[test]
 fn every_pre_tokenizer_takes_the_longest_runs_handed_to_it() {
+    // It keeps both cores busy for a minute: hold the model lock, so that no test that
+    // times llama.cpp (the profiler's physics, run vs llama-bench) shares the CPU with it.
+    let _lock = common::model_lock();
     let home = tempfile::tempdir().unwrap();
     let base = home.path().join("bpe.gguf");
     common::tokscope_cmd(home.path())
