@@ -723,6 +723,16 @@ fn unigram_rwkv_and_plamo2_vocabularies_take_the_longest_runs_handed_to_them() {
             "tokenizer.ggml.model",
             GgufValue::String(model.into()),
         );
+        let file = if model == "rwkv" {
+            plant(
+                &file,
+                "rwkv-world.gguf",
+                "tokenizer.ggml.tokens",
+                GgufValue::Array(GgufArray::String(rwkv_world(tokens_of(&good)))),
+            )
+        } else {
+            file
+        };
         let run = |text: &str| {
             std::fs::write(&prompt, text).unwrap();
             tokscope(home.path())
@@ -755,6 +765,166 @@ fn unigram_rwkv_and_plamo2_vocabularies_take_the_longest_runs_handed_to_them() {
         assert!(
             stderr.contains("a run of 50001 characters") && stderr.contains("break the run up"),
             "{model}: {stderr}"
+        );
+    }
+}
+
+/// The tiny vocabulary as an RWKV World vocabulary: each `<0xXX>` token becomes its byte as
+/// convert_hf_to_gguf.py writes it (Python's `repr`), unless that text is a token already.
+fn rwkv_world(mut tokens: Vec<String>) -> Vec<String> {
+    let repr = |b: u8| match b {
+        b'\\' => "\\\\".to_owned(),
+        b'\'' => "\\'".to_owned(),
+        b'\t' => "\\t".to_owned(),
+        b'\n' => "\\n".to_owned(),
+        b'\r' => "\\r".to_owned(),
+        0x20..=0x7e => char::from(b).to_string(),
+        _ => format!("\\x{b:02x}"),
+    };
+    for b in 0..=255u8 {
+        let text = repr(b);
+        if !tokens.contains(&text) {
+            let at = tokens
+                .iter()
+                .position(|t| *t == format!("<0x{b:02X}>"))
+                .unwrap();
+            tokens[at] = text;
+        }
+    }
+    tokens
+}
+
+/// Vocabularies crafted against llama.cpp's RWKV and PLaMo-2 tokenizers. RWKV: without a
+/// one-byte token for "z" but with "zq", llama.cpp's tokenizer restarted from the text's start
+/// for ever on "za" (the process grew until the 20 s limit killed it); such a file is refused
+/// before llama.cpp sees it, as is one whose byte no token starts with (it emitted the token
+/// -1). PLaMo-2: one token of 30,000 characters kept the load busy past 120 s (llama.cpp
+/// sorts every suffix of every token); refused by its suffix size. Scores and texts crafted
+/// against PLaMo-2's table (NaN, ±infinity, 10^9 overflowing its int32 scores, exactly its
+/// UNKNOWN and INVALID sentinels, an empty text, U+FFFD pieces) and RWKV escapes crafted
+/// against its unescaper (a dangling `\x`, upper-case hex, a trailing backslash) load and answer.
+#[test]
+fn crafted_rwkv_and_plamo2_vocabularies_are_refused_or_answer() {
+    use std::os::unix::process::ExitStatusExt;
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let good = tiny(home.path());
+    let tokens = tokens_of(&good);
+    let n = tokens.len();
+    let prompt = home.path().join("prompt.txt");
+    let run = |file: &Path, text: &str| {
+        std::fs::write(&prompt, text).unwrap();
+        let out = tokscope(home.path())
+            .args(["run", "-t", "1", "-n", "2", "-c", "256", "-f"])
+            .arg(&prompt)
+            .arg("-m")
+            .arg(file)
+            .timeout(std::time::Duration::from_secs(30))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.signal().is_none(),
+            "{}: ended by a signal (a crash, or the 30 s limit)",
+            file.display()
+        );
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let with_tokens = |base: &Path, name: &str, tokens: Vec<String>| {
+        plant(
+            base,
+            name,
+            "tokenizer.ggml.tokens",
+            GgufValue::Array(GgufArray::String(tokens)),
+        )
+    };
+    let rwkv = plant(
+        &good,
+        "rwkv.gguf",
+        "tokenizer.ggml.model",
+        GgufValue::String("rwkv".into()),
+    );
+    let world = rwkv_world(tokens.clone());
+
+    let mut prefix_only = world.clone();
+    let z = prefix_only.iter().position(|t| t == "z").unwrap();
+    prefix_only[z] = "zq".to_owned();
+    let (code, err) = run(&with_tokens(&rwkv, "rwkv-zq.gguf", prefix_only), "za");
+    assert_eq!(code, Some(3), "an unusable model file: {err}");
+    assert!(err.contains("RWKV") && err.contains("0x7A"), "{err}");
+
+    let mut absent = world.clone();
+    let e6 = absent.iter().position(|t| t == "\\xe6").unwrap();
+    absent[e6] = "<gone>".to_owned();
+    let (code, err) = run(&with_tokens(&rwkv, "rwkv-e6.gguf", absent), "日本");
+    assert_eq!(code, Some(3), "an unusable model file: {err}");
+    assert!(err.contains("RWKV") && err.contains("0xE6"), "{err}");
+
+    let mut escapes = world;
+    for (i, text) in ["\\x", "\\xZZ", "b\\x4", "a\\", "\\xA0\\xg1"]
+        .iter()
+        .enumerate()
+    {
+        escapes[n - 1 - i] = (*text).to_owned();
+    }
+    let (code, err) = run(
+        &with_tokens(&rwkv, "rwkv-escapes.gguf", escapes),
+        "a\\x \\ za 日本 \u{1}\u{7f}\u{a0}",
+    );
+    assert_eq!(code, Some(0), "{err}");
+
+    let plamo = plant(
+        &good,
+        "plamo2.gguf",
+        "tokenizer.ggml.model",
+        GgufValue::String("plamo2".into()),
+    );
+    let mut long = tokens.clone();
+    long[n - 1] = "x".repeat(30_000);
+    let started = std::time::Instant::now();
+    let (code, err) = run(&with_tokens(&plamo, "plamo2-long.gguf", long), "xxxx");
+    assert_eq!(code, Some(3), "an unusable model file: {err}");
+    assert!(
+        err.contains("PLaMo-2") && err.contains("30000 characters"),
+        "{err}"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+
+    let mut texts = tokens;
+    for (i, text) in ["", "\u{FFFD}ab", "ab\u{FFFD}", "日本語", "zz"]
+        .iter()
+        .enumerate()
+    {
+        texts[n - 1 - i] = (*text).to_owned();
+    }
+    let scores: Vec<f32> = (0..n)
+        .map(|i| match i % 6 {
+            0 => 1e9,
+            1 => f32::NAN,
+            2 => -1000.0,
+            3 => -2000.0,
+            4 => f32::INFINITY,
+            _ => f32::NEG_INFINITY,
+        })
+        .collect();
+    let crafted = plant(
+        &with_tokens(&plamo, "plamo2-texts.gguf", texts),
+        "plamo2-crafted.gguf",
+        "tokenizer.ggml.scores",
+        GgufValue::Array(GgufArray::F32(scores)),
+    );
+    for text in [
+        "hello \u{FFFD}ab ab\u{FFFD} 日本語 日本 zz",
+        &"ab\u{FFFD}".repeat(5_000),
+        "\u{FEFF}",
+        "\u{FEFF}\u{FEFF}x",
+    ] {
+        let (code, err) = run(&crafted, text);
+        assert!(
+            code == Some(0) || (code == Some(1) && err.contains("but the context holds 256")),
+            "{text:.40}: neither an answer nor the prompt's token count: {err}"
         );
     }
 }

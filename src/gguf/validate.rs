@@ -67,6 +67,20 @@ pub enum Defect {
     CharsMap(String),
     #[error("its SentencePiece vocabulary has no byte token <0x{0:02X}>; llama.cpp aborts when text needs it (e.g. a typed \"é\")")]
     MissingByteToken(u8),
+    /// An RWKV vocabulary lacks a one-byte token, so llama.cpp's RWKV tokenizer cannot start
+    /// a token at that byte.
+    #[error("its RWKV vocabulary has no one-byte token for the byte 0x{0:02X}; llama.cpp's RWKV tokenizer then loops without end (or emits an invalid token) on text containing it")]
+    RwkvByteToken(u8),
+    /// A PLaMo-2 vocabulary whose suffix table llama.cpp cannot build in reasonable time.
+    #[error("its PLaMo-2 vocabulary makes llama.cpp build {suffix_chars} characters of token suffixes at load (token {id} alone has {chars} characters; the limit is {PLAMO2_SUFFIX_CHARS}): the load would run for minutes")]
+    Plamo2Suffixes {
+        /// Σ n(n−1)/2 over the tokens' lengths in characters.
+        suffix_chars: u64,
+        /// The longest token's id.
+        id: usize,
+        /// Its length in characters.
+        chars: usize,
+    },
     /// A special token id points outside the vocabulary.
     #[error("{key} is {id} but the vocabulary has {n_vocab} tokens")]
     SpecialTokenOutOfRange {
@@ -463,6 +477,20 @@ pub(crate) fn validate_vocabulary(header: &GgufHeader) -> Result<(), Defect> {
             Some(_) => return Err(Defect::CharsMap("is not an array of bytes".to_owned())),
         }
     }
+    if model == "rwkv" {
+        let mut one_byte = [false; 256];
+        for text in tokens {
+            if let [b] = unescape_rwkv(text).as_slice() {
+                one_byte[usize::from(*b)] = true;
+            }
+        }
+        if let Some(b) = (0..=255u8).find(|&b| !one_byte[usize::from(b)]) {
+            return Err(Defect::RwkvByteToken(b));
+        }
+    }
+    if model == "plamo2" {
+        check_plamo2_suffixes(tokens)?;
+    }
     if model == "llama" {
         let texts: HashSet<&str> = tokens.iter().map(String::as_str).collect();
         for b in 0..=255u8 {
@@ -474,6 +502,75 @@ pub(crate) fn validate_vocabulary(header: &GgufHeader) -> Result<(), Defect> {
                 return Err(Defect::MissingByteToken(b));
             }
         }
+    }
+    Ok(())
+}
+
+/// llama.cpp's `llama_unescape_rwkv_token`, byte for byte: `\\t`, `\\n`, `\\r`, `\\xNN` (its
+/// hex digits read as it reads them, lower case only) and `\\` before any other byte.
+fn unescape_rwkv(escaped: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(escaped.len());
+    let (mut escaping, mut hex_remaining, mut hex_acc) = (false, 0u8, 0u8);
+    for &c in escaped.as_bytes() {
+        // `c` is a C `char` there: signed.
+        let signed = i32::from(c as i8);
+        if hex_remaining != 0 {
+            let value = if signed >= i32::from(b'a') {
+                signed - i32::from(b'a') + 10
+            } else {
+                signed - i32::from(b'0')
+            };
+            hex_acc = ((i32::from(hex_acc) << 4) + value) as u8;
+            hex_remaining -= 1;
+            if hex_remaining == 0 {
+                out.push(hex_acc);
+                hex_acc = 0;
+            }
+            continue;
+        }
+        if escaping {
+            match c {
+                b't' => out.push(b'\t'),
+                b'n' => out.push(b'\n'),
+                b'r' => out.push(b'\r'),
+                b'x' => hex_remaining = 2,
+                other => out.push(other),
+            }
+            escaping = false;
+            continue;
+        }
+        if c == b'\\' {
+            escaping = true;
+            continue;
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The most suffix text a PLaMo-2 vocabulary may make llama.cpp build: it stores every suffix
+/// of every token and sorts them by their reversal (copying both strings per comparison). A
+/// real vocabulary (100k tokens of a few characters) makes a few million; one token of 30,000
+/// characters makes 450 million and its load ran past 120 s.
+pub(crate) const PLAMO2_SUFFIX_CHARS: u64 = 1 << 26;
+
+fn check_plamo2_suffixes(tokens: &[String]) -> Result<(), Defect> {
+    let mut total = 0u64;
+    let mut longest = (0usize, 0usize);
+    for (id, text) in tokens.iter().enumerate() {
+        let n = text.chars().count();
+        if n > longest.1 {
+            longest = (id, n);
+        }
+        let n = n as u64;
+        total = total.saturating_add(n * n.saturating_sub(1) / 2);
+    }
+    if total > PLAMO2_SUFFIX_CHARS {
+        return Err(Defect::Plamo2Suffixes {
+            suffix_chars: total,
+            id: longest.0,
+            chars: longest.1,
+        });
     }
     Ok(())
 }
@@ -753,6 +850,93 @@ mod tests {
             let e = validate_model(&h).expect_err(key).to_string();
             assert!(e.contains(expect), "{key}: {e}");
         }
+    }
+
+    /// A byte as convert_hf_to_gguf.py writes an RWKV World token: Python's `repr` of it.
+    fn python_repr(b: u8) -> String {
+        match b {
+            b'\\' => "\\\\".to_owned(),
+            b'\'' => "\\'".to_owned(),
+            b'\t' => "\\t".to_owned(),
+            b'\n' => "\\n".to_owned(),
+            b'\r' => "\\r".to_owned(),
+            0x20..=0x7e => char::from(b).to_string(),
+            _ => format!("\\x{b:02x}"),
+        }
+    }
+
+    #[test]
+    fn rwkv_tokens_unescape_as_llama_cpp_reads_them() {
+        for b in 0..=255u8 {
+            assert_eq!(unescape_rwkv(&python_repr(b)), vec![b], "{b:#04x}");
+        }
+        assert_eq!(unescape_rwkv("\\xe6\\x97\\xa5"), "日".as_bytes());
+        assert_eq!(unescape_rwkv("a\\qb"), b"aqb");
+        // llama.cpp's quirks kept: upper-case hex is read as `c - '0'`, a trailing escape is
+        // dropped.
+        assert_eq!(unescape_rwkv("\\xA0"), vec![(17u8 << 4)]);
+        assert_eq!(unescape_rwkv("ab\\"), b"ab");
+    }
+
+    #[test]
+    fn an_rwkv_vocabulary_needs_every_byte_as_one_token() {
+        let world: Vec<String> = std::iter::once("<s>".to_owned())
+            .chain((0..=255u8).map(python_repr))
+            .chain(["ab", "\\xe6\\x97\\xa5"].map(str::to_owned))
+            .collect();
+        let with = |tokens: Vec<String>| {
+            model(|kv| {
+                set(kv, "tokenizer.ggml.model", GgufValue::String("rwkv".into()));
+                set(
+                    kv,
+                    "tokenizer.ggml.tokens",
+                    GgufValue::Array(GgufArray::String(tokens.clone())),
+                );
+            })
+        };
+        validate_vocabulary(&with(world.clone())).unwrap();
+        // No "z" alone but "zq": llama.cpp's tokenizer went back to the start of the text for
+        // ever on "za".
+        let mut prefix_only = world.clone();
+        prefix_only[1 + usize::from(b'z')] = "zq".to_owned();
+        let e = validate_vocabulary(&with(prefix_only)).unwrap_err();
+        assert_eq!(e, Defect::RwkvByteToken(b'z'));
+        assert!(e.to_string().contains("0x7A") && e.to_string().contains("RWKV"));
+        // A byte no token starts with: llama.cpp emitted the token -1.
+        let mut absent = world;
+        absent[1 + 0xE6] = "<not a byte>".to_owned();
+        assert_eq!(
+            validate_vocabulary(&with(absent)),
+            Err(Defect::RwkvByteToken(0xE6))
+        );
+    }
+
+    #[test]
+    fn a_plamo2_vocabulary_with_a_huge_token_is_refused() {
+        let with = |last: String| {
+            model(|kv| {
+                set(
+                    kv,
+                    "tokenizer.ggml.model",
+                    GgufValue::String("plamo2".into()),
+                );
+                let mut tokens = spm_tokens();
+                *tokens.last_mut().unwrap() = last.clone();
+                set(
+                    kv,
+                    "tokenizer.ggml.tokens",
+                    GgufValue::Array(GgufArray::String(tokens)),
+                );
+            })
+        };
+        validate_vocabulary(&with("日".repeat(1000))).unwrap();
+        let e = validate_vocabulary(&with("日".repeat(30_000)))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("PLaMo-2") && e.contains("token 259 alone has 30000 characters"),
+            "{e}"
+        );
     }
 
     #[test]
