@@ -230,6 +230,16 @@ pub(crate) fn fake(plan: impl Into<Plan>, max_connections: usize) -> Fake {
                     side(&mut stream, &plan.models, &written);
                     return;
                 }
+                if first.starts_with("GET /api/tags") {
+                    // ollama's native model list.
+                    let body = r#"{"models":[{"name":"fake-model","model":"fake-model"}]}"#;
+                    let _ = write!(
+                        stream,
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    continue;
+                }
                 if first.starts_with("GET /props") {
                     // Not a llama-server: no `/props` (asked once, before the first turn).
                     let _ =
@@ -1473,4 +1483,160 @@ fn load_reports_the_clients_own_cpu_time() {
     let duration = level["duration_s"].as_f64().unwrap();
     assert!((share - cpu / duration).abs() < 1e-9, "{level}");
     assert!((per_request - cpu * 1e3 / 3.0).abs() < 1e-9, "{level}");
+}
+
+/// One line of ollama's native `/api/chat` stream carrying `content`.
+fn ollama_line(content: &str) -> String {
+    format!(
+        "{{\"model\":\"fake-model\",\"created_at\":\"2026-12-06T00:00:00Z\",\"message\":{{\"role\":\"assistant\",\"content\":{}}},\"done\":false}}\n",
+        serde_json::to_string(content).unwrap()
+    )
+}
+
+/// ollama's final line, durations in ns.
+fn ollama_done(load_ns: u64, prompt_n: u64, prompt_ns: u64, eval_n: u64, eval_ns: u64) -> String {
+    format!(
+        "{{\"model\":\"fake-model\",\"message\":{{\"role\":\"assistant\",\"content\":\"\"}},\"done\":true,\"done_reason\":\"stop\",\"total_duration\":{},\"load_duration\":{load_ns},\"prompt_eval_count\":{prompt_n},\"prompt_eval_duration\":{prompt_ns},\"eval_count\":{eval_n},\"eval_duration\":{eval_ns}}}\n",
+        load_ns + prompt_ns + eval_ns
+    )
+}
+
+/// Issue 35, item 3: a base ending in `/api` speaks ollama's native API, whose final line
+/// carries the server's own durations; they fill the TTFT breakdown with their source, and
+/// its model list comes from `/api/tags`. A load past a second marks the turn cold, by the
+/// server's word.
+#[test]
+fn ollama_native_durations_fill_the_breakdown() {
+    let pieces = vec![
+        (Duration::from_millis(40), ollama_line("Hel").into_bytes()),
+        (Duration::from_millis(5), ollama_line("lo").into_bytes()),
+        (Duration::from_millis(5), ollama_line("!").into_bytes()),
+        (
+            Duration::from_millis(5),
+            ollama_done(4_000_000, 12, 20_000_000, 3, 9_000_000).into_bytes(),
+        ),
+    ];
+    let f = fake(Chat::Paced(pieces), 4);
+    let base = format!("http://127.0.0.1:{}/api", f.port);
+    let (code, stdout, stderr) = run_turn(&base, &["--json", "--temp", "0.5"]);
+    assert_eq!(code, 0, "{stderr}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let m = &v["metrics"];
+    assert_eq!(v["text"], "Hello!", "{v}");
+    assert_eq!(m["tokens_generated"], 3, "{v}");
+    assert_eq!(m["prompt_tokens"], 12, "{v}");
+    assert_eq!(m["token_count_source"], "usage_one_per_chunk", "{v}");
+    assert_eq!(m["server_timing_source"], "ollama", "{v}");
+    assert_eq!(m["server_load_ms"], 4.0, "{v}");
+    assert_eq!(m["server_prompt_ms"], 20.0, "{v}");
+    assert_eq!(m["server_tpot_ms"], 3.0, "{v}");
+    // The rest of TTFT: what the server's load and prompt times leave of it.
+    let rest = m["queue_transport_ms"].as_f64().unwrap();
+    let expect = m["ttft_ms"].as_f64().unwrap() - m["network_rtt_ms"].as_f64().unwrap() - 24.0;
+    assert!((rest - expect).abs() < 1e-6, "{v}");
+    assert!(m["cold_start"].is_null(), "{v}");
+    let requests: Vec<String> = f.requests.try_iter().collect();
+    assert!(
+        requests.iter().any(|r| r.starts_with("GET /api/tags")),
+        "{requests:?}"
+    );
+    let chat = requests
+        .iter()
+        .find(|r| r.starts_with("POST /api/chat"))
+        .unwrap();
+    assert!(
+        chat.contains("\"num_predict\":8") && chat.contains("\"stream\":true"),
+        "{chat}"
+    );
+    assert!(chat.contains("\"model\":\"fake-model\""), "{chat}");
+
+    // Human-readable: the load is its own part of TTFT, named with the source.
+    let pieces = vec![
+        (
+            Duration::from_millis(1_200),
+            ollama_line("cold").into_bytes(),
+        ),
+        (
+            Duration::from_millis(5),
+            ollama_done(1_100_000_000, 4, 30_000_000, 1, 1_000_000).into_bytes(),
+        ),
+    ];
+    let f = fake(Chat::Paced(pieces), 4);
+    let base = format!("http://127.0.0.1:{}/api", f.port);
+    let (code, stdout, stderr) = run_turn(&base, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("cold"), "{stdout}");
+    assert!(
+        stderr.contains("server model load 1100.0 ms") && stderr.contains("ollama durations"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("1100 ms loading the model for this request"),
+        "{stderr}"
+    );
+}
+
+/// Issue 31 on the native path: a load longer than the turn is dropped with a note, a stream
+/// that ignores `num_predict` is cut at the client's limit, a line past the event limit is
+/// refused without buffering the rest, a line that is not JSON is named, and an error line
+/// keeps the partial answer.
+#[test]
+fn a_hostile_ollama_stream_is_bounded_like_an_sse_one() {
+    let body =
+        ollama_line("a") + &ollama_line("b") + &ollama_done(u64::MAX / 2, 3, 1_000, 2, 1_000);
+    let f = fake(Chat::Sse(body.into_bytes()), 4);
+    let base = format!("http://127.0.0.1:{}/api", f.port);
+    let (code, stdout, stderr) = run_turn(&base, &["--json"]);
+    assert_eq!(code, 0, "{stderr}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert!(v["metrics"]["server_load_ms"].is_null(), "{v}");
+    assert!(v["metrics"]["cold_start"].is_null(), "{v}");
+    assert!(
+        v["notes"].to_string().contains("model load of 9.22e12 ms"),
+        "{v}"
+    );
+
+    let f = fake(
+        Chat::Endless {
+            head: Vec::new(),
+            repeat: ollama_line("x").into_bytes(),
+        },
+        4,
+    );
+    let base = format!("http://127.0.0.1:{}/api", f.port);
+    let (code, _, stderr, took) = timed(
+        &["run", "--url", &base, "-p", "hi", "-n", "5"],
+        Duration::from_secs(30),
+    );
+    assert_clean_failure(code, &stderr, "max_tokens");
+    assert!(took < Duration::from_secs(20), "{took:?}");
+
+    let f = fake(
+        Chat::Endless {
+            head: b"{\"message\":{\"content\":\"".to_vec(),
+            repeat: b"y".repeat(64 << 10),
+        },
+        4,
+    );
+    let base = format!("http://127.0.0.1:{}/api", f.port);
+    let (code, _, stderr, took, rss) = timed_rss(
+        &["run", "--url", &base, "-p", "hi", "-n", "5"],
+        Duration::from_secs(30),
+    );
+    assert_clean_failure(code, &stderr, "exceeded 4194304 bytes");
+    assert_cut_early(&f, took, rss);
+
+    let body = ollama_line("kept") + "not json\n";
+    let f = fake(Chat::Sse(body.into_bytes()), 4);
+    let base = format!("http://127.0.0.1:{}/api", f.port);
+    let (code, stdout, stderr) = run_turn(&base, &[]);
+    assert_clean_failure(code, &stderr, "not JSON");
+    assert!(stdout.contains("kept"), "{stdout}");
+
+    let body = ollama_line("part") + "{\"error\":\"model ran out of memory\"}\n";
+    let f = fake(Chat::Sse(body.into_bytes()), 4);
+    let base = format!("http://127.0.0.1:{}/api", f.port);
+    let (code, stdout, stderr) = run_turn(&base, &[]);
+    assert_clean_failure(code, &stderr, "ran out of memory");
+    assert!(stdout.contains("part"), "{stdout}");
 }

@@ -16,7 +16,9 @@ use tokscope::app::{update, App, Effect, Msg, Now};
 use tokscope::engine::{
     EngineEvent, LlamaCounters, ModelInfo, SamplingParams, StopReason, TurnReport,
 };
-use tokscope::metrics::remote::{ChunkMark, RemoteTimeline, ServerTimings, ServerUsage};
+use tokscope::metrics::remote::{
+    ChunkMark, RemoteTimeline, ServerTimingSource, ServerTimings, ServerUsage,
+};
 use tokscope::metrics::roofline::{Bandwidth, BandwidthSource, Peaks, WeightBytes};
 
 const URL: &str = "http://10.0.0.5:8000/v1";
@@ -129,6 +131,7 @@ fn record() -> RemoteTimeline {
             cached_tokens: None,
         }),
         server_timings: Some(ServerTimings {
+            source: ServerTimingSource::LlamaServer,
             prompt_n: 10,
             prompt_ms: 20.0,
             cache_n: Some(4),
@@ -137,6 +140,7 @@ fn record() -> RemoteTimeline {
         }),
         server_reported: None,
         server_sleeping: None,
+        server_load_ms: None,
     }
 }
 
@@ -233,6 +237,34 @@ fn a_finished_remote_answer_shows_the_servers_breakdown_and_is_saved() {
     // No server facts configured: no roofline.
     assert_eq!(v("MBU %"), "—", "{screen}");
     assert_eq!(v("bytes/token MB"), "—", "{screen}");
+}
+
+/// ollama's native durations: its model load is a row of its own before the prompt time,
+/// the rest of TTFT leaves both out, and the source is named.
+#[test]
+fn an_ollama_answer_shows_its_model_load_and_source() {
+    let mut app = ready_app(None);
+    let id = send(&mut app);
+    let mut r = record();
+    r.server_timings = r.server_timings.map(|t| ServerTimings {
+        source: ServerTimingSource::Ollama,
+        cache_n: None,
+        ..t
+    });
+    r.server_load_ms = Some(5.0);
+    finish(&mut app, id, &r);
+    let screen = render(&app);
+    let v = |label| pane_value(&screen, label).unwrap_or_default();
+    assert_eq!(v("server load ms"), "5.00", "{screen}");
+    assert_eq!(v("server prompt ms"), "20.0", "{screen}");
+    // 30 − 2 − 20 − 5.
+    assert_eq!(v("1st step+net ms"), "3.00", "{screen}");
+    assert!(screen.contains("server times: ollama"), "{screen}");
+    // A llama-server answer has no load row.
+    let mut app = ready_app(None);
+    let id = send(&mut app);
+    finish(&mut app, id, &record());
+    assert!(!render(&app).contains("server load ms"));
 }
 
 #[test]

@@ -1096,10 +1096,13 @@ pub(crate) fn remote_human_summary(r: &RemoteRunReport) -> String {
                 ("transport + other", m.queue_transport_ms),
             ]
         } else {
-            vec![
-                ("server prompt", m.server_prompt_ms),
-                ("first step + transport", m.queue_transport_ms),
-            ]
+            let load = m.server_load_ms.map(|l| ("server model load", Some(l)));
+            load.into_iter()
+                .chain([
+                    ("server prompt", m.server_prompt_ms),
+                    ("first step + transport", m.queue_transport_ms),
+                ])
+                .collect()
         };
     let parts: Vec<String> = parts
         .into_iter()

@@ -52,9 +52,12 @@ pub struct ServerUsage {
     pub cached_tokens: Option<u64>,
 }
 
-/// llama-server's own `timings` object for the request.
+/// llama-server's own `timings` object for the request, or ollama's durations in the same
+/// shape (`prompt_eval_count`/`_duration`, `eval_count`/`_duration`).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct ServerTimings {
+    /// Whose report this is.
+    pub source: ServerTimingSource,
     /// Prompt tokens the server evaluated (not taken from its cache).
     pub prompt_n: u64,
     pub prompt_ms: f64,
@@ -75,6 +78,9 @@ pub enum ServerTimingSource {
     Vllm,
     /// TGI's `x-queue-time` / `x-inference-time` / `x-time-per-token` response headers.
     Tgi,
+    /// ollama's native `/api/chat` final line: `prompt_eval_duration`, `eval_duration` and
+    /// `load_duration` (ns), with their counts.
+    Ollama,
 }
 
 impl ServerTimingSource {
@@ -83,6 +89,7 @@ impl ServerTimingSource {
             ServerTimingSource::LlamaServer => "llama-server timings",
             ServerTimingSource::Vllm => "vLLM per-request metrics",
             ServerTimingSource::Tgi => "TGI x-*-time headers",
+            ServerTimingSource::Ollama => "ollama durations (/api/chat)",
         }
     }
 }
@@ -131,6 +138,9 @@ pub enum ColdStart {
     /// [`COLD_STEPS`] of the server's decode steps: time the server's report does not account
     /// for (a model loaded on demand, as a router or ollama does, or a wake-up).
     Unexplained { unexplained_ms: f64 },
+    /// The server said it spent more than [`COLD_UNEXPLAINED_MS`] loading the model for this
+    /// request (ollama's `load_duration`).
+    ModelLoad { load_ms: f64 },
 }
 
 /// The least time outside the server's report that marks a turn cold (a model load takes
@@ -145,6 +155,9 @@ impl ColdStart {
             ColdStart::Sleeping => "the server was asleep (llama-server --sleep-idle-seconds): this TTFT includes its wake-up and model reload, not a slow prefill".to_string(),
             ColdStart::Unexplained { unexplained_ms } => format!(
                 "{unexplained_ms:.0} ms of this TTFT is outside the server's own prompt and queue times: a model load or a wake from sleep, not a slow prefill"
+            ),
+            ColdStart::ModelLoad { load_ms } => format!(
+                "the server spent {load_ms:.0} ms loading the model for this request (ollama load_duration): this TTFT includes the load, not a slow prefill"
             ),
         }
     }
@@ -202,6 +215,9 @@ pub struct RemoteTimeline {
     /// llama-server's `/props` `is_sleeping` read just before the request (`None`: not asked,
     /// or the server has no such field).
     pub server_sleeping: Option<bool>,
+    /// The time the server says it spent loading the model for this request (ollama's
+    /// `load_duration`), part of TTFT.
+    pub server_load_ms: Option<f64>,
 }
 
 /// The derived figures of a remote turn, as `run --url --json` prints them.
@@ -210,8 +226,11 @@ pub(crate) struct RemoteSummary {
     /// Request sent → first chunk with content.
     pub ttft_ms: Option<f64>,
     pub network_rtt_ms: Option<f64>,
-    /// The server's prompt processing time (llama-server `timings.prompt_ms`).
+    /// The server's prompt processing time (llama-server `timings.prompt_ms`, ollama
+    /// `prompt_eval_duration`).
     pub server_prompt_ms: Option<f64>,
+    /// The server's model load for this request (ollama `load_duration`).
+    pub server_load_ms: Option<f64>,
     /// Time the request waited in the server's queue (vLLM `queue_time_ms`, TGI
     /// `x-queue-time`).
     pub server_queue_ms: Option<f64>,
@@ -377,6 +396,17 @@ impl RemoteTimeline {
                 ));
                 self.server_timings = None;
             }
+        }
+        if let Some(v) = self
+            .server_load_ms
+            .filter(|&v| !plausible_ms(v, self.finished_at))
+        {
+            notes.push(format!(
+                "the server reports a model load of {} ms in a {:.0} ms turn: ignored",
+                finite_or_word(v),
+                ms(self.finished_at)
+            ));
+            self.server_load_ms = None;
         }
         if let Some(mut r) = self.server_reported {
             let turn = self.finished_at;
@@ -556,6 +586,9 @@ impl RemoteTimeline {
         if self.server_sleeping == Some(true) {
             return Some(ColdStart::Sleeping);
         }
+        if let Some(load_ms) = self.server_load_ms.filter(|&l| l > COLD_UNEXPLAINED_MS) {
+            return Some(ColdStart::ModelLoad { load_ms });
+        }
         let rest = rest_ms?;
         let step = server_tpot_ms.unwrap_or(0.0).max(1.0);
         (rest > COLD_UNEXPLAINED_MS && rest > COLD_STEPS * step).then_some(ColdStart::Unexplained {
@@ -569,20 +602,22 @@ impl RemoteTimeline {
         let ttft = self.ttft();
         let server_prompt = self.server_timings.map(|t| t.prompt_ms);
         let reported = self.server_reported;
-        // The server's part of TTFT: llama-server's prompt time, or vLLM's queue + its TTFT.
-        let server_part = server_prompt.or_else(|| {
-            let r = reported?;
-            Some(r.queue_ms? + r.first_token_ms?)
-        });
+        // The server's part of TTFT: llama-server's prompt time (ollama's, with its model
+        // load), or vLLM's queue + its TTFT.
+        let server_part = server_prompt
+            .map(|p| p + self.server_load_ms.unwrap_or(0.0))
+            .or_else(|| {
+                let r = reported?;
+                Some(r.queue_ms? + r.first_token_ms?)
+            });
         let queue_transport_ms = match (ttft, self.network_rtt, server_part) {
             (Some(t), Some(rtt), Some(p)) => Some(ms(t) - ms(rtt) - p),
             _ => None,
         };
-        let source = if self.server_timings.is_some() {
-            Some(ServerTimingSource::LlamaServer)
-        } else {
-            reported.map(|r| r.source)
-        };
+        let source = self
+            .server_timings
+            .map(|t| t.source)
+            .or(reported.map(|r| r.source));
         let decode_span = match (self.chunks.first(), self.chunks.last()) {
             (Some(a), Some(b)) => b.at.saturating_sub(a.at),
             _ => Duration::ZERO,
@@ -596,6 +631,7 @@ impl RemoteTimeline {
             ttft_ms: ttft.map(ms),
             network_rtt_ms: self.network_rtt.map(ms),
             server_prompt_ms: server_prompt,
+            server_load_ms: self.server_load_ms,
             server_queue_ms: reported.and_then(|r| r.queue_ms),
             server_first_token_ms: reported.and_then(|r| r.first_token_ms),
             server_timing_source: source,
@@ -657,6 +693,7 @@ mod tests {
             chunks: vec![at(ttft), at(ttft + 10), at(ttft + 20), at(ttft + 30)],
             finished_at: Duration::from_millis(ttft + 31),
             server_timings: Some(ServerTimings {
+                source: ServerTimingSource::LlamaServer,
                 prompt_n: 8,
                 prompt_ms: 10.0,
                 cache_n: None,
@@ -812,6 +849,7 @@ mod tests {
             chunks: vec![at(30), at(40), at(60)],
             finished_at: Duration::from_millis(61),
             server_timings: Some(ServerTimings {
+                source: ServerTimingSource::LlamaServer,
                 prompt_n: 6,
                 prompt_ms: 20.0,
                 cache_n: Some(4),
@@ -876,6 +914,7 @@ mod tests {
             network_rtt: Some(Duration::from_millis(2)),
             chunks: vec![at(30), at(40)],
             server_timings: Some(ServerTimings {
+                source: ServerTimingSource::LlamaServer,
                 prompt_n: 10,
                 prompt_ms: 20.0,
                 cache_n: Some(0),
@@ -938,6 +977,7 @@ mod tests {
     #[test]
     fn impossible_server_times_and_prompt_counts_are_dropped() {
         let timings = |prompt_ms: f64, predicted_ms: f64| ServerTimings {
+            source: ServerTimingSource::LlamaServer,
             prompt_n: 3,
             prompt_ms,
             cache_n: None,

@@ -76,10 +76,19 @@ impl Endpoint {
         })
     }
 
-    /// The server's root (the base without a trailing `/v1`), where llama-server keeps
-    /// `/health`, `/metrics`, `/tokenize` and `/detokenize`.
+    /// The server's root (the base without a trailing `/v1` or `/api`), where llama-server
+    /// keeps `/health`, `/metrics`, `/tokenize` and `/detokenize`.
     pub(crate) fn root(&self) -> &str {
-        self.base_url.strip_suffix("/v1").unwrap_or(&self.base_url)
+        self.base_url
+            .strip_suffix("/v1")
+            .or_else(|| self.base_url.strip_suffix("/api"))
+            .unwrap_or(&self.base_url)
+    }
+
+    /// A base ending in `/api` is ollama's native API (`/api/chat`, `/api/tags`), which
+    /// reports the server's own durations; any other base is OpenAI's API.
+    pub(crate) fn ollama_native(&self) -> bool {
+        self.base_url.ends_with("/api")
     }
 
     /// The server's host and port (the scheme's default where the URL gives none).
@@ -397,8 +406,22 @@ impl RemoteClient {
         said
     }
 
-    /// The model ids of `GET /v1/models`, in the server's order.
+    /// The model ids of `GET /v1/models` (ollama's native API: the names of `GET /api/tags`),
+    /// in the server's order.
     pub(crate) async fn models(&self) -> Result<Vec<String>, RemoteError> {
+        if self.endpoint.ollama_native() {
+            let url = format!("{}/tags", self.endpoint.base_url);
+            let v = self.get_json(&url).await?;
+            return Ok(v
+                .get("models")
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|m| m.get("name").and_then(Value::as_str).map(String::from))
+                        .collect()
+                })
+                .unwrap_or_default());
+        }
         let url = format!("{}/models", self.endpoint.base_url);
         let v = self.get_json(&url).await?;
         Ok(v.get("data")
@@ -469,8 +492,21 @@ impl RemoteClient {
         on_text: &mut (dyn FnMut(&str, Duration) + Send),
     ) -> Result<RemoteTurn, RemoteError> {
         use std::sync::atomic::Ordering;
+        let native = self.endpoint.ollama_native();
         let url = format!("{}/chat/completions", self.endpoint.base_url);
-        let mut body = request_body(request, self.include_metrics.load(Ordering::Relaxed));
+        let url = if native {
+            format!("{}/chat", self.endpoint.base_url)
+        } else {
+            url
+        };
+        let body_for = |include_metrics: bool| {
+            if native {
+                ollama_request_body(request)
+            } else {
+                request_body(request, include_metrics)
+            }
+        };
+        let mut body = body_for(self.include_metrics.load(Ordering::Relaxed));
         let mut sent_at = Instant::now();
         let post = |body: &Value| self.send(&url, self.http.post(&url).json(body));
         let response = match until_cancelled(cancelled, post(&body)).await {
@@ -485,9 +521,9 @@ impl RemoteClient {
             // API rejects unknown fields) is asked again without it, and never with it again.
             Err(RemoteError::Status {
                 status, body: said, ..
-            }) if (400..500).contains(&status) && said.contains("include_metrics") => {
+            }) if !native && (400..500).contains(&status) && said.contains("include_metrics") => {
                 self.include_metrics.store(false, Ordering::Relaxed);
-                body = request_body(request, false);
+                body = body_for(false);
                 sent_at = Instant::now();
                 until_cancelled(cancelled, post(&body)).await?
             }
@@ -510,9 +546,14 @@ impl RemoteClient {
                 notes: Vec::new(),
             },
             max_tokens: request.max_tokens,
+            ollama_native: native,
         };
         let mut bytes = Box::pin(response.bytes_stream());
-        let mut parser = SseParser::new(MAX_EVENT_BYTES);
+        let mut parser = if native {
+            SseParser::ndjson(MAX_EVENT_BYTES)
+        } else {
+            SseParser::new(MAX_EVENT_BYTES)
+        };
         let mut events: Vec<String> = Vec::new();
         let mut stream_bytes = 0usize;
         let end = 'stream: loop {
@@ -597,6 +638,8 @@ async fn until_cancelled<T>(
 struct Turn {
     turn: RemoteTurn,
     max_tokens: Option<u32>,
+    /// The stream is ollama's native newline-delimited JSON, not OpenAI's SSE.
+    ollama_native: bool,
 }
 
 impl Turn {
@@ -608,6 +651,9 @@ impl Turn {
         on_text: &mut (dyn FnMut(&str, Duration) + Send),
     ) -> Option<Result<StreamEnd, RemoteError>> {
         let data = data.trim();
+        if self.ollama_native {
+            return self.on_ollama_line(data, at, on_text);
+        }
         if data == "[DONE]" {
             return Some(Ok(StreamEnd::Done));
         }
@@ -652,20 +698,13 @@ impl Turn {
             turn.finish_reason = Some(reason.to_string());
         }
         if !content.is_empty() {
-            // Each content chunk holds at least one token: one past max_tokens proves the
-            // server ignored it, and the stream ends here rather than when the server stops.
-            if let Some(max_tokens) = self.max_tokens {
-                if turn.timeline.chunks.len() >= max_tokens as usize {
-                    return Some(Err(RemoteError::IgnoredMaxTokens { max_tokens }));
-                }
+            if let Some(end) =
+                self.content(content, at, usage.map(|u| u.completion_tokens), on_text)
+            {
+                return Some(end);
             }
-            turn.timeline.chunks.push(ChunkMark {
-                at,
-                cumulative_tokens: usage.map(|u| u.completion_tokens),
-            });
-            turn.text.push_str(content);
-            on_text(content, at);
         }
+        let turn = &mut self.turn;
         if usage.is_some() {
             turn.timeline.usage = usage;
         }
@@ -677,6 +716,140 @@ impl Turn {
         }
         None
     }
+}
+
+impl Turn {
+    /// One content chunk. Each holds at least one token: one past max_tokens proves the
+    /// server ignored it, and the stream ends here rather than when the server stops.
+    fn content(
+        &mut self,
+        content: &str,
+        at: Duration,
+        cumulative_tokens: Option<u64>,
+        on_text: &mut (dyn FnMut(&str, Duration) + Send),
+    ) -> Option<Result<StreamEnd, RemoteError>> {
+        let turn = &mut self.turn;
+        if let Some(max_tokens) = self.max_tokens {
+            if turn.timeline.chunks.len() >= max_tokens as usize {
+                return Some(Err(RemoteError::IgnoredMaxTokens { max_tokens }));
+            }
+        }
+        turn.timeline.chunks.push(ChunkMark {
+            at,
+            cumulative_tokens,
+        });
+        turn.text.push_str(content);
+        on_text(content, at);
+        None
+    }
+
+    /// One line of ollama's native `/api/chat` stream: `{"message": {"content"}, "done":
+    /// false}` per token, then `{"done": true, "done_reason", "load_duration",
+    /// "prompt_eval_count", "prompt_eval_duration", "eval_count", "eval_duration"}` (ns).
+    fn on_ollama_line(
+        &mut self,
+        data: &str,
+        at: Duration,
+        on_text: &mut (dyn FnMut(&str, Duration) + Send),
+    ) -> Option<Result<StreamEnd, RemoteError>> {
+        if data.is_empty() {
+            return None;
+        }
+        let value: Value = match serde_json::from_str(data) {
+            Ok(v) => v,
+            Err(e) => {
+                return Some(Err(RemoteError::Malformed(format!(
+                    "stream line is not JSON ({e}): {}",
+                    error_excerpt(data)
+                ))))
+            }
+        };
+        if let Some(err) = value.get("error") {
+            return Some(Err(RemoteError::ServerError(error_excerpt(
+                &err.to_string(),
+            ))));
+        }
+        if self.turn.model.is_none() {
+            self.turn.model = value.get("model").and_then(Value::as_str).map(String::from);
+        }
+        let message = value.get("message");
+        if message.is_some() && self.turn.timeline.choice_chunks.len() < MAX_OUTPUT_TOKENS as usize
+        {
+            self.turn.timeline.choice_chunks.push(at);
+        }
+        let content = message
+            .and_then(|m| m.get("content"))
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if !content.is_empty() {
+            if let Some(end) = self.content(content, at, None, on_text) {
+                return Some(end);
+            }
+        }
+        if value.get("done").and_then(Value::as_bool) != Some(true) {
+            return None;
+        }
+        let turn = &mut self.turn;
+        turn.finish_reason = value
+            .get("done_reason")
+            .and_then(Value::as_str)
+            .map(String::from);
+        let count = |k: &str| value.get(k).and_then(Value::as_u64);
+        let ns_as_ms = |k: &str| value.get(k).and_then(Value::as_f64).map(|ns| ns / 1e6);
+        let (prompt_n, predicted_n) = (count("prompt_eval_count"), count("eval_count"));
+        if let (Some(prompt_tokens), Some(completion_tokens)) = (prompt_n, predicted_n) {
+            turn.timeline.usage = Some(ServerUsage {
+                prompt_tokens,
+                completion_tokens,
+                cached_tokens: None,
+            });
+        }
+        if let (Some(prompt_n), Some(prompt_ms), Some(predicted_n), Some(predicted_ms)) = (
+            prompt_n,
+            ns_as_ms("prompt_eval_duration"),
+            predicted_n,
+            ns_as_ms("eval_duration"),
+        ) {
+            turn.timeline.server_timings = Some(ServerTimings {
+                source: ServerTimingSource::Ollama,
+                prompt_n,
+                prompt_ms,
+                cache_n: None,
+                predicted_n,
+                predicted_ms,
+            });
+        }
+        turn.timeline.server_load_ms = ns_as_ms("load_duration");
+        Some(Ok(StreamEnd::Done))
+    }
+}
+
+/// ollama's native chat request: its sampling settings go in `options` (`num_predict` is its
+/// `max_tokens`); it has no `ignore_eos`.
+fn ollama_request_body(r: &ChatRequest) -> Value {
+    let messages: Vec<Value> = r
+        .messages
+        .iter()
+        .map(|m| json!({"role": m.role.as_str(), "content": m.content}))
+        .collect();
+    let mut options = serde_json::Map::new();
+    let fields = [
+        ("num_predict", r.max_tokens.map(Value::from)),
+        ("temperature", r.temperature.map(Value::from)),
+        ("top_p", r.top_p.map(Value::from)),
+        ("seed", r.seed.map(Value::from)),
+    ];
+    for (k, v) in fields {
+        if let Some(v) = v {
+            options.insert(k.to_string(), v);
+        }
+    }
+    json!({
+        "model": r.model,
+        "messages": messages,
+        "stream": true,
+        "options": options,
+    })
 }
 
 /// The request: `include_metrics` asks vLLM for its per-request times (on the final usage
@@ -766,6 +939,7 @@ fn parse_tgi_headers(headers: &reqwest::header::HeaderMap) -> Option<ServerRepor
 
 fn parse_timings(v: &Value) -> Option<ServerTimings> {
     Some(ServerTimings {
+        source: ServerTimingSource::LlamaServer,
         prompt_n: v.get("prompt_n")?.as_u64()?,
         prompt_ms: v.get("prompt_ms")?.as_f64()?,
         cache_n: v.get("cache_n").and_then(Value::as_u64),

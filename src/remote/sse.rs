@@ -3,6 +3,8 @@
 //! fields are skipped. Bounded and linear: every byte is copied at most twice (into the line,
 //! then into the event), a line and an event's data are each at most `limit_bytes`, and bytes
 //! that are not UTF-8 become U+FFFD, line by line, so one bad byte never holds back the rest.
+//! The same reader takes newline-delimited JSON (ollama's native `/api/chat`): there every
+//! non-empty line is one event's data.
 
 /// An event's data grew past the limit before the blank line that ends it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,6 +21,8 @@ pub(crate) struct SseParser {
     after_cr: bool,
     /// No byte seen yet (a leading UTF-8 BOM is dropped).
     at_start: bool,
+    /// Newline-delimited JSON: each non-empty line is an event's whole data.
+    lines_are_events: bool,
 }
 
 impl SseParser {
@@ -29,6 +33,16 @@ impl SseParser {
             data: String::new(),
             after_cr: false,
             at_start: true,
+            lines_are_events: false,
+        }
+    }
+
+    /// A reader of newline-delimited JSON: every non-empty line is one event, at most
+    /// `limit_bytes`.
+    pub(crate) fn ndjson(limit_bytes: usize) -> Self {
+        Self {
+            lines_are_events: true,
+            ..Self::new(limit_bytes)
         }
     }
 
@@ -77,6 +91,14 @@ impl SseParser {
 
     fn end_line(&mut self, out: &mut Vec<String>) -> Result<(), EventTooLarge> {
         let line = std::mem::take(&mut self.line);
+        if self.lines_are_events {
+            if !line.is_empty() {
+                out.push(String::from_utf8_lossy(&line).into_owned());
+            }
+            self.line = line;
+            self.line.clear();
+            return Ok(());
+        }
         if line.is_empty() {
             if !self.data.is_empty() {
                 let mut data = std::mem::take(&mut self.data);
@@ -235,5 +257,18 @@ mod tests {
         // Endless comments never grow the event.
         let pings = b": ping\n".repeat(1000);
         assert_eq!(parse(&[&pings, b"data: ok\n\n"], 64).unwrap(), vec!["ok"]);
+    }
+
+    #[test]
+    fn ndjson_lines_are_events_bounded_and_lossy() {
+        let mut p = SseParser::ndjson(16);
+        let mut out = Vec::new();
+        p.push(b"{\"a\":1}\n\r\n{\"b\"", &mut out).unwrap();
+        p.push(b":\xff}\r", &mut out).unwrap();
+        assert_eq!(
+            out,
+            vec!["{\"a\":1}".to_owned(), "{\"b\":\u{FFFD}}".to_owned()]
+        );
+        assert_eq!(p.push(&[b'x'; 17], &mut out), Err(EventTooLarge));
     }
 }

@@ -494,7 +494,7 @@ async fn ab_url(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::remote::{ChunkMark, RemoteTimeline, ServerTimings};
+    use crate::metrics::remote::{ChunkMark, RemoteTimeline, ServerTimingSource, ServerTimings};
 
     fn turn(end: Result<StreamEnd, RemoteError>, finish: Option<&str>) -> RemoteTurn {
         RemoteTurn {
@@ -505,6 +505,7 @@ mod tests {
                     cumulative_tokens: None,
                 }],
                 server_timings: Some(ServerTimings {
+                    source: ServerTimingSource::LlamaServer,
                     prompt_n: 7,
                     prompt_ms: 3.5,
                     cache_n: None,

@@ -656,6 +656,15 @@ fn remote_breakdown(r: &super::view::RemoteFigures, w: usize) -> Vec<Line<'stati
         ));
         lines.push(row("  net+other ms", format::num(r.rest_ms), w, sub, value));
     } else {
+        if r.server_load_ms.is_some() {
+            lines.push(row(
+                "  server load ms",
+                format::num(r.server_load_ms),
+                w,
+                sub,
+                value,
+            ));
+        }
         lines.push(row(
             "  server prompt ms",
             format::num(r.server_prompt_ms),

@@ -74,6 +74,8 @@ pub(crate) struct Figures {
 pub(crate) struct RemoteFigures {
     pub network_rtt_ms: Option<f64>,
     pub server_prompt_ms: Option<f64>,
+    /// The server's model load for this turn (ollama's `load_duration`).
+    pub server_load_ms: Option<f64>,
     /// vLLM's (or TGI's) queue time and vLLM's own time to first token.
     pub server_queue_ms: Option<f64>,
     pub server_first_token_ms: Option<f64>,
@@ -199,6 +201,7 @@ impl Figures {
             remote: remote.then_some(RemoteFigures {
                 network_rtt_ms: None,
                 server_prompt_ms: None,
+                server_load_ms: None,
                 server_queue_ms: None,
                 server_first_token_ms: None,
                 prompt_tokens: None,
@@ -238,6 +241,7 @@ impl Figures {
             remote: Some(RemoteFigures {
                 network_rtt_ms: r.network_rtt_ms,
                 server_prompt_ms: r.server_prompt_ms,
+                server_load_ms: r.server_load_ms,
                 server_queue_ms: r.server_queue_ms,
                 server_first_token_ms: r.server_first_token_ms,
                 prompt_tokens: r.prompt_tokens,
