@@ -928,3 +928,81 @@ fn crafted_rwkv_and_plamo2_vocabularies_are_refused_or_answer() {
         );
     }
 }
+
+/// The model probe's time limit is kept by the process that started it, so the probe must
+/// not outlive that process: a `run` killed while its probe loaded a file that takes hours
+/// (a PLaMo-2 token of 30,000 characters, let through by `TOKSCOPE_TRUST_MODEL=1`) left the
+/// probe running for 40 minutes, on both cores. Now it ends with its parent.
+#[test]
+fn the_model_probe_ends_with_the_process_that_started_it() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let good = tiny(home.path());
+    let plamo = plant(
+        &good,
+        "plamo2.gguf",
+        "tokenizer.ggml.model",
+        GgufValue::String("plamo2".into()),
+    );
+    let mut tokens = tokens_of(&good);
+    *tokens.last_mut().unwrap() = "x".repeat(30_000);
+    let slow = plant(
+        &plamo,
+        "plamo2-slow-load.gguf",
+        "tokenizer.ggml.tokens",
+        GgufValue::Array(GgufArray::String(tokens)),
+    );
+    let mut parent = std::process::Command::new(assert_cmd::cargo::cargo_bin("tokscope"))
+        .env("TOKSCOPE_DATA_DIR", home.path().join("data"))
+        .env("TOKSCOPE_CONFIG_DIR", home.path().join("config"))
+        .env("TOKSCOPE_CACHE_DIR", home.path().join("cache"))
+        .env("TOKSCOPE_TRUST_MODEL", "1")
+        .env_remove("TOKSCOPE_PROBE")
+        .args(["run", "-t", "1", "-n", "1", "-p", "hi", "-m"])
+        .arg(&slow)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let needle = slow.to_string_lossy().into_owned();
+    let probe_pid = || {
+        std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            (cmdline.contains("__probe-model") && cmdline.contains(&needle)).then_some(pid)
+        })
+    };
+    let started = std::time::Instant::now();
+    let pid = loop {
+        if let Some(pid) = probe_pid() {
+            break pid;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "no probe started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    // The probe is busy in llama.cpp's load: the parent dies without a word.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    parent.kill().unwrap();
+    parent.wait().unwrap();
+    let alive = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|stat| stat.rsplit(')').next().map(|s| s.trim_start().to_owned()))
+            .is_some_and(|rest| !rest.starts_with('Z') && !rest.starts_with('X'))
+    };
+    let killed = std::time::Instant::now();
+    while alive() && killed.elapsed() < std::time::Duration::from_secs(5) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let still = alive();
+    if still {
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status();
+    }
+    assert!(!still, "the probe {pid} outlived its parent by 5 s");
+}

@@ -48,6 +48,9 @@ use super::error::EngineError;
 
 /// The hidden subcommand the child runs.
 pub const PROBE_SUBCOMMAND: &str = "__probe-model";
+/// The probing process's pid, given to the child: a child whose parent is already gone when it
+/// starts ends at once.
+const PROBE_PARENT_ENV: &str = "TOKSCOPE_PROBE_PARENT";
 /// Overrides the probe's time limit (seconds).
 pub(crate) const PROBE_TIMEOUT_ENV: &str = "TOKSCOPE_PROBE_TIMEOUT_S";
 /// Switches probing off (`0`), e.g. when a model is known good and its load is slow.
@@ -250,6 +253,7 @@ fn probe(exe: &Path, path: &Path, timeout: Duration) -> Result<(), EngineError> 
         .arg(PROBE_SUBCOMMAND)
         .arg(path)
         .env("GGML_NO_BACKTRACE", "1")
+        .env(PROBE_PARENT_ENV, std::process::id().to_string())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -373,6 +377,9 @@ fn last_words(stderr: &[u8]) -> String {
 /// 3 when llama.cpp refused the file with an ordinary error. A defect llama.cpp cannot handle
 /// kills the child, which is the point.
 pub fn child_main(path: &Path) -> i32 {
+    if !die_with_parent() {
+        return CHILD_LOAD_FAILED;
+    }
     match child_probe(path) {
         Ok(()) => 0,
         Err(e @ EngineError::NonFiniteLogits { .. }) => {
@@ -383,6 +390,27 @@ pub fn child_main(path: &Path) -> i32 {
             eprintln!("{e}");
             CHILD_LOAD_FAILED
         }
+    }
+}
+
+/// The child ends when the process that probes dies (killed, or its terminal closed): its
+/// time limit is kept by that process, so an orphan would run as long as llama.cpp does (a
+/// crafted vocabulary's load ran for hours). Linux's parent-death signal; false when the
+/// parent is gone already.
+#[allow(unsafe_code)]
+fn die_with_parent() -> bool {
+    // SAFETY: prctl(PR_SET_PDEATHSIG) takes a signal number and touches no memory of ours;
+    // getppid cannot fail.
+    let parent = unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+        libc::getppid()
+    };
+    match std::env::var(PROBE_PARENT_ENV)
+        .ok()
+        .and_then(|p| p.parse::<libc::pid_t>().ok())
+    {
+        Some(expected) => parent == expected,
+        None => true,
     }
 }
 
