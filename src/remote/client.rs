@@ -660,24 +660,11 @@ impl Turn {
         if data.is_empty() {
             return None;
         }
-        let value: Value = match serde_json::from_str(data) {
+        let value = match self.read_event(data, "event data") {
             Ok(v) => v,
-            Err(e) => {
-                return Some(Err(RemoteError::Malformed(format!(
-                    "event data is not JSON ({e}): {}",
-                    error_excerpt(data)
-                ))))
-            }
+            Err(e) => return Some(Err(e)),
         };
-        if let Some(err) = value.get("error") {
-            return Some(Err(RemoteError::ServerError(error_excerpt(
-                &err.to_string(),
-            ))));
-        }
         let turn = &mut self.turn;
-        if turn.model.is_none() {
-            turn.model = value.get("model").and_then(Value::as_str).map(String::from);
-        }
         let usage = value.get("usage").and_then(parse_usage);
         let choice = value
             .get("choices")
@@ -719,6 +706,21 @@ impl Turn {
 }
 
 impl Turn {
+    /// An event's (or a line's) JSON: an `error` field is the server's error, and the first
+    /// `model` named is kept.
+    fn read_event(&mut self, data: &str, what: &str) -> Result<Value, RemoteError> {
+        let value: Value = serde_json::from_str(data).map_err(|e| {
+            RemoteError::Malformed(format!("{what} is not JSON ({e}): {}", error_excerpt(data)))
+        })?;
+        if let Some(err) = value.get("error") {
+            return Err(RemoteError::ServerError(error_excerpt(&err.to_string())));
+        }
+        if self.turn.model.is_none() {
+            self.turn.model = value.get("model").and_then(Value::as_str).map(String::from);
+        }
+        Ok(value)
+    }
+
     /// One content chunk. Each holds at least one token: one past max_tokens proves the
     /// server ignored it, and the stream ends here rather than when the server stops.
     fn content(
@@ -755,23 +757,10 @@ impl Turn {
         if data.is_empty() {
             return None;
         }
-        let value: Value = match serde_json::from_str(data) {
+        let value = match self.read_event(data, "stream line") {
             Ok(v) => v,
-            Err(e) => {
-                return Some(Err(RemoteError::Malformed(format!(
-                    "stream line is not JSON ({e}): {}",
-                    error_excerpt(data)
-                ))))
-            }
+            Err(e) => return Some(Err(e)),
         };
-        if let Some(err) = value.get("error") {
-            return Some(Err(RemoteError::ServerError(error_excerpt(
-                &err.to_string(),
-            ))));
-        }
-        if self.turn.model.is_none() {
-            self.turn.model = value.get("model").and_then(Value::as_str).map(String::from);
-        }
         let message = value.get("message");
         if message.is_some() && self.turn.timeline.choice_chunks.len() < MAX_OUTPUT_TOKENS as usize
         {
