@@ -125,7 +125,7 @@ fn wait_for(lines: &mpsc::Receiver<String>, needle: &str, seen: &mut Vec<String>
     panic!("no '{needle}' on stderr: {seen:#?}");
 }
 
-fn get(addr: &str, path: &str) -> String {
+pub(crate) fn get(addr: &str, path: &str) -> String {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     write!(s, "GET {path} HTTP/1.1\r\nhost: {addr}\r\n\r\n").unwrap();
@@ -135,7 +135,7 @@ fn get(addr: &str, path: &str) -> String {
 }
 
 /// Samples as prometheus_client's parser reads them: (name, labels) → value.
-fn samples(text: &str, dir: &Path) -> BTreeMap<(String, BTreeMap<String, String>), f64> {
+pub(crate) fn samples(text: &str, dir: &Path) -> BTreeMap<(String, BTreeMap<String, String>), f64> {
     let file = dir.join("exposition.txt");
     std::fs::write(&file, text).unwrap();
     common::python_reader("prom-parse.py", &[&file])
@@ -415,4 +415,45 @@ fn a_port_in_use_and_bad_export_flags_are_refused_before_anything_is_sent() {
         asked.iter().all(|r| !r.starts_with("POST")),
         "nothing was sent: {asked:?}"
     );
+}
+
+#[test]
+fn chat_prometheus_is_refused_on_a_port_in_use_a_bad_address_and_a_local_chat() {
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = taken.local_addr().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    // Said before the screen opens and before the server is asked anything (none listens).
+    for (args, needle) in [
+        (
+            vec![
+                "--url",
+                "http://127.0.0.1:9/v1",
+                "--prometheus",
+                taken.as_str(),
+            ],
+            "cannot listen there",
+        ),
+        (
+            vec![
+                "--url",
+                "http://127.0.0.1:9/v1",
+                "--prometheus",
+                "localhost",
+            ],
+            "expected an address",
+        ),
+        (vec!["--prometheus", "127.0.0.1:0"], "it needs --url"),
+    ] {
+        let out = common::tokscope_cmd(dir.path())
+            .env("TOKSCOPE_CACHE_DIR", dir.path().join("cache"))
+            .timeout(Duration::from_secs(30))
+            .arg("chat")
+            .args(&args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
 }

@@ -338,3 +338,69 @@ fn an_unreachable_server_is_named_and_a_silent_one_does_not_hold_the_quit() {
         asked.elapsed()
     );
 }
+
+#[test]
+fn chat_prometheus_counts_each_turn_as_the_pane_shows_it() {
+    let _lock = common::model_lock();
+    let setup = Setup::new();
+    let server = LlamaServer::start(&setup.model, 1, &[], setup.server_dir.path());
+    let addr = {
+        let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        free.local_addr().unwrap().to_string()
+    };
+    let tmux = setup.tmux("remote-prometheus");
+    start(
+        &tmux,
+        &format!("--url {} --temp 0 -n 12 --prometheus {addr}", server.url()),
+    );
+    let shown = |screen: &str, label: &str| -> f64 {
+        pane_value(screen, label)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{label} shows a number: {screen}"))
+    };
+    let (mut ttft_ms, mut tokens, mut prompt) = (0.0, 0.0, 0.0);
+    for (i, question) in ["Why is the sky blue?", "And the sea?"].iter().enumerate() {
+        send(&tmux, question);
+        let screen = tmux.wait_for("the answer and its figures", Duration::from_secs(60), |s| {
+            s.matches("─ TTFT").count() > i && status_line(s).contains("ready")
+        });
+        ttft_ms += shown(&screen, "TTFT ms");
+        tokens += shown(&screen, "tokens");
+        prompt += shown(&screen, "prompt tok");
+    }
+    let reply = crate::load_export::get(&addr, "/metrics");
+    quit(&tmux);
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    let text = reply.split("\r\n\r\n").nth(1).unwrap();
+    // Read by prometheus_client's parser, not by tokscope's.
+    let samples = crate::load_export::samples(text, setup.dir.path());
+    let at = |name: &str| -> f64 {
+        let found: Vec<f64> = samples
+            .iter()
+            .filter(|((n, labels), _)| {
+                n == name
+                    && labels.get("level").map(String::as_str) == Some("chat")
+                    && labels.get("model_name").is_some_and(|m| !m.is_empty())
+            })
+            .map(|(_, v)| *v)
+            .collect();
+        assert_eq!(found.len(), 1, "one {name} of level chat: {samples:#?}");
+        found[0]
+    };
+    assert_eq!(at("tokscope:time_to_first_token_seconds_count"), 2.0);
+    assert_eq!(at("tokscope:e2e_request_latency_seconds_count"), 2.0);
+    assert_eq!(at("tokscope:request_success_total"), 2.0);
+    // The pane's figures, to their shown precision (0.1 ms each).
+    let exported_ms = at("tokscope:time_to_first_token_seconds_sum") * 1e3;
+    assert!(
+        (exported_ms - ttft_ms).abs() <= 0.11,
+        "exported TTFT {exported_ms} ms, shown {ttft_ms} ms"
+    );
+    assert_eq!(at("tokscope:generation_tokens_total"), tokens);
+    assert_eq!(at("tokscope:prompt_tokens_total"), prompt);
+    // The endpoint ends with the chat.
+    assert!(
+        std::net::TcpStream::connect(&addr).is_err(),
+        "{addr} still listens after the chat quit"
+    );
+}

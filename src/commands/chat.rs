@@ -34,6 +34,12 @@ pub struct ChatArgs {
     pub remote: super::flags::RemoteArgs,
     #[command(flatten)]
     pub quality: super::flags::QualityArgs,
+    /// With --url: serve each turn's client-side figures at http://ADDR/metrics while the chat
+    /// runs, as `load --prometheus` does (Prometheus text; vLLM's names with `tokscope:` for
+    /// `vllm:`, vLLM's bucket bounds, level "chat"), e.g. 127.0.0.1:9464 (port 0: any free
+    /// one, shown in the chat)
+    #[arg(long, value_name = "ADDR")]
+    pub prometheus: Option<String>,
 }
 
 /// `tokscope chat`: the TUI on the configured (or demo) model.
@@ -45,6 +51,13 @@ pub(crate) fn run(args: &ChatArgs, mut settings: Settings) -> Result<(), Failure
         args.model.apply(&mut settings)?;
         args.sampling.apply(&mut settings)?;
         return run_remote(args, &url, settings);
+    }
+    if args.prometheus.is_some() {
+        return Err(Failure::new(
+            crate::commands::USAGE,
+            "--prometheus exports a server's figures as `load` counts them: it needs --url \
+             (a local chat's figures are in the pane, `tokscope bench` and `run -o json`)",
+        ));
     }
     args.model.apply(&mut settings)?;
     args.sampling.apply(&mut settings)?;
@@ -130,9 +143,33 @@ fn run_remote(args: &ChatArgs, url: &str, settings: Settings) -> Result<(), Fail
         .as_ref()
         .map(|p| p.to_string_lossy().into_owned())
         .or(settings.remote.model.clone());
+    // Listening first: a port in use is said before the screen opens.
+    let exposition = args
+        .prometheus
+        .as_deref()
+        .map(|addr| {
+            let addr = crate::load::publish::listen_addr(addr)?;
+            let (host, port) = endpoint.host_and_port();
+            let figures = std::sync::Arc::new(std::sync::Mutex::new(
+                crate::metrics::exposition::ClientMetrics::new("", &host, port),
+            ));
+            if let Ok(mut m) = figures.lock() {
+                m.start_level("chat", std::time::SystemTime::now());
+            }
+            let beside = crate::load::publish::serve_beside(addr, std::sync::Arc::clone(&figures))?;
+            Ok::<_, String>((beside, figures))
+        })
+        .transpose()
+        .map_err(|why| Failure::new(crate::commands::USAGE, why))?;
     need_terminal()?;
     // The server's model is the one the flags or config name, whatever the conversation ran on.
-    let (conversation, save_slot, notices, _) = open_conversation(args, &settings)?;
+    let (conversation, save_slot, mut notices, _) = open_conversation(args, &settings)?;
+    if let Some((beside, _)) = &exposition {
+        notices.push(format!(
+            "tokscope's own figures: http://{}/metrics (Prometheus text)",
+            beside.addr
+        ));
+    }
     let config = crate::engine::EngineConfig {
         model_path: std::path::PathBuf::from(&endpoint.base_url),
         settings: settings.engine.clone(),
@@ -168,6 +205,7 @@ fn run_remote(args: &ChatArgs, url: &str, settings: Settings) -> Result<(), Fail
         endpoint,
         model,
         facts,
+        exposition: exposition.as_ref().map(|(_, f)| std::sync::Arc::clone(f)),
     };
     let engine = crate::remote::spawn(Some(main), timeout, events_tx.clone())?;
     let backends = crate::tui::Backends {

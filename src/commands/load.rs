@@ -491,14 +491,7 @@ impl Exporters {
         let prometheus = args
             .prometheus
             .as_deref()
-            .map(|a| {
-                a.parse::<std::net::SocketAddr>().map_err(|_| {
-                    usage(format!(
-                        "--prometheus {}: expected an address and port to listen on, e.g. 127.0.0.1:9464",
-                        crate::text::one_line(a)
-                    ))
-                })
-            })
+            .map(|a| publish::listen_addr(a).map_err(usage))
             .transpose()?;
         if !(args.prometheus_hold.is_finite() && (0.0..=86_400.0).contains(&args.prometheus_hold)) {
             return Err(usage(format!(

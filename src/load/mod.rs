@@ -15,9 +15,11 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use crate::engine::{ChatMessage, Role};
-use crate::remote::{ChatRequest, RemoteClient, RemoteError, RemoteTurn, StreamEnd};
+use crate::remote::{
+    record, ChatRequest, RemoteClient, RemoteError, RequestError, RequestRecord, StreamEnd,
+};
 use arrivals::{next_gap, Rng};
-use report::{summarize, LoadSummary, RequestError, RequestRecord, Slo};
+use report::{summarize, LoadSummary, Slo};
 
 /// How requests arrive.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -273,47 +275,6 @@ pub(crate) struct Progress {
     pub done: AtomicUsize,
     pub failed: AtomicUsize,
     pub in_flight: AtomicUsize,
-}
-
-/// A measured request's record, or the kind of its error.
-fn record(turn: &RemoteTurn) -> Result<RequestRecord, RequestError> {
-    match &turn.end {
-        Ok(StreamEnd::Done) => {}
-        Ok(StreamEnd::Cancelled) => {
-            return Err(RequestError::new("cancelled", "stopped by Ctrl-C"))
-        }
-        Err(e) => return Err(RequestError::new(e.kind(), e.to_string())),
-    }
-    let t = &turn.timeline;
-    let usage = t.usage.ok_or_else(|| {
-        if turn.notes.is_empty() {
-            RequestError::new("no_usage", "the stream ended without a usage object")
-        } else {
-            // The usage came but could not be true (the client dropped it): say what it was.
-            RequestError::new("implausible_usage", turn.notes.join("; "))
-        }
-    })?;
-    let ttft = t
-        .ttft()
-        .ok_or_else(|| RequestError::new("no_content", "the stream had no content chunk"))?;
-    let e2e = t.e2e();
-    let n = usage.completion_tokens;
-    let tpot = (n > 1).then(|| (e2e.saturating_sub(ttft)) / u32::try_from(n - 1).unwrap_or(1));
-    Ok(RequestRecord {
-        ttft,
-        tpot,
-        itl: t.inter_token_latencies(),
-        chunk_gaps: t
-            .chunks
-            .windows(2)
-            .map(|w| w[1].at.saturating_sub(w[0].at))
-            .collect(),
-        e2e,
-        prompt_tokens: usage.prompt_tokens,
-        completion_tokens: n,
-        server_prompt_n: t.server_timings.map(|s| s.prompt_n),
-        vllm: t.vllm_record(),
-    })
 }
 
 async fn one(

@@ -39,6 +39,88 @@ impl Drop for Exposition {
     }
 }
 
+/// `--prometheus ADDR` read: an address and port to listen on.
+pub(crate) fn listen_addr(addr: &str) -> Result<SocketAddr, String> {
+    addr.parse::<SocketAddr>().map_err(|_| {
+        format!(
+            "--prometheus {}: expected an address and port to listen on, e.g. 127.0.0.1:9464",
+            crate::text::one_line(addr)
+        )
+    })
+}
+
+/// A `/metrics` endpoint on a thread and runtime of its own, for a command whose own work
+/// runs elsewhere (`chat --url`: its remote worker's runtime is busy with the turns). It stops
+/// when dropped.
+pub(crate) struct Beside {
+    pub addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Beside {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Serves `metrics` at `addr` on a thread started here; a port in use (or any address that
+/// cannot be listened on) is said now, before the command goes on.
+pub(crate) fn serve_beside(addr: SocketAddr, metrics: Shared) -> Result<Beside, String> {
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let thread = std::thread::Builder::new()
+        .name("prometheus".into())
+        .spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    let _ = ready_tx.send(Err(format!(
+                        "--prometheus {addr}: cannot start its runtime: {e}"
+                    )));
+                    return;
+                }
+            };
+            runtime.block_on(async move {
+                match serve(addr, metrics).await {
+                    Ok(served) => {
+                        let _ = ready_tx.send(Ok(served.addr));
+                        // Until the command is done (or gone).
+                        let _ = stop_rx.await;
+                        drop(served);
+                    }
+                    Err(why) => {
+                        let _ = ready_tx.send(Err(why));
+                    }
+                }
+            });
+        })
+        .map_err(|e| format!("--prometheus {addr}: cannot start its thread: {e}"))?;
+    let mut beside = Beside {
+        addr,
+        stop: Some(stop_tx),
+        thread: Some(thread),
+    };
+    match ready_rx.recv() {
+        Ok(Ok(bound)) => {
+            beside.addr = bound;
+            Ok(beside)
+        }
+        Ok(Err(why)) => Err(why),
+        Err(_) => Err(format!(
+            "--prometheus {addr}: its thread ended before listening"
+        )),
+    }
+}
+
 /// Listens on `addr` and answers `GET /metrics` with the figures so far (anything else: 404).
 /// Fails at once when the address cannot be listened on, naming why.
 pub(crate) async fn serve(addr: SocketAddr, metrics: Shared) -> Result<Exposition, String> {

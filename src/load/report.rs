@@ -9,40 +9,7 @@ use serde::Serialize;
 
 use crate::metrics::remote::VllmRecord;
 use crate::metrics::{ms, LatencyStats};
-
-/// One request that completed.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub(crate) struct RequestRecord {
-    pub ttft: Duration,
-    /// (E2E − TTFT) / (output tokens − 1); `None` for a single-token answer.
-    pub tpot: Option<Duration>,
-    pub itl: Vec<Duration>,
-    /// The gaps between content chunks, undivided (OTel's time per output chunk).
-    pub chunk_gaps: Vec<Duration>,
-    pub e2e: Duration,
-    /// From the server's usage.
-    pub prompt_tokens: u64,
-    pub completion_tokens: u64,
-    /// llama-server's `timings.prompt_n` (prompt tokens it evaluated, cache hits excluded).
-    pub server_prompt_n: Option<u64>,
-    /// The same request under vLLM's benchmark's definitions.
-    pub vllm: Option<VllmRecord>,
-}
-
-impl RequestRecord {
-    /// The request as `--prometheus` and `--otlp` count it.
-    pub(crate) fn observed(&self) -> crate::metrics::exposition::Observed<'_> {
-        crate::metrics::exposition::Observed {
-            ttft: self.ttft,
-            itl: &self.itl,
-            chunk_gaps: &self.chunk_gaps,
-            tpot: self.tpot,
-            e2e: self.e2e,
-            prompt_tokens: self.prompt_tokens,
-            completion_tokens: self.completion_tokens,
-        }
-    }
-}
+use crate::remote::{RequestError, RequestRecord};
 
 /// Service-level objectives; a request meets them when every one set holds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
@@ -243,24 +210,6 @@ impl LoadSummary {
 
 fn per_s(count: f64, secs: f64) -> Option<f64> {
     (secs > 0.0).then(|| count / secs)
-}
-
-/// Why one request of a level failed.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RequestError {
-    /// A short kind (`transport`, `timeout`, `status_500`, ...), counted per level.
-    pub kind: String,
-    /// The message, as the error said it.
-    pub detail: String,
-}
-
-impl RequestError {
-    pub fn new(kind: impl Into<String>, detail: impl Into<String>) -> Self {
-        Self {
-            kind: kind.into(),
-            detail: detail.into(),
-        }
-    }
 }
 
 /// Reduces the records of one level.

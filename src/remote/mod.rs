@@ -8,6 +8,7 @@
 
 mod client;
 mod error;
+mod record;
 mod sse;
 mod worker;
 
@@ -16,6 +17,7 @@ use std::path::Path;
 
 pub(crate) use client::{ChatRequest, Endpoint, RemoteClient, RemoteTurn, StreamEnd};
 pub(crate) use error::RemoteError;
+pub(crate) use record::{record, RequestError, RequestRecord};
 pub(crate) use worker::{is_url, spawn, Main, ServerFacts, REMOTE_BACKEND};
 
 /// A bearer token. `Debug` and `Display` never show it.

@@ -10,7 +10,7 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{ChatRequest, Endpoint, RemoteClient, RemoteError, RemoteTurn, StreamEnd};
@@ -18,6 +18,7 @@ use crate::engine::{
     AbReport, EngineCommand, EngineError, EngineEvent, EngineHandle, EventSender, GenerateRequest,
     LlamaCounters, ModelInfo, RequestId, StopReason, TurnReport,
 };
+use crate::metrics::exposition::ClientMetrics;
 
 /// `ModelInfo::backend` of a remote model: the panes read it to show the remote breakdown.
 pub(crate) const REMOTE_BACKEND: &str = "remote";
@@ -34,6 +35,9 @@ pub(crate) struct Main {
     pub endpoint: Endpoint,
     pub model: Option<String>,
     pub facts: ServerFacts,
+    /// `chat --url --prometheus`: every turn's client-side figures are counted here (as `load`
+    /// counts its requests), for the endpoint the command serves.
+    pub exposition: Option<Arc<Mutex<ClientMetrics>>>,
 }
 
 /// Starts the worker. With `main`, it looks the model up and announces it (`Loading`, then
@@ -122,6 +126,7 @@ fn run(
         });
         let started = Instant::now();
         let facts = m.facts;
+        let exposition = m.exposition;
         let result = RemoteClient::new(m.endpoint).and_then(|client| {
             let model = match m.model {
                 Some(model) => model,
@@ -143,8 +148,16 @@ fn run(
                     ))
                     .ok();
                 let info = model_info(client.endpoint(), &model, facts, started.elapsed());
+                if let Some(Ok(mut m)) = exposition.as_ref().map(|m| m.lock()) {
+                    m.set_model(&model);
+                }
                 let _ = events.send(EngineEvent::Ready(Box::new(info)));
-                Ok((client, model, rtt))
+                Ok(Served {
+                    client,
+                    model,
+                    rtt,
+                    exposition,
+                })
             }
             Err(e) => {
                 let error = remote_error(&e);
@@ -163,18 +176,28 @@ fn run(
             EngineCommand::Generate(request) => {
                 let id = request.id;
                 match &served {
-                    Some(Ok((client, model, rtt))) => {
+                    Some(Ok(served)) => {
                         let cancelled = || cancel_through.load(Ordering::SeqCst) >= id;
-                        let outcome = runtime
-                            .block_on(stream(client, model, *rtt, &request, events, &cancelled));
-                        let event = match outcome {
-                            Ok((turn, _)) => finished(id, turn),
-                            Err(error) => EngineEvent::Failed {
-                                request_id: id,
-                                error,
-                            },
-                        };
-                        let _ = events.send(event);
+                        let exported = served.exposition.as_ref();
+                        if let Some(Ok(mut m)) = exported.map(|m| m.lock()) {
+                            m.sent();
+                        }
+                        let sent = Instant::now();
+                        let (turn, _) = runtime.block_on(stream(
+                            &served.client,
+                            &served.model,
+                            served.rtt,
+                            &request,
+                            events,
+                            &cancelled,
+                        ));
+                        if let Some(Ok(mut m)) = exported.map(|m| m.lock()) {
+                            match super::record(&turn) {
+                                Ok(r) => m.observe(&r.observed()),
+                                Err(e) => m.failed(&e.kind, sent.elapsed()),
+                            }
+                        }
+                        let _ = events.send(finished(id, turn));
                     }
                     Some(Err(error)) => {
                         let _ = events.send(EngineEvent::Failed {
@@ -195,7 +218,7 @@ fn run(
                 let key = served
                     .as_ref()
                     .and_then(|s| s.as_ref().ok())
-                    .map(|(c, _, _)| c.endpoint().clone());
+                    .map(|s| s.client.endpoint().clone());
                 let event = if is_url(&path) {
                     let cancelled = || cancel_through.load(Ordering::SeqCst) >= id;
                     runtime.block_on(ab_url(
@@ -297,12 +320,21 @@ async fn until_cancelled<T>(
 const CANCEL_WATCH: Duration = Duration::from_millis(20);
 const CANCEL_GRACE: Duration = Duration::from_millis(100);
 
-/// A connected server: its client, the model's name, the round trip measured at connection.
-type Served = (RemoteClient, String, Option<Duration>);
+/// A connected server.
+struct Served {
+    client: RemoteClient,
+    /// The model's name.
+    model: String,
+    /// The network's round trip, measured at connection.
+    rtt: Option<Duration>,
+    /// Where each turn's figures are counted (`chat --url --prometheus`).
+    exposition: Option<Arc<Mutex<ClientMetrics>>>,
+}
 
 /// Streams one turn from `client`, sending a `Token` event per content chunk (its offset is
 /// the client's: from the request being sent). `rtt`: the network's round trip, measured when
-/// the server was connected (TTFT's network part). Returns the turn and each chunk's text.
+/// the server was connected (TTFT's network part). Returns the turn (a failed one ends in its
+/// error, with the text streamed before it) and each chunk's text.
 async fn stream(
     client: &RemoteClient,
     model: &str,
@@ -310,7 +342,7 @@ async fn stream(
     request: &GenerateRequest,
     events: &EventSender,
     cancelled: &(dyn Fn() -> bool + Send + Sync),
-) -> Result<(RemoteTurn, Vec<String>), EngineError> {
+) -> (RemoteTurn, Vec<String>) {
     let turn = &request.turn;
     let chat = ChatRequest {
         model: model.to_string(),
@@ -346,8 +378,8 @@ async fn stream(
             turn.timeline.server_sleeping = sleeping;
             turn
         }
-        // Cancelled while connecting or waiting for the headers: nothing streamed yet.
-        Err(RemoteError::Cancelled) => RemoteTurn {
+        // Ended while connecting or waiting for the headers (cancelled: nothing streamed yet).
+        Err(e) => RemoteTurn {
             text: pieces.concat(),
             timeline: crate::metrics::remote::RemoteTimeline {
                 network_rtt: rtt,
@@ -355,15 +387,17 @@ async fn stream(
             },
             finish_reason: None,
             model: None,
-            end: Ok(StreamEnd::Cancelled),
+            end: match e {
+                RemoteError::Cancelled => Ok(StreamEnd::Cancelled),
+                e => Err(e),
+            },
             notes: Vec::new(),
         },
-        Err(e) => return Err(remote_error(&e)),
     };
     for note in &turn.notes {
         tracing::warn!("remote turn: {note}");
     }
-    Ok((turn, pieces))
+    (turn, pieces)
 }
 
 /// The report of a streamed turn, or the error that broke it (its partial text is already on
@@ -470,10 +504,7 @@ async fn ab_url(
     );
     // B's round trip before its turn is sent, as the chat's own is taken at connection.
     let rtt = until_cancelled(cancelled, client.probe_rtt()).await.ok();
-    let (turn, pieces) = match stream(&client, &model, rtt, request, events, cancelled).await {
-        Ok(t) => t,
-        Err(e) => return fail(e),
-    };
+    let (turn, pieces) = stream(&client, &model, rtt, request, events, cancelled).await;
     match report(turn) {
         Ok(turn) => EngineEvent::AbFinished {
             request_id: id,
@@ -640,6 +671,7 @@ mod tests {
                 endpoint,
                 model: None,
                 facts: ServerFacts::default(),
+                exposition: None,
             }),
             Duration::from_secs(10),
             tx,
