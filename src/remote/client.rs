@@ -816,64 +816,67 @@ impl Turn {
 /// ollama's native chat request: its sampling settings go in `options` (`num_predict` is its
 /// `max_tokens`); it has no `ignore_eos`.
 fn ollama_request_body(r: &ChatRequest) -> Value {
-    let messages: Vec<Value> = r
-        .messages
-        .iter()
-        .map(|m| json!({"role": m.role.as_str(), "content": m.content}))
-        .collect();
     let mut options = serde_json::Map::new();
-    let fields = [
-        ("num_predict", r.max_tokens.map(Value::from)),
-        ("temperature", r.temperature.map(Value::from)),
-        ("top_p", r.top_p.map(Value::from)),
-        ("seed", r.seed.map(Value::from)),
-    ];
-    for (k, v) in fields {
-        if let Some(v) = v {
-            options.insert(k.to_string(), v);
-        }
-    }
+    insert_present(
+        &mut options,
+        [
+            ("num_predict", r.max_tokens.map(Value::from)),
+            ("temperature", r.temperature.map(Value::from)),
+            ("top_p", r.top_p.map(Value::from)),
+            ("seed", r.seed.map(Value::from)),
+        ],
+    );
     json!({
         "model": r.model,
-        "messages": messages,
+        "messages": messages_json(r),
         "stream": true,
         "options": options,
     })
 }
 
+/// The conversation as both APIs take it.
+fn messages_json(r: &ChatRequest) -> Vec<Value> {
+    r.messages
+        .iter()
+        .map(|m| json!({"role": m.role.as_str(), "content": m.content}))
+        .collect()
+}
+
+/// Sets each field that has a value; the others stay out of the request.
+fn insert_present<const N: usize>(
+    into: &mut serde_json::Map<String, Value>,
+    fields: [(&str, Option<Value>); N],
+) {
+    for (k, v) in fields {
+        if let Some(v) = v {
+            into.insert(k.to_string(), v);
+        }
+    }
+}
+
 /// The request: `include_metrics` asks vLLM for its per-request times (on the final usage
 /// chunk, when the server runs with `--enable-per-request-metrics`; other servers ignore it).
 fn request_body(r: &ChatRequest, include_metrics: bool) -> Value {
-    let messages: Vec<Value> = r
-        .messages
-        .iter()
-        .map(|m| json!({"role": m.role.as_str(), "content": m.content}))
-        .collect();
-    let mut body = json!({
-        "model": r.model,
-        "messages": messages,
-        "stream": true,
-        "stream_options": {"include_usage": true},
-    });
-    let fields = [
-        ("max_tokens", r.max_tokens.map(Value::from)),
-        ("temperature", r.temperature.map(Value::from)),
-        ("top_p", r.top_p.map(Value::from)),
-        ("seed", r.seed.map(Value::from)),
-        ("ignore_eos", r.ignore_eos.then_some(Value::Bool(true))),
-        (
-            "include_metrics",
-            include_metrics.then_some(Value::Bool(true)),
-        ),
-    ];
-    if let Some(obj) = body.as_object_mut() {
-        for (k, v) in fields {
-            if let Some(v) = v {
-                obj.insert(k.to_string(), v);
-            }
-        }
-    }
-    body
+    let mut body = serde_json::Map::new();
+    body.insert("model".into(), Value::from(r.model.as_str()));
+    body.insert("messages".into(), Value::Array(messages_json(r)));
+    body.insert("stream".into(), Value::Bool(true));
+    body.insert("stream_options".into(), json!({"include_usage": true}));
+    insert_present(
+        &mut body,
+        [
+            ("max_tokens", r.max_tokens.map(Value::from)),
+            ("temperature", r.temperature.map(Value::from)),
+            ("top_p", r.top_p.map(Value::from)),
+            ("seed", r.seed.map(Value::from)),
+            ("ignore_eos", r.ignore_eos.then_some(Value::Bool(true))),
+            (
+                "include_metrics",
+                include_metrics.then_some(Value::Bool(true)),
+            ),
+        ],
+    );
+    Value::Object(body)
 }
 
 fn parse_usage(v: &Value) -> Option<ServerUsage> {
