@@ -92,15 +92,7 @@ pub(crate) fn run(args: &ChatArgs, mut settings: Settings) -> Result<(), Failure
             .into_iter()
             .map(|w| format!("warning: {w}")),
     );
-    let mut app = crate::app::App::new(
-        config.model_path.clone(),
-        conversation,
-        settings.sampling.clone(),
-        settings.max_tokens,
-    );
-    app.ignore_eos = args.ignore_eos;
-    app.clipboard_blocked = crate::tui::clipboard_blocked();
-    app.model_dirs = settings.model_dirs.clone();
+    let mut app = new_app(args, &settings, &config, conversation);
     app.reference = reference;
     app.price_per_hour_usd = settings.price_per_gpu_hour_usd;
     app.profile.rate = settings.engine.profile_rate;
@@ -174,15 +166,7 @@ fn run_remote(args: &ChatArgs, url: &str, settings: Settings) -> Result<(), Fail
         model_path: std::path::PathBuf::from(&endpoint.base_url),
         settings: settings.engine.clone(),
     };
-    let mut app = crate::app::App::new(
-        config.model_path.clone(),
-        conversation,
-        settings.sampling.clone(),
-        settings.max_tokens,
-    );
-    app.ignore_eos = args.ignore_eos;
-    app.clipboard_blocked = crate::tui::clipboard_blocked();
-    app.model_dirs = settings.model_dirs.clone();
+    let mut app = new_app(args, &settings, &config, conversation);
     // The server's hour costs the GPU-hour price once per GPU it runs on.
     app.price_per_hour_usd =
         settings.price_per_gpu_hour_usd * f64::from(settings.remote.gpus.unwrap_or(1));
@@ -244,6 +228,26 @@ fn serve(
     );
     engine.shutdown();
     chat_end(result?.1)
+}
+
+/// The chat's state as both kinds of chat start it: the conversation, the sampling and the
+/// flags that apply to either.
+fn new_app(
+    args: &ChatArgs,
+    settings: &Settings,
+    config: &crate::engine::EngineConfig,
+    conversation: crate::app::conversation::Conversation,
+) -> crate::app::App {
+    let mut app = crate::app::App::new(
+        config.model_path.clone(),
+        conversation,
+        settings.sampling.clone(),
+        settings.max_tokens,
+    );
+    app.ignore_eos = args.ignore_eos;
+    app.clipboard_blocked = crate::tui::clipboard_blocked();
+    app.model_dirs = settings.model_dirs.clone();
+    app
 }
 
 fn need_terminal() -> Result<(), Failure> {
