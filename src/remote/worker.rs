@@ -116,56 +116,8 @@ fn run(
             return;
         }
     };
-    // The chat's server: connected (its model known) or the reason it is not.
-    // The network's round trip is measured once, when the server is connected (two `GET
-    // /v1/models`), not before every turn: a turn starts when it is sent, as a local one does.
-    let served: Option<Result<Served, EngineError>> = main.map(|m| {
-        let _ = events.send(EngineEvent::Loading {
-            stage: crate::engine::LoadStage::Connecting,
-            progress: 0.0,
-        });
-        let started = Instant::now();
-        let facts = m.facts;
-        let exposition = m.exposition;
-        let result = RemoteClient::new(m.endpoint).and_then(|client| {
-            let model = match m.model {
-                Some(model) => model,
-                // Quitting while an unreachable server is looked up does not wait for the
-                // timeout: shutdown cancels everything, the lookup included.
-                None => runtime.block_on(until_cancelled(
-                    &|| cancel_through.load(Ordering::SeqCst) == u64::MAX,
-                    client.default_model(),
-                ))?,
-            };
-            Ok((client, model))
-        });
-        match result {
-            Ok((client, model)) => {
-                let rtt = runtime
-                    .block_on(until_cancelled(
-                        &|| cancel_through.load(Ordering::SeqCst) == u64::MAX,
-                        client.probe_rtt(),
-                    ))
-                    .ok();
-                let info = model_info(client.endpoint(), &model, facts, started.elapsed());
-                if let Some(Ok(mut m)) = exposition.as_ref().map(|m| m.lock()) {
-                    m.set_model(&model);
-                }
-                let _ = events.send(EngineEvent::Ready(Box::new(info)));
-                Ok(Served {
-                    client,
-                    model,
-                    rtt,
-                    exposition,
-                })
-            }
-            Err(e) => {
-                let error = remote_error(&e);
-                let _ = events.send(EngineEvent::LoadFailed(error.clone()));
-                Err(error)
-            }
-        }
-    });
+    let shutting_down = || cancel_through.load(Ordering::SeqCst) == u64::MAX;
+    let served = main.map(|m| connect(&runtime, m, events, &shutting_down));
     let not_here = |what: &str| {
         EngineError::Remote(format!(
             "{what} needs a local model; this chat talks to a server (start `tokscope chat -m FILE` for a local one)"
@@ -178,26 +130,7 @@ fn run(
                 match &served {
                     Some(Ok(served)) => {
                         let cancelled = || cancel_through.load(Ordering::SeqCst) >= id;
-                        let exported = served.exposition.as_ref();
-                        if let Some(Ok(mut m)) = exported.map(|m| m.lock()) {
-                            m.sent();
-                        }
-                        let sent = Instant::now();
-                        let (turn, _) = runtime.block_on(stream(
-                            &served.client,
-                            &served.model,
-                            served.rtt,
-                            &request,
-                            events,
-                            &cancelled,
-                        ));
-                        if let Some(Ok(mut m)) = exported.map(|m| m.lock()) {
-                            match super::record(&turn) {
-                                Ok(r) => m.observe(&r.observed()),
-                                Err(e) => m.failed(&e.kind, sent.elapsed()),
-                            }
-                        }
-                        let _ = events.send(finished(id, turn));
+                        generate(&runtime, served, &request, events, &cancelled);
                     }
                     Some(Err(error)) => {
                         let _ = events.send(EngineEvent::Failed {
@@ -271,6 +204,83 @@ fn run(
             EngineCommand::Shutdown => break,
         }
     }
+}
+
+/// Connects the chat's server: its model looked up (unless named) and announced, or the
+/// reason it cannot be. The network's round trip is measured once, here (two `GET
+/// /v1/models`), not before every turn: a turn starts when it is sent, as a local one does.
+/// Quitting while an unreachable server is looked up does not wait for the timeout.
+fn connect(
+    runtime: &tokio::runtime::Runtime,
+    main: Main,
+    events: &EventSender,
+    shutting_down: &(dyn Fn() -> bool + Send + Sync),
+) -> Result<Served, EngineError> {
+    let _ = events.send(EngineEvent::Loading {
+        stage: crate::engine::LoadStage::Connecting,
+        progress: 0.0,
+    });
+    let started = Instant::now();
+    let looked_up = RemoteClient::new(main.endpoint).and_then(|client| {
+        let model = match main.model {
+            Some(model) => model,
+            None => runtime.block_on(until_cancelled(shutting_down, client.default_model()))?,
+        };
+        Ok((client, model))
+    });
+    let (client, model) = match looked_up {
+        Ok(found) => found,
+        Err(e) => {
+            let error = remote_error(&e);
+            let _ = events.send(EngineEvent::LoadFailed(error.clone()));
+            return Err(error);
+        }
+    };
+    let rtt = runtime
+        .block_on(until_cancelled(shutting_down, client.probe_rtt()))
+        .ok();
+    let info = model_info(client.endpoint(), &model, main.facts, started.elapsed());
+    if let Some(Ok(mut m)) = main.exposition.as_ref().map(|m| m.lock()) {
+        m.set_model(&model);
+    }
+    let _ = events.send(EngineEvent::Ready(Box::new(info)));
+    Ok(Served {
+        client,
+        model,
+        rtt,
+        exposition: main.exposition,
+    })
+}
+
+/// One chat turn on the connected server: streamed, counted for `--prometheus` (as `load`
+/// counts a request), and reported.
+fn generate(
+    runtime: &tokio::runtime::Runtime,
+    served: &Served,
+    request: &GenerateRequest,
+    events: &EventSender,
+    cancelled: &(dyn Fn() -> bool + Send + Sync),
+) {
+    let exported = served.exposition.as_ref();
+    if let Some(Ok(mut m)) = exported.map(|m| m.lock()) {
+        m.sent();
+    }
+    let sent = Instant::now();
+    let (turn, _) = runtime.block_on(stream(
+        &served.client,
+        &served.model,
+        served.rtt,
+        request,
+        events,
+        cancelled,
+    ));
+    if let Some(Ok(mut m)) = exported.map(|m| m.lock()) {
+        match super::record(&turn) {
+            Ok(r) => m.observe(&r.observed()),
+            Err(e) => m.failed(&e.kind, sent.elapsed()),
+        }
+    }
+    let _ = events.send(finished(request.id, turn));
 }
 
 /// How often the idle worker looks for a command. Between commands the runtime keeps
