@@ -38,7 +38,7 @@ fn paced_answer() -> Chat {
 
 /// A collector stand-in on 127.0.0.1: keeps each POST's body and answers `status` (with
 /// `body`); it stops by itself after 60 s.
-fn collector(status: u16, body: &'static str) -> (u16, Arc<Mutex<Vec<String>>>) {
+pub(crate) fn collector(status: u16, body: &'static str) -> (u16, Arc<Mutex<Vec<String>>>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let kept = Arc::new(Mutex::new(Vec::new()));
@@ -149,7 +149,7 @@ pub(crate) fn samples(text: &str, dir: &Path) -> BTreeMap<(String, BTreeMap<Stri
 }
 
 /// One OTLP export request per line, as opentelemetry-proto decodes it.
-fn decoded(lines: &[String], dir: &Path) -> Vec<serde_json::Value> {
+pub(crate) fn decoded(lines: &[String], dir: &Path) -> Vec<serde_json::Value> {
     let file = dir.join("otlp.jsonl");
     std::fs::write(&file, lines.join("\n")).unwrap();
     common::python_reader("otlp-decode.py", &[&file])
@@ -418,10 +418,13 @@ fn a_port_in_use_and_bad_export_flags_are_refused_before_anything_is_sent() {
 }
 
 #[test]
-fn chat_prometheus_is_refused_on_a_port_in_use_a_bad_address_and_a_local_chat() {
+fn chat_exporters_are_refused_on_a_port_in_use_a_bad_address_and_a_local_chat() {
     let taken = TcpListener::bind("127.0.0.1:0").unwrap();
     let taken = taken.local_addr().unwrap().to_string();
     let dir = tempfile::tempdir().unwrap();
+    let existing = dir.path().join("existing.jsonl");
+    std::fs::write(&existing, "keep me\n").unwrap();
+    let existing = existing.to_str().unwrap();
     // Said before the screen opens and before the server is asked anything (none listens).
     for (args, needle) in [
         (
@@ -442,7 +445,21 @@ fn chat_prometheus_is_refused_on_a_port_in_use_a_bad_address_and_a_local_chat() 
             ],
             "expected an address",
         ),
-        (vec!["--prometheus", "127.0.0.1:0"], "it needs --url"),
+        (
+            vec![
+                "--url",
+                "http://127.0.0.1:9/v1",
+                "--otlp",
+                "ftp://127.0.0.1/x",
+            ],
+            "http or https",
+        ),
+        (
+            vec!["--url", "http://127.0.0.1:9/v1", "--otlp-file", existing],
+            "--force overwrites it",
+        ),
+        (vec!["--prometheus", "127.0.0.1:0"], "--prometheus exports"),
+        (vec!["--otlp-file", "x.jsonl"], "--otlp-file exports"),
     ] {
         let out = common::tokscope_cmd(dir.path())
             .env("TOKSCOPE_CACHE_DIR", dir.path().join("cache"))
@@ -456,4 +473,5 @@ fn chat_prometheus_is_refused_on_a_port_in_use_a_bad_address_and_a_local_chat() 
         assert!(stderr.contains(needle), "{args:?}: {stderr}");
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
+    assert_eq!(std::fs::read_to_string(existing).unwrap(), "keep me\n");
 }

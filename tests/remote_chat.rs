@@ -340,7 +340,7 @@ fn an_unreachable_server_is_named_and_a_silent_one_does_not_hold_the_quit() {
 }
 
 #[test]
-fn chat_prometheus_counts_each_turn_as_the_pane_shows_it() {
+fn chat_exporters_count_each_turn_as_the_pane_shows_it() {
     let _lock = common::model_lock();
     let setup = Setup::new();
     let server = LlamaServer::start(&setup.model, 1, &[], setup.server_dir.path());
@@ -348,10 +348,17 @@ fn chat_prometheus_counts_each_turn_as_the_pane_shows_it() {
         let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         free.local_addr().unwrap().to_string()
     };
+    let otlp_file = setup.dir.path().join("otlp.jsonl");
+    // A collector that refuses: said once in the chat, the file still written.
+    let (refusing, _) = crate::load_export::collector(503, "collector overloaded");
     let tmux = setup.tmux("remote-prometheus");
     start(
         &tmux,
-        &format!("--url {} --temp 0 -n 12 --prometheus {addr}", server.url()),
+        &format!(
+            "--url {} --temp 0 -n 12 --prometheus {addr} --otlp-file {} --otlp http://127.0.0.1:{refusing}",
+            server.url(),
+            otlp_file.display()
+        ),
     );
     let shown = |screen: &str, label: &str| -> f64 {
         pane_value(screen, label)
@@ -367,8 +374,23 @@ fn chat_prometheus_counts_each_turn_as_the_pane_shows_it() {
         ttft_ms += shown(&screen, "TTFT ms");
         tokens += shown(&screen, "tokens");
         prompt += shown(&screen, "prompt tok");
+        if i == 0 {
+            tmux.wait_for("the refused export said", Duration::from_secs(30), |s| {
+                // The notice may wrap: read the screen's words.
+                let words = s.split_whitespace().collect::<Vec<_>>().join(" ");
+                words.contains("HTTP 503") && words.contains("the chat goes on")
+            });
+        }
     }
     let reply = crate::load_export::get(&addr, "/metrics");
+    // The second turn's export has reached the file before it is read (written after the
+    // count, on the exporters' thread).
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while std::fs::read_to_string(&otlp_file).map_or(0, |t| t.lines().count()) < 2
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
     quit(&tmux);
     assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
     let text = reply.split("\r\n\r\n").nth(1).unwrap();
@@ -398,6 +420,29 @@ fn chat_prometheus_counts_each_turn_as_the_pane_shows_it() {
     );
     assert_eq!(at("tokscope:generation_tokens_total"), tokens);
     assert_eq!(at("tokscope:prompt_tokens_total"), prompt);
+    // OTLP: one cumulative export per turn, decoded by opentelemetry-proto.
+    let lines: Vec<String> = std::fs::read_to_string(&otlp_file)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    assert_eq!(lines.len(), 2, "one export per turn: {lines:?}");
+    let requests = crate::load_export::decoded(&lines, setup.dir.path());
+    for (i, request) in requests.iter().enumerate() {
+        let point = |name: &str| request[name]["points"][0].clone();
+        let first = point("gen_ai.client.operation.time_to_first_chunk");
+        assert_eq!(first["count"], i + 1, "cumulative: {request}");
+        assert_eq!(point("gen_ai.client.operation.duration")["count"], i + 1);
+        assert_eq!(first["attributes"]["tokscope.load.level"], "chat");
+    }
+    let last_first_chunk = requests[1]["gen_ai.client.operation.time_to_first_chunk"]["points"][0]
+        ["sum"]
+        .as_f64()
+        .unwrap();
+    assert!(
+        (last_first_chunk * 1e3 - ttft_ms).abs() <= 0.11,
+        "OTLP TTFT {last_first_chunk} s, shown {ttft_ms} ms"
+    );
     // The endpoint ends with the chat.
     assert!(
         std::net::TcpStream::connect(&addr).is_err(),

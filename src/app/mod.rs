@@ -554,6 +554,7 @@ impl App {
             EngineEvent::Loading { stage, progress } => {
                 self.engine = EngineStatus::Loading { stage, progress };
             }
+            EngineEvent::Warning(text) => self.notice(NoticeKind::Warning, text),
             EngineEvent::SwitchProgress {
                 request_id,
                 progress,

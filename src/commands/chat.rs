@@ -40,6 +40,16 @@ pub struct ChatArgs {
     /// one, shown in the chat)
     #[arg(long, value_name = "ADDR")]
     pub prometheus: Option<String>,
+    /// With --url: send OpenTelemetry GenAI client metrics after each turn, as `load --otlp`
+    /// does (OTLP/HTTP JSON to this collector URL; http://HOST:4318 gets /v1/metrics)
+    #[arg(long, value_name = "URL")]
+    pub otlp: Option<String>,
+    /// With --url: write the same OTLP export requests to this file, one JSON line each
+    #[arg(long, value_name = "PATH")]
+    pub otlp_file: Option<std::path::PathBuf>,
+    /// Overwrite an existing --otlp-file
+    #[arg(long, requires = "otlp_file")]
+    pub force: bool,
 }
 
 /// `tokscope chat`: the TUI on the configured (or demo) model.
@@ -52,11 +62,20 @@ pub(crate) fn run(args: &ChatArgs, mut settings: Settings) -> Result<(), Failure
         args.sampling.apply(&mut settings)?;
         return run_remote(args, &url, settings);
     }
-    if args.prometheus.is_some() {
+    if let Some(flag) = [
+        (args.prometheus.is_some(), "--prometheus"),
+        (args.otlp.is_some(), "--otlp"),
+        (args.otlp_file.is_some(), "--otlp-file"),
+    ]
+    .iter()
+    .find_map(|(given, flag)| given.then_some(flag))
+    {
         return Err(Failure::new(
             crate::commands::USAGE,
-            "--prometheus exports a server's figures as `load` counts them: it needs --url \
-             (a local chat's figures are in the pane, `tokscope bench` and `run -o json`)",
+            format!(
+                "{flag} exports a server's figures as `load` counts them: it needs --url \
+                 (a local chat's figures are in the pane, `tokscope bench` and `run -o json`)"
+            ),
         ));
     }
     args.model.apply(&mut settings)?;
@@ -135,31 +154,15 @@ fn run_remote(args: &ChatArgs, url: &str, settings: Settings) -> Result<(), Fail
         .as_ref()
         .map(|p| p.to_string_lossy().into_owned())
         .or(settings.remote.model.clone());
-    // Listening first: a port in use is said before the screen opens.
-    let exposition = args
-        .prometheus
-        .as_deref()
-        .map(|addr| {
-            let addr = crate::load::publish::listen_addr(addr)?;
-            let (host, port) = endpoint.host_and_port();
-            let figures = std::sync::Arc::new(std::sync::Mutex::new(
-                crate::metrics::exposition::ClientMetrics::new("", &host, port),
-            ));
-            if let Ok(mut m) = figures.lock() {
-                m.start_level("chat", std::time::SystemTime::now());
-            }
-            let beside = crate::load::publish::serve_beside(addr, std::sync::Arc::clone(&figures))?;
-            Ok::<_, String>((beside, figures))
-        })
-        .transpose()
-        .map_err(|why| Failure::new(crate::commands::USAGE, why))?;
+    let (events_tx, events) = tokio::sync::mpsc::unbounded_channel();
+    // Listening first: a port in use, a bad URL or path is said before the screen opens.
+    let exporters = exporters(args, &endpoint, &events_tx)?;
     need_terminal()?;
     // The server's model is the one the flags or config name, whatever the conversation ran on.
     let (conversation, save_slot, mut notices, _) = open_conversation(args, &settings)?;
-    if let Some((beside, _)) = &exposition {
+    if let Some(addr) = exporters.as_ref().and_then(|(beside, _)| beside.addr) {
         notices.push(format!(
-            "tokscope's own figures: http://{}/metrics (Prometheus text)",
-            beside.addr
+            "tokscope's own figures: http://{addr}/metrics (Prometheus text)"
         ));
     }
     let config = crate::engine::EngineConfig {
@@ -184,12 +187,14 @@ fn run_remote(args: &ChatArgs, url: &str, settings: Settings) -> Result<(), Fail
             .weights_gb
             .map(|gb| (gb * 1e9).round() as u64),
     };
-    let (events_tx, events) = tokio::sync::mpsc::unbounded_channel();
     let main = crate::remote::Main {
         endpoint,
         model,
         facts,
-        exposition: exposition.as_ref().map(|(_, f)| std::sync::Arc::clone(f)),
+        exposition: exporters.as_ref().map(|(_, export)| crate::remote::Export {
+            metrics: std::sync::Arc::clone(&export.metrics),
+            counted: std::sync::Arc::clone(&export.counted),
+        }),
     };
     let engine = crate::remote::spawn(Some(main), timeout, events_tx.clone())?;
     let backends = crate::tui::Backends {
@@ -228,6 +233,54 @@ fn serve(
     );
     engine.shutdown();
     chat_end(result?.1)
+}
+
+/// `chat --url`'s exporters (`--prometheus`, `--otlp`, `--otlp-file`), started on a thread of
+/// their own, with where the turns are counted for them; `None` when none is asked for. A
+/// failed export is said in the chat, once.
+fn exporters(
+    args: &ChatArgs,
+    endpoint: &crate::remote::Endpoint,
+    events: &crate::engine::EventSender,
+) -> Result<Option<(crate::load::publish::Beside, crate::remote::Export)>, Failure> {
+    use crate::load::publish;
+    let usage = |why: String| Failure::new(crate::commands::USAGE, why);
+    let prometheus = args
+        .prometheus
+        .as_deref()
+        .map(publish::listen_addr)
+        .transpose()
+        .map_err(usage)?;
+    let mut otlp = Vec::new();
+    if let Some(url) = &args.otlp {
+        otlp.push(publish::OtlpSink::http(url).map_err(usage)?);
+    }
+    if let Some(path) = &args.otlp_file {
+        otlp.push(publish::OtlpSink::file(path, args.force).map_err(usage)?);
+    }
+    if prometheus.is_none() && otlp.is_empty() {
+        return Ok(None);
+    }
+    let (host, port) = endpoint.host_and_port();
+    let metrics = std::sync::Arc::new(std::sync::Mutex::new(
+        crate::metrics::exposition::ClientMetrics::new("", &host, port),
+    ));
+    if let Ok(mut m) = metrics.lock() {
+        m.start_level("chat", std::time::SystemTime::now());
+    }
+    let events = events.clone();
+    let failed = Box::new(move |why: String| {
+        let _ = events.send(crate::engine::EngineEvent::Warning(format!(
+            "{why}; the chat goes on, later exports carry every turn"
+        )));
+    });
+    let beside = publish::serve_beside(prometheus, otlp, std::sync::Arc::clone(&metrics), failed)
+        .map_err(usage)?;
+    let export = crate::remote::Export {
+        metrics,
+        counted: std::sync::Arc::clone(&beside.counted),
+    };
+    Ok(Some((beside, export)))
 }
 
 /// The chat's state as both kinds of chat start it: the conversation, the sampling and the

@@ -344,6 +344,8 @@ pub enum EngineEvent {
         request_id: RequestId,
         error: EngineError,
     },
+    /// Something to say that belongs to no request: a remote chat's OTLP export that failed.
+    Warning(String),
     /// One batch size of a batch sweep measured.
     BatchPoint {
         request_id: RequestId,

@@ -49,11 +49,15 @@ pub(crate) fn listen_addr(addr: &str) -> Result<SocketAddr, String> {
     })
 }
 
-/// A `/metrics` endpoint on a thread and runtime of its own, for a command whose own work
-/// runs elsewhere (`chat --url`: its remote worker's runtime is busy with the turns). It stops
-/// when dropped.
+/// A command's exporters on a thread and runtime of their own, for a command whose own work
+/// runs elsewhere (`chat --url`: its remote worker's runtime is busy with the turns): the
+/// `/metrics` endpoint, and an OTLP export to each sink whenever `counted` is notified. It
+/// stops when dropped.
 pub(crate) struct Beside {
-    pub addr: SocketAddr,
+    /// Where `/metrics` is served, when it is.
+    pub addr: Option<SocketAddr>,
+    /// Notified after each request is counted: the OTLP sinks are sent the figures so far.
+    pub counted: Arc<tokio::sync::Notify>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -69,13 +73,22 @@ impl Drop for Beside {
     }
 }
 
-/// Serves `metrics` at `addr` on a thread started here; a port in use (or any address that
-/// cannot be listened on) is said now, before the command goes on.
-pub(crate) fn serve_beside(addr: SocketAddr, metrics: Shared) -> Result<Beside, String> {
+/// Starts the exporters of `metrics` on a thread: `/metrics` at `prometheus` (a port in use,
+/// or any address that cannot be listened on, is said now, before the command goes on), and
+/// `otlp`'s sinks after each notified count. The first failed export is handed to `failed`
+/// (once: the figures stay cumulative, so a later export carries all of them).
+pub(crate) fn serve_beside(
+    prometheus: Option<SocketAddr>,
+    otlp: Vec<OtlpSink>,
+    metrics: Shared,
+    failed: Box<dyn Fn(String) + Send>,
+) -> Result<Beside, String> {
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let (stop_tx, mut stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let counted = Arc::new(tokio::sync::Notify::new());
+    let notified = Arc::clone(&counted);
     let thread = std::thread::Builder::new()
-        .name("prometheus".into())
+        .name("exporters".into())
         .spawn(move || {
             let runtime = match tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -83,29 +96,55 @@ pub(crate) fn serve_beside(addr: SocketAddr, metrics: Shared) -> Result<Beside, 
             {
                 Ok(rt) => rt,
                 Err(e) => {
-                    let _ = ready_tx.send(Err(format!(
-                        "--prometheus {addr}: cannot start its runtime: {e}"
-                    )));
+                    let _ = ready_tx.send(Err(format!("the exporters' runtime: {e}")));
                     return;
                 }
             };
             runtime.block_on(async move {
-                match serve(addr, metrics).await {
-                    Ok(served) => {
-                        let _ = ready_tx.send(Ok(served.addr));
-                        // Until the command is done (or gone).
-                        let _ = stop_rx.await;
-                        drop(served);
+                let served = match prometheus {
+                    Some(addr) => match serve(addr, Arc::clone(&metrics)).await {
+                        Ok(served) => Some(served),
+                        Err(why) => {
+                            let _ = ready_tx.send(Err(why));
+                            return;
+                        }
+                    },
+                    None => None,
+                };
+                let _ = ready_tx.send(Ok(served.as_ref().map(|s| s.addr)));
+                let mut said = false;
+                // Until the command is done (or gone); quitting does not wait for an export to
+                // a collector that does not answer.
+                loop {
+                    tokio::select! {
+                        _ = &mut stop_rx => break,
+                        () = notified.notified() => {}
                     }
-                    Err(why) => {
-                        let _ = ready_tx.send(Err(why));
+                    let export = async {
+                        for sink in &otlp {
+                            if let Err(why) = sink.export(&metrics).await {
+                                if !said {
+                                    said = true;
+                                    failed(format!(
+                                        "OTLP export to {} failed: {why}",
+                                        sink.label()
+                                    ));
+                                }
+                            }
+                        }
+                    };
+                    tokio::select! {
+                        _ = &mut stop_rx => break,
+                        () = export => {}
                     }
                 }
+                drop(served);
             });
         })
-        .map_err(|e| format!("--prometheus {addr}: cannot start its thread: {e}"))?;
+        .map_err(|e| format!("cannot start the exporters' thread: {e}"))?;
     let mut beside = Beside {
-        addr,
+        addr: None,
+        counted,
         stop: Some(stop_tx),
         thread: Some(thread),
     };
@@ -115,9 +154,7 @@ pub(crate) fn serve_beside(addr: SocketAddr, metrics: Shared) -> Result<Beside, 
             Ok(beside)
         }
         Ok(Err(why)) => Err(why),
-        Err(_) => Err(format!(
-            "--prometheus {addr}: its thread ended before listening"
-        )),
+        Err(_) => Err("the exporters' thread ended before it started".into()),
     }
 }
 

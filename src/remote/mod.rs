@@ -18,7 +18,7 @@ use std::path::Path;
 pub(crate) use client::{ChatRequest, Endpoint, RemoteClient, RemoteTurn, StreamEnd};
 pub(crate) use error::RemoteError;
 pub(crate) use record::{record, RequestError, RequestRecord};
-pub(crate) use worker::{is_url, spawn, Main, ServerFacts, REMOTE_BACKEND};
+pub(crate) use worker::{is_url, spawn, Export, Main, ServerFacts, REMOTE_BACKEND};
 
 /// A bearer token. `Debug` and `Display` never show it.
 #[derive(Clone)]

@@ -35,9 +35,16 @@ pub(crate) struct Main {
     pub endpoint: Endpoint,
     pub model: Option<String>,
     pub facts: ServerFacts,
-    /// `chat --url --prometheus`: every turn's client-side figures are counted here (as `load`
-    /// counts its requests), for the endpoint the command serves.
-    pub exposition: Option<Arc<Mutex<ClientMetrics>>>,
+    /// `chat --url --prometheus` / `--otlp`: where every turn's client-side figures are
+    /// counted (as `load` counts its requests) for the exporters.
+    pub exposition: Option<Export>,
+}
+
+/// Where a remote chat's turns are counted for its exporters (`load::publish::serve_beside`).
+pub(crate) struct Export {
+    pub metrics: Arc<Mutex<ClientMetrics>>,
+    /// Notified after each turn is counted.
+    pub counted: Arc<tokio::sync::Notify>,
 }
 
 /// Starts the worker. With `main`, it looks the model up and announces it (`Loading`, then
@@ -240,7 +247,7 @@ fn connect(
         .block_on(until_cancelled(shutting_down, client.probe_rtt()))
         .ok();
     let info = model_info(client.endpoint(), &model, main.facts, started.elapsed());
-    if let Some(Ok(mut m)) = main.exposition.as_ref().map(|m| m.lock()) {
+    if let Some(Ok(mut m)) = main.exposition.as_ref().map(|e| e.metrics.lock()) {
         m.set_model(&model);
     }
     let _ = events.send(EngineEvent::Ready(Box::new(info)));
@@ -262,7 +269,7 @@ fn generate(
     cancelled: &(dyn Fn() -> bool + Send + Sync),
 ) {
     let exported = served.exposition.as_ref();
-    if let Some(Ok(mut m)) = exported.map(|m| m.lock()) {
+    if let Some(Ok(mut m)) = exported.map(|e| e.metrics.lock()) {
         m.sent();
     }
     let sent = Instant::now();
@@ -274,11 +281,14 @@ fn generate(
         events,
         cancelled,
     ));
-    if let Some(Ok(mut m)) = exported.map(|m| m.lock()) {
-        match super::record(&turn) {
-            Ok(r) => m.observe(&r.observed()),
-            Err(e) => m.failed(&e.kind, sent.elapsed()),
+    if let Some(export) = exported {
+        if let Ok(mut m) = export.metrics.lock() {
+            match super::record(&turn) {
+                Ok(r) => m.observe(&r.observed()),
+                Err(e) => m.failed(&e.kind, sent.elapsed()),
+            }
         }
+        export.counted.notify_one();
     }
     let _ = events.send(finished(request.id, turn));
 }
@@ -337,8 +347,8 @@ struct Served {
     model: String,
     /// The network's round trip, measured at connection.
     rtt: Option<Duration>,
-    /// Where each turn's figures are counted (`chat --url --prometheus`).
-    exposition: Option<Arc<Mutex<ClientMetrics>>>,
+    /// Where each turn's figures are counted (`chat --url --prometheus` / `--otlp`).
+    exposition: Option<Export>,
 }
 
 /// Streams one turn from `client`, sending a `Token` event per content chunk (its offset is
