@@ -245,26 +245,16 @@ fn exporters(
 ) -> Result<Option<(crate::load::publish::Beside, crate::remote::Export)>, Failure> {
     use crate::load::publish;
     let usage = |why: String| Failure::new(crate::commands::USAGE, why);
-    let prometheus = args
-        .prometheus
-        .as_deref()
-        .map(publish::listen_addr)
-        .transpose()
-        .map_err(usage)?;
-    let mut otlp = Vec::new();
-    if let Some(url) = &args.otlp {
-        otlp.push(publish::OtlpSink::http(url).map_err(usage)?);
-    }
-    if let Some(path) = &args.otlp_file {
-        otlp.push(publish::OtlpSink::file(path, args.force).map_err(usage)?);
-    }
-    if prometheus.is_none() && otlp.is_empty() {
+    let exporters = publish::Exporters::new(
+        args.prometheus.as_deref(),
+        args.otlp.as_deref(),
+        args.otlp_file.as_deref(),
+        args.force,
+    )
+    .map_err(usage)?;
+    let Some(metrics) = exporters.figures(endpoint.host_and_port()) else {
         return Ok(None);
-    }
-    let (host, port) = endpoint.host_and_port();
-    let metrics = std::sync::Arc::new(std::sync::Mutex::new(
-        crate::metrics::exposition::ClientMetrics::new("", &host, port),
-    ));
+    };
     if let Ok(mut m) = metrics.lock() {
         m.start_level("chat", std::time::SystemTime::now());
     }
@@ -274,8 +264,8 @@ fn exporters(
             "{why}; the chat goes on, later exports carry every turn"
         )));
     });
-    let beside = publish::serve_beside(prometheus, otlp, std::sync::Arc::clone(&metrics), failed)
-        .map_err(usage)?;
+    let beside =
+        publish::serve_beside(exporters, std::sync::Arc::clone(&metrics), failed).map_err(usage)?;
     let export = crate::remote::Export {
         metrics,
         counted: std::sync::Arc::clone(&beside.counted),

@@ -16,7 +16,6 @@ use crate::commands::runtime;
 use crate::commands::{Failure, FAILURE, USAGE};
 use crate::load::report::{self, LoadSummary, Slo};
 use crate::load::{publish, run_level, scrape, warm_up, Arrivals, LoadPlan, Progress, PromptSet};
-use crate::metrics::exposition::ClientMetrics;
 use crate::remote::RemoteClient;
 
 /// The eval text (public domain) the default prompts are cut from.
@@ -305,7 +304,7 @@ pub(crate) fn load(args: &LoadArgs) -> Result<(), Failure> {
         )));
     }
     let metrics_interval = Duration::from_millis(args.metrics_interval);
-    let exporters = Exporters::from_args(args)?;
+    let exporters = exporters(args)?;
     // Said once: a server without (readable) metrics.
     let metrics_refused = Arc::new(AtomicBool::new(false));
     let rt = runtime()?;
@@ -321,7 +320,7 @@ pub(crate) fn load(args: &LoadArgs) -> Result<(), Failure> {
             }
         });
         let client = Arc::new(RemoteClient::new(endpoint)?);
-        let figures = exporters.figures(&client);
+        let figures = exporters.figures(client.endpoint().host_and_port());
         // Listening first: a port in use is said before anything is sent.
         let _exposition = match (exporters.prometheus, &figures) {
             (Some(addr), Some(figures)) => {
@@ -454,7 +453,7 @@ pub(crate) fn load(args: &LoadArgs) -> Result<(), Failure> {
                 crate::load::capacity::find(&mut rows, &run, slo, args.burstiness, &stop, &shown)
                     .await?,
             );
-            exporters.export(figures.as_ref(), &mut otlp_failed).await;
+            export(&exporters, figures.as_ref(), &mut otlp_failed).await;
         } else {
             for arrivals in levels {
                 if stop.load(Ordering::SeqCst) {
@@ -463,7 +462,7 @@ pub(crate) fn load(args: &LoadArgs) -> Result<(), Failure> {
                 let row = run(arrivals).await?;
                 eprintln!("{}", row.line());
                 rows.push(row);
-                exporters.export(figures.as_ref(), &mut otlp_failed).await;
+                export(&exporters, figures.as_ref(), &mut otlp_failed).await;
             }
         }
         print_rows(args, &client, &model, &prompts, &rows, capacity)?;
@@ -480,62 +479,44 @@ pub(crate) fn load(args: &LoadArgs) -> Result<(), Failure> {
     })
 }
 
-/// What `--prometheus`, `--otlp` and `--otlp-file` asked for, checked before anything runs.
-struct Exporters {
-    prometheus: Option<std::net::SocketAddr>,
-    otlp: Vec<publish::OtlpSink>,
+/// What `--prometheus`, `--otlp` and `--otlp-file` asked for, and `--prometheus-hold`, checked
+/// before anything runs.
+fn exporters(args: &LoadArgs) -> Result<publish::Exporters, Failure> {
+    let exporters = publish::Exporters::new(
+        args.prometheus.as_deref(),
+        args.otlp.as_deref(),
+        args.otlp_file.as_deref(),
+        args.force,
+    )
+    .map_err(usage)?;
+    if !(args.prometheus_hold.is_finite() && (0.0..=86_400.0).contains(&args.prometheus_hold)) {
+        return Err(usage(format!(
+            "--prometheus-hold {}: expected seconds in [0, 86400]",
+            args.prometheus_hold
+        )));
+    }
+    Ok(exporters)
 }
 
-impl Exporters {
-    fn from_args(args: &LoadArgs) -> Result<Self, Failure> {
-        let prometheus = args
-            .prometheus
-            .as_deref()
-            .map(|a| publish::listen_addr(a).map_err(usage))
-            .transpose()?;
-        if !(args.prometheus_hold.is_finite() && (0.0..=86_400.0).contains(&args.prometheus_hold)) {
-            return Err(usage(format!(
-                "--prometheus-hold {}: expected seconds in [0, 86400]",
-                args.prometheus_hold
-            )));
-        }
-        let mut otlp = Vec::new();
-        if let Some(url) = &args.otlp {
-            otlp.push(publish::OtlpSink::http(url).map_err(usage)?);
-        }
-        if let Some(path) = &args.otlp_file {
-            otlp.push(publish::OtlpSink::file(path, args.force).map_err(usage)?);
-        }
-        Ok(Self { prometheus, otlp })
-    }
-
-    /// The shared figures, when anything exports them.
-    fn figures(&self, client: &RemoteClient) -> Option<publish::Shared> {
-        if self.prometheus.is_none() && self.otlp.is_empty() {
-            return None;
-        }
-        let (host, port) = client.endpoint().host_and_port();
-        Some(Arc::new(std::sync::Mutex::new(ClientMetrics::new(
-            "", &host, port,
-        ))))
-    }
-
-    /// One OTLP export of every level so far to each sink; the first failure is said once
-    /// and kept for the exit status.
-    async fn export(&self, figures: Option<&publish::Shared>, failed: &mut Option<String>) {
-        let Some(figures) = figures else { return };
-        for sink in &self.otlp {
-            if let Err(why) = sink.export(figures).await {
-                if failed.is_none() {
-                    eprintln!(
-                        "{}",
-                        crate::text::terminal_safe(&format!(
-                            "OTLP export to {} failed: {why}; the run goes on and its report is kept",
-                            sink.label()
-                        ))
-                    );
-                    *failed = Some(why);
-                }
+/// One OTLP export of every level so far to each sink; the first failure is said once and
+/// kept for the exit status.
+async fn export(
+    exporters: &publish::Exporters,
+    figures: Option<&publish::Shared>,
+    failed: &mut Option<String>,
+) {
+    let Some(figures) = figures else { return };
+    for sink in &exporters.otlp {
+        if let Err(why) = sink.export(figures).await {
+            if failed.is_none() {
+                eprintln!(
+                    "{}",
+                    crate::text::terminal_safe(&format!(
+                        "OTLP export to {} failed: {why}; the run goes on and its report is kept",
+                        sink.label()
+                    ))
+                );
+                *failed = Some(why);
             }
         }
     }

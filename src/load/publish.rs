@@ -39,8 +39,48 @@ impl Drop for Exposition {
     }
 }
 
+/// What `--prometheus`, `--otlp` and `--otlp-file` asked for (`load` and `chat --url` take the
+/// same flags), checked before anything runs.
+pub(crate) struct Exporters {
+    pub prometheus: Option<SocketAddr>,
+    pub otlp: Vec<OtlpSink>,
+}
+
+impl Exporters {
+    /// The flags read: an address to listen on, a collector URL, a new file (an existing one
+    /// only with `force`). Each refusal names the flag.
+    pub(crate) fn new(
+        prometheus: Option<&str>,
+        otlp: Option<&str>,
+        otlp_file: Option<&Path>,
+        force: bool,
+    ) -> Result<Self, String> {
+        let prometheus = prometheus.map(listen_addr).transpose()?;
+        let mut sinks = Vec::new();
+        if let Some(url) = otlp {
+            sinks.push(OtlpSink::http(url)?);
+        }
+        if let Some(path) = otlp_file {
+            sinks.push(OtlpSink::file(path, force)?);
+        }
+        Ok(Self {
+            prometheus,
+            otlp: sinks,
+        })
+    }
+
+    /// The figures they share, of the server at `host` and `port`; `None` when nothing
+    /// exports.
+    pub(crate) fn figures(&self, (host, port): (String, u16)) -> Option<Shared> {
+        if self.prometheus.is_none() && self.otlp.is_empty() {
+            return None;
+        }
+        Some(Arc::new(Mutex::new(ClientMetrics::new("", &host, port))))
+    }
+}
+
 /// `--prometheus ADDR` read: an address and port to listen on.
-pub(crate) fn listen_addr(addr: &str) -> Result<SocketAddr, String> {
+fn listen_addr(addr: &str) -> Result<SocketAddr, String> {
     addr.parse::<SocketAddr>().map_err(|_| {
         format!(
             "--prometheus {}: expected an address and port to listen on, e.g. 127.0.0.1:9464",
@@ -78,11 +118,11 @@ impl Drop for Beside {
 /// `otlp`'s sinks after each notified count. The first failed export is handed to `failed`
 /// (once: the figures stay cumulative, so a later export carries all of them).
 pub(crate) fn serve_beside(
-    prometheus: Option<SocketAddr>,
-    otlp: Vec<OtlpSink>,
+    exporters: Exporters,
     metrics: Shared,
     failed: Box<dyn Fn(String) + Send>,
 ) -> Result<Beside, String> {
+    let Exporters { prometheus, otlp } = exporters;
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let (stop_tx, mut stop_rx) = tokio::sync::oneshot::channel::<()>();
     let counted = Arc::new(tokio::sync::Notify::new());
