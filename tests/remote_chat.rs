@@ -8,6 +8,7 @@
 use crate::common;
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::llama_server::LlamaServer;
@@ -448,4 +449,62 @@ fn chat_exporters_count_each_turn_as_the_pane_shows_it() {
         std::net::TcpStream::connect(&addr).is_err(),
         "{addr} still listens after the chat quit"
     );
+}
+
+#[test]
+fn the_chat_quits_at_once_while_an_otlp_export_hangs() {
+    let _lock = common::model_lock();
+    let setup = Setup::new();
+    let server = LlamaServer::start(&setup.model, 1, &[], setup.server_dir.path());
+    // A collector that takes the connection and never answers (the export's own limit is 10 s).
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let taken = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let held = {
+        let (taken, done) = (std::sync::Arc::clone(&taken), std::sync::Arc::clone(&done));
+        std::thread::spawn(move || {
+            let mut kept = Vec::new();
+            silent.set_nonblocking(true).unwrap();
+            let until = std::time::Instant::now() + Duration::from_secs(60);
+            while std::time::Instant::now() < until && !done.load(Ordering::SeqCst) {
+                if let Ok((stream, _)) = silent.accept() {
+                    kept.push(stream);
+                    taken.fetch_add(1, Ordering::SeqCst);
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        })
+    };
+    let tmux = setup.tmux("remote-otlp-hang");
+    start(
+        &tmux,
+        &format!(
+            "--url {} --temp 0 -n 4 --otlp http://127.0.0.1:{port}",
+            server.url()
+        ),
+    );
+    send(&tmux, "Hello");
+    tmux.wait_for("the answer", Duration::from_secs(60), |s| {
+        s.contains("─ TTFT") && status_line(s).contains("ready")
+    });
+    // The export is under way (the collector holds it) when the chat quits.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while taken.load(Ordering::SeqCst) == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        taken.load(Ordering::SeqCst),
+        1,
+        "the export reached the collector"
+    );
+    let asked = std::time::Instant::now();
+    quit(&tmux);
+    let took = asked.elapsed();
+    assert!(
+        took < Duration::from_secs(5),
+        "quitting waited {took:?} for a silent collector"
+    );
+    done.store(true, Ordering::SeqCst);
+    held.join().unwrap();
 }
