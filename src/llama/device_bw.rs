@@ -3,7 +3,8 @@
 //! sustained: each timed window queues as many copies as fill about [`MIN_WINDOW_S`]
 //! (`ggml_backend_tensor_copy_async` on one backend, which on CUDA is a `cudaMemcpyAsync` device
 //! to device on the backend's stream, so the copies run back to back), with the device
-//! synchronised before the clock starts and after the last copy; one warm-up window first, the
+//! synchronised before the clock starts and after the last copy; warm-up windows first (up to
+//! three, each recounting the copies from the one before until a window lasts that long), the
 //! best of several windows kept. A 512 MiB copy takes about 0.25 ms on an H200: timing single
 //! copies around two synchronisations measured the synchronisations as much as the memory.
 //! The clock is the host's (ggml's events carry no timing, so no device-side timer is reachable
@@ -184,8 +185,18 @@ pub(crate) fn measure_device_copy(
         if !(one > 0.0 && one.is_finite()) {
             return Err(DeviceProbeError::Time(device.into()));
         }
-        let copies = ((MIN_WINDOW_S / one).ceil() as usize).clamp(1, MAX_COPIES);
-        window(copies);
+        let mut copies = ((MIN_WINDOW_S / one).ceil() as usize).clamp(1, MAX_COPIES);
+        // The warm-up windows recalibrate the count: a single copy carries a synchronisation
+        // and may have met a busy moment, so it can promise more speed than it had, or less
+        // (a window of 48 ms was seen where 100 were promised).
+        for _ in 0..3 {
+            let took = window(copies);
+            if took >= MIN_WINDOW_S || copies == MAX_COPIES || !(took > 0.0) {
+                break;
+            }
+            copies = ((copies as f64 * MIN_WINDOW_S / took).ceil() as usize)
+                .clamp(copies + 1, MAX_COPIES);
+        }
         let mut best = f64::INFINITY;
         for _ in 0..runs.max(1) {
             best = best.min(window(copies));
