@@ -301,9 +301,7 @@ pub fn scoring_report(
     chunks: usize,
     q: &crate::metrics::quality::QualityStats,
 ) -> String {
-    let opt = |v: Option<f64>, decimals: usize| {
-        v.map_or_else(|| "—".to_string(), |v| format!("{v:.decimals$}"))
-    };
+    let opt = crate::fmt::opt;
     let mut out = String::new();
     let _ = writeln!(out, "model:     {model}");
     let _ = writeln!(out, "reference: {reference}");

@@ -97,9 +97,45 @@ pub(crate) fn secs_of_ms(ms: f64) -> String {
     }
 }
 
+/// An optional figure for humans: `—` when undefined (`None`, NaN, infinite).
+pub(crate) fn opt(value: Option<f64>, decimals: usize) -> String {
+    match value {
+        Some(v) if v.is_finite() => format!("{v:.decimals$}"),
+        _ => "—".to_string(),
+    }
+}
+
+/// A fraction (0.62) for humans as a percentage (`62%` at 0 decimals): `—` when undefined.
+/// Figures already in percent (MBU) go through `roofline::mbu_pct_cell`.
+pub(crate) fn pct(fraction: Option<f64>, decimals: usize) -> String {
+    match fraction {
+        Some(v) if v.is_finite() => format!("{:.decimals$}%", v * 100.0),
+        _ => "—".to_string(),
+    }
+}
+
+/// A speed-up or ratio as `1.23×`: `—` when undefined.
+pub(crate) fn times(v: Option<f64>) -> String {
+    match v {
+        Some(v) if v.is_finite() => format!("{v:.2}×"),
+        _ => "—".to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn undefined_figures_are_a_dash() {
+        assert_eq!(opt(None, 1), "—");
+        assert_eq!(opt(Some(f64::NAN), 1), "—");
+        assert_eq!(opt(Some(1.25), 1), "1.2");
+        assert_eq!(pct(Some(0.62), 0), "62%");
+        assert_eq!(pct(Some(f64::INFINITY), 0), "—");
+        assert_eq!(times(Some(1.234)), "1.23×");
+        assert_eq!(times(None), "—");
+    }
 
     #[test]
     fn times_in_the_unit_that_reads() {

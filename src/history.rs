@@ -19,7 +19,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use crate::engine::{SamplingParams, StopReason};
 use crate::fsx::{read_regular, write_private, ReadError, WriteError, WriteProblem};
 use crate::ids::{unix_s, utc_parts};
-use crate::metrics::{fmt_opt, TurnSummary};
+use crate::metrics::TurnSummary;
 
 /// The version of the on-disk format this build writes. Version 2 added, per turn, the model's
 /// path and fingerprint and the settings and system prompt it was generated with, and keeps
@@ -907,11 +907,11 @@ fn set_aside(path: &Path, bytes_read: &[u8], now_unix_s: u64) -> io::Result<Opti
 fn entry_for(path: PathBuf, conv: &SavedConversation) -> ConversationEntry {
     let title = match conv.turns.first() {
         Some(turn) => {
-            let line = collapse_spaces(&turn.user);
+            let line = crate::text::collapse_spaces(&turn.user);
             if line.is_empty() {
                 "(empty message)".to_string()
             } else {
-                truncate_chars(&line, TITLE_MAX_CHARS)
+                crate::text::ellipsis(&line, TITLE_MAX_CHARS)
             }
         }
         None => "(no turns yet)".to_string(),
@@ -930,25 +930,6 @@ fn entry_for(path: PathBuf, conv: &SavedConversation) -> ConversationEntry {
         title,
         model_file: conv.model_file.clone(),
     }
-}
-
-/// Whitespace runs and the characters that may not reach a terminal ([`crate::text::is_unsafe`]:
-/// controls and bidirectional overrides) become single spaces, so a title cannot break a table
-/// row, send escape sequences to the terminal or reorder the listing.
-fn collapse_spaces(text: &str) -> String {
-    text.split(|c: char| c.is_whitespace() || crate::text::is_unsafe(c))
-        .filter(|word| !word.is_empty())
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-fn truncate_chars(text: &str, max_chars: usize) -> String {
-    if text.chars().count() <= max_chars {
-        return text.to_string();
-    }
-    let mut cut: String = text.chars().take(max_chars.saturating_sub(1)).collect();
-    cut.push('…');
-    cut
 }
 
 /// The path of the conversation whose id is `id_or_prefix` or starts with it (an exact id wins
@@ -1044,7 +1025,9 @@ pub(crate) fn format_list(entries: &[ConversationEntry], now_unix_s: u64) -> Str
                 e.turns.to_string(),
                 e.model_file
                     .as_deref()
-                    .map(|m| truncate_chars(&collapse_spaces(m), MODEL_MAX_CHARS))
+                    .map(|m| {
+                        crate::text::ellipsis(&crate::text::collapse_spaces(m), MODEL_MAX_CHARS)
+                    })
                     .unwrap_or_else(|| "—".to_string()),
                 e.title.clone(),
             ]
@@ -1179,11 +1162,11 @@ pub(crate) fn export_markdown(conv: &SavedConversation, current: &TurnSettings) 
         let mut summary = vec![
             format!(
                 "TTFT {} ms",
-                fmt_opt(turn.metrics.as_ref().and_then(|m| m.ttft_ms), 1)
+                crate::fmt::opt(turn.metrics.as_ref().and_then(|m| m.ttft_ms), 1)
             ),
             format!(
                 "decode {} tok/s",
-                fmt_opt(turn.metrics.as_ref().and_then(|m| m.decode_tok_per_s), 1)
+                crate::fmt::opt(turn.metrics.as_ref().and_then(|m| m.decode_tok_per_s), 1)
             ),
             format!(
                 "{} tokens",

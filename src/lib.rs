@@ -3,6 +3,23 @@
 //! The library holds every part of the application so that tests, benchmarks and the binary
 //! all build the real thing; `main.rs` only parses the command line and dispatches.
 
+/// `Display` and `Serialize` as the value's `name()`: a setting is written as it is typed.
+macro_rules! shown_by_name {
+    ($($t:ty),+ $(,)?) => {$(
+        impl std::fmt::Display for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+
+        impl serde::Serialize for $t {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.name())
+            }
+        }
+    )+};
+}
+
 pub mod app;
 pub mod bench;
 pub mod commands;

@@ -8,7 +8,8 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint};
+use plotters::chart::MeshStyle;
+use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint, ValueFormatter};
 use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -193,13 +194,16 @@ const CEILING_COLOR: RGBColor = RGBColor(90, 90, 90);
 const MEASURED_COLOR: RGBColor = RGBColor(31, 119, 180);
 const GRID_COLOR: RGBColor = RGBColor(225, 225, 225);
 
-/// The legend box every chart uses, in the upper right corner.
+/// The legend box every chart uses, in the upper right corner, or the upper left where that
+/// is clearer (the speculative sweep's panels: above k = 0's point at 1× and beside
+/// acceptance, which k = 0 does not have).
 fn draw_legend<'a, DB: DrawingBackend + 'a, X: Ranged, Y: Ranged>(
     chart: &mut ChartContext<'a, DB, Cartesian2d<X, Y>>,
+    at: SeriesLabelPosition,
 ) -> DrawResult<DB> {
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
+        .position(at)
         .label_font(text(LEGEND_PX))
         .background_style(WHITE.mix(0.9))
         .border_style(BLACK.mix(0.5))
@@ -219,6 +223,32 @@ const KEY_ROW_PX: u32 = 24;
 const KEY_MAX_ROWS: usize = 30;
 const SUBTITLE_COLOR: RGBColor = RGBColor(80, 80, 80);
 
+/// The grid, axis descriptions and tick label styles every chart shares, with the y ticks as
+/// plain numbers; the caller adds its x labels and draws.
+fn mesh<'a, 'b, X, Y, DB>(
+    chart: &'b mut ChartContext<'a, DB, Cartesian2d<X, Y>>,
+    x_desc: impl Into<String>,
+    y_desc: impl Into<String>,
+) -> MeshStyle<'a, 'b, X, Y, DB>
+where
+    X: Ranged + ValueFormatter<X::ValueType>,
+    Y: Ranged<ValueType = f64> + ValueFormatter<f64>,
+    DB: DrawingBackend,
+{
+    fn y_label(y: &f64) -> String {
+        trim_number(*y)
+    }
+    let mut mesh = chart.configure_mesh();
+    mesh.light_line_style(WHITE)
+        .bold_line_style(GRID_COLOR)
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .axis_desc_style(text(AXIS_DESC_PX))
+        .label_style(text(TICK_LABEL_PX))
+        .y_label_formatter(&y_label);
+    mesh
+}
+
 /// The chart's header: the title, and under it a smaller line saying what the chart shows
 /// (models, backend, threads, test). Returns the area below it.
 fn header<DB: DrawingBackend>(
@@ -236,7 +266,7 @@ fn header<DB: DrawingBackend>(
     // Cut, never run off the canvas: about 0.55 em per character of DejaVu Sans.
     let room = ((width as f64 - 40.0) / (0.55 * f64::from(SUBTITLE_PX))) as usize;
     root.draw(&Text::new(
-        cut(subtitle, room),
+        crate::text::ellipsis(subtitle, room),
         (width / 2, 16 + TITLE_PX as i32),
         (FONT, SUBTITLE_PX)
             .into_font()
@@ -244,17 +274,6 @@ fn header<DB: DrawingBackend>(
             .pos(center),
     ))?;
     Ok(root.margin((TITLE_PX + SUBTITLE_PX + 26) as i32, 0, 0, 0))
-}
-
-/// `s` in at most `max` characters, with "…" when cut.
-fn cut(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
-        s.to_string()
-    } else {
-        let mut out: String = s.chars().take(max.saturating_sub(1)).collect();
-        out.push('…');
-        out
-    }
 }
 
 /// The height the key table under a chart takes for `rows` entries.
@@ -617,18 +636,14 @@ impl Chart for BatchSweepChart {
                     },
                     y_range,
                 )?;
-            chart
-                .configure_mesh()
-                .light_line_style(WHITE)
-                .bold_line_style(GRID_COLOR)
-                .x_desc("batch size B (sequences decoded together, log₂ scale)")
-                .y_desc(y_desc)
-                .axis_desc_style(text(AXIS_DESC_PX))
-                .label_style(text(TICK_LABEL_PX))
-                .x_label_formatter(&|x| format_batch(*x))
-                .y_label_formatter(&|y| trim_number(*y))
-                .y_labels(8)
-                .draw()?;
+            mesh(
+                &mut chart,
+                "batch size B (sequences decoded together, log₂ scale)",
+                y_desc,
+            )
+            .x_label_formatter(&|x| format_batch(*x))
+            .y_labels(8)
+            .draw()?;
             for (points, name, color, label_side) in series {
                 if points.is_empty() {
                     continue;
@@ -659,14 +674,7 @@ impl Chart for BatchSweepChart {
                     EmptyElement::at((x, y)) + Circle::new((0, 0), 5, color.filled()) + label(y)
                 }))?;
             }
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::UpperLeft)
-                .label_font(text(LEGEND_PX))
-                .background_style(WHITE.mix(0.9))
-                .border_style(BLACK.mix(0.5))
-                .margin(10)
-                .draw()?;
+            draw_legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
         }
         Ok(())
     }
@@ -822,17 +830,13 @@ impl Chart for RooflineChart {
                     ticks: y_ticks,
                 },
             )?;
-        chart
-            .configure_mesh()
-            .light_line_style(WHITE)
-            .bold_line_style(GRID_COLOR)
-            .x_desc("bytes read per token: weights + KV cache (log scale)")
-            .y_desc("decode speed (tok/s, log scale)")
-            .axis_desc_style(text(AXIS_DESC_PX))
-            .label_style(text(TICK_LABEL_PX))
-            .x_label_formatter(&|x| format_bytes(*x))
-            .y_label_formatter(&|y| trim_number(*y))
-            .draw()?;
+        mesh(
+            &mut chart,
+            "bytes read per token: weights + KV cache (log scale)",
+            "decode speed (tok/s, log scale)",
+        )
+        .x_label_formatter(&|x| format_bytes(*x))
+        .draw()?;
 
         if let Some(bw) = self.bandwidth {
             // On log-log axes the ceiling is a straight line of slope −1: its two ends draw it.
@@ -889,7 +893,7 @@ impl Chart for RooflineChart {
                     } else {
                         format!("{} (untagged: crowded)", i + 1)
                     },
-                    cut(label, 60),
+                    crate::text::ellipsis(label, 60),
                     trim_number(*y),
                     share,
                     format_bytes(*x),
@@ -907,7 +911,7 @@ impl Chart for RooflineChart {
             ],
             &rows,
         )?;
-        draw_legend(&mut chart)
+        draw_legend(&mut chart, SeriesLabelPosition::UpperRight)
     }
 }
 
@@ -1015,26 +1019,22 @@ impl Chart for QualityChart {
             .y_label_area_size(90)
             .build_cartesian_2d(x_lo - pad..x_hi + pad, 0.0..y_max)?;
         let zero_at = x_lo;
-        chart
-            .configure_mesh()
-            .light_line_style(WHITE)
-            .bold_line_style(GRID_COLOR)
-            .x_desc(format!(
+        mesh(
+            &mut chart,
+            format!(
                 "mean KL divergence from the reference (nats, log scale; 0 is drawn at {})",
                 crate::fmt::sig(floor, 2)
-            ))
-            .y_desc("decode speed (tok/s), bars: ± sd of the rounds")
-            .axis_desc_style(text(AXIS_DESC_PX))
-            .label_style(text(TICK_LABEL_PX))
-            .x_label_formatter(&|x| {
-                if (*x - zero_at).abs() < 1e-9 {
-                    "0".to_string()
-                } else {
-                    crate::fmt::sig(10f64.powf(*x), 2)
-                }
-            })
-            .y_label_formatter(&|y| trim_number(*y))
-            .draw()?;
+            ),
+            "decode speed (tok/s), bars: ± sd of the rounds",
+        )
+        .x_label_formatter(&|x| {
+            if (*x - zero_at).abs() < 1e-9 {
+                "0".to_string()
+            } else {
+                crate::fmt::sig(10f64.powf(*x), 2)
+            }
+        })
+        .draw()?;
         let mut front: Vec<(f64, f64)> = self
             .points
             .iter()
@@ -1095,7 +1095,7 @@ impl Chart for QualityChart {
                     } else {
                         format!("{} (untagged: crowded)", i + 1)
                     },
-                    cut(&p.label, 60),
+                    crate::text::ellipsis(&p.label, 60),
                     match p.tok_per_s_sd {
                         Some(sd) => format!("{} ± {}", trim_number(p.tok_per_s), trim_number(sd)),
                         None => trim_number(p.tok_per_s),
@@ -1116,7 +1116,7 @@ impl Chart for QualityChart {
             ],
             &rows,
         )?;
-        draw_legend(&mut chart)
+        draw_legend(&mut chart, SeriesLabelPosition::UpperRight)
     }
 }
 
@@ -1175,6 +1175,8 @@ struct SpecSweepChart {
     points: Vec<SpecPoint>,
 }
 
+/// The speculative sweep's x axis.
+const K_DESC: &str = "k: most tokens drafted per step (0 = no speculation)";
 const EXPECTED_COLOR: RGBColor = RGBColor(255, 127, 14);
 /// The roofline with its compute term.
 const EXPECTED_COMPUTE_COLOR: RGBColor = RGBColor(148, 103, 189);
@@ -1240,16 +1242,8 @@ impl Chart for SpecSweepChart {
                 },
                 0.0..top_max,
             )?;
-        chart
-            .configure_mesh()
-            .light_line_style(WHITE)
-            .bold_line_style(GRID_COLOR)
-            .x_desc("k: most tokens drafted per step (0 = no speculation)")
-            .y_desc("speed-up (×)")
-            .axis_desc_style(text(AXIS_DESC_PX))
-            .label_style(text(TICK_LABEL_PX))
+        mesh(&mut chart, K_DESC, "speed-up (×)")
             .x_label_formatter(&|x| format!("{}", x.round()))
-            .y_label_formatter(&|y| trim_number(*y))
             .y_labels(8)
             .draw()?;
         chart
@@ -1306,7 +1300,7 @@ impl Chart for SpecSweepChart {
                 + Circle::new((0, 0), 5, MEASURED_COLOR.filled())
                 + Text::new(format!("{y:.2}×"), (8, 8), style)
         }))?;
-        spec_legend(&mut chart)?;
+        draw_legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
 
         // Acceptance.
         let mut chart = ChartBuilder::on(&bottom)
@@ -1322,16 +1316,8 @@ impl Chart for SpecSweepChart {
                 },
                 0.0..150.0,
             )?;
-        chart
-            .configure_mesh()
-            .light_line_style(WHITE)
-            .bold_line_style(GRID_COLOR)
-            .x_desc("k: most tokens drafted per step (0 = no speculation)")
-            .y_desc("accepted (%)")
-            .axis_desc_style(text(AXIS_DESC_PX))
-            .label_style(text(TICK_LABEL_PX))
+        mesh(&mut chart, K_DESC, "accepted (%)")
             .x_label_formatter(&|x| format!("{}", x.round()))
-            .y_label_formatter(&|y| trim_number(*y))
             .y_labels(8)
             .draw()?;
         // α ≥ accepted / drafted (a rejection ends a draft, so at least one drafted token per
@@ -1365,23 +1351,8 @@ impl Chart for SpecSweepChart {
                     + Text::new(format!("{y:.0}%"), (0, dy), style)
             }))?;
         }
-        spec_legend(&mut chart)
+        draw_legend(&mut chart, SeriesLabelPosition::UpperLeft)
     }
-}
-
-/// The legend of the speculative sweep's panels, in the upper left corner (above k = 0's
-/// point at 1× and beside acceptance, which k = 0 does not have).
-fn spec_legend<'a, DB: DrawingBackend + 'a, X: Ranged, Y: Ranged>(
-    chart: &mut ChartContext<'a, DB, Cartesian2d<X, Y>>,
-) -> DrawResult<DB> {
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .label_font(text(LEGEND_PX))
-        .background_style(WHITE.mix(0.9))
-        .border_style(BLACK.mix(0.5))
-        .margin(10)
-        .draw()
 }
 
 #[cfg(test)]

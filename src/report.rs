@@ -60,6 +60,20 @@ pub(crate) fn table(headers: &[(&str, Align)], rows: &[Vec<String>]) -> String {
     out
 }
 
+/// The cells of one Markdown table line, trimmed (`| a | b |` → `["a", "b"]`); a line that
+/// is not a table row gives none.
+#[cfg(test)]
+pub(crate) fn cells(line: &str) -> Vec<&str> {
+    match line
+        .trim()
+        .strip_prefix('|')
+        .and_then(|l| l.strip_suffix('|'))
+    {
+        Some(inner) => inner.split('|').map(str::trim).collect(),
+        None => Vec::new(),
+    }
+}
+
 pub(crate) fn cell(v: Option<&Value>) -> String {
     match v {
         None | Some(Value::Null) => String::new(),

@@ -59,6 +59,27 @@ pub(crate) fn one_line(text: &str) -> Cow<'_, str> {
     )
 }
 
+/// `text` on one line: whitespace runs and the characters that may not reach a terminal
+/// ([`is_unsafe`]) become single spaces, so a title cannot break a table row, send escape
+/// sequences or reorder a listing.
+pub(crate) fn collapse_spaces(text: &str) -> String {
+    text.split(|c: char| c.is_whitespace() || is_unsafe(c))
+        .filter(|word| !word.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// `text` in at most `max_chars` characters, ending in `…` when cut (columns, not characters,
+/// are `ui::text::truncate`'s job).
+pub(crate) fn ellipsis(text: &str, max_chars: usize) -> String {
+    if text.chars().count() <= max_chars {
+        return text.to_string();
+    }
+    let mut cut: String = text.chars().take(max_chars.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
+}
+
 /// A path as a one-line, terminal-safe string.
 pub(crate) fn path(p: &std::path::Path) -> String {
     one_line(&p.to_string_lossy()).into_owned()

@@ -17,17 +17,7 @@ use tokscope::llama::sampler::{backend_chain, choose_place, HostSampler, PlaceCo
 use tokscope::llama::settings::{SamplingMode, SamplingParams};
 use tokscope::synth::TensorType;
 
-/// Prefill `prompt` and return the batch index of its last token (the one with an output).
-fn prefill(ctx: &mut LlamaContext<'_>, prompt: &[LlamaToken]) -> i32 {
-    let mut batch = LlamaBatch::new(64, 1);
-    for (i, t) in prompt.iter().enumerate() {
-        batch
-            .add(*t, i as i32, &[0], i + 1 == prompt.len())
-            .unwrap();
-    }
-    ctx.decode(&mut batch).unwrap();
-    batch.n_tokens() - 1
-}
+use common::prefill;
 
 /// Decode `steps` tokens after `prompt`, each picked by `pick(ctx, index)`.
 fn generate(

@@ -27,14 +27,7 @@ fn batch_drift(model: &LlamaModel, prompt: &str, n: usize, b: usize) -> f32 {
     let prompt = model.vocab().tokenize(prompt.as_bytes(), true, false);
     let prefill = |ctx: &mut llama_cpp_2::context::LlamaContext| {
         ctx.clear_kv_cache();
-        let mut batch = LlamaBatch::new(prompt.len(), 1);
-        for (i, t) in prompt.iter().enumerate() {
-            batch
-                .add(*t, i as i32, &[0], i + 1 == prompt.len())
-                .unwrap();
-        }
-        ctx.decode(&mut batch).unwrap();
-        batch.n_tokens() - 1
+        common::prefill(ctx, &prompt)
     };
     let mut idx = prefill(&mut ctx);
     let (mut rows, mut tokens) = (Vec::new(), Vec::new());

@@ -130,8 +130,7 @@ fn every_output_format_parses_back() {
     assert!(rows[1]["itl_p99_ms"].as_f64().unwrap() > 0.0);
     // A tg row has no prompt: its first step decodes a BOS, which is no TTFT.
     assert!(rows[1]["ttft_p50_ms"].is_null(), "{}", rows[1]);
-    let cells =
-        |line: &str| -> Vec<String> { line.split('|').map(|c| c.trim().to_string()).collect() };
+    let cells = common::md_cells;
     let ttft_col = cells(md_lines[0])
         .iter()
         .position(|c| c == "TTFT p50 ms")
@@ -300,7 +299,7 @@ fn results_log_appends_and_vs_names_the_changed_setting() {
         &[&args[..], &["-ctk", "q8_0", "--vs", "last"]].concat(),
     );
     assert!(second.contains("ctk f16 → q8_0"), "{second}");
-    assert!(second.contains("| tg8 |"), "{second}");
+    assert!(common::md_row(&second, "tg8").is_some(), "{second}");
     let log = std::fs::read_to_string(home.path().join("data/results.jsonl")).unwrap();
     let runs: Vec<Value> = log
         .lines()

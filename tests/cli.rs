@@ -39,17 +39,13 @@ fn run_json_has_every_metric_and_the_stamp() {
     let _lock = common::model_lock();
     let home = tempfile::tempdir().unwrap();
     let model = write_tiny(home.path());
-    let out = tokscope(home.path())
-        .args([
-            "run", "-p", "Hello", "--temp", "0", "-n", "12", "-t", "1", "--json", "-m",
-        ])
-        .arg(&model)
-        .assert()
-        .success()
-        .stderr(no_panic())
-        .get_output()
-        .stdout
-        .clone();
+    let out = common::ok_stdout(
+        tokscope(home.path())
+            .args([
+                "run", "-p", "Hello", "--temp", "0", "-n", "12", "-t", "1", "--json", "-m",
+            ])
+            .arg(&model),
+    );
     let v: serde_json::Value = serde_json::from_slice(&out).expect("stdout is one JSON object");
     let m = &v["metrics"];
     for key in [
@@ -185,30 +181,26 @@ fn run_token_lines_gives_one_line_per_token() {
     let home = tempfile::tempdir().unwrap();
     let model = write_tiny(home.path());
     let report = home.path().join("report.jsonl");
-    let out = tokscope(home.path())
-        .args([
-            "run",
-            "-p",
-            "Hi",
-            "--temp",
-            "0",
-            "-n",
-            "24",
-            "--ignore-eos",
-            "-t",
-            "1",
-            "--token-lines",
-            "--report",
-        ])
-        .arg(&report)
-        .arg("-m")
-        .arg(&model)
-        .assert()
-        .success()
-        .stderr(no_panic())
-        .get_output()
-        .stdout
-        .clone();
+    let out = common::ok_stdout(
+        tokscope(home.path())
+            .args([
+                "run",
+                "-p",
+                "Hi",
+                "--temp",
+                "0",
+                "-n",
+                "24",
+                "--ignore-eos",
+                "-t",
+                "1",
+                "--token-lines",
+                "--report",
+            ])
+            .arg(&report)
+            .arg("-m")
+            .arg(&model),
+    );
     let lines: Vec<serde_json::Value> = String::from_utf8(out)
         .unwrap()
         .lines()
@@ -613,18 +605,14 @@ fn run_confidence_gives_one_value_per_token_and_none_unasked() {
     let home = tempfile::tempdir().unwrap();
     let model = write_tiny(home.path());
     let run = |extra: &[&str]| {
-        let out = tokscope(home.path())
-            .args([
-                "run", "-p", "Hello", "--temp", "0", "-n", "12", "-t", "1", "--json", "-m",
-            ])
-            .arg(&model)
-            .args(extra)
-            .assert()
-            .success()
-            .stderr(no_panic())
-            .get_output()
-            .stdout
-            .clone();
+        let out = common::ok_stdout(
+            tokscope(home.path())
+                .args([
+                    "run", "-p", "Hello", "--temp", "0", "-n", "12", "-t", "1", "--json", "-m",
+                ])
+                .arg(&model)
+                .args(extra),
+        );
         serde_json::from_slice::<serde_json::Value>(&out).expect("stdout is one JSON object")
     };
     assert!(

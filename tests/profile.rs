@@ -11,34 +11,30 @@ use serde_json::Value;
 
 /// `run --json --profile` with one thread, `n` tokens, the profile of every `rate`-th step.
 fn profiled_run(home: &Path, model: &Path, n: u32, rate: u32, extra: &[&str]) -> Value {
-    let out = tokscope_cmd(home)
-        .args([
-            "run",
-            "-p",
-            "Hello there",
-            "--temp",
-            "0",
-            "--ignore-eos",
-            "-t",
-            "1",
-            "--json",
-        ])
-        .args([
-            "-n",
-            &n.to_string(),
-            "--profile",
-            "--profile-rate",
-            &rate.to_string(),
-        ])
-        .args(extra)
-        .arg("-m")
-        .arg(model)
-        .assert()
-        .success()
-        .stderr(no_panic())
-        .get_output()
-        .stdout
-        .clone();
+    let out = common::ok_stdout(
+        tokscope_cmd(home)
+            .args([
+                "run",
+                "-p",
+                "Hello there",
+                "--temp",
+                "0",
+                "--ignore-eos",
+                "-t",
+                "1",
+                "--json",
+            ])
+            .args([
+                "-n",
+                &n.to_string(),
+                "--profile",
+                "--profile-rate",
+                &rate.to_string(),
+            ])
+            .args(extra)
+            .arg("-m")
+            .arg(model),
+    );
     serde_json::from_slice(&out).expect("stdout is one JSON object")
 }
 
@@ -584,27 +580,23 @@ fn bench_profiles_its_generation_steps_by_part() {
     let home = tempfile::tempdir().unwrap();
     let model = common::synth_cli(home.path(), "tiny", 5);
     let bench = |out: &str| {
-        tokscope_cmd(home.path())
-            .args([
-                "bench",
-                "-p",
-                "8",
-                "-n",
-                "12",
-                "-r",
-                "2",
-                "-t",
-                "1",
-                "--no-probe",
-            ])
-            .args(["--profile", "--profile-rate", "2", "-o", out, "-m"])
-            .arg(&model)
-            .assert()
-            .success()
-            .stderr(no_panic())
-            .get_output()
-            .stdout
-            .clone()
+        common::ok_stdout(
+            tokscope_cmd(home.path())
+                .args([
+                    "bench",
+                    "-p",
+                    "8",
+                    "-n",
+                    "12",
+                    "-r",
+                    "2",
+                    "-t",
+                    "1",
+                    "--no-probe",
+                ])
+                .args(["--profile", "--profile-rate", "2", "-o", out, "-m"])
+                .arg(&model),
+        )
     };
     let rows: Value = serde_json::from_slice(&bench("json")).unwrap();
     let rows = rows.as_array().expect("a JSON array of rows");

@@ -37,22 +37,7 @@ fn scored(home: &Path, model: &Path, reference: &Path) -> Value {
 }
 
 fn synth_typed(home: &Path, ty: &str, seed: u32) -> PathBuf {
-    let path = home.join(format!("small-{ty}-{seed}.gguf"));
-    tokscope_cmd(home)
-        .args([
-            "synth",
-            "--preset",
-            "small",
-            "--type",
-            ty,
-            "--seed",
-            &seed.to_string(),
-            "-o",
-        ])
-        .arg(&path)
-        .assert()
-        .success();
-    path
+    common::synth_cli_typed(home, "small", Some(ty), seed)
 }
 
 fn f(v: &Value) -> f64 {

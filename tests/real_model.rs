@@ -9,29 +9,7 @@
 
 use crate::common;
 
-use assert_cmd::Command;
-
-fn run_json(args: &[&str]) -> serde_json::Value {
-    let model = common::demo_model();
-    let home = tempfile::tempdir().unwrap();
-    let out = Command::cargo_bin("tokscope")
-        .unwrap()
-        .env("TOKSCOPE_CONFIG_DIR", home.path().join("config"))
-        .env("TOKSCOPE_CACHE_DIR", home.path().join("cache"))
-        .env_remove("TOKSCOPE_MODEL")
-        .env_remove("GGML_CPU_TILED_MM")
-        .arg("run")
-        .arg("-m")
-        .arg(&model)
-        .args(args)
-        .args(["--json", "-t", "1", "-c", "1024", "--temp", "0"])
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
-    serde_json::from_slice(&out).expect("run --json prints one JSON object")
-}
+use common::demo_run_json as run_json;
 
 #[test]
 fn the_transcript_answers_paris_and_stops_at_the_next_question() {

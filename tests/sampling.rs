@@ -99,14 +99,8 @@ fn compare_on(model_path: &std::path::Path, seeds: u32, steps: usize) -> (usize,
         }
     }
     let prompt = model.vocab().tokenize(b"Once upon a time", true, false);
-    let mut batch = LlamaBatch::new(64, 1);
-    for (i, t) in prompt.iter().enumerate() {
-        batch
-            .add(*t, i as i32, &[0], i + 1 == prompt.len())
-            .unwrap();
-    }
-    ctx.decode(&mut batch).unwrap();
-    let mut idx = batch.n_tokens() - 1;
+    let mut idx = common::prefill(&mut ctx, &prompt);
+    let mut batch = LlamaBatch::new(1, 1);
     let mut compared = 0;
     let mut seen = std::collections::BTreeSet::new();
     for (pos, step) in (prompt.len() as i32..).zip(0..steps) {

@@ -395,20 +395,20 @@ fn markdown_charts_the_sweep_and_vs_compares_it_with_the_last_sweep_k_by_k() {
     assert!(md.find("\nVerdict").unwrap() < vs_at, "{md}");
     let vs = &md[vs_at..];
     assert!(vs.contains("settings that differ: n_gen 16 → 20\n"), "{vs}");
-    assert!(
-        vs.contains(
-            "| k | t/s before | t/s now | t/s | speed-up before → now | accept before → now |"
-        ),
+    assert_eq!(
+        common::md_row(vs, "k").unwrap_or_else(|| panic!("{vs}")),
+        [
+            "k",
+            "t/s before",
+            "t/s now",
+            "t/s",
+            "speed-up before → now",
+            "accept before → now"
+        ],
         "{vs}"
     );
     let row = |k: u32| -> Vec<String> {
-        vs.lines()
-            .find(|l| l.starts_with(&format!("| {k} |")))
-            .unwrap_or_else(|| panic!("no row for k={k}: {vs}"))
-            .split('|')
-            .map(|c| c.trim().to_string())
-            .filter(|c| !c.is_empty())
-            .collect()
+        common::md_row(vs, &k.to_string()).unwrap_or_else(|| panic!("no row for k={k}: {vs}"))
     };
     let now_runs = logged_runs(home.path());
     let (second_id, now_rows) = now_runs.last().unwrap();
@@ -478,7 +478,7 @@ fn markdown_charts_the_sweep_and_vs_compares_it_with_the_last_sweep_k_by_k() {
         "{stderr}"
     );
     assert!(
-        stderr.contains("| 3 |") && stderr.contains("not measured now"),
+        common::md_row(&stderr, "3").is_some() && stderr.contains("not measured now"),
         "{stderr}"
     );
 }

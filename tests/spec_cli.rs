@@ -17,18 +17,14 @@ use predicates::prelude::*;
 const PROMPT: &str = "the cat sat on the mat, the cat sat on the mat, the cat sat";
 
 fn run_json(home: &Path, model: &Path, extra: &[&str]) -> serde_json::Value {
-    let out = tokscope(home)
-        .args([
-            "run", "-p", PROMPT, "--temp", "0", "-n", "40", "-t", "1", "--json", "-m",
-        ])
-        .arg(model)
-        .args(extra)
-        .assert()
-        .success()
-        .stderr(no_panic())
-        .get_output()
-        .stdout
-        .clone();
+    let out = common::ok_stdout(
+        tokscope(home)
+            .args([
+                "run", "-p", PROMPT, "--temp", "0", "-n", "40", "-t", "1", "--json", "-m",
+            ])
+            .arg(model)
+            .args(extra),
+    );
     serde_json::from_slice(&out).unwrap()
 }
 

@@ -9,30 +9,8 @@
 
 use crate::common;
 
-use assert_cmd::Command;
-
 fn run_json(prompt: &str, extra: &[&str]) -> serde_json::Value {
-    let home = tempfile::tempdir().unwrap();
-    let out = Command::cargo_bin("tokscope")
-        .unwrap()
-        .env("TOKSCOPE_CONFIG_DIR", home.path().join("config"))
-        .env("TOKSCOPE_CACHE_DIR", home.path().join("cache"))
-        .env_remove("TOKSCOPE_MODEL")
-        // An in-process engine test of this binary may have turned ggml's tiled matmul off in
-        // the test process's environment (`llama::invariant`); the child must pick its own.
-        .env_remove("GGML_CPU_TILED_MM")
-        .arg("run")
-        .arg("-m")
-        .arg(common::demo_model())
-        .args(["-p", prompt, "-n", "48", "--ignore-eos"])
-        .args(extra)
-        .args(["--json", "-t", "1", "-c", "1024", "--temp", "0"])
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
-    serde_json::from_slice(&out).expect("run --json prints one JSON object")
+    common::demo_run_json(&[&["-p", prompt, "-n", "48", "--ignore-eos"], extra].concat())
 }
 
 const PROMPTS: [&str; 4] = [

@@ -12,7 +12,6 @@ use crate::common;
 use std::num::NonZeroU32;
 use std::path::Path;
 
-use assert_cmd::Command;
 use llama_cpp_2::context::params::LlamaContextParams;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::params::LlamaModelParams;
@@ -537,12 +536,7 @@ fn like_refuses_types_it_cannot_fill_and_unreadable_sources() {
 #[test]
 fn synth_cli_presets_tokenizer_and_like() {
     let dir = tempfile::tempdir().unwrap();
-    let tokscope = || {
-        let mut cmd = Command::cargo_bin("tokscope").unwrap();
-        cmd.env("TOKSCOPE_DATA_DIR", dir.path().join("data"))
-            .env("TOKSCOPE_CONFIG_DIR", dir.path().join("config"));
-        cmd
-    };
+    let tokscope = || common::tokscope_cmd(dir.path());
     let out = dir.path().join("m.gguf");
 
     // An architecture preset without a tokenizer says how to get one.

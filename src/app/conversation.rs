@@ -452,11 +452,12 @@ pub fn first_divergence(a: &str, b: &str, b_pieces: &[String]) -> Option<Diverge
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::engine::LlamaCounters;
 
-    fn report(text: &str, reason: StopReason, tokens: &[u64]) -> TurnReport {
+    /// A finished turn's report: `tokens` ready at those milliseconds, 42 tokens of context.
+    pub(crate) fn report(text: &str, reason: StopReason, tokens: &[u64]) -> TurnReport {
         TurnReport {
             text: text.into(),
             stop_reason: reason,

@@ -1052,8 +1052,7 @@ pub(crate) mod tests {
     //! The helpers every part of the app's tests uses, and the tests of `update` itself.
     use super::*;
     pub(crate) use crate::engine::RequestId;
-    use crate::engine::{LlamaCounters, StopReason, TurnReport};
-    use crate::metrics::TurnTimeline;
+    use crate::engine::{StopReason, TurnReport};
     pub(crate) use crossterm::event::{KeyCode, KeyModifiers};
     use std::time::Duration;
 
@@ -1094,21 +1093,8 @@ pub(crate) mod tests {
         Msg::Engine(EngineEvent::Finished {
             request_id: id,
             report: Box::new(TurnReport {
-                text: text.into(),
-                stop_reason: reason,
-                timeline: TurnTimeline {
-                    token_ready_at: vec![Duration::from_millis(10)],
-                    ..TurnTimeline::default()
-                },
                 context_used: 20,
-                dropped_messages: 0,
-                llama_counters: LlamaCounters::default(),
-                first_logits: None,
-                host: Default::default(),
-                sampler: "host-greedy",
-                sampling: Default::default(),
-                spec: None,
-                profile: None,
+                ..conversation::tests::report(text, reason, &[10])
             }),
         })
     }

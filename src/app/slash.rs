@@ -24,17 +24,6 @@ pub(crate) const SLASH_COMMANDS: &[&str] = &[
     "/quit",
 ];
 
-/// `text` on one line (whitespace runs as one space), cut to `max` characters with `…`.
-fn preview(text: &str, max: usize) -> String {
-    let line = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    if line.chars().count() <= max {
-        return line;
-    }
-    let mut cut: String = line.chars().take(max.saturating_sub(1)).collect();
-    cut.push('…');
-    cut
-}
-
 impl App {
     /// The answers of this session that `/trace` can place on its clock (finished or
     /// stopped, with their submission known; answers read back from history have none).
@@ -73,7 +62,7 @@ impl App {
                 let text = match &self.conversation.system_prompt {
                     Some(p) => format!(
                         "system prompt: {} (/system TEXT replaces it, /system --clear removes it)",
-                        preview(p, 200)
+                        crate::text::ellipsis(&crate::text::collapse_spaces(p), 200)
                     ),
                     None => "no system prompt (/system TEXT sets one)".to_string(),
                 };

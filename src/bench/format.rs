@@ -6,8 +6,8 @@ use serde_json::Value;
 
 use super::plan::OutputFormat;
 use super::report::Row;
+use crate::fmt::times;
 use crate::llama::measure::TestKind;
-use crate::metrics::fmt_opt;
 use crate::report::{cell, csv_lines, table, Align};
 
 /// The rows in `format`, ready for stdout.
@@ -60,10 +60,6 @@ fn mbu_cell(v: Option<f64>) -> String {
 
 fn dollars(v: Option<f64>) -> String {
     v.map_or_else(|| "—".into(), |v| format!("${v:.3}"))
-}
-
-fn times(v: Option<f64>) -> String {
-    v.map_or_else(|| "—".into(), |v| format!("{v:.2}×"))
 }
 
 fn itl(row: &Row) -> String {
@@ -119,16 +115,16 @@ fn main_cells(r: &Row) -> Vec<String> {
         p.flash_attn.to_string(),
         r.test.clone(),
         mean_spread(r),
-        fmt_opt(r.ttft_p50_ms, 2),
+        crate::fmt::opt(r.ttft_p50_ms, 2),
         itl(r),
-        fmt_opt(r.host_us_per_token, 1),
+        crate::fmt::opt(r.host_us_per_token, 1),
         crate::fmt::bytes_opt(r.bytes_per_token),
         bandwidth(r),
-        fmt_opt(r.ceiling_tok_per_s, 1),
+        crate::fmt::opt(r.ceiling_tok_per_s, 1),
         mbu_cell(r.mbu_pct),
-        fmt_opt(r.achieved_gflop_per_s, 1),
+        crate::fmt::opt(r.achieved_gflop_per_s, 1),
         dollars(r.cost_per_million_tokens_usd),
-        fmt_opt(r.gpu.gpu_joules_per_token, 3),
+        crate::fmt::opt(r.gpu.gpu_joules_per_token, 3),
     ]
 }
 
@@ -162,10 +158,10 @@ fn batch_cells(r: &Row) -> Vec<String> {
         r.test.clone(),
         p.batch_size.to_string(),
         mean_spread(r),
-        fmt_opt(r.per_sequence_tok_per_s, 2),
-        fmt_opt(r.itl_p50_ms, 2),
-        fmt_opt(r.itl_p99_ms, 2),
-        fmt_opt(r.prefill_ms_mean, 1),
+        crate::fmt::opt(r.per_sequence_tok_per_s, 2),
+        crate::fmt::opt(r.itl_p50_ms, 2),
+        crate::fmt::opt(r.itl_p99_ms, 2),
+        crate::fmt::opt(r.prefill_ms_mean, 1),
         times(r.speedup_vs_b1),
         times(r.latency_growth_vs_b1),
         mbu_cell(r.mbu_pct),

@@ -10,7 +10,6 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
 use super::report::Row;
-use crate::metrics::fmt_opt;
 
 /// The log's file name inside the data dir.
 pub(crate) const RESULTS_FILE: &str = "results.jsonl";
@@ -413,15 +412,21 @@ pub(crate) fn comparison(now: &[StoredRow], base: &StoredRun) -> String {
     let mut out = heading(base);
     let pairs = pair_rows(&base.rows, now);
     let mut all_diffs: Vec<String> = Vec::new();
-    let mut lines = String::from(
-        "| test | t/s before | t/s now | t/s | verdict | TTFT p50 | ITL p50 | settings that differ |\n|---|---:|---:|---:|---|---:|---:|---|\n",
-    );
+    let mut rows: Vec<Vec<String>> = Vec::new();
     for (row, before) in &pairs {
+        let now_tps = format!("{:.2}", row.tok_per_s_mean);
         let Some(before) = before else {
-            lines.push_str(&format!(
-                "| {} | — | {:.2} | new | — | — | — | |\n",
-                row.test, row.tok_per_s_mean
-            ));
+            let dash = || "—".to_string();
+            rows.push(vec![
+                row.test.clone(),
+                dash(),
+                now_tps,
+                "new".into(),
+                dash(),
+                dash(),
+                dash(),
+                String::new(),
+            ]);
             continue;
         };
         let diffs = differences(before, row);
@@ -430,23 +435,33 @@ pub(crate) fn comparison(now: &[StoredRow], base: &StoredRun) -> String {
                 all_diffs.push(d.clone());
             }
         }
-        lines.push_str(&format!(
-            "| {} | {:.2} | {:.2} | {} | {} | {} | {} | {} |\n",
-            row.test,
-            before.tok_per_s_mean,
-            row.tok_per_s_mean,
+        rows.push(vec![
+            row.test.clone(),
+            format!("{:.2}", before.tok_per_s_mean),
+            now_tps,
             signed_pct(change_pct(
                 Some(before.tok_per_s_mean),
-                Some(row.tok_per_s_mean)
+                Some(row.tok_per_s_mean),
             )),
             change_verdict(before, row),
             signed_pct(change_pct(before.ttft_p50_ms, row.ttft_p50_ms)),
             signed_pct(change_pct(before.itl_p50_ms, row.itl_p50_ms)),
-            diffs.join(", ")
-        ));
+            diffs.join(", "),
+        ]);
     }
+    use crate::report::Align::{Left, Right};
+    let headers = [
+        ("test", Left),
+        ("t/s before", Right),
+        ("t/s now", Right),
+        ("t/s", Right),
+        ("verdict", Left),
+        ("TTFT p50", Right),
+        ("ITL p50", Right),
+        ("settings that differ", Left),
+    ];
     out.push_str(&differences_line(&all_diffs));
-    out.push_str(&lines);
+    out.push_str(&crate::report::table(&headers, &rows));
     for (row, before) in &pairs {
         if let Some(line) = before.and_then(|b| profile_change(&row.test, b, row)) {
             out.push_str(&line);
@@ -586,22 +601,14 @@ pub(crate) fn spec_comparison(now: &[StoredRow], base: &StoredRun) -> String {
     ks.sort_unstable();
     ks.dedup();
     let find = |rows: &'_ [StoredRow], k: u32| rows.iter().find(|r| k_of(r) == Some(k)).cloned();
-    let times = |v: Option<f64>| match v {
-        Some(v) if v.is_finite() => format!("{v:.2}×"),
-        _ => "—".to_string(),
-    };
-    let pct = |v: Option<f64>| match v {
-        Some(v) if v.is_finite() => format!("{:.0}%", v * 100.0),
-        _ => "—".to_string(),
-    };
+    let times = crate::fmt::times;
+    let pct = |v| crate::fmt::pct(v, 0);
     let tok_per_s = |r: &Option<StoredRow>| {
         r.as_ref()
             .map_or_else(|| "—".to_string(), |r| format!("{:.2}", r.tok_per_s_mean))
     };
     let mut all_diffs: Vec<String> = Vec::new();
-    let mut lines = String::from(
-        "| k | t/s before | t/s now | t/s | speed-up before → now | accept before → now |\n|---:|---:|---:|---:|---|---|\n",
-    );
+    let mut rows: Vec<Vec<String>> = Vec::new();
     for k in ks {
         let (before, row) = (find(&base.rows, k), find(now, k));
         let change = match (&before, &row) {
@@ -619,18 +626,34 @@ pub(crate) fn spec_comparison(now: &[StoredRow], base: &StoredRun) -> String {
         let figure = |r: &Option<StoredRow>, f: fn(&StoredSpec) -> Option<f64>| {
             r.as_ref().and_then(|r| f(&r.spec))
         };
-        lines.push_str(&format!(
-            "| {k} | {} | {} | {change} | {} → {} | {} → {} |\n",
+        rows.push(vec![
+            k.to_string(),
             tok_per_s(&before),
             tok_per_s(&row),
-            times(figure(&before, |s| s.speedup_mean)),
-            times(figure(&row, |s| s.speedup_mean)),
-            pct(figure(&before, |s| s.acceptance_rate)),
-            pct(figure(&row, |s| s.acceptance_rate)),
-        ));
+            change,
+            format!(
+                "{} → {}",
+                times(figure(&before, |s| s.speedup_mean)),
+                times(figure(&row, |s| s.speedup_mean))
+            ),
+            format!(
+                "{} → {}",
+                pct(figure(&before, |s| s.acceptance_rate)),
+                pct(figure(&row, |s| s.acceptance_rate))
+            ),
+        ]);
     }
+    use crate::report::Align::{Left, Right};
+    let headers = [
+        ("k", Right),
+        ("t/s before", Right),
+        ("t/s now", Right),
+        ("t/s", Right),
+        ("speed-up before → now", Left),
+        ("accept before → now", Left),
+    ];
     out.push_str(&differences_line(&all_diffs));
-    out.push_str(&lines);
+    out.push_str(&crate::report::table(&headers, &rows));
     out
 }
 
@@ -750,7 +773,7 @@ fn headline(rows: &[StoredRow]) -> String {
     };
     chosen
         .iter()
-        .map(|r| format!("{} {}", r.test, fmt_opt(Some(r.tok_per_s_mean), 2)))
+        .map(|r| format!("{} {}", r.test, crate::fmt::opt(Some(r.tok_per_s_mean), 2)))
         .collect::<Vec<_>>()
         .join(" · ")
 }
@@ -878,7 +901,19 @@ mod tests {
             raw: Value::Null,
         };
         let text = comparison(&[row(8.97, 1.15, 2)], &base);
-        assert!(text.contains("| -10.3% | within the noise"), "{text}");
+        let row = text
+            .lines()
+            .map(crate::report::cells)
+            .find(|c| c.first() == Some(&"tg8"))
+            .unwrap_or_else(|| panic!("{text}"));
+        assert_eq!(
+            row[3..5],
+            [
+                "-10.3%",
+                "within the noise (sd 0.29/1.15, n = 2): rerun with -r 5"
+            ],
+            "{text}"
+        );
     }
 
     /// `--vs` between two profiled rows: the part that moved beyond its spread is named with
@@ -978,11 +1013,11 @@ mod tests {
         }
     }
 
-    /// The comparison's table line for k.
-    fn k_line(text: &str, k: u32) -> &str {
-        let start = format!("| {k} |");
+    /// The comparison's table row for k, as its cells.
+    fn k_line(text: &str, k: u32) -> Vec<&str> {
         text.lines()
-            .find(|l| l.starts_with(&start))
+            .map(crate::report::cells)
+            .find(|c| c.first() == Some(&k.to_string().as_str()))
             .unwrap_or_else(|| panic!("no row for k={k}: {text}"))
     }
 
@@ -1011,27 +1046,42 @@ mod tests {
         assert!(text.contains("settings that differ: none\n"), "{text}");
         assert_eq!(
             k_line(&text, 0),
-            "| 0 | 40.00 | 44.00 | +10.0% | 1.00× → 1.00× | — → — |"
+            ["0", "40.00", "44.00", "+10.0%", "1.00× → 1.00×", "— → —"]
         );
         assert_eq!(
             k_line(&text, 2),
-            "| 2 | 30.00 | 36.00 | +20.0% | 0.75× → 0.82× | 40% → 50% |"
+            [
+                "2",
+                "30.00",
+                "36.00",
+                "+20.0%",
+                "0.75× → 0.82×",
+                "40% → 50%"
+            ]
         );
         assert_eq!(
             k_line(&text, 4),
-            "| 4 | 25.00 | — | not measured now | 0.62× → — | 35% → — |"
+            [
+                "4",
+                "25.00",
+                "—",
+                "not measured now",
+                "0.62× → —",
+                "35% → —"
+            ]
         );
         assert_eq!(
             k_line(&text, 8),
-            "| 8 | — | 20.00 | new | — → 0.45× | — → 30% |"
+            ["8", "—", "20.00", "new", "— → 0.45×", "— → 30%"]
         );
         // The rows in the order of k.
         let ks: Vec<&str> = text
             .lines()
-            .filter(|l| l.starts_with("| ") && !l.starts_with("| k "))
-            .map(|l| l.split(" | ").next().unwrap())
+            .map(crate::report::cells)
+            .filter(|c| c.len() == 6 && c[0] != "k" && !c[0].starts_with('-'))
+            .map(|c| c[0])
             .collect();
-        assert_eq!(ks, ["| 0", "| 2", "| 4", "| 8"], "{text}");
+        assert_eq!(ks, ["0", "2", "4", "8"], "{text}");
 
         // Changed settings are named once, with their values before and now.
         for r in &mut now {

@@ -21,7 +21,7 @@ fn parts_table(b: &StepBreakdown) -> String {
             vec![
                 p.part.to_string(),
                 ms(p.ms),
-                crate::metrics::fmt_pct(Some(p.share), 1),
+                crate::fmt::pct(Some(p.share), 1),
                 if p.weight_bytes + p.kv_bytes > 0 {
                     crate::fmt::bytes(p.weight_bytes + p.kv_bytes)
                 } else {
@@ -57,7 +57,7 @@ fn ops_table(b: &StepBreakdown) -> String {
                 o.op.to_string(),
                 o.nodes.to_string(),
                 ms(o.ms),
-                crate::metrics::fmt_pct(Some(o.share), 1),
+                crate::fmt::pct(Some(o.share), 1),
             ]
         })
         .collect();
@@ -78,7 +78,7 @@ fn ops_table(b: &StepBreakdown) -> String {
             format!("({})", p.part),
             "—".into(),
             ms(p.ms),
-            crate::metrics::fmt_pct(Some(p.share), 1),
+            crate::fmt::pct(Some(p.share), 1),
         ]);
     }
     table(

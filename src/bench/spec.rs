@@ -708,30 +708,19 @@ pub(crate) fn points(rows: &[SpecRow]) -> Vec<crate::plot::SpecPoint> {
         .collect()
 }
 
-/// A fraction as a percentage; `—` when undefined.
-fn pct(v: Option<f64>) -> String {
-    crate::metrics::fmt_pct(v, 0)
-}
-
-/// A speed-up with its sign, `—` when undefined.
-fn times(v: Option<f64>) -> String {
-    match v {
-        Some(e) if e.is_finite() => format!("{e:.2}×"),
-        _ => "—".to_string(),
-    }
-}
-
 /// The rows in the chosen format; Markdown gets the chart (`spec_chart`) and the verdict
 /// sentence under the table.
 pub(crate) fn render(
     outcome: &SpecOutcome,
     format: OutputFormat,
 ) -> Result<String, serde_json::Error> {
+    use crate::fmt::times;
     use crate::report::{csv_lines, table, Align};
+    let pct = |v| crate::fmt::pct(v, 0);
     let rows = &outcome.rows;
     Ok(match format {
         OutputFormat::Markdown | OutputFormat::MarkdownWide => {
-            let opt = |v: Option<f64>, d: usize| crate::metrics::fmt_opt(v, d);
+            let opt = crate::fmt::opt;
             let headers = [
                 ("k", Align::Right),
                 ("tok/s", Align::Right),

@@ -339,7 +339,7 @@ pub(crate) fn render(outcome: &VsRunOutcome, format: OutputFormat) -> Result<Str
     let rows = &outcome.rows;
     Ok(match format {
         OutputFormat::Markdown | OutputFormat::MarkdownWide => {
-            let opt = |v: Option<f64>, d: usize| crate::metrics::fmt_opt(v, d);
+            let opt = crate::fmt::opt;
             let headers = [
                 ("lane", Align::Left),
                 ("n_ctx", Align::Right),

@@ -15,7 +15,7 @@ use crate::bench::spec::SpecPlan;
 use crate::bench::sweep::Sweep;
 use crate::bench::vs_run::VsRunPlan;
 use crate::bench::{format, log, report, run, save, sweep, StoredRun};
-use crate::commands::{Failure, FAILURE, MODEL, USAGE};
+use crate::commands::{Failure, FAILURE, USAGE};
 use crate::config::Settings;
 use crate::llama::measure::TestSpec;
 use crate::llama::placement::{
@@ -739,10 +739,8 @@ pub(crate) fn spec_plan(args: &BenchArgs, settings: &Settings) -> Result<SpecPla
     let model = one_model(args, settings, "--spec/--draft")?;
     run::check_models(std::slice::from_ref(&model))?;
     if let Some(d) = &draft {
-        crate::engine::check_model_file(d).map_err(|e| {
-            let code = if e.is_model_problem() { MODEL } else { FAILURE };
-            Failure::new(code, format!("--draft: {e}"))
-        })?;
+        crate::engine::check_model_file(d)
+            .map_err(|e| Failure::of(e.is_model_problem(), format!("--draft: {e}")))?;
     }
     let (prompt, prompt_source) = match &f.spec_prompt {
         Some(path) => {
@@ -977,20 +975,43 @@ fn vs_run_runtime(args: &BenchArgs, engine: &mut EngineSettings) -> Result<(), F
     Ok(())
 }
 
+/// The results on stdout, in the output's format.
+fn print_results(
+    text: Result<String, impl std::fmt::Display>,
+    output: OutputFormat,
+) -> Result<(), Failure> {
+    let text =
+        text.map_err(|e| Failure::new(FAILURE, format!("cannot format the results: {e}")))?;
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(crate::text::for_stdout(&text, output.shape()).as_bytes())?;
+    stdout.flush()?;
+    Ok(())
+}
+
+/// Text for a person after the results (a `--vs` comparison, a verdict): on stdout under a
+/// Markdown table, on stderr when stdout carries CSV or JSON, which stays machine-readable.
+fn print_for_a_person(text: &str, output: OutputFormat) -> Result<(), Failure> {
+    if output.is_markdown() {
+        let mut stdout = std::io::stdout().lock();
+        stdout.write_all(crate::text::for_stdout(text, crate::text::Shape::Human).as_bytes())?;
+        stdout.flush()?;
+    } else {
+        eprint!("{}", crate::text::terminal_safe(text));
+    }
+    Ok(())
+}
+
 /// `tokscope bench --run-vs-tg`.
 fn run_vs_tg(args: &BenchArgs, settings: &Settings) -> Result<(), Failure> {
     let plan = vs_run_plan(args, settings)?;
     let now = std::time::SystemTime::now();
     let run_id = crate::ids::new_id(now);
-    let outcome = crate::bench::vs_run::run(&plan, &run_id).map_err(|e| {
-        let code = if e.is_model_problem() { MODEL } else { FAILURE };
-        Failure::new(code, format!("bench --run-vs-tg: {e}"))
-    })?;
-    let text = crate::bench::vs_run::render(&outcome, plan.output)
-        .map_err(|e| Failure::new(FAILURE, format!("cannot format the results: {e}")))?;
-    let mut stdout = std::io::stdout().lock();
-    stdout.write_all(crate::text::for_stdout(&text, plan.output.shape()).as_bytes())?;
-    stdout.flush()?;
+    let outcome = crate::bench::vs_run::run(&plan, &run_id)
+        .map_err(|e| Failure::of(e.is_model_problem(), format!("bench --run-vs-tg: {e}")))?;
+    print_results(
+        crate::bench::vs_run::render(&outcome, plan.output),
+        plan.output,
+    )?;
     if !plan.output.is_markdown() {
         for line in outcome
             .rows
@@ -1026,15 +1047,12 @@ fn run_spec(args: &BenchArgs, settings: &Settings) -> Result<(), Failure> {
     }
     let now = std::time::SystemTime::now();
     let run_id = crate::ids::new_id(now);
-    let outcome = crate::bench::spec::run(&plan, &run_id).map_err(|e| {
-        let code = if e.is_model_problem() { MODEL } else { FAILURE };
-        Failure::new(code, format!("bench --spec: {e}"))
-    })?;
-    let text = crate::bench::spec::render(&outcome, plan.output)
-        .map_err(|e| Failure::new(FAILURE, format!("cannot format the results: {e}")))?;
-    let mut stdout = std::io::stdout().lock();
-    stdout.write_all(crate::text::for_stdout(&text, plan.output.shape()).as_bytes())?;
-    stdout.flush()?;
+    let outcome = crate::bench::spec::run(&plan, &run_id)
+        .map_err(|e| Failure::of(e.is_model_problem(), format!("bench --spec: {e}")))?;
+    print_results(
+        crate::bench::spec::render(&outcome, plan.output),
+        plan.output,
+    )?;
     if !plan.output.is_markdown() {
         eprintln!("{}", crate::text::terminal_safe(&outcome.verdict));
     }
@@ -1047,15 +1065,10 @@ fn run_spec(args: &BenchArgs, settings: &Settings) -> Result<(), Failure> {
         eprintln!("wrote {}", out.display());
     }
     if let Some(base) = baseline {
-        let text = log::spec_comparison(&log::as_stored(&outcome.rows), &base);
-        if plan.output.is_markdown() {
-            stdout
-                .write_all(crate::text::for_stdout(&text, crate::text::Shape::Human).as_bytes())?;
-        } else {
-            // Keep stdout machine-readable.
-            eprint!("{}", crate::text::terminal_safe(&text));
-        }
-        stdout.flush()?;
+        print_for_a_person(
+            &log::spec_comparison(&log::as_stored(&outcome.rows), &base),
+            plan.output,
+        )?;
     }
     Ok(())
 }
@@ -1090,10 +1103,7 @@ pub(crate) fn run(args: &BenchArgs, settings: Settings) -> Result<(), Failure> {
     args.trace.write(outcome.trace)?;
     let mut rows = outcome.rows;
     report::relate_batches(&mut rows);
-    let text = format::render(&rows, plan.output)
-        .map_err(|e| Failure::new(FAILURE, format!("cannot format the results: {e}")))?;
-    let mut stdout = std::io::stdout().lock();
-    stdout.write_all(crate::text::for_stdout(&text, plan.output.shape()).as_bytes())?;
+    print_results(format::render(&rows, plan.output), plan.output)?;
     if !rows.is_empty() {
         save(&log_path, &run_id, crate::ids::unix_s(now), &rows);
     }
@@ -1105,20 +1115,12 @@ pub(crate) fn run(args: &BenchArgs, settings: Settings) -> Result<(), Failure> {
         }
     }
     if let Some(base) = baseline {
-        let text = log::comparison(&log::as_stored(&rows), &base);
-        if plan.output.is_markdown() {
-            stdout
-                .write_all(crate::text::for_stdout(&text, crate::text::Shape::Human).as_bytes())?;
-        } else {
-            // Keep stdout machine-readable.
-            eprint!("{}", crate::text::terminal_safe(&text));
-        }
+        print_for_a_person(&log::comparison(&log::as_stored(&rows), &base), plan.output)?;
     }
-    stdout.flush()?;
     match outcome.failures.as_slice() {
         [] => Ok(()),
-        failures => Err(Failure::new(
-            if outcome.model_failed { MODEL } else { FAILURE },
+        failures => Err(Failure::of(
+            outcome.model_failed,
             format!(
                 "{} of {} tests failed:\n  {}",
                 failures.len(),

@@ -111,6 +111,12 @@ impl Failure {
             message: message.into(),
         }
     }
+
+    /// A feature's failure: exit code `MODEL` when the model file is the problem, `FAILURE`
+    /// otherwise.
+    pub(crate) fn of(model_problem: bool, message: impl Into<String>) -> Self {
+        Self::new(if model_problem { MODEL } else { FAILURE }, message)
+    }
 }
 
 impl From<crate::config::ConfigError> for Failure {
@@ -121,8 +127,7 @@ impl From<crate::config::ConfigError> for Failure {
 
 impl From<crate::engine::EngineError> for Failure {
     fn from(e: crate::engine::EngineError) -> Self {
-        let code = if e.is_model_problem() { MODEL } else { FAILURE };
-        Self::new(code, e.to_string())
+        Self::of(e.is_model_problem(), e.to_string())
     }
 }
 

@@ -20,7 +20,7 @@ use crate::engine::{
 };
 use crate::metrics::host::HostSummary;
 use crate::metrics::remote::RemoteSummary;
-use crate::metrics::{fmt_opt, ms, TurnSummary};
+use crate::metrics::{ms, TurnSummary};
 use crate::remote::{ChatRequest, RemoteClient, RemoteError, StreamEnd};
 use crate::stamp::Stamp;
 
@@ -799,20 +799,20 @@ pub(crate) fn human_summary(r: &RunReport, info: &ModelInfo) -> String {
         m.prompt_tokens,
         m.cached_tokens,
         m.prefill_ms,
-        fmt_opt(m.prefill_tok_per_s, 1)
+        crate::fmt::opt(m.prefill_tok_per_s, 1)
     ));
     out.push_str(&format!(
         "TTFT     {} ms (template+tokenize {:.2} ms, prefill {:.1} ms, first sample {} ms)\n",
-        fmt_opt(m.ttft_ms, 1),
+        crate::fmt::opt(m.ttft_ms, 1),
         m.template_tokenize_ms,
         m.prefill_ms,
-        fmt_opt(m.first_sample_ms, 2)
+        crate::fmt::opt(m.first_sample_ms, 2)
     ));
     out.push_str(&format!(
         "decode   {} tokens · {} tok/s · TPOT {} ms\n",
         m.tokens_generated,
-        fmt_opt(m.decode_tok_per_s, 1),
-        fmt_opt(m.tpot_ms, 2)
+        crate::fmt::opt(m.decode_tok_per_s, 1),
+        crate::fmt::opt(m.tpot_ms, 2)
     ));
     if let Some(f) = &r.roofline {
         let mbu = f.mbu_pct.map_or_else(
@@ -821,7 +821,7 @@ pub(crate) fn human_summary(r: &RunReport, info: &ModelInfo) -> String {
         );
         out.push_str(&format!(
             "roofline ceiling {} tok/s ({} a token at depth {}) · MBU {mbu} · bandwidth {:.1} GB/s, {}\n",
-            fmt_opt(f.ceiling_tok_per_s, 1),
+            crate::fmt::opt(f.ceiling_tok_per_s, 1),
             crate::fmt::bytes_f64(f.bytes_per_token),
             r.context_used,
             f.bandwidth_bytes_per_s / 1e9,
@@ -851,17 +851,17 @@ pub(crate) fn human_summary(r: &RunReport, info: &ModelInfo) -> String {
     let h = &r.host;
     out.push_str(&format!(
         "host     {} µs/tok between decodes ({}: logits {} · sampling {}{} · detok+stop {} · event {} µs)\n",
-        fmt_opt(h.host_us_per_token, 1),
+        crate::fmt::opt(h.host_us_per_token, 1),
         r.sampler,
-        fmt_opt(h.logits_out_us, 1),
-        fmt_opt(h.sampling_us, 1),
+        crate::fmt::opt(h.logits_out_us, 1),
+        crate::fmt::opt(h.sampling_us, 1),
         if r.confidence.is_some() {
-            format!(" · confidence {}", fmt_opt(h.confidence_us, 1))
+            format!(" · confidence {}", crate::fmt::opt(h.confidence_us, 1))
         } else {
             String::new()
         },
-        fmt_opt(h.detokenize_stop_us, 1),
-        fmt_opt(h.event_metrics_us, 1),
+        crate::fmt::opt(h.detokenize_stop_us, 1),
+        crate::fmt::opt(h.event_metrics_us, 1),
     ));
     if let Some(place) = &r.sampling {
         out.push_str(&format!(
@@ -925,7 +925,7 @@ pub(crate) fn spec_line(sp: &crate::metrics::spec::SpecSummary) -> String {
     if let Some(why) = &sp.off_reason {
         return format!("spec     {} off: {why}\n", sp.mode);
     }
-    let pct = |v: Option<f64>| fmt_opt(v.map(|x| x * 100.0), 0);
+    let pct = |v: Option<f64>| crate::fmt::opt(v.map(|x| x * 100.0), 0);
     format!(
         "spec     {} k≤{} · accepted {}/{} ({}%, α {}%) · {} tok/pass · {} passes/tok · draft {} ms/step · verify {} ms/pass · speed-up expected {}× ({}× with the compute term, ρ {}) measured {}×\n",
         sp.mode,
@@ -934,14 +934,14 @@ pub(crate) fn spec_line(sp: &crate::metrics::spec::SpecSummary) -> String {
         sp.drafted,
         pct(sp.acceptance_rate),
         pct(sp.acceptance_per_token),
-        fmt_opt(sp.tokens_per_pass, 2),
-        fmt_opt(sp.passes_per_token, 2),
-        fmt_opt(sp.draft_ms_per_step, 2),
-        fmt_opt(sp.verify_ms_per_pass, 2),
-        fmt_opt(sp.expected_speedup, 2),
-        fmt_opt(sp.expected_speedup_compute, 2),
-        fmt_opt(sp.row_cost, 3),
-        fmt_opt(sp.measured_speedup, 2),
+        crate::fmt::opt(sp.tokens_per_pass, 2),
+        crate::fmt::opt(sp.passes_per_token, 2),
+        crate::fmt::opt(sp.draft_ms_per_step, 2),
+        crate::fmt::opt(sp.verify_ms_per_pass, 2),
+        crate::fmt::opt(sp.expected_speedup, 2),
+        crate::fmt::opt(sp.expected_speedup_compute, 2),
+        crate::fmt::opt(sp.row_cost, 3),
+        crate::fmt::opt(sp.measured_speedup, 2),
     ) + &sp
         .verdict
         .as_ref()
@@ -1106,21 +1106,21 @@ pub(crate) fn remote_human_summary(r: &RemoteRunReport) -> String {
         };
     let parts: Vec<String> = parts
         .into_iter()
-        .map(|(label, v)| format!("{label} {} ms", fmt_opt(v, 1)))
+        .map(|(label, v)| format!("{label} {} ms", crate::fmt::opt(v, 1)))
         .collect();
     out.push_str(&format!(
         "TTFT     {} ms (network RTT {} ms, {})\n",
-        fmt_opt(m.ttft_ms, 1),
-        fmt_opt(m.network_rtt_ms, 2),
+        crate::fmt::opt(m.ttft_ms, 1),
+        crate::fmt::opt(m.network_rtt_ms, 2),
         parts.join(", ")
     ));
     out.push_str(&format!(
         "decode   {} tokens in {} chunks · {} tok/s · TPOT {} ms (server {} ms)\n",
         m.tokens_generated,
         m.chunks,
-        fmt_opt(m.decode_tok_per_s, 1),
-        fmt_opt(m.tpot_ms, 2),
-        fmt_opt(m.server_tpot_ms, 2),
+        crate::fmt::opt(m.decode_tok_per_s, 1),
+        crate::fmt::opt(m.tpot_ms, 2),
+        crate::fmt::opt(m.server_tpot_ms, 2),
     ));
     out.push_str(&format!("tokens   {}\n", r.token_count_source));
     if let Some(cold) = m.cold_start {
@@ -1142,12 +1142,12 @@ pub(crate) fn remote_human_summary(r: &RemoteRunReport) -> String {
     if v.ttft_ms.is_some() {
         out.push_str(&format!(
             "vLLM's   TTFT {} ms · TPOT {} ms · ITL p50 {} / p99 {} ms over {} chunk gaps · E2E {} ms (vllm bench serve's definitions)\n",
-            fmt_opt(v.ttft_ms, 1),
-            fmt_opt(v.tpot_ms, 2),
-            fmt_opt(v.itl.map(|i| i.p50_ms), 2),
-            fmt_opt(v.itl.map(|i| i.p99_ms), 2),
+            crate::fmt::opt(v.ttft_ms, 1),
+            crate::fmt::opt(v.tpot_ms, 2),
+            crate::fmt::opt(v.itl.map(|i| i.p50_ms), 2),
+            crate::fmt::opt(v.itl.map(|i| i.p99_ms), 2),
             v.itl.map_or(0, |i| i.count),
-            fmt_opt(v.e2e_ms, 1),
+            crate::fmt::opt(v.e2e_ms, 1),
         ));
     }
     for note in &r.notes {

@@ -443,15 +443,7 @@ fn plot(c: &Comparison, setup: &str, path: &Path) -> Result<(), CompareError> {
         })
         .collect();
     // The candidates are in the chart's key; the subtitle says against what, where and how.
-    let text: String = if c.text.chars().count() > 32 {
-        c.text
-            .chars()
-            .take(31)
-            .chain(std::iter::once('…'))
-            .collect()
-    } else {
-        c.text.clone()
-    };
+    let text = crate::text::ellipsis(&c.text, 32);
     let subtitle = format!(
         "reference {} · {setup} · KL at ctx {} × {} chunks ({} tokens of {text}) · tg speed · {}",
         c.reference, c.n_ctx, c.chunks, c.text_tokens, c.llama_cpp

@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use super::quality::QualityStats;
 use crate::fmt::bytes as size;
+use crate::fmt::opt;
 use crate::report::{cell, csv_lines, table, Align};
 
 /// One candidate's line of the table.
@@ -242,13 +243,6 @@ fn fmt_kl(row: &CompareRow) -> String {
     match row.quality.kld_mean {
         Some(v) => crate::fmt::sig(v, 3),
         None if row.reference => "0, the reference".into(),
-        None => "—".into(),
-    }
-}
-
-fn opt(v: Option<f64>, digits: usize) -> String {
-    match v {
-        Some(v) => format!("{v:.digits$}"),
         None => "—".into(),
     }
 }

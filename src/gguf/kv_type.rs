@@ -1,10 +1,7 @@
 //! The KV cache's element types (llama.cpp's `-ctk`/`-ctv`): a subset of ggml's types, with
 //! their names and sizes.
 
-use std::fmt;
 use std::str::FromStr;
-
-use serde::{Serialize, Serializer};
 
 /// Element type of the KV cache (llama.cpp's `-ctk`/`-ctv`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -77,17 +74,7 @@ impl FromStr for KvType {
     }
 }
 
-impl fmt::Display for KvType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl Serialize for KvType {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.name())
-    }
-}
+shown_by_name!(KvType);
 
 #[cfg(test)]
 mod tests {

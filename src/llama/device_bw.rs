@@ -191,7 +191,7 @@ pub(crate) fn measure_device_copy(
         // (a window of 48 ms was seen where 100 were promised).
         for _ in 0..3 {
             let took = window(copies);
-            if took >= MIN_WINDOW_S || copies == MAX_COPIES || !(took > 0.0) {
+            if took >= MIN_WINDOW_S || copies == MAX_COPIES || took <= 0.0 {
                 break;
             }
             copies = ((copies as f64 * MIN_WINDOW_S / took).ceil() as usize)

@@ -304,10 +304,7 @@ pub fn new_context_with_chain<'m>(
     s: &EngineSettings,
     chain: LlamaSampler,
 ) -> Result<LlamaContext<'m>, EngineError> {
-    crate::logging::clear_llama_problems();
-    model
-        .new_context_with_samplers(backend()?, context_params(s, 1), [(0, chain)])
-        .map_err(|_| context_failed(s))
+    new_session_context(model, s, Some(chain), None)
 }
 
 /// A chat session's context: sampling inside the graph with `chain` when given, and the step
@@ -330,7 +327,9 @@ pub(crate) fn new_session_context<'m>(
     .map_err(|_| context_failed(s))
 }
 
-/// llama.cpp's usual chain order: penalties → top-k → top-p → min-p → temperature → draw.
+/// llama.cpp's usual chain order: penalties → top-k → top-p → min-p → temperature → draw; after
+/// the penalties, the samplers of [`sampler::backend_chain`] (a top-p of 1 and a min-p of 0
+/// change nothing and are left out).
 pub fn build_sampler(p: &SamplingParams, n_vocab: i32) -> LlamaSampler {
     let mut chain = Vec::new();
     if p.repeat_penalty != 1.0 {
@@ -342,19 +341,7 @@ pub fn build_sampler(p: &SamplingParams, n_vocab: i32) -> LlamaSampler {
             0.0,
         ));
     }
-    if p.temperature <= 0.0 {
-        chain.push(LlamaSampler::greedy());
-    } else {
-        if p.top_k > 0 {
-            chain.push(LlamaSampler::top_k(
-                i32::try_from(p.top_k).unwrap_or(i32::MAX),
-            ));
-        }
-        chain.push(LlamaSampler::top_p(p.top_p, 1));
-        chain.push(LlamaSampler::min_p(p.min_p, 1));
-        chain.push(LlamaSampler::temp(p.temperature));
-        chain.push(LlamaSampler::dist(p.seed));
-    }
+    chain.extend(sampler::chain_after_penalties(p));
     LlamaSampler::chain(chain, false)
 }
 

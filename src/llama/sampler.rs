@@ -124,6 +124,12 @@ pub fn choose_place(
 /// top-p of 1 and a min-p of 0 change nothing and are left out (the backend would otherwise
 /// sort the whole vocabulary for nothing).
 pub fn backend_chain(p: &SamplingParams) -> LlamaSampler {
+    LlamaSampler::chain(chain_after_penalties(p), false)
+}
+
+/// The samplers after the penalties, shared by the host chain (`llama::build_sampler`) and the
+/// backend chain.
+pub(crate) fn chain_after_penalties(p: &SamplingParams) -> Vec<LlamaSampler> {
     let mut chain = Vec::new();
     if p.temperature <= 0.0 {
         chain.push(LlamaSampler::greedy());
@@ -142,7 +148,7 @@ pub fn backend_chain(p: &SamplingParams) -> LlamaSampler {
         chain.push(LlamaSampler::temp(p.temperature));
         chain.push(LlamaSampler::dist(p.seed));
     }
-    LlamaSampler::chain(chain, false)
+    chain
 }
 
 /// Which host path a sampler takes, for reports.

@@ -99,17 +99,7 @@ impl FromStr for SamplingMode {
     }
 }
 
-impl fmt::Display for SamplingMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl Serialize for SamplingMode {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.name())
-    }
-}
+shown_by_name!(SamplingMode);
 
 /// Which guesser proposes tokens for the target model to verify.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -148,17 +138,7 @@ impl FromStr for SpecMode {
     }
 }
 
-impl fmt::Display for SpecMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl Serialize for SpecMode {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.name())
-    }
-}
+shown_by_name!(SpecMode);
 
 /// Speculative decoding's settings (llama.cpp's `--draft-*` flags and prompt lookup).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -260,17 +240,7 @@ impl FromStr for FlashAttn {
     }
 }
 
-impl fmt::Display for FlashAttn {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl Serialize for FlashAttn {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.name())
-    }
-}
+shown_by_name!(FlashAttn);
 
 /// How the prompt is built from the conversation.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -75,8 +75,8 @@ where
             "at {} this server carries {}{} req/s = {} output tok/s ({})",
             slo.describe_p99(),
             if bad_rate.is_none() { "at least " } else { "" },
-            crate::metrics::fmt_opt(g.request_per_s, 2),
-            crate::metrics::fmt_opt(g.output_tok_per_s, 1),
+            crate::fmt::opt(g.request_per_s, 2),
+            crate::fmt::opt(g.output_tok_per_s, 1),
             g.level
         ),
         None => format!(

@@ -78,7 +78,7 @@ impl Slo {
             if let Some(t) = target {
                 parts.push(format!(
                     "{name}{suffix} ≤ {} ms",
-                    crate::metrics::fmt_opt(Some(ms(t)), 0)
+                    crate::fmt::opt(Some(ms(t)), 0)
                 ));
             }
         }
@@ -201,9 +201,9 @@ impl LoadSummary {
             self.level,
             self.completed,
             self.failed,
-            crate::metrics::fmt_opt(self.request_per_s, 2),
-            crate::metrics::fmt_opt(self.output_tok_per_s, 1),
-            crate::metrics::fmt_opt(self.goodput_req_per_s, 2),
+            crate::fmt::opt(self.request_per_s, 2),
+            crate::fmt::opt(self.output_tok_per_s, 1),
+            crate::fmt::opt(self.goodput_req_per_s, 2),
         )
     }
 }
@@ -277,7 +277,7 @@ pub(crate) fn summarize(
 }
 
 fn f(v: Option<f64>, decimals: usize) -> String {
-    crate::metrics::fmt_opt(v, decimals)
+    crate::fmt::opt(v, decimals)
 }
 
 /// The serving table: one line per level, then each level's errors by kind.

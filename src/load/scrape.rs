@@ -687,7 +687,7 @@ fn quantile(buckets: &[(f64, f64)], q: f64) -> Option<(f64, QuantileIs)> {
 /// A server quantile for a person: "12.5", "≤ 300.0" (in the first bucket) or "> 80000.0"
 /// (in the `+Inf` bucket).
 fn quantile_text(ms: Option<f64>, is: Option<QuantileIs>) -> String {
-    let v = crate::metrics::fmt_opt(ms, 1);
+    let v = crate::fmt::opt(ms, 1);
     match (ms, is) {
         (Some(_), Some(QuantileIs::AtMost)) => format!("≤ {v}"),
         (Some(_), Some(QuantileIs::Above)) => format!("> {v}"),
@@ -718,7 +718,7 @@ pub(crate) fn lines(level: &str, m: &ServerMetrics) -> Vec<String> {
                     "{} {}, mean {} p50 {} p99 {} ms",
                     l.count,
                     l.count_of.replace('_', " "),
-                    crate::metrics::fmt_opt(l.mean_ms, 1),
+                    crate::fmt::opt(l.mean_ms, 1),
                     quantile_text(l.p50_ms, l.p50_is),
                     quantile_text(l.p99_ms, l.p99_is)
                 )

@@ -336,23 +336,6 @@ impl TurnSummary {
     }
 }
 
-/// Format an optional figure for humans: `—` when undefined.
-pub(crate) fn fmt_opt(value: Option<f64>, decimals: usize) -> String {
-    match value {
-        Some(v) if v.is_finite() => format!("{v:.decimals$}"),
-        _ => "—".to_string(),
-    }
-}
-
-/// A fraction (0.62) for humans as a percentage (`62%` at 0 decimals): `—` when undefined.
-/// Figures already in percent (MBU) go through `roofline::mbu_pct_cell`.
-pub(crate) fn fmt_pct(fraction: Option<f64>, decimals: usize) -> String {
-    match fraction {
-        Some(v) if v.is_finite() => format!("{:.decimals$}%", v * 100.0),
-        _ => "—".to_string(),
-    }
-}
-
 /// The smallest difference of two means called real: the sum of their sds, or a systematic
 /// error (in the figure's unit) when that is larger. `compare` and `bench --vs` judge by it.
 pub(crate) fn noise_threshold(sd_a: f64, sd_b: f64, systematic: f64) -> f64 {
@@ -701,9 +684,6 @@ mod tests {
         assert_eq!(rate_per_s(0, d(10)), None);
         assert_eq!(rate_per_s(10, Duration::ZERO), None);
         assert_eq!(rate_per_s(10, d(1000)), Some(10.0));
-        assert_eq!(fmt_opt(None, 1), "—");
-        assert_eq!(fmt_opt(Some(f64::NAN), 1), "—");
-        assert_eq!(fmt_opt(Some(1.25), 1), "1.2");
         assert_eq!(relative_difference(105.0, 100.0), Some(0.05));
         assert_eq!(relative_difference(1.0, 0.0), None);
     }

@@ -12,7 +12,6 @@ use super::text::{one_line, truncate, truncate_start, width, wrap};
 use super::theme;
 use crate::app::{App, CompareView};
 use crate::compare::{CompareRow, Comparison};
-use crate::metrics::fmt_opt;
 
 /// One column: header, width, priority (lower is kept longer), right-aligned, value.
 struct Column {
@@ -66,7 +65,7 @@ fn columns() -> Vec<Column> {
         col("same top%", 9, 4, true, |r| {
             quality(r, r.quality.same_top_pct, 1)
         }),
-        col("pp t/s", 8, 7, true, |r| fmt_opt(r.pp_tok_per_s, 1)),
+        col("pp t/s", 8, 7, true, |r| crate::fmt::opt(r.pp_tok_per_s, 1)),
         // With its spread, as the table prints it: a difference inside it is not one.
         col("tg t/s", 12, 1, true, |r| {
             match (r.tg_tok_per_s, r.tg_tok_per_s_sd) {
@@ -82,7 +81,7 @@ fn columns() -> Vec<Column> {
             )
         }),
         col("$/1M tok", 8, 9, true, |r| {
-            fmt_opt(r.cost_per_million_tokens_usd, 3)
+            crate::fmt::opt(r.cost_per_million_tokens_usd, 3)
         }),
     ]
 }
@@ -93,7 +92,7 @@ fn quality(r: &CompareRow, v: Option<f64>, digits: usize) -> String {
     if r.synthetic {
         "n/m".to_string()
     } else {
-        fmt_opt(v, digits)
+        crate::fmt::opt(v, digits)
     }
 }
 

@@ -1,8 +1,6 @@
 //! Human formatting of the figures on screen: parameter counts, file sizes, durations and
 //! metric values. Formatting only: every figure comes from `metrics`/`ModelInfo`, and an
-//! undefined value is `—` (through `metrics::fmt_opt`).
-
-use crate::metrics::fmt_opt;
+//! undefined value is `—` (through `fmt::opt`).
 
 /// A parameter count: `8.0B`, `268M`, `12.5M`, `0.47M`.
 pub(crate) fn params(n: u64) -> String {
@@ -34,7 +32,7 @@ pub(crate) fn num(value: Option<f64>) -> String {
         Some(v) if v.abs() < 100.0 => 1,
         _ => 0,
     };
-    fmt_opt(value, decimals)
+    crate::fmt::opt(value, decimals)
 }
 
 /// A loading progress fraction as a whole percentage, `0..=100`.

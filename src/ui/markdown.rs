@@ -375,12 +375,7 @@ mod tests {
     use super::*;
     use ratatui::style::Modifier;
 
-    fn plain(lines: &[Line<'_>]) -> Vec<String> {
-        lines
-            .iter()
-            .map(|l| l.spans.iter().map(|s| s.content.as_ref()).collect())
-            .collect()
-    }
+    use crate::ui::text::plain;
 
     fn style_of<'a>(lines: &'a [Line<'_>], text: &str) -> Option<&'a Style> {
         lines

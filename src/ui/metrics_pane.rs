@@ -17,7 +17,7 @@ use super::{format, theme};
 use crate::app::conversation::TurnPhase;
 use crate::app::App;
 use crate::engine::ModelInfo;
-use crate::metrics::{fmt_opt, ms};
+use crate::metrics::ms;
 
 /// Height the ITL sparkline may grow to.
 const SPARK_MAX_ROWS: usize = 3;
@@ -161,6 +161,39 @@ fn draw_spark(frame: &mut Frame, rect: Rect, gaps_us: &[u64]) {
     );
 }
 
+/// A sub-figure's row (indented label, plain value).
+fn sub_row(label: &str, value: String, width: usize) -> Line<'static> {
+    row(
+        label,
+        value,
+        width,
+        theme::METRIC_SUB_LABEL,
+        theme::METRIC_VALUE,
+    )
+}
+
+/// A headline figure's row (TTFT, decode tok/s).
+fn key_row(label: &str, value: String, width: usize) -> Line<'static> {
+    row(
+        label,
+        value,
+        width,
+        theme::METRIC_LABEL,
+        theme::METRIC_KEY_VALUE,
+    )
+}
+
+/// A figure's row.
+fn main_row(label: &str, value: String, width: usize) -> Line<'static> {
+    row(
+        label,
+        value,
+        width,
+        theme::METRIC_LABEL,
+        theme::METRIC_VALUE,
+    )
+}
+
 /// A `label … value` row, the value right-aligned to `width`.
 fn row(
     label: &str,
@@ -240,31 +273,20 @@ fn pieces(app: &App, view: &View, w: usize) -> Vec<Piece> {
             theme::METRIC_HEADER,
         ))],
     ));
-    let label = theme::METRIC_LABEL;
-    let sub = theme::METRIC_SUB_LABEL;
-    let value = theme::METRIC_VALUE;
-    let key = theme::METRIC_KEY_VALUE;
+    let (label, sub) = (theme::METRIC_LABEL, theme::METRIC_SUB_LABEL);
 
     if let Some(waited) = view.waiting {
         out.push(Piece::text(
             1,
-            vec![row(
-                "waiting ms",
-                format::num(Some(ms(waited))),
-                w,
-                label,
-                key,
-            )],
+            vec![key_row("waiting ms", format::num(Some(ms(waited))), w)],
         ));
     }
     out.push(Piece::text(
         1,
-        vec![row(
+        vec![key_row(
             "TTFT ms",
             format::num(s.and_then(|s| s.ttft_ms)),
             w,
-            label,
-            key,
         )],
     ));
     if let Some(r) = s.and_then(|s| s.remote.as_ref()) {
@@ -273,95 +295,57 @@ fn pieces(app: &App, view: &View, w: usize) -> Vec<Piece> {
         out.push(Piece::text(
             6,
             vec![
-                row(
-                    "  queue ms",
-                    format::num(s.and_then(|s| s.queue_ms)),
-                    w,
-                    sub,
-                    value,
-                ),
-                row(
+                sub_row("  queue ms", format::num(s.and_then(|s| s.queue_ms)), w),
+                sub_row(
                     "  tmpl+tok ms",
                     format::num(s.and_then(|s| s.template_tokenize_ms)),
                     w,
-                    sub,
-                    value,
                 ),
-                row(
-                    "  prefill ms",
-                    format::num(s.and_then(|s| s.prefill_ms)),
-                    w,
-                    sub,
-                    value,
-                ),
-                row(
+                sub_row("  prefill ms", format::num(s.and_then(|s| s.prefill_ms)), w),
+                sub_row(
                     "  first sample ms",
                     format::num(s.and_then(|s| s.first_sample_ms)),
                     w,
-                    sub,
-                    value,
                 ),
-                row(
+                sub_row(
                     "  prefill tok",
                     opt_count(s.and_then(|s| s.prefilled_tokens)),
                     w,
-                    sub,
-                    value,
                 ),
-                row(
+                sub_row(
                     "  cached tok",
                     opt_count(s.and_then(|s| s.cached_tokens)),
                     w,
-                    sub,
-                    value,
                 ),
-                row(
+                sub_row(
                     "  prefill tok/s",
                     format::num(s.and_then(|s| s.prefill_tok_per_s)),
                     w,
-                    sub,
-                    value,
                 ),
             ],
         ));
     }
     out.push(Piece::text(
         1,
-        vec![row(
+        vec![key_row(
             "decode tok/s",
             format::num(s.and_then(|s| s.decode_tok_per_s)),
             w,
-            label,
-            key,
         )],
     ));
     out.push(Piece::text(
         6,
-        vec![row(
+        vec![main_row(
             "TPOT ms",
             format::num(s.and_then(|s| s.tpot_ms)),
             w,
-            label,
-            value,
         )],
     ));
     out.push(Piece::text(
         3,
         vec![
-            row(
-                "tokens",
-                opt_count(s.map(|s| s.tokens_generated)),
-                w,
-                label,
-                value,
-            ),
-            row(
-                "E2E ms",
-                format::num(s.and_then(|s| s.e2e_ms)),
-                w,
-                label,
-                value,
-            ),
+            main_row("tokens", opt_count(s.map(|s| s.tokens_generated)), w),
+            main_row("E2E ms", format::num(s.and_then(|s| s.e2e_ms)), w),
         ],
     ));
 
@@ -524,21 +508,13 @@ fn roofline_lines(app: &App, view: &View, w: usize) -> Vec<Line<'static>> {
         // llama.cpp offloads the output layer first (it has no cache), then the repeating
         // layers from the last (`LayerSplit`).
         let layers = crate::metrics::roofline::LayerSplit::of(of.saturating_sub(1), n);
-        lines.push(row(
+        lines.push(sub_row(
             "  KV on GPU",
             format!("{}/{} layers", layers.repeating_on_gpu, layers.n_layer),
             w,
-            theme::METRIC_SUB_LABEL,
-            theme::METRIC_VALUE,
         ));
         for (label, gb_s, from) in [("  GPU GB/s", gpu_gb_s, gpu), ("  CPU GB/s", cpu_gb_s, cpu)] {
-            lines.push(row(
-                label,
-                format::num(Some(gb_s)),
-                w,
-                theme::METRIC_SUB_LABEL,
-                theme::METRIC_VALUE,
-            ));
+            lines.push(sub_row(label, format::num(Some(gb_s)), w));
             lines.push(Line::from(Span::styled(
                 truncate(&format!("    {}", from.label()), w),
                 theme::DIM,
@@ -546,7 +522,7 @@ fn roofline_lines(app: &App, view: &View, w: usize) -> Vec<Line<'static>> {
         }
     }
     lines.extend([
-        row(
+        sub_row(
             if split.is_some() {
                 "  blend GB/s"
             } else {
@@ -554,22 +530,16 @@ fn roofline_lines(app: &App, view: &View, w: usize) -> Vec<Line<'static>> {
             },
             format::num(bandwidth.map(|b| b.bytes_per_s / 1e9)),
             w,
-            theme::METRIC_SUB_LABEL,
-            theme::METRIC_VALUE,
         ),
-        row(
+        sub_row(
             "  bytes/token MB",
             format::num(roofline.bytes_per_token.map(|b| b / 1e6)),
             w,
-            theme::METRIC_SUB_LABEL,
-            theme::METRIC_VALUE,
         ),
-        row(
+        sub_row(
             "  ceiling tok/s",
             format::num(roofline.ceiling_tok_per_s),
             w,
-            theme::METRIC_SUB_LABEL,
-            theme::METRIC_VALUE,
         ),
     ]);
     match roofline.mbu {
@@ -594,13 +564,7 @@ fn roofline_lines(app: &App, view: &View, w: usize) -> Vec<Line<'static>> {
                 )));
             }
         }
-        None => lines.push(row(
-            "  MBU %",
-            "—".to_string(),
-            w,
-            theme::METRIC_SUB_LABEL,
-            theme::METRIC_VALUE,
-        )),
+        None => lines.push(sub_row("  MBU %", "—".to_string(), w)),
     }
     if let Some(other) = &roofline.other_model {
         lines.push(Line::from(Span::styled(
@@ -615,12 +579,10 @@ fn roofline_lines(app: &App, view: &View, w: usize) -> Vec<Line<'static>> {
         Some(m) if m.n_gpu_layers > 0 && m.backend != "CPU" => "GPU-h",
         _ => "machine-h",
     };
-    lines.push(row(
+    lines.push(sub_row(
         &format!("  $/1M @{:.2}/{hour}", app.price_per_hour_usd),
         format::num(roofline.cost_per_million_tokens),
         w,
-        theme::METRIC_SUB_LABEL,
-        theme::METRIC_VALUE,
     ));
     lines
 }
@@ -628,62 +590,48 @@ fn roofline_lines(app: &App, view: &View, w: usize) -> Vec<Line<'static>> {
 /// A remote turn's TTFT breakdown (network round trip, the server's prompt time and cache
 /// hits, the rest) and the source of its token counts; "—" for what the server does not say.
 fn remote_breakdown(r: &super::view::RemoteFigures, w: usize) -> Vec<Line<'static>> {
-    let (sub, value) = (theme::METRIC_SUB_LABEL, theme::METRIC_VALUE);
     let count = |n: Option<u64>| n.map_or_else(|| "—".to_string(), |n| n.to_string());
-    let mut lines = vec![row(
+    let mut lines = vec![sub_row(
         "  network RTT ms",
         format::num(r.network_rtt_ms),
         w,
-        sub,
-        value,
     )];
     if r.server_queue_ms.is_some() || r.server_first_token_ms.is_some() {
         // vLLM's own split: its queue, then its time to first token; the rest is the
         // transport and the server's tokenizer.
-        lines.push(row(
+        lines.push(sub_row(
             "  server queue ms",
             format::num(r.server_queue_ms),
             w,
-            sub,
-            value,
         ));
-        lines.push(row(
+        lines.push(sub_row(
             "  server TTFT ms",
             format::num(r.server_first_token_ms),
             w,
-            sub,
-            value,
         ));
-        lines.push(row("  net+other ms", format::num(r.rest_ms), w, sub, value));
+        lines.push(sub_row("  net+other ms", format::num(r.rest_ms), w));
     } else {
         if r.server_load_ms.is_some() {
-            lines.push(row(
+            lines.push(sub_row(
                 "  server load ms",
                 format::num(r.server_load_ms),
                 w,
-                sub,
-                value,
             ));
         }
-        lines.push(row(
+        lines.push(sub_row(
             "  server prompt ms",
             format::num(r.server_prompt_ms),
             w,
-            sub,
-            value,
         ));
-        lines.push(row(
-            "  1st step+net ms",
-            format::num(r.rest_ms),
-            w,
-            sub,
-            value,
-        ));
+        lines.push(sub_row("  1st step+net ms", format::num(r.rest_ms), w));
     }
-    lines.push(row("  prompt tok", count(r.prompt_tokens), w, sub, value));
-    lines.push(row("  cached tok", count(r.cached_tokens), w, sub, value));
+    lines.push(sub_row("  prompt tok", count(r.prompt_tokens), w));
+    lines.push(sub_row("  cached tok", count(r.cached_tokens), w));
     lines.extend(wrap(
-        &[Span::styled(format!("tokens: {}", r.token_source), sub)],
+        &[Span::styled(
+            format!("tokens: {}", r.token_source),
+            theme::METRIC_SUB_LABEL,
+        )],
         w,
         &[],
         &[],
@@ -701,7 +649,10 @@ fn remote_breakdown(r: &super::view::RemoteFigures, w: usize) -> Vec<Line<'stati
     }
     if let Some(source) = r.timing_source {
         lines.extend(wrap(
-            &[Span::styled(format!("server times: {source}"), sub)],
+            &[Span::styled(
+                format!("server times: {source}"),
+                theme::METRIC_SUB_LABEL,
+            )],
             w,
             &[],
             &[],
@@ -744,12 +695,10 @@ fn spec_lines(stats: &crate::metrics::spec::SpecStats, w: usize) -> Vec<Line<'st
         ],
         w,
     ));
-    lines.push(row(
+    lines.push(sub_row(
         "  target passes/tok",
         format::num(sp.passes_per_token),
         w,
-        theme::METRIC_SUB_LABEL,
-        theme::METRIC_VALUE,
     ));
     lines.push(cells(
         &[
@@ -758,12 +707,10 @@ fn spec_lines(stats: &crate::metrics::spec::SpecStats, w: usize) -> Vec<Line<'st
         ],
         w,
     ));
-    lines.push(row(
+    lines.push(sub_row(
         "  exp × with compute",
         format::num(sp.expected_speedup_compute),
         w,
-        theme::METRIC_SUB_LABEL,
-        theme::METRIC_VALUE,
     ));
     lines
 }
@@ -829,13 +776,7 @@ fn quality_lines(
                 let divergence = a
                     .first_divergence
                     .map_or_else(|| "none".to_string(), |i| format!("token {i}"));
-                lines.push(row(
-                    "  1st diverges",
-                    divergence,
-                    w,
-                    theme::METRIC_SUB_LABEL,
-                    theme::METRIC_VALUE,
-                ));
+                lines.push(sub_row("  1st diverges", divergence, w));
                 if !app.quality_colours {
                     lines.push(dim("  Alt+K: tokens by KLD".to_string()));
                 }
@@ -843,12 +784,10 @@ fn quality_lines(
         },
     }
     if let Some(c) = app.conversation_quality().filter(|c| c.answers > 1) {
-        lines.push(row(
+        lines.push(sub_row(
             &format!("  {} answers", c.answers),
             format!("KLD {:.4} · {:.1}%", c.kld_mean, c.same_top_pct),
             w,
-            theme::METRIC_SUB_LABEL,
-            theme::METRIC_VALUE,
         ));
     }
     Some(lines)
@@ -913,13 +852,7 @@ fn context_lines(view: &View, w: usize) -> Vec<Line<'static>> {
         Some(t) => format!("{used} / {t}"),
         None => "—".to_string(),
     };
-    let mut lines = vec![row(
-        "context tok",
-        value,
-        w,
-        theme::METRIC_LABEL,
-        theme::METRIC_VALUE,
-    )];
+    let mut lines = vec![main_row("context tok", value, w)];
     if let Some(total) = total.filter(|t| *t > 0) {
         let fraction = (used as f64 / f64::from(total)).clamp(0.0, 1.0);
         let pct = format!(" {:>3.0}%", fraction * 100.0);
@@ -968,7 +901,7 @@ fn history(app: &App, w: usize) -> Piece {
             };
             // `~`: a rate from fewer than FEW_GAPS gaps (F1 says so).
             let few = s.itl.is_none_or(|itl| itl.count < FEW_GAPS);
-            let rate = fmt_opt(s.decode_tok_per_s, 1);
+            let rate = crate::fmt::opt(s.decode_tok_per_s, 1);
             let text = fmt_row(
                 &format!("{mark}{}", i + 1),
                 &format::num(s.ttft_ms),

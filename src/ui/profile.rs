@@ -123,7 +123,7 @@ fn part_lines(last: &StepBreakdown, mean: &StepBreakdown, width: usize) -> Vec<L
                 ),
                 Span::styled(format!(" {:>8}", sig(part.ms)), theme::METRIC_VALUE),
                 Span::styled(
-                    format!(" {:>6}", crate::metrics::fmt_pct(Some(part.share), 1)),
+                    format!(" {:>6}", crate::fmt::pct(Some(part.share), 1)),
                     theme::METRIC_SUB_LABEL,
                 ),
                 Span::raw("  "),
@@ -185,7 +185,7 @@ fn layer_strip(b: &StepBreakdown, width: usize) -> Option<Vec<Line<'static>>> {
 fn ops_line(mean: &StepBreakdown, width: usize) -> Line<'static> {
     let mut text = String::from("by operation (mean): ");
     for o in &mean.ops {
-        let item = format!("{} {} · ", o.op, crate::metrics::fmt_pct(Some(o.share), 1));
+        let item = format!("{} {} · ", o.op, crate::fmt::pct(Some(o.share), 1));
         if super::text::width(&text) + super::text::width(&item) > width {
             break;
         }

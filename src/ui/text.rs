@@ -501,16 +501,18 @@ pub(crate) fn hard_wrap(text: &str, style: Style, width: usize) -> Vec<Vec<Span<
     rows
 }
 
+/// The lines' text without their styles, for tests.
+#[cfg(test)]
+pub(crate) fn plain(lines: &[Line<'_>]) -> Vec<String> {
+    lines
+        .iter()
+        .map(|l| l.spans.iter().map(|s| s.content.as_ref()).collect())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn plain(lines: &[Line<'_>]) -> Vec<String> {
-        lines
-            .iter()
-            .map(|l| l.spans.iter().map(|s| s.content.as_ref()).collect())
-            .collect()
-    }
 
     fn wrap_plain(text: &str, width: usize) -> Vec<String> {
         plain(&wrap(&[Span::raw(text.to_string())], width, &[], &[]))

@@ -14,6 +14,22 @@ use tokscope::engine::{
 use tokscope::llama::settings::EngineSettings;
 use tokscope::synth::{write_model, SynthSpec, TensorType};
 
+/// Decodes `prompt` into sequence 0 from position 0 and returns the batch index of its last
+/// token (the one with an output).
+pub fn prefill(
+    ctx: &mut llama_cpp_2::context::LlamaContext<'_>,
+    prompt: &[llama_cpp_2::token::LlamaToken],
+) -> i32 {
+    let mut batch = llama_cpp_2::llama_batch::LlamaBatch::new(prompt.len().max(1), 1);
+    for (i, t) in prompt.iter().enumerate() {
+        batch
+            .add(*t, i as i32, &[0], i + 1 == prompt.len())
+            .unwrap();
+    }
+    ctx.decode(&mut batch).unwrap();
+    batch.n_tokens() - 1
+}
+
 pub mod gguf_edit;
 pub mod llama_server;
 pub mod tmux;
@@ -36,6 +52,26 @@ pub fn tokscope_cmd(home: &Path) -> assert_cmd::Command {
     cmd
 }
 
+/// The cells of one Markdown table line, trimmed (`| a | b |` → `["a", "b"]`); a line that is
+/// not a table row gives none.
+pub fn md_cells(line: &str) -> Vec<String> {
+    match line
+        .trim()
+        .strip_prefix('|')
+        .and_then(|l| l.strip_suffix('|'))
+    {
+        Some(inner) => inner.split('|').map(|c| c.trim().to_string()).collect(),
+        None => Vec::new(),
+    }
+}
+
+/// The row of a Markdown table in `text` whose first cell is `first`, as its cells.
+pub fn md_row(text: &str, first: &str) -> Option<Vec<String>> {
+    text.lines()
+        .map(md_cells)
+        .find(|c| c.first().map(String::as_str) == Some(first))
+}
+
 /// What a failing command must not print: a Rust panic or a backtrace offer.
 pub fn no_panic() -> impl predicates::Predicate<str> {
     use predicates::prelude::*;
@@ -48,19 +84,21 @@ pub fn no_panic() -> impl predicates::Predicate<str> {
 /// A synthetic model written by the real binary (`tokscope synth --preset P --seed S`), as
 /// `home/P-S.gguf`.
 pub fn synth_cli(home: &Path, preset: &str, seed: u32) -> PathBuf {
-    let path = home.join(format!("{preset}-{seed}.gguf"));
-    tokscope_cmd(home)
-        .args([
-            "synth",
-            "--preset",
-            preset,
-            "--seed",
-            &seed.to_string(),
-            "-o",
-        ])
-        .arg(&path)
-        .assert()
-        .success();
+    synth_cli_typed(home, preset, None, seed)
+}
+
+/// [`synth_cli`] with `--type TY` when given, as `home/P-TY-S.gguf`.
+pub fn synth_cli_typed(home: &Path, preset: &str, ty: Option<&str>, seed: u32) -> PathBuf {
+    let path = home.join(match ty {
+        Some(ty) => format!("{preset}-{ty}-{seed}.gguf"),
+        None => format!("{preset}-{seed}.gguf"),
+    });
+    let mut cmd = tokscope_cmd(home);
+    cmd.args(["synth", "--preset", preset, "--seed", &seed.to_string()]);
+    if let Some(ty) = ty {
+        cmd.args(["--type", ty]);
+    }
+    cmd.arg("-o").arg(&path).assert().success();
     path
 }
 
@@ -339,6 +377,22 @@ pub fn ok_stdout(cmd: &mut assert_cmd::Command) -> Vec<u8> {
         .get_output()
         .stdout
         .clone()
+}
+
+/// `tokscope run -m DEMO ARGS --json -t 1 -c 1024 --temp 0` on the real demo model, with its
+/// own data, config and cache dirs: the JSON object it prints.
+pub fn demo_run_json(args: &[&str]) -> serde_json::Value {
+    let home = tempfile::tempdir().unwrap();
+    let out = ok_stdout(
+        tokscope_cmd(home.path())
+            .env("TOKSCOPE_CACHE_DIR", home.path().join("cache"))
+            .arg("run")
+            .arg("-m")
+            .arg(demo_model())
+            .args(args)
+            .args(["--json", "-t", "1", "-c", "1024", "--temp", "0"]),
+    );
+    serde_json::from_slice(&out).expect("run --json prints one JSON object")
 }
 
 /// `python3 scripts/<script> ARGS` with the Python packages the independent readers need
