@@ -201,12 +201,17 @@ specs = [
     ("Δp mean (pp)", q["delta_p_mean_pct"], r"Mean\s+Δp:\s*(-?[0-9.]+)", cand_log),
     ("Δp RMS (pp)", q["delta_p_rms_pct"], r"RMS Δp\s*:\s*([0-9.]+)", cand_log),
 ]
-# Each spec gets whether it is held to the tolerance (False: shown). Then the same figures
-# through the chat's scoring path (doctor scoring), both ways of cutting its passes.
-specs = [(*s, True) for s in specs]
+# Each spec gets the fraction of llama-perplexity's figure it is held to (None: shown). Then
+# the same figures through the chat's scoring path (doctor scoring), both ways of cutting its
+# passes. The chat's own passes run other kernels than one decode of the chunk (llama.cpp's
+# CPU kernels are not batch-invariant): its PPL and mean KLD are held to 2 %, twice the
+# largest such part seen (mean KLD +0.46 % on an AVX2 machine, +1.04 % on an AVX-512 one);
+# a scoring error is far larger (a planted 1.1 on the reference's logits: +9.7 %).
+specs = [(*s, 0.01) for s in specs]
 for passes in ("whole", "pieces"):
     cq = chat[passes]["quality"]
-    held = lambda name: passes == "whole" or name in ("PPL candidate", "KLD mean")
+    held = lambda name: 0.01 if passes == "whole" else (
+        0.02 if name in ("PPL candidate", "KLD mean") else None)
     for name, key, pattern in [
         ("PPL candidate", "ppl", r"Mean PPL\(Q\)\s*:\s*([0-9.]+)"),
         ("KLD mean", "kld_mean", r"Mean\s+KLD:\s*([0-9.]+)"),
@@ -230,7 +235,7 @@ print("(it prints KLD to 6 decimals and Δp to 3: its rounding adds up to half a
 print("difference). Δp mean is signed and near zero: compared the same way.")
 print("The chat path with its own passes (the context, then 32 positions a pass) runs other")
 print("kernels than one decode of the chunk, which parts in the last bits: its PPL and mean KLD")
-print("are held to the tolerance, its other figures shown (near-tie tops can flip).")
+print("are held to 2 % (plus the half unit), its other figures shown (near-tie tops can flip).")
 print()
 print("| figure | tokscope | llama-perplexity | difference | tolerance | |")
 print("| --- | ---: | ---: | ---: | ---: | --- |")
@@ -240,7 +245,7 @@ if ts["chunks"] != chunks:
 for passes, c in chat.items():
     if c["chunks"] != chunks:
         outside.append(f"chat path, {passes} passes: chunks {c['chunks']} vs {chunks}")
-for name, ours, pattern, log, checked in specs:
+for name, ours, pattern, log, held_to in specs:
     theirs, unit = grab(log, pattern)
     if ours is None:
         outside.append(f"{name}: tokscope gave no figure")
@@ -248,13 +253,13 @@ for name, ours, pattern, log, checked in specs:
         continue
     # Its printed figure is off the true one by up to half a unit: that comes on top of the
     # 1 % (ours is not rounded, so a true 0.0000595 printed as 0.000060 must match 0.0000594).
-    tolerance = 0.01 * abs(theirs) + unit / 2
     diff = ours - theirs
-    ok = abs(diff) <= tolerance
-    if not checked:
+    if held_to is None:
         rel = f" ({diff / theirs * 100:+.2f} %)" if theirs != 0 else ""
         print(f"| {name} | {ours:.6f} | {theirs:.6f} | {diff:+.6f}{rel} | — | shown |")
         continue
+    tolerance = held_to * abs(theirs) + unit / 2
+    ok = abs(diff) <= tolerance
     if not ok:
         outside.append(f"{name}: {ours:.6f} vs {theirs:.6f}")
     rel = f" ({diff / theirs * 100:+.2f} %)" if theirs != 0 else ""

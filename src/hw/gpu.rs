@@ -156,40 +156,6 @@ pub(crate) fn total_energy_mj(samples: &[GpuSample]) -> Option<u64> {
     samples.iter().map(|s| s.energy_mj).sum()
 }
 
-/// One line for the device pane: "H200 · 61.2/141 GB (tokscope 17.0) · 1980/3201 MHz · 412 W ·
-/// 63 °C · 97%".
-#[cfg(test)]
-pub(crate) fn sample_line(s: &GpuSample) -> String {
-    let gb = |b: u64| b as f64 / 1e9;
-    let mut parts = vec![short_name(&s.name)];
-    if let (Some(used), Some(total)) = (s.vram_used_bytes, s.vram_total_bytes) {
-        let mine = s
-            .vram_process_bytes
-            .filter(|b| *b > 0)
-            .map(|b| format!(" (tokscope {:.1})", gb(b)))
-            .unwrap_or_default();
-        parts.push(format!("{:.1}/{:.0} GB{mine}", gb(used), gb(total)));
-    }
-    if let (Some(sm), Some(mem)) = (s.sm_clock_mhz, s.mem_clock_mhz) {
-        parts.push(format!("{sm}/{mem} MHz"));
-    }
-    if let Some(w) = s.power_w {
-        parts.push(format!("{w:.0} W"));
-    }
-    if let Some(t) = s.temperature_c {
-        parts.push(format!("{t} °C"));
-    }
-    if let Some(u) = s.utilization_gpu_pct {
-        parts.push(format!("{u}%"));
-    }
-    parts.join(" · ")
-}
-
-#[cfg(test)]
-fn short_name(name: &str) -> String {
-    name.trim_start_matches("NVIDIA ").to_owned()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -213,13 +179,9 @@ mod tests {
     }
 
     #[test]
-    fn versions_and_lines() {
+    fn cuda_versions() {
         assert_eq!(cuda_version_string(13000), "13.0");
         assert_eq!(cuda_version_string(12080), "12.8");
-        assert_eq!(
-            sample_line(&sample(None)),
-            "H200 · 61.2/141 GB (tokscope 17.0) · 1980/3201 MHz · 412 W · 63 °C · 97%"
-        );
     }
 
     #[test]

@@ -111,12 +111,6 @@ pub fn runs(text: &str) -> Runs {
     out
 }
 
-/// The longest run of characters of one class in `text`.
-#[must_use]
-pub fn longest_run(text: &str) -> Option<(usize, char)> {
-    runs(text).longest
-}
-
 /// Refuses text the tokenizer of a model of this kind would crash or hang on: a run past
 /// [`MAX_RUN`] ([`MAX_SPM_RUN`] for SentencePiece); whitespace past [`MAX_SPACE_RUN`]; digits
 /// past [`MAX_DIGIT_RUN`]; and, for the `whitespace` pre-tokenizer, two whitespace characters
@@ -208,11 +202,11 @@ mod tests {
 
     #[test]
     fn runs_are_counted_per_class_in_characters() {
-        assert_eq!(longest_run(""), None);
-        assert_eq!(longest_run("ab  cde!!"), Some((3, 'c')));
-        assert_eq!(longest_run("日本語です 12"), Some((5, '日')));
-        assert_eq!(longest_run("a1a1a1"), Some((1, 'a')));
-        assert_eq!(longest_run("xx!!!!y"), Some((4, '!')));
+        assert_eq!(runs("").longest, None);
+        assert_eq!(runs("ab  cde!!").longest, Some((3, 'c')));
+        assert_eq!(runs("日本語です 12").longest, Some((5, '日')));
+        assert_eq!(runs("a1a1a1").longest, Some((1, 'a')));
+        assert_eq!(runs("xx!!!!y").longest, Some((4, '!')));
     }
 
     fn bpe(pre: &str) -> TokenizerKind {
