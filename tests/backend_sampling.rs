@@ -481,17 +481,14 @@ fn run_json_says_where_it_sampled() {
     let dir = tempfile::tempdir().unwrap();
     let model = common::synth(dir.path(), "tiny.gguf", "tiny", TensorType::F32, 1);
     let json = |extra: &[&str]| -> serde_json::Value {
-        let out = tokscope(dir.path())
-            .arg("run")
-            .arg("-m")
-            .arg(&model)
-            .args(["-p", "Once upon a time", "-n", "8", "-t", "1", "--json"])
-            .args(extra)
-            .assert()
-            .success()
-            .get_output()
-            .stdout
-            .clone();
+        let out = common::ok_stdout(
+            tokscope(dir.path())
+                .arg("run")
+                .arg("-m")
+                .arg(&model)
+                .args(["-p", "Once upon a time", "-n", "8", "-t", "1", "--json"])
+                .args(extra),
+        );
         serde_json::from_slice(&out).unwrap()
     };
     let auto = json(&["--temp", "0"]);
@@ -547,18 +544,15 @@ fn bench_rows_without_and_with_sampling() {
     let dir = tempfile::tempdir().unwrap();
     let model = common::synth(dir.path(), "tiny.gguf", "tiny", TensorType::F32, 1);
     let tests = |extra: &[&str]| -> Vec<String> {
-        let out = tokscope(dir.path())
-            .arg("bench")
-            .arg("-m")
-            .arg(&model)
-            .args(["--no-probe", "-p", "0", "-n", "16", "-r", "1", "-t", "1"])
-            .args(["--tg-sampling", "-o", "json"])
-            .args(extra)
-            .assert()
-            .success()
-            .get_output()
-            .stdout
-            .clone();
+        let out = common::ok_stdout(
+            tokscope(dir.path())
+                .arg("bench")
+                .arg("-m")
+                .arg(&model)
+                .args(["--no-probe", "-p", "0", "-n", "16", "-r", "1", "-t", "1"])
+                .args(["--tg-sampling", "-o", "json"])
+                .args(extra),
+        );
         let rows: serde_json::Value = serde_json::from_slice(&out).unwrap();
         rows.as_array()
             .unwrap()

@@ -19,17 +19,14 @@ use serde_json::Value;
 /// Run `bench` on `model` with `args` (no CPU probe: a fixed bandwidth where the test needs
 /// one) and return stdout.
 fn bench(home: &Path, model: &Path, args: &[&str]) -> String {
-    let out = tokscope(home)
-        .arg("bench")
-        .arg("-m")
-        .arg(model)
-        .args(["--no-probe"])
-        .args(args)
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
+    let out = common::ok_stdout(
+        tokscope(home)
+            .arg("bench")
+            .arg("-m")
+            .arg(model)
+            .args(["--no-probe"])
+            .args(args),
+    );
     String::from_utf8(out).unwrap()
 }
 
@@ -311,13 +308,7 @@ fn results_log_appends_and_vs_names_the_changed_setting() {
         assert!(run["command_line"].as_str().unwrap().contains("bench"));
         assert_eq!(run["rows"].as_array().unwrap().len(), 2);
     }
-    let listing = tokscope(home.path())
-        .arg("results")
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
+    let listing = common::ok_stdout(tokscope(home.path()).arg("results"));
     let listing = String::from_utf8(listing).unwrap();
     for run in &runs {
         assert!(listing.contains(run["id"].as_str().unwrap()), "{listing}");

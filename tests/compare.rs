@@ -152,14 +152,7 @@ fn requantized_rows_are_marked_and_synthetic_quality_is_not_judged() {
         c.verdict
     );
     // The table reads n/m where a quality figure would be.
-    let md = tokscope(home.path())
-        .arg("compare")
-        .args(&args)
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
+    let md = common::ok_stdout(tokscope(home.path()).arg("compare").args(&args));
     let md = String::from_utf8(md).unwrap();
     assert!(md.contains("n/m"), "{md}");
     assert!(md.contains("Q4_0 ← Q8_0"), "{md}");

@@ -142,14 +142,11 @@ fn without_profile_there_is_no_profile() {
     let _lock = common::model_lock();
     let home = tempfile::tempdir().unwrap();
     let model = common::synth_cli(home.path(), "tiny", 1);
-    let out = tokscope_cmd(home.path())
-        .args(["run", "-p", "Hi", "-n", "4", "-t", "1", "--json", "-m"])
-        .arg(&model)
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
+    let out = common::ok_stdout(
+        tokscope_cmd(home.path())
+            .args(["run", "-p", "Hi", "-n", "4", "-t", "1", "--json", "-m"])
+            .arg(&model),
+    );
     let v: Value = serde_json::from_slice(&out).unwrap();
     assert!(v.get("profile").is_none(), "{v}");
 }
@@ -164,34 +161,31 @@ fn on_the_demo_model_attention_grows_with_depth_and_the_ffn_does_not() {
     let model = common::demo_model();
     let long = "word ".repeat(1400);
     let shallow = profiled_run(home.path(), &model, 9, 2, &["-c", "2048"]);
-    let out = tokscope_cmd(home.path())
-        .args([
-            "run",
-            "--temp",
-            "0",
-            "--ignore-eos",
-            "-t",
-            "1",
-            "--json",
-            "-n",
-            "9",
-        ])
-        .args([
-            "--profile",
-            "--profile-rate",
-            "2",
-            "-c",
-            "2048",
-            "-p",
-            &long,
-            "-m",
-        ])
-        .arg(&model)
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
+    let out = common::ok_stdout(
+        tokscope_cmd(home.path())
+            .args([
+                "run",
+                "--temp",
+                "0",
+                "--ignore-eos",
+                "-t",
+                "1",
+                "--json",
+                "-n",
+                "9",
+            ])
+            .args([
+                "--profile",
+                "--profile-rate",
+                "2",
+                "-c",
+                "2048",
+                "-p",
+                &long,
+                "-m",
+            ])
+            .arg(&model),
+    );
     let deep: Value = serde_json::from_slice(&out).unwrap();
     let (s, d) = (&shallow["profile"]["mean"], &deep["profile"]["mean"]);
     assert_eq!(
@@ -637,26 +631,23 @@ fn bench_profiles_its_generation_steps_by_part() {
         "a fixed column count"
     );
     // --vs against the last run: the breakdowns compared part by part.
-    let vs = tokscope_cmd(home.path())
-        .args([
-            "bench",
-            "-p",
-            "0",
-            "-n",
-            "12",
-            "-r",
-            "2",
-            "-t",
-            "1",
-            "--no-probe",
-        ])
-        .args(["--profile", "--profile-rate", "2", "--vs", "last", "-m"])
-        .arg(&model)
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
+    let vs = common::ok_stdout(
+        tokscope_cmd(home.path())
+            .args([
+                "bench",
+                "-p",
+                "0",
+                "-n",
+                "12",
+                "-r",
+                "2",
+                "-t",
+                "1",
+                "--no-probe",
+            ])
+            .args(["--profile", "--profile-rate", "2", "--vs", "last", "-m"])
+            .arg(&model),
+    );
     let vs = String::from_utf8(vs).unwrap();
     assert!(vs.contains("where a tg12 step's time went (depth"), "{vs}");
 }

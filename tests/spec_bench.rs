@@ -572,28 +572,25 @@ fn run_json_splits_the_decode_phase_per_token_under_speculation() {
         vec!["--draft", draft.as_str(), "--draft-max", "3"],
         vec!["--spec", "ngram", "--draft-max", "4"],
     ] {
-        let out = tokscope(home.path())
-            .args([
-                "run",
-                "-p",
-                "the cat sat on the mat, the cat sat on the mat, the cat sat",
-                "--temp",
-                "0",
-                "-n",
-                "48",
-                "--ignore-eos",
-                "-t",
-                "1",
-                "--json",
-                "-m",
-            ])
-            .arg(&model)
-            .args(&extra)
-            .assert()
-            .success()
-            .get_output()
-            .stdout
-            .clone();
+        let out = common::ok_stdout(
+            tokscope(home.path())
+                .args([
+                    "run",
+                    "-p",
+                    "the cat sat on the mat, the cat sat on the mat, the cat sat",
+                    "--temp",
+                    "0",
+                    "-n",
+                    "48",
+                    "--ignore-eos",
+                    "-t",
+                    "1",
+                    "--json",
+                    "-m",
+                ])
+                .arg(&model)
+                .args(&extra),
+        );
         let j: Value = serde_json::from_slice(&out).unwrap();
         let sp = &j["spec"];
         let m = &j["metrics"];

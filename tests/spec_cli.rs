@@ -288,18 +288,15 @@ fn config_keys_select_speculation() {
         "[spec]\nmode = \"ngram\"\ndraft_max = 5\nngram_n = 2\n",
     )
     .unwrap();
-    let out = tokscope(home.path())
-        .args(["--config"])
-        .arg(&config)
-        .args([
-            "run", "-p", PROMPT, "--temp", "0", "-n", "24", "-t", "1", "--json", "-m",
-        ])
-        .arg(&model)
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
+    let out = common::ok_stdout(
+        tokscope(home.path())
+            .args(["--config"])
+            .arg(&config)
+            .args([
+                "run", "-p", PROMPT, "--temp", "0", "-n", "24", "-t", "1", "--json", "-m",
+            ])
+            .arg(&model),
+    );
     let j: serde_json::Value = serde_json::from_slice(&out).unwrap();
     assert_eq!(j["spec"]["mode"], "ngram");
     assert_eq!(j["spec"]["draft_max"], 5);
