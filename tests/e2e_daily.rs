@@ -5,7 +5,6 @@
 use crate::common;
 
 use std::io::Write;
-use std::path::Path;
 use std::time::Duration;
 
 use common::tmux::{bin, send, status_line, wait_idle_after_answers, Tmux, READY};
@@ -31,12 +30,7 @@ fn a_failed_model_switch_keeps_the_model_and_a_good_one_switches() {
         )
         .unwrap();
     let data = dir.path().join("data");
-    let config = dir.path().join("config");
-    let env: &[(&str, &Path)] = &[
-        ("TOKSCOPE_DATA_DIR", &data),
-        ("TOKSCOPE_CONFIG_DIR", &config),
-    ];
-    let tmux = Tmux::start("switch", 160, 40, env);
+    let tmux = Tmux::start_in("switch", 160, 40, dir.path());
     tmux.wait_for("the shell prompt", Duration::from_secs(10), |s| {
         s.contains("e2e$")
     });
@@ -150,13 +144,7 @@ fn the_bench_screens_sweep_is_saved_to_results() {
         tokscope::synth::TensorType::F32,
         1,
     );
-    let data = dir.path().join("data");
-    let config = dir.path().join("config");
-    let env: &[(&str, &Path)] = &[
-        ("TOKSCOPE_DATA_DIR", &data),
-        ("TOKSCOPE_CONFIG_DIR", &config),
-    ];
-    let tmux = Tmux::start("sweep-saved", 120, 40, env);
+    let tmux = Tmux::start_in("sweep-saved", 120, 40, dir.path());
     common::tmux::start_chat(&tmux, &model, "");
     tmux.keys(&["F2"]);
     tmux.wait_for("the bench screen", Duration::from_secs(10), |s| {
@@ -210,13 +198,7 @@ fn the_profile_screen_shows_where_the_answers_steps_went() {
         tokscope::synth::TensorType::F32,
         1,
     );
-    let data = dir.path().join("data");
-    let config = dir.path().join("config");
-    let env: &[(&str, &Path)] = &[
-        ("TOKSCOPE_DATA_DIR", &data),
-        ("TOKSCOPE_CONFIG_DIR", &config),
-    ];
-    let tmux = Tmux::start("profile-screen", 120, 40, env);
+    let tmux = Tmux::start_in("profile-screen", 120, 40, dir.path());
     common::tmux::start_chat(
         &tmux,
         &model,

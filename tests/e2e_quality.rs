@@ -8,7 +8,6 @@
 
 use crate::common;
 
-use std::path::Path;
 use std::time::Duration;
 
 use common::tmux::{bin, exit_line, send, status_line, wait_idle_after_answers, Tmux, READY};
@@ -39,12 +38,7 @@ fn the_chat_scores_each_answer_against_its_reference_and_saves_the_scores() {
     let model = common::synth(dir.path(), "m-f32.gguf", "small", TensorType::F32, 7);
     let quant = common::synth(dir.path(), "m-q4_0.gguf", "small", TensorType::Q4_0, 7);
     let data = dir.path().join("data");
-    let config = dir.path().join("config");
-    let env: &[(&str, &Path)] = &[
-        ("TOKSCOPE_DATA_DIR", &data),
-        ("TOKSCOPE_CONFIG_DIR", &config),
-    ];
-    let tmux = Tmux::start("quality", 160, 48, env);
+    let tmux = Tmux::start_in("quality", 160, 48, dir.path());
     tmux.wait_for("the shell prompt", Duration::from_secs(10), |s| {
         s.contains("e2e$")
     });

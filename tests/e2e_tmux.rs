@@ -255,12 +255,7 @@ fn ab_compares_the_last_answer_with_another_model_and_f3_shows_the_compare_scree
         2,
     );
     let data = dir.path().join("data");
-    let config = dir.path().join("config");
-    let env: &[(&str, &Path)] = &[
-        ("TOKSCOPE_DATA_DIR", &data),
-        ("TOKSCOPE_CONFIG_DIR", &config),
-    ];
-    let tmux = Tmux::start("ab", 120, 40, env);
+    let tmux = Tmux::start_in("ab", 120, 40, dir.path());
     start_chat(&tmux, &a, "-n 12");
     send(&tmux, "a question about lighthouses");
     wait_idle_after_answers(&tmux, 1);

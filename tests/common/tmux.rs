@@ -11,6 +11,20 @@ pub struct Tmux {
 }
 
 impl Tmux {
+    /// [`Tmux::start`] with the data and config dirs under `home`.
+    pub fn start_in(name: &str, width: u16, height: u16, home: &Path) -> Self {
+        let (data, config) = (home.join("data"), home.join("config"));
+        Self::start(
+            name,
+            width,
+            height,
+            &[
+                ("TOKSCOPE_DATA_DIR", &data),
+                ("TOKSCOPE_CONFIG_DIR", &config),
+            ],
+        )
+    }
+
     pub fn start(name: &str, width: u16, height: u16, env: &[(&str, &Path)]) -> Self {
         // Unique per terminal: a test binary holds several areas' tests, run side by side.
         static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
