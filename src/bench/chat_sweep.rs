@@ -102,15 +102,7 @@ pub(crate) fn rows(
 mod tests {
     use super::*;
 
-    fn point(batch: u32, agg: f64, itl: f64) -> BatchPoint {
-        BatchPoint {
-            batch,
-            aggregate_tok_per_s: Some(agg),
-            per_sequence_tok_per_s: Some(agg / f64::from(batch)),
-            itl_p50_ms: Some(itl),
-            itl_p99_ms: Some(itl * 1.5),
-        }
-    }
+    use crate::metrics::tests::point;
 
     #[test]
     fn a_sweep_is_a_run_the_results_log_reads_back_as_batch_rows() {
