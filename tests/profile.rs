@@ -573,26 +573,17 @@ fn bench_profiles_its_generation_steps_by_part() {
     let _lock = common::model_lock();
     let home = tempfile::tempdir().unwrap();
     let model = common::synth_cli(home.path(), "tiny", 5);
-    let bench = |out: &str| {
+    let bench = |args: &[&str]| {
         common::ok_stdout(
             tokscope_cmd(home.path())
-                .args([
-                    "bench",
-                    "-p",
-                    "8",
-                    "-n",
-                    "12",
-                    "-r",
-                    "2",
-                    "-t",
-                    "1",
-                    "--no-probe",
-                ])
-                .args(["--profile", "--profile-rate", "2", "-o", out, "-m"])
+                .args(["bench", "-n", "12", "-r", "2", "-t", "1", "--no-probe"])
+                .args(["--profile", "--profile-rate", "2"])
+                .args(args)
+                .arg("-m")
                 .arg(&model),
         )
     };
-    let rows: Value = serde_json::from_slice(&bench("json")).unwrap();
+    let rows: Value = serde_json::from_slice(&bench(&["-p", "8", "-o", "json"])).unwrap();
     let rows = rows.as_array().expect("a JSON array of rows");
     let tg = rows
         .iter()
@@ -617,12 +608,12 @@ fn bench_profiles_its_generation_steps_by_part() {
         pp.get("profile").is_none(),
         "pp rows are not profiled: {pp}"
     );
-    let md = String::from_utf8(bench("md")).unwrap();
+    let md = String::from_utf8(bench(&["-p", "8", "-o", "md"])).unwrap();
     assert!(
         md.contains("Where a tg12 step's time goes") && md.contains("ffn gate/up"),
         "{md}"
     );
-    let csv = String::from_utf8(bench("csv")).unwrap();
+    let csv = String::from_utf8(bench(&["-p", "8", "-o", "csv"])).unwrap();
     let lines: Vec<&str> = csv.lines().collect();
     assert!(lines[0].contains("profile.ffn down_ms"), "{}", lines[0]);
     let count = |l: &str| common::csv_fields(l).len();
@@ -631,23 +622,7 @@ fn bench_profiles_its_generation_steps_by_part() {
         "a fixed column count"
     );
     // --vs against the last run: the breakdowns compared part by part.
-    let vs = common::ok_stdout(
-        tokscope_cmd(home.path())
-            .args([
-                "bench",
-                "-p",
-                "0",
-                "-n",
-                "12",
-                "-r",
-                "2",
-                "-t",
-                "1",
-                "--no-probe",
-            ])
-            .args(["--profile", "--profile-rate", "2", "--vs", "last", "-m"])
-            .arg(&model),
-    );
+    let vs = bench(&["-p", "0", "--vs", "last"]);
     let vs = String::from_utf8(vs).unwrap();
     assert!(vs.contains("where a tg12 step's time went (depth"), "{vs}");
 }
