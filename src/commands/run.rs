@@ -406,16 +406,7 @@ impl RunReport {
 pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure> {
     let started = std::time::Instant::now();
     if let Some(url) = &args.remote.url {
-        args.quality.refuse_remote()?;
-        args.profile.refuse_remote()?;
-        if args.confidence {
-            return Err(Failure::new(
-                crate::commands::USAGE,
-                "--confidence reads a local model's logits (a server sends none): run it with -m MODEL.gguf",
-            )
-            );
-        }
-        args.trace.check()?;
+        refuse_local_only(args)?;
         args.sampling.apply(&mut settings)?;
         return run_remote(args, url, &settings);
     }
@@ -452,17 +443,7 @@ pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure>
     let mut trace_events: Vec<serde_json::Value> = Vec::new();
     // The trace's clock starts at the first turn's submission; each turn sits at its own.
     let mut trace_origin: Option<std::time::Instant> = None;
-    let mut report_file = match &args.report {
-        Some(path) => Some(std::io::BufWriter::new(
-            std::fs::File::create(path).map_err(|e| {
-                Failure::new(
-                    crate::commands::USAGE,
-                    format!("cannot write the report to {}: {e}", path.display()),
-                )
-            })?,
-        )),
-        None => None,
-    };
+    let mut report_file = open_report(args)?;
     let load_before = crate::hw::load_average_1m();
     // The roofline's bandwidth, as the chat takes it.
     let peaks = crate::commands::model::peak_bandwidths(&settings);
@@ -518,20 +499,7 @@ pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure>
                 text,
                 ..
             } if Some(request_id) == request && !args.json => {
-                let written = if args.token_lines {
-                    // JSON with every unsafe character escaped: safe on a terminal too.
-                    let line = serde_json::json!({ "index": index, "text": text }).to_string();
-                    writeln!(stdout, "{}", crate::text::json_safe(&line))
-                        .and_then(|()| stdout.flush())
-                } else {
-                    // A hostile model must not reach the terminal's clipboard or title (OSC
-                    // 52, OSC 0): control characters are neutralised unless stdout is a pipe
-                    // or file, or --raw asks for the bytes.
-                    let text = crate::text::for_output(&text, stdout_terminal && !args.raw);
-                    stdout
-                        .write_all(text.as_bytes())
-                        .and_then(|()| stdout.flush())
-                };
+                let written = write_token(&mut stdout, args, stdout_terminal, index, &text);
                 if quiet_on_closed_pipe(written)? {
                     engine.shutdown();
                     return Ok(());
@@ -620,33 +588,92 @@ pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure>
             continue;
         }
         args.trace.write(std::mem::take(&mut trace_events))?;
-        let written = if args.json && !reports.is_empty() {
-            reports.push(full);
-            let json = serde_json::to_string_pretty(&reports)
-                .map_err(|e| Failure::new(FAILURE, e.to_string()))?;
-            writeln!(stdout, "{}", crate::text::json_safe(&json))
-        } else if args.json {
-            let json = serde_json::to_string_pretty(&full)
-                .map_err(|e| Failure::new(FAILURE, e.to_string()))?;
-            writeln!(stdout, "{}", crate::text::json_safe(&json))
-        } else {
-            let end = if args.token_lines {
-                Ok(())
-            } else {
-                writeln!(stdout)
-            };
-            end.map(|()| {
-                eprint!(
-                    "{}",
-                    crate::text::terminal_safe(&human_summary(&full, info))
-                )
-            })
-        };
+        reports.push(full);
+        let written = print_reports(&mut stdout, args, &reports, info)?;
         quiet_on_closed_pipe(written.and_then(|()| stdout.flush()))?;
         engine.shutdown();
         return Ok(());
     }
     Err(Failure::new(FAILURE, "the engine stopped unexpectedly"))
+}
+
+/// `--confidence`, `--ref` and `--profile` read a local model; with `--url` they are refused
+/// before anything is sent.
+fn refuse_local_only(args: &RunArgs) -> Result<(), Failure> {
+    args.quality.refuse_remote()?;
+    args.profile.refuse_remote()?;
+    if args.confidence {
+        return Err(Failure::new(
+            crate::commands::USAGE,
+            "--confidence reads a local model's logits (a server sends none): run it with -m MODEL.gguf",
+        ));
+    }
+    args.trace.check()
+}
+
+/// `--report FILE`, created before the model loads (one JSON line per turn goes in).
+fn open_report(args: &RunArgs) -> Result<Option<std::io::BufWriter<std::fs::File>>, Failure> {
+    let Some(path) = &args.report else {
+        return Ok(None);
+    };
+    let file = std::fs::File::create(path).map_err(|e| {
+        Failure::new(
+            crate::commands::USAGE,
+            format!("cannot write the report to {}: {e}", path.display()),
+        )
+    })?;
+    Ok(Some(std::io::BufWriter::new(file)))
+}
+
+/// One token on stdout the moment it arrives: a JSON line with `--token-lines`, else its text.
+fn write_token(
+    stdout: &mut impl Write,
+    args: &RunArgs,
+    stdout_terminal: bool,
+    index: usize,
+    text: &str,
+) -> std::io::Result<()> {
+    if args.token_lines {
+        // JSON with every unsafe character escaped: safe on a terminal too.
+        let line = serde_json::json!({ "index": index, "text": text }).to_string();
+        writeln!(stdout, "{}", crate::text::json_safe(&line))?;
+    } else {
+        // A hostile model must not reach the terminal's clipboard or title (OSC 52, OSC 0):
+        // control characters are neutralised unless stdout is a pipe or file, or --raw asks
+        // for the bytes.
+        let text = crate::text::for_output(text, stdout_terminal && !args.raw);
+        stdout.write_all(text.as_bytes())?;
+    }
+    stdout.flush()
+}
+
+/// The end of a run: with `--json` the last turn's report (every turn's, as an array, when
+/// there were several) on stdout; else the last summary on stderr. The outer error is a report
+/// that would not serialise; the inner one, stdout's.
+fn print_reports(
+    stdout: &mut impl Write,
+    args: &RunArgs,
+    reports: &[RunReport],
+    info: &ModelInfo,
+) -> Result<std::io::Result<()>, Failure> {
+    let Some(last) = reports.last() else {
+        return Ok(Ok(()));
+    };
+    if args.json {
+        let json = if reports.len() > 1 {
+            serde_json::to_string_pretty(reports)
+        } else {
+            serde_json::to_string_pretty(last)
+        }
+        .map_err(|e| Failure::new(FAILURE, e.to_string()))?;
+        return Ok(writeln!(stdout, "{}", crate::text::json_safe(&json)));
+    }
+    let end = if args.token_lines {
+        Ok(())
+    } else {
+        writeln!(stdout)
+    };
+    Ok(end.map(|()| eprint!("{}", crate::text::terminal_safe(&human_summary(last, info)))))
 }
 
 /// The synthetic label and the busy-machine warnings of one answer.
