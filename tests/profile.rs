@@ -9,14 +9,22 @@ use crate::common::{self, no_panic, tokscope_cmd};
 use predicates::prelude::*;
 use serde_json::Value;
 
-/// `run --json --profile` with one thread, `n` tokens, the profile of every `rate`-th step.
-fn profiled_run(home: &Path, model: &Path, n: u32, rate: u32, extra: &[&str]) -> Value {
+/// `run --json --profile` of `prompt` with one thread, `n` tokens, the profile of every
+/// `rate`-th step.
+fn profiled_run(
+    home: &Path,
+    model: &Path,
+    prompt: &str,
+    n: u32,
+    rate: u32,
+    extra: &[&str],
+) -> Value {
     let out = common::ok_stdout(
         tokscope_cmd(home)
             .args([
                 "run",
                 "-p",
-                "Hello there",
+                prompt,
                 "--temp",
                 "0",
                 "--ignore-eos",
@@ -54,7 +62,7 @@ fn a_sampled_steps_parts_add_up_to_its_wall_time_and_carry_the_files_weights() {
     let _lock = common::model_lock();
     let home = tempfile::tempdir().unwrap();
     let model = common::synth_cli(home.path(), "small", 3);
-    let v = profiled_run(home.path(), &model, 12, 2, &[]);
+    let v = profiled_run(home.path(), &model, "Hello there", 12, 2, &[]);
     let p = &v["profile"];
     // 12 tokens: the first comes from prefill, 11 decode calls, every second one profiled.
     assert_eq!(p["rate"], 2, "{p}");
@@ -160,33 +168,8 @@ fn on_the_demo_model_attention_grows_with_depth_and_the_ffn_does_not() {
     let home = tempfile::tempdir().unwrap();
     let model = common::demo_model();
     let long = "word ".repeat(1400);
-    let shallow = profiled_run(home.path(), &model, 9, 2, &["-c", "2048"]);
-    let out = common::ok_stdout(
-        tokscope_cmd(home.path())
-            .args([
-                "run",
-                "--temp",
-                "0",
-                "--ignore-eos",
-                "-t",
-                "1",
-                "--json",
-                "-n",
-                "9",
-            ])
-            .args([
-                "--profile",
-                "--profile-rate",
-                "2",
-                "-c",
-                "2048",
-                "-p",
-                &long,
-                "-m",
-            ])
-            .arg(&model),
-    );
-    let deep: Value = serde_json::from_slice(&out).unwrap();
+    let shallow = profiled_run(home.path(), &model, "Hello there", 9, 2, &["-c", "2048"]);
+    let deep = profiled_run(home.path(), &model, &long, 9, 2, &["-c", "2048"]);
     let (s, d) = (&shallow["profile"]["mean"], &deep["profile"]["mean"]);
     assert_eq!(
         s["by_name"], true,
@@ -300,6 +283,7 @@ fn the_trace_gives_back_ttft_and_every_itl_gap_of_the_json() {
     let v = profiled_run(
         home.path(),
         &model,
+        "Hello there",
         10,
         3,
         &["--trace", trace.to_str().unwrap()],
