@@ -435,7 +435,7 @@ for r in tok:
         if mbu is not None and in_cache(r):
             cached.setdefault(k, (r["bytes_per_token"], cache_of(r), []))[2].append(mbu)
             mbu = None
-        extra.setdefault(k, []).append((mbu, r.get("gpu_joules_per_token")))
+        extra.setdefault(k, []).append((mbu, r.get("gpu_joules_per_output_token")))
 for r in lb:
     ls.setdefault(key_lb(r), []).append(r["avg_ts"])
 # Every model and test, every round, on both sides.

@@ -92,7 +92,7 @@ const MAIN_HEADERS: &[(&str, Align)] = &[
     ("MBU", Align::Right),
     ("GFLOP/s", Align::Right),
     ("$/1M tok", Align::Right),
-    ("J/tok", Align::Right),
+    ("J/out tok", Align::Right),
 ];
 
 fn main_cells(r: &Row) -> Vec<String> {
@@ -124,7 +124,7 @@ fn main_cells(r: &Row) -> Vec<String> {
         mbu_cell(r.mbu_pct),
         crate::fmt::opt(r.achieved_gflop_per_s, 1),
         dollars(r.cost_per_million_tokens_usd),
-        crate::fmt::opt(r.gpu.gpu_joules_per_token, 3),
+        crate::fmt::opt(r.gpu.gpu_joules_per_output_token, 3),
     ]
 }
 
@@ -274,7 +274,18 @@ fn notes(rows: &[Row]) -> String {
         .find(|t| !t.is_empty())
     {
         if t == "NVML" {
-            out.push_str("J/tok: GPU energy counter (NVML) over the timed repetitions ÷ tokens\n");
+            let mut devices: Vec<&str> = rows.iter().map(|r| r.gpu.gpu_devices.as_str()).collect();
+            devices.sort_unstable();
+            devices.dedup();
+            out.push_str(&format!(
+                "J/out tok: NVML's energy counter on the GPUs used (PCI {}) over the timed \
+                 windows ÷ output tokens{}\n",
+                devices.join(", "),
+                rows.iter()
+                    .find_map(|r| r.gpu.gpu_idle_power_w)
+                    .map(|w| format!("; idle {w:.0} W before loading"))
+                    .unwrap_or_default()
+            ));
         } else if crate::llama::gpu::CUDA_BUILD {
             // A CPU build has no GPU to read: nothing to say there.
             out.push_str(&format!("GPU telemetry: {t}\n"));
@@ -331,13 +342,21 @@ const ROW_COLUMNS: &[&str] = &[
     "price_per_gpu_hour_usd",
     "cost_per_million_tokens_usd",
     "gpu_telemetry",
-    "gpu_joules_per_token",
+    "gpu_devices",
+    "gpu_joules_per_output_token",
+    "gpu_joules_per_total_token",
     "gpu_tokens_per_kwh",
     "gpu_energy_cost_per_million_tokens",
+    "gpu_idle_power_w",
+    "gpu_joules_per_output_token_above_idle",
+    "gpu_energy_resolution_pct",
     "gpu_power_w",
+    "gpu_power_max_w",
     "gpu_vram_used_bytes",
     "gpu_vram_process_bytes",
+    "gpu_vram_process_source",
     "gpu_sm_clock_mhz",
+    "gpu_sm_clock_min_mhz",
     "gpu_mem_clock_mhz",
     "gpu_temperature_c",
     "gpu_utilization_pct",
@@ -504,7 +523,7 @@ pub(crate) mod tests {
             achieved_gflop_per_s: None,
             price_per_gpu_hour_usd: 2.0,
             cost_per_million_tokens_usd: Some(5.29),
-            gpu: super::super::report::GpuColumns::default(),
+            gpu: super::super::gpu::GpuColumns::default(),
             synthetic: true,
             warning: Some(ModelInfo::SYNTHETIC_LABEL.to_string()),
             profile: None,

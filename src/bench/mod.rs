@@ -17,6 +17,7 @@
 
 pub(crate) mod chat_sweep;
 pub(crate) mod format;
+pub(crate) mod gpu;
 pub(crate) mod kernel_baseline;
 pub(crate) mod log;
 pub(crate) mod plan;

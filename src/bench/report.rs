@@ -106,10 +106,10 @@ pub(crate) struct Row {
     pub price_per_gpu_hour_usd: f64,
     /// Price ÷ (t/s × 3600) × 10⁶, at this row's t/s (aggregate for batch).
     pub cost_per_million_tokens_usd: Option<f64>,
-    /// NVML's readings around the timed repetitions: flattened, so the JSON and CSV keep
-    /// their `gpu_*` columns.
+    /// NVML's readings over the timed repetitions (`bench::gpu`): flattened, so the JSON and
+    /// CSV keep their `gpu_*` columns.
     #[serde(flatten)]
-    pub gpu: GpuColumns,
+    pub gpu: super::gpu::GpuColumns,
     /// The model was written by `tokscope synth`.
     pub synthetic: bool,
     /// `ModelInfo::SYNTHETIC_LABEL` for synthetic models.
@@ -127,28 +127,6 @@ pub(crate) struct Row {
     pub stamp: Stamp,
 }
 
-/// A row's GPU figures (`gpu_*` in JSON and CSV), from NVML around the timed repetitions.
-#[derive(Debug, Clone, Default, Serialize)]
-pub(crate) struct GpuColumns {
-    /// "NVML" when the GPU figures below come from the driver, else why there are none
-    /// ("no NVIDIA driver (NVML not found)").
-    pub gpu_telemetry: String,
-    /// GPU energy (NVML's counter, all GPUs) over the timed repetitions ÷ the tokens counted.
-    pub gpu_joules_per_token: Option<f64>,
-    pub gpu_tokens_per_kwh: Option<f64>,
-    /// At the configured `price_per_kwh`.
-    pub gpu_energy_cost_per_million_tokens: Option<f64>,
-    /// Mean power over the timed repetitions (energy ÷ time), watts.
-    pub gpu_power_w: Option<f64>,
-    /// First GPU, read right after the repetitions.
-    pub gpu_vram_used_bytes: Option<u64>,
-    pub gpu_vram_process_bytes: Option<u64>,
-    pub gpu_sm_clock_mhz: Option<u32>,
-    pub gpu_mem_clock_mhz: Option<u32>,
-    pub gpu_temperature_c: Option<u32>,
-    pub gpu_utilization_pct: Option<u32>,
-}
-
 /// Everything a row needs besides the job and its samples.
 pub(crate) struct RowContext<'a> {
     pub run_id: &'a str,
@@ -163,39 +141,6 @@ pub(crate) struct RowContext<'a> {
     /// The 1-minute load average before and after the row's runs.
     pub load_before: Option<f64>,
     pub load_after: Option<f64>,
-}
-
-/// What NVML said around one job's timed repetitions.
-pub(crate) struct GpuReadings<'a> {
-    /// "NVML", or why there is no telemetry.
-    pub source: &'a str,
-    pub energy: Option<crate::metrics::energy::EnergySpan>,
-    pub after: Option<&'a crate::hw::gpu::GpuSample>,
-    pub price_per_kwh: Option<f64>,
-}
-
-/// Fills the row's GPU columns.
-pub(crate) fn add_gpu_readings(row: &mut Row, r: &GpuReadings) {
-    use crate::metrics::energy::energy_cost_per_million_tokens;
-    let row = &mut row.gpu;
-    row.gpu_telemetry = r.source.to_owned();
-    if let Some(span) = r.energy {
-        row.gpu_joules_per_token = span.joules_per_token();
-        row.gpu_tokens_per_kwh = span.tokens_per_kwh();
-        row.gpu_power_w = Some(span.mean_power_w());
-        row.gpu_energy_cost_per_million_tokens = match (span.joules_per_token(), r.price_per_kwh) {
-            (Some(j), Some(p)) => energy_cost_per_million_tokens(j, p),
-            _ => None,
-        };
-    }
-    if let Some(s) = r.after {
-        row.gpu_vram_used_bytes = s.vram_used_bytes;
-        row.gpu_vram_process_bytes = s.vram_process_bytes;
-        row.gpu_sm_clock_mhz = s.sm_clock_mhz;
-        row.gpu_mem_clock_mhz = s.mem_clock_mhz;
-        row.gpu_temperature_c = s.temperature_c;
-        row.gpu_utilization_pct = s.utilization_gpu_pct;
-    }
 }
 
 /// Mean and sample standard deviation (n − 1), as llama-bench reports them.
@@ -322,7 +267,7 @@ pub(crate) fn build_row(job: &Job, samples: &[Sample], cx: &RowContext) -> Row {
             cx.price_per_gpu_hour_usd,
             tok_per_s_mean,
         ),
-        gpu: GpuColumns::default(),
+        gpu: super::gpu::GpuColumns::default(),
         synthetic: cx.info.synthetic,
         warning: row_warning(
             cx,

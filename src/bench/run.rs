@@ -8,8 +8,9 @@ use std::time::Instant;
 
 use crate::llama::LoadedModel;
 
+use super::gpu::{GpuColumns, GpuWatch};
 use super::plan::{BandwidthChoice, BenchPlan};
-use super::report::{add_gpu_readings, build_row, GpuReadings, Row, RowContext};
+use super::report::{build_row, Row, RowContext};
 use super::sweep::{file_name, Job};
 use crate::engine::{EngineError, ModelInfo, SamplingParams, TemplateChoice};
 use crate::llama::measure::{Bencher, Sample};
@@ -174,10 +175,9 @@ struct Runner<'a> {
     run_id: &'a str,
     bandwidth: BandwidthResolver,
     progress: Progress,
-    /// NVML, opened once; `Err` holds why there is none (the rows say it).
-    gpu: Result<crate::hw::gpu::GpuTelemetry, String>,
-    /// The energy counter before and after the last measure()'s timed repetitions.
-    timed_energy_mj: Option<(u64, u64)>,
+    /// The GPUs, watched from before the first load; `Err` holds why there is no GPU figure
+    /// (the rows say it).
+    gpu: Result<GpuWatch, String>,
     trace: Option<TraceLog>,
 }
 
@@ -271,14 +271,10 @@ pub(crate) fn run_jobs_alternating(
     for ((job, samples), facts) in jobs.iter().zip(&samples).zip(&facts) {
         if let Some((info, bandwidth)) = facts {
             if samples.len() == rounds as usize {
-                outcome.rows.push(runner.row(
-                    job,
-                    samples,
-                    info,
-                    bandwidth.as_ref(),
-                    rounds,
-                    load_before,
-                ));
+                let mut row =
+                    runner.row(job, samples, info, bandwidth.as_ref(), rounds, load_before);
+                runner.add_gpu(&mut row, job, samples);
+                outcome.rows.push(row);
             }
         }
     }
@@ -295,8 +291,7 @@ impl<'a> Runner<'a> {
     ) -> Self {
         let s = &plan.sweep;
         Runner {
-            gpu: crate::hw::gpu::GpuTelemetry::open().map_err(|e| e.to_string()),
-            timed_energy_mj: None,
+            gpu: GpuWatch::start(),
             trace: plan.trace.then(|| TraceLog {
                 origin: Instant::now(),
                 events: Vec::new(),
@@ -381,42 +376,37 @@ impl Runner<'_> {
         let load_before = crate::hw::load_average_1m();
         let (samples, info, bandwidth) = self.measure(index, model, job, reps)?;
         let mut row = self.row(job, &samples, &info, bandwidth.as_ref(), reps, load_before);
-        // The counter was read around the timed repetitions (after the warm-up); the tokens
-        // are the ones the row's t/s counts, every repetition.
-        let energy = self.timed_energy_mj.and_then(|(before, after)| {
-            crate::metrics::energy::EnergySpan::from_counter_mj(
-                before,
-                after,
-                row.n_tokens.saturating_mul(samples.len() as u64),
-                samples.iter().map(|s| s.total.as_secs_f64()).sum(),
-            )
-        });
-        let after = match &self.gpu {
-            Ok(t) => t.sample().into_iter().next(),
-            Err(_) => None,
-        };
-        let source = match &self.gpu {
-            Ok(_) => "NVML".to_owned(),
-            Err(why) => why.clone(),
-        };
-        add_gpu_readings(
-            &mut row,
-            &GpuReadings {
-                source: &source,
-                energy,
-                after: after.as_ref(),
-                price_per_kwh: self.plan.price_per_kwh,
-            },
-        );
+        self.add_gpu(&mut row, job, &samples);
+        if let Ok(watch) = &self.gpu {
+            watch.forget_before_now();
+        }
         Ok(row)
     }
 
-    /// The GPUs' summed energy counter, when NVML has one for every GPU.
-    fn energy_mj(&self) -> Option<u64> {
-        self.gpu
-            .as_ref()
-            .ok()
-            .and_then(|t| crate::hw::gpu::total_energy_mj(&t.sample()))
+    /// The row's GPU columns over its samples' timed windows, and their warning.
+    fn add_gpu(&self, row: &mut Row, job: &Job, samples: &[Sample]) {
+        let (columns, warning) = match &self.gpu {
+            Ok(watch) => watch.columns(
+                &job.params.placement,
+                &job.test,
+                samples,
+                self.plan.price_per_kwh,
+            ),
+            Err(why) => (
+                GpuColumns {
+                    gpu_telemetry: why.clone(),
+                    ..GpuColumns::default()
+                },
+                None,
+            ),
+        };
+        row.gpu = columns;
+        if let Some(w) = warning {
+            row.warning = Some(match row.warning.take() {
+                Some(before) => format!("{before}; {w}"),
+                None => w,
+            });
+        }
     }
 
     /// A context for the job, the warm-up (unless turned off), then `reps` timed runs.
@@ -454,14 +444,12 @@ impl Runner<'_> {
             bencher.warm_up(&job.test)?;
         }
         let mut samples = Vec::with_capacity(reps as usize);
-        let energy_before = self.energy_mj();
         for rep in 1..=reps {
             if reps > 1 {
                 self.progress.repetition(index, job, rep, reps);
             }
             samples.push(bencher.run(&job.test, job.depth, self.sampling)?);
         }
-        self.timed_energy_mj = energy_before.zip(self.energy_mj());
         if let Some(t) = self.trace.as_mut() {
             let done = t.reps.entry(index).or_insert(0);
             t.events.extend(super::trace::events(

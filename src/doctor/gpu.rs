@@ -44,24 +44,32 @@ pub(crate) fn report() -> (String, GpuStatus) {
     for d in &devices {
         let _ = writeln!(
             out,
-            "  {:<8} {:<5} {}  ({:.1} GB, {:.1} GB free)",
+            "  {:<8} {:<5} {}  ({:.1} GB, {:.1} GB free){}",
             d.name,
             d.backend,
             d.description,
             d.memory_total as f64 / 1e9,
-            d.memory_free as f64 / 1e9
+            d.memory_free as f64 / 1e9,
+            d.device_id
+                .as_deref()
+                .map(|id| format!("  PCI {id}"))
+                .unwrap_or_default()
         );
     }
     // Each GPU's bandwidth measured through ggml (a device-to-device copy), with the
     // datasheet beside it: the figure the roofline uses.
-    for (name, description) in crate::llama::gpu_devices() {
-        let datasheet = crate::metrics::roofline::datasheet_bandwidth(&description);
+    let gpus = crate::llama::gpu_devices();
+    for crate::llama::GpuDevice {
+        name, description, ..
+    } in &gpus
+    {
+        let datasheet = crate::metrics::roofline::datasheet_bandwidth(description);
         let sheet = datasheet.as_ref().map_or_else(
             || "not in the datasheet table".to_string(),
             |d| format!("{} {:.0} GB/s", d.source.label(), d.bytes_per_s / 1e9),
         );
         let measured = crate::llama::device_bw::measure_device_copy(
-            &name,
+            name,
             crate::llama::device_bw::DEVICE_PROBE_BYTES,
             crate::llama::device_bw::DEVICE_PROBE_RUNS,
         );
@@ -78,13 +86,27 @@ pub(crate) fn report() -> (String, GpuStatus) {
     }
     if let Ok(t) = &telemetry {
         let _ = writeln!(out, "NVML devices:");
-        for s in t.sample() {
+        let samples = t.sample();
+        for s in &samples {
+            // Which of ggml's devices this is, by PCI bus id (NVML counts every GPU,
+            // CUDA_VISIBLE_DEVICES or not).
+            let key = s.pci_bus_id.as_deref().and_then(crate::hw::gpu::bus_id_key);
+            let ggml = gpus
+                .iter()
+                .find(|g| {
+                    key.is_some() && g.bus_id.as_deref().and_then(crate::hw::gpu::bus_id_key) == key
+                })
+                .map_or_else(
+                    || "not used by ggml".to_owned(),
+                    |g| format!("= {}", g.name),
+                );
             let _ = writeln!(
                 out,
-                "  GPU {}  {}  compute capability {}",
+                "  GPU {}  {}  compute capability {}  PCI {}  {ggml}",
                 s.index,
                 s.name,
-                s.compute_capability.as_deref().unwrap_or("?")
+                s.compute_capability.as_deref().unwrap_or("?"),
+                s.pci_bus_id.as_deref().unwrap_or("?")
             );
         }
     }

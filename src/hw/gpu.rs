@@ -43,7 +43,8 @@ pub(crate) struct GpuSample {
     pub compute_capability: Option<String>,
     pub vram_total_bytes: Option<u64>,
     pub vram_used_bytes: Option<u64>,
-    /// VRAM this process holds (NVML's per-process accounting).
+    /// VRAM this process holds (NVML's per-process accounting); `None` when NVML lists no
+    /// process with this PID, as in a container, whose PIDs are not the host's.
     pub vram_process_bytes: Option<u64>,
     pub sm_clock_mhz: Option<u32>,
     pub mem_clock_mhz: Option<u32>,
@@ -53,6 +54,8 @@ pub(crate) struct GpuSample {
     pub utilization_mem_pct: Option<u32>,
     /// Cumulative energy since the driver loaded, millijoules (Volta and newer).
     pub energy_mj: Option<u64>,
+    /// The PCI bus id ("00000000:01:00.0"), which ties NVML's device to ggml's.
+    pub pci_bus_id: Option<String>,
 }
 
 /// An open NVML session.
@@ -109,15 +112,16 @@ impl GpuTelemetry {
                 let dev = self.nvml.device_by_index(index).ok()?;
                 let memory = dev.memory_info().ok();
                 let utilization = dev.utilization_rates().ok();
-                let vram_process_bytes = dev.running_compute_processes().ok().map(|procs| {
-                    procs
+                let vram_process_bytes = dev.running_compute_processes().ok().and_then(|procs| {
+                    let mine: Vec<u64> = procs
                         .iter()
                         .filter(|p| p.pid == pid)
-                        .map(|p| match p.used_gpu_memory {
-                            UsedGpuMemory::Used(b) => b,
-                            UsedGpuMemory::Unavailable => 0,
+                        .filter_map(|p| match p.used_gpu_memory {
+                            UsedGpuMemory::Used(b) => Some(b),
+                            UsedGpuMemory::Unavailable => None,
                         })
-                        .sum()
+                        .collect();
+                    (!mine.is_empty()).then(|| mine.iter().sum())
                 });
                 Some(GpuSample {
                     index,
@@ -136,24 +140,253 @@ impl GpuTelemetry {
                     utilization_gpu_pct: utilization.as_ref().map(|u| u.gpu),
                     utilization_mem_pct: utilization.as_ref().map(|u| u.memory),
                     energy_mj: dev.total_energy_consumption().ok(),
+                    pci_bus_id: dev.pci_info().ok().map(|p| p.bus_id),
                 })
             })
             .collect()
     }
 }
 
+/// The light readings of the devices at `indices` (NVML's order), for the [`Sampler`]: no
+/// process list, no memory query.
+fn read_light(nvml: &Nvml, indices: &[u32]) -> Vec<Reading> {
+    indices
+        .iter()
+        .filter_map(|&index| {
+            let dev = nvml.device_by_index(index).ok()?;
+            Some(Reading {
+                index,
+                energy_mj: dev.total_energy_consumption().ok(),
+                power_w: dev.power_usage().ok().map(|mw| f64::from(mw) / 1e3),
+                sm_clock_mhz: dev.clock_info(Clock::SM).ok(),
+                mem_clock_mhz: dev.clock_info(Clock::Memory).ok(),
+                temperature_c: dev.temperature(TemperatureSensor::Gpu).ok(),
+                utilization_pct: dev.utilization_rates().ok().map(|u| u.gpu),
+            })
+        })
+        .collect()
+}
+
+impl Probe for GpuTelemetry {
+    fn read(&self, indices: &[u32]) -> Vec<Reading> {
+        read_light(&self.nvml, indices)
+    }
+}
+
+/// A PCI bus id as one key: NVML writes "00000000:01:00.0" (a 32-bit domain), CUDA and ggml
+/// "0000:01:00.0" (lower case in ggml; "-v1" after it for a virtual device). `None` for a
+/// string that is not `domain:bus:device.function` in hex.
+pub(crate) fn bus_id_key(id: &str) -> Option<(u32, u8, u8, u8)> {
+    let id = id.split_once("-v").map_or(id, |(base, _)| base).trim();
+    let mut parts = id.split(':');
+    let (domain, bus, dev_fn) = (parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() {
+        return None;
+    }
+    let (device, function) = dev_fn.split_once('.')?;
+    Some((
+        u32::from_str_radix(domain, 16).ok()?,
+        u8::from_str_radix(bus, 16).ok()?,
+        u8::from_str_radix(device, 16).ok()?,
+        u8::from_str_radix(function, 16).ok()?,
+    ))
+}
+
+/// NVML's indices of the devices with these bus ids (ggml's GPUs that a run used), in the
+/// order given; `Err` names the first bus id NVML does not have (or that is not one), so a
+/// figure is never taken from the wrong GPU.
+pub(crate) fn nvml_indices(samples: &[GpuSample], bus_ids: &[String]) -> Result<Vec<u32>, String> {
+    bus_ids
+        .iter()
+        .map(|id| {
+            let key = bus_id_key(id);
+            samples
+                .iter()
+                .find(|s| key.is_some() && s.pci_bus_id.as_deref().and_then(bus_id_key) == key)
+                .map(|s| s.index)
+                .ok_or_else(|| format!("no NVML device has the PCI bus id {id} that ggml reports"))
+        })
+        .collect()
+}
+
+/// The light figures of one device, polled while a run goes on.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub(crate) struct Reading {
+    /// NVML's index of the device.
+    pub index: u32,
+    pub energy_mj: Option<u64>,
+    pub power_w: Option<f64>,
+    pub sm_clock_mhz: Option<u32>,
+    pub mem_clock_mhz: Option<u32>,
+    pub temperature_c: Option<u32>,
+    pub utilization_pct: Option<u32>,
+}
+
+/// One poll of the devices a run uses.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Poll {
+    pub at: std::time::Instant,
+    pub devices: Vec<Reading>,
+}
+
+impl Poll {
+    /// The devices' energy counters summed, mJ; `None` when one has none (a partial sum would
+    /// understate the energy).
+    pub(crate) fn energy_mj(&self) -> Option<u64> {
+        if self.devices.is_empty() {
+            return None;
+        }
+        self.devices.iter().map(|d| d.energy_mj).sum()
+    }
+
+    /// The readings of the devices at these NVML indices, `None` unless every one was read.
+    pub(crate) fn of(&self, indices: &[u32]) -> Option<Poll> {
+        let devices: Option<Vec<Reading>> = indices
+            .iter()
+            .map(|i| self.devices.iter().find(|d| d.index == *i).copied())
+            .collect();
+        Some(Poll {
+            at: self.at,
+            devices: devices?,
+        })
+    }
+}
+
+/// What the [`Sampler`] reads: NVML, or a scripted source in tests.
+pub(crate) trait Probe: Send + 'static {
+    fn read(&self, indices: &[u32]) -> Vec<Reading>;
+}
+
+/// The time between polls: well under NVML's energy counter updates (tens of ms), and light
+/// (six NVML queries a device, on a thread of its own).
+pub(crate) const POLL_PERIOD: std::time::Duration = std::time::Duration::from_millis(10);
+
+struct Shared {
+    devices: Vec<u32>,
+    polls: Vec<Poll>,
+    stop: bool,
+}
+
+/// Polls the run's GPUs on a thread of its own while the run goes on, so that energy is taken
+/// over exactly the timed windows and clocks, power and temperature are seen during the run
+/// rather than once after it. Stops when dropped.
+pub(crate) struct Sampler {
+    shared: std::sync::Arc<(std::sync::Mutex<Shared>, std::sync::Condvar)>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Sampler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Sampler")
+    }
+}
+
+impl Sampler {
+    /// Starts polling the devices at `devices` (NVML indices) every `period`.
+    pub(crate) fn start<P: Probe>(
+        probe: P,
+        devices: Vec<u32>,
+        period: std::time::Duration,
+    ) -> Self {
+        let shared = std::sync::Arc::new((
+            std::sync::Mutex::new(Shared {
+                devices,
+                polls: Vec::new(),
+                stop: false,
+            }),
+            std::sync::Condvar::new(),
+        ));
+        let theirs = std::sync::Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name("tokscope-gpu-sampler".into())
+            .spawn(move || loop {
+                let (lock, wake) = &*theirs;
+                let devices = match lock.lock() {
+                    Ok(s) if !s.stop => s.devices.clone(),
+                    _ => return,
+                };
+                let devices = probe.read(&devices);
+                let at = std::time::Instant::now();
+                let Ok(mut s) = lock.lock() else { return };
+                s.polls.push(Poll { at, devices });
+                let Ok((s, _)) = wake.wait_timeout(s, period) else {
+                    return;
+                };
+                if s.stop {
+                    return;
+                }
+            })
+            .ok();
+        Self { shared, thread }
+    }
+
+    /// Drops the polls before `t` but the last one (a long bench keeps only what the next
+    /// windows need).
+    pub(crate) fn forget_before(&self, t: std::time::Instant) {
+        if let Ok(mut s) = self.shared.0.lock() {
+            let keep_from = s.polls.partition_point(|p| p.at < t).saturating_sub(1);
+            s.polls.drain(..keep_from);
+        }
+    }
+
+    /// The polls so far.
+    pub(crate) fn polls(&self) -> Vec<Poll> {
+        self.shared
+            .0
+            .lock()
+            .map(|s| s.polls.clone())
+            .unwrap_or_default()
+    }
+
+    /// Waits (at most `limit`) until the summed energy counter has moved after `t`, so that a
+    /// window ending at `t` lies inside the counter's changes; the polls so far.
+    pub(crate) fn polls_after(
+        &self,
+        t: std::time::Instant,
+        limit: std::time::Duration,
+    ) -> Vec<Poll> {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            let polls = self.polls();
+            // The counter's value at `t` (else the first after it), and whether it has
+            // moved since; a GPU without a counter has nothing to wait for.
+            let reference = polls
+                .iter()
+                .rev()
+                .find(|p| p.at <= t)
+                .or_else(|| polls.iter().find(|p| p.at > t));
+            let no_counter = polls.last().is_some_and(|p| p.energy_mj().is_none());
+            let at_t = reference.and_then(Poll::energy_mj);
+            let moved = polls
+                .iter()
+                .filter(|p| p.at > t)
+                .filter_map(Poll::energy_mj)
+                .any(|e| at_t.is_some_and(|b| e != b));
+            if moved || no_counter || std::time::Instant::now() >= deadline || self.thread.is_none()
+            {
+                return polls;
+            }
+            std::thread::sleep(POLL_PERIOD);
+        }
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        let (lock, wake) = &*self.shared;
+        if let Ok(mut s) = lock.lock() {
+            s.stop = true;
+        }
+        wake.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 /// NVML's CUDA version integer (1000 × major + 10 × minor) as "major.minor".
 pub(crate) fn cuda_version_string(v: i32) -> String {
     format!("{}.{}", v / 1000, (v % 1000) / 10)
-}
-
-/// The energy counters of all GPUs summed, millijoules; `None` if any GPU lacks one (a partial
-/// sum would understate the energy).
-pub(crate) fn total_energy_mj(samples: &[GpuSample]) -> Option<u64> {
-    if samples.is_empty() {
-        return None;
-    }
-    samples.iter().map(|s| s.energy_mj).sum()
 }
 
 #[cfg(test)]
@@ -175,23 +408,96 @@ mod tests {
             utilization_gpu_pct: Some(97),
             utilization_mem_pct: Some(80),
             energy_mj,
+            pci_bus_id: Some("00000000:01:00.0".into()),
         }
+    }
+
+    #[test]
+    fn nvml_and_ggml_bus_ids_name_the_same_device() {
+        assert_eq!(bus_id_key("00000000:01:00.0"), Some((0, 1, 0, 0)));
+        assert_eq!(bus_id_key("0000:01:00.0"), bus_id_key("00000000:01:00.0"));
+        assert_eq!(
+            bus_id_key("0000:c1:00.0-v1"),
+            bus_id_key("00000000:C1:00.0")
+        );
+        assert_eq!(bus_id_key("CUDA0"), None);
+        assert_eq!(bus_id_key("0:1:2:3.0"), None);
+        let mut second = sample(Some(1));
+        second.index = 1;
+        second.pci_bus_id = Some("00000000:41:00.0".into());
+        let nvml = [sample(Some(1)), second];
+        // ggml sees only the second GPU (CUDA_VISIBLE_DEVICES=1): NVML's index 1, not 0.
+        assert_eq!(nvml_indices(&nvml, &["0000:41:00.0".into()]), Ok(vec![1]));
+        assert_eq!(
+            nvml_indices(&nvml, &["0000:41:00.0".into(), "0000:01:00.0".into()]),
+            Ok(vec![1, 0])
+        );
+        let missing = nvml_indices(&nvml, &["0000:81:00.0".into()]).unwrap_err();
+        assert!(missing.contains("0000:81:00.0"), "{missing}");
+    }
+
+    /// A scripted counter: each read adds 5 mJ to device 0 and 7 to device 1.
+    struct Counter(std::sync::atomic::AtomicU64);
+
+    impl Probe for Counter {
+        fn read(&self, indices: &[u32]) -> Vec<Reading> {
+            let n = self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+            indices
+                .iter()
+                .map(|&i| Reading {
+                    index: i,
+                    energy_mj: Some(n * if i == 0 { 5 } else { 7 }),
+                    power_w: Some(100.0),
+                    ..Reading::default()
+                })
+                .collect()
+        }
+    }
+
+    #[test]
+    fn the_sampler_polls_the_chosen_devices_until_dropped() {
+        let sampler = Sampler::start(
+            Counter(std::sync::atomic::AtomicU64::new(0)),
+            vec![0, 1],
+            std::time::Duration::from_millis(2),
+        );
+        let t = std::time::Instant::now();
+        let polls = sampler.polls_after(t, std::time::Duration::from_secs(5));
+        let last = polls.last().unwrap();
+        assert!(last.at > t);
+        assert_eq!(last.devices.len(), 2);
+        // Both counters summed, in order of the polls.
+        let sums: Vec<u64> = polls.iter().filter_map(Poll::energy_mj).collect();
+        assert!(sums.windows(2).all(|w| w[1] == w[0] + 12), "{sums:?}");
+        assert_eq!(
+            last.of(&[1]).and_then(|p| p.energy_mj()),
+            last.devices[1].energy_mj
+        );
+        assert_eq!(last.of(&[1, 2]), None);
+        sampler.forget_before(last.at);
+        // One poll before the instant stays: a window starting there still has its start.
+        let kept = sampler.polls();
+        assert_eq!(
+            kept.iter().filter(|p| p.at < last.at).count(),
+            1,
+            "{kept:?}"
+        );
+        assert!(kept.iter().any(|p| p.at == last.at));
+        drop(sampler);
+        assert_eq!(
+            Poll {
+                at: t,
+                devices: vec![Reading::default()]
+            }
+            .energy_mj(),
+            None
+        );
     }
 
     #[test]
     fn cuda_versions() {
         assert_eq!(cuda_version_string(13000), "13.0");
         assert_eq!(cuda_version_string(12080), "12.8");
-    }
-
-    #[test]
-    fn energy_is_summed_only_when_every_gpu_has_a_counter() {
-        assert_eq!(
-            total_energy_mj(&[sample(Some(5)), sample(Some(7))]),
-            Some(12)
-        );
-        assert_eq!(total_energy_mj(&[sample(Some(5)), sample(None)]), None);
-        assert_eq!(total_energy_mj(&[]), None);
     }
 
     /// Real: on a machine without the NVIDIA driver (this project's CI) opening NVML fails

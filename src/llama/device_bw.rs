@@ -218,9 +218,9 @@ pub(crate) fn measure_device_copy(
 /// The first GPU's measured bandwidth, with its datasheet figure beside it; the datasheet
 /// alone when the probe fails (said in the label); `None` without a GPU.
 pub(crate) fn first_gpu_bandwidth() -> Option<Bandwidth> {
-    let (name, description) = super::gpu_devices().into_iter().next()?;
-    let datasheet = crate::metrics::roofline::datasheet_bandwidth(&description);
-    match measure_device_copy(&name, DEVICE_PROBE_BYTES, DEVICE_PROBE_RUNS) {
+    let device = super::gpu_devices().into_iter().next()?;
+    let datasheet = crate::metrics::roofline::datasheet_bandwidth(&device.description);
+    match measure_device_copy(&device.name, DEVICE_PROBE_BYTES, DEVICE_PROBE_RUNS) {
         Ok(probe) => Some(probe.bandwidth(datasheet.as_ref())),
         Err(e) => {
             tracing::warn!("GPU bandwidth probe: {e}; using the datasheet");

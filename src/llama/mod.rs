@@ -63,11 +63,22 @@ fn read_system_info() -> String {
 
 /// The descriptions of ggml's GPU devices (empty on a CPU-only build or machine).
 pub(crate) fn gpu_device_descriptions() -> Vec<String> {
-    gpu_devices().into_iter().map(|(_, d)| d).collect()
+    gpu_devices().into_iter().map(|d| d.description).collect()
 }
 
-/// ggml's GPU devices as (name, description): ("CUDA0", "NVIDIA H200").
-pub(crate) fn gpu_devices() -> Vec<(String, String)> {
+/// One of ggml's GPU devices.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct GpuDevice {
+    /// ggml's name: "CUDA0".
+    pub name: String,
+    /// "NVIDIA H200".
+    pub description: String,
+    /// The PCI bus id ("0000:01:00.0") where the backend gives one: how NVML's device is found.
+    pub bus_id: Option<String>,
+}
+
+/// ggml's GPU devices, in its order (the devices CUDA lets this process see).
+pub(crate) fn gpu_devices() -> Vec<GpuDevice> {
     if backend().is_err() {
         return Vec::new();
     }
@@ -80,7 +91,11 @@ pub(crate) fn gpu_devices() -> Vec<(String, String)> {
                     | llama_cpp_2::LlamaBackendDeviceType::IntegratedGpu
             )
         })
-        .map(|d| (d.name, d.description))
+        .map(|d| GpuDevice {
+            name: d.name,
+            description: d.description,
+            bus_id: d.device_id,
+        })
         .collect()
 }
 

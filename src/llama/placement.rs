@@ -88,6 +88,27 @@ impl Placement {
         parts.join(" ")
     }
 
+    /// The GPUs a load with this placement puts work on, as llama.cpp picks them
+    /// (`src/llama.cpp`, `llama_model_load_from_file_impl`, lines 221–300 of llama-cpp-sys-2
+    /// 0.1.160): the named devices (`--devices`), else every GPU ggml has; with `--split-mode
+    /// none`, only the `main_gpu`-th of those (0 unless `--main-gpu`). `gpus` are ggml's GPU
+    /// names; named devices keep the order given, and are matched as `apply` matches them.
+    pub(crate) fn gpus_used(&self, gpus: &[String]) -> Vec<String> {
+        let listed: Vec<String> = match &self.devices {
+            // In the order given: llama.cpp's device list, which `main_gpu` indexes.
+            Some(names) => names
+                .iter()
+                .filter_map(|n| gpus.iter().find(|g| g.eq_ignore_ascii_case(n)).cloned())
+                .collect(),
+            None => gpus.to_vec(),
+        };
+        if self.split_mode == Some(SplitMode::None) {
+            let main = usize::try_from(self.main_gpu.unwrap_or(0)).unwrap_or(usize::MAX);
+            return listed.get(main).cloned().into_iter().collect();
+        }
+        listed
+    }
+
     /// Sets the model parameters. Device names are looked up in ggml's device list (case
     /// insensitive); an unknown name is an error that lists the known ones.
     pub(crate) fn apply(&self, mut params: LlamaModelParams) -> Result<LlamaModelParams, String> {
@@ -195,6 +216,39 @@ pub(crate) fn parse_main_gpu(s: &str) -> Result<u32, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_gpus_a_load_uses_are_llama_cpps_choice() {
+        let gpus: Vec<String> = ["CUDA0", "CUDA1", "CUDA2"].map(String::from).to_vec();
+        let all = Placement::default();
+        assert_eq!(all.gpus_used(&gpus), gpus);
+        let two = Placement {
+            devices: Some(vec!["cuda2".into(), "CUDA1".into()]),
+            ..Placement::default()
+        };
+        assert_eq!(two.gpus_used(&gpus), ["CUDA2", "CUDA1"]);
+        let none = Placement {
+            devices: Some(vec![]),
+            ..Placement::default()
+        };
+        assert!(none.gpus_used(&gpus).is_empty());
+        let single = Placement {
+            split_mode: Some(SplitMode::None),
+            ..Placement::default()
+        };
+        assert_eq!(single.gpus_used(&gpus), ["CUDA0"]);
+        let second = Placement {
+            split_mode: Some(SplitMode::None),
+            main_gpu: Some(1),
+            ..two.clone()
+        };
+        assert_eq!(second.gpus_used(&gpus), ["CUDA1"]);
+        let past_the_end = Placement {
+            main_gpu: Some(7),
+            ..single
+        };
+        assert!(past_the_end.gpus_used(&gpus).is_empty());
+    }
 
     #[test]
     fn split_modes() {

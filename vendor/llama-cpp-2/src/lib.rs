@@ -478,6 +478,9 @@ pub struct LlamaBackendDevice {
     pub memory_free: usize,
     /// Device type
     pub device_type: LlamaBackendDeviceType,
+    /// The device's id where the backend has one: the PCI bus id of a CUDA device
+    /// ("0000:01:00.0"), the one handle that ties it to NVML's device (tokscope).
+    pub device_id: Option<String>,
 }
 
 /// List ggml backend devices
@@ -505,6 +508,7 @@ pub fn list_llama_ggml_backend_devices() -> Vec<LlamaBackendDevice> {
         let backend = unsafe { llama_cpp_sys_2::ggml_backend_dev_backend_reg(dev) };
         let backend_name = unsafe { llama_cpp_sys_2::ggml_backend_reg_name(backend) };
         let backend = cstr_to_string(backend_name);
+        let device_id = (!props.device_id.is_null()).then(|| cstr_to_string(props.device_id));
         let memory_total = props.memory_total;
         let memory_free = props.memory_free;
         let device_type = match props.type_ {
@@ -522,6 +526,7 @@ pub fn list_llama_ggml_backend_devices() -> Vec<LlamaBackendDevice> {
             memory_total,
             memory_free,
             device_type,
+            device_id,
         });
     }
     devices
