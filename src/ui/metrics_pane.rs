@@ -12,7 +12,7 @@ use ratatui::widgets::{Block, Borders, Paragraph, Sparkline};
 use ratatui::Frame;
 
 use super::text::{truncate, width as text_width, wrap};
-use super::view::View;
+use super::view::{Figures, Focus, View};
 use super::{format, theme};
 use crate::app::conversation::TurnPhase;
 use crate::app::App;
@@ -244,37 +244,67 @@ fn phase_word(phase: &TurnPhase) -> &'static str {
     }
 }
 
+/// The column's pieces, top to bottom: the synthetic-model warning, the header, the latency
+/// figures, ITL, speculation, host time, quality, confidence, context, roofline and history.
 fn pieces(app: &App, view: &View, w: usize) -> Vec<Piece> {
     let mut out = Vec::new();
     if app.model.as_ref().is_some_and(|m| m.synthetic) {
-        out.push(Piece::text(
-            0,
-            wrap(
-                &[Span::styled(
-                    format!("⚠ {}", ModelInfo::SYNTHETIC_LABEL),
-                    theme::SYNTHETIC,
-                )],
-                w,
-                &[],
-                &[],
-            ),
-        ));
+        out.push(synthetic_warning(w));
     }
     let focus = view.focus.as_ref();
-    let s = focus.map(|f| &f.figures);
+    out.push(focus_header(focus, w));
+    out.extend(latency_pieces(view, w));
+    out.extend(itl_pieces(focus, w));
+    out.extend(speculation_pieces(focus, w));
+    out.extend(host_piece(focus, w));
+    if let Some(lines) = quality_lines(app, focus.map(|f| f.turn), w) {
+        out.push(Piece::text(3, lines));
+    }
+    if let Some(lines) = confidence_lines(app, focus.map(|f| f.turn), w) {
+        out.push(Piece::text(3, lines));
+    }
+    out.push(Piece::text(2, context_lines(view, w)));
+    out.push(Piece::text(4, roofline_lines(app, view, w)));
+    out.push(history(app, w));
+    out
+}
+
+/// The warning that the loaded model is synthetic (its answers are noise).
+fn synthetic_warning(w: usize) -> Piece {
+    Piece::text(
+        0,
+        wrap(
+            &[Span::styled(
+                format!("⚠ {}", ModelInfo::SYNTHETIC_LABEL),
+                theme::SYNTHETIC,
+            )],
+            w,
+            &[],
+            &[],
+        ),
+    )
+}
+
+/// The answer in focus, by number and phase, or "no answer yet".
+fn focus_header(focus: Option<&Focus>, w: usize) -> Piece {
     let header = match focus {
         Some(f) => format!("turn {} · {}", f.number, phase_word(&f.turn.phase)),
         None => "no answer yet".to_string(),
     };
-    out.push(Piece::text(
+    Piece::text(
         1,
         vec![Line::from(Span::styled(
             truncate(&header, w),
             theme::METRIC_HEADER,
         ))],
-    ));
-    let (label, sub) = (theme::METRIC_LABEL, theme::METRIC_SUB_LABEL);
+    )
+}
 
+/// The waiting clock, TTFT and its breakdown (local stages or a server's), decode speed,
+/// TPOT, tokens and E2E.
+fn latency_pieces(view: &View, w: usize) -> Vec<Piece> {
+    let s = view.focus.as_ref().map(|f| &f.figures);
+    let mut out = Vec::new();
     if let Some(waited) = view.waiting {
         out.push(Piece::text(
             1,
@@ -292,38 +322,7 @@ fn pieces(app: &App, view: &View, w: usize) -> Vec<Piece> {
     if let Some(r) = s.and_then(|s| s.remote.as_ref()) {
         out.push(Piece::text(6, remote_breakdown(r, w)));
     } else {
-        out.push(Piece::text(
-            6,
-            vec![
-                sub_row("  queue ms", format::num(s.and_then(|s| s.queue_ms)), w),
-                sub_row(
-                    "  tmpl+tok ms",
-                    format::num(s.and_then(|s| s.template_tokenize_ms)),
-                    w,
-                ),
-                sub_row("  prefill ms", format::num(s.and_then(|s| s.prefill_ms)), w),
-                sub_row(
-                    "  first sample ms",
-                    format::num(s.and_then(|s| s.first_sample_ms)),
-                    w,
-                ),
-                sub_row(
-                    "  prefill tok",
-                    opt_count(s.and_then(|s| s.prefilled_tokens)),
-                    w,
-                ),
-                sub_row(
-                    "  cached tok",
-                    opt_count(s.and_then(|s| s.cached_tokens)),
-                    w,
-                ),
-                sub_row(
-                    "  prefill tok/s",
-                    format::num(s.and_then(|s| s.prefill_tok_per_s)),
-                    w,
-                ),
-            ],
-        ));
+        out.push(Piece::text(6, ttft_breakdown(s, w)));
     }
     out.push(Piece::text(
         1,
@@ -348,10 +347,50 @@ fn pieces(app: &App, view: &View, w: usize) -> Vec<Piece> {
             main_row("E2E ms", format::num(s.and_then(|s| s.e2e_ms)), w),
         ],
     ));
+    out
+}
 
+/// A local turn's TTFT breakdown: queue, template and tokenize, prefill, first sample, and the
+/// prompt's prefilled and cached tokens with the prefill speed.
+fn ttft_breakdown(s: Option<&Figures>, w: usize) -> Vec<Line<'static>> {
+    vec![
+        sub_row("  queue ms", format::num(s.and_then(|s| s.queue_ms)), w),
+        sub_row(
+            "  tmpl+tok ms",
+            format::num(s.and_then(|s| s.template_tokenize_ms)),
+            w,
+        ),
+        sub_row("  prefill ms", format::num(s.and_then(|s| s.prefill_ms)), w),
+        sub_row(
+            "  first sample ms",
+            format::num(s.and_then(|s| s.first_sample_ms)),
+            w,
+        ),
+        sub_row(
+            "  prefill tok",
+            opt_count(s.and_then(|s| s.prefilled_tokens)),
+            w,
+        ),
+        sub_row(
+            "  cached tok",
+            opt_count(s.and_then(|s| s.cached_tokens)),
+            w,
+        ),
+        sub_row(
+            "  prefill tok/s",
+            format::num(s.and_then(|s| s.prefill_tok_per_s)),
+            w,
+        ),
+    ]
+}
+
+/// ITL: the gap count and percentiles, then the sparkline of the gaps (or why a resumed turn
+/// has none).
+fn itl_pieces(focus: Option<&Focus>, w: usize) -> [Piece; 2] {
+    let (label, sub) = (theme::METRIC_LABEL, theme::METRIC_SUB_LABEL);
     // ITL: the last gap comes from the timeline, the statistics from the summary.
     let gaps: &[std::time::Duration] = focus.map_or(&[], |f| &f.gaps);
-    let itl = s.and_then(|s| s.itl);
+    let itl = focus.and_then(|f| f.figures.itl);
     let count = itl.map_or(0, |i| i.count);
     // A handful of gaps makes p90/p99 the max and the mean a guess: said beside the count.
     let gaps_word = if (1..FEW_GAPS).contains(&count) {
@@ -359,7 +398,7 @@ fn pieces(app: &App, view: &View, w: usize) -> Vec<Piece> {
     } else {
         format!("{count} gaps")
     };
-    out.push(Piece::text(
+    let figures = Piece::text(
         2,
         vec![
             row("ITL ms", gaps_word, w, label, sub),
@@ -380,8 +419,8 @@ fn pieces(app: &App, view: &View, w: usize) -> Vec<Piece> {
                 w,
             ),
         ],
-    ));
-    out.push(Piece {
+    );
+    let bars = Piece {
         priority: 4,
         // A resumed turn keeps its figures but not its gaps: never "no gaps yet" beside them.
         content: if gaps.is_empty() && count > 0 {
@@ -398,10 +437,16 @@ fn pieces(app: &App, view: &View, w: usize) -> Vec<Piece> {
                     .collect(),
             )
         },
-    });
+    };
+    [figures, bars]
+}
 
-    // Speculation: a verify pass's accepted tokens share one time, so the per-pass figures
-    // go beside the per-token ones.
+/// Speculation: the gaps between target passes and tokens per pass (when a pass delivers
+/// several tokens), then the speculation figures.
+fn speculation_pieces(focus: Option<&Focus>, w: usize) -> Vec<Piece> {
+    let mut out = Vec::new();
+    // A verify pass's accepted tokens share one time, so the per-pass figures go beside the
+    // per-token ones.
     if let Some((gap, per_pass)) = focus
         .and_then(|f| f.figures.pass_gap.zip(f.figures.tokens_per_pass))
         .filter(|(_, per_pass)| *per_pass > 1.0)
@@ -413,8 +458,8 @@ fn pieces(app: &App, view: &View, w: usize) -> Vec<Piece> {
                     "pass gap ms",
                     format!("{} passes", gap.count),
                     w,
-                    label,
-                    sub,
+                    theme::METRIC_LABEL,
+                    theme::METRIC_SUB_LABEL,
                 ),
                 cells(
                     &[
@@ -430,34 +475,27 @@ fn pieces(app: &App, view: &View, w: usize) -> Vec<Piece> {
     if let Some(stats) = focus.and_then(|f| f.turn.spec.as_ref()) {
         out.push(Piece::text(3, spec_lines(stats, w)));
     }
-    if let Some(h) = focus
-        .and_then(|f| f.turn.host.as_ref())
-        .filter(|h| h.host_us_per_token.is_some() && h.sampler != "server")
-    {
-        out.push(Piece::text(
-            3,
-            vec![row(
-                &format!(
-                    "host µs/tok ({} sampling)",
-                    if h.place.backend { "graph" } else { "host" }
-                ),
-                format::num(h.host_us_per_token),
-                w,
-                theme::METRIC_LABEL,
-                theme::METRIC_SUB_LABEL,
-            )],
-        ));
-    }
-    if let Some(lines) = quality_lines(app, focus.map(|f| f.turn), w) {
-        out.push(Piece::text(3, lines));
-    }
-    if let Some(lines) = confidence_lines(app, focus.map(|f| f.turn), w) {
-        out.push(Piece::text(3, lines));
-    }
-    out.push(Piece::text(2, context_lines(view, w)));
-    out.push(Piece::text(4, roofline_lines(app, view, w)));
-    out.push(history(app, w));
     out
+}
+
+/// Host time per token and where sampling ran, for a local turn that measured it.
+fn host_piece(focus: Option<&Focus>, w: usize) -> Option<Piece> {
+    let h = focus
+        .and_then(|f| f.turn.host.as_ref())
+        .filter(|h| h.host_us_per_token.is_some() && h.sampler != "server")?;
+    Some(Piece::text(
+        3,
+        vec![row(
+            &format!(
+                "host µs/tok ({} sampling)",
+                if h.place.backend { "graph" } else { "host" }
+            ),
+            format::num(h.host_us_per_token),
+            w,
+            theme::METRIC_LABEL,
+            theme::METRIC_SUB_LABEL,
+        )],
+    ))
 }
 
 /// The roofline of the answer shown: bytes a decode step reads at the current context depth,
