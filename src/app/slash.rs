@@ -51,188 +51,24 @@ impl App {
         self.notice(NoticeKind::Info, format!("{name} {value} (change: {how})"));
     }
 
+    /// Runs one command typed in the input: each has its own handler; the ones that need the
+    /// loop to act return its effects.
     pub(super) fn slash_command(&mut self, line: &str, now: Now) -> Vec<Effect> {
         let (cmd, arg) = match line.split_once(char::is_whitespace) {
             Some((c, a)) => (c, a.trim()),
             None => (line, ""),
         };
-        let parse_f32 = |s: &str| s.parse::<f32>().ok().filter(|v| v.is_finite());
         match cmd {
-            "/system" if arg.is_empty() => {
-                let text = match &self.conversation.system_prompt {
-                    Some(p) => format!(
-                        "system prompt: {} (/system TEXT replaces it, /system --clear removes it)",
-                        crate::text::ellipsis(&crate::text::collapse_spaces(p), 200)
-                    ),
-                    None => "no system prompt (/system TEXT sets one)".to_string(),
-                };
-                self.notice(NoticeKind::Info, text);
-            }
-            "/system" => {
-                let clear = matches!(arg, "--clear" | "-c" | "clear");
-                self.conversation.system_prompt = (!clear).then(|| arg.to_string());
-                let reread = if self.conversation.exchanges.is_empty() {
-                    ""
-                } else {
-                    "; the next answer re-reads the whole conversation with it (its prefill is longer)"
-                };
-                self.notice(
-                    NoticeKind::Info,
-                    if clear {
-                        format!("system prompt cleared{reread}")
-                    } else {
-                        format!("system prompt set, from the next answer on{reread}")
-                    },
-                );
-            }
-            "/temp" if arg.is_empty() => self.show_setting(
-                "temperature",
-                self.sampling.temperature.to_string(),
-                "/temp X, 0 to 100 (0: greedy)",
-            ),
-            "/temp" => match parse_f32(arg).filter(|v| (0.0..=100.0).contains(v)) {
-                Some(v) => {
-                    self.sampling.temperature = v;
-                    self.notice(NoticeKind::Info, format!("temperature {v}"));
-                }
-                None => self.notice(NoticeKind::Error, "/temp needs a number from 0 to 100"),
-            },
-            "/top_p" if arg.is_empty() => self.show_setting(
-                "top_p",
-                self.sampling.top_p.to_string(),
-                "/top_p X, 0 to 1 (1: off)",
-            ),
-            "/top_p" => match parse_f32(arg).filter(|v| (0.0..=1.0).contains(v)) {
-                Some(v) => {
-                    self.sampling.top_p = v;
-                    self.notice(NoticeKind::Info, format!("top_p {v}"));
-                }
-                None => self.notice(NoticeKind::Error, "/top_p needs a number from 0 to 1"),
-            },
-            "/min_p" if arg.is_empty() => self.show_setting(
-                "min_p",
-                self.sampling.min_p.to_string(),
-                "/min_p X, 0 to 1 (0: off)",
-            ),
-            "/min_p" => match parse_f32(arg).filter(|v| (0.0..=1.0).contains(v)) {
-                Some(v) => {
-                    self.sampling.min_p = v;
-                    self.notice(NoticeKind::Info, format!("min_p {v}"));
-                }
-                None => self.notice(NoticeKind::Error, "/min_p needs a number from 0 to 1"),
-            },
-            "/top_k" if arg.is_empty() => self.show_setting(
-                "top_k",
-                self.sampling.top_k.to_string(),
-                "/top_k N (0: off)",
-            ),
-            "/top_k" => match arg.parse::<u32>().ok().filter(|v| *v <= 1 << 24) {
-                Some(v) => {
-                    self.sampling.top_k = v;
-                    self.notice(NoticeKind::Info, format!("top_k {v}"));
-                }
-                None => self.notice(
-                    NoticeKind::Error,
-                    "/top_k needs a whole number (0 turns it off)",
-                ),
-            },
-            "/max" if arg.is_empty() => {
-                self.show_setting("max tokens", self.max_tokens.to_string(), "/max N")
-            }
-            "/max" => match arg.parse::<u32>().ok().filter(|v| *v >= 1) {
-                Some(v) => {
-                    self.max_tokens = v;
-                    self.notice(NoticeKind::Info, format!("max tokens {v}"));
-                }
-                None => self.notice(NoticeKind::Error, "/max needs a whole number ≥ 1"),
-            },
-            "/seed" if arg.is_empty() => self.show_setting(
-                "seed",
-                self.sampling.seed.to_string(),
-                "/seed N, or -1 for a random one",
-            ),
-            "/seed" if arg == "-1" => {
-                // llama.cpp's -1: a random seed. This one is drawn here and shown, so that the
-                // turn can be repeated (it is saved with the turn, as every seed is).
-                let v = crate::ids::random_u32();
-                self.sampling.seed = v;
-                self.notice(NoticeKind::Info, format!("seed {v} (random)"));
-            }
-            "/seed" => match arg.parse::<u32>() {
-                Ok(v) => {
-                    self.sampling.seed = v;
-                    self.notice(NoticeKind::Info, format!("seed {v}"));
-                }
-                Err(_) => self.notice(
-                    NoticeKind::Error,
-                    "/seed needs a whole number, or -1 for a random one",
-                ),
-            },
-            "/settings" => {
-                let p = &self.sampling;
-                let system = match &self.conversation.system_prompt {
-                    Some(_) => "system prompt set (/system shows it)",
-                    None => "no system prompt",
-                };
-                self.notice(
-                    NoticeKind::Info,
-                    format!(
-                        "temperature {} · top_k {} · top_p {} · min_p {} · repeat penalty {} · seed {} · max {} tokens · {system}",
-                        p.temperature, p.top_k, p.top_p, p.min_p, p.repeat_penalty, p.seed, self.max_tokens
-                    ),
-                );
-            }
-            "/export" => {
-                let mut parts = arg.splitn(2, char::is_whitespace);
-                let format = match parts.next() {
-                    Some("md") | Some("markdown") => Some(ExportFormat::Markdown),
-                    Some("json") => Some(ExportFormat::Json),
-                    _ => None,
-                };
-                let path = parts.next().map(str::trim).filter(|p| !p.is_empty());
-                match format {
-                    Some(format) => {
-                        // Without a path: a file named after the conversation, in the folder
-                        // tokscope was started in (the notice after the write says where).
-                        let path = match path {
-                            Some(p) => crate::config::expand_home(std::path::Path::new(p)),
-                            None => std::path::PathBuf::from(format!(
-                                "tokscope-{}.{}",
-                                self.conversation.id,
-                                match format {
-                                    ExportFormat::Markdown => "md",
-                                    ExportFormat::Json => "json",
-                                }
-                            )),
-                        };
-                        return vec![Effect::Export {
-                            format,
-                            path,
-                            conversation: self.conversation.to_saved(now.unix_s),
-                            settings: self.current_settings(),
-                        }];
-                    }
-                    None => self.notice(NoticeKind::Error, "usage: /export md|json [PATH]"),
-                }
-            }
-            "/trace" => {
-                let path = match arg.trim() {
-                    "" => std::path::PathBuf::from(format!(
-                        "tokscope-trace-{}.json",
-                        self.conversation.id
-                    )),
-                    p => crate::config::expand_home(std::path::Path::new(p)),
-                };
-                let turns = self.traced_turns();
-                if turns.is_empty() {
-                    self.notice(
-                        NoticeKind::Error,
-                        "nothing to trace yet: the trace covers the answers of this session (send a message first)",
-                    );
-                } else {
-                    return vec![Effect::WriteTrace { path, turns }];
-                }
-            }
+            "/system" => self.system_command(arg),
+            "/temp" => self.temp_command(arg),
+            "/top_p" => self.top_p_command(arg),
+            "/min_p" => self.min_p_command(arg),
+            "/top_k" => self.top_k_command(arg),
+            "/max" => self.max_command(arg),
+            "/seed" => self.seed_command(arg),
+            "/settings" => self.settings_command(),
+            "/export" => return self.export_command(arg, now),
+            "/trace" => return self.trace_command(arg),
             "/model" if arg.is_empty() => return self.open_picker(PickFor::Switch),
             "/model" => return self.start_switch(arg),
             "/ab" if arg.is_empty() => return self.open_picker(PickFor::Ab),
@@ -241,12 +77,7 @@ impl App {
             "/ref" => return self.ref_command(arg),
             "/new" => return self.new_conversation(now),
             "/copy" => return self.copy(arg),
-            "/help" => {
-                self.help_return = Mode::Chat;
-                self.help_scroll = 0;
-                self.help_from_end = None;
-                self.mode = Mode::Help;
-            }
+            "/help" => self.help_command(),
             "/quit" | "/exit" => return self.quit(),
             other => self.notice(
                 NoticeKind::Error,
@@ -255,6 +86,243 @@ impl App {
         }
         Vec::new()
     }
+
+    /// `/system`: shows the system prompt, or sets it (`--clear` removes it) from the next
+    /// answer on.
+    fn system_command(&mut self, arg: &str) {
+        if arg.is_empty() {
+            let text = match &self.conversation.system_prompt {
+                Some(p) => format!(
+                    "system prompt: {} (/system TEXT replaces it, /system --clear removes it)",
+                    crate::text::ellipsis(&crate::text::collapse_spaces(p), 200)
+                ),
+                None => "no system prompt (/system TEXT sets one)".to_string(),
+            };
+            self.notice(NoticeKind::Info, text);
+            return;
+        }
+        let clear = matches!(arg, "--clear" | "-c" | "clear");
+        self.conversation.system_prompt = (!clear).then(|| arg.to_string());
+        let reread = if self.conversation.exchanges.is_empty() {
+            ""
+        } else {
+            "; the next answer re-reads the whole conversation with it (its prefill is longer)"
+        };
+        self.notice(
+            NoticeKind::Info,
+            if clear {
+                format!("system prompt cleared{reread}")
+            } else {
+                format!("system prompt set, from the next answer on{reread}")
+            },
+        );
+    }
+
+    /// `/temp`: shows the temperature, or sets it (0 to 100).
+    fn temp_command(&mut self, arg: &str) {
+        if arg.is_empty() {
+            self.show_setting(
+                "temperature",
+                self.sampling.temperature.to_string(),
+                "/temp X, 0 to 100 (0: greedy)",
+            );
+            return;
+        }
+        match finite_f32(arg).filter(|v| (0.0..=100.0).contains(v)) {
+            Some(v) => {
+                self.sampling.temperature = v;
+                self.notice(NoticeKind::Info, format!("temperature {v}"));
+            }
+            None => self.notice(NoticeKind::Error, "/temp needs a number from 0 to 100"),
+        }
+    }
+
+    /// `/top_p`: shows top_p, or sets it (0 to 1).
+    fn top_p_command(&mut self, arg: &str) {
+        if arg.is_empty() {
+            self.show_setting(
+                "top_p",
+                self.sampling.top_p.to_string(),
+                "/top_p X, 0 to 1 (1: off)",
+            );
+            return;
+        }
+        match finite_f32(arg).filter(|v| (0.0..=1.0).contains(v)) {
+            Some(v) => {
+                self.sampling.top_p = v;
+                self.notice(NoticeKind::Info, format!("top_p {v}"));
+            }
+            None => self.notice(NoticeKind::Error, "/top_p needs a number from 0 to 1"),
+        }
+    }
+
+    /// `/min_p`: shows min_p, or sets it (0 to 1).
+    fn min_p_command(&mut self, arg: &str) {
+        if arg.is_empty() {
+            self.show_setting(
+                "min_p",
+                self.sampling.min_p.to_string(),
+                "/min_p X, 0 to 1 (0: off)",
+            );
+            return;
+        }
+        match finite_f32(arg).filter(|v| (0.0..=1.0).contains(v)) {
+            Some(v) => {
+                self.sampling.min_p = v;
+                self.notice(NoticeKind::Info, format!("min_p {v}"));
+            }
+            None => self.notice(NoticeKind::Error, "/min_p needs a number from 0 to 1"),
+        }
+    }
+
+    /// `/top_k`: shows top_k, or sets it (a whole number up to 2^24; 0 turns it off).
+    fn top_k_command(&mut self, arg: &str) {
+        if arg.is_empty() {
+            self.show_setting(
+                "top_k",
+                self.sampling.top_k.to_string(),
+                "/top_k N (0: off)",
+            );
+            return;
+        }
+        match arg.parse::<u32>().ok().filter(|v| *v <= 1 << 24) {
+            Some(v) => {
+                self.sampling.top_k = v;
+                self.notice(NoticeKind::Info, format!("top_k {v}"));
+            }
+            None => self.notice(
+                NoticeKind::Error,
+                "/top_k needs a whole number (0 turns it off)",
+            ),
+        }
+    }
+
+    /// `/max`: shows the most tokens an answer may have, or sets it (at least 1).
+    fn max_command(&mut self, arg: &str) {
+        if arg.is_empty() {
+            self.show_setting("max tokens", self.max_tokens.to_string(), "/max N");
+            return;
+        }
+        match arg.parse::<u32>().ok().filter(|v| *v >= 1) {
+            Some(v) => {
+                self.max_tokens = v;
+                self.notice(NoticeKind::Info, format!("max tokens {v}"));
+            }
+            None => self.notice(NoticeKind::Error, "/max needs a whole number ≥ 1"),
+        }
+    }
+
+    /// `/seed`: shows the seed, or sets it (`-1` draws a random one and shows it).
+    fn seed_command(&mut self, arg: &str) {
+        if arg.is_empty() {
+            self.show_setting(
+                "seed",
+                self.sampling.seed.to_string(),
+                "/seed N, or -1 for a random one",
+            );
+            return;
+        }
+        if arg == "-1" {
+            // llama.cpp's -1: a random seed. This one is drawn here and shown, so that the
+            // turn can be repeated (it is saved with the turn, as every seed is).
+            let v = crate::ids::random_u32();
+            self.sampling.seed = v;
+            self.notice(NoticeKind::Info, format!("seed {v} (random)"));
+            return;
+        }
+        match arg.parse::<u32>() {
+            Ok(v) => {
+                self.sampling.seed = v;
+                self.notice(NoticeKind::Info, format!("seed {v}"));
+            }
+            Err(_) => self.notice(
+                NoticeKind::Error,
+                "/seed needs a whole number, or -1 for a random one",
+            ),
+        }
+    }
+
+    /// `/settings`: every sampling setting, the token limit and whether a system prompt is set,
+    /// on one line.
+    fn settings_command(&mut self) {
+        let p = &self.sampling;
+        let system = match &self.conversation.system_prompt {
+            Some(_) => "system prompt set (/system shows it)",
+            None => "no system prompt",
+        };
+        self.notice(
+            NoticeKind::Info,
+            format!(
+                "temperature {} · top_k {} · top_p {} · min_p {} · repeat penalty {} · seed {} · max {} tokens · {system}",
+                p.temperature, p.top_k, p.top_p, p.min_p, p.repeat_penalty, p.seed, self.max_tokens
+            ),
+        );
+    }
+
+    /// `/export md|json [PATH]`: the effect that writes the conversation, or the usage.
+    fn export_command(&mut self, arg: &str, now: Now) -> Vec<Effect> {
+        let mut parts = arg.splitn(2, char::is_whitespace);
+        let format = match parts.next() {
+            Some("md") | Some("markdown") => Some(ExportFormat::Markdown),
+            Some("json") => Some(ExportFormat::Json),
+            _ => None,
+        };
+        let path = parts.next().map(str::trim).filter(|p| !p.is_empty());
+        let Some(format) = format else {
+            self.notice(NoticeKind::Error, "usage: /export md|json [PATH]");
+            return Vec::new();
+        };
+        // Without a path: a file named after the conversation, in the folder tokscope was
+        // started in (the notice after the write says where).
+        let path = match path {
+            Some(p) => crate::config::expand_home(std::path::Path::new(p)),
+            None => std::path::PathBuf::from(format!(
+                "tokscope-{}.{}",
+                self.conversation.id,
+                match format {
+                    ExportFormat::Markdown => "md",
+                    ExportFormat::Json => "json",
+                }
+            )),
+        };
+        vec![Effect::Export {
+            format,
+            path,
+            conversation: self.conversation.to_saved(now.unix_s),
+            settings: self.current_settings(),
+        }]
+    }
+
+    /// `/trace [PATH]`: the effect that writes this session's answers as a trace, or why there
+    /// is nothing to write.
+    fn trace_command(&mut self, arg: &str) -> Vec<Effect> {
+        let path = match arg.trim() {
+            "" => std::path::PathBuf::from(format!("tokscope-trace-{}.json", self.conversation.id)),
+            p => crate::config::expand_home(std::path::Path::new(p)),
+        };
+        let turns = self.traced_turns();
+        if turns.is_empty() {
+            self.notice(
+                NoticeKind::Error,
+                "nothing to trace yet: the trace covers the answers of this session (send a message first)",
+            );
+            return Vec::new();
+        }
+        vec![Effect::WriteTrace { path, turns }]
+    }
+
+    /// `/help`: opens the help screen at its top, returning to the chat.
+    fn help_command(&mut self) {
+        self.help_return = Mode::Chat;
+        self.help_scroll = 0;
+        self.help_from_end = None;
+        self.mode = Mode::Help;
+    }
+}
+
+/// A finite number typed after a command (`NaN` and infinities are refused like text).
+fn finite_f32(s: &str) -> Option<f32> {
+    s.parse::<f32>().ok().filter(|v| v.is_finite())
 }
 
 #[cfg(test)]
