@@ -181,25 +181,40 @@ fn count_of(header: &GgufHeader, key: &str) -> Result<Option<Vec<u64>>, Defect> 
 /// Layer, head and embedding counts, sizes that fit a C `int`, and finite positive norm
 /// epsilons and RoPE bases.
 pub(crate) fn validate_hyperparameters(header: &GgufHeader) -> Result<(), Defect> {
-    let Some(arch) = header
+    let arch = architecture(header)?;
+    let key = |k: &str| format!("{arch}.{k}");
+    let n_layer = check_layer_count(header, &key("block_count"))?;
+    let n_embd = check_embedding_length(header, &key("embedding_length"))?;
+    check_head_counts(header, arch, n_layer, n_embd)?;
+    check_head_sizes(header, arch)?;
+    check_context_length(header, &key("context_length"))?;
+    check_expert_counts(header, arch)?;
+    check_floats(header, arch)
+}
+
+/// The architecture the file names (`general.architecture`), which prefixes every other key.
+fn architecture(header: &GgufHeader) -> Result<&str, Defect> {
+    header
         .get("general.architecture")
         .and_then(GgufValue::as_str)
-    else {
-        return Err(bad(
-            "general.architecture",
-            "missing",
-            "llama.cpp needs the architecture to load the file",
-        ));
-    };
-    let key = |k: &str| format!("{arch}.{k}");
+        .ok_or_else(|| {
+            bad(
+                "general.architecture",
+                "missing",
+                "llama.cpp needs the architecture to load the file",
+            )
+        })
+}
 
-    let layers_key = key("block_count");
-    let n_layer = match count_of(header, &layers_key)? {
+/// The block count, when present: between 1 and `MAX_LAYERS`, and above every layer that has
+/// tensors.
+fn check_layer_count(header: &GgufHeader, layers_key: &str) -> Result<Option<u64>, Defect> {
+    let n_layer = match count_of(header, layers_key)? {
         Some(v) => {
             let n = v.first().copied().unwrap_or(0);
             if n == 0 || n > MAX_LAYERS {
                 return Err(bad(
-                    &layers_key,
+                    layers_key,
                     n,
                     format!("a model has between 1 and {MAX_LAYERS} layers"),
                 ));
@@ -225,30 +240,45 @@ pub(crate) fn validate_hyperparameters(header: &GgufHeader) -> Result<(), Defect
         if let Some(h) = highest {
             if h >= n {
                 return Err(bad(
-                    &layers_key,
+                    layers_key,
                     n,
                     format!("the file has tensors for layer {h}"),
                 ));
             }
         }
     }
+    Ok(n_layer)
+}
 
-    let embd_key = key("embedding_length");
-    let n_embd = match count_of(header, &embd_key)? {
+/// The embedding length, when present: between 1 and `MAX_EMBEDDING_LENGTH`.
+fn check_embedding_length(header: &GgufHeader, embd_key: &str) -> Result<Option<u64>, Defect> {
+    match count_of(header, embd_key)? {
         Some(v) => {
             let n = v.first().copied().unwrap_or(0);
             if n == 0 || n > MAX_EMBEDDING_LENGTH {
                 return Err(bad(
-                    &embd_key,
+                    embd_key,
                     n,
                     format!("an embedding has between 1 and {MAX_EMBEDDING_LENGTH} dimensions"),
                 ));
             }
-            Some(n)
+            Ok(Some(n))
         }
-        None => None,
-    };
+        None => Ok(None),
+    }
+}
 
+/// The attention head counts (scalar or per layer): one value per layer, at most `MAX_HEADS`,
+/// dividing the embedding into whole heads, with key/value heads that divide them, and at
+/// least one of each where the model has attention tensors.
+fn check_head_counts(
+    header: &GgufHeader,
+    arch: &str,
+    n_layer: Option<u64>,
+    n_embd: Option<u64>,
+) -> Result<(), Defect> {
+    let key = |k: &str| format!("{arch}.{k}");
+    let embd_key = key("embedding_length");
     let heads_key = key("attention.head_count");
     let kv_heads_key = key("attention.head_count_kv");
     let heads = count_of(header, &heads_key)?;
@@ -258,85 +288,102 @@ pub(crate) fn validate_hyperparameters(header: &GgufHeader) -> Result<(), Defect
         .iter()
         .any(|t| t.name.starts_with("blk.") && t.name.contains(".attn_q"));
     let explicit_head_size = header.get(&key("attention.key_length")).is_some();
-    if let Some(heads) = &heads {
-        if let (Some(n), Some(layers)) = (n_layer, heads.len().checked_sub(1)) {
-            if layers > 0 && heads.len() as u64 != n {
+    let Some(heads) = &heads else {
+        if has_attention && n_embd.is_some() {
+            return Err(bad(
+                &heads_key,
+                "missing",
+                "the model has attention tensors but no head count",
+            ));
+        }
+        return Ok(());
+    };
+    if let (Some(n), Some(layers)) = (n_layer, heads.len().checked_sub(1)) {
+        if layers > 0 && heads.len() as u64 != n {
+            return Err(bad(
+                &heads_key,
+                format!("{} values", heads.len()),
+                format!("a per-layer list must have one value per layer ({n})"),
+            ));
+        }
+    }
+    for (layer, &h) in heads.iter().enumerate() {
+        if h > MAX_HEADS {
+            return Err(bad(&heads_key, h, format!("at most {MAX_HEADS} heads")));
+        }
+        if h == 0 {
+            if has_attention {
                 return Err(bad(
                     &heads_key,
-                    format!("{} values", heads.len()),
-                    format!("a per-layer list must have one value per layer ({n})"),
+                    0,
+                    "the model has attention tensors, so it needs at least one head",
+                ));
+            }
+            continue;
+        }
+        if let (Some(e), false) = (n_embd, explicit_head_size) {
+            if e % h != 0 {
+                return Err(bad(
+                    &heads_key,
+                    h,
+                    format!("it does not divide {embd_key} ({e}) into whole heads"),
                 ));
             }
         }
-        for (layer, &h) in heads.iter().enumerate() {
-            if h > MAX_HEADS {
-                return Err(bad(&heads_key, h, format!("at most {MAX_HEADS} heads")));
+        if let Some(kv) = &kv_heads {
+            let k = kv.get(layer).or(kv.first()).copied().unwrap_or(h);
+            if k > h || (k > 0 && h % k != 0) {
+                return Err(bad(
+                    &kv_heads_key,
+                    k,
+                    format!("it must divide {heads_key} ({h})"),
+                ));
             }
-            if h == 0 {
-                if has_attention {
-                    return Err(bad(
-                        &heads_key,
-                        0,
-                        "the model has attention tensors, so it needs at least one head",
-                    ));
-                }
-                continue;
-            }
-            if let (Some(e), false) = (n_embd, explicit_head_size) {
-                if e % h != 0 {
-                    return Err(bad(
-                        &heads_key,
-                        h,
-                        format!("it does not divide {embd_key} ({e}) into whole heads"),
-                    ));
-                }
-            }
-            if let Some(kv) = &kv_heads {
-                let k = kv.get(layer).or(kv.first()).copied().unwrap_or(h);
-                if k > h || (k > 0 && h % k != 0) {
-                    return Err(bad(
-                        &kv_heads_key,
-                        k,
-                        format!("it must divide {heads_key} ({h})"),
-                    ));
-                }
-                if k == 0 && has_attention {
-                    return Err(bad(
-                        &kv_heads_key,
-                        0,
-                        "the model has attention tensors, so it needs at least one key/value head",
-                    ));
-                }
+            if k == 0 && has_attention {
+                return Err(bad(
+                    &kv_heads_key,
+                    0,
+                    "the model has attention tensors, so it needs at least one key/value head",
+                ));
             }
         }
-    } else if has_attention && n_embd.is_some() {
-        return Err(bad(
-            &heads_key,
-            "missing",
-            "the model has attention tensors but no head count",
-        ));
     }
+    Ok(())
+}
+
+/// The key and value head sizes, when present: every value between 1 and
+/// `MAX_EMBEDDING_LENGTH`.
+fn check_head_sizes(header: &GgufHeader, arch: &str) -> Result<(), Defect> {
     for k in ["attention.key_length", "attention.value_length"] {
-        let k = key(k);
+        let k = format!("{arch}.{k}");
         if let Some(v) = count_of(header, &k)? {
             if v.iter().any(|&x| x == 0 || x > MAX_EMBEDDING_LENGTH) {
                 return Err(bad(&k, format!("{v:?}"), "a head has 1 or more dimensions"));
             }
         }
     }
+    Ok(())
+}
 
-    let ctx_key = key("context_length");
-    if let Some(v) = count_of(header, &ctx_key)? {
+/// The context length, when present: between 1 and `MAX_CONTEXT_LENGTH` (a C `int`).
+fn check_context_length(header: &GgufHeader, ctx_key: &str) -> Result<(), Defect> {
+    if let Some(v) = count_of(header, ctx_key)? {
         let n = v.first().copied().unwrap_or(0);
         if n == 0 || n > MAX_CONTEXT_LENGTH {
             return Err(bad(
-                &ctx_key,
+                ctx_key,
                 n,
                 format!("llama.cpp counts positions in a C int (1 to {MAX_CONTEXT_LENGTH})"),
             ));
         }
     }
-    let experts_key = key("expert_count");
+    Ok(())
+}
+
+/// The expert counts, when present: at most `MAX_EXPERTS`, and no more experts used per token
+/// than the model has.
+fn check_expert_counts(header: &GgufHeader, arch: &str) -> Result<(), Defect> {
+    let experts_key = format!("{arch}.expert_count");
     let experts = count_of(header, &experts_key)?.and_then(|v| v.first().copied());
     if let Some(n) = experts {
         if n > MAX_EXPERTS {
@@ -347,7 +394,7 @@ pub(crate) fn validate_hyperparameters(header: &GgufHeader) -> Result<(), Defect
             ));
         }
     }
-    let used_key = key("expert_used_count");
+    let used_key = format!("{arch}.expert_used_count");
     if let Some(u) = count_of(header, &used_key)?.and_then(|v| v.first().copied()) {
         if u > experts.unwrap_or(0) {
             return Err(bad(
@@ -360,8 +407,11 @@ pub(crate) fn validate_hyperparameters(header: &GgufHeader) -> Result<(), Defect
             ));
         }
     }
+    Ok(())
+}
 
-    // Every float of the architecture is finite; epsilons and RoPE bases are positive.
+/// Every float of the architecture is finite; epsilons and RoPE bases are positive.
+fn check_floats(header: &GgufHeader, arch: &str) -> Result<(), Defect> {
     for (k, v) in &header.metadata {
         if !k.starts_with(&format!("{arch}.")) {
             continue;
