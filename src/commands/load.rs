@@ -16,7 +16,7 @@ use crate::commands::runtime;
 use crate::commands::{Failure, FAILURE, USAGE};
 use crate::load::report::{self, LoadSummary, Slo};
 use crate::load::{publish, run_level, scrape, warm_up, Arrivals, LoadPlan, Progress, PromptSet};
-use crate::remote::RemoteClient;
+use crate::remote::{Endpoint, RemoteClient};
 
 /// The eval text (public domain) the default prompts are cut from.
 const EVAL_TEXT: &str = include_str!("../../assets/eval/alice.txt");
@@ -241,6 +241,101 @@ fn jsonl_prompts(path: &PathBuf) -> Result<PromptSet, Failure> {
 }
 
 pub(crate) fn load(args: &LoadArgs) -> Result<(), Failure> {
+    let Checked {
+        endpoint,
+        slo,
+        duration,
+        requests,
+        input_len,
+        levels,
+        drain,
+        metrics_interval,
+        exporters,
+    } = check(args)?;
+    // Said once: a server without (readable) metrics.
+    let metrics_refused = Arc::new(AtomicBool::new(false));
+    let rt = runtime()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    rt.block_on(async {
+        // Ctrl-C is ours from the start: while the model is looked up and the prompts are cut
+        // it ends `load` at once; during a level it stops sending (see `run_level`).
+        stop_on_ctrl_c(Arc::clone(&stop));
+        let client = Arc::new(RemoteClient::new(endpoint)?);
+        let figures = exporters.figures(client.endpoint().host_and_port());
+        // Listening first: a port in use is said before anything is sent.
+        let _exposition = expose(exporters.prometheus, figures.as_ref()).await?;
+        let (model, prompts) = tokio::select! {
+            prepared = prepare(args, &client, requests, input_len) => prepared?,
+            () = stopped(&stop) => return Err(Failure::new(
+                FAILURE,
+                "stopped by Ctrl-C while looking up the model and cutting the prompts: nothing was measured",
+            )),
+        };
+        if let Some(Ok(mut f)) = figures.as_ref().map(|f| f.lock()) {
+            f.set_model(&model);
+        }
+        let plan = |arrivals| LoadPlan {
+            arrivals,
+            requests,
+            duration,
+            warmup: args.warmup,
+            model: model.clone(),
+            output_len: args.output_len,
+            ignore_eos: !args.no_ignore_eos,
+            slo,
+            seed: args.seed,
+            drain,
+        };
+        let run = |arrivals: Arrivals| {
+            measure_level(
+                Arc::clone(&client),
+                plan(arrivals),
+                &prompts,
+                Arc::clone(&stop),
+                Arc::clone(&metrics_refused),
+                figures.clone(),
+                metrics_interval,
+            )
+        };
+        let measured =
+            run_levels(args, levels, slo, &run, &stop, &exporters, figures.as_ref()).await?;
+        print_rows(
+            args,
+            &client,
+            &model,
+            &prompts,
+            &measured.rows,
+            measured.capacity,
+        )?;
+        if let Some(served) = &_exposition {
+            hold(served.addr, args.prometheus_hold, &stop).await;
+        }
+        if let Some(why) = measured.otlp_failed {
+            return Err(Failure::new(
+                FAILURE,
+                format!("the OTLP export failed: {why} (the report above is complete)"),
+            ));
+        }
+        Ok::<(), Failure>(())
+    })
+}
+
+/// The flags checked, in the order they are read, before anything runs: everything the levels
+/// share but the model and the prompts.
+struct Checked {
+    endpoint: Endpoint,
+    slo: Option<Slo>,
+    duration: Option<Duration>,
+    requests: Option<usize>,
+    input_len: (usize, usize),
+    levels: Vec<Arrivals>,
+    drain: Duration,
+    metrics_interval: Duration,
+    exporters: publish::Exporters,
+}
+
+/// Reads and checks every flag; each refusal names its flag.
+fn check(args: &LoadArgs) -> Result<Checked, Failure> {
     let url = args
         .remote
         .url
@@ -262,6 +357,36 @@ pub(crate) fn load(args: &LoadArgs) -> Result<(), Failure> {
         .map(Slo::parse)
         .transpose()
         .map_err(|e| usage(format!("--slo: {e}")))?;
+    let (duration, requests) = level_size(args)?;
+    if args.output_len == 0 {
+        return Err(usage("--output-len: expected at least 1"));
+    }
+    let input_len = parse_range(&args.input_len)?;
+    let levels = levels(args)?;
+    let drain = Duration::from_secs_f64(args.drain.clamp(0.0, 600.0));
+    if args.metrics_interval != 0 && !(50..=60_000).contains(&args.metrics_interval) {
+        return Err(usage(format!(
+            "--metrics-interval {}: expected milliseconds from 50 to 60000 (0: off)",
+            args.metrics_interval
+        )));
+    }
+    let metrics_interval = Duration::from_millis(args.metrics_interval);
+    let exporters = exporters(args)?;
+    Ok(Checked {
+        endpoint,
+        slo,
+        duration,
+        requests,
+        input_len,
+        levels,
+        drain,
+        metrics_interval,
+        exporters,
+    })
+}
+
+/// How long a level lasts: `--duration`, and `--requests` (32 when neither is given).
+fn level_size(args: &LoadArgs) -> Result<(Option<Duration>, Option<usize>), Failure> {
     let duration = match args.duration {
         Some(d) if d.is_finite() && d > 0.0 && d <= 86_400.0 => Some(Duration::from_secs_f64(d)),
         Some(d) => {
@@ -277,11 +402,13 @@ pub(crate) fn load(args: &LoadArgs) -> Result<(), Failure> {
         (None, None) => Some(32),
         (None, Some(_)) => None,
     };
-    if args.output_len == 0 {
-        return Err(usage("--output-len: expected at least 1"));
-    }
-    let input_len = parse_range(&args.input_len)?;
-    let levels: Vec<Arrivals> = if let Some(s) = &args.sweep {
+    Ok((duration, requests))
+}
+
+/// The levels to run: `--sweep`'s, `--rate`'s, none for `--find-capacity` (it picks its own),
+/// else `--concurrency` (1 by default).
+fn levels(args: &LoadArgs) -> Result<Vec<Arrivals>, Failure> {
+    Ok(if let Some(s) = &args.sweep {
         parse_sweep(s, args.burstiness)?
     } else if let Some(r) = args.rate {
         check_rate(r)?;
@@ -295,187 +422,195 @@ pub(crate) fn load(args: &LoadArgs) -> Result<(), Failure> {
         let c = args.concurrency.unwrap_or(1);
         check_concurrency(c)?;
         vec![Arrivals::Concurrency(c)]
-    };
-    let drain = Duration::from_secs_f64(args.drain.clamp(0.0, 600.0));
-    if args.metrics_interval != 0 && !(50..=60_000).contains(&args.metrics_interval) {
-        return Err(usage(format!(
-            "--metrics-interval {}: expected milliseconds from 50 to 60000 (0: off)",
-            args.metrics_interval
-        )));
+    })
+}
+
+/// Sets `stop` on Ctrl-C, saying so on stderr.
+fn stop_on_ctrl_c(stop: Arc<AtomicBool>) {
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!("\nstopping: no new requests; waiting for those in flight…");
+            stop.store(true, Ordering::SeqCst);
+        }
+    });
+}
+
+/// Ends once `stop` is set.
+async fn stopped(stop: &AtomicBool) {
+    while !stop.load(Ordering::SeqCst) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let metrics_interval = Duration::from_millis(args.metrics_interval);
-    let exporters = exporters(args)?;
-    // Said once: a server without (readable) metrics.
-    let metrics_refused = Arc::new(AtomicBool::new(false));
-    let rt = runtime()?;
-    let stop = Arc::new(AtomicBool::new(false));
-    rt.block_on(async {
-        // Ctrl-C is ours from the start: while the model is looked up and the prompts are cut
-        // it ends `load` at once; during a level it stops sending (see `run_level`).
-        let ctrl_c_stop = Arc::clone(&stop);
-        tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                eprintln!("\nstopping: no new requests; waiting for those in flight…");
-                ctrl_c_stop.store(true, Ordering::SeqCst);
-            }
-        });
-        let client = Arc::new(RemoteClient::new(endpoint)?);
-        let figures = exporters.figures(client.endpoint().host_and_port());
-        // Listening first: a port in use is said before anything is sent.
-        let _exposition = match (exporters.prometheus, &figures) {
-            (Some(addr), Some(figures)) => {
-                let served = publish::serve(addr, Arc::clone(figures))
-                    .await
-                    .map_err(usage)?;
-                eprintln!(
-                    "tokscope's own figures: http://{}/metrics (Prometheus text)",
-                    served.addr
-                );
-                Some(served)
-            }
-            _ => None,
-        };
-        let prepare = async {
-            let model = match &args.model {
-                Some(m) => m.clone(),
-                None => client.default_model().await?,
-            };
-            let n_prompts = requests.unwrap_or(64).clamp(1, 256);
-            // The warm-up's own prompts, none of them sent in a level (see `warm_up`).
-            let n_warmup = args.warmup.min(256);
-            let (prompts, note) = match &args.prompts {
-                Some(p) => {
-                    let set = jsonl_prompts(p)?.set_apart_for_warmup(n_warmup);
-                    let note = (n_warmup > 0 && set.warmup.is_empty()).then(|| format!(
-                        "warm-up: {} has only {} prompts, so the warm-up sends the level's own and the server may answer the first of them from its prompt cache (give more prompts than --warmup to keep them apart)",
-                        p.display(),
-                        set.prompts.len()
-                    ));
-                    (set, note)
-                }
-                None => {
-                    let (set, note) = PromptSet::from_text(
-                        &client,
-                        &model,
-                        EVAL_TEXT,
-                        input_len,
-                        (n_prompts, n_warmup),
-                        args.seed,
-                    )
-                    .await;
-                    (set, Some(note))
-                }
-            };
-            if let Some(note) = note {
-                eprintln!("{}", crate::text::terminal_safe(&note));
-            }
-            Ok::<_, Failure>((model, prompts))
-        };
-        let stopped = async {
-            while !stop.load(Ordering::SeqCst) {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        };
-        let (model, prompts) = tokio::select! {
-            prepared = prepare => prepared?,
-            () = stopped => return Err(Failure::new(
-                FAILURE,
-                "stopped by Ctrl-C while looking up the model and cutting the prompts: nothing was measured",
-            )),
-        };
-        if let Some(Ok(mut f)) = figures.as_ref().map(|f| f.lock()) {
-            f.set_model(&model);
-        }
-        let plan = |arrivals| LoadPlan {
-            arrivals,
-            requests,
-            duration,
-            warmup: args.warmup,
-            model: model.clone(),
-            output_len: args.output_len,
-            ignore_eos: !args.no_ignore_eos,
-            slo,
-            seed: args.seed,
-            drain,
-        };
-        let mut rows = Vec::new();
-        let mut capacity = None;
-        let run = |arrivals: Arrivals| {
-            let client = Arc::clone(&client);
-            let stop = Arc::clone(&stop);
-            let plan = plan(arrivals);
-            let prompts = &prompts;
-            let refused = Arc::clone(&metrics_refused);
-            let figures = figures.clone();
-            async move {
-                warm_up(&client, &plan, prompts, &stop).await?;
-                // The baseline once the warm-up is done: the deltas are the level's own.
-                let scraping = if metrics_interval.is_zero()
-                    || refused.load(Ordering::SeqCst)
-                    || stop.load(Ordering::SeqCst)
-                {
-                    None
-                } else {
-                    match scrape::Level::start(Arc::clone(&client), metrics_interval).await {
-                        Ok(level) => Some(level),
-                        Err(why) => {
-                            refused.store(true, Ordering::SeqCst);
-                            eprintln!(
-                                "{}",
-                                crate::text::terminal_safe(&format!(
-                                    "server metrics left out: {why} (llama-server serves them with --metrics; --metrics-interval 0 turns scraping off)"
-                                ))
-                            );
-                            None
-                        }
-                    }
-                };
-                let progress = Arc::new(Progress::default());
-                let ticker = spawn_progress(arrivals.label(), Arc::clone(&progress));
-                let out =
-                    run_level(client, &plan, prompts, stop, progress, figures.as_ref()).await;
-                ticker.abort();
-                if std::io::stderr().is_terminal() {
-                    eprint!("\r\x1b[2K");
-                }
-                let mut row = out?;
-                if let Some(level) = scraping {
-                    row.server_metrics = level.finish().await;
-                }
-                Ok::<LoadSummary, crate::remote::RemoteError>(row)
-            }
-        };
-        let mut otlp_failed = None;
-        if args.find_capacity {
-            let slo = slo.ok_or_else(|| usage("--find-capacity needs --slo"))?;
-            let shown = |row: &LoadSummary| eprintln!("{}", row.line());
-            capacity = Some(
-                crate::load::capacity::find(&mut rows, &run, slo, args.burstiness, &stop, &shown)
-                    .await?,
-            );
-            export(&exporters, figures.as_ref(), &mut otlp_failed).await;
-        } else {
-            for arrivals in levels {
-                if stop.load(Ordering::SeqCst) {
-                    break;
-                }
-                let row = run(arrivals).await?;
-                eprintln!("{}", row.line());
-                rows.push(row);
-                export(&exporters, figures.as_ref(), &mut otlp_failed).await;
-            }
-        }
-        print_rows(args, &client, &model, &prompts, &rows, capacity)?;
-        if let Some(served) = &_exposition {
-            hold(served.addr, args.prometheus_hold, &stop).await;
-        }
-        if let Some(why) = otlp_failed {
-            return Err(Failure::new(
-                FAILURE,
-                format!("the OTLP export failed: {why} (the report above is complete)"),
+}
+
+/// `--prometheus`: serves `figures` at `addr` (said on stderr) until the returned guard drops.
+async fn expose(
+    addr: Option<std::net::SocketAddr>,
+    figures: Option<&publish::Shared>,
+) -> Result<Option<publish::Exposition>, Failure> {
+    let (Some(addr), Some(figures)) = (addr, figures) else {
+        return Ok(None);
+    };
+    let served = publish::serve(addr, Arc::clone(figures))
+        .await
+        .map_err(usage)?;
+    eprintln!(
+        "tokscope's own figures: http://{}/metrics (Prometheus text)",
+        served.addr
+    );
+    Ok(Some(served))
+}
+
+/// The model (`-m`, else the server's first) and the prompts (`--prompts`, else cut from the
+/// eval text), with the warm-up's set apart; what to say about them goes to stderr.
+async fn prepare(
+    args: &LoadArgs,
+    client: &RemoteClient,
+    requests: Option<usize>,
+    input_len: (usize, usize),
+) -> Result<(String, PromptSet), Failure> {
+    let model = match &args.model {
+        Some(m) => m.clone(),
+        None => client.default_model().await?,
+    };
+    let n_prompts = requests.unwrap_or(64).clamp(1, 256);
+    // The warm-up's own prompts, none of them sent in a level (see `warm_up`).
+    let n_warmup = args.warmup.min(256);
+    let (prompts, note) = match &args.prompts {
+        Some(p) => {
+            let set = jsonl_prompts(p)?.set_apart_for_warmup(n_warmup);
+            let note = (n_warmup > 0 && set.warmup.is_empty()).then(|| format!(
+                "warm-up: {} has only {} prompts, so the warm-up sends the level's own and the server may answer the first of them from its prompt cache (give more prompts than --warmup to keep them apart)",
+                p.display(),
+                set.prompts.len()
             ));
+            (set, note)
         }
-        Ok::<(), Failure>(())
+        None => {
+            let (set, note) = PromptSet::from_text(
+                client,
+                &model,
+                EVAL_TEXT,
+                input_len,
+                (n_prompts, n_warmup),
+                args.seed,
+            )
+            .await;
+            (set, Some(note))
+        }
+    };
+    if let Some(note) = note {
+        eprintln!("{}", crate::text::terminal_safe(&note));
+    }
+    Ok((model, prompts))
+}
+
+/// One level: its warm-up, the server's metrics scraped from a baseline taken after it (unless
+/// `--metrics-interval 0`, a server that refused them before, or Ctrl-C), the level itself
+/// with a progress line on stderr.
+async fn measure_level(
+    client: Arc<RemoteClient>,
+    plan: LoadPlan,
+    prompts: &PromptSet,
+    stop: Arc<AtomicBool>,
+    refused: Arc<AtomicBool>,
+    figures: Option<publish::Shared>,
+    metrics_interval: Duration,
+) -> Result<LoadSummary, crate::remote::RemoteError> {
+    warm_up(&client, &plan, prompts, &stop).await?;
+    // The baseline once the warm-up is done: the deltas are the level's own.
+    let scraping = if metrics_interval.is_zero()
+        || refused.load(Ordering::SeqCst)
+        || stop.load(Ordering::SeqCst)
+    {
+        None
+    } else {
+        start_scraping(&client, metrics_interval, &refused).await
+    };
+    let progress = Arc::new(Progress::default());
+    let ticker = spawn_progress(plan.arrivals.label(), Arc::clone(&progress));
+    let out = run_level(client, &plan, prompts, stop, progress, figures.as_ref()).await;
+    ticker.abort();
+    if std::io::stderr().is_terminal() {
+        eprint!("\r\x1b[2K");
+    }
+    let mut row = out?;
+    if let Some(level) = scraping {
+        row.server_metrics = level.finish().await;
+    }
+    Ok(row)
+}
+
+/// The server's metrics scraped every `interval` from now on; `None` when it refuses them,
+/// said once on stderr and kept in `refused` for the levels after.
+async fn start_scraping(
+    client: &Arc<RemoteClient>,
+    interval: Duration,
+    refused: &AtomicBool,
+) -> Option<scrape::Level> {
+    match scrape::Level::start(Arc::clone(client), interval).await {
+        Ok(level) => Some(level),
+        Err(why) => {
+            refused.store(true, Ordering::SeqCst);
+            eprintln!(
+                "{}",
+                crate::text::terminal_safe(&format!(
+                    "server metrics left out: {why} (llama-server serves them with --metrics; --metrics-interval 0 turns scraping off)"
+                ))
+            );
+            None
+        }
+    }
+}
+
+/// What the levels gave: their rows, the capacity verdict (`--find-capacity`), and the first
+/// OTLP export failure.
+struct Measured {
+    rows: Vec<LoadSummary>,
+    capacity: Option<String>,
+    otlp_failed: Option<String>,
+}
+
+/// Runs the levels with `run`: the capacity search with `--find-capacity`, else each of
+/// `levels` until Ctrl-C. Each row is said on stderr as it ends; each level (the whole search
+/// for the capacity) is followed by an OTLP export.
+async fn run_levels<F, Fut>(
+    args: &LoadArgs,
+    levels: Vec<Arrivals>,
+    slo: Option<Slo>,
+    run: &F,
+    stop: &AtomicBool,
+    exporters: &publish::Exporters,
+    figures: Option<&publish::Shared>,
+) -> Result<Measured, Failure>
+where
+    F: Fn(Arrivals) -> Fut,
+    Fut: std::future::Future<Output = Result<LoadSummary, crate::remote::RemoteError>>,
+{
+    let mut rows = Vec::new();
+    let mut capacity = None;
+    let mut otlp_failed = None;
+    if args.find_capacity {
+        let slo = slo.ok_or_else(|| usage("--find-capacity needs --slo"))?;
+        let shown = |row: &LoadSummary| eprintln!("{}", row.line());
+        capacity = Some(
+            crate::load::capacity::find(&mut rows, run, slo, args.burstiness, stop, &shown).await?,
+        );
+        export(exporters, figures, &mut otlp_failed).await;
+    } else {
+        for arrivals in levels {
+            if stop.load(Ordering::SeqCst) {
+                break;
+            }
+            let row = run(arrivals).await?;
+            eprintln!("{}", row.line());
+            rows.push(row);
+            export(exporters, figures, &mut otlp_failed).await;
+        }
+    }
+    Ok(Measured {
+        rows,
+        capacity,
+        otlp_failed,
     })
 }
 
