@@ -195,11 +195,74 @@ fn labels(candidates: &[Candidate]) -> Vec<String> {
 pub(crate) fn run(plan: &ComparePlan, settings: Settings) -> Result<(), CompareError> {
     crate::bench::run::check_models(&plan.models)?;
     let (text_name, text) = load_text(plan.text.as_deref())?;
-    let files = model_files(plan)?;
-    // A file that is damaged, or that llama.cpp crashes on (tried in a child process), is
-    // skipped with a message; the others are compared, and the exit code says one was bad.
+    let (files, skipped) = usable_files(model_files(plan)?);
+    if files.is_empty() {
+        return Err(CompareError::model(skipped.join("\n")));
+    }
+    let candidates = candidates(&files, &plan.bench.sweep);
+    let started = std::time::SystemTime::now();
+    let id = crate::ids::new_id(started);
+    let quality = evaluate_quality(plan, &candidates, &text)?;
+    // Only the candidates that ran.
+    let (candidates, per_candidate): (Vec<Candidate>, Vec<(ModelInfo, QualityStats, bool)>) =
+        candidates
+            .into_iter()
+            .zip(quality.per_candidate)
+            .filter_map(|(c, q)| Some((c, q?)))
+            .unzip();
+    let Timed {
+        rows: speed,
+        control,
+        control_path,
+    } = time_candidates(plan, &candidates, &per_candidate, &settings, &id);
+    let names = labels(&candidates);
+    let mut rows = compare_rows(&candidates, &names, &per_candidate, &speed);
+    report::mark_pareto(&mut rows, control.as_ref());
+    // The answer first ("which one should I use"), then the front and what beats what.
+    let mut verdict = advice::lines(&rows, control.as_ref(), &plan.budget);
+    verdict.extend(report::verdict(&rows, control.as_ref()));
+    let comparison = Comparison {
+        id: id.clone(),
+        unix_time_s: crate::ids::unix_s(started),
+        command_line: crate::bench::command_line(),
+        text: text_name,
+        text_tokens: quality.text_tokens,
+        n_ctx: plan.n_ctx,
+        chunks: quality.chunks,
+        reference: crate::bench::sweep::file_name(&quality.reference.model),
+        rows,
+        verdict,
+        llama_cpp: crate::llama::LLAMA_CPP_BINDINGS.to_string(),
+        control,
+    };
+    print_comparison(plan, &comparison)?;
+    let logged: Vec<_> = speed
+        .into_iter()
+        .filter(|r| control_path.as_deref() != Some(Path::new(&r.params.model)))
+        .collect();
+    save(&id, &comparison, &logged);
+    if let Some(path) = &plan.plot {
+        let mut backends: Vec<&str> = logged.iter().map(|r| r.stamp.backend.as_str()).collect();
+        backends.dedup();
+        let setup = format!("{} · {} thread(s)", backends.join(", "), plan.threads);
+        plot(&comparison, &setup, path)?;
+    }
+    if !skipped.is_empty() {
+        return Err(CompareError::model(format!(
+            "{} file(s) skipped, the others compared:\n{}",
+            skipped.len(),
+            skipped.join("\n")
+        )));
+    }
+    Ok(())
+}
+
+/// The files llama.cpp can run, and why each other one was skipped. A file that is damaged,
+/// or that llama.cpp crashes on (tried in a child process), is skipped with a message; the
+/// others are compared, and the exit code says one was bad.
+fn usable_files(files: Vec<ModelFile>) -> (Vec<ModelFile>, Vec<String>) {
     let mut skipped = Vec::new();
-    let files: Vec<ModelFile> = files
+    let files = files
         .into_iter()
         .filter(|ModelFile { path, .. }| {
             let verdict = crate::engine::check_model_file(path)
@@ -218,12 +281,13 @@ pub(crate) fn run(plan: &ComparePlan, settings: Settings) -> Result<(), CompareE
             }
         })
         .collect();
-    if files.is_empty() {
-        return Err(CompareError::model(skipped.join("\n")));
-    }
-    let sweep = &plan.bench.sweep;
+    (files, skipped)
+}
+
+/// Every file under every combination of the sweep's runtime settings, in the sweep's order.
+fn candidates(files: &[ModelFile], sweep: &crate::bench::sweep::Sweep) -> Vec<Candidate> {
     let mut candidates = Vec::new();
-    for file in &files {
+    for file in files {
         for &n_gpu_layers in &sweep.n_gpu_layers {
             for &type_k in &sweep.type_k {
                 for &type_v in &sweep.type_v {
@@ -242,49 +306,47 @@ pub(crate) fn run(plan: &ComparePlan, settings: Settings) -> Result<(), CompareE
             }
         }
     }
-    let started = std::time::SystemTime::now();
-    let id = crate::ids::new_id(started);
-    let quality = evaluate_quality(plan, &candidates, &text)?;
-    // Only the candidates that ran.
-    let (candidates, per_candidate): (Vec<Candidate>, Vec<(ModelInfo, QualityStats, bool)>) =
-        candidates
-            .into_iter()
-            .zip(quality.per_candidate)
-            .filter_map(|(c, q)| Some((c, q?)))
-            .unzip();
-    // The self-copy control: the reference's file copied byte for byte and timed in the same
-    // alternating rounds as a candidate of its own.
-    let control_copy = if plan.speed {
-        control_copy(&candidates, &per_candidate)
-    } else {
-        None
-    };
-    let speed = if plan.speed {
-        let mut timed = candidates.clone();
-        if let Some((_, copy)) = &control_copy {
-            timed.push(copy.clone());
-        }
-        measure_speed(plan, &timed, &settings, &id)
-    } else {
-        Vec::new()
-    };
-    let tg_of = |c: &Candidate| {
-        speed
-            .iter()
-            .find(|r| {
-                r.kind == TestKind::Tg
-                    && Path::new(&r.params.model) == c.model
-                    && r.params.n_gpu_layers == c.n_gpu_layers
-                    && r.params.type_k == c.type_k
-                    && r.params.type_v == c.type_v
-                    && r.params.flash_attn == c.flash_attn
-            })
-            .map(|r| r.tok_per_s_mean)
-    };
+    candidates
+}
+
+/// What the speed pass gave.
+struct Timed {
+    /// bench's rows of every candidate timed, the self-copy control's included.
+    rows: Vec<Row>,
+    /// The reference's tg beside its copy's, when both were timed.
+    control: Option<report::Control>,
+    /// The copy's path (gone by now): its rows stay out of bench's results log.
+    control_path: Option<PathBuf>,
+}
+
+/// The speed pass (`plan.speed`, else nothing): the candidates, plus the self-copy control
+/// (the reference's file copied byte for byte and timed in the same alternating rounds as a
+/// candidate of its own). The copy is removed before this returns.
+fn time_candidates(
+    plan: &ComparePlan,
+    candidates: &[Candidate],
+    per_candidate: &[(ModelInfo, QualityStats, bool)],
+    settings: &Settings,
+    id: &str,
+) -> Timed {
+    if !plan.speed {
+        return Timed {
+            rows: Vec::new(),
+            control: None,
+            control_path: None,
+        };
+    }
+    let control_copy = control_copy(candidates, per_candidate);
+    let mut timed = candidates.to_vec();
+    if let Some((_, copy)) = &control_copy {
+        timed.push(copy.clone());
+    }
+    let rows = measure_speed(plan, &timed, settings, id);
+    let tg_of = |c: &Candidate| speed_row(&rows, c, TestKind::Tg).map(|r| r.tok_per_s_mean);
     let control = control_copy.as_ref().and_then(|(_, copy)| {
         let reference = candidates
             .iter()
-            .zip(&per_candidate)
+            .zip(per_candidate)
             .find(|(_, (_, _, is_reference))| *is_reference)
             .map(|(c, _)| c)?;
         Some(report::Control {
@@ -292,27 +354,42 @@ pub(crate) fn run(plan: &ComparePlan, settings: Settings) -> Result<(), CompareE
             copy_tg_tok_per_s: tg_of(copy)?,
         })
     });
-    // The copy lives in a temporary folder: its rows stay out of bench's results log.
     let control_path = control_copy.as_ref().map(|(_, copy)| copy.model.clone());
     drop(control_copy);
-    let names = labels(&candidates);
-    let mut rows: Vec<CompareRow> = candidates
+    Timed {
+        rows,
+        control,
+        control_path,
+    }
+}
+
+/// The speed row of `kind` (pp or tg) timed for `c`, if any.
+fn speed_row<'a>(speed: &'a [Row], c: &Candidate, kind: TestKind) -> Option<&'a Row> {
+    speed.iter().find(|r| {
+        r.kind == kind
+            && Path::new(&r.params.model) == c.model
+            && r.params.n_gpu_layers == c.n_gpu_layers
+            && r.params.type_k == c.type_k
+            && r.params.type_v == c.type_v
+            && r.params.flash_attn == c.flash_attn
+    })
+}
+
+/// One table row per candidate that ran: its label, model facts, quality figures and (when
+/// timed) pp and tg speed; the Pareto marks are left to `report::mark_pareto`.
+fn compare_rows(
+    candidates: &[Candidate],
+    names: &[String],
+    per_candidate: &[(ModelInfo, QualityStats, bool)],
+    speed: &[Row],
+) -> Vec<CompareRow> {
+    candidates
         .iter()
-        .zip(&names)
-        .zip(&per_candidate)
+        .zip(names)
+        .zip(per_candidate)
         .map(|((c, label), (info, stats, is_reference))| {
-            let find = |kind: TestKind| {
-                speed.iter().find(|r| {
-                    r.kind == kind
-                        && Path::new(&r.params.model) == c.model
-                        && r.params.n_gpu_layers == c.n_gpu_layers
-                        && r.params.type_k == c.type_k
-                        && r.params.type_v == c.type_v
-                        && r.params.flash_attn == c.flash_attn
-                })
-            };
-            let pp = find(TestKind::Pp);
-            let tg = find(TestKind::Tg);
+            let pp = speed_row(speed, c, TestKind::Pp);
+            let tg = speed_row(speed, c, TestKind::Tg);
             CompareRow {
                 label: label.clone(),
                 model: c.model.display().to_string(),
@@ -351,53 +428,41 @@ pub(crate) fn run(plan: &ComparePlan, settings: Settings) -> Result<(), CompareE
                 requantized_from: c.requantized_from.clone(),
             }
         })
-        .collect();
-    report::mark_pareto(&mut rows, control.as_ref());
-    // The answer first ("which one should I use"), then the front and what beats what.
-    let mut verdict = advice::lines(&rows, control.as_ref(), &plan.budget);
-    verdict.extend(report::verdict(&rows, control.as_ref()));
-    let comparison = Comparison {
-        id: id.clone(),
-        unix_time_s: crate::ids::unix_s(started),
-        command_line: crate::bench::command_line(),
-        text: text_name,
-        text_tokens: quality.text_tokens,
-        n_ctx: plan.n_ctx,
-        chunks: quality.chunks,
-        reference: crate::bench::sweep::file_name(&quality.reference.model),
-        rows,
-        verdict,
-        llama_cpp: crate::llama::LLAMA_CPP_BINDINGS.to_string(),
-        control,
-    };
+        .collect()
+}
+
+/// The comparison on stdout, in `plan.output`'s format.
+fn print_comparison(plan: &ComparePlan, comparison: &Comparison) -> Result<(), CompareError> {
     let out = match plan.output {
-        CompareFormat::Markdown => report::markdown(&comparison, false),
-        CompareFormat::MarkdownWide => report::markdown(&comparison, true),
-        CompareFormat::Csv => report::csv(&comparison)
+        CompareFormat::Markdown => report::markdown(comparison, false),
+        CompareFormat::MarkdownWide => report::markdown(comparison, true),
+        CompareFormat::Csv => report::csv(comparison)
             .map_err(|e| CompareError::failed(format!("cannot format the results: {e}")))?,
         CompareFormat::Json => format!(
             "{}\n",
-            serde_json::to_string_pretty(&comparison)
+            serde_json::to_string_pretty(comparison)
                 .map_err(|e| CompareError::failed(format!("cannot format the results: {e}")))?
         ),
     };
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(crate::text::for_stdout(&out, plan.output.shape()).as_bytes())?;
     stdout.flush()?;
+    Ok(())
+}
+
+/// The speed rows into bench's results log, the comparison into the comparisons log (a
+/// failure to save is a warning on stderr, not an error).
+fn save(id: &str, comparison: &Comparison, logged: &[Row]) {
     let data = crate::paths::data_dir();
-    let logged: Vec<_> = speed
-        .into_iter()
-        .filter(|r| control_path.as_deref() != Some(Path::new(&r.params.model)))
-        .collect();
     if !logged.is_empty() {
         crate::bench::save(
             &crate::bench::results_path(&data),
-            &id,
+            id,
             comparison.unix_time_s,
-            &logged,
+            logged,
         );
     }
-    match log::append(&log::comparisons_path(&data), &comparison) {
+    match log::append(&log::comparisons_path(&data), comparison) {
         Ok(torn) => {
             if let Some(torn) = torn {
                 eprintln!(
@@ -412,20 +477,6 @@ pub(crate) fn run(plan: &ComparePlan, settings: Settings) -> Result<(), CompareE
         }
         Err(e) => eprintln!("warning: could not save the comparison: {e}"),
     }
-    if let Some(path) = &plan.plot {
-        let mut backends: Vec<&str> = logged.iter().map(|r| r.stamp.backend.as_str()).collect();
-        backends.dedup();
-        let setup = format!("{} · {} thread(s)", backends.join(", "), plan.threads);
-        plot(&comparison, &setup, path)?;
-    }
-    if !skipped.is_empty() {
-        return Err(CompareError::model(format!(
-            "{} file(s) skipped, the others compared:\n{}",
-            skipped.len(),
-            skipped.join("\n")
-        )));
-    }
-    Ok(())
 }
 
 fn plot(c: &Comparison, setup: &str, path: &Path) -> Result<(), CompareError> {
