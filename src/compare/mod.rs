@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::token::LlamaToken;
 
 pub(crate) use advice::Budget;
 pub(crate) use plan::{CompareFormat, ComparePlan};
@@ -635,34 +636,8 @@ fn evaluate_quality(
     candidates: &[Candidate],
     text: &str,
 ) -> Result<QualityOutcome, CompareError> {
-    // One load per (file, GPU layers); `load_of[i]` is candidate i's.
-    let mut loads: Vec<(PathBuf, i64, crate::llama::LoadedModel)> = Vec::new();
-    let mut load_of = Vec::with_capacity(candidates.len());
-    for c in candidates.iter() {
-        if let Some(i) = loads
-            .iter()
-            .position(|(p, n, _)| *p == c.model && *n == c.n_gpu_layers)
-        {
-            load_of.push(i);
-            continue;
-        }
-        eprintln!("loading {}…", c.model.display());
-        let model = load_model(&c.model, c.gpu_layers_setting(), |_| true)
-            .map_err(|e| CompareError::model(e.to_string()))?;
-        load_of.push(loads.len());
-        loads.push((c.model.clone(), c.n_gpu_layers, model));
-    }
-    let bpw = |m: &LlamaModel| m.size() as f64 * 8.0 / m.n_params().max(1) as f64;
-    // The source of --quantize (everything was made from it, even when it is itself
-    // quantized); otherwise the highest bits per weight, the first given on a tie.
-    let mut best = 0;
-    if plan.quantize.is_empty() {
-        for i in 1..candidates.len() {
-            if bpw(&loads[load_of[i]].2) > bpw(&loads[load_of[best]].2) {
-                best = i;
-            }
-        }
-    }
+    let (loads, load_of) = load_each_once(candidates)?;
+    let best = reference_index(plan, &loads, &load_of);
     let Some(best_candidate) = candidates.get(best) else {
         return Err(CompareError::usage("nothing to compare"));
     };
@@ -672,102 +647,24 @@ fn evaluate_quality(
         ..best_candidate.clone()
     };
     let ref_load = load_of[best];
-    let ref_model = &loads[ref_load].2;
-    let refused = |e: crate::llama::error::EngineError| {
-        CompareError::usage(format!("the evaluation text cannot be tokenized: {e}"))
-    };
-    let tokens = quality::tokenize(ref_model, text).map_err(refused)?;
-    for (path, _, model) in &loads {
-        if model.n_vocab() != ref_model.n_vocab()
-            || quality::tokenize(model, text).map_err(refused)? != tokens
-        {
-            return Err(CompareError::usage(format!(
-                "{} and {} have different vocabularies ({} and {} tokens, or a different \
-                     tokenization of the text): KL divergence compares distributions over one \
-                     vocabulary, so compare files of one model",
-                reference.model.display(),
-                path.display(),
-                ref_model.n_vocab(),
-                model.n_vocab()
-            )));
-        }
-    }
+    let tokens = shared_tokens(&reference, &loads[ref_load].2, &loads, text)?;
     let chunking = Chunking {
         n_ctx: plan.n_ctx,
         max_chunks: plan.max_chunks,
     };
     let n_chunks = chunking.chunks(tokens.len()).map_err(CompareError::usage)?;
-    let context =
-        |c: &Candidate, load: usize| -> Result<(Evaluator<'_>, ModelInfo), CompareError> {
-            let settings = c.engine_settings(plan.n_ctx, plan.threads);
-            let model = &loads[load].2;
-            let t0 = Instant::now();
-            let ctx = new_context(model, &settings, 1)
-                .map_err(|e| CompareError::failed(e.to_string()))?;
-            let info = describe(model, &ctx, &c.model, &settings, t0);
-            Ok((Evaluator::new(model, ctx, plan.n_ctx), info))
-        };
-    let (mut ref_eval, ref_info) = context(&reference, ref_load)?;
-    // The candidate that is the reference itself takes the reference's own figures; every
-    // other candidate (a second copy of the reference file included) gets its own context.
-    let mut evals = Vec::new();
-    let mut infos = Vec::new();
-    let mut is_reference = Vec::new();
-    for (c, &load) in candidates.iter().zip(&load_of) {
-        let own = c.same_settings(&reference) && !is_reference.contains(&true);
-        is_reference.push(own);
-        if own {
-            infos.push(Some(ref_info.clone()));
-        } else {
-            // A combination llama.cpp refuses (a quantized V cache without flash attention,
-            // say) is left out with a message; the rest of the comparison goes on.
-            match context(c, load) {
-                Ok((e, info)) => {
-                    evals.push(e);
-                    infos.push(Some(info));
-                }
-                Err(f) => {
-                    eprintln!(
-                        "skipping {} (ctk {}, ctv {}, fa {}, ngl {}): {}",
-                        c.model.display(),
-                        c.type_k.name(),
-                        c.type_v.name(),
-                        c.flash_attn.name(),
-                        c.n_gpu_layers,
-                        f
-                    );
-                    infos.push(None);
-                }
-            }
-        }
-    }
+    let (mut ref_eval, ref_info) = open_context(plan, &reference, &loads[ref_load].2)?;
+    let Contexts {
+        mut evals,
+        infos,
+        is_reference,
+    } = candidate_contexts(plan, candidates, &load_of, &loads, &reference, &ref_info);
     if evals.is_empty() && !is_reference.contains(&true) {
         return Err(CompareError::failed(
             "no candidate could be evaluated (see the messages above)",
         ));
     }
-    let terminal = std::io::stderr().is_terminal();
-    let t0 = Instant::now();
-    let n_ctx = plan.n_ctx as usize;
-    for i in 0..n_chunks {
-        let chunk = &tokens[i * n_ctx..(i + 1) * n_ctx];
-        quality::evaluate_chunk(&mut ref_eval, &mut evals, chunk, plan.threads as usize)
-            .map_err(|e| CompareError::failed(e.to_string()))?;
-        let line = format!(
-            "quality: chunk {}/{n_chunks}, {} models, {:.0} s",
-            i + 1,
-            evals.len() + 1,
-            t0.elapsed().as_secs_f64()
-        );
-        if terminal {
-            eprint!("\r{line}\x1b[K");
-        } else if (i + 1) % 10 == 0 || i + 1 == n_chunks {
-            eprintln!("{line}");
-        }
-    }
-    if terminal {
-        eprintln!();
-    }
+    evaluate_chunks(plan, &mut ref_eval, &mut evals, &tokens, n_chunks)?;
     let mut own_evals = evals.into_iter();
     let per_candidate = infos
         .into_iter()
@@ -788,6 +685,183 @@ fn evaluate_quality(
         text_tokens: tokens.len() as u64,
         chunks: n_chunks as u32,
     })
+}
+
+/// The models loaded, one per (file, GPU layers).
+type Loads = Vec<(PathBuf, i64, crate::llama::LoadedModel)>;
+
+/// Loads each (file, GPU layers) once; also returns which load each candidate uses
+/// (`load_of[i]` is candidate i's).
+fn load_each_once(candidates: &[Candidate]) -> Result<(Loads, Vec<usize>), CompareError> {
+    let mut loads: Loads = Vec::new();
+    let mut load_of = Vec::with_capacity(candidates.len());
+    for c in candidates.iter() {
+        if let Some(i) = loads
+            .iter()
+            .position(|(p, n, _)| *p == c.model && *n == c.n_gpu_layers)
+        {
+            load_of.push(i);
+            continue;
+        }
+        eprintln!("loading {}…", c.model.display());
+        let model = load_model(&c.model, c.gpu_layers_setting(), |_| true)
+            .map_err(|e| CompareError::model(e.to_string()))?;
+        load_of.push(loads.len());
+        loads.push((c.model.clone(), c.n_gpu_layers, model));
+    }
+    Ok((loads, load_of))
+}
+
+/// Which candidate the reference is made from: the source of --quantize (everything was made
+/// from it, even when it is itself quantized); otherwise the highest bits per weight, the
+/// first given on a tie.
+fn reference_index(plan: &ComparePlan, loads: &Loads, load_of: &[usize]) -> usize {
+    let bpw = |m: &LlamaModel| m.size() as f64 * 8.0 / m.n_params().max(1) as f64;
+    let mut best = 0;
+    if plan.quantize.is_empty() {
+        for i in 1..load_of.len() {
+            if bpw(&loads[load_of[i]].2) > bpw(&loads[load_of[best]].2) {
+                best = i;
+            }
+        }
+    }
+    best
+}
+
+/// The evaluation text as the reference's tokens, after checking that every loaded model has
+/// the same vocabulary and tokenizes the text the same way.
+fn shared_tokens(
+    reference: &Candidate,
+    ref_model: &LlamaModel,
+    loads: &Loads,
+    text: &str,
+) -> Result<Vec<LlamaToken>, CompareError> {
+    let refused = |e: crate::llama::error::EngineError| {
+        CompareError::usage(format!("the evaluation text cannot be tokenized: {e}"))
+    };
+    let tokens = quality::tokenize(ref_model, text).map_err(refused)?;
+    for (path, _, model) in loads {
+        if model.n_vocab() != ref_model.n_vocab()
+            || quality::tokenize(model, text).map_err(refused)? != tokens
+        {
+            return Err(CompareError::usage(format!(
+                "{} and {} have different vocabularies ({} and {} tokens, or a different \
+                     tokenization of the text): KL divergence compares distributions over one \
+                     vocabulary, so compare files of one model",
+                reference.model.display(),
+                path.display(),
+                ref_model.n_vocab(),
+                model.n_vocab()
+            )));
+        }
+    }
+    Ok(tokens)
+}
+
+/// A context for candidate `c` on its loaded `model`, ready to evaluate chunks, and the
+/// model's facts.
+fn open_context<'m>(
+    plan: &ComparePlan,
+    c: &Candidate,
+    model: &'m crate::llama::LoadedModel,
+) -> Result<(Evaluator<'m>, ModelInfo), CompareError> {
+    let settings = c.engine_settings(plan.n_ctx, plan.threads);
+    let t0 = Instant::now();
+    let ctx = new_context(model, &settings, 1).map_err(|e| CompareError::failed(e.to_string()))?;
+    let info = describe(model, &ctx, &c.model, &settings, t0);
+    Ok((Evaluator::new(model, ctx, plan.n_ctx), info))
+}
+
+/// The candidates' contexts, beside the reference's.
+struct Contexts<'m> {
+    /// One per candidate that is not the reference and that llama.cpp accepted, in order.
+    evals: Vec<Evaluator<'m>>,
+    /// Per candidate: its model facts, `None` when it was skipped.
+    infos: Vec<Option<ModelInfo>>,
+    /// Per candidate: whether it is the reference itself.
+    is_reference: Vec<bool>,
+}
+
+/// The candidate that is the reference itself takes the reference's own figures; every other
+/// candidate (a second copy of the reference file included) gets its own context. A
+/// combination llama.cpp refuses (a quantized V cache without flash attention, say) is left
+/// out with a message; the rest of the comparison goes on.
+fn candidate_contexts<'m>(
+    plan: &ComparePlan,
+    candidates: &[Candidate],
+    load_of: &[usize],
+    loads: &'m Loads,
+    reference: &Candidate,
+    ref_info: &ModelInfo,
+) -> Contexts<'m> {
+    let mut evals = Vec::new();
+    let mut infos = Vec::new();
+    let mut is_reference = Vec::new();
+    for (c, &load) in candidates.iter().zip(load_of) {
+        let own = c.same_settings(reference) && !is_reference.contains(&true);
+        is_reference.push(own);
+        if own {
+            infos.push(Some(ref_info.clone()));
+        } else {
+            match open_context(plan, c, &loads[load].2) {
+                Ok((e, info)) => {
+                    evals.push(e);
+                    infos.push(Some(info));
+                }
+                Err(f) => {
+                    eprintln!(
+                        "skipping {} (ctk {}, ctv {}, fa {}, ngl {}): {}",
+                        c.model.display(),
+                        c.type_k.name(),
+                        c.type_v.name(),
+                        c.flash_attn.name(),
+                        c.n_gpu_layers,
+                        f
+                    );
+                    infos.push(None);
+                }
+            }
+        }
+    }
+    Contexts {
+        evals,
+        infos,
+        is_reference,
+    }
+}
+
+/// Evaluates the first `n_chunks` chunks of `tokens` in lockstep, the reference first, with a
+/// progress line on stderr (in place on a terminal, every tenth chunk elsewhere).
+fn evaluate_chunks(
+    plan: &ComparePlan,
+    ref_eval: &mut Evaluator<'_>,
+    evals: &mut [Evaluator<'_>],
+    tokens: &[LlamaToken],
+    n_chunks: usize,
+) -> Result<(), CompareError> {
+    let terminal = std::io::stderr().is_terminal();
+    let t0 = Instant::now();
+    let n_ctx = plan.n_ctx as usize;
+    for i in 0..n_chunks {
+        let chunk = &tokens[i * n_ctx..(i + 1) * n_ctx];
+        quality::evaluate_chunk(ref_eval, evals, chunk, plan.threads as usize)
+            .map_err(|e| CompareError::failed(e.to_string()))?;
+        let line = format!(
+            "quality: chunk {}/{n_chunks}, {} models, {:.0} s",
+            i + 1,
+            evals.len() + 1,
+            t0.elapsed().as_secs_f64()
+        );
+        if terminal {
+            eprint!("\r{line}\x1b[K");
+        } else if (i + 1) % 10 == 0 || i + 1 == n_chunks {
+            eprintln!("{line}");
+        }
+    }
+    if terminal {
+        eprintln!();
+    }
+    Ok(())
 }
 
 /// A byte-identical copy of the reference's file (in a temporary folder of the cache dir,
