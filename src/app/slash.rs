@@ -60,11 +60,53 @@ impl App {
         };
         match cmd {
             "/system" => self.system_command(arg),
-            "/temp" => self.temp_command(arg),
-            "/top_p" => self.top_p_command(arg),
-            "/min_p" => self.min_p_command(arg),
-            "/top_k" => self.top_k_command(arg),
-            "/max" => self.max_command(arg),
+            "/temp" => self.number_setting(
+                arg,
+                (
+                    "temperature",
+                    "/temp X, 0 to 100 (0: greedy)",
+                    "/temp needs a number from 0 to 100",
+                ),
+                |a| finite_f32(a).filter(|v| (0.0..=100.0).contains(v)),
+                |app| &mut app.sampling.temperature,
+            ),
+            "/top_p" => self.number_setting(
+                arg,
+                (
+                    "top_p",
+                    "/top_p X, 0 to 1 (1: off)",
+                    "/top_p needs a number from 0 to 1",
+                ),
+                |a| finite_f32(a).filter(|v| (0.0..=1.0).contains(v)),
+                |app| &mut app.sampling.top_p,
+            ),
+            "/min_p" => self.number_setting(
+                arg,
+                (
+                    "min_p",
+                    "/min_p X, 0 to 1 (0: off)",
+                    "/min_p needs a number from 0 to 1",
+                ),
+                |a| finite_f32(a).filter(|v| (0.0..=1.0).contains(v)),
+                |app| &mut app.sampling.min_p,
+            ),
+            "/top_k" => self.number_setting(
+                arg,
+                (
+                    "top_k",
+                    "/top_k N (0: off)",
+                    "/top_k needs a whole number (0 turns it off)",
+                ),
+                // Up to 2^24; 0 turns it off.
+                |a| a.parse::<u32>().ok().filter(|v| *v <= 1 << 24),
+                |app| &mut app.sampling.top_k,
+            ),
+            "/max" => self.number_setting(
+                arg,
+                ("max tokens", "/max N", "/max needs a whole number ≥ 1"),
+                |a| a.parse::<u32>().ok().filter(|v| *v >= 1),
+                |app| &mut app.max_tokens,
+            ),
             "/seed" => self.seed_command(arg),
             "/settings" => self.settings_command(),
             "/export" => return self.export_command(arg, now),
@@ -118,97 +160,26 @@ impl App {
         );
     }
 
-    /// `/temp`: shows the temperature, or sets it (0 to 100).
-    fn temp_command(&mut self, arg: &str) {
+    /// A number setting typed as `/cmd [VALUE]`: shown (with `usage`) when typed without a
+    /// value; else set when `parse` takes the value, or the error `wrong` said.
+    fn number_setting<T: std::fmt::Display + Copy>(
+        &mut self,
+        arg: &str,
+        (name, usage, wrong): (&str, &str, &str),
+        parse: impl Fn(&str) -> Option<T>,
+        field: fn(&mut App) -> &mut T,
+    ) {
         if arg.is_empty() {
-            self.show_setting(
-                "temperature",
-                self.sampling.temperature.to_string(),
-                "/temp X, 0 to 100 (0: greedy)",
-            );
+            let value = field(self).to_string();
+            self.show_setting(name, value, usage);
             return;
         }
-        match finite_f32(arg).filter(|v| (0.0..=100.0).contains(v)) {
+        match parse(arg) {
             Some(v) => {
-                self.sampling.temperature = v;
-                self.notice(NoticeKind::Info, format!("temperature {v}"));
+                *field(self) = v;
+                self.notice(NoticeKind::Info, format!("{name} {v}"));
             }
-            None => self.notice(NoticeKind::Error, "/temp needs a number from 0 to 100"),
-        }
-    }
-
-    /// `/top_p`: shows top_p, or sets it (0 to 1).
-    fn top_p_command(&mut self, arg: &str) {
-        if arg.is_empty() {
-            self.show_setting(
-                "top_p",
-                self.sampling.top_p.to_string(),
-                "/top_p X, 0 to 1 (1: off)",
-            );
-            return;
-        }
-        match finite_f32(arg).filter(|v| (0.0..=1.0).contains(v)) {
-            Some(v) => {
-                self.sampling.top_p = v;
-                self.notice(NoticeKind::Info, format!("top_p {v}"));
-            }
-            None => self.notice(NoticeKind::Error, "/top_p needs a number from 0 to 1"),
-        }
-    }
-
-    /// `/min_p`: shows min_p, or sets it (0 to 1).
-    fn min_p_command(&mut self, arg: &str) {
-        if arg.is_empty() {
-            self.show_setting(
-                "min_p",
-                self.sampling.min_p.to_string(),
-                "/min_p X, 0 to 1 (0: off)",
-            );
-            return;
-        }
-        match finite_f32(arg).filter(|v| (0.0..=1.0).contains(v)) {
-            Some(v) => {
-                self.sampling.min_p = v;
-                self.notice(NoticeKind::Info, format!("min_p {v}"));
-            }
-            None => self.notice(NoticeKind::Error, "/min_p needs a number from 0 to 1"),
-        }
-    }
-
-    /// `/top_k`: shows top_k, or sets it (a whole number up to 2^24; 0 turns it off).
-    fn top_k_command(&mut self, arg: &str) {
-        if arg.is_empty() {
-            self.show_setting(
-                "top_k",
-                self.sampling.top_k.to_string(),
-                "/top_k N (0: off)",
-            );
-            return;
-        }
-        match arg.parse::<u32>().ok().filter(|v| *v <= 1 << 24) {
-            Some(v) => {
-                self.sampling.top_k = v;
-                self.notice(NoticeKind::Info, format!("top_k {v}"));
-            }
-            None => self.notice(
-                NoticeKind::Error,
-                "/top_k needs a whole number (0 turns it off)",
-            ),
-        }
-    }
-
-    /// `/max`: shows the most tokens an answer may have, or sets it (at least 1).
-    fn max_command(&mut self, arg: &str) {
-        if arg.is_empty() {
-            self.show_setting("max tokens", self.max_tokens.to_string(), "/max N");
-            return;
-        }
-        match arg.parse::<u32>().ok().filter(|v| *v >= 1) {
-            Some(v) => {
-                self.max_tokens = v;
-                self.notice(NoticeKind::Info, format!("max tokens {v}"));
-            }
-            None => self.notice(NoticeKind::Error, "/max needs a whole number ≥ 1"),
+            None => self.notice(NoticeKind::Error, wrong),
         }
     }
 
@@ -352,6 +323,20 @@ mod tests {
         run(&mut app, "/temp -3");
         assert_eq!(app.notice.as_ref().map(|n| n.kind), Some(NoticeKind::Error));
         assert_eq!(app.sampling.temperature, 0.2);
+        // Each number setting names what it needs, and keeps its value.
+        for (line, said) in [
+            ("/top_p 1.5", "/top_p needs a number from 0 to 1"),
+            ("/min_p nan", "/min_p needs a number from 0 to 1"),
+            (
+                "/top_k 99999999",
+                "/top_k needs a whole number (0 turns it off)",
+            ),
+            ("/max 0", "/max needs a whole number ≥ 1"),
+        ] {
+            run(&mut app, line);
+            assert_eq!(app.notice.as_ref().map(|n| n.text.as_str()), Some(said));
+        }
+        assert_eq!((app.sampling.top_p, app.max_tokens), (0.5, 33));
         run(&mut app, "/bogus");
         assert!(app
             .notice
