@@ -23,7 +23,8 @@ use crossterm::event::KeyEvent;
 
 use crate::compare::Comparison;
 use crate::engine::{
-    EngineEvent, LoadStage, ModelInfo, RequestId, RequestIds, SamplingParams, TurnRequest,
+    EngineError, EngineEvent, LoadStage, ModelInfo, RequestId, RequestIds, SamplingParams,
+    TurnRequest,
 };
 use crate::history::SavedConversation;
 use conversation::{AssistantTurn, Conversation, Exchange, TurnPhase, TurnSettings};
@@ -544,6 +545,8 @@ impl App {
         effects
     }
 
+    /// An engine event: one of A/B's model B goes to the A/B screen; every other is handed to
+    /// its own handler (events the chat never asks for, or of a closed screen, are dropped).
     fn on_engine(&mut self, event: EngineEvent, now: Now) -> Vec<Effect> {
         let ab_request = self.ab.as_ref().and_then(|ab| ab.running);
         if ab_request.is_some() && event.request_id() == ab_request {
@@ -562,50 +565,15 @@ impl App {
             EngineEvent::SwitchFailed { request_id, error } => {
                 self.on_switch_failed(request_id, &error);
             }
-            EngineEvent::Ready(info) => {
-                let effects = self.on_switched(&info);
-                self.engine = EngineStatus::Ready;
-                // After a refused /model the engine keeps (and reports) the model it had.
-                self.model_path = info.path.clone();
-                self.context_used = 0;
-                // The template note is also in the conversation pane: a warning shown now (a
-                // resumed conversation on another model) stays.
-                let warned = self
-                    .notice
-                    .as_ref()
-                    .is_some_and(|n| n.kind != NoticeKind::Info);
-                if let Some(note) = info.template_note.as_ref().filter(|_| !warned) {
-                    self.notice(NoticeKind::Info, note.clone());
-                }
-                self.model = Some(*info);
-                return effects
-                    .into_iter()
-                    .chain(self.send_if_waiting(now))
-                    .collect();
-            }
-            EngineEvent::LoadFailed(e) => {
-                self.engine = EngineStatus::Failed(e.to_string());
-                self.send_when_ready = false;
-                self.notice(NoticeKind::Error, e.to_string());
-            }
+            EngineEvent::Ready(info) => return self.on_ready(info, now),
+            EngineEvent::LoadFailed(e) => self.on_load_failed(&e),
             EngineEvent::PrefillStarted {
                 request_id,
                 prompt_tokens,
                 cached_tokens,
                 dropped_messages,
             } => {
-                if let Some(t) = self.conversation.turn_for(request_id) {
-                    t.on_prefill_started(prompt_tokens, cached_tokens);
-                    if dropped_messages > 0 {
-                        let n_ctx = self.model.as_ref().map_or(0, |m| m.n_ctx);
-                        self.notice(
-                            NoticeKind::Warning,
-                            format!(
-                                "the conversation no longer fits the {n_ctx}-token context: the oldest {dropped_messages} messages were left out of this answer"
-                            ),
-                        );
-                    }
-                }
+                self.on_prefill_started(request_id, prompt_tokens, cached_tokens, dropped_messages)
             }
             EngineEvent::PrefillDone {
                 request_id,
@@ -622,43 +590,15 @@ impl App {
                 text,
                 at,
                 ..
-            } => {
-                if let Some(t) = self.conversation.turn_for(request_id) {
-                    if t.phase.is_active() {
-                        t.on_token(&text, at);
-                    }
-                }
-            }
+            } => self.on_token(request_id, &text, at),
             EngineEvent::StepProfiled {
                 request_id,
                 step,
                 per_node,
-            } => {
-                let bandwidth = self.model.as_ref().and_then(|m| {
-                    self.bandwidth
-                        .placed(m.weight_bytes.as_ref(), m.n_layer, m.n_gpu_layers)
-                        .map(|b| b.bytes_per_s)
-                });
-                self.profile.add(request_id, *step, per_node, bandwidth);
-            }
-            EngineEvent::Spec { request_id, stats } => {
-                if let Some(t) = self.conversation.turn_for(request_id) {
-                    if t.phase.is_active() {
-                        t.spec = Some(*stats);
-                    }
-                }
-            }
+            } => self.on_step_profiled(request_id, *step, per_node),
+            EngineEvent::Spec { request_id, stats } => self.on_spec(request_id, *stats),
             EngineEvent::Finished { request_id, report } => {
-                let used = report.context_used;
-                if let Some(t) = self.conversation.turn_for(request_id) {
-                    t.on_finished(*report);
-                    t.finished_unix_s = Some(now.unix_s);
-                    self.context_used = used;
-                    self.active_since = None;
-                    let mut effects = vec![Effect::Save(self.conversation.to_saved(now.unix_s))];
-                    effects.extend(self.score_finished(request_id));
-                    return effects;
-                }
+                return self.on_turn_finished(request_id, *report, now);
             }
             EngineEvent::BatchPoint {
                 request_id,
@@ -683,12 +623,7 @@ impl App {
                 }
             }
             EngineEvent::BatchSweepDone { request_id, error } => {
-                if self.bench.running == Some(request_id) {
-                    self.bench.running = None;
-                    let failed = error.is_some();
-                    self.bench.error = error.map(|e| e.to_string());
-                    return self.save_sweep(failed);
-                }
+                return self.on_sweep_done(request_id, error);
             }
             // The chat never asks for bench's tg test (`bench --run-vs-tg` does).
             EngineEvent::TgMeasured { .. } => {}
@@ -696,25 +631,160 @@ impl App {
                 return self.on_scored(request_id, score, now.unix_s);
             }
             EngineEvent::Confidence { request_id, tokens } => {
-                if let Some(t) = self.conversation.turn_for(request_id) {
-                    t.confidence = Some(match tokens {
-                        Some(tokens) => conversation::TurnConfidence::Measured(tokens),
-                        None => conversation::TurnConfidence::Unavailable,
-                    });
-                }
+                self.on_confidence(request_id, tokens);
             }
             EngineEvent::Failed { request_id, error } => {
-                if self.on_score_failed(request_id, &error) {
-                    // A reference turned off as unusable: the colours fall back to the
-                    // model's own confidence.
-                    return self.sync_confidence();
-                }
-                if let Some(t) = self.conversation.turn_for(request_id) {
-                    t.on_failed(error.to_string());
-                    self.active_since = None;
-                    self.notice(NoticeKind::Error, error.to_string());
-                }
+                return self.on_request_failed(request_id, error);
             }
+        }
+        Vec::new()
+    }
+
+    /// The model is ready (the first one, a switched one, or the one kept after a refused
+    /// `/model`): a waiting message is sent now.
+    fn on_ready(&mut self, info: Box<ModelInfo>, now: Now) -> Vec<Effect> {
+        let effects = self.on_switched(&info);
+        self.engine = EngineStatus::Ready;
+        // After a refused /model the engine keeps (and reports) the model it had.
+        self.model_path = info.path.clone();
+        self.context_used = 0;
+        // The template note is also in the conversation pane: a warning shown now (a
+        // resumed conversation on another model) stays.
+        let warned = self
+            .notice
+            .as_ref()
+            .is_some_and(|n| n.kind != NoticeKind::Info);
+        if let Some(note) = info.template_note.as_ref().filter(|_| !warned) {
+            self.notice(NoticeKind::Info, note.clone());
+        }
+        self.model = Some(*info);
+        effects
+            .into_iter()
+            .chain(self.send_if_waiting(now))
+            .collect()
+    }
+
+    /// The model could not be loaded: a message waiting for it stays unsent.
+    fn on_load_failed(&mut self, e: &EngineError) {
+        self.engine = EngineStatus::Failed(e.to_string());
+        self.send_when_ready = false;
+        self.notice(NoticeKind::Error, e.to_string());
+    }
+
+    /// A turn's prefill began; a warning when the oldest messages no longer fit the context.
+    fn on_prefill_started(
+        &mut self,
+        request_id: RequestId,
+        prompt_tokens: usize,
+        cached_tokens: usize,
+        dropped_messages: usize,
+    ) {
+        if let Some(t) = self.conversation.turn_for(request_id) {
+            t.on_prefill_started(prompt_tokens, cached_tokens);
+            if dropped_messages > 0 {
+                let n_ctx = self.model.as_ref().map_or(0, |m| m.n_ctx);
+                self.notice(
+                    NoticeKind::Warning,
+                    format!(
+                        "the conversation no longer fits the {n_ctx}-token context: the oldest {dropped_messages} messages were left out of this answer"
+                    ),
+                );
+            }
+        }
+    }
+
+    /// A token of a turn still in flight (a stopped turn keeps the text it had).
+    fn on_token(&mut self, request_id: RequestId, text: &str, at: std::time::Duration) {
+        if let Some(t) = self.conversation.turn_for(request_id) {
+            if t.phase.is_active() {
+                t.on_token(text, at);
+            }
+        }
+    }
+
+    /// A profiled decode step for the profile screen, with the roofline's bandwidth for
+    /// where the model's layers were placed.
+    fn on_step_profiled(
+        &mut self,
+        request_id: RequestId,
+        step: crate::metrics::profile::StepRecord,
+        per_node: std::time::Duration,
+    ) {
+        let bandwidth = self.model.as_ref().and_then(|m| {
+            self.bandwidth
+                .placed(m.weight_bytes.as_ref(), m.n_layer, m.n_gpu_layers)
+                .map(|b| b.bytes_per_s)
+        });
+        self.profile.add(request_id, step, per_node, bandwidth);
+    }
+
+    /// Speculative decoding's figures so far, for a turn still in flight.
+    fn on_spec(&mut self, request_id: RequestId, stats: crate::metrics::spec::SpecStats) {
+        if let Some(t) = self.conversation.turn_for(request_id) {
+            if t.phase.is_active() {
+                t.spec = Some(stats);
+            }
+        }
+    }
+
+    /// A turn finished: the conversation is saved and the answer scored (when a reference
+    /// is set).
+    fn on_turn_finished(
+        &mut self,
+        request_id: RequestId,
+        report: crate::engine::TurnReport,
+        now: Now,
+    ) -> Vec<Effect> {
+        let used = report.context_used;
+        let Some(t) = self.conversation.turn_for(request_id) else {
+            return Vec::new();
+        };
+        t.on_finished(report);
+        t.finished_unix_s = Some(now.unix_s);
+        self.context_used = used;
+        self.active_since = None;
+        let mut effects = vec![Effect::Save(self.conversation.to_saved(now.unix_s))];
+        effects.extend(self.score_finished(request_id));
+        effects
+    }
+
+    /// The bench screen's batch sweep ended (failed when `error`): it is saved.
+    fn on_sweep_done(&mut self, request_id: RequestId, error: Option<EngineError>) -> Vec<Effect> {
+        if self.bench.running != Some(request_id) {
+            return Vec::new();
+        }
+        self.bench.running = None;
+        let failed = error.is_some();
+        self.bench.error = error.map(|e| e.to_string());
+        self.save_sweep(failed)
+    }
+
+    /// Each token's own confidence of a turn, or that it could not be measured.
+    fn on_confidence(
+        &mut self,
+        request_id: RequestId,
+        tokens: Option<Vec<crate::metrics::quality::TokenConfidence>>,
+    ) {
+        if let Some(t) = self.conversation.turn_for(request_id) {
+            t.confidence = Some(match tokens {
+                Some(tokens) => conversation::TurnConfidence::Measured(tokens),
+                None => conversation::TurnConfidence::Unavailable,
+            });
+        }
+    }
+
+    /// A request failed: a scoring (which may turn the reference off) or a turn, which keeps
+    /// its text and shows the error.
+    fn on_request_failed(&mut self, request_id: RequestId, error: EngineError) -> Vec<Effect> {
+        if self.on_score_failed(request_id, &error) {
+            // A reference turned off as unusable: the colours fall back to the
+            // model's own confidence.
+            return self.sync_confidence();
+        }
+        if let Some(t) = self.conversation.turn_for(request_id) {
+            t.on_failed(error.to_string());
+            self.active_since = None;
+            self.notice(NoticeKind::Error, error.to_string());
         }
         Vec::new()
     }
