@@ -789,133 +789,41 @@ impl App {
         Vec::new()
     }
 
+    /// A user action (a key through the key table): each group of actions (the input and its
+    /// turn, the token screen, help, bench, compare, scrolling) has its own handlers; the ones
+    /// that need the loop to act return its effects.
     fn on_action(&mut self, action: Action, now: Now) -> Vec<Effect> {
         match action {
             Action::Send => return self.send(now),
             Action::Newline => self.input.apply(Edit::Newline),
-            Action::Stop => {
-                if std::mem::take(&mut self.send_when_ready) {
-                    self.notice(NoticeKind::Info, "the message stays unsent");
-                    if self.switching.is_none() {
-                        return Vec::new();
-                    }
-                }
-                if self.switching.is_some() {
-                    return self.cancel_switch();
-                }
-                if self.is_generating() {
-                    return self.cancel_active();
-                }
-                if self.scoring().is_some() {
-                    self.notice(NoticeKind::Info, "scoring stopped");
-                    return self.stop_scoring("stopped (Esc)");
-                }
-                self.notice = None;
-            }
+            Action::Stop => return self.stop(),
             Action::Regenerate => return self.regenerate(now),
-            Action::RecallOrUp => {
-                if !self.input.on_first_line() {
-                    self.input.apply(Edit::Up);
-                } else if self.input.is_empty() {
-                    if let Some(last) = self.sent_prompts.last().cloned() {
-                        self.input.set(&last);
-                    }
-                } else {
-                    self.scroll_by(1);
-                }
-            }
-            Action::Down => {
-                if self.input.on_last_line() {
-                    self.scroll_by(-1);
-                } else {
-                    self.input.apply(Edit::Down);
-                }
-            }
+            Action::RecallOrUp => self.recall_or_up(),
+            Action::Down => self.down_or_scroll(),
             Action::NewConversation => return self.new_conversation(now),
             Action::Repaint => self.full_repaint = true,
             Action::Copy => return self.copy(""),
             Action::QualityColours => return self.toggle_quality_colours(),
             Action::OpenTokens => self.open_tokens(),
-            Action::CloseTokens => {
-                self.mode = Mode::Chat;
-                self.full_repaint = true;
-            }
+            Action::CloseTokens => self.close_tokens(),
             Action::TokenMove(by) => self.move_token_cursor(by),
             Action::TokenFirst => self.move_token_cursor(isize::MIN),
             Action::TokenLast => self.move_token_cursor(isize::MAX),
             Action::TokenAnswer(by) => self.token_answer(by),
             Action::TokenDivergence => self.token_divergence(),
-            Action::ToggleHelp => {
-                if self.mode != Mode::Help {
-                    self.help_return = self.mode;
-                }
-                self.mode = Mode::Help;
-                self.help_scroll = 0;
-                self.help_from_end = None;
-            }
-            Action::CloseHelp => {
-                self.mode = match self.help_return {
-                    Mode::Ab if self.ab.is_none() => Mode::Chat,
-                    Mode::Picker if self.picker.is_none() => Mode::Chat,
-                    Mode::Help => Mode::Chat,
-                    other => other,
-                };
-            }
+            Action::ToggleHelp => self.open_help(),
+            Action::CloseHelp => self.close_help(),
             Action::OpenBench => self.mode = Mode::Bench,
             Action::RunBench => return self.run_bench(),
-            Action::StopBench if self.bench.running.is_some() => {
-                self.bench.stopped = true;
-                if let Some(id) = self.bench.running.take() {
-                    let mut fx = vec![Effect::Cancel(id)];
-                    fx.extend(self.save_sweep(true));
-                    return fx;
-                }
-            }
-            Action::StopBench | Action::CloseBench => {
-                self.mode = Mode::Chat;
-                if let Some(id) = self.bench.running.take() {
-                    return vec![Effect::Cancel(id)];
-                }
-            }
+            Action::StopBench if self.bench.running.is_some() => return self.stop_bench(),
+            Action::StopBench | Action::CloseBench => return self.close_bench(),
             Action::CloseAb => return self.close_ab(),
-            Action::OpenCompare => {
-                self.compare_place = Default::default();
-                self.compare_row = 0;
-                return self.open_compare();
-            }
+            Action::OpenCompare => return self.open_newest_compare(),
             Action::ReloadCompare => return self.open_compare(),
-            Action::CompareOlder | Action::CompareNewer => {
-                let place = self.compare_place;
-                let back = if action == Action::CompareOlder {
-                    (place.back + 1).min(place.total.saturating_sub(1))
-                } else {
-                    place.back.saturating_sub(1)
-                };
-                if back != place.back {
-                    self.compare_place.back = back;
-                    self.compare_row = 0;
-                    return self.open_compare();
-                }
-            }
-            Action::CompareRow(step) => {
-                if let CompareView::Loaded(c) = &self.compare {
-                    let last = c.rows.len().saturating_sub(1);
-                    self.compare_row = self.compare_row.saturating_add_signed(step).min(last);
-                }
-            }
-            Action::CompareUse { ab } => {
-                if let CompareView::Loaded(c) = &self.compare {
-                    if let Some(row) = c.rows.get(self.compare_row) {
-                        let path = row.model.clone();
-                        self.mode = Mode::Chat;
-                        return if ab {
-                            self.start_ab(&path, now)
-                        } else {
-                            self.start_switch(&path)
-                        };
-                    }
-                }
-            }
+            Action::CompareOlder => return self.compare_step(true),
+            Action::CompareNewer => return self.compare_step(false),
+            Action::CompareRow(step) => self.move_compare_row(step),
+            Action::CompareUse { ab } => return self.use_compare_row(ab, now),
             Action::CloseCompare | Action::CloseProfile => self.mode = Mode::Chat,
             Action::OpenProfile => self.mode = Mode::Profile,
             Action::Quit => return self.quit(),
@@ -924,24 +832,170 @@ impl App {
             Action::LineUp => self.page(1),
             Action::LineDown => self.page(-1),
             // The help screen counts from its top and is clamped where it is drawn.
-            Action::ScrollTop if self.mode == Mode::Help => {
-                self.help_scroll = 0;
-                self.help_from_end = None;
-            }
+            Action::ScrollTop if self.mode == Mode::Help => self.help_to_top(),
             Action::ScrollBottom if self.mode == Mode::Help => self.help_from_end = Some(0),
             Action::ScrollTop => self.scroll.lines_from_bottom = usize::MAX / 2,
             Action::ScrollBottom => self.scroll = Scroll::default(),
             Action::Edit(edit) => self.input.apply(edit),
             Action::OpenPicker => return self.open_picker(PickFor::Switch),
             Action::Picker(key) => return self.on_picker_key(key, now),
-            Action::Complete => {
-                let text = self.input.text();
-                if complete::is_path_command(&text) {
-                    return vec![Effect::CompletePath(text)];
-                }
-                self.input.apply(Edit::Char(' '));
+            Action::Complete => return self.complete_or_space(),
+        }
+        Vec::new()
+    }
+
+    /// Esc: a message waiting for the model stays unsent; then, the first that applies, a
+    /// model switch, the answer streaming or the scoring is stopped; else the notice goes.
+    fn stop(&mut self) -> Vec<Effect> {
+        if std::mem::take(&mut self.send_when_ready) {
+            self.notice(NoticeKind::Info, "the message stays unsent");
+            if self.switching.is_none() {
+                return Vec::new();
             }
         }
+        if self.switching.is_some() {
+            return self.cancel_switch();
+        }
+        if self.is_generating() {
+            return self.cancel_active();
+        }
+        if self.scoring().is_some() {
+            self.notice(NoticeKind::Info, "scoring stopped");
+            return self.stop_scoring("stopped (Esc)");
+        }
+        self.notice = None;
+        Vec::new()
+    }
+
+    /// Up: a line up within the message; on its first line, the last prompt sent into an
+    /// empty input, else the conversation scrolls up.
+    fn recall_or_up(&mut self) {
+        if !self.input.on_first_line() {
+            self.input.apply(Edit::Up);
+        } else if self.input.is_empty() {
+            if let Some(last) = self.sent_prompts.last().cloned() {
+                self.input.set(&last);
+            }
+        } else {
+            self.scroll_by(1);
+        }
+    }
+
+    /// Down: a line down within the message; on its last line the conversation scrolls down.
+    fn down_or_scroll(&mut self) {
+        if self.input.on_last_line() {
+            self.scroll_by(-1);
+        } else {
+            self.input.apply(Edit::Down);
+        }
+    }
+
+    /// The token screen closes to the chat, repainted in full.
+    fn close_tokens(&mut self) {
+        self.mode = Mode::Chat;
+        self.full_repaint = true;
+    }
+
+    /// The help opens at its top, remembering the view it returns to.
+    fn open_help(&mut self) {
+        if self.mode != Mode::Help {
+            self.help_return = self.mode;
+        }
+        self.mode = Mode::Help;
+        self.help_to_top();
+    }
+
+    /// The help closes to the view it was opened from, or the chat when that one is gone.
+    fn close_help(&mut self) {
+        self.mode = match self.help_return {
+            Mode::Ab if self.ab.is_none() => Mode::Chat,
+            Mode::Picker if self.picker.is_none() => Mode::Chat,
+            Mode::Help => Mode::Chat,
+            other => other,
+        };
+    }
+
+    /// The help scrolled back to its top.
+    fn help_to_top(&mut self) {
+        self.help_scroll = 0;
+        self.help_from_end = None;
+    }
+
+    /// Esc during a batch sweep: it is cancelled and saved as stopped.
+    fn stop_bench(&mut self) -> Vec<Effect> {
+        self.bench.stopped = true;
+        if let Some(id) = self.bench.running.take() {
+            let mut fx = vec![Effect::Cancel(id)];
+            fx.extend(self.save_sweep(true));
+            return fx;
+        }
+        Vec::new()
+    }
+
+    /// The bench screen closes to the chat; a sweep still running is cancelled.
+    fn close_bench(&mut self) -> Vec<Effect> {
+        self.mode = Mode::Chat;
+        if let Some(id) = self.bench.running.take() {
+            return vec![Effect::Cancel(id)];
+        }
+        Vec::new()
+    }
+
+    /// The compare screen opens on the newest comparison, its first row selected.
+    fn open_newest_compare(&mut self) -> Vec<Effect> {
+        self.compare_place = Default::default();
+        self.compare_row = 0;
+        self.open_compare()
+    }
+
+    /// The comparison before (`older`) or after the one shown, when there is one.
+    fn compare_step(&mut self, older: bool) -> Vec<Effect> {
+        let place = self.compare_place;
+        let back = if older {
+            (place.back + 1).min(place.total.saturating_sub(1))
+        } else {
+            place.back.saturating_sub(1)
+        };
+        if back != place.back {
+            self.compare_place.back = back;
+            self.compare_row = 0;
+            return self.open_compare();
+        }
+        Vec::new()
+    }
+
+    /// The compare screen's selected row moves by `step`, within its rows.
+    fn move_compare_row(&mut self, step: isize) {
+        if let CompareView::Loaded(c) = &self.compare {
+            let last = c.rows.len().saturating_sub(1);
+            self.compare_row = self.compare_row.saturating_add_signed(step).min(last);
+        }
+    }
+
+    /// The selected row's model, back in the chat: A/B against the last answer (`ab`), or
+    /// switched to.
+    fn use_compare_row(&mut self, ab: bool, now: Now) -> Vec<Effect> {
+        if let CompareView::Loaded(c) = &self.compare {
+            if let Some(row) = c.rows.get(self.compare_row) {
+                let path = row.model.clone();
+                self.mode = Mode::Chat;
+                return if ab {
+                    self.start_ab(&path, now)
+                } else {
+                    self.start_switch(&path)
+                };
+            }
+        }
+        Vec::new()
+    }
+
+    /// Tab: the path after `/model ` or `/ab ` is completed (by the loop); elsewhere a space.
+    fn complete_or_space(&mut self) -> Vec<Effect> {
+        let text = self.input.text();
+        if complete::is_path_command(&text) {
+            return vec![Effect::CompletePath(text)];
+        }
+        self.input.apply(Edit::Char(' '));
         Vec::new()
     }
 
