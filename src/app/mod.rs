@@ -1032,131 +1032,129 @@ impl App {
             s.saturating_sub(lines.unsigned_abs() as usize)
         };
     }
-}
 
-/// The one update function.
-pub fn update(app: &mut App, msg: Msg, now: Now) -> Vec<Effect> {
-    match msg {
-        Msg::Key(key) => match action_for(app.mode, app.input.is_empty(), key) {
-            Some(action) => {
-                let before = app.mode;
-                let effects = app.on_action(action, now);
-                // A closed overlay leaves nothing behind (wide or combining characters can
-                // fool a diff-only redraw).
-                if before != app.mode && before != Mode::Chat {
-                    app.full_repaint = true;
-                }
-                effects
-            }
-            None => Vec::new(),
-        },
-        Msg::Paste(text) => {
-            if app.mode == Mode::Chat {
-                // Terminals send pasted newlines as \r; control characters other than
-                // newline and tab are dropped so they never reach the screen raw.
-                let clean: String = text
-                    .replace("\r\n", "\n")
-                    .replace('\r', "\n")
-                    .chars()
-                    .filter(|c| !c.is_control() || *c == '\n' || *c == '\t')
-                    .collect();
-                let total = app.input.len_bytes().saturating_add(clean.len());
-                if total > INPUT_MAX_BYTES {
-                    app.notice(
-                        NoticeKind::Warning,
-                        format!(
-                            "not pasted: the paste is {}, and the message may be at most {} \
-                             (no model's context holds more); paste a part of it, or give a \
-                             file to `tokscope run -f`",
-                            crate::fmt::bytes(clean.len() as u64),
-                            crate::fmt::bytes(INPUT_MAX_BYTES as u64)
-                        ),
-                    );
-                } else {
-                    app.input.insert_str(&clean);
-                }
-            }
-            Vec::new()
+    /// A key: the key table's action for it in this mode, if any.
+    fn on_key(&mut self, key: KeyEvent, now: Now) -> Vec<Effect> {
+        let Some(action) = action_for(self.mode, self.input.is_empty(), key) else {
+            return Vec::new();
+        };
+        let before = self.mode;
+        let effects = self.on_action(action, now);
+        // A closed overlay leaves nothing behind (wide or combining characters can
+        // fool a diff-only redraw).
+        if before != self.mode && before != Mode::Chat {
+            self.full_repaint = true;
         }
-        Msg::Scroll(lines) => {
-            app.scroll_by(lines);
-            Vec::new()
-        }
-        Msg::Resize | Msg::Tick => Vec::new(),
-        Msg::Engine(event) => app.on_engine(event, now),
-        Msg::Saved(Ok(_)) => Vec::new(),
-        Msg::Saved(Err(e)) => {
-            app.notice(
-                NoticeKind::Error,
-                format!("could not save the conversation: {e}"),
-            );
-            Vec::new()
-        }
-        Msg::Notice(kind, text) => {
-            app.notice(kind, text);
-            Vec::new()
-        }
-        Msg::SweepSaved(result) => {
-            app.bench.saved = Some(match result {
-                Ok((id, warning)) => {
-                    if let Some(w) = warning {
-                        app.notice(NoticeKind::Warning, w);
-                    }
-                    Ok(id)
-                }
-                Err(e) => Err(e),
-            });
-            Vec::new()
-        }
-        Msg::Traced(result) => {
-            match result {
-                Ok((p, turns, frames)) => app.notice(
-                    NoticeKind::Info,
+        effects
+    }
+
+    /// A paste into the chat's input, cleaned, or refused when the message could not hold it.
+    fn on_paste(&mut self, text: &str) {
+        if self.mode == Mode::Chat {
+            // Terminals send pasted newlines as \r; control characters other than
+            // newline and tab are dropped so they never reach the screen raw.
+            let clean: String = text
+                .replace("\r\n", "\n")
+                .replace('\r', "\n")
+                .chars()
+                .filter(|c| !c.is_control() || *c == '\n' || *c == '\t')
+                .collect();
+            let total = self.input.len_bytes().saturating_add(clean.len());
+            if total > INPUT_MAX_BYTES {
+                self.notice(
+                    NoticeKind::Warning,
                     format!(
-                        "trace of {turns} answer(s) and {frames} frame(s) written to {} (open it in ui.perfetto.dev)",
-                        p.display()
+                        "not pasted: the paste is {}, and the message may be at most {} \
+                         (no model's context holds more); paste a part of it, or give a \
+                         file to `tokscope run -f`",
+                        crate::fmt::bytes(clean.len() as u64),
+                        crate::fmt::bytes(INPUT_MAX_BYTES as u64)
                     ),
-                ),
-                Err(e) => app.notice(NoticeKind::Error, format!("trace failed: {e}")),
+                );
+            } else {
+                self.input.insert_str(&clean);
             }
-            Vec::new()
-        }
-        Msg::Exported(result) => {
-            match result {
-                Ok(p) => app.notice(NoticeKind::Info, format!("exported to {}", p.display())),
-                Err(e) => app.notice(NoticeKind::Error, format!("export failed: {e}")),
-            }
-            Vec::new()
-        }
-        Msg::InputTokens(tokens) => {
-            app.input_tokens = tokens;
-            Vec::new()
-        }
-        Msg::FreshConversationId(id) => {
-            app.fresh_conversation_id = id;
-            Vec::new()
-        }
-        Msg::ModelsFound(found) => {
-            app.on_models_found(found);
-            Vec::new()
-        }
-        Msg::Completed { asked, completion } => {
-            app.on_completed(&asked, completion);
-            Vec::new()
-        }
-        Msg::ComparisonLoaded(result) => {
-            app.compare = match result {
-                Ok(Some((c, place))) => {
-                    app.compare_place = place;
-                    app.compare_row = app.compare_row.min(c.rows.len().saturating_sub(1));
-                    CompareView::Loaded(Box::new(c))
-                }
-                Ok(None) => CompareView::Empty,
-                Err(e) => CompareView::Failed(e),
-            };
-            Vec::new()
         }
     }
+
+    /// A batch sweep was saved (its run id, and a warning about the log shown) or not.
+    fn on_sweep_saved(&mut self, result: Result<(String, Option<String>), String>) {
+        self.bench.saved = Some(match result {
+            Ok((id, warning)) => {
+                if let Some(w) = warning {
+                    self.notice(NoticeKind::Warning, w);
+                }
+                Ok(id)
+            }
+            Err(e) => Err(e),
+        });
+    }
+
+    /// `/trace` wrote its file, or failed: either is shown.
+    fn on_traced(&mut self, result: Result<(PathBuf, usize, usize), String>) {
+        match result {
+            Ok((p, turns, frames)) => self.notice(
+                NoticeKind::Info,
+                format!(
+                    "trace of {turns} answer(s) and {frames} frame(s) written to {} (open it in ui.perfetto.dev)",
+                    p.display()
+                ),
+            ),
+            Err(e) => self.notice(NoticeKind::Error, format!("trace failed: {e}")),
+        }
+    }
+
+    /// An export was written, or failed: either is shown.
+    fn on_exported(&mut self, result: Result<PathBuf, String>) {
+        match result {
+            Ok(p) => self.notice(NoticeKind::Info, format!("exported to {}", p.display())),
+            Err(e) => self.notice(NoticeKind::Error, format!("export failed: {e}")),
+        }
+    }
+
+    /// The comparisons log was read for the compare screen: its place, with the selected row
+    /// kept within the rows.
+    fn on_comparison_loaded(
+        &mut self,
+        result: Result<Option<(Comparison, crate::compare::log::Place)>, String>,
+    ) {
+        self.compare = match result {
+            Ok(Some((c, place))) => {
+                self.compare_place = place;
+                self.compare_row = self.compare_row.min(c.rows.len().saturating_sub(1));
+                CompareView::Loaded(Box::new(c))
+            }
+            Ok(None) => CompareView::Empty,
+            Err(e) => CompareView::Failed(e),
+        };
+    }
+}
+
+/// The one update function: each message has its handler; only keys and engine events can
+/// ask the loop for effects.
+pub fn update(app: &mut App, msg: Msg, now: Now) -> Vec<Effect> {
+    match msg {
+        Msg::Key(key) => return app.on_key(key, now),
+        Msg::Paste(text) => app.on_paste(&text),
+        Msg::Scroll(lines) => app.scroll_by(lines),
+        Msg::Resize | Msg::Tick => {}
+        Msg::Engine(event) => return app.on_engine(event, now),
+        Msg::Saved(Ok(_)) => {}
+        Msg::Saved(Err(e)) => app.notice(
+            NoticeKind::Error,
+            format!("could not save the conversation: {e}"),
+        ),
+        Msg::Notice(kind, text) => app.notice(kind, text),
+        Msg::SweepSaved(result) => app.on_sweep_saved(result),
+        Msg::Traced(result) => app.on_traced(result),
+        Msg::Exported(result) => app.on_exported(result),
+        Msg::InputTokens(tokens) => app.input_tokens = tokens,
+        Msg::FreshConversationId(id) => app.fresh_conversation_id = id,
+        Msg::ModelsFound(found) => app.on_models_found(found),
+        Msg::Completed { asked, completion } => app.on_completed(&asked, completion),
+        Msg::ComparisonLoaded(result) => app.on_comparison_loaded(result),
+    }
+    Vec::new()
 }
 
 /// Whether the phase of the turn in flight is one whose display changes with time alone
