@@ -505,6 +505,118 @@ fn legend_line(color: RGBColor) -> impl Fn((i32, i32)) -> PathElement<(i32, i32)
     move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(3))
 }
 
+/// Draws `points` joined by a line `width_px` wide in `color`, named `name` in the legend.
+fn draw_line<'a, DB, X, Y>(
+    chart: &mut ChartContext<'a, DB, Cartesian2d<X, Y>>,
+    points: impl IntoIterator<Item = (f64, f64)>,
+    name: impl Into<String>,
+    color: RGBColor,
+    width_px: u32,
+) -> DrawResult<DB>
+where
+    DB: DrawingBackend + 'a,
+    X: Ranged<ValueType = f64>,
+    Y: Ranged<ValueType = f64>,
+{
+    chart
+        .draw_series(LineSeries::new(points, color.stroke_width(width_px)))?
+        .label(name)
+        .legend(legend_line(color));
+    Ok(())
+}
+
+/// A point's value written beside it: the text, where the text is anchored, and its offset
+/// in pixels from the point.
+struct Figure {
+    text: String,
+    pos: Pos,
+    offset: (i32, i32),
+}
+
+/// A figure centred 10 px below its point when `below`, else 10 px above it.
+fn figure_below_or_above(text: String, below: bool) -> Figure {
+    let (v_pos, dy) = if below {
+        (VPos::Top, 10)
+    } else {
+        (VPos::Bottom, -10)
+    };
+    Figure {
+        text,
+        pos: Pos::new(HPos::Center, v_pos),
+        offset: (0, dy),
+    }
+}
+
+/// [`draw_line`] 3 px wide, then a dot on each point with `figure` of its value beside it, so
+/// that the values can be read off exactly.
+fn draw_figured_line<'a, DB, X, Y>(
+    chart: &mut ChartContext<'a, DB, Cartesian2d<X, Y>>,
+    points: &[(f64, f64)],
+    name: &str,
+    color: RGBColor,
+    figure: impl Fn(f64) -> Figure,
+) -> DrawResult<DB>
+where
+    DB: DrawingBackend + 'a,
+    X: Ranged<ValueType = f64>,
+    Y: Ranged<ValueType = f64>,
+{
+    draw_line(chart, points.iter().copied(), name, color, 3)?;
+    chart.draw_series(points.iter().map(|&(x, y)| {
+        let Figure {
+            text: figure_text,
+            pos,
+            offset,
+        } = figure(y);
+        let style = text(POINT_LABEL_PX).color(&color).pos(pos);
+        EmptyElement::at((x, y))
+            + Circle::new((0, 0), 5, color.filled())
+            + Text::new(figure_text, offset, style)
+    }))?;
+    Ok(())
+}
+
+/// The x axis two stacked panels share (the batch and speculative sweeps): its range, ticks,
+/// description and tick labels.
+struct SharedX {
+    range: Range<f64>,
+    ticks: Vec<f64>,
+    desc: &'static str,
+    label: fn(&f64) -> String,
+}
+
+type PanelChart<'a, DB> =
+    ChartContext<'a, DB, Cartesian2d<TickedAxis<RangedCoordf64>, RangedCoordf64>>;
+
+/// One of two stacked panels on `area`: its caption, the shared x axis, `y_range` described
+/// by `y_desc` with 8 labels, and the grid drawn.
+fn panel<'a, DB: DrawingBackend>(
+    area: &'a DrawingArea<DB, Shift>,
+    caption: &str,
+    x: &SharedX,
+    y_range: Range<f64>,
+    y_desc: &str,
+) -> Result<PanelChart<'a, DB>, DrawingAreaErrorKind<DB::ErrorType>> {
+    let mut chart = ChartBuilder::on(area)
+        .caption(caption, text(CAPTION_PX))
+        .margin(12)
+        .margin_right(30)
+        .x_label_area_size(55)
+        .y_label_area_size(85)
+        .build_cartesian_2d(
+            TickedAxis {
+                inner: RangedCoordf64::from(x.range.clone()),
+                ticks: x.ticks.clone(),
+            },
+            y_range,
+        )?;
+    mesh(&mut chart, x.desc, y_desc)
+        .x_label_formatter(&x.label)
+        .y_labels(8)
+        .draw()?;
+    Ok(chart)
+}
+
 // ---------------------------------------------------------------------------------------------
 // Batch sweep
 
@@ -586,7 +698,13 @@ impl Chart for BatchSweepChart {
         root.fill(&WHITE)?;
         let body = header(root, &self.title, &self.subtitle)?;
         let (top, bottom) = body.split_vertically(body.dim_in_pixel().1 / 2);
-        let (x_range, x_ticks) = self.x_axis();
+        let (range, ticks) = self.x_axis();
+        let axis = SharedX {
+            range,
+            ticks,
+            desc: "batch size B (sequences decoded together, log₂ scale)",
+            label: |x| format_batch(*x),
+        };
 
         let panels = [
             (
@@ -623,56 +741,17 @@ impl Chart for BatchSweepChart {
         for (area, caption, y_desc, series) in panels {
             let y_range = value_range(&[series[0].0, series[1].0], 1.3);
             let y_top = y_range.end;
-            let mut chart = ChartBuilder::on(area)
-                .caption(caption, text(CAPTION_PX))
-                .margin(12)
-                .margin_right(30)
-                .x_label_area_size(55)
-                .y_label_area_size(85)
-                .build_cartesian_2d(
-                    TickedAxis {
-                        inner: RangedCoordf64::from(x_range.clone()),
-                        ticks: x_ticks.clone(),
-                    },
-                    y_range,
-                )?;
-            mesh(
-                &mut chart,
-                "batch size B (sequences decoded together, log₂ scale)",
-                y_desc,
-            )
-            .x_label_formatter(&|x| format_batch(*x))
-            .y_labels(8)
-            .draw()?;
+            let mut chart = panel(area, caption, &axis, y_range, y_desc)?;
             for (points, name, color, label_side) in series {
                 if points.is_empty() {
                     continue;
                 }
-                chart
-                    .draw_series(LineSeries::new(
-                        points.iter().copied(),
-                        color.stroke_width(3),
-                    ))?
-                    .label(name)
-                    .legend(legend_line(color));
-                // Each point's value next to it, so the figures can be read off exactly.
                 // A value meant to go below its point goes above it when the point sits near
                 // the x axis, where the tick labels are.
-                let label = |y: f64| {
+                draw_figured_line(&mut chart, points, name, color, |y| {
                     let below = matches!(label_side, VPos::Top) && y > 0.12 * y_top;
-                    let (v_pos, dy) = if below {
-                        (VPos::Top, 10)
-                    } else {
-                        (VPos::Bottom, -10)
-                    };
-                    let style = text(POINT_LABEL_PX)
-                        .color(&color)
-                        .pos(Pos::new(HPos::Center, v_pos));
-                    Text::new(trim_number(y), (0, dy), style)
-                };
-                chart.draw_series(points.iter().map(|&(x, y)| {
-                    EmptyElement::at((x, y)) + Circle::new((0, 0), 5, color.filled()) + label(y)
-                }))?;
+                    figure_below_or_above(trim_number(y), below)
+                })?;
             }
             draw_legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
         }
@@ -841,13 +920,11 @@ impl Chart for RooflineChart {
         if let Some(bw) = self.bandwidth {
             // On log-log axes the ceiling is a straight line of slope −1: its two ends draw it.
             let line = [x_range.start, x_range.end].map(|x| (x, bw / x));
-            chart
-                .draw_series(LineSeries::new(line, CEILING_COLOR.stroke_width(3)))?
-                .label(format!(
-                    "ceiling: tok/s = {} ÷ bytes per token",
-                    format_bandwidth(bw)
-                ))
-                .legend(legend_line(CEILING_COLOR));
+            let name = format!(
+                "ceiling: tok/s = {} ÷ bytes per token",
+                format_bandwidth(bw)
+            );
+            draw_line(&mut chart, line, name, CEILING_COLOR, 3)?;
         }
 
         chart
@@ -1042,10 +1119,7 @@ impl Chart for QualityChart {
             .map(|p| (x_of(p.kld_mean), p.tok_per_s))
             .collect();
         front.sort_by(|a, b| a.0.total_cmp(&b.0));
-        chart
-            .draw_series(LineSeries::new(front, FRONT_COLOR.stroke_width(2)))?
-            .label("Pareto front")
-            .legend(legend_line(FRONT_COLOR));
+        draw_line(&mut chart, front, "Pareto front", FRONT_COLOR, 2)?;
         chart
             .draw_series(self.points.iter().filter(|p| !p.pareto).map(|p| {
                 Circle::new(
@@ -1181,42 +1255,34 @@ const EXPECTED_COLOR: RGBColor = RGBColor(255, 127, 14);
 /// The roofline with its compute term.
 const EXPECTED_COMPUTE_COLOR: RGBColor = RGBColor(148, 103, 189);
 
-impl Chart for SpecSweepChart {
-    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
-        root.fill(&WHITE)?;
-        let body = header(root, &self.title, &self.subtitle)?;
-        let (top, bottom) = body.split_vertically(body.dim_in_pixel().1 / 2);
-        let ks: Vec<f64> = self.points.iter().map(|p| f64::from(p.k)).collect();
-        let lo = ks.iter().copied().fold(f64::INFINITY, f64::min);
-        let hi = ks.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        let pad = ((hi - lo) * 0.08).max(0.5);
-        let x_range = lo - pad..hi + pad;
-        let finite = |v: Option<f64>| v.filter(|v| v.is_finite() && *v >= 0.0);
-        let measured: Vec<(f64, f64)> = self
-            .points
+/// `v` when it is a finite, non-negative number.
+fn finite_non_negative(v: Option<f64>) -> Option<f64> {
+    v.filter(|v| v.is_finite() && *v >= 0.0)
+}
+
+fn format_k(k: &f64) -> String {
+    format!("{}", k.round())
+}
+
+impl SpecSweepChart {
+    /// (k, value) for each point that has a `value`.
+    fn series(&self, value: impl Fn(&SpecPoint) -> Option<f64>) -> Vec<(f64, f64)> {
+        self.points
             .iter()
-            .map(|p| (f64::from(p.k), p.speedup))
-            .collect();
-        let expected: Vec<(f64, f64)> = self
-            .points
-            .iter()
-            .filter_map(|p| Some((f64::from(p.k), finite(p.expected)?)))
-            .collect();
-        let expected_compute: Vec<(f64, f64)> = self
-            .points
-            .iter()
-            .filter_map(|p| Some((f64::from(p.k), finite(p.expected_compute)?)))
-            .collect();
-        let acceptance: Vec<(f64, f64)> = self
-            .points
-            .iter()
-            .filter_map(|p| Some((f64::from(p.k), finite(p.acceptance)? * 100.0)))
-            .collect();
-        let alpha: Vec<(f64, f64)> = self
-            .points
-            .iter()
-            .filter_map(|p| Some((f64::from(p.k), finite(p.alpha)? * 100.0)))
-            .collect();
+            .filter_map(|p| Some((f64::from(p.k), value(p)?)))
+            .collect()
+    }
+
+    /// The top panel: the measured speed-up with its range over the rounds, the roofline's
+    /// expectations and the break-even line.
+    fn draw_speedup<DB: DrawingBackend>(
+        &self,
+        area: &DrawingArea<DB, Shift>,
+        axis: &SharedX,
+    ) -> DrawResult<DB> {
+        let measured = self.series(|p| Some(p.speedup));
+        let expected = self.series(|p| finite_non_negative(p.expected));
+        let expected_compute = self.series(|p| finite_non_negative(p.expected_compute));
         let top_max = self
             .points
             .iter()
@@ -1224,35 +1290,15 @@ impl Chart for SpecSweepChart {
             .chain(expected.iter().chain(&expected_compute).map(|(_, v)| *v))
             .fold(1.0, f64::max)
             * 1.7;
-
-        // Speed-up.
-        let mut chart = ChartBuilder::on(&top)
-            .caption(
-                "Speed-up against k = 0 (above 1: speculation pays)",
-                text(CAPTION_PX),
-            )
-            .margin(12)
-            .margin_right(30)
-            .x_label_area_size(55)
-            .y_label_area_size(85)
-            .build_cartesian_2d(
-                TickedAxis {
-                    inner: RangedCoordf64::from(x_range.clone()),
-                    ticks: ks.clone(),
-                },
-                0.0..top_max,
-            )?;
-        mesh(&mut chart, K_DESC, "speed-up (×)")
-            .x_label_formatter(&|x| format!("{}", x.round()))
-            .y_labels(8)
-            .draw()?;
-        chart
-            .draw_series(LineSeries::new(
-                [(x_range.start, 1.0), (x_range.end, 1.0)],
-                CEILING_COLOR.stroke_width(1),
-            ))?
-            .label("break-even (1×)")
-            .legend(legend_line(CEILING_COLOR));
+        let mut chart = panel(
+            area,
+            "Speed-up against k = 0 (above 1: speculation pays)",
+            axis,
+            0.0..top_max,
+            "speed-up (×)",
+        )?;
+        let break_even = [(axis.range.start, 1.0), (axis.range.end, 1.0)];
+        draw_line(&mut chart, break_even, "break-even (1×)", CEILING_COLOR, 1)?;
         for (series, color, label) in [
             (&expected, EXPECTED_COLOR, "roofline expected"),
             (
@@ -1264,13 +1310,7 @@ impl Chart for SpecSweepChart {
             if series.is_empty() {
                 continue;
             }
-            chart
-                .draw_series(LineSeries::new(
-                    series.iter().copied(),
-                    color.stroke_width(2),
-                ))?
-                .label(label)
-                .legend(legend_line(color));
+            draw_line(&mut chart, series.iter().copied(), label, color, 2)?;
             chart.draw_series(
                 series
                     .iter()
@@ -1284,42 +1324,28 @@ impl Chart for SpecSweepChart {
                 MEASURED_COLOR.stroke_width(2),
             )
         }))?;
-        chart
-            .draw_series(LineSeries::new(
-                measured.iter().copied(),
-                MEASURED_COLOR.stroke_width(3),
-            ))?
-            .label("measured (bar: range over rounds)")
-            .legend(legend_line(MEASURED_COLOR));
-        chart.draw_series(measured.iter().map(|&(x, y)| {
+        let name = "measured (bar: range over rounds)";
+        draw_figured_line(&mut chart, &measured, name, MEASURED_COLOR, |y| {
             // Below and right of the point: clear of the line through it and of break-even.
-            let style = text(POINT_LABEL_PX)
-                .color(&MEASURED_COLOR)
-                .pos(Pos::new(HPos::Left, VPos::Top));
-            EmptyElement::at((x, y))
-                + Circle::new((0, 0), 5, MEASURED_COLOR.filled())
-                + Text::new(format!("{y:.2}×"), (8, 8), style)
-        }))?;
-        draw_legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
+            Figure {
+                text: format!("{y:.2}×"),
+                pos: Pos::new(HPos::Left, VPos::Top),
+                offset: (8, 8),
+            }
+        })?;
+        draw_legend(&mut chart, SeriesLabelPosition::UpperLeft)
+    }
 
-        // Acceptance.
-        let mut chart = ChartBuilder::on(&bottom)
-            .caption("Acceptance", text(CAPTION_PX))
-            .margin(12)
-            .margin_right(30)
-            .x_label_area_size(55)
-            .y_label_area_size(85)
-            .build_cartesian_2d(
-                TickedAxis {
-                    inner: RangedCoordf64::from(x_range.clone()),
-                    ticks: ks,
-                },
-                0.0..150.0,
-            )?;
-        mesh(&mut chart, K_DESC, "accepted (%)")
-            .x_label_formatter(&|x| format!("{}", x.round()))
-            .y_labels(8)
-            .draw()?;
+    /// The bottom panel: accepted / drafted and α against k, in percent.
+    fn draw_acceptance<DB: DrawingBackend>(
+        &self,
+        area: &DrawingArea<DB, Shift>,
+        axis: &SharedX,
+    ) -> DrawResult<DB> {
+        let percent = |v: Option<f64>| finite_non_negative(v).map(|v| v * 100.0);
+        let acceptance = self.series(|p| percent(p.acceptance));
+        let alpha = self.series(|p| percent(p.alpha));
+        let mut chart = panel(area, "Acceptance", axis, 0.0..150.0, "accepted (%)")?;
         // α ≥ accepted / drafted (a rejection ends a draft, so at least one drafted token per
         // rejection is not accepted): α's figures go above its points, the others' below.
         for (series, name, color, below) in [
@@ -1329,29 +1355,32 @@ impl Chart for SpecSweepChart {
             if series.is_empty() {
                 continue;
             }
-            chart
-                .draw_series(LineSeries::new(
-                    series.iter().copied(),
-                    color.stroke_width(3),
-                ))?
-                .label(name)
-                .legend(legend_line(color));
-            chart.draw_series(series.iter().map(|&(x, y)| {
-                // Near the x axis, where the tick labels are, every figure goes above.
-                let (v_pos, dy) = if below && y > 18.0 {
-                    (VPos::Top, 10)
-                } else {
-                    (VPos::Bottom, -10)
-                };
-                let style = text(POINT_LABEL_PX)
-                    .color(&color)
-                    .pos(Pos::new(HPos::Center, v_pos));
-                EmptyElement::at((x, y))
-                    + Circle::new((0, 0), 5, color.filled())
-                    + Text::new(format!("{y:.0}%"), (0, dy), style)
-            }))?;
+            // Near the x axis, where the tick labels are, every figure goes above.
+            draw_figured_line(&mut chart, series, name, color, |y| {
+                figure_below_or_above(format!("{y:.0}%"), below && y > 18.0)
+            })?;
         }
         draw_legend(&mut chart, SeriesLabelPosition::UpperLeft)
+    }
+}
+
+impl Chart for SpecSweepChart {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
+        root.fill(&WHITE)?;
+        let body = header(root, &self.title, &self.subtitle)?;
+        let (top, bottom) = body.split_vertically(body.dim_in_pixel().1 / 2);
+        let ks: Vec<f64> = self.points.iter().map(|p| f64::from(p.k)).collect();
+        let lo = ks.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = ks.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let pad = ((hi - lo) * 0.08).max(0.5);
+        let axis = SharedX {
+            range: lo - pad..hi + pad,
+            ticks: ks,
+            desc: K_DESC,
+            label: format_k,
+        };
+        self.draw_speedup(&top, &axis)?;
+        self.draw_acceptance(&bottom, &axis)
     }
 }
 
