@@ -477,6 +477,43 @@ fn draw_tags<DB: DrawingBackend>(
     Ok(())
 }
 
+/// Numbers the points `at` (pixels) 1, 2, … with tags beside them on `root`, clear of one
+/// another and of the legend of `legend_lines` inside the plotting area `plot` (pixels).
+/// Returns each tag's box, `None` where the plot had no room for it.
+fn tag_points<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    at: &[(i32, i32)],
+    plot: &(Range<i32>, Range<i32>),
+    legend_lines: &[String],
+    color: RGBColor,
+) -> Result<Vec<Option<Rect>>, DrawingAreaErrorKind<DB::ErrorType>> {
+    let tags: Vec<String> = (1..=at.len()).map(|i| i.to_string()).collect();
+    let boxes = place_in_plot(at, &tags, &plot.0, &plot.1, legend_lines);
+    draw_tags(root, at, &tags, &boxes, color)?;
+    Ok(boxes)
+}
+
+/// The key table's rows: each point's number (saying so when its tag was crowded out of the
+/// plot, see [`tag_points`]) before its `cells`.
+fn key_rows(
+    boxes: &[Option<Rect>],
+    cells: impl IntoIterator<Item = Vec<String>>,
+) -> Vec<Vec<String>> {
+    boxes
+        .iter()
+        .zip(cells)
+        .enumerate()
+        .map(|(i, (b, cells))| {
+            let number = if b.is_some() {
+                (i + 1).to_string()
+            } else {
+                format!("{} (untagged: crowded)", i + 1)
+            };
+            std::iter::once(number).chain(cells).collect()
+        })
+        .collect()
+}
+
 /// An axis with its ticks chosen here (powers of two, 1-2-5 steps on log axes) rather than
 /// by plotters, which finds none on a log axis spanning less than a decade.
 struct TickedAxis<R> {
@@ -943,8 +980,6 @@ impl Chart for RooflineChart {
             .iter()
             .map(|(x, y, _)| chart.backend_coord(&(*x, *y)))
             .collect();
-        let tags: Vec<String> = (1..=self.points.len()).map(|i| i.to_string()).collect();
-        let (xs, ys) = chart.plotting_area().get_pixel_range();
         let mut legend_lines = vec!["measured decode speed".to_string()];
         if let Some(bw) = self.bandwidth {
             legend_lines.push(format!(
@@ -952,31 +987,21 @@ impl Chart for RooflineChart {
                 format_bandwidth(bw)
             ));
         }
-        let boxes = place_in_plot(&at, &tags, &xs, &ys, &legend_lines);
-        draw_tags(root, &at, &tags, &boxes, MEASURED_COLOR)?;
-        let rows: Vec<Vec<String>> = self
-            .points
-            .iter()
-            .zip(&boxes)
-            .enumerate()
-            .map(|(i, ((x, y, label), b))| {
-                let share = self
-                    .bandwidth
-                    .map(|bw| format!("{}%", trim_number(100.0 * y / (bw / x))))
-                    .unwrap_or_else(|| "—".to_string());
-                vec![
-                    if b.is_some() {
-                        (i + 1).to_string()
-                    } else {
-                        format!("{} (untagged: crowded)", i + 1)
-                    },
-                    crate::text::ellipsis(label, 60),
-                    trim_number(*y),
-                    share,
-                    format_bytes(*x),
-                ]
-            })
-            .collect();
+        let plot = chart.plotting_area().get_pixel_range();
+        let boxes = tag_points(root, &at, &plot, &legend_lines, MEASURED_COLOR)?;
+        let cells = self.points.iter().map(|(x, y, label)| {
+            let share = self
+                .bandwidth
+                .map(|bw| format!("{}%", trim_number(100.0 * y / (bw / x))))
+                .unwrap_or_else(|| "—".to_string());
+            vec![
+                crate::text::ellipsis(label, 60),
+                trim_number(*y),
+                share,
+                format_bytes(*x),
+            ]
+        });
+        let rows = key_rows(&boxes, cells);
         draw_key(
             &key_area,
             &[
@@ -1061,21 +1086,21 @@ struct QualityChart {
 const FRONT_COLOR: RGBColor = RGBColor(44, 160, 44);
 const DOMINATED_COLOR: RGBColor = RGBColor(214, 39, 40);
 
-impl Chart for QualityChart {
-    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
-        root.fill(&WHITE)?;
-        let body = header(root, &self.title, &self.subtitle)?;
-        let key_h = key_height(self.points.len());
-        let (body, key_area) = body.split_vertically(body.dim_in_pixel().1.saturating_sub(key_h));
-        // KL divergences span orders of magnitude (Q8_0 0.001, Q2_K 0.4): a log axis, with 0
-        // (the reference) drawn at the floor and labelled 0.
-        let floor = kld_axis_floor(&self.points);
-        let x_of = |k: f64| k.max(floor).log10();
+/// Where a KL divergence sits on the quality chart's log axis: log10 of it, with anything
+/// below `floor` (0, the reference) at `floor`.
+fn kld_x(kld: f64, floor: f64) -> f64 {
+    kld.max(floor).log10()
+}
+
+impl QualityChart {
+    /// The x range (log10 KL divergence from `floor`, padded) and the y range (tok/s, with room
+    /// above the highest error bar).
+    fn ranges(&self, floor: f64) -> (Range<f64>, Range<f64>) {
         let x_lo = floor.log10();
         let x_hi = self
             .points
             .iter()
-            .map(|p| x_of(p.kld_mean))
+            .map(|p| kld_x(p.kld_mean, floor))
             .fold(x_lo, f64::max)
             .max(x_lo + 1.0);
         let pad = (x_hi - x_lo) * 0.08;
@@ -1085,33 +1110,17 @@ impl Chart for QualityChart {
             .map(|p| p.tok_per_s + p.tok_per_s_sd.unwrap_or(0.0))
             .fold(0.0, f64::max)
             * 1.2;
-        let mut chart = ChartBuilder::on(&body)
-            .caption(
-                "Up and to the left is better: faster and closer to the reference",
-                text(CAPTION_PX),
-            )
-            .margin(15)
-            .margin_right(40)
-            .x_label_area_size(60)
-            .y_label_area_size(90)
-            .build_cartesian_2d(x_lo - pad..x_hi + pad, 0.0..y_max)?;
-        let zero_at = x_lo;
-        mesh(
-            &mut chart,
-            format!(
-                "mean KL divergence from the reference (nats, log scale; 0 is drawn at {})",
-                crate::fmt::sig(floor, 2)
-            ),
-            "decode speed (tok/s), bars: ± sd of the rounds",
-        )
-        .x_label_formatter(&|x| {
-            if (*x - zero_at).abs() < 1e-9 {
-                "0".to_string()
-            } else {
-                crate::fmt::sig(10f64.powf(*x), 2)
-            }
-        })
-        .draw()?;
+        (x_lo - pad..x_hi + pad, 0.0..y_max)
+    }
+
+    /// The Pareto front's line and filled points, the dominated candidates hollow, and each
+    /// candidate's ± sd bar.
+    fn draw_candidates<'a, DB: DrawingBackend + 'a>(
+        &self,
+        chart: &mut ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
+        floor: f64,
+    ) -> DrawResult<DB> {
+        let x_of = |k: f64| kld_x(k, floor);
         let mut front: Vec<(f64, f64)> = self
             .points
             .iter()
@@ -1119,7 +1128,7 @@ impl Chart for QualityChart {
             .map(|p| (x_of(p.kld_mean), p.tok_per_s))
             .collect();
         front.sort_by(|a, b| a.0.total_cmp(&b.0));
-        draw_line(&mut chart, front, "Pareto front", FRONT_COLOR, 2)?;
+        draw_line(chart, front, "Pareto front", FRONT_COLOR, 2)?;
         chart
             .draw_series(self.points.iter().filter(|p| !p.pareto).map(|p| {
                 Circle::new(
@@ -1145,40 +1154,70 @@ impl Chart for QualityChart {
                 BLACK.stroke_width(2),
             ))
         }))?;
+        Ok(())
+    }
+}
+
+impl Chart for QualityChart {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
+        root.fill(&WHITE)?;
+        let body = header(root, &self.title, &self.subtitle)?;
+        let key_h = key_height(self.points.len());
+        let (body, key_area) = body.split_vertically(body.dim_in_pixel().1.saturating_sub(key_h));
+        // KL divergences span orders of magnitude (Q8_0 0.001, Q2_K 0.4): a log axis, with 0
+        // (the reference) drawn at the floor and labelled 0.
+        let floor = kld_axis_floor(&self.points);
+        let (x_range, y_range) = self.ranges(floor);
+        let mut chart = ChartBuilder::on(&body)
+            .caption(
+                "Up and to the left is better: faster and closer to the reference",
+                text(CAPTION_PX),
+            )
+            .margin(15)
+            .margin_right(40)
+            .x_label_area_size(60)
+            .y_label_area_size(90)
+            .build_cartesian_2d(x_range, y_range)?;
+        let zero_at = floor.log10();
+        mesh(
+            &mut chart,
+            format!(
+                "mean KL divergence from the reference (nats, log scale; 0 is drawn at {})",
+                crate::fmt::sig(floor, 2)
+            ),
+            "decode speed (tok/s), bars: ± sd of the rounds",
+        )
+        .x_label_formatter(&|x| {
+            if (*x - zero_at).abs() < 1e-9 {
+                "0".to_string()
+            } else {
+                crate::fmt::sig(10f64.powf(*x), 2)
+            }
+        })
+        .draw()?;
+        self.draw_candidates(&mut chart, floor)?;
         // Numbers beside the points, placed clear of every point, tag and the legend; the
         // key table under the plot names them.
         let at: Vec<(i32, i32)> = self
             .points
             .iter()
-            .map(|p| chart.backend_coord(&(x_of(p.kld_mean), p.tok_per_s)))
+            .map(|p| chart.backend_coord(&(kld_x(p.kld_mean, floor), p.tok_per_s)))
             .collect();
-        let tags: Vec<String> = (1..=self.points.len()).map(|i| i.to_string()).collect();
-        let (xs, ys) = chart.plotting_area().get_pixel_range();
+        let plot = chart.plotting_area().get_pixel_range();
         let legend = ["Pareto front".to_string(), "dominated".to_string()];
-        let boxes = place_in_plot(&at, &tags, &xs, &ys, &legend);
-        draw_tags(root, &at, &tags, &boxes, BLACK)?;
-        let rows: Vec<Vec<String>> = self
-            .points
-            .iter()
-            .zip(&boxes)
-            .enumerate()
-            .map(|(i, (p, b))| {
-                vec![
-                    if b.is_some() {
-                        (i + 1).to_string()
-                    } else {
-                        format!("{} (untagged: crowded)", i + 1)
-                    },
-                    crate::text::ellipsis(&p.label, 60),
-                    match p.tok_per_s_sd {
-                        Some(sd) => format!("{} ± {}", trim_number(p.tok_per_s), trim_number(sd)),
-                        None => trim_number(p.tok_per_s),
-                    },
-                    crate::fmt::sig(p.kld_mean, 3),
-                    if p.pareto { "front" } else { "dominated" }.to_string(),
-                ]
-            })
-            .collect();
+        let boxes = tag_points(root, &at, &plot, &legend, BLACK)?;
+        let cells = self.points.iter().map(|p| {
+            vec![
+                crate::text::ellipsis(&p.label, 60),
+                match p.tok_per_s_sd {
+                    Some(sd) => format!("{} ± {}", trim_number(p.tok_per_s), trim_number(sd)),
+                    None => trim_number(p.tok_per_s),
+                },
+                crate::fmt::sig(p.kld_mean, 3),
+                if p.pareto { "front" } else { "dominated" }.to_string(),
+            ]
+        });
+        let rows = key_rows(&boxes, cells);
         draw_key(
             &key_area,
             &[
