@@ -67,6 +67,23 @@ pub(crate) struct SpecPlan {
     pub kernel_baseline: bool,
 }
 
+/// The engine settings of every k but its speculation: the configured ones on `threads`
+/// threads, a context of at least `n_gen` + 2048 tokens (the prompt's room), and one kernel set
+/// for every k (`batch_invariant`; auto: batch-invariant, as when speculating), so that k = 0
+/// is the baseline of the same kernels and "same text" means what it says.
+pub(crate) fn sweep_engine(
+    configured: &EngineSettings,
+    batch_invariant: Option<bool>,
+    threads: u32,
+    n_gen: u32,
+) -> EngineSettings {
+    let mut engine = configured.clone();
+    engine.spec.batch_invariant = Some(batch_invariant.unwrap_or(true));
+    engine.threads = threads;
+    engine.n_ctx = engine.n_ctx.max(n_gen.saturating_add(2048));
+    engine
+}
+
 /// Why a sweep could not finish.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum SpecBenchError {

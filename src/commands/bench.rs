@@ -438,15 +438,7 @@ pub(crate) fn plan(args: &BenchArgs, settings: &Settings) -> Result<BenchPlan, F
             },
             profile_level: args.profile.profile.unwrap_or_default(),
             trace: args.trace.trace.is_some(),
-            plot: match &args.plot {
-                Some(p) => {
-                    // Fail before measuring anything when the extension is wrong.
-                    crate::plot::plot_file_kind(p)
-                        .map_err(|e| Failure::new(USAGE, format!("--plot: {e}")))?;
-                    Some(p.clone())
-                }
-                None => None,
-            },
+            plot: plot_flag(args)?,
         })
     }
 }
@@ -657,9 +649,65 @@ fn check_batch_fits(sweep: &Sweep) -> Result<(), Failure> {
 /// The speculative sweep's plan: one target, `--spec ngram` or `--draft FILE` (not both),
 /// the k list with 0 first, one thread count and token count, the prompt.
 pub(crate) fn spec_plan(args: &BenchArgs, settings: &Settings) -> Result<SpecPlan, Failure> {
-    use crate::llama::settings::SpecMode;
     let f = &args.spec;
-    let (mode, draft) = match (&f.spec, &f.draft) {
+    let (mode, draft) = spec_mode(f)?;
+    let why = "the sweep decodes --spec-prompt greedily for -n tokens";
+    if args.tg_sampling {
+        return Err(Failure::new(
+            USAGE,
+            format!("--tg-sampling does not apply to --spec/--draft ({why})"),
+        ));
+    }
+    refuse_sweep_flags(args, "--spec/--draft", why)?;
+    let ks = draft_maxes(f)?;
+    let Shape {
+        n_gen,
+        threads,
+        rounds,
+        output,
+    } = shape(args, "--spec/--draft", 5)?;
+    let ngram_n = match &f.ngram_n {
+        Some(n) => parse_single("--ngram-n", n, 1, 64)?,
+        None => settings.engine.spec.ngram_n,
+    };
+    let batch_invariant = spec_batch_invariant(f, settings)?;
+    let plot = plot_flag(args)?;
+    let model = one_model(args, settings, "--spec/--draft")?;
+    run::check_models(std::slice::from_ref(&model))?;
+    if let Some(d) = &draft {
+        crate::engine::check_model_file(d)
+            .map_err(|e| Failure::of(e.is_model_problem(), format!("--draft: {e}")))?;
+    }
+    let (prompt, prompt_source) = spec_prompt(f)?;
+    let engine =
+        crate::bench::spec::sweep_engine(&settings.engine, batch_invariant, threads, n_gen);
+    let kernel_baseline = engine.spec.batch_invariant_kernels();
+    Ok(SpecPlan {
+        model,
+        mode,
+        draft,
+        draft_max: ks,
+        ngram_n,
+        n_gen,
+        rounds,
+        warmup: !args.no_warmup,
+        messages: crate::commands::model::single_turn(settings, &prompt),
+        prompt_source,
+        engine,
+        output,
+        plot,
+        vs: args.vs.clone(),
+        kernel_baseline,
+    })
+}
+
+/// What the sweep speculates with: `--spec ngram` (prompt lookup) or `--draft FILE` (a
+/// draft model, its path expanded), exactly one of them.
+fn spec_mode(
+    f: &SpecBenchFlags,
+) -> Result<(crate::llama::settings::SpecMode, Option<PathBuf>), Failure> {
+    use crate::llama::settings::SpecMode;
+    Ok(match (&f.spec, &f.draft) {
         (Some(_), Some(_)) => {
             return Err(Failure::new(
                 USAGE,
@@ -683,15 +731,12 @@ pub(crate) fn spec_plan(args: &BenchArgs, settings: &Settings) -> Result<SpecPla
                 "--draft-max, --spec-prompt and --ngram-n measure speculative decoding: add --spec ngram or --draft FILE",
             ))
         }
-    };
-    let why = "the sweep decodes --spec-prompt greedily for -n tokens";
-    if args.tg_sampling {
-        return Err(Failure::new(
-            USAGE,
-            format!("--tg-sampling does not apply to --spec/--draft ({why})"),
-        ));
-    }
-    refuse_sweep_flags(args, "--spec/--draft", why)?;
+    })
+}
+
+/// `--draft-max`'s k values (0,2,4,8 when not given), sorted, each once, 0 (the baseline)
+/// always among them with at least one k above it.
+fn draft_maxes(f: &SpecBenchFlags) -> Result<Vec<u32>, Failure> {
     let mut ks: Vec<u32> = if f.draft_max.is_empty() {
         vec![0, 2, 4, 8]
     } else {
@@ -709,84 +754,56 @@ pub(crate) fn spec_plan(args: &BenchArgs, settings: &Settings) -> Result<SpecPla
             "--draft-max 0 alone measures nothing to compare: add values above 0, like 0,2,4,8",
         ));
     }
-    let Shape {
-        n_gen,
-        threads,
-        rounds,
-        output,
-    } = shape(args, "--spec/--draft", 5)?;
-    let ngram_n = match &f.ngram_n {
-        Some(n) => parse_single("--ngram-n", n, 1, 64)?,
-        None => settings.engine.spec.ngram_n,
-    };
-    let batch_invariant = match &f.batch_invariant {
+    Ok(ks)
+}
+
+/// `--batch-invariant` (`auto` is `None`), else the configured `spec.batch_invariant`.
+fn spec_batch_invariant(f: &SpecBenchFlags, settings: &Settings) -> Result<Option<bool>, Failure> {
+    match &f.batch_invariant {
         Some(v) => crate::config::parse_batch_invariant(v).ok_or_else(|| {
             Failure::new(
                 USAGE,
                 format!("invalid value `{v}` for --batch-invariant: use auto, on or off"),
             )
-        })?,
-        None => settings.engine.spec.batch_invariant,
-    };
-    let plot = match &args.plot {
+        }),
+        None => Ok(settings.engine.spec.batch_invariant),
+    }
+}
+
+/// `--plot FILE`, its extension checked so that a wrong one fails before anything is measured.
+fn plot_flag(args: &BenchArgs) -> Result<Option<PathBuf>, Failure> {
+    match &args.plot {
         Some(p) => {
             crate::plot::plot_file_kind(p)
                 .map_err(|e| Failure::new(USAGE, format!("--plot: {e}")))?;
-            Some(p.clone())
+            Ok(Some(p.clone()))
         }
-        None => None,
-    };
-    let model = one_model(args, settings, "--spec/--draft")?;
-    run::check_models(std::slice::from_ref(&model))?;
-    if let Some(d) = &draft {
-        crate::engine::check_model_file(d)
-            .map_err(|e| Failure::of(e.is_model_problem(), format!("--draft: {e}")))?;
+        None => Ok(None),
     }
-    let (prompt, prompt_source) = match &f.spec_prompt {
-        Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|e| {
-                Failure::new(
-                    USAGE,
-                    format!("cannot read --spec-prompt {}: {e}", path.display()),
-                )
-            })?;
-            if text.trim().is_empty() {
-                return Err(Failure::new(
-                    USAGE,
-                    format!("--spec-prompt {} is empty", path.display()),
-                ));
-            }
-            (text, crate::bench::sweep::file_name(path))
-        }
-        None => (
+}
+
+/// The prompt every k answers and where it came from: `--spec-prompt FILE` (readable, not
+/// blank), else the built-in copy-heavy prompt.
+fn spec_prompt(f: &SpecBenchFlags) -> Result<(String, String), Failure> {
+    let Some(path) = &f.spec_prompt else {
+        return Ok((
             crate::bench::spec::DEFAULT_SPEC_PROMPT.to_string(),
             "built-in copy-heavy prompt".to_string(),
-        ),
+        ));
     };
-    let mut engine = settings.engine.clone();
-    // One kernel set for every k (auto: batch-invariant, as when speculating), so that k = 0
-    // is the baseline of the same kernels and "same text" means what it says.
-    engine.spec.batch_invariant = Some(batch_invariant.unwrap_or(true));
-    engine.threads = threads;
-    engine.n_ctx = engine.n_ctx.max(n_gen.saturating_add(2048));
-    let kernel_baseline = engine.spec.batch_invariant_kernels();
-    Ok(SpecPlan {
-        model,
-        mode,
-        draft,
-        draft_max: ks,
-        ngram_n,
-        n_gen,
-        rounds,
-        warmup: !args.no_warmup,
-        messages: crate::commands::model::single_turn(settings, &prompt),
-        prompt_source,
-        engine,
-        output,
-        plot,
-        vs: args.vs.clone(),
-        kernel_baseline,
-    })
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Failure::new(
+            USAGE,
+            format!("cannot read --spec-prompt {}: {e}", path.display()),
+        )
+    })?;
+    if text.trim().is_empty() {
+        return Err(Failure::new(
+            USAGE,
+            format!("--spec-prompt {} is empty", path.display()),
+        ));
+    }
+    Ok((text, crate::bench::sweep::file_name(path)))
 }
 
 /// The one-model measurements' shape (`--spec/--draft`, `--run-vs-tg`): one -n, one -t, -r
