@@ -788,8 +788,39 @@ fn quiet_on_closed_pipe(written: std::io::Result<()>) -> Result<bool, Failure> {
 /// The stderr summary of a headless run.
 pub(crate) fn human_summary(r: &RunReport, info: &ModelInfo) -> String {
     let m = &r.metrics;
-    let mut out = String::new();
+    let mut out = summary_head(r, info);
+    out.push_str(&timing_lines(m));
+    if let Some(f) = &r.roofline {
+        out.push_str(&roofline_lines(f, r.context_used));
+    }
+    out.push_str(&gap_lines(m));
+    out.push_str(&host_lines(r));
+    if let Some(sp) = &r.spec {
+        out.push_str(&spec_line(sp));
+    }
     out.push_str(&format!(
+        "E2E      {:.1} ms · stop: {} · context {}/{}\n",
+        m.e2e_ms,
+        r.stop_reason.as_str(),
+        r.context_used,
+        info.n_ctx
+    ));
+    if let Some(q) = &r.quality {
+        out.push_str(&quality_line(q));
+    }
+    if let Some(c) = &r.confidence {
+        out.push_str(&c.line());
+    }
+    if let Some(p) = &r.profile {
+        out.push_str(&crate::bench::profile::human(p, r.profile_level));
+    }
+    out
+}
+
+/// The summary's head: the model and where it runs, the kernels when speculation chose
+/// them, the warnings, and the time to ready.
+fn summary_head(r: &RunReport, info: &ModelInfo) -> String {
+    let mut out = format!(
         "── {} ({}, {:.0}M params, {}) · {} · {} thread{} · template {}\n",
         info.file_name,
         info.architecture,
@@ -799,7 +830,7 @@ pub(crate) fn human_summary(r: &RunReport, info: &ModelInfo) -> String {
         info.threads,
         if info.threads == 1 { "" } else { "s" },
         info.template,
-    ));
+    );
     if info.kernels == "batch-invariant" {
         // Speculation's default kernels are not the user's: said where the figures are.
         out.push_str(&format!(
@@ -821,13 +852,18 @@ pub(crate) fn human_summary(r: &RunReport, info: &ModelInfo) -> String {
         crate::fmt::secs_of_ms(l.stages.context_ms),
         crate::fmt::secs_of_ms(l.other_ms),
     ));
-    out.push_str(&format!(
+    out
+}
+
+/// The prompt, TTFT and decode lines.
+fn timing_lines(m: &TurnSummary) -> String {
+    let mut out = format!(
         "prompt   {} tokens ({} from cache) · prefill {:.1} ms · {} tok/s\n",
         m.prompt_tokens,
         m.cached_tokens,
         m.prefill_ms,
         crate::fmt::opt(m.prefill_tok_per_s, 1)
-    ));
+    );
     out.push_str(&format!(
         "TTFT     {} ms (template+tokenize {:.2} ms, prefill {:.1} ms, first sample {} ms)\n",
         crate::fmt::opt(m.ttft_ms, 1),
@@ -841,26 +877,36 @@ pub(crate) fn human_summary(r: &RunReport, info: &ModelInfo) -> String {
         crate::fmt::opt(m.decode_tok_per_s, 1),
         crate::fmt::opt(m.tpot_ms, 2)
     ));
-    if let Some(f) = &r.roofline {
-        let mbu = f.mbu_pct.map_or_else(
-            || "—".to_string(),
-            |p| crate::metrics::roofline::mbu_pct_cell(p, 1),
-        );
+    out
+}
+
+/// The roofline line at the answer's final depth `context_used`, and the note when the
+/// decode measured above its ceiling.
+fn roofline_lines(f: &crate::metrics::roofline::Figures, context_used: usize) -> String {
+    let mbu = f.mbu_pct.map_or_else(
+        || "—".to_string(),
+        |p| crate::metrics::roofline::mbu_pct_cell(p, 1),
+    );
+    let mut out = format!(
+        "roofline ceiling {} tok/s ({} a token at depth {}) · MBU {mbu} · bandwidth {:.1} GB/s, {}\n",
+        crate::fmt::opt(f.ceiling_tok_per_s, 1),
+        crate::fmt::bytes_f64(f.bytes_per_token),
+        context_used,
+        f.bandwidth_bytes_per_s / 1e9,
+        f.bandwidth_source,
+    );
+    if f.mbu_pct.is_some_and(|p| p > 100.0) {
         out.push_str(&format!(
-            "roofline ceiling {} tok/s ({} a token at depth {}) · MBU {mbu} · bandwidth {:.1} GB/s, {}\n",
-            crate::fmt::opt(f.ceiling_tok_per_s, 1),
-            crate::fmt::bytes_f64(f.bytes_per_token),
-            r.context_used,
-            f.bandwidth_bytes_per_s / 1e9,
-            f.bandwidth_source,
+            "         ↑ {}\n",
+            crate::metrics::roofline::ABOVE_CEILING
         ));
-        if f.mbu_pct.is_some_and(|p| p > 100.0) {
-            out.push_str(&format!(
-                "         ↑ {}\n",
-                crate::metrics::roofline::ABOVE_CEILING
-            ));
-        }
     }
+    out
+}
+
+/// The gaps between tokens (ITL) and, when speculating, between passes.
+fn gap_lines(m: &TurnSummary) -> String {
+    let mut out = String::new();
     if let Some(itl) = &m.itl {
         out.push_str(&format!(
             "ITL      mean {:.2} · p50 {:.2} · p90 {:.2} · p99 {:.2} · max {:.2} ms\n",
@@ -875,8 +921,13 @@ pub(crate) fn human_summary(r: &RunReport, info: &ModelInfo) -> String {
             gap.count, gap.mean_ms, gap.p50_ms, gap.p90_ms, gap.max_ms
         ));
     }
+    out
+}
+
+/// The host's time per token between decodes and its parts, and where sampling ran.
+fn host_lines(r: &RunReport) -> String {
     let h = &r.host;
-    out.push_str(&format!(
+    let mut out = format!(
         "host     {} µs/tok between decodes ({}: logits {} · sampling {}{} · detok+stop {} · event {} µs)\n",
         crate::fmt::opt(h.host_us_per_token, 1),
         r.sampler,
@@ -889,32 +940,13 @@ pub(crate) fn human_summary(r: &RunReport, info: &ModelInfo) -> String {
         },
         crate::fmt::opt(h.detokenize_stop_us, 1),
         crate::fmt::opt(h.event_metrics_us, 1),
-    ));
+    );
     if let Some(place) = &r.sampling {
         out.push_str(&format!(
             "sampling on the {} ({})\n",
             place.as_str(),
             place.why
         ));
-    }
-    if let Some(sp) = &r.spec {
-        out.push_str(&spec_line(sp));
-    }
-    out.push_str(&format!(
-        "E2E      {:.1} ms · stop: {} · context {}/{}\n",
-        m.e2e_ms,
-        r.stop_reason.as_str(),
-        r.context_used,
-        info.n_ctx
-    ));
-    if let Some(q) = &r.quality {
-        out.push_str(&quality_line(q));
-    }
-    if let Some(c) = &r.confidence {
-        out.push_str(&c.line());
-    }
-    if let Some(p) = &r.profile {
-        out.push_str(&crate::bench::profile::human(p, r.profile_level));
     }
     out
 }
