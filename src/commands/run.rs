@@ -1040,7 +1040,6 @@ pub(crate) fn run_remote(args: &RunArgs, url: &str, settings: &Settings) -> Resu
     let messages = crate::commands::model::single_turn(settings, &prompt);
     let rt = crate::commands::runtime()?;
     let client = RemoteClient::new(endpoint)?;
-    let json = args.json;
     let model_flag = args
         .model
         .model
@@ -1061,25 +1060,7 @@ pub(crate) fn run_remote(args: &RunArgs, url: &str, settings: &Settings) -> Resu
             seed: Some(settings.sampling.seed),
             ignore_eos: args.ignore_eos,
         };
-        let mut stdout = std::io::stdout();
-        let to_terminal = crate::text::stdout_is_terminal() && !args.raw;
-        // --token-lines: one line per streamed chunk (the server's unit; a chunk may hold
-        // several tokens), indexed in arrival order.
-        let mut chunk = 0usize;
-        let mut on_text = |text: &str, _at: Duration| {
-            if args.token_lines {
-                let line = serde_json::json!({ "index": chunk, "text": text }).to_string();
-                chunk += 1;
-                let _ = writeln!(stdout, "{}", crate::text::json_safe(&line));
-                let _ = stdout.flush();
-            } else if !json {
-                // The server's bytes, neutralised as a local model's are (unless stdout is a
-                // pipe or file, or --raw asks for the bytes).
-                let text = crate::text::for_output(text, to_terminal);
-                let _ = stdout.write_all(text.as_bytes());
-                let _ = stdout.flush();
-            }
-        };
+        let mut on_text = remote_text_sink(args);
         let sleeping = client.sleeping().await;
         let mut turn = client
             .stream_chat(&request, Some(rtt), &|| false, &mut on_text)
@@ -1095,8 +1076,46 @@ pub(crate) fn run_remote(args: &RunArgs, url: &str, settings: &Settings) -> Resu
         &turn.timeline.turn_timeline(),
         None,
     ))?;
+    let report = remote_report(&turn, model, &client);
+    print_remote_report(args, &report)?;
+    match turn.end {
+        Ok(_) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Where `run --url` puts each streamed piece of text as it arrives: with --token-lines one
+/// JSON line per chunk (the server's unit; a chunk may hold several tokens), indexed in
+/// arrival order; else the text itself, unless --json holds it for the report.
+fn remote_text_sink(args: &RunArgs) -> impl FnMut(&str, Duration) + Send + '_ {
+    let mut stdout = std::io::stdout();
+    let to_terminal = crate::text::stdout_is_terminal() && !args.raw;
+    let mut chunk = 0usize;
+    move |text: &str, _at: Duration| {
+        if args.token_lines {
+            let line = serde_json::json!({ "index": chunk, "text": text }).to_string();
+            chunk += 1;
+            let _ = writeln!(stdout, "{}", crate::text::json_safe(&line));
+            let _ = stdout.flush();
+        } else if !args.json {
+            // The server's bytes, neutralised as a local model's are (unless stdout is a
+            // pipe or file, or --raw asks for the bytes).
+            let text = crate::text::for_output(text, to_terminal);
+            let _ = stdout.write_all(text.as_bytes());
+            let _ = stdout.flush();
+        }
+    }
+}
+
+/// The report of one streamed answer from `client`'s server: how it ended, its figures and
+/// chunk times, and the server (the model it named, else `model`, the one asked for).
+fn remote_report(
+    turn: &crate::remote::RemoteTurn,
+    model: String,
+    client: &RemoteClient,
+) -> RemoteRunReport {
     let summary = turn.timeline.summary();
-    let report = RemoteRunReport {
+    RemoteRunReport {
         text: turn.text.clone(),
         end: match &turn.end {
             Ok(StreamEnd::Done) => "done".into(),
@@ -1113,10 +1132,15 @@ pub(crate) fn run_remote(args: &RunArgs, url: &str, settings: &Settings) -> Resu
             model: turn.model.clone().unwrap_or(model),
             client_cpu: crate::hw::cpu_name(),
         },
-    };
+    }
+}
+
+/// `run --url`'s end: the report as JSON on stdout with --json; else the streamed text's
+/// line ended (not with --token-lines) and the summary on stderr.
+fn print_remote_report(args: &RunArgs, report: &RemoteRunReport) -> Result<(), Failure> {
     let mut stdout = std::io::stdout().lock();
-    if json {
-        let text = serde_json::to_string_pretty(&report)
+    if args.json {
+        let text = serde_json::to_string_pretty(report)
             .map_err(|e| Failure::new(FAILURE, e.to_string()))?;
         writeln!(stdout, "{}", crate::text::json_safe(&text))?;
     } else {
@@ -1126,14 +1150,11 @@ pub(crate) fn run_remote(args: &RunArgs, url: &str, settings: &Settings) -> Resu
         // The server's model name and notes are the server's bytes.
         eprint!(
             "{}",
-            crate::text::terminal_safe(&remote_human_summary(&report))
+            crate::text::terminal_safe(&remote_human_summary(report))
         );
     }
     stdout.flush()?;
-    match turn.end {
-        Ok(_) => Ok(()),
-        Err(e) => Err(e.into()),
-    }
+    Ok(())
 }
 
 /// The stderr summary of `run --url`.
