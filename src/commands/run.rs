@@ -410,191 +410,370 @@ pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure>
         args.sampling.apply(&mut settings)?;
         return run_remote(args, url, &settings);
     }
-    args.model.apply(&mut settings)?;
-    args.sampling.apply(&mut settings)?;
-    args.spec.apply(&mut settings)?;
-    args.profile.apply(&mut settings);
-    args.trace.check()?;
-    let config = crate::commands::model::engine_config(&settings)?;
-    // A missing or unreadable reference is named before the model loads.
-    let reference = args.quality.resolve(None, &config.model_path)?;
-    for w in spec_warnings(&settings, &config.model_path) {
-        eprintln!("warning: {w}");
-    }
-    let prompt = read_prompt(args)?;
-    let turn_prompt = |turn: u32| {
-        if args.turns > 1 && !args.resend {
-            format!("{prompt} (turn {turn:02})")
-        } else {
-            prompt.clone()
-        }
+    let (config, reference) = apply_local_flags(args, &mut settings)?;
+    let conversation = Conversation::new(args, &settings, read_prompt(args)?);
+    let log = TurnLog {
+        reports: Vec::new(),
+        trace_events: Vec::new(),
+        trace_origin: None,
+        report_file: open_report(args)?,
     };
-    let mut messages = crate::commands::model::single_turn(&settings, &turn_prompt(1));
-    let first_messages = messages.clone();
-    let turn_request = |messages: &[crate::engine::ChatMessage]| TurnRequest {
-        messages: messages.to_vec(),
-        sampling: settings.sampling.clone(),
-        max_tokens: settings.max_tokens,
-        capture_first_logits: false,
-        ignore_eos: args.ignore_eos,
-    };
-    let mut turn = 1u32;
-    let mut reports: Vec<RunReport> = Vec::new();
-    let mut trace_events: Vec<serde_json::Value> = Vec::new();
-    // The trace's clock starts at the first turn's submission; each turn sits at its own.
-    let mut trace_origin: Option<std::time::Instant> = None;
-    let mut report_file = open_report(args)?;
     let load_before = crate::hw::load_average_1m();
     // The roofline's bandwidth, as the chat takes it.
     let peaks = crate::commands::model::peak_bandwidths(&settings);
     let (mut engine, mut events) = EngineHandle::spawn(config)?;
     engine.set_confidence(args.confidence);
-    // The answer's own confidence, sent just before its `Finished`.
-    let mut confidence = None;
-    let show_progress = std::io::stderr().is_terminal() && !args.json;
-    let stdout_terminal = std::io::stdout().is_terminal();
-    let mut stdout = std::io::stdout().lock();
-    let mut info: Option<ModelInfo> = None;
-    let mut load: Option<RunLoad> = None;
-    let mut request = None;
-    // A finished answer waiting for its score (`--ref`).
-    let mut scoring: Option<(Box<TurnReport>, RunReport)> = None;
-    // While an answer is in flight, events are taken once per stream frame (as the chat takes
-    // them) so that the engine wakes nobody between two decodes; --token-lines promises each
-    // token the moment it arrives and is woken by each.
-    let pace = |in_flight: bool| {
-        (in_flight && !args.token_lines).then_some(crate::engine::STREAM_FRAME_INTERVAL)
+    let mut local = LocalRun {
+        args,
+        settings: &settings,
+        started,
+        reference,
+        load_before,
+        peaks,
+        engine,
+        show_progress: std::io::stderr().is_terminal() && !args.json,
+        stdout_terminal: std::io::stdout().is_terminal(),
+        stdout: std::io::stdout().lock(),
+        conversation,
+        log,
+        info: None,
+        load: None,
+        request: None,
+        confidence: None,
+        scoring: None,
     };
-    while let Some(event) = crate::engine::recv_paced(&mut events, pace(request.is_some())) {
-        let mut completed = None;
-        match event {
-            EngineEvent::Loading { stage, progress } if show_progress => match stage {
-                crate::engine::LoadStage::Weights => {
-                    eprint!("\r\x1b[2K{}… {:>3.0}%", stage.words(), progress * 100.0)
-                }
-                _ => eprint!("\r\x1b[2K{} …", stage.words()),
-            },
-            EngineEvent::Ready(i) => {
-                if show_progress {
-                    eprint!("\r\x1b[2K");
-                }
-                match &i.template_note {
-                    Some(note) if !args.json => {
-                        eprintln!("note: {}", crate::text::terminal_safe(note))
-                    }
-                    _ => {}
-                }
-                // A CUDA build on a machine without a GPU says so, also with --json (stderr).
-                if let Some(note) = crate::llama::gpu::no_gpu_note() {
-                    eprintln!("note: {note}");
-                }
-                load = Some(RunLoad::new(crate::metrics::ms(started.elapsed()), &i));
-                request = Some(engine.send(engine.next_id(), turn_request(&messages), None)?);
-                info = Some(*i);
+    while let Some(event) = crate::engine::recv_paced(&mut events, local.pace()) {
+        let (report, full) = match local.on_event(event)? {
+            Step::Wait => continue,
+            Step::ReaderGone => {
+                local.engine.shutdown();
+                return Ok(());
             }
+            Step::Answered(report, full) => (report, *full),
+        };
+        let info = ready_info(local.info.as_ref())?;
+        let turn = local.conversation.turn;
+        local.log.record(args, turn, &report, &full)?;
+        if turn < args.turns {
+            local.conversation.next_turn(&report.text);
+            say_turn_done(&mut local.stdout, args, turn, &full, info)?;
+            local.log.reports.push(full);
+            let request = local.conversation.request(args, &settings);
+            local.request = Some(local.engine.send(local.engine.next_id(), request, None)?);
+            continue;
+        }
+        args.trace
+            .write(std::mem::take(&mut local.log.trace_events))?;
+        local.log.reports.push(full);
+        let written = print_reports(&mut local.stdout, args, &local.log.reports, info)?;
+        quiet_on_closed_pipe(written.and_then(|()| local.stdout.flush()))?;
+        local.engine.shutdown();
+        return Ok(());
+    }
+    Err(Failure::new(FAILURE, "the engine stopped unexpectedly"))
+}
+
+/// A local run's flags applied in the order their errors are reported, then the engine's
+/// configuration, the `--ref` model (a missing or unreadable reference is named before the
+/// model loads) and speculation's warnings on stderr.
+fn apply_local_flags(
+    args: &RunArgs,
+    settings: &mut Settings,
+) -> Result<(crate::engine::EngineConfig, Option<std::path::PathBuf>), Failure> {
+    args.model.apply(settings)?;
+    args.sampling.apply(settings)?;
+    args.spec.apply(settings)?;
+    args.profile.apply(settings);
+    args.trace.check()?;
+    let config = crate::commands::model::engine_config(settings)?;
+    let reference = args.quality.resolve(None, &config.model_path)?;
+    for w in spec_warnings(settings, &config.model_path) {
+        eprintln!("warning: {w}");
+    }
+    Ok((config, reference))
+}
+
+/// A local run's conversation: the turn being answered and the messages its request sends.
+/// With --turns it grows each turn by the answer and a user message of the same length
+/// ("PROMPT (turn 02)"); with --resend every turn sends the first turn's messages again.
+struct Conversation {
+    prompt: String,
+    /// The user's messages carry their turn's number (--turns without --resend).
+    numbered: bool,
+    resend: bool,
+    first: Vec<crate::engine::ChatMessage>,
+    messages: Vec<crate::engine::ChatMessage>,
+    turn: u32,
+}
+
+impl Conversation {
+    /// The first turn's conversation: the system prompt and the user's message.
+    fn new(args: &RunArgs, settings: &Settings, prompt: String) -> Self {
+        let mut conversation = Self {
+            prompt,
+            numbered: args.turns > 1 && !args.resend,
+            resend: args.resend,
+            first: Vec::new(),
+            messages: Vec::new(),
+            turn: 1,
+        };
+        conversation.messages =
+            crate::commands::model::single_turn(settings, &conversation.user_message(1));
+        conversation.first = conversation.messages.clone();
+        conversation
+    }
+
+    /// The user's message of `turn`: the prompt, numbered when the conversation grows.
+    fn user_message(&self, turn: u32) -> String {
+        if self.numbered {
+            format!("{} (turn {turn:02})", self.prompt)
+        } else {
+            self.prompt.clone()
+        }
+    }
+
+    /// On to the next turn, after `answer`.
+    fn next_turn(&mut self, answer: &str) {
+        self.turn += 1;
+        if self.resend {
+            self.messages = self.first.clone();
+        } else {
+            self.messages.push(crate::engine::ChatMessage::new(
+                crate::engine::Role::Assistant,
+                answer.to_string(),
+            ));
+            self.messages.push(crate::engine::ChatMessage::new(
+                crate::engine::Role::User,
+                self.user_message(self.turn),
+            ));
+        }
+    }
+
+    /// The engine's request for this turn's messages.
+    fn request(&self, args: &RunArgs, settings: &Settings) -> TurnRequest {
+        TurnRequest {
+            messages: self.messages.clone(),
+            sampling: settings.sampling.clone(),
+            max_tokens: settings.max_tokens,
+            capture_first_logits: false,
+            ignore_eos: args.ignore_eos,
+        }
+    }
+}
+
+/// What the finished turns leave: their reports (printed at the end), their trace events
+/// (`--trace`, written at the end) and their `--report` lines (written as each finishes).
+struct TurnLog {
+    reports: Vec<RunReport>,
+    trace_events: Vec<serde_json::Value>,
+    /// The trace's clock starts at the first turn's submission; each turn sits at its own.
+    trace_origin: Option<std::time::Instant>,
+    report_file: Option<std::io::BufWriter<std::fs::File>>,
+}
+
+impl TurnLog {
+    /// Keeps turn `turn`'s trace events (with --trace) and writes its `--report` line.
+    fn record(
+        &mut self,
+        args: &RunArgs,
+        turn: u32,
+        report: &TurnReport,
+        full: &RunReport,
+    ) -> Result<(), Failure> {
+        if args.trace.trace.is_some() {
+            self.trace_origin = self.trace_origin.or(report.timeline.submitted_at);
+            self.trace_events.extend(crate::metrics::trace::turn_events(
+                turn,
+                &format!("tokscope run · turn {turn}"),
+                crate::metrics::trace::base(self.trace_origin, &report.timeline),
+                &report.timeline,
+                report.profile.as_ref(),
+            ));
+        }
+        if let Some(file) = self.report_file.as_mut() {
+            let line =
+                serde_json::to_string(full).map_err(|e| Failure::new(FAILURE, e.to_string()))?;
+            writeln!(file, "{line}")?;
+            file.flush()?;
+        }
+        Ok(())
+    }
+}
+
+/// What one engine event leaves the run loop with.
+enum Step {
+    /// Nothing to do but take the next event.
+    Wait,
+    /// The reader of stdout went away (`| head -1`): the run ends quietly.
+    ReaderGone,
+    /// An answer is whole: the engine's report and the run's (scored, with --ref).
+    Answered(Box<TurnReport>, Box<RunReport>),
+}
+
+/// A local run while the engine answers: what it was asked (flags, settings, the reference,
+/// the figures taken before the model loads), the engine, the conversation and the finished
+/// turns, and the answer in flight with the parts that arrive before it is whole.
+struct LocalRun<'a> {
+    args: &'a RunArgs,
+    settings: &'a Settings,
+    started: std::time::Instant,
+    reference: Option<std::path::PathBuf>,
+    load_before: Option<f64>,
+    peaks: crate::metrics::roofline::Peaks,
+    engine: EngineHandle,
+    show_progress: bool,
+    stdout_terminal: bool,
+    stdout: std::io::StdoutLock<'static>,
+    conversation: Conversation,
+    log: TurnLog,
+    info: Option<ModelInfo>,
+    load: Option<RunLoad>,
+    request: Option<crate::engine::RequestId>,
+    /// The answer's own confidence, sent just before its `Finished`.
+    confidence: Option<Option<Vec<crate::metrics::quality::TokenConfidence>>>,
+    /// A finished answer waiting for its score (`--ref`).
+    scoring: Option<(Box<TurnReport>, RunReport)>,
+}
+
+impl LocalRun<'_> {
+    /// While an answer is in flight, events are taken once per stream frame (as the chat takes
+    /// them) so that the engine wakes nobody between two decodes; --token-lines promises each
+    /// token the moment it arrives and is woken by each.
+    fn pace(&self) -> Option<Duration> {
+        (self.request.is_some() && !self.args.token_lines)
+            .then_some(crate::engine::STREAM_FRAME_INTERVAL)
+    }
+
+    /// One engine event: the loading line, the model ready, a token on stdout, or a part of
+    /// the answer in flight; a failure ends the run.
+    fn on_event(&mut self, event: EngineEvent) -> Result<Step, Failure> {
+        let args = self.args;
+        match event {
+            EngineEvent::Loading { stage, progress } if self.show_progress => {
+                show_loading(stage, progress)
+            }
+            EngineEvent::Ready(i) => self.on_ready(*i)?,
             EngineEvent::LoadFailed(e) => return Err(e.into()),
             EngineEvent::Token {
                 request_id,
                 index,
                 text,
                 ..
-            } if Some(request_id) == request && !args.json => {
-                let written = write_token(&mut stdout, args, stdout_terminal, index, &text);
+            } if Some(request_id) == self.request && !args.json => {
+                let written =
+                    write_token(&mut self.stdout, args, self.stdout_terminal, index, &text);
                 if quiet_on_closed_pipe(written)? {
-                    engine.shutdown();
-                    return Ok(());
+                    return Ok(Step::ReaderGone);
                 }
             }
-            EngineEvent::Confidence { request_id, tokens } if Some(request_id) == request => {
-                confidence = Some(tokens);
+            EngineEvent::Confidence { request_id, tokens } if Some(request_id) == self.request => {
+                self.confidence = Some(tokens);
             }
-            EngineEvent::Finished { request_id, report } if Some(request_id) == request => {
-                let info = info
-                    .as_ref()
-                    .ok_or_else(|| Failure::new(FAILURE, "engine finished before it was ready"))?;
-                let load = load.unwrap_or_else(|| RunLoad::new(0.0, info));
-                let mut full = RunReport::new(&report, info, &settings, load_before, &peaks, load);
-                full.profile_level = args.profile.profile.unwrap_or_default();
-                full.confidence = confidence.take().map(RunConfidence::new);
-                match &reference {
-                    Some(path) => {
-                        let id = engine.next_id();
-                        engine.score_last(id, path.clone())?;
-                        request = Some(id);
-                        scoring = Some((report, full));
-                    }
-                    None => completed = Some((report, full)),
-                }
+            EngineEvent::Finished { request_id, report } if Some(request_id) == self.request => {
+                return self.on_finished(report);
             }
-            EngineEvent::Scored { request_id, score } if Some(request_id) == request => {
-                if let Some((report, mut full)) = scoring.take() {
+            EngineEvent::Scored { request_id, score } if Some(request_id) == self.request => {
+                if let Some((report, mut full)) = self.scoring.take() {
                     full.quality = Some(*score);
-                    completed = Some((report, full));
+                    return Ok(Step::Answered(report, Box::new(full)));
                 }
             }
-            EngineEvent::Failed { request_id, error } if Some(request_id) == request => {
+            EngineEvent::Failed { request_id, error } if Some(request_id) == self.request => {
                 return Err(error.into())
             }
             _ => {}
         }
-        let Some((report, full)) = completed else {
-            continue;
-        };
-        let info = info
-            .as_ref()
-            .ok_or_else(|| Failure::new(FAILURE, "engine finished before it was ready"))?;
-        if args.trace.trace.is_some() {
-            trace_origin = trace_origin.or(report.timeline.submitted_at);
-            trace_events.extend(crate::metrics::trace::turn_events(
-                turn,
-                &format!("tokscope run · turn {turn}"),
-                crate::metrics::trace::base(trace_origin, &report.timeline),
-                &report.timeline,
-                report.profile.as_ref(),
-            ));
-        }
-        if let Some(file) = report_file.as_mut() {
-            let line =
-                serde_json::to_string(&full).map_err(|e| Failure::new(FAILURE, e.to_string()))?;
-            writeln!(file, "{line}")?;
-            file.flush()?;
-        }
-        if turn < args.turns {
-            turn += 1;
-            if args.resend {
-                messages = first_messages.clone();
-            } else {
-                messages.push(crate::engine::ChatMessage::new(
-                    crate::engine::Role::Assistant,
-                    report.text.clone(),
-                ));
-                messages.push(crate::engine::ChatMessage::new(
-                    crate::engine::Role::User,
-                    turn_prompt(turn),
-                ));
-            }
-            if !args.json {
-                if !args.token_lines {
-                    writeln!(stdout)?;
-                }
-                eprint!(
-                    "turn {}: {}",
-                    turn - 1,
-                    crate::text::terminal_safe(&human_summary(&full, info))
-                );
-            }
-            reports.push(full);
-            request = Some(engine.send(engine.next_id(), turn_request(&messages), None)?);
-            continue;
-        }
-        args.trace.write(std::mem::take(&mut trace_events))?;
-        reports.push(full);
-        let written = print_reports(&mut stdout, args, &reports, info)?;
-        quiet_on_closed_pipe(written.and_then(|()| stdout.flush()))?;
-        engine.shutdown();
-        return Ok(());
+        Ok(Step::Wait)
     }
-    Err(Failure::new(FAILURE, "the engine stopped unexpectedly"))
+
+    /// The model is ready: the loading line cleared, the template's note and a GPU-less CUDA
+    /// build's note said, the time to ready kept, and the first turn's request sent.
+    fn on_ready(&mut self, info: ModelInfo) -> Result<(), Failure> {
+        if self.show_progress {
+            eprint!("\r\x1b[2K");
+        }
+        match &info.template_note {
+            Some(note) if !self.args.json => {
+                eprintln!("note: {}", crate::text::terminal_safe(note))
+            }
+            _ => {}
+        }
+        // A CUDA build on a machine without a GPU says so, also with --json (stderr).
+        if let Some(note) = crate::llama::gpu::no_gpu_note() {
+            eprintln!("note: {note}");
+        }
+        self.load = Some(RunLoad::new(
+            crate::metrics::ms(self.started.elapsed()),
+            &info,
+        ));
+        let request = self.conversation.request(self.args, self.settings);
+        self.request = Some(self.engine.send(self.engine.next_id(), request, None)?);
+        self.info = Some(info);
+        Ok(())
+    }
+
+    /// The answer is generated: its run report built, and with --ref its scoring asked for
+    /// (the answer is whole once scored).
+    fn on_finished(&mut self, report: Box<TurnReport>) -> Result<Step, Failure> {
+        let info = ready_info(self.info.as_ref())?;
+        let load = self.load.unwrap_or_else(|| RunLoad::new(0.0, info));
+        let mut full = RunReport::new(
+            &report,
+            info,
+            self.settings,
+            self.load_before,
+            &self.peaks,
+            load,
+        );
+        full.profile_level = self.args.profile.profile.unwrap_or_default();
+        full.confidence = self.confidence.take().map(RunConfidence::new);
+        match &self.reference {
+            Some(path) => {
+                let id = self.engine.next_id();
+                self.engine.score_last(id, path.clone())?;
+                self.request = Some(id);
+                self.scoring = Some((report, full));
+                Ok(Step::Wait)
+            }
+            None => Ok(Step::Answered(report, Box::new(full))),
+        }
+    }
+}
+
+/// The model's description, which an answer cannot come before.
+fn ready_info(info: Option<&ModelInfo>) -> Result<&ModelInfo, Failure> {
+    info.ok_or_else(|| Failure::new(FAILURE, "engine finished before it was ready"))
+}
+
+/// The loading line on stderr: the stage, and within the weights llama.cpp's progress.
+fn show_loading(stage: crate::engine::LoadStage, progress: f32) {
+    match stage {
+        crate::engine::LoadStage::Weights => {
+            eprint!("\r\x1b[2K{}… {:>3.0}%", stage.words(), progress * 100.0)
+        }
+        _ => eprint!("\r\x1b[2K{} …", stage.words()),
+    }
+}
+
+/// Between turns, unless --json: the answer's line ended on stdout (not with --token-lines)
+/// and turn `turn`'s summary on stderr.
+fn say_turn_done(
+    stdout: &mut impl Write,
+    args: &RunArgs,
+    turn: u32,
+    full: &RunReport,
+    info: &ModelInfo,
+) -> Result<(), Failure> {
+    if !args.json {
+        if !args.token_lines {
+            writeln!(stdout)?;
+        }
+        eprint!(
+            "turn {turn}: {}",
+            crate::text::terminal_safe(&human_summary(full, info))
+        );
+    }
+    Ok(())
 }
 
 /// `--confidence`, `--ref` and `--profile` read a local model; with `--url` they are refused
