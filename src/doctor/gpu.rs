@@ -90,12 +90,9 @@ pub(crate) fn report() -> (String, GpuStatus) {
         for s in &samples {
             // Which of ggml's devices this is, by PCI bus id (NVML counts every GPU,
             // CUDA_VISIBLE_DEVICES or not).
-            let key = s.pci_bus_id.as_deref().and_then(crate::hw::gpu::bus_id_key);
             let ggml = gpus
                 .iter()
-                .find(|g| {
-                    key.is_some() && g.bus_id.as_deref().and_then(crate::hw::gpu::bus_id_key) == key
-                })
+                .find(|g| crate::hw::gpu::same_bus(s.pci_bus_id.as_deref(), g.bus_id.as_deref()))
                 .map_or_else(
                     || "not used by ggml".to_owned(),
                     |g| format!("= {}", g.name),

@@ -192,6 +192,13 @@ pub(crate) fn bus_id_key(id: &str) -> Option<(u32, u8, u8, u8)> {
     ))
 }
 
+/// Whether two bus ids (either writing, `None` for none) name one device; never for an id that
+/// does not parse.
+pub(crate) fn same_bus(a: Option<&str>, b: Option<&str>) -> bool {
+    let key = a.and_then(bus_id_key);
+    key.is_some() && b.and_then(bus_id_key) == key
+}
+
 /// NVML's indices of the devices with these bus ids (ggml's GPUs that a run used), in the
 /// order given; `Err` names the first bus id NVML does not have (or that is not one), so a
 /// figure is never taken from the wrong GPU.
@@ -199,10 +206,9 @@ pub(crate) fn nvml_indices(samples: &[GpuSample], bus_ids: &[String]) -> Result<
     bus_ids
         .iter()
         .map(|id| {
-            let key = bus_id_key(id);
             samples
                 .iter()
-                .find(|s| key.is_some() && s.pci_bus_id.as_deref().and_then(bus_id_key) == key)
+                .find(|s| same_bus(Some(id), s.pci_bus_id.as_deref()))
                 .map(|s| s.index)
                 .ok_or_else(|| format!("no NVML device has the PCI bus id {id} that ggml reports"))
         })
@@ -421,6 +427,9 @@ mod tests {
             bus_id_key("00000000:C1:00.0")
         );
         assert_eq!(bus_id_key("CUDA0"), None);
+        assert!(same_bus(Some("0000:41:00.0"), Some("00000000:41:00.0")));
+        assert!(!same_bus(Some("CUDA0"), Some("CUDA0")));
+        assert!(!same_bus(None, None));
         assert_eq!(bus_id_key("0:1:2:3.0"), None);
         let mut second = sample(Some(1));
         second.index = 1;
