@@ -183,41 +183,45 @@ struct FileSampling {
     mode: Option<String>,
 }
 
+/// Hands each given value (`Some`) to its setter, in order, and returns the first refusal:
+/// `apply_given!(settings, &src; value => setter, …)`.
+macro_rules! apply_given {
+    ($settings:expr, $src:expr; $($value:expr => $set:ident),+ $(,)?) => {
+        $(if let Some(v) = $value {
+            $settings.$set(v, $src)?;
+        })+
+    };
+}
+pub(crate) use apply_given;
+
 /// Values that may be overridden; each setter validates and names its source.
 impl Settings {
     pub(crate) fn set_n_ctx(&mut self, v: i64, src: &Source) -> Result<(), ConfigError> {
-        self.engine.n_ctx = int_in("n_ctx", v, 32, 1 << 24, src)?;
-        Ok(())
+        int_in("n_ctx", v, 32, 1 << 24, src).map(|v| self.engine.n_ctx = v)
     }
 
     pub(crate) fn set_threads(&mut self, v: i64, src: &Source) -> Result<(), ConfigError> {
-        self.engine.threads = int_in("threads", v, 1, 1024, src)?;
-        Ok(())
+        int_in("threads", v, 1, 1024, src).map(|v| self.engine.threads = v)
     }
 
     pub(crate) fn set_n_batch(&mut self, v: i64, src: &Source) -> Result<(), ConfigError> {
-        self.engine.n_batch = int_in("n_batch", v, 1, 1 << 20, src)?;
-        Ok(())
+        int_in("n_batch", v, 1, 1 << 20, src).map(|v| self.engine.n_batch = v)
     }
 
     pub(crate) fn set_n_ubatch(&mut self, v: i64, src: &Source) -> Result<(), ConfigError> {
-        self.engine.n_ubatch = int_in("n_ubatch", v, 1, 1 << 20, src)?;
-        Ok(())
+        int_in("n_ubatch", v, 1, 1 << 20, src).map(|v| self.engine.n_ubatch = v)
     }
 
     pub(crate) fn set_cache_type_k(&mut self, v: &str, src: &Source) -> Result<(), ConfigError> {
-        self.engine.type_k = v.parse().map_err(|r| invalid("cache_type_k", v, r, src))?;
-        Ok(())
+        parsed("cache_type_k", v, src).map(|v| self.engine.type_k = v)
     }
 
     pub(crate) fn set_cache_type_v(&mut self, v: &str, src: &Source) -> Result<(), ConfigError> {
-        self.engine.type_v = v.parse().map_err(|r| invalid("cache_type_v", v, r, src))?;
-        Ok(())
+        parsed("cache_type_v", v, src).map(|v| self.engine.type_v = v)
     }
 
     pub(crate) fn set_flash_attn(&mut self, v: &str, src: &Source) -> Result<(), ConfigError> {
-        self.engine.flash_attn = v.parse().map_err(|r| invalid("flash_attn", v, r, src))?;
-        Ok(())
+        parsed("flash_attn", v, src).map(|v| self.engine.flash_attn = v)
     }
 
     /// `-1` means all layers.
@@ -243,15 +247,11 @@ impl Settings {
     }
 
     pub(crate) fn set_template(&mut self, v: &str, src: &Source) -> Result<(), ConfigError> {
-        self.engine.template = v
-            .parse()
-            .map_err(|reason| invalid("template", v, reason, src))?;
-        Ok(())
+        parsed("template", v, src).map(|v| self.engine.template = v)
     }
 
     pub(crate) fn set_max_tokens(&mut self, v: i64, src: &Source) -> Result<(), ConfigError> {
-        self.max_tokens = int_in("max_tokens", v, 1, 1 << 24, src)?;
-        Ok(())
+        int_in("max_tokens", v, 1, 1 << 24, src).map(|v| self.max_tokens = v)
     }
 
     pub(crate) fn set_price_per_gpu_hour_usd(
@@ -259,38 +259,31 @@ impl Settings {
         v: f64,
         src: &Source,
     ) -> Result<(), ConfigError> {
-        self.price_per_gpu_hour_usd = positive("price_per_gpu_hour_usd", v, src)?;
-        Ok(())
+        positive("price_per_gpu_hour_usd", v, src).map(|v| self.price_per_gpu_hour_usd = v)
     }
 
     pub(crate) fn set_price_per_kwh(&mut self, v: f64, src: &Source) -> Result<(), ConfigError> {
-        self.price_per_kwh = Some(positive("price_per_kwh", v, src)?);
-        Ok(())
+        positive("price_per_kwh", v, src).map(|v| self.price_per_kwh = Some(v))
     }
 
     pub(crate) fn set_bandwidth_gb_s(&mut self, v: f64, src: &Source) -> Result<(), ConfigError> {
-        self.bandwidth_gb_s = Some(positive("bandwidth_gb_s", v, src)?);
-        Ok(())
+        positive("bandwidth_gb_s", v, src).map(|v| self.bandwidth_gb_s = Some(v))
     }
 
     pub(crate) fn set_temperature(&mut self, v: f64, src: &Source) -> Result<(), ConfigError> {
-        self.sampling.temperature = float_in("sampling.temperature", v, 0.0, 100.0, src)?;
-        Ok(())
+        float_in("sampling.temperature", v, 0.0, 100.0, src).map(|v| self.sampling.temperature = v)
     }
 
     pub(crate) fn set_top_k(&mut self, v: i64, src: &Source) -> Result<(), ConfigError> {
-        self.sampling.top_k = int_in("sampling.top_k", v, 0, 1 << 24, src)?;
-        Ok(())
+        int_in("sampling.top_k", v, 0, 1 << 24, src).map(|v| self.sampling.top_k = v)
     }
 
     pub(crate) fn set_top_p(&mut self, v: f64, src: &Source) -> Result<(), ConfigError> {
-        self.sampling.top_p = float_in("sampling.top_p", v, 0.0, 1.0, src)?;
-        Ok(())
+        float_in("sampling.top_p", v, 0.0, 1.0, src).map(|v| self.sampling.top_p = v)
     }
 
     pub(crate) fn set_min_p(&mut self, v: f64, src: &Source) -> Result<(), ConfigError> {
-        self.sampling.min_p = float_in("sampling.min_p", v, 0.0, 1.0, src)?;
-        Ok(())
+        float_in("sampling.min_p", v, 0.0, 1.0, src).map(|v| self.sampling.min_p = v)
     }
 
     pub(crate) fn set_repeat_penalty(&mut self, v: f64, src: &Source) -> Result<(), ConfigError> {
@@ -307,13 +300,12 @@ impl Settings {
     }
 
     pub(crate) fn set_sampling_mode(&mut self, v: &str, src: &Source) -> Result<(), ConfigError> {
-        self.engine.sampling = v.parse().map_err(|r| invalid("sampling.mode", v, r, src))?;
-        Ok(())
+        parsed("sampling.mode", v, src).map(|v| self.engine.sampling = v)
     }
 
     pub(crate) fn set_repeat_last_n(&mut self, v: i64, src: &Source) -> Result<(), ConfigError> {
-        self.sampling.repeat_last_n = int_in("sampling.repeat_last_n", v, 0, 1 << 20, src)?;
-        Ok(())
+        int_in("sampling.repeat_last_n", v, 0, 1 << 20, src)
+            .map(|v| self.sampling.repeat_last_n = v)
     }
 
     /// `-1` draws a random seed, as in llama.cpp; the seed drawn is the one recorded.
@@ -327,10 +319,7 @@ impl Settings {
     }
 
     pub(crate) fn set_spec_mode(&mut self, v: &str, src: &Source) -> Result<(), ConfigError> {
-        self.engine.spec.mode = v
-            .parse()
-            .map_err(|reason| invalid("spec.mode", v, reason, src))?;
-        Ok(())
+        parsed("spec.mode", v, src).map(|v| self.engine.spec.mode = v)
     }
 
     /// A draft model also selects the `draft` mode.
@@ -340,18 +329,15 @@ impl Settings {
     }
 
     pub(crate) fn set_draft_max(&mut self, v: i64, src: &Source) -> Result<(), ConfigError> {
-        self.engine.spec.draft_max = int_in("spec.draft_max", v, 0, 64, src)?;
-        Ok(())
+        int_in("spec.draft_max", v, 0, 64, src).map(|v| self.engine.spec.draft_max = v)
     }
 
     pub(crate) fn set_draft_min(&mut self, v: i64, src: &Source) -> Result<(), ConfigError> {
-        self.engine.spec.draft_min = int_in("spec.draft_min", v, 0, 64, src)?;
-        Ok(())
+        int_in("spec.draft_min", v, 0, 64, src).map(|v| self.engine.spec.draft_min = v)
     }
 
     pub(crate) fn set_draft_p_min(&mut self, v: f64, src: &Source) -> Result<(), ConfigError> {
-        self.engine.spec.draft_p_min = float_in("spec.draft_p_min", v, 0.0, 1.0, src)?;
-        Ok(())
+        float_in("spec.draft_p_min", v, 0.0, 1.0, src).map(|v| self.engine.spec.draft_p_min = v)
     }
 
     pub(crate) fn set_draft_ngl(&mut self, v: i64, src: &Source) -> Result<(), ConfigError> {
@@ -364,21 +350,21 @@ impl Settings {
     }
 
     pub(crate) fn set_ngram_n(&mut self, v: i64, src: &Source) -> Result<(), ConfigError> {
-        self.engine.spec.ngram_n = int_in("spec.ngram_n", v, 1, 64, src)?;
-        Ok(())
+        int_in("spec.ngram_n", v, 1, 64, src).map(|v| self.engine.spec.ngram_n = v)
     }
 
     /// `auto` (on while speculating), `on` or `off`.
     pub(crate) fn set_batch_invariant(&mut self, v: &str, src: &Source) -> Result<(), ConfigError> {
-        self.engine.spec.batch_invariant = parse_batch_invariant(v).ok_or_else(|| {
-            invalid(
-                "spec.batch_invariant",
-                v,
-                "use auto, on or off".to_string(),
-                src,
-            )
-        })?;
-        Ok(())
+        parse_batch_invariant(v)
+            .ok_or_else(|| {
+                invalid(
+                    "spec.batch_invariant",
+                    v,
+                    "use auto, on or off".to_string(),
+                    src,
+                )
+            })
+            .map(|v| self.engine.spec.batch_invariant = v)
     }
 
     /// The speculation settings hold together: `draft` mode needs a draft model.
@@ -413,48 +399,24 @@ impl Settings {
         if let Some(m) = file.model {
             self.model = Some(expand_home(&m));
         }
-        if let Some(v) = file.n_ctx {
-            self.set_n_ctx(v, &src)?;
-        }
-        if let Some(v) = file.threads {
-            self.set_threads(v, &src)?;
-        }
-        if let Some(v) = file.n_batch {
-            self.set_n_batch(v, &src)?;
-        }
-        if let Some(v) = file.n_ubatch {
-            self.set_n_ubatch(v, &src)?;
-        }
-        if let Some(v) = &file.cache_type_k {
-            self.set_cache_type_k(v, &src)?;
-        }
-        if let Some(v) = &file.cache_type_v {
-            self.set_cache_type_v(v, &src)?;
-        }
-        if let Some(v) = &file.flash_attn {
-            self.set_flash_attn(v, &src)?;
-        }
-        if let Some(v) = file.n_gpu_layers {
-            self.set_n_gpu_layers(v, &src)?;
-        }
-        if let Some(v) = file.template {
-            self.set_template(&v, &src)?;
-        }
         if let Some(v) = file.system_prompt {
             self.system_prompt = Some(v).filter(|s| !s.trim().is_empty());
         }
-        if let Some(v) = file.max_tokens {
-            self.set_max_tokens(v, &src)?;
-        }
-        if let Some(v) = file.price_per_gpu_hour_usd {
-            self.set_price_per_gpu_hour_usd(v, &src)?;
-        }
-        if let Some(v) = file.bandwidth_gb_s {
-            self.set_bandwidth_gb_s(v, &src)?;
-        }
-        if let Some(v) = file.price_per_kwh {
-            self.set_price_per_kwh(v, &src)?;
-        }
+        apply_given!(self, &src;
+            file.n_ctx => set_n_ctx,
+            file.threads => set_threads,
+            file.n_batch => set_n_batch,
+            file.n_ubatch => set_n_ubatch,
+            file.cache_type_k.as_deref() => set_cache_type_k,
+            file.cache_type_v.as_deref() => set_cache_type_v,
+            file.flash_attn.as_deref() => set_flash_attn,
+            file.n_gpu_layers => set_n_gpu_layers,
+            file.template.as_deref() => set_template,
+            file.max_tokens => set_max_tokens,
+            file.price_per_gpu_hour_usd => set_price_per_gpu_hour_usd,
+            file.bandwidth_gb_s => set_bandwidth_gb_s,
+            file.price_per_kwh => set_price_per_kwh,
+        );
         if let Some(dirs) = file.model_dirs {
             self.model_dirs = dirs.iter().map(|d| expand_home(d)).collect();
         }
@@ -473,56 +435,30 @@ impl Settings {
             self.reference = Some(expand_home(&v));
         }
         if let Some(s) = file.sampling {
-            if let Some(v) = s.temperature {
-                self.set_temperature(v, &src)?;
-            }
-            if let Some(v) = s.top_k {
-                self.set_top_k(v, &src)?;
-            }
-            if let Some(v) = s.top_p {
-                self.set_top_p(v, &src)?;
-            }
-            if let Some(v) = s.min_p {
-                self.set_min_p(v, &src)?;
-            }
-            if let Some(v) = s.repeat_penalty {
-                self.set_repeat_penalty(v, &src)?;
-            }
-            if let Some(v) = s.repeat_last_n {
-                self.set_repeat_last_n(v, &src)?;
-            }
-            if let Some(v) = s.seed {
-                self.set_seed(v, &src)?;
-            }
-            if let Some(v) = &s.mode {
-                self.set_sampling_mode(v, &src)?;
-            }
+            apply_given!(self, &src;
+                s.temperature => set_temperature,
+                s.top_k => set_top_k,
+                s.top_p => set_top_p,
+                s.min_p => set_min_p,
+                s.repeat_penalty => set_repeat_penalty,
+                s.repeat_last_n => set_repeat_last_n,
+                s.seed => set_seed,
+                s.mode.as_deref() => set_sampling_mode,
+            );
         }
         if let Some(s) = file.spec {
             if let Some(v) = &s.draft {
                 self.set_draft_model(v);
             }
-            if let Some(v) = &s.mode {
-                self.set_spec_mode(v, &src)?;
-            }
-            if let Some(v) = s.draft_max {
-                self.set_draft_max(v, &src)?;
-            }
-            if let Some(v) = s.draft_min {
-                self.set_draft_min(v, &src)?;
-            }
-            if let Some(v) = s.draft_p_min {
-                self.set_draft_p_min(v, &src)?;
-            }
-            if let Some(v) = s.draft_ngl {
-                self.set_draft_ngl(v, &src)?;
-            }
-            if let Some(v) = s.ngram_n {
-                self.set_ngram_n(v, &src)?;
-            }
-            if let Some(v) = &s.batch_invariant {
-                self.set_batch_invariant(v, &src)?;
-            }
+            apply_given!(self, &src;
+                s.mode.as_deref() => set_spec_mode,
+                s.draft_max => set_draft_max,
+                s.draft_min => set_draft_min,
+                s.draft_p_min => set_draft_p_min,
+                s.draft_ngl => set_draft_ngl,
+                s.ngram_n => set_ngram_n,
+                s.batch_invariant.as_deref() => set_batch_invariant,
+            );
             self.check_spec(&src)?;
         }
         Ok(())
@@ -614,6 +550,14 @@ pub(crate) fn parse_batch_invariant(v: &str) -> Option<Option<bool>> {
         "off" | "false" | "no" => Some(Some(false)),
         _ => None,
     }
+}
+
+fn parsed<T: std::str::FromStr<Err = String>>(
+    key: &'static str,
+    v: &str,
+    src: &Source,
+) -> Result<T, ConfigError> {
+    v.parse().map_err(|r| invalid(key, v, r, src))
 }
 
 fn int_in<T: TryFrom<i64>>(

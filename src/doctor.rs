@@ -33,40 +33,23 @@ pub fn builtin_corpus() -> Vec<Sample> {
         .collect()
 }
 
-const CORPUS: [(&str, &str); 8] = [
-    (
-        "prose.txt",
-        include_str!("../assets/tokenizer-corpus/prose.txt"),
-    ),
-    (
-        "code.txt",
-        include_str!("../assets/tokenizer-corpus/code.txt"),
-    ),
-    (
-        "numbers.txt",
-        include_str!("../assets/tokenizer-corpus/numbers.txt"),
-    ),
-    (
-        "whitespace.txt",
-        include_str!("../assets/tokenizer-corpus/whitespace.txt"),
-    ),
-    (
-        "emoji.txt",
-        include_str!("../assets/tokenizer-corpus/emoji.txt"),
-    ),
-    (
-        "cjk.txt",
-        include_str!("../assets/tokenizer-corpus/cjk.txt"),
-    ),
-    (
-        "vietnamese.txt",
-        include_str!("../assets/tokenizer-corpus/vietnamese.txt"),
-    ),
-    (
-        "special.txt",
-        include_str!("../assets/tokenizer-corpus/special.txt"),
-    ),
-];
+/// The corpus files, each `(name, text)`.
+macro_rules! corpus {
+    ($($name:literal),+ $(,)?) => {
+        [$(($name, include_str!(concat!("../assets/tokenizer-corpus/", $name)))),+]
+    };
+}
+
+const CORPUS: [(&str, &str); 8] = corpus!(
+    "prose.txt",
+    "code.txt",
+    "numbers.txt",
+    "whitespace.txt",
+    "emoji.txt",
+    "cjk.txt",
+    "vietnamese.txt",
+    "special.txt",
+);
 
 /// A text as samples: the whole text, then each line with its line ending (a line's end is
 /// where pre-tokenizers disagree most).
@@ -111,7 +94,7 @@ pub struct Mismatch {
 }
 
 /// What [`compare`] found.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Comparison {
     /// Samples checked.
     pub samples: usize,
@@ -149,10 +132,7 @@ const SHOWN_FROM_DIFFERENCE: usize = 6;
 pub(crate) fn compare(model: &LlamaModel, reference: &Tokenizer, samples: &[Sample]) -> Comparison {
     let mut comparison = Comparison {
         samples: samples.len(),
-        llama_tokens: 0,
-        reference_tokens: 0,
-        mismatches: Vec::new(),
-        refused: Vec::new(),
+        ..Comparison::default()
     };
     let vocab = model.vocab();
     for sample in samples {
@@ -219,26 +199,13 @@ pub(crate) fn render_report(
     tokenizer: &Path,
     show: usize,
 ) -> String {
-    let mut out = String::new();
-    let _ = writeln!(out, "tokenizer check");
-    let _ = writeln!(
-        out,
-        "  model (llama.cpp, vocabulary only): {}",
-        model.display()
-    );
-    let _ = writeln!(
-        out,
-        "  reference (tokenizers crate):       {}",
-        tokenizer.display()
-    );
-    let _ = writeln!(
-        out,
-        "  {} samples · {} tokens (llama.cpp) · {} tokens (tokenizers)",
-        comparison.samples, comparison.llama_tokens, comparison.reference_tokens
-    );
-    let _ = writeln!(
-        out,
-        "  mismatching samples: {} ({:.1}%)",
+    let mut out = format!(
+        "tokenizer check\n  model (llama.cpp, vocabulary only): {}\n  reference (tokenizers crate):       {}\n  {} samples · {} tokens (llama.cpp) · {} tokens (tokenizers)\n  mismatching samples: {} ({:.1}%)\n",
+        model.display(),
+        tokenizer.display(),
+        comparison.samples,
+        comparison.llama_tokens,
+        comparison.reference_tokens,
         comparison.mismatches.len(),
         comparison.mismatch_rate() * 100.0
     );
@@ -302,29 +269,22 @@ pub fn scoring_report(
     q: &crate::metrics::quality::QualityStats,
 ) -> String {
     let opt = crate::fmt::opt;
-    let mut out = String::new();
-    let _ = writeln!(out, "model:     {model}");
-    let _ = writeln!(out, "reference: {reference}");
-    let _ = writeln!(
-        out,
-        "text:      {text}, {chunks} chunks of {n_ctx} tokens, {} positions scored \
-         (the chat's scoring path)",
-        q.n_scored
-    );
-    let _ = writeln!(out, "Mean PPL(Q) : {:.6} ± {:.6}", q.ppl, q.ppl_uncertainty);
-    let _ = writeln!(
-        out,
-        "Mean    KLD : {} ± {}",
+    format!(
+        "model:     {model}\nreference: {reference}\ntext:      {text}, {chunks} chunks of {n_ctx} tokens, {} positions scored (the chat's scoring path)\n\
+         Mean PPL(Q) : {:.6} ± {:.6}\nMean    KLD : {} ± {}\nMedian  KLD : {}\n99.0%   KLD : {}\nMaximum KLD : {}\n\
+         Same top p  : {} %\nMean     Δp : {} %\nRMS      Δp : {} %\n",
+        q.n_scored,
+        q.ppl,
+        q.ppl_uncertainty,
         opt(q.kld_mean, 6),
-        opt(q.kld_uncertainty, 6)
-    );
-    let _ = writeln!(out, "Median  KLD : {}", opt(q.kld_median, 6));
-    let _ = writeln!(out, "99.0%   KLD : {}", opt(q.kld_p99, 6));
-    let _ = writeln!(out, "Maximum KLD : {}", opt(q.kld_max, 6));
-    let _ = writeln!(out, "Same top p  : {} %", opt(q.same_top_pct, 3));
-    let _ = writeln!(out, "Mean     Δp : {} %", opt(q.delta_p_mean_pct, 3));
-    let _ = writeln!(out, "RMS      Δp : {} %", opt(q.delta_p_rms_pct, 3));
-    out
+        opt(q.kld_uncertainty, 6),
+        opt(q.kld_median, 6),
+        opt(q.kld_p99, 6),
+        opt(q.kld_max, 6),
+        opt(q.same_top_pct, 3),
+        opt(q.delta_p_mean_pct, 3),
+        opt(q.delta_p_rms_pct, 3),
+    )
 }
 
 #[cfg(test)]

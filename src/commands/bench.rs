@@ -15,7 +15,7 @@ use crate::bench::spec::SpecPlan;
 use crate::bench::sweep::Sweep;
 use crate::bench::vs_run::VsRunPlan;
 use crate::bench::{format, log, report, run, save, sweep, StoredRun};
-use crate::commands::{Failure, FAILURE, USAGE};
+use crate::commands::{Failure, FAILURE};
 use crate::config::Settings;
 use crate::llama::measure::TestSpec;
 use crate::llama::placement::{
@@ -229,11 +229,8 @@ fn long_form(text: &str) -> Option<String> {
     })
 }
 
-fn bad_value(flag: &str, value: &str, expected: &str) -> Failure {
-    Failure::new(
-        USAGE,
-        format!("invalid value `{value}` for {flag}: {expected}"),
-    )
+pub(crate) fn bad_value(flag: &str, value: &str, expected: &str) -> Failure {
+    Failure::usage(format!("invalid value `{value}` for {flag}: {expected}"))
 }
 
 /// Integers from comma lists and llama-bench ranges (`first-last`, `first-last+step`,
@@ -370,6 +367,20 @@ fn parse_pg(given: &[String]) -> Result<Vec<TestSpec>, Failure> {
         .collect()
 }
 
+/// `-r/--repetitions`, else `default`.
+fn repetitions(args: &BenchArgs, default: u32) -> Result<u32, Failure> {
+    args.repetitions.as_deref().map_or(Ok(default), |r| {
+        parse_single("-r/--repetitions", r, 1, 100_000)
+    })
+}
+
+/// `-o/--output`, else Markdown.
+fn output_flag(args: &BenchArgs) -> Result<OutputFormat, Failure> {
+    args.output
+        .as_deref()
+        .map_or(Ok(OutputFormat::Markdown), parse_output)
+}
+
 /// `-o/--output`.
 fn parse_output(s: &str) -> Result<OutputFormat, Failure> {
     match s.trim().to_ascii_lowercase().as_str() {
@@ -388,59 +399,43 @@ fn parse_output(s: &str) -> Result<OutputFormat, Failure> {
 
 /// Validate the flags against the lower configuration layers.
 pub(crate) fn plan(args: &BenchArgs, settings: &Settings) -> Result<BenchPlan, Failure> {
-    {
-        let sweep = parse_sweep(args, settings)?;
-        let repetitions = match &args.repetitions {
-            Some(r) => parse_single("-r/--repetitions", r, 1, 100_000)?,
-            None => 5,
-        };
-        let bandwidth = match (&args.roofline.bandwidth_gb_s, settings.bandwidth_gb_s) {
-            (Some(v), _) => {
-                BandwidthChoice::Configured(parse_positive("--bandwidth-gb-s", v)? * 1e9)
-            }
-            (None, Some(v)) => BandwidthChoice::Configured(v * 1e9),
-            (None, None) => BandwidthChoice::Auto {
-                probe: !args.roofline.no_probe,
-            },
-        };
-        let price_per_gpu_hour_usd = match &args.roofline.price {
-            Some(v) => parse_positive("--price", v)?,
-            None => settings.price_per_gpu_hour_usd,
-        };
-        let output = match &args.output {
-            Some(o) => parse_output(o)?,
-            None => OutputFormat::Markdown,
-        };
-        let models = if args.model.is_empty() {
-            vec![crate::commands::model::resolve_model(settings)?]
-        } else {
-            args.model
-                .iter()
-                .map(|m| crate::config::expand_home(m))
-                .collect()
-        };
-        Ok(BenchPlan {
-            models,
-            sweep,
-            repetitions,
-            warmup: !args.no_warmup,
-            output,
-            bandwidth,
-            price_per_gpu_hour_usd,
-            price_per_kwh: settings.price_per_kwh,
-            vs: args.vs.clone(),
-            profile_rate: match args.profile.profile {
-                Some(_) => args
-                    .profile
-                    .profile_rate
-                    .unwrap_or(crate::commands::profile::DEFAULT_RATE),
-                None => 0,
-            },
-            profile_level: args.profile.profile.unwrap_or_default(),
-            trace: args.trace.trace.is_some(),
-            plot: plot_flag(args)?,
-        })
-    }
+    let sweep = parse_sweep(args, settings)?;
+    let repetitions = repetitions(args, 5)?;
+    let bandwidth = match (&args.roofline.bandwidth_gb_s, settings.bandwidth_gb_s) {
+        (Some(v), _) => BandwidthChoice::Configured(parse_positive("--bandwidth-gb-s", v)? * 1e9),
+        (None, Some(v)) => BandwidthChoice::Configured(v * 1e9),
+        (None, None) => BandwidthChoice::Auto {
+            probe: !args.roofline.no_probe,
+        },
+    };
+    let price_per_gpu_hour_usd = match &args.roofline.price {
+        Some(v) => parse_positive("--price", v)?,
+        None => settings.price_per_gpu_hour_usd,
+    };
+    let output = output_flag(args)?;
+    let models = if args.model.is_empty() {
+        vec![crate::commands::model::resolve_model(settings)?]
+    } else {
+        args.model
+            .iter()
+            .map(|m| crate::config::expand_home(m))
+            .collect()
+    };
+    Ok(BenchPlan {
+        models,
+        sweep,
+        repetitions,
+        warmup: !args.no_warmup,
+        output,
+        bandwidth,
+        price_per_gpu_hour_usd,
+        price_per_kwh: settings.price_per_kwh,
+        vs: args.vs.clone(),
+        profile_rate: args.profile.rate(),
+        profile_level: args.profile.profile.unwrap_or_default(),
+        trace: args.trace.trace.is_some(),
+        plot: plot_flag(args)?,
+    })
 }
 
 /// Which sampled tg rows `--tg-sampling` adds: (host, backend).
@@ -449,7 +444,7 @@ fn sampled_rows(args: &BenchArgs, settings: &Settings) -> Result<(bool, bool), F
     let mode = match &args.sampling {
         Some(v) => v
             .parse::<SamplingMode>()
-            .map_err(|reason| Failure::new(USAGE, format!("--sampling: {reason}")))?,
+            .map_err(|reason| Failure::usage(format!("--sampling: {reason}")))?,
         None => settings.engine.sampling,
     };
     if !args.tg_sampling {
@@ -463,7 +458,7 @@ fn sampled_rows(args: &BenchArgs, settings: &Settings) -> Result<(bool, bool), F
         ..Default::default()
     };
     let place = crate::llama::sampler::choose_place(mode, &settings.sampling, cx)
-        .map_err(|e| Failure::new(USAGE, e.to_string()))?;
+        .map_err(|e| Failure::usage(e.to_string()))?;
     Ok(match mode {
         SamplingMode::Host => (true, false),
         SamplingMode::Backend => (false, true),
@@ -497,8 +492,7 @@ fn parse_sweep(args: &BenchArgs, settings: &Settings) -> Result<Sweep, Failure> 
             .collect();
     let batch_tests = batch_tests(&n_prompt, &n_gen, &batch_sizes)?;
     if tests.is_empty() && batch_tests.is_empty() {
-        return Err(Failure::new(
-            USAGE,
+        return Err(Failure::usage(
             "nothing to measure: every -p and -n is 0 and there is no -pg or --batch",
         ));
     }
@@ -546,29 +540,19 @@ fn parse_sweep(args: &BenchArgs, settings: &Settings) -> Result<Sweep, Failure> 
 /// One placement per device set (`--devices`), each with the split mode, main GPU and tensor
 /// split; none (llama.cpp's defaults) when no placement flag is given.
 fn parse_placements(args: &BenchArgs) -> Result<Vec<Placement>, Failure> {
-    let usage = |e: String| Failure::new(USAGE, e);
-    let split_mode = args
-        .split_mode
-        .as_deref()
-        .map(SplitMode::parse)
-        .transpose()
-        .map_err(usage)?;
-    let main_gpu = args
-        .main_gpu
-        .as_deref()
-        .map(parse_main_gpu)
-        .transpose()
-        .map_err(usage)?;
-    let tensor_split = args
-        .tensor_split
-        .as_deref()
-        .map(parse_tensor_split)
-        .transpose()
-        .map_err(usage)?;
-    let device_sets = parse_device_sets(&args.devices).map_err(usage)?;
+    fn given<T>(
+        v: &Option<String>,
+        parse: fn(&str) -> Result<T, String>,
+    ) -> Result<Option<T>, Failure> {
+        v.as_deref().map(parse).transpose().map_err(Failure::usage)
+    }
+    let split_mode = given(&args.split_mode, SplitMode::parse)?;
+    let main_gpu = given(&args.main_gpu, parse_main_gpu)?;
+    let tensor_split = given(&args.tensor_split, parse_tensor_split)?;
+    let device_sets = parse_device_sets(&args.devices).map_err(Failure::usage)?;
     if let (Some(ts), Some(longest)) = (&tensor_split, device_sets.iter().map(Vec::len).max()) {
         if ts.len() > longest.max(1) {
-            return Err(usage(format!(
+            return Err(Failure::usage(format!(
                 "--tensor-split has {} values but the largest --devices set has {longest} devices",
                 ts.len()
             )));
@@ -581,11 +565,11 @@ fn parse_placements(args: &BenchArgs) -> Result<Vec<Placement>, Failure> {
         tensor_split,
     };
     if device_sets.is_empty() {
-        return Ok(if base == Placement::default() {
-            Vec::new()
-        } else {
-            vec![base]
-        });
+        // llama.cpp's defaults are no placement at all.
+        return Ok((base != Placement::default())
+            .then_some(base)
+            .into_iter()
+            .collect());
     }
     Ok(device_sets
         .into_iter()
@@ -606,8 +590,7 @@ fn batch_tests(
         return Ok(Vec::new());
     }
     if n_gen.iter().all(|n| *n == 0) {
-        return Err(Failure::new(
-            USAGE,
+        return Err(Failure::usage(
             "--batch needs tokens to generate: give -n a value above 0",
         ));
     }
@@ -638,9 +621,7 @@ fn check_batch_fits(sweep: &Sweep) -> Result<(), Failure> {
         .max();
     let smallest_n_batch = sweep.n_batch.iter().min().copied().unwrap_or(1);
     match largest {
-        Some(b) if b > smallest_n_batch => Err(Failure::new(
-            USAGE,
-            format!("invalid value `{b}` for --batch: a generation step decodes {b} tokens at once, more than -b/--batch-size {smallest_n_batch}"),
+        Some(b) if b > smallest_n_batch => Err(Failure::usage(format!("invalid value `{b}` for --batch: a generation step decodes {b} tokens at once, more than -b/--batch-size {smallest_n_batch}"),
         )),
         _ => Ok(()),
     }
@@ -653,19 +634,13 @@ pub(crate) fn spec_plan(args: &BenchArgs, settings: &Settings) -> Result<SpecPla
     let (mode, draft) = spec_mode(f)?;
     let why = "the sweep decodes --spec-prompt greedily for -n tokens";
     if args.tg_sampling {
-        return Err(Failure::new(
-            USAGE,
-            format!("--tg-sampling does not apply to --spec/--draft ({why})"),
-        ));
+        return Err(Failure::usage(format!(
+            "--tg-sampling does not apply to --spec/--draft ({why})"
+        )));
     }
     refuse_sweep_flags(args, "--spec/--draft", why)?;
     let ks = draft_maxes(f)?;
-    let Shape {
-        n_gen,
-        threads,
-        rounds,
-        output,
-    } = shape(args, "--spec/--draft", 5)?;
+    let shape = shape(args, "--spec/--draft", 5)?;
     let ngram_n = match &f.ngram_n {
         Some(n) => parse_single("--ngram-n", n, 1, 64)?,
         None => settings.engine.spec.ngram_n,
@@ -679,8 +654,12 @@ pub(crate) fn spec_plan(args: &BenchArgs, settings: &Settings) -> Result<SpecPla
             .map_err(|e| Failure::of(e.is_model_problem(), format!("--draft: {e}")))?;
     }
     let (prompt, prompt_source) = spec_prompt(f)?;
-    let engine =
-        crate::bench::spec::sweep_engine(&settings.engine, batch_invariant, threads, n_gen);
+    let engine = crate::bench::spec::sweep_engine(
+        &settings.engine,
+        batch_invariant,
+        shape.threads,
+        shape.n_gen,
+    );
     let kernel_baseline = engine.spec.batch_invariant_kernels();
     Ok(SpecPlan {
         model,
@@ -688,13 +667,13 @@ pub(crate) fn spec_plan(args: &BenchArgs, settings: &Settings) -> Result<SpecPla
         draft,
         draft_max: ks,
         ngram_n,
-        n_gen,
-        rounds,
+        n_gen: shape.n_gen,
+        rounds: shape.rounds,
         warmup: !args.no_warmup,
         messages: crate::commands::model::single_turn(settings, &prompt),
         prompt_source,
         engine,
-        output,
+        output: shape.output,
         plot,
         vs: args.vs.clone(),
         kernel_baseline,
@@ -709,9 +688,7 @@ fn spec_mode(
     use crate::llama::settings::SpecMode;
     Ok(match (&f.spec, &f.draft) {
         (Some(_), Some(_)) => {
-            return Err(Failure::new(
-                USAGE,
-                "--spec and --draft were both given: use --spec ngram for prompt lookup or --draft FILE for a draft model, not both",
+            return Err(Failure::usage("--spec and --draft were both given: use --spec ngram for prompt lookup or --draft FILE for a draft model, not both",
             ))
         }
         (Some(m), None) => match m.trim().to_ascii_lowercase().as_str() {
@@ -726,9 +703,7 @@ fn spec_mode(
         },
         (None, Some(d)) => (SpecMode::Draft, Some(crate::config::expand_home(d))),
         (None, None) => {
-            return Err(Failure::new(
-                USAGE,
-                "--draft-max, --spec-prompt and --ngram-n measure speculative decoding: add --spec ngram or --draft FILE",
+            return Err(Failure::usage("--draft-max, --spec-prompt and --ngram-n measure speculative decoding: add --spec ngram or --draft FILE",
             ))
         }
     })
@@ -749,8 +724,7 @@ fn draft_maxes(f: &SpecBenchFlags) -> Result<Vec<u32>, Failure> {
     ks.sort_unstable();
     ks.dedup();
     if ks.len() < 2 {
-        return Err(Failure::new(
-            USAGE,
+        return Err(Failure::usage(
             "--draft-max 0 alone measures nothing to compare: add values above 0, like 0,2,4,8",
         ));
     }
@@ -761,10 +735,9 @@ fn draft_maxes(f: &SpecBenchFlags) -> Result<Vec<u32>, Failure> {
 fn spec_batch_invariant(f: &SpecBenchFlags, settings: &Settings) -> Result<Option<bool>, Failure> {
     match &f.batch_invariant {
         Some(v) => crate::config::parse_batch_invariant(v).ok_or_else(|| {
-            Failure::new(
-                USAGE,
-                format!("invalid value `{v}` for --batch-invariant: use auto, on or off"),
-            )
+            Failure::usage(format!(
+                "invalid value `{v}` for --batch-invariant: use auto, on or off"
+            ))
         }),
         None => Ok(settings.engine.spec.batch_invariant),
     }
@@ -774,8 +747,7 @@ fn spec_batch_invariant(f: &SpecBenchFlags, settings: &Settings) -> Result<Optio
 fn plot_flag(args: &BenchArgs) -> Result<Option<PathBuf>, Failure> {
     match &args.plot {
         Some(p) => {
-            crate::plot::plot_file_kind(p)
-                .map_err(|e| Failure::new(USAGE, format!("--plot: {e}")))?;
+            crate::plot::plot_file_kind(p).map_err(|e| Failure::usage(format!("--plot: {e}")))?;
             Ok(Some(p.clone()))
         }
         None => Ok(None),
@@ -792,16 +764,13 @@ fn spec_prompt(f: &SpecBenchFlags) -> Result<(String, String), Failure> {
         ));
     };
     let text = std::fs::read_to_string(path).map_err(|e| {
-        Failure::new(
-            USAGE,
-            format!("cannot read --spec-prompt {}: {e}", path.display()),
-        )
+        Failure::usage(format!("cannot read --spec-prompt {}: {e}", path.display()))
     })?;
     if text.trim().is_empty() {
-        return Err(Failure::new(
-            USAGE,
-            format!("--spec-prompt {} is empty", path.display()),
-        ));
+        return Err(Failure::usage(format!(
+            "--spec-prompt {} is empty",
+            path.display()
+        )));
     }
     Ok((text, crate::bench::sweep::file_name(path)))
 }
@@ -837,14 +806,8 @@ fn shape(args: &BenchArgs, what: &str, rounds: u32) -> Result<Shape, Failure> {
             1,
             1024,
         )?,
-        rounds: match &args.repetitions {
-            Some(r) => parse_single("-r/--repetitions", r, 1, 100_000)?,
-            None => rounds,
-        },
-        output: match &args.output {
-            Some(o) => parse_output(o)?,
-            None => OutputFormat::Markdown,
-        },
+        rounds: repetitions(args, rounds)?,
+        output: output_flag(args)?,
     })
 }
 
@@ -855,10 +818,9 @@ fn one_model(args: &BenchArgs, settings: &Settings, what: &str) -> Result<PathBu
         [] => crate::commands::model::resolve_model(settings)?,
         [m] => crate::config::expand_home(m),
         _ => {
-            return Err(Failure::new(
-                USAGE,
-                format!("{what} measure one model: give -m once"),
-            ))
+            return Err(Failure::usage(format!(
+                "{what} measure one model: give -m once"
+            )))
         }
     };
     run::check_models(std::slice::from_ref(&model))?;
@@ -874,10 +836,9 @@ fn refuse_sweep_flags(args: &BenchArgs, what: &str, why: &str) -> Result<(), Fai
         (!args.n_depth.is_empty(), "-d/--n-depth"),
     ] {
         if given {
-            return Err(Failure::new(
-                USAGE,
-                format!("{flag} does not apply to {what} ({why})"),
-            ));
+            return Err(Failure::usage(format!(
+                "{flag} does not apply to {what} ({why})"
+            )));
         }
     }
     Ok(())
@@ -888,29 +849,22 @@ fn refuse_sweep_flags(args: &BenchArgs, what: &str, why: &str) -> Result<(), Fai
 pub(crate) fn vs_run_plan(args: &BenchArgs, settings: &Settings) -> Result<VsRunPlan, Failure> {
     let given = args.run_vs_tg.as_deref().unwrap_or_default();
     if args.spec.given() {
-        return Err(Failure::new(
-            USAGE,
+        return Err(Failure::usage(
             "--run-vs-tg and --spec/--draft are separate measurements: give one",
         ));
     }
     let why = "it times -n generated tokens of run against tg";
     refuse_sweep_flags(args, "--run-vs-tg", why)?;
     if args.vs.is_some() {
-        return Err(Failure::new(
-            USAGE,
-            format!("--vs does not apply to --run-vs-tg ({why})"),
-        ));
+        return Err(Failure::usage(format!(
+            "--vs does not apply to --run-vs-tg ({why})"
+        )));
     }
     if args.plot.is_some() {
-        return Err(Failure::new(USAGE, "--plot does not apply to --run-vs-tg"));
+        return Err(Failure::usage("--plot does not apply to --run-vs-tg"));
     }
-    let Shape {
-        n_gen,
-        threads,
-        rounds,
-        output,
-    } = shape(args, "--run-vs-tg", 10)?;
-    if output == OutputFormat::Csv {
+    let shape = shape(args, "--run-vs-tg", 10)?;
+    if shape.output == OutputFormat::Csv {
         return Err(bad_value(
             "-o/--output",
             "csv",
@@ -928,18 +882,18 @@ pub(crate) fn vs_run_plan(args: &BenchArgs, settings: &Settings) -> Result<VsRun
         samplings.push(settings.sampling.clone());
     }
     let mut engine = settings.engine.clone();
-    engine.threads = threads;
+    engine.threads = shape.threads;
     vs_run_runtime(args, &mut engine)?;
     Ok(VsRunPlan {
         model,
         engine,
         n_ctx,
         samplings,
-        n_gen,
-        rounds,
+        n_gen: shape.n_gen,
+        rounds: shape.rounds,
         warmup: !args.no_warmup,
         messages: crate::commands::model::single_turn(settings, crate::bench::vs_run::PROMPT),
-        output,
+        output: shape.output,
     })
 }
 
@@ -1093,8 +1047,7 @@ fn run_spec(args: &BenchArgs, settings: &Settings) -> Result<(), Failure> {
 /// `tokscope bench`.
 pub(crate) fn run(args: &BenchArgs, settings: Settings) -> Result<(), Failure> {
     if args.trace.trace.is_some() && (args.run_vs_tg.is_some() || args.spec.given()) {
-        return Err(Failure::new(
-            USAGE,
+        return Err(Failure::usage(
             "--trace records the sweep's timed repetitions (pp, tg, pg, batch); --spec, --draft \
              and --run-vs-tg are not traced (leave out --trace, or those)",
         ));
@@ -1163,12 +1116,13 @@ fn baseline(
     })?;
     find(&runs, query)
         .cloned()
-        .map_err(|e| Failure::new(USAGE, format!("--vs {query}: {e}")))
+        .map_err(|e| Failure::usage(format!("--vs {query}: {e}")))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::commands::USAGE;
 
     fn os(args: &[&str]) -> Vec<OsString> {
         args.iter().map(OsString::from).collect()
@@ -1267,7 +1221,7 @@ mod tests {
         }
         let argv = rewrite_llama_bench_flags(os(&[&["tokscope", "bench"][..], args].concat()));
         let w = Wrapper::try_parse_from(argv.into_iter().skip(1))
-            .map_err(|e| Failure::new(USAGE, e.to_string()))?;
+            .map_err(|e| Failure::usage(e.to_string()))?;
         let settings = Settings {
             model: Some(PathBuf::from("m.gguf")),
             ..Settings::default()

@@ -70,13 +70,10 @@ pub(crate) fn run(args: &ChatArgs, mut settings: Settings) -> Result<(), Failure
     .iter()
     .find_map(|(given, flag)| given.then_some(flag))
     {
-        return Err(Failure::new(
-            crate::commands::USAGE,
-            format!(
-                "{flag} exports a server's figures as `load` counts them: it needs --url \
+        return Err(Failure::usage(format!(
+            "{flag} exports a server's figures as `load` counts them: it needs --url \
                  (a local chat's figures are in the pane, `tokscope bench` and `run -o json`)"
-            ),
-        ));
+        )));
     }
     args.model.apply(&mut settings)?;
     args.sampling.apply(&mut settings)?;
@@ -89,21 +86,18 @@ pub(crate) fn run(args: &ChatArgs, mut settings: Settings) -> Result<(), Failure
     let config = engine_config(&settings)?;
     // The flag's reference is named before anything loads; the config's, when it is gone, is
     // said and left off (the chat still starts).
-    let reference = match args.quality.reference {
-        Some(_) => args.quality.resolve(None, &config.model_path)?,
-        None => match args
-            .quality
-            .resolve(settings.reference.as_deref(), &config.model_path)
-        {
-            Ok(r) => r,
-            Err(e) => {
-                notices.push(format!(
-                    "warning: config [quality] ref: {}; answers are not scored",
-                    e.message
-                ));
-                None
-            }
-        },
+    let reference = match args
+        .quality
+        .resolve(settings.reference.as_deref(), &config.model_path)
+    {
+        Err(e) if args.quality.reference.is_none() => {
+            notices.push(format!(
+                "warning: config [quality] ref: {}; answers are not scored",
+                e.message
+            ));
+            None
+        }
+        resolved => resolved?,
     };
     need_terminal()?;
     notices.extend(
@@ -217,11 +211,7 @@ fn serve(
     notices: Vec<String>,
 ) -> Result<(), Failure> {
     // One notice line shows at a time: all of them, in order, rather than only the last.
-    let notices = if notices.is_empty() {
-        notices
-    } else {
-        vec![notices.join("; ")]
-    };
+    let notices = (!notices.is_empty()).then(|| notices.join("; "));
     let result = crate::tui::run_chat(
         app,
         &mut engine,
@@ -229,7 +219,7 @@ fn serve(
         backends,
         config,
         save_slot,
-        notices,
+        notices.into_iter().collect(),
     );
     engine.shutdown();
     chat_end(result?.1)
@@ -244,7 +234,7 @@ fn exporters(
     events: &crate::engine::EventSender,
 ) -> Result<Option<(crate::load::publish::Beside, crate::remote::Export)>, Failure> {
     use crate::load::publish;
-    let usage = |why: String| Failure::new(crate::commands::USAGE, why);
+    let usage = |why: String| Failure::usage(why);
     let exporters = publish::Exporters::new(
         args.prometheus.as_deref(),
         args.otlp.as_deref(),
@@ -297,8 +287,7 @@ fn need_terminal() -> Result<(), Failure> {
     if std::io::stdout().is_terminal() {
         Ok(())
     } else {
-        Err(Failure::new(
-            crate::commands::USAGE,
+        Err(Failure::usage(
             "the chat needs a terminal; use `tokscope run -p TEXT` for headless use",
         ))
     }
@@ -406,15 +395,9 @@ fn open_conversation(args: &ChatArgs, settings: &Settings) -> Result<Opened, Fai
             let path = if id.is_empty() {
                 crate::history::latest(&history_dir)
                     .map_err(|e| Failure::new(crate::commands::FAILURE, e.to_string()))?
-                    .ok_or_else(|| {
-                        Failure::new(
-                            crate::commands::USAGE,
-                            "there is no saved conversation to resume",
-                        )
-                    })?
+                    .ok_or_else(|| Failure::usage("there is no saved conversation to resume"))?
             } else {
-                crate::history::find(&history_dir, id)
-                    .map_err(|e| Failure::new(crate::commands::USAGE, e.to_string()))?
+                crate::history::find(&history_dir, id).map_err(|e| Failure::usage(e.to_string()))?
             };
             let resumed = crate::history::resume(&path, std::time::SystemTime::now())
                 .map_err(|e| Failure::new(crate::commands::FAILURE, e.to_string()))?;

@@ -5,9 +5,9 @@ use std::path::PathBuf;
 
 use clap::{ArgAction, Args};
 
-use super::bench::BenchArgs;
+use super::bench::{bad_value, BenchArgs};
 use super::flags::{RooflineFlags, RuntimeSweepFlags};
-use crate::commands::{Failure, FAILURE, MODEL, USAGE};
+use crate::commands::{Failure, FAILURE, MODEL};
 use crate::compare::quantize::QuantType;
 use crate::compare::{CompareError, CompareFormat, ComparePlan};
 use crate::config::Settings;
@@ -98,17 +98,10 @@ pub struct CompareArgs {
     pub min_same_top: Option<String>,
 }
 
-fn bad(flag: &str, value: &str, expected: &str) -> Failure {
-    Failure::new(
-        USAGE,
-        format!("invalid value `{value}` for {flag}: {expected}"),
-    )
-}
-
 fn parse_count(flag: &str, value: &str, min: u32, max: u32) -> Result<u32, Failure> {
     match value.trim().parse::<u32>() {
         Ok(v) if (min..=max).contains(&v) => Ok(v),
-        _ => Err(bad(
+        _ => Err(bad_value(
             flag,
             value,
             &format!("one whole number from {min} to {max}"),
@@ -120,110 +113,107 @@ fn parse_count(flag: &str, value: &str, min: u32, max: u32) -> Result<u32, Failu
 fn parse_budget(flag: &str, value: &str, max: f64) -> Result<f64, Failure> {
     match value.trim().parse::<f64>() {
         Ok(v) if v.is_finite() && (0.0..=max).contains(&v) => Ok(v),
-        _ => Err(bad(flag, value, &format!("a number from 0 to {max}"))),
+        _ => Err(bad_value(flag, value, &format!("a number from 0 to {max}"))),
     }
 }
 
 /// `tokscope compare`.
 pub(crate) fn run(args: &CompareArgs, settings: Settings) -> Result<(), Failure> {
     let plan = plan(args, &settings)?;
-    crate::compare::run(&plan, settings).map_err(|e| match e {
-        CompareError::Usage(m) => Failure::new(USAGE, m),
+    crate::compare::run(&plan, settings).map_err(failure)
+}
+
+/// A comparison's error, with its exit code.
+pub(crate) fn failure(e: CompareError) -> Failure {
+    match e {
+        CompareError::Usage(m) => Failure::usage(m),
         CompareError::Model(m) => Failure::new(MODEL, m),
         CompareError::Failed(m) => Failure::new(FAILURE, m),
-    })
+    }
 }
 
 /// The command line, validated into a plan.
 pub(crate) fn plan(args: &CompareArgs, settings: &Settings) -> Result<ComparePlan, Failure> {
-    {
-        let quantize = args
-            .quantize
-            .iter()
-            .flat_map(|q| q.split(','))
-            .filter(|q| !q.trim().is_empty())
-            .map(|q| {
-                QuantType::parse(q).map_err(|e| Failure::new(USAGE, format!("--quantize: {e}")))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        if !quantize.is_empty() && args.model.len() > 1 {
-            return Err(Failure::new(
-                USAGE,
-                "--quantize takes one source model (-m), the high-precision file to quantize",
-            ));
-        }
-        let n_ctx = match &args.ctx_size {
-            Some(v) => parse_count("-c/--ctx-size", v, 16, 1 << 16)?,
-            None => 512,
-        };
-        let max_chunks = match &args.chunks {
-            Some(v) => Some(parse_count("--chunks", v, 1, u32::MAX)?),
-            None => None,
-        };
-        let threads = match &args.threads {
-            Some(v) => parse_count("-t/--threads", v, 1, 1024)?,
-            None => settings.engine.threads,
-        };
-        let output = match args
-            .output
-            .as_deref()
-            .map(|o| o.trim().to_ascii_lowercase())
-        {
-            None => CompareFormat::Markdown,
-            Some(o) if o == "md" || o == "markdown" => CompareFormat::Markdown,
-            Some(o) if o == "md+" || o == "markdown+" => CompareFormat::MarkdownWide,
-            Some(o) if o == "csv" => CompareFormat::Csv,
-            Some(o) if o == "json" => CompareFormat::Json,
-            Some(o) => return Err(bad("-o/--output", &o, "one of md, md+, csv, json")),
-        };
-        if let Some(p) = &args.plot {
-            crate::plot::plot_file_kind(p)
-                .map_err(|e| Failure::new(USAGE, format!("--plot: {e}")))?;
-        }
-        let bench_args = BenchArgs {
-            model: args.model.clone(),
-            n_prompt: vec![args.n_prompt.clone().unwrap_or_else(|| "512".into())],
-            n_gen: vec![args.n_gen.clone().unwrap_or_else(|| "128".into())],
-            repetitions: Some(args.repetitions.clone().unwrap_or_else(|| "3".into())),
-            threads: vec![threads.to_string()],
-            runtime: args.runtime.clone(),
-            roofline: args.roofline.clone(),
-            ..BenchArgs::default()
-        };
-        let bench = super::bench::plan(&bench_args, settings)?;
-        if bench.sweep.tests.is_empty() && !args.no_speed {
-            return Err(Failure::new(
-                USAGE,
-                "-p and -n are both 0: no speed test to run (add --no-speed for quality only)",
-            ));
-        }
-        let budget = crate::compare::Budget {
-            max_kld: match &args.max_kld {
-                Some(v) => Some(parse_budget("--max-kld", v, 100.0)?),
-                None => None,
-            },
-            min_same_top_pct: match &args.min_same_top {
-                Some(v) => Some(parse_budget(
-                    "--min-same-top",
-                    v.trim_end_matches('%'),
-                    100.0,
-                )?),
-                None => None,
-            },
-        };
-        Ok(ComparePlan {
-            models: bench.models.clone(),
-            quantize,
-            allow_requantize: args.allow_requantize,
-            text: args.text.clone(),
-            n_ctx,
-            max_chunks,
-            threads,
-            bench,
-            output,
-            plot: args.plot.clone(),
-            speed: !args.no_speed,
-            budget,
-        })
+    let quantize = args
+        .quantize
+        .iter()
+        .flat_map(|q| q.split(','))
+        .filter(|q| !q.trim().is_empty())
+        .map(|q| QuantType::parse(q).map_err(|e| Failure::usage(format!("--quantize: {e}"))))
+        .collect::<Result<Vec<_>, _>>()?;
+    if !quantize.is_empty() && args.model.len() > 1 {
+        return Err(Failure::usage(
+            "--quantize takes one source model (-m), the high-precision file to quantize",
+        ));
     }
+    let n_ctx = match &args.ctx_size {
+        Some(v) => parse_count("-c/--ctx-size", v, 16, 1 << 16)?,
+        None => 512,
+    };
+    let max_chunks = args
+        .chunks
+        .as_deref()
+        .map(|v| parse_count("--chunks", v, 1, u32::MAX))
+        .transpose()?;
+    let threads = match &args.threads {
+        Some(v) => parse_count("-t/--threads", v, 1, 1024)?,
+        None => settings.engine.threads,
+    };
+    let output = match args
+        .output
+        .as_deref()
+        .map(|o| o.trim().to_ascii_lowercase())
+    {
+        None => CompareFormat::Markdown,
+        Some(o) if o == "md" || o == "markdown" => CompareFormat::Markdown,
+        Some(o) if o == "md+" || o == "markdown+" => CompareFormat::MarkdownWide,
+        Some(o) if o == "csv" => CompareFormat::Csv,
+        Some(o) if o == "json" => CompareFormat::Json,
+        Some(o) => return Err(bad_value("-o/--output", &o, "one of md, md+, csv, json")),
+    };
+    if let Some(p) = &args.plot {
+        crate::plot::plot_file_kind(p).map_err(|e| Failure::usage(format!("--plot: {e}")))?;
+    }
+    let bench_args = BenchArgs {
+        model: args.model.clone(),
+        n_prompt: vec![args.n_prompt.clone().unwrap_or_else(|| "512".into())],
+        n_gen: vec![args.n_gen.clone().unwrap_or_else(|| "128".into())],
+        repetitions: Some(args.repetitions.clone().unwrap_or_else(|| "3".into())),
+        threads: vec![threads.to_string()],
+        runtime: args.runtime.clone(),
+        roofline: args.roofline.clone(),
+        ..BenchArgs::default()
+    };
+    let bench = super::bench::plan(&bench_args, settings)?;
+    if bench.sweep.tests.is_empty() && !args.no_speed {
+        return Err(Failure::usage(
+            "-p and -n are both 0: no speed test to run (add --no-speed for quality only)",
+        ));
+    }
+    let budget = crate::compare::Budget {
+        max_kld: args
+            .max_kld
+            .as_deref()
+            .map(|v| parse_budget("--max-kld", v, 100.0))
+            .transpose()?,
+        min_same_top_pct: args
+            .min_same_top
+            .as_deref()
+            .map(|v| parse_budget("--min-same-top", v.trim_end_matches('%'), 100.0))
+            .transpose()?,
+    };
+    Ok(ComparePlan {
+        models: bench.models.clone(),
+        quantize,
+        allow_requantize: args.allow_requantize,
+        text: args.text.clone(),
+        n_ctx,
+        max_chunks,
+        threads,
+        bench,
+        output,
+        plot: args.plot.clone(),
+        speed: !args.no_speed,
+        budget,
+    })
 }

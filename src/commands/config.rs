@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Subcommand;
 
-use crate::commands::{Failure, FAILURE, USAGE};
+use crate::commands::{Failure, FAILURE};
 use crate::config::{Settings, MODEL_ENV};
 
 /// The commented example config, every key at its built-in default.
@@ -46,13 +46,10 @@ pub(crate) fn run(action: &ConfigAction, explicit: Option<&Path>) -> Result<(), 
 
 fn init(path: &Path) -> Result<(), Failure> {
     if std::fs::symlink_metadata(path).is_ok() {
-        return Err(Failure::new(
-            USAGE,
-            format!(
-                "{} already exists: edit it, or remove it first to start from the example",
-                path.display()
-            ),
-        ));
+        return Err(Failure::usage(format!(
+            "{} already exists: edit it, or remove it first to start from the example",
+            path.display()
+        )));
     }
     if let Some(dir) = path.parent() {
         crate::fsx::ensure_private_dir(dir)
@@ -115,119 +112,77 @@ fn show(s: &Settings, path: &Path, in_file: &[String]) -> String {
             "# default".to_string()
         }
     };
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "# tokscope's effective settings (built-in defaults < {} < environment).\n# A valid config file: every key as config.example.toml names it.\n",
+    let mut out = format!(
+        "# tokscope's effective settings (built-in defaults < {} < environment).\n# A valid config file: every key as config.example.toml names it.\n\n",
         path.display()
     );
-    let line = |out: &mut String, key: &str, value: Option<String>| {
-        let dotted = key.to_string();
-        let name = dotted.rsplit('.').next().unwrap_or(key);
-        match value {
-            Some(v) => {
-                let _ = writeln!(out, "{name} = {v}  {}", source(&dotted));
-            }
-            None => {
-                let _ = writeln!(out, "# {name} is not set  {}", source(&dotted));
-            }
-        }
-    };
-    let e = &s.engine;
-    let model = s
-        .model
-        .as_ref()
-        .map(|p: &PathBuf| quoted(&p.to_string_lossy()));
-    line(&mut out, "model", model);
-    line(&mut out, "n_ctx", Some(e.n_ctx.to_string()));
-    line(&mut out, "threads", Some(e.threads.to_string()));
-    line(&mut out, "n_batch", Some(e.n_batch.to_string()));
-    line(&mut out, "n_ubatch", Some(e.n_ubatch.to_string()));
-    line(&mut out, "cache_type_k", Some(quoted(e.type_k.name())));
-    line(&mut out, "cache_type_v", Some(quoted(e.type_v.name())));
-    line(
-        &mut out,
-        "flash_attn",
-        Some(quoted(&e.flash_attn.to_string())),
-    );
-    let ngl = e
-        .n_gpu_layers
-        .map_or_else(|| "-1".to_string(), |n| n.to_string());
-    line(&mut out, "n_gpu_layers", Some(ngl));
-    line(&mut out, "template", Some(quoted(&e.template.to_string())));
-    line(
-        &mut out,
-        "system_prompt",
-        Some(quoted(s.system_prompt.as_deref().unwrap_or(""))),
-    );
-    line(&mut out, "max_tokens", Some(s.max_tokens.to_string()));
-    line(
-        &mut out,
-        "price_per_gpu_hour_usd",
-        Some(float64(s.price_per_gpu_hour_usd)),
-    );
-    line(&mut out, "bandwidth_gb_s", s.bandwidth_gb_s.map(float64));
-    line(&mut out, "price_per_kwh", s.price_per_kwh.map(float64));
+    let (e, p, sp) = (&s.engine, &s.sampling, &s.engine.spec);
+    let file = |p: &Option<PathBuf>| p.as_ref().map(|p| quoted(&p.to_string_lossy()));
+    let layers = |n: Option<u32>| Some(n.map_or_else(|| "-1".to_string(), |n| n.to_string()));
     let dirs: Vec<String> = s
         .model_dirs
         .iter()
         .map(|d| quoted(&d.to_string_lossy()))
         .collect();
-    line(
-        &mut out,
-        "model_dirs",
-        Some(format!("[{}]", dirs.join(", "))),
-    );
-    let p = &s.sampling;
-    out.push_str("\n[sampling]\n");
-    line(&mut out, "sampling.temperature", Some(float(p.temperature)));
-    line(&mut out, "sampling.top_k", Some(p.top_k.to_string()));
-    line(&mut out, "sampling.top_p", Some(float(p.top_p)));
-    line(&mut out, "sampling.min_p", Some(float(p.min_p)));
-    line(
-        &mut out,
-        "sampling.repeat_penalty",
-        Some(float(p.repeat_penalty)),
-    );
-    line(
-        &mut out,
-        "sampling.repeat_last_n",
-        Some(p.repeat_last_n.to_string()),
-    );
-    line(&mut out, "sampling.seed", Some(p.seed.to_string()));
-    line(&mut out, "sampling.mode", Some(quoted(e.sampling.name())));
-    let sp = &e.spec;
-    out.push_str("\n[spec]\n");
-    line(&mut out, "spec.mode", Some(quoted(sp.mode.name())));
-    line(
-        &mut out,
-        "spec.draft",
-        sp.draft_model
-            .as_ref()
-            .map(|p: &PathBuf| quoted(&p.to_string_lossy())),
-    );
-    line(&mut out, "spec.draft_max", Some(sp.draft_max.to_string()));
-    line(&mut out, "spec.draft_min", Some(sp.draft_min.to_string()));
-    line(&mut out, "spec.draft_p_min", Some(float(sp.draft_p_min)));
-    let dngl = sp
-        .draft_n_gpu_layers
-        .map_or_else(|| "-1".to_string(), |n| n.to_string());
-    line(&mut out, "spec.draft_ngl", Some(dngl));
-    line(&mut out, "spec.ngram_n", Some(sp.ngram_n.to_string()));
-    let bi = match sp.batch_invariant {
+    let batch_invariant = match sp.batch_invariant {
         None => "auto",
         Some(true) => "on",
         Some(false) => "off",
     };
-    line(&mut out, "spec.batch_invariant", Some(quoted(bi)));
-    out.push_str("\n[quality]\n");
-    line(
-        &mut out,
-        "quality.ref",
-        s.reference
-            .as_ref()
-            .map(|p: &PathBuf| quoted(&p.to_string_lossy())),
-    );
+    let rows = [
+        ("model", file(&s.model)),
+        ("n_ctx", Some(e.n_ctx.to_string())),
+        ("threads", Some(e.threads.to_string())),
+        ("n_batch", Some(e.n_batch.to_string())),
+        ("n_ubatch", Some(e.n_ubatch.to_string())),
+        ("cache_type_k", Some(quoted(e.type_k.name()))),
+        ("cache_type_v", Some(quoted(e.type_v.name()))),
+        ("flash_attn", Some(quoted(&e.flash_attn.to_string()))),
+        ("n_gpu_layers", layers(e.n_gpu_layers)),
+        ("template", Some(quoted(&e.template.to_string()))),
+        (
+            "system_prompt",
+            Some(quoted(s.system_prompt.as_deref().unwrap_or(""))),
+        ),
+        ("max_tokens", Some(s.max_tokens.to_string())),
+        (
+            "price_per_gpu_hour_usd",
+            Some(float64(s.price_per_gpu_hour_usd)),
+        ),
+        ("bandwidth_gb_s", s.bandwidth_gb_s.map(float64)),
+        ("price_per_kwh", s.price_per_kwh.map(float64)),
+        ("model_dirs", Some(format!("[{}]", dirs.join(", ")))),
+        ("sampling.temperature", Some(float(p.temperature))),
+        ("sampling.top_k", Some(p.top_k.to_string())),
+        ("sampling.top_p", Some(float(p.top_p))),
+        ("sampling.min_p", Some(float(p.min_p))),
+        ("sampling.repeat_penalty", Some(float(p.repeat_penalty))),
+        ("sampling.repeat_last_n", Some(p.repeat_last_n.to_string())),
+        ("sampling.seed", Some(p.seed.to_string())),
+        ("sampling.mode", Some(quoted(e.sampling.name()))),
+        ("spec.mode", Some(quoted(sp.mode.name()))),
+        ("spec.draft", file(&sp.draft_model)),
+        ("spec.draft_max", Some(sp.draft_max.to_string())),
+        ("spec.draft_min", Some(sp.draft_min.to_string())),
+        ("spec.draft_p_min", Some(float(sp.draft_p_min))),
+        ("spec.draft_ngl", layers(sp.draft_n_gpu_layers)),
+        ("spec.ngram_n", Some(sp.ngram_n.to_string())),
+        ("spec.batch_invariant", Some(quoted(batch_invariant))),
+        ("quality.ref", file(&s.reference)),
+    ];
+    // A table's header before its first key.
+    let mut table = "";
+    for (key, value) in rows {
+        let (in_table, name) = key.rsplit_once('.').unwrap_or(("", key));
+        if in_table != table {
+            table = in_table;
+            let _ = write!(out, "\n[{table}]\n");
+        }
+        let _ = match value {
+            Some(v) => writeln!(out, "{name} = {v}  {}", source(key)),
+            None => writeln!(out, "# {name} is not set  {}", source(key)),
+        };
+    }
     out
 }
 

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 
-use crate::commands::{Failure, FAILURE, USAGE};
+use crate::commands::{Failure, FAILURE};
 use crate::doctor;
 use crate::llama::gpu::GpuStatus;
 
@@ -101,10 +101,10 @@ pub(crate) fn run(
         DoctorCheck::Gpu => gpu(),
         DoctorCheck::Bandwidth(args) => {
             if !args.reprobe && !args.threads.is_empty() {
-                return Err(Failure::new(USAGE, "-t goes with --reprobe"));
+                return Err(Failure::usage("-t goes with --reprobe"));
             }
             if args.threads.contains(&0) {
-                return Err(Failure::new(USAGE, "-t: a thread count is at least 1"));
+                return Err(Failure::usage("-t: a thread count is at least 1"));
             }
             let report = crate::hw::bandwidth_report(args.reprobe.then_some(&args.threads[..]));
             print!("{}", crate::text::terminal_safe(&report));
@@ -129,10 +129,7 @@ fn tokenizer(args: &TokenizerCheckArgs) -> Result<(), Failure> {
     let samples = match &args.text {
         Some(path) => {
             let text = std::fs::read_to_string(path).map_err(|e| {
-                Failure::new(
-                    USAGE,
-                    format!("cannot read {} as UTF-8 text: {e}", path.display()),
-                )
+                Failure::usage(format!("cannot read {} as UTF-8 text: {e}", path.display()))
             })?;
             let label = path
                 .file_name()
@@ -143,7 +140,7 @@ fn tokenizer(args: &TokenizerCheckArgs) -> Result<(), Failure> {
     };
     let model = crate::tokcount::load_vocab_only(&args.model)?;
     let reference = crate::synth::llama3::open_tokenizer(&args.tokenizer)
-        .map_err(|e| Failure::new(USAGE, e.to_string()))?;
+        .map_err(|e| Failure::usage(e.to_string()))?;
     let comparison = doctor::compare(&model, &reference, &samples);
     print!(
         "{}",
@@ -175,20 +172,15 @@ fn scoring(args: &ScoringArgs, mut settings: crate::config::Settings) -> Result<
     args.model.apply(&mut settings)?;
     let n_ctx = settings.engine.n_ctx;
     if n_ctx < 8 {
-        return Err(Failure::new(
-            USAGE,
-            format!("-c {n_ctx}: a chunk is at least 8 tokens"),
-        ));
+        return Err(Failure::usage(format!(
+            "-c {n_ctx}: a chunk is at least 8 tokens"
+        )));
     }
     if args.chunks == Some(0) {
-        return Err(Failure::new(USAGE, "--chunks: at least 1"));
+        return Err(Failure::usage("--chunks: at least 1"));
     }
-    let (text_name, text) =
-        crate::compare::load_text(args.text.as_deref()).map_err(|e| match e {
-            crate::compare::CompareError::Usage(m) => Failure::new(USAGE, m),
-            crate::compare::CompareError::Model(m) => Failure::new(crate::commands::MODEL, m),
-            crate::compare::CompareError::Failed(m) => Failure::new(FAILURE, m),
-        })?;
+    let (text_name, text) = crate::compare::load_text(args.text.as_deref())
+        .map_err(crate::commands::compare::failure)?;
     let config = crate::commands::model::engine_config(&settings)?;
     let reference = crate::commands::flags::QualityArgs {
         reference: Some(args.reference.clone()),
@@ -220,7 +212,7 @@ fn scoring(args: &ScoringArgs, mut settings: crate::config::Settings) -> Result<
             Some(EngineEvent::Failed { request_id, error }) if Some(request_id) == request => {
                 return Err(match error {
                     // Too short for its chunks: the text or -c is the user's to change.
-                    crate::engine::EngineError::EvalText(m) => Failure::new(USAGE, m),
+                    crate::engine::EngineError::EvalText(m) => Failure::usage(m),
                     e => e.into(),
                 });
             }

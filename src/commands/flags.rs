@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use clap::{ArgAction, Args};
 
-use crate::commands::{Failure, USAGE};
-use crate::config::{ConfigError, Settings, Source};
+use crate::commands::Failure;
+use crate::config::{apply_given, ConfigError, Settings, Source};
 use crate::remote::{ApiKey, Endpoint};
 
 /// Settings shared by every command that loads a model.
@@ -180,33 +180,17 @@ impl ModelArgs {
         if let Some(m) = &self.model {
             s.model = Some(m.clone());
         }
-        if let Some(v) = self.n_ctx {
-            s.set_n_ctx(v, &src)?;
-        }
-        if let Some(v) = self.threads {
-            s.set_threads(v, &src)?;
-        }
-        if let Some(v) = self.n_batch {
-            s.set_n_batch(v, &src)?;
-        }
-        if let Some(v) = self.n_gpu_layers {
-            s.set_n_gpu_layers(v, &src)?;
-        }
-        if let Some(v) = self.n_ubatch {
-            s.set_n_ubatch(v, &src)?;
-        }
-        if let Some(v) = &self.cache_type_k {
-            s.set_cache_type_k(v, &src)?;
-        }
-        if let Some(v) = &self.cache_type_v {
-            s.set_cache_type_v(v, &src)?;
-        }
-        if let Some(v) = &self.flash_attn {
-            s.set_flash_attn(v, &src)?;
-        }
-        if let Some(v) = &self.template {
-            s.set_template(v, &src)?;
-        }
+        apply_given!(s, &src;
+            self.n_ctx => set_n_ctx,
+            self.threads => set_threads,
+            self.n_batch => set_n_batch,
+            self.n_gpu_layers => set_n_gpu_layers,
+            self.n_ubatch => set_n_ubatch,
+            self.cache_type_k.as_deref() => set_cache_type_k,
+            self.cache_type_v.as_deref() => set_cache_type_v,
+            self.flash_attn.as_deref() => set_flash_attn,
+            self.template.as_deref() => set_template,
+        );
         Ok(())
     }
 }
@@ -214,32 +198,18 @@ impl ModelArgs {
 impl SamplingArgs {
     pub(crate) fn apply(&self, s: &mut Settings) -> Result<(), ConfigError> {
         let src = Source::CommandLine;
-        if let Some(v) = self.temperature {
-            s.set_temperature(v, &src)?;
-        }
-        if let Some(v) = self.top_k {
-            s.set_top_k(v, &src)?;
-        }
-        if let Some(v) = self.top_p {
-            s.set_top_p(v, &src)?;
-        }
-        if let Some(v) = self.min_p {
-            s.set_min_p(v, &src)?;
-        }
-        if let Some(v) = self.repeat_penalty {
-            s.set_repeat_penalty(v, &src)?;
-        }
-        if let Some(v) = self.seed {
-            s.set_seed(v, &src)?;
-        }
-        if let Some(v) = self.max_tokens {
-            s.set_max_tokens(v, &src)?;
-        }
+        apply_given!(s, &src;
+            self.temperature => set_temperature,
+            self.top_k => set_top_k,
+            self.top_p => set_top_p,
+            self.min_p => set_min_p,
+            self.repeat_penalty => set_repeat_penalty,
+            self.seed => set_seed,
+            self.max_tokens => set_max_tokens,
+            self.sampling.as_deref() => set_sampling_mode,
+        );
         if let Some(v) = &self.system {
             s.system_prompt = Some(v.clone()).filter(|t| !t.trim().is_empty());
-        }
-        if let Some(v) = &self.sampling {
-            s.set_sampling_mode(v, &src)?;
         }
         Ok(())
     }
@@ -250,32 +220,28 @@ impl RemoteArgs {
         let key = match (&self.api_key_env, &self.api_key_file) {
             (Some(var), _) => {
                 let raw = std::env::var(var).map_err(|_| {
-                    Failure::new(
-                        USAGE,
-                        format!("--api-key-env {var}: the environment variable is not set"),
-                    )
+                    Failure::usage(format!(
+                        "--api-key-env {var}: the environment variable is not set"
+                    ))
                 })?;
-                Some(ApiKey::new(&raw).map_err(|e| Failure::new(USAGE, e.to_string()))?)
+                Some(ApiKey::new(&raw).map_err(|e| Failure::usage(e.to_string()))?)
             }
             (None, Some(path)) => {
-                Some(ApiKey::from_file(path).map_err(|e| Failure::new(USAGE, e.to_string()))?)
+                Some(ApiKey::from_file(path).map_err(|e| Failure::usage(e.to_string()))?)
             }
             (None, None) => None,
         };
         let timeout = self.endpoint_timeout()?;
-        Endpoint::new(url, key, timeout).map_err(|e| Failure::new(USAGE, e.to_string()))
+        Endpoint::new(url, key, timeout).map_err(|e| Failure::usage(e.to_string()))
     }
 
     /// `--timeout` as a duration, checked.
     pub(crate) fn endpoint_timeout(&self) -> Result<Duration, Failure> {
         if !(self.timeout.is_finite() && self.timeout > 0.0 && self.timeout <= 86_400.0) {
-            return Err(Failure::new(
-                USAGE,
-                format!(
-                    "--timeout {}: expected seconds between 0 and 86400",
-                    self.timeout
-                ),
-            ));
+            return Err(Failure::usage(format!(
+                "--timeout {}: expected seconds between 0 and 86400",
+                self.timeout
+            )));
         }
         Ok(Duration::from_millis((self.timeout * 1000.0).round() as u64))
     }
@@ -298,8 +264,7 @@ impl QualityArgs {
     /// `--ref` with `--url`: refused (a server sends no full distributions).
     pub(crate) fn refuse_remote(&self) -> Result<(), Failure> {
         match self.reference {
-            Some(_) => Err(Failure::new(
-                USAGE,
+            Some(_) => Err(Failure::usage(
                 "--ref scores a local model's answers (a server sends no full distributions): \
                  run it with -m MODEL.gguf",
             )),

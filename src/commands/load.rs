@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use crate::commands::flags::RemoteArgs;
 use crate::commands::runtime;
-use crate::commands::{Failure, FAILURE, USAGE};
+use crate::commands::{Failure, FAILURE};
 use crate::load::report::{self, LoadSummary, Slo};
 use crate::load::{publish, run_level, scrape, warm_up, Arrivals, LoadPlan, Progress, PromptSet};
 use crate::remote::{Endpoint, RemoteClient};
@@ -114,12 +114,8 @@ struct LoadOutput<'a> {
     capacity: Option<String>,
 }
 
-fn usage(msg: impl Into<String>) -> Failure {
-    Failure::new(USAGE, msg.into())
-}
-
 fn parse_range(s: &str) -> Result<(usize, usize), Failure> {
-    let bad = || usage(format!("--input-len '{s}': expected N or A..B (tokens)"));
+    let bad = || Failure::usage(format!("--input-len '{s}': expected N or A..B (tokens)"));
     let (lo, hi) = match s.split_once("..") {
         Some((a, b)) => (
             a.trim().parse().map_err(|_| bad())?,
@@ -138,7 +134,7 @@ fn parse_range(s: &str) -> Result<(usize, usize), Failure> {
 
 fn parse_sweep(s: &str, burstiness: f64) -> Result<Vec<Arrivals>, Failure> {
     let bad = || {
-        usage(format!(
+        Failure::usage(format!(
             "--sweep '{s}': expected rate=1,2,4 or concurrency=1,2,4"
         ))
     };
@@ -170,7 +166,7 @@ fn check_rate(r: f64) -> Result<(), Failure> {
     if r.is_finite() && r > 0.0 && r <= 10_000.0 {
         Ok(())
     } else {
-        Err(usage(format!(
+        Err(Failure::usage(format!(
             "rate {r}: expected requests per second in (0, 10000]"
         )))
     }
@@ -180,14 +176,17 @@ fn check_concurrency(c: usize) -> Result<(), Failure> {
     if (1..=4096).contains(&c) {
         Ok(())
     } else {
-        Err(usage(format!("concurrency {c}: expected 1 to 4096")))
+        Err(Failure::usage(format!(
+            "concurrency {c}: expected 1 to 4096"
+        )))
     }
 }
 
 fn jsonl_prompts(path: &PathBuf) -> Result<PromptSet, Failure> {
     use crate::engine::{ChatMessage, Role};
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| usage(format!("--prompts {}: cannot read it: {e}", path.display())))?;
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Failure::usage(format!("--prompts {}: cannot read it: {e}", path.display()))
+    })?;
     let mut prompts = Vec::new();
     for (i, line) in text
         .lines()
@@ -195,7 +194,7 @@ fn jsonl_prompts(path: &PathBuf) -> Result<PromptSet, Failure> {
         .filter(|(_, l)| !l.trim().is_empty())
     {
         let bad = |why: &str| {
-            usage(format!(
+            Failure::usage(format!(
                 "--prompts {} line {}: {why}",
                 path.display(),
                 i + 1
@@ -228,7 +227,7 @@ fn jsonl_prompts(path: &PathBuf) -> Result<PromptSet, Failure> {
         prompts.push(conv);
     }
     if prompts.is_empty() {
-        return Err(usage(format!(
+        return Err(Failure::usage(format!(
             "--prompts {}: no prompts in it",
             path.display()
         )));
@@ -241,17 +240,7 @@ fn jsonl_prompts(path: &PathBuf) -> Result<PromptSet, Failure> {
 }
 
 pub(crate) fn load(args: &LoadArgs) -> Result<(), Failure> {
-    let Checked {
-        endpoint,
-        slo,
-        duration,
-        requests,
-        input_len,
-        levels,
-        drain,
-        metrics_interval,
-        exporters,
-    } = check(args)?;
+    let checked = check(args)?;
     // Said once: a server without (readable) metrics.
     let metrics_refused = Arc::new(AtomicBool::new(false));
     let rt = runtime()?;
@@ -260,12 +249,13 @@ pub(crate) fn load(args: &LoadArgs) -> Result<(), Failure> {
         // Ctrl-C is ours from the start: while the model is looked up and the prompts are cut
         // it ends `load` at once; during a level it stops sending (see `run_level`).
         stop_on_ctrl_c(Arc::clone(&stop));
-        let client = Arc::new(RemoteClient::new(endpoint)?);
+        let (slo, exporters) = (checked.slo, &checked.exporters);
+        let client = Arc::new(RemoteClient::new(checked.endpoint)?);
         let figures = exporters.figures(client.endpoint().host_and_port());
         // Listening first: a port in use is said before anything is sent.
         let _exposition = expose(exporters.prometheus, figures.as_ref()).await?;
         let (model, prompts) = tokio::select! {
-            prepared = prepare(args, &client, requests, input_len) => prepared?,
+            prepared = prepare(args, &client, checked.requests, checked.input_len) => prepared?,
             () = stopped(&stop) => return Err(Failure::new(
                 FAILURE,
                 "stopped by Ctrl-C while looking up the model and cutting the prompts: nothing was measured",
@@ -276,15 +266,15 @@ pub(crate) fn load(args: &LoadArgs) -> Result<(), Failure> {
         }
         let plan = |arrivals| LoadPlan {
             arrivals,
-            requests,
-            duration,
+            requests: checked.requests,
+            duration: checked.duration,
             warmup: args.warmup,
             model: model.clone(),
             output_len: args.output_len,
             ignore_eos: !args.no_ignore_eos,
             slo,
             seed: args.seed,
-            drain,
+            drain: checked.drain,
         };
         let run = |arrivals: Arrivals| {
             measure_level(
@@ -294,11 +284,12 @@ pub(crate) fn load(args: &LoadArgs) -> Result<(), Failure> {
                 Arc::clone(&stop),
                 Arc::clone(&metrics_refused),
                 figures.clone(),
-                metrics_interval,
+                checked.metrics_interval,
             )
         };
+        let levels = checked.levels;
         let measured =
-            run_levels(args, levels, slo, &run, &stop, &exporters, figures.as_ref()).await?;
+            run_levels(args, levels, slo, &run, &stop, exporters, figures.as_ref()).await?;
         print_rows(
             args,
             &client,
@@ -336,42 +327,40 @@ struct Checked {
 
 /// Reads and checks every flag; each refusal names its flag.
 fn check(args: &LoadArgs) -> Result<Checked, Failure> {
-    let url = args
-        .remote
-        .url
-        .as_deref()
-        .ok_or_else(|| usage("load needs --url URL (an OpenAI-compatible API base)"))?;
+    let url =
+        args.remote.url.as_deref().ok_or_else(|| {
+            Failure::usage("load needs --url URL (an OpenAI-compatible API base)")
+        })?;
     let endpoint = args.remote.endpoint(url)?;
     if !matches!(args.output.as_str(), "md" | "csv" | "json") {
-        return Err(usage(format!(
+        return Err(Failure::usage(format!(
             "-o {}: expected md, csv or json",
             args.output
         )));
     }
     if !(args.burstiness.is_finite() && args.burstiness > 0.0 && args.burstiness <= 100.0) {
-        return Err(usage("--burstiness: expected a gamma shape in (0, 100]"));
+        return Err(Failure::usage(
+            "--burstiness: expected a gamma shape in (0, 100]",
+        ));
     }
     let slo = args
         .slo
         .as_deref()
         .map(Slo::parse)
         .transpose()
-        .map_err(|e| usage(format!("--slo: {e}")))?;
+        .map_err(|e| Failure::usage(format!("--slo: {e}")))?;
     let (duration, requests) = level_size(args)?;
     if args.output_len == 0 {
-        return Err(usage("--output-len: expected at least 1"));
+        return Err(Failure::usage("--output-len: expected at least 1"));
     }
     let input_len = parse_range(&args.input_len)?;
     let levels = levels(args)?;
-    let drain = Duration::from_secs_f64(args.drain.clamp(0.0, 600.0));
     if args.metrics_interval != 0 && !(50..=60_000).contains(&args.metrics_interval) {
-        return Err(usage(format!(
+        return Err(Failure::usage(format!(
             "--metrics-interval {}: expected milliseconds from 50 to 60000 (0: off)",
             args.metrics_interval
         )));
     }
-    let metrics_interval = Duration::from_millis(args.metrics_interval);
-    let exporters = exporters(args)?;
     Ok(Checked {
         endpoint,
         slo,
@@ -379,9 +368,9 @@ fn check(args: &LoadArgs) -> Result<Checked, Failure> {
         requests,
         input_len,
         levels,
-        drain,
-        metrics_interval,
-        exporters,
+        drain: Duration::from_secs_f64(args.drain.clamp(0.0, 600.0)),
+        metrics_interval: Duration::from_millis(args.metrics_interval),
+        exporters: exporters(args)?,
     })
 }
 
@@ -390,14 +379,14 @@ fn level_size(args: &LoadArgs) -> Result<(Option<Duration>, Option<usize>), Fail
     let duration = match args.duration {
         Some(d) if d.is_finite() && d > 0.0 && d <= 86_400.0 => Some(Duration::from_secs_f64(d)),
         Some(d) => {
-            return Err(usage(format!(
+            return Err(Failure::usage(format!(
                 "--duration {d}: expected seconds in (0, 86400]"
             )))
         }
         None => None,
     };
     let requests = match (args.requests, duration) {
-        (Some(0), _) => return Err(usage("--requests: expected at least 1")),
+        (Some(0), _) => return Err(Failure::usage("--requests: expected at least 1")),
         (Some(n), _) => Some(n),
         (None, None) => Some(32),
         (None, Some(_)) => None,
@@ -452,7 +441,7 @@ async fn expose(
     };
     let served = publish::serve(addr, Arc::clone(figures))
         .await
-        .map_err(usage)?;
+        .map_err(Failure::usage)?;
     eprintln!(
         "tokscope's own figures: http://{}/metrics (Prometheus text)",
         served.addr
@@ -590,7 +579,7 @@ where
     let mut capacity = None;
     let mut otlp_failed = None;
     if args.find_capacity {
-        let slo = slo.ok_or_else(|| usage("--find-capacity needs --slo"))?;
+        let slo = slo.ok_or_else(|| Failure::usage("--find-capacity needs --slo"))?;
         let shown = |row: &LoadSummary| eprintln!("{}", row.line());
         capacity = Some(
             crate::load::capacity::find(&mut rows, run, slo, args.burstiness, stop, &shown).await?,
@@ -623,9 +612,9 @@ fn exporters(args: &LoadArgs) -> Result<publish::Exporters, Failure> {
         args.otlp_file.as_deref(),
         args.force,
     )
-    .map_err(usage)?;
+    .map_err(Failure::usage)?;
     if !(args.prometheus_hold.is_finite() && (0.0..=86_400.0).contains(&args.prometheus_hold)) {
-        return Err(usage(format!(
+        return Err(Failure::usage(format!(
             "--prometheus-hold {}: expected seconds in [0, 86400]",
             args.prometheus_hold
         )));

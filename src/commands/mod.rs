@@ -112,6 +112,11 @@ impl Failure {
         }
     }
 
+    /// A usage error: a bad flag or value (exit code `USAGE`).
+    pub(crate) fn usage(message: impl Into<String>) -> Self {
+        Self::new(USAGE, message)
+    }
+
     /// A feature's failure: exit code `MODEL` when the model file is the problem, `FAILURE`
     /// otherwise.
     pub(crate) fn of(model_problem: bool, message: impl Into<String>) -> Self {
@@ -121,7 +126,7 @@ impl Failure {
 
 impl From<crate::config::ConfigError> for Failure {
     fn from(e: crate::config::ConfigError) -> Self {
-        Self::new(USAGE, e.to_string())
+        Self::usage(e.to_string())
     }
 }
 
@@ -160,9 +165,7 @@ pub fn dispatch(cli: Cli) -> Result<(), Failure> {
     let explicit = cli.config.as_deref();
     let settings = || Settings::load(explicit);
     if cli.command.is_some() && cli.chat_flags_given() {
-        return Err(Failure::new(
-            USAGE,
-            "the chat's flags (-m, --temp, …) go with the bare `tokscope` or after `chat`, not before another command",
+        return Err(Failure::usage("the chat's flags (-m, --temp, …) go with the bare `tokscope` or after `chat`, not before another command",
         ));
     }
     match &cli.command {

@@ -3,6 +3,7 @@
 
 use clap::Args;
 
+use crate::commands::{Failure, FAILURE};
 use crate::config::Settings;
 use crate::metrics::profile::ProfileLevel;
 
@@ -28,10 +29,9 @@ pub struct ProfileArgs {
 
 impl ProfileArgs {
     /// A server's steps cannot be profiled from here: --profile with --url is a usage error.
-    pub(crate) fn refuse_remote(&self) -> Result<(), crate::commands::Failure> {
+    pub(crate) fn refuse_remote(&self) -> Result<(), Failure> {
         match self.profile {
-            Some(_) => Err(crate::commands::Failure::new(
-                crate::commands::USAGE,
+            Some(_) => Err(Failure::usage(
                 "--profile times llama.cpp's graph in this process; a server's decode steps \
                  cannot be profiled from outside (leave out --url, or --profile)",
             )),
@@ -40,10 +40,13 @@ impl ProfileArgs {
     }
 
     pub(crate) fn apply(&self, s: &mut Settings) {
-        s.engine.profile_rate = match self.profile {
-            Some(_) => self.profile_rate.unwrap_or(DEFAULT_RATE),
-            None => 0,
-        };
+        s.engine.profile_rate = self.rate();
+    }
+
+    /// One decode step in this many is profiled (0: none).
+    pub(crate) fn rate(&self) -> u32 {
+        self.profile
+            .map_or(0, |_| self.profile_rate.unwrap_or(DEFAULT_RATE))
     }
 }
 
@@ -65,15 +68,15 @@ pub struct TraceArgs {
 impl TraceArgs {
     /// Checked before the model loads: the folder exists, and the file does not (unless
     /// --force) or is a regular file.
-    pub(crate) fn check(&self) -> Result<(), crate::commands::Failure> {
+    pub(crate) fn check(&self) -> Result<(), Failure> {
         let Some(path) = &self.trace else {
             return Ok(());
         };
         let fail = |why: String| {
-            crate::commands::Failure::new(
-                crate::commands::USAGE,
-                format!("cannot write the trace to {}: {why}", path.display()),
-            )
+            Failure::usage(format!(
+                "cannot write the trace to {}: {why}",
+                path.display()
+            ))
         };
         let dir = match path.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
@@ -98,21 +101,13 @@ impl TraceArgs {
     }
 
     /// Writes the trace of `events` (every turn's), atomically.
-    pub(crate) fn write(
-        &self,
-        events: Vec<serde_json::Value>,
-    ) -> Result<(), crate::commands::Failure> {
+    pub(crate) fn write(&self, events: Vec<serde_json::Value>) -> Result<(), Failure> {
         let Some(path) = &self.trace else {
             return Ok(());
         };
         let doc = crate::metrics::trace::document(events);
-        let bytes = serde_json::to_vec(&doc)
-            .map_err(|e| crate::commands::Failure::new(crate::commands::FAILURE, e.to_string()))?;
-        crate::fsx::write_private(path, &bytes).map_err(|e| {
-            crate::commands::Failure::new(
-                crate::commands::FAILURE,
-                format!("cannot write the trace: {e}"),
-            )
-        })
+        let bytes = serde_json::to_vec(&doc).map_err(|e| Failure::new(FAILURE, e.to_string()))?;
+        crate::fsx::write_private(path, &bytes)
+            .map_err(|e| Failure::new(FAILURE, format!("cannot write the trace: {e}")))
     }
 }

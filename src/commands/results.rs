@@ -5,7 +5,7 @@ use std::io::Write;
 use clap::Args;
 
 use crate::bench::log;
-use crate::commands::{Failure, FAILURE, USAGE};
+use crate::commands::{Failure, FAILURE};
 
 /// List earlier bench runs, or print one.
 #[derive(Debug, Args, Default, Clone)]
@@ -24,15 +24,13 @@ pub(crate) fn run(args: &ResultsArgs) -> Result<(), Failure> {
         None | Some("md") | Some("markdown") => false,
         Some("json") => true,
         Some(other) => {
-            return Err(Failure::new(
-                USAGE,
-                format!("invalid value `{other}` for -o/--output: one of md, json"),
-            ))
+            return Err(Failure::usage(format!(
+                "invalid value `{other}` for -o/--output: one of md, json"
+            )))
         }
     };
     if json && args.id.is_none() {
-        return Err(Failure::new(
-            USAGE,
+        return Err(Failure::usage(
             "-o json prints one run: give its ID (or `last`)",
         ));
     }
@@ -51,7 +49,7 @@ pub(crate) fn run(args: &ResultsArgs) -> Result<(), Failure> {
     }
     let (text, shape) = match &args.id {
         Some(id) => {
-            let run = log::find_run(&runs, id).map_err(|e| Failure::new(USAGE, e))?;
+            let run = log::find_run(&runs, id).map_err(Failure::usage)?;
             if json {
                 let json = serde_json::to_string_pretty(&run.raw)
                     .map_err(|e| Failure::new(FAILURE, e.to_string()))?;

@@ -133,31 +133,20 @@ pub struct SpecArgs {
 
 impl SpecArgs {
     pub(crate) fn apply(&self, s: &mut Settings) -> Result<(), Failure> {
+        use crate::config::apply_given;
         let src = crate::config::Source::CommandLine;
         if let Some(d) = &self.draft {
             s.set_draft_model(d);
         }
-        if let Some(m) = &self.spec {
-            s.set_spec_mode(m, &src)?;
-        }
-        if let Some(v) = self.draft_max {
-            s.set_draft_max(v, &src)?;
-        }
-        if let Some(v) = self.draft_min {
-            s.set_draft_min(v, &src)?;
-        }
-        if let Some(v) = self.draft_p_min {
-            s.set_draft_p_min(v, &src)?;
-        }
-        if let Some(v) = self.draft_ngl {
-            s.set_draft_ngl(v, &src)?;
-        }
-        if let Some(v) = self.ngram_n {
-            s.set_ngram_n(v, &src)?;
-        }
-        if let Some(v) = &self.batch_invariant {
-            s.set_batch_invariant(v, &src)?;
-        }
+        apply_given!(s, &src;
+            self.spec.as_deref() => set_spec_mode,
+            self.draft_max => set_draft_max,
+            self.draft_min => set_draft_min,
+            self.draft_p_min => set_draft_p_min,
+            self.draft_ngl => set_draft_ngl,
+            self.ngram_n => set_ngram_n,
+            self.batch_invariant.as_deref() => set_batch_invariant,
+        );
         s.check_spec(&src)?;
         Ok(())
     }
@@ -265,7 +254,7 @@ pub(crate) struct RunReport {
 
 /// An answer's own confidence (`run --confidence`): per-token arrays in answer order, one
 /// value per generated token, and the answer's figures.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub(crate) struct RunConfidence {
     /// Why there are no figures (`null` when there are): sampling on the backend leaves no
     /// logits on the host.
@@ -289,12 +278,7 @@ impl RunConfidence {
         let Some(tokens) = tokens else {
             return Self {
                 unavailable: Some("sampling ran on the backend: no logits reach the host (--sampling host gives them)"),
-                summary: None,
-                token: Vec::new(),
-                text: Vec::new(),
-                p: Vec::new(),
-                entropy: Vec::new(),
-                top: Vec::new(),
+                ..Self::default()
             };
         };
         Self {
@@ -782,9 +766,7 @@ fn refuse_local_only(args: &RunArgs) -> Result<(), Failure> {
     args.quality.refuse_remote()?;
     args.profile.refuse_remote()?;
     if args.confidence {
-        return Err(Failure::new(
-            crate::commands::USAGE,
-            "--confidence reads a local model's logits (a server sends none): run it with -m MODEL.gguf",
+        return Err(Failure::usage("--confidence reads a local model's logits (a server sends none): run it with -m MODEL.gguf",
         ));
     }
     args.trace.check()
@@ -796,10 +778,10 @@ fn open_report(args: &RunArgs) -> Result<Option<std::io::BufWriter<std::fs::File
         return Ok(None);
     };
     let file = std::fs::File::create(path).map_err(|e| {
-        Failure::new(
-            crate::commands::USAGE,
-            format!("cannot write the report to {}: {e}", path.display()),
-        )
+        Failure::usage(format!(
+            "cannot write the report to {}: {e}",
+            path.display()
+        ))
     })?;
     Ok(Some(std::io::BufWriter::new(file)))
 }
@@ -908,12 +890,9 @@ pub(crate) fn read_prompt(args: &RunArgs) -> Result<String, Failure> {
     use std::io::Read;
     let from_stdin = || -> Result<String, Failure> {
         let mut text = String::new();
-        std::io::stdin().read_to_string(&mut text).map_err(|e| {
-            Failure::new(
-                crate::commands::USAGE,
-                format!("could not read the prompt from stdin: {e}"),
-            )
-        })?;
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .map_err(|e| Failure::usage(format!("could not read the prompt from stdin: {e}")))?;
         Ok(text)
     };
     let text = match (&args.prompt, &args.prompt_file) {
@@ -931,25 +910,24 @@ pub(crate) fn read_prompt(args: &RunArgs) -> Result<String, Failure> {
                         ),
                         refused => refused.to_string(),
                     };
-                    Failure::new(crate::commands::USAGE, message)
+                    Failure::usage(message)
                 })?;
             String::from_utf8(bytes).map_err(|_| {
-                Failure::new(
-                    crate::commands::USAGE,
-                    format!("the prompt file {} is not UTF-8 text", file.display()),
-                )
+                Failure::usage(format!(
+                    "the prompt file {} is not UTF-8 text",
+                    file.display()
+                ))
             })?
         }
         (None, None) if !std::io::stdin().is_terminal() => from_stdin()?,
         (None, None) => {
-            return Err(Failure::new(
-                crate::commands::USAGE,
+            return Err(Failure::usage(
                 "no prompt: give -p TEXT, -f FILE, or pipe it in (`echo hi | tokscope run`)",
             ))
         }
     };
     if text.trim().is_empty() {
-        return Err(Failure::new(crate::commands::USAGE, "the prompt is empty"));
+        return Err(Failure::usage("the prompt is empty"));
     }
     Ok(text)
 }
@@ -1086,12 +1064,7 @@ fn roofline_lines(f: &crate::metrics::roofline::Figures, context_used: usize) ->
 /// The gaps between tokens (ITL) and, when speculating, between passes.
 fn gap_lines(m: &TurnSummary) -> String {
     let mut out = String::new();
-    if let Some(itl) = &m.itl {
-        out.push_str(&format!(
-            "ITL      mean {:.2} · p50 {:.2} · p90 {:.2} · p99 {:.2} · max {:.2} ms\n",
-            itl.mean_ms, itl.p50_ms, itl.p90_ms, itl.p99_ms, itl.max_ms
-        ));
-    }
+    out.push_str(&itl_line(m.itl.as_ref()));
     // A speculative pass delivers its accepted tokens at one time: the gaps between passes
     // beside the gaps between tokens.
     if let (Some(gap), Some(per_pass)) = (&m.pass_gap, m.tokens_per_pass.filter(|t| *t > 1.0)) {
@@ -1101,6 +1074,16 @@ fn gap_lines(m: &TurnSummary) -> String {
         ));
     }
     out
+}
+
+/// The ITL line, when there are gaps between tokens.
+fn itl_line(itl: Option<&crate::metrics::LatencyStats>) -> String {
+    itl.map_or_else(String::new, |itl| {
+        format!(
+            "ITL      mean {:.2} · p50 {:.2} · p90 {:.2} · p99 {:.2} · max {:.2} ms\n",
+            itl.mean_ms, itl.p50_ms, itl.p90_ms, itl.p99_ms, itl.max_ms
+        )
+    })
 }
 
 /// The host's time per token between decodes and its parts, and where sampling ran.
@@ -1390,12 +1373,7 @@ pub(crate) fn remote_human_summary(r: &RemoteRunReport) -> String {
         m.server_timing_source
             .map_or("no per-request times from the server (—)", |s| s.label())
     ));
-    if let Some(itl) = &m.itl {
-        out.push_str(&format!(
-            "ITL      mean {:.2} · p50 {:.2} · p90 {:.2} · p99 {:.2} · max {:.2} ms\n",
-            itl.mean_ms, itl.p50_ms, itl.p90_ms, itl.p99_ms, itl.max_ms
-        ));
-    }
+    out.push_str(&itl_line(m.itl.as_ref()));
     out.push_str(&format!("E2E      {:.1} ms · end: {}\n", m.e2e_ms, r.end));
     let v = &m.vllm_convention;
     if v.ttft_ms.is_some() {

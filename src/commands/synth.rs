@@ -77,7 +77,7 @@ pub(crate) fn run(args: &SynthArgs) -> Result<(), Failure> {
             .as_deref()
             .map(str::parse::<TensorType>)
             .transpose()
-            .map_err(|e| Failure::new(commands::USAGE, e.to_string()))?;
+            .map_err(|e| Failure::usage(e.to_string()))?;
         let summary = like::write_like_as(source, &args.output, args.seed, retype, &mut |p| {
             progress.update(p);
         })
@@ -102,7 +102,7 @@ pub(crate) fn run(args: &SynthArgs) -> Result<(), Failure> {
         return Ok(());
     }
 
-    let usage = |e: SynthError| Failure::new(commands::USAGE, e.to_string());
+    let usage = |e: SynthError| Failure::usage(e.to_string());
     let mut spec = SynthSpec::preset(&args.preset).map_err(usage)?;
     spec.tensor_type = args
         .tensor_type

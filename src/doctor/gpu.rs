@@ -15,7 +15,6 @@ pub(crate) fn report() -> (String, GpuStatus) {
     let devices = llama_cpp_2::list_llama_ggml_backend_devices();
     let telemetry = GpuTelemetry::open();
     let status = lgpu::status();
-    let mut out = String::new();
     let build = if lgpu::CUDA_BUILD {
         if cfg!(feature = "cuda-dl") {
             "CUDA (shared libraries, feature cuda-dl)"
@@ -25,22 +24,20 @@ pub(crate) fn report() -> (String, GpuStatus) {
     } else {
         "CPU only (built without the cuda / cuda-dl feature)"
     };
-    let _ = writeln!(out, "build:          {build}");
-    let _ = writeln!(out, "ggml backends:  {}", backends.join(", "));
-    match &telemetry {
+    let driver = match &telemetry {
         Ok(t) => {
             let d = t.driver();
-            let _ = writeln!(
-                out,
-                "NVIDIA driver:  {} (supports CUDA {})",
+            format!(
+                "{} (supports CUDA {})",
                 d.driver_version, d.cuda_driver_version
-            );
+            )
         }
-        Err(e) => {
-            let _ = writeln!(out, "NVIDIA driver:  {e}");
-        }
-    }
-    let _ = writeln!(out, "ggml devices:");
+        Err(e) => e.to_string(),
+    };
+    let mut out = format!(
+        "build:          {build}\nggml backends:  {}\nNVIDIA driver:  {driver}\nggml devices:\n",
+        backends.join(", ")
+    );
     for d in &devices {
         let _ = writeln!(
             out,

@@ -125,74 +125,94 @@ pub enum GgufError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct GgmlType(pub u32);
 
-impl GgmlType {
-    /// 32-bit float.
-    pub const F32: Self = Self(0);
-    /// IEEE half precision.
-    pub(crate) const F16: Self = Self(1);
-    /// 4-bit blocks of 32 with an f16 scale.
-    pub(crate) const Q4_0: Self = Self(2);
-    /// 4-bit blocks of 32 with f16 scale and min.
-    pub(crate) const Q4_1: Self = Self(3);
-    /// 5-bit blocks of 32 with an f16 scale.
-    pub(crate) const Q5_0: Self = Self(6);
-    /// 5-bit blocks of 32 with f16 scale and min.
-    pub(crate) const Q5_1: Self = Self(7);
-    /// 8-bit blocks of 32 with an f16 scale.
-    pub(crate) const Q8_0: Self = Self(8);
-    /// 8-bit blocks of 32 with f16 scale and sum.
-    pub(crate) const Q8_1: Self = Self(9);
-    /// k-quant, 2 bits.
-    pub(crate) const Q2_K: Self = Self(10);
-    /// k-quant, 3 bits.
-    pub(crate) const Q3_K: Self = Self(11);
-    /// k-quant, 4 bits.
-    pub const Q4_K: Self = Self(12);
-    /// k-quant, 5 bits.
-    pub(crate) const Q5_K: Self = Self(13);
-    /// k-quant, 6 bits.
-    pub const Q6_K: Self = Self(14);
-    /// k-quant, 8 bits (intermediate type).
-    pub const Q8_K: Self = Self(15);
-    /// i-quant, 2.06 bits.
-    pub const IQ2_XXS: Self = Self(16);
-    /// i-quant, 2.31 bits.
-    pub const IQ2_XS: Self = Self(17);
-    /// i-quant, 3.06 bits.
-    pub const IQ3_XXS: Self = Self(18);
-    /// i-quant, 1.56 bits.
-    pub const IQ1_S: Self = Self(19);
-    /// Non-linear 4-bit blocks of 32.
-    pub(crate) const IQ4_NL: Self = Self(20);
-    /// i-quant, 3.44 bits.
-    pub const IQ3_S: Self = Self(21);
-    /// i-quant, 2.5 bits.
-    pub const IQ2_S: Self = Self(22);
-    /// Non-linear 4-bit super-blocks of 256.
-    pub(crate) const IQ4_XS: Self = Self(23);
-    /// 8-bit integer.
-    pub(crate) const I8: Self = Self(24);
-    /// 16-bit integer.
-    pub(crate) const I16: Self = Self(25);
-    /// 32-bit integer.
-    pub(crate) const I32: Self = Self(26);
-    /// 64-bit integer.
-    pub(crate) const I64: Self = Self(27);
-    /// 64-bit float.
-    pub(crate) const F64: Self = Self(28);
-    /// i-quant, 1.75 bits.
-    pub const IQ1_M: Self = Self(29);
-    /// bfloat16.
-    pub(crate) const BF16: Self = Self(30);
-    /// Ternary, 1.69 bits.
-    pub const TQ1_0: Self = Self(34);
-    /// Ternary, 2.06 bits.
-    pub const TQ2_0: Self = Self(35);
-    /// Microscaling FP4, blocks of 32.
-    pub(crate) const MXFP4: Self = Self(39);
-    /// NVIDIA FP4, blocks of 64 with E4M3 sub-block scales.
-    pub const NVFP4: Self = Self(40);
+/// The ggml types this module knows: each one's constant and its row of the layout table,
+/// `name = id, ggml's name, elements per block, bytes per block` (sizes from ggml-common.h,
+/// checked there by static_asserts, and ggml.c's type_traits).
+macro_rules! ggml_types {
+    ($($(#[$doc:meta])* $vis:vis $name:ident = $id:literal, $text:literal, $block_elems:literal, $block_bytes:literal;)+) => {
+        impl GgmlType {
+            $($(#[$doc])* $vis const $name: Self = Self($id);)+
 
+            fn traits(self) -> Option<(&'static str, u64, u64)> {
+                match self {
+                    $(Self::$name => Some(($text, $block_elems, $block_bytes)),)+
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+ggml_types! {
+    /// 32-bit float.
+    pub F32 = 0, "f32", 1, 4;
+    /// IEEE half precision.
+    pub(crate) F16 = 1, "f16", 1, 2;
+    /// 4-bit blocks of 32 with an f16 scale.
+    pub(crate) Q4_0 = 2, "q4_0", 32, 18;
+    /// 4-bit blocks of 32 with f16 scale and min.
+    pub(crate) Q4_1 = 3, "q4_1", 32, 20;
+    /// 5-bit blocks of 32 with an f16 scale.
+    pub(crate) Q5_0 = 6, "q5_0", 32, 22;
+    /// 5-bit blocks of 32 with f16 scale and min.
+    pub(crate) Q5_1 = 7, "q5_1", 32, 24;
+    /// 8-bit blocks of 32 with an f16 scale.
+    pub(crate) Q8_0 = 8, "q8_0", 32, 34;
+    /// 8-bit blocks of 32 with f16 scale and sum.
+    pub(crate) Q8_1 = 9, "q8_1", 32, 36;
+    /// k-quant, 2 bits.
+    pub(crate) Q2_K = 10, "q2_K", 256, 84;
+    /// k-quant, 3 bits.
+    pub(crate) Q3_K = 11, "q3_K", 256, 110;
+    /// k-quant, 4 bits.
+    pub Q4_K = 12, "q4_K", 256, 144;
+    /// k-quant, 5 bits.
+    pub(crate) Q5_K = 13, "q5_K", 256, 176;
+    /// k-quant, 6 bits.
+    pub Q6_K = 14, "q6_K", 256, 210;
+    /// k-quant, 8 bits (intermediate type).
+    pub Q8_K = 15, "q8_K", 256, 292;
+    /// i-quant, 2.06 bits.
+    pub IQ2_XXS = 16, "iq2_xxs", 256, 66;
+    /// i-quant, 2.31 bits.
+    pub IQ2_XS = 17, "iq2_xs", 256, 74;
+    /// i-quant, 3.06 bits.
+    pub IQ3_XXS = 18, "iq3_xxs", 256, 98;
+    /// i-quant, 1.56 bits.
+    pub IQ1_S = 19, "iq1_s", 256, 50;
+    /// Non-linear 4-bit blocks of 32.
+    pub(crate) IQ4_NL = 20, "iq4_nl", 32, 18;
+    /// i-quant, 3.44 bits.
+    pub IQ3_S = 21, "iq3_s", 256, 110;
+    /// i-quant, 2.5 bits.
+    pub IQ2_S = 22, "iq2_s", 256, 82;
+    /// Non-linear 4-bit super-blocks of 256.
+    pub(crate) IQ4_XS = 23, "iq4_xs", 256, 136;
+    /// 8-bit integer.
+    pub(crate) I8 = 24, "i8", 1, 1;
+    /// 16-bit integer.
+    pub(crate) I16 = 25, "i16", 1, 2;
+    /// 32-bit integer.
+    pub(crate) I32 = 26, "i32", 1, 4;
+    /// 64-bit integer.
+    pub(crate) I64 = 27, "i64", 1, 8;
+    /// 64-bit float.
+    pub(crate) F64 = 28, "f64", 1, 8;
+    /// i-quant, 1.75 bits.
+    pub IQ1_M = 29, "iq1_m", 256, 56;
+    /// bfloat16.
+    pub(crate) BF16 = 30, "bf16", 1, 2;
+    /// Ternary, 1.69 bits.
+    pub TQ1_0 = 34, "tq1_0", 256, 54;
+    /// Ternary, 2.06 bits.
+    pub TQ2_0 = 35, "tq2_0", 256, 66;
+    /// Microscaling FP4, blocks of 32.
+    pub(crate) MXFP4 = 39, "mxfp4", 32, 17;
+    /// NVIDIA FP4, blocks of 64 with E4M3 sub-block scales.
+    pub NVFP4 = 40, "nvfp4", 64, 36;
+}
+
+impl GgmlType {
     /// ggml's name for the type, if this module knows it.
     #[must_use]
     pub(crate) fn name(self) -> Option<&'static str> {
@@ -219,47 +239,6 @@ impl GgmlType {
             .iter()
             .try_fold(1_u64, |acc, &dim| acc.checked_mul(dim))?;
         (n_elements / block_elems).checked_mul(block_bytes)
-    }
-
-    fn traits(self) -> Option<(&'static str, u64, u64)> {
-        // Sizes from ggml-common.h (checked there by static_asserts) and ggml.c's type_traits.
-        let traits = match self {
-            Self::F32 => ("f32", 1, 4),
-            Self::F16 => ("f16", 1, 2),
-            Self::Q4_0 => ("q4_0", 32, 18),
-            Self::Q4_1 => ("q4_1", 32, 20),
-            Self::Q5_0 => ("q5_0", 32, 22),
-            Self::Q5_1 => ("q5_1", 32, 24),
-            Self::Q8_0 => ("q8_0", 32, 34),
-            Self::Q8_1 => ("q8_1", 32, 36),
-            Self::Q2_K => ("q2_K", 256, 84),
-            Self::Q3_K => ("q3_K", 256, 110),
-            Self::Q4_K => ("q4_K", 256, 144),
-            Self::Q5_K => ("q5_K", 256, 176),
-            Self::Q6_K => ("q6_K", 256, 210),
-            Self::Q8_K => ("q8_K", 256, 292),
-            Self::IQ2_XXS => ("iq2_xxs", 256, 66),
-            Self::IQ2_XS => ("iq2_xs", 256, 74),
-            Self::IQ3_XXS => ("iq3_xxs", 256, 98),
-            Self::IQ1_S => ("iq1_s", 256, 50),
-            Self::IQ4_NL => ("iq4_nl", 32, 18),
-            Self::IQ3_S => ("iq3_s", 256, 110),
-            Self::IQ2_S => ("iq2_s", 256, 82),
-            Self::IQ4_XS => ("iq4_xs", 256, 136),
-            Self::I8 => ("i8", 1, 1),
-            Self::I16 => ("i16", 1, 2),
-            Self::I32 => ("i32", 1, 4),
-            Self::I64 => ("i64", 1, 8),
-            Self::F64 => ("f64", 1, 8),
-            Self::IQ1_M => ("iq1_m", 256, 56),
-            Self::BF16 => ("bf16", 1, 2),
-            Self::TQ1_0 => ("tq1_0", 256, 54),
-            Self::TQ2_0 => ("tq2_0", 256, 66),
-            Self::MXFP4 => ("mxfp4", 32, 17),
-            Self::NVFP4 => ("nvfp4", 64, 36),
-            _ => return None,
-        };
-        Some(traits)
     }
 }
 
@@ -346,6 +325,26 @@ const TYPE_U64: u32 = 10;
 const TYPE_I64: u32 = 11;
 const TYPE_F64: u32 = 12;
 
+/// A `match` on a [`GgufValue`] or [`GgufArray`] whose ten numeric variants share one arm
+/// (`$v` bound to the number, or to the vector), followed by the arms of the other variants.
+macro_rules! match_numeric {
+    ($value:expr, $v:ident => $numeric:expr, $($rest:tt)*) => {
+        match $value {
+            Self::U8($v) => $numeric,
+            Self::I8($v) => $numeric,
+            Self::U16($v) => $numeric,
+            Self::I16($v) => $numeric,
+            Self::U32($v) => $numeric,
+            Self::I32($v) => $numeric,
+            Self::F32($v) => $numeric,
+            Self::U64($v) => $numeric,
+            Self::I64($v) => $numeric,
+            Self::F64($v) => $numeric,
+            $($rest)*
+        }
+    };
+}
+
 impl GgufValue {
     /// The GGUF value type id.
     #[must_use]
@@ -403,21 +402,11 @@ impl GgufValue {
     }
 
     fn write_payload(&self, out: &mut impl Write) -> io::Result<()> {
-        match self {
-            Self::U8(v) => out.write_all(&v.to_le_bytes()),
-            Self::I8(v) => out.write_all(&v.to_le_bytes()),
-            Self::U16(v) => out.write_all(&v.to_le_bytes()),
-            Self::I16(v) => out.write_all(&v.to_le_bytes()),
-            Self::U32(v) => out.write_all(&v.to_le_bytes()),
-            Self::I32(v) => out.write_all(&v.to_le_bytes()),
-            Self::F32(v) => out.write_all(&v.to_le_bytes()),
+        match_numeric!(self, v => out.write_all(&v.to_le_bytes()),
             Self::Bool(v) => out.write_all(&[u8::from(*v)]),
             Self::String(s) => write_string(out, s),
             Self::Array(array) => array.write(out),
-            Self::U64(v) => out.write_all(&v.to_le_bytes()),
-            Self::I64(v) => out.write_all(&v.to_le_bytes()),
-            Self::F64(v) => out.write_all(&v.to_le_bytes()),
-        }
+        )
     }
 }
 
@@ -444,39 +433,16 @@ impl GgufArray {
     /// Number of elements.
     #[must_use]
     pub(crate) fn len(&self) -> usize {
-        match self {
-            Self::U8(v) => v.len(),
-            Self::I8(v) => v.len(),
-            Self::U16(v) => v.len(),
-            Self::I16(v) => v.len(),
-            Self::U32(v) => v.len(),
-            Self::I32(v) => v.len(),
-            Self::F32(v) => v.len(),
-            Self::Bool(v) => v.len(),
-            Self::String(v) => v.len(),
-            Self::U64(v) => v.len(),
-            Self::I64(v) => v.len(),
-            Self::F64(v) => v.len(),
-        }
+        match_numeric!(self, v => v.len(), Self::Bool(v) => v.len(), Self::String(v) => v.len(),)
     }
 
     fn write(&self, out: &mut impl Write) -> io::Result<()> {
         out.write_all(&self.element_type_id().to_le_bytes())?;
         out.write_all(&(self.len() as u64).to_le_bytes())?;
-        match self {
-            Self::U8(v) => out.write_all(v),
-            Self::I8(v) => v.iter().try_for_each(|x| out.write_all(&x.to_le_bytes())),
-            Self::U16(v) => v.iter().try_for_each(|x| out.write_all(&x.to_le_bytes())),
-            Self::I16(v) => v.iter().try_for_each(|x| out.write_all(&x.to_le_bytes())),
-            Self::U32(v) => v.iter().try_for_each(|x| out.write_all(&x.to_le_bytes())),
-            Self::I32(v) => v.iter().try_for_each(|x| out.write_all(&x.to_le_bytes())),
-            Self::F32(v) => v.iter().try_for_each(|x| out.write_all(&x.to_le_bytes())),
+        match_numeric!(self, v => v.iter().try_for_each(|x| out.write_all(&x.to_le_bytes())),
             Self::Bool(v) => v.iter().try_for_each(|x| out.write_all(&[u8::from(*x)])),
             Self::String(v) => v.iter().try_for_each(|s| write_string(out, s)),
-            Self::U64(v) => v.iter().try_for_each(|x| out.write_all(&x.to_le_bytes())),
-            Self::I64(v) => v.iter().try_for_each(|x| out.write_all(&x.to_le_bytes())),
-            Self::F64(v) => v.iter().try_for_each(|x| out.write_all(&x.to_le_bytes())),
-        }
+        )
     }
 }
 

@@ -139,16 +139,6 @@ pub(crate) fn validate_layout(header: &GgufHeader) -> Result<(), Defect> {
     Ok(())
 }
 
-fn scalar_u64(v: &GgufValue) -> Option<u64> {
-    match v {
-        GgufValue::I8(x) => u64::try_from(*x).ok(),
-        GgufValue::I16(x) => u64::try_from(*x).ok(),
-        GgufValue::I32(x) => u64::try_from(*x).ok(),
-        GgufValue::I64(x) => u64::try_from(*x).ok(),
-        other => other.as_u64(),
-    }
-}
-
 /// A count that may be a scalar or a per-layer array (llama.cpp's `get_key_or_arr`): every
 /// value in it.
 fn counts(v: &GgufValue) -> Option<Vec<u64>> {
@@ -157,7 +147,7 @@ fn counts(v: &GgufValue) -> Option<Vec<u64>> {
         GgufValue::Array(GgufArray::I32(a)) => a.iter().map(|&x| u64::try_from(x).ok()).collect(),
         GgufValue::Array(GgufArray::U64(a)) => Some(a.clone()),
         GgufValue::Array(GgufArray::I64(a)) => a.iter().map(|&x| u64::try_from(x).ok()).collect(),
-        other => scalar_u64(other).map(|x| vec![x]),
+        other => other.as_u64().map(|x| vec![x]),
     }
 }
 
@@ -184,10 +174,20 @@ pub(crate) fn validate_hyperparameters(header: &GgufHeader) -> Result<(), Defect
     let arch = architecture(header)?;
     let key = |k: &str| format!("{arch}.{k}");
     let n_layer = check_layer_count(header, &key("block_count"))?;
-    let n_embd = check_embedding_length(header, &key("embedding_length"))?;
+    let n_embd = first_in(
+        header,
+        &key("embedding_length"),
+        MAX_EMBEDDING_LENGTH,
+        format!("an embedding has between 1 and {MAX_EMBEDDING_LENGTH} dimensions"),
+    )?;
     check_head_counts(header, arch, n_layer, n_embd)?;
     check_head_sizes(header, arch)?;
-    check_context_length(header, &key("context_length"))?;
+    first_in(
+        header,
+        &key("context_length"),
+        MAX_CONTEXT_LENGTH,
+        format!("llama.cpp counts positions in a C int (1 to {MAX_CONTEXT_LENGTH})"),
+    )?;
     check_expert_counts(header, arch)?;
     check_floats(header, arch)
 }
@@ -206,65 +206,41 @@ fn architecture(header: &GgufHeader) -> Result<&str, Defect> {
         })
 }
 
+/// The first value of the count `key`, when present: between 1 and `max`, else refused with
+/// `why` (the embedding and context lengths: a wider embedding is a corrupt or hostile file,
+/// and llama.cpp counts positions in a C `int`).
+fn first_in(header: &GgufHeader, key: &str, max: u64, why: String) -> Result<Option<u64>, Defect> {
+    let Some(v) = count_of(header, key)? else {
+        return Ok(None);
+    };
+    let n = v.first().copied().unwrap_or(0);
+    if n == 0 || n > max {
+        return Err(bad(key, n, why));
+    }
+    Ok(Some(n))
+}
+
 /// The block count, when present: between 1 and `MAX_LAYERS`, and above every layer that has
 /// tensors.
 fn check_layer_count(header: &GgufHeader, layers_key: &str) -> Result<Option<u64>, Defect> {
-    let n_layer = match count_of(header, layers_key)? {
-        Some(v) => {
-            let n = v.first().copied().unwrap_or(0);
-            if n == 0 || n > MAX_LAYERS {
-                return Err(bad(
-                    layers_key,
-                    n,
-                    format!("a model has between 1 and {MAX_LAYERS} layers"),
-                ));
-            }
-            Some(n)
-        }
-        None => None,
-    };
+    let why = format!("a model has between 1 and {MAX_LAYERS} layers");
+    let n_layer = first_in(header, layers_key, MAX_LAYERS, why)?;
     // The layers that have tensors: a block count beyond them would index missing layers.
-    if let Some(n) = n_layer {
-        let highest = header
-            .tensors
-            .iter()
-            .filter_map(|t| {
-                t.name
-                    .strip_prefix("blk.")?
-                    .split('.')
-                    .next()?
-                    .parse::<u64>()
-                    .ok()
-            })
-            .max();
-        if let Some(h) = highest {
-            if h >= n {
-                return Err(bad(
-                    layers_key,
-                    n,
-                    format!("the file has tensors for layer {h}"),
-                ));
-            }
-        }
-    }
-    Ok(n_layer)
-}
-
-/// The embedding length, when present: between 1 and `MAX_EMBEDDING_LENGTH`.
-fn check_embedding_length(header: &GgufHeader, embd_key: &str) -> Result<Option<u64>, Defect> {
-    match count_of(header, embd_key)? {
-        Some(v) => {
-            let n = v.first().copied().unwrap_or(0);
-            if n == 0 || n > MAX_EMBEDDING_LENGTH {
-                return Err(bad(
-                    embd_key,
-                    n,
-                    format!("an embedding has between 1 and {MAX_EMBEDDING_LENGTH} dimensions"),
-                ));
-            }
-            Ok(Some(n))
-        }
-        None => Ok(None),
+    let layer = |t: &super::GgufTensorInfo| {
+        t.name
+            .strip_prefix("blk.")?
+            .split('.')
+            .next()?
+            .parse::<u64>()
+            .ok()
+    };
+    match (n_layer, header.tensors.iter().filter_map(layer).max()) {
+        (Some(n), Some(h)) if h >= n => Err(bad(
+            layers_key,
+            n,
+            format!("the file has tensors for layer {h}"),
+        )),
+        _ => Ok(n_layer),
     }
 }
 
@@ -365,49 +341,29 @@ fn check_head_sizes(header: &GgufHeader, arch: &str) -> Result<(), Defect> {
     Ok(())
 }
 
-/// The context length, when present: between 1 and `MAX_CONTEXT_LENGTH` (a C `int`).
-fn check_context_length(header: &GgufHeader, ctx_key: &str) -> Result<(), Defect> {
-    if let Some(v) = count_of(header, ctx_key)? {
-        let n = v.first().copied().unwrap_or(0);
-        if n == 0 || n > MAX_CONTEXT_LENGTH {
-            return Err(bad(
-                ctx_key,
-                n,
-                format!("llama.cpp counts positions in a C int (1 to {MAX_CONTEXT_LENGTH})"),
-            ));
-        }
-    }
-    Ok(())
-}
-
 /// The expert counts, when present: at most `MAX_EXPERTS`, and no more experts used per token
 /// than the model has.
 fn check_expert_counts(header: &GgufHeader, arch: &str) -> Result<(), Defect> {
     let experts_key = format!("{arch}.expert_count");
-    let experts = count_of(header, &experts_key)?.and_then(|v| v.first().copied());
-    if let Some(n) = experts {
-        if n > MAX_EXPERTS {
-            return Err(bad(
-                &experts_key,
-                n,
-                format!("at most {MAX_EXPERTS} experts"),
-            ));
-        }
+    let first =
+        |key: &str| Ok::<_, Defect>(count_of(header, key)?.and_then(|v| v.first().copied()));
+    let experts = first(&experts_key)?;
+    if let Some(n) = experts.filter(|&n| n > MAX_EXPERTS) {
+        return Err(bad(
+            &experts_key,
+            n,
+            format!("at most {MAX_EXPERTS} experts"),
+        ));
     }
-    let used_key = format!("{arch}.expert_used_count");
-    if let Some(u) = count_of(header, &used_key)?.and_then(|v| v.first().copied()) {
-        if u > experts.unwrap_or(0) {
-            return Err(bad(
-                &used_key,
-                u,
-                format!(
-                    "more than the {} experts the model has",
-                    experts.unwrap_or(0)
-                ),
-            ));
-        }
+    let (used_key, n) = (format!("{arch}.expert_used_count"), experts.unwrap_or(0));
+    match first(&used_key)? {
+        Some(u) if u > n => Err(bad(
+            &used_key,
+            u,
+            format!("more than the {n} experts the model has"),
+        )),
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 /// Every float of the architecture is finite; epsilons and RoPE bases are positive.
@@ -469,30 +425,21 @@ pub(crate) fn validate_vocabulary(header: &GgufHeader) -> Result<(), Defect> {
         }
         _ => {}
     }
+    let no_vocab = |why: &str| Err(Defect::NoVocabulary(format!("tokenizer.ggml.tokens {why}")));
     let tokens = match header.get("tokenizer.ggml.tokens") {
+        Some(GgufValue::Array(GgufArray::String(t))) if t.is_empty() => {
+            return no_vocab("is empty")
+        }
+        Some(GgufValue::Array(GgufArray::String(t))) if t.len() > MAX_VOCAB => {
+            let n = t.len();
+            return no_vocab(&format!(
+                "has {n} entries, more than the {MAX_VOCAB} tokscope accepts"
+            ));
+        }
         Some(GgufValue::Array(GgufArray::String(t))) => t,
-        Some(_) => {
-            return Err(Defect::NoVocabulary(
-                "tokenizer.ggml.tokens is not a list of strings".to_owned(),
-            ))
-        }
-        None => {
-            return Err(Defect::NoVocabulary(
-                "tokenizer.ggml.tokens is missing".to_owned(),
-            ))
-        }
+        Some(_) => return no_vocab("is not a list of strings"),
+        None => return no_vocab("is missing"),
     };
-    if tokens.is_empty() {
-        return Err(Defect::NoVocabulary(
-            "tokenizer.ggml.tokens is empty".to_owned(),
-        ));
-    }
-    if tokens.len() > MAX_VOCAB {
-        return Err(Defect::NoVocabulary(format!(
-            "tokenizer.ggml.tokens has {} entries, more than the {MAX_VOCAB} tokscope accepts",
-            tokens.len()
-        )));
-    }
     let mut seen = std::collections::HashMap::with_capacity(tokens.len());
     for (id, text) in tokens.iter().enumerate() {
         if let Some(first) = seen.insert(text.as_str(), id) {
@@ -505,7 +452,7 @@ pub(crate) fn validate_vocabulary(header: &GgufHeader) -> Result<(), Defect> {
     }
     for (k, v) in &header.metadata {
         if k.starts_with("tokenizer.ggml.") && k.ends_with("_token_id") {
-            if let Some(id) = scalar_u64(v) {
+            if let Some(id) = v.as_u64() {
                 if id >= tokens.len() as u64 && id != u64::from(u32::MAX) {
                     return Err(Defect::SpecialTokenOutOfRange {
                         key: k.clone(),
