@@ -226,22 +226,11 @@ impl Settings {
 
     /// `-1` means all layers.
     pub(crate) fn set_n_gpu_layers(&mut self, v: i64, src: &Source) -> Result<(), ConfigError> {
-        self.engine.n_gpu_layers = if v == -1 {
-            None
-        } else {
-            Some(
-                int_in("n_gpu_layers", v, 0, 100_000, src).map_err(|e| match e {
-                    ConfigError::Invalid {
-                        key, value, origin, ..
-                    } => ConfigError::Invalid {
-                        key,
-                        value,
-                        origin,
-                        reason: "must be -1 (all layers) or a count from 0".into(),
-                    },
-                    other => other,
-                })?,
-            )
+        let reason = "must be -1 (all layers) or a count from 0";
+        self.engine.n_gpu_layers = match v {
+            -1 => None,
+            0..=100_000 => Some(v as u32),
+            _ => return Err(invalid("n_gpu_layers", &v.to_string(), reason.into(), src)),
         };
         Ok(())
     }
@@ -295,8 +284,8 @@ impl Settings {
                 src,
             ));
         }
-        self.sampling.repeat_penalty = float_in("sampling.repeat_penalty", v, 0.0, 10.0, src)?;
-        Ok(())
+        float_in("sampling.repeat_penalty", v, 0.0, 10.0, src)
+            .map(|v| self.sampling.repeat_penalty = v)
     }
 
     pub(crate) fn set_sampling_mode(&mut self, v: &str, src: &Source) -> Result<(), ConfigError> {
@@ -314,8 +303,7 @@ impl Settings {
             self.sampling.seed = crate::ids::random_u32();
             return Ok(());
         }
-        self.sampling.seed = int_in("sampling.seed", v, 0, i64::from(u32::MAX), src)?;
-        Ok(())
+        int_in("sampling.seed", v, 0, i64::from(u32::MAX), src).map(|v| self.sampling.seed = v)
     }
 
     pub(crate) fn set_spec_mode(&mut self, v: &str, src: &Source) -> Result<(), ConfigError> {
@@ -511,18 +499,13 @@ impl Settings {
                 settings.apply_toml(&text, &path)?;
             }
             Err(e) if e.is_not_found() && !must_exist => {}
-            Err(crate::fsx::ReadError::Io { source, .. }) => {
-                return Err(ConfigError::Unreadable {
-                    path,
-                    reason: source.to_string(),
-                })
-            }
-            // A FIFO, a device node (`/dev/zero`) or a huge file: refused, never read.
             Err(e) => {
-                return Err(ConfigError::Unreadable {
-                    path,
-                    reason: e.to_string(),
-                })
+                let reason = match e {
+                    crate::fsx::ReadError::Io { source, .. } => source.to_string(),
+                    // A FIFO, a device node (`/dev/zero`) or a huge file: refused, never read.
+                    refused => refused.to_string(),
+                };
+                return Err(ConfigError::Unreadable { path, reason });
             }
         }
         if let Some(m) = std::env::var_os(MODEL_ENV).filter(|v| !v.is_empty()) {

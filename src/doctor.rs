@@ -163,27 +163,24 @@ pub(crate) fn compare(model: &LlamaModel, reference: &Tokenizer, samples: &[Samp
             .position(|(a, b)| a != b)
             .unwrap_or(llama.len().min(theirs.len()));
         let start = position.saturating_sub(CONTEXT_BEFORE);
-        let end = |len: usize| (position + SHOWN_FROM_DIFFERENCE).min(len);
-        let show_llama = |id: u32| ShownToken {
-            id,
-            text: String::from_utf8_lossy(&vocab.token_to_piece(LlamaToken(id as i32), true, None))
-                .into_owned(),
+        // Each side's tokens from a little before the difference, with their texts.
+        let shown = |ids: &[u32], text: &dyn Fn(u32) -> String| -> Vec<ShownToken> {
+            let end = (position + SHOWN_FROM_DIFFERENCE).min(ids.len());
+            ids[start..end]
+                .iter()
+                .map(|&id| ShownToken { id, text: text(id) })
+                .collect()
         };
-        let show_reference = |id: u32| ShownToken {
-            id,
-            text: reference.decode(&[id], false).unwrap_or_default(),
-        };
+        let piece = |id: u32| vocab.token_to_piece(LlamaToken(id as i32), true, None);
         comparison.mismatches.push(Mismatch {
             label: sample.label.clone(),
             position,
-            llama: llama[start..end(llama.len())]
-                .iter()
-                .map(|&id| show_llama(id))
-                .collect(),
-            reference: theirs[start..end(theirs.len())]
-                .iter()
-                .map(|&id| show_reference(id))
-                .collect(),
+            llama: shown(&llama, &|id| {
+                String::from_utf8_lossy(&piece(id)).into_owned()
+            }),
+            reference: shown(&theirs, &|id| {
+                reference.decode(&[id], false).unwrap_or_default()
+            }),
             counts: (llama.len(), theirs.len()),
         });
     }

@@ -434,7 +434,7 @@ pub(crate) fn plan(args: &BenchArgs, settings: &Settings) -> Result<BenchPlan, F
         profile_rate: args.profile.rate(),
         profile_level: args.profile.profile.unwrap_or_default(),
         trace: args.trace.trace.is_some(),
-        plot: plot_flag(args)?,
+        plot: plot_flag(args.plot.as_ref())?,
     })
 }
 
@@ -646,7 +646,7 @@ pub(crate) fn spec_plan(args: &BenchArgs, settings: &Settings) -> Result<SpecPla
         None => settings.engine.spec.ngram_n,
     };
     let batch_invariant = spec_batch_invariant(f, settings)?;
-    let plot = plot_flag(args)?;
+    let plot = plot_flag(args.plot.as_ref())?;
     let model = one_model(args, settings, "--spec/--draft")?;
     run::check_models(std::slice::from_ref(&model))?;
     if let Some(d) = &draft {
@@ -744,14 +744,11 @@ fn spec_batch_invariant(f: &SpecBenchFlags, settings: &Settings) -> Result<Optio
 }
 
 /// `--plot FILE`, its extension checked so that a wrong one fails before anything is measured.
-fn plot_flag(args: &BenchArgs) -> Result<Option<PathBuf>, Failure> {
-    match &args.plot {
-        Some(p) => {
-            crate::plot::plot_file_kind(p).map_err(|e| Failure::usage(format!("--plot: {e}")))?;
-            Ok(Some(p.clone()))
-        }
-        None => Ok(None),
+pub(crate) fn plot_flag(plot: Option<&PathBuf>) -> Result<Option<PathBuf>, Failure> {
+    if let Some(p) = plot {
+        crate::plot::plot_file_kind(p).map_err(|e| Failure::usage(format!("--plot: {e}")))?;
     }
+    Ok(plot.cloned())
 }
 
 /// The prompt every k answers and where it came from: `--spec-prompt FILE` (readable, not
@@ -1001,10 +998,7 @@ fn run_vs_tg(args: &BenchArgs, settings: &Settings) -> Result<(), Failure> {
 fn run_spec(args: &BenchArgs, settings: &Settings) -> Result<(), Failure> {
     let plan = spec_plan(args, settings)?;
     let log_path = log::results_path(&crate::paths::data_dir());
-    let baseline = match &plan.vs {
-        Some(query) => Some(baseline(&log_path, query, log::find_spec_sweep)?),
-        None => None,
-    };
+    let baseline = baseline(&log_path, plan.vs.as_deref(), log::find_spec_sweep)?;
     // The warnings `run` gives for a setup that cannot pay (a draft not smaller than the
     // target), for the largest k; the sweep decodes greedily.
     let mut spec_settings = settings.clone();
@@ -1062,10 +1056,7 @@ pub(crate) fn run(args: &BenchArgs, settings: Settings) -> Result<(), Failure> {
     args.trace.check()?;
     run::check_models(&plan.models)?;
     let log_path = log::results_path(&crate::paths::data_dir());
-    let baseline = match &plan.vs {
-        Some(query) => Some(baseline(&log_path, query, log::find_run)?),
-        None => None,
-    };
+    let baseline = baseline(&log_path, plan.vs.as_deref(), log::find_run)?;
     let now = std::time::SystemTime::now();
     let run_id = crate::ids::new_id(now);
     let jobs = sweep::expand(&plan.models, &plan.sweep);
@@ -1102,20 +1093,18 @@ pub(crate) fn run(args: &BenchArgs, settings: Settings) -> Result<(), Failure> {
 }
 
 /// The run `--vs` names (`find`: any run, or a speculative sweep), read before measuring so
-/// that a wrong id fails at once.
+/// that a wrong id fails at once; `None` without `--vs`.
 fn baseline(
     log_path: &std::path::Path,
-    query: &str,
+    query: Option<&str>,
     find: for<'a> fn(&'a [StoredRun], &str) -> Result<&'a StoredRun, String>,
-) -> Result<StoredRun, Failure> {
-    let (runs, _) = log::read_runs(log_path).map_err(|e| {
-        Failure::new(
-            FAILURE,
-            format!("cannot read the results log {}: {e}", log_path.display()),
-        )
-    })?;
+) -> Result<Option<StoredRun>, Failure> {
+    let Some(query) = query else {
+        return Ok(None);
+    };
+    let (runs, _) = super::results::read_log(log_path)?;
     find(&runs, query)
-        .cloned()
+        .map(|run| Some(run.clone()))
         .map_err(|e| Failure::usage(format!("--vs {query}: {e}")))
 }
 

@@ -234,14 +234,13 @@ fn exporters(
     events: &crate::engine::EventSender,
 ) -> Result<Option<(crate::load::publish::Beside, crate::remote::Export)>, Failure> {
     use crate::load::publish;
-    let usage = |why: String| Failure::usage(why);
     let exporters = publish::Exporters::new(
         args.prometheus.as_deref(),
         args.otlp.as_deref(),
         args.otlp_file.as_deref(),
         args.force,
     )
-    .map_err(usage)?;
+    .map_err(Failure::usage)?;
     let Some(metrics) = exporters.figures(endpoint.host_and_port()) else {
         return Ok(None);
     };
@@ -254,8 +253,8 @@ fn exporters(
             "{why}; the chat goes on, later exports carry every turn"
         )));
     });
-    let beside =
-        publish::serve_beside(exporters, std::sync::Arc::clone(&metrics), failed).map_err(usage)?;
+    let beside = publish::serve_beside(exporters, std::sync::Arc::clone(&metrics), failed)
+        .map_err(Failure::usage)?;
     let export = crate::remote::Export {
         metrics,
         counted: std::sync::Arc::clone(&beside.counted),

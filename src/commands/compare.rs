@@ -171,9 +171,7 @@ pub(crate) fn plan(args: &CompareArgs, settings: &Settings) -> Result<ComparePla
         Some(o) if o == "json" => CompareFormat::Json,
         Some(o) => return Err(bad_value("-o/--output", &o, "one of md, md+, csv, json")),
     };
-    if let Some(p) = &args.plot {
-        crate::plot::plot_file_kind(p).map_err(|e| Failure::usage(format!("--plot: {e}")))?;
-    }
+    let plot = super::bench::plot_flag(args.plot.as_ref())?;
     let bench_args = BenchArgs {
         model: args.model.clone(),
         n_prompt: vec![args.n_prompt.clone().unwrap_or_else(|| "512".into())],
@@ -212,7 +210,7 @@ pub(crate) fn plan(args: &CompareArgs, settings: &Settings) -> Result<ComparePla
         threads,
         bench,
         output,
-        plot: args.plot.clone(),
+        plot,
         speed: !args.no_speed,
         budget,
     })

@@ -139,27 +139,20 @@ fn parse_sweep(s: &str, burstiness: f64) -> Result<Vec<Arrivals>, Failure> {
         ))
     };
     let (kind, list) = s.split_once('=').ok_or_else(bad)?;
-    let values: Vec<&str> = list.split(',').map(str::trim).collect();
-    let mut out = Vec::new();
-    for v in values {
-        out.push(match kind.trim() {
-            "rate" => {
-                let r: f64 = v.parse().map_err(|_| bad())?;
-                check_rate(r)?;
-                Arrivals::Rate {
-                    per_s: r,
-                    burstiness,
-                }
-            }
-            "concurrency" => {
-                let c: usize = v.parse().map_err(|_| bad())?;
-                check_concurrency(c)?;
-                Arrivals::Concurrency(c)
-            }
-            _ => return Err(bad()),
-        });
-    }
-    Ok(out)
+    let level = |v: &str| match kind.trim() {
+        "rate" => {
+            let per_s: f64 = v.parse().map_err(|_| bad())?;
+            check_rate(per_s)?;
+            Ok(Arrivals::Rate { per_s, burstiness })
+        }
+        "concurrency" => {
+            let c: usize = v.parse().map_err(|_| bad())?;
+            check_concurrency(c)?;
+            Ok(Arrivals::Concurrency(c))
+        }
+        _ => Err(bad()),
+    };
+    list.split(',').map(str::trim).map(level).collect()
 }
 
 fn check_rate(r: f64) -> Result<(), Failure> {

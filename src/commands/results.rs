@@ -35,12 +35,7 @@ pub(crate) fn run(args: &ResultsArgs) -> Result<(), Failure> {
         ));
     }
     let path = log::results_path(&crate::paths::data_dir());
-    let (runs, unreadable) = log::read_runs(&path).map_err(|e| {
-        Failure::new(
-            FAILURE,
-            format!("cannot read the results log {}: {e}", path.display()),
-        )
-    })?;
+    let (runs, unreadable) = read_log(&path)?;
     if unreadable > 0 {
         eprintln!(
             "warning: {unreadable} line(s) of {} could not be read",
@@ -72,4 +67,12 @@ pub(crate) fn run(args: &ResultsArgs) -> Result<(), Failure> {
     let text = crate::text::for_stdout(&text, shape);
     std::io::stdout().lock().write_all(text.as_bytes())?;
     Ok(())
+}
+
+/// The results log's runs and the number of lines that could not be read.
+pub(crate) fn read_log(path: &std::path::Path) -> Result<(Vec<log::StoredRun>, usize), Failure> {
+    log::read_runs(path).map_err(|e| {
+        let message = format!("cannot read the results log {}: {e}", path.display());
+        Failure::new(FAILURE, message)
+    })
 }

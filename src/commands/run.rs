@@ -397,10 +397,8 @@ pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure>
     let (config, reference) = apply_local_flags(args, &mut settings)?;
     let conversation = Conversation::new(args, &settings, read_prompt(args)?);
     let log = TurnLog {
-        reports: Vec::new(),
-        trace_events: Vec::new(),
-        trace_origin: None,
         report_file: open_report(args)?,
+        ..TurnLog::default()
     };
     let load_before = crate::hw::load_average_1m();
     // The roofline's bandwidth, as the chat takes it.
@@ -547,6 +545,7 @@ impl Conversation {
 
 /// What the finished turns leave: their reports (printed at the end), their trace events
 /// (`--trace`, written at the end) and their `--report` lines (written as each finishes).
+#[derive(Default)]
 struct TurnLog {
     reports: Vec<RunReport>,
     trace_events: Vec<serde_json::Value>,
@@ -676,11 +675,8 @@ impl LocalRun<'_> {
         if self.show_progress {
             eprint!("\r\x1b[2K");
         }
-        match &info.template_note {
-            Some(note) if !self.args.json => {
-                eprintln!("note: {}", crate::text::terminal_safe(note))
-            }
-            _ => {}
+        if let Some(note) = info.template_note.as_ref().filter(|_| !self.args.json) {
+            eprintln!("note: {}", crate::text::terminal_safe(note));
         }
         // A CUDA build on a machine without a GPU says so, also with --json (stderr).
         if let Some(note) = crate::llama::gpu::no_gpu_note() {
@@ -1246,25 +1242,18 @@ pub(crate) fn run_remote(args: &RunArgs, url: &str, settings: &Settings) -> Resu
     }
 }
 
-/// Where `run --url` puts each streamed piece of text as it arrives: with --token-lines one
-/// JSON line per chunk (the server's unit; a chunk may hold several tokens), indexed in
-/// arrival order; else the text itself, unless --json holds it for the report.
+/// Where `run --url` puts each streamed piece of text as it arrives, as a local model's
+/// tokens go (the server's bytes neutralised alike): with --token-lines one JSON line per
+/// chunk (the server's unit; a chunk may hold several tokens), indexed in arrival order; else
+/// the text itself, unless --json holds it for the report.
 fn remote_text_sink(args: &RunArgs) -> impl FnMut(&str, Duration) + Send + '_ {
     let mut stdout = std::io::stdout();
-    let to_terminal = crate::text::stdout_is_terminal() && !args.raw;
+    let terminal = crate::text::stdout_is_terminal();
     let mut chunk = 0usize;
     move |text: &str, _at: Duration| {
-        if args.token_lines {
-            let line = serde_json::json!({ "index": chunk, "text": text }).to_string();
+        if args.token_lines || !args.json {
+            let _ = write_token(&mut stdout, args, terminal, chunk, text);
             chunk += 1;
-            let _ = writeln!(stdout, "{}", crate::text::json_safe(&line));
-            let _ = stdout.flush();
-        } else if !args.json {
-            // The server's bytes, neutralised as a local model's are (unless stdout is a
-            // pipe or file, or --raw asks for the bytes).
-            let text = crate::text::for_output(text, to_terminal);
-            let _ = stdout.write_all(text.as_bytes());
-            let _ = stdout.flush();
         }
     }
 }

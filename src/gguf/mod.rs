@@ -508,33 +508,26 @@ impl GgufWriter {
     /// An empty file with 32-byte alignment.
     #[must_use]
     pub fn new() -> Self {
-        let mut writer = Self {
-            metadata: Vec::new(),
-            keys: HashSet::new(),
+        let alignment = GgufValue::U32(DEFAULT_ALIGNMENT_BYTES);
+        Self {
+            metadata: vec![(ALIGNMENT_KEY.to_owned(), alignment)],
+            keys: HashSet::from([ALIGNMENT_KEY.to_owned()]),
             tensors: Vec::new(),
             tensor_names: HashSet::new(),
             alignment_bytes: u64::from(DEFAULT_ALIGNMENT_BYTES),
-        };
-        writer.keys.insert(ALIGNMENT_KEY.to_owned());
-        writer.metadata.push((
-            ALIGNMENT_KEY.to_owned(),
-            GgufValue::U32(DEFAULT_ALIGNMENT_BYTES),
-        ));
-        writer
+        }
     }
 
     /// Adds a metadata key. Keys must be non-empty and unique (llama.cpp rejects duplicates).
     pub fn add_kv(&mut self, key: &str, value: GgufValue) -> Result<(), GgufError> {
-        if key.is_empty() {
+        if key.is_empty() || !self.keys.insert(key.to_owned()) {
             return Err(GgufError::InvalidKey {
                 key: key.to_owned(),
-                reason: "keys must not be empty",
-            });
-        }
-        if !self.keys.insert(key.to_owned()) {
-            return Err(GgufError::InvalidKey {
-                key: key.to_owned(),
-                reason: "key was already added",
+                reason: if key.is_empty() {
+                    "keys must not be empty"
+                } else {
+                    "key was already added"
+                },
             });
         }
         self.metadata.push((key.to_owned(), value));
@@ -656,7 +649,7 @@ impl GgufWriter {
             inner: io::sink(),
             written_bytes: 0,
         };
-        self.write_header(&mut counted)?;
+        self.write_header(&mut counted).map_err(GgufError::Stream)?;
         let data_bytes: u64 = self
             .tensors
             .iter()
@@ -790,36 +783,30 @@ impl GgufWriter {
         write_atomically(path, |out| self.write_to_with_progress(out, on_progress))
     }
 
-    fn write_header<W: Write>(&self, out: &mut CountingWriter<W>) -> Result<(), GgufError> {
-        let stream = GgufError::Stream;
-        out.write_all(&GGUF_MAGIC).map_err(stream)?;
-        out.write_all(&GGUF_VERSION.to_le_bytes()).map_err(stream)?;
-        out.write_all(&(self.tensors.len() as u64).to_le_bytes())
-            .map_err(stream)?;
-        out.write_all(&(self.metadata.len() as u64).to_le_bytes())
-            .map_err(stream)?;
+    fn write_header<W: Write>(&self, out: &mut CountingWriter<W>) -> io::Result<()> {
+        out.write_all(&GGUF_MAGIC)?;
+        out.write_all(&GGUF_VERSION.to_le_bytes())?;
+        out.write_all(&(self.tensors.len() as u64).to_le_bytes())?;
+        out.write_all(&(self.metadata.len() as u64).to_le_bytes())?;
         for (key, value) in &self.metadata {
-            write_string(out, key).map_err(stream)?;
-            out.write_all(&value.type_id().to_le_bytes())
-                .map_err(stream)?;
-            value.write_payload(out).map_err(stream)?;
+            write_string(out, key)?;
+            out.write_all(&value.type_id().to_le_bytes())?;
+            value.write_payload(out)?;
         }
 
         let mut offset_bytes = 0_u64;
         for tensor in &self.tensors {
-            write_string(out, &tensor.name).map_err(stream)?;
-            out.write_all(&(tensor.dims.len() as u32).to_le_bytes())
-                .map_err(stream)?;
+            write_string(out, &tensor.name)?;
+            out.write_all(&(tensor.dims.len() as u32).to_le_bytes())?;
             for dim in &tensor.dims {
-                out.write_all(&dim.to_le_bytes()).map_err(stream)?;
+                out.write_all(&dim.to_le_bytes())?;
             }
-            out.write_all(&tensor.ggml_type.0.to_le_bytes())
-                .map_err(stream)?;
-            out.write_all(&offset_bytes.to_le_bytes()).map_err(stream)?;
+            out.write_all(&tensor.ggml_type.0.to_le_bytes())?;
+            out.write_all(&offset_bytes.to_le_bytes())?;
             offset_bytes += align_up(tensor.n_bytes, self.alignment_bytes);
         }
 
-        out.pad_to(self.alignment_bytes).map_err(stream)
+        out.pad_to(self.alignment_bytes)
     }
 
     fn write_counted<W: Write>(
@@ -829,7 +816,7 @@ impl GgufWriter {
         on_progress: &mut dyn FnMut(WriteProgress),
     ) -> Result<(), GgufError> {
         let stream = GgufError::Stream;
-        self.write_header(out)?;
+        self.write_header(out).map_err(stream)?;
         let mut report = |out: &CountingWriter<W>, tensors_done| {
             on_progress(WriteProgress {
                 written_bytes: out.written_bytes,
@@ -1149,10 +1136,9 @@ fn parse_header(
                 format!("tensor {name:?} has {n_dims} dimensions; at most {MAX_TENSOR_DIMS} are allowed"),
             ));
         }
-        let mut dims = Vec::with_capacity(n_dims as usize);
-        for _ in 0..n_dims {
-            dims.push(src.u64("tensor dimension")?);
-        }
+        let dims = (0..n_dims)
+            .map(|_| src.u64("tensor dimension"))
+            .collect::<Result<Vec<_>, _>>()?;
         let n_elements = dims
             .iter()
             .try_fold(1_u64, |acc, &d| acc.checked_mul(d))
@@ -1333,10 +1319,8 @@ impl<R: Read> Source<R> {
         self.fill(&mut bytes, what)?;
         // Lossy rather than an error: one odd vocabulary entry should not make a real model's
         // metadata unreadable.
-        Ok(match String::from_utf8(bytes) {
-            Ok(s) => s,
-            Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
-        })
+        Ok(String::from_utf8(bytes)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
     }
 
     fn bool(&mut self, what: &'static str) -> Result<bool, GgufError> {
@@ -1422,15 +1406,14 @@ impl<R: Read> Source<R> {
 
     fn array_value(&mut self) -> Result<GgufArray, GgufError> {
         const W: &str = "array element";
-        let (element_type, count, _) = self.array_header()?;
+        let (element_type, count, element_bytes) = self.array_header()?;
         // Safe to preallocate: the checks above bound `count` by the bytes left in the file
-        // and by MAX_ARRAY_ELEMENTS, and the budget counts what the vector takes.
-        let in_memory = match element_type {
-            TYPE_STRING => 0, // each string charges itself, its `String` included
-            TYPE_U8 | TYPE_I8 | TYPE_BOOL => 1,
-            TYPE_U16 | TYPE_I16 => 2,
-            TYPE_U32 | TYPE_I32 | TYPE_F32 => 4,
-            _ => 8,
+        // and by MAX_ARRAY_ELEMENTS, and the budget counts what the vector takes (a number
+        // takes its size in the file; each string charges itself, its `String` included).
+        let in_memory = if element_type == TYPE_STRING {
+            0
+        } else {
+            element_bytes
         };
         self.charge(count * in_memory, W)?;
         let n = count as usize;

@@ -274,14 +274,12 @@ fn check_head_counts(
         }
         return Ok(());
     };
-    if let (Some(n), Some(layers)) = (n_layer, heads.len().checked_sub(1)) {
-        if layers > 0 && heads.len() as u64 != n {
-            return Err(bad(
-                &heads_key,
-                format!("{} values", heads.len()),
-                format!("a per-layer list must have one value per layer ({n})"),
-            ));
-        }
+    if let Some(n) = n_layer.filter(|&n| heads.len() > 1 && heads.len() as u64 != n) {
+        return Err(bad(
+            &heads_key,
+            format!("{} values", heads.len()),
+            format!("a per-layer list must have one value per layer ({n})"),
+        ));
     }
     for (layer, &h) in heads.iter().enumerate() {
         if h > MAX_HEADS {
@@ -468,8 +466,7 @@ pub(crate) fn validate_vocabulary(header: &GgufHeader) -> Result<(), Defect> {
             None => {}
             Some(GgufValue::Array(GgufArray::U8(bytes))) => check_charsmap(bytes)?,
             Some(GgufValue::Array(GgufArray::I8(bytes))) => {
-                let bytes: Vec<u8> = bytes.iter().map(|&b| b as u8).collect();
-                check_charsmap(&bytes)?;
+                check_charsmap(&bytes.iter().map(|&b| b as u8).collect::<Vec<_>>())?
             }
             Some(_) => return Err(Defect::CharsMap("is not an array of bytes".to_owned())),
         }
