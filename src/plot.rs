@@ -85,11 +85,10 @@ pub(crate) fn plot_batch_sweep(
     path: &Path,
 ) -> Result<(), PlotError> {
     let kind = plot_file_kind(path)?;
-    let mut chart = BatchSweepChart::new(points, title).ok_or(PlotError::NoPoints {
+    let chart = BatchSweepChart::new(points).ok_or(PlotError::NoPoints {
         chart: "batch sweep",
     })?;
-    chart.subtitle = subtitle.to_string();
-    render(&chart, kind, path, (1200, 900))
+    render(&chart, (title, subtitle), kind, path, (1200, 900))
 }
 
 /// Decode speed against bytes read per token, log-log, under the bandwidth ceiling
@@ -105,11 +104,10 @@ pub(crate) fn plot_roofline(
     path: &Path,
 ) -> Result<(), PlotError> {
     let kind = plot_file_kind(path)?;
-    let mut chart = RooflineChart::new(points, bandwidth_bytes_per_s, bandwidth_label, title)
+    let chart = RooflineChart::new(points, bandwidth_bytes_per_s, bandwidth_label)
         .ok_or(PlotError::NoPoints { chart: "roofline" })?;
-    chart.subtitle = subtitle.to_string();
     let height = 800 + key_height(chart.points.len());
-    render(&chart, kind, path, (1200, height))
+    render(&chart, (title, subtitle), kind, path, (1200, height))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -118,6 +116,19 @@ pub(crate) fn plot_roofline(
 /// The family every text style names; the embedded font is registered under it.
 const FONT: &str = "sans-serif";
 static FONT_BYTES: &[u8] = include_bytes!("../assets/fonts/DejaVuSans.ttf");
+
+/// The points `keep` keeps, or that the `chart` has nothing to plot.
+fn kept<P: Clone>(
+    points: &[P],
+    chart: &'static str,
+    keep: impl Fn(&P) -> bool,
+) -> Result<Vec<P>, PlotError> {
+    let kept: Vec<P> = points.iter().filter(|p| keep(p)).cloned().collect();
+    if kept.is_empty() {
+        return Err(PlotError::NoPoints { chart });
+    }
+    Ok(kept)
+}
 
 /// Registers the embedded font once. `false` if the bytes are not a font (never, unless the
 /// asset is replaced by something broken).
@@ -129,13 +140,21 @@ fn font_registered() -> bool {
 
 type DrawResult<DB> = Result<(), DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
 
-/// A chart that can be drawn on any plotters backend.
+/// A chart that can be drawn on any plotters backend: on `body`, the area under the header,
+/// and (for tags anywhere) on the whole `root`.
 trait Chart {
-    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<DB>;
+    fn draw<DB: DrawingBackend>(
+        &self,
+        root: &DrawingArea<DB, Shift>,
+        body: DrawingArea<DB, Shift>,
+    ) -> DrawResult<DB>;
 }
 
+/// Draws `chart` under its header (`title`, `subtitle`) on a white canvas of `size` pixels and
+/// writes it to `path`.
 fn render<C: Chart>(
     chart: &C,
+    (title, subtitle): (&str, &str),
     kind: PlotKind,
     path: &Path,
     size: (u32, u32),
@@ -151,16 +170,22 @@ fn render<C: Chart>(
         path: path.to_path_buf(),
         source,
     };
+    fn draw_on<DB: DrawingBackend>(
+        chart: &impl Chart,
+        (title, subtitle): (&str, &str),
+        root: DrawingArea<DB, Shift>,
+    ) -> Result<(), String> {
+        root.fill(&WHITE)
+            .and_then(|()| header(&root, title, subtitle))
+            .and_then(|body| chart.draw(&root, body))
+            .and_then(|()| root.present())
+            .map_err(|e| e.to_string())
+    }
     match kind {
         PlotKind::Svg => {
             let mut svg = String::new();
-            {
-                let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
-                chart
-                    .draw(&root)
-                    .and_then(|()| root.present())
-                    .map_err(|e| draw_error(e.to_string()))?;
-            }
+            let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
+            draw_on(chart, (title, subtitle), root).map_err(draw_error)?;
             std::fs::write(path, svg).map_err(io_error)
         }
         PlotKind::Png => {
@@ -168,10 +193,7 @@ fn render<C: Chart>(
             // it is, not as whatever the image encoder makes of it after drawing.
             std::fs::File::create(path).map_err(io_error)?;
             let root = BitMapBackend::new(path, size).into_drawing_area();
-            chart
-                .draw(&root)
-                .and_then(|()| root.present())
-                .map_err(|e| draw_error(e.to_string()))
+            draw_on(chart, (title, subtitle), root).map_err(draw_error)
         }
     }
 }
@@ -268,10 +290,7 @@ fn header<DB: DrawingBackend>(
     root.draw(&Text::new(
         crate::text::ellipsis(subtitle, room),
         (width / 2, 16 + TITLE_PX as i32),
-        (FONT, SUBTITLE_PX)
-            .into_font()
-            .color(&SUBTITLE_COLOR)
-            .pos(center),
+        text(SUBTITLE_PX).color(&SUBTITLE_COLOR).pos(center),
     ))?;
     Ok(root.margin((TITLE_PX + SUBTITLE_PX + 26) as i32, 0, 0, 0))
 }
@@ -283,6 +302,14 @@ fn key_height(rows: usize) -> u32 {
     (shown as u32 + 1) * KEY_ROW_PX + 20
 }
 
+/// `body` split into the plot and, under it, the key table for `rows` entries.
+fn split_key<DB: DrawingBackend>(
+    body: DrawingArea<DB, Shift>,
+    rows: usize,
+) -> (DrawingArea<DB, Shift>, DrawingArea<DB, Shift>) {
+    body.split_vertically(body.dim_in_pixel().1.saturating_sub(key_height(rows)))
+}
+
 /// The key table under a chart: a header and one row per point, each cell at its column's x
 /// (left-aligned, in pixels from the left edge), so that a point's number on the plot finds
 /// its full name and figures here however crowded the plot is.
@@ -291,33 +318,31 @@ fn draw_key<DB: DrawingBackend>(
     columns: &[(&str, i32)],
     rows: &[Vec<String>],
 ) -> DrawResult<DB> {
-    let style = |bold: bool| {
-        let font = (FONT, KEY_PX).into_font().color(&BLACK);
-        if bold {
-            font.color(&SUBTITLE_COLOR)
-        } else {
-            font
-        }
+    // The header and the closing line in grey, the rows in black.
+    let style = |color| {
+        text(KEY_PX)
+            .color(color)
+            .pos(Pos::new(HPos::Left, VPos::Top))
     };
-    let top = Pos::new(HPos::Left, VPos::Top);
+    let y = |row: usize| 4 + KEY_ROW_PX as i32 * row as i32;
     for (name, x) in columns {
-        area.draw(&Text::new(name.to_string(), (*x, 4), style(true).pos(top)))?;
+        area.draw(&Text::new(
+            name.to_string(),
+            (*x, 4),
+            style(&SUBTITLE_COLOR),
+        ))?;
     }
     for (i, row) in rows.iter().take(KEY_MAX_ROWS).enumerate() {
-        let y = 4 + KEY_ROW_PX as i32 * (i as i32 + 1);
         for ((_, x), cell) in columns.iter().zip(row) {
-            area.draw(&Text::new(cell.clone(), (*x, y), style(false).pos(top)))?;
+            area.draw(&Text::new(cell.clone(), (*x, y(i + 1)), style(&BLACK)))?;
         }
     }
     if rows.len() > KEY_MAX_ROWS {
-        let y = 4 + KEY_ROW_PX as i32 * (KEY_MAX_ROWS as i32 + 1);
+        let more = rows.len() - KEY_MAX_ROWS;
         area.draw(&Text::new(
-            format!(
-                "… and {} more (see the table output)",
-                rows.len() - KEY_MAX_ROWS
-            ),
-            (columns.first().map_or(0, |c| c.1), y),
-            style(true).pos(top),
+            format!("… and {more} more (see the table output)"),
+            (columns.first().map_or(0, |c| c.1), y(KEY_MAX_ROWS + 1)),
+            style(&SUBTITLE_COLOR),
         ))?;
     }
     Ok(())
@@ -411,31 +436,6 @@ fn place_tags(
         .collect()
 }
 
-/// [`place_tags`] for a chart's points: inside its plotting area (`xs`, `ys` in pixels), clear
-/// of the legend `draw_legend` draws for `legend_lines`, markers of 8 px.
-fn place_in_plot(
-    at: &[(i32, i32)],
-    tags: &[String],
-    xs: &Range<i32>,
-    ys: &Range<i32>,
-    legend_lines: &[String],
-) -> Vec<Option<Rect>> {
-    let plot = Rect {
-        x0: xs.start,
-        y0: ys.start,
-        x1: xs.end,
-        y1: ys.end,
-    };
-    place_tags(
-        at,
-        tags,
-        POINT_LABEL_PX,
-        8,
-        plot,
-        &[legend_box(xs, ys, legend_lines)],
-    )
-}
-
 /// Where `draw_legend` puts the legend (upper right, 10 px in), generously: its box for
 /// `lines` entries, so that no tag is placed under it.
 fn legend_box(xs: &Range<i32>, ys: &Range<i32>, lines: &[String]) -> Rect {
@@ -459,8 +459,7 @@ fn draw_tags<DB: DrawingBackend>(
     boxes: &[Option<Rect>],
     color: RGBColor,
 ) -> DrawResult<DB> {
-    let style = (FONT, POINT_LABEL_PX)
-        .into_font()
+    let style = text(POINT_LABEL_PX)
         .color(&color)
         .pos(Pos::new(HPos::Left, VPos::Top));
     for ((&(x, y), tag), b) in points.iter().zip(tags).zip(boxes) {
@@ -478,17 +477,25 @@ fn draw_tags<DB: DrawingBackend>(
 }
 
 /// Numbers the points `at` (pixels) 1, 2, … with tags beside them on `root`, clear of one
-/// another and of the legend of `legend_lines` inside the plotting area `plot` (pixels).
-/// Returns each tag's box, `None` where the plot had no room for it.
+/// another and of the legend of `legend_lines` inside the plotting area `plot` (pixels):
+/// [`place_tags`] with markers of 8 px. Returns each tag's box, `None` where the plot had no
+/// room for it.
 fn tag_points<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     at: &[(i32, i32)],
-    plot: &(Range<i32>, Range<i32>),
+    (xs, ys): &(Range<i32>, Range<i32>),
     legend_lines: &[String],
     color: RGBColor,
 ) -> Result<Vec<Option<Rect>>, DrawingAreaErrorKind<DB::ErrorType>> {
     let tags: Vec<String> = (1..=at.len()).map(|i| i.to_string()).collect();
-    let boxes = place_in_plot(at, &tags, &plot.0, &plot.1, legend_lines);
+    let plot = Rect {
+        x0: xs.start,
+        y0: ys.start,
+        x1: xs.end,
+        y1: ys.end,
+    };
+    let legend = [legend_box(xs, ys, legend_lines)];
+    let boxes = place_tags(at, &tags, POINT_LABEL_PX, 8, plot, &legend);
     draw_tags(root, at, &tags, &boxes, color)?;
     Ok(boxes)
 }
@@ -515,26 +522,24 @@ fn key_rows(
 }
 
 /// An axis with its ticks chosen here (powers of two, 1-2-5 steps on log axes) rather than
-/// by plotters, which finds none on a log axis spanning less than a decade.
-struct TickedAxis<R> {
-    inner: R,
-    ticks: Vec<f64>,
-}
+/// by plotters, which finds none on a log axis spanning less than a decade: the axis, and its
+/// ticks.
+struct TickedAxis<R>(R, Vec<f64>);
 
 impl<R: Ranged<ValueType = f64>> Ranged for TickedAxis<R> {
     type FormatOption = DefaultFormatting;
     type ValueType = f64;
 
     fn map(&self, value: &f64, limit: (i32, i32)) -> i32 {
-        self.inner.map(value, limit)
+        self.0.map(value, limit)
     }
 
     fn key_points<Hint: KeyPointHint>(&self, _hint: Hint) -> Vec<f64> {
-        self.ticks.clone()
+        self.1.clone()
     }
 
     fn range(&self) -> Range<f64> {
-        self.inner.range()
+        self.0.range()
     }
 }
 
@@ -641,10 +646,7 @@ fn panel<'a, DB: DrawingBackend>(
         .x_label_area_size(55)
         .y_label_area_size(85)
         .build_cartesian_2d(
-            TickedAxis {
-                inner: RangedCoordf64::from(x.range.clone()),
-                ticks: x.ticks.clone(),
-            },
+            TickedAxis(RangedCoordf64::from(x.range.clone()), x.ticks.clone()),
             y_range,
         )?;
     mesh(&mut chart, x.desc, y_desc)
@@ -658,8 +660,6 @@ fn panel<'a, DB: DrawingBackend>(
 // Batch sweep
 
 struct BatchSweepChart {
-    title: String,
-    subtitle: String,
     /// (log2 B, value) per series, finite values only.
     aggregate: Vec<(f64, f64)>,
     per_sequence: Vec<(f64, f64)>,
@@ -668,7 +668,7 @@ struct BatchSweepChart {
 }
 
 impl BatchSweepChart {
-    fn new(points: &[BatchPoint], title: &str) -> Option<Self> {
+    fn new(points: &[BatchPoint]) -> Option<Self> {
         let mut sorted: Vec<&BatchPoint> = points.iter().filter(|p| p.batch > 0).collect();
         sorted.sort_by_key(|p| p.batch);
         let series = |value: fn(&BatchPoint) -> Option<f64>| -> Vec<(f64, f64)> {
@@ -679,33 +679,22 @@ impl BatchSweepChart {
                 .collect()
         };
         let chart = Self {
-            title: title.to_string(),
-            subtitle: String::new(),
             aggregate: series(|p| p.aggregate_tok_per_s),
             per_sequence: series(|p| p.per_sequence_tok_per_s),
             p50: series(|p| p.itl_p50_ms),
             p99: series(|p| p.itl_p99_ms),
         };
-        let any = [
-            &chart.aggregate,
-            &chart.per_sequence,
-            &chart.p50,
-            &chart.p99,
-        ]
-        .iter()
-        .any(|s| !s.is_empty());
-        any.then_some(chart)
+        chart.all().iter().any(|s| !s.is_empty()).then_some(chart)
+    }
+
+    fn all(&self) -> [&Vec<(f64, f64)>; 4] {
+        [&self.aggregate, &self.per_sequence, &self.p50, &self.p99]
     }
 
     /// The x range in log2 B, padded half a step on each side, and its ticks at the powers
     /// of two inside it.
     fn x_axis(&self) -> (Range<f64>, Vec<f64>) {
-        let xs = || {
-            [&self.aggregate, &self.per_sequence, &self.p50, &self.p99]
-                .into_iter()
-                .flatten()
-                .map(|(x, _)| *x)
-        };
+        let xs = || self.all().into_iter().flatten().map(|(x, _)| *x);
         let lo = xs().fold(f64::INFINITY, f64::min);
         let hi = xs().fold(f64::NEG_INFINITY, f64::max);
         let ticks = (lo.floor() as i32..=hi.ceil() as i32)
@@ -731,9 +720,11 @@ fn format_batch(log2_b: f64) -> String {
 }
 
 impl Chart for BatchSweepChart {
-    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
-        root.fill(&WHITE)?;
-        let body = header(root, &self.title, &self.subtitle)?;
+    fn draw<DB: DrawingBackend>(
+        &self,
+        _root: &DrawingArea<DB, Shift>,
+        body: DrawingArea<DB, Shift>,
+    ) -> DrawResult<DB> {
         let (top, bottom) = body.split_vertically(body.dim_in_pixel().1 / 2);
         let (range, ticks) = self.x_axis();
         let axis = SharedX {
@@ -755,14 +746,9 @@ impl Chart for BatchSweepChart {
                         &self.aggregate,
                         "aggregate (all sequences)",
                         AGGREGATE_COLOR,
-                        VPos::Bottom,
+                        false,
                     ),
-                    (
-                        &self.per_sequence,
-                        "per sequence",
-                        PER_SEQUENCE_COLOR,
-                        VPos::Top,
-                    ),
+                    (&self.per_sequence, "per sequence", PER_SEQUENCE_COLOR, true),
                 ],
             ),
             (
@@ -770,8 +756,8 @@ impl Chart for BatchSweepChart {
                 "Inter-token latency",
                 "inter-token latency (ms)",
                 [
-                    (&self.p50, "ITL p50", P50_COLOR, VPos::Top),
-                    (&self.p99, "ITL p99", P99_COLOR, VPos::Bottom),
+                    (&self.p50, "ITL p50", P50_COLOR, true),
+                    (&self.p99, "ITL p99", P99_COLOR, false),
                 ],
             ),
         ];
@@ -779,15 +765,14 @@ impl Chart for BatchSweepChart {
             let y_range = value_range(&[series[0].0, series[1].0], 1.3);
             let y_top = y_range.end;
             let mut chart = panel(area, caption, &axis, y_range, y_desc)?;
-            for (points, name, color, label_side) in series {
+            for (points, name, color, below) in series {
                 if points.is_empty() {
                     continue;
                 }
                 // A value meant to go below its point goes above it when the point sits near
                 // the x axis, where the tick labels are.
                 draw_figured_line(&mut chart, points, name, color, |y| {
-                    let below = matches!(label_side, VPos::Top) && y > 0.12 * y_top;
-                    figure_below_or_above(trim_number(y), below)
+                    figure_below_or_above(trim_number(y), below && y > 0.12 * y_top)
                 })?;
             }
             draw_legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
@@ -800,8 +785,6 @@ impl Chart for BatchSweepChart {
 // Roofline
 
 struct RooflineChart {
-    title: String,
-    subtitle: String,
     /// (bytes per token, tok/s, label), sorted by bytes.
     points: Vec<(f64, f64, String)>,
     /// Bytes per second, when it is a usable number.
@@ -810,12 +793,7 @@ struct RooflineChart {
 }
 
 impl RooflineChart {
-    fn new(
-        points: &[RooflinePoint],
-        bandwidth_bytes_per_s: f64,
-        bandwidth_label: &str,
-        title: &str,
-    ) -> Option<Self> {
+    fn new(points: &[RooflinePoint], bandwidth_bytes_per_s: f64, label: &str) -> Option<Self> {
         let usable = |v: f64| v.is_finite() && v > 0.0;
         let mut kept: Vec<(f64, f64, String)> = points
             .iter()
@@ -827,30 +805,22 @@ impl RooflineChart {
         }
         kept.sort_by(|a, b| a.0.total_cmp(&b.0));
         Some(Self {
-            title: title.to_string(),
-            subtitle: String::new(),
             points: kept,
             bandwidth: usable(bandwidth_bytes_per_s).then_some(bandwidth_bytes_per_s),
-            bandwidth_label: bandwidth_label.to_string(),
+            bandwidth_label: label.to_string(),
         })
     }
 
     /// Log ranges that hold every point and the ceiling over the x range, with room for the
     /// labels: x a factor 2.5 wider each side, y a factor 2 below and 4 above.
     fn ranges(&self) -> (Range<f64>, Range<f64>) {
-        let x_lo = self
-            .points
-            .iter()
-            .map(|p| p.0)
-            .fold(f64::INFINITY, f64::min)
-            / 2.5;
-        let x_hi = self.points.iter().map(|p| p.0).fold(0.0, f64::max) * 2.5;
-        let mut y_lo = self
-            .points
-            .iter()
-            .map(|p| p.1)
-            .fold(f64::INFINITY, f64::min);
-        let mut y_hi = self.points.iter().map(|p| p.1).fold(0.0, f64::max);
+        let span = |v: fn(&(f64, f64, String)) -> f64| {
+            let values = || self.points.iter().map(v);
+            let lo = values().fold(f64::INFINITY, f64::min);
+            (lo, values().fold(0.0, f64::max))
+        };
+        let ((x_lo, x_hi), (mut y_lo, mut y_hi)) = (span(|p| p.0), span(|p| p.1));
+        let (x_lo, x_hi) = (x_lo / 2.5, x_hi * 2.5);
         if let Some(bw) = self.bandwidth {
             // The ceiling over the points' own span, not the padded one, so that a far-away
             // ceiling does not squash the points.
@@ -903,7 +873,6 @@ fn format_bytes(bytes: f64) -> String {
     format!("{} B", trim_number(bytes))
 }
 
-/// Up to three significant digits, no trailing zeros.
 /// A chart's number: three significant digits, trailing zeros dropped (`crate::fmt::sig`).
 fn trim_number(v: f64) -> String {
     crate::fmt::sig(v, 3)
@@ -914,14 +883,15 @@ fn format_bandwidth(bytes_per_s: f64) -> String {
 }
 
 impl Chart for RooflineChart {
-    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
-        root.fill(&WHITE)?;
-        let body = header(root, &self.title, &self.subtitle)?;
-        let key_h = key_height(self.points.len());
-        let (body, key_area) = body.split_vertically(body.dim_in_pixel().1.saturating_sub(key_h));
+    fn draw<DB: DrawingBackend>(
+        &self,
+        root: &DrawingArea<DB, Shift>,
+        body: DrawingArea<DB, Shift>,
+    ) -> DrawResult<DB> {
+        let (body, key_area) = split_key(body, self.points.len());
         let (x_range, y_range) = self.ranges();
-        let x_ticks = log_ticks(&x_range);
-        let y_ticks = log_ticks(&y_range);
+        let log_axis =
+            |r: &Range<f64>| TickedAxis(LogCoord::from(r.clone().log_scale()), log_ticks(r));
         let caption = match self.bandwidth {
             Some(bw) => format!(
                 "Decode roofline: ceiling = {} ({}) ÷ bytes per token",
@@ -936,16 +906,7 @@ impl Chart for RooflineChart {
             .margin_right(40)
             .x_label_area_size(60)
             .y_label_area_size(90)
-            .build_cartesian_2d(
-                TickedAxis {
-                    inner: LogCoord::from(x_range.clone().log_scale()),
-                    ticks: x_ticks,
-                },
-                TickedAxis {
-                    inner: LogCoord::from(y_range.clone().log_scale()),
-                    ticks: y_ticks,
-                },
-            )?;
+            .build_cartesian_2d(log_axis(&x_range), log_axis(&y_range))?;
         mesh(
             &mut chart,
             "bytes read per token: weights + KV cache (log scale)",
@@ -954,14 +915,17 @@ impl Chart for RooflineChart {
         .x_label_formatter(&|x| format_bytes(*x))
         .draw()?;
 
-        if let Some(bw) = self.bandwidth {
-            // On log-log axes the ceiling is a straight line of slope −1: its two ends draw it.
-            let line = [x_range.start, x_range.end].map(|x| (x, bw / x));
+        let ceiling = self.bandwidth.map(|bw| {
             let name = format!(
                 "ceiling: tok/s = {} ÷ bytes per token",
                 format_bandwidth(bw)
             );
-            draw_line(&mut chart, line, name, CEILING_COLOR, 3)?;
+            (bw, name)
+        });
+        if let Some((bw, name)) = &ceiling {
+            // On log-log axes the ceiling is a straight line of slope −1: its two ends draw it.
+            let line = [x_range.start, x_range.end].map(|x| (x, bw / x));
+            draw_line(&mut chart, line, name.clone(), CEILING_COLOR, 3)?;
         }
 
         chart
@@ -981,12 +945,7 @@ impl Chart for RooflineChart {
             .map(|(x, y, _)| chart.backend_coord(&(*x, *y)))
             .collect();
         let mut legend_lines = vec!["measured decode speed".to_string()];
-        if let Some(bw) = self.bandwidth {
-            legend_lines.push(format!(
-                "ceiling: tok/s = {} ÷ bytes per token",
-                format_bandwidth(bw)
-            ));
-        }
+        legend_lines.extend(ceiling.map(|(_, name)| name));
         let plot = chart.plotting_area().get_pixel_range();
         let boxes = tag_points(root, &at, &plot, &legend_lines, MEASURED_COLOR)?;
         let cells = self.points.iter().map(|(x, y, label)| {
@@ -1053,33 +1012,15 @@ pub(crate) fn plot_speed_vs_quality(
     path: &Path,
 ) -> Result<(), PlotError> {
     let kind = plot_file_kind(path)?;
-    let kept: Vec<QualityPoint> = points
-        .iter()
-        .filter(|p| {
-            p.kld_mean.is_finite()
-                && p.kld_mean >= 0.0
-                && p.tok_per_s.is_finite()
-                && p.tok_per_s > 0.0
-        })
-        .cloned()
-        .collect();
-    if kept.is_empty() {
-        return Err(PlotError::NoPoints {
-            chart: "speed against quality",
-        });
-    }
+    let kept = kept(points, "speed against quality", |p| {
+        p.kld_mean.is_finite() && p.kld_mean >= 0.0 && p.tok_per_s.is_finite() && p.tok_per_s > 0.0
+    })?;
     let height = 800 + key_height(kept.len());
-    let chart = QualityChart {
-        title: title.to_string(),
-        subtitle: subtitle.to_string(),
-        points: kept,
-    };
-    render(&chart, kind, path, (1200, height))
+    let chart = QualityChart { points: kept };
+    render(&chart, (title, subtitle), kind, path, (1200, height))
 }
 
 struct QualityChart {
-    title: String,
-    subtitle: String,
     points: Vec<QualityPoint>,
 }
 
@@ -1159,11 +1100,12 @@ impl QualityChart {
 }
 
 impl Chart for QualityChart {
-    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
-        root.fill(&WHITE)?;
-        let body = header(root, &self.title, &self.subtitle)?;
-        let key_h = key_height(self.points.len());
-        let (body, key_area) = body.split_vertically(body.dim_in_pixel().1.saturating_sub(key_h));
+    fn draw<DB: DrawingBackend>(
+        &self,
+        root: &DrawingArea<DB, Shift>,
+        body: DrawingArea<DB, Shift>,
+    ) -> DrawResult<DB> {
+        let (body, key_area) = split_key(body, self.points.len());
         // KL divergences span orders of magnitude (Q8_0 0.001, Q2_K 0.4): a log axis, with 0
         // (the reference) drawn at the floor and labelled 0.
         let floor = kld_axis_floor(&self.points);
@@ -1263,28 +1205,15 @@ pub(crate) fn plot_spec_sweep(
     path: &Path,
 ) -> Result<(), PlotError> {
     let kind = plot_file_kind(path)?;
-    let mut kept: Vec<SpecPoint> = points
-        .iter()
-        .filter(|p| p.speedup.is_finite() && p.speedup >= 0.0)
-        .cloned()
-        .collect();
+    let mut kept = kept(points, "speculative decoding sweep", |p| {
+        p.speedup.is_finite() && p.speedup >= 0.0
+    })?;
     kept.sort_by_key(|p| p.k);
-    if kept.is_empty() {
-        return Err(PlotError::NoPoints {
-            chart: "speculative decoding sweep",
-        });
-    }
-    let chart = SpecSweepChart {
-        title: title.to_string(),
-        subtitle: subtitle.to_string(),
-        points: kept,
-    };
-    render(&chart, kind, path, (1200, 900))
+    let chart = SpecSweepChart { points: kept };
+    render(&chart, (title, subtitle), kind, path, (1200, 900))
 }
 
 struct SpecSweepChart {
-    title: String,
-    subtitle: String,
     points: Vec<SpecPoint>,
 }
 
@@ -1404,9 +1333,11 @@ impl SpecSweepChart {
 }
 
 impl Chart for SpecSweepChart {
-    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
-        root.fill(&WHITE)?;
-        let body = header(root, &self.title, &self.subtitle)?;
+    fn draw<DB: DrawingBackend>(
+        &self,
+        _root: &DrawingArea<DB, Shift>,
+        body: DrawingArea<DB, Shift>,
+    ) -> DrawResult<DB> {
         let (top, bottom) = body.split_vertically(body.dim_in_pixel().1 / 2);
         let ks: Vec<f64> = self.points.iter().map(|p| f64::from(p.k)).collect();
         let lo = ks.iter().copied().fold(f64::INFINITY, f64::min);

@@ -95,7 +95,6 @@ fn work(
     let mut counted: Option<(String, Option<usize>)> = None;
     while let Ok(first) = inbox.recv() {
         // Take everything queued: only the newest text matters.
-        let mut changed = false;
         for request in std::iter::once(first).chain(inbox.try_iter()) {
             match request {
                 Request::Count(text) => latest = Some(text),
@@ -104,9 +103,8 @@ fn work(
                     counted = None;
                 }
             }
-            changed = true;
         }
-        let Some(text) = latest.as_deref().filter(|_| changed) else {
+        let Some(text) = latest.as_deref() else {
             continue;
         };
         let tokens = counter.as_ref().and_then(|counter| {

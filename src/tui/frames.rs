@@ -90,10 +90,9 @@ impl FrameScheduler {
 
     /// A draw took `cost`: keep drawing streamed tokens within `STREAM_DRAW_BUDGET` of a core.
     pub(crate) fn record_draw_cost(&mut self, cost: Duration) {
-        let average = match self.draw_cost {
-            Some(previous) => (previous * 7 + cost) / 8,
-            None => cost,
-        };
+        let average = self
+            .draw_cost
+            .map_or(cost, |previous| (previous * 7 + cost) / 8);
         self.draw_cost = Some(average);
         self.stream_interval = average
             .div_f64(STREAM_DRAW_BUDGET)

@@ -208,7 +208,7 @@ pub(crate) fn run_chat(
     backends: Backends,
     engine_config: EngineConfig,
     save_slot: crate::history::SaveSlot,
-    notices: Vec<String>,
+    mut notices: Vec<String>,
 ) -> io::Result<(App, ChatEnd)> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
@@ -232,11 +232,8 @@ pub(crate) fn run_chat(
     };
     let mut draft = DraftKeeper::new(&effects.data_dir);
     let mut in_flight = InFlightKeeper::new(&effects.data_dir);
-    let first_id = effects.fresh_conversation_id();
-    let mut first = vec![first_id];
-    let restored = draft.take_previous();
-    let mut notices = notices;
-    if let Some(text) = restored {
+    let mut first = vec![effects.fresh_conversation_id()];
+    if let Some(text) = draft.take_previous() {
         first.push(Msg::Paste(text));
         // One notice shows at a time, cut at two lines: the restored draft is said first,
         // in the last (the shown) one.
@@ -281,12 +278,7 @@ pub(crate) fn run_chat(
             let mut batch = Vec::new();
             tokio::select! {
                 ev = term_events.events.recv() => match ev {
-                    Some(Ok(e)) => {
-                        if matches!(e, Event::Resize(..)) {
-                            driver.sync_size()?;
-                        }
-                        batch.extend(terminal_msg(e));
-                    }
+                    Some(Ok(e)) => on_terminal_event(&mut driver, &mut batch, e)?,
                     // The terminal went away (its window was closed): a hangup.
                     Some(Err(e)) if hung_up(&e) => return Ok(ChatEnd::Signal(1)),
                     Some(Err(e)) => return Err(e),
@@ -326,10 +318,7 @@ pub(crate) fn run_chat(
             }
             // Drain everything else already queued before drawing once.
             while let Ok(Ok(e)) = term_events.events.try_recv() {
-                if matches!(e, Event::Resize(..)) {
-                    driver.sync_size()?;
-                }
-                batch.extend(terminal_msg(e));
+                on_terminal_event(&mut driver, &mut batch, e)?;
             }
             drain_engine(&mut events, &mut batch);
             if settle(&mut driver, &mut effects, batch) {
@@ -353,6 +342,19 @@ pub(crate) fn run_chat(
         engine.cancel(active.request_id);
     }
     Ok((driver.app, end))
+}
+
+/// A terminal event into `batch`; a resize matches the terminal's size first.
+fn on_terminal_event<B: Backend>(
+    driver: &mut Driver<B>,
+    batch: &mut Vec<Msg>,
+    e: Event,
+) -> io::Result<()> {
+    if matches!(e, Event::Resize(..)) {
+        driver.sync_size()?;
+    }
+    batch.extend(terminal_msg(e));
+    Ok(())
 }
 
 /// Whether a terminal read or write failed because the terminal is gone (EIO: the window or
@@ -497,18 +499,13 @@ impl DraftKeeper {
         if self.revision == Some(revision) {
             return;
         }
-        let first = self.revision.is_none();
-        self.revision = Some(revision);
+        let first = self.revision.replace(revision).is_none();
         let text = text();
-        let write = if text.trim().is_empty() {
-            if first {
-                return;
-            }
-            None
-        } else {
-            Some(text.into_bytes())
-        };
-        self.files.send(&self.path, write);
+        let blank = text.trim().is_empty();
+        if !(blank && first) {
+            self.files
+                .send(&self.path, (!blank).then(|| text.into_bytes()));
+        }
     }
 }
 

@@ -67,16 +67,16 @@ fn relay(
     events: &EventSender,
     cancelled: &AtomicBool,
 ) {
+    let fail = |error| {
+        let _ = events.send(EngineEvent::Failed {
+            request_id: id,
+            error,
+        });
+    };
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let mut engine = match EngineHandle::spawn_with_events(config, tx) {
         Ok(e) => e,
-        Err(error) => {
-            let _ = events.send(EngineEvent::Failed {
-                request_id: id,
-                error,
-            });
-            return;
-        }
+        Err(error) => return fail(error),
     };
     let mut model = None;
     let mut pieces = Vec::new();
@@ -97,31 +97,17 @@ fn relay(
                 continue;
             }
             Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => {
-                let _ = events.send(EngineEvent::Failed {
-                    request_id: id,
-                    error: EngineError::EngineGone,
-                });
-                return;
+                return fail(EngineError::EngineGone)
             }
         };
         match event {
             EngineEvent::Ready(info) => {
                 model = Some(*info);
                 if let Err(error) = engine.send(id, turn.clone(), None) {
-                    let _ = events.send(EngineEvent::Failed {
-                        request_id: id,
-                        error,
-                    });
-                    return;
+                    return fail(error);
                 }
             }
-            EngineEvent::LoadFailed(error) => {
-                let _ = events.send(EngineEvent::Failed {
-                    request_id: id,
-                    error,
-                });
-                return;
-            }
+            EngineEvent::LoadFailed(error) => return fail(error),
             EngineEvent::Token { ref text, .. } => {
                 pieces.push(text.clone());
                 let _ = events.send(event);

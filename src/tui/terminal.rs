@@ -25,39 +25,37 @@ static TERMINAL_ACTIVE: AtomicBool = AtomicBool::new(false);
 
 /// Put the terminal into the TUI's mode: raw input, alternate screen, paste and mouse events.
 pub fn enter() -> io::Result<Terminal<CrosstermBackend<Stdout>>> {
-    enable_raw_mode()?;
-    TERMINAL_ACTIVE.store(true, Ordering::SeqCst);
-    crate::fatal::set_screen_active(true);
-    let mut stdout = io::stdout();
-    if let Err(e) = execute!(
-        stdout,
-        EnterAlternateScreen,
-        EnableBracketedPaste,
-        EnableMouseCapture
-    ) {
-        restore();
-        return Err(e);
-    }
+    take_terminal()?;
     // A fixed viewport, resized when the terminal says it changed (and checked on every tick):
     // a fullscreen one asks the terminal for its size before every frame, which opens /dev/tty
     // each time (a tenth of the UI thread's CPU while streaming).
-    let mut backend = CrosstermBackend::new(stdout);
+    let mut backend = CrosstermBackend::new(io::stdout());
     if let Some(widths) = probe_widths(&mut backend) {
         tracing::info!("terminal width rules: {widths:?}");
         crate::ui::text::set_terminal_widths(widths);
     }
-    let area = match backend.size() {
-        Ok(size) => ratatui::layout::Rect::new(0, 0, size.width, size.height),
-        Err(e) => {
-            restore();
-            return Err(e);
-        }
-    };
+    let size = backend.size().inspect_err(|_| restore())?;
+    let area = ratatui::layout::Rect::new(0, 0, size.width, size.height);
     Terminal::with_options(
         backend,
         ratatui::TerminalOptions {
             viewport: ratatui::Viewport::Fixed(area),
         },
+    )
+    .inspect_err(|_| restore())
+}
+
+/// Raw input, alternate screen, paste and mouse events on; the terminal restored again when
+/// that fails.
+fn take_terminal() -> io::Result<()> {
+    enable_raw_mode()?;
+    TERMINAL_ACTIVE.store(true, Ordering::SeqCst);
+    crate::fatal::set_screen_active(true);
+    execute!(
+        io::stdout(),
+        EnterAlternateScreen,
+        EnableBracketedPaste,
+        EnableMouseCapture
     )
     .inspect_err(|_| restore())
 }
@@ -122,19 +120,7 @@ pub(super) fn suspend_until_continued() -> io::Result<()> {
     // SAFETY: raise is always safe to call; SIGSTOP cannot be caught, so the process stops
     // here and this call returns once it is continued.
     unsafe { libc::raise(libc::SIGSTOP) };
-    enable_raw_mode()?;
-    TERMINAL_ACTIVE.store(true, Ordering::SeqCst);
-    crate::fatal::set_screen_active(true);
-    if let Err(e) = execute!(
-        io::stdout(),
-        EnterAlternateScreen,
-        EnableBracketedPaste,
-        EnableMouseCapture
-    ) {
-        restore();
-        return Err(e);
-    }
-    Ok(())
+    take_terminal()
 }
 
 /// Restores the terminal when dropped (normal exit and early returns alike).

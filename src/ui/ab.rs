@@ -88,24 +88,21 @@ pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App, view: &View) {
     let Some(sides) = &view.ab else {
         return;
     };
-    draw_side(
-        frame,
-        left,
-        ("A", &a_file),
-        (&ab.a, &sides.a),
-        at_byte,
-        (ab, app.quality_colours),
-        sides.waited,
-    );
-    draw_side(
-        frame,
-        right,
-        ("B", &b_file),
-        (&ab.b, &sides.b),
-        at_byte,
-        (ab, app.quality_colours),
-        sides.waited,
-    );
+    for (area, side, file, turn, figures) in [
+        (left, "A", &a_file, &ab.a, &sides.a),
+        (right, "B", &b_file, &ab.b, &sides.b),
+    ] {
+        let colours = (ab, app.quality_colours);
+        draw_side(
+            frame,
+            area,
+            (side, file),
+            (turn, figures),
+            at_byte,
+            colours,
+            sides.waited,
+        );
+    }
     frame.render_widget(
         Paragraph::new(divergence.into_iter().take(2).collect::<Vec<_>>()),
         divergence_area,
@@ -142,26 +139,26 @@ fn draw_side(
     let inner = block.inner(area);
     frame.render_widget(block, area);
     let w = inner.width as usize;
-    let figure = |label: &str, value: String| {
-        vec![
-            Span::styled(format!("{label} "), theme::METRIC_LABEL),
-            Span::styled(value, theme::METRIC_VALUE),
-        ]
-    };
-    let mut top = figure("TTFT ms", format::num(figures.ttft_ms));
-    top.push(Span::raw("  "));
-    top.extend(figure(
-        "decode tok/s",
-        format::num(figures.decode_tok_per_s),
-    ));
-    let mut second = figure("tokens", figures.tokens_generated.to_string());
-    second.push(Span::raw("  "));
-    second.extend(figure(
-        "ITL p50 ms",
-        format::num(figures.itl.map(|i| i.p50_ms)),
-    ));
-    let mut lines = wrap(&top, w, &[], &[]);
-    lines.extend(wrap(&second, w, &[], &[]));
+    let mut lines = Vec::new();
+    for [(l1, v1), (l2, v2)] in [
+        [
+            ("TTFT ms", format::num(figures.ttft_ms)),
+            ("decode tok/s", format::num(figures.decode_tok_per_s)),
+        ],
+        [
+            ("tokens", figures.tokens_generated.to_string()),
+            ("ITL p50 ms", format::num(figures.itl.map(|i| i.p50_ms))),
+        ],
+    ] {
+        let spans = [
+            Span::styled(format!("{l1} "), theme::METRIC_LABEL),
+            Span::styled(v1, theme::METRIC_VALUE),
+            Span::raw("  "),
+            Span::styled(format!("{l2} "), theme::METRIC_LABEL),
+            Span::styled(v2, theme::METRIC_VALUE),
+        ];
+        lines.extend(wrap(&spans, w, &[], &[]));
+    }
     let (state, style) = state_of(turn, side == "B", ab, waited);
     lines.push(Line::from(Span::styled(truncate(&state, w), style)));
     // B against A's model; A against the chat's reference when it was scored.
@@ -175,11 +172,7 @@ fn draw_side(
     }
     lines.push(Line::default());
     let head = lines.len();
-    let scored = match &turn.quality {
-        Some(TurnQuality::Scored(score)) if colours => Some(score),
-        _ => None,
-    };
-    let body = if let Some(score) = scored {
+    let body = if let Some(TurnQuality::Scored(score)) = turn.quality.as_ref().filter(|_| colours) {
         // Alt+K: the answer's tokens in their KLD colours, as in the chat.
         coloured_tokens(score, w, None)
     } else {
@@ -202,14 +195,10 @@ fn draw_side(
 /// divergence 12 · 1 <1% ref", or "scoring against A's model…", or why not. A's side shows
 /// only a finished score (its own against the chat's reference).
 fn quality_spans(quality: Option<&TurnQuality>, is_b: bool) -> Vec<Span<'static>> {
-    let label = theme::METRIC_LABEL;
-    let value = theme::METRIC_VALUE;
+    let (label, value) = (theme::METRIC_LABEL, theme::METRIC_VALUE);
     match quality {
         Some(TurnQuality::Scored(q)) => {
-            let reference = q.reference.file_name().map_or_else(
-                || q.reference.display().to_string(),
-                |n| n.to_string_lossy().into_owned(),
-            );
+            let reference = super::tokens::file_name(&q.reference);
             let Some(a) = &q.summary else {
                 return vec![Span::styled(
                     format!("vs {}: no tokens to score", clean(&reference)),
@@ -219,22 +208,23 @@ fn quality_spans(quality: Option<&TurnQuality>, is_b: bool) -> Vec<Span<'static>
             let divergence = a
                 .first_divergence
                 .map_or_else(|| "none".to_string(), |i| i.to_string());
-            vec![
-                Span::styled(format!("vs {} ", clean(&reference)), label),
-                Span::styled("KLD ", label),
-                Span::styled(
+            let figures = [
+                (
+                    "KLD ",
                     format!("{:.4}", a.kld_mean),
                     theme::KLD_BAND[kld_band(a.kld_mean)],
                 ),
-                Span::styled(" p99 ", label),
-                Span::styled(format!("{:.4}", a.kld_p99), value),
-                Span::styled(" · same top ", label),
-                Span::styled(format!("{:.1}%", a.same_top_pct), value),
-                Span::styled(" · 1st diverges ", label),
-                Span::styled(divergence, value),
-                Span::styled(" · <1% ref ", label),
-                Span::styled(a.below_low_p.to_string(), value),
-            ]
+                (" p99 ", format!("{:.4}", a.kld_p99), value),
+                (" · same top ", format!("{:.1}%", a.same_top_pct), value),
+                (" · 1st diverges ", divergence, value),
+                (" · <1% ref ", a.below_low_p.to_string(), value),
+            ];
+            let figures = figures
+                .into_iter()
+                .flat_map(|(l, v, style)| [Span::styled(l, label), Span::styled(v, style)]);
+            std::iter::once(Span::styled(format!("vs {} ", clean(&reference)), label))
+                .chain(figures)
+                .collect()
         }
         Some(TurnQuality::Scoring(_)) if is_b => vec![Span::styled(
             "scoring B against A's model… (Esc stops it)",
@@ -265,11 +255,10 @@ fn state_of(
         TurnPhase::Done(reason) => {
             let cached = match (is_b, turn.timeline.prompt_tokens) {
                 (_, None | Some(0)) => String::new(),
-                (true, Some(n)) => format!(" · {n} prompt tok, own context"),
-                (false, Some(n)) if ab.like_for_like => {
+                (_, Some(n)) if is_b || ab.like_for_like => {
                     format!(" · {n} prompt tok, own context")
                 }
-                (false, Some(n)) => format!(
+                (_, Some(n)) => format!(
                     " · {n} prompt tok, {} cached",
                     turn.timeline.cached_tokens.unwrap_or(0)
                 ),

@@ -6,6 +6,7 @@
 //! measurements and `metrics::roofline` for the cost.
 
 use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::Style;
 use ratatui::symbols::Marker;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Axis, Chart, Dataset, GraphType, LegendPosition, Paragraph};
@@ -53,8 +54,22 @@ pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App) {
             Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)])
                 .spacing(2)
                 .areas(charts);
-        draw_rate_chart(frame, left, &b.points);
-        draw_latency_chart(frame, right, &b.points);
+        // Short names (the axis says tok/s), so the legend stays at 80×24. Aggregate rises to
+        // the right and per-sequence stays low: the top left hides nothing.
+        let (agg, seq) = (theme::SERIES_AGGREGATE, theme::SERIES_PER_SEQUENCE);
+        let rates: [Series; 2] = [
+            ("aggregate", agg, |p| p.aggregate_tok_per_s),
+            ("per sequence", seq, |p| p.per_sequence_tok_per_s),
+        ];
+        let legend = (Constraint::Ratio(2, 3), LegendPosition::TopLeft);
+        draw_chart(frame, left, &b.points, rates, (0, "tok/s"), legend);
+        let latencies: [Series; 2] = [
+            ("ITL p50 ms", theme::SERIES_P50, |p| p.itl_p50_ms),
+            ("ITL p99 ms", theme::SERIES_P99, |p| p.itl_p99_ms),
+        ];
+        let legend = (Constraint::Ratio(1, 2), LegendPosition::default());
+        let y = (1, "ms per token");
+        draw_chart(frame, right, &b.points, latencies, y, legend);
     }
     let status = match (&b.running, &b.error, b.points.is_empty()) {
         (Some(_), _, _) => {
@@ -163,65 +178,42 @@ fn y_axis(title: &'static str, max: f64) -> Axis<'static> {
         ])
 }
 
-fn draw_rate_chart(frame: &mut Frame, area: Rect, points: &[BenchPoint]) {
-    let aggregate: Vec<(f64, f64)> = points
-        .iter()
-        .filter_map(|p| Some((x_of(p), p.point.aggregate_tok_per_s?)))
-        .collect();
-    let per_seq: Vec<(f64, f64)> = points
-        .iter()
-        .filter_map(|p| Some((x_of(p), p.point.per_sequence_tok_per_s?)))
-        .collect();
-    let max = aggregate.iter().map(|(_, y)| *y).fold(0.0, f64::max);
-    let chart = Chart::new(vec![
-        Dataset::default()
-            .name("aggregate")
-            .marker(Marker::Braille)
-            .graph_type(GraphType::Line)
-            .style(theme::SERIES_AGGREGATE)
-            .data(&aggregate),
-        Dataset::default()
-            .name("per sequence")
-            .marker(Marker::Braille)
-            .graph_type(GraphType::Line)
-            .style(theme::SERIES_PER_SEQUENCE)
-            .data(&per_seq),
-    ])
-    .x_axis(x_axis(points))
-    .y_axis(y_axis("tok/s", max))
-    // Short names (the axis says tok/s), so the legend stays at 80×24.
-    .hidden_legend_constraints((Constraint::Ratio(2, 3), Constraint::Ratio(2, 3)))
-    // Aggregate rises to the right and per-sequence stays low: the top left hides nothing.
-    .legend_position(Some(LegendPosition::TopLeft));
-    frame.render_widget(chart, area);
-}
+/// A series: its legend name, style and value of each point.
+type Series = (
+    &'static str,
+    Style,
+    fn(&crate::metrics::BatchPoint) -> Option<f64>,
+);
 
-fn draw_latency_chart(frame: &mut Frame, area: Rect, points: &[BenchPoint]) {
-    let p50: Vec<(f64, f64)> = points
-        .iter()
-        .filter_map(|p| Some((x_of(p), p.point.itl_p50_ms?)))
-        .collect();
-    let p99: Vec<(f64, f64)> = points
-        .iter()
-        .filter_map(|p| Some((x_of(p), p.point.itl_p99_ms?)))
-        .collect();
-    let max = p99.iter().map(|(_, y)| *y).fold(0.0, f64::max);
-    let chart = Chart::new(vec![
+/// Two series against B, the y axis (`title`) scaled to the largest value of `series[scale]`,
+/// the legend where it goes and hidden below `legend.0` of the chart's size.
+fn draw_chart(
+    frame: &mut Frame,
+    area: Rect,
+    points: &[BenchPoint],
+    series: [Series; 2],
+    (scale, title): (usize, &'static str),
+    legend: (Constraint, LegendPosition),
+) {
+    let data = series.map(|(_, _, value)| {
+        let data = points
+            .iter()
+            .filter_map(|p| Some((x_of(p), value(&p.point)?)));
+        data.collect::<Vec<(f64, f64)>>()
+    });
+    let max = data[scale].iter().map(|(_, y)| *y).fold(0.0, f64::max);
+    let datasets = series.iter().zip(&data).map(|((name, style, _), data)| {
         Dataset::default()
-            .name("ITL p50 ms")
+            .name(*name)
             .marker(Marker::Braille)
             .graph_type(GraphType::Line)
-            .style(theme::SERIES_P50)
-            .data(&p50),
-        Dataset::default()
-            .name("ITL p99 ms")
-            .marker(Marker::Braille)
-            .graph_type(GraphType::Line)
-            .style(theme::SERIES_P99)
-            .data(&p99),
-    ])
-    .x_axis(x_axis(points))
-    .y_axis(y_axis("ms per token", max))
-    .hidden_legend_constraints((Constraint::Ratio(1, 2), Constraint::Ratio(1, 2)));
+            .style(*style)
+            .data(data)
+    });
+    let chart = Chart::new(datasets.collect())
+        .x_axis(x_axis(points))
+        .y_axis(y_axis(title, max))
+        .hidden_legend_constraints((legend.0, legend.0))
+        .legend_position(Some(legend.1));
     frame.render_widget(chart, area);
 }

@@ -176,25 +176,17 @@ fn draw_comparison(frame: &mut Frame, area: Rect, c: &Comparison, app: &App) {
         "{}{which} · {} ({} tokens) · {} chunks of {} · reference {}",
         c.id, c.text, c.text_tokens, c.chunks, c.n_ctx, c.reference
     );
-    let mut verdict: Vec<Line<'static>> = Vec::new();
-    for line in &c.verdict {
-        verdict.extend(wrap(
-            &[Span::styled(one_line(line), theme::HELP_TEXT)],
-            w,
-            &[],
-            &[Span::raw("  ")],
-        ));
-    }
+    let mut verdict: Vec<Line<'static>> = c
+        .verdict
+        .iter()
+        .flat_map(|line| {
+            let line = [Span::styled(one_line(line), theme::HELP_TEXT)];
+            wrap(&line, w, &[], &[Span::raw("  ")])
+        })
+        .collect();
     if c.rows.iter().any(|r| r.synthetic) {
-        verdict.extend(wrap(
-            &[Span::styled(
-                format!("Note: {}.", crate::engine::ModelInfo::SYNTHETIC_LABEL),
-                theme::SYNTHETIC,
-            )],
-            w,
-            &[],
-            &[],
-        ));
+        let note = format!("Note: {}.", crate::engine::ModelInfo::SYNTHETIC_LABEL);
+        verdict.extend(wrap(&[Span::styled(note, theme::SYNTHETIC)], w, &[], &[]));
     }
     let table_h = (c.rows.len() as u16 + 1).min(area.height.saturating_sub(1));
     let verdict_room = area.height.saturating_sub(1 + table_h + 1);
@@ -216,27 +208,23 @@ fn draw_comparison(frame: &mut Frame, area: Rect, c: &Comparison, app: &App) {
         .max()
         .unwrap_or(0) as u16;
     let (cols, candidate_w) = layout(columns(), area.width, longest);
-    let widths: Vec<Constraint> = cols
-        .iter()
-        .map(|col| {
-            Constraint::Length(if col.header == "candidate" {
-                candidate_w
-            } else {
-                col.width
-            })
-        })
-        .collect();
-    let cell = |text: String, col: &Column, style| {
-        let width = if col.header == "candidate" {
+    let col_w = |col: &Column| {
+        if col.header == "candidate" {
             candidate_w
         } else {
             col.width
-        };
+        }
+    };
+    let widths: Vec<Constraint> = cols
+        .iter()
+        .map(|col| Constraint::Length(col_w(col)))
+        .collect();
+    let cell = |text: String, col: &Column, style| {
         // A candidate is told apart by the end of its name (`-Q8_0 ← Q4_K_M`): cut its start.
         let cut = if col.header == "candidate" {
-            truncate_start(&one_line(&text), width as usize)
+            truncate_start(&one_line(&text), col_w(col) as usize)
         } else {
-            truncate(&one_line(&text), width as usize)
+            truncate(&one_line(&text), col_w(col) as usize)
         };
         let line = Line::from(Span::styled(cut, style));
         Cell::from(if col.right {

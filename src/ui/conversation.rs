@@ -53,11 +53,8 @@ fn render_tail(
             Some(fence) => {
                 // The reopened block's top line (its frame and language) belongs to the
                 // full render's start of the block, far above: it is not shown here.
-                let mut lines = render(&format!("{fence}\n{}", &text[cut..]));
-                if !lines.is_empty() {
-                    lines.remove(0);
-                }
-                lines
+                let lines = render(&format!("{fence}\n{}", &text[cut..]));
+                lines.into_iter().skip(1).collect()
             }
             None => render(&text[cut..]),
         };
@@ -230,9 +227,7 @@ fn tail_lines_waited(
             return out;
         }
     }
-    for block in blocks.into_iter().rev() {
-        out.extend(block);
-    }
+    out.extend(blocks.into_iter().rev().flatten());
     out
 }
 
@@ -273,14 +268,17 @@ fn assistant(
             if line.spans.is_empty() {
                 line
             } else {
-                let mut spans = vec![Span::raw(INDENT)];
-                spans.extend(line.spans);
-                Line::from(spans)
+                Line::from(
+                    [Span::raw(INDENT)]
+                        .into_iter()
+                        .chain(line.spans)
+                        .collect::<Vec<_>>(),
+                )
             }
         })
         .collect();
-    let indent = [Span::raw(INDENT)];
-    match &turn.phase {
+    let summary = || figures(turn.summary.as_ref());
+    let footer = match &turn.phase {
         TurnPhase::Streaming => {
             // The cursor follows the text as it grows.
             let cursor = Span::styled("▌", theme::STREAM_CURSOR);
@@ -290,10 +288,9 @@ fn assistant(
                 }
                 _ => body.push(Line::from(vec![Span::raw(INDENT), cursor])),
             }
-            out.extend(body);
+            Vec::new()
         }
         TurnPhase::Queued | TurnPhase::Prefill => {
-            out.extend(body);
             let waited = waiting.map_or_else(|| "—".to_string(), format::secs);
             let progress = match turn.prefill_progress {
                 Some((done, total)) => format!("{done}/{total}"),
@@ -308,59 +305,33 @@ fn assistant(
                     count(turn.timeline.cached_tokens)
                 ),
             };
-            out.extend(wrap(
-                &[Span::styled(
-                    format!("{what} · waiting {waited}"),
-                    theme::WAITING,
-                )],
-                width,
-                &indent,
-                &indent,
-            ));
+            let footer = format!("{what} · waiting {waited}");
+            vec![Span::styled(footer, theme::WAITING)]
         }
         TurnPhase::Done(reason) => {
             if body.is_empty() {
                 body.push(Line::from(Span::styled("  (no text)", theme::DIM)));
             }
-            out.extend(body);
-            let figures = figures(turn.summary.as_ref());
-            out.extend(wrap(
-                &[Span::styled(
-                    format!("─ {figures} · {}", reason.as_str()),
-                    theme::TURN_FOOTER,
-                )],
-                width,
-                &indent,
-                &indent,
-            ));
+            let footer = format!("─ {} · {}", summary(), reason.as_str());
+            vec![Span::styled(footer, theme::TURN_FOOTER)]
         }
-        TurnPhase::Stopped => {
-            out.extend(body);
-            let figures = figures(turn.summary.as_ref());
-            out.extend(wrap(
-                &[
-                    Span::styled("■ stopped", theme::STOPPED),
-                    Span::styled(format!(" · {figures}"), theme::TURN_FOOTER),
-                ],
-                width,
-                &indent,
-                &indent,
-            ));
-        }
+        TurnPhase::Stopped => vec![
+            Span::styled("■ stopped", theme::STOPPED),
+            Span::styled(format!(" · {}", summary()), theme::TURN_FOOTER),
+        ],
         TurnPhase::Failed(message) => {
-            out.extend(body);
-            out.extend(wrap(
-                &[Span::styled(format!("✗ failed: {message}"), theme::FAILED)],
-                width,
-                &indent,
-                &indent,
-            ));
+            vec![Span::styled(format!("✗ failed: {message}"), theme::FAILED)]
         }
-    }
-    if scored.is_some() {
-        out.extend(wrap(&kld_legend(), width, &indent, &indent));
-    } else if confident.is_some() {
-        out.extend(wrap(&confidence_legend(), width, &indent, &indent));
+    };
+    out.extend(body);
+    let legend = match (scored, confident) {
+        (Some(_), _) => kld_legend(),
+        (None, Some(_)) => confidence_legend(),
+        (None, None) => Vec::new(),
+    };
+    let indent = [Span::raw(INDENT)];
+    for spans in [footer, legend].iter().filter(|s| !s.is_empty()) {
+        out.extend(wrap(spans, width, &indent, &indent));
     }
     if cut {
         // Only a tail of the body is rendered: the label above it is out of sight.
@@ -420,32 +391,27 @@ pub(crate) fn confidence_tokens(
 /// symbols), the cursor's token marked, and a token of no visible text shown as `·` under
 /// the cursor so that it can be seen.
 fn token_span(text: &str, style: ratatui::style::Style, cursor: bool) -> Span<'static> {
-    if cursor {
-        let shown = if text.trim().is_empty() {
-            "·".to_string()
-        } else {
-            text.to_string()
-        };
-        Span::styled(shown, style.patch(theme::TOKEN_CURSOR))
-    } else {
-        Span::styled(text.to_string(), style)
+    match (cursor, text.trim().is_empty()) {
+        (false, _) => Span::styled(text.to_string(), style),
+        (true, blank) => Span::styled(
+            if blank { "·" } else { text }.to_string(),
+            style.patch(theme::TOKEN_CURSOR),
+        ),
     }
 }
 
 /// The key to [`confidence_tokens`], under each answer coloured so.
 fn confidence_legend() -> Vec<Span<'static>> {
     let [a, b, c] = quality::CONFIDENCE_BANDS;
-    let mut spans = vec![Span::styled("own p ", theme::TURN_FOOTER)];
-    let labels = [
-        format!("≥{a}"),
-        format!("≥{b}"),
-        format!("≥{c}"),
-        format!("<{c}"),
-    ];
-    for (label, style) in labels.into_iter().zip(theme::KLD_BAND) {
-        spans.push(Span::styled(label, style));
-        spans.push(Span::raw(" "));
-    }
+    let mut spans = band_legend(
+        "own p ",
+        [
+            format!("≥{a}"),
+            format!("≥{b}"),
+            format!("≥{c}"),
+            format!("<{c}"),
+        ],
+    );
     spans.push(Span::styled(
         "· Alt+T: top 5 · Alt+K: Markdown",
         theme::TURN_FOOTER,
@@ -456,32 +422,37 @@ fn confidence_legend() -> Vec<Span<'static>> {
 /// The key to [`coloured_tokens`], under each coloured answer.
 fn kld_legend() -> Vec<Span<'static>> {
     let [a, b, c] = quality::KLD_BANDS;
-    let mut spans = vec![Span::styled("KLD ", theme::TURN_FOOTER)];
-    let labels = [
-        format!("<{a}"),
-        format!("<{b}"),
-        format!("<{c}"),
-        format!("≥{c}"),
-    ];
-    for (label, style) in labels.into_iter().zip(theme::KLD_BAND) {
-        spans.push(Span::styled(label, style));
-        spans.push(Span::raw(" "));
-    }
-    spans.push(Span::styled("· ", theme::TURN_FOOTER));
-    spans.push(Span::styled(
-        "first divergence",
-        theme::TEXT.add_modifier(theme::FIRST_DIVERGENCE),
-    ));
-    spans.push(Span::styled(" · ", theme::TURN_FOOTER));
-    spans.push(Span::styled(
-        format!("ref p<{}%", quality::LOW_P * 100.0),
-        theme::TEXT.add_modifier(theme::BELOW_LOW_P),
-    ));
-    spans.push(Span::styled(
-        " · Alt+T: top 5 · Alt+K: Markdown",
-        theme::TURN_FOOTER,
-    ));
+    let mut spans = band_legend(
+        "KLD ",
+        [
+            format!("<{a}"),
+            format!("<{b}"),
+            format!("<{c}"),
+            format!("≥{c}"),
+        ],
+    );
+    spans.extend([
+        Span::styled("· ", theme::TURN_FOOTER),
+        Span::styled(
+            "first divergence",
+            theme::TEXT.add_modifier(theme::FIRST_DIVERGENCE),
+        ),
+        Span::styled(" · ", theme::TURN_FOOTER),
+        Span::styled(
+            format!("ref p<{}%", quality::LOW_P * 100.0),
+            theme::TEXT.add_modifier(theme::BELOW_LOW_P),
+        ),
+        Span::styled(" · Alt+T: top 5 · Alt+K: Markdown", theme::TURN_FOOTER),
+    ]);
     spans
+}
+
+/// A legend's `head`, then each band's label in its style.
+fn band_legend(head: &'static str, labels: [String; 4]) -> Vec<Span<'static>> {
+    let bands = labels.into_iter().zip(theme::KLD_BAND);
+    std::iter::once(Span::styled(head, theme::TURN_FOOTER))
+        .chain(bands.flat_map(|(label, style)| [Span::styled(label, style), Span::raw(" ")]))
+        .collect()
 }
 
 /// A token count, `—` while unknown.
@@ -514,11 +485,12 @@ fn model_line(info: &ModelInfo) -> String {
 fn welcome(app: &App, width: usize) -> Vec<Line<'static>> {
     let indent = [Span::raw(INDENT)];
     let para = |spans: Vec<Span<'static>>| wrap(&spans, width, &indent, &indent);
+    let note = |text: String, style| para(vec![Span::styled(text, style)]);
     let mut out = vec![Line::default()];
-    out.extend(para(vec![Span::styled(
-        "tokscope · a chat that measures the model while it talks",
+    out.extend(note(
+        "tokscope · a chat that measures the model while it talks".into(),
         theme::WELCOME_TITLE,
-    )]));
+    ));
     out.push(Line::default());
     match (&app.engine, &app.model) {
         (EngineStatus::Loading { stage, progress }, _) => {
@@ -528,21 +500,15 @@ fn welcome(app: &App, width: usize) -> Vec<Line<'static>> {
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default();
             let done = match stage {
-                crate::engine::LoadStage::Weights => {
-                    format!(" {}%", format::percent(*progress))
-                }
+                crate::engine::LoadStage::Weights => format!(" {}%", format::percent(*progress)),
                 _ => String::new(),
             };
-            out.extend(para(vec![Span::styled(
-                format!("{}: {} …{done}", one_line(&file), stage.words()),
-                theme::WAITING,
-            )]));
+            let loading = format!("{}: {} …{done}", one_line(&file), stage.words());
+            out.extend(note(loading, theme::WAITING));
         }
         (EngineStatus::Failed(error), _) => {
-            out.extend(para(vec![Span::styled(
-                format!("The model could not be loaded: {error}"),
-                theme::FAILED,
-            )]));
+            let failed = format!("The model could not be loaded: {error}");
+            out.extend(note(failed, theme::FAILED));
             out.extend(para(vec![
                 Span::raw("Load another with "),
                 Span::styled("/model PATH", theme::KEY),
@@ -558,13 +524,9 @@ fn welcome(app: &App, width: usize) -> Vec<Line<'static>> {
         }
         (EngineStatus::Ready, None) => {}
     }
-    if let Some(info) = &app.model {
-        if info.synthetic {
-            out.extend(para(vec![Span::styled(
-                format!("⚠ {}", ModelInfo::SYNTHETIC_LABEL),
-                theme::SYNTHETIC,
-            )]));
-        }
+    if app.model.as_ref().is_some_and(|m| m.synthetic) {
+        let warning = format!("⚠ {}", ModelInfo::SYNTHETIC_LABEL);
+        out.extend(note(warning, theme::SYNTHETIC));
     }
     out.push(Line::default());
     let key = |k: &str| Span::styled(k.to_string(), theme::KEY);
@@ -589,11 +551,10 @@ fn welcome(app: &App, width: usize) -> Vec<Line<'static>> {
     ]));
     if let Some(info) = &app.model {
         out.push(Line::default());
-        let mut note = format!("Prompt template: {}", one_line(&info.template));
-        if let Some(why) = &info.template_note {
-            note.push_str(&format!(" ({})", one_line(why)));
-        }
-        out.extend(para(vec![Span::styled(note, theme::DIM)]));
+        let why = info.template_note.as_ref();
+        let why = why.map_or_else(String::new, |why| format!(" ({})", one_line(why)));
+        let template = format!("Prompt template: {}{why}", one_line(&info.template));
+        out.extend(note(template, theme::DIM));
     }
     out
 }

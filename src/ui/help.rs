@@ -2,6 +2,7 @@
 //! on screen (matching `docs/metrics.md`), scrolled by `app.help_scroll`, clamped at draw time.
 
 use ratatui::layout::Rect;
+use ratatui::style::Style;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Clear, Paragraph};
 use ratatui::Frame;
@@ -228,73 +229,53 @@ const METRICS: &[(&str, &str)] = &[
     ),
 ];
 
-/// Column where descriptions start.
-fn key_column(width: usize) -> usize {
-    if width >= 70 {
-        22
-    } else {
-        16
-    }
-}
-
 fn entries(out: &mut Vec<Line<'static>>, items: &[(&str, &str)], w: usize) {
-    let col = key_column(w);
+    // Column where descriptions start.
+    let col = if w >= 70 { 22 } else { 16 };
     let pad = |n: usize| Span::raw(" ".repeat(n));
+    let rest = [pad(col + 2)];
     for (key, text) in items {
         let kw = width(key);
         let text = [Span::styled(text.to_string(), theme::HELP_TEXT)];
+        let mut first = vec![
+            Span::raw("  "),
+            Span::styled(key.to_string(), theme::HELP_KEY),
+        ];
         if kw < col {
-            let first = [
-                Span::raw("  "),
-                Span::styled(key.to_string(), theme::HELP_KEY),
-                pad(col - kw),
-            ];
-            out.extend(wrap(&text, w, &first, &[pad(col + 2)]));
+            first.push(pad(col - kw));
+            out.extend(wrap(&text, w, &first, &rest));
         } else {
-            out.push(Line::from(vec![
-                Span::raw("  "),
-                Span::styled(key.to_string(), theme::HELP_KEY),
-            ]));
-            out.extend(wrap(&text, w, &[pad(col + 2)], &[pad(col + 2)]));
+            out.push(Line::from(first));
+            out.extend(wrap(&text, w, &rest, &rest));
         }
     }
 }
 
+/// A section of the help: its title, a note under it in its style, its entries.
+type Section<'a> = (&'a str, Option<(&'a str, Style)>, &'a [(&'a str, &'a str)]);
+
 /// Every line of the help at `w` columns.
 pub(crate) fn lines(w: usize) -> Vec<Line<'static>> {
+    let metrics = "As defined in docs/metrics.md. Times are taken on the engine thread, from the moment the request is handed to the engine; the figures shown are those of the answer in flight, or else of the last finished one.";
+    let status = "engine state (loading %, ready, queued, prefill, streaming, stopped, turn failed, error) · model name · architecture · parameters · quantization · file size · backend and device · GPU layers · context used/total.";
+    let sections: [Section; 5] = [
+        ("Keys", None, KEYS),
+        ("Editing the message", None, EDIT_KEYS),
+        ("Commands", None, COMMANDS),
+        ("Metrics", Some((metrics, theme::DIM)), METRICS),
+        ("Status line", Some((status, theme::HELP_TEXT)), &[]),
+    ];
     let mut out = Vec::new();
-    let section = |title: &str| Line::from(Span::styled(title.to_string(), theme::HELP_SECTION));
-    out.push(section("Keys"));
-    entries(&mut out, KEYS, w);
-    out.push(Line::default());
-    out.push(section("Editing the message"));
-    entries(&mut out, EDIT_KEYS, w);
-    out.push(Line::default());
-    out.push(section("Commands"));
-    entries(&mut out, COMMANDS, w);
-    out.push(Line::default());
-    out.push(section("Metrics"));
-    out.extend(wrap(
-        &[Span::styled(
-            "As defined in docs/metrics.md. Times are taken on the engine thread, from the moment the request is handed to the engine; the figures shown are those of the answer in flight, or else of the last finished one.",
-            theme::DIM,
-        )],
-        w,
-        &[],
-        &[],
-    ));
-    entries(&mut out, METRICS, w);
-    out.push(Line::default());
-    out.push(section("Status line"));
-    out.extend(wrap(
-        &[Span::styled(
-            "engine state (loading %, ready, queued, prefill, streaming, stopped, turn failed, error) · model name · architecture · parameters · quantization · file size · backend and device · GPU layers · context used/total.",
-            theme::HELP_TEXT,
-        )],
-        w,
-        &[],
-        &[],
-    ));
+    for (i, (title, note, items)) in sections.into_iter().enumerate() {
+        if i > 0 {
+            out.push(Line::default());
+        }
+        out.push(Line::from(Span::styled(title, theme::HELP_SECTION)));
+        if let Some((text, style)) = note {
+            out.extend(wrap(&[Span::styled(text, style)], w, &[], &[]));
+        }
+        entries(&mut out, items, w);
+    }
     out
 }
 

@@ -110,12 +110,6 @@ impl Renderer {
         }
     }
 
-    fn in_item(&self) -> bool {
-        self.containers
-            .iter()
-            .any(|c| matches!(c, Container::Item { .. }))
-    }
-
     /// The prefixes of the next block: for its first line (showing any list marker not shown
     /// yet) and for the lines after it.
     fn prefixes(&mut self) -> (Vec<Span<'static>>, Vec<Span<'static>>) {
@@ -150,7 +144,11 @@ impl Renderer {
 
     /// A blank line after a block, except between the blocks of a list item.
     fn block_gap(&mut self) {
-        if !self.in_item() {
+        if !self
+            .containers
+            .iter()
+            .any(|c| matches!(c, Container::Item { .. }))
+        {
             self.blank();
         }
     }
@@ -182,11 +180,8 @@ impl Renderer {
         let prefix_w: usize = rest.iter().map(|s| super::text::width(&s.content)).sum();
         let inner = self.width.saturating_sub(prefix_w + 2).max(1);
         let mut top = first;
-        let label = if code.lang.is_empty() {
-            "┌─".to_string()
-        } else {
-            format!("┌─ {}", super::text::one_line(&code.lang))
-        };
+        let space = if code.lang.is_empty() { "" } else { " " };
+        let label = format!("┌─{space}{}", super::text::one_line(&code.lang));
         top.push(Span::styled(label, theme::MD_CODE_FRAME));
         self.lines.push(Line::from(top));
         let body = code.text.strip_suffix('\n').unwrap_or(&code.text);
@@ -240,7 +235,6 @@ impl Renderer {
 
     fn start(&mut self, tag: Tag<'_>) {
         match tag {
-            Tag::Paragraph => self.flush_inline(),
             Tag::Heading { level, .. } => {
                 self.flush_inline();
                 self.push_style(match level {
@@ -262,10 +256,8 @@ impl Renderer {
                     }
                     CodeBlockKind::Indented => String::new(),
                 };
-                self.code = Some(CodeBlock {
-                    lang,
-                    text: String::new(),
-                });
+                let text = String::new();
+                self.code = Some(CodeBlock { lang, text });
             }
             Tag::List(start) => {
                 self.flush_inline();
@@ -297,16 +289,8 @@ impl Renderer {
             Tag::Strikethrough => self.push_style(theme::MD_STRIKE),
             Tag::Link { .. } | Tag::Image { .. } => self.push_style(theme::MD_LINK),
             Tag::Superscript | Tag::Subscript => self.push_style(theme::TEXT),
-            Tag::HtmlBlock
-            | Tag::FootnoteDefinition(_)
-            | Tag::DefinitionList
-            | Tag::DefinitionListTitle
-            | Tag::DefinitionListDefinition
-            | Tag::Table(_)
-            | Tag::TableHead
-            | Tag::TableRow
-            | Tag::TableCell
-            | Tag::MetadataBlock(_) => self.flush_inline(),
+            // Paragraphs, and blocks drawn as plain text (HTML, tables, footnotes, …).
+            _ => self.flush_inline(),
         }
     }
 
@@ -354,18 +338,8 @@ impl Renderer {
             | TagEnd::Image
             | TagEnd::Superscript
             | TagEnd::Subscript => self.pop_style(),
-            TagEnd::HtmlBlock
-            | TagEnd::FootnoteDefinition
-            | TagEnd::DefinitionList
-            | TagEnd::DefinitionListTitle
-            | TagEnd::DefinitionListDefinition
-            | TagEnd::Table
-            | TagEnd::TableHead
-            | TagEnd::TableRow
-            | TagEnd::TableCell
-            | TagEnd::MetadataBlock(_) => {
-                self.flush_inline();
-            }
+            // Blocks drawn as plain text (HTML, tables, footnotes, …).
+            _ => self.flush_inline(),
         }
     }
 }

@@ -27,6 +27,17 @@ const MAX_GAP_US: u64 = 1_000_000_000_000;
 /// Below this many inter-token gaps a turn's ITL percentiles and tok/s are marked as few.
 const FEW_GAPS: usize = 8;
 
+/// A row's label and value styles.
+type Styles = (Style, Style);
+/// A headline figure's row (TTFT, decode tok/s).
+const KEY: Styles = (theme::METRIC_LABEL, theme::METRIC_KEY_VALUE);
+/// A figure's row.
+const MAIN: Styles = (theme::METRIC_LABEL, theme::METRIC_VALUE);
+/// A sub-figure's row (indented label, plain value).
+const SUB: Styles = (theme::METRIC_SUB_LABEL, theme::METRIC_VALUE);
+/// A section's first row, its value a plain note.
+const HEAD: Styles = (theme::METRIC_LABEL, theme::METRIC_SUB_LABEL);
+
 enum Content {
     Text(Vec<Line<'static>>),
     /// ITL gaps in microseconds, oldest first.
@@ -77,17 +88,15 @@ pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App, view: &View) {
         width: inner.width.saturating_sub(1),
         ..inner
     };
-    let w = inner.width as usize;
-    let mut pieces = pieces(app, view, w);
+    let mut pieces = pieces(app, view, inner.width as usize);
 
     // Drop the least important pieces until the minimum heights fit.
     let avail = inner.height as usize;
     while pieces.iter().map(Piece::min_height).sum::<usize>() > avail {
-        let Some(worst) = pieces
+        let Some((worst, _)) = pieces
             .iter()
             .enumerate()
             .max_by_key(|(i, p)| (p.priority, *i))
-            .map(|(i, _)| i)
         else {
             break;
         };
@@ -96,16 +105,14 @@ pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App, view: &View) {
     // Share what is left: the sparkline grows first, then the history shows more turns.
     let mut spare = avail.saturating_sub(pieces.iter().map(Piece::min_height).sum());
     let mut heights: Vec<usize> = pieces.iter().map(Piece::min_height).collect();
-    for (p, h) in pieces.iter().zip(heights.iter_mut()) {
-        if matches!(&p.content, Content::Spark(gaps) if !gaps.is_empty()) {
-            let extra = spare.min(SPARK_MAX_ROWS - 1);
-            *h += extra;
-            spare -= extra;
-        }
-    }
-    for (p, h) in pieces.iter().zip(heights.iter_mut()) {
-        if let Content::History { rows, .. } = &p.content {
-            let extra = spare.min(rows.len().saturating_sub(1));
+    for spark in [true, false] {
+        for (p, h) in pieces.iter().zip(heights.iter_mut()) {
+            let extra = match &p.content {
+                Content::Spark(gaps) if spark && !gaps.is_empty() => SPARK_MAX_ROWS - 1,
+                Content::History { rows, .. } if !spark => rows.len().saturating_sub(1),
+                _ => continue,
+            }
+            .min(spare);
             *h += extra;
             spare -= extra;
         }
@@ -123,7 +130,6 @@ pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App, view: &View) {
             Content::Text(lines) => frame.render_widget(Paragraph::new(lines), rect),
             Content::Spark(gaps) => draw_spark(frame, rect, &gaps),
             Content::History { header, rows } => {
-                let shown = h.saturating_sub(1);
                 let mut lines = vec![header];
                 if rows.is_empty() {
                     lines.push(Line::from(Span::styled(
@@ -131,7 +137,7 @@ pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App, view: &View) {
                         theme::DIM,
                     )));
                 }
-                lines.extend(rows[rows.len().saturating_sub(shown)..].iter().cloned());
+                lines.extend_from_slice(&rows[rows.len().saturating_sub(h.saturating_sub(1))..]);
                 frame.render_widget(Paragraph::new(lines), rect);
             }
         }
@@ -161,55 +167,29 @@ fn draw_spark(frame: &mut Frame, rect: Rect, gaps_us: &[u64]) {
     );
 }
 
-/// A sub-figure's row (indented label, plain value).
-fn sub_row(label: &str, value: String, width: usize) -> Line<'static> {
-    row(
-        label,
-        value,
-        width,
-        theme::METRIC_SUB_LABEL,
-        theme::METRIC_VALUE,
-    )
-}
-
-/// A headline figure's row (TTFT, decode tok/s).
-fn key_row(label: &str, value: String, width: usize) -> Line<'static> {
-    row(
-        label,
-        value,
-        width,
-        theme::METRIC_LABEL,
-        theme::METRIC_KEY_VALUE,
-    )
-}
-
-/// A figure's row.
-fn main_row(label: &str, value: String, width: usize) -> Line<'static> {
-    row(
-        label,
-        value,
-        width,
-        theme::METRIC_LABEL,
-        theme::METRIC_VALUE,
-    )
-}
-
-/// A `label … value` row, the value right-aligned to `width`.
-fn row(
-    label: &str,
-    value: String,
-    width: usize,
-    label_style: Style,
-    value_style: Style,
-) -> Line<'static> {
+/// A `label … value` cell `width` columns wide, the value right-aligned.
+fn cell(label: &str, value: String, width: usize, (ls, vs): Styles) -> Vec<Span<'static>> {
     let vw = text_width(&value);
     let label = truncate(label, width.saturating_sub(vw + 1));
     let pad = width.saturating_sub(text_width(&label) + vw).max(1);
-    Line::from(vec![
-        Span::styled(label, label_style),
+    vec![
+        Span::styled(label, ls),
         Span::raw(" ".repeat(pad)),
-        Span::styled(value, value_style),
-    ])
+        Span::styled(value, vs),
+    ]
+}
+
+/// A `label … value` row, the value right-aligned to `width`.
+fn row(label: &str, value: String, width: usize, styles: Styles) -> Line<'static> {
+    Line::from(cell(label, value, width, styles))
+}
+
+/// One sub-figure row per `(label, value)`.
+fn sub_rows<const N: usize>(items: [(&str, String); N], width: usize) -> Vec<Line<'static>> {
+    items
+        .into_iter()
+        .map(|(l, v)| row(l, v, width, SUB))
+        .collect()
 }
 
 /// `n` label/value cells on one row, sharing `width` with one column between cells.
@@ -218,19 +198,37 @@ fn cells(items: &[(&str, String)], width: usize) -> Line<'static> {
     let avail = width.saturating_sub(n - 1);
     let mut spans = Vec::new();
     for (i, (label, value)) in items.iter().enumerate() {
-        // The first cells take the columns that do not divide evenly.
-        let cw = avail / n + usize::from(i < avail % n);
-        let vw = text_width(value);
-        let label = truncate(label, cw.saturating_sub(vw + 1));
-        let pad = cw.saturating_sub(text_width(&label) + vw).max(1);
         if i > 0 {
             spans.push(Span::raw(" "));
         }
-        spans.push(Span::styled(label, theme::METRIC_SUB_LABEL));
-        spans.push(Span::raw(" ".repeat(pad)));
-        spans.push(Span::styled(value.clone(), theme::METRIC_VALUE));
+        // The first cells take the columns that do not divide evenly.
+        let cw = avail / n + usize::from(i < avail % n);
+        spans.extend(cell(label, value.clone(), cw, SUB));
     }
     Line::from(spans)
+}
+
+/// `text` in `style`, cut to `w` columns.
+fn cut(text: &str, w: usize, style: Style) -> Line<'static> {
+    Line::from(Span::styled(truncate(text, w), style))
+}
+
+/// `text` in `style`, wrapped to `w` columns.
+fn wrapped(text: String, style: Style, w: usize) -> Vec<Line<'static>> {
+    wrap(&[Span::styled(text, style)], w, &[], &[])
+}
+
+/// A gauge `w` columns wide: `indent`, a bar filled to `fraction` (clamped to 0..=1), `pct`.
+fn gauge(indent: &'static str, fraction: f64, pct: String, fill: Style, w: usize) -> Line<'static> {
+    let bar_w = w.saturating_sub(pct.len() + indent.len());
+    let filled = ((fraction.clamp(0.0, 1.0) * bar_w as f64).round() as usize).min(bar_w);
+    let bar = [
+        Span::styled("█".repeat(filled), fill),
+        Span::styled("░".repeat(bar_w - filled), theme::GAUGE_EMPTY),
+        Span::styled(pct, theme::METRIC_VALUE),
+    ];
+    let indent = (!indent.is_empty()).then(|| Span::raw(indent));
+    Line::from(indent.into_iter().chain(bar).collect::<Vec<_>>())
 }
 
 fn phase_word(phase: &TurnPhase) -> &'static str {
@@ -249,19 +247,24 @@ fn phase_word(phase: &TurnPhase) -> &'static str {
 fn pieces(app: &App, view: &View, w: usize) -> Vec<Piece> {
     let mut out = Vec::new();
     if app.model.as_ref().is_some_and(|m| m.synthetic) {
-        out.push(synthetic_warning(w));
+        // The loaded model is synthetic: its answers are noise.
+        let warning = format!("⚠ {}", ModelInfo::SYNTHETIC_LABEL);
+        out.push(Piece::text(0, wrapped(warning, theme::SYNTHETIC, w)));
     }
     let focus = view.focus.as_ref();
-    out.push(focus_header(focus, w));
+    // The answer in focus, by number and phase, or "no answer yet".
+    let header = focus.map_or_else(
+        || "no answer yet".to_string(),
+        |f| format!("turn {} · {}", f.number, phase_word(&f.turn.phase)),
+    );
+    out.push(Piece::text(1, vec![cut(&header, w, theme::METRIC_HEADER)]));
     out.extend(latency_pieces(view, w));
     out.extend(itl_pieces(focus, w));
     out.extend(speculation_pieces(focus, w));
     out.extend(host_piece(focus, w));
-    if let Some(lines) = quality_lines(app, focus.map(|f| f.turn), w) {
-        out.push(Piece::text(3, lines));
-    }
-    if let Some(lines) = confidence_lines(app, focus.map(|f| f.turn), w) {
-        out.push(Piece::text(3, lines));
+    let turn = focus.map(|f| f.turn);
+    for lines in [quality_lines(app, turn, w), confidence_lines(app, turn, w)] {
+        out.extend(lines.map(|lines| Piece::text(3, lines)));
     }
     out.push(Piece::text(2, context_lines(view, w)));
     out.push(Piece::text(4, roofline_lines(app, view, w)));
@@ -269,213 +272,137 @@ fn pieces(app: &App, view: &View, w: usize) -> Vec<Piece> {
     out
 }
 
-/// The warning that the loaded model is synthetic (its answers are noise).
-fn synthetic_warning(w: usize) -> Piece {
-    Piece::text(
-        0,
-        wrap(
-            &[Span::styled(
-                format!("⚠ {}", ModelInfo::SYNTHETIC_LABEL),
-                theme::SYNTHETIC,
-            )],
-            w,
-            &[],
-            &[],
-        ),
-    )
-}
-
-/// The answer in focus, by number and phase, or "no answer yet".
-fn focus_header(focus: Option<&Focus>, w: usize) -> Piece {
-    let header = match focus {
-        Some(f) => format!("turn {} · {}", f.number, phase_word(&f.turn.phase)),
-        None => "no answer yet".to_string(),
-    };
-    Piece::text(
-        1,
-        vec![Line::from(Span::styled(
-            truncate(&header, w),
-            theme::METRIC_HEADER,
-        ))],
-    )
-}
-
 /// The waiting clock, TTFT and its breakdown (local stages or a server's), decode speed,
 /// TPOT, tokens and E2E.
 fn latency_pieces(view: &View, w: usize) -> Vec<Piece> {
     let s = view.focus.as_ref().map(|f| &f.figures);
-    let mut out = Vec::new();
-    if let Some(waited) = view.waiting {
-        out.push(Piece::text(
-            1,
-            vec![key_row("waiting ms", format::num(Some(ms(waited))), w)],
-        ));
-    }
-    out.push(Piece::text(
-        1,
-        vec![key_row(
-            "TTFT ms",
-            format::num(s.and_then(|s| s.ttft_ms)),
-            w,
-        )],
-    ));
-    if let Some(r) = s.and_then(|s| s.remote.as_ref()) {
-        out.push(Piece::text(6, remote_breakdown(r, w)));
-    } else {
-        out.push(Piece::text(6, ttft_breakdown(s, w)));
-    }
-    out.push(Piece::text(
-        1,
-        vec![key_row(
-            "decode tok/s",
-            format::num(s.and_then(|s| s.decode_tok_per_s)),
-            w,
-        )],
-    ));
-    out.push(Piece::text(
-        6,
-        vec![main_row(
-            "TPOT ms",
-            format::num(s.and_then(|s| s.tpot_ms)),
-            w,
-        )],
-    ));
-    out.push(Piece::text(
-        3,
-        vec![
-            main_row("tokens", opt_count(s.map(|s| s.tokens_generated)), w),
-            main_row("E2E ms", format::num(s.and_then(|s| s.e2e_ms)), w),
-        ],
-    ));
-    out
+    let num = |f: fn(&Figures) -> Option<f64>| format::num(s.and_then(f));
+    let waiting = view.waiting.map(|waited| {
+        let waiting = format::num(Some(ms(waited)));
+        Piece::text(1, vec![row("waiting ms", waiting, w, KEY)])
+    });
+    let breakdown = match s.and_then(|s| s.remote.as_ref()) {
+        Some(r) => remote_breakdown(r, w),
+        None => ttft_breakdown(s, w),
+    };
+    let tokens = opt_count(s.map(|s| s.tokens_generated));
+    waiting
+        .into_iter()
+        .chain([
+            Piece::text(1, vec![row("TTFT ms", num(|s| s.ttft_ms), w, KEY)]),
+            Piece::text(6, breakdown),
+            Piece::text(
+                1,
+                vec![row("decode tok/s", num(|s| s.decode_tok_per_s), w, KEY)],
+            ),
+            Piece::text(6, vec![row("TPOT ms", num(|s| s.tpot_ms), w, MAIN)]),
+            Piece::text(
+                3,
+                vec![
+                    row("tokens", tokens, w, MAIN),
+                    row("E2E ms", num(|s| s.e2e_ms), w, MAIN),
+                ],
+            ),
+        ])
+        .collect()
 }
 
 /// A local turn's TTFT breakdown: queue, template and tokenize, prefill, first sample, and the
 /// prompt's prefilled and cached tokens with the prefill speed.
 fn ttft_breakdown(s: Option<&Figures>, w: usize) -> Vec<Line<'static>> {
-    vec![
-        sub_row("  queue ms", format::num(s.and_then(|s| s.queue_ms)), w),
-        sub_row(
-            "  tmpl+tok ms",
-            format::num(s.and_then(|s| s.template_tokenize_ms)),
-            w,
-        ),
-        sub_row("  prefill ms", format::num(s.and_then(|s| s.prefill_ms)), w),
-        sub_row(
-            "  first sample ms",
-            format::num(s.and_then(|s| s.first_sample_ms)),
-            w,
-        ),
-        sub_row(
-            "  prefill tok",
-            opt_count(s.and_then(|s| s.prefilled_tokens)),
-            w,
-        ),
-        sub_row(
-            "  cached tok",
-            opt_count(s.and_then(|s| s.cached_tokens)),
-            w,
-        ),
-        sub_row(
-            "  prefill tok/s",
-            format::num(s.and_then(|s| s.prefill_tok_per_s)),
-            w,
-        ),
-    ]
+    let num = |f: fn(&Figures) -> Option<f64>| format::num(s.and_then(f));
+    let count = |f: fn(&Figures) -> Option<usize>| opt_count(s.and_then(f));
+    sub_rows(
+        [
+            ("  queue ms", num(|s| s.queue_ms)),
+            ("  tmpl+tok ms", num(|s| s.template_tokenize_ms)),
+            ("  prefill ms", num(|s| s.prefill_ms)),
+            ("  first sample ms", num(|s| s.first_sample_ms)),
+            ("  prefill tok", count(|s| s.prefilled_tokens)),
+            ("  cached tok", count(|s| s.cached_tokens)),
+            ("  prefill tok/s", num(|s| s.prefill_tok_per_s)),
+        ],
+        w,
+    )
 }
 
 /// ITL: the gap count and percentiles, then the sparkline of the gaps (or why a resumed turn
 /// has none).
 fn itl_pieces(focus: Option<&Focus>, w: usize) -> [Piece; 2] {
-    let (label, sub) = (theme::METRIC_LABEL, theme::METRIC_SUB_LABEL);
     // ITL: the last gap comes from the timeline, the statistics from the summary.
     let gaps: &[std::time::Duration] = focus.map_or(&[], |f| &f.gaps);
     let itl = focus.and_then(|f| f.figures.itl);
     let count = itl.map_or(0, |i| i.count);
     // A handful of gaps makes p90/p99 the max and the mean a guess: said beside the count.
-    let gaps_word = if (1..FEW_GAPS).contains(&count) {
-        format!("{count} gaps, few")
+    let few = if (1..FEW_GAPS).contains(&count) {
+        ", few"
     } else {
-        format!("{count} gaps")
+        ""
     };
+    let num = |f: fn(&crate::metrics::LatencyStats) -> f64| format::num(itl.as_ref().map(f));
     let figures = Piece::text(
         2,
         vec![
-            row("ITL ms", gaps_word, w, label, sub),
+            row("ITL ms", format!("{count} gaps{few}"), w, HEAD),
             cells(
                 &[
                     ("last", format::num(gaps.last().map(|g| ms(*g)))),
-                    ("mean", format::num(itl.map(|i| i.mean_ms))),
-                    ("p50", format::num(itl.map(|i| i.p50_ms))),
+                    ("mean", num(|i| i.mean_ms)),
+                    ("p50", num(|i| i.p50_ms)),
                 ],
                 w,
             ),
             cells(
                 &[
-                    ("p90", format::num(itl.map(|i| i.p90_ms))),
-                    ("p99", format::num(itl.map(|i| i.p99_ms))),
-                    ("max", format::num(itl.map(|i| i.max_ms))),
+                    ("p90", num(|i| i.p90_ms)),
+                    ("p99", num(|i| i.p99_ms)),
+                    ("max", num(|i| i.max_ms)),
                 ],
                 w,
             ),
         ],
     );
-    let bars = Piece {
-        priority: 4,
-        // A resumed turn keeps its figures but not its gaps: never "no gaps yet" beside them.
-        content: if gaps.is_empty() && count > 0 {
-            Content::Text(vec![Line::from(Span::styled(
-                truncate("ITL bars: not saved (resumed)", w),
-                theme::DIM,
-            ))])
-        } else {
-            Content::Spark(
-                gaps.iter()
-                    .map(|g| {
-                        u64::try_from(g.as_micros()).map_or(MAX_GAP_US, |us| us.min(MAX_GAP_US))
-                    })
-                    .collect(),
-            )
-        },
+    // A resumed turn keeps its figures but not its gaps: never "no gaps yet" beside them.
+    let bars = if gaps.is_empty() && count > 0 {
+        Content::Text(vec![cut("ITL bars: not saved (resumed)", w, theme::DIM)])
+    } else {
+        Content::Spark(
+            gaps.iter()
+                .map(|g| u64::try_from(g.as_micros()).map_or(MAX_GAP_US, |us| us.min(MAX_GAP_US)))
+                .collect(),
+        )
     };
-    [figures, bars]
+    [
+        figures,
+        Piece {
+            priority: 4,
+            content: bars,
+        },
+    ]
 }
 
 /// Speculation: the gaps between target passes and tokens per pass (when a pass delivers
 /// several tokens), then the speculation figures.
 fn speculation_pieces(focus: Option<&Focus>, w: usize) -> Vec<Piece> {
-    let mut out = Vec::new();
     // A verify pass's accepted tokens share one time, so the per-pass figures go beside the
     // per-token ones.
-    if let Some((gap, per_pass)) = focus
+    let passes = focus
         .and_then(|f| f.figures.pass_gap.zip(f.figures.tokens_per_pass))
         .filter(|(_, per_pass)| *per_pass > 1.0)
-    {
-        out.push(Piece::text(
-            2,
-            vec![
-                row(
-                    "pass gap ms",
-                    format!("{} passes", gap.count),
-                    w,
-                    theme::METRIC_LABEL,
-                    theme::METRIC_SUB_LABEL,
-                ),
-                cells(
-                    &[
-                        ("p50", format::num(Some(gap.p50_ms))),
-                        ("max", format::num(Some(gap.max_ms))),
-                        ("tok/pass", format::num(Some(per_pass))),
-                    ],
-                    w,
-                ),
-            ],
-        ));
-    }
-    if let Some(stats) = focus.and_then(|f| f.turn.spec.as_ref()) {
-        out.push(Piece::text(3, spec_lines(stats, w)));
-    }
-    out
+        .map(|(gap, per_pass)| {
+            let head = row("pass gap ms", format!("{} passes", gap.count), w, HEAD);
+            let figures = [
+                ("p50", format::num(Some(gap.p50_ms))),
+                ("max", format::num(Some(gap.max_ms))),
+                ("tok/pass", format::num(Some(per_pass))),
+            ];
+            Piece::text(2, vec![head, cells(&figures, w)])
+        });
+    let spec = focus.and_then(|f| f.turn.spec.as_ref());
+    passes
+        .into_iter()
+        .chain(spec.map(|stats| Piece::text(3, spec_lines(stats, w))))
+        .collect()
 }
 
 /// Host time per token and where sampling ran, for a local turn that measured it.
@@ -483,18 +410,11 @@ fn host_piece(focus: Option<&Focus>, w: usize) -> Option<Piece> {
     let h = focus
         .and_then(|f| f.turn.host.as_ref())
         .filter(|h| h.host_us_per_token.is_some() && h.sampler != "server")?;
+    let place = if h.place.backend { "graph" } else { "host" };
+    let label = format!("host µs/tok ({place} sampling)");
     Some(Piece::text(
         3,
-        vec![row(
-            &format!(
-                "host µs/tok ({} sampling)",
-                if h.place.backend { "graph" } else { "host" }
-            ),
-            format::num(h.host_us_per_token),
-            w,
-            theme::METRIC_LABEL,
-            theme::METRIC_SUB_LABEL,
-        )],
+        vec![row(&label, format::num(h.host_us_per_token), w, HEAD)],
     ))
 }
 
@@ -502,7 +422,7 @@ fn host_piece(focus: Option<&Focus>, w: usize) -> Option<Piece> {
 /// the bandwidth ceiling that gives, how close decode gets to it (MBU), and the cost per 1M
 /// tokens at the configured GPU-hour price. All from `metrics::roofline`.
 fn roofline_lines(app: &App, view: &View, w: usize) -> Vec<Line<'static>> {
-    use crate::metrics::roofline::BandwidthSource;
+    use crate::metrics::roofline::{BandwidthSource, ABOVE_CEILING};
     let roofline = &view.roofline;
     let bandwidth = roofline.bandwidth.as_ref();
     let split = bandwidth.and_then(|b| match &b.source {
@@ -531,13 +451,8 @@ fn roofline_lines(app: &App, view: &View, w: usize) -> Vec<Line<'static>> {
     );
     if lines.len() > 3 {
         lines.truncate(3);
-        if let Some(last) = lines.last_mut() {
-            let text: String = last.spans.iter().map(|s| s.content.as_ref()).collect();
-            *last = Line::from(Span::styled(
-                truncate(&format!("{}…", text.trim_end()), w),
-                theme::DIM,
-            ));
-        }
+        let text: String = lines[2].spans.iter().map(|s| s.content.as_ref()).collect();
+        lines[2] = cut(&format!("{}…", text.trim_end()), w, theme::DIM);
     }
     // A partial offload: where the KV cache is (each layer's cache sits on that layer's
     // device; the output layer has none), each side's figure and where it comes from, then
@@ -546,69 +461,42 @@ fn roofline_lines(app: &App, view: &View, w: usize) -> Vec<Line<'static>> {
         // llama.cpp offloads the output layer first (it has no cache), then the repeating
         // layers from the last (`LayerSplit`).
         let layers = crate::metrics::roofline::LayerSplit::of(of.saturating_sub(1), n);
-        lines.push(sub_row(
-            "  KV on GPU",
-            format!("{}/{} layers", layers.repeating_on_gpu, layers.n_layer),
-            w,
-        ));
+        let kv = format!("{}/{} layers", layers.repeating_on_gpu, layers.n_layer);
+        lines.push(row("  KV on GPU", kv, w, SUB));
         for (label, gb_s, from) in [("  GPU GB/s", gpu_gb_s, gpu), ("  CPU GB/s", cpu_gb_s, cpu)] {
-            lines.push(sub_row(label, format::num(Some(gb_s)), w));
-            lines.push(Line::from(Span::styled(
-                truncate(&format!("    {}", from.label()), w),
-                theme::DIM,
-            )));
+            lines.push(row(label, format::num(Some(gb_s)), w, SUB));
+            lines.push(cut(&format!("    {}", from.label()), w, theme::DIM));
         }
     }
-    lines.extend([
-        sub_row(
-            if split.is_some() {
-                "  blend GB/s"
-            } else {
-                "  bandwidth GB/s"
-            },
-            format::num(bandwidth.map(|b| b.bytes_per_s / 1e9)),
-            w,
-        ),
-        sub_row(
-            "  bytes/token MB",
-            format::num(roofline.bytes_per_token.map(|b| b / 1e6)),
-            w,
-        ),
-        sub_row(
-            "  ceiling tok/s",
-            format::num(roofline.ceiling_tok_per_s),
-            w,
-        ),
-    ]);
+    let blend = if split.is_some() {
+        "  blend GB/s"
+    } else {
+        "  bandwidth GB/s"
+    };
+    lines.extend(sub_rows(
+        [
+            (blend, format::num(bandwidth.map(|b| b.bytes_per_s / 1e9))),
+            (
+                "  bytes/token MB",
+                format::num(roofline.bytes_per_token.map(|b| b / 1e6)),
+            ),
+            ("  ceiling tok/s", format::num(roofline.ceiling_tok_per_s)),
+        ],
+        w,
+    ));
     match roofline.mbu {
         Some(u) => {
             let above = crate::metrics::roofline::above_ceiling(u);
             let pct = format!(" MBU {:>3.0}%{}", u * 100.0, if above { "↑" } else { "" });
-            let bar_w = w.saturating_sub(pct.len() + 2);
-            let filled = ((u.clamp(0.0, 1.0) * bar_w as f64).round() as usize).min(bar_w);
-            lines.push(Line::from(vec![
-                Span::raw("  "),
-                Span::styled("█".repeat(filled), theme::GAUGE_FILLED),
-                Span::styled("░".repeat(bar_w - filled), theme::GAUGE_EMPTY),
-                Span::styled(pct, theme::METRIC_VALUE),
-            ]));
+            lines.push(gauge("  ", u, pct, theme::GAUGE_FILLED, w));
             if above {
-                lines.push(Line::from(Span::styled(
-                    truncate(
-                        &format!("  ↑ {}", crate::metrics::roofline::ABOVE_CEILING),
-                        w,
-                    ),
-                    theme::DIM,
-                )));
+                lines.push(cut(&format!("  ↑ {ABOVE_CEILING}"), w, theme::DIM));
             }
         }
-        None => lines.push(sub_row("  MBU %", "—".to_string(), w)),
+        None => lines.push(row("  MBU %", "—".to_string(), w, SUB)),
     }
     if let Some(other) = &roofline.other_model {
-        lines.push(Line::from(Span::styled(
-            truncate(&format!("  ran on {other}: no MBU"), w),
-            theme::DIM,
-        )));
+        lines.push(cut(&format!("  ran on {other}: no MBU"), w, theme::DIM));
     }
     // What the configured hour is the price of: the GPU's when layers run on one, the
     // server's for a remote chat, else this machine's.
@@ -617,10 +505,12 @@ fn roofline_lines(app: &App, view: &View, w: usize) -> Vec<Line<'static>> {
         Some(m) if m.n_gpu_layers > 0 && m.backend != "CPU" => "GPU-h",
         _ => "machine-h",
     };
-    lines.push(sub_row(
-        &format!("  $/1M @{:.2}/{hour}", app.price_per_hour_usd),
+    let price = format!("  $/1M @{:.2}/{hour}", app.price_per_hour_usd);
+    lines.push(row(
+        &price,
         format::num(roofline.cost_per_million_tokens),
         w,
+        SUB,
     ));
     lines
 }
@@ -628,73 +518,56 @@ fn roofline_lines(app: &App, view: &View, w: usize) -> Vec<Line<'static>> {
 /// A remote turn's TTFT breakdown (network round trip, the server's prompt time and cache
 /// hits, the rest) and the source of its token counts; "—" for what the server does not say.
 fn remote_breakdown(r: &super::view::RemoteFigures, w: usize) -> Vec<Line<'static>> {
-    let count = |n: Option<u64>| n.map_or_else(|| "—".to_string(), |n| n.to_string());
-    let mut lines = vec![sub_row(
+    let mut lines = vec![row(
         "  network RTT ms",
         format::num(r.network_rtt_ms),
         w,
+        SUB,
     )];
     if r.server_queue_ms.is_some() || r.server_first_token_ms.is_some() {
         // vLLM's own split: its queue, then its time to first token; the rest is the
         // transport and the server's tokenizer.
-        lines.push(sub_row(
-            "  server queue ms",
-            format::num(r.server_queue_ms),
+        lines.extend(sub_rows(
+            [
+                ("  server queue ms", format::num(r.server_queue_ms)),
+                ("  server TTFT ms", format::num(r.server_first_token_ms)),
+                ("  net+other ms", format::num(r.rest_ms)),
+            ],
             w,
         ));
-        lines.push(sub_row(
-            "  server TTFT ms",
-            format::num(r.server_first_token_ms),
-            w,
-        ));
-        lines.push(sub_row("  net+other ms", format::num(r.rest_ms), w));
     } else {
         if r.server_load_ms.is_some() {
-            lines.push(sub_row(
+            lines.push(row(
                 "  server load ms",
                 format::num(r.server_load_ms),
                 w,
+                SUB,
             ));
         }
-        lines.push(sub_row(
-            "  server prompt ms",
-            format::num(r.server_prompt_ms),
+        lines.extend(sub_rows(
+            [
+                ("  server prompt ms", format::num(r.server_prompt_ms)),
+                ("  1st step+net ms", format::num(r.rest_ms)),
+            ],
             w,
         ));
-        lines.push(sub_row("  1st step+net ms", format::num(r.rest_ms), w));
     }
-    lines.push(sub_row("  prompt tok", count(r.prompt_tokens), w));
-    lines.push(sub_row("  cached tok", count(r.cached_tokens), w));
-    lines.extend(wrap(
-        &[Span::styled(
-            format!("tokens: {}", r.token_source),
-            theme::METRIC_SUB_LABEL,
-        )],
+    lines.extend(sub_rows(
+        [
+            ("  prompt tok", opt_count(r.prompt_tokens)),
+            ("  cached tok", opt_count(r.cached_tokens)),
+        ],
         w,
-        &[],
-        &[],
     ));
+    let source = format!("tokens: {}", r.token_source);
+    lines.extend(wrapped(source, theme::METRIC_SUB_LABEL, w));
     if let Some(cold) = r.cold {
-        lines.extend(wrap(
-            &[Span::styled(
-                format!("⚠ cold: {}", cold.words()),
-                theme::NOTICE_WARNING,
-            )],
-            w,
-            &[],
-            &[],
-        ));
+        let cold = format!("⚠ cold: {}", cold.words());
+        lines.extend(wrapped(cold, theme::NOTICE_WARNING, w));
     }
     if let Some(source) = r.timing_source {
-        lines.extend(wrap(
-            &[Span::styled(
-                format!("server times: {source}"),
-                theme::METRIC_SUB_LABEL,
-            )],
-            w,
-            &[],
-            &[],
-        ));
+        let source = format!("server times: {source}");
+        lines.extend(wrapped(source, theme::METRIC_SUB_LABEL, w));
     }
     lines
 }
@@ -704,52 +577,39 @@ fn remote_breakdown(r: &super::view::RemoteFigures, w: usize) -> Vec<Line<'stati
 /// one (against this turn's own plain passes; `—` without any).
 fn spec_lines(stats: &crate::metrics::spec::SpecStats, w: usize) -> Vec<Line<'static>> {
     let sp = stats.summary();
-    let pct = |v: Option<f64>| format::num(v.map(|x| x * 100.0));
-    let mut lines = vec![row(
-        &format!("spec {} k≤{}", sp.mode, sp.draft_max),
-        format!("{}/{} accepted", sp.accepted, sp.drafted),
-        w,
-        theme::METRIC_LABEL,
-        theme::METRIC_SUB_LABEL,
-    )];
+    let head = format!("spec {} k≤{}", sp.mode, sp.draft_max);
+    let accepted = format!("{}/{} accepted", sp.accepted, sp.drafted);
+    let mut lines = vec![row(&head, accepted, w, HEAD)];
     if let Some(why) = &sp.off_reason {
-        lines.push(Line::from(Span::styled(
-            truncate(&format!("off: {why}"), w),
-            theme::DIM,
-        )));
+        lines.push(cut(&format!("off: {why}"), w, theme::DIM));
         return lines;
     }
-    lines.push(cells(
-        &[
-            ("acc%", pct(sp.acceptance_rate)),
-            ("tok/pass", format::num(sp.tokens_per_pass)),
-        ],
-        w,
-    ));
-    lines.push(cells(
-        &[
-            ("draft ms", format::num(sp.draft_ms_per_step)),
-            ("verify ms", format::num(sp.verify_ms_per_pass)),
-        ],
-        w,
-    ));
-    lines.push(sub_row(
-        "  target passes/tok",
-        format::num(sp.passes_per_token),
-        w,
-    ));
-    lines.push(cells(
-        &[
-            ("exp ×", format::num(sp.expected_speedup)),
-            ("meas ×", format::num(sp.measured_speedup)),
-        ],
-        w,
-    ));
-    lines.push(sub_row(
-        "  exp × with compute",
-        format::num(sp.expected_speedup_compute),
-        w,
-    ));
+    let num = format::num;
+    let acc = num(sp.acceptance_rate.map(|x| x * 100.0));
+    lines.extend([
+        cells(&[("acc%", acc), ("tok/pass", num(sp.tokens_per_pass))], w),
+        cells(
+            &[
+                ("draft ms", num(sp.draft_ms_per_step)),
+                ("verify ms", num(sp.verify_ms_per_pass)),
+            ],
+            w,
+        ),
+        row("  target passes/tok", num(sp.passes_per_token), w, SUB),
+        cells(
+            &[
+                ("exp ×", num(sp.expected_speedup)),
+                ("meas ×", num(sp.measured_speedup)),
+            ],
+            w,
+        ),
+        row(
+            "  exp × with compute",
+            num(sp.expected_speedup_compute),
+            w,
+            SUB,
+        ),
+    ]);
     lines
 }
 
@@ -779,54 +639,47 @@ fn quality_lines(
     } else {
         name
     };
-    let mut lines = vec![row(
-        "quality",
-        name,
-        w,
-        theme::METRIC_LABEL,
-        theme::METRIC_SUB_LABEL,
-    )];
-    let dim = |text: String| Line::from(Span::styled(truncate(&text, w), theme::DIM));
+    let mut lines = vec![row("quality", name, w, HEAD)];
+    let dim = |text: &str| cut(text, w, theme::DIM);
     match quality {
-        None => lines.push(dim("  scored after each answer".to_string())),
-        Some(TurnQuality::Scoring(_)) => lines.push(dim("  scoring…".to_string())),
+        None => lines.push(dim("  scored after each answer")),
+        Some(TurnQuality::Scoring(_)) => lines.push(dim("  scoring…")),
         Some(TurnQuality::NotScored(why)) => {
             let why = why.lines().next().unwrap_or_default();
-            lines.push(dim(format!("  not scored: {why}")));
+            lines.push(dim(&format!("  not scored: {why}")));
         }
         Some(TurnQuality::Scored(score)) => match &score.summary {
-            None => lines.push(dim("  no answer tokens".to_string())),
+            None => lines.push(dim("  no answer tokens")),
             Some(a) => {
-                lines.push(cells(
-                    &[
-                        ("KLD", format!("{:.4}", a.kld_mean)),
-                        ("p99", format!("{:.4}", a.kld_p99)),
-                    ],
-                    w,
-                ));
-                lines.push(cells(
-                    &[
-                        ("same top", format!("{:.1}%", a.same_top_pct)),
-                        ("<1% ref", a.below_low_p.to_string()),
-                    ],
-                    w,
-                ));
                 let divergence = a
                     .first_divergence
                     .map_or_else(|| "none".to_string(), |i| format!("token {i}"));
-                lines.push(sub_row("  1st diverges", divergence, w));
+                lines.extend([
+                    cells(
+                        &[
+                            ("KLD", format!("{:.4}", a.kld_mean)),
+                            ("p99", format!("{:.4}", a.kld_p99)),
+                        ],
+                        w,
+                    ),
+                    cells(
+                        &[
+                            ("same top", format!("{:.1}%", a.same_top_pct)),
+                            ("<1% ref", a.below_low_p.to_string()),
+                        ],
+                        w,
+                    ),
+                    row("  1st diverges", divergence, w, SUB),
+                ]);
                 if !app.quality_colours {
-                    lines.push(dim("  Alt+K: tokens by KLD".to_string()));
+                    lines.push(dim("  Alt+K: tokens by KLD"));
                 }
             }
         },
     }
     if let Some(c) = app.conversation_quality().filter(|c| c.answers > 1) {
-        lines.push(sub_row(
-            &format!("  {} answers", c.answers),
-            format!("KLD {:.4} · {:.1}%", c.kld_mean, c.same_top_pct),
-            w,
-        ));
+        let pooled = format!("KLD {:.4} · {:.1}%", c.kld_mean, c.same_top_pct);
+        lines.push(row(&format!("  {} answers", c.answers), pooled, w, SUB));
     }
     Some(lines)
 }
@@ -844,68 +697,57 @@ fn confidence_lines(
     if confidence.is_none() && !app.own_confidence {
         return None;
     }
-    let mut lines = vec![row(
-        "own confidence",
-        String::new(),
-        w,
-        theme::METRIC_LABEL,
-        theme::METRIC_SUB_LABEL,
-    )];
-    let dim = |text: &str| Line::from(Span::styled(truncate(text, w), theme::DIM));
-    match confidence {
-        None => lines.push(dim("  measured from the next answer")),
+    let head = row("own confidence", String::new(), w, HEAD);
+    let rest = match confidence {
+        None => vec![cut("  measured from the next answer", w, theme::DIM)],
         Some(TurnConfidence::Unavailable) => {
-            lines.push(dim("  not available: sampled on the backend"));
+            vec![cut(
+                "  not available: sampled on the backend",
+                w,
+                theme::DIM,
+            )]
         }
         Some(TurnConfidence::Measured(tokens)) => match AnswerConfidence::of(tokens) {
-            None => lines.push(dim("  no answer tokens")),
-            Some(a) => {
-                lines.push(cells(
+            None => vec![cut("  no answer tokens", w, theme::DIM)],
+            Some(a) => vec![
+                cells(
                     &[
                         ("mean p", format!("{:.3}", a.p_mean)),
                         ("min p", format!("{:.3}", a.p_min)),
                     ],
                     w,
-                ));
-                lines.push(cells(
+                ),
+                cells(
                     &[
                         ("entropy", format!("{:.2}", a.entropy_mean)),
                         (&format!("p<{CONFIDENCE_LOW_P}"), a.below_low_p.to_string()),
                     ],
                     w,
-                ));
-            }
+                ),
+            ],
         },
-    }
-    Some(lines)
+    };
+    Some(std::iter::once(head).chain(rest).collect())
 }
 
-fn opt_count(n: Option<usize>) -> String {
+/// A count, or `—` when unknown.
+fn opt_count<T: ToString>(n: Option<T>) -> String {
     n.map_or_else(|| "—".to_string(), |n| n.to_string())
 }
 
 fn context_lines(view: &View, w: usize) -> Vec<Line<'static>> {
     let (used, total) = (view.context_used, view.n_ctx);
-    let value = match total {
-        Some(t) => format!("{used} / {t}"),
-        None => "—".to_string(),
-    };
-    let mut lines = vec![main_row("context tok", value, w)];
+    let value = total.map_or_else(|| "—".to_string(), |t| format!("{used} / {t}"));
+    let mut lines = vec![row("context tok", value, w, MAIN)];
     if let Some(total) = total.filter(|t| *t > 0) {
         let fraction = (used as f64 / f64::from(total)).clamp(0.0, 1.0);
         let pct = format!(" {:>3.0}%", fraction * 100.0);
-        let bar_w = w.saturating_sub(pct.len());
-        let filled = ((fraction * bar_w as f64).round() as usize).min(bar_w);
-        let fill_style = if fraction >= 0.9 {
+        let fill = if fraction >= 0.9 {
             theme::GAUGE_FULL
         } else {
             theme::GAUGE_FILLED
         };
-        lines.push(Line::from(vec![
-            Span::styled("█".repeat(filled), fill_style),
-            Span::styled("░".repeat(bar_w - filled), theme::GAUGE_EMPTY),
-            Span::styled(pct, theme::METRIC_VALUE),
-        ]));
+        lines.push(gauge("", fraction, pct, fill, w));
     }
     lines
 }
@@ -920,10 +762,11 @@ fn history(app: &App, w: usize) -> Piece {
             format!("{n:>3} {ttft:>9} {rate:>8}")
         }
     };
-    let header = Line::from(Span::styled(
-        truncate(&fmt_row("#", "TTFT ms", "tok/s", "tok"), w),
+    let header = cut(
+        &fmt_row("#", "TTFT ms", "tok/s", "tok"),
+        w,
         theme::METRIC_SECTION,
-    ));
+    );
     let rows = app
         .conversation
         .exchanges
@@ -938,22 +781,15 @@ fn history(app: &App, w: usize) -> Piece {
                 ""
             };
             // `~`: a rate from fewer than FEW_GAPS gaps (F1 says so).
-            let few = s.itl.is_none_or(|itl| itl.count < FEW_GAPS);
+            let few = s.itl.is_none_or(|itl| itl.count < FEW_GAPS) && s.decode_tok_per_s.is_some();
             let rate = crate::fmt::opt(s.decode_tok_per_s, 1);
             let text = fmt_row(
                 &format!("{mark}{}", i + 1),
                 &format::num(s.ttft_ms),
-                &if few && s.decode_tok_per_s.is_some() {
-                    format!("~{rate}")
-                } else {
-                    rate
-                },
+                &format!("{}{rate}", if few { "~" } else { "" }),
                 &s.tokens_generated.to_string(),
             );
-            Some(Line::from(Span::styled(
-                truncate(&text, w),
-                theme::METRIC_LABEL,
-            )))
+            Some(cut(&text, w, theme::METRIC_LABEL))
         })
         .collect();
     Piece {
@@ -965,26 +801,18 @@ fn history(app: &App, w: usize) -> Piece {
 /// The key figures on one line, for terminals too narrow for the column.
 pub(crate) fn strip(view: &View) -> Line<'static> {
     let s = view.focus.as_ref().map(|f| &f.figures);
-    let mut parts = Vec::new();
-    if let Some(waited) = view.waiting {
-        parts.push(format!("waiting {} ms", format::num(Some(ms(waited)))));
-    }
-    parts.push(format!(
-        "TTFT {} ms",
-        format::num(s.and_then(|s| s.ttft_ms))
-    ));
-    parts.push(format!(
-        "{} tok/s",
-        format::num(s.and_then(|s| s.decode_tok_per_s))
-    ));
-    parts.push(format!(
-        "ITL p50 {} ms",
-        format::num(s.and_then(|s| s.itl).map(|i| i.p50_ms))
-    ));
-    let (used, total) = (view.context_used, view.n_ctx);
-    parts.push(format!(
-        "ctx {used}/{}",
-        total.map_or_else(|| "—".to_string(), |t| t.to_string())
-    ));
+    let num = |f: fn(&Figures) -> Option<f64>| format::num(s.and_then(f));
+    let waiting = view
+        .waiting
+        .map(|waited| format!("waiting {} ms", format::num(Some(ms(waited)))));
+    let parts: Vec<String> = waiting
+        .into_iter()
+        .chain([
+            format!("TTFT {} ms", num(|s| s.ttft_ms)),
+            format!("{} tok/s", num(|s| s.decode_tok_per_s)),
+            format!("ITL p50 {} ms", num(|s| s.itl.map(|i| i.p50_ms))),
+            format!("ctx {}/{}", view.context_used, opt_count(view.n_ctx)),
+        ])
+        .collect();
     Line::from(Span::styled(parts.join(" · "), theme::METRICS_STRIP))
 }

@@ -72,9 +72,7 @@ pub(super) fn draw(frame: &mut Frame, area: Rect, app: &App) {
             let selected = p.selected.min(rows.len() - 1);
             let first = (selected + 1).saturating_sub(list_h);
             for (at, &i) in rows.iter().enumerate().skip(first).take(list_h) {
-                let m = &found.models[i];
-                let line = row(m, at == selected, name_w, path_w);
-                lines.push(line);
+                lines.push(row(&found.models[i], at == selected, name_w, path_w));
             }
         }
     }
@@ -109,33 +107,28 @@ fn tail(path: &str, w: usize) -> String {
     if width(path) <= w {
         return path.to_string();
     }
-    let chars: Vec<char> = path.chars().collect();
-    let mut out = String::new();
-    for start in 0..chars.len() {
-        let t: String = chars[start..].iter().collect();
-        if width(&t) < w {
-            out = format!("…{t}");
-            break;
-        }
-    }
-    out
+    let mut tails = path.char_indices().map(|(start, _)| &path[start..]);
+    let tail = tails.find(|t| width(t) < w);
+    tail.map_or_else(String::new, |t| format!("…{t}"))
+}
+
+/// A row of the list (or its header): the marker, then each column's cell.
+fn columns(marker: &str, name: &str, fixed: [String; 6], name_w: usize, path: &str) -> String {
+    let cells: String = FIXED
+        .iter()
+        .zip(fixed)
+        .map(|((_, cw), v)| cell(&v, *cw))
+        .collect();
+    format!("{marker}{}{cells}{path}", cell(name, name_w))
 }
 
 fn header(name_w: usize, path_w: usize) -> String {
-    let mut s = " ".repeat(MARKER_W);
-    s.push_str(&cell("name", name_w));
-    for (h, cw) in FIXED {
-        s.push_str(&cell(h, cw));
-    }
-    if path_w > 0 {
-        s.push_str("path");
-    }
-    s
+    let path = if path_w > 0 { "path" } else { "" };
+    let heads = FIXED.map(|(h, _)| h.to_string());
+    columns(&" ".repeat(MARKER_W), "name", heads, name_w, path)
 }
 
 fn row(m: &FoundModel, selected: bool, name_w: usize, path_w: usize) -> Line<'static> {
-    let mut s = String::from(if selected { "▶ " } else { "  " });
-    s.push_str(&cell(&m.name, name_w));
     let values = [
         m.architecture.clone(),
         format::params(m.n_params),
@@ -144,12 +137,13 @@ fn row(m: &FoundModel, selected: bool, name_w: usize, path_w: usize) -> Line<'st
         if m.synthetic { "synth" } else { "" }.to_string(),
         m.origin.label().to_string(),
     ];
-    for ((_, cw), v) in FIXED.iter().zip(values) {
-        s.push_str(&cell(&v, *cw));
-    }
-    if path_w > 0 {
-        s.push_str(&tail(&one_line(&m.path.to_string_lossy()), path_w));
-    }
+    let path = if path_w > 0 {
+        tail(&one_line(&m.path.to_string_lossy()), path_w)
+    } else {
+        String::new()
+    };
+    let marker = if selected { "▶ " } else { "  " };
+    let s = columns(marker, &m.name, values, name_w, &path);
     let style = if selected {
         theme::BOLD.add_modifier(Modifier::REVERSED)
     } else if m.synthetic {
@@ -161,17 +155,14 @@ fn row(m: &FoundModel, selected: bool, name_w: usize, path_w: usize) -> Line<'st
 }
 
 fn chosen_path(p: &Picker, w: usize) -> Line<'static> {
-    match p.chosen() {
-        Some(m) => {
-            let path = one_line(&m.path.to_string_lossy());
-            let shown = tail(&path, w.saturating_sub(6));
-            Line::from(vec![
-                Span::styled("path: ", theme::DIM),
-                Span::styled(shown, theme::TEXT),
-            ])
-        }
-        None => Line::default(),
-    }
+    p.chosen().map_or_else(Line::default, |m| {
+        let path = one_line(&m.path.to_string_lossy());
+        let shown = tail(&path, w.saturating_sub(6));
+        Line::from(vec![
+            Span::styled("path: ", theme::DIM),
+            Span::styled(shown, theme::TEXT),
+        ])
+    })
 }
 
 /// How the search went: its time, files skipped, and whether it was cut short.

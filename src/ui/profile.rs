@@ -18,13 +18,9 @@ const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█']
 
 pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App) {
     let p = &app.profile;
-    let title = if p.rate == 0 {
-        " where the time goes: profiling is off ".to_string()
-    } else {
-        format!(
-            " where the time goes: one decode step in {} profiled ",
-            p.rate
-        )
+    let title = match p.rate {
+        0 => " where the time goes: profiling is off ".to_string(),
+        rate => format!(" where the time goes: one decode step in {rate} profiled "),
     };
     let inner = super::screen_block(frame, area, title);
     let lines = lines(p, inner.width as usize);
@@ -116,6 +112,10 @@ fn part_lines(last: &StepBreakdown, mean: &StepBreakdown, width: usize) -> Vec<L
             let m = mean.parts.iter().find(|x| x.part == part.part);
             let filled = (part.share.clamp(0.0, 1.0) * bar_w as f64).round() as usize;
             let bar = format!("{}{}", "█".repeat(filled), " ".repeat(bar_w - filled));
+            let dash = || "—".to_string();
+            let mean_ms = m.map_or_else(dash, |m| sig(m.ms));
+            let gb_s = part.gb_per_s.map_or_else(dash, sig);
+            let mbu = part.mbu_pct.map_or_else(dash, |v| format!("{v:.0}%"));
             Line::from(vec![
                 Span::styled(
                     format!("{:<LABEL_W$}", truncate(part.part, LABEL_W)),
@@ -128,19 +128,7 @@ fn part_lines(last: &StepBreakdown, mean: &StepBreakdown, width: usize) -> Vec<L
                 ),
                 Span::raw("  "),
                 Span::styled(bar, theme::GAUGE_FILLED),
-                Span::raw(format!(
-                    " {:>8}",
-                    m.map_or_else(|| "—".into(), |m| sig(m.ms))
-                )),
-                Span::raw(format!(
-                    " {:>7}",
-                    part.gb_per_s.map_or_else(|| "—".into(), sig)
-                )),
-                Span::raw(format!(
-                    " {:>5}",
-                    part.mbu_pct
-                        .map_or_else(|| "—".into(), |v| format!("{v:.0}%"))
-                )),
+                Span::raw(format!(" {mean_ms:>8} {gb_s:>7} {mbu:>5}")),
             ])
         })
         .collect()

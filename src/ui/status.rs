@@ -57,10 +57,8 @@ pub(crate) fn engine_state(app: &App) -> (String, Style) {
         } else {
             "switching"
         };
-        return (
-            format!("{word} {}%", format::percent(s.progress)),
-            theme::STATE_BUSY,
-        );
+        let state = format!("{word} {}%", format::percent(s.progress));
+        return (state, theme::STATE_BUSY);
     }
     match &app.engine {
         EngineStatus::Loading { stage, progress } => (
@@ -206,21 +204,12 @@ fn total_width(segments: &[Segment]) -> usize {
 /// Shorten, then leave out, the least important segments until the line fits.
 fn fit(mut segments: Vec<Segment>, max: usize) -> Vec<Segment> {
     while total_width(&segments) > max {
-        // (rank, index, shorten?) of the next step.
-        let mut best: Option<(u8, usize, bool)> = None;
-        for (i, s) in segments.iter().enumerate() {
-            let mut consider = |rank: u8, shorten: bool| {
-                if best.is_none_or(|(r, _, _)| rank >= r) {
-                    best = Some((rank, i, shorten));
-                }
-            };
-            if s.short.is_some() {
-                consider(s.shorten_rank, true);
-            }
-            if let Some(rank) = s.drop_rank {
-                consider(rank, false);
-            }
-        }
+        // (rank, index, shorten?) of the next step: the highest rank, the last of equals.
+        let steps = segments.iter().enumerate().flat_map(|(i, s)| {
+            let shorten = s.short.as_ref().map(|_| (s.shorten_rank, i, true));
+            [shorten, s.drop_rank.map(|rank| (rank, i, false))]
+        });
+        let best = steps.flatten().max_by_key(|(rank, ..)| *rank);
         match best {
             Some((_, i, true)) => {
                 if let Some(short) = segments[i].short.take() {

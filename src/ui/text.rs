@@ -80,35 +80,12 @@ fn terminal_widths() -> Option<&'static TermWidths> {
 /// Spacing marks that unicode-width counts as zero (they are Grapheme_Extend) and glibc's
 /// wcwidth as one column.
 fn is_spacing_extend(c: char) -> bool {
-    matches!(
-        c as u32,
-        0x09BE
-            | 0x09D7
-            | 0x0B3E
-            | 0x0B57
-            | 0x0BBE
-            | 0x0BD7
-            | 0x0CC2
-            | 0x0CD5
-            | 0x0CD6
-            | 0x0D3E
-            | 0x0D57
-            | 0x0DCF
-            | 0x0DDF
-            | 0x1B35
-            | 0x302E
-            | 0x302F
-            | 0xFF9E
-            | 0xFF9F
-            | 0x1133E
-            | 0x11357
-            | 0x114B0
-            | 0x114BD
-            | 0x115AF
-            | 0x11930
-            | 0x1D165
-            | 0x1D16E..=0x1D172
-    )
+    const MARKS: [u32; 25] = [
+        0x09BE, 0x09D7, 0x0B3E, 0x0B57, 0x0BBE, 0x0BD7, 0x0CC2, 0x0CD5, 0x0CD6, 0x0D3E, 0x0D57,
+        0x0DCF, 0x0DDF, 0x1B35, 0x302E, 0x302F, 0xFF9E, 0xFF9F, 0x1133E, 0x11357, 0x114B0, 0x114BD,
+        0x115AF, 0x11930, 0x1D165,
+    ];
+    MARKS.contains(&(c as u32)) || ('\u{1D16E}'..='\u{1D172}').contains(&c)
 }
 
 /// Columns a terminal with the rules `m` advances for the grapheme cluster `g`: the sum of
@@ -244,53 +221,45 @@ fn char_width(c: char) -> usize {
 /// `s` cut to at most `max` columns from the start, beginning with `…` when cut: for names
 /// whose end tells them apart (`…q4_k_m-Q8_0 ← Q4_K_M`).
 pub(crate) fn truncate_start(s: &str, max: usize) -> String {
-    if width(s) <= max {
-        return s.to_string();
-    }
-    if max == 0 {
-        return String::new();
-    }
-    let mut kept: Vec<char> = Vec::new();
-    let mut used = 0;
-    for c in s.chars().rev() {
-        let w = char_width(c);
-        if used + w > max - 1 {
-            break;
+    match max {
+        _ if width(s) <= max => s.to_string(),
+        0 => String::new(),
+        _ => {
+            let kept = take_columns(s.chars().rev(), max - 1);
+            std::iter::once('…').chain(kept.into_iter().rev()).collect()
         }
-        kept.push(c);
-        used += w;
     }
-    std::iter::once('…').chain(kept.into_iter().rev()).collect()
 }
 
 /// `s` cut to at most `max` columns, ending in `…` when cut.
 pub(crate) fn truncate(s: &str, max: usize) -> String {
-    if width(s) <= max {
-        return s.to_string();
+    match max {
+        _ if width(s) <= max => s.to_string(),
+        0 => String::new(),
+        _ => take_columns(s.chars(), max - 1)
+            .into_iter()
+            .chain(['…'])
+            .collect(),
     }
-    if max == 0 {
-        return String::new();
-    }
-    let mut out = String::new();
+}
+
+/// The first `chars` that fit in `max` columns.
+fn take_columns(chars: impl Iterator<Item = char>, max: usize) -> Vec<char> {
     let mut used = 0;
-    for c in s.chars() {
-        let w = char_width(c);
-        if used + w > max - 1 {
-            break;
-        }
-        out.push(c);
-        used += w;
-    }
-    out.push('…');
-    out
+    chars
+        .take_while(|&c| {
+            used += char_width(c);
+            used <= max
+        })
+        .collect()
 }
 
 /// Columns taken by a line's spans.
 pub(crate) fn line_width(line: &Line<'_>) -> usize {
-    line.spans.iter().map(|s| width(&s.content)).sum()
+    spans_width(&line.spans)
 }
 
-fn spans_width(spans: &[Span<'static>]) -> usize {
+fn spans_width(spans: &[Span<'_>]) -> usize {
     spans.iter().map(|s| width(&s.content)).sum()
 }
 
@@ -298,22 +267,9 @@ type Run = Vec<(char, Style)>;
 
 /// Merge adjacent characters of the same style into spans.
 fn to_spans(run: &[(char, Style)]) -> Vec<Span<'static>> {
-    let mut spans: Vec<Span<'static>> = Vec::new();
-    let mut text = String::new();
-    let mut style: Option<Style> = None;
-    for &(c, s) in run {
-        if style != Some(s) {
-            if let Some(prev) = style {
-                spans.push(Span::styled(std::mem::take(&mut text), prev));
-            }
-            style = Some(s);
-        }
-        text.push(c);
-    }
-    if let Some(prev) = style {
-        spans.push(Span::styled(text, prev));
-    }
-    spans
+    run.chunk_by(|a, b| a.1 == b.1)
+        .map(|chunk| Span::styled(chunk.iter().map(|(c, _)| c).collect::<String>(), chunk[0].1))
+        .collect()
 }
 
 fn run_width(run: &[(char, Style)]) -> usize {
@@ -328,36 +284,27 @@ enum Token {
 }
 
 fn tokens(spans: &[Span<'static>]) -> Vec<Token> {
-    let mut out = Vec::new();
-    let mut cur: Run = Vec::new();
-    let mut cur_is_space = false;
-    let flush = |cur: &mut Run, is_space: bool, out: &mut Vec<Token>| {
-        if !cur.is_empty() {
-            let run = std::mem::take(cur);
-            out.push(if is_space {
-                Token::Space(run)
-            } else {
-                Token::Word(run)
-            });
-        }
+    let chars: Run = spans
+        .iter()
+        .flat_map(|span| {
+            clean(&span.content)
+                .chars()
+                .map(|c| (c, span.style))
+                .collect::<Run>()
+        })
+        .collect();
+    // Each newline alone; between them, runs of spaces and runs of anything else.
+    let same = |a: &(char, Style), b: &(char, Style)| {
+        a.0 != '\n' && b.0 != '\n' && (a.0 == ' ') == (b.0 == ' ')
     };
-    for span in spans {
-        for c in clean(&span.content).chars() {
-            if c == '\n' {
-                flush(&mut cur, cur_is_space, &mut out);
-                out.push(Token::Newline);
-                continue;
-            }
-            let is_space = c == ' ';
-            if is_space != cur_is_space {
-                flush(&mut cur, cur_is_space, &mut out);
-                cur_is_space = is_space;
-            }
-            cur.push((c, span.style));
-        }
-    }
-    flush(&mut cur, cur_is_space, &mut out);
-    out
+    chars
+        .chunk_by(same)
+        .map(|run| match run[0].0 {
+            '\n' => Token::Newline,
+            ' ' => Token::Space(run.to_vec()),
+            _ => Token::Word(run.to_vec()),
+        })
+        .collect()
 }
 
 /// Builds wrapped lines, adding the first-line prefix to the first and the continuation

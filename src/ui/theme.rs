@@ -14,21 +14,18 @@ pub(crate) const USER_LABEL: Style = Style::new().fg(Color::Cyan).add_modifier(M
 pub(crate) const ASSISTANT_LABEL: Style =
     Style::new().fg(Color::Green).add_modifier(Modifier::BOLD);
 pub(crate) const USER_TEXT: Style = Style::new();
-pub(crate) const SYSTEM_PROMPT: Style = Style::new()
-    .add_modifier(Modifier::DIM)
-    .add_modifier(Modifier::ITALIC);
+pub(crate) const SYSTEM_PROMPT: Style =
+    Style::new().add_modifier(Modifier::DIM.union(Modifier::ITALIC));
 pub(crate) const STREAM_CURSOR: Style = Style::new().fg(Color::Green).add_modifier(Modifier::BOLD);
 pub(crate) const WAITING: Style = Style::new().fg(Color::Cyan).add_modifier(Modifier::ITALIC);
 pub(crate) const TURN_FOOTER: Style = Style::new().add_modifier(Modifier::DIM);
 pub(crate) const STOPPED: Style = Style::new()
     .fg(Color::Yellow)
-    .add_modifier(Modifier::BOLD)
-    .add_modifier(Modifier::REVERSED);
+    .add_modifier(Modifier::BOLD.union(Modifier::REVERSED));
 pub(crate) const FAILED: Style = Style::new().fg(Color::Red).add_modifier(Modifier::BOLD);
 pub(crate) const SCROLL_HINT: Style = Style::new()
     .fg(Color::Cyan)
-    .add_modifier(Modifier::REVERSED)
-    .add_modifier(Modifier::BOLD);
+    .add_modifier(Modifier::REVERSED.union(Modifier::BOLD));
 pub(crate) const WELCOME_TITLE: Style = Style::new().add_modifier(Modifier::BOLD);
 pub(crate) const KEY: Style = Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD);
 
@@ -50,13 +47,10 @@ pub(crate) const FIRST_DIVERGENCE: Modifier = Modifier::REVERSED;
 pub(crate) const BELOW_LOW_P: Modifier = Modifier::UNDERLINED;
 
 // Markdown.
-pub(crate) const MD_H1: Style = Style::new()
-    .add_modifier(Modifier::BOLD)
-    .add_modifier(Modifier::UNDERLINED);
+pub(crate) const MD_H1: Style =
+    Style::new().add_modifier(Modifier::BOLD.union(Modifier::UNDERLINED));
 pub(crate) const MD_H2: Style = Style::new().add_modifier(Modifier::BOLD);
-pub(crate) const MD_H3: Style = Style::new()
-    .add_modifier(Modifier::BOLD)
-    .add_modifier(Modifier::ITALIC);
+pub(crate) const MD_H3: Style = Style::new().add_modifier(Modifier::BOLD.union(Modifier::ITALIC));
 pub(crate) const MD_EMPHASIS: Style = Style::new().add_modifier(Modifier::ITALIC);
 pub(crate) const MD_STRONG: Style = Style::new().add_modifier(Modifier::BOLD);
 pub(crate) const MD_STRIKE: Style = Style::new().add_modifier(Modifier::CROSSED_OUT);
@@ -79,39 +73,32 @@ pub(crate) const METRIC_SUB_LABEL: Style = Style::new().add_modifier(Modifier::D
 pub(crate) const METRIC_VALUE: Style = Style::new().add_modifier(Modifier::BOLD);
 pub(crate) const METRIC_KEY_VALUE: Style =
     Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD);
-pub(crate) const METRIC_SECTION: Style = Style::new()
-    .add_modifier(Modifier::BOLD)
-    .add_modifier(Modifier::UNDERLINED);
+pub(crate) const METRIC_SECTION: Style =
+    Style::new().add_modifier(Modifier::BOLD.union(Modifier::UNDERLINED));
 pub(crate) const SPARKLINE: Style = Style::new().fg(Color::Cyan);
 pub(crate) const GAUGE_FILLED: Style = Style::new().fg(Color::Green);
 pub(crate) const GAUGE_FULL: Style = Style::new().fg(Color::Red).add_modifier(Modifier::BOLD);
 pub(crate) const GAUGE_EMPTY: Style = Style::new().add_modifier(Modifier::DIM);
 pub(crate) const SYNTHETIC: Style = Style::new()
     .fg(Color::Yellow)
-    .add_modifier(Modifier::BOLD)
-    .add_modifier(Modifier::REVERSED);
+    .add_modifier(Modifier::BOLD.union(Modifier::REVERSED));
 
 // Status line and notices.
 pub(crate) const STATUS_BAR: Style = Style::new().add_modifier(Modifier::REVERSED);
-pub(crate) const STATUS_SEPARATOR: Style = Style::new()
-    .add_modifier(Modifier::REVERSED)
-    .add_modifier(Modifier::DIM);
-pub(crate) const STATUS_NAME: Style = Style::new()
-    .add_modifier(Modifier::REVERSED)
-    .add_modifier(Modifier::BOLD);
+pub(crate) const STATUS_SEPARATOR: Style =
+    Style::new().add_modifier(Modifier::REVERSED.union(Modifier::DIM));
+pub(crate) const STATUS_NAME: Style =
+    Style::new().add_modifier(Modifier::REVERSED.union(Modifier::BOLD));
 pub(crate) const STATE_READY: Style = Style::new()
     .fg(Color::Green)
-    .add_modifier(Modifier::REVERSED)
-    .add_modifier(Modifier::BOLD);
+    .add_modifier(Modifier::REVERSED.union(Modifier::BOLD));
 pub(crate) const STATE_BUSY: Style = Style::new()
     .fg(Color::Cyan)
-    .add_modifier(Modifier::REVERSED)
-    .add_modifier(Modifier::BOLD);
+    .add_modifier(Modifier::REVERSED.union(Modifier::BOLD));
 pub(crate) const STATE_STOPPED: Style = STOPPED;
 pub(crate) const STATE_ERROR: Style = Style::new()
     .fg(Color::Red)
-    .add_modifier(Modifier::REVERSED)
-    .add_modifier(Modifier::BOLD);
+    .add_modifier(Modifier::REVERSED.union(Modifier::BOLD));
 pub(crate) const NOTICE_INFO: Style = Style::new().fg(Color::Cyan);
 pub(crate) const NOTICE_WARNING: Style =
     Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD);
@@ -128,9 +115,8 @@ pub(crate) const INPUT_PROMPT: Style = Style::new().fg(Color::Cyan).add_modifier
 // Help overlay and the too-small screen.
 pub(crate) const HELP_BORDER: Style = Style::new().fg(Color::Cyan);
 pub(crate) const HELP_TITLE: Style = Style::new().add_modifier(Modifier::BOLD);
-pub(crate) const HELP_SECTION: Style = Style::new()
-    .add_modifier(Modifier::BOLD)
-    .add_modifier(Modifier::UNDERLINED);
+pub(crate) const HELP_SECTION: Style =
+    Style::new().add_modifier(Modifier::BOLD.union(Modifier::UNDERLINED));
 pub(crate) const HELP_KEY: Style = KEY;
 pub(crate) const HELP_TEXT: Style = Style::new();
 pub(crate) const TOO_SMALL: Style = Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD);
@@ -148,8 +134,7 @@ pub(crate) const AB_DIVERGED: Style = Style::new()
     .add_modifier(Modifier::ITALIC);
 
 // Compare screen.
-pub(crate) const TABLE_HEADER: Style = Style::new()
-    .add_modifier(Modifier::BOLD)
-    .add_modifier(Modifier::UNDERLINED);
+pub(crate) const TABLE_HEADER: Style =
+    Style::new().add_modifier(Modifier::BOLD.union(Modifier::UNDERLINED));
 pub(crate) const PARETO: Style = Style::new().fg(Color::Green).add_modifier(Modifier::BOLD);
 pub(crate) const DOMINATED: Style = Style::new().add_modifier(Modifier::DIM);

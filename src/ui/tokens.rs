@@ -17,21 +17,16 @@ use crate::app::{AnswerTokens, App};
 use crate::metrics::quality::{TopToken, TOP_K};
 
 pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App) {
-    let place = app
-        .token_cursor
-        .and_then(|c| Some((c, app.answer_tokens(c.exchange)?)));
-    let title = match place {
+    let title = match place(app) {
         Some((c, AnswerTokens::Scored(s))) => format!(
             " tokens of answer {} against {} ",
             c.exchange + 1,
             file_name(&s.reference)
         ),
-        Some((c, AnswerTokens::Own(_))) => {
-            format!(
-                " tokens of answer {}: the model's own confidence ",
-                c.exchange + 1
-            )
-        }
+        Some((c, AnswerTokens::Own(_))) => format!(
+            " tokens of answer {}: the model's own confidence ",
+            c.exchange + 1
+        ),
         None => " tokens ".to_string(),
     };
     let title = truncate(&title, area.width.saturating_sub(4) as usize);
@@ -40,7 +35,14 @@ pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App) {
     frame.render_widget(Paragraph::new(lines), inner);
 }
 
-fn file_name(p: &std::path::Path) -> String {
+/// The answer the cursor is in, and its tokens.
+fn place(app: &App) -> Option<(crate::app::TokenCursor, AnswerTokens<'_>)> {
+    app.token_cursor
+        .and_then(|c| Some((c, app.answer_tokens(c.exchange)?)))
+}
+
+/// A path's file name, or the whole path when it has none.
+pub(super) fn file_name(p: &std::path::Path) -> String {
     p.file_name().map_or_else(
         || p.display().to_string(),
         |n| n.to_string_lossy().into_owned(),
@@ -51,10 +53,7 @@ fn file_name(p: &std::path::Path) -> String {
 /// cursor, the legend, the token's figures and the top tokens, the keys.
 pub(crate) fn lines(app: &App, width: usize, height: usize) -> Vec<Line<'static>> {
     let width = width.max(10);
-    let Some((cursor, tokens)) = app
-        .token_cursor
-        .and_then(|c| Some((c, app.answer_tokens(c.exchange)?)))
-    else {
+    let Some((cursor, tokens)) = place(app) else {
         return vec![Line::from(Span::styled(
             "No answer has token figures. Esc: back to the chat.",
             theme::DIM,
@@ -125,22 +124,26 @@ fn nats(v: Option<f64>) -> String {
 /// The token at `at`: its figures, then the top tokens (the reference's beside the model's
 /// for a scored answer).
 fn detail_lines(tokens: AnswerTokens<'_>, at: usize, width: usize) -> Vec<Line<'static>> {
-    let label = theme::METRIC_LABEL;
-    let value = theme::METRIC_VALUE;
+    let (label, value) = (theme::METRIC_LABEL, theme::METRIC_VALUE);
+    // "token N of M" with its text and id.
+    let head = |n: usize, text: &str, id: i32| {
+        vec![
+            Span::styled(format!("token {} of {n} ", at + 1), label),
+            Span::styled(truncate(&quoted(text), width / 2), value),
+            Span::styled(format!(" (id {id})"), theme::DIM),
+        ]
+    };
     let mut out = Vec::new();
     match tokens {
         AnswerTokens::Scored(s) => {
             let t = &s.tokens[at];
             let first = s.summary.as_ref().and_then(|q| q.first_divergence) == Some(at);
-            out.push(Line::from(vec![
-                Span::styled(format!("token {} of {} ", at + 1, s.tokens.len()), label),
-                Span::styled(truncate(&quoted(&t.text), width / 2), value),
-                Span::styled(format!(" (id {})", t.token), theme::DIM),
-                Span::styled(
-                    if first { " · first divergence" } else { "" }.to_string(),
-                    theme::TEXT.add_modifier(theme::FIRST_DIVERGENCE),
-                ),
-            ]));
+            let mut head = head(s.tokens.len(), &t.text, t.token);
+            head.push(Span::styled(
+                if first { " · first divergence" } else { "" }.to_string(),
+                theme::TEXT.add_modifier(theme::FIRST_DIVERGENCE),
+            ));
+            out.push(Line::from(head));
             out.push(Line::from(vec![
                 Span::styled("KLD ", label),
                 Span::styled(
@@ -170,11 +173,7 @@ fn detail_lines(tokens: AnswerTokens<'_>, at: usize, width: usize) -> Vec<Line<'
         }
         AnswerTokens::Own(all) => {
             let t = &all[at];
-            out.push(Line::from(vec![
-                Span::styled(format!("token {} of {} ", at + 1, all.len()), label),
-                Span::styled(truncate(&quoted(&t.text), width / 2), value),
-                Span::styled(format!(" (id {})", t.token), theme::DIM),
-            ]));
+            out.push(Line::from(head(all.len(), &t.text, t.token)));
             out.push(Line::from(vec![
                 Span::styled("p ", label),
                 Span::styled(
@@ -195,59 +194,39 @@ fn detail_lines(tokens: AnswerTokens<'_>, at: usize, width: usize) -> Vec<Line<'
 /// The top tokens of one or two distributions side by side, the chosen token marked `▸`.
 fn top_columns(columns: &[(&str, &[TopToken])], chosen: i32, width: usize) -> Vec<Line<'static>> {
     let col_w = (width / columns.len().max(1)).max(12);
-    let mut out = Vec::new();
-    let mut head = Vec::new();
-    for (name, _) in columns {
-        head.push(Span::styled(
-            pad(&format!("  {name}: top {TOP_K}"), col_w),
-            theme::METRIC_LABEL,
-        ));
-    }
-    out.push(Line::from(head));
+    let head = columns.iter().map(|(name, _)| {
+        let head = pad(&format!("  {name}: top {TOP_K}"), col_w);
+        Span::styled(head, theme::METRIC_LABEL)
+    });
+    let mut out = vec![Line::from(head.collect::<Vec<_>>())];
     let rows = columns.iter().map(|(_, t)| t.len()).max().unwrap_or(0);
     if rows == 0 {
         out.push(Line::from(Span::styled(
             "  not kept for this answer (scored by an older tokscope)",
             theme::DIM,
         )));
-        return out;
     }
     for r in 0..rows {
-        let mut spans = Vec::new();
-        for (_, tops) in columns {
-            let cell = match tops.get(r) {
-                Some(t) => {
-                    let mark = if t.token == chosen { "▸" } else { " " };
-                    let p = pct(f64::from(t.p));
-                    let room = col_w.saturating_sub(p.len() + 6);
-                    (
-                        format!(
-                            "{mark}{} {} {p}",
-                            r + 1,
-                            pad(&truncate(&quoted(&t.text), room), room)
-                        ),
-                        if t.token == chosen {
-                            theme::METRIC_VALUE
-                        } else {
-                            theme::TEXT
-                        },
-                    )
-                }
-                None => (String::new(), Style::new()),
-            };
-            spans.push(Span::styled(pad(&cell.0, col_w), cell.1));
-        }
-        out.push(Line::from(spans));
+        let spans = columns.iter().map(|(_, tops)| match tops.get(r) {
+            Some(t) => {
+                let (mark, style) = if t.token == chosen {
+                    ("▸", theme::METRIC_VALUE)
+                } else {
+                    (" ", theme::TEXT)
+                };
+                let p = pct(f64::from(t.p));
+                let room = col_w.saturating_sub(p.len() + 6);
+                let text = pad(&truncate(&quoted(&t.text), room), room);
+                Span::styled(pad(&format!("{mark}{} {text} {p}", r + 1), col_w), style)
+            }
+            None => Span::styled(pad("", col_w), Style::new()),
+        });
+        out.push(Line::from(spans.collect::<Vec<_>>()));
     }
     out
 }
 
 /// `s` padded with spaces to `w` columns.
 fn pad(s: &str, w: usize) -> String {
-    let have = text_width(s);
-    if have >= w {
-        s.to_string()
-    } else {
-        format!("{s}{}", " ".repeat(w - have))
-    }
+    format!("{s}{}", " ".repeat(w.saturating_sub(text_width(s))))
 }

@@ -41,7 +41,7 @@ pub(crate) struct Focus<'a> {
 }
 
 /// One answer's figures, each `None` while undefined.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Figures {
     pub ttft_ms: Option<f64>,
     /// The TTFT breakdown: known once prefill is done (the engine reports it then).
@@ -70,7 +70,7 @@ pub(crate) struct Figures {
 /// A remote turn's TTFT breakdown and where its token counts come from (docs/metrics.md,
 /// "Remote servers"): known when the turn has finished; a part the server does not report
 /// stays `None`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct RemoteFigures {
     pub network_rtt_ms: Option<f64>,
     pub server_prompt_ms: Option<f64>,
@@ -140,21 +140,12 @@ impl<'a> View<'a> {
             }
             _ => app.context_used,
         };
-        let decode_tok_per_s = focus.as_ref().and_then(|f| f.figures.decode_tok_per_s);
-        let tokens_per_pass = focus.as_ref().and_then(|f| f.figures.tokens_per_pass);
-        let focus_turn = focus.as_ref().map(|f| f.turn);
         Self {
             waiting: waiting(app, now),
             context_used,
             // 0: not known (a server's model).
             n_ctx: app.model.as_ref().map(|m| m.n_ctx).filter(|n| *n > 0),
-            roofline: Roofline::of(
-                app,
-                context_used,
-                focus_turn,
-                decode_tok_per_s,
-                tokens_per_pass,
-            ),
+            roofline: Roofline::of(app, context_used, focus.as_ref()),
             ab: app.ab.as_ref().map(|ab| AbView {
                 a: Figures::of(&ab.a, remote_chat),
                 b: Figures::of(&ab.b, crate::remote::is_url(&ab.b_path)),
@@ -199,21 +190,12 @@ impl Figures {
             pass_gap: s.pass_gap,
             tokens_per_pass: s.tokens_per_pass,
             remote: remote.then_some(RemoteFigures {
-                network_rtt_ms: None,
-                server_prompt_ms: None,
-                server_load_ms: None,
-                server_queue_ms: None,
-                server_first_token_ms: None,
-                prompt_tokens: None,
-                cached_tokens: None,
-                rest_ms: None,
-                timing_source: None,
-                cold: None,
                 token_source: if turn.phase.is_active() {
                     LIVE_REMOTE_TOKENS
                 } else {
                     UNKNOWN_REMOTE_TOKENS
                 },
+                ..RemoteFigures::default()
             }),
         }
     }
@@ -224,10 +206,7 @@ impl Figures {
         let local = turn.current_summary();
         Self {
             ttft_ms: r.ttft_ms,
-            queue_ms: None,
-            template_tokenize_ms: None,
             prefill_ms: r.server_prompt_ms,
-            first_sample_ms: None,
             prefill_tok_per_s: local.prefill_tok_per_s,
             prefilled_tokens: r.server_prompt_tokens.map(|n| n as usize),
             cached_tokens: r.server_cached_tokens.map(|n| n as usize),
@@ -236,8 +215,6 @@ impl Figures {
             tokens_generated: r.tokens_generated as usize,
             e2e_ms: Some(r.e2e_ms),
             itl: r.itl,
-            pass_gap: None,
-            tokens_per_pass: None,
             remote: Some(RemoteFigures {
                 network_rtt_ms: r.network_rtt_ms,
                 server_prompt_ms: r.server_prompt_ms,
@@ -251,6 +228,7 @@ impl Figures {
                 cold: r.cold_start,
                 token_source: r.token_count_source.label(),
             }),
+            ..Self::default()
         }
     }
 }
@@ -259,15 +237,12 @@ impl Roofline {
     /// `tokens_per_pass` (speculation) turns the decode rate into target passes a second:
     /// each pass reads the weights once, so MBU is measured against the ceiling for that
     /// many tokens a pass, never above 100% merely because passes carry several tokens.
-    fn of(
-        app: &App,
-        context_used: usize,
-        focus: Option<&AssistantTurn>,
-        decode_tok_per_s: Option<f64>,
-        tokens_per_pass: Option<f64>,
-    ) -> Self {
+    fn of(app: &App, context_used: usize, focus: Option<&Focus>) -> Self {
         use crate::metrics::roofline::{ceiling_tok_per_s, cost_per_million_tokens};
+        let decode_tok_per_s = focus.and_then(|f| f.figures.decode_tok_per_s);
+        let tokens_per_pass = focus.and_then(|f| f.figures.tokens_per_pass);
         let other_model = focus
+            .map(|f| f.turn)
             .filter(|turn| !ran_on_loaded(turn, app.model.as_ref()))
             .map(|turn| {
                 turn.model_file
@@ -285,10 +260,10 @@ impl Roofline {
                 .placed(m.weight_bytes.as_ref(), m.n_layer, m.n_gpu_layers),
             None => app.bandwidth.before_load(),
         };
-        let ceiling = match (bandwidth.as_ref(), bytes_per_token) {
-            (Some(b), Some(bytes)) => ceiling_tok_per_s(b.bytes_per_s, bytes),
-            _ => None,
-        };
+        let ceiling = bandwidth
+            .as_ref()
+            .zip(bytes_per_token)
+            .and_then(|(b, bytes)| ceiling_tok_per_s(b.bytes_per_s, bytes));
         Self {
             bandwidth,
             bytes_per_token,
