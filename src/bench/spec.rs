@@ -108,6 +108,25 @@ impl SpecBenchError {
     pub(crate) fn is_model_problem(&self) -> bool {
         matches!(self, SpecBenchError::Engine { source, .. } if source.is_model_problem())
     }
+
+    /// The error of lane `lane` from a failed engine.
+    pub(super) fn in_lane(lane: impl Into<String>) -> impl FnOnce(EngineError) -> Self {
+        let lane = lane.into();
+        move |source| SpecBenchError::Engine { lane, source }
+    }
+
+    /// The error of lane `lane` (`k=3`, `run c4096`) from a failed turn of `n_gen` tokens.
+    pub(super) fn of_turn(lane: String, want: u32, f: TurnFailure) -> Self {
+        match f {
+            TurnFailure::Engine(source) => SpecBenchError::Engine { lane, source },
+            TurnFailure::Short { got, why } => SpecBenchError::Short {
+                lane,
+                got,
+                want,
+                why,
+            },
+        }
+    }
 }
 
 /// The kind of the sweep's rows in the results log.
@@ -281,9 +300,7 @@ impl BenchEngine {
         }
         Ok(report)
     }
-}
 
-impl BenchEngine {
     /// One timed run of bench's tg test of `n_gen` tokens on this engine's thread.
     pub(super) fn tg(&mut self, n_gen: u32) -> Result<TgSample, EngineError> {
         let id = self.engine.next_id();
@@ -291,21 +308,6 @@ impl BenchEngine {
         match wait(&mut self.events, Some(id))? {
             Waited::Tg(sample) => Ok(sample),
             Waited::Ready(_) | Waited::Finished(_) => Err(EngineError::EngineGone),
-        }
-    }
-}
-
-impl SpecBenchError {
-    /// The error of lane `lane` (`k=3`, `run c4096`) from a failed turn of `n_gen` tokens.
-    pub(super) fn of_turn(lane: String, want: u32, f: TurnFailure) -> Self {
-        match f {
-            TurnFailure::Engine(source) => SpecBenchError::Engine { lane, source },
-            TurnFailure::Short { got, why } => SpecBenchError::Short {
-                lane,
-                got,
-                want,
-                why,
-            },
         }
     }
 }
@@ -374,10 +376,8 @@ impl Lane {
         settings.spec.batch_invariant = Some(plan.engine.spec.batch_invariant_kernels());
         settings.spec.mode = if k == 0 { SpecMode::Off } else { plan.mode };
         settings.spec.draft_model = plan.draft.clone().filter(|_| k > 0);
-        BenchEngine::start(plan.model.clone(), settings).map_err(|source| SpecBenchError::Engine {
-            lane: format!("k={k}"),
-            source,
-        })
+        BenchEngine::start(plan.model.clone(), settings)
+            .map_err(SpecBenchError::in_lane(format!("k={k}")))
     }
 
     /// Shuts the engine down (its thread joined, its OpenMP pool gone with it).
@@ -388,17 +388,15 @@ impl Lane {
     }
 
     fn turn(&mut self, plan: &SpecPlan, n_gen: u32) -> Result<TurnReport, SpecBenchError> {
-        if self.bench.is_none() {
-            self.bench = Some(Self::engine(plan, self.k)?);
-        }
-        let lane = format!("k={}", self.k);
-        let bench = self.bench.as_mut().ok_or_else(|| SpecBenchError::Engine {
-            lane: lane.clone(),
-            source: EngineError::EngineGone,
-        })?;
-        bench
-            .turn(&plan.messages, greedy(), n_gen)
-            .map_err(|f| SpecBenchError::of_turn(lane, n_gen, f))
+        let bench = match self.bench.take() {
+            Some(bench) => bench,
+            None => Self::engine(plan, self.k)?,
+        };
+        (self
+            .bench
+            .insert(bench)
+            .turn(&plan.messages, greedy(), n_gen))
+        .map_err(|f| SpecBenchError::of_turn(format!("k={}", self.k), n_gen, f))
     }
 
     /// A timed turn: its tok/s, text and figures.
@@ -491,9 +489,9 @@ fn kernel_runs(plan: &SpecPlan) -> Result<super::kernel_baseline::KernelRuns, Sp
     if !plan.kernel_baseline {
         return Ok(runs);
     }
-    let prompt = prompt_file(plan).map_err(|e| SpecBenchError::Engine {
-        lane: "plain decoding on the default kernels".into(),
-        source: EngineError::Decode(format!("cannot write the prompt for the child run: {e}")),
+    let prompt = prompt_file(plan).map_err(|e| {
+        let why = format!("cannot write the prompt for the child run: {e}");
+        SpecBenchError::in_lane("plain decoding on the default kernels")(EngineError::Decode(why))
     })?;
     for round in 0..plan.rounds {
         for invariant in [round % 2 == 1, round % 2 == 0] {
@@ -518,13 +516,37 @@ fn kernel_runs(plan: &SpecPlan) -> Result<super::kernel_baseline::KernelRuns, Sp
 
 fn mean_sd_min_max(values: &[f64]) -> (f64, f64, f64, f64) {
     let (mean, sd) = super::report::mean_sd(values);
-    let min = values.iter().copied().fold(f64::INFINITY, f64::min);
-    let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    if values.is_empty() {
-        (0.0, 0.0, 0.0, 0.0)
-    } else {
-        (mean, sd, min, max)
+    let fold = |init, f: fn(f64, f64) -> f64| values.iter().copied().fold(init, f);
+    match values {
+        [] => (0.0, 0.0, 0.0, 0.0),
+        _ => (
+            mean,
+            sd,
+            fold(f64::INFINITY, f64::min),
+            fold(f64::NEG_INFINITY, f64::max),
+        ),
     }
+}
+
+/// A busy machine (the 1-minute load before and after) and synthetic weights, joined; `None`
+/// when clean.
+pub(super) fn sweep_warning(
+    threads: u32,
+    load_before: Option<f64>,
+    load_after: Option<f64>,
+    synthetic: bool,
+) -> Option<String> {
+    let mut warnings = crate::metrics::busy::busy_warnings(&crate::metrics::busy::BusySignals {
+        threads,
+        load_before,
+        load_after,
+        itl_p50_ms: None,
+        itl_max_ms: None,
+    });
+    if synthetic {
+        warnings.push("synthetic model: its speed is real, its text is noise".to_string());
+    }
+    (!warnings.is_empty()).then(|| warnings.join("; "))
 }
 
 fn rows(
@@ -541,18 +563,8 @@ fn rows(
         crate::metrics::ms(base.decode_compute),
         base.decode_calls as f64,
     );
-    let threads = plan.engine.threads;
-    let mut warnings = crate::metrics::busy::busy_warnings(&crate::metrics::busy::BusySignals {
-        threads,
-        load_before,
-        load_after,
-        itl_p50_ms: None,
-        itl_max_ms: None,
-    });
-    if base.info.synthetic {
-        warnings.push("synthetic model: its speed is real, its text is noise".to_string());
-    }
-    let warning = (!warnings.is_empty()).then(|| warnings.join("; "));
+    let (threads, synthetic) = (plan.engine.threads, base.info.synthetic);
+    let warning = sweep_warning(threads, load_before, load_after, synthetic);
     // ρ belongs to the target and its kernels, not to k: every engine's measurement pooled.
     let mut row_costs: Vec<f64> = lanes.iter().flat_map(|l| l.row_costs.clone()).collect();
     row_costs.sort_by(f64::total_cmp);
@@ -585,11 +597,9 @@ fn rows(
                 .zip(plain_ms)
                 .and_then(|(d, p)| ratio(d, p));
             let alpha = get(|s| s.acceptance_per_token);
-            let expected_compute = match (lane.k, row_cost) {
-                (0, _) => Some(1.0),
-                (_, Some(rho)) => lane.stats.expected(rho),
-                _ => None,
-            };
+            // k = 0 is its own baseline: one token per pass, no speed-up expected.
+            let or_one = |v: Option<f64>| if lane.k == 0 { Some(1.0) } else { v };
+            let expected_compute = or_one(row_cost.and_then(|rho| lane.stats.expected(rho)));
             SpecRow {
                 run_id: run_id.to_string(),
                 kind: KIND,
@@ -611,20 +621,12 @@ fn rows(
                 speedup_sd: s_sd,
                 speedup_min: s_min,
                 speedup_max: s_max,
-                expected_speedup: if lane.k == 0 {
-                    Some(1.0)
-                } else {
-                    get(|s| s.expected_speedup)
-                },
+                expected_speedup: or_one(get(|s| s.expected_speedup)),
                 row_cost: row_cost.filter(|_| lane.k > 0),
                 expected_speedup_compute: expected_compute,
                 acceptance_rate: get(|s| s.acceptance_rate),
                 acceptance_per_token: alpha,
-                tokens_per_pass: if lane.k == 0 {
-                    Some(1.0)
-                } else {
-                    get(|s| s.tokens_per_pass)
-                },
+                tokens_per_pass: or_one(get(|s| s.tokens_per_pass)),
                 mean_draft_len: get(|s| s.mean_draft_len),
                 draft_ms_per_step: get(|s| s.draft_ms_per_step),
                 verify_ms_per_pass: get(|s| s.verify_ms_per_pass),
@@ -684,10 +686,7 @@ pub(crate) fn sweep_verdict(rows: &[SpecRow]) -> String {
     let median = |r: &SpecRow| crate::metrics::median(&r.speedup_per_round).unwrap_or(0.0);
     let mut speculating: Vec<&SpecRow> = rows.iter().filter(|r| r.draft_max > 0).collect();
     speculating.sort_by(|a, b| median(b).total_cmp(&median(a)));
-    let Some(best) = speculating.first() else {
-        return "Verdict: no speculative row was measured.".to_string();
-    };
-    let Some(v) = best.verdict.clone() else {
+    let Some((best, v)) = (speculating.first()).and_then(|b| Some((b, b.verdict.clone()?))) else {
         return "Verdict: no speculative row was measured.".to_string();
     };
     let mut out = format!(
@@ -813,24 +812,22 @@ pub(crate) fn render(
             out
         }
         OutputFormat::Csv => {
-            let mut lines = Vec::new();
-            for r in rows {
-                let value = serde_json::to_value(r)?;
-                let mut fields = Vec::new();
-                if let serde_json::Value::Object(map) = value {
-                    for (k, v) in &map {
-                        match v {
-                            serde_json::Value::Object(inner) if k == "stamp" => {
-                                fields.extend(inner.iter().map(|(ik, iv)| {
-                                    (format!("stamp.{ik}"), crate::report::cell(Some(iv)))
-                                }))
-                            }
-                            _ => fields.push((k.clone(), crate::report::cell(Some(v)))),
-                        }
+            use serde_json::Value;
+            let cell = |k: String, v: &Value| (k, crate::report::cell(Some(v)));
+            let fields = |map: &serde_json::Map<String, Value>| -> Vec<(String, String)> {
+                let field = |(k, v): (&String, &Value)| match v {
+                    Value::Object(inner) if k == "stamp" => {
+                        let stamp = inner.iter().map(|(ik, iv)| cell(format!("stamp.{ik}"), iv));
+                        stamp.collect()
                     }
-                }
-                lines.push(fields);
-            }
+                    _ => vec![cell(k.clone(), v)],
+                };
+                map.iter().flat_map(field).collect()
+            };
+            let values = rows.iter().map(serde_json::to_value);
+            let lines: Vec<_> = values
+                .map(|v| v.map(|v| v.as_object().map(fields).unwrap_or_default()))
+                .collect::<Result<_, _>>()?;
             csv_lines(&lines)
         }
         OutputFormat::Json => {

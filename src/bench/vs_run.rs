@@ -24,7 +24,7 @@ use serde::Serialize;
 
 use super::plan::OutputFormat;
 use super::spec::{BenchEngine, SpecBenchError};
-use crate::engine::{ChatMessage, EngineError, EngineSettings, ModelInfo, SamplingParams};
+use crate::engine::{ChatMessage, EngineSettings, SamplingParams};
 use crate::metrics::paired::{paired, FloorVerdict, PairedRatio};
 use crate::stamp::Stamp;
 
@@ -169,13 +169,6 @@ fn sampling_name(s: &SamplingParams) -> &'static str {
     }
 }
 
-fn tg_error(source: EngineError) -> SpecBenchError {
-    SpecBenchError::Engine {
-        lane: "tg".to_string(),
-        source,
-    }
-}
-
 /// One engine at `run`'s settings; a warm-up (unless turned off); then `rounds` rounds of one
 /// timed tg and one timed turn per sampling, in alternating order, all on the engine's thread.
 pub(crate) fn run(plan: &VsRunPlan, run_id: &str) -> Result<VsRunOutcome, SpecBenchError> {
@@ -184,12 +177,8 @@ pub(crate) fn run(plan: &VsRunPlan, run_id: &str) -> Result<VsRunOutcome, SpecBe
     settings.n_ctx = plan.n_ctx;
     settings.first_sampling = None;
     eprintln!("loading the engine (run c{})…", plan.n_ctx);
-    let mut engine = BenchEngine::start(plan.model.clone(), settings).map_err(|source| {
-        SpecBenchError::Engine {
-            lane: format!("run c{}", plan.n_ctx),
-            source,
-        }
-    })?;
+    let mut engine = BenchEngine::start(plan.model.clone(), settings)
+        .map_err(SpecBenchError::in_lane(format!("run c{}", plan.n_ctx)))?;
     let mut lanes: Vec<RunLane> = plan
         .samplings
         .iter()
@@ -200,7 +189,8 @@ pub(crate) fn run(plan: &VsRunPlan, run_id: &str) -> Result<VsRunOutcome, SpecBe
             rounds: Rounds::default(),
         })
         .collect();
-    let tg_run = |engine: &mut BenchEngine| engine.tg(plan.n_gen).map_err(tg_error);
+    let tg_run =
+        |engine: &mut BenchEngine| engine.tg(plan.n_gen).map_err(SpecBenchError::in_lane("tg"));
     if plan.warmup {
         // tg's context is made and warmed up on its first request.
         tg_run(&mut engine)?;
@@ -227,24 +217,14 @@ pub(crate) fn run(plan: &VsRunPlan, run_id: &str) -> Result<VsRunOutcome, SpecBe
         }
     }
     let load_after = crate::hw::load_average_1m();
-    let mut warnings = crate::metrics::busy::busy_warnings(&crate::metrics::busy::BusySignals {
-        threads: plan.engine.threads,
-        load_before,
-        load_after,
-        itl_p50_ms: None,
-        itl_max_ms: None,
-    });
-    if engine.info.synthetic {
-        warnings.push("synthetic model: its speed is real, its text is noise".to_string());
-    }
-    let warning = (!warnings.is_empty()).then(|| warnings.join("; "));
+    let (threads, synthetic) = (plan.engine.threads, engine.info.synthetic);
+    let warning = super::spec::sweep_warning(threads, load_before, load_after, synthetic);
     let row = |lane: &'static str,
                test: String,
                n_ctx: u32,
                sampling: &'static str,
                sampler: String,
                r: &Rounds,
-               info: &ModelInfo,
                stamp_sampling: &SamplingParams| {
         let (mean, sd) = super::report::mean_sd(&r.tok_per_s);
         let per_round = |mine: &[f64], theirs: &[f64]| -> Vec<f64> {
@@ -285,32 +265,35 @@ pub(crate) fn run(plan: &VsRunPlan, run_id: &str) -> Result<VsRunOutcome, SpecBe
             load_before,
             load_after,
             warning: warning.clone(),
-            stamp: Stamp::new(info, stamp_sampling),
+            stamp: Stamp::new(&engine.info, stamp_sampling),
         }
     };
-    let mut rows = vec![row(
+    let (tg_name, greedy) = (format!("tg{}", plan.n_gen), super::spec::greedy());
+    let tg_row = row(
         "tg",
-        format!("tg{}", plan.n_gen),
+        tg_name,
         plan.n_gen,
         "none",
-        "none".to_string(),
+        "none".into(),
         &tg,
-        &engine.info,
-        &crate::bench::spec::greedy(),
-    )];
-    for lane in &lanes {
-        let name = sampling_name(&lane.sampling);
-        rows.push(row(
-            "run",
-            format!("run{}-c{}-{name}", plan.n_gen, lane.n_ctx),
-            lane.n_ctx,
-            name,
-            lane.sampler.clone(),
-            &lane.rounds,
-            &engine.info,
-            &lane.sampling,
-        ));
-    }
+        &greedy,
+    );
+    let rows = std::iter::once(tg_row)
+        .chain(lanes.iter().map(|lane| {
+            let name = sampling_name(&lane.sampling);
+            let test = format!("run{}-c{}-{name}", plan.n_gen, lane.n_ctx);
+            let sampler = lane.sampler.clone();
+            row(
+                "run",
+                test,
+                lane.n_ctx,
+                name,
+                sampler,
+                &lane.rounds,
+                &lane.sampling,
+            )
+        }))
+        .collect();
     engine.engine.shutdown();
     Ok(VsRunOutcome { rows })
 }
