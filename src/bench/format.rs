@@ -72,7 +72,7 @@ fn itl(row: &Row) -> String {
 }
 
 /// A table column: its header, alignment and cell.
-type Column = (&'static str, Align, fn(&Row) -> String);
+pub(crate) type Column<R = Row> = (&'static str, Align, fn(&R) -> String);
 
 const MAIN_COLUMNS: &[Column] = &[
     ("model", Align::Left, |r| r.stamp.model_file.clone()),
@@ -154,11 +154,13 @@ const BATCH_COLUMNS: &[Column] = &[
 ];
 
 /// The rows under `table`'s columns, only those named in `keep` (all when `None`).
-fn rows_table(table: &[Column], rows: &[&Row], keep: Option<&[&str]>) -> String {
+pub(crate) fn rows_table<'r, R: 'r>(
+    table: &[Column<R>],
+    rows: impl IntoIterator<Item = &'r R>,
+    keep: Option<&[&str]>,
+) -> String {
     let headers: Vec<(&str, Align)> = table.iter().map(|&(h, a, _)| (h, a)).collect();
-    let cells = rows
-        .iter()
-        .map(|r| table.iter().map(|c| (c.2)(r)).collect());
+    let cells = (rows.into_iter()).map(|r| table.iter().map(|c| (c.2)(r)).collect());
     let (h, c) = columns(&headers, cells.collect(), keep);
     crate::report::table(&h, &c)
 }
@@ -213,7 +215,7 @@ pub(crate) fn markdown(rows: &[Row], wide: bool) -> String {
     if !main.is_empty() {
         out.push_str(&rows_table(
             MAIN_COLUMNS,
-            &main,
+            main,
             (!wide).then_some(MAIN_NARROW),
         ));
     }
@@ -223,7 +225,7 @@ pub(crate) fn markdown(rows: &[Row], wide: bool) -> String {
         }
         out.push_str(&rows_table(
             BATCH_COLUMNS,
-            &batch,
+            batch,
             (!wide).then_some(BATCH_NARROW),
         ));
     }

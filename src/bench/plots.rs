@@ -94,10 +94,7 @@ pub(crate) fn write_spec(rows: &[SpecRow], path: &Path) -> Result<PathBuf, PlotE
         Some(r) => format!(
             "{} · {} · {} tokens greedy · {} round(s) · {} thread(s) · tokscope {}, {}",
             sweep::file_name(Path::new(&r.model)),
-            match &r.draft_model {
-                Some(d) => format!("draft {}", sweep::file_name(Path::new(d))),
-                None => r.mode.clone(),
-            },
+            r.guesser(),
             r.n_gen,
             r.rounds,
             r.stamp.threads,

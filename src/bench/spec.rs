@@ -114,19 +114,6 @@ impl SpecBenchError {
         let lane = lane.into();
         move |source| SpecBenchError::Engine { lane, source }
     }
-
-    /// The error of lane `lane` (`k=3`, `run c4096`) from a failed turn of `n_gen` tokens.
-    pub(super) fn of_turn(lane: String, want: u32, f: TurnFailure) -> Self {
-        match f {
-            TurnFailure::Engine(source) => SpecBenchError::Engine { lane, source },
-            TurnFailure::Short { got, why } => SpecBenchError::Short {
-                lane,
-                got,
-                want,
-                why,
-            },
-        }
-    }
 }
 
 /// The kind of the sweep's rows in the results log.
@@ -209,6 +196,16 @@ pub(crate) struct SpecRow {
     pub stamp: Stamp,
 }
 
+impl SpecRow {
+    /// What guessed the drafts: `draft <file name>`, or the mode.
+    pub(crate) fn guesser(&self) -> String {
+        match &self.draft_model {
+            Some(d) => format!("draft {}", super::sweep::file_name(std::path::Path::new(d))),
+            None => self.mode.clone(),
+        }
+    }
+}
+
 /// What the sweep produced.
 pub(crate) struct SpecOutcome {
     pub rows: Vec<SpecRow>,
@@ -240,16 +237,6 @@ pub(super) struct BenchEngine {
     pub info: ModelInfo,
 }
 
-/// Why one benchmark turn failed.
-pub(super) enum TurnFailure {
-    Engine(EngineError),
-    /// It stopped before `n_gen` tokens.
-    Short {
-        got: usize,
-        why: String,
-    },
-}
-
 impl BenchEngine {
     /// Spawn the engine (the model loads on its thread) and wait until it is ready.
     pub(super) fn start(model: PathBuf, settings: EngineSettings) -> Result<Self, EngineError> {
@@ -267,13 +254,15 @@ impl BenchEngine {
         }
     }
 
-    /// One turn answering `messages` for exactly `n_gen` tokens (end-of-generation ignored).
+    /// One turn answering `messages` for exactly `n_gen` tokens (end-of-generation ignored);
+    /// its errors name lane `lane` (`k=3`, `run c4096`).
     pub(super) fn turn(
         &mut self,
+        lane: &str,
         messages: &[ChatMessage],
         sampling: SamplingParams,
         n_gen: u32,
-    ) -> Result<TurnReport, TurnFailure> {
+    ) -> Result<TurnReport, SpecBenchError> {
         let request = TurnRequest {
             messages: messages.to_vec(),
             sampling,
@@ -281,20 +270,18 @@ impl BenchEngine {
             capture_first_logits: false,
             ignore_eos: true,
         };
-        let id = self
-            .engine
-            .send(self.engine.next_id(), request, None)
-            .map_err(TurnFailure::Engine)?;
-        let report = match wait(&mut self.events, Some(id)).map_err(TurnFailure::Engine)? {
+        let id = self.engine.send(self.engine.next_id(), request, None);
+        let waited = id.and_then(|id| wait(&mut self.events, Some(id)));
+        let report = match waited.map_err(SpecBenchError::in_lane(lane))? {
             Waited::Finished(report) => *report,
-            Waited::Ready(_) | Waited::Tg(_) => {
-                return Err(TurnFailure::Engine(EngineError::EngineGone))
-            }
+            _ => return Err(SpecBenchError::in_lane(lane)(EngineError::EngineGone)),
         };
         let got = report.timeline.tokens_generated();
         if got != n_gen as usize {
-            return Err(TurnFailure::Short {
+            return Err(SpecBenchError::Short {
+                lane: lane.to_string(),
                 got,
+                want: n_gen,
                 why: format!("{:?}", report.stop_reason),
             });
         }
@@ -392,11 +379,8 @@ impl Lane {
             Some(bench) => bench,
             None => Self::engine(plan, self.k)?,
         };
-        (self
-            .bench
-            .insert(bench)
-            .turn(&plan.messages, greedy(), n_gen))
-        .map_err(|f| SpecBenchError::of_turn(format!("k={}", self.k), n_gen, f))
+        let lane = format!("k={}", self.k);
+        (self.bench.insert(bench)).turn(&lane, &plan.messages, greedy(), n_gen)
     }
 
     /// A timed turn: its tok/s, text and figures.
@@ -730,61 +714,40 @@ pub(crate) fn render(
     outcome: &SpecOutcome,
     format: OutputFormat,
 ) -> Result<String, serde_json::Error> {
-    use crate::fmt::times;
-    use crate::report::{csv_lines, table, Align};
-    let pct = |v| crate::fmt::pct(v, 0);
+    use crate::fmt::{opt, pct, times};
+    use crate::report::{csv_lines, Align::*};
     let rows = &outcome.rows;
     Ok(match format {
         OutputFormat::Markdown | OutputFormat::MarkdownWide => {
-            let opt = crate::fmt::opt;
-            let headers = [
-                ("k", Align::Right),
-                ("tok/s", Align::Right),
-                ("speed-up (min–max)", Align::Right),
-                ("expected", Align::Right),
-                ("+compute", Align::Right),
-                ("accept", Align::Right),
-                ("α", Align::Right),
-                ("tok/pass", Align::Right),
-                ("draft ms/step", Align::Right),
-                ("verify ms/pass", Align::Right),
-                ("verify cost", Align::Right),
-                ("same text", Align::Left),
+            let columns: [super::format::Column<SpecRow>; 12] = [
+                ("k", Right, |r| r.draft_max.to_string()),
+                ("tok/s", Right, |r| {
+                    format!("{:.1} ± {:.1}", r.tok_per_s_mean, r.tok_per_s_sd)
+                }),
+                ("speed-up (min–max)", Right, |r| {
+                    format!(
+                        "{:.2}× ({:.2}–{:.2})",
+                        r.speedup_mean, r.speedup_min, r.speedup_max
+                    )
+                }),
+                ("expected", Right, |r| times(r.expected_speedup)),
+                ("+compute", Right, |r| times(r.expected_speedup_compute)),
+                ("accept", Right, |r| pct(r.acceptance_rate, 0)),
+                ("α", Right, |r| pct(r.acceptance_per_token, 0)),
+                ("tok/pass", Right, |r| opt(r.tokens_per_pass, 2)),
+                ("draft ms/step", Right, |r| opt(r.draft_ms_per_step, 2)),
+                ("verify ms/pass", Right, |r| opt(r.verify_ms_per_pass, 2)),
+                ("verify cost", Right, |r| opt(r.verify_cost_in_passes, 2)),
+                ("same text", Left, |r| {
+                    if r.text_identical { "yes" } else { "NO" }.into()
+                }),
             ];
-            let cells: Vec<Vec<String>> = rows
-                .iter()
-                .map(|r| {
-                    vec![
-                        r.draft_max.to_string(),
-                        format!("{:.1} ± {:.1}", r.tok_per_s_mean, r.tok_per_s_sd),
-                        format!(
-                            "{:.2}× ({:.2}–{:.2})",
-                            r.speedup_mean, r.speedup_min, r.speedup_max
-                        ),
-                        times(r.expected_speedup),
-                        times(r.expected_speedup_compute),
-                        pct(r.acceptance_rate),
-                        pct(r.acceptance_per_token),
-                        opt(r.tokens_per_pass, 2),
-                        opt(r.draft_ms_per_step, 2),
-                        opt(r.verify_ms_per_pass, 2),
-                        opt(r.verify_cost_in_passes, 2),
-                        if r.text_identical { "yes" } else { "NO" }.to_string(),
-                    ]
-                })
-                .collect();
             let mut out = String::new();
             if let Some(first) = rows.first() {
                 out.push_str(&format!(
                     "speculative decoding: {} {}, {} tokens greedy, {} round(s) ABBA, {} thread(s), {} kernels, prompt: {}\n\n",
                     crate::bench::sweep::file_name(std::path::Path::new(&first.model)),
-                    match &first.draft_model {
-                        Some(d) => format!(
-                            "with draft {}",
-                            crate::bench::sweep::file_name(std::path::Path::new(d))
-                        ),
-                        None => format!("with {}", first.mode),
-                    },
+                    format!("with {}", first.guesser()),
                     first.n_gen,
                     first.rounds,
                     first.stamp.threads,
@@ -796,7 +759,7 @@ pub(crate) fn render(
                     first.prompt
                 ));
             }
-            out.push_str(&table(&headers, &cells));
+            out.push_str(&super::format::rows_table(&columns, rows, None));
             out.push('\n');
             let chart = super::spec_chart::chart(&points(rows));
             if !chart.is_empty() {

@@ -134,9 +134,7 @@ impl RunLane {
         plan: &VsRunPlan,
         n_gen: u32,
     ) -> Result<crate::engine::TurnReport, SpecBenchError> {
-        engine
-            .turn(&plan.messages, self.sampling.clone(), n_gen)
-            .map_err(|f| SpecBenchError::of_turn(self.name(), n_gen, f))
+        engine.turn(&self.name(), &plan.messages, self.sampling.clone(), n_gen)
     }
 
     fn measure(
@@ -318,47 +316,35 @@ pub(crate) fn verdict_line(r: &VsRunRow) -> Option<String> {
 
 /// The rows in the chosen format; Markdown gets a verdict line per run lane.
 pub(crate) fn render(outcome: &VsRunOutcome, format: OutputFormat) -> Result<String, String> {
-    use crate::report::{table, Align};
+    use crate::fmt::opt;
+    use crate::report::Align::*;
     let rows = &outcome.rows;
     Ok(match format {
         OutputFormat::Markdown | OutputFormat::MarkdownWide => {
-            let opt = crate::fmt::opt;
-            let headers = [
-                ("lane", Align::Left),
-                ("n_ctx", Align::Right),
-                ("sampling", Align::Left),
-                ("tok/s", Align::Right),
-                ("÷ tg (min–max)", Align::Right),
-                ("decode call ms", Align::Right),
-                ("call ÷ tg", Align::Right),
-                ("host µs/tok", Align::Right),
+            fn ratio(p: Option<PairedRatio>) -> String {
+                match p {
+                    Some(p) => match p.two_se {
+                        Some(u) => format!("{:.3} ± {u:.3} ({:.2}–{:.2})", p.median, p.min, p.max),
+                        None => format!("{:.3}", p.median),
+                    },
+                    None => "1".to_string(),
+                }
+            }
+            let columns: [super::format::Column<VsRunRow>; 8] = [
+                ("lane", Left, |r| match r.lane {
+                    "tg" => "tg (llama-bench's test)".to_string(),
+                    _ => format!("run ({})", r.sampler),
+                }),
+                ("n_ctx", Right, |r| r.n_ctx.to_string()),
+                ("sampling", Left, |r| r.sampling.to_string()),
+                ("tok/s", Right, |r| {
+                    format!("{:.1} ± {:.1}", r.tok_per_s_mean, r.tok_per_s_sd)
+                }),
+                ("÷ tg (min–max)", Right, |r| ratio(r.ratio)),
+                ("decode call ms", Right, |r| opt(r.decode_call_ms, 3)),
+                ("call ÷ tg", Right, |r| ratio(r.decode_call_ratio)),
+                ("host µs/tok", Right, |r| opt(r.host_us_per_token, 1)),
             ];
-            let ratio = |p: Option<PairedRatio>| match p {
-                Some(p) => match p.two_se {
-                    Some(u) => format!("{:.3} ± {u:.3} ({:.2}–{:.2})", p.median, p.min, p.max),
-                    None => format!("{:.3}", p.median),
-                },
-                None => "1".to_string(),
-            };
-            let cells: Vec<Vec<String>> = rows
-                .iter()
-                .map(|r| {
-                    vec![
-                        if r.lane == "tg" {
-                            "tg (llama-bench's test)".to_string()
-                        } else {
-                            format!("run ({})", r.sampler)
-                        },
-                        r.n_ctx.to_string(),
-                        r.sampling.to_string(),
-                        format!("{:.1} ± {:.1}", r.tok_per_s_mean, r.tok_per_s_sd),
-                        ratio(r.ratio),
-                        opt(r.decode_call_ms, 3),
-                        ratio(r.decode_call_ratio),
-                        opt(r.host_us_per_token, 1),
-                    ]
-                })
-                .collect();
             let mut out = String::new();
             if let Some(first) = rows.first() {
                 out.push_str(&format!(
@@ -369,7 +355,7 @@ pub(crate) fn render(outcome: &VsRunOutcome, format: OutputFormat) -> Result<Str
                     first.threads
                 ));
             }
-            out.push_str(&table(&headers, &cells));
+            out.push_str(&super::format::rows_table(&columns, rows, None));
             out.push('\n');
             for line in rows.iter().filter_map(verdict_line) {
                 out.push_str(&line);

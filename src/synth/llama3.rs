@@ -294,25 +294,20 @@ fn vocab_from_tokenizer(tokenizer: &Tokenizer) -> Result<BpeVocab, String> {
         .max()
         .ok_or("the vocabulary is empty")?;
     let n_vocab = max_id as usize + 1;
-    let mut tokens: Vec<Option<String>> = vec![None; n_vocab];
+    let mut tokens: Vec<String> = (0..n_vocab).map(|id| format!("[PAD{id}]")).collect();
     let mut token_types = vec![token_type::UNUSED; n_vocab];
     for (text, &id) in &base_vocab {
-        tokens[id as usize] = Some(text.clone());
+        tokens[id as usize] = text.clone();
         token_types[id as usize] = token_type::NORMAL;
     }
     for (&id, token) in &added {
-        tokens[id as usize] = Some(token.content.clone());
+        tokens[id as usize] = token.content.clone();
         token_types[id as usize] = if token.special {
             token_type::CONTROL
         } else {
             token_type::USER_DEFINED
         };
     }
-    let tokens: Vec<String> = tokens
-        .into_iter()
-        .enumerate()
-        .map(|(id, text)| text.unwrap_or_else(|| format!("[PAD{id}]")))
-        .collect();
 
     // The tokenizers crate serialises the merges in rank order.
     let model_json = serde_json::to_value(bpe).map_err(|e| e.to_string())?;
