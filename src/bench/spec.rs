@@ -745,9 +745,9 @@ pub(crate) fn render(
             let mut out = String::new();
             if let Some(first) = rows.first() {
                 out.push_str(&format!(
-                    "speculative decoding: {} {}, {} tokens greedy, {} round(s) ABBA, {} thread(s), {} kernels, prompt: {}\n\n",
+                    "speculative decoding: {} with {}, {} tokens greedy, {} round(s) ABBA, {} thread(s), {} kernels, prompt: {}\n\n",
                     crate::bench::sweep::file_name(std::path::Path::new(&first.model)),
-                    format!("with {}", first.guesser()),
+                    first.guesser(),
                     first.n_gen,
                     first.rounds,
                     first.stamp.threads,
