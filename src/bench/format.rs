@@ -2,13 +2,15 @@
 //! CSV, a JSON array and JSON lines. The machine formats carry every field of every row,
 //! reproducibility stamp and synthetic flag included.
 
+use std::collections::BTreeSet;
+
 use serde_json::Value;
 
 use super::plan::OutputFormat;
 use super::report::Row;
 use crate::fmt::times;
 use crate::llama::measure::TestKind;
-use crate::report::{cell, csv_lines, table, Align};
+use crate::report::{cell, csv_lines, Align};
 
 /// The rows in `format`, ready for stdout.
 pub(crate) fn render(rows: &[Row], format: OutputFormat) -> Result<String, serde_json::Error> {
@@ -51,7 +53,7 @@ fn mean_spread(r: &Row) -> String {
 }
 
 /// An MBU (already in percent) as a cell; `—` when undefined.
-fn mbu_cell(v: Option<f64>) -> String {
+pub(crate) fn mbu_cell(v: Option<f64>) -> String {
     v.map_or_else(
         || "—".into(),
         |v| crate::metrics::roofline::mbu_pct_cell(v, 1),
@@ -69,104 +71,98 @@ fn itl(row: &Row) -> String {
     }
 }
 
-const MAIN_HEADERS: &[(&str, Align)] = &[
-    ("model", Align::Left),
-    ("size", Align::Right),
-    ("params", Align::Right),
-    ("backend", Align::Left),
-    ("ngl", Align::Right),
-    ("threads", Align::Right),
-    ("n_batch", Align::Right),
-    ("n_ubatch", Align::Right),
-    ("type_k", Align::Left),
-    ("type_v", Align::Left),
-    ("fa", Align::Left),
-    ("test", Align::Right),
-    ("t/s", Align::Right),
-    ("TTFT p50 ms", Align::Right),
-    ("ITL p50/p90/p99 ms", Align::Right),
-    ("host µs/tok", Align::Right),
-    ("bytes/token", Align::Right),
-    ("bandwidth", Align::Left),
-    ("ceiling t/s", Align::Right),
-    ("MBU", Align::Right),
-    ("GFLOP/s", Align::Right),
-    ("$/1M tok", Align::Right),
-    ("J/out tok", Align::Right),
-];
+/// A table column: its header, alignment and cell.
+pub(crate) type Column<R = Row> = (&'static str, Align, fn(&R) -> String);
 
-fn main_cells(r: &Row) -> Vec<String> {
-    let p = &r.params;
-    vec![
-        r.stamp.model_file.clone(),
-        crate::fmt::bytes(r.stamp.model_size_bytes),
-        params_count(r.stamp.n_params),
+const MAIN_COLUMNS: &[Column] = &[
+    ("model", Align::Left, |r| r.stamp.model_file.clone()),
+    ("size", Align::Right, |r| {
+        crate::fmt::bytes(r.stamp.model_size_bytes)
+    }),
+    ("params", Align::Right, |r| params_count(r.stamp.n_params)),
+    ("backend", Align::Left, |r| {
         if r.params.placement.is_empty() {
             r.stamp.backend.clone()
         } else {
             format!("{} ({})", r.stamp.backend, r.params.placement)
-        },
-        r.stamp.n_gpu_layers.to_string(),
-        p.threads.to_string(),
-        p.n_batch.to_string(),
-        p.n_ubatch.to_string(),
-        p.type_k.to_string(),
-        p.type_v.to_string(),
-        p.flash_attn.to_string(),
-        r.test.clone(),
-        mean_spread(r),
-        crate::fmt::opt(r.ttft_p50_ms, 2),
-        itl(r),
-        crate::fmt::opt(r.host_us_per_token, 1),
-        crate::fmt::bytes_opt(r.bytes_per_token),
-        bandwidth(r),
-        crate::fmt::opt(r.ceiling_tok_per_s, 1),
-        mbu_cell(r.mbu_pct),
-        crate::fmt::opt(r.achieved_gflop_per_s, 1),
-        dollars(r.cost_per_million_tokens_usd),
-        crate::fmt::opt(r.gpu.gpu_joules_per_output_token, 3),
-    ]
-}
-
-const BATCH_HEADERS: &[(&str, Align)] = &[
-    ("model", Align::Left),
-    ("threads", Align::Right),
-    ("ngl", Align::Right),
-    ("type_k", Align::Left),
-    ("fa", Align::Left),
-    ("test", Align::Right),
-    ("B", Align::Right),
-    ("t/s aggregate", Align::Right),
-    ("t/s per seq", Align::Right),
-    ("ITL p50 ms", Align::Right),
-    ("ITL p99 ms", Align::Right),
-    ("prefill ms", Align::Right),
-    ("speed-up", Align::Right),
-    ("ITL growth", Align::Right),
-    ("MBU", Align::Right),
-    ("$/1M tok", Align::Right),
+        }
+    }),
+    ("ngl", Align::Right, |r| r.stamp.n_gpu_layers.to_string()),
+    ("threads", Align::Right, |r| r.params.threads.to_string()),
+    ("n_batch", Align::Right, |r| r.params.n_batch.to_string()),
+    ("n_ubatch", Align::Right, |r| r.params.n_ubatch.to_string()),
+    ("type_k", Align::Left, |r| r.params.type_k.to_string()),
+    ("type_v", Align::Left, |r| r.params.type_v.to_string()),
+    ("fa", Align::Left, |r| r.params.flash_attn.to_string()),
+    ("test", Align::Right, |r| r.test.clone()),
+    ("t/s", Align::Right, mean_spread),
+    ("TTFT p50 ms", Align::Right, |r| {
+        crate::fmt::opt(r.ttft_p50_ms, 2)
+    }),
+    ("ITL p50/p90/p99 ms", Align::Right, itl),
+    ("host µs/tok", Align::Right, |r| {
+        crate::fmt::opt(r.host_us_per_token, 1)
+    }),
+    ("bytes/token", Align::Right, |r| {
+        crate::fmt::bytes_opt(r.bytes_per_token)
+    }),
+    ("bandwidth", Align::Left, bandwidth),
+    ("ceiling t/s", Align::Right, |r| {
+        crate::fmt::opt(r.ceiling_tok_per_s, 1)
+    }),
+    ("MBU", Align::Right, |r| mbu_cell(r.mbu_pct)),
+    ("GFLOP/s", Align::Right, |r| {
+        crate::fmt::opt(r.achieved_gflop_per_s, 1)
+    }),
+    ("$/1M tok", Align::Right, |r| {
+        dollars(r.cost_per_million_tokens_usd)
+    }),
+    ("J/out tok", Align::Right, |r| {
+        crate::fmt::opt(r.gpu.gpu_joules_per_output_token, 3)
+    }),
 ];
 
-fn batch_cells(r: &Row) -> Vec<String> {
-    let p = &r.params;
-    vec![
-        r.stamp.model_file.clone(),
-        p.threads.to_string(),
-        r.stamp.n_gpu_layers.to_string(),
-        p.type_k.to_string(),
-        p.flash_attn.to_string(),
-        r.test.clone(),
-        p.batch_size.to_string(),
-        mean_spread(r),
-        crate::fmt::opt(r.per_sequence_tok_per_s, 2),
-        crate::fmt::opt(r.itl_p50_ms, 2),
-        crate::fmt::opt(r.itl_p99_ms, 2),
-        crate::fmt::opt(r.prefill_ms_mean, 1),
-        times(r.speedup_vs_b1),
-        times(r.latency_growth_vs_b1),
-        mbu_cell(r.mbu_pct),
-        dollars(r.cost_per_million_tokens_usd),
-    ]
+const BATCH_COLUMNS: &[Column] = &[
+    ("model", Align::Left, |r| r.stamp.model_file.clone()),
+    ("threads", Align::Right, |r| r.params.threads.to_string()),
+    ("ngl", Align::Right, |r| r.stamp.n_gpu_layers.to_string()),
+    ("type_k", Align::Left, |r| r.params.type_k.to_string()),
+    ("fa", Align::Left, |r| r.params.flash_attn.to_string()),
+    ("test", Align::Right, |r| r.test.clone()),
+    ("B", Align::Right, |r| r.params.batch_size.to_string()),
+    ("t/s aggregate", Align::Right, mean_spread),
+    ("t/s per seq", Align::Right, |r| {
+        crate::fmt::opt(r.per_sequence_tok_per_s, 2)
+    }),
+    ("ITL p50 ms", Align::Right, |r| {
+        crate::fmt::opt(r.itl_p50_ms, 2)
+    }),
+    ("ITL p99 ms", Align::Right, |r| {
+        crate::fmt::opt(r.itl_p99_ms, 2)
+    }),
+    ("prefill ms", Align::Right, |r| {
+        crate::fmt::opt(r.prefill_ms_mean, 1)
+    }),
+    ("speed-up", Align::Right, |r| times(r.speedup_vs_b1)),
+    ("ITL growth", Align::Right, |r| {
+        times(r.latency_growth_vs_b1)
+    }),
+    ("MBU", Align::Right, |r| mbu_cell(r.mbu_pct)),
+    ("$/1M tok", Align::Right, |r| {
+        dollars(r.cost_per_million_tokens_usd)
+    }),
+];
+
+/// The rows under `table`'s columns, only those named in `keep` (all when `None`).
+pub(crate) fn rows_table<'r, R: 'r>(
+    table: &[Column<R>],
+    rows: impl IntoIterator<Item = &'r R>,
+    keep: Option<&[&str]>,
+) -> String {
+    let headers: Vec<(&str, Align)> = table.iter().map(|&(h, a, _)| (h, a)).collect();
+    let cells = (rows.into_iter()).map(|r| table.iter().map(|c| (c.2)(r)).collect());
+    let (h, c) = columns(&headers, cells.collect(), keep);
+    crate::report::table(&h, &c)
 }
 
 /// The columns of the default table: llama-bench's (model, size, params, backend, threads,
@@ -187,7 +183,7 @@ const BATCH_NARROW: &[&str] = &[
 ];
 
 /// `headers` and `cells` with only the columns named in `keep` (all when `keep` is `None`).
-fn columns(
+pub(crate) fn columns(
     headers: &[(&'static str, Align)],
     cells: Vec<Vec<String>>,
     keep: Option<&[&str]>,
@@ -217,17 +213,21 @@ pub(crate) fn markdown(rows: &[Row], wide: bool) -> String {
         rows.iter().partition(|r| r.kind == TestKind::Batch);
     let mut out = String::new();
     if !main.is_empty() {
-        let cells: Vec<Vec<String>> = main.iter().map(|r| main_cells(r)).collect();
-        let (h, c) = columns(MAIN_HEADERS, cells, (!wide).then_some(MAIN_NARROW));
-        out.push_str(&table(&h, &c));
+        out.push_str(&rows_table(
+            MAIN_COLUMNS,
+            main,
+            (!wide).then_some(MAIN_NARROW),
+        ));
     }
     if !batch.is_empty() {
         if !out.is_empty() {
             out.push('\n');
         }
-        let cells: Vec<Vec<String>> = batch.iter().map(|r| batch_cells(r)).collect();
-        let (h, c) = columns(BATCH_HEADERS, cells, (!wide).then_some(BATCH_NARROW));
-        out.push_str(&table(&h, &c));
+        out.push_str(&rows_table(
+            BATCH_COLUMNS,
+            batch,
+            (!wide).then_some(BATCH_NARROW),
+        ));
     }
     if !wide {
         out.push_str(
@@ -255,12 +255,10 @@ fn notes(rows: &[Row]) -> String {
     out.push_str(&format!(
         "\nt/s: mean ± sd over {reps} repetitions (pg: prompt + generated tokens over the whole run; batch: B × generated tokens over the generation steps). MBU and ceiling describe decoding, at the mean KV depth of the generated tokens.\n"
     ));
-    let mut sources: Vec<&str> = rows
+    let sources: BTreeSet<&str> = rows
         .iter()
         .filter_map(|r| r.bandwidth_source.as_deref())
         .collect();
-    sources.sort_unstable();
-    sources.dedup();
     for s in sources {
         out.push_str(&format!("bandwidth: {s}\n"));
     }
@@ -274,9 +272,8 @@ fn notes(rows: &[Row]) -> String {
         .find(|t| !t.is_empty())
     {
         if t == "NVML" {
-            let mut devices: Vec<&str> = rows.iter().map(|r| r.gpu.gpu_devices.as_str()).collect();
-            devices.sort_unstable();
-            devices.dedup();
+            let devices: BTreeSet<&str> = rows.iter().map(|r| r.gpu.gpu_devices.as_str()).collect();
+            let devices: Vec<&str> = devices.into_iter().collect();
             out.push_str(&format!(
                 "J/out tok: NVML's energy counter on the GPUs used (PCI {}) over the timed \
                  windows ÷ output tokens{}\n",
@@ -297,13 +294,11 @@ fn notes(rows: &[Row]) -> String {
             crate::metrics::roofline::ABOVE_CEILING
         ));
     }
-    let mut warnings: Vec<&str> = rows
+    let warnings: BTreeSet<&str> = rows
         .iter()
         .filter_map(|r| r.warning.as_deref())
         .flat_map(|w| w.split("; "))
         .collect();
-    warnings.sort_unstable();
-    warnings.dedup();
     for w in warnings {
         out.push_str(&format!("!! {w}\n"));
     }

@@ -119,11 +119,8 @@ pub(crate) fn during_run(polls: &[(f64, Poll)], windows: &[(f64, f64)]) -> Durin
     let util = per_poll(&|p| p.devices.iter().filter_map(|d| d.utilization_pct).max());
     let power = inside
         .iter()
-        .filter_map(|p| {
-            let w: Option<f64> = p.devices.iter().map(|d| d.power_w).sum();
-            w
-        })
-        .fold(None, |m: Option<f64>, w| Some(m.map_or(w, |m| m.max(w))));
+        .filter_map(|p| p.devices.iter().map(|d| d.power_w).sum::<Option<f64>>())
+        .reduce(f64::max);
     DuringRun {
         sm_clock_mean: mean_u32(&sm),
         sm_clock_min: sm.iter().copied().min(),
@@ -141,10 +138,8 @@ fn add_energy(c: &mut GpuColumns, e: &WindowEnergy, price_per_kwh: Option<f64>) 
     c.gpu_tokens_per_kwh = c
         .gpu_joules_per_output_token
         .and_then(energy::tokens_per_kwh);
-    c.gpu_energy_cost_per_million_tokens = match (c.gpu_joules_per_output_token, price_per_kwh) {
-        (Some(j), Some(p)) => energy::energy_cost_per_million_tokens(j, p),
-        _ => None,
-    };
+    c.gpu_energy_cost_per_million_tokens = (c.gpu_joules_per_output_token.zip(price_per_kwh))
+        .and_then(|(j, p)| energy::energy_cost_per_million_tokens(j, p));
     c.gpu_idle_power_w = e.idle_w;
     c.gpu_joules_per_output_token_above_idle = e.above_idle_joules_per_output_token();
     c.gpu_energy_resolution_pct = e.resolution_pct();
@@ -277,21 +272,18 @@ impl GpuWatch {
             .fold((0, 0), |(a, b), (o, t)| (a + o, b + t));
         let idle: Option<f64> = indices.iter().map(|i| self.idle_w.get(i).copied()).sum();
         let energy = energy::window_energy(&changes, &windows, output, total, idle);
-        let mut warning = None;
-        match &energy {
+        let warning = match &energy {
             Some(e) => {
                 add_energy(&mut c, e, price_per_kwh);
-                warning = e.warning();
+                e.warning()
             }
-            None if !windows.is_empty() => {
-                warning = Some(
-                    "GPU energy: NVML's energy counter did not resolve the timed windows (too \
-                     short, or no counter on this GPU): no J/token (more tokens, -n or -p)"
-                        .to_owned(),
-                );
-            }
-            None => {}
-        }
+            None if !windows.is_empty() => Some(
+                "GPU energy: NVML's energy counter did not resolve the timed windows (too \
+                 short, or no counter on this GPU): no J/token (more tokens, -n or -p)"
+                    .to_owned(),
+            ),
+            None => None,
+        };
         let narrowed: Vec<(f64, Poll)> = polls
             .iter()
             .filter_map(|p| {

@@ -103,10 +103,7 @@ pub(crate) fn child_run(
         "plain decoding on the {} kernels (child run)",
         crate::llama::invariant::kernel_set_name(invariant)
     );
-    let fail = |why: String| SpecBenchError::Engine {
-        lane: lane.clone(),
-        source: EngineError::Decode(why),
-    };
+    let fail = |why| SpecBenchError::in_lane(lane.clone())(EngineError::Decode(why));
     let exe = std::env::current_exe().map_err(|e| fail(format!("cannot find tokscope: {e}")))?;
     let out = Command::new(exe)
         .arg("run")

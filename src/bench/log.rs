@@ -39,11 +39,11 @@ pub(crate) struct RunRecord<'a, R: Serialize = Row> {
     pub rows: &'a [R],
 }
 
-/// Append one run as one line, whole or not at all (`fsx::append_line`: locked, a torn last
-/// line moved aside first, a failed write cut back off, the file user-only).
-pub(crate) fn append<R: Serialize>(
+/// Append one run (or comparison) as one line, whole or not at all (`fsx::append_line`: locked,
+/// a torn last line moved aside first, a failed write cut back off, the file user-only).
+pub(crate) fn append<T: Serialize>(
     path: &Path,
-    record: &RunRecord<R>,
+    record: &T,
 ) -> Result<Option<crate::fsx::TornLine>, crate::fsx::WriteError> {
     let line = serde_json::to_vec(record).map_err(|e| crate::fsx::WriteError::Write {
         path: path.to_path_buf(),
@@ -147,11 +147,7 @@ fn lenient<'de, D: Deserializer<'de>, T: DeserializeOwned>(d: D) -> Result<Optio
 /// Every readable run, oldest first, and how many lines could not be read. A missing log is
 /// an empty one.
 pub(crate) fn read_runs(path: &Path) -> std::io::Result<(Vec<StoredRun>, usize)> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((Vec::new(), 0)),
-        Err(e) => return Err(e),
-    };
+    let text = read_if_present(path)?;
     let mut runs = Vec::new();
     let mut unreadable = 0;
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
@@ -166,6 +162,14 @@ pub(crate) fn read_runs(path: &Path) -> std::io::Result<(Vec<StoredRun>, usize)>
         }
     }
     Ok((runs, unreadable))
+}
+
+/// A log's text; a missing log is an empty one.
+pub(crate) fn read_if_present(path: &Path) -> std::io::Result<String> {
+    match std::fs::read_to_string(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
+        read => read,
+    }
 }
 
 /// `last`, an exact id, or a prefix matching exactly one run.
@@ -281,17 +285,30 @@ fn profile_change(test: &str, before: &StoredRow, now: &StoredRow) -> Option<Str
     };
     Some(format!(
         "where a {test} step's time went ({depth}): {}; within the noise: {}\n",
-        if changed.is_empty() {
-            "no part changed beyond its noise".to_string()
-        } else {
-            changed.join(", ")
-        },
-        if same.is_empty() {
-            "—".to_string()
-        } else {
-            same.join(", ")
-        }
+        join_or(&changed, ", ", "no part changed beyond its noise"),
+        join_or(&same, ", ", "—")
     ))
+}
+
+/// `items` joined by `sep`, or `empty` when there are none.
+fn join_or(items: &[impl AsRef<str>], sep: &str, empty: &str) -> String {
+    let items: Vec<&str> = items.iter().map(AsRef::as_ref).collect();
+    if items.is_empty() {
+        empty.to_string()
+    } else {
+        items.join(sep)
+    }
+}
+
+/// The items in first-seen order, each once.
+pub(crate) fn distinct<T: PartialEq>(items: impl IntoIterator<Item = T>) -> Vec<T> {
+    let mut out = Vec::new();
+    for item in items {
+        if !out.contains(&item) {
+            out.push(item);
+        }
+    }
+    out
 }
 
 /// The settings that differ between two rows, as `name before → now`.
@@ -365,11 +382,7 @@ fn heading(base: &StoredRun) -> String {
 
 /// `settings that differ: …`, each named once.
 fn differences_line(all: &[String]) -> String {
-    if all.is_empty() {
-        "settings that differ: none\n".to_string()
-    } else {
-        format!("settings that differ: {}\n", all.join("; "))
-    }
+    format!("settings that differ: {}\n", join_or(all, "; ", "none"))
 }
 
 /// Whether a t/s change is beyond the noise, in words with the spread and n it rests on:
@@ -416,25 +429,14 @@ pub(crate) fn comparison(now: &[StoredRow], base: &StoredRun) -> String {
     for (row, before) in &pairs {
         let now_tps = format!("{:.2}", row.tok_per_s_mean);
         let Some(before) = before else {
-            let dash = || "—".to_string();
-            rows.push(vec![
-                row.test.clone(),
-                dash(),
-                now_tps,
-                "new".into(),
-                dash(),
-                dash(),
-                dash(),
-                String::new(),
-            ]);
+            let mut cells = vec!["—".to_string(); 8];
+            cells[0] = row.test.clone();
+            (cells[2], cells[3], cells[7]) = (now_tps, "new".into(), String::new());
+            rows.push(cells);
             continue;
         };
         let diffs = differences(before, row);
-        for d in &diffs {
-            if !all_diffs.contains(d) {
-                all_diffs.push(d.clone());
-            }
-        }
+        all_diffs = distinct(all_diffs.into_iter().chain(diffs.iter().cloned()));
         rows.push(vec![
             row.test.clone(),
             format!("{:.2}", before.tok_per_s_mean),
@@ -506,20 +508,11 @@ pub(crate) fn find_spec_sweep<'a>(
     } else {
         "a plain `tokscope bench` run"
     };
-    let mut tests: Vec<&str> = Vec::new();
-    for r in &run.rows {
-        if !tests.contains(&r.test.as_str()) {
-            tests.push(&r.test);
-        }
-    }
+    let tests = distinct(run.rows.iter().map(|r| r.test.as_str()));
     Err(format!(
         "run {} is not a speculative sweep: it is {what} ({}); with --spec/--draft, --vs compares with an earlier sweep: `--vs last` or a sweep's id from `tokscope results`",
         run.id,
-        if tests.is_empty() {
-            "no rows".to_string()
-        } else {
-            tests.join(", ")
-        }
+        join_or(&tests, ", ", "no rows")
     ))
 }
 
@@ -534,14 +527,12 @@ fn or_dash<T: ToString>(v: Option<T>) -> String {
 fn spec_differences(before: &StoredRow, now: &StoredRow) -> Vec<String> {
     let mut out = differences(before, now);
     let (b, n) = (&before.spec, &now.spec);
-    if b.mode != n.mode {
-        out.push(format!(
-            "mode {} → {}",
-            or_dash(b.mode.as_deref()),
-            or_dash(n.mode.as_deref())
-        ));
-    }
-    if b.draft_model != n.draft_model {
+    let line = |label: &str, a: Option<String>, z: Option<String>| {
+        (a != z).then(|| format!("{label} {} → {}", or_dash(a), or_dash(z)))
+    };
+    let num = |v: Option<u32>| v.map(|v| v.to_string());
+    let on_off = |v: Option<bool>| v.map(|v| if v { "on" } else { "off" }.to_string());
+    let draft = (b.draft_model != n.draft_model).then(|| {
         // File names, unless they are the same: then the paths tell them apart.
         let name = |d: &Option<String>| d.as_deref().map(|d| super::sweep::file_name(Path::new(d)));
         let (bn, nn) = if name(&b.draft_model) == name(&n.draft_model) {
@@ -549,45 +540,31 @@ fn spec_differences(before: &StoredRow, now: &StoredRow) -> Vec<String> {
         } else {
             (name(&b.draft_model), name(&n.draft_model))
         };
-        out.push(format!(
-            "draft {} → {}",
-            bn.unwrap_or_else(|| "none".into()),
-            nn.unwrap_or_else(|| "none".into())
-        ));
-    }
-    if b.batch_invariant != n.batch_invariant {
-        let name = |v: Option<bool>| match v {
-            Some(true) => "on",
-            Some(false) => "off",
-            None => "—",
-        };
-        out.push(format!(
-            "batch-invariant {} → {}",
-            name(b.batch_invariant),
-            name(n.batch_invariant)
-        ));
-    }
-    let numbers = [
-        ("ngram-n", b.ngram_n, n.ngram_n),
-        ("n_gen", b.n_gen, n.n_gen),
-        ("rounds", b.rounds, n.rounds),
-        ("threads", before.stamp.threads, now.stamp.threads),
-        ("ngl", before.stamp.n_gpu_layers, now.stamp.n_gpu_layers),
-        ("n_batch", before.stamp.n_batch, now.stamp.n_batch),
-        ("n_ctx", before.stamp.n_ctx, now.stamp.n_ctx),
-    ];
-    for (label, a, z) in numbers {
-        if a != z {
-            out.push(format!("{label} {} → {}", or_dash(a), or_dash(z)));
-        }
-    }
-    if b.prompt != n.prompt {
-        out.push(format!(
-            "prompt {} → {}",
-            or_dash(b.prompt.as_deref()),
-            or_dash(n.prompt.as_deref())
-        ));
-    }
+        let none = |d: Option<String>| d.unwrap_or_else(|| "none".into());
+        format!("draft {} → {}", none(bn), none(nn))
+    });
+    let (bs, ns) = (&before.stamp, &now.stamp);
+    out.extend(
+        [
+            line("mode", b.mode.clone(), n.mode.clone()),
+            draft,
+            line(
+                "batch-invariant",
+                on_off(b.batch_invariant),
+                on_off(n.batch_invariant),
+            ),
+            line("ngram-n", num(b.ngram_n), num(n.ngram_n)),
+            line("n_gen", num(b.n_gen), num(n.n_gen)),
+            line("rounds", num(b.rounds), num(n.rounds)),
+            line("threads", num(bs.threads), num(ns.threads)),
+            line("ngl", num(bs.n_gpu_layers), num(ns.n_gpu_layers)),
+            line("n_batch", num(bs.n_batch), num(ns.n_batch)),
+            line("n_ctx", num(bs.n_ctx), num(ns.n_ctx)),
+            line("prompt", b.prompt.clone(), n.prompt.clone()),
+        ]
+        .into_iter()
+        .flatten(),
+    );
     out
 }
 
@@ -597,9 +574,8 @@ fn spec_differences(before: &StoredRow, now: &StoredRow) -> Vec<String> {
 pub(crate) fn spec_comparison(now: &[StoredRow], base: &StoredRun) -> String {
     let mut out = heading(base);
     let k_of = |r: &StoredRow| r.spec.draft_max;
-    let mut ks: Vec<u32> = now.iter().chain(&base.rows).filter_map(k_of).collect();
-    ks.sort_unstable();
-    ks.dedup();
+    let ks: std::collections::BTreeSet<u32> =
+        now.iter().chain(&base.rows).filter_map(k_of).collect();
     let find = |rows: &'_ [StoredRow], k: u32| rows.iter().find(|r| k_of(r) == Some(k)).cloned();
     let times = crate::fmt::times;
     let pct = |v| crate::fmt::pct(v, 0);
@@ -613,11 +589,7 @@ pub(crate) fn spec_comparison(now: &[StoredRow], base: &StoredRun) -> String {
         let (before, row) = (find(&base.rows, k), find(now, k));
         let change = match (&before, &row) {
             (Some(b), Some(n)) => {
-                for d in spec_differences(b, n) {
-                    if !all_diffs.contains(&d) {
-                        all_diffs.push(d);
-                    }
-                }
+                all_diffs = distinct(all_diffs.into_iter().chain(spec_differences(b, n)));
                 signed_pct(change_pct(Some(b.tok_per_s_mean), Some(n.tok_per_s_mean)))
             }
             (None, _) => "new".to_string(),
@@ -659,18 +631,10 @@ pub(crate) fn spec_comparison(now: &[StoredRow], base: &StoredRun) -> String {
 
 /// The table `tokscope results` prints, newest run last.
 pub(crate) fn listing(runs: &[StoredRun]) -> String {
-    let mut rows: Vec<[String; 5]> = Vec::new();
+    let mut rows: Vec<Vec<String>> = Vec::new();
     for run in runs {
-        let mut models: Vec<&str> = Vec::new();
-        let mut tests: Vec<&str> = Vec::new();
-        for r in &run.rows {
-            if !models.contains(&r.stamp.model_file.as_str()) {
-                models.push(&r.stamp.model_file);
-            }
-            if !tests.contains(&r.test.as_str()) {
-                tests.push(&r.test);
-            }
-        }
+        let models = distinct(run.rows.iter().map(|r| r.stamp.model_file.as_str()));
+        let tests = distinct(run.rows.iter().map(|r| r.test.as_str()));
         // A long sweep names its first few only, so the listing stays readable
         // (`results ID` prints every row).
         let few = |items: &[&str], keep: usize, sep: &str| {
@@ -684,7 +648,7 @@ pub(crate) fn listing(runs: &[StoredRun]) -> String {
                 items.join(sep)
             }
         };
-        rows.push([
+        rows.push(vec![
             run.id.clone(),
             id_time(&run.id).unwrap_or_default(),
             few(&models, 2, ", "),
@@ -692,15 +656,8 @@ pub(crate) fn listing(runs: &[StoredRun]) -> String {
             headline(&run.rows),
         ]);
     }
-    let headers = [
-        ("id", crate::report::Align::Left),
-        ("time", crate::report::Align::Left),
-        ("models", crate::report::Align::Left),
-        ("tests", crate::report::Align::Left),
-        ("headline t/s", crate::report::Align::Left),
-    ];
-    let rows: Vec<Vec<String>> = rows.into_iter().map(Vec::from).collect();
-    crate::report::table(&headers, &rows)
+    let headers = ["id", "time", "models", "tests", "headline t/s"];
+    crate::report::table(&headers.map(|h| (h, crate::report::Align::Left)), &rows)
 }
 
 /// One run as a table, llama-bench's shape (`tokscope results ID`): what ran, on what, and

@@ -13,14 +13,11 @@ use crate::plot::{plot_batch_sweep, plot_roofline, plot_spec_sweep, PlotError, R
 
 /// `FILE.ext` → `FILE-suffix.ext`: the names of `--plot`'s charts.
 pub(crate) fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
-    let stem = path
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let ext = path
-        .extension()
-        .map(|e| e.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    let text = |s: Option<&std::ffi::OsStr>| {
+        s.map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    };
+    let (stem, ext) = (text(path.file_stem()), text(path.extension()));
     path.with_file_name(format!("{stem}-{suffix}.{ext}"))
 }
 
@@ -97,10 +94,7 @@ pub(crate) fn write_spec(rows: &[SpecRow], path: &Path) -> Result<PathBuf, PlotE
         Some(r) => format!(
             "{} · {} · {} tokens greedy · {} round(s) · {} thread(s) · tokscope {}, {}",
             sweep::file_name(Path::new(&r.model)),
-            match &r.draft_model {
-                Some(d) => format!("draft {}", sweep::file_name(Path::new(d))),
-                None => r.mode.clone(),
-            },
+            r.guesser(),
             r.n_gen,
             r.rounds,
             r.stamp.threads,
@@ -123,12 +117,7 @@ fn chart_context<'a>(rows: impl Iterator<Item = &'a Row>) -> String {
     let rows: Vec<&Row> = rows.collect();
     // The distinct values in first-seen order, at most `max` named.
     let distinct = |values: Vec<String>, max: usize| {
-        let mut seen: Vec<String> = Vec::new();
-        for v in values {
-            if !seen.contains(&v) {
-                seen.push(v);
-            }
-        }
+        let seen = super::log::distinct(values);
         let more = seen.len().saturating_sub(max);
         let mut out = seen.into_iter().take(max).collect::<Vec<_>>().join(", ");
         if more > 0 {

@@ -12,6 +12,16 @@ fn opt(v: Option<f64>, digits: u32) -> String {
     v.map_or_else(|| "—".to_string(), |v| crate::fmt::sig(v, digits))
 }
 
+/// A table's headers: the first column left-aligned, the figures right-aligned.
+fn headers<'a>(names: &[&'a str]) -> Vec<(&'a str, Align)> {
+    let align = |i| if i == 0 { Align::Left } else { Align::Right };
+    names
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| (n, align(i)))
+        .collect()
+}
+
 /// The parts table of one breakdown.
 fn parts_table(b: &StepBreakdown) -> String {
     let rows: Vec<Vec<String>> = b
@@ -33,18 +43,8 @@ fn parts_table(b: &StepBreakdown) -> String {
             ]
         })
         .collect();
-    table(
-        &[
-            ("part", Align::Left),
-            ("ms", Align::Right),
-            ("share", Align::Right),
-            ("reads", Align::Right),
-            ("GB/s", Align::Right),
-            ("MBU", Align::Right),
-            ("GFLOP/s", Align::Right),
-        ],
-        &rows,
-    )
+    let names = ["part", "ms", "share", "reads", "GB/s", "MBU", "GFLOP/s"];
+    table(&headers(&names), &rows)
 }
 
 /// The operations table of one breakdown.
@@ -81,15 +81,7 @@ fn ops_table(b: &StepBreakdown) -> String {
             crate::fmt::pct(Some(p.share), 1),
         ]);
     }
-    table(
-        &[
-            ("op", Align::Left),
-            ("nodes", Align::Right),
-            ("ms", Align::Right),
-            ("share", Align::Right),
-        ],
-        &rows,
-    )
+    table(&headers(&["op", "nodes", "ms", "share"]), &rows)
 }
 
 /// The layer strip: each layer's time, and the slowest against the median.

@@ -213,15 +213,10 @@ pub(crate) fn build_row(job: &Job, samples: &[Sample], cx: &RowContext) -> Row {
         .collect();
     let itl = LatencyStats::from_durations(&gaps);
     let generates = test.lengths().1 > 0;
-    let decode_tok_per_s = if generates {
-        mean_of(
-            samples
-                .iter()
-                .filter_map(|s| rate(s.tokens_generated, s.decode)),
-        )
-    } else {
-        None
-    };
+    let decode_rates = samples
+        .iter()
+        .filter_map(|s| rate(s.tokens_generated, s.decode));
+    let decode_tok_per_s = mean_of(decode_rates).filter(|_| generates);
     let (lo, hi) = depth_span(job);
     let mut row = Row {
         run_id: cx.run_id.to_string(),
@@ -241,16 +236,13 @@ pub(crate) fn build_row(job: &Job, samples: &[Sample], cx: &RowContext) -> Row {
         itl_p99_ms: itl.map(|t| t.p99_ms),
         prefill_ms_mean: mean_of(samples.iter().filter_map(|s| s.prefill.map(ms))),
         decode_tok_per_s,
-        host_us_per_token: if generates && !matches!(test, TestSpec::Batch { .. }) {
-            mean_of(
-                samples
-                    .iter()
-                    .filter(|s| s.tokens_generated > 1)
-                    .map(|s| s.host.as_secs_f64() * 1e6 / (s.tokens_generated - 1) as f64),
-            )
-        } else {
-            None
-        },
+        host_us_per_token: mean_of(
+            samples
+                .iter()
+                .filter(|s| s.tokens_generated > 1)
+                .map(|s| s.host.as_secs_f64() * 1e6 / (s.tokens_generated - 1) as f64),
+        )
+        .filter(|_| generates && !matches!(test, TestSpec::Batch { .. })),
         per_sequence_tok_per_s: matches!(test, TestSpec::Batch { .. })
             .then(|| tok_per_s_mean / f64::from(test.sequences())),
         speedup_vs_b1: None,
@@ -377,10 +369,10 @@ fn add_decode_roofline(row: &mut Row, job: &Job, cx: &RowContext, (lo, hi): (u64
         TestSpec::Batch { .. } => Some(row.tok_per_s_mean),
         _ => row.decode_tok_per_s,
     };
-    row.mbu_pct = match (achieved, row.ceiling_tok_per_s) {
-        (Some(a), Some(c)) => mbu(a, c).map(|m| m * 100.0),
-        _ => None,
-    };
+    let achieved_and_ceiling = achieved.zip(row.ceiling_tok_per_s);
+    row.mbu_pct = achieved_and_ceiling
+        .and_then(|(a, c)| mbu(a, c))
+        .map(|m| m * 100.0);
 }
 
 /// Achieved FLOP/s of a prompt: the matmul FLOPs of its tokens (layers per token, the output
@@ -432,20 +424,18 @@ pub(crate) fn relate_batches(rows: &mut [Row]) {
             continue;
         };
         row.speedup_vs_b1 = (*tok_per_s > 0.0).then(|| row.tok_per_s_mean / tok_per_s);
-        row.latency_growth_vs_b1 = match (row.itl_p50_ms, itl) {
-            (Some(now), Some(base)) if *base > 0.0 => Some(now / base),
-            _ => None,
-        };
+        let growth = row.itl_p50_ms.zip(*itl).filter(|(_, base)| *base > 0.0);
+        row.latency_growth_vs_b1 = growth.map(|(now, base)| now / base);
     }
 }
 
 fn same_but_batch(a: &BenchParams, b: &BenchParams) -> bool {
-    let (mut a, mut b) = (a.clone(), b.clone());
-    a.batch_size = 0;
-    b.batch_size = 0;
-    a.n_ctx = 0;
-    b.n_ctx = 0;
-    a == b
+    let unbatched = |p: &BenchParams| BenchParams {
+        batch_size: 0,
+        n_ctx: 0,
+        ..p.clone()
+    };
+    unbatched(a) == unbatched(b)
 }
 
 #[cfg(test)]

@@ -12,13 +12,14 @@ use super::gpu::{GpuColumns, GpuWatch};
 use super::plan::{BandwidthChoice, BenchPlan};
 use super::report::{build_row, Row, RowContext};
 use super::sweep::{file_name, Job};
-use crate::engine::{EngineError, ModelInfo, SamplingParams, TemplateChoice};
+use crate::engine::{EngineError, ModelInfo, SamplingParams};
 use crate::llama::measure::{Bencher, Sample};
 use crate::llama::settings::EngineSettings;
-use crate::llama::{describe, load_model_placed, new_context};
+use crate::llama::{describe, new_context};
 use crate::metrics::roofline::{Bandwidth, BandwidthSource};
 
 /// What the sweep produced: a row per test that ran, an error per test that did not.
+#[derive(Default)]
 pub(crate) struct Outcome {
     pub rows: Vec<Row>,
     pub failures: Vec<String>,
@@ -62,35 +63,30 @@ impl BandwidthResolver {
             }
             BandwidthChoice::Auto { probe } => probe,
         };
-        let gpu = if info.n_gpu_layers > 0 {
+        let gpu = (info.n_gpu_layers > 0).then(|| {
             self.gpu
                 .get_or_insert_with(crate::llama::device_bw::first_gpu_bandwidth)
                 .clone()
-        } else {
-            None
-        };
-        let cpu = if info.n_gpu_layers <= info.n_layer {
+        });
+        let cpu = (info.n_gpu_layers <= info.n_layer).then(|| {
+            let measure = || {
+                eprintln!(
+                    "the CPU's memory bandwidth at {threads} thread(s): the shared probe \
+                     (measured once per machine and thread count; --no-probe skips it)…"
+                );
+                crate::hw::cpu_bandwidth(threads as usize)
+            };
             self.cpu
                 .entry(threads)
-                .or_insert_with(|| {
-                    probe.then(|| {
-                        eprintln!(
-                            "the CPU's memory bandwidth at {threads} thread(s): the shared probe \
-                             (measured once per machine and thread count; --no-probe skips it)…"
-                        );
-                        crate::hw::cpu_bandwidth(threads as usize)
-                    })
-                })
+                .or_insert_with(|| probe.then(measure))
                 .clone()
-        } else {
-            None
-        };
+        });
         crate::metrics::roofline::placed_bandwidth(
             info.weight_bytes.as_ref(),
             info.n_layer,
             info.n_gpu_layers,
-            gpu.as_ref(),
-            cpu.as_ref(),
+            gpu.flatten().as_ref(),
+            cpu.flatten().as_ref(),
         )
     }
 }
@@ -100,18 +96,8 @@ impl BandwidthResolver {
 struct Progress {
     total: usize,
     terminal: bool,
-    /// Settings worth naming because the sweep varies them.
-    varied: Varied,
-}
-
-#[derive(Clone, Copy)]
-struct Varied {
-    ngl: bool,
-    n_batch: bool,
-    n_ubatch: bool,
-    type_k: bool,
-    type_v: bool,
-    flash_attn: bool,
+    /// Settings worth naming because the sweep varies them: ngl, b, ub, ctk, ctv, fa.
+    varied: [bool; 6],
 }
 
 impl Progress {
@@ -125,15 +111,14 @@ impl Progress {
             job.test.name(job.depth),
             p.threads
         );
-        let v = self.varied;
-        for (shown, text) in [
-            (v.ngl, format!(" ngl={}", p.n_gpu_layers)),
-            (v.n_batch, format!(" b={}", p.n_batch)),
-            (v.n_ubatch, format!(" ub={}", p.n_ubatch)),
-            (v.type_k, format!(" ctk={}", p.type_k)),
-            (v.type_v, format!(" ctv={}", p.type_v)),
-            (v.flash_attn, format!(" fa={}", p.flash_attn)),
-        ] {
+        for (shown, text) in self.varied.into_iter().zip([
+            format!(" ngl={}", p.n_gpu_layers),
+            format!(" b={}", p.n_batch),
+            format!(" ub={}", p.n_ubatch),
+            format!(" ctk={}", p.type_k),
+            format!(" ctv={}", p.type_v),
+            format!(" fa={}", p.flash_attn),
+        ]) {
             if shown {
                 label.push_str(&text);
             }
@@ -190,12 +175,7 @@ pub(crate) fn run_jobs(
     run_id: &str,
 ) -> Outcome {
     let mut runner = Runner::new(plan, jobs, sampling, run_id);
-    let mut outcome = Outcome {
-        rows: Vec::new(),
-        failures: Vec::new(),
-        model_failed: false,
-        trace: Vec::new(),
-    };
+    let mut outcome = Outcome::default();
     let mut start = 0;
     while let Some(first) = jobs.get(start) {
         let end = jobs[start..]
@@ -235,13 +215,7 @@ pub(crate) fn run_jobs_alternating(
                 continue;
             }
             runner.progress.repetition(i, job, round + 1, rounds);
-            let model = match load_model_placed(
-                &job.params.model,
-                job.params.gpu_layers_setting(),
-                &job.params.placement,
-                false,
-                |_| true,
-            ) {
+            let model = match job.params.load() {
                 Ok(model) => model,
                 Err(e) => {
                     model_failed |= e.is_model_problem();
@@ -262,24 +236,22 @@ pub(crate) fn run_jobs_alternating(
         }
     }
     runner.progress.finish();
-    let mut outcome = Outcome {
-        rows: Vec::new(),
-        failures: failed.iter().flatten().cloned().collect(),
-        model_failed,
-        trace: Vec::new(),
-    };
-    for ((job, samples), facts) in jobs.iter().zip(&samples).zip(&facts) {
-        if let Some((info, bandwidth)) = facts {
-            if samples.len() == rounds as usize {
+    let rows = jobs.iter().zip(&samples).zip(&facts);
+    let rows = rows.filter(|((_, samples), _)| samples.len() == rounds as usize);
+    Outcome {
+        rows: rows
+            .filter_map(|((job, samples), facts)| {
+                let (info, bandwidth) = facts.as_ref()?;
                 let mut row =
                     runner.row(job, samples, info, bandwidth.as_ref(), rounds, load_before);
                 runner.add_gpu(&mut row, job, samples);
-                outcome.rows.push(row);
-            }
-        }
+                Some(row)
+            })
+            .collect(),
+        failures: failed.iter().flatten().cloned().collect(),
+        model_failed,
+        trace: runner.trace.map(|t| t.events).unwrap_or_default(),
     }
-    outcome.trace = runner.trace.take().map(|t| t.events).unwrap_or_default();
-    outcome
 }
 
 impl<'a> Runner<'a> {
@@ -308,20 +280,19 @@ impl<'a> Runner<'a> {
             progress: Progress {
                 total: jobs.len(),
                 terminal: std::io::stderr().is_terminal(),
-                varied: Varied {
-                    ngl: s.n_gpu_layers.len() > 1,
-                    n_batch: s.n_batch.len() > 1,
-                    n_ubatch: s.n_ubatch.len() > 1,
-                    type_k: s.type_k.len() > 1,
-                    type_v: s.type_v.len() > 1,
-                    flash_attn: s.flash_attn.len() > 1,
-                },
+                varied: [
+                    s.n_gpu_layers.len(),
+                    s.n_batch.len(),
+                    s.n_ubatch.len(),
+                    s.type_k.len(),
+                    s.type_v.len(),
+                    s.flash_attn.len(),
+                ]
+                .map(|n| n > 1),
             },
         }
     }
-}
 
-impl Runner<'_> {
     /// Jobs sharing one model load.
     fn run_group(&mut self, first_index: usize, group: &[Job], outcome: &mut Outcome) {
         let Some(first) = group.first() else {
@@ -331,13 +302,7 @@ impl Runner<'_> {
         self.progress
             .message(&format!("loading {}…", file_name(path)));
         let model =
-            match load_model_placed(
-                path,
-                first.params.gpu_layers_setting(),
-                &first.params.placement,
-                false,
-                |_| true,
-            ) {
+            match first.params.load() {
                 Ok(model) => model,
                 Err(e) => {
                     self.progress.message(&format!("error: {e}"));
@@ -503,11 +468,8 @@ fn engine_settings(job: &Job) -> EngineSettings {
         type_v: p.type_v,
         flash_attn: p.flash_attn,
         n_gpu_layers: p.gpu_layers_setting(),
-        template: TemplateChoice::Auto,
-        spec: crate::llama::settings::SpecSettings::default(),
         sampling: crate::llama::settings::SamplingMode::Host,
-        first_sampling: None,
-        profile_rate: 0,
+        ..EngineSettings::default()
     }
 }
 

@@ -108,6 +108,12 @@ impl SpecBenchError {
     pub(crate) fn is_model_problem(&self) -> bool {
         matches!(self, SpecBenchError::Engine { source, .. } if source.is_model_problem())
     }
+
+    /// The error of lane `lane` from a failed engine.
+    pub(super) fn in_lane(lane: impl Into<String>) -> impl FnOnce(EngineError) -> Self {
+        let lane = lane.into();
+        move |source| SpecBenchError::Engine { lane, source }
+    }
 }
 
 /// The kind of the sweep's rows in the results log.
@@ -190,6 +196,16 @@ pub(crate) struct SpecRow {
     pub stamp: Stamp,
 }
 
+impl SpecRow {
+    /// What guessed the drafts: `draft <file name>`, or the mode.
+    pub(crate) fn guesser(&self) -> String {
+        match &self.draft_model {
+            Some(d) => format!("draft {}", super::sweep::file_name(std::path::Path::new(d))),
+            None => self.mode.clone(),
+        }
+    }
+}
+
 /// What the sweep produced.
 pub(crate) struct SpecOutcome {
     pub rows: Vec<SpecRow>,
@@ -221,16 +237,6 @@ pub(super) struct BenchEngine {
     pub info: ModelInfo,
 }
 
-/// Why one benchmark turn failed.
-pub(super) enum TurnFailure {
-    Engine(EngineError),
-    /// It stopped before `n_gen` tokens.
-    Short {
-        got: usize,
-        why: String,
-    },
-}
-
 impl BenchEngine {
     /// Spawn the engine (the model loads on its thread) and wait until it is ready.
     pub(super) fn start(model: PathBuf, settings: EngineSettings) -> Result<Self, EngineError> {
@@ -248,13 +254,15 @@ impl BenchEngine {
         }
     }
 
-    /// One turn answering `messages` for exactly `n_gen` tokens (end-of-generation ignored).
+    /// One turn answering `messages` for exactly `n_gen` tokens (end-of-generation ignored);
+    /// its errors name lane `lane` (`k=3`, `run c4096`).
     pub(super) fn turn(
         &mut self,
+        lane: &str,
         messages: &[ChatMessage],
         sampling: SamplingParams,
         n_gen: u32,
-    ) -> Result<TurnReport, TurnFailure> {
+    ) -> Result<TurnReport, SpecBenchError> {
         let request = TurnRequest {
             messages: messages.to_vec(),
             sampling,
@@ -262,28 +270,24 @@ impl BenchEngine {
             capture_first_logits: false,
             ignore_eos: true,
         };
-        let id = self
-            .engine
-            .send(self.engine.next_id(), request, None)
-            .map_err(TurnFailure::Engine)?;
-        let report = match wait(&mut self.events, Some(id)).map_err(TurnFailure::Engine)? {
+        let id = self.engine.send(self.engine.next_id(), request, None);
+        let waited = id.and_then(|id| wait(&mut self.events, Some(id)));
+        let report = match waited.map_err(SpecBenchError::in_lane(lane))? {
             Waited::Finished(report) => *report,
-            Waited::Ready(_) | Waited::Tg(_) => {
-                return Err(TurnFailure::Engine(EngineError::EngineGone))
-            }
+            _ => return Err(SpecBenchError::in_lane(lane)(EngineError::EngineGone)),
         };
         let got = report.timeline.tokens_generated();
         if got != n_gen as usize {
-            return Err(TurnFailure::Short {
+            return Err(SpecBenchError::Short {
+                lane: lane.to_string(),
                 got,
+                want: n_gen,
                 why: format!("{:?}", report.stop_reason),
             });
         }
         Ok(report)
     }
-}
 
-impl BenchEngine {
     /// One timed run of bench's tg test of `n_gen` tokens on this engine's thread.
     pub(super) fn tg(&mut self, n_gen: u32) -> Result<TgSample, EngineError> {
         let id = self.engine.next_id();
@@ -291,21 +295,6 @@ impl BenchEngine {
         match wait(&mut self.events, Some(id))? {
             Waited::Tg(sample) => Ok(sample),
             Waited::Ready(_) | Waited::Finished(_) => Err(EngineError::EngineGone),
-        }
-    }
-}
-
-impl SpecBenchError {
-    /// The error of lane `lane` (`k=3`, `run c4096`) from a failed turn of `n_gen` tokens.
-    pub(super) fn of_turn(lane: String, want: u32, f: TurnFailure) -> Self {
-        match f {
-            TurnFailure::Engine(source) => SpecBenchError::Engine { lane, source },
-            TurnFailure::Short { got, why } => SpecBenchError::Short {
-                lane,
-                got,
-                want,
-                why,
-            },
         }
     }
 }
@@ -374,10 +363,8 @@ impl Lane {
         settings.spec.batch_invariant = Some(plan.engine.spec.batch_invariant_kernels());
         settings.spec.mode = if k == 0 { SpecMode::Off } else { plan.mode };
         settings.spec.draft_model = plan.draft.clone().filter(|_| k > 0);
-        BenchEngine::start(plan.model.clone(), settings).map_err(|source| SpecBenchError::Engine {
-            lane: format!("k={k}"),
-            source,
-        })
+        BenchEngine::start(plan.model.clone(), settings)
+            .map_err(SpecBenchError::in_lane(format!("k={k}")))
     }
 
     /// Shuts the engine down (its thread joined, its OpenMP pool gone with it).
@@ -388,17 +375,12 @@ impl Lane {
     }
 
     fn turn(&mut self, plan: &SpecPlan, n_gen: u32) -> Result<TurnReport, SpecBenchError> {
-        if self.bench.is_none() {
-            self.bench = Some(Self::engine(plan, self.k)?);
-        }
+        let bench = match self.bench.take() {
+            Some(bench) => bench,
+            None => Self::engine(plan, self.k)?,
+        };
         let lane = format!("k={}", self.k);
-        let bench = self.bench.as_mut().ok_or_else(|| SpecBenchError::Engine {
-            lane: lane.clone(),
-            source: EngineError::EngineGone,
-        })?;
-        bench
-            .turn(&plan.messages, greedy(), n_gen)
-            .map_err(|f| SpecBenchError::of_turn(lane, n_gen, f))
+        (self.bench.insert(bench)).turn(&lane, &plan.messages, greedy(), n_gen)
     }
 
     /// A timed turn: its tok/s, text and figures.
@@ -491,9 +473,9 @@ fn kernel_runs(plan: &SpecPlan) -> Result<super::kernel_baseline::KernelRuns, Sp
     if !plan.kernel_baseline {
         return Ok(runs);
     }
-    let prompt = prompt_file(plan).map_err(|e| SpecBenchError::Engine {
-        lane: "plain decoding on the default kernels".into(),
-        source: EngineError::Decode(format!("cannot write the prompt for the child run: {e}")),
+    let prompt = prompt_file(plan).map_err(|e| {
+        let why = format!("cannot write the prompt for the child run: {e}");
+        SpecBenchError::in_lane("plain decoding on the default kernels")(EngineError::Decode(why))
     })?;
     for round in 0..plan.rounds {
         for invariant in [round % 2 == 1, round % 2 == 0] {
@@ -518,13 +500,37 @@ fn kernel_runs(plan: &SpecPlan) -> Result<super::kernel_baseline::KernelRuns, Sp
 
 fn mean_sd_min_max(values: &[f64]) -> (f64, f64, f64, f64) {
     let (mean, sd) = super::report::mean_sd(values);
-    let min = values.iter().copied().fold(f64::INFINITY, f64::min);
-    let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    if values.is_empty() {
-        (0.0, 0.0, 0.0, 0.0)
-    } else {
-        (mean, sd, min, max)
+    let fold = |init, f: fn(f64, f64) -> f64| values.iter().copied().fold(init, f);
+    match values {
+        [] => (0.0, 0.0, 0.0, 0.0),
+        _ => (
+            mean,
+            sd,
+            fold(f64::INFINITY, f64::min),
+            fold(f64::NEG_INFINITY, f64::max),
+        ),
     }
+}
+
+/// A busy machine (the 1-minute load before and after) and synthetic weights, joined; `None`
+/// when clean.
+pub(super) fn sweep_warning(
+    threads: u32,
+    load_before: Option<f64>,
+    load_after: Option<f64>,
+    synthetic: bool,
+) -> Option<String> {
+    let mut warnings = crate::metrics::busy::busy_warnings(&crate::metrics::busy::BusySignals {
+        threads,
+        load_before,
+        load_after,
+        itl_p50_ms: None,
+        itl_max_ms: None,
+    });
+    if synthetic {
+        warnings.push("synthetic model: its speed is real, its text is noise".to_string());
+    }
+    (!warnings.is_empty()).then(|| warnings.join("; "))
 }
 
 fn rows(
@@ -541,18 +547,8 @@ fn rows(
         crate::metrics::ms(base.decode_compute),
         base.decode_calls as f64,
     );
-    let threads = plan.engine.threads;
-    let mut warnings = crate::metrics::busy::busy_warnings(&crate::metrics::busy::BusySignals {
-        threads,
-        load_before,
-        load_after,
-        itl_p50_ms: None,
-        itl_max_ms: None,
-    });
-    if base.info.synthetic {
-        warnings.push("synthetic model: its speed is real, its text is noise".to_string());
-    }
-    let warning = (!warnings.is_empty()).then(|| warnings.join("; "));
+    let (threads, synthetic) = (plan.engine.threads, base.info.synthetic);
+    let warning = sweep_warning(threads, load_before, load_after, synthetic);
     // ρ belongs to the target and its kernels, not to k: every engine's measurement pooled.
     let mut row_costs: Vec<f64> = lanes.iter().flat_map(|l| l.row_costs.clone()).collect();
     row_costs.sort_by(f64::total_cmp);
@@ -585,11 +581,9 @@ fn rows(
                 .zip(plain_ms)
                 .and_then(|(d, p)| ratio(d, p));
             let alpha = get(|s| s.acceptance_per_token);
-            let expected_compute = match (lane.k, row_cost) {
-                (0, _) => Some(1.0),
-                (_, Some(rho)) => lane.stats.expected(rho),
-                _ => None,
-            };
+            // k = 0 is its own baseline: one token per pass, no speed-up expected.
+            let or_one = |v: Option<f64>| if lane.k == 0 { Some(1.0) } else { v };
+            let expected_compute = or_one(row_cost.and_then(|rho| lane.stats.expected(rho)));
             SpecRow {
                 run_id: run_id.to_string(),
                 kind: KIND,
@@ -611,20 +605,12 @@ fn rows(
                 speedup_sd: s_sd,
                 speedup_min: s_min,
                 speedup_max: s_max,
-                expected_speedup: if lane.k == 0 {
-                    Some(1.0)
-                } else {
-                    get(|s| s.expected_speedup)
-                },
+                expected_speedup: or_one(get(|s| s.expected_speedup)),
                 row_cost: row_cost.filter(|_| lane.k > 0),
                 expected_speedup_compute: expected_compute,
                 acceptance_rate: get(|s| s.acceptance_rate),
                 acceptance_per_token: alpha,
-                tokens_per_pass: if lane.k == 0 {
-                    Some(1.0)
-                } else {
-                    get(|s| s.tokens_per_pass)
-                },
+                tokens_per_pass: or_one(get(|s| s.tokens_per_pass)),
                 mean_draft_len: get(|s| s.mean_draft_len),
                 draft_ms_per_step: get(|s| s.draft_ms_per_step),
                 verify_ms_per_pass: get(|s| s.verify_ms_per_pass),
@@ -684,10 +670,7 @@ pub(crate) fn sweep_verdict(rows: &[SpecRow]) -> String {
     let median = |r: &SpecRow| crate::metrics::median(&r.speedup_per_round).unwrap_or(0.0);
     let mut speculating: Vec<&SpecRow> = rows.iter().filter(|r| r.draft_max > 0).collect();
     speculating.sort_by(|a, b| median(b).total_cmp(&median(a)));
-    let Some(best) = speculating.first() else {
-        return "Verdict: no speculative row was measured.".to_string();
-    };
-    let Some(v) = best.verdict.clone() else {
+    let Some((best, v)) = (speculating.first()).and_then(|b| Some((b, b.verdict.clone()?))) else {
         return "Verdict: no speculative row was measured.".to_string();
     };
     let mut out = format!(
@@ -731,61 +714,40 @@ pub(crate) fn render(
     outcome: &SpecOutcome,
     format: OutputFormat,
 ) -> Result<String, serde_json::Error> {
-    use crate::fmt::times;
-    use crate::report::{csv_lines, table, Align};
-    let pct = |v| crate::fmt::pct(v, 0);
+    use crate::fmt::{opt, pct, times};
+    use crate::report::{csv_lines, Align::*};
     let rows = &outcome.rows;
     Ok(match format {
         OutputFormat::Markdown | OutputFormat::MarkdownWide => {
-            let opt = crate::fmt::opt;
-            let headers = [
-                ("k", Align::Right),
-                ("tok/s", Align::Right),
-                ("speed-up (min–max)", Align::Right),
-                ("expected", Align::Right),
-                ("+compute", Align::Right),
-                ("accept", Align::Right),
-                ("α", Align::Right),
-                ("tok/pass", Align::Right),
-                ("draft ms/step", Align::Right),
-                ("verify ms/pass", Align::Right),
-                ("verify cost", Align::Right),
-                ("same text", Align::Left),
+            let columns: [super::format::Column<SpecRow>; 12] = [
+                ("k", Right, |r| r.draft_max.to_string()),
+                ("tok/s", Right, |r| {
+                    format!("{:.1} ± {:.1}", r.tok_per_s_mean, r.tok_per_s_sd)
+                }),
+                ("speed-up (min–max)", Right, |r| {
+                    format!(
+                        "{:.2}× ({:.2}–{:.2})",
+                        r.speedup_mean, r.speedup_min, r.speedup_max
+                    )
+                }),
+                ("expected", Right, |r| times(r.expected_speedup)),
+                ("+compute", Right, |r| times(r.expected_speedup_compute)),
+                ("accept", Right, |r| pct(r.acceptance_rate, 0)),
+                ("α", Right, |r| pct(r.acceptance_per_token, 0)),
+                ("tok/pass", Right, |r| opt(r.tokens_per_pass, 2)),
+                ("draft ms/step", Right, |r| opt(r.draft_ms_per_step, 2)),
+                ("verify ms/pass", Right, |r| opt(r.verify_ms_per_pass, 2)),
+                ("verify cost", Right, |r| opt(r.verify_cost_in_passes, 2)),
+                ("same text", Left, |r| {
+                    if r.text_identical { "yes" } else { "NO" }.into()
+                }),
             ];
-            let cells: Vec<Vec<String>> = rows
-                .iter()
-                .map(|r| {
-                    vec![
-                        r.draft_max.to_string(),
-                        format!("{:.1} ± {:.1}", r.tok_per_s_mean, r.tok_per_s_sd),
-                        format!(
-                            "{:.2}× ({:.2}–{:.2})",
-                            r.speedup_mean, r.speedup_min, r.speedup_max
-                        ),
-                        times(r.expected_speedup),
-                        times(r.expected_speedup_compute),
-                        pct(r.acceptance_rate),
-                        pct(r.acceptance_per_token),
-                        opt(r.tokens_per_pass, 2),
-                        opt(r.draft_ms_per_step, 2),
-                        opt(r.verify_ms_per_pass, 2),
-                        opt(r.verify_cost_in_passes, 2),
-                        if r.text_identical { "yes" } else { "NO" }.to_string(),
-                    ]
-                })
-                .collect();
             let mut out = String::new();
             if let Some(first) = rows.first() {
                 out.push_str(&format!(
-                    "speculative decoding: {} {}, {} tokens greedy, {} round(s) ABBA, {} thread(s), {} kernels, prompt: {}\n\n",
+                    "speculative decoding: {} with {}, {} tokens greedy, {} round(s) ABBA, {} thread(s), {} kernels, prompt: {}\n\n",
                     crate::bench::sweep::file_name(std::path::Path::new(&first.model)),
-                    match &first.draft_model {
-                        Some(d) => format!(
-                            "with draft {}",
-                            crate::bench::sweep::file_name(std::path::Path::new(d))
-                        ),
-                        None => format!("with {}", first.mode),
-                    },
+                    first.guesser(),
                     first.n_gen,
                     first.rounds,
                     first.stamp.threads,
@@ -797,7 +759,7 @@ pub(crate) fn render(
                     first.prompt
                 ));
             }
-            out.push_str(&table(&headers, &cells));
+            out.push_str(&super::format::rows_table(&columns, rows, None));
             out.push('\n');
             let chart = super::spec_chart::chart(&points(rows));
             if !chart.is_empty() {
@@ -813,24 +775,22 @@ pub(crate) fn render(
             out
         }
         OutputFormat::Csv => {
-            let mut lines = Vec::new();
-            for r in rows {
-                let value = serde_json::to_value(r)?;
-                let mut fields = Vec::new();
-                if let serde_json::Value::Object(map) = value {
-                    for (k, v) in &map {
-                        match v {
-                            serde_json::Value::Object(inner) if k == "stamp" => {
-                                fields.extend(inner.iter().map(|(ik, iv)| {
-                                    (format!("stamp.{ik}"), crate::report::cell(Some(iv)))
-                                }))
-                            }
-                            _ => fields.push((k.clone(), crate::report::cell(Some(v)))),
-                        }
+            use serde_json::Value;
+            let cell = |k: String, v: &Value| (k, crate::report::cell(Some(v)));
+            let fields = |map: &serde_json::Map<String, Value>| -> Vec<(String, String)> {
+                let field = |(k, v): (&String, &Value)| match v {
+                    Value::Object(inner) if k == "stamp" => {
+                        let stamp = inner.iter().map(|(ik, iv)| cell(format!("stamp.{ik}"), iv));
+                        stamp.collect()
                     }
-                }
-                lines.push(fields);
-            }
+                    _ => vec![cell(k.clone(), v)],
+                };
+                map.iter().flat_map(field).collect()
+            };
+            let values = rows.iter().map(serde_json::to_value);
+            let lines: Vec<_> = values
+                .map(|v| v.map(|v| v.as_object().map(fields).unwrap_or_default()))
+                .collect::<Result<_, _>>()?;
             csv_lines(&lines)
         }
         OutputFormat::Json => {

@@ -57,6 +57,12 @@ impl ParamSet {
     pub(crate) fn gpu_layers_setting(&self) -> Option<u32> {
         u32::try_from(self.n_gpu_layers).ok()
     }
+
+    /// The model loaded with this set's offload and placement.
+    pub(crate) fn load(&self) -> Result<crate::llama::LoadedModel, crate::engine::EngineError> {
+        let layers = self.gpu_layers_setting();
+        crate::llama::load_model_placed(&self.model, layers, &self.placement, false, |_| true)
+    }
 }
 
 /// One test under one parameter set at one depth.
@@ -111,43 +117,44 @@ pub(crate) fn expand(models: &[PathBuf], sweep: &Sweep) -> Vec<Job> {
 }
 
 fn param_sets(models: &[PathBuf], s: &Sweep) -> Vec<ParamSet> {
-    let mut sets = Vec::new();
     let default_placement = [Placement::default()];
     let placements: &[Placement] = if s.placements.is_empty() {
         &default_placement
     } else {
         &s.placements
     };
-    for model in models {
-        for placement in placements {
-            for n_gpu_layers in &s.n_gpu_layers {
-                for n_batch in &s.n_batch {
-                    for n_ubatch in &s.n_ubatch {
-                        for type_k in &s.type_k {
-                            for type_v in &s.type_v {
-                                for flash_attn in &s.flash_attn {
-                                    for threads in &s.threads {
-                                        sets.push(ParamSet {
-                                            model: model.clone(),
-                                            n_gpu_layers: *n_gpu_layers,
-                                            n_batch: *n_batch,
-                                            n_ubatch: *n_ubatch,
-                                            type_k: *type_k,
-                                            type_v: *type_v,
-                                            flash_attn: *flash_attn,
-                                            threads: *threads,
-                                            placement: placement.clone(),
-                                        });
-                                    }
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
-    sets
+    let base = models.iter().map(|model| ParamSet {
+        model: model.clone(),
+        n_gpu_layers: 0,
+        n_batch: 0,
+        n_ubatch: 0,
+        type_k: KvType::F16,
+        type_v: KvType::F16,
+        flash_attn: FlashAttn::Auto,
+        threads: 0,
+        placement: Placement::default(),
+    });
+    let sets = cross(base.collect(), placements, |p, v| p.placement = v);
+    let sets = cross(sets, &s.n_gpu_layers, |p, v| p.n_gpu_layers = v);
+    let sets = cross(sets, &s.n_batch, |p, v| p.n_batch = v);
+    let sets = cross(sets, &s.n_ubatch, |p, v| p.n_ubatch = v);
+    let sets = cross(sets, &s.type_k, |p, v| p.type_k = v);
+    let sets = cross(sets, &s.type_v, |p, v| p.type_v = v);
+    let sets = cross(sets, &s.flash_attn, |p, v| p.flash_attn = v);
+    cross(sets, &s.threads, |p, v| p.threads = v)
+}
+
+/// Each item once per value, `set` giving it the value: the values vary fastest, as in nested
+/// loops with `values` innermost.
+pub(crate) fn cross<T: Clone, V: Clone>(items: Vec<T>, values: &[V], set: fn(&mut T, V)) -> Vec<T> {
+    let each = |item: T| {
+        values.iter().map(move |v| {
+            let mut item = item.clone();
+            set(&mut item, v.clone());
+            item
+        })
+    };
+    items.into_iter().flat_map(each).collect()
 }
 
 #[cfg(test)]

@@ -27,6 +27,7 @@ pub(crate) fn events(
         process_name(pid, label),
         thread_name(pid, RUNS, "timed repetitions"),
     ];
+    let span = |name: &str, cat, from, to| span(pid, RUNS, name, cat, from, to);
     for (i, s) in samples.iter().enumerate() {
         let Some(started) = s.started else {
             continue;
@@ -37,52 +38,26 @@ pub(crate) fn events(
         // The span covers every step; `total` (what the row's t/s divides by: pg leaves out
         // the first sample) is in its arguments.
         let end = s.steps_at.last().copied().unwrap_or_default().max(s.total);
-        let mut whole = span(
-            pid,
-            RUNS,
-            &format!("repetition {rep}"),
-            "run",
-            base,
-            at(end),
-        );
+        let mut whole = span(&format!("repetition {rep}"), "run", base, at(end));
         whole["args"] = json!({
             "timed_ms": crate::metrics::ms(s.total),
             "tokens_generated": s.tokens_generated,
         });
         ev.push(whole);
         match (test, s.prefill, s.ttft) {
-            (TestSpec::Batch { .. }, _, Some(ttft)) => ev.push(span(
-                pid,
-                RUNS,
-                "prompts + first samples",
-                "prefill",
-                base,
-                at(ttft),
-            )),
+            (TestSpec::Batch { .. }, _, Some(ttft)) => {
+                ev.push(span("prompts + first samples", "prefill", base, at(ttft)))
+            }
             (_, Some(prefill), ttft) => {
-                ev.push(span(pid, RUNS, "prompt", "prefill", base, at(prefill)));
+                ev.push(span("prompt", "prefill", base, at(prefill)));
                 if let Some(ttft) = ttft {
-                    ev.push(span(
-                        pid,
-                        RUNS,
-                        "first sample",
-                        "decode",
-                        at(prefill),
-                        at(ttft),
-                    ));
+                    ev.push(span("first sample", "decode", at(prefill), at(ttft)));
                 }
             }
             _ => {}
         }
         for (k, w) in s.steps_at.windows(2).enumerate() {
-            ev.push(span(
-                pid,
-                RUNS,
-                &format!("step {k}"),
-                "step",
-                at(w[0]),
-                at(w[1]),
-            ));
+            ev.push(span(&format!("step {k}"), "step", at(w[0]), at(w[1])));
             ev.push(instant(
                 pid,
                 RUNS,
@@ -102,14 +77,8 @@ pub(crate) fn events(
                 .collect();
             for (k, (&(call, profiled), &start)) in p.calls.iter().zip(&starts).enumerate() {
                 if profiled {
-                    let mut d = span(
-                        pid,
-                        RUNS,
-                        &format!("decode {k} (profiled)"),
-                        "decode",
-                        at(start),
-                        at(start + call),
-                    );
+                    let name = format!("decode {k} (profiled)");
+                    let mut d = span(&name, "decode", at(start), at(start + call));
                     d["args"] = json!({"repetition": rep});
                     ev.push(d);
                 }

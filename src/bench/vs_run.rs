@@ -24,7 +24,7 @@ use serde::Serialize;
 
 use super::plan::OutputFormat;
 use super::spec::{BenchEngine, SpecBenchError};
-use crate::engine::{ChatMessage, EngineError, EngineSettings, ModelInfo, SamplingParams};
+use crate::engine::{ChatMessage, EngineSettings, SamplingParams};
 use crate::metrics::paired::{paired, FloorVerdict, PairedRatio};
 use crate::stamp::Stamp;
 
@@ -134,9 +134,7 @@ impl RunLane {
         plan: &VsRunPlan,
         n_gen: u32,
     ) -> Result<crate::engine::TurnReport, SpecBenchError> {
-        engine
-            .turn(&plan.messages, self.sampling.clone(), n_gen)
-            .map_err(|f| SpecBenchError::of_turn(self.name(), n_gen, f))
+        engine.turn(&self.name(), &plan.messages, self.sampling.clone(), n_gen)
     }
 
     fn measure(
@@ -169,13 +167,6 @@ fn sampling_name(s: &SamplingParams) -> &'static str {
     }
 }
 
-fn tg_error(source: EngineError) -> SpecBenchError {
-    SpecBenchError::Engine {
-        lane: "tg".to_string(),
-        source,
-    }
-}
-
 /// One engine at `run`'s settings; a warm-up (unless turned off); then `rounds` rounds of one
 /// timed tg and one timed turn per sampling, in alternating order, all on the engine's thread.
 pub(crate) fn run(plan: &VsRunPlan, run_id: &str) -> Result<VsRunOutcome, SpecBenchError> {
@@ -184,12 +175,8 @@ pub(crate) fn run(plan: &VsRunPlan, run_id: &str) -> Result<VsRunOutcome, SpecBe
     settings.n_ctx = plan.n_ctx;
     settings.first_sampling = None;
     eprintln!("loading the engine (run c{})…", plan.n_ctx);
-    let mut engine = BenchEngine::start(plan.model.clone(), settings).map_err(|source| {
-        SpecBenchError::Engine {
-            lane: format!("run c{}", plan.n_ctx),
-            source,
-        }
-    })?;
+    let mut engine = BenchEngine::start(plan.model.clone(), settings)
+        .map_err(SpecBenchError::in_lane(format!("run c{}", plan.n_ctx)))?;
     let mut lanes: Vec<RunLane> = plan
         .samplings
         .iter()
@@ -200,7 +187,8 @@ pub(crate) fn run(plan: &VsRunPlan, run_id: &str) -> Result<VsRunOutcome, SpecBe
             rounds: Rounds::default(),
         })
         .collect();
-    let tg_run = |engine: &mut BenchEngine| engine.tg(plan.n_gen).map_err(tg_error);
+    let tg_run =
+        |engine: &mut BenchEngine| engine.tg(plan.n_gen).map_err(SpecBenchError::in_lane("tg"));
     if plan.warmup {
         // tg's context is made and warmed up on its first request.
         tg_run(&mut engine)?;
@@ -227,24 +215,14 @@ pub(crate) fn run(plan: &VsRunPlan, run_id: &str) -> Result<VsRunOutcome, SpecBe
         }
     }
     let load_after = crate::hw::load_average_1m();
-    let mut warnings = crate::metrics::busy::busy_warnings(&crate::metrics::busy::BusySignals {
-        threads: plan.engine.threads,
-        load_before,
-        load_after,
-        itl_p50_ms: None,
-        itl_max_ms: None,
-    });
-    if engine.info.synthetic {
-        warnings.push("synthetic model: its speed is real, its text is noise".to_string());
-    }
-    let warning = (!warnings.is_empty()).then(|| warnings.join("; "));
+    let (threads, synthetic) = (plan.engine.threads, engine.info.synthetic);
+    let warning = super::spec::sweep_warning(threads, load_before, load_after, synthetic);
     let row = |lane: &'static str,
                test: String,
                n_ctx: u32,
                sampling: &'static str,
                sampler: String,
                r: &Rounds,
-               info: &ModelInfo,
                stamp_sampling: &SamplingParams| {
         let (mean, sd) = super::report::mean_sd(&r.tok_per_s);
         let per_round = |mine: &[f64], theirs: &[f64]| -> Vec<f64> {
@@ -285,32 +263,35 @@ pub(crate) fn run(plan: &VsRunPlan, run_id: &str) -> Result<VsRunOutcome, SpecBe
             load_before,
             load_after,
             warning: warning.clone(),
-            stamp: Stamp::new(info, stamp_sampling),
+            stamp: Stamp::new(&engine.info, stamp_sampling),
         }
     };
-    let mut rows = vec![row(
+    let (tg_name, greedy) = (format!("tg{}", plan.n_gen), super::spec::greedy());
+    let tg_row = row(
         "tg",
-        format!("tg{}", plan.n_gen),
+        tg_name,
         plan.n_gen,
         "none",
-        "none".to_string(),
+        "none".into(),
         &tg,
-        &engine.info,
-        &crate::bench::spec::greedy(),
-    )];
-    for lane in &lanes {
-        let name = sampling_name(&lane.sampling);
-        rows.push(row(
-            "run",
-            format!("run{}-c{}-{name}", plan.n_gen, lane.n_ctx),
-            lane.n_ctx,
-            name,
-            lane.sampler.clone(),
-            &lane.rounds,
-            &engine.info,
-            &lane.sampling,
-        ));
-    }
+        &greedy,
+    );
+    let rows = std::iter::once(tg_row)
+        .chain(lanes.iter().map(|lane| {
+            let name = sampling_name(&lane.sampling);
+            let test = format!("run{}-c{}-{name}", plan.n_gen, lane.n_ctx);
+            let sampler = lane.sampler.clone();
+            row(
+                "run",
+                test,
+                lane.n_ctx,
+                name,
+                sampler,
+                &lane.rounds,
+                &lane.sampling,
+            )
+        }))
+        .collect();
     engine.engine.shutdown();
     Ok(VsRunOutcome { rows })
 }
@@ -335,47 +316,35 @@ pub(crate) fn verdict_line(r: &VsRunRow) -> Option<String> {
 
 /// The rows in the chosen format; Markdown gets a verdict line per run lane.
 pub(crate) fn render(outcome: &VsRunOutcome, format: OutputFormat) -> Result<String, String> {
-    use crate::report::{table, Align};
+    use crate::fmt::opt;
+    use crate::report::Align::*;
     let rows = &outcome.rows;
     Ok(match format {
         OutputFormat::Markdown | OutputFormat::MarkdownWide => {
-            let opt = crate::fmt::opt;
-            let headers = [
-                ("lane", Align::Left),
-                ("n_ctx", Align::Right),
-                ("sampling", Align::Left),
-                ("tok/s", Align::Right),
-                ("÷ tg (min–max)", Align::Right),
-                ("decode call ms", Align::Right),
-                ("call ÷ tg", Align::Right),
-                ("host µs/tok", Align::Right),
+            fn ratio(p: Option<PairedRatio>) -> String {
+                match p {
+                    Some(p) => match p.two_se {
+                        Some(u) => format!("{:.3} ± {u:.3} ({:.2}–{:.2})", p.median, p.min, p.max),
+                        None => format!("{:.3}", p.median),
+                    },
+                    None => "1".to_string(),
+                }
+            }
+            let columns: [super::format::Column<VsRunRow>; 8] = [
+                ("lane", Left, |r| match r.lane {
+                    "tg" => "tg (llama-bench's test)".to_string(),
+                    _ => format!("run ({})", r.sampler),
+                }),
+                ("n_ctx", Right, |r| r.n_ctx.to_string()),
+                ("sampling", Left, |r| r.sampling.to_string()),
+                ("tok/s", Right, |r| {
+                    format!("{:.1} ± {:.1}", r.tok_per_s_mean, r.tok_per_s_sd)
+                }),
+                ("÷ tg (min–max)", Right, |r| ratio(r.ratio)),
+                ("decode call ms", Right, |r| opt(r.decode_call_ms, 3)),
+                ("call ÷ tg", Right, |r| ratio(r.decode_call_ratio)),
+                ("host µs/tok", Right, |r| opt(r.host_us_per_token, 1)),
             ];
-            let ratio = |p: Option<PairedRatio>| match p {
-                Some(p) => match p.two_se {
-                    Some(u) => format!("{:.3} ± {u:.3} ({:.2}–{:.2})", p.median, p.min, p.max),
-                    None => format!("{:.3}", p.median),
-                },
-                None => "1".to_string(),
-            };
-            let cells: Vec<Vec<String>> = rows
-                .iter()
-                .map(|r| {
-                    vec![
-                        if r.lane == "tg" {
-                            "tg (llama-bench's test)".to_string()
-                        } else {
-                            format!("run ({})", r.sampler)
-                        },
-                        r.n_ctx.to_string(),
-                        r.sampling.to_string(),
-                        format!("{:.1} ± {:.1}", r.tok_per_s_mean, r.tok_per_s_sd),
-                        ratio(r.ratio),
-                        opt(r.decode_call_ms, 3),
-                        ratio(r.decode_call_ratio),
-                        opt(r.host_us_per_token, 1),
-                    ]
-                })
-                .collect();
             let mut out = String::new();
             if let Some(first) = rows.first() {
                 out.push_str(&format!(
@@ -386,7 +355,7 @@ pub(crate) fn render(outcome: &VsRunOutcome, format: OutputFormat) -> Result<Str
                     first.threads
                 ));
             }
-            out.push_str(&table(&headers, &cells));
+            out.push_str(&super::format::rows_table(&columns, rows, None));
             out.push('\n');
             for line in rows.iter().filter_map(verdict_line) {
                 out.push_str(&line);

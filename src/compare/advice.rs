@@ -69,25 +69,21 @@ impl Loss {
         }
     }
 
+    /// Each band in words, and the published types that fall in it.
+    const WORDS: [(&'static str, &'static str); 5] = [
+        ("a negligible quality loss", "Q8_0 0.0014"),
+        ("a small quality loss", "Q6_K 0.0055, Q5_K_M 0.011"),
+        ("a moderate quality loss", "Q5_0 0.022, Q4_K_M 0.031"),
+        ("a large quality loss", "Q4_0 0.072, Q3_K_M 0.10"),
+        ("a severe quality loss", "Q3_K_S 0.23, Q2_K 0.45"),
+    ];
+
     pub(crate) fn words(self) -> &'static str {
-        match self {
-            Self::Negligible => "a negligible quality loss",
-            Self::Small => "a small quality loss",
-            Self::Moderate => "a moderate quality loss",
-            Self::Large => "a large quality loss",
-            Self::Severe => "a severe quality loss",
-        }
+        Self::WORDS[self as usize].0
     }
 
-    /// The published types that fall in the band.
     fn like(self) -> &'static str {
-        match self {
-            Self::Negligible => "Q8_0 0.0014",
-            Self::Small => "Q6_K 0.0055, Q5_K_M 0.011",
-            Self::Moderate => "Q5_0 0.022, Q4_K_M 0.031",
-            Self::Large => "Q4_0 0.072, Q3_K_M 0.10",
-            Self::Severe => "Q3_K_S 0.23, Q2_K 0.45",
-        }
+        Self::WORDS[self as usize].1
     }
 }
 
@@ -161,10 +157,10 @@ fn candidate_line(row: &CompareRow, reference: &CompareRow, systematic: f64) -> 
 /// The decode speed against the reference, with whether the difference is beyond the rounds'
 /// spread and the self-copy control's systematic error.
 fn speed_words(row: &CompareRow, reference: &CompareRow, systematic: f64) -> String {
-    let (Some(tg), Some(base)) = (row.tg_tok_per_s, reference.tg_tok_per_s) else {
-        return "speed not measured".to_string();
-    };
-    let Some(change) = crate::metrics::ratio(tg - base, base) else {
+    let speeds = row.tg_tok_per_s.zip(reference.tg_tok_per_s);
+    let measured =
+        speeds.and_then(|(tg, base)| Some((tg, base, crate::metrics::ratio(tg - base, base)?)));
+    let Some((tg, base, change)) = measured else {
         return "speed not measured".to_string();
     };
     let pct = format!("{:+.0}%", change * 100.0);

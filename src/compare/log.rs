@@ -11,19 +11,8 @@ pub fn comparisons_path(data_dir: &Path) -> PathBuf {
     data_dir.join(COMPARISONS_FILE)
 }
 
-/// Append one comparison as one line, whole or not at all (`fsx::append_line`: locked, a torn
-/// last line moved aside first, the file and its folder user-only).
-pub(crate) fn append(
-    path: &Path,
-    c: &Comparison,
-) -> Result<Option<crate::fsx::TornLine>, crate::fsx::WriteError> {
-    let line = serde_json::to_vec(c).map_err(|e| crate::fsx::WriteError::Write {
-        path: path.to_path_buf(),
-        problem: crate::fsx::WriteProblem::Other,
-        source: std::io::Error::other(e),
-    })?;
-    crate::fsx::append_line(path, &line)
-}
+/// Append one comparison as one line, whole or not at all, as the results log does.
+pub(crate) use crate::bench::log::append;
 
 /// Where a comparison sits in the log: `back` steps before the newest (0 is the newest) of
 /// `total` readable ones.
@@ -41,11 +30,7 @@ pub fn latest(path: &Path) -> std::io::Result<Option<Comparison>> {
 /// The comparison `back` steps before the newest readable one (clamped to the oldest), and
 /// where it sits; `None` when the log has none.
 pub fn at(path: &Path, back: usize) -> std::io::Result<Option<(Comparison, Place)>> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
-    };
+    let text = crate::bench::log::read_if_present(path)?;
     let mut all: Vec<Comparison> = text
         .lines()
         .filter_map(|l| serde_json::from_str::<Comparison>(l).ok())

@@ -31,7 +31,7 @@ use self::quantize::quantize_cached;
 use crate::bench::sweep::{Job, ParamSet};
 use crate::bench::Row;
 use crate::config::Settings;
-use crate::engine::{ModelInfo, TemplateChoice};
+use crate::engine::ModelInfo;
 use crate::llama::measure::{TestKind, TestSpec};
 use crate::llama::settings::EngineSettings;
 use crate::llama::settings::{FlashAttn, KvType};
@@ -127,11 +127,8 @@ impl Candidate {
             type_v: self.type_v,
             flash_attn: self.flash_attn,
             n_gpu_layers: self.gpu_layers_setting(),
-            template: TemplateChoice::Auto,
-            spec: crate::llama::settings::SpecSettings::default(),
             sampling: crate::llama::settings::SamplingMode::Host,
-            first_sampling: None,
-            profile_rate: 0,
+            ..EngineSettings::default()
         }
     }
 }
@@ -139,20 +136,21 @@ impl Candidate {
 /// Labels: the file name, plus whichever settings differ between candidates; a repeated
 /// label gets `#2`, `#3`.
 fn labels(candidates: &[Candidate]) -> Vec<String> {
-    let varies = |f: &dyn Fn(&Candidate) -> String| {
-        candidates
-            .iter()
-            .map(f)
-            .collect::<std::collections::HashSet<_>>()
-            .len()
-            > 1
-    };
-    let ngl = varies(&|c| c.n_gpu_layers.to_string());
-    let ctk = varies(&|c| c.type_k.name().to_string());
-    let ctv = varies(&|c| c.type_v.name().to_string());
-    let fa = varies(&|c| c.flash_attn.name().to_string());
+    let settings: Vec<[String; 4]> = candidates
+        .iter()
+        .map(|c| {
+            [
+                format!(" ngl={}", c.n_gpu_layers),
+                format!(" ctk={}", c.type_k.name()),
+                format!(" ctv={}", c.type_v.name()),
+                format!(" fa={}", c.flash_attn.name()),
+            ]
+        })
+        .collect();
+    let varies: [bool; 4] =
+        std::array::from_fn(|i| settings.iter().any(|s| s[i] != settings[0][i]));
     let mut out: Vec<String> = Vec::new();
-    for c in candidates {
+    for (c, setting) in candidates.iter().zip(&settings) {
         let mut label = if c.quantized_here {
             // `<fingerprint>/<stem>-<TYPE>.gguf` → `<stem>-<TYPE>`.
             let label = c
@@ -167,17 +165,8 @@ fn labels(candidates: &[Candidate]) -> Vec<String> {
         } else {
             crate::bench::sweep::file_name(&c.model)
         };
-        if ngl {
-            label.push_str(&format!(" ngl={}", c.n_gpu_layers));
-        }
-        if ctk {
-            label.push_str(&format!(" ctk={}", c.type_k.name()));
-        }
-        if ctv {
-            label.push_str(&format!(" ctv={}", c.type_v.name()));
-        }
-        if fa {
-            label.push_str(&format!(" fa={}", c.flash_attn.name()));
+        for (_, part) in varies.iter().zip(setting).filter(|(v, _)| **v) {
+            label.push_str(part);
         }
         let seen = out
             .iter()
@@ -211,11 +200,8 @@ pub(crate) fn run(plan: &ComparePlan, settings: Settings) -> Result<(), CompareE
             .zip(quality.per_candidate)
             .filter_map(|(c, q)| Some((c, q?)))
             .unzip();
-    let Timed {
-        rows: speed,
-        control,
-        control_path,
-    } = time_candidates(plan, &candidates, &per_candidate, &settings, &id);
+    let (speed, control, control_path) =
+        time_candidates(plan, &candidates, &per_candidate, &settings, &id);
     let names = labels(&candidates);
     let mut rows = compare_rows(&candidates, &names, &per_candidate, &speed);
     report::mark_pareto(&mut rows, control.as_ref());
@@ -287,55 +273,38 @@ fn usable_files(files: Vec<ModelFile>) -> (Vec<ModelFile>, Vec<String>) {
 
 /// Every file under every combination of the sweep's runtime settings, in the sweep's order.
 fn candidates(files: &[ModelFile], sweep: &crate::bench::sweep::Sweep) -> Vec<Candidate> {
-    let mut candidates = Vec::new();
-    for file in files {
-        for &n_gpu_layers in &sweep.n_gpu_layers {
-            for &type_k in &sweep.type_k {
-                for &type_v in &sweep.type_v {
-                    for &flash_attn in &sweep.flash_attn {
-                        candidates.push(Candidate {
-                            model: file.path.clone(),
-                            n_gpu_layers,
-                            type_k,
-                            type_v,
-                            flash_attn,
-                            quantized_here: file.quantized_here,
-                            requantized_from: file.requantized_from.clone(),
-                        });
-                    }
-                }
-            }
-        }
-    }
-    candidates
-}
-
-/// What the speed pass gave.
-struct Timed {
-    /// bench's rows of every candidate timed, the self-copy control's included.
-    rows: Vec<Row>,
-    /// The reference's tg beside its copy's, when both were timed.
-    control: Option<report::Control>,
-    /// The copy's path (gone by now): its rows stay out of bench's results log.
-    control_path: Option<PathBuf>,
+    use crate::bench::sweep::cross;
+    let files = files.iter().map(|file| Candidate {
+        model: file.path.clone(),
+        n_gpu_layers: 0,
+        type_k: KvType::F16,
+        type_v: KvType::F16,
+        flash_attn: FlashAttn::Auto,
+        quantized_here: file.quantized_here,
+        requantized_from: file.requantized_from.clone(),
+    });
+    let c = cross(files.collect(), &sweep.n_gpu_layers, |c, v| {
+        c.n_gpu_layers = v
+    });
+    let c = cross(c, &sweep.type_k, |c, v| c.type_k = v);
+    let c = cross(c, &sweep.type_v, |c, v| c.type_v = v);
+    cross(c, &sweep.flash_attn, |c, v| c.flash_attn = v)
 }
 
 /// The speed pass (`plan.speed`, else nothing): the candidates, plus the self-copy control
 /// (the reference's file copied byte for byte and timed in the same alternating rounds as a
-/// candidate of its own). The copy is removed before this returns.
+/// candidate of its own). The copy is removed before this returns. Gives bench's rows of every
+/// candidate timed (the control's included), the reference's tg beside its copy's when both
+/// were timed, and the copy's path (gone by now: its rows stay out of bench's results log).
 fn time_candidates(
     plan: &ComparePlan,
     candidates: &[Candidate],
     per_candidate: &[(ModelInfo, QualityStats, bool)],
     settings: &Settings,
     id: &str,
-) -> Timed {
+) -> (Vec<Row>, Option<report::Control>, Option<PathBuf>) {
     if !plan.speed {
-        return Timed {
-            rows: Vec::new(),
-            control: None,
-            control_path: None,
-        };
+        return (Vec::new(), None, None);
     }
     let control_copy = control_copy(candidates, per_candidate);
     let mut timed = candidates.to_vec();
@@ -345,11 +314,7 @@ fn time_candidates(
     let rows = measure_speed(plan, &timed, settings, id);
     let tg_of = |c: &Candidate| speed_row(&rows, c, TestKind::Tg).map(|r| r.tok_per_s_mean);
     let control = control_copy.as_ref().and_then(|(_, copy)| {
-        let reference = candidates
-            .iter()
-            .zip(per_candidate)
-            .find(|(_, (_, _, is_reference))| *is_reference)
-            .map(|(c, _)| c)?;
+        let reference = reference_of(candidates, per_candidate)?;
         Some(report::Control {
             reference_tg_tok_per_s: tg_of(reference)?,
             copy_tg_tok_per_s: tg_of(copy)?,
@@ -357,11 +322,17 @@ fn time_candidates(
     });
     let control_path = control_copy.as_ref().map(|(_, copy)| copy.model.clone());
     drop(control_copy);
-    Timed {
-        rows,
-        control,
-        control_path,
-    }
+    (rows, control, control_path)
+}
+
+/// The candidate that is the reference itself, if it ran.
+fn reference_of<'c>(
+    candidates: &'c [Candidate],
+    per_candidate: &[(ModelInfo, QualityStats, bool)],
+) -> Option<&'c Candidate> {
+    let mut both = candidates.iter().zip(per_candidate);
+    both.find(|(_, (_, _, is_reference))| *is_reference)
+        .map(|(c, _)| c)
 }
 
 /// The speed row of `kind` (pp or tg) timed for `c`, if any.
@@ -391,6 +362,11 @@ fn compare_rows(
         .map(|((c, label), (info, stats, is_reference))| {
             let pp = speed_row(speed, c, TestKind::Pp);
             let tg = speed_row(speed, c, TestKind::Tg);
+            // One round has no spread: None, shown as "± — (n=1)".
+            let sd = |r: Option<&Row>| {
+                r.filter(|r| r.samples_tok_per_s.len() > 1)
+                    .map(|r| r.tok_per_s_sd)
+            };
             CompareRow {
                 label: label.clone(),
                 model: c.model.display().to_string(),
@@ -412,14 +388,9 @@ fn compare_rows(
                 quantized_here: c.quantized_here,
                 quality: stats.clone(),
                 pp_tok_per_s: pp.map(|r| r.tok_per_s_mean),
-                // One round has no spread: None, shown as "± — (n=1)".
-                pp_tok_per_s_sd: pp
-                    .filter(|r| r.samples_tok_per_s.len() > 1)
-                    .map(|r| r.tok_per_s_sd),
+                pp_tok_per_s_sd: sd(pp),
                 tg_tok_per_s: tg.map(|r| r.tok_per_s_mean),
-                tg_tok_per_s_sd: tg
-                    .filter(|r| r.samples_tok_per_s.len() > 1)
-                    .map(|r| r.tok_per_s_sd),
+                tg_tok_per_s_sd: sd(tg),
                 ceiling_tok_per_s: tg.and_then(|r| r.ceiling_tok_per_s),
                 mbu_pct: tg.and_then(|r| r.mbu_pct),
                 cost_per_million_tokens_usd: tg.and_then(|r| r.cost_per_million_tokens_usd),
@@ -434,16 +405,18 @@ fn compare_rows(
 
 /// The comparison on stdout, in `plan.output`'s format.
 fn print_comparison(plan: &ComparePlan, comparison: &Comparison) -> Result<(), CompareError> {
+    let cannot =
+        |e: serde_json::Error| CompareError::failed(format!("cannot format the results: {e}"));
     let out = match plan.output {
         CompareFormat::Markdown => report::markdown(comparison, false),
         CompareFormat::MarkdownWide => report::markdown(comparison, true),
-        CompareFormat::Csv => report::csv(comparison)
-            .map_err(|e| CompareError::failed(format!("cannot format the results: {e}")))?,
-        CompareFormat::Json => format!(
-            "{}\n",
-            serde_json::to_string_pretty(comparison)
-                .map_err(|e| CompareError::failed(format!("cannot format the results: {e}")))?
-        ),
+        CompareFormat::Csv => report::csv(comparison).map_err(cannot)?,
+        CompareFormat::Json => {
+            format!(
+                "{}\n",
+                serde_json::to_string_pretty(comparison).map_err(cannot)?
+            )
+        }
     };
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(crate::text::for_stdout(&out, plan.output.shape()).as_bytes())?;
@@ -463,18 +436,13 @@ fn save(id: &str, comparison: &Comparison, logged: &[Row]) {
             logged,
         );
     }
-    match log::append(&log::comparisons_path(&data), comparison) {
+    let path = log::comparisons_path(&data);
+    match log::append(&path, comparison) {
         Ok(torn) => {
             if let Some(torn) = torn {
-                eprintln!(
-                    "{}",
-                    crate::text::terminal_safe(&torn.warning(&log::comparisons_path(&data)))
-                );
+                eprintln!("{}", crate::text::terminal_safe(&torn.warning(&path)));
             }
-            eprintln!(
-                "comparison {id} saved in {}",
-                log::comparisons_path(&data).display()
-            )
+            eprintln!("comparison {id} saved in {}", path.display())
         }
         Err(e) => eprintln!("warning: could not save the comparison: {e}"),
     }
@@ -535,16 +503,13 @@ struct ModelFile {
 
 /// The files to compare: as given, or the source and its quantizations.
 fn model_files(plan: &ComparePlan) -> Result<Vec<ModelFile>, CompareError> {
+    let given = |path: &PathBuf| ModelFile {
+        path: path.clone(),
+        quantized_here: false,
+        requantized_from: None,
+    };
     if plan.quantize.is_empty() {
-        return Ok(plan
-            .models
-            .iter()
-            .map(|m| ModelFile {
-                path: m.clone(),
-                quantized_here: false,
-                requantized_from: None,
-            })
-            .collect());
+        return Ok(plan.models.iter().map(given).collect());
     }
     let source = &plan.models[0];
     let header = crate::gguf::read_metadata(source)
@@ -576,11 +541,7 @@ fn model_files(plan: &ComparePlan) -> Result<Vec<ModelFile>, CompareError> {
         );
     }
     let cache = crate::paths::cache_dir().join("quantized");
-    let mut files = vec![ModelFile {
-        path: source.clone(),
-        quantized_here: false,
-        requantized_from: None,
-    }];
+    let mut files = vec![given(source)];
     let terminal = std::io::stderr().is_terminal();
     for ty in &plan.quantize {
         let name = ty.name.to_ascii_uppercase();
@@ -654,11 +615,8 @@ fn evaluate_quality(
     };
     let n_chunks = chunking.chunks(tokens.len()).map_err(CompareError::usage)?;
     let (mut ref_eval, ref_info) = open_context(plan, &reference, &loads[ref_load].2)?;
-    let Contexts {
-        mut evals,
-        infos,
-        is_reference,
-    } = candidate_contexts(plan, candidates, &load_of, &loads, &reference, &ref_info);
+    let (mut evals, infos, is_reference) =
+        candidate_contexts(plan, candidates, &load_of, &loads, &reference, &ref_info);
     if evals.is_empty() && !is_reference.contains(&true) {
         return Err(CompareError::failed(
             "no candidate could be evaluated (see the messages above)",
@@ -772,20 +730,13 @@ fn open_context<'m>(
     Ok((Evaluator::new(model, ctx, plan.n_ctx), info))
 }
 
-/// The candidates' contexts, beside the reference's.
-struct Contexts<'m> {
-    /// One per candidate that is not the reference and that llama.cpp accepted, in order.
-    evals: Vec<Evaluator<'m>>,
-    /// Per candidate: its model facts, `None` when it was skipped.
-    infos: Vec<Option<ModelInfo>>,
-    /// Per candidate: whether it is the reference itself.
-    is_reference: Vec<bool>,
-}
-
-/// The candidate that is the reference itself takes the reference's own figures; every other
-/// candidate (a second copy of the reference file included) gets its own context. A
-/// combination llama.cpp refuses (a quantized V cache without flash attention, say) is left
-/// out with a message; the rest of the comparison goes on.
+/// The candidates' contexts, beside the reference's: the candidate that is the reference
+/// itself takes the reference's own figures; every other candidate (a second copy of the
+/// reference file included) gets its own context. A combination llama.cpp refuses (a quantized
+/// V cache without flash attention, say) is left out with a message; the rest of the
+/// comparison goes on. Gives one context per candidate that is not the reference and that
+/// llama.cpp accepted, in order; per candidate its model facts (`None` when it was skipped);
+/// per candidate whether it is the reference itself.
 fn candidate_contexts<'m>(
     plan: &ComparePlan,
     candidates: &[Candidate],
@@ -793,20 +744,20 @@ fn candidate_contexts<'m>(
     loads: &'m Loads,
     reference: &Candidate,
     ref_info: &ModelInfo,
-) -> Contexts<'m> {
+) -> (Vec<Evaluator<'m>>, Vec<Option<ModelInfo>>, Vec<bool>) {
     let mut evals = Vec::new();
     let mut infos = Vec::new();
     let mut is_reference = Vec::new();
     for (c, &load) in candidates.iter().zip(load_of) {
         let own = c.same_settings(reference) && !is_reference.contains(&true);
         is_reference.push(own);
-        if own {
-            infos.push(Some(ref_info.clone()));
+        let info = if own {
+            Some(ref_info.clone())
         } else {
             match open_context(plan, c, &loads[load].2) {
                 Ok((e, info)) => {
                     evals.push(e);
-                    infos.push(Some(info));
+                    Some(info)
                 }
                 Err(f) => {
                     eprintln!(
@@ -818,16 +769,13 @@ fn candidate_contexts<'m>(
                         c.n_gpu_layers,
                         f
                     );
-                    infos.push(None);
+                    None
                 }
             }
-        }
+        };
+        infos.push(info);
     }
-    Contexts {
-        evals,
-        infos,
-        is_reference,
-    }
+    (evals, infos, is_reference)
 }
 
 /// Evaluates the first `n_chunks` chunks of `tokens` in lockstep, the reference first, with a
@@ -871,11 +819,7 @@ fn control_copy(
     candidates: &[Candidate],
     per_candidate: &[(ModelInfo, QualityStats, bool)],
 ) -> Option<(tempfile::TempDir, Candidate)> {
-    let reference = candidates
-        .iter()
-        .zip(per_candidate)
-        .find(|(_, (_, _, is_reference))| *is_reference)
-        .map(|(c, _)| c)?;
+    let reference = reference_of(candidates, per_candidate)?;
     let made = (|| -> std::io::Result<(tempfile::TempDir, Candidate)> {
         let cache = crate::paths::cache_dir();
         crate::fsx::ensure_private_dir(&cache)?;
@@ -896,13 +840,8 @@ fn control_copy(
             },
         ))
     })();
-    match made {
-        Ok(made) => Some(made),
-        Err(e) => {
-            eprintln!("no self-copy control (cannot copy the reference: {e}); speed differences are judged by the rounds' spread only");
-            None
-        }
-    }
+    made.map_err(|e| eprintln!("no self-copy control (cannot copy the reference: {e}); speed differences are judged by the rounds' spread only"))
+        .ok()
 }
 
 /// pp and tg of every candidate with bench's engine, in alternating rounds (each loads the
@@ -913,29 +852,28 @@ fn measure_speed(
     settings: &Settings,
     id: &str,
 ) -> Vec<Row> {
-    let mut jobs = Vec::new();
-    for c in candidates {
-        for test in &plan.bench.sweep.tests {
-            if !matches!(test, TestSpec::Pp { .. } | TestSpec::Tg { .. }) {
-                continue;
-            }
-            jobs.push(Job {
-                params: ParamSet {
-                    model: c.model.clone(),
-                    n_gpu_layers: c.n_gpu_layers,
-                    n_batch: plan.bench.sweep.n_batch[0],
-                    n_ubatch: plan.bench.sweep.n_ubatch[0],
-                    type_k: c.type_k,
-                    type_v: c.type_v,
-                    flash_attn: c.flash_attn,
-                    threads: plan.threads,
-                    placement: crate::llama::placement::Placement::default(),
-                },
-                depth: 0,
-                test: *test,
-            });
-        }
-    }
+    let s = &plan.bench.sweep;
+    let tests = s.tests.iter();
+    let tests = tests.filter(|t| matches!(t, TestSpec::Pp { .. } | TestSpec::Tg { .. }));
+    let jobs: Vec<Job> = candidates
+        .iter()
+        .flat_map(|c| tests.clone().map(move |test| (c, test)))
+        .map(|(c, test)| Job {
+            params: ParamSet {
+                model: c.model.clone(),
+                n_gpu_layers: c.n_gpu_layers,
+                n_batch: s.n_batch[0],
+                n_ubatch: s.n_ubatch[0],
+                type_k: c.type_k,
+                type_v: c.type_v,
+                flash_attn: c.flash_attn,
+                threads: plan.threads,
+                placement: crate::llama::placement::Placement::default(),
+            },
+            depth: 0,
+            test: *test,
+        })
+        .collect();
     let outcome =
         crate::bench::run::run_jobs_alternating(&plan.bench, &jobs, &settings.sampling, id);
     for failure in &outcome.failures {

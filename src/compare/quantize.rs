@@ -60,7 +60,6 @@ fn identity(meta: &std::fs::Metadata) -> (u64, u64, u64, i128) {
 /// are unchanged.
 pub fn content_hash(cache_dir: &Path, source: &Path) -> std::io::Result<String> {
     use sha2::Digest;
-    use std::io::Read;
     let before = std::fs::metadata(source)?;
     let (dev, inode, size_bytes, mtime_ns) = identity(&before);
     let memo_path = cache_dir.join(HASH_MEMO_FILE);
@@ -75,16 +74,8 @@ pub fn content_hash(cache_dir: &Path, source: &Path) -> std::io::Result<String> 
     {
         return Ok(known.sha256.clone());
     }
-    let mut file = std::fs::File::open(source)?;
     let mut hasher = sha2::Sha256::new();
-    let mut buffer = vec![0u8; 1 << 20];
-    loop {
-        let n = file.read(&mut buffer)?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buffer[..n]);
-    }
+    std::io::copy(&mut std::fs::File::open(source)?, &mut hasher)?;
     let sha256: String = hasher
         .finalize()
         .iter()
@@ -124,81 +115,31 @@ pub(crate) struct QuantType {
 /// an importance matrix, which tokscope does not compute: they are left out rather than made
 /// badly.
 pub(crate) const QUANT_TYPES: &[QuantType] = &[
-    QuantType {
-        name: "f16",
-        ftype: 1,
-    },
-    QuantType {
-        name: "bf16",
-        ftype: 32,
-    },
-    QuantType {
-        name: "q8_0",
-        ftype: 7,
-    },
-    QuantType {
-        name: "q6_k",
-        ftype: 18,
-    },
-    QuantType {
-        name: "q5_k_m",
-        ftype: 17,
-    },
-    QuantType {
-        name: "q5_k_s",
-        ftype: 16,
-    },
-    QuantType {
-        name: "q5_1",
-        ftype: 9,
-    },
-    QuantType {
-        name: "q5_0",
-        ftype: 8,
-    },
-    QuantType {
-        name: "q4_k_m",
-        ftype: 15,
-    },
-    QuantType {
-        name: "q4_k_s",
-        ftype: 14,
-    },
-    QuantType {
-        name: "iq4_xs",
-        ftype: 30,
-    },
-    QuantType {
-        name: "iq4_nl",
-        ftype: 25,
-    },
-    QuantType {
-        name: "q4_1",
-        ftype: 3,
-    },
-    QuantType {
-        name: "q4_0",
-        ftype: 2,
-    },
-    QuantType {
-        name: "q3_k_l",
-        ftype: 13,
-    },
-    QuantType {
-        name: "q3_k_m",
-        ftype: 12,
-    },
-    QuantType {
-        name: "q3_k_s",
-        ftype: 11,
-    },
-    QuantType {
-        name: "q2_k",
-        ftype: 10,
-    },
+    QuantType::new("f16", 1),
+    QuantType::new("bf16", 32),
+    QuantType::new("q8_0", 7),
+    QuantType::new("q6_k", 18),
+    QuantType::new("q5_k_m", 17),
+    QuantType::new("q5_k_s", 16),
+    QuantType::new("q5_1", 9),
+    QuantType::new("q5_0", 8),
+    QuantType::new("q4_k_m", 15),
+    QuantType::new("q4_k_s", 14),
+    QuantType::new("iq4_xs", 30),
+    QuantType::new("iq4_nl", 25),
+    QuantType::new("q4_1", 3),
+    QuantType::new("q4_0", 2),
+    QuantType::new("q3_k_l", 13),
+    QuantType::new("q3_k_m", 12),
+    QuantType::new("q3_k_s", 11),
+    QuantType::new("q2_k", 10),
 ];
 
 impl QuantType {
+    const fn new(name: &'static str, ftype: u32) -> Self {
+        Self { name, ftype }
+    }
+
     /// `Q4_K_M`, `q4_k_m` or `Q4-K-M`.
     pub(crate) fn parse(text: &str) -> Result<Self, String> {
         let wanted = text.trim().to_ascii_lowercase().replace('-', "_");
@@ -240,11 +181,6 @@ pub(crate) fn cache_path(
         .join(format!("{stem}-{}.gguf", ty.name.to_ascii_uppercase())))
 }
 
-/// Whether the cached file is there and loads as a GGUF model header.
-fn usable(path: &Path) -> bool {
-    check_model_file(path).is_ok()
-}
-
 /// Quantize `source` to `ty` into the cache, or reuse the file already there. `progress` is
 /// called a few times a second with (tensors done, tensors in all) while llama.cpp works.
 /// Returns the file and whether it was reused.
@@ -258,7 +194,8 @@ pub(crate) fn quantize_cached(
 ) -> Result<(PathBuf, bool), String> {
     let out = cache_path(cache_dir, source, ty)
         .map_err(|e| format!("cannot read {}: {e}", source.display()))?;
-    if usable(&out) {
+    // The cached file is there and loads as a GGUF model header.
+    if check_model_file(&out).is_ok() {
         return Ok((out, true));
     }
     let folder = out.parent().unwrap_or(cache_dir);
@@ -325,10 +262,7 @@ fn quantize_file(
             "llama.cpp could not quantize {} to {} (status {status}){}",
             source.display(),
             ty.name.to_ascii_uppercase(),
-            match said.last() {
-                Some(m) => format!(": {m}"),
-                None => String::new(),
-            }
+            said.last().map(|m| format!(": {m}")).unwrap_or_default()
         ))
     }
 }

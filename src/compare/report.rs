@@ -152,8 +152,8 @@ pub(crate) fn verdict(rows: &[CompareRow], control: Option<&Control>) -> Vec<Str
         "Pareto front (no other candidate is both faster and closer to the reference): {}.",
         front.join(", ")
     )];
-    match control {
-        Some(c) => lines.push(format!(
+    lines.push(match control {
+        Some(c) => format!(
             "Control: the reference against a byte-identical copy of itself, in the same \
              alternating rounds: {:.2} vs {:.2} tok/s, {:.1}% apart. That is the systematic \
              error of these measurements; a speed difference is called real only beyond it and \
@@ -161,13 +161,11 @@ pub(crate) fn verdict(rows: &[CompareRow], control: Option<&Control>) -> Vec<Str
             c.reference_tg_tok_per_s,
             c.copy_tg_tok_per_s,
             c.systematic() * 100.0
-        )),
-        None => lines.push(
-            "No self-copy control was measured: speed differences are judged against the \
-             rounds' spread only."
-                .to_string(),
         ),
-    }
+        None => "No self-copy control was measured: speed differences are judged against the \
+                 rounds' spread only."
+            .to_string(),
+    });
     if rows
         .iter()
         .any(|r| r.tg_tok_per_s.is_some() && r.tg_tok_per_s_sd.is_none())
@@ -190,14 +188,9 @@ pub(crate) fn verdict(rows: &[CompareRow], control: Option<&Control>) -> Vec<Str
         if let Some(best) = best {
             // Rounds scatter: say so when the speed difference is inside their spread (or the
             // control's systematic error).
-            let within_noise = match (
-                best.tg_tok_per_s,
-                row.tg_tok_per_s,
-                speed_threshold(best, row, systematic),
-            ) {
-                (Some(b), Some(r), Some(t)) => (b - r).abs() <= t,
-                _ => false,
-            };
+            let speeds = best.tg_tok_per_s.zip(row.tg_tok_per_s);
+            let within_noise = (speeds.zip(speed_threshold(best, row, systematic)))
+                .is_some_and(|((b, r), t)| (b - r).abs() <= t);
             lines.push(format!(
                 "{} is dominated: {} is {} and {} (KL {} vs {}){}.",
                 row.label,
@@ -349,10 +342,7 @@ pub(crate) fn markdown(c: &Comparison, wide: bool) -> String {
                 mean_sd(r.pp_tok_per_s, r.pp_tok_per_s_sd),
                 mean_sd(r.tg_tok_per_s, r.tg_tok_per_s_sd),
                 opt(r.ceiling_tok_per_s, 1),
-                r.mbu_pct.map_or_else(
-                    || "—".to_string(),
-                    |m| crate::metrics::roofline::mbu_pct_cell(m, 1),
-                ),
+                crate::bench::format::mbu_cell(r.mbu_pct),
                 opt(r.cost_per_million_tokens_usd, 3),
                 match (r.tg_tok_per_s, r.pareto) {
                     (None, _) => "—",
@@ -364,14 +354,8 @@ pub(crate) fn markdown(c: &Comparison, wide: bool) -> String {
             cells
         })
         .collect();
-    let keep: Vec<usize> = (0..headers.len())
-        .filter(|&i| wide || NARROW.contains(&headers[i].0))
-        .collect();
-    let headers: Vec<(&str, Align)> = keep.iter().map(|&i| headers[i]).collect();
-    let rows: Vec<Vec<String>> = rows
-        .into_iter()
-        .map(|cells| keep.iter().map(|&i| cells[i].clone()).collect())
-        .collect();
+    let narrow = (!wide).then_some(&NARROW[..]);
+    let (headers, rows) = crate::bench::format::columns(&headers, rows, narrow);
     let mut out = table(&headers, &rows);
     if !wide {
         out.push_str(

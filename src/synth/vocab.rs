@@ -258,17 +258,11 @@ impl Vocabulary {
                 .map(|n| chars[..n].iter().collect())
                 .collect()
         };
-        for word in WORDS {
-            for piece in with_prefixes(&format!("{SPACE_MARKER}{word}")) {
-                let score = piece.chars().count() as f32;
-                push(&mut vocab, piece, score, TokenType::Normal);
-            }
-        }
-        for bare in BARE_PIECES {
-            for piece in with_prefixes(bare) {
-                let score = piece.chars().count() as f32;
-                push(&mut vocab, piece, score, TokenType::Normal);
-            }
+        let words = WORDS.iter().map(|word| format!("{SPACE_MARKER}{word}"));
+        let bare = BARE_PIECES.iter().map(|bare| bare.to_string());
+        for piece in words.chain(bare).flat_map(|w| with_prefixes(&w)) {
+            let score = piece.chars().count() as f32;
+            push(&mut vocab, piece, score, TokenType::Normal);
         }
         vocab
     }
