@@ -142,16 +142,12 @@ pub(crate) fn serve_beside(
             };
             runtime.block_on(async move {
                 let served = match prometheus {
-                    Some(addr) => match serve(addr, Arc::clone(&metrics)).await {
-                        Ok(served) => Some(served),
-                        Err(why) => {
-                            let _ = ready_tx.send(Err(why));
-                            return;
-                        }
-                    },
-                    None => None,
+                    Some(addr) => serve(addr, Arc::clone(&metrics)).await.map(Some),
+                    None => Ok(None),
                 };
-                let _ = ready_tx.send(Ok(served.as_ref().map(|s| s.addr)));
+                let bound = served.as_ref().map(|s| s.as_ref().map(|s| s.addr));
+                let _ = ready_tx.send(bound.map_err(Clone::clone));
+                let Ok(served) = served else { return };
                 let mut said = false;
                 // Until the command is done (or gone); quitting does not wait for an export to
                 // a collector that does not answer.
@@ -188,14 +184,11 @@ pub(crate) fn serve_beside(
         stop: Some(stop_tx),
         thread: Some(thread),
     };
-    match ready_rx.recv() {
-        Ok(Ok(bound)) => {
-            beside.addr = bound;
-            Ok(beside)
-        }
-        Ok(Err(why)) => Err(why),
-        Err(_) => Err("the exporters' thread ended before it started".into()),
-    }
+    // On a failure `beside` is dropped, which stops and joins the thread.
+    beside.addr = ready_rx
+        .recv()
+        .map_err(|_| "the exporters' thread ended before it started".to_string())??;
+    Ok(beside)
 }
 
 /// Listens on `addr` and answers `GET /metrics` with the figures so far (anything else: 404).
@@ -326,13 +319,11 @@ impl OtlpSink {
         };
         let body = crate::text::json_safe(&body).into_owned();
         match self {
-            Self::File(path) => {
-                let mut f = std::fs::OpenOptions::new()
-                    .append(true)
-                    .open(path)
-                    .map_err(|e| format!("cannot write {}: {e}", self.label()))?;
-                writeln!(f, "{body}").map_err(|e| format!("cannot write {}: {e}", self.label()))
-            }
+            Self::File(path) => std::fs::OpenOptions::new()
+                .append(true)
+                .open(path)
+                .and_then(|mut f| writeln!(f, "{body}"))
+                .map_err(|e| format!("cannot write {}: {e}", self.label())),
             Self::Http(url) => post(url, body).await,
         }
     }

@@ -91,14 +91,10 @@ fn sample(line: &str) -> Result<Sample, String> {
     }
     let mut fields = rest.split_whitespace();
     let value = fields.next().ok_or("no value")?;
-    let value = match value {
-        "+Inf" | "Inf" => f64::INFINITY,
-        "-Inf" => f64::NEG_INFINITY,
-        "NaN" => f64::NAN,
-        v => v
-            .parse::<f64>()
-            .map_err(|_| format!("'{v}' is not a number"))?,
-    };
+    // Rust's parse reads the format's `+Inf`, `Inf`, `-Inf` and `NaN` as well.
+    let value = value
+        .parse::<f64>()
+        .map_err(|_| format!("'{value}' is not a number"))?;
     // An optional timestamp; anything after it is malformed.
     if let Some(ts) = fields.next() {
         ts.parse::<f64>()
@@ -348,13 +344,9 @@ impl Snapshot {
                     let mut h = Histogram::default();
                     for s in samples.iter().filter(|s| s.value.is_finite()) {
                         if s.name.strip_suffix("_bucket") == Some(family.as_str()) {
-                            let le = match s.label("le") {
-                                Some("+Inf") | Some("Inf") => f64::INFINITY,
-                                Some(v) => match v.parse::<f64>() {
-                                    Ok(v) => v,
-                                    Err(_) => continue,
-                                },
-                                None => continue,
+                            // `+Inf` and `Inf` parse as infinity.
+                            let Some(le) = s.label("le").and_then(|v| v.parse::<f64>().ok()) else {
+                                continue;
                             };
                             *h.buckets.entry(OrderedBound(le)).or_insert(0.0) += s.value;
                         } else if s.name.strip_suffix("_sum") == Some(family.as_str()) {

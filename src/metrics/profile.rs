@@ -376,11 +376,8 @@ pub fn breakdown(
         .map(|(p, (d, wb, kb, fl))| {
             let ms = super::ms(d) / n;
             let sd_ms = per_step.get(&p).map_or(0.0, |v| sample_sd(v, steps.len()));
-            let (wb, kb, fl) = (
-                (wb as f64 / n) as u64,
-                (kb as f64 / n) as u64,
-                (fl as f64 / n) as u64,
-            );
+            let per_step = |v: u64| (v as f64 / n) as u64;
+            let (wb, kb, fl) = (per_step(wb), per_step(kb), per_step(fl));
             let secs = ms / 1e3;
             let gb_per_s = (wb + kb > 0 && secs > 0.0).then(|| (wb + kb) as f64 / secs / 1e9);
             PartFigures {

@@ -62,11 +62,6 @@ fn mean_and_uncertainty(sum: f64, sum2: f64, count: u64) -> (f64, f64) {
     (mean, unc)
 }
 
-/// llama-perplexity's percentile: linear interpolation between the sorted values.
-fn percentile(sorted: &[f32], fraction: f64) -> f64 {
-    super::percentile_linear(sorted, fraction)
-}
-
 impl Accumulator {
     pub(crate) fn merge(&mut self, other: Accumulator) {
         self.count += other.count;
@@ -96,8 +91,9 @@ impl Accumulator {
             ppl_uncertainty: ppl * nll_unc,
             kld_mean: kl.then_some(kld),
             kld_uncertainty: kl.then_some(kld_unc),
-            kld_median: kl.then(|| percentile(&sorted, 0.5)),
-            kld_p99: kl.then(|| percentile(&sorted, 0.99)),
+            // llama-perplexity's percentile: linear interpolation between the sorted values.
+            kld_median: kl.then(|| super::percentile_linear(&sorted, 0.5)),
+            kld_p99: kl.then(|| super::percentile_linear(&sorted, 0.99)),
             kld_max: kl.then(|| sorted.last().map_or(0.0, |v| f64::from(*v))),
             same_top_pct: kl.then(|| 100.0 * self.n_same_top as f64 / self.count as f64),
             delta_p_mean_pct: kl.then_some(100.0 * p_diff),
@@ -590,7 +586,7 @@ impl AnswerQuality {
 
 /// An answer scored against a reference model (`run --ref`): each token's figures, in answer
 /// order, and the answer's (docs/metrics.md, "Per token and per answer").
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct AnswerScore {
     /// The reference model's file.
     pub reference: std::path::PathBuf,
@@ -666,12 +662,7 @@ impl AnswerScore {
                 })
                 .collect(),
             context_tokens,
-            score_ms: 0.0,
-            reference_load_ms: 0.0,
-            reused_tokens: 0,
-            reference_file_bytes: 0,
-            reference_n_layer: 0,
-            reference_gpu_layers: 0,
+            ..Self::default()
         }
     }
 }
@@ -737,10 +728,7 @@ impl Chunking {
             ));
         }
         let all = n_tokens / n_ctx;
-        Ok(match self.max_chunks {
-            Some(m) => all.min(m as usize),
-            None => all,
-        })
+        Ok(self.max_chunks.map_or(all, |m| all.min(m as usize)))
     }
 }
 

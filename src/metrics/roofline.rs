@@ -12,7 +12,7 @@ use crate::gguf::kv_type::KvType;
 use crate::gguf::GgufHeader;
 
 /// What one decode step reads of the weights.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct WeightBytes {
     /// All tensor bytes in the file.
     pub total_bytes: u64,
