@@ -337,7 +337,7 @@ async fn post(url: &str, body: String) -> Result<(), String> {
         .build()
         .map_err(|e| e.to_string())?;
     let shown = crate::text::one_line(url).into_owned();
-    let reply = client
+    let mut reply = client
         .post(url)
         .header(reqwest::header::CONTENT_TYPE, "application/json")
         .body(body)
@@ -356,12 +356,11 @@ async fn post(url: &str, body: String) -> Result<(), String> {
     }
     // A refusal's body says why; only its start is read and shown.
     let mut excerpt = Vec::new();
-    let mut stream = reply;
     while excerpt.len() < MAX_REFUSAL_EXCERPT {
-        match stream.chunk().await {
-            Ok(Some(c)) => excerpt.extend_from_slice(&c),
-            _ => break,
-        }
+        let Ok(Some(c)) = reply.chunk().await else {
+            break;
+        };
+        excerpt.extend_from_slice(&c);
     }
     excerpt.truncate(MAX_REFUSAL_EXCERPT);
     let text = String::from_utf8_lossy(&excerpt);

@@ -202,6 +202,12 @@ fn name_part(name: &str) -> Option<(Part, Option<u16>)> {
     Some((part, layer))
 }
 
+/// The part and layer of the weight a node reads, when a rule knows it.
+fn by_weight(n: &NodeFacts) -> Option<(Part, Option<u16>)> {
+    let (layer, kind) = weight_kind(n.weight.as_deref()?);
+    weight_part(kind, n.op).map(|p| (p, layer))
+}
+
 fn is_norm(op: &str) -> bool {
     matches!(op, "RMS_NORM" | "NORM" | "L2_NORM" | "GROUP_NORM")
 }
@@ -214,11 +220,7 @@ pub fn classify(nodes: &[NodeFacts]) -> (Vec<(Part, Option<u16>)>, bool) {
     let mut part = Part::Embed;
     let mut layer: Option<u16> = None;
     for (i, n) in nodes.iter().enumerate() {
-        let by_weight = n.weight.as_deref().and_then(|w| {
-            let (l, kind) = weight_kind(w);
-            weight_part(kind, n.op).map(|p| (p, l))
-        });
-        let placed = if let Some((p, l)) = by_weight {
+        let placed = if let Some((p, l)) = by_weight(n) {
             (p, l.or(layer))
         } else if n.op == "ROPE" {
             (Part::Rope, layer)
@@ -231,10 +233,7 @@ pub fn classify(nodes: &[NodeFacts]) -> (Vec<(Part, Option<u16>)>, bool) {
         } else if is_norm(n.op) {
             // A norm is placed with the weighted multiply that follows it (build_norm: the
             // norm, then × its weight).
-            let next = nodes[i + 1..].iter().take(3).find_map(|m| {
-                let (l, kind) = weight_kind(m.weight.as_deref()?);
-                weight_part(kind, m.op).map(|p| (p, l))
-            });
+            let next = nodes[i + 1..].iter().take(3).find_map(by_weight);
             next.map_or((part, layer), |(p, l)| (p, l.or(layer)))
         } else if let Some((p, l)) = name_part(&n.name) {
             (p, l.or(layer))

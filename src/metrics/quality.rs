@@ -393,13 +393,14 @@ pub const CONFIDENCE_BANDS: [f64; 3] = [0.9, 0.5, CONFIDENCE_LOW_P];
 
 /// The band of a chosen token's probability (0 to 3, see [`CONFIDENCE_BANDS`]).
 pub fn confidence_band(p: f64) -> usize {
-    if !p.is_finite() {
-        return CONFIDENCE_BANDS.len();
-    }
-    CONFIDENCE_BANDS
-        .iter()
-        .position(|&bound| p >= bound)
-        .unwrap_or(CONFIDENCE_BANDS.len())
+    band(&CONFIDENCE_BANDS, p, |bound| p >= bound)
+}
+
+/// The first band whose bound `holds` of `v`: past them all, or for a `v` that is not finite,
+/// the last band.
+fn band(bounds: &[f64], v: f64, holds: impl Fn(f64) -> bool) -> usize {
+    let first = v.is_finite().then(|| bounds.iter().position(|&b| holds(b)));
+    first.flatten().unwrap_or(bounds.len())
 }
 
 /// An answer's own confidence over its tokens (docs/metrics.md, "Per token and per answer").
@@ -555,13 +556,7 @@ pub const KLD_BANDS: [f64; 3] = [0.01, 0.1, 1.0];
 
 /// The band of a token's KLD (0 to 3, see [`KLD_BANDS`]).
 pub fn kld_band(kld: f64) -> usize {
-    if !kld.is_finite() {
-        return KLD_BANDS.len();
-    }
-    KLD_BANDS
-        .iter()
-        .position(|&bound| kld < bound)
-        .unwrap_or(KLD_BANDS.len())
+    band(&KLD_BANDS, kld, |bound| kld < bound)
 }
 
 impl AnswerQuality {
@@ -874,6 +869,7 @@ mod tests {
 
     #[test]
     fn percentiles_interpolate_like_llama_perplexity() {
+        use crate::metrics::percentile_linear as percentile;
         let v = [0.0f32, 1.0, 2.0, 3.0, 4.0];
         assert_eq!(percentile(&v, 0.5), 2.0);
         assert!((percentile(&v, 0.99) - 3.96).abs() < 1e-6);

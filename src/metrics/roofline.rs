@@ -42,10 +42,7 @@ impl WeightBytes {
             None => (0, 0),
         };
         let output = header.tensor("output.weight");
-        let output_bytes = match output {
-            Some(t) => t.n_bytes()?,
-            None => token_embd_bytes,
-        };
+        let output_bytes = output.map_or(Some(token_embd_bytes), |t| t.n_bytes())?;
         Some(Self {
             total_bytes,
             token_embd_bytes,

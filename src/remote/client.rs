@@ -912,10 +912,11 @@ fn error_excerpt(body: &str) -> String {
     if trimmed.is_empty() {
         return "(empty body)".into();
     }
-    match trimmed.char_indices().nth(300) {
-        Some((i, _)) => format!("{}…", &trimmed[..i]),
-        None => trimmed.to_string(),
-    }
+    let cut = trimmed.char_indices().nth(300);
+    cut.map_or_else(
+        || trimmed.to_string(),
+        |(i, _)| format!("{}…", &trimmed[..i]),
+    )
 }
 
 #[cfg(test)]

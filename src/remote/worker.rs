@@ -209,14 +209,11 @@ fn connect(
         };
         Ok((client, model))
     });
-    let (client, model) = match looked_up {
-        Ok(found) => found,
-        Err(e) => {
-            let error = remote_error(&e);
-            let _ = events.send(EngineEvent::LoadFailed(error.clone()));
-            return Err(error);
-        }
-    };
+    let (client, model) = looked_up.map_err(|e| {
+        let error = remote_error(&e);
+        let _ = events.send(EngineEvent::LoadFailed(error.clone()));
+        error
+    })?;
     let rtt = runtime
         .block_on(until_cancelled(shutting_down, client.probe_rtt()))
         .ok();
