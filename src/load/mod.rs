@@ -352,10 +352,8 @@ pub(crate) async fn run_level(
     }
     let cpu_before = process_cpu();
     let started = Instant::now();
-    let results = Arc::new(std::sync::Mutex::new(Vec::<
-        Result<RequestRecord, RequestError>,
-    >::new()));
-    let next_index = Arc::new(AtomicUsize::new(0));
+    let results: Arc<std::sync::Mutex<Vec<Result<RequestRecord, RequestError>>>> = Arc::default();
+    let mut next_index = 0;
     let sending_over = |sent: usize| {
         stop.load(Ordering::SeqCst)
             || sent >= limit
@@ -400,12 +398,11 @@ pub(crate) async fn run_level(
             let c = c.max(1);
             loop {
                 while tasks.len() < c {
-                    let i = next_index.load(Ordering::SeqCst);
-                    if sending_over(i) {
+                    if sending_over(next_index) {
                         break;
                     }
-                    next_index.fetch_add(1, Ordering::SeqCst);
-                    spawn_one(&mut tasks, i);
+                    spawn_one(&mut tasks, next_index);
+                    next_index += 1;
                 }
                 if tasks.is_empty() {
                     break;
@@ -423,8 +420,7 @@ pub(crate) async fn run_level(
             let mut rng = Rng::new(plan.seed);
             let mut next_at = Instant::now();
             loop {
-                let i = next_index.load(Ordering::SeqCst);
-                if sending_over(i) {
+                if sending_over(next_index) {
                     break;
                 }
                 let now = Instant::now();
@@ -435,8 +431,8 @@ pub(crate) async fn run_level(
                     }
                     continue;
                 }
-                next_index.fetch_add(1, Ordering::SeqCst);
-                spawn_one(&mut tasks, i);
+                spawn_one(&mut tasks, next_index);
+                next_index += 1;
                 next_at += next_gap(&mut rng, per_s, burstiness);
             }
         }

@@ -267,12 +267,9 @@ pub(crate) fn summarize(
     }
 }
 
-fn f(v: Option<f64>, decimals: usize) -> String {
-    crate::fmt::opt(v, decimals)
-}
-
 /// The serving table: one line per level, then each level's errors by kind.
 pub(crate) fn markdown(rows: &[LoadSummary]) -> String {
+    use crate::fmt::opt as f;
     use crate::report::{table, Align};
     let d = |x: &Option<LatencyStats>| {
         x.map_or("—".into(), |d| {

@@ -82,13 +82,10 @@ fn sample(line: &str) -> Result<Sample, String> {
         return Err("no metric name".into());
     }
     let name = line[..name_end].to_string();
-    let mut rest = &line[name_end..];
-    let mut labels = Vec::new();
-    if let Some(after) = rest.strip_prefix('{') {
-        let (parsed, tail) = label_set(after)?;
-        labels = parsed;
-        rest = tail;
-    }
+    let (labels, rest) = match line[name_end..].strip_prefix('{') {
+        Some(after) => label_set(after)?,
+        None => (Vec::new(), &line[name_end..]),
+    };
     let mut fields = rest.split_whitespace();
     let value = fields.next().ok_or("no value")?;
     // Rust's parse reads the format's `+Inf`, `Inf`, `-Inf` and `NaN` as well.
@@ -135,16 +132,15 @@ fn label_set(mut s: &str) -> Result<(Labels, &str), String> {
         s = s.strip_prefix('"').ok_or("a label value without quotes")?;
         let mut value = String::new();
         let mut chars = s.char_indices();
+        let unterminated = "an unterminated label value";
         let end = loop {
-            match chars.next() {
-                None => return Err("an unterminated label value".into()),
-                Some((i, '"')) => break i,
-                Some((_, '\\')) => match chars.next() {
-                    Some((_, 'n')) => value.push('\n'),
-                    Some((_, c)) => value.push(c),
-                    None => return Err("an unterminated label value".into()),
+            match chars.next().ok_or(unterminated)? {
+                (i, '"') => break i,
+                (_, '\\') => match chars.next().ok_or(unterminated)? {
+                    (_, 'n') => value.push('\n'),
+                    (_, c) => value.push(c),
                 },
-                Some((_, c)) => value.push(c),
+                (_, c) => value.push(c),
             }
         };
         labels.push((key, value));

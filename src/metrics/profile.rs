@@ -492,15 +492,12 @@ impl ProfileRecord {
             super::rate_per_s(n, total).map(|r| r * tokens_per_pass)
         };
         let per_node = self.per_node_overhead();
+        let last = self.steps.last()?;
         Some(TurnProfile {
             rate: self.rate,
             per_node_overhead_us: per_node.as_secs_f64() * 1e6,
             mean: breakdown(&self.steps, bandwidth, per_node)?,
-            last: breakdown(
-                self.steps.last().map(std::slice::from_ref)?,
-                bandwidth,
-                per_node,
-            )?,
+            last: breakdown(std::slice::from_ref(last), bandwidth, per_node)?,
             profiled_call_ms: mean_call(true),
             unprofiled_call_ms: mean_call(false),
             decode_tok_per_s_unsampled: rate(&|profiled| !profiled),

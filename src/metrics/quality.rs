@@ -167,13 +167,8 @@ pub struct TokenScore {
 /// Scores one position: the candidate's `logits` against the reference's row, `next` the
 /// token that came next; `entropies` adds both distributions' entropies.
 pub fn score_token(logits: &[f32], reference: &RefRow, next: usize, entropies: bool) -> TokenScore {
-    score_token_shifted(
-        logits,
-        reference,
-        next,
-        entropies,
-        max_and_log_sum_exp(logits),
-    )
+    let candidate = max_and_log_sum_exp(logits);
+    score_token_shifted(logits, reference, next, entropies, candidate)
 }
 
 /// [`score_token`] and the candidate's `k` most likely tokens with their probabilities (the

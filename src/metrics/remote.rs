@@ -311,14 +311,9 @@ impl RemoteTimeline {
     /// Every chunk has a running count, none goes down, and the last is plausible: then
     /// (and only then) the per-chunk counts are the server's.
     fn cumulative_counts_hold(&self) -> bool {
-        let mut previous = 0;
-        for c in &self.chunks {
-            match c.cumulative_tokens {
-                Some(t) if t >= previous => previous = t,
-                _ => return false,
-            }
-        }
-        plausible_output_tokens(previous, self.chunks.len())
+        let mut counts = self.chunks.iter().map(|c| c.cumulative_tokens);
+        let last = counts.try_fold(0, |previous, t| t.filter(|&t| t >= previous));
+        last.is_some_and(|last| plausible_output_tokens(last, self.chunks.len()))
     }
 
     /// Drops what the server said that cannot be true of this stream (a count past what the

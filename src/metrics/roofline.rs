@@ -502,15 +502,9 @@ impl Peaks {
         n_layer: u32,
         gpu_layers: u32,
     ) -> Option<Bandwidth> {
-        self.configured.clone().or_else(|| {
-            placed_bandwidth(
-                weights,
-                n_layer,
-                gpu_layers,
-                self.gpu.as_ref(),
-                self.cpu.as_ref(),
-            )
-        })
+        let (gpu, cpu) = (self.gpu.as_ref(), self.cpu.as_ref());
+        (self.configured.clone())
+            .or_else(|| placed_bandwidth(weights, n_layer, gpu_layers, gpu, cpu))
     }
 }
 

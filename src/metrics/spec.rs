@@ -240,13 +240,8 @@ impl SpecStats {
     pub fn expected(&self, row_cost: f64) -> Option<f64> {
         let (a, k) = (self.alpha()?, self.mean_k()?);
         let share = ratio(self.verify_passes as f64, self.target_passes() as f64)?;
-        Some(expected_speedup_over_steps(
-            a,
-            k,
-            self.draft_cost_ratio,
-            row_cost,
-            share,
-        ))
+        let c = self.draft_cost_ratio;
+        Some(expected_speedup_over_steps(a, k, c, row_cost, share))
     }
 
     pub fn summary(&self) -> SpecSummary {

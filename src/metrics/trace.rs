@@ -133,12 +133,8 @@ fn engine_events(pid: u32, base: Duration, t: &TurnTimeline) -> Vec<Value> {
     ev.push(engine_span("template + tokenize", "turn", queue, tt_end));
     let mut from = tt_end;
     for (i, &end) in t.prefill_chunk_done_at.iter().enumerate() {
-        ev.push(engine_span(
-            &format!("prefill micro-batch {i}"),
-            "prefill",
-            from,
-            end,
-        ));
+        let name = format!("prefill micro-batch {i}");
+        ev.push(engine_span(&name, "prefill", from, end));
         from = end;
     }
     if let (Some(done), Some(&first)) = (t.prefill_done_at, t.token_ready_at.first()) {
@@ -245,13 +241,9 @@ pub fn chat_document(turns: &[TracedTurn], frames: &[(Instant, Duration)]) -> (V
     let o = origin(turns.iter().map(|t| &t.timeline), []);
     let mut ev = Vec::new();
     for (i, t) in turns.iter().enumerate() {
-        ev.extend(turn_events(
-            u32::try_from(i + 1).unwrap_or(u32::MAX),
-            &t.label,
-            base(o, &t.timeline),
-            &t.timeline,
-            t.profile.as_deref(),
-        ));
+        let pid = u32::try_from(i + 1).unwrap_or(u32::MAX);
+        let (at, profile) = (base(o, &t.timeline), t.profile.as_deref());
+        ev.extend(turn_events(pid, &t.label, at, &t.timeline, profile));
     }
     let kept: Vec<(Duration, Duration)> = frames
         .iter()

@@ -168,14 +168,12 @@ pub(crate) struct RemoteClient {
 /// The error and its sources on one line.
 fn chain(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
+    for s in std::iter::successors(e.source(), |s| s.source()) {
         let text = s.to_string();
         if !out.contains(&text) {
             out.push_str(": ");
             out.push_str(&text);
         }
-        source = s.source();
     }
     out
 }
@@ -382,10 +380,6 @@ impl RemoteClient {
         serde_json::from_slice(&bytes).map_err(|e| RemoteError::Malformed(format!("{url}: {e}")))
     }
 
-    async fn get_json(&self, url: &str) -> Result<Value, RemoteError> {
-        self.json(url, self.http.get(url)).await
-    }
-
     /// Whether the server sleeps now: llama-server's `GET /props` `is_sleeping` (answered from
     /// its cache while asleep, so asking does not wake it). Asked before a turn, outside its
     /// clock; `None` from a server without the field, which is then not asked again.
@@ -395,7 +389,7 @@ impl RemoteClient {
         }
         let url = format!("{}/props", self.endpoint.root());
         let said = self
-            .get_json(&url)
+            .json(&url, self.http.get(&url))
             .await
             .ok()
             .and_then(|v| v.get("is_sleeping").and_then(Value::as_bool));
@@ -413,9 +407,8 @@ impl RemoteClient {
         } else {
             ("models", "data", "id")
         };
-        let v = self
-            .get_json(&format!("{}/{path}", self.endpoint.base_url))
-            .await?;
+        let url = format!("{}/{path}", self.endpoint.base_url);
+        let v = self.json(&url, self.http.get(&url)).await?;
         Ok(v.get(list)
             .and_then(Value::as_array)
             .map(|a| {

@@ -139,27 +139,23 @@ fn run(
                 Some(Err(error)) => fail(request.id, error.clone()),
                 None => fail(request.id, EngineError::NoModel),
             },
-            EngineCommand::AbGenerate { path, request } => {
-                let id = request.id;
+            EngineCommand::AbGenerate { path, request } if is_url(&path) => {
                 let key = served
                     .as_ref()
                     .and_then(|s| s.as_ref().ok())
                     .map(|s| s.client.endpoint().clone());
-                let event = if is_url(&path) {
-                    let cancelled = || cancel_through.load(Ordering::SeqCst) >= id;
-                    let key = key.as_ref();
-                    runtime.block_on(ab_url(&path, key, timeout, &request, events, &cancelled))
-                } else {
-                    EngineEvent::Failed {
-                        request_id: id,
-                        error: EngineError::Remote(format!(
-                            "/ab {}: not a URL (this backend answers A/B turns from servers only)",
-                            path.display()
-                        )),
-                    }
-                };
-                let _ = events.send(event);
+                let cancelled = || cancel_through.load(Ordering::SeqCst) >= request.id;
+                let key = key.as_ref();
+                let ab = ab_url(&path, key, timeout, &request, events, &cancelled);
+                let _ = events.send(runtime.block_on(ab));
             }
+            EngineCommand::AbGenerate { path, request } => fail(
+                request.id,
+                EngineError::Remote(format!(
+                    "/ab {}: not a URL (this backend answers A/B turns from servers only)",
+                    path.display()
+                )),
+            ),
             EngineCommand::SwitchModel { id, .. } => {
                 let _ = events.send(EngineEvent::SwitchFailed {
                     request_id: id,
@@ -475,12 +471,8 @@ async fn ab_url(
         Ok(found) => found,
         Err(e) => return fail(remote_error(&e)),
     };
-    let info = model_info(
-        client.endpoint(),
-        &model,
-        ServerFacts::default(),
-        started.elapsed(),
-    );
+    let facts = ServerFacts::default();
+    let info = model_info(client.endpoint(), &model, facts, started.elapsed());
     // B's round trip before its turn is sent, as the chat's own is taken at connection.
     let rtt = until_cancelled(cancelled, client.probe_rtt()).await.ok();
     let (turn, pieces) = stream(&client, &model, rtt, request, events, cancelled).await;
