@@ -16,7 +16,8 @@ use serde_json::json;
 
 use crate::engine::{ChatMessage, Role};
 use crate::remote::{
-    record, ChatRequest, RemoteClient, RemoteError, RequestError, RequestRecord, StreamEnd,
+    record, ChatRequest, RemoteClient, RemoteError, RemoteTurn, RequestError, RequestRecord,
+    StreamEnd,
 };
 use arrivals::{next_gap, Rng};
 use report::{summarize, LoadSummary, Slo};
@@ -148,13 +149,13 @@ async fn tokenize(
                     .map(|t| (t, form))
                     .map_err(|e| format!("{} ({})", e, form.label()))
             }
-            // A 4xx: this server may speak the other form.
-            Err(e @ RemoteError::Status { status, .. }) if (400..500).contains(&status) => {
-                why.push(format!("{e} ({})", form.label()));
-            }
             Err(e) => {
                 why.push(format!("{e} ({})", form.label()));
-                break;
+                // A 4xx: this server may speak the other form.
+                if !matches!(e, RemoteError::Status { status, .. } if (400..500).contains(&status))
+                {
+                    break;
+                }
             }
         }
     }
@@ -194,43 +195,39 @@ impl PromptSet {
     ) -> (Self, String) {
         let mut rng = Rng::new(seed);
         let total = count + warmup;
+        let set = |prompts, source: &str| {
+            Self {
+                prompts,
+                warmup: Vec::new(),
+                source: source.into(),
+            }
+            .set_apart_for_warmup(warmup)
+        };
         let why_words = match tokenize(client, model, text).await {
             Ok((tokens, _)) if tokens.len() <= hi => format!(
                 "the text is {} tokens, fewer than --input-len's {hi}",
                 tokens.len()
             ),
             Ok((tokens, form)) => {
-                let mut prompts = Vec::new();
-                let mut failed = None;
-                while prompts.len() < total {
-                    let n = rng.range(lo, hi);
-                    let start = rng.range(0, tokens.len() - n);
-                    match detokenize(client, form, model, &tokens[start..start + n]).await {
-                        Ok(p) => prompts.push(vec![ChatMessage::new(Role::User, p)]),
-                        Err(e) => {
-                            failed = Some(e);
-                            break;
-                        }
+                let cut = async {
+                    let mut prompts = Vec::new();
+                    while prompts.len() < total {
+                        let n = rng.range(lo, hi);
+                        let start = rng.range(0, tokens.len() - n);
+                        let p = detokenize(client, form, model, &tokens[start..start + n]).await?;
+                        prompts.push(vec![ChatMessage::new(Role::User, p)]);
                     }
-                }
-                match failed {
-                    None => {
-                        let set = Self {
-                            prompts,
-                            warmup: Vec::new(),
-                            source:
-                                "cut to --input-len tokens of the server's tokenizer (/tokenize)"
-                                    .into(),
-                        };
-                        return (
-                            set.set_apart_for_warmup(warmup),
-                            format!(
-                                "prompts: cut to --input-len tokens by the server's /tokenize and /detokenize ({})",
-                                form.label()
-                            ),
-                        );
-                    }
-                    Some(e) => format!("/detokenize failed: {e} ({})", form.label()),
+                    Ok::<_, String>(prompts)
+                };
+                match cut.await {
+                    Ok(prompts) => return (
+                        set(prompts, "cut to --input-len tokens of the server's tokenizer (/tokenize)"),
+                        format!(
+                            "prompts: cut to --input-len tokens by the server's /tokenize and /detokenize ({})",
+                            form.label()
+                        ),
+                    ),
+                    Err(e) => format!("/detokenize failed: {e} ({})", form.label()),
                 }
             }
             Err(why) => format!("/tokenize failed: {why}"),
@@ -246,13 +243,8 @@ impl PromptSet {
                 )]
             })
             .collect();
-        let set = Self {
-            prompts,
-            warmup: Vec::new(),
-            source: "cut to --input-len words (no usable /tokenize on the server; token counts come from its usage)".into(),
-        };
         (
-            set.set_apart_for_warmup(warmup),
+            set(prompts, "cut to --input-len words (no usable /tokenize on the server; token counts come from its usage)"),
             format!("prompts: cut to --input-len words, not tokens: {why_words}; token counts come from the server's usage (a server with /tokenize in llama-server's or vLLM's form gives exact lengths)"),
         )
     }
@@ -277,26 +269,36 @@ pub(crate) struct Progress {
     pub in_flight: AtomicUsize,
 }
 
-async fn one(
+/// One of the plan's requests (greedy, at most `max_tokens`), streamed until `stop`.
+async fn stream(
     client: &RemoteClient,
     plan: &LoadPlan,
     messages: Vec<ChatMessage>,
+    max_tokens: u32,
     stop: &AtomicBool,
-) -> Result<RequestRecord, RequestError> {
+) -> Result<RemoteTurn, RemoteError> {
     let request = ChatRequest {
         model: plan.model.clone(),
         messages,
-        max_tokens: Some(plan.output_len),
+        max_tokens: Some(max_tokens),
         temperature: Some(0.0),
         top_p: None,
         seed: None,
         ignore_eos: plan.ignore_eos,
     };
     let mut sink = |_: &str, _: Duration| {};
-    match client
+    client
         .stream_chat(&request, None, &|| stop.load(Ordering::SeqCst), &mut sink)
         .await
-    {
+}
+
+async fn one(
+    client: &RemoteClient,
+    plan: &LoadPlan,
+    messages: Vec<ChatMessage>,
+    stop: &AtomicBool,
+) -> Result<RequestRecord, RequestError> {
+    match stream(client, plan, messages, plan.output_len, stop).await {
         Ok(turn) => record(&turn),
         Err(e) => Err(RequestError::new(e.kind(), e.to_string())),
     }
@@ -318,21 +320,7 @@ pub(crate) async fn warm_up(
     for i in 0..plan.warmup {
         let messages = pool[i % pool.len()].clone();
         // A warm-up failure says the server is not usable: stop here with its error.
-        let request = ChatRequest {
-            model: plan.model.clone(),
-            messages,
-            max_tokens: Some(plan.output_len.min(16)),
-            temperature: Some(0.0),
-            top_p: None,
-            seed: None,
-            ignore_eos: plan.ignore_eos,
-        };
-        let mut sink = |_: &str, _: Duration| {};
-        let stopped = || stop.load(Ordering::SeqCst);
-        let turn = match client
-            .stream_chat(&request, None, &stopped, &mut sink)
-            .await
-        {
+        let turn = match stream(client, plan, messages, plan.output_len.min(16), stop).await {
             Err(RemoteError::Cancelled) => break,
             other => other?,
         };
@@ -364,10 +352,8 @@ pub(crate) async fn run_level(
     }
     let cpu_before = process_cpu();
     let started = Instant::now();
-    let results = Arc::new(std::sync::Mutex::new(Vec::<
-        Result<RequestRecord, RequestError>,
-    >::new()));
-    let next_index = Arc::new(AtomicUsize::new(0));
+    let results: Arc<std::sync::Mutex<Vec<Result<RequestRecord, RequestError>>>> = Arc::default();
+    let mut next_index = 0;
     let sending_over = |sent: usize| {
         stop.load(Ordering::SeqCst)
             || sent >= limit
@@ -412,12 +398,11 @@ pub(crate) async fn run_level(
             let c = c.max(1);
             loop {
                 while tasks.len() < c {
-                    let i = next_index.load(Ordering::SeqCst);
-                    if sending_over(i) {
+                    if sending_over(next_index) {
                         break;
                     }
-                    next_index.fetch_add(1, Ordering::SeqCst);
-                    spawn_one(&mut tasks, i);
+                    spawn_one(&mut tasks, next_index);
+                    next_index += 1;
                 }
                 if tasks.is_empty() {
                     break;
@@ -435,8 +420,7 @@ pub(crate) async fn run_level(
             let mut rng = Rng::new(plan.seed);
             let mut next_at = Instant::now();
             loop {
-                let i = next_index.load(Ordering::SeqCst);
-                if sending_over(i) {
+                if sending_over(next_index) {
                     break;
                 }
                 let now = Instant::now();
@@ -447,8 +431,8 @@ pub(crate) async fn run_level(
                     }
                     continue;
                 }
-                next_index.fetch_add(1, Ordering::SeqCst);
-                spawn_one(&mut tasks, i);
+                spawn_one(&mut tasks, next_index);
+                next_index += 1;
                 next_at += next_gap(&mut rng, per_s, burstiness);
             }
         }
@@ -467,14 +451,16 @@ pub(crate) async fn run_level(
     let client_cpu = process_cpu()
         .zip(cpu_before)
         .map(|(after, before)| after.saturating_sub(before));
-    let outcomes = results.lock().map(|r| r.clone()).unwrap_or_default();
-    let (mut records, mut errors) = (Vec::new(), Vec::new());
-    for o in outcomes {
-        match o {
-            Ok(r) => records.push(r),
-            Err(e) => errors.push(e),
-        }
-    }
+    let (records, errors): (Vec<_>, Vec<_>) = results
+        .lock()
+        .map(|r| {
+            let records = r.iter().filter_map(|o| o.as_ref().ok().cloned()).collect();
+            (
+                records,
+                r.iter().filter_map(|o| o.as_ref().err().cloned()).collect(),
+            )
+        })
+        .unwrap_or_default();
     Ok(
         summarize(plan.arrivals.label(), &records, &errors, elapsed, plan.slo)
             .with_client_cpu(client_cpu),

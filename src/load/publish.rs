@@ -142,16 +142,12 @@ pub(crate) fn serve_beside(
             };
             runtime.block_on(async move {
                 let served = match prometheus {
-                    Some(addr) => match serve(addr, Arc::clone(&metrics)).await {
-                        Ok(served) => Some(served),
-                        Err(why) => {
-                            let _ = ready_tx.send(Err(why));
-                            return;
-                        }
-                    },
-                    None => None,
+                    Some(addr) => serve(addr, Arc::clone(&metrics)).await.map(Some),
+                    None => Ok(None),
                 };
-                let _ = ready_tx.send(Ok(served.as_ref().map(|s| s.addr)));
+                let bound = served.as_ref().map(|s| s.as_ref().map(|s| s.addr));
+                let _ = ready_tx.send(bound.map_err(Clone::clone));
+                let Ok(served) = served else { return };
                 let mut said = false;
                 // Until the command is done (or gone); quitting does not wait for an export to
                 // a collector that does not answer.
@@ -188,14 +184,11 @@ pub(crate) fn serve_beside(
         stop: Some(stop_tx),
         thread: Some(thread),
     };
-    match ready_rx.recv() {
-        Ok(Ok(bound)) => {
-            beside.addr = bound;
-            Ok(beside)
-        }
-        Ok(Err(why)) => Err(why),
-        Err(_) => Err("the exporters' thread ended before it started".into()),
-    }
+    // On a failure `beside` is dropped, which stops and joins the thread.
+    beside.addr = ready_rx
+        .recv()
+        .map_err(|_| "the exporters' thread ended before it started".to_string())??;
+    Ok(beside)
 }
 
 /// Listens on `addr` and answers `GET /metrics` with the figures so far (anything else: 404).
@@ -326,13 +319,11 @@ impl OtlpSink {
         };
         let body = crate::text::json_safe(&body).into_owned();
         match self {
-            Self::File(path) => {
-                let mut f = std::fs::OpenOptions::new()
-                    .append(true)
-                    .open(path)
-                    .map_err(|e| format!("cannot write {}: {e}", self.label()))?;
-                writeln!(f, "{body}").map_err(|e| format!("cannot write {}: {e}", self.label()))
-            }
+            Self::File(path) => std::fs::OpenOptions::new()
+                .append(true)
+                .open(path)
+                .and_then(|mut f| writeln!(f, "{body}"))
+                .map_err(|e| format!("cannot write {}: {e}", self.label())),
             Self::Http(url) => post(url, body).await,
         }
     }
@@ -346,7 +337,7 @@ async fn post(url: &str, body: String) -> Result<(), String> {
         .build()
         .map_err(|e| e.to_string())?;
     let shown = crate::text::one_line(url).into_owned();
-    let reply = client
+    let mut reply = client
         .post(url)
         .header(reqwest::header::CONTENT_TYPE, "application/json")
         .body(body)
@@ -365,12 +356,11 @@ async fn post(url: &str, body: String) -> Result<(), String> {
     }
     // A refusal's body says why; only its start is read and shown.
     let mut excerpt = Vec::new();
-    let mut stream = reply;
     while excerpt.len() < MAX_REFUSAL_EXCERPT {
-        match stream.chunk().await {
-            Ok(Some(c)) => excerpt.extend_from_slice(&c),
-            _ => break,
-        }
+        let Ok(Some(c)) = reply.chunk().await else {
+            break;
+        };
+        excerpt.extend_from_slice(&c);
     }
     excerpt.truncate(MAX_REFUSAL_EXCERPT);
     let text = String::from_utf8_lossy(&excerpt);

@@ -88,15 +88,9 @@ impl Slo {
 
 /// `500ms`, `2s`, `1.5s`, `250us`.
 pub(crate) fn parse_duration(s: &str) -> Option<Duration> {
-    let (number, scale) = if let Some(n) = s.strip_suffix("ms") {
-        (n, 1e-3)
-    } else if let Some(n) = s.strip_suffix("us") {
-        (n, 1e-6)
-    } else if let Some(n) = s.strip_suffix('s') {
-        (n, 1.0)
-    } else {
-        return None;
-    };
+    let (number, scale) = [("ms", 1e-3), ("us", 1e-6), ("s", 1.0)]
+        .into_iter()
+        .find_map(|(unit, scale)| Some((s.strip_suffix(unit)?, scale)))?;
     let v: f64 = number.trim().parse().ok()?;
     (v.is_finite() && v >= 0.0 && v * scale < 1e6).then(|| Duration::from_secs_f64(v * scale))
 }
@@ -269,19 +263,13 @@ pub(crate) fn summarize(
         good_requests: good,
         goodput_req_per_s: good.and_then(|g| per_s(g as f64, secs)),
         vllm_convention: vllm_level(records, secs, slo),
-        server_metrics: None,
-        client_cpu_s: None,
-        client_cpu_ms_per_request: None,
-        client_cpu_core_share: None,
+        ..LoadSummary::default()
     }
-}
-
-fn f(v: Option<f64>, decimals: usize) -> String {
-    crate::fmt::opt(v, decimals)
 }
 
 /// The serving table: one line per level, then each level's errors by kind.
 pub(crate) fn markdown(rows: &[LoadSummary]) -> String {
+    use crate::fmt::opt as f;
     use crate::report::{table, Align};
     let d = |x: &Option<LatencyStats>| {
         x.map_or("—".into(), |d| {
@@ -291,19 +279,23 @@ pub(crate) fn markdown(rows: &[LoadSummary]) -> String {
             )
         })
     };
-    let headers = [
-        ("level", Align::Left),
-        ("ok", Align::Right),
-        ("err", Align::Right),
-        ("req/s", Align::Right),
-        ("in tok/s", Align::Right),
-        ("out tok/s", Align::Right),
-        ("user tok/s", Align::Right),
-        ("goodput req/s", Align::Right),
-        ("TTFT mean/p50/p90/p99 ms", Align::Right),
-        ("TPOT mean/p50/p90/p99 ms", Align::Right),
-        ("ITL mean/p50/p90/p99 ms", Align::Right),
-        ("E2EL mean/p50/p90/p99 ms", Align::Right),
+    /// Both tables' headers: the level, then right-aligned figures.
+    fn headers<'a>(names: &[&'a str]) -> Vec<(&'a str, Align)> {
+        let figures = names.iter().map(|n| (*n, Align::Right));
+        std::iter::once(("level", Align::Left))
+            .chain(figures)
+            .collect()
+    }
+    let latencies = ["TTFT", "TPOT", "ITL", "E2EL"].map(|m| format!("{m} mean/p50/p90/p99 ms"));
+    let latencies = latencies.each_ref().map(String::as_str);
+    let main = [
+        "ok",
+        "err",
+        "req/s",
+        "in tok/s",
+        "out tok/s",
+        "user tok/s",
+        "goodput req/s",
     ];
     let cells: Vec<Vec<String>> = rows
         .iter()
@@ -324,7 +316,7 @@ pub(crate) fn markdown(rows: &[LoadSummary]) -> String {
             ]
         })
         .collect();
-    let mut out = table(&headers, &cells);
+    let mut out = table(&headers(&[&main[..], &latencies[..]].concat()), &cells);
     let vllm: Vec<(&LoadSummary, &VllmLevel)> = rows
         .iter()
         .filter_map(|r| r.vllm_convention.as_ref().map(|v| (r, v)))
@@ -335,15 +327,7 @@ pub(crate) fn markdown(rows: &[LoadSummary]) -> String {
              with a choice, one undivided ITL per chunk, E2E to the last chunk with a choice, \
              percentiles interpolated; docs/metrics.md, \"Load tests\"):\n\n",
         );
-        let headers = [
-            ("level", Align::Left),
-            ("requests", Align::Right),
-            ("goodput req/s", Align::Right),
-            ("TTFT mean/p50/p90/p99 ms", Align::Right),
-            ("TPOT mean/p50/p90/p99 ms", Align::Right),
-            ("ITL mean/p50/p90/p99 ms", Align::Right),
-            ("E2EL mean/p50/p90/p99 ms", Align::Right),
-        ];
+
         let cells: Vec<Vec<String>> = vllm
             .iter()
             .map(|(r, v)| {
@@ -358,7 +342,8 @@ pub(crate) fn markdown(rows: &[LoadSummary]) -> String {
                 ]
             })
             .collect();
-        out.push_str(&table(&headers, &cells));
+        let names = [&["requests", "goodput req/s"][..], &latencies[..]].concat();
+        out.push_str(&table(&headers(&names), &cells));
     }
     let cpu: Vec<String> = rows
         .iter()

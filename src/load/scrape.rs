@@ -82,23 +82,16 @@ fn sample(line: &str) -> Result<Sample, String> {
         return Err("no metric name".into());
     }
     let name = line[..name_end].to_string();
-    let mut rest = &line[name_end..];
-    let mut labels = Vec::new();
-    if let Some(after) = rest.strip_prefix('{') {
-        let (parsed, tail) = label_set(after)?;
-        labels = parsed;
-        rest = tail;
-    }
+    let (labels, rest) = match line[name_end..].strip_prefix('{') {
+        Some(after) => label_set(after)?,
+        None => (Vec::new(), &line[name_end..]),
+    };
     let mut fields = rest.split_whitespace();
     let value = fields.next().ok_or("no value")?;
-    let value = match value {
-        "+Inf" | "Inf" => f64::INFINITY,
-        "-Inf" => f64::NEG_INFINITY,
-        "NaN" => f64::NAN,
-        v => v
-            .parse::<f64>()
-            .map_err(|_| format!("'{v}' is not a number"))?,
-    };
+    // Rust's parse reads the format's `+Inf`, `Inf`, `-Inf` and `NaN` as well.
+    let value = value
+        .parse::<f64>()
+        .map_err(|_| format!("'{value}' is not a number"))?;
     // An optional timestamp; anything after it is malformed.
     if let Some(ts) = fields.next() {
         ts.parse::<f64>()
@@ -139,16 +132,15 @@ fn label_set(mut s: &str) -> Result<(Labels, &str), String> {
         s = s.strip_prefix('"').ok_or("a label value without quotes")?;
         let mut value = String::new();
         let mut chars = s.char_indices();
+        let unterminated = "an unterminated label value";
         let end = loop {
-            match chars.next() {
-                None => return Err("an unterminated label value".into()),
-                Some((i, '"')) => break i,
-                Some((_, '\\')) => match chars.next() {
-                    Some((_, 'n')) => value.push('\n'),
-                    Some((_, c)) => value.push(c),
-                    None => return Err("an unterminated label value".into()),
+            match chars.next().ok_or(unterminated)? {
+                (i, '"') => break i,
+                (_, '\\') => match chars.next().ok_or(unterminated)? {
+                    (_, 'n') => value.push('\n'),
+                    (_, c) => value.push(c),
                 },
-                Some((_, c)) => value.push(c),
+                (_, c) => value.push(c),
             }
         };
         labels.push((key, value));
@@ -348,13 +340,9 @@ impl Snapshot {
                     let mut h = Histogram::default();
                     for s in samples.iter().filter(|s| s.value.is_finite()) {
                         if s.name.strip_suffix("_bucket") == Some(family.as_str()) {
-                            let le = match s.label("le") {
-                                Some("+Inf") | Some("Inf") => f64::INFINITY,
-                                Some(v) => match v.parse::<f64>() {
-                                    Ok(v) => v,
-                                    Err(_) => continue,
-                                },
-                                None => continue,
+                            // `+Inf` and `Inf` parse as infinity.
+                            let Some(le) = s.label("le").and_then(|v| v.parse::<f64>().ok()) else {
+                                continue;
                             };
                             *h.buckets.entry(OrderedBound(le)).or_insert(0.0) += s.value;
                         } else if s.name.strip_suffix("_sum") == Some(family.as_str()) {

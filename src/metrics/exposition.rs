@@ -114,10 +114,6 @@ impl Histogram {
     }
 }
 
-fn secs(d: Duration) -> f64 {
-    d.as_secs_f64()
-}
-
 /// One finished request as the exporter counts it (`load::report::RequestRecord`'s figures).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Observed<'a> {
@@ -227,8 +223,7 @@ impl ClientMetrics {
 
     fn current(&mut self) -> &mut LevelSeries {
         if self.levels.is_empty() {
-            self.levels
-                .push(LevelSeries::new(String::new(), SystemTime::now()));
+            self.start_level("", SystemTime::now());
         }
         let last = self.levels.len() - 1;
         &mut self.levels[last]
@@ -238,23 +233,23 @@ impl ClientMetrics {
     pub(crate) fn observe(&mut self, o: &Observed) {
         self.in_flight = self.in_flight.saturating_sub(1);
         let s = self.current();
-        s.ttft.observe(secs(o.ttft));
+        s.ttft.observe(o.ttft.as_secs_f64());
         for gap in o.itl {
-            s.itl.observe(secs(*gap));
+            s.itl.observe(gap.as_secs_f64());
         }
         if let Some(t) = o.tpot {
-            s.tpot.observe(secs(t));
+            s.tpot.observe(t.as_secs_f64());
         }
-        s.e2e.observe(secs(o.e2e));
+        s.e2e.observe(o.e2e.as_secs_f64());
         s.prompt_tokens.observe(o.prompt_tokens as f64);
         s.generation_tokens.observe(o.completion_tokens as f64);
         s.success += 1;
         s.prompt_total = s.prompt_total.saturating_add(o.prompt_tokens);
         s.generation_total = s.generation_total.saturating_add(o.completion_tokens);
-        s.duration.observe(secs(o.e2e));
-        s.first_chunk.observe(secs(o.ttft));
+        s.duration.observe(o.e2e.as_secs_f64());
+        s.first_chunk.observe(o.ttft.as_secs_f64());
         for gap in o.chunk_gaps {
-            s.per_chunk.observe(secs(*gap));
+            s.per_chunk.observe(gap.as_secs_f64());
         }
         s.usage_input.observe(o.prompt_tokens as f64);
         s.usage_output.observe(o.completion_tokens as f64);
@@ -268,7 +263,7 @@ impl ClientMetrics {
         s.duration_failed
             .entry(kind.to_string())
             .or_insert_with(|| Histogram::new(OTEL_DURATION_BOUNDS))
-            .observe(secs(took));
+            .observe(took.as_secs_f64());
     }
 
     /// The Prometheus text exposition (format 0.0.4) of every level so far.
@@ -433,12 +428,9 @@ impl ClientMetrics {
             }
             first.push(point(s, &s.first_chunk, &[]));
             chunk.push(point(s, &s.per_chunk, &[]));
-            usage.push(point(s, &s.usage_input, &[("gen_ai.token.type", "input")]));
-            usage.push(point(
-                s,
-                &s.usage_output,
-                &[("gen_ai.token.type", "output")],
-            ));
+            for (h, kind) in [(&s.usage_input, "input"), (&s.usage_output, "output")] {
+                usage.push(point(s, h, &[("gen_ai.token.type", kind)]));
+            }
         }
         let metrics = vec![
             metric(

@@ -30,11 +30,7 @@ pub(crate) fn ms(d: Duration) -> f64 {
 /// `count / elapsed` in per-second units; `None` when either is zero.
 pub(crate) fn rate_per_s(count: usize, elapsed: Duration) -> Option<f64> {
     let secs = elapsed.as_secs_f64();
-    if count == 0 || secs <= 0.0 {
-        None
-    } else {
-        Some(count as f64 / secs)
-    }
+    (count > 0 && secs > 0.0).then(|| count as f64 / secs)
 }
 
 /// The median of the finite values (the mean of the middle two for an even count); `None`
@@ -231,15 +227,10 @@ impl TurnTimeline {
     /// Gaps between the ends of consecutive target passes of the decode phase (the first
     /// from the end of prefill, when known).
     pub(crate) fn pass_gaps(&self) -> Vec<Duration> {
-        let mut gaps = Vec::with_capacity(self.pass_done_at.len());
-        let mut last = self.prefill_done_at;
-        for &at in &self.pass_done_at {
-            if let Some(prev) = last {
-                gaps.push(at.saturating_sub(prev));
-            }
-            last = Some(at);
-        }
-        gaps
+        let ends: Vec<Duration> = (self.prefill_done_at.into_iter())
+            .chain(self.pass_done_at.iter().copied())
+            .collect();
+        ends.windows(2).map(|w| w[1].saturating_sub(w[0])).collect()
     }
 
     /// End-to-end latency: request → last token's text ready (request → end of the turn when
@@ -252,16 +243,12 @@ impl TurnTimeline {
     pub fn summary(&self) -> TurnSummary {
         let n = self.tokens_generated();
         let ttft = self.ttft();
-        let decode_span = match (self.token_ready_at.first(), self.token_ready_at.last()) {
-            (Some(first), Some(last)) => last.saturating_sub(*first),
-            _ => Duration::ZERO,
-        };
+        let decode_span = (self.token_ready_at.first().zip(self.token_ready_at.last()))
+            .map_or(Duration::ZERO, |(first, last)| last.saturating_sub(*first));
         let e2e = self.e2e().unwrap_or_default();
-        let tpot = if n >= 2 {
-            ttft.map(|t| ms(e2e.saturating_sub(t)) / (n - 1) as f64)
-        } else {
-            None
-        };
+        let tpot = ttft
+            .filter(|_| n >= 2)
+            .map(|t| ms(e2e.saturating_sub(t)) / (n - 1) as f64);
         // `TurnSummary` is the saved and printed form: its stage fields are plain numbers
         // (0 for a stage that has not happened), so a finished turn's JSON and history entry
         // stay as they always were. Whether a live turn's stage is known is read from the
@@ -349,11 +336,7 @@ pub(crate) fn ratio(num: f64, den: f64) -> Option<f64> {
 
 /// Relative difference `|a − b| / b`; `None` when `b` is zero.
 pub fn relative_difference(a: f64, b: f64) -> Option<f64> {
-    if b == 0.0 || !a.is_finite() || !b.is_finite() {
-        None
-    } else {
-        Some((a - b).abs() / b.abs())
-    }
+    (b != 0.0 && a.is_finite() && b.is_finite()).then(|| (a - b).abs() / b.abs())
 }
 
 /// One batch size of a batched-decoding sweep. A figure the measurement could not define
@@ -389,20 +372,17 @@ pub fn batching_verdict(points: &[BatchPoint]) -> Option<String> {
         return None;
     }
     let mut line = if peak.batch == 1 {
-        let best_other = points
+        let (b, r) = points
             .iter()
             .filter(|p| p.batch != 1)
             .filter_map(|p| Some((p.batch, agg(p)? / base_agg)))
-            .max_by(|a, b| a.1.total_cmp(&b.1));
-        match best_other {
-            Some((b, r)) => format!(
-                "batching does not pay here: aggregate tok/s is highest at B = 1 ({}); the best \
-                 other, B = {b}, gives {r:.2}× (a compute-bound machine: each extra sequence costs \
-                 about what it adds)",
-                crate::fmt::sig(base_agg, 3)
-            ),
-            None => return None,
-        }
+            .max_by(|a, b| a.1.total_cmp(&b.1))?;
+        format!(
+            "batching does not pay here: aggregate tok/s is highest at B = 1 ({}); the best \
+             other, B = {b}, gives {r:.2}× (a compute-bound machine: each extra sequence costs \
+             about what it adds)",
+            crate::fmt::sig(base_agg, 3)
+        )
     } else {
         format!(
             "peak aggregate {} tok/s at B = {} ({:.2}× B = 1)",

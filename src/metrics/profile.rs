@@ -202,6 +202,12 @@ fn name_part(name: &str) -> Option<(Part, Option<u16>)> {
     Some((part, layer))
 }
 
+/// The part and layer of the weight a node reads, when a rule knows it.
+fn by_weight(n: &NodeFacts) -> Option<(Part, Option<u16>)> {
+    let (layer, kind) = weight_kind(n.weight.as_deref()?);
+    weight_part(kind, n.op).map(|p| (p, layer))
+}
+
 fn is_norm(op: &str) -> bool {
     matches!(op, "RMS_NORM" | "NORM" | "L2_NORM" | "GROUP_NORM")
 }
@@ -214,11 +220,7 @@ pub fn classify(nodes: &[NodeFacts]) -> (Vec<(Part, Option<u16>)>, bool) {
     let mut part = Part::Embed;
     let mut layer: Option<u16> = None;
     for (i, n) in nodes.iter().enumerate() {
-        let by_weight = n.weight.as_deref().and_then(|w| {
-            let (l, kind) = weight_kind(w);
-            weight_part(kind, n.op).map(|p| (p, l))
-        });
-        let placed = if let Some((p, l)) = by_weight {
+        let placed = if let Some((p, l)) = by_weight(n) {
             (p, l.or(layer))
         } else if n.op == "ROPE" {
             (Part::Rope, layer)
@@ -231,10 +233,7 @@ pub fn classify(nodes: &[NodeFacts]) -> (Vec<(Part, Option<u16>)>, bool) {
         } else if is_norm(n.op) {
             // A norm is placed with the weighted multiply that follows it (build_norm: the
             // norm, then × its weight).
-            let next = nodes[i + 1..].iter().take(3).find_map(|m| {
-                let (l, kind) = weight_kind(m.weight.as_deref()?);
-                weight_part(kind, m.op).map(|p| (p, l))
-            });
+            let next = nodes[i + 1..].iter().take(3).find_map(by_weight);
             next.map_or((part, layer), |(p, l)| (p, l.or(layer)))
         } else if let Some((p, l)) = name_part(&n.name) {
             (p, l.or(layer))
@@ -376,11 +375,8 @@ pub fn breakdown(
         .map(|(p, (d, wb, kb, fl))| {
             let ms = super::ms(d) / n;
             let sd_ms = per_step.get(&p).map_or(0.0, |v| sample_sd(v, steps.len()));
-            let (wb, kb, fl) = (
-                (wb as f64 / n) as u64,
-                (kb as f64 / n) as u64,
-                (fl as f64 / n) as u64,
-            );
+            let per_step = |v: u64| (v as f64 / n) as u64;
+            let (wb, kb, fl) = (per_step(wb), per_step(kb), per_step(fl));
             let secs = ms / 1e3;
             let gb_per_s = (wb + kb > 0 && secs > 0.0).then(|| (wb + kb) as f64 / secs / 1e9);
             PartFigures {
@@ -496,15 +492,12 @@ impl ProfileRecord {
             super::rate_per_s(n, total).map(|r| r * tokens_per_pass)
         };
         let per_node = self.per_node_overhead();
+        let last = self.steps.last()?;
         Some(TurnProfile {
             rate: self.rate,
             per_node_overhead_us: per_node.as_secs_f64() * 1e6,
             mean: breakdown(&self.steps, bandwidth, per_node)?,
-            last: breakdown(
-                self.steps.last().map(std::slice::from_ref)?,
-                bandwidth,
-                per_node,
-            )?,
+            last: breakdown(std::slice::from_ref(last), bandwidth, per_node)?,
             profiled_call_ms: mean_call(true),
             unprofiled_call_ms: mean_call(false),
             decode_tok_per_s_unsampled: rate(&|profiled| !profiled),

@@ -62,11 +62,6 @@ fn mean_and_uncertainty(sum: f64, sum2: f64, count: u64) -> (f64, f64) {
     (mean, unc)
 }
 
-/// llama-perplexity's percentile: linear interpolation between the sorted values.
-fn percentile(sorted: &[f32], fraction: f64) -> f64 {
-    super::percentile_linear(sorted, fraction)
-}
-
 impl Accumulator {
     pub(crate) fn merge(&mut self, other: Accumulator) {
         self.count += other.count;
@@ -96,8 +91,9 @@ impl Accumulator {
             ppl_uncertainty: ppl * nll_unc,
             kld_mean: kl.then_some(kld),
             kld_uncertainty: kl.then_some(kld_unc),
-            kld_median: kl.then(|| percentile(&sorted, 0.5)),
-            kld_p99: kl.then(|| percentile(&sorted, 0.99)),
+            // llama-perplexity's percentile: linear interpolation between the sorted values.
+            kld_median: kl.then(|| super::percentile_linear(&sorted, 0.5)),
+            kld_p99: kl.then(|| super::percentile_linear(&sorted, 0.99)),
             kld_max: kl.then(|| sorted.last().map_or(0.0, |v| f64::from(*v))),
             same_top_pct: kl.then(|| 100.0 * self.n_same_top as f64 / self.count as f64),
             delta_p_mean_pct: kl.then_some(100.0 * p_diff),
@@ -171,13 +167,8 @@ pub struct TokenScore {
 /// Scores one position: the candidate's `logits` against the reference's row, `next` the
 /// token that came next; `entropies` adds both distributions' entropies.
 pub fn score_token(logits: &[f32], reference: &RefRow, next: usize, entropies: bool) -> TokenScore {
-    score_token_shifted(
-        logits,
-        reference,
-        next,
-        entropies,
-        max_and_log_sum_exp(logits),
-    )
+    let candidate = max_and_log_sum_exp(logits);
+    score_token_shifted(logits, reference, next, entropies, candidate)
 }
 
 /// [`score_token`] and the candidate's `k` most likely tokens with their probabilities (the
@@ -397,13 +388,14 @@ pub const CONFIDENCE_BANDS: [f64; 3] = [0.9, 0.5, CONFIDENCE_LOW_P];
 
 /// The band of a chosen token's probability (0 to 3, see [`CONFIDENCE_BANDS`]).
 pub fn confidence_band(p: f64) -> usize {
-    if !p.is_finite() {
-        return CONFIDENCE_BANDS.len();
-    }
-    CONFIDENCE_BANDS
-        .iter()
-        .position(|&bound| p >= bound)
-        .unwrap_or(CONFIDENCE_BANDS.len())
+    band(&CONFIDENCE_BANDS, p, |bound| p >= bound)
+}
+
+/// The first band whose bound `holds` of `v`: past them all, or for a `v` that is not finite,
+/// the last band.
+fn band(bounds: &[f64], v: f64, holds: impl Fn(f64) -> bool) -> usize {
+    let first = v.is_finite().then(|| bounds.iter().position(|&b| holds(b)));
+    first.flatten().unwrap_or(bounds.len())
 }
 
 /// An answer's own confidence over its tokens (docs/metrics.md, "Per token and per answer").
@@ -559,13 +551,7 @@ pub const KLD_BANDS: [f64; 3] = [0.01, 0.1, 1.0];
 
 /// The band of a token's KLD (0 to 3, see [`KLD_BANDS`]).
 pub fn kld_band(kld: f64) -> usize {
-    if !kld.is_finite() {
-        return KLD_BANDS.len();
-    }
-    KLD_BANDS
-        .iter()
-        .position(|&bound| kld < bound)
-        .unwrap_or(KLD_BANDS.len())
+    band(&KLD_BANDS, kld, |bound| kld < bound)
 }
 
 impl AnswerQuality {
@@ -590,7 +576,7 @@ impl AnswerQuality {
 
 /// An answer scored against a reference model (`run --ref`): each token's figures, in answer
 /// order, and the answer's (docs/metrics.md, "Per token and per answer").
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct AnswerScore {
     /// The reference model's file.
     pub reference: std::path::PathBuf,
@@ -666,12 +652,7 @@ impl AnswerScore {
                 })
                 .collect(),
             context_tokens,
-            score_ms: 0.0,
-            reference_load_ms: 0.0,
-            reused_tokens: 0,
-            reference_file_bytes: 0,
-            reference_n_layer: 0,
-            reference_gpu_layers: 0,
+            ..Self::default()
         }
     }
 }
@@ -737,10 +718,7 @@ impl Chunking {
             ));
         }
         let all = n_tokens / n_ctx;
-        Ok(match self.max_chunks {
-            Some(m) => all.min(m as usize),
-            None => all,
-        })
+        Ok(self.max_chunks.map_or(all, |m| all.min(m as usize)))
     }
 }
 
@@ -886,6 +864,7 @@ mod tests {
 
     #[test]
     fn percentiles_interpolate_like_llama_perplexity() {
+        use crate::metrics::percentile_linear as percentile;
         let v = [0.0f32, 1.0, 2.0, 3.0, 4.0];
         assert_eq!(percentile(&v, 0.5), 2.0);
         assert!((percentile(&v, 0.99) - 3.96).abs() < 1e-6);

@@ -113,7 +113,7 @@ pub struct ServerReported {
 }
 
 impl ServerReported {
-    fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         [
             self.queue_ms,
             self.first_token_ms,
@@ -311,14 +311,9 @@ impl RemoteTimeline {
     /// Every chunk has a running count, none goes down, and the last is plausible: then
     /// (and only then) the per-chunk counts are the server's.
     fn cumulative_counts_hold(&self) -> bool {
-        let mut previous = 0;
-        for c in &self.chunks {
-            match c.cumulative_tokens {
-                Some(t) if t >= previous => previous = t,
-                _ => return false,
-            }
-        }
-        plausible_output_tokens(previous, self.chunks.len())
+        let mut counts = self.chunks.iter().map(|c| c.cumulative_tokens);
+        let last = counts.try_fold(0, |previous, t| t.filter(|&t| t >= previous));
+        last.is_some_and(|last| plausible_output_tokens(last, self.chunks.len()))
     }
 
     /// Drops what the server said that cannot be true of this stream (a count past what the
@@ -475,9 +470,8 @@ impl RemoteTimeline {
     pub(crate) fn inter_token_latencies(&self) -> Vec<Duration> {
         let (counts, _) = self.tokens_per_chunk();
         let mut out = Vec::new();
-        let mut last_at = match self.chunks.first() {
-            Some(c) => c.at,
-            None => return out,
+        let Some(mut last_at) = self.chunks.first().map(|c| c.at) else {
+            return out;
         };
         for (chunk, &k) in self.chunks.iter().zip(counts.iter()).skip(1) {
             if k == 0 {
@@ -610,18 +604,14 @@ impl RemoteTimeline {
                 let r = reported?;
                 Some(r.queue_ms? + r.first_token_ms?)
             });
-        let queue_transport_ms = match (ttft, self.network_rtt, server_part) {
-            (Some(t), Some(rtt), Some(p)) => Some(ms(t) - ms(rtt) - p),
-            _ => None,
-        };
+        let queue_transport_ms =
+            (ttft.zip(self.network_rtt).zip(server_part)).map(|((t, rtt), p)| ms(t) - ms(rtt) - p);
         let source = self
             .server_timings
             .map(|t| t.source)
             .or(reported.map(|r| r.source));
-        let decode_span = match (self.chunks.first(), self.chunks.last()) {
-            (Some(a), Some(b)) => b.at.saturating_sub(a.at),
-            _ => Duration::ZERO,
-        };
+        let decode_span = (self.chunks.first().zip(self.chunks.last()))
+            .map_or(Duration::ZERO, |(a, b)| b.at.saturating_sub(a.at));
         let server_tpot = self
             .server_timings
             .filter(|t| t.predicted_n > 0)

@@ -12,7 +12,7 @@ use crate::gguf::kv_type::KvType;
 use crate::gguf::GgufHeader;
 
 /// What one decode step reads of the weights.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct WeightBytes {
     /// All tensor bytes in the file.
     pub total_bytes: u64,
@@ -42,10 +42,7 @@ impl WeightBytes {
             None => (0, 0),
         };
         let output = header.tensor("output.weight");
-        let output_bytes = match output {
-            Some(t) => t.n_bytes()?,
-            None => token_embd_bytes,
-        };
+        let output_bytes = output.map_or(Some(token_embd_bytes), |t| t.n_bytes())?;
         Some(Self {
             total_bytes,
             token_embd_bytes,
@@ -505,15 +502,9 @@ impl Peaks {
         n_layer: u32,
         gpu_layers: u32,
     ) -> Option<Bandwidth> {
-        self.configured.clone().or_else(|| {
-            placed_bandwidth(
-                weights,
-                n_layer,
-                gpu_layers,
-                self.gpu.as_ref(),
-                self.cpu.as_ref(),
-            )
-        })
+        let (gpu, cpu) = (self.gpu.as_ref(), self.cpu.as_ref());
+        (self.configured.clone())
+            .or_else(|| placed_bandwidth(weights, n_layer, gpu_layers, gpu, cpu))
     }
 }
 

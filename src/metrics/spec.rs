@@ -221,34 +221,33 @@ impl SpecStats {
         self.off_reason = self.off_reason.or(other.off_reason);
     }
 
+    /// α: accepted / (accepted + rejections).
+    fn alpha(&self) -> Option<f64> {
+        ratio(
+            self.accepted as f64,
+            (self.accepted + self.rejections) as f64,
+        )
+    }
+
+    /// The mean k: drafted tokens per verify pass.
+    fn mean_k(&self) -> Option<f64> {
+        ratio(self.drafted as f64, self.verify_passes as f64)
+    }
+
     /// The roofline's expected speed-up of this turn's steps ([`expected_speedup_over_steps`])
     /// at its α, mean k and share of verify passes, with compute term `row_cost` (0: the
     /// bytes-only form); `None` before anything was drafted.
     pub fn expected(&self, row_cost: f64) -> Option<f64> {
-        let a = ratio(
-            self.accepted as f64,
-            (self.accepted + self.rejections) as f64,
-        )?;
-        let k = ratio(self.drafted as f64, self.verify_passes as f64)?;
+        let (a, k) = (self.alpha()?, self.mean_k()?);
         let share = ratio(self.verify_passes as f64, self.target_passes() as f64)?;
-        Some(expected_speedup_over_steps(
-            a,
-            k,
-            self.draft_cost_ratio,
-            row_cost,
-            share,
-        ))
+        let c = self.draft_cost_ratio;
+        Some(expected_speedup_over_steps(a, k, c, row_cost, share))
     }
 
     pub fn summary(&self) -> SpecSummary {
         let passes = self.target_passes() as f64;
         let per_token =
             |d: Duration, scale: f64| ratio(d.as_secs_f64() * scale, self.tokens as f64);
-        let alpha = ratio(
-            self.accepted as f64,
-            (self.accepted + self.rejections) as f64,
-        );
-        let mean_k = ratio(self.drafted as f64, self.verify_passes as f64);
         let plain_ms = ratio(ms(self.plain_time), self.plain_passes as f64);
         let step_ms_per_token = ratio(
             ms(self.draft_time + self.verify_time + self.plain_time),
@@ -262,11 +261,11 @@ impl SpecStats {
             drafted: self.drafted,
             accepted: self.accepted,
             acceptance_rate: ratio(self.accepted as f64, self.drafted as f64),
-            acceptance_per_token: alpha,
+            acceptance_per_token: self.alpha(),
             accepted_per_verify_pass: ratio(self.accepted as f64, self.verify_passes as f64),
             tokens_per_pass: ratio(self.pass_tokens() as f64, passes),
             passes_per_token: ratio(passes, self.pass_tokens() as f64),
-            mean_draft_len: mean_k,
+            mean_draft_len: self.mean_k(),
             draft_ms_per_step: ratio(ms(self.draft_time), passes),
             verify_ms_per_pass: ratio(ms(self.verify_time), self.verify_passes as f64),
             plain_ms_per_pass: plain_ms,

@@ -99,16 +99,8 @@ pub fn turn_events(
     t: &TurnTimeline,
     profile: Option<&ProfileRecord>,
 ) -> Vec<Value> {
-    let mut ev = vec![process_name(pid, label)];
-    ev.push(instant(
-        pid,
-        ENGINE,
-        "request submitted",
-        "turn",
-        base,
-        json!({}),
-    ));
-    let at = |d: Duration| base + d;
+    let submitted = instant(pid, ENGINE, "request submitted", "turn", base, json!({}));
+    let mut ev = vec![process_name(pid, label), submitted];
     let token_tid = match &t.remote {
         Some(r) => {
             ev.extend(stream_events(pid, base, r));
@@ -120,14 +112,8 @@ pub fn turn_events(
         }
     };
     for (i, &ready) in t.token_ready_at.iter().enumerate() {
-        ev.push(instant(
-            pid,
-            token_tid,
-            "token",
-            "token",
-            at(ready),
-            json!({"index": i}),
-        ));
+        let (at, index) = (base + ready, json!({ "index": i }));
+        ev.push(instant(pid, token_tid, "token", "token", at, index));
     }
     if let Some(p) = profile {
         ev.extend(node_events(pid, base, &t.pass_started_at, p));
@@ -137,61 +123,29 @@ pub fn turn_events(
 
 /// The engine thread's spans of a local turn.
 fn engine_events(pid: u32, base: Duration, t: &TurnTimeline) -> Vec<Value> {
-    let at = |d: Duration| base + d;
+    let engine_span = |name: &str, cat: &str, from: Duration, to: Duration| {
+        span(pid, ENGINE, name, cat, base + from, base + to)
+    };
     let mut ev = vec![thread_name(pid, ENGINE, "engine thread")];
     let queue = t.queue.unwrap_or_default();
-    ev.push(span(
-        pid,
-        ENGINE,
-        "queue",
-        "turn",
-        at(Duration::ZERO),
-        at(queue),
-    ));
+    ev.push(engine_span("queue", "turn", Duration::ZERO, queue));
     let tt_end = queue + t.template_tokenize.unwrap_or_default();
-    ev.push(span(
-        pid,
-        ENGINE,
-        "template + tokenize",
-        "turn",
-        at(queue),
-        at(tt_end),
-    ));
+    ev.push(engine_span("template + tokenize", "turn", queue, tt_end));
     let mut from = tt_end;
     for (i, &end) in t.prefill_chunk_done_at.iter().enumerate() {
-        ev.push(span(
-            pid,
-            ENGINE,
-            &format!("prefill micro-batch {i}"),
-            "prefill",
-            at(from),
-            at(end),
-        ));
+        let name = format!("prefill micro-batch {i}");
+        ev.push(engine_span(&name, "prefill", from, end));
         from = end;
     }
-    if let (Some(done), Some(first)) = (t.prefill_done_at, t.token_ready_at.first()) {
-        ev.push(span(
-            pid,
-            ENGINE,
-            "first sample",
-            "decode",
-            at(done),
-            at(*first),
-        ));
+    if let (Some(done), Some(&first)) = (t.prefill_done_at, t.token_ready_at.first()) {
+        ev.push(engine_span("first sample", "decode", done, first));
     }
     // The host gap before each decode call runs from the end of the one before (or of
     // prefill): sampling, detokenizing and the token's event.
     let mut last_end = t.prefill_done_at.unwrap_or(tt_end);
     for (k, (&start, &end)) in t.pass_started_at.iter().zip(&t.pass_done_at).enumerate() {
-        ev.push(span(pid, ENGINE, "host", "host", at(last_end), at(start)));
-        ev.push(span(
-            pid,
-            ENGINE,
-            &format!("decode {k}"),
-            "decode",
-            at(start),
-            at(end),
-        ));
+        ev.push(engine_span("host", "host", last_end, start));
+        ev.push(engine_span(&format!("decode {k}"), "decode", start, end));
         last_end = end;
     }
     ev
@@ -200,29 +154,17 @@ fn engine_events(pid: u32, base: Duration, t: &TurnTimeline) -> Vec<Value> {
 /// A remote turn's stream as the client saw it: the wait for the response headers, the
 /// stream from the headers to its end, and each content chunk at its arrival.
 fn stream_events(pid: u32, base: Duration, r: &RemoteTimeline) -> Vec<Value> {
-    let at = |d: Duration| base + d;
+    let stream_span = |name: &str, from: Duration, to: Duration| {
+        span(pid, STREAM, name, "remote", base + from, base + to)
+    };
     let mut ev = vec![thread_name(pid, STREAM, "remote stream")];
     let headers = r.headers_at.unwrap_or_default();
-    let mut wait = span(
-        pid,
-        STREAM,
-        "request sent → headers",
-        "remote",
-        at(Duration::ZERO),
-        at(headers),
-    );
+    let mut wait = stream_span("request sent → headers", Duration::ZERO, headers);
     wait["args"] = json!({
         "network_rtt_ms": r.network_rtt.map(super::ms),
     });
     ev.push(wait);
-    let mut stream = span(
-        pid,
-        STREAM,
-        "stream",
-        "remote",
-        at(headers),
-        at(r.finished_at.max(headers)),
-    );
+    let mut stream = stream_span("stream", headers, r.finished_at.max(headers));
     stream["args"] = json!({
         "usage": r.usage.map(|u| json!({
             "prompt_tokens": u.prompt_tokens,
@@ -232,14 +174,8 @@ fn stream_events(pid: u32, base: Duration, r: &RemoteTimeline) -> Vec<Value> {
     });
     ev.push(stream);
     for (i, c) in r.chunks.iter().enumerate() {
-        ev.push(instant(
-            pid,
-            STREAM,
-            "chunk",
-            "chunk",
-            at(c.at),
-            json!({"index": i, "cumulative_tokens": c.cumulative_tokens}),
-        ));
+        let args = json!({"index": i, "cumulative_tokens": c.cumulative_tokens});
+        ev.push(instant(pid, STREAM, "chunk", "chunk", base + c.at, args));
     }
     ev
 }
@@ -305,22 +241,14 @@ pub fn chat_document(turns: &[TracedTurn], frames: &[(Instant, Duration)]) -> (V
     let o = origin(turns.iter().map(|t| &t.timeline), []);
     let mut ev = Vec::new();
     for (i, t) in turns.iter().enumerate() {
-        ev.extend(turn_events(
-            u32::try_from(i + 1).unwrap_or(u32::MAX),
-            &t.label,
-            base(o, &t.timeline),
-            &t.timeline,
-            t.profile.as_deref(),
-        ));
+        let pid = u32::try_from(i + 1).unwrap_or(u32::MAX);
+        let (at, profile) = (base(o, &t.timeline), t.profile.as_deref());
+        ev.extend(turn_events(pid, &t.label, at, &t.timeline, profile));
     }
-    let kept: Vec<(Duration, Duration)> = match o {
-        Some(o) => frames
-            .iter()
-            .filter(|(at, _)| *at >= o)
-            .map(|&(at, cost)| (at - o, cost))
-            .collect(),
-        None => Vec::new(),
-    };
+    let kept: Vec<(Duration, Duration)> = frames
+        .iter()
+        .filter_map(|&(at, cost)| Some((at.checked_duration_since(o?)?, cost)))
+        .collect();
     ev.extend(ui_events(&kept));
     (document(ev), kept.len())
 }

@@ -6,6 +6,7 @@
 //! limit and the timeout, a stream against an event limit, a total and the request's own
 //! `max_tokens`, and a redirect is followed only within the same origin.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
@@ -52,22 +53,21 @@ impl Endpoint {
         api_key: Option<ApiKey>,
         timeout: Duration,
     ) -> Result<Self, RemoteError> {
-        let parsed = reqwest::Url::parse(url).map_err(|e| RemoteError::BadUrl {
+        let bad = |reason: String| RemoteError::BadUrl {
             url: url.to_string(),
-            reason: e.to_string(),
-        })?;
+            reason,
+        };
+        let parsed = reqwest::Url::parse(url).map_err(|e| bad(e.to_string()))?;
         if !matches!(parsed.scheme(), "http" | "https") {
-            return Err(RemoteError::BadUrl {
-                url: url.to_string(),
-                reason: format!("scheme '{}' is not http or https", parsed.scheme()),
-            });
+            return Err(bad(format!(
+                "scheme '{}' is not http or https",
+                parsed.scheme()
+            )));
         }
         if parsed.query().is_some() || !parsed.username().is_empty() {
-            return Err(RemoteError::BadUrl {
-                url: url.to_string(),
-                reason: "no query string or user name, please (the key goes in --api-key-env)"
-                    .into(),
-            });
+            return Err(bad(
+                "no query string or user name, please (the key goes in --api-key-env)".into(),
+            ));
         }
         Ok(Self {
             base_url: url.trim_end_matches('/').to_string(),
@@ -94,10 +94,9 @@ impl Endpoint {
     /// The server's host and port (the scheme's default where the URL gives none).
     pub(crate) fn host_and_port(&self) -> (String, u16) {
         let url = reqwest::Url::parse(&self.base_url).ok();
+        let host = url.as_ref().and_then(|u| u.host_str()).unwrap_or_default();
         (
-            url.as_ref()
-                .and_then(|u| u.host_str().map(String::from))
-                .unwrap_or_default(),
+            host.to_string(),
             url.as_ref()
                 .and_then(|u| u.port_or_known_default())
                 .unwrap_or(0),
@@ -160,23 +159,21 @@ pub(crate) struct RemoteClient {
     endpoint: Endpoint,
     /// Whether requests ask for vLLM's per-request metrics (`include_metrics`); turned off for
     /// the session when a server refuses the field.
-    include_metrics: std::sync::atomic::AtomicBool,
+    include_metrics: AtomicBool,
     /// Whether `/props` is worth asking before a turn: false once the server answered it
     /// without `is_sleeping` (or not at all), so other servers are asked once per session.
-    ask_props: std::sync::atomic::AtomicBool,
+    ask_props: AtomicBool,
 }
 
 /// The error and its sources on one line.
 fn chain(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
+    for s in std::iter::successors(e.source(), |s| s.source()) {
         let text = s.to_string();
         if !out.contains(&text) {
             out.push_str(": ");
             out.push_str(&text);
         }
-        source = s.source();
     }
     out
 }
@@ -226,8 +223,8 @@ impl RemoteClient {
         Ok(Self {
             http,
             endpoint,
-            include_metrics: std::sync::atomic::AtomicBool::new(true),
-            ask_props: std::sync::atomic::AtomicBool::new(true),
+            include_metrics: AtomicBool::new(true),
+            ask_props: AtomicBool::new(true),
         })
     }
 
@@ -242,15 +239,19 @@ impl RemoteClient {
         }
     }
 
+    fn timeout_error(&self, url: &str, what: &'static str) -> RemoteError {
+        RemoteError::Timeout {
+            url: url.to_string(),
+            secs: self.endpoint.timeout.as_secs(),
+            what,
+        }
+    }
+
     fn send_error(&self, url: &str, e: reqwest::Error) -> RemoteError {
         let detail = chain(&e);
         let lower = detail.to_lowercase();
         if e.is_timeout() {
-            return RemoteError::Timeout {
-                url: url.to_string(),
-                secs: self.endpoint.timeout.as_secs(),
-                what: "connecting",
-            };
+            return self.timeout_error(url, "connecting");
         }
         if url.starts_with("https:")
             && (lower.contains("tls")
@@ -283,11 +284,7 @@ impl RemoteClient {
     ) -> Result<reqwest::Response, RemoteError> {
         let response = tokio::time::timeout(self.endpoint.timeout, self.with_auth(builder).send())
             .await
-            .map_err(|_| RemoteError::Timeout {
-                url: url.to_string(),
-                secs: self.endpoint.timeout.as_secs(),
-                what: "waiting for the response headers",
-            })?
+            .map_err(|_| self.timeout_error(url, "waiting for the response headers"))?
             .map_err(|e| self.send_error(url, e))?;
         let status = response.status();
         if status.is_success() {
@@ -307,15 +304,9 @@ impl RemoteClient {
         }
         // Only an excerpt is shown: the rest of a long (or endless) body is never read, and a
         // body that stalls shows what came before the timeout.
-        let mut body = Vec::new();
+        let (mut body, limit) = (Vec::new(), MAX_ERROR_BODY_BYTES);
         let _ = self
-            .read_body(
-                url,
-                response,
-                MAX_ERROR_BODY_BYTES,
-                "the error body",
-                &mut body,
-            )
+            .read_body(url, response, limit, "the error body", &mut body)
             .await;
         Err(RemoteError::Status {
             url: url.to_string(),
@@ -362,41 +353,43 @@ impl RemoteClient {
         };
         tokio::time::timeout(self.endpoint.timeout, read)
             .await
-            .map_err(|_| RemoteError::Timeout {
-                url: url.to_string(),
-                secs: self.endpoint.timeout.as_secs(),
-                what: "reading the body",
-            })?
+            .map_err(|_| self.timeout_error(url, "reading the body"))?
     }
 
-    /// A JSON body, bounded and within the timeout.
-    async fn json_body(
+    /// Sends a request and reads its reply, at most `limit_bytes`, within the timeout.
+    async fn reply(
         &self,
         url: &str,
-        response: reqwest::Response,
-    ) -> Result<Value, RemoteError> {
+        builder: reqwest::RequestBuilder,
+        limit_bytes: usize,
+    ) -> Result<Vec<u8>, RemoteError> {
+        let response = self.send(url, builder).await?;
         let mut bytes = Vec::new();
-        self.read_body(url, response, MAX_JSON_BODY_BYTES, "the reply", &mut bytes)
+        self.read_body(url, response, limit_bytes, "the reply", &mut bytes)
             .await?;
-        serde_json::from_slice(&bytes).map_err(|e| RemoteError::Malformed(format!("{url}: {e}")))
+        Ok(bytes)
     }
 
-    async fn get_json(&self, url: &str) -> Result<Value, RemoteError> {
-        let response = self.send(url, self.http.get(url)).await?;
-        self.json_body(url, response).await
+    /// A JSON reply, bounded and within the timeout.
+    async fn json(
+        &self,
+        url: &str,
+        builder: reqwest::RequestBuilder,
+    ) -> Result<Value, RemoteError> {
+        let bytes = self.reply(url, builder, MAX_JSON_BODY_BYTES).await?;
+        serde_json::from_slice(&bytes).map_err(|e| RemoteError::Malformed(format!("{url}: {e}")))
     }
 
     /// Whether the server sleeps now: llama-server's `GET /props` `is_sleeping` (answered from
     /// its cache while asleep, so asking does not wake it). Asked before a turn, outside its
     /// clock; `None` from a server without the field, which is then not asked again.
     pub(crate) async fn sleeping(&self) -> Option<bool> {
-        use std::sync::atomic::Ordering;
         if !self.ask_props.load(Ordering::Relaxed) {
             return None;
         }
         let url = format!("{}/props", self.endpoint.root());
         let said = self
-            .get_json(&url)
+            .json(&url, self.http.get(&url))
             .await
             .ok()
             .and_then(|v| v.get("is_sleeping").and_then(Value::as_bool));
@@ -409,26 +402,18 @@ impl RemoteClient {
     /// The model ids of `GET /v1/models` (ollama's native API: the names of `GET /api/tags`),
     /// in the server's order.
     pub(crate) async fn models(&self) -> Result<Vec<String>, RemoteError> {
-        if self.endpoint.ollama_native() {
-            let url = format!("{}/tags", self.endpoint.base_url);
-            let v = self.get_json(&url).await?;
-            return Ok(v
-                .get("models")
-                .and_then(Value::as_array)
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|m| m.get("name").and_then(Value::as_str).map(String::from))
-                        .collect()
-                })
-                .unwrap_or_default());
-        }
-        let url = format!("{}/models", self.endpoint.base_url);
-        let v = self.get_json(&url).await?;
-        Ok(v.get("data")
+        let (path, list, key) = if self.endpoint.ollama_native() {
+            ("tags", "models", "name")
+        } else {
+            ("models", "data", "id")
+        };
+        let url = format!("{}/{path}", self.endpoint.base_url);
+        let v = self.json(&url, self.http.get(&url)).await?;
+        Ok(v.get(list)
             .and_then(Value::as_array)
             .map(|a| {
                 a.iter()
-                    .filter_map(|m| m.get("id").and_then(Value::as_str).map(String::from))
+                    .filter_map(|m| m.get(key).and_then(Value::as_str).map(String::from))
                     .collect()
             })
             .unwrap_or_default())
@@ -462,18 +447,14 @@ impl RemoteClient {
         limit_bytes: usize,
     ) -> Result<String, RemoteError> {
         let url = format!("{}{path}", self.endpoint.root());
-        let response = self.send(&url, self.http.get(&url)).await?;
-        let mut bytes = Vec::new();
-        self.read_body(&url, response, limit_bytes, "the reply", &mut bytes)
-            .await?;
+        let bytes = self.reply(&url, self.http.get(&url), limit_bytes).await?;
         Ok(String::from_utf8_lossy(&bytes).into_owned())
     }
 
     /// `POST` JSON under the server's root (llama-server's `/tokenize`, `/detokenize`).
     pub(crate) async fn root_post(&self, path: &str, body: &Value) -> Result<Value, RemoteError> {
         let url = format!("{}{path}", self.endpoint.root());
-        let response = self.send(&url, self.http.post(&url).json(body)).await?;
-        self.json_body(&url, response).await
+        self.json(&url, self.http.post(&url).json(body)).await
     }
 
     /// Streams one chat completion. `on_text` gets each content delta and its offset from the
@@ -491,14 +472,9 @@ impl RemoteClient {
         cancelled: &(dyn Fn() -> bool + Send + Sync),
         on_text: &mut (dyn FnMut(&str, Duration) + Send),
     ) -> Result<RemoteTurn, RemoteError> {
-        use std::sync::atomic::Ordering;
         let native = self.endpoint.ollama_native();
-        let url = format!("{}/chat/completions", self.endpoint.base_url);
-        let url = if native {
-            format!("{}/chat", self.endpoint.base_url)
-        } else {
-            url
-        };
+        let path = if native { "chat" } else { "chat/completions" };
+        let url = format!("{}/{path}", self.endpoint.base_url);
         let body_for = |include_metrics: bool| {
             if native {
                 ollama_request_body(request)
@@ -561,7 +537,7 @@ impl RemoteClient {
                 if cancelled() {
                     break 'stream Ok(StreamEnd::Cancelled);
                 }
-                if let Some(end) = turn.on_event(&data, sent_at.elapsed(), on_text) {
+                if let Some(end) = turn.on_event(&data, sent_at.elapsed(), on_text).transpose() {
                     break 'stream end;
                 }
             }
@@ -575,11 +551,7 @@ impl RemoteClient {
                 match tokio::time::timeout(CANCEL_POLL, bytes.next()).await {
                     Ok(n) => break n,
                     Err(_) if Instant::now() >= stalled_at => {
-                        break 'stream Err(RemoteError::Timeout {
-                            url: url.clone(),
-                            secs: self.endpoint.timeout.as_secs(),
-                            what: "the stream stalled",
-                        })
+                        break 'stream Err(self.timeout_error(&url, "the stream stalled"))
                     }
                     Err(_) => {}
                 }
@@ -642,6 +614,9 @@ struct Turn {
     ollama_native: bool,
 }
 
+/// What one event (or line) does to the stream: `Some` ends it.
+type EventEnd = Result<Option<StreamEnd>, RemoteError>;
+
 impl Turn {
     /// One event's data; `Some` when it ends the stream.
     fn on_event(
@@ -649,63 +624,47 @@ impl Turn {
         data: &str,
         at: Duration,
         on_text: &mut (dyn FnMut(&str, Duration) + Send),
-    ) -> Option<Result<StreamEnd, RemoteError>> {
+    ) -> EventEnd {
         let data = data.trim();
         if self.ollama_native {
             return self.on_ollama_line(data, at, on_text);
         }
         if data == "[DONE]" {
-            return Some(Ok(StreamEnd::Done));
+            return Ok(Some(StreamEnd::Done));
         }
         if data.is_empty() {
-            return None;
+            return Ok(None);
         }
-        let value = match self.read_event(data, "event data") {
-            Ok(v) => v,
-            Err(e) => return Some(Err(e)),
-        };
-        let turn = &mut self.turn;
+        let value = self.read_event(data, "event data")?;
         let usage = value.get("usage").and_then(parse_usage);
         let choice = value
             .get("choices")
             .and_then(Value::as_array)
             .and_then(|c| c.first());
-        if choice.is_some() && turn.timeline.choice_chunks.len() < MAX_OUTPUT_TOKENS as usize {
-            turn.timeline.choice_chunks.push(at);
-        }
-        let content = choice
-            .and_then(|c| c.get("delta"))
-            .and_then(|d| d.get("content"))
-            .and_then(Value::as_str)
-            .unwrap_or("");
         if let Some(reason) = choice
             .and_then(|c| c.get("finish_reason"))
             .and_then(Value::as_str)
         {
-            turn.finish_reason = Some(reason.to_string());
+            self.turn.finish_reason = Some(reason.to_string());
         }
-        if !content.is_empty() {
-            if let Some(end) =
-                self.content(content, at, usage.map(|u| u.completion_tokens), on_text)
-            {
-                return Some(end);
-            }
-        }
-        let turn = &mut self.turn;
+        let content = choice
+            .and_then(|c| c.get("delta"))
+            .and_then(|d| d.get("content"));
+        let tokens = usage.map(|u| u.completion_tokens);
+        self.chunk(choice, content, at, tokens, on_text)?;
+        let timeline = &mut self.turn.timeline;
         if usage.is_some() {
-            turn.timeline.usage = usage;
+            timeline.usage = usage;
         }
         if let Some(t) = value.get("timings").and_then(parse_timings) {
-            turn.timeline.server_timings = Some(t);
+            timeline.server_timings = Some(t);
         }
         if let Some(r) = value.get("metrics").and_then(parse_vllm_metrics) {
-            turn.timeline.server_reported = Some(r);
+            timeline.server_reported = Some(r);
         }
-        None
+        Ok(None)
     }
-}
 
-impl Turn {
     /// An event's (or a line's) JSON: an `error` field is the server's error, and the first
     /// `model` named is kept.
     fn read_event(&mut self, data: &str, what: &str) -> Result<Value, RemoteError> {
@@ -721,28 +680,38 @@ impl Turn {
         Ok(value)
     }
 
-    /// One content chunk. Each holds at least one token: one past max_tokens proves the
-    /// server ignored it, and the stream ends here rather than when the server stops.
-    fn content(
+    /// One event's choice (OpenAI's first `choices` entry, ollama's `message`), timed, and
+    /// its content, when it has any. Each content chunk holds at least one token: one past
+    /// max_tokens proves the server ignored it, and the stream ends here rather than when the
+    /// server stops.
+    fn chunk(
         &mut self,
-        content: &str,
+        choice: Option<&Value>,
+        content: Option<&Value>,
         at: Duration,
         cumulative_tokens: Option<u64>,
         on_text: &mut (dyn FnMut(&str, Duration) + Send),
-    ) -> Option<Result<StreamEnd, RemoteError>> {
-        let turn = &mut self.turn;
+    ) -> Result<(), RemoteError> {
+        let timeline = &mut self.turn.timeline;
+        if choice.is_some() && timeline.choice_chunks.len() < MAX_OUTPUT_TOKENS as usize {
+            timeline.choice_chunks.push(at);
+        }
+        let content = content.and_then(Value::as_str).unwrap_or("");
+        if content.is_empty() {
+            return Ok(());
+        }
         if let Some(max_tokens) = self.max_tokens {
-            if turn.timeline.chunks.len() >= max_tokens as usize {
-                return Some(Err(RemoteError::IgnoredMaxTokens { max_tokens }));
+            if timeline.chunks.len() >= max_tokens as usize {
+                return Err(RemoteError::IgnoredMaxTokens { max_tokens });
             }
         }
-        turn.timeline.chunks.push(ChunkMark {
+        timeline.chunks.push(ChunkMark {
             at,
             cumulative_tokens,
         });
-        turn.text.push_str(content);
+        self.turn.text.push_str(content);
         on_text(content, at);
-        None
+        Ok(())
     }
 
     /// One line of ollama's native `/api/chat` stream: `{"message": {"content"}, "done":
@@ -753,30 +722,16 @@ impl Turn {
         data: &str,
         at: Duration,
         on_text: &mut (dyn FnMut(&str, Duration) + Send),
-    ) -> Option<Result<StreamEnd, RemoteError>> {
+    ) -> EventEnd {
         if data.is_empty() {
-            return None;
+            return Ok(None);
         }
-        let value = match self.read_event(data, "stream line") {
-            Ok(v) => v,
-            Err(e) => return Some(Err(e)),
-        };
+        let value = self.read_event(data, "stream line")?;
         let message = value.get("message");
-        if message.is_some() && self.turn.timeline.choice_chunks.len() < MAX_OUTPUT_TOKENS as usize
-        {
-            self.turn.timeline.choice_chunks.push(at);
-        }
-        let content = message
-            .and_then(|m| m.get("content"))
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        if !content.is_empty() {
-            if let Some(end) = self.content(content, at, None, on_text) {
-                return Some(end);
-            }
-        }
+        let content = message.and_then(|m| m.get("content"));
+        self.chunk(message, content, at, None, on_text)?;
         if value.get("done").and_then(Value::as_bool) != Some(true) {
-            return None;
+            return Ok(None);
         }
         let turn = &mut self.turn;
         turn.finish_reason = value
@@ -809,7 +764,7 @@ impl Turn {
             });
         }
         turn.timeline.server_load_ms = ns_as_ms("load_duration");
-        Some(Ok(StreamEnd::Done))
+        Ok(Some(StreamEnd::Done))
     }
 }
 
@@ -905,10 +860,7 @@ fn parse_vllm_metrics(v: &Value) -> Option<ServerReported> {
         inference_ms: None,
         tpot_ms: f("mean_itl_ms"),
     };
-    let any = [r.queue_ms, r.first_token_ms, r.decode_ms, r.tpot_ms]
-        .iter()
-        .any(Option::is_some);
-    any.then_some(r)
+    (!r.is_empty()).then_some(r)
 }
 
 /// TGI's timing headers (`x-queue-time`, `x-inference-time`, `x-time-per-token`, in ms), when
@@ -923,10 +875,7 @@ fn parse_tgi_headers(headers: &reqwest::header::HeaderMap) -> Option<ServerRepor
         inference_ms: f("x-inference-time"),
         tpot_ms: f("x-time-per-token"),
     };
-    let any = [r.queue_ms, r.inference_ms, r.tpot_ms]
-        .iter()
-        .any(Option::is_some);
-    any.then_some(r)
+    (!r.is_empty()).then_some(r)
 }
 
 fn parse_timings(v: &Value) -> Option<ServerTimings> {
@@ -956,10 +905,11 @@ fn error_excerpt(body: &str) -> String {
     if trimmed.is_empty() {
         return "(empty body)".into();
     }
-    match trimmed.char_indices().nth(300) {
-        Some((i, _)) => format!("{}…", &trimmed[..i]),
-        None => trimmed.to_string(),
-    }
+    let cut = trimmed.char_indices().nth(300);
+    cut.map_or_else(
+        || trimmed.to_string(),
+        |(i, _)| format!("{}…", &trimmed[..i]),
+    )
 }
 
 #[cfg(test)]

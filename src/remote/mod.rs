@@ -45,6 +45,7 @@ impl ApiKey {
     pub(crate) fn from_file(path: &Path) -> Result<Self, RemoteError> {
         let shown = path.display();
         let bad = |why: String| RemoteError::BadKey(format!("--api-key-file {shown}: {why}"));
+        let unreadable = |e: std::io::Error| bad(format!("cannot read it: {e}"));
         let check = |meta: &std::fs::Metadata| {
             if !meta.is_file() {
                 return Err(bad(format!(
@@ -61,24 +62,18 @@ impl ApiKey {
             Ok(())
         };
         // Looked at before opening: opening a FIFO would wait for a writer.
-        check(&std::fs::metadata(path).map_err(|e| bad(format!("cannot read it: {e}")))?)?;
+        check(&std::fs::metadata(path).map_err(unreadable)?)?;
         let mut options = std::fs::OpenOptions::new();
         options.read(true);
         // Should the path become a FIFO between the two looks, opening it does not wait.
         #[cfg(unix)]
         std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_NONBLOCK);
-        let file = options
-            .open(path)
-            .map_err(|e| bad(format!("cannot read it: {e}")))?;
-        check(
-            &file
-                .metadata()
-                .map_err(|e| bad(format!("cannot read it: {e}")))?,
-        )?;
+        let file = options.open(path).map_err(unreadable)?;
+        check(&file.metadata().map_err(unreadable)?)?;
         let mut bytes = Vec::new();
         file.take(MAX_KEY_FILE_BYTES + 1)
             .read_to_end(&mut bytes)
-            .map_err(|e| bad(format!("cannot read it: {e}")))?;
+            .map_err(unreadable)?;
         if bytes.len() as u64 > MAX_KEY_FILE_BYTES {
             return Err(bad(format!(
                 "more than the {MAX_KEY_FILE_BYTES} bytes an API key file may hold; is it the right file?"
@@ -105,17 +100,14 @@ fn file_kind(meta: &std::fs::Metadata) -> &'static str {
     {
         use std::os::unix::fs::FileTypeExt;
         let t = meta.file_type();
-        if t.is_fifo() {
-            return "a FIFO (named pipe)";
-        }
-        if t.is_char_device() {
-            return "a character device";
-        }
-        if t.is_block_device() {
-            return "a block device";
-        }
-        if t.is_socket() {
-            return "a socket";
+        let kinds = [
+            (t.is_fifo(), "a FIFO (named pipe)"),
+            (t.is_char_device(), "a character device"),
+            (t.is_block_device(), "a block device"),
+            (t.is_socket(), "a socket"),
+        ];
+        if let Some((_, kind)) = kinds.into_iter().find(|(is, _)| *is) {
+            return kind;
         }
     }
     if meta.is_dir() {

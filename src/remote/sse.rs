@@ -65,18 +65,13 @@ impl SseParser {
                     continue;
                 }
             }
-            match rest.iter().position(|&b| b == b'\n' || b == b'\r') {
-                Some(i) => {
-                    self.extend_line(&rest[..i])?;
-                    self.after_cr = rest[i] == b'\r';
-                    self.end_line(out)?;
-                    rest = &rest[i + 1..];
-                }
-                None => {
-                    self.extend_line(rest)?;
-                    rest = &[];
-                }
-            }
+            let Some(i) = rest.iter().position(|&b| b == b'\n' || b == b'\r') else {
+                return self.extend_line(rest);
+            };
+            self.extend_line(&rest[..i])?;
+            self.after_cr = rest[i] == b'\r';
+            self.end_line(out)?;
+            rest = &rest[i + 1..];
         }
         Ok(())
     }

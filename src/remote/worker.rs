@@ -19,6 +19,7 @@ use crate::engine::{
     LlamaCounters, ModelInfo, RequestId, StopReason, TurnReport,
 };
 use crate::metrics::exposition::ClientMetrics;
+use crate::metrics::roofline::WeightBytes;
 
 /// `ModelInfo::backend` of a remote model: the panes read it to show the remote breakdown.
 pub(crate) const REMOTE_BACKEND: &str = "remote";
@@ -90,15 +91,10 @@ fn model_info(endpoint: &Endpoint, model: &str, facts: ServerFacts, load: Durati
         devices: vec![host],
         template: "the server's".into(),
         load_ms: load.as_secs_f64() * 1e3,
-        weight_bytes: facts
-            .weights_bytes
-            .map(|b| crate::metrics::roofline::WeightBytes {
-                total_bytes: b,
-                token_embd_bytes: 0,
-                embd_row_bytes: 0,
-                tied_output: false,
-                output_bytes: 0,
-            }),
+        weight_bytes: facts.weights_bytes.map(|total_bytes| WeightBytes {
+            total_bytes,
+            ..WeightBytes::default()
+        }),
         ..ModelInfo::default()
     }
 }
@@ -130,56 +126,36 @@ fn run(
             "{what} needs a local model; this chat talks to a server (start `tokscope chat -m FILE` for a local one)"
         ))
     };
+    let fail = |request_id, error| {
+        let _ = events.send(EngineEvent::Failed { request_id, error });
+    };
     while let Some(command) = runtime.block_on(next_command(commands)) {
         match command {
-            EngineCommand::Generate(request) => {
-                let id = request.id;
-                match &served {
-                    Some(Ok(served)) => {
-                        let cancelled = || cancel_through.load(Ordering::SeqCst) >= id;
-                        generate(&runtime, served, &request, events, &cancelled);
-                    }
-                    Some(Err(error)) => {
-                        let _ = events.send(EngineEvent::Failed {
-                            request_id: id,
-                            error: error.clone(),
-                        });
-                    }
-                    None => {
-                        let _ = events.send(EngineEvent::Failed {
-                            request_id: id,
-                            error: EngineError::NoModel,
-                        });
-                    }
+            EngineCommand::Generate(request) => match &served {
+                Some(Ok(served)) => {
+                    let cancelled = || cancel_through.load(Ordering::SeqCst) >= request.id;
+                    generate(&runtime, served, &request, events, &cancelled);
                 }
-            }
-            EngineCommand::AbGenerate { path, request } => {
-                let id = request.id;
+                Some(Err(error)) => fail(request.id, error.clone()),
+                None => fail(request.id, EngineError::NoModel),
+            },
+            EngineCommand::AbGenerate { path, request } if is_url(&path) => {
                 let key = served
                     .as_ref()
                     .and_then(|s| s.as_ref().ok())
                     .map(|s| s.client.endpoint().clone());
-                let event = if is_url(&path) {
-                    let cancelled = || cancel_through.load(Ordering::SeqCst) >= id;
-                    runtime.block_on(ab_url(
-                        &path,
-                        key.as_ref(),
-                        timeout,
-                        &request,
-                        events,
-                        &cancelled,
-                    ))
-                } else {
-                    EngineEvent::Failed {
-                        request_id: id,
-                        error: EngineError::Remote(format!(
-                            "/ab {}: not a URL (this backend answers A/B turns from servers only)",
-                            path.display()
-                        )),
-                    }
-                };
-                let _ = events.send(event);
+                let cancelled = || cancel_through.load(Ordering::SeqCst) >= request.id;
+                let key = key.as_ref();
+                let ab = ab_url(&path, key, timeout, &request, events, &cancelled);
+                let _ = events.send(runtime.block_on(ab));
             }
+            EngineCommand::AbGenerate { path, request } => fail(
+                request.id,
+                EngineError::Remote(format!(
+                    "/ab {}: not a URL (this backend answers A/B turns from servers only)",
+                    path.display()
+                )),
+            ),
             EngineCommand::SwitchModel { id, .. } => {
                 let _ = events.send(EngineEvent::SwitchFailed {
                     request_id: id,
@@ -194,20 +170,14 @@ fn run(
                     )),
                 });
             }
-            EngineCommand::BenchTg { id, .. } => {
-                let _ = events.send(EngineEvent::Failed {
-                    request_id: id,
-                    error: not_here("bench's tg test (for a server: `tokscope load --url`)"),
-                });
-            }
-            EngineCommand::ScoreLast { id, .. } | EngineCommand::ScoreText { id, .. } => {
-                let _ = events.send(EngineEvent::Failed {
-                    request_id: id,
-                    error: not_here(
-                        "scoring against a reference (a server sends no full distributions)",
-                    ),
-                });
-            }
+            EngineCommand::BenchTg { id, .. } => fail(
+                id,
+                not_here("bench's tg test (for a server: `tokscope load --url`)"),
+            ),
+            EngineCommand::ScoreLast { id, .. } | EngineCommand::ScoreText { id, .. } => fail(
+                id,
+                not_here("scoring against a reference (a server sends no full distributions)"),
+            ),
             EngineCommand::Shutdown => break,
         }
     }
@@ -235,14 +205,11 @@ fn connect(
         };
         Ok((client, model))
     });
-    let (client, model) = match looked_up {
-        Ok(found) => found,
-        Err(e) => {
-            let error = remote_error(&e);
-            let _ = events.send(EngineEvent::LoadFailed(error.clone()));
-            return Err(error);
-        }
-    };
+    let (client, model) = looked_up.map_err(|e| {
+        let error = remote_error(&e);
+        let _ = events.send(EngineEvent::LoadFailed(error.clone()));
+        error
+    })?;
     let rtt = runtime
         .block_on(until_cancelled(shutting_down, client.probe_rtt()))
         .ok();
@@ -273,14 +240,9 @@ fn generate(
         m.sent();
     }
     let sent = Instant::now();
-    let (turn, _) = runtime.block_on(stream(
-        &served.client,
-        &served.model,
-        served.rtt,
-        request,
-        events,
-        cancelled,
-    ));
+    let Served { client, model, .. } = served;
+    let streamed = stream(client, model, served.rtt, request, events, cancelled);
+    let (turn, _) = runtime.block_on(streamed);
     if let Some(export) = exported {
         if let Ok(mut m) = export.metrics.lock() {
             match super::record(&turn) {
@@ -495,33 +457,22 @@ async fn ab_url(
         request_id: id,
         error,
     };
-    let url = path.to_string_lossy();
-    let endpoint = match Endpoint::new(&url, None, timeout) {
-        Ok(e) => e,
+    let connected = async {
+        let mut endpoint = Endpoint::new(&path.to_string_lossy(), None, timeout)?;
+        if let Some(chat) = chat_server.filter(|c| c.host_label() == endpoint.host_label()) {
+            endpoint.api_key = chat.api_key.clone();
+        }
+        let started = Instant::now();
+        let client = RemoteClient::new(endpoint)?;
+        let model = client.default_model().await?;
+        Ok::<_, RemoteError>((started, client, model))
+    };
+    let (started, client, model) = match connected.await {
+        Ok(found) => found,
         Err(e) => return fail(remote_error(&e)),
     };
-    let endpoint = match chat_server {
-        Some(chat) if chat.host_label() == endpoint.host_label() => Endpoint {
-            api_key: chat.api_key.clone(),
-            ..endpoint
-        },
-        _ => endpoint,
-    };
-    let started = Instant::now();
-    let client = match RemoteClient::new(endpoint) {
-        Ok(c) => c,
-        Err(e) => return fail(remote_error(&e)),
-    };
-    let model = match client.default_model().await {
-        Ok(m) => m,
-        Err(e) => return fail(remote_error(&e)),
-    };
-    let info = model_info(
-        client.endpoint(),
-        &model,
-        ServerFacts::default(),
-        started.elapsed(),
-    );
+    let facts = ServerFacts::default();
+    let info = model_info(client.endpoint(), &model, facts, started.elapsed());
     // B's round trip before its turn is sent, as the chat's own is taken at connection.
     let rtt = until_cancelled(cancelled, client.probe_rtt()).await.ok();
     let (turn, pieces) = stream(&client, &model, rtt, request, events, cancelled).await;
