@@ -112,7 +112,6 @@ impl EngineHandle {
         turn: TurnRequest,
         model: Option<PathBuf>,
     ) -> Result<RequestId, EngineError> {
-        self.ids.observe(id);
         let request = GenerateRequest {
             id,
             turn,
@@ -123,10 +122,15 @@ impl EngineHandle {
             None => EngineCommand::Generate(request),
             Some(path) => EngineCommand::AbGenerate { path, request },
         };
+        self.command(id, command).map(|()| id)
+    }
+
+    /// Sends a command for request `id` (ids only grow: later ones are above it).
+    fn command(&mut self, id: RequestId, command: EngineCommand) -> Result<(), EngineError> {
+        self.ids.observe(id);
         self.commands
             .send(command)
-            .map_err(|_| EngineError::EngineGone)?;
-        Ok(id)
+            .map_err(|_| EngineError::EngineGone)
     }
 
     /// Whether the turns sent from now on compute each token's own confidence (docs/metrics.md,
@@ -160,33 +164,27 @@ impl EngineHandle {
         n_prompt: u32,
         n_gen: u32,
     ) -> Result<(), EngineError> {
-        self.ids.observe(id);
-        self.commands
-            .send(EngineCommand::BatchSweep {
+        self.command(
+            id,
+            EngineCommand::BatchSweep {
                 id,
                 batches,
                 n_prompt,
                 n_gen,
-            })
-            .map_err(|_| EngineError::EngineGone)
+            },
+        )
     }
 
     /// Time one run of bench's tg test on the loaded model, on the engine's thread (answered
     /// by `TgMeasured` or `Failed`).
     pub fn bench_tg(&mut self, id: RequestId, n_gen: u32) -> Result<(), EngineError> {
-        self.ids.observe(id);
-        self.commands
-            .send(EngineCommand::BenchTg { id, n_gen })
-            .map_err(|_| EngineError::EngineGone)
+        self.command(id, EngineCommand::BenchTg { id, n_gen })
     }
 
     /// Score the last finished answer against the model file `reference` (answered by
     /// `Scored` or `Failed` under `id`; cancel stops it between passes).
     pub fn score_last(&mut self, id: RequestId, reference: PathBuf) -> Result<(), EngineError> {
-        self.ids.observe(id);
-        self.commands
-            .send(EngineCommand::ScoreLast { id, reference })
-            .map_err(|_| EngineError::EngineGone)
+        self.command(id, EngineCommand::ScoreLast { id, reference })
     }
 
     /// Score the evaluation `text` against the model file `reference` through the chat's
@@ -199,26 +197,21 @@ impl EngineHandle {
         chunking: crate::metrics::quality::Chunking,
         passes: super::Passes,
     ) -> Result<(), EngineError> {
-        self.ids.observe(id);
-        self.commands
-            .send(EngineCommand::ScoreText {
-                id,
-                reference,
-                text,
-                chunking,
-                passes,
-            })
-            .map_err(|_| EngineError::EngineGone)
+        let command = EngineCommand::ScoreText {
+            id,
+            reference,
+            text,
+            chunking,
+            passes,
+        };
+        self.command(id, command)
     }
 
     /// Load the model `config` names beside the current one and switch when it is ready
     /// (`SwitchProgress`… then `Ready`, or `SwitchFailed` with the current model kept).
     /// Cancelling `id` aborts the load.
     pub fn switch_model(&mut self, id: RequestId, config: EngineConfig) -> Result<(), EngineError> {
-        self.ids.observe(id);
-        self.commands
-            .send(EngineCommand::SwitchModel { id, config })
-            .map_err(|_| EngineError::EngineGone)
+        self.command(id, EngineCommand::SwitchModel { id, config })
     }
 
     /// Stop the engine thread and wait for it (it finishes the current token first).

@@ -39,23 +39,14 @@ pub const COMPLETION_STOPS: [&str; 2] = ["\nQuestion:", "\nAnswer:"];
 pub fn completion_transcript(messages: &[ChatMessage]) -> String {
     let mut out = String::new();
     for m in messages {
-        let content = m.content.trim();
-        match m.role {
-            Role::System => {
-                out.push_str(content);
-                out.push_str("\n\n");
-            }
-            Role::User => {
-                out.push_str("Question: ");
-                out.push_str(content);
-                out.push('\n');
-            }
-            Role::Assistant => {
-                out.push_str("Answer: ");
-                out.push_str(content);
-                out.push_str("\n\n");
-            }
-        }
+        let (before, after) = match m.role {
+            Role::System => ("", "\n\n"),
+            Role::User => ("Question: ", "\n"),
+            Role::Assistant => ("Answer: ", "\n\n"),
+        };
+        out.push_str(before);
+        out.push_str(m.content.trim());
+        out.push_str(after);
     }
     out.push_str("Answer:");
     out

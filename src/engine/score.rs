@@ -14,6 +14,9 @@
 //! steps that chose the answer: on kernels that are not batch-invariant the two differ in the
 //! last bits (docs/metrics.md).
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
 use llama_cpp_2::context::session::{LlamaStateSeqFlags, SeqState};
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;
@@ -21,7 +24,7 @@ use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
 
 use super::prompt::common_prefix_len;
-use crate::llama::error::EngineError;
+use crate::llama::error::{decode_error, EngineError};
 use crate::llama::settings::{EngineSettings, KvType};
 use crate::metrics::quality::{
     reference_row, score_token, score_token_with_top, top_k, TokenScore, TOP_K,
@@ -66,6 +69,12 @@ pub(super) struct Scored {
 /// nodes (so it is shared with its worker thread).
 pub(super) type Cancel = std::sync::Arc<dyn Fn() -> bool + Send + Sync>;
 
+/// A request's cancel: the request `id` or a later one was cancelled.
+pub(super) fn cancel_of(cancel_through: &Arc<AtomicU64>, id: u64) -> Cancel {
+    let flag = Arc::clone(cancel_through);
+    Arc::new(move || flag.load(Ordering::SeqCst) >= id)
+}
+
 /// A scoring context and the tokens its KV cache holds in sequence 0, in position order.
 struct Held<'a> {
     ctx: LlamaContext<'a>,
@@ -79,19 +88,25 @@ impl Held<'_> {
     fn keep_prefix(&mut self, sequence: &[LlamaToken], limit: usize) -> usize {
         let keep = common_prefix_len(&self.tokens, &sequence[..limit.min(sequence.len())]);
         if keep < self.tokens.len() {
-            // A memory that cannot drop part of a sequence (a recurrent model's) starts over.
-            let dropped = self
-                .ctx
-                .clear_kv_cache_seq(Some(0), u32::try_from(keep).ok(), None)
-                .unwrap_or(false);
-            if !dropped {
-                self.ctx.clear_kv_cache();
-                self.tokens.clear();
-                return 0;
-            }
-            self.tokens.truncate(keep);
+            self.drop_from(keep)
+        } else {
+            keep
         }
-        keep
+    }
+
+    /// Drops the KV cells from position `keep` on; a memory that cannot drop part of a
+    /// sequence (a recurrent model's) starts over. Returns how many tokens it still holds.
+    fn drop_from(&mut self, keep: usize) -> usize {
+        let dropped = self
+            .ctx
+            .clear_kv_cache_seq(Some(0), u32::try_from(keep).ok(), None);
+        if dropped.unwrap_or(false) {
+            self.tokens.truncate(keep);
+            return keep;
+        }
+        self.ctx.clear_kv_cache();
+        self.tokens.clear();
+        0
     }
 
     /// Reads `tokens` at the next positions with outputs or without, and remembers them once
@@ -109,18 +124,10 @@ impl Held<'_> {
             // llama.cpp took the stopped micro-batch's positions out of the memory, not the
             // earlier ones of this call; these go too, so the cache holds `tokens` exactly.
             Err(llama_cpp_2::DecodeError::Unknown(2)) => {
-                let from = u32::try_from(self.tokens.len()).ok();
-                if !self
-                    .ctx
-                    .clear_kv_cache_seq(Some(0), from, None)
-                    .unwrap_or(false)
-                {
-                    self.ctx.clear_kv_cache();
-                    self.tokens.clear();
-                }
+                self.drop_from(self.tokens.len());
                 return Err(EngineError::Cancelled);
             }
-            Err(e) => return Err(EngineError::Decode(e.to_string())),
+            Err(e) => return Err(decode_error(e)),
         }
         self.tokens.extend_from_slice(tokens);
         Ok(())
@@ -130,7 +137,7 @@ impl Held<'_> {
     /// says so (on the CPU; a GPU backend stops between passes only), or never (`None`).
     fn stop_when(&mut self, cancelled: Option<&Cancel>) {
         self.ctx.set_abort_check(cancelled.map(|c| {
-            let c = std::sync::Arc::clone(c);
+            let c = Arc::clone(c);
             Box::new(move || c()) as llama_cpp_2::context::AbortCheck
         }));
     }
@@ -489,10 +496,9 @@ pub(super) fn score_answer(
         for (i, &t) in sequence.iter().enumerate() {
             batch
                 .add(t, i as i32, &[0], i >= first)
-                .map_err(|e| EngineError::Decode(e.to_string()))?;
+                .map_err(decode_error)?;
         }
-        ctx.decode(&mut batch)
-            .map_err(|e| EngineError::Decode(e.to_string()))?;
+        ctx.decode(&mut batch).map_err(decode_error)?;
     }
     let mut scores = Vec::with_capacity(answer.len());
     for (j, i) in positions.enumerate() {
@@ -530,7 +536,7 @@ fn fill(
     for (i, &t) in tokens.iter().enumerate() {
         batch
             .add(t, (start + i) as i32, &[0], outputs)
-            .map_err(|e| EngineError::Decode(e.to_string()))?;
+            .map_err(decode_error)?;
     }
     Ok(())
 }

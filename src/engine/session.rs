@@ -21,13 +21,12 @@ use super::protocol::{
 };
 use super::spec::Drafter;
 use crate::llama;
-use crate::llama::error::EngineError;
+use crate::llama::error::{decode_error, EngineError};
 use crate::llama::model_info::ModelInfo;
 use crate::llama::sampler::{
     backend_chain, choose_place, HostSampler, PlaceContext, SamplingPlace,
 };
-use crate::llama::settings::{EngineSettings, SamplingParams, TemplateChoice};
-use crate::llama::settings::{SpecMode, SpecSettings};
+use crate::llama::settings::{EngineSettings, SamplingParams, SpecMode, TemplateChoice};
 use crate::metrics::host::HostTimes;
 use crate::metrics::spec::SpecStats;
 use crate::metrics::TurnTimeline;
@@ -67,11 +66,11 @@ pub(super) struct Session<'m> {
     special_texts: Vec<String>,
     /// Speculative decoding's guesser, when the settings ask for one.
     drafter: Option<Drafter<'m>>,
-    spec: SpecSettings,
     /// One draft token's cost relative to a target pass under the roofline (0 for n-gram).
     draft_cost_ratio: f64,
-    /// ρ, the roofline's compute term (`metrics::spec::RowCost`), when measured.
-    row_cost: Option<f64>,
+    /// ρ, the roofline's compute term (`metrics::spec::RowCost`) for the speculation figures,
+    /// when measured.
+    pub(super) row_cost: Option<f64>,
     /// The context's settings, to create it again with another backend sampler chain.
     settings: EngineSettings,
     /// The sampling whose chain runs inside the context's graph (backend sampling); `None`:
@@ -139,13 +138,10 @@ impl<'m> Session<'m> {
             pieces: Vec::new(),
             tokenizer_kind: llama::runs::TokenizerKind::of(model),
             special_texts: special_texts(model),
-            drafter: match cfg.settings.spec.mode {
-                SpecMode::Ngram if cfg.settings.spec.active() => Some(Drafter::Ngram {
+            drafter: (cfg.settings.spec.mode == SpecMode::Ngram && cfg.settings.spec.active())
+                .then(|| Drafter::Ngram {
                     n: cfg.settings.spec.ngram_n.max(1) as usize,
                 }),
-                _ => None,
-            },
-            spec: cfg.settings.spec.clone(),
             draft_cost_ratio: 0.0,
             row_cost: None,
             settings: cfg.settings.clone(),
@@ -164,7 +160,7 @@ impl<'m> Session<'m> {
         needs_logits: bool,
     ) -> Result<SamplingPlace, EngineError> {
         let cx = PlaceContext {
-            speculative: self.drafter.is_some() && self.spec.active(),
+            speculative: self.drafter.is_some() && self.settings.spec.active(),
             needs_logits,
             output_on_gpu: self.output_on_gpu,
         };
@@ -199,11 +195,6 @@ impl<'m> Session<'m> {
         self.draft_cost_ratio = draft_cost_ratio;
     }
 
-    /// The roofline's compute term for the speculation figures (`metrics::spec::RowCost`).
-    pub(super) fn set_row_cost(&mut self, row_cost: Option<f64>) {
-        self.row_cost = row_cost;
-    }
-
     /// The conversation's prompt tokens. The template's own markers are special tokens; the
     /// messages' content is tokenized as text, whatever it contains.
     fn tokenize_messages(&self, messages: &[ChatMessage]) -> Result<Vec<LlamaToken>, EngineError> {
@@ -232,38 +223,26 @@ impl<'m> Session<'m> {
         let marked: Vec<ChatMessage> = messages
             .iter()
             .enumerate()
-            .map(|(i, m)| ChatMessage {
-                role: m.role,
-                content: content_marker(i),
-            })
+            .map(|(i, m)| ChatMessage::new(m.role, content_marker(i)))
             .collect();
         let skeleton = self.build_prompt(&marked)?;
+        let mut rest = skeleton.as_str();
+        let segments: Option<Vec<&str>> = (0..messages.len())
+            .map(|i| {
+                let marker = content_marker(i);
+                let at = rest.find(&marker)?;
+                let segment = &rest[..at];
+                rest = &rest[at + marker.len()..];
+                Some(segment)
+            })
+            .collect();
         // Templates insert the content as it is or trimmed: whichever rebuilds the real prompt.
-        for trim in [false, true] {
-            let mut segments: Vec<&str> = Vec::new();
-            let mut contents = Vec::new();
-            let mut rest = skeleton.as_str();
-            let mut complete = true;
-            for (i, m) in messages.iter().enumerate() {
-                let Some(at) = rest.find(&content_marker(i)) else {
-                    complete = false;
-                    break;
-                };
-                contents.push(m.content.replace('\0', "\u{FFFD}"));
-                segments.push(&rest[..at]);
-                rest = &rest[at + content_marker(i).len()..];
-            }
-            if !complete {
-                break;
-            }
+        for trim in [false, true].into_iter().filter(|_| segments.is_some()) {
             let mut rebuilt = String::with_capacity(real.len());
             let mut tokens = Vec::new();
-            for (k, template_text) in segments.iter().enumerate() {
-                let content = if trim {
-                    contents[k].trim()
-                } else {
-                    contents[k].as_str()
-                };
+            for (k, (template_text, m)) in segments.iter().flatten().zip(messages).enumerate() {
+                let content = m.content.replace('\0', "\u{FFFD}");
+                let content = if trim { content.trim() } else { &content };
                 rebuilt.push_str(template_text);
                 rebuilt.push_str(content);
                 tokens.extend(vocab.tokenize(template_text.as_bytes(), k == 0, true));
@@ -285,17 +264,10 @@ impl<'m> Session<'m> {
             .map(|m| {
                 let mut content = m.content.clone();
                 for s in &self.special_texts {
-                    if content.contains(s.as_str()) {
-                        let mut chars = s.chars();
-                        let first: String = chars.next().map(String::from).unwrap_or_default();
-                        content = content
-                            .replace(s.as_str(), &format!("{first}\u{200D}{}", chars.as_str()));
-                    }
+                    let at = s.chars().next().map_or(0, char::len_utf8);
+                    content = content.replace(s, &format!("{}\u{200D}{}", &s[..at], &s[at..]));
                 }
-                ChatMessage {
-                    role: m.role,
-                    content,
-                }
+                ChatMessage::new(m.role, content)
             })
             .collect();
         Ok(self.tokenize(&self.build_prompt(&defused)?))
@@ -322,6 +294,24 @@ impl<'m> Session<'m> {
                     .map_err(|e| EngineError::Template(e.to_string()))
             }
         }
+    }
+
+    /// A token's text (invalid UTF-8 replaced), for scores and confidences: off the decode path.
+    fn text_of(&self, t: i32) -> String {
+        let piece = self
+            .model
+            .vocab()
+            .token_to_piece(LlamaToken(t), false, None);
+        String::from_utf8_lossy(&piece).into_owned()
+    }
+
+    /// Drops the KV cache's sequence 0 (and `cached`) from position `keep` on.
+    fn keep_cached(&mut self, keep: usize) -> Result<(), EngineError> {
+        self.ctx
+            .clear_kv_cache_seq(Some(0), Some(keep as u32), None)
+            .map_err(decode_error)?;
+        self.cached.truncate(keep);
+        Ok(())
     }
 
     fn tokenize(&self, prompt: &str) -> Vec<LlamaToken> {
@@ -456,26 +446,14 @@ impl<'m> Session<'m> {
             answer,
             cancelled,
         )?;
-        let vocab = self.model.vocab();
-        let text_of = |t: LlamaToken| {
-            String::from_utf8_lossy(&vocab.token_to_piece(t, false, None)).into_owned()
-        };
-        let texts = answer.iter().map(|&t| text_of(t)).collect();
-        let ids: Vec<i32> = answer.iter().map(|t| t.0).collect();
-        let mut score = crate::metrics::quality::AnswerScore::new(
-            reference_path.to_path_buf(),
-            scored.scores,
-            &ids,
-            texts,
-            prompt.len(),
-        );
+        let mut score = self.answer_score(reference_path, scored.scores, answer, prompt.len());
         let top_tokens = |top: super::score::Top| {
             top.into_iter()
                 .map(|(i, p)| {
                     let token = i32::try_from(i).unwrap_or(i32::MAX);
                     crate::metrics::quality::TopToken {
                         token,
-                        text: text_of(LlamaToken(token)),
+                        text: self.text_of(token),
                         p,
                     }
                 })
@@ -513,7 +491,7 @@ impl<'m> Session<'m> {
         let n = chunking.n_ctx as usize;
         let vocab = self.model.vocab();
         let bos = vocab.should_add_bos().then(|| vocab.bos());
-        let (mut scores, mut ids, mut texts) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut scores, mut answers) = (Vec::new(), Vec::new());
         for c in 0..count {
             let mut chunk = tokens[c * n..(c + 1) * n].to_vec();
             if let Some(bos) = bos {
@@ -529,20 +507,25 @@ impl<'m> Session<'m> {
                 passes,
                 cancelled,
             )?);
-            ids.extend(answer.iter().map(|t| t.0));
-            texts.extend(answer.iter().map(|&t| {
-                String::from_utf8_lossy(&vocab.token_to_piece(t, false, None)).into_owned()
-            }));
+            answers.extend_from_slice(answer);
         }
-        let mut score = crate::metrics::quality::AnswerScore::new(
-            reference_path.to_path_buf(),
-            scores,
-            &ids,
-            texts,
-            n / 2 + 1,
-        );
+        let mut score = self.answer_score(reference_path, scores, &answers, n / 2 + 1);
         score.score_ms = crate::metrics::ms(started.elapsed());
         Ok(score)
+    }
+
+    /// The score of `answer`'s tokens (their texts looked up) after `prompt_len` prompt tokens.
+    fn answer_score(
+        &self,
+        reference_path: &std::path::Path,
+        scores: Vec<crate::metrics::quality::TokenScore>,
+        answer: &[LlamaToken],
+        prompt_len: usize,
+    ) -> crate::metrics::quality::AnswerScore {
+        let ids: Vec<i32> = answer.iter().map(|t| t.0).collect();
+        let texts = answer.iter().map(|t| self.text_of(t.0)).collect();
+        let path = reference_path.to_path_buf();
+        crate::metrics::quality::AnswerScore::new(path, scores, &ids, texts, prompt_len)
     }
 
     fn generate_inner(
@@ -553,10 +536,7 @@ impl<'m> Session<'m> {
     ) -> Result<TurnReport, EngineError> {
         let cancelled = || cancel_through.load(Ordering::SeqCst) >= req.id;
         // llama.cpp asks it between graph nodes during prefill (`prefill`).
-        let abort: super::score::Cancel = {
-            let (flag, id) = (Arc::clone(cancel_through), req.id);
-            Arc::new(move || flag.load(Ordering::SeqCst) >= id)
-        };
+        let abort = super::score::cancel_of(cancel_through, req.id);
         let n_ctx = self.ctx.n_ctx() as usize;
         let mut timeline = TurnTimeline {
             submitted_at: Some(req.submitted_at),
@@ -599,15 +579,10 @@ impl<'m> Session<'m> {
         if req.confidence {
             // The texts are made now, after the answer: off the decode path.
             let tokens = confidence.map(|mut tokens| {
-                let vocab = self.model.vocab();
-                let text = |t: i32| {
-                    String::from_utf8_lossy(&vocab.token_to_piece(LlamaToken(t), false, None))
-                        .into_owned()
-                };
                 for c in &mut tokens {
-                    c.text = text(c.token);
+                    c.text = self.text_of(c.token);
                     for top in &mut c.top {
-                        top.text = text(top.token);
+                        top.text = self.text_of(top.token);
                     }
                 }
                 tokens
@@ -639,10 +614,7 @@ impl<'m> Session<'m> {
         // KV reuse: keep the cached prefix, prefill the rest. At least one token is decoded
         // so that there are logits to sample from.
         let reuse = common_prefix_len(&self.cached, tokens).min(tokens.len() - 1);
-        self.ctx
-            .clear_kv_cache_seq(Some(0), Some(reuse as u32), None)
-            .map_err(|e| EngineError::Decode(e.to_string()))?;
-        self.cached.truncate(reuse);
+        self.keep_cached(reuse)?;
         timeline.prompt_tokens = Some(tokens.len());
         timeline.cached_tokens = Some(reuse);
         let _ = events.send(EngineEvent::PrefillStarted {
@@ -676,9 +648,7 @@ impl<'m> Session<'m> {
             for (i, token) in chunk.iter().enumerate() {
                 let pos = (self.cached.len() + i) as i32;
                 let logits = last_chunk && i + 1 == chunk.len();
-                batch
-                    .add(*token, pos, &[0], logits)
-                    .map_err(|e| EngineError::Decode(e.to_string()))?;
+                batch.add(*token, pos, &[0], logits).map_err(decode_error)?;
             }
             match self.ctx.decode(&mut batch) {
                 Ok(()) => {}
@@ -735,21 +705,18 @@ impl<'m> Session<'m> {
         self.pieces.clear();
         // Speculation verifies drafts against the target's greedy choice; another sampler
         // (temperature, penalties) decodes one token per pass.
-        let spec_on = self.drafter.is_some() && self.spec.active();
+        let spec_on = self.drafter.is_some() && self.settings.spec.active();
         let greedy = sampler.path() == crate::llama::sampler::HostPath::Greedy;
         // Temperature with top-k (no penalty): the speculative sampling rule, which keeps
         // the target's distribution, on probabilities computed like the host chain's.
         let sampling_rule = sampler.path() == crate::llama::sampler::HostPath::TopK;
         let spec_stats = self.drafter.as_ref().map(|d| SpecStats {
             mode: d.mode(),
-            draft_max: self.spec.draft_max as usize,
+            draft_max: self.settings.spec.draft_max as usize,
             draft_cost_ratio: self.draft_cost_ratio,
             row_cost: self.row_cost,
-            off_reason: if !greedy && !sampling_rule {
-                Some("a repetition penalty or top-k 0: one token per pass")
-            } else {
-                None
-            },
+            off_reason: (!greedy && !sampling_rule)
+                .then_some("a repetition penalty or top-k 0: one token per pass"),
             ..SpecStats::default()
         });
         let max_tokens = req.turn.max_tokens.min(1 << 16) as usize;
@@ -947,13 +914,10 @@ impl<'m> Session<'m> {
         let draft_time = self.draft(turn, req, token)?;
         let batch = &mut turn.batch;
         batch.clear();
-        batch
-            .add(token, self.cached.len() as i32, &[0], true)
-            .map_err(|e| EngineError::Decode(e.to_string()))?;
-        for (i, d) in turn.drafts.iter().enumerate() {
+        for (i, &t) in std::iter::once(&token).chain(&turn.drafts).enumerate() {
             batch
-                .add(*d, (self.cached.len() + 1 + i) as i32, &[0], true)
-                .map_err(|e| EngineError::Decode(e.to_string()))?;
+                .add(t, (self.cached.len() + i) as i32, &[0], true)
+                .map_err(decode_error)?;
         }
         let profiler = self.profiler.as_ref().filter(|_| {
             crate::metrics::profile::sampled(turn.timeline.decode_calls, self.settings.profile_rate)
@@ -988,7 +952,7 @@ impl<'m> Session<'m> {
                 record.steps.push(step);
             }
         }
-        decoded.map_err(|e| EngineError::Decode(e.to_string()))?;
+        decoded.map_err(decode_error)?;
         self.cached.push(token);
         turn.logits_index = 0;
         turn.queue_row = 0;
@@ -1041,7 +1005,7 @@ impl<'m> Session<'m> {
         }
         let emitted = turn.timeline.token_ready_at.len();
         let remaining = req.turn.max_tokens as usize - emitted;
-        let k_max = (self.spec.draft_max as usize)
+        let k_max = (self.settings.spec.draft_max as usize)
             .min(remaining.saturating_sub(1))
             .min(turn.n_ctx.saturating_sub(self.cached.len() + 2));
         if k_max == 0 {
@@ -1052,9 +1016,9 @@ impl<'m> Session<'m> {
         turn.history.extend_from_slice(&self.cached);
         turn.history.push(token);
         if let Some(drafter) = self.drafter.as_mut() {
-            turn.drafts = drafter.propose(&turn.history, k_max, self.spec.draft_p_min)?;
+            turn.drafts = drafter.propose(&turn.history, k_max, self.settings.spec.draft_p_min)?;
         }
-        if turn.drafts.len() < self.spec.draft_min as usize {
+        if turn.drafts.len() < self.settings.spec.draft_min as usize {
             turn.drafts.clear();
         }
         Ok(started.elapsed())
@@ -1102,9 +1066,7 @@ impl<'m> Session<'m> {
             turn.forced_next = Some(LlamaToken(next));
         }
         self.cached.extend_from_slice(&drafts[..accepted]);
-        self.ctx
-            .clear_kv_cache_seq(Some(0), Some(self.cached.len() as u32), None)
-            .map_err(|e| EngineError::Decode(e.to_string()))?;
+        self.keep_cached(self.cached.len())?;
         turn.accepted_queue
             .extend(drafts[..accepted].iter().copied());
         Ok(accepted)
@@ -1126,11 +1088,7 @@ impl<'m> Session<'m> {
             // Accepted tokens past the end of the answer (a stop, max tokens) leave it too.
             let pending =
                 usize::from(emitted > 0 && turn.stop_reason != Some(StopReason::EndOfGeneration));
-            let keep = (turn.prompt_tokens + emitted - pending).min(self.cached.len());
-            self.ctx
-                .clear_kv_cache_seq(Some(0), Some(keep as u32), None)
-                .map_err(|e| EngineError::Decode(e.to_string()))?;
-            self.cached.truncate(keep);
+            self.keep_cached((turn.prompt_tokens + emitted - pending).min(self.cached.len()))?;
         }
         let host = &mut turn.host;
         let last_gap = turn.gap_start.elapsed();
@@ -1256,8 +1214,9 @@ fn resolve_template(
         })?;
         Ok(PromptStyle::Chat(t))
     };
+    let completion = |note| Ok((PromptStyle::Completion, "completion".into(), note));
     match choice {
-        TemplateChoice::Completion => Ok((PromptStyle::Completion, "completion".into(), None)),
+        TemplateChoice::Completion => completion(None),
         TemplateChoice::Named(name) => Ok((named(name)?, name.clone(), None)),
         TemplateChoice::Model => {
             let t = embedded
@@ -1269,25 +1228,15 @@ fn resolve_template(
         }
         TemplateChoice::Auto | TemplateChoice::Architecture => {
             if let Some(t) = embedded {
-                match probe(&t) {
-                    Ok(()) => return Ok((PromptStyle::Chat(t), "model".into(), None)),
-                    Err(e) => {
-                        return Ok((
-                            PromptStyle::Completion,
-                            "completion".into(),
-                            Some(format!(
-                                "llama.cpp cannot apply the GGUF's chat template ({e}); using a completion-style transcript"
-                            )),
-                        ))
-                    }
-                }
+                return match probe(&t) {
+                    Ok(()) => Ok((PromptStyle::Chat(t), "model".into(), None)),
+                    Err(e) => completion(Some(format!(
+                        "llama.cpp cannot apply the GGUF's chat template ({e}); using a completion-style transcript"
+                    ))),
+                };
             }
             if *choice == TemplateChoice::Auto {
-                return Ok((
-                    PromptStyle::Completion,
-                    "completion".into(),
-                    Some("no chat template in the GGUF (a base model): completion-style Question/Answer transcript".into()),
-                ));
+                return completion(Some("no chat template in the GGUF (a base model): completion-style Question/Answer transcript".into()));
             }
             let arch = model
                 .meta_val_str("general.architecture")

@@ -4,8 +4,6 @@
 //! target pass (`session.rs`). Also the check that a draft model shares the target's
 //! vocabulary.
 
-use std::path::Path;
-
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::LlamaModel;
@@ -63,14 +61,12 @@ pub(crate) fn ngram_draft<T: PartialEq + Copy>(history: &[T], n: usize, k_max: u
     let pattern = &history[len - n..];
     // Start positions of earlier occurrences, latest first; the pattern itself (at len - n)
     // is not an earlier occurrence.
-    for start in (0..len - n).rev() {
-        if &history[start..start + n] == pattern {
-            let from = start + n;
-            let to = (from + k_max).min(len);
-            return history[from..to].to_vec();
-        }
-    }
-    Vec::new()
+    (0..len - n)
+        .rev()
+        .find(|&start| &history[start..start + n] == pattern)
+        .map_or_else(Vec::new, |start| {
+            history[start + n..(start + n + k_max).min(len)].to_vec()
+        })
 }
 
 /// A draft model's context and the tokens its KV cache holds.
@@ -102,7 +98,6 @@ impl<'m> DraftModel<'m> {
         k_max: usize,
         p_min: f32,
     ) -> Result<Vec<LlamaToken>, EngineError> {
-        let decode_err = |e: &dyn std::fmt::Display| EngineError::Decode(format!("draft: {e}"));
         if k_max == 0 || history.is_empty() {
             return Ok(Vec::new());
         }
@@ -115,7 +110,7 @@ impl<'m> DraftModel<'m> {
         let reuse = common_prefix_len(&self.cached, history).min(history.len() - 1);
         self.ctx
             .clear_kv_cache_seq(Some(0), Some(reuse as u32), None)
-            .map_err(|e| decode_err(&e))?;
+            .map_err(draft_error)?;
         self.cached.truncate(reuse);
         let mut batch = LlamaBatch::new(self.n_batch, 1);
         let mut logits_index = 0i32;
@@ -127,9 +122,9 @@ impl<'m> DraftModel<'m> {
                 let last = chunk_no + 1 == n_chunks && i + 1 == chunk.len();
                 batch
                     .add(*token, (self.cached.len() + i) as i32, &[0], last)
-                    .map_err(|e| decode_err(&e))?;
+                    .map_err(draft_error)?;
             }
-            self.ctx.decode(&mut batch).map_err(|e| decode_err(&e))?;
+            self.ctx.decode(&mut batch).map_err(draft_error)?;
             self.cached.extend_from_slice(chunk);
             logits_index = chunk.len() as i32 - 1;
         }
@@ -148,13 +143,17 @@ impl<'m> DraftModel<'m> {
             batch.clear();
             batch
                 .add(token, self.cached.len() as i32, &[0], true)
-                .map_err(|e| decode_err(&e))?;
-            self.ctx.decode(&mut batch).map_err(|e| decode_err(&e))?;
+                .map_err(draft_error)?;
+            self.ctx.decode(&mut batch).map_err(draft_error)?;
             self.cached.push(token);
             logits_index = 0;
         }
         Ok(out)
     }
+}
+
+fn draft_error(e: impl std::fmt::Display) -> EngineError {
+    EngineError::Decode(format!("draft: {e}"))
 }
 
 /// The target's next-token distribution under the sampler chain the host top-k path runs
@@ -181,15 +180,11 @@ pub(crate) fn chain_probs(logits: &[f32], p: &SamplingParams) -> Vec<(i32, f64)>
     if p.top_p < 1.0 {
         let probs = softmax(&kept, 1.0);
         let mut cum = 0.0;
-        let mut keep = probs.len();
-        for (i, q) in probs.iter().enumerate() {
+        let keep = probs.iter().position(|q| {
             cum += q;
-            if cum >= f64::from(p.top_p) {
-                keep = i + 1;
-                break;
-            }
-        }
-        kept.truncate(keep.max(1));
+            cum >= f64::from(p.top_p)
+        });
+        kept.truncate(keep.map_or(probs.len(), |i| i + 1).max(1));
     }
     if p.min_p > 0.0 {
         let min_logit = kept[0].1 + f64::from(p.min_p).ln();
@@ -214,11 +209,11 @@ pub(crate) fn accept_or_resample(
         .iter()
         .find(|(t, _)| *t == drafted)
         .map_or(0.0, |(_, q)| *q);
-    if unit(rng) < p_d {
+    if rng.unit_open() < p_d {
         return Ok(());
     }
     let rest = 1.0 - p_d;
-    let mut u = unit(rng) * rest;
+    let mut u = rng.unit_open() * rest;
     let mut last = drafted;
     for &(t, q) in probs {
         if t == drafted {
@@ -235,7 +230,7 @@ pub(crate) fn accept_or_resample(
 
 /// A draw from `probs`.
 pub(crate) fn draw(probs: &[(i32, f64)], rng: &mut crate::ids::SplitMix64) -> i32 {
-    let mut u = unit(rng);
+    let mut u = rng.unit_open();
     for &(t, q) in probs {
         if u < q {
             return t;
@@ -243,11 +238,6 @@ pub(crate) fn draw(probs: &[(i32, f64)], rng: &mut crate::ids::SplitMix64) -> i3
         u -= q;
     }
     probs.last().map_or(0, |(t, _)| *t)
-}
-
-/// Uniform in [0, 1).
-fn unit(rng: &mut crate::ids::SplitMix64) -> f64 {
-    rng.unit_open()
 }
 
 /// The softmax probability of `logits[best]` (the largest).
@@ -261,37 +251,20 @@ fn top_probability(logits: &[f32], best: usize) -> f32 {
     }
 }
 
-/// Speculation needs one vocabulary: every token id must mean the same text in both models
-/// (and the special tokens that start and end a turn must be the same ids).
-pub(super) fn check_vocab(
-    target: &LlamaModel,
-    draft: &LlamaModel,
-    draft_path: &Path,
-) -> Result<(), EngineError> {
-    match vocab_difference(target, draft) {
-        None => Ok(()),
-        Some((id, target_text, draft_text)) => Err(EngineError::VocabMismatch {
-            draft: draft_path.to_path_buf(),
-            id,
-            target_text,
-            draft_text,
-        }),
-    }
-}
-
 /// The first token id whose text differs between two models' vocabularies (a missing id
 /// reads "absent"; the start and end tokens must be the same ids), with both texts made
-/// safe for a terminal; `None` when the vocabularies are one.
+/// safe for a terminal; `None` when the vocabularies are one. Speculation and scoring need
+/// one vocabulary: every token id must mean the same text in both models.
 pub(super) fn vocab_difference(a: &LlamaModel, b: &LlamaModel) -> Option<(i64, String, String)> {
     let (av, bv) = (a.vocab(), b.vocab());
     let text = |v: &llama_cpp_2::vocab::LlamaVocab<'_>, id: i32| -> String {
         if id < 0 || id >= v.n_tokens() {
             return "absent".to_string();
         }
-        match v.text(LlamaToken(id)) {
-            Some(t) => format!("{:?}", t.to_string_lossy()),
-            None => "(no text)".to_string(),
-        }
+        v.text(LlamaToken(id)).map_or_else(
+            || "(no text)".to_string(),
+            |t| format!("{:?}", t.to_string_lossy()),
+        )
     };
     let difference = |id: i32| {
         Some((
@@ -301,11 +274,9 @@ pub(super) fn vocab_difference(a: &LlamaModel, b: &LlamaModel) -> Option<(i64, S
         ))
     };
     let common = av.n_tokens().min(bv.n_tokens());
-    for id in 0..common {
-        let token = LlamaToken(id);
-        if av.text(token) != bv.text(token) {
-            return difference(id);
-        }
+    let differs = |id: &i32| av.text(LlamaToken(*id)) != bv.text(LlamaToken(*id));
+    if let Some(id) = (0..common).find(differs) {
+        return difference(id);
     }
     if av.n_tokens() != bv.n_tokens() {
         return difference(common);

@@ -10,8 +10,9 @@ use super::protocol::{
     AbReport, EngineCommand, EngineConfig, EngineEvent, EventSender, GenerateRequest, LoadStage,
     RequestId, TurnReport,
 };
+use super::score::cancel_of;
 use super::session::Session;
-use super::spec::{check_vocab, DraftModel};
+use super::spec::{vocab_difference, DraftModel};
 use crate::llama;
 use crate::llama::error::EngineError;
 use crate::llama::settings::SpecMode;
@@ -31,13 +32,16 @@ pub(super) fn run(
     events: EventSender,
     cancel_through: Arc<AtomicU64>,
 ) {
+    let io = Io {
+        commands: &commands,
+        events: &events,
+        cancel_through: &cancel_through,
+    };
     let mut next = Next::Load(config);
     loop {
         next = match next {
-            Next::Load(cfg) => load_and_serve(&cfg, &commands, &events, &cancel_through),
-            Next::Serve(model, cfg, started) => {
-                serve(&model, &cfg, started, &commands, &events, &cancel_through)
-            }
+            Next::Load(cfg) => load_and_serve(&cfg, &io),
+            Next::Serve(model, cfg, started) => serve(&model, &cfg, started, &io),
             Next::Shutdown => break,
         };
     }
@@ -70,15 +74,10 @@ fn load_with_progress(
     )
 }
 
-fn load_and_serve(
-    cfg: &EngineConfig,
-    commands: &mpsc::Receiver<EngineCommand>,
-    events: &EventSender,
-    cancel_through: &Arc<AtomicU64>,
-) -> Next {
+fn load_and_serve(cfg: &EngineConfig, io: &Io<'_>) -> Next {
     let started = Instant::now();
-    let shutdown = Arc::clone(cancel_through);
-    let _ = events.send(EngineEvent::Loading {
+    let shutdown = Arc::clone(io.cancel_through);
+    let _ = io.events.send(EngineEvent::Loading {
         stage: LoadStage::Checking,
         progress: 0.0,
     });
@@ -88,47 +87,42 @@ fn load_and_serve(
             stage: LoadStage::Weights,
             progress,
         },
-        events,
+        io.events,
         // Shutting down (the user quit while a large model loads): abort the load.
         move || shutdown.load(Ordering::SeqCst) != u64::MAX,
     );
     match loaded {
         Ok(model) => {
-            let _ = events.send(EngineEvent::Loading {
+            let _ = io.events.send(EngineEvent::Loading {
                 stage: LoadStage::Context,
                 progress: 1.0,
             });
-            serve(&model, cfg, started, commands, events, cancel_through)
+            serve(&model, cfg, started, io)
         }
-        Err(e) => {
-            let _ = events.send(EngineEvent::LoadFailed(e));
-            serve_without_model(commands, events, cancel_through)
-        }
+        Err(e) => load_failed(e, io),
     }
+}
+
+/// Say why no model serves, then answer every request with `NoModel` until a switch.
+fn load_failed(e: EngineError, io: &Io<'_>) -> Next {
+    let _ = io.events.send(EngineEvent::LoadFailed(e));
+    serve_without_model(io)
 }
 
 /// Load the model `cfg` names beside whatever is loaded now, and check that a context can be
 /// made for it and its template resolved. The caller switches only when this succeeds; on
 /// any failure (or Esc, which cancels request `id`) nothing of the current model is touched.
-fn load_beside(
-    id: RequestId,
-    cfg: &EngineConfig,
-    events: &EventSender,
-    cancel_through: &Arc<AtomicU64>,
-) -> Result<LoadedModel, EngineError> {
-    let flag = Arc::clone(cancel_through);
-    let cancelled = move || flag.load(Ordering::SeqCst) >= id;
+fn load_beside(id: RequestId, cfg: &EngineConfig, io: &Io<'_>) -> Result<LoadedModel, EngineError> {
+    let cancelled = cancel_of(io.cancel_through, id);
+    let keep_going = Arc::clone(&cancelled);
     let loaded = load_with_progress(
         cfg,
         move |progress| EngineEvent::SwitchProgress {
             request_id: id,
             progress,
         },
-        events,
-        {
-            let cancelled = cancelled.clone();
-            move || !cancelled()
-        },
+        io.events,
+        move || !keep_going(),
     );
     if cancelled() {
         return Err(EngineError::Cancelled);
@@ -146,17 +140,12 @@ fn load_beside(
 
 /// Answer a switch request: `Some(next)` to leave the current model for the new one, `None`
 /// (after a `SwitchFailed` event) to stay.
-fn try_switch(
-    id: RequestId,
-    cfg: EngineConfig,
-    events: &EventSender,
-    cancel_through: &Arc<AtomicU64>,
-) -> Option<Next> {
+fn try_switch(id: RequestId, cfg: EngineConfig, io: &Io<'_>) -> Option<Next> {
     let started = Instant::now();
-    match load_beside(id, &cfg, events, cancel_through) {
+    match load_beside(id, &cfg, io) {
         Ok(model) => Some(Next::Serve(Box::new(model), cfg, started)),
         Err(error) => {
-            let _ = events.send(EngineEvent::SwitchFailed {
+            let _ = io.events.send(EngineEvent::SwitchFailed {
                 request_id: id,
                 error,
             });
@@ -165,21 +154,11 @@ fn try_switch(
     }
 }
 
-fn serve(
-    model: &LoadedModel,
-    cfg: &EngineConfig,
-    started: Instant,
-    commands: &mpsc::Receiver<EngineCommand>,
-    events: &EventSender,
-    cancel_through: &Arc<AtomicU64>,
-) -> Next {
+fn serve(model: &LoadedModel, cfg: &EngineConfig, started: Instant, io: &Io<'_>) -> Next {
     // The draft model lives beside the target for as long as it serves.
     let draft = match load_draft(model, cfg) {
         Ok(d) => d,
-        Err(e) => {
-            let _ = events.send(EngineEvent::LoadFailed(e));
-            return serve_without_model(commands, events, cancel_through);
-        }
+        Err(e) => return load_failed(e, io),
     };
     let session = Session::new(model, cfg, started).and_then(|mut s| {
         if let Some(d) = draft.as_ref() {
@@ -196,20 +175,14 @@ fn serve(
     });
     let mut session = match session {
         Ok(s) => s,
-        Err(e) => {
-            let _ = events.send(EngineEvent::LoadFailed(e));
-            return serve_without_model(commands, events, cancel_through);
-        }
+        Err(e) => return load_failed(e, io),
     };
     if cfg.settings.spec.active() {
-        session.set_row_cost(measure_row_cost(model, &cfg.settings));
+        session.row_cost = measure_row_cost(model, &cfg.settings);
     }
-    let _ = events.send(EngineEvent::Ready(Box::new(session.info.clone())));
-    let io = Io {
-        commands,
-        events,
-        cancel_through,
-    };
+    let _ = io
+        .events
+        .send(EngineEvent::Ready(Box::new(session.info.clone())));
     // bench's tg test (`BenchTg`): its context, kept for the next request of the same length.
     let mut tg: Option<(u32, llama::measure::Bencher<'_>)> = None;
     // The reference model answers are scored against, kept for the next answer; the scoring
@@ -221,7 +194,7 @@ fn serve(
         let stretch = serve_with(
             model,
             cfg,
-            &io,
+            io,
             (&mut session, &mut tg),
             reference.as_ref(),
             &mut replay,
@@ -239,7 +212,7 @@ fn serve(
                             | EngineCommand::ScoreText { id, .. },
                         ) = replay.take()
                         {
-                            let _ = events.send(EngineEvent::Failed {
+                            let _ = io.events.send(EngineEvent::Failed {
                                 request_id: id,
                                 error,
                             });
@@ -297,30 +270,37 @@ fn serve_with<'m>(
     } = *io;
     let mut score_cache: Option<super::score::ScoreCache<'_, '_>> = None;
     let mut load_ms = reference.map_or(0.0, |r| r.load_ms);
-    // The kept reference when it is the one at `path`.
-    let kept = |path: &std::path::Path| reference.filter(|r| r.path == path);
     loop {
-        let command = match replay.take() {
-            Some(c) => Ok(c),
-            None => commands.recv(),
+        let command = replay.take().map_or_else(|| commands.recv(), Ok);
+        // A score against another reference than the kept one: load that one, then replay it.
+        let kept = match &command {
+            Ok(
+                EngineCommand::ScoreLast {
+                    reference: path, ..
+                }
+                | EngineCommand::ScoreText {
+                    reference: path, ..
+                },
+            ) => match reference.filter(|r| r.path == *path) {
+                Some(r) => Some(r),
+                None => {
+                    let path = path.clone();
+                    *replay = command.ok();
+                    return Served::Reference(path);
+                }
+            },
+            _ => None,
         };
         match command {
             Ok(EngineCommand::BenchTg { id, n_gen }) => {
                 let result = bench_tg(model, &cfg.settings, tg, n_gen);
-                let _ = events.send(match result {
-                    Ok(sample) => EngineEvent::TgMeasured {
-                        request_id: id,
-                        sample,
-                    },
-                    Err(error) => EngineEvent::Failed {
-                        request_id: id,
-                        error,
-                    },
-                });
+                let _ = events.send(outcome(id, result, |request_id, sample| {
+                    EngineEvent::TgMeasured { request_id, sample }
+                }));
             }
             Ok(EngineCommand::Generate(req)) => {
                 let id = req.id;
-                let result = session.generate(&req, events, cancel_through);
+                let result = session.generate(&req, events, cancel_through).map(Box::new);
                 let _ = events.send(outcome(id, result, |request_id, report| {
                     EngineEvent::Finished { request_id, report }
                 }));
@@ -367,13 +347,7 @@ fn serve_with<'m>(
                 id,
                 reference: path,
             }) => {
-                let Some(r) = kept(&path) else {
-                    *replay = Some(EngineCommand::ScoreLast {
-                        id,
-                        reference: path.clone(),
-                    });
-                    return Served::Reference(path);
-                };
+                let Some(r) = kept else { continue };
                 let cancelled = cancel_of(cancel_through, id);
                 let load_ms = std::mem::take(&mut load_ms);
                 let result = session
@@ -381,7 +355,7 @@ fn serve_with<'m>(
                     .map(|mut score| {
                         score.reference_load_ms = load_ms;
                         r.describe_in(&mut score);
-                        score
+                        Box::new(score)
                     });
                 let _ = events.send(outcome(id, result, |request_id, score| {
                     EngineEvent::Scored { request_id, score }
@@ -394,45 +368,27 @@ fn serve_with<'m>(
                 chunking,
                 passes,
             }) => {
-                let Some(r) = kept(&path) else {
-                    *replay = Some(EngineCommand::ScoreText {
-                        id,
-                        reference: path.clone(),
-                        text,
-                        chunking,
-                        passes,
-                    });
-                    return Served::Reference(path);
-                };
-                let flag = Arc::clone(cancel_through);
-                let cancelled = move || flag.load(Ordering::SeqCst) >= id;
+                let Some(r) = kept else { continue };
+                let cancelled = cancel_of(cancel_through, id);
                 let load_ms = std::mem::take(&mut load_ms);
                 let result = session
-                    .score_text(&r.model, &path, &text, chunking, passes, &cancelled)
+                    .score_text(&r.model, &path, &text, chunking, passes, &*cancelled)
                     .map(|mut score| {
                         score.reference_load_ms = load_ms;
-                        score
+                        Box::new(score)
                     });
                 let _ = events.send(outcome(id, result, |request_id, score| {
                     EngineEvent::Scored { request_id, score }
                 }));
             }
             Ok(EngineCommand::SwitchModel { id, config }) => {
-                if let Some(next) = try_switch(id, config, events, cancel_through) {
+                if let Some(next) = try_switch(id, config, io) {
                     return Served::Leave(next);
                 }
             }
             Ok(EngineCommand::Shutdown) | Err(_) => return Served::Leave(Next::Shutdown),
         }
     }
-}
-
-/// The reference at `path` for scoring, loaded (checked like any model file, on the model's
-/// GPU layers setting) and refused when its vocabulary is not the model's.
-/// A scoring's cancel: the request `id` or a later one was cancelled.
-fn cancel_of(cancel_through: &Arc<AtomicU64>, id: RequestId) -> super::score::Cancel {
-    let flag = Arc::clone(cancel_through);
-    Arc::new(move || flag.load(Ordering::SeqCst) >= id)
 }
 
 impl Reference {
@@ -444,6 +400,8 @@ impl Reference {
     }
 }
 
+/// The reference at `path` for scoring, loaded (checked like any model file, on the model's
+/// GPU layers setting) and refused when its vocabulary is not the model's.
 fn load_reference(
     model: &LoadedModel,
     cfg: &EngineConfig,
@@ -452,7 +410,7 @@ fn load_reference(
     let started = Instant::now();
     let loaded = llama::load_model(path, cfg.settings.n_gpu_layers, |_| true)
         .map_err(|e| EngineError::Reference(Box::new(e)))?;
-    if let Some((id, model_text, reference_text)) = super::spec::vocab_difference(model, &loaded) {
+    if let Some((id, model_text, reference_text)) = vocab_difference(model, &loaded) {
         return Err(EngineError::RefVocabMismatch {
             reference: path.to_path_buf(),
             id,
@@ -495,7 +453,14 @@ fn load_draft(
         |_| true,
     )
     .map_err(wrap)?;
-    check_vocab(target, &draft, path)?;
+    if let Some((id, target_text, draft_text)) = vocab_difference(target, &draft) {
+        return Err(EngineError::VocabMismatch {
+            draft: path.to_path_buf(),
+            id,
+            target_text,
+            draft_text,
+        });
+    }
     if draft.size() >= target.size() {
         tracing::warn!(
             "the draft model ({} bytes of weights) is not smaller than the target ({}): speculation cannot pay",
@@ -525,12 +490,11 @@ fn ab_generate(
     } = *io;
     let id = request.id;
     let started = Instant::now();
-    let flag = Arc::clone(cancel_through);
+    let cancelled = cancel_of(cancel_through, id);
+    let keep_going = Arc::clone(&cancelled);
     // Esc while model B loads aborts the load.
-    let model = llama::load_model(path, cfg.settings.n_gpu_layers, move |_| {
-        flag.load(Ordering::SeqCst) < id
-    });
-    if cancel_through.load(Ordering::SeqCst) >= id {
+    let model = llama::load_model(path, cfg.settings.n_gpu_layers, move |_| !keep_going());
+    if cancelled() {
         return Err(EngineError::Cancelled);
     }
     let model = model?;
@@ -543,10 +507,10 @@ fn ab_generate(
     // template + prefill + first sample, not the load).
     request.submitted_at = Instant::now();
     let turn = session.generate(&request, events, cancel_through)?;
-    let not_scored = if cancel_through.load(Ordering::SeqCst) >= id {
+    let not_scored = if cancelled() {
         Some("not scored: stopped".to_string())
     } else {
-        super::spec::vocab_difference(model_a, &model).map(|(token, a, b)| {
+        vocab_difference(model_a, &model).map(|(token, a, b)| {
             format!(
                 "not scored: B's vocabulary is not A's (token {token} is {b:?} in B, {a:?} in \
                  A), so their distributions cannot be compared"
@@ -565,7 +529,6 @@ fn ab_generate(
         }),
     });
     if scoring {
-        let cancelled = cancel_of(cancel_through, id);
         let score = session
             .score_last(model_a, &cfg.model_path, &mut None, &cancelled)
             .map(Box::new)
@@ -646,83 +609,65 @@ fn measure_row_cost(
     settings: &crate::llama::settings::EngineSettings,
 ) -> Option<f64> {
     let started = Instant::now();
-    match llama::measure::row_cost(model, settings, crate::metrics::spec::ROW_COST_ROWS) {
-        Ok(rc) => {
-            tracing::info!(
-                "row cost for the speculation roofline: one row {:.2} ms, {} rows {:.2} ms, ρ {:?} (measured in {:.0} ms)",
-                rc.one_row_ms,
-                rc.rows,
-                rc.rows_ms,
-                rc.in_passes(),
-                crate::metrics::ms(started.elapsed())
-            );
-            let rho = rc.in_passes();
-            // A planted error for scripts/spec-bench-sweep.sh --check (`plant` builds only).
-            #[cfg(feature = "plant")]
-            let rho = rho.map(|r| r * crate::metrics::planted_factor("row_cost").unwrap_or(1.0));
-            rho
-        }
-        Err(e) => {
-            tracing::warn!("row cost for the speculation roofline not measured: {e}");
-            None
-        }
-    }
+    let rc = llama::measure::row_cost(model, settings, crate::metrics::spec::ROW_COST_ROWS)
+        .inspect_err(|e| tracing::warn!("row cost for the speculation roofline not measured: {e}"))
+        .ok()?;
+    let rho = rc.in_passes();
+    tracing::info!(
+        "row cost for the speculation roofline: one row {:.2} ms, {} rows {:.2} ms, ρ {:?} (measured in {:.0} ms)",
+        rc.one_row_ms,
+        rc.rows,
+        rc.rows_ms,
+        rho,
+        crate::metrics::ms(started.elapsed())
+    );
+    // A planted error for scripts/spec-bench-sweep.sh --check (`plant` builds only).
+    #[cfg(feature = "plant")]
+    let rho = rho.map(|r| r * crate::metrics::planted_factor("row_cost").unwrap_or(1.0));
+    rho
 }
 
-fn serve_without_model(
-    commands: &mpsc::Receiver<EngineCommand>,
-    events: &EventSender,
-    cancel_through: &Arc<AtomicU64>,
-) -> Next {
+fn serve_without_model(io: &Io<'_>) -> Next {
     loop {
-        match commands.recv() {
-            Ok(EngineCommand::Generate(req)) => {
-                let _ = events.send(EngineEvent::Failed {
-                    request_id: req.id,
-                    error: EngineError::NoModel,
-                });
-            }
+        let request_id = match io.commands.recv() {
             Ok(EngineCommand::BatchSweep { id, .. }) => {
-                let _ = events.send(EngineEvent::BatchSweepDone {
+                let _ = io.events.send(EngineEvent::BatchSweepDone {
                     request_id: id,
                     error: Some(EngineError::NoModel),
                 });
+                continue;
             }
-            Ok(EngineCommand::BenchTg { id, .. }) => {
-                let _ = events.send(EngineEvent::Failed {
-                    request_id: id,
-                    error: EngineError::NoModel,
-                });
-            }
-            Ok(EngineCommand::AbGenerate { request, .. }) => {
-                let _ = events.send(EngineEvent::Failed {
-                    request_id: request.id,
-                    error: EngineError::NoModel,
-                });
-            }
-            Ok(EngineCommand::ScoreLast { id, .. } | EngineCommand::ScoreText { id, .. }) => {
-                let _ = events.send(EngineEvent::Failed {
-                    request_id: id,
-                    error: EngineError::NoModel,
-                });
-            }
-            Ok(EngineCommand::SwitchModel { id, config }) => {
-                if let Some(next) = try_switch(id, config, events, cancel_through) {
-                    return next;
-                }
-            }
+            Ok(EngineCommand::SwitchModel { id, config }) => match try_switch(id, config, io) {
+                Some(next) => return next,
+                None => continue,
+            },
             Ok(EngineCommand::Shutdown) | Err(_) => return Next::Shutdown,
-        }
+            Ok(
+                EngineCommand::Generate(GenerateRequest { id, .. })
+                | EngineCommand::AbGenerate {
+                    request: GenerateRequest { id, .. },
+                    ..
+                }
+                | EngineCommand::BenchTg { id, .. }
+                | EngineCommand::ScoreLast { id, .. }
+                | EngineCommand::ScoreText { id, .. },
+            ) => id,
+        };
+        let _ = io.events.send(EngineEvent::Failed {
+            request_id,
+            error: EngineError::NoModel,
+        });
     }
 }
-/// The event that ends a request: `done` with the boxed result, or `Failed`.
+
+/// The event that ends a request: `done` with the result, or `Failed`.
 fn outcome<T>(
-    request_id: super::RequestId,
+    request_id: RequestId,
     result: Result<T, EngineError>,
-    done: impl FnOnce(super::RequestId, Box<T>) -> EngineEvent,
+    done: impl FnOnce(RequestId, T) -> EngineEvent,
 ) -> EngineEvent {
     match result {
-        Ok(report) => done(request_id, Box::new(report)),
+        Ok(report) => done(request_id, report),
         Err(error) => EngineEvent::Failed { request_id, error },
     }
 }

@@ -109,13 +109,20 @@ impl EngineError {
     }
 }
 
+/// A failed llama.cpp decode (or batch, or KV-cache call), with what it said.
+pub(crate) fn decode_error(e: impl std::fmt::Display) -> EngineError {
+    EngineError::Decode(e.to_string())
+}
+
 /// Format llama.cpp's last warnings and errors as a suffix for an error message.
 pub(crate) fn llama_says() -> String {
-    let problems = crate::logging::recent_llama_problems();
-    if problems.is_empty() {
-        String::new()
-    } else {
-        let tail: Vec<_> = problems.iter().rev().take(3).rev().cloned().collect();
-        format!("\n  llama.cpp says: {}", tail.join("\n  llama.cpp says: "))
-    }
+    says(&crate::logging::recent_llama_problems())
+}
+
+/// The last three of `lines`, each as "\n  llama.cpp says: LINE" (empty without lines).
+pub(crate) fn says(lines: &[String]) -> String {
+    let tail = &lines[lines.len().saturating_sub(3)..];
+    tail.iter()
+        .map(|l| format!("\n  llama.cpp says: {l}"))
+        .collect()
 }

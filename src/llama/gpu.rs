@@ -47,10 +47,9 @@ impl GpuStatus {
                 supports,
                 runtime_major,
             } => {
-                let needs = match minimum_driver(*runtime_major) {
-                    Some(series) => format!(", which needs driver {series} or newer"),
-                    None => String::new(),
-                };
+                let needs = minimum_driver(*runtime_major).map_or_else(String::new, |series| {
+                    format!(", which needs driver {series} or newer")
+                });
                 Some(format!(
                     "CUDA build, but the NVIDIA driver {driver} supports CUDA up to {supports} and \
                      this build runs on the CUDA {runtime_major} runtime{needs}: update the driver \
@@ -132,12 +131,9 @@ pub(crate) fn decide(
             };
         }
     }
-    {
-        let hint = match cuda_visible_devices {
-            Some(v) => format!(" (CUDA_VISIBLE_DEVICES={v})"),
-            None => String::new(),
-        };
-        GpuStatus::NoDevice { hint }
+    GpuStatus::NoDevice {
+        hint: cuda_visible_devices
+            .map_or_else(String::new, |v| format!(" (CUDA_VISIBLE_DEVICES={v})")),
     }
 }
 
@@ -147,7 +143,10 @@ pub(crate) fn status() -> GpuStatus {
     static STATUS: std::sync::OnceLock<GpuStatus> = std::sync::OnceLock::new();
     STATUS
         .get_or_init(|| {
-            let devices = super::gpu_device_descriptions();
+            let devices: Vec<String> = super::gpu_devices()
+                .into_iter()
+                .map(|d| d.description)
+                .collect();
             // NVML is asked only where it can change the verdict: a CUDA build without a device.
             let driver = if !CUDA_BUILD || !devices.is_empty() {
                 Driver::Found {
@@ -238,20 +237,14 @@ pub(crate) fn mapped_libraries(maps: &str) -> Vec<MappedLibrary> {
         let Some(path) = line.splitn(6, char::is_whitespace).nth(5).map(str::trim) else {
             continue;
         };
-        if !path.starts_with('/') {
-            continue;
-        }
         let file_name = path.rsplit('/').next().unwrap_or(path);
-        if !PREFIXES.iter().any(|p| file_name.starts_with(p)) || !file_name.contains(".so") {
-            continue;
+        let wanted = PREFIXES.iter().any(|p| file_name.starts_with(p)) && file_name.contains(".so");
+        if path.starts_with('/') && wanted && !seen.iter().any(|m| m.path == path) {
+            seen.push(MappedLibrary {
+                file_name: file_name.to_owned(),
+                path: path.to_owned(),
+            });
         }
-        if seen.iter().any(|m| m.path == path) {
-            continue;
-        }
-        seen.push(MappedLibrary {
-            file_name: file_name.to_owned(),
-            path: path.to_owned(),
-        });
     }
     seen
 }

@@ -14,7 +14,7 @@ use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 
-use super::error::EngineError;
+use super::error::{decode_error, EngineError};
 use super::sampler::HostSampler;
 use super::settings::{EngineSettings, SamplingParams};
 use super::{build_sampler, new_context};
@@ -69,6 +69,17 @@ struct Entry {
     logits: bool,
 }
 
+impl Entry {
+    fn new(token: LlamaToken, pos: u32, seq: u32, logits: bool) -> Self {
+        Self {
+            token,
+            pos: i32::try_from(pos).unwrap_or(i32::MAX),
+            seq: i32::try_from(seq).unwrap_or(0),
+            logits,
+        }
+    }
+}
+
 /// Runs tests on one context.
 pub(crate) struct Bencher<'m> {
     model: &'m LlamaModel,
@@ -82,10 +93,6 @@ pub(crate) struct Bencher<'m> {
     pos: i32,
     /// The step profiler watching the context, and its rate (`bench --profile`).
     profiler: Option<(std::sync::Arc<super::profile::StepProfiler>, u32)>,
-}
-
-fn decode_error(e: impl std::fmt::Display) -> EngineError {
-    EngineError::Decode(e.to_string())
 }
 
 impl<'m> Bencher<'m> {
@@ -123,10 +130,7 @@ impl<'m> Bencher<'m> {
 
     /// llama-bench's first token of a prompt or generation: BOS when the vocabulary adds one.
     fn first_token(&mut self) -> LlamaToken {
-        match self.bos {
-            Some(bos) => bos,
-            None => self.random_token(),
-        }
+        self.bos.unwrap_or_else(|| self.random_token())
     }
 
     fn clear(&mut self) {
@@ -228,12 +232,7 @@ impl<'m> Bencher<'m> {
         let (p, n) = test.lengths();
         if let TestSpec::Batch { sequences, .. } = *test {
             let entries: Vec<Entry> = (0..sequences)
-                .map(|seq| Entry {
-                    token: self.random_token(),
-                    pos: 0,
-                    seq: i32::try_from(seq).unwrap_or(0),
-                    logits: true,
-                })
+                .map(|seq| Entry::new(self.random_token(), 0, seq, true))
                 .collect();
             self.decode_entries(&entries, |_, _| {})?;
         } else {
@@ -358,7 +357,7 @@ impl<'m> Bencher<'m> {
             })
             .collect();
         let mut next: Vec<LlamaToken> = (0..sequences).map(|_| self.first_token()).collect();
-        let prompts = self.batch_prompts(sequences, n_prompt);
+        let prompts = self.prompts(sequences, n_prompt, false);
         let start = Instant::now();
         let prefill = self.decode_entries(&prompts, |ctx, chunk| {
             sample_chunk(ctx, chunk, &mut samplers, &mut next)
@@ -367,16 +366,9 @@ impl<'m> Bencher<'m> {
         let mut decode = Duration::ZERO;
         let mut decoded = 0u64;
         for step in 0..n_gen {
-            let pos = i32::try_from(n_prompt + step).unwrap_or(i32::MAX);
-            let entries: Vec<Entry> = next
-                .iter()
-                .enumerate()
-                .map(|(seq, token)| Entry {
-                    token: *token,
-                    pos,
-                    seq: i32::try_from(seq).unwrap_or(0),
-                    logits: true,
-                })
+            let entries: Vec<Entry> = (0..sequences)
+                .zip(&next)
+                .map(|(seq, &token)| Entry::new(token, n_prompt + step, seq, true))
                 .collect();
             decode += self.decode_entries(&entries, |ctx, chunk| {
                 sample_chunk(ctx, chunk, &mut samplers, &mut next)
@@ -399,11 +391,6 @@ impl<'m> Bencher<'m> {
         })
     }
 
-    /// Every sequence's prompt, one after the other, logits for each one's last token.
-    fn batch_prompts(&mut self, sequences: u32, n_prompt: u32) -> Vec<Entry> {
-        self.prompts(sequences, n_prompt, false)
-    }
-
     /// Every sequence's prompt of random tokens (BOS first when the vocabulary wants one), one
     /// after the other, with logits for each one's last token or, `every_row`, for all.
     fn prompts(&mut self, sequences: u32, n_prompt: u32, every_row: bool) -> Vec<Entry> {
@@ -415,12 +402,12 @@ impl<'m> Bencher<'m> {
                 } else {
                     self.random_token()
                 };
-                entries.push(Entry {
+                entries.push(Entry::new(
                     token,
-                    pos: i32::try_from(pos).unwrap_or(i32::MAX),
-                    seq: i32::try_from(seq).unwrap_or(0),
-                    logits: every_row || pos + 1 == n_prompt,
-                });
+                    pos,
+                    seq,
+                    every_row || pos + 1 == n_prompt,
+                ));
             }
         }
         entries
@@ -485,7 +472,6 @@ fn gaps(ends: &[Instant]) -> Vec<Duration> {
     ends.windows(2).map(|w| w[1].duration_since(w[0])).collect()
 }
 
-/// One measurement.
 /// How a tg step chooses the next token.
 pub(crate) enum Pick<'s> {
     /// A random token (llama-bench's tg: no sampling).

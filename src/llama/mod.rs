@@ -61,11 +61,6 @@ fn read_system_info() -> String {
         .to_string()
 }
 
-/// The descriptions of ggml's GPU devices (empty on a CPU-only build or machine).
-pub(crate) fn gpu_device_descriptions() -> Vec<String> {
-    gpu_devices().into_iter().map(|d| d.description).collect()
-}
-
 /// One of ggml's GPU devices.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct GpuDevice {
@@ -84,19 +79,19 @@ pub(crate) fn gpu_devices() -> Vec<GpuDevice> {
     }
     llama_cpp_2::list_llama_ggml_backend_devices()
         .into_iter()
-        .filter(|d| {
-            matches!(
-                d.device_type,
-                llama_cpp_2::LlamaBackendDeviceType::Gpu
-                    | llama_cpp_2::LlamaBackendDeviceType::IntegratedGpu
-            )
-        })
+        .filter(is_gpu)
         .map(|d| GpuDevice {
             name: d.name,
             description: d.description,
             bus_id: d.device_id,
         })
         .collect()
+}
+
+/// Whether ggml's device is a GPU (discrete or integrated).
+fn is_gpu(d: &llama_cpp_2::LlamaBackendDevice) -> bool {
+    use llama_cpp_2::LlamaBackendDeviceType::{Gpu, IntegratedGpu};
+    matches!(d.device_type, Gpu | IntegratedGpu)
 }
 
 /// llama.cpp's backend, initialised once per process and shared by every engine and by the
@@ -186,18 +181,13 @@ pub(crate) fn placed_layers(
             }
             split
         }
-        None if has_gpu => LayerSplit::of(n_layer, requested),
-        None => LayerSplit::of(n_layer, 0),
+        None => LayerSplit::of(n_layer, if has_gpu { requested } else { 0 }),
     }
 }
 
 /// Layers to offload: all of them by default when built with CUDA, none on the CPU build.
 pub(crate) fn requested_gpu_layers(setting: Option<u32>) -> u32 {
-    match setting {
-        Some(n) => n,
-        None if cfg!(any(feature = "cuda", feature = "cuda-dl")) => u32::MAX,
-        None => 0,
-    }
+    setting.unwrap_or(if gpu::CUDA_BUILD { u32::MAX } else { 0 })
 }
 
 /// Load a model after the pre-flight checks; `on_progress` gets llama.cpp's 0..=1 progress
@@ -207,13 +197,7 @@ pub fn load_model(
     n_gpu_layers: Option<u32>,
     on_progress: impl FnMut(f32) -> bool + 'static,
 ) -> Result<LoadedModel, EngineError> {
-    load_model_placed(
-        path,
-        n_gpu_layers,
-        &placement::Placement::default(),
-        false,
-        on_progress,
-    )
+    load_model_placed(path, n_gpu_layers, &Default::default(), false, on_progress)
 }
 
 /// [`load_model`] for batch-invariant kernels (see [`invariant`]): the weights in their file
@@ -224,13 +208,7 @@ pub fn load_model_batch_invariant(
     on_progress: impl FnMut(f32) -> bool + 'static,
 ) -> Result<LoadedModel, EngineError> {
     invariant::disable_tiled_matmul();
-    load_model_placed(
-        path,
-        n_gpu_layers,
-        &placement::Placement::default(),
-        true,
-        on_progress,
-    )
+    load_model_placed(path, n_gpu_layers, &Default::default(), true, on_progress)
 }
 
 /// [`load_model`] with a multi-GPU placement (split mode, main GPU, device set); with
@@ -372,13 +350,7 @@ pub(crate) fn describe(
     let devices = llama_cpp_2::list_llama_ggml_backend_devices();
     let gpu_backend = devices
         .iter()
-        .find(|d| {
-            matches!(
-                d.device_type,
-                llama_cpp_2::LlamaBackendDeviceType::Gpu
-                    | llama_cpp_2::LlamaBackendDeviceType::IntegratedGpu
-            )
-        })
+        .find(|d| is_gpu(d))
         .map(|d| d.backend.clone());
     let header = crate::gguf::read_metadata(path).ok();
     let n_layer = model.n_layer();
@@ -420,9 +392,14 @@ pub(crate) fn describe(
         threads: settings.threads,
         // A CUDA build without a GPU says so wherever the backend is shown (status bar, bench
         // rows, stamps); a CPU build stays plain "CPU".
-        backend: gpu_backend.unwrap_or_else(|| match gpu::no_gpu_note() {
-            Some(_) => "CPU (CUDA build, no GPU)".to_string(),
-            None => "CPU".to_string(),
+        backend: gpu_backend.unwrap_or_else(|| {
+            let cuda_build = gpu::no_gpu_note().is_some();
+            if cuda_build {
+                "CPU (CUDA build, no GPU)"
+            } else {
+                "CPU"
+            }
+            .to_string()
         }),
         devices: devices
             .iter()

@@ -80,9 +80,7 @@ impl ModelInfo {
             .as_ref()
             .map(|w| crate::metrics::roofline::bytes_per_token(w, self.kv_shape.as_ref(), depth))
     }
-}
 
-impl ModelInfo {
     /// The label shown wherever a synthetic model's results appear.
     pub const SYNTHETIC_LABEL: &'static str = "synthetic weights — speed only, text is noise";
 }
@@ -92,18 +90,14 @@ pub(crate) const TRUST_MODEL_ENV: &str = "TOKSCOPE_TRUST_MODEL";
 
 /// Check a model path before handing it to llama.cpp.
 pub fn check_model_file(path: &Path) -> Result<u64, EngineError> {
-    let meta = match std::fs::metadata(path) {
-        Ok(m) => m,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(EngineError::ModelNotFound(path.to_path_buf()))
-        }
-        Err(e) => {
-            return Err(EngineError::ModelUnreadable {
-                path: path.to_path_buf(),
-                reason: e.to_string(),
-            })
-        }
+    let unreadable = |e: std::io::Error| EngineError::ModelUnreadable {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
     };
+    let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => EngineError::ModelNotFound(path.to_path_buf()),
+        _ => unreadable(e),
+    })?;
     if meta.is_dir() {
         return Err(EngineError::ModelIsDirectory(path.to_path_buf()));
     }
@@ -111,16 +105,9 @@ pub fn check_model_file(path: &Path) -> Result<u64, EngineError> {
         return Err(EngineError::ModelEmpty(path.to_path_buf()));
     }
     let mut magic = [0u8; 4];
-    let mut file = File::open(path).map_err(|e| EngineError::ModelUnreadable {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    })?;
-    let read = file
-        .read(&mut magic)
-        .map_err(|e| EngineError::ModelUnreadable {
-            path: path.to_path_buf(),
-            reason: e.to_string(),
-        })?;
+    let read = File::open(path)
+        .and_then(|mut f| f.read(&mut magic))
+        .map_err(unreadable)?;
     if read < 4 || &magic != b"GGUF" {
         return Err(EngineError::NotGguf {
             path: path.to_path_buf(),
@@ -130,15 +117,10 @@ pub fn check_model_file(path: &Path) -> Result<u64, EngineError> {
             ),
         });
     }
-    let header = match crate::gguf::read_metadata(path) {
-        Ok(h) => h,
-        Err(e) => {
-            return Err(EngineError::NotGguf {
-                path: path.to_path_buf(),
-                reason: format!("its header is damaged: {e}"),
-            })
-        }
-    };
+    let header = crate::gguf::read_metadata(path).map_err(|e| EngineError::NotGguf {
+        path: path.to_path_buf(),
+        reason: format!("its header is damaged: {e}"),
+    })?;
     // What llama.cpp would abort on (instead of returning an error) is refused here, unless
     // the user vouches for the file (a check that wrongly refuses a good model must not lock
     // it out; the child-process probe still stands between llama.cpp and the session).

@@ -44,7 +44,7 @@ use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::sampling::LlamaSampler;
 
-use super::error::EngineError;
+use super::error::{decode_error, EngineError};
 
 /// The hidden subcommand the child runs.
 pub const PROBE_SUBCOMMAND: &str = "__probe-model";
@@ -346,30 +346,19 @@ fn last_words(stderr: &[u8]) -> String {
         .map(str::trim)
         .filter(|l| !l.is_empty())
         .map(|l| {
-            let clean: String = l
+            let unsafe_char = |c: char| c.is_control() || crate::text::is_unsafe(c);
+            let mut clean: String = l
                 .chars()
-                .map(|c| {
-                    if c.is_control() || crate::text::is_unsafe(c) {
-                        '?'
-                    } else {
-                        c
-                    }
-                })
+                .take(300)
+                .map(|c| if unsafe_char(c) { '?' } else { c })
                 .collect();
-            if clean.chars().count() > 300 {
-                let cut: String = clean.chars().take(300).collect();
-                format!("{cut}…")
-            } else {
-                clean
+            if l.chars().count() > 300 {
+                clean.push('…');
             }
+            clean
         })
         .collect();
-    let tail = &lines[lines.len().saturating_sub(3)..];
-    if tail.is_empty() {
-        String::new()
-    } else {
-        format!("\n  llama.cpp says: {}", tail.join("\n  llama.cpp says: "))
-    }
+    super::error::says(&lines)
 }
 
 /// The child's side (`tokscope __probe-model FILE`): load the file on the CPU, tokenize the
@@ -405,13 +394,10 @@ fn die_with_parent() -> bool {
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
         libc::getppid()
     };
-    match std::env::var(PROBE_PARENT_ENV)
-        .ok()
+    let expected = std::env::var(PROBE_PARENT_ENV).ok();
+    expected
         .and_then(|p| p.parse::<libc::pid_t>().ok())
-    {
-        Some(expected) => parent == expected,
-        None => true,
-    }
+        .is_none_or(|expected| parent == expected)
 }
 
 /// Whether this build's CPU backend has ggml's AMX kernels (llama.cpp's system info says
@@ -458,19 +444,18 @@ fn child_probe(path: &Path) -> Result<(), EngineError> {
                 n_ctx: 128,
                 llama_says: format!(": {e}"),
             })?;
-    let decode = |e: &dyn std::fmt::Display| EngineError::Decode(e.to_string());
     let mut batch = LlamaBatch::new(128, 1);
     let take = n as usize;
     for (i, t) in tokens.iter().take(take).enumerate() {
         let pos = i32::try_from(i).unwrap_or(0);
         batch
             .add(*t, pos, &[0], i + 1 == take.min(tokens.len()))
-            .map_err(|e| decode(&e))?;
+            .map_err(decode_error)?;
     }
     if tokens.is_empty() {
         return Ok(());
     }
-    ctx.decode(&mut batch).map_err(|e| decode(&e))?;
+    ctx.decode(&mut batch).map_err(decode_error)?;
     // Greedy decoding never trips on NaN (it never wins), but the default sampler's chain
     // aborts on a row without a finite logit: refuse such a model here.
     if !ctx
@@ -486,8 +471,8 @@ fn child_probe(path: &Path) -> Result<(), EngineError> {
     batch.clear();
     batch
         .add(next, i32::try_from(take).unwrap_or(0), &[0], true)
-        .map_err(|e| decode(&e))?;
-    ctx.decode(&mut batch).map_err(|e| decode(&e))?;
+        .map_err(decode_error)?;
+    ctx.decode(&mut batch).map_err(decode_error)?;
     let _ = sampler.sample(&ctx, 0);
     Ok(())
 }

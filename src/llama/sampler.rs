@@ -92,31 +92,23 @@ pub fn choose_place(
     } else {
         None
     };
-    match (mode, blocker) {
-        (SamplingMode::Host, _) => Ok(SamplingPlace {
-            backend: false,
-            why: "--sampling host",
-        }),
-        (SamplingMode::Auto, Some((why, _))) => Ok(SamplingPlace {
-            backend: false,
-            why,
-        }),
-        (SamplingMode::Auto, None) if output_on_gpu => Ok(SamplingPlace {
-            backend: true,
-            why: "auto: the output layer is on the GPU and every sampler of the chain runs there",
-        }),
-        (SamplingMode::Auto, None) => Ok(SamplingPlace {
-            backend: false,
-            why: "auto: the output layer is on the CPU, where sampling in the graph is slower than on the host",
-        }),
-        (SamplingMode::Backend, None) => Ok(SamplingPlace {
-            backend: true,
-            why: "--sampling backend",
-        }),
+    let (backend, why) = match (mode, blocker) {
+        (SamplingMode::Host, _) => (false, "--sampling host"),
+        (SamplingMode::Auto, Some((why, _))) => (false, why),
+        (SamplingMode::Auto, None) if output_on_gpu => (
+            true,
+            "auto: the output layer is on the GPU and every sampler of the chain runs there",
+        ),
+        (SamplingMode::Auto, None) => (
+            false,
+            "auto: the output layer is on the CPU, where sampling in the graph is slower than on the host",
+        ),
+        (SamplingMode::Backend, None) => (true, "--sampling backend"),
         (SamplingMode::Backend, Some((why, setting))) => {
-            Err(EngineError::BackendSampling(format!("{setting}: {why}")))
+            return Err(EngineError::BackendSampling(format!("{setting}: {why}")))
         }
-    }
+    };
+    Ok(SamplingPlace { backend, why })
 }
 
 /// The chain llama.cpp runs inside the graph for `p`: the host chain's samplers in the host
@@ -175,16 +167,9 @@ impl HostPath {
 /// The logits row gave no distribution to sample from: every candidate was NaN or infinite
 /// (a broken file, an overflowing cache type). llama.cpp's chain would abort the process on it
 /// (`GGML_ASSERT(cur_p->size > 0)`); the sampler refuses it instead.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("no finite logit to sample from (NaN or infinite logits)")]
 pub struct NonFinite;
-
-impl std::fmt::Display for NonFinite {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("no finite logit to sample from (NaN or infinite logits)")
-    }
-}
-
-impl std::error::Error for NonFinite {}
 
 /// A sampler for one generation: its chain state (the seeded RNG) and its reused buffers.
 pub struct HostSampler {
@@ -287,16 +272,11 @@ impl HostSampler {
         if let Some(chain) = self.chain.as_mut() {
             self.candidates.apply_sampler(chain);
         }
-        match self.candidates.selected_token() {
-            Some(t) => t,
-            // A chain always ends in a draw that selects; should it not, the best candidate.
-            None => self
-                .candidates
-                .data
-                .first()
-                .map(|d| d.id())
-                .unwrap_or(LlamaToken(0)),
-        }
+        // A chain always ends in a draw that selects; should it not, the best candidate.
+        let best = |c: &LlamaTokenDataArray| c.data.first().map_or(LlamaToken(0), |d| d.id());
+        self.candidates
+            .selected_token()
+            .unwrap_or_else(|| best(&self.candidates))
     }
 }
 

@@ -74,32 +74,38 @@ pub enum SamplingMode {
     Host,
 }
 
-impl SamplingMode {
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            SamplingMode::Auto => "auto",
-            SamplingMode::Backend => "backend",
-            SamplingMode::Host => "host",
+/// A settings enum's `name()`, and its `FromStr` (trimmed, any case) from the same table: each
+/// variant's name and the other spellings it is parsed from; `$err` says why any other text
+/// (`{other}`) is refused.
+macro_rules! named_setting {
+    ($t:ident { $($v:ident => $name:literal $(| $alias:literal)*),+ $(,)? }, $err:literal) => {
+        impl $t {
+            pub(crate) fn name(self) -> &'static str {
+                match self {
+                    $($t::$v => $name,)+
+                }
+            }
         }
-    }
+
+        impl FromStr for $t {
+            type Err = String;
+
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                match s.trim().to_ascii_lowercase().as_str() {
+                    $($name $(| $alias)* => Ok($t::$v),)+
+                    other => Err(format!($err, other = other)),
+                }
+            }
+        }
+
+        shown_by_name!($t);
+    };
 }
 
-impl FromStr for SamplingMode {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "auto" => Ok(SamplingMode::Auto),
-            "backend" => Ok(SamplingMode::Backend),
-            "host" => Ok(SamplingMode::Host),
-            other => Err(format!(
-                "unknown sampling place `{other}` (auto, backend, host)"
-            )),
-        }
-    }
-}
-
-shown_by_name!(SamplingMode);
+named_setting!(
+    SamplingMode { Auto => "auto", Backend => "backend", Host => "host" },
+    "unknown sampling place `{other}` (auto, backend, host)"
+);
 
 /// Which guesser proposes tokens for the target model to verify.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -113,32 +119,10 @@ pub enum SpecMode {
     Draft,
 }
 
-impl SpecMode {
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            SpecMode::Off => "off",
-            SpecMode::Ngram => "ngram",
-            SpecMode::Draft => "draft",
-        }
-    }
-}
-
-impl FromStr for SpecMode {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "off" | "none" => Ok(SpecMode::Off),
-            "ngram" | "lookup" => Ok(SpecMode::Ngram),
-            "draft" => Ok(SpecMode::Draft),
-            other => Err(format!(
-                "unknown speculation mode `{other}` (off, ngram, draft; --draft FILE picks draft)"
-            )),
-        }
-    }
-}
-
-shown_by_name!(SpecMode);
+named_setting!(
+    SpecMode { Off => "off" | "none", Ngram => "ngram" | "lookup", Draft => "draft" },
+    "unknown speculation mode `{other}` (off, ngram, draft; --draft FILE picks draft)"
+);
 
 /// Speculative decoding's settings (llama.cpp's `--draft-*` flags and prompt lookup).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -207,15 +191,12 @@ pub enum FlashAttn {
     Off,
 }
 
-impl FlashAttn {
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            FlashAttn::Auto => "auto",
-            FlashAttn::On => "on",
-            FlashAttn::Off => "off",
-        }
-    }
+named_setting!(
+    FlashAttn { Auto => "auto" | "-1", On => "on" | "1" | "true", Off => "off" | "0" | "false" },
+    "unknown flash-attention setting `{other}` (auto, on/1, off/0)"
+);
 
+impl FlashAttn {
     pub(crate) fn to_llama(self) -> llama_cpp_sys_2::llama_flash_attn_type {
         match self {
             FlashAttn::Auto => llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_AUTO,
@@ -224,23 +205,6 @@ impl FlashAttn {
         }
     }
 }
-
-impl FromStr for FlashAttn {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "auto" | "-1" => Ok(FlashAttn::Auto),
-            "on" | "1" | "true" => Ok(FlashAttn::On),
-            "off" | "0" | "false" => Ok(FlashAttn::Off),
-            other => Err(format!(
-                "unknown flash-attention setting `{other}` (auto, on/1, off/0)"
-            )),
-        }
-    }
-}
-
-shown_by_name!(FlashAttn);
 
 /// How the prompt is built from the conversation.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -284,13 +248,13 @@ impl FromStr for TemplateChoice {
 
 impl fmt::Display for TemplateChoice {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Auto => f.write_str("auto"),
-            Self::Model => f.write_str("model"),
-            Self::Architecture => f.write_str("arch"),
-            Self::Completion => f.write_str("completion"),
-            Self::Named(n) => f.write_str(n),
-        }
+        f.write_str(match self {
+            Self::Auto => "auto",
+            Self::Model => "model",
+            Self::Architecture => "arch",
+            Self::Completion => "completion",
+            Self::Named(n) => n,
+        })
     }
 }
 
