@@ -80,16 +80,14 @@ impl GpuTelemetry {
     /// Loads NVML: the driver's `libnvidia-ml.so.1` (what the driver installs), else the
     /// unversioned name (development installs).
     pub(crate) fn open() -> Result<Self, GpuTelemetryError> {
-        let first = Nvml::builder()
+        let nvml = match Nvml::builder()
             .lib_path(OsStr::new("libnvidia-ml.so.1"))
-            .init();
-        match first {
-            Ok(nvml) => Ok(Self { nvml }),
-            Err(NvmlError::LibloadingError(_)) => {
-                Nvml::init().map(|nvml| Self { nvml }).map_err(classify)
-            }
-            Err(e) => Err(classify(e)),
-        }
+            .init()
+        {
+            Err(NvmlError::LibloadingError(_)) => Nvml::init(),
+            first => first,
+        };
+        nvml.map(|nvml| Self { nvml }).map_err(classify)
     }
 
     pub(crate) fn driver(&self) -> DriverInfo {
@@ -113,15 +111,15 @@ impl GpuTelemetry {
                 let memory = dev.memory_info().ok();
                 let utilization = dev.utilization_rates().ok();
                 let vram_process_bytes = dev.running_compute_processes().ok().and_then(|procs| {
-                    let mine: Vec<u64> = procs
+                    // The sum of this process's entries; `None` when it has none.
+                    procs
                         .iter()
                         .filter(|p| p.pid == pid)
                         .filter_map(|p| match p.used_gpu_memory {
                             UsedGpuMemory::Used(b) => Some(b),
                             UsedGpuMemory::Unavailable => None,
                         })
-                        .collect();
-                    (!mine.is_empty()).then(|| mine.iter().sum())
+                        .reduce(|a, b| a + b)
                 });
                 Some(GpuSample {
                     index,
