@@ -93,7 +93,7 @@ pub(crate) fn complete(head: &str, prefix: &str, entries: &[Candidate]) -> Compl
         .filter(|c| c.name.starts_with(prefix))
         // Hidden entries only when asked for with a leading dot.
         .filter(|c| prefix.starts_with('.') || !c.name.starts_with('.'))
-        .filter(|c| c.is_dir || is_gguf(&c.name))
+        .filter(|c| c.is_dir || crate::discover::has_gguf_extension(Path::new(&c.name)))
         .collect();
     hits.sort_by(|a, b| a.name.cmp(&b.name));
     let shown = |c: &Candidate| {
@@ -129,14 +129,8 @@ pub(crate) fn complete(head: &str, prefix: &str, entries: &[Candidate]) -> Compl
     }
 }
 
-fn is_gguf(name: &str) -> bool {
-    Path::new(name)
-        .extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
-}
-
-/// The longest common prefix of two names, on a char boundary.
-fn common_prefix<'a>(a: &'a str, b: &str) -> &'a str {
+/// The longest common prefix of two strings, on a char boundary.
+pub(super) fn common_prefix<'a>(a: &'a str, b: &str) -> &'a str {
     let end = a
         .char_indices()
         .zip(b.chars())

@@ -119,7 +119,11 @@ impl App {
             "/ref" => return self.ref_command(arg),
             "/new" => return self.new_conversation(now),
             "/copy" => return self.copy(arg),
-            "/help" => self.help_command(),
+            // The help opens at its top, returning to the chat.
+            "/help" => {
+                self.mode = Mode::Chat;
+                self.open_help();
+            }
             "/quit" | "/exit" => return self.quit(),
             other => self.notice(
                 NoticeKind::Error,
@@ -193,24 +197,18 @@ impl App {
             );
             return;
         }
-        if arg == "-1" {
-            // llama.cpp's -1: a random seed. This one is drawn here and shown, so that the
-            // turn can be repeated (it is saved with the turn, as every seed is).
-            let v = crate::ids::random_u32();
-            self.sampling.seed = v;
-            self.notice(NoticeKind::Info, format!("seed {v} (random)"));
-            return;
-        }
-        match arg.parse::<u32>() {
-            Ok(v) => {
-                self.sampling.seed = v;
-                self.notice(NoticeKind::Info, format!("seed {v}"));
+        // llama.cpp's -1: a random seed. This one is drawn here and shown, so that the turn can
+        // be repeated (it is saved with the turn, as every seed is).
+        let (v, how) = match arg.parse::<u32>() {
+            _ if arg == "-1" => (crate::ids::random_u32(), " (random)"),
+            Ok(v) => (v, ""),
+            Err(_) => {
+                let text = "/seed needs a whole number, or -1 for a random one";
+                return self.notice(NoticeKind::Error, text);
             }
-            Err(_) => self.notice(
-                NoticeKind::Error,
-                "/seed needs a whole number, or -1 for a random one",
-            ),
-        }
+        };
+        self.sampling.seed = v;
+        self.notice(NoticeKind::Info, format!("seed {v}{how}"));
     }
 
     /// `/settings`: every sampling setting, the token limit and whether a system prompt is set,
@@ -233,28 +231,19 @@ impl App {
     /// `/export md|json [PATH]`: the effect that writes the conversation, or the usage.
     fn export_command(&mut self, arg: &str, now: Now) -> Vec<Effect> {
         let mut parts = arg.splitn(2, char::is_whitespace);
-        let format = match parts.next() {
-            Some("md") | Some("markdown") => Some(ExportFormat::Markdown),
-            Some("json") => Some(ExportFormat::Json),
-            _ => None,
-        };
-        let path = parts.next().map(str::trim).filter(|p| !p.is_empty());
-        let Some(format) = format else {
-            self.notice(NoticeKind::Error, "usage: /export md|json [PATH]");
-            return Vec::new();
+        let (format, ext) = match parts.next() {
+            Some("md") | Some("markdown") => (ExportFormat::Markdown, "md"),
+            Some("json") => (ExportFormat::Json, "json"),
+            _ => {
+                self.notice(NoticeKind::Error, "usage: /export md|json [PATH]");
+                return Vec::new();
+            }
         };
         // Without a path: a file named after the conversation, in the folder tokscope was
         // started in (the notice after the write says where).
-        let path = match path {
+        let path = match parts.next().map(str::trim).filter(|p| !p.is_empty()) {
             Some(p) => crate::config::expand_home(std::path::Path::new(p)),
-            None => std::path::PathBuf::from(format!(
-                "tokscope-{}.{}",
-                self.conversation.id,
-                match format {
-                    ExportFormat::Markdown => "md",
-                    ExportFormat::Json => "json",
-                }
-            )),
+            None => format!("tokscope-{}.{ext}", self.conversation.id).into(),
         };
         vec![Effect::Export {
             format,
@@ -280,14 +269,6 @@ impl App {
             return Vec::new();
         }
         vec![Effect::WriteTrace { path, turns }]
-    }
-
-    /// `/help`: opens the help screen at its top, returning to the chat.
-    fn help_command(&mut self) {
-        self.help_return = Mode::Chat;
-        self.help_scroll = 0;
-        self.help_from_end = None;
-        self.mode = Mode::Help;
     }
 }
 
