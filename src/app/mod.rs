@@ -347,6 +347,12 @@ impl App {
         });
     }
 
+    /// A notice, and nothing for the loop to do.
+    fn notice_only(&mut self, kind: NoticeKind, text: impl Into<String>) -> Vec<Effect> {
+        self.notice(kind, text);
+        Vec::new()
+    }
+
     pub(crate) fn is_generating(&self) -> bool {
         self.conversation.active().is_some()
     }
@@ -401,18 +407,16 @@ impl App {
             return self.slash_command(line.trim(), now);
         }
         if self.is_generating() {
-            self.notice(
+            return self.notice_only(
                 NoticeKind::Warning,
                 "an answer is still streaming: Esc stops it",
             );
-            return Vec::new();
         }
         if let EngineStatus::Failed(_) = self.engine {
-            self.notice(
+            return self.notice_only(
                 NoticeKind::Warning,
                 "no model is loaded: /model PATH (or Ctrl+O) loads one; the message is kept",
             );
-            return Vec::new();
         }
         if self.engine != EngineStatus::Ready || self.switching.is_some() {
             let what = match &self.switching {
@@ -420,11 +424,10 @@ impl App {
                 None => "the model is loading".to_owned(),
             };
             self.send_when_ready = true;
-            self.notice(
+            return self.notice_only(
                 NoticeKind::Info,
                 format!("{what}: the message is sent as soon as it is ready (Esc keeps it here)"),
             );
-            return Vec::new();
         }
         let mut text = self.input.take();
         if escaped {
@@ -467,8 +470,7 @@ impl App {
             return Vec::new();
         }
         let Some(last) = self.conversation.exchanges.last_mut() else {
-            self.notice(NoticeKind::Info, "nothing to regenerate yet");
-            return Vec::new();
+            return self.notice_only(NoticeKind::Info, "nothing to regenerate yet");
         };
         last.assistant = None;
         // A new seed, so that sampling can give a different answer (shown, so it can be

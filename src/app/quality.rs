@@ -156,11 +156,10 @@ impl App {
     /// token's own confidence from the next answer on, and those answers take its colours.
     pub(super) fn toggle_quality_colours(&mut self) -> Vec<Effect> {
         if !self.quality_colours && crate::remote::is_url(&self.model_path) {
-            self.notice(
+            return self.notice_only(
                 NoticeKind::Error,
                 "token colours need a local model's logits (a server sends none): chat -m MODEL.gguf",
             );
-            return Vec::new();
         }
         self.quality_colours = !self.quality_colours;
         let effects = self.sync_confidence();
@@ -199,8 +198,7 @@ impl App {
                     ),
                     None => "no reference: /ref PATH scores each answer against another file of the same model (its F16 or Q8_0)".to_string(),
                 };
-                self.notice(NoticeKind::Info, text);
-                Vec::new()
+                self.notice_only(NoticeKind::Info, text)
             }
             "off" | "--off" => {
                 let mut effects = self.stop_scoring("stopped: /ref off");
@@ -209,13 +207,10 @@ impl App {
                 self.notice(NoticeKind::Info, "scoring is off");
                 effects
             }
-            _ if crate::remote::is_url(&self.model_path) => {
-                self.notice(
-                    NoticeKind::Error,
-                    "/ref scores a local model's answers (a server sends no full distributions)",
-                );
-                Vec::new()
-            }
+            _ if crate::remote::is_url(&self.model_path) => self.notice_only(
+                NoticeKind::Error,
+                "/ref scores a local model's answers (a server sends no full distributions)",
+            ),
             path => {
                 let path: PathBuf = crate::config::expand_home(std::path::Path::new(path));
                 let mut effects = self.stop_scoring("stopped: the reference changed");

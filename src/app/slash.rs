@@ -154,14 +154,12 @@ impl App {
         } else {
             "; the next answer re-reads the whole conversation with it (its prefill is longer)"
         };
-        self.notice(
-            NoticeKind::Info,
-            if clear {
-                format!("system prompt cleared{reread}")
-            } else {
-                format!("system prompt set, from the next answer on{reread}")
-            },
-        );
+        let done = if clear {
+            "system prompt cleared"
+        } else {
+            "system prompt set, from the next answer on"
+        };
+        self.notice(NoticeKind::Info, format!("{done}{reread}"));
     }
 
     /// A number setting typed as `/cmd [VALUE]`: shown (with `usage`) when typed without a
@@ -235,8 +233,7 @@ impl App {
             Some("md") | Some("markdown") => (ExportFormat::Markdown, "md"),
             Some("json") => (ExportFormat::Json, "json"),
             _ => {
-                self.notice(NoticeKind::Error, "usage: /export md|json [PATH]");
-                return Vec::new();
+                return self.notice_only(NoticeKind::Error, "usage: /export md|json [PATH]");
             }
         };
         // Without a path: a file named after the conversation, in the folder tokscope was
@@ -262,11 +259,10 @@ impl App {
         };
         let turns = self.traced_turns();
         if turns.is_empty() {
-            self.notice(
+            return self.notice_only(
                 NoticeKind::Error,
                 "nothing to trace yet: the trace covers the answers of this session (send a message first)",
             );
-            return Vec::new();
         }
         vec![Effect::WriteTrace { path, turns }]
     }

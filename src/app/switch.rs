@@ -26,8 +26,7 @@ impl App {
                 "{} is still loading: wait for it, or Esc to cancel",
                 s.path.display()
             );
-            self.notice(NoticeKind::Warning, text);
-            return Vec::new();
+            return self.notice_only(NoticeKind::Warning, text);
         }
         let mut effects = self.cancel_active();
         effects.extend(self.stop_scoring("stopped: another model was loaded"));
