@@ -135,21 +135,20 @@ pub fn write_private(path: &Path, contents: &[u8]) -> Result<(), WriteError> {
     fill_and_sync(file, contents).map_err(write_error)?;
     temp.rename_to(path).map_err(write_error)?;
     match sync_dir(dir) {
-        Ok(()) => Ok(()),
         // Some file systems cannot sync a directory, and a write-only directory cannot be
         // opened to sync it. The contents are synced and the rename has happened, so a "could
         // not write" here would be false; other errors (EIO) mean it may not be durable.
         Err(e)
-            if matches!(
+            if !matches!(
                 e.kind(),
                 io::ErrorKind::InvalidInput
                     | io::ErrorKind::Unsupported
                     | io::ErrorKind::PermissionDenied
             ) =>
         {
-            Ok(())
+            Err(write_error(e))
         }
-        Err(e) => Err(write_error(e)),
+        _ => Ok(()),
     }
 }
 

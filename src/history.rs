@@ -845,14 +845,13 @@ fn set_aside(path: &Path, bytes_read: &[u8], now_unix_s: u64) -> io::Result<Opti
                     let _ = fs::remove_file(&target);
                     return Ok(None);
                 }
-                match fs::remove_file(path) {
-                    Ok(()) => return Ok(Some(target)),
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Some(target)),
-                    Err(e) => {
+                return match fs::remove_file(path) {
+                    Err(e) if e.kind() != io::ErrorKind::NotFound => {
                         let _ = fs::remove_file(&target);
-                        return Err(e);
+                        Err(e)
                     }
-                }
+                    _ => Ok(Some(target)),
+                };
             }
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),

@@ -96,36 +96,26 @@ pub(crate) fn complete(head: &str, prefix: &str, entries: &[Candidate]) -> Compl
         .filter(|c| c.is_dir || crate::discover::has_gguf_extension(Path::new(&c.name)))
         .collect();
     hits.sort_by(|a, b| a.name.cmp(&b.name));
-    let shown = |c: &Candidate| {
-        if c.is_dir {
-            format!("{}/", c.name)
-        } else {
-            c.name.clone()
-        }
-    };
-    match hits.as_slice() {
-        [] => Completion {
-            line: format!("{head}{prefix}"),
-            matches: Vec::new(),
-            any: false,
-        },
-        [one] => Completion {
-            line: format!("{head}{}", shown(one)),
-            matches: Vec::new(),
-            any: true,
-        },
+    let shown = |c: &&Candidate| format!("{}{}", c.name, if c.is_dir { "/" } else { "" });
+    let (line, matches) = match hits.as_slice() {
+        [] => (format!("{head}{prefix}"), Vec::new()),
+        [one] => (format!("{head}{}", shown(one)), Vec::new()),
         several => {
             let common = several
                 .iter()
                 .map(|c| c.name.as_str())
                 .reduce(common_prefix)
                 .unwrap_or(prefix);
-            Completion {
-                line: format!("{head}{common}"),
-                matches: several.iter().map(|c| shown(c)).collect(),
-                any: true,
-            }
+            (
+                format!("{head}{common}"),
+                several.iter().map(shown).collect(),
+            )
         }
+    };
+    Completion {
+        line,
+        matches,
+        any: !hits.is_empty(),
     }
 }
 

@@ -54,10 +54,9 @@ impl App {
     /// Runs one command typed in the input: each has its own handler; the ones that need the
     /// loop to act return its effects.
     pub(super) fn slash_command(&mut self, line: &str, now: Now) -> Vec<Effect> {
-        let (cmd, arg) = match line.split_once(char::is_whitespace) {
-            Some((c, a)) => (c, a.trim()),
-            None => (line, ""),
-        };
+        let (cmd, arg) = line
+            .split_once(char::is_whitespace)
+            .map_or((line, ""), |(c, a)| (c, a.trim()));
         match cmd {
             "/system" => self.system_command(arg),
             "/temp" => self.number_setting(

@@ -147,27 +147,23 @@ impl GpuTelemetry {
 
 /// The light readings of the devices at `indices` (NVML's order), for the [`Sampler`]: no
 /// process list, no memory query.
-fn read_light(nvml: &Nvml, indices: &[u32]) -> Vec<Reading> {
-    indices
-        .iter()
-        .filter_map(|&index| {
-            let dev = nvml.device_by_index(index).ok()?;
-            Some(Reading {
-                index,
-                energy_mj: dev.total_energy_consumption().ok(),
-                power_w: dev.power_usage().ok().map(|mw| f64::from(mw) / 1e3),
-                sm_clock_mhz: dev.clock_info(Clock::SM).ok(),
-                mem_clock_mhz: dev.clock_info(Clock::Memory).ok(),
-                temperature_c: dev.temperature(TemperatureSensor::Gpu).ok(),
-                utilization_pct: dev.utilization_rates().ok().map(|u| u.gpu),
-            })
-        })
-        .collect()
-}
-
 impl Probe for GpuTelemetry {
     fn read(&self, indices: &[u32]) -> Vec<Reading> {
-        read_light(&self.nvml, indices)
+        indices
+            .iter()
+            .filter_map(|&index| {
+                let dev = self.nvml.device_by_index(index).ok()?;
+                Some(Reading {
+                    index,
+                    energy_mj: dev.total_energy_consumption().ok(),
+                    power_w: dev.power_usage().ok().map(|mw| f64::from(mw) / 1e3),
+                    sm_clock_mhz: dev.clock_info(Clock::SM).ok(),
+                    mem_clock_mhz: dev.clock_info(Clock::Memory).ok(),
+                    temperature_c: dev.temperature(TemperatureSensor::Gpu).ok(),
+                    utilization_pct: dev.utilization_rates().ok().map(|u| u.gpu),
+                })
+            })
+            .collect()
     }
 }
 
