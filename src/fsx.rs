@@ -22,6 +22,17 @@ pub enum WriteError {
     NoFileName { path: PathBuf },
 }
 
+impl WriteError {
+    /// A write of `path` that failed with `source`, its problem sorted.
+    pub(crate) fn at(path: &Path, source: io::Error) -> Self {
+        WriteError::Write {
+            path: path.to_path_buf(),
+            problem: WriteProblem::classify(&source),
+            source,
+        }
+    }
+}
+
 /// Why a write failed, in terms a user can act on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WriteProblem {
@@ -103,54 +114,49 @@ impl fmt::Display for WriteProblem {
 /// creating its directory (0700) if missing. Readers see the old file or the new one, never a
 /// part; on any error the temp file is removed and an earlier file at `path` is unchanged.
 pub fn write_private(path: &Path, contents: &[u8]) -> Result<(), WriteError> {
-    let write_error = |source: io::Error| WriteError::Write {
-        path: path.to_path_buf(),
-        problem: WriteProblem::classify(&source),
-        source,
-    };
+    let write_error = |source| WriteError::at(path, source);
     let Some(file_name) = path.file_name() else {
         return Err(WriteError::NoFileName {
             path: path.to_path_buf(),
         });
     };
-    let dir = match path.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    if let Err(source) = check_writable_target(path) {
-        let problem = if source.kind() == io::ErrorKind::InvalidInput {
-            WriteProblem::NotARegularFile
-        } else {
-            WriteProblem::classify(&source)
-        };
-        return Err(WriteError::Write {
+    let dir = parent_dir(path);
+    check_writable_target(path).map_err(|source| match source.kind() {
+        io::ErrorKind::InvalidInput => WriteError::Write {
             path: path.to_path_buf(),
-            problem,
+            problem: WriteProblem::NotARegularFile,
             source,
-        });
-    }
-    ensure_private_dir(&dir).map_err(write_error)?;
-    let (temp_path, file) = create_temp(&dir, file_name).map_err(write_error)?;
+        },
+        _ => WriteError::at(path, source),
+    })?;
+    ensure_private_dir(dir).map_err(write_error)?;
+    let (temp_path, file) = create_temp(dir, file_name).map_err(write_error)?;
     let mut temp = TempFile(Some(temp_path));
     fill_and_sync(file, contents).map_err(write_error)?;
     temp.rename_to(path).map_err(write_error)?;
-    match sync_dir(&dir) {
-        Ok(()) => Ok(()),
+    match sync_dir(dir) {
         // Some file systems cannot sync a directory, and a write-only directory cannot be
         // opened to sync it. The contents are synced and the rename has happened, so a "could
         // not write" here would be false; other errors (EIO) mean it may not be durable.
         Err(e)
-            if matches!(
+            if !matches!(
                 e.kind(),
                 io::ErrorKind::InvalidInput
                     | io::ErrorKind::Unsupported
                     | io::ErrorKind::PermissionDenied
             ) =>
         {
-            Ok(())
+            Err(write_error(e))
         }
-        Err(e) => Err(write_error(e)),
+        _ => Ok(()),
     }
+}
+
+/// The folder `path` is in (`.` for a bare file name).
+pub(crate) fn parent_dir(path: &Path) -> &Path {
+    path.parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
 }
 
 /// The error for a path that holds something other than a regular file.
@@ -217,21 +223,51 @@ fn create_temp(dir: &Path, target_name: &std::ffi::OsStr) -> io::Result<(PathBuf
             COUNTER.fetch_add(1, Ordering::Relaxed)
         );
         let temp_path = dir.join(name);
-        let mut options = OpenOptions::new();
-        options.write(true).create_new(true);
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::OpenOptionsExt;
-            // From the start, so the contents are never readable by others, even briefly.
-            options.mode(0o600);
-        }
-        match options.open(&temp_path) {
+        match create_private(&temp_path) {
             Ok(file) => return Ok((temp_path, file)),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last_error = Some(e),
             Err(e) => return Err(e),
         }
     }
     Err(last_error.unwrap_or_else(|| io::Error::other("could not create a temp file")))
+}
+
+/// A new file at `path` (never an existing one), user-only (0600 on unix) from the start, so
+/// its contents are never readable by others, even briefly.
+fn create_private(path: &Path) -> io::Result<File> {
+    let mut options = OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options.open(path)
+}
+
+/// Opens `path` to append to, created user-only (0600 on unix), without blocking on a FIFO or
+/// following a link planted where the file should be; `read` also opens it for reading. `None`
+/// when something other than a regular file is there. A file others could read (as logs
+/// written by older versions, 0644) is made 0600, as history is.
+pub(crate) fn open_append_private(path: &Path, read: bool) -> io::Result<Option<(File, u64)>> {
+    let mut options = OpenOptions::new();
+    options.read(read).append(true).create(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+        options.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
+    }
+    let file = options.open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Ok(None);
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        if meta.permissions().mode() & 0o077 != 0 {
+            file.set_permissions(fs::Permissions::from_mode(0o600))?;
+        }
+    }
+    Ok(Some((file, meta.len())))
 }
 
 fn fill_and_sync(mut file: File, contents: &[u8]) -> io::Result<()> {
@@ -245,14 +281,15 @@ fn fill_and_sync(mut file: File, contents: &[u8]) -> io::Result<()> {
     file.sync_all()
 }
 
+/// Makes a rename in `dir` itself durable, not only the file's contents: without syncing the
+/// directory, a crash right after the rename can bring back the old directory entry.
 #[cfg(unix)]
-fn sync_dir(dir: &Path) -> io::Result<()> {
-    // Makes the rename itself durable, not only the file's contents.
+pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
 #[cfg(not(unix))]
-fn sync_dir(_dir: &Path) -> io::Result<()> {
+pub(crate) fn sync_dir(_dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
@@ -363,10 +400,7 @@ pub const STALE_TEMP_AGE: std::time::Duration = std::time::Duration::from_secs(6
 
 /// Whether `name` is one of `create_temp`'s names: `.<target>.tmp-<pid>-<counter>-<8 hex>`.
 pub fn is_our_temp_name(name: &str) -> bool {
-    let Some(rest) = name.strip_prefix('.') else {
-        return false;
-    };
-    let Some((_, tail)) = rest.rsplit_once(".tmp-") else {
+    let Some((_, tail)) = name.strip_prefix('.').and_then(|r| r.rsplit_once(".tmp-")) else {
         return false;
     };
     let parts: Vec<&str> = tail.split('-').collect();
@@ -386,10 +420,7 @@ pub fn remove_stale_temps(dir: &Path, min_age: std::time::Duration) -> Vec<PathB
     let now = SystemTime::now();
     let mut removed = Vec::new();
     for entry in entries.flatten() {
-        let Some(name) = entry.file_name().to_str().map(str::to_string) else {
-            continue;
-        };
-        if !is_our_temp_name(&name) {
+        if !entry.file_name().to_str().is_some_and(is_our_temp_name) {
             continue;
         }
         let Ok(meta) = entry.metadata() else {
@@ -451,48 +482,22 @@ pub struct TornLine {
 /// an earlier crash or full disk is first moved aside (never merged with the new record), and
 /// a write that fails part-way is cut back off. Returns what was repaired, if anything.
 pub fn append_line(path: &Path, line: &[u8]) -> Result<Option<TornLine>, WriteError> {
-    let write_error = |source: io::Error| WriteError::Write {
-        path: path.to_path_buf(),
-        problem: WriteProblem::classify(&source),
-        source,
-    };
+    let write_error = |source| WriteError::at(path, source);
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         ensure_private_dir(dir).map_err(write_error)?;
     }
-    let mut options = OpenOptions::new();
-    options.read(true).append(true).create(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600);
-        // Never block on a FIFO or follow a link planted where the log should be.
-        options.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
-    }
-    let file = options.open(path).map_err(write_error)?;
-    let meta = file.metadata().map_err(write_error)?;
-    if !meta.is_file() {
+    let Some((file, _)) = open_append_private(path, true).map_err(write_error)? else {
         return Err(WriteError::Write {
             path: path.to_path_buf(),
             problem: WriteProblem::NotARegularFile,
             source: io::Error::new(io::ErrorKind::InvalidInput, "not a regular file"),
         });
-    }
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        if meta.permissions().mode() & 0o077 != 0 {
-            // Logs written by older versions were 0644; same permissions as history now.
-            file.set_permissions(fs::Permissions::from_mode(0o600))
-                .map_err(write_error)?;
-        }
-    }
+    };
     let lock = lock_exclusive(file).map_err(write_error)?;
     let file = &lock._file;
     let torn = repair_torn_tail(path, file).map_err(write_error)?;
     let before = file.metadata().map_err(write_error)?.len();
-    let mut whole = Vec::with_capacity(line.len() + 1);
-    whole.extend_from_slice(line);
-    whole.push(b'\n');
+    let whole = [line, b"\n"].concat();
     let mut writer = file;
     if let Err(e) = writer.write_all(&whole).and_then(|()| file.sync_data()) {
         // Whole lines or nothing: cut off what part of the line made it.
@@ -565,10 +570,7 @@ impl TornLine {
 }
 
 fn keep_fragment(path: &Path, fragment: &[u8]) -> io::Result<PathBuf> {
-    let now_s = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
+    let now_s = crate::ids::now_unix_s();
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -579,14 +581,7 @@ fn keep_fragment(path: &Path, fragment: &[u8]) -> io::Result<PathBuf> {
         } else {
             path.with_file_name(format!("{name}.torn-{now_s}-{attempt}"))
         };
-        let mut options = OpenOptions::new();
-        options.write(true).create_new(true);
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::OpenOptionsExt;
-            options.mode(0o600);
-        }
-        match options.open(&aside) {
+        match create_private(&aside) {
             Ok(mut f) => {
                 f.write_all(fragment)?;
                 f.sync_all()?;

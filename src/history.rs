@@ -17,7 +17,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::engine::{SamplingParams, StopReason};
-use crate::fsx::{read_regular, write_private, ReadError, WriteError, WriteProblem};
+use crate::fsx::{read_regular, write_private, ReadError, WriteError};
 use crate::ids::{unix_s, utc_parts};
 use crate::metrics::TurnSummary;
 
@@ -266,12 +266,7 @@ fn known_ids(known: &[String]) -> String {
 }
 
 fn id_list(ids: &[String]) -> String {
-    let shown: Vec<&str> = ids
-        .iter()
-        .take(CANDIDATES_SHOWN)
-        .map(String::as_str)
-        .collect();
-    let mut text = shown.join(", ");
+    let mut text = ids[..ids.len().min(CANDIDATES_SHOWN)].join(", ");
     if ids.len() > CANDIDATES_SHOWN {
         text.push_str(&format!(" and {} more", ids.len() - CANDIDATES_SHOWN));
     }
@@ -286,6 +281,15 @@ pub(crate) fn history_dir(data_dir: &Path) -> PathBuf {
 fn iso_date(unix_s: u64) -> String {
     let ((y, m, d), _) = utc_parts(unix_s);
     format!("{y:04}-{m:02}-{d:02}")
+}
+
+/// "1 turn", "3 turns".
+fn turns(n: usize) -> String {
+    if n == 1 {
+        "1 turn".to_string()
+    } else {
+        format!("{n} turns")
+    }
 }
 
 fn iso_minute(unix_s: u64) -> String {
@@ -310,18 +314,21 @@ pub fn save(dir: &Path, conv: &SavedConversation) -> Result<PathBuf, HistoryErro
         });
     }
     let path = dir.join(format!("{}.json", conv.id));
-    // The struct's shape is this build's format, whatever number the caller left in it.
-    let mut json = if conv.version == FORMAT_VERSION {
-        serde_json::to_vec_pretty(conv)
-    } else {
-        let mut current = conv.clone();
-        current.version = FORMAT_VERSION;
-        serde_json::to_vec_pretty(&current)
-    }
-    .map_err(HistoryError::Encode)?;
-    json.push(b'\n');
-    write_private(&path, &json).map_err(HistoryError::from)?;
+    write_private(&path, &file_bytes(conv, &conv.id)?)?;
     Ok(path)
+}
+
+/// `conv` as its file holds it under `id`: pretty JSON and a newline. The struct's shape is this
+/// build's format, whatever number the caller left in it.
+fn file_bytes(conv: &SavedConversation, id: &str) -> Result<Vec<u8>, HistoryError> {
+    let on_disk = SavedConversation {
+        version: FORMAT_VERSION,
+        id: id.to_string(),
+        ..conv.clone()
+    };
+    let mut json = serde_json::to_vec_pretty(&on_disk).map_err(HistoryError::Encode)?;
+    json.push(b'\n');
+    Ok(json)
 }
 
 /// Where the chat keeps the conversation with its answer in flight, one file per chat
@@ -420,11 +427,7 @@ impl Resumed {
     /// "resumed ID (N turns)".
     pub fn resumed_notice(&self) -> String {
         let conv = &self.conversation;
-        let turns = match conv.turns.len() {
-            1 => "1 turn".to_string(),
-            n => format!("{n} turns"),
-        };
-        format!("resumed {} ({turns})", conv.id)
+        format!("resumed {} ({})", conv.id, turns(conv.turns.len()))
     }
 
     /// What a file saved by an older tokscope lacks, if it is one.
@@ -469,11 +472,7 @@ impl Resumed {
 /// name as its id (or a new id when the name cannot be one), so the original is never
 /// overwritten.
 pub fn resume(path: &Path, now: SystemTime) -> Result<Resumed, HistoryError> {
-    let bytes = read_regular(path, FILE_MAX_BYTES, WHAT)?;
-    let mut conversation = parse(&bytes).map_err(|failure| HistoryError::Corrupt {
-        path: path.to_path_buf(),
-        reason: failure.reason,
-    })?;
+    let (bytes, mut conversation) = read(path)?;
     let stem = path
         .file_stem()
         .and_then(|s| s.to_str())
@@ -527,29 +526,19 @@ pub fn resume_model(conv: &SavedConversation) -> ResumeModel {
     {
         return default(format!("it ran on the server {shown}"));
     }
-    match fs::metadata(&saved.path) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            return default(format!("the model it ran on, {shown}, is gone"))
-        }
-        Err(e) => {
-            return default(format!(
-                "the model it ran on, {shown}, cannot be read ({e})"
-            ))
-        }
-        Ok(meta) if !meta.is_file() => {
-            return default(format!("the model it ran on, {shown}, is not a file"))
-        }
-        Ok(_) => {}
-    }
-    match (&saved.fingerprint, crate::engine::fingerprint(&saved.path)) {
-        (_, Err(e)) => default(format!(
-            "the model it ran on, {shown}, cannot be read ({e})"
-        )),
-        (Some(was), Ok(now)) if *was != now => default(format!(
-            "the model it ran on, {shown}, has changed since (fingerprint {was}, now {now})"
-        )),
-        _ => ResumeModel::Saved(saved.path.clone()),
-    }
+    let problem = match fs::metadata(&saved.path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => "is gone".to_string(),
+        Err(e) => format!("cannot be read ({e})"),
+        Ok(meta) if !meta.is_file() => "is not a file".to_string(),
+        Ok(_) => match (&saved.fingerprint, crate::engine::fingerprint(&saved.path)) {
+            (_, Err(e)) => format!("cannot be read ({e})"),
+            (Some(was), Ok(now)) if *was != now => {
+                format!("has changed since (fingerprint {was}, now {now})")
+            }
+            _ => return ResumeModel::Saved(saved.path.clone()),
+        },
+    };
+    default(format!("the model it ran on, {shown}, {problem}"))
 }
 
 /// Where one chat's saves go and what it last saw there, so that two chats on one conversation
@@ -626,18 +615,12 @@ impl SaveSlot {
                 id: self.file_id.clone(),
             });
         }
-        let write_error = |path: &Path, source: io::Error| {
-            HistoryError::Write(WriteError::Write {
-                path: path.to_path_buf(),
-                problem: WriteProblem::classify(&source),
-                source,
-            })
-        };
-        crate::fsx::ensure_private_dir(&self.dir).map_err(|e| write_error(&self.dir, e))?;
+        let write_error = |e| HistoryError::Write(WriteError::at(&self.dir, e));
+        crate::fsx::ensure_private_dir(&self.dir).map_err(write_error)?;
         // One save at a time in this dir, across processes: check and write are one step.
         let _lock = fs::File::open(&self.dir)
             .and_then(crate::fsx::lock_exclusive)
-            .map_err(|e| write_error(&self.dir, e))?;
+            .map_err(write_error)?;
         let mut forked = None;
         if self.changed_by_another()? {
             let from = self.file_id.clone();
@@ -645,13 +628,9 @@ impl SaveSlot {
             self.seen = None;
             forked = Some((from, self.file_id.clone()));
         }
-        let mut on_disk = conv.clone();
-        on_disk.id = self.file_id.clone();
-        on_disk.version = FORMAT_VERSION;
-        let mut json = serde_json::to_vec_pretty(&on_disk).map_err(HistoryError::Encode)?;
-        json.push(b'\n');
+        let json = file_bytes(conv, &self.file_id)?;
         let path = self.path();
-        write_private(&path, &json).map_err(HistoryError::from)?;
+        write_private(&path, &json)?;
         self.seen = Some(digest(&json));
         Ok(SaveOutcome { path, forked })
     }
@@ -687,11 +666,17 @@ impl SaveSlot {
 /// Loads one conversation. A file that is not a valid conversation of this format version is
 /// `Corrupt` and is left untouched.
 pub fn load(path: &Path) -> Result<SavedConversation, HistoryError> {
+    read(path).map(|(_, conv)| conv)
+}
+
+/// `path`'s bytes as read, and the conversation they hold (`Corrupt` when they hold none).
+fn read(path: &Path) -> Result<(Vec<u8>, SavedConversation), HistoryError> {
     let bytes = read_regular(path, FILE_MAX_BYTES, WHAT)?;
-    parse(&bytes).map_err(|failure| HistoryError::Corrupt {
+    let conv = parse(&bytes).map_err(|failure| HistoryError::Corrupt {
         path: path.to_path_buf(),
         reason: failure.reason,
-    })
+    })?;
+    Ok((bytes, conv))
 }
 
 struct ParseFailure {
@@ -701,9 +686,9 @@ struct ParseFailure {
 }
 
 impl ParseFailure {
-    fn corrupt(reason: String) -> Self {
+    fn corrupt(reason: impl Into<String>) -> Self {
         Self {
-            reason,
+            reason: reason.into(),
             newer_version: false,
         }
     }
@@ -717,22 +702,13 @@ fn parse(bytes: &[u8]) -> Result<SavedConversation, ParseFailure> {
             format!("invalid JSON ({e})")
         })
     })?;
+    let corrupt = |reason: &str| Err(ParseFailure::corrupt(reason));
     let Some(object) = value.as_object() else {
-        return Err(ParseFailure::corrupt(
-            "expected a JSON object with a conversation".to_string(),
-        ));
+        return corrupt("expected a JSON object with a conversation");
     };
     match object.get("version").map(serde_json::Value::as_u64) {
-        None => {
-            return Err(ParseFailure::corrupt(
-                "no format version (\"version\" is missing)".to_string(),
-            ))
-        }
-        Some(None) => {
-            return Err(ParseFailure::corrupt(
-                "the format version is not a whole number".to_string(),
-            ))
-        }
+        None => return corrupt("no format version (\"version\" is missing)"),
+        Some(None) => return corrupt("the format version is not a whole number"),
         Some(Some(found))
             if !(u64::from(OLDEST_FORMAT_VERSION)..=u64::from(FORMAT_VERSION)).contains(&found) =>
         {
@@ -756,40 +732,35 @@ fn parse(bytes: &[u8]) -> Result<SavedConversation, ParseFailure> {
         .map_err(|e| ParseFailure::corrupt(format!("missing or invalid field ({e})")))?;
     if !is_valid_id(&conv.id) {
         // Saving it again would fail on every turn; better to say so now.
-        return Err(ParseFailure::corrupt(format!(
+        return corrupt(&format!(
             "its id {:?} is not a valid conversation id",
             conv.id
-        )));
+        ));
     }
     Ok(conv)
 }
 
 /// `*.json` files in `dir` that are not hidden (temp files are hidden). A missing dir is empty.
 fn conversation_files(dir: &Path) -> Result<Vec<PathBuf>, HistoryError> {
+    let list_error = |source| HistoryError::ListDir {
+        dir: dir.to_path_buf(),
+        source,
+    };
     let read_dir = match fs::read_dir(dir) {
         Ok(read_dir) => read_dir,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(source) => {
-            return Err(HistoryError::ListDir {
-                dir: dir.to_path_buf(),
-                source,
-            })
-        }
+        Err(source) => return Err(list_error(source)),
     };
     let mut files = Vec::new();
     for entry in read_dir {
-        let entry = entry.map_err(|source| HistoryError::ListDir {
-            dir: dir.to_path_buf(),
-            source,
-        })?;
-        let path = entry.path();
-        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
-            continue;
-        };
-        if name.starts_with('.') || !name.ends_with(".json") || name.len() == ".json".len() {
-            continue;
+        let path = entry.map_err(list_error)?.path();
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        if !name.starts_with('.') && name.ends_with(".json") && name.len() > ".json".len() {
+            files.push(path);
         }
-        files.push(path);
     }
     Ok(files)
 }
@@ -874,14 +845,13 @@ fn set_aside(path: &Path, bytes_read: &[u8], now_unix_s: u64) -> io::Result<Opti
                     let _ = fs::remove_file(&target);
                     return Ok(None);
                 }
-                match fs::remove_file(path) {
-                    Ok(()) => return Ok(Some(target)),
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Some(target)),
-                    Err(e) => {
+                return match fs::remove_file(path) {
+                    Err(e) if e.kind() != io::ErrorKind::NotFound => {
                         let _ = fs::remove_file(&target);
-                        return Err(e);
+                        Err(e)
                     }
-                }
+                    _ => Ok(Some(target)),
+                };
             }
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
@@ -949,20 +919,16 @@ pub(crate) fn find(dir: &Path, id_or_prefix: &str) -> Result<PathBuf, HistoryErr
         if let Some((_, path)) = ids.iter().find(|(id, _)| id == query) {
             return Ok(path.clone());
         }
-        let mut matches = ids.iter().filter(|(id, _)| id.starts_with(query));
-        match (matches.next(), matches.next()) {
-            (Some((_, path)), None) => return Ok(path.clone()),
-            (Some(_), Some(_)) => {
+        let matches: Vec<_> = ids.iter().filter(|(id, _)| id.starts_with(query)).collect();
+        match matches.as_slice() {
+            [] => {}
+            [(_, path)] => return Ok(path.clone()),
+            several => {
                 return Err(HistoryError::Ambiguous {
                     query: query.to_string(),
-                    candidates: ids
-                        .iter()
-                        .filter(|(id, _)| id.starts_with(query))
-                        .map(|(id, _)| id.clone())
-                        .collect(),
+                    candidates: several.iter().map(|(id, _)| id.clone()).collect(),
                 })
             }
-            _ => {}
         }
     }
     Err(HistoryError::NotFound {
@@ -974,23 +940,15 @@ pub(crate) fn find(dir: &Path, id_or_prefix: &str) -> Result<PathBuf, HistoryErr
 
 /// The most recently updated readable conversation, if any. Unlike `list` it moves nothing.
 pub(crate) fn latest(dir: &Path) -> Result<Option<PathBuf>, HistoryError> {
-    let mut best: Option<(u64, String, PathBuf)> = None;
-    for path in conversation_files(dir)? {
-        let Ok(bytes) = read_regular(&path, FILE_MAX_BYTES, WHAT) else {
-            continue;
-        };
-        let Ok(conv) = parse(&bytes) else {
-            continue;
-        };
-        let key = (conv.updated_unix_s, conv.id);
-        if best
-            .as_ref()
-            .is_none_or(|(updated, id, _)| key > (*updated, id.clone()))
-        {
-            best = Some((key.0, key.1, path));
-        }
-    }
-    Ok(best.map(|(_, _, path)| path))
+    let newest = conversation_files(dir)?
+        .into_iter()
+        .filter_map(|path| {
+            let conv = parse(&read_regular(&path, FILE_MAX_BYTES, WHAT).ok()?).ok()?;
+            Some(((conv.updated_unix_s, conv.id), path))
+        })
+        // The greatest (updated, id), the first found among equals.
+        .min_by(|a, b| b.0.cmp(&a.0));
+    Ok(newest.map(|(_, path)| path))
 }
 
 /// "3 min ago" for the last week, then the UTC date.
@@ -1106,35 +1064,30 @@ pub(crate) fn export_markdown(conv: &SavedConversation, current: &TurnSettings) 
     if let Some(model) = &conv.model_file {
         details.push(format!("model {model}"));
     }
-    details.push(match conv.turns.len() {
-        1 => "1 turn".to_string(),
-        n => format!("{n} turns"),
-    });
+    details.push(turns(conv.turns.len()));
     out.push_str(&format!("*{}*\n\n", details.join(" · ")));
     // What the header says is in force; each turn that ran otherwise says so.
-    let mut in_force = match conv.turns.first() {
+    let (line, mut in_force) = match conv.turns.first() {
         Some(SavedTurn {
             settings: Some(first),
             ..
-        }) => {
-            out.push_str(&format!("*sampling: {}*\n\n", sampling_line(first)));
-            first.clone()
-        }
-        Some(_) => {
-            out.push_str(&format!(
-                "*sampling now: {} (this file did not keep the settings of its older turns)*\n\n",
+        }) => (format!("sampling: {}", sampling_line(first)), first.clone()),
+        Some(_) => (
+            format!(
+                "sampling now: {} (this file did not keep the settings of its older turns)",
                 sampling_line(current)
-            ));
+            ),
             TurnSettings {
                 system_prompt: conv.system_prompt.clone(),
                 ..current.clone()
-            }
-        }
-        None => {
-            out.push_str(&format!("*sampling: {}*\n\n", sampling_line(current)));
-            current.clone()
-        }
+            },
+        ),
+        None => (
+            format!("sampling: {}", sampling_line(current)),
+            current.clone(),
+        ),
     };
+    out.push_str(&format!("*{line}*\n\n"));
     system_prompt_section(&mut out, in_force.system_prompt.as_deref(), None);
     let mut previous_model = conv.turns.first().and_then(|t| t.model_file.as_deref());
     for (i, turn) in conv.turns.iter().enumerate() {
@@ -1151,29 +1104,22 @@ pub(crate) fn export_markdown(conv: &SavedConversation, current: &TurnSettings) 
             }
             in_force = settings.clone();
         }
-        out.push_str(&format!("## You\n\n{}\n\n", turn.user.trim_end()));
-        let answer = turn.assistant.trim_end();
-        out.push_str("## Assistant\n\n");
-        if answer.is_empty() {
-            out.push_str("*(no answer)*\n\n");
-        } else {
-            out.push_str(&format!("{answer}\n\n"));
-        }
+        let answer = Some(turn.assistant.trim_end()).filter(|a| !a.is_empty());
+        out.push_str(&format!(
+            "## You\n\n{}\n\n## Assistant\n\n{}\n\n",
+            turn.user.trim_end(),
+            answer.unwrap_or("*(no answer)*")
+        ));
+        let m = turn.metrics.as_ref();
         let mut summary = vec![
-            format!(
-                "TTFT {} ms",
-                crate::fmt::opt(turn.metrics.as_ref().and_then(|m| m.ttft_ms), 1)
-            ),
+            format!("TTFT {} ms", crate::fmt::opt(m.and_then(|m| m.ttft_ms), 1)),
             format!(
                 "decode {} tok/s",
-                crate::fmt::opt(turn.metrics.as_ref().and_then(|m| m.decode_tok_per_s), 1)
+                crate::fmt::opt(m.and_then(|m| m.decode_tok_per_s), 1)
             ),
             format!(
                 "{} tokens",
-                turn.metrics
-                    .as_ref()
-                    .map(|m| m.tokens_generated.to_string())
-                    .unwrap_or_else(|| "—".to_string())
+                m.map_or_else(|| "—".to_string(), |m| m.tokens_generated.to_string())
             ),
             turn.stop_reason.as_str().to_string(),
         ];
@@ -1214,6 +1160,7 @@ pub(crate) fn export_json(conv: &SavedConversation) -> Result<String, HistoryErr
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fsx::WriteProblem;
     use crate::metrics::LatencyStats;
 
     const NOW_UNIX_S: u64 = 1_796_028_312; // 2026-11-30 08:45:12 UTC

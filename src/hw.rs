@@ -121,20 +121,18 @@ fn timed_parallel<F>(a: &mut [f64], b: &mut [f64], c: &mut [f64], threads: usize
 where
     F: Fn(&mut [f64], &mut [f64], &mut [f64]) + Sync,
 {
-    let parts = ranges(a.len(), threads);
-    let mut a_rest = a;
-    let mut b_rest = b;
-    let mut c_rest = c;
-    let mut slices = Vec::with_capacity(parts.len());
-    for r in &parts {
-        let (a_head, a_tail) = std::mem::take(&mut a_rest).split_at_mut(r.len());
-        let (b_head, b_tail) = std::mem::take(&mut b_rest).split_at_mut(r.len());
-        let (c_head, c_tail) = std::mem::take(&mut c_rest).split_at_mut(r.len());
-        slices.push((a_head, b_head, c_head));
-        a_rest = a_tail;
-        b_rest = b_tail;
-        c_rest = c_tail;
+    // The first `n` elements of what is left of an array, the rest left.
+    fn head<'a>(rest: &mut &'a mut [f64], n: usize) -> &'a mut [f64] {
+        let (head, tail) = std::mem::take(rest).split_at_mut(n);
+        *rest = tail;
+        head
     }
+    let (mut a, mut b, mut c) = (a, b, c);
+    let slices: Vec<_> = ranges(a.len(), threads)
+        .iter()
+        .map(|r| r.len())
+        .map(|n| (head(&mut a, n), head(&mut b, n), head(&mut c, n)))
+        .collect();
     let barrier = std::sync::Barrier::new(slices.len() + 1);
     let f = &f;
     let barrier = &barrier;
@@ -215,40 +213,41 @@ pub(crate) fn measure_cpu_bandwidth(
     }
     let bytes = (len * 8) as f64;
     let rate = |moved: f64, secs: f64| if secs > 0.0 { moved / secs } else { 0.0 };
-    let mut probe = StreamProbe {
+    StreamProbe {
         threads,
         footprint_bytes: 3 * len * 8,
         runs,
         read_bytes_per_s: rate(bytes, read),
         copy_bytes_per_s: rate(2.0 * bytes, copy),
         triad_bytes_per_s: rate(3.0 * bytes, triad),
-        worst_bytes_per_s: None,
+        // The slowest run of the kernel the ceiling takes.
+        worst_bytes_per_s: Some(rate(bytes, read_w)),
         load_before,
         load_after: load_average_1m(),
-    };
-    // The slowest run of the kernel the ceiling takes.
-    probe.worst_bytes_per_s = Some(rate(bytes, read_w));
-    probe
+    }
+}
+
+/// A full-size probe on `threads` threads (its footprint from this machine's caches and
+/// memory).
+fn full_probe(threads: usize) -> StreamProbe {
+    let footprint = probe_footprint_bytes(last_level_cache_bytes(), available_memory_bytes());
+    measure_cpu_bandwidth(threads, footprint, PROBE_RUNS)
 }
 
 /// The last-level cache's size in bytes (Linux sysfs), when known.
 pub(crate) fn last_level_cache_bytes() -> Option<u64> {
     let dir = Path::new("/sys/devices/system/cpu/cpu0/cache");
-    let mut best: Option<(u32, u64)> = None;
-    for entry in std::fs::read_dir(dir).ok()?.flatten() {
-        let p = entry.path();
-        let read = |f: &str| std::fs::read_to_string(p.join(f)).ok();
-        let (Some(level), Some(size)) = (read("level"), read("size")) else {
-            continue;
-        };
-        let (Ok(level), Some(size)) = (level.trim().parse::<u32>(), parse_cache_size(&size)) else {
-            continue;
-        };
-        if best.is_none_or(|(l, _)| level > l) {
-            best = Some((level, size));
-        }
-    }
-    best.map(|(_, size)| size)
+    std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .filter_map(|entry| {
+            let read = |f: &str| std::fs::read_to_string(entry.path().join(f)).ok();
+            let level = read("level")?.trim().parse::<u32>().ok()?;
+            Some((level, parse_cache_size(&read("size")?)?))
+        })
+        // The highest level, the first found of it.
+        .min_by_key(|&(level, _)| std::cmp::Reverse(level))
+        .map(|(_, size)| size)
 }
 
 /// "32768K" → 32 MiB; "8M" → 8 MiB; plain numbers are bytes.
@@ -324,8 +323,7 @@ pub(crate) fn cpu_bandwidth(threads: usize) -> Bandwidth {
 pub(crate) fn cpu_bandwidth_announced(threads: usize, announce: impl FnOnce()) -> Bandwidth {
     cpu_bandwidth_cached(&probe_cache_path(), threads, || {
         announce();
-        let footprint = probe_footprint_bytes(last_level_cache_bytes(), available_memory_bytes());
-        measure_cpu_bandwidth(threads, footprint, PROBE_RUNS)
+        full_probe(threads)
     })
 }
 
@@ -451,13 +449,7 @@ pub(crate) fn bandwidth_report(reprobe: Option<&[usize]>) -> String {
         list.sort_unstable();
         list.dedup();
         for t in list {
-            let mut cache = read_cache(&path);
-            cache
-                .entries
-                .retain(|e| !(e.cpu == cpu && e.probe.threads == t));
-            let footprint =
-                probe_footprint_bytes(last_level_cache_bytes(), available_memory_bytes());
-            let fresh = measure_cpu_bandwidth(t, footprint, PROBE_RUNS);
+            let fresh = full_probe(t);
             let busy = fresh.busy();
             out.push_str(&format!(
                 "measured {t} thread{}: {:.1} GB/s{}\n",
@@ -472,6 +464,8 @@ pub(crate) fn bandwidth_report(reprobe: Option<&[usize]>) -> String {
                     )
                 }
             ));
+            // This CPU's entry for `t` threads is replaced.
+            let mut cache = read_cache(&path);
             store_probe(&path, &mut cache, cpu.clone(), fresh, !busy.is_empty());
         }
     }
@@ -486,12 +480,8 @@ pub(crate) fn bandwidth_report(reprobe: Option<&[usize]>) -> String {
         );
         return out;
     }
-    let mut entries = cache.entries.clone();
-    entries.sort_by(|a, b| {
-        a.cpu
-            .cmp(&b.cpu)
-            .then(a.probe.threads.cmp(&b.probe.threads))
-    });
+    let mut entries = cache.entries;
+    entries.sort_by(|a, b| (&a.cpu, a.probe.threads).cmp(&(&b.cpu, b.probe.threads)));
     let mut previous: Option<(&str, f64, usize)> = None;
     for e in &entries {
         let p = &e.probe;
@@ -525,10 +515,9 @@ pub(crate) fn bandwidth_report(reprobe: Option<&[usize]>) -> String {
         }
         line.push('\n');
         out.push_str(&line);
-        previous = match previous {
-            Some((c, best, t)) if c == e.cpu && best >= p.best_bytes_per_s() => Some((c, best, t)),
-            _ => Some((e.cpu.as_str(), p.best_bytes_per_s(), p.threads)),
-        };
+        if !previous.is_some_and(|(c, best, _)| c == e.cpu && best >= p.best_bytes_per_s()) {
+            previous = Some((e.cpu.as_str(), p.best_bytes_per_s(), p.threads));
+        }
     }
     out
 }

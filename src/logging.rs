@@ -39,15 +39,6 @@ pub(crate) fn clear_llama_problems() {
     }
 }
 
-fn remember_llama_problem(message: String) {
-    if let Ok(mut q) = RECENT_LLAMA_PROBLEMS.lock() {
-        if q.len() == KEPT_MESSAGES {
-            q.pop_front();
-        }
-        q.push_back(message);
-    }
-}
-
 /// llama.cpp's quantizer logs `[  12/ 201] name - …` per tensor: the latest (done, total),
 /// packed as `done << 32 | total`, 0 before any.
 static TENSOR_PROGRESS: AtomicU64 = AtomicU64::new(0);
@@ -156,9 +147,13 @@ struct LlamaProblemCapture;
 impl<S: Subscriber> Layer<S> for LlamaProblemCapture {
     fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
         let meta = event.metadata();
-        if meta.target() == LLAMA_TARGET && *meta.level() == Level::INFO {
-            let mut visitor = MessageVisitor::default();
-            event.record(&mut visitor);
+        // Debug and trace lines say nothing kept here.
+        if meta.target() != LLAMA_TARGET || *meta.level() > Level::INFO {
+            return;
+        }
+        let mut visitor = MessageVisitor::default();
+        event.record(&mut visitor);
+        if *meta.level() == Level::INFO {
             if let Some((done, total)) = parse_tensor_counter(&visitor.0) {
                 TENSOR_PROGRESS.store(u64::from(done) << 32 | u64::from(total), Ordering::Relaxed);
             }
@@ -168,12 +163,14 @@ impl<S: Subscriber> Layer<S> for LlamaProblemCapture {
                 c.set(log);
             });
         }
-        if meta.target() == LLAMA_TARGET && *meta.level() <= Level::WARN {
-            let mut visitor = MessageVisitor::default();
-            event.record(&mut visitor);
-            let message = visitor.0.trim().to_string();
-            if !message.is_empty() {
-                remember_llama_problem(message);
+        // A warning or an error.
+        let message = visitor.0.trim();
+        if *meta.level() <= Level::WARN && !message.is_empty() {
+            if let Ok(mut q) = RECENT_LLAMA_PROBLEMS.lock() {
+                if q.len() == KEPT_MESSAGES {
+                    q.pop_front();
+                }
+                q.push_back(message.to_string());
             }
         }
     }
@@ -214,29 +211,9 @@ impl LogFile {
     }
 
     fn reopen(&mut self) -> std::io::Result<()> {
-        let mut options = std::fs::OpenOptions::new();
-        options.create(true).append(true);
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::OpenOptionsExt;
-            options.mode(0o600);
-            // Never block on a FIFO or follow a link planted where the log should be.
-            options.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
-        }
-        let file = options.open(&self.path)?;
-        let meta = file.metadata()?;
-        if !meta.is_file() {
-            return Err(crate::fsx::not_a_regular_file());
-        }
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            if meta.permissions().mode() & 0o077 != 0 {
-                // Logs written by older versions were 0644.
-                file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-            }
-        }
-        self.size_bytes = meta.len();
+        let (file, size_bytes) = crate::fsx::open_append_private(&self.path, false)?
+            .ok_or_else(crate::fsx::not_a_regular_file)?;
+        self.size_bytes = size_bytes;
         self.file = Some(file);
         Ok(())
     }

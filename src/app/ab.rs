@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use super::conversation::{first_divergence, AssistantTurn, Divergence, TurnQuality, TurnSettings};
 use super::{App, Effect, EngineStatus, Mode, NoticeKind, Now};
-use crate::engine::{EngineEvent, ModelInfo, RequestId, TurnRequest};
+use crate::engine::{EngineEvent, ModelInfo, RequestId};
 
 /// How answer B compares with answer A, once B has finished.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,22 +62,19 @@ impl App {
     /// turns, sampling settings and seed, and show both side by side.
     pub(super) fn start_ab(&mut self, arg: &str, now: Now) -> Vec<Effect> {
         if arg.is_empty() {
-            self.notice(
+            return self.notice_only(
                 NoticeKind::Error,
                 "usage: /ab PATH|URL (answers the last prompt again with another model file or server, side by side)",
             );
-            return Vec::new();
         }
         if self.engine != EngineStatus::Ready {
-            self.notice(NoticeKind::Warning, "the model is not ready yet");
-            return Vec::new();
+            return self.notice_only(NoticeKind::Warning, "the model is not ready yet");
         }
         if self.is_generating() || self.bench.running.is_some() {
-            self.notice(
+            return self.notice_only(
                 NoticeKind::Warning,
                 "an answer is still streaming: Esc stops it, then /ab",
             );
-            return Vec::new();
         }
         let last = self.conversation.exchanges.last();
         let Some((prompt, a)) = last.and_then(|ex| {
@@ -86,11 +83,10 @@ impl App {
                 .filter(|a| a.is_finished() && !a.text.is_empty())
                 .map(|a| (ex.user.clone(), a.clone()))
         }) else {
-            self.notice(
+            return self.notice_only(
                 NoticeKind::Error,
                 "no answer to compare yet: /ab regenerates the last answer with another model",
             );
-            return Vec::new();
         };
         let settings = a
             .settings
@@ -109,13 +105,7 @@ impl App {
         );
         let effect = Effect::Generate {
             id,
-            turn: TurnRequest {
-                messages: self.conversation.messages_for_last(),
-                sampling: settings.sampling.clone(),
-                max_tokens: settings.max_tokens,
-                capture_first_logits: false,
-                ignore_eos: settings.ignore_eos,
-            },
+            turn: super::turn_request(self.conversation.messages_for_last(), &settings),
             model: Some(path.clone()),
         };
         self.ab = Some(AbScreen {
@@ -142,15 +132,14 @@ impl App {
 
     pub(super) fn close_ab(&mut self) -> Vec<Effect> {
         self.mode = Mode::Chat;
-        match self.ab.take() {
-            Some(ab) if ab.running.is_some() => {
-                self.notice(NoticeKind::Info, "A/B comparison stopped");
-                ab.running.map(Effect::Cancel).into_iter().collect()
-            }
-            // B has answered: its score against A stops with the screen.
-            Some(ab) => ab.in_flight().map(Effect::Cancel).into_iter().collect(),
-            None => Vec::new(),
+        let Some(ab) = self.ab.take() else {
+            return Vec::new();
+        };
+        if ab.running.is_some() {
+            self.notice(NoticeKind::Info, "A/B comparison stopped");
         }
+        // B's answer, or once B has answered its score against A, stops with the screen.
+        Vec::from_iter(ab.in_flight().map(Effect::Cancel))
     }
 
     /// `AbScored`: B's answer scored against A's model, kept on the screen (never saved: B is
@@ -217,28 +206,22 @@ impl App {
                 ab.b_model = Some(report.model);
                 ab.b_pieces = report.pieces;
                 ab.b.on_finished(report.turn);
-                let outcome = match first_divergence(&ab.a.text, &ab.b.text, &ab.b_pieces) {
-                    None => AbOutcome::Identical,
-                    Some(d) => AbOutcome::Diverges(d),
-                };
-                ab.outcome = Some(outcome);
-                let text = match outcome {
-                    AbOutcome::Identical => "A/B: B's answer is identical to A's".to_string(),
-                    AbOutcome::Diverges(d) => {
-                        format!(
-                            "A/B: B's answer diverges from A's at token {}",
-                            d.token_index
-                        )
-                    }
+                let divergence = first_divergence(&ab.a.text, &ab.b.text, &ab.b_pieces);
+                ab.outcome = Some(divergence.map_or(AbOutcome::Identical, AbOutcome::Diverges));
+                let text = match divergence {
+                    None => "A/B: B's answer is identical to A's".to_string(),
+                    Some(d) => format!(
+                        "A/B: B's answer diverges from A's at token {}",
+                        d.token_index
+                    ),
                 };
                 self.notice(NoticeKind::Info, text);
             }
             EngineEvent::Failed { error, .. } => {
-                let message = error.to_string();
                 ab.running = None;
-                ab.b.on_failed(message.clone());
-                ab.error = Some(message.clone());
-                self.notice(NoticeKind::Error, format!("A/B: {message}"));
+                ab.b.on_failed(error.to_string());
+                ab.error = Some(error.to_string());
+                self.notice(NoticeKind::Error, format!("A/B: {error}"));
             }
             _ => {}
         }
@@ -250,7 +233,7 @@ mod tests {
     use super::*;
     use crate::app::tests::*;
     use crate::app::{animates, update, Msg};
-    use crate::engine::StopReason;
+    use crate::engine::{StopReason, TurnRequest};
     use crossterm::event::{KeyCode, KeyModifiers};
     use std::time::Duration;
 

@@ -93,50 +93,34 @@ pub(crate) fn complete(head: &str, prefix: &str, entries: &[Candidate]) -> Compl
         .filter(|c| c.name.starts_with(prefix))
         // Hidden entries only when asked for with a leading dot.
         .filter(|c| prefix.starts_with('.') || !c.name.starts_with('.'))
-        .filter(|c| c.is_dir || is_gguf(&c.name))
+        .filter(|c| c.is_dir || crate::discover::has_gguf_extension(Path::new(&c.name)))
         .collect();
     hits.sort_by(|a, b| a.name.cmp(&b.name));
-    let shown = |c: &Candidate| {
-        if c.is_dir {
-            format!("{}/", c.name)
-        } else {
-            c.name.clone()
-        }
-    };
-    match hits.as_slice() {
-        [] => Completion {
-            line: format!("{head}{prefix}"),
-            matches: Vec::new(),
-            any: false,
-        },
-        [one] => Completion {
-            line: format!("{head}{}", shown(one)),
-            matches: Vec::new(),
-            any: true,
-        },
+    let shown = |c: &&Candidate| format!("{}{}", c.name, if c.is_dir { "/" } else { "" });
+    let (line, matches) = match hits.as_slice() {
+        [] => (format!("{head}{prefix}"), Vec::new()),
+        [one] => (format!("{head}{}", shown(one)), Vec::new()),
         several => {
             let common = several
                 .iter()
                 .map(|c| c.name.as_str())
                 .reduce(common_prefix)
                 .unwrap_or(prefix);
-            Completion {
-                line: format!("{head}{common}"),
-                matches: several.iter().map(|c| shown(c)).collect(),
-                any: true,
-            }
+            (
+                format!("{head}{common}"),
+                several.iter().map(shown).collect(),
+            )
         }
+    };
+    Completion {
+        line,
+        matches,
+        any: !hits.is_empty(),
     }
 }
 
-fn is_gguf(name: &str) -> bool {
-    Path::new(name)
-        .extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
-}
-
-/// The longest common prefix of two names, on a char boundary.
-fn common_prefix<'a>(a: &'a str, b: &str) -> &'a str {
+/// The longest common prefix of two strings, on a char boundary.
+pub(super) fn common_prefix<'a>(a: &'a str, b: &str) -> &'a str {
     let end = a
         .char_indices()
         .zip(b.chars())

@@ -13,9 +13,10 @@ use crate::history::{SavedConversation, SavedModel, SavedTurn};
 use crate::metrics::{TurnSummary, TurnTimeline};
 
 /// Where a turn stands.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub enum TurnPhase {
     /// Sent to the engine; waiting for prefill to start (queue, template, tokenize).
+    #[default]
     Queued,
     /// Prefill running.
     Prefill,
@@ -30,6 +31,14 @@ pub enum TurnPhase {
 }
 
 impl TurnPhase {
+    /// How a turn that ended for `reason` stands (a cancelled one is stopped).
+    fn ended(reason: StopReason) -> Self {
+        match reason {
+            StopReason::Cancelled => TurnPhase::Stopped,
+            other => TurnPhase::Done(other),
+        }
+    }
+
     pub(crate) fn is_active(&self) -> bool {
         matches!(
             self,
@@ -39,7 +48,7 @@ impl TurnPhase {
 }
 
 /// An assistant answer, finished or in flight.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct AssistantTurn {
     pub request_id: RequestId,
     pub text: String,
@@ -121,22 +130,8 @@ impl AssistantTurn {
     pub fn new(request_id: RequestId, model_file: Option<String>) -> Self {
         Self {
             request_id,
-            text: String::new(),
-            phase: TurnPhase::Queued,
-            timeline: TurnTimeline::default(),
-            summary: None,
             model_file,
-            model: None,
-            finished_unix_s: None,
-            context_used: None,
-            settings: None,
-            prefill_progress: None,
-            stopping: false,
-            spec: None,
-            host: None,
-            profile: None,
-            quality: None,
-            confidence: None,
+            ..Self::default()
         }
     }
 
@@ -197,10 +192,7 @@ impl AssistantTurn {
             sampler: report.sampler,
             place: report.sampling,
         });
-        self.phase = match report.stop_reason {
-            StopReason::Cancelled => TurnPhase::Stopped,
-            other => TurnPhase::Done(other),
-        };
+        self.phase = TurnPhase::ended(report.stop_reason);
     }
 
     pub fn on_failed(&mut self, message: String) {
@@ -226,7 +218,7 @@ pub struct Exchange {
 }
 
 /// The conversation on screen.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Conversation {
     pub id: String,
     pub created_unix_s: u64,
@@ -247,24 +239,24 @@ impl Conversation {
     /// The messages to send for the last exchange: system prompt, every earlier exchange that
     /// has an answer (failed ones are left out), then the last user message.
     pub(crate) fn messages_for_last(&self) -> Vec<ChatMessage> {
-        let mut out = Vec::new();
-        if let Some(s) = &self.system_prompt {
-            out.push(ChatMessage::new(Role::System, s.clone()));
-        }
-        let n = self.exchanges.len();
-        for (i, ex) in self.exchanges.iter().enumerate() {
-            if i + 1 == n {
-                out.push(ChatMessage::new(Role::User, ex.user.clone()));
-                break;
-            }
-            match &ex.assistant {
-                Some(a) if !matches!(a.phase, TurnPhase::Failed(_)) && !a.text.is_empty() => {
+        let mut out: Vec<_> = self
+            .system_prompt
+            .iter()
+            .map(|s| ChatMessage::new(Role::System, s.clone()))
+            .collect();
+        let Some((last, earlier)) = self.exchanges.split_last() else {
+            return out;
+        };
+        for ex in earlier {
+            let answered = ex.assistant.as_ref();
+            if let Some(a) = answered.filter(|a| !matches!(a.phase, TurnPhase::Failed(_))) {
+                if !a.text.is_empty() {
                     out.push(ChatMessage::new(Role::User, ex.user.clone()));
                     out.push(ChatMessage::new(Role::Assistant, a.text.clone()));
                 }
-                _ => {}
             }
         }
+        out.push(ChatMessage::new(Role::User, last.user.clone()));
         out
     }
 
@@ -313,23 +305,9 @@ impl Conversation {
                     TurnPhase::Stopped => StopReason::Cancelled,
                     _ => return None,
                 };
-                Some(SavedTurn {
-                    user: e.user.clone(),
-                    assistant: a.text.clone(),
-                    stop_reason,
-                    metrics: a.summary.clone(),
-                    model_file: a.model_file.clone(),
-                    model: a.model.clone(),
-                    // A turn finished before its time was kept (none should be): the save's.
-                    finished_unix_s: a.finished_unix_s.unwrap_or(updated_unix_s),
-                    settings: a.settings.clone(),
-                    quality: a.quality.as_ref().and_then(TurnQuality::score).cloned(),
-                    confidence: a
-                        .confidence
-                        .as_ref()
-                        .and_then(TurnConfidence::tokens)
-                        .map(<[_]>::to_vec),
-                })
+                // A turn finished before its time was kept (none should be): the save's.
+                let finished = a.finished_unix_s.unwrap_or(updated_unix_s);
+                Some(saved_turn(&e.user, a, stop_reason, finished))
             })
             .collect();
         let last_answer = self
@@ -359,16 +337,9 @@ impl Conversation {
             .filter(|a| a.phase.is_active())?;
         let mut saved = self.to_saved(now_unix_s);
         saved.turns.push(SavedTurn {
-            user: exchange.user.clone(),
-            assistant: a.text.clone(),
-            stop_reason: StopReason::Cancelled,
-            metrics: a.summary.clone(),
-            model_file: a.model_file.clone(),
-            model: a.model.clone(),
-            finished_unix_s: now_unix_s,
-            settings: a.settings.clone(),
             quality: None,
             confidence: None,
+            ..saved_turn(&exchange.user, a, StopReason::Cancelled, now_unix_s)
         });
         Some(saved)
     }
@@ -381,26 +352,15 @@ impl Conversation {
             .map(|t| Exchange {
                 user: t.user.clone(),
                 assistant: Some(AssistantTurn {
-                    request_id: 0,
                     text: t.assistant.clone(),
-                    phase: match t.stop_reason {
-                        StopReason::Cancelled => TurnPhase::Stopped,
-                        r => TurnPhase::Done(r),
-                    },
-                    timeline: TurnTimeline::default(),
+                    phase: TurnPhase::ended(t.stop_reason),
                     summary: t.metrics.clone(),
-                    model_file: t.model_file.clone(),
                     model: t.model.clone(),
                     finished_unix_s: Some(t.finished_unix_s),
-                    context_used: None,
                     settings: t.settings.clone(),
-                    prefill_progress: None,
-                    stopping: false,
-                    spec: None,
-                    host: None,
-                    profile: None,
                     quality: t.quality.clone().map(|q| TurnQuality::Scored(Box::new(q))),
                     confidence: t.confidence.clone().map(TurnConfidence::Measured),
+                    ..AssistantTurn::new(0, t.model_file.clone())
                 }),
             })
             .collect();
@@ -410,6 +370,26 @@ impl Conversation {
             system_prompt: saved.system_prompt.clone(),
             exchanges,
         }
+    }
+}
+
+/// Answer `a` to the user message `user` as the history keeps it.
+fn saved_turn(user: &str, a: &AssistantTurn, stop_reason: StopReason, finished: u64) -> SavedTurn {
+    SavedTurn {
+        user: user.to_string(),
+        assistant: a.text.clone(),
+        stop_reason,
+        metrics: a.summary.clone(),
+        model_file: a.model_file.clone(),
+        model: a.model.clone(),
+        finished_unix_s: finished,
+        settings: a.settings.clone(),
+        quality: a.quality.as_ref().and_then(TurnQuality::score).cloned(),
+        confidence: a
+            .confidence
+            .as_ref()
+            .and_then(TurnConfidence::tokens)
+            .map(<[_]>::to_vec),
     }
 }
 
@@ -430,24 +410,17 @@ pub fn first_divergence(a: &str, b: &str, b_pieces: &[String]) -> Option<Diverge
     if a == b {
         return None;
     }
-    let at_byte = a
-        .char_indices()
-        .zip(b.chars())
-        .find(|((_, ca), cb)| ca != cb)
-        .map_or(a.len().min(b.len()), |((i, _), _)| i);
     let mut so_far = String::new();
-    for (i, piece) in b_pieces.iter().enumerate() {
-        so_far.push_str(piece);
-        if !a.starts_with(&so_far) {
-            return Some(Divergence {
-                token_index: i,
-                at_byte,
-            });
-        }
-    }
+    let token_index = b_pieces
+        .iter()
+        .position(|piece| {
+            so_far.push_str(piece);
+            !a.starts_with(&so_far)
+        })
+        .unwrap_or(b_pieces.len());
     Some(Divergence {
-        token_index: b_pieces.len(),
-        at_byte,
+        token_index,
+        at_byte: super::complete::common_prefix(a, b).len(),
     })
 }
 

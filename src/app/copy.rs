@@ -15,8 +15,7 @@ impl App {
     pub(super) fn copy(&mut self, arg: &str) -> Vec<Effect> {
         if let Some(why) = &self.clipboard_blocked {
             let text = format!("not copied: {why}");
-            self.notice(NoticeKind::Warning, text);
-            return Vec::new();
+            return self.notice_only(NoticeKind::Warning, text);
         }
         match self.copy_choice(arg) {
             Ok((what, text)) if text.len() > COPY_MAX_BYTES => {
@@ -26,8 +25,7 @@ impl App {
                     text.len() / 1024,
                     COPY_MAX_BYTES / 1024
                 );
-                self.notice(NoticeKind::Warning, text);
-                Vec::new()
+                self.notice_only(NoticeKind::Warning, text)
             }
             Ok((what, text)) => {
                 let chars = text.chars().count();
@@ -40,10 +38,7 @@ impl App {
                 );
                 vec![Effect::Copy(text)]
             }
-            Err(e) => {
-                self.notice(NoticeKind::Error, e);
-                Vec::new()
-            }
+            Err(e) => self.notice_only(NoticeKind::Error, e),
         }
     }
 

@@ -51,9 +51,8 @@ pub(crate) fn export_text(
 /// An export goes where the user said, into a folder that exists: a typo in the path is said,
 /// not turned into new folders.
 pub(crate) fn check_export_dir(path: &Path) -> Result<(), String> {
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => return Ok(()),
+    let Some(dir) = path.parent().filter(|p| !p.as_os_str().is_empty()) else {
+        return Ok(());
     };
     if dir.is_dir() {
         Ok(())

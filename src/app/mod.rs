@@ -53,8 +53,9 @@ pub enum EngineStatus {
     Failed(String),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Mode {
+    #[default]
     Chat,
     Help,
     /// The batching screen: a batch sweep on the loaded model, charted.
@@ -70,6 +71,16 @@ pub enum Mode {
     /// One answer token by token (`Alt+T`): a cursor over its tokens, each token's figures and
     /// both models' most likely tokens there.
     Tokens,
+}
+
+/// A model load that has not started yet.
+impl Default for EngineStatus {
+    fn default() -> Self {
+        EngineStatus::Loading {
+            stage: LoadStage::Checking,
+            progress: 0.0,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -238,7 +249,7 @@ pub struct Now {
 pub(crate) type InputTokens = (usize, &'static str);
 
 /// The whole state of the chat screen.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct App {
     pub engine: EngineStatus,
     pub model: Option<ModelInfo>,
@@ -320,47 +331,12 @@ impl App {
         max_tokens: u32,
     ) -> Self {
         Self {
-            engine: EngineStatus::Loading {
-                stage: LoadStage::Checking,
-                progress: 0.0,
-            },
-            model: None,
             model_path,
             conversation,
-            input: Input::default(),
-            mode: Mode::Chat,
-            scroll: Scroll::default(),
-            help_scroll: 0,
-            help_from_end: None,
             sampling,
             max_tokens,
-            ignore_eos: false,
-            bandwidth: crate::metrics::roofline::Peaks::default(),
             price_per_hour_usd: 2.0,
-            clipboard_blocked: None,
-            notice: None,
-            sent_prompts: Vec::new(),
-            active_since: None,
-            context_used: 0,
-            request_ids: RequestIds::default(),
-            fresh_conversation_id: String::new(),
-            bench: BenchScreen::default(),
-            profile: ProfileScreen::default(),
-            ab: None,
-            compare: CompareView::default(),
-            compare_place: Default::default(),
-            compare_row: 0,
-            help_return: Mode::Chat,
-            input_tokens: None,
-            switching: None,
-            send_when_ready: false,
-            full_repaint: false,
-            picker: None,
-            model_dirs: Vec::new(),
-            reference: None,
-            quality_colours: false,
-            own_confidence: false,
-            token_cursor: None,
+            ..Self::default()
         }
     }
 
@@ -369,6 +345,12 @@ impl App {
             text: text.into(),
             kind,
         });
+    }
+
+    /// A notice, and nothing for the loop to do.
+    fn notice_only(&mut self, kind: NoticeKind, text: impl Into<String>) -> Vec<Effect> {
+        self.notice(kind, text);
+        Vec::new()
     }
 
     pub(crate) fn is_generating(&self) -> bool {
@@ -395,24 +377,20 @@ impl App {
         let model_file = self.model_file();
         let messages = self.conversation.messages_for_last();
         let settings = self.current_settings();
+        let turn = turn_request(messages, &settings);
         let model = self.model.as_ref().map(crate::history::SavedModel::of);
         if let Some(ex) = self.conversation.exchanges.last_mut() {
-            let mut turn = AssistantTurn::new(id, model_file);
-            turn.settings = Some(settings);
-            turn.model = model;
-            ex.assistant = Some(turn);
+            ex.assistant = Some(AssistantTurn {
+                settings: Some(settings),
+                model,
+                ..AssistantTurn::new(id, model_file)
+            });
         }
         self.active_since = Some(now.instant);
         self.scroll = Scroll::default();
         vec![Effect::Generate {
             id,
-            turn: TurnRequest {
-                messages,
-                sampling: self.sampling.clone(),
-                max_tokens: self.max_tokens,
-                capture_first_logits: false,
-                ignore_eos: self.ignore_eos,
-            },
+            turn,
             model: None,
         }]
     }
@@ -429,18 +407,16 @@ impl App {
             return self.slash_command(line.trim(), now);
         }
         if self.is_generating() {
-            self.notice(
+            return self.notice_only(
                 NoticeKind::Warning,
                 "an answer is still streaming: Esc stops it",
             );
-            return Vec::new();
         }
         if let EngineStatus::Failed(_) = self.engine {
-            self.notice(
+            return self.notice_only(
                 NoticeKind::Warning,
                 "no model is loaded: /model PATH (or Ctrl+O) loads one; the message is kept",
             );
-            return Vec::new();
         }
         if self.engine != EngineStatus::Ready || self.switching.is_some() {
             let what = match &self.switching {
@@ -448,11 +424,10 @@ impl App {
                 None => "the model is loading".to_owned(),
             };
             self.send_when_ready = true;
-            self.notice(
+            return self.notice_only(
                 NoticeKind::Info,
                 format!("{what}: the message is sent as soon as it is ready (Esc keeps it here)"),
             );
-            return Vec::new();
         }
         let mut text = self.input.take();
         if escaped {
@@ -495,8 +470,7 @@ impl App {
             return Vec::new();
         }
         let Some(last) = self.conversation.exchanges.last_mut() else {
-            self.notice(NoticeKind::Info, "nothing to regenerate yet");
-            return Vec::new();
+            return self.notice_only(NoticeKind::Info, "nothing to regenerate yet");
         };
         last.assistant = None;
         // A new seed, so that sampling can give a different answer (shown, so it can be
@@ -512,14 +486,11 @@ impl App {
     }
 
     fn cancel_active(&mut self) -> Vec<Effect> {
-        match self.conversation.active_mut() {
-            Some(a) => {
-                // Shown at once; the engine stops within one micro-batch or one token.
-                a.stopping = true;
-                vec![Effect::Cancel(a.request_id)]
-            }
-            None => Vec::new(),
-        }
+        // Shown at once; the engine stops within one micro-batch or one token.
+        Vec::from_iter(self.conversation.active_mut().map(|a| {
+            a.stopping = true;
+            Effect::Cancel(a.request_id)
+        }))
     }
 
     fn new_conversation(&mut self, now: Now) -> Vec<Effect> {
@@ -590,13 +561,21 @@ impl App {
                 text,
                 at,
                 ..
-            } => self.on_token(request_id, &text, at),
+            } => {
+                if let Some(t) = self.active_turn(request_id) {
+                    t.on_token(&text, at);
+                }
+            }
             EngineEvent::StepProfiled {
                 request_id,
                 step,
                 per_node,
             } => self.on_step_profiled(request_id, *step, per_node),
-            EngineEvent::Spec { request_id, stats } => self.on_spec(request_id, *stats),
+            EngineEvent::Spec { request_id, stats } => {
+                if let Some(t) = self.active_turn(request_id) {
+                    t.spec = Some(*stats);
+                }
+            }
             EngineEvent::Finished { request_id, report } => {
                 return self.on_turn_finished(request_id, *report, now);
             }
@@ -630,8 +609,14 @@ impl App {
             EngineEvent::Scored { request_id, score } => {
                 return self.on_scored(request_id, score, now.unix_s);
             }
+            // Each token's own confidence of a turn, or that it could not be measured.
             EngineEvent::Confidence { request_id, tokens } => {
-                self.on_confidence(request_id, tokens);
+                if let Some(t) = self.conversation.turn_for(request_id) {
+                    t.confidence = Some(tokens.map_or(
+                        conversation::TurnConfidence::Unavailable,
+                        conversation::TurnConfidence::Measured,
+                    ));
+                }
             }
             EngineEvent::Failed { request_id, error } => {
                 return self.on_request_failed(request_id, error);
@@ -693,13 +678,12 @@ impl App {
         }
     }
 
-    /// A token of a turn still in flight (a stopped turn keeps the text it had).
-    fn on_token(&mut self, request_id: RequestId, text: &str, at: std::time::Duration) {
-        if let Some(t) = self.conversation.turn_for(request_id) {
-            if t.phase.is_active() {
-                t.on_token(text, at);
-            }
-        }
+    /// The turn of `request_id` while it is still in flight (a stopped turn keeps the text and
+    /// figures it had).
+    fn active_turn(&mut self, request_id: RequestId) -> Option<&mut AssistantTurn> {
+        self.conversation
+            .turn_for(request_id)
+            .filter(|t| t.phase.is_active())
     }
 
     /// A profiled decode step for the profile screen, with the roofline's bandwidth for
@@ -716,15 +700,6 @@ impl App {
                 .map(|b| b.bytes_per_s)
         });
         self.profile.add(request_id, step, per_node, bandwidth);
-    }
-
-    /// Speculative decoding's figures so far, for a turn still in flight.
-    fn on_spec(&mut self, request_id: RequestId, stats: crate::metrics::spec::SpecStats) {
-        if let Some(t) = self.conversation.turn_for(request_id) {
-            if t.phase.is_active() {
-                t.spec = Some(stats);
-            }
-        }
     }
 
     /// A turn finished: the conversation is saved and the answer scored (when a reference
@@ -757,20 +732,6 @@ impl App {
         let failed = error.is_some();
         self.bench.error = error.map(|e| e.to_string());
         self.save_sweep(failed)
-    }
-
-    /// Each token's own confidence of a turn, or that it could not be measured.
-    fn on_confidence(
-        &mut self,
-        request_id: RequestId,
-        tokens: Option<Vec<crate::metrics::quality::TokenConfidence>>,
-    ) {
-        if let Some(t) = self.conversation.turn_for(request_id) {
-            t.confidence = Some(match tokens {
-                Some(tokens) => conversation::TurnConfidence::Measured(tokens),
-                None => conversation::TurnConfidence::Unavailable,
-            });
-        }
     }
 
     /// A request failed: a scoring (which may turn the reference off) or a turn, which keeps
@@ -924,21 +885,19 @@ impl App {
     /// Esc during a batch sweep: it is cancelled and saved as stopped.
     fn stop_bench(&mut self) -> Vec<Effect> {
         self.bench.stopped = true;
-        if let Some(id) = self.bench.running.take() {
-            let mut fx = vec![Effect::Cancel(id)];
-            fx.extend(self.save_sweep(true));
-            return fx;
-        }
-        Vec::new()
+        let Some(id) = self.bench.running.take() else {
+            return Vec::new();
+        };
+        [Effect::Cancel(id)]
+            .into_iter()
+            .chain(self.save_sweep(true))
+            .collect()
     }
 
     /// The bench screen closes to the chat; a sweep still running is cancelled.
     fn close_bench(&mut self) -> Vec<Effect> {
         self.mode = Mode::Chat;
-        if let Some(id) = self.bench.running.take() {
-            return vec![Effect::Cancel(id)];
-        }
-        Vec::new()
+        Vec::from_iter(self.bench.running.take().map(Effect::Cancel))
     }
 
     /// The compare screen opens on the newest comparison, its first row selected.
@@ -975,18 +934,24 @@ impl App {
     /// The selected row's model, back in the chat: A/B against the last answer (`ab`), or
     /// switched to.
     fn use_compare_row(&mut self, ab: bool, now: Now) -> Vec<Effect> {
-        if let CompareView::Loaded(c) = &self.compare {
-            if let Some(row) = c.rows.get(self.compare_row) {
-                let path = row.model.clone();
-                self.mode = Mode::Chat;
-                return if ab {
-                    self.start_ab(&path, now)
-                } else {
-                    self.start_switch(&path)
-                };
-            }
+        let CompareView::Loaded(c) = &self.compare else {
+            return Vec::new();
+        };
+        let Some(path) = c.rows.get(self.compare_row).map(|row| row.model.clone()) else {
+            return Vec::new();
+        };
+        self.mode = Mode::Chat;
+        self.use_model(&path, ab, now)
+    }
+
+    /// A chosen model file (a compare row, a picked one) through the same door as a typed
+    /// path: A/B against the last answer (`ab`, as `/ab PATH`), or switched to (`/model PATH`).
+    fn use_model(&mut self, path: &str, ab: bool, now: Now) -> Vec<Effect> {
+        if ab {
+            self.start_ab(path, now)
+        } else {
+            self.start_switch(path)
         }
-        Vec::new()
     }
 
     /// Tab: the path after `/model ` or `/ab ` is completed (by the loop); elsewhere a space.
@@ -1000,37 +965,21 @@ impl App {
     }
 
     fn page(&mut self, lines: i32) {
-        let down = |at: usize| {
-            if lines > 0 {
-                at.saturating_sub(lines as usize)
-            } else {
-                at.saturating_add(lines.unsigned_abs() as usize)
-            }
-        };
+        let up = lines as isize;
         match (self.mode, self.ab.as_mut()) {
             // From the end, a page up is more lines above it.
-            (Mode::Help, _) => match self.help_from_end {
-                Some(k) => {
-                    self.help_from_end = Some(if lines > 0 {
-                        k.saturating_add(lines as usize)
-                    } else {
-                        k.saturating_sub(lines.unsigned_abs() as usize)
-                    })
-                }
-                None => self.help_scroll = down(self.help_scroll),
+            (Mode::Help, _) => match self.help_from_end.as_mut() {
+                Some(k) => *k = k.saturating_add_signed(up),
+                None => self.help_scroll = self.help_scroll.saturating_add_signed(-up),
             },
-            (Mode::Ab, Some(ab)) => ab.scroll = down(ab.scroll),
+            (Mode::Ab, Some(ab)) => ab.scroll = ab.scroll.saturating_add_signed(-up),
             _ => self.scroll_by(lines),
         }
     }
 
     fn scroll_by(&mut self, lines: i32) {
         let s = &mut self.scroll.lines_from_bottom;
-        *s = if lines >= 0 {
-            s.saturating_add(lines as usize)
-        } else {
-            s.saturating_sub(lines.unsigned_abs() as usize)
-        };
+        *s = s.saturating_add_signed(lines as isize);
     }
 
     /// A key: the key table's action for it in this mode, if any.
@@ -1079,37 +1028,13 @@ impl App {
 
     /// A batch sweep was saved (its run id, and a warning about the log shown) or not.
     fn on_sweep_saved(&mut self, result: Result<(String, Option<String>), String>) {
-        self.bench.saved = Some(match result {
-            Ok((id, warning)) => {
-                if let Some(w) = warning {
-                    self.notice(NoticeKind::Warning, w);
-                }
-                Ok(id)
+        let saved = result.map(|(id, warning)| {
+            if let Some(w) = warning {
+                self.notice(NoticeKind::Warning, w);
             }
-            Err(e) => Err(e),
+            id
         });
-    }
-
-    /// `/trace` wrote its file, or failed: either is shown.
-    fn on_traced(&mut self, result: Result<(PathBuf, usize, usize), String>) {
-        match result {
-            Ok((p, turns, frames)) => self.notice(
-                NoticeKind::Info,
-                format!(
-                    "trace of {turns} answer(s) and {frames} frame(s) written to {} (open it in ui.perfetto.dev)",
-                    p.display()
-                ),
-            ),
-            Err(e) => self.notice(NoticeKind::Error, format!("trace failed: {e}")),
-        }
-    }
-
-    /// An export was written, or failed: either is shown.
-    fn on_exported(&mut self, result: Result<PathBuf, String>) {
-        match result {
-            Ok(p) => self.notice(NoticeKind::Info, format!("exported to {}", p.display())),
-            Err(e) => self.notice(NoticeKind::Error, format!("export failed: {e}")),
-        }
+        self.bench.saved = Some(saved);
     }
 
     /// The comparisons log was read for the compare screen: its place, with the selected row
@@ -1146,8 +1071,17 @@ pub fn update(app: &mut App, msg: Msg, now: Now) -> Vec<Effect> {
         ),
         Msg::Notice(kind, text) => app.notice(kind, text),
         Msg::SweepSaved(result) => app.on_sweep_saved(result),
-        Msg::Traced(result) => app.on_traced(result),
-        Msg::Exported(result) => app.on_exported(result),
+        // `/trace` or an export wrote its file, or failed: either is shown.
+        Msg::Traced(Ok((p, turns, frames))) => app.notice(
+            NoticeKind::Info,
+            format!(
+                "trace of {turns} answer(s) and {frames} frame(s) written to {} (open it in ui.perfetto.dev)",
+                p.display()
+            ),
+        ),
+        Msg::Traced(Err(e)) => app.notice(NoticeKind::Error, format!("trace failed: {e}")),
+        Msg::Exported(Ok(p)) => app.notice(NoticeKind::Info, format!("exported to {}", p.display())),
+        Msg::Exported(Err(e)) => app.notice(NoticeKind::Error, format!("export failed: {e}")),
         Msg::InputTokens(tokens) => app.input_tokens = tokens,
         Msg::FreshConversationId(id) => app.fresh_conversation_id = id,
         Msg::ModelsFound(found) => app.on_models_found(found),
@@ -1155,6 +1089,17 @@ pub fn update(app: &mut App, msg: Msg, now: Now) -> Vec<Effect> {
         Msg::ComparisonLoaded(result) => app.on_comparison_loaded(result),
     }
     Vec::new()
+}
+
+/// The engine's request for a turn of these messages, generated with `s`.
+fn turn_request(messages: Vec<crate::engine::ChatMessage>, s: &TurnSettings) -> TurnRequest {
+    TurnRequest {
+        messages,
+        sampling: s.sampling.clone(),
+        max_tokens: s.max_tokens,
+        capture_first_logits: false,
+        ignore_eos: s.ignore_eos,
+    }
 }
 
 /// Whether the phase of the turn in flight is one whose display changes with time alone

@@ -3,8 +3,6 @@
 //! the list, Up/Down choose, Enter switches the model (or, when opened by `/ab`, runs A/B), Ctrl+A
 //! or Alt+A runs A/B with the chosen file whatever opened the list, Esc closes.
 
-use std::path::PathBuf;
-
 use super::{App, Effect, Mode, Now};
 use crate::discover::{Discovery, FoundModel};
 
@@ -146,7 +144,8 @@ impl App {
                 };
                 let ab = key == PickerKey::Ab || p.purpose == PickFor::Ab;
                 self.close_picker();
-                return self.use_picked(path, ab, now);
+                // The path goes through the same door as a typed one (`/model PATH`, `/ab PATH`).
+                return self.use_model(&path.to_string_lossy(), ab, now);
             }
         }
         if let Some(p) = self.picker.as_mut() {
@@ -159,20 +158,12 @@ impl App {
         self.picker = None;
         self.mode = Mode::Chat;
     }
-
-    fn use_picked(&mut self, path: PathBuf, ab: bool, now: Now) -> Vec<Effect> {
-        // The path goes through the same door as a typed one (`/model PATH`, `/ab PATH`).
-        let arg = path.to_string_lossy().into_owned();
-        if ab {
-            self.start_ab(&arg, now)
-        } else {
-            self.start_switch(&arg)
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
     use super::*;
     use crate::app::tests::*;
     use crate::app::{update, Msg};

@@ -67,15 +67,8 @@ impl App {
         let Some(id) = self.scoring() else {
             return Vec::new();
         };
-        for a in self
-            .conversation
-            .exchanges
-            .iter_mut()
-            .filter_map(|e| e.assistant.as_mut())
-        {
-            if a.quality == Some(TurnQuality::Scoring(id)) {
-                a.quality = Some(TurnQuality::NotScored(why.to_string()));
-            }
+        if let Some(a) = self.scored_turn(id) {
+            a.quality = Some(TurnQuality::NotScored(why.to_string()));
         }
         vec![Effect::Cancel(id)]
     }
@@ -130,34 +123,32 @@ impl App {
 
     /// The conversation's scored answers pooled (`None`: none scored).
     pub(crate) fn conversation_quality(&self) -> Option<ConversationQuality> {
-        let mut out = ConversationQuality {
-            answers: 0,
-            tokens: 0,
-            kld_mean: 0.0,
-            same_top_pct: 0.0,
-            below_low_p: 0,
-        };
-        let mut kld_sum = 0.0;
-        let mut same = 0usize;
-        for score in self
+        let scores: Vec<&AnswerScore> = self
             .conversation
             .exchanges
             .iter()
             .filter_map(|e| e.assistant.as_ref()?.quality.as_ref()?.score())
             .filter(|s| !s.tokens.is_empty())
-        {
-            out.answers += 1;
-            out.tokens += score.tokens.len();
-            kld_sum += score.tokens.iter().map(|t| t.score.kld).sum::<f64>();
-            same += score.tokens.iter().filter(|t| t.score.same_top).count();
-            out.below_low_p += score.summary.as_ref().map_or(0, |s| s.below_low_p);
-        }
-        if out.tokens == 0 {
-            return None;
-        }
-        out.kld_mean = kld_sum / out.tokens as f64;
-        out.same_top_pct = 100.0 * same as f64 / out.tokens as f64;
-        Some(out)
+            .collect();
+        let tokens: usize = scores.iter().map(|s| s.tokens.len()).sum();
+        let kld_sum: f64 = scores
+            .iter()
+            .map(|s| s.tokens.iter().map(|t| t.score.kld).sum::<f64>())
+            .sum();
+        let same = scores
+            .iter()
+            .flat_map(|s| &s.tokens)
+            .filter(|t| t.score.same_top);
+        (tokens > 0).then(|| ConversationQuality {
+            answers: scores.len(),
+            tokens,
+            kld_mean: kld_sum / tokens as f64,
+            same_top_pct: 100.0 * same.count() as f64 / tokens as f64,
+            below_low_p: scores
+                .iter()
+                .map(|s| s.summary.as_ref().map_or(0, |s| s.below_low_p))
+                .sum(),
+        })
     }
 
     /// `Alt+K`: answers drawn token by token in colour, or back to Markdown. Scored answers
@@ -165,11 +156,10 @@ impl App {
     /// token's own confidence from the next answer on, and those answers take its colours.
     pub(super) fn toggle_quality_colours(&mut self) -> Vec<Effect> {
         if !self.quality_colours && crate::remote::is_url(&self.model_path) {
-            self.notice(
+            return self.notice_only(
                 NoticeKind::Error,
                 "token colours need a local model's logits (a server sends none): chat -m MODEL.gguf",
             );
-            return Vec::new();
         }
         self.quality_colours = !self.quality_colours;
         let effects = self.sync_confidence();
@@ -208,8 +198,7 @@ impl App {
                     ),
                     None => "no reference: /ref PATH scores each answer against another file of the same model (its F16 or Q8_0)".to_string(),
                 };
-                self.notice(NoticeKind::Info, text);
-                Vec::new()
+                self.notice_only(NoticeKind::Info, text)
             }
             "off" | "--off" => {
                 let mut effects = self.stop_scoring("stopped: /ref off");
@@ -218,13 +207,10 @@ impl App {
                 self.notice(NoticeKind::Info, "scoring is off");
                 effects
             }
-            _ if crate::remote::is_url(&self.model_path) => {
-                self.notice(
-                    NoticeKind::Error,
-                    "/ref scores a local model's answers (a server sends no full distributions)",
-                );
-                Vec::new()
-            }
+            _ if crate::remote::is_url(&self.model_path) => self.notice_only(
+                NoticeKind::Error,
+                "/ref scores a local model's answers (a server sends no full distributions)",
+            ),
             path => {
                 let path: PathBuf = crate::config::expand_home(std::path::Path::new(path));
                 let mut effects = self.stop_scoring("stopped: the reference changed");
@@ -245,25 +231,17 @@ impl App {
                         && !self.is_generating()
                         && self.last_answer_on_this_model()
                 });
-                match scorable {
+                let what = match scorable {
                     Some(turn_id) => {
                         effects.extend(self.score_finished(turn_id));
-                        self.notice(
-                            NoticeKind::Info,
-                            format!(
-                                "reference {}: scoring the last answer, then each answer after it finishes",
-                                path.display()
-                            ),
-                        );
+                        "scoring the last answer, then each answer after it finishes"
                     }
-                    None => self.notice(
-                        NoticeKind::Info,
-                        format!(
-                            "reference {}: each answer is scored against it after it finishes",
-                            path.display()
-                        ),
-                    ),
-                }
+                    None => "each answer is scored against it after it finishes",
+                };
+                self.notice(
+                    NoticeKind::Info,
+                    format!("reference {}: {what}", path.display()),
+                );
                 effects
             }
         }
@@ -343,15 +321,11 @@ impl App {
     /// The exchange with token figures nearest `from` in direction `step` (-1 older, 1
     /// newer), `from` excluded.
     fn answer_with_tokens(&self, from: usize, step: isize) -> Option<usize> {
-        let mut i = from;
-        loop {
-            i = i.checked_add_signed(step)?;
-            if i >= self.conversation.exchanges.len() {
-                return None;
-            }
-            if self.answer_tokens(i).is_some() {
-                return Some(i);
-            }
+        let has_tokens = |i: &usize| self.answer_tokens(*i).is_some();
+        if step < 0 {
+            (0..from).rev().find(has_tokens)
+        } else {
+            (from + 1..self.conversation.exchanges.len()).find(has_tokens)
         }
     }
 

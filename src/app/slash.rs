@@ -54,10 +54,9 @@ impl App {
     /// Runs one command typed in the input: each has its own handler; the ones that need the
     /// loop to act return its effects.
     pub(super) fn slash_command(&mut self, line: &str, now: Now) -> Vec<Effect> {
-        let (cmd, arg) = match line.split_once(char::is_whitespace) {
-            Some((c, a)) => (c, a.trim()),
-            None => (line, ""),
-        };
+        let (cmd, arg) = line
+            .split_once(char::is_whitespace)
+            .map_or((line, ""), |(c, a)| (c, a.trim()));
         match cmd {
             "/system" => self.system_command(arg),
             "/temp" => self.number_setting(
@@ -119,7 +118,11 @@ impl App {
             "/ref" => return self.ref_command(arg),
             "/new" => return self.new_conversation(now),
             "/copy" => return self.copy(arg),
-            "/help" => self.help_command(),
+            // The help opens at its top, returning to the chat.
+            "/help" => {
+                self.mode = Mode::Chat;
+                self.open_help();
+            }
             "/quit" | "/exit" => return self.quit(),
             other => self.notice(
                 NoticeKind::Error,
@@ -150,14 +153,12 @@ impl App {
         } else {
             "; the next answer re-reads the whole conversation with it (its prefill is longer)"
         };
-        self.notice(
-            NoticeKind::Info,
-            if clear {
-                format!("system prompt cleared{reread}")
-            } else {
-                format!("system prompt set, from the next answer on{reread}")
-            },
-        );
+        let done = if clear {
+            "system prompt cleared"
+        } else {
+            "system prompt set, from the next answer on"
+        };
+        self.notice(NoticeKind::Info, format!("{done}{reread}"));
     }
 
     /// A number setting typed as `/cmd [VALUE]`: shown (with `usage`) when typed without a
@@ -193,24 +194,18 @@ impl App {
             );
             return;
         }
-        if arg == "-1" {
-            // llama.cpp's -1: a random seed. This one is drawn here and shown, so that the
-            // turn can be repeated (it is saved with the turn, as every seed is).
-            let v = crate::ids::random_u32();
-            self.sampling.seed = v;
-            self.notice(NoticeKind::Info, format!("seed {v} (random)"));
-            return;
-        }
-        match arg.parse::<u32>() {
-            Ok(v) => {
-                self.sampling.seed = v;
-                self.notice(NoticeKind::Info, format!("seed {v}"));
+        // llama.cpp's -1: a random seed. This one is drawn here and shown, so that the turn can
+        // be repeated (it is saved with the turn, as every seed is).
+        let (v, how) = match arg.parse::<u32>() {
+            _ if arg == "-1" => (crate::ids::random_u32(), " (random)"),
+            Ok(v) => (v, ""),
+            Err(_) => {
+                let text = "/seed needs a whole number, or -1 for a random one";
+                return self.notice(NoticeKind::Error, text);
             }
-            Err(_) => self.notice(
-                NoticeKind::Error,
-                "/seed needs a whole number, or -1 for a random one",
-            ),
-        }
+        };
+        self.sampling.seed = v;
+        self.notice(NoticeKind::Info, format!("seed {v}{how}"));
     }
 
     /// `/settings`: every sampling setting, the token limit and whether a system prompt is set,
@@ -233,28 +228,18 @@ impl App {
     /// `/export md|json [PATH]`: the effect that writes the conversation, or the usage.
     fn export_command(&mut self, arg: &str, now: Now) -> Vec<Effect> {
         let mut parts = arg.splitn(2, char::is_whitespace);
-        let format = match parts.next() {
-            Some("md") | Some("markdown") => Some(ExportFormat::Markdown),
-            Some("json") => Some(ExportFormat::Json),
-            _ => None,
-        };
-        let path = parts.next().map(str::trim).filter(|p| !p.is_empty());
-        let Some(format) = format else {
-            self.notice(NoticeKind::Error, "usage: /export md|json [PATH]");
-            return Vec::new();
+        let (format, ext) = match parts.next() {
+            Some("md") | Some("markdown") => (ExportFormat::Markdown, "md"),
+            Some("json") => (ExportFormat::Json, "json"),
+            _ => {
+                return self.notice_only(NoticeKind::Error, "usage: /export md|json [PATH]");
+            }
         };
         // Without a path: a file named after the conversation, in the folder tokscope was
         // started in (the notice after the write says where).
-        let path = match path {
+        let path = match parts.next().map(str::trim).filter(|p| !p.is_empty()) {
             Some(p) => crate::config::expand_home(std::path::Path::new(p)),
-            None => std::path::PathBuf::from(format!(
-                "tokscope-{}.{}",
-                self.conversation.id,
-                match format {
-                    ExportFormat::Markdown => "md",
-                    ExportFormat::Json => "json",
-                }
-            )),
+            None => format!("tokscope-{}.{ext}", self.conversation.id).into(),
         };
         vec![Effect::Export {
             format,
@@ -273,21 +258,12 @@ impl App {
         };
         let turns = self.traced_turns();
         if turns.is_empty() {
-            self.notice(
+            return self.notice_only(
                 NoticeKind::Error,
                 "nothing to trace yet: the trace covers the answers of this session (send a message first)",
             );
-            return Vec::new();
         }
         vec![Effect::WriteTrace { path, turns }]
-    }
-
-    /// `/help`: opens the help screen at its top, returning to the chat.
-    fn help_command(&mut self) {
-        self.help_return = Mode::Chat;
-        self.help_scroll = 0;
-        self.help_from_end = None;
-        self.mode = Mode::Help;
     }
 }
 

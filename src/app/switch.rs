@@ -26,8 +26,7 @@ impl App {
                 "{} is still loading: wait for it, or Esc to cancel",
                 s.path.display()
             );
-            self.notice(NoticeKind::Warning, text);
-            return Vec::new();
+            return self.notice_only(NoticeKind::Warning, text);
         }
         let mut effects = self.cancel_active();
         effects.extend(self.stop_scoring("stopped: another model was loaded"));
@@ -85,10 +84,7 @@ impl App {
     }
 
     pub(super) fn on_switch_failed(&mut self, request_id: RequestId, error: &EngineError) {
-        if self.switching.as_ref().map(|s| s.request_id) != Some(request_id) {
-            return;
-        }
-        let Some(s) = self.switching.take() else {
+        let Some(s) = self.switching.take_if(|s| s.request_id == request_id) else {
             return;
         };
         let kept = if self.engine == super::EngineStatus::Ready {
@@ -108,12 +104,12 @@ impl App {
             let error = error.to_string().replace("\n  ", "; ");
             format!("could not switch model ({kept}): {error}")
         };
-        let text = if std::mem::take(&mut self.send_when_ready) {
-            format!("{text}; your message is kept unsent")
+        let kept_unsent = if std::mem::take(&mut self.send_when_ready) {
+            "; your message is kept unsent"
         } else {
-            text
+            ""
         };
-        self.notice(NoticeKind::Error, text);
+        self.notice(NoticeKind::Error, format!("{text}{kept_unsent}"));
     }
 }
 

@@ -80,16 +80,14 @@ impl GpuTelemetry {
     /// Loads NVML: the driver's `libnvidia-ml.so.1` (what the driver installs), else the
     /// unversioned name (development installs).
     pub(crate) fn open() -> Result<Self, GpuTelemetryError> {
-        let first = Nvml::builder()
+        let nvml = match Nvml::builder()
             .lib_path(OsStr::new("libnvidia-ml.so.1"))
-            .init();
-        match first {
-            Ok(nvml) => Ok(Self { nvml }),
-            Err(NvmlError::LibloadingError(_)) => {
-                Nvml::init().map(|nvml| Self { nvml }).map_err(classify)
-            }
-            Err(e) => Err(classify(e)),
-        }
+            .init()
+        {
+            Err(NvmlError::LibloadingError(_)) => Nvml::init(),
+            first => first,
+        };
+        nvml.map(|nvml| Self { nvml }).map_err(classify)
     }
 
     pub(crate) fn driver(&self) -> DriverInfo {
@@ -113,15 +111,15 @@ impl GpuTelemetry {
                 let memory = dev.memory_info().ok();
                 let utilization = dev.utilization_rates().ok();
                 let vram_process_bytes = dev.running_compute_processes().ok().and_then(|procs| {
-                    let mine: Vec<u64> = procs
+                    // The sum of this process's entries; `None` when it has none.
+                    procs
                         .iter()
                         .filter(|p| p.pid == pid)
                         .filter_map(|p| match p.used_gpu_memory {
                             UsedGpuMemory::Used(b) => Some(b),
                             UsedGpuMemory::Unavailable => None,
                         })
-                        .collect();
-                    (!mine.is_empty()).then(|| mine.iter().sum())
+                        .reduce(|a, b| a + b)
                 });
                 Some(GpuSample {
                     index,
@@ -149,27 +147,23 @@ impl GpuTelemetry {
 
 /// The light readings of the devices at `indices` (NVML's order), for the [`Sampler`]: no
 /// process list, no memory query.
-fn read_light(nvml: &Nvml, indices: &[u32]) -> Vec<Reading> {
-    indices
-        .iter()
-        .filter_map(|&index| {
-            let dev = nvml.device_by_index(index).ok()?;
-            Some(Reading {
-                index,
-                energy_mj: dev.total_energy_consumption().ok(),
-                power_w: dev.power_usage().ok().map(|mw| f64::from(mw) / 1e3),
-                sm_clock_mhz: dev.clock_info(Clock::SM).ok(),
-                mem_clock_mhz: dev.clock_info(Clock::Memory).ok(),
-                temperature_c: dev.temperature(TemperatureSensor::Gpu).ok(),
-                utilization_pct: dev.utilization_rates().ok().map(|u| u.gpu),
-            })
-        })
-        .collect()
-}
-
 impl Probe for GpuTelemetry {
     fn read(&self, indices: &[u32]) -> Vec<Reading> {
-        read_light(&self.nvml, indices)
+        indices
+            .iter()
+            .filter_map(|&index| {
+                let dev = self.nvml.device_by_index(index).ok()?;
+                Some(Reading {
+                    index,
+                    energy_mj: dev.total_energy_consumption().ok(),
+                    power_w: dev.power_usage().ok().map(|mw| f64::from(mw) / 1e3),
+                    sm_clock_mhz: dev.clock_info(Clock::SM).ok(),
+                    mem_clock_mhz: dev.clock_info(Clock::Memory).ok(),
+                    temperature_c: dev.temperature(TemperatureSensor::Gpu).ok(),
+                    utilization_pct: dev.utilization_rates().ok().map(|u| u.gpu),
+                })
+            })
+            .collect()
     }
 }
 
