@@ -478,11 +478,7 @@ impl<W: Write> HashingWriter<W> {
     }
 
     fn hex_digest(self) -> String {
-        self.hasher
-            .finalize()
-            .iter()
-            .map(|byte| format!("{byte:02x}"))
-            .collect()
+        crate::fmt::hex(&self.hasher.finalize())
     }
 }
 
@@ -579,10 +575,7 @@ mod tests {
             write_fake_wheel(dir, index + 1, chunk);
         }
         let whole = chunks.concat();
-        let hash = Sha256::digest(&whole)
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let hash = crate::fmt::hex(&Sha256::digest(&whole));
         (whole, hash)
     }
 

@@ -75,6 +75,20 @@ pub(crate) fn mean_pm(mean: f64, err: f64) -> String {
     format!("{mean:.d$} ± {err:.d$}")
 }
 
+/// A throughput mean with its standard deviation to two decimals (`12.31 ± 0.84`); with one
+/// sample there is no spread: `12.31 ± — (n=1)`.
+pub(crate) fn mean_sd(mean: f64, sd: Option<f64>) -> String {
+    match sd {
+        Some(s) => format!("{mean:.2} ± {s:.2}"),
+        None => format!("{mean:.2} ± — (n=1)"),
+    }
+}
+
+/// Bytes (a digest) as lowercase hex, two digits a byte.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// An elapsed time for humans: `0.42 s`, `12.4 s`, `2m05s`.
 pub(crate) fn secs(d: std::time::Duration) -> String {
     let s = d.as_secs_f64();

@@ -569,18 +569,31 @@ impl TornLine {
     }
 }
 
+/// The paths a file is set aside under beside `path`, in the order to try: `NAME.TAG-T`, then
+/// `NAME.TAG-T-1`, `-2`, …, a thousand in all.
+pub(crate) fn aside_names<'a>(
+    path: &'a Path,
+    name: &'a str,
+    tag: &'a str,
+    now_s: u64,
+) -> impl Iterator<Item = PathBuf> + 'a {
+    (0..1000u32).map(move |attempt| {
+        let n = if attempt == 0 {
+            String::new()
+        } else {
+            format!("-{attempt}")
+        };
+        path.with_file_name(format!("{name}.{tag}-{now_s}{n}"))
+    })
+}
+
 fn keep_fragment(path: &Path, fragment: &[u8]) -> io::Result<PathBuf> {
     let now_s = crate::ids::now_unix_s();
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    for attempt in 0..1000u32 {
-        let aside = if attempt == 0 {
-            path.with_file_name(format!("{name}.torn-{now_s}"))
-        } else {
-            path.with_file_name(format!("{name}.torn-{now_s}-{attempt}"))
-        };
+    for aside in aside_names(path, &name, "torn", now_s) {
         match create_private(&aside) {
             Ok(mut f) => {
                 f.write_all(fragment)?;

@@ -18,7 +18,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::engine::{SamplingParams, StopReason};
 use crate::fsx::{read_regular, write_private, ReadError, WriteError};
-use crate::ids::{unix_s, utc_parts};
+use crate::ids::{unix_s, utc_minute, utc_parts};
 use crate::metrics::TurnSummary;
 
 /// The version of the on-disk format this build writes. Version 2 added, per turn, the model's
@@ -290,11 +290,6 @@ fn turns(n: usize) -> String {
     } else {
         format!("{n} turns")
     }
-}
-
-fn iso_minute(unix_s: u64) -> String {
-    let ((y, mo, d), (h, mi, _)) = utc_parts(unix_s);
-    format!("{y:04}-{mo:02}-{d:02} {h:02}:{mi:02} UTC")
 }
 
 /// Ids become file names: nothing that could leave the directory or hide the file.
@@ -829,13 +824,7 @@ fn set_aside(path: &Path, bytes_read: &[u8], now_unix_s: u64) -> io::Result<Opti
             "the file name is not UTF-8",
         ));
     };
-    for attempt in 0..1000u32 {
-        let new_name = if attempt == 0 {
-            format!("{name}.corrupt-{now_unix_s}")
-        } else {
-            format!("{name}.corrupt-{now_unix_s}-{attempt}")
-        };
-        let target = path.with_file_name(new_name);
+    for target in crate::fsx::aside_names(path, name, "corrupt", now_unix_s) {
         // A hard link fails instead of replacing an existing target, which a rename would not.
         match fs::hard_link(path, &target) {
             Ok(()) => {
@@ -1060,7 +1049,7 @@ fn system_prompt_section(out: &mut String, system_prompt: Option<&str>, from_tur
 /// by an older tokscope that did not keep theirs.
 pub(crate) fn export_markdown(conv: &SavedConversation, current: &TurnSettings) -> String {
     let mut out = format!("# Conversation {}\n\n", conv.id);
-    let mut details = vec![format!("started {}", iso_minute(conv.created_unix_s))];
+    let mut details = vec![format!("started {}", utc_minute(conv.created_unix_s))];
     if let Some(model) = &conv.model_file {
         details.push(format!("model {model}"));
     }

@@ -84,8 +84,7 @@ impl StreamProbe {
             threads: u32::try_from(self.threads).unwrap_or(u32::MAX),
             load_before: self.load_before,
             load_after: self.load_after,
-            itl_p50_ms: None,
-            itl_max_ms: None,
+            ..Default::default()
         })
     }
 
@@ -485,9 +484,8 @@ pub(crate) fn bandwidth_report(reprobe: Option<&[usize]>) -> String {
     let mut previous: Option<(&str, f64, usize)> = None;
     for e in &entries {
         let p = &e.probe;
-        let ((y, mo, d), (h, mi, _)) = crate::ids::utc_parts(e.measured_unix_s);
         let mut line = format!(
-            "  {} · {} thread{} · {:.1} GB/s (read {:.1}, copy {:.1}, triad {:.1}){} · load {} · {y:04}-{mo:02}-{d:02} {h:02}:{mi:02} UTC{}",
+            "  {} · {} thread{} · {:.1} GB/s (read {:.1}, copy {:.1}, triad {:.1}){} · load {} · {}{}",
             crate::text::one_line(&e.cpu),
             p.threads,
             if p.threads == 1 { "" } else { "s" },
@@ -498,6 +496,7 @@ pub(crate) fn bandwidth_report(reprobe: Option<&[usize]>) -> String {
             p.worst_bytes_per_s
                 .map_or(String::new(), |w| format!(", slowest run {:.1}", w / 1e9)),
             p.load_before.map_or("unknown".to_string(), |l| format!("{l:.1}")),
+            crate::ids::utc_minute(e.measured_unix_s),
             if e.method != PROBE_METHOD {
                 " · older method, not used"
             } else if e.busy {

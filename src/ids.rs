@@ -75,6 +75,12 @@ fn splitmix64(x: u64) -> u64 {
     SplitMix64(x.wrapping_sub(0x9e37_79b9_7f4a_7c15)).next_u64()
 }
 
+/// `YYYY-MM-DD HH:MM UTC`, as history's details and the bandwidth cache show a time.
+pub(crate) fn utc_minute(unix_s: u64) -> String {
+    let ((y, mo, d), (h, mi, _)) = utc_parts(unix_s);
+    format!("{y:04}-{mo:02}-{d:02} {h:02}:{mi:02} UTC")
+}
+
 /// ((year, month, day), (hour, minute, second)) in UTC.
 pub(crate) fn utc_parts(unix_s: u64) -> ((i64, u32, u32), (u32, u32, u32)) {
     let days = (unix_s / 86_400) as i64;

@@ -45,11 +45,8 @@ fn bandwidth(row: &Row) -> String {
 /// `mean ± sd`, or, with one repetition, `mean ± — (n=1)`: one run has no spread, and a
 /// "± 0.00" would claim a precision nobody measured.
 fn mean_spread(r: &Row) -> String {
-    if r.samples_tok_per_s.len() < 2 {
-        format!("{:.2} ± — (n=1)", r.tok_per_s_mean)
-    } else {
-        format!("{:.2} ± {:.2}", r.tok_per_s_mean, r.tok_per_s_sd)
-    }
+    let sd = (r.samples_tok_per_s.len() >= 2).then_some(r.tok_per_s_sd);
+    crate::fmt::mean_sd(r.tok_per_s_mean, sd)
 }
 
 /// An MBU (already in percent) as a cell; `—` when undefined.

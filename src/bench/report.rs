@@ -12,6 +12,7 @@ use crate::engine::{ModelInfo, SamplingParams};
 use crate::llama::measure::Sample;
 use crate::llama::measure::{TestKind, TestSpec};
 use crate::llama::settings::{FlashAttn, KvType};
+use crate::metrics::busy::{busy_warnings, BusySignals};
 use crate::metrics::roofline::{
     ceiling_tok_per_s, cost_per_million_tokens, mbu, prefill_flops, Bandwidth, PrefillShape,
 };
@@ -261,11 +262,15 @@ pub(crate) fn build_row(job: &Job, samples: &[Sample], cx: &RowContext) -> Row {
         ),
         gpu: super::gpu::GpuColumns::default(),
         synthetic: cx.info.synthetic,
-        warning: row_warning(
-            cx,
-            job.params.threads,
-            itl.map(|t| t.p50_ms),
-            itl.map(|t| t.max_ms),
+        warning: measurement_warning(
+            cx.info.synthetic,
+            &BusySignals {
+                threads: job.params.threads,
+                load_before: cx.load_before,
+                load_after: cx.load_after,
+                itl_p50_ms: itl.map(|t| t.p50_ms),
+                itl_max_ms: itl.map(|t| t.max_ms),
+            },
         ),
         profile: row_profile(samples, cx.bandwidth.map(|b| b.bytes_per_s)),
         profile_level: crate::metrics::profile::ProfileLevel::default(),
@@ -300,27 +305,11 @@ fn row_profile(
     merged.figures(&gaps, 1.0, bandwidth)
 }
 
-/// The synthetic label and the busy-machine warnings of a row, joined; `None` when there are
-/// none.
-fn row_warning(
-    cx: &RowContext,
-    threads: u32,
-    itl_p50_ms: Option<f64>,
-    itl_max_ms: Option<f64>,
-) -> Option<String> {
-    let mut parts: Vec<String> = Vec::new();
-    if cx.info.synthetic {
-        parts.push(ModelInfo::SYNTHETIC_LABEL.to_string());
-    }
-    parts.extend(crate::metrics::busy::busy_warnings(
-        &crate::metrics::busy::BusySignals {
-            threads,
-            load_before: cx.load_before,
-            load_after: cx.load_after,
-            itl_p50_ms,
-            itl_max_ms,
-        },
-    ));
+/// The synthetic label and the busy-machine warnings of one measurement (a `bench` row, a
+/// `run` answer), joined; `None` when there are none.
+pub(crate) fn measurement_warning(synthetic: bool, signals: &BusySignals) -> Option<String> {
+    let label = synthetic.then(|| ModelInfo::SYNTHETIC_LABEL.to_string());
+    let parts: Vec<String> = label.into_iter().chain(busy_warnings(signals)).collect();
     (!parts.is_empty()).then(|| parts.join("; "))
 }
 

@@ -524,8 +524,7 @@ pub(super) fn sweep_warning(
         threads,
         load_before,
         load_after,
-        itl_p50_ms: None,
-        itl_max_ms: None,
+        ..Default::default()
     });
     if synthetic {
         warnings.push("synthetic model: its speed is real, its text is noise".to_string());

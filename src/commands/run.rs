@@ -339,7 +339,17 @@ impl RunReport {
         let mut metrics = report.timeline.summary();
         #[cfg(feature = "plant")]
         plant(&mut metrics);
-        let warning = run_warning(&metrics, info, load_before);
+        let (itl_p50_ms, itl_max_ms) = metrics.stall_gaps_ms().unzip();
+        let warning = crate::bench::report::measurement_warning(
+            info.synthetic,
+            &crate::metrics::busy::BusySignals {
+                threads: info.threads,
+                load_before,
+                load_after: crate::hw::load_average_1m(),
+                itl_p50_ms,
+                itl_max_ms,
+            },
+        );
         let bandwidth = peaks.placed(info.weight_bytes.as_ref(), info.n_layer, info.n_gpu_layers);
         let profile = report.profile.as_ref().and_then(|p| {
             p.figures(
@@ -831,28 +841,6 @@ fn print_reports(
         writeln!(stdout)
     };
     Ok(end.map(|()| eprint!("{}", crate::text::terminal_safe(&human_summary(last, info)))))
-}
-
-/// The synthetic label and the busy-machine warnings of one answer.
-fn run_warning(
-    metrics: &TurnSummary,
-    info: &ModelInfo,
-    load_before: Option<f64>,
-) -> Option<String> {
-    let mut parts: Vec<String> = Vec::new();
-    if info.synthetic {
-        parts.push(ModelInfo::SYNTHETIC_LABEL.to_string());
-    }
-    parts.extend(crate::metrics::busy::busy_warnings(
-        &crate::metrics::busy::BusySignals {
-            threads: info.threads,
-            load_before,
-            load_after: crate::hw::load_average_1m(),
-            itl_p50_ms: metrics.stall_gaps_ms().map(|(p50, _)| p50),
-            itl_max_ms: metrics.stall_gaps_ms().map(|(_, max)| max),
-        },
-    ));
-    (!parts.is_empty()).then(|| parts.join("; "))
 }
 
 /// A planted error for the agreement check (test builds with the `plant` feature only):

@@ -76,11 +76,7 @@ pub fn content_hash(cache_dir: &Path, source: &Path) -> std::io::Result<String> 
     }
     let mut hasher = sha2::Sha256::new();
     std::io::copy(&mut std::fs::File::open(source)?, &mut hasher)?;
-    let sha256: String = hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let sha256 = crate::fmt::hex(&hasher.finalize());
     // Remembered only if the file did not change while it was read.
     let after = std::fs::metadata(source)?;
     if identity(&after) == (dev, inode, size_bytes, mtime_ns) {

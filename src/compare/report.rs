@@ -241,11 +241,7 @@ fn fmt_kl(row: &CompareRow) -> String {
 }
 
 fn mean_sd(mean: Option<f64>, sd: Option<f64>) -> String {
-    match (mean, sd) {
-        (Some(m), Some(s)) => format!("{m:.2} ± {s:.2}"),
-        (Some(m), None) => format!("{m:.2} ± — (n=1)"),
-        _ => "—".into(),
-    }
+    mean.map_or_else(|| "—".into(), |m| crate::fmt::mean_sd(m, sd))
 }
 
 /// The cell of a quality figure that has no meaning (synthetic weights).

@@ -150,7 +150,7 @@ pub fn fingerprint(path: &Path) -> std::io::Result<String> {
         hasher.update(&buf);
     }
     let digest = hasher.finalize();
-    Ok(digest.iter().take(8).map(|b| format!("{b:02x}")).collect())
+    Ok(crate::fmt::hex(&digest[..8]))
 }
 
 /// The name of a GGUF `general.file_type` (llama.cpp's `llama_ftype`).

@@ -192,7 +192,7 @@ fn persistent_key(key: &FileKey, path: &Path) -> Option<PassedProbe> {
         mtime_ns: key.mtime_ns,
         dev: key.dev,
         inode: key.inode,
-        header_sha256: digest.iter().map(|b| format!("{b:02x}")).collect(),
+        header_sha256: crate::fmt::hex(&digest),
         prober: prober_identity(),
     })
 }

@@ -468,10 +468,7 @@ fn read_wheel_entry(wheel: &Path, entry: &str) -> Result<Vec<u8>, String> {
 }
 
 fn hex_sha256(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    crate::fmt::hex(&Sha256::digest(bytes))
 }
 
 #[cfg(test)]
