@@ -1181,6 +1181,7 @@ mod tests {
             decode_calls: 42,
             pass_gap: None,
             tokens_per_pass: None,
+            thinking: None,
         }
     }
 

@@ -204,6 +204,7 @@ fn finished_turn(
             prefill_chunk_done_at: Vec::new(),
             accepted_drafts: 0,
             remote: None,
+            thinking: None,
             submitted_at: None,
         },
         context_used: prompt + turn.timeline.tokens_generated(),

@@ -179,11 +179,35 @@ pub struct TurnTimeline {
     /// was sent; `None` for the local engine's turns.
     #[serde(skip)]
     pub remote: Option<Box<remote::RemoteTimeline>>,
+    /// The thinking span of a model that reasons before it answers (`<think>…</think>`
+    /// locally, the reasoning channel of a server's stream); `None` for a turn without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<ThinkingSpan>,
     /// The instant every offset above starts from (the request's `submitted_at`; for a remote
     /// turn, the request being sent): where a trace of several turns places each one
     /// (`metrics::trace`). Not saved; `None` for a turn read back from history.
     #[serde(skip)]
     pub submitted_at: Option<std::time::Instant>,
+}
+
+/// Where a turn's thinking ends and its answer starts (docs/metrics.md, "Thinking").
+///
+/// TTFT stays the first token of any kind (a thinking token included), as the serving tools
+/// define it (AIPerf, GuideLLM, inference-perf); the answer's own start is `first_answer_at`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ThinkingSpan {
+    /// Generated tokens of the thinking, its markers included. Locally the first `tokens`
+    /// entries of `token_ready_at`; remotely the tokens of the reasoning channel (one per
+    /// reasoning chunk unless the server counts them exactly). Part of `tokens_generated`,
+    /// never added to it again (servers fold them into `completion_tokens` too).
+    pub tokens: usize,
+    /// Offset of the last thinking token (the closing marker, or the last reasoning chunk);
+    /// `None` while the model still thinks.
+    pub ended_at: Option<Duration>,
+    /// Offset of the first answer token (the first token after the thinking: past the closing
+    /// marker, or the first content chunk); `None` while none has come, and in a turn that
+    /// ended while still thinking.
+    pub first_answer_at: Option<Duration>,
 }
 
 impl TurnTimeline {
@@ -276,8 +300,47 @@ impl TurnTimeline {
             // it accepted.
             tokens_per_pass: (!self.pass_done_at.is_empty())
                 .then(|| 1.0 + self.accepted_drafts as f64 / self.pass_done_at.len() as f64),
+            thinking: self.thinking_summary(),
         }
     }
+
+    /// The thinking and answer figures of a turn that thought (`None` for one that did not).
+    pub(crate) fn thinking_summary(&self) -> Option<ThinkingSummary> {
+        let span = self.thinking?;
+        let n = self.tokens_generated();
+        let answer_tokens = n.saturating_sub(span.tokens);
+        let last = self.token_ready_at.last().copied();
+        let answer_span = span
+            .first_answer_at
+            .zip(last)
+            .map_or(Duration::ZERO, |(first, last)| last.saturating_sub(first));
+        Some(ThinkingSummary {
+            thinking_tokens: span.tokens,
+            thinking_ms: self.ttft().zip(span.ended_at).map(|(t, e)| ms(e.saturating_sub(t))),
+            time_to_first_answer_ms: span.first_answer_at.map(ms),
+            answer_tokens,
+            answer_tok_per_s: rate_per_s(answer_tokens.saturating_sub(1), answer_span),
+            ended_while_thinking: span.first_answer_at.is_none() && self.finished_at.is_some(),
+        })
+    }
+}
+
+/// The derived figures of a turn's thinking and answer (docs/metrics.md, "Thinking").
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ThinkingSummary {
+    /// Generated tokens of the thinking, markers included (part of `tokens_generated`).
+    pub thinking_tokens: usize,
+    /// First token (TTFT) → last thinking token; `None` while the model still thinks.
+    pub thinking_ms: Option<f64>,
+    /// Request → first answer token (AIPerf's time to first output token, TTFO); `None` when
+    /// no answer token came.
+    pub time_to_first_answer_ms: Option<f64>,
+    /// Generated tokens after the thinking.
+    pub answer_tokens: usize,
+    /// The answer's own decode rate: (answer tokens − 1) ÷ (last token − first answer token).
+    pub answer_tok_per_s: Option<f64>,
+    /// The turn ended (end of generation, limit, stop or cancel) while the model still thought.
+    pub ended_while_thinking: bool,
 }
 
 /// Derived, display-ready figures of one turn (see `docs/metrics.md`).
@@ -312,6 +375,10 @@ pub struct TurnSummary {
     /// passes when speculation's verify passes accept drafted tokens.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokens_per_pass: Option<f64>,
+    /// The thinking/answer split of a model that reasons before it answers; absent otherwise
+    /// and in older saved turns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<ThinkingSummary>,
 }
 
 impl TurnSummary {
@@ -452,8 +519,43 @@ pub(crate) mod tests {
             prefill_chunk_done_at: Vec::new(),
             accepted_drafts: 0,
             remote: None,
+            thinking: None,
             submitted_at: None,
         }
+    }
+
+    #[test]
+    fn thinking_splits_the_turn_at_the_first_answer_token() {
+        // Tokens at 70, 80, 90, 100 (thinking, the closing marker last), then 110, 120, 130.
+        let mut t = timeline(&[70, 80, 90, 100, 110, 120, 130]);
+        assert_eq!(t.summary().thinking, None, "no span: no thinking figures");
+        t.thinking = Some(ThinkingSpan {
+            tokens: 4,
+            ended_at: Some(d(100)),
+            first_answer_at: Some(d(110)),
+        });
+        let s = t.summary();
+        let th = s.thinking.unwrap();
+        assert_eq!(s.ttft_ms, Some(70.0), "TTFT is the first token of any kind");
+        assert_eq!(th.time_to_first_answer_ms, Some(110.0));
+        assert_eq!(th.thinking_tokens, 4);
+        assert_eq!(th.answer_tokens, 3);
+        assert_eq!(th.thinking_ms, Some(30.0));
+        // Two answer gaps over 20 ms: 100 tok/s; the whole turn's six gaps over 60 ms too.
+        assert_eq!(th.answer_tok_per_s, Some(100.0));
+        assert!(!th.ended_while_thinking);
+        // A turn that ended while thinking: no answer figures, and said so.
+        t.thinking = Some(ThinkingSpan {
+            tokens: 7,
+            ended_at: None,
+            first_answer_at: None,
+        });
+        let th = t.summary().thinking.unwrap();
+        assert!(th.ended_while_thinking);
+        assert_eq!(
+            (th.answer_tokens, th.answer_tok_per_s, th.thinking_ms),
+            (0, None, None)
+        );
     }
 
     /// A batch sweep's point: `agg` tok/s in all, ITL p50 `itl` ms and p99 1.2 × that.
