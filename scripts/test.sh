@@ -38,6 +38,17 @@ if ! PYTHONPATH="$pylib" python3 -c "import prometheus_client, opentelemetry.pro
     "prometheus_client==0.21.1" "opentelemetry-proto==1.45.2" "protobuf==6.33.6" >&2
 fi
 export TOKSCOPE_PYLIB="$pylib"
+# The template matrix's reference renderer (tests/template_matrix.rs): Hugging Face transformers'
+# own `render_jinja_template` (Python jinja2), from PyPI, kept in the cache dir; and the model
+# families' chat templates, as llama.cpp keeps them verbatim (scripts/template-sources.sh).
+tfxlib="${XDG_CACHE_HOME:-$HOME/.cache}/tokscope/pylib-transformers"
+if ! PYTHONPATH="$tfxlib" python3 -c "import transformers.utils.chat_template_utils" 2>/dev/null; then
+  python3 -m pip install -q --disable-pip-version-check --target "$tfxlib" \
+    "transformers==5.23.0" "jinja2==3.1.6" >&2
+fi
+export TOKSCOPE_TRANSFORMERS_PYLIB="$tfxlib"
+TOKSCOPE_TEMPLATE_SOURCES=$(scripts/template-sources.sh)
+export TOKSCOPE_TEMPLATE_SOURCES
 # The real-model tests (tests/real_model.rs) fail without the demo model: fetch it first
 # (a no-op when it is already there and verified).
 ./target/release/tokscope fetch-demo

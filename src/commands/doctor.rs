@@ -35,6 +35,36 @@ pub enum DoctorCheck {
     /// (scripts/compare-llama-perplexity.sh). `compare` computes the same figures by a path
     /// of its own.
     Scoring(Box<ScoringArgs>),
+    /// The prompt a conversation becomes: the model's chat template rendered (its own Jinja
+    /// template, as transformers and llama-server --jinja render it, unless --template says
+    /// otherwise), with its token count and which template was used and why. Only the
+    /// vocabulary is loaded.
+    Template(TemplateArgs),
+}
+
+/// `tokscope doctor template`.
+#[derive(Debug, Args)]
+pub struct TemplateArgs {
+    /// The GGUF model whose chat template is rendered.
+    #[arg(short = 'm', long, value_name = "FILE")]
+    pub model: PathBuf,
+    /// Which template (as `chat --template`): auto, model, arch, completion, a name, or a
+    /// Jinja template file.
+    #[arg(long, value_name = "NAME|FILE")]
+    pub template: Option<String>,
+    /// The conversation as a JSON array of messages, `[{"role": "system"|"user"|"assistant",
+    /// "content": "…"}, …]` (`-` reads stdin). The prompt ends with the assistant's header.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["prompt", "system"])]
+    pub messages: Option<PathBuf>,
+    /// One user message [default: "Hello"].
+    #[arg(short = 'p', long, value_name = "TEXT")]
+    pub prompt: Option<String>,
+    /// A system message before the user's.
+    #[arg(long, value_name = "TEXT")]
+    pub system: Option<String>,
+    /// One JSON object: template, template_note, prompt, prompt_tokens, tokens.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `tokscope doctor scoring`.
@@ -98,6 +128,7 @@ pub(crate) fn run(
     match &args.check {
         DoctorCheck::Scoring(args) => scoring(args, settings()?),
         DoctorCheck::Tokenizer(args) => tokenizer(args),
+        DoctorCheck::Template(args) => template(args),
         DoctorCheck::Gpu => gpu(),
         DoctorCheck::Bandwidth(args) => {
             if !args.reprobe && !args.threads.is_empty() {
@@ -159,6 +190,75 @@ fn tokenizer(args: &TokenizerCheckArgs) -> Result<(), Failure> {
             ),
         ))
     }
+}
+
+/// The conversation `doctor template` renders: `--messages`, or `--system` and `-p`.
+fn template_messages(args: &TemplateArgs) -> Result<Vec<crate::engine::ChatMessage>, Failure> {
+    use crate::engine::{ChatMessage, Role};
+    let Some(path) = &args.messages else {
+        let system = args.system.iter().map(|s| ChatMessage::new(Role::System, s));
+        let user = ChatMessage::new(Role::User, args.prompt.as_deref().unwrap_or("Hello"));
+        return Ok(system.chain([user]).collect());
+    };
+    let text = if path.as_os_str() == "-" {
+        std::io::read_to_string(std::io::stdin())
+    } else {
+        std::fs::read_to_string(path)
+    }
+    .map_err(|e| Failure::usage(format!("cannot read {}: {e}", path.display())))?;
+    let messages: Vec<ChatMessage> = serde_json::from_str(&text).map_err(|e| {
+        Failure::usage(format!(
+            "{}: not a JSON array of messages ({e}); each is {{\"role\": \"system\"|\"user\"|\"assistant\", \"content\": \"…\"}}",
+            path.display()
+        ))
+    })?;
+    if messages.is_empty() {
+        return Err(Failure::usage(format!(
+            "{}: the conversation has no message",
+            path.display()
+        )));
+    }
+    Ok(messages)
+}
+
+/// `tokscope doctor template`: the prompt the engine would give the model for a conversation,
+/// built by the engine's own prompt builder (`engine::PromptBuilder`).
+fn template(args: &TemplateArgs) -> Result<(), Failure> {
+    let choice = match &args.template {
+        Some(t) => t
+            .parse::<crate::engine::TemplateChoice>()
+            .map_err(|e| Failure::usage(format!("--template: {e}")))?,
+        None => crate::engine::TemplateChoice::default(),
+    };
+    let messages = template_messages(args)?;
+    let model = crate::tokcount::load_vocab_only(&args.model)?;
+    let builder = crate::engine::PromptBuilder::new(&model, &choice)?;
+    let (tokens, prompt) = builder.tokenize_messages(&messages)?;
+    if args.json {
+        let json = serde_json::json!({
+            "template": builder.label,
+            "template_note": builder.note,
+            "prompt": prompt,
+            "prompt_tokens": tokens.len(),
+            "tokens": tokens.iter().map(|t| t.0).collect::<Vec<_>>(),
+        });
+        println!("{}", crate::text::json_safe(&json.to_string()));
+        return Ok(());
+    }
+    eprintln!(
+        "template: {}{}\nprompt: {} tokens",
+        builder.label,
+        builder
+            .note
+            .as_deref()
+            .map_or(String::new(), |n| format!(" ({n})")),
+        tokens.len()
+    );
+    print!("{}", crate::text::terminal_safe(&prompt));
+    if !prompt.ends_with('\n') {
+        println!();
+    }
+    Ok(())
 }
 
 /// `tokscope doctor scoring`: the model scored against `--ref` over the text through the

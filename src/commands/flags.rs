@@ -57,8 +57,10 @@ pub struct ModelArgs {
         allow_negative_numbers = true
     )]
     pub n_gpu_layers: Option<i64>,
-    /// Prompt format: auto, model, arch, completion, or a llama.cpp template name (llama3, gemma, chatml, …).
-    #[arg(long, value_name = "NAME")]
+    /// Prompt format: auto (the model's own Jinja template; completion-style without one),
+    /// model, arch, completion, a template name (the GGUF's `tokenizer.chat_template.NAME`,
+    /// else llama.cpp's built-in: llama3, gemma, chatml, …) or a Jinja template FILE.
+    #[arg(long, value_name = "NAME|FILE")]
     pub template: Option<String>,
 }
 

@@ -53,6 +53,11 @@ pub struct RunArgs {
     /// Print one JSON object (text, every metric, reproducibility stamp) instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Print the prompt the model was given (its chat template rendered, special tokens as
+    /// their text) to stderr after the answer, with its token count and the template's
+    /// source. `--json` always carries it as `prompt`.
+    #[arg(long)]
+    pub show_prompt: bool,
     /// Write one JSON line per generated token to stdout the moment it arrives
     /// (`{"index":0,"text":"…"}`, flushed at once), instead of the bare text: an outside
     /// observer can count and time every token, also one whose text is held back (a split
@@ -207,6 +212,11 @@ pub(crate) fn spec_warnings(settings: &Settings, target: &std::path::Path) -> Ve
 #[derive(Debug, Serialize)]
 pub(crate) struct RunReport {
     pub text: String,
+    /// The prompt as the model was given it (the chat template rendered, special tokens as
+    /// their text); its token count is `metrics.prompt_tokens`. Absent for a remote server,
+    /// which builds the prompt itself.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
     pub stop_reason: StopReason,
     pub metrics: TurnSummary,
     /// Offset of each token's text-ready time from the request, in ms.
@@ -371,6 +381,7 @@ impl RunReport {
             });
         Self {
             text: report.text.clone(),
+            prompt: (!report.prompt.is_empty()).then(|| report.prompt.clone()),
             stop_reason: report.stop_reason,
             metrics,
             token_ready_ms: report
@@ -445,6 +456,12 @@ pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure>
         };
         let info = ready_info(local.info.as_ref())?;
         let turn = local.conversation.turn;
+        if args.show_prompt {
+            eprint!(
+                "{}",
+                crate::text::terminal_safe(&shown_prompt(&report.prompt, &full, info))
+            );
+        }
         local.log.record(args, turn, &report, &full)?;
         if turn < args.turns {
             local.conversation.next_turn(&report.text);
@@ -775,7 +792,25 @@ fn refuse_local_only(args: &RunArgs) -> Result<(), Failure> {
         return Err(Failure::usage("--confidence reads a local model's logits (a server sends none): run it with -m MODEL.gguf",
         ));
     }
+    if args.show_prompt {
+        return Err(Failure::usage(
+            "--show-prompt shows the prompt a local model is given; a server builds its own (llama-server shows it at POST /apply-template): run it with -m MODEL.gguf",
+        ));
+    }
     args.trace.check()
+}
+
+/// `--show-prompt`'s block: the prompt between two rules that name its token count and its
+/// template.
+fn shown_prompt(prompt: &str, full: &RunReport, info: &ModelInfo) -> String {
+    let note = info
+        .template_note
+        .as_deref()
+        .map_or(String::new(), |n| format!("\n  ({n})"));
+    format!(
+        "── prompt: {} tokens, template {} ──{note}\n{prompt}\n── end of prompt ──\n",
+        full.metrics.prompt_tokens, info.template
+    )
 }
 
 /// `--report FILE`, created before the model loads (one JSON line per turn goes in).

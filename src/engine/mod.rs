@@ -10,6 +10,7 @@ mod protocol;
 mod score;
 mod session;
 mod spec;
+pub mod template;
 mod worker;
 
 pub use crate::llama::error::EngineError;
@@ -18,6 +19,7 @@ pub use crate::llama::settings::{EngineSettings, SamplingParams, TemplateChoice}
 pub use detok::{StopMatcher, Utf8Stream};
 pub use handle::{EngineHandle, RequestIds};
 pub use prompt::{common_prefix_len, completion_transcript, COMPLETION_STOPS};
+pub(crate) use prompt::PromptBuilder;
 pub use protocol::{recv_paced, STREAM_FRAME_INTERVAL};
 pub use protocol::{
     AbReport, ChatMessage, EngineCommand, EngineConfig, EngineEvent, EventReceiver, EventSender,

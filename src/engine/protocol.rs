@@ -172,6 +172,10 @@ impl StopReason {
 #[derive(Debug, Clone, Serialize)]
 pub struct TurnReport {
     pub text: String,
+    /// The prompt's text as the model was given it (the template rendered, special tokens
+    /// as their text); empty for a remote server's turn, whose server builds the prompt.
+    #[serde(skip)]
+    pub prompt: String,
     pub stop_reason: StopReason,
     pub timeline: TurnTimeline,
     /// Tokens in the KV cache after the turn (context used).

@@ -8,13 +8,11 @@ use std::time::Instant;
 
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;
-use llama_cpp_2::model::{LlamaChatMessage, LlamaChatTemplate, LlamaModel};
+use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
 
 use super::detok::{StopMatcher, Utf8Stream};
-use super::prompt::{
-    common_prefix_len, completion_transcript, template_for_architecture, COMPLETION_STOPS,
-};
+use super::prompt::{common_prefix_len, PromptBuilder, COMPLETION_STOPS};
 use super::protocol::{
     ChatMessage, EngineConfig, EngineEvent, EventSender, GenerateRequest, LlamaCounters,
     StopReason, TurnReport,
@@ -26,23 +24,21 @@ use crate::llama::model_info::ModelInfo;
 use crate::llama::sampler::{
     backend_chain, choose_place, HostSampler, PlaceContext, SamplingPlace,
 };
-use crate::llama::settings::{EngineSettings, SamplingParams, SpecMode, TemplateChoice};
+use crate::llama::settings::{EngineSettings, SamplingParams, SpecMode};
 use crate::metrics::host::HostTimes;
 use crate::metrics::spec::SpecStats;
 use crate::metrics::TurnTimeline;
-
-/// How prompts are built for the loaded model.
-enum PromptStyle {
-    Chat(LlamaChatTemplate),
-    Completion,
-}
 
 /// The loaded model's context and the tokens its KV cache holds.
 pub(super) struct Session<'m> {
     model: &'m LlamaModel,
     ctx: LlamaContext<'m>,
     pub(super) info: ModelInfo,
-    style: PromptStyle,
+    /// How this model's prompts are built (its template) and tokenized.
+    prompt: PromptBuilder<'m>,
+    /// The text of the last turn's prompt, as the model was given it (`run --show-prompt`,
+    /// the chat's `/prompt`).
+    last_prompt: String,
     /// Tokens per prefill decode call: one micro-batch (llama.cpp's n_ubatch, at most
     /// n_batch). llama.cpp computes a larger call one micro-batch after another anyway, so
     /// the work is the same, and checking the cancel flag between calls stops a long prefill
@@ -58,12 +54,6 @@ pub(super) struct Session<'m> {
     /// The text of each token of the last turn (whole characters, before stop strings are
     /// held back), for the A/B comparison's divergence point.
     pub(super) pieces: Vec<String>,
-    /// The model's `tokenizer.ggml.pre`: what text its tokenizer cannot take depends on it
-    /// (`llama::runs`).
-    tokenizer_kind: llama::runs::TokenizerKind,
-    /// The texts of the vocabulary's control and user-defined tokens: in a message's content
-    /// they are text, never tokens (a pasted `<|eot_id|>` must not end the user's turn).
-    special_texts: Vec<String>,
     /// Speculative decoding's guesser, when the settings ask for one.
     drafter: Option<Drafter<'m>>,
     /// One draft token's cost relative to a target pass under the roofline (0 for n-gram).
@@ -83,12 +73,6 @@ pub(super) struct Session<'m> {
     /// The last finished turn's prompt and answer tokens, for scoring it against a reference
     /// (`score_last`); `None` before the first turn and after a failed one.
     last_turn: Option<(Vec<LlamaToken>, Vec<LlamaToken>)>,
-}
-
-/// Marks a message's place in the templated prompt, so the template's text around it can be
-/// tokenized with its special tokens and the message without (private-use code points).
-fn content_marker(i: usize) -> String {
-    format!("\u{E000}tokscope-message-{i}\u{E001}")
 }
 
 impl<'m> Session<'m> {
@@ -117,27 +101,26 @@ impl<'m> Session<'m> {
             profiler.clone(),
         )?;
         let context = context_started.elapsed();
-        let (style, template, template_note) = resolve_template(model, &cfg.settings.template)?;
+        let prompt = PromptBuilder::new(model, &cfg.settings.template)?;
         let mut info = llama::describe(model, &ctx, &cfg.model_path, &cfg.settings, started);
         info.load_stages = crate::llama::model_info::LoadStages {
             checks_ms: crate::metrics::ms(model.checks),
             weights_ms: crate::metrics::ms(model.weights),
             context_ms: crate::metrics::ms(context),
         };
-        info.template = template;
-        info.template_note = template_note;
+        info.template = prompt.label.clone();
+        info.template_note = prompt.note.clone();
         Ok(Self {
             model: &**model,
             n_batch: ctx.n_ubatch().min(ctx.n_batch()).max(1) as usize,
             ctx,
             info,
-            style,
+            prompt,
+            last_prompt: String::new(),
             cached: Vec::new(),
             last_turn: None,
             kept_from: None,
             pieces: Vec::new(),
-            tokenizer_kind: llama::runs::TokenizerKind::of(model),
-            special_texts: special_texts(model),
             drafter: (cfg.settings.spec.mode == SpecMode::Ngram && cfg.settings.spec.active())
                 .then(|| Drafter::Ngram {
                     n: cfg.settings.spec.ngram_n.max(1) as usize,
@@ -195,107 +178,6 @@ impl<'m> Session<'m> {
         self.draft_cost_ratio = draft_cost_ratio;
     }
 
-    /// The conversation's prompt tokens. The template's own markers are special tokens; the
-    /// messages' content is tokenized as text, whatever it contains.
-    fn tokenize_messages(&self, messages: &[ChatMessage]) -> Result<Vec<LlamaToken>, EngineError> {
-        for m in messages {
-            llama::runs::check(&m.content, &self.tokenizer_kind)?;
-        }
-        let vocab = self.model.vocab();
-        if let PromptStyle::Completion = &self.style {
-            // tokscope's own transcript has no control tokens: nothing in it is parsed as one.
-            let prompt = completion_transcript(messages);
-            return Ok(dedup_bos(
-                vocab.tokenize(prompt.as_bytes(), true, false),
-                vocab.bos(),
-            ));
-        }
-        let real = self.build_prompt(messages)?;
-        let pasted_special = messages.iter().any(|m| {
-            self.special_texts
-                .iter()
-                .any(|s| m.content.contains(s.as_str()))
-        });
-        if !pasted_special {
-            // Nothing in the content looks like a special token: one pass (as llama.cpp does).
-            return Ok(self.tokenize(&real));
-        }
-        let marked: Vec<ChatMessage> = messages
-            .iter()
-            .enumerate()
-            .map(|(i, m)| ChatMessage::new(m.role, content_marker(i)))
-            .collect();
-        let skeleton = self.build_prompt(&marked)?;
-        let mut rest = skeleton.as_str();
-        let segments: Option<Vec<&str>> = (0..messages.len())
-            .map(|i| {
-                let marker = content_marker(i);
-                let at = rest.find(&marker)?;
-                let segment = &rest[..at];
-                rest = &rest[at + marker.len()..];
-                Some(segment)
-            })
-            .collect();
-        // Templates insert the content as it is or trimmed: whichever rebuilds the real prompt.
-        for trim in [false, true].into_iter().filter(|_| segments.is_some()) {
-            let mut rebuilt = String::with_capacity(real.len());
-            let mut tokens = Vec::new();
-            for (k, (template_text, m)) in segments.iter().flatten().zip(messages).enumerate() {
-                let content = m.content.replace('\0', "\u{FFFD}");
-                let content = if trim { content.trim() } else { &content };
-                rebuilt.push_str(template_text);
-                rebuilt.push_str(content);
-                tokens.extend(vocab.tokenize(template_text.as_bytes(), k == 0, true));
-                tokens.extend(vocab.tokenize(content.as_bytes(), false, false));
-            }
-            rebuilt.push_str(rest);
-            tokens.extend(vocab.tokenize(rest.as_bytes(), false, true));
-            if rebuilt == real {
-                return Ok(dedup_bos(tokens, vocab.bos()));
-            }
-        }
-        // A template that rewrites the content: the special texts in it are broken up with a
-        // zero-width joiner so they stay text.
-        tracing::warn!(
-            "the chat template rewrites message content; special-token texts in it are broken up"
-        );
-        let defused: Vec<ChatMessage> = messages
-            .iter()
-            .map(|m| {
-                let mut content = m.content.clone();
-                for s in &self.special_texts {
-                    let at = s.chars().next().map_or(0, char::len_utf8);
-                    content = content.replace(s, &format!("{}\u{200D}{}", &s[..at], &s[at..]));
-                }
-                ChatMessage::new(m.role, content)
-            })
-            .collect();
-        Ok(self.tokenize(&self.build_prompt(&defused)?))
-    }
-
-    fn build_prompt(&self, messages: &[ChatMessage]) -> Result<String, EngineError> {
-        match &self.style {
-            PromptStyle::Completion => Ok(completion_transcript(messages)),
-            PromptStyle::Chat(template) => {
-                let chat = messages
-                    .iter()
-                    // A NUL byte (a model can generate one) cannot cross into C: replace it
-                    // rather than fail every later turn of the conversation.
-                    .map(|m| {
-                        LlamaChatMessage::new(
-                            m.role.as_str().into(),
-                            m.content.replace('\0', "\u{FFFD}"),
-                        )
-                    })
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(|e| EngineError::Template(e.to_string()))?;
-                self.model
-                    .apply_chat_template(template, &chat, true)
-                    .map_err(|e| EngineError::Template(e.to_string()))
-            }
-        }
-    }
-
     /// A token's text (invalid UTF-8 replaced), for scores and confidences: off the decode path.
     fn text_of(&self, t: i32) -> String {
         let piece = self
@@ -312,11 +194,6 @@ impl<'m> Session<'m> {
             .map_err(decode_error)?;
         self.cached.truncate(keep);
         Ok(())
-    }
-
-    fn tokenize(&self, prompt: &str) -> Vec<LlamaToken> {
-        let vocab = self.model.vocab();
-        dedup_bos(vocab.tokenize(prompt.as_bytes(), true, true), vocab.bos())
     }
 
     /// Template and tokenize the conversation so that it fits the context with room for an
@@ -341,17 +218,19 @@ impl<'m> Session<'m> {
         let starts: Vec<usize> = std::iter::once(system)
             .chain((system + 1..messages.len()).filter(|&i| messages[i].role == super::Role::User))
             .collect();
-        let tokens_from = |this: &Self, start: usize| -> Result<Vec<LlamaToken>, EngineError> {
+        type Built = (Vec<LlamaToken>, String);
+        let tokens_from = |this: &Self, start: usize| -> Result<Built, EngineError> {
             let mut kept: Vec<ChatMessage> = messages[..system].to_vec();
             kept.extend_from_slice(&messages[start..]);
-            let tokens = this.tokenize_messages(&kept)?;
+            let (tokens, text) = this.prompt.tokenize_messages(&kept)?;
             if tokens.is_empty() {
                 return Err(EngineError::EmptyPrompt);
             }
-            Ok(tokens)
+            Ok((tokens, text))
         };
-        let remember = |this: &mut Self, start: usize, tokens: Vec<LlamaToken>| {
+        let remember = |this: &mut Self, start: usize, (tokens, text): Built| {
             this.kept_from = messages.get(start).cloned().map(|m| (start, m));
+            this.last_prompt = text;
             Ok((tokens, start - system))
         };
         // The same start as last turn, when it is the same conversation and still fits.
@@ -362,9 +241,9 @@ impl<'m> Session<'m> {
             _ => vec![system],
         };
         for start in candidates {
-            let tokens = tokens_from(self, start)?;
-            if tokens.len() + reserve <= n_ctx {
-                return remember(self, start, tokens);
+            let built = tokens_from(self, start)?;
+            if built.0.len() + reserve <= n_ctx {
+                return remember(self, start, built);
             }
         }
         // Drop from the front: the earliest start whose prompt fits half the context, else
@@ -374,24 +253,25 @@ impl<'m> Session<'m> {
             let mut found = None;
             while lo < hi {
                 let mid = (lo + hi) / 2;
-                let tokens = tokens_from(self, starts[mid])?;
-                if tokens.len() + reserve <= budget {
-                    found = Some((starts[mid], tokens));
+                let built = tokens_from(self, starts[mid])?;
+                if built.0.len() + reserve <= budget {
+                    found = Some((starts[mid], built));
                     hi = mid;
                 } else {
                     lo = mid + 1;
                 }
             }
-            if let Some((start, tokens)) = found {
-                return remember(self, start, tokens);
+            if let Some((start, built)) = found {
+                return remember(self, start, built);
             }
         }
         // Only the last user message is left; it may still fit without room for a full answer.
         let last = starts.last().copied().unwrap_or(system);
-        let tokens = tokens_from(self, last)?;
-        if tokens.len() < n_ctx {
-            return remember(self, last, tokens);
+        let built = tokens_from(self, last)?;
+        if built.0.len() < n_ctx {
+            return remember(self, last, built);
         }
+        let tokens = built.0;
         Err(EngineError::PromptTooLong {
             prompt_tokens: tokens.len(),
             n_ctx: n_ctx as u32,
@@ -698,9 +578,10 @@ impl<'m> Session<'m> {
         mut timeline: TurnTimeline,
     ) -> Turn<'m> {
         let sampler = HostSampler::new(&req.turn.sampling, self.model.n_vocab());
-        let stops = match self.style {
-            PromptStyle::Completion if !req.turn.ignore_eos => StopMatcher::new(&COMPLETION_STOPS),
-            _ => StopMatcher::new(&[]),
+        let stops = if self.prompt.is_completion() && !req.turn.ignore_eos {
+            StopMatcher::new(&COMPLETION_STOPS)
+        } else {
+            StopMatcher::new(&[])
         };
         self.pieces.clear();
         // Speculation verifies drafts against the target's greedy choice; another sampler
@@ -1120,6 +1001,7 @@ impl<'m> Session<'m> {
         let t = self.ctx.timings();
         Ok(TurnReport {
             text,
+            prompt: self.last_prompt.clone(),
             stop_reason,
             timeline,
             context_used: self.cached.len(),
@@ -1191,98 +1073,3 @@ struct Turn<'m> {
     profile: Option<crate::metrics::profile::ProfileRecord>,
 }
 
-/// Decide how prompts are built: (style, label for the stamp, note when not the model's own).
-fn resolve_template(
-    model: &LlamaModel,
-    choice: &TemplateChoice,
-) -> Result<(PromptStyle, String, Option<String>), EngineError> {
-    let probe = |t: &LlamaChatTemplate| -> Result<(), String> {
-        let msg =
-            LlamaChatMessage::new("user".into(), "hello".into()).map_err(|e| e.to_string())?;
-        model
-            .apply_chat_template(t, &[msg], true)
-            .map(|_| ())
-            .map_err(|e| e.to_string())
-    };
-    let embedded = model.chat_template(None).ok();
-    let named = |name: &str| -> Result<PromptStyle, EngineError> {
-        let t = LlamaChatTemplate::new(name).map_err(|e| EngineError::Template(e.to_string()))?;
-        probe(&t).map_err(|e| {
-            EngineError::Template(format!(
-                "llama.cpp has no built-in template named `{name}` ({e})"
-            ))
-        })?;
-        Ok(PromptStyle::Chat(t))
-    };
-    let completion = |note| Ok((PromptStyle::Completion, "completion".into(), note));
-    match choice {
-        TemplateChoice::Completion => completion(None),
-        TemplateChoice::Named(name) => Ok((named(name)?, name.clone(), None)),
-        TemplateChoice::Model => {
-            let t = embedded
-                .ok_or_else(|| EngineError::Template("the GGUF carries no chat template".into()))?;
-            probe(&t).map_err(|e| {
-                EngineError::Template(format!("llama.cpp cannot apply the GGUF's template ({e})"))
-            })?;
-            Ok((PromptStyle::Chat(t), "model".into(), None))
-        }
-        TemplateChoice::Auto | TemplateChoice::Architecture => {
-            if let Some(t) = embedded {
-                return match probe(&t) {
-                    Ok(()) => Ok((PromptStyle::Chat(t), "model".into(), None)),
-                    Err(e) => completion(Some(format!(
-                        "llama.cpp cannot apply the GGUF's chat template ({e}); using a completion-style transcript"
-                    ))),
-                };
-            }
-            if *choice == TemplateChoice::Auto {
-                return completion(Some("no chat template in the GGUF (a base model): completion-style Question/Answer transcript".into()));
-            }
-            let arch = model
-                .meta_val_str("general.architecture")
-                .unwrap_or_default();
-            let name =
-                template_for_architecture(&arch, has_llama3_tokens(model)).ok_or_else(|| {
-                    EngineError::Template(format!(
-                        "no built-in template is known for architecture `{arch}`"
-                    ))
-                })?;
-            Ok((
-                named(name)?,
-                name.to_string(),
-                Some(format!(
-                    "no chat template in the GGUF: llama.cpp's `{name}` for architecture `{arch}`"
-                )),
-            ))
-        }
-    }
-}
-
-fn has_llama3_tokens(model: &LlamaModel) -> bool {
-    let vocab = model.vocab();
-    let t = vocab.tokenize(b"<|eot_id|>", false, true);
-    t.len() == 1 && vocab.is_eog(t[0])
-}
-
-/// A template that writes the BOS text itself would otherwise give two BOS tokens.
-fn dedup_bos(mut tokens: Vec<LlamaToken>, bos: LlamaToken) -> Vec<LlamaToken> {
-    if tokens.len() >= 2 && tokens[0] == bos && tokens[1] == bos {
-        tokens.remove(0);
-    }
-    tokens
-}
-
-/// The texts of the model's control and user-defined tokens.
-fn special_texts(model: &LlamaModel) -> Vec<String> {
-    use llama_cpp_2::token_type::LlamaTokenAttr;
-    let vocab = model.vocab();
-    vocab
-        .tokens()
-        .filter(|&t| {
-            let attr = vocab.attr(t);
-            attr.contains(LlamaTokenAttr::Control) || attr.contains(LlamaTokenAttr::UserDefined)
-        })
-        .filter_map(|t| Some(vocab.text(t)?.to_str().ok()?.to_owned()))
-        .filter(|s| s.len() > 1)
-        .collect()
-}

@@ -220,8 +220,11 @@ pub enum TemplateChoice {
     Architecture,
     /// A plain `Question: …\nAnswer:` transcript, for base (not instruction-tuned) models.
     Completion,
-    /// One of llama.cpp's built-in templates by name (llama3, gemma, chatml, mistral-v7, …).
+    /// A template the GGUF carries under this name (`tokenizer.chat_template.<name>`), else
+    /// one of llama.cpp's built-in templates by name (llama3, gemma, chatml, mistral-v7, …).
     Named(String),
+    /// A Hugging Face Jinja chat template in a file (a path with a `/`, or ending `.jinja`).
+    File(std::path::PathBuf),
 }
 
 impl FromStr for TemplateChoice {
@@ -230,18 +233,25 @@ impl FromStr for TemplateChoice {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let s = s.trim();
         match s {
-            "" => Err("must be auto, model, arch, completion or a llama.cpp template name".into()),
+            "" => Err("must be auto, model, arch, completion, a template name or a .jinja file".into()),
             "auto" => Ok(Self::Auto),
             "model" => Ok(Self::Model),
             "arch" | "architecture" => Ok(Self::Architecture),
             "completion" => Ok(Self::Completion),
+            path if path.contains(std::path::MAIN_SEPARATOR)
+                || path.contains('/')
+                || path.ends_with(".jinja")
+                || path.ends_with(".j2") =>
+            {
+                Ok(Self::File(path.into()))
+            }
             name if name
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) =>
             {
                 Ok(Self::Named(name.to_string()))
             }
-            _ => Err("a template name is letters, digits, '-', '_' or '.'".into()),
+            _ => Err("a template name is letters, digits, '-', '_' or '.'; a template file is a path with '/' or a name ending .jinja".into()),
         }
     }
 }
@@ -254,6 +264,7 @@ impl fmt::Display for TemplateChoice {
             Self::Architecture => "arch",
             Self::Completion => "completion",
             Self::Named(n) => n,
+            Self::File(p) => return write!(f, "{}", p.display()),
         })
     }
 }
