@@ -8,8 +8,8 @@
 //!
 //! The templates are the makers' own texts: llama.cpp keeps them verbatim in the
 //! llama-cpp-python sdist from PyPI (`scripts/template-sources.sh`, run by scripts/test.sh:
-//! `TOKSCOPE_TEMPLATE_SOURCES`); SmolLM2 Instruct's comes from its real GGUF (`fetch-demo`), and
-//! Gemma 3's from the demo model's GGUF. transformers comes from PyPI
+//! `TOKSCOPE_TEMPLATE_SOURCES`); SmolLM2 Instruct's comes from its real GGUF (`fetch-demo`).
+//! transformers comes from PyPI
 //! (`TOKSCOPE_TRANSFORMERS_PYLIB`). A test without its inputs fails and says how to get them.
 
 use std::path::{Path, PathBuf};
@@ -162,12 +162,23 @@ fn families() -> Vec<Family> {
             ],
             thinks: true,
         },
+        // Gemma 3 it's own text is in no package this machine reaches (the demo model is the
+        // base model, with no template): Gemma 2 it (the same turn markers; it refuses a system
+        // role) and Gemma 4 it (macros, dictsort, channels) stand for the family.
         Family {
-            name: "Gemma 3 (the demo model's own)",
-            template: gguf_template(&common::demo_model()),
+            name: "Gemma 2 it",
+            template: jinja_file("google-gemma-2-2b-it.jinja"),
             bos: "<bos>",
             eos: "<eos>",
             specials: vec!["<bos>", "<eos>", "<start_of_turn>", "<end_of_turn>"],
+            thinks: false,
+        },
+        Family {
+            name: "Gemma 4 it",
+            template: jinja_file("google-gemma-4-31B-it.jinja"),
+            bos: "<bos>",
+            eos: "<eos>",
+            specials: vec!["<bos>", "<eos>", "<|turn>", "<turn|>"],
             thinks: false,
         },
         Family {
@@ -481,7 +492,7 @@ fn a_template_that_raises_loops_or_floods_is_named_and_refused() {
             "the template raised an exception: Only user and assistant roles are supported",
         ),
         (
-            "{% for i in range(999999999) %}{{ i }}{% endfor %}",
+            "{% for i in range(90000) %}{% for j in range(90000) %}{{ j }}{% endfor %}{% endfor %}",
             "the template ran too long",
         ),
         ("{% for %}", "syntax error"),

@@ -84,12 +84,19 @@ impl<'m> PromptBuilder<'m> {
             return Ok((tokens, prompt));
         }
         let real = self.build_prompt(messages)?;
-        let pasted_special = messages.iter().any(|m| {
-            self.special_texts
-                .iter()
-                .any(|s| m.content.contains(s.as_str()))
-        });
-        if !pasted_special {
+        // A user's or system's text that looks like a special token stays text. The model's own
+        // answers are given back as it wrote them (its `<think>` is its token), as llama-server
+        // does, so that a template sees the markers it splits earlier thinking on.
+        let guarded: Vec<usize> = (0..messages.len())
+            .filter(|&i| {
+                messages[i].role != Role::Assistant
+                    && self
+                        .special_texts
+                        .iter()
+                        .any(|s| messages[i].content.contains(s.as_str()))
+            })
+            .collect();
+        if guarded.is_empty() {
             // Nothing in the content looks like a special token: one pass (as llama.cpp does).
             let tokens = self.tokenize(&real);
             return Ok((tokens, real));
@@ -97,12 +104,16 @@ impl<'m> PromptBuilder<'m> {
         let marked: Vec<ChatMessage> = messages
             .iter()
             .enumerate()
-            .map(|(i, m)| ChatMessage::new(m.role, content_marker(i)))
+            .map(|(i, m)| match guarded.contains(&i) {
+                true => ChatMessage::new(m.role, content_marker(i)),
+                false => m.clone(),
+            })
             .collect();
         let skeleton = self.build_prompt(&marked)?;
         let mut rest = skeleton.as_str();
-        let segments: Option<Vec<&str>> = (0..messages.len())
-            .map(|i| {
+        let segments: Option<Vec<&str>> = guarded
+            .iter()
+            .map(|&i| {
                 let marker = content_marker(i);
                 let at = rest.find(&marker)?;
                 let segment = &rest[..at];
@@ -114,8 +125,8 @@ impl<'m> PromptBuilder<'m> {
         for trim in [false, true].into_iter().filter(|_| segments.is_some()) {
             let mut rebuilt = String::with_capacity(real.len());
             let mut tokens = Vec::new();
-            for (k, (template_text, m)) in segments.iter().flatten().zip(messages).enumerate() {
-                let content = m.content.replace('\0', "\u{FFFD}");
+            for (k, (template_text, &i)) in segments.iter().flatten().zip(&guarded).enumerate() {
+                let content = messages[i].content.replace('\0', "\u{FFFD}");
                 let content = if trim { content.trim() } else { &content };
                 rebuilt.push_str(template_text);
                 rebuilt.push_str(content);
@@ -135,9 +146,10 @@ impl<'m> PromptBuilder<'m> {
         );
         let defused: Vec<ChatMessage> = messages
             .iter()
-            .map(|m| {
+            .enumerate()
+            .map(|(i, m)| {
                 let mut content = m.content.clone();
-                for s in &self.special_texts {
+                for s in self.special_texts.iter().filter(|_| guarded.contains(&i)) {
                     let at = s.chars().next().map_or(0, char::len_utf8);
                     content = content.replace(s, &format!("{}\u{200D}{}", &s[..at], &s[at..]));
                 }
