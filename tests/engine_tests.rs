@@ -13,6 +13,8 @@ mod engine;
 mod model_switch;
 #[path = "quality_ref_cache.rs"]
 mod quality_ref_cache;
+#[path = "real_instruct.rs"]
+mod real_instruct;
 #[path = "real_model.rs"]
 mod real_model;
 #[path = "sampling.rs"]

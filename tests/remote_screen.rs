@@ -146,7 +146,7 @@ fn record() -> RemoteTimeline {
 
 fn finish(app: &mut App, id: u64, record: &RemoteTimeline) -> Vec<Effect> {
     let report = TurnReport {
-        prompt: String::new(),
+        prompt: Default::default(),
         text: "a b c d".into(),
         stop_reason: StopReason::EndOfGeneration,
         timeline: record.turn_timeline(),

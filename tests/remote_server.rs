@@ -339,3 +339,50 @@ fn a_turn_that_wakes_a_sleeping_server_is_labelled_cold() {
         "{stderr}"
     );
 }
+
+/// The real instruct model's prompt as tokscope builds it (its own Jinja template) is the one
+/// llama-server `--jinja` builds: the same text as its `/apply-template` and the same token
+/// count as its `usage.prompt_tokens`, for one turn and for three.
+#[test]
+fn the_instruct_models_prompt_is_llama_server_jinjas_for_one_and_three_turns() {
+    let _lock = common::model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::instruct_model();
+    let server = LlamaServer::start(&model, 1, &["--jinja"], dir.path());
+    let one = serde_json::json!([{"role": "user", "content": "What is the capital of France?"}]);
+    let three = serde_json::json!([
+        {"role": "user", "content": "What is the capital of France?"},
+        {"role": "assistant", "content": "The capital of France is Paris."},
+        {"role": "user", "content": "And of Italy? Answer in one word."}
+    ]);
+    for (name, messages) in [("one turn", one), ("three turns", three)] {
+        let (code, applied) =
+            server.post_json("/apply-template", &serde_json::json!({"messages": messages}));
+        assert_eq!(code, 200, "{applied}");
+        let (code, answer) = server.post_json(
+            "/v1/chat/completions",
+            &serde_json::json!({"messages": messages, "max_tokens": 1, "temperature": 0}),
+        );
+        assert_eq!(code, 200, "{answer}");
+        let server_tokens = answer["usage"]["prompt_tokens"].as_u64().unwrap();
+        let file = dir.path().join("messages.json");
+        std::fs::write(&file, messages.to_string()).unwrap();
+        let out = tokscope(&dir)
+            .args(["doctor", "template", "--json", "-m"])
+            .arg(&model)
+            .arg("--messages")
+            .arg(&file)
+            .output()
+            .unwrap();
+        let ours = json_of(&out);
+        assert_eq!(
+            ours["prompt"], applied["prompt"],
+            "{name}: the prompt text differs from llama-server's /apply-template"
+        );
+        assert_eq!(
+            ours["prompt_tokens"].as_u64().unwrap(),
+            server_tokens,
+            "{name}: tokscope's prompt tokens against llama-server --jinja's usage"
+        );
+    }
+}

@@ -89,18 +89,6 @@ fn gguf_template(path: &Path) -> String {
     }
 }
 
-fn instruct_model() -> PathBuf {
-    if let Some(p) = std::env::var_os("TOKSCOPE_INSTRUCT_MODEL") {
-        return PathBuf::from(p);
-    }
-    tokscope::demo::find_instruct_model(&tokscope::paths::data_dir()).unwrap_or_else(|| {
-        panic!(
-            "the instruct model (SmolLM2-135M-Instruct) is not in the data dir: run `tokscope \
-             fetch-demo` (scripts/test.sh does); this test does not pass without its input"
-        )
-    })
-}
-
 const LLAMA3_SPECIALS: [&str; 4] = [
     "<|begin_of_text|>",
     "<|start_header_id|>",
@@ -209,7 +197,7 @@ fn families() -> Vec<Family> {
         },
         Family {
             name: "SmolLM2 Instruct (its real GGUF)",
-            template: gguf_template(&instruct_model()),
+            template: gguf_template(&common::instruct_model()),
             bos: "<|im_start|>",
             eos: "<|im_end|>",
             specials: CHATML.to_vec(),
@@ -453,7 +441,7 @@ fn llama_cpp_heuristics_would_have_dropped_smollm2s_default_system_prompt() {
     // The reason for rendering the model's own template: llama.cpp's built-in ChatML match
     // leaves out SmolLM2's default system turn, which transformers and llama-server --jinja keep.
     let home = tempfile::tempdir().unwrap();
-    let model = instruct_model();
+    let model = common::instruct_model();
     let messages = json!([{"role": "user", "content": "What is the capital of France?"}]);
     let own = tokscope_render(home.path(), &model, &messages).unwrap();
     assert!(

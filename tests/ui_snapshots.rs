@@ -185,7 +185,7 @@ fn finished_turn(
     let token_ready_at = turn.timeline.token_ready_at.clone();
     let last = token_ready_at.last().copied().unwrap_or(ms(180));
     let report = TurnReport {
-        prompt: String::new(),
+        prompt: Default::default(),
         text: text.to_string(),
         stop_reason: reason,
         timeline: TurnTimeline {

@@ -432,7 +432,7 @@ pub(crate) mod tests {
     /// A finished turn's report: `tokens` ready at those milliseconds, 42 tokens of context.
     pub(crate) fn report(text: &str, reason: StopReason, tokens: &[u64]) -> TurnReport {
         TurnReport {
-            prompt: String::new(),
+            prompt: Default::default(),
             text: text.into(),
             stop_reason: reason,
             timeline: TurnTimeline {

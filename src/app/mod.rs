@@ -296,6 +296,10 @@ pub struct App {
     pub compare_row: usize,
     /// The view the help returns to when closed.
     pub help_return: Mode,
+    /// The help screen shows the prompt of the last turn (`/prompt`) instead of the keys.
+    pub help_shows_prompt: bool,
+    /// The last local turn's prompt as the model was given it (`/prompt`).
+    pub last_prompt: Option<crate::engine::PromptText>,
     /// Tokens in the input as typed (counted without the engine), and where the count comes
     /// from; reported by the loop (`Msg::InputTokens`).
     pub input_tokens: Option<InputTokens>,
@@ -714,7 +718,11 @@ impl App {
         let Some(t) = self.conversation.turn_for(request_id) else {
             return Vec::new();
         };
+        let prompt = (!report.prompt.text.is_empty()).then(|| report.prompt.clone());
         t.on_finished(report);
+        if prompt.is_some() {
+            self.last_prompt = prompt;
+        }
         t.finished_unix_s = Some(now.unix_s);
         self.context_used = used;
         self.active_since = None;
@@ -863,7 +871,22 @@ impl App {
             self.help_return = self.mode;
         }
         self.mode = Mode::Help;
+        self.help_shows_prompt = false;
         self.help_to_top();
+    }
+
+    /// `/prompt`: the last turn's prompt, as the model was given it, in the help's frame.
+    pub(super) fn open_prompt(&mut self) {
+        if self.last_prompt.is_none() {
+            let why = match self.conversation.exchanges.iter().any(|e| e.assistant.is_some()) {
+                true => "the server builds the prompt of a remote turn (llama-server shows it at POST /apply-template)",
+                false => "no turn yet: /prompt shows the last turn's prompt once a message is answered",
+            };
+            self.notice(NoticeKind::Info, format!("/prompt: {why}"));
+            return;
+        }
+        self.open_help();
+        self.help_shows_prompt = true;
     }
 
     /// The help closes to the view it was opened from, or the chat when that one is gone.

@@ -381,7 +381,7 @@ impl RunReport {
             });
         Self {
             text: report.text.clone(),
-            prompt: (!report.prompt.is_empty()).then(|| report.prompt.clone()),
+            prompt: (!report.prompt.text.is_empty()).then(|| report.prompt.text.clone()),
             stop_reason: report.stop_reason,
             metrics,
             token_ready_ms: report
@@ -459,7 +459,7 @@ pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure>
         if args.show_prompt {
             eprint!(
                 "{}",
-                crate::text::terminal_safe(&shown_prompt(&report.prompt, &full, info))
+                crate::text::terminal_safe(&shown_prompt(&report.prompt.text, &full, info))
             );
         }
         local.log.record(args, turn, &report, &full)?;

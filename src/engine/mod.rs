@@ -23,7 +23,7 @@ pub(crate) use prompt::PromptBuilder;
 pub use protocol::{recv_paced, STREAM_FRAME_INTERVAL};
 pub use protocol::{
     AbReport, ChatMessage, EngineCommand, EngineConfig, EngineEvent, EventReceiver, EventSender,
-    GenerateRequest, LlamaCounters, LoadStage, RequestId, Role, StopReason, TgSample, TurnReport,
+    GenerateRequest, LlamaCounters, LoadStage, PromptText, RequestId, Role, StopReason, TgSample, TurnReport,
     TurnRequest,
 };
 pub use score::Passes;

@@ -160,6 +160,37 @@ impl<'m> PromptBuilder<'m> {
         Ok((self.tokenize(&text), text))
     }
 
+    /// `text` (a prompt this builder made) with its special tokens located: each control or
+    /// user-defined token of `tokens` found in the text from where the previous token ended.
+    pub(crate) fn shown(&self, text: &str, tokens: &[LlamaToken]) -> super::PromptText {
+        use llama_cpp_2::token_type::LlamaTokenAttr;
+        let vocab = self.model.vocab();
+        let mut special = Vec::new();
+        let mut at = 0;
+        for &t in tokens {
+            let piece = vocab.token_to_piece(t, true, None);
+            let piece = String::from_utf8_lossy(&piece);
+            let attr = vocab.attr(t);
+            if attr.contains(LlamaTokenAttr::Control) || attr.contains(LlamaTokenAttr::UserDefined)
+            {
+                if let Some(found) = text.get(at..).and_then(|rest| rest.find(piece.as_ref())) {
+                    special.push(at + found..at + found + piece.len());
+                    at += found + piece.len();
+                }
+            } else {
+                // A text piece: move on by its length, never past a character boundary.
+                at = (at + piece.len()).min(text.len());
+                while !text.is_char_boundary(at) {
+                    at -= 1;
+                }
+            }
+        }
+        super::PromptText {
+            text: text.to_string(),
+            special,
+        }
+    }
+
     fn build_prompt(&self, messages: &[ChatMessage]) -> Result<String, EngineError> {
         // A NUL byte (a model can generate one) cannot cross into C: replace it rather than
         // fail every later turn of the conversation.

@@ -172,10 +172,10 @@ impl StopReason {
 #[derive(Debug, Clone, Serialize)]
 pub struct TurnReport {
     pub text: String,
-    /// The prompt's text as the model was given it (the template rendered, special tokens
-    /// as their text); empty for a remote server's turn, whose server builds the prompt.
+    /// The prompt as the model was given it; empty for a remote server's turn, whose server
+    /// builds the prompt.
     #[serde(skip)]
-    pub prompt: String,
+    pub prompt: PromptText,
     pub stop_reason: StopReason,
     pub timeline: TurnTimeline,
     /// Tokens in the KV cache after the turn (context used).
@@ -201,6 +201,16 @@ pub struct TurnReport {
     /// The step profiler's record of the turn (`--profile`; `None` when off).
     #[serde(skip)]
     pub profile: Option<crate::metrics::profile::ProfileRecord>,
+}
+
+/// A turn's prompt as the model was given it: the template rendered, special tokens as their
+/// text, and where in that text each special token (a control or user-defined token of the
+/// vocabulary, not text that spells one) stands, for the chat's `/prompt`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PromptText {
+    pub text: String,
+    /// Byte ranges of `text` that are special tokens.
+    pub special: Vec<std::ops::Range<usize>>,
 }
 
 /// Model B's answer in an A/B comparison.

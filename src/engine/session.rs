@@ -1001,7 +1001,10 @@ impl<'m> Session<'m> {
         let t = self.ctx.timings();
         Ok(TurnReport {
             text,
-            prompt: self.last_prompt.clone(),
+            // Off the decode path: the answer is whole.
+            prompt: self
+                .prompt
+                .shown(&self.last_prompt, &self.cached[..turn.prompt_tokens.min(self.cached.len())]),
             stop_reason,
             timeline,
             context_used: self.cached.len(),

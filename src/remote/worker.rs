@@ -406,7 +406,7 @@ fn report(turn: RemoteTurn) -> Result<TurnReport, EngineError> {
         })
         .unwrap_or_default();
     Ok(TurnReport {
-        prompt: String::new(),
+        prompt: Default::default(),
         text: turn.text,
         stop_reason,
         timeline,

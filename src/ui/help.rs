@@ -110,6 +110,7 @@ const COMMANDS: &[(&str, &str)] = &[
     ("/max N", "most tokens per answer; without N: the current value"),
     ("/seed N", "sampling seed (-1: a random one, shown); without N: the current value"),
     ("/settings", "every sampling setting in force, and whether a system prompt is set"),
+    ("/prompt", "the last turn's prompt as the model was given it: its chat template rendered, special tokens marked, with the template's source"),
     ("/export md|json [PATH]", "write the conversation to a file (without PATH: tokscope-ID.md or .json in the folder tokscope was started in)"),
     (
         "/trace [PATH]",
@@ -279,6 +280,55 @@ pub(crate) fn lines(w: usize) -> Vec<Line<'static>> {
     out
 }
 
+/// `/prompt`: the last turn's prompt, line by line, its special tokens marked, under a line
+/// that names the template and why it was chosen.
+pub(crate) fn prompt_lines(app: &App, w: usize) -> Vec<Line<'static>> {
+    let Some(prompt) = &app.last_prompt else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    if let Some(info) = &app.model {
+        let why = info
+            .template_note
+            .as_deref()
+            .map_or_else(String::new, |n| format!(" ({n})"));
+        let head = format!(
+            "Template: {}{why}. Special tokens are marked; the rest is the text as tokenized.",
+            info.template
+        );
+        out.extend(wrap(&[Span::styled(head, theme::DIM)], w, &[], &[]));
+        out.push(Line::default());
+    }
+    let text = &prompt.text;
+    let mut start = 0;
+    for line in text.split('\n') {
+        let end = start + line.len();
+        let mut spans = Vec::new();
+        let mut at = start;
+        for r in prompt.special.iter().filter(|r| r.start < end && r.end > start) {
+            let (a, b) = (r.start.max(start), r.end.min(end));
+            if a > at {
+                spans.push(Span::raw(crate::text::terminal_safe(&text[at..a]).into_owned()));
+            }
+            spans.push(Span::styled(
+                crate::text::terminal_safe(&text[a..b]).into_owned(),
+                theme::HELP_KEY,
+            ));
+            at = b;
+        }
+        if end > at {
+            spans.push(Span::raw(crate::text::terminal_safe(&text[at..end]).into_owned()));
+        }
+        if spans.is_empty() {
+            out.push(Line::default());
+        } else {
+            out.extend(wrap(&spans, w, &[], &[]));
+        }
+        start = end + 1;
+    }
+    out
+}
+
 /// Draw the help over `area` (everything below the status line), hiding what is under it.
 pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App) {
     frame.render_widget(Clear, area);
@@ -291,7 +341,10 @@ pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App) {
         height: h,
     };
     let inner_w = w.saturating_sub(4) as usize;
-    let all = lines(inner_w.max(1));
+    let (title, all) = match app.help_shows_prompt {
+        true => (" prompt of the last turn ", prompt_lines(app, inner_w.max(1))),
+        false => (" help ", lines(inner_w.max(1))),
+    };
     let inner_h = h.saturating_sub(2) as usize;
     let max_scroll = all.len().saturating_sub(inner_h);
     let scroll = match app.help_from_end {
@@ -312,7 +365,7 @@ pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App) {
     let block = Block::new()
         .borders(Borders::ALL)
         .border_style(theme::HELP_BORDER)
-        .title(Line::from(Span::styled(" help ", theme::HELP_TITLE)))
+        .title(Line::from(Span::styled(title, theme::HELP_TITLE)))
         .title_bottom(Line::from(Span::styled(keys, theme::DIM)))
         .title_bottom(Line::from(Span::styled(position, theme::DIM)).right_aligned());
     let inner = block.inner(rect);

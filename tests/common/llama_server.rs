@@ -122,6 +122,28 @@ impl LlamaServer {
         Some((code, body))
     }
 
+    /// A plain blocking POST of a JSON body: (status, the JSON reply).
+    pub fn post_json(&self, path: &str, body: &serde_json::Value) -> (u16, serde_json::Value) {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+        let body = body.to_string();
+        write!(
+            s,
+            "POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n\
+             content-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut text = String::new();
+        s.read_to_string(&mut text).unwrap();
+        let code = text.split_whitespace().nth(1).unwrap().parse().unwrap();
+        let (_, reply) = text.split_once("\r\n\r\n").unwrap();
+        let json = serde_json::from_str(reply)
+            .unwrap_or_else(|e| panic!("POST {path}: not JSON ({e}): {reply}"));
+        (code, json)
+    }
+
     /// A counter of `/metrics` (Prometheus text), e.g. `llamacpp:tokens_predicted_total`.
     pub fn metric(&self, name: &str) -> f64 {
         let (_, body) = self.get("/metrics").expect("no /metrics");

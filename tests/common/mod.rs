@@ -351,6 +351,21 @@ pub fn demo_model() -> PathBuf {
     })
 }
 
+/// The real instruct model (SmolLM2-135M-Instruct Q4_1, `tokscope fetch-demo`):
+/// `TOKSCOPE_INSTRUCT_MODEL`, else where fetch-demo put it. A test that needs it fails without.
+pub fn instruct_model() -> PathBuf {
+    if let Some(p) = std::env::var_os("TOKSCOPE_INSTRUCT_MODEL") {
+        return PathBuf::from(p);
+    }
+    tokscope::demo::find_instruct_model(&tokscope::paths::data_dir()).unwrap_or_else(|| {
+        panic!(
+            "the instruct model (SmolLM2-135M-Instruct) is not in the data dir: run `tokscope \
+             fetch-demo` (scripts/test.sh does) or set TOKSCOPE_INSTRUCT_MODEL; this test does \
+             not pass without its input"
+        )
+    })
+}
+
 /// `scripts/trace-check.py TRACE [REPORT]`, the independent reader of traces: `Ok(what it
 /// said)` when every check held, `Err(why)` when one failed.
 pub fn trace_check(trace: &Path, report: Option<&Path>) -> Result<String, String> {
