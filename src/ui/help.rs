@@ -384,6 +384,46 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_prompt_view_marks_special_tokens_and_keeps_the_prompts_lines() {
+        let mut app = App::default();
+        assert!(prompt_lines(&app, 60).is_empty());
+        let text = "<|im_start|>user\nHi <|im_end|> typed<|im_end|>\n<|im_start|>assistant\n";
+        // The typed "<|im_end|>" is text: only the engine's ranges are special.
+        let special = vec![0..12, 36..46, 47..59];
+        assert_eq!(&text[36..46], "<|im_end|>");
+        assert_eq!(&text[47..59], "<|im_start|>");
+        app.last_prompt = Some(crate::engine::PromptText {
+            text: text.into(),
+            special,
+        });
+        let lines = prompt_lines(&app, 60);
+        let plain: Vec<String> = lines
+            .iter()
+            .map(|l| l.spans.iter().map(|s| s.content.as_ref()).collect())
+            .collect();
+        assert_eq!(
+            plain,
+            [
+                "<|im_start|>user",
+                "Hi <|im_end|> typed<|im_end|>",
+                "<|im_start|>assistant",
+                ""
+            ]
+        );
+        let marked = |line: usize| -> Vec<String> {
+            lines[line]
+                .spans
+                .iter()
+                .filter(|s| s.style == theme::HELP_KEY)
+                .map(|s| s.content.to_string())
+                .collect()
+        };
+        assert_eq!(marked(0), ["<|im_start|>"]);
+        assert_eq!(marked(1), ["<|im_end|>"], "one of the two is a token");
+        assert!(lines[1].spans[0].content.starts_with("Hi <|im_end|> typed"));
+    }
+
+    #[test]
     fn every_command_and_function_key_is_listed() {
         for command in crate::app::SLASH_COMMANDS {
             assert!(
