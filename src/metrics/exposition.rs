@@ -583,6 +583,8 @@ mod tests {
     fn observed<'a>(itl: &'a [Duration], gaps: &'a [Duration]) -> Observed<'a> {
         Observed {
             ttft: Duration::from_millis(30),
+            ttfo: Some(Duration::from_millis(70)),
+            reasoning_tokens: 2,
             itl,
             chunk_gaps: gaps,
             tpot: Some(Duration::from_millis(20)),
@@ -598,10 +600,27 @@ mod tests {
         m.start_level("concurrency=2", UNIX_EPOCH);
         let itl = [Duration::from_millis(20); 3];
         m.sent();
-        m.observe(&observed(&itl, &itl));
+        // Three per-token gaps over two chunk gaps (a chunk of two tokens).
+        m.observe(&observed(&itl, &itl[..2]));
         m.sent();
         m.failed("http_5xx", Duration::from_millis(5));
         let text = m.prometheus();
+        let value = |series: &str| {
+            text.lines()
+                .find(|l| l.starts_with(&format!("tokscope:{series}{{")))
+                .unwrap_or_else(|| panic!("no {series}: {text}"))
+                .rsplit(' ')
+                .next()
+                .unwrap()
+                .to_string()
+        };
+        // vLLM's name holds vLLM's convention (a gap per chunk), the per-token one its own.
+        assert_eq!(value("inter_token_latency_seconds_count"), "2");
+        assert_eq!(value("inter_token_latency_per_token_seconds_count"), "3");
+        assert_eq!(value("time_to_first_output_token_seconds_count"), "1");
+        assert_eq!(value("time_to_first_output_token_seconds_sum"), "0.07");
+        assert_eq!(value("reasoning_token_count_sum"), "2.0");
+        assert_eq!(value("reasoning_tokens_total"), "2");
         let bucket = |le: &str| {
             text.lines()
                 .find(|l| {
