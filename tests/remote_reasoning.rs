@@ -9,9 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::remote_faults::{
-    chunk, fake, run_turn, timed, tokscope, url, usage_event, Chat, Fake,
-};
+use crate::remote_faults::{chunk, fake, run_turn, timed, tokscope, url, usage_event, Chat, Fake};
 
 /// A reasoning delta, as vLLM, SGLang, DeepSeek's API and llama-server send it
 /// (`reasoning_content`), or as newer vLLM and OpenRouter do (`reasoning`).
@@ -29,7 +27,11 @@ fn thinking_stream(answer: bool) -> Vec<(Duration, Vec<u8>)> {
     let ms = Duration::from_millis;
     let mut pieces: Vec<(Duration, Vec<u8>)> = (0..5)
         .map(|i| {
-            let field = if i % 2 == 0 { "reasoning_content" } else { "reasoning" };
+            let field = if i % 2 == 0 {
+                "reasoning_content"
+            } else {
+                "reasoning"
+            };
             let pause = if i == 0 { ms(50) } else { ms(20) };
             (pause, reasoning(field, &format!("r{i} ")).into_bytes())
         })
@@ -213,14 +215,21 @@ fn a_resent_request_keeps_the_first_attempts_clock_and_a_refused_field_is_droppe
     assert!(started.elapsed() >= pause);
     let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     let ttft = v["metrics"]["ttft_ms"].as_f64().unwrap();
-    assert!(ttft >= 400.0, "TTFT counts from the first attempt: {ttft} ms");
+    assert!(
+        ttft >= 400.0,
+        "TTFT counts from the first attempt: {ttft} ms"
+    );
     let posts: Vec<String> = f
         .requests
         .try_iter()
         .filter(|r| r.starts_with("POST"))
         .collect();
     assert_eq!(posts.len(), 2, "{posts:?}");
-    assert!(posts[0].contains("\"continuous_usage_stats\":true"), "{}", posts[0]);
+    assert!(
+        posts[0].contains("\"continuous_usage_stats\":true"),
+        "{}",
+        posts[0]
+    );
     assert!(!posts[1].contains("continuous_usage_stats"), "{}", posts[1]);
     assert!(posts[1].contains("\"include_usage\":true"), "{}", posts[1]);
 }

@@ -424,7 +424,10 @@ pub(crate) fn csv(rows: &[LoadSummary]) -> String {
                 ("duration_s", format!("{:.4}", r.duration_s)),
                 ("prompt_tokens", r.prompt_tokens.to_string()),
                 ("completion_tokens", r.completion_tokens.to_string()),
-                ("total_reasoning_tokens", r.total_reasoning_tokens.to_string()),
+                (
+                    "total_reasoning_tokens",
+                    r.total_reasoning_tokens.to_string(),
+                ),
                 ("ended_while_thinking", r.ended_while_thinking.to_string()),
                 ("req_per_s", o(r.request_per_s)),
                 ("input_tok_per_s", o(r.input_tok_per_s)),

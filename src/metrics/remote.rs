@@ -984,7 +984,11 @@ mod tests {
             ..Default::default()
         };
         let s = t.summary();
-        assert_eq!(s.ttft_ms, Some(50.0), "TTFT is the first token on any channel");
+        assert_eq!(
+            s.ttft_ms,
+            Some(50.0),
+            "TTFT is the first token on any channel"
+        );
         assert_eq!(s.ttfo_ms, Some(150.0));
         assert_eq!(s.tokens_generated, 8, "thinking tokens are counted once");
         assert_eq!(s.itl.map(|i| i.count), Some(7), "ITL spans both channels");
@@ -1014,7 +1018,14 @@ mod tests {
         assert!(th.ended_while_thinking);
         assert_eq!(th.time_to_first_answer_ms, None);
         assert_eq!(still.summary().ttfo_ms, None);
-        assert!(still.turn_timeline().summary().thinking.unwrap().ended_while_thinking);
+        assert!(
+            still
+                .turn_timeline()
+                .summary()
+                .thinking
+                .unwrap()
+                .ended_while_thinking
+        );
         // Without reasoning, TTFO is TTFT and there is no split.
         let plain = llama_turn(20).summary();
         assert_eq!(plain.ttfo_ms, plain.ttft_ms);

@@ -602,10 +602,9 @@ impl RemoteClient {
                     });
                 }
                 if now >= stalled_at {
-                    break 'stream Err(self.timeout_error(
-                        &url,
-                        "the stream stalled: no complete event",
-                    ));
+                    break 'stream Err(
+                        self.timeout_error(&url, "the stream stalled: no complete event")
+                    );
                 }
                 if let Ok(n) = tokio::time::timeout(CANCEL_POLL, bytes.next()).await {
                     break n;
