@@ -51,6 +51,8 @@ pub(crate) enum Chat {
     /// A 400 naming the field when the request's body has it (as OpenAI's API refuses a field
     /// it does not know), else these bytes as `Sse`.
     RefuseField(&'static str, Vec<u8>),
+    /// As `RefuseField`, the refusal sent only after this pause.
+    SlowRefuseField(&'static str, Duration, Vec<u8>),
 }
 
 /// What the fake server does with `GET /v1/models` or `POST /tokenize`.
@@ -93,6 +95,9 @@ pub(crate) struct Fake {
     pub(crate) requests: mpsc::Receiver<String>,
     /// Bytes the endless replies got written before the client hung up.
     endless_written: Arc<AtomicUsize>,
+    /// When each piece of a `Chat::Paced` reply was written (the server's own clock), in
+    /// order, over every connection.
+    pub(crate) paced_at: Arc<std::sync::Mutex<Vec<Instant>>>,
 }
 
 /// The most an endless reply writes: 256 MiB, far past every limit of the client, so a client
@@ -188,6 +193,8 @@ pub(crate) fn fake(plan: impl Into<Plan>, max_connections: usize) -> Fake {
     let dropped = Arc::new(AtomicBool::new(false));
     let endless_written = Arc::new(AtomicUsize::new(0));
     let written = Arc::clone(&endless_written);
+    let paced_at = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let stamps = Arc::clone(&paced_at);
     std::thread::spawn(move || {
         let deadline = Instant::now() + Duration::from_secs(30);
         listener.set_nonblocking(true).unwrap();
@@ -209,6 +216,7 @@ pub(crate) fn fake(plan: impl Into<Plan>, max_connections: usize) -> Fake {
             let tx = tx.clone();
             let dropped = dropped.clone();
             let written = written.clone();
+            let stamps = stamps.clone();
             std::thread::spawn(move || loop {
                 let request = read_request(&mut stream);
                 if request.is_empty() {
@@ -263,6 +271,10 @@ pub(crate) fn fake(plan: impl Into<Plan>, max_connections: usize) -> Fake {
                     return;
                 }
                 let sse_head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
+                let refusal_pause = match &plan.chat {
+                    Chat::SlowRefuseField(_, pause, _) => *pause,
+                    _ => Duration::ZERO,
+                };
                 match plan.chat {
                     Chat::DropFirstPostThen(_) if !dropped.swap(true, Ordering::SeqCst) => {
                         let _ = stream.shutdown(std::net::Shutdown::Both);
@@ -294,6 +306,7 @@ pub(crate) fn fake(plan: impl Into<Plan>, max_connections: usize) -> Fake {
                             std::thread::sleep(pause);
                             let _ = stream.write_all(&bytes);
                             let _ = stream.flush();
+                            stamps.lock().unwrap().push(Instant::now());
                         }
                     }
                     Chat::EndlessStatus { code, head, repeat } => {
@@ -310,8 +323,9 @@ pub(crate) fn fake(plan: impl Into<Plan>, max_connections: usize) -> Fake {
                         );
                         let _ = stream.write_all(&bytes);
                     }
-                    Chat::RefuseField(field, bytes) => {
+                    Chat::RefuseField(field, bytes) | Chat::SlowRefuseField(field, _, bytes) => {
                         if request.contains(&format!("\"{field}\"")) {
+                            std::thread::sleep(refusal_pause);
                             let body = format!("{{\"error\":{{\"message\":\"Unrecognized request argument supplied: {field}\",\"type\":\"invalid_request_error\"}}}}");
                             let _ = write!(
                                 stream,
@@ -339,6 +353,7 @@ pub(crate) fn fake(plan: impl Into<Plan>, max_connections: usize) -> Fake {
         port,
         requests: rx,
         endless_written,
+        paced_at,
     }
 }
 
@@ -375,7 +390,7 @@ fn vllm_tokenizer(first: &str, request: &str) -> (&'static str, String) {
     ("200 OK", answer.to_string())
 }
 
-fn tokscope(dir: &tempfile::TempDir) -> Command {
+pub(crate) fn tokscope(dir: &tempfile::TempDir) -> Command {
     let mut cmd = common::tokscope_cmd(dir.path());
     cmd.env("TOKSCOPE_CACHE_DIR", dir.path().join("cache"))
         .timeout(Duration::from_secs(60));
@@ -383,7 +398,7 @@ fn tokscope(dir: &tempfile::TempDir) -> Command {
 }
 
 /// Runs one turn against `url`; returns (exit code, stdout, stderr).
-fn run_turn(url: &str, extra: &[&str]) -> (i32, String, String) {
+pub(crate) fn run_turn(url: &str, extra: &[&str]) -> (i32, String, String) {
     let dir = tempfile::tempdir().unwrap();
     let out = tokscope(&dir)
         .args(["run", "--url", url, "-p", "hi", "-n", "8"])
@@ -724,7 +739,7 @@ pub(crate) fn url(f: &Fake) -> String {
 }
 
 /// Runs `tokscope ARGS` with a deadline; returns (exit code, stdout, stderr, how long it took).
-fn timed(args: &[&str], limit: Duration) -> (i32, String, String, Duration) {
+pub(crate) fn timed(args: &[&str], limit: Duration) -> (i32, String, String, Duration) {
     let (code, stdout, stderr, took, _) = timed_rss(args, limit);
     (code, stdout, stderr, took)
 }

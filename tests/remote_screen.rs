@@ -112,6 +112,7 @@ fn chunk(ms: u64) -> ChunkMark {
     ChunkMark {
         at: Duration::from_millis(ms),
         cumulative_tokens: None,
+        reasoning: false,
     }
 }
 

@@ -11,6 +11,8 @@ mod load_export;
 mod remote_chat;
 #[path = "remote_faults.rs"]
 mod remote_faults;
+#[path = "remote_reasoning.rs"]
+mod remote_reasoning;
 #[path = "remote_screen.rs"]
 mod remote_screen;
 #[path = "remote_server.rs"]

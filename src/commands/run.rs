@@ -1198,7 +1198,7 @@ pub(crate) struct RemoteRunReport {
     pub metrics: RemoteSummary,
     /// What the token counts are based on, in words.
     pub token_count_source: &'static str,
-    /// Offset of each content chunk from the request, in ms.
+    /// Offset of each chunk with text (either channel) from the request, in ms.
     pub chunk_ms: Vec<f64>,
     /// What the server reported that could not be true and was ignored.
     pub notes: Vec<String>,
@@ -1368,6 +1368,21 @@ pub(crate) fn remote_human_summary(r: &RemoteRunReport) -> String {
         crate::fmt::opt(m.network_rtt_ms, 2),
         parts.join(", ")
     ));
+    if let Some(th) = m.thinking {
+        let answer = if th.ended_while_thinking {
+            "ended while thinking: no answer token".to_string()
+        } else {
+            format!(
+                "first answer token (TTFO) at {} ms",
+                crate::fmt::opt(th.time_to_first_answer_ms, 1)
+            )
+        };
+        out.push_str(&format!(
+            "thinking {} tokens in {} ms (TTFT above is its first) · {answer}\n",
+            th.thinking_tokens,
+            crate::fmt::opt(th.thinking_ms, 1),
+        ));
+    }
     out.push_str(&format!(
         "decode   {} tokens in {} chunks · {} tok/s · TPOT {} ms (server {} ms)\n",
         m.tokens_generated,
@@ -1386,11 +1401,14 @@ pub(crate) fn remote_human_summary(r: &RemoteRunReport) -> String {
             .map_or("no per-request times from the server (—)", |s| s.label())
     ));
     out.push_str(&itl_line(m.itl.as_ref()));
-    out.push_str(&format!("E2E      {:.1} ms · end: {}\n", m.e2e_ms, r.end));
+    out.push_str(&format!(
+        "E2E      {:.1} ms to the last chunk with text · end: {}\n",
+        m.e2e_ms, r.end
+    ));
     let v = &m.vllm_convention;
     if v.ttft_ms.is_some() {
         out.push_str(&format!(
-            "vLLM's   TTFT {} ms · TPOT {} ms · ITL p50 {} / p99 {} ms over {} chunk gaps · E2E {} ms (vllm bench serve's definitions)\n",
+            "vLLM's   TTFT {} ms · TPOT {} ms · ITL p50 {} / p99 {} ms over {} chunk gaps · E2E {} ms to the last chunk with a choice (vllm bench serve's definitions)\n",
             crate::fmt::opt(v.ttft_ms, 1),
             crate::fmt::opt(v.tpot_ms, 2),
             crate::fmt::opt(v.itl.map(|i| i.p50_ms), 2),

@@ -115,10 +115,19 @@ pub(crate) struct LoadSummary {
     pub output_tok_per_s: Option<f64>,
     /// Mean output tok/s of one request (output tokens / E2E), the per-user speed.
     pub per_user_tok_per_s: Option<f64>,
+    /// Request sent → first chunk on any channel (a reasoning chunk included).
     pub ttft: Option<LatencyStats>,
+    /// Request sent → first answer chunk (AIPerf's `time_to_first_output_token`, TTFO), over
+    /// the requests that had an answer; equal to TTFT without reasoning.
+    pub ttfo: Option<LatencyStats>,
     pub tpot: Option<LatencyStats>,
     pub itl: Option<LatencyStats>,
     pub e2el: Option<LatencyStats>,
+    /// Reasoning tokens of the completed requests (AIPerf's `total_reasoning_tokens`), part of
+    /// `completion_tokens`.
+    pub total_reasoning_tokens: u64,
+    /// Completed requests whose stream ended while the model still thought (no answer).
+    pub ended_while_thinking: usize,
     pub slo: Option<Slo>,
     pub good_requests: Option<usize>,
     /// Requests per second meeting every SLO on tokscope's figures.
@@ -231,6 +240,7 @@ pub(crate) fn summarize(
         .sum::<Option<u64>>()
         .filter(|_| !records.is_empty());
     let ttfts: Vec<Duration> = records.iter().map(|r| r.ttft).collect();
+    let ttfos: Vec<Duration> = records.iter().filter_map(|r| r.ttfo).collect();
     let tpots: Vec<Duration> = records.iter().filter_map(|r| r.tpot).collect();
     let itls: Vec<Duration> = records.iter().flat_map(|r| r.itl.iter().copied()).collect();
     let e2es: Vec<Duration> = records.iter().map(|r| r.e2e).collect();
@@ -256,6 +266,9 @@ pub(crate) fn summarize(
         per_user_tok_per_s: (!user_rates.is_empty())
             .then(|| user_rates.iter().sum::<f64>() / user_rates.len() as f64),
         ttft: LatencyStats::from_durations(&ttfts),
+        ttfo: LatencyStats::from_durations(&ttfos),
+        total_reasoning_tokens: records.iter().map(|r| r.reasoning_tokens).sum(),
+        ended_while_thinking: records.iter().filter(|r| r.ended_while_thinking).count(),
         tpot: LatencyStats::from_durations(&tpots),
         itl: LatencyStats::from_durations(&itls),
         e2el: LatencyStats::from_durations(&e2es),
@@ -345,6 +358,26 @@ pub(crate) fn markdown(rows: &[LoadSummary]) -> String {
         let names = [&["requests", "goodput req/s"][..], &latencies[..]].concat();
         out.push_str(&table(&headers(&names), &cells));
     }
+    let thinking: Vec<String> = rows
+        .iter()
+        .filter(|r| r.total_reasoning_tokens > 0)
+        .map(|r| {
+            format!(
+                "reasoning at {}: TTFO (first answer token) mean/p50/p90/p99 {} ms · {} reasoning tokens of {} output tokens · {} requests ended while thinking",
+                r.level,
+                d(&r.ttfo),
+                r.total_reasoning_tokens,
+                r.completion_tokens,
+                r.ended_while_thinking,
+            )
+        })
+        .collect();
+    if !thinking.is_empty() {
+        out.push_str(&format!(
+            "\nA reasoning model: TTFT above is the first token on any channel, thinking included; the answer's own start is TTFO (docs/metrics.md, \"Remote servers\"):\n{}\n",
+            thinking.join("\n")
+        ));
+    }
     let cpu: Vec<String> = rows
         .iter()
         .filter_map(|r| {
@@ -391,6 +424,11 @@ pub(crate) fn csv(rows: &[LoadSummary]) -> String {
                 ("duration_s", format!("{:.4}", r.duration_s)),
                 ("prompt_tokens", r.prompt_tokens.to_string()),
                 ("completion_tokens", r.completion_tokens.to_string()),
+                (
+                    "total_reasoning_tokens",
+                    r.total_reasoning_tokens.to_string(),
+                ),
+                ("ended_while_thinking", r.ended_while_thinking.to_string()),
                 ("req_per_s", o(r.request_per_s)),
                 ("input_tok_per_s", o(r.input_tok_per_s)),
                 ("output_tok_per_s", o(r.output_tok_per_s)),
@@ -410,6 +448,7 @@ pub(crate) fn csv(rows: &[LoadSummary]) -> String {
             ));
             for (m, d) in [
                 ("ttft", r.ttft),
+                ("ttfo", r.ttfo),
                 ("tpot", r.tpot),
                 ("itl", r.itl),
                 ("e2el", r.e2el),
@@ -442,6 +481,9 @@ mod tests {
         let tpot = Duration::from_millis(tpot_ms);
         RequestRecord {
             ttft,
+            ttfo: Some(ttft),
+            reasoning_tokens: 0,
+            ended_while_thinking: false,
             tpot: Some(tpot),
             itl: vec![tpot; (n - 1) as usize],
             chunk_gaps: vec![tpot; (n - 1) as usize],

@@ -117,8 +117,12 @@ impl Histogram {
 /// One finished request as the exporter counts it (`load::report::RequestRecord`'s figures).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Observed<'a> {
-    /// Request sent → first content chunk.
+    /// Request sent → first chunk on any channel (a reasoning chunk included).
     pub ttft: Duration,
+    /// Request sent → first answer chunk (AIPerf's TTFO); `None` without one.
+    pub ttfo: Option<Duration>,
+    /// Tokens of the reasoning channel, part of `completion_tokens`.
+    pub reasoning_tokens: u64,
     /// Per-token gaps (tokscope's ITL).
     pub itl: &'a [Duration],
     /// Gaps between content chunks, undivided (OTel's time per output chunk).
@@ -135,24 +139,32 @@ struct LevelSeries {
     level: String,
     started: SystemTime,
     ttft: Histogram,
+    ttfo: Histogram,
+    /// Per-token ITL (each chunk's gap shared among its tokens).
     itl: Histogram,
+    /// Per-chunk gaps, undivided: what vLLM's own `inter_token_latency_seconds` observes.
+    chunk_itl: Histogram,
     tpot: Histogram,
     e2e: Histogram,
     prompt_tokens: Histogram,
     generation_tokens: Histogram,
+    reasoning_tokens: Histogram,
     success: u64,
     /// Failed requests by error kind.
     failures: BTreeMap<String, u64>,
     prompt_total: u64,
     generation_total: u64,
+    reasoning_total: u64,
     /// `gen_ai.client.operation.duration` of the requests that completed, and of the failed
     /// ones by error kind (`error.type`).
     duration: Histogram,
     duration_failed: BTreeMap<String, Histogram>,
     first_chunk: Histogram,
+    first_output: Histogram,
     per_chunk: Histogram,
     usage_input: Histogram,
     usage_output: Histogram,
+    usage_reasoning: Histogram,
 }
 
 impl LevelSeries {
@@ -161,21 +173,27 @@ impl LevelSeries {
             level,
             started,
             ttft: Histogram::new(VLLM_TTFT_BOUNDS),
+            ttfo: Histogram::new(VLLM_TTFT_BOUNDS),
             itl: Histogram::new(VLLM_ITL_BOUNDS),
+            chunk_itl: Histogram::new(VLLM_ITL_BOUNDS),
             tpot: Histogram::new(VLLM_ITL_BOUNDS),
             e2e: Histogram::new(VLLM_E2E_BOUNDS),
             prompt_tokens: Histogram::new(VLLM_TOKEN_BOUNDS),
             generation_tokens: Histogram::new(VLLM_TOKEN_BOUNDS),
+            reasoning_tokens: Histogram::new(VLLM_TOKEN_BOUNDS),
             success: 0,
             failures: BTreeMap::new(),
             prompt_total: 0,
             generation_total: 0,
+            reasoning_total: 0,
             duration: Histogram::new(OTEL_DURATION_BOUNDS),
             duration_failed: BTreeMap::new(),
             first_chunk: Histogram::new(OTEL_FIRST_CHUNK_BOUNDS),
+            first_output: Histogram::new(OTEL_FIRST_CHUNK_BOUNDS),
             per_chunk: Histogram::new(OTEL_CHUNK_BOUNDS),
             usage_input: Histogram::new(OTEL_TOKEN_BOUNDS),
             usage_output: Histogram::new(OTEL_TOKEN_BOUNDS),
+            usage_reasoning: Histogram::new(OTEL_TOKEN_BOUNDS),
         }
     }
 }
@@ -234,8 +252,15 @@ impl ClientMetrics {
         self.in_flight = self.in_flight.saturating_sub(1);
         let s = self.current();
         s.ttft.observe(o.ttft.as_secs_f64());
+        if let Some(t) = o.ttfo {
+            s.ttfo.observe(t.as_secs_f64());
+            s.first_output.observe(t.as_secs_f64());
+        }
         for gap in o.itl {
             s.itl.observe(gap.as_secs_f64());
+        }
+        for gap in o.chunk_gaps {
+            s.chunk_itl.observe(gap.as_secs_f64());
         }
         if let Some(t) = o.tpot {
             s.tpot.observe(t.as_secs_f64());
@@ -243,6 +268,8 @@ impl ClientMetrics {
         s.e2e.observe(o.e2e.as_secs_f64());
         s.prompt_tokens.observe(o.prompt_tokens as f64);
         s.generation_tokens.observe(o.completion_tokens as f64);
+        s.reasoning_tokens.observe(o.reasoning_tokens as f64);
+        s.reasoning_total = s.reasoning_total.saturating_add(o.reasoning_tokens);
         s.success += 1;
         s.prompt_total = s.prompt_total.saturating_add(o.prompt_tokens);
         s.generation_total = s.generation_total.saturating_add(o.completion_tokens);
@@ -253,6 +280,7 @@ impl ClientMetrics {
         }
         s.usage_input.observe(o.prompt_tokens as f64);
         s.usage_output.observe(o.completion_tokens as f64);
+        s.usage_reasoning.observe(o.reasoning_tokens as f64);
     }
 
     /// A measured request failed, of this error kind, after this long.
@@ -272,15 +300,25 @@ impl ClientMetrics {
         let model = label_value(&self.model);
         let labels =
             |s: &LevelSeries| format!("model_name=\"{model}\",level=\"{}\"", label_value(&s.level));
-        let histograms: [HistogramFamily; 6] = [
+        let histograms: [HistogramFamily; 9] = [
             (
                 "time_to_first_token_seconds",
-                "Time to first token as the client sees it: request sent to the first chunk with content.",
+                "Time to first token as the client sees it: request sent to the first chunk with text on any channel (a reasoning chunk included).",
                 |s| &s.ttft,
             ),
             (
+                "time_to_first_output_token_seconds",
+                "Time to first output token (AIPerf's TTFO): request sent to the first answer chunk, after any reasoning; equal to TTFT without reasoning.",
+                |s| &s.ttfo,
+            ),
+            (
                 "inter_token_latency_seconds",
-                "Inter-token latency as the client sees it: each content chunk's gap shared evenly among its tokens.",
+                "Inter-token latency as vLLM's own histogram defines it: the gap between two chunks with text, undivided (one observation per chunk).",
+                |s| &s.chunk_itl,
+            ),
+            (
+                "inter_token_latency_per_token_seconds",
+                "Inter-token latency per token (tokscope's ITL): each chunk's gap shared evenly among its tokens.",
                 |s| &s.itl,
             ),
             (
@@ -303,6 +341,11 @@ impl ClientMetrics {
                 "Output tokens of each request (the server's usage).",
                 |s| &s.generation_tokens,
             ),
+            (
+                "reasoning_token_count",
+                "Reasoning tokens of each request (AIPerf's reasoning_token_count; part of its output tokens).",
+                |s| &s.reasoning_tokens,
+            ),
         ];
         for (name, help, get) in histograms {
             let _ = writeln!(out, "# HELP tokscope:{name} {help}");
@@ -322,7 +365,7 @@ impl ClientMetrics {
                 let _ = writeln!(out, "tokscope:{name}_count{{{l}}} {}", h.count);
             }
         }
-        let counters: [CounterFamily; 3] = [
+        let counters: [CounterFamily; 4] = [
             ("request_success_total", "Requests that completed.", |s| {
                 s.success
             }),
@@ -335,6 +378,11 @@ impl ClientMetrics {
                 "generation_tokens_total",
                 "Output tokens of the completed requests (the server's usage).",
                 |s| s.generation_total,
+            ),
+            (
+                "reasoning_tokens_total",
+                "Reasoning tokens of the completed requests (part of the output tokens).",
+                |s| s.reasoning_total,
             ),
         ];
         for (name, help, get) in counters {
@@ -421,6 +469,7 @@ impl ClientMetrics {
         };
         let mut duration = Vec::new();
         let (mut first, mut chunk, mut usage) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut first_output, mut reasoning) = (Vec::new(), Vec::new());
         for s in &self.levels {
             duration.push(point(s, &s.duration, &[]));
             for (kind, h) in &s.duration_failed {
@@ -428,6 +477,8 @@ impl ClientMetrics {
             }
             first.push(point(s, &s.first_chunk, &[]));
             chunk.push(point(s, &s.per_chunk, &[]));
+            first_output.push(point(s, &s.first_output, &[]));
+            reasoning.push(point(s, &s.usage_reasoning, &[]));
             for (h, kind) in [(&s.usage_input, "input"), (&s.usage_output, "output")] {
                 usage.push(point(s, h, &[("gen_ai.token.type", kind)]));
             }
@@ -442,8 +493,21 @@ impl ClientMetrics {
             metric(
                 "gen_ai.client.operation.time_to_first_chunk",
                 "s",
-                "Request sent to the first chunk with content.",
+                "Request sent to the first chunk with text on any channel (a reasoning chunk included).",
                 first,
+            ),
+            // Not in the GenAI conventions (yet): named as AIPerf names them.
+            metric(
+                "tokscope.client.time_to_first_output_token",
+                "s",
+                "Request sent to the first answer chunk, after any reasoning (AIPerf's TTFO).",
+                first_output,
+            ),
+            metric(
+                "tokscope.client.reasoning_token_count",
+                "{token}",
+                "Reasoning tokens of each completed request (part of its output tokens).",
+                reasoning,
             ),
             metric(
                 "gen_ai.client.operation.time_per_output_chunk",
@@ -519,6 +583,8 @@ mod tests {
     fn observed<'a>(itl: &'a [Duration], gaps: &'a [Duration]) -> Observed<'a> {
         Observed {
             ttft: Duration::from_millis(30),
+            ttfo: Some(Duration::from_millis(70)),
+            reasoning_tokens: 2,
             itl,
             chunk_gaps: gaps,
             tpot: Some(Duration::from_millis(20)),
@@ -534,10 +600,27 @@ mod tests {
         m.start_level("concurrency=2", UNIX_EPOCH);
         let itl = [Duration::from_millis(20); 3];
         m.sent();
-        m.observe(&observed(&itl, &itl));
+        // Three per-token gaps over two chunk gaps (a chunk of two tokens).
+        m.observe(&observed(&itl, &itl[..2]));
         m.sent();
         m.failed("http_5xx", Duration::from_millis(5));
         let text = m.prometheus();
+        let value = |series: &str| {
+            text.lines()
+                .find(|l| l.starts_with(&format!("tokscope:{series}{{")))
+                .unwrap_or_else(|| panic!("no {series}: {text}"))
+                .rsplit(' ')
+                .next()
+                .unwrap()
+                .to_string()
+        };
+        // vLLM's name holds vLLM's convention (a gap per chunk), the per-token one its own.
+        assert_eq!(value("inter_token_latency_seconds_count"), "2");
+        assert_eq!(value("inter_token_latency_per_token_seconds_count"), "3");
+        assert_eq!(value("time_to_first_output_token_seconds_count"), "1");
+        assert_eq!(value("time_to_first_output_token_seconds_sum"), "0.07");
+        assert_eq!(value("reasoning_token_count_sum"), "2.0");
+        assert_eq!(value("reasoning_tokens_total"), "2");
         let bucket = |le: &str| {
             text.lines()
                 .find(|l| {

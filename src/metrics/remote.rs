@@ -33,7 +33,9 @@ fn plausible_ms(v: f64, turn: Duration) -> bool {
     v.is_finite() && v >= 0.0 && v <= ms(turn) + 1000.0
 }
 
-/// One streamed chunk that carried content (a role-only or empty delta is not a token).
+/// One streamed chunk that carried text on either channel: the answer's `delta.content`, or
+/// the reasoning channel's `delta.reasoning_content` / `delta.reasoning` (ollama's
+/// `message.thinking`). A role-only or empty delta is not a token.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct ChunkMark {
     /// Offset from the request being sent to the chunk being parsed.
@@ -41,6 +43,9 @@ pub struct ChunkMark {
     /// The server's running `completion_tokens` after this chunk, when it sends usage with
     /// every chunk (vLLM's `continuous_usage_stats`).
     pub cumulative_tokens: Option<u64>,
+    /// The chunk is on the reasoning channel (the model's thinking), not the answer's.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub reasoning: bool,
 }
 
 /// The server's final usage object (`stream_options.include_usage`).
@@ -223,8 +228,15 @@ pub struct RemoteTimeline {
 /// The derived figures of a remote turn, as `run --url --json` prints them.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub(crate) struct RemoteSummary {
-    /// Request sent → first chunk with content.
+    /// Request sent → first chunk with text on any channel (a reasoning chunk included).
     pub ttft_ms: Option<f64>,
+    /// Request sent → first answer chunk (`delta.content`): AIPerf's time to first output
+    /// token (TTFO). Equal to TTFT for a turn without reasoning; `None` without an answer.
+    pub ttfo_ms: Option<f64>,
+    /// The reasoning channel's split of the turn: thinking tokens (part of
+    /// `tokens_generated`, never added to it again) and time, time to the first answer token,
+    /// and whether the stream ended while the model still thought. `None` without reasoning.
+    pub thinking: Option<super::ThinkingSummary>,
     pub network_rtt_ms: Option<f64>,
     /// The server's prompt processing time (llama-server `timings.prompt_ms`, ollama
     /// `prompt_eval_duration`).
@@ -300,8 +312,43 @@ pub(crate) struct VllmRecord {
 }
 
 impl RemoteTimeline {
+    /// Request sent → first chunk on any channel.
     pub(crate) fn ttft(&self) -> Option<Duration> {
         self.chunks.first().map(|c| c.at)
+    }
+
+    /// Request sent → first answer chunk (AIPerf's TTFO); `None` without one.
+    pub(crate) fn ttfo(&self) -> Option<Duration> {
+        self.chunks.iter().find(|c| !c.reasoning).map(|c| c.at)
+    }
+
+    /// Tokens of the reasoning channel, by the same per-chunk counts as every token (so the
+    /// server's `completion_tokens`, which holds them, is never exceeded).
+    pub(crate) fn reasoning_tokens(&self) -> u64 {
+        let (counts, _) = self.tokens_per_chunk();
+        let chunks = self.chunks.iter().zip(counts);
+        chunks.filter(|(c, _)| c.reasoning).map(|(_, k)| k).sum()
+    }
+
+    /// Where the reasoning channel ends and the answer starts (`None`: no reasoning chunk):
+    /// the thinking ends at the last reasoning chunk before the first answer chunk (at the
+    /// last one, when no answer came), the answer starts at its first chunk.
+    pub(crate) fn thinking_span(&self) -> Option<super::ThinkingSpan> {
+        if !self.chunks.iter().any(|c| c.reasoning) {
+            return None;
+        }
+        let first_answer_at = self.ttfo();
+        let ended_at = self
+            .chunks
+            .iter()
+            .filter(|c| c.reasoning && first_answer_at.is_none_or(|a| c.at <= a))
+            .map(|c| c.at)
+            .next_back();
+        Some(super::ThinkingSpan {
+            tokens: usize::try_from(self.reasoning_tokens()).unwrap_or(usize::MAX),
+            ended_at,
+            first_answer_at,
+        })
     }
 
     pub(crate) fn e2e(&self) -> Duration {
@@ -508,17 +555,7 @@ impl RemoteTimeline {
     /// its `predicted_ms`/`predicted_n`. The stages only a local engine has (queue, template
     /// and tokenize, end of prefill) stay `None`. The record itself is kept in `remote`.
     pub fn turn_timeline(&self) -> super::TurnTimeline {
-        let (counts, _) = self.tokens_per_chunk();
-        let mut token_ready_at = Vec::new();
-        if let Some(first) = self.chunks.first() {
-            let leading = counts.first().copied().unwrap_or(1).max(1);
-            token_ready_at.extend(std::iter::repeat_n(first.at, leading as usize));
-            let mut at = first.at;
-            for gap in self.inter_token_latencies() {
-                at += gap;
-                token_ready_at.push(at);
-            }
-        }
+        let token_ready_at = self.token_ready_at();
         let from_ms = |v: f64| Duration::try_from_secs_f64(v / 1e3).ok();
         let summary = self.summary();
         super::TurnTimeline {
@@ -533,9 +570,39 @@ impl RemoteTimeline {
             decode_calls: summary.server_predicted_tokens.unwrap_or(0) as usize,
             finished_at: Some(self.finished_at),
             submitted_at: self.sent_at,
+            thinking: self.thinking_span(),
             remote: Some(Box::new(self.clone())),
             ..Default::default()
         }
+    }
+
+    /// Each generated token's ready time: the chunk arrivals with each chunk's gap divided
+    /// among its tokens (a first chunk's extra tokens arrive with it).
+    fn token_ready_at(&self) -> Vec<Duration> {
+        let (counts, _) = self.tokens_per_chunk();
+        let mut token_ready_at = Vec::new();
+        if let Some(first) = self.chunks.first() {
+            let leading = counts.first().copied().unwrap_or(1).max(1);
+            token_ready_at.extend(std::iter::repeat_n(first.at, leading as usize));
+            let mut at = first.at;
+            for gap in self.inter_token_latencies() {
+                at += gap;
+                token_ready_at.push(at);
+            }
+        }
+        token_ready_at
+    }
+
+    /// The thinking figures under the one definition every turn uses
+    /// (`TurnTimeline::thinking_summary`); `None` without reasoning.
+    fn thinking_summary(&self) -> Option<super::ThinkingSummary> {
+        super::TurnTimeline {
+            token_ready_at: self.token_ready_at(),
+            finished_at: Some(self.finished_at),
+            thinking: self.thinking_span(),
+            ..Default::default()
+        }
+        .thinking_summary()
     }
 
     /// The stream under vLLM's benchmark's definitions (`VllmFigures`); `None` without a
@@ -619,6 +686,8 @@ impl RemoteTimeline {
             .or(reported.and_then(|r| r.tpot_ms));
         RemoteSummary {
             ttft_ms: ttft.map(ms),
+            ttfo_ms: self.ttfo().map(ms),
+            thinking: self.thinking_summary(),
             network_rtt_ms: self.network_rtt.map(ms),
             server_prompt_ms: server_prompt,
             server_load_ms: self.server_load_ms,
@@ -673,6 +742,7 @@ mod tests {
         ChunkMark {
             at: Duration::from_millis(ms),
             cumulative_tokens: None,
+            reasoning: false,
         }
     }
 
@@ -880,6 +950,86 @@ mod tests {
         assert_eq!(saved.itl, remote.itl);
         assert_eq!(saved.e2e_ms, remote.e2e_ms);
         assert_eq!(saved.tokens_generated as u64, remote.tokens_generated);
+    }
+
+    fn thought(ms: u64) -> ChunkMark {
+        ChunkMark {
+            reasoning: true,
+            ..at(ms)
+        }
+    }
+
+    /// Issue 56 item 5: a reasoning chunk is a token for TTFT and ITL; the answer's first
+    /// chunk is TTFO; thinking tokens are part of the server's count, never added again.
+    #[test]
+    fn the_reasoning_channel_is_timed_counted_once_and_split_in_the_chat_timeline() {
+        let t = RemoteTimeline {
+            // Five reasoning chunks 20 ms apart from 50 ms, then three answer chunks.
+            chunks: vec![
+                thought(50),
+                thought(70),
+                thought(90),
+                thought(110),
+                thought(130),
+                at(150),
+                at(160),
+                at(170),
+            ],
+            finished_at: Duration::from_millis(175),
+            usage: Some(ServerUsage {
+                prompt_tokens: 4,
+                completion_tokens: 8,
+                cached_tokens: None,
+            }),
+            ..Default::default()
+        };
+        let s = t.summary();
+        assert_eq!(
+            s.ttft_ms,
+            Some(50.0),
+            "TTFT is the first token on any channel"
+        );
+        assert_eq!(s.ttfo_ms, Some(150.0));
+        assert_eq!(s.tokens_generated, 8, "thinking tokens are counted once");
+        assert_eq!(s.itl.map(|i| i.count), Some(7), "ITL spans both channels");
+        let th = s.thinking.expect("a thinking split");
+        assert_eq!(th.thinking_tokens, 5);
+        assert_eq!(th.answer_tokens, 3);
+        assert_eq!(th.time_to_first_answer_ms, Some(150.0));
+        assert_eq!(th.thinking_ms, Some(80.0));
+        assert!(!th.ended_while_thinking);
+        // The chat's record holds the same split, and its summary agrees.
+        let chat = t.turn_timeline();
+        assert_eq!(
+            chat.thinking,
+            Some(crate::metrics::ThinkingSpan {
+                tokens: 5,
+                ended_at: Some(Duration::from_millis(130)),
+                first_answer_at: Some(Duration::from_millis(150)),
+            })
+        );
+        assert_eq!(chat.summary().thinking, Some(th));
+        assert_eq!(chat.summary().ttft_ms, Some(50.0));
+        // A stream that ended while thinking says so, with no answer figures.
+        let mut still = t.clone();
+        still.chunks.truncate(3);
+        still.usage = None;
+        let th = still.summary().thinking.expect("a thinking split");
+        assert!(th.ended_while_thinking);
+        assert_eq!(th.time_to_first_answer_ms, None);
+        assert_eq!(still.summary().ttfo_ms, None);
+        assert!(
+            still
+                .turn_timeline()
+                .summary()
+                .thinking
+                .unwrap()
+                .ended_while_thinking
+        );
+        // Without reasoning, TTFO is TTFT and there is no split.
+        let plain = llama_turn(20).summary();
+        assert_eq!(plain.ttfo_ms, plain.ttft_ms);
+        assert_eq!(plain.thinking, None);
     }
 
     #[test]

@@ -324,10 +324,12 @@ mod tests {
                 super::super::remote::ChunkMark {
                     at: ms(7),
                     cumulative_tokens: None,
+                    reasoning: false,
                 },
                 super::super::remote::ChunkMark {
                     at: ms(9),
                     cumulative_tokens: None,
+                    reasoning: false,
                 },
             ],
             finished_at: ms(10),

@@ -37,6 +37,14 @@ const MAX_REDIRECTS: usize = 5;
 /// stream within this long even while the server sends nothing.
 const CANCEL_POLL: Duration = Duration::from_millis(10);
 
+/// The markers around the reasoning channel's text in a turn's text (`<think>{reasoning}
+/// </think>{content}`): the conversation folds a thinking span the same way whether a local
+/// model wrote the markers or the client put them around a server's reasoning deltas, and
+/// they are taken out again before the conversation goes back to a server
+/// (`answer_only`).
+pub(crate) const THINK_OPEN: &str = "<think>";
+pub(crate) const THINK_CLOSE: &str = "</think>";
+
 /// Where to send requests and how long to wait.
 #[derive(Debug, Clone)]
 pub(crate) struct Endpoint {
@@ -160,6 +168,10 @@ pub(crate) struct RemoteClient {
     /// Whether requests ask for vLLM's per-request metrics (`include_metrics`); turned off for
     /// the session when a server refuses the field.
     include_metrics: AtomicBool,
+    /// Whether requests ask for usage with every chunk (`stream_options.
+    /// continuous_usage_stats`: vLLM and SGLang give exact per-chunk token counts with it);
+    /// turned off for the session when a server refuses the field.
+    continuous_usage: AtomicBool,
     /// Whether `/props` is worth asking before a turn: false once the server answered it
     /// without `is_sleeping` (or not at all), so other servers are asked once per session.
     ask_props: AtomicBool,
@@ -224,12 +236,27 @@ impl RemoteClient {
             http,
             endpoint,
             include_metrics: AtomicBool::new(true),
+            continuous_usage: AtomicBool::new(true),
             ask_props: AtomicBool::new(true),
         })
     }
 
     pub(crate) fn endpoint(&self) -> &Endpoint {
         &self.endpoint
+    }
+
+    /// Turns off each optional field a server's refusal names; whether any was still on.
+    fn drop_refused_fields(&self, said: &str) -> bool {
+        let mut dropped = false;
+        for (field, flag) in [
+            ("include_metrics", &self.include_metrics),
+            ("continuous_usage_stats", &self.continuous_usage),
+        ] {
+            if said.contains(field) && flag.swap(false, Ordering::Relaxed) {
+                dropped = true;
+            }
+        }
+        dropped
     }
 
     fn with_auth(&self, builder: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
@@ -475,35 +502,44 @@ impl RemoteClient {
         let native = self.endpoint.ollama_native();
         let path = if native { "chat" } else { "chat/completions" };
         let url = format!("{}/{path}", self.endpoint.base_url);
-        let body_for = |include_metrics: bool| {
+        let body_for = || {
             if native {
                 ollama_request_body(request)
             } else {
-                request_body(request, include_metrics)
+                request_body(
+                    request,
+                    self.include_metrics.load(Ordering::Relaxed),
+                    self.continuous_usage.load(Ordering::Relaxed),
+                )
             }
         };
-        let mut body = body_for(self.include_metrics.load(Ordering::Relaxed));
-        let mut sent_at = Instant::now();
+        let mut body = body_for();
+        // The clock starts at the first attempt and is never restarted: the user waits from
+        // there, whatever is sent again (issue 58, item 7).
+        let sent_at = Instant::now();
         let post = |body: &Value| self.send(&url, self.http.post(&url).json(body));
-        let response = match until_cancelled(cancelled, post(&body)).await {
-            // The pool handed out a kept-alive connection the server had just closed (cpp-httplib
-            // closes idle ones when its threads are busy): the request never got a response, so
-            // it is sent once more on a fresh connection, and its clock starts again there.
-            Err(RemoteError::Transport { detail, .. }) if stale_connection(&detail) => {
-                sent_at = Instant::now();
-                until_cancelled(cancelled, post(&body)).await?
+        let mut resent_stale = false;
+        let response = loop {
+            match until_cancelled(cancelled, post(&body)).await {
+                // The pool handed out a kept-alive connection the server had just closed
+                // (cpp-httplib closes idle ones when its threads are busy): the request never
+                // got a response, so it is sent once more on a fresh connection.
+                Err(RemoteError::Transport { detail, .. })
+                    if !resent_stale && stale_connection(&detail) =>
+                {
+                    resent_stale = true;
+                }
+                // A server that refuses a field only vLLM or SGLang know (OpenAI's API rejects
+                // unknown fields) is asked again without it, and never with it again; each
+                // field is dropped at most once, so this ends.
+                Err(RemoteError::Status {
+                    status, body: said, ..
+                }) if !native
+                    && (400..500).contains(&status)
+                    && self.drop_refused_fields(&said) => {}
+                other => break other?,
             }
-            // A server that refuses the field asking for vLLM's per-request metrics (OpenAI's
-            // API rejects unknown fields) is asked again without it, and never with it again.
-            Err(RemoteError::Status {
-                status, body: said, ..
-            }) if !native && (400..500).contains(&status) && said.contains("include_metrics") => {
-                self.include_metrics.store(false, Ordering::Relaxed);
-                body = body_for(false);
-                sent_at = Instant::now();
-                until_cancelled(cancelled, post(&body)).await?
-            }
-            other => other?,
+            body = body_for();
         };
         let reported = parse_tgi_headers(response.headers());
         let mut turn = Turn {
@@ -523,6 +559,7 @@ impl RemoteClient {
             },
             max_tokens: request.max_tokens,
             ollama_native: native,
+            thinking: false,
         };
         let mut bytes = Box::pin(response.bytes_stream());
         let mut parser = if native {
@@ -532,6 +569,16 @@ impl RemoteClient {
         };
         let mut events: Vec<String> = Vec::new();
         let mut stream_bytes = 0usize;
+        // `--timeout` bounds the wait between two complete events (a comment such as `: ping`
+        // counts: a server says it is alive with one), not between two reads, so a server that
+        // trickles bytes and never ends an event is cut (issue 57, item 8). The whole request
+        // has a deadline too: the timeout once per token asked for, and once more.
+        let timeout = self.endpoint.timeout;
+        let per_token = request.max_tokens.map_or(u32::MAX, |n| n.saturating_add(1));
+        let deadline_after = timeout.saturating_mul(per_token);
+        let deadline = sent_at.checked_add(deadline_after);
+        let mut blocks_seen = parser.blocks_ended();
+        let mut stalled_at = Instant::now() + timeout;
         let end = 'stream: loop {
             for data in events.drain(..) {
                 if cancelled() {
@@ -541,19 +588,26 @@ impl RemoteClient {
                     break 'stream end;
                 }
             }
-            // Any bytes count as a read for the stall timer, comments (`: ping`) included.
             // `next()` is cancel-safe: polling it again after a timeout loses nothing.
-            let stalled_at = Instant::now() + self.endpoint.timeout;
             let next = loop {
                 if cancelled() {
                     break 'stream Ok(StreamEnd::Cancelled);
                 }
-                match tokio::time::timeout(CANCEL_POLL, bytes.next()).await {
-                    Ok(n) => break n,
-                    Err(_) if Instant::now() >= stalled_at => {
-                        break 'stream Err(self.timeout_error(&url, "the stream stalled"))
-                    }
-                    Err(_) => {}
+                let now = Instant::now();
+                if deadline.is_some_and(|d| now >= d) {
+                    break 'stream Err(RemoteError::Timeout {
+                        url: url.clone(),
+                        secs: deadline_after.as_secs(),
+                        what: "the whole request: its deadline is --timeout once per token asked for, and once more",
+                    });
+                }
+                if now >= stalled_at {
+                    break 'stream Err(
+                        self.timeout_error(&url, "the stream stalled: no complete event")
+                    );
+                }
+                if let Ok(n) = tokio::time::timeout(CANCEL_POLL, bytes.next()).await {
+                    break n;
                 }
             };
             let chunk = match next {
@@ -581,7 +635,12 @@ impl RemoteClient {
                     limit_bytes: MAX_EVENT_BYTES,
                 });
             }
+            if parser.blocks_ended() != blocks_seen {
+                blocks_seen = parser.blocks_ended();
+                stalled_at = Instant::now() + timeout;
+            }
         };
+        turn.end_thinking();
         let mut turn = turn.turn;
         turn.timeline.finished_at = sent_at.elapsed();
         turn.notes = turn.timeline.drop_implausible();
@@ -612,6 +671,8 @@ struct Turn {
     max_tokens: Option<u32>,
     /// The stream is ollama's native newline-delimited JSON, not OpenAI's SSE.
     ollama_native: bool,
+    /// The text so far ends inside `<think>`: the last chunk was on the reasoning channel.
+    thinking: bool,
 }
 
 /// What one event (or line) does to the stream: `Some` ends it.
@@ -637,21 +698,34 @@ impl Turn {
         }
         let value = self.read_event(data, "event data")?;
         let usage = value.get("usage").and_then(parse_usage);
+        // Only choice 0 is the answer (a server asked for one choice sends only it; one that
+        // sends others must not mix them in, issue 57 item 12); an entry without `index` is
+        // taken as choice 0.
         let choice = value
             .get("choices")
             .and_then(Value::as_array)
-            .and_then(|c| c.first());
+            .and_then(|c| {
+                c.iter()
+                    .find(|c| c.get("index").map_or(Some(0), Value::as_u64) == Some(0))
+            });
         if let Some(reason) = choice
             .and_then(|c| c.get("finish_reason"))
             .and_then(Value::as_str)
         {
             self.turn.finish_reason = Some(reason.to_string());
         }
-        let content = choice
-            .and_then(|c| c.get("delta"))
-            .and_then(|d| d.get("content"));
+        let delta = choice.and_then(|c| c.get("delta"));
+        let text = Delta {
+            content: text_of(delta, "content"),
+            // vLLM, SGLang, DeepSeek's API and llama-server say `reasoning_content`; newer
+            // vLLM and OpenRouter say `reasoning` (a server that sends both sends the same
+            // text twice: one is taken).
+            reasoning: Some(text_of(delta, "reasoning_content"))
+                .filter(|r| !r.is_empty())
+                .unwrap_or_else(|| text_of(delta, "reasoning")),
+        };
         let tokens = usage.map(|u| u.completion_tokens);
-        self.chunk(choice, content, at, tokens, on_text)?;
+        self.chunk(choice, text, at, tokens, on_text)?;
         let timeline = &mut self.turn.timeline;
         if usage.is_some() {
             timeline.usage = usage;
@@ -680,14 +754,16 @@ impl Turn {
         Ok(value)
     }
 
-    /// One event's choice (OpenAI's first `choices` entry, ollama's `message`), timed, and
-    /// its content, when it has any. Each content chunk holds at least one token: one past
-    /// max_tokens proves the server ignored it, and the stream ends here rather than when the
-    /// server stops.
+    /// One event's choice (OpenAI's choice 0, ollama's `message`), timed, and its text on
+    /// either channel, when it has any. Each chunk with text holds at least one token: one
+    /// past max_tokens proves the server ignored it (servers count thinking tokens against it
+    /// too), and the stream ends here rather than when the server stops. Reasoning text goes
+    /// into the turn's text inside `<think>`…`</think>`, closed when the answer starts (or at
+    /// the end: `end_thinking`). A delta with both is the answer's first chunk.
     fn chunk(
         &mut self,
         choice: Option<&Value>,
-        content: Option<&Value>,
+        text: Delta<'_>,
         at: Duration,
         cumulative_tokens: Option<u64>,
         on_text: &mut (dyn FnMut(&str, Duration) + Send),
@@ -696,8 +772,7 @@ impl Turn {
         if choice.is_some() && timeline.choice_chunks.len() < MAX_OUTPUT_TOKENS as usize {
             timeline.choice_chunks.push(at);
         }
-        let content = content.and_then(Value::as_str).unwrap_or("");
-        if content.is_empty() {
+        if text.content.is_empty() && text.reasoning.is_empty() {
             return Ok(());
         }
         if let Some(max_tokens) = self.max_tokens {
@@ -708,10 +783,34 @@ impl Turn {
         timeline.chunks.push(ChunkMark {
             at,
             cumulative_tokens,
+            reasoning: text.content.is_empty(),
         });
-        self.turn.text.push_str(content);
-        on_text(content, at);
+        let mut shown = String::new();
+        if !text.reasoning.is_empty() {
+            if !self.thinking {
+                shown.push_str(THINK_OPEN);
+                self.thinking = true;
+            }
+            shown.push_str(text.reasoning);
+        }
+        if !text.content.is_empty() {
+            if self.thinking {
+                shown.push_str(THINK_CLOSE);
+                self.thinking = false;
+            }
+            shown.push_str(text.content);
+        }
+        self.turn.text.push_str(&shown);
+        on_text(&shown, at);
         Ok(())
+    }
+
+    /// Closes a thinking span the stream ended in (the turn ended while thinking), so the
+    /// turn's text is always `<think>{reasoning}</think>{content}`.
+    fn end_thinking(&mut self) {
+        if std::mem::take(&mut self.thinking) {
+            self.turn.text.push_str(THINK_CLOSE);
+        }
     }
 
     /// One line of ollama's native `/api/chat` stream: `{"message": {"content"}, "done":
@@ -728,8 +827,11 @@ impl Turn {
         }
         let value = self.read_event(data, "stream line")?;
         let message = value.get("message");
-        let content = message.and_then(|m| m.get("content"));
-        self.chunk(message, content, at, None, on_text)?;
+        let text = Delta {
+            content: text_of(message, "content"),
+            reasoning: text_of(message, "thinking"),
+        };
+        self.chunk(message, text, at, None, on_text)?;
         if value.get("done").and_then(Value::as_bool) != Some(true) {
             return Ok(None);
         }
@@ -768,6 +870,20 @@ impl Turn {
     }
 }
 
+/// One delta's text on each channel (empty: none).
+#[derive(Clone, Copy)]
+struct Delta<'a> {
+    content: &'a str,
+    reasoning: &'a str,
+}
+
+/// `v[key]` as a string; empty when absent or not a string.
+fn text_of<'a>(v: Option<&'a Value>, key: &str) -> &'a str {
+    v.and_then(|v| v.get(key))
+        .and_then(Value::as_str)
+        .unwrap_or("")
+}
+
 /// ollama's native chat request: its sampling settings go in `options` (`num_predict` is its
 /// `max_tokens`); it has no `ignore_eos`.
 fn ollama_request_body(r: &ChatRequest) -> Value {
@@ -789,12 +905,30 @@ fn ollama_request_body(r: &ChatRequest) -> Value {
     })
 }
 
-/// The conversation as both APIs take it.
+/// The conversation as both APIs take it: an earlier answer's thinking span is left out (the
+/// servers take an assistant message's content only; its reasoning is not sent back).
 fn messages_json(r: &ChatRequest) -> Vec<Value> {
     r.messages
         .iter()
-        .map(|m| json!({"role": m.role.as_str(), "content": m.content}))
+        .map(|m| {
+            let content = match m.role {
+                crate::engine::Role::Assistant => answer_only(&m.content),
+                _ => &m.content,
+            };
+            json!({"role": m.role.as_str(), "content": content})
+        })
         .collect()
+}
+
+/// An answer without its leading `<think>`…`</think>` span (all of it when the span is not
+/// closed: the turn ended while thinking).
+fn answer_only(text: &str) -> &str {
+    let Some(thought) = text.trim_start().strip_prefix(THINK_OPEN) else {
+        return text;
+    };
+    thought
+        .find(THINK_CLOSE)
+        .map_or("", |i| thought[i + THINK_CLOSE.len()..].trim_start())
 }
 
 /// Sets each field that has a value; the others stay out of the request.
@@ -810,13 +944,20 @@ fn insert_present<const N: usize>(
 }
 
 /// The request: `include_metrics` asks vLLM for its per-request times (on the final usage
-/// chunk, when the server runs with `--enable-per-request-metrics`; other servers ignore it).
-fn request_body(r: &ChatRequest, include_metrics: bool) -> Value {
+/// chunk, when the server runs with `--enable-per-request-metrics`; other servers ignore it);
+/// `continuous_usage` asks vLLM and SGLang for usage with every chunk, so each chunk's tokens
+/// are counted exactly (llama-server, ollama and TGI ignore the field).
+fn request_body(r: &ChatRequest, include_metrics: bool, continuous_usage: bool) -> Value {
     let mut body = serde_json::Map::new();
     body.insert("model".into(), Value::from(r.model.as_str()));
     body.insert("messages".into(), Value::Array(messages_json(r)));
     body.insert("stream".into(), Value::Bool(true));
-    body.insert("stream_options".into(), json!({"include_usage": true}));
+    let mut stream_options = serde_json::Map::new();
+    stream_options.insert("include_usage".into(), Value::Bool(true));
+    if continuous_usage {
+        stream_options.insert("continuous_usage_stats".into(), Value::Bool(true));
+    }
+    body.insert("stream_options".into(), Value::Object(stream_options));
     insert_present(
         &mut body,
         [
@@ -928,16 +1069,135 @@ mod tests {
             seed: None,
             ignore_eos: false,
         };
-        assert!(request_body(&request, false)
-            .get("include_metrics")
+        let plain = request_body(&request, false, false);
+        assert!(plain.get("include_metrics").is_none());
+        assert!(plain["stream_options"]
+            .get("continuous_usage_stats")
             .is_none());
-        let body = request_body(&request, true);
+        let body = request_body(&request, true, true);
         assert_eq!(body["include_metrics"], true);
         assert_eq!(body["stream"], true);
         assert_eq!(body["stream_options"]["include_usage"], true);
+        assert_eq!(body["stream_options"]["continuous_usage_stats"], true);
         assert_eq!(body["max_tokens"], 8);
         assert!(body.get("temperature").is_none());
         assert!(body.get("ignore_eos").is_none());
+    }
+
+    #[test]
+    fn an_earlier_answers_thinking_is_not_sent_back() {
+        let request = ChatRequest {
+            model: "m".into(),
+            messages: vec![
+                ChatMessage::new(Role::User, "<think>a user may write this</think>"),
+                ChatMessage::new(Role::Assistant, "<think>let me see</think>\n\nFour."),
+                ChatMessage::new(Role::Assistant, "<think>cut off while thinking"),
+                ChatMessage::new(Role::Assistant, "Plain <think>inside</think> text."),
+            ],
+            max_tokens: None,
+            temperature: None,
+            top_p: None,
+            seed: None,
+            ignore_eos: false,
+        };
+        let body = request_body(&request, false, false);
+        let contents: Vec<&str> = body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["content"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            contents,
+            [
+                "<think>a user may write this</think>",
+                "Four.",
+                "",
+                "Plain <think>inside</think> text."
+            ]
+        );
+    }
+
+    /// A reasoning delta opens the thinking span, the first content closes it; choice 1 of an
+    /// event is never mixed in and choice 0 after it is kept whole.
+    #[test]
+    fn reasoning_deltas_are_wrapped_timed_and_only_choice_0_is_shown() {
+        let mut turn = Turn {
+            turn: RemoteTurn {
+                text: String::new(),
+                timeline: RemoteTimeline::default(),
+                finish_reason: None,
+                model: None,
+                end: Ok(StreamEnd::Done),
+                notes: Vec::new(),
+            },
+            max_tokens: None,
+            ollama_native: false,
+            thinking: false,
+        };
+        let mut shown = Vec::new();
+        let mut on_text = |t: &str, _: Duration| shown.push(t.to_string());
+        let ms = Duration::from_millis;
+        for (i, data) in [
+            r#"{"choices":[{"index":0,"delta":{"role":"assistant"}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"reasoning_content":"Hmm"}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"reasoning":", two"}}]}"#,
+            r#"{"choices":[{"index":1,"delta":{"content":"other"}},{"index":0,"delta":{"content":"Four"}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"content":"."}}]}"#,
+        ]
+        .iter()
+        .enumerate()
+        {
+            let at = ms(10 * (i as u64 + 1));
+            assert_eq!(turn.on_event(data, at, &mut on_text).unwrap(), None);
+        }
+        turn.end_thinking();
+        assert_eq!(turn.turn.text, "<think>Hmm, two</think>Four.");
+        assert_eq!(shown, ["<think>Hmm", ", two", "</think>Four", "."]);
+        let t = &turn.turn.timeline;
+        assert_eq!(t.ttft(), Some(ms(20)));
+        assert_eq!(t.ttfo(), Some(ms(40)));
+        let channels: Vec<bool> = t.chunks.iter().map(|c| c.reasoning).collect();
+        assert_eq!(channels, [true, true, false, false]);
+        // A stream that ends while thinking gets its span closed.
+        let mut still = Turn {
+            thinking: false,
+            ..turn
+        };
+        still.turn.text.clear();
+        let data = r#"{"choices":[{"index":0,"delta":{"reasoning_content":"x"}}]}"#;
+        still.on_event(data, ms(60), &mut |_, _| {}).unwrap();
+        still.end_thinking();
+        assert_eq!(still.turn.text, "<think>x</think>");
+    }
+
+    #[test]
+    fn ollamas_thinking_field_is_the_reasoning_channel() {
+        let mut turn = Turn {
+            turn: RemoteTurn {
+                text: String::new(),
+                timeline: RemoteTimeline::default(),
+                finish_reason: None,
+                model: None,
+                end: Ok(StreamEnd::Done),
+                notes: Vec::new(),
+            },
+            max_tokens: None,
+            ollama_native: true,
+            thinking: false,
+        };
+        let ms = Duration::from_millis;
+        let lines = [
+            r#"{"message":{"role":"assistant","content":"","thinking":"Let me"},"done":false}"#,
+            r#"{"message":{"role":"assistant","content":"Yes","thinking":""},"done":false}"#,
+        ];
+        for (i, line) in lines.iter().enumerate() {
+            turn.on_event(line, ms(10 * (i as u64 + 1)), &mut |_, _| {})
+                .unwrap();
+        }
+        assert_eq!(turn.turn.text, "<think>Let me</think>Yes");
+        assert_eq!(turn.turn.timeline.ttft(), Some(ms(10)));
+        assert_eq!(turn.turn.timeline.ttfo(), Some(ms(20)));
     }
 
     #[test]

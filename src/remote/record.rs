@@ -12,7 +12,16 @@ use crate::metrics::remote::VllmRecord;
 /// One request that completed.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub(crate) struct RequestRecord {
+    /// Request sent → first chunk on any channel (a reasoning chunk included).
     pub ttft: Duration,
+    /// Request sent → first answer chunk: AIPerf's `time_to_first_output_token` (TTFO); equal
+    /// to `ttft` without reasoning, `None` when the stream ended while thinking.
+    pub ttfo: Option<Duration>,
+    /// Tokens of the reasoning channel (AIPerf's `reasoning_token_count`), part of
+    /// `completion_tokens`.
+    pub reasoning_tokens: u64,
+    /// The stream ended while the model still thought (no answer chunk after its reasoning).
+    pub ended_while_thinking: bool,
     /// (E2E − TTFT) / (output tokens − 1); `None` for a single-token answer.
     pub tpot: Option<Duration>,
     pub itl: Vec<Duration>,
@@ -33,6 +42,8 @@ impl RequestRecord {
     pub(crate) fn observed(&self) -> crate::metrics::exposition::Observed<'_> {
         crate::metrics::exposition::Observed {
             ttft: self.ttft,
+            ttfo: self.ttfo,
+            reasoning_tokens: self.reasoning_tokens,
             itl: &self.itl,
             chunk_gaps: &self.chunk_gaps,
             tpot: self.tpot,
@@ -81,12 +92,16 @@ pub(crate) fn record(turn: &RemoteTurn) -> Result<RequestRecord, RequestError> {
     })?;
     let ttft = t
         .ttft()
-        .ok_or_else(|| RequestError::new("no_content", "the stream had no content chunk"))?;
+        .ok_or_else(|| RequestError::new("no_content", "the stream had no text on any channel"))?;
     let e2e = t.e2e();
     let n = usage.completion_tokens;
     let tpot = (n > 1).then(|| (e2e.saturating_sub(ttft)) / u32::try_from(n - 1).unwrap_or(1));
+    let thinking = t.thinking_span();
     Ok(RequestRecord {
         ttft,
+        ttfo: t.ttfo(),
+        reasoning_tokens: t.reasoning_tokens(),
+        ended_while_thinking: thinking.is_some_and(|s| s.first_answer_at.is_none()),
         tpot,
         itl: t.inter_token_latencies(),
         chunk_gaps: t

@@ -23,6 +23,8 @@ pub(crate) struct SseParser {
     at_start: bool,
     /// Newline-delimited JSON: each non-empty line is an event's whole data.
     lines_are_events: bool,
+    /// Events ended so far, comments and empty ones included (`blocks_ended`).
+    blocks: u64,
 }
 
 impl SseParser {
@@ -34,7 +36,15 @@ impl SseParser {
             after_cr: false,
             at_start: true,
             lines_are_events: false,
+            blocks: 0,
         }
+    }
+
+    /// How many events the bytes so far have ended (a blank line in SSE, a non-empty line in
+    /// NDJSON), comments such as `: ping` included: what shows the server is alive, where
+    /// bytes that never end an event do not.
+    pub(crate) fn blocks_ended(&self) -> u64 {
+        self.blocks
     }
 
     /// A reader of newline-delimited JSON: every non-empty line is one event, at most
@@ -88,6 +98,7 @@ impl SseParser {
         let line = std::mem::take(&mut self.line);
         if self.lines_are_events {
             if !line.is_empty() {
+                self.blocks += 1;
                 out.push(String::from_utf8_lossy(&line).into_owned());
             }
             self.line = line;
@@ -95,6 +106,7 @@ impl SseParser {
             return Ok(());
         }
         if line.is_empty() {
+            self.blocks += 1;
             if !self.data.is_empty() {
                 let mut data = std::mem::take(&mut self.data);
                 data.pop(); // the LF after the last data line
@@ -127,6 +139,24 @@ impl SseParser {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A comment-only event ends a block (the server is alive); bytes that end no event do not.
+    #[test]
+    fn blocks_ended_counts_complete_events_comments_included() {
+        let mut p = SseParser::new(1024);
+        let mut out = Vec::new();
+        p.push(b": ping\n\n", &mut out).unwrap();
+        assert_eq!((p.blocks_ended(), out.len()), (1, 0));
+        p.push(b"data: {\"a\"", &mut out).unwrap();
+        p.push(b"d", &mut out).unwrap();
+        p.push(b"d\n", &mut out).unwrap();
+        assert_eq!(p.blocks_ended(), 1, "no event ended yet");
+        p.push(b"\n", &mut out).unwrap();
+        assert_eq!((p.blocks_ended(), out.len()), (2, 1));
+        let mut n = SseParser::ndjson(1024);
+        n.push(b"{}\n{", &mut out).unwrap();
+        assert_eq!(n.blocks_ended(), 1);
+    }
 
     fn parse(chunks: &[&[u8]], limit: usize) -> Result<Vec<String>, EventTooLarge> {
         let mut p = SseParser::new(limit);

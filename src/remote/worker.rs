@@ -506,6 +506,7 @@ mod tests {
                 chunks: vec![ChunkMark {
                     at: Duration::from_millis(5),
                     cumulative_tokens: None,
+                    reasoning: false,
                 }],
                 server_timings: Some(ServerTimings {
                     source: ServerTimingSource::LlamaServer,
