@@ -413,3 +413,50 @@ fn bad_inputs_give_clear_errors() {
         "different vocabularies",
     );
 }
+
+/// A synthetic file is never the quality reference of real weights (issue #59: `synth --like
+/// --type f16` beside a real Q4_1 graded the real model "a severe quality loss"): with more bits
+/// per weight than the real file, the synthetic F16 is passed over and the reason named; named
+/// with --reference it is refused with what to pass instead; --reference chooses among real
+/// files, and the table says why its reference is the reference.
+#[test]
+fn a_synthetic_file_is_never_the_quality_reference_of_real_weights() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let f16 = common::synth(home.path(), "syn-f16.gguf", "tiny", TensorType::F16, 3);
+    let q8 = common::synth(home.path(), "q8.gguf", "tiny", TensorType::Q8_0, 3);
+    // A real file: the same Q8_0 without tokscope's synthetic marker.
+    let real = home.path().join("real-q8_0.gguf");
+    common::gguf_edit::rewrite(&q8, &real, |key, _| {
+        (key == tokscope::gguf::SYNTHETIC_METADATA_KEY).then_some(GgufValue::Bool(false))
+    });
+    let (real_s, f16_s) = (real.to_str().unwrap(), f16.to_str().unwrap());
+    let (c, _) = compare_json(home.path(), &[&["-m", real_s, "-m", f16_s], QUICK].concat());
+    assert_eq!(c.reference, "real-q8_0.gguf", "{c:?}");
+    assert!(
+        c.reference_why.contains("a synthetic file is no quality reference"),
+        "{}",
+        c.reference_why
+    );
+    tokscope(home.path())
+        .arg("compare")
+        .args(["-m", real_s, "-m", f16_s, "--reference", f16_s])
+        .args(QUICK)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("syn-f16.gguf is synthetic"))
+        .stderr(predicate::str::contains("pass --reference with a real file"));
+    // --reference must be one of the files.
+    tokscope(home.path())
+        .arg("compare")
+        .args(["-m", real_s, "-m", f16_s, "--reference", "other.gguf"])
+        .args(QUICK)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("not one of the -m files"));
+    // Among synthetic files alone, the most bits per weight is the reference, as before.
+    let q8_s = q8.to_str().unwrap();
+    let (c, _) = compare_json(home.path(), &[&["-m", q8_s, "-m", f16_s], QUICK].concat());
+    assert_eq!(c.reference, "syn-f16.gguf");
+    assert!(c.reference_why.starts_with("the most bits per weight"), "{}", c.reference_why);
+}

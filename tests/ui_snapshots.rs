@@ -1247,6 +1247,7 @@ fn comparison() -> tokscope::compare::Comparison {
         n_ctx: 512,
         chunks: 16,
         reference: "f16.gguf".into(),
+        reference_why: "the most bits per weight".into(),
         rows: vec![
             row("f16.gguf", "F16", 16.0, None, 210.0, true),
             row("q8_0.gguf", "Q8_0", 8.5, Some(0.0012), 380.0, true),

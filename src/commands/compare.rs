@@ -23,6 +23,12 @@ pub struct CompareArgs {
     /// q8_0,q6_k,q5_k_m,q4_k_m,q4_0.
     #[arg(long, value_name = "TYPE,…", action = ArgAction::Append)]
     pub quantize: Vec<String>,
+    /// The quality reference: one of the -m files [default: the source of --quantize, else
+    /// the file with the most bits per weight among those with real weights]. A synthetic
+    /// file (written by `tokscope synth`: random weights) is never the reference of real
+    /// weights.
+    #[arg(long, value_name = "FILE")]
+    pub reference: Option<PathBuf>,
     /// Let --quantize start from an already quantized file (its errors add to the new ones;
     /// quality is then measured against that file, not the original weights).
     #[arg(long)]
@@ -146,6 +152,19 @@ pub(crate) fn plan(args: &CompareArgs, settings: &Settings) -> Result<ComparePla
             "--quantize takes one source model (-m), the high-precision file to quantize",
         ));
     }
+    if let Some(r) = &args.reference {
+        if !quantize.is_empty() {
+            return Err(Failure::usage(
+                "--reference goes with several -m files; with --quantize the source is the reference",
+            ));
+        }
+        if !args.model.contains(r) {
+            return Err(Failure::usage(format!(
+                "--reference {}: not one of the -m files (give it with -m too)",
+                r.display()
+            )));
+        }
+    }
     let n_ctx = match &args.ctx_size {
         Some(v) => parse_count("-c/--ctx-size", v, 16, 1 << 16)?,
         None => 512,
@@ -203,6 +222,7 @@ pub(crate) fn plan(args: &CompareArgs, settings: &Settings) -> Result<ComparePla
     Ok(ComparePlan {
         models: bench.models.clone(),
         quantize,
+        reference: args.reference.clone(),
         allow_requantize: args.allow_requantize,
         text: args.text.clone(),
         n_ctx,

@@ -217,6 +217,7 @@ pub(crate) fn run(plan: &ComparePlan, settings: Settings) -> Result<(), CompareE
         n_ctx: plan.n_ctx,
         chunks: quality.chunks,
         reference: crate::bench::sweep::file_name(&quality.reference.model),
+        reference_why: quality.reference_why.clone(),
         rows,
         verdict,
         llama_cpp: crate::llama::LLAMA_CPP_BINDINGS.to_string(),
@@ -583,6 +584,8 @@ fn model_files(plan: &ComparePlan) -> Result<Vec<ModelFile>, CompareError> {
 /// What the quality pass found.
 struct QualityOutcome {
     reference: Candidate,
+    /// Why that file is the reference.
+    reference_why: String,
     /// Per candidate, in order: its model facts, its figures, and whether it is the reference;
     /// `None` for a candidate llama.cpp could not run.
     per_candidate: Vec<Option<(ModelInfo, QualityStats, bool)>>,
@@ -598,7 +601,7 @@ fn evaluate_quality(
     text: &str,
 ) -> Result<QualityOutcome, CompareError> {
     let (loads, load_of) = load_each_once(candidates)?;
-    let best = reference_index(plan, &loads, &load_of);
+    let (best, reference_why) = reference_index(plan, candidates, &loads, &load_of)?;
     let Some(best_candidate) = candidates.get(best) else {
         return Err(CompareError::usage("nothing to compare"));
     };
@@ -639,6 +642,7 @@ fn evaluate_quality(
         .collect();
     Ok(QualityOutcome {
         reference,
+        reference_why,
         per_candidate,
         text_tokens: tokens.len() as u64,
         chunks: n_chunks as u32,
@@ -670,20 +674,70 @@ fn load_each_once(candidates: &[Candidate]) -> Result<(Loads, Vec<usize>), Compa
     Ok((loads, load_of))
 }
 
-/// Which candidate the reference is made from: the source of --quantize (everything was made
-/// from it, even when it is itself quantized); otherwise the highest bits per weight, the
-/// first given on a tie.
-fn reference_index(plan: &ComparePlan, loads: &Loads, load_of: &[usize]) -> usize {
-    let bpw = |m: &LlamaModel| m.size() as f64 * 8.0 / m.n_params().max(1) as f64;
-    let mut best = 0;
-    if plan.quantize.is_empty() {
-        for i in 1..load_of.len() {
-            if bpw(&loads[load_of[i]].2) > bpw(&loads[load_of[best]].2) {
-                best = i;
+/// Which candidate the reference is made from, and why: `--reference`; else the source of
+/// --quantize (everything was made from it, even when it is itself quantized); else the most
+/// bits per weight among the files with real weights, the first given on a tie. A synthetic
+/// file (tokscope's marker; a foreign file of random weights cannot be told apart) is never
+/// the reference of real weights: a user who names one is told what to pass instead.
+fn reference_index(
+    plan: &ComparePlan,
+    candidates: &[Candidate],
+    loads: &Loads,
+    load_of: &[usize],
+) -> Result<(usize, String), CompareError> {
+    let model = |i: usize| &loads[load_of[i]].2;
+    let synthetic = |i: usize| {
+        model(i)
+            .meta_val_str(crate::gguf::SYNTHETIC_METADATA_KEY)
+            .is_ok_and(|v| v == "true")
+    };
+    let bpw = |i: usize| model(i).size() as f64 * 8.0 / model(i).n_params().max(1) as f64;
+    let any_real = (0..load_of.len()).any(|i| !synthetic(i));
+    let (best, why) = if let Some(path) = &plan.reference {
+        let i = candidates
+            .iter()
+            .position(|c| &c.model == path)
+            .ok_or_else(|| {
+                CompareError::usage(format!(
+                    "--reference {}: not one of the -m files",
+                    path.display()
+                ))
+            })?;
+        (i, "--reference".to_string())
+    } else if !plan.quantize.is_empty() {
+        (0, "the source of --quantize".to_string())
+    } else {
+        let pool: Vec<usize> = (0..load_of.len())
+            .filter(|&i| !any_real || !synthetic(i))
+            .collect();
+        let first = pool.first().copied().unwrap_or(0);
+        let best = pool.iter().copied().fold(first, |best, i| {
+            if bpw(i) > bpw(best) {
+                i
+            } else {
+                best
             }
-        }
+        });
+        let passed_over = (0..load_of.len()).any(|i| synthetic(i) && bpw(i) > bpw(best));
+        let why = match passed_over {
+            true => format!(
+                "the most bits per weight ({:.2}) of the files with real weights; a synthetic file is no quality reference",
+                bpw(best)
+            ),
+            false => format!("the most bits per weight ({:.2})", bpw(best)),
+        };
+        (best, why)
+    };
+    if synthetic(best) && any_real {
+        return Err(CompareError::usage(format!(
+            "{} is synthetic (written by tokscope synth: random weights), so it cannot be the \
+             quality reference of real weights; pass --reference with a real file (the original \
+             F16/BF16, or your highest-precision quantization), or compare the synthetic files \
+             for speed alone",
+            candidates[best].model.display()
+        )));
     }
-    best
+    Ok((best, why))
 }
 
 /// The evaluation text as the reference's tokens, after checking that every loaded model has

@@ -34,6 +34,8 @@ pub(crate) struct ComparePlan {
     /// The files as given (before quantizing).
     pub models: Vec<PathBuf>,
     pub quantize: Vec<QuantType>,
+    /// `--reference`: the file quality is measured against (one of `models`).
+    pub reference: Option<PathBuf>,
     pub allow_requantize: bool,
     pub text: Option<PathBuf>,
     pub n_ctx: u32,

@@ -61,6 +61,10 @@ pub struct Comparison {
     pub n_ctx: u32,
     pub chunks: u32,
     pub reference: String,
+    /// Why that file is the reference (`--reference`, the source of `--quantize`, the most
+    /// bits per weight of the real weights); empty in comparisons logged before it was kept.
+    #[serde(default)]
+    pub reference_why: String,
     pub rows: Vec<CompareRow>,
     pub verdict: Vec<String>,
     pub llama_cpp: String,
@@ -361,13 +365,14 @@ pub(crate) fn markdown(c: &Comparison, wide: bool) -> String {
     }
     out.push('\n');
     out.push_str(&format!(
-        "Quality: {} scored tokens per model ({} chunks of {} tokens, second halves scored) of {} ({} tokens); KL divergence in nats, KL(reference ‖ candidate), reference {}.\n",
+        "Quality: {} scored tokens per model ({} chunks of {} tokens, second halves scored) of {} ({} tokens); KL divergence in nats, KL(reference ‖ candidate), reference {}{}.\n",
         c.rows.first().map_or(0, |r| r.quality.n_scored),
         c.chunks,
         c.n_ctx,
         c.text,
         c.text_tokens,
         c.reference,
+        if c.reference_why.is_empty() { String::new() } else { format!(" ({})", c.reference_why) },
     ));
     if c.rows.iter().any(|r| r.synthetic) {
         out.push_str(&format!(
@@ -491,6 +496,7 @@ pub(crate) mod tests {
             n_ctx: 512,
             chunks: 58,
             reference: "f16.gguf".into(),
+            reference_why: "the most bits per weight".into(),
             verdict: verdict(&rows, None),
             rows,
             llama_cpp: "b1".into(),
