@@ -197,9 +197,7 @@ pub(crate) fn demo_model_path(data_dir: &Path) -> PathBuf {
 /// The demo model's path if a file of the right size is there. Deliberately no hashing: this
 /// runs on every start, and files only reach that path after verification.
 pub fn find_demo_model(data_dir: &Path) -> Option<PathBuf> {
-    let path = demo_model_path(data_dir);
-    let metadata = fs::metadata(&path).ok()?;
-    (metadata.is_file() && metadata.len() == DEMO_SIZE_BYTES).then_some(path)
+    sized(demo_model_path(data_dir), DEMO_SIZE_BYTES)
 }
 
 /// Where the instruct demo model lives: `<data_dir>/models/SmolLM2-135M-Instruct.Q4_1.gguf`.
@@ -209,9 +207,13 @@ pub(crate) fn instruct_model_path(data_dir: &Path) -> PathBuf {
 
 /// The instruct demo model's path if a file of the right size is there.
 pub fn find_instruct_model(data_dir: &Path) -> Option<PathBuf> {
-    let path = instruct_model_path(data_dir);
+    sized(instruct_model_path(data_dir), INSTRUCT_SIZE_BYTES)
+}
+
+/// `path` when it is a file of `size` bytes.
+fn sized(path: PathBuf, size: u64) -> Option<PathBuf> {
     let metadata = fs::metadata(&path).ok()?;
-    (metadata.is_file() && metadata.len() == INSTRUCT_SIZE_BYTES).then_some(path)
+    (metadata.is_file() && metadata.len() == size).then_some(path)
 }
 
 /// Makes sure the verified instruct model is at `instruct_model_path(data_dir)`, downloading
