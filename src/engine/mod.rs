@@ -10,6 +10,7 @@ mod protocol;
 mod score;
 mod session;
 mod spec;
+mod thinking;
 mod worker;
 
 pub use crate::llama::error::EngineError;

@@ -20,6 +20,7 @@ use super::protocol::{
     StopReason, TurnReport,
 };
 use super::spec::Drafter;
+use super::thinking::ThinkingDetector;
 use crate::llama;
 use crate::llama::error::{decode_error, EngineError};
 use crate::llama::model_info::ModelInfo;
@@ -83,6 +84,12 @@ pub(super) struct Session<'m> {
     /// The last finished turn's prompt and answer tokens, for scoring it against a reference
     /// (`score_last`); `None` before the first turn and after a failed one.
     last_turn: Option<(Vec<LlamaToken>, Vec<LlamaToken>)>,
+    /// The last prompt built leaves a thinking span open (`thinking::prompt_opens_thinking`
+    /// of its text, set where the text is built): the turn's first token is thinking.
+    starts_in_thinking: std::cell::Cell<bool>,
+    /// Thinking markers the vocabulary holds as single control tokens, with their texts:
+    /// their pieces are empty without special rendering, so the detector is given the text.
+    marker_tokens: Vec<(LlamaToken, &'static str)>,
 }
 
 /// Marks a message's place in the templated prompt, so the template's text around it can be
@@ -138,6 +145,8 @@ impl<'m> Session<'m> {
             pieces: Vec::new(),
             tokenizer_kind: llama::runs::TokenizerKind::of(model),
             special_texts: special_texts(model),
+            starts_in_thinking: std::cell::Cell::new(false),
+            marker_tokens: marker_tokens(model),
             drafter: (cfg.settings.spec.mode == SpecMode::Ngram && cfg.settings.spec.active())
                 .then(|| Drafter::Ngram {
                     n: cfg.settings.spec.ngram_n.max(1) as usize,
@@ -202,6 +211,7 @@ impl<'m> Session<'m> {
             llama::runs::check(&m.content, &self.tokenizer_kind)?;
         }
         let vocab = self.model.vocab();
+        self.starts_in_thinking.set(false);
         if let PromptStyle::Completion = &self.style {
             // tokscope's own transcript has no control tokens: nothing in it is parsed as one.
             let prompt = completion_transcript(messages);
@@ -211,6 +221,8 @@ impl<'m> Session<'m> {
             ));
         }
         let real = self.build_prompt(messages)?;
+        self.starts_in_thinking
+            .set(super::thinking::prompt_opens_thinking(&real));
         let pasted_special = messages.iter().any(|m| {
             self.special_texts
                 .iter()
@@ -735,6 +747,8 @@ impl<'m> Session<'m> {
             utf8: Utf8Stream::new(),
             stops,
             text: String::new(),
+            thinking: ThinkingDetector::new(self.starts_in_thinking.get()),
+            thinking_text: String::new(),
             greedy,
             speculate: spec_on && (greedy || sampling_rule),
             rng: crate::ids::SplitMix64(u64::from(req.turn.sampling.seed) ^ 0x5bec_u64),
@@ -860,7 +874,12 @@ impl<'m> Session<'m> {
         if let (Some(all), Some(c)) = (turn.confidence.as_mut(), confidence) {
             all.push(c);
         }
-        let piece = turn.vocab.token_to_piece(token, false, None);
+        let mut piece = turn.vocab.token_to_piece(token, false, None);
+        if piece.is_empty() {
+            if let Some((_, text)) = self.marker_tokens.iter().find(|(t, _)| *t == token) {
+                piece = text.as_bytes().to_vec();
+            }
+        }
         let whole = turn.utf8.push(&piece);
         let (visible, hit_stop) = turn.stops.push(&whole);
         self.pieces.push(whole);
@@ -869,18 +888,29 @@ impl<'m> Session<'m> {
         } else {
             turn.t0.elapsed()
         };
+        let split = turn.thinking.push(visible, at);
         let detokenized = Instant::now();
         host.detokenize += detokenized - mark;
         let timeline = &mut turn.timeline;
         let index = timeline.token_ready_at.len();
         timeline.token_ready_at.push(at);
-        turn.text.push_str(&visible);
+        turn.text.push_str(&split.answer);
         let _ = events.send(EngineEvent::Token {
             request_id: req.id,
             index,
-            text: visible,
+            text: split.answer,
             at,
         });
+        if split.changed.is_some() || !split.thinking.is_empty() {
+            turn.thinking_text.push_str(&split.thinking);
+            if let Some(span) = turn.thinking.span() {
+                let _ = events.send(EngineEvent::Thinking {
+                    request_id: req.id,
+                    span,
+                    text: split.thinking,
+                });
+            }
+        }
         host.event += detokenized.elapsed();
         let emitted = timeline.token_ready_at.len();
         // The context check counts the tokens a one-token-per-pass decode would hold by now,
@@ -1103,13 +1133,20 @@ impl<'m> Session<'m> {
         }
         let stop_reason = turn.stop_reason.unwrap_or(StopReason::EndOfGeneration);
         let mut text = turn.text;
+        let tail = if stop_reason == StopReason::StopString {
+            String::new()
+        } else {
+            let (mut tail, _) = turn.stops.push(&turn.utf8.finish());
+            tail.push_str(&turn.stops.finish());
+            tail
+        };
+        // What the thinking detector still holds goes where it belongs.
+        let split = turn.thinking.finish(tail);
+        text.push_str(&split.answer);
+        turn.thinking_text.push_str(&split.thinking);
         if stop_reason == StopReason::StopString {
             // The transcript's separator before the next "Question:" is not part of the answer.
             text.truncate(text.trim_end().len());
-        } else {
-            let (tail, _) = turn.stops.push(&turn.utf8.finish());
-            text.push_str(&tail);
-            text.push_str(&turn.stops.finish());
         }
         self.last_turn = self
             .cached
@@ -1117,9 +1154,11 @@ impl<'m> Session<'m> {
             .map(|prompt| (prompt.to_vec(), std::mem::take(&mut turn.answer)));
         let mut timeline = turn.timeline;
         timeline.finished_at = Some(turn.t0.elapsed());
+        timeline.thinking = turn.thinking.span();
         let t = self.ctx.timings();
         Ok(TurnReport {
             text,
+            thinking_text: timeline.thinking.map(|_| turn.thinking_text),
             stop_reason,
             timeline,
             context_used: self.cached.len(),
@@ -1159,7 +1198,11 @@ struct Turn<'m> {
     sampler: HostSampler,
     utf8: Utf8Stream,
     stops: StopMatcher,
+    /// The answer's text so far (a thinking span's text is in `thinking_text`).
     text: String,
+    /// The thinking span: its detector over the token texts, and its text so far.
+    thinking: ThinkingDetector,
+    thinking_text: String,
     greedy: bool,
     speculate: bool,
     rng: crate::ids::SplitMix64,
@@ -1270,6 +1313,21 @@ fn dedup_bos(mut tokens: Vec<LlamaToken>, bos: LlamaToken) -> Vec<LlamaToken> {
         tokens.remove(0);
     }
     tokens
+}
+
+/// The thinking markers (`thinking::MARKERS`) that the vocabulary holds as one control token
+/// each, with their texts.
+fn marker_tokens(model: &LlamaModel) -> Vec<(LlamaToken, &'static str)> {
+    use llama_cpp_2::token_type::LlamaTokenAttr;
+    let vocab = model.vocab();
+    super::thinking::MARKERS
+        .iter()
+        .flat_map(|m| [m.open, m.close])
+        .filter_map(|text| match vocab.tokenize(text.as_bytes(), false, true)[..] {
+            [t] if vocab.attr(t).contains(LlamaTokenAttr::Control) => Some((t, text)),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The texts of the model's control and user-defined tokens.

@@ -407,6 +407,7 @@ fn report(turn: RemoteTurn) -> Result<TurnReport, EngineError> {
         .unwrap_or_default();
     Ok(TurnReport {
         text: turn.text,
+        thinking_text: None,
         stop_reason,
         timeline,
         // Only counts that can be true: a prompt no context holds is no count, and the output is
