@@ -1534,10 +1534,20 @@ mod tests {
         let path = save(&dir, &conv).unwrap();
         let back = load(&path).unwrap();
         assert_eq!(back, conv);
-        assert_eq!(back.turns[0].metrics.as_ref().unwrap().thinking, Some(thinking));
-        assert_eq!(back.turns[1].thinking, None, "a turn without thinking has none");
+        assert_eq!(
+            back.turns[0].metrics.as_ref().unwrap().thinking,
+            Some(thinking)
+        );
+        assert_eq!(
+            back.turns[1].thinking, None,
+            "a turn without thinking has none"
+        );
         let text = fs::read_to_string(&path).unwrap();
-        assert_eq!(text.matches("\"thinking\"").count(), 2, "text and figures: {text}");
+        assert_eq!(
+            text.matches("\"thinking\"").count(),
+            2,
+            "text and figures: {text}"
+        );
 
         let md = export_markdown(&back, back.turns[0].settings.as_ref().unwrap());
         assert!(
@@ -1545,7 +1555,9 @@ mod tests {
             "{md}"
         );
         assert!(
-            md.contains("thinking 143 tokens, 3201.5 ms · first answer token 3456.0 ms · answer 25.3 tok/s"),
+            md.contains(
+                "thinking 143 tokens, 3201.5 ms · first answer token 3456.0 ms · answer 25.3 tok/s"
+            ),
             "{md}"
         );
         // The answer without thinking reads as before.

@@ -859,7 +859,10 @@ fn thinking_turn(e: &mut TestEngine, max_tokens: u32) -> ThinkingTurn {
                 span,
                 text,
             } if request_id == id => {
-                assert_eq!(span.tokens, token_events, "sent after the token that changed it");
+                assert_eq!(
+                    span.tokens, token_events,
+                    "sent after the token that changed it"
+                );
                 thinking.push_str(&text);
                 last_span = Some(span);
             }
@@ -899,7 +902,11 @@ fn a_prompt_that_opens_the_thinking_makes_every_token_thinking() {
     assert_eq!(r.stop_reason, StopReason::MaxTokens);
     assert_eq!(r.timeline.tokens_generated(), 12);
     let span = r.timeline.thinking.expect("a thinking span");
-    assert_eq!(span.tokens, r.timeline.tokens_generated(), "every token is thinking");
+    assert_eq!(
+        span.tokens,
+        r.timeline.tokens_generated(),
+        "every token is thinking"
+    );
     assert_eq!((span.ended_at, span.first_answer_at), (None, None));
     assert_eq!(t.last_span, Some(span), "the live span is the final one");
     let s = r.timeline.summary();
@@ -922,4 +929,65 @@ fn a_prompt_that_opens_the_thinking_makes_every_token_thinking() {
     assert_eq!(t.report.timeline.summary().thinking, None);
     assert_eq!((t.last_span, t.report.thinking_text), (None, None));
     assert_eq!(t.answer, t.report.text);
+}
+
+/// `run` with a prompt that opens the thinking: stdout carries the answer alone (none here:
+/// every token is thinking), the thinking goes to stderr with its summary line, and `--json`
+/// has the thinking's text and figures beside the answer.
+#[test]
+fn run_sends_the_thinking_to_stderr_and_the_answer_to_stdout() {
+    let _lock = model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let model = tiny(home.path());
+    let args = [
+        "run",
+        "-p",
+        "Hi",
+        "--temp",
+        "0",
+        "-n",
+        "8",
+        "--ignore-eos",
+        "-t",
+        "1",
+        "--template",
+        "bailing-think",
+        "-m",
+    ];
+    let out = tokscope_cmd(home.path())
+        .args(args)
+        .arg(&model)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let thinking = v["thinking"]
+        .as_str()
+        .expect("the thinking's text")
+        .to_string();
+    assert_eq!(v["text"], "", "no answer: {v}");
+    let th = &v["metrics"]["thinking"];
+    assert_eq!(th["ended_while_thinking"], true, "{th}");
+    assert_eq!(th["thinking_tokens"], v["metrics"]["tokens_generated"]);
+    assert_eq!(th["thinking_tokens"], 8);
+
+    let out = tokscope_cmd(home.path())
+        .args(args)
+        .arg(&model)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(stdout.trim(), "", "the answer alone on stdout");
+    assert!(stderr.contains(&thinking), "{thinking:?} in {stderr}");
+    assert!(
+        stderr.contains("thinking 8 tokens · ended while thinking"),
+        "{stderr}"
+    );
 }

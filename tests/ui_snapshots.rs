@@ -181,7 +181,13 @@ fn finished_turn(
     cached: usize,
     reason: StopReason,
 ) -> AssistantTurn {
-    finish(streaming_turn(id, text, prompt, cached), text, prompt, cached, reason)
+    finish(
+        streaming_turn(id, text, prompt, cached),
+        text,
+        prompt,
+        cached,
+        reason,
+    )
 }
 
 /// `turn` finished the way `reason` says with the answer `text`, with a full engine report.
@@ -1914,7 +1920,14 @@ fn a_thinking_answer_is_one_folded_line_until_alt_r_unfolds_it() {
     assert!(screen.contains("friendly reply"), "unfolded: {screen}");
     snapshot_both("thinking_unfolded_shows_its_text", &app);
     alt_r(&mut app);
-    assert_eq!(render(&app, 120, 40), render(&thinking_app(Some(ANSWER_1), Some(StopReason::EndOfGeneration)), 120, 40));
+    assert_eq!(
+        render(&app, 120, 40),
+        render(
+            &thinking_app(Some(ANSWER_1), Some(StopReason::EndOfGeneration)),
+            120,
+            40
+        )
+    );
 }
 
 #[test]

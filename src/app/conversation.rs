@@ -575,7 +575,10 @@ pub(crate) mod tests {
             ..ThinkingSpan::default()
         };
         t.on_thinking(span, "hmm");
-        assert_eq!(t.current_summary().thinking.map(|th| th.thinking_tokens), Some(1));
+        assert_eq!(
+            t.current_summary().thinking.map(|th| th.thinking_tokens),
+            Some(1)
+        );
         t.on_token("", ms(40));
         span.tokens = 2;
         span.ended_at = Some(ms(40));
@@ -583,7 +586,10 @@ pub(crate) mod tests {
         t.on_token("Yes", ms(50));
         span.first_answer_at = Some(ms(50));
         t.on_thinking(span, "");
-        assert_eq!((t.text.as_str(), t.thinking.as_deref()), ("Yes", Some("hmm")));
+        assert_eq!(
+            (t.text.as_str(), t.thinking.as_deref()),
+            ("Yes", Some("hmm"))
+        );
         let live = t.current_summary().thinking.unwrap();
         assert_eq!(live.time_to_first_answer_ms, Some(50.0));
         assert_eq!(live.answer_tokens, 1);
@@ -607,7 +613,10 @@ pub(crate) mod tests {
         assert_eq!(saved.turns[0].thinking.as_deref(), Some("hmm"));
         let back = Conversation::from_saved(&saved);
         let b = back.exchanges[0].assistant.as_ref().unwrap();
-        assert_eq!((b.text.as_str(), b.thinking.as_deref()), ("Yes", Some("hmm")));
+        assert_eq!(
+            (b.text.as_str(), b.thinking.as_deref()),
+            ("Yes", Some("hmm"))
+        );
         let th = b.current_summary().thinking.unwrap();
         assert_eq!((th.thinking_tokens, th.answer_tokens), (2, 1));
     }

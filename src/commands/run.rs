@@ -677,12 +677,15 @@ impl LocalRun<'_> {
                 span,
                 text,
             } if Some(request_id) == self.request && !args.json => {
-                self.thinking.write(&text, span.ended_at.is_some(), args.raw);
+                self.thinking
+                    .write(&text, span.ended_at.is_some(), args.raw);
             }
             EngineEvent::Confidence { request_id, tokens } if Some(request_id) == self.request => {
                 self.confidence = Some(tokens);
             }
             EngineEvent::Finished { request_id, report } if Some(request_id) == self.request => {
+                // A turn that ended while thinking: its line ends before the summary.
+                self.thinking.write("", true, args.raw);
                 return self.on_finished(report);
             }
             EngineEvent::Scored { request_id, score } if Some(request_id) == self.request => {
@@ -759,7 +762,7 @@ struct ThinkingSink {
 }
 
 impl ThinkingSink {
-    /// A thinking token's text; `ended`: the span closed with it.
+    /// A thinking token's text; `ended`: the span closed with it (or the turn ended).
     fn write(&mut self, text: &str, ended: bool, raw: bool) {
         let mut err = std::io::stderr().lock();
         if !text.is_empty() {

@@ -1323,10 +1323,12 @@ fn marker_tokens(model: &LlamaModel) -> Vec<(LlamaToken, &'static str)> {
     super::thinking::MARKERS
         .iter()
         .flat_map(|m| [m.open, m.close])
-        .filter_map(|text| match vocab.tokenize(text.as_bytes(), false, true)[..] {
-            [t] if vocab.attr(t).contains(LlamaTokenAttr::Control) => Some((t, text)),
-            _ => None,
-        })
+        .filter_map(
+            |text| match vocab.tokenize(text.as_bytes(), false, true)[..] {
+                [t] if vocab.attr(t).contains(LlamaTokenAttr::Control) => Some((t, text)),
+                _ => None,
+            },
+        )
         .collect()
 }
 

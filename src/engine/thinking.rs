@@ -276,7 +276,10 @@ mod tests {
     fn markers_split_across_tokens_are_recognised() {
         let (t, a, s) = run(
             false,
-            &["<", "th", "ink", ">\n", "Let me", " think", ".\n</", "thi", "nk>", "\n\n", "Hi", "!"],
+            &[
+                "<", "th", "ink", ">\n", "Let me", " think", ".\n</", "thi", "nk>", "\n\n", "Hi",
+                "!",
+            ],
         );
         assert_eq!(t, "Let me think.\n");
         assert_eq!(a, "Hi!");
@@ -322,7 +325,10 @@ mod tests {
     #[test]
     fn an_answer_without_markers_passes_unchanged() {
         let (t, a, s) = run(false, &["\n", "<", "div>", " later <think> is text"]);
-        assert_eq!((t.as_str(), a.as_str(), s), ("", "\n<div> later <think> is text", None));
+        assert_eq!(
+            (t.as_str(), a.as_str(), s),
+            ("", "\n<div> later <think> is text", None)
+        );
         let (_, a, s) = run(false, &["Hello", " <think>"]);
         assert_eq!((a.as_str(), s), ("Hello <think>", None));
         // Text held as a possible marker at the end is the answer's.
@@ -340,14 +346,19 @@ mod tests {
         assert_eq!(d.push("<".into(), ms(1)).changed, None);
         assert_eq!(d.push("think>".into(), ms(2)).changed, span(2, None, None));
         assert_eq!(d.push("x".into(), ms(3)).changed, span(3, None, None));
-        assert_eq!(d.push("</think>".into(), ms(4)).changed, span(4, Some(4), None));
+        assert_eq!(
+            d.push("</think>".into(), ms(4)).changed,
+            span(4, Some(4), None)
+        );
         assert_eq!(d.push("A".into(), ms(5)).changed, span(4, Some(4), Some(5)));
         assert_eq!(d.push("B".into(), ms(6)).changed, None);
     }
 
     #[test]
     fn whether_a_prompt_opens_the_span() {
-        assert!(prompt_opens_thinking("<｜User｜>hi<｜Assistant｜><think>\n"));
+        assert!(prompt_opens_thinking(
+            "<｜User｜>hi<｜Assistant｜><think>\n"
+        ));
         assert!(prompt_opens_thinking("<role>ASSISTANT</role><think>"));
         // Qwen3 with thinking off: an empty span, closed.
         assert!(!prompt_opens_thinking(
@@ -355,6 +366,8 @@ mod tests {
         ));
         assert!(!prompt_opens_thinking("<|im_start|>assistant\n"));
         // An earlier turn's span is closed; the new one opens after it.
-        assert!(prompt_opens_thinking("<think>a</think>b<|User|>c<|Assistant|><think>"));
+        assert!(prompt_opens_thinking(
+            "<think>a</think>b<|User|>c<|Assistant|><think>"
+        ));
     }
 }
