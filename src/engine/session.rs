@@ -572,7 +572,10 @@ impl<'m> Session<'m> {
         )?;
         let first_logits = (req.turn.capture_first_logits && stop_reason.is_none())
             .then(|| self.ctx.get_logits_ith(logits_index).to_vec());
+        // The prompt's text left a thinking span open: the first token is thinking.
+        let starts_in_thinking = self.starts_in_thinking.get();
         let mut turn = self.start_decode(req, batch, logits_index, tokens.len(), timeline);
+        turn.thinking = ThinkingDetector::new(starts_in_thinking);
         turn.stop_reason = stop_reason;
         // Only asked for, and only where the host has the logits: backend sampling is kept
         // as it is and the confidence said to be unavailable.
@@ -747,7 +750,7 @@ impl<'m> Session<'m> {
             utf8: Utf8Stream::new(),
             stops,
             text: String::new(),
-            thinking: ThinkingDetector::new(self.starts_in_thinking.get()),
+            thinking: ThinkingDetector::new(false),
             thinking_text: String::new(),
             greedy,
             speculate: spec_on && (greedy || sampling_rule),
