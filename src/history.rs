@@ -126,7 +126,12 @@ impl SavedConversation {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SavedTurn {
     pub user: String,
+    /// The answer (without the thinking of a model that thought first).
     pub assistant: String,
+    /// The thinking's text of a model that thought before it answered (its figures are in
+    /// `metrics.thinking`); absent for a turn without thinking and in older files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<String>,
     pub stop_reason: StopReason,
     /// Read leniently: `TurnSummary` belongs to `metrics` and will grow fields, and a non-finite
     /// figure is written as `null`. Either would otherwise make a whole conversation unreadable
@@ -1095,8 +1100,9 @@ pub(crate) fn export_markdown(conv: &SavedConversation, current: &TurnSettings) 
         }
         let answer = Some(turn.assistant.trim_end()).filter(|a| !a.is_empty());
         out.push_str(&format!(
-            "## You\n\n{}\n\n## Assistant\n\n{}\n\n",
+            "## You\n\n{}\n\n## Assistant\n\n{}{}\n\n",
             turn.user.trim_end(),
+            thinking_quote(turn),
             answer.unwrap_or("*(no answer)*")
         ));
         let m = turn.metrics.as_ref();
@@ -1119,6 +1125,9 @@ pub(crate) fn export_markdown(conv: &SavedConversation, current: &TurnSettings) 
             }
             previous_model = Some(model);
         }
+        if let Some(th) = m.and_then(|m| m.thinking.as_ref()) {
+            summary.push(thinking_line(th));
+        }
         out.push_str(&format!("*{}*\n\n", summary.join(" · ")));
         if let Some(q) = &turn.quality {
             out.push_str(&format!(
@@ -1138,6 +1147,33 @@ pub(crate) fn export_markdown(conv: &SavedConversation, current: &TurnSettings) 
     out.truncate(trimmed);
     out.push('\n');
     out
+}
+
+/// A turn's thinking as a quote before its answer (empty for a turn without thinking).
+fn thinking_quote(turn: &SavedTurn) -> String {
+    let Some(text) = turn.thinking.as_deref() else {
+        return String::new();
+    };
+    let quoted: Vec<String> = text
+        .trim()
+        .lines()
+        .map(|l| format!("> {l}").trim_end().to_string())
+        .collect();
+    format!("*thinking:*\n\n{}\n\n", quoted.join("\n"))
+}
+
+/// The thinking part of a turn's summary line (docs/metrics.md, "Thinking").
+fn thinking_line(th: &crate::metrics::ThinkingSummary) -> String {
+    if th.ended_while_thinking {
+        return format!("ended while thinking ({} tokens)", th.thinking_tokens);
+    }
+    format!(
+        "thinking {} tokens, {} ms · first answer token {} ms · answer {} tok/s",
+        th.thinking_tokens,
+        crate::fmt::opt(th.thinking_ms, 1),
+        crate::fmt::opt(th.time_to_first_answer_ms, 1),
+        crate::fmt::opt(th.answer_tok_per_s, 1),
+    )
 }
 
 /// The conversation in its on-disk JSON form (pretty-printed).
@@ -1193,6 +1229,7 @@ mod tests {
         conv.turns.push(SavedTurn {
             user: first_user.to_string(),
             assistant: "Hello! How can I help?".to_string(),
+            thinking: None,
             stop_reason: StopReason::EndOfGeneration,
             metrics: Some(summary()),
             model_file: Some("tiny-q8_0.gguf".to_string()),
@@ -1205,6 +1242,7 @@ mod tests {
         conv.turns.push(SavedTurn {
             user: "and again".to_string(),
             assistant: "Partial ans".to_string(),
+            thinking: None,
             stop_reason: StopReason::Cancelled,
             metrics: None,
             model_file: Some("tiny-q8_0.gguf".to_string()),
@@ -1474,6 +1512,56 @@ mod tests {
         save(&dir, &more).unwrap();
         assert_eq!(load(&path).unwrap(), more);
         assert_eq!(file_names(&dir), vec!["20261130-084512-3f2a.json"]);
+    }
+
+    #[test]
+    fn a_thinking_turn_keeps_its_split_through_save_load_and_export() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = history_dir(tmp.path());
+        let mut conv = conversation("20261130-084512-7b7b", NOW_UNIX_S, "2+2?");
+        let thinking = crate::metrics::ThinkingSummary {
+            thinking_tokens: 143,
+            thinking_ms: Some(3_201.5),
+            time_to_first_answer_ms: Some(3_456.0),
+            answer_tokens: 12,
+            answer_tok_per_s: Some(25.3),
+            ended_while_thinking: false,
+        };
+        let turn = &mut conv.turns[0];
+        turn.thinking = Some("Two and two.\nThat is four.".to_string());
+        turn.assistant = "4".to_string();
+        turn.metrics.as_mut().unwrap().thinking = Some(thinking);
+        let path = save(&dir, &conv).unwrap();
+        let back = load(&path).unwrap();
+        assert_eq!(back, conv);
+        assert_eq!(
+            back.turns[0].metrics.as_ref().unwrap().thinking,
+            Some(thinking)
+        );
+        assert_eq!(
+            back.turns[1].thinking, None,
+            "a turn without thinking has none"
+        );
+        let text = fs::read_to_string(&path).unwrap();
+        assert_eq!(
+            text.matches("\"thinking\"").count(),
+            2,
+            "text and figures: {text}"
+        );
+
+        let md = export_markdown(&back, back.turns[0].settings.as_ref().unwrap());
+        assert!(
+            md.contains("## Assistant\n\n*thinking:*\n\n> Two and two.\n> That is four.\n\n4\n\n"),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "thinking 143 tokens, 3201.5 ms · first answer token 3456.0 ms · answer 25.3 tok/s"
+            ),
+            "{md}"
+        );
+        // The answer without thinking reads as before.
+        assert!(md.contains("## Assistant\n\nPartial ans\n\n"), "{md}");
     }
 
     #[test]

@@ -824,3 +824,170 @@ fn ab_generation_is_cancelled_while_loading_and_while_generating() {
     let t = e.turn(vec![user("Hello")], greedy(), 4);
     assert!(t.token_events >= 1);
 }
+
+/// What a turn's events showed of its thinking: the token events' texts (the answer), the
+/// thinking events' texts, the last span they carried, and the report.
+struct ThinkingTurn {
+    answer: String,
+    thinking: String,
+    last_span: Option<tokscope::metrics::ThinkingSpan>,
+    token_events: usize,
+    report: tokscope::engine::TurnReport,
+}
+
+fn thinking_turn(e: &mut TestEngine, max_tokens: u32) -> ThinkingTurn {
+    let turn = tokscope::engine::TurnRequest {
+        messages: vec![user("Hello there")],
+        sampling: greedy(),
+        max_tokens,
+        capture_first_logits: false,
+        ignore_eos: true,
+    };
+    let id = e.handle.send(e.handle.next_id(), turn, None).unwrap();
+    let (mut answer, mut thinking, mut last_span, mut token_events) =
+        (String::new(), String::new(), None, 0);
+    loop {
+        match e.events.blocking_recv().expect("engine gone") {
+            EngineEvent::Token {
+                request_id, text, ..
+            } if request_id == id => {
+                token_events += 1;
+                answer.push_str(&text);
+            }
+            EngineEvent::Thinking {
+                request_id,
+                span,
+                text,
+            } if request_id == id => {
+                assert_eq!(
+                    span.tokens, token_events,
+                    "sent after the token that changed it"
+                );
+                thinking.push_str(&text);
+                last_span = Some(span);
+            }
+            EngineEvent::Finished { request_id, report } if request_id == id => {
+                return ThinkingTurn {
+                    answer,
+                    thinking,
+                    last_span,
+                    token_events,
+                    report: *report,
+                };
+            }
+            EngineEvent::Failed { request_id, error } if request_id == id => {
+                panic!("generation failed: {error}")
+            }
+            _ => {}
+        }
+    }
+}
+
+/// llama.cpp's `bailing-think` template (Ring models) ends the prompt with `<think>`, as
+/// DeepSeek-R1-Distill's newer template ends it with `<think>\n`: the model continues inside
+/// the thinking, so a turn cut at max tokens is thinking from its first token to its last,
+/// and ended while thinking.
+#[test]
+fn a_prompt_that_opens_the_thinking_makes_every_token_thinking() {
+    let _lock = model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny(dir.path());
+    let think = tokscope::llama::settings::EngineSettings {
+        template: tokscope::engine::TemplateChoice::Named("bailing-think".into()),
+        ..settings(512)
+    };
+    let mut e = start(&model, think);
+    let t = thinking_turn(&mut e, 12);
+    let r = &t.report;
+    assert_eq!(r.stop_reason, StopReason::MaxTokens);
+    assert_eq!(r.timeline.tokens_generated(), 12);
+    let span = r.timeline.thinking.expect("a thinking span");
+    assert_eq!(
+        span.tokens,
+        r.timeline.tokens_generated(),
+        "every token is thinking"
+    );
+    assert_eq!((span.ended_at, span.first_answer_at), (None, None));
+    assert_eq!(t.last_span, Some(span), "the live span is the final one");
+    let s = r.timeline.summary();
+    let th = s.thinking.expect("thinking figures");
+    assert!(th.ended_while_thinking);
+    assert_eq!((th.thinking_tokens, th.answer_tokens), (12, 0));
+    assert_eq!(th.time_to_first_answer_ms, None);
+    assert!(s.ttft_ms.is_some(), "TTFT is the first token of any kind");
+    // No answer: the token events carry no text, the thinking events all of it.
+    assert_eq!((t.answer.as_str(), r.text.as_str()), ("", ""));
+    assert_eq!(t.token_events, 12);
+    assert!(!t.thinking.is_empty());
+    assert_eq!(r.thinking_text.as_deref(), Some(t.thinking.as_str()));
+    drop(e);
+
+    // The same model and turn with a template that opens nothing: no span, no thinking.
+    let mut e = start(&model, settings(512));
+    let t = thinking_turn(&mut e, 12);
+    assert_eq!(t.report.timeline.thinking, None);
+    assert_eq!(t.report.timeline.summary().thinking, None);
+    assert_eq!((t.last_span, t.report.thinking_text), (None, None));
+    assert_eq!(t.answer, t.report.text);
+}
+
+/// `run` with a prompt that opens the thinking: stdout carries the answer alone (none here:
+/// every token is thinking), the thinking goes to stderr with its summary line, and `--json`
+/// has the thinking's text and figures beside the answer.
+#[test]
+fn run_sends_the_thinking_to_stderr_and_the_answer_to_stdout() {
+    let _lock = model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let model = tiny(home.path());
+    let args = [
+        "run",
+        "-p",
+        "Hi",
+        "--temp",
+        "0",
+        "-n",
+        "8",
+        "--ignore-eos",
+        "-t",
+        "1",
+        "--template",
+        "bailing-think",
+        "-m",
+    ];
+    let out = tokscope_cmd(home.path())
+        .args(args)
+        .arg(&model)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let thinking = v["thinking"]
+        .as_str()
+        .expect("the thinking's text")
+        .to_string();
+    assert_eq!(v["text"], "", "no answer: {v}");
+    let th = &v["metrics"]["thinking"];
+    assert_eq!(th["ended_while_thinking"], true, "{th}");
+    assert_eq!(th["thinking_tokens"], v["metrics"]["tokens_generated"]);
+    assert_eq!(th["thinking_tokens"], 8);
+
+    let out = tokscope_cmd(home.path())
+        .args(args)
+        .arg(&model)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(stdout.trim(), "", "the answer alone on stdout");
+    assert!(stderr.contains(&thinking), "{thinking:?} in {stderr}");
+    assert!(
+        stderr.contains("thinking 8 tokens · ended while thinking"),
+        "{stderr}"
+    );
+}

@@ -149,6 +149,7 @@ fn finish(app: &mut App, id: u64, record: &RemoteTimeline) -> Vec<Effect> {
     let report = TurnReport {
         prompt: Default::default(),
         text: "a b c d".into(),
+        thinking_text: None,
         stop_reason: StopReason::EndOfGeneration,
         timeline: record.turn_timeline(),
         context_used: 18,

@@ -247,6 +247,17 @@ fn conversations(thinks: bool) -> Vec<(&'static str, Value)> {
                 {"role": "user", "content": "And 3+3?"}
             ]),
         ));
+        // As the chat keeps an earlier answer (and llama-server, vLLM): its thinking apart,
+        // given to the template as `reasoning_content`; the last turn's kept, as Qwen3 keeps it.
+        cases.push((
+            "thinking as reasoning_content",
+            json!([
+                {"role": "user", "content": "What is 2+2?"},
+                {"role": "assistant", "content": "4", "reasoning_content": "Two plus two."},
+                {"role": "user", "content": "And 3+3?"},
+                {"role": "assistant", "content": "6", "reasoning_content": "Three and three."}
+            ]),
+        ));
     }
     cases
 }

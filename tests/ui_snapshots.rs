@@ -181,12 +181,29 @@ fn finished_turn(
     cached: usize,
     reason: StopReason,
 ) -> AssistantTurn {
-    let mut turn = streaming_turn(id, text, prompt, cached);
+    finish(
+        streaming_turn(id, text, prompt, cached),
+        text,
+        prompt,
+        cached,
+        reason,
+    )
+}
+
+/// `turn` finished the way `reason` says with the answer `text`, with a full engine report.
+fn finish(
+    mut turn: AssistantTurn,
+    text: &str,
+    prompt: usize,
+    cached: usize,
+    reason: StopReason,
+) -> AssistantTurn {
     let token_ready_at = turn.timeline.token_ready_at.clone();
     let last = token_ready_at.last().copied().unwrap_or(ms(180));
     let report = TurnReport {
         prompt: Default::default(),
         text: text.to_string(),
+        thinking_text: turn.thinking.clone(),
         stop_reason: reason,
         timeline: TurnTimeline {
             // 171 ms = queue + template/tokenize + prefill, as the engine takes them.
@@ -205,7 +222,7 @@ fn finished_turn(
             prefill_chunk_done_at: Vec::new(),
             accepted_drafts: 0,
             remote: None,
-            thinking: None,
+            thinking: turn.timeline.thinking,
             submitted_at: None,
         },
         context_used: prompt + turn.timeline.tokens_generated(),
@@ -1824,4 +1841,111 @@ fn ab_screen_scores_b_against_a_and_alt_k_colours_b() {
     let screen = buffer_text(buffer);
     let compact = word_style(buffer, &screen, "│Hello! I'm a compact", "compact");
     assert_eq!(compact.fg, Some(Color::Red), "{screen}");
+}
+
+const THINKING: &str = "The user greets me and asks nothing yet. A short, friendly reply is best; \
+no need for detail. I will say hello and offer help.";
+
+/// A turn of a model that thinks first, as the engine's events build it: `thinking` in
+/// thinking tokens (then one for the closing marker when an answer follows), then the
+/// `answer`'s tokens; finished the way `end` says, or still streaming.
+fn thinking_turn(id: u64, answer: Option<&str>, end: Option<StopReason>) -> AssistantTurn {
+    use tokscope::metrics::ThinkingSpan;
+    let mut turn = on_model(AssistantTurn::new(id, Some(MODEL_FILE.to_string())));
+    turn.on_prefill_started(52, 0);
+    let thought = pieces(THINKING);
+    let closes = answer.is_some();
+    let n_thinking = thought.len() + usize::from(closes);
+    let answer_parts = answer.map(pieces).unwrap_or_default();
+    let times = ready_times(n_thinking + answer_parts.len(), ms(184));
+    let mut span = ThinkingSpan::default();
+    for (i, at) in times[..n_thinking].iter().enumerate() {
+        turn.on_token("", *at);
+        span.tokens = i + 1;
+        if closes && i + 1 == n_thinking {
+            span.ended_at = Some(*at);
+        }
+        turn.on_thinking(span, thought.get(i).map_or("", String::as_str));
+    }
+    for (j, (piece, at)) in answer_parts.iter().zip(&times[n_thinking..]).enumerate() {
+        turn.on_token(piece, *at);
+        if j == 0 {
+            span.first_answer_at = Some(*at);
+            turn.on_thinking(span, "");
+        }
+    }
+    match end {
+        Some(reason) => finish(turn, answer.unwrap_or_default(), 52, 0, reason),
+        None => turn,
+    }
+}
+
+fn thinking_app(answer: Option<&str>, end: Option<StopReason>) -> App {
+    let mut app = ready_app();
+    app.conversation.exchanges.push(Exchange {
+        user: "hi".to_string(),
+        assistant: Some(thinking_turn(1, answer, end)),
+    });
+    if end.is_none() {
+        app.active_since = Some(base());
+    }
+    app
+}
+
+fn alt_r(app: &mut App) {
+    tokscope::app::update(
+        app,
+        tokscope::app::Msg::Key(crossterm::event::KeyEvent::new(
+            crossterm::event::KeyCode::Char('r'),
+            crossterm::event::KeyModifiers::ALT,
+        )),
+        tokscope::app::Now {
+            instant: now(),
+            unix_s: 0,
+        },
+    );
+}
+
+#[test]
+fn a_thinking_answer_is_one_folded_line_until_alt_r_unfolds_it() {
+    let mut app = thinking_app(Some(ANSWER_1), Some(StopReason::EndOfGeneration));
+    let screen = render(&app, 120, 40);
+    assert!(screen.contains("▸ thought for"), "{screen}");
+    assert!(!screen.contains("friendly reply"), "folded: {screen}");
+    for figure in ["thinking", "1st answer ms", "answer tok/s", "TTFT ms"] {
+        assert!(screen.contains(figure), "{figure} missing:\n{screen}");
+    }
+    snapshot_both("thinking_folded_is_one_line", &app);
+    alt_r(&mut app);
+    let screen = render(&app, 120, 40);
+    assert!(screen.contains("▾ thought for"), "{screen}");
+    assert!(screen.contains("friendly reply"), "unfolded: {screen}");
+    snapshot_both("thinking_unfolded_shows_its_text", &app);
+    alt_r(&mut app);
+    assert_eq!(
+        render(&app, 120, 40),
+        render(
+            &thinking_app(Some(ANSWER_1), Some(StopReason::EndOfGeneration)),
+            120,
+            40
+        )
+    );
+}
+
+#[test]
+fn a_model_still_thinking_says_so_live() {
+    let app = thinking_app(None, None);
+    let screen = render(&app, 120, 40);
+    assert!(screen.contains("▸ thinking… "), "{screen}");
+    assert!(screen.contains("still thinking…"), "{screen}");
+    snapshot_both("thinking_live_says_still_thinking", &app);
+}
+
+#[test]
+fn a_turn_that_ended_while_thinking_says_so() {
+    let app = thinking_app(None, Some(StopReason::MaxTokens));
+    let screen = render(&app, 120, 40);
+    assert!(screen.contains("▸ ended while thinking"), "{screen}");
+    assert!(screen.contains("(no answer)"), "{screen}");
+    snapshot_both("thinking_ended_while_thinking_says_so", &app);
 }

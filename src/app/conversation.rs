@@ -51,7 +51,11 @@ impl TurnPhase {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct AssistantTurn {
     pub request_id: RequestId,
+    /// The answer's text (without the thinking of a model that thought first).
     pub text: String,
+    /// The thinking's text, markers left out, of a turn that thought (`None`: no thinking
+    /// span); its figures are `timeline.thinking` and the summary's `thinking`.
+    pub thinking: Option<String>,
     pub phase: TurnPhase,
     /// Live while streaming, replaced by the engine's report at the end.
     pub timeline: TurnTimeline,
@@ -180,8 +184,15 @@ impl AssistantTurn {
         self.timeline.token_ready_at.push(at);
     }
 
+    /// The thinking span after a token that changed it, and the token's thinking text.
+    pub fn on_thinking(&mut self, span: crate::metrics::ThinkingSpan, text: &str) {
+        self.thinking.get_or_insert_with(String::new).push_str(text);
+        self.timeline.thinking = Some(span);
+    }
+
     pub fn on_finished(&mut self, report: TurnReport) {
         self.text = report.text;
+        self.thinking = report.thinking_text;
         self.summary = Some(report.timeline.summary());
         self.timeline = report.timeline;
         self.context_used = Some(report.context_used);
@@ -252,7 +263,10 @@ impl Conversation {
             if let Some(a) = answered.filter(|a| !matches!(a.phase, TurnPhase::Failed(_))) {
                 if !a.text.is_empty() {
                     out.push(ChatMessage::new(Role::User, ex.user.clone()));
-                    out.push(ChatMessage::new(Role::Assistant, a.text.clone()));
+                    out.push(ChatMessage {
+                        reasoning: a.thinking.clone(),
+                        ..ChatMessage::new(Role::Assistant, a.text.clone())
+                    });
                 }
             }
         }
@@ -353,6 +367,7 @@ impl Conversation {
                 user: t.user.clone(),
                 assistant: Some(AssistantTurn {
                     text: t.assistant.clone(),
+                    thinking: t.thinking.clone(),
                     phase: TurnPhase::ended(t.stop_reason),
                     summary: t.metrics.clone(),
                     model: t.model.clone(),
@@ -378,6 +393,7 @@ fn saved_turn(user: &str, a: &AssistantTurn, stop_reason: StopReason, finished: 
     SavedTurn {
         user: user.to_string(),
         assistant: a.text.clone(),
+        thinking: a.thinking.clone(),
         stop_reason,
         metrics: a.summary.clone(),
         model_file: a.model_file.clone(),
@@ -434,6 +450,7 @@ pub(crate) mod tests {
         TurnReport {
             prompt: Default::default(),
             text: text.into(),
+            thinking_text: None,
             stop_reason: reason,
             timeline: TurnTimeline {
                 token_ready_at: tokens.iter().map(|t| Duration::from_millis(*t)).collect(),
@@ -547,6 +564,65 @@ pub(crate) mod tests {
                 at_byte: 5
             })
         );
+    }
+
+    #[test]
+    fn a_thinking_turn_keeps_its_split_live_finished_and_saved() {
+        use crate::metrics::ThinkingSpan;
+        let ms = Duration::from_millis;
+        let mut t = AssistantTurn::new(1, None);
+        // The engine's events: a thinking token (its Token event without text), the one that
+        // closed the span, then the answer's first token.
+        t.on_token("", ms(30));
+        let mut span = ThinkingSpan {
+            tokens: 1,
+            ..ThinkingSpan::default()
+        };
+        t.on_thinking(span, "hmm");
+        assert_eq!(
+            t.current_summary().thinking.map(|th| th.thinking_tokens),
+            Some(1)
+        );
+        t.on_token("", ms(40));
+        span.tokens = 2;
+        span.ended_at = Some(ms(40));
+        t.on_thinking(span, "");
+        t.on_token("Yes", ms(50));
+        span.first_answer_at = Some(ms(50));
+        t.on_thinking(span, "");
+        assert_eq!(
+            (t.text.as_str(), t.thinking.as_deref()),
+            ("Yes", Some("hmm"))
+        );
+        let live = t.current_summary().thinking.unwrap();
+        assert_eq!(live.time_to_first_answer_ms, Some(50.0));
+        assert_eq!(live.answer_tokens, 1);
+
+        let mut r = report("Yes", StopReason::EndOfGeneration, &[30, 40, 50]);
+        r.thinking_text = Some("hmm".into());
+        r.timeline.thinking = Some(span);
+        t.on_finished(r);
+        let mut c = Conversation::new("id".into(), 0, None);
+        c.exchanges.push(Exchange {
+            user: "q".into(),
+            assistant: Some(t),
+        });
+        // The next prompt carries the answer alone.
+        c.exchanges.push(Exchange {
+            user: "next".into(),
+            assistant: None,
+        });
+        assert_eq!(c.messages_for_last()[1].content, "Yes");
+        let saved = c.to_saved(9);
+        assert_eq!(saved.turns[0].thinking.as_deref(), Some("hmm"));
+        let back = Conversation::from_saved(&saved);
+        let b = back.exchanges[0].assistant.as_ref().unwrap();
+        assert_eq!(
+            (b.text.as_str(), b.thinking.as_deref()),
+            ("Yes", Some("hmm"))
+        );
+        let th = b.current_summary().thinking.unwrap();
+        assert_eq!((th.thinking_tokens, th.answer_tokens), (2, 1));
     }
 
     #[test]

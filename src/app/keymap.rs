@@ -35,6 +35,8 @@ pub(crate) enum Action {
     /// Alt+K: colour answers' tokens (by KLD against the reference, else by their own
     /// confidence), or stop.
     QualityColours,
+    /// Alt+R: unfold (or fold again) the thinking of the answers of a reasoning model.
+    ToggleThinking,
     /// Alt+T: the token screen (each token's figures and both models' top tokens).
     OpenTokens,
     CloseTokens,
@@ -176,6 +178,7 @@ pub(crate) fn action_for(mode: Mode, input_empty: bool, key: KeyEvent) -> Option
         (Mode::Chat, KeyCode::Char('c')) if alt => Action::Copy,
         (Mode::Chat, KeyCode::Char('k')) if alt => Action::QualityColours,
         (Mode::Chat, KeyCode::Char('t')) if alt => Action::OpenTokens,
+        (Mode::Chat, KeyCode::Char('r')) if alt => Action::ToggleThinking,
         (Mode::Chat, KeyCode::Tab) => Action::Complete,
         (Mode::Chat, code) => Action::Edit(edit_key(code, ctrl, alt, shift)?),
     })
@@ -364,6 +367,10 @@ mod tests {
         assert_eq!(
             chat(with(KeyCode::Char('t'), KeyModifiers::ALT), false),
             Some(A::OpenTokens)
+        );
+        assert_eq!(
+            chat(with(KeyCode::Char('r'), KeyModifiers::ALT), false),
+            Some(A::ToggleThinking)
         );
         let tokens = |k| action_for(Mode::Tokens, true, k);
         assert_eq!(tokens(key(KeyCode::Right)), Some(A::TokenMove(1)));

@@ -325,6 +325,8 @@ pub struct App {
     pub own_confidence: bool,
     /// The token screen's answer and token (`Alt+T`).
     pub token_cursor: Option<quality::TokenCursor>,
+    /// Answers' thinking is drawn in full (`Alt+R`); folded to one line otherwise.
+    pub show_thinking: bool,
 }
 
 impl App {
@@ -570,6 +572,15 @@ impl App {
                     t.on_token(&text, at);
                 }
             }
+            EngineEvent::Thinking {
+                request_id,
+                span,
+                text,
+            } => {
+                if let Some(t) = self.active_turn(request_id) {
+                    t.on_thinking(span, &text);
+                }
+            }
             EngineEvent::StepProfiled {
                 request_id,
                 step,
@@ -773,6 +784,7 @@ impl App {
             Action::Repaint => self.full_repaint = true,
             Action::Copy => return self.copy(""),
             Action::QualityColours => return self.toggle_quality_colours(),
+            Action::ToggleThinking => self.show_thinking = !self.show_thinking,
             Action::OpenTokens => self.open_tokens(),
             Action::CloseTokens => self.close_tokens(),
             Action::TokenMove(by) => self.move_token_cursor(by),

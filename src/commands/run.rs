@@ -211,12 +211,17 @@ pub(crate) fn spec_warnings(settings: &Settings, target: &std::path::Path) -> Ve
 /// Everything `run --json` prints.
 #[derive(Debug, Serialize)]
 pub(crate) struct RunReport {
+    /// The answer (for a model that thought first, the answer only).
     pub text: String,
     /// The prompt as the model was given it (the chat template rendered, special tokens as
     /// their text); its token count is `metrics.prompt_tokens`. Absent for a remote server,
     /// which builds the prompt itself.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prompt: Option<String>,
+    /// The thinking's text of a model that reasons before it answers, markers left out (its
+    /// figures are `metrics.thinking`); absent for a turn without thinking.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<String>,
     pub stop_reason: StopReason,
     pub metrics: TurnSummary,
     /// Offset of each token's text-ready time from the request, in ms.
@@ -382,6 +387,7 @@ impl RunReport {
         Self {
             text: report.text.clone(),
             prompt: (!report.prompt.text.is_empty()).then(|| report.prompt.text.clone()),
+            thinking: report.thinking_text.clone(),
             stop_reason: report.stop_reason,
             metrics,
             token_ready_ms: report
@@ -437,6 +443,10 @@ pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure>
         show_progress: std::io::stderr().is_terminal() && !args.json,
         stdout_terminal: std::io::stdout().is_terminal(),
         stdout: std::io::stdout().lock(),
+        thinking: ThinkingSink {
+            terminal: std::io::stderr().is_terminal(),
+            open: false,
+        },
         conversation,
         log,
         info: None,
@@ -634,6 +644,9 @@ struct LocalRun<'a> {
     show_progress: bool,
     stdout_terminal: bool,
     stdout: std::io::StdoutLock<'static>,
+    /// Where the thinking goes unless --json: stderr (dimmed on a terminal), and whether its
+    /// line is still open.
+    thinking: ThinkingSink,
     conversation: Conversation,
     log: TurnLog,
     info: Option<ModelInfo>,
@@ -676,10 +689,20 @@ impl LocalRun<'_> {
                     return Ok(Step::ReaderGone);
                 }
             }
+            EngineEvent::Thinking {
+                request_id,
+                span,
+                text,
+            } if Some(request_id) == self.request && !args.json => {
+                self.thinking
+                    .write(&text, span.ended_at.is_some(), args.raw);
+            }
             EngineEvent::Confidence { request_id, tokens } if Some(request_id) == self.request => {
                 self.confidence = Some(tokens);
             }
             EngineEvent::Finished { request_id, report } if Some(request_id) == self.request => {
+                // A turn that ended while thinking: its line ends before the summary.
+                self.thinking.write("", true, args.raw);
                 return self.on_finished(report);
             }
             EngineEvent::Scored { request_id, score } if Some(request_id) == self.request => {
@@ -744,6 +767,36 @@ impl LocalRun<'_> {
             }
             None => Ok(Step::Answered(report, Box::new(full))),
         }
+    }
+}
+
+/// `run`'s thinking on stderr, as it streams: the answer alone goes to stdout, so that it can
+/// be piped; the thinking, dimmed on a terminal, ends its line before the answer begins.
+struct ThinkingSink {
+    terminal: bool,
+    /// Thinking text was written and its line not ended yet.
+    open: bool,
+}
+
+impl ThinkingSink {
+    /// A thinking token's text; `ended`: the span closed with it (or the turn ended).
+    fn write(&mut self, text: &str, ended: bool, raw: bool) {
+        let mut err = std::io::stderr().lock();
+        if !text.is_empty() {
+            let text = crate::text::for_output(text, self.terminal && !raw);
+            // A closed stderr loses the thinking, never the answer.
+            let _ = if self.terminal {
+                write!(err, "\x1b[2m{text}\x1b[22m")
+            } else {
+                write!(err, "{text}")
+            };
+            self.open = !text.ends_with('\n');
+        }
+        if ended && self.open {
+            let _ = writeln!(err);
+            self.open = false;
+        }
+        let _ = err.flush();
     }
 }
 
@@ -966,6 +1019,9 @@ pub(crate) fn human_summary(r: &RunReport, info: &ModelInfo) -> String {
     let m = &r.metrics;
     let mut out = summary_head(r, info);
     out.push_str(&timing_lines(m));
+    if let Some(th) = &m.thinking {
+        out.push_str(&thinking_line(th));
+    }
     if let Some(f) = &r.roofline {
         out.push_str(&roofline_lines(f, r.context_used));
     }
@@ -1054,6 +1110,24 @@ fn timing_lines(m: &TurnSummary) -> String {
         crate::fmt::opt(m.tpot_ms, 2)
     ));
     out
+}
+
+/// The thinking line of a turn that thought before it answered (docs/metrics.md, "Thinking").
+fn thinking_line(th: &crate::metrics::ThinkingSummary) -> String {
+    if th.ended_while_thinking {
+        return format!(
+            "thinking {} tokens · ended while thinking (no answer)\n",
+            th.thinking_tokens
+        );
+    }
+    format!(
+        "thinking {} tokens · {} ms · first answer token {} ms · answer {} tokens, {} tok/s\n",
+        th.thinking_tokens,
+        crate::fmt::opt(th.thinking_ms, 1),
+        crate::fmt::opt(th.time_to_first_answer_ms, 1),
+        th.answer_tokens,
+        crate::fmt::opt(th.answer_tok_per_s, 1),
+    )
 }
 
 /// The roofline line at the answer's final depth `context_used`, and the note when the

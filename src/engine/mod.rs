@@ -11,6 +11,7 @@ mod score;
 mod session;
 mod spec;
 pub mod template;
+mod thinking;
 mod worker;
 
 pub use crate::llama::error::EngineError;

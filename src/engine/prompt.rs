@@ -153,7 +153,10 @@ impl<'m> PromptBuilder<'m> {
                     let at = s.chars().next().map_or(0, char::len_utf8);
                     content = content.replace(s, &format!("{}\u{200D}{}", &s[..at], &s[at..]));
                 }
-                ChatMessage::new(m.role, content)
+                ChatMessage {
+                    content,
+                    ..m.clone()
+                }
             })
             .collect();
         let text = self.build_prompt(&defused)?;
@@ -200,7 +203,10 @@ impl<'m> PromptBuilder<'m> {
             PromptStyle::Jinja(template) => {
                 let messages: Vec<ChatMessage> = messages
                     .iter()
-                    .map(|m| ChatMessage::new(m.role, clean(m)))
+                    .map(|m| ChatMessage {
+                        content: clean(m),
+                        ..m.clone()
+                    })
                     .collect();
                 template
                     .render(&messages, true)

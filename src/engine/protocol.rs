@@ -36,6 +36,16 @@ impl Role {
 pub struct ChatMessage {
     pub role: Role,
     pub content: String,
+    /// An earlier answer's thinking (markers left out), kept apart from its content as
+    /// llama-server and vLLM keep it: a model's own template is given it as
+    /// `reasoning_content` and keeps or drops it as it does (Qwen3 keeps it after the last
+    /// user message, drops it before).
+    #[serde(
+        default,
+        alias = "reasoning_content",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub reasoning: Option<String>,
 }
 
 impl ChatMessage {
@@ -43,6 +53,7 @@ impl ChatMessage {
         Self {
             role,
             content: content.into(),
+            reasoning: None,
         }
     }
 }
@@ -171,11 +182,17 @@ impl StopReason {
 /// The outcome of a finished (or cancelled) turn.
 #[derive(Debug, Clone, Serialize)]
 pub struct TurnReport {
+    /// The answer's text. For a model that thought first, the answer only: the thinking is
+    /// in `thinking_text`.
     pub text: String,
     /// The prompt as the model was given it; empty for a remote server's turn, whose server
     /// builds the prompt.
     #[serde(skip)]
     pub prompt: PromptText,
+    /// The thinking's text (its markers left out) of a turn that thought
+    /// (`timeline.thinking`); `None` for a turn without a thinking span.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thinking_text: Option<String>,
     pub stop_reason: StopReason,
     pub timeline: TurnTimeline,
     /// Tokens in the KV cache after the turn (context used).
@@ -330,12 +347,22 @@ pub enum EngineEvent {
         at: Duration,
     },
     /// One generated token. `text` may be empty while a UTF-8 character or a possible stop
-    /// string is held back; `at` is the offset from `submitted_at` when it was ready.
+    /// string (or thinking marker) is held back; `at` is the offset from `submitted_at` when it
+    /// was ready. A thinking token's text is not here but in the `Thinking` event after it.
     Token {
         request_id: RequestId,
         index: usize,
         text: String,
         at: Duration,
+    },
+    /// The thinking span of a model that reasons before it answers, after a token that
+    /// changed it (sent after that token's `Token` event, whose text is then the token's
+    /// answer part only): the span so far (for the live timeline) and the token's thinking
+    /// text, markers left out. Never sent for a turn without thinking.
+    Thinking {
+        request_id: RequestId,
+        span: crate::metrics::ThinkingSpan,
+        text: String,
     },
     /// Speculative decoding's figures so far, after each target pass of a speculating turn
     /// (the chat's metrics column shows them live).
@@ -414,6 +441,7 @@ impl EngineEvent {
             | EngineEvent::PrefillProgress { request_id, .. }
             | EngineEvent::PrefillDone { request_id, .. }
             | EngineEvent::Token { request_id, .. }
+            | EngineEvent::Thinking { request_id, .. }
             | EngineEvent::Finished { request_id, .. }
             | EngineEvent::Spec { request_id, .. }
             | EngineEvent::StepProfiled { request_id, .. }

@@ -18,6 +18,7 @@ use super::protocol::{
     StopReason, TurnReport,
 };
 use super::spec::Drafter;
+use super::thinking::ThinkingDetector;
 use crate::llama;
 use crate::llama::error::{decode_error, EngineError};
 use crate::llama::model_info::ModelInfo;
@@ -73,6 +74,9 @@ pub(super) struct Session<'m> {
     /// The last finished turn's prompt and answer tokens, for scoring it against a reference
     /// (`score_last`); `None` before the first turn and after a failed one.
     last_turn: Option<(Vec<LlamaToken>, Vec<LlamaToken>)>,
+    /// Thinking markers the vocabulary holds as single control tokens, with their texts:
+    /// their pieces are empty without special rendering, so the detector is given the text.
+    marker_tokens: Vec<(LlamaToken, &'static str)>,
 }
 
 impl<'m> Session<'m> {
@@ -121,6 +125,7 @@ impl<'m> Session<'m> {
             last_turn: None,
             kept_from: None,
             pieces: Vec::new(),
+            marker_tokens: marker_tokens(model),
             drafter: (cfg.settings.spec.mode == SpecMode::Ngram && cfg.settings.spec.active())
                 .then(|| Drafter::Ngram {
                     n: cfg.settings.spec.ngram_n.max(1) as usize,
@@ -440,7 +445,10 @@ impl<'m> Session<'m> {
         )?;
         let first_logits = (req.turn.capture_first_logits && stop_reason.is_none())
             .then(|| self.ctx.get_logits_ith(logits_index).to_vec());
+        // The prompt's text left a thinking span open: the first token is thinking.
+        let starts_in_thinking = super::thinking::prompt_opens_thinking(&self.last_prompt);
         let mut turn = self.start_decode(req, batch, logits_index, tokens.len(), timeline);
+        turn.thinking = ThinkingDetector::new(starts_in_thinking);
         turn.stop_reason = stop_reason;
         // Only asked for, and only where the host has the logits: backend sampling is kept
         // as it is and the confidence said to be unavailable.
@@ -616,6 +624,8 @@ impl<'m> Session<'m> {
             utf8: Utf8Stream::new(),
             stops,
             text: String::new(),
+            thinking: ThinkingDetector::new(false),
+            thinking_text: String::new(),
             greedy,
             speculate: spec_on && (greedy || sampling_rule),
             rng: crate::ids::SplitMix64(u64::from(req.turn.sampling.seed) ^ 0x5bec_u64),
@@ -741,7 +751,12 @@ impl<'m> Session<'m> {
         if let (Some(all), Some(c)) = (turn.confidence.as_mut(), confidence) {
             all.push(c);
         }
-        let piece = turn.vocab.token_to_piece(token, false, None);
+        let mut piece = turn.vocab.token_to_piece(token, false, None);
+        if piece.is_empty() {
+            if let Some((_, text)) = self.marker_tokens.iter().find(|(t, _)| *t == token) {
+                piece = text.as_bytes().to_vec();
+            }
+        }
         let whole = turn.utf8.push(&piece);
         let (visible, hit_stop) = turn.stops.push(&whole);
         self.pieces.push(whole);
@@ -750,18 +765,29 @@ impl<'m> Session<'m> {
         } else {
             turn.t0.elapsed()
         };
+        let split = turn.thinking.push(visible, at);
         let detokenized = Instant::now();
         host.detokenize += detokenized - mark;
         let timeline = &mut turn.timeline;
         let index = timeline.token_ready_at.len();
         timeline.token_ready_at.push(at);
-        turn.text.push_str(&visible);
+        turn.text.push_str(&split.answer);
         let _ = events.send(EngineEvent::Token {
             request_id: req.id,
             index,
-            text: visible,
+            text: split.answer,
             at,
         });
+        if split.changed.is_some() || !split.thinking.is_empty() {
+            turn.thinking_text.push_str(&split.thinking);
+            if let Some(span) = turn.thinking.span() {
+                let _ = events.send(EngineEvent::Thinking {
+                    request_id: req.id,
+                    span,
+                    text: split.thinking,
+                });
+            }
+        }
         host.event += detokenized.elapsed();
         let emitted = timeline.token_ready_at.len();
         // The context check counts the tokens a one-token-per-pass decode would hold by now,
@@ -984,13 +1010,20 @@ impl<'m> Session<'m> {
         }
         let stop_reason = turn.stop_reason.unwrap_or(StopReason::EndOfGeneration);
         let mut text = turn.text;
+        let tail = if stop_reason == StopReason::StopString {
+            String::new()
+        } else {
+            let (mut tail, _) = turn.stops.push(&turn.utf8.finish());
+            tail.push_str(&turn.stops.finish());
+            tail
+        };
+        // What the thinking detector still holds goes where it belongs.
+        let split = turn.thinking.finish(tail);
+        text.push_str(&split.answer);
+        turn.thinking_text.push_str(&split.thinking);
         if stop_reason == StopReason::StopString {
             // The transcript's separator before the next "Question:" is not part of the answer.
             text.truncate(text.trim_end().len());
-        } else {
-            let (tail, _) = turn.stops.push(&turn.utf8.finish());
-            text.push_str(&tail);
-            text.push_str(&turn.stops.finish());
         }
         self.last_turn = self
             .cached
@@ -998,6 +1031,7 @@ impl<'m> Session<'m> {
             .map(|prompt| (prompt.to_vec(), std::mem::take(&mut turn.answer)));
         let mut timeline = turn.timeline;
         timeline.finished_at = Some(turn.t0.elapsed());
+        timeline.thinking = turn.thinking.span();
         let t = self.ctx.timings();
         Ok(TurnReport {
             text,
@@ -1005,6 +1039,7 @@ impl<'m> Session<'m> {
             prompt: self
                 .prompt
                 .shown(&self.last_prompt, &self.cached[..turn.prompt_tokens.min(self.cached.len())]),
+            thinking_text: timeline.thinking.map(|_| turn.thinking_text),
             stop_reason,
             timeline,
             context_used: self.cached.len(),
@@ -1044,7 +1079,11 @@ struct Turn<'m> {
     sampler: HostSampler,
     utf8: Utf8Stream,
     stops: StopMatcher,
+    /// The answer's text so far (a thinking span's text is in `thinking_text`).
     text: String,
+    /// The thinking span: its detector over the token texts, and its text so far.
+    thinking: ThinkingDetector,
+    thinking_text: String,
     greedy: bool,
     speculate: bool,
     rng: crate::ids::SplitMix64,
@@ -1076,3 +1115,20 @@ struct Turn<'m> {
     profile: Option<crate::metrics::profile::ProfileRecord>,
 }
 
+
+/// The thinking markers (`thinking::MARKERS`) that the vocabulary holds as one control token
+/// each, with their texts.
+fn marker_tokens(model: &LlamaModel) -> Vec<(LlamaToken, &'static str)> {
+    use llama_cpp_2::token_type::LlamaTokenAttr;
+    let vocab = model.vocab();
+    super::thinking::MARKERS
+        .iter()
+        .flat_map(|m| [m.open, m.close])
+        .filter_map(
+            |text| match vocab.tokenize(text.as_bytes(), false, true)[..] {
+                [t] if vocab.attr(t).contains(LlamaTokenAttr::Control) => Some((t, text)),
+                _ => None,
+            },
+        )
+        .collect()
+}

@@ -124,10 +124,15 @@ impl ChatTemplate {
         let messages: Vec<Value> = messages
             .iter()
             .map(|m| {
-                Value::from_pairs([
-                    ("role", Value::from(m.role.as_str())),
-                    ("content", Value::from(m.content.as_str())),
-                ])
+                let reasoning = m.reasoning.as_deref().map(|r| ("reasoning_content", Value::from(r)));
+                Value::from_pairs(
+                    [
+                        ("role", Value::from(m.role.as_str())),
+                        ("content", Value::from(m.content.as_str())),
+                    ]
+                    .into_iter()
+                    .chain(reasoning),
+                )
             })
             .collect();
         let ctx = Value::from_pairs([

@@ -408,6 +408,7 @@ fn report(turn: RemoteTurn) -> Result<TurnReport, EngineError> {
     Ok(TurnReport {
         prompt: Default::default(),
         text: turn.text,
+        thinking_text: None,
         stop_reason,
         timeline,
         // Only counts that can be true: a prompt no context holds is no count, and the output is

@@ -171,7 +171,13 @@ fn tail_lines_waited(
         }
         let need = wanted - count;
         let (answer, answer_cut) = match &exchange.assistant {
-            Some(turn) => assistant(turn, width, waiting, need, app.quality_colours),
+            Some(turn) => assistant(
+                turn,
+                width,
+                waiting,
+                need,
+                (app.quality_colours, app.show_thinking),
+            ),
             None => (Vec::new(), false),
         };
         let mut out = Vec::new();
@@ -232,13 +238,14 @@ fn tail_lines_waited(
 }
 
 /// The answer's lines, at least `need` of them when it has that many (a long answer is
-/// rendered from its tail: [`render_tail`]), and whether it was cut.
+/// rendered from its tail: [`render_tail`]), and whether it was cut. `colours`: tokens in
+/// colour (`Alt+K`); `show_thinking`: a thinking span unfolded (`Alt+R`).
 fn assistant(
     turn: &AssistantTurn,
     width: usize,
     waiting: Option<Duration>,
     need: usize,
-    colours: bool,
+    (colours, show_thinking): (bool, bool),
 ) -> (Vec<Line<'static>>, bool) {
     let mut out = vec![Line::from(Span::styled(
         "▍assistant",
@@ -255,12 +262,27 @@ fn assistant(
         .as_ref()
         .and_then(|c| c.tokens())
         .filter(|t| colours && scored.is_none() && !t.is_empty() && turn.is_finished());
-    let (rendered, cut) = match (scored, confident) {
+    let (rendered, mut cut) = match (scored, confident) {
         (Some(score), _) => (coloured_tokens(score, body_width, None), false),
         (None, Some(tokens)) => (confidence_tokens(tokens, body_width, None), false),
         (None, None) => render_tail(&turn.text, need, body_width, true, |text| {
             markdown::render(text, body_width)
         }),
+    };
+    // The thinking above the answer (coloured tokens show every token as it came instead),
+    // unless the answer alone fills the pane.
+    let thinking = match (scored, confident, cut) {
+        (None, None, false) => {
+            let (lines, thinking_cut) = thinking_lines(
+                turn,
+                width,
+                show_thinking,
+                need.saturating_sub(rendered.len()),
+            );
+            cut = thinking_cut;
+            lines
+        }
+        _ => Vec::new(),
     };
     let mut body: Vec<Line<'static>> = rendered
         .into_iter()
@@ -310,7 +332,12 @@ fn assistant(
         }
         TurnPhase::Done(reason) => {
             if body.is_empty() {
-                body.push(Line::from(Span::styled("  (no text)", theme::DIM)));
+                let none = if turn.thinking.is_some() {
+                    "  (no answer)"
+                } else {
+                    "  (no text)"
+                };
+                body.push(Line::from(Span::styled(none, theme::DIM)));
             }
             let footer = format!("─ {} · {}", summary(), reason.as_str());
             vec![Span::styled(footer, theme::TURN_FOOTER)]
@@ -323,6 +350,7 @@ fn assistant(
             vec![Span::styled(format!("✗ failed: {message}"), theme::FAILED)]
         }
     };
+    out.extend(thinking);
     out.extend(body);
     let legend = match (scored, confident) {
         (Some(_), _) => kld_legend(),
@@ -338,6 +366,77 @@ fn assistant(
         out.remove(0);
     }
     (out, cut)
+}
+
+/// The thinking of a turn that thought: one line that says so (folded), or that line and the
+/// thinking's text (`show`: `Alt+R`), at least `need` lines when there are that many (a long
+/// thinking is rendered from its tail), and whether it was cut (its first line then out of
+/// sight). No lines for a turn without thinking.
+fn thinking_lines(
+    turn: &AssistantTurn,
+    width: usize,
+    show: bool,
+    need: usize,
+) -> (Vec<Line<'static>>, bool) {
+    let Some(text) = turn.thinking.as_deref() else {
+        return (Vec::new(), false);
+    };
+    let indent = [Span::raw(INDENT)];
+    let inner = [Span::raw(format!("{INDENT}  "))];
+    let (mut body, cut) = if show {
+        render_tail(text.trim(), need.saturating_sub(1), width, false, |text| {
+            wrap(
+                &[Span::styled(text.to_string(), theme::DIM)],
+                width,
+                &inner,
+                &inner,
+            )
+        })
+    } else {
+        (Vec::new(), false)
+    };
+    if cut {
+        return (body, true);
+    }
+    let mut out = wrap(
+        &[Span::styled(thinking_head(turn, show), theme::TURN_FOOTER)],
+        width,
+        &indent,
+        &indent,
+    );
+    out.append(&mut body);
+    if show {
+        out.push(Line::default());
+    }
+    (out, false)
+}
+
+/// The line that stands for a turn's thinking: how long and how many tokens, live while it
+/// thinks; `▸` folded, `▾` unfolded, with the key that changes it.
+fn thinking_head(turn: &AssistantTurn, shown: bool) -> String {
+    let (mark, key) = if shown {
+        ("▾", "Alt+R folds")
+    } else {
+        ("▸", "Alt+R unfolds")
+    };
+    let figures = match &turn.summary {
+        Some(s) => s.thinking,
+        None => turn.timeline.thinking_summary(),
+    };
+    let tokens = figures.map_or_else(
+        || "— tokens".to_string(),
+        |f| format!("{} tokens", f.thinking_tokens),
+    );
+    let what = match figures {
+        Some(f) if f.ended_while_thinking => format!("ended while thinking · {tokens}"),
+        Some(f) => match f.thinking_ms {
+            Some(ms) => format!("thought for {} · {tokens}", crate::fmt::secs_of_ms(ms)),
+            None if turn.phase.is_active() => format!("thinking… {tokens}"),
+            None => format!("thought · {tokens}"),
+        },
+        None => "thought".to_string(),
+    };
+    format!("{mark} {what} · {key}")
 }
 
 /// A scored answer as its tokens' texts, each in its KLD band's style (`Alt+K`), the first

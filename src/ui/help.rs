@@ -31,6 +31,10 @@ const KEYS: &[(&str, &str)] = &[
         "Alt+T",
         "the token screen: a cursor over a coloured answer's tokens (←/→, ↑/↓ by 10, PgUp/PgDn another answer, d the first divergence) with the token's figures and both models' top 5 there",
     ),
+    (
+        "Alt+R",
+        "unfold (again: fold) the thinking of a model that reasons before it answers (Qwen3, QwQ, DeepSeek-R1); folded it is one line: how long it thought and its tokens",
+    ),
     ("PgUp / PgDn", "scroll the conversation (so does the mouse wheel)"),
     (
         "Home / End",
@@ -187,6 +191,18 @@ const METRICS: &[(&str, &str)] = &[
     (
         "E2E ms",
         "end to end: request → last token ready (→ end of the turn when no token came)",
+    ),
+    (
+        "thinking",
+        "a model that reasons before it answers (<think>…</think>): its thinking tokens, markers included (part of tokens); thinking ms = first token → the token that closed the thinking; still thinking… while it does; ended while thinking when the turn ended first. TTFT stays the first token of any kind",
+    ),
+    (
+        "1st answer ms",
+        "request → the first token after the closing marker (the answer's first token, whatever its text)",
+    ),
+    (
+        "answer tok/s",
+        "the answer's own decode speed: (answer tokens − 1) ÷ (last token − first answer token); decode tok/s is the whole turn's",
     ),
     (
         "#  history",

@@ -259,6 +259,7 @@ fn pieces(app: &App, view: &View, w: usize) -> Vec<Piece> {
     );
     out.push(Piece::text(1, vec![cut(&header, w, theme::METRIC_HEADER)]));
     out.extend(latency_pieces(view, w));
+    out.extend(thinking_piece(focus.map(|f| &f.figures), w));
     out.extend(itl_pieces(focus, w));
     out.extend(speculation_pieces(focus, w));
     out.extend(host_piece(focus, w));
@@ -305,6 +306,39 @@ fn latency_pieces(view: &View, w: usize) -> Vec<Piece> {
             ),
         ])
         .collect()
+}
+
+/// A turn that thought before it answered (docs/metrics.md, "Thinking"): its thinking tokens,
+/// whether it still thinks or ended while it did, the thinking's time, the time to the first
+/// answer token and the answer's own decode speed (the whole turn's is decode tok/s above).
+/// TTFT above stays the first token of any kind. `None` for a turn without thinking.
+fn thinking_piece(s: Option<&Figures>, w: usize) -> Option<Piece> {
+    let s = s?;
+    let th = s.thinking?;
+    let mut lines = vec![row(
+        "thinking",
+        format!("{} tok", th.thinking_tokens),
+        w,
+        HEAD,
+    )];
+    let state = if s.still_thinking {
+        Some("  still thinking…")
+    } else if th.ended_while_thinking {
+        Some("  ended while thinking")
+    } else {
+        None
+    };
+    lines.extend(state.map(|state| cut(state, w, theme::DIM)));
+    lines.extend(sub_rows(
+        [
+            ("  thinking ms", format::num(th.thinking_ms)),
+            ("  1st answer ms", format::num(th.time_to_first_answer_ms)),
+            ("  answer tok", th.answer_tokens.to_string()),
+            ("  answer tok/s", format::num(th.answer_tok_per_s)),
+        ],
+        w,
+    ));
+    Some(Piece::text(2, lines))
 }
 
 /// A local turn's TTFT breakdown: queue, template and tokenize, prefill, first sample, and the

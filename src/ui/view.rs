@@ -65,6 +65,11 @@ pub(crate) struct Figures {
     pub tokens_per_pass: Option<f64>,
     /// A turn answered by a server: its own TTFT breakdown instead of the local stages.
     pub remote: Option<RemoteFigures>,
+    /// A turn that thought before it answered: its thinking and answer figures
+    /// (docs/metrics.md, "Thinking"); `None` for a turn without thinking.
+    pub thinking: Option<crate::metrics::ThinkingSummary>,
+    /// The answer in flight is still in its thinking span.
+    pub still_thinking: bool,
 }
 
 /// A remote turn's TTFT breakdown and where its token counts come from (docs/metrics.md,
@@ -189,6 +194,8 @@ impl Figures {
             itl: s.itl,
             pass_gap: s.pass_gap,
             tokens_per_pass: s.tokens_per_pass,
+            still_thinking: still_thinking(turn),
+            thinking: s.thinking,
             remote: remote.then_some(RemoteFigures {
                 token_source: if turn.phase.is_active() {
                     LIVE_REMOTE_TOKENS
@@ -215,6 +222,7 @@ impl Figures {
             tokens_generated: r.tokens_generated as usize,
             e2e_ms: Some(r.e2e_ms),
             itl: r.itl,
+            thinking: local.thinking,
             remote: Some(RemoteFigures {
                 network_rtt_ms: r.network_rtt_ms,
                 server_prompt_ms: r.server_prompt_ms,
@@ -299,6 +307,15 @@ fn focus_turn(app: &App) -> Option<(usize, &AssistantTurn)> {
         .iter()
         .position(|e| e.assistant.as_ref().is_some_and(|a| std::ptr::eq(a, turn)))?;
     Some((index + 1, turn))
+}
+
+/// The answer is in flight and its thinking span has not closed.
+fn still_thinking(turn: &AssistantTurn) -> bool {
+    turn.phase.is_active()
+        && turn
+            .timeline
+            .thinking
+            .is_some_and(|span| span.ended_at.is_none())
 }
 
 /// How long the answer in flight has waited for its first token (queued or in prefill).
