@@ -60,12 +60,27 @@ pub struct TraceArgs {
     /// headers, each chunk). With --turns, one process per turn, each at its submission.
     #[arg(long, value_name = "FILE.json")]
     pub trace: Option<std::path::PathBuf>,
-    /// With --trace: replace the file if it exists.
-    #[arg(long, requires = "trace")]
+    /// Replace the output files that exist (--trace; run's --report; bench's --plot charts), if
+    /// they are regular files: a link, FIFO or device is never written to.
+    #[arg(long)]
     pub force: bool,
 }
 
 impl TraceArgs {
+    /// `--force` says which files it may replace: alone it is a usage error naming them.
+    /// `others` are the command's other output flags, given or not.
+    pub(crate) fn check_force(&self, others: &[(&str, bool)]) -> Result<(), Failure> {
+        if !self.force || self.trace.is_some() || others.iter().any(|(_, given)| *given) {
+            return Ok(());
+        }
+        let mut flags = vec!["--trace"];
+        flags.extend(others.iter().map(|(flag, _)| *flag));
+        Err(Failure::usage(format!(
+            "--force replaces an existing output file; give the output: {}",
+            flags.join(" or ")
+        )))
+    }
+
     /// Checked before the model loads: the folder exists, and the file does not (unless
     /// --force) or is a regular file.
     pub(crate) fn check(&self) -> Result<(), Failure> {
