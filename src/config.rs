@@ -605,7 +605,8 @@ fn positive(key: &'static str, v: f64, src: &Source) -> Result<f64, ConfigError>
 
 /// A bandwidth in GB/s, checked as a typed one is (`metrics::roofline::check_bandwidth_gb_s`).
 fn bandwidth(key: &'static str, v: f64, src: &Source) -> Result<f64, ConfigError> {
-    crate::metrics::roofline::check_bandwidth_gb_s(v).map_err(|why| invalid(key, &shown(v), why, src))
+    crate::metrics::roofline::check_bandwidth_gb_s(v)
+        .map_err(|why| invalid(key, &shown(v), why, src))
 }
 
 /// Expand a leading `~` to the home directory, without a shell (no variables, no globbing).

@@ -414,7 +414,8 @@ impl Output {
             });
         };
         let dir = parent_dir(&self.path);
-        let temp_dir = create_temp_dir(dir, file_name).map_err(|e| WriteError::at(&self.path, e))?;
+        let temp_dir =
+            create_temp_dir(dir, file_name).map_err(|e| WriteError::at(&self.path, e))?;
         Ok(Staged {
             file: temp_dir.join(file_name),
             dir: Some(temp_dir),
@@ -1144,8 +1145,14 @@ mod tests {
     #[test]
     fn derived_outputs_keep_the_extension_and_the_force() {
         let out = Output::new("lk/pl.png", true);
-        assert_eq!(out.derived("roofline"), Output::new("lk/pl-roofline.png", true));
-        assert_eq!(Output::new("x", false).derived("spec").path, PathBuf::from("x-spec"));
+        assert_eq!(
+            out.derived("roofline"),
+            Output::new("lk/pl-roofline.png", true)
+        );
+        assert_eq!(
+            Output::new("x", false).derived("spec").path,
+            PathBuf::from("x-spec")
+        );
     }
 
     #[cfg(unix)]

@@ -491,7 +491,10 @@ fn report_plot_and_otlp_files_never_go_through_a_link_a_fifo_or_over_a_file() {
     assert_eq!(std::fs::read(&existing).unwrap(), b"keep");
     run(&existing, true).success();
     let written = std::fs::read_to_string(&existing).unwrap();
-    assert!(written.starts_with('{') && written.contains("\"metrics\""), "{written}");
+    assert!(
+        written.starts_with('{') && written.contains("\"metrics\""),
+        "{written}"
+    );
 
     // bench --plot lk/pl.png writes lk/pl-roofline.png: a link planted under that derived
     // name is refused before anything is measured, as is an existing chart without --force.
@@ -586,6 +589,12 @@ fn a_bad_cached_bandwidth_is_ignored_with_a_warning_naming_the_file() {
     assert!(out.contains("bandwidth-probe.json"), "{out}");
     assert!(out.contains("--reprobe"), "{out}");
     assert!(out.contains("20.0 GB/s"), "the good entry is listed: {out}");
-    assert!(!out.contains("-0.0 GB/s") && !out.contains("-1.0 GB/s"), "{out}");
-    assert!(out.lines().all(|l| l.len() < 400), "no 300-digit figure: {out}");
+    assert!(
+        !out.contains("-0.0 GB/s") && !out.contains("-1.0 GB/s"),
+        "{out}"
+    );
+    assert!(
+        out.lines().all(|l| l.len() < 400),
+        "no 300-digit figure: {out}"
+    );
 }

@@ -1020,11 +1020,15 @@ fn a_dumb_terminal_is_refused_the_full_screen_chat_with_a_clear_message() {
         (None, "TERM is not set"),
     ] {
         let mut cmd = Command::new("script");
-        cmd.args(["-qec", &format!("{bin} chat --url http://127.0.0.1:9/v1"), "/dev/null"])
-            .env("TOKSCOPE_DATA_DIR", home.path().join("data"))
-            .env("TOKSCOPE_CONFIG_DIR", home.path().join("config"))
-            .env("TOKSCOPE_CACHE_DIR", home.path().join("cache"))
-            .timeout(Duration::from_secs(20));
+        cmd.args([
+            "-qec",
+            &format!("{bin} chat --url http://127.0.0.1:9/v1"),
+            "/dev/null",
+        ])
+        .env("TOKSCOPE_DATA_DIR", home.path().join("data"))
+        .env("TOKSCOPE_CONFIG_DIR", home.path().join("config"))
+        .env("TOKSCOPE_CACHE_DIR", home.path().join("cache"))
+        .timeout(Duration::from_secs(20));
         match term {
             Some(t) => cmd.env("TERM", t),
             None => cmd.env_remove("TERM"),

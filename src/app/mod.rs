@@ -1688,7 +1688,10 @@ pub(crate) mod tests {
         };
         let fx = update(&mut app, ctrl_c(), soon);
         assert!(fx.contains(&Effect::Quit), "{fx:?}");
-        assert!(app.unsaved.is_some(), "the caller tells that turns were lost");
+        assert!(
+            app.unsaved.is_some(),
+            "the caller tells that turns were lost"
+        );
         // A save that succeeds clears it: the next Ctrl+C quits at once.
         let mut app = ready_app();
         update(&mut app, Msg::Saved(Err("disk full".into())), t0);

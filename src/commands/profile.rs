@@ -115,14 +115,17 @@ impl TraceArgs {
         }
     }
 
-    /// Writes the trace of `events` (every turn's), atomically.
+    /// Writes the trace of `events` (every turn's), whole or not at all.
     pub(crate) fn write(&self, events: Vec<serde_json::Value>) -> Result<(), Failure> {
         let Some(path) = &self.trace else {
             return Ok(());
         };
         let doc = crate::metrics::trace::document(events);
         let bytes = serde_json::to_vec(&doc).map_err(|e| Failure::new(FAILURE, e.to_string()))?;
-        crate::fsx::write_private(path, &bytes)
+        // fsx::Output's rule, as at `check`: a file that appeared meanwhile is replaced only
+        // with --force, a link never written through.
+        crate::fsx::Output::new(path, self.force)
+            .write(&bytes)
             .map_err(|e| Failure::new(FAILURE, format!("cannot write the trace: {e}")))
     }
 }

@@ -476,7 +476,8 @@ fn apply_local_flags(
     args.sampling.apply(settings)?;
     args.spec.apply(settings)?;
     args.profile.apply(settings);
-    args.trace.check_force(&[("--report", args.report.is_some())])?;
+    args.trace
+        .check_force(&[("--report", args.report.is_some())])?;
     args.trace.check()?;
     let config = crate::commands::model::engine_config(settings)?;
     let reference = args.quality.resolve(None, &config.model_path)?;
@@ -776,7 +777,8 @@ fn refuse_local_only(args: &RunArgs) -> Result<(), Failure> {
         return Err(Failure::usage("--confidence reads a local model's logits (a server sends none): run it with -m MODEL.gguf",
         ));
     }
-    args.trace.check_force(&[("--report", args.report.is_some())])?;
+    args.trace
+        .check_force(&[("--report", args.report.is_some())])?;
     args.trace.check()
 }
 
