@@ -597,4 +597,16 @@ fn a_bad_cached_bandwidth_is_ignored_with_a_warning_naming_the_file() {
         out.lines().all(|l| l.len() < 400),
         "no 300-digit figure: {out}"
     );
+    // A typed figure passes the same check.
+    tokscope(home.path())
+        .args([
+            "bench",
+            "--bandwidth-gb-s",
+            "1e308",
+            "-m",
+            "/nonexistent.gguf",
+        ])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("at most 1000000 GB/s"));
 }
