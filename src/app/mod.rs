@@ -523,9 +523,10 @@ impl App {
             if !confirmed {
                 // Asked as gitui and atuin ask: a second press within a few seconds. Meanwhile
                 // the save is tried again (the disk may have room now).
+                // What to do first: a long cause must not push it off the notice line.
                 let text = format!(
-                    "the conversation is not saved ({why}); trying again: quit again (Ctrl+C) \
-                     within {} s to quit without it, or /export FILE to keep it elsewhere",
+                    "the conversation is not saved: quit again (Ctrl+C) within {} s to quit \
+                     without it, or /export FILE to keep it elsewhere (saving again; {why})",
                     QUIT_CONFIRM.as_secs()
                 );
                 self.quit_asked_at = Some(now.instant);
@@ -1670,7 +1671,8 @@ pub(crate) mod tests {
         let fx = update(&mut app, ctrl_c(), t0);
         assert!(matches!(fx.as_slice(), [Effect::Save(_)]), "{fx:?}");
         let notice = app.notice.as_ref().map(|n| n.text.clone()).unwrap();
-        assert!(notice.contains("not saved (disk full)"), "{notice}");
+        assert!(notice.contains("not saved: quit again"), "{notice}");
+        assert!(notice.contains("disk full"), "{notice}");
         assert!(notice.contains("quit again"), "{notice}");
         // The retry fails too: the notice still says how to quit.
         update(&mut app, Msg::Saved(Err("disk full".into())), t0);
