@@ -256,7 +256,7 @@ impl Settings {
     }
 
     pub(crate) fn set_bandwidth_gb_s(&mut self, v: f64, src: &Source) -> Result<(), ConfigError> {
-        positive("bandwidth_gb_s", v, src).map(|v| self.bandwidth_gb_s = Some(v))
+        bandwidth("bandwidth_gb_s", v, src).map(|v| self.bandwidth_gb_s = Some(v))
     }
 
     pub(crate) fn set_temperature(&mut self, v: f64, src: &Source) -> Result<(), ConfigError> {
@@ -473,7 +473,7 @@ impl Settings {
             self.remote.weights_gb = Some(positive("remote.weights_gb", v, src)?);
         }
         if let Some(v) = r.bandwidth_gb_s {
-            self.remote.bandwidth_gb_s = Some(positive("remote.bandwidth_gb_s", v, src)?);
+            self.remote.bandwidth_gb_s = Some(bandwidth("remote.bandwidth_gb_s", v, src)?);
         }
         if let Some(v) = r.gpus {
             self.remote.gpus = Some(int_in("remote.gpus", v, 1, 65_536, src)?);
@@ -601,6 +601,12 @@ fn positive(key: &'static str, v: f64, src: &Source) -> Result<f64, ConfigError>
             src,
         ))
     }
+}
+
+/// A bandwidth in GB/s, checked as a typed one is (`metrics::roofline::check_bandwidth_gb_s`).
+fn bandwidth(key: &'static str, v: f64, src: &Source) -> Result<f64, ConfigError> {
+    crate::metrics::roofline::check_bandwidth_gb_s(v)
+        .map_err(|why| invalid(key, &shown(v), why, src))
 }
 
 /// Expand a leading `~` to the home directory, without a shell (no variables, no globbing).
@@ -784,6 +790,7 @@ mod tests {
             ),
             ("bandwidth_gb_s = 0.0", "bandwidth_gb_s", "0"),
             ("bandwidth_gb_s = nan", "bandwidth_gb_s", "NaN"),
+            ("bandwidth_gb_s = 1e308", "bandwidth_gb_s", "1e308"),
         ] {
             let e = apply(text).unwrap_err();
             assert!(

@@ -20,6 +20,13 @@ pub enum WriteError {
     },
     #[error("{path} has no file name to write to")]
     NoFileName { path: PathBuf },
+    #[error("{path} exists: --force replaces it, or choose another path")]
+    Exists { path: PathBuf },
+    #[error(
+        "cannot write {path}: the folder {dir} does not exist (create it first, or choose \
+         another path)"
+    )]
+    NoFolder { path: PathBuf, dir: PathBuf },
 }
 
 impl WriteError {
@@ -59,6 +66,9 @@ impl WriteProblem {
                 Some(30) => return WriteProblem::ReadOnlyFileSystem, // EROFS
                 #[cfg(target_os = "linux")]
                 Some(40) => return WriteProblem::NotARegularFile, // ELOOP: O_NOFOLLOW met a link
+                #[cfg(target_os = "macos")]
+                Some(62) => return WriteProblem::NotARegularFile, // ELOOP
+                Some(6) => return WriteProblem::NotARegularFile, // ENXIO: a FIFO with no reader
                 #[cfg(target_os = "linux")]
                 Some(122) => return WriteProblem::DiskFull, // EDQUOT
                 #[cfg(target_os = "macos")]
@@ -312,6 +322,295 @@ impl Drop for TempFile {
             let _ = fs::remove_file(temp_path);
         }
     }
+}
+
+/// A file the user named (`--report`, `--plot`, `--otlp-file`, …) or one tokscope derives from
+/// such a name (`bench --plot x.png` → `x-roofline.png`), and whether `--force` lets it replace
+/// an existing regular file. Every such file is written by the methods below, under one rule:
+/// never through a symbolic link, never into a FIFO or device (no wait on one), an existing
+/// file replaced only with `--force` (and only a regular one), and exports written whole
+/// (temp + rename) or not at all. docs/safety.md, "Every file tokscope writes".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Output {
+    pub path: PathBuf,
+    pub force: bool,
+}
+
+impl Output {
+    pub fn new(path: impl Into<PathBuf>, force: bool) -> Self {
+        Self {
+            path: path.into(),
+            force,
+        }
+    }
+
+    /// The output named `FILE-suffix.ext` beside `FILE.ext`, under the same `--force`.
+    pub fn derived(&self, suffix: &str) -> Self {
+        let text = |s: Option<&std::ffi::OsStr>| {
+            s.map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        };
+        let (stem, ext) = (text(self.path.file_stem()), text(self.path.extension()));
+        let name = if ext.is_empty() {
+            format!("{stem}-{suffix}")
+        } else {
+            format!("{stem}-{suffix}.{ext}")
+        };
+        Self::new(self.path.with_file_name(name), self.force)
+    }
+
+    fn refused(&self, source: io::Error) -> WriteError {
+        WriteError::Write {
+            path: self.path.clone(),
+            problem: WriteProblem::NotARegularFile,
+            source,
+        }
+    }
+
+    /// Whether the file can be written, checked before any work (a model load, a sweep): it has
+    /// a name, its folder exists, and nothing but a regular file is there, which only with
+    /// `--force`. The write checks again.
+    pub fn check(&self) -> Result<(), WriteError> {
+        if self.path.file_name().is_none() {
+            return Err(WriteError::NoFileName {
+                path: self.path.clone(),
+            });
+        }
+        let dir = parent_dir(&self.path);
+        if !dir.is_dir() {
+            return Err(WriteError::NoFolder {
+                path: self.path.clone(),
+                dir: dir.to_path_buf(),
+            });
+        }
+        match fs::symlink_metadata(&self.path) {
+            Ok(meta) if !meta.file_type().is_file() => Err(self.refused(not_a_regular_file())),
+            Ok(_) if !self.force => Err(WriteError::Exists {
+                path: self.path.clone(),
+            }),
+            Ok(_) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(WriteError::at(&self.path, e)),
+        }
+    }
+
+    /// Writes `contents` whole (user-only, 0600) or not at all.
+    pub fn write(&self, contents: &[u8]) -> Result<(), WriteError> {
+        let staged = self.stage()?;
+        let file = create_private(staged.path()).map_err(|e| WriteError::at(&self.path, e))?;
+        fill_and_sync(file, contents).map_err(|e| WriteError::at(&self.path, e))?;
+        staged.commit()
+    }
+
+    /// A private folder beside the file, for a writer that wants a path (an image encoder):
+    /// write to `Staged::path` (the same file name, so its extension still says the format),
+    /// then `Staged::commit`. Nothing else can write into the folder (0700, created new), so
+    /// no link can be planted under the name being written.
+    pub fn stage(&self) -> Result<Staged, WriteError> {
+        self.check()?;
+        let Some(file_name) = self.path.file_name() else {
+            return Err(WriteError::NoFileName {
+                path: self.path.clone(),
+            });
+        };
+        let dir = parent_dir(&self.path);
+        let temp_dir =
+            create_temp_dir(dir, file_name).map_err(|e| WriteError::at(&self.path, e))?;
+        Ok(Staged {
+            file: temp_dir.join(file_name),
+            dir: Some(temp_dir),
+            target: self.clone(),
+        })
+    }
+
+    /// Opens the file for a stream of lines written as they come (`--report`, `--otlp-file`):
+    /// created new (0600), or with `--force` an existing regular file emptied. A link, FIFO or
+    /// device at the path is refused without following or waiting on it.
+    pub fn create_stream(&self) -> Result<File, WriteError> {
+        self.check()?;
+        let mut options = OpenOptions::new();
+        options.write(true);
+        if self.force {
+            options.create(true);
+        } else {
+            // O_CREAT|O_EXCL: fails on anything already there, a link included.
+            options.create_new(true);
+        }
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            options.mode(0o600);
+            options.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
+        }
+        let file = match options.open(&self.path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                // Planted after the check: say what is there now.
+                return Err(match fs::symlink_metadata(&self.path) {
+                    Ok(m) if m.file_type().is_file() => WriteError::Exists {
+                        path: self.path.clone(),
+                    },
+                    _ => self.refused(not_a_regular_file()),
+                });
+            }
+            Err(e) => return Err(WriteError::at(&self.path, e)),
+        };
+        let meta = file.metadata().map_err(|e| WriteError::at(&self.path, e))?;
+        if !meta.is_file() {
+            return Err(self.refused(not_a_regular_file()));
+        }
+        if self.force {
+            file.set_len(0).map_err(|e| WriteError::at(&self.path, e))?;
+        }
+        Ok(file)
+    }
+}
+
+/// A bare path is an output without `--force`: nothing is replaced.
+impl From<&Path> for Output {
+    fn from(path: &Path) -> Self {
+        Self::new(path, false)
+    }
+}
+
+impl From<&PathBuf> for Output {
+    fn from(path: &PathBuf) -> Self {
+        Self::new(path.as_path(), false)
+    }
+}
+
+impl From<&Output> for Output {
+    fn from(out: &Output) -> Self {
+        out.clone()
+    }
+}
+
+/// A file being written in a private folder beside its target (`Output::stage`); dropped
+/// without `commit`, it and the folder are removed.
+pub struct Staged {
+    file: PathBuf,
+    dir: Option<PathBuf>,
+    target: Output,
+}
+
+impl Staged {
+    /// Where to write.
+    pub fn path(&self) -> &Path {
+        &self.file
+    }
+
+    /// Puts the written file in place: without `--force` only where nothing is (the link
+    /// fails if a file appeared meanwhile), with it replacing a regular file only. The rename
+    /// replaces a name; it never writes through a link.
+    pub fn commit(mut self) -> Result<(), WriteError> {
+        let target = self.target.path.clone();
+        let target = &target;
+        let at = |e| WriteError::at(target, e);
+        match fs::symlink_metadata(&self.file) {
+            Ok(m) if m.file_type().is_file() => {}
+            Ok(_) => return Err(self.target.refused(not_a_regular_file())),
+            Err(e) => return Err(at(e)),
+        }
+        {
+            let mut options = OpenOptions::new();
+            options.read(true).write(true);
+            #[cfg(unix)]
+            std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_NOFOLLOW);
+            let file = options.open(&self.file).map_err(at)?;
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::PermissionsExt;
+                file.set_permissions(fs::Permissions::from_mode(0o600))
+                    .map_err(at)?;
+            }
+            file.sync_all().map_err(at)?;
+        }
+        if self.target.force {
+            check_writable_target(target).map_err(|e| match e.kind() {
+                io::ErrorKind::InvalidInput => self.target.refused(e),
+                _ => at(e),
+            })?;
+            fs::rename(&self.file, target).map_err(at)?;
+        } else {
+            match fs::hard_link(&self.file, target) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                    return Err(match fs::symlink_metadata(target) {
+                        Ok(m) if m.file_type().is_file() => WriteError::Exists {
+                            path: target.clone(),
+                        },
+                        _ => self.target.refused(not_a_regular_file()),
+                    });
+                }
+                // A file system without hard links (FAT, some network mounts): check, then
+                // rename.
+                Err(_) => {
+                    if fs::symlink_metadata(target).is_ok() {
+                        return Err(WriteError::Exists {
+                            path: target.clone(),
+                        });
+                    }
+                    fs::rename(&self.file, target).map_err(at)?;
+                }
+            }
+        }
+        let dir = parent_dir(target).to_path_buf();
+        self.clean();
+        match sync_dir(&dir) {
+            Err(e)
+                if !matches!(
+                    e.kind(),
+                    io::ErrorKind::InvalidInput
+                        | io::ErrorKind::Unsupported
+                        | io::ErrorKind::PermissionDenied
+                ) =>
+            {
+                Err(at(e))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn clean(&mut self) {
+        if let Some(dir) = self.dir.take() {
+            let _ = fs::remove_file(&self.file);
+            let _ = fs::remove_dir(&dir);
+        }
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        self.clean();
+    }
+}
+
+/// A new folder (0700) beside the target, named like `create_temp`'s files.
+fn create_temp_dir(dir: &Path, target_name: &std::ffi::OsStr) -> io::Result<PathBuf> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let base: String = target_name.to_string_lossy().chars().take(64).collect();
+    let mut last_error = None;
+    for _ in 0..16 {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let name = format!(
+            ".{base}.tmpdir-{}-{}-{nanos:08x}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        );
+        let path = dir.join(name);
+        let mut builder = fs::DirBuilder::new();
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+        match builder.create(&path) {
+            Ok(()) => return Ok(path),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last_error = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last_error.unwrap_or_else(|| io::Error::other("could not create a temp folder")))
 }
 
 /// A read that was refused or failed.
@@ -841,5 +1140,81 @@ mod tests {
             write_private(Path::new("/"), b"x"),
             Err(WriteError::NoFileName { .. })
         ));
+    }
+
+    #[test]
+    fn derived_outputs_keep_the_extension_and_the_force() {
+        let out = Output::new("lk/pl.png", true);
+        assert_eq!(
+            out.derived("roofline"),
+            Output::new("lk/pl-roofline.png", true)
+        );
+        assert_eq!(
+            Output::new("x", false).derived("spec").path,
+            PathBuf::from("x-spec")
+        );
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn outputs_refuse_links_fifos_and_existing_files_without_force() {
+        let dir = tempfile::tempdir().unwrap();
+        let precious = dir.path().join("precious");
+        fs::write(&precious, b"keep").unwrap();
+        let link = dir.path().join("link.json");
+        std::os::unix::fs::symlink(&precious, &link).unwrap();
+        let fifo = dir.path().join("fifo.json");
+        assert!(std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success());
+        for force in [false, true] {
+            for path in [&link, &fifo] {
+                let out = Output::new(path, force);
+                for err in [
+                    out.check().unwrap_err(),
+                    out.write(b"x").unwrap_err(),
+                    out.create_stream().unwrap_err(),
+                ] {
+                    assert!(err.to_string().contains("not a regular file"), "{err}");
+                }
+            }
+        }
+        assert_eq!(fs::read(&precious).unwrap(), b"keep");
+        // A link planted after the check, under the name being written: never followed.
+        let late = dir.path().join("late.json");
+        let staged = Output::new(&late, false).stage().unwrap();
+        fs::write(staged.path(), b"new").unwrap();
+        std::os::unix::fs::symlink(&precious, &late).unwrap();
+        let err = staged.commit().unwrap_err();
+        assert!(err.to_string().contains("not a regular file"), "{err}");
+        assert_eq!(fs::read(&precious).unwrap(), b"keep");
+        // An existing regular file: only with --force, and then replaced whole.
+        let plain = dir.path().join("plain.json");
+        fs::write(&plain, b"old").unwrap();
+        let err = Output::new(&plain, false).write(b"new").unwrap_err();
+        assert!(matches!(err, WriteError::Exists { .. }), "{err}");
+        assert!(matches!(
+            Output::new(&plain, false).create_stream(),
+            Err(WriteError::Exists { .. })
+        ));
+        assert_eq!(fs::read(&plain).unwrap(), b"old");
+        Output::new(&plain, true).write(b"new").unwrap();
+        assert_eq!(fs::read(&plain).unwrap(), b"new");
+        let mut stream = Output::new(&plain, true).create_stream().unwrap();
+        stream.write_all(b"line\n").unwrap();
+        assert_eq!(fs::read(&plain).unwrap(), b"line\n");
+        // A missing folder is said as such; nothing is left behind.
+        let err = Output::new(dir.path().join("no/x.json"), false)
+            .write(b"x")
+            .unwrap_err();
+        assert!(matches!(err, WriteError::NoFolder { .. }), "{err}");
+        let names: Vec<String> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with('.'))
+            .collect();
+        assert!(names.is_empty(), "{names:?}");
     }
 }

@@ -88,6 +88,26 @@ impl StreamProbe {
         })
     }
 
+    /// Why these figures cannot be a machine's (0, negative, not finite, absurdly large: a
+    /// cache file damaged or edited by hand), if they cannot.
+    pub(crate) fn refusal(&self) -> Option<String> {
+        if self.threads == 0 {
+            return Some("0 threads".into());
+        }
+        let figures = [
+            ("read", Some(self.read_bytes_per_s)),
+            ("copy", Some(self.copy_bytes_per_s)),
+            ("triad", Some(self.triad_bytes_per_s)),
+            ("slowest run", self.worst_bytes_per_s),
+        ];
+        figures.iter().find_map(|(name, bytes_per_s)| {
+            let gb_s = (*bytes_per_s)? / 1e9;
+            crate::metrics::roofline::check_bandwidth_gb_s(gb_s)
+                .err()
+                .map(|why| format!("{name} {gb_s:e} GB/s ({why})"))
+        })
+    }
+
     pub(crate) fn bandwidth(&self) -> Bandwidth {
         Bandwidth {
             bytes_per_s: self.best_bytes_per_s(),
@@ -302,11 +322,40 @@ pub(crate) fn probe_cache_path() -> PathBuf {
     crate::paths::cache_dir().join(PROBE_CACHE_FILE)
 }
 
+/// The cache's largest plausible size: a few hundred bytes per CPU and thread count.
+const PROBE_CACHE_MAX_BYTES: u64 = 4 * 1024 * 1024;
+
 fn read_cache(path: &Path) -> ProbeCache {
-    std::fs::read_to_string(path)
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or_default()
+    let (cache, refused) = read_cache_checked(path);
+    for why in refused {
+        tracing::warn!("{why}");
+    }
+    cache
+}
+
+/// The cache's entries whose figures can be a machine's (`check_bandwidth_gb_s`, the check a
+/// typed `--bandwidth-gb-s` passes), and a line for each one left out, naming the file. A
+/// file that is not a regular file or not JSON reads as empty (it is rewritten by the next
+/// probe).
+fn read_cache_checked(path: &Path) -> (ProbeCache, Vec<String>) {
+    let mut cache: ProbeCache =
+        crate::fsx::read_regular(path, PROBE_CACHE_MAX_BYTES, "the bandwidth probe cache")
+            .ok()
+            .and_then(|t| serde_json::from_slice(&t).ok())
+            .unwrap_or_default();
+    let mut refused = Vec::new();
+    cache.entries.retain(|e| match e.probe.refusal() {
+        None => true,
+        Some(why) => {
+            refused.push(format!(
+                "ignored the cached {}-thread bandwidth in {}: {why}; it is measured again                  (`tokscope doctor bandwidth --reprobe` measures now)",
+                e.probe.threads,
+                crate::text::path(path)
+            ));
+            false
+        }
+    });
+    (cache, refused)
 }
 
 /// The machine's CPU memory bandwidth for `threads` threads: the cached probe result for this
@@ -340,7 +389,10 @@ pub(crate) fn cpu_bandwidth_cached(
 ) -> Bandwidth {
     let threads = threads.max(1);
     let cpu = cpu_name().unwrap_or_else(|| "unknown CPU".into());
-    let mut cache = read_cache(cache_path);
+    let (mut cache, refused) = read_cache_checked(cache_path);
+    for why in &refused {
+        tracing::warn!("{why}");
+    }
     let fewer_threads_best = |cache: &ProbeCache| {
         cache
             .entries
@@ -385,6 +437,16 @@ pub(crate) fn cpu_bandwidth_cached(
     }
     let fresh = probe();
     let mut bw = fresh.bandwidth();
+    if let BandwidthSource::Measured { method } = &mut bw.source {
+        for why in &refused {
+            method.push_str(&format!("; {why}"));
+        }
+    }
+    if let Some(why) = fresh.refusal() {
+        // A probe that measured nothing (a clock that did not move): not kept as a ceiling.
+        tracing::warn!("the bandwidth probe measured no usable figure: {why}");
+        return bw;
+    }
     let busy = fresh.busy();
     if !busy.is_empty() {
         tracing::warn!("bandwidth probe on a busy machine: {}", busy.join("; "));
@@ -468,11 +530,14 @@ pub(crate) fn bandwidth_report(reprobe: Option<&[usize]>) -> String {
             store_probe(&path, &mut cache, cpu.clone(), fresh, !busy.is_empty());
         }
     }
-    let cache = read_cache(&path);
+    let (cache, refused) = read_cache_checked(&path);
     out.push_str(&format!(
         "bandwidth probe cache: {}\n",
         crate::text::path(&path)
     ));
+    for why in refused {
+        out.push_str(&format!("  warning: {why}\n"));
+    }
     if cache.entries.is_empty() {
         out.push_str(
             "  (empty: the chat, `run` and `bench` measure on first use; --reprobe measures now)\n",
@@ -682,6 +747,47 @@ mod tests {
             text.contains(PROBE_METHOD) && text.contains("\"threads\": 1"),
             "{text}"
         );
+    }
+
+    /// A cached figure that cannot be a machine's (0, -1, 1e308: a damaged or hand-edited
+    /// cache) is not used: the probe runs again, the label names the file, and the cache
+    /// keeps the new figure.
+    #[test]
+    fn a_bad_cached_figure_is_ignored_named_and_measured_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("probe.json");
+        let probe = |threads: usize, read: f64| StreamProbe {
+            threads,
+            footprint_bytes: 3 << 20,
+            runs: 1,
+            read_bytes_per_s: read,
+            copy_bytes_per_s: 1e9,
+            triad_bytes_per_s: 1e9,
+            worst_bytes_per_s: None,
+            load_before: Some(0.0),
+            load_after: Some(0.0),
+        };
+        for bad in [0.0, -1e9, 1e308] {
+            let cpu = cpu_name().unwrap_or_else(|| "unknown CPU".into());
+            let mut cache = ProbeCache::default();
+            store_probe(&path, &mut cache, cpu, probe(1, bad), false);
+            let calls = std::cell::Cell::new(0);
+            let bw = cpu_bandwidth_cached(&path, 1, || {
+                calls.set(calls.get() + 1);
+                probe(1, 12e9)
+            });
+            assert_eq!(calls.get(), 1, "{bad}: measured again");
+            assert_eq!(bw.bytes_per_s, 12e9);
+            let label = bw.source.label();
+            assert!(
+                label.contains("ignored the cached 1-thread bandwidth in")
+                    && label.contains("probe.json"),
+                "{label}"
+            );
+            let (kept, refused) = read_cache_checked(&path);
+            assert!(refused.is_empty(), "{refused:?}");
+            assert_eq!(kept.entries[0].probe.read_bytes_per_s, 12e9);
+        }
     }
 
     /// A probe taken on a busy machine is used once but never cached (a 2-thread figure of 9.7

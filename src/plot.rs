@@ -47,12 +47,10 @@ pub(crate) enum PlotError {
     NoExtension { path: PathBuf },
     #[error("nothing to plot in the {chart} chart: no point with finite, positive values")]
     NoPoints { chart: &'static str },
-    #[error("cannot write the chart to {path}: {source}")]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    /// Written as every output is (`fsx::Output`): never through a link, an existing file
+    /// only with --force.
+    #[error(transparent)]
+    Write(#[from] crate::fsx::WriteError),
     #[error("drawing the chart {path} failed: {message}")]
     Draw { path: PathBuf, message: String },
 }
@@ -82,13 +80,14 @@ pub(crate) fn plot_batch_sweep(
     points: &[BatchPoint],
     title: &str,
     subtitle: &str,
-    path: &Path,
+    out: impl Into<crate::fsx::Output>,
 ) -> Result<(), PlotError> {
-    let kind = plot_file_kind(path)?;
+    let out = out.into();
+    let kind = plot_file_kind(&out.path)?;
     let chart = BatchSweepChart::new(points).ok_or(PlotError::NoPoints {
         chart: "batch sweep",
     })?;
-    render(&chart, (title, subtitle), kind, path, (1200, 900))
+    render(&chart, (title, subtitle), kind, &out, (1200, 900))
 }
 
 /// Decode speed against bytes read per token, log-log, under the bandwidth ceiling
@@ -101,13 +100,14 @@ pub(crate) fn plot_roofline(
     bandwidth_label: &str,
     title: &str,
     subtitle: &str,
-    path: &Path,
+    out: impl Into<crate::fsx::Output>,
 ) -> Result<(), PlotError> {
-    let kind = plot_file_kind(path)?;
+    let out = out.into();
+    let kind = plot_file_kind(&out.path)?;
     let chart = RooflineChart::new(points, bandwidth_bytes_per_s, bandwidth_label)
         .ok_or(PlotError::NoPoints { chart: "roofline" })?;
     let height = 800 + key_height(chart.points.len());
-    render(&chart, (title, subtitle), kind, path, (1200, height))
+    render(&chart, (title, subtitle), kind, &out, (1200, height))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -151,25 +151,21 @@ trait Chart {
 }
 
 /// Draws `chart` under its header (`title`, `subtitle`) on a white canvas of `size` pixels and
-/// writes it to `path`.
+/// writes it to `out` (whole or not at all, never through a link: `fsx::Output`).
 fn render<C: Chart>(
     chart: &C,
     (title, subtitle): (&str, &str),
     kind: PlotKind,
-    path: &Path,
+    out: &crate::fsx::Output,
     size: (u32, u32),
 ) -> Result<(), PlotError> {
     let draw_error = |message: String| PlotError::Draw {
-        path: path.to_path_buf(),
+        path: out.path.clone(),
         message,
     };
     if !font_registered() {
         return Err(draw_error("the embedded font could not be loaded".into()));
     }
-    let io_error = |source| PlotError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
     fn draw_on<DB: DrawingBackend>(
         chart: &impl Chart,
         (title, subtitle): (&str, &str),
@@ -183,17 +179,19 @@ fn render<C: Chart>(
     }
     match kind {
         PlotKind::Svg => {
+            out.check()?;
             let mut svg = String::new();
             let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
             draw_on(chart, (title, subtitle), root).map_err(draw_error)?;
-            std::fs::write(path, svg).map_err(io_error)
+            Ok(out.write(svg.as_bytes())?)
         }
         PlotKind::Png => {
-            // Create the file first so that an unwritable path is reported as the I/O error
-            // it is, not as whatever the image encoder makes of it after drawing.
-            std::fs::File::create(path).map_err(io_error)?;
-            let root = BitMapBackend::new(path, size).into_drawing_area();
-            draw_on(chart, (title, subtitle), root).map_err(draw_error)
+            // The encoder writes to a path: give it one in a private folder, then move the
+            // file into place. An unwritable path is reported here, before drawing.
+            let staged = out.stage()?;
+            let root = BitMapBackend::new(staged.path(), size).into_drawing_area();
+            draw_on(chart, (title, subtitle), root).map_err(draw_error)?;
+            Ok(staged.commit()?)
         }
     }
 }
@@ -1009,15 +1007,16 @@ pub(crate) fn plot_speed_vs_quality(
     points: &[QualityPoint],
     title: &str,
     subtitle: &str,
-    path: &Path,
+    out: impl Into<crate::fsx::Output>,
 ) -> Result<(), PlotError> {
-    let kind = plot_file_kind(path)?;
+    let out = out.into();
+    let kind = plot_file_kind(&out.path)?;
     let kept = kept(points, "speed against quality", |p| {
         p.kld_mean.is_finite() && p.kld_mean >= 0.0 && p.tok_per_s.is_finite() && p.tok_per_s > 0.0
     })?;
     let height = 800 + key_height(kept.len());
     let chart = QualityChart { points: kept };
-    render(&chart, (title, subtitle), kind, path, (1200, height))
+    render(&chart, (title, subtitle), kind, &out, (1200, height))
 }
 
 struct QualityChart {
@@ -1202,15 +1201,16 @@ pub(crate) fn plot_spec_sweep(
     points: &[SpecPoint],
     title: &str,
     subtitle: &str,
-    path: &Path,
+    out: impl Into<crate::fsx::Output>,
 ) -> Result<(), PlotError> {
-    let kind = plot_file_kind(path)?;
+    let out = out.into();
+    let kind = plot_file_kind(&out.path)?;
     let mut kept = kept(points, "speculative decoding sweep", |p| {
         p.speedup.is_finite() && p.speedup >= 0.0
     })?;
     kept.sort_by_key(|p| p.k);
     let chart = SpecSweepChart { points: kept };
-    render(&chart, (title, subtitle), kind, path, (1200, 900))
+    render(&chart, (title, subtitle), kind, &out, (1200, 900))
 }
 
 struct SpecSweepChart {
@@ -1718,7 +1718,7 @@ mod tests {
         for name in ["missing/x.png", "missing/x.svg"] {
             let path = dir.path().join(name);
             let err = plot_batch_sweep(&sweep(), "t", "context", &path).unwrap_err();
-            assert!(matches!(err, PlotError::Io { .. }), "{err}");
+            assert!(matches!(err, PlotError::Write(_)), "{err}");
             assert!(err.to_string().contains("missing"), "{err}");
         }
     }

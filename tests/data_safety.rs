@@ -442,3 +442,171 @@ fn writes_replace_regular_files_only_and_reads_refuse_fifos_devices_and_giants()
     let mode = std::fs::metadata(&log).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
 }
+
+/// A link planted at `at` to a file holding "keep", which must stay so.
+fn planted_link(dir: &Path, at: &Path) -> PathBuf {
+    let precious = dir.join(format!(
+        "precious-{}",
+        at.file_name().unwrap().to_string_lossy()
+    ));
+    std::fs::write(&precious, b"keep").unwrap();
+    std::os::unix::fs::symlink(&precious, at).unwrap();
+    precious
+}
+
+#[test]
+fn report_plot_and_otlp_files_never_go_through_a_link_a_fifo_or_over_a_file() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let model = common::synth(home.path(), "tiny.gguf", "tiny", TensorType::F32, 1);
+    let run = |report: &Path, force: bool| {
+        let mut cmd = tokscope(home.path());
+        cmd.args(["run", "-p", "Hi", "-n", "2", "-t", "1", "-m"])
+            .arg(&model)
+            .arg("--report")
+            .arg(report)
+            .timeout(Duration::from_secs(60));
+        if force {
+            cmd.arg("--force");
+        }
+        cmd.assert()
+    };
+    // run --report: a link (with or without --force), a FIFO (never waited on), a file that
+    // exists (only with --force).
+    let link = home.path().join("link.jsonl");
+    let precious = planted_link(home.path(), &link);
+    let fifo = home.path().join("fifo.jsonl");
+    mkfifo(&fifo);
+    for (path, force) in [(&link, false), (&link, true), (&fifo, false), (&fifo, true)] {
+        run(path, force)
+            .code(2)
+            .stderr(predicate::str::contains("not a regular file"));
+    }
+    assert_eq!(std::fs::read(&precious).unwrap(), b"keep");
+    let existing = home.path().join("old.jsonl");
+    std::fs::write(&existing, b"keep").unwrap();
+    run(&existing, false)
+        .code(2)
+        .stderr(predicate::str::contains("exists: --force replaces it"));
+    assert_eq!(std::fs::read(&existing).unwrap(), b"keep");
+    run(&existing, true).success();
+    let written = std::fs::read_to_string(&existing).unwrap();
+    assert!(
+        written.starts_with('{') && written.contains("\"metrics\""),
+        "{written}"
+    );
+
+    // bench --plot lk/pl.png writes lk/pl-roofline.png: a link planted under that derived
+    // name is refused before anything is measured, as is an existing chart without --force.
+    let lk = home.path().join("lk");
+    std::fs::create_dir(&lk).unwrap();
+    let derived = lk.join("pl-roofline.png");
+    let precious = planted_link(home.path(), &derived);
+    let bench = |force: bool| {
+        let mut cmd = tokscope(home.path());
+        cmd.args(["bench", "-p", "0", "-n", "4", "-r", "1", "-t", "1"])
+            .args(["--bandwidth-gb-s", "10", "--plot"])
+            .arg(lk.join("pl.png"))
+            .arg("-m")
+            .arg(&model)
+            .timeout(Duration::from_secs(60));
+        if force {
+            cmd.arg("--force");
+        }
+        cmd.assert()
+    };
+    for force in [false, true] {
+        bench(force)
+            .code(2)
+            .stderr(predicate::str::contains("pl-roofline.png"))
+            .stderr(predicate::str::contains("not a regular file"));
+    }
+    assert_eq!(std::fs::read(&precious).unwrap(), b"keep");
+    std::fs::remove_file(&derived).unwrap();
+    std::fs::write(&derived, b"old chart").unwrap();
+    bench(false)
+        .code(2)
+        .stderr(predicate::str::contains("exists: --force replaces it"));
+    assert_eq!(std::fs::read(&derived).unwrap(), b"old chart");
+    bench(true).success();
+    assert!(std::fs::read(&derived).unwrap().starts_with(b"\x89PNG"));
+    let leftovers: Vec<_> = std::fs::read_dir(&lk)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n.to_string_lossy().starts_with('.'))
+        .collect();
+    assert!(leftovers.is_empty(), "temp files left: {leftovers:?}");
+
+    // load --otlp-file --force onto a link: refused, the link's target untouched.
+    let otlp = home.path().join("otlp.jsonl");
+    let precious = planted_link(home.path(), &otlp);
+    tokscope(home.path())
+        .args(["load", "--url", "http://127.0.0.1:9/v1", "--requests", "1"])
+        .arg("--otlp-file")
+        .arg(&otlp)
+        .arg("--force")
+        .timeout(Duration::from_secs(30))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("not a regular file"));
+    assert_eq!(std::fs::read(&precious).unwrap(), b"keep");
+}
+
+#[test]
+fn a_bad_cached_bandwidth_is_ignored_with_a_warning_naming_the_file() {
+    let home = tempfile::tempdir().unwrap();
+    let cache = home.path().join("cache");
+    std::fs::create_dir_all(&cache).unwrap();
+    let file = cache.join("bandwidth-probe.json");
+    let entry = |threads: u32, read: f64| {
+        serde_json::json!({
+            "cpu": "some CPU", "method": "stream-v2", "measured_unix_s": 1_700_000_000u64,
+            "probe": {
+                "threads": threads, "footprint_bytes": 1 << 30, "runs": 3,
+                "read_bytes_per_s": read, "copy_bytes_per_s": 1e10, "triad_bytes_per_s": 1e10
+            }
+        })
+    };
+    let cache_json = serde_json::json!({
+        "entries": [entry(1, 0.0), entry(2, -1.0), entry(3, 1e308), entry(4, 2e10)]
+    });
+    std::fs::write(&file, serde_json::to_vec(&cache_json).unwrap()).unwrap();
+    let out = tokscope(home.path())
+        .env("TOKSCOPE_CACHE_DIR", &cache)
+        .args(["doctor", "bandwidth"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let out = String::from_utf8_lossy(&out);
+    for threads in [1, 2, 3] {
+        assert!(
+            out.contains(&format!("ignored the cached {threads}-thread bandwidth in")),
+            "{out}"
+        );
+    }
+    assert!(out.contains("bandwidth-probe.json"), "{out}");
+    assert!(out.contains("--reprobe"), "{out}");
+    assert!(out.contains("20.0 GB/s"), "the good entry is listed: {out}");
+    assert!(
+        !out.contains("-0.0 GB/s") && !out.contains("-1.0 GB/s"),
+        "{out}"
+    );
+    assert!(
+        out.lines().all(|l| l.len() < 400),
+        "no 300-digit figure: {out}"
+    );
+    // A typed figure passes the same check.
+    tokscope(home.path())
+        .args([
+            "bench",
+            "--bandwidth-gb-s",
+            "1e308",
+            "-m",
+            "/nonexistent.gguf",
+        ])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("at most 1000000 GB/s"));
+}

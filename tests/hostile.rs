@@ -1006,3 +1006,40 @@ fn the_model_probe_ends_with_the_process_that_started_it() {
     }
     assert!(!still, "the probe {pid} outlived its parent by 5 s");
 }
+
+/// A terminal that cannot address the cursor (TERM=dumb, empty or unset, as in Emacs' shell or
+/// some CI consoles) gets a clear refusal naming the headless command, exit code 2, and never
+/// the alternate screen or mouse reporting. `script` gives the chat the terminal it checks for.
+#[test]
+fn a_dumb_terminal_is_refused_the_full_screen_chat_with_a_clear_message() {
+    let home = tempfile::tempdir().unwrap();
+    let bin = env!("CARGO_BIN_EXE_tokscope");
+    for (term, says) in [
+        (Some("dumb"), "TERM is dumb"),
+        (Some(""), "TERM is empty"),
+        (None, "TERM is not set"),
+    ] {
+        let mut cmd = Command::new("script");
+        cmd.args([
+            "-qec",
+            &format!("{bin} chat --url http://127.0.0.1:9/v1"),
+            "/dev/null",
+        ])
+        .env("TOKSCOPE_DATA_DIR", home.path().join("data"))
+        .env("TOKSCOPE_CONFIG_DIR", home.path().join("config"))
+        .env("TOKSCOPE_CACHE_DIR", home.path().join("cache"))
+        .timeout(Duration::from_secs(20));
+        match term {
+            Some(t) => cmd.env("TERM", t),
+            None => cmd.env_remove("TERM"),
+        };
+        let out = cmd.output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(2), "{term:?}: {text}");
+        assert!(text.contains(says), "{term:?}: {text}");
+        assert!(text.contains("tokscope run"), "{term:?}: {text}");
+        for escape in ["\x1b[?1049h", "\x1b[?1000h"] {
+            assert!(!text.contains(escape), "{term:?}: {escape:?} in {text:?}");
+        }
+    }
+}

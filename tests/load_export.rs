@@ -392,11 +392,11 @@ fn a_port_in_use_and_bad_export_flags_are_refused_before_anything_is_sent() {
         (vec!["--otlp", "ftp://127.0.0.1/x"], "http or https"),
         (
             vec!["--otlp-file", existing.to_str().unwrap()],
-            "--force overwrites it",
+            "--force replaces it",
         ),
         (
             vec!["--otlp-file", missing.to_str().unwrap()],
-            "cannot write it",
+            "does not exist",
         ),
         (
             vec!["--prometheus", "127.0.0.1:0", "--prometheus-hold=-1"],
@@ -461,7 +461,7 @@ fn chat_exporters_are_refused_on_a_port_in_use_a_bad_address_and_a_local_chat() 
         ),
         (
             vec!["--url", "http://127.0.0.1:9/v1", "--otlp-file", existing],
-            "--force overwrites it",
+            "--force replaces it",
         ),
         (vec!["--prometheus", "127.0.0.1:0"], "--prometheus exports"),
         (vec!["--otlp-file", "x.jsonl"], "--otlp-file exports"),
@@ -479,4 +479,56 @@ fn chat_exporters_are_refused_on_a_port_in_use_a_bad_address_and_a_local_chat() 
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
     assert_eq!(std::fs::read_to_string(existing).unwrap(), "keep me\n");
+}
+
+#[test]
+fn idle_connections_to_the_exporter_never_keep_a_scrape_waiting() {
+    let server = fake(paced_answer(), 40);
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, lines) = spawn(
+        dir.path(),
+        &[
+            "load",
+            "--url",
+            &url(&server),
+            "--requests",
+            "2",
+            "--metrics-interval",
+            "0",
+            "-o",
+            "json",
+            "--prometheus",
+            "127.0.0.1:0",
+            "--prometheus-hold",
+            "60",
+        ],
+    );
+    let mut seen = Vec::new();
+    let served = wait_for(&lines, "/metrics (Prometheus text)", &mut seen);
+    let addr = served
+        .split("http://")
+        .nth(1)
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
+    wait_for(&lines, "s more (Ctrl-C ends it)", &mut seen);
+    // 300 connections that send nothing (each held open here), then a real scrape.
+    let idle: Vec<TcpStream> = (0..300)
+        .filter_map(|_| TcpStream::connect(&addr).ok())
+        .collect();
+    assert!(idle.len() >= 200, "{} idle connections opened", idle.len());
+    std::thread::sleep(Duration::from_millis(200));
+    let started = Instant::now();
+    let reply = get(&addr, "/metrics");
+    let took = started.elapsed();
+    let _ = child.kill();
+    let _ = child.wait();
+    drop(idle);
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    assert!(
+        took < Duration::from_secs(2),
+        "the scrape waited {took:?} behind idle connections"
+    );
 }

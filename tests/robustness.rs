@@ -257,11 +257,21 @@ fn a_full_disk_is_reported_and_the_chat_survives() {
     );
     send(&tmux, "still here?");
     wait_idle_after_answers(&tmux, 2);
+    // The turns are not saved: one quit does not lose them, it asks (and tries again).
+    tmux.keys(&["C-q"]);
+    tmux.wait_for("the quit to be held back", Duration::from_secs(10), |s| {
+        s.contains("quit again")
+    });
+    // A second one within the window quits, and the exit code says turns were lost.
     tmux.keys(&["C-q"]);
     let back = tmux.wait_for("the shell", Duration::from_secs(10), |s| {
         exit_line(s).is_some()
     });
-    assert_eq!(exit_line(&back), Some("exit=0"), "{back}");
+    assert_eq!(exit_line(&back), Some("exit=1"), "{back}");
+    assert!(
+        back.contains("quit with the conversation not saved"),
+        "{back}"
+    );
     let leftovers: Vec<_> = std::fs::read_dir(data.join("history"))
         .unwrap()
         .map(|e| e.unwrap().file_name())

@@ -327,7 +327,16 @@ pub struct App {
     pub token_cursor: Option<quality::TokenCursor>,
     /// Answers' thinking is drawn in full (`Alt+R`); folded to one line otherwise.
     pub show_thinking: bool,
+    /// Why the last save of the conversation failed (a full disk, say); `None` while every
+    /// finished turn is saved. A quit asks again while it is set.
+    pub unsaved: Option<String>,
+    /// When a quit was held back because of `unsaved`: another within [`QUIT_CONFIRM`] quits.
+    pub quit_asked_at: Option<Instant>,
 }
+
+/// With turns not saved, the second quit (Ctrl+C, Ctrl+Q, /quit) within this long quits
+/// without them; the first one says so and tries the save again.
+pub const QUIT_CONFIRM: std::time::Duration = std::time::Duration::from_secs(3);
 
 impl App {
     pub fn new(
@@ -512,7 +521,25 @@ impl App {
         effects
     }
 
-    fn quit(&mut self) -> Vec<Effect> {
+    fn quit(&mut self, now: Now) -> Vec<Effect> {
+        if let Some(why) = &self.unsaved {
+            let confirmed = self
+                .quit_asked_at
+                .is_some_and(|at| now.instant.saturating_duration_since(at) <= QUIT_CONFIRM);
+            if !confirmed {
+                // Asked as gitui and atuin ask: a second press within a few seconds. Meanwhile
+                // the save is tried again (the disk may have room now).
+                // What to do first: a long cause must not push it off the notice line.
+                let text = format!(
+                    "the conversation is not saved: quit again (Ctrl+C) within {} s to quit \
+                     without it, or /export FILE to keep it elsewhere (saving again; {why})",
+                    QUIT_CONFIRM.as_secs()
+                );
+                self.quit_asked_at = Some(now.instant);
+                self.notice(NoticeKind::Error, text);
+                return vec![Effect::Save(self.conversation.to_saved(now.unix_s))];
+            }
+        }
         let mut effects = self.cancel_active();
         effects.extend(self.stop_scoring("stopped: the chat quit"));
         if let Some(id) = self.ab.as_ref().and_then(AbScreen::in_flight) {
@@ -807,7 +834,7 @@ impl App {
             Action::CompareUse { ab } => return self.use_compare_row(ab, now),
             Action::CloseCompare | Action::CloseProfile => self.mode = Mode::Chat,
             Action::OpenProfile => self.mode = Mode::Profile,
-            Action::Quit => return self.quit(),
+            Action::Quit => return self.quit(now),
             Action::PageUp => self.page(PAGE_LINES as i32),
             Action::PageDown => self.page(-(PAGE_LINES as i32)),
             Action::LineUp => self.page(1),
@@ -1099,11 +1126,25 @@ pub fn update(app: &mut App, msg: Msg, now: Now) -> Vec<Effect> {
         Msg::Scroll(lines) => app.scroll_by(lines),
         Msg::Resize | Msg::Tick => {}
         Msg::Engine(event) => return app.on_engine(event, now),
-        Msg::Saved(Ok(_)) => {}
-        Msg::Saved(Err(e)) => app.notice(
-            NoticeKind::Error,
-            format!("could not save the conversation: {e}"),
-        ),
+        Msg::Saved(Ok(_)) => {
+            if app.unsaved.take().is_some() {
+                app.quit_asked_at = None;
+                app.notice(NoticeKind::Info, "the conversation is saved now");
+            }
+        }
+        Msg::Saved(Err(e)) => {
+            // A failed retry after a held-back quit keeps that notice: it says what to do.
+            let asking = app
+                .quit_asked_at
+                .is_some_and(|at| now.instant.saturating_duration_since(at) <= QUIT_CONFIRM);
+            if !asking {
+                app.notice(
+                    NoticeKind::Error,
+                    format!("could not save the conversation: {e}"),
+                );
+            }
+            app.unsaved = Some(e);
+        }
         Msg::Notice(kind, text) => app.notice(kind, text),
         Msg::SweepSaved(result) => app.on_sweep_saved(result),
         // `/trace` or an export wrote its file, or failed: either is shown.
@@ -1652,5 +1693,49 @@ pub(crate) mod tests {
         assert_eq!(loaded, saved);
         let again = Conversation::from_saved(&loaded).to_saved(9_999);
         assert_eq!(again.turns, saved.turns);
+    }
+
+    #[test]
+    fn quitting_with_an_unsaved_conversation_asks_again_and_retries_the_save() {
+        let ctrl_c = || Msg::Key(with(KeyCode::Char('c'), KeyModifiers::CONTROL));
+        let mut app = ready_app();
+        let t0 = now();
+        update(&mut app, Msg::Saved(Err("disk full".into())), t0);
+        assert_eq!(app.unsaved.as_deref(), Some("disk full"));
+        // The first Ctrl+C does not quit: it says why and tries the save again.
+        let fx = update(&mut app, ctrl_c(), t0);
+        assert!(matches!(fx.as_slice(), [Effect::Save(_)]), "{fx:?}");
+        let notice = app.notice.as_ref().map(|n| n.text.clone()).unwrap();
+        assert!(notice.contains("not saved: quit again"), "{notice}");
+        assert!(notice.contains("disk full"), "{notice}");
+        assert!(notice.contains("quit again"), "{notice}");
+        // The retry fails too: the notice still says how to quit.
+        update(&mut app, Msg::Saved(Err("disk full".into())), t0);
+        assert!(app.notice.as_ref().unwrap().text.contains("quit again"));
+        // A second one after the window asks again; one within it quits.
+        let late = Now {
+            instant: t0.instant + QUIT_CONFIRM + Duration::from_secs(1),
+            unix_s: t0.unix_s,
+        };
+        let fx = update(&mut app, ctrl_c(), late);
+        assert!(!fx.contains(&Effect::Quit), "{fx:?}");
+        let soon = Now {
+            instant: late.instant + Duration::from_secs(1),
+            unix_s: t0.unix_s,
+        };
+        let fx = update(&mut app, ctrl_c(), soon);
+        assert!(fx.contains(&Effect::Quit), "{fx:?}");
+        assert!(
+            app.unsaved.is_some(),
+            "the caller tells that turns were lost"
+        );
+        // A save that succeeds clears it: the next Ctrl+C quits at once.
+        let mut app = ready_app();
+        update(&mut app, Msg::Saved(Err("disk full".into())), t0);
+        update(&mut app, ctrl_c(), t0);
+        update(&mut app, Msg::Saved(Ok("/h/c1.json".into())), t0);
+        assert_eq!(app.unsaved, None);
+        let fx = update(&mut app, ctrl_c(), t0);
+        assert!(fx.contains(&Effect::Quit), "{fx:?}");
     }
 }

@@ -125,7 +125,7 @@ impl App {
                 self.mode = Mode::Chat;
                 self.open_help();
             }
-            "/quit" | "/exit" => return self.quit(),
+            "/quit" | "/exit" => return self.quit(now),
             other => self.notice(
                 NoticeKind::Error,
                 format!("unknown command {other}: try {}", SLASH_COMMANDS.join(" ")),

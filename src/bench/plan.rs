@@ -54,7 +54,7 @@ pub(crate) struct BenchPlan {
     /// Electricity price for the energy cost per 1M tokens (config `price_per_kwh`).
     pub price_per_kwh: Option<f64>,
     pub vs: Option<String>,
-    pub plot: Option<PathBuf>,
+    pub plot: Option<crate::fsx::Output>,
     /// `--profile`: one generation step in this many of tg and pg tests is profiled (0: off),
     /// shown at this level under the table.
     pub profile_rate: u32,

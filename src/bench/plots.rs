@@ -4,6 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::fsx::Output;
+
 use super::report::Row;
 use super::spec::SpecRow;
 use super::sweep;
@@ -11,19 +13,15 @@ use crate::llama::measure::TestKind;
 use crate::metrics::BatchPoint;
 use crate::plot::{plot_batch_sweep, plot_roofline, plot_spec_sweep, PlotError, RooflinePoint};
 
-/// `FILE.ext` → `FILE-suffix.ext`: the names of `--plot`'s charts.
-pub(crate) fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
-    let text = |s: Option<&std::ffi::OsStr>| {
-        s.map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default()
-    };
-    let (stem, ext) = (text(path.file_stem()), text(path.extension()));
-    path.with_file_name(format!("{stem}-{suffix}.{ext}"))
-}
+/// The charts `--plot FILE.ext` may write, as FILE-suffix.ext: the sweep's, and the
+/// speculative sweep's. Each is written as every output is (`fsx::Output`: never through a
+/// link, an existing file only with --force), and checked so before anything is measured.
+pub(crate) const SWEEP_CHARTS: [&str; 2] = ["roofline", "batch"];
+pub(crate) const SPEC_CHARTS: [&str; 1] = ["spec"];
 
 /// FILE-roofline.ext from the rows with a ceiling, FILE-batch.ext from the batch rows.
 /// Returns the lines to tell the user (what was written, what could not be drawn).
-pub(crate) fn write_rows(rows: &[Row], path: &Path) -> Result<Vec<String>, PlotError> {
+pub(crate) fn write_rows(rows: &[Row], path: &Output) -> Result<Vec<String>, PlotError> {
     let mut notes = Vec::new();
     let roofline: Vec<RooflinePoint> = rows
         .iter()
@@ -46,7 +44,7 @@ pub(crate) fn write_rows(rows: &[Row], path: &Path) -> Result<Vec<String>, PlotE
         ))
     });
     if let (false, Some((bw, label))) = (roofline.is_empty(), bandwidth) {
-        let out = with_suffix(path, "roofline");
+        let out = path.derived("roofline");
         plot_roofline(
             &roofline,
             bw,
@@ -55,7 +53,7 @@ pub(crate) fn write_rows(rows: &[Row], path: &Path) -> Result<Vec<String>, PlotE
             &chart_context(rows.iter().filter(|r| r.bytes_per_token.is_some())),
             &out,
         )?;
-        notes.push(format!("wrote {}", out.display()));
+        notes.push(format!("wrote {}", out.path.display()));
     } else {
         notes.push("--plot: no roofline (no decode rows with a known bandwidth)".to_owned());
     }
@@ -73,23 +71,23 @@ pub(crate) fn write_rows(rows: &[Row], path: &Path) -> Result<Vec<String>, PlotE
         })
         .collect();
     if !batch.is_empty() {
-        let out = with_suffix(path, "batch");
+        let out = path.derived("batch");
         plot_batch_sweep(
             &batch,
             "batching: aggregate and per-sequence speed",
             &chart_context(rows.iter().filter(|r| r.kind == TestKind::Batch)),
             &out,
         )?;
-        notes.push(format!("wrote {}", out.display()));
+        notes.push(format!("wrote {}", out.path.display()));
     }
     Ok(notes)
 }
 
 /// FILE-spec.ext: the speculative sweep's speed-up and acceptance against k. Returns the
 /// file written.
-pub(crate) fn write_spec(rows: &[SpecRow], path: &Path) -> Result<PathBuf, PlotError> {
+pub(crate) fn write_spec(rows: &[SpecRow], path: &Output) -> Result<PathBuf, PlotError> {
     let points = super::spec::points(rows);
-    let out = with_suffix(path, "spec");
+    let out = path.derived("spec");
     let subtitle = match rows.first() {
         Some(r) => format!(
             "{} · {} · {} tokens greedy · {} round(s) · {} thread(s) · tokscope {}, {}",
@@ -109,7 +107,7 @@ pub(crate) fn write_spec(rows: &[SpecRow], path: &Path) -> Result<PathBuf, PlotE
         &subtitle,
         &out,
     )?;
-    Ok(out)
+    Ok(out.path)
 }
 
 /// A chart's subtitle: which models, backend, threads and tests it shows, and the versions.

@@ -58,7 +58,7 @@ pub(crate) struct SpecPlan {
     /// The engine settings of every k but its speculation (threads, context, template).
     pub engine: EngineSettings,
     pub output: OutputFormat,
-    pub plot: Option<PathBuf>,
+    pub plot: Option<crate::fsx::Output>,
     /// `--vs last|ID`: the earlier sweep of the results log to compare with, k by k.
     pub vs: Option<String>,
     /// Measure plain decoding on llama.cpp's default kernels too, each round in a child

@@ -402,7 +402,12 @@ pub(crate) fn plan(args: &BenchArgs, settings: &Settings) -> Result<BenchPlan, F
     let sweep = parse_sweep(args, settings)?;
     let repetitions = repetitions(args, 5)?;
     let bandwidth = match (&args.roofline.bandwidth_gb_s, settings.bandwidth_gb_s) {
-        (Some(v), _) => BandwidthChoice::Configured(parse_positive("--bandwidth-gb-s", v)? * 1e9),
+        (Some(v), _) => {
+            let gb_s = parse_positive("--bandwidth-gb-s", v)?;
+            crate::metrics::roofline::check_bandwidth_gb_s(gb_s)
+                .map_err(|why| bad_value("--bandwidth-gb-s", v, &why))?;
+            BandwidthChoice::Configured(gb_s * 1e9)
+        }
         (None, Some(v)) => BandwidthChoice::Configured(v * 1e9),
         (None, None) => BandwidthChoice::Auto {
             probe: !args.roofline.no_probe,
@@ -434,7 +439,11 @@ pub(crate) fn plan(args: &BenchArgs, settings: &Settings) -> Result<BenchPlan, F
         profile_rate: args.profile.rate(),
         profile_level: args.profile.profile.unwrap_or_default(),
         trace: args.trace.trace.is_some(),
-        plot: plot_flag(args.plot.as_ref())?,
+        plot: plot_flag(
+            args.plot.as_ref(),
+            args.trace.force,
+            &crate::bench::plots::SWEEP_CHARTS,
+        )?,
     })
 }
 
@@ -646,7 +655,11 @@ pub(crate) fn spec_plan(args: &BenchArgs, settings: &Settings) -> Result<SpecPla
         None => settings.engine.spec.ngram_n,
     };
     let batch_invariant = spec_batch_invariant(f, settings)?;
-    let plot = plot_flag(args.plot.as_ref())?;
+    let plot = plot_flag(
+        args.plot.as_ref(),
+        args.trace.force,
+        &crate::bench::plots::SPEC_CHARTS,
+    )?;
     let model = one_model(args, settings, "--spec/--draft")?;
     run::check_models(std::slice::from_ref(&model))?;
     if let Some(d) = &draft {
@@ -743,12 +756,29 @@ fn spec_batch_invariant(f: &SpecBenchFlags, settings: &Settings) -> Result<Optio
     }
 }
 
-/// `--plot FILE`, its extension checked so that a wrong one fails before anything is measured.
-pub(crate) fn plot_flag(plot: Option<&PathBuf>) -> Result<Option<PathBuf>, Failure> {
-    if let Some(p) = plot {
-        crate::plot::plot_file_kind(p).map_err(|e| Failure::usage(format!("--plot: {e}")))?;
+/// `--plot FILE`, its extension checked, and the files it will write (`FILE-suffix.ext` for
+/// each of `charts`, or FILE itself when there are none) checked as every output is (a folder
+/// that exists, no link or FIFO, an existing file only with --force), so that a bad path fails
+/// before anything is measured.
+pub(crate) fn plot_flag(
+    plot: Option<&PathBuf>,
+    force: bool,
+    charts: &[&str],
+) -> Result<Option<crate::fsx::Output>, Failure> {
+    let Some(p) = plot else {
+        return Ok(None);
+    };
+    crate::plot::plot_file_kind(p).map_err(|e| Failure::usage(format!("--plot: {e}")))?;
+    let out = crate::fsx::Output::new(p, force);
+    let files = match charts {
+        [] => vec![out.clone()],
+        _ => charts.iter().map(|c| out.derived(c)).collect(),
+    };
+    for file in files {
+        file.check()
+            .map_err(|e| Failure::usage(format!("--plot: {e}")))?;
     }
-    Ok(plot.cloned())
+    Ok(Some(out))
 }
 
 /// The prompt every k answers and where it came from: `--spec-prompt FILE` (readable, not
@@ -1040,6 +1070,7 @@ fn run_spec(args: &BenchArgs, settings: &Settings) -> Result<(), Failure> {
 
 /// `tokscope bench`.
 pub(crate) fn run(args: &BenchArgs, settings: Settings) -> Result<(), Failure> {
+    args.trace.check_force(&[("--plot", args.plot.is_some())])?;
     if args.trace.trace.is_some() && (args.run_vs_tg.is_some() || args.spec.given()) {
         return Err(Failure::usage(
             "--trace records the sweep's timed repetitions (pp, tg, pg, batch); --spec, --draft \

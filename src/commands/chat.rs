@@ -222,7 +222,8 @@ fn serve(
         notices.into_iter().collect(),
     );
     engine.shutdown();
-    chat_end(result?.1)
+    let (app, end) = result?;
+    chat_end(&app, end)
 }
 
 /// `chat --url`'s exporters (`--prometheus`, `--otlp`, `--otlp-file`), started on a thread of
@@ -283,21 +284,37 @@ fn new_app(
 }
 
 fn need_terminal() -> Result<(), Failure> {
-    if std::io::stdout().is_terminal() {
-        Ok(())
-    } else {
-        Err(Failure::usage(
+    if !std::io::stdout().is_terminal() {
+        return Err(Failure::usage(
             "the chat needs a terminal; use `tokscope run -p TEXT` for headless use",
-        ))
+        ));
+    }
+    match crate::tui::unsupported_term(std::env::var_os("TERM").as_deref()) {
+        Some(why) => Err(Failure::usage(why)),
+        None => Ok(()),
     }
 }
 
-fn chat_end(end: crate::tui::ChatEnd) -> Result<(), Failure> {
-    match end {
-        crate::tui::ChatEnd::Quit => Ok(()),
-        crate::tui::ChatEnd::Signal(sig) => Err(Failure::new(
+/// How the chat's end is told: a quit with every turn saved is success; a quit the user
+/// confirmed with turns that could not be saved is exit 1 with why, so that a script or the
+/// shell's status line shows that something was lost; a signal is 128 + its number.
+fn chat_end(app: &crate::app::App, end: crate::tui::ChatEnd) -> Result<(), Failure> {
+    match (end, &app.unsaved) {
+        (crate::tui::ChatEnd::Quit, None) => Ok(()),
+        (crate::tui::ChatEnd::Quit, Some(why)) => Err(Failure::new(
+            crate::commands::FAILURE,
+            format!(
+                "quit with the conversation not saved ({why}): its latest turns are not in \
+                 `tokscope history`"
+            ),
+        )),
+        (crate::tui::ChatEnd::Signal(sig), None) => Err(Failure::new(
             128 + sig,
             format!("stopped by signal {sig}; every finished turn is saved (`tokscope history`)"),
+        )),
+        (crate::tui::ChatEnd::Signal(sig), Some(why)) => Err(Failure::new(
+            128 + sig,
+            format!("stopped by signal {sig}; the conversation could not be saved ({why})"),
         )),
     }
 }

@@ -87,6 +87,9 @@ pub struct CompareArgs {
     /// Draw speed against KL divergence as FILE.png or FILE.svg.
     #[arg(long, value_name = "FILE")]
     pub plot: Option<PathBuf>,
+    /// Replace an existing --plot file (a regular file only; a link is never written through).
+    #[arg(long, requires = "plot")]
+    pub force: bool,
     #[command(flatten)]
     pub runtime: RuntimeSweepFlags,
     #[command(flatten)]
@@ -190,7 +193,7 @@ pub(crate) fn plan(args: &CompareArgs, settings: &Settings) -> Result<ComparePla
         Some(o) if o == "json" => CompareFormat::Json,
         Some(o) => return Err(bad_value("-o/--output", &o, "one of md, md+, csv, json")),
     };
-    let plot = super::bench::plot_flag(args.plot.as_ref())?;
+    let plot = super::bench::plot_flag(args.plot.as_ref(), args.force, &[])?;
     let bench_args = BenchArgs {
         model: args.model.clone(),
         n_prompt: vec![args.n_prompt.clone().unwrap_or_else(|| "512".into())],

@@ -60,12 +60,27 @@ pub struct TraceArgs {
     /// headers, each chunk). With --turns, one process per turn, each at its submission.
     #[arg(long, value_name = "FILE.json")]
     pub trace: Option<std::path::PathBuf>,
-    /// With --trace: replace the file if it exists.
-    #[arg(long, requires = "trace")]
+    /// Replace the output files that exist (--trace; run's --report; bench's --plot charts), if
+    /// they are regular files: a link, FIFO or device is never written to.
+    #[arg(long)]
     pub force: bool,
 }
 
 impl TraceArgs {
+    /// `--force` says which files it may replace: alone it is a usage error naming them.
+    /// `others` are the command's other output flags, given or not.
+    pub(crate) fn check_force(&self, others: &[(&str, bool)]) -> Result<(), Failure> {
+        if !self.force || self.trace.is_some() || others.iter().any(|(_, given)| *given) {
+            return Ok(());
+        }
+        let mut flags = vec!["--trace"];
+        flags.extend(others.iter().map(|(flag, _)| *flag));
+        Err(Failure::usage(format!(
+            "--force replaces an existing output file; give the output: {}",
+            flags.join(" or ")
+        )))
+    }
+
     /// Checked before the model loads: the folder exists, and the file does not (unless
     /// --force) or is a regular file.
     pub(crate) fn check(&self) -> Result<(), Failure> {
@@ -100,14 +115,17 @@ impl TraceArgs {
         }
     }
 
-    /// Writes the trace of `events` (every turn's), atomically.
+    /// Writes the trace of `events` (every turn's), whole or not at all.
     pub(crate) fn write(&self, events: Vec<serde_json::Value>) -> Result<(), Failure> {
         let Some(path) = &self.trace else {
             return Ok(());
         };
         let doc = crate::metrics::trace::document(events);
         let bytes = serde_json::to_vec(&doc).map_err(|e| Failure::new(FAILURE, e.to_string()))?;
-        crate::fsx::write_private(path, &bytes)
+        // fsx::Output's rule, as at `check`: a file that appeared meanwhile is replaced only
+        // with --force, a link never written through.
+        crate::fsx::Output::new(path, self.force)
+            .write(&bytes)
             .map_err(|e| Failure::new(FAILURE, format!("cannot write the trace: {e}")))
     }
 }

@@ -503,6 +503,8 @@ fn apply_local_flags(
     args.sampling.apply(settings)?;
     args.spec.apply(settings)?;
     args.profile.apply(settings);
+    args.trace
+        .check_force(&[("--report", args.report.is_some())])?;
     args.trace.check()?;
     let config = crate::commands::model::engine_config(settings)?;
     let reference = args.quality.resolve(None, &config.model_path)?;
@@ -850,6 +852,8 @@ fn refuse_local_only(args: &RunArgs) -> Result<(), Failure> {
             "--show-prompt shows the prompt a local model is given; a server builds its own (llama-server shows it at POST /apply-template): run it with -m MODEL.gguf",
         ));
     }
+    args.trace
+        .check_force(&[("--report", args.report.is_some())])?;
     args.trace.check()
 }
 
@@ -871,12 +875,11 @@ fn open_report(args: &RunArgs) -> Result<Option<std::io::BufWriter<std::fs::File
     let Some(path) = &args.report else {
         return Ok(None);
     };
-    let file = std::fs::File::create(path).map_err(|e| {
-        Failure::usage(format!(
-            "cannot write the report to {}: {e}",
-            path.display()
-        ))
-    })?;
+    // Never through a link, never waiting on a FIFO, an existing file only with --force
+    // (fsx::Output's rule).
+    let file = crate::fsx::Output::new(path, args.trace.force)
+        .create_stream()
+        .map_err(|e| Failure::usage(format!("--report: {e}")))?;
     Ok(Some(std::io::BufWriter::new(file)))
 }
 

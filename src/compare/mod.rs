@@ -449,7 +449,7 @@ fn save(id: &str, comparison: &Comparison, logged: &[Row]) {
     }
 }
 
-fn plot(c: &Comparison, setup: &str, path: &Path) -> Result<(), CompareError> {
+fn plot(c: &Comparison, setup: &str, path: &crate::fsx::Output) -> Result<(), CompareError> {
     let points: Vec<crate::plot::QualityPoint> = c
         .rows
         .iter()
@@ -471,7 +471,7 @@ fn plot(c: &Comparison, setup: &str, path: &Path) -> Result<(), CompareError> {
     );
     crate::plot::plot_speed_vs_quality(&points, "speed against quality", &subtitle, path)
         .map_err(|e| CompareError::failed(format!("--plot: {e}")))?;
-    eprintln!("wrote {}", path.display());
+    eprintln!("wrote {}", path.path.display());
     Ok(())
 }
 

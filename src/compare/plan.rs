@@ -44,7 +44,7 @@ pub(crate) struct ComparePlan {
     /// Speed tests and the settings to compare, through bench's validated plan.
     pub bench: BenchPlan,
     pub output: CompareFormat,
-    pub plot: Option<PathBuf>,
+    pub plot: Option<crate::fsx::Output>,
     pub speed: bool,
     /// `--max-kld`, `--min-same-top`: the quality a user gives up at most.
     pub budget: super::Budget,

@@ -198,7 +198,8 @@ fn persistent_key(key: &FileKey, path: &Path) -> Option<PassedProbe> {
 }
 
 fn read_passed(store: &Path) -> Vec<PassedProbe> {
-    std::fs::read(store)
+    // A regular file only: a FIFO planted in the cache dir is not waited on.
+    crate::fsx::read_regular(store, 16 * 1024 * 1024, "the probe verdicts")
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
         .unwrap_or_default()

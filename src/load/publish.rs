@@ -16,10 +16,12 @@ use crate::metrics::exposition::ClientMetrics;
 
 /// The most of a scrape's request read: a request head is a few hundred bytes.
 const MAX_REQUEST_HEAD: usize = 8 << 10;
-/// A scraper that sends nothing for this long is hung up on.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
-/// Scrapes answered at once; more connections wait for a free one.
-const MAX_SCRAPES: usize = 16;
+/// A scraper that has not sent its whole request in this long is hung up on.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
+/// Connections held at once. One more hangs up on the oldest still open (an idle one: a
+/// scrape is answered in milliseconds), so that idle connections can never keep a real
+/// scrape waiting, and never take more than this many file descriptors.
+const MAX_CONNECTIONS: usize = 64;
 /// How long an OTLP export may take, and how much of a refusal's body is shown.
 const OTLP_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_REFUSAL_EXCERPT: usize = 300;
@@ -205,19 +207,32 @@ pub(crate) async fn serve(addr: SocketAddr, metrics: Shared) -> Result<Expositio
     let addr = listener
         .local_addr()
         .map_err(|e| format!("--prometheus {addr}: {e}"))?;
-    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_SCRAPES));
     let task = tokio::spawn(async move {
+        // One sender per open connection, oldest first; dropping one hangs that one up.
+        let mut open: std::collections::VecDeque<tokio::sync::oneshot::Sender<()>> =
+            std::collections::VecDeque::new();
         loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
+            let stream = match listener.accept().await {
+                Ok((stream, _)) => stream,
+                Err(_) => {
+                    // Out of file descriptors, say: wait rather than spin.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
             };
-            let Ok(permit) = Arc::clone(&slots).acquire_owned().await else {
-                return;
-            };
+            open.retain(|hang_up| !hang_up.is_closed());
+            if open.len() >= MAX_CONNECTIONS {
+                open.pop_front();
+            }
+            let (hang_up, hung_up) = tokio::sync::oneshot::channel::<()>();
+            open.push_back(hang_up);
             let metrics = Arc::clone(&metrics);
+            // Each connection on its own task: the accept loop never waits for one.
             tokio::spawn(async move {
-                let _ = tokio::time::timeout(REQUEST_TIMEOUT, answer(stream, &metrics)).await;
-                drop(permit);
+                tokio::select! {
+                    _ = tokio::time::timeout(REQUEST_TIMEOUT, answer(stream, &metrics)) => {}
+                    _ = hung_up => {}
+                }
             });
         }
     });
@@ -290,17 +305,11 @@ impl OtlpSink {
     /// `--otlp-file PATH`: a new file in a folder that exists (an existing one only with
     /// `force`); created empty now, so a bad path is said before anything is measured.
     pub(crate) fn file(path: &Path, force: bool) -> Result<Self, String> {
-        let shown = crate::text::path(path);
-        if path.is_dir() {
-            return Err(format!("--otlp-file {shown}: is a folder"));
-        }
-        if path.exists() && !force {
-            return Err(format!(
-                "--otlp-file {shown}: the file exists (--force overwrites it)"
-            ));
-        }
-        std::fs::File::create(path)
-            .map_err(|e| format!("--otlp-file {shown}: cannot write it: {e}"))?;
+        // fsx::Output's rule: never through a link, no wait on a FIFO, an existing regular
+        // file only with --force.
+        crate::fsx::Output::new(path, force)
+            .create_stream()
+            .map_err(|e| format!("--otlp-file: {e}"))?;
         Ok(Self::File(path.to_path_buf()))
     }
 
@@ -319,10 +328,10 @@ impl OtlpSink {
         };
         let body = crate::text::json_safe(&body).into_owned();
         match self {
-            Self::File(path) => std::fs::OpenOptions::new()
-                .append(true)
-                .open(path)
-                .and_then(|mut f| writeln!(f, "{body}"))
+            // Appended without following a link planted since the file was created.
+            Self::File(path) => crate::fsx::open_append_private(path, false)
+                .and_then(|f| f.ok_or_else(crate::fsx::not_a_regular_file))
+                .and_then(|(mut f, _)| writeln!(f, "{body}"))
                 .map_err(|e| format!("cannot write {}: {e}", self.label())),
             Self::Http(url) => post(url, body).await,
         }

@@ -165,6 +165,24 @@ impl BandwidthSource {
     }
 }
 
+/// The largest memory bandwidth taken as a machine's, GB/s: far above any (an H200 reads
+/// 4.8 TB/s, a rack of 72 GPUs about 600 TB/s), so that only a broken figure (1e308, a unit
+/// slip) is refused.
+pub const MAX_BANDWIDTH_GB_S: f64 = 1e6;
+
+/// A memory bandwidth in GB/s that can be a machine's: finite, above 0 and at most
+/// [`MAX_BANDWIDTH_GB_S`]. The one check every figure passes: typed (`--bandwidth-gb-s`),
+/// configured (`bandwidth_gb_s`) and cached (the probe cache). The error says what it must be.
+pub fn check_bandwidth_gb_s(gb_s: f64) -> Result<f64, String> {
+    if gb_s.is_finite() && gb_s > 0.0 && gb_s <= MAX_BANDWIDTH_GB_S {
+        Ok(gb_s)
+    } else {
+        Err(format!(
+            "a bandwidth must be a number greater than 0 and at most {MAX_BANDWIDTH_GB_S:.0} GB/s"
+        ))
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Bandwidth {
     pub bytes_per_s: f64,

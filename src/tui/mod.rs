@@ -23,7 +23,7 @@ pub use effects::{comparison_at, Backends, Effects};
 pub use frames::{
     FrameLog, FrameScheduler, FRAME_INTERVAL, SLOWEST_STREAM_FRAME_INTERVAL, STREAM_DRAW_BUDGET,
 };
-pub use terminal::{clipboard_blocked, enter, restore, RestoreGuard};
+pub use terminal::{clipboard_blocked, enter, restore, unsupported_term, RestoreGuard};
 use terminal::{terminal_msg, TerminalInput};
 
 /// How often time-driven parts of the screen (waiting clocks, loading) refresh.

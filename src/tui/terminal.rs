@@ -23,6 +23,30 @@ const WHEEL_LINES: i32 = 3;
 
 static TERMINAL_ACTIVE: AtomicBool = AtomicBool::new(false);
 
+/// Why the full-screen chat cannot run on a terminal whose `TERM` is `term`, if it cannot:
+/// ratatui draws by moving the cursor and the chat needs the alternate screen, which a `dumb`
+/// terminal (Emacs' shell, some CI consoles) or an unnamed one (no or empty `TERM`) cannot
+/// be asked for. Running without them would scroll every frame into the terminal's
+/// history, so the chat refuses and names the headless command instead.
+/// docs/safety.md, "The terminal".
+pub fn unsupported_term(term: Option<&std::ffi::OsStr>) -> Option<String> {
+    if cfg!(not(unix)) {
+        // Windows' console is driven through its API, not by TERM.
+        return None;
+    }
+    let shown = match term.map(|t| t.to_string_lossy()) {
+        None => "TERM is not set".to_string(),
+        Some(t) if t.trim().is_empty() => "TERM is empty".to_string(),
+        Some(t) if t.trim() == "dumb" => "TERM is dumb".to_string(),
+        Some(_) => return None,
+    };
+    Some(format!(
+        "the chat needs a terminal that can move the cursor and has an alternate screen, and \
+         {shown}: use `tokscope run -p TEXT` for headless use, or run the chat in a full \
+         terminal (TERM=xterm-256color, say)"
+    ))
+}
+
 /// Put the terminal into the TUI's mode: raw input, alternate screen, paste and mouse events.
 pub fn enter() -> io::Result<Terminal<CrosstermBackend<Stdout>>> {
     take_terminal()?;
