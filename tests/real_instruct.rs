@@ -25,19 +25,21 @@ fn run_json(args: &[&str]) -> serde_json::Value {
 #[test]
 fn the_model_gets_its_own_templates_prompt_and_its_answer_ends_on_im_end() {
     let _lock = common::model_lock();
-    let v = run_json(&["-n", "96", "-p", "What is the capital of France?"]);
+    let v = run_json(&["-n", "96", "-p", "What is the capital of Germany?"]);
     let prompt = v["prompt"].as_str().unwrap();
     assert_eq!(
         prompt,
         "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n\
-         <|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
+         <|im_start|>user\nWhat is the capital of Germany?<|im_end|>\n<|im_start|>assistant\n"
     );
     // What llama-server --jinja builds for this conversation (tests/remote_server.rs holds the
     // two side by side): 37 tokens, where llama.cpp's built-in ChatML match gave 16.
     assert_eq!(v["metrics"]["prompt_tokens"], 37, "{v}");
     assert_eq!(v["stamp"]["template"], "model", "{v}");
     let text = v["text"].as_str().unwrap();
-    assert!(text.contains("Paris"), "the greedy answer: {text:?}");
+    // Greedy, as llama-server --jinja answers it too (a 135M model at 4 bits: it answers
+    // France's capital with a French ramble that does not end, both here and there).
+    assert_eq!(text, "The capital of Germany is Berlin.", "the greedy answer");
     assert_eq!(v["stop_reason"], "end_of_generation", "ends on <|im_end|>: {v}");
     assert!(
         !text.contains("<|im_end|>") && !text.contains("<|im_start|>"),

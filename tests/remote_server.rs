@@ -385,4 +385,22 @@ fn the_instruct_models_prompt_is_llama_server_jinjas_for_one_and_three_turns() {
             "{name}: tokscope's prompt tokens against llama-server --jinja's usage"
         );
     }
+    // And the model answers the same: greedy, the same short answer token for token.
+    let ask = serde_json::json!([{"role": "user", "content": "What is the capital of Germany?"}]);
+    let (code, answer) = server.post_json(
+        "/v1/chat/completions",
+        &serde_json::json!({"messages": ask, "max_tokens": 24, "temperature": 0}),
+    );
+    assert_eq!(code, 200, "{answer}");
+    let out = tokscope(&dir)
+        .args(["run", "--json", "--temp", "0", "-t", "1", "-n", "24", "-m"])
+        .arg(&model)
+        .args(["-p", "What is the capital of Germany?"])
+        .output()
+        .unwrap();
+    let ours = json_of(&out);
+    assert_eq!(
+        ours["text"], answer["choices"][0]["message"]["content"],
+        "the greedy answers differ"
+    );
 }
