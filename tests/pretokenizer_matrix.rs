@@ -359,7 +359,10 @@ fn every_pre_tokenizer_takes_the_longest_runs_handed_to_it() {
     std::fs::write(&past, "a1".repeat(MAX_CHARS / 2 + 1)).unwrap();
     let (code, signal, stderr) = run(home.path(), &deepseek, &past);
     assert_eq!((code, signal), (Some(1), None), "{stderr}");
-    assert!(stderr.contains(&format!("{} characters", MAX_CHARS + 2)), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{} characters", MAX_CHARS + 2)),
+        "{stderr}"
+    );
     assert!(stderr.contains("in parts"), "{stderr}");
 
     // The `whitespace` pre-tokenizer is refused two spaces in a row (llama.cpp asserts).
@@ -398,7 +401,10 @@ fn every_pre_tokenizer_takes_the_longest_runs_handed_to_it() {
     std::fs::write(&past, "日১".repeat(50_000)).unwrap();
     let (code, signal, stderr) = run(home.path(), &spm, &past);
     assert_eq!((code, signal), (Some(1), None), "{stderr}");
-    assert!(stderr.contains("SentencePiece vocabulary spells 100000"), "{stderr}");
+    assert!(
+        stderr.contains("SentencePiece vocabulary spells 100000"),
+        "{stderr}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -414,7 +420,7 @@ fn every_pre_tokenizer_takes_the_longest_runs_handed_to_it() {
 const CHILD: &str = "TOKSCOPE_TOKENIZE_CHILD";
 
 /// How much smaller the child's stack and its longest texts are than the real ones.
-const SCALE: usize = 256;
+const SCALE: usize = 2048;
 
 /// This binary's name for `tokenize_child`, for a child run of it.
 fn child_test_name() -> String {
@@ -451,8 +457,32 @@ fn generated(chars: usize, seed: u64) -> Vec<(String, String)> {
     let b64: Vec<&str> = b64.iter().map(String::as_str).collect();
     let base64: String = (0..chars).map(|_| g.pick(&b64)).collect::<String>() + "==";
     let scripts = [
-        "a", "Z", "é", "ж", "Ж", "日", "本", "한", "ا", "ש", "क", "०", "৩", "1", "٣", "!", "—",
-        "€", "😀", "👩\u{200D}💻", "\u{301}", "\u{200B}", "_", "'", "s", "ก",
+        "a",
+        "Z",
+        "é",
+        "ж",
+        "Ж",
+        "日",
+        "本",
+        "한",
+        "ا",
+        "ש",
+        "क",
+        "०",
+        "৩",
+        "1",
+        "٣",
+        "!",
+        "—",
+        "€",
+        "😀",
+        "👩\u{200D}💻",
+        "\u{301}",
+        "\u{200B}",
+        "_",
+        "'",
+        "s",
+        "ก",
     ];
     let mixed: String = (0..chars).map(|_| g.pick(&scripts)).collect();
     let bytes: Vec<u8> = (0..chars).map(|_| g.next() as u8).collect();
@@ -467,7 +497,10 @@ fn generated(chars: usize, seed: u64) -> Vec<(String, String)> {
         ("mixed-scripts".into(), mixed),
         ("random-bytes".into(), random),
         // Two messages' worth joined by a line break: one match never spans it.
-        ("a1-newline-a1".into(), format!("{}\n{}", repeat("a1"), repeat("a1"))),
+        (
+            "a1-newline-a1".into(),
+            format!("{}\n{}", repeat("a1"), repeat("a1")),
+        ),
     ]
 }
 
@@ -561,7 +594,12 @@ fn tokenize_children(
         .collect();
     std::fs::write(&job, lines.join("\n")).unwrap();
     let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([&child_test_name(), "--exact", "--nocapture", "--test-threads=1"])
+        .args([
+            &child_test_name(),
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(CHILD, &job)
         .output()
         .unwrap();
@@ -590,10 +628,20 @@ fn measure_stack_bytes_per_char() {
     };
     let gens = ["A-run", "!-run", "a1", "क०", "base64", "mixed-scripts"];
     let survives = |model: &Path, gen: &str, chars: usize| {
-        let (_, text) = generated(chars, 7).into_iter().find(|(n, _)| n == gen).unwrap();
-        let path = home.path().join(format!("m-{}-{gen}-{chars}.txt", model.file_name().unwrap().to_string_lossy()));
+        let (_, text) = generated(chars, 7)
+            .into_iter()
+            .find(|(n, _)| n == gen)
+            .unwrap();
+        let path = home.path().join(format!(
+            "m-{}-{gen}-{chars}.txt",
+            model.file_name().unwrap().to_string_lossy()
+        ));
         std::fs::write(&path, text).unwrap();
-        let (status, _, _) = tokenize_children(home.path(), &[(model.to_path_buf(), stack, path.clone())], true);
+        let (status, _, _) = tokenize_children(
+            home.path(),
+            &[(model.to_path_buf(), stack, path.clone())],
+            true,
+        );
         std::fs::remove_file(&path).unwrap();
         status.success()
     };
@@ -609,7 +657,9 @@ fn measure_stack_bytes_per_char() {
                 hi *= 2;
             }
             if hi > 1 << 20 {
-                lines.push(format!("{name:>16} {gen:>14}: no crash up to {lo} characters"));
+                lines.push(format!(
+                    "{name:>16} {gen:>14}: no crash up to {lo} characters"
+                ));
                 continue;
             }
             while hi - lo > hi / 50 {
@@ -639,7 +689,14 @@ fn measure_stack_bytes_per_char() {
     });
     let worst = all
         .iter()
-        .filter_map(|l| l.split(": ").nth(2)?.split(' ').next()?.parse::<usize>().ok())
+        .filter_map(|l| {
+            l.split(": ")
+                .nth(2)?
+                .split(' ')
+                .next()?
+                .parse::<usize>()
+                .ok()
+        })
         .max();
     eprintln!("stack {stack} bytes; worst: {worst:?} bytes a character");
 }
@@ -688,7 +745,11 @@ fn every_pre_tokenizer_takes_generated_text_to_the_bound_on_a_scaled_stack() {
     let mut slowest = (0.0f64, String::new());
     for (jobs, status, stdout, stderr) in halves {
         if !status.success() {
-            let at = stderr.lines().rev().find(|l| l.starts_with("START")).unwrap_or("");
+            let at = stderr
+                .lines()
+                .rev()
+                .find(|l| l.starts_with("START"))
+                .unwrap_or("");
             failures.push(format!("the child ended ({status}) at {at}"));
         }
         let results: Vec<&str> = stdout.lines().filter(|l| l.starts_with("RESULT")).collect();

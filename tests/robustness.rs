@@ -448,7 +448,10 @@ fn a_draft_whose_count_ended_the_last_session_is_restored_uncounted() {
     std::thread::sleep(Duration::from_secs(1));
     let screen = tmux.screen();
     assert!(!screen.contains(" tokens "), "{screen}");
-    assert!(data.join("draft.counting").exists(), "the marker stays until counted");
+    assert!(
+        data.join("draft.counting").exists(),
+        "the marker stays until counted"
+    );
     // An edit is the user's word: it is counted, and the marker goes.
     tmux.type_text("!");
     tmux.wait_for("the count", Duration::from_secs(10), |s| {

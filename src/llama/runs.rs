@@ -341,7 +341,10 @@ mod tests {
         assert!(check(&slow, &spm).is_ok(), "{}", spm_copies(&slow, &chars));
         let slow = "ж".repeat(40_000);
         let err = check(&slow, &spm).unwrap_err().to_string();
-        assert!(err.contains("40000 characters") && err.contains("'ж'"), "{err}");
+        assert!(
+            err.contains("40000 characters") && err.contains("'ж'"),
+            "{err}"
+        );
         assert!(err.contains("spaces"), "{err}");
         // A BPE vocabulary spells nothing this way.
         assert!(check(&slow, &any()).is_ok());
@@ -375,7 +378,10 @@ mod tests {
         let at_bound = "a".repeat(MAX_CHARS);
         assert!(check(&at_bound, &any()).is_ok());
         let err = check(&(at_bound + "b"), &any()).unwrap_err().to_string();
-        assert!(err.contains(&format!("{} characters", MAX_CHARS + 1)), "{err}");
+        assert!(
+            err.contains(&format!("{} characters", MAX_CHARS + 1)),
+            "{err}"
+        );
         assert!(err.contains("in parts"), "{err}");
         // Characters, not bytes: 8 Mi two-byte characters pass.
         assert!(check(&"é".repeat(MAX_CHARS), &any()).is_ok());

@@ -203,7 +203,10 @@ mod tests {
             Some(Some((count, source)))
         );
         assert_eq!(worker.report(Some((count, source))), None);
-        assert!(!crashed_while_counting(dir.path()), "the marker goes with the count");
+        assert!(
+            !crashed_while_counting(dir.path()),
+            "the marker goes with the count"
+        );
     }
 
     #[test]
