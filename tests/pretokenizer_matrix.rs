@@ -752,7 +752,11 @@ fn every_pre_tokenizer_takes_generated_text_to_the_bound_on_a_scaled_stack() {
                 .unwrap_or("");
             failures.push(format!("the child ended ({status}) at {at}"));
         }
-        let results: Vec<&str> = stdout.lines().filter(|l| l.starts_with("RESULT")).collect();
+        // (The first line may follow libtest's "test … " on the same line.)
+        let results: Vec<&str> = stdout
+            .lines()
+            .filter_map(|l| l.find("RESULT ").map(|at| &l[at..]))
+            .collect();
         if results.len() != jobs {
             failures.push(format!("{} of {jobs} texts tokenized", results.len()));
         }
