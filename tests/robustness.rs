@@ -447,7 +447,7 @@ fn a_draft_whose_count_ended_the_last_session_is_restored_uncounted() {
     // is a count not asked for.
     std::thread::sleep(Duration::from_secs(1));
     let screen = tmux.screen();
-    assert!(!screen.contains(" tokens "), "{screen}");
+    assert!(!screen.contains("message · "), "{screen}");
     assert!(
         data.join("draft.counting").exists(),
         "the marker stays until counted"
@@ -455,7 +455,7 @@ fn a_draft_whose_count_ended_the_last_session_is_restored_uncounted() {
     // An edit is the user's word: it is counted, and the marker goes.
     tmux.type_text("!");
     tmux.wait_for("the count", Duration::from_secs(10), |s| {
-        s.contains("› a draft that crashed!") && s.contains(" tokens ")
+        s.contains("› a draft that crashed!") && s.contains("message · ")
     });
     assert!(!data.join("draft.counting").exists());
     tmux.keys(&["C-q"]);
