@@ -109,8 +109,9 @@ impl TokenCounter {
     }
 
     /// Tokens of `text` as a message inside the prompt: no BOS, special tokens parsed.
-    /// `None` for text llama.cpp's tokenizer is not given (a run past `llama::runs::MAX_RUN`;
-    /// sending it says why).
+    /// `None` for text llama.cpp's tokenizer is not given (`llama::runs::check`: sending it
+    /// says why). With the model's vocabulary, call it on a thread of
+    /// `llama::runs::TOKENIZER_STACK_BYTES` stack (the count worker's).
     #[must_use]
     pub fn count(&self, text: &str) -> Option<usize> {
         if text.is_empty() {
@@ -188,7 +189,7 @@ mod tests {
         assert_eq!(counter.count("Hello world"), Some(2));
         assert_eq!(counter.count("<|eot_id|>"), Some(1));
         assert_eq!(
-            counter.count(&"A".repeat(crate::llama::runs::MAX_RUN + 1)),
+            counter.count(&"A".repeat(crate::llama::runs::MAX_CHARS + 1)),
             None
         );
     }

@@ -362,9 +362,9 @@ fn bad_inputs_give_clear_errors() {
         "the evaluation text is too short",
     );
 
-    // A text llama.cpp's tokenizer would crash on is refused with the run named.
+    // A text longer than llama.cpp's tokenizer is given is refused with its length named.
     let runs = home.path().join("runs.txt");
-    std::fs::write(&runs, "A".repeat(60_000)).unwrap();
+    std::fs::write(&runs, "A".repeat(tokscope::llama::runs::MAX_CHARS + 1)).unwrap();
     fail(
         &[
             "-m",
@@ -378,7 +378,7 @@ fn bad_inputs_give_clear_errors() {
             "1",
         ],
         2,
-        "a run of 60000 characters",
+        &format!("{} characters", tokscope::llama::runs::MAX_CHARS + 1),
     );
 
     // A quantized file is not a source for --quantize (unless asked).

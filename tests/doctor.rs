@@ -63,10 +63,10 @@ fn model_built_from_the_tokenizer_passes() {
         .stdout(predicate::str::contains("3 samples").and(predicate::str::contains("PASS")));
 }
 
-/// Text from a file reaches llama.cpp's tokenizer as typed text does (`llama::runs`): a run past
-/// the bound is named and not checked; a run under it, which overflowed the main thread's
-/// stack with falcon's pre-tokenizer (about 25,000 characters), is tokenized on a thread of its
-/// own stack. The process survives either way.
+/// Text from a file reaches llama.cpp's tokenizer as typed text does (`llama::runs`): a line
+/// past the length bound is named and not checked; a run under it, which overflowed the main
+/// thread's stack with falcon's pre-tokenizer (about 25,000 characters), is tokenized on a
+/// thread of its own stack. The process survives either way.
 #[test]
 fn text_from_a_file_is_bounded_and_never_crashes_the_check() {
     let dir = tempfile::tempdir().unwrap();
@@ -78,7 +78,11 @@ fn text_from_a_file_is_bounded_and_never_crashes_the_check() {
     let text = dir.path().join("runs.txt");
     std::fs::write(
         &text,
-        format!("{}\n{}\n", "!".repeat(40_000), "A".repeat(60_000)),
+        format!(
+            "{}\n{}\n",
+            "!".repeat(40_000),
+            "A".repeat(tokscope::llama::runs::MAX_CHARS + 1)
+        ),
     )
     .unwrap();
     let out = tokscope(dir.path())
@@ -97,7 +101,11 @@ fn text_from_a_file_is_bounded_and_never_crashes_the_check() {
         out.status
     );
     assert!(
-        stdout.contains("not checked") && stdout.contains("a run of 60000 characters"),
+        stdout.contains("not checked")
+            && stdout.contains(&format!(
+                "more than the {}",
+                tokscope::llama::runs::MAX_CHARS
+            )),
         "{stdout}"
     );
     // The whole text and its second line are refused; the first line is checked.

@@ -697,7 +697,7 @@ fn a_crafted_unigram_character_map_is_refused_at_load() {
 /// vocabulary, take the longest runs `llama::runs` hands any tokenizer (50,000 of one class,
 /// 2,000 digits, 2,000 spaces before CJK, a mixed line) without a crash or a hang: each is
 /// tokenized to the end (the prompt's token count is named against a 256-token context) in
-/// about 0.1 s here, load included; a run past the bound is refused before llama.cpp sees it.
+/// about 0.1 s here, load included; a text past `runs::MAX_CHARS` is refused before llama.cpp sees it.
 #[test]
 fn unigram_rwkv_and_plamo2_vocabularies_take_the_longest_runs_handed_to_them() {
     use std::os::unix::process::ExitStatusExt;
@@ -759,11 +759,12 @@ fn unigram_rwkv_and_plamo2_vocabularies_take_the_longest_runs_handed_to_them() {
             );
             assert!(!stderr.contains("panicked"), "{model}, {label}: {stderr}");
         }
-        let out = run(&"a".repeat(bound + 1));
+        let past = tokscope::llama::runs::MAX_CHARS + 1;
+        let out = run(&"a".repeat(past));
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{model}: {stderr}");
         assert!(
-            stderr.contains("a run of 50001 characters") && stderr.contains("break the run up"),
+            stderr.contains(&format!("{past} characters")) && stderr.contains("in parts"),
             "{model}: {stderr}"
         );
     }

@@ -1,12 +1,12 @@
 //! No typed or pasted text ends the process, whatever the model's pre-tokenizer: every
 //! pre-tokenizer the linked llama.cpp ships (read from its `llama-vocab.cpp`), on a BPE model
-//! with Llama 3's vocabulary, is handed runs at the bounds of `llama::runs` (`MAX_RUN`, digits
-//! `MAX_DIGIT_RUN`, whitespace `MAX_SPACE_RUN`) of every class (letters, punctuation, digits,
-//! spaces, CJK, emoji) through the real binary's engine
-//! thread; and a run one longer is refused with the message, never tokenized. The built-in
+//! with Llama 3's vocabulary, is handed long runs (`MAX_RUN`; digits `MAX_DIGIT_RUN`,
+//! whitespace `MAX_SPACE_RUN`, the bounds of `llama::runs`) of every class (letters,
+//! punctuation, digits, spaces, CJK, emoji) through the real binary's engine thread; and a
+//! text past `MAX_CHARS` is refused with the message, never tokenized. The built-in
 //! SentencePiece vocabulary gets shorter runs (its tokenizer is quadratic in byte-fallback
 //! runs). (llama.cpp's regex pre-tokenizers recurse once per character of a match: before the
-//! bound, 6,400 'A' crashed deepseek-llm.) The same text then holds a run of a character of
+//! stack was sized for it, 6,400 'A' crashed deepseek-llm.) The same text then holds a run of a character of
 //! every Unicode general category (and the sequences that combine them: combining marks piled
 //! on one letter, ZWJ emoji, flags, bidi controls, private use, unassigned code points) and is
 //! padded with mixed words to one line of 1 MiB.
@@ -18,7 +18,15 @@ use std::path::{Path, PathBuf};
 
 use crate::common;
 use tokscope::gguf::GgufValue;
-use tokscope::llama::runs::{MAX_DIGIT_RUN, MAX_RUN, MAX_SPACE_RUN, MAX_SPM_RUN};
+use tokscope::llama::runs::{MAX_CHARS, MAX_DIGIT_RUN, MAX_SPACE_RUN};
+
+/// The runs of one class the SentencePiece vocabulary is handed: a run of characters it spells
+/// as bytes takes it time quadratic in the run (`runs::spm_copies`).
+const SPM_RUN: usize = 3_000;
+
+/// The runs of one class the end-to-end matrix hands every pre-tokenizer (the bound the
+/// class-run guard had before issue 57; the stack now takes runs up to `MAX_CHARS`).
+const MAX_RUN: usize = 50_000;
 
 /// The pre-tokenizer names llama.cpp's vocabulary loader knows, from the source the build
 /// used (cargo's registry copy of llama-cpp-sys-2, at the version Cargo.lock pins).
@@ -226,14 +234,10 @@ fn refused_at_load(outcome: &(Option<i32>, Option<i32>, String)) -> bool {
             .contains("tried it in a separate process and kept running")
 }
 
-#[test]
-fn every_pre_tokenizer_takes_the_longest_runs_handed_to_it() {
-    // It keeps both cores busy for a minute: hold the model lock, so that no test that
-    // times llama.cpp (the profiler's physics, run vs llama-bench) shares the CPU with it.
-    let _lock = common::model_lock();
-    let home = tempfile::tempdir().unwrap();
-    let base = home.path().join("bpe.gguf");
-    common::tokscope_cmd(home.path())
+/// A one-layer model with Llama 3's vocabulary (its pre-tokenizer replaced by [`with_pre`]).
+fn llama3_base(home: &Path) -> PathBuf {
+    let base = home.join("bpe.gguf");
+    common::tokscope_cmd(home)
         .args([
             "synth",
             "--preset",
@@ -255,9 +259,16 @@ fn every_pre_tokenizer_takes_the_longest_runs_handed_to_it() {
         .arg(&base)
         .assert()
         .success();
-    let past = home.path().join("past-bound.txt");
-    std::fs::write(&past, format!("hello {}", "!".repeat(MAX_RUN + 1))).unwrap();
+    base
+}
 
+#[test]
+fn every_pre_tokenizer_takes_the_longest_runs_handed_to_it() {
+    // It keeps both cores busy for a minute: hold the model lock, so that no test that
+    // times llama.cpp (the profiler's physics, run vs llama-bench) shares the CPU with it.
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let base = llama3_base(home.path());
     let base_bytes = std::fs::read(&base).unwrap();
     let names = shipped_pre_tokenizers();
     assert!(names.len() >= 40, "too few pre-tokenizers found: {names:?}");
@@ -317,7 +328,26 @@ fn every_pre_tokenizer_takes_the_longest_runs_handed_to_it() {
         failures.join("\n")
     );
 
-    // One past the bound is refused by tokscope, before llama.cpp sees it.
+    // Issue 57's texts, which crashed bloom's and deepseek-llm's pre-tokenizers (exit 139)
+    // under the class-run guard, are tokenized; a text past `MAX_CHARS` is refused by its
+    // length, before llama.cpp sees it.
+    let mut g = Gen(57);
+    let b64: Vec<&str> = ["Q", "z", "0", "9", "+", "/", "x", "K"].to_vec();
+    let base64: String = (0..300_000).map(|_| g.pick(&b64)).collect();
+    for pre in ["bloom", "deepseek-llm"] {
+        let model = home.path().join(format!("issue57-{pre}.gguf"));
+        std::fs::write(&model, with_pre(&base_bytes, pre)).unwrap();
+        for (what, text) in [
+            ("a1", "a1".repeat(150_000)),
+            ("base64", base64.clone()),
+            ("deva", "क०".repeat(150_000)),
+        ] {
+            let path = home.path().join(format!("issue57-{what}.txt"));
+            std::fs::write(&path, text).unwrap();
+            let outcome = run(home.path(), &model, &path);
+            assert!(survived(&outcome), "{pre} {what}: {outcome:?}");
+        }
+    }
     let deepseek = home.path().join("deepseek.gguf");
     std::fs::write(&deepseek, with_pre(&base_bytes, "deepseek-llm")).unwrap();
     let header = tokscope::gguf::read_metadata(&deepseek).unwrap();
@@ -325,10 +355,15 @@ fn every_pre_tokenizer_takes_the_longest_runs_handed_to_it() {
         header.get("tokenizer.ggml.pre"),
         Some(&GgufValue::String("deepseek-llm".into()))
     );
+    let past = home.path().join("past-bound.txt");
+    std::fs::write(&past, "a1".repeat(MAX_CHARS / 2 + 1)).unwrap();
     let (code, signal, stderr) = run(home.path(), &deepseek, &past);
     assert_eq!((code, signal), (Some(1), None), "{stderr}");
-    assert!(stderr.contains("a run of 50001 characters"), "{stderr}");
-    assert!(stderr.contains("break the run up"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{} characters", MAX_CHARS + 2)),
+        "{stderr}"
+    );
+    assert!(stderr.contains("in parts"), "{stderr}");
 
     // The `whitespace` pre-tokenizer is refused two spaces in a row (llama.cpp asserts).
     let ws = home.path().join("ws.gguf");
@@ -342,19 +377,19 @@ fn every_pre_tokenizer_takes_the_longest_runs_handed_to_it() {
         "{stderr}"
     );
 
-    // The built-in SentencePiece vocabulary takes runs of every class at its own bound:
-    // llama.cpp's SPM tokenizer takes time quadratic in a run of byte-fallback characters
-    // (`llama::runs::MAX_SPM_RUN`), and one past the bound is refused.
+    // The built-in SentencePiece vocabulary takes runs of every class: llama.cpp's SPM
+    // tokenizer takes time quadratic in a run of characters it spells as bytes
+    // (`llama::runs::spm_copies`), and a text that would take it seconds is refused.
     let spm = common::synth_cli(home.path(), "tiny", 1);
     let at_bound = home.path().join("spm-runs.txt");
     let spm_text: String = [
-        ("A", MAX_SPM_RUN),
-        ("!", MAX_SPM_RUN),
+        ("A", SPM_RUN),
+        ("!", SPM_RUN),
         ("1", MAX_DIGIT_RUN),
         (" ", MAX_SPACE_RUN),
-        ("日", MAX_SPM_RUN),
-        ("😀", MAX_SPM_RUN),
-        ("é", MAX_SPM_RUN),
+        ("日", SPM_RUN),
+        ("😀", SPM_RUN),
+        ("é", SPM_RUN),
     ]
     .iter()
     .map(|(c, n)| c.repeat(*n))
@@ -363,8 +398,436 @@ fn every_pre_tokenizer_takes_the_longest_runs_handed_to_it() {
     let outcome = run(home.path(), &spm, &at_bound);
     assert!(survived(&outcome), "SentencePiece: {:?}", outcome);
     let past = home.path().join("spm-past.txt");
-    std::fs::write(&past, "日".repeat(MAX_SPM_RUN + 1)).unwrap();
+    std::fs::write(&past, "日১".repeat(50_000)).unwrap();
     let (code, signal, stderr) = run(home.path(), &spm, &past);
     assert_eq!((code, signal), (Some(1), None), "{stderr}");
-    assert!(stderr.contains("SentencePiece"), "{stderr}");
+    assert!(
+        stderr.contains("SentencePiece vocabulary spells 100000"),
+        "{stderr}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The tokenizer stack, by design (issue 57): llama.cpp's regex pre-tokenizers recurse once per
+// character of a match, whatever the characters' classes ("a1" × 150,000 crashed bloom's), so
+// every thread that tokenizes outside text has a stack sized for the longest text handed to it
+// (`runs::TOKENIZER_STACK_BYTES` for `runs::MAX_CHARS`). The child below tokenizes on a stack
+// `SCALE` times smaller than that, texts `SCALE` times shorter than the bound: the depth is
+// linear in the match, so what survives at scale survives at full size, in a fraction of the
+// time (the full size, 8 Mi characters per text, takes minutes per pre-tokenizer).
+
+/// Set in a child run of this test binary: the job file it works through.
+const CHILD: &str = "TOKSCOPE_TOKENIZE_CHILD";
+
+/// How much smaller the child's stack and its longest texts are than the real ones.
+const SCALE: usize = 2048;
+
+/// This binary's name for `tokenize_child`, for a child run of it.
+fn child_test_name() -> String {
+    let module = module_path!();
+    let module = module.split_once("::").map_or(module, |(_, rest)| rest);
+    format!("{module}::tokenize_child")
+}
+
+/// A seeded generator (xorshift), so that every run tokenizes the same texts.
+struct Gen(u64);
+
+impl Gen {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn pick<'a>(&mut self, from: &[&'a str]) -> &'a str {
+        from[(self.next() % from.len() as u64) as usize]
+    }
+}
+
+/// The generated texts, `chars` characters each (about): (name, text).
+fn generated(chars: usize, seed: u64) -> Vec<(String, String)> {
+    let mut g = Gen(seed | 1);
+    let repeat = |unit: &str| unit.repeat(chars / unit.chars().count());
+    let b64: Vec<String> = (b'A'..=b'Z')
+        .chain(b'a'..=b'z')
+        .chain(b'0'..=b'9')
+        .chain([b'+', b'/'])
+        .map(|b| (b as char).to_string())
+        .collect();
+    let b64: Vec<&str> = b64.iter().map(String::as_str).collect();
+    let base64: String = (0..chars).map(|_| g.pick(&b64)).collect::<String>() + "==";
+    let scripts = [
+        "a",
+        "Z",
+        "é",
+        "ж",
+        "Ж",
+        "日",
+        "本",
+        "한",
+        "ا",
+        "ש",
+        "क",
+        "०",
+        "৩",
+        "1",
+        "٣",
+        "!",
+        "—",
+        "€",
+        "😀",
+        "👩\u{200D}💻",
+        "\u{301}",
+        "\u{200B}",
+        "_",
+        "'",
+        "s",
+        "ก",
+    ];
+    let mixed: String = (0..chars).map(|_| g.pick(&scripts)).collect();
+    let bytes: Vec<u8> = (0..chars).map(|_| g.next() as u8).collect();
+    let random = String::from_utf8_lossy(&bytes).into_owned();
+    vec![
+        ("A-run".into(), repeat("A")),
+        ("!-run".into(), repeat("!")),
+        ("a1".into(), repeat("a1")),
+        ("क०".into(), repeat("क०")),
+        ("日১".into(), repeat("日১")),
+        ("base64".into(), base64),
+        ("mixed-scripts".into(), mixed),
+        ("random-bytes".into(), random),
+        // Two messages' worth joined by a line break: one match never spans it.
+        (
+            "a1-newline-a1".into(),
+            format!("{}\n{}", repeat("a1"), repeat("a1")),
+        ),
+    ]
+}
+
+/// The child: for each job line `model \t stack \t text-file`, tokenizes the text with the
+/// model's vocabulary as tokscope does (`runs::tokenize_checked`) and unsplit, straight
+/// through llama.cpp on a thread of `stack` bytes, and prints the two token digests (or that
+/// tokscope refused the text). It says which text it starts on stderr first, so that a crash
+/// names it.
+#[test]
+fn tokenize_child() {
+    use llama_cpp_2::model::params::LlamaModelParams;
+    use llama_cpp_2::model::LlamaModel;
+    use std::hash::{Hash, Hasher};
+    use std::io::Write;
+    let Some(job) = std::env::var_os(CHILD) else {
+        return;
+    };
+    let backend = tokscope::llama::backend().unwrap();
+    let mut loaded: Option<(String, LlamaModel)> = None;
+    for line in std::fs::read_to_string(job).unwrap().lines() {
+        let fields: Vec<&str> = line.split('\t').collect();
+        let [model_path, stack, text_path] = fields[..3] else {
+            panic!("bad job line {line:?}")
+        };
+        // `raw`: only the unsplit tokenization (a measurement).
+        let raw = fields.get(3) == Some(&"raw");
+        if loaded.as_ref().is_none_or(|(p, _)| p != model_path) {
+            let params = LlamaModelParams::default().with_vocab_only(true);
+            let model = LlamaModel::load_from_file(backend, model_path, &params).unwrap();
+            loaded = Some((model_path.to_string(), model));
+        }
+        let model = &loaded.as_ref().unwrap().1;
+        let model_name = Path::new(model_path).file_name().unwrap().to_string_lossy();
+        let text = std::fs::read_to_string(text_path).unwrap();
+        eprintln!("START {text_path}");
+        std::io::stderr().flush().unwrap();
+        let digest = |tokens: &[llama_cpp_2::token::LlamaToken]| {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            tokens.iter().map(|t| t.0).collect::<Vec<_>>().hash(&mut h);
+            format!("{}:{:016x}", tokens.len(), h.finish())
+        };
+        let started = std::time::Instant::now();
+        let ours = if raw {
+            Ok(Vec::new())
+        } else {
+            tokscope::llama::runs::tokenize_checked(model, &text, false, false)
+        };
+        let ours_s = started.elapsed().as_secs_f64();
+        let ours = match ours {
+            Ok(tokens) => digest(&tokens),
+            Err(e) => {
+                println!(
+                    "RESULT {model_name} {text_path} refused {ours_s:.3} {}",
+                    e.to_string().replace('\n', " ")
+                );
+                continue;
+            }
+        };
+        let stack: usize = stack.parse().unwrap();
+        let started = std::time::Instant::now();
+        let unsplit = std::thread::scope(|s| {
+            std::thread::Builder::new()
+                .stack_size(stack)
+                .spawn_scoped(s, || model.vocab().tokenize(text.as_bytes(), false, false))
+                .unwrap()
+                .join()
+                .unwrap()
+        });
+        let unsplit_s = started.elapsed().as_secs_f64();
+        println!(
+            "RESULT {model_name} {text_path} {ours} {} {ours_s:.3} {unsplit_s:.3}",
+            digest(&unsplit)
+        );
+    }
+}
+
+/// Runs `jobs` (model, stack, text) in a child of this test binary: (status, stdout, stderr).
+fn tokenize_children(
+    dir: &Path,
+    jobs: &[(PathBuf, usize, PathBuf)],
+    raw: bool,
+) -> (std::process::ExitStatus, String, String) {
+    let name = |p: &Path| p.file_name().unwrap().to_string_lossy().into_owned();
+    let job = dir.join(format!("job-{}-{}.txt", name(&jobs[0].0), name(&jobs[0].2)));
+    let lines: Vec<String> = jobs
+        .iter()
+        .map(|(m, s, t)| {
+            let raw = if raw { "\traw" } else { "" };
+            format!("{}\t{s}\t{}{raw}", m.display(), t.display())
+        })
+        .collect();
+    std::fs::write(&job, lines.join("\n")).unwrap();
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            &child_test_name(),
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD, &job)
+        .output()
+        .unwrap();
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Where llama.cpp's tokenizer crashes on a stack of `stack` bytes, for every pre-tokenizer
+/// (or those in `TOKSCOPE_MEASURE_PRES`, comma-separated) and generated text: the shortest
+/// crashing length found by bisection, and the stack bytes per character that makes. The
+/// measurement behind `runs::STACK_BYTES_PER_CHAR`:
+/// `cargo test --release --locked --test cli_tests measure_stack -- --ignored --nocapture`.
+#[test]
+#[ignore = "a measurement (minutes): run by hand, see docs/safety.md"]
+fn measure_stack_bytes_per_char() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let base_bytes = std::fs::read(llama3_base(home.path())).unwrap();
+    let stack: usize = 4 << 20;
+    let names: Vec<String> = match std::env::var("TOKSCOPE_MEASURE_PRES") {
+        Ok(list) => list.split(',').map(str::to_string).collect(),
+        Err(_) => shipped_pre_tokenizers(),
+    };
+    let gens = ["A-run", "!-run", "a1", "क०", "base64", "mixed-scripts"];
+    let survives = |model: &Path, gen: &str, chars: usize| {
+        let (_, text) = generated(chars, 7)
+            .into_iter()
+            .find(|(n, _)| n == gen)
+            .unwrap();
+        let path = home.path().join(format!(
+            "m-{}-{gen}-{chars}.txt",
+            model.file_name().unwrap().to_string_lossy()
+        ));
+        std::fs::write(&path, text).unwrap();
+        let (status, _, _) = tokenize_children(
+            home.path(),
+            &[(model.to_path_buf(), stack, path.clone())],
+            true,
+        );
+        std::fs::remove_file(&path).unwrap();
+        status.success()
+    };
+    let one = |name: &String| -> Vec<String> {
+        let model = home.path().join(format!("pre-{name}.gguf"));
+        std::fs::write(&model, with_pre(&base_bytes, name)).unwrap();
+        let mut lines = Vec::new();
+        for gen in gens {
+            // The longest surviving and the shortest crashing length.
+            let (mut lo, mut hi) = (0usize, 4_000usize);
+            while hi <= 1 << 20 && survives(&model, gen, hi) {
+                lo = hi;
+                hi *= 2;
+            }
+            if hi > 1 << 20 {
+                lines.push(format!(
+                    "{name:>16} {gen:>14}: no crash up to {lo} characters"
+                ));
+                continue;
+            }
+            while hi - lo > hi / 50 {
+                let mid = (lo + hi) / 2;
+                if survives(&model, gen, mid) {
+                    lo = mid;
+                } else {
+                    hi = mid;
+                }
+            }
+            lines.push(format!(
+                "{name:>16} {gen:>14}: crashes at {hi} characters: {} stack bytes a character",
+                stack / hi
+            ));
+        }
+        eprintln!("{}", lines.join("\n"));
+        lines
+    };
+    let all: Vec<String> = std::thread::scope(|scope| {
+        let even: Vec<&String> = names.iter().step_by(2).collect();
+        let odd: Vec<&String> = names.iter().skip(1).step_by(2).collect();
+        let a = scope.spawn(|| even.into_iter().flat_map(one).collect::<Vec<_>>());
+        let b = scope.spawn(|| odd.into_iter().flat_map(one).collect::<Vec<_>>());
+        let mut all = a.join().unwrap();
+        all.extend(b.join().unwrap());
+        all
+    });
+    let worst = all
+        .iter()
+        .filter_map(|l| {
+            l.split(": ")
+                .nth(2)?
+                .split(' ')
+                .next()?
+                .parse::<usize>()
+                .ok()
+        })
+        .max();
+    eprintln!("stack {stack} bytes; worst: {worst:?} bytes a character");
+}
+
+/// Issue 57: every pre-tokenizer llama.cpp ships (and the SentencePiece vocabulary) takes
+/// every generated text (long runs of one class, alternating classes, mixed scripts, base64,
+/// random bytes read as UTF-8, two lines of "a1") at 1,000 characters and at `MAX_CHARS /
+/// SCALE`, unsplit, on a stack `SCALE` times smaller than the tokenizer threads': no crash,
+/// and tokscope's tokenization (`runs::tokenize_checked`) gives the same tokens.
+#[test]
+fn every_pre_tokenizer_takes_generated_text_to_the_bound_on_a_scaled_stack() {
+    use tokscope::llama::runs::{MAX_CHARS, TOKENIZER_STACK_BYTES};
+    let _lock = common::model_lock();
+    let started = std::time::Instant::now();
+    let home = tempfile::tempdir().unwrap();
+    let base_bytes = std::fs::read(llama3_base(home.path())).unwrap();
+    let mut models = vec![common::synth_cli(home.path(), "tiny", 1)];
+    for name in shipped_pre_tokenizers() {
+        let model = home.path().join(format!("pre-{name}.gguf"));
+        std::fs::write(&model, with_pre(&base_bytes, &name)).unwrap();
+        models.push(model);
+    }
+    let stack = TOKENIZER_STACK_BYTES / SCALE;
+    let mut texts = Vec::new();
+    for (chars, seed) in [(1_000, 1), (MAX_CHARS / SCALE, 2)] {
+        for (name, text) in generated(chars, seed) {
+            let path = home.path().join(format!("text-{name}-{chars}.txt"));
+            std::fs::write(&path, text).unwrap();
+            texts.push(path);
+        }
+    }
+    let half = |models: Vec<&PathBuf>| {
+        let jobs: Vec<(PathBuf, usize, PathBuf)> = models
+            .into_iter()
+            .flat_map(|m| texts.iter().map(|t| (m.clone(), stack, t.clone())))
+            .collect();
+        let (status, stdout, stderr) = tokenize_children(home.path(), &jobs, false);
+        (jobs.len(), status, stdout, stderr)
+    };
+    let halves = std::thread::scope(|scope| {
+        let a = scope.spawn(|| half(models.iter().step_by(2).collect()));
+        let b = scope.spawn(|| half(models.iter().skip(1).step_by(2).collect()));
+        [a.join().unwrap(), b.join().unwrap()]
+    });
+    let mut failures = Vec::new();
+    let mut slowest = (0.0f64, String::new());
+    for (jobs, status, stdout, stderr) in halves {
+        if !status.success() {
+            let at = stderr
+                .lines()
+                .rev()
+                .find(|l| l.starts_with("START"))
+                .unwrap_or("");
+            failures.push(format!("the child ended ({status}) at {at}"));
+        }
+        // (The first line may follow libtest's "test … " on the same line.)
+        let results: Vec<&str> = stdout
+            .lines()
+            .filter_map(|l| l.find("RESULT ").map(|at| &l[at..]))
+            .collect();
+        if results.len() != jobs {
+            failures.push(format!("{} of {jobs} texts tokenized", results.len()));
+        }
+        for line in results {
+            let fields: Vec<&str> = line.split(' ').collect();
+            match fields[..] {
+                // Two whitespace characters in a row (random bytes): llama.cpp would abort.
+                [_, "pre-whitespace.gguf", _, "refused", ..] => {}
+                // Seconds of SentencePiece byte spelling (`runs::spm_copies`).
+                [_, "tiny-1.gguf", _, "refused", ..] if line.contains("spells") => {}
+                [_, model, path, ours, unsplit, ours_s, unsplit_s] => {
+                    let path = format!("{model} {path}");
+                    if ours != unsplit {
+                        failures.push(format!("{path}: tokscope {ours}, unsplit {unsplit}"));
+                    }
+                    let s: f64 = ours_s.parse::<f64>().unwrap() + unsplit_s.parse::<f64>().unwrap();
+                    if s > slowest.0 {
+                        slowest = (s, path);
+                    }
+                }
+                _ => failures.push(format!("unexpected: {line}")),
+            }
+        }
+    }
+    eprintln!(
+        "{} models, {} texts each, stack {} bytes: {:?}, slowest text {:.2} s ({})",
+        models.len(),
+        texts.len(),
+        stack,
+        started.elapsed(),
+        slowest.0,
+        slowest.1
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// llama.cpp's SentencePiece tokenizer on the tiny vocabulary, over texts of characters it
+/// spells as bytes side by side ("日১" alternating) and apart ("日 " alternating), at growing
+/// lengths: the time, the copies `runs::spm_copies` counts, and what `runs::check` says. The
+/// measurement behind `runs::MAX_SPM_COPIES`:
+/// `cargo test --release --locked --test cli_tests measure_spm -- --ignored --nocapture`.
+#[test]
+#[ignore = "a measurement (a minute): run by hand, see docs/safety.md"]
+fn measure_spm_time() {
+    use llama_cpp_2::model::params::LlamaModelParams;
+    use llama_cpp_2::model::LlamaModel;
+    use tokscope::llama::runs::{check, spm_copies, TokenizerKind};
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let path = common::synth_cli(home.path(), "tiny", 1);
+    let backend = tokscope::llama::backend().unwrap();
+    let params = LlamaModelParams::default().with_vocab_only(true);
+    let model = LlamaModel::load_from_file(backend, &path, &params).unwrap();
+    let kind = TokenizerKind::of(&model);
+    let chars = kind.spm.clone().expect("a SentencePiece vocabulary");
+    for unit in ["日১", "日 ", "ab"] {
+        for n in [10_000usize, 20_000, 30_000, 50_000, 100_000] {
+            let text = unit.repeat(n / 2);
+            let copies = spm_copies(&text, &chars);
+            let checked = std::time::Instant::now();
+            let verdict = check(&text, &kind).map_or("refused", |()| "taken");
+            let checked = checked.elapsed();
+            let started = std::time::Instant::now();
+            let tokens = model.vocab().tokenize(text.as_bytes(), false, false).len();
+            let took = started.elapsed().as_secs_f64();
+            eprintln!(
+                "{unit:?} × {}: {n} characters, {tokens} tokens, {took:.3} s, {copies} copies \
+                 ({:.0} M copies/s), check {verdict} in {checked:?}",
+                n / 2,
+                copies as f64 / took / 1e6
+            );
+        }
+    }
 }

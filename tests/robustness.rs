@@ -432,3 +432,41 @@ fn ctrl_c_during_prefill_quits_cleanly() {
         "0"
     );
 }
+
+/// Issue 57: a draft whose live token count ended the last session (its counting marker is
+/// still there) is restored as text, uncounted, with a warning saying why, so the chat does
+/// not crash again before a key is pressed; the user's edit counts it. The marker is planted:
+/// no crash is needed (a count in flight writes it, a count that ends removes it).
+#[test]
+fn a_draft_whose_count_ended_the_last_session_is_restored_uncounted() {
+    let _lock = common::model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::synth_cli(dir.path(), "tiny", 1);
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("draft.txt"), "a draft that crashed").unwrap();
+    std::fs::write(data.join("draft.counting"), "").unwrap();
+    let tmux = Tmux::start("crashmark", 120, 30, &[("TOKSCOPE_DATA_DIR", &data)]);
+    start_chat(&tmux, &model, "");
+    let screen = tmux.wait_for("the draft restored", Duration::from_secs(10), |s| {
+        s.contains("› a draft that crashed")
+    });
+    assert!(screen.contains("not counted"), "{screen}");
+    assert!(screen.contains("ended while counting it"), "{screen}");
+    // The count worker answers within milliseconds when it counts: a second without a count
+    // is a count not asked for.
+    std::thread::sleep(Duration::from_secs(1));
+    let screen = tmux.screen();
+    assert!(!screen.contains("message · "), "{screen}");
+    assert!(
+        data.join("draft.counting").exists(),
+        "the marker stays until counted"
+    );
+    // An edit is the user's word: it is counted, and the marker goes.
+    tmux.type_text("!");
+    tmux.wait_for("the count", Duration::from_secs(10), |s| {
+        s.contains("› a draft that crashed!") && s.contains("message · ")
+    });
+    assert!(!data.join("draft.counting").exists());
+    tmux.keys(&["C-q"]);
+}

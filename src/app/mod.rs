@@ -94,6 +94,8 @@ pub enum NoticeKind {
 /// largest contexts (about a million tokens) hold some 4 MiB of text, so nothing longer could
 /// be sent; and the input stays cheap to edit and to count.
 pub(crate) const INPUT_MAX_BYTES: usize = 8 << 20;
+// The tokenizer threads' stacks are sized for a message of this length (`llama::runs`).
+const _: () = assert!(INPUT_MAX_BYTES <= crate::llama::runs::MAX_CHARS);
 
 /// A one-line message in the status area (command results, errors, warnings).
 #[derive(Debug, Clone, PartialEq)]

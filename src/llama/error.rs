@@ -55,6 +55,14 @@ pub enum EngineError {
         max: usize,
         why: &'static str,
     },
+    #[error("the text has {chars} characters, more than the {max} llama.cpp's tokenizer is given at once\n  shorten it, or send it in parts")]
+    TextTooLong { chars: usize, max: usize },
+    #[error("this model's SentencePiece vocabulary spells {spelled} characters of the text as bytes (such as {example:?}), side by side, and llama.cpp would take about {seconds:.1} s over it (it copies its whole output again for each), with no way to stop it\n  put spaces or other text between such characters, or send less at once")]
+    SpellingTooSlow {
+        spelled: usize,
+        example: char,
+        seconds: f64,
+    },
     #[error("no model is loaded")]
     NoModel,
     #[error("could not start the engine thread: {0}")]

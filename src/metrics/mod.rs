@@ -316,7 +316,10 @@ impl TurnTimeline {
             .map_or(Duration::ZERO, |(first, last)| last.saturating_sub(first));
         Some(ThinkingSummary {
             thinking_tokens: span.tokens,
-            thinking_ms: self.ttft().zip(span.ended_at).map(|(t, e)| ms(e.saturating_sub(t))),
+            thinking_ms: self
+                .ttft()
+                .zip(span.ended_at)
+                .map(|(t, e)| ms(e.saturating_sub(t))),
             time_to_first_answer_ms: span.first_answer_at.map(ms),
             answer_tokens,
             answer_tok_per_s: rate_per_s(answer_tokens.saturating_sub(1), answer_span),

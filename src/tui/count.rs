@@ -3,14 +3,27 @@
 //! text it was sent (older requests queued behind it are skipped), and sends each count back
 //! to the loop, which hands it to `update` as `Msg::InputTokens`. A key is drawn at once
 //! whatever the input's size; the count follows when it is ready.
+//!
+//! While a count is in flight a marker file lies next to the draft ([`COUNTING_MARKER`]): a
+//! count that ends the process (llama.cpp crashing on the text) leaves it, and the next start
+//! restores the draft without counting it until the user changes it ([`CountWorker::hold`]),
+//! instead of crashing again before a key is pressed.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 use crate::app::InputTokens;
 use crate::tokcount::TokenCounter;
+
+/// The marker's name in the data dir, beside the draft (`draft.txt`).
+pub(crate) const COUNTING_MARKER: &str = "draft.counting";
+
+/// Whether the last session ended while counting its input (its marker is there).
+pub(crate) fn crashed_while_counting(data_dir: &Path) -> bool {
+    data_dir.join(COUNTING_MARKER).exists()
+}
 
 enum Request {
     Count(String),
@@ -29,18 +42,22 @@ pub struct CountWorker {
     last_sent: Option<String>,
     /// The count last reported to `update` (`None` before the first report).
     reported: Option<Option<InputTokens>>,
+    /// Text not to count until the input holds other text (a draft whose count crashed).
+    held: Option<String>,
 }
 
 impl CountWorker {
-    /// Starts the worker, counting with `model_path`'s vocabulary (loaded on the worker).
-    pub fn start(model_path: PathBuf) -> Self {
+    /// Starts the worker, counting with `model_path`'s vocabulary (loaded on the worker), with
+    /// its marker in `data_dir` while a count is in flight.
+    pub fn start(model_path: PathBuf, data_dir: &Path) -> Self {
+        let marker = data_dir.join(COUNTING_MARKER);
         let (requests, inbox) = mpsc::channel();
         let (outbox, counts) = unbounded_channel();
         let spawned = std::thread::Builder::new()
             .name("token-count".into())
             // It hands the typed text to llama.cpp's tokenizer (see llama::runs).
             .stack_size(crate::llama::runs::TOKENIZER_STACK_BYTES)
-            .spawn(move || work(model_path, inbox, outbox));
+            .spawn(move || work(model_path, &marker, inbox, outbox));
         if let Err(e) = spawned {
             // Without the worker the count stays unknown; the chat itself is unaffected.
             tracing::warn!(error = %e, "could not start the token counting thread");
@@ -51,7 +68,14 @@ impl CountWorker {
             last_revision: None,
             last_sent: None,
             reported: None,
+            held: None,
         }
+    }
+
+    /// Counts nothing while the input is `text` (an empty input is still counted): until the
+    /// user edits it or sends it.
+    pub(crate) fn hold(&mut self, text: String) {
+        self.held = Some(text);
     }
 
     /// Asks for the count of the input at `revision` if it changed since the last request
@@ -63,6 +87,14 @@ impl CountWorker {
         }
         self.last_revision = Some(revision);
         let input = text();
+        if let Some(held) = &self.held {
+            if *held == input {
+                return;
+            }
+            if !input.is_empty() {
+                self.held = None;
+            }
+        }
         if self.last_sent.as_deref() == Some(input.as_str()) {
             return;
         }
@@ -87,6 +119,7 @@ impl CountWorker {
 
 fn work(
     model_path: PathBuf,
+    marker: &Path,
     inbox: mpsc::Receiver<Request>,
     outbox: UnboundedSender<Option<InputTokens>>,
 ) {
@@ -112,7 +145,15 @@ fn work(
                 Some((done, count)) if done == text => *count,
                 _ => {
                     // The template trims the message, so the count does too.
-                    let count = counter.count(text.trim());
+                    let message = text.trim();
+                    let marked = !message.is_empty()
+                        && std::fs::write(marker, b"")
+                            .inspect_err(|e| tracing::debug!(error = %e, "no counting marker"))
+                            .is_ok();
+                    let count = counter.count(message);
+                    if marked {
+                        let _ = std::fs::remove_file(marker);
+                    }
                     counted = Some((text.to_string(), count));
                     count
                 }
@@ -135,7 +176,7 @@ mod tests {
         let model = dir.path().join("tiny.gguf");
         let spec = crate::synth::SynthSpec::preset("tiny").unwrap();
         crate::synth::write_model(&model, &spec).unwrap();
-        let mut worker = CountWorker::start(model);
+        let mut worker = CountWorker::start(model, dir.path());
         for (revision, text) in [(1, "h"), (2, "he"), (3, "hel"), (4, "hello world")] {
             worker.request(revision, || text.to_string());
         }
@@ -162,5 +203,25 @@ mod tests {
             Some(Some((count, source)))
         );
         assert_eq!(worker.report(Some((count, source))), None);
+        assert!(
+            !crashed_while_counting(dir.path()),
+            "the marker goes with the count"
+        );
+    }
+
+    #[test]
+    fn a_held_draft_is_not_counted_until_the_input_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut worker = CountWorker::start(dir.path().join("none.gguf"), dir.path());
+        worker.hold("crashed".into());
+        // The empty input before the draft is pasted back is counted; the draft is not.
+        worker.request(1, String::new);
+        worker.request(2, || "crashed".into());
+        assert_eq!(worker.last_sent.as_deref(), Some(""));
+        // An edit ends the hold: the edited text, and the draft again after an undo, count.
+        worker.request(3, || "crashed!".into());
+        assert_eq!(worker.last_sent.as_deref(), Some("crashed!"));
+        worker.request(4, || "crashed".into());
+        assert_eq!(worker.last_sent.as_deref(), Some("crashed"));
     }
 }

@@ -219,28 +219,41 @@ pub(crate) fn run_chat(
     let mut driver = Driver::new(terminal, app);
     // One allocator of request ids: the engine handle's.
     driver.app.request_ids = engine.request_ids();
+    let data_dir = crate::paths::data_dir();
     let mut effects = Effects {
-        counter: count::CountWorker::start(engine_config.model_path.clone()),
+        counter: count::CountWorker::start(engine_config.model_path.clone(), &data_dir),
         engine,
         engine_config,
         backends,
         ab_remote: None,
         ab_local: None,
         save_slot,
-        data_dir: crate::paths::data_dir(),
+        data_dir,
         jobs: effects::Jobs::new(),
     };
     let mut draft = DraftKeeper::new(&effects.data_dir);
     let mut in_flight = InFlightKeeper::new(&effects.data_dir);
     let mut first = vec![effects.fresh_conversation_id()];
     if let Some(text) = draft.take_previous() {
+        // Counting it may be what ended the last session: not again before the user's word.
+        let crashed = count::crashed_while_counting(&effects.data_dir);
+        if crashed {
+            effects.counter.hold(text.clone());
+        }
         first.push(Msg::Paste(text));
         // One notice shows at a time, cut at two lines: the restored draft is said first,
         // in the last (the shown) one.
-        let said = "your unsent message from the last session is back in the input";
+        let said = restored_draft_notice(crashed);
         match notices.last_mut() {
             Some(last) => *last = format!("{said}; {last}"),
-            None => first.push(Msg::Notice(crate::app::NoticeKind::Info, said.to_owned())),
+            None => first.push(Msg::Notice(
+                if crashed {
+                    crate::app::NoticeKind::Warning
+                } else {
+                    crate::app::NoticeKind::Info
+                },
+                said.to_owned(),
+            )),
         }
     }
     first.extend(
@@ -460,6 +473,17 @@ impl Drop for KeptFiles {
         if let Some(writer) = self.writer.take() {
             let _ = writer.join();
         }
+    }
+}
+
+/// What the start says of a restored draft; `crashed`: the last session ended while counting
+/// its tokens, so they are not counted until the user edits or sends it.
+fn restored_draft_notice(crashed: bool) -> &'static str {
+    if crashed {
+        "your unsent message from the last session is back in the input, not counted: the \
+         last session ended while counting it; edit or send it to count it"
+    } else {
+        "your unsent message from the last session is back in the input"
     }
 }
 
