@@ -434,7 +434,8 @@ fn a_synthetic_file_is_never_the_quality_reference_of_real_weights() {
     let (c, _) = compare_json(home.path(), &[&["-m", real_s, "-m", f16_s], QUICK].concat());
     assert_eq!(c.reference, "real-q8_0.gguf", "{c:?}");
     assert!(
-        c.reference_why.contains("a synthetic file is no quality reference"),
+        c.reference_why
+            .contains("a synthetic file is no quality reference"),
         "{}",
         c.reference_why
     );
@@ -445,7 +446,9 @@ fn a_synthetic_file_is_never_the_quality_reference_of_real_weights() {
         .assert()
         .code(2)
         .stderr(predicate::str::contains("syn-f16.gguf is synthetic"))
-        .stderr(predicate::str::contains("pass --reference with a real file"));
+        .stderr(predicate::str::contains(
+            "pass --reference with a real file",
+        ));
     // --reference must be one of the files.
     tokscope(home.path())
         .arg("compare")
@@ -458,5 +461,9 @@ fn a_synthetic_file_is_never_the_quality_reference_of_real_weights() {
     let q8_s = q8.to_str().unwrap();
     let (c, _) = compare_json(home.path(), &[&["-m", q8_s, "-m", f16_s], QUICK].concat());
     assert_eq!(c.reference, "syn-f16.gguf");
-    assert!(c.reference_why.starts_with("the most bits per weight"), "{}", c.reference_why);
+    assert!(
+        c.reference_why.starts_with("the most bits per weight"),
+        "{}",
+        c.reference_why
+    );
 }

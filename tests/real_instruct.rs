@@ -39,8 +39,14 @@ fn the_model_gets_its_own_templates_prompt_and_its_answer_ends_on_im_end() {
     let text = v["text"].as_str().unwrap();
     // Greedy, as llama-server --jinja answers it too (a 135M model at 4 bits: it answers
     // France's capital with a French ramble that does not end, both here and there).
-    assert_eq!(text, "The capital of Germany is Berlin.", "the greedy answer");
-    assert_eq!(v["stop_reason"], "end_of_generation", "ends on <|im_end|>: {v}");
+    assert_eq!(
+        text, "The capital of Germany is Berlin.",
+        "the greedy answer"
+    );
+    assert_eq!(
+        v["stop_reason"], "end_of_generation",
+        "ends on <|im_end|>: {v}"
+    );
     assert!(
         !text.contains("<|im_end|>") && !text.contains("<|im_start|>"),
         "no control token in the text: {text:?}"

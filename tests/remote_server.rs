@@ -356,8 +356,10 @@ fn the_instruct_models_prompt_is_llama_server_jinjas_for_one_and_three_turns() {
         {"role": "user", "content": "And of Italy? Answer in one word."}
     ]);
     for (name, messages) in [("one turn", one), ("three turns", three)] {
-        let (code, applied) =
-            server.post_json("/apply-template", &serde_json::json!({"messages": messages}));
+        let (code, applied) = server.post_json(
+            "/apply-template",
+            &serde_json::json!({"messages": messages}),
+        );
         assert_eq!(code, 200, "{applied}");
         let (code, answer) = server.post_json(
             "/v1/chat/completions",

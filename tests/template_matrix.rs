@@ -289,7 +289,9 @@ fn family_gguf(dir: &Path, base: &Path, family: &Family) -> (PathBuf, Vec<(Strin
     let (bos, eos) = (id_of(family.bos).unwrap(), id_of(family.eos).unwrap());
     let path = dir.join(format!(
         "{}.gguf",
-        family.name.replace(|c: char| !c.is_ascii_alphanumeric(), "-")
+        family
+            .name
+            .replace(|c: char| !c.is_ascii_alphanumeric(), "-")
     ));
     let template = family.template.clone();
     let specials = ids.clone();
@@ -444,7 +446,11 @@ fn every_family_renders_as_transformers_renders_it() {
         }
     }
     // Most cases render (a family may refuse a system prompt, never everything).
-    assert!(compared * 10 >= cases.len() * 8, "{compared} of {}", cases.len());
+    assert!(
+        compared * 10 >= cases.len() * 8,
+        "{compared} of {}",
+        cases.len()
+    );
 }
 
 #[test]

@@ -196,7 +196,10 @@ fn tokenizer(args: &TokenizerCheckArgs) -> Result<(), Failure> {
 fn template_messages(args: &TemplateArgs) -> Result<Vec<crate::engine::ChatMessage>, Failure> {
     use crate::engine::{ChatMessage, Role};
     let Some(path) = &args.messages else {
-        let system = args.system.iter().map(|s| ChatMessage::new(Role::System, s));
+        let system = args
+            .system
+            .iter()
+            .map(|s| ChatMessage::new(Role::System, s));
         let user = ChatMessage::new(Role::User, args.prompt.as_deref().unwrap_or("Hello"));
         return Ok(system.chain([user]).collect());
     };

@@ -18,15 +18,17 @@ pub(crate) fn resolve_model(settings: &Settings) -> Result<PathBuf, Failure> {
     }
     let data_dir = crate::paths::data_dir();
     let instruct = crate::demo::find_instruct_model(&data_dir);
-    instruct.or_else(|| crate::demo::find_demo_model(&data_dir)).ok_or_else(|| {
-        Failure::new(
-            MODEL,
-            format!(
-                "no model given and no demo model is installed.\n{}",
-                crate::demo::how_to_get_demo_message(&data_dir)
-            ),
-        )
-    })
+    instruct
+        .or_else(|| crate::demo::find_demo_model(&data_dir))
+        .ok_or_else(|| {
+            Failure::new(
+                MODEL,
+                format!(
+                    "no model given and no demo model is installed.\n{}",
+                    crate::demo::how_to_get_demo_message(&data_dir)
+                ),
+            )
+        })
 }
 
 /// The roofline's bandwidths for a local model, as the chat and `run` take them: config

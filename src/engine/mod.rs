@@ -19,12 +19,12 @@ pub use crate::llama::model_info::{check_model_file, fingerprint, quantization_n
 pub use crate::llama::settings::{EngineSettings, SamplingParams, TemplateChoice};
 pub use detok::{StopMatcher, Utf8Stream};
 pub use handle::{EngineHandle, RequestIds};
-pub use prompt::{common_prefix_len, completion_transcript, COMPLETION_STOPS};
 pub(crate) use prompt::PromptBuilder;
+pub use prompt::{common_prefix_len, completion_transcript, COMPLETION_STOPS};
 pub use protocol::{recv_paced, STREAM_FRAME_INTERVAL};
 pub use protocol::{
     AbReport, ChatMessage, EngineCommand, EngineConfig, EngineEvent, EventReceiver, EventSender,
-    GenerateRequest, LlamaCounters, LoadStage, PromptText, RequestId, Role, StopReason, TgSample, TurnReport,
-    TurnRequest,
+    GenerateRequest, LlamaCounters, LoadStage, PromptText, RequestId, Role, StopReason, TgSample,
+    TurnReport, TurnRequest,
 };
 pub use score::Passes;

@@ -257,8 +257,9 @@ fn jinja(model: &LlamaModel, source: &str) -> Result<PromptStyle, String> {
 fn read_template_file(path: &Path) -> Result<String, EngineError> {
     use std::io::Read;
     let shown = path.display();
-    let file = std::fs::File::open(path)
-        .map_err(|e| EngineError::Template(format!("cannot read the template file {shown}: {e}")))?;
+    let file = std::fs::File::open(path).map_err(|e| {
+        EngineError::Template(format!("cannot read the template file {shown}: {e}"))
+    })?;
     let mut source = String::new();
     file.take(super::template::MAX_TEMPLATE_BYTES as u64 + 1)
         .read_to_string(&mut source)

@@ -1036,9 +1036,10 @@ impl<'m> Session<'m> {
         Ok(TurnReport {
             text,
             // Off the decode path: the answer is whole.
-            prompt: self
-                .prompt
-                .shown(&self.last_prompt, &self.cached[..turn.prompt_tokens.min(self.cached.len())]),
+            prompt: self.prompt.shown(
+                &self.last_prompt,
+                &self.cached[..turn.prompt_tokens.min(self.cached.len())],
+            ),
             thinking_text: timeline.thinking.map(|_| turn.thinking_text),
             stop_reason,
             timeline,
@@ -1114,7 +1115,6 @@ struct Turn<'m> {
     /// The step profiler's record (`None` when it is off).
     profile: Option<crate::metrics::profile::ProfileRecord>,
 }
-
 
 /// The thinking markers (`thinking::MARKERS`) that the vocabulary holds as one control token
 /// each, with their texts.

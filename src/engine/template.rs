@@ -124,7 +124,10 @@ impl ChatTemplate {
         let messages: Vec<Value> = messages
             .iter()
             .map(|m| {
-                let reasoning = m.reasoning.as_deref().map(|r| ("reasoning_content", Value::from(r)));
+                let reasoning = m
+                    .reasoning
+                    .as_deref()
+                    .map(|r| ("reasoning_content", Value::from(r)));
                 Value::from_pairs(
                     [
                         ("role", Value::from(m.role.as_str())),
@@ -403,7 +406,10 @@ mod tests {
     fn chatml_renders_as_python_jinja_does() {
         let t = ChatTemplate::new(CHATML, "<s>", "</s>").unwrap();
         let out = t
-            .render(&msgs(&[(Role::System, "Be brief."), (Role::User, "Hi")]), true)
+            .render(
+                &msgs(&[(Role::System, "Be brief."), (Role::User, "Hi")]),
+                true,
+            )
             .unwrap();
         assert_eq!(
             out,

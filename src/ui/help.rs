@@ -321,10 +321,16 @@ pub(crate) fn prompt_lines(app: &App, w: usize) -> Vec<Line<'static>> {
         let end = start + line.len();
         let mut spans = Vec::new();
         let mut at = start;
-        for r in prompt.special.iter().filter(|r| r.start < end && r.end > start) {
+        for r in prompt
+            .special
+            .iter()
+            .filter(|r| r.start < end && r.end > start)
+        {
             let (a, b) = (r.start.max(start), r.end.min(end));
             if a > at {
-                spans.push(Span::raw(crate::text::terminal_safe(&text[at..a]).into_owned()));
+                spans.push(Span::raw(
+                    crate::text::terminal_safe(&text[at..a]).into_owned(),
+                ));
             }
             spans.push(Span::styled(
                 crate::text::terminal_safe(&text[a..b]).into_owned(),
@@ -333,7 +339,9 @@ pub(crate) fn prompt_lines(app: &App, w: usize) -> Vec<Line<'static>> {
             at = b;
         }
         if end > at {
-            spans.push(Span::raw(crate::text::terminal_safe(&text[at..end]).into_owned()));
+            spans.push(Span::raw(
+                crate::text::terminal_safe(&text[at..end]).into_owned(),
+            ));
         }
         if spans.is_empty() {
             out.push(Line::default());
@@ -358,7 +366,10 @@ pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App) {
     };
     let inner_w = w.saturating_sub(4) as usize;
     let (title, all) = match app.help_shows_prompt {
-        true => (" prompt of the last turn ", prompt_lines(app, inner_w.max(1))),
+        true => (
+            " prompt of the last turn ",
+            prompt_lines(app, inner_w.max(1)),
+        ),
         false => (" help ", lines(inner_w.max(1))),
     };
     let inner_h = h.saturating_sub(2) as usize;
