@@ -55,10 +55,7 @@ fn main() {
         // Each round's prompt differs from the first word on, so nothing is cached.
         let prompt = format!("{round} {}", "lighthouse keeper ".repeat(words / 2));
         let turn = TurnRequest {
-            messages: vec![ChatMessage {
-                role: Role::User,
-                content: prompt,
-            }],
+            messages: vec![ChatMessage::new(Role::User, prompt)],
             sampling: SamplingParams::default(),
             max_tokens: 4,
             capture_first_logits: false,

@@ -63,10 +63,7 @@ fn next_turn(
 }
 
 fn message(role: Role, content: &str) -> ChatMessage {
-    ChatMessage {
-        role,
-        content: content.to_string(),
-    }
+    ChatMessage::new(role, content)
 }
 
 fn median(v: &[f64]) -> f64 {

@@ -11,6 +11,7 @@
 //! `TOKSCOPE_TEMPLATE_SOURCES`); SmolLM2 Instruct's comes from its real GGUF (`fetch-demo`).
 //! transformers comes from PyPI
 //! (`TOKSCOPE_TRANSFORMERS_PYLIB`). A test without its inputs fails and says how to get them.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
 
