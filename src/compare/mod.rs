@@ -711,10 +711,10 @@ fn reference_index(
             .filter(|&i| !any_real || !synthetic(i))
             .collect();
         let first = pool.first().copied().unwrap_or(0);
-        let best =
-            pool.iter()
-                .copied()
-                .fold(first, |best, i| if bpw(i) > bpw(best) { i } else { best });
+        let best = pool
+            .iter()
+            .copied()
+            .fold(first, |best, i| if bpw(i) > bpw(best) { i } else { best });
         let passed_over = (0..load_of.len()).any(|i| synthetic(i) && bpw(i) > bpw(best));
         let why = match passed_over {
             true => format!(
