@@ -528,8 +528,40 @@ async fn scrape(client: &RemoteClient, at: Duration) -> Result<Snapshot, String>
         )
     })?
     .map_err(|e| e.to_string())?;
-    let samples = parse(&text).map_err(|e| format!("the exposition is malformed: {e}"))?;
-    Ok(Snapshot::of(&samples, at))
+    // Parsing a large exposition (130,000 histogram buckets, 8 MB) takes the CPU for a while:
+    // off the runtime's thread, so the load's own streams are read on time meanwhile.
+    tokio::task::spawn_blocking(move || {
+        let samples = parse(&text).map_err(|e| format!("the exposition is malformed: {e}"))?;
+        Ok(Snapshot::of(&samples, at))
+    })
+    .await
+    .map_err(|e| format!("the scrape's parser stopped: {e}"))?
+}
+
+/// What a level keeps of its scrapes while it runs: every scrape's gauges (the report's means,
+/// maxima and time slices), but the histograms and metric names of the latest scrape only (the
+/// report reads them at the baseline and the end). A scrape of a server with 130,000 buckets
+/// then costs about a kilobyte kept, not megabytes: the memory of a long level stays flat.
+#[derive(Debug, Default)]
+struct Record {
+    scrapes: Vec<Snapshot>,
+    failed: usize,
+}
+
+impl Record {
+    /// The most scrapes kept: about 9 hours at 500 ms.
+    const MAX_SCRAPES: usize = 65_536;
+
+    fn push(&mut self, s: Snapshot) {
+        if let Some(previous) = self.scrapes.last_mut() {
+            previous.histograms = BTreeMap::new();
+            previous.matched = Vec::new();
+        }
+        if self.scrapes.len() >= Self::MAX_SCRAPES {
+            self.scrapes.remove(0);
+        }
+        self.scrapes.push(s);
+    }
 }
 
 /// The scraping of one level: the baseline, then a scrape every interval while it runs.
@@ -539,7 +571,8 @@ pub(crate) struct Level {
     started: Instant,
     interval: Duration,
     done: Arc<AtomicBool>,
-    task: tokio::task::JoinHandle<(Vec<Snapshot>, usize)>,
+    record: Arc<std::sync::Mutex<Record>>,
+    task: tokio::task::JoinHandle<()>,
 }
 
 impl Level {
@@ -557,31 +590,32 @@ impl Level {
         }
         let started = Instant::now();
         let done = Arc::new(AtomicBool::new(false));
+        let record = Arc::new(std::sync::Mutex::new(Record::default()));
         let task = {
             let client = Arc::clone(&client);
             let done = Arc::clone(&done);
+            let record = Arc::clone(&record);
             tokio::spawn(async move {
-                let mut out = Vec::new();
-                let mut failed = 0usize;
                 let mut next = started + interval;
                 loop {
                     // Sleep to the next tick in small steps, so the end is seen at once.
                     while Instant::now() < next {
                         if done.load(Ordering::SeqCst) {
-                            return (out, failed);
+                            return;
                         }
                         tokio::time::sleep((next - Instant::now()).min(Duration::from_millis(20)))
                             .await;
                     }
-                    next += interval;
-                    match scrape(&client, started.elapsed()).await {
-                        Ok(s) => out.push(s),
-                        Err(_) => failed += 1,
+                    let result = scrape(&client, started.elapsed()).await;
+                    if let Ok(mut r) = record.lock() {
+                        match result {
+                            Ok(s) => r.push(s),
+                            Err(_) => r.failed += 1,
+                        }
                     }
-                    // A bounded record: about 9 hours at 500 ms.
-                    if out.len() >= 65_536 {
-                        out.remove(0);
-                    }
+                    // A scrape slower than the interval skips the ticks it missed: never two
+                    // back to back.
+                    next = (next + interval).max(Instant::now() + interval / 2);
                 }
             })
         };
@@ -591,20 +625,28 @@ impl Level {
             started,
             interval,
             done,
+            record,
             task,
         })
     }
 
-    /// Stops scraping, takes the last scrape and reports the level.
+    /// Stops scraping (a scrape in flight is dropped, not waited for: the level ends at its
+    /// duration whatever the server does), takes the last scrape and reports the level.
     pub(crate) async fn finish(self) -> Option<ServerMetrics> {
         self.done.store(true, Ordering::SeqCst);
-        let (mut scrapes, mut failed) = self.task.await.unwrap_or_default();
+        self.task.abort();
+        let _ = self.task.await;
+        let mut record = self
+            .record
+            .lock()
+            .map(|mut r| std::mem::take(&mut *r))
+            .unwrap_or_default();
         match scrape(&self.client, self.started.elapsed()).await {
-            Ok(s) => scrapes.push(s),
-            Err(_) => failed += 1,
+            Ok(s) => record.push(s),
+            Err(_) => record.failed += 1,
         }
-        let mut m = report(&self.baseline, &scrapes, self.interval)?;
-        m.failed_scrapes = failed;
+        let mut m = report(&self.baseline, &record.scrapes, self.interval)?;
+        m.failed_scrapes = record.failed;
         Some(m)
     }
 }
@@ -789,6 +831,34 @@ mod tests {
         ] {
             assert!(parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_levels_record_keeps_the_histograms_of_its_latest_scrape_only() {
+        let text = "vllm:num_requests_running 2\n\
+                    vllm:time_to_first_token_seconds_bucket{le=\"0.1\"} 3\n\
+                    vllm:time_to_first_token_seconds_bucket{le=\"+Inf\"} 4\n\
+                    vllm:time_to_first_token_seconds_sum 0.5\n\
+                    vllm:time_to_first_token_seconds_count 4\n";
+        let mut record = Record::default();
+        for i in 0..5u64 {
+            record.push(snap(text, 100 * i));
+        }
+        assert_eq!(record.scrapes.len(), 5);
+        let (last, earlier) = record.scrapes.split_last().unwrap();
+        assert!(!last.histograms.is_empty() && !last.matched.is_empty());
+        for s in earlier {
+            assert!(s.histograms.is_empty() && s.matched.is_empty(), "{s:?}");
+            // The gauges every scrape keeps: the report's means, maxima and slices.
+            assert_eq!(s.scalars.get("running"), Some(&2.0));
+        }
+        // The report reads the same from the slimmed record as from whole scrapes.
+        let whole: Vec<Snapshot> = (0..5u64).map(|i| snap(text, 100 * i)).collect();
+        let base = snap(text, 0);
+        assert_eq!(
+            report(&base, &record.scrapes, Duration::from_millis(100)),
+            report(&base, &whole, Duration::from_millis(100))
+        );
     }
 
     #[test]
