@@ -450,7 +450,7 @@ fn a_chat_template_llama_cpp_cannot_apply_falls_back_or_fails_clearly() {
         .assert()
         .success()
         .stderr(predicate::str::contains(
-            "cannot apply the GGUF's chat template",
+            "the model's chat template cannot be rendered (the template leaves the user's message out of the prompt)",
         ))
         .stderr(predicate::str::contains("completion"));
     tokscope(dir)

@@ -157,10 +157,19 @@ impl ChatTemplate {
         Ok(out)
     }
 
-    /// Renders a one-message conversation: whether the template works at all.
+    /// Renders a one-message conversation: whether the template works at all, and puts the
+    /// user's message in the prompt (a template that leaves it out would measure a prompt
+    /// that is not the conversation).
     pub fn probe(&self) -> Result<(), TemplateError> {
-        self.render(&[ChatMessage::new(Role::User, "hello")], true)
-            .map(|_| ())
+        const PROBE: &str = "tokscope probe: hello";
+        let prompt = self.render(&[ChatMessage::new(Role::User, PROBE)], true)?;
+        if prompt.contains(PROBE) {
+            Ok(())
+        } else {
+            Err(TemplateError(
+                "the template leaves the user's message out of the prompt".into(),
+            ))
+        }
     }
 }
 
