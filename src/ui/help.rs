@@ -308,9 +308,12 @@ pub(crate) fn prompt_lines(app: &App, w: usize) -> Vec<Line<'static>> {
             .template_note
             .as_deref()
             .map_or_else(String::new, |n| format!(" ({n})"));
+        let source = match info.template.as_str() {
+            "model" => "the model's own (its GGUF's chat template, rendered as transformers and llama-server --jinja render it)".to_string(),
+            other => other.to_string(),
+        };
         let head = format!(
-            "Template: {}{why}. Special tokens are marked; the rest is the text as tokenized.",
-            info.template
+            "Template: {source}{why}. Special tokens are marked; the rest is the text as tokenized."
         );
         out.extend(wrap(&[Span::styled(head, theme::DIM)], w, &[], &[]));
         out.push(Line::default());
