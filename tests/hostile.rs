@@ -324,6 +324,153 @@ fn a_model_with_nan_logits_is_refused_and_never_aborts_the_sampler() {
     }
 }
 
+/// A copy of `good` whose embedding row of the token `marker` tokenizes to is NaN, and that
+/// token: the file passes the probe (its text holds no such token) and loads, and every
+/// position from that token on has NaN logits.
+fn nan_token_model(good: &Path, marker: &str) -> (PathBuf, i32) {
+    let backend = tokscope::llama::backend().unwrap();
+    let params = llama_cpp_2::model::params::LlamaModelParams::default().with_vocab_only(true);
+    let model = llama_cpp_2::model::LlamaModel::load_from_file(backend, good, &params).unwrap();
+    let vocab = model.vocab();
+    let ids = vocab.tokenize(marker.as_bytes(), false, false);
+    let token = ids.last().unwrap().0;
+    // The probe's text (src/llama/probe.rs, PROBE_TEXT) must not hold it.
+    let probe = vocab.tokenize("Hello, world! é ü ß 日本語 😀\n".as_bytes(), true, false);
+    assert!(
+        probe.iter().all(|t| t.0 != token),
+        "{marker:?} is in the probe's text"
+    );
+    let n_vocab = vocab.n_tokens() as u64;
+    drop(model);
+    let to = good.with_file_name("nan-token.gguf");
+    std::fs::copy(good, &to).unwrap();
+    let header = tokscope::gguf::read_metadata(&to).unwrap();
+    let t = header
+        .tensors
+        .iter()
+        .find(|t| t.name == "token_embd.weight")
+        .unwrap();
+    assert_eq!(t.ggml_type, tokscope::gguf::GgmlType::F32);
+    let row = t.n_bytes().unwrap() / n_vocab;
+    let nan: Vec<u8> = std::iter::repeat_n(f32::NAN.to_le_bytes(), (row / 4) as usize)
+        .flatten()
+        .collect();
+    use std::io::{Seek, SeekFrom, Write};
+    let mut f = std::fs::OpenOptions::new().write(true).open(&to).unwrap();
+    f.seek(SeekFrom::Start(
+        header.data_offset_bytes + t.offset_bytes + row * token as u64,
+    ))
+    .unwrap();
+    f.write_all(&nan).unwrap();
+    (to, token)
+}
+
+/// Round four: a model whose logits are NaN only after one token passed the probe; with the
+/// sampler inside llama.cpp's graph (`--sampling backend`) no host check saw the row, the
+/// answer went on as token 0 and filled with control bytes, and the same file as `--ref`
+/// scored "KLD 0.0000" (a NaN dropped out of every sum: a perfect match). Every path now
+/// stops with the cause: backend sampling (greedy and a draw), host sampling, the chat's
+/// scoring against a NaN reference, and `compare` against one, either way round.
+#[test]
+fn nan_logits_after_one_token_are_reported_on_every_path() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let good = tiny(home.path());
+    let (bad, _) = nan_token_model(&good, "~");
+    let prompt = "tell me ~ now";
+    for extra in [
+        &["--sampling", "backend", "--temp", "0"][..],
+        &["--sampling", "backend", "--temp", "0.8"],
+        &["--sampling", "backend", "--temp", "0.8", "--top-k", "0"],
+        &["--sampling", "host", "--temp", "0"],
+    ] {
+        let out = tokscope(home.path())
+            .args(["run", "-p", prompt, "-t", "1", "-n", "4", "--ignore-eos"])
+            .args(extra)
+            .arg("-m")
+            .arg(&bad)
+            .output()
+            .unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(out.status.signal(), None, "{extra:?}: {out:?}");
+        assert!(!out.status.success(), "{extra:?}: {out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("no usable distribution at token 0"),
+            "{extra:?}: {stderr}"
+        );
+        assert!(
+            !out.stdout.iter().any(|&b| b < 0x20 && b != b'\n'),
+            "{extra:?}: control bytes reached stdout: {:?}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    // The chat's scoring path (`run --ref`): the NaN reference is named, no figure is shown.
+    let out = tokscope(home.path())
+        .args([
+            "run",
+            "-p",
+            prompt,
+            "-t",
+            "1",
+            "-n",
+            "4",
+            "--temp",
+            "0",
+            "--ignore-eos",
+        ])
+        .arg("-m")
+        .arg(&good)
+        .arg("--ref")
+        .arg(&bad)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("the reference model gave NaN or infinite logits at scored position 0"),
+        "{out:?}"
+    );
+    assert!(!stderr.contains("KLD mean"), "{stderr}");
+    // `compare` over a text holding the token: against the NaN file as the reference, and
+    // with it as a candidate; the file is named, no KLD is printed.
+    let text = home.path().join("eval.txt");
+    std::fs::write(&text, "a few words ~ and more words ".repeat(200)).unwrap();
+    for (reference, which) in [(&bad, "the reference model"), (&good, "the scored model")] {
+        let out = tokscope(home.path())
+            .args([
+                "compare",
+                "-t",
+                "1",
+                "-c",
+                "128",
+                "--chunks",
+                "2",
+                "--no-speed",
+            ])
+            .arg("--text")
+            .arg(&text)
+            .arg("-m")
+            .arg(&good)
+            .arg("-m")
+            .arg(&bad)
+            .arg("--reference")
+            .arg(reference)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("nan-token.gguf")
+                && stderr.contains(&format!("{which} gave NaN or infinite logits")),
+            "{stderr}"
+        );
+        assert!(
+            !String::from_utf8_lossy(&out.stdout).contains("KLD"),
+            "{out:?}"
+        );
+    }
+}
+
 #[test]
 fn bench_skips_bad_files_and_keeps_the_others_results() {
     let _lock = common::model_lock();

@@ -778,7 +778,8 @@ fn open_context<'m>(
     let t0 = Instant::now();
     let ctx = new_context(model, &settings, 1).map_err(|e| CompareError::failed(e.to_string()))?;
     let info = describe(model, &ctx, &c.model, &settings, t0);
-    Ok((Evaluator::new(model, ctx, plan.n_ctx), info))
+    let name = c.model.display().to_string();
+    Ok((Evaluator::new(model, ctx, plan.n_ctx, name), info))
 }
 
 /// The candidates' contexts, beside the reference's: the candidate that is the reference
@@ -843,8 +844,9 @@ fn evaluate_chunks(
     let n_ctx = plan.n_ctx as usize;
     for i in 0..n_chunks {
         let chunk = &tokens[i * n_ctx..(i + 1) * n_ctx];
-        quality::evaluate_chunk(ref_eval, evals, chunk, plan.threads as usize)
-            .map_err(|e| CompareError::failed(e.to_string()))?;
+        let scored_before = i * (n_ctx - 1 - n_ctx / 2);
+        quality::evaluate_chunk(ref_eval, evals, chunk, plan.threads as usize, scored_before)
+            .map_err(CompareError::failed)?;
         let line = format!(
             "quality: chunk {}/{n_chunks}, {} models, {:.0} s",
             i + 1,

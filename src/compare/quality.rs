@@ -35,16 +35,24 @@ pub(crate) struct Evaluator<'m> {
     batch: LlamaBatch<'static>,
     bos: Option<LlamaToken>,
     pub accumulator: Accumulator,
+    /// The file, for messages.
+    name: String,
 }
 
 impl<'m> Evaluator<'m> {
-    pub(crate) fn new(model: &'m LlamaModel, ctx: LlamaContext<'m>, n_ctx: u32) -> Self {
+    pub(crate) fn new(
+        model: &'m LlamaModel,
+        ctx: LlamaContext<'m>,
+        n_ctx: u32,
+        name: String,
+    ) -> Self {
         let vocab = model.vocab();
         Self {
             ctx,
             batch: LlamaBatch::new(n_ctx as usize, 1),
             bos: vocab.should_add_bos().then(|| vocab.bos()),
             accumulator: Accumulator::default(),
+            name,
         }
     }
 
@@ -74,53 +82,73 @@ impl<'m> Evaluator<'m> {
 
 /// Evaluate one chunk in lockstep: the reference first, its log-probabilities kept for the
 /// scored positions, then each candidate scored against them. `threads` workers share the
-/// per-position arithmetic.
+/// per-position arithmetic; `scored_before` positions were scored in earlier chunks. An error
+/// names the file it comes from; a row with no distribution in it (NaN or infinite logits)
+/// ends the evaluation, on either side, rather than dropping out of the sums.
 pub(crate) fn evaluate_chunk(
     reference: &mut Evaluator<'_>,
     candidates: &mut [Evaluator<'_>],
     chunk: &[LlamaToken],
     threads: usize,
-) -> Result<(), EngineError> {
+    scored_before: usize,
+) -> Result<(), String> {
     let first = chunk.len() / 2;
-    reference.decode(chunk, first)?;
+    let named = |name: &str, e: EngineError| format!("{name}: {e}");
+    reference
+        .decode(chunk, first)
+        .map_err(|e| named(&reference.name, e))?;
     let positions: Vec<usize> = (first..chunk.len() - 1).collect();
     let next = |pos: usize| usize::try_from(chunk[pos + 1].0).unwrap_or(0);
     let rows: Vec<RefRow> = positions
         .iter()
-        .map(|&pos| reference_row(reference.logits(pos)))
-        .collect();
+        .map(|&pos| {
+            reference_row(reference.logits(pos)).map_err(|_| {
+                let e = EngineError::non_finite_reference(scored_before + pos - first);
+                named(&reference.name, e)
+            })
+        })
+        .collect::<Result<_, _>>()?;
     for (row, &pos) in rows.iter().zip(&positions) {
         score_reference(&mut reference.accumulator, row, next(pos));
     }
     let workers = threads.max(1).min(positions.len().max(1));
     let per_worker = positions.len().div_ceil(workers);
     for candidate in candidates.iter_mut() {
-        candidate.decode(chunk, first)?;
+        candidate
+            .decode(chunk, first)
+            .map_err(|e| named(&candidate.name, e))?;
         // The context is not Sync; the logits it holds are plain slices that are.
         let logits: Vec<&[f32]> = positions.iter().map(|&pos| candidate.logits(pos)).collect();
         let nexts: Vec<usize> = positions.iter().map(|&pos| next(pos)).collect();
-        let parts: Vec<Accumulator> = std::thread::scope(|scope| {
+        let parts = std::thread::scope(|scope| {
             let handles: Vec<_> = logits
                 .chunks(per_worker.max(1))
                 .zip(rows.chunks(per_worker.max(1)))
                 .zip(nexts.chunks(per_worker.max(1)))
-                .map(|((logit_part, row_part), next_part)| {
+                .enumerate()
+                .map(|(w, ((logit_part, row_part), next_part))| {
                     scope.spawn(move || {
                         let mut acc = Accumulator::default();
-                        for ((l, row), &n) in logit_part.iter().zip(row_part).zip(next_part) {
-                            score_candidate(&mut acc, l, row, n);
+                        let parts = logit_part.iter().zip(row_part).zip(next_part);
+                        for (k, ((l, row), &n)) in parts.enumerate() {
+                            score_candidate(&mut acc, l, row, n).map_err(|_| {
+                                let at = scored_before + w * per_worker.max(1) + k;
+                                EngineError::non_finite_candidate(at)
+                            })?;
                         }
-                        acc
+                        Ok(acc)
                     })
                 })
                 .collect();
             handles
                 .into_iter()
-                .map(|h| h.join().unwrap_or_default())
-                .collect()
+                .map(|h| h.join().unwrap_or_else(|_| Ok(Accumulator::default())))
+                .collect::<Vec<Result<Accumulator, EngineError>>>()
         });
         for part in parts {
-            candidate.accumulator.merge(part);
+            candidate
+                .accumulator
+                .merge(part.map_err(|e| named(&candidate.name, e))?);
         }
     }
     Ok(())

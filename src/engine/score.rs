@@ -329,12 +329,13 @@ impl<'m, 'r> ScoreCache<'m, 'r> {
             // The rows' maths is asked between rows too (a row of a 262k vocabulary is about a
             // millisecond): what was read stays in the contexts, what was computed is dropped.
             let mut rows = Vec::with_capacity(chunk.len());
-            for logits in self.truth.pass(&mut batch, chunk)? {
+            for (j, logits) in self.truth.pass(&mut batch, chunk)?.into_iter().enumerate() {
                 if cancelled() {
                     return Err(EngineError::Cancelled);
                 }
                 let logits = planted(&logits);
-                let row = reference_row(&logits);
+                let row = reference_row(&logits)
+                    .map_err(|_| EngineError::non_finite_reference(at - first + j))?;
                 let top = if tops {
                     top_k(&logits, TOP_K)
                         .into_iter()
@@ -350,13 +351,18 @@ impl<'m, 'r> ScoreCache<'m, 'r> {
                 if cancelled() {
                     return Err(EngineError::Cancelled);
                 }
-                let next = next_of(answer, at - first + j, logits.len())?;
+                let position = at - first + j;
+                let next = next_of(answer, position, logits.len())?;
+                let bad = |_| EngineError::non_finite_candidate(position);
                 if tops {
-                    let (score, top_cand) = score_token_with_top(logits, &row, next, TOP_K);
+                    let (score, top_cand) =
+                        score_token_with_top(logits, &row, next, TOP_K).map_err(bad)?;
                     scored.scores.push(score);
                     scored.tops.push((top_ref, top_cand));
                 } else {
-                    scored.scores.push(score_token(logits, &row, next, true));
+                    scored
+                        .scores
+                        .push(score_token(logits, &row, next, true).map_err(bad)?);
                 }
             }
             at += chunk.len();
@@ -502,14 +508,13 @@ pub(super) fn score_answer(
     }
     let mut scores = Vec::with_capacity(answer.len());
     for (j, i) in positions.enumerate() {
-        let row = reference_row(&planted(ref_ctx.get_logits_ith(i as i32)));
+        let row = reference_row(&planted(ref_ctx.get_logits_ith(i as i32)))
+            .map_err(|_| EngineError::non_finite_reference(j))?;
         let logits = model_ctx.get_logits_ith(i as i32);
-        scores.push(score_token(
-            logits,
-            &row,
-            next_of(answer, j, logits.len())?,
-            true,
-        ));
+        scores.push(
+            score_token(logits, &row, next_of(answer, j, logits.len())?, true)
+                .map_err(|_| EngineError::non_finite_candidate(j))?,
+        );
     }
     Ok(scores)
 }

@@ -691,6 +691,15 @@ impl<'m> Session<'m> {
                         "llama.cpp sampled no token on the backend (output {index}); use --sampling host"
                     ))
                 })?;
+                    crate::llama::sampler::backend_output_finite(
+                        self.ctx.sampled_probs_ith(index),
+                        self.ctx.sampled_logits_ith(index),
+                        token,
+                        usize::try_from(turn.vocab.n_tokens()).unwrap_or(0),
+                    )
+                    .map_err(|_| EngineError::NonFiniteLogits {
+                        at_token: turn.timeline.token_ready_at.len(),
+                    })?;
                     host.sampling += mark.elapsed();
                     (token, false)
                 }

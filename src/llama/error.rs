@@ -48,6 +48,14 @@ pub enum EngineError {
     Decode(String),
     #[error("the model gave no usable distribution at token {at_token} (its logits are NaN or infinite): the answer was stopped there\n  the weights are broken (a damaged or badly converted file) or the KV cache type overflows; try another file, or --cache-type-k f16")]
     NonFiniteLogits { at_token: usize },
+    /// A row of logits a quality figure would be computed from holds no distribution (NaN or
+    /// infinite values): no figure is made from it (a NaN would read as a perfect match).
+    #[error("{which} gave NaN or infinite logits at scored position {position}: no quality figure can be computed from them\n  {hint}")]
+    NonFiniteScores {
+        which: &'static str,
+        position: usize,
+        hint: &'static str,
+    },
     #[error("the text has a run of {chars} characters of one kind (starting {starting:?}), longer than the {max} llama.cpp's tokenizer is given: {why}\n  break the run up, or shorten it")]
     RunTooLong {
         chars: usize,
@@ -99,6 +107,24 @@ pub enum EngineError {
 }
 
 impl EngineError {
+    /// The reference model's row at scored `position` had no distribution in it.
+    pub fn non_finite_reference(position: usize) -> Self {
+        EngineError::NonFiniteScores {
+            which: "the reference model",
+            position,
+            hint: "its weights are broken (a damaged or badly converted file); choose another reference: another file of the same model (--ref FILE; compare --reference FILE)",
+        }
+    }
+
+    /// The scored model's row at scored `position` had no distribution in it.
+    pub fn non_finite_candidate(position: usize) -> Self {
+        EngineError::NonFiniteScores {
+            which: "the scored model",
+            position,
+            hint: "its weights are broken (a damaged or badly converted file) or its KV cache type overflows; try another file, or --cache-type-k f16",
+        }
+    }
+
     /// True for problems with the model file itself (exit code 3 in the CLI).
     pub fn is_model_problem(&self) -> bool {
         matches!(

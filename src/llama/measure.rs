@@ -216,9 +216,21 @@ impl<'m> Bencher<'m> {
                         at_token: step as usize + 1,
                     }
                 })?,
-                Pick::Backend if !last => self.ctx.sampled_token_ith(0).ok_or_else(|| {
-                    EngineError::Decode("llama.cpp sampled no token on the backend".into())
-                })?,
+                Pick::Backend if !last => {
+                    let t = self.ctx.sampled_token_ith(0).ok_or_else(|| {
+                        EngineError::Decode("llama.cpp sampled no token on the backend".into())
+                    })?;
+                    super::sampler::backend_output_finite(
+                        self.ctx.sampled_probs_ith(0),
+                        self.ctx.sampled_logits_ith(0),
+                        t,
+                        usize::try_from(self.n_vocab).unwrap_or(0),
+                    )
+                    .map_err(|_| EngineError::NonFiniteLogits {
+                        at_token: step as usize + 1,
+                    })?;
+                    t
+                }
                 _ => self.random_token(),
             };
         }

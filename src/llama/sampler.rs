@@ -171,6 +171,36 @@ impl HostPath {
 #[error("no finite logit to sample from (NaN or infinite logits)")]
 pub struct NonFinite;
 
+/// Whether what a backend chain (llama.cpp's sampling inside the graph) left at one output
+/// holds a distribution, checked on the values that leave the graph anyway, so that it costs
+/// about what the host path's own check does: a draw's probabilities (its softmax is NaN
+/// throughout when one kept logit is NaN or infinite), else the sampled token's own logit in a
+/// greedy chain's row (ggml's argmax gives element 0 of a row that is NaN throughout, and an
+/// infinite maximum is the token itself); a shorter row of candidates is checked whole.
+/// `n_vocab` tells a whole row from candidates. Without host sampling's check a broken row
+/// went on as token 0 and the answer filled with control bytes (issue #57, item 10).
+pub fn backend_output_finite(
+    probs: Option<&[f32]>,
+    logits: Option<&[f32]>,
+    token: LlamaToken,
+    n_vocab: usize,
+) -> Result<(), NonFinite> {
+    let finite = match (probs, logits) {
+        (Some(p), _) => p.iter().all(|v| v.is_finite()),
+        (None, Some(l)) if l.len() == n_vocab => usize::try_from(token.0)
+            .ok()
+            .and_then(|t| l.get(t))
+            .is_some_and(|v| v.is_finite()),
+        (None, Some(l)) => l.iter().all(|v| v.is_finite()),
+        (None, None) => true,
+    };
+    if finite {
+        Ok(())
+    } else {
+        Err(NonFinite)
+    }
+}
+
 /// A sampler for one generation: its chain state (the seeded RNG) and its reused buffers.
 pub struct HostSampler {
     path: HostPath,
@@ -548,6 +578,51 @@ mod tests {
         top_k_into(&v, 3, &mut out, &mut scratch);
         let got: Vec<i32> = out.iter().map(|d| d.id().0).collect();
         assert_eq!(got, vec![77_777, 0, 1]);
+    }
+
+    /// A backend chain's output with a NaN or infinite value is refused; the values a finite
+    /// row gives pass, whichever the chain left (a draw's probabilities, a greedy row, a top-k's
+    /// candidates).
+    #[test]
+    fn a_backend_output_without_a_distribution_is_refused() {
+        let t = LlamaToken(2);
+        let row = [0.5f32, -1.0, 3.0, f32::NAN];
+        // Greedy over a whole row: the chosen token's logit decides (NaN never wins in ggml's
+        // argmax unless the row is NaN throughout, and then element 0 is chosen).
+        assert_eq!(backend_output_finite(None, Some(&row), t, 4), Ok(()));
+        let nan_row = [f32::NAN; 4];
+        assert_eq!(
+            backend_output_finite(None, Some(&nan_row), LlamaToken(0), 4),
+            Err(NonFinite)
+        );
+        let inf_row = [0.0, 1.0, f32::INFINITY, 0.0];
+        assert_eq!(
+            backend_output_finite(None, Some(&inf_row), t, 4),
+            Err(NonFinite)
+        );
+        // A token outside the row is no distribution either.
+        assert_eq!(
+            backend_output_finite(None, Some(&row), LlamaToken(9), 4),
+            Err(NonFinite)
+        );
+        // A draw's probabilities: NaN anywhere refuses, finite ones pass.
+        let probs = [0.7f32, 0.2, 0.1];
+        assert_eq!(
+            backend_output_finite(Some(&probs), Some(&row), t, 4),
+            Ok(())
+        );
+        let nan_probs = [f32::NAN; 3];
+        assert_eq!(
+            backend_output_finite(Some(&nan_probs), None, t, 4),
+            Err(NonFinite)
+        );
+        // A top-k's candidates (shorter than the vocabulary) are checked whole.
+        let kept = [1.0f32, f32::NAN];
+        assert_eq!(
+            backend_output_finite(None, Some(&kept), t, 4),
+            Err(NonFinite)
+        );
+        assert_eq!(backend_output_finite(None, None, t, 4), Ok(()));
     }
 
     #[test]

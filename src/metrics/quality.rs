@@ -102,8 +102,16 @@ impl Accumulator {
     }
 }
 
-/// Index and value of the largest logit, and log Σ exp(logit − max).
-fn max_and_log_sum_exp(logits: &[f32]) -> (usize, f32, f64) {
+/// A logits row that holds no distribution: a NaN anywhere, a +∞, or nothing above −∞. No
+/// figure is computed from it (a NaN would otherwise drop out of every sum and read as a
+/// perfect match: KLD 0); the caller names the model and the position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("NaN or infinite logits")]
+pub struct NonFiniteRow;
+
+/// Index and value of the largest logit, and log Σ exp(logit − max), or [`NonFiniteRow`]: a
+/// NaN makes the sum NaN, a +∞ the maximum, and a row of −∞ has no finite maximum.
+fn max_and_log_sum_exp(logits: &[f32]) -> Result<(usize, f32, f64), NonFiniteRow> {
     let (mut imax, mut max) = (0usize, f32::NEG_INFINITY);
     for (i, &v) in logits.iter().enumerate() {
         if v > max {
@@ -112,7 +120,12 @@ fn max_and_log_sum_exp(logits: &[f32]) -> (usize, f32, f64) {
         }
     }
     let sum: f64 = logits.iter().map(|&v| f64::from((v - max).exp())).sum();
-    (imax, max, sum.ln())
+    let lse = sum.ln();
+    if max.is_finite() && lse.is_finite() {
+        Ok((imax, max, lse))
+    } else {
+        Err(NonFiniteRow)
+    }
 }
 
 /// The reference's log-probabilities at one scored position, its top token and the
@@ -129,16 +142,17 @@ impl RefRow {
     }
 }
 
-pub fn reference_row(logits: &[f32]) -> RefRow {
-    let (top, max, lse) = max_and_log_sum_exp(logits);
+/// The reference's row at one position, or [`NonFiniteRow`].
+pub fn reference_row(logits: &[f32]) -> Result<RefRow, NonFiniteRow> {
+    let (top, max, lse) = max_and_log_sum_exp(logits)?;
     let shift = f64::from(max) + lse;
-    RefRow {
+    Ok(RefRow {
         log_probs: logits
             .iter()
             .map(|&v| (f64::from(v) - shift) as f32)
             .collect(),
         top,
-    }
+    })
 }
 
 /// One position of a candidate against the reference (docs/metrics.md, "Quality"): the
@@ -165,10 +179,18 @@ pub struct TokenScore {
 }
 
 /// Scores one position: the candidate's `logits` against the reference's row, `next` the
-/// token that came next; `entropies` adds both distributions' entropies.
-pub fn score_token(logits: &[f32], reference: &RefRow, next: usize, entropies: bool) -> TokenScore {
-    let candidate = max_and_log_sum_exp(logits);
-    score_token_shifted(logits, reference, next, entropies, candidate)
+/// token that came next; `entropies` adds both distributions' entropies. A candidate row with
+/// no distribution in it is [`NonFiniteRow`].
+pub fn score_token(
+    logits: &[f32],
+    reference: &RefRow,
+    next: usize,
+    entropies: bool,
+) -> Result<TokenScore, NonFiniteRow> {
+    let candidate = max_and_log_sum_exp(logits)?;
+    Ok(score_token_shifted(
+        logits, reference, next, entropies, candidate,
+    ))
 }
 
 /// [`score_token`] and the candidate's `k` most likely tokens with their probabilities (the
@@ -179,8 +201,8 @@ pub fn score_token_with_top(
     reference: &RefRow,
     next: usize,
     k: usize,
-) -> (TokenScore, Vec<(usize, f32)>) {
-    let (top, max, lse) = max_and_log_sum_exp(logits);
+) -> Result<(TokenScore, Vec<(usize, f32)>), NonFiniteRow> {
+    let (top, max, lse) = max_and_log_sum_exp(logits)?;
     let shift = f64::from(max) + lse;
     let score = score_token_shifted(logits, reference, next, true, (top, max, lse));
     let tops = top_k(logits, k)
@@ -192,7 +214,7 @@ pub fn score_token_with_top(
             )
         })
         .collect();
-    (score, tops)
+    Ok((score, tops))
 }
 
 /// [`score_token`] with the candidate's maximum and log-sum-exp already found.
@@ -505,9 +527,15 @@ pub fn top_k(logits: &[f32], k: usize) -> Vec<usize> {
     best.into_iter().map(|(i, _)| i).collect()
 }
 
-/// Adds one scored position of a candidate to `acc`.
-pub fn score_candidate(acc: &mut Accumulator, logits: &[f32], reference: &RefRow, next: usize) {
-    acc.add(&score_token(logits, reference, next, false));
+/// Adds one scored position of a candidate to `acc`, or [`NonFiniteRow`] (nothing added).
+pub fn score_candidate(
+    acc: &mut Accumulator,
+    logits: &[f32],
+    reference: &RefRow,
+    next: usize,
+) -> Result<(), NonFiniteRow> {
+    acc.add(&score_token(logits, reference, next, false)?);
+    Ok(())
 }
 
 impl Accumulator {
@@ -756,7 +784,7 @@ mod tests {
     #[test]
     fn an_answer_score_without_top_tokens_loads_and_one_with_them_round_trips() {
         let logits = [1.0f32, 2.0, 0.5, -1.0];
-        let t = score_token(&logits, &row(&logits), 1, true);
+        let t = score_token(&logits, &row(&logits), 1, true).unwrap();
         let mut score = AnswerScore::new("ref.gguf".into(), vec![t], &[1], vec!["b".into()], 3);
         let old = serde_json::to_value(&score).unwrap();
         assert!(old["tokens"][0].get("top_k_ref").is_none(), "{old}");
@@ -788,8 +816,8 @@ mod tests {
             .map(|i| ((i * 7919) % 1013) as f32 / 97.0)
             .collect();
         let reference = row(&logits);
-        let (score, top) = score_token_with_top(&logits, &reference, 17, TOP_K);
-        assert_eq!(score, score_token(&logits, &reference, 17, true));
+        let (score, top) = score_token_with_top(&logits, &reference, 17, TOP_K).unwrap();
+        assert_eq!(score, score_token(&logits, &reference, 17, true).unwrap());
         assert_eq!(top.len(), TOP_K);
         assert_eq!(top[0].0, score.top_cand);
         assert!(top.windows(2).all(|w| w[0].1 >= w[1].1));
@@ -818,7 +846,38 @@ mod tests {
     }
 
     fn row(logits: &[f32]) -> RefRow {
-        reference_row(logits)
+        reference_row(logits).unwrap()
+    }
+
+    /// A NaN dropped out of every sum and read as a perfect match (KLD 0, the same top token):
+    /// a row with a NaN anywhere, a +∞, or only −∞ is refused on either side; a −∞ among
+    /// finite logits is a token with probability 0 and stays a distribution.
+    #[test]
+    fn a_row_without_a_distribution_is_refused_on_either_side() {
+        let good = [0.0f32, -1.0, -2.0];
+        let r = row(&good);
+        let bad: [&[f32]; 4] = [
+            &[0.0, f32::NAN, -2.0],
+            &[f32::NAN; 3],
+            &[0.0, f32::INFINITY, -2.0],
+            &[f32::NEG_INFINITY; 3],
+        ];
+        for b in bad {
+            assert_eq!(reference_row(b).err(), Some(NonFiniteRow), "{b:?}");
+            assert_eq!(
+                score_token(b, &r, 0, false).err(),
+                Some(NonFiniteRow),
+                "{b:?}"
+            );
+            assert!(score_token_with_top(b, &r, 0, 2).is_err(), "{b:?}");
+            let mut acc = Accumulator::default();
+            assert!(score_candidate(&mut acc, b, &r, 0).is_err(), "{b:?}");
+            assert_eq!(acc.stats(true).n_scored, 0);
+        }
+        let zero = [0.0f32, f32::NEG_INFINITY, -2.0];
+        let t = score_token(&zero, &row(&zero), 0, false).unwrap();
+        assert_eq!(t.kld, 0.0);
+        assert!(t.p_cand > 0.8);
     }
 
     #[test]
@@ -838,7 +897,7 @@ mod tests {
     fn identical_distributions_have_zero_kl_and_full_agreement() {
         let logits = [1.0f32, 2.0, 0.5, -1.0];
         let mut acc = Accumulator::default();
-        score_candidate(&mut acc, &logits, &row(&logits), 1);
+        score_candidate(&mut acc, &logits, &row(&logits), 1).unwrap();
         let s = acc.stats(true);
         assert_eq!(s.kld_mean, Some(0.0));
         assert_eq!(s.same_top_pct, Some(100.0));
@@ -851,7 +910,7 @@ mod tests {
         let p = [0.0f32, 0.0];
         let q = [0.9f32.ln(), 0.1f32.ln()];
         let mut acc = Accumulator::default();
-        score_candidate(&mut acc, &q, &row(&p), 0);
+        score_candidate(&mut acc, &q, &row(&p), 0).unwrap();
         let want = 0.5 * (0.5f64 / 0.9).ln() + 0.5 * (0.5f64 / 0.1).ln();
         let got = acc.stats(true).kld_mean.unwrap();
         assert!((got - want).abs() < 1e-6, "{got} vs {want}");
@@ -884,7 +943,7 @@ mod tests {
     fn a_token_score_gives_the_same_sums_and_its_own_figures() {
         let p = [0.0f32, 0.0];
         let q = [0.9f32.ln(), 0.1f32.ln()];
-        let t = score_token(&q, &row(&p), 1, true);
+        let t = score_token(&q, &row(&p), 1, true).unwrap();
         assert_eq!((t.top_ref, t.top_cand, t.same_top), (0, 0, true));
         assert!((t.p_ref - 0.5).abs() < 1e-6 && (t.p_cand - 0.1).abs() < 1e-6);
         assert!((t.entropy_ref.unwrap() - 2f64.ln()).abs() < 1e-6);
@@ -894,7 +953,7 @@ mod tests {
         assert!((p_chosen - 0.1).abs() < 1e-6 && (h - h_q).abs() < 1e-6);
         // The sums compare keeps are the ones the token's figures give.
         let mut a = Accumulator::default();
-        score_candidate(&mut a, &q, &row(&p), 1);
+        score_candidate(&mut a, &q, &row(&p), 1).unwrap();
         let mut b = Accumulator::default();
         b.add(&t);
         assert_eq!(a.stats(true), b.stats(true));
@@ -921,7 +980,7 @@ mod tests {
         let row_logits: Vec<f32> = (0..50_000)
             .map(|i| ((i * 7919) % 1013) as f32 / 97.0)
             .collect();
-        let t = score_token(&row_logits, &row(&row_logits), 17, true);
+        let t = score_token(&row_logits, &row(&row_logits), 17, true).unwrap();
         let (p, h) = confidence(&row_logits, 17);
         assert!((p / t.p_cand - 1.0).abs() < 1e-5 && (h - t.entropy_cand.unwrap()).abs() < 1e-4);
         // The row's top tokens: the most likely first, its probability the chosen one's when it
@@ -966,10 +1025,10 @@ mod tests {
         let other = [-2.0f32, 0.0, -1.0];
         let r = row(&same);
         let scores = [
-            score_token(&same, &r, 0, false),
-            score_token(&same, &r, 0, false),
-            score_token(&other, &r, 1, false),
-            score_token(&[0.0, -1.0, -9.0], &row(&[0.0, -1.0, -9.0]), 2, false),
+            score_token(&same, &r, 0, false).unwrap(),
+            score_token(&same, &r, 0, false).unwrap(),
+            score_token(&other, &r, 1, false).unwrap(),
+            score_token(&[0.0, -1.0, -9.0], &row(&[0.0, -1.0, -9.0]), 2, false).unwrap(),
         ];
         let q = AnswerQuality::of(&scores).unwrap();
         assert_eq!(q.tokens, 4);

@@ -505,6 +505,37 @@ impl<'model> LlamaContext<'model> {
         }
     }
 
+    /// The probabilities the backend chain's last sampler computed at the given index (a
+    /// distribution sampler's softmax over its candidates), or `None` when it computed none.
+    ///
+    /// Added for tokscope (see VENDORED.md): with backend sampling these are the only values
+    /// of the row that leave the graph, so they are where a NaN or infinite row shows.
+    #[must_use]
+    pub fn sampled_probs_ith(&self, i: i32) -> Option<&[f32]> {
+        let ctx = unsafe { self.synchronizable_ptr() };
+        let data = unsafe { llama_cpp_sys_2::llama_get_sampled_probs_ith(ctx, i) };
+        let n = unsafe { llama_cpp_sys_2::llama_get_sampled_probs_count_ith(ctx, i) };
+        if data.is_null() || n == 0 {
+            return None;
+        }
+        Some(unsafe { slice::from_raw_parts(data, n as usize) })
+    }
+
+    /// The logits the backend chain left at the given index (the whole row for a greedy
+    /// chain, the kept candidates' after a top-k), or `None` when there are none.
+    ///
+    /// Added for tokscope (see VENDORED.md).
+    #[must_use]
+    pub fn sampled_logits_ith(&self, i: i32) -> Option<&[f32]> {
+        let ctx = unsafe { self.synchronizable_ptr() };
+        let data = unsafe { llama_cpp_sys_2::llama_get_sampled_logits_ith(ctx, i) };
+        let n = unsafe { llama_cpp_sys_2::llama_get_sampled_logits_count_ith(ctx, i) };
+        if data.is_null() || n == 0 {
+            return None;
+        }
+        Some(unsafe { slice::from_raw_parts(data, n as usize) })
+    }
+
     /// Print a breakdown of per-device memory use to the default logger.
     #[cfg(feature = "common")]
     pub fn print_memory_breakdown(&self) {
