@@ -423,7 +423,7 @@ fn a_port_in_use_and_bad_export_flags_are_refused_before_anything_is_sent() {
 }
 
 #[test]
-fn chat_exporters_are_refused_on_a_port_in_use_a_bad_address_and_a_local_chat() {
+fn chat_exporters_are_refused_on_a_port_in_use_a_bad_address_and_an_existing_file() {
     let taken = TcpListener::bind("127.0.0.1:0").unwrap();
     let taken = taken.local_addr().unwrap().to_string();
     let dir = tempfile::tempdir().unwrap();
@@ -463,8 +463,6 @@ fn chat_exporters_are_refused_on_a_port_in_use_a_bad_address_and_a_local_chat() 
             vec!["--url", "http://127.0.0.1:9/v1", "--otlp-file", existing],
             "--force replaces it",
         ),
-        (vec!["--prometheus", "127.0.0.1:0"], "--prometheus exports"),
-        (vec!["--otlp-file", "x.jsonl"], "--otlp-file exports"),
     ] {
         let out = common::tokscope_cmd(dir.path())
             .env("TOKSCOPE_CACHE_DIR", dir.path().join("cache"))
@@ -479,6 +477,92 @@ fn chat_exporters_are_refused_on_a_port_in_use_a_bad_address_and_a_local_chat() 
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
     assert_eq!(std::fs::read_to_string(existing).unwrap(), "keep me\n");
+}
+
+/// `run --otlp-file` on a local model (issue #59, item 8): its turns under the names a server's
+/// requests are exported under, counted on the engine thread, and sent once when the run ends;
+/// opentelemetry-proto reads back what `--json` reports. An existing file needs --force.
+#[test]
+fn a_local_run_exports_its_turns_as_a_remote_one_does() {
+    let _lock = common::model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::tiny(dir.path());
+    let file = dir.path().join("run-otlp.jsonl");
+    let run = |extra: &[&str]| {
+        common::tokscope_cmd(dir.path())
+            .env("TOKSCOPE_CACHE_DIR", dir.path().join("cache"))
+            .timeout(Duration::from_secs(120))
+            .args([
+                "run",
+                "-t",
+                "1",
+                "-p",
+                "hello there",
+                "-n",
+                "6",
+                "--temp",
+                "0",
+            ])
+            .args(["--ignore-eos", "--turns", "2", "--json", "--otlp-file"])
+            .arg(&file)
+            .arg("-m")
+            .arg(&model)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = run(&[]);
+    assert!(out.status.success(), "{out:?}");
+    let reports: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(reports.len(), 2, "{out:?}");
+    let sum = |key: &str| -> f64 {
+        reports
+            .iter()
+            .map(|r| {
+                r["metrics"][key]
+                    .as_f64()
+                    .unwrap_or_else(|| panic!("{key}: {r}"))
+            })
+            .sum()
+    };
+    let lines: Vec<String> = std::fs::read_to_string(&file)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    assert_eq!(lines.len(), 1, "one export when the run ends: {lines:?}");
+    let request = &decoded(&lines, dir.path())[0];
+    let point = |name: &str| request[name]["points"][0].clone();
+    let first = point("gen_ai.client.operation.time_to_first_chunk");
+    assert_eq!(first["count"], 2, "{request}");
+    assert_eq!(first["attributes"]["tokscope.load.level"], "run");
+    let ttft_s = first["sum"].as_f64().unwrap();
+    assert!(
+        close(ttft_s * 1e3, sum("ttft_ms")),
+        "exported TTFT {ttft_s} s, reported {} ms",
+        sum("ttft_ms")
+    );
+    let e2e_s = point("gen_ai.client.operation.duration")["sum"]
+        .as_f64()
+        .unwrap();
+    assert!(
+        close(e2e_s * 1e3, sum("e2e_ms")),
+        "{e2e_s} vs {}",
+        sum("e2e_ms")
+    );
+    // Every gap between two tokens: 5 per turn.
+    assert_eq!(
+        point("gen_ai.client.operation.time_per_output_chunk")["count"],
+        10
+    );
+    // Again without --force: refused before the model loads, the file kept.
+    let out = run(&[]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--force"),
+        "{out:?}"
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap().lines().count(), 1);
 }
 
 #[test]

@@ -345,6 +345,30 @@ fn chat_exporters_count_each_turn_as_the_pane_shows_it() {
     let _lock = common::model_lock();
     let setup = Setup::new();
     let server = LlamaServer::start(&setup.model, 1, &[], setup.server_dir.path());
+    exporters_count_each_turn(
+        &setup,
+        "remote-prometheus",
+        &format!("--url {}", server.url()),
+    );
+}
+
+/// A local chat exports the same figures under the same names (issue #59, item 8), counted
+/// on the engine thread: where it once refused `--prometheus` and `--otlp` without `--url`.
+#[test]
+fn a_local_chat_exports_each_turn_as_a_remote_one_does() {
+    let _lock = common::model_lock();
+    let setup = Setup::new();
+    exporters_count_each_turn(
+        &setup,
+        "local-prometheus",
+        &format!("-m {} -t 1", setup.model.display()),
+    );
+}
+
+/// Two turns of a chat on `target` (`--url URL` or `-m MODEL`) with `/metrics` served, an
+/// OTLP file and a refusing collector: both readers (the Prometheus project's parser and
+/// opentelemetry-proto) read the pane's figures back.
+fn exporters_count_each_turn(setup: &Setup, name: &str, target: &str) {
     let addr = {
         let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         free.local_addr().unwrap().to_string()
@@ -352,12 +376,11 @@ fn chat_exporters_count_each_turn_as_the_pane_shows_it() {
     let otlp_file = setup.dir.path().join("otlp.jsonl");
     // A collector that refuses: said once in the chat, the file still written.
     let (refusing, _) = crate::load_export::collector(503, "collector overloaded");
-    let tmux = setup.tmux("remote-prometheus");
+    let tmux = setup.tmux(name);
     start(
         &tmux,
         &format!(
-            "--url {} --temp 0 -n 12 --prometheus {addr} --otlp-file {} --otlp http://127.0.0.1:{refusing}",
-            server.url(),
+            "{target} --temp 0 -n 12 --prometheus {addr} --otlp-file {} --otlp http://127.0.0.1:{refusing}",
             otlp_file.display()
         ),
     );
@@ -374,7 +397,12 @@ fn chat_exporters_count_each_turn_as_the_pane_shows_it() {
         });
         ttft_ms += shown(&screen, "TTFT ms");
         tokens += shown(&screen, "tokens");
-        prompt += shown(&screen, "prompt tok");
+        // A server's prompt tokens; a local model's, those prefilled and those the KV cache
+        // kept.
+        prompt += match pane_value(&screen, "prompt tok") {
+            Some(_) => shown(&screen, "prompt tok"),
+            None => shown(&screen, "prefill tok") + shown(&screen, "cached tok"),
+        };
         if i == 0 {
             tmux.wait_for("the refused export said", Duration::from_secs(30), |s| {
                 // The notice may wrap: read the screen's words.

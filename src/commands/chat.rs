@@ -34,17 +34,17 @@ pub struct ChatArgs {
     pub remote: super::flags::RemoteArgs,
     #[command(flatten)]
     pub quality: super::flags::QualityArgs,
-    /// With --url: serve each turn's client-side figures at http://ADDR/metrics while the chat
-    /// runs, as `load --prometheus` does (Prometheus text; vLLM's names with `tokscope:` for
-    /// `vllm:`, vLLM's bucket bounds, level "chat"), e.g. 127.0.0.1:9464 (port 0: any free
-    /// one, shown in the chat)
+    /// Serve each turn's figures at http://ADDR/metrics while the chat runs, as `load
+    /// --prometheus` does (Prometheus text; vLLM's names with `tokscope:` for `vllm:`, vLLM's
+    /// bucket bounds, level "chat"; a local model's turns as server "local"), e.g.
+    /// 127.0.0.1:9464 (port 0: any free one, shown in the chat)
     #[arg(long, value_name = "ADDR")]
     pub prometheus: Option<String>,
-    /// With --url: send OpenTelemetry GenAI client metrics after each turn, as `load --otlp`
-    /// does (OTLP/HTTP JSON to this collector URL; http://HOST:4318 gets /v1/metrics)
+    /// Send OpenTelemetry GenAI client metrics after each turn, as `load --otlp` does
+    /// (OTLP/HTTP JSON to this collector URL; http://HOST:4318 gets /v1/metrics)
     #[arg(long, value_name = "URL")]
     pub otlp: Option<String>,
-    /// With --url: write the same OTLP export requests to this file, one JSON line each
+    /// Write the same OTLP export requests to this file, one JSON line each
     #[arg(long, value_name = "PATH")]
     pub otlp_file: Option<std::path::PathBuf>,
     /// Overwrite an existing --otlp-file
@@ -61,19 +61,6 @@ pub(crate) fn run(args: &ChatArgs, mut settings: Settings) -> Result<(), Failure
         args.model.apply(&mut settings)?;
         args.sampling.apply(&mut settings)?;
         return run_remote(args, &url, settings);
-    }
-    if let Some(flag) = [
-        (args.prometheus.is_some(), "--prometheus"),
-        (args.otlp.is_some(), "--otlp"),
-        (args.otlp_file.is_some(), "--otlp-file"),
-    ]
-    .iter()
-    .find_map(|(given, flag)| given.then_some(flag))
-    {
-        return Err(Failure::usage(format!(
-            "{flag} exports a server's figures as `load` counts them: it needs --url \
-                 (a local chat's figures are in the pane, `tokscope bench` and `run -o json`)"
-        )));
     }
     args.model.apply(&mut settings)?;
     args.sampling.apply(&mut settings)?;
@@ -124,7 +111,21 @@ pub(crate) fn run(args: &ChatArgs, mut settings: Settings) -> Result<(), Failure
         }
     }
     let (events_tx, events) = tokio::sync::mpsc::unbounded_channel();
-    let engine = crate::engine::EngineHandle::spawn_with_events(config.clone(), events_tx.clone())?;
+    // The same exporters as a remote chat's, the turns counted on the engine thread; the
+    // server is this machine, the model the file.
+    let model_name = config
+        .model_path
+        .file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    let exporters = exporters(args, &model_name, LOCAL_SERVER, &events_tx)?;
+    if let Some(addr) = exporters.as_ref().and_then(|(beside, _)| beside.addr) {
+        notices.push(metrics_notice(addr));
+    }
+    let engine = crate::engine::EngineHandle::spawn_exporting(
+        config.clone(),
+        events_tx.clone(),
+        exporters.as_ref().map(|(_, export)| export.clone()),
+    )?;
     let backends = crate::tui::Backends {
         events: events_tx,
         remote_chat: false,
@@ -150,14 +151,12 @@ fn run_remote(args: &ChatArgs, url: &str, settings: Settings) -> Result<(), Fail
         .or(settings.remote.model.clone());
     let (events_tx, events) = tokio::sync::mpsc::unbounded_channel();
     // Listening first: a port in use, a bad URL or path is said before the screen opens.
-    let exporters = exporters(args, &endpoint, &events_tx)?;
+    let exporters = exporters(args, "", endpoint.host_and_port(), &events_tx)?;
     need_terminal()?;
     // The server's model is the one the flags or config name, whatever the conversation ran on.
     let (conversation, save_slot, mut notices, _) = open_conversation(args, &settings)?;
     if let Some(addr) = exporters.as_ref().and_then(|(beside, _)| beside.addr) {
-        notices.push(format!(
-            "tokscope's own figures: http://{addr}/metrics (Prometheus text)"
-        ));
+        notices.push(metrics_notice(addr));
     }
     let config = crate::engine::EngineConfig {
         model_path: std::path::PathBuf::from(&endpoint.base_url),
@@ -226,12 +225,22 @@ fn serve(
     chat_end(&app, end)
 }
 
-/// `chat --url`'s exporters (`--prometheus`, `--otlp`, `--otlp-file`), started on a thread of
-/// their own, with where the turns are counted for them; `None` when none is asked for. A
-/// failed export is said in the chat, once.
+/// The server a local chat's or run's exported figures name: this machine, in-process.
+pub(crate) const LOCAL_SERVER: (&str, u16) = ("local", 0);
+
+/// Where the chat's own figures are served, as a notice.
+fn metrics_notice(addr: std::net::SocketAddr) -> String {
+    format!("tokscope's own figures: http://{addr}/metrics (Prometheus text)")
+}
+
+/// The chat's exporters (`--prometheus`, `--otlp`, `--otlp-file`), started on a thread of
+/// their own, with where the turns are counted for them (`model` on `server`: the file on
+/// [`LOCAL_SERVER`], or a remote endpoint whose worker names the model); `None` when none is
+/// asked for. A failed export is said in the chat, once.
 fn exporters(
     args: &ChatArgs,
-    endpoint: &crate::remote::Endpoint,
+    model: &str,
+    (host, port): (impl Into<String>, u16),
     events: &crate::engine::EventSender,
 ) -> Result<Option<(crate::load::publish::Beside, crate::remote::Export)>, Failure> {
     use crate::load::publish;
@@ -242,10 +251,13 @@ fn exporters(
         args.force,
     )
     .map_err(Failure::usage)?;
-    let Some(metrics) = exporters.figures(endpoint.host_and_port()) else {
+    let Some(metrics) = exporters.figures((host.into(), port)) else {
         return Ok(None);
     };
     if let Ok(mut m) = metrics.lock() {
+        if !model.is_empty() {
+            m.set_model(model);
+        }
         m.start_level("chat", std::time::SystemTime::now());
     }
     let events = events.clone();

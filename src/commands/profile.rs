@@ -60,7 +60,7 @@ pub struct TraceArgs {
     /// headers, each chunk). With --turns, one process per turn, each at its submission.
     #[arg(long, value_name = "FILE.json")]
     pub trace: Option<std::path::PathBuf>,
-    /// Replace the output files that exist (--trace; run's --report; bench's --plot charts), if
+    /// Replace the output files that exist (--trace; run's --report and --otlp-file; bench's --plot charts), if
     /// they are regular files: a link, FIFO or device is never written to.
     #[arg(long)]
     pub force: bool,

@@ -77,6 +77,16 @@ pub struct RunArgs {
     /// own figures afterwards.
     #[arg(long, value_name = "FILE")]
     pub report: Option<std::path::PathBuf>,
+    /// Send the run's figures when it ends as OpenTelemetry GenAI client metrics, as `chat
+    /// --otlp` and `load --otlp` do (OTLP/HTTP JSON to this collector URL; http://HOST:4318
+    /// gets /v1/metrics): a local model's turns as server "local", a --url server's as that
+    /// server
+    #[arg(long, value_name = "URL")]
+    pub otlp: Option<String>,
+    /// Write the same OTLP export request to this file when the run ends (one JSON line;
+    /// --force replaces an existing file)
+    #[arg(long, value_name = "PATH")]
+    pub otlp_file: Option<std::path::PathBuf>,
     /// Answer N turns in one engine, the conversation growing by the answer and a user
     /// message of the same length each turn ("PROMPT (turn 01)", "… (turn 02)", …), so that
     /// KV prefix reuse shows in each turn's TTFT.
@@ -430,7 +440,13 @@ pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure>
     let load_before = crate::hw::load_average_1m();
     // The roofline's bandwidth, as the chat takes it.
     let peaks = crate::commands::model::peak_bandwidths(&settings);
-    let (mut engine, mut events) = EngineHandle::spawn(config)?;
+    let model_name = config
+        .model_path
+        .file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    let exports = RunExports::new(args, &model_name, super::chat::LOCAL_SERVER)?;
+    let (events_tx, mut events) = tokio::sync::mpsc::unbounded_channel();
+    let mut engine = EngineHandle::spawn_exporting(config, events_tx, exports.counter())?;
     engine.set_confidence(args.confidence);
     let mut local = LocalRun {
         args,
@@ -487,7 +503,7 @@ pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure>
         let written = print_reports(&mut local.stdout, args, &local.log.reports, info)?;
         quiet_on_closed_pipe(written.and_then(|()| local.stdout.flush()))?;
         local.engine.shutdown();
-        return Ok(());
+        return exports.send();
     }
     Err(Failure::new(FAILURE, "the engine stopped unexpectedly"))
 }
@@ -503,8 +519,10 @@ fn apply_local_flags(
     args.sampling.apply(settings)?;
     args.spec.apply(settings)?;
     args.profile.apply(settings);
-    args.trace
-        .check_force(&[("--report", args.report.is_some())])?;
+    args.trace.check_force(&[
+        ("--report", args.report.is_some()),
+        ("--otlp-file", args.otlp_file.is_some()),
+    ])?;
     args.trace.check()?;
     let config = crate::commands::model::engine_config(settings)?;
     let reference = args.quality.resolve(None, &config.model_path)?;
@@ -852,8 +870,10 @@ fn refuse_local_only(args: &RunArgs) -> Result<(), Failure> {
             "--show-prompt shows the prompt a local model is given; a server builds its own (llama-server shows it at POST /apply-template): run it with -m MODEL.gguf",
         ));
     }
-    args.trace
-        .check_force(&[("--report", args.report.is_some())])?;
+    args.trace.check_force(&[
+        ("--report", args.report.is_some()),
+        ("--otlp-file", args.otlp_file.is_some()),
+    ])?;
     args.trace.check()
 }
 
@@ -1294,6 +1314,7 @@ pub(crate) struct ServerStamp {
 /// `tokscope run --url URL`.
 pub(crate) fn run_remote(args: &RunArgs, url: &str, settings: &Settings) -> Result<(), Failure> {
     let endpoint = args.remote.endpoint(url)?;
+    let exports = RunExports::new(args, "", endpoint.host_and_port())?;
     let prompt = read_prompt(args)?;
     let messages = crate::commands::model::single_turn(settings, &prompt);
     let rt = crate::commands::runtime()?;
@@ -1336,9 +1357,89 @@ pub(crate) fn run_remote(args: &RunArgs, url: &str, settings: &Settings) -> Resu
     ))?;
     let report = remote_report(&turn, model, &client);
     print_remote_report(args, &report)?;
+    if let Some(export) = exports.counter() {
+        if let Ok(mut m) = export.metrics.lock() {
+            m.set_model(&report.server.model);
+            m.sent();
+            match crate::remote::record(&turn) {
+                Ok(r) => m.observe(&r.observed()),
+                Err(e) => m.failed(&e.kind, turn.timeline.e2e()),
+            }
+        }
+    }
     match turn.end {
-        Ok(_) => Ok(()),
-        Err(e) => Err(e.into()),
+        Ok(_) => exports.send(),
+        Err(e) => {
+            // The failure is the run's outcome; the export carries it all the same.
+            if let Err(f) = exports.send() {
+                eprintln!("{}", f.message);
+            }
+            Err(e.into())
+        }
+    }
+}
+
+/// `run --otlp` / `--otlp-file`: the figures the turns are counted into (on the engine thread
+/// for a local model, as the chat counts them; from the streamed record for a server, as
+/// `load` counts a request), sent once when the run ends. Its one level is "run".
+struct RunExports {
+    sinks: Vec<crate::load::publish::OtlpSink>,
+    export: Option<crate::metrics::exposition::Export>,
+}
+
+impl RunExports {
+    /// The flags read (a bad URL, an existing file without --force: said now, before the
+    /// run), for `model` on `server`.
+    fn new(
+        args: &RunArgs,
+        model: &str,
+        (host, port): (impl Into<String>, u16),
+    ) -> Result<Self, Failure> {
+        let exporters = crate::load::publish::Exporters::new(
+            None,
+            args.otlp.as_deref(),
+            args.otlp_file.as_deref(),
+            args.trace.force,
+        )
+        .map_err(Failure::usage)?;
+        let export = exporters.figures((host.into(), port)).map(|metrics| {
+            if let Ok(mut m) = metrics.lock() {
+                if !model.is_empty() {
+                    m.set_model(model);
+                }
+                m.start_level("run", std::time::SystemTime::now());
+            }
+            crate::metrics::exposition::Export {
+                metrics,
+                counted: std::sync::Arc::new(tokio::sync::Notify::new()),
+            }
+        });
+        Ok(Self {
+            sinks: exporters.otlp,
+            export,
+        })
+    }
+
+    /// Where the turns are counted, when anything exports.
+    fn counter(&self) -> Option<crate::metrics::exposition::Export> {
+        self.export.clone()
+    }
+
+    /// Sends the figures to every sink; a failed one is the run's error (exit 1), named.
+    fn send(&self) -> Result<(), Failure> {
+        let Some(export) = &self.export else {
+            return Ok(());
+        };
+        let rt = crate::commands::runtime()?;
+        for sink in &self.sinks {
+            rt.block_on(sink.export(&export.metrics)).map_err(|why| {
+                Failure::new(
+                    FAILURE,
+                    format!("OTLP export to {} failed: {why}", sink.label()),
+                )
+            })?;
+        }
+        Ok(())
     }
 }
 

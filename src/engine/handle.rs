@@ -68,6 +68,16 @@ impl EngineHandle {
         config: EngineConfig,
         event_tx: EventSender,
     ) -> Result<Self, EngineError> {
+        Self::spawn_exporting(config, event_tx, None)
+    }
+
+    /// As `spawn_with_events`, counting every turn into `exposition` on the engine thread as
+    /// it ends (`chat`'s and `run`'s `--prometheus`/`--otlp` without `--url`).
+    pub(crate) fn spawn_exporting(
+        config: EngineConfig,
+        event_tx: EventSender,
+        exposition: Option<crate::metrics::exposition::Export>,
+    ) -> Result<Self, EngineError> {
         if config.settings.spec.batch_invariant_kernels() {
             // Before any model decodes: ggml reads the switch once per process.
             crate::llama::invariant::disable_tiled_matmul();
@@ -79,7 +89,7 @@ impl EngineHandle {
             .name("engine".into())
             // The engine hands the user's text to llama.cpp's tokenizer (see llama::runs).
             .stack_size(crate::llama::runs::TOKENIZER_STACK_BYTES)
-            .spawn(move || worker::run(config, cmd_rx, event_tx, worker_cancel))
+            .spawn(move || worker::run(config, cmd_rx, event_tx, worker_cancel, exposition))
             .map_err(|e| EngineError::Thread(e.to_string()))?;
         Ok(Self::from_worker(cmd_tx, cancel_through, thread))
     }

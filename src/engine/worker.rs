@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use super::protocol::{
     AbReport, EngineCommand, EngineConfig, EngineEvent, EventSender, GenerateRequest, LoadStage,
-    RequestId, TurnReport,
+    RequestId, StopReason, TurnReport,
 };
 use super::score::cancel_of;
 use super::session::Session;
@@ -31,11 +31,13 @@ pub(super) fn run(
     commands: mpsc::Receiver<EngineCommand>,
     events: EventSender,
     cancel_through: Arc<AtomicU64>,
+    exposition: Option<crate::metrics::exposition::Export>,
 ) {
     let io = Io {
         commands: &commands,
         events: &events,
         cancel_through: &cancel_through,
+        exposition: exposition.as_ref(),
     };
     let mut next = Next::Load(config);
     loop {
@@ -237,6 +239,9 @@ struct Io<'a> {
     commands: &'a mpsc::Receiver<EngineCommand>,
     events: &'a EventSender,
     cancel_through: &'a Arc<AtomicU64>,
+    /// Where each turn is counted for `--prometheus`/`--otlp` (the chat's and `run`'s
+    /// exporters), whichever model is loaded.
+    exposition: Option<&'a crate::metrics::exposition::Export>,
 }
 
 /// How serving with one reference (or none) ended.
@@ -267,6 +272,7 @@ fn serve_with<'m>(
         commands,
         events,
         cancel_through,
+        exposition,
     } = *io;
     let mut score_cache: Option<super::score::ScoreCache<'_, '_>> = None;
     let mut load_ms = reference.map_or(0.0, |r| r.load_ms);
@@ -300,7 +306,19 @@ fn serve_with<'m>(
             }
             Ok(EngineCommand::Generate(req)) => {
                 let id = req.id;
+                if let Some(export) = exposition {
+                    export.sent();
+                }
                 let result = session.generate(&req, events, cancel_through).map(Box::new);
+                if let Some(export) = exposition {
+                    let counted = match &result {
+                        Ok(r) if r.stop_reason == StopReason::Cancelled => Err("cancelled"),
+                        Ok(r) => Ok(&r.timeline),
+                        Err(EngineError::Cancelled) => Err("cancelled"),
+                        Err(_) => Err("engine"),
+                    };
+                    export.count_local(counted, req.submitted_at.elapsed());
+                }
                 let _ = events.send(outcome(id, result, |request_id, report| {
                     EngineEvent::Finished { request_id, report }
                 }));

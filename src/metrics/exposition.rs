@@ -133,6 +133,74 @@ pub(crate) struct Observed<'a> {
     pub completion_tokens: u64,
 }
 
+impl Observed<'_> {
+    /// A local engine's turn counted as a server's request is (`chat` and `run` without
+    /// `--url`: docs/metrics.md, "Exported figures"), handed to `count`: TTFT from the request
+    /// handed to the engine to the first token of any kind, TTFO to the first answer token,
+    /// the thinking's tokens as reasoning tokens, every token its own chunk (so the per-token
+    /// and per-chunk gaps are the same), TPOT (E2E − TTFT) ÷ (N − 1), the templated prompt's
+    /// tokens and the generated ones. `None` for a turn without a token (counted as failed).
+    pub(crate) fn of_local<R>(
+        t: &super::TurnTimeline,
+        count: impl FnOnce(&Observed<'_>) -> R,
+    ) -> Option<R> {
+        let ttft = t.ttft()?;
+        let e2e = t.e2e()?;
+        let n = t.tokens_generated();
+        let gaps = t.inter_token_latencies();
+        let (ttfo, reasoning_tokens) = match t.thinking {
+            Some(span) => (span.first_answer_at, span.tokens as u64),
+            None => (Some(ttft), 0),
+        };
+        Some(count(&Observed {
+            ttft,
+            ttfo,
+            reasoning_tokens,
+            itl: &gaps,
+            chunk_gaps: &gaps,
+            tpot: (n > 1).then(|| e2e.saturating_sub(ttft) / u32::try_from(n - 1).unwrap_or(1)),
+            e2e,
+            prompt_tokens: t.prompt_tokens.unwrap_or(0) as u64,
+            completion_tokens: n as u64,
+        }))
+    }
+}
+
+/// Where a chat's or a run's turns are counted for its exporters (`load::publish`): the
+/// figures, and a notice after each turn is counted (the OTLP sinks are then sent them).
+#[derive(Debug, Clone)]
+pub(crate) struct Export {
+    pub metrics: std::sync::Arc<std::sync::Mutex<ClientMetrics>>,
+    /// Notified after each turn is counted.
+    pub counted: std::sync::Arc<tokio::sync::Notify>,
+}
+
+impl Export {
+    /// A turn was handed over (the in-flight gauge).
+    pub(crate) fn sent(&self) {
+        if let Ok(mut m) = self.metrics.lock() {
+            m.sent();
+        }
+    }
+
+    /// A local engine's turn ended: counted as [`Observed::of_local`] says, or as failed with
+    /// `failed_kind` (`cancelled`, `no_content`, `engine`) after `took`; then the sinks are
+    /// told.
+    pub(crate) fn count_local(&self, turn: Result<&super::TurnTimeline, &str>, took: Duration) {
+        if let Ok(mut m) = self.metrics.lock() {
+            match turn {
+                Ok(t) => {
+                    if Observed::of_local(t, |o| m.observe(o)).is_none() {
+                        m.failed("no_content", took);
+                    }
+                }
+                Err(kind) => m.failed(kind, took),
+            }
+        }
+        self.counted.notify_one();
+    }
+}
+
 /// One load level's series.
 #[derive(Debug, Clone)]
 struct LevelSeries {

@@ -10,7 +10,7 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use super::{ChatRequest, Endpoint, RemoteClient, RemoteError, RemoteTurn, StreamEnd};
@@ -18,7 +18,6 @@ use crate::engine::{
     AbReport, EngineCommand, EngineError, EngineEvent, EngineHandle, EventSender, GenerateRequest,
     LlamaCounters, ModelInfo, RequestId, StopReason, TurnReport,
 };
-use crate::metrics::exposition::ClientMetrics;
 use crate::metrics::roofline::WeightBytes;
 
 /// `ModelInfo::backend` of a remote model: the panes read it to show the remote breakdown.
@@ -41,12 +40,9 @@ pub(crate) struct Main {
     pub exposition: Option<Export>,
 }
 
-/// Where a remote chat's turns are counted for its exporters (`load::publish::serve_beside`).
-pub(crate) struct Export {
-    pub metrics: Arc<Mutex<ClientMetrics>>,
-    /// Notified after each turn is counted.
-    pub counted: Arc<tokio::sync::Notify>,
-}
+/// Where a remote chat's turns are counted for its exporters (`load::publish::serve_beside`):
+/// the one the local engine counts into too.
+pub(crate) use crate::metrics::exposition::Export;
 
 /// Starts the worker. With `main`, it looks the model up and announces it (`Loading`, then
 /// `Ready` or `LoadFailed`) and answers `Generate`; without, it only answers `AbGenerate` to
