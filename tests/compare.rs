@@ -467,3 +467,57 @@ fn a_synthetic_file_is_never_the_quality_reference_of_real_weights() {
         c.reference_why
     );
 }
+
+/// Scoring a chunk in blocks of the micro-batch (the default; the logits held are O(block ×
+/// vocabulary), where a whole 8k chunk held 4096 rows per model) gives the figures of one
+/// decode call of the whole chunk, as llama-perplexity makes it (`--scoring-block` equal to
+/// -c): the same rows, only the sums' order differs. A block that would cut a micro-batch is
+/// refused.
+#[test]
+fn scoring_in_blocks_gives_the_whole_chunks_figures() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let model = small(home.path());
+    let m = model.to_str().unwrap();
+    let base = ["-m", m, "--quantize", "q8_0", "-c", "1024", "--chunks", "2"];
+    let quick = ["-t", "1", "--no-speed"];
+    let run = |extra: &[&str]| {
+        let args: Vec<&str> = base.iter().chain(&quick).chain(extra).copied().collect();
+        compare_json(home.path(), &args).0
+    };
+    let blocks = run(&[]);
+    let whole = run(&["--scoring-block", "1024"]);
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-12 * a.abs().max(b.abs()).max(1e-12);
+    for (b, w) in blocks.rows.iter().zip(&whole.rows) {
+        let (b, w) = (&b.quality, &w.quality);
+        assert_eq!(b.n_scored, 2 * (1024 - 1 - 512));
+        assert_eq!(b.n_scored, w.n_scored);
+        assert!(close(b.ppl, w.ppl), "{b:?} {w:?}");
+        // The per-position values are the same: their order statistics are equal exactly.
+        assert_eq!(b.kld_median, w.kld_median);
+        assert_eq!(b.kld_p99, w.kld_p99);
+        assert_eq!(b.kld_max, w.kld_max);
+        assert_eq!(b.same_top_pct, w.same_top_pct);
+        for (x, y) in [
+            (b.kld_mean, w.kld_mean),
+            (b.delta_p_mean_pct, w.delta_p_mean_pct),
+            (b.delta_p_rms_pct, w.delta_p_rms_pct),
+        ] {
+            assert_eq!(x.is_some(), y.is_some());
+            if let (Some(x), Some(y)) = (x, y) {
+                assert!(close(x, y), "{x} vs {y}");
+            }
+        }
+    }
+    assert!(blocks.rows[1].quality.kld_mean.unwrap() > 0.0);
+    tokscope(home.path())
+        .arg("compare")
+        .args(base)
+        .args(quick)
+        .args(["--scoring-block", "100"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "a multiple of the micro-batch (512)",
+        ));
+}

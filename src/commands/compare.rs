@@ -47,6 +47,13 @@ pub struct CompareArgs {
     /// Evaluate at most this many chunks [default: all the text holds].
     #[arg(long, value_name = "N", allow_hyphen_values = true)]
     pub chunks: Option<String>,
+    /// Tokens each model decodes at a time while scoring a chunk [default: llama.cpp's
+    /// micro-batch, 512, or -c when smaller]: the logits held grow with this, not with -c. A
+    /// multiple of the micro-batch, or -c: each chunk is then one decode call as
+    /// llama-perplexity makes it (memory growing with -c × vocabulary); the figures are the
+    /// same either way.
+    #[arg(long, value_name = "N", allow_hyphen_values = true)]
+    pub scoring_block: Option<String>,
     /// Prompt tokens of the speed test (pp) [default: 512].
     #[arg(
         short = 'p',
@@ -177,6 +184,24 @@ pub(crate) fn plan(args: &CompareArgs, settings: &Settings) -> Result<ComparePla
         .as_deref()
         .map(|v| parse_count("--chunks", v, 1, u32::MAX))
         .transpose()?;
+    let micro_batch = n_ctx.min(crate::compare::SCORING_BLOCK);
+    let scoring_block = match &args.scoring_block {
+        Some(v) => {
+            let n = parse_count("--scoring-block", v, 1, n_ctx)?;
+            if n % micro_batch != 0 && n != n_ctx {
+                return Err(bad_value(
+                    "--scoring-block",
+                    v,
+                    &format!(
+                        "a multiple of the micro-batch ({micro_batch}) or -c ({n_ctx}): blocks \
+                         that cut a micro-batch would give other figures than one decode call"
+                    ),
+                ));
+            }
+            n
+        }
+        None => micro_batch,
+    };
     let threads = match &args.threads {
         Some(v) => parse_count("-t/--threads", v, 1, 1024)?,
         None => settings.engine.threads,
@@ -230,6 +255,7 @@ pub(crate) fn plan(args: &CompareArgs, settings: &Settings) -> Result<ComparePla
         text: args.text.clone(),
         n_ctx,
         max_chunks,
+        scoring_block,
         threads,
         bench,
         output,

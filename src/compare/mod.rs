@@ -39,6 +39,10 @@ use crate::llama::{describe, load_model, new_context};
 use crate::metrics::quality::Chunking;
 
 /// The evaluation text shipped with tokscope (see assets/eval/SOURCE.md).
+/// The tokens each model decodes at a time while scoring, by default: llama.cpp's default
+/// micro-batch (`n_ubatch`), the one the contexts are made with, so that the blocks are the
+/// micro-batches one decode call of the chunk would make.
+pub(crate) const SCORING_BLOCK: u32 = 512;
 pub(crate) const BUILTIN_TEXT: &str = include_str!("../../assets/eval/alice.txt");
 pub(crate) const BUILTIN_TEXT_NAME: &str =
     "builtin:alice (Alice's Adventures in Wonderland, Lewis Carroll, 1865; public domain)";
@@ -122,7 +126,7 @@ impl Candidate {
             threads,
             // One chunk is one decode call, as in llama-perplexity with -b equal to -c.
             n_batch: n_ctx,
-            n_ubatch: n_ctx.min(512),
+            n_ubatch: n_ctx.min(SCORING_BLOCK),
             type_k: self.type_k,
             type_v: self.type_v,
             flash_attn: self.flash_attn,
@@ -779,7 +783,7 @@ fn open_context<'m>(
     let ctx = new_context(model, &settings, 1).map_err(|e| CompareError::failed(e.to_string()))?;
     let info = describe(model, &ctx, &c.model, &settings, t0);
     let name = c.model.display().to_string();
-    Ok((Evaluator::new(model, ctx, plan.n_ctx, name), info))
+    Ok((Evaluator::new(model, ctx, plan.scoring_block, name), info))
 }
 
 /// The candidates' contexts, beside the reference's: the candidate that is the reference
@@ -845,7 +849,8 @@ fn evaluate_chunks(
     for i in 0..n_chunks {
         let chunk = &tokens[i * n_ctx..(i + 1) * n_ctx];
         let scored_before = i * (n_ctx - 1 - n_ctx / 2);
-        quality::evaluate_chunk(ref_eval, evals, chunk, plan.threads as usize, scored_before)
+        let work = (plan.threads as usize, plan.scoring_block as usize);
+        quality::evaluate_chunk(ref_eval, evals, chunk, work, scored_before)
             .map_err(CompareError::failed)?;
         let line = format!(
             "quality: chunk {}/{n_chunks}, {} models, {:.0} s",

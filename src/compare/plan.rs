@@ -40,6 +40,8 @@ pub(crate) struct ComparePlan {
     pub text: Option<PathBuf>,
     pub n_ctx: u32,
     pub max_chunks: Option<u32>,
+    /// Tokens each model decodes at a time while scoring (`--scoring-block`).
+    pub scoring_block: u32,
     pub threads: u32,
     /// Speed tests and the settings to compare, through bench's validated plan.
     pub bench: BenchPlan,
