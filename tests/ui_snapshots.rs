@@ -69,6 +69,7 @@ fn model() -> ModelInfo {
             n_embd_v: 128,
             type_k: KvType::F16,
             type_v: KvType::F16,
+            sliding_window: None,
         }),
     }
 }
@@ -1420,6 +1421,7 @@ fn profiled_step(depth: usize, slow: u16) -> tokscope::metrics::profile::StepRec
             weight,
             weight_bytes: bytes,
             kv_bytes: if op == "FLASH_ATTN_EXT" { 4_000_000 } else { 0 },
+            kv_cells: 0,
             flops: 2 * bytes,
             time: Duration::from_micros(us),
             start: Duration::ZERO,
@@ -1509,6 +1511,7 @@ fn profiled_step(depth: usize, slow: u16) -> tokscope::metrics::profile::StepRec
         wall: inside + graph + sync + output + host,
         rows: 1,
         depth,
+        llama_eval: None,
     }
 }
 
@@ -1527,13 +1530,19 @@ fn profile_screen_shows_where_the_step_goes() {
     app.profile.add(
         7,
         profiled_step(40, 2),
-        Duration::from_micros(3),
+        tokscope::metrics::profile::Correction {
+            per_node: Duration::from_micros(3),
+            ..Default::default()
+        },
         Some(27.2e9),
     );
     app.profile.add(
         7,
         profiled_step(56, 2),
-        Duration::from_micros(3),
+        tokscope::metrics::profile::Correction {
+            per_node: Duration::from_micros(3),
+            ..Default::default()
+        },
         Some(27.2e9),
     );
     let screen = render(&app, 120, 40);
@@ -1552,7 +1561,10 @@ fn profile_screen_shows_where_the_step_goes() {
     app.profile.add(
         8,
         profiled_step(60, 1),
-        Duration::from_micros(3),
+        tokscope::metrics::profile::Correction {
+            per_node: Duration::from_micros(3),
+            ..Default::default()
+        },
         Some(27.2e9),
     );
     assert_eq!(app.profile.mean.as_ref().unwrap().steps, 1);

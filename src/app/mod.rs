@@ -736,7 +736,7 @@ impl App {
         &mut self,
         request_id: RequestId,
         step: crate::metrics::profile::StepRecord,
-        per_node: std::time::Duration,
+        per_node: crate::metrics::profile::Correction,
     ) {
         let bandwidth = self.model.as_ref().and_then(|m| {
             self.bandwidth

@@ -32,8 +32,8 @@ pub struct ProfileScreen {
     pub seen: usize,
     pub last: Option<crate::metrics::profile::StepBreakdown>,
     pub mean: Option<crate::metrics::profile::StepBreakdown>,
-    /// What profiling adds to each node, as the engine measured it this turn.
-    pub per_node: std::time::Duration,
+    /// What profiling adds to each node, as the engine measured it this turn, with its spread.
+    pub per_node: crate::metrics::profile::Correction,
 }
 
 impl ProfileScreen {
@@ -42,7 +42,7 @@ impl ProfileScreen {
         &mut self,
         request: RequestId,
         step: crate::metrics::profile::StepRecord,
-        per_node: std::time::Duration,
+        per_node: crate::metrics::profile::Correction,
         bandwidth: Option<f64>,
     ) {
         if self.request != Some(request) {
@@ -57,8 +57,13 @@ impl ProfileScreen {
         self.seen += 1;
         self.per_node = per_node;
         let last = self.steps.last().map(std::slice::from_ref).unwrap_or(&[]);
-        self.last = crate::metrics::profile::breakdown(last, bandwidth, per_node);
-        self.mean = crate::metrics::profile::breakdown(&self.steps, bandwidth, per_node);
+        let limits = crate::metrics::profile::Limits {
+            bandwidth,
+            correction: per_node,
+            ..Default::default()
+        };
+        self.last = crate::metrics::profile::breakdown(last, &limits);
+        self.mean = crate::metrics::profile::breakdown(&self.steps, &limits);
     }
 }
 

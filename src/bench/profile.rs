@@ -1,7 +1,7 @@
 //! The tables of where a decode step's time goes (`--profile`): the parts with their physics,
 //! the layers, the operations. `run` prints them on stderr, `bench` under its table.
 
-use crate::metrics::profile::{Part, ProfileLevel, StepBreakdown, TurnProfile};
+use crate::metrics::profile::{Limits, Part, ProfileLevel, StepBreakdown, TurnProfile};
 use crate::report::{table, Align};
 
 fn ms(v: f64) -> String {
@@ -10,6 +10,16 @@ fn ms(v: f64) -> String {
 
 fn opt(v: Option<f64>, digits: u32) -> String {
     v.map_or_else(|| "—".to_string(), |v| crate::fmt::sig(v, digits))
+}
+
+/// What a profile's parts are set against on this machine: the roofline's `bandwidth`
+/// (bytes/s) and its last-level cache size (the correction is measured by the record).
+pub(crate) fn limits(bandwidth: Option<f64>) -> Limits {
+    Limits {
+        bandwidth,
+        llc_bytes: crate::hw::last_level_cache_bytes(),
+        ..Limits::default()
+    }
 }
 
 /// A table's headers: the first column left-aligned, the figures right-aligned.
@@ -40,10 +50,17 @@ fn parts_table(b: &StepBreakdown) -> String {
                 opt(p.gb_per_s, 3),
                 p.mbu_pct.map_or_else(|| "—".into(), |m| format!("{m:.0}%")),
                 opt(p.gflop_per_s, 3),
+                p.caveats
+                    .iter()
+                    .map(|c| c.label())
+                    .collect::<Vec<_>>()
+                    .join(", "),
             ]
         })
         .collect();
-    let names = ["part", "ms", "share", "reads", "GB/s", "MBU", "GFLOP/s"];
+    let names = [
+        "part", "ms", "share", "reads", "GB/s", "MBU", "GFLOP/s", "note",
+    ];
     table(&headers(&names), &rows)
 }
 
@@ -108,9 +125,16 @@ fn layers_line(b: &StepBreakdown) -> Option<String> {
 /// The block of a turn's (or a bench row's) profile.
 pub(crate) fn human(p: &TurnProfile, level: ProfileLevel) -> String {
     let b = &p.mean;
+    let which = if p.rate == 1 {
+        format!(
+            "every decode step but 1 in {} (unprofiled, to measure profiling's cost)",
+            crate::metrics::profile::RATE_ONE_UNPROFILED_EVERY
+        )
+    } else {
+        format!("1 decode step in {}", p.rate)
+    };
     let mut out = format!(
-        "profile  1 decode step in {} · {} sampled · mean per step, {} row{} at depth {}\n",
-        p.rate,
+        "profile  {which} · {} sampled · mean per step, {} row{} at depth {}\n",
         b.steps,
         b.rows,
         if b.rows == 1 { "" } else { "s" },
@@ -120,6 +144,9 @@ pub(crate) fn human(p: &TurnProfile, level: ProfileLevel) -> String {
         out.push_str(
             "         this graph's weight names are not llama.cpp's usual ones: by operation only\n",
         );
+    }
+    if let Some(why) = &p.not_meaningful {
+        out.push_str(&format!("         shares not meaningful: {why}\n"));
     }
     if level == ProfileLevel::Parts && b.by_name {
         out.push_str(&parts_table(b));
@@ -145,6 +172,26 @@ pub(crate) fn human(p: &TurnProfile, level: ProfileLevel) -> String {
         ));
     }
     out.push('\n');
+    let c = &p.correction;
+    out.push_str(&if c.samples > 0 {
+        format!(
+            "         profiling adds {} ± {} µs a node (median and sd over {} profiled call{}), \
+             taken off each node\n",
+            crate::fmt::sig(c.per_node.as_secs_f64() * 1e6, 3),
+            crate::fmt::sig(c.spread.as_secs_f64() * 1e6, 2),
+            c.samples,
+            if c.samples == 1 { "" } else { "s" },
+        )
+    } else {
+        "         profiling's cost per node not measured (no unprofiled call): nothing taken off\n"
+            .to_string()
+    });
+    if let Some(eval) = b.llama_eval_ms {
+        out.push_str(&format!(
+            "         llama.cpp's own clock of a profiled call (t_eval): {} ms\n",
+            ms(eval)
+        ));
+    }
     if let (Some(without), Some(all)) = (p.decode_tok_per_s_unsampled, p.decode_tok_per_s_all) {
         out.push_str(&format!(
             "         decode {} tok/s without the profiled steps ({} with them)\n",

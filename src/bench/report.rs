@@ -272,7 +272,17 @@ pub(crate) fn build_row(job: &Job, samples: &[Sample], cx: &RowContext) -> Row {
                 itl_max_ms: itl.map(|t| t.max_ms),
             },
         ),
-        profile: row_profile(samples, cx.bandwidth.map(|b| b.bytes_per_s)),
+        profile: row_profile(samples, cx.bandwidth.map(|b| b.bytes_per_s)).map(|mut p| {
+            p.not_meaningful =
+                crate::metrics::profile::shares_not_meaningful(&busy_warnings(&BusySignals {
+                    threads: job.params.threads,
+                    load_before: cx.load_before,
+                    load_after: cx.load_after,
+                    itl_p50_ms: itl.map(|t| t.p50_ms),
+                    itl_max_ms: itl.map(|t| t.max_ms),
+                }));
+            p
+        }),
         profile_level: crate::metrics::profile::ProfileLevel::default(),
         stamp: Stamp::new(cx.info, cx.sampling),
     };
@@ -302,7 +312,7 @@ fn row_profile(
         gaps.extend(r.calls.first().map(|c| c.0));
         gaps.extend(s.gaps.iter().copied());
     }
-    merged.figures(&gaps, 1.0, bandwidth)
+    merged.figures(&gaps, 1.0, super::profile::limits(bandwidth))
 }
 
 /// The synthetic label and the busy-machine warnings of one measurement (a `bench` row, a
@@ -342,11 +352,12 @@ fn add_decode_roofline(row: &mut Row, job: &Job, cx: &RowContext, (lo, hi): (u64
         return;
     };
     let sequences = f64::from(job.test.sequences());
-    // The KV bytes grow linearly with the depth: their mean over the steps is the mean of the
-    // first and the last step's.
-    let kv_per_sequence = cx.info.kv_shape.map_or(0.0, |kv| {
-        (kv.bytes_read_at(lo) + kv.bytes_read_at(hi)) / 2.0
-    });
+    // The KV bytes grow with the depth, a window layer's only up to its window: their mean
+    // over the steps.
+    let kv_per_sequence = cx
+        .info
+        .kv_shape
+        .map_or(0.0, |kv| kv.mean_bytes_read(lo, hi));
     // One step reads the weights once for all B sequences, and each sequence's own cache.
     let bytes_per_token = weights.read_per_token() as f64 / sequences + kv_per_sequence;
     row.bytes_per_token = Some(bytes_per_token);

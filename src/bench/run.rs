@@ -403,6 +403,7 @@ impl<'a> Runner<'a> {
         let bandwidth = self.bandwidth.for_model(&info, job.params.threads);
         let mut bencher = Bencher::new(model, ctx);
         if let Some(p) = profiler {
+            p.set_kv_shape(info.kv_shape);
             bencher = bencher.with_profiler(p, self.plan.profile_rate);
         }
         if self.plan.warmup {

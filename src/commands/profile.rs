@@ -17,7 +17,8 @@ pub struct ProfileArgs {
     /// profiled steps are timed apart from the others (docs/metrics.md, "Step profile").
     #[arg(long, value_name = "LEVEL", num_args = 0..=1, default_missing_value = "parts")]
     pub profile: Option<ProfileLevel>,
-    /// With --profile: profile one decode step in N (1: every step; 0: none).
+    /// With --profile: profile one decode step in N (1: every step but 1 in 4, left unprofiled
+    /// to measure what profiling costs; 0: none).
     #[arg(
         long,
         value_name = "N",

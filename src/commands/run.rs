@@ -376,12 +376,21 @@ impl RunReport {
             },
         );
         let bandwidth = peaks.placed(info.weight_bytes.as_ref(), info.n_layer, info.n_gpu_layers);
+        let busy = crate::metrics::busy::busy_warnings(&crate::metrics::busy::BusySignals {
+            threads: info.threads,
+            load_before,
+            load_after: crate::hw::load_average_1m(),
+            itl_p50_ms,
+            itl_max_ms,
+        });
         let profile = report.profile.as_ref().and_then(|p| {
-            p.figures(
+            let mut profile = p.figures(
                 &report.timeline.pass_gaps(),
                 metrics.tokens_per_pass.unwrap_or(1.0),
-                bandwidth.as_ref().map(|b| b.bytes_per_s),
-            )
+                crate::bench::profile::limits(bandwidth.as_ref().map(|b| b.bytes_per_s)),
+            )?;
+            profile.not_meaningful = crate::metrics::profile::shares_not_meaningful(&busy);
+            Some(profile)
         });
         let roofline = info
             .bytes_per_token(report.context_used as u64)

@@ -371,11 +371,11 @@ pub enum EngineEvent {
         stats: Box<crate::metrics::spec::SpecStats>,
     },
     /// A profiled decode step (`--profile`; the chat's profile screen shows it live), with
-    /// what profiling adds to each node so far this turn.
+    /// what profiling adds to each node so far this turn, with its spread.
     StepProfiled {
         request_id: RequestId,
         step: Box<crate::metrics::profile::StepRecord>,
-        per_node: Duration,
+        per_node: crate::metrics::profile::Correction,
     },
     Finished {
         request_id: RequestId,

@@ -114,6 +114,9 @@ impl<'m> Session<'m> {
         };
         info.template = prompt.label.clone();
         info.template_note = prompt.note.clone();
+        if let Some(p) = &profiler {
+            p.set_kv_shape(info.kv_shape);
+        }
         Ok(Self {
             model: &**model,
             n_batch: ctx.n_ubatch().min(ctx.n_batch()).max(1) as usize,
@@ -846,12 +849,19 @@ impl<'m> Session<'m> {
         turn.timeline
             .pass_started_at
             .push(step.saturating_duration_since(t0));
+        // llama.cpp's own clock of the call, read around it only when it is profiled.
+        let eval_before = profiler.map(|_| self.ctx.timings().t_eval_ms());
         if let Some(p) = profiler {
             p.arm(step);
         }
         let decoded = self.ctx.decode(batch);
         self.ctx.synchronize();
         let call_end = Instant::now();
+        let llama_eval = eval_before
+            .filter(|_| rows == 1)
+            .map(|before| self.ctx.timings().t_eval_ms() - before)
+            .filter(|ms| ms.is_finite() && *ms >= 0.0)
+            .map(|ms| std::time::Duration::from_nanos((ms * 1e6) as u64));
         turn.timeline
             .pass_done_at
             .push(call_end.saturating_duration_since(t0));
@@ -859,11 +869,12 @@ impl<'m> Session<'m> {
             let call = call_end - step;
             record.calls.push((call, profiler.is_some()));
             if let Some(p) = profiler {
-                let step = p.finish_step(call_end, gap, call, rows, self.cached.len());
+                let step =
+                    p.finish_step(call_end, gap, call, (rows, self.cached.len()), llama_eval);
                 let _ = events.send(EngineEvent::StepProfiled {
                     request_id: req.id,
                     step: Box::new(step.clone()),
-                    per_node: record.per_node_overhead_with(&step),
+                    per_node: record.correction_with(&step),
                 });
                 record.steps.push(step);
             }

@@ -191,20 +191,31 @@ impl<'m> Bencher<'m> {
                 .filter(|(_, rate)| crate::metrics::profile::sampled(step as usize, *rate));
             // Profiling off: no clock read beyond llama-bench's.
             let call_start = record.as_ref().map(|_| Instant::now());
+            // llama.cpp's own clock of a profiled call, read around it.
+            let eval_before = profiled.map(|_| self.ctx.timings().t_eval_ms());
             if let (Some((p, _)), Some(at)) = (profiled, call_start) {
                 p.arm(at);
             }
             self.ctx.decode(&mut self.batch).map_err(decode_error)?;
             self.ctx.synchronize();
             let end = Instant::now();
+            let llama_eval = eval_before
+                .map(|before| self.ctx.timings().t_eval_ms() - before)
+                .filter(|ms| ms.is_finite() && *ms >= 0.0)
+                .map(|ms| Duration::from_nanos((ms * 1e6) as u64));
             ends.push(end);
             if let (Some(rec), Some(start)) = (record.as_mut(), call_start) {
                 let call = end - start;
                 rec.calls.push((call, profiled.is_some()));
                 if let Some((p, _)) = profiled {
                     let depth = usize::try_from(self.pos).unwrap_or(0);
-                    rec.steps
-                        .push(p.finish_step(end, gap.unwrap_or_default(), call, 1, depth));
+                    rec.steps.push(p.finish_step(
+                        end,
+                        gap.unwrap_or_default(),
+                        call,
+                        (1, depth),
+                        llama_eval,
+                    ));
                 }
             }
             self.pos += 1;

@@ -9,18 +9,21 @@
 //! one synchronisation at its end.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use llama_cpp_2::context::eval::{EvalNode, EvalObserver};
 
 use crate::metrics::profile::{NodeFacts, StepRecord};
+use crate::metrics::roofline::KvShape;
 
 /// Times the nodes of the steps it is armed for.
 #[derive(Default)]
 pub(crate) struct StepProfiler {
     armed: AtomicBool,
     rec: Mutex<Recorder>,
+    /// The model's KV shape (its window layers), for the cells attention reads.
+    kv: OnceLock<KvShape>,
     #[cfg(feature = "plant")]
     plant: Option<(String, Duration)>,
 }
@@ -44,6 +47,14 @@ impl StepProfiler {
         })
     }
 
+    /// The model's KV shape, once the context is made (`ModelInfo::kv_shape`): which layers
+    /// read a window of the cache (`metrics::profile::attention_reads`).
+    pub(crate) fn set_kv_shape(&self, kv: Option<KvShape>) {
+        if let Some(kv) = kv {
+            let _ = self.kv.set(kv);
+        }
+    }
+
     /// Records the next decode call, which starts at `at`.
     pub(crate) fn arm(&self, at: Instant) {
         if let Ok(mut r) = self.rec.lock() {
@@ -59,14 +70,14 @@ impl StepProfiler {
 
     /// Stops recording: the step's record. Its decode call took `call` and ended (its backend
     /// synchronised) at `end`, after a host gap of `host`; it computed `rows` rows with
-    /// `depth` tokens in the KV cache.
+    /// `depth` tokens in the KV cache; llama.cpp's own clock gave it `llama_eval`.
     pub(crate) fn finish_step(
         &self,
         end: Instant,
         host: Duration,
         call: Duration,
-        rows: usize,
-        depth: usize,
+        (rows, depth): (usize, usize),
+        llama_eval: Option<Duration>,
     ) -> StepRecord {
         self.armed.store(false, Ordering::SeqCst);
         let mut step = StepRecord {
@@ -74,6 +85,7 @@ impl StepProfiler {
             wall: host + call,
             rows,
             depth,
+            llama_eval,
             ..StepRecord::default()
         };
         let Ok(mut r) = self.rec.lock() else {
@@ -87,6 +99,8 @@ impl StepProfiler {
         step.graph_inputs = first.saturating_duration_since(started);
         step.sync = r.sync;
         step.output = end.saturating_duration_since(last);
+        drop(r);
+        crate::metrics::profile::attention_reads(&mut step, self.kv.get());
         step
     }
 }
@@ -148,9 +162,11 @@ fn facts(node: EvalNode<'_>, time: Duration) -> NodeFacts {
     let weight = weight_of(node);
     let ne = node.ne();
     let elems = |v: [i64; 4]| v.iter().map(|x| (*x).max(0) as u64).product::<u64>();
+    let mut kv_cells = 0;
     let (kv_bytes, flops) = match op {
         // KV views read by attention: K and V (sources 1 and 2); 2 FLOPs per multiply-add in
-        // Q·K and in P·V: 4 × head size × KV length × rows × heads.
+        // Q·K and in P·V: 4 × head size × KV length × rows × heads. The views' whole length
+        // here: `finish_step` counts the cells the kernel reads.
         "FLASH_ATTN_EXT" => {
             let k = node.src(1);
             let kv = [node.src(1), node.src(2)]
@@ -160,6 +176,7 @@ fn facts(node: EvalNode<'_>, time: Duration) -> NodeFacts {
                 .sum();
             let q = node.src(0).map_or([0; 4], |q| q.ne());
             let n_kv = k.map_or(0, |k| k.ne()[1]).max(0) as u64;
+            kv_cells = n_kv;
             (
                 kv,
                 4 * q[0].max(0) as u64 * n_kv * q[1].max(0) as u64 * q[2].max(0) as u64,
@@ -191,6 +208,7 @@ fn facts(node: EvalNode<'_>, time: Duration) -> NodeFacts {
         weight: weight.map(|(w, _)| w.to_string()),
         weight_bytes,
         kv_bytes,
+        kv_cells,
         flops,
         time,
         start: Duration::ZERO,

@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use super::roofline::KvShape;
+
 /// What the engine read off one computed node of a sampled step.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeFacts {
@@ -24,8 +26,13 @@ pub struct NodeFacts {
     pub weight: Option<String>,
     /// Bytes of that weight (0 without one).
     pub weight_bytes: u64,
-    /// Bytes of the KV cache it reads (the K and V views of attention; 0 elsewhere).
+    /// Bytes of the KV cache it reads: for flash attention the cells its kernel reads (see
+    /// [`attention_reads`]); for the matrix products of attention without it, the whole K or
+    /// V view (a matrix product skips no masked cell); 0 elsewhere.
     pub kv_bytes: u64,
+    /// Flash attention only: the cells of its K and V views (the cache as llama.cpp pads it),
+    /// before [`attention_reads`] counts the ones its kernel reads; 0 elsewhere.
+    pub kv_cells: u64,
     /// Floating-point operations (matrix products and attention: 2 per multiply-add; 0 for
     /// the rest, which is small beside them).
     pub flops: u64,
@@ -57,6 +64,50 @@ pub struct StepRecord {
     pub rows: usize,
     /// Tokens in the KV cache before the pass (the depth attention reads).
     pub depth: usize,
+    /// llama.cpp's own clock for the same call: the growth of its `t_eval_ms` counter over it
+    /// (`llama_perf_context`, from inside `llama_decode` to its synchronisation), read when
+    /// the pass carried one row (llama.cpp books bigger passes as prompt time). The check
+    /// that the parts add up holds them against it (docs/checks.md).
+    pub llama_eval: Option<Duration>,
+}
+
+/// Counts what each flash-attention node of a step at `depth` (cached tokens before the pass)
+/// with `rows` query rows reads of the cache: the cells its kernel reads, not its views. The
+/// CPU kernel (`ggml_compute_forward_flash_attn_ext_f16_one_chunk`, ggml-cpu/ops.cpp) skips a
+/// cell whose mask is -inf before reading its K or V row, so it reads the cells the mask
+/// leaves: the layer's own cells up to the last query, on a window layer only its window
+/// ([`KvShape::cells_read`]), never the padding to 256 nor the window layers' whole depth.
+/// Each node's bytes are its views' bytes per cell × those cells, and its FLOPs likewise.
+/// Without the model's shape, the global rule (every cell up to the last query).
+pub fn attention_reads(step: &mut StepRecord, kv: Option<&KvShape>) {
+    let (depth, rows) = (step.depth as u64, step.rows.max(1) as u64);
+    // llama.cpp leaves the attention node unnamed (`node_30`): its layer is the one of the
+    // weights read before it (`classify`), else a `-N` its name may carry.
+    let (placed, _) = classify(&step.nodes);
+    for (n, (_, layer)) in step
+        .nodes
+        .iter_mut()
+        .zip(placed)
+        .filter(|(n, _)| n.kv_cells > 0)
+    {
+        let layer = layer.or_else(|| node_layer(&n.name)).map(u64::from);
+        let read = match (kv, layer) {
+            (Some(kv), Some(il)) => kv.cells_read(il, depth, rows),
+            _ => depth + rows,
+        }
+        .min(n.kv_cells);
+        n.kv_bytes = n.kv_bytes / n.kv_cells * read;
+        n.flops = n.flops / n.kv_cells * read;
+        n.kv_cells = read;
+    }
+}
+
+/// The layer a node's name carries (`__fattn__-3` → 3), for a graph whose weights were not
+/// recognised.
+fn node_layer(name: &str) -> Option<u16> {
+    let base = name.split(" (").next().unwrap_or(name);
+    let (_, n) = base.rsplit_once('-')?;
+    n.parse().ok()
 }
 
 /// A part of a decode step.
@@ -271,6 +322,72 @@ pub struct PartFigures {
     pub mbu_pct: Option<f64>,
     pub flops: u64,
     pub gflop_per_s: Option<f64>,
+    /// Graph nodes of the part in a step (0 for the parts outside the graph).
+    pub nodes: usize,
+    /// Why the data cannot support the part's figures, if they cannot (empty: they can).
+    pub caveats: Vec<Caveat>,
+}
+
+/// A reason a part's time, GB/s or MBU is not a measurement of what it claims.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Caveat {
+    /// Its time is no more than the profiler's cost per node taken off its nodes, or under
+    /// twice that cost's standard error over its nodes: the figure is the instrument's and
+    /// its noise, not the part's.
+    TooShort,
+    /// The whole step reads less than the last-level cache holds: the part's bytes may come
+    /// from the cache, so its GB/s is not memory's and its MBU is no fraction of the ceiling.
+    CacheResident,
+    /// Each of its nodes reads so little that reading it at the ceiling takes less time than
+    /// a node's own start costs (the profiler's cost per node): its time is latency and
+    /// thread start, not bandwidth, so its GB/s says little.
+    SmallReads,
+    /// Its MBU is above 100%: the part read its bytes faster than the ceiling allows, so its
+    /// time or its bytes are not what they seem (the time booked elsewhere, the bytes in a
+    /// cache, or the ceiling low).
+    AboveCeiling,
+}
+
+impl Caveat {
+    /// The words shown in the table's "note" column.
+    pub fn label(self) -> &'static str {
+        match self {
+            Caveat::TooShort => "too short to time",
+            Caveat::CacheResident => "cache-resident",
+            Caveat::SmallReads => "too small a read",
+            Caveat::AboveCeiling => "above the ceiling",
+        }
+    }
+}
+
+/// What the profiler's cost per node is, measured: over the profiled decode calls, each
+/// call's time less the median unprofiled call, over its nodes; the median of those, and
+/// their sample standard deviation (docs/metrics.md, "Step profile").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Correction {
+    /// Taken off every node's time (down to 0) and shown as the part "profiling".
+    #[serde(serialize_with = "as_us", rename = "per_node_us")]
+    pub per_node: Duration,
+    /// The spread of the per-call estimates (0 below two).
+    #[serde(serialize_with = "as_us", rename = "spread_us")]
+    pub spread: Duration,
+    /// How many profiled calls it was measured over (0: not measured, nothing taken off).
+    pub samples: usize,
+}
+
+fn as_us<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64() * 1e6)
+}
+
+/// What the breakdown sets each part's figures against.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Limits {
+    /// The roofline's bandwidth, bytes/s, for each part's MBU.
+    pub bandwidth: Option<f64>,
+    pub correction: Correction,
+    /// The machine's last-level cache size, bytes, when known.
+    pub llc_bytes: Option<u64>,
 }
 
 /// One operation type's time, summed over its nodes.
@@ -297,6 +414,44 @@ pub struct StepBreakdown {
     pub layers_ms: Vec<f64>,
     pub rows: usize,
     pub depth: usize,
+    /// The mean of llama.cpp's own clock of the profiled calls (`StepRecord::llama_eval`),
+    /// when every step has it: the independent clock the parts' sum is held against.
+    pub llama_eval_ms: Option<f64>,
+}
+
+/// The caveats of a part that took `ms` a step over `nodes` nodes, read `bytes` a step
+/// (`step_bytes` the whole step), at `mbu_pct`.
+fn caveats(
+    ms: f64,
+    nodes: usize,
+    (bytes, step_bytes): (u64, u64),
+    mbu_pct: Option<f64>,
+    limits: &Limits,
+) -> Vec<Caveat> {
+    let mut out = Vec::new();
+    let c = &limits.correction;
+    let per_node_ms = super::ms(c.per_node);
+    // The median's standard error: the spread of the estimates over their count's root.
+    let error_ms = super::ms(c.spread) / (c.samples.max(1) as f64).sqrt();
+    let n = nodes as f64;
+    if nodes > 0 && (ms <= per_node_ms * n || ms < 2.0 * error_ms * n) {
+        out.push(Caveat::TooShort);
+    }
+    if bytes > 0 && nodes > 0 {
+        let read_ms = limits
+            .bandwidth
+            .filter(|b| *b > 0.0)
+            .map(|b| bytes as f64 / n / b * 1e3);
+        if limits.llc_bytes.is_some_and(|llc| step_bytes < llc) {
+            out.push(Caveat::CacheResident);
+        } else if read_ms.is_some_and(|r| r < per_node_ms) {
+            out.push(Caveat::SmallReads);
+        }
+    }
+    if mbu_pct.is_some_and(|m| m > 100.0) {
+        out.push(Caveat::AboveCeiling);
+    }
+    out
 }
 
 /// The sample sd of `values`, a part's time in each of `n` steps (a step without the part
@@ -311,17 +466,15 @@ fn sample_sd(values: &[f64], n: usize) -> f64 {
     (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt()
 }
 
-/// The mean breakdown of `steps`; `bandwidth` (bytes/s) is the roofline's, for the per-part
-/// MBU. `per_node` is what profiling adds to each node (`ProfileRecord::per_node_overhead`):
-/// taken off every node's time (down to 0) and shown as its own part, "profiling". `None`
-/// without steps.
-pub fn breakdown(
-    steps: &[StepRecord],
-    bandwidth: Option<f64>,
-    per_node: Duration,
-) -> Option<StepBreakdown> {
+/// The mean breakdown of `steps`, each part's figures set against `limits`: the roofline's
+/// bandwidth for its MBU, the profiler's measured cost per node
+/// (`ProfileRecord::correction`), taken off every node's time (down to 0) and shown as its
+/// own part, "profiling", and the caches, for the caveats. `None` without steps.
+pub fn breakdown(steps: &[StepRecord], limits: &Limits) -> Option<StepBreakdown> {
     let last = steps.last()?;
     let n = steps.len() as f64;
+    let (bandwidth, per_node) = (limits.bandwidth, limits.correction.per_node);
+    let mut node_count: BTreeMap<Part, usize> = BTreeMap::new();
     let mut time: BTreeMap<Part, (Duration, u64, u64, u64)> = BTreeMap::new();
     let mut ops: BTreeMap<&'static str, (usize, Duration)> = BTreeMap::new();
     let mut layers: Vec<Duration> = Vec::new();
@@ -338,6 +491,7 @@ pub fn breakdown(
             let added = per_node.min(node.time);
             time.entry(Part::Profiling).or_default().0 += added;
             let node_time = node.time - added;
+            *node_count.entry(*part).or_default() += 1;
             let e = time.entry(*part).or_default();
             e.0 += node_time;
             e.1 += node.weight_bytes;
@@ -369,6 +523,7 @@ pub fn breakdown(
     }
     let wall_ms = super::ms(wall) / n;
     let share = |ms: f64| if wall_ms > 0.0 { ms / wall_ms } else { 0.0 };
+    let step_bytes = (time.values().map(|t| t.1 + t.2).sum::<u64>() as f64 / n) as u64;
     let parts: Vec<PartFigures> = Part::ALL
         .iter()
         .filter_map(|p| time.get(p).map(|t| (*p, *t)))
@@ -379,6 +534,10 @@ pub fn breakdown(
             let (wb, kb, fl) = (per_step(wb), per_step(kb), per_step(fl));
             let secs = ms / 1e3;
             let gb_per_s = (wb + kb > 0 && secs > 0.0).then(|| (wb + kb) as f64 / secs / 1e9);
+            let mbu_pct = gb_per_s
+                .zip(bandwidth.filter(|b| *b > 0.0))
+                .map(|(g, b)| g * 1e9 / b * 100.0);
+            let nodes = (node_count.get(&p).copied().unwrap_or(0) as f64 / n).round() as usize;
             PartFigures {
                 part: p.label(),
                 ms,
@@ -387,11 +546,15 @@ pub fn breakdown(
                 weight_bytes: wb,
                 kv_bytes: kb,
                 gb_per_s,
-                mbu_pct: gb_per_s
-                    .zip(bandwidth.filter(|b| *b > 0.0))
-                    .map(|(g, b)| g * 1e9 / b * 100.0),
+                mbu_pct,
                 flops: fl,
                 gflop_per_s: (fl > 0 && secs > 0.0).then(|| fl as f64 / secs / 1e9),
+                nodes,
+                caveats: if p == Part::Profiling {
+                    Vec::new()
+                } else {
+                    caveats(ms, nodes, (wb + kb, step_bytes), mbu_pct, limits)
+                },
             }
         })
         .collect();
@@ -419,6 +582,11 @@ pub fn breakdown(
         layers_ms: layers.iter().map(|d| super::ms(*d) / n).collect(),
         rows: last.rows,
         depth: last.depth,
+        llama_eval_ms: steps
+            .iter()
+            .map(|s| s.llama_eval.map(super::ms))
+            .sum::<Option<f64>>()
+            .map(|total| total / n),
     })
 }
 
@@ -433,34 +601,48 @@ pub struct ProfileRecord {
 }
 
 impl ProfileRecord {
-    /// What profiling adds to each node of a profiled step: the mean profiled decode call
-    /// less the mean unprofiled one, over the mean node count of a profiled step (each node
-    /// is its own graph computation then, with its own start and synchronisation). Zero
-    /// without both kinds of call, or when the profiled ones were not slower.
-    pub fn per_node_overhead(&self) -> Duration {
-        self.overhead_over(self.steps.iter())
+    /// What profiling adds to each node of a profiled step, measured over the turn's calls
+    /// ([`Correction`]): each profiled call less the median unprofiled one, over that step's
+    /// nodes (each node is its own graph computation then, with its own start and
+    /// synchronisation); their median, and their spread. Nothing without both kinds of call.
+    pub fn correction(&self) -> Correction {
+        self.correction_over(self.steps.iter())
     }
 
-    /// [`Self::per_node_overhead`] with `step` counted too (before it is kept).
-    pub fn per_node_overhead_with(&self, step: &StepRecord) -> Duration {
-        self.overhead_over(self.steps.iter().chain(std::iter::once(step)))
+    /// [`Self::correction`] with `step` counted too (before it is kept).
+    pub fn correction_with(&self, step: &StepRecord) -> Correction {
+        self.correction_over(self.steps.iter().chain(std::iter::once(step)))
     }
 
-    fn overhead_over<'a>(&self, steps: impl Iterator<Item = &'a StepRecord>) -> Duration {
-        let (count, total) = steps.fold((0usize, 0usize), |(c, t), s| (c + 1, t + s.nodes.len()));
-        let nodes = total / count.max(1);
-        let mean = |profiled: bool| {
-            let v: Vec<Duration> = self
-                .calls
-                .iter()
-                .filter(|c| c.1 == profiled)
-                .map(|c| c.0)
-                .collect();
-            (!v.is_empty()).then(|| v.iter().sum::<Duration>() / v.len() as u32)
+    fn correction_over<'a>(&self, steps: impl Iterator<Item = &'a StepRecord>) -> Correction {
+        let nodes: Vec<usize> = steps.map(|s| s.nodes.len()).collect();
+        let off: Vec<f64> = self
+            .calls
+            .iter()
+            .filter(|c| !c.1)
+            .map(|c| c.0.as_secs_f64())
+            .collect();
+        let Some(base) = super::median(&off) else {
+            return Correction::default();
         };
-        match (mean(true), mean(false)) {
-            (Some(on), Some(off)) if nodes > 0 => on.saturating_sub(off) / nodes as u32,
-            _ => Duration::ZERO,
+        // The profiled calls in order, each with its step's node count.
+        let per_node: Vec<f64> = self
+            .calls
+            .iter()
+            .filter(|c| c.1)
+            .zip(&nodes)
+            .filter(|(_, n)| **n > 0)
+            .map(|(c, n)| (c.0.as_secs_f64() - base) / *n as f64)
+            .collect();
+        let Some(mid) = super::median(&per_node) else {
+            return Correction::default();
+        };
+        let sd = sample_sd(&per_node, per_node.len());
+        let secs = |v: f64| Duration::from_nanos((v.max(0.0) * 1e9) as u64);
+        Correction {
+            per_node: secs(mid),
+            spread: secs(sd),
+            samples: per_node.len(),
         }
     }
 
@@ -468,11 +650,12 @@ impl ProfileRecord {
     /// `pass_gaps` are the turn's gaps between decode passes (`TurnTimeline::pass_gaps`), one
     /// per call, and `tokens_per_pass` its tokens per pass: the decode rate both ways.
     /// `None` without a sampled step.
+    /// `limits` are the bandwidth and caches; the correction is measured here.
     pub fn figures(
         &self,
         pass_gaps: &[Duration],
         tokens_per_pass: f64,
-        bandwidth: Option<f64>,
+        limits: Limits,
     ) -> Option<TurnProfile> {
         let mean_call = |profiled: bool| {
             let v: Vec<f64> = self
@@ -491,13 +674,18 @@ impl ProfileRecord {
                 .fold((0usize, Duration::ZERO), |(n, t), (g, _)| (n + 1, t + *g));
             super::rate_per_s(n, total).map(|r| r * tokens_per_pass)
         };
-        let per_node = self.per_node_overhead();
+        let limits = Limits {
+            correction: self.correction(),
+            ..limits
+        };
         let last = self.steps.last()?;
         Some(TurnProfile {
             rate: self.rate,
-            per_node_overhead_us: per_node.as_secs_f64() * 1e6,
-            mean: breakdown(&self.steps, bandwidth, per_node)?,
-            last: breakdown(std::slice::from_ref(last), bandwidth, per_node)?,
+            per_node_overhead_us: limits.correction.per_node.as_secs_f64() * 1e6,
+            correction: limits.correction,
+            mean: breakdown(&self.steps, &limits)?,
+            last: breakdown(std::slice::from_ref(last), &limits)?,
+            not_meaningful: None,
             profiled_call_ms: mean_call(true),
             unprofiled_call_ms: mean_call(false),
             decode_tok_per_s_unsampled: rate(&|profiled| !profiled),
@@ -511,9 +699,16 @@ impl ProfileRecord {
 pub struct TurnProfile {
     /// One decode step in `rate` was profiled.
     pub rate: u32,
-    /// What profiling added to each node, µs (`ProfileRecord::per_node_overhead`), taken off
+    /// What profiling added to each node, µs (`ProfileRecord::correction`), taken off
     /// the nodes' times and shown as the part "profiling".
     pub per_node_overhead_us: f64,
+    /// That correction with its spread and the calls it was measured over.
+    pub correction: Correction,
+    /// Why the parts' shares do not describe the model's step on this run, when they do not
+    /// (the machine was busy: threads waiting at barriers are charged to whichever node they
+    /// wait in, docs/metrics.md); set by the caller from the busy signals.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_meaningful: Option<String>,
     pub mean: StepBreakdown,
     pub last: StepBreakdown,
     /// The mean decode call of a profiled step and of the others, ms: what the instrument
@@ -532,6 +727,24 @@ impl TurnProfile {
     pub fn sampled_cost(&self) -> Option<f64> {
         Some(self.profiled_call_ms? / self.unprofiled_call_ms? - 1.0)
     }
+}
+
+/// Why a profile's shares do not describe the model's step, from the run's busy-machine
+/// warnings (`metrics::busy`): on a machine with more runnable threads than cores, the
+/// threads of a node wait at its barrier for a thread that was preempted, and that wait is
+/// charged to whichever node it falls in, small ones included (a norm seen at 37% of a
+/// step). `None` when there are none.
+pub fn shares_not_meaningful(busy_warnings: &[String]) -> Option<String> {
+    let first = busy_warnings.first()?;
+    Some(format!(
+        "the machine was busy ({}): threads waiting at barriers are charged to whichever part \
+         they wait in, so the shares and per-part GB/s below do not describe the model",
+        first
+            .split(" — ")
+            .next()
+            .unwrap_or(first)
+            .trim_start_matches("busy machine: ")
+    ))
 }
 
 /// The profile's level of detail (`--profile parts|ops`).
@@ -557,10 +770,20 @@ impl std::str::FromStr for ProfileLevel {
     }
 }
 
+/// At `--profile-rate 1`, one step in this many is left unprofiled, so that the profiler's
+/// cost per node is measured (`ProfileRecord::correction`) at every rate.
+pub const RATE_ONE_UNPROFILED_EVERY: usize = 4;
+
 /// Which decode steps are profiled: one in `rate` (0 = none), from the `rate`-th on (the
-/// first step, which warms the caches, is never the only one sampled).
+/// first step, which warms the caches, is never the only one sampled); at rate 1 every step
+/// but one in [`RATE_ONE_UNPROFILED_EVERY`] (the second, the sixth, ...), which measure what
+/// profiling costs.
 pub fn sampled(step: usize, rate: u32) -> bool {
-    rate > 0 && (step + 1) % rate as usize == 0
+    match rate {
+        0 => false,
+        1 => step % RATE_ONE_UNPROFILED_EVERY != 1,
+        r => (step + 1) % r as usize == 0,
+    }
 }
 
 #[cfg(test)]
@@ -574,6 +797,7 @@ mod tests {
             weight: weight.map(Into::into),
             weight_bytes: if weight.is_some() { 1_000_000 } else { 0 },
             kv_bytes: 0,
+            kv_cells: 0,
             flops: 0,
             time: Duration::from_millis(ms),
             start: Duration::ZERO,
@@ -659,7 +883,7 @@ mod tests {
             wall: Duration::from_millis(7),
             ..StepRecord::default()
         };
-        let b = breakdown(&[step], None, Duration::ZERO).unwrap();
+        let b = breakdown(&[step], &Limits::default()).unwrap();
         assert!(!b.by_name);
         assert_eq!(b.ops[0].op, "MUL_MAT");
         assert_eq!(b.ops[0].nodes, 2);
@@ -680,9 +904,17 @@ mod tests {
             wall: Duration::from_millis(62),
             rows: 1,
             depth: 10,
+            llama_eval: None,
         };
         // Twice the same step: the means equal the one step.
-        let b = breakdown(&[step.clone(), step], Some(1e9), Duration::ZERO).unwrap();
+        let b = breakdown(
+            &[step.clone(), step],
+            &Limits {
+                bandwidth: Some(1e9),
+                ..Limits::default()
+            },
+        )
+        .unwrap();
         assert_eq!(b.steps, 2);
         assert!((b.sum_ms - 62.0).abs() < 1e-9, "{}", b.sum_ms);
         assert!((b.wall_ms - 62.0).abs() < 1e-9);
@@ -715,12 +947,12 @@ mod tests {
                 (Duration::from_millis(57), true),
             ],
         };
-        assert_eq!(record.per_node_overhead(), Duration::from_micros(500));
+        assert_eq!(record.correction().per_node, Duration::from_micros(500));
         let p = record
             .figures(
                 &[Duration::from_millis(46), Duration::from_millis(57)],
                 1.0,
-                None,
+                Limits::default(),
             )
             .unwrap();
         assert!((p.per_node_overhead_us - 500.0).abs() < 1e-9);
@@ -737,10 +969,146 @@ mod tests {
         // Only unprofiled or only profiled calls: nothing to take off.
         let mut only = record.clone();
         only.calls.retain(|c| c.1);
-        assert_eq!(only.per_node_overhead(), Duration::ZERO);
+        assert_eq!(only.correction(), Correction::default());
         // The decode rate both ways: 1 token a pass.
         assert!((p.decode_tok_per_s_unsampled.unwrap() - 1000.0 / 46.0).abs() < 1e-9);
         assert!((p.decode_tok_per_s_all.unwrap() - 2000.0 / 103.0).abs() < 1e-9);
+    }
+
+    /// A flash-attention node of layer `l` over a view of `view` cells of 1024 bytes each.
+    fn fattn(l: u16, view: u64) -> NodeFacts {
+        NodeFacts {
+            kv_bytes: 1024 * view,
+            kv_cells: view,
+            flops: 4 * 256 * view * 4,
+            ..node(&format!("__fattn__-{l}"), "FLASH_ATTN_EXT", None, 1)
+        }
+    }
+
+    #[test]
+    fn attention_reads_the_cells_its_mask_leaves_not_its_views() {
+        use super::super::roofline::{KvShape, SlidingWindow};
+        use crate::gguf::kv_type::KvType;
+        // Gemma 3 270M's shape: 18 layers, a window of 512 on all but 5, 11 and 17.
+        let kv = KvShape {
+            n_layer: 18,
+            n_embd_k: 256,
+            n_embd_v: 256,
+            type_k: KvType::F16,
+            type_v: KvType::F16,
+            sliding_window: SlidingWindow::new(512, (0..18).map(|il| il % 6 < 5)),
+        };
+        let step_at = |depth: usize, view: u64| StepRecord {
+            nodes: (0..18).map(|l| fattn(l, view)).collect(),
+            rows: 1,
+            depth,
+            ..StepRecord::default()
+        };
+        let read = |depth: usize, view: u64| {
+            let mut s = step_at(depth, view);
+            attention_reads(&mut s, Some(&kv));
+            s.nodes.iter().map(|n| n.kv_bytes).sum::<u64>()
+        };
+        // Depth 29 and 227 share one 256-cell view (4.72 MB, the old figure at both): the
+        // kernel reads 30 and 228 cells a layer.
+        assert_eq!(read(29, 256), 30 * 18 * 1024);
+        assert_eq!(read(227, 256), 228 * 18 * 1024);
+        assert_ne!(read(29, 256), read(227, 256));
+        // Deep: the window layers read 512 cells, the global ones every cell.
+        assert_eq!(read(3013, 3072), (3 * 3014 + 15 * 512) * 1024);
+        // Never more than the view holds; the FLOPs follow the cells.
+        assert_eq!(read(300, 256), 256 * 18 * 1024);
+        let mut s = step_at(29, 256);
+        attention_reads(&mut s, Some(&kv));
+        assert_eq!(s.nodes[0].flops, 4 * 256 * 30 * 4);
+        assert_eq!(s.nodes[0].kv_cells, 30);
+        // Without the model's shape, every cell up to the query's.
+        let mut s = step_at(3013, 3072);
+        attention_reads(&mut s, None);
+        assert_eq!(s.nodes[0].kv_bytes, 3014 * 1024);
+        // Other nodes are left alone.
+        let mut s = StepRecord {
+            nodes: vec![node("kq-0", "MUL_MAT", None, 1)],
+            depth: 5,
+            ..StepRecord::default()
+        };
+        s.nodes[0].kv_bytes = 77;
+        attention_reads(&mut s, Some(&kv));
+        assert_eq!(s.nodes[0].kv_bytes, 77);
+    }
+
+    #[test]
+    fn the_correction_is_measured_per_call_with_its_spread() {
+        let step = |nodes: usize| StepRecord {
+            nodes: (0..nodes).map(|_| node("x-0", "ADD", None, 1)).collect(),
+            ..StepRecord::default()
+        };
+        // Unprofiled 10, 11, 12 ms (median 11); profiled 13, 15, 17 ms over 1000 nodes each:
+        // 2, 4, 6 µs a node: median 4, sd 2.
+        let ms = Duration::from_millis;
+        let record = ProfileRecord {
+            rate: 2,
+            steps: vec![step(1000), step(1000), step(1000)],
+            calls: vec![
+                (ms(10), false),
+                (ms(13), true),
+                (ms(11), false),
+                (ms(15), true),
+                (ms(12), false),
+                (ms(17), true),
+            ],
+        };
+        let c = record.correction();
+        assert_eq!(c.per_node, Duration::from_micros(4));
+        assert_eq!(c.spread, Duration::from_micros(2));
+        assert_eq!(c.samples, 3);
+        let json = serde_json::to_value(c).unwrap();
+        assert_eq!(json["per_node_us"], 4.0);
+        assert_eq!(json["spread_us"], 2.0);
+    }
+
+    #[test]
+    fn a_part_the_data_cannot_support_says_why() {
+        let limits = Limits {
+            bandwidth: Some(10e9),
+            correction: Correction {
+                per_node: Duration::from_micros(5),
+                spread: Duration::from_micros(20),
+                samples: 16,
+            },
+            llc_bytes: Some(32 << 20),
+        };
+        let big = 300_000_000;
+        // 18 nodes of 2.5 kB in 0.05 ms: under the 0.09 ms taken off them, and reading 2.5 kB
+        // at 10 GB/s (0.25 µs) is far under a node's 5 µs start.
+        let norm = caveats(0.05, 18, (45_000, big), None, &limits);
+        assert_eq!(norm, vec![Caveat::TooShort, Caveat::SmallReads]);
+        // Twice the standard error (20 / √16 = 5 µs) over 18 nodes is 0.18 ms: 0.2 ms stands,
+        // 0.17 ms does not.
+        assert!(caveats(0.2, 18, (20_000_000, big), None, &limits).is_empty());
+        assert_eq!(
+            caveats(0.17, 18, (20_000_000, big), None, &limits),
+            vec![Caveat::TooShort]
+        );
+        // Above the ceiling, and a step that fits the last-level cache.
+        assert_eq!(
+            caveats(5.0, 18, (20_000_000, big), Some(134.0), &limits),
+            vec![Caveat::AboveCeiling]
+        );
+        assert_eq!(
+            caveats(5.0, 18, (20_000_000, 30 << 20), None, &limits),
+            vec![Caveat::CacheResident]
+        );
+        // The busy machine's words, on the profile.
+        let why = shares_not_meaningful(&[
+            "busy machine: load average 11.1 before the run, above its 1 thread(s) — rerun".into(),
+        ])
+        .unwrap();
+        assert!(
+            why.starts_with("the machine was busy (load average 11.1 before the run"),
+            "{why}"
+        );
+        assert_eq!(shares_not_meaningful(&[]), None);
     }
 
     #[test]
@@ -748,7 +1116,9 @@ mod tests {
         let picked: Vec<usize> = (0..40).filter(|s| sampled(*s, 16)).collect();
         assert_eq!(picked, vec![15, 31]);
         assert!((0..100).all(|s| !sampled(s, 0)));
-        assert!((0..5).all(|s| sampled(s, 1)));
+        // Rate 1: every step but one in 4, which measure the profiler's cost.
+        let unprofiled: Vec<usize> = (0..12).filter(|s| !sampled(*s, 1)).collect();
+        assert_eq!(unprofiled, vec![1, 5, 9]);
         assert!("ops".parse::<ProfileLevel>().is_ok());
         let e = "layers".parse::<ProfileLevel>().unwrap_err();
         assert!(e.contains("'layers'") && e.contains("parts"), "{e}");

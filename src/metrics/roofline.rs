@@ -62,7 +62,8 @@ impl WeightBytes {
     }
 }
 
-/// The KV cache's shape: what one cached position costs across all layers.
+/// The KV cache's shape: what one cached position costs across all layers, and which layers
+/// see only a sliding window of it.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct KvShape {
     pub n_layer: u64,
@@ -72,10 +73,94 @@ pub struct KvShape {
     pub n_embd_v: u64,
     pub type_k: KvType,
     pub type_v: KvType,
+    /// The window layers, when the model has them and llama.cpp's rule for them is known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sliding_window: Option<SlidingWindow>,
+}
+
+/// Which layers attend through a sliding window and how wide it is: llama.cpp's `n_swa` and
+/// `is_swa(il)` for the standard window (`llama_hparams::is_masked_swa`, `LLAMA_SWA_TYPE_STANDARD`:
+/// the query at position p1 sees the cells p0 with `p1 - p0 < n_swa`, so `n_swa` cells with its
+/// own). Read from the GGUF (`{arch}.attention.sliding_window`, and the per-layer pattern
+/// `{arch}.attention.sliding_window_pattern` or the architecture's default, as each
+/// architecture's `load_arch_hparams` sets it: gemma2 and gpt-oss 1 global layer in 2, cohere2
+/// and olmo2 1 in 4, gemma3 1 in 6, the last of each group global).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct SlidingWindow {
+    /// Cells a window layer's query sees, its own included.
+    pub cells: u64,
+    /// How many of the layers are window layers.
+    pub n_window_layers: u64,
+    /// Bit `il` of word `il / 64` set: layer `il` is a window layer (at most 256 layers).
+    #[serde(skip)]
+    layers: [u64; 4],
+}
+
+/// The most layers a [`SlidingWindow`] describes; a model with more is read at full depth.
+const MAX_WINDOW_LAYERS: u64 = 256;
+
+/// The architectures whose standard sliding window llama.cpp builds with a default pattern:
+/// (architecture, n_pattern), the layer `il` being a window layer when
+/// `il % n_pattern < n_pattern - 1` (`llama_hparams::set_swa_pattern`, `dense_first` false).
+const WINDOW_PATTERNS: &[(&str, u64)] = &[
+    ("gemma2", 2),
+    ("gpt-oss", 2),
+    ("cohere2", 4),
+    ("olmo2", 4),
+    ("gemma3", 6),
+];
+
+impl SlidingWindow {
+    /// From a window of `cells` and each layer's flag.
+    pub(crate) fn new(cells: u64, is_window: impl Iterator<Item = bool>) -> Option<Self> {
+        let mut layers = [0u64; 4];
+        let mut n_window_layers = 0;
+        for (il, w) in is_window.enumerate() {
+            if il as u64 >= MAX_WINDOW_LAYERS {
+                return None;
+            }
+            if w {
+                layers[il / 64] |= 1 << (il % 64);
+                n_window_layers += 1;
+            }
+        }
+        (cells > 0 && n_window_layers > 0).then_some(Self {
+            cells,
+            n_window_layers,
+            layers,
+        })
+    }
+
+    /// Whether layer `il` is a window layer.
+    pub(crate) fn is_window_layer(&self, il: u64) -> bool {
+        il < MAX_WINDOW_LAYERS && self.layers[(il / 64) as usize] & (1 << (il % 64)) != 0
+    }
+
+    /// llama.cpp's layers for a GGUF: `None` without a window, for a window type other than
+    /// the standard one, or for an architecture whose rule is not in [`WINDOW_PATTERNS`] (its
+    /// layers are then read at full depth: an overestimate, never an underestimate).
+    fn from_gguf(header: &GgufHeader, arch: &str, n_layer: u64) -> Option<Self> {
+        let key = |k: &str| header.get(&format!("{arch}.attention.{k}"));
+        let cells = key("sliding_window")?.as_u64().filter(|w| *w > 0)?;
+        let default = WINDOW_PATTERNS.iter().find(|(a, _)| *a == arch)?.1;
+        match key("sliding_window_pattern") {
+            Some(crate::gguf::GgufValue::Array(crate::gguf::GgufArray::Bool(flags))) => {
+                Self::new(cells, flags.iter().copied().take(n_layer as usize))
+            }
+            other => {
+                let n_pattern = other.and_then(|v| v.as_u64()).unwrap_or(default);
+                Self::new(
+                    cells,
+                    (0..n_layer).map(|il| n_pattern == 0 || il % n_pattern < n_pattern - 1),
+                )
+            }
+        }
+    }
 }
 
 impl KvShape {
-    /// From a GGUF's metadata (`{arch}.block_count`, head counts, key/value lengths).
+    /// From a GGUF's metadata (`{arch}.block_count`, head counts, key/value lengths, the
+    /// sliding window).
     pub(crate) fn from_gguf(header: &GgufHeader, type_k: KvType, type_v: KvType) -> Option<Self> {
         let arch = header.get("general.architecture")?.as_str()?;
         let get = |k: &str| header.get(&format!("{arch}.{k}")).and_then(|v| v.as_u64());
@@ -91,19 +176,51 @@ impl KvShape {
             n_embd_v: n_head_kv * head_v,
             type_k,
             type_v,
+            sliding_window: SlidingWindow::from_gguf(header, arch, n_layer),
         })
     }
 
-    /// Bytes of K and V cached per token position, all layers.
-    pub(crate) fn bytes_per_position(&self) -> f64 {
-        self.n_layer as f64
-            * (self.n_embd_k as f64 * self.type_k.bytes_per_element()
-                + self.n_embd_v as f64 * self.type_v.bytes_per_element())
+    /// Bytes of K and V one layer caches per position.
+    pub(crate) fn layer_bytes_per_position(&self) -> f64 {
+        self.n_embd_k as f64 * self.type_k.bytes_per_element()
+            + self.n_embd_v as f64 * self.type_v.bytes_per_element()
     }
 
-    /// Bytes a decode step reads from the cache at `depth` cached positions.
-    pub(crate) fn bytes_read_at(&self, depth: u64) -> f64 {
-        self.bytes_per_position() * depth as f64
+    /// Bytes of K and V cached per token position, all layers (every layer at full depth).
+    #[cfg(test)]
+    pub(crate) fn bytes_per_position(&self) -> f64 {
+        self.n_layer as f64 * self.layer_bytes_per_position()
+    }
+
+    /// The cells layer `il` reads for `rows` queries at positions `depth..depth + rows` (the
+    /// cache holding `depth` cells before them and theirs): every cell up to the last query on
+    /// a global layer, on a window layer the union of the rows' windows.
+    pub(crate) fn cells_read(&self, il: u64, depth: u64, rows: u64) -> u64 {
+        let all = depth + rows;
+        match self.sliding_window {
+            Some(w) if w.is_window_layer(il) => all.min(w.cells + rows.max(1) - 1),
+            _ => all,
+        }
+    }
+
+    /// Bytes a decode step reads from the cache when it attends to `positions` cells (the
+    /// cache before it and its own): each layer its own cells, a window layer at most its
+    /// window.
+    pub(crate) fn bytes_read_at(&self, positions: u64) -> f64 {
+        let (global, window) = match self.sliding_window {
+            Some(w) => (self.n_layer - w.n_window_layers, w.n_window_layers),
+            None => (self.n_layer, 0),
+        };
+        let window_cells = self.sliding_window.map_or(0, |w| positions.min(w.cells));
+        self.layer_bytes_per_position()
+            * (global as f64 * positions as f64 + window as f64 * window_cells as f64)
+    }
+
+    /// The mean of [`Self::bytes_read_at`] over the steps attending to `lo..=hi` cells.
+    pub(crate) fn mean_bytes_read(&self, lo: u64, hi: u64) -> f64 {
+        let (lo, hi) = (lo.min(hi), hi.max(lo));
+        let sum: f64 = (lo..=hi).map(|p| self.bytes_read_at(p)).sum();
+        sum / (hi - lo + 1) as f64
     }
 }
 
@@ -854,6 +971,7 @@ mod tests {
             n_embd_v: 1024,
             type_k: KvType::F16,
             type_v: KvType::F16,
+            sliding_window: None,
         };
         assert_eq!(kv.bytes_per_position(), 131_072.0);
         assert_eq!(kv.bytes_read_at(4096), 536_870_912.0);
@@ -863,6 +981,116 @@ mod tests {
             ..kv
         };
         assert_eq!(q8.bytes_per_position(), 131_072.0 * 1.0625 / 2.0);
+    }
+
+    /// A Gemma-3-like header (the demo model's shape: 18 layers, one KV head of 256, a window
+    /// of 512), written by the project's GGUF writer and read back as llama.cpp would.
+    fn gemma3_like(extra: impl FnOnce(&mut crate::gguf::GgufWriter)) -> GgufHeader {
+        let mut w = crate::gguf::GgufWriter::new();
+        w.add_string("general.architecture", "gemma3").unwrap();
+        for (k, v) in [
+            ("block_count", 18),
+            ("embedding_length", 640),
+            ("attention.head_count", 4),
+            ("attention.head_count_kv", 1),
+            ("attention.key_length", 256),
+            ("attention.value_length", 256),
+            ("attention.sliding_window", 512),
+        ] {
+            w.add_u32(&format!("gemma3.{k}"), v).unwrap();
+        }
+        extra(&mut w);
+        let mut bytes = Vec::new();
+        w.write_to(&mut bytes).unwrap();
+        crate::gguf::parse_metadata(&bytes).unwrap()
+    }
+
+    #[test]
+    fn a_window_layer_reads_its_window_and_a_global_layer_the_whole_depth() {
+        let kv = KvShape::from_gguf(&gemma3_like(|_| {}), KvType::F16, KvType::F16).unwrap();
+        let w = kv.sliding_window.expect("gemma3 has window layers");
+        // llama.cpp's gemma3 rule (set_swa_pattern(6)): layers 5, 11 and 17 are global.
+        let global: Vec<u64> = (0..18).filter(|il| !w.is_window_layer(*il)).collect();
+        assert_eq!(global, vec![5, 11, 17]);
+        assert_eq!((w.cells, w.n_window_layers), (512, 15));
+        // K and V of one KV head of 256 in f16: 1024 bytes a layer a cell.
+        assert_eq!(kv.layer_bytes_per_position(), 1024.0);
+        // Depth 3013: 3 global layers × 3013 cells + 15 window layers × 512 cells, by hand.
+        let by_hand = 1024.0 * (3.0 * 3013.0 + 15.0 * 512.0);
+        assert_eq!(kv.bytes_read_at(3013), by_hand);
+        // The old figure (every layer at full depth) is 3.2 times as much: it fails here.
+        assert!(kv.bytes_per_position() * 3013.0 > 3.0 * by_hand);
+        // Within the window every layer reads the whole depth.
+        assert_eq!(kv.bytes_read_at(300), kv.bytes_per_position() * 300.0);
+        // The cells each layer reads for a step after 3013 cached tokens (its own cell too),
+        // and for 4 rows verified at once: the union of their windows.
+        assert_eq!(kv.cells_read(0, 3013, 1), 512);
+        assert_eq!(kv.cells_read(5, 3013, 1), 3014);
+        assert_eq!(kv.cells_read(0, 3013, 4), 515);
+        assert_eq!(kv.cells_read(0, 28, 1), 29);
+        // The mean over a bench's steps crosses the window edge: not the mean of the ends.
+        let mean = kv.mean_bytes_read(500, 530);
+        let by_steps: f64 = (500..=530).map(|p| kv.bytes_read_at(p)).sum::<f64>() / 31.0;
+        assert_eq!(mean, by_steps);
+        // The headline at depth 3013 of the demo model's weights (~253 MB read a token).
+        let weights = 253_000_000.0;
+        let old = weights + kv.bytes_per_position() * 3013.0;
+        let new = bytes_per_token(
+            &WeightBytes {
+                total_bytes: 253_000_000,
+                tied_output: true,
+                ..WeightBytes::default()
+            },
+            Some(&kv),
+            3013,
+        );
+        assert_eq!(new, weights + by_hand);
+        assert!(old / new > 1.13, "{old} vs {new}");
+    }
+
+    #[test]
+    fn the_window_pattern_is_the_files_when_it_has_one() {
+        use crate::gguf::{GgufArray, GgufValue};
+        // A per-layer array: only layers 0 and 1 are window layers.
+        let flags: Vec<bool> = (0..18).map(|il| il < 2).collect();
+        let header = gemma3_like(|w| {
+            w.add_kv(
+                "gemma3.attention.sliding_window_pattern",
+                GgufValue::Array(GgufArray::Bool(flags)),
+            )
+            .unwrap();
+        });
+        let kv = KvShape::from_gguf(&header, KvType::F16, KvType::F16).unwrap();
+        assert_eq!(kv.sliding_window.unwrap().n_window_layers, 2);
+        // A number: one global layer in 3.
+        let header = gemma3_like(|w| {
+            w.add_u32("gemma3.attention.sliding_window_pattern", 3)
+                .unwrap();
+        });
+        let w = KvShape::from_gguf(&header, KvType::F16, KvType::F16)
+            .unwrap()
+            .sliding_window
+            .unwrap();
+        assert_eq!(w.n_window_layers, 12);
+        assert!(!w.is_window_layer(2) && w.is_window_layer(3));
+        // An architecture whose rule is not known is read at full depth, and says so by
+        // having no window.
+        let mut other = crate::gguf::GgufWriter::new();
+        other.add_string("general.architecture", "llama").unwrap();
+        for (k, v) in [
+            ("block_count", 4),
+            ("embedding_length", 64),
+            ("attention.head_count", 4),
+            ("attention.sliding_window", 16),
+        ] {
+            other.add_u32(&format!("llama.{k}"), v).unwrap();
+        }
+        let mut bytes = Vec::new();
+        other.write_to(&mut bytes).unwrap();
+        let header = crate::gguf::parse_metadata(&bytes).unwrap();
+        let kv = KvShape::from_gguf(&header, KvType::F16, KvType::F16).unwrap();
+        assert_eq!(kv.sliding_window, None);
+        assert_eq!(kv.bytes_read_at(100), kv.bytes_per_position() * 100.0);
     }
 
     #[test]
@@ -886,6 +1114,7 @@ mod tests {
             n_embd_v: 4,
             type_k: KvType::F32,
             type_v: KvType::F32,
+            sliding_window: None,
         };
         assert_eq!(
             bytes_per_token(&w, Some(&kv), 10),

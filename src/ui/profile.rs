@@ -88,11 +88,17 @@ pub(crate) fn lines(p: &ProfileScreen, width: usize) -> Vec<Line<'static>> {
     }
     out.push(Line::from(""));
     out.push(ops_line(mean, width));
+    let spread = p.per_node.spread.as_secs_f64() * 1e6;
     out.push(dim(format!(
-        "parts add up to {} of {} ms · profiling adds {} µs a node, taken off and shown as its own part",
+        "parts add up to {} of {} ms · profiling adds {}{} µs a node, taken off and shown as its own part",
         sig(last.sum_ms),
         sig(last.wall_ms),
-        sig(p.per_node.as_secs_f64() * 1e6),
+        sig(p.per_node.per_node.as_secs_f64() * 1e6),
+        if spread > 0.0 {
+            format!(" ± {}", sig(spread))
+        } else {
+            String::new()
+        },
     )));
     out
 }
