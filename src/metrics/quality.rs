@@ -659,9 +659,9 @@ impl AnswerScore {
 
 /// How far the chat's scoring path (passes of 32 positions, `engine/score.rs`) agrees with
 /// `llama-perplexity --kl-divergence` over the same tokens, by figure: mean KLD within 1%
-/// (+0.06% and +0.46–1.04% measured), but its p99 +3.9% to +5.8% and its same-top −1.8%
+/// (+0.06% to +1.04% measured), but its p99 +3.4% to +5.8% and its same-top −1.8%
 /// (near ties flip), because its kernels are not one decode of the chunk's
-/// (benchmarks/agreement-quality-instruct-20261207.txt, benchmarks/notes and docs/checks.md).
+/// (benchmarks/chat-scoring-32-chunks-20261207.txt, benchmarks/agreement-quality-instruct-20261207.txt).
 /// The chat shows each of an answer's figures to the digits that supports, one formatter for
 /// every place that shows them: the mean to 3 significant digits, the p99 to 2, same top as a
 /// whole percent.
