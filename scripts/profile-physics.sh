@@ -124,8 +124,12 @@ a = [med(f"depth-{d}", "attn_ms") for d in (0, 1024, 4096)]
 f = [med(f"depth-{d}", "ffn_ms") for d in (0, 1024, 4096)]
 grows = a[0] < a[1] < a[2]
 flat = max(f) / min(f)
+# The medians' ratio says nothing finer than the rounds' own spread: print that beside it.
+single = [r["ffn_ms"] for r in rows if r["label"].startswith("depth-")]
+lo, hi = min(single) / statistics.median(single) - 1, max(single) / statistics.median(single) - 1
 print(f"attention grows with depth: {'yes' if grows else 'NO'} ({a[2] / a[0]:.1f}x from 0 to 4096); "
-      f"FFN max/min over the depths {flat:.2f}")
+      f"FFN medians' max/min over the depths {flat:.2f}, single rounds {lo:+.0%} to {hi:+.0%} "
+      f"of their median (a ratio of medians inside that spread is not resolved)")
 t8, t4 = med("q8_0", "ffn_ms"), med("q4_0", "ffn_ms")
 b8, b4 = med("q8_0", "ffn_bytes"), med("q4_0", "ffn_bytes")
 print(f"FFN Q4_0/Q8_0: time {t4 / t8:.2f} ({t4:.2f} / {t8:.2f} ms), bytes {b4 / b8:.2f} ({b4 / 1e6:.0f} / {b8 / 1e6:.0f} MB)")

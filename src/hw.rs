@@ -403,19 +403,7 @@ pub(crate) fn cpu_bandwidth_cached(
                     .best_bytes_per_s()
                     .total_cmp(&b.probe.best_bytes_per_s())
             })
-            .map(|e| (e.probe.threads, e.probe.best_bytes_per_s()))
-    };
-    let inversion = |bw: &mut Bandwidth, cache: &ProbeCache| {
-        if let Some((fewer, best)) = fewer_threads_best(cache) {
-            if bw.bytes_per_s < 0.95 * best {
-                if let BandwidthSource::Measured { method } = &mut bw.source {
-                    method.push_str(&format!(
-                        "; below the {fewer}-thread figure ({:.1} GB/s): measured on a busy machine? `tokscope doctor bandwidth --reprobe` measures again",
-                        best / 1e9
-                    ));
-                }
-            }
-        }
+            .map(|e| e.probe.clone())
     };
     let quiet_now = || load_average_1m().is_some_and(|l| l <= threads as f64);
     if let Some(hit) = cache.entries.iter().find(|e| {
@@ -432,8 +420,7 @@ pub(crate) fn cpu_bandwidth_cached(
                 ", cached"
             });
         }
-        inversion(&mut bw, &cache);
-        return bw;
+        return no_less_than_fewer_threads(bw, threads, fewer_threads_best(&cache).as_ref());
     }
     let fresh = probe();
     let mut bw = fresh.bandwidth();
@@ -457,9 +444,47 @@ pub(crate) fn cpu_bandwidth_cached(
             ));
         }
     }
-    inversion(&mut bw, &cache);
-    store_probe(cache_path, &mut cache, cpu, fresh, !busy.is_empty());
+    let bw = no_less_than_fewer_threads(bw, threads, fewer_threads_best(&cache).as_ref());
+    // A figure replaced by a fewer-thread one was disturbed: kept as busy, so that it is
+    // measured again once the machine is quiet rather than replaced for ever.
+    let disturbed = !busy.is_empty() || bw.bytes_per_s != fresh.best_bytes_per_s();
+    store_probe(cache_path, &mut cache, cpu, fresh, disturbed);
     bw
+}
+
+/// Below this share of a fewer-thread figure, a probe is taken as inverted (the probe's own
+/// best-of-runs spread on a quiet machine stays within a few percent).
+const INVERSION_SHARE: f64 = 0.95;
+
+/// The ceiling for `threads` threads given `bw`, the figure measured for them, and `fewer`,
+/// the best probe cached for fewer threads on this CPU. More threads never have less bandwidth
+/// than fewer on the same machine (each thread's reads add to the others'; at worst they
+/// share one controller), so a figure below the fewer-thread one was disturbed (a busy
+/// machine): it is not the ceiling, the fewer-thread figure is, and the label says so with
+/// both figures. Otherwise `bw` as it is.
+fn no_less_than_fewer_threads(
+    bw: Bandwidth,
+    threads: usize,
+    fewer: Option<&StreamProbe>,
+) -> Bandwidth {
+    let Some(fewer) = fewer else { return bw };
+    let floor = fewer.best_bytes_per_s();
+    if bw.bytes_per_s >= INVERSION_SHARE * floor {
+        return bw;
+    }
+    let measured = match &bw.source {
+        BandwidthSource::Measured { method } => method.clone(),
+        other => other.label(),
+    };
+    let mut used = fewer.bandwidth();
+    if let BandwidthSource::Measured { method } = &mut used.source {
+        method.push_str(&format!(
+            "; used for {threads} threads: the {threads}-thread probe read {:.1} GB/s, below this {}-thread figure, and more threads never have less bandwidth (a busy machine?); `tokscope doctor bandwidth --reprobe` measures again [the {threads}-thread probe: {measured}]",
+            bw.bytes_per_s / 1e9,
+            fewer.threads,
+        ));
+    }
+    used
 }
 
 /// Replaces this CPU's entry for the probe's thread count and writes the cache.
@@ -573,7 +598,7 @@ pub(crate) fn bandwidth_report(reprobe: Option<&[usize]>) -> String {
         if let Some((c, best, t)) = previous {
             if c == e.cpu && p.best_bytes_per_s() < 0.95 * best {
                 line.push_str(&format!(
-                    " · below the {t}-thread figure: busy when measured? (--reprobe)"
+                    " · below the {t}-thread figure, which is the ceiling instead: busy when measured? (--reprobe)"
                 ));
             }
         }
@@ -792,9 +817,9 @@ mod tests {
 
     /// A probe taken on a busy machine is used once but never cached (a 2-thread figure of 9.7
     /// GB/s against 11.5–18.2 for one thread was cached for ever); a figure below the
-    /// fewer-thread one is flagged.
+    /// fewer-thread one is replaced by it.
     #[test]
-    fn a_busy_probe_is_not_cached_and_an_inversion_is_flagged() {
+    fn a_busy_probe_is_kept_as_busy_and_an_inversion_is_not_the_ceiling() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("probe.json");
         let probe = |threads: usize, gb_s: f64, load: f64| StreamProbe {
@@ -815,9 +840,10 @@ mod tests {
         let label = busy.source.label();
         assert!(label.contains("measured on a busy machine"), "{label}");
         assert!(
-            label.contains("below the 1-thread figure (15.0 GB/s)"),
+            label.contains("the 2-thread probe read 9.7 GB/s, below this 1-thread figure"),
             "{label}"
         );
+        assert_eq!(busy.bytes_per_s, 15e9, "the 1-thread figure is the ceiling");
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(text.contains("\"busy\": true"), "{text}");
         // Whether it is reused depends on the load now; on a quiet machine it is measured
@@ -829,8 +855,58 @@ mod tests {
             let text = std::fs::read_to_string(&path).unwrap();
             assert!(!text.contains("\"busy\": true"), "{text}");
         } else {
-            assert_eq!(next.bytes_per_s, 9.7e9);
+            // The busy 9.7 is still below the 1-thread 15.0: the 1-thread figure is used.
+            assert_eq!(next.bytes_per_s, 15e9);
             assert!(next.source.label().contains("cached from a busy machine"));
         }
+    }
+
+    /// More threads never have less bandwidth: the 8B chat computed MBU 22% from a 2-thread
+    /// probe of 11.2 GB/s taken below the 1-thread 31.2 GB/s. Such a figure is not the ceiling,
+    /// even when the load averages said the machine was quiet: the 1-thread figure is, and the
+    /// label says so; the inverted entry is kept as busy (measured again once quiet). A figure
+    /// within the probes' spread of the fewer-thread one stays as measured.
+    #[test]
+    fn a_probe_below_a_fewer_thread_one_is_not_the_ceiling() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("probe.json");
+        let probe = |threads: usize, gb_s: f64| StreamProbe {
+            threads,
+            footprint_bytes: 3 << 20,
+            runs: 3,
+            read_bytes_per_s: gb_s * 1e9,
+            copy_bytes_per_s: 1e9,
+            triad_bytes_per_s: 1e9,
+            worst_bytes_per_s: None,
+            load_before: Some(0.0),
+            load_after: Some(0.0),
+        };
+        assert_eq!(
+            cpu_bandwidth_cached(&path, 1, || probe(1, 31.2)).bytes_per_s,
+            31.2e9
+        );
+        let two = cpu_bandwidth_cached(&path, 2, || probe(2, 11.2));
+        assert_eq!(two.bytes_per_s, 31.2e9, "{}", two.source.label());
+        let label = two.source.label();
+        assert!(
+            label.contains("1 thread,")
+                && label.contains("used for 2 threads: the 2-thread probe read 11.2 GB/s, below this 1-thread figure")
+                && label.contains("--reprobe"),
+            "{label}"
+        );
+        let (cache, _) = read_cache_checked(&path);
+        let kept = cache.entries.iter().find(|e| e.probe.threads == 2).unwrap();
+        assert!(kept.busy, "the inverted probe is kept as busy");
+        // Within 5% of the 1-thread figure: a probe's own spread, used as measured.
+        let near = no_less_than_fewer_threads(probe(2, 30.0).bandwidth(), 2, Some(&probe(1, 31.2)));
+        assert_eq!(near.bytes_per_s, 30e9);
+        // Above it: as measured; with no fewer-thread figure: as measured.
+        let above =
+            no_less_than_fewer_threads(probe(4, 40.0).bandwidth(), 4, Some(&probe(1, 31.2)));
+        assert_eq!(above.bytes_per_s, 40e9);
+        assert_eq!(
+            no_less_than_fewer_threads(probe(2, 11.2).bandwidth(), 2, None).bytes_per_s,
+            11.2e9
+        );
     }
 }

@@ -427,7 +427,7 @@ fn engine_rebuilds_for_a_new_chain_and_explicit_backend_refuses() {
     let msgs = || vec![common::user("Once upon a time")];
     let a = engine.turn(msgs(), common::greedy(), 16);
     assert!(a.report.sampling.backend, "{:?}", a.report.sampling);
-    let b = engine.turn(msgs(), warm, 16);
+    let b = engine.turn(msgs(), warm.clone(), 16);
     assert!(b.report.sampling.backend);
     // The context was created again for the new chain: nothing of the earlier turn is reused.
     assert_eq!(b.prefill_started.unwrap().1, 0);
@@ -460,6 +460,58 @@ fn engine_rebuilds_for_a_new_chain_and_explicit_backend_refuses() {
     // The engine goes on after the refusal.
     let e = engine.turn(msgs(), common::greedy(), 16);
     assert_eq!(e.report.text, a.report.text);
+    // Creating the context again is setup, in the queue part, not in template + tokenize
+    // (which held it until 2026-12-07). Turns that each create it (the chain alternating)
+    // against turns that keep it (the same chain), the same messages, medians of 5 each (on a
+    // busy machine one turn's parts move by milliseconds): the creation shows as extra queue,
+    // not as extra template + tokenize.
+    let parts = |engine: &mut common::TestEngine, chain: &dyn Fn(usize) -> SamplingParams| {
+        let (mut queue, mut template): (Vec<f64>, Vec<f64>) = (0..5)
+            .map(|i| {
+                let t = engine.turn(msgs(), chain(i), 2);
+                let tl = &t.report.timeline;
+                let ms = |d: Option<std::time::Duration>| d.unwrap().as_secs_f64() * 1e3;
+                (ms(tl.queue), ms(tl.template_tokenize))
+            })
+            .unzip();
+        queue.sort_by(f64::total_cmp);
+        template.sort_by(f64::total_cmp);
+        (queue[2], template[2])
+    };
+    let (queue_new, template_new) = parts(&mut engine, &|i| {
+        if i % 2 == 0 {
+            warm.clone()
+        } else {
+            common::greedy()
+        }
+    });
+    engine.turn(msgs(), common::greedy(), 2);
+    let (queue_kept, template_kept) = parts(&mut engine, &|_| common::greedy());
+    // What one creation costs on this machine now: the engine's context (its settings and
+    // the backend chain), made here 5 times, the median.
+    let creation_ms = {
+        let model = load(&path);
+        let s = common::settings(512);
+        let mut times: Vec<f64> = (0..5)
+            .map(|_| {
+                let t = std::time::Instant::now();
+                let ctx = tokscope::llama::new_context_with_chain(&model, &s, backend_chain(&warm))
+                    .unwrap();
+                let ms = t.elapsed().as_secs_f64() * 1e3;
+                drop(ctx);
+                ms
+            })
+            .collect();
+        times.sort_by(f64::total_cmp);
+        times[2]
+    };
+    eprintln!(
+        "created again: queue {queue_new} ms, template + tokenize {template_new} ms; kept: queue {queue_kept} ms, template + tokenize {template_kept} ms; one creation {creation_ms} ms"
+    );
+    assert!(
+        queue_new - queue_kept >= 0.5 * creation_ms,
+        "the context's creation ({creation_ms} ms) is not in queue: created again, queue {queue_new} ms and template + tokenize {template_new} ms; kept, {queue_kept} and {template_kept} ms"
+    );
     drop(engine);
 
     let mut engine = engine_with(&path, SamplingMode::Auto);

@@ -161,6 +161,14 @@ fn pg_ttft_is_the_chats_prefill_plus_first_sample() {
         ttft - prefill < step,
         "TTFT {ttft} − prefill {prefill} ≥ a decode step {step}"
     );
+    // One TTFT per repetition: the row says how many, and a p90 or p99 of one sample (its
+    // largest, not a tail) is not given.
+    assert_eq!(row["ttft_samples"], 1, "{row}");
+    assert!(
+        row["ttft_p90_ms"].is_null() && row["ttft_p99_ms"].is_null(),
+        "{row}"
+    );
+    assert_eq!(row["itl_samples"], 7, "8 tokens, 7 gaps: {row}");
 }
 
 #[test]
@@ -394,7 +402,17 @@ fn roofline_columns_are_present_and_finite_on_cpu() {
         let bytes = finite(row, "bytes_per_token");
         let ceiling = finite(row, "ceiling_tok_per_s");
         assert!((ceiling - 10e9 / bytes).abs() < 1e-6 * ceiling);
-        finite(row, "mbu_pct");
+        // MBU is the bytes the decode read per second over the bandwidth (docs/metrics.md):
+        // the row's decode rate (its generated tokens over the generation phase, not the
+        // whole run's t/s, which holds the prompt) × its bytes per token ÷ 10 GB/s.
+        let decode = finite(row, "decode_tok_per_s");
+        let mbu = finite(row, "mbu_pct");
+        let expected = 100.0 * decode * bytes / 10e9;
+        assert!(
+            (mbu - expected).abs() <= 1e-6 * expected,
+            "{}: MBU {mbu}% but decode {decode} tok/s × {bytes} B ÷ 10 GB/s is {expected}%",
+            row["test"]
+        );
     }
     // The Markdown table shows them too.
     let md = bench(

@@ -270,7 +270,7 @@ fn ab_compares_the_last_answer_with_another_model_and_f3_shows_the_compare_scree
     assert!(screen.contains("B · a.gguf"), "{screen}");
     // B scored against A's model (the same file): no divergence.
     assert!(
-        screen.contains("vs a.gguf KLD 0.0000") && screen.contains("same top 100.0%"),
+        screen.contains("vs a.gguf KLD 0 p99 0 ") && screen.contains("same top 100%"),
         "{screen}"
     );
     tmux.keys(&["Escape"]);

@@ -536,6 +536,8 @@ fn the_chat_engine_measures_a_batch_sweep_on_its_loaded_model() {
     // The chat's own KV cache survives the sweep.
     let first = e.turn(vec![user("hello there")], greedy(), 4);
     e.handle.batch_sweep(100, vec![1, 2, 4], 8, 6).unwrap();
+    // The test thread's own clock: each point's wait (from the last point, or the command).
+    let mut since = Instant::now();
     let mut points = Vec::new();
     loop {
         match e.events.blocking_recv().unwrap() {
@@ -544,8 +546,11 @@ fn the_chat_engine_measures_a_batch_sweep_on_its_loaded_model() {
                 point,
                 prefill_ms,
             } => {
-                assert!(prefill_ms.is_some_and(|ms| ms > 0.0), "{prefill_ms:?}");
-                points.push(point);
+                let waited_ms = since.elapsed().as_secs_f64() * 1e3;
+                since = Instant::now();
+                let prefill_ms = prefill_ms.expect("a timed prefill");
+                assert!(prefill_ms > 0.0, "{prefill_ms}");
+                points.push((point, prefill_ms, waited_ms));
             }
             EngineEvent::BatchSweepDone {
                 request_id: 100,
@@ -557,17 +562,33 @@ fn the_chat_engine_measures_a_batch_sweep_on_its_loaded_model() {
             _ => {}
         }
     }
-    let batches: Vec<u32> = points.iter().map(|p| p.batch).collect();
+    let batches: Vec<u32> = points.iter().map(|(p, ..)| p.batch).collect();
     assert_eq!(batches, [1, 2, 4]);
-    for p in &points {
+    for (p, prefill_ms, waited_ms) in &points {
         let aggregate = p.aggregate_tok_per_s.expect("a timed decode has a rate");
         assert!(aggregate > 0.0 && aggregate.is_finite());
         let expected = aggregate / f64::from(p.batch);
         let per_sequence = p.per_sequence_tok_per_s.expect("per-sequence rate");
         assert!((per_sequence - expected).abs() < 1e-9);
-        // 6 generated tokens per sequence: the ITL is defined.
+        // 6 steps, so 6 gaps: the ITL is defined. Two clocks the ITL must agree with:
         let (p50, p99) = (p.itl_p50_ms.expect("p50"), p.itl_p99_ms.expect("p99"));
-        assert!(p99 >= p50);
+        // - the decode calls' own time, which the rate counts: every gap holds its step's
+        //   decode call, so the largest gap (the p99 of 6) is at least their mean;
+        let mean_call_ms = 1e3 / per_sequence;
+        assert!(
+            p99 >= 0.999 * mean_call_ms,
+            "B={}: ITL p99 {p99} ms below the mean decode call {mean_call_ms} ms",
+            p.batch
+        );
+        // - the test thread's clock: the point took at least its prefill and its gaps, of
+        //   which (nearest rank) the 3rd to 5th smallest are at least the p50 and the 6th is
+        //   the p99.
+        let floor_ms = prefill_ms + 3.0 * p50 + p99;
+        assert!(
+            *waited_ms >= floor_ms,
+            "B={}: the point came {waited_ms} ms after the last, less than its prefill {prefill_ms} + gaps (3 × p50 {p50} + p99 {p99}) ms",
+            p.batch
+        );
     }
     let next = e.turn(
         vec![

@@ -16,6 +16,11 @@ const TOKENS: u32 = 24;
 
 /// `run --json --ref REF` greedy, one thread, `TOKENS` tokens.
 fn scored(home: &Path, model: &Path, reference: &Path) -> Value {
+    scored_with(home, model, reference, &[])
+}
+
+/// [`scored`] with more flags.
+fn scored_with(home: &Path, model: &Path, reference: &Path, more: &[&str]) -> Value {
     let out = common::ok_stdout(
         tokscope_cmd(home)
             .args([
@@ -31,7 +36,8 @@ fn scored(home: &Path, model: &Path, reference: &Path) -> Value {
             .args(["-n", &TOKENS.to_string(), "--json", "-m"])
             .arg(model)
             .arg("--ref")
-            .arg(reference),
+            .arg(reference)
+            .args(more),
     );
     serde_json::from_slice(&out).expect("stdout is one JSON object")
 }
@@ -211,13 +217,39 @@ fn a_quantization_strays_from_its_full_precision_file_and_stderr_says_how_far() 
     let home = tempfile::tempdir().unwrap();
     let full = synth_typed(home.path(), "f32", 7);
     let q4 = synth_typed(home.path(), "q4_0", 7);
-    let v = scored(home.path(), &q4, &full);
+    let v = scored_with(home.path(), &q4, &full, &["--confidence"]);
     let s = &v["quality"]["summary"];
     let kld = f(&s["kld_mean"]);
     assert!(kld > 0.0 && kld.is_finite(), "{s}");
-    assert!(f(&s["kld_p99"]) >= kld, "{s}");
     let same = f(&s["same_top_pct"]);
     assert!((0.0..=100.0).contains(&same), "{s}");
+    // Held against a second path: `--confidence` computes the model's probability of each
+    // chosen token and its distribution's entropy from the logits it sampled from (the
+    // one-token decode steps of the answer), the scoring from its own teacher-forced passes
+    // of 32 positions in another context. The same distributions computed twice: they agree
+    // but for kernels' last bits. And each token's KLD is at least 2 (p_ref − p_model)²
+    // (Pinsker: one token's probabilities differ by at most the total variation), with
+    // p_model from the confidence path.
+    let tokens = v["quality"]["tokens"].as_array().expect("per-token scores");
+    let c = &v["confidence"];
+    let (p, entropy) = (c["p"].as_array().unwrap(), c["entropy"].as_array().unwrap());
+    assert_eq!(tokens.len(), p.len(), "{c}");
+    for ((t, p), h) in tokens.iter().zip(p).zip(entropy) {
+        let (p, h) = (f(p), f(h));
+        let (p_cand, h_cand) = (f(&t["p_cand"]), f(&t["entropy_cand"]));
+        assert!(
+            (p_cand - p).abs() <= 1e-3 * p.max(1e-3) && (h_cand - h).abs() <= 1e-3 * h.max(1.0),
+            "token {}: the scoring's p {p_cand}, entropy {h_cand}; the decode's p {p}, entropy {h}",
+            t["token"]
+        );
+        let floor = 2.0 * (f(&t["p_ref"]) - p).powi(2);
+        assert!(
+            f(&t["kld"]) >= floor * (1.0 - 1e-6),
+            "token {}: KLD {} below Pinsker's bound {floor}",
+            t["token"],
+            t["kld"]
+        );
+    }
     // The stderr line carries the same figures.
     tokscope_cmd(home.path())
         .args([

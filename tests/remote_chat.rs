@@ -1,6 +1,6 @@
 //! `tokscope chat --url` end to end: the real binary in a real terminal (tmux) against a real
-//! llama-server (tests/common/llama_server.rs: built from the very llama.cpp tokscope links,
-//! on 127.0.0.1, a synthetic model), and the A/B comparison across kinds (a server's answer
+//! llama-server (tests/common/llama_server.rs: built from the llama.cpp in the
+//! llama-cpp-python sdist on PyPI, not the revision tokscope links; on 127.0.0.1, a synthetic model), and the A/B comparison across kinds (a server's answer
 //! beside a local GGUF's). These tests FAIL, not skip, when llama-server cannot be had;
 //! scripts/test.sh builds it once and passes TOKSCOPE_LLAMA_SERVER.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

@@ -1,5 +1,6 @@
-//! `run --url` and `load` against a real llama-server (built from the very llama.cpp tokscope
-//! links; see tests/common/llama_server.rs) serving a synthetic model on 127.0.0.1. These
+//! `run --url` and `load` against a real llama-server (built from the llama.cpp in the
+//! llama-cpp-python sdist on PyPI, not the revision tokscope links; see
+//! tests/common/llama_server.rs) serving a synthetic model on 127.0.0.1. These
 //! tests fail, not skip, when llama-server cannot be built or started.
 //!
 //! They run in the default suite: scripts/test.sh builds llama-server once (about ten minutes

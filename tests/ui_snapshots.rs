@@ -1013,8 +1013,15 @@ fn finished_with_a_quality_score() {
     );
     // Mean KLD of the last answer: (0.02 + 0.40 + 0.05 + 0.01) / 4 = 0.12; 3 of 4 same top; one
     // token under 1% for the reference; the first divergence at token 1.
-    assert!(screen.contains("0.1200"), "{screen}");
-    assert!(screen.contains("75.0%"), "{screen}");
+    // (3 significant digits for the mean, whole percent for same top: the digits the check
+    // against llama-perplexity supports.)
+    assert!(
+        screen
+            .lines()
+            .any(|l| l.contains("KLD") && l.contains(" 0.12 ")),
+        "{screen}"
+    );
+    assert!(screen.contains("75%"), "{screen}");
     assert!(
         screen
             .lines()
@@ -1022,11 +1029,12 @@ fn finished_with_a_quality_score() {
         "{screen}"
     );
     // Pooled: (0.01 + 0.03 + 0.48) / 6 tokens, 5 of 6 same top.
-    let pooled = format!("KLD {:.4} · {:.1}%", 0.52 / 6.0, 500.0 / 6.0);
+    // 0.0867 (3 significant digits) and 83%.
+    let pooled = "KLD 0.0867 · 83%";
     assert!(
         screen
             .lines()
-            .any(|l| l.contains("2 answers") && l.contains(&pooled)),
+            .any(|l| l.contains("2 answers") && l.contains(pooled)),
         "{pooled}: {screen}"
     );
     // Scoring, then not scored: said in the block.
@@ -1835,10 +1843,10 @@ fn ab_screen_scores_b_against_a_and_alt_k_colours_b() {
     score.reference = PathBuf::from(format!("/models/{MODEL_FILE}"));
     app.ab.as_mut().unwrap().b.quality = Some(TurnQuality::Scored(Box::new(score)));
     let screen = render(&app, 120, 40);
-    let kld = format!("vs {MODEL_FILE} KLD 0.2606");
+    let kld = format!("vs {MODEL_FILE} KLD 0.261");
     for needle in [
         kld.as_str(),
-        "same top 87.5%",
+        "same top 88%",
         "1st diverges 5",
         "<1% ref 1",
         "Alt+K colours",

@@ -66,10 +66,17 @@ pub(crate) struct Row {
     pub tok_per_s_mean: f64,
     /// Sample standard deviation over the repetitions (0 for one).
     pub tok_per_s_sd: f64,
-    /// Start of the run → first generated token (tg, pg, batch), over the repetitions.
+    /// Start of the run → first generated token (tg, pg, batch), over the repetitions: one
+    /// sample each, so `ttft_samples` is `-r`. A percentile is `null` when there are fewer
+    /// samples than it needs (`TAIL_MIN_SAMPLES`: 10 for p90, 100 for p99): below that the
+    /// nearest rank is the largest sample, not a tail.
     pub ttft_p50_ms: Option<f64>,
     pub ttft_p90_ms: Option<f64>,
     pub ttft_p99_ms: Option<f64>,
+    /// How many TTFTs the percentiles above come from (`null` when none: pp).
+    pub ttft_samples: Option<usize>,
+    /// How many gaps the ITL figures below pool (every repetition's).
+    pub itl_samples: Option<usize>,
     /// Gaps between consecutive generated tokens, all repetitions pooled.
     pub itl_mean_ms: Option<f64>,
     pub itl_p50_ms: Option<f64>,
@@ -197,6 +204,19 @@ fn depth_span(job: &Job) -> (u64, u64) {
     }
 }
 
+/// The fewest samples a percentile needs to be a tail and not the largest sample: p90 10,
+/// p99 100 (nearest rank: below 1 ÷ (1 − p) samples, the rank is the last one).
+pub(crate) const TAIL_MIN_SAMPLES: [(u32, usize); 2] = [(90, 10), (99, 100)];
+
+/// Percentile `p`'s value when `count` samples are enough for it (`TAIL_MIN_SAMPLES`).
+fn tail(count: usize, p: u32, value: f64) -> Option<f64> {
+    let needs = TAIL_MIN_SAMPLES
+        .iter()
+        .find(|(q, _)| *q == p)
+        .map_or(1, |(_, n)| *n);
+    (count >= needs).then_some(value)
+}
+
 pub(crate) fn build_row(job: &Job, samples: &[Sample], cx: &RowContext) -> Row {
     let test = &job.test;
     let rates: Vec<f64> = samples.iter().map(|s| sample_rate(test, s)).collect();
@@ -229,8 +249,10 @@ pub(crate) fn build_row(job: &Job, samples: &[Sample], cx: &RowContext) -> Row {
         tok_per_s_mean,
         tok_per_s_sd,
         ttft_p50_ms: ttft.map(|t| t.p50_ms),
-        ttft_p90_ms: ttft.map(|t| t.p90_ms),
-        ttft_p99_ms: ttft.map(|t| t.p99_ms),
+        ttft_p90_ms: ttft.and_then(|t| tail(t.count, 90, t.p90_ms)),
+        ttft_p99_ms: ttft.and_then(|t| tail(t.count, 99, t.p99_ms)),
+        ttft_samples: ttft.map(|t| t.count),
+        itl_samples: itl.map(|t| t.count),
         itl_mean_ms: itl.map(|t| t.mean_ms),
         itl_p50_ms: itl.map(|t| t.p50_ms),
         itl_p90_ms: itl.map(|t| t.p90_ms),
@@ -498,6 +520,14 @@ mod tests {
         };
         assert_eq!(counted_tokens(&batch, &twelve), 12);
         assert_eq!(depth_span(&job(batch, 0)), (8, 10));
+    }
+
+    #[test]
+    fn a_tail_percentile_needs_enough_samples() {
+        assert_eq!(tail(5, 90, 1.0), None, "5 samples: the p90 is the largest");
+        assert_eq!(tail(10, 90, 1.0), Some(1.0));
+        assert_eq!(tail(99, 99, 2.0), None);
+        assert_eq!(tail(100, 99, 2.0), Some(2.0));
     }
 
     #[test]

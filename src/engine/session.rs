@@ -432,9 +432,12 @@ impl<'m> Session<'m> {
         };
         // The breakdown's boundaries are taken as offsets from t0, one after the other, so
         // queue + template/tokenize + prefill + first sample add up to TTFT exactly.
+        // Creating the context again for another sampling placement (`place_sampling`) is
+        // the engine getting ready for the turn, not templating it: it ends the queue part,
+        // and template/tokenize starts after it.
+        let place = self.place_sampling(&req.turn.sampling, req.turn.capture_first_logits)?;
         let picked_up = Instant::now();
         timeline.queue = Some(picked_up.saturating_duration_since(req.submitted_at));
-        let place = self.place_sampling(&req.turn.sampling, req.turn.capture_first_logits)?;
         let (tokens, dropped_messages) =
             self.fit_prompt(&req.turn.messages, n_ctx, req.turn.max_tokens)?;
         let (batch, logits_index, stop_reason) = self.prefill(

@@ -134,7 +134,9 @@ impl LatencyStats {
 /// zero means "not yet". The engine's final report has every stage it went through.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct TurnTimeline {
-    /// Queue: the request submitted (`submitted_at`) → the engine picking it up.
+    /// Queue: the request submitted (`submitted_at`) → the engine picking it up and ready to
+    /// template it (creating its context again first when the turn's sampling moves between
+    /// the host and the graph: that is setup, not templating).
     pub queue: Option<Duration>,
     /// Chat template application and tokenization (with the KV-cache prefix lookup), from
     /// the pick-up to the first prefill decode call. Queue + this + `prefill` end exactly at

@@ -685,6 +685,32 @@ impl AnswerScore {
     }
 }
 
+/// How far the chat's scoring path (passes of 32 positions, `engine/score.rs`) agrees with
+/// `llama-perplexity --kl-divergence` over the same tokens, by figure: mean KLD within 1%
+/// (+0.06% to +1.04% measured), but its p99 +3.4% to +5.8% and its same-top −1.8%
+/// (near ties flip), because its kernels are not one decode of the chunk's
+/// (benchmarks/chat-scoring-32-chunks-20261207.txt, benchmarks/agreement-quality-instruct-20261207.txt).
+/// The chat shows each of an answer's figures to the digits that supports, one formatter for
+/// every place that shows them: the mean to 3 significant digits, the p99 to 2, same top as a
+/// whole percent.
+pub fn kld_mean_cell(kld: f64) -> String {
+    crate::fmt::sig(kld, 3)
+}
+
+/// An answer's KLD p99 as the chat shows it (2 significant digits; see [`kld_mean_cell`]).
+pub fn kld_p99_cell(kld: f64) -> String {
+    crate::fmt::sig(kld, 2)
+}
+
+/// An answer's same-top share as the chat shows it (a whole percent; see [`kld_mean_cell`]).
+pub fn same_top_cell(pct: f64) -> String {
+    if pct.is_finite() {
+        format!("{pct:.0}%")
+    } else {
+        "—".into()
+    }
+}
+
 /// An answer's score on one line, for a person: "vs REF: KLD mean … p99 … nats · same top …% ·
 /// first divergence at token N ("text") · K of M tokens under 1% for the reference" (`run`'s
 /// stderr line, the chat's Markdown export).
@@ -704,11 +730,11 @@ pub fn summary_line(q: &AnswerScore) -> String {
         None => "no divergence".to_string(),
     };
     format!(
-        "vs {reference}: KLD mean {:.4} p99 {:.4} nats · same top {:.1}% · {divergence} · \
+        "vs {reference}: KLD mean {} p99 {} nats · same top {} · {divergence} · \
          {} of {} tokens under {:.0}% for the reference",
-        a.kld_mean,
-        a.kld_p99,
-        a.same_top_pct,
+        kld_mean_cell(a.kld_mean),
+        kld_p99_cell(a.kld_p99),
+        same_top_cell(a.same_top_pct),
         a.below_low_p,
         a.tokens,
         LOW_P * 100.0,

@@ -211,11 +211,19 @@ fn quality_spans(quality: Option<&TurnQuality>, is_b: bool) -> Vec<Span<'static>
             let figures = [
                 (
                     "KLD ",
-                    format!("{:.4}", a.kld_mean),
+                    crate::metrics::quality::kld_mean_cell(a.kld_mean),
                     theme::KLD_BAND[kld_band(a.kld_mean)],
                 ),
-                (" p99 ", format!("{:.4}", a.kld_p99), value),
-                (" · same top ", format!("{:.1}%", a.same_top_pct), value),
+                (
+                    " p99 ",
+                    crate::metrics::quality::kld_p99_cell(a.kld_p99),
+                    value,
+                ),
+                (
+                    " · same top ",
+                    crate::metrics::quality::same_top_cell(a.same_top_pct),
+                    value,
+                ),
                 (" · 1st diverges ", divergence, value),
                 (" · <1% ref ", a.below_low_p.to_string(), value),
             ];

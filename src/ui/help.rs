@@ -234,7 +234,7 @@ const METRICS: &[(&str, &str)] = &[
     ),
     (
         "quality REF",
-        "with --ref or /ref: the answer against the reference model, teacher-forced on the same tokens after it finished. KLD: KL(reference ‖ model) per token in nats, its mean and p99 (0: the same distributions); same top: tokens where both models rank the same token first; 1st diverges: the first such token that differs (counted from 0); <1% ref: tokens the model chose that the reference gave under 1%; the conversation row pools every scored answer",
+        "with --ref or /ref: the answer against the reference model, teacher-forced on the same tokens after it finished. KLD: KL(reference ‖ model) per token in nats, its mean and p99 (0: the same distributions); same top: tokens where both models rank the same token first; 1st diverges: the first such token that differs (counted from 0); <1% ref: tokens the model chose that the reference gave under 1%; the conversation row pools every scored answer. Shown to the digits the check against llama-perplexity supports: the mean to 3 significant digits (within 1% of its), the p99 to 2 (within about 6%) and same top in whole percent (near ties flip: about 2%)",
     ),
     (
         "divergence",

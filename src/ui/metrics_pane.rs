@@ -691,14 +691,17 @@ fn quality_lines(
                 lines.extend([
                     cells(
                         &[
-                            ("KLD", format!("{:.4}", a.kld_mean)),
-                            ("p99", format!("{:.4}", a.kld_p99)),
+                            ("KLD", crate::metrics::quality::kld_mean_cell(a.kld_mean)),
+                            ("p99", crate::metrics::quality::kld_p99_cell(a.kld_p99)),
                         ],
                         w,
                     ),
                     cells(
                         &[
-                            ("same top", format!("{:.1}%", a.same_top_pct)),
+                            (
+                                "same top",
+                                crate::metrics::quality::same_top_cell(a.same_top_pct),
+                            ),
                             ("<1% ref", a.below_low_p.to_string()),
                         ],
                         w,
@@ -712,7 +715,11 @@ fn quality_lines(
         },
     }
     if let Some(c) = app.conversation_quality().filter(|c| c.answers > 1) {
-        let pooled = format!("KLD {:.4} · {:.1}%", c.kld_mean, c.same_top_pct);
+        let pooled = format!(
+            "KLD {} · {}",
+            crate::metrics::quality::kld_mean_cell(c.kld_mean),
+            crate::metrics::quality::same_top_cell(c.same_top_pct)
+        );
         lines.push(row(&format!("  {} answers", c.answers), pooled, w, SUB));
     }
     Some(lines)

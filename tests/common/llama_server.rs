@@ -1,6 +1,9 @@
 //! A real llama-server for the remote tests: the binary scripts/llama-tools.sh builds from the
-//! very llama.cpp tokscope links (`$TOKSCOPE_LLAMA_SERVER`, set by scripts/test.sh, or built
-//! here on first use), started on 127.0.0.1 at a free port with `--metrics`, one thread, and
+//! llama.cpp vendored in the llama-cpp-python sdist on PyPI (`--source pypi`, 0.3.36 by
+//! default; another llama.cpp revision than the one tokscope links through llama-cpp-sys-2,
+//! which is fine here: the tests hold tokscope's client against a real server's wire
+//! format, not two engines' figures) (`$TOKSCOPE_LLAMA_SERVER`, set by scripts/test.sh, or
+//! built here on first use), started on 127.0.0.1 at a free port with `--metrics`, one thread, and
 //! killed by its PID when dropped. A test that needs it FAILS when it cannot be had.
 
 use std::path::{Path, PathBuf};
