@@ -983,11 +983,14 @@ mod tests {
         let mut sweep = as_stored(&[sample_row(TestKind::Tg, "tg8", 1)]);
         sweep[0].kind = "batch".into();
         sweep[0].test = "B4 pp64+tg32".into();
-        let mut other_model = as_stored(&[bench.clone()]);
+        let mut other_model = as_stored(std::slice::from_ref(&bench));
         other_model[0].stamp.model_file = "other.gguf".into();
         other_model[0].stamp.model_fingerprint = "ffff".into();
         let runs = vec![
-            run("20250101-000000-aaaa", as_stored(&[bench.clone()])),
+            run(
+                "20250101-000000-aaaa",
+                as_stored(std::slice::from_ref(&bench)),
+            ),
             run("20250102-000000-bbbb", sweep),
             run("20250103-000000-cccc", other_model),
         ];
