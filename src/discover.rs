@@ -31,6 +31,8 @@ const OLLAMA_MODEL_MEDIA_TYPE: &str = "application/vnd.ollama.image.model";
 /// Where a model was found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Origin {
+    /// The folder of the model the chat runs (`-m`), searched first.
+    ModelDir,
     /// tokscope's data or cache dir (the demo model, `compare --quantize` outputs).
     Tokscope,
     /// A folder of config's `model_dirs`.
@@ -44,6 +46,7 @@ impl Origin {
     /// A short label for the picker's rows.
     pub fn label(self) -> &'static str {
         match self {
+            Origin::ModelDir => "-m folder",
             Origin::Tokscope => "tokscope",
             Origin::ConfigDir => "model_dirs",
             Origin::HuggingFace => "hf",
@@ -71,6 +74,8 @@ pub struct FoundModel {
     pub size_bytes: u64,
     /// Written by `tokscope synth` (random weights: speed only).
     pub synthetic: bool,
+    /// The file the chat runs now (`Roots::in_use`).
+    pub in_use: bool,
 }
 
 /// The folders one search looks in.
@@ -83,6 +88,9 @@ pub struct Roots {
     pub lm_studio: Vec<PathBuf>,
     /// ollama model stores (holding `blobs/` and `manifests/`).
     pub ollama: Vec<PathBuf>,
+    /// The model file the chat runs: listed first and marked, and its folder searched (its
+    /// own files, not its subfolders) before the well-known places.
+    pub in_use: Option<PathBuf>,
 }
 
 impl Roots {
@@ -123,6 +131,7 @@ impl Roots {
             hugging_face,
             lm_studio,
             ollama,
+            in_use: None,
         }
     }
 }
@@ -280,7 +289,16 @@ pub fn discover(roots: &Roots, limits: Limits) -> Discovery {
         seen_files: HashSet::new(),
         out: Discovery::default(),
     };
-    // The user's own folders first: a file found twice keeps the name of where it was listed.
+    // The model in use and its folder first (its own files only: a model kept in $HOME must
+    // not cost the search its deadline), then the user's own folders: a file found twice
+    // keeps the name of where it was listed.
+    let in_use = roots.in_use.as_ref().filter(|p| p.is_file());
+    if let Some(path) = in_use {
+        walk.add(path, file_name(path), Origin::ModelDir);
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            walk.walk(dir, MAX_DEPTH, Origin::ModelDir, &file_name);
+        }
+    }
     for dir in &roots.config_dirs {
         walk.walk(dir, 0, Origin::ConfigDir, &file_name);
     }
@@ -299,9 +317,15 @@ pub fn discover(roots: &Roots, limits: Limits) -> Discovery {
     for dir in &roots.ollama {
         walk.ollama(dir);
     }
+    if let Some(real) = in_use.and_then(|p| fs::canonicalize(p).ok()) {
+        for m in &mut walk.out.models {
+            m.in_use = fs::canonicalize(&m.path).is_ok_and(|p| p == real);
+        }
+    }
+    // The model in use first, then by origin and name.
     walk.out
         .models
-        .sort_by(|a, b| (a.origin, &a.name).cmp(&(b.origin, &b.name)));
+        .sort_by(|a, b| (!a.in_use, a.origin, &a.name).cmp(&(!b.in_use, b.origin, &b.name)));
     walk.out.elapsed = walk.started.elapsed();
     walk.out
 }
@@ -450,6 +474,7 @@ fn describe(path: &Path, name: String, origin: Origin) -> Option<FoundModel> {
             header.get(gguf::SYNTHETIC_METADATA_KEY),
             Some(GgufValue::Bool(true))
         ),
+        in_use: false,
     })
 }
 

@@ -283,14 +283,39 @@ fn header<DB: DrawingBackend>(
         (width / 2, 10),
         text(TITLE_PX).pos(center),
     ))?;
-    // Cut, never run off the canvas: about 0.55 em per character of DejaVu Sans.
-    let room = ((width as f64 - 40.0) / (0.55 * f64::from(SUBTITLE_PX))) as usize;
-    root.draw(&Text::new(
-        crate::text::ellipsis(subtitle, room),
-        (width / 2, 16 + TITLE_PX as i32),
-        text(SUBTITLE_PX).color(&SUBTITLE_COLOR).pos(center),
-    ))?;
+    // Cut, never run off the canvas: measured with the font (a guessed width per character
+    // let a subtitle of capitals and digits run off both edges).
+    let style = text(SUBTITLE_PX).color(&SUBTITLE_COLOR).pos(center);
+    let line = fit_width(root, subtitle, &style, (width - 40).max(0) as u32);
+    root.draw(&Text::new(line, (width / 2, 16 + TITLE_PX as i32), style))?;
     Ok(root.margin((TITLE_PX + SUBTITLE_PX + 26) as i32, 0, 0, 0))
+}
+
+/// `line` in at most `max_px` pixels of `style`, cut to end in `…` when wider (the longest cut
+/// that fits, by bisection on the characters kept). A font that cannot measure keeps it whole.
+fn fit_width<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    line: &str,
+    style: &TextStyle<'_>,
+    max_px: u32,
+) -> String {
+    let fits = |s: &str| {
+        root.estimate_text_size(s, style)
+            .map_or(true, |(w, _)| w <= max_px)
+    };
+    if fits(line) {
+        return line.to_string();
+    }
+    let (mut lo, mut hi) = (1, line.chars().count());
+    while lo < hi {
+        let mid = (lo + hi).div_ceil(2);
+        if fits(&crate::text::ellipsis(line, mid)) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    crate::text::ellipsis(line, lo)
 }
 
 /// The height the key table under a chart takes for `rows` entries.
@@ -1559,6 +1584,32 @@ mod tests {
         ] {
             assert!(text.contains(expected), "missing {expected:?}");
         }
+    }
+
+    /// The roofline's subtitle ran off both edges (#59): a long one of wide characters is cut
+    /// to what the font measures within the canvas.
+    #[test]
+    fn a_long_subtitle_is_cut_to_the_canvas() {
+        let dir = tempfile::tempdir().unwrap();
+        let svg = dir.path().join("roofline.svg");
+        let subtitle = format!("MODEL {} · CPU · 2 thread(s) · tg32", "WQM0".repeat(60));
+        plot_roofline(&roofline(), 40e9, "measured", "Roofline", &subtitle, &svg).unwrap();
+        let text = std::fs::read_to_string(&svg).unwrap();
+        let drawn = text
+            .lines()
+            .find(|l| l.starts_with("MODEL "))
+            .unwrap_or_else(|| panic!("no subtitle drawn"));
+        assert!(drawn.ends_with('…'), "{drawn}");
+        let mut buf = String::new();
+        let area = SVGBackend::with_string(&mut buf, (1200, 900)).into_drawing_area();
+        let (w, _) = area
+            .estimate_text_size(drawn, &text_style_for_test())
+            .unwrap();
+        assert!(w <= 1160, "{w} px wide: {drawn}");
+    }
+
+    fn text_style_for_test() -> TextStyle<'static> {
+        text(SUBTITLE_PX)
     }
 
     /// A dense sweep (24 points, four on the very same spot, as a depth sweep of near-equal

@@ -80,6 +80,20 @@ pub(crate) fn ellipsis(text: &str, max_chars: usize) -> String {
     cut
 }
 
+/// `text` in at most `max_chars` characters, its middle cut to `…` when too long: the start
+/// and the end of a file name tell candidates apart (`SmolLM2-1…-Q4_K_M ← Q4_1`).
+pub(crate) fn ellipsis_middle(text: &str, max_chars: usize) -> String {
+    let n = text.chars().count();
+    if n <= max_chars || max_chars < 3 {
+        return ellipsis(text, max_chars);
+    }
+    let head = (max_chars - 1) * 2 / 5;
+    let tail = max_chars - 1 - head;
+    let start: String = text.chars().take(head).collect();
+    let end: String = text.chars().skip(n - tail).collect();
+    format!("{start}…{end}")
+}
+
 /// A path as a one-line, terminal-safe string.
 pub(crate) fn path(p: &std::path::Path) -> String {
     one_line(&p.to_string_lossy()).into_owned()

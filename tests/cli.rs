@@ -34,6 +34,24 @@ fn help_lists_the_commands() {
         .stdout(predicate::str::contains("run").and(predicate::str::contains("synth")));
 }
 
+/// `--help` described `doctor` as the tokenizer check only (#59): its line names every check.
+#[test]
+fn help_names_every_doctor_check() {
+    let home = tempfile::tempdir().unwrap();
+    let out = common::ok_stdout(tokscope(home.path()).arg("--help"));
+    let out = String::from_utf8(out).unwrap();
+    // The command's line and its wrapped continuation lines (indented further).
+    let mut lines = out.lines().skip_while(|l| !l.starts_with("  doctor "));
+    let first = lines.next().unwrap_or_else(|| panic!("{out}"));
+    let doctor: String = std::iter::once(first)
+        .chain(lines.take_while(|l| l.starts_with("   ")))
+        .collect::<Vec<_>>()
+        .join(" ");
+    for check in ["tokenizer", "template", "scoring", "gpu", "bandwidth"] {
+        assert!(doctor.contains(check), "{check} in: {doctor}");
+    }
+}
+
 #[test]
 fn run_json_has_every_metric_and_the_stamp() {
     let _lock = common::model_lock();
@@ -419,6 +437,33 @@ fn unsupported_architecture_and_vocabulary_only_files_are_clear_errors() {
         .code(3)
         .stderr(predicate::str::contains("header is damaged"))
         .stderr(no_panic());
+}
+
+/// `--template completion` on a model with a chat template of its own gave an empty answer
+/// with no hint (#59): the template's note says what happens and what to do.
+#[test]
+fn completion_on_a_chat_model_says_so() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let tiny = write_tiny(home.path());
+    tokscope(home.path())
+        .args([
+            "run",
+            "-p",
+            "hi",
+            "-t",
+            "1",
+            "-n",
+            "2",
+            "--template",
+            "completion",
+            "-m",
+        ])
+        .arg(&tiny)
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("has a chat template of its own"))
+        .stderr(predicate::str::contains("leave out --template"));
 }
 
 #[test]

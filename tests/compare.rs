@@ -253,7 +253,7 @@ fn every_output_format_parses_and_the_chart_is_drawn() {
     let md = String::from_utf8(out.stdout).unwrap();
     assert!(md.starts_with("| candidate"), "{md}");
     assert!(
-        md.contains("small.gguf (reference)") && md.contains("small-Q4_0"),
+        md.contains("small.gguf (ref)") && md.contains("small-Q4_0"),
         "{md}"
     );
     assert!(md.contains("Pareto front"), "{md}");

@@ -621,6 +621,18 @@ fn ab_turn(
     messages: Vec<tokscope::engine::ChatMessage>,
     sampling: SamplingParams,
     max_tokens: u32,
+    on_token: impl FnMut(&tokscope::engine::EngineHandle, usize),
+) -> Result<(tokscope::engine::AbReport, String), tokscope::engine::EngineError> {
+    ab_turn_against(e, (path, None), messages, sampling, max_tokens, on_token)
+}
+
+/// `ab_turn` with the chat's reference (`--ref`) set: B is scored against it.
+fn ab_turn_against(
+    e: &mut TestEngine,
+    (path, reference): (&std::path::Path, Option<&std::path::Path>),
+    messages: Vec<tokscope::engine::ChatMessage>,
+    sampling: SamplingParams,
+    max_tokens: u32,
     mut on_token: impl FnMut(&tokscope::engine::EngineHandle, usize),
 ) -> Result<(tokscope::engine::AbReport, String), tokscope::engine::EngineError> {
     let id = e.handle.next_id();
@@ -631,7 +643,14 @@ fn ab_turn(
         capture_first_logits: false,
         ignore_eos: false,
     };
-    e.handle.send(id, turn, Some(path.to_path_buf())).unwrap();
+    e.handle
+        .send_ab(
+            id,
+            turn,
+            path.to_path_buf(),
+            reference.map(std::path::Path::to_path_buf),
+        )
+        .unwrap();
     let mut streamed = String::new();
     loop {
         match e.events.blocking_recv().expect("engine gone") {
@@ -742,6 +761,23 @@ fn ab_generation_answers_with_another_model_and_leaves_the_chat_model_alone() {
         None,
         "identical"
     );
+
+    // With the chat's reference set (--ref), B is scored against it, as A's answers are, not
+    // against A's model: B's own file as the reference scores 0 (against A it scored > 0).
+    let (with_ref, _) = ab_turn_against(
+        &mut e,
+        (&b, Some(&b)),
+        prompt.clone(),
+        sampling.clone(),
+        24,
+        |_, _| {},
+    )
+    .expect("B answers");
+    assert_eq!(with_ref.not_scored, None, "B is scored");
+    let score = ab_score(&mut e).expect("B scored against the reference");
+    assert_eq!(score.reference, b, "named: the reference, not A's file");
+    let q = score.summary.unwrap();
+    assert_eq!((q.kld_mean, q.same_top_pct), (0.0, 100.0), "{q:?}");
 
     // B of another vocabulary answers but is not scored, and says why.
     let other = common::gguf_edit::other_vocab(dir.path(), &a);

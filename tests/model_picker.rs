@@ -115,6 +115,7 @@ fn fake_home(root: &Path) -> FakeHome {
         hugging_face: vec![hub],
         lm_studio: vec![lms, home.join(".cache/lm-studio/models")],
         ollama: vec![ollama],
+        in_use: None,
     };
     FakeHome {
         home,
@@ -251,6 +252,53 @@ fn discovery_finds_every_place_from_headers_and_skips_loops_and_bad_files() {
             .any(|m| m.origin == Origin::Ollama && m.name == "tinyllama:latest"),
         "{found:#?}"
     );
+}
+
+#[test]
+fn the_model_in_use_is_listed_first_and_marked_and_its_folder_is_searched() {
+    // The case: Ctrl+O listed "4 of 4" without the file loaded with -m, which sat in
+    // a folder no search root covers.
+    let dir = tempfile::tempdir().unwrap();
+    let fake = fake_home(dir.path());
+    let elsewhere = dir.path().join("elsewhere/models");
+    std::fs::create_dir_all(elsewhere.join("deeper")).unwrap();
+    let loaded = common::synth(&elsewhere, "z-loaded.gguf", "tiny", TensorType::F32, 21);
+    common::synth(&elsewhere, "a-sibling.gguf", "tiny", TensorType::F32, 22);
+    common::synth(
+        &elsewhere.join("deeper"),
+        "c-deep.gguf",
+        "tiny",
+        TensorType::F32,
+        23,
+    );
+    let without = discover(&fake.roots, Limits::default());
+    assert!(
+        !without
+            .models
+            .iter()
+            .any(|m| m.path.starts_with(&elsewhere)),
+        "{without:#?}"
+    );
+    let roots = Roots {
+        in_use: Some(loaded.clone()),
+        ..fake.roots.clone()
+    };
+    let found = discover(&roots, Limits::default());
+    let first = &found.models[0];
+    assert_eq!(first.path, loaded, "{found:#?}");
+    assert!(first.in_use);
+    assert_eq!(found.models.iter().filter(|m| m.in_use).count(), 1);
+    // Its folder's other files are listed, its subfolders are not entered.
+    assert!(
+        found
+            .models
+            .iter()
+            .any(|m| m.name == "a-sibling.gguf" && m.origin == Origin::ModelDir),
+        "{found:#?}"
+    );
+    assert!(!found.models.iter().any(|m| m.name == "c-deep.gguf"));
+    // The other places are still searched.
+    assert!(found.models.len() > without.models.len(), "{found:#?}");
 }
 
 #[test]

@@ -43,6 +43,9 @@ pub struct AbScreen {
     /// A's figures come from A re-run in a fresh context just before B (both cold, like
     /// for like); until then they are the chat turn's own (warm KV cache).
     pub like_for_like: bool,
+    /// The one baseline both sides are scored against: the chat's reference (`--ref`,
+    /// `/ref`) when set; `None`: A's model (B is scored against it, A is the baseline).
+    pub reference: Option<PathBuf>,
 }
 
 impl AbScreen {
@@ -103,10 +106,13 @@ impl App {
                 settings.sampling.seed
             ),
         );
+        // One baseline for both sides: with a reference set, A's answers are scored against
+        // it, so B is too (and the screen names it); without one, B against A's model.
         let effect = Effect::Generate {
             id,
             turn: super::turn_request(self.conversation.messages_for_last(), &settings),
             model: Some(path.clone()),
+            ab_reference: self.reference.clone(),
         };
         self.ab = Some(AbScreen {
             prompt,
@@ -122,6 +128,7 @@ impl App {
             error: None,
             scroll: 0,
             like_for_like: false,
+            reference: self.reference.clone(),
         });
         self.mode = Mode::Ab;
         // B's queue time never holds the last answer's score.
@@ -212,7 +219,7 @@ impl App {
                     None => "A/B: B's answer is identical to A's".to_string(),
                     Some(d) => format!(
                         "A/B: B's answer diverges from A's at token {}",
-                        d.token_index
+                        d.token_index + 1
                     ),
                 };
                 self.notice(NoticeKind::Info, text);
@@ -285,6 +292,26 @@ mod tests {
     }
 
     #[test]
+    fn with_a_reference_both_sides_are_scored_against_it() {
+        // The case: chat on a Q4_0 with --ref the Q4_1, A/B with a Q8_0. A's answers
+        // are scored against the Q4_1, so B must be too, not against A's Q4_0.
+        let (mut app, _) = answered_app();
+        app.reference = Some(PathBuf::from("/m/q4_1.gguf"));
+        let fx = run_line(&mut app, "/ab /m/q8_0.gguf");
+        let generate = fx.iter().find(|e| matches!(e, Effect::Generate { .. }));
+        assert!(
+            matches!(
+                generate,
+                Some(Effect::Generate { model: Some(b), ab_reference: Some(r), .. })
+                    if b == &PathBuf::from("/m/q8_0.gguf") && r == &PathBuf::from("/m/q4_1.gguf")
+            ),
+            "{fx:?}"
+        );
+        let ab = app.ab.as_ref().unwrap();
+        assert_eq!(ab.reference, Some(PathBuf::from("/m/q4_1.gguf")));
+    }
+
+    #[test]
     fn ab_regenerates_the_last_answer_with_another_model_and_finds_the_divergence() {
         let (mut app, a_id) = answered_app();
         // Settings changed after the answer: B still uses the answer's own.
@@ -301,6 +328,7 @@ mod tests {
                     ..
                 },
             model: Some(path),
+            ab_reference: None,
         }) = fx.first().cloned()
         else {
             panic!("{fx:?}")
@@ -428,7 +456,7 @@ mod tests {
             .as_ref()
             .unwrap()
             .text
-            .contains("KLD mean 0.2500"));
+            .contains("KLD mean 0.25 p99 0.25 nats"));
         assert_eq!(
             app.conversation
                 .exchanges

@@ -175,6 +175,9 @@ pub enum Effect {
         id: RequestId,
         turn: TurnRequest,
         model: Option<PathBuf>,
+        /// With `model` (A/B): the chat's reference, which B is scored against as A's answers
+        /// are (`None`: B against A's model).
+        ab_reference: Option<PathBuf>,
     },
     Cancel(RequestId),
     /// Run a batch sweep on the loaded model (the bench screen).
@@ -219,6 +222,8 @@ pub enum Effect {
     /// Search for GGUF models (off the UI thread) and report `Msg::ModelsFound`.
     DiscoverModels {
         model_dirs: Vec<PathBuf>,
+        /// The model file the chat runs (listed first and marked; its folder searched).
+        in_use: Option<PathBuf>,
     },
     /// Complete the path at the end of this input line (`/model ~/mo`) and report
     /// `Msg::Completed`.
@@ -409,6 +414,7 @@ impl App {
             id,
             turn,
             model: None,
+            ab_reference: None,
         }]
     }
 
@@ -1287,6 +1293,7 @@ pub(crate) mod tests {
             id,
             turn: TurnRequest { messages, .. },
             model: None,
+            ab_reference: None,
         }) = fx.first().cloned()
         else {
             panic!("no generate effect: {fx:?}")

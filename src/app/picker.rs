@@ -72,7 +72,12 @@ fn haystack(m: &FoundModel) -> String {
         m.quantization,
         m.origin.label(),
         m.path.display(),
-        if m.synthetic { " synthetic" } else { "" }
+        match (m.synthetic, m.in_use) {
+            (true, true) => " synthetic in use",
+            (true, false) => " synthetic",
+            (false, true) => " in use",
+            (false, false) => "",
+        }
     )
     .to_lowercase()
 }
@@ -106,8 +111,11 @@ impl App {
             found: None,
         });
         self.mode = Mode::Picker;
+        // A server's chat runs no file here.
+        let in_use = Some(self.model_path.clone()).filter(|p| !crate::remote::is_url(p));
         vec![Effect::DiscoverModels {
             model_dirs: self.model_dirs.clone(),
+            in_use,
         }]
     }
 
@@ -179,6 +187,7 @@ mod tests {
             quantization: quant.into(),
             size_bytes: 2_000_000,
             synthetic,
+            in_use: false,
         }
     }
 
@@ -204,12 +213,15 @@ mod tests {
         let mut app = ready_app();
         app.model_dirs = vec![PathBuf::from("/srv/models")];
         let fx = run_line(&mut app, "/model");
+        // The model in use goes with the search: listed, marked, its folder searched.
         assert_eq!(
             fx,
             vec![Effect::DiscoverModels {
-                model_dirs: vec![PathBuf::from("/srv/models")]
+                model_dirs: vec![PathBuf::from("/srv/models")],
+                in_use: Some(app.model_path.clone()),
             }]
         );
+        assert!(!app.model_path.as_os_str().is_empty());
         assert_eq!(app.mode, Mode::Picker);
         assert_eq!(
             app.picker.as_ref().map(|p| p.purpose),

@@ -199,6 +199,46 @@ pub(crate) fn find_run<'a>(runs: &'a [StoredRun], query: &str) -> Result<&'a Sto
     }
 }
 
+/// Two rows measured the same thing: the same kind and test on the same model file (its
+/// fingerprint when both rows carry one, else its name).
+fn same_test_and_model(a: &StoredRow, b: &StoredRow) -> bool {
+    let same_model = match (
+        a.stamp.model_fingerprint.as_str(),
+        b.stamp.model_fingerprint.as_str(),
+    ) {
+        ("", _) | (_, "") => a.stamp.model_file == b.stamp.model_file,
+        (fa, fb) => fa == fb,
+    };
+    a.kind == b.kind && a.test == b.test && same_model
+}
+
+/// `--vs last` for bench: the latest earlier run that measured one of `now`'s tests on the same
+/// model, passing over runs of other models or tests (the chat's batching sweep, a compare's
+/// speed pass of another file), which would leave every row "new" and nothing compared. `Err`
+/// says that none exists.
+pub(crate) fn last_comparable<'a>(
+    runs: &'a [StoredRun],
+    now: &[StoredRow],
+) -> Result<&'a StoredRun, String> {
+    runs.iter()
+        .rev()
+        .find(|run| {
+            run.rows
+                .iter()
+                .any(|b| now.iter().any(|n| same_test_and_model(b, n)))
+        })
+        .ok_or_else(|| {
+            let tests = distinct(now.iter().map(|r| r.test.as_str()));
+            let models = distinct(now.iter().map(|r| r.stamp.model_file.as_str()));
+            format!(
+                "no earlier run in the results log measured {} on {}: nothing to compare \
+                 (this run is saved, so the next `--vs last` has one)",
+                join_or(&tests, ", ", "these tests"),
+                join_or(&models, ", ", "this model"),
+            )
+        })
+}
+
 /// `YYYY-MM-DD HH:MM:SS UTC` from an id made by `ids::new_id` (its first 15 characters
 /// are the UTC time it was made).
 pub(crate) fn id_time(id: &str) -> Option<String> {
@@ -406,7 +446,7 @@ pub(crate) fn change_verdict(before: &StoredRow, now: &StoredRow) -> String {
         return format!("no spread recorded ({ns}): cannot tell; rerun both with -r 5");
     };
     if nb < 2 || nn < 2 {
-        return format!("{ns}: one repetition has no spread, cannot tell; rerun with -r 5");
+        return format!("{ns}: one repetition, no spread: cannot tell; rerun with -r 5");
     }
     let spread = format!("sd {sb:.2}/{sn:.2}, {ns}");
     let diff = (now.tok_per_s_mean - before.tok_per_s_mean).abs();
@@ -425,18 +465,34 @@ pub(crate) fn comparison(now: &[StoredRow], base: &StoredRun) -> String {
     let mut out = heading(base);
     let pairs = pair_rows(&base.rows, now);
     let mut all_diffs: Vec<String> = Vec::new();
+    let mut row_diffs: Vec<String> = Vec::new();
+    let mut advice: Vec<String> = Vec::new();
     let mut rows: Vec<Vec<String>> = Vec::new();
     for (row, before) in &pairs {
         let now_tps = format!("{:.2}", row.tok_per_s_mean);
         let Some(before) = before else {
-            let mut cells = vec!["—".to_string(); 8];
+            let mut cells = vec!["—".to_string(); 7];
             cells[0] = row.test.clone();
-            (cells[2], cells[3], cells[7]) = (now_tps, "new".into(), String::new());
+            (cells[2], cells[3]) = (now_tps, "new".into());
             rows.push(cells);
             continue;
         };
         let diffs = differences(before, row);
         all_diffs = distinct(all_diffs.into_iter().chain(diffs.iter().cloned()));
+        row_diffs.push(diffs.join(", "));
+        // The verdict in the table, what to do about it below (the table stays within 120
+        // columns).
+        let verdict = change_verdict(before, row);
+        let verdict = match verdict
+            .split_once(": rerun")
+            .or_else(|| verdict.split_once("; rerun"))
+        {
+            Some((call, rest)) => {
+                advice.push(format!("{}: rerun{rest}", row.test));
+                call.to_string()
+            }
+            None => verdict,
+        };
         rows.push(vec![
             row.test.clone(),
             format!("{:.2}", before.tok_per_s_mean),
@@ -445,10 +501,9 @@ pub(crate) fn comparison(now: &[StoredRow], base: &StoredRun) -> String {
                 Some(before.tok_per_s_mean),
                 Some(row.tok_per_s_mean),
             )),
-            change_verdict(before, row),
+            verdict,
             signed_pct(change_pct(before.ttft_p50_ms, row.ttft_p50_ms)),
             signed_pct(change_pct(before.itl_p50_ms, row.itl_p50_ms)),
-            diffs.join(", "),
         ]);
     }
     use crate::report::Align::{Left, Right};
@@ -460,10 +515,22 @@ pub(crate) fn comparison(now: &[StoredRow], base: &StoredRun) -> String {
         ("verdict", Left),
         ("TTFT p50", Right),
         ("ITL p50", Right),
-        ("settings that differ", Left),
     ];
     out.push_str(&differences_line(&all_diffs));
+    // The settings line above names what differs; when rows differ in it, each row's below
+    // the table (a column of its own would take the table past 120 columns).
     out.push_str(&crate::report::table(&headers, &rows));
+    if distinct(row_diffs.iter().filter(|d| !d.is_empty())).len() > 1 {
+        for ((row, _), diffs) in pairs.iter().filter(|(_, b)| b.is_some()).zip(&row_diffs) {
+            if !diffs.is_empty() {
+                out.push_str(&format!("{}: {diffs}\n", row.test));
+            }
+        }
+    }
+    for line in &advice {
+        out.push_str(line);
+        out.push('\n');
+    }
     for (row, before) in &pairs {
         if let Some(line) = before.and_then(|b| profile_change(&row.test, b, row)) {
             out.push_str(&line);
@@ -630,7 +697,7 @@ pub(crate) fn spec_comparison(now: &[StoredRow], base: &StoredRun) -> String {
 }
 
 /// The table `tokscope results` prints, newest run last.
-pub(crate) fn listing(runs: &[StoredRun]) -> String {
+pub(crate) fn listing(runs: &[StoredRun], wide: bool) -> String {
     let mut rows: Vec<Vec<String>> = Vec::new();
     for run in runs {
         let models = distinct(run.rows.iter().map(|r| r.stamp.model_file.as_str()));
@@ -648,21 +715,50 @@ pub(crate) fn listing(runs: &[StoredRun]) -> String {
                 items.join(sep)
             }
         };
-        rows.push(vec![
-            run.id.clone(),
-            id_time(&run.id).unwrap_or_default(),
-            few(&models, 2, ", "),
-            few(&tests, 4, " "),
-            headline(&run.rows),
-        ]);
+        rows.push(if wide {
+            vec![
+                run.id.clone(),
+                id_time(&run.id).unwrap_or_default(),
+                few(&models, 2, ", "),
+                few(&tests, 4, " "),
+                headline(&run.rows),
+            ]
+        } else {
+            // Within 120 columns: the id says when (its first 15 characters are the UTC
+            // time), long names lose their middle.
+            vec![
+                run.id.clone(),
+                crate::text::ellipsis_middle(&few(&models, 1, ", "), LISTING_MODEL_CHARS),
+                crate::text::ellipsis_middle(&few(&tests, 3, " "), LISTING_TESTS_CHARS),
+                headline(&run.rows),
+            ]
+        });
     }
-    let headers = ["id", "time", "models", "tests", "headline t/s"];
-    crate::report::table(&headers.map(|h| (h, crate::report::Align::Left)), &rows)
+    let headers: &[&str] = if wide {
+        &["id", "time", "models", "tests", "headline t/s"]
+    } else {
+        &["id (UTC time)", "models", "tests", "headline t/s"]
+    };
+    let headers: Vec<(&str, crate::report::Align)> = headers
+        .iter()
+        .map(|h| (*h, crate::report::Align::Left))
+        .collect();
+    let mut out = crate::report::table(&headers, &rows);
+    if !wide {
+        out.push_str("(-o md+: the time, two models and four tests, names whole)\n");
+    }
+    out
 }
+
+/// The widest the listing's models and tests cells are by default.
+const LISTING_MODEL_CHARS: usize = 26;
+const LISTING_TESTS_CHARS: usize = 28;
+/// The widest a run table's model cell is by default.
+const RUN_TABLE_MODEL_CHARS: usize = 36;
 
 /// One run as a table, llama-bench's shape (`tokscope results ID`): what ran, on what, and
 /// t/s with its spread over the repetitions; `-o json` gives the stored line instead.
-pub(crate) fn run_table(run: &StoredRun) -> String {
+pub(crate) fn run_table(run: &StoredRun, wide: bool) -> String {
     use crate::report::Align::{Left, Right};
     let raw_rows = run.raw.get("rows").and_then(Value::as_array);
     let raw = |i: usize, path: &[&str]| -> Option<Value> {
@@ -685,8 +781,10 @@ pub(crate) fn run_table(run: &StoredRun) -> String {
             vec![
                 if r.stamp.model_file.is_empty() {
                     "—".to_string()
-                } else {
+                } else if wide {
                     r.stamp.model_file.clone()
+                } else {
+                    crate::text::ellipsis_middle(&r.stamp.model_file, RUN_TABLE_MODEL_CHARS)
                 },
                 text(raw(i, &["stamp", "quantization"])),
                 text(raw(i, &["stamp", "backend"])),
@@ -777,7 +875,7 @@ mod tests {
             .contains("matches 2 runs"));
         assert!(find_run(&runs, "1999").unwrap_err().contains("no run"));
         assert!(find_run(&[], "last").unwrap_err().contains("no runs yet"));
-        let list = listing(&runs);
+        let list = listing(&runs, true);
         assert!(
             list.contains("2025-01-02 00:00:00 UTC") && list.contains("tg8 105.00"),
             "{list}"
@@ -791,7 +889,7 @@ mod tests {
                 r
             })
             .collect();
-        let list_long = listing(std::slice::from_ref(&long));
+        let list_long = listing(std::slice::from_ref(&long), true);
         assert!(list_long.contains("B3 tg8 +5 more"), "{list_long}");
         assert!(!list_long.contains("B4 tg8"), "{list_long}");
         // Aligned: every line as wide as the header, the column bars in the same places.
@@ -801,6 +899,112 @@ mod tests {
         for l in &lines[1..] {
             assert_eq!(bars(l), bars(lines[0]), "{list}");
         }
+    }
+
+    /// Every line of a human table in `text` is within 120 columns.
+    fn assert_fits_120(text: &str) {
+        for line in text.lines().filter(|l| l.starts_with('|')) {
+            let w = unicode_width::UnicodeWidthStr::width(line);
+            assert!(w <= 120, "{w} columns: {line}\n{text}");
+        }
+    }
+
+    #[test]
+    fn every_results_table_fits_120_columns_at_its_widest() {
+        // The widest realistic content: two long model names, a long sweep of tests, t/s in
+        // the ten thousands, one repetition on one side. The issue's listing was 175 columns.
+        let names = [
+            "Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf",
+            "SmolLM2-135M-Instruct-Q4_1-Q4_K_M.gguf",
+        ];
+        let tests = [
+            "pp512",
+            "tg128",
+            "pp512+tg128",
+            "B16 pp512+tg128",
+            "B32 pp512+tg128",
+        ];
+        let mut rows = Vec::new();
+        for name in names {
+            for test in tests {
+                let mut r = sample_row(TestKind::Tg, test, 1);
+                r.stamp.model_file = name.into();
+                r.tok_per_s_mean = 12345.678;
+                r.tok_per_s_sd = 1234.5;
+                rows.push(r);
+            }
+        }
+        let stored = as_stored(&rows);
+        let run = StoredRun {
+            id: "20261207-152311-abcd".into(),
+            unix_time_s: 0,
+            command_line: "tokscope bench -m a.gguf -m b.gguf".into(),
+            rows: stored.clone(),
+            raw: serde_json::json!({ "rows": rows }),
+        };
+        let list = listing(std::slice::from_ref(&run), false);
+        assert_fits_120(&list);
+        assert!(list.contains("-o md+"), "{list}");
+        let table = run_table(&run, false);
+        assert_fits_120(&table);
+        // md+ keeps the names whole.
+        assert!(listing(std::slice::from_ref(&run), true).contains("2026-12-07 15:23:11 UTC"));
+        assert!(run_table(&run, true).contains(names[0]));
+        // `--vs`: every verdict, the longest included, and settings that differ by row.
+        let mut before = stored.clone();
+        for (i, r) in before.iter_mut().enumerate() {
+            if i % 2 == 0 {
+                r.params["repetitions"] = serde_json::json!(1);
+                r.tok_per_s_sd = None;
+            }
+            r.params["threads"] = serde_json::json!(i % 3 + 1);
+        }
+        let base = StoredRun {
+            rows: before,
+            ..run.clone()
+        };
+        let text = comparison(&stored, &base);
+        assert_fits_120(&text);
+        assert!(text.contains("rerun with -r 5"), "{text}");
+    }
+
+    #[test]
+    fn vs_last_takes_the_last_run_of_the_same_model_and_tests() {
+        // The issue's case: the chat's F2 batching sweep came after the bench run, and
+        // `--vs last` took it, so every row was "new".
+        let bench = sample_row(TestKind::Tg, "tg8", 1);
+        let run = |id: &str, rows: Vec<StoredRow>| StoredRun {
+            id: id.into(),
+            unix_time_s: 0,
+            command_line: "tokscope bench".into(),
+            rows,
+            raw: Value::Null,
+        };
+        let mut sweep = as_stored(&[sample_row(TestKind::Tg, "tg8", 1)]);
+        sweep[0].kind = "batch".into();
+        sweep[0].test = "B4 pp64+tg32".into();
+        let mut other_model = as_stored(std::slice::from_ref(&bench));
+        other_model[0].stamp.model_file = "other.gguf".into();
+        other_model[0].stamp.model_fingerprint = "ffff".into();
+        let runs = vec![
+            run(
+                "20250101-000000-aaaa",
+                as_stored(std::slice::from_ref(&bench)),
+            ),
+            run("20250102-000000-bbbb", sweep),
+            run("20250103-000000-cccc", other_model),
+        ];
+        let now = as_stored(&[bench]);
+        assert_eq!(
+            last_comparable(&runs, &now).unwrap().id,
+            "20250101-000000-aaaa"
+        );
+        // None of the same model and tests: said, not compared.
+        let e = last_comparable(&runs[1..], &now).unwrap_err();
+        assert!(
+            e.contains("no earlier run in the results log measured tg8"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -865,12 +1069,10 @@ mod tests {
             .unwrap_or_else(|| panic!("{text}"));
         assert_eq!(
             row[3..5],
-            [
-                "-10.3%",
-                "within the noise (sd 0.29/1.15, n = 2): rerun with -r 5"
-            ],
+            ["-10.3%", "within the noise (sd 0.29/1.15, n = 2)"],
             "{text}"
         );
+        assert!(text.contains("\ntg8: rerun with -r 5\n"), "{text}");
     }
 
     /// `--vs` between two profiled rows: the part that moved beyond its spread is named with

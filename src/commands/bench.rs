@@ -114,7 +114,8 @@ pub struct BenchArgs {
     pub runtime: RuntimeSweepFlags,
     #[command(flatten)]
     pub roofline: RooflineFlags,
-    /// Compare with an earlier run of the results log: `last` or its id (or a unique prefix).
+    /// Compare with an earlier run of the results log: `last` (the last run of the same model
+    /// and tests; bench says so when there is none) or its id (or a unique prefix).
     /// With --spec/--draft: an earlier speculative sweep, k by k (tok/s, speed-up and
     /// acceptance before → now, the settings that differ); `last` is the last sweep.
     #[arg(long = "vs", value_name = "last|ID")]
@@ -1087,7 +1088,16 @@ pub(crate) fn run(args: &BenchArgs, settings: Settings) -> Result<(), Failure> {
     args.trace.check()?;
     run::check_models(&plan.models)?;
     let log_path = log::results_path(&crate::paths::data_dir());
-    let baseline = baseline(&log_path, plan.vs.as_deref(), log::find_run)?;
+    // `--vs last` is chosen once this run's rows are known: the last run of the same model
+    // and tests (an id names its run, whatever it measured).
+    let (baseline, earlier) = match plan.vs.as_deref() {
+        Some("last") => {
+            let (runs, _) = super::results::read_log(&log_path)?;
+            log::find_run(&runs, "last").map_err(|e| Failure::usage(format!("--vs last: {e}")))?;
+            (None, Some(runs))
+        }
+        query => (baseline(&log_path, query, log::find_run)?, None),
+    };
     let now = std::time::SystemTime::now();
     let run_id = crate::ids::new_id(now);
     let jobs = sweep::expand(&plan.models, &plan.sweep);
@@ -1106,8 +1116,19 @@ pub(crate) fn run(args: &BenchArgs, settings: Settings) -> Result<(), Failure> {
             eprintln!("{note}");
         }
     }
+    let stored = log::as_stored(&rows);
+    let baseline = match &earlier {
+        Some(runs) => match log::last_comparable(runs, &stored) {
+            Ok(run) => Some(run.clone()),
+            Err(e) => {
+                eprintln!("--vs last: {e}");
+                None
+            }
+        },
+        None => baseline,
+    };
     if let Some(base) = baseline {
-        print_for_a_person(&log::comparison(&log::as_stored(&rows), &base), plan.output)?;
+        print_for_a_person(&log::comparison(&stored, &base), plan.output)?;
     }
     match outcome.failures.as_slice() {
         [] => Ok(()),

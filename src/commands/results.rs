@@ -13,19 +13,21 @@ pub struct ResultsArgs {
     /// A run's id (a unique prefix, or `last`): print its table.
     #[arg(value_name = "ID")]
     pub id: Option<String>,
-    /// With an ID: md (the run's table) or json (its stored line, every field) [default: md].
+    /// md (within 120 columns), md+ (every column, names whole) or, with an ID, json (its
+    /// stored line, every field) [default: md].
     #[arg(short = 'o', long = "output", value_name = "FORMAT")]
     pub output: Option<String>,
 }
 
 /// `tokscope results [ID]`.
 pub(crate) fn run(args: &ResultsArgs) -> Result<(), Failure> {
-    let json = match args.output.as_deref().map(str::trim) {
-        None | Some("md") | Some("markdown") => false,
-        Some("json") => true,
+    let (json, wide) = match args.output.as_deref().map(str::trim) {
+        None | Some("md") | Some("markdown") => (false, false),
+        Some("md+") => (false, true),
+        Some("json") => (true, false),
         Some(other) => {
             return Err(Failure::usage(format!(
-                "invalid value `{other}` for -o/--output: one of md, json"
+                "invalid value `{other}` for -o/--output: one of md, md+, json"
             )))
         }
     };
@@ -50,7 +52,7 @@ pub(crate) fn run(args: &ResultsArgs) -> Result<(), Failure> {
                     .map_err(|e| Failure::new(FAILURE, e.to_string()))?;
                 (json + "\n", crate::text::Shape::Json)
             } else {
-                (log::run_table(run), crate::text::Shape::Human)
+                (log::run_table(run, wide), crate::text::Shape::Human)
             }
         }
         None if runs.is_empty() => {
@@ -60,7 +62,7 @@ pub(crate) fn run(args: &ResultsArgs) -> Result<(), Failure> {
             );
             return Ok(());
         }
-        None => (log::listing(&runs), crate::text::Shape::Human),
+        None => (log::listing(&runs, wide), crate::text::Shape::Human),
     };
     // The log holds file and model names from anywhere: the listing is neutralised wherever
     // it goes (`| tail` replays it), the JSON keeps them exact with the controls escaped.

@@ -3,7 +3,7 @@
 //! anchored to llama.cpp's published Llama 3 8B table), and, with a quality budget
 //! (`--max-kld`, `--min-same-top`), the fastest candidate within it.
 
-use super::report::{kl, speed_threshold, CompareRow, Control};
+use super::report::{kl, pace, speed_threshold, CompareRow, Control, Pace, Speed};
 
 /// The quality a user will give up at most, from `--max-kld` and `--min-same-top`.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -126,11 +126,17 @@ fn candidate_line(row: &CompareRow, reference: &CompareRow, systematic: f64) -> 
                     .same_top_pct
                     .map(|p| format!(", same top token {p:.0}%"))
                     .unwrap_or_default();
+                // A file mostly of other types than its name is not held to that type's
+                // published figures.
+                let like = if row.mostly_fallback() {
+                    String::new()
+                } else {
+                    format!(" (llama.cpp's Llama 3 8B table: {})", loss.like())
+                };
                 format!(
-                    "KLD {} nats{same_top}: {} (llama.cpp's Llama 3 8B table: {})",
+                    "KLD {} nats{same_top}: {}{like}",
                     crate::fmt::sig(kld, 2),
                     loss.words(),
-                    loss.like()
                 )
             }
             None => "quality not measured".to_string(),
@@ -151,33 +157,75 @@ fn candidate_line(row: &CompareRow, reference: &CompareRow, systematic: f64) -> 
         ),
         None => String::new(),
     };
-    format!("{}{front}: {speed}, {quality}{requantized}.", row.label)
+    let fallback = match row.fallback {
+        Some(f) if f.tensors > 0 => {
+            let named = row.quantization.split(" ← ").next().unwrap_or_default();
+            let more = if row.bits_per_weight > reference.bits_per_weight {
+                format!(
+                    ", more than the reference's {:.2}",
+                    reference.bits_per_weight
+                )
+            } else {
+                String::new()
+            };
+            let (how, published) = if row.mostly_fallback() {
+                (
+                    "mostly not",
+                    format!(": published {named} figures do not apply to it"),
+                )
+            } else {
+                ("partly not", String::new())
+            };
+            format!(
+                "; {} of {} tensors fell back from {named} to other types, so it is {how} \
+                 {named} ({:.2} bits per weight{more}){published}",
+                f.tensors, f.of, row.bits_per_weight,
+            )
+        }
+        _ => String::new(),
+    };
+    format!(
+        "{}{front}: {speed}, {quality}{requantized}{fallback}.",
+        row.label
+    )
 }
 
-/// The decode speed against the reference, with whether the difference is beyond the rounds'
-/// spread and the self-copy control's systematic error.
+/// Decode (tg) and prefill (pp) speed against the reference, each with whether the difference
+/// is beyond the rounds' spread and the self-copy control's systematic error, and which speed
+/// it is: "as fast" is never said of decoding alone when prefill differs.
 fn speed_words(row: &CompareRow, reference: &CompareRow, systematic: f64) -> String {
-    let speeds = row.tg_tok_per_s.zip(reference.tg_tok_per_s);
-    let measured =
-        speeds.and_then(|(tg, base)| Some((tg, base, crate::metrics::ratio(tg - base, base)?)));
-    let Some((tg, base, change)) = measured else {
-        return "speed not measured".to_string();
-    };
-    let pct = format!("{:+.0}%", change * 100.0);
     let control = if systematic > 0.0 {
         format!(" and the control's {:.1}%", systematic * 100.0)
     } else {
         String::new()
     };
-    match speed_threshold(row, reference, systematic) {
-        None => format!("tg {pct} against the reference (one round: no spread, not judged)"),
-        Some(t) if (tg - base).abs() > t => {
-            format!("tg {pct} against the reference (beyond the rounds' spread{control})")
-        }
-        Some(_) => {
-            format!("tg {pct} against the reference (within the rounds' spread{control}: as fast)")
-        }
+    let mut parts = Vec::new();
+    for which in [Speed::Tg, Speed::Pp] {
+        let (Some(s), Some(base)) = (row.speed(which).0, reference.speed(which).0) else {
+            continue;
+        };
+        let Some(change) = crate::metrics::ratio(s - base, base) else {
+            continue;
+        };
+        let pct = format!("{} {:+.0}%", which.name(), change * 100.0);
+        let at = which.at();
+        parts.push(match pace(row, reference, which, systematic) {
+            Some(Pace::Faster) => {
+                format!("{pct} (beyond the rounds' spread{control}: faster {at})")
+            }
+            Some(Pace::Slower) => {
+                format!("{pct} (beyond the rounds' spread{control}: slower {at})")
+            }
+            Some(Pace::AsFast) => {
+                format!("{pct} (within the rounds' spread{control}: as fast {at})")
+            }
+            Some(Pace::NotJudged) | None => format!("{pct} (one round: no spread, not judged)"),
+        });
     }
+    if parts.is_empty() {
+        return "speed not measured".to_string();
+    }
+    format!("{} against the reference", parts.join(", "))
 }
 
 /// The candidate to use within the budget: the fastest, unless another within it is as fast
@@ -235,6 +283,24 @@ fn pick(rows: &[CompareRow], systematic: f64, budget: &Budget) -> String {
              reference",
             fastest.label,
             speed(fastest)
+        ));
+    }
+    // Prefill counts: a candidate within the budget that reads prompts faster is named.
+    let prefills_faster = within
+        .iter()
+        .copied()
+        .filter(|r| pace(r, chosen, Speed::Pp, systematic) == Some(Pace::Faster))
+        .max_by(|a, b| {
+            a.pp_tok_per_s
+                .unwrap_or(0.0)
+                .total_cmp(&b.pp_tok_per_s.unwrap_or(0.0))
+        });
+    if let Some(p) = prefills_faster {
+        line.push_str(&format!(
+            "; {} prefills faster ({:.1} vs {:.1} tok/s): for long prompts, weigh that",
+            p.label,
+            p.pp_tok_per_s.unwrap_or(0.0),
+            chosen.pp_tok_per_s.unwrap_or(0.0)
         ));
     }
     if fastest.tg_tok_per_s_sd.is_none() {
@@ -298,9 +364,12 @@ mod tests {
         assert_eq!(lines.len(), 4, "{lines:#?}");
         let q2 = lines.iter().find(|l| l.starts_with("Q2_K")).unwrap();
         assert!(
-            q2.contains("tg +250% against the reference (beyond"),
+            q2.contains(
+                "tg +250% (beyond the rounds' spread: faster at decoding), pp +250% (beyond"
+            ),
             "{q2}"
         );
+        assert!(q2.contains(") against the reference"), "{q2}");
         assert!(q2.contains("KLD 0.45 nats, same top token 71%"), "{q2}");
         assert!(q2.contains("a severe quality loss"), "{q2}");
         let q8 = lines.iter().find(|l| l.starts_with("Q8_0")).unwrap();
@@ -343,8 +412,9 @@ mod tests {
         t[1].tg_tok_per_s = Some(20.2);
         let lines = lines(&t, None, &Budget::default());
         let q8 = lines.iter().find(|l| l.starts_with("Q8_0")).unwrap();
+        // As fast at decoding, but its prefill (pp 288 vs 160) is faster: both are said.
         assert!(
-            q8.contains("tg +1% against the reference (within the rounds' spread: as fast)"),
+            q8.contains("tg +1% (within the rounds' spread: as fast at decoding), pp +80% (beyond the rounds' spread: faster at prefill)"),
             "{q8}"
         );
         let control = Control {
@@ -353,6 +423,84 @@ mod tests {
         };
         let lines = super::lines(&table(), Some(&control), &Budget::default());
         assert!(lines[0].contains("and the control's 2.5%"), "{}", lines[0]);
+    }
+
+    #[test]
+    fn as_fast_at_decoding_is_not_as_fast_when_prefill_is_slower() {
+        // The issue's case: a Q8_0 decoding as fast as the Q4_1 (within the spread) but
+        // prefilling at 116 against 220 tok/s. It must not be called "as fast", and being
+        // closer to the reference must not make it dominate the Q4_1.
+        let speeds = |mut r: CompareRow, pp: f64| {
+            r.pp_tok_per_s = Some(pp);
+            r.pp_tok_per_s_sd = Some(2.0);
+            r
+        };
+        let mut f16 = speeds(with(row("f16", 20.0, 0.0), 0.5, 100.0), 90.0);
+        f16.reference = true;
+        f16.quality.kld_mean = None;
+        let q4 = speeds(with(row("q4_1", 40.0, 0.03), 0.5, 93.0), 220.0);
+        let q8 = speeds(with(row("q8_0", 40.3, 0.0013), 0.5, 98.0), 116.0);
+        let mut rows = vec![f16, q4.clone(), q8.clone()];
+        crate::compare::report::mark_pareto(&mut rows, None);
+        assert!(rows[1].pareto && rows[2].pareto, "{rows:#?}");
+        // Against the Q4_1 as the reference, the words name both speeds.
+        let mut reference = q4.clone();
+        reference.reference = true;
+        reference.quality.kld_mean = None;
+        let words = lines(&[reference, q8], None, &Budget::default());
+        let line = words.iter().find(|l| l.starts_with("q8_0")).unwrap();
+        assert!(line.contains("as fast at decoding"), "{line}");
+        assert!(
+            line.contains("pp -47% (beyond the rounds' spread: slower at prefill)"),
+            "{line}"
+        );
+        // A budget that picks q8_0 (as fast at decoding, closer) names the faster prefill.
+        let budget = Budget {
+            max_kld: Some(0.05),
+            min_same_top_pct: None,
+        };
+        let first = &super::lines(&rows, None, &budget)[0];
+        assert!(first.contains("use q8_0"), "{first}");
+        assert!(
+            first.contains("q4_1 prefills faster (220.0 vs 116.0 tok/s)"),
+            "{first}"
+        );
+    }
+
+    #[test]
+    fn a_file_mostly_of_fallback_types_is_not_held_to_its_named_type() {
+        // The issue's case: "Q4_K_M ← Q4_1" with 180 of 272 tensors fallen back, 6.17 bits
+        // per weight against the source's 5.74.
+        let mut reference = with(row("q4_1", 40.0, 0.0), 0.5, 100.0);
+        reference.reference = true;
+        reference.quality.kld_mean = None;
+        reference.bits_per_weight = 5.74;
+        let mut k = with(row("m-Q4_K_M ← Q4_1", 38.0, 0.03), 0.5, 93.0);
+        k.quantization = "Q4_K_M ← Q4_1".into();
+        k.requantized_from = Some("Q4_1".into());
+        k.bits_per_weight = 6.17;
+        k.fallback = Some(crate::compare::quantize::Fallback {
+            tensors: 180,
+            of: 272,
+        });
+        let lines = lines(&[reference, k.clone()], None, &Budget::default());
+        let line = &lines[0];
+        assert!(
+            line.contains("180 of 272 tensors fell back from Q4_K_M to other types, so it is mostly not Q4_K_M (6.17 bits per weight, more than the reference's 5.74): published Q4_K_M figures do not apply to it"),
+            "{line}"
+        );
+        assert!(!line.contains("Llama 3 8B table"), "{line}");
+        // A few fallen-back tensors keep the published comparison and say "partly".
+        k.fallback = Some(crate::compare::quantize::Fallback {
+            tensors: 2,
+            of: 272,
+        });
+        let mut reference = with(row("q4_1", 40.0, 0.0), 0.5, 100.0);
+        reference.reference = true;
+        reference.bits_per_weight = 5.74;
+        let lines = super::lines(&[reference, k], None, &Budget::default());
+        assert!(lines[0].contains("partly not Q4_K_M"), "{}", lines[0]);
+        assert!(lines[0].contains("Llama 3 8B table"), "{}", lines[0]);
     }
 
     #[test]

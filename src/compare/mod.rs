@@ -102,6 +102,8 @@ pub(crate) struct Candidate {
     pub quantized_here: bool,
     /// The quantization of the source when it was itself quantized (`--allow-requantize`).
     pub requantized_from: Option<String>,
+    /// Made by `--quantize`: the tensors that fell back to another type than asked.
+    pub fallback: Option<quantize::Fallback>,
 }
 
 impl Candidate {
@@ -287,6 +289,7 @@ fn candidates(files: &[ModelFile], sweep: &crate::bench::sweep::Sweep) -> Vec<Ca
         flash_attn: FlashAttn::Auto,
         quantized_here: file.quantized_here,
         requantized_from: file.requantized_from.clone(),
+        fallback: file.fallback,
     });
     let c = cross(files.collect(), &sweep.n_gpu_layers, |c, v| {
         c.n_gpu_layers = v
@@ -403,6 +406,7 @@ fn compare_rows(
                 dominated_by: Vec::new(),
                 synthetic: info.synthetic,
                 requantized_from: c.requantized_from.clone(),
+                fallback: c.fallback,
             }
         })
         .collect()
@@ -504,6 +508,8 @@ struct ModelFile {
     quantized_here: bool,
     /// Made from a source that was itself quantized: that source's quantization.
     requantized_from: Option<String>,
+    /// Made by `--quantize`: the tensors that fell back to another type.
+    fallback: Option<quantize::Fallback>,
 }
 
 /// The files to compare: as given, or the source and its quantizations.
@@ -512,6 +518,7 @@ fn model_files(plan: &ComparePlan) -> Result<Vec<ModelFile>, CompareError> {
         path: path.clone(),
         quantized_here: false,
         requantized_from: None,
+        fallback: None,
     };
     if plan.quantize.is_empty() {
         return Ok(plan.models.iter().map(given).collect());
@@ -551,7 +558,11 @@ fn model_files(plan: &ComparePlan) -> Result<Vec<ModelFile>, CompareError> {
     for ty in &plan.quantize {
         let name = ty.name.to_ascii_uppercase();
         let t0 = Instant::now();
-        let (path, reused) = quantize_cached(
+        let quantize::Quantized {
+            path,
+            reused,
+            fallback,
+        } = quantize_cached(
             source,
             *ty,
             &cache,
@@ -576,10 +587,18 @@ fn model_files(plan: &ComparePlan) -> Result<Vec<ModelFile>, CompareError> {
                 t0.elapsed().as_secs_f64()
             );
         }
+        if fallback.tensors > 0 {
+            eprintln!(
+                "{name}: {} of {} tensors fell back to other types (llama.cpp's quantizer: their \
+                 rows do not fit {name}'s blocks)",
+                fallback.tensors, fallback.of
+            );
+        }
         files.push(ModelFile {
             path,
             quantized_here: true,
             requantized_from: source_quant.clone(),
+            fallback: Some(fallback),
         });
     }
     Ok(files)

@@ -99,6 +99,69 @@ pub fn content_hash(cache_dir: &Path, source: &Path) -> std::io::Result<String> 
     Ok(sha256)
 }
 
+/// The tensors llama.cpp's quantizer could not give the type asked for (a row length its blocks
+/// do not divide: a 256-wide k-quant on a 576-wide model) and gave another one instead: its
+/// own count, from its warning "N of M tensor(s) required fallback quantization"
+/// (`llama-quant.cpp`, `llama_model_quantize_impl`). Kept beside the cached file, since a
+/// reused file is not quantized again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fallback {
+    /// Tensors given another type than the one asked for.
+    pub tensors: u32,
+    /// Tensors in the file.
+    pub of: u32,
+}
+
+impl Fallback {
+    /// The share of tensors that fell back, 0 … 1.
+    pub(crate) fn share(&self) -> f64 {
+        if self.of == 0 {
+            0.0
+        } else {
+            f64::from(self.tensors) / f64::from(self.of)
+        }
+    }
+
+    /// `llama_model_quantize_impl: WARNING: 180 of 272 tensor(s) required fallback
+    /// quantization` → 180 of 272.
+    pub(crate) fn from_log(line: &str) -> Option<Self> {
+        let head = line
+            .split(" tensor(s) required fallback quantization")
+            .next()?;
+        if head.len() == line.len() {
+            return None;
+        }
+        let mut words = head.split_whitespace().rev();
+        let of = words.next()?.parse().ok()?;
+        (words.next()? == "of").then_some(())?;
+        let tensors = words.next()?.parse().ok()?;
+        Some(Self { tensors, of })
+    }
+
+    /// What the quantizer said: its fallback warning, else none fell back out of the tensors
+    /// its progress counter counted.
+    fn of_last_run() -> Self {
+        crate::logging::recent_llama_problems()
+            .iter()
+            .rev()
+            .find_map(|l| Self::from_log(l))
+            .unwrap_or(Self {
+                tensors: 0,
+                of: crate::logging::tensor_progress().map_or(0, |(_, total)| total),
+            })
+    }
+}
+
+/// Where the fallback count of a cached file is kept: `<stem>-<TYPE>.fallback.json`.
+fn fallback_path(out: &Path) -> PathBuf {
+    out.with_extension("fallback.json")
+}
+
+fn read_fallback(out: &Path) -> Option<Fallback> {
+    let bytes = crate::fsx::read_regular(&fallback_path(out), 4096, "a fallback record").ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
 /// A quantization type tokscope can produce without an importance matrix: its name as users
 /// type it (`q4_k_m`) and llama.cpp's `llama_ftype`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -177,9 +240,19 @@ pub(crate) fn cache_path(
         .join(format!("{stem}-{}.gguf", ty.name.to_ascii_uppercase())))
 }
 
-/// Quantize `source` to `ty` into the cache, or reuse the file already there. `progress` is
-/// called a few times a second with (tensors done, tensors in all) while llama.cpp works.
-/// Returns the file and whether it was reused.
+/// A file `quantize_cached` gives: where, whether it was reused, and how many of its tensors
+/// fell back to another type.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Quantized {
+    pub path: PathBuf,
+    pub reused: bool,
+    pub fallback: Fallback,
+}
+
+/// Quantize `source` to `ty` into the cache, or reuse the file already there (with its
+/// fallback record: a file without one, from an older tokscope, is quantized again so that its
+/// fallback count is known). `progress` is called a few times a second with (tensors done,
+/// tensors in all) while llama.cpp works.
 pub(crate) fn quantize_cached(
     source: &Path,
     ty: QuantType,
@@ -187,12 +260,16 @@ pub(crate) fn quantize_cached(
     threads: u32,
     allow_requantize: bool,
     mut progress: impl FnMut(u32, u32),
-) -> Result<(PathBuf, bool), String> {
+) -> Result<Quantized, String> {
     let out = cache_path(cache_dir, source, ty)
         .map_err(|e| format!("cannot read {}: {e}", source.display()))?;
     // The cached file is there and loads as a GGUF model header.
-    if check_model_file(&out).is_ok() {
-        return Ok((out, true));
+    if let (Ok(_), Some(fallback)) = (check_model_file(&out), read_fallback(&out)) {
+        return Ok(Quantized {
+            path: out,
+            reused: true,
+            fallback,
+        });
     }
     let folder = out.parent().unwrap_or(cache_dir);
     for dir in [cache_dir, folder] {
@@ -226,11 +303,24 @@ pub(crate) fn quantize_cached(
         let _ = std::fs::remove_file(&partial);
         return Err(e);
     }
+    let fallback = Fallback::of_last_run();
     std::fs::rename(&partial, &out).map_err(|e| {
         let _ = std::fs::remove_file(&partial);
         format!("cannot move the quantized file into {}: {e}", out.display())
     })?;
-    Ok((out, false))
+    match serde_json::to_vec(&fallback) {
+        Ok(json) => {
+            if let Err(e) = crate::fsx::write_private(&fallback_path(&out), &json) {
+                tracing::warn!(error = %e, "could not keep the fallback count");
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "could not keep the fallback count"),
+    }
+    Ok(Quantized {
+        path: out,
+        reused: false,
+        fallback,
+    })
 }
 
 /// One call of llama.cpp's quantizer.
@@ -345,6 +435,39 @@ mod tests {
         let again = content_hash(&cache, &a_dir.join("m.gguf")).unwrap();
         assert_eq!(again.len(), 64);
         assert_ne!(again, "planted");
+    }
+
+    #[test]
+    fn the_fallback_count_is_read_from_llama_cpps_warning() {
+        let line = "llama_model_quantize_impl: WARNING: 180 of 272 tensor(s) required fallback \
+                    quantization";
+        let f = Fallback::from_log(line).unwrap();
+        assert_eq!(
+            f,
+            Fallback {
+                tensors: 180,
+                of: 272
+            }
+        );
+        assert!((f.share() - 180.0 / 272.0).abs() < 1e-12);
+        assert_eq!(
+            Fallback::from_log("llama_model_quantize_impl: model size = 10 MB"),
+            None
+        );
+        assert_eq!(
+            Fallback::from_log("x: WARNING: many of 272 tensor(s) required fallback quantization"),
+            None
+        );
+        // Kept beside the cached file, and read back for a reused one.
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("m-Q4_K_M.gguf");
+        assert_eq!(read_fallback(&out), None);
+        std::fs::write(fallback_path(&out), serde_json::to_vec(&f).unwrap()).unwrap();
+        assert_eq!(
+            fallback_path(&out),
+            dir.path().join("m-Q4_K_M.fallback.json")
+        );
+        assert_eq!(read_fallback(&out), Some(f));
     }
 
     #[test]

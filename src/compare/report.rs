@@ -47,6 +47,80 @@ pub struct CompareRow {
     /// (`--quantize … --allow-requantize`): its losses are measured against those weights.
     #[serde(default)]
     pub requantized_from: Option<String>,
+    /// Made by `--quantize`: the tensors llama.cpp's quantizer gave another type than the one
+    /// asked for (their rows do not fit its blocks), so the file is partly another type.
+    #[serde(default)]
+    pub fallback: Option<super::quantize::Fallback>,
+}
+
+impl CompareRow {
+    /// The row's (mean, sd) of one speed.
+    pub(crate) fn speed(&self, which: Speed) -> (Option<f64>, Option<f64>) {
+        match which {
+            Speed::Pp => (self.pp_tok_per_s, self.pp_tok_per_s_sd),
+            Speed::Tg => (self.tg_tok_per_s, self.tg_tok_per_s_sd),
+        }
+    }
+
+    /// A quarter or more of its tensors fell back to another type: the type it is named by
+    /// is not what most of it is.
+    pub(crate) fn mostly_fallback(&self) -> bool {
+        self.fallback.is_some_and(|f| f.share() >= FALLBACK_SHARE)
+    }
+}
+
+/// The share of tensors fallen back to other types from which a file is no longer held to its
+/// named type's published figures.
+pub(crate) const FALLBACK_SHARE: f64 = 0.25;
+
+/// The two speeds a verdict weighs: prefill (pp, the prompt) and decode (tg, the answer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Speed {
+    Pp,
+    Tg,
+}
+
+impl Speed {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Speed::Pp => "pp",
+            Speed::Tg => "tg",
+        }
+    }
+
+    /// "at prefill", "at decoding".
+    pub(crate) fn at(self) -> &'static str {
+        match self {
+            Speed::Pp => "at prefill",
+            Speed::Tg => "at decoding",
+        }
+    }
+}
+
+/// How one candidate's speed stands against another's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pace {
+    Faster,
+    AsFast,
+    Slower,
+    /// Both measured, but one round has no spread: nothing is called.
+    NotJudged,
+}
+
+/// `a`'s `which` speed against `b`'s, beyond the rounds' spread and the control's systematic
+/// error; `None` when either was not measured.
+pub(crate) fn pace(a: &CompareRow, b: &CompareRow, which: Speed, systematic: f64) -> Option<Pace> {
+    let ((sa, da), (sb, db)) = (a.speed(which), b.speed(which));
+    let (sa, sb) = (sa?, sb?);
+    let Some((da, db)) = da.zip(db) else {
+        return Some(Pace::NotJudged);
+    };
+    let t = crate::metrics::noise_threshold(da, db, systematic * sa.max(sb));
+    Some(match sa - sb {
+        d if d > t => Pace::Faster,
+        d if d < -t => Pace::Slower,
+        _ => Pace::AsFast,
+    })
 }
 
 /// A whole comparison, as printed and as kept in the comparisons log.
@@ -107,19 +181,71 @@ pub(super) fn speed_threshold(a: &CompareRow, b: &CompareRow, systematic: f64) -
     ))
 }
 
-/// `a` dominates `b`: faster beyond the threshold and at least as close, or as fast (within
-/// the threshold) and closer. Without a spread (one round) nothing dominates.
+/// `a` dominates `b`: slower at neither decoding (tg) nor prefill (pp, when measured), at
+/// least as close to the reference, and faster at one of them or closer. Without a spread
+/// (one round) nothing dominates; a candidate that prefills faster is never dominated by one
+/// that only decodes as fast.
 fn dominates(a: &CompareRow, b: &CompareRow, systematic: f64) -> bool {
-    let (Some(sa), Some(sb), Some(threshold)) = (
-        a.tg_tok_per_s,
-        b.tg_tok_per_s,
-        speed_threshold(a, b, systematic),
-    ) else {
+    let Some(tg) = pace(a, b, Speed::Tg, systematic) else {
         return false;
     };
+    let pp = pace(a, b, Speed::Pp, systematic).unwrap_or(Pace::AsFast);
+    if [tg, pp]
+        .iter()
+        .any(|p| matches!(p, Pace::Slower | Pace::NotJudged))
+    {
+        return false;
+    }
     let (ka, kb) = (kl(a), kl(b));
-    let diff = sa - sb;
-    (diff > threshold && ka <= kb) || (diff.abs() <= threshold && ka < kb)
+    ka <= kb && (tg == Pace::Faster || pp == Pace::Faster || ka < kb)
+}
+
+/// How `best` stands against `row` in words, speed by speed: "faster (tg 50.0 vs 40.0 tok/s,
+/// pp 400 vs 320 tok/s)", "as fast at decoding and faster at prefill (pp …)", "as fast (tg,
+/// pp)".
+fn pace_words(best: &CompareRow, row: &CompareRow, systematic: f64) -> String {
+    let mut faster = Vec::new();
+    let mut as_fast = Vec::new();
+    for which in [Speed::Tg, Speed::Pp] {
+        match pace(best, row, which, systematic) {
+            Some(Pace::Faster) => {
+                let (b, r) = (best.speed(which).0, row.speed(which).0);
+                let (b, r) = (b.unwrap_or(0.0), r.unwrap_or(0.0));
+                faster.push((which, format!("{} {b:.1} vs {r:.1} tok/s", which.name())));
+            }
+            Some(_) => as_fast.push(which),
+            None => {}
+        }
+    }
+    match (faster.as_slice(), as_fast.as_slice()) {
+        ([], []) => "(speed not measured)".to_string(),
+        ([], same) => format!(
+            "as fast ({})",
+            same.iter().map(|w| w.name()).collect::<Vec<_>>().join(", ")
+        ),
+        (fast, []) => format!(
+            "faster ({})",
+            fast.iter()
+                .map(|(_, t)| t.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        (fast, same) => format!(
+            "faster {} ({}) and as fast {}",
+            fast.iter()
+                .map(|(w, _)| w.at())
+                .collect::<Vec<_>>()
+                .join(" and "),
+            fast.iter()
+                .map(|(_, t)| t.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            same.iter()
+                .map(|w| w.at())
+                .collect::<Vec<_>>()
+                .join(" and ")
+        ),
+    }
 }
 
 pub(super) fn kl(row: &CompareRow) -> f64 {
@@ -199,13 +325,7 @@ pub(crate) fn verdict(rows: &[CompareRow], control: Option<&Control>) -> Vec<Str
                 "{} is dominated: {} is {} and {} (KL {} vs {}){}.",
                 row.label,
                 best.label,
-                match (best.tg_tok_per_s, row.tg_tok_per_s) {
-                    (Some(b), Some(r)) if b > r && !within_noise => {
-                        format!("faster ({b:.1} vs {r:.1} tok/s)")
-                    }
-                    (Some(_), Some(_)) => "as fast".to_string(),
-                    _ => "(speed not measured)".to_string(),
-                },
+                pace_words(best, row, systematic),
                 if kl(best) < kl(row) {
                     "closer to the reference"
                 } else {
@@ -222,9 +342,16 @@ pub(crate) fn verdict(rows: &[CompareRow], control: Option<&Control>) -> Vec<Str
             ));
         }
     }
-    let mbus: Vec<(String, f64)> = rows
+    // Like with like: a file's MBU is held only against files of its own type.
+    let mbus: Vec<crate::metrics::busy::MbuPeer> = rows
         .iter()
-        .filter_map(|r| r.mbu_pct.map(|m| (r.label.clone(), m)))
+        .filter_map(|r| {
+            r.mbu_pct.map(|m| crate::metrics::busy::MbuPeer {
+                label: r.label.clone(),
+                kind: r.quantization.clone(),
+                mbu_pct: m,
+            })
+        })
         .collect();
     lines.extend(crate::metrics::busy::mbu_outliers(&mbus));
     if rows.iter().any(|r| r.mbu_pct.is_some_and(|m| m > 100.0)) {
@@ -283,19 +410,105 @@ fn quality_cells(q: &QualityStats, wide: bool) -> Vec<String> {
     ]
 }
 
-/// The headers `-o md` keeps (the rest are `-o md+`'s): who, how big, quality's mean
-/// figures (without their errors, which `md+` prints), speed and the front, within about 120
-/// columns for file names of about 20 characters.
-const NARROW: [&str; 8] = [
-    "candidate",
-    "quant",
-    "size",
-    "KLD mean",
-    "same top %",
-    "pp t/s",
-    "tg t/s",
-    "Pareto",
-];
+/// The widest a candidate's name is in the default table (its middle cut to `…`); `-o md+`,
+/// CSV and JSON keep it whole.
+const NARROW_LABEL_CHARS: usize = 22;
+/// The widest a quant cell is in the default table.
+const NARROW_QUANT_CHARS: usize = 16;
+
+/// A speed as the narrow table shows it: the mean with its sd at the mean's precision
+/// (`1234±12`, `61.9±0.5`), `61.9 n=1` with one round, `—` when not measured.
+fn compact_speed(mean: Option<f64>, sd: Option<f64>) -> String {
+    let Some(m) = mean else {
+        return "—".into();
+    };
+    let d = match m.abs() {
+        v if v >= 100.0 => 0,
+        v if v >= 10.0 => 1,
+        _ => 2,
+    };
+    match sd {
+        Some(s) => format!("{m:.d$}±{s:.d$}"),
+        None => format!("{m:.d$} n=1"),
+    }
+}
+
+/// "180/272 (66%)": the tensors that fell back; "0" when none did; "—" for a file not
+/// quantized here.
+fn fallback_cell(r: &CompareRow, wide: bool) -> String {
+    match r.fallback {
+        None => "—".into(),
+        Some(f) if f.tensors == 0 => "0".into(),
+        Some(f) if wide => format!("{}/{} ({:.0}%)", f.tensors, f.of, f.share() * 100.0),
+        Some(f) => format!("{:.0}%", f.share() * 100.0),
+    }
+}
+
+/// The default table, within 120 columns for any realistic set of candidates: who (the name's
+/// middle cut when long, the reference marked), which type with its real bits per weight and,
+/// when some file's tensors fell back to other types, their share; the mean KLD and same-top
+/// rate; pp and tg with their spread; the front (★).
+fn narrow_table(c: &Comparison) -> String {
+    let fell_back = c
+        .rows
+        .iter()
+        .any(|r| r.fallback.is_some_and(|f| f.tensors > 0));
+    let mut headers = vec![
+        ("candidate", Align::Left),
+        ("quant", Align::Left),
+        ("bpw", Align::Right),
+    ];
+    if fell_back {
+        headers.push(("fell back", Align::Right));
+    }
+    headers.extend([
+        ("KLD mean", Align::Right),
+        ("same top %", Align::Right),
+        ("pp t/s", Align::Right),
+        ("tg t/s", Align::Right),
+        ("front", Align::Left),
+    ]);
+    let rows: Vec<Vec<String>> = c
+        .rows
+        .iter()
+        .map(|r| {
+            let label = if r.reference {
+                format!(
+                    "{} (ref)",
+                    crate::text::ellipsis_middle(&r.label, NARROW_LABEL_CHARS - 6)
+                )
+            } else {
+                crate::text::ellipsis_middle(&r.label, NARROW_LABEL_CHARS)
+            };
+            let mut cells = vec![
+                label,
+                crate::text::ellipsis_middle(&r.quantization, NARROW_QUANT_CHARS),
+                format!("{:.2}", r.bits_per_weight),
+            ];
+            if fell_back {
+                cells.push(fallback_cell(r, false));
+            }
+            if r.synthetic {
+                cells.extend([NOT_MEANINGFUL.to_string(), NOT_MEANINGFUL.to_string()]);
+            } else {
+                let q = quality_cells(&r.quality, false);
+                cells.extend([q[1].clone(), q[4].clone()]);
+            }
+            cells.extend([
+                compact_speed(r.pp_tok_per_s, r.pp_tok_per_s_sd),
+                compact_speed(r.tg_tok_per_s, r.tg_tok_per_s_sd),
+                match (r.tg_tok_per_s, r.pareto) {
+                    (None, _) => "—",
+                    (Some(_), true) => "★",
+                    (Some(_), false) => "",
+                }
+                .to_string(),
+            ]);
+            cells
+        })
+        .collect();
+    table(&headers, &rows)
+}
 
 /// The Markdown table (every column when `wide`), its notes and the verdict.
 pub(crate) fn markdown(c: &Comparison, wide: bool) -> String {
@@ -304,6 +517,7 @@ pub(crate) fn markdown(c: &Comparison, wide: bool) -> String {
         ("quant", Align::Left),
         ("size", Align::Right),
         ("bpw", Align::Right),
+        ("fell back", Align::Right),
         ("PPL", Align::Right),
         ("KLD mean", Align::Right),
         ("KLD p99", Align::Right),
@@ -331,12 +545,13 @@ pub(crate) fn markdown(c: &Comparison, wide: bool) -> String {
                 r.quantization.clone(),
                 size(r.file_size_bytes),
                 format!("{:.2}", r.bits_per_weight),
+                fallback_cell(r, true),
             ];
             if r.synthetic {
                 // Random weights have no quality to lose: no figure that could be read as one.
                 cells.extend(std::iter::repeat_n(NOT_MEANINGFUL.to_string(), 6));
             } else {
-                cells.extend(quality_cells(q, wide));
+                cells.extend(quality_cells(q, true));
             }
             cells.extend([
                 mean_sd(r.pp_tok_per_s, r.pp_tok_per_s_sd),
@@ -354,15 +569,16 @@ pub(crate) fn markdown(c: &Comparison, wide: bool) -> String {
             cells
         })
         .collect();
-    let narrow = (!wide).then_some(&NARROW[..]);
-    let (headers, rows) = crate::bench::format::columns(&headers, rows, narrow);
-    let mut out = table(&headers, &rows);
-    if !wide {
-        out.push_str(
-            "(-o md+ adds bpw, PPL, the errors of the means, the KLD tails, Δp, the ceiling, MBU \
-             and the cost)\n",
+    let mut out = if wide {
+        table(&headers, &rows)
+    } else {
+        let mut t = narrow_table(c);
+        t.push_str(
+            "(-o md+: every column, whole names, size, PPL, the errors of the means, the KLD \
+             tails, Δp, the ceiling, MBU and the cost; ★: the Pareto front)\n",
         );
-    }
+        t
+    };
     out.push('\n');
     out.push_str(&format!(
         "Quality: {} scored tokens per model ({} chunks of {} tokens, second halves scored) of {} ({} tokens); KL divergence in nats, KL(reference ‖ candidate), reference {}{}.\n",
@@ -386,6 +602,21 @@ pub(crate) fn markdown(c: &Comparison, wide: bool) -> String {
             "Note: \"X ← Y\" rows were quantized from an already quantized Y file: their losses \
              add to Y's and are measured against Y, not the original weights.\n",
         );
+    }
+    if let Some(r) = c
+        .rows
+        .iter()
+        .find(|r| r.fallback.is_some_and(|f| f.tensors > 0))
+    {
+        let f = r
+            .fallback
+            .unwrap_or(super::quantize::Fallback { tensors: 0, of: 0 });
+        out.push_str(&format!(
+            "Note: \"fell back\" is the share of tensors llama.cpp's quantizer gave another type \
+             than the one named, because their rows do not fit its blocks ({}: {} of {}); bpw is \
+             each file's real bits per weight.\n",
+            r.label, f.tensors, f.of
+        ));
     }
     out.push('\n');
     for line in &c.verdict {
@@ -436,7 +667,13 @@ pub(crate) fn csv(c: &Comparison) -> Result<String, serde_json::Error> {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect();
-        flatten("", &serde_json::to_value(row)?, &mut fields);
+        let mut value = serde_json::to_value(row)?;
+        // Every line has the same columns: a row without a fallback count (a file not made
+        // here) gets its two cells empty, not one `fallback` column of its own.
+        if value.get("fallback").is_some_and(Value::is_null) {
+            value["fallback"] = serde_json::json!({ "of": null, "tensors": null });
+        }
+        flatten("", &value, &mut fields);
         rows.push(fields);
     }
     Ok(csv_lines(&rows))
@@ -483,6 +720,7 @@ pub(crate) mod tests {
             dominated_by: Vec::new(),
             synthetic: false,
             requantized_from: None,
+            fallback: None,
         }
     }
 
@@ -557,7 +795,9 @@ pub(crate) mod tests {
         assert_eq!(plain[1].dominated_by, ["ref"]);
         let words = verdict(&plain, None);
         assert!(
-            words.iter().any(|l| l.contains("faster (100.0 vs 98.0")),
+            words
+                .iter()
+                .any(|l| l.contains("faster (tg 100.0 vs 98.0 tok/s, pp 800.0 vs 784.0 tok/s)")),
             "{words:?}"
         );
         // ...but not when the reference and its own copy measured 3% apart: the reference is
@@ -650,7 +890,7 @@ pub(crate) mod tests {
             "{}",
             table[0]
         );
-        assert!(narrow.contains("-o md+ adds"), "{narrow}");
+        assert!(narrow.contains("-o md+: every column"), "{narrow}");
         let wide = markdown(&c, true);
         let header = wide.lines().next().unwrap();
         for h in [
@@ -665,6 +905,63 @@ pub(crate) mod tests {
         ] {
             assert!(header.contains(h), "{h} in {header}");
         }
+    }
+
+    #[test]
+    fn every_default_table_fits_120_columns_at_its_widest() {
+        // The widest realistic content: long file names quantized here from a quantized
+        // source (label and quant "X ← Y"), tensors fallen back, one round (n=1 speeds), pp in
+        // the thousands, KLD with its error. The issue's table was 141 columns.
+        let names = [
+            "SmolLM2-135M-Instruct-Q4_1.gguf",
+            "SmolLM2-135M-Instruct-Q4_1-Q8_0 ← Q4_1",
+            "SmolLM2-135M-Instruct-Q4_1-Q4_K_M ← Q4_1",
+            "SmolLM2-135M-Instruct-Q4_1-Q5_K_M ← Q4_1",
+            "Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf ngl=99 ctk=q8_0 ctv=q8_0 fa=on #2",
+        ];
+        let mut rows: Vec<CompareRow> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| row(n, 12.345 + i as f64, if i == 0 { 0.0 } else { 0.00135 }))
+            .collect();
+        for (i, r) in rows.iter_mut().enumerate() {
+            r.quantization = if i == 0 {
+                "Q4_1".into()
+            } else {
+                "Q5_K_M ← Q4_K_M".into()
+            };
+            r.quality.kld_uncertainty = Some(0.00024);
+            r.pp_tok_per_s = Some(12345.67);
+            r.pp_tok_per_s_sd = None;
+            r.tg_tok_per_s_sd = None;
+            r.bits_per_weight = 16.01;
+            r.fallback = (i > 0).then_some(crate::compare::quantize::Fallback {
+                tensors: 180,
+                of: 272,
+            });
+        }
+        mark_pareto(&mut rows, None);
+        let narrow = markdown(&comparison(rows.clone()), false);
+        let table: Vec<&str> = narrow.lines().filter(|l| l.starts_with('|')).collect();
+        assert_eq!(table.len(), 7, "{narrow}");
+        for line in &table {
+            let w = unicode_width::UnicodeWidthStr::width(*line);
+            assert!(w <= 120, "{w} columns: {line}");
+        }
+        assert!(table[0].contains("fell back"), "{}", table[0]);
+        assert!(table[0].contains("bpw"), "{}", table[0]);
+        assert!(narrow.contains(" 66% |"), "{narrow}");
+        assert!(narrow.contains("(ref)"), "{narrow}");
+        // The whole names and every column are in md+ and the CSV.
+        let wide = markdown(&comparison(rows.clone()), true);
+        assert!(wide.contains(names[4]), "{wide}");
+        assert!(wide.contains("180/272 (66%)"), "{wide}");
+        let csv = csv(&comparison(rows)).unwrap();
+        let header = csv.lines().next().unwrap();
+        assert!(header.contains("fallback.tensors"), "{csv}");
+        // The reference (no fallback count) has the same columns as the others.
+        let n = header.split(',').count();
+        assert!(csv.lines().all(|l| l.split(',').count() == n), "{csv}");
     }
 
     #[test]

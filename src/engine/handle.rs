@@ -130,7 +130,35 @@ impl EngineHandle {
         };
         let command = match model {
             None => EngineCommand::Generate(request),
-            Some(path) => EngineCommand::AbGenerate { path, request },
+            Some(path) => EngineCommand::AbGenerate {
+                path,
+                request,
+                reference: None,
+            },
+        };
+        self.command(id, command).map(|()| id)
+    }
+
+    /// An A/B turn (`send` with a model file) whose answer B is scored against `reference`
+    /// (the chat's `--ref`) rather than against the chat's model, so that A's and B's scores
+    /// share one baseline; `None` is `send`'s.
+    pub fn send_ab(
+        &mut self,
+        id: RequestId,
+        turn: TurnRequest,
+        path: PathBuf,
+        reference: Option<PathBuf>,
+    ) -> Result<RequestId, EngineError> {
+        let request = GenerateRequest {
+            id,
+            turn,
+            submitted_at: Instant::now(),
+            confidence: self.confidence,
+        };
+        let command = EngineCommand::AbGenerate {
+            path,
+            request,
+            reference,
         };
         self.command(id, command).map(|()| id)
     }

@@ -271,6 +271,11 @@ fn read_template_file(path: &Path) -> Result<String, EngineError> {
     Ok(source)
 }
 
+/// The note of `--template completion` on a model that has a chat template of its own.
+pub(crate) const COMPLETION_ON_A_CHAT_MODEL: &str = "completion-style transcript, but this model \
+    has a chat template of its own: an instruct model often answers such a prompt with \
+    nothing; leave out --template (or give --template model) to use its own";
+
 /// Decide how prompts are built: (style, label for the stamp, note when not the model's own
 /// rendered as its makers render it).
 ///
@@ -307,7 +312,10 @@ fn resolve_template(
     };
     let completion = |note| Ok((PromptStyle::Completion, "completion".into(), note));
     match choice {
-        TemplateChoice::Completion => completion(None),
+        // An instruct model given a bare transcript often answers nothing: say so up front.
+        TemplateChoice::Completion => {
+            completion(embedded(None).map(|_| COMPLETION_ON_A_CHAT_MODEL.to_string()))
+        }
         TemplateChoice::File(path) => {
             let source = read_template_file(path)?;
             let style = jinja(model, &source).map_err(|e| {

@@ -127,6 +127,9 @@ pub enum EngineCommand {
     AbGenerate {
         path: PathBuf,
         request: GenerateRequest,
+        /// The chat's reference (`--ref`, `/ref`): B is scored against it, as A's answers
+        /// are, so both sides of the A/B have one baseline; `None`: against A's model.
+        reference: Option<PathBuf>,
     },
     /// Score the last finished answer against the reference model at `reference` (loaded
     /// once, with the vocabulary check `--draft` makes, and kept for the next answer):

@@ -342,7 +342,11 @@ fn serve_with<'m>(
                     error,
                 });
             }
-            Ok(EngineCommand::AbGenerate { path, request }) => {
+            Ok(EngineCommand::AbGenerate {
+                path,
+                request,
+                reference,
+            }) => {
                 let id = request.id;
                 // A again, from a fresh context of the chat's model (the chat's own context
                 // and KV cache are untouched), so that A and B are measured alike. Its events
@@ -354,7 +358,11 @@ fn serve_with<'m>(
                     a_request.submitted_at = Instant::now();
                     fresh.generate(&a_request, &sink, cancel_through)
                 })();
-                if let Err(error) = ab_generate(&path, (model, cfg), request, a_fresh.ok(), io) {
+                let sides = AbSides {
+                    b: &path,
+                    reference: reference.as_deref(),
+                };
+                if let Err(error) = ab_generate(sides, (model, cfg), request, a_fresh.ok(), io) {
                     let _ = events.send(EngineEvent::Failed {
                         request_id: id,
                         error,
@@ -489,13 +497,20 @@ fn load_draft(
     Ok(Some(draft))
 }
 
+/// The files of an A/B turn: model B, and the chat's reference when one is set.
+struct AbSides<'p> {
+    b: &'p std::path::Path,
+    reference: Option<&'p std::path::Path>,
+}
+
 /// Model B of an A/B comparison: loaded with the chat's settings into a context of its own,
 /// prompted the way the chat's model would be (its template resolved by the same rule), asked
-/// once (`AbFinished`), its answer then scored against model A as the reference (`AbScored`:
-/// the chat's scoring path, in contexts of their own), then dropped. The chat's model,
-/// context and KV cache are not touched. `Err`: B could not answer.
+/// once (`AbFinished`), its answer then scored (`AbScored`: the chat's scoring path, in
+/// contexts of their own) against the chat's reference when one is set (the baseline A's
+/// answers are scored against, so both sides share it), else against model A; then dropped.
+/// The chat's model, context and KV cache are not touched. `Err`: B could not answer.
 fn ab_generate(
-    path: &std::path::Path,
+    sides: AbSides<'_>,
     (model_a, cfg): (&LoadedModel, &EngineConfig),
     mut request: GenerateRequest,
     a_fresh: Option<TurnReport>,
@@ -506,6 +521,7 @@ fn ab_generate(
         cancel_through,
         ..
     } = *io;
+    let path = sides.b;
     let id = request.id;
     let started = Instant::now();
     let cancelled = cancel_of(cancel_through, id);
@@ -525,7 +541,7 @@ fn ab_generate(
     // template + prefill + first sample, not the load).
     request.submitted_at = Instant::now();
     let turn = session.generate(&request, events, cancel_through)?;
-    let not_scored = if cancelled() {
+    let mut not_scored = if cancelled() {
         Some("not scored: stopped".to_string())
     } else {
         vocab_difference(model_a, &model).map(|(token, a, b)| {
@@ -535,6 +551,37 @@ fn ab_generate(
             )
         })
     };
+    // The chat's reference, when it is another file than A's: loaded here (Esc aborts the
+    // load) and held to B's vocabulary as A's model is.
+    let own_reference = match sides.reference.filter(|r| *r != cfg.model_path.as_path()) {
+        Some(r) if not_scored.is_none() => {
+            let keep_going = Arc::clone(&cancelled);
+            match llama::load_model(r, cfg.settings.n_gpu_layers, move |_| !keep_going()) {
+                Ok(m) => Some((m, r)),
+                Err(e) => {
+                    not_scored = Some(format!(
+                        "not scored: the reference {} did not load: {e}",
+                        r.display()
+                    ));
+                    None
+                }
+            }
+        }
+        _ => None,
+    };
+    let (reference, reference_path): (&llama_cpp_2::model::LlamaModel, &std::path::Path) =
+        match &own_reference {
+            Some((m, r)) => (&**m, *r),
+            None => (&**model_a, cfg.model_path.as_path()),
+        };
+    if not_scored.is_none() && own_reference.is_some() {
+        not_scored = vocab_difference(reference, &model).map(|(token, r, b)| {
+            format!(
+                "not scored: B's vocabulary is not the reference's (token {token} is {b:?} in \
+                 B, {r:?} in the reference), so their distributions cannot be compared"
+            )
+        });
+    }
     let scoring = not_scored.is_none();
     let _ = events.send(EngineEvent::AbFinished {
         request_id: id,
@@ -548,7 +595,7 @@ fn ab_generate(
     });
     if scoring {
         let score = session
-            .score_last(model_a, &cfg.model_path, &mut None, &cancelled)
+            .score_last(reference, reference_path, &mut None, &cancelled)
             .map(Box::new)
             .map_err(|e| match e {
                 EngineError::Cancelled => "stopped".to_string(),

@@ -52,26 +52,39 @@ pub(crate) fn busy_warnings(s: &BusySignals) -> Vec<String> {
     out
 }
 
-/// Warnings for candidates whose MBU is far below the median of the others': on one machine
-/// the same kind of model reaches about the same share of the bandwidth, so an outlier was
-/// most likely slowed down by something else.
-pub(crate) fn mbu_outliers(mbu_pct: &[(String, f64)]) -> Vec<String> {
+/// One candidate's MBU, with the kind of file it was measured on (its quantization type).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct MbuPeer {
+    pub label: String,
+    /// Files are peers only when this is the same: an F16 and a Q4_1 reach different shares of
+    /// the bandwidth on one machine (dequantization costs compute), so comparing them would
+    /// call a sound measurement busy.
+    pub kind: String,
+    pub mbu_pct: f64,
+}
+
+/// Warnings for candidates whose MBU is far below the median of their peers' (the other
+/// candidates of the same kind): on one machine the same kind of file reaches about the same
+/// share of the bandwidth, so an outlier was most likely slowed down by something else. A
+/// candidate without a peer of its kind is not judged.
+pub(crate) fn mbu_outliers(rows: &[MbuPeer]) -> Vec<String> {
     let mut out = Vec::new();
-    for (i, (label, mbu)) in mbu_pct.iter().enumerate() {
-        let mut peers: Vec<f64> = mbu_pct
+    for (i, row) in rows.iter().enumerate() {
+        let mut peers: Vec<f64> = rows
             .iter()
             .enumerate()
-            .filter(|(j, _)| *j != i)
-            .map(|(_, (_, m))| *m)
+            .filter(|(j, p)| *j != i && p.kind == row.kind)
+            .map(|(_, p)| p.mbu_pct)
             .collect();
         if peers.is_empty() {
             continue;
         }
         peers.sort_by(f64::total_cmp);
         let median = peers[peers.len() / 2];
-        if *mbu < MBU_PEER_FRACTION * median {
+        if row.mbu_pct < MBU_PEER_FRACTION * median {
             out.push(format!(
-                "{label}: MBU {mbu:.1}% is far below its peers' ({median:.1}%): the machine was probably busy during its runs — {RERUN}"
+                "{}: MBU {:.1}% is far below its {} peers' ({median:.1}%): the machine was probably busy during its runs — {RERUN}",
+                row.label, row.mbu_pct, row.kind
             ));
         }
     }
@@ -116,15 +129,39 @@ mod tests {
     #[test]
     fn an_mbu_far_below_its_peers_is_an_outlier() {
         // The example: the reference at 2.9% next to peers near 60%.
+        let peer = |label: &str, kind: &str, mbu_pct: f64| MbuPeer {
+            label: label.into(),
+            kind: kind.into(),
+            mbu_pct,
+        };
         let rows = vec![
-            ("f16".to_string(), 2.9),
-            ("q8_0".to_string(), 61.0),
-            ("q4_0".to_string(), 58.0),
+            peer("f16", "F16", 2.9),
+            peer("f16 ctk=q8_0", "F16", 61.0),
+            peer("f16 ctk=q4_0", "F16", 58.0),
         ];
         let w = mbu_outliers(&rows);
         assert_eq!(w.len(), 1, "{w:?}");
-        assert!(w[0].starts_with("f16: MBU 2.9%"), "{w:?}");
+        assert!(
+            w[0].starts_with("f16: MBU 2.9% is far below its F16 peers'"),
+            "{w:?}"
+        );
         assert!(mbu_outliers(&rows[1..]).is_empty());
         assert!(mbu_outliers(&rows[..1]).is_empty());
+    }
+
+    #[test]
+    fn mbu_is_compared_like_with_like() {
+        // The case: a Q4_1 at 19.3% beside an F16 at 50.3% is no sign of a busy
+        // machine; the types reach different shares of the bandwidth.
+        let peer = |label: &str, kind: &str, mbu_pct: f64| MbuPeer {
+            label: label.into(),
+            kind: kind.into(),
+            mbu_pct,
+        };
+        let rows = vec![
+            peer("smollm2-q4_1.gguf", "Q4_1", 19.3),
+            peer("smollm2-f16.gguf", "F16", 50.3),
+        ];
+        assert!(mbu_outliers(&rows).is_empty(), "{:?}", mbu_outliers(&rows));
     }
 }

@@ -564,6 +564,7 @@ pub struct AnswerQuality {
     pub kld_p99: f64,
     pub same_top_pct: f64,
     /// The first token (0-based) where the two most likely tokens differ; `None`: nowhere.
+    /// Every screen and line counts tokens from 1 (`token 7 of 512`), so shows this plus one.
     pub first_divergence: Option<usize>,
     /// Tokens the candidate chose that the reference gave less than `LOW_P`.
     pub below_low_p: usize,
@@ -711,6 +712,55 @@ pub fn same_top_cell(pct: f64) -> String {
     }
 }
 
+/// An answer's mean KLD and p99 with the digits one answer supports: the mean at the precision
+/// of its standard error over the answer's tokens (two significant digits of the error), with
+/// and without the error, and the p99 to two significant digits. Four decimals from a short
+/// answer claimed a precision its few tokens do not have.
+pub struct KldDigits {
+    /// `0.120`: the mean alone, to its error's precision (narrow panes).
+    pub mean: String,
+    /// `0.120 ± 0.094`.
+    pub mean_pm: String,
+    pub p99: String,
+}
+
+pub fn kld_digits(q: &AnswerScore) -> Option<KldDigits> {
+    let a = q.summary.as_ref()?;
+    let n = q.tokens.len();
+    let se = if n > 1 {
+        let var = q
+            .tokens
+            .iter()
+            .map(|t| (t.score.kld - a.kld_mean).powi(2))
+            .sum::<f64>()
+            / (n - 1) as f64;
+        var.sqrt() / (n as f64).sqrt()
+    } else {
+        0.0
+    };
+    // Never more than the 3 significant digits the check against llama-perplexity supports
+    // (see `kld_mean_cell`), however long the answer.
+    let capped = kld_mean_cell(a.kld_mean);
+    let (mean, mean_pm) = if se > 0.0 && se.is_finite() {
+        let pm = crate::fmt::mean_pm(a.kld_mean, se);
+        let alone = pm.split(" ± ").next().unwrap_or_default().to_string();
+        if alone.len() > capped.len() {
+            let pm = format!("{capped} ± {}", crate::fmt::sig(se, 2));
+            (capped, pm)
+        } else {
+            (alone, pm)
+        }
+    } else {
+        let s = crate::fmt::sig(a.kld_mean, 2);
+        (s.clone(), s)
+    };
+    Some(KldDigits {
+        mean,
+        mean_pm,
+        p99: crate::fmt::sig(a.kld_p99, 2),
+    })
+}
+
 /// An answer's score on one line, for a person: "vs REF: KLD mean … p99 … nats · same top …% ·
 /// first divergence at token N ("text") · K of M tokens under 1% for the reference" (`run`'s
 /// stderr line, the chat's Markdown export).
@@ -724,16 +774,17 @@ pub fn summary_line(q: &AnswerScore) -> String {
     };
     let divergence = match a.first_divergence {
         Some(i) => format!(
-            "first divergence at token {i} ({:?})",
+            "first divergence at token {} ({:?})",
+            i + 1,
             q.tokens.get(i).map_or("", |t| t.text.as_str())
         ),
         None => "no divergence".to_string(),
     };
+    let digits = kld_digits(q);
+    let (mean, p99) = digits.map_or_else(Default::default, |d| (d.mean_pm, d.p99));
     format!(
-        "vs {reference}: KLD mean {} p99 {} nats · same top {} · {divergence} · \
+        "vs {reference}: KLD mean {mean} p99 {p99} nats · same top {} · {divergence} · \
          {} of {} tokens under {:.0}% for the reference",
-        kld_mean_cell(a.kld_mean),
-        kld_p99_cell(a.kld_p99),
         same_top_cell(a.same_top_pct),
         a.below_low_p,
         a.tokens,

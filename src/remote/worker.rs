@@ -135,7 +135,7 @@ fn run(
                 Some(Err(error)) => fail(request.id, error.clone()),
                 None => fail(request.id, EngineError::NoModel),
             },
-            EngineCommand::AbGenerate { path, request } if is_url(&path) => {
+            EngineCommand::AbGenerate { path, request, .. } if is_url(&path) => {
                 let key = served
                     .as_ref()
                     .and_then(|s| s.as_ref().ok())
@@ -145,7 +145,7 @@ fn run(
                 let ab = ab_url(&path, key, timeout, &request, events, &cancelled);
                 let _ = events.send(runtime.block_on(ab));
             }
-            EngineCommand::AbGenerate { path, request } => fail(
+            EngineCommand::AbGenerate { path, request, .. } => fail(
                 request.id,
                 EngineError::Remote(format!(
                     "/ab {}: not a URL (this backend answers A/B turns from servers only)",

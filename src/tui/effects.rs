@@ -116,6 +116,7 @@ impl Effects<'_> {
         id: RequestId,
         turn: TurnRequest,
         model: Option<PathBuf>,
+        ab_reference: Option<PathBuf>,
     ) -> Result<RequestId, crate::engine::EngineError> {
         let Some(path) = model else {
             return self.engine.send(id, turn, None);
@@ -141,7 +142,7 @@ impl Effects<'_> {
                 self.ab_local = Some(side);
                 Ok(id)
             }
-            _ => self.engine.send(id, turn, Some(path)),
+            _ => self.engine.send_ab(id, turn, path, ab_reference),
         }
     }
 
@@ -151,8 +152,13 @@ impl Effects<'_> {
         let mut quit = false;
         for effect in effects {
             match effect {
-                Effect::Generate { id, turn, model } => {
-                    if let Err(e) = self.generate(id, turn, model) {
+                Effect::Generate {
+                    id,
+                    turn,
+                    model,
+                    ab_reference,
+                } => {
+                    if let Err(e) = self.generate(id, turn, model, ab_reference) {
                         msgs.push(Msg::Engine(EngineEvent::Failed {
                             request_id: id,
                             error: e,
@@ -244,9 +250,12 @@ impl Effects<'_> {
                         .map(|()| path.clone());
                     msgs.push(Msg::Exported(result));
                 }
-                Effect::DiscoverModels { model_dirs } => {
+                Effect::DiscoverModels { model_dirs, in_use } => {
                     let job = move || {
-                        let roots = crate::discover::Roots::for_user(&model_dirs);
+                        let roots = crate::discover::Roots {
+                            in_use,
+                            ..crate::discover::Roots::for_user(&model_dirs)
+                        };
                         Msg::ModelsFound(crate::discover::discover(&roots, Default::default()))
                     };
                     if let Err(e) = self.jobs.spawn("model-search", job) {

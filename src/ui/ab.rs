@@ -161,8 +161,8 @@ fn draw_side(
     }
     let (state, style) = state_of(turn, side == "B", ab, waited);
     lines.push(Line::from(Span::styled(truncate(&state, w), style)));
-    // B against A's model; A against the chat's reference when it was scored.
-    let quality = quality_spans(turn.quality.as_ref(), side == "B");
+    // Both against the chat's reference when one is set, else B against A's model.
+    let quality = quality_spans(turn.quality.as_ref(), side == "B", ab.reference.as_deref());
     if !quality.is_empty() {
         lines.extend(
             wrap(&quality, w, &[], &[Span::raw("  ")])
@@ -193,10 +193,24 @@ fn draw_side(
 
 /// A side's score in one or two lines: "vs A.gguf KLD 0.0123 p99 0.2 · same top 97.0% · 1st
 /// divergence 12 · 1 <1% ref", or "scoring against A's model…", or why not. A's side shows
-/// only a finished score (its own against the chat's reference).
-fn quality_spans(quality: Option<&TurnQuality>, is_b: bool) -> Vec<Span<'static>> {
+/// only a finished score against the screen's `reference` (the one B is scored against): a
+/// score against another file would put the two sides on different baselines.
+fn quality_spans(
+    quality: Option<&TurnQuality>,
+    is_b: bool,
+    baseline: Option<&std::path::Path>,
+) -> Vec<Span<'static>> {
     let (label, value) = (theme::METRIC_LABEL, theme::METRIC_VALUE);
     match quality {
+        Some(TurnQuality::Scored(q)) if !is_b && baseline.is_none_or(|b| b != q.reference) => {
+            vec![Span::styled(
+                format!(
+                    "scored against {}, not B's baseline: not shown",
+                    clean(&super::tokens::file_name(&q.reference))
+                ),
+                theme::DIM,
+            )]
+        }
         Some(TurnQuality::Scored(q)) => {
             let reference = super::tokens::file_name(&q.reference);
             let Some(a) = &q.summary else {
@@ -207,18 +221,12 @@ fn quality_spans(quality: Option<&TurnQuality>, is_b: bool) -> Vec<Span<'static>
             };
             let divergence = a
                 .first_divergence
-                .map_or_else(|| "none".to_string(), |i| i.to_string());
+                .map_or_else(|| "none".to_string(), |i| (i + 1).to_string());
+            let digits = crate::metrics::quality::kld_digits(q);
+            let (mean, p99) = digits.map_or_else(Default::default, |d| (d.mean_pm, d.p99));
             let figures = [
-                (
-                    "KLD ",
-                    crate::metrics::quality::kld_mean_cell(a.kld_mean),
-                    theme::KLD_BAND[kld_band(a.kld_mean)],
-                ),
-                (
-                    " p99 ",
-                    crate::metrics::quality::kld_p99_cell(a.kld_p99),
-                    value,
-                ),
+                ("KLD ", mean, theme::KLD_BAND[kld_band(a.kld_mean)]),
+                (" p99 ", p99, value),
                 (
                     " · same top ",
                     crate::metrics::quality::same_top_cell(a.same_top_pct),
@@ -235,7 +243,13 @@ fn quality_spans(quality: Option<&TurnQuality>, is_b: bool) -> Vec<Span<'static>
                 .collect()
         }
         Some(TurnQuality::Scoring(_)) if is_b => vec![Span::styled(
-            "scoring B against A's model… (Esc stops it)",
+            match baseline {
+                Some(r) => format!(
+                    "scoring B against the reference {}… (Esc stops it)",
+                    clean(&super::tokens::file_name(r))
+                ),
+                None => "scoring B against A's model… (Esc stops it)".to_string(),
+            },
             theme::WAITING,
         )],
         Some(TurnQuality::NotScored(why)) if is_b => {
@@ -297,7 +311,7 @@ fn divergence_spans(ab: &AbScreen) -> Vec<Span<'static>> {
         )],
         Some(AbOutcome::Diverges(d)) => vec![
             Span::styled(
-                format!("first divergence at token {}: ", d.token_index),
+                format!("first divergence at token {}: ", d.token_index + 1),
                 theme::METRIC_LABEL,
             ),
             Span::styled(snippet(&ab.a.text, d.at_byte), theme::METRIC_VALUE),

@@ -62,7 +62,7 @@ const KEYS: &[(&str, &str)] = &[
     ),
     (
         "Ctrl+O",
-        "model picker: GGUF files in tokscope's data dir, model_dirs, the Hugging Face cache, LM Studio and ollama; type to filter, Up/Down choose, Enter switches, Ctrl+A or Alt+A runs A/B with it, Esc closes",
+        "model picker: the model in use (first, marked) and the GGUF files of its folder, tokscope's data dir, model_dirs, the Hugging Face cache, LM Studio and ollama; type to filter, Up/Down choose, Enter switches, Ctrl+A or Alt+A runs A/B with it, Esc closes",
     ),
     (
         "Tab",
@@ -130,7 +130,7 @@ const COMMANDS: &[(&str, &str)] = &[
     ),
     (
         "/ab PATH|URL",
-        "(without PATH: the model picker, where Enter runs A/B) answer the last prompt again with another GGUF file or another server's API base (B): the same turns, sampling settings and seed; A and B side by side with their figures and the first token where they diverge, then B scored against A's model (KLD, same top, first divergence; Alt+K colours B's tokens by it). B is loaded beside the chat's model in a context of its own and dropped after; it is not added to the conversation. A local chat can ask a server, a server chat a local file",
+        "(without PATH: the model picker, where Enter runs A/B) answer the last prompt again with another GGUF file or another server's API base (B): the same turns, sampling settings and seed; A and B side by side with their figures and the first token where they diverge, then B scored against the chat's reference when one is set (--ref, /ref: the one A's answers are scored against), else against A's model (KLD, same top, first divergence; Alt+K colours B's tokens by it). B is loaded beside the chat's model in a context of its own and dropped after; it is not added to the conversation. A local chat can ask a server, a server chat a local file",
     ),
     ("/compare", "the compare screen (as F3)"),
     (
@@ -234,7 +234,7 @@ const METRICS: &[(&str, &str)] = &[
     ),
     (
         "quality REF",
-        "with --ref or /ref: the answer against the reference model, teacher-forced on the same tokens after it finished. KLD: KL(reference ‖ model) per token in nats, its mean and p99 (0: the same distributions); same top: tokens where both models rank the same token first; 1st diverges: the first such token that differs (counted from 0); <1% ref: tokens the model chose that the reference gave under 1%; the conversation row pools every scored answer. Shown to the digits the check against llama-perplexity supports: the mean to 3 significant digits (within 1% of its), the p99 to 2 (within about 6%) and same top in whole percent (near ties flip: about 2%)",
+        "with --ref or /ref: the answer against the reference model, teacher-forced on the same tokens after it finished. KLD: KL(reference ‖ model) per token in nats, its mean and p99 (0: the same distributions); same top: tokens where both models rank the same token first; 1st diverges: the first such token that differs (counted from 1, as the token screen counts); <1% ref: tokens the model chose that the reference gave under 1%; the conversation row pools every scored answer. Shown to the digits the data support: the mean to the precision of its standard error over the answer's tokens and at most 3 significant digits (the chat's scoring is within 1% of llama-perplexity's), the p99 to 2 (within about 6%), same top in whole percent (near ties flip: about 2%)",
     ),
     (
         "divergence",

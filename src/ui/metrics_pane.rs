@@ -687,15 +687,11 @@ fn quality_lines(
             Some(a) => {
                 let divergence = a
                     .first_divergence
-                    .map_or_else(|| "none".to_string(), |i| format!("token {i}"));
+                    .map_or_else(|| "none".to_string(), |i| format!("token {}", i + 1));
+                let digits = crate::metrics::quality::kld_digits(score);
+                let (mean, p99) = digits.map_or_else(Default::default, |d| (d.mean, d.p99));
                 lines.extend([
-                    cells(
-                        &[
-                            ("KLD", crate::metrics::quality::kld_mean_cell(a.kld_mean)),
-                            ("p99", crate::metrics::quality::kld_p99_cell(a.kld_p99)),
-                        ],
-                        w,
-                    ),
+                    cells(&[("KLD", mean), ("p99", p99)], w),
                     cells(
                         &[
                             (

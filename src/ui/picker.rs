@@ -19,7 +19,7 @@ const FIXED: [(&str, usize); 6] = [
     ("params", 7),
     ("quant", 9),
     ("size", 9),
-    ("", 6),
+    ("", 7),
     ("where", 11),
 ];
 const MARKER_W: usize = 2;
@@ -134,7 +134,13 @@ fn row(m: &FoundModel, selected: bool, name_w: usize, path_w: usize) -> Line<'st
         format::params(m.n_params),
         m.quantization.clone(),
         format::bytes(m.size_bytes),
-        if m.synthetic { "synth" } else { "" }.to_string(),
+        // The model in use is marked; a synthetic file says so otherwise.
+        match (m.in_use, m.synthetic) {
+            (true, _) => "in use",
+            (false, true) => "synth",
+            (false, false) => "",
+        }
+        .to_string(),
         m.origin.label().to_string(),
     ];
     let path = if path_w > 0 {
