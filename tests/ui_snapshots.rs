@@ -48,6 +48,7 @@ fn model() -> ModelInfo {
         ],
         n_gpu_layers: 25,
         kernels: "default".into(),
+        weights_repacked: false,
         template: "model".to_string(),
         template_note: None,
         synthetic: false,

@@ -458,6 +458,7 @@ pub(crate) mod tests {
             devices: vec!["CPU (CPU: x)".into()],
             n_gpu_layers: 0,
             kernels: "default".into(),
+            weights_repacked: false,
             template: String::new(),
             template_note: None,
             synthetic: true,

@@ -128,6 +128,8 @@ pub struct LoadedModel {
     model: LlamaModel,
     offload: crate::logging::OffloadLog,
     requested_gpu_layers: u32,
+    /// Loaded in its file layout, for batch-invariant kernels (see [`invariant`]).
+    file_layout: bool,
     /// The pre-flight checks and the probe, then llama.cpp's load of the weights.
     pub(crate) checks: std::time::Duration,
     pub(crate) weights: std::time::Duration,
@@ -155,6 +157,18 @@ impl LoadedModel {
     /// Whether the model's output layer runs on a GPU (llama.cpp offloads it first).
     pub fn output_on_gpu(&self) -> bool {
         self.layer_split().output_on_gpu
+    }
+
+    /// The CPU kernel set this model was loaded for ([`invariant::kernel_set_name`]): what
+    /// its load asked of llama.cpp, not what the settings of whoever describes it say.
+    pub(crate) fn kernels(&self) -> &'static str {
+        invariant::kernel_set_name(self.file_layout)
+    }
+
+    /// Whether llama.cpp repacked any of the weights for the CPU's kernels (its load log: a
+    /// "CPU_REPACK" model buffer).
+    pub fn weights_repacked(&self) -> bool {
+        self.offload.repacked
     }
 }
 
@@ -249,6 +263,7 @@ pub(crate) fn load_model_placed(
         // since the reset above.
         offload: crate::logging::offload_log(),
         requested_gpu_layers: requested,
+        file_layout,
         checks,
         weights: started.elapsed() - checks,
     })
@@ -416,7 +431,8 @@ pub(crate) fn describe(
         template_note: None,
         synthetic: meta(crate::gguf::SYNTHETIC_METADATA_KEY).as_deref() == Some("true"),
         llama_cpp: LLAMA_CPP_BINDINGS.to_string(),
-        kernels: invariant::kernel_set_name(settings.spec.batch_invariant_kernels()).to_string(),
+        kernels: model.kernels().to_string(),
+        weights_repacked: model.weights_repacked(),
         load_ms: crate::metrics::ms(started.elapsed()),
         // Filled by the session, which timed the context.
         load_stages: Default::default(),
@@ -442,6 +458,7 @@ mod tests {
         OffloadLog {
             output_layer: n_gpu > 0,
             offloaded: Some((ngl.min(n_layer + 1), n_layer + 1)),
+            repacked: false,
         }
     }
 

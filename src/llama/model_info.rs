@@ -42,6 +42,9 @@ pub struct ModelInfo {
     /// this CPU, the tiled matmul on) or "batch-invariant" (the file layout and the tiled
     /// matmul off, see `llama::invariant`: speculation's default, slower prefill).
     pub kernels: String,
+    /// llama.cpp repacked some of the weights for this CPU's kernels (its load log names a
+    /// "CPU_REPACK" buffer): never on batch-invariant kernels.
+    pub weights_repacked: bool,
     /// How prompts are built: the GGUF's template, a llama.cpp built-in name, or completion.
     pub template: String,
     /// Why that template was chosen, when it was not the model's own.
