@@ -49,6 +49,7 @@ fn model() -> ModelInfo {
         n_gpu_layers: 25,
         kernels: "default".into(),
         weights_repacked: false,
+        fa_kv_kernel: None,
         template: "model".to_string(),
         template_note: None,
         synthetic: false,
@@ -1255,6 +1256,7 @@ fn comparison() -> tokscope::compare::Comparison {
             },
             synthetic: false,
             requantized_from: None,
+            fa_kv_kernel: None,
         };
     Comparison {
         id: "20250101-120000".into(),

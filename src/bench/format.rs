@@ -459,6 +459,7 @@ pub(crate) mod tests {
             n_gpu_layers: 0,
             kernels: "default".into(),
             weights_repacked: false,
+            fa_kv_kernel: None,
             template: String::new(),
             template_note: None,
             synthetic: true,

@@ -399,6 +399,7 @@ fn compare_rows(
                 dominated_by: Vec::new(),
                 synthetic: info.synthetic,
                 requantized_from: c.requantized_from.clone(),
+                fa_kv_kernel: info.fa_kv_kernel.clone(),
             }
         })
         .collect()

@@ -2,8 +2,10 @@
 //! `bench`, `compare`): loading a model with the pre-flight checks, context parameters from the
 //! settings, the sampler chain, KV-cache and flash-attention choices, and the model's facts.
 
+pub(crate) mod cuda_env;
 pub(crate) mod device_bw;
 pub(crate) mod error;
+pub(crate) mod fattn;
 pub(crate) mod gpu;
 pub(crate) mod invariant;
 pub(crate) mod measure;
@@ -376,6 +378,8 @@ pub(crate) fn describe(
     } else {
         0
     };
+    // Some layers' attention (and their KV cache) on a CUDA GPU.
+    let attention_on_cuda = gpu_backend.as_deref() == Some("CUDA") && n_gpu_layers > 0;
     ModelInfo {
         file_name: path
             .file_name()
@@ -433,6 +437,12 @@ pub(crate) fn describe(
         llama_cpp: LLAMA_CPP_BINDINGS.to_string(),
         kernels: model.kernels().to_string(),
         weights_repacked: model.weights_repacked(),
+        fa_kv_kernel: fattn::fa_kv_note(
+            &system_info(),
+            (settings.type_k, settings.type_v),
+            settings.flash_attn,
+            attention_on_cuda,
+        ),
         load_ms: crate::metrics::ms(started.elapsed()),
         // Filled by the session, which timed the context.
         load_stages: Default::default(),
