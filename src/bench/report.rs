@@ -540,14 +540,22 @@ mod tests {
             tokens_generated: 16,
             ..Sample::default()
         };
-        let tg = build_row(&job(TestSpec::Tg { n_gen: 16 }), &[sample.clone()], &cx);
+        let tg = build_row(
+            &job(TestSpec::Tg { n_gen: 16 }),
+            std::slice::from_ref(&sample),
+            &cx,
+        );
         assert_eq!(tg.stamp.fa_kv_kernel.as_deref(), Some(mark));
         assert!(
             tg.warning.as_deref().is_some_and(|w| w.contains(mark)),
             "{:?}",
             tg.warning
         );
-        let pp = build_row(&job(TestSpec::Pp { n_prompt: 16 }), &[sample.clone()], &cx);
+        let pp = build_row(
+            &job(TestSpec::Pp { n_prompt: 16 }),
+            std::slice::from_ref(&sample),
+            &cx,
+        );
         assert!(pp.warning.is_none(), "{:?}", pp.warning);
         let on_cpu = ModelInfo {
             n_gpu_layers: 0,

@@ -341,7 +341,7 @@ mod tests {
         let changes = change_points(&polls(|_| 200.0, 0.1, 0.01, 2.0));
         // 40 ms against 100 ms steps: the bound is 250%.
         assert_eq!(
-            window_energy(&[changes.clone()], &[(0.5, 0.54)], 4, 4, None),
+            window_energy(std::slice::from_ref(&changes), &[(0.5, 0.54)], 4, 4, None),
             None
         );
         // A counter that never moved: no update period, no figure.
@@ -353,7 +353,10 @@ mod tests {
             window_energy(&[change_points(&still)], &[(0.2, 0.8)], 4, 4, None),
             None
         );
-        assert_eq!(window_energy(&[changes.clone()], &[], 0, 0, None), None);
+        assert_eq!(
+            window_energy(std::slice::from_ref(&changes), &[], 0, 0, None),
+            None
+        );
         // The idle baseline over a span.
         let idle = mean_power_between(&changes, 0.2, 1.8).unwrap();
         assert!((idle - 200.0).abs() < 2.0, "{idle}");
