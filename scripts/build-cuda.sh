@@ -3,7 +3,7 @@
 # package repository and without a CUDA toolkit: the CUDA 13.0 compiler, headers and libraries
 # come from NVIDIA's wheels on PyPI, installed once into a cache folder.
 #
-#   scripts/build-cuda.sh [--arch 90[,89,...]] [--out DIR] [--tools]
+#   scripts/build-cuda.sh [--arch 90[,89,...]] [--out DIR] [--tools] [--fa-all-quants]
 #
 #   --arch LIST  CUDA compute capabilities to compile for, without the dot (90 = H100/H200,
 #                89 = L4/RTX 40xx, 86 = A10/RTX 30xx, 80 = A100, 120 = RTX 50xx). Default: the
@@ -13,6 +13,16 @@
 #   --tools      also put llama.cpp's llama-bench and llama-batched-bench into DIR/bin, built
 #                from the same llama.cpp source and running on DIR/lib's CUDA libraries
 #                (what scripts/gpu-bench.sh compares against)
+#   --fa-all-quants
+#                compile llama.cpp's CUDA flash-attention decode kernel for every K/V cache
+#                type pair (GGML_CUDA_FA_QUANTS=all; GGML_CUDA_FA_ALL_QUANTS=ON is its deprecated
+#                alias). Without it only q4_0-q4_0, q8_0-q8_0, f16-f16 and bf16-bf16 have one,
+#                and any other -ctk/-ctv pair (q8_0 with f16, say) converts K and V to f16 at
+#                every decode step: bench and compare mark such rows. Cost: 49 vector-kernel
+#                instances instead of 4, 189 CUDA objects instead of 144 per architecture
+#                (llama.cpp's ggml/cmake/common.cmake); not timed on this machine (see
+#                docs/gpu.md). Its own target dir (target/cuda-fa-all), so the default build's
+#                cache is kept.
 #
 # The folder:
 #   bin/tokscope          launcher (scripts/cuda-launcher.sh): finds libcudart.so.13 and
@@ -64,6 +74,7 @@ arch=""
 out="${repo_root}/dist/tokscope-cuda"
 tools=0
 bundle_cuda=0
+fa_all_quants=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --arch) [ $# -ge 2 ] || die "--arch needs a value such as 90 or 89,90"; arch=$2; shift 2 ;;
@@ -72,6 +83,7 @@ while [ $# -gt 0 ]; do
     --out=*) out=${1#--out=}; shift ;;
     --tools) tools=1; shift ;;
     --bundle-cuda) bundle_cuda=1; shift ;;
+    --fa-all-quants) fa_all_quants=1; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
@@ -209,7 +221,11 @@ else
 fi
 
 # --- build ------------------------------------------------------------------------------------
-target_dir=${TOKSCOPE_CUDA_TARGET:-${repo_root}/target/cuda}
+if [ "$fa_all_quants" = 1 ]; then
+  target_dir=${TOKSCOPE_CUDA_TARGET:-${repo_root}/target/cuda-fa-all}
+else
+  target_dir=${TOKSCOPE_CUDA_TARGET:-${repo_root}/target/cuda}
+fi
 export CARGO_TARGET_DIR=$target_dir
 export CUDA_PATH=$cuda_root CUDAToolkit_ROOT=$cuda_root CUDACXX="${cuda_root}/bin/nvcc"
 export PATH="${cuda_root}/bin:${PATH}"
@@ -218,6 +234,14 @@ export LD_LIBRARY_PATH="${cuda_root}/lib${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
 export LIBRARY_PATH="${cuda_root}/lib${LIBRARY_PATH:+:${LIBRARY_PATH}}"
 # llama-cpp-sys-2's build script forwards CMAKE_* and GGML_* variables to CMake.
 export CMAKE_CUDA_ARCHITECTURES=$cuda_archs GGML_CUDA_NO_VMM=ON
+# The flash-attention decode kernel's K/V pairs: llama.cpp's default list, or all 49. The stamp
+# reads the choice back from the CUDA backend's features (FA_QUANTS).
+if [ "$fa_all_quants" = 1 ]; then
+  export GGML_CUDA_FA_QUANTS=all
+  log "flash attention: every K/V pair (GGML_CUDA_FA_QUANTS=all: 189 CUDA objects per architecture, not 144)"
+elif [ -n "${GGML_CUDA_FA_QUANTS:-}${GGML_CUDA_FA_ALL_QUANTS:-}" ]; then
+  log "flash attention: K/V pairs from the environment (GGML_CUDA_FA_QUANTS=${GGML_CUDA_FA_QUANTS:-} GGML_CUDA_FA_ALL_QUANTS=${GGML_CUDA_FA_ALL_QUANTS:-})"
+fi
 # The folder is meant for other machines: no target-cpu=native from .cargo/config.toml (an
 # empty RUSTFLAGS overrides it), so the CPU side runs portable kernels (slower prefill of the
 # layers left on the CPU); TOKSCOPE_CUDA_RUSTFLAGS="-C target-cpu=native" for a folder that
@@ -261,8 +285,9 @@ for f in "${out}"/lib/*.so*; do
 done
 cp "${repo_root}/scripts/cuda-launcher.sh" "${out}/bin/tokscope"
 chmod +x "${out}/bin/tokscope"
-printf 'tokscope CUDA build\narchitectures: %s\ncuda: 13.0 (PyPI wheels)\nbuilt: %s\n' \
-  "$cuda_archs" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" > "${out}/BUILD-INFO"
+printf 'tokscope CUDA build\narchitectures: %s\ncuda: 13.0 (PyPI wheels)\nflash-attention K/V pairs: %s\nbuilt: %s\n' \
+  "$cuda_archs" "${GGML_CUDA_FA_QUANTS:-default}" \
+  "$(date -u +%Y-%m-%dT%H:%M:%SZ)" > "${out}/BUILD-INFO"
 
 if [ "$tools" = 1 ]; then
   log "llama.cpp tools on the folder's libraries"

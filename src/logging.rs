@@ -69,20 +69,27 @@ fn parse_tensor_counter(message: &str) -> Option<(u32, u32)> {
 /// offload there). Its third line, "offloading N repeating layers to GPU", is not read: it
 /// counts `min(ngl, n_layer) - 1`, one short of what the loader placed at full offload
 /// (`i_gpu_start = 0` puts every repeating layer on the GPU, lines 1591-1616).
+/// Also whether any weights were repacked for the CPU's kernels: the loader names each model
+/// buffer ("%12s model buffer size", line 1932), and ggml's repacking buffer type is
+/// "CPU_REPACK" (`ggml-cpu/repack.cpp`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct OffloadLog {
     /// "offloading output layer to GPU" was logged.
     pub output_layer: bool,
     /// "offloaded N/M layers to GPU".
     pub offloaded: Option<(u32, u32)>,
+    /// "CPU_REPACK model buffer size = …" was logged.
+    pub repacked: bool,
 }
 
 impl OffloadLog {
-    /// Takes what one log line says, if it is one of the three.
+    /// Takes what one log line says, if it is one of those read.
     fn note(&mut self, message: &str) {
         let message = message.trim();
         if message.ends_with("offloading output layer to GPU") {
             self.output_layer = true;
+        } else if message.contains("CPU_REPACK model buffer size") {
+            self.repacked = true;
         } else if let Some(counts) = parse_offloaded(message) {
             self.offloaded = Some(counts);
         }
@@ -98,6 +105,7 @@ thread_local! {
         std::cell::Cell::new(OffloadLog {
             output_layer: false,
             offloaded: None,
+            repacked: false,
         })
     };
 }
@@ -358,6 +366,7 @@ mod tests {
             "load_tensors: offloading output layer to GPU\n",
             "load_tensors: offloading 15 repeating layers to GPU\n",
             "load_tensors: offloaded 16/33 layers to GPU\n",
+            "load_tensors:          CPU model buffer size =   100.00 MiB\n",
         ] {
             log.note(line);
         }
@@ -366,8 +375,11 @@ mod tests {
             OffloadLog {
                 output_layer: true,
                 offloaded: Some((16, 33)),
+                repacked: false,
             }
         );
+        log.note("load_tensors:   CPU_REPACK model buffer size =    72.50 MiB\n");
+        assert!(log.repacked, "the repacking buffer is read from its name");
     }
 
     /// A target's load and its draft's, each through the real capture layer: the draft's lines
@@ -388,6 +400,7 @@ mod tests {
             OffloadLog {
                 output_layer: true,
                 offloaded: Some((16, 33)),
+                repacked: false,
             }
         );
         std::thread::spawn(|| {
@@ -406,6 +419,7 @@ mod tests {
             OffloadLog {
                 output_layer: false,
                 offloaded: Some((3, 9)),
+                repacked: false,
             }
         );
     }

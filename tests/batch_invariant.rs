@@ -11,7 +11,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{greedy, model_lock, settings, start, synth, user};
+use common::{ab_turn, greedy, model_lock, settings, start, synth, user};
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
@@ -144,6 +144,58 @@ fn greedy_speculation_on_batch_invariant_kernels_is_the_plain_decode_at_k_3_and_
             drafted += b.report.spec.clone().unwrap_or_default().drafted;
         }
         assert!(drafted > 0, "k={k}: nothing was drafted, nothing verified");
+    }
+}
+
+/// An A/B comparison measures model B on model A's kernels: under speculation both load in
+/// their file layout (batch-invariant), and llama.cpp's own load log repacks neither's
+/// weights; B given A's own file then answers as A does, token for token. The control: without
+/// speculation both take llama.cpp's default kernels, which repack Q4_K on this CPU (AVX2), so
+/// the log can tell the two apart.
+#[test]
+fn ab_model_b_runs_on_model_as_kernels_under_speculation() {
+    let _lock = model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let path = q4km(dir.path());
+    let prompt = "one two three four one two three four one two three";
+    // Speculating first: that engine turns ggml's tiled matmul off for the process before its
+    // first matrix multiply, as the other tests here need (a default-kernels engine first
+    // would leave it on for them).
+    for speculating in [true, false] {
+        let mut s = settings(1024);
+        if speculating {
+            s.spec.mode = SpecMode::Ngram;
+            s.spec.draft_max = 4;
+        }
+        let mut e = start(&path, s);
+        let want = if speculating {
+            "batch-invariant"
+        } else {
+            "default"
+        };
+        assert_eq!(
+            e.info.kernels, want,
+            "A's kernels, speculating {speculating}"
+        );
+        assert_eq!(
+            e.info.weights_repacked, !speculating,
+            "llama.cpp repacks A's Q4_K weights on the default kernels only"
+        );
+        let (b, _) =
+            ab_turn(&mut e, &path, vec![user(prompt)], greedy(), 24, |_, _| {}).expect("B answers");
+        assert_eq!(
+            b.model.kernels, e.info.kernels,
+            "B on A's kernels, speculating {speculating}"
+        );
+        assert_eq!(
+            b.model.weights_repacked, e.info.weights_repacked,
+            "B's load as A's (llama.cpp's load log), speculating {speculating}"
+        );
+        let a = b.a_fresh.expect("A answered again beside B");
+        assert_eq!(
+            b.turn.text, a.text,
+            "B with A's file answers as A, speculating {speculating}"
+        );
     }
 }
 

@@ -135,6 +135,55 @@ fn every_output_format_parses_back() {
     assert_eq!(cells(body[1])[ttft_col], "—", "tg TTFT is shown as —: {md}");
 }
 
+/// Issue 58, item 14: every row's stamp records llama.cpp's CUDA runtime switches that are set
+/// in the process (a name llama.cpp does not read is left out), in the JSON and as
+/// `stamp.cuda_env` in the CSV. A CPU build has no CUDA backend: its `cuda_graphs` is null (a
+/// CUDA build's says the switch turned them off).
+#[test]
+fn the_stamp_records_the_cuda_switches_set() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let model = tiny(home.path());
+    let run = |format: &str| {
+        let out = common::ok_stdout(
+            tokscope(home.path())
+                .env("GGML_CUDA_DISABLE_GRAPHS", "0")
+                .env("GGML_CUDA_NOT_A_SWITCH", "1")
+                .arg("bench")
+                .arg("-m")
+                .arg(&model)
+                .args(["--no-probe", "-t", "1", "-p", "8", "-n", "4", "-r", "1"])
+                .args(["-o", format]),
+        );
+        String::from_utf8(out).unwrap()
+    };
+    let rows = json_rows(&run("json"));
+    for row in &rows {
+        let stamp = &row["stamp"];
+        assert_eq!(
+            stamp["cuda_env"]["GGML_CUDA_DISABLE_GRAPHS"], "0",
+            "{stamp}"
+        );
+        assert!(
+            stamp["cuda_env"]["GGML_CUDA_NOT_A_SWITCH"].is_null(),
+            "{stamp}"
+        );
+        let graphs = stamp["cuda_graphs"].as_str();
+        assert!(
+            graphs.is_none_or(|g| g.starts_with("off: GGML_CUDA_DISABLE_GRAPHS=0")),
+            "{stamp}"
+        );
+        assert!(stamp["fa_kv_kernel"].is_null(), "f16 K/V: {stamp}");
+        assert!(stamp.get("gpu_driver").is_some() && stamp["gpu_power_limits"].is_array());
+    }
+    let csv = run("csv");
+    let lines: Vec<&str> = csv.lines().collect();
+    let header = common::csv_fields(lines[0]);
+    let col = header.iter().position(|h| h == "stamp.cuda_env").unwrap();
+    let cell = &common::csv_fields(lines[1])[col];
+    assert!(cell.contains("GGML_CUDA_DISABLE_GRAPHS"), "{cell}");
+}
+
 #[test]
 fn pg_ttft_is_the_chats_prefill_plus_first_sample() {
     let _lock = common::model_lock();

@@ -613,68 +613,6 @@ fn ab_score(e: &mut TestEngine) -> Result<Box<tokscope::metrics::quality::Answer
     }
 }
 
-/// Run an A/B generation with model `path` on engine `e`; `on_token(engine, index)` runs for
-/// each of B's token events. Returns B's report (or the error), and B's streamed text.
-fn ab_turn(
-    e: &mut TestEngine,
-    path: &std::path::Path,
-    messages: Vec<tokscope::engine::ChatMessage>,
-    sampling: SamplingParams,
-    max_tokens: u32,
-    on_token: impl FnMut(&tokscope::engine::EngineHandle, usize),
-) -> Result<(tokscope::engine::AbReport, String), tokscope::engine::EngineError> {
-    ab_turn_against(e, (path, None), messages, sampling, max_tokens, on_token)
-}
-
-/// `ab_turn` with the chat's reference (`--ref`) set: B is scored against it.
-fn ab_turn_against(
-    e: &mut TestEngine,
-    (path, reference): (&std::path::Path, Option<&std::path::Path>),
-    messages: Vec<tokscope::engine::ChatMessage>,
-    sampling: SamplingParams,
-    max_tokens: u32,
-    mut on_token: impl FnMut(&tokscope::engine::EngineHandle, usize),
-) -> Result<(tokscope::engine::AbReport, String), tokscope::engine::EngineError> {
-    let id = e.handle.next_id();
-    let turn = tokscope::engine::TurnRequest {
-        messages,
-        sampling,
-        max_tokens,
-        capture_first_logits: false,
-        ignore_eos: false,
-    };
-    e.handle
-        .send_ab(
-            id,
-            turn,
-            path.to_path_buf(),
-            reference.map(std::path::Path::to_path_buf),
-        )
-        .unwrap();
-    let mut streamed = String::new();
-    loop {
-        match e.events.blocking_recv().expect("engine gone") {
-            EngineEvent::Token {
-                request_id,
-                text,
-                index,
-                ..
-            } if request_id == id => {
-                streamed.push_str(&text);
-                on_token(&e.handle, index);
-            }
-            EngineEvent::AbFinished { request_id, report } if request_id == id => {
-                return Ok((*report, streamed))
-            }
-            EngineEvent::Failed { request_id, error } if request_id == id => return Err(error),
-            EngineEvent::Finished { request_id, .. } if request_id == id => {
-                panic!("an A/B request must end with AbFinished")
-            }
-            _ => {}
-        }
-    }
-}
-
 #[test]
 fn ab_generation_answers_with_another_model_and_leaves_the_chat_model_alone() {
     use tokscope::app::conversation::first_divergence;

@@ -30,10 +30,10 @@ pub(crate) enum Chat {
     Status(u16, &'static str),
     /// Sends the SSE header and one chunk, then says nothing for this long.
     Stall(Duration),
-    /// Closes the kept-alive connection when the first chat request arrives on it, without a
-    /// word (as a server does with an idle connection it is closing), then streams these bytes
-    /// on every later connection.
-    DropFirstPostThen(Vec<u8>),
+    /// Closes the kept-alive connection when the first chat request arrives on it (after this
+    /// pause), without a word (as a server does with an idle connection it is closing), then
+    /// streams these bytes on every later connection.
+    DropFirstPostThen(Duration, Vec<u8>),
     /// A 200 SSE header, `head`, then `repeat` again and again until the client hangs up.
     Endless { head: Vec<u8>, repeat: Vec<u8> },
     /// A 200 SSE header, then each piece after its pause.
@@ -276,10 +276,11 @@ pub(crate) fn fake(plan: impl Into<Plan>, max_connections: usize) -> Fake {
                     _ => Duration::ZERO,
                 };
                 match plan.chat {
-                    Chat::DropFirstPostThen(_) if !dropped.swap(true, Ordering::SeqCst) => {
+                    Chat::DropFirstPostThen(pause, _) if !dropped.swap(true, Ordering::SeqCst) => {
+                        std::thread::sleep(pause);
                         let _ = stream.shutdown(std::net::Shutdown::Both);
                     }
-                    Chat::Sse(bytes) | Chat::DropFirstPostThen(bytes) => {
+                    Chat::Sse(bytes) | Chat::DropFirstPostThen(_, bytes) => {
                         let _ = stream.write_all(sse_head.as_bytes());
                         let _ = stream.write_all(&bytes);
                     }
@@ -458,19 +459,27 @@ fn a_complete_stream_is_measured_and_the_role_only_delta_is_not_a_token() {
     assert!(chat.contains("\"model\":\"fake-model\""), "{chat}");
 }
 
+/// The resend keeps the first attempt's clock (issue 58, item 7): the server held the first
+/// request 400 ms before closing its connection, and the user waited through that.
 #[test]
 fn a_request_on_a_connection_the_server_just_closed_is_sent_again() {
     let mut body = chunk("Hel");
     body += &chunk("lo");
     body += &usage_event(3, 2);
     body += "data: [DONE]\n\n";
-    let f = fake(Chat::DropFirstPostThen(body.into_bytes()), 4);
+    let pause = Duration::from_millis(400);
+    let f = fake(Chat::DropFirstPostThen(pause, body.into_bytes()), 4);
     let url = format!("http://127.0.0.1:{}/v1", f.port);
     let (code, stdout, stderr) = run_turn(&url, &["--json"]);
     assert_eq!(code, 0, "{stderr}");
     let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(v["text"], "Hello");
     assert_eq!(v["end"], "done");
+    let ttft = v["metrics"]["ttft_ms"].as_f64().unwrap();
+    assert!(
+        ttft >= 400.0,
+        "TTFT counts from the first attempt, before the dropped connection: {ttft} ms"
+    );
     let posts = f
         .requests
         .try_iter()

@@ -48,6 +48,8 @@ fn model() -> ModelInfo {
         ],
         n_gpu_layers: 25,
         kernels: "default".into(),
+        weights_repacked: false,
+        fa_kv_kernel: None,
         template: "model".to_string(),
         template_note: None,
         synthetic: false,
@@ -1262,6 +1264,7 @@ fn comparison() -> tokscope::compare::Comparison {
             synthetic: false,
             requantized_from: None,
             fallback: None,
+            fa_kv_kernel: None,
         };
     Comparison {
         id: "20250101-120000".into(),

@@ -460,6 +460,8 @@ pub(crate) mod tests {
             devices: vec!["CPU (CPU: x)".into()],
             n_gpu_layers: 0,
             kernels: "default".into(),
+            weights_repacked: false,
+            fa_kv_kernel: None,
             template: String::new(),
             template_note: None,
             synthetic: true,

@@ -205,7 +205,7 @@ impl GpuWatch {
         let idle_w = indices
             .iter()
             .filter_map(|&i| {
-                let changes = energy::change_points(&counter_points(origin, &polls, &[i]));
+                let changes = energy::change_points(&counter_points(origin, &polls, i));
                 let (first, last) = (changes.first()?, changes.last()?);
                 Some((
                     i,
@@ -265,7 +265,7 @@ impl GpuWatch {
         let polls = self
             .sampler
             .polls_after(self.origin + Duration::from_secs_f64(last_end), CLOSE_LIMIT);
-        let changes = energy::change_points(&counter_points(self.origin, &polls, &indices));
+        let changes = device_changes(self.origin, &polls, &indices);
         let (output, total) = samples
             .iter()
             .map(|s| tokens(test, s))
@@ -347,15 +347,25 @@ pub(crate) fn vram_of_process(
 }
 
 /// The summed counter of the GPUs at `indices`, poll by poll, on the watch's clock.
-fn counter_points(origin: Instant, polls: &[Poll], indices: &[u32]) -> Vec<CounterPoint> {
+/// One GPU's energy counter as polled, on the watch's clock.
+fn counter_points(origin: Instant, polls: &[Poll], index: u32) -> Vec<CounterPoint> {
     polls
         .iter()
         .filter_map(|p| {
             Some(CounterPoint {
                 at_s: p.at.checked_duration_since(origin)?.as_secs_f64(),
-                mj: p.of(indices)?.energy_mj()?,
+                mj: p.of(&[index])?.energy_mj()?,
             })
         })
+        .collect()
+}
+
+/// Each GPU's counter change points, one list per GPU of `indices`: each counter moves at its
+/// own instants, so each is read on its own (`energy::window_energy` combines them).
+fn device_changes(origin: Instant, polls: &[Poll], indices: &[u32]) -> Vec<Vec<CounterPoint>> {
+    indices
+        .iter()
+        .map(|&i| energy::change_points(&counter_points(origin, polls, i)))
         .collect()
 }
 
@@ -405,6 +415,73 @@ mod tests {
         assert_eq!(d.utilization_mean, Some(91));
         assert_eq!(d.power_max_w, Some(1410.0));
         assert_eq!(during_run(&polls, &[(5.0, 6.0)]), DuringRun::default());
+    }
+
+    /// Polls every 10 ms to 4 s of GPUs drawing 200 W each, whose energy counters the driver
+    /// publishes every 100 ms, GPU i's `phases_s[i]` after GPU 0's.
+    fn counter_polls(origin: Instant, phases_s: &[f64]) -> Vec<Poll> {
+        (0..=400)
+            .map(|j| {
+                let at_s = f64::from(j) * 0.01;
+                let devices = phases_s
+                    .iter()
+                    .enumerate()
+                    .map(|(i, phase)| {
+                        let published = ((at_s - phase) / 0.1).floor() * 0.1 + phase;
+                        Reading {
+                            index: i as u32,
+                            energy_mj: Some(1_000_000 + (200.0 * published.max(0.0) * 1e3) as u64),
+                            power_w: Some(200.0),
+                            sm_clock_mhz: None,
+                            mem_clock_mhz: None,
+                            temperature_c: None,
+                            utilization_pct: None,
+                        }
+                    })
+                    .collect();
+                Poll {
+                    at: origin + Duration::from_secs_f64(at_s),
+                    devices,
+                }
+            })
+            .collect()
+    }
+
+    /// Issue 58, item 8: two GPUs whose counters each move every 100 ms, half a period apart.
+    /// Their sum moves every 50 ms, which would halve the resolution bound (5%, no warning);
+    /// each counter read on its own keeps it at 10%, and the row says so.
+    #[test]
+    fn each_gpus_counter_period_bounds_the_energy_not_the_sums() {
+        let origin = Instant::now();
+        let polls = counter_polls(origin, &[0.0, 0.05]);
+        let windows = [(0.5, 1.5), (2.0, 3.0)];
+        let e = energy::window_energy(
+            &device_changes(origin, &polls, &[0, 1]),
+            &windows,
+            300,
+            400,
+            None,
+        )
+        .unwrap();
+        assert!(
+            (e.joules - 800.0).abs() < 8.0,
+            "two GPUs × 200 W × 2 s: {} J",
+            e.joules
+        );
+        let update = e.update_s.unwrap();
+        assert!(
+            (update - 0.1).abs() < 1e-6,
+            "each counter's own period: {update} s"
+        );
+        assert!((e.resolution_pct().unwrap() - 10.0).abs() < 1e-3);
+        let w = e.warning().expect("a 10% bound warns");
+        assert!(w.contains("every 100 ms") && w.contains("±10%"), "{w}");
+        // One GPU alone: the same period, the same bound.
+        let one =
+            energy::window_energy(&device_changes(origin, &polls, &[1]), &windows, 1, 1, None)
+                .unwrap();
+        assert!((one.joules - 400.0).abs() < 4.0, "{} J", one.joules);
+        assert_eq!(one.update_s.map(|u| (u * 1e3).round()), Some(100.0));
     }
 
     #[test]

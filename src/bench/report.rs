@@ -309,6 +309,12 @@ pub(crate) fn build_row(job: &Job, samples: &[Sample], cx: &RowContext) -> Row {
         stamp: Stamp::new(cx.info, cx.sampling),
     };
     if generates {
+        // Decode on a GPU: the K/V pair's flash-attention fallback, CUDA graphs off.
+        let gpu = row.stamp.gpu_warnings();
+        if !gpu.is_empty() {
+            let parts: Vec<String> = row.warning.take().into_iter().chain(gpu).collect();
+            row.warning = Some(parts.join("; "));
+        }
         add_decode_roofline(&mut row, job, cx, (lo, hi));
     } else {
         add_prefill_flops(&mut row, cx.info, (lo, hi));
@@ -520,6 +526,80 @@ mod tests {
         };
         assert_eq!(counted_tokens(&batch, &twelve), 12);
         assert_eq!(depth_span(&job(batch, 0)), (8, 10));
+    }
+
+    /// Item 13 of issue 58: a decode row of a K/V pair this CUDA build converts to f16 warns,
+    /// with the stamp's mark; a prefill row (whose kernels convert any quantized cache by
+    /// design) and a row with nothing on the GPU do not.
+    #[test]
+    fn a_gpu_decode_row_of_an_uncompiled_kv_pair_warns() {
+        use super::super::sweep::ParamSet;
+        let mark = "K/V q8_0-f16: this build has no CUDA flash-attention decode kernel";
+        let info = ModelInfo {
+            n_gpu_layers: 33,
+            fa_kv_kernel: Some(mark.to_string()),
+            ..ModelInfo::default()
+        };
+        let sampling = SamplingParams::default();
+        let cx = RowContext {
+            run_id: "r",
+            info: &info,
+            bandwidth: None,
+            price_per_gpu_hour_usd: 0.0,
+            sampling: &sampling,
+            repetitions: 1,
+            warmup: false,
+            load_before: None,
+            load_after: None,
+        };
+        let job = |test| Job {
+            params: ParamSet {
+                model: "m.gguf".into(),
+                n_gpu_layers: -1,
+                n_batch: 2048,
+                n_ubatch: 512,
+                type_k: KvType::Q8_0,
+                type_v: KvType::F16,
+                flash_attn: FlashAttn::On,
+                threads: 1,
+                placement: crate::llama::placement::Placement::default(),
+            },
+            depth: 0,
+            test,
+        };
+        let sample = Sample {
+            total: Duration::from_secs(1),
+            decode: Duration::from_secs(1),
+            tokens_generated: 16,
+            ..Sample::default()
+        };
+        let tg = build_row(
+            &job(TestSpec::Tg { n_gen: 16 }),
+            std::slice::from_ref(&sample),
+            &cx,
+        );
+        assert_eq!(tg.stamp.fa_kv_kernel.as_deref(), Some(mark));
+        assert!(
+            tg.warning.as_deref().is_some_and(|w| w.contains(mark)),
+            "{:?}",
+            tg.warning
+        );
+        let pp = build_row(
+            &job(TestSpec::Pp { n_prompt: 16 }),
+            std::slice::from_ref(&sample),
+            &cx,
+        );
+        assert!(pp.warning.is_none(), "{:?}", pp.warning);
+        let on_cpu = ModelInfo {
+            n_gpu_layers: 0,
+            ..info.clone()
+        };
+        let cpu = RowContext {
+            info: &on_cpu,
+            ..cx
+        };
+        let tg = build_row(&job(TestSpec::Tg { n_gen: 16 }), &[sample], &cpu);
+        assert!(tg.warning.is_none(), "{:?}", tg.warning);
     }
 
     #[test]

@@ -407,6 +407,7 @@ fn compare_rows(
                 synthetic: info.synthetic,
                 requantized_from: c.requantized_from.clone(),
                 fallback: c.fallback,
+                fa_kv_kernel: info.fa_kv_kernel.clone(),
             }
         })
         .collect()

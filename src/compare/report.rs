@@ -51,6 +51,10 @@ pub struct CompareRow {
     /// asked for (their rows do not fit its blocks), so the file is partly another type.
     #[serde(default)]
     pub fallback: Option<super::quantize::Fallback>,
+    /// The K/V pair's CUDA flash-attention mark (`ModelInfo::fa_kv_kernel`): its tg is not
+    /// the pair's own kernel's speed on this build.
+    #[serde(default)]
+    pub fa_kv_kernel: Option<String>,
 }
 
 impl CompareRow {
@@ -282,6 +286,14 @@ pub(crate) fn verdict(rows: &[CompareRow], control: Option<&Control>) -> Vec<Str
         "Pareto front (no other candidate is both faster and closer to the reference): {}.",
         front.join(", ")
     )];
+    // A candidate whose decode took a fallback kernel: its speed is the build's, not its own.
+    lines.extend(rows.iter().filter_map(|r| {
+        Some(format!(
+            "Warning, {}: {}.",
+            r.label,
+            r.fa_kv_kernel.as_ref()?
+        ))
+    }));
     lines.push(match control {
         Some(c) => format!(
             "Control: the reference against a byte-identical copy of itself, in the same \
@@ -721,6 +733,7 @@ pub(crate) mod tests {
             synthetic: false,
             requantized_from: None,
             fallback: None,
+            fa_kv_kernel: None,
         }
     }
 
@@ -834,6 +847,22 @@ pub(crate) mod tests {
         assert!(rows.iter().all(|r| r.pareto));
         let words = verdict(&rows, None);
         assert!(words.iter().any(|l| l.starts_with("n=1")), "{words:?}");
+    }
+
+    /// A candidate whose K/V pair this CUDA build converts to f16 at decode says so in the
+    /// verdict; the others say nothing of it.
+    #[test]
+    fn a_fallback_flash_attention_pair_is_named_in_the_verdict() {
+        let mut rows = vec![row("f16", 100.0, 0.0), row("kv8", 90.0, 0.01)];
+        rows[1].fa_kv_kernel = Some("K/V q8_0-f16: converted to f16".into());
+        mark_pareto(&mut rows, None);
+        let words = verdict(&rows, None);
+        let warned: Vec<&String> = words.iter().filter(|l| l.starts_with("Warning")).collect();
+        assert_eq!(
+            warned,
+            ["Warning, kv8: K/V q8_0-f16: converted to f16."],
+            "{words:?}"
+        );
     }
 
     #[test]

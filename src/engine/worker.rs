@@ -59,20 +59,31 @@ fn load_with_progress(
 ) -> Result<LoadedModel, EngineError> {
     let progress_events = events.clone();
     let mut last_percent = -1i32;
-    // The target: in its file layout when its kernels are to be batch-invariant.
+    load_served(&cfg.model_path, cfg, move |p| {
+        let percent = (p * 100.0) as i32;
+        if percent != last_percent {
+            last_percent = percent;
+            let _ = progress_events.send(progress(p));
+        }
+        keep_going()
+    })
+}
+
+/// Load the model at `path` the way the chat's model is loaded under `cfg`: on its GPU layers
+/// setting and its kernel set (in the file layout when the kernels are to be batch-invariant).
+/// The chat's model and an A/B's model B both come through here, so that B is measured on
+/// the kernels A is.
+fn load_served(
+    path: &std::path::Path,
+    cfg: &EngineConfig,
+    on_progress: impl FnMut(f32) -> bool + 'static,
+) -> Result<LoadedModel, EngineError> {
     llama::load_model_placed(
-        &cfg.model_path,
+        path,
         cfg.settings.n_gpu_layers,
         &Default::default(),
         cfg.settings.spec.batch_invariant_kernels(),
-        move |p| {
-            let percent = (p * 100.0) as i32;
-            if percent != last_percent {
-                last_percent = percent;
-                let _ = progress_events.send(progress(p));
-            }
-            keep_going()
-        },
+        on_progress,
     )
 }
 
@@ -526,8 +537,9 @@ fn ab_generate(
     let started = Instant::now();
     let cancelled = cancel_of(cancel_through, id);
     let keep_going = Arc::clone(&cancelled);
-    // Esc while model B loads aborts the load.
-    let model = llama::load_model(path, cfg.settings.n_gpu_layers, move |_| !keep_going());
+    // Esc while model B loads aborts the load. B runs on A's kernels (under speculation:
+    // batch-invariant), or the two answers would differ by more than the model.
+    let model = load_served(path, cfg, move |_| !keep_going());
     if cancelled() {
         return Err(EngineError::Cancelled);
     }

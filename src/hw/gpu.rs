@@ -34,6 +34,53 @@ pub(crate) struct DriverInfo {
     pub cuda_driver_version: String,
 }
 
+impl DriverInfo {
+    /// "580.65.06 (CUDA 13.0)", as a stamp records it.
+    pub(crate) fn label(&self) -> String {
+        format!(
+            "{} (CUDA {})",
+            self.driver_version, self.cuda_driver_version
+        )
+    }
+}
+
+/// One GPU's power limit: what the driver enforces, beside the board's default (a lower one
+/// is a cap someone set, `nvidia-smi -pl`, which caps the clocks under load).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct PowerLimit {
+    pub index: u32,
+    pub name: String,
+    pub enforced_w: Option<f64>,
+    pub default_w: Option<f64>,
+}
+
+impl PowerLimit {
+    /// "0 NVIDIA H200: 700 W", "… 500 W, capped below its default 700 W", "… unknown".
+    pub(crate) fn label(&self) -> String {
+        let head = format!("{} {}", self.index, self.name);
+        match (self.enforced_w, self.default_w) {
+            (Some(e), Some(d)) if e + 0.5 < d => {
+                format!("{head}: {e:.0} W, capped below its default {d:.0} W")
+            }
+            (Some(e), _) => format!("{head}: {e:.0} W"),
+            (None, _) => format!("{head}: unknown"),
+        }
+    }
+}
+
+/// What every stamp says of the NVIDIA driver and the GPUs' power limits, read from NVML once
+/// per process: the driver's label, each GPU's power limit; `None` and empty without NVML.
+pub(crate) fn stamp_facts() -> &'static (Option<String>, Vec<String>) {
+    static FACTS: std::sync::OnceLock<(Option<String>, Vec<String>)> = std::sync::OnceLock::new();
+    FACTS.get_or_init(|| match GpuTelemetry::open() {
+        Ok(t) => (
+            Some(t.driver().label()),
+            t.power_limits().iter().map(PowerLimit::label).collect(),
+        ),
+        Err(_) => (None, Vec::new()),
+    })
+}
+
 /// One reading of one GPU. Fields NVML does not report on this device are `None`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub(crate) struct GpuSample {
@@ -99,6 +146,23 @@ impl GpuTelemetry {
                 .unwrap_or_else(|_| "?".to_owned()),
             cuda_driver_version: cuda.map_or_else(|| "?".to_owned(), cuda_version_string),
         }
+    }
+
+    /// Every GPU's power limit (a device NVML cannot open is left out).
+    pub(crate) fn power_limits(&self) -> Vec<PowerLimit> {
+        let count = self.nvml.device_count().unwrap_or(0);
+        (0..count)
+            .filter_map(|index| {
+                let dev = self.nvml.device_by_index(index).ok()?;
+                let watts = |mw: u32| f64::from(mw) / 1e3;
+                Some(PowerLimit {
+                    index,
+                    name: dev.name().unwrap_or_else(|_| format!("GPU {index}")),
+                    enforced_w: dev.enforced_power_limit().ok().map(watts),
+                    default_w: dev.power_management_limit_default().ok().map(watts),
+                })
+            })
+            .collect()
     }
 
     /// One reading of every GPU NVML sees (a device it cannot open is left out).
@@ -392,6 +456,30 @@ pub(crate) fn cuda_version_string(v: i32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_power_limit_below_the_default_is_called_a_cap() {
+        let limit = |enforced_w, default_w| PowerLimit {
+            index: 0,
+            name: "NVIDIA H200".into(),
+            enforced_w,
+            default_w,
+        };
+        assert_eq!(
+            limit(Some(700.0), Some(700.0)).label(),
+            "0 NVIDIA H200: 700 W"
+        );
+        assert_eq!(
+            limit(Some(500.0), Some(700.0)).label(),
+            "0 NVIDIA H200: 500 W, capped below its default 700 W"
+        );
+        assert_eq!(limit(None, Some(700.0)).label(), "0 NVIDIA H200: unknown");
+        let driver = DriverInfo {
+            driver_version: "580.65.06".into(),
+            cuda_driver_version: "13.0".into(),
+        };
+        assert_eq!(driver.label(), "580.65.06 (CUDA 13.0)");
+    }
 
     fn sample(energy_mj: Option<u64>) -> GpuSample {
         GpuSample {

@@ -2,8 +2,10 @@
 //! `bench`, `compare`): loading a model with the pre-flight checks, context parameters from the
 //! settings, the sampler chain, KV-cache and flash-attention choices, and the model's facts.
 
+pub(crate) mod cuda_env;
 pub(crate) mod device_bw;
 pub(crate) mod error;
+pub(crate) mod fattn;
 pub(crate) mod gpu;
 pub(crate) mod invariant;
 pub(crate) mod measure;
@@ -128,6 +130,8 @@ pub struct LoadedModel {
     model: LlamaModel,
     offload: crate::logging::OffloadLog,
     requested_gpu_layers: u32,
+    /// Loaded in its file layout, for batch-invariant kernels (see [`invariant`]).
+    file_layout: bool,
     /// The pre-flight checks and the probe, then llama.cpp's load of the weights.
     pub(crate) checks: std::time::Duration,
     pub(crate) weights: std::time::Duration,
@@ -155,6 +159,18 @@ impl LoadedModel {
     /// Whether the model's output layer runs on a GPU (llama.cpp offloads it first).
     pub fn output_on_gpu(&self) -> bool {
         self.layer_split().output_on_gpu
+    }
+
+    /// The CPU kernel set this model was loaded for ([`invariant::kernel_set_name`]): what
+    /// its load asked of llama.cpp, not what the settings of whoever describes it say.
+    pub(crate) fn kernels(&self) -> &'static str {
+        invariant::kernel_set_name(self.file_layout)
+    }
+
+    /// Whether llama.cpp repacked any of the weights for the CPU's kernels (its load log: a
+    /// "CPU_REPACK" model buffer).
+    pub fn weights_repacked(&self) -> bool {
+        self.offload.repacked
     }
 }
 
@@ -249,6 +265,7 @@ pub(crate) fn load_model_placed(
         // since the reset above.
         offload: crate::logging::offload_log(),
         requested_gpu_layers: requested,
+        file_layout,
         checks,
         weights: started.elapsed() - checks,
     })
@@ -361,6 +378,8 @@ pub(crate) fn describe(
     } else {
         0
     };
+    // Some layers' attention (and their KV cache) on a CUDA GPU.
+    let attention_on_cuda = gpu_backend.as_deref() == Some("CUDA") && n_gpu_layers > 0;
     ModelInfo {
         file_name: path
             .file_name()
@@ -416,7 +435,14 @@ pub(crate) fn describe(
         template_note: None,
         synthetic: meta(crate::gguf::SYNTHETIC_METADATA_KEY).as_deref() == Some("true"),
         llama_cpp: LLAMA_CPP_BINDINGS.to_string(),
-        kernels: invariant::kernel_set_name(settings.spec.batch_invariant_kernels()).to_string(),
+        kernels: model.kernels().to_string(),
+        weights_repacked: model.weights_repacked(),
+        fa_kv_kernel: fattn::fa_kv_note(
+            &system_info(),
+            (settings.type_k, settings.type_v),
+            settings.flash_attn,
+            attention_on_cuda,
+        ),
         load_ms: crate::metrics::ms(started.elapsed()),
         // Filled by the session, which timed the context.
         load_stages: Default::default(),
@@ -442,6 +468,7 @@ mod tests {
         OffloadLog {
             output_layer: n_gpu > 0,
             offloaded: Some((ngl.min(n_layer + 1), n_layer + 1)),
+            repacked: false,
         }
     }
 

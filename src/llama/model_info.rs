@@ -42,6 +42,13 @@ pub struct ModelInfo {
     /// this CPU, the tiled matmul on) or "batch-invariant" (the file layout and the tiled
     /// matmul off, see `llama::invariant`: speculation's default, slower prefill).
     pub kernels: String,
+    /// llama.cpp repacked some of the weights for this CPU's kernels (its load log names a
+    /// "CPU_REPACK" buffer): never on batch-invariant kernels.
+    pub weights_repacked: bool,
+    /// Why the CUDA flash-attention decode kernel is not the K/V pair's own on this build
+    /// (`llama::fattn`: the pair not compiled, converted to f16 at every step); `None` when it
+    /// is, or when no CUDA flash attention runs.
+    pub fa_kv_kernel: Option<String>,
     /// How prompts are built: the GGUF's template, a llama.cpp built-in name, or completion.
     pub template: String,
     /// Why that template was chosen, when it was not the model's own.

@@ -29,8 +29,7 @@ pub(crate) fn energy_cost_per_million_tokens(
         .then(|| joules_per_token * 1e6 / J_PER_KWH * price_per_kwh)
 }
 
-/// One reading of the summed cumulative energy counter of the GPUs a run used, at `at_s`
-/// seconds on the run's clock.
+/// One reading of one GPU's cumulative energy counter, at `at_s` seconds on the run's clock.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct CounterPoint {
     pub at_s: f64,
@@ -118,7 +117,7 @@ pub(crate) struct WindowEnergy {
     pub total_tokens: u64,
     /// The same GPUs' power at rest, measured before the first model loaded, W.
     pub idle_w: Option<f64>,
-    /// How often the counter moved during the run, s.
+    /// How often the counter moved during the run, s: on several GPUs, the slowest one's.
     pub update_s: Option<f64>,
 }
 
@@ -171,11 +170,18 @@ impl WindowEnergy {
     }
 }
 
-/// A row's energy from the counter's change points and its timed windows (`(start, end)` on
-/// the same clock). `None` when a window lies outside the changes seen, or when the counter
-/// cannot resolve the windows at all (its steps are as long as the windows together).
+/// A row's energy from each GPU's counter change points (one list per GPU the row used) and
+/// its timed windows (`(start, end)` on the same clock): each GPU's energy from its own
+/// counter, summed. `None` when a window lies outside the changes seen on any GPU, or when
+/// the counters cannot resolve the windows at all (their steps are as long as the windows
+/// together).
+///
+/// The update period is each GPU's own, and the slowest one bounds the sum: GPU i's energy is
+/// off by at most `windows × u_i × P_i`, so the sum is off by at most `windows × max(u_i)` of
+/// its own time. Summing the counters first would not do: two counters each moving every
+/// 100 ms out of phase make a sum that moves every 50 ms, and a bound half the true one.
 pub(crate) fn window_energy(
-    changes: &[CounterPoint],
+    devices: &[Vec<CounterPoint>],
     windows: &[(f64, f64)],
     output_tokens: u64,
     total_tokens: u64,
@@ -184,10 +190,15 @@ pub(crate) fn window_energy(
     let mut joules = 0.0;
     let mut seconds = 0.0;
     for &(t0, t1) in windows {
-        joules += joules_between(changes, t0, t1)?;
+        for changes in devices {
+            joules += joules_between(changes, t0, t1)?;
+        }
         seconds += t1 - t0;
     }
-    let update_s = update_period_s(changes);
+    let periods: Option<Vec<f64>> = devices.iter().map(|c| update_period_s(c)).collect();
+    let update_s = periods
+        .filter(|p| !p.is_empty())
+        .map(|p| p.into_iter().fold(0.0, f64::max));
     let energy = WindowEnergy {
         joules,
         seconds,
@@ -303,7 +314,7 @@ mod tests {
             (around_the_repetition - 500.0).abs() < 10.0,
             "{around_the_repetition}"
         );
-        let e = window_energy(&changes, &[(1.0, 2.0)], 100, 100, Some(60.0)).unwrap();
+        let e = window_energy(&[changes], &[(1.0, 2.0)], 100, 100, Some(60.0)).unwrap();
         assert!((e.joules - 100.0).abs() < 3.0, "{} J", e.joules);
         assert!((e.mean_power_w() - 100.0).abs() < 3.0);
         assert!((e.above_idle_joules().unwrap() - 40.0).abs() < 3.0);
@@ -315,7 +326,7 @@ mod tests {
     fn output_and_total_tokens_each_have_their_joules() {
         let changes = change_points(&polls(|_| 200.0, 0.1, 0.01, 4.0));
         // Two windows of 1 s: 400 J for 100 prompt + 300 generated tokens.
-        let e = window_energy(&changes, &[(0.5, 1.5), (2.0, 3.0)], 300, 400, None).unwrap();
+        let e = window_energy(&[changes], &[(0.5, 1.5), (2.0, 3.0)], 300, 400, None).unwrap();
         assert!((e.joules - 400.0).abs() < 4.0, "{}", e.joules);
         assert!((e.joules_per_output_token().unwrap() - 400.0 / 300.0).abs() < 0.02);
         assert!((e.joules_per_total_token().unwrap() - 1.0).abs() < 0.01);
@@ -329,17 +340,23 @@ mod tests {
     fn windows_the_counter_cannot_resolve_give_no_figure() {
         let changes = change_points(&polls(|_| 200.0, 0.1, 0.01, 2.0));
         // 40 ms against 100 ms steps: the bound is 250%.
-        assert_eq!(window_energy(&changes, &[(0.5, 0.54)], 4, 4, None), None);
+        assert_eq!(
+            window_energy(std::slice::from_ref(&changes), &[(0.5, 0.54)], 4, 4, None),
+            None
+        );
         // A counter that never moved: no update period, no figure.
         let still = [
             CounterPoint { at_s: 0.0, mj: 5 },
             CounterPoint { at_s: 1.0, mj: 5 },
         ];
         assert_eq!(
-            window_energy(&change_points(&still), &[(0.2, 0.8)], 4, 4, None),
+            window_energy(&[change_points(&still)], &[(0.2, 0.8)], 4, 4, None),
             None
         );
-        assert_eq!(window_energy(&changes, &[], 0, 0, None), None);
+        assert_eq!(
+            window_energy(std::slice::from_ref(&changes), &[], 0, 0, None),
+            None
+        );
         // The idle baseline over a span.
         let idle = mean_power_between(&changes, 0.2, 1.8).unwrap();
         assert!((idle - 200.0).abs() < 2.0, "{idle}");

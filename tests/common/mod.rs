@@ -186,6 +186,68 @@ pub fn start(model: &Path, settings: EngineSettings) -> TestEngine {
     }
 }
 
+/// Run an A/B generation with model `path` on engine `e`; `on_token(engine, index)` runs for
+/// each of B's token events. Returns B's report (or the error), and B's streamed text.
+pub fn ab_turn(
+    e: &mut TestEngine,
+    path: &std::path::Path,
+    messages: Vec<ChatMessage>,
+    sampling: SamplingParams,
+    max_tokens: u32,
+    on_token: impl FnMut(&EngineHandle, usize),
+) -> Result<(tokscope::engine::AbReport, String), EngineError> {
+    ab_turn_against(e, (path, None), messages, sampling, max_tokens, on_token)
+}
+
+/// `ab_turn` with the chat's reference (`--ref`) set: B is scored against it.
+pub fn ab_turn_against(
+    e: &mut TestEngine,
+    (path, reference): (&std::path::Path, Option<&std::path::Path>),
+    messages: Vec<ChatMessage>,
+    sampling: SamplingParams,
+    max_tokens: u32,
+    mut on_token: impl FnMut(&EngineHandle, usize),
+) -> Result<(tokscope::engine::AbReport, String), EngineError> {
+    let id = e.handle.next_id();
+    let turn = tokscope::engine::TurnRequest {
+        messages,
+        sampling,
+        max_tokens,
+        capture_first_logits: false,
+        ignore_eos: false,
+    };
+    e.handle
+        .send_ab(
+            id,
+            turn,
+            path.to_path_buf(),
+            reference.map(std::path::Path::to_path_buf),
+        )
+        .unwrap();
+    let mut streamed = String::new();
+    loop {
+        match e.events.blocking_recv().expect("engine gone") {
+            EngineEvent::Token {
+                request_id,
+                text,
+                index,
+                ..
+            } if request_id == id => {
+                streamed.push_str(&text);
+                on_token(&e.handle, index);
+            }
+            EngineEvent::AbFinished { request_id, report } if request_id == id => {
+                return Ok((*report, streamed))
+            }
+            EngineEvent::Failed { request_id, error } if request_id == id => return Err(error),
+            EngineEvent::Finished { request_id, .. } if request_id == id => {
+                panic!("an A/B request must end with AbFinished")
+            }
+            _ => {}
+        }
+    }
+}
+
 /// The handle's conveniences for tests: a turn under the next id, with or without the logits
 /// its first token is sampled from. (The product builds its `TurnRequest`s itself and sends
 /// them through `EngineHandle::send`, the one door; so do these.)
