@@ -744,7 +744,14 @@ pub fn kld_digits(q: &AnswerScore) -> Option<KldDigits> {
     let (mean, mean_pm) = if se > 0.0 && se.is_finite() {
         let pm = crate::fmt::mean_pm(a.kld_mean, se);
         let alone = pm.split(" ± ").next().unwrap_or_default().to_string();
-        if alone.len() > capped.len() {
+        // Significant digits shown: the digits after any leading zeros.
+        let sig = |t: &str| {
+            t.chars()
+                .filter(char::is_ascii_digit)
+                .skip_while(|&c| c == '0')
+                .count()
+        };
+        if sig(&alone) > 3 {
             let pm = format!("{capped} ± {}", crate::fmt::sig(se, 2));
             (capped, pm)
         } else {
