@@ -10,15 +10,15 @@
 #
 # Usage: scripts/compare-memory.sh [MODEL.gguf]
 #   CONTEXTS (default "512 2048 8192 32768"), WHOLE (contexts also decoded whole; default
-#   "512 2048 4096"), THREADS (default 1)
+#   "512 2048"), THREADS (default 1), NO_BUILD=1 (use the binary as built)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=$PWD/target/release/tokscope
 model=${1:-${XDG_DATA_HOME:-$HOME/.local/share}/tokscope/models/gemma-3-270m-q4_k_m.gguf}
 contexts=${CONTEXTS:-512 2048 8192 32768}
-whole=${WHOLE:-512 2048 4096}
+whole=${WHOLE:-512 2048}
 threads=${THREADS:-1}
-cargo build --release --locked --bins >&2
+[ -n "${NO_BUILD:-}" ] || cargo build --release --locked --bins >&2
 work=$(mktemp -d "${TMPDIR:-/tmp}/tokscope-compare-memory.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 # Two chunks' worth of tokens at 32k: the built-in text twice.

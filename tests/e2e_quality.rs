@@ -58,7 +58,7 @@ fn the_chat_scores_each_answer_against_its_reference_and_saves_the_scores() {
     });
     assert!(quality_header(&screen).contains("m-f32.gguf"), "{screen}");
     assert_eq!(value_after(&screen, "KLD"), Some("0"), "{screen}");
-    assert_eq!(value_after(&screen, "same top"), Some("100.0%"), "{screen}");
+    assert_eq!(value_after(&screen, "same top"), Some("100%"), "{screen}");
     assert_eq!(
         value_after(&screen, "1st diverges"),
         Some("none"),
