@@ -122,21 +122,13 @@ impl EngineHandle {
         turn: TurnRequest,
         model: Option<PathBuf>,
     ) -> Result<RequestId, EngineError> {
-        let request = GenerateRequest {
-            id,
-            turn,
-            submitted_at: Instant::now(),
-            confidence: self.confidence,
-        };
-        let command = match model {
-            None => EngineCommand::Generate(request),
-            Some(path) => EngineCommand::AbGenerate {
-                path,
-                request,
-                reference: None,
-            },
-        };
-        self.command(id, command).map(|()| id)
+        match model {
+            Some(path) => self.send_ab(id, turn, path, None),
+            None => {
+                let command = EngineCommand::Generate(self.stamped(id, turn));
+                self.command(id, command).map(|()| id)
+            }
+        }
     }
 
     /// An A/B turn (`send` with a model file) whose answer B is scored against `reference`
@@ -149,18 +141,23 @@ impl EngineHandle {
         path: PathBuf,
         reference: Option<PathBuf>,
     ) -> Result<RequestId, EngineError> {
-        let request = GenerateRequest {
+        let command = EngineCommand::AbGenerate {
+            path,
+            request: self.stamped(id, turn),
+            reference,
+        };
+        self.command(id, command).map(|()| id)
+    }
+
+    /// The turn as the engine receives it, its `submitted_at` read now: the one place TTFT's
+    /// clock starts.
+    fn stamped(&self, id: RequestId, turn: TurnRequest) -> GenerateRequest {
+        GenerateRequest {
             id,
             turn,
             submitted_at: Instant::now(),
             confidence: self.confidence,
-        };
-        let command = EngineCommand::AbGenerate {
-            path,
-            request,
-            reference,
-        };
-        self.command(id, command).map(|()| id)
+        }
     }
 
     /// Sends a command for request `id` (ids only grow: later ones are above it).
