@@ -359,15 +359,11 @@ fn read_cache_checked(path: &Path) -> (ProbeCache, Vec<String>) {
 }
 
 /// The machine's CPU memory bandwidth for `threads` threads: the cached probe result for this
-/// CPU, thread count and method when there is one, else a fresh probe, stored in the cache.
-/// Chat, `run` and `bench` all call this, so they share one figure. A cache that cannot be
-/// written costs a fresh probe next time and nothing else.
-pub(crate) fn cpu_bandwidth(threads: usize) -> Bandwidth {
-    cpu_bandwidth_announced(threads, || {})
-}
-
-/// [`cpu_bandwidth`], calling `announce` just before a fresh probe (not on a cache hit), so
-/// that the caller can say what the seconds of waiting are for.
+/// CPU, thread count and method when there is one, else a fresh probe, stored in the cache,
+/// calling `announce` just before a fresh probe (not on a cache hit), so that the caller can
+/// say what the seconds of waiting are for. Chat, `run` and `bench` all call this, so they
+/// share one figure. A cache that cannot be written costs a fresh probe next time and nothing
+/// else.
 pub(crate) fn cpu_bandwidth_announced(threads: usize, announce: impl FnOnce()) -> Bandwidth {
     cpu_bandwidth_cached(&probe_cache_path(), threads, || {
         announce();

@@ -558,3 +558,38 @@ fn plot_writes_the_roofline_and_batch_charts() {
         .code(2)
         .stderr(predicate::str::contains("jpg"));
 }
+
+/// `bench` says it measures the memory bandwidth only when it does: a figure read from the
+/// shared cache takes no time, and a line announcing seconds of probing would be false.
+#[test]
+fn the_probe_line_is_printed_only_when_the_probe_runs() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let model = tiny(home.path());
+    let cache = home.path().join("cache");
+    let probe_file = cache.join("bandwidth-probe.json");
+    let run = || {
+        let out = tokscope(home.path())
+            .env("TOKSCOPE_CACHE_DIR", &cache)
+            .args(["bench", "-m"])
+            .arg(&model)
+            .args(["-t", "1", "-p", "0", "-n", "4", "-r", "1", "-o", "json"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stderr).unwrap()
+    };
+    const LINE: &str = "the shared probe";
+    let first = run();
+    assert!(first.contains(LINE), "a fresh probe is announced: {first}");
+    let written = std::fs::read(&probe_file).expect("the probe is cached");
+    let second = run();
+    // Measured again only when the cached figure came from a busy machine that is quiet now:
+    // then the cache changes, and the line is right to be there.
+    let probed_again = std::fs::read(&probe_file).unwrap() != written;
+    assert_eq!(
+        second.contains(LINE),
+        probed_again,
+        "the line is printed exactly when the probe runs: {second}"
+    );
+}

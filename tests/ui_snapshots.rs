@@ -379,6 +379,10 @@ fn loading_with_progress() {
     app.engine = EngineStatus::Loading {
         stage: tokscope::engine::LoadStage::Weights,
         progress: 0.42,
+        read: Some(tokscope::metrics::LoadRead {
+            file_bytes: 253_000_000,
+            elapsed: std::time::Duration::from_millis(1_300),
+        }),
     };
     app.model = None;
     snapshot_both("loading", &app);

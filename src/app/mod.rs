@@ -44,10 +44,12 @@ pub(crate) use {keymap::FUNCTION_KEYS, slash::SLASH_COMMANDS};
 /// The engine as the UI sees it.
 #[derive(Debug, Clone, PartialEq)]
 pub enum EngineStatus {
-    /// The model loads: its stage, and within `Weights` llama.cpp's progress, 0.0..=1.0.
+    /// The model loads: its stage, and within `Weights` llama.cpp's progress, 0.0..=1.0, and
+    /// how fast the weights are read.
     Loading {
         stage: LoadStage,
         progress: f32,
+        read: Option<crate::metrics::LoadRead>,
     },
     Ready,
     Failed(String),
@@ -79,6 +81,7 @@ impl Default for EngineStatus {
         EngineStatus::Loading {
             stage: LoadStage::Checking,
             progress: 0.0,
+            read: None,
         }
     }
 }
@@ -566,8 +569,16 @@ impl App {
             return Vec::new();
         }
         match event {
-            EngineEvent::Loading { stage, progress } => {
-                self.engine = EngineStatus::Loading { stage, progress };
+            EngineEvent::Loading {
+                stage,
+                progress,
+                read,
+            } => {
+                self.engine = EngineStatus::Loading {
+                    stage,
+                    progress,
+                    read,
+                };
             }
             EngineEvent::Warning(text) => self.notice(NoticeKind::Warning, text),
             EngineEvent::SwitchProgress {
@@ -1360,6 +1371,7 @@ pub(crate) mod tests {
         app.engine = EngineStatus::Loading {
             stage: LoadStage::Weights,
             progress: 0.5,
+            read: None,
         };
         app
     }

@@ -69,12 +69,14 @@ impl BandwidthResolver {
                 .clone()
         });
         let cpu = (info.n_gpu_layers <= info.n_layer).then(|| {
+            // Said only before a fresh probe: a figure read from the cache takes no time.
             let measure = || {
-                eprintln!(
-                    "the CPU's memory bandwidth at {threads} thread(s): the shared probe \
-                     (measured once per machine and thread count; --no-probe skips it)…"
-                );
-                crate::hw::cpu_bandwidth(threads as usize)
+                crate::hw::cpu_bandwidth_announced(threads as usize, || {
+                    eprintln!(
+                        "the CPU's memory bandwidth at {threads} thread(s): the shared probe \
+                         (measured once per machine and thread count; --no-probe skips it)…"
+                    );
+                })
             };
             self.cpu
                 .entry(threads)

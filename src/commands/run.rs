@@ -701,9 +701,11 @@ impl LocalRun<'_> {
     fn on_event(&mut self, event: EngineEvent) -> Result<Step, Failure> {
         let args = self.args;
         match event {
-            EngineEvent::Loading { stage, progress } if self.show_progress => {
-                show_loading(stage, progress)
-            }
+            EngineEvent::Loading {
+                stage,
+                progress,
+                read,
+            } if self.show_progress => show_loading(stage, progress, read.as_ref()),
             EngineEvent::Ready(i) => self.on_ready(*i)?,
             EngineEvent::LoadFailed(e) => return Err(e.into()),
             EngineEvent::Token {
@@ -834,12 +836,19 @@ fn ready_info(info: Option<&ModelInfo>) -> Result<&ModelInfo, Failure> {
     info.ok_or_else(|| Failure::new(FAILURE, "engine finished before it was ready"))
 }
 
-/// The loading line on stderr: the stage, and within the weights llama.cpp's progress.
-fn show_loading(stage: crate::engine::LoadStage, progress: f32) {
+/// The loading line on stderr: the stage, and within the weights llama.cpp's progress, the
+/// read rate and the time left.
+fn show_loading(
+    stage: crate::engine::LoadStage,
+    progress: f32,
+    read: Option<&crate::metrics::LoadRead>,
+) {
     match stage {
-        crate::engine::LoadStage::Weights => {
-            eprint!("\r\x1b[2K{}… {:>3.0}%", stage.words(), progress * 100.0)
-        }
+        crate::engine::LoadStage::Weights => eprint!(
+            "\r\x1b[2K{}… {}",
+            stage.words(),
+            crate::metrics::LoadRead::describe(read, progress)
+        ),
         _ => eprint!("\r\x1b[2K{} …", stage.words()),
     }
 }

@@ -308,8 +308,13 @@ pub enum EngineEvent {
         request_id: RequestId,
         tokens: Option<Vec<crate::metrics::quality::TokenConfidence>>,
     },
-    /// Model loading: its stage, and within `Weights` llama.cpp's progress, 0.0..=1.0.
-    Loading { stage: LoadStage, progress: f32 },
+    /// Model loading: its stage, and within `Weights` llama.cpp's progress, 0.0..=1.0, and how
+    /// fast the weights are read (`None` in the other stages).
+    Loading {
+        stage: LoadStage,
+        progress: f32,
+        read: Option<crate::metrics::LoadRead>,
+    },
     /// The model and context are ready.
     Ready(Box<ModelInfo>),
     /// The model could not be loaded; the engine waits for a `SwitchModel` (the picker).

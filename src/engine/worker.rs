@@ -17,6 +17,7 @@ use crate::llama;
 use crate::llama::error::EngineError;
 use crate::llama::settings::SpecMode;
 use crate::llama::LoadedModel;
+use crate::metrics::LoadRead;
 
 enum Next {
     Load(EngineConfig),
@@ -53,17 +54,26 @@ pub(super) fn run(
 /// progress steps, and a false answer aborts the load.
 fn load_with_progress(
     cfg: &EngineConfig,
-    progress: impl Fn(f32) -> EngineEvent + 'static,
+    progress: impl Fn(f32, LoadRead) -> EngineEvent + 'static,
     events: &EventSender,
     keep_going: impl Fn() -> bool + 'static,
 ) -> Result<LoadedModel, EngineError> {
     let progress_events = events.clone();
     let mut last_percent = -1i32;
+    let file_bytes = std::fs::metadata(&cfg.model_path).map_or(0, |m| m.len());
+    // llama.cpp's first call comes before the first tensor is read (progress 0): the read's
+    // clock starts there, after the checks and the metadata.
+    let mut first_call: Option<Instant> = None;
     load_served(&cfg.model_path, cfg, move |p| {
+        let started = *first_call.get_or_insert_with(Instant::now);
         let percent = (p * 100.0) as i32;
         if percent != last_percent {
             last_percent = percent;
-            let _ = progress_events.send(progress(p));
+            let read = LoadRead {
+                file_bytes,
+                elapsed: started.elapsed(),
+            };
+            let _ = progress_events.send(progress(p, read));
         }
         keep_going()
     })
@@ -93,12 +103,14 @@ fn load_and_serve(cfg: &EngineConfig, io: &Io<'_>) -> Next {
     let _ = io.events.send(EngineEvent::Loading {
         stage: LoadStage::Checking,
         progress: 0.0,
+        read: None,
     });
     let loaded = load_with_progress(
         cfg,
-        |progress| EngineEvent::Loading {
+        |progress, read| EngineEvent::Loading {
             stage: LoadStage::Weights,
             progress,
+            read: Some(read),
         },
         io.events,
         // Shutting down (the user quit while a large model loads): abort the load.
@@ -109,6 +121,7 @@ fn load_and_serve(cfg: &EngineConfig, io: &Io<'_>) -> Next {
             let _ = io.events.send(EngineEvent::Loading {
                 stage: LoadStage::Context,
                 progress: 1.0,
+                read: None,
             });
             serve(&model, cfg, started, io)
         }
@@ -130,7 +143,7 @@ fn load_beside(id: RequestId, cfg: &EngineConfig, io: &Io<'_>) -> Result<LoadedM
     let keep_going = Arc::clone(&cancelled);
     let loaded = load_with_progress(
         cfg,
-        move |progress| EngineEvent::SwitchProgress {
+        move |progress, _| EngineEvent::SwitchProgress {
             request_id: id,
             progress,
         },

@@ -22,6 +22,66 @@ pub mod trace;
 
 use serde::{Deserialize, Serialize};
 
+/// How far llama.cpp has read a model's weights, as the engine thread saw it when llama.cpp's
+/// progress last moved: the file's size and the time since the weights began to load. With
+/// llama.cpp's progress (the tensor bytes loaded over all of them, 0.0..=1.0) it gives the
+/// read rate and the time left (docs/metrics.md, "Loading").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoadRead {
+    pub file_bytes: u64,
+    pub elapsed: Duration,
+}
+
+impl LoadRead {
+    /// Below this much reading, a rate is mostly the first tensor's page faults: not shown.
+    const SETTLED: Duration = Duration::from_millis(200);
+    /// Below this fraction read, the time left is not estimated.
+    const FIRST_FRACTION: f32 = 0.02;
+
+    /// Bytes read per second so far: `progress × file size ÷ elapsed`; `None` before anything
+    /// was read or before [`Self::SETTLED`].
+    #[must_use]
+    pub fn bytes_per_s(&self, progress: f32) -> Option<f64> {
+        let secs = self.elapsed.as_secs_f64();
+        (progress > 0.0 && self.elapsed >= Self::SETTLED)
+            .then(|| f64::from(progress.min(1.0)) * self.file_bytes as f64 / secs)
+    }
+
+    /// The time left at the rate so far: `elapsed × (1 − progress) ÷ progress`; `None` before
+    /// 2% were read or before [`Self::SETTLED`].
+    #[must_use]
+    pub fn time_left(&self, progress: f32) -> Option<Duration> {
+        let p = f64::from(progress.min(1.0));
+        (progress >= Self::FIRST_FRACTION && self.elapsed >= Self::SETTLED)
+            .then(|| self.elapsed.mul_f64((1.0 - p) / p))
+    }
+
+    /// The loading line's figures: `42% · 82 MB/s · 3 s left`, each part once it is defined.
+    #[must_use]
+    pub fn describe(read: Option<&Self>, progress: f32) -> String {
+        let percent = if progress.is_finite() {
+            (progress.clamp(0.0, 1.0) * 100.0).round() as u32
+        } else {
+            0
+        };
+        let mut parts = vec![format!("{percent}%")];
+        if let Some(r) = read {
+            if let Some(rate) = r.bytes_per_s(progress) {
+                parts.push(format!("{}/s", crate::fmt::bytes_f64(rate)));
+            }
+            if let Some(left) = r.time_left(progress).filter(|_| progress < 1.0) {
+                let secs = left.as_secs_f64().ceil();
+                parts.push(if secs < 60.0 {
+                    format!("{secs:.0} s left")
+                } else {
+                    format!("{} left", crate::fmt::secs(left))
+                });
+            }
+        }
+        parts.join(" · ")
+    }
+}
+
 /// Milliseconds as `f64`, for display and JSON.
 pub(crate) fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
@@ -502,6 +562,32 @@ pub(crate) fn planted_factor(figure: &str) -> Option<f64> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    #[test]
+    fn a_load_reads_its_rate_and_time_left_from_llamas_progress() {
+        let read = LoadRead {
+            file_bytes: 1_000_000_000,
+            elapsed: Duration::from_secs(2),
+        };
+        // A quarter of 1 GB in 2 s: 125 MB/s, and three times as long to go.
+        assert_eq!(read.bytes_per_s(0.25), Some(125e6));
+        assert_eq!(read.time_left(0.25), Some(Duration::from_secs(6)));
+        assert_eq!(
+            LoadRead::describe(Some(&read), 0.25),
+            "25% · 125 MB/s · 6 s left"
+        );
+        // Nothing read, 1% read, or too soon: no rate or no estimate, never infinity.
+        assert_eq!(read.bytes_per_s(0.0), None);
+        assert_eq!(read.time_left(0.01), None);
+        let soon = LoadRead {
+            elapsed: Duration::from_millis(50),
+            ..read
+        };
+        assert_eq!(LoadRead::describe(Some(&soon), 0.5), "50%");
+        assert_eq!(LoadRead::describe(None, 0.42), "42%");
+        // Done: the rate stays, no time left.
+        assert_eq!(LoadRead::describe(Some(&read), 1.0), "100% · 500 MB/s");
+    }
 
     fn d(ms: u64) -> Duration {
         Duration::from_millis(ms)

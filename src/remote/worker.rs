@@ -192,6 +192,7 @@ fn connect(
     let _ = events.send(EngineEvent::Loading {
         stage: crate::engine::LoadStage::Connecting,
         progress: 0.0,
+        read: None,
     });
     let started = Instant::now();
     let looked_up = RemoteClient::new(main.endpoint).and_then(|client| {

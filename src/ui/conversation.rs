@@ -592,14 +592,24 @@ fn welcome(app: &App, width: usize) -> Vec<Line<'static>> {
     ));
     out.push(Line::default());
     match (&app.engine, &app.model) {
-        (EngineStatus::Loading { stage, progress }, _) => {
+        (
+            EngineStatus::Loading {
+                stage,
+                progress,
+                read,
+            },
+            _,
+        ) => {
             let file = app
                 .model_path
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default();
             let done = match stage {
-                crate::engine::LoadStage::Weights => format!(" {}%", format::percent(*progress)),
+                crate::engine::LoadStage::Weights => format!(
+                    " {}",
+                    crate::metrics::LoadRead::describe(read.as_ref(), *progress)
+                ),
                 _ => String::new(),
             };
             let loading = format!("{}: {} …{done}", one_line(&file), stage.words());

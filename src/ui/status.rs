@@ -19,13 +19,13 @@ const SEPARATOR: &str = " │ ";
 
 struct Segment {
     text: String,
-    /// A shorter form, used when the line is too long and this segment's turn comes.
-    short: Option<String>,
+    /// Shorter forms, longest first, each with its rank: when the line is too long and this
+    /// segment's turn comes, the next one is used.
+    shorter: Vec<(String, u8)>,
     style: Style,
     /// When the line is too long, the available step with the highest rank is taken first:
-    /// using the short form (`shorten_rank`) or leaving the segment out (`drop_rank`; `None`
-    /// for segments that always stay).
-    shorten_rank: u8,
+    /// using the next shorter form or leaving the segment out (`drop_rank`; `None` for
+    /// segments that always stay).
     drop_rank: Option<u8>,
 }
 
@@ -33,17 +33,17 @@ impl Segment {
     fn new(text: String, style: Style, drop_rank: Option<u8>) -> Self {
         Self {
             text,
-            short: None,
+            shorter: Vec::new(),
             style,
-            shorten_rank: 0,
             drop_rank,
         }
     }
 
+    /// A shorter form, taken at `rank`; kept only when it is shorter than the last form.
     fn or_short(mut self, short: String, rank: u8) -> Self {
-        if width(&short) < width(&self.text) {
-            self.short = Some(short);
-            self.shorten_rank = rank;
+        let last = self.shorter.last().map_or(&self.text, |(t, _)| t);
+        if width(&short) < width(last) {
+            self.shorter.push((short, rank));
         }
         self
     }
@@ -61,10 +61,15 @@ pub(crate) fn engine_state(app: &App) -> (String, Style) {
         return (state, theme::STATE_BUSY);
     }
     match &app.engine {
-        EngineStatus::Loading { stage, progress } => (
+        EngineStatus::Loading {
+            stage,
+            progress,
+            read,
+        } => (
             match stage {
                 crate::engine::LoadStage::Weights => {
-                    format!("{} {}%", stage.short(), format::percent(*progress))
+                    let figures = crate::metrics::LoadRead::describe(read.as_ref(), *progress);
+                    format!("{} {figures}", stage.short())
                 }
                 _ => format!("{}…", stage.short()),
             },
@@ -148,9 +153,12 @@ fn segments(app: &App, view: &View) -> Vec<Segment> {
             .or_short(" ⚠ SYNTHETIC ".to_string(), 35),
         );
     }
+    // The name the file gives itself (`general.name`, as written: no other source is the
+    // model's own), whole where there is room.
     let name = one_line(&info.name);
     out.push(
-        Segment::new(truncate(&name, 32), theme::STATUS_NAME, Some(10))
+        Segment::new(truncate(&name, 64), theme::STATUS_NAME, Some(10))
+            .or_short(truncate(&name, 32), 57)
             .or_short(truncate(&name, 14), 15),
     );
     let plain = |text: String, drop: u8| Segment::new(text, theme::STATUS_BAR, Some(drop));
@@ -206,15 +214,14 @@ fn fit(mut segments: Vec<Segment>, max: usize) -> Vec<Segment> {
     while total_width(&segments) > max {
         // (rank, index, shorten?) of the next step: the highest rank, the last of equals.
         let steps = segments.iter().enumerate().flat_map(|(i, s)| {
-            let shorten = s.short.as_ref().map(|_| (s.shorten_rank, i, true));
+            let shorten = s.shorter.first().map(|(_, rank)| (*rank, i, true));
             [shorten, s.drop_rank.map(|rank| (rank, i, false))]
         });
         let best = steps.flatten().max_by_key(|(rank, ..)| *rank);
         match best {
             Some((_, i, true)) => {
-                if let Some(short) = segments[i].short.take() {
-                    segments[i].text = short;
-                }
+                let (short, _) = segments[i].shorter.remove(0);
+                segments[i].text = short;
             }
             Some((_, i, false)) => {
                 segments.remove(i);
@@ -238,4 +245,42 @@ pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App, view: &View) {
         Paragraph::new(Line::from(spans)).style(theme::STATUS_BAR),
         area,
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn texts(segments: &[Segment]) -> Vec<&str> {
+        segments.iter().map(|s| s.text.as_str()).collect()
+    }
+
+    fn line() -> Vec<Segment> {
+        let name = "Meta Llama 3.1 8B Instruct Abliterated (synthetic)";
+        vec![
+            Segment::new(" ready ".into(), theme::STATUS_BAR, None),
+            Segment::new(truncate(name, 64), theme::STATUS_NAME, Some(10))
+                .or_short(truncate(name, 32), 57)
+                .or_short(truncate(name, 14), 15),
+            Segment::new("llama".into(), theme::STATUS_BAR, Some(60)),
+            Segment::new("ctx 10/8192".into(), theme::STATUS_BAR, Some(20)),
+        ]
+    }
+
+    #[test]
+    fn a_long_model_name_is_whole_where_there_is_room_and_shortened_in_steps() {
+        let wide = fit(line(), 200);
+        assert_eq!(
+            texts(&wide)[1],
+            "Meta Llama 3.1 8B Instruct Abliterated (synthetic)"
+        );
+        // Narrower: the architecture goes first, then the name's 32-column form.
+        let mid = fit(line(), 60);
+        assert_eq!(
+            texts(&mid),
+            [" ready ", "Meta Llama 3.1 8B Instruct Abli…", "ctx 10/8192"]
+        );
+        let narrow = fit(line(), 40);
+        assert_eq!(texts(&narrow), [" ready ", "Meta Llama 3.…"]);
+    }
 }
