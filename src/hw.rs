@@ -371,7 +371,7 @@ pub(crate) fn cpu_bandwidth_announced(threads: usize, announce: impl FnOnce()) -
     })
 }
 
-/// [`cpu_bandwidth`] with its cache file and its probe given (tests use a small probe).
+/// [`cpu_bandwidth_announced`] with its cache file and its probe given (tests use a small probe).
 ///
 /// A probe taken on a busy machine (its load averages, by `run`'s and `bench`'s rule) is kept
 /// marked busy and says so; it is reused only while the machine is still busy and measured
