@@ -127,6 +127,15 @@ fn device(info: &ModelInfo) -> Segment {
     }
 }
 
+/// The name the file gives itself (`general.name`, as written: no other source is the
+/// model's own), whole where there is room, then at 32 and 14 columns.
+fn name_segment(name: &str) -> Segment {
+    let name = one_line(name);
+    Segment::new(truncate(&name, 64), theme::STATUS_NAME, Some(10))
+        .or_short(truncate(&name, 32), 57)
+        .or_short(truncate(&name, 14), 15)
+}
+
 fn segments(app: &App, view: &View) -> Vec<Segment> {
     let (state, state_style) = engine_state(app);
     let mut out = vec![Segment::new(format!(" {state} "), state_style, None)];
@@ -153,14 +162,7 @@ fn segments(app: &App, view: &View) -> Vec<Segment> {
             .or_short(" ⚠ SYNTHETIC ".to_string(), 35),
         );
     }
-    // The name the file gives itself (`general.name`, as written: no other source is the
-    // model's own), whole where there is room.
-    let name = one_line(&info.name);
-    out.push(
-        Segment::new(truncate(&name, 64), theme::STATUS_NAME, Some(10))
-            .or_short(truncate(&name, 32), 57)
-            .or_short(truncate(&name, 14), 15),
-    );
+    out.push(name_segment(&info.name));
     let plain = |text: String, drop: u8| Segment::new(text, theme::STATUS_BAR, Some(drop));
     let total = view
         .n_ctx
@@ -256,12 +258,9 @@ mod tests {
     }
 
     fn line() -> Vec<Segment> {
-        let name = "Meta Llama 3.1 8B Instruct Abliterated (synthetic)";
         vec![
             Segment::new(" ready ".into(), theme::STATUS_BAR, None),
-            Segment::new(truncate(name, 64), theme::STATUS_NAME, Some(10))
-                .or_short(truncate(name, 32), 57)
-                .or_short(truncate(name, 14), 15),
+            name_segment("Meta Llama 3.1 8B Instruct Abliterated (synthetic)"),
             Segment::new("llama".into(), theme::STATUS_BAR, Some(60)),
             Segment::new("ctx 10/8192".into(), theme::STATUS_BAR, Some(20)),
         ]
