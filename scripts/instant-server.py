@@ -4,15 +4,25 @@ own cost (issue 35, item 6). Standard library only; 127.0.0.1 only.
 
 POST /v1/chat/completions streams `max_tokens` chunks of one token each, then the usage chunk
 and [DONE]. Between two chunks it sleeps `--gap-ms` (0: back to back, written in one go).
+With `--rate R` it paces instead (issue 60, item 1): chunk i is due at t0 + i/R on
+CLOCK_MONOTONIC (t0: the first chunk's write), and each wake-up writes every chunk then due in
+one write, so the schedule holds at rates above what a sleep per chunk can reach (asyncio wakes
+about once a millisecond: at 10,000 tok/s about ten one-token chunks per write; `--tick-ms T`
+wakes each stream at most once every T ms, so that many streams at once cost the server fewer
+wake-ups). With
+`--numbered` token i (from 1) is " t00001" style: distinct and in order, so a reader of the
+stream or of a screen can tell a lost, doubled or reordered token.
 GET /v1/models names one model. Anything else is 404 (so a client falls back from /tokenize).
 
 The server times its own part of each request on CLOCK_MONOTONIC: from the request's last
-byte read to the first chunk written (`first_us`), and the whole stream (`stream_us`). On
+byte read to the first chunk written (`first_us`), and the whole stream (`stream_us`). It also
+times each stream's own rate the way tokscope defines decode tok/s, (N - 1) / (the last token's
+write - the first's), kept per stream (`stream_tok_per_s`, in request order). On
 SIGTERM or SIGINT it writes their count, mean, p50, p99 and max to `--stats FILE` (JSON) and
 exits. A load generator's added latency per request is then its TTFT minus the server's
 `first_us` (both on one machine, over loopback).
 
-Usage: instant-server.py --port P [--gap-ms G] [--stats FILE]
+Usage: instant-server.py --port P [--gap-ms G | --rate R [--tick-ms T]] [--numbered] [--stats FILE]
 """
 import argparse
 import asyncio
@@ -42,10 +52,14 @@ def summary(values):
 
 
 class Server:
-    def __init__(self, gap_ms):
+    def __init__(self, gap_ms, rate, numbered, tick_ms):
         self.gap = gap_ms / 1000.0
+        self.rate = rate
+        self.tick = tick_ms / 1000.0
+        self.numbered = numbered
         self.first_us = []
         self.stream_us = []
+        self.tok_per_s = []
         self.open = 0
         self.max_open = 0
 
@@ -83,16 +97,19 @@ class Server:
                 request = json.loads(body or b"{}")
                 n = int(request.get("max_tokens") or 16)
                 writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n")
-                piece = {"choices": [{"index": 0, "delta": {"content": " tok"}}], "model": MODEL}
                 first = None
-                if self.gap == 0:
-                    out = [chunk(piece) for _ in range(n)]
+                if self.rate:
+                    first, last = await self.paced(writer, n)
+                    if n > 1:
+                        self.tok_per_s.append((n - 1) / ((last - first) / 1e9))
+                elif self.gap == 0:
+                    out = [chunk(self.piece(i)) for i in range(n)]
                     writer.write(b"".join(out))
                     await writer.drain()
                     first = time.monotonic_ns()
                 else:
                     for i in range(n):
-                        writer.write(chunk(piece))
+                        writer.write(chunk(self.piece(i)))
                         await writer.drain()
                         if first is None:
                             first = time.monotonic_ns()
@@ -109,10 +126,44 @@ class Server:
             self.open -= 1
             writer.close()
 
+    def token(self, i):
+        return f" t{i + 1:05d}" if self.numbered else " tok"
+
+    def piece(self, i):
+        return {"choices": [{"index": 0, "delta": {"content": self.token(i)}}], "model": MODEL}
+
+    async def paced(self, writer, n):
+        """Writes chunk i at t0 + i/rate or as soon after as the loop wakes (t0: the first
+        chunk's write), waking at most once a `--tick-ms`; returns the monotonic times (ns) of
+        the first and the last chunk's write."""
+        if self.numbered:  # the same bytes as chunk(self.piece(i)), made many times faster
+            template = chunk(self.piece(0)).replace(b" t00001", b" t%05d")
+            pieces = [template % (i + 1) for i in range(n)]
+        else:
+            pieces = [chunk(self.piece(0))] * n
+        step_ns = 1e9 / self.rate
+        t0 = last = None
+        i = 0
+        while i < n:
+            now = time.monotonic_ns()
+            if t0 is None:
+                t0, due = now, 1
+            else:
+                due = min(n, int((now - t0) / step_ns) + 1)
+            if due > i:
+                writer.write(b"".join(pieces[i:due]))
+                last = now
+                i = due
+                await writer.drain()
+            else:
+                await asyncio.sleep(max(self.tick, (t0 + i * step_ns - now) / 1e9))
+        return t0, last
+
     def stats(self):
         return {
             "first_chunk_us": summary(self.first_us),
             "stream_us": summary(self.stream_us),
+            "stream_tok_per_s": self.tok_per_s,
             "max_open_connections": self.max_open,
         }
 
@@ -121,9 +172,12 @@ async def main():
     p = argparse.ArgumentParser()
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--gap-ms", type=float, default=0.0)
+    p.add_argument("--rate", type=float, default=0.0)
+    p.add_argument("--numbered", action="store_true")
+    p.add_argument("--tick-ms", type=float, default=0.0)
     p.add_argument("--stats")
     args = p.parse_args()
-    server = Server(args.gap_ms)
+    server = Server(args.gap_ms, args.rate, args.numbered, args.tick_ms)
     srv = await asyncio.start_server(server.handle, "127.0.0.1", args.port, backlog=4096, limit=1 << 20)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -19,5 +19,7 @@ mod e2e_width;
 mod model_picker;
 #[path = "robustness.rs"]
 mod robustness;
+#[path = "stream_vt100.rs"]
+mod stream_vt100;
 #[path = "tui_loop.rs"]
 mod tui_loop;
