@@ -53,7 +53,7 @@ fn a_longer_answer_has_sane_figures_that_agree_with_llama_cpp() {
 }
 
 /// The KV cache's size said before the context is made (`KvShape::allocated_bytes`) is what
-/// llama.cpp allocates: the sum of its own "llama_kv_cache: size = X MiB" lines in the log
+/// llama.cpp allocates: the sum of its own `llama_kv_cache` "size = X MiB" lines in the log
 /// (the demo model has 3 global and 15 window layers, so two caches), at a context and a
 /// micro-batch that are not multiples of 256.
 #[test]
@@ -78,9 +78,12 @@ fn the_kv_cache_size_said_before_the_context_is_what_llama_cpp_allocates() {
             .find_map(|l| l.split("kv_cache_bytes=").nth(1))
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or_else(|| panic!("no kv_cache_bytes line in the log:\n{log}"));
+        // llama.cpp's `llama_kv_cache` constructor logs "size = X MiB (N cells, L layers, …)"
+        // (the log names the function in its module field).
         let sizes: Vec<f64> = log
             .lines()
-            .filter_map(|l| l.split("llama_kv_cache: size =").nth(1))
+            .filter(|l| l.ends_with("module=\"llama.cpp::llama_kv_cache\""))
+            .filter_map(|l| l.split("llama-cpp-2: size =").nth(1))
             .filter_map(|rest| rest.split_whitespace().next()?.parse().ok())
             .collect();
         assert_eq!(sizes.len(), 2, "a global and a window cache:\n{log}");
