@@ -493,7 +493,7 @@ def turns(a, bin_, env, data):
               f"{rows[fill - 1][1]:.1f} ms); the screen after it: {notices.get(fill, '(no notice)')}")
     # The notice stays on screen until another replaces it: it must be there after every turn
     # where the context filled, and not before the first.
-    if any(f not in notices for f in fills) or min(notices, default=0) < min(fills, default=1):
+    if any(f not in notices for f in fills) or (notices and min(notices) < min(fills, default=len(rows) + 1)):
         failures.append(f"the notice was on screen after turns {sorted(notices)}, the context "
                         f"filled at turns {fills}: every fill must be said, and only a fill")
     if not fills:
