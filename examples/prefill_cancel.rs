@@ -60,6 +60,7 @@ fn main() {
             max_tokens: 4,
             capture_first_logits: false,
             ignore_eos: false,
+            context_full: tokscope::engine::ContextFull::DropOldest,
         };
         let id = handle.send(handle.next_id(), turn, None).unwrap();
         let (mut started, mut cancelled_at) = (None::<Instant>, None::<Instant>);

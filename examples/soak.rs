@@ -67,6 +67,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             max_tokens: 24,
             capture_first_logits: false,
             ignore_eos: false,
+            context_full: tokscope::engine::ContextFull::DropOldest,
         };
         // This thread's own clock, taken before the engine's origin (`send` takes it), and
         // its own count of the streamed tokens: what the report's figures are held against.

@@ -191,6 +191,61 @@ fn run_streams_text_and_prints_a_summary() {
         );
 }
 
+/// A context whose KV cache would not fit in the memory available is refused before llama.cpp
+/// allocates it (and the kernel swaps or kills it): the message names the cache's size, the
+/// memory available and what to do, never a panic. A context that fits says its cache's size.
+#[test]
+fn a_kv_cache_larger_than_the_memory_is_refused_with_what_to_do() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    // The tiny shape has 64 K and 64 V values a layer a cell in f16 (256 bytes): at the
+    // largest -c, 16,777,216 cells, enough layers that the cache is twice this machine's
+    // available memory.
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let available_kb: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap();
+    let layers = (2 * available_kb * 1024).div_ceil(16_777_216 * 256).max(2);
+    let big = home.path().join("deep.gguf");
+    tokscope(home.path())
+        .args(["synth", "--preset", "tiny", "--type", "q8_0", "--layers"])
+        .arg(layers.to_string())
+        .arg("-o")
+        .arg(&big)
+        .assert()
+        .success();
+    tokscope(home.path())
+        .args([
+            "run", "-p", "hi", "-n", "1", "-t", "1", "-c", "16777216", "-m",
+        ])
+        .arg(&big)
+        .assert()
+        .failure()
+        .stderr(
+            predicate::str::contains("the KV cache of a 16777216-token context would take")
+                .and(predicate::str::contains("GB (K f16, V f16), but only"))
+                .and(predicate::str::contains(
+                    "of memory is available (MemAvailable)",
+                ))
+                .and(predicate::str::contains("use a smaller context: -c "))
+                .and(predicate::str::contains(
+                    "--cache-type-k q8_0 --cache-type-v q8_0",
+                ))
+                .and(no_panic()),
+        );
+    let model = write_tiny(home.path());
+    tokscope(home.path())
+        .args(["run", "-p", "hi", "-n", "1", "-t", "1", "-c", "1000", "-m"])
+        .arg(&model)
+        .assert()
+        .success()
+        .stderr(predicate::str::contains(
+            "note: KV cache 0.52 MB for the 1024-token context (K f16, V f16)",
+        ));
+}
+
 /// `run --token-lines`: one JSON line per generated token, indexed from 0, as many as the
 /// report counts (held-back and empty texts included), and their texts join to the answer.
 #[test]

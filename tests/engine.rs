@@ -512,6 +512,78 @@ fn a_conversation_longer_than_the_context_drops_its_oldest_turns() {
     assert!(t.token_events >= 1, "the conversation goes on");
 }
 
+/// `--context-full stop`: a conversation that no longer fits is not cut. The turn fails with
+/// its size, the context's and the user's choices, nothing is generated, and the same
+/// conversation under `drop-oldest` then goes on (the engine is fine).
+#[test]
+fn a_full_context_under_stop_leaves_nothing_out_and_names_the_choices() {
+    use tokscope::engine::{ContextFull, EngineError, TurnRequest};
+    let _lock = model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let model = synth(dir.path(), "tiny.gguf", "tiny", TensorType::F32, 1);
+    let mut e = start(&model, settings(256));
+    let long = "the quick brown fox jumps over the lazy dog ".repeat(4);
+    let mut convo = Vec::new();
+    for i in 0..12 {
+        convo.push(user(&format!("question {i}: {long}")));
+        convo.push(assistant(&format!("answer {i}: {long}")));
+    }
+    convo.push(user("and now?"));
+    let turn = |context_full| TurnRequest {
+        messages: convo.clone(),
+        sampling: greedy(),
+        max_tokens: 16,
+        capture_first_logits: false,
+        ignore_eos: false,
+        context_full,
+    };
+    let id = e.handle.next_id();
+    e.handle.send(id, turn(ContextFull::Stop), None).unwrap();
+    let error = loop {
+        match e.events.blocking_recv().unwrap() {
+            EngineEvent::Failed { request_id, error } if request_id == id => break error,
+            EngineEvent::PrefillStarted { request_id, .. } if request_id == id => {
+                panic!("nothing is prefilled: the conversation does not fit")
+            }
+            EngineEvent::Token { request_id, .. } if request_id == id => {
+                panic!("nothing is generated")
+            }
+            EngineEvent::Finished { request_id, .. } if request_id == id => {
+                panic!("the turn must fail, not finish")
+            }
+            _ => {}
+        }
+    };
+    let EngineError::ContextFull {
+        prompt_tokens,
+        n_ctx,
+        reserve,
+    } = &error
+    else {
+        panic!("{error}")
+    };
+    assert!(*prompt_tokens + reserve > *n_ctx as usize, "{error}");
+    assert_eq!((*n_ctx, *reserve), (256, 16));
+    let said = error.to_string();
+    for part in [
+        "no longer fits the 256-token context",
+        "nothing was left out",
+        "/context-full drop-oldest",
+        "Ctrl+N",
+        "larger -c",
+    ] {
+        assert!(said.contains(part), "{part:?} in {said}");
+    }
+    // The user's other choice: the same conversation with its oldest messages left out.
+    let id = e.handle.next_id();
+    e.handle
+        .send(id, turn(ContextFull::DropOldest), None)
+        .unwrap();
+    let t = e.collect(id, |_, _| {});
+    assert!(t.report.dropped_messages >= 2);
+    assert!(t.token_events >= 1);
+}
+
 #[test]
 fn a_nul_byte_in_the_conversation_does_not_break_later_turns() {
     // Found by the soak: random weights produced <0x00>, and every later turn failed.
@@ -837,6 +909,7 @@ fn thinking_turn(e: &mut TestEngine, max_tokens: u32) -> ThinkingTurn {
         max_tokens,
         capture_first_logits: false,
         ignore_eos: true,
+        context_full: tokscope::engine::ContextFull::DropOldest,
     };
     let id = e.handle.send(e.handle.next_id(), turn, None).unwrap();
     let (mut answer, mut thinking, mut last_span, mut token_events) =

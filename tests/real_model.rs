@@ -52,6 +52,50 @@ fn a_longer_answer_has_sane_figures_that_agree_with_llama_cpp() {
     sane_figures(&v);
 }
 
+/// The KV cache's size said before the context is made (`KvShape::allocated_bytes`) is what
+/// llama.cpp allocates: the sum of its own `llama_kv_cache` "size = X MiB" lines in the log
+/// (the demo model has 3 global and 15 window layers, so two caches), at a context and a
+/// micro-batch that are not multiples of 256.
+#[test]
+fn the_kv_cache_size_said_before_the_context_is_what_llama_cpp_allocates() {
+    let _lock = common::model_lock();
+    for (ctx, ubatch) in [("4096", "512"), ("3000", "100")] {
+        let home = tempfile::tempdir().unwrap();
+        let out = common::tokscope_cmd(home.path())
+            .args(["run", "-n", "1", "-p", "hi", "-t", "1", "-c", ctx])
+            .args(["--ubatch-size", ubatch, "-m"])
+            .arg(common::demo_model())
+            .assert()
+            .success();
+        let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+        assert!(
+            stderr.contains("note: KV cache ") && stderr.contains("-token context (K f16, V f16)"),
+            "{stderr}"
+        );
+        let log = std::fs::read_to_string(home.path().join("data/logs/tokscope.log")).unwrap();
+        let ours: f64 = log
+            .lines()
+            .find_map(|l| l.split("kv_cache_bytes=").nth(1))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no kv_cache_bytes line in the log:\n{log}"));
+        // llama.cpp's `llama_kv_cache` constructor logs "size = X MiB (N cells, L layers, …)"
+        // (the log names the function in its module field).
+        let sizes: Vec<f64> = log
+            .lines()
+            .filter(|l| l.ends_with("module=\"llama.cpp::llama_kv_cache\""))
+            .filter_map(|l| l.split("llama-cpp-2: size =").nth(1))
+            .filter_map(|rest| rest.split_whitespace().next()?.parse().ok())
+            .collect();
+        assert_eq!(sizes.len(), 2, "a global and a window cache:\n{log}");
+        let theirs_mib: f64 = sizes.iter().sum();
+        // llama.cpp prints each with 2 decimals.
+        assert!(
+            (ours / f64::from(1u32 << 20) - theirs_mib).abs() <= 0.01,
+            "-c {ctx} --ubatch-size {ubatch}: ours {ours} B, llama.cpp {sizes:?} MiB"
+        );
+    }
+}
+
 /// The checks the synthetic models' figures pass (tests/cli.rs, tests/engine.rs).
 fn sane_figures(v: &serde_json::Value) {
     let m = &v["metrics"];

@@ -424,6 +424,7 @@ fn sampled_pair(e: &mut TestEngine, seed: u32) -> (String, usize, usize) {
         max_tokens: 3,
         capture_first_logits: false,
         ignore_eos: true,
+        context_full: tokscope::engine::ContextFull::DropOldest,
     };
     let id = e.handle.next_id();
     e.handle.send(id, turn, None).unwrap();

@@ -73,6 +73,7 @@ fn model() -> ModelInfo {
             type_v: KvType::F16,
             sliding_window: None,
         }),
+        kv_cache_bytes: None,
     }
 }
 

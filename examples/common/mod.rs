@@ -43,6 +43,7 @@ impl Engine {
             max_tokens: tokens,
             capture_first_logits: false,
             ignore_eos: true,
+            context_full: tokscope::engine::ContextFull::DropOldest,
         };
         let id = self.handle.send(self.handle.next_id(), turn, None).unwrap();
         loop {

@@ -110,7 +110,11 @@ impl App {
         // it, so B is too (and the screen names it); without one, B against A's model.
         let effect = Effect::Generate {
             id,
-            turn: super::turn_request(self.conversation.messages_for_last(), &settings),
+            turn: super::turn_request(
+                self.conversation.messages_for_last(),
+                &settings,
+                self.context_full,
+            ),
             model: Some(path.clone()),
             ab_reference: self.reference.clone(),
         };

@@ -276,6 +276,9 @@ pub struct App {
     pub max_tokens: u32,
     /// Answers run to `max_tokens` regardless of end-of-generation (benchmarking).
     pub ignore_eos: bool,
+    /// When the conversation no longer fits the context: leave the oldest messages out, or
+    /// stop and say so (`chat --context-full`, `/context-full`).
+    pub context_full: crate::engine::ContextFull,
     /// Peak memory bandwidths for the roofline pane, with where they come from; the view
     /// picks or blends them for where llama.cpp put the model's layers.
     pub bandwidth: crate::metrics::roofline::Peaks,
@@ -402,7 +405,7 @@ impl App {
         let model_file = self.model_file();
         let messages = self.conversation.messages_for_last();
         let settings = self.current_settings();
-        let turn = turn_request(messages, &settings);
+        let turn = turn_request(messages, &settings, self.context_full);
         let model = self.model.as_ref().map(crate::history::SavedModel::of);
         if let Some(ex) = self.conversation.exchanges.last_mut() {
             ex.assistant = Some(AssistantTurn {
@@ -732,7 +735,7 @@ impl App {
                 self.notice(
                     NoticeKind::Warning,
                     format!(
-                        "the conversation no longer fits the {n_ctx}-token context: the oldest {dropped_messages} messages were left out of this answer"
+                        "the conversation no longer fits the {n_ctx}-token context: the oldest {dropped_messages} messages were left out of this answer (`/context-full stop` stops and asks instead; Ctrl+N starts over)"
                     ),
                 );
             }
@@ -1187,13 +1190,18 @@ pub fn update(app: &mut App, msg: Msg, now: Now) -> Vec<Effect> {
 }
 
 /// The engine's request for a turn of these messages, generated with `s`.
-fn turn_request(messages: Vec<crate::engine::ChatMessage>, s: &TurnSettings) -> TurnRequest {
+fn turn_request(
+    messages: Vec<crate::engine::ChatMessage>,
+    s: &TurnSettings,
+    context_full: crate::engine::ContextFull,
+) -> TurnRequest {
     TurnRequest {
         messages,
         sampling: s.sampling.clone(),
         max_tokens: s.max_tokens,
         capture_first_logits: false,
         ignore_eos: s.ignore_eos,
+        context_full,
     }
 }
 
@@ -1259,6 +1267,94 @@ pub(crate) mod tests {
                 ..conversation::tests::report(text, reason, &[10])
             }),
         })
+    }
+
+    /// The context filling is the user's choice, never silent: under `drop-oldest` (the
+    /// default) each turn that left messages out says how many and how to choose otherwise;
+    /// `/context-full stop` makes the next turns ask for it (the engine then fails the turn
+    /// with what to do, shown as an error), and `/context-full drop-oldest` with Ctrl+R
+    /// sends the same message again with the oldest left out.
+    #[test]
+    fn a_full_context_is_said_and_what_happens_then_is_the_users_choice() {
+        use crate::engine::ContextFull;
+        let mut app = ready_app();
+        let sent = |app: &mut App, fx: Vec<Effect>| match fx.first().cloned() {
+            Some(Effect::Generate { id, turn, .. }) => (id, turn.context_full),
+            _ => panic!("no turn sent: {fx:?} ({:?})", app.notice),
+        };
+        type_text(&mut app, "hi");
+        let fx = update(&mut app, Msg::Key(key(KeyCode::Enter)), now());
+        let (id, policy) = sent(&mut app, fx);
+        assert_eq!(policy, ContextFull::DropOldest);
+        let started = |dropped_messages| {
+            Msg::Engine(EngineEvent::PrefillStarted {
+                request_id: id,
+                prompt_tokens: 100,
+                cached_tokens: 0,
+                dropped_messages,
+            })
+        };
+        update(&mut app, started(0), now());
+        assert!(app.notice.is_none(), "nothing left out, nothing said");
+        update(&mut app, started(6), now());
+        let said = app.notice.as_ref().map(|n| (n.kind, n.text.clone()));
+        let (kind, text) = said.expect("the drop is said");
+        assert_eq!(kind, NoticeKind::Warning);
+        for part in [
+            "no longer fits",
+            "the oldest 6 messages were left out",
+            "/context-full stop",
+        ] {
+            assert!(text.contains(part), "{part:?} in {text}");
+        }
+        update(
+            &mut app,
+            finished(id, "ok", StopReason::EndOfGeneration),
+            now(),
+        );
+        run_line(&mut app, "/context-full stop");
+        assert_eq!(app.context_full, ContextFull::Stop);
+        type_text(&mut app, "again");
+        let fx = update(&mut app, Msg::Key(key(KeyCode::Enter)), now());
+        let (id, policy) = sent(&mut app, fx);
+        assert_eq!(policy, ContextFull::Stop);
+        let full = EngineError::ContextFull {
+            prompt_tokens: 300,
+            n_ctx: 256,
+            reserve: 16,
+        };
+        update(
+            &mut app,
+            Msg::Engine(EngineEvent::Failed {
+                request_id: id,
+                error: full,
+            }),
+            now(),
+        );
+        let notice = app.notice.clone().expect("the stop is said");
+        assert_eq!(notice.kind, NoticeKind::Error);
+        assert!(
+            notice.text.contains("nothing was left out"),
+            "{}",
+            notice.text
+        );
+        run_line(&mut app, "/context-full drop-oldest");
+        assert_eq!(app.context_full, ContextFull::DropOldest);
+        let fx = update(
+            &mut app,
+            Msg::Key(with(KeyCode::Char('r'), KeyModifiers::CONTROL)),
+            now(),
+        );
+        let (_, policy) = sent(&mut app, fx);
+        assert_eq!(policy, ContextFull::DropOldest);
+        run_line(&mut app, "/context-full sometimes");
+        let notice = app.notice.clone().unwrap();
+        assert_eq!(notice.kind, NoticeKind::Error);
+        assert!(
+            notice.text.contains("drop-oldest or stop"),
+            "{}",
+            notice.text
+        );
     }
 
     #[test]

@@ -11,6 +11,7 @@ pub(crate) const SLASH_COMMANDS: &[&str] = &[
     "/min_p",
     "/max",
     "/seed",
+    "/context-full",
     "/settings",
     "/export",
     "/prompt",
@@ -108,6 +109,7 @@ impl App {
                 |app| &mut app.max_tokens,
             ),
             "/seed" => self.seed_command(arg),
+            "/context-full" => self.context_full_command(arg),
             "/settings" => self.settings_command(),
             "/export" => return self.export_command(arg, now),
             "/trace" => return self.trace_command(arg),
@@ -183,6 +185,37 @@ impl App {
                 self.notice(NoticeKind::Info, format!("{name} {v}"));
             }
             None => self.notice(NoticeKind::Error, wrong),
+        }
+    }
+
+    /// `/context-full`: shows or sets what a turn does when the conversation no longer fits.
+    fn context_full_command(&mut self, arg: &str) {
+        if arg.is_empty() {
+            let value = self.context_full.name().to_string();
+            self.show_setting(
+                "when the context is full:",
+                value,
+                "/context-full drop-oldest or stop",
+            );
+            return;
+        }
+        match arg.parse::<crate::engine::ContextFull>() {
+            Ok(policy) => {
+                self.context_full = policy;
+                let what = match policy {
+                    crate::engine::ContextFull::DropOldest => {
+                        "the oldest messages are left out (and said) when the context is full; Ctrl+R sends the last message again"
+                    }
+                    crate::engine::ContextFull::Stop => {
+                        "an answer that does not fit stops and says so, leaving nothing out"
+                    }
+                };
+                self.notice(
+                    NoticeKind::Info,
+                    format!("context-full {}: {what}", policy.name()),
+                );
+            }
+            Err(e) => self.notice(NoticeKind::Error, format!("/context-full: {e}")),
         }
     }
 

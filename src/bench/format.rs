@@ -470,6 +470,7 @@ pub(crate) mod tests {
             load_stages: Default::default(),
             weight_bytes: None,
             kv_shape: None,
+            kv_cache_bytes: None,
         };
         Row {
             run_id: "20250101-000000-abcd".into(),

@@ -269,6 +269,7 @@ impl BenchEngine {
             max_tokens: n_gen,
             capture_first_logits: false,
             ignore_eos: true,
+            context_full: crate::engine::ContextFull::DropOldest,
         };
         let id = self.engine.send(self.engine.next_id(), request, None);
         let waited = id.and_then(|id| wait(&mut self.events, Some(id)));

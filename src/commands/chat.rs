@@ -30,6 +30,12 @@ pub struct ChatArgs {
     /// strings (for measuring decode speed in the chat).
     #[arg(long)]
     pub ignore_eos: bool,
+    /// When the conversation no longer fits the context (-c): `drop-oldest` (the default)
+    /// leaves the oldest messages out so the kept part fills half the context and says how
+    /// many; `stop` generates nothing, leaves nothing out and says what to do. `/context-full`
+    /// changes it in the chat
+    #[arg(long, value_name = "POLICY", value_parser = parse_context_full)]
+    pub context_full: Option<crate::engine::ContextFull>,
     #[command(flatten)]
     pub remote: super::flags::RemoteArgs,
     #[command(flatten)]
@@ -290,9 +296,14 @@ fn new_app(
         settings.max_tokens,
     );
     app.ignore_eos = args.ignore_eos;
+    app.context_full = args.context_full.unwrap_or_default();
     app.clipboard_blocked = crate::tui::clipboard_blocked();
     app.model_dirs = settings.model_dirs.clone();
     app
+}
+
+fn parse_context_full(s: &str) -> Result<crate::engine::ContextFull, String> {
+    s.parse()
 }
 
 fn need_terminal() -> Result<(), Failure> {

@@ -605,6 +605,7 @@ impl Conversation {
             max_tokens: settings.max_tokens,
             capture_first_logits: false,
             ignore_eos: args.ignore_eos,
+            context_full: crate::engine::ContextFull::DropOldest,
         }
     }
 }
@@ -758,6 +759,9 @@ impl LocalRun<'_> {
         }
         if let Some(note) = info.template_note.as_ref().filter(|_| !self.args.json) {
             eprintln!("note: {}", crate::text::terminal_safe(note));
+        }
+        if let Some(line) = info.kv_cache_line().filter(|_| !self.args.json) {
+            eprintln!("note: {line}");
         }
         // A CUDA build on a machine without a GPU says so, also with --json (stderr).
         if let Some(note) = crate::llama::gpu::no_gpu_note() {

@@ -23,8 +23,8 @@ pub(crate) use prompt::PromptBuilder;
 pub use prompt::{common_prefix_len, completion_transcript, COMPLETION_STOPS};
 pub use protocol::{recv_paced, STREAM_FRAME_INTERVAL};
 pub use protocol::{
-    AbReport, ChatMessage, EngineCommand, EngineConfig, EngineEvent, EventReceiver, EventSender,
-    GenerateRequest, LlamaCounters, LoadStage, PromptText, RequestId, Role, StopReason, TgSample,
-    TurnReport, TurnRequest,
+    AbReport, ChatMessage, ContextFull, EngineCommand, EngineConfig, EngineEvent, EventReceiver,
+    EventSender, GenerateRequest, LlamaCounters, LoadStage, PromptText, RequestId, Role,
+    StopReason, TgSample, TurnReport, TurnRequest,
 };
 pub use score::Passes;

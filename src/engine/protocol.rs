@@ -79,6 +79,47 @@ pub struct TurnRequest {
     /// Generate exactly `max_tokens`: end-of-generation tokens and stop strings do not end
     /// the turn (for benchmarks, like llama.cpp's `--ignore-eos`).
     pub ignore_eos: bool,
+    /// When the conversation no longer fits the context.
+    pub context_full: ContextFull,
+}
+
+/// What a turn does when the conversation no longer fits the context with room for an answer
+/// (`chat --context-full`, `/context-full`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ContextFull {
+    /// Leave the oldest exchanges out, enough that the kept part fills half the context, and
+    /// say how many (`PrefillStarted::dropped_messages`).
+    #[default]
+    DropOldest,
+    /// Leave nothing out and generate nothing: the turn fails with `EngineError::ContextFull`,
+    /// which names the user's choices.
+    Stop,
+}
+
+impl ContextFull {
+    pub const NAMES: &'static str = "drop-oldest or stop";
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ContextFull::DropOldest => "drop-oldest",
+            ContextFull::Stop => "stop",
+        }
+    }
+}
+
+impl std::str::FromStr for ContextFull {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "drop-oldest" => Ok(ContextFull::DropOldest),
+            "stop" => Ok(ContextFull::Stop),
+            other => Err(format!(
+                "unknown context-full policy {other:?}: {}",
+                Self::NAMES
+            )),
+        }
+    }
 }
 
 /// One chat turn to generate, as the engine thread receives it: the caller's turn, its id,

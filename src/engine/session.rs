@@ -96,6 +96,15 @@ impl<'m> Session<'m> {
             };
             choose_place(cfg.settings.sampling, p, cx).is_ok_and(|place| place.backend)
         });
+        // The KV cache is sized before llama.cpp allocates it, and refused where it would not
+        // fit in host memory.
+        let on_host = llama::gpu_devices().is_empty() || model.layer_split().none_on_gpu();
+        llama::check_kv_cache_fits(&cfg.model_path, &cfg.settings, on_host)?;
+        if let Some(bytes) = llama::kv_cache_bytes(&cfg.model_path, &cfg.settings) {
+            // Beside llama.cpp's own "llama_kv_cache: size = …" lines in the log, which
+            // tests/real_model.rs checks it against.
+            tracing::info!(kv_cache_bytes = bytes, "KV cache sized before the context");
+        }
         let context_started = Instant::now();
         let profiler = (cfg.settings.profile_rate > 0).then(llama::profile::StepProfiler::new);
         let ctx = llama::new_session_context(
@@ -209,12 +218,14 @@ impl<'m> Session<'m> {
     /// and enough of them that the kept part fills about half the context: the next turns then
     /// extend the same prefix and reuse the KV cache until the context is full again (a context
     /// shift), instead of re-prefilling everything on every turn. Returns the tokens and how
-    /// many messages were left out.
+    /// many messages were left out. With `ContextFull::Stop` nothing is left out: the turn
+    /// fails with `EngineError::ContextFull`, which names the user's choices.
     fn fit_prompt(
         &mut self,
         messages: &[ChatMessage],
         n_ctx: usize,
         max_tokens: u32,
+        policy: super::ContextFull,
     ) -> Result<(Vec<LlamaToken>, usize), EngineError> {
         // Room to answer: what was asked for, but at most a quarter of the context.
         let reserve = (max_tokens as usize).clamp(1, (n_ctx / 4).max(1));
@@ -248,11 +259,20 @@ impl<'m> Session<'m> {
             }
             _ => vec![system],
         };
+        let mut whole = None;
         for start in candidates {
             let built = tokens_from(self, start)?;
             if built.0.len() + reserve <= n_ctx {
                 return remember(self, start, built);
             }
+            whole.get_or_insert(built.0.len());
+        }
+        if policy == super::ContextFull::Stop {
+            return Err(EngineError::ContextFull {
+                prompt_tokens: whole.unwrap_or(0),
+                n_ctx: n_ctx as u32,
+                reserve,
+            });
         }
         // Drop from the front: the earliest start whose prompt fits half the context, else
         // the whole context (binary search: later starts give fewer tokens).
@@ -438,8 +458,12 @@ impl<'m> Session<'m> {
         let place = self.place_sampling(&req.turn.sampling, req.turn.capture_first_logits)?;
         let picked_up = Instant::now();
         timeline.queue = Some(picked_up.saturating_duration_since(req.submitted_at));
-        let (tokens, dropped_messages) =
-            self.fit_prompt(&req.turn.messages, n_ctx, req.turn.max_tokens)?;
+        let (tokens, dropped_messages) = self.fit_prompt(
+            &req.turn.messages,
+            n_ctx,
+            req.turn.max_tokens,
+            req.turn.context_full,
+        )?;
         let (batch, logits_index, stop_reason) = self.prefill(
             req,
             events,

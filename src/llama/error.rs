@@ -5,6 +5,8 @@ use std::path::PathBuf;
 
 use thiserror::Error;
 
+use crate::gguf::kv_type::KvType;
+
 #[derive(Debug, Clone, Error, PartialEq)]
 pub enum EngineError {
     #[error("model file not found: {0}\n  check the path, or run `tokscope fetch-demo` to get the demo model")]
@@ -31,12 +33,31 @@ pub enum EngineError {
         "llama.cpp could not create a context (n_ctx {n_ctx}){llama_says}\n  try a smaller n_ctx"
     )]
     ContextFailed { n_ctx: u32, llama_says: String },
+    /// The KV cache would not fit in the host's available memory: refused before llama.cpp
+    /// allocates (and, on Linux, zero-fills) it, which would swap or be killed.
+    #[error("the KV cache of a {n_ctx}-token context would take {cache} (K {tk}, V {tv}), but only {available} of memory is available (MemAvailable)\n  {what_to_do}", cache = crate::fmt::bytes(*.cache_bytes), available = crate::fmt::bytes(*.available_bytes), tk = .type_k.name(), tv = .type_v.name())]
+    KvCacheTooLarge {
+        n_ctx: u32,
+        cache_bytes: u64,
+        available_bytes: u64,
+        type_k: KvType,
+        type_v: KvType,
+        what_to_do: String,
+    },
     #[error("llama.cpp could not initialise its backend: {0}")]
     Backend(String),
     #[error("{0}")]
     Placement(String),
     #[error("the chat template could not be applied: {0}\n  choose another with --template (auto, completion, or a llama.cpp template name such as llama3, gemma, chatml)")]
     Template(String),
+    /// The conversation no longer fits and the user asked to be told rather than have its
+    /// oldest messages left out (`ContextFull::Stop`).
+    #[error("the conversation is {prompt_tokens} tokens and no longer fits the {n_ctx}-token context with room for an answer ({reserve} tokens): nothing was left out and no answer was generated\n  your choice: `/context-full drop-oldest` then Ctrl+R leaves the oldest messages out (and from then on); Ctrl+N starts a new conversation; or restart the chat with a larger -c")]
+    ContextFull {
+        prompt_tokens: usize,
+        n_ctx: u32,
+        reserve: usize,
+    },
     #[error("the prompt is {prompt_tokens} tokens but the context holds {n_ctx}\n  shorten the conversation (start a new one) or raise n_ctx")]
     PromptTooLong { prompt_tokens: usize, n_ctx: u32 },
     /// An evaluation text that cannot be scored (too short for its chunks).

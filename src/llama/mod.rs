@@ -283,6 +283,7 @@ pub(crate) fn context_params(s: &EngineSettings, n_seq_max: u32) -> LlamaContext
         .with_n_threads_batch(threads)
         .with_type_k(kv_cache_type(s.type_k))
         .with_type_v(kv_cache_type(s.type_v))
+        .with_swa_full(SWA_FULL)
         .with_flash_attention_policy(s.flash_attn.to_llama())
         .with_no_perf(false)
 }
@@ -453,6 +454,83 @@ pub(crate) fn describe(
         kv_shape: header.as_ref().and_then(|h| {
             crate::metrics::roofline::KvShape::from_gguf(h, settings.type_k, settings.type_v)
         }),
+        kv_cache_bytes: kv_cache_bytes(path, settings),
+    }
+}
+
+/// Whether a sliding-window layer's cache is as long as the context: llama.cpp's `swa_full`,
+/// which `llama_context_default_params` turns on and `context_params` keeps (a shorter window
+/// cache would cost the chat its KV prefix reuse past the window).
+const SWA_FULL: bool = true;
+
+/// The micro-batch llama.cpp runs with these settings (`n_ubatch` at most `n_batch`).
+fn effective_ubatch(s: &EngineSettings) -> u32 {
+    s.n_ubatch.min(s.n_batch).max(1)
+}
+
+/// The bytes llama.cpp will allocate for the KV cache of a one-sequence context with these
+/// settings, from the GGUF's shape (docs/metrics.md, "KV cache size"); `None` when the file's
+/// shape cannot be read.
+pub(crate) fn kv_cache_bytes(path: &Path, s: &EngineSettings) -> Option<u64> {
+    let header = crate::gguf::read_metadata(path).ok()?;
+    let kv = crate::metrics::roofline::KvShape::from_gguf(&header, s.type_k, s.type_v)?;
+    Some(kv.allocated_bytes(s.n_ctx, effective_ubatch(s), SWA_FULL))
+}
+
+/// Refuses a context whose KV cache would not fit in the memory the kernel says is available
+/// (`MemAvailable`), before llama.cpp allocates it: only where the cache lives in host memory
+/// (no layer on a GPU); a GPU's own allocation failure is llama.cpp's to report.
+pub(crate) fn check_kv_cache_fits(
+    path: &Path,
+    s: &EngineSettings,
+    on_host: bool,
+) -> Result<(), EngineError> {
+    let Some(cache_bytes) = kv_cache_bytes(path, s) else {
+        return Ok(());
+    };
+    let Some(available_bytes) = crate::hw::available_memory_bytes().filter(|_| on_host) else {
+        return Ok(());
+    };
+    if cache_bytes <= available_bytes {
+        return Ok(());
+    }
+    Err(kv_cache_too_large(path, s, cache_bytes, available_bytes))
+}
+
+/// The refusal, with what would fit: the largest context within half the available memory
+/// (the weights, compute buffers and the rest of the machine need the other half), and the
+/// q8_0 cache types when they are not already in use.
+fn kv_cache_too_large(
+    path: &Path,
+    s: &EngineSettings,
+    cache_bytes: u64,
+    available_bytes: u64,
+) -> EngineError {
+    let header = crate::gguf::read_metadata(path).ok();
+    let kv = header
+        .as_ref()
+        .and_then(|h| crate::metrics::roofline::KvShape::from_gguf(h, s.type_k, s.type_v));
+    let fits = kv.map_or(0, |kv| {
+        kv.largest_context_within(available_bytes / 2, effective_ubatch(s), SWA_FULL)
+    });
+    let mut what = if fits > 0 {
+        format!("use a smaller context: -c {fits} takes at most half of it")
+    } else {
+        "use a much smaller context (-c)".to_string()
+    };
+    if s.type_k == KvType::F16 && s.type_v == KvType::F16 {
+        what.push_str(
+            "; or a quantized cache: --cache-type-k q8_0 --cache-type-v q8_0 takes about half",
+        );
+    }
+    what.push_str("; or free memory");
+    EngineError::KvCacheTooLarge {
+        n_ctx: s.n_ctx,
+        cache_bytes,
+        available_bytes,
+        type_k: s.type_k,
+        type_v: s.type_v,
+        what_to_do: what,
     }
 }
 

@@ -65,6 +65,26 @@ pub struct ModelInfo {
     pub weight_bytes: Option<crate::metrics::roofline::WeightBytes>,
     /// The KV cache's shape with the context's cache types, for the roofline.
     pub kv_shape: Option<crate::metrics::roofline::KvShape>,
+    /// The bytes llama.cpp allocated for the KV cache (`KvShape::allocated_bytes` of the
+    /// context), said before the context is made; `None` when the shape is unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_cache_bytes: Option<u64>,
+}
+
+impl ModelInfo {
+    /// "KV cache 27 MB for the 4096-token context (K f16, V f16)": said where the model is
+    /// (the chat's welcome, `run`'s stderr); `None` when the size is unknown.
+    pub fn kv_cache_line(&self) -> Option<String> {
+        let bytes = self.kv_cache_bytes?;
+        let types = self.kv_shape.map_or_else(String::new, |kv| {
+            format!(" (K {}, V {})", kv.type_k.name(), kv.type_v.name())
+        });
+        Some(format!(
+            "KV cache {} for the {}-token context{types}",
+            crate::fmt::bytes(bytes),
+            self.n_ctx
+        ))
+    }
 }
 
 /// The stages of a model load on the engine thread, in ms (docs/metrics.md, "Load").

@@ -216,6 +216,52 @@ impl KvShape {
             * (global as f64 * positions as f64 + window as f64 * window_cells as f64)
     }
 
+    /// The bytes of the KV cache llama.cpp allocates for one sequence and a context of `n_ctx`
+    /// tokens (docs/metrics.md, "KV cache allocated"): the context rounded up to 256 cells
+    /// (`llama_context`: `GGML_PAD(n_ctx, 256)`); a window layer the same with `full_window`
+    /// (llama.cpp's `swa_full`, on in `llama_context_default_params` and in every context
+    /// tokscope makes: "using full-size SWA cache" in the log), else its window and one
+    /// micro-batch, rounded up to 256 and at most the context (`llama_kv_cache_iswa`:
+    /// `GGML_PAD(min(size_base, n_swa + n_ubatch), 256)`); each layer a row of K and of V per
+    /// cell (`ggml_row_size`).
+    pub(crate) fn allocated_bytes(&self, n_ctx: u32, n_ubatch: u32, full_window: bool) -> u64 {
+        let pad = |n: u64| n.div_ceil(256) * 256;
+        let cells = pad(u64::from(n_ctx));
+        let row = |n: u64, t: KvType| (n as f64 * t.bytes_per_element()).ceil() as u64;
+        let per_cell = row(self.n_embd_k, self.type_k) + row(self.n_embd_v, self.type_v);
+        (0..self.n_layer)
+            .map(|il| {
+                let layer_cells = match self.sliding_window {
+                    Some(w) if !full_window && w.is_window_layer(il) => {
+                        pad(cells.min(w.cells + u64::from(n_ubatch)))
+                    }
+                    _ => cells,
+                };
+                layer_cells * per_cell
+            })
+            .sum()
+    }
+
+    /// The largest context (a multiple of 1024 tokens) whose cache takes at most `budget`
+    /// bytes; 0 when not even 1024 tokens do.
+    pub(crate) fn largest_context_within(
+        &self,
+        budget: u64,
+        n_ubatch: u32,
+        full_window: bool,
+    ) -> u32 {
+        let (mut lo, mut hi) = (0u32, u32::MAX / 1024);
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            if self.allocated_bytes(mid * 1024, n_ubatch, full_window) <= budget {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        lo * 1024
+    }
+
     /// The mean of [`Self::bytes_read_at`] over the steps attending to `lo..=hi` cells.
     pub(crate) fn mean_bytes_read(&self, lo: u64, hi: u64) -> f64 {
         let (lo, hi) = (lo.min(hi), hi.max(lo));
@@ -1003,6 +1049,34 @@ mod tests {
         let mut bytes = Vec::new();
         w.write_to(&mut bytes).unwrap();
         crate::gguf::parse_metadata(&bytes).unwrap()
+    }
+
+    #[test]
+    fn the_allocated_cache_pads_the_context_and_holds_a_window_layer_to_its_window() {
+        let kv = KvShape::from_gguf(&gemma3_like(|_| {}), KvType::F16, KvType::F16).unwrap();
+        // What llama.cpp logged for the demo model at -c 3000 --ubatch-size 100 (its
+        // full-size window cache): "size = 9.00 MiB (3072 cells, 3 layers)" and "size = 45.00
+        // MiB (3072 cells, 15 layers)": the context rounded up to 256, 1024 bytes a cell.
+        assert_eq!(kv.allocated_bytes(3000, 100, true), (9 + 45) << 20);
+        // Without the full window: 15 window layers × 512 + 100 cells, rounded up to 768.
+        assert_eq!(
+            kv.allocated_bytes(3000, 100, false),
+            1024 * (3 * 3072 + 15 * 768)
+        );
+        assert_eq!(
+            kv.allocated_bytes(4096, 512, false),
+            1024 * (3 * 4096 + 15 * 1024)
+        );
+        // A context smaller than the window: every layer holds the context.
+        assert_eq!(kv.allocated_bytes(300, 512, false), 1024 * 18 * 512);
+        // q8_0 rows: 34 bytes a block of 32.
+        let q8 = KvShape::from_gguf(&gemma3_like(|_| {}), KvType::Q8_0, KvType::Q8_0).unwrap();
+        assert_eq!(q8.allocated_bytes(4096, 512, true), 2 * 272 * 18 * 4096);
+        // The largest context within a budget, in steps of 1024, and back.
+        let n = kv.largest_context_within(100 << 20, 512, true);
+        assert!(kv.allocated_bytes(n, 512, true) <= 100 << 20);
+        assert!(kv.allocated_bytes(n + 1024, 512, true) > 100 << 20);
+        assert_eq!(kv.largest_context_within(1000, 512, true), 0);
     }
 
     #[test]

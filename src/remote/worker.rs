@@ -684,6 +684,7 @@ mod tests {
                         max_tokens: 4,
                         capture_first_logits: false,
                         ignore_eos: false,
+                        context_full: crate::engine::ContextFull::DropOldest,
                     },
                     None,
                 )

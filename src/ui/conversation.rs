@@ -664,6 +664,9 @@ fn welcome(app: &App, width: usize) -> Vec<Line<'static>> {
         let why = why.map_or_else(String::new, |why| format!(" ({})", one_line(why)));
         let template = format!("Prompt template: {}{why}", one_line(&info.template));
         out.extend(note(template, theme::DIM));
+        if let Some(line) = info.kv_cache_line() {
+            out.extend(note(line, theme::DIM));
+        }
     }
     out
 }

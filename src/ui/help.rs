@@ -113,6 +113,10 @@ const COMMANDS: &[(&str, &str)] = &[
     ("/min_p X", "drop tokens below X × the best one's probability (0: off); without X: the current value"),
     ("/max N", "most tokens per answer; without N: the current value"),
     ("/seed N", "sampling seed (-1: a random one, shown); without N: the current value"),
+    (
+        "/context-full drop-oldest|stop",
+        "when the conversation no longer fits the context: leave its oldest messages out (said each time; the default) or stop and say so, leaving nothing out; without a value: the current one",
+    ),
     ("/settings", "every sampling setting in force, and whether a system prompt is set"),
     ("/prompt", "the last turn's prompt as the model was given it: its chat template rendered, special tokens marked, with the template's source"),
     ("/export md|json [PATH]", "write the conversation to a file (without PATH: tokscope-ID.md or .json in the folder tokscope was started in)"),

@@ -215,6 +215,7 @@ pub fn ab_turn_against(
         max_tokens,
         capture_first_logits: false,
         ignore_eos: false,
+        context_full: tokscope::engine::ContextFull::DropOldest,
     };
     e.handle
         .send_ab(
@@ -284,6 +285,7 @@ impl Submit for EngineHandle {
             max_tokens,
             capture_first_logits,
             ignore_eos: false,
+            context_full: tokscope::engine::ContextFull::DropOldest,
         };
         self.send(self.next_id(), turn, None)
     }
