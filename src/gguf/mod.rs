@@ -482,8 +482,11 @@ pub enum TensorData {
     /// Written straight into the file at write time, in as many pieces as the closure likes:
     /// multi-gigabyte models are written in constant memory. Must write the same bytes each
     /// time if the writer is written more than once.
-    Streamed(Box<dyn Fn(&mut dyn Write) -> io::Result<()>>),
+    Streamed(TensorStreamer),
 }
+
+/// Writes a tensor's bytes straight into the file, in as many pieces as it likes.
+pub type TensorStreamer = Box<dyn Fn(&mut dyn Write) -> io::Result<()>>;
 
 impl From<Vec<u8>> for TensorData {
     fn from(bytes: Vec<u8>) -> Self {

@@ -117,7 +117,7 @@ fn build_clone(
             .file_stem()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        writer.add_kv("general.name", &synthetic_name(&stem))?;
+        writer.add_kv("general.name", synthetic_name(&stem))?;
     }
     writer.add_kv(SYNTHETIC_METADATA_KEY, true)?;
     writer.add_kv(SYNTHETIC_SEED_METADATA_KEY, GgufValue::U64(seed))?;
