@@ -52,7 +52,13 @@ export TOKSCOPE_TEMPLATE_SOURCES
 # The real-model tests (tests/real_model.rs) fail without the demo model: fetch it first
 # (a no-op when it is already there and verified).
 ./target/release/tokscope fetch-demo
-cargo test --release --locked "$@"
+# The whole suite prints each test binary's wall time and the ten slowest tests at the end
+# (scripts/test-times.py: the same tests, in cargo's order); a focused run is plain `cargo test`.
+if [ "$#" = 0 ]; then
+  python3 scripts/test-times.py
+else
+  cargo test --release --locked "$@"
+fi
 # The agreement check's quick form (scripts/agreement.sh --quick): every figure side by side
 # with llama.cpp's own tools (built natively once, then reused from ~/.cache/tokscope) and an
 # outside observer; it exits non-zero when one leaves its tolerance. TOKSCOPE_AGREEMENT=0

@@ -448,7 +448,7 @@ fn metadata_only(
             w.add_kv(&k, v).unwrap();
         }
     }
-    w.write_file(to).unwrap();
+    w.write_file(to, &mut |_| {}).unwrap();
 }
 
 #[test]

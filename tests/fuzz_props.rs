@@ -51,7 +51,7 @@ fn header_bytes(kvs: &[(String, GgufValue)], tensors: &[(String, Vec<u64>)]) -> 
             .unwrap();
     }
     let mut out = Vec::new();
-    w.write_to(&mut out).unwrap();
+    w.write_to(&mut out, &mut |_| {}).unwrap();
     out
 }
 

@@ -1,8 +1,9 @@
 //! The house rules of `../shared/ARCHITECTURE.md`, checked on the source: every top-level
 //! module (a directory under `src/` or a top-level `.rs` file) stands on one floor of `FLOORS`,
 //! an import goes from a floor to the same floor or one below it, never up, and no import
-//! circle joins top-level modules (not even on one floor). Items marked `#[cfg(test)]` (a test
-//! module, a test-only helper) are not part of the layering; everything around them is.
+//! circle joins top-level modules (not even on one floor), nor the files of one module. Items
+//! marked `#[cfg(test)]` (a test module, a test-only helper) are not part of the layering;
+//! everything around them is.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -87,6 +88,12 @@ fn without_test_items(source: &str) -> String {
 /// The top-level crate modules a piece of source refers to (`crate::x…` and `crate::{x, …}`),
 /// comments and test-only items left out.
 fn crate_modules(source: &str) -> BTreeSet<String> {
+    segments_after(source, "crate::")
+}
+
+/// The first path segment after each `prefix` (`crate::`, `super::`) in `source`, groups
+/// (`prefix{a::b, c}`) read item by item, comments and test-only items left out.
+fn segments_after(source: &str, prefix: &str) -> BTreeSet<String> {
     let code = without_test_items(source)
         .lines()
         .map(|l| l.split("//").next().unwrap_or_default())
@@ -94,8 +101,8 @@ fn crate_modules(source: &str) -> BTreeSet<String> {
         .join("\n");
     let mut found = BTreeSet::new();
     let mut rest = code.as_str();
-    while let Some(at) = rest.find("crate::") {
-        rest = &rest[at + "crate::".len()..];
+    while let Some(at) = rest.find(prefix) {
+        rest = &rest[at + prefix.len()..];
         if let Some(group) = rest.strip_prefix('{') {
             // `crate::{a::b, c}`: the first segment of each item, at nesting depth 0.
             let mut depth = 0usize;
@@ -160,6 +167,37 @@ fn import_graph(files: &[(String, String)]) -> BTreeMap<String, BTreeSet<String>
         let top = top_module(file);
         let imports = graph.entry(top.clone()).or_default();
         imports.extend(crate_modules(source).into_iter().filter(|to| *to != top));
+    }
+    graph
+}
+
+/// Which files of one top-level module import which others of it, each file named
+/// `module/file` (a file of a sub-directory stands for its directory): `super::x` in a file
+/// directly under the module, or `crate::module::x` anywhere in it. `mod.rs` is left out: a
+/// parent and the children it declares are one room.
+fn file_graph(files: &[(String, String)]) -> BTreeMap<String, BTreeSet<String>> {
+    let room = |file: &str| -> Option<(String, String)> {
+        let (top, rest) = file.split_once('/')?;
+        let name = rest.split('/').next()?.trim_end_matches(".rs");
+        (name != "mod").then(|| (top.to_string(), name.to_string()))
+    };
+    let siblings: BTreeSet<(String, String)> = files.iter().filter_map(|(f, _)| room(f)).collect();
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (file, source) in files {
+        let Some((top, name)) = room(file) else {
+            continue;
+        };
+        let mut names = segments_after(source, &format!("crate::{top}::"));
+        if file.matches('/').count() == 1 {
+            names.extend(segments_after(source, "super::"));
+        }
+        let imports = graph.entry(format!("{top}/{name}")).or_default();
+        imports.extend(
+            names
+                .into_iter()
+                .filter(|to| *to != name && siblings.contains(&(top.clone(), to.clone())))
+                .map(|to| format!("{top}/{to}")),
+        );
     }
     graph
 }
@@ -281,6 +319,70 @@ fn no_import_circle_among_top_level_modules() {
     if let Some(circle) = import_circle(&graph) {
         panic!("an import circle: {}", circle.join(" -> "));
     }
+}
+
+#[test]
+fn no_import_circle_among_the_files_of_a_module() {
+    let graph = file_graph(&source_tree());
+    assert!(graph.len() > 100, "found only {} files", graph.len());
+    if let Some(circle) = import_circle(&graph) {
+        panic!("an import circle: {}", circle.join(" -> "));
+    }
+}
+
+#[test]
+fn the_file_circle_check_catches_a_planted_circle() {
+    let file = |path: &str, source: &str| (path.to_string(), source.to_string());
+    // The circle item 4 of issue #61 took apart: the plan types now live in bench/plan.rs.
+    let planted = vec![
+        file(
+            "bench/kernel_baseline.rs",
+            "use super::spec::{SpecBenchError, SpecPlan};\n",
+        ),
+        file(
+            "bench/spec.rs",
+            "fn f() -> super::kernel_baseline::KernelRuns { todo!() }\n",
+        ),
+        file("bench/mod.rs", "pub(crate) mod spec;\nuse spec::X;\n"),
+        file("bench/plan.rs", "use crate::bench::sweep::Sweep;\n"),
+    ];
+    assert_eq!(
+        import_circle(&file_graph(&planted)),
+        Some(vec![
+            "bench/kernel_baseline".to_string(),
+            "bench/spec".to_string(),
+            "bench/kernel_baseline".to_string()
+        ])
+    );
+    // Through `crate::module::`, from a file of a sub-directory.
+    let deep = vec![
+        file(
+            "commands/run.rs",
+            "const A: u8 = crate::commands::chat::B;\n",
+        ),
+        file(
+            "commands/chat/more.rs",
+            "use crate::commands::{flags, run::C};\n",
+        ),
+    ];
+    assert!(import_circle(&file_graph(&deep)).is_some());
+    // One way only, a parent and its children, and a test module's import make no circle.
+    let fine = vec![
+        file(
+            "bench/kernel_baseline.rs",
+            "use super::plan::{SpecBenchError, SpecPlan};\n",
+        ),
+        file(
+            "bench/spec.rs",
+            "use super::{kernel_baseline::K, plan::SpecPlan};\n",
+        ),
+        file(
+            "bench/plan.rs",
+            "#[cfg(test)]\nmod tests { use super::super::spec::S; }\n",
+        ),
+        file("bench/mod.rs", "use spec::X;\n"),
+    ];
+    assert_eq!(import_circle(&file_graph(&fine)), None);
 }
 
 #[test]

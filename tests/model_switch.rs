@@ -25,7 +25,7 @@ fn metadata_only(from: &Path, to: &Path, edit: impl Fn(&str, GgufValue) -> (Stri
         let (k, v) = edit(&k, v);
         w.add_kv(&k, v).unwrap();
     }
-    w.write_file(to).unwrap();
+    w.write_file(to, &mut |_| {}).unwrap();
 }
 
 /// The bad files of the reliability matrix (tests/cli.rs), with a word their error must name.

@@ -413,6 +413,19 @@ pub(crate) fn run_turn(url: &str, extra: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// One turn of `run --url` against a fake server that plays `plan` (for at most
+/// `max_connections` connections): the server, for its requests, and (exit code, stdout,
+/// stderr).
+pub(crate) fn turn_against(
+    plan: impl Into<Plan>,
+    max_connections: usize,
+    extra: &[&str],
+) -> (Fake, (i32, String, String)) {
+    let f = fake(plan, max_connections);
+    let out = run_turn(&url(&f), extra);
+    (f, out)
+}
+
 fn assert_clean_failure(code: i32, stderr: &str, needle: &str) {
     assert_ne!(code, 0, "expected a failure: {stderr}");
     assert!(
@@ -434,7 +447,7 @@ fn a_complete_stream_is_measured_and_the_role_only_delta_is_not_a_token() {
     body += &usage_event(3, 2);
     body += "data: [DONE]\n\n";
     let f = fake(Chat::Sse(body.into_bytes()), 4);
-    let url = format!("http://127.0.0.1:{}/v1", f.port);
+    let url = url(&f);
     let (code, stdout, stderr) = run_turn(&url, &["--json"]);
     assert_eq!(code, 0, "{stderr}");
     let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
@@ -469,7 +482,7 @@ fn a_request_on_a_connection_the_server_just_closed_is_sent_again() {
     body += "data: [DONE]\n\n";
     let pause = Duration::from_millis(400);
     let f = fake(Chat::DropFirstPostThen(pause, body.into_bytes()), 4);
-    let url = format!("http://127.0.0.1:{}/v1", f.port);
+    let url = url(&f);
     let (code, stdout, stderr) = run_turn(&url, &["--json"]);
     assert_eq!(code, 0, "{stderr}");
     let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
@@ -508,8 +521,7 @@ fn a_plain_server_behind_an_https_url_is_named() {
 
 #[test]
 fn http_500_before_the_stream() {
-    let f = fake(Chat::Status(500, r#"{"error":"boom"}"#), 4);
-    let (code, _, stderr) = run_turn(&format!("http://127.0.0.1:{}/v1", f.port), &[]);
+    let (_, (code, _, stderr)) = turn_against(Chat::Status(500, r#"{"error":"boom"}"#), 4, &[]);
     assert_clean_failure(code, &stderr, "HTTP 500");
     assert!(stderr.contains("boom"), "{stderr}");
 }
@@ -518,8 +530,7 @@ fn http_500_before_the_stream() {
 fn an_error_in_the_middle_of_the_stream_keeps_the_partial_answer() {
     let body =
         chunk("Partial") + "data: {\"error\":{\"code\":500,\"message\":\"out of memory\"}}\n\n";
-    let f = fake(Chat::Sse(body.into_bytes()), 4);
-    let (code, stdout, stderr) = run_turn(&format!("http://127.0.0.1:{}/v1", f.port), &[]);
+    let (_, (code, stdout, stderr)) = turn_against(Chat::Sse(body.into_bytes()), 4, &[]);
     assert_clean_failure(code, &stderr, "out of memory");
     assert!(stdout.contains("Partial"), "{stdout}");
 }
@@ -527,20 +538,31 @@ fn an_error_in_the_middle_of_the_stream_keeps_the_partial_answer() {
 #[test]
 fn a_malformed_event_is_reported() {
     let body = chunk("A") + "data: {not json at all\n\n";
-    let f = fake(Chat::Sse(body.into_bytes()), 4);
-    let (code, stdout, stderr) = run_turn(&format!("http://127.0.0.1:{}/v1", f.port), &[]);
+    let (_, (code, stdout, stderr)) = turn_against(Chat::Sse(body.into_bytes()), 4, &[]);
     assert_clean_failure(code, &stderr, "malformed");
     assert!(stdout.contains('A'));
+}
+
+/// A field of the wrong type is named by its path (src/remote/wire.rs), the text so far kept.
+#[test]
+fn a_wrong_typed_field_is_named() {
+    let usage =
+        "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":\"x\"}}\n\n";
+    let (_, (code, stdout, stderr)) =
+        turn_against(Chat::Sse((chunk("A") + usage).into_bytes()), 4, &[]);
+    assert_clean_failure(
+        code,
+        &stderr,
+        "usage.completion_tokens: invalid type: string",
+    );
+    assert!(stdout.contains('A'), "{stdout}");
 }
 
 #[test]
 fn a_stalling_server_hits_the_timeout() {
     let f = fake(Chat::Stall(Duration::from_secs(8)), 4);
     let start = Instant::now();
-    let (code, stdout, stderr) = run_turn(
-        &format!("http://127.0.0.1:{}/v1", f.port),
-        &["--timeout", "1"],
-    );
+    let (code, stdout, stderr) = run_turn(&url(&f), &["--timeout", "1"]);
     assert_clean_failure(code, &stderr, "--timeout");
     assert!(stdout.contains("Hel"));
     assert!(
@@ -555,8 +577,7 @@ fn a_huge_event_is_refused_without_buffering_it_all() {
     let mut body = chunk("ok").into_bytes();
     body.extend_from_slice(b"data: \"");
     body.extend(std::iter::repeat_n(b'x', 6 << 20));
-    let f = fake(Chat::Sse(body), 4);
-    let (code, stdout, stderr) = run_turn(&format!("http://127.0.0.1:{}/v1", f.port), &[]);
+    let (_, (code, stdout, stderr)) = turn_against(Chat::Sse(body), 4, &[]);
     assert_clean_failure(code, &stderr, "exceeded");
     assert!(stdout.contains("ok"));
 }
@@ -564,8 +585,7 @@ fn a_huge_event_is_refused_without_buffering_it_all() {
 #[test]
 fn a_close_without_done_is_reported_and_the_text_kept() {
     let body = chunk("Half") + &chunk(" an answer");
-    let f = fake(Chat::Sse(body.into_bytes()), 4);
-    let (code, stdout, stderr) = run_turn(&format!("http://127.0.0.1:{}/v1", f.port), &[]);
+    let (_, (code, stdout, stderr)) = turn_against(Chat::Sse(body.into_bytes()), 4, &[]);
     assert_clean_failure(code, &stderr, "before [DONE]");
     assert!(stdout.contains("Half an answer"), "{stdout}");
 }
@@ -578,7 +598,7 @@ fn the_api_key_goes_only_into_the_authorization_header() {
     let dir = tempfile::tempdir().unwrap();
     let key_file = dir.path().join("key");
     std::fs::write(&key_file, format!("{KEY}\n")).unwrap();
-    let url = format!("http://127.0.0.1:{}/v1", f.port);
+    let url = url(&f);
     let mut outputs = Vec::new();
     for extra in [
         vec!["--api-key-env", "TOKSCOPE_TEST_KEY", "--json"],
@@ -672,7 +692,7 @@ fn load_counts_requests_tokens_goodput_and_errors_by_kind() {
     for (slo, good) in [("ttft=1us", 0), ("ttft=600s,tpot=600s,e2e=600s", 6)] {
         let f = fake(Chat::Sse(body.clone().into_bytes()), 40);
         let out = tokscope(&dir)
-            .args(["load", "--url", &format!("http://127.0.0.1:{}/v1", f.port)])
+            .args(["load", "--url", &url(&f)])
             .args([
                 "--concurrency",
                 "2",
@@ -715,7 +735,7 @@ fn load_counts_requests_tokens_goodput_and_errors_by_kind() {
     }
     let f = fake(Chat::Status(500, r#"{"error":"busy"}"#), 40);
     let out = tokscope(&dir)
-        .args(["load", "--url", &format!("http://127.0.0.1:{}/v1", f.port)])
+        .args(["load", "--url", &url(&f)])
         .args([
             "--concurrency",
             "2",
@@ -1256,8 +1276,8 @@ fn vllm_per_request_metrics_are_read_into_the_breakdown() {
         + &chunk("lo")
         + "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2,\"total_tokens\":5},\"metrics\":{\"time_to_first_token_ms\":1.5,\"generation_time_ms\":2.25,\"queue_time_ms\":0.5,\"mean_itl_ms\":2.25,\"tokens_per_second\":500.0}}\n\n"
         + "data: [DONE]\n\n";
-    let f = fake(Chat::Sse(body.clone().into_bytes()), 8);
-    let (code, stdout, stderr) = run_turn(&url(&f), &["--json"]);
+    let (f, (code, stdout, stderr)) =
+        turn_against(Chat::Sse(body.clone().into_bytes()), 8, &["--json"]);
     assert_eq!(code, 0, "{stderr}");
     let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     let m = &v["metrics"];
@@ -1290,8 +1310,7 @@ fn vllm_per_request_metrics_are_read_into_the_breakdown() {
         .expect("a chat request");
     assert!(chat.contains("\"include_metrics\":true"), "{chat}");
 
-    let f = fake(Chat::Sse(body.into_bytes()), 8);
-    let (code, _, stderr) = run_turn(&url(&f), &[]);
+    let (_, (code, _, stderr)) = turn_against(Chat::Sse(body.into_bytes()), 8, &[]);
     assert_eq!(code, 0, "{stderr}");
     assert!(
         stderr.contains("server queue 0.5 ms, server TTFT 1.5 ms"),
@@ -1322,8 +1341,7 @@ fn tgi_timing_headers_are_read_and_no_times_are_said_as_such() {
     assert_eq!(m["server_timing_source"], "tgi", "{m}");
     assert_eq!(m["server_queue_ms"], 3.0, "{m}");
     assert_eq!(m["server_tpot_ms"], 2.0, "{m}");
-    let f = fake(Chat::Sse(body.into_bytes()), 8);
-    let (code, _, stderr) = run_turn(&url(&f), &[]);
+    let (_, (code, _, stderr)) = turn_against(Chat::Sse(body.into_bytes()), 8, &[]);
     assert_eq!(code, 0, "{stderr}");
     assert!(
         stderr.contains("server   no per-request times from the server (—)"),
@@ -1336,8 +1354,11 @@ fn tgi_timing_headers_are_read_and_no_times_are_said_as_such() {
 #[test]
 fn a_server_that_refuses_include_metrics_is_asked_again_without_it() {
     let body = chunk("ok") + &usage_event(3, 1) + "data: [DONE]\n\n";
-    let f = fake(Chat::RefuseField("include_metrics", body.into_bytes()), 8);
-    let (code, stdout, stderr) = run_turn(&url(&f), &[]);
+    let (f, (code, stdout, stderr)) = turn_against(
+        Chat::RefuseField("include_metrics", body.into_bytes()),
+        8,
+        &[],
+    );
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.contains("ok"), "{stdout}");
     let posts: Vec<String> = f
@@ -1355,8 +1376,7 @@ fn an_implausible_vllm_time_is_dropped_with_a_note() {
     let body = chunk("a")
         + "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1,\"total_tokens\":4},\"metrics\":{\"time_to_first_token_ms\":1.0,\"queue_time_ms\":-4.0,\"generation_time_ms\":1e300}}\n\n"
         + "data: [DONE]\n\n";
-    let f = fake(Chat::Sse(body.into_bytes()), 8);
-    let (code, stdout, stderr) = run_turn(&url(&f), &["--json"]);
+    let (_, (code, stdout, stderr)) = turn_against(Chat::Sse(body.into_bytes()), 8, &["--json"]);
     assert_eq!(code, 0, "{stderr}");
     let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     let m = &v["metrics"];

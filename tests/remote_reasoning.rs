@@ -9,7 +9,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::remote_faults::{chunk, fake, run_turn, timed, tokscope, url, usage_event, Chat, Fake};
+use crate::remote_faults::{
+    chunk, fake, run_turn, timed, tokscope, turn_against, url, usage_event, Chat, Fake,
+};
 
 /// A reasoning delta, as vLLM, SGLang, DeepSeek's API and llama-server send it
 /// (`reasoning_content`), or as newer vLLM and OpenRouter do (`reasoning`).
@@ -64,8 +66,8 @@ fn assert_close(client_ms: f64, server_ms: f64, what: &str) {
 
 #[test]
 fn ttft_is_the_first_reasoning_chunk_and_ttfo_the_first_answer_chunk() {
-    let f = fake(Chat::Paced(thinking_stream(true)), 8);
-    let (code, stdout, stderr) = run_turn(&url(&f), &["--json"]);
+    let (f, (code, stdout, stderr)) =
+        turn_against(Chat::Paced(thinking_stream(true)), 8, &["--json"]);
     assert_eq!(code, 0, "{stderr}");
     let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     let m = &v["metrics"];
@@ -101,8 +103,7 @@ fn ttft_is_the_first_reasoning_chunk_and_ttfo_the_first_answer_chunk() {
     assert_eq!(m["itl"]["count"], 7);
 
     // The text summary says it too.
-    let f = fake(Chat::Paced(thinking_stream(true)), 8);
-    let (code, stdout, stderr) = run_turn(&url(&f), &[]);
+    let (_, (code, stdout, stderr)) = turn_against(Chat::Paced(thinking_stream(true)), 8, &[]);
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.contains("<think>r0 r1"), "{stdout}");
     assert!(stderr.contains("thinking 5 tokens"), "{stderr}");
@@ -116,8 +117,8 @@ fn ttft_is_the_first_reasoning_chunk_and_ttfo_the_first_answer_chunk() {
 
 #[test]
 fn a_stream_that_ends_while_thinking_is_marked() {
-    let f = fake(Chat::Paced(thinking_stream(false)), 8);
-    let (code, stdout, stderr) = run_turn(&url(&f), &["--json"]);
+    let (_, (code, stdout, stderr)) =
+        turn_against(Chat::Paced(thinking_stream(false)), 8, &["--json"]);
     assert_eq!(code, 0, "{stderr}");
     let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     let m = &v["metrics"];
@@ -126,8 +127,7 @@ fn a_stream_that_ends_while_thinking_is_marked() {
     assert!(m["thinking"]["time_to_first_answer_ms"].is_null());
     assert!(m["ttfo_ms"].is_null());
     assert_eq!(m["ttft_ms"], v["chunk_ms"][0]);
-    let f = fake(Chat::Paced(thinking_stream(false)), 8);
-    let (code, _, stderr) = run_turn(&url(&f), &[]);
+    let (_, (code, _, stderr)) = turn_against(Chat::Paced(thinking_stream(false)), 8, &[]);
     assert_eq!(code, 0, "{stderr}");
     assert!(stderr.contains("ended while thinking"), "{stderr}");
 }

@@ -488,7 +488,7 @@ fn like_refuses_types_it_cannot_fill_and_unreadable_sources() {
     let dir = tempfile::tempdir().unwrap();
     let source = dir.path().join("iq2.gguf");
     let mut writer = GgufWriter::new();
-    writer.add_string("general.architecture", "llama").unwrap();
+    writer.add_kv("general.architecture", "llama").unwrap();
     writer
         .add_tensor(
             "blk.0.ffn_up.weight",
@@ -497,7 +497,7 @@ fn like_refuses_types_it_cannot_fill_and_unreadable_sources() {
             vec![0; 66],
         )
         .unwrap();
-    writer.write_file(&source).unwrap();
+    writer.write_file(&source, &mut |_| {}).unwrap();
     let out = dir.path().join("out.gguf");
     let error = write_like(&source, &out, 1, &mut |_| {}).unwrap_err();
     assert!(matches!(error, SynthError::UnsupportedTensorType { .. }));

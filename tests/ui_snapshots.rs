@@ -464,7 +464,7 @@ fn queued_shows_the_waiting_clock() {
     app.active_since = Some(base());
     let screen = render(&app, 80, 24);
     assert!(screen.contains("queued"), "{screen}");
-    insta::assert_snapshot!("queued_80x24", screen);
+    insta::assert_snapshot!("queued_shows_the_waiting_clock_80x24", screen);
 }
 
 #[test]
@@ -683,22 +683,125 @@ fn synthetic_model_is_labelled() {
 }
 
 #[test]
-fn narrow_terminal_keeps_key_figures() {
+fn narrow_pane_never_cuts_a_figure() {
     let app = streaming_app();
     let screen = render(&app, 60, 20);
     assert!(screen.contains("TTFT"), "{screen}");
     assert!(screen.contains("tok/s"), "{screen}");
-    insta::assert_snapshot!("streaming_60x20", screen);
+    // Too narrow for the pane, the figures go on one line: each number on it is a whole
+    // number of the wide pane (184, 40.2, 23.9, 322 / 4096), never a cut one.
+    let line = screen
+        .lines()
+        .find(|l| l.starts_with("TTFT "))
+        .expect(&screen);
+    let wide = render(&app, 120, 40);
+    let wide_pane: Vec<&str> = wide
+        .lines()
+        .filter_map(|l| l.rsplit_once('│').map(|(_, pane)| pane))
+        .flat_map(str::split_whitespace)
+        .collect();
+    let numbers: Vec<&str> = line
+        .split(|c: char| c.is_whitespace() || c == '/')
+        .filter(|w| w.parse::<f64>().is_ok())
+        .collect();
+    assert_eq!(numbers.len(), 5, "{line}");
+    for n in numbers {
+        assert!(
+            wide_pane.contains(&n),
+            "{n} of {line:?} is not in the wide pane:\n{wide}"
+        );
+    }
+    insta::assert_snapshot!("narrow_pane_never_cuts_a_figure_60x20", screen);
+}
+
+/// The metrics pane's `label value` rows (right of the last `│`), the value the row's last
+/// word and the label the words before it, each run of spaces as one; gauges and charts,
+/// whose bars change with the width, left out.
+fn pane_figures(screen: &str) -> std::collections::BTreeMap<String, String> {
+    let bars = |w: &str| w.chars().any(|c| ('\u{2580}'..='\u{259f}').contains(&c));
+    screen
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let pane = &line[line.rfind('│')? + '│'.len_utf8()..];
+            let words: Vec<&str> = pane.split_whitespace().collect();
+            let (value, label) = words.split_last()?;
+            (!label.is_empty() && !words.iter().any(|w| bars(w)))
+                .then(|| (label.join(" "), value.to_string()))
+        })
+        .collect()
+}
+
+/// The metrics pane at 80 and at 120 columns: the narrow one leaves rows out (the TTFT
+/// breakdown, TPOT), never changes a figure it keeps.
+#[test]
+fn the_metrics_pane_shows_the_same_figures_at_80_and_120_columns() {
+    for app in [finished_app(), streaming_app()] {
+        let (narrow, wide) = (render(&app, 80, 24), render(&app, 120, 40));
+        let (narrow_figures, wide_figures) = (pane_figures(&narrow), pane_figures(&wide));
+        assert!(narrow_figures.len() >= 8, "{narrow}");
+        for (label, value) in &narrow_figures {
+            assert_eq!(
+                wide_figures.get(label),
+                Some(value),
+                "{label} at 80 columns:\n{narrow}\nat 120:\n{wide}"
+            );
+        }
+    }
+}
+
+/// The palette on a light background: every style the finished and streaming screens use,
+/// as `fg/bg modifiers: sample`. A colour a white background hides (white, the grey and
+/// light shades) is never a text colour without a background of its own: theme.rs's promise
+/// that the screen reads on dark and on light terminals.
+#[test]
+fn light_background_palette_never_hides_a_figure() {
+    use ratatui::style::Color;
+    let hidden_on_white = |c: Color| {
+        matches!(
+            c,
+            Color::White
+                | Color::Gray
+                | Color::LightYellow
+                | Color::LightCyan
+                | Color::LightGreen
+                | Color::LightMagenta
+                | Color::Rgb(..)
+                | Color::Indexed(..)
+        )
+    };
+    let mut palette = std::collections::BTreeMap::new();
+    for app in [finished_app(), streaming_app()] {
+        let terminal = draw_at(&app, 120, 40);
+        let buffer = terminal.backend().buffer();
+        for cell in buffer.content() {
+            if cell.symbol().trim().is_empty() {
+                continue;
+            }
+            let key = format!("{:?}/{:?} {:?}", cell.fg, cell.bg, cell.modifier);
+            assert!(
+                !hidden_on_white(cell.fg) || cell.bg != Color::Reset,
+                "{key}: {:?} would vanish on a light background",
+                cell.symbol()
+            );
+            let sample: &mut String = palette.entry(key).or_default();
+            if sample.chars().count() < 12 {
+                sample.push_str(cell.symbol());
+            }
+        }
+    }
+    let listing: Vec<String> = palette.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+    insta::assert_snapshot!("light_background_palette", listing.join("\n"));
 }
 
 #[test]
-fn too_small() {
+fn too_small_says_its_size_and_never_panics() {
     let app = streaming_app();
     let screen = render(&app, 49, 12);
     assert!(screen.contains("terminal too small (49×12"), "{screen}");
-    insta::assert_snapshot!("too_small_49x12", screen);
-    insta::assert_snapshot!("too_small_10x5", render(&app, 10, 5));
-    insta::assert_snapshot!("too_small_1x1", render(&app, 1, 1));
+    insta::assert_snapshot!("too_small_says_its_size_49x12", screen);
+    insta::assert_snapshot!("too_small_says_its_size_10x5", render(&app, 10, 5));
+    insta::assert_snapshot!("too_small_says_its_size_1x1", render(&app, 1, 1));
     // Degenerate sizes never panic.
     for (w, h) in [(0, 0), (1, 0), (0, 1), (2, 2), (50, 11), (49, 30)] {
         render(&app, w, h);
@@ -713,7 +816,7 @@ fn scrolled_up_shows_how_much_is_below() {
     };
     let screen = render(&app, 80, 24);
     assert!(screen.contains("↓ 6 more lines"), "{screen}");
-    insta::assert_snapshot!("scrolled_80x24", screen);
+    insta::assert_snapshot!("scrolled_up_says_how_much_is_below_80x24", screen);
 }
 
 #[test]

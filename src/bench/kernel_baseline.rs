@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 
 use serde::Serialize;
 
-use super::spec::{SpecBenchError, SpecPlan};
+use super::plan::{SpecBenchError, SpecPlan};
 use crate::llama::error::EngineError;
 use crate::metrics::median;
 

@@ -3,6 +3,8 @@
 use std::path::PathBuf;
 
 use super::sweep::Sweep;
+use crate::engine::{ChatMessage, EngineError, EngineSettings};
+use crate::llama::settings::SpecMode;
 
 /// How the results are printed on stdout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,4 +63,66 @@ pub(crate) struct BenchPlan {
     pub profile_level: crate::metrics::profile::ProfileLevel,
     /// `--trace`: keep every timed repetition's events (`bench::trace`).
     pub trace: bool,
+}
+
+/// What a speculative sweep does, validated (parsed in `commands::bench`).
+#[derive(Debug, Clone)]
+pub(crate) struct SpecPlan {
+    pub model: PathBuf,
+    /// `Ngram` or `Draft`.
+    pub mode: SpecMode,
+    pub draft: Option<PathBuf>,
+    /// The k values, 0 (the baseline) first, each once.
+    pub draft_max: Vec<u32>,
+    pub ngram_n: u32,
+    /// Tokens every turn generates (end-of-generation and stop strings ignored).
+    pub n_gen: u32,
+    pub rounds: u32,
+    pub warmup: bool,
+    /// The conversation each turn answers (system prompt, the prompt).
+    pub messages: Vec<ChatMessage>,
+    /// Where the prompt came from: a file name or "built-in copy-heavy prompt".
+    pub prompt_source: String,
+    /// The engine settings of every k but its speculation (threads, context, template).
+    pub engine: EngineSettings,
+    pub output: OutputFormat,
+    pub plot: Option<crate::fsx::Output>,
+    /// `--vs last|ID`: the earlier sweep of the results log to compare with, k by k.
+    pub vs: Option<String>,
+    /// Measure plain decoding on llama.cpp's default kernels too, each round in a child
+    /// process (`bench::kernel_baseline`): on whenever the sweep runs on batch-invariant
+    /// kernels, so that its speed-ups can be read against what the user had before.
+    pub kernel_baseline: bool,
+}
+
+/// Why a sweep could not finish.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SpecBenchError {
+    #[error("{lane}: {source}")]
+    Engine {
+        /// `k=3`, or `run c4096` / `tg` for `bench --run-vs-tg`.
+        lane: String,
+        #[source]
+        source: EngineError,
+    },
+    #[error("{lane}: the turn stopped after {got} of {want} tokens ({why}); shorten the prompt or ask for fewer tokens (-n)")]
+    Short {
+        lane: String,
+        got: usize,
+        want: u32,
+        why: String,
+    },
+}
+
+impl SpecBenchError {
+    /// A problem with a model file (exit code 3, like `run`).
+    pub(crate) fn is_model_problem(&self) -> bool {
+        matches!(self, SpecBenchError::Engine { source, .. } if source.is_model_problem())
+    }
+
+    /// The error of lane `lane` from a failed engine.
+    pub(super) fn in_lane(lane: impl Into<String>) -> impl FnOnce(EngineError) -> Self {
+        let lane = lane.into();
+        move |source| SpecBenchError::Engine { lane, source }
+    }
 }

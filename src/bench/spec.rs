@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::plan::OutputFormat;
+use super::plan::{OutputFormat, SpecBenchError, SpecPlan};
 use crate::engine::{
     ChatMessage, EngineConfig, EngineError, EngineEvent, EngineHandle, EngineSettings,
     EventReceiver, ModelInfo, SamplingParams, TgSample, TurnReport, TurnRequest,
@@ -37,36 +37,6 @@ def compute_total(items, tax_rate):
 
 Write the same function again, exactly as above, but named sum_prices.";
 
-/// What a speculative sweep does, validated (parsed in `commands::bench`).
-#[derive(Debug, Clone)]
-pub(crate) struct SpecPlan {
-    pub model: PathBuf,
-    /// `Ngram` or `Draft`.
-    pub mode: SpecMode,
-    pub draft: Option<PathBuf>,
-    /// The k values, 0 (the baseline) first, each once.
-    pub draft_max: Vec<u32>,
-    pub ngram_n: u32,
-    /// Tokens every turn generates (end-of-generation and stop strings ignored).
-    pub n_gen: u32,
-    pub rounds: u32,
-    pub warmup: bool,
-    /// The conversation each turn answers (system prompt, the prompt).
-    pub messages: Vec<ChatMessage>,
-    /// Where the prompt came from: a file name or "built-in copy-heavy prompt".
-    pub prompt_source: String,
-    /// The engine settings of every k but its speculation (threads, context, template).
-    pub engine: EngineSettings,
-    pub output: OutputFormat,
-    pub plot: Option<crate::fsx::Output>,
-    /// `--vs last|ID`: the earlier sweep of the results log to compare with, k by k.
-    pub vs: Option<String>,
-    /// Measure plain decoding on llama.cpp's default kernels too, each round in a child
-    /// process (`bench::kernel_baseline`): on whenever the sweep runs on batch-invariant
-    /// kernels, so that its speed-ups can be read against what the user had before.
-    pub kernel_baseline: bool,
-}
-
 /// The engine settings of every k but its speculation: the configured ones on `threads`
 /// threads, a context of at least `n_gen` + 2048 tokens (the prompt's room), and one kernel set
 /// for every k (`batch_invariant`; auto: batch-invariant, as when speculating), so that k = 0
@@ -82,38 +52,6 @@ pub(crate) fn sweep_engine(
     engine.threads = threads;
     engine.n_ctx = engine.n_ctx.max(n_gen.saturating_add(2048));
     engine
-}
-
-/// Why a sweep could not finish.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum SpecBenchError {
-    #[error("{lane}: {source}")]
-    Engine {
-        /// `k=3`, or `run c4096` / `tg` for `bench --run-vs-tg`.
-        lane: String,
-        #[source]
-        source: EngineError,
-    },
-    #[error("{lane}: the turn stopped after {got} of {want} tokens ({why}); shorten the prompt or ask for fewer tokens (-n)")]
-    Short {
-        lane: String,
-        got: usize,
-        want: u32,
-        why: String,
-    },
-}
-
-impl SpecBenchError {
-    /// A problem with a model file (exit code 3, like `run`).
-    pub(crate) fn is_model_problem(&self) -> bool {
-        matches!(self, SpecBenchError::Engine { source, .. } if source.is_model_problem())
-    }
-
-    /// The error of lane `lane` from a failed engine.
-    pub(super) fn in_lane(lane: impl Into<String>) -> impl FnOnce(EngineError) -> Self {
-        let lane = lane.into();
-        move |source| SpecBenchError::Engine { lane, source }
-    }
 }
 
 /// The kind of the sweep's rows in the results log.

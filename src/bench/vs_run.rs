@@ -23,7 +23,8 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use super::plan::OutputFormat;
-use super::spec::{BenchEngine, SpecBenchError};
+use super::plan::SpecBenchError;
+use super::spec::BenchEngine;
 use crate::engine::{ChatMessage, EngineSettings, SamplingParams};
 use crate::metrics::paired::{paired, FloorVerdict, PairedRatio};
 use crate::stamp::Stamp;

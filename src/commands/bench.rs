@@ -10,8 +10,8 @@ use std::path::PathBuf;
 use clap::{ArgAction, Args};
 
 use super::flags::{RooflineFlags, RuntimeSweepFlags};
+use crate::bench::plan::SpecPlan;
 use crate::bench::plan::{BandwidthChoice, BenchPlan, OutputFormat};
-use crate::bench::spec::SpecPlan;
 use crate::bench::sweep::Sweep;
 use crate::bench::vs_run::VsRunPlan;
 use crate::bench::{format, log, report, run, save, sweep, StoredRun};

@@ -123,7 +123,7 @@ pub(crate) fn run(args: &ChatArgs, mut settings: Settings) -> Result<(), Failure
         .model_path
         .file_name()
         .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
-    let exporters = exporters(args, &model_name, LOCAL_SERVER, &events_tx)?;
+    let exporters = exporters(args, &model_name, super::run::LOCAL_SERVER, &events_tx)?;
     if let Some(addr) = exporters.as_ref().and_then(|(beside, _)| beside.addr) {
         notices.push(metrics_notice(addr));
     }
@@ -231,9 +231,6 @@ fn serve(
     chat_end(&app, end)
 }
 
-/// The server a local chat's or run's exported figures name: this machine, in-process.
-pub(crate) const LOCAL_SERVER: (&str, u16) = ("local", 0);
-
 /// Where the chat's own figures are served, as a notice.
 fn metrics_notice(addr: std::net::SocketAddr) -> String {
     format!("tokscope's own figures: http://{addr}/metrics (Prometheus text)")
@@ -241,7 +238,7 @@ fn metrics_notice(addr: std::net::SocketAddr) -> String {
 
 /// The chat's exporters (`--prometheus`, `--otlp`, `--otlp-file`), started on a thread of
 /// their own, with where the turns are counted for them (`model` on `server`: the file on
-/// [`LOCAL_SERVER`], or a remote endpoint whose worker names the model); `None` when none is
+/// [`super::run::LOCAL_SERVER`], or a remote endpoint whose worker names the model); `None` when none is
 /// asked for. A failed export is said in the chat, once.
 fn exporters(
     args: &ChatArgs,

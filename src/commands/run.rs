@@ -433,6 +433,9 @@ impl RunReport {
     }
 }
 
+/// The server a local chat's or run's exported figures name: this machine, in-process.
+pub(crate) const LOCAL_SERVER: (&str, u16) = ("local", 0);
+
 pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure> {
     let started = std::time::Instant::now();
     if let Some(url) = &args.remote.url {
@@ -453,7 +456,7 @@ pub(crate) fn run(args: &RunArgs, mut settings: Settings) -> Result<(), Failure>
         .model_path
         .file_name()
         .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
-    let exports = RunExports::new(args, &model_name, super::chat::LOCAL_SERVER)?;
+    let exports = RunExports::new(args, &model_name, LOCAL_SERVER)?;
     let (events_tx, mut events) = tokio::sync::mpsc::unbounded_channel();
     let mut engine = EngineHandle::spawn_exporting(config, events_tx, exports.counter())?;
     engine.set_confidence(args.confidence);

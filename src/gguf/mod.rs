@@ -311,6 +311,31 @@ pub enum GgufArray {
     F64(Vec<f64>),
 }
 
+/// The values the writer's callers add, each as its one GGUF type. No other integer or float
+/// converts, so an unsuffixed literal (`2`, `0.5`) is a `U32` or an `F32`, never an `I32` or
+/// `F64` key llama.cpp would read differently; any other type is added as its [`GgufValue`].
+macro_rules! gguf_value_from {
+    ($($t:ty => $make:expr),* $(,)?) => {
+        $(impl From<$t> for GgufValue {
+            fn from(v: $t) -> Self {
+                $make(v)
+            }
+        })*
+    };
+}
+
+gguf_value_from! {
+    u32 => GgufValue::U32,
+    f32 => GgufValue::F32,
+    bool => GgufValue::Bool,
+    String => GgufValue::String,
+    &str => |v: &str| GgufValue::String(v.to_owned()),
+    &String => |v: &String| GgufValue::String(v.clone()),
+    Vec<String> => |v| GgufValue::Array(GgufArray::String(v)),
+    Vec<i32> => |v| GgufValue::Array(GgufArray::I32(v)),
+    Vec<f32> => |v| GgufValue::Array(GgufArray::F32(v)),
+}
+
 const TYPE_U8: u32 = 0;
 const TYPE_I8: u32 = 1;
 const TYPE_U16: u32 = 2;
@@ -451,21 +476,32 @@ fn write_string(out: &mut impl Write, s: &str) -> io::Result<()> {
     out.write_all(s.as_bytes())
 }
 
-/// Produces a tensor's bytes on demand while the file is written.
-type TensorGenerator = Box<dyn Fn(&mut Vec<u8>)>;
-
-/// Writes a tensor's bytes straight into the file, a chunk at a time.
-type TensorStreamer = Box<dyn Fn(&mut dyn Write) -> io::Result<()>>;
-
-enum TensorData {
+/// A tensor's data, as [`GgufWriter::add_tensor`] takes it.
+pub enum TensorData {
     Bytes(Vec<u8>),
-    // Generated data keeps peak memory at one tensor instead of the whole model.
-    Generated(TensorGenerator),
-    // Streamed data keeps it at one chunk: multi-gigabyte models are written in constant memory.
+    /// Written straight into the file at write time, in as many pieces as the closure likes:
+    /// multi-gigabyte models are written in constant memory. Must write the same bytes each
+    /// time if the writer is written more than once.
     Streamed(TensorStreamer),
 }
 
-/// How far [`GgufWriter::write_file_with_progress`] has got.
+/// Writes a tensor's bytes straight into the file, in as many pieces as it likes.
+pub type TensorStreamer = Box<dyn Fn(&mut dyn Write) -> io::Result<()>>;
+
+impl From<Vec<u8>> for TensorData {
+    fn from(bytes: Vec<u8>) -> Self {
+        TensorData::Bytes(bytes)
+    }
+}
+
+impl TensorData {
+    /// Data that `write` writes into the file (see [`TensorData::Streamed`]).
+    pub fn streamed(write: impl Fn(&mut dyn Write) -> io::Result<()> + 'static) -> Self {
+        TensorData::Streamed(Box::new(write))
+    }
+}
+
+/// How far [`GgufWriter::write_to`] has got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WriteProgress {
     /// Bytes written so far (header included).
@@ -518,8 +554,10 @@ impl GgufWriter {
         }
     }
 
-    /// Adds a metadata key. Keys must be non-empty and unique (llama.cpp rejects duplicates).
-    pub fn add_kv(&mut self, key: &str, value: GgufValue) -> Result<(), GgufError> {
+    /// Adds a metadata key, the one way to add any (`u32`, `f32`, `bool`, strings and the
+    /// arrays convert; other types as a [`GgufValue`]). Keys must be non-empty and unique
+    /// (llama.cpp rejects duplicates).
+    pub fn add_kv(&mut self, key: &str, value: impl Into<GgufValue>) -> Result<(), GgufError> {
         if key.is_empty() || !self.keys.insert(key.to_owned()) {
             return Err(GgufError::InvalidKey {
                 key: key.to_owned(),
@@ -530,115 +568,40 @@ impl GgufWriter {
                 },
             });
         }
-        self.metadata.push((key.to_owned(), value));
+        self.metadata.push((key.to_owned(), value.into()));
         Ok(())
     }
 
-    /// Adds a `u32` key.
-    pub(crate) fn add_u32(&mut self, key: &str, value: u32) -> Result<(), GgufError> {
-        self.add_kv(key, GgufValue::U32(value))
-    }
-
-    /// Adds an `i32` key.
-    #[cfg(test)]
-    pub(crate) fn add_i32(&mut self, key: &str, value: i32) -> Result<(), GgufError> {
-        self.add_kv(key, GgufValue::I32(value))
-    }
-
-    /// Adds an `f32` key.
-    pub(crate) fn add_f32(&mut self, key: &str, value: f32) -> Result<(), GgufError> {
-        self.add_kv(key, GgufValue::F32(value))
-    }
-
-    /// Adds a bool key.
-    pub(crate) fn add_bool(&mut self, key: &str, value: bool) -> Result<(), GgufError> {
-        self.add_kv(key, GgufValue::Bool(value))
-    }
-
-    /// Adds a string key.
-    pub fn add_string(&mut self, key: &str, value: &str) -> Result<(), GgufError> {
-        self.add_kv(key, GgufValue::String(value.to_owned()))
-    }
-
-    /// Adds an array-of-strings key.
-    pub(crate) fn add_string_array(
-        &mut self,
-        key: &str,
-        values: Vec<String>,
-    ) -> Result<(), GgufError> {
-        self.add_kv(key, GgufValue::Array(GgufArray::String(values)))
-    }
-
-    /// Adds an array-of-`i32` key.
-    pub(crate) fn add_i32_array(&mut self, key: &str, values: Vec<i32>) -> Result<(), GgufError> {
-        self.add_kv(key, GgufValue::Array(GgufArray::I32(values)))
-    }
-
-    /// Adds an array-of-`f32` key.
-    pub(crate) fn add_f32_array(&mut self, key: &str, values: Vec<f32>) -> Result<(), GgufError> {
-        self.add_kv(key, GgufValue::Array(GgufArray::F32(values)))
-    }
-
-    /// Adds a tensor with its data. `dims` are in ggml order: `dims[0]` (ne0) is the row
-    /// length, the contiguous one. The data length must match the shape and type exactly.
+    /// Adds a tensor, the one way to add any: its bytes, or a [`TensorData::Streamed`] writer
+    /// of them. `dims` are in ggml order: `dims[0]` (ne0) is the row length, the contiguous
+    /// one. The data's length must match the shape and type exactly: bytes are checked here,
+    /// a stream when it is written ([`GgufError::TensorSize`]).
     pub fn add_tensor(
         &mut self,
         name: &str,
         dims: &[u64],
         ggml_type: GgmlType,
-        data: Vec<u8>,
+        data: impl Into<TensorData>,
     ) -> Result<(), GgufError> {
         let n_bytes = self.check_tensor(name, dims, ggml_type)?;
-        if data.len() as u64 != n_bytes {
-            return Err(GgufError::TensorSize {
-                name: name.to_owned(),
-                expected_bytes: n_bytes,
-                actual_bytes: data.len() as u64,
-            });
+        let data = data.into();
+        if let TensorData::Bytes(bytes) = &data {
+            if bytes.len() as u64 != n_bytes {
+                return Err(GgufError::TensorSize {
+                    name: name.to_owned(),
+                    expected_bytes: n_bytes,
+                    actual_bytes: bytes.len() as u64,
+                });
+            }
         }
-        self.push_tensor(name, dims, ggml_type, n_bytes, TensorData::Bytes(data));
-        Ok(())
-    }
-
-    /// Adds a tensor whose data `generate` appends to the (cleared) buffer it is given, at
-    /// write time. Must be deterministic if the writer is written more than once; a wrong
-    /// length is reported as [`GgufError::TensorSize`] when writing.
-    pub(crate) fn add_tensor_with(
-        &mut self,
-        name: &str,
-        dims: &[u64],
-        ggml_type: GgmlType,
-        generate: impl Fn(&mut Vec<u8>) + 'static,
-    ) -> Result<(), GgufError> {
-        let n_bytes = self.check_tensor(name, dims, ggml_type)?;
-        self.push_tensor(
-            name,
-            dims,
+        self.tensor_names.insert(name.to_owned());
+        self.tensors.push(PendingTensor {
+            name: name.to_owned(),
+            dims: dims.to_vec(),
             ggml_type,
             n_bytes,
-            TensorData::Generated(Box::new(generate)),
-        );
-        Ok(())
-    }
-
-    /// Adds a tensor whose data `stream` writes to the file itself, in as many pieces as it
-    /// likes, at write time. Must be deterministic if the writer is written more than once; a
-    /// wrong total length is reported as [`GgufError::TensorSize`] when writing.
-    pub(crate) fn add_tensor_streamed(
-        &mut self,
-        name: &str,
-        dims: &[u64],
-        ggml_type: GgmlType,
-        stream: impl Fn(&mut dyn Write) -> io::Result<()> + 'static,
-    ) -> Result<(), GgufError> {
-        let n_bytes = self.check_tensor(name, dims, ggml_type)?;
-        self.push_tensor(
-            name,
-            dims,
-            ggml_type,
-            n_bytes,
-            TensorData::Streamed(Box::new(stream)),
-        );
+            data,
+        });
         Ok(())
     }
 
@@ -730,31 +693,9 @@ impl GgufWriter {
         })
     }
 
-    fn push_tensor(
-        &mut self,
-        name: &str,
-        dims: &[u64],
-        ggml_type: GgmlType,
-        n_bytes: u64,
-        data: TensorData,
-    ) {
-        self.tensor_names.insert(name.to_owned());
-        self.tensors.push(PendingTensor {
-            name: name.to_owned(),
-            dims: dims.to_vec(),
-            ggml_type,
-            n_bytes,
-            data,
-        });
-    }
-
-    /// Writes the whole file to `out`; returns the number of bytes written.
-    pub fn write_to(&self, out: &mut impl Write) -> Result<u64, GgufError> {
-        self.write_to_with_progress(out, &mut |_| {})
-    }
-
-    /// [`GgufWriter::write_to`], calling `on_progress` after the header and after each tensor.
-    pub(crate) fn write_to_with_progress(
+    /// Writes the whole file to `out`, calling `on_progress` after the header and after each
+    /// tensor; returns the number of bytes written.
+    pub fn write_to(
         &self,
         out: &mut impl Write,
         on_progress: &mut dyn FnMut(WriteProgress),
@@ -768,19 +709,15 @@ impl GgufWriter {
         Ok(counted.written_bytes)
     }
 
-    /// Writes the file to `path` atomically (a temporary file in the same directory, then a
-    /// rename), so a reader never sees a half-written model. Returns the file size in bytes.
-    pub fn write_file(&self, path: &Path) -> Result<u64, GgufError> {
-        write_atomically(path, |out| self.write_to(out))
-    }
-
-    /// [`GgufWriter::write_file`] with progress reports (see [`WriteProgress`]).
-    pub(crate) fn write_file_with_progress(
+    /// [`GgufWriter::write_to`] a file at `path`, atomically (a temporary file in the same
+    /// directory, then a rename), so a reader never sees a half-written model. Returns the
+    /// file size in bytes.
+    pub fn write_file(
         &self,
         path: &Path,
         on_progress: &mut dyn FnMut(WriteProgress),
     ) -> Result<u64, GgufError> {
-        write_atomically(path, |out| self.write_to_with_progress(out, on_progress))
+        write_atomically(path, |out| self.write_to(out, on_progress))
     }
 
     fn write_header<W: Write>(&self, out: &mut CountingWriter<W>) -> io::Result<()> {
@@ -826,39 +763,25 @@ impl GgufWriter {
             });
         };
         report(out, 0);
-        let mut buffer = Vec::new();
         for (index, tensor) in self.tensors.iter().enumerate() {
             let start = out.written_bytes;
             match &tensor.data {
                 TensorData::Bytes(bytes) => out.write_all(bytes).map_err(stream)?,
-                TensorData::Generated(generate) => {
-                    buffer.clear();
-                    generate(&mut buffer);
-                    // Checked before writing, so a wrong generator leaves no stray bytes.
-                    if buffer.len() as u64 != tensor.n_bytes {
-                        size_error(tensor, buffer.len() as u64)?;
-                    }
-                    out.write_all(&buffer).map_err(stream)?;
-                }
                 TensorData::Streamed(write) => write(out).map_err(stream)?,
             }
             let actual_bytes = out.written_bytes - start;
             if actual_bytes != tensor.n_bytes {
-                size_error(tensor, actual_bytes)?;
+                return Err(GgufError::TensorSize {
+                    name: tensor.name.clone(),
+                    expected_bytes: tensor.n_bytes,
+                    actual_bytes,
+                });
             }
             out.pad_to(self.alignment_bytes).map_err(stream)?;
             report(out, index + 1);
         }
         out.flush().map_err(stream)
     }
-}
-
-fn size_error(tensor: &PendingTensor, actual_bytes: u64) -> Result<(), GgufError> {
-    Err(GgufError::TensorSize {
-        name: tensor.name.clone(),
-        expected_bytes: tensor.n_bytes,
-        actual_bytes,
-    })
 }
 
 struct CountingWriter<W> {
@@ -1513,19 +1436,19 @@ mod tests {
 
     fn sample_writer() -> GgufWriter {
         let mut w = GgufWriter::new();
-        w.add_string("general.architecture", "llama").unwrap();
-        w.add_u32("llama.block_count", 2).unwrap();
-        w.add_i32("test.negative", -7).unwrap();
-        w.add_f32("llama.rope.freq_base", 500_000.0).unwrap();
-        w.add_bool("tokscope.synthetic", true).unwrap();
-        w.add_string_array(
+        w.add_kv("general.architecture", "llama").unwrap();
+        w.add_kv("llama.block_count", 2).unwrap();
+        w.add_kv("test.negative", GgufValue::I32(-7)).unwrap();
+        w.add_kv("llama.rope.freq_base", 500_000.0).unwrap();
+        w.add_kv("tokscope.synthetic", true).unwrap();
+        w.add_kv(
             "tokenizer.ggml.tokens",
             vec!["<unk>".into(), "▁hello".into(), String::new()],
         )
         .unwrap();
-        w.add_i32_array("tokenizer.ggml.token_type", vec![2, 1, 1])
+        w.add_kv("tokenizer.ggml.token_type", vec![2, 1, 1])
             .unwrap();
-        w.add_f32_array("tokenizer.ggml.scores", vec![0.0, -1.5, 3.25])
+        w.add_kv("tokenizer.ggml.scores", vec![0.0, -1.5, 3.25])
             .unwrap();
         w.add_kv("test.u64", GgufValue::U64(u64::MAX)).unwrap();
         w.add_kv(
@@ -1540,13 +1463,13 @@ mod tests {
             [1.0_f32, 2.0, 3.0]
                 .iter()
                 .flat_map(|v| v.to_le_bytes())
-                .collect(),
+                .collect::<Vec<u8>>(),
         )
         .unwrap();
-        w.add_tensor_with("b.weight", &[32, 2], GgmlType::Q8_0, |out| {
-            out.extend((0..68).map(|i| i as u8));
-        })
-        .unwrap();
+        let q8: Vec<u8> = (0..68).map(|i| i as u8).collect();
+        let data = TensorData::streamed(move |out| out.write_all(&q8));
+        w.add_tensor("b.weight", &[32, 2], GgmlType::Q8_0, data)
+            .unwrap();
         w.add_tensor("c.weight", &[4, 2, 1], GgmlType::F16, vec![7; 16])
             .unwrap();
         w
@@ -1554,7 +1477,7 @@ mod tests {
 
     fn sample_bytes() -> Vec<u8> {
         let mut bytes = Vec::new();
-        let written = sample_writer().write_to(&mut bytes).unwrap();
+        let written = sample_writer().write_to(&mut bytes, &mut |_| {}).unwrap();
         assert_eq!(written, bytes.len() as u64);
         bytes
     }
@@ -1602,7 +1525,7 @@ mod tests {
     fn file_round_trip_is_atomic_and_leaves_no_temp_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("m.gguf");
-        let size = sample_writer().write_file(&path).unwrap();
+        let size = sample_writer().write_file(&path, &mut |_| {}).unwrap();
         assert_eq!(fs::metadata(&path).unwrap().len(), size);
         let header = read_metadata(&path).unwrap();
         assert_eq!(header.metadata, sample_writer().metadata);
@@ -1614,7 +1537,7 @@ mod tests {
     fn reading_without_arrays_keeps_everything_else_and_every_check() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("m.gguf");
-        sample_writer().write_file(&path).unwrap();
+        sample_writer().write_file(&path, &mut |_| {}).unwrap();
         let full = read_metadata(&path).unwrap();
         let lean = read_metadata_without_arrays(&path).unwrap();
         let scalars: Vec<_> = full
@@ -1645,13 +1568,10 @@ mod tests {
     fn writer_rejects_bad_keys_and_tensors() {
         let mut w = GgufWriter::new();
         assert!(matches!(
-            w.add_u32(ALIGNMENT_KEY, 64),
+            w.add_kv(ALIGNMENT_KEY, 64),
             Err(GgufError::InvalidKey { .. })
         ));
-        assert!(matches!(
-            w.add_u32("", 1),
-            Err(GgufError::InvalidKey { .. })
-        ));
+        assert!(matches!(w.add_kv("", 1), Err(GgufError::InvalidKey { .. })));
         assert!(matches!(
             w.add_tensor("t", &[3], GgmlType::F32, vec![0; 8]),
             Err(GgufError::TensorSize { .. })
@@ -1673,10 +1593,10 @@ mod tests {
             w.add_tensor("t", &[1], GgmlType::F32, vec![0; 4]),
             Err(GgufError::InvalidTensor { .. })
         ));
-        w.add_tensor_with("g", &[2], GgmlType::F32, |out| out.push(1))
-            .unwrap();
+        let short = TensorData::streamed(|out| out.write_all(&[1]));
+        w.add_tensor("g", &[2], GgmlType::F32, short).unwrap();
         assert!(matches!(
-            w.write_to(&mut Vec::new()),
+            w.write_to(&mut Vec::new(), &mut |_| {}),
             Err(GgufError::TensorSize { .. })
         ));
     }

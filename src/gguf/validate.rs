@@ -724,7 +724,7 @@ mod tests {
             .unwrap();
         }
         let mut bytes = Vec::new();
-        w.write_to(&mut bytes).unwrap();
+        w.write_to(&mut bytes, &mut |_| {}).unwrap();
         parse_metadata(&bytes).unwrap()
     }
 

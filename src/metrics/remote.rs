@@ -1170,4 +1170,134 @@ mod tests {
         assert!(fine.drop_implausible().is_empty());
         assert_eq!(fine, before);
     }
+
+    /// One file of `tests/fixtures/timing/`: a stream's events and the figures they must give
+    /// under each convention (docs/metrics.md, "Worked examples"); a figure left out must be
+    /// absent.
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct TimingFixture {
+        events: Vec<FixtureEvent>,
+        usage_completion_tokens: Option<u64>,
+        tokscope: FixtureFigures,
+        vllm: FixtureFigures,
+    }
+
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct FixtureEvent {
+        at_ms: u64,
+        /// `role` (a choice without text), `content`, `reasoning`, `finish` (the closing
+        /// choice).
+        kind: String,
+        /// The running output-token count sent with the chunk (vLLM's continuous usage).
+        tokens: Option<u64>,
+    }
+
+    #[derive(serde::Deserialize, Debug, PartialEq)]
+    #[serde(deny_unknown_fields)]
+    struct FixtureFigures {
+        ttft_ms: Option<f64>,
+        itl_p50_ms: Option<f64>,
+        itl_p99_ms: Option<f64>,
+        tpot_ms: Option<f64>,
+        e2e_ms: Option<f64>,
+    }
+
+    impl TimingFixture {
+        fn timeline(&self) -> RemoteTimeline {
+            let mut t = RemoteTimeline {
+                usage: self.usage_completion_tokens.map(|n| ServerUsage {
+                    prompt_tokens: 1,
+                    completion_tokens: n,
+                    cached_tokens: None,
+                }),
+                ..Default::default()
+            };
+            for e in &self.events {
+                let at = Duration::from_millis(e.at_ms);
+                t.choice_chunks.push(at);
+                match e.kind.as_str() {
+                    "role" | "finish" => {}
+                    "content" | "reasoning" => t.chunks.push(ChunkMark {
+                        at,
+                        cumulative_tokens: e.tokens,
+                        reasoning: e.kind == "reasoning",
+                    }),
+                    other => panic!("unknown event kind {other:?}"),
+                }
+                t.finished_at = at;
+            }
+            t
+        }
+    }
+
+    /// Figures rounded to the fixtures' 3 decimals, so that 100 / 6 ms reads 16.667.
+    fn rounded(f: FixtureFigures) -> FixtureFigures {
+        let r = |v: Option<f64>| v.map(|v| (v * 1e3).round() / 1e3);
+        FixtureFigures {
+            ttft_ms: r(f.ttft_ms),
+            itl_p50_ms: r(f.itl_p50_ms),
+            itl_p99_ms: r(f.itl_p99_ms),
+            tpot_ms: r(f.tpot_ms),
+            e2e_ms: r(f.e2e_ms),
+        }
+    }
+
+    #[test]
+    fn every_timing_fixture_gives_its_figures_under_both_conventions() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/timing");
+        let mut files: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        files.sort();
+        assert!(files.len() >= 4, "{files:?}");
+        for path in files {
+            let text = std::fs::read_to_string(&path).unwrap();
+            let fixture: TimingFixture =
+                toml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let s = fixture.timeline().summary();
+            let ours = FixtureFigures {
+                ttft_ms: s.ttft_ms,
+                itl_p50_ms: s.itl.map(|l| l.p50_ms),
+                itl_p99_ms: s.itl.map(|l| l.p99_ms),
+                tpot_ms: s.tpot_ms,
+                e2e_ms: Some(s.e2e_ms),
+            };
+            let v = &s.vllm_convention;
+            let vllms = FixtureFigures {
+                ttft_ms: v.ttft_ms,
+                itl_p50_ms: v.itl.map(|l| l.p50_ms),
+                itl_p99_ms: v.itl.map(|l| l.p99_ms),
+                tpot_ms: v.tpot_ms,
+                e2e_ms: v.e2e_ms,
+            };
+            let name = path.display();
+            assert_eq!(
+                rounded(ours),
+                fixture.tokscope,
+                "{name}: tokscope's convention"
+            );
+            assert_eq!(rounded(vllms), fixture.vllm, "{name}: vLLM's convention");
+        }
+    }
+
+    /// docs/metrics.md's worked examples are the fixtures, quoted whole: a fixture changed
+    /// without its example (or the other way round) fails here.
+    #[test]
+    fn docs_quote_every_timing_fixture_whole() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let docs = std::fs::read_to_string(root.join("docs/metrics.md")).unwrap();
+        for entry in std::fs::read_dir(root.join("tests/fixtures/timing")).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            let text = std::fs::read_to_string(&path).unwrap();
+            let quoted = format!("`tests/fixtures/timing/{name}`:\n\n```toml\n{text}```\n");
+            assert!(
+                docs.contains(&quoted),
+                "docs/metrics.md does not quote {name} whole"
+            );
+        }
+    }
 }

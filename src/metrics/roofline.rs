@@ -1033,7 +1033,7 @@ mod tests {
     /// of 512), written by the project's GGUF writer and read back as llama.cpp would.
     fn gemma3_like(extra: impl FnOnce(&mut crate::gguf::GgufWriter)) -> GgufHeader {
         let mut w = crate::gguf::GgufWriter::new();
-        w.add_string("general.architecture", "gemma3").unwrap();
+        w.add_kv("general.architecture", "gemma3").unwrap();
         for (k, v) in [
             ("block_count", 18),
             ("embedding_length", 640),
@@ -1043,11 +1043,11 @@ mod tests {
             ("attention.value_length", 256),
             ("attention.sliding_window", 512),
         ] {
-            w.add_u32(&format!("gemma3.{k}"), v).unwrap();
+            w.add_kv(&format!("gemma3.{k}"), v).unwrap();
         }
         extra(&mut w);
         let mut bytes = Vec::new();
-        w.write_to(&mut bytes).unwrap();
+        w.write_to(&mut bytes, &mut |_| {}).unwrap();
         crate::gguf::parse_metadata(&bytes).unwrap()
     }
 
@@ -1138,7 +1138,7 @@ mod tests {
         assert_eq!(kv.sliding_window.unwrap().n_window_layers, 2);
         // A number: one global layer in 3.
         let header = gemma3_like(|w| {
-            w.add_u32("gemma3.attention.sliding_window_pattern", 3)
+            w.add_kv("gemma3.attention.sliding_window_pattern", 3)
                 .unwrap();
         });
         let w = KvShape::from_gguf(&header, KvType::F16, KvType::F16)
@@ -1150,17 +1150,17 @@ mod tests {
         // An architecture whose rule is not known is read at full depth, and says so by
         // having no window.
         let mut other = crate::gguf::GgufWriter::new();
-        other.add_string("general.architecture", "llama").unwrap();
+        other.add_kv("general.architecture", "llama").unwrap();
         for (k, v) in [
             ("block_count", 4),
             ("embedding_length", 64),
             ("attention.head_count", 4),
             ("attention.sliding_window", 16),
         ] {
-            other.add_u32(&format!("llama.{k}"), v).unwrap();
+            other.add_kv(&format!("llama.{k}"), v).unwrap();
         }
         let mut bytes = Vec::new();
-        other.write_to(&mut bytes).unwrap();
+        other.write_to(&mut bytes, &mut |_| {}).unwrap();
         let header = crate::gguf::parse_metadata(&bytes).unwrap();
         let kv = KvShape::from_gguf(&header, KvType::F16, KvType::F16).unwrap();
         assert_eq!(kv.sliding_window, None);

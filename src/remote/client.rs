@@ -10,14 +10,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
+use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
 use super::sse::{EventTooLarge, SseParser};
+use super::wire;
 use super::{ApiKey, RemoteError};
 use crate::engine::ChatMessage;
 use crate::metrics::remote::{
-    ChunkMark, RemoteTimeline, ServerReported, ServerTimingSource, ServerTimings, ServerUsage,
-    MAX_OUTPUT_TOKENS,
+    ChunkMark, RemoteTimeline, ServerReported, ServerTimingSource, ServerUsage, MAX_OUTPUT_TOKENS,
 };
 
 /// A streamed event (or one of its lines) longer than this is refused (a broken or hostile
@@ -398,13 +399,13 @@ impl RemoteClient {
     }
 
     /// A JSON reply, bounded and within the timeout.
-    async fn json(
+    async fn json<T: DeserializeOwned>(
         &self,
         url: &str,
         builder: reqwest::RequestBuilder,
-    ) -> Result<Value, RemoteError> {
+    ) -> Result<T, RemoteError> {
         let bytes = self.reply(url, builder, MAX_JSON_BODY_BYTES).await?;
-        serde_json::from_slice(&bytes).map_err(|e| RemoteError::Malformed(format!("{url}: {e}")))
+        wire::parse(&bytes).map_err(|e| RemoteError::Malformed(format!("{url}: {e}")))
     }
 
     /// Whether the server sleeps now: llama-server's `GET /props` `is_sleeping` (answered from
@@ -416,10 +417,10 @@ impl RemoteClient {
         }
         let url = format!("{}/props", self.endpoint.root());
         let said = self
-            .json(&url, self.http.get(&url))
+            .json::<wire::Props>(&url, self.http.get(&url))
             .await
             .ok()
-            .and_then(|v| v.get("is_sleeping").and_then(Value::as_bool));
+            .and_then(|props| props.is_sleeping);
         if said.is_none() {
             self.ask_props.store(false, Ordering::Relaxed);
         }
@@ -429,21 +430,16 @@ impl RemoteClient {
     /// The model ids of `GET /v1/models` (ollama's native API: the names of `GET /api/tags`),
     /// in the server's order.
     pub(crate) async fn models(&self) -> Result<Vec<String>, RemoteError> {
-        let (path, list, key) = if self.endpoint.ollama_native() {
-            ("tags", "models", "name")
+        let base = &self.endpoint.base_url;
+        Ok(if self.endpoint.ollama_native() {
+            let url = format!("{base}/tags");
+            let tags: wire::Tags = self.json(&url, self.http.get(&url)).await?;
+            tags.models.into_iter().flatten().map(|m| m.name).collect()
         } else {
-            ("models", "data", "id")
-        };
-        let url = format!("{}/{path}", self.endpoint.base_url);
-        let v = self.json(&url, self.http.get(&url)).await?;
-        Ok(v.get(list)
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(|m| m.get(key).and_then(Value::as_str).map(String::from))
-                    .collect()
-            })
-            .unwrap_or_default())
+            let url = format!("{base}/models");
+            let models: wire::Models = self.json(&url, self.http.get(&url)).await?;
+            models.data.into_iter().flatten().map(|m| m.id).collect()
+        })
     }
 
     /// The first model the server lists.
@@ -696,62 +692,60 @@ impl Turn {
         if data.is_empty() {
             return Ok(None);
         }
-        let value = self.read_event(data, "event data")?;
-        let usage = value.get("usage").and_then(parse_usage);
+        let event: wire::ChatChunk = self.read_event(data, "event data")?;
+        self.seen(event.error.as_ref(), event.model)?;
+        let usage = event.usage.map(ServerUsage::from);
         // Only choice 0 is the answer (a server asked for one choice sends only it; one that
         // sends others must not mix them in, issue 57 item 12); an entry without `index` is
         // taken as choice 0.
-        let choice = value
-            .get("choices")
-            .and_then(Value::as_array)
-            .and_then(|c| {
-                c.iter()
-                    .find(|c| c.get("index").map_or(Some(0), Value::as_u64) == Some(0))
-            });
-        if let Some(reason) = choice
-            .and_then(|c| c.get("finish_reason"))
-            .and_then(Value::as_str)
-        {
-            self.turn.finish_reason = Some(reason.to_string());
+        let choice = (event.choices.into_iter().flatten()).find(|c| c.index.unwrap_or(0) == 0);
+        if let Some(reason) = choice.as_ref().and_then(|c| c.finish_reason.clone()) {
+            self.turn.finish_reason = Some(reason);
         }
-        let delta = choice.and_then(|c| c.get("delta"));
-        let text = Delta {
-            content: text_of(delta, "content"),
-            // vLLM, SGLang, DeepSeek's API and llama-server say `reasoning_content`; newer
-            // vLLM and OpenRouter say `reasoning` (a server that sends both sends the same
-            // text twice: one is taken).
-            reasoning: Some(text_of(delta, "reasoning_content"))
-                .filter(|r| !r.is_empty())
-                .unwrap_or_else(|| text_of(delta, "reasoning")),
-        };
+        let delta = choice.as_ref().and_then(|c| c.delta.as_ref());
+        let text = Delta::of(delta, |m| {
+            // A server that sends both channels' names sends the same text twice: one is taken.
+            Some(&m.reasoning_content)
+                .filter(|r| r.as_deref().is_some_and(|r| !r.is_empty()))
+                .unwrap_or(&m.reasoning)
+        });
         let tokens = usage.map(|u| u.completion_tokens);
-        self.chunk(choice, text, at, tokens, on_text)?;
+        self.chunk(choice.is_some(), text, at, tokens, on_text)?;
         let timeline = &mut self.turn.timeline;
         if usage.is_some() {
             timeline.usage = usage;
         }
-        if let Some(t) = value.get("timings").and_then(parse_timings) {
-            timeline.server_timings = Some(t);
+        if let Some(t) = event.timings {
+            timeline.server_timings = Some(t.into());
         }
-        if let Some(r) = value.get("metrics").and_then(parse_vllm_metrics) {
+        if let Some(r) = event.metrics.and_then(wire::VllmMetrics::reported) {
             timeline.server_reported = Some(r);
         }
         Ok(None)
     }
 
-    /// An event's (or a line's) JSON: an `error` field is the server's error, and the first
-    /// `model` named is kept.
-    fn read_event(&mut self, data: &str, what: &str) -> Result<Value, RemoteError> {
-        let value: Value = serde_json::from_str(data).map_err(|e| {
-            RemoteError::Malformed(format!("{what} is not JSON ({e}): {}", error_excerpt(data)))
-        })?;
-        if let Some(err) = value.get("error") {
+    /// An event's (or a line's) JSON as `T`: text that is not JSON is quoted, a field of the
+    /// wrong type is named.
+    fn read_event<T: DeserializeOwned>(&self, data: &str, what: &str) -> Result<T, RemoteError> {
+        wire::parse(data.as_bytes()).map_err(|e| {
+            RemoteError::Malformed(match e {
+                wire::WireError::Field(e) => format!("{what}: {e}"),
+                wire::WireError::NotJson(e) => {
+                    format!("{what} is not JSON ({e}): {}", error_excerpt(data))
+                }
+            })
+        })
+    }
+
+    /// An event's `error` field is the server's error; the first `model` named is kept.
+    fn seen(&mut self, error: Option<&Value>, model: Option<String>) -> Result<(), RemoteError> {
+        if let Some(err) = error {
             return Err(RemoteError::ServerError(error_excerpt(&err.to_string())));
         }
         if self.turn.model.is_none() {
-            self.turn.model = value.get("model").and_then(Value::as_str).map(String::from);
+            self.turn.model = model;
         }
-        Ok(value)
+        Ok(())
     }
 
     /// One event's choice (OpenAI's choice 0, ollama's `message`), timed, and its text on
@@ -762,14 +756,14 @@ impl Turn {
     /// the end: `end_thinking`). A delta with both is the answer's first chunk.
     fn chunk(
         &mut self,
-        choice: Option<&Value>,
+        has_choice: bool,
         text: Delta<'_>,
         at: Duration,
         cumulative_tokens: Option<u64>,
         on_text: &mut (dyn FnMut(&str, Duration) + Send),
     ) -> Result<(), RemoteError> {
         let timeline = &mut self.turn.timeline;
-        if choice.is_some() && timeline.choice_chunks.len() < MAX_OUTPUT_TOKENS as usize {
+        if has_choice && timeline.choice_chunks.len() < MAX_OUTPUT_TOKENS as usize {
             timeline.choice_chunks.push(at);
         }
         if text.content.is_empty() && text.reasoning.is_empty() {
@@ -825,63 +819,40 @@ impl Turn {
         if data.is_empty() {
             return Ok(None);
         }
-        let value = self.read_event(data, "stream line")?;
-        let message = value.get("message");
-        let text = Delta {
-            content: text_of(message, "content"),
-            reasoning: text_of(message, "thinking"),
-        };
-        self.chunk(message, text, at, None, on_text)?;
-        if value.get("done").and_then(Value::as_bool) != Some(true) {
+        let line: wire::OllamaLine = self.read_event(data, "stream line")?;
+        self.seen(line.error.as_ref(), line.model.clone())?;
+        let text = Delta::of(line.message.as_ref(), |m| &m.thinking);
+        self.chunk(line.message.is_some(), text, at, None, on_text)?;
+        if line.done != Some(true) {
             return Ok(None);
         }
-        let turn = &mut self.turn;
-        turn.finish_reason = value
-            .get("done_reason")
-            .and_then(Value::as_str)
-            .map(String::from);
-        let count = |k: &str| value.get(k).and_then(Value::as_u64);
-        let ns_as_ms = |k: &str| value.get(k).and_then(Value::as_f64).map(|ns| ns / 1e6);
-        let (prompt_n, predicted_n) = (count("prompt_eval_count"), count("eval_count"));
-        if let (Some(prompt_tokens), Some(completion_tokens)) = (prompt_n, predicted_n) {
-            turn.timeline.usage = Some(ServerUsage {
-                prompt_tokens,
-                completion_tokens,
-                cached_tokens: None,
-            });
-        }
-        if let (Some(prompt_n), Some(prompt_ms), Some(predicted_n), Some(predicted_ms)) = (
-            prompt_n,
-            ns_as_ms("prompt_eval_duration"),
-            predicted_n,
-            ns_as_ms("eval_duration"),
-        ) {
-            turn.timeline.server_timings = Some(ServerTimings {
-                source: ServerTimingSource::Ollama,
-                prompt_n,
-                prompt_ms,
-                cache_n: None,
-                predicted_n,
-                predicted_ms,
-            });
-        }
-        turn.timeline.server_load_ms = ns_as_ms("load_duration");
+        let timeline = &mut self.turn.timeline;
+        (timeline.usage, timeline.server_timings) = (line.usage(), line.timings());
+        timeline.server_load_ms = line.load_duration.map(|ns| ns / 1e6);
+        self.turn.finish_reason = line.done_reason;
         Ok(Some(StreamEnd::Done))
     }
 }
 
 /// One delta's text on each channel (empty: none).
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Default)]
 struct Delta<'a> {
     content: &'a str,
     reasoning: &'a str,
 }
 
-/// `v[key]` as a string; empty when absent or not a string.
-fn text_of<'a>(v: Option<&'a Value>, key: &str) -> &'a str {
-    v.and_then(|v| v.get(key))
-        .and_then(Value::as_str)
-        .unwrap_or("")
+impl<'a> Delta<'a> {
+    /// A message's content and its reasoning channel (`reasoning` picks it).
+    fn of(
+        message: Option<&'a wire::Message>,
+        reasoning: impl FnOnce(&'a wire::Message) -> &'a Option<String>,
+    ) -> Self {
+        let text = |t: &'a Option<String>| t.as_deref().unwrap_or("");
+        message.map_or(Delta::default(), |m| Delta {
+            content: text(&m.content),
+            reasoning: text(reasoning(m)),
+        })
+    }
 }
 
 /// ollama's native chat request: its sampling settings go in `options` (`num_predict` is its
@@ -975,35 +946,6 @@ fn request_body(r: &ChatRequest, include_metrics: bool, continuous_usage: bool) 
     Value::Object(body)
 }
 
-fn parse_usage(v: &Value) -> Option<ServerUsage> {
-    let prompt_tokens = v.get("prompt_tokens")?.as_u64()?;
-    let completion_tokens = v.get("completion_tokens")?.as_u64()?;
-    let cached_tokens = v
-        .get("prompt_tokens_details")
-        .and_then(|d| d.get("cached_tokens"))
-        .and_then(Value::as_u64);
-    Some(ServerUsage {
-        prompt_tokens,
-        completion_tokens,
-        cached_tokens,
-    })
-}
-
-/// vLLM's per-request `metrics` object (see `ServerReported`); `None` when it holds none of
-/// its times (as vLLM sends it when the timestamps are missing).
-fn parse_vllm_metrics(v: &Value) -> Option<ServerReported> {
-    let f = |k: &str| v.get(k).and_then(Value::as_f64);
-    let r = ServerReported {
-        source: ServerTimingSource::Vllm,
-        queue_ms: f("queue_time_ms"),
-        first_token_ms: f("time_to_first_token_ms"),
-        decode_ms: f("generation_time_ms"),
-        inference_ms: None,
-        tpot_ms: f("mean_itl_ms"),
-    };
-    (!r.is_empty()).then_some(r)
-}
-
 /// TGI's timing headers (`x-queue-time`, `x-inference-time`, `x-time-per-token`, in ms), when
 /// the response has any of them.
 fn parse_tgi_headers(headers: &reqwest::header::HeaderMap) -> Option<ServerReported> {
@@ -1017,17 +959,6 @@ fn parse_tgi_headers(headers: &reqwest::header::HeaderMap) -> Option<ServerRepor
         tpot_ms: f("x-time-per-token"),
     };
     (!r.is_empty()).then_some(r)
-}
-
-fn parse_timings(v: &Value) -> Option<ServerTimings> {
-    Some(ServerTimings {
-        source: ServerTimingSource::LlamaServer,
-        prompt_n: v.get("prompt_n")?.as_u64()?,
-        prompt_ms: v.get("prompt_ms")?.as_f64()?,
-        cache_n: v.get("cache_n").and_then(Value::as_u64),
-        predicted_n: v.get("predicted_n")?.as_u64()?,
-        predicted_ms: v.get("predicted_ms")?.as_f64()?,
-    })
 }
 
 /// At most 300 characters of a server's error body, on one line.
@@ -1191,6 +1122,106 @@ mod tests {
         assert_eq!(turn.turn.text, "<think>Let me</think>Yes");
         assert_eq!(turn.turn.timeline.ttft(), Some(ms(10)));
         assert_eq!(turn.turn.timeline.ttfo(), Some(ms(20)));
+    }
+
+    /// A field of the wrong type, or a required one missing, is an error that names it by its
+    /// path; what is well-typed is read as before (usage, timings, vLLM's metrics, ollama's
+    /// final line).
+    #[test]
+    fn a_wrong_typed_or_missing_field_is_named() {
+        let error_of = |native: bool, data: &str| {
+            let mut turn = empty_turn(native);
+            match turn.on_event(data, Duration::ZERO, &mut |_, _| {}) {
+                Err(RemoteError::Malformed(said)) => said,
+                other => panic!("{data}: expected a malformed event, got {other:?}"),
+            }
+        };
+        for (native, data, named) in [
+            (
+                false,
+                r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":"x"}}"#,
+                "usage.completion_tokens: invalid type: string \"x\", expected u64",
+            ),
+            (
+                false,
+                r#"{"choices":[],"usage":{"completion_tokens":2}}"#,
+                "usage: missing field `prompt_tokens`",
+            ),
+            (
+                false,
+                r#"{"choices":[{"index":0,"delta":{"content":7}}]}"#,
+                "choices[0].delta.content: invalid type: integer `7`",
+            ),
+            (
+                false,
+                r#"{"choices":{"index":0}}"#,
+                "choices: invalid type: map",
+            ),
+            (
+                false,
+                r#"{"choices":[],"timings":{"prompt_n":1,"prompt_ms":"2","predicted_n":1,"predicted_ms":1}}"#,
+                "timings.prompt_ms: invalid type: string",
+            ),
+            (
+                false,
+                r#"{"choices":[],"metrics":{"mean_itl_ms":true}}"#,
+                "metrics.mean_itl_ms: invalid type: boolean",
+            ),
+            (
+                true,
+                r#"{"done":true,"eval_count":-1}"#,
+                "eval_count: invalid value: integer `-1`",
+            ),
+        ] {
+            let said = error_of(native, data);
+            assert!(said.starts_with("event data: ") || native, "{said}");
+            assert!(said.contains(named), "{data}: {said}");
+        }
+        // Not JSON at all is said so, with the text.
+        let said = error_of(false, "{not json");
+        assert!(said.starts_with("event data is not JSON ("), "{said}");
+        assert!(said.ends_with(": {not json"), "{said}");
+        // Well-typed: each format's figures are read, nulls are absent fields.
+        let mut turn = empty_turn(false);
+        let data = r#"{"model":"m","choices":[{"index":0,"finish_reason":null,"delta":{"content":"Hi"}}],
+            "usage":{"prompt_tokens":3,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":2}},
+            "timings":{"prompt_n":1,"prompt_ms":2.5,"cache_n":2,"predicted_n":1,"predicted_ms":4},
+            "metrics":{"queue_time_ms":1.5,"time_to_first_token_ms":null}}"#;
+        turn.on_event(data, Duration::ZERO, &mut |_, _| {}).unwrap();
+        let t = &turn.turn.timeline;
+        let usage = t.usage.unwrap();
+        assert_eq!((usage.prompt_tokens, usage.completion_tokens), (3, 1));
+        assert_eq!(usage.cached_tokens, Some(2));
+        let timings = t.server_timings.unwrap();
+        assert_eq!(
+            (timings.prompt_ms, timings.cache_n, timings.predicted_ms),
+            (2.5, Some(2), 4.0)
+        );
+        let reported = t.server_reported.unwrap();
+        assert_eq!(
+            (reported.queue_ms, reported.first_token_ms),
+            (Some(1.5), None)
+        );
+        assert_eq!(
+            (turn.turn.model.as_deref(), turn.turn.text.as_str()),
+            (Some("m"), "Hi")
+        );
+        let mut ollama = empty_turn(true);
+        let line = r#"{"message":{"content":""},"done":true,"done_reason":"stop","load_duration":2000000,
+            "prompt_eval_count":5,"prompt_eval_duration":3000000,"eval_count":4,"eval_duration":8000000}"#;
+        let end = ollama
+            .on_event(line, Duration::ZERO, &mut |_, _| {})
+            .unwrap();
+        assert_eq!(end, Some(StreamEnd::Done));
+        let t = &ollama.turn.timeline;
+        assert_eq!(
+            t.usage.map(|u| (u.prompt_tokens, u.completion_tokens)),
+            Some((5, 4))
+        );
+        let timings = t.server_timings.unwrap();
+        assert_eq!((timings.prompt_ms, timings.predicted_ms), (3.0, 8.0));
+        assert_eq!(t.server_load_ms, Some(2.0));
+        assert_eq!(ollama.turn.finish_reason.as_deref(), Some("stop"));
     }
 
     #[test]

@@ -10,6 +10,7 @@ mod client;
 mod error;
 mod record;
 mod sse;
+mod wire;
 mod worker;
 
 use std::io::Read;

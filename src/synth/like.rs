@@ -21,7 +21,8 @@ use super::{
     SYNTHETIC_SOURCE_METADATA_KEY,
 };
 use crate::gguf::{
-    self, GgmlType, GgufArray, GgufValue, GgufWriter, WriteProgress, SYNTHETIC_METADATA_KEY,
+    self, GgmlType, GgufArray, GgufValue, GgufWriter, TensorData, WriteProgress,
+    SYNTHETIC_METADATA_KEY,
 };
 
 /// Suffix appended to the source's `general.name`.
@@ -116,13 +117,13 @@ fn build_clone(
             .file_stem()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        writer.add_string("general.name", &synthetic_name(&stem))?;
+        writer.add_kv("general.name", synthetic_name(&stem))?;
     }
-    writer.add_bool(SYNTHETIC_METADATA_KEY, true)?;
+    writer.add_kv(SYNTHETIC_METADATA_KEY, true)?;
     writer.add_kv(SYNTHETIC_SEED_METADATA_KEY, GgufValue::U64(seed))?;
-    writer.add_string(SYNTHETIC_SOURCE_METADATA_KEY, &file_name)?;
+    writer.add_kv(SYNTHETIC_SOURCE_METADATA_KEY, &file_name)?;
     if let Some(t) = file_type {
-        writer.add_u32(FILE_TYPE_KEY, t.file_type())?;
+        writer.add_kv(FILE_TYPE_KEY, t.file_type())?;
     }
 
     let n_layer = header
@@ -146,9 +147,9 @@ fn build_clone(
         };
         let n_elements = tensor.n_elements();
         let fill = fill_for(&tensor.name, &tensor.dims, ggml_type, seed, index);
-        writer.add_tensor_streamed(&tensor.name, &tensor.dims, ggml_type, move |out| {
-            blocks::write_tensor(ggml_type, n_elements, fill, out)
-        })?;
+        let data =
+            TensorData::streamed(move |out| blocks::write_tensor(ggml_type, n_elements, fill, out));
+        writer.add_tensor(&tensor.name, &tensor.dims, ggml_type, data)?;
     }
 
     let n_vocab = match header.get("tokenizer.ggml.tokens") {

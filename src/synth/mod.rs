@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use crate::gguf::{
-    GgmlType, GgufError, GgufValue, GgufWriter, WriteProgress, SYNTHETIC_METADATA_KEY,
+    GgmlType, GgufError, GgufValue, GgufWriter, TensorData, WriteProgress, SYNTHETIC_METADATA_KEY,
 };
 use crate::ids::SplitMix64;
 use llama3::{ArchPreset, BpeVocab};
@@ -480,7 +480,7 @@ fn finish(
     n_vocab: u32,
     on_progress: &mut dyn FnMut(WriteProgress),
 ) -> Result<SynthSummary, SynthError> {
-    let file_size_bytes = writer.write_file_with_progress(path, on_progress)?;
+    let file_size_bytes = writer.write_file(path, on_progress)?;
     Ok(SynthSummary {
         path: path.to_path_buf(),
         file_size_bytes,
@@ -543,12 +543,12 @@ fn build_writer(spec: &SynthSpec) -> Result<(GgufWriter, u32), SynthError> {
                 TensorRole::Norm => (TensorType::F32, Fill::Ones),
                 _ => (spec.tensor_type, Fill::Uniform { bound, seed }),
             };
-            writer.add_tensor_with(
-                &tensor.name,
-                &tensor.dims,
-                tensor_type.ggml_type(),
-                move |out| generate(fill, n_elements, tensor_type, out),
-            )?;
+            let data = TensorData::streamed(move |out| {
+                let mut bytes = Vec::new();
+                generate(fill, n_elements, tensor_type, &mut bytes);
+                out.write_all(&bytes)
+            });
+            writer.add_tensor(&tensor.name, &tensor.dims, tensor_type.ggml_type(), data)?;
             continue;
         }
         let ggml_type = mix::tensor_type(
@@ -567,48 +567,48 @@ fn build_writer(spec: &SynthSpec) -> Result<(GgufWriter, u32), SynthError> {
                 let factors = layout.rope_scaling.map_or_else(Vec::new, |scaling| {
                     llama3::rope_frequency_factors(scaling, spec.shape.head_dim(), ROPE_FREQ_BASE)
                 });
-                let bytes = factors.iter().flat_map(|f| f.to_le_bytes()).collect();
+                let bytes: Vec<u8> = factors.iter().flat_map(|f| f.to_le_bytes()).collect();
                 writer.add_tensor(&tensor.name, &tensor.dims, GgmlType::F32, bytes)?;
                 continue;
             }
             _ => blocks::Fill::Random { bound, seed },
         };
-        writer.add_tensor_streamed(&tensor.name, &tensor.dims, ggml_type, move |out| {
-            blocks::write_tensor(ggml_type, n_elements, fill, out)
-        })?;
+        let data =
+            TensorData::streamed(move |out| blocks::write_tensor(ggml_type, n_elements, fill, out));
+        writer.add_tensor(&tensor.name, &tensor.dims, ggml_type, data)?;
     }
     Ok((writer, n_vocab))
 }
 
 fn add_metadata(w: &mut GgufWriter, spec: &SynthSpec, vocab: &Vocab) -> Result<(), GgufError> {
     let shape = &spec.shape;
-    w.add_string("general.architecture", ARCHITECTURE)?;
-    w.add_string("general.name", &spec.name)?;
-    w.add_u32("general.file_type", spec.tensor_type.file_type())?;
+    w.add_kv("general.architecture", ARCHITECTURE)?;
+    w.add_kv("general.name", &spec.name)?;
+    w.add_kv("general.file_type", spec.tensor_type.file_type())?;
     if spec.architecture.is_some() && spec.tensor_type.is_quantized() {
-        w.add_u32("general.quantization_version", 2)?;
+        w.add_kv("general.quantization_version", 2_u32)?;
     }
-    w.add_u32("llama.context_length", shape.n_ctx_train)?;
-    w.add_u32("llama.embedding_length", shape.n_embd)?;
-    w.add_u32("llama.block_count", shape.n_layer)?;
-    w.add_u32("llama.feed_forward_length", shape.n_ff)?;
-    w.add_u32("llama.attention.head_count", shape.n_head)?;
-    w.add_u32("llama.attention.head_count_kv", shape.n_head_kv)?;
-    w.add_f32("llama.rope.freq_base", ROPE_FREQ_BASE)?;
-    w.add_f32("llama.attention.layer_norm_rms_epsilon", RMS_NORM_EPSILON)?;
+    w.add_kv("llama.context_length", shape.n_ctx_train)?;
+    w.add_kv("llama.embedding_length", shape.n_embd)?;
+    w.add_kv("llama.block_count", shape.n_layer)?;
+    w.add_kv("llama.feed_forward_length", shape.n_ff)?;
+    w.add_kv("llama.attention.head_count", shape.n_head)?;
+    w.add_kv("llama.attention.head_count_kv", shape.n_head_kv)?;
+    w.add_kv("llama.rope.freq_base", ROPE_FREQ_BASE)?;
+    w.add_kv("llama.attention.layer_norm_rms_epsilon", RMS_NORM_EPSILON)?;
     if spec
         .architecture
         .is_some_and(|a| a.head_lengths_in_metadata)
     {
-        w.add_u32("llama.attention.key_length", shape.head_dim())?;
-        w.add_u32("llama.attention.value_length", shape.head_dim())?;
+        w.add_kv("llama.attention.key_length", shape.head_dim())?;
+        w.add_kv("llama.attention.value_length", shape.head_dim())?;
     }
-    w.add_u32("llama.rope.dimension_count", shape.head_dim())?;
-    w.add_u32("llama.vocab_size", vocab.len())?;
-    w.add_bool(SYNTHETIC_METADATA_KEY, true)?;
+    w.add_kv("llama.rope.dimension_count", shape.head_dim())?;
+    w.add_kv("llama.vocab_size", vocab.len())?;
+    w.add_kv(SYNTHETIC_METADATA_KEY, true)?;
     w.add_kv(SYNTHETIC_SEED_METADATA_KEY, GgufValue::U64(spec.seed))?;
     if let Some(arch) = spec.architecture {
-        w.add_string(SYNTHETIC_SOURCE_METADATA_KEY, arch.key)?;
+        w.add_kv(SYNTHETIC_SOURCE_METADATA_KEY, arch.key)?;
     }
 
     let template = spec
@@ -618,36 +618,40 @@ fn add_metadata(w: &mut GgufWriter, spec: &SynthSpec, vocab: &Vocab) -> Result<(
         Vocab::Builtin(vocab) => add_builtin_vocab(w, vocab)?,
         Vocab::Bpe(vocab) => {
             // What convert_hf_to_gguf.py writes for Llama 3 (`_set_vocab_gpt2`).
-            w.add_string("tokenizer.ggml.model", "gpt2")?;
-            w.add_string("tokenizer.ggml.pre", "llama-bpe")?;
-            w.add_string_array("tokenizer.ggml.tokens", vocab.tokens.clone())?;
-            w.add_i32_array("tokenizer.ggml.token_type", vocab.token_types.clone())?;
-            w.add_string_array("tokenizer.ggml.merges", vocab.merges.clone())?;
-            w.add_u32("tokenizer.ggml.bos_token_id", vocab.bos_token_id)?;
-            w.add_u32("tokenizer.ggml.eos_token_id", vocab.eos_token_id)?;
+            w.add_kv("tokenizer.ggml.model", "gpt2")?;
+            w.add_kv("tokenizer.ggml.pre", "llama-bpe")?;
+            w.add_kv("tokenizer.ggml.tokens", vocab.tokens.clone())?;
+            w.add_kv("tokenizer.ggml.token_type", vocab.token_types.clone())?;
+            w.add_kv("tokenizer.ggml.merges", vocab.merges.clone())?;
+            w.add_kv("tokenizer.ggml.bos_token_id", vocab.bos_token_id)?;
+            w.add_kv("tokenizer.ggml.eos_token_id", vocab.eos_token_id)?;
         }
     }
-    w.add_string("tokenizer.chat_template", template)?;
+    w.add_kv("tokenizer.chat_template", template)?;
     Ok(())
 }
 
 fn add_builtin_vocab(w: &mut GgufWriter, vocab: &Vocabulary) -> Result<(), GgufError> {
-    w.add_string("tokenizer.ggml.model", "llama")?;
-    w.add_string_array("tokenizer.ggml.tokens", vocab.tokens.clone())?;
-    w.add_f32_array("tokenizer.ggml.scores", vocab.scores.clone())?;
-    w.add_i32_array(
+    w.add_kv("tokenizer.ggml.model", "llama")?;
+    w.add_kv("tokenizer.ggml.tokens", vocab.tokens.clone())?;
+    w.add_kv("tokenizer.ggml.scores", vocab.scores.clone())?;
+    w.add_kv(
         "tokenizer.ggml.token_type",
-        vocab.token_types.iter().map(|&t| t as i32).collect(),
+        vocab
+            .token_types
+            .iter()
+            .map(|&t| t as i32)
+            .collect::<Vec<_>>(),
     )?;
-    w.add_u32("tokenizer.ggml.bos_token_id", vocab::BOS_TOKEN_ID)?;
-    w.add_u32("tokenizer.ggml.eos_token_id", vocab::EOT_TOKEN_ID)?;
-    w.add_u32("tokenizer.ggml.eot_token_id", vocab::EOT_TOKEN_ID)?;
-    w.add_u32("tokenizer.ggml.unknown_token_id", vocab::UNK_TOKEN_ID)?;
-    w.add_bool("tokenizer.ggml.add_bos_token", true)?;
-    w.add_bool("tokenizer.ggml.add_eos_token", false)?;
+    w.add_kv("tokenizer.ggml.bos_token_id", vocab::BOS_TOKEN_ID)?;
+    w.add_kv("tokenizer.ggml.eos_token_id", vocab::EOT_TOKEN_ID)?;
+    w.add_kv("tokenizer.ggml.eot_token_id", vocab::EOT_TOKEN_ID)?;
+    w.add_kv("tokenizer.ggml.unknown_token_id", vocab::UNK_TOKEN_ID)?;
+    w.add_kv("tokenizer.ggml.add_bos_token", true)?;
+    w.add_kv("tokenizer.ggml.add_eos_token", false)?;
     // llama.cpp's SPM default is to prepend a space to the text; Llama 3 does not, and without
     // it the pieces of a tokenized text concatenate back to exactly that text.
-    w.add_bool("tokenizer.ggml.add_space_prefix", false)?;
+    w.add_kv("tokenizer.ggml.add_space_prefix", false)?;
     Ok(())
 }
 

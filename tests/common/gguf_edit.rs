@@ -24,7 +24,7 @@ pub fn rewrite(from: &Path, to: &Path, edit: impl Fn(&str, &GgufValue) -> Option
             .add_tensor(&t.name, &t.dims, t.ggml_type, data)
             .unwrap();
     }
-    writer.write_file(to).unwrap();
+    writer.write_file(to, &mut |_| {}).unwrap();
 }
 
 /// Copies a GGUF, adding one metadata key it does not have.
@@ -46,7 +46,7 @@ pub fn rewrite_adding(from: &Path, to: &Path, key: &str, value: GgufValue) {
             .add_tensor(&t.name, &t.dims, t.ggml_type, data)
             .unwrap();
     }
-    writer.write_file(to).unwrap();
+    writer.write_file(to, &mut |_| {}).unwrap();
 }
 
 /// A copy of `from` as `dir/other-vocab.gguf` whose vocabulary differs in one token ("▁the"
