@@ -1730,9 +1730,9 @@ mod tests {
             "Decode speed against depth",
             "Bytes read per token against depth",
             "what the bytes predict",
-            ">43<",
-            ">2000<",
-            ">8192<",
+            "\n43\n",
+            "\n2000\n",
+            "\n8192\n",
         ] {
             assert!(text.contains(expected), "missing {expected:?}");
         }
