@@ -17,6 +17,7 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters::style::FontStyle;
 use thiserror::Error;
 
+use crate::metrics::roofline::DepthPoint;
 use crate::metrics::BatchPoint;
 
 /// One measured decode speed on the roofline.
@@ -108,6 +109,25 @@ pub(crate) fn plot_roofline(
         .ok_or(PlotError::NoPoints { chart: "roofline" })?;
     let height = 800 + key_height(chart.points.len());
     render(&chart, (title, subtitle), kind, &out, (1200, height))
+}
+
+/// A depth sweep (`bench -d`): decode speed against the depth of the KV cache, measured beside
+/// what the bytes predict (depth 0's speed × depth 0's bytes ÷ the bytes there) and the
+/// ceiling, over the bytes a step reads there (all, and the KV cache's part). Needs a
+/// depth-0 point for the prediction; points with non-finite or non-positive values are left
+/// out.
+pub(crate) fn plot_depth_sweep(
+    points: &[DepthPoint],
+    title: &str,
+    subtitle: &str,
+    out: impl Into<crate::fsx::Output>,
+) -> Result<(), PlotError> {
+    let out = out.into();
+    let kind = plot_file_kind(&out.path)?;
+    let chart = DepthSweepChart::new(points).ok_or(PlotError::NoPoints {
+        chart: "depth sweep",
+    })?;
+    render(&chart, (title, subtitle), kind, &out, (1200, 900))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -799,6 +819,153 @@ impl Chart for BatchSweepChart {
                 })?;
             }
             draw_legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Depth sweep
+
+struct DepthSweepChart {
+    /// (depth, value) per series, in depth order.
+    measured: Vec<(f64, f64)>,
+    predicted: Vec<(f64, f64)>,
+    ceiling: Vec<(f64, f64)>,
+    /// Bytes per token in MB: all, and the KV cache's part.
+    bytes_mb: Vec<(f64, f64)>,
+    kv_mb: Vec<(f64, f64)>,
+}
+
+impl DepthSweepChart {
+    fn new(points: &[DepthPoint]) -> Option<Self> {
+        let usable = |v: f64| v.is_finite() && v > 0.0;
+        let kept: Vec<DepthPoint> = points
+            .iter()
+            .filter(|p| usable(p.tok_per_s) && usable(p.bytes_per_token))
+            .copied()
+            .collect();
+        let slowdown = crate::metrics::roofline::depth_slowdown(&kept);
+        let base = slowdown.iter().find(|(p, _, _)| p.depth == 0);
+        let base_rate = base.map(|(p, _, _)| p.tok_per_s);
+        let x = |p: &DepthPoint| p.depth as f64;
+        let chart = Self {
+            measured: slowdown
+                .iter()
+                .map(|(p, _, _)| (x(p), p.tok_per_s))
+                .collect(),
+            predicted: slowdown
+                .iter()
+                .filter_map(|(p, _, predicted)| Some((x(p), base_rate? * (*predicted)?)))
+                .collect(),
+            ceiling: slowdown
+                .iter()
+                .filter_map(|(p, _, _)| Some((x(p), p.ceiling_tok_per_s.filter(|c| usable(*c))?)))
+                .collect(),
+            bytes_mb: slowdown
+                .iter()
+                .map(|(p, _, _)| (x(p), p.bytes_per_token / 1e6))
+                .collect(),
+            kv_mb: slowdown
+                .iter()
+                .map(|(p, _, _)| (x(p), p.kv_bytes_per_token.max(0.0) / 1e6))
+                .collect(),
+        };
+        (!chart.measured.is_empty()).then_some(chart)
+    }
+
+    /// The depths as ticks, and a range padded by 6% of the span on each side.
+    fn x_axis(&self) -> (Range<f64>, Vec<f64>) {
+        let ticks: Vec<f64> = self.measured.iter().map(|(x, _)| *x).collect();
+        let lo = ticks.first().copied().unwrap_or(0.0);
+        let hi = ticks.last().copied().unwrap_or(0.0);
+        let pad = ((hi - lo) * 0.06).max(1.0);
+        (lo - pad..hi + pad, ticks)
+    }
+}
+
+impl Chart for DepthSweepChart {
+    fn draw<DB: DrawingBackend>(
+        &self,
+        _root: &DrawingArea<DB, Shift>,
+        body: DrawingArea<DB, Shift>,
+    ) -> DrawResult<DB> {
+        let (top, bottom) = body.split_vertically(body.dim_in_pixel().1 / 2);
+        let (range, ticks) = self.x_axis();
+        let axis = SharedX {
+            range,
+            ticks,
+            desc: "depth: tokens in the KV cache before the test",
+            label: |x| format!("{}", x.round()),
+        };
+        // The prediction is drawn without figures: it starts on the measured point at
+        // depth 0 and may run close to the measured line, whose figures would then overprint.
+        let speed = [
+            (
+                &self.ceiling,
+                "ceiling: bandwidth ÷ bytes per token",
+                CEILING_COLOR,
+                Some(false),
+            ),
+            (
+                &self.measured,
+                "measured decode tok/s",
+                MEASURED_COLOR,
+                Some(false),
+            ),
+            (
+                &self.predicted,
+                "what the bytes predict (depth 0's MBU)",
+                PER_SEQUENCE_COLOR,
+                None,
+            ),
+        ];
+        let bytes = [
+            (
+                &self.bytes_mb,
+                "bytes per token: weights + KV",
+                AGGREGATE_COLOR,
+                Some(false),
+            ),
+            (&self.kv_mb, "of which the KV cache", P99_COLOR, Some(true)),
+        ];
+        let panels: [(&DrawingArea<DB, Shift>, &str, &str, &[_]); 2] = [
+            (
+                &top,
+                "Decode speed against depth",
+                "tokens per second (tok/s)",
+                &speed,
+            ),
+            (
+                &bottom,
+                "Bytes read per token against depth",
+                "MB per token",
+                &bytes,
+            ),
+        ];
+        for (area, caption, y_desc, series) in panels {
+            let all: Vec<&Vec<(f64, f64)>> = series.iter().map(|s| s.0).collect();
+            let y_range = value_range(&all, 1.35);
+            let y_top = y_range.end;
+            let mut chart = panel(area, caption, &axis, y_range, y_desc)?;
+            for &(points, name, color, figures) in series {
+                if points.is_empty() {
+                    continue;
+                }
+                let Some(below) = figures else {
+                    draw_line(&mut chart, points.iter().copied(), name, color, 2)?;
+                    chart.draw_series(
+                        points
+                            .iter()
+                            .map(|&(x, y)| Circle::new((x, y), 6, color.stroke_width(2))),
+                    )?;
+                    continue;
+                };
+                draw_figured_line(&mut chart, points, name, color, |y| {
+                    figure_below_or_above(trim_number(y), below && y > 0.12 * y_top)
+                })?;
+            }
+            draw_legend(&mut chart, SeriesLabelPosition::UpperMiddle)?;
         }
         Ok(())
     }
@@ -1535,6 +1702,57 @@ mod tests {
         ] {
             assert!(text.contains(expected), "missing {expected:?}");
         }
+    }
+
+    /// A depth sweep's chart: the measured speeds, the speeds the bytes predict from depth
+    /// 0 (50 × 1000 ÷ 1250 = 40 at depth 2048, 50 × 1000 ÷ 2000 = 25 at 8192), the ceiling
+    /// and the bytes, the measured values written on their points.
+    #[test]
+    fn depth_sweep_svg_draws_what_the_bytes_predict() {
+        let dir = tempfile::tempdir().unwrap();
+        let point = |depth, tok_per_s, mb: f64| DepthPoint {
+            depth,
+            tok_per_s,
+            bytes_per_token: mb * 1e6,
+            kv_bytes_per_token: (mb - 1000.0) * 1e6,
+            ceiling_tok_per_s: Some(100e9 / (mb * 1e6)),
+        };
+        let points = [
+            point(8192, 20.0, 2000.0),
+            point(0, 50.0, 1000.0),
+            point(2048, 43.0, 1250.0),
+        ];
+        let svg = dir.path().join("depth.svg");
+        plot_depth_sweep(&points, "Decode against depth", "context", &svg).unwrap();
+        keep(&svg);
+        let text = std::fs::read_to_string(&svg).unwrap();
+        for expected in [
+            "Decode speed against depth",
+            "Bytes read per token against depth",
+            "what the bytes predict",
+            "\n43\n",
+            "\n2000\n",
+            "\n8192\n",
+        ] {
+            assert!(text.contains(expected), "missing {expected:?}");
+        }
+        // The prediction's points (drawn without figures), on the measured speeds' scale.
+        let chart = DepthSweepChart::new(&points).unwrap();
+        assert_eq!(
+            chart.predicted,
+            vec![(0.0, 50.0), (2048.0, 40.0), (8192.0, 25.0)]
+        );
+        assert_eq!(
+            chart.measured,
+            vec![(0.0, 50.0), (2048.0, 43.0), (8192.0, 20.0)]
+        );
+        let png = dir.path().join("depth.png");
+        plot_depth_sweep(&points, "Decode against depth", "context", &png).unwrap();
+        assert!(std::fs::read(&png).unwrap().starts_with(PNG_SIGNATURE));
+        assert!(matches!(
+            plot_depth_sweep(&[], "t", "c", &dir.path().join("none.png")),
+            Err(PlotError::NoPoints { .. })
+        ));
     }
 
     #[test]

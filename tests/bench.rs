@@ -592,4 +592,70 @@ fn the_probe_line_is_printed_only_when_the_probe_runs() {
         probed_again,
         "the line is printed exactly when the probe runs: {second}"
     );
+
+/// Issue 60 item 2: a depth sweep's rows carry the KV bytes a step reads at each depth
+/// (growing by the cells between the depths: the tiny model reads every cell on every layer),
+/// the speed against depth 0 measured beside what the bytes predict, the depth table, and
+/// the depth chart. Two repetitions: the second restores the depth's saved cache.
+#[test]
+fn a_depth_sweep_relates_each_depth_to_depth_0_by_its_bytes() {
+    let _lock = common::model_lock();
+    let home = tempfile::tempdir().unwrap();
+    let model = tiny(home.path());
+    let args = [
+        "-t",
+        "1",
+        "-p",
+        "0",
+        "-n",
+        "4",
+        "-d",
+        "0,32,96",
+        "-r",
+        "2",
+        "--bandwidth-gb-s",
+        "10",
+    ];
+    let json = bench(home.path(), &model, &[&args[..], &["-o", "json"]].concat());
+    let rows = json_rows(&json);
+    assert_eq!(rows.len(), 3, "{json}");
+    let f = |row: &Value, key: &str| {
+        row[key]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{key} missing: {row}"))
+    };
+    // The KV bytes grow linearly with the depth: 64 more cells per step from 32 to 96 read
+    // twice the bytes of 32 more from 0 to 32.
+    let kv: Vec<f64> = rows.iter().map(|r| f(r, "kv_bytes_per_token")).collect();
+    assert!(kv[0] > 0.0, "depth 0 still reads the steps' own cells");
+    assert!(
+        ((kv[2] - kv[1]) - 2.0 * (kv[1] - kv[0])).abs() < 1e-6 * kv[2],
+        "{kv:?}"
+    );
+    // Depth 0 is 1×; deeper rows: measured t/s ÷ depth 0's, and depth 0's bytes ÷ theirs.
+    assert_eq!(f(&rows[0], "speed_vs_d0"), 1.0);
+    for row in &rows[1..] {
+        let measured = f(row, "speed_vs_d0");
+        let expected = f(row, "decode_tok_per_s") / f(&rows[0], "decode_tok_per_s");
+        assert!((measured - expected).abs() < 1e-9, "{row}");
+        let predicted = f(row, "predicted_speed_vs_d0");
+        let bytes = f(&rows[0], "bytes_per_token") / f(row, "bytes_per_token");
+        assert!(
+            (predicted - bytes).abs() < 1e-12 && predicted < 1.0,
+            "{row}"
+        );
+    }
+    let svg = home.path().join("d.svg");
+    let md = bench(
+        home.path(),
+        &model,
+        &[&args[..], &["-o", "md", "--plot", svg.to_str().unwrap()]].concat(),
+    );
+    assert!(md.contains("Decode against depth"), "{md}");
+    assert!(
+        md.contains("| bytes predict |") && md.contains("tg4 @ d96"),
+        "{md}"
+    );
+    let chart = std::fs::read_to_string(home.path().join("d-depth.svg")).unwrap();
+    assert!(chart.contains("what the bytes predict"), "the depth chart");
 }

@@ -150,6 +150,34 @@ const BATCH_COLUMNS: &[Column] = &[
     }),
 ];
 
+/// The depth sweep's table (`-d` with two depths or more): per depth, the decode speed, the
+/// bytes a step reads there (weights + the KV cache as the attention kernel reads it), the
+/// ceiling and MBU, and the slowdown against depth 0, measured beside what the bytes predict.
+const DEPTH_COLUMNS: &[Column] = &[
+    ("model", Align::Left, |r| r.stamp.model_file.clone()),
+    ("threads", Align::Right, |r| r.params.threads.to_string()),
+    ("type_k", Align::Left, |r| r.params.type_k.to_string()),
+    ("test", Align::Right, |r| r.test.clone()),
+    ("depth", Align::Right, |r| r.params.n_depth.to_string()),
+    ("decode t/s", Align::Right, |r| {
+        crate::fmt::opt(r.decode_tok_per_s, 2)
+    }),
+    ("KV/token", Align::Right, |r| {
+        crate::fmt::bytes_opt(r.kv_bytes_per_token)
+    }),
+    ("bytes/token", Align::Right, |r| {
+        crate::fmt::bytes_opt(r.bytes_per_token)
+    }),
+    ("ceiling t/s", Align::Right, |r| {
+        crate::fmt::opt(r.ceiling_tok_per_s, 1)
+    }),
+    ("MBU", Align::Right, |r| mbu_cell(r.mbu_pct)),
+    ("t/s vs d0", Align::Right, |r| times(r.speed_vs_d0)),
+    ("bytes predict", Align::Right, |r| {
+        times(r.predicted_speed_vs_d0)
+    }),
+];
+
 /// The rows under `table`'s columns, only those named in `keep` (all when `None`).
 pub(crate) fn rows_table<'r, R: 'r>(
     table: &[Column<R>],
@@ -225,6 +253,12 @@ pub(crate) fn markdown(rows: &[Row], wide: bool) -> String {
             batch,
             (!wide).then_some(BATCH_NARROW),
         ));
+    }
+    let sweeps = super::report::depth_sweeps(rows);
+    if !sweeps.is_empty() {
+        out.push_str("\nDecode against depth (bytes/token = weights + the KV cache the attention kernel reads at that depth; \"bytes predict\" = depth 0's bytes ÷ these, the speed at depth 0's MBU):\n");
+        let swept = sweeps.iter().flatten().map(|(i, _)| &rows[*i]);
+        out.push_str(&rows_table(DEPTH_COLUMNS, swept, None));
     }
     if !wide {
         out.push_str(
@@ -328,6 +362,9 @@ const ROW_COLUMNS: &[&str] = &[
     "latency_growth_vs_b1",
     "kv_depth_mean",
     "bytes_per_token",
+    "kv_bytes_per_token",
+    "speed_vs_d0",
+    "predicted_speed_vs_d0",
     "bandwidth_gb_s",
     "bandwidth_source",
     "ceiling_tok_per_s",
@@ -515,6 +552,9 @@ pub(crate) mod tests {
             latency_growth_vs_b1: None,
             kv_depth_mean: 3.5,
             bytes_per_token: Some(1.9e6),
+            kv_bytes_per_token: Some(0.0),
+            speed_vs_d0: None,
+            predicted_speed_vs_d0: None,
             bandwidth_gb_s: Some(10.0),
             bandwidth_source: Some("configured".into()),
             ceiling_tok_per_s: Some(5263.2),

@@ -11,15 +11,18 @@ use super::spec::SpecRow;
 use super::sweep;
 use crate::llama::measure::TestKind;
 use crate::metrics::BatchPoint;
-use crate::plot::{plot_batch_sweep, plot_roofline, plot_spec_sweep, PlotError, RooflinePoint};
+use crate::plot::{
+    plot_batch_sweep, plot_depth_sweep, plot_roofline, plot_spec_sweep, PlotError, RooflinePoint,
+};
 
 /// The charts `--plot FILE.ext` may write, as FILE-suffix.ext: the sweep's, and the
 /// speculative sweep's. Each is written as every output is (`fsx::Output`: never through a
 /// link, an existing file only with --force), and checked so before anything is measured.
-pub(crate) const SWEEP_CHARTS: [&str; 2] = ["roofline", "batch"];
+pub(crate) const SWEEP_CHARTS: [&str; 3] = ["roofline", "batch", "depth"];
 pub(crate) const SPEC_CHARTS: [&str; 1] = ["spec"];
 
-/// FILE-roofline.ext from the rows with a ceiling, FILE-batch.ext from the batch rows.
+/// FILE-roofline.ext from the rows with a ceiling, FILE-batch.ext from the batch rows,
+/// FILE-depth.ext from the first depth sweep (`-d` with two depths or more).
 /// Returns the lines to tell the user (what was written, what could not be drawn).
 pub(crate) fn write_rows(rows: &[Row], path: &Output) -> Result<Vec<String>, PlotError> {
     let mut notes = Vec::new();
@@ -79,6 +82,24 @@ pub(crate) fn write_rows(rows: &[Row], path: &Output) -> Result<Vec<String>, Plo
             &out,
         )?;
         notes.push(format!("wrote {}", out.path.display()));
+    }
+    let sweeps = super::report::depth_sweeps(rows);
+    if let Some(first) = sweeps.first() {
+        let points: Vec<_> = first.iter().map(|(_, p)| *p).collect();
+        let out = path.derived("depth");
+        plot_depth_sweep(
+            &points,
+            "decode against the depth of the KV cache",
+            &chart_context(first.iter().map(|(i, _)| &rows[*i])),
+            &out,
+        )?;
+        notes.push(format!("wrote {}", out.path.display()));
+        if sweeps.len() > 1 {
+            notes.push(format!(
+                "--plot: the depth chart shows the first of {} depth sweeps (the table has all)",
+                sweeps.len()
+            ));
+        }
     }
     Ok(notes)
 }

@@ -14,7 +14,8 @@ use crate::llama::measure::{TestKind, TestSpec};
 use crate::llama::settings::{FlashAttn, KvType};
 use crate::metrics::busy::{busy_warnings, BusySignals};
 use crate::metrics::roofline::{
-    ceiling_tok_per_s, cost_per_million_tokens, mbu, prefill_flops, Bandwidth, PrefillShape,
+    ceiling_tok_per_s, cost_per_million_tokens, depth_slowdown, mbu, prefill_flops, Bandwidth,
+    DepthPoint, PrefillShape,
 };
 use crate::metrics::{ms, LatencyStats};
 use crate::stamp::Stamp;
@@ -96,12 +97,22 @@ pub(crate) struct Row {
     /// Batch: ITL p50 ÷ that of B = 1, how much each user's latency grew.
     pub latency_growth_vs_b1: Option<f64>,
     /// KV-cache positions read per step, averaged over the steps the roofline describes: the
-    /// generated tokens for tg, pg and batch (depth + prompt + (n − 1) / 2), the prompt tokens
-    /// for pp (depth + (p − 1) / 2).
+    /// generated tokens for tg, pg and batch (each step reads the cells before it and its
+    /// own: depth + prompt + (n + 1) / 2, as the profile counts the flash-attention kernel's
+    /// cells), the prompt tokens for pp (depth + (p − 1) / 2).
     pub kv_depth_mean: f64,
     /// Bytes read from memory per generated token: the weights one decode step reads (÷ B in
-    /// a batch) plus the KV cache at `kv_depth_mean`, per sequence (tg, pg, batch).
+    /// a batch) plus `kv_bytes_per_token` (tg, pg, batch).
     pub bytes_per_token: Option<f64>,
+    /// The KV cache's part of `bytes_per_token`, per sequence: each step's cells as the
+    /// attention kernel reads them (a window layer only its window), averaged over the steps.
+    pub kv_bytes_per_token: Option<f64>,
+    /// tg and pg rows of a depth sweep: decode t/s ÷ that of the same test at depth 0 (`null`
+    /// at depth 0's own row, without a depth-0 row, and for other rows).
+    pub speed_vs_d0: Option<f64>,
+    /// The same ratio as the bytes predict it: depth 0's bytes per token ÷ this row's (at the
+    /// same MBU, speed goes as 1 ÷ bytes read).
+    pub predicted_speed_vs_d0: Option<f64>,
     pub bandwidth_gb_s: Option<f64>,
     /// Where the bandwidth comes from: configured, datasheet (device), measured (method).
     pub bandwidth_source: Option<String>,
@@ -192,15 +203,17 @@ fn mean_of(values: impl Iterator<Item = f64>) -> Option<f64> {
     (!v.is_empty()).then(|| mean_sd(&v).0)
 }
 
-/// The positions the steps described by the roofline read, first and last: the prompt tokens
-/// for pp, the generated tokens otherwise.
+/// The steps described by the roofline, first and last. pp: the prompt tokens' positions.
+/// Decoding: the KV cells each generation step reads, the cache before it and its own (the
+/// step at position q reads q + 1 cells, as `metrics::profile::attention_reads` counts the
+/// flash-attention kernel's cells): depth + prompt + 1 to depth + prompt + n.
 fn depth_span(job: &Job) -> (u64, u64) {
     let d = u64::from(job.depth);
     let (p, n) = job.test.lengths();
     let (p, n) = (u64::from(p), u64::from(n));
     match job.test.kind() {
         TestKind::Pp => (d, d + p.saturating_sub(1)),
-        _ => (d + p, d + p + n.saturating_sub(1)),
+        _ => (d + p + 1, d + p + n.max(1)),
     }
 }
 
@@ -272,6 +285,9 @@ pub(crate) fn build_row(job: &Job, samples: &[Sample], cx: &RowContext) -> Row {
         latency_growth_vs_b1: None,
         kv_depth_mean: (lo + hi) as f64 / 2.0,
         bytes_per_token: None,
+        kv_bytes_per_token: None,
+        speed_vs_d0: None,
+        predicted_speed_vs_d0: None,
         bandwidth_gb_s: cx.bandwidth.map(|b| b.bytes_per_s / 1e9),
         bandwidth_source: cx.bandwidth.map(|b| b.source.label()),
         ceiling_tok_per_s: None,
@@ -389,6 +405,7 @@ fn add_decode_roofline(row: &mut Row, job: &Job, cx: &RowContext, (lo, hi): (u64
     // One step reads the weights once for all B sequences, and each sequence's own cache.
     let bytes_per_token = weights.read_per_token() as f64 / sequences + kv_per_sequence;
     row.bytes_per_token = Some(bytes_per_token);
+    row.kv_bytes_per_token = Some(kv_per_sequence);
     let Some(bandwidth) = cx.bandwidth else {
         return;
     };
@@ -457,6 +474,69 @@ pub(crate) fn relate_batches(rows: &mut [Row]) {
     }
 }
 
+/// The decode rows (tg, pg) of a depth sweep as its points: (row index, point), for the rows
+/// with bytes per token and a decode rate.
+fn depth_points(rows: &[Row]) -> Vec<(usize, DepthPoint)> {
+    rows.iter()
+        .enumerate()
+        .filter(|(_, r)| !matches!(r.kind, TestKind::Pp | TestKind::Batch))
+        .filter_map(|(i, r)| {
+            let point = DepthPoint {
+                depth: u64::from(r.params.n_depth),
+                tok_per_s: r.decode_tok_per_s?,
+                bytes_per_token: r.bytes_per_token?,
+                kv_bytes_per_token: r.kv_bytes_per_token.unwrap_or(0.0),
+                ceiling_tok_per_s: r.ceiling_tok_per_s,
+            };
+            Some((i, point))
+        })
+        .collect()
+}
+
+/// The depth sweeps among `rows`: the decode rows of each test and settings (all but the
+/// depth), each group in depth order, groups in the order of their first row; only groups of
+/// two depths or more.
+pub(crate) fn depth_sweeps(rows: &[Row]) -> Vec<Vec<(usize, DepthPoint)>> {
+    let mut groups: Vec<Vec<(usize, DepthPoint)>> = Vec::new();
+    for (i, point) in depth_points(rows) {
+        let same = |g: &Vec<(usize, DepthPoint)>| {
+            let first = &rows[g[0].0];
+            first.kind == rows[i].kind && same_but_depth(&first.params, &rows[i].params)
+        };
+        match groups.iter_mut().find(|g| same(g)) {
+            Some(g) => g.push((i, point)),
+            None => groups.push(vec![(i, point)]),
+        }
+    }
+    for g in &mut groups {
+        g.sort_by_key(|(_, p)| p.depth);
+    }
+    groups.retain(|g| g.len() >= 2);
+    groups
+}
+
+/// Fill each decode row's speed against depth 0 of the same test and settings, measured and
+/// as the bytes predict it (`metrics::roofline::depth_slowdown`).
+pub(crate) fn relate_depths(rows: &mut [Row]) {
+    for group in depth_sweeps(rows) {
+        let points: Vec<DepthPoint> = group.iter().map(|(_, p)| *p).collect();
+        let slowdown = depth_slowdown(&points);
+        for ((i, _), (_, measured, predicted)) in group.iter().zip(slowdown) {
+            rows[*i].speed_vs_d0 = measured;
+            rows[*i].predicted_speed_vs_d0 = predicted;
+        }
+    }
+}
+
+fn same_but_depth(a: &BenchParams, b: &BenchParams) -> bool {
+    let shallow = |p: &BenchParams| BenchParams {
+        n_depth: 0,
+        n_ctx: 0,
+        ..p.clone()
+    };
+    shallow(a) == shallow(b)
+}
+
 fn same_but_batch(a: &BenchParams, b: &BenchParams) -> bool {
     let unbatched = |p: &BenchParams| BenchParams {
         batch_size: 0,
@@ -501,15 +581,16 @@ mod tests {
             depth_span(&job(TestSpec::Pp { n_prompt: 512 }, 0)),
             (0, 511)
         );
+        // The step at position q reads q + 1 cells: the first of tg128 at depth 100 reads 101.
         assert_eq!(
             depth_span(&job(TestSpec::Tg { n_gen: 128 }, 100)),
-            (100, 227)
+            (101, 228)
         );
         let pg = TestSpec::Pg {
             n_prompt: 10,
             n_gen: 5,
         };
-        assert_eq!(depth_span(&job(pg, 0)), (10, 14));
+        assert_eq!(depth_span(&job(pg, 0)), (11, 15));
         let five = Sample {
             tokens_generated: 5,
             ..Sample::default()
@@ -525,7 +606,7 @@ mod tests {
             ..Sample::default()
         };
         assert_eq!(counted_tokens(&batch, &twelve), 12);
-        assert_eq!(depth_span(&job(batch, 0)), (8, 10));
+        assert_eq!(depth_span(&job(batch, 0)), (9, 11));
     }
 
     /// Item 13 of issue 58: a decode row of a K/V pair this CUDA build converts to f16 warns,
@@ -600,6 +681,116 @@ mod tests {
         };
         let tg = build_row(&job(TestSpec::Tg { n_gen: 16 }), &[sample], &cpu);
         assert!(tg.warning.is_none(), "{:?}", tg.warning);
+    }
+
+    /// Issue 60 item 2: a decode row's KV bytes are the cells the profile counts for the
+    /// flash-attention kernel (`metrics::profile::attention_reads`: `cells_read(il, depth, 1)`
+    /// per layer, the step's own cell included, a window layer only its window), summed over
+    /// the layers and averaged over the steps; and a depth sweep's rows carry their speed
+    /// against depth 0, measured and as the bytes predict it.
+    #[test]
+    fn depth_rows_read_the_kernel_s_cells_and_relate_to_depth_0() {
+        use super::super::sweep::ParamSet;
+        use crate::metrics::roofline::{KvShape, SlidingWindow, WeightBytes};
+        // 4 layers, layers 0 and 2 with a 16-cell window; 64 + 64 bytes of K and V a cell.
+        let kv = KvShape {
+            n_layer: 4,
+            n_embd_k: 32,
+            n_embd_v: 32,
+            type_k: KvType::F16,
+            type_v: KvType::F16,
+            sliding_window: SlidingWindow::new(16, [true, false, true, false].into_iter()),
+        };
+        let info = ModelInfo {
+            weight_bytes: Some(WeightBytes {
+                total_bytes: 1_000_000,
+                token_embd_bytes: 0,
+                embd_row_bytes: 0,
+                tied_output: true,
+                output_bytes: 0,
+            }),
+            kv_shape: Some(kv),
+            ..ModelInfo::default()
+        };
+        let sampling = SamplingParams::default();
+        let bandwidth = Bandwidth {
+            bytes_per_s: 1e9,
+            source: crate::metrics::roofline::BandwidthSource::Config,
+        };
+        let cx = RowContext {
+            run_id: "r",
+            info: &info,
+            bandwidth: Some(&bandwidth),
+            price_per_gpu_hour_usd: 0.0,
+            sampling: &sampling,
+            repetitions: 1,
+            warmup: false,
+            load_before: None,
+            load_after: None,
+        };
+        let job = |n_gen, depth| Job {
+            params: ParamSet {
+                model: "m.gguf".into(),
+                n_gpu_layers: 0,
+                n_batch: 2048,
+                n_ubatch: 512,
+                type_k: KvType::F16,
+                type_v: KvType::F16,
+                flash_attn: FlashAttn::On,
+                threads: 1,
+                placement: crate::llama::placement::Placement::default(),
+            },
+            depth,
+            test: TestSpec::Tg { n_gen },
+        };
+        let sample = |tok_per_s: f64, n: u64| Sample {
+            total: Duration::from_secs_f64(n as f64 / tok_per_s),
+            decode: Duration::from_secs_f64(n as f64 / tok_per_s),
+            tokens_generated: n,
+            ..Sample::default()
+        };
+        // One step at depth 100: what the profile counts for it, layer by layer.
+        let kernel: u64 = (0..4).map(|il| kv.cells_read(il, 100, 1)).sum();
+        assert_eq!(
+            kernel,
+            101 + 16 + 101 + 16,
+            "the step's own cell, windows of 16"
+        );
+        let one = build_row(&job(1, 100), &[sample(10.0, 1)], &cx);
+        assert_eq!(
+            one.kv_bytes_per_token,
+            Some(kernel as f64 * kv.layer_bytes_per_position())
+        );
+        assert_eq!(one.kv_depth_mean, 101.0);
+        // A sweep: depth 0, 2048, 8192 of tg4, and a pp row that stays out of it.
+        let mut rows = vec![
+            build_row(&job(4, 0), &[sample(50.0, 4)], &cx),
+            build_row(&job(4, 2048), &[sample(40.0, 4)], &cx),
+            build_row(&job(4, 8192), &[sample(20.0, 4)], &cx),
+        ];
+        let pp = Job {
+            test: TestSpec::Pp { n_prompt: 8 },
+            ..job(4, 0)
+        };
+        rows.push(build_row(&pp, &[sample(100.0, 8)], &cx));
+        relate_depths(&mut rows);
+        let bytes = |i: usize| rows[i].bytes_per_token.unwrap();
+        assert_eq!(rows[0].speed_vs_d0, Some(1.0));
+        assert_eq!(rows[2].speed_vs_d0, Some(20.0 / 50.0));
+        assert_eq!(rows[2].predicted_speed_vs_d0, Some(bytes(0) / bytes(2)));
+        assert!(rows[2].predicted_speed_vs_d0.unwrap() < rows[1].predicted_speed_vs_d0.unwrap());
+        assert_eq!(
+            (rows[3].speed_vs_d0, rows[3].predicted_speed_vs_d0),
+            (None, None)
+        );
+        assert_eq!(depth_sweeps(&rows).len(), 1);
+        // Without a depth-0 row there is nothing to relate to.
+        let mut deep = rows[1..3].to_vec();
+        for r in &mut deep {
+            r.speed_vs_d0 = None;
+        }
+        relate_depths(&mut deep);
+        assert_eq!(deep[1].speed_vs_d0, None);
     }
 
     #[test]

@@ -1105,6 +1105,7 @@ pub(crate) fn run(args: &BenchArgs, settings: Settings) -> Result<(), Failure> {
     args.trace.write(outcome.trace)?;
     let mut rows = outcome.rows;
     report::relate_batches(&mut rows);
+    report::relate_depths(&mut rows);
     print_results(format::render(&rows, plan.output), plan.output)?;
     if !rows.is_empty() {
         save(&log_path, &run_id, crate::ids::unix_s(now), &rows);

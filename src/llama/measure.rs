@@ -93,6 +93,9 @@ pub(crate) struct Bencher<'m> {
     pos: i32,
     /// The step profiler watching the context, and its rate (`bench --profile`).
     profiler: Option<(std::sync::Arc<super::profile::StepProfiler>, u32)>,
+    /// The cache filled to a depth, as llama-bench keeps it (`cstate`): the next repetition
+    /// at the same depth restores it instead of prefilling the depth again.
+    depth_state: Option<(u32, llama_cpp_2::context::session::SeqState)>,
 }
 
 impl<'m> Bencher<'m> {
@@ -109,6 +112,7 @@ impl<'m> Bencher<'m> {
             rng: SplitMix64(42),
             pos: 0,
             profiler: None,
+            depth_state: None,
         }
     }
 
@@ -279,7 +283,7 @@ impl<'m> Bencher<'m> {
     ) -> Result<Sample, EngineError> {
         self.clear();
         if depth > 0 {
-            self.prompt(depth)?;
+            self.fill_depth(depth)?;
         }
         match *test {
             TestSpec::Pp { n_prompt } => self.run_pp(n_prompt),
@@ -298,6 +302,29 @@ impl<'m> Bencher<'m> {
                 n_gen,
             } => self.run_batch(sequences, n_prompt, n_gen, sampling),
         }
+    }
+
+    /// The (cleared) cache filled to `depth`, untimed, as llama-bench does it: the first
+    /// repetition at a depth prefills it and keeps the sequence's state; the next ones restore
+    /// that state, and prefill again only when llama.cpp does not take it back whole.
+    fn fill_depth(&mut self, depth: u32) -> Result<(), EngineError> {
+        use llama_cpp_2::context::session::LlamaStateSeqFlags;
+        if let Some((_, state)) = self.depth_state.as_ref().filter(|(d, _)| *d == depth) {
+            let last = i32::try_from(depth).unwrap_or(i32::MAX) - 1;
+            if self.ctx.state_seq_set(state, 0).is_ok() && self.ctx.kv_cache_seq_pos_max(0) == last
+            {
+                self.pos = last + 1;
+                return Ok(());
+            }
+            self.clear();
+        }
+        self.prompt(depth)?;
+        self.depth_state = self
+            .ctx
+            .state_seq_get(0, LlamaStateSeqFlags::empty())
+            .ok()
+            .map(|state| (depth, state));
+        Ok(())
     }
 
     fn run_pp(&mut self, n_prompt: u32) -> Result<Sample, EngineError> {

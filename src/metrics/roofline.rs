@@ -275,6 +275,50 @@ pub(crate) fn bytes_per_token(weights: &WeightBytes, kv: Option<&KvShape>, depth
     weights.read_per_token() as f64 + kv.map_or(0.0, |k| k.bytes_read_at(depth))
 }
 
+/// Decode at one KV depth of a depth sweep (`bench -d`), beside what its bytes say.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct DepthPoint {
+    /// Tokens in the cache before the test (llama-bench's `-d`).
+    pub depth: u64,
+    /// Measured decode speed.
+    pub tok_per_s: f64,
+    /// Bytes a step reads there: the weights + [`Self::kv_bytes_per_token`].
+    pub bytes_per_token: f64,
+    /// The KV cache's part of it, as the attention kernel reads it ([`KvShape::bytes_read_at`]).
+    pub kv_bytes_per_token: f64,
+    /// Bandwidth ÷ bytes per token, when the bandwidth is known.
+    pub ceiling_tok_per_s: Option<f64>,
+}
+
+/// The speed at `bytes_per_token` that the bytes predict from a decode measured at
+/// `base_bytes_per_token`: at the same MBU, speed goes as 1 ÷ bytes read, so the ratio of
+/// speeds is `base ÷ bytes` (1 at the base, below 1 deeper). `None` without positive bytes.
+pub(crate) fn speed_ratio_from_bytes(
+    base_bytes_per_token: f64,
+    bytes_per_token: f64,
+) -> Option<f64> {
+    crate::metrics::ratio(base_bytes_per_token, bytes_per_token)
+        .filter(|_| base_bytes_per_token > 0.0)
+}
+
+/// How a depth sweep slows down, point by point in depth order: the measured speed ÷ that at
+/// depth 0, and the ratio the bytes predict ([`speed_ratio_from_bytes`] from depth 0's
+/// bytes). Both `None` when the sweep has no depth-0 point.
+pub(crate) fn depth_slowdown(points: &[DepthPoint]) -> Vec<(DepthPoint, Option<f64>, Option<f64>)> {
+    let mut sorted = points.to_vec();
+    sorted.sort_by_key(|p| p.depth);
+    let base = sorted.iter().find(|p| p.depth == 0).copied();
+    sorted
+        .into_iter()
+        .map(|p| {
+            let measured = base.and_then(|b| crate::metrics::ratio(p.tok_per_s, b.tok_per_s));
+            let predicted =
+                base.and_then(|b| speed_ratio_from_bytes(b.bytes_per_token, p.bytes_per_token));
+            (p, measured, predicted)
+        })
+        .collect()
+}
+
 /// Where a bandwidth figure comes from; always shown next to it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]

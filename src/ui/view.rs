@@ -444,6 +444,73 @@ mod tests {
         assert_eq!(r.other_model.as_deref(), Some("another model"));
     }
 
+    /// Issue 60 item 2: the chat's live ceiling follows the conversation's depth. While an
+    /// answer is prefilled and streamed, the bytes per token are the weights + the KV cache
+    /// at the whole prompt (cached turns included, not only the new tokens) + the tokens
+    /// generated so far, never depth 0 nor the depth the last turn ended at; once it
+    /// finishes, the depth it ended at.
+    #[test]
+    fn the_live_ceiling_follows_the_conversation_s_depth() {
+        use crate::metrics::roofline::KvShape;
+        let loaded = crate::engine::ModelInfo {
+            path: "/m/b.gguf".into(),
+            fingerprint: "00000000000000bb".into(),
+            ..Default::default()
+        };
+        let mut app = app_with_answer(&loaded, Some(crate::history::SavedModel::of(&loaded)));
+        let kv = KvShape {
+            n_layer: 16,
+            n_embd_k: 512,
+            n_embd_v: 512,
+            type_k: crate::gguf::kv_type::KvType::F16,
+            type_v: crate::gguf::kv_type::KvType::F16,
+            sliding_window: None,
+        };
+        if let Some(m) = app.model.as_mut() {
+            m.kv_shape = Some(kv);
+        }
+        // The first answer ended 500 tokens deep.
+        app.context_used = 500;
+        let weights = 400_000_000.0 - 100_000_000.0 + 1_000.0;
+        let at = |depth: u64| weights + kv.bytes_read_at(depth);
+        let now = Instant::now();
+        let ceiling_at = |app: &App| {
+            let r = View::new(app, now).roofline;
+            (r.bytes_per_token, r.ceiling_tok_per_s)
+        };
+        assert_eq!(ceiling_at(&app), (Some(at(500)), Some(1e11 / at(500))));
+
+        app.conversation
+            .exchanges
+            .push(crate::app::conversation::Exchange {
+                user: "more".into(),
+                assistant: Some(AssistantTurn::new(2, None)),
+            });
+        fn turn(app: &mut App) -> &mut AssistantTurn {
+            app.conversation
+                .exchanges
+                .last_mut()
+                .and_then(|e| e.assistant.as_mut())
+                .expect("the turn in flight")
+        }
+        // A 3000-token prompt of which 500 were cached: 3000 deep, not 2500 nor 500.
+        turn(&mut app).on_prefill_started(3000, 500);
+        assert_eq!(ceiling_at(&app), (Some(at(3000)), Some(1e11 / at(3000))));
+        let mut last = at(3000);
+        for i in 1..=40u64 {
+            turn(&mut app).on_token("x", Duration::from_millis(10 * i));
+            let (bytes, ceiling) = ceiling_at(&app);
+            assert_eq!(bytes, Some(at(3000 + i)), "after {i} tokens");
+            assert!(bytes.unwrap() > last && ceiling < Some(1e11 / last));
+            last = bytes.unwrap();
+        }
+        // Finished: the depth it ended at, as the engine reports it.
+        let t = turn(&mut app);
+        t.phase = TurnPhase::Done(crate::engine::StopReason::EndOfGeneration);
+        app.context_used = 3040;
+        assert_eq!(ceiling_at(&app).0, Some(at(3040)));
+    }
+
     #[test]
     fn a_turn_s_stages_are_none_until_it_reaches_them() {
         let mut turn = AssistantTurn::new(1, None);
