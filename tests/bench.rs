@@ -592,6 +592,7 @@ fn the_probe_line_is_printed_only_when_the_probe_runs() {
         probed_again,
         "the line is printed exactly when the probe runs: {second}"
     );
+}
 
 /// Issue 60 item 2: a depth sweep's rows carry the KV bytes a step reads at each depth
 /// (growing by the cells between the depths: the tiny model reads every cell on every layer),
