@@ -380,6 +380,14 @@ mod tests {
                 at_byte: 6
             }))
         );
+        // Counted from 1, as the token screen and the quality line count: the second token.
+        assert!(
+            app.notice
+                .as_ref()
+                .is_some_and(|n| n.text.ends_with("diverges from A's at token 2")),
+            "{:?}",
+            app.notice
+        );
         assert_eq!(app.conversation, before, "the conversation is untouched");
         assert!(!animates(&app));
         // Esc closes; nothing to cancel.
