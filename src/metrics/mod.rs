@@ -71,7 +71,9 @@ impl LoadRead {
             }
             if let Some(left) = r.time_left(progress).filter(|_| progress < 1.0) {
                 let secs = left.as_secs_f64().ceil();
-                parts.push(if secs < 60.0 {
+                parts.push(if left < Duration::from_secs(1) {
+                    "under 1 s left".to_string()
+                } else if secs < 60.0 {
                     format!("{secs:.0} s left")
                 } else {
                     format!("{} left", crate::fmt::secs(left))
@@ -585,6 +587,11 @@ pub(crate) mod tests {
         };
         assert_eq!(LoadRead::describe(Some(&soon), 0.5), "50%");
         assert_eq!(LoadRead::describe(None, 0.42), "42%");
+        // Nearly done: not rounded up to a whole second.
+        assert_eq!(
+            LoadRead::describe(Some(&read), 0.96),
+            "96% · 480 MB/s · under 1 s left"
+        );
         // Done: the rate stays, no time left.
         assert_eq!(LoadRead::describe(Some(&read), 1.0), "100% · 500 MB/s");
     }
