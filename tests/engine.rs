@@ -487,13 +487,9 @@ fn switching_models_keeps_the_engine_alive() {
     assert!(e.turn(vec![user("hi")], greedy(), 4).token_events >= 1);
 }
 
-#[test]
-fn a_conversation_longer_than_the_context_drops_its_oldest_turns() {
-    let _lock = model_lock();
-    let dir = tempfile::tempdir().unwrap();
-    let model = synth(dir.path(), "tiny.gguf", "tiny", TensorType::F32, 1);
-    let mut e = start(&model, settings(256));
-    let n_ctx = e.info.n_ctx as usize;
+/// Twelve exchanges of about 40 tokens each and a last question: more than a 256-token
+/// context holds.
+fn longer_than_256_tokens() -> Vec<tokscope::engine::ChatMessage> {
     let long = "the quick brown fox jumps over the lazy dog ".repeat(4);
     let mut convo = Vec::new();
     for i in 0..12 {
@@ -501,6 +497,17 @@ fn a_conversation_longer_than_the_context_drops_its_oldest_turns() {
         convo.push(assistant(&format!("answer {i}: {long}")));
     }
     convo.push(user("and now?"));
+    convo
+}
+
+#[test]
+fn a_conversation_longer_than_the_context_drops_its_oldest_turns() {
+    let _lock = model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let model = synth(dir.path(), "tiny.gguf", "tiny", TensorType::F32, 1);
+    let mut e = start(&model, settings(256));
+    let n_ctx = e.info.n_ctx as usize;
+    let convo = longer_than_256_tokens();
     let id = e.handle.generate(convo, greedy(), 16).unwrap();
     let t = e.collect(id, |_, _| {});
     let dropped = t.report.dropped_messages;
@@ -522,13 +529,7 @@ fn a_full_context_under_stop_leaves_nothing_out_and_names_the_choices() {
     let dir = tempfile::tempdir().unwrap();
     let model = synth(dir.path(), "tiny.gguf", "tiny", TensorType::F32, 1);
     let mut e = start(&model, settings(256));
-    let long = "the quick brown fox jumps over the lazy dog ".repeat(4);
-    let mut convo = Vec::new();
-    for i in 0..12 {
-        convo.push(user(&format!("question {i}: {long}")));
-        convo.push(assistant(&format!("answer {i}: {long}")));
-    }
-    convo.push(user("and now?"));
+    let convo = longer_than_256_tokens();
     let turn = |context_full| TurnRequest {
         messages: convo.clone(),
         sampling: greedy(),

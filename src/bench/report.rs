@@ -528,22 +528,26 @@ pub(crate) fn relate_depths(rows: &mut [Row]) {
     }
 }
 
-fn same_but_depth(a: &BenchParams, b: &BenchParams) -> bool {
-    let shallow = |p: &BenchParams| BenchParams {
-        n_depth: 0,
-        n_ctx: 0,
-        ..p.clone()
+/// Whether `a` and `b` are the same settings once `vary` has cleared the ones a sweep varies
+/// (the context always follows them).
+fn same_but(a: &BenchParams, b: &BenchParams, vary: fn(&mut BenchParams)) -> bool {
+    let cleared = |p: &BenchParams| {
+        let mut p = BenchParams {
+            n_ctx: 0,
+            ..p.clone()
+        };
+        vary(&mut p);
+        p
     };
-    shallow(a) == shallow(b)
+    cleared(a) == cleared(b)
+}
+
+fn same_but_depth(a: &BenchParams, b: &BenchParams) -> bool {
+    same_but(a, b, |p| p.n_depth = 0)
 }
 
 fn same_but_batch(a: &BenchParams, b: &BenchParams) -> bool {
-    let unbatched = |p: &BenchParams| BenchParams {
-        batch_size: 0,
-        n_ctx: 0,
-        ..p.clone()
-    };
-    unbatched(a) == unbatched(b)
+    same_but(a, b, |p| p.batch_size = 0)
 }
 
 #[cfg(test)]
