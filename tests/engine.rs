@@ -9,7 +9,7 @@ use common::*;
 use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::LlamaModel;
 use std::time::{Duration, Instant};
-use tokscope::engine::{EngineEvent, SamplingParams, StopReason, Utf8Stream};
+use tokscope::engine::{EngineEvent, SamplingParams, StopReason, SweepPlan, Utf8Stream};
 use tokscope::metrics::relative_difference;
 use tokscope::synth::TensorType;
 
@@ -608,7 +608,12 @@ fn the_chat_engine_measures_a_batch_sweep_on_its_loaded_model() {
     let mut e = start(&model, settings(512));
     // The chat's own KV cache survives the sweep.
     let first = e.turn(vec![user("hello there")], greedy(), 4);
-    e.handle.batch_sweep(100, vec![1, 2, 4], 8, 6).unwrap();
+    let plan = SweepPlan::Batch {
+        batches: vec![1, 2, 4],
+        n_prompt: 8,
+        n_gen: 6,
+    };
+    e.handle.sweep(100, plan).unwrap();
     // The test thread's own clock: each point's wait (from the last point, or the command).
     let mut since = Instant::now();
     let mut points = Vec::new();
@@ -625,7 +630,7 @@ fn the_chat_engine_measures_a_batch_sweep_on_its_loaded_model() {
                 assert!(prefill_ms > 0.0, "{prefill_ms}");
                 points.push((point, prefill_ms, waited_ms));
             }
-            EngineEvent::BatchSweepDone {
+            EngineEvent::SweepDone {
                 request_id: 100,
                 error,
             } => {
@@ -663,6 +668,59 @@ fn the_chat_engine_measures_a_batch_sweep_on_its_loaded_model() {
             p.batch
         );
     }
+    let next = e.turn(
+        vec![
+            user("hello there"),
+            assistant(&first.report.text),
+            user("more"),
+        ],
+        greedy(),
+        2,
+    );
+    assert!(next.report.timeline.cached_tokens >= first.report.timeline.prompt_tokens);
+}
+
+#[test]
+fn the_chat_engine_measures_decode_at_depth_on_its_loaded_model() {
+    let _lock = model_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let model = synth(dir.path(), "small.gguf", "small", TensorType::F32, 1);
+    let mut e = start(&model, settings(512));
+    let first = e.turn(vec![user("hello there")], greedy(), 4);
+    let plan = SweepPlan::Depth {
+        depths: vec![0, 64, 384],
+        n_gen: 6,
+    };
+    e.handle.sweep(101, plan).unwrap();
+    let mut runs = Vec::new();
+    loop {
+        match e.events.blocking_recv().unwrap() {
+            EngineEvent::DepthPoint {
+                request_id: 101,
+                run,
+            } => runs.push(run),
+            EngineEvent::SweepDone {
+                request_id: 101,
+                error,
+            } => {
+                assert!(error.is_none(), "{error:?}");
+                break;
+            }
+            _ => {}
+        }
+    }
+    let depths: Vec<u32> = runs.iter().map(|r| r.depth).collect();
+    assert_eq!(depths, [0, 64, 384], "each depth once, in order");
+    for r in &runs {
+        assert_eq!(r.n_gen, 6);
+        assert!(r.tok_per_s > 0.0 && r.tok_per_s.is_finite(), "{r:?}");
+        // 6 steps: the ITL is defined.
+        let (p50, p99) = (r.itl_p50_ms.expect("p50"), r.itl_p99_ms.expect("p99"));
+        assert!(p50 > 0.0 && p99 >= p50, "{r:?}");
+    }
+    // The fill is untimed but happens: 384 random tokens take longer to prefill than none.
+    assert!(runs[2].fill_ms > runs[0].fill_ms, "{runs:?}");
+    // The chat's own KV cache survives the sweep.
     let next = e.turn(
         vec![
             user("hello there"),

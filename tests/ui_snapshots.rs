@@ -1216,6 +1216,56 @@ fn bench_screen_with_a_batch_sweep() {
     insta::assert_snapshot!("bench_undefined_80x24", render(&app, 80, 24));
 }
 
+/// F2's depth view: a depth sweep whose decode slows faster than its bytes grow, beside the
+/// chat's own answers at their depths (fixed figures); then a sweep measuring its second
+/// depth, and one stopped and saved.
+#[test]
+fn the_depth_view_sets_each_depth_beside_what_its_bytes_predict() {
+    let mut app = finished_app();
+    app.mode = Mode::Bench;
+    app.bench.view = tokscope::app::SweepView::Depth;
+    let run = |depth, tok_per_s, fill_ms| tokscope::metrics::DepthRun {
+        depth,
+        n_gen: 32,
+        tok_per_s,
+        itl_p50_ms: Some(1e3 / tok_per_s),
+        itl_p99_ms: Some(1.2e3 / tok_per_s),
+        fill_ms,
+    };
+    let empty = render(&app, 120, 40);
+    assert!(
+        empty.contains(
+            "Enter or r measures tg32 at depths 0, 512, 2048 (those that fit the chat's -c 4096)"
+        ),
+        "{empty}"
+    );
+    app.bench.depth_points = vec![
+        run(0, 150.0, 0.0),
+        run(512, 140.0, 300.0),
+        run(2048, 110.0, 1400.0),
+    ];
+    snapshot_both("bench_depth", &app);
+    let screen = render(&app, 120, 40);
+    assert!(
+        screen.contains("at depth 2048 decode runs 0.73× its depth-0 speed"),
+        "{screen}"
+    );
+    assert!(screen.contains("this chat"), "{screen}");
+    app.bench.running = Some(9);
+    app.bench.ran = tokscope::app::SweepView::Depth;
+    app.bench.depth_points.truncate(1);
+    let screen = render(&app, 80, 24);
+    assert!(screen.contains("measuring depth 512"), "{screen}");
+    app.bench.running = None;
+    app.bench.stopped = true;
+    app.bench.saved = Some(Ok("r7".into()));
+    let screen = render(&app, 120, 40);
+    assert!(
+        screen.contains("stopped · Enter or r runs it again · Esc closes · saved as run r7"),
+        "{screen}"
+    );
+}
+
 /// The A/B screen with fixed data: A is the last answer of `finished_app`'s first exchange
 /// shape, B another model's answer that parts from it after a few tokens.
 fn ab_app(b_text: &str, b_pieces: &[&str], finished: bool) -> App {

@@ -4,7 +4,7 @@ use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
 use super::input::Edit;
 use super::picker::PickerKey;
-use super::Mode;
+use super::{Mode, SweepView};
 
 /// The function keys the chat answers to, with the view each opens (the help lists each).
 #[cfg(test)]
@@ -54,6 +54,8 @@ pub(crate) enum Action {
     Quit,
     OpenBench,
     RunBench,
+    /// The bench screen's batching or depth sweep (`None`: the other one).
+    BenchView(Option<SweepView>),
     StopBench,
     CloseBench,
     CloseAb,
@@ -112,6 +114,9 @@ pub(crate) fn action_for(mode: Mode, input_empty: bool, key: KeyEvent) -> Option
         (Mode::Bench, KeyCode::Esc) => Action::StopBench,
         (Mode::Bench, KeyCode::F(2) | KeyCode::Char('q')) => Action::CloseBench,
         (Mode::Bench, KeyCode::Enter | KeyCode::Char('r')) => Action::RunBench,
+        (Mode::Bench, KeyCode::Tab) => Action::BenchView(None),
+        (Mode::Bench, KeyCode::Char('d')) => Action::BenchView(Some(SweepView::Depth)),
+        (Mode::Bench, KeyCode::Char('b')) => Action::BenchView(Some(SweepView::Batch)),
         (Mode::Bench, KeyCode::F(1) | KeyCode::Char('?')) => Action::ToggleHelp,
         (Mode::Bench, _) => return None,
         (Mode::Ab, KeyCode::Esc | KeyCode::Char('q')) => Action::CloseAb,
@@ -310,6 +315,12 @@ mod tests {
             assert_eq!(app.mode, *mode, "F{n}");
         }
         assert_eq!(chat(key(KeyCode::F(2)), true), Some(A::OpenBench));
+        let bench = |k| action_for(Mode::Bench, true, k);
+        assert_eq!(bench(key(KeyCode::Tab)), Some(A::BenchView(None)));
+        let depth = Some(SweepView::Depth);
+        assert_eq!(bench(key(KeyCode::Char('d'))), Some(A::BenchView(depth)));
+        let batch = Some(SweepView::Batch);
+        assert_eq!(bench(key(KeyCode::Char('b'))), Some(A::BenchView(batch)));
         let compare = |k| action_for(Mode::Compare, true, k);
         assert_eq!(compare(key(KeyCode::Esc)), Some(A::CloseCompare));
         assert_eq!(compare(key(KeyCode::F(3))), Some(A::CloseCompare));

@@ -36,7 +36,7 @@ pub(crate) use input::{Edit, Input};
 pub(crate) use keymap::{action_for, Action, PAGE_LINES};
 pub use picker::{PickFor, Picker};
 pub use quality::{AnswerTokens, ConversationQuality, TokenCursor};
-pub use screens::{BenchPoint, BenchScreen, CompareView, ProfileScreen};
+pub use screens::{BenchPoint, BenchScreen, CompareView, ProfileScreen, SweepView};
 pub(crate) use switch::Switch;
 #[cfg(test)]
 pub(crate) use {keymap::FUNCTION_KEYS, slash::SLASH_COMMANDS};
@@ -183,12 +183,10 @@ pub enum Effect {
         ab_reference: Option<PathBuf>,
     },
     Cancel(RequestId),
-    /// Run a batch sweep on the loaded model (the bench screen).
-    BatchSweep {
+    /// Run a sweep on the loaded model (the bench screen).
+    Sweep {
         id: RequestId,
-        batches: Vec<u32>,
-        n_prompt: u32,
-        n_gen: u32,
+        plan: crate::engine::SweepPlan,
     },
     /// Append a finished or stopped batch sweep to the results log and report
     /// `Msg::SweepSaved`.
@@ -234,11 +232,13 @@ pub enum Effect {
     Quit,
 }
 
-/// A batch sweep of the bench screen, as the results log keeps it.
+/// A sweep of the bench screen, as the results log keeps it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SweepToSave {
-    /// (point, prefill ms) per batch size, in the order measured.
+    /// (point, prefill ms) per batch size, in the order measured (a batch sweep).
     pub points: Vec<(crate::metrics::BatchPoint, Option<f64>)>,
+    /// Each depth, in the order measured (a depth sweep).
+    pub depths: Vec<crate::metrics::DepthRun>,
     pub n_prompt: u32,
     pub n_gen: u32,
     /// Stopped (Esc) or failed before its last batch size.
@@ -652,6 +652,11 @@ impl App {
                     self.bench.points.push(BenchPoint { point, prefill_ms });
                 }
             }
+            EngineEvent::DepthPoint { request_id, run } => {
+                if self.bench.running == Some(request_id) {
+                    self.bench.depth_points.push(run);
+                }
+            }
             // A cancelled or closed A/B comparison: its late events are dropped.
             EngineEvent::AbFinished { .. } => {}
             EngineEvent::AbScored { request_id, score } => self.on_ab_scored(request_id, score),
@@ -665,7 +670,7 @@ impl App {
                     t.on_prefill_progress(done, total);
                 }
             }
-            EngineEvent::BatchSweepDone { request_id, error } => {
+            EngineEvent::SweepDone { request_id, error } => {
                 return self.on_sweep_done(request_id, error);
             }
             // The chat never asks for bench's tg test (`bench --run-vs-tg` does).
@@ -845,6 +850,7 @@ impl App {
             Action::CloseHelp => self.close_help(),
             Action::OpenBench => self.mode = Mode::Bench,
             Action::RunBench => return self.run_bench(),
+            Action::BenchView(view) => self.bench.show(view),
             Action::StopBench if self.bench.running.is_some() => return self.stop_bench(),
             Action::StopBench | Action::CloseBench => return self.close_bench(),
             Action::CloseAb => return self.close_ab(),

@@ -75,14 +75,34 @@ pub struct BenchPoint {
     pub prefill_ms: Option<f64>,
 }
 
+/// Which sweep the bench screen shows and runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SweepView {
+    /// B sequences decoded together.
+    #[default]
+    Batch,
+    /// Decode against the depth of the KV cache.
+    Depth,
+}
+
+/// The depths a depth sweep may measure; those that fit the chat's context run
+/// (`BenchScreen::depths_for`).
+pub(crate) const SWEEP_DEPTHS: [u32; 6] = [0, 512, 2048, 8192, 32768, 131_072];
+
 /// The bench screen: which sweep, its points so far, and whether it runs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BenchScreen {
+    pub view: SweepView,
     pub batches: Vec<u32>,
     pub n_prompt: u32,
     pub n_gen: u32,
-    pub running: Option<RequestId>,
     pub points: Vec<BenchPoint>,
+    /// Tokens generated at each depth of a depth sweep.
+    pub depth_n_gen: u32,
+    pub depth_points: Vec<crate::metrics::DepthRun>,
+    pub running: Option<RequestId>,
+    /// The view of the sweep running or last run: the error, stop and save below are its.
+    pub ran: SweepView,
     pub error: Option<String>,
     /// The last sweep was stopped with Esc (its points are kept).
     pub stopped: bool,
@@ -94,15 +114,38 @@ pub struct BenchScreen {
 impl Default for BenchScreen {
     fn default() -> Self {
         Self {
+            view: SweepView::Batch,
             batches: vec![1, 2, 4, 8, 16, 32],
             n_prompt: 64,
             n_gen: 32,
-            running: None,
             points: Vec::new(),
+            depth_n_gen: 32,
+            depth_points: Vec::new(),
+            running: None,
+            ran: SweepView::Batch,
             error: None,
             stopped: false,
             saved: None,
         }
+    }
+}
+
+impl BenchScreen {
+    /// The depths a depth sweep runs in a context of `n_ctx` tokens: each of `SWEEP_DEPTHS`
+    /// with room for the generated tokens after it (bench's context is depth + n_gen; the
+    /// chat's own context bounds it, as memory for that was already found).
+    pub(crate) fn depths_for(&self, n_ctx: u32) -> Vec<u32> {
+        SWEEP_DEPTHS
+            .into_iter()
+            .filter(|d| d.saturating_add(self.depth_n_gen) <= n_ctx.max(self.depth_n_gen))
+            .collect()
+    }
+
+    pub(super) fn show(&mut self, view: Option<SweepView>) {
+        self.view = view.unwrap_or(match self.view {
+            SweepView::Batch => SweepView::Depth,
+            SweepView::Depth => SweepView::Batch,
+        });
     }
 }
 
@@ -111,22 +154,35 @@ impl App {
         if self.bench.running.is_some() {
             return Vec::new();
         }
+        self.bench.ran = self.bench.view;
         if self.is_generating() || self.engine != EngineStatus::Ready {
             self.bench.error = Some("the engine is busy or not ready: try again when it is".into());
             return Vec::new();
         }
+        let plan = match self.bench.view {
+            SweepView::Batch => {
+                self.bench.points.clear();
+                crate::engine::SweepPlan::Batch {
+                    batches: self.bench.batches.clone(),
+                    n_prompt: self.bench.n_prompt,
+                    n_gen: self.bench.n_gen,
+                }
+            }
+            SweepView::Depth => {
+                self.bench.depth_points.clear();
+                let n_ctx = self.model.as_ref().map_or(0, |m| m.n_ctx);
+                crate::engine::SweepPlan::Depth {
+                    depths: self.bench.depths_for(n_ctx),
+                    n_gen: self.bench.depth_n_gen,
+                }
+            }
+        };
         let id = self.request_ids.next();
         self.bench.running = Some(id);
-        self.bench.points.clear();
         self.bench.error = None;
         self.bench.stopped = false;
         self.bench.saved = None;
-        vec![Effect::BatchSweep {
-            id,
-            batches: self.bench.batches.clone(),
-            n_prompt: self.bench.n_prompt,
-            n_gen: self.bench.n_gen,
-        }]
+        vec![Effect::Sweep { id, plan }]
     }
 
     /// The sweep's points, to the results log (nothing to save without a point or a model).
@@ -134,18 +190,22 @@ impl App {
         let Some(model) = self.model.clone() else {
             return Vec::new();
         };
-        if self.bench.points.is_empty() {
+        let b = &self.bench;
+        let (points, depths) = match b.ran {
+            SweepView::Batch => (
+                b.points.iter().map(|p| (p.point, p.prefill_ms)).collect(),
+                Vec::new(),
+            ),
+            SweepView::Depth => (Vec::new(), b.depth_points.clone()),
+        };
+        if points.is_empty() && depths.is_empty() {
             return Vec::new();
         }
         vec![Effect::SaveSweep(Box::new(super::SweepToSave {
-            points: self
-                .bench
-                .points
-                .iter()
-                .map(|p| (p.point, p.prefill_ms))
-                .collect(),
-            n_prompt: self.bench.n_prompt,
-            n_gen: self.bench.n_gen,
+            points,
+            depths,
+            n_prompt: b.n_prompt,
+            n_gen: b.n_gen,
             stopped,
             model,
             sampling: self.sampling.clone(),
@@ -175,7 +235,11 @@ mod tests {
         update(&mut app, Msg::Key(key(KeyCode::F(2))), now());
         assert_eq!(app.mode, Mode::Bench);
         let fx = update(&mut app, Msg::Key(key(KeyCode::Enter)), now());
-        let Some(Effect::BatchSweep { id, batches, .. }) = fx.first().cloned() else {
+        let Some(Effect::Sweep {
+            id,
+            plan: crate::engine::SweepPlan::Batch { batches, .. },
+        }) = fx.first().cloned()
+        else {
             panic!("{fx:?}")
         };
         assert_eq!(batches, app.bench.batches);
@@ -224,13 +288,70 @@ mod tests {
         // F2 on a running sweep closes the screen and stops it.
         update(&mut app, Msg::Key(key(KeyCode::F(2))), now());
         let fx = update(&mut app, Msg::Key(key(KeyCode::Enter)), now());
-        let Some(Effect::BatchSweep { id, .. }) = fx.first().cloned() else {
+        let Some(Effect::Sweep { id, .. }) = fx.first().cloned() else {
             panic!("{fx:?}")
         };
         assert!(!app.bench.stopped, "a new sweep clears the stop");
         let fx = update(&mut app, Msg::Key(key(KeyCode::F(2))), now());
         assert_eq!(fx, vec![Effect::Cancel(id)]);
         assert_eq!(app.mode, Mode::Chat);
+    }
+
+    #[test]
+    fn the_depth_view_runs_the_depths_that_fit_the_chat_s_context_and_saves_them() {
+        let mut app = ready_app();
+        app.model = Some(crate::engine::ModelInfo {
+            n_ctx: 4096,
+            ..Default::default()
+        });
+        update(&mut app, Msg::Key(key(KeyCode::F(2))), now());
+        update(&mut app, Msg::Key(key(KeyCode::Tab)), now());
+        assert_eq!(app.bench.view, SweepView::Depth);
+        let fx = update(&mut app, Msg::Key(key(KeyCode::Enter)), now());
+        let Some(Effect::Sweep {
+            id,
+            plan: crate::engine::SweepPlan::Depth { depths, n_gen },
+        }) = fx.first().cloned()
+        else {
+            panic!("{fx:?}")
+        };
+        // 8192 + 32 generated tokens would not fit -c 4096.
+        assert_eq!((depths.as_slice(), n_gen), ([0, 512, 2048].as_slice(), 32));
+        let run = |depth| crate::metrics::DepthRun {
+            depth,
+            n_gen: 32,
+            tok_per_s: 10.0,
+            itl_p50_ms: Some(100.0),
+            itl_p99_ms: Some(110.0),
+            fill_ms: 5.0,
+        };
+        for depth in [0, 512] {
+            let run = run(depth);
+            update(
+                &mut app,
+                Msg::Engine(EngineEvent::DepthPoint {
+                    request_id: id,
+                    run,
+                }),
+                now(),
+            );
+        }
+        // Switching views while it runs keeps the sweep and its points.
+        update(&mut app, Msg::Key(key(KeyCode::Char('b'))), now());
+        assert_eq!(app.bench.view, SweepView::Batch);
+        assert_eq!(app.bench.depth_points.len(), 2);
+        let done = EngineEvent::SweepDone {
+            request_id: id,
+            error: None,
+        };
+        let fx = update(&mut app, Msg::Engine(done), now());
+        let [Effect::SaveSweep(sweep)] = fx.as_slice() else {
+            panic!("{fx:?}")
+        };
+        assert_eq!(sweep.depths, vec![run(0), run(512)]);
+        assert!(sweep.points.is_empty() && !sweep.stopped);
+        // A depth sweep leaves the batching sweep's points as they were, and back.
+        assert!(app.bench.points.is_empty());
     }
 
     #[test]
@@ -247,7 +368,7 @@ mod tests {
         update(&mut app, Msg::Key(key(KeyCode::F(2))), now());
         let run = |app: &mut App| {
             let fx = update(app, Msg::Key(key(KeyCode::Enter)), now());
-            let Some(Effect::BatchSweep { id, .. }) = fx.first().cloned() else {
+            let Some(Effect::Sweep { id, .. }) = fx.first().cloned() else {
                 panic!("{fx:?}")
             };
             for b in [1, 2] {
@@ -267,7 +388,7 @@ mod tests {
         let id = run(&mut app);
         let fx = update(
             &mut app,
-            Msg::Engine(EngineEvent::BatchSweepDone {
+            Msg::Engine(EngineEvent::SweepDone {
                 request_id: id,
                 error: None,
             }),
@@ -293,12 +414,12 @@ mod tests {
         assert_eq!(sweep.points.len(), 2);
         // Nothing measured: nothing saved.
         let fx = update(&mut app, Msg::Key(key(KeyCode::Enter)), now());
-        let Some(Effect::BatchSweep { id, .. }) = fx.first().cloned() else {
+        let Some(Effect::Sweep { id, .. }) = fx.first().cloned() else {
             panic!("{fx:?}")
         };
         let fx = update(
             &mut app,
-            Msg::Engine(EngineEvent::BatchSweepDone {
+            Msg::Engine(EngineEvent::SweepDone {
                 request_id: id,
                 error: None,
             }),

@@ -1,13 +1,15 @@
-//! The chat's batch sweep (F2) as a run of the results log: one row per batch size, in the
-//! shape of bench's batch rows (`kind` "batch", `test` "B4 pp64+tg32", `tok_per_s_mean` the
-//! aggregate), so that `tokscope results` lists it, `results ID` shows it and `bench --vs ID`
-//! can compare with it. A sweep stopped with Esc is saved with the points it has, marked.
+//! The chat's sweeps (F2) as runs of the results log: one row per batch size, in the shape of
+//! bench's batch rows (`kind` "batch", `test` "B4 pp64+tg32", `tok_per_s_mean` the
+//! aggregate), or one per depth, in the shape of bench's tg rows at a depth (`kind` "tg",
+//! `test` "tg32 @ d2048", `n_depth`), so that `tokscope results` lists it, `results ID` shows
+//! it and `bench --vs ID` can compare with it. A sweep stopped with Esc is saved with the
+//! points it has, marked.
 
 use serde::Serialize;
 
 use crate::engine::{ModelInfo, SamplingParams};
 use crate::llama::measure::TestKind;
-use crate::metrics::BatchPoint;
+use crate::metrics::{BatchPoint, DepthRun};
 use crate::stamp::Stamp;
 
 /// What the sweep ran with (the stamp has the engine's settings as well).
@@ -17,6 +19,8 @@ pub(crate) struct ChatSweepParams {
     pub batch_size: u32,
     pub n_prompt: u32,
     pub n_gen: u32,
+    /// Tokens in the cache before the test (a depth sweep; 0 in a batch sweep).
+    pub n_depth: u32,
     pub threads: u32,
     pub n_gpu_layers: u32,
     /// Each batch size is one timed run after one warm-up.
@@ -50,11 +54,11 @@ pub(crate) struct ChatSweepRow {
     pub stamp: Stamp,
 }
 
-/// The rows of one sweep: `points` are (point, prefill ms) in the order measured; a point
-/// without an aggregate rate (nothing was timed) has no row.
+/// The rows of one sweep: `points` are (point, prefill ms) in the order measured, then
+/// `depths`; a point without an aggregate rate (nothing was timed) has no row.
 pub(crate) fn rows(
     run_id: &str,
-    points: &[(BatchPoint, Option<f64>)],
+    (points, depths): (&[(BatchPoint, Option<f64>)], &[DepthRun]),
     (n_prompt, n_gen): (u32, u32),
     stopped: bool,
     info: &ModelInfo,
@@ -64,7 +68,7 @@ pub(crate) fn rows(
     let base = points.iter().find(|(p, _)| p.batch == 1).map(|(p, _)| p);
     let ratio =
         |a: Option<f64>, b: Option<f64>| a.zip(b).and_then(|(a, b)| crate::metrics::ratio(a, b));
-    points
+    let batch_rows = points
         .iter()
         .filter_map(|(p, prefill_ms)| Some((p, prefill_ms, p.aggregate_tok_per_s?)))
         .map(|(p, prefill_ms, aggregate)| ChatSweepRow {
@@ -77,6 +81,7 @@ pub(crate) fn rows(
                 batch_size: p.batch,
                 n_prompt,
                 n_gen,
+                n_depth: 0,
                 threads: info.threads,
                 n_gpu_layers: info.n_gpu_layers,
                 repetitions: 1,
@@ -94,8 +99,34 @@ pub(crate) fn rows(
             latency_growth_vs_b1: ratio(p.itl_p50_ms, base.and_then(|b| b.itl_p50_ms)),
             stopped,
             stamp: stamp.clone(),
-        })
-        .collect()
+        });
+    let depth_rows = depths.iter().map(|d| ChatSweepRow {
+        run_id: run_id.to_string(),
+        kind: TestKind::Tg,
+        test: format!("tg{} @ d{}", d.n_gen, d.depth),
+        source: "chat F2",
+        params: ChatSweepParams {
+            model: info.path.display().to_string(),
+            batch_size: 1,
+            n_prompt: 0,
+            n_gen: d.n_gen,
+            n_depth: d.depth,
+            threads: info.threads,
+            n_gpu_layers: info.n_gpu_layers,
+            repetitions: 1,
+        },
+        n_tokens: u64::from(d.n_gen),
+        tok_per_s_mean: d.tok_per_s,
+        per_sequence_tok_per_s: Some(d.tok_per_s),
+        itl_p50_ms: d.itl_p50_ms,
+        itl_p99_ms: d.itl_p99_ms,
+        prefill_ms_mean: None,
+        speedup_vs_b1: None,
+        latency_growth_vs_b1: None,
+        stopped,
+        stamp: stamp.clone(),
+    });
+    batch_rows.chain(depth_rows).collect()
 }
 
 #[cfg(test)]
@@ -120,7 +151,7 @@ mod tests {
         ];
         let rows = rows(
             "r1",
-            &points,
+            (&points, &[]),
             (64, 32),
             true,
             &info,
@@ -145,5 +176,41 @@ mod tests {
         assert_eq!(run.rows[0].stamp.threads, Some(2));
         assert_eq!(run.raw["rows"][0]["stopped"], true);
         assert_eq!(run.raw["rows"][0]["source"], "chat F2");
+    }
+
+    #[test]
+    fn a_depth_sweep_is_a_run_of_tg_rows_at_their_depths() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = super::super::results_path(dir.path());
+        let info = ModelInfo {
+            fingerprint: "0123456789abcdef".into(),
+            ..ModelInfo::default()
+        };
+        let run = |depth, tok_per_s| DepthRun {
+            depth,
+            n_gen: 32,
+            tok_per_s,
+            itl_p50_ms: Some(1e3 / tok_per_s),
+            itl_p99_ms: None,
+            fill_ms: 1.0,
+        };
+        let depths = [run(0, 40.0), run(2048, 30.0)];
+        let rows = rows(
+            "r2",
+            (&[], &depths),
+            (64, 32),
+            false,
+            &info,
+            &SamplingParams::default(),
+        );
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[1].test, "tg32 @ d2048");
+        super::super::append_run(&log, "r2", 5, "tokscope chat (F2 depth sweep)", &rows).unwrap();
+        let (runs, _) = super::super::log::read_runs(&log).unwrap();
+        let read = &runs[0].rows[1];
+        assert_eq!(read.kind, "tg");
+        assert_eq!(read.tok_per_s_mean, 30.0);
+        assert_eq!(read.params["n_depth"], 2048);
+        assert_eq!(read.params["n_gen"], 32);
     }
 }

@@ -191,23 +191,10 @@ impl EngineHandle {
         self.cancel_through.fetch_max(id, Ordering::SeqCst);
     }
 
-    /// Start a batch sweep on the loaded model (points arrive as `BatchPoint` events).
-    pub fn batch_sweep(
-        &mut self,
-        id: RequestId,
-        batches: Vec<u32>,
-        n_prompt: u32,
-        n_gen: u32,
-    ) -> Result<(), EngineError> {
-        self.command(
-            id,
-            EngineCommand::BatchSweep {
-                id,
-                batches,
-                n_prompt,
-                n_gen,
-            },
-        )
+    /// Start a sweep on the loaded model (its points arrive as `BatchPoint` or `DepthPoint`
+    /// events, then `SweepDone`).
+    pub fn sweep(&mut self, id: RequestId, plan: super::SweepPlan) -> Result<(), EngineError> {
+        self.command(id, EngineCommand::Sweep { id, plan })
     }
 
     /// Time one run of bench's tg test on the loaded model, on the engine's thread (answered

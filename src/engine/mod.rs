@@ -25,6 +25,6 @@ pub use protocol::{recv_paced, STREAM_FRAME_INTERVAL};
 pub use protocol::{
     AbReport, ChatMessage, ContextFull, EngineCommand, EngineConfig, EngineEvent, EventReceiver,
     EventSender, GenerateRequest, LlamaCounters, LoadStage, PromptText, RequestId, Role,
-    StopReason, TgSample, TurnReport, TurnRequest,
+    StopReason, SweepPlan, TgSample, TurnReport, TurnRequest,
 };
 pub use score::Passes;

@@ -144,13 +144,12 @@ pub enum EngineCommand {
         id: RequestId,
         config: EngineConfig,
     },
-    /// Measure batched decoding on the loaded model for each batch size (the chat's bench
-    /// screen); cancelled like a generation request.
-    BatchSweep {
+    /// Measure the loaded model as the chat's bench screen (F2) asks: batched decoding for
+    /// each batch size, or decode at each depth; in contexts of its own, cancelled like a
+    /// generation request. Points arrive as `BatchPoint` or `DepthPoint`, then `SweepDone`.
+    Sweep {
         id: RequestId,
-        batches: Vec<u32>,
-        n_prompt: u32,
-        n_gen: u32,
+        plan: SweepPlan,
     },
     /// One timed run of bench's tg test (`llama::measure`: `n_gen` single-token decodes of
     /// random tokens, no sampling) on the loaded model, in a context of its own sized like
@@ -443,6 +442,11 @@ pub enum EngineEvent {
         /// Prefill of all B prompts together; `None` when it was not timed.
         prefill_ms: Option<f64>,
     },
+    /// One depth of a depth sweep measured (`SweepPlan::Depth`).
+    DepthPoint {
+        request_id: RequestId,
+        run: crate::metrics::DepthRun,
+    },
     /// Model B of an A/B comparison answered (its prefill and token events came before, under
     /// the same id; an error arrives as `Failed`).
     AbFinished {
@@ -466,10 +470,24 @@ pub enum EngineEvent {
         sample: TgSample,
     },
     /// A batch sweep ended (`error` when it could not finish).
-    BatchSweepDone {
+    SweepDone {
         request_id: RequestId,
         error: Option<EngineError>,
     },
+}
+
+/// What the chat's bench screen (F2) measures on the loaded model.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SweepPlan {
+    /// B sequences × `n_prompt` prompt + `n_gen` generated tokens, for each B in `batches`.
+    Batch {
+        batches: Vec<u32>,
+        n_prompt: u32,
+        n_gen: u32,
+    },
+    /// bench's tg test of `n_gen` tokens after the cache is filled to each depth, untimed
+    /// (`bench -d`, llama-bench's `-d`): how decode slows as the KV cache grows.
+    Depth { depths: Vec<u32>, n_gen: u32 },
 }
 
 /// One timed run of bench's tg test on the engine's thread.
@@ -498,7 +516,8 @@ impl EngineEvent {
             | EngineEvent::BatchPoint { request_id, .. }
             | EngineEvent::AbFinished { request_id, .. }
             | EngineEvent::AbScored { request_id, .. }
-            | EngineEvent::BatchSweepDone { request_id, .. }
+            | EngineEvent::DepthPoint { request_id, .. }
+            | EngineEvent::SweepDone { request_id, .. }
             | EngineEvent::TgMeasured { request_id, .. }
             | EngineEvent::Scored { request_id, .. }
             | EngineEvent::Confidence { request_id, .. }

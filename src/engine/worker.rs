@@ -347,21 +347,9 @@ fn serve_with<'m>(
                     EngineEvent::Finished { request_id, report }
                 }));
             }
-            Ok(EngineCommand::BatchSweep {
-                id,
-                batches,
-                n_prompt,
-                n_gen,
-            }) => {
-                let error = batch_sweep(
-                    model,
-                    &cfg.settings,
-                    (id, &batches, n_prompt, n_gen),
-                    events,
-                    cancel_through,
-                )
-                .err();
-                let _ = events.send(EngineEvent::BatchSweepDone {
+            Ok(EngineCommand::Sweep { id, plan }) => {
+                let error = sweep(model, &cfg.settings, id, &plan, events, cancel_through).err();
+                let _ = events.send(EngineEvent::SweepDone {
                     request_id: id,
                     error,
                 });
@@ -634,26 +622,48 @@ fn ab_generate(
     Ok(())
 }
 
-/// Measure batched decoding for each batch size on the loaded model, in contexts of their own
-/// (the chat's context and its KV cache are left as they are).
-fn batch_sweep(
+/// Measure the loaded model as `plan` asks, point by point, in contexts of its own (the chat's
+/// context and its KV cache are left as they are); a cancel stops it between points.
+fn sweep(
     model: &llama_cpp_2::model::LlamaModel,
     settings: &crate::llama::settings::EngineSettings,
-    (id, batches, n_prompt, n_gen): (super::RequestId, &[u32], u32, u32),
+    id: super::RequestId,
+    plan: &super::SweepPlan,
     events: &EventSender,
     cancel_through: &AtomicU64,
 ) -> Result<(), EngineError> {
-    for &b in batches {
-        if cancel_through.load(Ordering::SeqCst) >= id {
-            break;
+    let cancelled = || cancel_through.load(Ordering::SeqCst) >= id;
+    match plan {
+        super::SweepPlan::Batch {
+            batches,
+            n_prompt,
+            n_gen,
+        } => {
+            for &b in batches {
+                if cancelled() {
+                    break;
+                }
+                let (point, prefill_ms) =
+                    crate::llama::measure::measure_batch(model, settings, b, *n_prompt, *n_gen)?;
+                let _ = events.send(EngineEvent::BatchPoint {
+                    request_id: id,
+                    point,
+                    prefill_ms,
+                });
+            }
         }
-        let (point, prefill_ms) =
-            crate::llama::measure::measure_batch(model, settings, b, n_prompt, n_gen)?;
-        let _ = events.send(EngineEvent::BatchPoint {
-            request_id: id,
-            point,
-            prefill_ms,
-        });
+        super::SweepPlan::Depth { depths, n_gen } => {
+            for &depth in depths {
+                if cancelled() {
+                    break;
+                }
+                let run = crate::llama::measure::measure_depth(model, settings, depth, *n_gen)?;
+                let _ = events.send(EngineEvent::DepthPoint {
+                    request_id: id,
+                    run,
+                });
+            }
+        }
     }
     Ok(())
 }
@@ -720,8 +730,8 @@ fn measure_row_cost(
 fn serve_without_model(io: &Io<'_>) -> Next {
     loop {
         let request_id = match io.commands.recv() {
-            Ok(EngineCommand::BatchSweep { id, .. }) => {
-                let _ = io.events.send(EngineEvent::BatchSweepDone {
+            Ok(EngineCommand::Sweep { id, .. }) => {
+                let _ = io.events.send(EngineEvent::SweepDone {
                     request_id: id,
                     error: Some(EngineError::NoModel),
                 });

@@ -671,6 +671,37 @@ pub(crate) fn measure_batch(
     ))
 }
 
+/// Decode at one depth (the chat's depth sweep, F2): bench's tg test of `n_gen` random
+/// tokens after the cache is filled to `depth` (untimed), in a context of its own sized as
+/// bench sizes it (depth + n_gen, llama-bench's rule), warmed up once.
+pub(crate) fn measure_depth(
+    model: &LlamaModel,
+    settings: &EngineSettings,
+    depth: u32,
+    n_gen: u32,
+) -> Result<crate::metrics::DepthRun, EngineError> {
+    let n_gen = n_gen.max(1);
+    let mut s = settings.clone();
+    s.n_ctx = depth.saturating_add(n_gen);
+    s.sampling = super::settings::SamplingMode::Host;
+    s.first_sampling = None;
+    let mut bencher = Bencher::new(model, new_context(model, &s, 1)?);
+    let test = TestSpec::Tg { n_gen };
+    bencher.warm_up(&test)?;
+    let started = Instant::now();
+    // tg feeds random tokens: the sampling is never used.
+    let sample = bencher.run(&test, depth, &SamplingParams::default())?;
+    let itl = LatencyStats::from_durations(&sample.gaps);
+    Ok(crate::metrics::DepthRun {
+        depth,
+        n_gen,
+        tok_per_s: rate_per_s(sample.tokens_generated as usize, sample.total).unwrap_or(0.0),
+        itl_p50_ms: itl.map(|i| i.p50_ms),
+        itl_p99_ms: itl.map(|i| i.p99_ms),
+        fill_ms: ms(started.elapsed().saturating_sub(sample.total)),
+    })
+}
+
 /// The roofline's compute term (`metrics::spec::RowCost`), measured on `model` with the
 /// engine's settings and kernels, on a context of its own: one untimed pass of each shape,
 /// then one-row passes and passes of `rows` rows in turn (5 and 3), every row with its logits;

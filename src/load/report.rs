@@ -397,6 +397,14 @@ pub(crate) fn markdown(rows: &[LoadSummary]) -> String {
             cpu.join("\n")
         ));
     }
+    for r in rows.iter().filter(|r| client_saturated(r)) {
+        out.push_str(&format!(
+            "!! at {} the client kept its one thread {}% busy: past {:.0}% its streams are read late, so TPOT, ITL and tok/s there may be the client's limit, not the server's; run fewer streams per load process (several processes or machines for more)\n",
+            r.level,
+            f(r.client_cpu_core_share.map(|s| s * 100.0), 0),
+            CLIENT_SATURATED_SHARE * 100.0,
+        ));
+    }
     for r in rows.iter().filter(|r| !r.errors_by_kind.is_empty()) {
         let kinds: Vec<String> = r
             .errors_by_kind
@@ -409,6 +417,18 @@ pub(crate) fn markdown(rows: &[LoadSummary]) -> String {
         out.push_str(&format!("\nerrors at {}: {}\n", r.level, kinds.join(", ")));
     }
     out
+}
+
+/// The share of one core past which `load`'s client (one runtime thread) falls behind the
+/// streams it reads. Measured on the 2-core VM against a scripted server (raw
+/// `benchmarks/stream-quiet-20261207.txt`): 64 streams × 2,000 tok/s kept it 48% busy and every
+/// stream's rate within 0.01% of the server's; 64 × 10,000 kept it 89% busy and read 38% slow.
+pub(crate) const CLIENT_SATURATED_SHARE: f64 = 0.8;
+
+/// The client was busy enough at this level that its own reading may have set the pace.
+fn client_saturated(r: &LoadSummary) -> bool {
+    r.client_cpu_core_share
+        .is_some_and(|s| s >= CLIENT_SATURATED_SHARE)
 }
 
 /// The table as CSV (empty cells for unknown figures).
@@ -603,6 +623,14 @@ mod tests {
         let none = summarize("x".into(), &[], &[], Duration::ZERO, None).with_client_cpu(None);
         assert_eq!(none.client_cpu_ms_per_request, None);
         assert!(!markdown(&[none]).contains("client CPU"));
+        // 10% of a core: not a warning; 89% (64 streams × 10,000 tok/s here): one.
+        assert!(!md.contains("!! at c=1"), "{md}");
+        let busy = s.with_client_cpu(Some(Duration::from_millis(1780)));
+        let md = markdown(&[busy]);
+        assert!(
+            md.contains("!! at c=1 the client kept its one thread 89% busy: past 80%"),
+            "{md}"
+        );
     }
 
     #[test]

@@ -487,6 +487,21 @@ pub struct BatchPoint {
     pub itl_p99_ms: Option<f64>,
 }
 
+/// Decode at one depth of a depth sweep: bench's `tg{n_gen} @ d{depth}` on the engine's
+/// thread, in a context of its own sized as bench sizes it (depth + n_gen).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DepthRun {
+    /// Tokens in the cache before the first generated one.
+    pub depth: u32,
+    pub n_gen: u32,
+    /// N ÷ the timed run (bench's tg t/s).
+    pub tok_per_s: f64,
+    pub itl_p50_ms: Option<f64>,
+    pub itl_p99_ms: Option<f64>,
+    /// The untimed fill of the cache to `depth` (a prefill of random tokens), ms.
+    pub fill_ms: f64,
+}
+
 /// What a batching sweep shows, in one line, from its own rows (never before they exist):
 /// the peak aggregate tok/s and its B against B = 1, and the first B where one sequence's
 /// inter-token latency grew more than the aggregate did from the B before (batching stops

@@ -290,6 +290,52 @@ pub(crate) struct DepthPoint {
     pub ceiling_tok_per_s: Option<f64>,
 }
 
+/// A decode of `n_gen` tokens after `depth` tokens in the cache (bench's tg at that depth, or a
+/// chat's answer after its prompt) as a depth point: its steps attend to `depth + 1 ..= depth +
+/// n_gen` cells (the q + 1 the kernel reads, as `bench -d` counts them), their mean KV bytes
+/// beside the weights'; the ceiling when the bandwidth (bytes/s) is known.
+pub(crate) fn depth_point(
+    (depth, n_gen): (u64, u64),
+    tok_per_s: f64,
+    weights: &WeightBytes,
+    kv: Option<&KvShape>,
+    bandwidth_bytes_per_s: Option<f64>,
+) -> DepthPoint {
+    let kv_bytes_per_token = kv.map_or(0.0, |k| k.mean_bytes_read(depth + 1, depth + n_gen.max(1)));
+    let bytes_per_token = weights.read_per_token() as f64 + kv_bytes_per_token;
+    DepthPoint {
+        depth,
+        tok_per_s,
+        bytes_per_token,
+        kv_bytes_per_token,
+        ceiling_tok_per_s: bandwidth_bytes_per_s
+            .and_then(|b| ceiling_tok_per_s(b, bytes_per_token)),
+    }
+}
+
+/// What a depth sweep shows, in one line, from its own points (never before two exist, one
+/// of them at depth 0): the deepest point's speed against depth 0's, beside what the bytes
+/// each token reads there predict. Each depth is one run, which the line says.
+pub(crate) fn depth_verdict(points: &[DepthPoint]) -> Option<String> {
+    let slowdown = depth_slowdown(points);
+    let (base, ..) = slowdown.first().filter(|(p, ..)| p.depth == 0)?;
+    let (deep, measured, predicted) = slowdown.last().filter(|(p, ..)| p.depth > 0)?;
+    let (measured, predicted) = ((*measured)?, (*predicted)?);
+    let how = if measured < 0.95 * predicted {
+        "more than the reads grows with depth"
+    } else if measured > 1.05 * predicted {
+        "faster than the reads alone allow"
+    } else {
+        "as the bytes say"
+    };
+    Some(format!(
+        "at depth {} decode runs {measured:.2}× its depth-0 speed, where its bytes per token ({} → {}) predict {predicted:.2}×: {how} (one run per depth)",
+        deep.depth,
+        crate::fmt::bytes_f64(base.bytes_per_token),
+        crate::fmt::bytes_f64(deep.bytes_per_token),
+    ))
+}
+
 /// The speed at `bytes_per_token` that the bytes predict from a decode measured at
 /// `base_bytes_per_token`: at the same MBU, speed goes as 1 ÷ bytes read, so the ratio of
 /// speeds is `base ÷ bytes` (1 at the base, below 1 deeper). `None` without positive bytes.
@@ -1237,6 +1283,62 @@ mod tests {
         assert_eq!(
             bytes_per_token(&w, Some(&kv), 10),
             703.0 + 2.0 * 32.0 * 10.0
+        );
+    }
+
+    #[test]
+    fn a_depth_point_reads_the_cells_its_steps_attend_to() {
+        let w = WeightBytes {
+            total_bytes: 1000,
+            token_embd_bytes: 0,
+            embd_row_bytes: 0,
+            tied_output: false,
+            output_bytes: 0,
+        };
+        // One position costs 2 layers × (4 + 4) × 4 bytes = 64.
+        let kv = KvShape {
+            n_layer: 2,
+            n_embd_k: 4,
+            n_embd_v: 4,
+            type_k: KvType::F32,
+            type_v: KvType::F32,
+            sliding_window: None,
+        };
+        // tg4 at depth 100: the steps read 101, 102, 103 and 104 cells, 102.5 on average.
+        let p = depth_point((100, 4), 50.0, &w, Some(&kv), Some(1e6));
+        assert_eq!(p.kv_bytes_per_token, 64.0 * 102.5);
+        assert_eq!(p.bytes_per_token, 1000.0 + 64.0 * 102.5);
+        assert_eq!(p.ceiling_tok_per_s, Some(1e6 / p.bytes_per_token));
+        assert_eq!(
+            depth_point((0, 1), 50.0, &w, None, None).ceiling_tok_per_s,
+            None
+        );
+        // The verdict: not before a depth-0 point and a deeper one exist.
+        let at = |depth, tok_per_s| depth_point((depth, 4), tok_per_s, &w, Some(&kv), None);
+        assert_eq!(depth_verdict(&[at(0, 50.0)]), None);
+        assert_eq!(depth_verdict(&[at(100, 40.0), at(200, 30.0)]), None);
+        let deep = at(100, 5.0);
+        let predicted = at(0, 50.0).bytes_per_token / deep.bytes_per_token;
+        let line = depth_verdict(&[deep, at(0, 50.0)]).unwrap();
+        assert!(
+            line.starts_with("at depth 100 decode runs 0.10× its depth-0 speed, where"),
+            "{line}"
+        );
+        assert!(line.contains(&format!("predict {predicted:.2}×")), "{line}");
+        assert!(
+            line.contains("predict 0.") && line.contains(": more than the reads grows with depth"),
+            "{line}"
+        );
+        let line = depth_verdict(&[at(0, 50.0), at(100, 20.0)]).unwrap();
+        assert!(
+            line.contains(": faster than the reads alone allow"),
+            "{line}"
+        );
+        let as_predicted = at(100, 50.0 * predicted);
+        let line = depth_verdict(&[at(0, 50.0), as_predicted]).unwrap();
+        assert!(
+            line.contains(": as the bytes say (one run per depth)"),
+            "{line}"
         );
     }
 

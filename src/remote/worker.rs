@@ -158,8 +158,8 @@ fn run(
                     error: not_here("/model"),
                 });
             }
-            EngineCommand::BatchSweep { id, .. } => {
-                let _ = events.send(EngineEvent::BatchSweepDone {
+            EngineCommand::Sweep { id, .. } => {
+                let _ = events.send(EngineEvent::SweepDone {
                     request_id: id,
                     error: Some(not_here(
                         "the bench screen (for a server: `tokscope load --url`)",

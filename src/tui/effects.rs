@@ -69,13 +69,17 @@ fn save_sweep(
     let id = crate::ids::new_id(now);
     let rows = crate::bench::chat_sweep::rows(
         &id,
-        &sweep.points,
+        (&sweep.points, &sweep.depths),
         (sweep.n_prompt, sweep.n_gen),
         sweep.stopped,
         &sweep.model,
         &sweep.sampling,
     );
-    let command = "tokscope chat (F2 batch sweep)";
+    let command = if sweep.depths.is_empty() {
+        "tokscope chat (F2 batch sweep)"
+    } else {
+        "tokscope chat (F2 depth sweep)"
+    };
     crate::bench::append_run(log_path, &id, crate::ids::unix_s(now), command, &rows)
         .map(|warning| (id, warning))
 }
@@ -182,14 +186,9 @@ impl Effects<'_> {
                         self.ab_local = None;
                     }
                 }
-                Effect::BatchSweep {
-                    id,
-                    batches,
-                    n_prompt,
-                    n_gen,
-                } => {
-                    if let Err(e) = self.engine.batch_sweep(id, batches, n_prompt, n_gen) {
-                        msgs.push(Msg::Engine(EngineEvent::BatchSweepDone {
+                Effect::Sweep { id, plan } => {
+                    if let Err(e) = self.engine.sweep(id, plan) {
+                        msgs.push(Msg::Engine(EngineEvent::SweepDone {
                             request_id: id,
                             error: Some(e),
                         }));

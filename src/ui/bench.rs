@@ -22,7 +22,7 @@ pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App) {
         frame,
         area,
         format!(
-            " batching: B sequences × {} prompt + {} generated tokens ",
+            " batching: B sequences × {} prompt + {} generated tokens · Tab: depth ",
             b.n_prompt, b.n_gen
         ),
     );

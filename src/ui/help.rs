@@ -46,7 +46,7 @@ const KEYS: &[(&str, &str)] = &[
     ),
     (
         "F2",
-        "bench screen: batching on the loaded model (Enter or r runs the sweep, Esc stops it, Esc again or F2 closes; each sweep is saved to `tokscope results`)",
+        "bench screen: batching on the loaded model, or (Tab or d; b back) decode against the KV cache's depth beside what its bytes predict, with this chat's answers at their depths (Enter or r runs the sweep, Esc stops it, Esc again or F2 closes; each sweep is saved to `tokscope results`)",
     ),
     (
         "F3",

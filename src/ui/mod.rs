@@ -8,6 +8,7 @@ mod ab;
 mod bench;
 mod compare;
 pub mod conversation;
+mod depth;
 mod format;
 mod help;
 mod input;
@@ -78,6 +79,9 @@ pub fn draw(frame: &mut Frame, app: &App, now: Instant) {
         ..area
     };
     match app.mode {
+        Mode::Bench if app.bench.view == crate::app::SweepView::Depth => {
+            depth::draw(frame, below_status, app)
+        }
         Mode::Bench => bench::draw(frame, below_status, app),
         Mode::Ab => ab::draw(frame, below_status, app, &view),
         Mode::Compare => compare::draw(frame, below_status, app),

@@ -287,7 +287,10 @@ impl Roofline {
 /// Whether `turn` ran on the model now loaded (by fingerprint, else by path). A turn that
 /// does not say which model it ran on (saved by an older tokscope) did not, as far as a
 /// ceiling is concerned; with no model loaded there is no ceiling to set it against.
-fn ran_on_loaded(turn: &AssistantTurn, loaded: Option<&crate::engine::ModelInfo>) -> bool {
+pub(crate) fn ran_on_loaded(
+    turn: &AssistantTurn,
+    loaded: Option<&crate::engine::ModelInfo>,
+) -> bool {
     match (&turn.model, loaded) {
         (_, None) => true,
         (Some(model), Some(info)) => model.is(info),
