@@ -52,7 +52,9 @@ fn remote_model(weights: Option<u64>) -> ModelInfo {
 fn render(app: &App) -> String {
     let mut terminal = Terminal::new(TestBackend::new(120, 40)).unwrap();
     terminal
-        .draw(|f| tokscope::ui::draw(f, app, Instant::now()))
+        .draw(|f| {
+            tokscope::ui::draw(f, app, Instant::now());
+        })
         .unwrap();
     let buf = terminal.backend().buffer();
     let mut out = String::new();

@@ -350,7 +350,9 @@ fn buffer_text(buf: &Buffer) -> String {
 fn draw_at(app: &App, width: u16, height: u16) -> Terminal<TestBackend> {
     let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
     terminal
-        .draw(|frame| tokscope::ui::draw(frame, app, now()))
+        .draw(|frame| {
+            tokscope::ui::draw(frame, app, now());
+        })
         .unwrap();
     terminal
 }

@@ -162,6 +162,10 @@ pub enum Msg {
         completion: Option<Completion>,
     },
     Tick,
+    /// The frame just drawn could scroll the conversation up at most this many lines (its
+    /// top): a scroll past it (Home, or PageUp held) is brought back to it, so that the next
+    /// PageDown moves at once.
+    ScrollLimit(usize),
 }
 
 /// Work `update` asks the loop to do.
@@ -1153,6 +1157,10 @@ pub fn update(app: &mut App, msg: Msg, now: Now) -> Vec<Effect> {
         Msg::Paste(text) => app.on_paste(&text),
         Msg::Scroll(lines) => app.scroll_by(lines),
         Msg::Resize | Msg::Tick => {}
+        Msg::ScrollLimit(top) => {
+            let s = &mut app.scroll.lines_from_bottom;
+            *s = (*s).min(top);
+        }
         Msg::Engine(event) => return app.on_engine(event, now),
         Msg::Saved(Ok(_)) => {
             if app.unsaved.take().is_some() {

@@ -103,7 +103,7 @@ pub(crate) fn rows(
     let depth_rows = depths.iter().map(|d| ChatSweepRow {
         run_id: run_id.to_string(),
         kind: TestKind::Tg,
-        test: format!("tg{} @ d{}", d.n_gen, d.depth),
+        test: crate::llama::measure::TestSpec::Tg { n_gen: d.n_gen }.name(d.depth),
         source: "chat F2",
         params: ChatSweepParams {
             model: info.path.display().to_string(),
@@ -204,7 +204,11 @@ mod tests {
             &SamplingParams::default(),
         );
         assert_eq!(rows.len(), 2);
-        assert_eq!(rows[1].test, "tg32 @ d2048");
+        // Named as bench names them: no "@ d0" at depth 0.
+        assert_eq!(
+            (rows[0].test.as_str(), rows[1].test.as_str()),
+            ("tg32", "tg32 @ d2048")
+        );
         super::super::append_run(&log, "r2", 5, "tokscope chat (F2 depth sweep)", &rows).unwrap();
         let (runs, _) = super::super::log::read_runs(&log).unwrap();
         let read = &runs[0].rows[1];

@@ -12,7 +12,7 @@ use clap::Args;
 use serde::Serialize;
 
 use crate::commands::flags::RemoteArgs;
-use crate::commands::runtime;
+use crate::commands::runtime_threads;
 use crate::commands::{Failure, FAILURE};
 use crate::load::report::{self, LoadSummary, Slo};
 use crate::load::{publish, run_level, scrape, warm_up, Arrivals, LoadPlan, Progress, PromptSet};
@@ -236,7 +236,7 @@ pub(crate) fn load(args: &LoadArgs) -> Result<(), Failure> {
     let checked = check(args)?;
     // Said once: a server without (readable) metrics.
     let metrics_refused = Arc::new(AtomicBool::new(false));
-    let rt = runtime()?;
+    let rt = runtime_threads(crate::load::client_threads())?;
     let stop = Arc::new(AtomicBool::new(false));
     rt.block_on(async {
         // Ctrl-C is ours from the start: while the model is looked up and the prompts are cut

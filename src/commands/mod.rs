@@ -156,8 +156,20 @@ impl From<RemoteError> for Failure {
 
 /// A current-thread tokio runtime for the remote commands.
 pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
+    started(tokio::runtime::Builder::new_current_thread().enable_all())
+}
+
+/// A tokio runtime of `threads` worker threads (`load`, whose streams outgrow one thread).
+pub(crate) fn runtime_threads(threads: usize) -> Result<tokio::runtime::Runtime, Failure> {
+    started(
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads.max(1))
+            .enable_all(),
+    )
+}
+
+fn started(builder: &mut tokio::runtime::Builder) -> Result<tokio::runtime::Runtime, Failure> {
+    builder
         .build()
         .map_err(|e| Failure::new(FAILURE, format!("cannot start the async runtime: {e}")))
 }

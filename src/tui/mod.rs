@@ -103,8 +103,16 @@ impl<B: Backend> Driver<B> {
         }
         let app = &self.app;
         let started = Instant::now();
-        self.terminal.draw(|f| crate::ui::draw(f, app, now))?;
+        let mut drawn = crate::ui::Drawn::default();
+        self.terminal
+            .draw(|f| drawn = crate::ui::draw(f, app, now))?;
         let cost = started.elapsed();
+        if let Some(top) = drawn.scroll_limit {
+            if self.app.scroll.lines_from_bottom > top {
+                // Nothing else changes: no effect, no new frame needed.
+                update(&mut self.app, Msg::ScrollLimit(top), self::now());
+            }
+        }
         self.frames.record_draw_cost(cost);
         self.frame_log.push(started, cost);
         self.frames.drawn(now);
@@ -412,6 +420,51 @@ mod tests {
         let count = Msg::InputTokens(Some((2, "model vocabulary")));
         assert!(driver.apply_all(vec![count], now()).is_empty());
         assert!(driver.frames.due(later));
+    }
+
+    /// Home scrolls to the top; the frame drawn brings a scroll past the top back to it, so
+    /// the next PageDown moves at once (it did nothing until End before).
+    #[test]
+    fn page_down_after_home_moves_at_once() {
+        use crate::app::conversation::Exchange;
+        use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+        let mut app = App::new(
+            "m.gguf".into(),
+            Conversation::new("c1".into(), 0, None),
+            crate::engine::SamplingParams::default(),
+            64,
+        );
+        for i in 0..60 {
+            app.conversation.exchanges.push(Exchange {
+                user: format!("message {i}"),
+                assistant: None,
+            });
+        }
+        let terminal = Terminal::new(TestBackend::new(80, 24)).unwrap();
+        let mut driver = Driver::new(terminal, app);
+        let key = |code| Msg::Key(KeyEvent::new(code, KeyModifiers::NONE));
+        let mut t = Instant::now();
+        let mut frame = |driver: &mut Driver<TestBackend>| {
+            t += Duration::from_secs(1);
+            driver.frames.mark_dirty(true);
+            assert!(driver.draw_if_due(t).unwrap());
+        };
+        frame(&mut driver);
+        driver.apply_all(vec![key(KeyCode::Home)], now());
+        frame(&mut driver);
+        let top = driver.app.scroll.lines_from_bottom;
+        assert!((60..1000).contains(&top), "the top of 60 messages: {top}");
+        // The frame at the top shows the first message.
+        let screen = format!("{:?}", driver.terminal.backend().buffer());
+        assert!(screen.contains("message 0"), "{screen}");
+        driver.apply_all(vec![key(KeyCode::PageDown)], now());
+        assert!(driver.app.scroll.lines_from_bottom < top, "PageDown moved");
+        frame(&mut driver);
+        let screen = format!("{:?}", driver.terminal.backend().buffer());
+        assert!(
+            !screen.contains("message 0"),
+            "scrolled down from the top: {screen}"
+        );
     }
 }
 

@@ -96,9 +96,11 @@ fn open_fence(text: &str) -> Option<&str> {
     open
 }
 
-pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App, view: &View) {
+/// Draws the conversation; returns how far up it can scroll (its top, in lines from the
+/// bottom) when it was drawn scrolled up, `None` when it follows the end.
+pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App, view: &View) -> Option<usize> {
     if area.is_empty() {
-        return;
+        return None;
     }
     let height = area.height as usize;
     // Only what can be seen is rendered: the newest exchanges back to the scroll position
@@ -111,14 +113,15 @@ pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App, view: &View) {
     .saturating_add(1);
     let lines = tail_lines_waited(app, area.width as usize, view.waiting, wanted);
     let total = lines.len();
-    let (start, view, hidden_below) = if app.scroll.follows() || total <= height {
-        (total.saturating_sub(height), height, 0)
+    let (start, view, hidden_below, top) = if app.scroll.follows() || total <= height {
+        let top = (!app.scroll.follows()).then_some(0);
+        (total.saturating_sub(height), height, 0, top)
     } else {
         // One row goes to the "more lines" hint; the offset is clamped to the content.
         let view = height.saturating_sub(1).max(1);
         let max_offset = total.saturating_sub(view);
         let offset = app.scroll.lines_from_bottom.min(max_offset);
-        (total - view - offset, view, offset)
+        (total - view - offset, view, offset, Some(max_offset))
     };
     let end = (start + view).min(total);
     let visible: Vec<Line<'static>> = lines.get(start..end).unwrap_or_default().to_vec();
@@ -139,6 +142,7 @@ pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App, view: &View) {
             row,
         );
     }
+    top
 }
 
 /// Every line of the conversation at `width` columns, oldest first.

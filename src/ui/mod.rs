@@ -40,11 +40,19 @@ pub(crate) const MIN_HEIGHT: u16 = 12;
 const METRICS_COLUMN_MIN_WIDTH: u16 = 70;
 
 /// Draw the whole screen for `app` as of `now`.
-pub fn draw(frame: &mut Frame, app: &App, now: Instant) {
+/// What a frame learnt that the state cannot know before it is drawn.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Drawn {
+    /// The conversation was drawn scrolled up and can scroll up at most this far (lines from
+    /// the bottom): the loop hands it back to `update` as `Msg::ScrollLimit`.
+    pub scroll_limit: Option<usize>,
+}
+
+pub fn draw(frame: &mut Frame, app: &App, now: Instant) -> Drawn {
     let area = frame.area();
     if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
         too_small(frame, area);
-        return;
+        return Drawn::default();
     }
     let view = view::View::new(app, now);
     let column = area.width >= METRICS_COLUMN_MIN_WIDTH;
@@ -60,14 +68,15 @@ pub fn draw(frame: &mut Frame, app: &App, now: Instant) {
     .areas(area);
 
     status::draw(frame, status_area, app, &view);
+    let scroll_limit;
     if column {
         let metrics_w = (area.width * 3 / 10).clamp(30, 40);
         let [conversation_area, metrics_area] =
             Layout::horizontal([Constraint::Min(1), Constraint::Length(metrics_w)]).areas(body);
-        conversation::draw(frame, conversation_area, app, &view);
+        scroll_limit = conversation::draw(frame, conversation_area, app, &view);
         metrics_pane::draw(frame, metrics_area, app, &view);
     } else {
-        conversation::draw(frame, body, app, &view);
+        scroll_limit = conversation::draw(frame, body, app, &view);
         frame.render_widget(Paragraph::new(metrics_pane::strip(&view)), strip_area);
     }
     frame.render_widget(Paragraph::new(notice), notice_area);
@@ -93,6 +102,7 @@ pub fn draw(frame: &mut Frame, app: &App, now: Instant) {
     }
     // Last: the cells this terminal's wider clusters cover (see `text::fit_buffer`).
     text::fit_buffer(frame.buffer_mut());
+    Drawn { scroll_limit }
 }
 
 /// The notice, on at most two lines.
