@@ -600,6 +600,21 @@ fn a_nul_byte_in_the_conversation_does_not_break_later_turns() {
     assert!(t.token_events >= 1);
 }
 
+/// The chat's own KV cache survived a sweep: the next turn after `first` ("hello there")
+/// reuses its prompt.
+fn assert_the_chat_cache_survived(e: &mut TestEngine, first: &Turn) {
+    let next = e.turn(
+        vec![
+            user("hello there"),
+            assistant(&first.report.text),
+            user("more"),
+        ],
+        greedy(),
+        2,
+    );
+    assert!(next.report.timeline.cached_tokens >= first.report.timeline.prompt_tokens);
+}
+
 #[test]
 fn the_chat_engine_measures_a_batch_sweep_on_its_loaded_model() {
     let _lock = model_lock();
@@ -668,16 +683,7 @@ fn the_chat_engine_measures_a_batch_sweep_on_its_loaded_model() {
             p.batch
         );
     }
-    let next = e.turn(
-        vec![
-            user("hello there"),
-            assistant(&first.report.text),
-            user("more"),
-        ],
-        greedy(),
-        2,
-    );
-    assert!(next.report.timeline.cached_tokens >= first.report.timeline.prompt_tokens);
+    assert_the_chat_cache_survived(&mut e, &first);
 }
 
 #[test]
@@ -721,16 +727,7 @@ fn the_chat_engine_measures_decode_at_depth_on_its_loaded_model() {
     // The fill is untimed but happens: 384 random tokens take longer to prefill than none.
     assert!(runs[2].fill_ms > runs[0].fill_ms, "{runs:?}");
     // The chat's own KV cache survives the sweep.
-    let next = e.turn(
-        vec![
-            user("hello there"),
-            assistant(&first.report.text),
-            user("more"),
-        ],
-        greedy(),
-        2,
-    );
-    assert!(next.report.timeline.cached_tokens >= first.report.timeline.prompt_tokens);
+    assert_the_chat_cache_survived(&mut e, &first);
 }
 
 /// The next `AbScored` of engine `e` (B's answer scored against the chat's model), skipping

@@ -13,7 +13,7 @@ use ratatui::widgets::{Axis, Chart, Dataset, GraphType, LegendPosition, Paragrap
 use ratatui::Frame;
 
 use super::{format, theme};
-use crate::app::{App, BenchPoint};
+use crate::app::{App, BenchPoint, BenchScreen, SweepView};
 use crate::metrics::roofline::cost_per_million_tokens;
 
 pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App) {
@@ -36,17 +36,7 @@ pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App) {
             theme::DIM,
         ),
     };
-    let mut headline = super::text::wrap(&[headline], inner.width as usize, &[], &[]);
-    headline.truncate(2);
-    let table_h = (b.batches.len() as u16 + 2).min(inner.height / 2);
-    let [intro, table, charts, footer] = Layout::vertical([
-        Constraint::Length(headline.len() as u16),
-        Constraint::Length(table_h),
-        Constraint::Min(0),
-        Constraint::Length(1),
-    ])
-    .areas(inner);
-    frame.render_widget(Paragraph::new(headline), intro);
+    let [table, charts, footer] = sweep_areas(frame, inner, headline, b.batches.len() + 2);
     frame.render_widget(Paragraph::new(table_lines(app)), table);
     if charts.height >= 6 && !b.points.is_empty() {
         let [left, right] =
@@ -71,29 +61,63 @@ pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App) {
         let y = (1, "ms per token");
         draw_chart(frame, right, &b.points, latencies, y, legend);
     }
-    let status = match (&b.running, &b.error, b.points.is_empty()) {
-        (Some(_), _, _) => {
+    let ours = b.ran == SweepView::Batch;
+    let status = match (&b.running, b.error.as_ref().filter(|_| ours)) {
+        (Some(_), _) if ours => {
             let next = b.batches.get(b.points.len()).copied().unwrap_or(0);
             format!("measuring B = {next}…  Esc stops")
         }
-        (None, Some(e), _) => format!("error: {e}"),
-        (None, None, true) => "Enter or r runs the sweep on the loaded model · Esc closes".into(),
-        (None, None, false) if b.stopped => {
+        (Some(_), _) => "the depth sweep is running (Tab shows it)…  Esc stops".into(),
+        (None, Some(e)) => format!("error: {e}"),
+        (None, None) if b.points.is_empty() => {
+            "Enter or r runs the sweep on the loaded model · Esc closes".into()
+        }
+        (None, None) if b.stopped && ours => {
             "stopped · Enter or r runs it again · Esc closes".into()
         }
-        (None, None, false) => "Enter or r runs it again · Esc closes".into(),
+        (None, None) => "Enter or r runs it again · Esc closes".into(),
     };
-    let status = match (&b.running, &b.saved) {
+    frame.render_widget(footer_line(b, status, ours), footer);
+}
+
+/// The areas both sweeps' screens share below the headline (drawn here, at most two lines):
+/// the table of `rows` lines (at most half the screen), the charts and the footer line.
+pub(super) fn sweep_areas(
+    frame: &mut Frame,
+    inner: Rect,
+    headline: Span<'static>,
+    rows: usize,
+) -> [Rect; 3] {
+    let mut headline = super::text::wrap(&[headline], inner.width as usize, &[], &[]);
+    headline.truncate(2);
+    let table_h = u16::try_from(rows)
+        .unwrap_or(u16::MAX)
+        .min(inner.height / 2);
+    let [intro, table, charts, footer] = Layout::vertical([
+        Constraint::Length(headline.len() as u16),
+        Constraint::Length(table_h),
+        Constraint::Min(0),
+        Constraint::Length(1),
+    ])
+    .areas(inner);
+    frame.render_widget(Paragraph::new(headline), intro);
+    [table, charts, footer]
+}
+
+/// The footer line: `status`, then where the sweep went in the results log once it ended;
+/// `ours`: the sweep last run was this view's (its error and save are shown only then).
+pub(super) fn footer_line(b: &BenchScreen, status: String, ours: bool) -> Paragraph<'static> {
+    let status = match (&b.running, b.saved.as_ref().filter(|_| ours)) {
         (None, Some(Ok(id))) => format!("{status} · saved as run {id} (tokscope results {id})"),
         (None, Some(Err(e))) => format!("{status} · not saved: {e}"),
         _ => status,
     };
-    let style = if b.error.is_some() {
+    let style = if b.error.is_some() && ours {
         theme::NOTICE_ERROR
     } else {
         theme::NOTICE_INFO
     };
-    frame.render_widget(Paragraph::new(Span::styled(status, style)), footer);
+    Paragraph::new(Span::styled(status, style))
 }
 
 fn table_lines(app: &App) -> Vec<Line<'static>> {
@@ -162,7 +186,9 @@ fn x_axis(points: &[BenchPoint]) -> Axis<'static> {
         .labels(labels)
 }
 
-fn y_axis(title: &'static str, max: f64) -> Axis<'static> {
+/// A chart's y axis from 0 to a little above `max`, titled `title`, labelled at 0, the middle
+/// and the top.
+pub(super) fn y_axis(title: &'static str, max: f64) -> Axis<'static> {
     let max = if max.is_finite() && max > 0.0 {
         max * 1.1
     } else {

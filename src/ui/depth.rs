@@ -12,6 +12,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Axis, Chart, Dataset, GraphType, LegendPosition, Paragraph};
 use ratatui::Frame;
 
+use super::bench::{footer_line, sweep_areas, y_axis};
 use super::view::{ran_on_loaded, Figures};
 use super::{format, theme};
 use crate::app::{App, SweepView};
@@ -88,17 +89,7 @@ pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App) {
             theme::DIM,
         ),
     };
-    let mut headline = super::text::wrap(&[headline], inner.width as usize, &[], &[]);
-    headline.truncate(2);
-    let table_h = (p.sweep.len() as u16 + 1).min(inner.height / 2);
-    let [intro, table, charts, footer] = Layout::vertical([
-        Constraint::Length(headline.len() as u16),
-        Constraint::Length(table_h),
-        Constraint::Min(0),
-        Constraint::Length(1),
-    ])
-    .areas(inner);
-    frame.render_widget(Paragraph::new(headline), intro);
+    let [table, charts, footer_area] = sweep_areas(frame, inner, headline, p.sweep.len() + 1);
     frame.render_widget(
         Paragraph::new(table_lines(app, &p.sweep, table.width as usize)),
         table,
@@ -111,10 +102,10 @@ pub(crate) fn draw(frame: &mut Frame, area: Rect, app: &App) {
         draw_speed_chart(frame, left, &p);
         draw_bytes_chart(frame, right, &p);
     }
-    frame.render_widget(footer_line(app, b.ran == SweepView::Depth), footer);
+    frame.render_widget(footer(app, b.ran == SweepView::Depth), footer_area);
 }
 
-fn footer_line(app: &App, ours: bool) -> Paragraph<'static> {
+fn footer(app: &App, ours: bool) -> Paragraph<'static> {
     let b = &app.bench;
     let n_ctx = app.model.as_ref().map_or(0, |m| m.n_ctx);
     let depths = b.depths_for(n_ctx);
@@ -124,7 +115,7 @@ fn footer_line(app: &App, ours: bool) -> Paragraph<'static> {
         .collect::<Vec<_>>()
         .join(", ");
     let status = match (&b.running, b.error.as_ref().filter(|_| ours)) {
-        (Some(_), _) if b.ran == SweepView::Depth => {
+        (Some(_), _) if ours => {
             let next = depths.get(b.depth_points.len()).copied().unwrap_or(0);
             format!("measuring depth {next} (filling the cache first, untimed)…  Esc stops")
         }
@@ -137,17 +128,7 @@ fn footer_line(app: &App, ours: bool) -> Paragraph<'static> {
         (None, None) if b.stopped && ours => "stopped · Enter or r runs it again · Esc closes".into(),
         (None, None) => "Enter or r runs it again · Esc closes".into(),
     };
-    let status = match (&b.running, b.saved.as_ref().filter(|_| ours)) {
-        (None, Some(Ok(id))) => format!("{status} · saved as run {id} (tokscope results {id})"),
-        (None, Some(Err(e))) => format!("{status} · not saved: {e}"),
-        _ => status,
-    };
-    let style = if b.error.is_some() && ours {
-        theme::NOTICE_ERROR
-    } else {
-        theme::NOTICE_INFO
-    };
-    Paragraph::new(Span::styled(status, style))
+    footer_line(b, status, ours)
 }
 
 /// The table's columns: header and width, in order; at a narrow width the last of
@@ -238,22 +219,6 @@ fn tokens(v: f64) -> String {
     } else {
         format!("{v:.0}")
     }
-}
-
-fn y_axis(title: &'static str, max: f64) -> Axis<'static> {
-    let max = if max.is_finite() && max > 0.0 {
-        max * 1.1
-    } else {
-        1.0
-    };
-    Axis::default()
-        .title(Span::styled(title, theme::AXIS))
-        .bounds([0.0, max])
-        .labels(vec![
-            Span::styled("0", theme::AXIS),
-            Span::styled(format::num(Some(max / 2.0)), theme::AXIS),
-            Span::styled(format::num(Some(max)), theme::AXIS),
-        ])
 }
 
 fn x_max(p: &Points) -> f64 {
