@@ -419,13 +419,19 @@ def deep(a, bin_, env, data, work):
     print(f"the metrics pane at the end: {roof}")
     m = turns_[-1]["metrics"]
     depth = m["cached_tokens"]
-    cmd = [bin_, "bench", "-m", model, "-t", str(a.threads), "-p", str(m["prefilled_tokens"]),
-           "-n", "16", "-d", str(depth), "-r", "3", "-o", "md+"]
-    print("$ " + " ".join(os.path.basename(c) if c == bin_ else c for c in cmd))
-    r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **env})
-    print(r.stdout.strip())
-    if r.returncode:
-        print(r.stderr.strip()[-2000:])
+    # The message's prefill ran over `depth` cached tokens (bench's pp at -d depth); its answer
+    # was decoded after the message too, over depth + prefilled cells (bench's tg at that
+    # depth, not at -d depth: at depth 2119 + 416 the answer's steps read 20% more cells).
+    prefilled = m["prefilled_tokens"]
+    for test, d in ((["-p", str(prefilled), "-n", "0"], depth),
+                    (["-p", "0", "-n", "16"], depth + prefilled)):
+        cmd = [bin_, "bench", "-m", model, "-t", str(a.threads), *test, "-d", str(d),
+               "-r", "3", "-o", "md+"]
+        print("$ " + " ".join(os.path.basename(c) if c == bin_ else c for c in cmd))
+        r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **env})
+        print(r.stdout.strip())
+        if r.returncode:
+            print(r.stderr.strip()[-2000:])
 
 
 def turns(a, bin_, env, data):
