@@ -395,15 +395,12 @@ fn add_decode_roofline(row: &mut Row, job: &Job, cx: &RowContext, (lo, hi): (u64
     let Some(weights) = cx.info.weight_bytes else {
         return;
     };
-    let sequences = f64::from(job.test.sequences());
-    // The KV bytes grow with the depth, a window layer's only up to its window: their mean
-    // over the steps.
-    let kv_per_sequence = cx
-        .info
-        .kv_shape
-        .map_or(0.0, |kv| kv.mean_bytes_read(lo, hi));
-    // One step reads the weights once for all B sequences, and each sequence's own cache.
-    let bytes_per_token = weights.read_per_token() as f64 / sequences + kv_per_sequence;
+    let (bytes_per_token, kv_per_sequence) = crate::metrics::roofline::decode_bytes_per_token(
+        &weights,
+        cx.info.kv_shape.as_ref(),
+        (lo, hi),
+        job.test.sequences(),
+    );
     row.bytes_per_token = Some(bytes_per_token);
     row.kv_bytes_per_token = Some(kv_per_sequence);
     let Some(bandwidth) = cx.bandwidth else {

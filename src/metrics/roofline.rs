@@ -290,6 +290,21 @@ pub(crate) struct DepthPoint {
     pub ceiling_tok_per_s: Option<f64>,
 }
 
+/// Bytes one sequence's token costs over decode steps attending to `lo..=hi` cells, with
+/// `sequences` decoded together: the weights read once a step for all of them, plus the
+/// sequence's own KV cache (a window layer's only up to its window), its mean over the steps.
+/// Returns (bytes per token, of which the KV cache).
+pub(crate) fn decode_bytes_per_token(
+    weights: &WeightBytes,
+    kv: Option<&KvShape>,
+    (lo, hi): (u64, u64),
+    sequences: u32,
+) -> (f64, f64) {
+    let kv_bytes = kv.map_or(0.0, |k| k.mean_bytes_read(lo, hi));
+    let weights = weights.read_per_token() as f64 / f64::from(sequences.max(1));
+    (weights + kv_bytes, kv_bytes)
+}
+
 /// A decode of `n_gen` tokens after `depth` tokens in the cache (bench's tg at that depth, or a
 /// chat's answer after its prompt) as a depth point: its steps attend to `depth + 1 ..= depth +
 /// n_gen` cells (the q + 1 the kernel reads, as `bench -d` counts them), their mean KV bytes
@@ -301,8 +316,8 @@ pub(crate) fn depth_point(
     kv: Option<&KvShape>,
     bandwidth_bytes_per_s: Option<f64>,
 ) -> DepthPoint {
-    let kv_bytes_per_token = kv.map_or(0.0, |k| k.mean_bytes_read(depth + 1, depth + n_gen.max(1)));
-    let bytes_per_token = weights.read_per_token() as f64 + kv_bytes_per_token;
+    let span = (depth + 1, depth + n_gen.max(1));
+    let (bytes_per_token, kv_bytes_per_token) = decode_bytes_per_token(weights, kv, span, 1);
     DepthPoint {
         depth,
         tok_per_s,
